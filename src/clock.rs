@@ -1,0 +1,383 @@
+//! Clocks: where a limiter reads "now".
+//!
+//! Every limiter reads its clock once per call and works in `u64` nanoseconds on the clock's
+//! timeline. The two real clocks ([`QuantaClock`], [`CoarseClock`]) share one timeline that reads
+//! as nanoseconds since the Unix epoch (taken once from the system clock, then advanced by the
+//! monotonic TSC), so windows can be aligned to wall-clock boundaries. [`ManualClock`] is for
+//! tests and simulation: it only moves when told to.
+//!
+//! A TSC read on one core can be a few nanoseconds *behind* a value another core stored a moment
+//! before. Every algorithm in floodgate treats a `now` that is behind its state as "no time has
+//! passed": state never moves backwards and a request is never refused because of it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of time for limiters.
+///
+/// `now_nanos` must be cheap: it is called once on every decision.
+///
+/// ```
+/// use floodgate::{Clock, ManualClock};
+/// let clock = ManualClock::new();
+/// clock.advance(std::time::Duration::from_millis(5));
+/// assert_eq!(clock.now_nanos(), 5_000_000);
+/// ```
+pub trait Clock: Send + Sync + 'static {
+    /// The current time in nanoseconds on this clock's timeline.
+    fn now_nanos(&self) -> u64;
+    /// Blocks the calling thread for `duration` (a [`ManualClock`] advances itself instead).
+    fn sleep(&self, duration: Duration);
+}
+
+/// Saturating conversion of a [`Duration`] to `u64` nanoseconds.
+///
+/// ```
+/// assert_eq!(floodgate::clock::duration_to_nanos(std::time::Duration::MAX), u64::MAX);
+/// ```
+pub fn duration_to_nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The shared timeline of the real clocks: a calibrated quanta clock, the instant it was read at
+/// start, and the Unix time in nanoseconds at that instant.
+struct Timeline {
+    clock: quanta::Clock,
+    base: quanta::Instant,
+    unix_base_nanos: u64,
+}
+
+fn timeline() -> &'static Timeline {
+    static TIMELINE: OnceLock<Timeline> = OnceLock::new();
+    TIMELINE.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let base = clock.now();
+        let unix_base_nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(duration_to_nanos)
+            .unwrap_or(0);
+        Timeline {
+            clock,
+            base,
+            unix_base_nanos,
+        }
+    })
+}
+
+impl Timeline {
+    #[inline]
+    fn at(&self, instant: quanta::Instant) -> u64 {
+        let since_base = instant.saturating_duration_since(self.base);
+        self.unix_base_nanos
+            .saturating_add(duration_to_nanos(since_base))
+    }
+}
+
+/// The default clock: quanta's TSC-based clock (about 10–20 ns a read), on a timeline that reads
+/// as nanoseconds since the Unix epoch.
+///
+/// ```
+/// use floodgate::{Clock, QuantaClock};
+/// let clock = QuantaClock::new();
+/// let a = clock.now_nanos();
+/// assert!(a > 1_600_000_000_000_000_000); // after September 2020
+/// ```
+#[derive(Clone, Copy)]
+pub struct QuantaClock {
+    timeline: &'static Timeline,
+}
+
+impl QuantaClock {
+    /// The process-wide quanta clock (calibrated once, on first use).
+    pub fn new() -> Self {
+        QuantaClock {
+            timeline: timeline(),
+        }
+    }
+}
+
+impl Default for QuantaClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for QuantaClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuantaClock")
+    }
+}
+
+impl Clock for QuantaClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.timeline.at(self.timeline.clock.now())
+    }
+
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}
+
+/// A coarse clock: quanta's `recent()` time, refreshed by an upkeep thread every `resolution`
+/// (1 ms by default). A read is a single atomic load, the fastest path there is; the price is that
+/// time moves in steps of `resolution`.
+///
+/// The upkeep thread is shared by every `CoarseClock` in the process and stops when the last one
+/// is dropped. If something outside floodgate already runs quanta's upkeep thread, that one is used.
+///
+/// ```
+/// use floodgate::{Clock, CoarseClock};
+/// let clock = CoarseClock::new().unwrap();
+/// assert!(clock.now_nanos() > 1_600_000_000_000_000_000);
+/// ```
+#[derive(Clone)]
+pub struct CoarseClock {
+    timeline: &'static Timeline,
+    _upkeep: Option<Arc<quanta::Handle>>,
+}
+
+impl std::fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CoarseClock")
+    }
+}
+
+impl CoarseClock {
+    /// A coarse clock refreshed every millisecond.
+    ///
+    /// # Errors
+    /// An error if the upkeep thread cannot be spawned.
+    pub fn new() -> Result<Self, std::io::Error> {
+        Self::with_resolution(Duration::from_millis(1))
+    }
+
+    /// A coarse clock refreshed every `resolution`. The resolution of the first live
+    /// `CoarseClock` wins: there is one upkeep thread per process.
+    ///
+    /// # Errors
+    /// An error if the upkeep thread cannot be spawned.
+    pub fn with_resolution(resolution: Duration) -> Result<Self, std::io::Error> {
+        static UPKEEP: Mutex<Weak<quanta::Handle>> = Mutex::new(Weak::new());
+        let timeline = timeline();
+        let mut shared = UPKEEP.lock().unwrap_or_else(|poison| poison.into_inner());
+        let handle = match shared.upgrade() {
+            Some(handle) => Some(handle),
+            None => {
+                match quanta::Upkeep::new_with_clock(resolution, timeline.clock.clone()).start() {
+                    Ok(handle) => {
+                        let handle = Arc::new(handle);
+                        *shared = Arc::downgrade(&handle);
+                        Some(handle)
+                    }
+                    // Someone else runs quanta's upkeep thread: recent() is kept fresh anyway.
+                    Err(quanta::Error::UpkeepRunning) => None,
+                    Err(quanta::Error::FailedToSpawnUpkeepThread(e)) => return Err(e),
+                }
+            }
+        };
+        Ok(CoarseClock {
+            timeline,
+            _upkeep: handle,
+        })
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.timeline.at(self.timeline.clock.recent())
+    }
+
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}
+
+/// The operating system's monotonic clock (`std::time::Instant`), on the same Unix timeline as
+/// [`QuantaClock`]. A few nanoseconds slower a read than the TSC, but the kernel keeps it
+/// monotonic across cores even where the TSCs of different cores disagree (quanta#111): pick it on
+/// such machines.
+///
+/// ```
+/// use floodgate::{Clock, MonotonicClock};
+/// let clock = MonotonicClock::new();
+/// let a = clock.now_nanos();
+/// assert!(clock.now_nanos() >= a);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct MonotonicClock {
+    base: std::time::Instant,
+    unix_base_nanos: u64,
+}
+
+impl MonotonicClock {
+    /// The process-wide monotonic clock.
+    pub fn new() -> Self {
+        static BASE: OnceLock<MonotonicClock> = OnceLock::new();
+        *BASE.get_or_init(|| {
+            let timeline = timeline();
+            MonotonicClock {
+                base: std::time::Instant::now(),
+                unix_base_nanos: timeline.at(timeline.clock.now()),
+            }
+        })
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.unix_base_nanos
+            .saturating_add(duration_to_nanos(self.base.elapsed()))
+    }
+
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}
+
+/// A clock for tests and simulation. Clones share one time; [`advance`](ManualClock::advance) and
+/// [`set`](ManualClock::set) move it, and [`sleep`](Clock::sleep) advances it by the duration and
+/// records the sleep, so a test can assert an exact sleep sequence without ever sleeping.
+///
+/// ```
+/// use floodgate::{Clock, ManualClock};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// let shared = clock.clone();
+/// shared.sleep(Duration::from_millis(200));
+/// assert_eq!(clock.now_nanos(), 200_000_000);
+/// assert_eq!(clock.sleeps(), vec![Duration::from_millis(200)]);
+/// ```
+#[derive(Clone, Default, Debug)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+#[derive(Default, Debug)]
+struct ManualInner {
+    now_nanos: AtomicU64,
+    sleeps: Mutex<Vec<Duration>>,
+}
+
+impl ManualClock {
+    /// A manual clock at time zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A manual clock at `nanos`.
+    pub fn starting_at(nanos: u64) -> Self {
+        let clock = Self::default();
+        clock.set(nanos);
+        clock
+    }
+
+    /// Moves time forward by `duration` (saturating at `u64::MAX` nanoseconds).
+    pub fn advance(&self, duration: Duration) {
+        self.advance_nanos(duration_to_nanos(duration));
+    }
+
+    /// Moves time forward by `nanos` (saturating at `u64::MAX`).
+    pub fn advance_nanos(&self, nanos: u64) {
+        // SeqCst: a test clock; simplest ordering, no hot path.
+        let _ = self
+            .inner
+            .now_nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(nanos))
+            });
+    }
+
+    /// Sets the time to `nanos`, forwards or backwards (to simulate a clock read that lags).
+    pub fn set(&self, nanos: u64) {
+        self.inner.now_nanos.store(nanos, Ordering::SeqCst);
+    }
+
+    /// Every sleep taken through this clock (and its clones), in order.
+    pub fn sleeps(&self) -> Vec<Duration> {
+        self.lock_sleeps().clone()
+    }
+
+    /// Returns the recorded sleeps and clears the record.
+    pub fn take_sleeps(&self) -> Vec<Duration> {
+        std::mem::take(&mut *self.lock_sleeps())
+    }
+
+    fn lock_sleeps(&self) -> std::sync::MutexGuard<'_, Vec<Duration>> {
+        self.inner
+            .sleeps
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.inner.now_nanos.load(Ordering::SeqCst)
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.lock_sleeps().push(duration);
+        self.advance(duration);
+    }
+}
+
+impl<C: Clock> Clock for Arc<C> {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        (**self).now_nanos()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_saturates_and_goes_back() {
+        let clock = ManualClock::starting_at(u64::MAX - 1);
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(clock.now_nanos(), u64::MAX);
+        clock.set(7);
+        assert_eq!(clock.now_nanos(), 7);
+    }
+
+    #[test]
+    fn manual_clock_records_sleeps_in_order() {
+        let clock = ManualClock::new();
+        clock.sleep(Duration::from_millis(1));
+        clock.sleep(Duration::from_millis(3));
+        assert_eq!(clock.now_nanos(), 4_000_000);
+        assert_eq!(
+            clock.take_sleeps(),
+            vec![Duration::from_millis(1), Duration::from_millis(3)]
+        );
+        assert!(clock.sleeps().is_empty());
+    }
+
+    #[test]
+    fn real_clocks_share_the_unix_timeline() {
+        let quanta = QuantaClock::new();
+        let coarse = CoarseClock::new().unwrap();
+        let system = duration_to_nanos(SystemTime::now().duration_since(UNIX_EPOCH).unwrap());
+        let a = quanta.now_nanos();
+        // Within a minute of the system clock: same timeline, not an arbitrary origin.
+        assert!(a.abs_diff(system) < 60_000_000_000, "{a} vs {system}");
+        assert!(coarse.now_nanos().abs_diff(a) < 60_000_000_000);
+        assert!(quanta.now_nanos() >= a);
+    }
+}

@@ -1,0 +1,308 @@
+//! What a check returns ([`Decision`]), how rates are written ([`Rate`]), and the errors.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The answer to one check: allowed or not, plus what a server puts in its response headers
+/// (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, `Retry-After`).
+///
+/// ```
+/// use floodgate::{AtomicLimiter, FixedWindow, Limiter, ManualClock};
+/// use std::time::Duration;
+/// let limiter = AtomicLimiter::with_clock(
+///     FixedWindow::new(2, Duration::from_secs(1)).unwrap(),
+///     ManualClock::new(),
+/// );
+/// let d = limiter.try_acquire(1).unwrap();
+/// assert!(d.is_allowed());
+/// assert_eq!((d.limit(), d.remaining()), (2, 1));
+/// assert_eq!(d.reset_after(), Duration::from_secs(1));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after_nanos: u64,
+    reset_after_nanos: u64,
+}
+
+impl Decision {
+    /// An allowing decision. `remaining` is what is left after this request.
+    ///
+    /// ```
+    /// let d = floodgate::Decision::allow(10, 9, 100);
+    /// assert!(d.is_allowed() && d.retry_after().is_zero());
+    /// ```
+    #[inline]
+    pub const fn allow(limit: u64, remaining: u64, reset_after_nanos: u64) -> Self {
+        Decision {
+            allowed: true,
+            limit,
+            remaining,
+            retry_after_nanos: 0,
+            reset_after_nanos,
+        }
+    }
+
+    /// A denying decision. `retry_after_nanos` is raised to at least 1 ns, so a caller that waits
+    /// it out always makes progress.
+    ///
+    /// ```
+    /// let d = floodgate::Decision::deny(10, 0, 0, 50);
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(d.retry_after().as_nanos(), 1);
+    /// ```
+    #[inline]
+    pub const fn deny(
+        limit: u64,
+        remaining: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        Decision {
+            allowed: false,
+            limit,
+            remaining,
+            retry_after_nanos: if retry_after_nanos == 0 {
+                1
+            } else {
+                retry_after_nanos
+            },
+            reset_after_nanos,
+        }
+    }
+
+    /// Whether the request was admitted (and its permits consumed).
+    #[inline]
+    pub const fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The limit in force: the window's limit or the bucket's capacity.
+    #[inline]
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Permits a request could still take right now (after this one, if it was allowed).
+    #[inline]
+    pub const fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Zero when allowed; otherwise the time until the same request could be allowed, if nobody
+    /// else takes permits meanwhile.
+    #[inline]
+    pub const fn retry_after(&self) -> Duration {
+        Duration::from_nanos(self.retry_after_nanos)
+    }
+
+    /// Time until the limiter is back to full capacity (window end, or bucket refilled).
+    #[inline]
+    pub const fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_nanos)
+    }
+}
+
+/// A rate: `amount` permits per `period`.
+///
+/// ```
+/// use floodgate::Rate;
+/// use std::time::Duration;
+/// let r = Rate::per_second(100);
+/// assert_eq!(r, Rate::new(100, Duration::from_secs(1)));
+/// assert_eq!(r.nanos_per_permit().unwrap(), 10_000_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rate {
+    amount: u32,
+    period: Duration,
+}
+
+impl Rate {
+    /// `amount` permits per `period`.
+    pub const fn new(amount: u32, period: Duration) -> Self {
+        Rate { amount, period }
+    }
+
+    /// `amount` permits per second.
+    pub const fn per_second(amount: u32) -> Self {
+        Self::new(amount, Duration::from_secs(1))
+    }
+
+    /// `amount` permits per minute.
+    pub const fn per_minute(amount: u32) -> Self {
+        Self::new(amount, Duration::from_secs(60))
+    }
+
+    /// `amount` permits per hour.
+    pub const fn per_hour(amount: u32) -> Self {
+        Self::new(amount, Duration::from_secs(3600))
+    }
+
+    /// Permits per period.
+    pub const fn amount(&self) -> u32 {
+        self.amount
+    }
+
+    /// The period.
+    pub const fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The time one permit is worth, in whole nanoseconds (rounded to nearest).
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroLimit`] for a zero amount, [`ConfigError::ZeroPeriod`] for a zero
+    /// period, [`ConfigError::RateTooHigh`] when one permit would be worth less than 1 ns,
+    /// [`ConfigError::DurationOverflow`] for a period beyond `u64` nanoseconds.
+    pub fn nanos_per_permit(&self) -> Result<u64, ConfigError> {
+        if self.amount == 0 {
+            return Err(ConfigError::ZeroLimit);
+        }
+        if self.period.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        let period =
+            u64::try_from(self.period.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        let amount = u64::from(self.amount);
+        let interval = (period + amount / 2) / amount;
+        if interval == 0 {
+            return Err(ConfigError::RateTooHigh);
+        }
+        Ok(interval)
+    }
+}
+
+/// A setting that can never work. Builders and setters return it instead of panicking.
+///
+/// ```
+/// use floodgate::{ConfigError, FixedWindow};
+/// use std::time::Duration;
+/// assert_eq!(FixedWindow::new(0, Duration::from_secs(1)).unwrap_err(), ConfigError::ZeroLimit);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A limit, capacity, burst or rate amount of zero.
+    ZeroLimit,
+    /// A window or period of zero.
+    ZeroPeriod,
+    /// A limit above what the algorithm's packed state can count.
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: u64,
+        /// The largest limit this algorithm supports.
+        max: u64,
+    },
+    /// A rate so high that one permit is worth less than one nanosecond.
+    RateTooHigh,
+    /// A duration, or a product of durations and counts, beyond `u64` nanoseconds arithmetic.
+    DurationOverflow,
+    /// A floating-point rate or duration that is NaN, infinite, zero or negative where that has
+    /// no meaning.
+    InvalidNumber {
+        /// Which setting.
+        what: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A setting that is invalid for a reason specific to one algorithm.
+    Invalid {
+        /// Which setting.
+        what: &'static str,
+        /// Why it is invalid.
+        why: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroLimit => {
+                f.write_str("limit, capacity or rate amount must be at least 1")
+            }
+            ConfigError::ZeroPeriod => f.write_str("window or period must be longer than zero"),
+            ConfigError::LimitTooLarge { limit, max } => {
+                write!(f, "limit {limit} is above the supported maximum {max}")
+            }
+            ConfigError::RateTooHigh => {
+                f.write_str("rate too high: one permit would be worth less than 1 ns")
+            }
+            ConfigError::DurationOverflow => {
+                f.write_str("duration overflows u64 nanoseconds arithmetic")
+            }
+            ConfigError::InvalidNumber { what, value } => {
+                write!(f, "{what} must be a finite positive number, got {value}")
+            }
+            ConfigError::Invalid { what, why } => write!(f, "invalid {what}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A request that can never be granted as asked. A denial that time will lift is a
+/// [`Decision`], never this.
+///
+/// ```
+/// use floodgate::{AcquireError, AtomicLimiter, Limiter, TokenBucket, Rate};
+/// let bucket = AtomicLimiter::new(TokenBucket::new(5, Rate::per_second(5)).unwrap());
+/// assert_eq!(
+///     bucket.try_acquire(6).unwrap_err(),
+///     AcquireError::ExceedsCapacity { requested: 6, capacity: 5 }
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// `n = 0`: a request for nothing is almost certainly a bug at the call site.
+    ZeroPermits,
+    /// `n` is above the limit or burst capacity: no amount of waiting would admit it.
+    ExceedsCapacity {
+        /// Permits asked for.
+        requested: u64,
+        /// The most one request can ever be granted.
+        capacity: u64,
+    },
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::ZeroPermits => f.write_str("a request must ask for at least 1 permit"),
+            AcquireError::ExceedsCapacity {
+                requested,
+                capacity,
+            } => write!(
+                f,
+                "{requested} permits can never be granted: the capacity is {capacity}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {}
+
+/// The shared permit check: `n` must be in `1..=capacity`.
+///
+/// ```
+/// use floodgate::decision::check_permits;
+/// assert!(check_permits(3, 3).is_ok());
+/// assert!(check_permits(0, 3).is_err());
+/// assert!(check_permits(4, 3).is_err());
+/// ```
+#[inline]
+pub fn check_permits(n: u32, capacity: u64) -> Result<(), AcquireError> {
+    if n == 0 {
+        Err(AcquireError::ZeroPermits)
+    } else if u64::from(n) > capacity {
+        Err(AcquireError::ExceedsCapacity {
+            requested: u64::from(n),
+            capacity,
+        })
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,41 @@
+//! # floodgate
+//!
+//! Lock-free, exact, model-checked rate limiting. Every algorithm keeps its whole state in one
+//! `AtomicU64` and decides with one pure function and one compare-exchange; a denial writes
+//! nothing.
+//!
+//! ```
+//! use floodgate::{AtomicLimiter, FixedWindow, Gcra, Limiter, Rate};
+//! use std::time::Duration;
+//!
+//! // 100 requests per minute, windows aligned to the wall clock.
+//! let per_minute = AtomicLimiter::new(FixedWindow::aligned(100, Duration::from_secs(60))?);
+//! // 10 per second with bursts of 20.
+//! let smooth = AtomicLimiter::new(Gcra::new(Rate::per_second(10), 20)?);
+//!
+//! let decision = smooth.try_acquire(1)?;
+//! if decision.is_allowed() {
+//!     // serve; put decision.remaining() in a RateLimit-Remaining header
+//! } else {
+//!     // 429, Retry-After: decision.retry_after()
+//! }
+//! assert!(per_minute.try_acquire(1)?.is_allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Pieces: [`Clock`]s ([`QuantaClock`] default, [`CoarseClock`], [`MonotonicClock`],
+//! [`ManualClock`] for tests), the [`Decision`] every check returns, the [`Limiter`] trait, the
+//! [`Algorithm`] trait for packed-word algorithms and [`AtomicLimiter`] that runs one.
+#![warn(missing_docs)]
+
+pub mod algorithms;
+pub mod clock;
+pub mod decision;
+pub mod limiter;
+pub mod packed;
+mod sync;
+
+pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
+pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
+pub use decision::{AcquireError, ConfigError, Decision, Rate};
+pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};

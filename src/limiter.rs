@@ -1,0 +1,265 @@
+//! The [`Limiter`] trait, the [`Algorithm`] trait for packed-word algorithms, and the one CAS loop
+//! ([`update`]) that every packed-word limiter runs.
+
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{AcquireError, ConfigError, Decision};
+use crate::sync::{AtomicU64, Ordering};
+
+/// What every floodgate limiter does.
+///
+/// Only [`try_acquire`](Limiter::try_acquire), [`clock`](Limiter::clock),
+/// [`set_limit`](Limiter::set_limit) and [`limit`](Limiter::limit) are required;
+/// the blocking calls are built on them.
+///
+/// ```
+/// use floodgate::{AtomicLimiter, Gcra, Limiter, ManualClock, Rate};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// let limiter = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 1).unwrap(), clock.clone());
+/// assert_eq!(limiter.acquire(1).unwrap(), Duration::ZERO);
+/// assert_eq!(limiter.acquire(1).unwrap(), Duration::from_millis(100)); // slept on the clock
+/// assert!(!limiter.try_acquire_for(1, Duration::from_millis(50)).unwrap().is_allowed());
+/// ```
+pub trait Limiter: Send + Sync {
+    /// Takes `n` permits if they are available now; never blocks. A denial consumes nothing.
+    ///
+    /// # Errors
+    /// [`AcquireError`] when `n` is zero or above the capacity (no wait would ever admit it).
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError>;
+
+    /// The clock this limiter reads and sleeps on.
+    fn clock(&self) -> &dyn Clock;
+
+    /// Changes the limit (window limit, or permits per period for a bucket) live, from any
+    /// thread, without a lock.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a limit the algorithm cannot hold; the old limit then stays.
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
+
+    /// The limit in force (the `limit` of every [`Decision`]).
+    fn limit(&self) -> u64;
+
+    /// Takes `n` permits, sleeping on the clock until they are granted. Returns how long it slept.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Limiter::try_acquire): a request that could never be granted returns
+    /// at once instead of waiting forever.
+    fn acquire(&self, n: u32) -> Result<Duration, AcquireError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let decision = self.try_acquire(n)?;
+            if decision.is_allowed() {
+                return Ok(waited);
+            }
+            let wait = decision.retry_after();
+            self.clock().sleep(wait);
+            waited = waited.saturating_add(wait);
+        }
+    }
+
+    /// Takes `n` permits if they can be had within `timeout`: sleeps only while the announced wait
+    /// fits in what is left of the timeout, otherwise returns the denial at once, consuming nothing.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Limiter::try_acquire).
+    fn try_acquire_for(&self, n: u32, timeout: Duration) -> Result<Decision, AcquireError> {
+        let mut left = timeout;
+        loop {
+            let decision = self.try_acquire(n)?;
+            let wait = decision.retry_after();
+            if decision.is_allowed() || wait > left {
+                return Ok(decision);
+            }
+            self.clock().sleep(wait);
+            left -= wait;
+        }
+    }
+}
+
+/// The outcome of one pure decision: the [`Decision`], and the state word to publish
+/// (`None` when nothing changes, which is always the case for a denial).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The state word to compare-exchange in, or `None` to return without writing.
+    pub next: Option<u64>,
+    /// The answer for the caller.
+    pub decision: Decision,
+}
+
+impl Step {
+    /// An admitted request that moves the state to `next`.
+    #[inline]
+    pub const fn allow(next: u64, decision: Decision) -> Self {
+        Step {
+            next: Some(next),
+            decision,
+        }
+    }
+
+    /// A denied request: no write.
+    #[inline]
+    pub const fn deny(decision: Decision) -> Self {
+        Step {
+            next: None,
+            decision,
+        }
+    }
+}
+
+/// An algorithm whose whole per-limiter state is one `u64`, decided by a pure function.
+///
+/// The state word `0` must mean "fresh": a limiter (or a key of a [`Keyed`](crate) map) starts
+/// there. Configuration lives in the algorithm value and may change live through atomics.
+///
+/// ```
+/// use floodgate::{Algorithm, FixedWindow};
+/// use std::time::Duration;
+/// let window = FixedWindow::new(1, Duration::from_secs(1)).unwrap();
+/// let step = window.decide(0, 0, 1);
+/// assert!(step.decision.is_allowed());
+/// let denied = window.decide(step.next.unwrap(), 0, 1);
+/// assert!(!denied.decision.is_allowed() && denied.next.is_none());
+/// ```
+pub trait Algorithm: Send + Sync + 'static {
+    /// Validates `n` against the configuration in force.
+    ///
+    /// # Errors
+    /// [`AcquireError`] for `n = 0` or `n` above the capacity.
+    fn check_permits(&self, n: u32) -> Result<(), AcquireError>;
+
+    /// The decision for `n` permits at `now` (nanoseconds on the clock's timeline) given `state`.
+    /// Pure: it reads the configuration and its arguments and nothing else. It must never move
+    /// state backwards when `now` is behind the time the state was written at.
+    fn decide(&self, state: u64, now: u64, n: u32) -> Step;
+
+    /// Whether `state` at `now` would decide every later request exactly as the fresh state `0`
+    /// would, so it can be forgotten (evicted) without changing any decision.
+    fn is_idle(&self, state: u64, now: u64) -> bool;
+
+    /// Changes the limit live. See [`Limiter::set_limit`].
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a limit the algorithm cannot hold.
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
+
+    /// The limit in force.
+    fn limit(&self) -> u64;
+}
+
+/// The one CAS loop: load the word, decide, publish with one compare-exchange against the exact
+/// word the decision was computed from, retry on conflict. A step without `next` (a denial)
+/// returns without writing, so a limiter under attack keeps its cache line shared.
+///
+/// ```
+/// use floodgate::limiter::{update, Step};
+/// use floodgate::Decision;
+/// use std::sync::atomic::AtomicU64;
+/// let word = AtomicU64::new(1);
+/// let d = update(&word, |s| Step::allow(s + 1, Decision::allow(9, 9 - s, 0)));
+/// assert_eq!(d.remaining(), 8);
+/// assert_eq!(word.into_inner(), 2);
+/// ```
+#[inline]
+pub fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision {
+    // Relaxed: the word is the limiter's whole state and publishes no other memory; all RMWs on
+    // one location are totally ordered whatever the ordering, which is all the protocol needs.
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        let step = decide(current);
+        let Some(next) = step.next else {
+            return step.decision;
+        };
+        if next == current {
+            return step.decision;
+        }
+        // Relaxed: as above; on failure `actual` is the exact word the next decision is made from.
+        match word.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return step.decision,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// A limiter: one [`Algorithm`] over one cache-padded `AtomicU64`, reading one [`Clock`].
+///
+/// ```
+/// use floodgate::{AtomicLimiter, FixedWindow, Limiter};
+/// use std::time::Duration;
+/// let limiter = AtomicLimiter::new(FixedWindow::new(100, Duration::from_secs(60)).unwrap());
+/// assert!(limiter.try_acquire(1).unwrap().is_allowed());
+/// ```
+#[derive(Debug)]
+pub struct AtomicLimiter<A, C = QuantaClock> {
+    state: CachePadded<AtomicU64>,
+    algorithm: A,
+    clock: C,
+}
+
+impl<A: Algorithm> AtomicLimiter<A, QuantaClock> {
+    /// A limiter on the default (quanta TSC) clock.
+    pub fn new(algorithm: A) -> Self {
+        Self::with_clock(algorithm, QuantaClock::new())
+    }
+}
+
+impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
+    /// A limiter on `clock`.
+    pub fn with_clock(algorithm: A, clock: C) -> Self {
+        AtomicLimiter {
+            state: CachePadded::new(AtomicU64::new(0)),
+            algorithm,
+            clock,
+        }
+    }
+
+    /// The algorithm and its live configuration.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The decision `n` permits would get now, without taking them.
+    ///
+    /// # Errors
+    /// As [`Limiter::try_acquire`].
+    pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.algorithm.check_permits(n)?;
+        let now = self.clock.now_nanos();
+        // Relaxed: a snapshot of a single self-contained word.
+        let state = self.state.load(Ordering::Relaxed);
+        Ok(self.algorithm.decide(state, now, n).decision)
+    }
+
+    /// Forgets all consumed permits: back to the fresh state.
+    pub fn reset(&self) {
+        // Relaxed: a single self-contained word; no other memory hangs off it.
+        self.state.store(0, Ordering::Relaxed);
+    }
+}
+
+impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.algorithm.check_permits(n)?;
+        let now = self.clock.now_nanos();
+        Ok(update(&self.state, |state| {
+            self.algorithm.decide(state, now, n)
+        }))
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.algorithm.set_limit(limit)
+    }
+
+    fn limit(&self) -> u64 {
+        self.algorithm.limit()
+    }
+}

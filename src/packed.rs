@@ -1,0 +1,122 @@
+//! Bit layouts of the packed state words, as pure functions.
+//!
+//! # Window word (fixed window)
+//! ```text
+//!  63                                   24 23                    0
+//! ┌──────────────────────────────────────┬───────────────────────┐
+//! │ tag: 40 bits                         │ count: 24 bits        │
+//! └──────────────────────────────────────┴───────────────────────┘
+//! ```
+//! * `count` is the permits taken in the tagged window, `0..=MAX_COUNT` (16,777,215). Limits are
+//!   validated against `MAX_COUNT`, and `count + n <= limit` is checked before any write, so the
+//!   field never overflows into the tag.
+//! * `tag` identifies the window, modulo 2^40: the window index for wall-clock-aligned windows,
+//!   the window's start time in units of 2^shift ns for anchored windows. Tags are compared with
+//!   wrapping arithmetic ([`tag_distance`]): a tag up to 2^39 behind the current one is an old
+//!   window, one ahead of it is a window written by a thread whose clock read was later than ours
+//!   (it is never replaced by an older one). A state left untouched for exactly a multiple of 2^40
+//!   windows (at least 2^29 windows; 34 years for 1 ms windows) would read as current: the one
+//!   documented aliasing of the layout, exercised by a test.
+//!
+//! # Time word (token bucket, leaky bucket, GCRA)
+//! The whole `u64` is one time in nanoseconds on the clock's timeline: the "theoretical arrival
+//! time" at which the bucket is full again. `0` (any time in the past) is a full bucket. Times
+//! saturate at `u64::MAX` (the year 2554 on the Unix timeline); a request whose new time would
+//! pass it is denied rather than wrapped.
+
+/// Bits of the window tag.
+pub const TAG_BITS: u32 = 40;
+/// Bits of the window count.
+pub const COUNT_BITS: u32 = 24;
+/// Largest count a window word holds, and so the largest fixed-window limit.
+pub const MAX_COUNT: u64 = (1 << COUNT_BITS) - 1;
+/// Mask of a tag value (after shifting down).
+pub const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+
+/// Packs a window word. `tag` is reduced modulo 2^40; `count` must be `<= MAX_COUNT`.
+///
+/// ```
+/// use floodgate::packed::*;
+/// let w = pack_window(TAG_MASK + 5, 7);
+/// assert_eq!(unpack_window(w), (4, 7));
+/// ```
+#[inline]
+pub const fn pack_window(tag: u64, count: u64) -> u64 {
+    debug_assert!(count <= MAX_COUNT);
+    ((tag & TAG_MASK) << COUNT_BITS) | count
+}
+
+/// Unpacks a window word into `(tag, count)`.
+///
+/// ```
+/// use floodgate::packed::*;
+/// assert_eq!(unpack_window(0), (0, 0));
+/// assert_eq!(unpack_window(u64::MAX), (TAG_MASK, MAX_COUNT));
+/// ```
+#[inline]
+pub const fn unpack_window(word: u64) -> (u64, u64) {
+    (word >> COUNT_BITS, word & MAX_COUNT)
+}
+
+/// Where a stored tag lies relative to the current one, modulo 2^40.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagDistance {
+    /// The same window.
+    Same,
+    /// The stored window is this many windows (or units) behind the current one.
+    Behind(u64),
+    /// The stored window is this many ahead: written by a thread whose clock read later.
+    Ahead(u64),
+}
+
+/// Compares a stored tag with the current one, modulo 2^40.
+///
+/// ```
+/// use floodgate::packed::*;
+/// assert_eq!(tag_distance(5, 5), TagDistance::Same);
+/// assert_eq!(tag_distance(3, 5), TagDistance::Behind(2));
+/// assert_eq!(tag_distance(6, 5), TagDistance::Ahead(1));
+/// assert_eq!(tag_distance(TAG_MASK, 0), TagDistance::Behind(1)); // wrap-around
+/// ```
+#[inline]
+pub const fn tag_distance(stored: u64, current: u64) -> TagDistance {
+    let behind = current.wrapping_sub(stored) & TAG_MASK;
+    if behind == 0 {
+        TagDistance::Same
+    } else if behind <= TAG_MASK >> 1 {
+        TagDistance::Behind(behind)
+    } else {
+        TagDistance::Ahead((TAG_MASK + 1) - behind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn window_word_round_trips(tag in 0..=TAG_MASK, count in 0..=MAX_COUNT) {
+            prop_assert_eq!(unpack_window(pack_window(tag, count)), (tag, count));
+        }
+
+        #[test]
+        fn distance_is_antisymmetric(a in 0..=TAG_MASK, d in 1u64..(1 << 39)) {
+            let b = (a + d) & TAG_MASK;
+            prop_assert_eq!(tag_distance(a, b), TagDistance::Behind(d));
+            prop_assert_eq!(tag_distance(b, a), TagDistance::Ahead(d));
+        }
+    }
+
+    #[test]
+    fn count_cannot_spill_into_tag() {
+        let w = pack_window(1, MAX_COUNT);
+        assert_eq!(unpack_window(w), (1, MAX_COUNT));
+        assert_eq!(
+            unpack_window(w + 1),
+            (2, 0),
+            "the layout itself has no guard"
+        );
+    }
+}
