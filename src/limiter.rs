@@ -126,6 +126,13 @@ impl Step {
 /// assert!(!denied.decision.is_allowed() && denied.next.is_none());
 /// ```
 pub trait Algorithm: Send + Sync + 'static {
+    /// Whether decisions need a time floor: `now` raised to the latest clock read that any writer
+    /// published (see [`update_at`]). An algorithm whose state does not record when it was written
+    /// (a time word: token bucket, leaky bucket, GCRA) needs it, or a reader whose clock lags
+    /// the last writer's (TSC skew between cores) would be refused permits that had accrued.
+    /// Algorithms whose state pins its own window (fixed window) do not.
+    const NEEDS_TIME_FLOOR: bool = false;
+
     /// Validates `n` against the configuration in force.
     ///
     /// # Errors
@@ -166,9 +173,9 @@ pub trait Algorithm: Send + Sync + 'static {
 /// ```
 #[inline]
 pub fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision {
-    // Relaxed: the word is the limiter's whole state and publishes no other memory; all RMWs on
-    // one location are totally ordered whatever the ordering, which is all the protocol needs.
-    let mut current = word.load(Ordering::Relaxed);
+    // Acquire: a state word comes with everything its writer did before publishing it (the time
+    // floor of `update_at`); the word itself needs no more than a total order on one location.
+    let mut current = word.load(Ordering::Acquire);
     loop {
         let step = decide(current);
         let Some(next) = step.next else {
@@ -177,12 +184,50 @@ pub fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision
         if next == current {
             return step.decision;
         }
-        // Relaxed: as above; on failure `actual` is the exact word the next decision is made from.
-        match word.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+        // AcqRel: Release publishes what was written before (the time floor) with the word;
+        // Acquire on failure, as the load above. `actual` is the exact word the retry decides on.
+        match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return step.decision,
             Err(actual) => current = actual,
         }
     }
+}
+
+/// [`update`] with a time floor: every decision runs at `max(clock_now, floor)`, and a writer
+/// raises the floor to its `now` before it publishes a word, so a reader that sees the word also
+/// sees a floor at least as late as the writer's clock. A reader whose clock lags (another core's
+/// TSC) is then decided at the writer's time: never moved back, never refused for the lag. The
+/// floor is a clock value some thread read before this call observed its effect, so it is never
+/// later than the real time of the call: nothing is admitted early. A denial writes nothing.
+///
+/// ```
+/// use floodgate::limiter::{update_at, Step};
+/// use floodgate::Decision;
+/// use std::sync::atomic::AtomicU64;
+/// let (word, floor) = (AtomicU64::new(0), AtomicU64::new(0));
+/// update_at(&word, &floor, 100, |_, now| Step::allow(now, Decision::allow(1, 0, 0)));
+/// // A lagging clock read (90) decides at the floor (100).
+/// update_at(&word, &floor, 90, |_, now| { assert_eq!(now, 100); Step::deny(Decision::deny(1, 0, 1, 0)) });
+/// ```
+#[inline]
+pub fn update_at(
+    word: &AtomicU64,
+    floor: &AtomicU64,
+    clock_now: u64,
+    mut decide: impl FnMut(u64, u64) -> Step,
+) -> Decision {
+    update(word, |state| {
+        // Relaxed: ordered after the Acquire load of `state` in `update`, which synchronizes
+        // with the Release CAS that followed the writer's floor raise.
+        let floor_now = floor.load(Ordering::Relaxed);
+        let now = clock_now.max(floor_now);
+        let step = decide(state, now);
+        if step.next.is_some() && now > floor_now {
+            // Relaxed: published to readers by the Release CAS of `update` that follows.
+            floor.fetch_max(now, Ordering::Relaxed);
+        }
+        step
+    })
 }
 
 /// A limiter: one [`Algorithm`] over one cache-padded `AtomicU64`, reading one [`Clock`].
@@ -195,9 +240,16 @@ pub fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision
 /// ```
 #[derive(Debug)]
 pub struct AtomicLimiter<A, C = QuantaClock> {
-    state: CachePadded<AtomicU64>,
+    words: CachePadded<Words>,
     algorithm: A,
     clock: C,
+}
+
+/// The state word and its time floor, on one cache line.
+#[derive(Debug)]
+struct Words {
+    state: AtomicU64,
+    floor: AtomicU64,
 }
 
 impl<A: Algorithm> AtomicLimiter<A, QuantaClock> {
@@ -211,7 +263,10 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     /// A limiter on `clock`.
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         AtomicLimiter {
-            state: CachePadded::new(AtomicU64::new(0)),
+            words: CachePadded::new(Words {
+                state: AtomicU64::new(0),
+                floor: AtomicU64::new(0),
+            }),
             algorithm,
             clock,
         }
@@ -222,22 +277,51 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
         &self.algorithm
     }
 
-    /// The decision `n` permits would get now, without taking them.
+    /// The decision `n` permits would get now, without taking them (if allowed, `remaining` is
+    /// what would be left after taking them).
     ///
     /// # Errors
     /// As [`Limiter::try_acquire`].
     pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
         self.algorithm.check_permits(n)?;
-        let now = self.clock.now_nanos();
-        // Relaxed: a snapshot of a single self-contained word.
-        let state = self.state.load(Ordering::Relaxed);
+        let now = self.now();
+        // Acquire: pairs with the Release CAS, so the floor read below is the writer's or later.
+        let state = self.words.state.load(Ordering::Acquire);
+        let now = if A::NEEDS_TIME_FLOOR {
+            // Relaxed: ordered by the Acquire load above.
+            now.max(self.words.floor.load(Ordering::Relaxed))
+        } else {
+            now
+        };
         Ok(self.algorithm.decide(state, now, n).decision)
+    }
+
+    /// Permits a request could take right now, without taking any (for a `RateLimit-Remaining`
+    /// header before the request is handled).
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, FixedWindow, Limiter};
+    /// let l = AtomicLimiter::new(FixedWindow::new(5, std::time::Duration::from_secs(1)).unwrap());
+    /// l.try_acquire(2).unwrap();
+    /// assert_eq!(l.available(), 3);
+    /// ```
+    pub fn available(&self) -> u64 {
+        match self.peek(1) {
+            Ok(d) if d.is_allowed() => d.remaining() + 1,
+            Ok(d) => d.remaining(),
+            Err(_) => 0,
+        }
     }
 
     /// Forgets all consumed permits: back to the fresh state.
     pub fn reset(&self) {
-        // Relaxed: a single self-contained word; no other memory hangs off it.
-        self.state.store(0, Ordering::Relaxed);
+        // Release: as a CAS would; the floor is kept (it only ever holds past clock reads).
+        self.words.state.store(0, Ordering::Release);
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.clock.now_nanos()
     }
 }
 
@@ -245,10 +329,15 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
         self.algorithm.check_permits(n)?;
-        let now = self.clock.now_nanos();
-        Ok(update(&self.state, |state| {
-            self.algorithm.decide(state, now, n)
-        }))
+        let now = self.now();
+        let words = &*self.words;
+        Ok(if A::NEEDS_TIME_FLOOR {
+            update_at(&words.state, &words.floor, now, |state, now| {
+                self.algorithm.decide(state, now, n)
+            })
+        } else {
+            update(&words.state, |state| self.algorithm.decide(state, now, n))
+        })
     }
 
     fn clock(&self) -> &dyn Clock {

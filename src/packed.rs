@@ -11,12 +11,17 @@
 //!   validated against `MAX_COUNT`, and `count + n <= limit` is checked before any write, so the
 //!   field never overflows into the tag.
 //! * `tag` identifies the window, modulo 2^40: the window index for wall-clock-aligned windows,
-//!   the window's start time in units of 2^shift ns for anchored windows. Tags are compared with
-//!   wrapping arithmetic ([`tag_distance`]): a tag up to 2^39 behind the current one is an old
-//!   window, one ahead of it is a window written by a thread whose clock read was later than ours
-//!   (it is never replaced by an older one). A state left untouched for exactly a multiple of 2^40
-//!   windows (at least 2^29 windows; 34 years for 1 ms windows) would read as current: the one
-//!   documented aliasing of the layout, exercised by a test.
+//!   the window's start time in units of 2^shift ns (at most `window / 2^16`) for anchored
+//!   windows. Tags are compared with wrapping arithmetic ([`tag_distance`]): a tag up to 2^39
+//!   behind the current one is an old window; one ahead of it is a window written by a thread
+//!   whose clock read was later than ours, and is never replaced by an older one (for anchored
+//!   windows, only up to one window ahead: further is stale).
+//! * Aliasing, the one documented wrap-around: a state left untouched for 2^40 tag units (2^40
+//!   windows aligned: 34 years for 1 ms windows; at least 2^24 windows anchored: 194 days for 1 s
+//!   windows) can read as current again. Aligned: exactly at a multiple of 2^40 windows, the old
+//!   count applies to that one window. Anchored: when the idle time lands within one window of a
+//!   multiple of 2^40 units, the old count applies until that window ends. Never longer, and
+//!   both are exercised by tests.
 //!
 //! # Time word (token bucket, leaky bucket, GCRA)
 //! The whole `u64` is one time in nanoseconds on the clock's timeline: the "theoretical arrival

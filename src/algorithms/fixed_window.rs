@@ -46,9 +46,13 @@ pub struct FixedWindow {
     window_nanos: u64,
     anchor: Anchor,
     /// Anchored windows store their start in units of `2^shift` ns (`window >> shift` is in
-    /// `[1024, 2048)`), rounded up so a window never ends early.
+    /// `[65536, 131072)`), rounded up so a window never ends early: a window opens at most
+    /// `window / 65536` after the request that opened it.
     shift: u32,
 }
+
+/// Anchored windows count their start in units of at most `window / 2^16`.
+const ANCHOR_UNITS_LOG2: u32 = 16;
 
 /// The window in force at `now` for a given state.
 struct Current {
@@ -102,7 +106,7 @@ impl FixedWindow {
         }
         let window_nanos =
             u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
-        let shift = (63 - window_nanos.leading_zeros()).saturating_sub(10);
+        let shift = (63 - window_nanos.leading_zeros()).saturating_sub(ANCHOR_UNITS_LOG2);
         Ok(FixedWindow {
             limit: AtomicU32::new(limit),
             window_nanos,
@@ -134,12 +138,13 @@ impl FixedWindow {
                         end: end_of(index),
                     },
                     // Written by a thread whose clock read later: keep it, never go back.
-                    TagDistance::Ahead(k) => Current {
+                    // (A zero count pins nothing: the fresh state's tag 0 is not a window.)
+                    TagDistance::Ahead(k) if count > 0 => Current {
                         tag,
                         count,
                         end: end_of(index.saturating_add(k)),
                     },
-                    TagDistance::Behind(_) => Current {
+                    TagDistance::Behind(_) | TagDistance::Ahead(_) => Current {
                         tag: index & TAG_MASK,
                         count: 0,
                         end: end_of(index),
@@ -150,7 +155,13 @@ impl FixedWindow {
                 let now_units = now >> self.shift;
                 let start_units = match tag_distance(tag, now_units & TAG_MASK) {
                     TagDistance::Same => Some(now_units),
-                    TagDistance::Ahead(k) => Some(now_units.saturating_add(k)),
+                    // A start ahead of `now` is the rounding up, or a later clock read by
+                    // another thread: kept. Further ahead than one window can only be a state
+                    // aliased by 2^40 units of idleness: it is stale.
+                    TagDistance::Ahead(k) if (k << self.shift) <= self.window_nanos => {
+                        Some(now_units.saturating_add(k))
+                    }
+                    TagDistance::Ahead(_) => None,
                     TagDistance::Behind(k) => now_units.checked_sub(k),
                 };
                 if count > 0 {

@@ -154,6 +154,8 @@ fn validate(interval: u64, capacity: u32) -> Result<(), ConfigError> {
 macro_rules! time_word_algorithm {
     ($ty:ident) => {
         impl $crate::limiter::Algorithm for $ty {
+            const NEEDS_TIME_FLOOR: bool = true;
+
             #[inline]
             fn check_permits(&self, n: u32) -> Result<(), $crate::AcquireError> {
                 self.core.check_permits(n)

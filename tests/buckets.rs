@@ -1,0 +1,227 @@
+//! TokenBucket, LeakyBucket and Gcra on ManualClock: exact decisions, drift, live rate changes,
+//! lagging clocks, overflow.
+
+use std::time::Duration;
+
+use floodgate::{
+    AcquireError, AtomicLimiter, ConfigError, Gcra, LeakyBucket, Limiter, ManualClock, Rate,
+    TokenBucket,
+};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+/// (allowed, remaining, retry_after ns, reset_after ns)
+fn take(l: &dyn Limiter, n: u32) -> (bool, u64, u64, u64) {
+    let d = l.try_acquire(n).unwrap();
+    (
+        d.is_allowed(),
+        d.remaining(),
+        d.retry_after().as_nanos() as u64,
+        d.reset_after().as_nanos() as u64,
+    )
+}
+
+fn on_clock<A: floodgate::Algorithm>(
+    a: A,
+    start: u64,
+) -> (AtomicLimiter<A, ManualClock>, ManualClock) {
+    let clock = ManualClock::starting_at(start);
+    (AtomicLimiter::with_clock(a, clock.clone()), clock)
+}
+
+#[test]
+fn token_bucket_exact_sequence() {
+    let (b, clock) = on_clock(TokenBucket::new(3, Rate::per_second(10)).unwrap(), 5 * SEC);
+    assert_eq!(take(&b, 1), (true, 2, 0, 100 * MS));
+    assert_eq!(take(&b, 1), (true, 1, 0, 200 * MS));
+    assert_eq!(take(&b, 1), (true, 0, 0, 300 * MS));
+    assert_eq!(take(&b, 1), (false, 0, 100 * MS, 300 * MS));
+    clock.advance_nanos(50 * MS);
+    assert_eq!(take(&b, 1), (false, 0, 50 * MS, 250 * MS));
+    clock.advance_nanos(50 * MS);
+    assert_eq!(take(&b, 1), (true, 0, 0, 300 * MS));
+    clock.advance_nanos(SEC); // refills to the brim, not beyond
+    assert_eq!(take(&b, 3), (true, 0, 0, 300 * MS));
+    assert_eq!(take(&b, 2), (false, 0, 200 * MS, 300 * MS));
+}
+
+#[test]
+fn fractional_refill_is_never_lost_however_often_it_is_checked() {
+    // 7 tokens per second: 142_857_143 ns a token (rounded once). Poll every 10 µs for 2 s,
+    // taking a token whenever one is whole: exactly the tokens that accrued, no drift.
+    let (b, clock) = on_clock(TokenBucket::new(10, Rate::per_second(7)).unwrap(), 0);
+    assert!(take(&b, 10).0);
+    let mut admitted = 0u64;
+    for _ in 0..200_000 {
+        clock.advance_nanos(10_000);
+        if b.try_acquire(1).unwrap().is_allowed() {
+            admitted += 1;
+        }
+    }
+    let interval = b.algorithm().nanos_per_permit();
+    assert_eq!(interval, 142_857_143);
+    assert_eq!(admitted, 2 * SEC / interval); // 13
+    assert_eq!(admitted, 13);
+}
+
+#[test]
+fn leaky_bucket_meter_sequence() {
+    let (m, clock) = on_clock(LeakyBucket::new(4, Rate::per_second(2)).unwrap(), 0);
+    assert_eq!(take(&m, 3), (true, 1, 0, 1500 * MS));
+    assert_eq!(take(&m, 2), (false, 1, 500 * MS, 1500 * MS)); // would overflow: pours nothing
+    clock.advance_nanos(500 * MS);
+    assert_eq!(take(&m, 2), (true, 0, 0, 2 * SEC));
+    clock.advance_nanos(10 * SEC);
+    assert_eq!(take(&m, 1), (true, 3, 0, 500 * MS)); // drained, never below empty
+}
+
+#[test]
+fn gcra_matches_governor_semantics() {
+    // governor: Quota::per_second(2).allow_burst(3) — 3 at once, then one per 500 ms.
+    let (g, clock) = on_clock(Gcra::new(Rate::per_second(2), 3).unwrap(), 0);
+    for remaining in [2, 1, 0] {
+        assert_eq!(take(&g, 1).1, remaining);
+    }
+    assert_eq!(take(&g, 1), (false, 0, 500 * MS, 1500 * MS));
+    clock.advance_nanos(499 * MS);
+    assert!(!take(&g, 1).0);
+    clock.advance_nanos(MS);
+    assert!(take(&g, 1).0);
+    // n > 1: a batch of 2 needs two emission intervals.
+    clock.advance_nanos(500 * MS);
+    assert_eq!(take(&g, 2), (false, 1, 500 * MS, 1000 * MS));
+    clock.advance_nanos(500 * MS);
+    assert_eq!(take(&g, 2), (true, 0, 0, 1500 * MS));
+}
+
+#[test]
+fn set_rate_mid_stream_keeps_booked_time() {
+    let (b, clock) = on_clock(TokenBucket::new(2, Rate::per_second(1)).unwrap(), 0);
+    assert!(take(&b, 2).0); // tat = 2 s
+    b.algorithm().set_rate(Rate::per_second(10)).unwrap();
+    assert_eq!(b.algorithm().rate(), Rate::per_second(10));
+    // Full again at 2 s as booked; a token now costs 100 ms, so one is whole at 1.9 s.
+    assert_eq!(take(&b, 1), (false, 0, 1900 * MS, 2 * SEC));
+    clock.set(1900 * MS);
+    assert!(take(&b, 1).0);
+    clock.set(10 * SEC);
+    // set_limit is "permits per the configured period": 1 per second again.
+    b.set_limit(1).unwrap();
+    assert_eq!(b.algorithm().nanos_per_permit(), SEC);
+    assert_eq!(take(&b, 2), (true, 0, 0, 2 * SEC));
+    b.algorithm().set_capacity(5).unwrap();
+    assert_eq!(take(&b, 3), (true, 0, 0, 5 * SEC));
+}
+
+#[test]
+fn bad_requests_and_settings() {
+    let (g, _) = on_clock(Gcra::new(Rate::per_second(5), 5).unwrap(), 0);
+    assert_eq!(g.try_acquire(0), Err(AcquireError::ZeroPermits));
+    assert_eq!(
+        g.try_acquire(6),
+        Err(AcquireError::ExceedsCapacity {
+            requested: 6,
+            capacity: 5
+        })
+    );
+    assert!(g.acquire(6).is_err(), "no wait forever for the impossible");
+    assert_eq!(
+        TokenBucket::new(0, Rate::per_second(1)).unwrap_err(),
+        ConfigError::ZeroLimit
+    );
+    assert_eq!(
+        TokenBucket::new(1, Rate::per_second(0)).unwrap_err(),
+        ConfigError::ZeroLimit
+    );
+    assert_eq!(
+        LeakyBucket::new(1, Rate::new(1, Duration::ZERO)).unwrap_err(),
+        ConfigError::ZeroPeriod
+    );
+    assert_eq!(
+        Gcra::new(Rate::new(u32::MAX, Duration::from_nanos(1)), 1).unwrap_err(),
+        ConfigError::RateTooHigh
+    );
+    assert_eq!(
+        Gcra::new(Rate::new(1, Duration::MAX), 1).unwrap_err(),
+        ConfigError::DurationOverflow
+    );
+    assert_eq!(
+        TokenBucket::new(u32::MAX, Rate::per_hour(1)).unwrap_err(),
+        ConfigError::DurationOverflow
+    );
+    assert_eq!(g.set_limit(0), Err(ConfigError::ZeroLimit));
+    assert_eq!(g.limit(), 5, "a refused setting leaves the old one");
+}
+
+#[test]
+fn a_lagging_clock_read_never_moves_state_back() {
+    let (g, clock) = on_clock(Gcra::new(Rate::per_second(10), 5).unwrap(), 10 * SEC);
+    assert!(take(&g, 3).0); // tat = 10.3 s
+    clock.set(10 * SEC - 1000); // another core's TSC, 1 µs behind
+    let lagged = take(&g, 1);
+    assert!(lagged.0, "room remains: the lag alone refuses nothing here");
+    clock.set(10 * SEC);
+    // The lagging request was booked after the others: 4 taken, tat = 10.4 s.
+    assert_eq!(take(&g, 1), (true, 0, 0, 500 * MS));
+    // A denial with a lagging read writes nothing.
+    clock.set(10 * SEC - 1000);
+    assert!(!take(&g, 1).0);
+    clock.set(10 * SEC);
+    assert_eq!(g.peek(1).unwrap().retry_after(), Duration::from_millis(100));
+}
+
+#[test]
+fn a_lagging_clock_read_is_not_refused_for_the_lag() {
+    // The governor#299 / quanta#111 case. A bucket of 2 at 10 per second: after one request at
+    // 10 s, one token is left. A core whose TSC reads 3 ns behind would see 0.99999997 tokens;
+    // floodgate decides it at the latest published time instead.
+    let (g, clock) = on_clock(Gcra::new(Rate::per_second(10), 2).unwrap(), 10 * SEC);
+    assert!(take(&g, 1).0);
+    clock.set(10 * SEC - 3);
+    assert_eq!(take(&g, 1), (true, 0, 0, 200 * MS));
+    // A skew of 1.6 s (seen on unsynchronized TSCs): the burst is still all there.
+    let (b, clock) = on_clock(TokenBucket::new(5, Rate::per_second(1)).unwrap(), 100 * SEC);
+    assert!(take(&b, 1).0);
+    clock.set(100 * SEC - 1600 * MS);
+    assert_eq!(take(&b, 4), (true, 0, 0, 5 * SEC));
+    assert!(!take(&b, 1).0);
+}
+
+#[test]
+fn the_end_of_the_timeline_denies_instead_of_wrapping() {
+    let (b, clock) = on_clock(
+        TokenBucket::new(2, Rate::per_second(1)).unwrap(),
+        u64::MAX - 3 * SEC,
+    );
+    assert!(take(&b, 2).0);
+    assert!(!take(&b, 1).0);
+    clock.set(u64::MAX - SEC);
+    // One token accrued; taking it books time up to exactly u64::MAX.
+    assert!(take(&b, 1).0);
+    // The next would book past u64::MAX: denied, never wrapped to a time near zero.
+    let (allowed, _, retry, _) = take(&b, 1);
+    assert!(!allowed && retry > 0);
+    clock.set(u64::MAX);
+    assert!(!take(&b, 1).0);
+}
+
+#[test]
+fn acquire_and_try_acquire_for_sleep_exactly() {
+    let (g, clock) = on_clock(Gcra::new(Rate::per_second(10), 1).unwrap(), 0);
+    assert_eq!(g.acquire(1).unwrap(), Duration::ZERO);
+    assert_eq!(g.acquire(1).unwrap(), Duration::from_millis(100));
+    assert_eq!(g.acquire(1).unwrap(), Duration::from_millis(100));
+    assert_eq!(clock.take_sleeps(), vec![Duration::from_millis(100); 2]);
+    let before = g.peek(1).unwrap();
+    let d = g.try_acquire_for(1, Duration::from_millis(99)).unwrap();
+    assert!(!d.is_allowed());
+    assert!(clock.sleeps().is_empty());
+    assert_eq!(g.peek(1).unwrap(), before, "a refused try consumes nothing");
+    assert!(
+        g.try_acquire_for(1, Duration::from_millis(100))
+            .unwrap()
+            .is_allowed()
+    );
+    assert_eq!(clock.take_sleeps(), vec![Duration::from_millis(100)]);
+}
