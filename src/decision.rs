@@ -18,11 +18,14 @@ use std::time::Duration;
 /// assert_eq!((d.limit(), d.remaining()), (2, 1));
 /// assert_eq!(d.reset_after(), Duration::from_secs(1));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
     limit: u64,
+    /// Remaining permits in units of `remaining_unit` (1 for counts, the nanoseconds a permit is
+    /// worth for time-word algorithms): the division happens only if a caller asks.
     remaining: u64,
+    remaining_unit: u64,
     retry_after_nanos: u64,
     reset_after_nanos: u64,
 }
@@ -36,10 +39,30 @@ impl Decision {
     /// ```
     #[inline]
     pub const fn allow(limit: u64, remaining: u64, reset_after_nanos: u64) -> Self {
+        Self::allow_scaled(limit, remaining, 1, reset_after_nanos)
+    }
+
+    /// An allowing decision whose `remaining` is given in units of `unit` (for example nanoseconds
+    /// of accrued refill, with `unit` the nanoseconds one permit is worth); `remaining()` divides.
+    /// A `unit` of 0 is taken as 1.
+    ///
+    /// ```
+    /// let d = floodgate::Decision::allow_scaled(10, 2_500, 1_000, 0);
+    /// assert_eq!(d.remaining(), 2);
+    /// assert_eq!(d, floodgate::Decision::allow(10, 2, 0));
+    /// ```
+    #[inline]
+    pub const fn allow_scaled(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
         Decision {
             allowed: true,
             limit,
             remaining,
+            remaining_unit: if unit == 0 { 1 } else { unit },
             retry_after_nanos: 0,
             reset_after_nanos,
         }
@@ -60,10 +83,28 @@ impl Decision {
         retry_after_nanos: u64,
         reset_after_nanos: u64,
     ) -> Self {
+        Self::deny_scaled(limit, remaining, 1, retry_after_nanos, reset_after_nanos)
+    }
+
+    /// A denying decision whose `remaining` is in units of `unit`, as [`Decision::allow_scaled`].
+    ///
+    /// ```
+    /// let d = floodgate::Decision::deny_scaled(10, 999, 1_000, 1, 5);
+    /// assert_eq!(d.remaining(), 0);
+    /// ```
+    #[inline]
+    pub const fn deny_scaled(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
         Decision {
             allowed: false,
             limit,
             remaining,
+            remaining_unit: if unit == 0 { 1 } else { unit },
             retry_after_nanos: if retry_after_nanos == 0 {
                 1
             } else {
@@ -88,7 +129,7 @@ impl Decision {
     /// Permits a request could still take right now (after this one, if it was allowed).
     #[inline]
     pub const fn remaining(&self) -> u64 {
-        self.remaining
+        self.remaining / self.remaining_unit
     }
 
     /// Zero when allowed; otherwise the time until the same request could be allowed, if nobody
@@ -102,6 +143,42 @@ impl Decision {
     #[inline]
     pub const fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after_nanos)
+    }
+
+    fn key(&self) -> (bool, u64, u64, u64, u64) {
+        (
+            self.allowed,
+            self.limit,
+            self.remaining(),
+            self.retry_after_nanos,
+            self.reset_after_nanos,
+        )
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("retry_after", &self.retry_after())
+            .field("reset_after", &self.reset_after())
+            .finish()
     }
 }
 

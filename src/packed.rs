@@ -95,10 +95,102 @@ pub const fn tag_distance(stored: u64, current: u64) -> TagDistance {
     }
 }
 
+/// Division of `u64` values by a divisor fixed at configuration, with a multiply and shifts
+/// instead of a `div` (Granlund–Montgomery, "round-up" method with the add indicator). Exact for
+/// every dividend.
+///
+/// ```
+/// use floodgate::packed::Divisor;
+/// let d = Divisor::new(60_000_000_000).unwrap();
+/// assert_eq!(d.divide(u64::MAX), u64::MAX / 60_000_000_000);
+/// assert_eq!(d.divide(59_999_999_999), 0);
+/// assert!(Divisor::new(0).is_none());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Divisor {
+    divisor: u64,
+    magic: u64,
+    shift: u32,
+}
+
+impl Divisor {
+    /// A divisor; `None` for zero.
+    pub const fn new(divisor: u64) -> Option<Self> {
+        if divisor == 0 {
+            return None;
+        }
+        if divisor == 1 {
+            return Some(Divisor {
+                divisor,
+                magic: 0,
+                shift: 0,
+            });
+        }
+        // l = ceil(log2(divisor)), 1 <= l <= 64.
+        let l = 64 - (divisor - 1).leading_zeros();
+        let numerator = (1u128 << 64) * ((1u128 << l) - divisor as u128);
+        let magic = (numerator / divisor as u128 + 1) as u64;
+        Some(Divisor {
+            divisor,
+            magic,
+            shift: l,
+        })
+    }
+
+    /// The divisor.
+    pub const fn get(&self) -> u64 {
+        self.divisor
+    }
+
+    /// `n / divisor`, rounded down.
+    #[inline]
+    pub const fn divide(&self, n: u64) -> u64 {
+        if self.shift == 0 {
+            return n;
+        }
+        let high = ((n as u128 * self.magic as u128) >> 64) as u64;
+        (high + ((n - high) >> 1)) >> (self.shift - 1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn divisor_is_exact(d in 1u64.., n in any::<u64>()) {
+            prop_assert_eq!(Divisor::new(d).unwrap().divide(n), n / d);
+        }
+
+        #[test]
+        fn divisor_is_exact_for_small_and_power_of_two_divisors(k in 0u32..64, small in 1u64..2000, n in any::<u64>()) {
+            prop_assert_eq!(Divisor::new(1 << k).unwrap().divide(n), n >> k);
+            prop_assert_eq!(Divisor::new(small).unwrap().divide(n), n / small);
+        }
+    }
+
+    #[test]
+    fn divisor_edges() {
+        for d in [
+            1,
+            2,
+            3,
+            7,
+            10,
+            1_000_000_007,
+            u64::MAX - 1,
+            u64::MAX,
+            1 << 63,
+            (1 << 63) + 1,
+        ] {
+            let div = Divisor::new(d).unwrap();
+            for n in [0, 1, d - 1, d, d.saturating_add(1), u64::MAX - 1, u64::MAX] {
+                assert_eq!(div.divide(n), n / d, "{n} / {d}");
+            }
+        }
+    }
 
     proptest! {
         #[test]

@@ -5,7 +5,9 @@ use std::time::Duration;
 use crate::AcquireError;
 use crate::decision::{ConfigError, Decision, check_permits};
 use crate::limiter::{Algorithm, Step};
-use crate::packed::{MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window};
+use crate::packed::{
+    Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
+};
 use crate::sync::{AtomicU32, Ordering};
 
 /// Where windows start.
@@ -43,7 +45,7 @@ pub enum Anchor {
 #[derive(Debug)]
 pub struct FixedWindow {
     limit: AtomicU32,
-    window_nanos: u64,
+    window: Divisor,
     anchor: Anchor,
     /// Anchored windows store their start in units of `2^shift` ns (`window >> shift` is in
     /// `[65536, 131072)`), rounded up so a window never ends early: a window opens at most
@@ -58,7 +60,8 @@ const ANCHOR_UNITS_LOG2: u32 = 16;
 struct Current {
     tag: u64,
     count: u64,
-    end: u64,
+    /// Nanoseconds from `now` to the end of the window.
+    until_end: u64,
 }
 
 impl FixedWindow {
@@ -101,15 +104,13 @@ impl FixedWindow {
     /// ```
     pub fn with_anchor(limit: u32, window: Duration, anchor: Anchor) -> Result<Self, ConfigError> {
         validate_limit(limit)?;
-        if window.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
-        }
         let window_nanos =
             u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        let window = Divisor::new(window_nanos).ok_or(ConfigError::ZeroPeriod)?;
         let shift = (63 - window_nanos.leading_zeros()).saturating_sub(ANCHOR_UNITS_LOG2);
         Ok(FixedWindow {
             limit: AtomicU32::new(limit),
-            window_nanos,
+            window,
             anchor,
             shift,
         })
@@ -117,7 +118,7 @@ impl FixedWindow {
 
     /// The window length.
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_nanos)
+        Duration::from_nanos(self.window.get())
     }
 
     /// Where windows start.
@@ -125,68 +126,83 @@ impl FixedWindow {
         self.anchor
     }
 
+    #[inline]
     fn current(&self, state: u64, now: u64) -> Current {
         let (tag, count) = unpack_window(state);
+        let window = self.window.get();
         match self.anchor {
             Anchor::WallClock => {
-                let index = now / self.window_nanos;
-                let end_of = |index: u64| index.saturating_add(1).saturating_mul(self.window_nanos);
-                match tag_distance(tag, index & TAG_MASK) {
-                    TagDistance::Same => Current {
-                        tag,
-                        count,
-                        end: end_of(index),
-                    },
-                    // Written by a thread whose clock read later: keep it, never go back.
-                    // (A zero count pins nothing: the fresh state's tag 0 is not a window.)
-                    TagDistance::Ahead(k) if count > 0 => Current {
-                        tag,
-                        count,
-                        end: end_of(index.saturating_add(k)),
-                    },
-                    TagDistance::Behind(_) | TagDistance::Ahead(_) => Current {
-                        tag: index & TAG_MASK,
-                        count: 0,
-                        end: end_of(index),
-                    },
+                let index = self.window.divide(now);
+                let until_end = window - (now - index * window);
+                if count > 0 {
+                    match tag_distance(tag, index & TAG_MASK) {
+                        TagDistance::Same => {
+                            return Current {
+                                tag,
+                                count,
+                                until_end,
+                            };
+                        }
+                        // Written by a thread whose clock read later: kept, never moved back.
+                        // (A zero count pins nothing: the fresh state's tag 0 is no window.)
+                        TagDistance::Ahead(k) => {
+                            let until_end = k.saturating_mul(window).saturating_add(until_end);
+                            return Current {
+                                tag,
+                                count,
+                                until_end,
+                            };
+                        }
+                        TagDistance::Behind(_) => {}
+                    }
+                }
+                Current {
+                    tag: index & TAG_MASK,
+                    count: 0,
+                    until_end,
                 }
             }
             Anchor::FirstRequest => {
                 let now_units = now >> self.shift;
-                let start_units = match tag_distance(tag, now_units & TAG_MASK) {
-                    TagDistance::Same => Some(now_units),
-                    // A start ahead of `now` is the rounding up, or a later clock read by
-                    // another thread: kept. Further ahead than one window can only be a state
-                    // aliased by 2^40 units of idleness: it is stale.
-                    TagDistance::Ahead(k) if (k << self.shift) <= self.window_nanos => {
-                        Some(now_units.saturating_add(k))
-                    }
-                    TagDistance::Ahead(_) => None,
-                    TagDistance::Behind(k) => now_units.checked_sub(k),
-                };
+                let into_unit = now & ((1u64 << self.shift) - 1);
                 if count > 0 {
-                    if let Some(start_units) = start_units {
-                        let end = self.anchored_end(start_units);
-                        if now < end {
-                            return Current { tag, count, end };
+                    // Whole units in a window: bounds every distance before it is shifted back
+                    // to nanoseconds, so no shift can overflow.
+                    let window_units = window >> self.shift;
+                    let until_end = match tag_distance(tag, now_units & TAG_MASK) {
+                        TagDistance::Same => window.checked_sub(into_unit),
+                        TagDistance::Behind(k) if k <= window_units => {
+                            window.checked_sub((k << self.shift) + into_unit)
                         }
+                        // A start ahead of `now` is the rounding up, or a later clock read by
+                        // another thread: kept. Further ahead than one window can only be a
+                        // state aliased by 2^40 units of idleness: stale.
+                        TagDistance::Ahead(k) if k <= window_units => {
+                            Some(window.saturating_add((k << self.shift) - into_unit))
+                        }
+                        TagDistance::Behind(_) | TagDistance::Ahead(_) => None,
+                    };
+                    if let Some(until_end @ 1..) = until_end {
+                        return Current {
+                            tag,
+                            count,
+                            until_end,
+                        };
                     }
                 }
                 // No open window: one opens now, its start rounded up to the next unit.
-                let unit_mask = (1u64 << self.shift) - 1;
-                let start_units = now_units + u64::from(now & unit_mask != 0);
+                let round_up = if into_unit == 0 {
+                    0
+                } else {
+                    (1u64 << self.shift) - into_unit
+                };
                 Current {
-                    tag: start_units & TAG_MASK,
+                    tag: (now_units + u64::from(into_unit != 0)) & TAG_MASK,
                     count: 0,
-                    end: self.anchored_end(start_units),
+                    until_end: window + round_up,
                 }
             }
         }
-    }
-
-    fn anchored_end(&self, start_units: u64) -> u64 {
-        let end = (u128::from(start_units) << self.shift) + u128::from(self.window_nanos);
-        u64::try_from(end).unwrap_or(u64::MAX)
     }
 }
 
@@ -212,8 +228,11 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn decide(&self, state: u64, now: u64, n: u32) -> Step {
         let limit = self.limit();
-        let Current { tag, count, end } = self.current(state, now);
-        let until_end = end.saturating_sub(now);
+        let Current {
+            tag,
+            count,
+            until_end,
+        } = self.current(state, now);
         let taken = count + u64::from(n);
         if taken <= limit {
             Step::allow(

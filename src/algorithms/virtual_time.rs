@@ -50,13 +50,14 @@ pub(crate) fn decide_tat(tat: u64, now: u64, n: u32, interval: u64, capacity: u6
     match base.checked_add(cost) {
         Some(new_tat) if new_tat <= horizon => Step::allow(
             new_tat,
-            Decision::allow(capacity, (horizon - new_tat) / interval, new_tat - now),
+            Decision::allow_scaled(capacity, horizon - new_tat, interval, new_tat - now),
         ),
         new_tat => {
             let retry = new_tat.map_or(u64::MAX, |t| t - horizon);
-            Step::deny(Decision::deny(
+            Step::deny(Decision::deny_scaled(
                 capacity,
-                horizon.saturating_sub(base) / interval,
+                horizon.saturating_sub(base),
+                interval,
                 retry,
                 base - now,
             ))
