@@ -40,10 +40,10 @@ impl Gcra {
     /// are worth over 2^51 µs.
     pub fn new(rate: Rate, burst: u32) -> Result<Self, ConfigError> {
         let nanos = rate.nanos_per_permit()?;
-        let interval_micros = (nanos + 500) / 1_000;
-        if interval_micros == 0 {
+        if nanos < 1_000 {
             return Err(ConfigError::RateTooHigh);
         }
+        let interval_micros = (nanos + 500) / 1_000;
         if burst == 0 {
             return Err(ConfigError::ZeroLimit);
         }

@@ -330,3 +330,35 @@ fn script_flush_is_survived() {
         );
     });
 }
+
+#[test]
+fn sync_calls_and_drops_inside_an_async_runtime_neither_panic_nor_deadlock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    let admitted = runtime.block_on(async move {
+        // Built, used through the blocking API, and dropped on the runtime's only thread.
+        let backend = backend(RedisConfig::single(url));
+        let limiter = limiter(
+            &backend,
+            "inside",
+            SlidingLog::new(3, Duration::from_secs(60)).unwrap(),
+        );
+        let admitted = (0..5)
+            .filter(|_| {
+                let outcome = Acquire::try_acquire(&limiter, "k", 1);
+                assert!(outcome.failure().is_none());
+                outcome.decision().is_allowed()
+            })
+            .count();
+        let outcome = limiter.try_acquire_outcome_async("k", 1).await.unwrap();
+        assert!(outcome.failure().is_none() && !outcome.decision().is_allowed());
+        drop(limiter);
+        drop(backend);
+        admitted
+    });
+    assert_eq!(admitted, 3);
+}
