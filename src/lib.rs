@@ -29,10 +29,13 @@
 #![warn(missing_docs)]
 
 pub mod algorithms;
+pub mod backend;
 pub mod clock;
 pub mod decision;
 pub mod limiter;
 pub mod packed;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sync;
 
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};

@@ -1,0 +1,216 @@
+//! Decisions per second against a local redis-server (started by the bench on a free loopback
+//! port) at 1, 16 and 128 concurrent callers (tokio tasks sharing one multiplexed connection):
+//! floodgate's one-round-trip scripts next to a naive client doing `INCR` then `EXPIRE` (two
+//! round trips, and not atomic: a crash between them leaves a counter without a TTL).
+//!
+//! `cargo bench --features redis --bench redis -- --warm-up-time 1 --measurement-time 2`
+//! Throughput is printed as elements/s = decisions/s.
+
+#[path = "../tests/redis/server.rs"]
+mod server;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use floodgate::Rate;
+use floodgate::backend::FailurePolicy;
+use floodgate::redis::{FixedWindow, Gcra, RedisBackend, RedisConfig, RedisLimiter};
+use redis::aio::MultiplexedConnection;
+
+const CALLERS: [u64; 3] = [1, 16, 128];
+
+/// Runs `iters` decisions split over `callers` concurrent tasks; returns the time per `iters`.
+fn run<F, Fut>(runtime: &tokio::runtime::Runtime, callers: u64, iters: u64, decide: F) -> Duration
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let per_caller = iters.div_ceil(callers);
+    runtime.block_on(async move {
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let decide = decide.clone();
+                tokio::spawn(async move {
+                    for _ in 0..per_caller {
+                        decide().await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let elapsed = started.elapsed();
+        // Normalise to exactly `iters` decisions.
+        elapsed.mul_f64(iters as f64 / (per_caller * callers) as f64)
+    })
+}
+
+/// The server, the runtime the callers run on, and the three clients.
+struct Setup {
+    runtime: tokio::runtime::Runtime,
+    window: Arc<RedisLimiter<FixedWindow>>,
+    gcra: Arc<RedisLimiter<Gcra>>,
+    naive: MultiplexedConnection,
+    // Last: killed after the clients are gone.
+    _server: server::RedisServer,
+}
+
+impl Setup {
+    fn new() -> Self {
+        assert!(
+            server::available(),
+            "redis-server and redis-cli must be installed"
+        );
+        let server = server::RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let backend = RedisBackend::connect(
+            RedisConfig::single(server.url()).timeout(Duration::from_secs(5)),
+        )
+        .unwrap();
+        let window = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "bench",
+                FixedWindow::new(u32::MAX, Duration::from_secs(60)).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        let gcra = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "bench",
+                Gcra::new(Rate::per_second(1_000_000), u32::MAX / 2).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        let naive: MultiplexedConnection = runtime.block_on(async {
+            redis::Client::open(server.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap()
+        });
+        Setup {
+            runtime,
+            window,
+            gcra,
+            naive,
+            _server: server,
+        }
+    }
+
+    fn floodgate_window(&self, callers: u64, iters: u64) -> Duration {
+        let window = Arc::clone(&self.window);
+        run(&self.runtime, callers, iters, move || {
+            let window = Arc::clone(&window);
+            async move {
+                let outcome = window.try_acquire_outcome_async("k", 1).await.unwrap();
+                assert!(outcome.failure().is_none());
+            }
+        })
+    }
+
+    fn floodgate_gcra(&self, callers: u64, iters: u64) -> Duration {
+        let gcra = Arc::clone(&self.gcra);
+        run(&self.runtime, callers, iters, move || {
+            let gcra = Arc::clone(&gcra);
+            async move {
+                let outcome = gcra.try_acquire_outcome_async("k", 1).await.unwrap();
+                assert!(outcome.failure().is_none());
+            }
+        })
+    }
+
+    fn naive(&self, callers: u64, iters: u64) -> Duration {
+        let naive = self.naive.clone();
+        run(&self.runtime, callers, iters, move || {
+            let mut connection = naive.clone();
+            async move {
+                let count: u64 = redis::cmd("INCR")
+                    .arg("naive")
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                let _: bool = redis::cmd("EXPIRE")
+                    .arg("naive")
+                    .arg(60)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                std::hint::black_box(count <= u64::from(u32::MAX));
+            }
+        })
+    }
+}
+
+fn decisions_per_second(c: &mut Criterion, setup: &Setup) {
+    let mut group = c.benchmark_group("redis decisions");
+    group.throughput(Throughput::Elements(1));
+    for callers in CALLERS {
+        group.bench_with_input(
+            BenchmarkId::new("floodgate fixed window (1 EVALSHA)", callers),
+            &callers,
+            |b, &callers| b.iter_custom(|iters| setup.floodgate_window(callers, iters)),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("floodgate gcra (1 EVALSHA)", callers),
+            &callers,
+            |b, &callers| b.iter_custom(|iters| setup.floodgate_gcra(callers, iters)),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("naive INCR then EXPIRE (2 round trips)", callers),
+            &callers,
+            |b, &callers| b.iter_custom(|iters| setup.naive(callers, iters)),
+        );
+    }
+    group.finish();
+}
+
+/// On a noisy machine, sequential criterion runs drift apart; this pass alternates the clients
+/// in short rounds and prints the median decisions/s of each and the ratio, per caller count.
+fn interleaved_ratios(setup: &Setup) {
+    const ROUNDS: usize = 7;
+    const DECISIONS: u64 = 4_000;
+    let per_second = |d: Duration| DECISIONS as f64 / d.as_secs_f64();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("\ninterleaved: median decisions/s over {ROUNDS} alternating rounds of {DECISIONS}");
+    for callers in CALLERS {
+        let (mut window, mut gcra, mut naive) = (vec![], vec![], vec![]);
+        for _ in 0..ROUNDS {
+            window.push(per_second(setup.floodgate_window(callers, DECISIONS)));
+            gcra.push(per_second(setup.floodgate_gcra(callers, DECISIONS)));
+            naive.push(per_second(setup.naive(callers, DECISIONS)));
+        }
+        let (window, gcra, naive) = (median(window), median(gcra), median(naive));
+        println!(
+            "callers {callers:>3}: floodgate fixed window {window:>8.0}/s, gcra {gcra:>8.0}/s, \
+             naive INCR+EXPIRE {naive:>8.0}/s; fixed window / naive = {:.2}, gcra / naive = {:.2}",
+            window / naive,
+            gcra / naive
+        );
+    }
+}
+
+fn main() {
+    let setup = Setup::new();
+    let mut criterion = Criterion::default().configure_from_args();
+    decisions_per_second(&mut criterion, &setup);
+    // Only under `cargo bench` (which passes --bench), not when tests run the bench once.
+    if std::env::args().any(|a| a == "--bench") {
+        interleaved_ratios(&setup);
+    }
+    criterion.final_summary();
+}

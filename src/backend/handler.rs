@@ -1,0 +1,313 @@
+//! [`FailureHandler`]: applies a [`FailurePolicy`], counts failures, keeps the local fallback
+//! limiters.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{BackendError, FailureCounts, FailurePolicy, Outcome};
+use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::decision::{AcquireError, ConfigError, Decision};
+use crate::limiter::{Algorithm, AtomicLimiter, Limiter};
+
+/// Keys the local fallback keeps at most; past that, idle ones are dropped, and a new key that
+/// still finds no room is denied (as [`FailurePolicy::FailClosed`] would).
+pub const FALLBACK_MAX_KEYS: usize = 65_536;
+
+/// Builds the local twin of a distributed algorithm with a given share of its limit.
+type MakeLocal<A> = Box<dyn Fn(u32) -> Result<A, ConfigError> + Send + Sync>;
+
+/// Applies a [`FailurePolicy`] for one distributed limiter: counts each failure and returns the
+/// policy's decision. For [`FailurePolicy::LocalFallback`] it keeps one local
+/// [`AtomicLimiter`] per key (at most [`FALLBACK_MAX_KEYS`]), built by `make_local(share_of_limit)`.
+///
+/// ```
+/// use floodgate::backend::{BackendError, FailureHandler, FailurePolicy};
+/// use floodgate::{FixedWindow, ManualClock};
+/// use std::time::Duration;
+/// let timeout = Duration::from_millis(100);
+/// let handler = FailureHandler::with_clock(
+///     FailurePolicy::local_fallback(0.5)?,
+///     timeout,
+///     |limit| FixedWindow::new(limit, Duration::from_secs(60)),
+///     10, // the distributed limit
+///     ManualClock::new(),
+/// )?;
+/// let down = || BackendError::Timeout { after: timeout };
+/// let admitted = (0..10).filter(|_| handler.decide("user-1", 1, down()).decision().is_allowed());
+/// assert_eq!(admitted.count(), 5); // half of the limit, locally
+/// assert_eq!(handler.counts().timeouts, 10);
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+pub struct FailureHandler<A, C = QuantaClock> {
+    policy: FailurePolicy,
+    timeout: Duration,
+    limit: u64,
+    timeouts: AtomicU64,
+    errors: AtomicU64,
+    local: Option<LocalLimiters<A, C>>,
+}
+
+struct LocalLimiters<A, C> {
+    make: MakeLocal<A>,
+    local_limit: u32,
+    clock: C,
+    by_key: Mutex<HashMap<String, Arc<AtomicLimiter<A, C>>>>,
+}
+
+impl<A, C> FailureHandler<A, C> {
+    /// Failures counted so far.
+    pub fn counts(&self) -> FailureCounts {
+        FailureCounts {
+            // Relaxed: independent statistics counters; no other memory depends on them.
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            // Relaxed: as above.
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<A, C> fmt::Debug for FailureHandler<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FailureHandler")
+            .field("policy", &self.policy)
+            .field("timeout", &self.timeout)
+            .field("counts", &self.counts())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Algorithm> FailureHandler<A, QuantaClock> {
+    /// A handler on the default clock. See [`FailureHandler::with_clock`].
+    ///
+    /// # Errors
+    /// As [`FailureHandler::with_clock`].
+    pub fn new(
+        policy: FailurePolicy,
+        timeout: Duration,
+        make_local: impl Fn(u32) -> Result<A, ConfigError> + Send + Sync + 'static,
+        limit: u32,
+    ) -> Result<Self, ConfigError> {
+        Self::with_clock(policy, timeout, make_local, limit, QuantaClock::new())
+    }
+}
+
+impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
+    /// A handler for a distributed limit of `limit`, whose backend gives up after `timeout`.
+    /// `make_local(l)` builds the local algorithm for a limit of `l`; it is called once here to
+    /// check the configuration, and once per key during outages.
+    ///
+    /// # Errors
+    /// The [`ConfigError`] of `make_local` for the local share of the limit.
+    pub fn with_clock(
+        policy: FailurePolicy,
+        timeout: Duration,
+        make_local: impl Fn(u32) -> Result<A, ConfigError> + Send + Sync + 'static,
+        limit: u32,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        let local = match policy {
+            FailurePolicy::LocalFallback(share) => {
+                let local_limit = share.of(limit);
+                make_local(local_limit)?;
+                Some(LocalLimiters {
+                    make: Box::new(make_local),
+                    local_limit,
+                    clock,
+                    by_key: Mutex::new(HashMap::new()),
+                })
+            }
+            _ => None,
+        };
+        Ok(FailureHandler {
+            policy,
+            timeout,
+            limit: u64::from(limit),
+            timeouts: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            local,
+        })
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    /// Counts `error` and returns the policy's decision for `n` permits on `key`.
+    /// `n` must already be checked against the distributed limit.
+    pub fn decide(&self, key: &str, n: u32, error: BackendError) -> Outcome {
+        let counter = if error.is_timeout() {
+            &self.timeouts
+        } else {
+            &self.errors
+        };
+        // Relaxed: a statistics counter; no other memory depends on it.
+        counter.fetch_add(1, Ordering::Relaxed);
+        let retry_nanos = duration_to_nanos(self.timeout);
+        let decision = match (&self.policy, &self.local) {
+            (FailurePolicy::FailOpen, _) => {
+                Decision::allow(self.limit, self.limit.saturating_sub(u64::from(n)), 0)
+            }
+            (FailurePolicy::LocalFallback(_), Some(local)) => local
+                .limiter(key)
+                .and_then(|limiter| match limiter.try_acquire(n) {
+                    Ok(decision) => Some(decision),
+                    // n fits the distributed limit but not the local share: a denial.
+                    Err(AcquireError::ExceedsCapacity { .. }) => Some(Decision::deny(
+                        u64::from(local.local_limit),
+                        0,
+                        retry_nanos,
+                        0,
+                    )),
+                    Err(_) => None,
+                })
+                .unwrap_or_else(|| Decision::deny(u64::from(local.local_limit), 0, retry_nanos, 0)),
+            _ => Decision::deny(self.limit, 0, retry_nanos, 0),
+        };
+        Outcome::from_policy(decision, error)
+    }
+}
+
+impl<A: Algorithm, C: Clock + Clone> LocalLimiters<A, C> {
+    /// The local limiter of `key`, created on first use; `None` when the map is full of busy keys.
+    fn limiter(&self, key: &str) -> Option<Arc<AtomicLimiter<A, C>>> {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(limiter) = by_key.get(key) {
+            return Some(Arc::clone(limiter));
+        }
+        if by_key.len() >= FALLBACK_MAX_KEYS {
+            // A limiter that would grant its whole limit now decides like a fresh one.
+            let full = self.local_limit;
+            by_key.retain(|_, limiter| !limiter.peek(full).is_ok_and(|d| d.is_allowed()));
+            if by_key.len() >= FALLBACK_MAX_KEYS {
+                return None;
+            }
+        }
+        let limiter = Arc::new(AtomicLimiter::with_clock(
+            (self.make)(self.local_limit).ok()?,
+            self.clock.clone(),
+        ));
+        by_key.insert(key.to_owned(), Arc::clone(&limiter));
+        Some(limiter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FixedWindow, Gcra, ManualClock, Rate};
+
+    fn error() -> BackendError {
+        BackendError::failed(std::io::Error::other("connection refused"))
+    }
+
+    fn handler(
+        policy: FailurePolicy,
+        clock: ManualClock,
+    ) -> FailureHandler<FixedWindow, ManualClock> {
+        FailureHandler::with_clock(
+            policy,
+            Duration::from_millis(250),
+            |limit| FixedWindow::new(limit, Duration::from_secs(10)),
+            8,
+            clock,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn fail_open_admits_and_counts() {
+        let h = handler(FailurePolicy::FailOpen, ManualClock::new());
+        for _ in 0..20 {
+            let outcome = h.decide("k", 3, error());
+            assert!(outcome.decision().is_allowed());
+            assert_eq!(outcome.decision().remaining(), 5);
+            assert!(outcome.failure().is_some());
+        }
+        assert_eq!(
+            h.counts(),
+            FailureCounts {
+                timeouts: 0,
+                errors: 20
+            }
+        );
+    }
+
+    #[test]
+    fn fail_closed_denies_with_the_timeout_as_retry() {
+        let h = handler(FailurePolicy::FailClosed, ManualClock::new());
+        let d = h.decide(
+            "k",
+            1,
+            BackendError::Timeout {
+                after: Duration::from_millis(250),
+            },
+        );
+        assert!(!d.decision().is_allowed());
+        assert_eq!(d.decision().retry_after(), Duration::from_millis(250));
+        assert_eq!(h.counts().timeouts, 1);
+        assert_eq!(h.counts().total(), 1);
+    }
+
+    #[test]
+    fn local_fallback_keeps_a_share_per_key_and_refills_with_time() {
+        let clock = ManualClock::new();
+        let h = handler(FailurePolicy::local_fallback(0.5).unwrap(), clock.clone());
+        let admitted = |key: &str| {
+            (0..10)
+                .filter(|_| h.decide(key, 1, error()).decision().is_allowed())
+                .count()
+        };
+        assert_eq!(admitted("a"), 4);
+        assert_eq!(admitted("b"), 4);
+        assert_eq!(admitted("a"), 0);
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(admitted("a"), 4);
+        // 5 permits fit the distributed limit (8) but never the local share (4): denied, not Err.
+        let d = h.decide("c", 5, error()).decision();
+        assert!(!d.is_allowed());
+        assert_eq!(d.limit(), 4);
+    }
+
+    #[test]
+    fn local_share_that_cannot_be_built_is_a_config_error() {
+        let result = FailureHandler::with_clock(
+            FailurePolicy::local_fallback(1.0).unwrap(),
+            Duration::from_millis(1),
+            |burst| Gcra::new(Rate::new(1, Duration::MAX), burst),
+            8,
+            ManualClock::new(),
+        );
+        assert!(result.is_err());
+    }
+
+    #[test]
+    fn a_full_fallback_map_drops_idle_keys_then_denies() {
+        let clock = ManualClock::new();
+        let h = handler(FailurePolicy::local_fallback(1.0).unwrap(), clock.clone());
+        for i in 0..FALLBACK_MAX_KEYS {
+            assert!(h.decide(&i.to_string(), 1, error()).decision().is_allowed());
+        }
+        // Every key is busy: a new key finds no room and is denied.
+        assert!(!h.decide("new", 1, error()).decision().is_allowed());
+        // Once the windows are over, the idle keys make room.
+        clock.advance(Duration::from_secs(10));
+        assert!(h.decide("new", 1, error()).decision().is_allowed());
+        let size = h.local.as_ref().unwrap().by_key.lock().unwrap().len();
+        assert_eq!(size, 1);
+    }
+
+    #[test]
+    fn share_validation() {
+        for bad in [0.0, -0.5, 1.5, f64::INFINITY, f64::NAN] {
+            assert!(FailurePolicy::local_fallback(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            FailurePolicy::local_fallback(1.0).unwrap().share(),
+            Some(1.0)
+        );
+    }
+}

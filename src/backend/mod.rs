@@ -1,0 +1,224 @@
+//! What a distributed limiter does when its shared store (Redis today, memcached later) is slow or
+//! down. Backend-neutral, so every distributed backend applies the same policy the same way:
+//!
+//! * [`FailurePolicy`]: fail open, fail closed, or decide locally with a share of the limit;
+//! * [`BackendError`]: why the store gave no answer (a timeout, or the store's own error);
+//! * [`Outcome`]: the decision, plus the error when the decision came from the policy;
+//! * [`FailureHandler`]: applies a policy, keeps the per-key local fallback limiters and counts
+//!   failures ([`FailureCounts`]).
+//!
+//! A backend calls the store with a timeout; on any error it hands the error to its
+//! [`FailureHandler`], which returns the policy's decision. The caller never waits past the
+//! timeout and never sees a panic; it sees the error only if it asks for the [`Outcome`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::decision::{ConfigError, Decision};
+
+mod handler;
+
+pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
+
+/// What to decide when the shared store gives no answer in time.
+///
+/// ```
+/// use floodgate::backend::FailurePolicy;
+/// let policy = FailurePolicy::local_fallback(0.25).unwrap(); // each process: 25% of the limit
+/// assert_eq!(policy.share(), Some(0.25));
+/// assert!(FailurePolicy::local_fallback(0.0).is_err());
+/// assert_eq!(FailurePolicy::FailClosed.share(), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Admit every request (availability first). The decision reports the full limit with
+    /// `remaining = limit - n`.
+    FailOpen,
+    /// Deny every request (protection first). `retry_after` is the backend's timeout.
+    FailClosed,
+    /// Decide locally, per key, with a local floodgate limiter of the same kind holding
+    /// `share` of the limit (at least 1). With `k` processes, `share = 1/k` keeps the total near
+    /// the limit. Local state starts fresh at the first failure and is kept for later outages.
+    LocalFallback(Share),
+}
+
+/// A share of a limit in `(0, 1]`, for [`FailurePolicy::LocalFallback`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share(f64);
+
+impl Share {
+    /// The share as a number in `(0, 1]`.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// `limit × share`, rounded down, at least 1.
+    ///
+    /// ```
+    /// let policy = floodgate::backend::FailurePolicy::local_fallback(0.5).unwrap();
+    /// let floodgate::backend::FailurePolicy::LocalFallback(share) = policy else { unreachable!() };
+    /// assert_eq!(share.of(9), 4);
+    /// assert_eq!(share.of(1), 1);
+    /// ```
+    pub fn of(self, limit: u32) -> u32 {
+        // The product is at most `limit` (share <= 1), so the cast cannot overflow.
+        ((f64::from(limit) * self.0).floor() as u32).max(1)
+    }
+}
+
+impl FailurePolicy {
+    /// [`FailurePolicy::LocalFallback`] with `share` of the limit.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidNumber`] unless `0 < share <= 1`.
+    ///
+    /// ```
+    /// assert!(floodgate::backend::FailurePolicy::local_fallback(f64::NAN).is_err());
+    /// ```
+    pub fn local_fallback(share: f64) -> Result<Self, ConfigError> {
+        if share.is_finite() && share > 0.0 && share <= 1.0 {
+            Ok(FailurePolicy::LocalFallback(Share(share)))
+        } else {
+            Err(ConfigError::InvalidNumber {
+                what: "fallback share",
+                value: share,
+            })
+        }
+    }
+
+    /// The share of [`FailurePolicy::LocalFallback`], `None` for the other policies.
+    pub fn share(&self) -> Option<f64> {
+        match self {
+            FailurePolicy::LocalFallback(share) => Some(share.get()),
+            _ => None,
+        }
+    }
+}
+
+/// Why the shared store gave no decision.
+///
+/// ```
+/// use floodgate::backend::BackendError;
+/// use std::time::Duration;
+/// let e = BackendError::Timeout { after: Duration::from_millis(50) };
+/// assert!(e.is_timeout());
+/// assert_eq!(e.to_string(), "no answer from the backend within 50ms");
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// No answer within the configured timeout.
+    Timeout {
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// The store (or the connection to it) answered with an error.
+    Failed(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl BackendError {
+    /// A [`BackendError::Failed`] wrapping `error`.
+    ///
+    /// ```
+    /// let e = floodgate::backend::BackendError::failed(std::io::Error::other("refused"));
+    /// assert!(!e.is_timeout());
+    /// ```
+    pub fn failed(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        BackendError::Failed(Arc::new(error))
+    }
+
+    /// Whether this is a [`BackendError::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, BackendError::Timeout { .. })
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendError::Timeout { after } => {
+                write!(f, "no answer from the backend within {after:?}")
+            }
+            BackendError::Failed(error) => write!(f, "backend error: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BackendError::Timeout { .. } => None,
+            BackendError::Failed(error) => Some(&**error),
+        }
+    }
+}
+
+/// A decision and, when the store gave none, the error the [`FailurePolicy`] decided on instead.
+///
+/// ```
+/// use floodgate::backend::Outcome;
+/// use floodgate::Decision;
+/// let o = Outcome::from_backend(Decision::allow(10, 9, 0));
+/// assert!(o.failure().is_none() && o.decision().is_allowed());
+/// ```
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    decision: Decision,
+    failure: Option<BackendError>,
+}
+
+impl Outcome {
+    /// A decision the store made.
+    pub fn from_backend(decision: Decision) -> Self {
+        Outcome {
+            decision,
+            failure: None,
+        }
+    }
+
+    /// A decision the [`FailurePolicy`] made because of `error`.
+    pub fn from_policy(decision: Decision, error: BackendError) -> Self {
+        Outcome {
+            decision,
+            failure: Some(error),
+        }
+    }
+
+    /// The decision (the store's, or the policy's).
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The error, when the decision is the policy's.
+    pub fn failure(&self) -> Option<&BackendError> {
+        self.failure.as_ref()
+    }
+
+    /// Splits into the decision and the error.
+    pub fn into_parts(self) -> (Decision, Option<BackendError>) {
+        (self.decision, self.failure)
+    }
+}
+
+/// Failures seen so far, for metrics.
+///
+/// ```
+/// let counts = floodgate::backend::FailureCounts::default();
+/// assert_eq!(counts.total(), 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailureCounts {
+    /// Calls that got no answer within the timeout.
+    pub timeouts: u64,
+    /// Calls that got an error (connection refused, script error, …).
+    pub errors: u64,
+}
+
+impl FailureCounts {
+    /// Every failure: timeouts plus errors. Each one was decided by the policy.
+    pub fn total(&self) -> u64 {
+        self.timeouts + self.errors
+    }
+}

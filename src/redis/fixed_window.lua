@@ -1,0 +1,40 @@
+-- floodgate: fixed window anchored at the first request (INCRBY + PEXPIRE on the first hit).
+-- KEYS[1] counter (string). ARGV: limit, window in ms, n.
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+-- Time is the server's: the window is the counter's TTL. A denial only reads (it writes just
+-- to repair a counter found without a TTL, which would otherwise stick forever).
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window_ms = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+
+local stored = redis.call('GET', key)
+local count = 0
+if stored then
+  count = tonumber(stored)
+  if not count then
+    return redis.error_reply('floodgate: ' .. key .. ' does not hold a counter')
+  end
+end
+local ttl_ms = redis.call('PTTL', key)
+if ttl_ms == -1 then
+  -- Found without a TTL: its window is taken to start now.
+  redis.call('PEXPIRE', key, window_ms)
+  ttl_ms = window_ms
+elseif ttl_ms < 0 then
+  -- No counter: a window would open now.
+  count = 0
+  ttl_ms = window_ms
+end
+
+if count + n <= limit then
+  local taken = redis.call('INCRBY', key, n)
+  if taken == n then
+    redis.call('PEXPIRE', key, window_ms)
+    ttl_ms = window_ms
+  end
+  return {1, limit, limit - taken, 0, ttl_ms * 1000}
+end
+local remaining = limit - count
+if remaining < 0 then remaining = 0 end
+return {0, limit, remaining, ttl_ms * 1000, ttl_ms * 1000}

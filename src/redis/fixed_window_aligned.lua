@@ -1,0 +1,43 @@
+-- floodgate: fixed window aligned to the server's clock (PEXPIREAT at the window's end).
+-- KEYS[1] hash {i = window index, c = count}. ARGV: limit, window in us, n.
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+-- The window index is stored with the count, so a key read a moment before its expiry (Redis
+-- freezes expiry time during a script) is never taken for the next window's count.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+
+local function int(x) return string.format('%d', x) end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local index = math.floor(now / window)
+if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
+
+local stored = redis.call('HMGET', key, 'i', 'c')
+local count = 0
+local stored_index = tonumber(stored[1])
+local stored_count = tonumber(stored[2])
+if stored_index and stored_count then
+  if stored_index == index then
+    count = stored_count
+  elseif stored_index > index then
+    -- Written when the server's clock read later (a failover, a clock step): never go back.
+    index = stored_index
+    count = stored_count
+  end
+end
+local window_end = (index + 1) * window
+
+if count + n <= limit then
+  redis.call('HSET', key, 'i', int(index), 'c', int(count + n))
+  redis.call('PEXPIREAT', key, int(window_end / 1000))
+  return {1, limit, limit - count - n, 0, window_end - now}
+end
+if redis.call('PTTL', key) == -1 then
+  redis.call('PEXPIREAT', key, int(window_end / 1000))
+end
+local remaining = limit - count
+if remaining < 0 then remaining = 0 end
+return {0, limit, remaining, window_end - now, window_end - now}

@@ -1,0 +1,38 @@
+-- floodgate: GCRA / token bucket on one key holding the theoretical arrival time (TAT) in us on
+-- the server's clock:  base = max(tat, now); new_tat = base + n*T; allowed iff
+-- new_tat <= now + capacity*T. The key expires when the bucket is full again.
+-- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, capacity, n.
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+local key = KEYS[1]
+local interval = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+
+local function int(x) return string.format('%d', x) end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local stored = redis.call('GET', key)
+local tat = now
+if stored then
+  tat = tonumber(stored)
+  if not tat then
+    return redis.error_reply('floodgate: ' .. key .. ' does not hold a time')
+  end
+end
+
+local horizon = now + capacity * interval
+local base = math.max(tat, now)
+local new_tat = base + n * interval
+if new_tat <= horizon then
+  redis.call('SET', key, int(new_tat), 'PX', int(math.ceil((new_tat - now) / 1000)))
+  return {1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now}
+end
+if stored and redis.call('PTTL', key) == -1 then
+  if base > now then
+    redis.call('PEXPIRE', key, int(math.ceil((base - now) / 1000)))
+  else
+    redis.call('DEL', key)
+  end
+end
+return {0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now}

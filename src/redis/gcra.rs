@@ -1,0 +1,135 @@
+//! GCRA / token bucket on Redis: one key holding the theoretical arrival time.
+
+use redis::Script;
+use std::sync::LazyLock;
+
+use super::limiter::{MAX_WINDOW_MILLIS, RedisAlgorithm, sealed};
+use crate::decision::{ConfigError, Rate};
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+
+/// GCRA (equivalently a token bucket) on Redis: the key holds the theoretical arrival time in
+/// microseconds on the server's clock, exactly as the local [`crate::Gcra`] and
+/// [`crate::TokenBucket`] hold it in nanoseconds; the key expires when the bucket is full again.
+///
+/// Time on Redis is in microseconds (the resolution of `TIME`), so the interval per permit is
+/// `rate` rounded to whole microseconds: rates up to 1,000,000 per second.
+///
+/// ```
+/// use floodgate::redis::Gcra;
+/// use floodgate::Rate;
+/// let g = Gcra::new(Rate::per_second(10), 20).unwrap();
+/// assert_eq!(g.capacity(), 20);
+/// let bucket = Gcra::token_bucket(100, Rate::per_second(3)).unwrap();
+/// assert_eq!(bucket.micros_per_permit(), 333_333);
+/// assert!(Gcra::new(Rate::per_second(2_000_000), 1).is_err()); // finer than 1 µs
+/// ```
+#[derive(Clone, Debug)]
+pub struct Gcra {
+    rate: Rate,
+    interval_micros: u64,
+    capacity: u32,
+}
+
+impl Gcra {
+    /// Cells at `rate` with bursts of up to `burst` (as [`crate::Gcra::new`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::RateTooHigh`]
+    /// when a permit is worth under 1 µs, [`ConfigError::DurationOverflow`] when `burst` permits
+    /// are worth over 2^51 µs.
+    pub fn new(rate: Rate, burst: u32) -> Result<Self, ConfigError> {
+        let nanos = rate.nanos_per_permit()?;
+        if nanos < 1_000 {
+            return Err(ConfigError::RateTooHigh);
+        }
+        let interval_micros = (nanos + 500) / 1_000;
+        if burst == 0 {
+            return Err(ConfigError::ZeroLimit);
+        }
+        match interval_micros.checked_mul(u64::from(burst)) {
+            Some(tau) if tau / 1_000 <= MAX_WINDOW_MILLIS => {}
+            _ => return Err(ConfigError::DurationOverflow),
+        }
+        Ok(Gcra {
+            rate,
+            interval_micros,
+            capacity: burst,
+        })
+    }
+
+    /// A token bucket of `capacity` tokens refilled at `refill` (as [`crate::TokenBucket::new`]).
+    ///
+    /// # Errors
+    /// As [`Gcra::new`].
+    pub fn token_bucket(capacity: u32, refill: Rate) -> Result<Self, ConfigError> {
+        Self::new(refill, capacity)
+    }
+
+    /// The burst capacity.
+    pub fn capacity(&self) -> u64 {
+        u64::from(self.capacity)
+    }
+
+    /// The rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// Microseconds one permit is worth.
+    pub fn micros_per_permit(&self) -> u64 {
+        self.interval_micros
+    }
+}
+
+impl sealed::Script for Gcra {
+    /// During an outage: a local GCRA with the share applied to both rate and burst.
+    type Local = crate::Gcra;
+
+    fn script(&self) -> &'static Script {
+        &SCRIPT
+    }
+
+    fn key_suffixes(&self) -> &'static [&'static str] {
+        &["gcra"]
+    }
+
+    fn args(&self, n: u32) -> [u64; 4] {
+        [
+            self.interval_micros,
+            u64::from(self.capacity),
+            u64::from(n),
+            0,
+        ]
+    }
+
+    fn limit_u32(&self) -> u32 {
+        self.capacity
+    }
+
+    fn local(&self, burst: u32) -> Result<crate::Gcra, ConfigError> {
+        // The same share of the rate as of the burst.
+        let amount = u64::from(self.rate.amount()) * u64::from(burst) / u64::from(self.capacity);
+        let amount = u32::try_from(amount.max(1)).unwrap_or(u32::MAX);
+        crate::Gcra::new(Rate::new(amount, self.rate.period()), burst)
+    }
+}
+
+impl RedisAlgorithm for Gcra {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Algorithm as _;
+    use crate::redis::limiter::sealed::Script as _;
+
+    #[test]
+    fn local_twin_scales_rate_and_burst_together() {
+        let g = Gcra::new(Rate::per_second(100), 40).unwrap();
+        let local = g.local(10).unwrap();
+        assert_eq!(local.capacity(), 10);
+        assert_eq!(local.rate(), Rate::per_second(25));
+        assert_eq!(g.micros_per_permit() * 100, 1_000_000);
+        assert_eq!(local.limit(), 10);
+    }
+}

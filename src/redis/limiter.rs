@@ -1,0 +1,291 @@
+//! [`RedisLimiter`]: one algorithm's Lua script run against Redis per decision, under a
+//! [`FailurePolicy`].
+
+use std::time::Duration;
+
+use crate::backend::{BackendError, FailureCounts, FailureHandler, FailurePolicy, Outcome};
+use crate::decision::{AcquireError, ConfigError, Decision};
+
+use super::RedisBackend;
+
+pub(crate) mod sealed {
+    use crate::decision::ConfigError;
+    use crate::limiter::Algorithm;
+
+    /// What a Redis algorithm hands the generic limiter. Sealed: the scripts and the reply
+    /// format are one contract, kept inside this crate.
+    pub trait Script: Clone + Send + Sync + 'static {
+        /// The local algorithm used by [`FailurePolicy::LocalFallback`](crate::backend::FailurePolicy).
+        type Local: Algorithm;
+        /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us}`.
+        fn script(&self) -> &'static redis::Script;
+        /// Suffixes of the Redis keys of one limiter key (`KEYS[1]`, `KEYS[2]`, …).
+        fn key_suffixes(&self) -> &'static [&'static str];
+        /// `ARGV` for a request of `n` permits.
+        fn args(&self, n: u32) -> [u64; 4];
+        /// The limit, for the local share.
+        fn limit_u32(&self) -> u32;
+        /// The local twin with a limit of `limit`.
+        fn local(&self, limit: u32) -> Result<Self::Local, ConfigError>;
+    }
+}
+
+/// A rate-limiting algorithm that runs on Redis as one Lua script: [`FixedWindow`](super::FixedWindow),
+/// [`SlidingWindow`](super::SlidingWindow), [`SlidingLog`](super::SlidingLog),
+/// [`Gcra`](super::Gcra). Sealed.
+pub trait RedisAlgorithm: sealed::Script {
+    /// The limit in force (the `limit` of every [`Decision`]).
+    fn limit(&self) -> u64 {
+        u64::from(self.limit_u32())
+    }
+
+    /// `n` must be in `1..=limit`.
+    ///
+    /// # Errors
+    /// [`AcquireError`] otherwise.
+    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
+        crate::decision::check_permits(n, self.limit())
+    }
+}
+
+/// A limit shared through Redis by every process that uses the same `name`, key and
+/// configuration. Each decision is one atomic Lua script (one round trip, on the server's clock)
+/// returning the same [`Decision`] as the local limiters; when Redis gives no answer within the
+/// backend's timeout, the [`FailurePolicy`] decides and the failure is counted.
+///
+/// Keys look like `{name:key}:suffix`: every key of one limiter key shares the hash tag
+/// `{name:key}`, so a script only touches one Redis Cluster slot.
+///
+/// ```no_run
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+/// use std::time::Duration;
+///
+/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+/// let per_minute = RedisLimiter::new(
+///     &backend,
+///     "api",
+///     FixedWindow::new(100, Duration::from_secs(60))?,
+///     FailurePolicy::local_fallback(0.25)?,
+/// )?;
+/// let decision = per_minute.try_acquire("user-42", 1)?;
+/// if !decision.is_allowed() {
+///     println!("429, retry after {:?}", decision.retry_after());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct RedisLimiter<A: RedisAlgorithm> {
+    backend: RedisBackend,
+    name: String,
+    algorithm: A,
+    failures: FailureHandler<A::Local>,
+}
+
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// A limiter named `name` (the namespace of its keys) running `algorithm` on `backend`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for an empty name or one containing `{` or `}` (it would break
+    /// the hash tag); the local algorithm's error when the policy's share cannot be built.
+    pub fn new(
+        backend: &RedisBackend,
+        name: &str,
+        algorithm: A,
+        policy: FailurePolicy,
+    ) -> Result<Self, ConfigError> {
+        if name.is_empty() || name.contains(['{', '}']) {
+            return Err(ConfigError::Invalid {
+                what: "Redis limiter name",
+                why: "must be non-empty and contain no '{' or '}'",
+            });
+        }
+        let limit = algorithm.limit_u32();
+        let twin = algorithm.clone();
+        let failures =
+            FailureHandler::new(policy, backend.timeout(), move |l| twin.local(l), limit)?;
+        Ok(RedisLimiter {
+            backend: backend.clone(),
+            name: name.to_owned(),
+            algorithm,
+            failures,
+        })
+    }
+
+    /// The algorithm and its configuration.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The failure policy in force.
+    pub fn policy(&self) -> FailurePolicy {
+        self.failures.policy()
+    }
+
+    /// Failures so far (each decided by the policy).
+    pub fn failures(&self) -> FailureCounts {
+        self.failures.counts()
+    }
+
+    /// The Redis keys that hold `key`'s state, all with the hash tag `{name:key}`.
+    ///
+    /// ```no_run
+    /// # use floodgate::{backend::FailurePolicy, redis::*};
+    /// # let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+    /// let log = RedisLimiter::new(&backend, "login", SlidingLog::new(5, std::time::Duration::from_secs(60))?, FailurePolicy::FailClosed)?;
+    /// assert_eq!(log.redis_keys("alice"), ["{login:alice}:sl", "{login:alice}:sl:seq"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        self.algorithm
+            .key_suffixes()
+            .iter()
+            .map(|suffix| format!("{{{}:{key}}}:{suffix}", self.name))
+            .collect()
+    }
+
+    /// Takes `n` permits for `key` if the shared limit has them; blocks the thread for at most
+    /// the backend's timeout. A Redis failure is decided by the policy (see
+    /// [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    ///
+    /// # Errors
+    /// [`AcquireError`] for `n = 0` or `n` above the limit.
+    pub fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, AcquireError> {
+        self.try_acquire_outcome(key, n).map(|o| o.decision())
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), with the Redis error when the policy decided.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, AcquireError> {
+        self.algorithm.check_permits(n)?;
+        let reply = self.backend.eval_blocking(
+            self.algorithm.script(),
+            self.redis_keys(key),
+            self.algorithm.args(n),
+        );
+        Ok(self.outcome(key, n, reply))
+    }
+
+    /// The async [`try_acquire`](Self::try_acquire): never blocks a thread; runs on any executor.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_async(&self, key: &str, n: u32) -> Result<Decision, AcquireError> {
+        self.try_acquire_outcome_async(key, n)
+            .await
+            .map(|o| o.decision())
+    }
+
+    /// The async [`try_acquire_outcome`](Self::try_acquire_outcome).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_outcome_async(
+        &self,
+        key: &str,
+        n: u32,
+    ) -> Result<Outcome, AcquireError> {
+        self.algorithm.check_permits(n)?;
+        let reply = self
+            .backend
+            .eval(
+                self.algorithm.script(),
+                self.redis_keys(key),
+                self.algorithm.args(n),
+            )
+            .await;
+        Ok(self.outcome(key, n, reply))
+    }
+
+    fn outcome(&self, key: &str, n: u32, reply: Result<Vec<i64>, BackendError>) -> Outcome {
+        match reply.and_then(|r| decision_from_reply(&r)) {
+            Ok(decision) => Outcome::from_backend(decision),
+            Err(error) => self.failures.decide(key, n, error),
+        }
+    }
+}
+
+/// Reads a script's reply `{allowed, limit, remaining, retry_after_us, reset_after_us}`.
+fn decision_from_reply(reply: &[i64]) -> Result<Decision, BackendError> {
+    let &[allowed, limit, remaining, retry_us, reset_us] = reply else {
+        return Err(BackendError::failed(std::io::Error::other(format!(
+            "unexpected reply from a floodgate script: {reply:?}"
+        ))));
+    };
+    let count = |v: i64| u64::try_from(v).unwrap_or(0);
+    let nanos = |us: i64| count(us).saturating_mul(1_000);
+    Ok(if allowed == 1 {
+        Decision::allow(count(limit), count(remaining), nanos(reset_us))
+    } else {
+        Decision::deny(
+            count(limit),
+            count(remaining),
+            nanos(retry_us),
+            nanos(reset_us),
+        )
+    })
+}
+
+/// Whole milliseconds of `window` (Redis expiries have millisecond resolution).
+pub(crate) fn whole_millis(window: Duration, what: &'static str) -> Result<u64, ConfigError> {
+    if window.is_zero() {
+        return Err(ConfigError::ZeroPeriod);
+    }
+    if window.subsec_nanos() % 1_000_000 != 0 {
+        return Err(ConfigError::Invalid {
+            what,
+            why: "must be a whole number of milliseconds on Redis",
+        });
+    }
+    let millis = u64::try_from(window.as_millis()).map_err(|_| ConfigError::DurationOverflow)?;
+    // Microseconds since the epoch plus the window must stay exact in Lua's doubles (2^53).
+    if millis > MAX_WINDOW_MILLIS {
+        return Err(ConfigError::DurationOverflow);
+    }
+    Ok(millis)
+}
+
+/// Longest window or burst period on Redis: 2^51 µs (71 years), so that Unix time in
+/// microseconds plus it stays below 2^53, where Lua's numbers are exact integers.
+pub(crate) const MAX_WINDOW_MILLIS: u64 = (1 << 51) / 1_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_become_decisions() {
+        let allow = decision_from_reply(&[1, 10, 7, 0, 2_000]).unwrap();
+        assert_eq!(allow, Decision::allow(10, 7, 2_000_000));
+        let deny = decision_from_reply(&[0, 10, 0, 1_500, 3_000]).unwrap();
+        assert_eq!(deny, Decision::deny(10, 0, 1_500_000, 3_000_000));
+        assert!(decision_from_reply(&[1, 2, 3]).is_err());
+        // A negative field (never sent by the scripts) reads as zero rather than wrapping.
+        assert_eq!(
+            decision_from_reply(&[1, 5, -1, 0, -7]).unwrap().remaining(),
+            0
+        );
+    }
+
+    #[test]
+    fn windows_are_whole_milliseconds_within_lua_precision() {
+        assert_eq!(
+            whole_millis(Duration::from_millis(1500), "w").unwrap(),
+            1500
+        );
+        assert_eq!(
+            whole_millis(Duration::ZERO, "w").unwrap_err(),
+            ConfigError::ZeroPeriod
+        );
+        assert!(matches!(
+            whole_millis(Duration::from_micros(1500), "w").unwrap_err(),
+            ConfigError::Invalid { .. }
+        ));
+        assert_eq!(
+            whole_millis(Duration::from_secs(100 * 365 * 86_400), "w").unwrap_err(),
+            ConfigError::DurationOverflow
+        );
+    }
+}

@@ -1,0 +1,72 @@
+//! Distributed limiting on Redis and Redis Cluster (feature `redis`).
+//!
+//! The same algorithms as the local limiters, each as one Lua script that Redis runs atomically:
+//!
+//! | type | Redis state (per limiter key) | note |
+//! |---|---|---|
+//! | [`FixedWindow`] (`new`) | counter, `INCRBY` + `PEXPIRE` on the first hit | window opens at the first request |
+//! | [`FixedWindow`] (`aligned`) | hash `{i, c}`, `PEXPIREAT` at the window's end | windows aligned to the server's clock |
+//! | [`SlidingWindow`] | hash of cells (field = cell index) | `precision` = cell length |
+//! | [`SlidingLog`] | sorted set, one entry per permit (+ a sequence key) | exact; a denial adds nothing |
+//! | [`Gcra`] (also `token_bucket`) | the theoretical arrival time | expires when full again |
+//!
+//! Every decision:
+//! * is **one round trip**: `EVALSHA` (redis-rs [`Script`](redis::Script); on `NOSCRIPT`, after a
+//!   restart or `SCRIPT FLUSH`, it loads the script and runs it again);
+//! * is **atomic**: check and update happen inside the script, so no two callers can both take the
+//!   last permit;
+//! * reads time from the **server** (`TIME`, or the key's TTL), never from the client's clock, so
+//!   clients whose clocks disagree still share one timeline;
+//! * leaves **every key with a TTL**; a key found without one (written by hand, or by an old
+//!   client) is repaired by the next decision instead of blocking its limit forever;
+//! * returns the same [`Decision`](crate::Decision) as the local limiters (durations have
+//!   microsecond resolution).
+//!
+//! Keys are `{name:key}:suffix`: all keys of one limiter key share the hash tag `{name:key}`, so
+//! each script touches one slot and the same code runs unchanged on a Redis Cluster
+//! ([`RedisConfig::cluster`]).
+//!
+//! Calls are sync ([`RedisLimiter::try_acquire`]) or async ([`RedisLimiter::try_acquire_async`],
+//! any executor). All callers of one [`RedisBackend`] share one multiplexed connection per node.
+//! When Redis does not answer within the timeout, the limiter's
+//! [`FailurePolicy`](crate::backend::FailurePolicy) decides (fail open, fail closed, or a local
+//! limiter with a share of the limit), counts the failure, and reports it to callers that use
+//! [`RedisLimiter::try_acquire_outcome`].
+//!
+//! ```no_run
+//! use floodgate::backend::FailurePolicy;
+//! use floodgate::redis::{Gcra, RedisBackend, RedisConfig, RedisLimiter};
+//! use floodgate::Rate;
+//! use std::time::Duration;
+//!
+//! let backend = RedisBackend::connect(
+//!     RedisConfig::single("redis://127.0.0.1:6379").timeout(Duration::from_millis(50)),
+//! )?;
+//! let limiter = RedisLimiter::new(
+//!     &backend,
+//!     "api",
+//!     Gcra::new(Rate::per_second(10), 20)?,
+//!     FailurePolicy::FailOpen,
+//! )?;
+//! let outcome = limiter.try_acquire_outcome("tenant-7", 1)?;
+//! if let Some(error) = outcome.failure() {
+//!     eprintln!("redis unavailable, decided by policy: {error}");
+//! }
+//! assert!(outcome.decision().limit() == 20);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod connection;
+mod fixed_window;
+mod gcra;
+mod limiter;
+mod sliding_log;
+mod sliding_window;
+
+pub use crate::algorithms::Anchor;
+pub use connection::{RedisBackend, RedisConfig};
+pub use fixed_window::FixedWindow;
+pub use gcra::Gcra;
+pub use limiter::{RedisAlgorithm, RedisLimiter};
+pub use sliding_log::SlidingLog;
+pub use sliding_window::{MAX_CELLS, SlidingWindow};

@@ -1,0 +1,56 @@
+-- floodgate: sliding log, exact: a sorted set of one entry per permit, scored by the server's
+-- time in us; a request is admitted if the entries of the last `window` us plus n fit the limit.
+-- A denial adds nothing (it writes only to repair a log found without a TTL).
+-- KEYS[1] sorted set, KEYS[2] sequence counter (unique member names). ARGV: limit, window in us, n.
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+local log = KEYS[1]
+local seq = KEYS[2]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+
+local function int(x) return string.format('%d', x) end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local since = '(' .. int(now - window)
+local count = redis.call('ZCOUNT', log, since, '+inf')
+
+if count + n <= limit then
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', int(now - window))
+  local last = redis.call('INCRBY', seq, n)
+  local score = int(now)
+  local entries = {}
+  for i = last - n + 1, last do
+    entries[#entries + 1] = score
+    entries[#entries + 1] = score .. ':' .. int(i)
+    if #entries >= 1000 then
+      redis.call('ZADD', log, unpack(entries))
+      entries = {}
+    end
+  end
+  if #entries > 0 then redis.call('ZADD', log, unpack(entries)) end
+  local window_ms = int(window / 1000)
+  redis.call('PEXPIRE', log, window_ms)
+  redis.call('PEXPIRE', seq, window_ms)
+  return {1, limit, limit - count - n, 0, window}
+end
+
+-- Denied: wait until the entry that must leave for n to fit is out of the window.
+local function leaves(entry) return tonumber(entry[2]) + window - now end
+local needed = count + n - limit
+local retry = window
+local reset = 0
+local blocking = redis.call('ZRANGEBYSCORE', log, since, '+inf', 'WITHSCORES', 'LIMIT', needed - 1, 1)
+if #blocking == 2 then retry = leaves(blocking) end
+local newest = redis.call('ZREVRANGEBYSCORE', log, '+inf', since, 'WITHSCORES', 'LIMIT', 0, 1)
+if #newest == 2 then
+  reset = leaves(newest)
+  if redis.call('PTTL', log) == -1 then
+    redis.call('PEXPIREAT', log, int(math.ceil((tonumber(newest[2]) + window) / 1000)))
+  end
+end
+if redis.call('PTTL', seq) == -1 then redis.call('PEXPIRE', seq, int(window / 1000)) end
+local remaining = limit - count
+if remaining < 0 then remaining = 0 end
+return {0, limit, remaining, retry, reset}

@@ -1,0 +1,72 @@
+-- floodgate: sliding window of cells (the seeds' "precision"): the window is `cells` cells of
+-- `cell` us each, aligned to the server's clock; a request counts against the current cell and
+-- the `cells - 1` before it. All cells of one limiter key live in one hash (field = cell index).
+-- KEYS[1] hash. ARGV: limit, cell length in us, cells per window, n.
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local cell = tonumber(ARGV[2])
+local cells = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+
+local function int(x) return string.format('%d', x) end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local current = math.floor(now / cell)
+if current * cell > now then current = current - 1 elseif (current + 1) * cell <= now then current = current + 1 end
+local oldest = current - cells + 1
+
+-- Live cells (index >= oldest; one above `current` was written when the clock read later and
+-- counts too), and the expired fields to delete on the next write.
+local live = {}
+local expired = {}
+local count = 0
+local newest = current
+local fields = redis.call('HGETALL', key)
+for i = 1, #fields, 2 do
+  local index = tonumber(fields[i])
+  local taken = tonumber(fields[i + 1])
+  if not index or not taken then
+    return redis.error_reply('floodgate: ' .. key .. ' holds a field that is not a cell')
+  end
+  if index < oldest then
+    expired[#expired + 1] = fields[i]
+  else
+    live[#live + 1] = {index, taken}
+    count = count + taken
+    if index > newest then newest = index end
+  end
+end
+-- A cell leaves the window when the current index reaches index + cells.
+local function leaves(index) return (index + cells) * cell - now end
+
+if count + n <= limit then
+  redis.call('HINCRBY', key, int(current), n)
+  for i = 1, #expired, 1000 do
+    redis.call('HDEL', key, unpack(expired, i, math.min(i + 999, #expired)))
+  end
+  redis.call('PEXPIREAT', key, int((newest + cells) * cell / 1000))
+  return {1, limit, limit - count - n, 0, leaves(newest)}
+end
+
+-- Denied: the wait is until enough of the oldest cells have left the window.
+table.sort(live, function(a, b) return a[1] < b[1] end)
+local needed = count + n - limit
+local freed = 0
+local retry = 0
+local reset = 0
+for _, entry in ipairs(live) do
+  if entry[2] > 0 then
+    freed = freed + entry[2]
+    if retry == 0 and freed >= needed then retry = leaves(entry[1]) end
+    reset = leaves(entry[1])
+  end
+end
+if retry == 0 then retry = leaves(newest) end
+if redis.call('PTTL', key) == -1 then
+  redis.call('PEXPIREAT', key, int((newest + cells) * cell / 1000))
+end
+local remaining = limit - count
+if remaining < 0 then remaining = 0 end
+return {0, limit, remaining, retry, reset}

@@ -1,0 +1,144 @@
+//! The failure policy: a server killed mid-run and restarted, a server never there, a key of the
+//! wrong type. Every call returns within the timeout (plus scheduling slack) and never panics.
+
+use std::time::{Duration, Instant};
+
+use floodgate::backend::FailurePolicy;
+use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+
+use super::server::RedisServer;
+
+const SHORT: Duration = Duration::from_millis(150);
+/// Bound on one call while the server is down: the timeout plus generous scheduling slack.
+const CALL_BOUND: Duration = Duration::from_secs(2);
+
+fn limiter(backend: &RedisBackend, policy: FailurePolicy) -> RedisLimiter<FixedWindow> {
+    let name = format!(
+        "policy-{}",
+        policy.share().map_or("x".to_string(), |s| s.to_string())
+    );
+    RedisLimiter::new(
+        backend,
+        &name,
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+        policy,
+    )
+    .unwrap()
+}
+
+/// Calls until Redis itself decides again (the connection reconnects in the background).
+fn until_redis_answers(limiter: &RedisLimiter<FixedWindow>, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let outcome = limiter.try_acquire_outcome(key, 1).unwrap();
+        if outcome.failure().is_none() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Redis never answered again: {:?}",
+            outcome.failure()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn server_killed_mid_run_and_restarted_the_policy_holds() {
+    let mut server = RedisServer::start();
+    let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(SHORT)).unwrap();
+    let open = limiter(&backend, FailurePolicy::FailOpen);
+    let closed = limiter(&backend, FailurePolicy::FailClosed);
+    let fallback = limiter(&backend, FailurePolicy::local_fallback(0.5).unwrap());
+    for l in [&open, &closed, &fallback] {
+        until_redis_answers(l, "warm-up");
+        assert!(l.try_acquire_outcome("k", 1).unwrap().failure().is_none());
+    }
+    let before = [open.failures(), closed.failures(), fallback.failures()];
+    assert!(before.iter().all(|c| c.total() == 0));
+
+    server.kill();
+    let timed = |l: &RedisLimiter<FixedWindow>| {
+        let started = Instant::now();
+        let outcome = l.try_acquire_outcome("k", 1).unwrap();
+        assert!(
+            started.elapsed() < CALL_BOUND,
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(outcome.failure().is_some(), "decided by a dead server?");
+        outcome.decision()
+    };
+    for _ in 0..20 {
+        assert!(timed(&open).is_allowed());
+        let denied = timed(&closed);
+        assert!(!denied.is_allowed());
+        assert_eq!(denied.retry_after(), SHORT);
+    }
+    // The local fallback admits exactly its share (5 of 10) for the key, and no more.
+    let admitted = (0..20).filter(|_| timed(&fallback).is_allowed()).count();
+    assert_eq!(admitted, 5);
+    assert_eq!(open.failures().total(), 20);
+    assert_eq!(closed.failures().total(), 20);
+    assert_eq!(fallback.failures().total(), 20);
+
+    server.restart();
+    for l in [&open, &closed, &fallback] {
+        until_redis_answers(l, "after-restart");
+    }
+    // Redis decides again (its data is gone: no persistence), exactly.
+    let admitted = (0..20).filter(|_| {
+        let outcome = closed.try_acquire_outcome("fresh", 1).unwrap();
+        assert!(outcome.failure().is_none());
+        outcome.decision().is_allowed()
+    });
+    assert_eq!(admitted.count(), 10);
+}
+
+#[test]
+fn a_server_that_is_not_there_is_decided_by_the_policy_within_the_timeout() {
+    // A port nobody listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let backend = RedisBackend::connect(
+        RedisConfig::single(format!("redis://127.0.0.1:{port}")).timeout(SHORT),
+    )
+    .unwrap();
+    let closed = limiter(&backend, FailurePolicy::FailClosed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        let started = Instant::now();
+        assert!(!closed.try_acquire("k", 1).unwrap().is_allowed());
+        let outcome = runtime
+            .block_on(closed.try_acquire_outcome_async("k", 1))
+            .unwrap();
+        assert!(!outcome.decision().is_allowed() && outcome.failure().is_some());
+        assert!(started.elapsed() < 2 * CALL_BOUND);
+    }
+    assert_eq!(closed.failures().total(), 10);
+}
+
+#[test]
+fn a_script_error_is_counted_and_reported() {
+    let server = RedisServer::start();
+    let backend =
+        RedisBackend::connect(RedisConfig::single(server.url()).timeout(super::TIMEOUT)).unwrap();
+    let open = limiter(&backend, FailurePolicy::FailOpen);
+    let key = &open.redis_keys("k")[0];
+    server.cli(&["SET", key, "not a number"]);
+    let outcome = open.try_acquire_outcome("k", 1).unwrap();
+    assert!(outcome.decision().is_allowed());
+    let error = outcome
+        .failure()
+        .expect("the script refuses a key it does not own")
+        .to_string();
+    assert!(error.contains("does not hold a counter"), "{error}");
+    assert_eq!(open.failures().errors, 1);
+    assert_eq!(open.failures().timeouts, 0);
+}

@@ -1,0 +1,247 @@
+//! Real `redis-server` processes for the tests and the bench: started on free loopback ports in
+//! temporary directories, killed (and their directories removed) when the guard drops.
+#![allow(dead_code)] // each user (tests, bench) uses a part
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer PING after it starts.
+const START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One `redis-server` on 127.0.0.1. Dropping it kills it and removes its directory.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    cluster: bool,
+    child: Option<Child>,
+}
+
+/// Whether redis-server and redis-cli are installed.
+pub fn available() -> bool {
+    ["redis-server", "redis-cli"].iter().all(|bin| {
+        Command::new(bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// A port that was free a moment ago (and, for cluster nodes, whose bus port +10000 was too).
+fn free_port(with_bus: bool) -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().unwrap().port();
+        if !with_bus {
+            return port;
+        }
+        if port <= 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn temp_dir(port: u16) -> PathBuf {
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-redis-{}-{}-{port}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create a temp dir");
+    dir
+}
+
+impl RedisServer {
+    /// A standalone server without persistence.
+    pub fn start() -> Self {
+        Self::start_node(false)
+    }
+
+    fn start_node(cluster: bool) -> Self {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = free_port(cluster);
+            let mut server = RedisServer {
+                port,
+                dir: temp_dir(port),
+                cluster,
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut command = Command::new("redis-server");
+        command
+            .current_dir(&self.dir)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--loglevel", "warning", "--logfile", "redis.log"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.cluster {
+            command.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+            ]);
+        }
+        let child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_DEADLINE;
+        while Instant::now() < deadline {
+            if self.ping() {
+                return Ok(());
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                return Err(format!("exited with {status}: {log}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err("no PONG within the deadline".into())
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut reply = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG\r\n"
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (its data is gone: no persistence).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Runs `redis-cli -p port ARGS…` and returns its trimmed stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        assert!(output.status.success(), "redis-cli {args:?} failed");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    /// Runs `redis-cli` and returns its trimmed stdout, whatever its exit status.
+    pub fn cli_unchecked(&self, args: &[&str]) -> String {
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The server's `TIME` in microseconds.
+    pub fn time_micros(&self) -> u64 {
+        let time = self.cli(&["TIME"]);
+        let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
+        parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas), created with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_node(true)).collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let output = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.nodes.iter().all(|n| {
+            let info = n.cli(&["CLUSTER", "INFO"]);
+            info.contains("cluster_state:ok")
+                && info.contains("cluster_slots_ok:16384")
+                && info.contains("cluster_known_nodes:3")
+        }) {
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// How many nodes hold `key` (each node answers only for its own slots).
+    pub fn holders(&self, key: &str) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.cli_unchecked(&["EXISTS", key]) == "1")
+            .count()
+    }
+}

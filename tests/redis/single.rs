@@ -1,0 +1,364 @@
+//! One redis-server: exact counts under contention (threads, tasks, two processes), decision
+//! fields, TTLs, the no-TTL repair, SCRIPT FLUSH.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate::redis::{FixedWindow, Gcra, RedisConfig, SlidingLog, SlidingWindow};
+use floodgate::{AcquireError, Rate};
+
+use super::server::RedisServer;
+use super::{Acquire, backend, for_each_algorithm, hammer, limiter};
+
+#[test]
+fn eight_threads_admit_exactly_the_limit_for_every_algorithm() {
+    let server = RedisServer::start();
+    let backend = backend(RedisConfig::single(server.url()));
+    for_each_algorithm(100, |what, make| {
+        let limiter: Arc<dyn Acquire> = Arc::from(make(&backend, "threads"));
+        assert_eq!(hammer(Arc::clone(&limiter), "k", 8, 40), 100, "{what}");
+        // Every key the decisions touched has a TTL.
+        for key in limiter.redis_keys("k") {
+            let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
+            assert!(ttl > 0, "{what}: {key} has PTTL {ttl}");
+        }
+    });
+}
+
+#[test]
+fn aligned_window_admits_exactly_the_limit_within_one_window() {
+    let server = RedisServer::start();
+    let backend = backend(RedisConfig::single(server.url()));
+    let hour = Duration::from_secs(3600);
+    let window_micros = 3_600_000_000;
+    // A run that straddles the hour (read on the server's clock) is retried once: the next run
+    // starts just after the boundary, a whole hour from the next one.
+    for attempt in 0..2 {
+        let limiter: Arc<dyn Acquire> = Arc::new(limiter(
+            &backend,
+            "aligned",
+            FixedWindow::aligned(50, hour).unwrap(),
+        ));
+        let key = format!("attempt-{attempt}");
+        let before = server.time_micros() / window_micros;
+        let admitted = hammer(Arc::clone(&limiter), &key, 8, 20);
+        let after = server.time_micros() / window_micros;
+        if before == after {
+            assert_eq!(admitted, 50);
+            // PEXPIREAT at the window's end: the TTL ends on a whole hour of server time.
+            let redis_key = &limiter.redis_keys(&key)[0];
+            let expire_at_ms: u64 = server.cli(&["PEXPIRETIME", redis_key]).parse().unwrap();
+            assert_eq!(expire_at_ms % 3_600_000, 0);
+            assert_eq!(expire_at_ms * 1000 / window_micros, before + 1);
+            return;
+        }
+        assert!(admitted <= 100);
+    }
+    panic!("two runs straddled an hour boundary");
+}
+
+#[test]
+fn async_tasks_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    let backend = backend(RedisConfig::single(server.url()));
+    let limiter = Arc::new(limiter(
+        &backend,
+        "async",
+        Gcra::new(Rate::per_hour(1), 64).unwrap(),
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let admitted: usize = runtime.block_on(async {
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                tokio::spawn(async move {
+                    let mut admitted = 0;
+                    for _ in 0..8 {
+                        let outcome = limiter.try_acquire_outcome_async("k", 1).await.unwrap();
+                        assert!(outcome.failure().is_none());
+                        admitted += usize::from(outcome.decision().is_allowed());
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for task in tasks {
+            total += task.await.unwrap();
+        }
+        total
+    });
+    assert_eq!(admitted, 64);
+}
+
+/// Env var that turns the re-invoked test binary into the second process.
+const CHILD_PORT: &str = "FLOODGATE_REDIS_CHILD_PORT";
+
+/// Both processes meet here (a counter in Redis) so that their hammering overlaps.
+fn barrier(server_url: &str) {
+    let client = redis::Client::open(server_url).unwrap();
+    let mut connection = client.get_connection().unwrap();
+    let _: i64 = redis::cmd("INCR")
+        .arg("barrier")
+        .query(&mut connection)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while redis::cmd("GET")
+        .arg("barrier")
+        .query::<i64>(&mut connection)
+        .unwrap()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the other process never arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn share_of_two_processes(url: &str) -> usize {
+    let backend = backend(RedisConfig::single(url));
+    let limiter: Arc<dyn Acquire> = Arc::new(limiter(
+        &backend,
+        "processes",
+        FixedWindow::new(500, Duration::from_secs(60)).unwrap(),
+    ));
+    barrier(url);
+    hammer(limiter, "shared", 8, 50)
+}
+
+#[test]
+fn two_processes_of_eight_threads_share_one_limit_exactly() {
+    if let Ok(port) = std::env::var(CHILD_PORT) {
+        // The second process: report its share on stdout.
+        let admitted = share_of_two_processes(&format!("redis://127.0.0.1:{port}"));
+        println!("child-admitted={admitted}");
+        return;
+    }
+    let server = RedisServer::start();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "single::two_processes_of_eight_threads_share_one_limit_exactly",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_PORT, server.port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = share_of_two_processes(&server.url());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let child: usize = stdout
+        .lines()
+        .find_map(|l| l.split("child-admitted=").nth(1))
+        .unwrap_or_else(|| panic!("no count from the child: {stdout}"))
+        .trim()
+        .parse()
+        .unwrap();
+    // 2 processes × 8 threads × 50 attempts = 800 > 500: the limit is reached exactly.
+    assert_eq!(parent + child, 500, "parent {parent}, child {child}");
+}
+
+#[test]
+fn decisions_carry_the_same_fields_as_the_local_limiters() {
+    let server = RedisServer::start();
+    let b = backend(RedisConfig::single(server.url()));
+    let minute = Duration::from_secs(60);
+
+    // Fixed window: remaining counts down, a denial waits for the window's end.
+    let fw = limiter(&b, "fields", FixedWindow::new(5, minute).unwrap());
+    let d = fw.try_acquire("k", 2).unwrap();
+    assert!(d.is_allowed() && d.limit() == 5 && d.remaining() == 3);
+    assert!(d.retry_after().is_zero() && d.reset_after() <= minute && !d.reset_after().is_zero());
+    assert_eq!(fw.try_acquire("k", 3).unwrap().remaining(), 0);
+    let denied = fw.try_acquire("k", 1).unwrap();
+    assert!(!denied.is_allowed() && denied.remaining() == 0);
+    assert!(denied.retry_after() <= minute && !denied.retry_after().is_zero());
+    assert_eq!(denied.retry_after(), denied.reset_after());
+    assert_eq!(
+        fw.try_acquire("k", 6).unwrap_err(),
+        AcquireError::ExceedsCapacity {
+            requested: 6,
+            capacity: 5
+        }
+    );
+    assert_eq!(
+        fw.try_acquire("k", 0).unwrap_err(),
+        AcquireError::ZeroPermits
+    );
+
+    // GCRA: 1 per second, burst 3. After the burst, the next permit is at most 1 s away.
+    let gcra = limiter(&b, "fields", Gcra::new(Rate::per_second(1), 3).unwrap());
+    let d = gcra.try_acquire("k", 3).unwrap();
+    assert!(d.is_allowed() && d.remaining() == 0 && d.reset_after() == Duration::from_secs(3));
+    let denied = gcra.try_acquire("k", 2).unwrap();
+    assert!(!denied.is_allowed() && denied.remaining() == 0);
+    assert!(!denied.retry_after().is_zero() && denied.retry_after() <= Duration::from_secs(2));
+    assert!(!denied.reset_after().is_zero() && denied.reset_after() <= Duration::from_secs(3));
+
+    // Sliding log: a denial adds no entry, however often it is repeated.
+    let log = limiter(&b, "fields", SlidingLog::new(3, minute).unwrap());
+    assert_eq!(log.try_acquire("k", 2).unwrap().remaining(), 1);
+    let d = log.try_acquire("k", 1).unwrap();
+    assert!(d.is_allowed() && d.remaining() == 0 && d.reset_after() == minute);
+    for n in [1, 2, 3, 1] {
+        let denied = log.try_acquire("k", n).unwrap();
+        assert!(!denied.is_allowed());
+        assert!(denied.retry_after() <= minute && denied.reset_after() <= minute);
+    }
+    assert_eq!(server.cli(&["ZCARD", &log.redis_keys("k")[0]]), "3");
+
+    // Sliding window: n > 1 counted in full; remaining is what is left of the window.
+    let sw = limiter(
+        &b,
+        "fields",
+        SlidingWindow::new(4, minute, Duration::from_secs(1)).unwrap(),
+    );
+    assert_eq!(sw.try_acquire("k", 3).unwrap().remaining(), 1);
+    let denied = sw.try_acquire("k", 2).unwrap();
+    assert!(!denied.is_allowed() && denied.remaining() == 1);
+    assert!(denied.retry_after() <= minute && denied.retry_after() > Duration::from_secs(30));
+    assert!(sw.try_acquire("k", 1).unwrap().is_allowed());
+}
+
+#[test]
+fn keys_found_without_a_ttl_are_repaired() {
+    let server = RedisServer::start();
+    let b = backend(RedisConfig::single(server.url()));
+    // Each algorithm: fill the limit, strip every TTL (PERSIST), then one denied decision must
+    // give every key a TTL again.
+    let minute = Duration::from_secs(60);
+    // (An aligned window may roll over between the calls; its next decision is then admitted,
+    // and must have set the TTL just the same.)
+    let check = |what: &str, limiter: &dyn Acquire| {
+        let aligned = what == "aligned";
+        assert!(
+            limiter.try_acquire("k", 2).decision().is_allowed(),
+            "{what}"
+        );
+        for key in limiter.redis_keys("k") {
+            assert_eq!(server.cli(&["PERSIST", &key]), "1", "{what}: {key}");
+            assert_eq!(server.cli(&["PTTL", &key]), "-1");
+        }
+        let next = limiter.try_acquire("k", 1).decision();
+        assert!(aligned || !next.is_allowed(), "{what}");
+        for key in limiter.redis_keys("k") {
+            let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
+            assert!(ttl > 0 && ttl <= 60_000, "{what}: {key} has PTTL {ttl}");
+        }
+    };
+    check(
+        "fixed",
+        &limiter(&b, "repair", FixedWindow::new(2, minute).unwrap()),
+    );
+    check(
+        "aligned",
+        &limiter(&b, "repair", FixedWindow::aligned(2, minute).unwrap()),
+    );
+    check(
+        "sliding window",
+        &limiter(
+            &b,
+            "repair",
+            SlidingWindow::new(2, minute, Duration::from_secs(6)).unwrap(),
+        ),
+    );
+    check(
+        "sliding log",
+        &limiter(&b, "repair", SlidingLog::new(2, minute).unwrap()),
+    );
+    check(
+        "gcra",
+        &limiter(&b, "repair", Gcra::new(Rate::per_minute(2), 2).unwrap()),
+    );
+
+    // A counter written by hand, at the limit and without a TTL, no longer blocks forever: the
+    // next decision gives it the window as TTL, and once that passes requests are admitted.
+    let short = limiter(
+        &b,
+        "repair",
+        FixedWindow::new(5, Duration::from_millis(200)).unwrap(),
+    );
+    let key = &short.redis_keys("stuck")[0];
+    server.cli(&["SET", key, "5"]);
+    assert!(!short.try_acquire("stuck", 1).unwrap().is_allowed());
+    let ttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+    assert!(ttl > 0 && ttl <= 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !short.try_acquire("stuck", 1).unwrap().is_allowed() {
+        assert!(
+            Instant::now() < deadline,
+            "the repaired counter never expired"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn script_flush_is_survived() {
+    let server = RedisServer::start();
+    let b = backend(RedisConfig::single(server.url()));
+    for_each_algorithm(10, |what, make| {
+        let limiter = make(&b, "flush");
+        for _ in 0..4 {
+            assert!(
+                limiter.try_acquire("k", 1).decision().is_allowed(),
+                "{what}"
+            );
+        }
+        assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
+        // NOSCRIPT → SCRIPT LOAD → EVALSHA, inside the same call; the count carries on.
+        let outcome = limiter.try_acquire("k", 6);
+        assert!(
+            outcome.failure().is_none(),
+            "{what}: {:?}",
+            outcome.failure()
+        );
+        assert!(
+            outcome.decision().is_allowed() && outcome.decision().remaining() == 0,
+            "{what}"
+        );
+        assert!(
+            !limiter.try_acquire("k", 1).decision().is_allowed(),
+            "{what}"
+        );
+    });
+}
+
+#[test]
+fn sync_calls_and_drops_inside_an_async_runtime_neither_panic_nor_deadlock() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    let admitted = runtime.block_on(async move {
+        // Built, used through the blocking API, and dropped on the runtime's only thread.
+        let backend = backend(RedisConfig::single(url));
+        let limiter = limiter(
+            &backend,
+            "inside",
+            SlidingLog::new(3, Duration::from_secs(60)).unwrap(),
+        );
+        let admitted = (0..5)
+            .filter(|_| {
+                let outcome = Acquire::try_acquire(&limiter, "k", 1);
+                assert!(outcome.failure().is_none());
+                outcome.decision().is_allowed()
+            })
+            .count();
+        let outcome = limiter.try_acquire_outcome_async("k", 1).await.unwrap();
+        assert!(outcome.failure().is_none() && !outcome.decision().is_allowed());
+        drop(limiter);
+        drop(backend);
+        admitted
+    });
+    assert_eq!(admitted, 3);
+}
