@@ -31,6 +31,7 @@
 pub mod algorithms;
 pub mod clock;
 pub mod decision;
+pub mod keyed;
 pub mod limiter;
 pub mod packed;
 mod sync;
@@ -38,4 +39,5 @@ mod sync;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
+pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
