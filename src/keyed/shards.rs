@@ -14,7 +14,7 @@
 //!   as the old one would have.
 
 use std::borrow::Borrow;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::hash::Hash;
 
 use crossbeam_utils::CachePadded;
@@ -337,51 +337,28 @@ fn sweep<K: Hash + Eq, R, S: KeySlot<R>>(shard: &mut Shard<K, S>, rules: &R, now
     dropped
 }
 
-/// Fills `victims` with the keys holding the fewest permits (a batch, so picking costs O(1)
-/// amortised per eviction), the fewest last so `pop` takes it first.
+/// Fills `victims` with the keys holding the fewest permits, a quarter of the shard at a time
+/// (so picking costs O(1) amortised per eviction), the fewest last so `pop` takes it first.
 fn pick_victims<K: Hash + Eq + Clone, R, S: KeySlot<R>>(
     shard: &mut Shard<K, S>,
     rules: &R,
     now: u64,
 ) {
-    /// A key and the permits it holds, ordered by the permits only.
-    struct Candidate<'a, K>(u64, &'a K);
-    impl<K> PartialEq for Candidate<'_, K> {
-        fn eq(&self, other: &Self) -> bool {
-            self.0 == other.0
-        }
-    }
-    impl<K> Eq for Candidate<'_, K> {}
-    impl<K> PartialOrd for Candidate<'_, K> {
-        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-    impl<K> Ord for Candidate<'_, K> {
-        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-            self.0.cmp(&other.0)
-        }
-    }
-
-    let batch = (shard.map.len() / 16).clamp(1, 256);
-    // A max-heap on the permits held keeps the `batch` smallest seen so far.
-    let mut heap = BinaryHeap::with_capacity(batch + 1);
-    for (key, slot) in &shard.map {
-        let used = match slot.liveness(rules, now) {
-            Liveness::Idle => 0,
-            Liveness::Live { used, .. } => used,
-        };
-        heap.push(Candidate(used, key));
-        if heap.len() > batch {
-            heap.pop();
-        }
-    }
-    // Ascending, then reversed: the fewest permits are popped first.
-    let chosen: Vec<K> = heap
-        .into_sorted_vec()
-        .into_iter()
-        .rev()
-        .map(|Candidate(_, key)| key.clone())
+    let mut candidates: Vec<(u64, &K)> = shard
+        .map
+        .iter()
+        .map(|(key, slot)| match slot.liveness(rules, now) {
+            Liveness::Idle => (0, key),
+            Liveness::Live { used, .. } => (used, key),
+        })
         .collect();
+    let batch = (candidates.len() / 4).clamp(1, 1024);
+    if candidates.len() > batch {
+        candidates.select_nth_unstable_by_key(batch - 1, |&(used, _)| used);
+        candidates.truncate(batch);
+    }
+    // Most permits first: `pop` takes the fewest.
+    candidates.sort_unstable_by_key(|&(used, _)| std::cmp::Reverse(used));
+    let chosen: Vec<K> = candidates.into_iter().map(|(_, key)| key.clone()).collect();
     shard.victims = chosen;
 }
