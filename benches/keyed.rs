@@ -44,15 +44,18 @@ static ALLOCATOR: Counting = Counting;
 
 const MILLION: u64 = 1 << 20;
 
-/// Always admits in these loops (a permit every nanosecond, bursts of 1000), so every check
-/// is the full allow path: lookup, decide, one compare-exchange.
+/// Bursts of a million, one permit an hour back: every key stays live (held) for the whole run,
+/// so nothing is swept and both maps really hold every key. The 1k and 1M key loops are admitted
+/// (the full path: lookup, decide, one compare-exchange); the hot key is drained first, so its
+/// loop is the deny path (an attacker hammering one key).
+const BURST: u32 = 1_000_000;
+
 fn gcra() -> Gcra {
-    Gcra::new(Rate::per_second(1_000_000_000), 1_000).unwrap()
+    Gcra::new(Rate::per_hour(1), BURST).unwrap()
 }
 
 fn quota() -> Quota {
-    Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap())
-        .allow_burst(NonZeroU32::new(1_000).unwrap())
+    Quota::per_hour(NonZeroU32::new(1).unwrap()).allow_burst(NonZeroU32::new(BURST).unwrap())
 }
 
 fn floodgate_keyed<K: Hash + Eq + Clone + Send + Sync + 'static>() -> Keyed<K, Gcra> {
@@ -77,9 +80,9 @@ impl DashKeyed {
             clock: QuantaClock::new(),
         }
     }
-    fn check(&self, key: u64) -> bool {
+    fn check(&self, key: u64, n: u32) -> bool {
         let now = self.clock.now_nanos();
-        let run = |word: &AtomicU64| update(word, |s| self.algorithm.decide(s, now, 1));
+        let run = |word: &AtomicU64| update(word, |s| self.algorithm.decide(s, now, n));
         match self.map.get(&key) {
             Some(word) => run(&word),
             None => run(&self.map.entry(key).or_default()),
@@ -185,8 +188,23 @@ fn bench(c: &mut Criterion) {
         for key in (0..held).map(key_of) {
             ours.check(&key, 1).unwrap();
             let _ = governor.check_key(&key);
-            dash.check(key);
+            dash.check(key, 1);
         }
+        if shape == "hot_key" {
+            let rest = BURST - held as u32;
+            assert!(ours.check(&0, rest).unwrap().is_allowed());
+            assert!(
+                governor
+                    .check_key_n(&0, NonZeroU32::new(rest).unwrap())
+                    .unwrap()
+                    .is_ok()
+            );
+            assert!(dash.check(0, rest));
+            assert!(!ours.check(&0, 1).unwrap().is_allowed());
+        }
+        let distinct = if shape == "hot_key" { 1 } else { held };
+        assert_eq!(ours.len() as u64, distinct, "every key held, none swept");
+        assert_eq!(governor.len() as u64, distinct);
         let mut group = c.benchmark_group(format!("keyed/{shape}"));
         for threads in [1, cores] {
             let contenders: [(&str, Check); 3] = [
@@ -205,7 +223,7 @@ fn bench(c: &mut Criterion) {
                 ("dashmap_floodgate_word", {
                     let dash = Arc::clone(&dash);
                     Arc::new(move |i| {
-                        black_box(dash.check(key_of(i)));
+                        black_box(dash.check(key_of(i), 1));
                     })
                 }),
             ];
