@@ -32,6 +32,7 @@ pub mod algorithms;
 pub mod backend;
 pub mod clock;
 pub mod decision;
+pub mod keyed;
 pub mod limiter;
 pub mod packed;
 #[cfg(feature = "redis")]
@@ -41,6 +42,7 @@ mod sync;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
+pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
 
 /// The README's code blocks, compiled and run as doctests so the quick start cannot rot.

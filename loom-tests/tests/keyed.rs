@@ -1,0 +1,140 @@
+#![cfg(loom)]
+//! loom models of the keyed map's protocol beyond the CAS loop: a check racing the insert, the
+//! sweep or the eviction of its key (shard read lock vs write lock, each reading the clock under
+//! its lock).
+
+use std::time::Duration;
+
+use floodgate::keyed::WhenFull;
+use floodgate::{Clock, FixedWindow, Keyed};
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::thread;
+
+/// A manual clock on a loom atomic, so loom explores where its reads fall.
+#[derive(Clone)]
+struct LoomClock(Arc<AtomicU64>);
+
+impl LoomClock {
+    fn set(&self, nanos: u64) {
+        // SeqCst: a test clock; the simplest ordering.
+        self.0.store(nanos, Ordering::SeqCst);
+    }
+}
+
+impl Clock for LoomClock {
+    fn now_nanos(&self) -> u64 {
+        // SeqCst: as set.
+        self.0.load(Ordering::SeqCst)
+    }
+    fn sleep(&self, _: Duration) {}
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    let bound = std::env::var("LOOM_MAX_PREEMPTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    builder.preemption_bound = Some(bound.unwrap_or(3));
+    builder.check(f);
+}
+
+/// One permit per aligned 10 ns window, `cap` keys in one shard.
+fn keyed(
+    clock: &LoomClock,
+    cap: usize,
+    when_full: WhenFull,
+) -> Arc<Keyed<u32, FixedWindow, LoomClock>> {
+    Arc::new(
+        Keyed::builder(FixedWindow::aligned(1, Duration::from_nanos(10)).unwrap())
+            .clock(clock.clone())
+            .max_keys(cap)
+            .shards(1)
+            .when_full(when_full)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Key 1 used its permit in window [0, 10). While A checks key 1 again, B moves time to 10 and
+/// inserts key 2 into the full map, evicting key 1 (idle at 10). Whatever the interleaving, A is
+/// never admitted in window [0, 10): if allowed, it is in [10, 20).
+#[test]
+fn eviction_racing_a_check_never_readmits_in_the_old_window() {
+    model(|| {
+        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+        let keyed = keyed(&clock, 1, WhenFull::EvictLeastUsed);
+        assert!(keyed.check(&1, 1).unwrap().is_allowed());
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.check(&1, 1).unwrap())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            let clock = clock.clone();
+            thread::spawn(move || {
+                clock.set(10);
+                keyed.check(&2, 1).unwrap()
+            })
+        };
+        let a = a.join().unwrap();
+        let b = b.join().unwrap();
+        if a.is_allowed() {
+            assert_eq!(
+                a.reset_after(),
+                Duration::from_nanos(10),
+                "admitted in [10, 20)"
+            );
+        }
+        assert!(keyed.len() <= 1);
+        assert!(a.is_allowed() || b.is_allowed());
+    });
+}
+
+/// Two threads bring the same new key at once: one insert, one admission.
+#[test]
+fn racing_inserts_of_one_key_admit_once() {
+    model(|| {
+        let clock = LoomClock(Arc::new(AtomicU64::new(0)));
+        let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.check(&7, 1).unwrap().is_allowed())
+            })
+            .collect();
+        let admitted = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|&allowed| allowed)
+            .count();
+        assert_eq!(admitted, 1);
+        assert_eq!(keyed.len(), 1);
+    });
+}
+
+/// A sweep racing a check of an idle key: the check's admission is never lost (the sweep drops
+/// the key only before the check, which then starts it fresh).
+#[test]
+fn sweep_racing_a_check_loses_no_admission() {
+    model(|| {
+        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+        let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
+        assert!(keyed.check(&1, 1).unwrap().is_allowed());
+        clock.set(10); // key 1 is idle now
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.check(&1, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.retain_recent())
+        };
+        assert!(a.join().unwrap());
+        b.join().unwrap();
+        assert!(
+            !keyed.check(&1, 1).unwrap().is_allowed(),
+            "the permit of [10, 20) is taken"
+        );
+    });
+}

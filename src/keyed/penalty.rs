@@ -1,0 +1,399 @@
+//! The penalty box: a key denied `strikes` times within `span` is blocked for `block` — every
+//! request refused, whatever its limiter says — then starts over with a clean record.
+//!
+//! Each key gets a second word, the *jail word*, beside its algorithm's word:
+//!
+//! ```text
+//! bits 63..58  marker  0 = no strike, 1..=61 = strikes counted, 63 = blocked
+//! bits 57..0   time    in units of 64 ns: the span's start (counting) or the block's end (blocked)
+//! ```
+//!
+//! Times are rounded **up** to a multiple of 64 ns, so a span or a block lasts at most 63 ns
+//! longer than configured, never shorter (times in whole milliseconds are exact). 58 bits of
+//! 64 ns units cover the whole `u64` nanosecond timeline. The jail word is updated with the one
+//! CAS loop ([`crate::limiter::update`]), only on the deny path; a blocked key's denials read it
+//! and write nothing.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::shards::{KeySlot, Liveness, ShardedMap};
+use super::{KeyedStats, word_liveness};
+use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::decision::{AcquireError, ConfigError, Decision};
+use crate::limiter::{Algorithm, Step, update};
+use crate::sync::{AtomicU64, Ordering};
+
+const UNIT_SHIFT: u32 = 6;
+const TIME_BITS: u32 = 58;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+const BLOCKED: u64 = 63;
+/// The most strikes a penalty box can count to.
+const MAX_STRIKES: u32 = 62;
+
+/// When a key is blocked: after `strikes` denials within `span`, for `block`.
+///
+/// ```
+/// use floodgate::PenaltyBox;
+/// use std::time::Duration;
+/// // 5 denials within 10 s: blocked for 10 minutes.
+/// let penalty = PenaltyBox::new(5, Duration::from_secs(10), Duration::from_secs(600))?;
+/// assert_eq!(penalty.strikes(), 5);
+/// assert!(PenaltyBox::new(0, Duration::from_secs(1), Duration::from_secs(1)).is_err());
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PenaltyBox {
+    strikes: u32,
+    span_nanos: u64,
+    block_nanos: u64,
+}
+
+impl PenaltyBox {
+    /// Blocks a key for `block` once it has been denied `strikes` times within `span` (the span
+    /// opens at the first strike).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `strikes` outside `1..=62`, [`ConfigError::ZeroPeriod`] for a
+    /// zero span or block.
+    pub fn new(strikes: u32, span: Duration, block: Duration) -> Result<Self, ConfigError> {
+        if !(1..=MAX_STRIKES).contains(&strikes) {
+            return Err(ConfigError::Invalid {
+                what: "penalty strikes",
+                why: "must be in 1..=62",
+            });
+        }
+        if span.is_zero() || block.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        Ok(PenaltyBox {
+            strikes,
+            span_nanos: duration_to_nanos(span),
+            block_nanos: duration_to_nanos(block),
+        })
+    }
+
+    /// Denials within the span that trigger a block.
+    pub fn strikes(&self) -> u32 {
+        self.strikes
+    }
+
+    /// The span strikes are counted in.
+    pub fn span(&self) -> Duration {
+        Duration::from_nanos(self.span_nanos)
+    }
+
+    /// How long a block lasts.
+    pub fn block(&self) -> Duration {
+        Duration::from_nanos(self.block_nanos)
+    }
+
+    /// Records a strike at `now` against `word`; `denial` is what the key's limiter said.
+    /// The step's decision is `denial`, or the block's denial if this strike starts one.
+    pub(crate) fn strike(&self, word: u64, now: u64, denial: Decision) -> Step {
+        let (marker, time) = unpack(word);
+        let counted = match marker {
+            1..=61 if now < time_nanos(time).saturating_add(self.span_nanos) => marker,
+            // Clean, expired, or a block that has ended: a new span opens now.
+            _ => 0,
+        };
+        let start = if counted == 0 { to_units(now) } else { time };
+        if counted + 1 >= u64::from(self.strikes) {
+            let until = to_units(now.saturating_add(self.block_nanos));
+            let left = time_nanos(until).saturating_sub(now);
+            return Step {
+                next: Some(pack(BLOCKED, until)),
+                decision: Decision::deny(denial.limit(), 0, left, left.max(denial_reset(denial))),
+            };
+        }
+        Step {
+            next: Some(pack(counted + 1, start)),
+            decision: denial,
+        }
+    }
+
+    /// Nanoseconds the key stays blocked, if it is blocked at `now`.
+    #[inline]
+    pub(crate) fn blocked_for(word: u64, now: u64) -> Option<u64> {
+        let (marker, time) = unpack(word);
+        let until = time_nanos(time);
+        (marker == BLOCKED && now < until).then(|| until - now)
+    }
+
+    /// Idle (a fresh word would behave the same from `now` on), or when it turns idle.
+    pub(crate) fn liveness(&self, word: u64, now: u64) -> Option<u64> {
+        let (marker, time) = unpack(word);
+        let ends = match marker {
+            0 => return None,
+            BLOCKED => time_nanos(time),
+            _ => time_nanos(time).saturating_add(self.span_nanos),
+        };
+        (now < ends).then(|| ends - now)
+    }
+}
+
+fn denial_reset(denial: Decision) -> u64 {
+    duration_to_nanos(denial.reset_after())
+}
+
+fn unpack(word: u64) -> (u64, u64) {
+    (word >> TIME_BITS, word & TIME_MASK)
+}
+
+fn pack(marker: u64, units: u64) -> u64 {
+    (marker << TIME_BITS) | (units & TIME_MASK)
+}
+
+/// `nanos` in 64 ns units, rounded up (saturating at the last unit).
+fn to_units(nanos: u64) -> u64 {
+    nanos.div_ceil(1 << UNIT_SHIFT).min(TIME_MASK)
+}
+
+fn time_nanos(units: u64) -> u64 {
+    units << UNIT_SHIFT
+}
+
+/// One key's state with a penalty box: the algorithm's word and the jail word.
+#[derive(Default)]
+pub(crate) struct JailedSlot {
+    state: AtomicU64,
+    jail: AtomicU64,
+}
+
+/// The configuration a [`JailedSlot`] is read with.
+pub(crate) struct Rules<A> {
+    algorithm: A,
+    penalty: PenaltyBox,
+}
+
+impl<A: Algorithm> KeySlot<Rules<A>> for JailedSlot {
+    fn liveness(&self, rules: &Rules<A>, now: u64) -> Liveness {
+        // Relaxed: snapshots of self-contained words, taken under the shard's write lock.
+        let state = self.state.load(Ordering::Relaxed);
+        let jail = self.jail.load(Ordering::Relaxed);
+        let jailed = rules.penalty.liveness(jail, now);
+        match (word_liveness(&rules.algorithm, state, now), jailed) {
+            (Liveness::Idle, None) => Liveness::Idle,
+            (Liveness::Idle, Some(idle_in)) => Liveness::Live { used: 1, idle_in },
+            (live, None) => live,
+            (Liveness::Live { used, idle_in }, Some(jail_in)) => Liveness::Live {
+                // A blocked key goes last: forgetting it would lift the block.
+                used: if PenaltyBox::blocked_for(jail, now).is_some() {
+                    u64::MAX
+                } else {
+                    used
+                },
+                idle_in: idle_in.max(jail_in),
+            },
+        }
+    }
+}
+
+/// A [`Keyed`](super::Keyed) limiter with a [`PenaltyBox`]: a key denied `strikes` times within
+/// the span is refused everything for the block time. Built with
+/// [`KeyedBuilder::build_with_penalty`](super::KeyedBuilder::build_with_penalty). Each key holds
+/// two words (the algorithm's and the jail word); a blocked key is evicted last.
+///
+/// ```
+/// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+///     .clock(clock.clone())
+///     .build_with_penalty::<u32>(PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?)?;
+/// assert!(per_ip.check(&7, 1)?.is_allowed());
+/// assert!(!per_ip.check(&7, 1)?.is_allowed()); // strike 1
+/// let blocked = per_ip.check(&7, 1)?; // strike 2: blocked for a minute
+/// assert_eq!(blocked.retry_after(), Duration::from_secs(60));
+/// clock.advance(Duration::from_secs(30)); // the window has long reset, the block has not
+/// assert!(!per_ip.check(&7, 1)?.is_allowed());
+/// assert!(per_ip.is_blocked(&7));
+/// clock.advance(Duration::from_secs(30));
+/// assert!(per_ip.check(&7, 1)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PenalizedKeyed<K, A, C = QuantaClock> {
+    map: ShardedMap<K, JailedSlot>,
+    rules: Rules<A>,
+    clock: C,
+}
+
+impl<K, A, C> PenalizedKeyed<K, A, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Algorithm,
+    C: Clock,
+{
+    pub(crate) fn from_parts(
+        map: ShardedMap<K, JailedSlot>,
+        algorithm: A,
+        penalty: PenaltyBox,
+        clock: C,
+    ) -> Self {
+        PenalizedKeyed {
+            map,
+            rules: Rules { algorithm, penalty },
+            clock,
+        }
+    }
+
+    /// As [`Keyed::check`](super::Keyed::check), refusing a blocked key outright (`retry_after`
+    /// = what is left of its block), and counting each denial as a strike.
+    ///
+    /// # Errors
+    /// [`AcquireError`] when `n` is zero or above the capacity (not a strike).
+    pub fn check<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let Rules { algorithm, penalty } = &self.rules;
+        algorithm.check_permits(n)?;
+        let decided = self.map.access(key, &self.clock, &self.rules, |slot, now| {
+            // Relaxed: the jail word is self-contained; see limiter::update.
+            let jail = slot.jail.load(Ordering::Relaxed);
+            if let Some(left) = PenaltyBox::blocked_for(jail, now) {
+                return Decision::deny(algorithm.limit(), 0, left, left);
+            }
+            let decision = update(&slot.state, |state| algorithm.decide(state, now, n));
+            if decision.is_allowed() {
+                return decision;
+            }
+            update(&slot.jail, |jail| penalty.strike(jail, now, decision))
+        });
+        Ok(decided.unwrap_or_else(|refused| {
+            Decision::deny(
+                algorithm.limit(),
+                0,
+                refused.retry_after,
+                refused.retry_after,
+            )
+        }))
+    }
+
+    /// Whether `key` is blocked now.
+    pub fn is_blocked<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.peek(key, &self.clock, |slot, now| {
+            // Relaxed: a snapshot of one self-contained word.
+            slot.is_some_and(|slot| {
+                PenaltyBox::blocked_for(slot.jail.load(Ordering::Relaxed), now).is_some()
+            })
+        })
+    }
+
+    /// Lifts `key`'s block and forgets its strikes and its limiter state; returns whether it was
+    /// held.
+    pub fn forget<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.remove(key)
+    }
+
+    /// Drops every idle key (limiter idle, no strike in a live span, no block); returns how many.
+    pub fn retain_recent(&self) -> usize {
+        self.map.retain_recent(&self.clock, &self.rules)
+    }
+
+    /// [`retain_recent`](Self::retain_recent), then gives the freed memory back.
+    pub fn shrink(&self) -> usize {
+        let dropped = self.retain_recent();
+        self.map.shrink_to_fit();
+        dropped
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters: keys held, evictions, refusals, sweeps.
+    pub fn stats(&self) -> KeyedStats {
+        self.map.stats()
+    }
+
+    /// The penalty configuration.
+    pub fn penalty(&self) -> &PenaltyBox {
+        &self.rules.penalty
+    }
+
+    /// The algorithm every key runs.
+    pub fn algorithm(&self) -> &A {
+        &self.rules.algorithm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denial() -> Decision {
+        Decision::deny(5, 0, 1_000, 1_000)
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn strikes_count_within_the_span_then_block() {
+        let penalty =
+            PenaltyBox::new(3, Duration::from_millis(10), Duration::from_millis(100)).unwrap();
+        let s1 = penalty.strike(0, MS, denial());
+        assert_eq!(s1.decision, denial());
+        let s2 = penalty.strike(s1.next.unwrap(), 5 * MS, denial());
+        assert_eq!(s2.decision, denial());
+        // The span is [1 ms, 11 ms): a strike 1 ns before its end still counts.
+        let s3 = penalty.strike(s2.next.unwrap(), 11 * MS - 1, denial());
+        let word = s3.next.unwrap();
+        // Ends at 111 ms - 1 ns, rounded up to a multiple of 64 ns: 111 ms.
+        assert_eq!(s3.decision.retry_after().as_nanos(), 100_000_001);
+        assert_eq!(PenaltyBox::blocked_for(word, 11 * MS), Some(100 * MS));
+        assert_eq!(PenaltyBox::blocked_for(word, 111 * MS), None);
+        assert_eq!(penalty.liveness(word, 111 * MS - 1), Some(1));
+        assert_eq!(penalty.liveness(word, 111 * MS), None);
+    }
+
+    #[test]
+    fn a_strike_after_the_span_starts_over() {
+        let penalty =
+            PenaltyBox::new(2, Duration::from_millis(10), Duration::from_millis(100)).unwrap();
+        let s1 = penalty.strike(0, 0, denial());
+        assert_eq!(penalty.liveness(s1.next.unwrap(), 10 * MS - 1), Some(1));
+        // The span [0, 10 ms) has ended: this is strike 1 of a new span, not a block.
+        let s2 = penalty.strike(s1.next.unwrap(), 10 * MS, denial());
+        assert_eq!(s2.decision, denial());
+        assert_eq!(PenaltyBox::blocked_for(s2.next.unwrap(), 10 * MS), None);
+        assert_eq!(penalty.liveness(s2.next.unwrap(), 20 * MS - 1), Some(1));
+        let s3 = penalty.strike(s2.next.unwrap(), 20 * MS - 1, denial());
+        assert_eq!(
+            PenaltyBox::blocked_for(s3.next.unwrap(), 20 * MS - 1),
+            Some(100 * MS + 1)
+        );
+    }
+
+    #[test]
+    fn times_round_up_to_64_ns_and_saturate_at_the_end_of_time() {
+        let penalty = PenaltyBox::new(1, Duration::from_nanos(1), Duration::from_nanos(1)).unwrap();
+        let word = penalty.strike(0, 100, denial()).next.unwrap();
+        assert_eq!(PenaltyBox::blocked_for(word, 100), Some(28)); // until 128
+        let late = penalty.strike(0, u64::MAX - 199, denial()).next.unwrap();
+        assert_eq!(PenaltyBox::blocked_for(late, u64::MAX - 199), Some(8));
+        // The last 63 ns of the timeline cannot hold a block's end: no panic, a plain denial.
+        let end = penalty.strike(0, u64::MAX - 3, denial());
+        assert!(!end.decision.is_allowed());
+        assert_eq!(
+            PenaltyBox::blocked_for(end.next.unwrap(), u64::MAX - 3),
+            None
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! The sharded key → slot map behind [`Keyed`](super::Keyed) and
+//! [`PenalizedKeyed`](super::PenalizedKeyed): ahash-sharded `RwLock<HashMap>`s, the cap, the
+//! sweeps and the eviction order.
+//!
+//! Protocol (what the loom model in `loom-tests/tests/keyed.rs` checks):
+//! - A check on a key that exists takes its shard's **read** lock, reads the clock *under that
+//!   lock*, and updates the slot's word(s) with [`crate::limiter::update`]; several checks on one
+//!   shard run in parallel.
+//! - Inserting a key, sweeping and evicting take the shard's **write** lock, and read the clock
+//!   under it. So an eviction at time `t` and a check on the same key are ordered by the lock: a
+//!   check that runs before it sees the old word; one that runs after it read the clock after the
+//!   evictor did (`now ≥ t` on a clock that is monotonic across threads), and since the evicted
+//!   word was idle at `t`, it is idle at `now` too: the fresh word it starts from decides exactly
+//!   as the old one would have.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use crossbeam_utils::CachePadded;
+
+#[cfg(loom)]
+use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(loom))]
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::{KeyedStats, WhenFull};
+use crate::clock::Clock;
+
+/// Most keys a shard holds when the shard count is chosen automatically: bounds the cost of one
+/// sweep (a sweep looks at every key of one shard).
+pub(crate) const KEYS_PER_SHARD_TARGET: usize = 4096;
+
+/// Whether forgetting a slot at a given time would change a later decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// Equal to a fresh slot: dropping it changes nothing.
+    Idle,
+    /// Holds state a fresh slot would not.
+    Live {
+        /// Permits the slot holds (what forgetting it would hand back); the eviction order.
+        used: u64,
+        /// Nanoseconds until it becomes idle if nobody touches it (`Decision::reset_after`).
+        idle_in: u64,
+    },
+}
+
+/// What a key maps to: one or more state words.
+/// `R` is the configuration that gives the words meaning (the algorithm, the penalty).
+pub(crate) trait KeySlot<R>: Default + Send + Sync + 'static {
+    /// Whether the slot is idle at `now`.
+    fn liveness(&self, rules: &R, now: u64) -> Liveness;
+}
+
+/// A new key could not get a slot: its shard is full of live keys and the policy is
+/// [`WhenFull::DenyNewKeys`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Refused {
+    /// Nanoseconds until some key of the shard may become idle (at least 1).
+    pub(crate) retry_after: u64,
+}
+
+struct Shard<K, S> {
+    map: HashMap<K, S, ahash::RandomState>,
+    /// No key of this shard becomes idle before this time (a lower bound, kept by every sweep
+    /// and insert): before it, a sweep would free nothing.
+    next_idle_at: u64,
+    /// Live keys to evict next under [`WhenFull::EvictLeastUsed`], fewest permits held last.
+    victims: Vec<K>,
+    inserts_since_sweep: usize,
+    len_after_sweep: usize,
+    evicted_idle: u64,
+    evicted_live: u64,
+    refused_new_keys: u64,
+    sweeps: u64,
+}
+
+/// One shard: its lock and map, on its own cache line(s).
+type LockedShard<K, S> = CachePadded<RwLock<Shard<K, S>>>;
+
+/// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
+pub(crate) struct ShardedMap<K, S> {
+    shards: Box<[LockedShard<K, S>]>,
+    hasher: ahash::RandomState,
+    shard_mask: usize,
+    shard_cap: usize,
+    when_full: WhenFull,
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    // A panic in a user's Hash/Eq poisons the lock; the map itself is never left half-updated.
+    lock.read().unwrap_or_else(|poison| poison.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|poison| poison.into_inner())
+}
+
+impl<K, S> ShardedMap<K, S> {
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub(crate) fn max_keys(&self) -> usize {
+        self.shard_cap * self.shards.len()
+    }
+}
+
+impl<K, S> ShardedMap<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: Default + Send + Sync + 'static,
+{
+    /// `shards` must be a power of two no larger than `max_keys` (checked by the builder).
+    pub(crate) fn new(max_keys: usize, shards: usize, when_full: WhenFull) -> Self {
+        debug_assert!(shards.is_power_of_two() && shards <= max_keys);
+        let hasher = ahash::RandomState::new();
+        let shards_vec: Vec<_> = (0..shards)
+            .map(|_| {
+                CachePadded::new(RwLock::new(Shard {
+                    map: HashMap::with_hasher(hasher.clone()),
+                    next_idle_at: u64::MAX,
+                    victims: Vec::new(),
+                    inserts_since_sweep: 0,
+                    len_after_sweep: 0,
+                    evicted_idle: 0,
+                    evicted_live: 0,
+                    refused_new_keys: 0,
+                    sweeps: 0,
+                }))
+            })
+            .collect();
+        ShardedMap {
+            shards: shards_vec.into_boxed_slice(),
+            hasher,
+            shard_mask: shards - 1,
+            shard_cap: max_keys / shards,
+            when_full,
+        }
+    }
+
+    #[inline]
+    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> &RwLock<Shard<K, S>> {
+        // Bits 32.. pick the shard: hashbrown indexes buckets by the low bits and tags them with
+        // the top 7, so both stay fully random inside a shard.
+        let hash = self.hasher.hash_one(key);
+        &self.shards[(hash >> 32) as usize & self.shard_mask]
+    }
+
+    /// Runs `run(slot, now)` on `key`'s slot, inserting a fresh slot if the key is new and there
+    /// is room (see the module docs for the locking protocol). Reads the clock exactly once.
+    #[inline]
+    pub(crate) fn access<Q, R, T>(
+        &self,
+        key: &Q,
+        clock: &impl Clock,
+        rules: &R,
+        run: impl FnOnce(&S, u64) -> T,
+    ) -> Result<T, Refused>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        S: KeySlot<R>,
+    {
+        let shard = self.shard_of(key);
+        {
+            let guard = read(shard);
+            if let Some(slot) = guard.map.get(key) {
+                return Ok(run(slot, clock.now_nanos()));
+            }
+        }
+        let mut guard = write(shard);
+        let now = clock.now_nanos();
+        if let Some(slot) = guard.map.get(key) {
+            // Inserted by another thread between our two locks.
+            return Ok(run(slot, now));
+        }
+        self.make_room(&mut guard, rules, now)?;
+        let shard = &mut *guard;
+        let slot = shard.map.entry(key.to_owned()).or_default();
+        let result = run(slot, now);
+        if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
+            shard.next_idle_at = shard.next_idle_at.min(now.saturating_add(idle_in));
+        }
+        shard.inserts_since_sweep += 1;
+        Ok(result)
+    }
+
+    /// Runs `run(slot, now)` if `key` is tracked; inserts nothing.
+    pub(crate) fn peek<Q, R>(
+        &self,
+        key: &Q,
+        clock: &impl Clock,
+        run: impl FnOnce(Option<&S>, u64) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = read(self.shard_of(key));
+        run(guard.map.get(key), clock.now_nanos())
+    }
+
+    /// Frees one slot in a full shard, or sweeps a growing one. Errs when the shard is full of
+    /// live keys and the policy refuses new keys.
+    fn make_room<R>(&self, shard: &mut Shard<K, S>, rules: &R, now: u64) -> Result<(), Refused>
+    where
+        S: KeySlot<R>,
+    {
+        let full = shard.map.len() >= self.shard_cap;
+        let grown = shard.inserts_since_sweep >= shard.len_after_sweep.max(64);
+        // Before `next_idle_at` no key is idle, so a sweep would find nothing: skipping it is
+        // what keeps a flood of new keys against a full shard of live keys O(1) per call.
+        if now >= shard.next_idle_at && (full || grown) {
+            sweep(shard, rules, now);
+        }
+        if shard.map.len() < self.shard_cap {
+            return Ok(());
+        }
+        match self.when_full {
+            WhenFull::DenyNewKeys => {
+                shard.refused_new_keys += 1;
+                Err(Refused {
+                    retry_after: shard.next_idle_at.saturating_sub(now).max(1),
+                })
+            }
+            WhenFull::EvictLeastUsed => {
+                loop {
+                    if shard.victims.is_empty() {
+                        pick_victims(shard, rules, now);
+                    }
+                    let Some(victim) = shard.victims.pop() else {
+                        // Unreachable with shard_cap ≥ 1: a full shard has a key to pick.
+                        return Err(Refused { retry_after: 1 });
+                    };
+                    if let Some(slot) = shard.map.remove(&victim) {
+                        match slot.liveness(rules, now) {
+                            Liveness::Idle => shard.evicted_idle += 1,
+                            Liveness::Live { .. } => shard.evicted_live += 1,
+                        }
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops every idle key of every shard; returns how many.
+    pub(crate) fn retain_recent<R>(&self, clock: &impl Clock, rules: &R) -> usize
+    where
+        S: KeySlot<R>,
+    {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut guard = write(shard);
+                let now = clock.now_nanos();
+                sweep(&mut guard, rules, now)
+            })
+            .sum()
+    }
+
+    /// Gives back the memory of dropped keys (after [`retain_recent`](Self::retain_recent)).
+    pub(crate) fn shrink_to_fit(&self) {
+        for shard in self.shards.iter() {
+            let mut guard = write(shard);
+            guard.map.shrink_to_fit();
+            guard.victims.shrink_to_fit();
+        }
+    }
+
+    /// Forgets `key`; returns whether it was tracked.
+    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        write(self.shard_of(key)).map.remove(key).is_some()
+    }
+
+    /// Makes the next insert into every shard sweep again (after a configuration change that may
+    /// bring idle times forward).
+    pub(crate) fn forget_idle_bounds(&self) {
+        for shard in self.shards.iter() {
+            let mut guard = write(shard);
+            guard.next_idle_at = 0;
+            guard.victims.clear();
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|shard| read(shard).map.len()).sum()
+    }
+
+    pub(crate) fn stats(&self) -> KeyedStats {
+        let mut stats = KeyedStats {
+            keys: 0,
+            max_keys: self.max_keys(),
+            evicted_idle: 0,
+            evicted_live: 0,
+            refused_new_keys: 0,
+            sweeps: 0,
+        };
+        for shard in self.shards.iter() {
+            let guard = read(shard);
+            stats.keys += guard.map.len();
+            stats.evicted_idle += guard.evicted_idle;
+            stats.evicted_live += guard.evicted_live;
+            stats.refused_new_keys += guard.refused_new_keys;
+            stats.sweeps += guard.sweeps;
+        }
+        stats
+    }
+}
+
+/// Drops the shard's idle keys and recomputes its `next_idle_at`. Returns how many it dropped.
+fn sweep<K: Hash + Eq, R, S: KeySlot<R>>(shard: &mut Shard<K, S>, rules: &R, now: u64) -> usize {
+    let before = shard.map.len();
+    let mut next_idle_at = u64::MAX;
+    shard.map.retain(|_, slot| match slot.liveness(rules, now) {
+        Liveness::Idle => false,
+        Liveness::Live { idle_in, .. } => {
+            next_idle_at = next_idle_at.min(now.saturating_add(idle_in));
+            true
+        }
+    });
+    let dropped = before - shard.map.len();
+    shard.next_idle_at = next_idle_at;
+    shard.inserts_since_sweep = 0;
+    shard.len_after_sweep = shard.map.len();
+    shard.evicted_idle += dropped as u64;
+    shard.sweeps += 1;
+    if dropped > 0 {
+        // Victims picked earlier may be gone; pick afresh when next needed.
+        shard.victims.clear();
+    }
+    dropped
+}
+
+/// Fills `victims` with the keys holding the fewest permits, a quarter of the shard at a time
+/// (so picking costs O(1) amortised per eviction), the fewest last so `pop` takes it first.
+fn pick_victims<K: Hash + Eq + Clone, R, S: KeySlot<R>>(
+    shard: &mut Shard<K, S>,
+    rules: &R,
+    now: u64,
+) {
+    let mut candidates: Vec<(u64, &K)> = shard
+        .map
+        .iter()
+        .map(|(key, slot)| match slot.liveness(rules, now) {
+            Liveness::Idle => (0, key),
+            Liveness::Live { used, .. } => (used, key),
+        })
+        .collect();
+    let batch = (candidates.len() / 4).clamp(1, 1024);
+    if candidates.len() > batch {
+        candidates.select_nth_unstable_by_key(batch - 1, |&(used, _)| used);
+        candidates.truncate(batch);
+    }
+    // Most permits first: `pop` takes the fewest.
+    candidates.sort_unstable_by_key(|&(used, _)| std::cmp::Reverse(used));
+    let chosen: Vec<K> = candidates.into_iter().map(|(_, key)| key.clone()).collect();
+    shard.victims = chosen;
+}

@@ -1,0 +1,292 @@
+//! Keyed limiting on a ManualClock: exact per-key decisions, the cap, the eviction order, the
+//! penalty box, IP keys.
+
+use std::time::Duration;
+
+use floodgate::keyed::WhenFull;
+use floodgate::{
+    Decision, FixedWindow, Gcra, IpKey, IpKeyer, Keyed, LeakyBucket, ManualClock, PenaltyBox, Rate,
+    TokenBucket,
+};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+#[test]
+fn each_key_has_its_own_fixed_window() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<String, _, _> =
+        Keyed::builder(FixedWindow::aligned(3, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+    for remaining in [2, 1, 0] {
+        assert_eq!(
+            keyed.check("a", 1).unwrap(),
+            Decision::allow(3, remaining, SEC)
+        );
+    }
+    clock.advance(Duration::from_millis(400));
+    assert_eq!(
+        keyed.check("a", 1).unwrap(),
+        Decision::deny(3, 0, 600 * MS, 600 * MS)
+    );
+    assert_eq!(
+        keyed.check("b", 2).unwrap(),
+        Decision::allow(3, 1, 600 * MS)
+    );
+    assert_eq!(
+        keyed.check("b", 2).unwrap(),
+        Decision::deny(3, 1, 600 * MS, 600 * MS)
+    );
+    clock.advance(Duration::from_millis(600));
+    assert_eq!(keyed.check("a", 3).unwrap(), Decision::allow(3, 0, SEC));
+    assert_eq!(keyed.check("b", 2).unwrap(), Decision::allow(3, 1, SEC));
+    assert!(keyed.check("b", 4).is_err());
+    assert!(keyed.check("b", 0).is_err());
+    assert_eq!(keyed.len(), 2);
+}
+
+#[test]
+fn time_word_algorithms_per_key() {
+    let clock = ManualClock::starting_at(10 * SEC);
+    let gcra: Keyed<u64, _, _> = Keyed::builder(Gcra::new(Rate::per_second(10), 2).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let bucket: Keyed<u64, _, _> =
+        Keyed::builder(TokenBucket::new(5, Rate::per_second(5)).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+    let leaky: Keyed<u64, _, _> = Keyed::builder(LeakyBucket::new(2, Rate::per_second(4)).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(gcra.check(&1, 2).unwrap(), Decision::allow(2, 0, 200 * MS));
+    assert_eq!(
+        gcra.check(&1, 1).unwrap(),
+        Decision::deny(2, 0, 100 * MS, 200 * MS)
+    );
+    assert_eq!(gcra.check(&2, 1).unwrap(), Decision::allow(2, 1, 100 * MS));
+    assert_eq!(bucket.check(&1, 5).unwrap(), Decision::allow(5, 0, SEC));
+    assert_eq!(
+        bucket.check(&1, 1).unwrap().retry_after(),
+        Duration::from_millis(200)
+    );
+    assert_eq!(leaky.check(&1, 2).unwrap(), Decision::allow(2, 0, 500 * MS));
+    clock.advance(Duration::from_millis(250));
+    assert_eq!(leaky.check(&1, 1).unwrap(), Decision::allow(2, 0, 500 * MS));
+    assert_eq!(
+        bucket.check(&1, 1).unwrap(),
+        Decision::allow(5, 0, 950 * MS)
+    );
+    assert_eq!(gcra.check(&1, 2).unwrap(), Decision::allow(2, 0, 200 * MS));
+}
+
+#[test]
+fn a_full_shard_of_live_keys_refuses_new_keys_until_one_goes_idle() {
+    let clock = ManualClock::new();
+    let one_per_10s = TokenBucket::new(1, Rate::new(1, Duration::from_secs(10))).unwrap();
+    let keyed: Keyed<u32, _, _> = Keyed::builder(one_per_10s)
+        .clock(clock.clone())
+        .max_keys(2)
+        .shards(1)
+        .build()
+        .unwrap();
+    assert!(keyed.check(&1, 1).unwrap().is_allowed());
+    clock.set(SEC);
+    assert!(keyed.check(&2, 1).unwrap().is_allowed());
+    clock.set(2 * SEC);
+    // Key 1's bucket is full again at 10 s: the first moment a slot can free up.
+    assert_eq!(
+        keyed.check(&3, 1).unwrap(),
+        Decision::deny(1, 0, 8 * SEC, 8 * SEC)
+    );
+    assert_eq!(keyed.stats().refused_new_keys, 1);
+    assert_eq!(keyed.stats().sweeps, 0, "nothing could be idle: no sweep");
+    assert!(
+        !keyed.check(&1, 1).unwrap().is_allowed(),
+        "tracked keys keep their state"
+    );
+    clock.set(10 * SEC);
+    assert_eq!(keyed.check(&3, 1).unwrap(), Decision::allow(1, 0, 10 * SEC));
+    let stats = keyed.stats();
+    assert_eq!(
+        (stats.keys, stats.evicted_idle, stats.evicted_live),
+        (2, 1, 0)
+    );
+    assert_eq!(keyed.check(&2, 1).unwrap(), Decision::deny(1, 0, SEC, SEC));
+}
+
+#[test]
+fn idle_keys_go_before_live_ones_and_the_least_used_live_key_goes_first() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<&'static str, _, _> =
+        Keyed::builder(TokenBucket::new(10, Rate::per_second(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(3)
+            .shards(1)
+            .when_full(WhenFull::EvictLeastUsed)
+            .build()
+            .unwrap();
+    keyed.check(&"idle-soon", 1).unwrap();
+    keyed.check(&"heavy", 9).unwrap();
+    keyed.check(&"light", 3).unwrap();
+    clock.set(SEC); // "idle-soon" is full again: forgetting it changes nothing
+    keyed.check(&"new", 1).unwrap();
+    let stats = keyed.stats();
+    assert_eq!((stats.evicted_idle, stats.evicted_live), (1, 0));
+    // Every key is live now; the one holding the fewest permits ("new": 1) goes.
+    keyed.check(&"newer", 1).unwrap();
+    assert_eq!(keyed.stats().evicted_live, 1);
+    assert_eq!(
+        keyed.peek(&"new", 1).unwrap().remaining(),
+        9,
+        "forgotten: fresh"
+    );
+    // The survivors decide as an unbounded limiter would: heavy took 9 at 0 s, 1 came back.
+    assert_eq!(
+        keyed.check(&"heavy", 2).unwrap(),
+        Decision::allow(10, 0, 10 * SEC)
+    );
+    assert_eq!(
+        keyed.check(&"light", 1).unwrap(),
+        Decision::allow(10, 7, 3 * SEC)
+    );
+    assert_eq!(keyed.len(), 3);
+}
+
+#[test]
+fn retain_recent_and_shrink_drop_only_idle_keys() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<u64, _, _> = Keyed::builder(Gcra::new(Rate::per_second(1000), 5).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for key in 0..100 {
+        keyed.check(&key, 1 + (key % 5) as u32).unwrap();
+    }
+    // Key k holds 1 + k % 5 permits: idle after that many milliseconds.
+    clock.set(2 * MS);
+    assert_eq!(keyed.retain_recent(), 40);
+    assert_eq!(keyed.peek(&2, 5).unwrap(), Decision::deny(5, 4, MS, MS));
+    assert!(keyed.forget(&2));
+    assert!(!keyed.forget(&2));
+    clock.set(5 * MS);
+    assert_eq!(keyed.shrink(), 59);
+    assert!(keyed.is_empty());
+    assert_eq!(keyed.stats().evicted_idle, 99);
+}
+
+#[test]
+fn set_limit_applies_to_every_key() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<u8, _, _> =
+        Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+            .clock(clock)
+            .build()
+            .unwrap();
+    keyed.check(&1, 1).unwrap();
+    keyed.set_limit(3).unwrap();
+    assert_eq!(keyed.check(&1, 1).unwrap().remaining(), 1);
+    assert_eq!(keyed.check(&2, 3).unwrap().remaining(), 0);
+    assert!(keyed.set_limit(0).is_err());
+    assert_eq!(keyed.algorithm().window(), Duration::from_secs(1));
+}
+
+#[test]
+fn bad_configurations_are_errors() {
+    let window = || FixedWindow::new(1, Duration::from_secs(1)).unwrap();
+    assert!(Keyed::builder(window()).max_keys(0).build::<u8>().is_err());
+    assert!(Keyed::builder(window()).shards(3).build::<u8>().is_err());
+    assert!(
+        Keyed::builder(window())
+            .max_keys(4)
+            .shards(8)
+            .build::<u8>()
+            .is_err()
+    );
+    let keyed = Keyed::builder(window())
+        .max_keys(10)
+        .shards(4)
+        .build::<u8>()
+        .unwrap();
+    assert_eq!((keyed.max_keys(), keyed.shards()), (8, 4));
+    let small = Keyed::builder(window()).max_keys(5).build::<u8>().unwrap();
+    assert_eq!((small.max_keys(), small.shards()), (5, 1));
+    let big = Keyed::builder(window())
+        .max_keys(1 << 20)
+        .build::<u8>()
+        .unwrap();
+    assert!(
+        big.shards() >= 256,
+        "a sweep looks at no more than 4096 keys"
+    );
+}
+
+#[test]
+fn penalty_box_blocks_repeat_offenders_per_key() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::builder(TokenBucket::new(2, Rate::per_second(1)).unwrap())
+        .clock(clock.clone())
+        .build_with_penalty::<IpKey>(
+            PenaltyBox::new(3, Duration::from_secs(10), Duration::from_secs(60)).unwrap(),
+        )
+        .unwrap();
+    let keyer = IpKeyer::new();
+    let attacker = keyer.key("2001:db8:bad::1".parse().unwrap());
+    let neighbour = keyer.key("2001:db8:bad::2".parse().unwrap()); // same /64
+    let other = keyer.key("2001:db8:600d::1".parse().unwrap());
+    assert_eq!(attacker, neighbour);
+    assert!(keyed.check(&attacker, 2).unwrap().is_allowed());
+    assert_eq!(
+        keyed.check(&attacker, 1).unwrap().retry_after(),
+        Duration::from_secs(1)
+    );
+    clock.set(100 * MS);
+    assert!(!keyed.check(&neighbour, 1).unwrap().is_allowed()); // strike 2
+    assert!(!keyed.is_blocked(&attacker));
+    clock.set(200 * MS);
+    let blocked = keyed.check(&attacker, 1).unwrap(); // strike 3: blocked for 60 s
+    assert_eq!(blocked, Decision::deny(2, 0, 60 * SEC, 60 * SEC));
+    assert!(keyed.is_blocked(&attacker));
+    assert!(keyed.check(&other, 2).unwrap().is_allowed());
+    clock.set(59 * SEC);
+    assert_eq!(
+        keyed.check(&attacker, 1).unwrap().retry_after(),
+        Duration::from_millis(1200)
+    );
+    assert_eq!(
+        keyed.retain_recent(),
+        1,
+        "only `other` is idle; the blocked key stays"
+    );
+    clock.set(60 * SEC + 200 * MS);
+    assert!(keyed.check(&attacker, 2).unwrap().is_allowed());
+    assert!(!keyed.check(&attacker, 1).unwrap().is_allowed()); // strike 1 of a new record
+    assert!(!keyed.is_blocked(&attacker));
+    assert!(keyed.forget(&attacker));
+    assert_eq!(keyed.len(), 0);
+    assert_eq!(keyed.penalty().strikes(), 3);
+}
+
+#[test]
+fn strikes_outside_the_span_do_not_block() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::builder(FixedWindow::aligned(1, Duration::from_secs(1)).unwrap())
+        .clock(clock.clone())
+        .build_with_penalty::<u8>(
+            PenaltyBox::new(2, Duration::from_secs(1), Duration::from_secs(30)).unwrap(),
+        )
+        .unwrap();
+    keyed.check(&1, 1).unwrap();
+    assert!(!keyed.check(&1, 1).unwrap().is_allowed()); // strike 1 at 0 s
+    clock.set(SEC);
+    keyed.check(&1, 1).unwrap();
+    assert_eq!(
+        keyed.check(&1, 1).unwrap().retry_after(),
+        Duration::from_secs(1)
+    ); // new span
+    assert!(!keyed.is_blocked(&1));
+}

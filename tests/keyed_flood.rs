@@ -1,0 +1,138 @@
+//! A flood of 1,000,000 distinct keys: the map stays within its cap and its memory bound,
+//! measured by a counting global allocator. One `#[test]` so nothing else allocates meanwhile.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use floodgate::keyed::WhenFull;
+use floodgate::{FixedWindow, Gcra, Keyed, ManualClock, Rate};
+
+struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts bytes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Relaxed: a statistic; read after the work, on the same thread.
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Relaxed: as alloc.
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live_bytes() -> isize {
+    // Relaxed: as alloc.
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+const FLOOD: u64 = 1_000_000;
+const CAP: usize = 10_000;
+/// Heap bytes per key of the cap that a map of `u64` keys may use, all overheads in: a bucket is
+/// 17 bytes, tables grow by doubling, and churn at the cap (evictions) leaves tombstones that make
+/// hashbrown double a table more than half full (measured peaks: 28 to 72).
+const BYTES_PER_KEY_BOUND: isize = 96;
+
+fn flood_with_live_keys(when_full: WhenFull) {
+    let before = live_bytes();
+    let clock = ManualClock::new();
+    let keyed: Keyed<u64, _, _> =
+        Keyed::builder(FixedWindow::new(10, Duration::from_secs(3600)).unwrap())
+            .clock(clock)
+            .max_keys(CAP)
+            .when_full(when_full)
+            .build()
+            .unwrap();
+    let mut admitted = 0u64;
+    let mut peak = 0;
+    for key in 0..FLOOD {
+        admitted += u64::from(keyed.check(&key, 1).unwrap().is_allowed());
+        if key % 1024 == 0 {
+            peak = peak.max(live_bytes() - before);
+        }
+    }
+    let stats = keyed.stats();
+    assert!(stats.keys <= CAP && stats.keys > CAP * 9 / 10, "{stats:?}");
+    let bound = CAP as isize * BYTES_PER_KEY_BOUND;
+    assert!(peak <= bound, "{when_full:?}: peak {peak} bytes > {bound}");
+    eprintln!(
+        "{when_full:?}: peak {} bytes per key of the cap",
+        peak / CAP as isize
+    );
+    match when_full {
+        WhenFull::DenyNewKeys => {
+            // Every key stays live for an hour: the first keys keep their slots, the rest wait.
+            assert_eq!(admitted, stats.keys as u64);
+            assert_eq!(stats.refused_new_keys, FLOOD - admitted);
+            assert_eq!(stats.evicted_live, 0);
+            assert!(!keyed.check(&FLOOD, 1).unwrap().is_allowed());
+        }
+        WhenFull::EvictLeastUsed => {
+            assert_eq!(admitted, FLOOD);
+            assert_eq!(stats.evicted_live, FLOOD - stats.keys as u64);
+            assert_eq!(stats.refused_new_keys, 0);
+        }
+    }
+    drop(keyed);
+    let left = live_bytes() - before;
+    assert!(left < 1024, "everything given back: {left} bytes left");
+}
+
+fn flood_with_keys_going_idle() {
+    let before = live_bytes();
+    let clock = ManualClock::new();
+    // One request a millisecond per key, bursts of 1: a key is idle 1 ms after its request.
+    let keyed: Keyed<u64, _, _> = Keyed::builder(Gcra::new(Rate::per_second(1000), 1).unwrap())
+        .clock(clock.clone())
+        .max_keys(CAP)
+        .build()
+        .unwrap();
+    let mut peak = 0;
+    for key in 0..FLOOD {
+        // 10 µs apart: about 100 keys are live at any moment; the other held keys are idle.
+        clock.advance(Duration::from_micros(10));
+        assert!(keyed.check(&key, 1).unwrap().is_allowed());
+        assert!(!keyed.check(&key, 1).unwrap().is_allowed());
+        if key % 1024 == 0 {
+            peak = peak.max(live_bytes() - before);
+        }
+    }
+    let stats = keyed.stats();
+    assert_eq!((stats.evicted_live, stats.refused_new_keys), (0, 0));
+    assert!(stats.keys <= CAP);
+    assert_eq!(stats.evicted_idle + stats.keys as u64, FLOOD);
+    let bound = CAP as isize * BYTES_PER_KEY_BOUND;
+    assert!(peak <= bound, "peak {peak} bytes > {bound}");
+    eprintln!(
+        "keys going idle: peak {} bytes per key of the cap",
+        peak / CAP as isize
+    );
+    clock.advance(Duration::from_millis(1));
+    let held = stats.keys;
+    assert_eq!(keyed.shrink(), held);
+    assert!(
+        live_bytes() - before < 64 * 1024,
+        "shrink gives the tables back"
+    );
+}
+
+#[test]
+fn a_million_distinct_keys_stay_within_the_cap_and_memory_bound() {
+    // Initialise the process-wide globals (quanta's timeline, ahash's seed) before counting.
+    let warm_up: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1).unwrap(), 8).unwrap();
+    warm_up.check(&0, 1).unwrap();
+    drop(warm_up);
+    flood_with_live_keys(WhenFull::DenyNewKeys);
+    flood_with_live_keys(WhenFull::EvictLeastUsed);
+    flood_with_keys_going_idle();
+}
