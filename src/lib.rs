@@ -33,9 +33,11 @@ pub mod clock;
 pub mod decision;
 pub mod limiter;
 pub mod packed;
+pub mod sharded;
 mod sync;
 
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
+pub use sharded::Sharded;
