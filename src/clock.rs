@@ -45,6 +45,8 @@ pub fn duration_to_nanos(duration: Duration) -> u64 {
 struct Timeline {
     clock: quanta::Clock,
     base: quanta::Instant,
+    /// The raw counter value `base` was scaled from.
+    base_raw: u64,
     unix_base_nanos: u64,
 }
 
@@ -52,7 +54,8 @@ fn timeline() -> &'static Timeline {
     static TIMELINE: OnceLock<Timeline> = OnceLock::new();
     TIMELINE.get_or_init(|| {
         let clock = quanta::Clock::new();
-        let base = clock.now();
+        let base_raw = clock.raw();
+        let base = clock.scaled(base_raw);
         let unix_base_nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(duration_to_nanos)
@@ -60,12 +63,21 @@ fn timeline() -> &'static Timeline {
         Timeline {
             clock,
             base,
+            base_raw,
             unix_base_nanos,
         }
     })
 }
 
 impl Timeline {
+    /// Now on the timeline: the raw counter's delta from the base, scaled once (no `Duration`
+    /// round trip: about half the instructions of `at(clock.now())`).
+    #[inline]
+    fn now(&self) -> u64 {
+        let since_base = self.clock.delta_as_nanos(self.base_raw, self.clock.raw());
+        self.unix_base_nanos.saturating_add(since_base)
+    }
+
     #[inline]
     fn at(&self, instant: quanta::Instant) -> u64 {
         let since_base = instant.saturating_duration_since(self.base);
@@ -112,7 +124,7 @@ impl std::fmt::Debug for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        self.timeline.at(self.timeline.clock.now())
+        self.timeline.now()
     }
 
     fn sleep(&self, duration: Duration) {
