@@ -155,9 +155,13 @@ impl<C: Clock> Sharded<C> {
         Duration::from_nanos(self.window_nanos)
     }
 
-    /// The largest number of permits one request can take: the largest stripe share.
+    /// The largest number of permits one request can take: the largest stripe share,
+    /// `ceil(limit / stripes)`.
     pub fn max_request(&self) -> u64 {
-        self.stripes[0].window.limit()
+        // Computed from the global limit, never read from stripe 0: reading a stripe's cache
+        // line on every call would bounce it between that stripe's owner and everyone else.
+        let stripes = self.stripes.len() as u64;
+        self.limit().div_ceil(stripes)
     }
 
     /// Takes `n` permits with `home` (reduced modulo [`stripes`](Sharded::stripes)) as the home
