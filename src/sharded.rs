@@ -146,22 +146,44 @@ impl<C: Clock> Sharded<C> {
     }
 
     /// The number of stripes (a power of two).
+    ///
+    /// ```
+    /// use floodgate::{ManualClock, Sharded};
+    /// let s = Sharded::with_clock(100, std::time::Duration::from_secs(1), 3, ManualClock::new());
+    /// assert_eq!(s.unwrap().stripes(), 4);
+    /// ```
     pub fn stripes(&self) -> usize {
         self.stripes.len()
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use floodgate::{ManualClock, Sharded};
+    /// use std::time::Duration;
+    /// let s = Sharded::with_clock(100, Duration::from_secs(1), 2, ManualClock::new()).unwrap();
+    /// assert_eq!(s.window(), Duration::from_secs(1));
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.window_nanos)
     }
 
     /// The largest number of permits one request can take: the largest stripe share,
     /// `ceil(limit / stripes)`.
+    ///
+    /// ```
+    /// use floodgate::{Limiter, ManualClock, Sharded};
+    /// use std::time::Duration;
+    /// let s = Sharded::with_clock(10, Duration::from_secs(1), 4, ManualClock::new()).unwrap();
+    /// assert_eq!(s.max_request(), 3);
+    /// assert!(s.try_acquire(4).is_err());
+    /// ```
     pub fn max_request(&self) -> u64 {
         // Computed from the global limit, never read from stripe 0: reading a stripe's cache
         // line on every call would bounce it between that stripe's owner and everyone else.
-        let stripes = self.stripes.len() as u64;
-        self.limit().div_ceil(stripes)
+        // The stripe count is a power of two: a shift, not a division.
+        let shift = self.stripes.len().trailing_zeros();
+        (self.limit() + (1 << shift) - 1) >> shift
     }
 
     /// Takes `n` permits with `home` (reduced modulo [`stripes`](Sharded::stripes)) as the home
