@@ -37,6 +37,7 @@ pub mod limiter;
 pub mod packed;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod sharded;
 mod sync;
 
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
@@ -44,8 +45,10 @@ pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
+pub use sharded::Sharded;
 
 /// The README's code blocks, compiled and run as doctests so the quick start cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+

@@ -1,0 +1,263 @@
+//! The limiters the contention report (and `benches/contention.rs`) compares: one table entry
+//! each. To add an algorithm, add one [`Entry`] to [`entries`]: a name, a constructor for a
+//! [`Quota`], and the most it may admit in a measured span.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use floodgate::decision::check_permits;
+use floodgate::{
+    AcquireError, AtomicLimiter, Clock, CoarseClock, ConfigError, Decision, FixedWindow, Gcra,
+    LeakyBucket, Limiter, QuantaClock, Rate, Sharded, TokenBucket,
+};
+
+/// What a workload asks of every limiter: `limit` permits per `period`, in bursts of up to
+/// `limit` (a window's limit, a bucket's capacity, GCRA's burst).
+#[derive(Clone, Copy, Debug)]
+pub struct Quota {
+    pub limit: u32,
+    pub period: Duration,
+}
+
+/// The clock floodgate's limiters read (governor always reads its own quanta clock).
+#[derive(Clone)]
+pub enum ClockChoice {
+    Quanta,
+    Coarse(CoarseClock),
+}
+
+impl ClockChoice {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClockChoice::Quanta => "quanta",
+            ClockChoice::Coarse(_) => "coarse",
+        }
+    }
+}
+
+/// The measured span on the quanta timeline (Unix nanoseconds): every call of a run read its
+/// clock within `start..=end`.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Span {
+    pub fn nanos(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+pub type Build = fn(Quota, &ClockChoice) -> Result<Box<dyn Limiter>, ConfigError>;
+
+/// One row of the comparison.
+pub struct Entry {
+    pub name: &'static str,
+    pub build: Build,
+    /// The most the limiter may admit over `Span` for `Quota`, from its definition.
+    pub bound: fn(Quota, Span) -> u64,
+}
+
+/// The reference every ratio is taken against.
+pub const GOVERNOR: &str = "governor";
+
+/// Every limiter in the comparison, governor first.
+pub fn entries() -> Vec<Entry> {
+    vec![
+        Entry {
+            name: GOVERNOR,
+            build: |q, _| Ok(Box::new(Governor::new(q)?)),
+            bound: governor_bound,
+        },
+        Entry {
+            name: "fixed-window/anchored",
+            build: |q, c| boxed(FixedWindow::new(q.limit, q.period)?, c),
+            bound: anchored_window_bound,
+        },
+        Entry {
+            name: "fixed-window/aligned",
+            build: |q, c| boxed(FixedWindow::aligned(q.limit, q.period)?, c),
+            bound: aligned_window_bound,
+        },
+        Entry {
+            name: "token-bucket",
+            build: |q, c| boxed(TokenBucket::new(q.limit, rate(q))?, c),
+            bound: bucket_bound,
+        },
+        Entry {
+            name: "leaky-bucket",
+            build: |q, c| boxed(LeakyBucket::new(q.limit, rate(q))?, c),
+            bound: bucket_bound,
+        },
+        Entry {
+            name: "gcra",
+            build: |q, c| boxed(Gcra::new(rate(q), q.limit)?, c),
+            bound: bucket_bound,
+        },
+        Entry {
+            name: "sharded",
+            build: |q, c| {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                Ok(match c {
+                    ClockChoice::Quanta => Box::new(Sharded::with_clock(
+                        q.limit,
+                        q.period,
+                        cores,
+                        QuantaClock::new(),
+                    )?),
+                    ClockChoice::Coarse(clock) => Box::new(Sharded::with_clock(
+                        q.limit,
+                        q.period,
+                        cores,
+                        clock.clone(),
+                    )?),
+                })
+            },
+            bound: aligned_window_bound,
+        },
+    ]
+}
+
+fn rate(q: Quota) -> Rate {
+    Rate::new(q.limit, q.period)
+}
+
+fn boxed<A: floodgate::Algorithm>(
+    algorithm: A,
+    clock: &ClockChoice,
+) -> Result<Box<dyn Limiter>, ConfigError> {
+    Ok(match clock {
+        ClockChoice::Quanta => Box::new(AtomicLimiter::with_clock(algorithm, QuantaClock::new())),
+        ClockChoice::Coarse(c) => Box::new(AtomicLimiter::with_clock(algorithm, c.clone())),
+    })
+}
+
+fn nanos(d: Duration) -> u64 {
+    floodgate::clock::duration_to_nanos(d).max(1)
+}
+
+/// Anchored windows are disjoint and `period` long, so at most `span / period + 1` of them open
+/// within the span.
+fn anchored_window_bound(q: Quota, s: Span) -> u64 {
+    u64::from(q.limit) * (s.nanos() / nanos(q.period) + 1)
+}
+
+/// Aligned windows: every window index the span touches.
+fn aligned_window_bound(q: Quota, s: Span) -> u64 {
+    let p = nanos(q.period);
+    u64::from(q.limit) * (s.end / p - s.start / p + 1)
+}
+
+/// A full bucket of `limit`, plus one permit per (rounded) interval of the span.
+fn bucket_bound(q: Quota, s: Span) -> u64 {
+    let interval = rate(q).nanos_per_permit().unwrap_or(1).max(1);
+    u64::from(q.limit) + s.nanos() / interval
+}
+
+fn governor_quota(q: Quota) -> Result<governor::Quota, ConfigError> {
+    let burst = NonZeroU32::new(q.limit).ok_or(ConfigError::ZeroLimit)?;
+    let quota = governor::Quota::with_period(q.period / q.limit).ok_or(ConfigError::RateTooHigh)?;
+    Ok(quota.allow_burst(burst))
+}
+
+/// GCRA as governor runs it: the burst, plus one cell per replenish interval of the span.
+fn governor_bound(q: Quota, s: Span) -> u64 {
+    let interval = governor_quota(q).map_or(1, |g| nanos(g.replenish_interval()));
+    u64::from(q.limit) + s.nanos() / interval
+}
+
+/// governor's direct limiter behind floodgate's trait, so every row goes through the same
+/// `Box<dyn Limiter>` call. It does not compute governor's wait time on a denial (that costs a
+/// second clock read, which governor callers only pay when they ask): the report needs only
+/// allowed/denied.
+pub struct Governor {
+    inner: governor::DefaultDirectRateLimiter,
+    burst: u32,
+    clock: QuantaClock,
+}
+
+impl Governor {
+    pub fn new(q: Quota) -> Result<Self, ConfigError> {
+        Ok(Governor {
+            inner: governor::RateLimiter::direct(governor_quota(q)?),
+            burst: q.limit,
+            clock: QuantaClock::new(),
+        })
+    }
+}
+
+impl Limiter for Governor {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        check_permits(n, u64::from(self.burst))?;
+        let allowed = match NonZeroU32::new(n) {
+            Some(n) if n.get() > 1 => matches!(self.inner.check_n(n), Ok(Ok(()))),
+            _ => self.inner.check().is_ok(),
+        };
+        let limit = u64::from(self.burst);
+        Ok(if allowed {
+            Decision::allow(limit, 0, 0)
+        } else {
+            Decision::deny(limit, 0, 0, 0)
+        })
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    fn set_limit(&self, _limit: u32) -> Result<(), ConfigError> {
+        Err(ConfigError::Invalid {
+            what: "limit",
+            why: "governor's quota is fixed at construction",
+        })
+    }
+
+    fn limit(&self) -> u64 {
+        u64::from(self.burst)
+    }
+}
+
+/// The three workloads of the matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// The limit is never reached: 10,000,000 permits per 10 ms (10^9 a second).
+    AllowHeavy,
+    /// The limit is exhausted at once: 1,024 permits per hour.
+    DenyHeavy,
+    /// A rate at which about half the calls pass (set by the caller from a measurement).
+    AtLimit,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 3] = [Workload::AllowHeavy, Workload::DenyHeavy, Workload::AtLimit];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::AllowHeavy => "allow-heavy",
+            Workload::DenyHeavy => "deny-heavy",
+            Workload::AtLimit => "at-limit",
+        }
+    }
+
+    /// The quota for this workload; `at_limit_per_second` is used by [`Workload::AtLimit`] only,
+    /// as permits per 10 ms windows / bucket periods.
+    pub fn quota(self, at_limit_per_second: f64) -> Quota {
+        const TEN_MS: Duration = Duration::from_millis(10);
+        match self {
+            Workload::AllowHeavy => Quota {
+                limit: 10_000_000,
+                period: TEN_MS,
+            },
+            Workload::DenyHeavy => Quota {
+                limit: 1_024,
+                period: Duration::from_secs(3600),
+            },
+            Workload::AtLimit => Quota {
+                limit: (at_limit_per_second / 100.0).clamp(1.0, 10_000_000.0) as u32,
+                period: TEN_MS,
+            },
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The report's outputs: the table on stdout, a CSV and an SVG chart.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+use crate::limiters::{GOVERNOR, Quota, Workload};
+
+/// One measured cell.
+pub struct Row {
+    pub limiter: &'static str,
+    pub threads: usize,
+    pub workload: Workload,
+    pub quota: Quota,
+    pub seconds: f64,
+    pub calls: u64,
+    pub admitted: u64,
+    pub bound: u64,
+    pub errors: u64,
+    pub mops: f64,
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    /// Throughput divided by governor's in the same (threads, workload) cell of this run.
+    pub vs_governor: Option<f64>,
+}
+
+impl Row {
+    pub fn violates(&self) -> bool {
+        self.admitted > self.bound || self.errors > 0
+    }
+}
+
+/// Fills `vs_governor` from the governor rows of the same run.
+pub fn add_ratios(rows: &mut [Row]) {
+    let governor: Vec<(usize, Workload, f64)> = rows
+        .iter()
+        .filter(|r| r.limiter == GOVERNOR)
+        .map(|r| (r.threads, r.workload, r.mops))
+        .collect();
+    for row in rows.iter_mut() {
+        row.vs_governor = governor
+            .iter()
+            .find(|(t, w, _)| *t == row.threads && *w == row.workload)
+            .map(|(_, _, g)| row.mops / g);
+    }
+}
+
+fn ns(v: f64) -> String {
+    if v.is_infinite() {
+        ">4096".into()
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn quota_text(q: Quota) -> String {
+    format!("{} per {:?}", q.limit, q.period)
+}
+
+/// The table, one section per workload, rows by thread count then limiter.
+pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
+    let mut out = String::new();
+    for &workload in workloads {
+        let section: Vec<&Row> = rows.iter().filter(|r| r.workload == workload).collect();
+        if section.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{}", workload.name());
+        let _ = writeln!(
+            out,
+            "{:<22} {:>3}  {:>8}  {:>8} {:>8}  {:>6}  {:>13}  {:>13}  {:>16}  accuracy",
+            "limiter", "thr", "Mops/s", "p50 ns", "p99 ns", "×gov", "calls", "admitted", "bound"
+        );
+        let mut last_threads = 0;
+        for r in section {
+            if r.threads != last_threads && last_threads != 0 {
+                out.push('\n');
+            }
+            last_threads = r.threads;
+            let ratio = r.vs_governor.map_or("-".into(), |x| format!("{x:.2}"));
+            let check = if r.errors > 0 {
+                format!("!! {} ERRORS", r.errors)
+            } else if r.admitted > r.bound {
+                format!("!! VIOLATION: {} over", r.admitted - r.bound)
+            } else {
+                "ok".into()
+            };
+            let _ = writeln!(
+                out,
+                "{:<22} {:>3}  {:>8.2}  {:>8} {:>8}  {:>6}  {:>13}  {:>13}  {:>16}  {}   ({})",
+                r.limiter,
+                r.threads,
+                r.mops,
+                ns(r.p50_ns),
+                ns(r.p99_ns),
+                ratio,
+                r.calls,
+                r.admitted,
+                r.bound,
+                check,
+                quota_text(r.quota),
+            );
+        }
+    }
+    out
+}
+
+pub fn write_csv(rows: &[Row], clock: &str, path: &Path) -> io::Result<()> {
+    let mut out = String::from(
+        "limiter,clock,threads,workload,limit,period_ns,seconds,calls,admitted,bound,bound_ok,errors,mops,ns_p50,ns_p99,throughput_vs_governor\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{:.6},{},{},{},{},{},{:.4},{:.2},{:.2},{}",
+            r.limiter,
+            clock,
+            r.threads,
+            r.workload.name(),
+            r.quota.limit,
+            r.quota.period.as_nanos(),
+            r.seconds,
+            r.calls,
+            r.admitted,
+            r.bound,
+            !r.violates(),
+            r.errors,
+            r.mops,
+            r.p50_ns,
+            r.p99_ns,
+            r.vs_governor.map_or(String::new(), |x| format!("{x:.4}")),
+        );
+    }
+    std::fs::write(path, out)
+}
+
+const COLORS: [&str; 10] = [
+    "#000000", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+    "#17becf", "#bcbd22",
+];
+
+/// A round number at or above `v`: 1, 2 or 5 times a power of ten.
+fn nice_ceiling(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let magnitude = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * magnitude)
+        .find(|&c| c >= v)
+        .unwrap_or(10.0 * magnitude)
+}
+
+/// Throughput vs threads, one panel per workload, one line per limiter.
+pub fn svg(rows: &[Row], workloads: &[Workload], limiters: &[&str], title: &str) -> String {
+    const PW: f64 = 400.0;
+    const PH: f64 = 300.0;
+    const ML: f64 = 55.0; // margins: left, right, top, bottom
+    const MR: f64 = 15.0;
+    const MT: f64 = 40.0;
+    const MB: f64 = 45.0;
+    let mut threads: Vec<usize> = rows.iter().map(|r| r.threads).collect();
+    threads.sort_unstable();
+    threads.dedup();
+    let panels: Vec<Workload> = workloads
+        .iter()
+        .copied()
+        .filter(|w| rows.iter().any(|r| r.workload == *w))
+        .collect();
+    let legend_rows = limiters.len().div_ceil(3);
+    let width = PW * panels.len().max(1) as f64;
+    let height = PH + 30.0 + 20.0 * legend_rows as f64;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="16" text-anchor="middle" font-size="13">{}</text>"#,
+        width / 2.0,
+        escape(title)
+    );
+    for (p, &workload) in panels.iter().enumerate() {
+        let x0 = PW * p as f64 + ML;
+        let (w, h) = (PW - ML - MR, PH - MT - MB);
+        let y0 = MT;
+        let max = rows
+            .iter()
+            .filter(|r| r.workload == workload)
+            .map(|r| r.mops)
+            .fold(0.0, f64::max);
+        let top = nice_ceiling(max);
+        let x_of = |t: usize| {
+            let i = threads.iter().position(|&x| x == t).unwrap_or(0) as f64;
+            x0 + if threads.len() > 1 {
+                w * i / (threads.len() - 1) as f64
+            } else {
+                w / 2.0
+            }
+        };
+        let y_of = |v: f64| y0 + h - h * (v / top);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle" font-size="12">{}</text>"#,
+            x0 + w / 2.0,
+            y0 - 8.0,
+            workload.name()
+        );
+        for k in 0..=4 {
+            let v = top * k as f64 / 4.0;
+            let y = y_of(v);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+                x0 + w,
+                x0 - 4.0,
+                y + 4.0,
+                trim(v)
+            );
+        }
+        for &t in &threads {
+            let x = x_of(t);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x}" y1="{y0}" x2="{x}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle">{t}</text>"##,
+                y0 + h,
+                y0 + h + 14.0
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">threads</text><text x="{}" y="{}" text-anchor="middle" transform="rotate(-90 {} {})">Mops/s (all threads)</text>"#,
+            x0 + w / 2.0,
+            y0 + h + 30.0,
+            x0 - 40.0,
+            y0 + h / 2.0,
+            x0 - 40.0,
+            y0 + h / 2.0
+        );
+        for (i, limiter) in limiters.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let points: Vec<(f64, f64)> = threads
+                .iter()
+                .filter_map(|&t| {
+                    rows.iter()
+                        .find(|r| r.workload == workload && r.threads == t && r.limiter == *limiter)
+                        .map(|r| (x_of(t), y_of(r.mops)))
+                })
+                .collect();
+            let path: Vec<String> = points
+                .iter()
+                .map(|(x, y)| format!("{x:.1},{y:.1}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                r#"<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{}"/>"#,
+                path.join(" ")
+            );
+            for (x, y) in points {
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.5" fill="{color}"/>"#
+                );
+            }
+        }
+    }
+    for (i, limiter) in limiters.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let x = 20.0 + (i % 3) as f64 * (width - 40.0) / 3.0;
+        let y = PH + 20.0 + 20.0 * (i / 3) as f64;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+            x + 22.0,
+            x + 28.0,
+            y + 4.0,
+            escape(limiter)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

@@ -1,0 +1,215 @@
+//! `Sharded`: exact behaviour on a ManualClock, how early it denies under unbalanced load, bad
+//! input, and a real-threads stress test of the global bound.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use floodgate::{AcquireError, ConfigError, Limiter, ManualClock, Sharded};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn sharded(limit: u32, stripes: usize) -> (Sharded<ManualClock>, ManualClock) {
+    let clock = ManualClock::starting_at(10_000_000_000); // 10 s: window index 10
+    let limiter = Sharded::with_clock(limit, SECOND, stripes, clock.clone()).unwrap();
+    (limiter, clock)
+}
+
+#[test]
+fn balanced_load_admits_exactly_the_limit_per_window() {
+    let (limiter, clock) = sharded(12, 4);
+    assert_eq!(limiter.stripes(), 4);
+    for round in 0..3 {
+        let mut admitted = 0;
+        for call in 0..40 {
+            if limiter.try_acquire_on(call % 4, 1).unwrap().is_allowed() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 12, "round {round}");
+        clock.advance(SECOND);
+    }
+}
+
+#[test]
+fn one_permit_requests_are_never_denied_early_however_unbalanced() {
+    // Every request comes home to stripe 0 (share 3 of 12): the rest is borrowed.
+    let (limiter, _clock) = sharded(12, 4);
+    for taken in 1..=12u64 {
+        let d = limiter.try_acquire_on(0, 1).unwrap();
+        assert!(d.is_allowed(), "request {taken} denied early");
+        assert_eq!(d.limit(), 12);
+    }
+    let denied = limiter.try_acquire_on(0, 1).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.remaining(), 0);
+    // Every stripe is full: any home is denied, and the "all full" hint answers the same.
+    for home in 0..4 {
+        assert!(!limiter.try_acquire_on(home, 1).unwrap().is_allowed());
+    }
+}
+
+#[test]
+fn multi_permit_requests_may_be_denied_with_at_most_stripes_times_n_minus_one_left() {
+    // 4 stripes of 3; requests of 2 leave 1 permit stranded in each stripe.
+    let (limiter, _clock) = sharded(12, 4);
+    let mut admitted = 0;
+    while limiter.try_acquire_on(0, 2).unwrap().is_allowed() {
+        admitted += 2;
+    }
+    assert_eq!(admitted, 8);
+    let denied = limiter.try_acquire_on(0, 2).unwrap();
+    assert_eq!(
+        denied.remaining(),
+        4,
+        "stripes x (n - 1) = 4 left, scattered"
+    );
+    // The stranded permits are still there for requests that fit.
+    for _ in 0..4 {
+        assert!(limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+    }
+    assert!(!limiter.try_acquire_on(3, 1).unwrap().is_allowed());
+}
+
+#[test]
+fn a_denial_says_when_the_window_ends() {
+    let (limiter, clock) = sharded(2, 2);
+    clock.advance(Duration::from_millis(250));
+    assert!(
+        limiter.try_acquire(2).is_err(),
+        "2 is above one stripe's share"
+    );
+    assert!(limiter.try_acquire_on(1, 1).unwrap().is_allowed());
+    let d = limiter.try_acquire_on(1, 1).unwrap();
+    assert!(d.is_allowed(), "borrowed from stripe 0");
+    assert_eq!(d.reset_after(), Duration::from_millis(750));
+    let denied = limiter.try_acquire_on(0, 1).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.retry_after(), Duration::from_millis(750));
+    assert_eq!(denied.limit(), 2);
+    clock.advance(Duration::from_millis(750));
+    assert!(limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+}
+
+#[test]
+fn stripes_are_a_power_of_two_and_at_most_the_limit() {
+    let clock = ManualClock::new();
+    let s = |limit, stripes| Sharded::with_clock(limit, SECOND, stripes, clock.clone()).unwrap();
+    assert_eq!(s(100, 3).stripes(), 4);
+    assert_eq!(s(100, 16).stripes(), 16);
+    assert_eq!(s(5, 16).stripes(), 4);
+    assert_eq!(s(1, 16).stripes(), 1);
+    assert_eq!(s(10, 4).max_request(), 3);
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let clock = ManualClock::new();
+    assert_eq!(
+        Sharded::with_clock(0, SECOND, 2, clock.clone()).unwrap_err(),
+        ConfigError::ZeroLimit
+    );
+    assert_eq!(
+        Sharded::with_clock(5, Duration::ZERO, 2, clock.clone()).unwrap_err(),
+        ConfigError::ZeroPeriod
+    );
+    assert!(matches!(
+        Sharded::with_clock(5, SECOND, 0, clock.clone()).unwrap_err(),
+        ConfigError::Invalid { .. }
+    ));
+    let limiter = Sharded::with_clock(8, SECOND, 4, clock).unwrap();
+    assert_eq!(
+        limiter.try_acquire(0).unwrap_err(),
+        AcquireError::ZeroPermits
+    );
+    assert_eq!(
+        limiter.try_acquire(3).unwrap_err(),
+        AcquireError::ExceedsCapacity {
+            requested: 3,
+            capacity: 2
+        }
+    );
+    assert!(matches!(
+        limiter.set_limit(3).unwrap_err(),
+        ConfigError::Invalid { .. }
+    ));
+    assert_eq!(limiter.limit(), 8, "a rejected limit leaves the old one");
+}
+
+#[test]
+fn set_limit_resplits_live() {
+    let (limiter, _clock) = sharded(4, 2);
+    for _ in 0..4 {
+        assert!(limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+    }
+    assert!(!limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+    limiter.set_limit(10).unwrap();
+    assert_eq!(limiter.limit(), 10);
+    let mut more = 0;
+    while limiter.try_acquire_on(1, 1).unwrap().is_allowed() {
+        more += 1;
+    }
+    assert_eq!(
+        more, 6,
+        "the raise clears the all-full hint; counts taken stay taken"
+    );
+}
+
+#[test]
+fn acquire_sleeps_until_the_next_window() {
+    let (limiter, clock) = sharded(2, 2);
+    clock.advance(Duration::from_millis(400));
+    assert_eq!(limiter.acquire(1).unwrap(), Duration::ZERO);
+    assert_eq!(limiter.acquire(1).unwrap(), Duration::ZERO);
+    assert_eq!(limiter.acquire(1).unwrap(), Duration::from_millis(600));
+    assert_eq!(clock.sleeps(), vec![Duration::from_millis(600)]);
+}
+
+/// Real threads, real contention, a fixed ManualClock time per round: the permits admitted in a
+/// window must equal the limit exactly (never more; and for one-permit requests, never fewer).
+#[test]
+fn stress_real_threads_admit_exactly_the_limit_per_window() {
+    const THREADS: usize = 4;
+    const LIMIT: u32 = 5_000;
+    let (limiter, clock) = sharded(LIMIT, 4);
+    for round in 0..4 {
+        let admitted = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for worker in 0..THREADS {
+                let (limiter, admitted) = (&limiter, &admitted);
+                scope.spawn(move || {
+                    let mut mine = 0;
+                    for call in 0..4_000usize {
+                        // Round 0 and 2: each thread on its home stripe; 1 and 3: all piled on
+                        // stripe 0 (the most unbalanced load), so borrowing races with owners.
+                        let home = if round % 2 == 0 { worker } else { call % 2 };
+                        if limiter.try_acquire_on(home, 1).unwrap().is_allowed() {
+                            mine += 1;
+                        }
+                    }
+                    // Relaxed: a tally read after the scope joins every thread.
+                    admitted.fetch_add(mine, Ordering::Relaxed);
+                });
+            }
+        });
+        assert_eq!(admitted.into_inner(), u64::from(LIMIT), "round {round}");
+        clock.advance(SECOND);
+    }
+}
+
+#[test]
+fn stress_thread_homes_through_the_limiter_trait() {
+    let (limiter, _clock) = sharded(3_000, 8);
+    let admitted = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| {
+                let mine = (0..1_000)
+                    .filter(|_| limiter.try_acquire(1).unwrap().is_allowed())
+                    .count() as u64;
+                // Relaxed: a tally read after the scope joins every thread.
+                admitted.fetch_add(mine, Ordering::Relaxed);
+            });
+        }
+    });
+    assert_eq!(admitted.into_inner(), 3_000);
+}
