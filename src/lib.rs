@@ -36,6 +36,7 @@ pub mod packed;
 mod sync;
 
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
+pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
