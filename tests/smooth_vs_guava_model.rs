@@ -140,6 +140,8 @@ impl GuavaModel {
 enum Op {
     Acquire(u32),
     TryAcquire(u32, u64),
+    /// A tryAcquire whose timeout is Guava's boundary (`nf − now`) plus this many µs.
+    TryNearBoundary(u32, i64),
     Sleep(u64),
     SetRate(f64),
 }
@@ -149,6 +151,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (1u32..12).prop_map(Op::Acquire),
         2 => (1u32..12, 0u64..3_000_000).prop_map(|(n, t)| Op::TryAcquire(n, t)),
+        2 => (1u32..12, NOISE_MICROS + 1..2_000, any::<bool>())
+            .prop_map(|(n, d, late)| Op::TryNearBoundary(n, if late { d } else { -d })),
         3 => (0u64..3_000_000).prop_map(Op::Sleep),
         1 => rates.prop_map(Op::SetRate),
     ]
@@ -162,6 +166,12 @@ fn replay(limiter: &impl Limiter, set_rate: impl Fn(f64), clock: &ManualClock, m
     let mut worst = 0;
     for &op in ops {
         let now = (clock.now_nanos() / 1000) as i64;
+        let op = match op {
+            Op::TryNearBoundary(n, delta) => {
+                Op::TryAcquire(n, (model.next_free - now + delta).max(0) as u64)
+            }
+            op => op,
+        };
         match op {
             Op::Acquire(n) => {
                 let ours = limiter.acquire(n).unwrap().as_micros() as i64;
@@ -188,6 +198,7 @@ fn replay(limiter: &impl Limiter, set_rate: impl Fn(f64), clock: &ManualClock, m
                 set_rate(rate);
                 model.set_rate(rate, now);
             }
+            Op::TryNearBoundary(..) => unreachable!("mapped above"),
         }
     }
     Ok(worst)
