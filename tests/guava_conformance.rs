@@ -116,8 +116,12 @@ impl<L: Limiter> Stopwatch<L> {
     }
 }
 
-const WARM_2_4: [u64; 8] = [0, 1_375_000, 1_125_000, 875_000, 625_000, 500_000, 500_000, 500_000];
-const WARM_5_4_COLD10: [u64; 8] = [0, 1_752_500, 1_257_500, 762_500, 300_227, 200_000, 200_000, 200_000];
+const WARM_2_4: [u64; 8] = [
+    0, 1_375_000, 1_125_000, 875_000, 625_000, 500_000, 500_000, 500_000,
+];
+const WARM_5_4_COLD10: [u64; 8] = [
+    0, 1_752_500, 1_257_500, 762_500, 300_227, 200_000, 200_000, 200_000,
+];
 
 #[test]
 fn g1_simple() {
@@ -273,7 +277,10 @@ fn g12_warm_up() {
 fn g13_warm_up_with_cold_factor_10() {
     let mut s = warming(5.0, 4000, 10.0);
     s.acquire_times(8);
-    assert_eq!(s.events.join(", "), "R0.00, R1.75, R1.26, R0.76, R0.30, R0.20, R0.20, R0.20");
+    assert_eq!(
+        s.events.join(", "),
+        "R0.00, R1.75, R1.26, R0.76, R0.30, R0.20, R0.20, R0.20"
+    );
     s.assert_raw(&WARM_5_4_COLD10);
     s.sleep_ms(200);
     s.sleep_ms(4000);
@@ -318,8 +325,7 @@ fn g15_set_rate_rescales_a_warming_limiter() {
     s.clock.take_sleeps();
     s.acquire_times(11);
     s.assert_raw(&[
-        0, 718_750, 656_250, 593_750, 531_250, 468_750, 406_250, 343_750, 281_250, 250_000,
-        250_000,
+        0, 718_750, 656_250, 593_750, 531_250, 468_750, 406_250, 343_750, 281_250, 250_000, 250_000,
     ]);
 }
 
@@ -342,8 +348,7 @@ fn g16_set_rate_rescales_with_cold_factor_10() {
     s.clock.take_sleeps();
     s.acquire_times(11);
     s.assert_raw(&[
-        0, 938_125, 814_375, 690_625, 566_875, 443_125, 319_375, 195_625, 104_602, 100_000,
-        100_000,
+        0, 938_125, 814_375, 690_625, 566_875, 443_125, 319_375, 195_625, 104_602, 100_000, 100_000,
     ]);
 }
 
@@ -439,7 +444,12 @@ impl JavaRandom {
 }
 
 /// Guava's `measureTotalTimeMillis`: acquire `permits` in random chunks, then 1 to repay.
-fn measure_total_millis(limiter: &impl Limiter, clock: &ManualClock, permits: u32, rng: &mut JavaRandom) -> u64 {
+fn measure_total_millis(
+    limiter: &impl Limiter,
+    clock: &ManualClock,
+    permits: u32,
+    rng: &mut JavaRandom,
+) -> u64 {
     let start = clock.now_nanos();
     let mut left = permits;
     while left > 0 {
@@ -463,7 +473,10 @@ fn g22_never_a_burst_of_more_than_one_second() {
             let burst = measure_total_millis(&limiter, &clock, rate, &mut rng);
             assert!(burst <= 1000, "rate {rate}: burst took {burst} ms");
             let after = measure_total_millis(&limiter, &clock, rate, &mut rng);
-            assert!(after >= 1000, "rate {rate}: after the burst took {after} ms");
+            assert!(
+                after >= 1000,
+                "rate {rate}: after the burst took {after} ms"
+            );
         }
     }
 }
@@ -521,20 +534,34 @@ fn g25_bursty_set_rate_rescales_stored_permits() {
 fn bad_input_is_an_error_never_a_panic() {
     let clock = ManualClock::new();
     let bursty = SmoothBursty::create_with_clock(5.0, clock.clone()).unwrap();
-    let warm = SmoothWarmingUp::create_with_clock(5.0, Duration::from_secs(5), clock.clone())
-        .unwrap();
+    let warm =
+        SmoothWarmingUp::create_with_clock(5.0, Duration::from_secs(5), clock.clone()).unwrap();
     assert_eq!(bursty.acquire(0), Err(AcquireError::ZeroPermits));
     assert_eq!(bursty.acquire_permits(0), Err(AcquireError::ZeroPermits));
     assert_eq!(bursty.try_acquire(0), Err(AcquireError::ZeroPermits));
-    assert_eq!(bursty.try_acquire_timeout(0, Duration::from_secs(1)), Err(AcquireError::ZeroPermits));
+    assert_eq!(
+        bursty.try_acquire_timeout(0, Duration::from_secs(1)),
+        Err(AcquireError::ZeroPermits)
+    );
     assert_eq!(bursty.reserve(0), Err(AcquireError::ZeroPermits));
     assert_eq!(warm.acquire(0), Err(AcquireError::ZeroPermits));
-    assert_eq!(warm.try_acquire_for(0, Duration::from_secs(1)), Err(AcquireError::ZeroPermits));
+    assert_eq!(
+        warm.try_acquire_for(0, Duration::from_secs(1)),
+        Err(AcquireError::ZeroPermits)
+    );
     for bad in [0.0, -10.0, f64::NAN, f64::NEG_INFINITY] {
-        assert!(matches!(bursty.set_rate(bad), Err(ConfigError::InvalidNumber { .. })));
-        assert!(matches!(warm.set_rate(bad), Err(ConfigError::InvalidNumber { .. })));
+        assert!(matches!(
+            bursty.set_rate(bad),
+            Err(ConfigError::InvalidNumber { .. })
+        ));
+        assert!(matches!(
+            warm.set_rate(bad),
+            Err(ConfigError::InvalidNumber { .. })
+        ));
         assert!(SmoothBursty::create_with_clock(bad, clock.clone()).is_err());
-        assert!(SmoothWarmingUp::create_with_clock(bad, Duration::from_secs(1), clock.clone()).is_err());
+        assert!(
+            SmoothWarmingUp::create_with_clock(bad, Duration::from_secs(1), clock.clone()).is_err()
+        );
     }
     assert_eq!(bursty.set_limit(0), Err(ConfigError::ZeroLimit));
     // The failed calls left the rate alone.
@@ -545,7 +572,10 @@ fn bad_input_is_an_error_never_a_panic() {
     // Guava's getRate() is 1e6 / (1e6 / 7) = 6.999999999999999 too.
     assert_eq!((bursty.rate(), bursty.limit()), (1e6 / (1e6 / 7.0), 7));
     for bad in [f64::NAN, 0.5, f64::INFINITY, -1.0] {
-        assert!(SmoothWarmingUp::with_cold_factor(1.0, Duration::from_secs(1), bad, clock.clone()).is_err());
+        assert!(
+            SmoothWarmingUp::with_cold_factor(1.0, Duration::from_secs(1), bad, clock.clone())
+                .is_err()
+        );
     }
     for bad in [f64::NAN, -1.0, f64::INFINITY, 1e9] {
         assert!(SmoothBursty::with_max_burst(1.0, bad, clock.clone()).is_err());

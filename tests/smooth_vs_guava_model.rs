@@ -18,13 +18,22 @@ use proptest::prelude::*;
 
 /// Java's `Math.min` (NaN wins, unlike `f64::min`).
 fn java_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
 }
 
 #[derive(Clone, Copy)]
 enum Flavour {
-    Bursty { max_burst_seconds: f64 },
-    Warming { warmup_micros: f64, cold_factor: f64 },
+    Bursty {
+        max_burst_seconds: f64,
+    },
+    Warming {
+        warmup_micros: f64,
+        cold_factor: f64,
+    },
 }
 
 /// Guava's SmoothRateLimiter, transcribed.
@@ -83,7 +92,10 @@ impl GuavaModel {
                     self.stored_permits * self.max_permits / old_max
                 };
             }
-            Flavour::Warming { warmup_micros, cold_factor } => {
+            Flavour::Warming {
+                warmup_micros,
+                cold_factor,
+            } => {
                 let cold = self.stable_interval * cold_factor;
                 self.threshold = 0.5 * warmup_micros / self.stable_interval;
                 self.max_permits =
@@ -124,8 +136,8 @@ impl GuavaModel {
         let ret = self.next_free;
         let spend = java_min(f64::from(permits), self.stored_permits);
         let fresh = f64::from(permits) - spend;
-        let wait = self.stored_wait(self.stored_permits, spend)
-            + (fresh * self.stable_interval) as i64;
+        let wait =
+            self.stored_wait(self.stored_permits, spend) + (fresh * self.stable_interval) as i64;
         self.next_free = self.next_free.saturating_add(wait);
         self.stored_permits -= spend;
         (ret - now).max(0)
@@ -162,7 +174,13 @@ fn op() -> impl Strategy<Value = Op> {
 const NOISE_MICROS: i64 = 8;
 
 /// Runs `ops` on both; returns the largest difference of a wait, in µs.
-fn replay(limiter: &impl Limiter, set_rate: impl Fn(f64), clock: &ManualClock, model: &mut GuavaModel, ops: &[Op]) -> Result<i64, TestCaseError> {
+fn replay(
+    limiter: &impl Limiter,
+    set_rate: impl Fn(f64),
+    clock: &ManualClock,
+    model: &mut GuavaModel,
+    ops: &[Op],
+) -> Result<i64, TestCaseError> {
     let mut worst = 0;
     for &op in ops {
         let now = (clock.now_nanos() / 1000) as i64;
@@ -179,7 +197,9 @@ fn replay(limiter: &impl Limiter, set_rate: impl Fn(f64), clock: &ManualClock, m
             }
             Op::TryAcquire(n, timeout) => {
                 let before = clock.now_nanos();
-                let ours = limiter.try_acquire_for(n, Duration::from_micros(timeout)).unwrap();
+                let ours = limiter
+                    .try_acquire_for(n, Duration::from_micros(timeout))
+                    .unwrap();
                 let margin = model.next_free - timeout as i64 - now;
                 let theirs = if margin.abs() <= NOISE_MICROS {
                     // On Guava's own boundary, within noise: follow floodgate's answer.

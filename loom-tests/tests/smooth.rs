@@ -91,7 +91,12 @@ fn interleavings(threads: &[Vec<Op>]) -> Vec<Vec<(usize, usize)>> {
         }
     }
     let mut out = Vec::new();
-    go(threads, &mut vec![0; threads.len()], &mut Vec::new(), &mut out);
+    go(
+        threads,
+        &mut vec![0; threads.len()],
+        &mut Vec::new(),
+        &mut out,
+    );
     out
 }
 
@@ -139,7 +144,10 @@ fn check_linearizable<L: Smooth>(make: fn(&ManualClock) -> L, threads: Vec<Vec<O
         let final_state = limiter.state();
 
         let orders = interleavings(&threads);
-        assert!(orders.len() > 1, "the model must have several orders to choose from");
+        assert!(
+            orders.len() > 1,
+            "the model must have several orders to choose from"
+        );
         let explained = orders.into_iter().any(|order| {
             let (_clock, sequential) = started(make);
             let mut replay: Vec<Vec<Answer>> = threads.iter().map(|_| Vec::new()).collect();
@@ -221,6 +229,9 @@ fn warming_requests_and_set_rate_race() {
     );
     check_linearizable(
         warming,
-        vec![vec![Op::SetRate(20.0), Op::Reserve(1)], vec![Op::Reserve(2)]],
+        vec![
+            vec![Op::SetRate(20.0), Op::Reserve(1)],
+            vec![Op::Reserve(2)],
+        ],
     );
 }

@@ -22,10 +22,11 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use super::warm_up_math::WarmingMath;
 use super::wide::AtomicWide;
 use super::{
     IntervalCell, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket, decide,
-    micros_since, parse_rate, resync, smooth_limiter_api,
+    micros_since, parse_rate, resync,
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision};
@@ -296,8 +297,8 @@ fn check_warming(
     cold_factor: f64,
 ) -> Result<RateSetting, ConfigError> {
     if let RateSetting::Finite(interval) = setting {
-        let math = WarmingMath::new(interval, warmup_micros, cold_factor);
-        if !(math.max_permits.is_finite() && math.threshold_permits.is_finite()) {
+        let derived = WarmingMath::new(interval, warmup_micros, cold_factor).derived();
+        if !(derived.max_permits.is_finite() && derived.threshold_permits.is_finite()) {
             return Err(ConfigError::Invalid {
                 what: "permits_per_second",
                 why: "too high for this warm-up period: the warm-up would hold more than f64::MAX permits",
@@ -323,104 +324,9 @@ fn unpack(word: u128) -> (Ticket, bool) {
     (ticket, high & INFINITE_BIT != 0)
 }
 
-/// Guava's `SmoothWarmingUp.doSetRate` quantities for one stable interval.
-#[derive(Clone, Copy, Debug)]
-struct WarmingMath {
-    interval: f64,
-    warmup_micros: f64,
-    threshold_permits: f64,
-    max_permits: f64,
-    slope: f64,
-}
-
-impl WarmingMath {
-    #[inline]
-    fn new(interval: f64, warmup_micros: f64, cold_factor: f64) -> Self {
-        let cold_interval = interval * cold_factor;
-        let threshold_permits = 0.5 * warmup_micros / interval;
-        let max_permits = threshold_permits + 2.0 * warmup_micros / (interval + cold_interval);
-        let slope = (cold_interval - interval) / (max_permits - threshold_permits);
-        WarmingMath {
-            interval,
-            warmup_micros,
-            threshold_permits,
-            max_permits,
-            slope,
-        }
-    }
-
-    #[inline]
-    fn permits_to_time(&self, permits: f64) -> f64 {
-        self.interval + permits * self.slope
-    }
-}
-
-impl StoredPermits for WarmingMath {
-    #[inline]
-    fn interval(&self) -> f64 {
-        self.interval
-    }
-    #[inline]
-    fn full_time(&self) -> f64 {
-        self.warmup_micros
-    }
-    /// Through Guava's own `coolDownInterval = W / maxPermits` double, which follows Guava's
-    /// rounding more closely than `stored_time × max / W`.
-    #[inline]
-    fn permits_of(&self, stored_time: f64) -> f64 {
-        if stored_time >= self.warmup_micros {
-            self.max_permits
-        } else if stored_time <= 0.0 {
-            0.0
-        } else {
-            stored_time / (self.warmup_micros / self.max_permits)
-        }
-    }
-    #[inline]
-    fn time_of(&self, permits: f64) -> f64 {
-        if permits >= self.max_permits {
-            self.warmup_micros
-        } else if permits <= 0.0 {
-            0.0
-        } else {
-            permits * (self.warmup_micros / self.max_permits)
-        }
-    }
-    /// Guava's `storedPermitsToWaitTime`: the area under the interval function between
-    /// `stored − take` and `stored` (a trapezoid above the threshold, a rectangle below).
-    #[inline]
-    fn wait_for_stored(&self, stored_permits: f64, take: f64) -> i64 {
-        let above_threshold = stored_permits - self.threshold_permits;
-        let mut take = take;
-        let mut micros: i64 = 0;
-        if above_threshold > 0.0 {
-            let take_above = above_threshold.min(take);
-            let length = self.permits_to_time(above_threshold)
-                + self.permits_to_time(above_threshold - take_above);
-            micros = (take_above * length / 2.0) as i64;
-            take -= take_above;
-        }
-        micros.saturating_add((self.interval * take) as i64)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn guava_worked_example() {
-        // rate 2/s, warm-up 4 s, cold factor 3 (reference A.0).
-        let m = WarmingMath::new(500_000.0, 4e6, 3.0);
-        assert_eq!(m.threshold_permits, 4.0);
-        assert_eq!(m.max_permits, 8.0);
-        assert_eq!(m.slope, 250_000.0);
-        // 8 → 4 takes the warm-up period, 4 → 0 takes 2 s.
-        assert_eq!(m.wait_for_stored(8.0, 4.0), 4_000_000);
-        assert_eq!(m.wait_for_stored(4.0, 4.0), 2_000_000);
-        assert_eq!(m.permits_of(4e6), 8.0);
-        assert_eq!(m.time_of(5.0), 2.5e6);
-    }
 
     #[test]
     fn pack_round_trips_and_keeps_the_flag_apart() {
@@ -431,16 +337,5 @@ mod tests {
             };
             assert_eq!(unpack(pack(t, inf)), (t, inf));
         }
-    }
-
-    #[test]
-    fn zero_warmup_and_tiny_rates_stay_finite() {
-        let zero = WarmingMath::new(200_000.0, 0.0, 3.0);
-        assert_eq!(zero.permits_of(0.0), 0.0);
-        assert_eq!(zero.wait_for_stored(0.0, 0.0), 0);
-        let tiny = WarmingMath::new(f64::INFINITY, 4e6, 3.0);
-        assert_eq!(tiny.max_permits, 0.0);
-        assert_eq!(tiny.permits_of(4e6), 0.0);
-        assert!(check_warming(RateSetting::Finite(1e-300), 4e12, 3.0).is_err());
     }
 }
