@@ -41,6 +41,7 @@ pub mod sharded;
 mod sync;
 
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
+pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};

@@ -1,0 +1,170 @@
+//! The Guava-shaped inherent API and the `Limiter` impl shared by both smooth flavours.
+
+/// The Guava-shaped inherent API and the [`Limiter`](crate::Limiter) impl, shared by both
+/// flavours. The type provides `now_micros`, `decide_at(n, now, timeout) -> Outcome` (which
+/// runs the CAS), `set_infinite`, `set_finite(interval, now)`, `infinite`, `interval` and
+/// `snapshot_at(now)`.
+macro_rules! smooth_limiter_api {
+    ($ty:ident, $make:literal) => {
+        impl<C: $crate::Clock> $ty<C> {
+            #[doc = concat!(
+                "Guava's `acquire(permits)`: books `permits`, sleeps on the clock until the ",
+                "previous booking is paid, and returns the seconds slept.\n\n",
+                "The permits are granted at once whatever their number; the next caller pays ",
+                "for them.\n\n# Errors\n[`AcquireError::ZeroPermits`](crate::AcquireError) for ",
+                "`permits = 0` (Guava: `IllegalArgumentException`).\n\n```\n",
+                "use floodgate::*;\nlet clock = ManualClock::new();\nlet limiter = ", $make,
+                ";\nassert_eq!(limiter.acquire_permits(1).unwrap(), 0.0);\n",
+                "assert!(limiter.acquire_permits(1).unwrap() > 0.0);\n```"
+            )]
+            pub fn acquire_permits(&self, permits: u32) -> Result<f64, $crate::AcquireError> {
+                let waited = $crate::Limiter::acquire(self, permits)?;
+                Ok(waited.as_micros() as f64 / 1e6)
+            }
+
+            #[doc = concat!(
+                "Guava's `tryAcquire(permits, timeout)`: if the limiter is free within ",
+                "`timeout`, books `permits`, sleeps until the previous booking is paid and ",
+                "returns `true`; otherwise returns `false` at once and changes nothing.\n\n",
+                "# Errors\n[`AcquireError::ZeroPermits`](crate::AcquireError) for `permits = 0`.",
+                "\n\n```\nuse floodgate::*;\nuse std::time::Duration;\n",
+                "let clock = ManualClock::new();\nlet limiter = ", $make, ";\n",
+                "assert!(limiter.try_acquire_timeout(1, Duration::ZERO).unwrap());\n",
+                "assert!(!limiter.try_acquire_timeout(1, Duration::ZERO).unwrap());\n```"
+            )]
+            pub fn try_acquire_timeout(
+                &self,
+                permits: u32,
+                timeout: std::time::Duration,
+            ) -> Result<bool, $crate::AcquireError> {
+                Ok($crate::Limiter::try_acquire_for(self, permits, timeout)?.is_allowed())
+            }
+
+            #[doc = concat!(
+                "Books `permits` like [`acquire_permits`](Self::acquire_permits) but does not ",
+                "sleep: returns how long the caller must wait before using them (for async ",
+                "callers, e.g. `tokio::time::sleep(wait)`).\n\n# Errors\n",
+                "[`AcquireError::ZeroPermits`](crate::AcquireError) for `permits = 0`.\n\n```\n",
+                "use floodgate::*;\nuse std::time::Duration;\nlet clock = ManualClock::new();\n",
+                "let limiter = ", $make, ";\n",
+                "assert_eq!(limiter.reserve(1).unwrap(), Duration::ZERO);\n",
+                "assert!(limiter.reserve(1).unwrap() > Duration::ZERO);\n",
+                "assert!(clock.sleeps().is_empty());\n```"
+            )]
+            pub fn reserve(&self, permits: u32) -> Result<std::time::Duration, $crate::AcquireError> {
+                if permits == 0 {
+                    return Err($crate::AcquireError::ZeroPermits);
+                }
+                let now = self.now_micros();
+                let outcome = self.decide_at(permits, now, None);
+                Ok(std::time::Duration::from_micros(outcome.wait_micros as u64))
+            }
+
+            #[doc = concat!(
+                "Guava's `setRate(permitsPerSecond)`, live, from any thread, without a lock. ",
+                "Debt already booked stays booked (the next request still pays the old ",
+                "interval); stored permits keep their share of the maximum. `f64::INFINITY` ",
+                "makes every request free.\n\n# Errors\n",
+                "[`ConfigError::InvalidNumber`](crate::ConfigError) for zero, negative or NaN ",
+                "(Guava: `IllegalArgumentException`); the old rate then stays.\n\n```\n",
+                "use floodgate::*;\nlet clock = ManualClock::new();\nlet limiter = ", $make,
+                ";\nlimiter.set_rate(10.0).unwrap();\nassert_eq!(limiter.rate(), 10.0);\n",
+                "assert!(limiter.set_rate(0.0).is_err() && limiter.set_rate(f64::NAN).is_err());\n```"
+            )]
+            pub fn set_rate(&self, permits_per_second: f64) -> Result<(), $crate::ConfigError> {
+                match self.validate_rate(permits_per_second)? {
+                    $crate::algorithms::smooth::RateSetting::Infinite => self.set_infinite(),
+                    $crate::algorithms::smooth::RateSetting::Finite(interval) => {
+                        let now = self.now_micros();
+                        self.set_finite(interval, now)
+                    }
+                }
+                Ok(())
+            }
+
+            #[doc = concat!(
+                "Guava's `getRate()`: permits per second (`f64::INFINITY` for an infinite ",
+                "rate).\n\n```\nuse floodgate::*;\nlet clock = ManualClock::new();\n",
+                "let limiter = ", $make, ";\nassert_eq!(limiter.rate(), 5.0);\n```"
+            )]
+            pub fn rate(&self) -> f64 {
+                if self.infinite() {
+                    f64::INFINITY
+                } else {
+                    1e6 / self.interval()
+                }
+            }
+
+            #[doc = concat!(
+                "The state as Guava would see it now (after a resync), for monitoring and ",
+                "tests.\n\n```\nuse floodgate::*;\nlet clock = ManualClock::new();\n",
+                "let limiter = ", $make, ";\nlimiter.reserve(1).unwrap();\n",
+                "assert!(limiter.snapshot().next_free_micros > 0);\n```"
+            )]
+            pub fn snapshot(&self) -> $crate::algorithms::smooth::SmoothSnapshot {
+                self.snapshot_at(self.now_micros())
+            }
+        }
+
+        impl<C: $crate::Clock> $crate::Limiter for $ty<C> {
+            /// Guava's `tryAcquire(permits)` (no timeout).
+            #[inline]
+            fn try_acquire(&self, n: u32) -> Result<$crate::Decision, $crate::AcquireError> {
+                if n == 0 {
+                    return Err($crate::AcquireError::ZeroPermits);
+                }
+                Ok(self.decide_at(n, self.now_micros(), Some(0)).decision)
+            }
+
+            fn clock(&self) -> &dyn $crate::Clock {
+                &self.clock
+            }
+
+            /// Sets the rate to `limit` permits per second ([`set_rate`](Self::set_rate)).
+            fn set_limit(&self, limit: u32) -> Result<(), $crate::ConfigError> {
+                if limit == 0 {
+                    return Err($crate::ConfigError::ZeroLimit);
+                }
+                self.set_rate(f64::from(limit))
+            }
+
+            /// The rate rounded to whole permits per second (`u64::MAX` for ∞).
+            fn limit(&self) -> u64 {
+                if self.infinite() {
+                    u64::MAX
+                } else {
+                    $crate::algorithms::smooth::limit_of(self.interval())
+                }
+            }
+
+            /// Guava's `acquire`: books at once, sleeps until the previous booking is paid.
+            fn acquire(&self, n: u32) -> Result<std::time::Duration, $crate::AcquireError> {
+                let wait = self.reserve(n)?;
+                if !wait.is_zero() {
+                    self.clock.sleep(wait);
+                }
+                Ok(wait)
+            }
+
+            /// Guava's `tryAcquire(permits, timeout)`: granted iff the limiter is free within
+            /// `timeout`; then it sleeps until the previous booking is paid. A refusal writes
+            /// nothing; its `retry_after` is the time until a no-wait try would succeed.
+            fn try_acquire_for(
+                &self,
+                n: u32,
+                timeout: std::time::Duration,
+            ) -> Result<$crate::Decision, $crate::AcquireError> {
+                if n == 0 {
+                    return Err($crate::AcquireError::ZeroPermits);
+                }
+                let timeout = $crate::algorithms::smooth::timeout_micros(timeout);
+                let outcome = self.decide_at(n, self.now_micros(), Some(timeout));
+                if outcome.wait_micros > 0 {
+                    self.clock
+                        .sleep(std::time::Duration::from_micros(outcome.wait_micros as u64));
+                }
+                Ok(outcome.decision)
+            }
+        }
+    };
+}

@@ -1,0 +1,275 @@
+//! [`SmoothBursty`]: Guava's `RateLimiter.create(permitsPerSecond)` in one `AtomicU64`.
+//!
+//! # Word layout
+//! ```text
+//!  63 62                                              12 11            0
+//! ┌──┬─────────────────────────────────────────────────┬───────────────┐
+//! │∞ │ whole µs of V + offset: 51 bits                  │ 2⁻¹² µs: 12   │
+//! └──┴─────────────────────────────────────────────────┴───────────────┘
+//! ```
+//! * bit 63: the rate is `+∞` (see the module docs of `smooth`).
+//! * bits 0..=62: `E = (V + offset) · 2¹²`, the virtual time `V = nf − stored_time` in
+//!   fixed point with 12 fractional bits (2⁻¹² µs ≈ 0.24 ns). `offset = ⌈W⌉` µs keeps `E`
+//!   non-negative (`stored_time ≤ W` and `nf ≥ 0`, so `V ≥ −W`). A fresh limiter is
+//!   `nf = 0, stored = 0`: `E = offset · 2¹²`.
+//! * `E = 2⁶³ − 1` (all ones) is *never*: Guava's `nextFreeTicket = Long.MAX_VALUE`, reached
+//!   by a booking past the end of the range (e.g. rate `Double.MIN_VALUE`).
+//!
+//! Decoding at `now` (µs since creation): if `V ≥ now`, the limiter is in debt: `nf = V`,
+//! nothing stored. Otherwise it is free: `nf = now`, `stored_time = min(W, now − V)`, which is
+//! exactly Guava's resync (`stored + (now − nf)`, capped). This is lossless because bursty
+//! stored permits only exist while `nf ≤ now`: a resync sets `nf = now`, spending stored
+//! permits is free (so `nf` stays), and fresh permits are only booked once every stored one is
+//! spent. Whole-µs values of `nf` (all of Guava's) are exact; `stored_time` is rounded to
+//! 2⁻¹² µs.
+//!
+//! Range: 2⁵¹ µs (71 years) minus the offset after the limiter's creation. A clock read past
+//! it is taken as the end of the range; a booking past it becomes *never*.
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use super::bursty_word::{BurstyCodec, INFINITE_BIT};
+use super::{
+    IntervalCell, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket, decide,
+    micros_since, parse_rate, resync,
+};
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{ConfigError, Decision};
+use crate::limiter::{Step, update};
+use crate::sync::{AtomicU64, Ordering};
+
+/// The longest burst accepted: one year of stored permits.
+const MAX_BURST_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+/// Placeholder decision for steps whose answer nobody reads (`set_rate`'s CAS).
+const UNREAD: Decision = Decision::allow(0, 0, 0);
+
+/// Guava's `SmoothBursty`: a steady rate that saves up to `max_burst_seconds` (1 s for
+/// `create`) of unused permits and spends them at no cost; a request is never delayed by its
+/// own size, the next one pays for it.
+///
+/// One `AtomicU64` holds the whole state (layout in the source of `bursty.rs`); every call is
+/// one load, one pure decision and at most one compare-exchange; a refusal writes nothing.
+///
+/// ```
+/// use floodgate::{Limiter, ManualClock, SmoothBursty};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// let limiter = SmoothBursty::create_with_clock(5.0, clock.clone())?;
+/// // Guava's testSimple: R0.00, R0.20, R0.20
+/// assert_eq!(limiter.acquire_permits(1)?, 0.0);
+/// assert_eq!(limiter.acquire_permits(1)?, 0.2);
+/// assert_eq!(limiter.acquire(1)?, Duration::from_millis(200));
+/// assert_eq!(clock.sleeps(), vec![Duration::from_millis(200); 2]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SmoothBursty<C = QuantaClock> {
+    state: CachePadded<AtomicU64>,
+    interval: IntervalCell,
+    codec: BurstyCodec,
+    clock: C,
+    origin_nanos: u64,
+}
+
+impl SmoothBursty<QuantaClock> {
+    /// Guava's `RateLimiter.create(permitsPerSecond)` on the default clock: up to 1 s of
+    /// unused permits is saved. `f64::INFINITY` is accepted (every request free).
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidNumber`] for a rate that is zero, negative or NaN.
+    ///
+    /// ```
+    /// let limiter = floodgate::SmoothBursty::create(100.0).unwrap();
+    /// assert_eq!(limiter.rate(), 100.0);
+    /// assert!(floodgate::SmoothBursty::create(0.0).is_err());
+    /// ```
+    pub fn create(permits_per_second: f64) -> Result<Self, ConfigError> {
+        Self::create_with_clock(permits_per_second, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> SmoothBursty<C> {
+    /// [`create`](SmoothBursty::create) on `clock`.
+    ///
+    /// # Errors
+    /// As [`create`](SmoothBursty::create).
+    ///
+    /// ```
+    /// use floodgate::{ManualClock, SmoothBursty};
+    /// let limiter = SmoothBursty::create_with_clock(2.0, ManualClock::new()).unwrap();
+    /// assert_eq!(limiter.snapshot().stored_permits, 0.0); // a new limiter stores nothing
+    /// ```
+    pub fn create_with_clock(permits_per_second: f64, clock: C) -> Result<Self, ConfigError> {
+        Self::with_max_burst(permits_per_second, 1.0, clock)
+    }
+
+    /// A bursty limiter that saves up to `max_burst_seconds` of unused permits (Guava's
+    /// `SmoothBursty(stopwatch, maxBurstSeconds)`; `create` uses 1.0). `0.0` saves nothing.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidNumber`] for a bad rate, or a burst that is negative, NaN or
+    /// longer than a year.
+    ///
+    /// ```
+    /// use floodgate::{ManualClock, SmoothBursty};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let limiter = SmoothBursty::with_max_burst(10.0, 3.0, clock.clone()).unwrap();
+    /// clock.advance(Duration::from_secs(60));
+    /// assert_eq!(limiter.snapshot().stored_permits, 30.0);
+    /// ```
+    pub fn with_max_burst(
+        permits_per_second: f64,
+        max_burst_seconds: f64,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        if !(0.0..=MAX_BURST_SECONDS).contains(&max_burst_seconds) {
+            return Err(ConfigError::InvalidNumber {
+                what: "max_burst_seconds",
+                value: max_burst_seconds,
+            });
+        }
+        let setting = parse_rate(permits_per_second)?;
+        let codec = BurstyCodec::new(max_burst_seconds * 1e6);
+        let (interval, infinite) = match setting {
+            RateSetting::Finite(interval) => (interval, false),
+            // Unused until a finite rate is set.
+            RateSetting::Infinite => (0.0, true),
+        };
+        let fresh = Ticket {
+            next_free: 0,
+            stored_time: 0.0,
+        };
+        Ok(SmoothBursty {
+            state: CachePadded::new(AtomicU64::new(codec.encode(fresh, infinite))),
+            interval: IntervalCell::new(interval),
+            codec,
+            origin_nanos: clock.now_nanos(),
+            clock,
+        })
+    }
+
+    #[inline]
+    fn now_micros(&self) -> i64 {
+        micros_since(self.clock.now_nanos(), self.origin_nanos).min(self.codec.max_micros)
+    }
+
+    fn validate_rate(&self, permits_per_second: f64) -> Result<RateSetting, ConfigError> {
+        parse_rate(permits_per_second)
+    }
+
+    fn infinite(&self) -> bool {
+        // Relaxed: a snapshot of one self-contained word.
+        self.state.load(Ordering::Relaxed) & INFINITE_BIT != 0
+    }
+
+    fn interval(&self) -> f64 {
+        self.interval.load()
+    }
+
+    /// One decision at `now`, published with the one CAS loop.
+    #[inline]
+    fn decide_at(&self, permits: u32, now: i64, timeout: Option<i64>) -> Outcome {
+        let mut outcome = Outcome {
+            next: None,
+            decision: UNREAD,
+            wait_micros: 0,
+        };
+        update(&self.state, |word| {
+            let (ticket, infinite) = self.codec.decode(word, now);
+            let math = (!infinite).then(|| BurstyMath {
+                interval: self.interval.load(),
+                full_time: self.codec.full_time,
+            });
+            outcome = decide(ticket, now, permits, timeout, math.as_ref());
+            Step {
+                next: outcome.next.map(|t| self.codec.encode(t, infinite)),
+                decision: outcome.decision,
+            }
+        });
+        outcome
+    }
+
+    fn set_infinite(&self) {
+        update(&self.state, |word| Step {
+            next: (word & INFINITE_BIT == 0).then_some(word | INFINITE_BIT),
+            decision: UNREAD,
+        });
+    }
+
+    fn set_finite(&self, interval: f64, now: i64) {
+        // Relaxed: only tells whether this call leaves ∞ (module docs: racing set_rate calls).
+        let before = self.state.load(Ordering::Relaxed);
+        self.interval.publish(interval);
+        if before & INFINITE_BIT != 0 {
+            update(&self.state, |word| Step {
+                next: (word & INFINITE_BIT != 0).then(|| self.codec.leave_infinite(word, now)),
+                decision: UNREAD,
+            });
+        }
+    }
+
+    fn snapshot_at(&self, now: i64) -> SmoothSnapshot {
+        // Relaxed: a snapshot of one self-contained word.
+        let (ticket, infinite) = self.codec.decode(self.state.load(Ordering::Relaxed), now);
+        let ticket = resync(ticket, now, self.codec.full_time);
+        let stored_permits = if infinite {
+            f64::INFINITY
+        } else {
+            ticket.stored_time / self.interval.load()
+        };
+        SmoothSnapshot {
+            next_free_micros: ticket.next_free,
+            stored_permits,
+            rate: self.rate(),
+        }
+    }
+}
+
+smooth_limiter_api!(
+    SmoothBursty,
+    "SmoothBursty::create_with_clock(5.0, clock.clone()).unwrap()"
+);
+
+impl<C> fmt::Debug for SmoothBursty<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmoothBursty")
+            // Relaxed: diagnostics only.
+            .field(
+                "word",
+                &format_args!("{:#x}", self.state.load(Ordering::Relaxed)),
+            )
+            .field("max_burst_micros", &self.codec.full_time)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bursty stored permits: free, accrued at the stable interval.
+struct BurstyMath {
+    interval: f64,
+    full_time: f64,
+}
+
+impl StoredPermits for BurstyMath {
+    #[inline]
+    fn interval(&self) -> f64 {
+        self.interval
+    }
+    #[inline]
+    fn full_time(&self) -> f64 {
+        self.full_time
+    }
+    #[inline]
+    fn permits_of(&self, stored_time: f64) -> f64 {
+        stored_time / self.interval
+    }
+    #[inline]
+    fn time_of(&self, permits: f64) -> f64 {
+        permits * self.interval
+    }
+    #[inline]
+    fn wait_for_stored(&self, _stored_permits: f64, _take: f64) -> i64 {
+        0
+    }
+}

@@ -1,0 +1,341 @@
+//! [`SmoothWarmingUp`]: Guava's `RateLimiter.create(permitsPerSecond, warmupPeriod)` in one
+//! 128-bit word.
+//!
+//! # Word layout
+//! ```text
+//!  127 126                                   64 63                                   0
+//! ┌───┬───────────────────────────────────────┬──────────────────────────────────────┐
+//! │ ∞ │ nf: next free ticket, µs, 63 bits      │ stored_time: f64 bits (µs, 0..=W)    │
+//! └───┴───────────────────────────────────────┴──────────────────────────────────────┘
+//! ```
+//! * bit 127: the rate is `+∞`.
+//! * bits 64..=126: Guava's `nextFreeTicketMicros` since the limiter's creation, exactly
+//!   (`i64::MAX` = Guava's saturated `Long.MAX_VALUE`: never).
+//! * bits 0..=63: the stored permits as the time they took to accrue, an `f64` in `0..=W`
+//!   (`W` = the warm-up period; `stored = stored_time × maxPermits / W`). A new limiter is
+//!   cold: `stored_time = W`.
+//!
+//! Why not 64 bits: see the module docs of `smooth` (the state is two-dimensional).
+
+use std::fmt;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::warm_up_math::WarmingMath;
+use super::wide::AtomicWide;
+use super::{
+    IntervalCell, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket, decide,
+    micros_since, parse_rate, resync,
+};
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{ConfigError, Decision};
+use crate::sync::Ordering;
+
+const INFINITE_BIT: u64 = 1 << 63;
+/// Longest warm-up accepted: 2⁵² µs (142 years), so `W` is an exact `f64` of whole µs.
+const MAX_WARMUP_MICROS: u128 = 1 << 52;
+/// Guava's `RateLimiter.create(r, warmup)` cold factor.
+const DEFAULT_COLD_FACTOR: f64 = 3.0;
+
+/// Guava's `SmoothWarmingUp`: after idling, the limiter is *cold* and hands out permits slowly
+/// (at `cold_factor ×` the stable interval), speeding up linearly to the stable rate as stored
+/// permits are spent, so a cold start takes the warm-up period to reach full speed.
+///
+/// The whole state is one 128-bit word (layout in the source of `warming.rs`), updated by one
+/// double-width compare-exchange; a refusal writes nothing.
+///
+/// ```
+/// use floodgate::{Limiter, ManualClock, SmoothWarmingUp};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// let limiter = SmoothWarmingUp::create_with_clock(2.0, Duration::from_secs(4), clock.clone())?;
+/// // Guava's testWarmUp: R0.00, R1.38, R1.13, R0.88, R0.63, R0.50, R0.50, R0.50
+/// let waits: Vec<u128> = (0..8)
+///     .map(|_| limiter.acquire(1).map(|slept| slept.as_micros()))
+///     .collect::<Result<_, _>>()?;
+/// assert_eq!(waits, [0, 1_375_000, 1_125_000, 875_000, 625_000, 500_000, 500_000, 500_000]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SmoothWarmingUp<C = QuantaClock> {
+    state: CachePadded<AtomicWide>,
+    interval: IntervalCell,
+    warmup_micros: f64,
+    cold_factor: f64,
+    clock: C,
+    origin_nanos: u64,
+}
+
+impl SmoothWarmingUp<QuantaClock> {
+    /// Guava's `RateLimiter.create(permitsPerSecond, warmupPeriod)` (cold factor 3) on the
+    /// default clock.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidNumber`] for a rate that is zero, negative or NaN;
+    /// [`ConfigError::DurationOverflow`] for a warm-up above 2⁵² µs;
+    /// [`ConfigError::Invalid`] for a finite rate so high that the warm-up would hold more than
+    /// `f64::MAX` permits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let limiter = floodgate::SmoothWarmingUp::create(5.0, Duration::from_secs(5)).unwrap();
+    /// assert_eq!(limiter.rate(), 5.0);
+    /// ```
+    pub fn create(permits_per_second: f64, warmup: Duration) -> Result<Self, ConfigError> {
+        Self::create_with_clock(permits_per_second, warmup, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> SmoothWarmingUp<C> {
+    /// [`create`](SmoothWarmingUp::create) on `clock`. A warm-up of zero is accepted: no stored
+    /// permits, every permit at the stable interval.
+    ///
+    /// # Errors
+    /// As [`create`](SmoothWarmingUp::create).
+    ///
+    /// ```
+    /// use floodgate::{ManualClock, SmoothWarmingUp};
+    /// use std::time::Duration;
+    /// let limiter =
+    ///     SmoothWarmingUp::create_with_clock(2.0, Duration::from_secs(4), ManualClock::new()).unwrap();
+    /// assert_eq!(limiter.snapshot().stored_permits, 8.0); // starts cold: maxPermits stored
+    /// ```
+    pub fn create_with_clock(
+        permits_per_second: f64,
+        warmup: Duration,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        Self::with_cold_factor(permits_per_second, warmup, DEFAULT_COLD_FACTOR, clock)
+    }
+
+    /// A warming limiter with Guava's package-private `coldFactor` (the cold interval is
+    /// `cold_factor ×` the stable one; `create` uses 3.0, 1.0 is a flat limiter).
+    ///
+    /// # Errors
+    /// As [`create`](SmoothWarmingUp::create), and [`ConfigError::InvalidNumber`] for a cold
+    /// factor below 1, infinite or NaN.
+    ///
+    /// ```
+    /// use floodgate::{ManualClock, SmoothWarmingUp};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let limiter = SmoothWarmingUp::with_cold_factor(5.0, Duration::from_secs(4), 10.0, clock).unwrap();
+    /// assert!((limiter.snapshot().stored_permits - 13.636363636363637).abs() < 1e-9);
+    /// ```
+    pub fn with_cold_factor(
+        permits_per_second: f64,
+        warmup: Duration,
+        cold_factor: f64,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        if !(cold_factor.is_finite() && cold_factor >= 1.0) {
+            return Err(ConfigError::InvalidNumber {
+                what: "cold_factor",
+                value: cold_factor,
+            });
+        }
+        let warmup = warmup.as_micros();
+        if warmup > MAX_WARMUP_MICROS {
+            return Err(ConfigError::DurationOverflow);
+        }
+        let warmup_micros = warmup as f64;
+        let setting = check_warming(parse_rate(permits_per_second)?, warmup_micros, cold_factor)?;
+        let (interval, infinite) = match setting {
+            RateSetting::Finite(interval) => (interval, false),
+            // Unused until a finite rate is set.
+            RateSetting::Infinite => (0.0, true),
+        };
+        // Guava: a new warming limiter starts cold, with maxPermits stored.
+        let cold = Ticket {
+            next_free: 0,
+            stored_time: warmup_micros,
+        };
+        Ok(SmoothWarmingUp {
+            state: CachePadded::new(AtomicWide::new(pack(cold, infinite))),
+            interval: IntervalCell::new(interval),
+            warmup_micros,
+            cold_factor,
+            origin_nanos: clock.now_nanos(),
+            clock,
+        })
+    }
+
+    /// Whether the 128-bit compare-exchange is lock-free on this machine (it is on every x86-64
+    /// CPU with `cmpxchg16b` and on AArch64); otherwise `portable-atomic` falls back to a lock.
+    ///
+    /// ```
+    /// # #[cfg(target_arch = "x86_64")]
+    /// assert!(floodgate::SmoothWarmingUp::<floodgate::ManualClock>::is_lock_free());
+    /// ```
+    pub fn is_lock_free() -> bool {
+        AtomicWide::is_lock_free()
+    }
+
+    #[inline]
+    fn now_micros(&self) -> i64 {
+        micros_since(self.clock.now_nanos(), self.origin_nanos)
+    }
+
+    fn validate_rate(&self, permits_per_second: f64) -> Result<RateSetting, ConfigError> {
+        check_warming(
+            parse_rate(permits_per_second)?,
+            self.warmup_micros,
+            self.cold_factor,
+        )
+    }
+
+    fn load_word(&self) -> u128 {
+        // Relaxed: one self-contained word; the interval is ordered by IntervalCell's fences.
+        self.state.load(Ordering::Relaxed)
+    }
+
+    fn infinite(&self) -> bool {
+        unpack(self.load_word()).1
+    }
+
+    fn interval(&self) -> f64 {
+        self.interval.load()
+    }
+
+    fn math(&self) -> WarmingMath {
+        WarmingMath::new(self.interval.load(), self.warmup_micros, self.cold_factor)
+    }
+
+    /// One decision at `now`, published with one 128-bit CAS (retried on conflict).
+    #[inline]
+    fn decide_at(&self, permits: u32, now: i64, timeout: Option<i64>) -> Outcome {
+        let mut outcome = Outcome {
+            next: None,
+            decision: Decision::allow(0, 0, 0),
+            wait_micros: 0,
+        };
+        // Relaxed: as `limiter::update` — the word is the whole state and publishes no other
+        // memory; the interval is ordered by IntervalCell's fences.
+        let _ = self
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+                let (ticket, infinite) = unpack(word);
+                let math = (!infinite).then(|| self.math());
+                outcome = decide(ticket, now, permits, timeout, math.as_ref());
+                // A denial (or a free request at ∞) writes nothing.
+                outcome
+                    .next
+                    .map(|t| pack(t, infinite))
+                    .filter(|&next| next != word)
+            });
+        outcome
+    }
+
+    fn set_infinite(&self) {
+        // Relaxed: as decide_at.
+        let _ = self
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+                let (ticket, infinite) = unpack(word);
+                (!infinite).then(|| pack(ticket, true))
+            });
+    }
+
+    fn set_finite(&self, interval: f64, now: i64) {
+        let before = self.load_word();
+        self.interval.publish(interval);
+        if unpack(before).1 {
+            // Relaxed: as decide_at; the release fence in `publish` orders the interval first.
+            let _ = self
+                .state
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+                    let (ticket, infinite) = unpack(word);
+                    // Guava: resync, then stored = 0 when leaving ∞ (fully warm).
+                    let warm = Ticket {
+                        next_free: ticket.next_free.max(now),
+                        stored_time: 0.0,
+                    };
+                    infinite.then(|| pack(warm, false))
+                });
+        }
+    }
+
+    fn snapshot_at(&self, now: i64) -> SmoothSnapshot {
+        let (ticket, infinite) = unpack(self.load_word());
+        let ticket = resync(ticket, now, self.warmup_micros);
+        let stored_permits = if infinite {
+            f64::INFINITY
+        } else {
+            self.math().permits_of(ticket.stored_time)
+        };
+        SmoothSnapshot {
+            next_free_micros: ticket.next_free,
+            stored_permits,
+            rate: self.rate(),
+        }
+    }
+}
+
+smooth_limiter_api!(
+    SmoothWarmingUp,
+    "SmoothWarmingUp::create_with_clock(5.0, std::time::Duration::ZERO, clock.clone()).unwrap()"
+);
+
+impl<C> fmt::Debug for SmoothWarmingUp<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Relaxed: diagnostics only.
+        let (ticket, infinite) = unpack(self.state.load(Ordering::Relaxed));
+        f.debug_struct("SmoothWarmingUp")
+            .field("next_free_micros", &ticket.next_free)
+            .field("stored_time_micros", &ticket.stored_time)
+            .field("infinite", &infinite)
+            .field("warmup_micros", &self.warmup_micros)
+            .field("cold_factor", &self.cold_factor)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rejects finite rates whose warm-up would hold a non-finite number of permits.
+fn check_warming(
+    setting: RateSetting,
+    warmup_micros: f64,
+    cold_factor: f64,
+) -> Result<RateSetting, ConfigError> {
+    if let RateSetting::Finite(interval) = setting {
+        let derived = WarmingMath::new(interval, warmup_micros, cold_factor).derived();
+        if !(derived.max_permits.is_finite() && derived.threshold_permits.is_finite()) {
+            return Err(ConfigError::Invalid {
+                what: "permits_per_second",
+                why: "too high for this warm-up period: the warm-up would hold more than f64::MAX permits",
+            });
+        }
+    }
+    Ok(setting)
+}
+
+#[inline]
+fn pack(ticket: Ticket, infinite: bool) -> u128 {
+    let high = ticket.next_free.max(0) as u64 | if infinite { INFINITE_BIT } else { 0 };
+    (u128::from(high) << 64) | u128::from(ticket.stored_time.to_bits())
+}
+
+#[inline]
+fn unpack(word: u128) -> (Ticket, bool) {
+    let high = (word >> 64) as u64;
+    let ticket = Ticket {
+        next_free: (high & !INFINITE_BIT) as i64,
+        stored_time: f64::from_bits(word as u64),
+    };
+    (ticket, high & INFINITE_BIT != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_round_trips_and_keeps_the_flag_apart() {
+        for (nf, stored, inf) in [(0, 0.0, false), (i64::MAX, 4e6, true), (123, 0.5, true)] {
+            let t = Ticket {
+                next_free: nf,
+                stored_time: stored,
+            };
+            assert_eq!(unpack(pack(t, inf)), (t, inf));
+        }
+    }
+}
