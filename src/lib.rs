@@ -52,4 +52,3 @@ pub use sharded::Sharded;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
-

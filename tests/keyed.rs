@@ -290,3 +290,21 @@ fn strikes_outside_the_span_do_not_block() {
     ); // new span
     assert!(!keyed.is_blocked(&1));
 }
+
+#[test]
+fn a_lagging_clock_read_is_not_refused_for_the_lag() {
+    // As for AtomicLimiter: a key's bucket of 2 at 10/s has one token left after a request at
+    // 10 s; a core whose clock reads 3 ns behind is decided at the shard's published time.
+    let clock = ManualClock::starting_at(10 * SEC);
+    let keyed: Keyed<u64, _, _> = Keyed::builder(Gcra::new(Rate::per_second(10), 2).unwrap())
+        .max_keys(64)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(keyed.check(&7, 1).unwrap().is_allowed());
+    clock.set(10 * SEC - 3);
+    let lagged = keyed.check(&7, 1).unwrap();
+    assert!(lagged.is_allowed(), "{lagged:?}");
+    assert_eq!(lagged.remaining(), 0);
+    assert!(!keyed.check(&7, 1).unwrap().is_allowed());
+}

@@ -58,7 +58,7 @@ use shards::{KeySlot, Liveness, ShardedMap};
 
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{Algorithm, update};
+use crate::limiter::{Algorithm, update, update_at};
 use crate::sync::{AtomicU64, Ordering};
 
 /// What a full shard does with a new key when none of its keys is idle.
@@ -222,9 +222,11 @@ where
     {
         self.algorithm.check_permits(n)?;
         let algorithm = &self.algorithm;
-        let decided = self.map.access(key, &self.clock, algorithm, |slot, now| {
-            update(&slot.state, |state| algorithm.decide(state, now, n))
-        });
+        let decided = self
+            .map
+            .access(key, &self.clock, algorithm, |slot, now, floor| {
+                decide_slot(algorithm, &slot.state, floor, now, n)
+            });
         Ok(decided.unwrap_or_else(|refused| {
             let limit = algorithm.limit();
             Decision::deny(limit, 0, refused.retry_after, refused.retry_after)
@@ -377,5 +379,25 @@ impl<K, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
             .field("max_keys", &self.map.max_keys())
             .field("shards", &self.map.shard_count())
             .finish_non_exhaustive()
+    }
+}
+
+/// One decision on a key's state word: through the shard's time floor for algorithms that need
+/// one ([`Algorithm::NEEDS_TIME_FLOOR`]), so a reader whose clock lags the key's last writer is
+/// decided at the writer's time, exactly as [`AtomicLimiter`](crate::AtomicLimiter) does.
+#[inline]
+fn decide_slot<A: Algorithm>(
+    algorithm: &A,
+    state: &AtomicU64,
+    floor: &AtomicU64,
+    now: u64,
+    n: u32,
+) -> Decision {
+    if A::NEEDS_TIME_FLOOR {
+        update_at(state, floor, now, |word, now| {
+            algorithm.decide(word, now, n)
+        })
+    } else {
+        update(state, |word| algorithm.decide(word, now, n))
     }
 }

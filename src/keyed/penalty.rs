@@ -250,18 +250,20 @@ where
     {
         let Rules { algorithm, penalty } = &self.rules;
         algorithm.check_permits(n)?;
-        let decided = self.map.access(key, &self.clock, &self.rules, |slot, now| {
-            // Relaxed: the jail word is self-contained; see limiter::update.
-            let jail = slot.jail.load(Ordering::Relaxed);
-            if let Some(left) = PenaltyBox::blocked_for(jail, now) {
-                return Decision::deny(algorithm.limit(), 0, left, left);
-            }
-            let decision = update(&slot.state, |state| algorithm.decide(state, now, n));
-            if decision.is_allowed() {
-                return decision;
-            }
-            update(&slot.jail, |jail| penalty.strike(jail, now, decision))
-        });
+        let decided = self
+            .map
+            .access(key, &self.clock, &self.rules, |slot, now, floor| {
+                // Relaxed: the jail word is self-contained; see limiter::update.
+                let jail = slot.jail.load(Ordering::Relaxed);
+                if let Some(left) = PenaltyBox::blocked_for(jail, now) {
+                    return Decision::deny(algorithm.limit(), 0, left, left);
+                }
+                let decision = super::decide_slot(algorithm, &slot.state, floor, now, n);
+                if decision.is_allowed() {
+                    return decision;
+                }
+                update(&slot.jail, |jail| penalty.strike(jail, now, decision))
+            });
         Ok(decided.unwrap_or_else(|refused| {
             Decision::deny(
                 algorithm.limit(),

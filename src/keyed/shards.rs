@@ -26,6 +26,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{KeyedStats, WhenFull};
 use crate::clock::Clock;
+use crate::sync::AtomicU64;
 
 /// Most keys a shard holds when the shard count is chosen automatically: bounds the cost of one
 /// sweep (a sweep looks at every key of one shard).
@@ -75,8 +76,22 @@ struct Shard<K, S> {
     sweeps: u64,
 }
 
-/// One shard: its lock and map, on its own cache line(s).
-type LockedShard<K, S> = CachePadded<RwLock<Shard<K, S>>>;
+/// One shard: its lock and map, and the time floor of its keys' state words (see
+/// [`limiter::update_at`](crate::limiter::update_at)), on its own cache line(s).
+struct ShardCell<K, S> {
+    lock: RwLock<Shard<K, S>>,
+    floor: AtomicU64,
+}
+
+impl<K, S> std::ops::Deref for ShardCell<K, S> {
+    type Target = RwLock<Shard<K, S>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.lock
+    }
+}
+
+type LockedShard<K, S> = CachePadded<ShardCell<K, S>>;
 
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
 pub(crate) struct ShardedMap<K, S> {
@@ -117,17 +132,20 @@ where
         let hasher = ahash::RandomState::new();
         let shards_vec: Vec<_> = (0..shards)
             .map(|_| {
-                CachePadded::new(RwLock::new(Shard {
-                    map: HashMap::with_hasher(hasher.clone()),
-                    next_idle_at: u64::MAX,
-                    victims: Vec::new(),
-                    inserts_since_sweep: 0,
-                    len_after_sweep: 0,
-                    evicted_idle: 0,
-                    evicted_live: 0,
-                    refused_new_keys: 0,
-                    sweeps: 0,
-                }))
+                CachePadded::new(ShardCell {
+                    floor: AtomicU64::new(0),
+                    lock: RwLock::new(Shard {
+                        map: HashMap::with_hasher(hasher.clone()),
+                        next_idle_at: u64::MAX,
+                        victims: Vec::new(),
+                        inserts_since_sweep: 0,
+                        len_after_sweep: 0,
+                        evicted_idle: 0,
+                        evicted_live: 0,
+                        refused_new_keys: 0,
+                        sweeps: 0,
+                    }),
+                })
             })
             .collect();
         ShardedMap {
@@ -140,22 +158,23 @@ where
     }
 
     #[inline]
-    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> &RwLock<Shard<K, S>> {
+    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> &ShardCell<K, S> {
         // Bits 32.. pick the shard: hashbrown indexes buckets by the low bits and tags them with
         // the top 7, so both stay fully random inside a shard.
         let hash = self.hasher.hash_one(key);
         &self.shards[(hash >> 32) as usize & self.shard_mask]
     }
 
-    /// Runs `run(slot, now)` on `key`'s slot, inserting a fresh slot if the key is new and there
-    /// is room (see the module docs for the locking protocol). Reads the clock exactly once.
+    /// Runs `run(slot, now, floor)` on `key`'s slot, inserting a fresh slot if the key is new and
+    /// there is room (see the module docs for the locking protocol). Reads the clock exactly once.
+    /// `floor` is the shard's time floor, for algorithms that need one.
     #[inline]
     pub(crate) fn access<Q, R, T>(
         &self,
         key: &Q,
         clock: &impl Clock,
         rules: &R,
-        run: impl FnOnce(&S, u64) -> T,
+        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
     ) -> Result<T, Refused>
     where
         K: Borrow<Q>,
@@ -166,19 +185,20 @@ where
         {
             let guard = read(shard);
             if let Some(slot) = guard.map.get(key) {
-                return Ok(run(slot, clock.now_nanos()));
+                return Ok(run(slot, clock.now_nanos(), &shard.floor));
             }
         }
         let mut guard = write(shard);
         let now = clock.now_nanos();
         if let Some(slot) = guard.map.get(key) {
             // Inserted by another thread between our two locks.
-            return Ok(run(slot, now));
+            return Ok(run(slot, now, &shard.floor));
         }
         self.make_room(&mut guard, rules, now)?;
+        let floor = &shard.floor;
         let shard = &mut *guard;
         let slot = shard.map.entry(key.to_owned()).or_default();
-        let result = run(slot, now);
+        let result = run(slot, now, floor);
         if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
             shard.next_idle_at = shard.next_idle_at.min(now.saturating_add(idle_in));
         }
