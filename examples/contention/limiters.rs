@@ -8,7 +8,7 @@ use std::time::Duration;
 use floodgate::decision::check_permits;
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, CoarseClock, ConfigError, Decision, FixedWindow, Gcra,
-    LeakyBucket, Limiter, QuantaClock, Rate, Sharded, TokenBucket,
+    LeakyBucket, Limiter, QuantaClock, Rate, Sharded, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
 /// What a workload asks of every limiter: `limit` permits per `period`, in bursts of up to
@@ -116,7 +116,55 @@ pub fn entries() -> Vec<Entry> {
             },
             bound: aligned_window_bound,
         },
+        Entry {
+            name: "smooth-bursty",
+            build: |q, c| {
+                // Guava's SmoothBursty at limit/period, storing up to one period of permits.
+                let (rate, burst) = (per_second(q), q.period.as_secs_f64());
+                Ok(match c {
+                    ClockChoice::Quanta => Box::new(SmoothBursty::with_max_burst(
+                        rate,
+                        burst,
+                        QuantaClock::new(),
+                    )?),
+                    ClockChoice::Coarse(clock) => {
+                        Box::new(SmoothBursty::with_max_burst(rate, burst, clock.clone())?)
+                    }
+                })
+            },
+            bound: smooth_bound,
+        },
+        Entry {
+            name: "smooth-warming-up",
+            build: |q, c| {
+                // Guava's SmoothWarmingUp at limit/period, warming up over one period.
+                let rate = per_second(q);
+                Ok(match c {
+                    ClockChoice::Quanta => Box::new(SmoothWarmingUp::create_with_clock(
+                        rate,
+                        q.period,
+                        QuantaClock::new(),
+                    )?),
+                    ClockChoice::Coarse(clock) => Box::new(SmoothWarmingUp::create_with_clock(
+                        rate,
+                        q.period,
+                        clock.clone(),
+                    )?),
+                })
+            },
+            bound: smooth_bound,
+        },
     ]
+}
+
+fn per_second(q: Quota) -> f64 {
+    f64::from(q.limit) / q.period.as_secs_f64()
+}
+
+/// Smooth limiters: at most `limit` stored permits (one period's worth), one request granted
+/// ahead on credit (pre-consumption), and one permit per interval of the span.
+fn smooth_bound(q: Quota, s: Span) -> u64 {
+    u64::from(q.limit) + 1 + (s.nanos() as f64 * per_second(q) / 1e9).ceil() as u64
 }
 
 fn rate(q: Quota) -> Rate {
