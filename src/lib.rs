@@ -35,7 +35,10 @@ pub mod limiter;
 pub mod packed;
 mod sync;
 
+#[cfg(not(loom))]
+pub use algorithms::Maintenance;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
+pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
