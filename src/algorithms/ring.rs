@@ -80,17 +80,19 @@ impl RingGeometry {
         now / self.cell_nanos
     }
 
-    /// The slot index `i` lives in.
-    #[inline]
-    pub(crate) fn slot_of(&self, index: u64) -> usize {
-        // The remainder is below `slots <= MAX_SLOTS`, so it fits a usize.
-        (index % self.slots) as usize
-    }
-
     /// The round of index `i` (unreduced; the caller masks it to its tag width).
     #[inline]
     pub(crate) fn round_of(&self, index: u64) -> u64 {
         index / self.slots
+    }
+
+    /// The slot cell `index` lives in (`index % slots`) and its round (`index / slots`, unreduced),
+    /// with one division.
+    #[inline]
+    pub(crate) fn place(&self, index: u64) -> (usize, u64) {
+        let round = index / self.slots;
+        // The remainder is below `slots <= MAX_SLOTS`, so it fits a usize.
+        ((index - round * self.slots) as usize, round)
     }
 
     /// Start of cell `index` in nanoseconds, saturating at `u64::MAX`.
@@ -134,7 +136,8 @@ mod tests {
     fn maps_indices_to_slots_and_rounds() {
         let g = RingGeometry::new(Duration::from_nanos(30), 3, 2).unwrap();
         assert_eq!(g.cell_of(29), 2);
-        assert_eq!((g.slot_of(7), g.round_of(7)), (2, 1));
+        assert_eq!((g.place(7), g.round_of(7)), ((2, 1), 1));
+        assert_eq!(g.place(u64::MAX), ((u64::MAX % 5) as usize, u64::MAX / 5));
         assert_eq!(g.window_start(1), 0);
         assert_eq!(g.window_start(7), 5);
         assert_eq!(g.start_of(u64::MAX), u64::MAX);

@@ -318,10 +318,9 @@ impl<C: Clock> RollingCounter<C> {
         let cell = self.geometry.cell_of(now);
         Ok((self.geometry.window_start(cell)..=cell)
             .map(|index| {
-                let round = self.geometry.round_of(index) & COUNTER_ROUND_MASK;
+                let (slot, round) = self.place(series, index);
                 // Relaxed: a statistic; one word read on its own, no other memory hangs off it.
-                let (word_round, count) =
-                    unpack_counter_cell(self.slot(series, index).load(Ordering::Relaxed));
+                let (word_round, count) = unpack_counter_cell(slot.load(Ordering::Relaxed));
                 if word_round == round { count } else { 0 }
             })
             .sum())
@@ -381,14 +380,16 @@ impl<C: Clock> RollingCounter<C> {
         }
     }
 
+    /// The slot of cell `index` in `series`, and the round tag it has there.
     #[inline]
-    fn slot(&self, series: usize, index: u64) -> &AtomicU64 {
-        &self.slots[series * self.geometry.slots as usize + self.geometry.slot_of(index)]
+    fn place(&self, series: usize, index: u64) -> (&AtomicU64, u64) {
+        let (slot, round) = self.geometry.place(index);
+        let slot = &self.slots[series * self.geometry.slots as usize + slot];
+        (slot, round & COUNTER_ROUND_MASK)
     }
 
     fn add_in(&self, series: usize, n: u64, cell: u64) {
-        let slot = self.slot(series, cell);
-        let round = self.geometry.round_of(cell) & COUNTER_ROUND_MASK;
+        let (slot, round) = self.place(series, cell);
         loop {
             let stray = if n <= FAST_ADD_MAX {
                 // AcqRel: Acquire so a newer round seen here comes with the head raise made
@@ -528,8 +529,7 @@ impl<C: Clock> RollingCounter<C> {
         }
         for series in 0..self.series {
             for index in cell..=cell.saturating_add(self.geometry.future) {
-                let slot = self.slot(series, index);
-                let round = self.geometry.round_of(index) & COUNTER_ROUND_MASK;
+                let (slot, round) = self.place(series, index);
                 // Acquire: as the fetch_add in `add_in`.
                 let mut word = slot.load(Ordering::Acquire);
                 while unpack_counter_cell(word).0 != round {

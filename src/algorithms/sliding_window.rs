@@ -356,8 +356,7 @@ impl<C: Clock> SlidingWindow<C> {
                     }
                 }
             }
-            let slot = &self.slots[self.geometry.slot_of(cell)];
-            let round = self.geometry.round_of(cell) & ROUND_MASK;
+            let (slot, round) = self.place(cell);
             // Acquire: a stamp or seal seen here comes with the head raise made before it.
             let mut word = slot.load(Ordering::Acquire);
             loop {
@@ -449,8 +448,7 @@ impl<C: Clock> SlidingWindow<C> {
 
     /// Seals closed cell `index` (seen from `cell`) and returns its final count.
     fn seal(&self, index: u64, cell: u64) -> Result<u64, u64> {
-        let slot = &self.slots[self.geometry.slot_of(index)];
-        let round = self.geometry.round_of(index) & ROUND_MASK;
+        let (slot, round) = self.place(index);
         // Acquire: as in `acquire_at`.
         let mut word = slot.load(Ordering::Acquire);
         loop {
@@ -480,8 +478,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// already holds its round is left alone).
     fn pre_stamp(&self, cell: u64) {
         for index in cell..=cell.saturating_add(self.geometry.future) {
-            let slot = &self.slots[self.geometry.slot_of(index)];
-            let round = self.geometry.round_of(index) & ROUND_MASK;
+            let (slot, round) = self.place(index);
             // Acquire: as in `acquire_at`.
             let mut word = slot.load(Ordering::Acquire);
             while unpack_cell(word).0 != round {
@@ -503,16 +500,19 @@ impl<C: Clock> SlidingWindow<C> {
         }
     }
 
+    /// The slot of cell `index` and the round tag it has there.
+    #[inline]
+    fn place(&self, index: u64) -> (&AtomicU64, u64) {
+        let (slot, round) = self.geometry.place(index);
+        (&self.slots[slot], round & ROUND_MASK)
+    }
+
     /// The count of cell `index` as it reads now (zero when its slot holds another round).
     fn count_of(&self, index: u64) -> u64 {
-        let slot = &self.slots[self.geometry.slot_of(index)];
+        let (slot, round) = self.place(index);
         // Acquire: a snapshot read; pairs with writers' releases like every other slot load.
-        let (round, _, count) = unpack_cell(slot.load(Ordering::Acquire));
-        if round == self.geometry.round_of(index) & ROUND_MASK {
-            count
-        } else {
-            0
-        }
+        let (word_round, _, count) = unpack_cell(slot.load(Ordering::Acquire));
+        if word_round == round { count } else { 0 }
     }
 
     /// The denial for `n` in `cell` given the window's closed-cell sum and the cell's count.
@@ -520,22 +520,29 @@ impl<C: Clock> SlidingWindow<C> {
     fn denial(&self, cell: u64, now: u64, prev: u64, count: u64, n: u64, limit: u64) -> Decision {
         let cells = self.geometry.cells;
         let need = (prev + count + n).saturating_sub(limit);
-        let mut freed = 0;
+        let closed = self.geometry.window_start(cell)..cell;
+        // Closed cell `i` leaves the window when the clock reaches cell `i + cells`, oldest
+        // first. When all of them together cannot free enough (a burst in this cell, the usual
+        // case under attack), only this cell leaving can, and nothing needs reading.
         let mut retry_cell = cell.saturating_add(cells);
-        let mut newest_used = (count > 0).then_some(cell);
-        // Cell `window_start + k` leaves the window when the clock reaches cell `cell + 1 + k`.
-        for (k, index) in (self.geometry.window_start(cell)..cell).enumerate() {
-            let used = self.count_of(index);
-            if used == 0 {
-                continue;
-            }
-            newest_used = newest_used.max(Some(index));
-            let leaves = cell.saturating_sub(cells - 1) + cells + k as u64;
-            freed += used;
-            if freed >= need {
-                retry_cell = retry_cell.min(leaves);
+        if need <= prev {
+            let mut freed = 0;
+            for index in closed.clone() {
+                freed += self.count_of(index);
+                if freed >= need {
+                    retry_cell = index.saturating_add(cells);
+                    break;
+                }
             }
         }
+        // Back to full capacity when the newest used cell leaves.
+        let newest_used = if count > 0 {
+            Some(cell)
+        } else if prev == 0 {
+            None
+        } else {
+            closed.rev().find(|&index| self.count_of(index) > 0)
+        };
         let reset = newest_used.map_or(0, |index| {
             self.geometry
                 .start_of(index.saturating_add(cells))
