@@ -40,7 +40,10 @@ pub mod redis;
 pub mod sharded;
 mod sync;
 
+#[cfg(not(loom))]
+pub use algorithms::Maintenance;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
+pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};

@@ -1,0 +1,315 @@
+//! A sliding window in one packed word: a small ring of cell counts plus the newest cell's tag,
+//! for keyed limiting and anywhere one `AtomicU64` per limiter is the budget.
+
+use std::time::Duration;
+
+use crate::AcquireError;
+use crate::decision::{ConfigError, Decision, check_permits};
+use crate::limiter::{Algorithm, Step};
+use crate::sync::{AtomicU32, Ordering};
+
+/// Sliding window over `cells` cells (2 to 8) in one `u64`, run by
+/// [`AtomicLimiter`](crate::AtomicLimiter): at most `limit` permits in any `cells` consecutive
+/// cells aligned to the clock, exactly (the word is decided and replaced by one compare-exchange),
+/// with the same unaligned-span bound as [`SlidingWindow`](super::SlidingWindow).
+///
+/// # Layout
+/// With `b = ⌊32 / cells⌋` bits per cell and `T = 64 − cells·b ≥ 32` tag bits:
+/// ```text
+///  63            cells·b   cells·b−1                              0
+/// ┌──────────────────────┬──────────────┬─────┬──────────┬──────────┐
+/// │ tag: T bits          │ cell cells−1 │ ... │ cell 1   │ cell 0   │
+/// └──────────────────────┴──────────────┴─────┴──────────┴──────────┘
+/// ```
+/// `tag` is the newest cell's index (`now / cell`) modulo 2^T; cell `j` counts the permits taken
+/// `j` cells before it. Moving to a newer cell shifts the counts up (the oldest fall off the top);
+/// a count never exceeds the limit, which is at most `2^b − 1`:
+///
+/// | cells | bits per cell | tag bits | largest limit |
+/// |------:|--------------:|---------:|--------------:|
+/// | 2     | 16            | 32       | 65,535        |
+/// | 3     | 10            | 34       | 1,023         |
+/// | 4     | 8             | 32       | 255           |
+/// | 5     | 6             | 34       | 63            |
+/// | 6     | 5             | 34       | 31            |
+/// | 7, 8  | 4             | 36, 32   | 15            |
+///
+/// A state whose counts are all zero is fresh whatever its tag (so `0` is fresh). A tag up to
+/// 2^(T−1) cells ahead of the caller's cell was written by a thread whose clock read later: the
+/// request is decided in that newer cell, never moving the state back. A state left untouched
+/// for 2^(T−1) cells or more (at least 2^31 cells: 68 years for 1 s cells, 25 days for 1 ms
+/// cells) reads as ahead, and its old counts then hold until the clock catches up; a keyed map
+/// evicts such a state long before, as soon as [`is_idle`](Algorithm::is_idle).
+///
+/// ```
+/// use floodgate::{AtomicLimiter, Limiter, ManualClock, PackedSlidingWindow};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// // 2 per minute, in 4 cells of 15 s.
+/// let limiter = AtomicLimiter::with_clock(
+///     PackedSlidingWindow::new(2, Duration::from_secs(60), 4)?,
+///     clock.clone(),
+/// );
+/// clock.set(59_000_000_000);
+/// assert!(limiter.try_acquire(2)?.is_allowed());
+/// clock.set(60_000_000_000); // a fixed window would start afresh here
+/// assert!(!limiter.try_acquire(1)?.is_allowed());
+/// clock.set(105_000_000_000); // the 45–60 s cell has left the window
+/// assert!(limiter.try_acquire(2)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct PackedSlidingWindow {
+    limit: AtomicU32,
+    cell_nanos: u64,
+    cells: u32,
+    count_bits: u32,
+}
+
+/// A state word read at a given cell: the newest cell's index and tag, and the counts shifted so
+/// that cell 0 is that newest cell.
+struct View {
+    newest: u64,
+    tag: u64,
+    counts: u64,
+}
+
+impl PackedSlidingWindow {
+    /// `limit` permits per `window`, cut into `cells` cells aligned to the clock.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above the table's limit for
+    /// `cells`, [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOverflow`], and
+    /// [`ConfigError::Invalid`] for `cells` outside 2..=8 or a window that does not divide into
+    /// whole-nanosecond cells.
+    ///
+    /// ```
+    /// use floodgate::PackedSlidingWindow;
+    /// use std::time::Duration;
+    /// assert!(PackedSlidingWindow::new(255, Duration::from_secs(1), 4).is_ok());
+    /// assert!(PackedSlidingWindow::new(256, Duration::from_secs(1), 4).is_err());
+    /// ```
+    pub fn new(limit: u32, window: Duration, cells: u32) -> Result<Self, ConfigError> {
+        let Some(max) = Self::max_limit(cells) else {
+            return Err(ConfigError::Invalid {
+                what: "cells",
+                why: "a packed sliding window has 2 to 8 cells",
+            });
+        };
+        if window.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        let window_nanos =
+            u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        if window_nanos % u64::from(cells) != 0 {
+            return Err(ConfigError::Invalid {
+                what: "cells",
+                why: "the window must divide into cells of a whole number of nanoseconds",
+            });
+        }
+        validate_limit(limit, max)?;
+        Ok(PackedSlidingWindow {
+            limit: AtomicU32::new(limit),
+            cell_nanos: window_nanos / u64::from(cells),
+            cells,
+            count_bits: 32 / cells,
+        })
+    }
+
+    /// The largest limit a window of `cells` cells can hold, or `None` outside 2..=8.
+    ///
+    /// ```
+    /// assert_eq!(floodgate::PackedSlidingWindow::max_limit(2), Some(65_535));
+    /// assert_eq!(floodgate::PackedSlidingWindow::max_limit(9), None);
+    /// ```
+    pub const fn max_limit(cells: u32) -> Option<u64> {
+        if cells < 2 || cells > 8 {
+            None
+        } else {
+            Some((1 << (32 / cells)) - 1)
+        }
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.cell_nanos * u64::from(self.cells))
+    }
+
+    /// Cells per window.
+    pub fn cells(&self) -> u32 {
+        self.cells
+    }
+
+    fn counts_bits(&self) -> u32 {
+        self.cells * self.count_bits
+    }
+
+    fn tag_mask(&self) -> u64 {
+        u64::MAX >> self.counts_bits()
+    }
+
+    fn count(&self, counts: u64, age: u32) -> u64 {
+        (counts >> (age * self.count_bits)) & ((1 << self.count_bits) - 1)
+    }
+
+    fn view(&self, state: u64, index: u64) -> View {
+        let counts_bits = self.counts_bits();
+        let counts = state & ((1 << counts_bits) - 1);
+        let tag = state >> counts_bits;
+        let tag_mask = self.tag_mask();
+        let current = index & tag_mask;
+        if counts == 0 {
+            return View {
+                newest: index,
+                tag: current,
+                counts: 0,
+            };
+        }
+        let behind = current.wrapping_sub(tag) & tag_mask;
+        if behind <= tag_mask >> 1 {
+            // The same cell, or `behind` cells old: shift the counts up, dropping the oldest.
+            let counts = if behind >= u64::from(self.cells) {
+                0
+            } else {
+                (counts << (behind as u32 * self.count_bits)) & ((1 << counts_bits) - 1)
+            };
+            View {
+                newest: index,
+                tag: current,
+                counts,
+            }
+        } else {
+            // Written by a thread whose clock read later: decide in that newer cell.
+            let ahead = (tag_mask + 1) - behind;
+            View {
+                newest: index.saturating_add(ahead),
+                tag,
+                counts,
+            }
+        }
+    }
+
+    fn start_of(&self, index: u64) -> u64 {
+        index.saturating_mul(self.cell_nanos)
+    }
+}
+
+fn validate_limit(limit: u32, max: u64) -> Result<(), ConfigError> {
+    if limit == 0 {
+        Err(ConfigError::ZeroLimit)
+    } else if u64::from(limit) > max {
+        Err(ConfigError::LimitTooLarge {
+            limit: u64::from(limit),
+            max,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl Algorithm for PackedSlidingWindow {
+    #[inline]
+    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
+        check_permits(n, self.limit())
+    }
+
+    fn decide(&self, state: u64, now: u64, n: u32) -> Step {
+        let limit = self.limit();
+        let n = u64::from(n);
+        let View {
+            newest,
+            tag,
+            counts,
+        } = self.view(state, now / self.cell_nanos);
+        let used: u64 = (0..self.cells).map(|age| self.count(counts, age)).sum();
+        let cells = u64::from(self.cells);
+        if used + n <= limit {
+            // Cell 0 stays within the limit, so the add never carries into cell 1.
+            let next = (tag << self.counts_bits()) | (counts + n);
+            let reset = self
+                .start_of(newest.saturating_add(cells))
+                .saturating_sub(now);
+            return Step::allow(next, Decision::allow(limit, limit - used - n, reset));
+        }
+        // Cell of age j leaves the window when the clock reaches cell `newest + cells − j`.
+        let need = used + n - limit;
+        let mut freed = 0;
+        let mut retry_cell = newest.saturating_add(cells);
+        for age in (0..self.cells).rev() {
+            freed += self.count(counts, age);
+            if freed >= need {
+                retry_cell = newest.saturating_add(cells - u64::from(age));
+                break;
+            }
+        }
+        let reset = (0..self.cells)
+            .find(|&age| self.count(counts, age) > 0)
+            .map_or(0, |age| {
+                self.start_of(newest.saturating_add(cells - u64::from(age)))
+                    .saturating_sub(now)
+            });
+        let retry = self.start_of(retry_cell).saturating_sub(now);
+        Step::deny(Decision::deny(
+            limit,
+            limit.saturating_sub(used),
+            retry,
+            reset,
+        ))
+    }
+
+    fn is_idle(&self, state: u64, now: u64) -> bool {
+        self.view(state, now / self.cell_nanos).counts == 0
+    }
+
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        validate_limit(limit, (1 << self.count_bits) - 1)?;
+        // Relaxed: a self-contained config value; a racing decision may use either limit.
+        self.limit.store(limit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    #[inline]
+    fn limit(&self) -> u64 {
+        // Relaxed: see set_limit.
+        u64::from(self.limit.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(limit: u32, cells: u32) -> PackedSlidingWindow {
+        PackedSlidingWindow::new(limit, Duration::from_nanos(u64::from(cells) * 10), cells).unwrap()
+    }
+
+    #[test]
+    fn layout_keeps_counts_below_the_tag() {
+        for cells in 2..=8 {
+            let w = window(PackedSlidingWindow::max_limit(cells).unwrap() as u32, cells);
+            assert!(64 - w.counts_bits() >= 32, "{cells} cells");
+            let full = w.decide(0, 5, w.limit() as u32).next.unwrap();
+            assert_eq!(full >> w.counts_bits(), 0, "tag of cell 0");
+            assert_eq!(w.count(full, 0), w.limit());
+            // A cell later the full count moves to age 1 and the tag to 1.
+            let later = w.decide(full, 15, 1);
+            assert!(!later.decision.is_allowed());
+            let view = w.view(full, 1);
+            assert_eq!(
+                (view.newest, view.tag, w.count(view.counts, 1)),
+                (1, 1, w.limit())
+            );
+        }
+    }
+
+    #[test]
+    fn ahead_state_is_kept() {
+        let w = window(3, 3);
+        let state = w.decide(0, 100, 2).next.unwrap(); // cell 10
+        let lagging = w.decide(state, 85, 1); // cell 8: decided in cell 10
+        assert!(lagging.decision.is_allowed());
+        assert_eq!(w.view(lagging.next.unwrap(), 10).counts, 3);
+        assert!(!w.is_idle(lagging.next.unwrap(), 85));
+        assert!(w.is_idle(lagging.next.unwrap(), 130));
+    }
+}

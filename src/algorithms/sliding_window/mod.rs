@@ -1,0 +1,388 @@
+//! Sliding window limiter: a ring of sealed, tagged cell counters.
+//!
+//! # Guarantee
+//! Time is cut into cells of `window / cells`, aligned to the clock's timeline. A request is
+//! attributed to one cell: the cell of its clock read, or a later one when its thread lagged behind
+//! a thread that had already moved on (state never moves back). Under every interleaving:
+//!
+//! * **Aligned spans:** the permits attributed to any `cells` consecutive cells (one window-long
+//!   span aligned to cell boundaries) never exceed the limit.
+//! * **Unaligned spans:** any span of length `window − cell` lies inside `cells` consecutive cells,
+//!   so it never holds more than the limit either. A window-long span that starts inside a cell
+//!   also overlaps the tail of that cell: it holds at most the limit plus what was admitted in
+//!   that one cell (at worst `2 × limit`, when the whole limit was spent at the very end of a cell
+//!   and nothing until a window later). The fixed window's `2 × limit` needs only a moment
+//!   across its edge; here it needs a gap of a whole window minus one cell, and shrinks with
+//!   finer cells.
+//!
+//! A request is admitted iff the closed cells of its window plus the current cell plus `n` stay
+//! within the limit, and a denial is a real one: there are no false denials from racing callers.
+//!
+//! # Protocol
+//! Each slot packs `(round, sealed, count)` in one `AtomicU64` ([`pack_cell`]). The window's closed
+//! cells are summed once per cell, by the first caller that crosses into a new cell (or the
+//! sweep): it raises `head` (the newest cell index, a full `u64`), *seals* each of the `cells − 1`
+//! previous cells (a sealed cell never changes again: a writer that finds its cell sealed moves to
+//! the newer cell), and publishes their sum in `base` as `(cell tag, sum)`. It then pre-stamps the
+//! `future` cells ahead with their round and a zero count. Every other call is: load `base`, load
+//! the current cell, and one compare-exchange that adds `n` iff `base sum + count + n ≤ limit`.
+//! The check and the add are one atomic step on the only cell that is still open, and the rest of
+//! the window is frozen, so the check is exact. A denial writes nothing, except that the first
+//! call in a new cell does the crossing work above whether it is then admitted or denied.
+//!
+//! A slot whose round is not the current one counts as zero, and is reset by compare-exchange by
+//! whoever writes it next; before resetting, a writer re-reads `head`: if some thread is already
+//! past this cell, the slot may hold a *newer* round, and the writer moves forward instead. So a
+//! late or missing sweep only costs the first writer of a cell one more compare-exchange, and
+//! never changes a decision.
+
+mod protocol;
+
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::ring::RingGeometry;
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{AcquireError, ConfigError, Decision, check_permits};
+use crate::limiter::Limiter;
+use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Bits of a cell's round tag.
+pub const ROUND_BITS: u32 = 39;
+/// Mask of a round tag (after shifting down).
+pub const ROUND_MASK: u64 = (1 << ROUND_BITS) - 1;
+/// The sealed flag of a cell word.
+pub const SEALED: u64 = 1 << 24;
+/// Largest count a cell holds, and so the largest sliding-window limit (16,777,215).
+pub const MAX_LIMIT: u64 = MAX_COUNT;
+
+/// Packs a sliding-window cell word.
+///
+/// ```text
+///  63                         25   24   23               0
+/// ┌────────────────────────────┬────────┬──────────────────┐
+/// │ round: 39 bits             │ sealed │ count: 24 bits   │
+/// └────────────────────────────┴────────┴──────────────────┘
+/// ```
+/// `round` is the cell index divided by the ring's slot count, modulo 2^39; `count` (at most the
+/// limit, checked before every write, so it never spills) is the permits taken in the cell.
+/// A slot left untouched for exactly a multiple of `2^39 × slots` cells reads as current: it then
+/// carries its old count, which can only deny more, never admit more.
+///
+/// ```
+/// use floodgate::algorithms::sliding_window::{pack_cell, unpack_cell, ROUND_MASK};
+/// assert_eq!(unpack_cell(pack_cell(ROUND_MASK + 3, true, 7)), (2, true, 7));
+/// assert_eq!(unpack_cell(0), (0, false, 0));
+/// ```
+#[inline]
+pub const fn pack_cell(round: u64, sealed: bool, count: u64) -> u64 {
+    debug_assert!(count <= MAX_COUNT);
+    ((round & ROUND_MASK) << 25) | if sealed { SEALED } else { 0 } | count
+}
+
+/// Unpacks a cell word into `(round, sealed, count)`.
+///
+/// ```
+/// use floodgate::algorithms::sliding_window::unpack_cell;
+/// assert_eq!(unpack_cell(u64::MAX), ((1 << 39) - 1, true, (1 << 24) - 1));
+/// ```
+#[inline]
+pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
+    (word >> 25, word & SEALED != 0, word & MAX_COUNT)
+}
+
+/// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
+/// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
+///
+/// Memory: two cache-padded words plus 8 bytes per slot (`cells + future`), see
+/// [`memory_bytes`](SlidingWindow::memory_bytes).
+///
+/// ```
+/// use floodgate::{Limiter, ManualClock, SlidingWindow};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// // 2 per minute, in 60 one-second cells.
+/// let limiter = SlidingWindow::with_clock(2, Duration::from_secs(60), 60, clock.clone())?;
+/// clock.set(59_000_000_000); // 0:59
+/// assert!(limiter.try_acquire(2)?.is_allowed());
+/// clock.set(60_000_000_000); // 1:00: a fixed window would admit 2 more here
+/// let denied = limiter.try_acquire(1)?;
+/// assert!(!denied.is_allowed());
+/// assert_eq!(denied.retry_after(), Duration::from_secs(59)); // 1:59, when 0:59 leaves the window
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SlidingWindow<C = QuantaClock> {
+    geometry: RingGeometry,
+    limit: AtomicU32,
+    /// The newest cell index any caller or sweep has crossed into.
+    head: CachePadded<AtomicU64>,
+    /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
+    base: CachePadded<AtomicU64>,
+    slots: Box<[AtomicU64]>,
+    clock: C,
+}
+
+impl<C> std::fmt::Debug for SlidingWindow<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlidingWindow")
+            .field("limit", &self.current_limit())
+            .field("window", &self.window())
+            .field("cells", &self.geometry.cells)
+            .field("future_cells", &self.geometry.future)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> SlidingWindow<C> {
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.geometry.window_nanos())
+    }
+
+    /// Cells per window.
+    pub fn cells(&self) -> u32 {
+        self.geometry.cells as u32
+    }
+
+    /// Future cells the sweep pre-stamps.
+    pub fn future_cells(&self) -> u32 {
+        self.geometry.future as u32
+    }
+
+    /// Bytes this limiter occupies: the struct (two cache-padded words) plus 8 per slot.
+    ///
+    /// ```
+    /// let w = floodgate::SlidingWindow::new(5, std::time::Duration::from_secs(60), 60).unwrap();
+    /// assert!(w.memory_bytes() >= 8 * 75);
+    /// ```
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.slots.len() * std::mem::size_of::<AtomicU64>()
+    }
+
+    /// The limit in force.
+    #[inline]
+    fn current_limit(&self) -> u64 {
+        // Relaxed: a self-contained config value; a racing decision may use either limit.
+        u64::from(self.limit.load(Ordering::Relaxed))
+    }
+}
+
+impl SlidingWindow<QuantaClock> {
+    /// `limit` permits per `window`, cut into `cells` cells, on the default clock, with
+    /// `max(1, cells / 4)` future cells.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above 16,777,215,
+    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOverflow`], and
+    /// [`ConfigError::Invalid`] for zero cells, a window that does not divide into whole-nanosecond
+    /// cells, or more than 65,536 slots.
+    ///
+    /// ```
+    /// let w = floodgate::SlidingWindow::new(100, std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!((w.cells(), w.future_cells()), (6, 1));
+    /// ```
+    pub fn new(limit: u32, window: Duration, cells: u32) -> Result<Self, ConfigError> {
+        Self::with_clock(limit, window, cells, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> SlidingWindow<C> {
+    /// As [`SlidingWindow::new`], on `clock`.
+    ///
+    /// # Errors
+    /// As [`SlidingWindow::new`].
+    ///
+    /// ```
+    /// let clock = floodgate::ManualClock::new();
+    /// let w = floodgate::SlidingWindow::with_clock(5, std::time::Duration::from_secs(1), 10, clock);
+    /// assert!(w.is_ok());
+    /// ```
+    pub fn with_clock(
+        limit: u32,
+        window: Duration,
+        cells: u32,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        Self::build(limit, window, cells, (cells / 4).max(1), clock)
+    }
+
+    /// The same limiter with `future` pre-stamped cells (the ring then has `cells + future` slots).
+    /// More future cells let a sweep that runs less often than once per cell still prepare every
+    /// cell before it is used.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for zero future cells or more than 65,536 slots.
+    ///
+    /// ```
+    /// let w = floodgate::SlidingWindow::new(5, std::time::Duration::from_secs(1), 10).unwrap();
+    /// assert_eq!(w.with_future_cells(30).unwrap().future_cells(), 30);
+    /// ```
+    pub fn with_future_cells(self, future: u32) -> Result<Self, ConfigError> {
+        let cells = self.geometry.cells as u32;
+        let limit = self.current_limit() as u32;
+        Self::build(limit, self.window(), cells, future, self.clock)
+    }
+
+    fn build(
+        limit: u32,
+        window: Duration,
+        cells: u32,
+        future: u32,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        validate_limit(limit)?;
+        let geometry = RingGeometry::new(window, cells, future)?;
+        // Every slot starts as round 0, count 0: slot `i` is a fresh, open cell `i`.
+        let slots = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
+        Ok(SlidingWindow {
+            geometry,
+            limit: AtomicU32::new(limit),
+            head: CachePadded::new(AtomicU64::new(0)),
+            // Cell 0 has no closed cells before it.
+            base: CachePadded::new(AtomicU64::new(pack_window(0, 0))),
+            slots,
+            clock,
+        })
+    }
+
+    /// [`try_acquire`](Limiter::try_acquire) at a time the caller already read (one clock read
+    /// shared by several limiters, or a simulation). A `now` behind the newest cell is decided in
+    /// that newer cell.
+    ///
+    /// # Errors
+    /// [`AcquireError`] for `n = 0` or `n` above the limit.
+    ///
+    /// ```
+    /// let w = floodgate::SlidingWindow::new(1, std::time::Duration::from_secs(2), 2).unwrap();
+    /// assert!(w.try_acquire_at(1, 0).unwrap().is_allowed());
+    /// assert!(!w.try_acquire_at(1, 1_500_000_000).unwrap().is_allowed());
+    /// assert!(w.try_acquire_at(1, 2_000_000_000).unwrap().is_allowed());
+    /// ```
+    pub fn try_acquire_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
+        let limit = self.current_limit();
+        check_permits(n, limit)?;
+        Ok(self.acquire_at(u64::from(n), now, limit))
+    }
+
+    /// The decision `n` permits would get now, without taking them and without writing anything.
+    ///
+    /// # Errors
+    /// As [`try_acquire_at`](SlidingWindow::try_acquire_at).
+    ///
+    /// ```
+    /// use floodgate::{Limiter, ManualClock, SlidingWindow};
+    /// let w = SlidingWindow::with_clock(3, std::time::Duration::from_secs(1), 4, ManualClock::new()).unwrap();
+    /// w.try_acquire(2).unwrap();
+    /// assert_eq!(w.peek(1).unwrap().remaining(), 0);
+    /// assert!(!w.peek(2).unwrap().is_allowed());
+    /// ```
+    pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.peek_at(n, self.clock.now_nanos())
+    }
+
+    /// [`peek`](SlidingWindow::peek) at a given time.
+    ///
+    /// # Errors
+    /// As [`try_acquire_at`](SlidingWindow::try_acquire_at).
+    ///
+    /// ```
+    /// let w = floodgate::SlidingWindow::new(3, std::time::Duration::from_secs(1), 4).unwrap();
+    /// assert_eq!(w.peek_at(1, 0).unwrap().remaining(), 2);
+    /// ```
+    pub fn peek_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
+        let limit = self.current_limit();
+        check_permits(n, limit)?;
+        // Acquire: see `acquire_at`.
+        let cell = self
+            .geometry
+            .cell_of(now)
+            .max(self.head.load(Ordering::Acquire));
+        let prev: u64 = (self.geometry.window_start(cell)..cell)
+            .map(|i| self.count_of(i))
+            .sum();
+        let count = self.count_of(cell);
+        let n = u64::from(n);
+        Ok(if prev + count + n <= limit {
+            let reset = self.geometry.start_of(cell + self.geometry.cells);
+            Decision::allow(limit, limit - prev - count - n, reset.saturating_sub(now))
+        } else {
+            self.denial(cell, now, prev, count, n, limit)
+        })
+    }
+
+    /// Prepares the current cell ahead of callers: the crossing work (sealing the window's closed
+    /// cells and publishing their sum) if nobody has done it yet, and pre-stamping the future
+    /// cells. Callers do the same work inline when it has not been done, so calling this is only
+    /// ever an optimisation; see [`Maintenance`](super::Maintenance) to run it from a thread.
+    ///
+    /// ```
+    /// let w = floodgate::SlidingWindow::new(3, std::time::Duration::from_secs(1), 4).unwrap();
+    /// w.sweep();
+    /// ```
+    pub fn sweep(&self) {
+        self.sweep_at(self.clock.now_nanos());
+    }
+
+    /// [`sweep`](SlidingWindow::sweep) as of `now`. A `now` behind the newest cell does nothing.
+    ///
+    /// ```
+    /// let w = floodgate::SlidingWindow::new(3, std::time::Duration::from_secs(1), 4).unwrap();
+    /// w.sweep_at(5_000_000_000);
+    /// w.sweep_at(0); // late: changes nothing
+    /// assert_eq!(w.peek_at(1, 5_000_000_000).unwrap().remaining(), 2);
+    /// ```
+    pub fn sweep_at(&self, now: u64) {
+        let cell = self.geometry.cell_of(now);
+        // Acquire: as in `acquire_at`.
+        let (tag, _) = unpack_window(self.base.load(Ordering::Acquire));
+        if tag == cell & TAG_MASK {
+            self.pre_stamp(cell);
+        } else {
+            let _ = self.advance(cell);
+        }
+    }
+}
+
+fn validate_limit(limit: u32) -> Result<(), ConfigError> {
+    if limit == 0 {
+        Err(ConfigError::ZeroLimit)
+    } else if u64::from(limit) > MAX_LIMIT {
+        Err(ConfigError::LimitTooLarge {
+            limit: u64::from(limit),
+            max: MAX_LIMIT,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl<C: Clock> Limiter for SlidingWindow<C> {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.try_acquire_at(n, self.clock.now_nanos())
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        validate_limit(limit)?;
+        // Relaxed: a self-contained config value; a racing decision may use either limit.
+        self.limit.store(limit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    #[inline]
+    fn limit(&self) -> u64 {
+        self.current_limit()
+    }
+}
+
+impl<C: Clock> super::Sweep for SlidingWindow<C> {
+    fn sweep(&self) {
+        SlidingWindow::sweep(self);
+    }
+}

@@ -1,0 +1,207 @@
+//! Property tests: the ring sliding window, the packed sliding window and the rolling counter
+//! against a plain sequential model (a map from cell index to count), over random schedules with
+//! sweeps interleaved at random.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use floodgate::{
+    AtomicLimiter, Clock, Decision, Limiter, ManualClock, PackedSlidingWindow, RollingCounter,
+    SlidingWindow,
+};
+use proptest::prelude::*;
+
+/// The textbook sliding window over aligned cells.
+struct Model {
+    cells: u64,
+    cell_nanos: u64,
+    limit: u64,
+    counts: BTreeMap<u64, u64>,
+}
+
+impl Model {
+    fn used(&self, cell: u64) -> u64 {
+        self.window(cell).map(|(_, c)| c).sum()
+    }
+
+    fn window(&self, cell: u64) -> impl Iterator<Item = (&u64, &u64)> {
+        self.counts
+            .range(cell.saturating_sub(self.cells - 1)..=cell)
+    }
+
+    fn decide(&mut self, now: u64, n: u64, take: bool) -> Decision {
+        let cell = now / self.cell_nanos;
+        let used = self.used(cell);
+        let end = |i: u64| (i + self.cells) * self.cell_nanos - now;
+        if used + n <= self.limit {
+            if take {
+                *self.counts.entry(cell).or_default() += n;
+            }
+            return Decision::allow(self.limit, self.limit - used - n, end(cell));
+        }
+        let need = used + n - self.limit;
+        let mut freed = 0;
+        let mut retry = end(cell);
+        for (&i, &c) in self.window(cell) {
+            freed += c;
+            if freed >= need {
+                retry = end(i);
+                break;
+            }
+        }
+        let reset = self
+            .window(cell)
+            .filter(|(_, c)| **c > 0)
+            .map(|(&i, _)| end(i))
+            .max();
+        Decision::deny(
+            self.limit,
+            self.limit.saturating_sub(used),
+            retry,
+            reset.unwrap_or(0),
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Advance the clock by this many nanoseconds, then take `n`.
+    Take { dt: u64, n: u32 },
+    /// Advance, then peek `n`.
+    Peek { dt: u64, n: u32 },
+    /// Advance, then sweep (the ring only; the model does not change).
+    Sweep { dt: u64 },
+    /// Advance, then sweep as of a time this far behind the clock.
+    LateSweep { dt: u64, behind: u64 },
+    /// Change the limit.
+    SetLimit(u32),
+}
+
+fn ops(cell_nanos: u64, limit: u32) -> impl Strategy<Value = Vec<Op>> {
+    let dt = prop_oneof![
+        8 => 0..cell_nanos,
+        3 => 0..cell_nanos * 4,
+        1 => 0..cell_nanos * 40,
+    ];
+    let n = 1..=limit;
+    let op = prop_oneof![
+        10 => (dt.clone(), n.clone()).prop_map(|(dt, n)| Op::Take { dt, n }),
+        2 => (dt.clone(), n).prop_map(|(dt, n)| Op::Peek { dt, n }),
+        2 => dt.clone().prop_map(|dt| Op::Sweep { dt }),
+        1 => (dt, 0..cell_nanos * 100).prop_map(|(dt, behind)| Op::LateSweep { dt, behind }),
+        1 => (1..=limit).prop_map(Op::SetLimit),
+    ];
+    prop::collection::vec(op, 1..150)
+}
+
+fn config() -> impl Strategy<Value = (u32, u32, u64, u32, u64)> {
+    // (cells, future, cell_nanos, limit, start)
+    (1u32..=6, 1u32..=4, 1u64..=50, 1u32..=12, 0u64..1_000_000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn ring_matches_the_model((cells, future, cell_nanos, limit, start) in config(), ops in ops(50, 12)) {
+        let clock = ManualClock::starting_at(start);
+        let window = Duration::from_nanos(cell_nanos * u64::from(cells));
+        let ring = SlidingWindow::with_clock(limit, window, cells, clock.clone())
+            .unwrap()
+            .with_future_cells(future)
+            .unwrap();
+        let mut model = Model { cells: u64::from(cells), cell_nanos, limit: u64::from(limit), counts: BTreeMap::new() };
+        for op in ops {
+            match op {
+                Op::Take { dt, n } | Op::Peek { dt, n } => {
+                    clock.advance_nanos(dt);
+                    let now = clock.now_nanos();
+                    let take = matches!(op, Op::Take { .. });
+                    if u64::from(n) > model.limit {
+                        prop_assert!(ring.try_acquire(n).is_err());
+                        continue;
+                    }
+                    let got = if take { ring.try_acquire(n) } else { ring.peek(n) }.unwrap();
+                    prop_assert_eq!(got, model.decide(now, u64::from(n), take), "{:?} at {}", op, now);
+                }
+                Op::Sweep { dt } => {
+                    clock.advance_nanos(dt);
+                    ring.sweep();
+                }
+                Op::LateSweep { dt, behind } => {
+                    clock.advance_nanos(dt);
+                    ring.sweep_at(clock.now_nanos().saturating_sub(behind));
+                }
+                Op::SetLimit(l) => {
+                    ring.set_limit(l).unwrap();
+                    model.limit = u64::from(l);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_matches_the_model(cells in 2u32..=8, cell_nanos in 1u64..=50, start in 0u64..1_000_000, ops in ops(50, 15)) {
+        let clock = ManualClock::starting_at(start);
+        let window = Duration::from_nanos(cell_nanos * u64::from(cells));
+        let limit = 15; // the largest limit every cell count supports
+        let packed = AtomicLimiter::with_clock(PackedSlidingWindow::new(limit, window, cells).unwrap(), clock.clone());
+        let mut model = Model { cells: u64::from(cells), cell_nanos, limit: u64::from(limit), counts: BTreeMap::new() };
+        for op in ops {
+            match op {
+                Op::Take { dt, n } | Op::Peek { dt, n } => {
+                    clock.advance_nanos(dt);
+                    let now = clock.now_nanos();
+                    if u64::from(n) > model.limit {
+                        prop_assert!(packed.try_acquire(n).is_err());
+                        continue;
+                    }
+                    let take = matches!(op, Op::Take { .. });
+                    let got = if take { packed.try_acquire(n) } else { packed.peek(n) }.unwrap();
+                    prop_assert_eq!(got, model.decide(now, u64::from(n), take), "{:?} at {}", op, now);
+                }
+                Op::Sweep { dt } | Op::LateSweep { dt, .. } => clock.advance_nanos(dt),
+                Op::SetLimit(l) => {
+                    packed.set_limit(l).unwrap();
+                    model.limit = u64::from(l);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn counter_matches_the_model((cells, future, cell_nanos, _, start) in config(), ops in ops(50, 40)) {
+        let clock = ManualClock::starting_at(start);
+        let window = Duration::from_nanos(cell_nanos * u64::from(cells));
+        let counter = RollingCounter::with_clock(window, cells, 2, clock.clone())
+            .unwrap()
+            .with_future_cells(future)
+            .unwrap();
+        let mut models: Vec<Model> = (0..2)
+            .map(|_| Model { cells: u64::from(cells), cell_nanos, limit: u64::MAX, counts: BTreeMap::new() })
+            .collect();
+        for op in ops {
+            match op {
+                Op::Take { dt, n } | Op::Peek { dt, n } => {
+                    clock.advance_nanos(dt);
+                    let series = (n % 2) as usize;
+                    counter.add(series, n).unwrap();
+                    *models[series].counts.entry(clock.now_nanos() / cell_nanos).or_default() += u64::from(n);
+                }
+                Op::Sweep { dt } => {
+                    clock.advance_nanos(dt);
+                    counter.sweep();
+                }
+                Op::LateSweep { dt, behind } => {
+                    clock.advance_nanos(dt);
+                    counter.sweep_at(clock.now_nanos().saturating_sub(behind));
+                }
+                Op::SetLimit(_) => {}
+            }
+            let cell = clock.now_nanos() / cell_nanos;
+            for (series, model) in models.iter().enumerate() {
+                prop_assert_eq!(counter.sum(series).unwrap(), model.used(cell));
+            }
+        }
+    }
+}
