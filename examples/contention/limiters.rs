@@ -8,7 +8,8 @@ use std::time::Duration;
 use floodgate::decision::check_permits;
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, CoarseClock, ConfigError, Decision, FixedWindow, Gcra,
-    LeakyBucket, Limiter, QuantaClock, Rate, Sharded, SmoothBursty, SmoothWarmingUp, TokenBucket,
+    LeakyBucket, Limiter, QuantaClock, Rate, Sharded, SlidingWindow, SmoothBursty, SmoothWarmingUp,
+    TokenBucket,
 };
 
 /// What a workload asks of every limiter: `limit` permits per `period`, in bursts of up to
@@ -117,6 +118,26 @@ pub fn entries() -> Vec<Entry> {
             bound: aligned_window_bound,
         },
         Entry {
+            name: "sliding-window",
+            build: |q, c| {
+                Ok(match c {
+                    ClockChoice::Quanta => Box::new(SlidingWindow::with_clock(
+                        q.limit,
+                        q.period,
+                        SLIDING_CELLS,
+                        QuantaClock::new(),
+                    )?),
+                    ClockChoice::Coarse(clock) => Box::new(SlidingWindow::with_clock(
+                        q.limit,
+                        q.period,
+                        SLIDING_CELLS,
+                        clock.clone(),
+                    )?),
+                })
+            },
+            bound: sliding_window_bound,
+        },
+        Entry {
             name: "smooth-bursty",
             build: |q, c| {
                 // Guava's SmoothBursty at limit/period, storing up to one period of permits.
@@ -155,6 +176,17 @@ pub fn entries() -> Vec<Entry> {
             bound: smooth_bound,
         },
     ]
+}
+
+/// Cells of the sliding window rows.
+const SLIDING_CELLS: u32 = 10;
+
+/// Sliding window: at most `limit` in any `SLIDING_CELLS` consecutive cells, so at most `limit`
+/// per group of that many cells among those the span touches.
+fn sliding_window_bound(q: Quota, s: Span) -> u64 {
+    let cell = (nanos(q.period) / u64::from(SLIDING_CELLS)).max(1);
+    let touched = s.end / cell - s.start / cell + 1;
+    u64::from(q.limit) * touched.div_ceil(u64::from(SLIDING_CELLS))
 }
 
 fn per_second(q: Quota) -> f64 {
