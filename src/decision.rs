@@ -145,6 +145,18 @@ impl Decision {
         Duration::from_nanos(self.reset_after_nanos)
     }
 
+    /// The same decision reporting another `limit` (a limiter built from parts, such as a sharded
+    /// one, restating a part's decision with the whole limit).
+    ///
+    /// ```
+    /// let d = floodgate::Decision::allow(5, 2, 10).with_limit(20);
+    /// assert_eq!((d.limit(), d.remaining()), (20, 2));
+    /// ```
+    #[inline]
+    pub const fn with_limit(self, limit: u64) -> Self {
+        Decision { limit, ..self }
+    }
+
     fn key(&self) -> (bool, u64, u64, u64, u64) {
         (
             self.allowed,

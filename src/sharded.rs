@@ -249,20 +249,7 @@ impl<C: Clock> Sharded<C> {
     /// A stripe's decision restated with the global limit.
     #[inline]
     fn global(&self, d: Decision) -> Decision {
-        if d.is_allowed() {
-            Decision::allow(
-                self.limit(),
-                d.remaining(),
-                duration_to_nanos(d.reset_after()),
-            )
-        } else {
-            Decision::deny(
-                self.limit(),
-                d.remaining(),
-                duration_to_nanos(d.retry_after()),
-                duration_to_nanos(d.reset_after()),
-            )
-        }
+        d.with_limit(self.limit())
     }
 }
 
