@@ -374,6 +374,27 @@ impl fmt::Display for AcquireError {
 
 impl std::error::Error for AcquireError {}
 
+/// The shared limit check of the builders: a limit must be in `1..=max`.
+///
+/// ```
+/// use floodgate::{ConfigError, decision::validate_limit};
+/// assert!(validate_limit(5, 5).is_ok());
+/// assert_eq!(validate_limit(0, 5), Err(ConfigError::ZeroLimit));
+/// assert_eq!(validate_limit(6, 5), Err(ConfigError::LimitTooLarge { limit: 6, max: 5 }));
+/// ```
+pub fn validate_limit(limit: u32, max: u64) -> Result<(), ConfigError> {
+    if limit == 0 {
+        Err(ConfigError::ZeroLimit)
+    } else if u64::from(limit) > max {
+        Err(ConfigError::LimitTooLarge {
+            limit: u64::from(limit),
+            max,
+        })
+    } else {
+        Ok(())
+    }
+}
+
 /// The shared permit check: `n` must be in `1..=capacity`.
 ///
 /// ```

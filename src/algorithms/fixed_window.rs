@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::AcquireError;
-use crate::decision::{ConfigError, Decision, check_permits};
+use crate::decision::{ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::{Algorithm, Step};
 use crate::packed::{
     Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
@@ -103,7 +103,7 @@ impl FixedWindow {
     /// assert!(FixedWindow::with_anchor(1, std::time::Duration::ZERO, Anchor::WallClock).is_err());
     /// ```
     pub fn with_anchor(limit: u32, window: Duration, anchor: Anchor) -> Result<Self, ConfigError> {
-        validate_limit(limit)?;
+        validate_limit(limit, MAX_COUNT)?;
         let window_nanos =
             u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
         let window = Divisor::new(window_nanos).ok_or(ConfigError::ZeroPeriod)?;
@@ -206,19 +206,6 @@ impl FixedWindow {
     }
 }
 
-fn validate_limit(limit: u32) -> Result<(), ConfigError> {
-    if limit == 0 {
-        Err(ConfigError::ZeroLimit)
-    } else if u64::from(limit) > MAX_COUNT {
-        Err(ConfigError::LimitTooLarge {
-            limit: u64::from(limit),
-            max: MAX_COUNT,
-        })
-    } else {
-        Ok(())
-    }
-}
-
 impl Algorithm for FixedWindow {
     #[inline]
     fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
@@ -255,7 +242,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        validate_limit(limit)?;
+        validate_limit(limit, MAX_COUNT)?;
         // Relaxed: a single self-contained config value; a racing decision may use either limit.
         self.limit.store(limit, Ordering::Relaxed);
         Ok(())

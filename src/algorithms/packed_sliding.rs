@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::AcquireError;
-use crate::decision::{ConfigError, Decision, check_permits};
+use crate::decision::{ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::{Algorithm, Step};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -191,19 +191,6 @@ impl PackedSlidingWindow {
 
     fn start_of(&self, index: u64) -> u64 {
         index.saturating_mul(self.cell_nanos)
-    }
-}
-
-fn validate_limit(limit: u32, max: u64) -> Result<(), ConfigError> {
-    if limit == 0 {
-        Err(ConfigError::ZeroLimit)
-    } else if u64::from(limit) > max {
-        Err(ConfigError::LimitTooLarge {
-            limit: u64::from(limit),
-            max,
-        })
-    } else {
-        Ok(())
     }
 }
 

@@ -44,7 +44,7 @@ use crossbeam_utils::CachePadded;
 
 use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::{AcquireError, ConfigError, Decision, check_permits};
+use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::Limiter;
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -232,7 +232,7 @@ impl<C: Clock> SlidingWindow<C> {
         future: u32,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        validate_limit(limit)?;
+        validate_limit(limit, MAX_LIMIT)?;
         let geometry = RingGeometry::new(window, cells, future)?;
         // Every slot starts as round 0, count 0: slot `i` is a fresh, open cell `i`.
         let slots = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
@@ -345,19 +345,6 @@ impl<C: Clock> SlidingWindow<C> {
     }
 }
 
-fn validate_limit(limit: u32) -> Result<(), ConfigError> {
-    if limit == 0 {
-        Err(ConfigError::ZeroLimit)
-    } else if u64::from(limit) > MAX_LIMIT {
-        Err(ConfigError::LimitTooLarge {
-            limit: u64::from(limit),
-            max: MAX_LIMIT,
-        })
-    } else {
-        Ok(())
-    }
-}
-
 impl<C: Clock> Limiter for SlidingWindow<C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
@@ -369,7 +356,7 @@ impl<C: Clock> Limiter for SlidingWindow<C> {
     }
 
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        validate_limit(limit)?;
+        validate_limit(limit, MAX_LIMIT)?;
         // Relaxed: a self-contained config value; a racing decision may use either limit.
         self.limit.store(limit, Ordering::Relaxed);
         Ok(())
