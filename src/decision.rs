@@ -256,7 +256,7 @@ impl Rate {
         let period =
             u64::try_from(self.period.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
         let amount = u64::from(self.amount);
-        let interval = (period + amount / 2) / amount;
+        let interval = period / amount + u64::from(period % amount >= amount.div_ceil(2));
         if interval == 0 {
             return Err(ConfigError::RateTooHigh);
         }

@@ -13,15 +13,15 @@
 //! * `tag` identifies the window, modulo 2^40: the window index for wall-clock-aligned windows,
 //!   the window's start time in units of 2^shift ns (at most `window / 2^16`) for anchored
 //!   windows. Tags are compared with wrapping arithmetic ([`tag_distance`]): a tag up to 2^39
-//!   behind the current one is an old window; one ahead of it is a window written by a thread
-//!   whose clock read was later than ours, and is never replaced by an older one (for anchored
-//!   windows, only up to one window ahead: further is stale).
-//! * Aliasing, the one documented wrap-around: a state left untouched for 2^40 tag units (2^40
-//!   windows aligned: 34 years for 1 ms windows; at least 2^24 windows anchored: 194 days for 1 s
-//!   windows) can read as current again. Aligned: exactly at a multiple of 2^40 windows, the old
-//!   count applies to that one window. Anchored: when the idle time lands within one window of a
-//!   multiple of 2^40 units, the old count applies until that window ends. Never longer, and
-//!   both are exercised by tests.
+//!   behind the current one is an old window; one ahead of it by at most max(one window, 10 s)
+//!   ([`MAX_CLOCK_LAG_NANOS`](crate::algorithms::MAX_CLOCK_LAG_NANOS)) is a window written by a
+//!   thread whose clock read was later than ours, and is never replaced by an older one; further
+//!   ahead is stale.
+//! * Aliasing, the one documented wrap-around: a state left untouched for a multiple of 2^40 tag
+//!   units (2^40 windows aligned: 34 years for 1 ms windows; at least 2^24 windows anchored: 194
+//!   days for 1 s windows), give or take the lag allowance above, can read as current or slightly
+//!   ahead again: its old count then applies until that window ends, at most max(one window,
+//!   10 s) plus one window. Never longer; exercised by tests.
 //!
 //! # Time word (token bucket, leaky bucket, GCRA)
 //! The whole `u64` is one time in nanoseconds on the clock's timeline: the "theoretical arrival

@@ -213,7 +213,7 @@ impl<C: Clock> Sharded<C> {
             return Ok(self.global(first));
         }
         // Borrow. A hint that this window is already full everywhere spares the scan.
-        let window_mark = now / self.window_nanos + 1;
+        let window_mark = (now / self.window_nanos).saturating_add(1);
         // Relaxed: an advisory hint; every admission is still decided by a stripe's own word.
         if self.all_full.load(Ordering::Relaxed) == window_mark {
             return Ok(self.global(first));

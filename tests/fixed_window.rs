@@ -258,3 +258,22 @@ fn peek_and_reset() {
     l.reset();
     assert_eq!(take(&l, 2), (true, 0, 0, SEC));
 }
+
+#[test]
+fn aligned_ahead_is_lag_up_to_ten_seconds_and_stale_beyond() {
+    // 1 ms windows. A read 5 s behind the stored window is lag: counted in the stored window.
+    let start = 20_000 * MS;
+    let (l, clock) = limiter(2, Duration::from_millis(1), Anchor::WallClock, start);
+    assert!(take(&l, 2).0);
+    clock.set(start - 5 * SEC);
+    assert!(
+        !take(&l, 1).0,
+        "a lagging read is counted in the newer, full window"
+    );
+    // Idle for 2^39 + 5 windows: the stored tag reads as 2^39 − 5 windows *ahead*. That is no
+    // clock lag but an aliased state: stale, the request is allowed.
+    let (l, clock) = limiter(2, Duration::from_millis(1), Anchor::WallClock, start);
+    assert!(take(&l, 2).0);
+    clock.set(start + ((1u64 << 39) + 5) * MS);
+    assert_eq!(take(&l, 1), (true, 1, 0, MS));
+}

@@ -51,7 +51,16 @@ pub struct FixedWindow {
     /// `[65536, 131072)`), rounded up so a window never ends early: a window opens at most
     /// `window / 65536` after the request that opened it.
     shift: u32,
+    /// How far ahead of `now` a stored window may be and still be kept (in windows for aligned,
+    /// in units for anchored): a clock read that lags another core's, up to
+    /// max(one window, [`MAX_CLOCK_LAG_NANOS`]). Further ahead is a state aliased by 2^40 tag
+    /// units of idleness, and is stale.
+    max_ahead: u64,
 }
+
+/// The largest lag between two clock reads taken as lag rather than as a stale (aliased) state:
+/// 10 s, far beyond the TSC skew seen between cores (1.6 s on broken hardware, quanta#111).
+pub const MAX_CLOCK_LAG_NANOS: u64 = 10_000_000_000;
 
 /// Anchored windows count their start in units of at most `window / 2^16`.
 const ANCHOR_UNITS_LOG2: u32 = 16;
@@ -108,11 +117,16 @@ impl FixedWindow {
             u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
         let window = Divisor::new(window_nanos).ok_or(ConfigError::ZeroPeriod)?;
         let shift = (63 - window_nanos.leading_zeros()).saturating_sub(ANCHOR_UNITS_LOG2);
+        let max_ahead = match anchor {
+            Anchor::WallClock => (MAX_CLOCK_LAG_NANOS / window_nanos).max(1),
+            Anchor::FirstRequest => window_nanos.max(MAX_CLOCK_LAG_NANOS) >> shift,
+        };
         Ok(FixedWindow {
             limit: AtomicU32::new(limit),
             window,
             anchor,
             shift,
+            max_ahead,
         })
     }
 
@@ -145,7 +159,7 @@ impl FixedWindow {
                         }
                         // Written by a thread whose clock read later: kept, never moved back.
                         // (A zero count pins nothing: the fresh state's tag 0 is no window.)
-                        TagDistance::Ahead(k) => {
+                        TagDistance::Ahead(k) if k <= self.max_ahead => {
                             let until_end = k.saturating_mul(window).saturating_add(until_end);
                             return Current {
                                 tag,
@@ -153,7 +167,7 @@ impl FixedWindow {
                                 until_end,
                             };
                         }
-                        TagDistance::Behind(_) => {}
+                        TagDistance::Behind(_) | TagDistance::Ahead(_) => {}
                     }
                 }
                 Current {
@@ -175,9 +189,9 @@ impl FixedWindow {
                             window.checked_sub((k << self.shift) + into_unit)
                         }
                         // A start ahead of `now` is the rounding up, or a later clock read by
-                        // another thread: kept. Further ahead than one window can only be a
+                        // another thread: kept. Further ahead than `max_ahead` can only be a
                         // state aliased by 2^40 units of idleness: stale.
-                        TagDistance::Ahead(k) if k <= window_units => {
+                        TagDistance::Ahead(k) if k <= self.max_ahead => {
                             Some(window.saturating_add((k << self.shift) - into_unit))
                         }
                         TagDistance::Behind(_) | TagDistance::Ahead(_) => None,
@@ -199,7 +213,7 @@ impl FixedWindow {
                 Current {
                     tag: (now_units + u64::from(into_unit != 0)) & TAG_MASK,
                     count: 0,
-                    until_end: window + round_up,
+                    until_end: window.saturating_add(round_up),
                 }
             }
         }

@@ -1,27 +1,24 @@
 //! [`FailureHandler`]: applies a [`FailurePolicy`], counts failures, keeps the local fallback
 //! limiters.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{BackendError, FailureCounts, FailurePolicy, Outcome};
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
-use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{Algorithm, AtomicLimiter, Limiter};
+use crate::decision::{ConfigError, Decision};
+use crate::keyed::Keyed;
+use crate::limiter::Algorithm;
 
 /// Keys the local fallback keeps at most; past that, idle ones are dropped, and a new key that
 /// still finds no room is denied (as [`FailurePolicy::FailClosed`] would).
 pub const FALLBACK_MAX_KEYS: usize = 65_536;
 
-/// Builds the local twin of a distributed algorithm with a given share of its limit.
-type MakeLocal<A> = Box<dyn Fn(u32) -> Result<A, ConfigError> + Send + Sync>;
-
 /// Applies a [`FailurePolicy`] for one distributed limiter: counts each failure and returns the
-/// policy's decision. For [`FailurePolicy::LocalFallback`] it keeps one local
-/// [`AtomicLimiter`] per key (at most [`FALLBACK_MAX_KEYS`]), built by `make_local(share_of_limit)`.
+/// policy's decision. For [`FailurePolicy::LocalFallback`] it keeps one local limiter word per
+/// key in a [`Keyed`] map (at most [`FALLBACK_MAX_KEYS`] keys, idle ones swept inside calls), of
+/// the algorithm `make_local(share_of_limit)` builds.
 ///
 /// ```
 /// use floodgate::backend::{BackendError, FailureHandler, FailurePolicy};
@@ -51,10 +48,10 @@ pub struct FailureHandler<A, C = QuantaClock> {
 }
 
 struct LocalLimiters<A, C> {
-    make: MakeLocal<A>,
     local_limit: u32,
-    clock: C,
-    by_key: Mutex<HashMap<String, Arc<AtomicLimiter<A, C>>>>,
+    /// One local limiter word per key, bounded, with idle keys swept inside calls: floodgate's
+    /// own keyed map, so an outage's flood of keys costs O(1) per call, not a scan.
+    by_key: Keyed<String, A, C>,
 }
 
 impl<A, C> FailureHandler<A, C> {
@@ -111,12 +108,12 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         let local = match policy {
             FailurePolicy::LocalFallback(share) => {
                 let local_limit = share.of(limit);
-                make_local(local_limit)?;
                 Some(LocalLimiters {
-                    make: Box::new(make_local),
                     local_limit,
-                    clock,
-                    by_key: Mutex::new(HashMap::new()),
+                    by_key: Keyed::builder(make_local(local_limit)?)
+                        .max_keys(FALLBACK_MAX_KEYS)
+                        .clock(clock)
+                        .build()?,
                 })
             }
             _ => None,
@@ -151,47 +148,14 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             (FailurePolicy::FailOpen, _) => {
                 Decision::allow(self.limit, self.limit.saturating_sub(u64::from(n)), 0)
             }
-            (FailurePolicy::LocalFallback(_), Some(local)) => local
-                .limiter(key)
-                .and_then(|limiter| match limiter.try_acquire(n) {
-                    Ok(decision) => Some(decision),
-                    // n fits the distributed limit but not the local share: a denial.
-                    Err(AcquireError::ExceedsCapacity { .. }) => Some(Decision::deny(
-                        u64::from(local.local_limit),
-                        0,
-                        retry_nanos,
-                        0,
-                    )),
-                    Err(_) => None,
-                })
-                .unwrap_or_else(|| Decision::deny(u64::from(local.local_limit), 0, retry_nanos, 0)),
+            (FailurePolicy::LocalFallback(_), Some(local)) => match local.by_key.check(key, n) {
+                Ok(decision) => decision,
+                // n fits the distributed limit but not the local share: a denial.
+                Err(_) => Decision::deny(u64::from(local.local_limit), 0, retry_nanos, 0),
+            },
             _ => Decision::deny(self.limit, 0, retry_nanos, 0),
         };
         Outcome::from_policy(decision, error)
-    }
-}
-
-impl<A: Algorithm, C: Clock + Clone> LocalLimiters<A, C> {
-    /// The local limiter of `key`, created on first use; `None` when the map is full of busy keys.
-    fn limiter(&self, key: &str) -> Option<Arc<AtomicLimiter<A, C>>> {
-        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(limiter) = by_key.get(key) {
-            return Some(Arc::clone(limiter));
-        }
-        if by_key.len() >= FALLBACK_MAX_KEYS {
-            // A limiter that would grant its whole limit now decides like a fresh one.
-            let full = self.local_limit;
-            by_key.retain(|_, limiter| !limiter.peek(full).is_ok_and(|d| d.is_allowed()));
-            if by_key.len() >= FALLBACK_MAX_KEYS {
-                return None;
-            }
-        }
-        let limiter = Arc::new(AtomicLimiter::with_clock(
-            (self.make)(self.local_limit).ok()?,
-            self.clock.clone(),
-        ));
-        by_key.insert(key.to_owned(), Arc::clone(&limiter));
-        Some(limiter)
     }
 }
 
@@ -288,16 +252,19 @@ mod tests {
     fn a_full_fallback_map_drops_idle_keys_then_denies() {
         let clock = ManualClock::new();
         let h = handler(FailurePolicy::local_fallback(1.0).unwrap(), clock.clone());
-        for i in 0..FALLBACK_MAX_KEYS {
-            assert!(h.decide(&i.to_string(), 1, error()).decision().is_allowed());
-        }
-        // Every key is busy: a new key finds no room and is denied.
-        assert!(!h.decide("new", 1, error()).decision().is_allowed());
+        let local = &h.local.as_ref().unwrap().by_key;
+        // Busy keys fill the map (per shard) until a new key finds no room and is denied.
+        let refused = (0..=FALLBACK_MAX_KEYS)
+            .map(|i| i.to_string())
+            .find(|key| !h.decide(key, 1, error()).decision().is_allowed())
+            .expect("the cap refuses a new key once its shard is full of busy keys");
+        assert!(local.len() <= FALLBACK_MAX_KEYS);
+        assert!(local.len() > FALLBACK_MAX_KEYS / 2, "held {}", local.len());
         // Once the windows are over, the idle keys make room.
         clock.advance(Duration::from_secs(10));
-        assert!(h.decide("new", 1, error()).decision().is_allowed());
-        let size = h.local.as_ref().unwrap().by_key.lock().unwrap().len();
-        assert_eq!(size, 1);
+        assert!(h.decide(&refused, 1, error()).decision().is_allowed());
+        local.retain_recent();
+        assert_eq!(local.len(), 1);
     }
 
     #[test]

@@ -251,9 +251,16 @@ where
         Q: Hash + Eq + ?Sized,
     {
         self.algorithm.check_permits(n)?;
-        Ok(self.map.peek(key, &self.clock, |slot, now| {
-            // Relaxed: a snapshot of one self-contained word.
-            let state = slot.map_or(0, |slot| slot.state.load(Ordering::Relaxed));
+        Ok(self.map.peek(key, &self.clock, |slot, now, floor| {
+            // Acquire: pairs with the Release CAS of `update_at`, so the floor read next is the
+            // key's last writer's or later.
+            let state = slot.map_or(0, |slot| slot.state.load(Ordering::Acquire));
+            let now = if A::NEEDS_TIME_FLOOR {
+                // Relaxed: ordered by the Acquire load above.
+                now.max(floor.load(Ordering::Relaxed))
+            } else {
+                now
+            };
             self.algorithm.decide(state, now, n).decision
         }))
     }

@@ -280,7 +280,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.peek(key, &self.clock, |slot, now| {
+        self.map.peek(key, &self.clock, |slot, now, _floor| {
             // Relaxed: a snapshot of one self-contained word.
             slot.is_some_and(|slot| {
                 PenaltyBox::blocked_for(slot.jail.load(Ordering::Relaxed), now).is_some()

@@ -211,14 +211,15 @@ where
         &self,
         key: &Q,
         clock: &impl Clock,
-        run: impl FnOnce(Option<&S>, u64) -> R,
+        run: impl FnOnce(Option<&S>, u64, &AtomicU64) -> R,
     ) -> R
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let guard = read(self.shard_of(key));
-        run(guard.map.get(key), clock.now_nanos())
+        let shard = self.shard_of(key);
+        let guard = read(shard);
+        run(guard.map.get(key), clock.now_nanos(), &shard.floor)
     }
 
     /// Frees one slot in a full shard, or sweeps a growing one. Errs when the shard is full of

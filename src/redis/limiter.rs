@@ -87,17 +87,18 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for an empty name or one containing `{` or `}` (it would break
-    /// the hash tag); the local algorithm's error when the policy's share cannot be built.
+    /// the hash tag) or `:` (name `a` with key `b:c` and name `a:b` with key `c` would share
+    /// `{a:b:c}`); the local algorithm's error when the policy's share cannot be built.
     pub fn new(
         backend: &RedisBackend,
         name: &str,
         algorithm: A,
         policy: FailurePolicy,
     ) -> Result<Self, ConfigError> {
-        if name.is_empty() || name.contains(['{', '}']) {
+        if name.is_empty() || name.contains(['{', '}', ':']) {
             return Err(ConfigError::Invalid {
                 what: "Redis limiter name",
-                why: "must be non-empty and contain no '{' or '}'",
+                why: "must be non-empty and contain no '{', '}' or ':'",
             });
         }
         let limit = algorithm.limit_u32();

@@ -142,3 +142,21 @@ fn a_script_error_is_counted_and_reported() {
     assert_eq!(open.failures().errors, 1);
     assert_eq!(open.failures().timeouts, 0);
 }
+
+#[test]
+fn names_that_would_break_or_share_the_hash_tag_are_refused() {
+    // No server needed: the backend connects lazily.
+    let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:1")).unwrap();
+    let window = || FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+    for bad in ["", "a{b", "a}b", "a:b"] {
+        let made = RedisLimiter::new(&backend, bad, window(), FailurePolicy::FailClosed);
+        assert!(made.is_err(), "{bad:?} was accepted");
+    }
+    let ok = RedisLimiter::new(&backend, "api", window(), FailurePolicy::FailClosed).unwrap();
+    // Keys may hold ':' and braces: they sit after the name, inside the one hash tag.
+    assert!(
+        ok.redis_keys("user:42")
+            .iter()
+            .all(|k| k.starts_with("{api:user:42}:"))
+    );
+}

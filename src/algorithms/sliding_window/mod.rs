@@ -305,7 +305,9 @@ impl<C: Clock> SlidingWindow<C> {
         let count = self.count_of(cell);
         let n = u64::from(n);
         Ok(if prev + count + n <= limit {
-            let reset = self.geometry.start_of(cell + self.geometry.cells);
+            let reset = self
+                .geometry
+                .start_of(cell.saturating_add(self.geometry.cells));
             Decision::allow(limit, limit - prev - count - n, reset.saturating_sub(now))
         } else {
             self.denial(cell, now, prev, count, n, limit)

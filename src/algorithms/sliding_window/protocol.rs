@@ -58,7 +58,9 @@ impl<C: Clock> SlidingWindow<C> {
                 // reads; Acquire on failure as the load above.
                 match slot.compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
-                        let reset = self.geometry.start_of(cell + self.geometry.cells);
+                        let reset = self
+                            .geometry
+                            .start_of(cell.saturating_add(self.geometry.cells));
                         return Decision::allow(limit, limit - taken, reset.saturating_sub(now));
                     }
                     Err(actual) => word = actual,

@@ -185,8 +185,9 @@ impl<C: Clock> SmoothWarmingUp<C> {
     }
 
     fn load_word(&self) -> u128 {
-        // Relaxed: one self-contained word; the interval is ordered by IntervalCell's fences.
-        self.state.load(Ordering::Relaxed)
+        // Acquire: a word carries its writer's view of the interval (read after IntervalCell's
+        // acquire fence); a reader of the word must see that interval or a later one.
+        self.state.load(Ordering::Acquire)
     }
 
     fn infinite(&self) -> bool {
@@ -209,11 +210,13 @@ impl<C: Clock> SmoothWarmingUp<C> {
             decision: Decision::allow(0, 0, 0),
             wait_micros: 0,
         };
-        // Relaxed: as `limiter::update` — the word is the whole state and publishes no other
-        // memory; the interval is ordered by IntervalCell's fences.
+        // AcqRel / Acquire, as `limiter::update`: the word publishes the interval its writer read,
+        // so a request that decides on it cannot use an older one (IntervalCell's fences order
+        // the interval itself). loom models this word with a mutex (no 128-bit atomics there),
+        // so these orderings are argued here, not model-checked.
         let _ = self
             .state
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 let (ticket, infinite) = unpack(word);
                 let math = (!infinite).then(|| self.math());
                 outcome = decide(ticket, now, permits, timeout, math.as_ref());
@@ -227,10 +230,10 @@ impl<C: Clock> SmoothWarmingUp<C> {
     }
 
     fn set_infinite(&self) {
-        // Relaxed: as decide_at.
+        // AcqRel / Acquire: as decide_at.
         let _ = self
             .state
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 let (ticket, infinite) = unpack(word);
                 (!infinite).then(|| pack(ticket, true))
             });
@@ -240,10 +243,11 @@ impl<C: Clock> SmoothWarmingUp<C> {
         let before = self.load_word();
         self.interval.publish(interval);
         if unpack(before).1 {
-            // Relaxed: as decide_at; the release fence in `publish` orders the interval first.
+            // AcqRel / Acquire: as decide_at; the release fence in `publish` orders the interval
+            // first.
             let _ = self
                 .state
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                     let (ticket, infinite) = unpack(word);
                     // Guava: resync, then stored = 0 when leaving ∞ (fully warm).
                     let warm = Ticket {

@@ -1,0 +1,54 @@
+//! Extreme settings and times reachable through the public API: answers, never panics (these
+//! overflowed in debug builds before).
+
+use std::time::Duration;
+
+use floodgate::{
+    AtomicLimiter, FixedWindow, Limiter, ManualClock, Rate, Sharded, SlidingWindow, TokenBucket,
+};
+
+#[test]
+fn the_longest_period_and_the_largest_amount_round_without_overflow() {
+    let rate = Rate::new(u32::MAX, Duration::from_nanos(u64::MAX));
+    // u64::MAX / u32::MAX = 4_294_967_297 exactly.
+    assert_eq!(rate.nanos_per_permit().unwrap(), 4_294_967_297);
+    assert!(TokenBucket::new(1, rate).is_ok());
+    assert_eq!(
+        Rate::new(3, Duration::from_nanos(5))
+            .nanos_per_permit()
+            .unwrap(),
+        2
+    ); // 1.67 → 2
+    assert_eq!(
+        Rate::new(4, Duration::from_nanos(5))
+            .nanos_per_permit()
+            .unwrap(),
+        1
+    ); // 1.25 → 1
+}
+
+#[test]
+fn a_window_of_u64_max_nanoseconds_opens_without_overflow() {
+    let clock = ManualClock::starting_at(12_345);
+    let limiter = AtomicLimiter::with_clock(
+        FixedWindow::new(1, Duration::from_nanos(u64::MAX)).unwrap(),
+        clock.clone(),
+    );
+    assert!(limiter.try_acquire(1).unwrap().is_allowed());
+    let denied = limiter.try_acquire(1).unwrap();
+    assert!(!denied.is_allowed());
+    assert!(denied.retry_after() > Duration::from_secs(100 * 365 * 86_400));
+}
+
+#[test]
+fn one_nanosecond_cells_at_the_end_of_time() {
+    let clock = ManualClock::starting_at(u64::MAX);
+    let sliding = SlidingWindow::with_clock(2, Duration::from_nanos(4), 4, clock.clone()).unwrap();
+    assert!(sliding.try_acquire(1).unwrap().is_allowed());
+    assert!(sliding.try_acquire(1).unwrap().is_allowed());
+    assert!(!sliding.try_acquire(1).unwrap().is_allowed());
+    let sharded = Sharded::with_clock(2, Duration::from_nanos(1), 2, clock).unwrap();
+    assert!(sharded.try_acquire(1).unwrap().is_allowed());
+    assert!(sharded.try_acquire(1).unwrap().is_allowed());
+    assert!(!sharded.try_acquire(1).unwrap().is_allowed());
+}
