@@ -29,6 +29,8 @@
 #![warn(missing_docs)]
 
 pub mod algorithms;
+#[cfg(feature = "tokio")]
+pub mod async_acquire;
 pub mod backend;
 pub mod clock;
 pub mod decision;
@@ -40,6 +42,8 @@ pub mod redis;
 mod sync;
 
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
+#[cfg(feature = "tokio")]
+pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
