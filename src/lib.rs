@@ -36,6 +36,8 @@ pub mod clock;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;
+#[cfg(feature = "tower")]
+pub mod middleware;
 pub mod packed;
 #[cfg(feature = "redis")]
 pub mod redis;
