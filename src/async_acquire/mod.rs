@@ -94,25 +94,21 @@ pub trait AsyncLimiter: Limiter {
 }
 
 impl<L: Limiter + ?Sized> AsyncLimiter for L {
-    fn acquire_async(&self, n: u32) -> impl Future<Output = Result<Duration, AcquireError>> + Send {
-        async move {
-            let first = self.try_acquire(n)?;
-            let granted = wait_for_grant(self.clock(), None, first, || self.try_acquire(n)).await?;
-            Ok(granted.waited)
-        }
+    async fn acquire_async(&self, n: u32) -> Result<Duration, AcquireError> {
+        let first = self.try_acquire(n)?;
+        let granted = wait_for_grant(self.clock(), None, first, || self.try_acquire(n)).await?;
+        Ok(granted.waited)
     }
 
-    fn try_acquire_for_async(
+    async fn try_acquire_for_async(
         &self,
         n: u32,
         timeout: Duration,
-    ) -> impl Future<Output = Result<Decision, AcquireError>> + Send {
-        async move {
-            let first = self.try_acquire(n)?;
-            let granted =
-                wait_for_grant(self.clock(), Some(timeout), first, || self.try_acquire(n)).await?;
-            Ok(granted.decision)
-        }
+    ) -> Result<Decision, AcquireError> {
+        let first = self.try_acquire(n)?;
+        let granted =
+            wait_for_grant(self.clock(), Some(timeout), first, || self.try_acquire(n)).await?;
+        Ok(granted.decision)
     }
 }
 

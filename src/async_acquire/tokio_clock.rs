@@ -6,7 +6,7 @@ use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 
 /// A clock reading tokio's time ([`tokio::time::Instant`]): real monotonic time normally, and
 /// tokio's paused test clock inside a runtime started with `start_paused` (or after
-/// [`tokio::time::pause`]), where time moves only when tokio advances it. A limiter on this clock
+/// `tokio::time::pause()`), where time moves only when tokio advances it. A limiter on this clock
 /// and the sleeps of [`AsyncLimiter`](super::AsyncLimiter) then share one timeline, so tests of
 /// async code are exact and never wait for real.
 ///
