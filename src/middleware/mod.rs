@@ -4,8 +4,10 @@
 //! / `RateLimit-Reset` headers (also on allowed responses unless turned off). It can instead
 //! delay (shape) a request whose wait is short, up to a bound.
 //!
-//! The service is generic over request and response bodies (`http` 1.x): it works with axum,
-//! hyper and tonic services. The response body becomes a [`RateLimitBody`] over the inner one.
+//! The service is generic over request and response bodies (`http` 1.x, `Bytes` data), so it
+//! fits axum, hyper and tonic stacks; it is tested with axum over loopback and with plain
+//! `tower::service_fn` services (not with tonic). The response body becomes a [`RateLimitBody`]
+//! over the inner one.
 //!
 //! ```no_run
 //! use axum::{Router, routing::get};
