@@ -29,11 +29,15 @@
 #![warn(missing_docs)]
 
 pub mod algorithms;
+#[cfg(feature = "tokio")]
+pub mod async_acquire;
 pub mod backend;
 pub mod clock;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;
+#[cfg(feature = "tower")]
+pub mod middleware;
 pub mod packed;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -45,6 +49,8 @@ pub use algorithms::Maintenance;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
 pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
+#[cfg(feature = "tokio")]
+pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};

@@ -334,6 +334,11 @@ where
     pub fn algorithm(&self) -> &A {
         &self.rules.algorithm
     }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
 }
 
 #[cfg(test)]

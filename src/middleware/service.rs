@@ -1,0 +1,266 @@
+//! [`RateLimit`], the tower `Service`, and its [`ResponseFuture`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower::Service;
+
+use super::response::{RateLimitBody, pass_through, server_error, too_many_requests};
+use super::{KeyExtractor, KeyedLimiter, MissingKey, Settings};
+use crate::async_acquire::wait_for_grant;
+use crate::decision::Decision;
+
+const NO_KEY: &str = "rate limiter: no key for this request (for client IPs, serve with \
+                      ConnectInfo<SocketAddr> or put the peer's SocketAddr in the extensions)\n";
+const NEVER_GRANTED: &str = "rate limiter: the cost of a request exceeds the limit\n";
+
+/// The rate-limiting service made by [`RateLimitLayer`](super::RateLimitLayer): checks each
+/// request's key, calls the inner service when allowed, answers 429 when not (or first waits, if
+/// shaping is on).
+///
+/// ```
+/// use floodgate::middleware::RateLimitLayer;
+/// use floodgate::{FixedWindow, Keyed, ManualClock};
+/// use http::{Request, Response, StatusCode};
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use tower::{Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
+///     .clock(ManualClock::new())
+///     .build()?;
+/// let service = RateLimitLayer::per_ip(per_ip).layer(tower::service_fn(|_req: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+/// }));
+/// let request = || {
+///     let mut request = Request::new(());
+///     request.extensions_mut().insert("192.0.2.1:4000".parse::<std::net::SocketAddr>().unwrap());
+///     request
+/// };
+/// assert_eq!(service.clone().oneshot(request()).await?.status(), StatusCode::OK);
+/// let denied = service.oneshot(request()).await?;
+/// assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(denied.headers()["retry-after"], "60");
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RateLimit<S, L, X> {
+    pub(super) inner: S,
+    pub(super) limiter: Arc<L>,
+    pub(super) extractor: X,
+    pub(super) settings: Settings,
+    pub(super) waiting: Arc<AtomicUsize>,
+}
+
+impl<S: Clone, L, X: Clone> Clone for RateLimit<S, L, X> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            limiter: Arc::clone(&self.limiter),
+            extractor: self.extractor.clone(),
+            settings: self.settings,
+            waiting: Arc::clone(&self.waiting),
+        }
+    }
+}
+
+impl<S, L, X> RateLimit<S, L, X> {
+    /// The keyed limiter.
+    pub fn limiter(&self) -> &Arc<L> {
+        &self.limiter
+    }
+
+    /// The inner service.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+type BoxedResponse<B, E> =
+    Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>;
+
+impl<S, L, X, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, L, X>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    X: KeyExtractor<ReqBody>,
+    L: KeyedLimiter<X::Key>,
+{
+    type Response = Response<RateLimitBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let settings = self.settings;
+        let Some(key) = self.extractor.extract(&request) else {
+            return match settings.missing_key {
+                MissingKey::Allow => ResponseFuture::called(self.inner.call(request), None),
+                MissingKey::Reject => ResponseFuture::answered(server_error(NO_KEY)),
+            };
+        };
+        let decision = match self.limiter.check(&key, settings.permits) {
+            Ok(decision) => decision,
+            Err(_) => return ResponseFuture::answered(server_error(NEVER_GRANTED)),
+        };
+        if decision.is_allowed() {
+            let headers = settings.headers_on_allowed.then_some(decision);
+            return ResponseFuture::called(self.inner.call(request), headers);
+        }
+        if let Some(shaping) = settings.shaping {
+            if decision.retry_after() <= shaping.max_delay {
+                if let Some(slot) = WaitingSlot::take(&self.waiting, shaping.max_waiting) {
+                    return ResponseFuture::shaping(self.shape(slot, key, decision, request));
+                }
+            }
+        }
+        ResponseFuture::answered(too_many_requests(decision))
+    }
+}
+
+impl<S, L, X> RateLimit<S, L, X> {
+    /// Waits out the denial (up to the shaping bound), then calls the inner service, or answers
+    /// 429 if the wait outgrew the bound.
+    fn shape<ReqBody, ResBody>(
+        &mut self,
+        slot: WaitingSlot,
+        key: X::Key,
+        denial: Decision,
+        request: Request<ReqBody>,
+    ) -> BoxedResponse<ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: 'static,
+        ReqBody: Send + 'static,
+        ResBody: Send + 'static,
+        X: KeyExtractor<ReqBody>,
+        L: KeyedLimiter<X::Key>,
+    {
+        // The service polled ready is the one to call: take it, leave a clone for the next call.
+        let replacement = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, replacement);
+        let limiter = Arc::clone(&self.limiter);
+        let settings = self.settings;
+        let max_delay = settings.shaping.map(|s| s.max_delay);
+        Box::pin(async move {
+            let _slot = slot;
+            let waited = wait_for_grant(limiter.clock(), max_delay, denial, || {
+                limiter.check(&key, settings.permits)
+            })
+            .await;
+            match waited {
+                Ok(waited) if waited.decision.is_allowed() => {
+                    let headers = settings.headers_on_allowed.then_some(waited.decision);
+                    Ok(pass_through(inner.call(request).await?, headers))
+                }
+                Ok(waited) => Ok(too_many_requests(waited.decision)),
+                Err(_) => Ok(server_error(NEVER_GRANTED)),
+            }
+        })
+    }
+}
+
+/// One of the `max_waiting` places for shaped (delayed) requests, given back on drop (also when
+/// the request is cancelled while it waits).
+struct WaitingSlot(Arc<AtomicUsize>);
+
+impl WaitingSlot {
+    fn take(waiting: &Arc<AtomicUsize>, max_waiting: usize) -> Option<Self> {
+        // Relaxed: a bare counter; it guards no other memory.
+        waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max_waiting).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| WaitingSlot(Arc::clone(waiting)))
+    }
+}
+
+impl Drop for WaitingSlot {
+    fn drop(&mut self) {
+        // Relaxed: a bare counter; it guards no other memory.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pin_project! {
+    /// The future of [`RateLimit`]'s response.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        state: State<F, B, E>,
+    }
+}
+
+pin_project! {
+    #[project = StateProjection]
+    enum State<F, B, E> {
+        // The inner service was called; add the headers of `decision` to its response.
+        Called { #[pin] future: F, decision: Option<Decision> },
+        // Answered by the middleware (429 or 500).
+        Answered { response: Option<Response<RateLimitBody<B>>> },
+        // Shaping: waiting for permits, then calling the inner service.
+        Shaping { future: BoxedResponse<B, E> },
+    }
+}
+
+impl<F, B, E> ResponseFuture<F, B, E> {
+    fn called(future: F, decision: Option<Decision>) -> Self {
+        ResponseFuture {
+            state: State::Called { future, decision },
+        }
+    }
+
+    fn answered(response: Response<RateLimitBody<B>>) -> Self {
+        ResponseFuture {
+            state: State::Answered {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn shaping(future: BoxedResponse<B, E>) -> Self {
+        ResponseFuture {
+            state: State::Shaping { future },
+        }
+    }
+}
+
+impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResponseFuture")
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<RateLimitBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProjection::Called { future, decision } => {
+                let response = ready!(future.poll(cx))?;
+                Poll::Ready(Ok(pass_through(response, *decision)))
+            }
+            StateProjection::Answered { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("ResponseFuture polled after completion"))),
+            StateProjection::Shaping { future } => future.as_mut().poll(cx),
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The example server (`examples/http_per_ip.rs`) on loopback, checked with a real HTTP client.
+//!
+//! The limiter runs on a `ManualClock`, so wall time cannot change a result: the window moves
+//! only when the test advances it. The server listens on 127.0.0.1 (port 0: the OS picks a free
+//! one); a second client binds its socket to 127.0.0.2 (Linux routes all of 127/8 to loopback) to
+//! show that each client IP has its own limit. 12 requests in all.
+
+#[path = "../examples/http_per_ip.rs"]
+#[allow(dead_code)] // the example's `main` is not used here
+mod example;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::ManualClock;
+use floodgate::middleware::RateLimitLayer;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::{HeaderMap, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+struct HttpClient {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    url: String,
+}
+
+impl HttpClient {
+    /// A client whose connections come from `local` (the client IP the server sees).
+    fn from(local: IpAddr, server: SocketAddr) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_local_address(Some(local));
+        HttpClient {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            url: format!("http://{server}/"),
+        }
+    }
+
+    async fn get(&self) -> Answer {
+        let response = self.client.get(self.url.parse().unwrap()).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+}
+
+fn header(answer: &Answer, name: &str) -> Option<String> {
+    answer
+        .headers
+        .get(name)
+        .map(|value| value.to_str().unwrap().to_owned())
+}
+
+fn rate_limit_headers(answer: &Answer) -> [Option<String>; 4] {
+    [
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "retry-after",
+    ]
+    .map(|name| header(answer, name))
+}
+
+fn values(limit: u64, remaining: u64, reset: u64, retry: Option<u64>) -> [Option<String>; 4] {
+    [
+        Some(limit.to_string()),
+        Some(remaining.to_string()),
+        Some(reset.to_string()),
+        retry.map(|r| r.to_string()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_ip_limit_over_loopback() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::per_ip(example::per_ip_limiter(3, clock.clone()).unwrap());
+    let per_ip = Arc::clone(layer.limiter());
+    let app = example::app(Some(layer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+
+    let first = HttpClient::from("127.0.0.1".parse().unwrap(), server_addr);
+    let second = HttpClient::from("127.0.0.2".parse().unwrap(), server_addr);
+
+    // 3 per minute for 127.0.0.1: three 200s counting down, then 429s.
+    for remaining in [2, 1, 0] {
+        let answer = first.get().await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.body, "hello\n");
+        assert_eq!(rate_limit_headers(&answer), values(3, remaining, 60, None));
+    }
+    clock.advance(Duration::from_millis(20_500));
+    for _ in 0..2 {
+        let answer = first.get().await;
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(answer.body, "Too Many Requests\n");
+        // 39.5 s left in the window: both rounded up.
+        assert_eq!(rate_limit_headers(&answer), values(3, 0, 40, Some(40)));
+        assert_eq!(
+            header(&answer, "content-type").unwrap(),
+            "text/plain; charset=utf-8"
+        );
+    }
+
+    // 127.0.0.2 is another client: its own window, untouched by the first client's 429s.
+    // An anchored window opens at the next 2^19 ns unit at or after its first request (60 s /
+    // 2^19 ns is not whole; a window never ends early), so one opened at 20.5 s ends a fraction
+    // of a millisecond more than 60 s later: `RateLimit-Reset` rounds that up to 61.
+    let answer = second.get().await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(rate_limit_headers(&answer), values(3, 2, 61, None));
+    assert_eq!(per_ip.len(), 2);
+
+    // The first client's window ends 60 s after its first request: 200 again, exactly then.
+    clock.advance(Duration::from_millis(39_499));
+    assert_eq!(first.get().await.status, StatusCode::TOO_MANY_REQUESTS);
+    clock.advance(Duration::from_millis(1));
+    let answer = first.get().await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(rate_limit_headers(&answer), values(3, 2, 61, None)); // opened at 60 s: as above
+    // The second client's window (opened at 20.5 s) still holds its one request.
+    let answer = second.get().await;
+    assert_eq!(rate_limit_headers(&answer), values(3, 1, 21, None));
+
+    server.abort();
+}
+
+#[tokio::test]
+async fn without_the_layer_nothing_is_limited() {
+    let app = example::app::<floodgate::Keyed<floodgate::IpKey, floodgate::FixedWindow>>(None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let client = HttpClient::from("127.0.0.1".parse().unwrap(), server_addr);
+    for _ in 0..2 {
+        let answer = client.get().await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(rate_limit_headers(&answer), [None, None, None, None]);
+    }
+    server.abort();
+}
