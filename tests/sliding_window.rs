@@ -189,6 +189,29 @@ fn a_lagging_clock_read_is_decided_in_the_newest_cell() {
     assert!(packed.try_acquire(4).unwrap().is_allowed());
 }
 
+#[test]
+fn a_packed_state_idle_into_the_ahead_half_of_its_tag_starts_afresh() {
+    // 4 cells of 1 ms: a 32-bit tag. From 2^31 cells (25 days) of idleness on, the old tag reads
+    // as ahead of the clock; more than one window ahead is no lagging clock read but a stale
+    // state, and the request is decided afresh.
+    const MS: u64 = 1_000_000;
+    for idle_cells in [1 << 31, (1 << 31) + 5, (1 << 32) - 5] {
+        let clock = ManualClock::new();
+        let packed = AtomicLimiter::with_clock(
+            PackedSlidingWindow::new(4, Duration::from_millis(4), 4).unwrap(),
+            clock.clone(),
+        );
+        assert!(packed.try_acquire(4).unwrap().is_allowed());
+        assert!(!packed.try_acquire(1).unwrap().is_allowed());
+        clock.advance(Duration::from_nanos(idle_cells * MS));
+        assert_eq!(
+            packed.try_acquire(4).unwrap(),
+            Decision::allow(4, 0, 4 * MS),
+            "idle for {idle_cells} cells"
+        );
+    }
+}
+
 /// The model of the window the ring keeps: counts per cell, admit iff the window plus n fits.
 fn model_decide(
     counts: &mut BTreeMap<u64, u64>,

@@ -1,12 +1,12 @@
 #![cfg(loom)]
 //! loom models of the keyed map's protocol beyond the CAS loop: a check racing the insert, the
 //! sweep or the eviction of its key (shard read lock vs write lock, each reading the clock under
-//! its lock).
+//! its lock), and two penalty-box strikes racing into a block.
 
 use std::time::Duration;
 
 use floodgate::keyed::WhenFull;
-use floodgate::{Clock, FixedWindow, Keyed};
+use floodgate::{Clock, FixedWindow, Keyed, ManualClock, PenaltyBox};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
@@ -136,5 +136,35 @@ fn sweep_racing_a_check_loses_no_admission() {
             !keyed.check(&1, 1).unwrap().is_allowed(),
             "the permit of [10, 20) is taken"
         );
+    });
+}
+
+/// Two strikes race on a key one strike short of a block: the strike that lands second (its CAS
+/// failed against the block the first one wrote) must leave the block in place.
+#[test]
+fn a_racing_strike_never_lifts_a_fresh_block() {
+    model(|| {
+        let keyed = Arc::new(
+            Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+                .clock(ManualClock::starting_at(1_000))
+                .shards(1)
+                .max_keys(4)
+                .build_with_penalty::<u32>(
+                    PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60)).unwrap(),
+                )
+                .unwrap(),
+        );
+        assert!(keyed.check(&7, 1).unwrap().is_allowed());
+        assert!(!keyed.check(&7, 1).unwrap().is_allowed()); // strike 1
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.check(&7, 1).unwrap().is_allowed())
+            })
+            .collect();
+        for t in threads {
+            assert!(!t.join().unwrap());
+        }
+        assert!(keyed.is_blocked(&7), "a racing strike erased the block");
     });
 }

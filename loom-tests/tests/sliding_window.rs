@@ -1,5 +1,6 @@
 //! loom models of the sliding window ring and the rolling counter: callers crossing a cell
-//! boundary together, a lagging caller racing a crossing, the sweep racing adds and readers.
+//! boundary together, a lagging caller racing a crossing (or a reset a whole ring ahead), the
+//! sweep racing adds and readers.
 //! Rings of 2 cells + 1 future cell (3 slots) of 10 ns; every interleaving of 2–3 threads is
 //! explored (preemptions bounded by `LOOM_MAX_PREEMPTIONS`, default 3).
 #![cfg(loom)]
@@ -139,5 +140,33 @@ fn counter_adds_crossing_into_a_stale_slot_together() {
             t.join().unwrap();
         }
         assert_eq!(c.sum_at(0, 3 * CELL).unwrap(), 3);
+    });
+}
+
+#[test]
+fn a_lagging_adder_keeps_a_newer_reset() {
+    model(|| {
+        // Slot 0 holds cell 0 (round 0). A adds at cell 6 (slot 0, round 2) while B, whose clock
+        // read lags a whole ring, adds at cell 3 (slot 0, round 1): B must never take A's newer
+        // round for a stale one and reset it away.
+        let c = counter();
+        c.add_at(0, 5, 1).unwrap();
+        let a = {
+            let c = c.clone();
+            thread::spawn(move || c.add_at(0, 1, 6 * CELL + 1).unwrap())
+        };
+        let b = {
+            let c = c.clone();
+            thread::spawn(move || c.add_at(0, 2, 3 * CELL + 1).unwrap())
+        };
+        a.join().unwrap();
+        b.join().unwrap();
+        // 1 when B's add went to cell 3 (out of the window at cell 6), 3 when it counted in
+        // A's newer cell 6; 0 or 2 would mean A's add was lost.
+        let at6 = c.sum_at(0, 6 * CELL + 5).unwrap();
+        assert!(
+            matches!(at6, 1 | 3),
+            "A's add at cell 6 was lost: sum = {at6}"
+        );
     });
 }

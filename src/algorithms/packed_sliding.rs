@@ -35,11 +35,15 @@ use crate::sync::{AtomicU32, Ordering};
 /// | 7, 8  | 4             | 36, 32   | 15            |
 ///
 /// A state whose counts are all zero is fresh whatever its tag (so `0` is fresh). A tag up to
-/// 2^(T−1) cells ahead of the caller's cell was written by a thread whose clock read later: the
-/// request is decided in that newer cell, never moving the state back. A state left untouched
-/// for 2^(T−1) cells or more (at least 2^31 cells: 68 years for 1 s cells, 25 days for 1 ms
-/// cells) reads as ahead, and its old counts then hold until the clock catches up; a keyed map
-/// evicts such a state long before, as soon as [`is_idle`](Algorithm::is_idle).
+/// `cells` cells (one window) ahead of the caller's cell was written by a thread whose clock read
+/// later: the request is decided in that newer cell, never moving the state back. A tag any
+/// further ahead, or behind, is a state left idle: it is aged, and after a whole window all its
+/// counts have dropped, so a request after any idle time is decided afresh (like the anchored
+/// [`FixedWindow`](super::FixedWindow); a clock read lagging the last writer's by more than a
+/// whole window, far beyond the skew between cores, would start the window afresh too). The
+/// tag wraps after 2^T cells (at least 2^32: 136 years for 1 s cells,
+/// 49 days for 1 ms cells): a state idle for within one window of a multiple of that reads as
+/// recent, and its old counts hold for at most two more windows.
 ///
 /// ```
 /// use floodgate::{AtomicLimiter, Limiter, ManualClock, PackedSlidingWindow};
@@ -165,27 +169,30 @@ impl PackedSlidingWindow {
                 counts: 0,
             };
         }
-        let behind = current.wrapping_sub(tag) & tag_mask;
-        if behind <= tag_mask >> 1 {
-            // The same cell, or `behind` cells old: shift the counts up, dropping the oldest.
-            let counts = if behind >= u64::from(self.cells) {
-                0
-            } else {
-                (counts << (behind as u32 * self.count_bits)) & ((1 << counts_bits) - 1)
-            };
-            View {
-                newest: index,
-                tag: current,
-                counts,
-            }
-        } else {
-            // Written by a thread whose clock read later: decide in that newer cell.
-            let ahead = (tag_mask + 1) - behind;
-            View {
+        let cells = u64::from(self.cells);
+        let ahead = tag.wrapping_sub(current) & tag_mask;
+        if (1..=cells).contains(&ahead) {
+            // Written by a thread whose clock read later (at most a window later): decide in
+            // that newer cell.
+            return View {
                 newest: index.saturating_add(ahead),
                 tag,
                 counts,
-            }
+            };
+        }
+        // The same cell, or `behind` cells old: shift the counts up, dropping the oldest. A tag
+        // further ahead than one window can only be a long-idle state whose tag wrapped: it is
+        // at least 2^T − cells cells old, so all its counts drop.
+        let behind = current.wrapping_sub(tag) & tag_mask;
+        let counts = if behind >= cells {
+            0
+        } else {
+            (counts << (behind as u32 * self.count_bits)) & ((1 << counts_bits) - 1)
+        };
+        View {
+            newest: index,
+            tag: current,
+            counts,
         }
     }
 
@@ -298,5 +305,18 @@ mod tests {
         assert_eq!(w.view(lagging.next.unwrap(), 10).counts, 3);
         assert!(!w.is_idle(lagging.next.unwrap(), 85));
         assert!(w.is_idle(lagging.next.unwrap(), 130));
+    }
+
+    #[test]
+    fn long_idle_state_is_fresh_not_ahead() {
+        // Any more than one window ahead is not a lagging clock but a wrapped tag: stale.
+        let w = window(3, 3);
+        let state = w.decide(0, 100, 3).next.unwrap(); // cell 10, full
+        let tag_cells = w.tag_mask() + 1;
+        let wrapped = 10 + tag_cells - 4; // the tag reads 4 cells ahead of this cell
+        assert!(w.is_idle(state, wrapped * 10));
+        assert!(w.decide(state, wrapped * 10, 3).decision.is_allowed());
+        let one_window = 10 + tag_cells - 3; // 3 cells ahead: counts as a lagging clock
+        assert!(!w.decide(state, one_window * 10, 1).decision.is_allowed());
     }
 }

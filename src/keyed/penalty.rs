@@ -12,7 +12,8 @@
 //! longer than configured, never shorter (times in whole milliseconds are exact). 58 bits of
 //! 64 ns units cover the whole `u64` nanosecond timeline. The jail word is updated with the one
 //! CAS loop ([`crate::limiter::update`]), only on the deny path; a blocked key's denials read it
-//! and write nothing.
+//! and write nothing, and so does a strike that raced the one starting the block (its retry
+//! finds the block and keeps it).
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -91,7 +92,16 @@ impl PenaltyBox {
 
     /// Records a strike at `now` against `word`; `denial` is what the key's limiter said.
     /// The step's decision is `denial`, or the block's denial if this strike starts one.
+    ///
+    /// A live block is kept as it is (no write; the block's denial): a strike that raced the one
+    /// starting the block retries its CAS on the block word and must not count over it.
     pub(crate) fn strike(&self, word: u64, now: u64, denial: Decision) -> Step {
+        if let Some(left) = Self::blocked_for(word, now) {
+            return Step {
+                next: None,
+                decision: Decision::deny(denial.limit(), 0, left, left),
+            };
+        }
         let (marker, time) = unpack(word);
         let counted = match marker {
             1..=61 if now < time_nanos(time).saturating_add(self.span_nanos) => marker,
@@ -402,5 +412,24 @@ mod tests {
             PenaltyBox::blocked_for(end.next.unwrap(), u64::MAX - 3),
             None
         );
+    }
+
+    #[test]
+    fn a_strike_on_a_live_block_keeps_it_and_writes_nothing() {
+        let penalty =
+            PenaltyBox::new(2, Duration::from_millis(10), Duration::from_millis(100)).unwrap();
+        let s1 = penalty.strike(0, 0, denial());
+        let block = penalty.strike(s1.next.unwrap(), MS, denial()).next.unwrap();
+        assert_eq!(PenaltyBox::blocked_for(block, MS), Some(100 * MS));
+        // A strike that raced the blocking one retries on the block word: no write, the block's
+        // denial.
+        let raced = penalty.strike(block, MS, denial());
+        assert_eq!(raced.next, None);
+        assert!(!raced.decision.is_allowed());
+        assert_eq!(raced.decision.retry_after(), Duration::from_millis(100));
+        // Once the block has ended, a strike opens a new span.
+        let after = penalty.strike(block, 101 * MS, denial());
+        assert_eq!(after.decision, denial());
+        assert_eq!(PenaltyBox::blocked_for(after.next.unwrap(), 101 * MS), None);
     }
 }

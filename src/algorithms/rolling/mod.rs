@@ -6,11 +6,22 @@
 //! * yes: done (and if the cell was empty, this caller is the first of a new cell: it runs the
 //!   sweep inline, pre-stamping the future cells of every series);
 //! * an older round (the sweep has not stamped this cell yet): the add landed in a stale cell that
-//!   every reader ignores; the caller resets the slot to `(round, n)` by compare-exchange. A
-//!   reset discards whatever the stale word held, including other callers' stray adds, and each
-//!   such caller sees the round change and adds again, so no count is lost or counted twice;
+//!   every reader ignores; the caller raises `head` to its cell, then resets the slot to
+//!   `(round, n)` by compare-exchange. A reset discards whatever the stale word held, including
+//!   other callers' stray adds, and each such caller sees the round change and adds again, so no
+//!   count is lost or counted twice;
 //! * a newer round (this thread's clock read lags a thread that is a whole ring ahead): the count
 //!   stays in that newer cell, as if it happened then.
+//!
+//! Telling a newer round from an older one rests on one rule: a round is written into a slot (a
+//! sweep's stamp of cell `i`, or a reset for cell `i`) only after `head` was raised to at least
+//! `i − future`, and the write is a release. A caller that finds another round in its slot
+//! (acquire) and then reads `head` sees that raise, so the candidates newer than its cell are
+//! those up to `head + future`; as the ring has `cells + future` slots, a slot can only hold a
+//! newer cell than the caller's when `head` is past the caller's cell. A reset raising `head`
+//! before its write (never after) is what keeps a lagging caller from taking the round of a reset
+//! a ring ahead for a stale one and resetting it away (a lost count); by the same rule a sweep
+//! never stamps over a newer round: it re-reads `head` after reading the slot.
 //!
 //! A reader sums the cells whose round matches their index in the window and ignores the rest,
 //! so a late or missing sweep costs a reset, never a wrong sum.
@@ -125,7 +136,7 @@ impl std::error::Error for NoSuchSeries {}
 pub struct RollingCounter<C = QuantaClock> {
     geometry: RingGeometry,
     series: usize,
-    /// The newest cell index the sweep has run for.
+    /// The newest cell a sweep or a reset has claimed (raised before either writes its rounds).
     head: CachePadded<AtomicU64>,
     /// `series × slots` cells, series-major.
     slots: Box<[AtomicU64]>,

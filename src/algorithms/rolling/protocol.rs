@@ -79,8 +79,9 @@ impl<C: Clock> RollingCounter<C> {
         }
     }
 
-    /// Replaces a stale word of round `stale` by `(round, n)`. `false` when the slot changed round
-    /// first (someone else reset it, discarding any stray add of ours with it).
+    /// Replaces a stale word of round `stale` by `(round, n)`, after raising head to `cell`, then
+    /// runs the sweep for `cell`. `false` when the slot changed round first (someone else reset
+    /// it, discarding any stray add of ours with it).
     pub(super) fn reset(
         &self,
         slot: &AtomicU64,
@@ -89,6 +90,15 @@ impl<C: Clock> RollingCounter<C> {
         n: u64,
         cell: u64,
     ) -> bool {
+        // Raise head before writing `cell`'s round, as the sweep does before its stamps: a
+        // lagging adder that then finds this round in the slot sees head past its own cell and
+        // counts there ([`is_newer`](Self::is_newer)) instead of resetting it away.
+        // Acquire: as in `is_newer`.
+        if self.head.load(Ordering::Acquire) < cell {
+            // AcqRel: Release orders the raise before our reset (a reader of the reset reads
+            // head at least this high); Acquire as above.
+            self.head.fetch_max(cell, Ordering::AcqRel);
+        }
         // Acquire: as the fetch_add in `add_in`.
         let mut word = slot.load(Ordering::Acquire);
         while unpack_counter_cell(word).0 == stale {
