@@ -34,6 +34,8 @@ pub mod clock;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;
+#[cfg(feature = "memcached")]
+pub mod memcached;
 pub mod packed;
 #[cfg(feature = "redis")]
 pub mod redis;
