@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Instant;
 
-use super::connection::{CallError, Connection, MemcachedBackend, MemcachedError};
+use super::connection::{Connection, MemcachedBackend};
+use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
 use super::sliding_window::SlidingWindow;
 use crate::FixedWindow;

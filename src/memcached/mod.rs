@@ -82,11 +82,13 @@
 //! ```
 
 mod connection;
+mod error;
 mod limiter;
 mod protocol;
 mod sliding_window;
 
-pub use connection::{MemcachedBackend, MemcachedConfig, MemcachedError};
+pub use connection::{MemcachedBackend, MemcachedConfig};
+pub use error::MemcachedError;
 pub use limiter::{MemcachedLimiter, RequestError};
 pub use protocol::MAX_KEY_LEN;
 pub use sliding_window::{MAX_CELLS, SlidingWindow};

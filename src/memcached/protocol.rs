@@ -14,7 +14,8 @@ use std::fmt::Write as _;
 use std::ops::RangeInclusive;
 use std::time::Instant;
 
-use super::connection::{CallError, Connection, MemcachedError};
+use super::connection::Connection;
+use super::error::{CallError, MemcachedError};
 
 /// Longest key memcached accepts.
 pub const MAX_KEY_LEN: usize = 250;
