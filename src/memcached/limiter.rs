@@ -60,7 +60,8 @@ impl std::error::Error for RequestError {}
 /// concurrency: each request adds its permits to the current cell *first*, then reads the window,
 /// and takes them back if the sum is over the limit (see the [module docs](super) for the
 /// guarantee, its cost and the clock-skew tolerance). When memcached gives no answer within the
-/// backend's timeout, the [`FailurePolicy`] decides and the failure is counted.
+/// backend's timeout, the [`FailurePolicy`] decides and the failure is counted; its local
+/// fallback is a [`FixedWindow`] of the same length per key (coarser, the same bound per window).
 ///
 /// Cell keys are `name:key:cell_index`, `key` with spaces, control and non-ASCII bytes and `%`
 /// written as `%XX`.

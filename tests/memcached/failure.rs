@@ -1,6 +1,6 @@
 //! The failure policy: a server killed mid-run and restarted, a server never there, one that
-//! never answers, one that answers nonsense, a cell that holds no number. Every call returns
-//! within the timeout (plus scheduling slack) and never panics.
+//! never answers, one that answers nonsense or never answers a take-back, a cell that holds no
+//! number. Every call returns within the timeout (plus scheduling slack) and never panics.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -62,33 +62,31 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
         for thread in 0..4 {
             let (closed, stop, admitted, failed) = (&closed, &stop, &admitted, &failed);
             s.spawn(move || {
-                // Relaxed: a flag and counters read after the scope joins the threads.
-                while !stop.load(Ordering::Relaxed) {
+                while !stop.load(Ordering::SeqCst) {
                     let (decision, error) = timed(closed, &format!("hammer-{thread}"));
                     if error.is_some() {
                         assert!(!decision.is_allowed(), "fail closed admitted");
-                        failed.fetch_add(1, Ordering::Relaxed);
+                        failed.fetch_add(1, Ordering::SeqCst);
                     } else if decision.is_allowed() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
+                        admitted.fetch_add(1, Ordering::SeqCst);
                     }
                 }
             });
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while closed.failures().total() == 0 {
-            // Relaxed: only a progress check.
-            if admitted.load(Ordering::Relaxed) >= 8 {
+            if admitted.load(Ordering::SeqCst) >= 8 {
                 server.kill();
             }
             assert!(Instant::now() < deadline, "no failure seen");
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(200));
-        stop.store(true, Ordering::Relaxed);
+        stop.store(true, Ordering::SeqCst);
     });
     // Each thread had its own key of limit 10; memcached admitted at most that.
-    assert!(admitted.load(Ordering::Relaxed) <= 40);
-    assert_eq!(closed.failures().total(), failed.load(Ordering::Relaxed));
+    assert!(admitted.load(Ordering::SeqCst) <= 40);
+    assert_eq!(closed.failures().total(), failed.load(Ordering::SeqCst));
 
     let before = [open.failures(), fallback.failures()];
     for _ in 0..20 {
@@ -149,10 +147,12 @@ fn a_server_that_never_answers_times_out() {
     // Accepts connections and reads requests, but never replies.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
     let silent = std::thread::spawn(move || {
         let (mut socket, _) = listener.accept().unwrap();
         let mut sink = [0u8; 4096];
         while socket.read(&mut sink).is_ok_and(|n| n > 0) {}
+        let _ = closed_tx.send(());
     });
     let clock = ManualClock::starting_at(T0);
     let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
@@ -162,9 +162,14 @@ fn a_server_that_never_answers_times_out() {
     assert!(decision.is_allowed());
     assert!(error.expect("decided by the policy").is_timeout());
     assert_eq!(open.failures().timeouts, 1);
-    // The timed-out connection was closed, not pooled: the silent server sees the end.
-    drop(open);
+    // The timed-out connection was closed at once, not pooled (its reply could still come): the
+    // silent server sees the end while the limiter lives on.
+    assert!(
+        closed_rx.recv_timeout(CALL_BOUND).is_ok(),
+        "connection kept"
+    );
     silent.join().unwrap();
+    drop(open);
 }
 
 #[test]
@@ -208,4 +213,51 @@ fn nonsense_replies_and_foreign_values_are_counted_errors() {
     assert!(error.contains("not a count"), "{error}");
     assert_eq!(open.failures().errors, 2);
     assert_eq!(open.failures().timeouts, 0);
+}
+
+#[test]
+fn a_denial_stands_when_its_take_back_times_out_and_the_connection_is_dropped() {
+    // A scripted "server": answers the decision with a full window, then never answers the decr.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let script = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&request).contains("\r\nget ") || !request.ends_with(b"\r\n")
+        {
+            let read = socket.read(&mut chunk).unwrap();
+            assert!(read > 0, "closed before the request");
+            request.extend_from_slice(&chunk[..read]);
+        }
+        let text = String::from_utf8_lossy(&request).into_owned();
+        let cell = text
+            .split("\r\n")
+            .find_map(|line| line.strip_prefix("incr "))
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap()
+            .to_owned();
+        let reply = format!("11\r\nVALUE {cell} 0 2\r\n11\r\nEND\r\n");
+        socket.write_all(reply.as_bytes()).unwrap();
+        // Read the decr, never answer; report when the client hangs up.
+        while socket.read(&mut chunk).is_ok_and(|n| n > 0) {}
+        let _ = closed_tx.send(());
+    });
+    let clock = ManualClock::starting_at(T0);
+    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let started = Instant::now();
+    let (decision, error) = timed(&open, "k");
+    // memcached decided (a full window): fail-open does not turn it into an admission.
+    assert!(error.is_none());
+    assert!(!decision.is_allowed());
+    assert!(started.elapsed() >= SHORT, "did not wait for the take-back");
+    assert_eq!(open.failures().total(), 0);
+    // The connection, with a reply possibly still on its way, was closed, not pooled.
+    assert!(
+        closed_rx.recv_timeout(CALL_BOUND).is_ok(),
+        "connection kept"
+    );
+    script.join().unwrap();
+    drop(open);
 }
