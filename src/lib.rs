@@ -36,6 +36,8 @@ pub mod clock;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;
+#[cfg(feature = "memcached")]
+pub mod memcached;
 #[cfg(feature = "tower")]
 pub mod middleware;
 pub mod packed;

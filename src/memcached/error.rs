@@ -1,0 +1,74 @@
+//! What can go wrong in a memcached call.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+/// Why a memcached call failed (inside [`BackendError::Failed`](crate::backend::BackendError::Failed)).
+///
+/// ```
+/// use floodgate::memcached::MemcachedError;
+/// let e = MemcachedError::Server("SERVER_ERROR out of memory".into());
+/// assert_eq!(e.to_string(), "memcached replied SERVER_ERROR out of memory");
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum MemcachedError {
+    /// No connection could be opened (refused, no route, …).
+    Unreachable {
+        /// The server's address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        source: io::Error,
+    },
+    /// The connection broke during a call.
+    Io(io::Error),
+    /// The server answered `ERROR`, `CLIENT_ERROR …` or `SERVER_ERROR …`.
+    Server(String),
+    /// A reply that is not what the protocol promises.
+    Protocol(String),
+}
+
+impl fmt::Display for MemcachedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemcachedError::Unreachable { addr, source } => {
+                write!(f, "memcached at {addr} is unreachable: {source}")
+            }
+            MemcachedError::Io(error) => write!(f, "memcached connection lost: {error}"),
+            MemcachedError::Server(line) => write!(f, "memcached replied {line}"),
+            MemcachedError::Protocol(what) => write!(f, "unexpected reply from memcached: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for MemcachedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MemcachedError::Unreachable { source, .. } => Some(source),
+            MemcachedError::Io(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// A failed call: out of time, or a [`MemcachedError`].
+#[derive(Debug)]
+pub(crate) enum CallError {
+    Timeout,
+    Failed(MemcachedError),
+}
+
+impl From<MemcachedError> for CallError {
+    fn from(error: MemcachedError) -> Self {
+        CallError::Failed(error)
+    }
+}
+
+/// An I/O error during a call: a timeout if the socket gave up waiting, a lost connection else.
+pub(crate) fn io_error(error: io::Error) -> CallError {
+    match error.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => CallError::Timeout,
+        _ => CallError::Failed(MemcachedError::Io(error)),
+    }
+}

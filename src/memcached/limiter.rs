@@ -1,0 +1,294 @@
+//! [`MemcachedLimiter`]: the sliding window of cells on memcached, increment first, under a
+//! [`FailurePolicy`].
+
+use std::fmt;
+use std::time::Instant;
+
+use super::connection::{Connection, MemcachedBackend};
+use super::error::{CallError, MemcachedError};
+use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
+use super::sliding_window::SlidingWindow;
+use crate::FixedWindow;
+use crate::backend::{FailureCounts, FailureHandler, FailurePolicy, Outcome};
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{AcquireError, ConfigError, Decision, check_permits};
+
+/// A request the limiter refuses to send: bad permits, or a key memcached cannot hold.
+///
+/// ```
+/// use floodgate::memcached::RequestError;
+/// use floodgate::AcquireError;
+/// let e = RequestError::from(AcquireError::ZeroPermits);
+/// assert_eq!(e.to_string(), "a request must ask for at least 1 permit");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// `n = 0` or `n` above the limit.
+    Permits(AcquireError),
+    /// The key, encoded, makes cell keys longer than memcached's 250 bytes.
+    KeyTooLong {
+        /// Bytes of the longest cell key it would make.
+        len: usize,
+        /// memcached's maximum.
+        max: usize,
+    },
+}
+
+impl From<AcquireError> for RequestError {
+    fn from(error: AcquireError) -> Self {
+        RequestError::Permits(error)
+    }
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::Permits(error) => error.fmt(f),
+            RequestError::KeyTooLong { len, max } => write!(
+                f,
+                "key too long for memcached: its cell keys would be {len} bytes (max {max})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// A sliding-window limit shared through one memcached server by every process that uses the
+/// same `name`, key and configuration. Never admits more than the limit, whatever the
+/// concurrency: each request adds its permits to the current cell *first*, then reads the window,
+/// and takes them back if the sum is over the limit (see the [module docs](super) for the
+/// guarantee, its cost and the clock-skew tolerance). When memcached gives no answer within the
+/// backend's timeout, the [`FailurePolicy`] decides and the failure is counted; its local
+/// fallback is a [`FixedWindow`] of the same length per key (coarser, the same bound per window).
+///
+/// Cell keys are `name:key:cell_index`, `key` with spaces, control and non-ASCII bytes and `%`
+/// written as `%XX`.
+///
+/// ```no_run
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+/// use std::time::Duration;
+///
+/// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+/// let limiter = MemcachedLimiter::new(
+///     &backend,
+///     "api",
+///     SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?,
+///     FailurePolicy::FailClosed,
+/// )?;
+/// let decision = limiter.try_acquire("user-42", 1)?;
+/// if !decision.is_allowed() {
+///     println!("429, retry after {:?}", decision.retry_after());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct MemcachedLimiter<C: Clock + Clone = QuantaClock> {
+    backend: MemcachedBackend,
+    name: String,
+    window: SlidingWindow,
+    clock: C,
+    failures: FailureHandler<FixedWindow, C>,
+}
+
+impl MemcachedLimiter<QuantaClock> {
+    /// A limiter named `name` (the namespace of its keys) on the default clock. See
+    /// [`with_clock`](Self::with_clock).
+    ///
+    /// # Errors
+    /// As [`with_clock`](Self::with_clock).
+    pub fn new(
+        backend: &MemcachedBackend,
+        name: &str,
+        window: SlidingWindow,
+        policy: FailurePolicy,
+    ) -> Result<Self, ConfigError> {
+        Self::with_clock(backend, name, window, policy, QuantaClock::new())
+    }
+}
+
+impl<C: Clock + Clone> MemcachedLimiter<C> {
+    /// A limiter named `name` whose cells are keyed by `clock` (every process sharing the limit
+    /// must use a clock on the same timeline, such as the Unix time of [`QuantaClock`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for an empty name, one with a byte outside printable ASCII or a
+    /// `:`, or one too long to leave room for keys; the local algorithm's error when the
+    /// policy's share cannot be built.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+    /// use floodgate::ManualClock;
+    /// use std::time::Duration;
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_secs(1))?;
+    /// let bad = MemcachedLimiter::with_clock(&backend, "a:b", window, FailurePolicy::FailOpen, ManualClock::new());
+    /// assert!(bad.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(
+        backend: &MemcachedBackend,
+        name: &str,
+        window: SlidingWindow,
+        policy: FailurePolicy,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+            return Err(ConfigError::Invalid {
+                what: "memcached limiter name",
+                why: "must be non-empty printable ASCII without spaces or ':'",
+            });
+        }
+        // `name:` + at least a one-byte key + `:` + the longest index.
+        if name.len() + 3 + MAX_INDEX_DIGITS > MAX_KEY_LEN {
+            return Err(ConfigError::Invalid {
+                what: "memcached limiter name",
+                why: "too long: cell keys must fit memcached's 250 bytes",
+            });
+        }
+        let local_window = window.window();
+        let failures = FailureHandler::with_clock(
+            policy,
+            backend.timeout(),
+            move |limit| FixedWindow::new(limit, local_window),
+            window.limit(),
+            clock.clone(),
+        )?;
+        Ok(MemcachedLimiter {
+            backend: backend.clone(),
+            name: name.to_owned(),
+            window,
+            clock,
+            failures,
+        })
+    }
+
+    /// The window's configuration.
+    pub fn window(&self) -> &SlidingWindow {
+        &self.window
+    }
+
+    /// The failure policy in force.
+    pub fn policy(&self) -> FailurePolicy {
+        self.failures.policy()
+    }
+
+    /// Failures so far (each decided by the policy).
+    pub fn failures(&self) -> FailureCounts {
+        self.failures.counts()
+    }
+
+    /// The clock cells are keyed by.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// `name:encoded key:`, checked to leave room for any cell index.
+    fn key_prefix(&self, key: &str) -> Result<String, RequestError> {
+        let mut prefix = String::with_capacity(self.name.len() + key.len() + 2);
+        prefix.push_str(&self.name);
+        prefix.push(':');
+        protocol::encode_key(key, &mut prefix);
+        prefix.push(':');
+        let len = prefix.len() + MAX_INDEX_DIGITS;
+        if len > MAX_KEY_LEN {
+            return Err(RequestError::KeyTooLong {
+                len,
+                max: MAX_KEY_LEN,
+            });
+        }
+        Ok(prefix)
+    }
+
+    /// The memcached key of `key`'s cell number `index` (the cell of time `t` is
+    /// `t / precision`, on the limiter's clock).
+    ///
+    /// # Errors
+    /// [`RequestError::KeyTooLong`].
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, ManualClock};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+    /// let window = SlidingWindow::new(5, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let limiter = MemcachedLimiter::new(&backend, "login", window, FailurePolicy::FailClosed)?;
+    /// assert_eq!(limiter.cell_key("bob smith", 1_700_000_000)?, "login:bob%20smith:1700000000");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cell_key(&self, key: &str, index: u64) -> Result<String, RequestError> {
+        Ok(format!("{}{index}", self.key_prefix(key)?))
+    }
+
+    /// Takes `n` permits for `key` if the shared window has them; blocks the thread for at most
+    /// the backend's timeout. A memcached failure is decided by the policy (see
+    /// [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    ///
+    /// # Errors
+    /// [`RequestError`] for `n = 0`, `n` above the limit, or a key too long for memcached.
+    pub fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, RequestError> {
+        self.try_acquire_outcome(key, n).map(|o| o.decision())
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), with the memcached error when the policy decided.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
+        check_permits(n, u64::from(self.window.limit()))?;
+        let prefix = self.key_prefix(key)?;
+        let now = self.clock.now_nanos();
+        let reply = self
+            .backend
+            .call(|connection, deadline| self.exchange(connection, deadline, &prefix, now, n));
+        Ok(match reply {
+            Ok(decision) => Outcome::from_backend(decision),
+            Err(error) => self.failures.decide(key, n, error),
+        })
+    }
+
+    /// One decision on one connection: increment, read the window, decide; on a denial, take the
+    /// permits back.
+    fn exchange(
+        &self,
+        connection: &mut Connection,
+        deadline: Instant,
+        prefix: &str,
+        now: u64,
+        n: u32,
+    ) -> Result<Decision, CallError> {
+        let current = self.window.cell_index(now);
+        let cells = self.window.read_cells(current);
+        let request =
+            protocol::decision_request(prefix, current, cells.clone(), self.window.ttl_secs(), n);
+        // A cell can vanish between the add and the incr, or the incr and the get (evicted, or
+        // `flush_all`): the increment is then lost, so one more try cannot count it twice.
+        for _ in 0..2 {
+            connection.send(&request, deadline)?;
+            let added = protocol::read_counter(connection, deadline)?;
+            let counts = protocol::read_counts(connection, deadline, prefix, &cells)?;
+            if added.is_none() || !counts.iter().any(|&(index, _)| index == current) {
+                continue;
+            }
+            let decision = self.window.decide(now, current, n, &counts);
+            if !decision.is_allowed() {
+                // The denial stands whatever happens to the take-back; a failed one leaves the
+                // permits counted until their cell leaves the window (never an over-admission),
+                // and closes the connection (its reply may still come).
+                let taken_back = connection
+                    .send(&protocol::take_back_request(prefix, current, n), deadline)
+                    .and_then(|()| protocol::read_counter(connection, deadline));
+                if taken_back.is_err() {
+                    connection.set_broken();
+                }
+            }
+            return Ok(decision);
+        }
+        Err(MemcachedError::Protocol(format!(
+            "cell {prefix}{current} vanished right after it was written, twice (memcached evicting?)"
+        ))
+        .into())
+    }
+}

@@ -1,0 +1,94 @@
+//! Distributed limiting on memcached (feature `memcached`): the seeds' sliding window of
+//! `precision`-long cells, without their check-then-increment race.
+//!
+//! The seeds read the window's cells, summed them, and incremented the current cell if the sum
+//! was under the limit. Read-then-increment is not atomic: callers that read the same sum all
+//! pass. [`MemcachedLimiter`] turns the order around:
+//!
+//! 1. **increment first**: `add <cell> 0 <ttl> noreply` (create the current cell if absent, with
+//!    its expiry) then `incr <cell> <n>`;
+//! 2. **then read** every cell of the window, and the one after it, in one multi-get, and sum;
+//! 3. admit if the sum (this request's `n` included) is at most the limit; otherwise **take the
+//!    permits back** (`decr <cell> <n>`) and deny.
+//!
+//! The three commands of steps 1–2 go out in one write: memcached runs one connection's commands
+//! in order, so the read sees the increment.
+//!
+//! # The guarantee
+//! For any `cells` consecutive cells, the permits admitted in them never exceed the limit, however
+//! many callers race. Why: take the admitted request `R` whose increment reached memcached last.
+//! Every other admitted request `R'` in those cells incremented before `R` did, hence before `R`'s
+//! read, and an admitted request never takes its permits back; so `R`'s read counted all of them
+//! (plus, perhaps, permits of denied requests not yet taken back, which only add), and `R` was
+//! admitted only because that sum fit the limit. This needs `R` to have read `R'`'s cell: it
+//! reads the window ending at its own cell and one cell after, which holds whenever `R'` read its
+//! clock less than one `precision` after `R` did (the skew tolerance below).
+//!
+//! # The cost
+//! * An admitted request costs **one round trip**; a denied one **two** (the `decr`).
+//! * Counts briefly include denied requests (between their `incr` and `decr`). A request is
+//!   denied when the admitted permits in its window, plus its own `n`, plus the permits of
+//!   requests incremented but not yet taken back at the moment of its read, exceed the limit. So
+//!   concurrent requests can be denied that a serial order would admit — at most the permits of
+//!   the requests overlapping them in time (with 9 of 10 taken, two concurrent requests for 1 can
+//!   both be denied; one after the other, the first would pass). In a serial order the decision is
+//!   exactly the sliding window of cells. `remaining` and `retry_after` are computed from the same
+//!   counts, so under contention they err on the cautious side.
+//! * A take-back that fails (timeout, lost connection) leaves the permits counted until their cell
+//!   leaves the window: fewer admissions, never more. So does a call that times out after its
+//!   increment.
+//!
+//! # Time and clock skew
+//! memcached has no clock command, so cells are keyed by the **caller's** clock (any [`Clock`](
+//! crate::Clock); [`QuantaClock`](crate::QuantaClock), the default, reads Unix time, so processes
+//! on NTP-synced hosts share cell numbers). Tolerance: the guarantee holds while, for any two
+//! requests, the one whose increment reaches memcached later read its clock less than one
+//! `precision` before the other; enough is **clock skew between callers + the time from a clock
+//! read to its increment (at most the timeout) < `precision`**. Reading the cell *after* the
+//! current one is what buys this: a caller whose clock runs ahead writes there, and the others
+//! count it. Beyond the tolerance the bound weakens: permits written two or more cells ahead are
+//! invisible to the others until their clocks catch up.
+//!
+//! Expiry is memcached's, on real time, in whole seconds: each cell gets `window + precision`,
+//! rounded up, plus 1 s (memcached's clock ticks once a second, so an expiry of `T` can fire
+//! after `T - 1`). A cell is read while some caller's clock is within a window of it; with skew
+//! under one `precision` that is less than `window + precision` after it was created. Expiry only
+//! frees memory: cells older than the window are never read.
+//!
+//! # Limits
+//! One memcached server per backend (a multi-get must find every cell of a key on one server).
+//! memcached evicts under memory pressure: an evicted cell loses its counts, so give memcached
+//! room for `cells + 1` small items per limited key.
+//!
+//! ```no_run
+//! use floodgate::backend::FailurePolicy;
+//! use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+//! use std::time::Duration;
+//!
+//! let backend = MemcachedBackend::connect(
+//!     MemcachedConfig::new("127.0.0.1:11211").timeout(Duration::from_millis(50)),
+//! )?;
+//! let limiter = MemcachedLimiter::new(
+//!     &backend,
+//!     "api",
+//!     SlidingWindow::new(300, Duration::from_secs(60), Duration::from_secs(1))?,
+//!     FailurePolicy::local_fallback(0.5)?,
+//! )?;
+//! let outcome = limiter.try_acquire_outcome("tenant-7", 1)?;
+//! if let Some(error) = outcome.failure() {
+//!     eprintln!("memcached unavailable, decided by policy: {error}");
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod connection;
+mod error;
+mod limiter;
+mod protocol;
+mod sliding_window;
+
+pub use connection::{MemcachedBackend, MemcachedConfig};
+pub use error::MemcachedError;
+pub use limiter::{MemcachedLimiter, RequestError};
+pub use protocol::MAX_KEY_LEN;
+pub use sliding_window::{MAX_CELLS, SlidingWindow};

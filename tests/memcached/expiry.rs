@@ -1,0 +1,71 @@
+//! Every cell gets memcached's expiry (`window + precision`, rounded up, + 1 s), checked through
+//! the protocol; one short test waits for a cell to expire on memcached's real clock.
+
+use std::time::{Duration, Instant};
+
+use floodgate::ManualClock;
+use floodgate::backend::FailurePolicy;
+use floodgate::memcached::{MemcachedLimiter, SlidingWindow};
+
+use super::server::MemcachedServer;
+use super::{SEC, T0, backend, decide, limiter};
+
+#[test]
+fn every_cell_is_written_with_its_ttl_and_increments_keep_it() {
+    let server = MemcachedServer::start();
+    let backend = backend(&server);
+    let clock = ManualClock::starting_at(T0);
+    let limiter = limiter(&backend, "ttl", 10, 60, &clock);
+    assert_eq!(limiter.window().ttl_secs(), 62);
+    let cell = limiter.window().cell_index(T0);
+    for step in 0..3 {
+        assert!(decide(&limiter, "k", 1).is_allowed());
+        let key = limiter.cell_key("k", cell + step).unwrap();
+        // memcached reports whole seconds left; its clock ticks once a second.
+        let ttl = server.ttl(&key).expect("the cell exists");
+        assert!((60..=62).contains(&ttl), "{key}: ttl {ttl}");
+        clock.advance(Duration::from_secs(1));
+    }
+    // A later increment of an existing cell does not extend it; a denial neither.
+    clock.set(T0);
+    for _ in 0..8 {
+        decide(&limiter, "k", 1);
+    }
+    let ttl = server.ttl(&limiter.cell_key("k", cell).unwrap()).unwrap();
+    assert!((59..=62).contains(&ttl), "ttl {ttl}");
+    // Cells that were only read were not created.
+    assert_eq!(server.ttl(&limiter.cell_key("k", cell - 1).unwrap()), None);
+    assert_eq!(server.ttl(&limiter.cell_key("k", cell + 3).unwrap()), None);
+}
+
+#[test]
+fn an_old_cell_expires_in_memcached_and_its_permits_with_it() {
+    let server = MemcachedServer::start();
+    let backend = backend(&server);
+    // 2 cells of 250 ms: a TTL of ceil(0.75 s) + 1 = 2 s, so memcached drops it after 1 to 2 s.
+    let window =
+        SlidingWindow::new(3, Duration::from_millis(500), Duration::from_millis(250)).unwrap();
+    assert_eq!(window.ttl_secs(), 2);
+    // The clock stands still: only memcached's expiry can bring the permits back.
+    let clock = ManualClock::starting_at(T0);
+    let limiter =
+        MemcachedLimiter::with_clock(&backend, "expiry", window, FailurePolicy::FailClosed, clock)
+            .unwrap();
+    let key = limiter.cell_key("k", T0 / (SEC / 4)).unwrap();
+    let written = Instant::now();
+    assert!(decide(&limiter, "k", 3).is_allowed());
+    assert!(!decide(&limiter, "k", 1).is_allowed());
+    assert_eq!(server.count(&key), 3);
+    let deadline = written + Duration::from_secs(4);
+    while server.get(&key).is_some() {
+        assert!(Instant::now() < deadline, "{key} outlived its TTL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lived = written.elapsed();
+    assert!(
+        lived >= Duration::from_millis(900),
+        "expired after {lived:?}"
+    );
+    // Same cell on the caller's clock, but memcached forgot it: the permits are back.
+    assert!(decide(&limiter, "k", 3).is_allowed());
+}

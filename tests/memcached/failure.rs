@@ -1,0 +1,263 @@
+//! The failure policy: a server killed mid-run and restarted, a server never there, one that
+//! never answers, one that answers nonsense or never answers a take-back, a cell that holds no
+//! number. Every call returns within the timeout (plus scheduling slack) and never panics.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use floodgate::backend::{BackendError, FailurePolicy};
+use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+use floodgate::{Decision, ManualClock};
+
+use super::T0;
+use super::server::{MemcachedServer, free_port};
+
+const SHORT: Duration = Duration::from_millis(150);
+/// Bound on one call while the server is down: the timeout plus generous scheduling slack.
+const CALL_BOUND: Duration = Duration::from_secs(2);
+
+fn limiter(
+    addr: &str,
+    policy: FailurePolicy,
+    clock: &ManualClock,
+) -> MemcachedLimiter<ManualClock> {
+    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(SHORT)).unwrap();
+    let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1)).unwrap();
+    MemcachedLimiter::with_clock(&backend, "policy", window, policy, clock.clone()).unwrap()
+}
+
+/// One call, bounded in time; returns the decision and the error the policy decided on.
+fn timed(limiter: &MemcachedLimiter<ManualClock>, key: &str) -> (Decision, Option<BackendError>) {
+    let started = Instant::now();
+    let outcome = limiter.try_acquire_outcome(key, 1).unwrap();
+    assert!(
+        started.elapsed() < CALL_BOUND,
+        "took {:?}",
+        started.elapsed()
+    );
+    outcome.into_parts()
+}
+
+#[test]
+fn server_killed_mid_run_and_restarted_the_policy_holds() {
+    let mut server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock);
+    let closed = limiter(&server.addr(), FailurePolicy::FailClosed, &clock);
+    let fallback = limiter(
+        &server.addr(),
+        FailurePolicy::local_fallback(0.5).unwrap(),
+        &clock,
+    );
+    for l in [&open, &closed, &fallback] {
+        assert!(timed(l, "warm-up").1.is_none());
+    }
+
+    // Threads hammer the fail-closed limiter while the server dies under them.
+    let stop = AtomicBool::new(false);
+    let (admitted, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for thread in 0..4 {
+            let (closed, stop, admitted, failed) = (&closed, &stop, &admitted, &failed);
+            s.spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let (decision, error) = timed(closed, &format!("hammer-{thread}"));
+                    if error.is_some() {
+                        assert!(!decision.is_allowed(), "fail closed admitted");
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    } else if decision.is_allowed() {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while closed.failures().total() == 0 {
+            if admitted.load(Ordering::SeqCst) >= 8 {
+                server.kill();
+            }
+            assert!(Instant::now() < deadline, "no failure seen");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        stop.store(true, Ordering::SeqCst);
+    });
+    // Each thread had its own key of limit 10; memcached admitted at most that.
+    assert!(admitted.load(Ordering::SeqCst) <= 40);
+    assert_eq!(closed.failures().total(), failed.load(Ordering::SeqCst));
+
+    let before = [open.failures(), fallback.failures()];
+    for _ in 0..20 {
+        let (decision, error) = timed(&open, "k");
+        assert!(decision.is_allowed() && error.is_some());
+        let (decision, error) = timed(&closed, "k");
+        assert!(!decision.is_allowed());
+        assert_eq!(decision.retry_after(), SHORT);
+        let error = error.expect("decided by the policy").to_string();
+        assert!(error.contains("unreachable"), "{error}");
+    }
+    // The local fallback admits exactly its share (5 of 10) for the key, and no more.
+    let admitted = (0..20)
+        .filter(|_| timed(&fallback, "k").0.is_allowed())
+        .count();
+    assert_eq!(admitted, 5);
+    assert_eq!(open.failures().total() - before[0].total(), 20);
+    assert_eq!(fallback.failures().total() - before[1].total(), 20);
+
+    server.restart();
+    // memcached decides again at once (a dead pooled connection is replaced within the call),
+    // from scratch: it kept nothing.
+    let admitted = (0..20).filter(|_| {
+        let (decision, error) = timed(&closed, "fresh");
+        assert!(error.is_none(), "{error:?}");
+        decision.is_allowed()
+    });
+    assert_eq!(admitted.count(), 10);
+}
+
+#[test]
+fn a_server_that_is_not_there_is_a_clear_error_within_the_timeout() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let clock = ManualClock::starting_at(T0);
+    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
+    for _ in 0..5 {
+        let (decision, error) = timed(&closed, "k");
+        assert!(!decision.is_allowed());
+        let error = error.expect("decided by the policy");
+        assert!(!error.is_timeout());
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("memcached at {addr} is unreachable")),
+            "{text}"
+        );
+        assert!(text.to_lowercase().contains("refused"), "{text}");
+    }
+    assert_eq!(closed.failures().errors, 5);
+    // An address that does not resolve is refused when the backend is made.
+    assert!(MemcachedBackend::connect(MemcachedConfig::new("not an address")).is_err());
+    assert!(
+        MemcachedBackend::connect(MemcachedConfig::new(&addr).timeout(Duration::ZERO)).is_err()
+    );
+}
+
+#[test]
+fn a_server_that_never_answers_times_out() {
+    // Accepts connections and reads requests, but never replies.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let silent = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut sink = [0u8; 4096];
+        while socket.read(&mut sink).is_ok_and(|n| n > 0) {}
+        let _ = closed_tx.send(());
+    });
+    let clock = ManualClock::starting_at(T0);
+    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let started = Instant::now();
+    let (decision, error) = timed(&open, "k");
+    assert!(started.elapsed() >= SHORT);
+    assert!(decision.is_allowed());
+    assert!(error.expect("decided by the policy").is_timeout());
+    assert_eq!(open.failures().timeouts, 1);
+    // The timed-out connection was closed at once, not pooled (its reply could still come): the
+    // silent server sees the end while the limiter lives on.
+    assert!(
+        closed_rx.recv_timeout(CALL_BOUND).is_ok(),
+        "connection kept"
+    );
+    silent.join().unwrap();
+    drop(open);
+}
+
+#[test]
+fn nonsense_replies_and_foreign_values_are_counted_errors() {
+    // A "server" that greets every request with a line memcached never sends.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let liar = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = socket.read(&mut request);
+        let _ = socket.write_all(b"HELLO THERE\r\n");
+    });
+    let clock = ManualClock::starting_at(T0);
+    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let (decision, error) = timed(&open, "k");
+    assert!(decision.is_allowed());
+    let error = error.expect("decided by the policy").to_string();
+    assert!(error.contains("unexpected reply from memcached"), "{error}");
+    assert_eq!(open.failures().errors, 1);
+    liar.join().unwrap();
+
+    // A cell that someone else filled with text.
+    let server = MemcachedServer::start();
+    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock);
+    let cell = open.cell_key("k", open.window().cell_index(T0)).unwrap();
+    server.set(&cell, "abc");
+    let (decision, error) = timed(&open, "k");
+    assert!(decision.is_allowed());
+    let error = error.expect("decided by the policy").to_string();
+    assert!(error.contains("non-numeric"), "{error}");
+    // A cell of the window (not the one incremented) holding text.
+    let older = open
+        .cell_key("k2", open.window().cell_index(T0) - 3)
+        .unwrap();
+    server.set(&older, "12x");
+    let error = timed(&open, "k2")
+        .1
+        .expect("decided by the policy")
+        .to_string();
+    assert!(error.contains("not a count"), "{error}");
+    assert_eq!(open.failures().errors, 2);
+    assert_eq!(open.failures().timeouts, 0);
+}
+
+#[test]
+fn a_denial_stands_when_its_take_back_times_out_and_the_connection_is_dropped() {
+    // A scripted "server": answers the decision with a full window, then never answers the decr.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let script = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&request).contains("\r\nget ") || !request.ends_with(b"\r\n")
+        {
+            let read = socket.read(&mut chunk).unwrap();
+            assert!(read > 0, "closed before the request");
+            request.extend_from_slice(&chunk[..read]);
+        }
+        let text = String::from_utf8_lossy(&request).into_owned();
+        let cell = text
+            .split("\r\n")
+            .find_map(|line| line.strip_prefix("incr "))
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap()
+            .to_owned();
+        let reply = format!("11\r\nVALUE {cell} 0 2\r\n11\r\nEND\r\n");
+        socket.write_all(reply.as_bytes()).unwrap();
+        // Read the decr, never answer; report when the client hangs up.
+        while socket.read(&mut chunk).is_ok_and(|n| n > 0) {}
+        let _ = closed_tx.send(());
+    });
+    let clock = ManualClock::starting_at(T0);
+    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let started = Instant::now();
+    let (decision, error) = timed(&open, "k");
+    // memcached decided (a full window): fail-open does not turn it into an admission.
+    assert!(error.is_none());
+    assert!(!decision.is_allowed());
+    assert!(started.elapsed() >= SHORT, "did not wait for the take-back");
+    assert_eq!(open.failures().total(), 0);
+    // The connection, with a reply possibly still on its way, was closed, not pooled.
+    assert!(
+        closed_rx.recv_timeout(CALL_BOUND).is_ok(),
+        "connection kept"
+    );
+    script.join().unwrap();
+    drop(open);
+}

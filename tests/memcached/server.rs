@@ -1,0 +1,189 @@
+//! Real `memcached` processes for the tests and the bench: started on a free loopback port,
+//! killed when the guard drops. Also a raw text-protocol helper to look at what the limiter wrote.
+#![allow(dead_code)] // each user (tests, bench) uses a part
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer `version` after it starts.
+const START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One `memcached` on 127.0.0.1. Dropping it kills it.
+pub struct MemcachedServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+/// Whether memcached is installed.
+pub fn available() -> bool {
+    Command::new("memcached")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a loopback port")
+        .port()
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+impl MemcachedServer {
+    /// A server with 64 MiB of memory, TCP only.
+    pub fn start() -> Self {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let mut server = MemcachedServer {
+                port: free_port(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start memcached: {last_error}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut command = Command::new("memcached");
+        command
+            .args(["-l", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "0", "-m", "64", "-t", "4", "-c", "1024"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if running_as_root() {
+            // memcached refuses to run as root unless told which user to be.
+            command.args(["-u", "root"]);
+        }
+        self.child = Some(command.spawn().map_err(|e| format!("spawn: {e}"))?);
+        let deadline = Instant::now() + START_DEADLINE;
+        while Instant::now() < deadline {
+            if self.request("version\r\n").starts_with("VERSION ") {
+                return Ok(());
+            }
+            if let Some(mut child) = self
+                .child
+                .take_if(|c| c.try_wait().ok().flatten().is_some())
+            {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = child.stderr.take() {
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                return Err(format!("exited: {stderr}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err("no VERSION within the deadline".into())
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty: memcached keeps nothing).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Sends `request` on a fresh connection and returns the reply (read until it ends with a
+    /// line that ends a reply), or "" if the server cannot be reached.
+    pub fn request(&self, request: &str) -> String {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return String::new();
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        if stream.write_all(request.as_bytes()).is_err() {
+            return String::new();
+        }
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !is_complete(&reply) {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(read) => reply.extend_from_slice(&chunk[..read]),
+            }
+        }
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
+    /// The value of `key` (trailing padding spaces removed), `None` if absent.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let reply = self.request(&format!("get {key}\r\n"));
+        let mut lines = reply.split("\r\n");
+        let header = lines.next()?;
+        header
+            .starts_with("VALUE ")
+            .then(|| lines.next().unwrap_or("").trim_end().to_owned())
+    }
+
+    /// The count in `key`, 0 if absent.
+    pub fn count(&self, key: &str) -> u64 {
+        self.get(key).map_or(0, |v| v.parse().expect("a count"))
+    }
+
+    /// Seconds until `key` expires (meta get `t` flag), `None` if absent; -1 for never.
+    pub fn ttl(&self, key: &str) -> Option<i64> {
+        let reply = self.request(&format!("mg {key} t\r\n"));
+        let line = reply.lines().next().unwrap_or("");
+        if !line.starts_with("HD") {
+            return None;
+        }
+        line.split(' ')
+            .find_map(|flag| flag.strip_prefix('t'))
+            .map(|t| t.parse().expect("a TTL"))
+    }
+
+    /// Stores `value` under `key` with no expiry.
+    pub fn set(&self, key: &str, value: &str) {
+        let reply = self.request(&format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()));
+        assert_eq!(reply, "STORED\r\n");
+    }
+}
+
+/// Whether `reply` ends with a line that ends any reply the helpers ask for.
+fn is_complete(reply: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(reply);
+    let Some(body) = text.strip_suffix("\r\n") else {
+        return false;
+    };
+    let last = body.rsplit("\r\n").next().unwrap_or("");
+    !body.starts_with("VALUE ") && !last.is_empty() || last == "END"
+}
+
+impl Drop for MemcachedServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
