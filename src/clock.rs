@@ -106,6 +106,13 @@ pub struct QuantaClock {
 
 impl QuantaClock {
     /// The process-wide quanta clock (calibrated once, on first use).
+    ///
+    /// ```
+    /// use floodgate::{Clock, QuantaClock};
+    /// let clock = QuantaClock::new();
+    /// let (a, b) = (clock.now_nanos(), clock.now_nanos());
+    /// assert!(a > 1_600_000_000_000_000_000 && b >= a);
+    /// ```
     pub fn new() -> Self {
         QuantaClock {
             timeline: timeline(),
@@ -165,6 +172,13 @@ impl CoarseClock {
     ///
     /// # Errors
     /// An error if the upkeep thread cannot be spawned.
+    ///
+    /// ```
+    /// use floodgate::{Clock, CoarseClock};
+    /// let clock = CoarseClock::new()?;
+    /// assert!(clock.now_nanos() > 1_600_000_000_000_000_000);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn new() -> Result<Self, std::io::Error> {
         Self::with_resolution(Duration::from_millis(1))
     }
@@ -174,6 +188,14 @@ impl CoarseClock {
     ///
     /// # Errors
     /// An error if the upkeep thread cannot be spawned.
+    ///
+    /// ```
+    /// use floodgate::{Clock, CoarseClock};
+    /// use std::time::Duration;
+    /// let clock = CoarseClock::with_resolution(Duration::from_millis(5))?;
+    /// assert!(clock.now_nanos() > 1_600_000_000_000_000_000);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn with_resolution(resolution: Duration) -> Result<Self, std::io::Error> {
         static UPKEEP: Mutex<Weak<quanta::Handle>> = Mutex::new(Weak::new());
         let timeline = timeline();
@@ -230,6 +252,14 @@ pub struct MonotonicClock {
 
 impl MonotonicClock {
     /// The process-wide monotonic clock.
+    ///
+    /// ```
+    /// use floodgate::{Clock, MonotonicClock, QuantaClock};
+    /// let clock = MonotonicClock::new();
+    /// // Same Unix timeline as QuantaClock: within a minute of each other.
+    /// let (m, q) = (clock.now_nanos(), QuantaClock::new().now_nanos());
+    /// assert!(m.abs_diff(q) < 60_000_000_000);
+    /// ```
     pub fn new() -> Self {
         static BASE: OnceLock<MonotonicClock> = OnceLock::new();
         *BASE.get_or_init(|| {
@@ -286,11 +316,22 @@ struct ManualInner {
 
 impl ManualClock {
     /// A manual clock at time zero.
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// assert_eq!(ManualClock::new().now_nanos(), 0);
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// A manual clock at `nanos`.
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// let clock = ManualClock::starting_at(1_000);
+    /// assert_eq!(clock.now_nanos(), 1_000);
+    /// ```
     pub fn starting_at(nanos: u64) -> Self {
         let clock = Self::default();
         clock.set(nanos);
@@ -298,11 +339,27 @@ impl ManualClock {
     }
 
     /// Moves time forward by `duration` (saturating at `u64::MAX` nanoseconds).
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::starting_at(5);
+    /// clock.advance(Duration::from_micros(2));
+    /// assert_eq!(clock.now_nanos(), 2_005);
+    /// assert!(clock.sleeps().is_empty()); // advancing is not sleeping
+    /// ```
     pub fn advance(&self, duration: Duration) {
         self.advance_nanos(duration_to_nanos(duration));
     }
 
     /// Moves time forward by `nanos` (saturating at `u64::MAX`).
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// let clock = ManualClock::starting_at(u64::MAX - 1);
+    /// clock.advance_nanos(10);
+    /// assert_eq!(clock.now_nanos(), u64::MAX); // saturates
+    /// ```
     pub fn advance_nanos(&self, nanos: u64) {
         // SeqCst: a test clock; simplest ordering, no hot path.
         let _ = self
@@ -314,16 +371,42 @@ impl ManualClock {
     }
 
     /// Sets the time to `nanos`, forwards or backwards (to simulate a clock read that lags).
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// let clock = ManualClock::starting_at(500);
+    /// clock.set(100); // backwards is allowed
+    /// assert_eq!(clock.now_nanos(), 100);
+    /// ```
     pub fn set(&self, nanos: u64) {
         self.inner.now_nanos.store(nanos, Ordering::SeqCst);
     }
 
     /// Every sleep taken through this clock (and its clones), in order.
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// clock.clone().sleep(Duration::from_millis(3));
+    /// clock.sleep(Duration::from_millis(4));
+    /// assert_eq!(clock.sleeps(), [Duration::from_millis(3), Duration::from_millis(4)]);
+    /// assert_eq!(clock.sleeps().len(), 2); // reading does not clear
+    /// ```
     pub fn sleeps(&self) -> Vec<Duration> {
         self.lock_sleeps().clone()
     }
 
     /// Returns the recorded sleeps and clears the record.
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// clock.sleep(Duration::from_secs(1));
+    /// assert_eq!(clock.take_sleeps(), [Duration::from_secs(1)]);
+    /// assert!(clock.sleeps().is_empty());
+    /// ```
     pub fn take_sleeps(&self) -> Vec<Duration> {
         std::mem::take(&mut *self.lock_sleeps())
     }

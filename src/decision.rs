@@ -115,18 +115,34 @@ impl Decision {
     }
 
     /// Whether the request was admitted (and its permits consumed).
+    ///
+    /// ```
+    /// use floodgate::Decision;
+    /// assert!(Decision::allow(10, 9, 0).is_allowed());
+    /// assert!(!Decision::deny(10, 0, 5, 5).is_allowed());
+    /// ```
     #[inline]
     pub const fn is_allowed(&self) -> bool {
         self.allowed
     }
 
     /// The limit in force: the window's limit or the bucket's capacity.
+    ///
+    /// ```
+    /// assert_eq!(floodgate::Decision::allow(10, 9, 0).limit(), 10);
+    /// ```
     #[inline]
     pub const fn limit(&self) -> u64 {
         self.limit
     }
 
     /// Permits a request could still take right now (after this one, if it was allowed).
+    ///
+    /// ```
+    /// use floodgate::Decision;
+    /// assert_eq!(Decision::allow(10, 9, 0).remaining(), 9);
+    /// assert_eq!(Decision::allow_scaled(10, 1_999, 1_000, 0).remaining(), 1); // rounds down
+    /// ```
     #[inline]
     pub const fn remaining(&self) -> u64 {
         self.remaining / self.remaining_unit
@@ -134,12 +150,25 @@ impl Decision {
 
     /// Zero when allowed; otherwise the time until the same request could be allowed, if nobody
     /// else takes permits meanwhile.
+    ///
+    /// ```
+    /// use floodgate::Decision;
+    /// use std::time::Duration;
+    /// assert_eq!(Decision::deny(10, 0, 2_000, 5_000).retry_after(), Duration::from_micros(2));
+    /// assert_eq!(Decision::allow(10, 0, 5_000).retry_after(), Duration::ZERO);
+    /// ```
     #[inline]
     pub const fn retry_after(&self) -> Duration {
         Duration::from_nanos(self.retry_after_nanos)
     }
 
     /// Time until the limiter is back to full capacity (window end, or bucket refilled).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let d = floodgate::Decision::deny(10, 0, 2_000, 5_000);
+    /// assert_eq!(d.reset_after(), Duration::from_micros(5));
+    /// ```
     #[inline]
     pub const fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after_nanos)
@@ -211,31 +240,65 @@ pub struct Rate {
 
 impl Rate {
     /// `amount` permits per `period`.
+    ///
+    /// ```
+    /// use floodgate::Rate;
+    /// use std::time::Duration;
+    /// let r = Rate::new(3, Duration::from_millis(30));
+    /// assert_eq!(r.nanos_per_permit().unwrap(), 10_000_000);
+    /// ```
     pub const fn new(amount: u32, period: Duration) -> Self {
         Rate { amount, period }
     }
 
     /// `amount` permits per second.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = floodgate::Rate::per_second(4);
+    /// assert_eq!((r.amount(), r.period()), (4, Duration::from_secs(1)));
+    /// ```
     pub const fn per_second(amount: u32) -> Self {
         Self::new(amount, Duration::from_secs(1))
     }
 
     /// `amount` permits per minute.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(floodgate::Rate::per_minute(6).period(), Duration::from_secs(60));
+    /// assert_eq!(floodgate::Rate::per_minute(6).nanos_per_permit().unwrap(), 10_000_000_000);
+    /// ```
     pub const fn per_minute(amount: u32) -> Self {
         Self::new(amount, Duration::from_secs(60))
     }
 
     /// `amount` permits per hour.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert_eq!(floodgate::Rate::per_hour(1).period(), Duration::from_secs(3600));
+    /// ```
     pub const fn per_hour(amount: u32) -> Self {
         Self::new(amount, Duration::from_secs(3600))
     }
 
     /// Permits per period.
+    ///
+    /// ```
+    /// assert_eq!(floodgate::Rate::per_second(7).amount(), 7);
+    /// ```
     pub const fn amount(&self) -> u32 {
         self.amount
     }
 
     /// The period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = floodgate::Rate::new(1, Duration::from_millis(250));
+    /// assert_eq!(r.period(), Duration::from_millis(250));
+    /// ```
     pub const fn period(&self) -> Duration {
         self.period
     }
@@ -246,6 +309,13 @@ impl Rate {
     /// [`ConfigError::ZeroLimit`] for a zero amount, [`ConfigError::ZeroPeriod`] for a zero
     /// period, [`ConfigError::RateTooHigh`] when one permit would be worth less than 1 ns,
     /// [`ConfigError::DurationOverflow`] for a period beyond `u64` nanoseconds.
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, Rate};
+    /// use std::time::Duration;
+    /// assert_eq!(Rate::new(3, Duration::from_nanos(10)).nanos_per_permit(), Ok(3)); // 3.33 rounds to 3
+    /// assert_eq!(Rate::per_second(0).nanos_per_permit(), Err(ConfigError::ZeroLimit));
+    /// ```
     pub fn nanos_per_permit(&self) -> Result<u64, ConfigError> {
         if self.amount == 0 {
             return Err(ConfigError::ZeroLimit);

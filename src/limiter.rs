@@ -93,6 +93,13 @@ pub struct Step {
 
 impl Step {
     /// An admitted request that moves the state to `next`.
+    ///
+    /// ```
+    /// use floodgate::{Decision, Step};
+    /// let d = Decision::allow(5, 4, 0);
+    /// let step = Step::allow(42, d);
+    /// assert_eq!((step.next, step.decision), (Some(42), d));
+    /// ```
     #[inline]
     pub const fn allow(next: u64, decision: Decision) -> Self {
         Step {
@@ -102,6 +109,13 @@ impl Step {
     }
 
     /// A denied request: no write.
+    ///
+    /// ```
+    /// use floodgate::{Decision, Step};
+    /// let step = Step::deny(Decision::deny(5, 0, 10, 10));
+    /// assert_eq!(step.next, None); // a denial never writes
+    /// assert!(!step.decision.is_allowed());
+    /// ```
     #[inline]
     pub const fn deny(decision: Decision) -> Self {
         Step {
@@ -254,6 +268,15 @@ struct Words {
 
 impl<A: Algorithm> AtomicLimiter<A, QuantaClock> {
     /// A limiter on the default (quanta TSC) clock.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, FixedWindow, Limiter};
+    /// use std::time::Duration;
+    /// let limiter = AtomicLimiter::new(FixedWindow::new(3, Duration::from_secs(1))?);
+    /// assert_eq!(limiter.limit(), 3);
+    /// assert!(limiter.try_acquire(1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(algorithm: A) -> Self {
         Self::with_clock(algorithm, QuantaClock::new())
     }
@@ -261,6 +284,19 @@ impl<A: Algorithm> AtomicLimiter<A, QuantaClock> {
 
 impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     /// A limiter on `clock`.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let window = FixedWindow::new(1, Duration::from_secs(1))?;
+    /// let limiter = AtomicLimiter::with_clock(window, clock.clone());
+    /// assert!(limiter.try_acquire(1)?.is_allowed());
+    /// assert!(!limiter.try_acquire(1)?.is_allowed());
+    /// clock.advance(Duration::from_secs(1));
+    /// assert!(limiter.try_acquire(1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         AtomicLimiter {
             words: CachePadded::new(Words {
@@ -273,6 +309,14 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     }
 
     /// The algorithm and its live configuration.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, FixedWindow};
+    /// use std::time::Duration;
+    /// let limiter = AtomicLimiter::new(FixedWindow::new(3, Duration::from_secs(2))?);
+    /// assert_eq!(limiter.algorithm().window(), Duration::from_secs(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn algorithm(&self) -> &A {
         &self.algorithm
     }
@@ -282,6 +326,16 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     ///
     /// # Errors
     /// As [`Limiter::try_acquire`].
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    /// let window = FixedWindow::new(3, Duration::from_secs(1))?;
+    /// let limiter = AtomicLimiter::with_clock(window, ManualClock::new());
+    /// assert_eq!(limiter.peek(2)?.remaining(), 1);
+    /// assert_eq!(limiter.available(), 3); // peeking took nothing
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
         self.algorithm.check_permits(n)?;
         let now = self.now();
@@ -314,6 +368,18 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     }
 
     /// Forgets all consumed permits: back to the fresh state.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    /// let window = FixedWindow::new(1, Duration::from_secs(1))?;
+    /// let limiter = AtomicLimiter::with_clock(window, ManualClock::new());
+    /// limiter.try_acquire(1)?;
+    /// assert!(!limiter.try_acquire(1)?.is_allowed());
+    /// limiter.reset();
+    /// assert!(limiter.try_acquire(1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn reset(&self) {
         // Release: as a CAS would; the floor is kept (it only ever holds past clock reads).
         self.words.state.store(0, Ordering::Release);

@@ -115,6 +115,13 @@ pub struct Divisor {
 
 impl Divisor {
     /// A divisor; `None` for zero.
+    ///
+    /// ```
+    /// use floodgate::packed::Divisor;
+    /// let d = Divisor::new(7).unwrap();
+    /// assert_eq!(d.divide(50), 7);
+    /// assert!(Divisor::new(0).is_none());
+    /// ```
     pub const fn new(divisor: u64) -> Option<Self> {
         if divisor == 0 {
             return None;
@@ -138,11 +145,20 @@ impl Divisor {
     }
 
     /// The divisor.
+    ///
+    /// ```
+    /// assert_eq!(floodgate::packed::Divisor::new(1_000).unwrap().get(), 1_000);
+    /// ```
     pub const fn get(&self) -> u64 {
         self.divisor
     }
 
     /// `n / divisor`, rounded down.
+    ///
+    /// ```
+    /// let d = floodgate::packed::Divisor::new(3).unwrap();
+    /// assert_eq!((d.divide(8), d.divide(9), d.divide(u64::MAX)), (2, 3, u64::MAX / 3));
+    /// ```
     #[inline]
     pub const fn divide(&self, n: u64) -> u64 {
         if self.shift == 0 {

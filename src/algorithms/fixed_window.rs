@@ -131,11 +131,27 @@ impl FixedWindow {
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use floodgate::FixedWindow;
+    /// use std::time::Duration;
+    /// let w = FixedWindow::new(10, Duration::from_millis(1500))?;
+    /// assert_eq!(w.window(), Duration::from_millis(1500));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.window.get())
     }
 
     /// Where windows start.
+    ///
+    /// ```
+    /// use floodgate::{Anchor, FixedWindow};
+    /// use std::time::Duration;
+    /// assert_eq!(FixedWindow::new(10, Duration::from_secs(1))?.anchor(), Anchor::FirstRequest);
+    /// assert_eq!(FixedWindow::aligned(10, Duration::from_secs(1))?.anchor(), Anchor::WallClock);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn anchor(&self) -> Anchor {
         self.anchor
     }

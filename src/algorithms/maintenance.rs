@@ -69,6 +69,16 @@ impl Maintenance {
     }
 
     /// Stops the thread, waits for it, and returns how many sweeps it ran (at least one).
+    ///
+    /// ```
+    /// use floodgate::{Maintenance, RollingCounter};
+    /// use std::{sync::Arc, time::Duration};
+    /// let counter = Arc::new(RollingCounter::new(Duration::from_secs(1), 10, 1)?);
+    /// // A long period: the thread sweeps once at start, then waits until stopped.
+    /// let upkeep = Maintenance::start(counter, Duration::from_secs(3600))?;
+    /// assert!(upkeep.stop() >= 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stop(mut self) -> u64 {
         self.halt()
     }

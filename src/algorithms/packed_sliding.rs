@@ -135,11 +135,27 @@ impl PackedSlidingWindow {
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use floodgate::PackedSlidingWindow;
+    /// use std::time::Duration;
+    /// let w = PackedSlidingWindow::new(100, Duration::from_secs(60), 4)?;
+    /// assert_eq!(w.window(), Duration::from_secs(60));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.cell_nanos * u64::from(self.cells))
     }
 
     /// Cells per window.
+    ///
+    /// ```
+    /// use floodgate::PackedSlidingWindow;
+    /// use std::time::Duration;
+    /// let w = PackedSlidingWindow::new(100, Duration::from_secs(60), 4)?;
+    /// assert_eq!(w.cells(), 4);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn cells(&self) -> u32 {
         self.cells
     }

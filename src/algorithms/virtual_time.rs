@@ -187,6 +187,17 @@ macro_rules! time_word_algorithm {
             ///
             /// # Errors
             /// As the constructor's rate checks; the old rate then stays.
+            ///
+            /// ```
+            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
+            /// use floodgate::{Rate, TokenBucket};
+            /// let b = TokenBucket::new(10, Rate::per_second(5))?;
+            /// b.set_rate(Rate::per_second(20))?;
+            /// assert_eq!((b.rate(), b.capacity()), (Rate::per_second(20), 10));
+            /// assert!(b.set_rate(Rate::per_second(0)).is_err());
+            /// assert_eq!(b.rate(), Rate::per_second(20)); // the old rate stays
+            /// # Ok::<(), floodgate::ConfigError>(())
+            /// ```
             pub fn set_rate(&self, rate: $crate::Rate) -> Result<(), $crate::ConfigError> {
                 self.core.set_rate(rate)
             }
@@ -197,21 +208,56 @@ macro_rules! time_word_algorithm {
             /// [`ConfigError::ZeroLimit`](crate::ConfigError::ZeroLimit), or
             /// [`ConfigError::DurationOverflow`](crate::ConfigError::DurationOverflow) when
             /// capacity × interval passes 2^62 ns.
+            ///
+            /// ```
+            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
+            /// use floodgate::{ConfigError, Rate, TokenBucket};
+            /// let b = TokenBucket::new(10, Rate::per_second(5))?;
+            /// b.set_capacity(3)?;
+            /// assert_eq!(b.capacity(), 3);
+            /// assert_eq!(b.set_capacity(0), Err(ConfigError::ZeroLimit));
+            /// # Ok::<(), ConfigError>(())
+            /// ```
             pub fn set_capacity(&self, capacity: u32) -> Result<(), $crate::ConfigError> {
                 self.core.set_capacity(capacity)
             }
 
             /// The rate in force.
+            ///
+            /// ```
+            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
+            /// use floodgate::{Rate, TokenBucket};
+            /// use std::time::Duration;
+            /// let b = TokenBucket::new(10, Rate::new(4, Duration::from_secs(2)))?;
+            /// assert_eq!(b.rate(), Rate::new(4, Duration::from_secs(2)));
+            /// # Ok::<(), floodgate::ConfigError>(())
+            /// ```
             pub fn rate(&self) -> $crate::Rate {
                 self.core.rate()
             }
 
             /// The capacity (burst) in force.
+            ///
+            /// ```
+            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
+            /// use floodgate::{Rate, TokenBucket};
+            /// let b = TokenBucket::new(10, Rate::per_second(5))?;
+            /// assert_eq!(b.capacity(), 10);
+            /// # Ok::<(), floodgate::ConfigError>(())
+            /// ```
             pub fn capacity(&self) -> u64 {
                 self.core.capacity()
             }
 
             /// Nanoseconds one permit is worth (the rate, rounded once to whole nanoseconds).
+            ///
+            /// ```
+            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
+            /// use floodgate::{Rate, TokenBucket};
+            /// let b = TokenBucket::new(10, Rate::per_second(3))?;
+            /// assert_eq!(b.nanos_per_permit(), 333_333_333); // 1 s / 3, rounded to nearest
+            /// # Ok::<(), floodgate::ConfigError>(())
+            /// ```
             pub fn nanos_per_permit(&self) -> u64 {
                 self.core.interval()
             }

@@ -56,6 +56,17 @@ struct LocalLimiters<A, C> {
 
 impl<A, C> FailureHandler<A, C> {
     /// Failures counted so far.
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, FailureCounts, FailureHandler, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?;
+    /// handler.decide("k", 1, BackendError::failed(std::io::Error::other("refused")));
+    /// assert_eq!(handler.counts(), FailureCounts { timeouts: 0, errors: 1 });
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn counts(&self) -> FailureCounts {
         FailureCounts {
             // Relaxed: independent statistics counters; no other memory depends on them.
@@ -81,6 +92,18 @@ impl<A: Algorithm> FailureHandler<A, QuantaClock> {
     ///
     /// # Errors
     /// As [`FailureHandler::with_clock`].
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, FailureHandler, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let policy = FailurePolicy::FailClosed;
+    /// let handler = FailureHandler::new(policy, Duration::from_millis(5), make, 10)?;
+    /// let outcome = handler.decide("k", 1, BackendError::Timeout { after: Duration::from_millis(5) });
+    /// assert!(!outcome.decision().is_allowed());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn new(
         policy: FailurePolicy,
         timeout: Duration,
@@ -98,6 +121,18 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     ///
     /// # Errors
     /// The [`ConfigError`] of `make_local` for the local share of the limit.
+    ///
+    /// ```
+    /// use floodgate::backend::{FailureHandler, FailurePolicy};
+    /// use floodgate::{ConfigError, FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// // make_local is checked here, so a bad local configuration fails now, not during an outage.
+    /// let make = |limit| FixedWindow::new(limit, Duration::ZERO);
+    /// let policy = FailurePolicy::local_fallback(0.5)?;
+    /// let handler = FailureHandler::with_clock(policy, Duration::ZERO, make, 10, ManualClock::new());
+    /// assert!(matches!(handler, Err(ConfigError::ZeroPeriod)));
+    /// # Ok::<(), ConfigError>(())
+    /// ```
     pub fn with_clock(
         policy: FailurePolicy,
         timeout: Duration,
@@ -129,12 +164,34 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     }
 
     /// The policy in force.
+    ///
+    /// ```
+    /// use floodgate::backend::{FailureHandler, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?;
+    /// assert_eq!(handler.policy(), FailurePolicy::FailOpen);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn policy(&self) -> FailurePolicy {
         self.policy
     }
 
     /// Counts `error` and returns the policy's decision for `n` permits on `key`.
     /// `n` must already be checked against the distributed limit.
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, FailureHandler, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?;
+    /// let outcome = handler.decide("k", 3, BackendError::Timeout { after: Duration::from_millis(5) });
+    /// assert_eq!((outcome.decision().is_allowed(), outcome.decision().remaining()), (true, 7));
+    /// assert!(outcome.failure().is_some_and(|e| e.is_timeout()));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn decide(&self, key: &str, n: u32, error: BackendError) -> Outcome {
         let counter = if error.is_timeout() {
             &self.timeouts

@@ -50,6 +50,14 @@ pub struct Share(f64);
 
 impl Share {
     /// The share as a number in `(0, 1]`.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// let policy = FailurePolicy::local_fallback(0.25)?;
+    /// let FailurePolicy::LocalFallback(share) = policy else { unreachable!() };
+    /// assert_eq!(share.get(), 0.25);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn get(self) -> f64 {
         self.0
     }
@@ -89,6 +97,13 @@ impl FailurePolicy {
     }
 
     /// The share of [`FailurePolicy::LocalFallback`], `None` for the other policies.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// assert_eq!(FailurePolicy::local_fallback(0.5)?.share(), Some(0.5));
+    /// assert_eq!(FailurePolicy::FailOpen.share(), None);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn share(&self) -> Option<f64> {
         match self {
             FailurePolicy::LocalFallback(share) => Some(share.get()),
@@ -130,6 +145,13 @@ impl BackendError {
     }
 
     /// Whether this is a [`BackendError::Timeout`].
+    ///
+    /// ```
+    /// use floodgate::backend::BackendError;
+    /// use std::time::Duration;
+    /// assert!(BackendError::Timeout { after: Duration::from_millis(1) }.is_timeout());
+    /// assert!(!BackendError::failed(std::io::Error::other("refused")).is_timeout());
+    /// ```
     pub fn is_timeout(&self) -> bool {
         matches!(self, BackendError::Timeout { .. })
     }
@@ -171,6 +193,12 @@ pub struct Outcome {
 
 impl Outcome {
     /// A decision the store made.
+    ///
+    /// ```
+    /// use floodgate::{backend::Outcome, Decision};
+    /// let o = Outcome::from_backend(Decision::deny(10, 0, 5, 5));
+    /// assert!(o.failure().is_none() && !o.decision().is_allowed());
+    /// ```
     pub fn from_backend(decision: Decision) -> Self {
         Outcome {
             decision,
@@ -179,6 +207,13 @@ impl Outcome {
     }
 
     /// A decision the [`FailurePolicy`] made because of `error`.
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, Outcome};
+    /// use floodgate::Decision;
+    /// let o = Outcome::from_policy(Decision::allow(10, 9, 0), BackendError::failed(std::fmt::Error));
+    /// assert!(o.failure().is_some_and(|e| !e.is_timeout()));
+    /// ```
     pub fn from_policy(decision: Decision, error: BackendError) -> Self {
         Outcome {
             decision,
@@ -187,16 +222,39 @@ impl Outcome {
     }
 
     /// The decision (the store's, or the policy's).
+    ///
+    /// ```
+    /// use floodgate::{backend::Outcome, Decision};
+    /// let d = Decision::allow(10, 9, 0);
+    /// assert_eq!(Outcome::from_backend(d).decision(), d);
+    /// ```
     pub fn decision(&self) -> Decision {
         self.decision
     }
 
     /// The error, when the decision is the policy's.
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, Outcome};
+    /// use floodgate::Decision;
+    /// use std::time::Duration;
+    /// let error = BackendError::Timeout { after: Duration::ZERO };
+    /// let o = Outcome::from_policy(Decision::deny(10, 0, 1, 1), error);
+    /// assert!(o.failure().is_some_and(|e| e.is_timeout()));
+    /// ```
     pub fn failure(&self) -> Option<&BackendError> {
         self.failure.as_ref()
     }
 
     /// Splits into the decision and the error.
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, Outcome};
+    /// use floodgate::Decision;
+    /// let o = Outcome::from_policy(Decision::allow(10, 9, 0), BackendError::failed(std::fmt::Error));
+    /// let (decision, error) = o.into_parts();
+    /// assert!(decision.is_allowed() && error.is_some());
+    /// ```
     pub fn into_parts(self) -> (Decision, Option<BackendError>) {
         (self.decision, self.failure)
     }
@@ -218,6 +276,11 @@ pub struct FailureCounts {
 
 impl FailureCounts {
     /// Every failure: timeouts plus errors. Each one was decided by the policy.
+    ///
+    /// ```
+    /// let counts = floodgate::backend::FailureCounts { timeouts: 2, errors: 3 };
+    /// assert_eq!(counts.total(), 5);
+    /// ```
     pub fn total(&self) -> u64 {
         self.timeouts + self.errors
     }

@@ -35,6 +35,18 @@ pub struct KeyedBuilder<A, C = QuantaClock> {
 
 impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     /// Reads time from `clock` instead.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let keyed: Keyed<u8, _, _> =
+    ///     Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?).clock(clock.clone()).build()?;
+    /// assert!(keyed.check(&0, 1)?.is_allowed() && !keyed.check(&0, 1)?.is_allowed());
+    /// clock.advance(Duration::from_secs(1));
+    /// assert!(keyed.check(&0, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<A, C2> {
         KeyedBuilder {
             algorithm: self.algorithm,
@@ -46,6 +58,16 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     }
 
     /// The most keys held at once (at least 1).
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let window = || FixedWindow::new(1, Duration::from_secs(1));
+    /// let keyed: Keyed<u8, _> = Keyed::builder(window()?).max_keys(8).shards(1).build()?;
+    /// assert_eq!(keyed.max_keys(), 8);
+    /// assert!(Keyed::builder(window()?).max_keys(0).build::<u8>().is_err());
+    /// # Ok::<(), ConfigError>(())
+    /// ```
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
@@ -53,12 +75,38 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
 
     /// The number of shards: a power of two, at most `max_keys`. The cap is split evenly, so a
     /// shard is full at `max_keys / shards` keys.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let window = || FixedWindow::new(1, Duration::from_secs(1));
+    /// let keyed: Keyed<u8, _> = Keyed::builder(window()?).max_keys(100).shards(8).build()?;
+    /// assert_eq!((keyed.shards(), keyed.max_keys()), (8, 96)); // 12 keys a shard
+    /// assert!(Keyed::builder(window()?).shards(3).build::<u8>().is_err()); // not a power of two
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
         self
     }
 
     /// What a full shard of live keys does with a new key.
+    ///
+    /// ```
+    /// use floodgate::keyed::WhenFull;
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .max_keys(1)
+    ///     .shards(1)
+    ///     .when_full(WhenFull::EvictLeastUsed)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// keyed.check(&1, 1)?;
+    /// assert!(keyed.check(&2, 1)?.is_allowed()); // key 1 was evicted to make room
+    /// assert_eq!(keyed.stats().evicted_live, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn when_full(mut self, when_full: WhenFull) -> Self {
         self.when_full = when_full;
         self
@@ -93,6 +141,16 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     /// # Errors
     /// [`ConfigError::Invalid`] for `max_keys = 0`, or a shard count that is not a power of two
     /// or exceeds `max_keys`.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let window = FixedWindow::new(5, Duration::from_secs(1))?;
+    /// let keyed: Keyed<String, _> = Keyed::builder(window).build()?;
+    /// assert_eq!(keyed.check("a", 2)?.remaining(), 3);
+    /// assert!(keyed.max_keys() <= 100_000); // the default cap, rounded to the shards
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn build<K>(self) -> Result<Keyed<K, A, C>, ConfigError>
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -109,6 +167,17 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     ///
     /// # Errors
     /// As [`build`](Self::build).
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new())
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.penalty().strikes(), 2);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn build_with_penalty<K>(
         self,
         penalty: PenaltyBox,

@@ -76,6 +76,13 @@ impl Default for IpKeyer {
 
 impl IpKeyer {
     /// IPv4 by address (/32), IPv6 by /64.
+    ///
+    /// ```
+    /// let keyer = floodgate::IpKeyer::new();
+    /// assert_ne!(keyer.key("10.0.0.1".parse()?), keyer.key("10.0.0.2".parse()?)); // /32
+    /// assert_eq!(keyer.key("2001:db8::1".parse()?), keyer.key("2001:db8::2".parse()?)); // same /64
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub const fn new() -> Self {
         IpKeyer {
             ipv4_prefix: 32,
@@ -87,6 +94,13 @@ impl IpKeyer {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a prefix above 128.
+    ///
+    /// ```
+    /// let keyer = floodgate::IpKeyer::new().with_ipv6_prefix(48)?;
+    /// assert_eq!(keyer.key("2001:db8:1:2::1".parse()?), keyer.key("2001:db8:1:3::1".parse()?));
+    /// assert!(floodgate::IpKeyer::new().with_ipv6_prefix(129).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_ipv6_prefix(self, prefix: u8) -> Result<Self, ConfigError> {
         if prefix > 128 {
             return Err(ConfigError::Invalid {
@@ -124,6 +138,13 @@ impl IpKeyer {
     }
 
     /// The key for a client address.
+    ///
+    /// ```
+    /// let keyer = floodgate::IpKeyer::new();
+    /// // An IPv4-mapped IPv6 address is keyed as the IPv4 address it carries.
+    /// assert_eq!(keyer.key("::ffff:192.0.2.7".parse()?), keyer.key("192.0.2.7".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn key(&self, ip: IpAddr) -> IpKey {
         match ip {

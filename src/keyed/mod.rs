@@ -163,6 +163,16 @@ pub struct Keyed<K, A, C = QuantaClock> {
 
 impl<A: Algorithm> Keyed<(), A, QuantaClock> {
     /// Starts building a keyed limiter running `algorithm` for every key.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u32, _> = Keyed::builder(FixedWindow::new(3, Duration::from_secs(1))?)
+    ///     .max_keys(64)
+    ///     .build()?;
+    /// assert_eq!(keyed.check(&7, 1)?.remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn builder(algorithm: A) -> KeyedBuilder<A, QuantaClock> {
         KeyedBuilder {
             algorithm,
@@ -344,36 +354,104 @@ where
     }
 
     /// Keys held now.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// let window = FixedWindow::new(5, std::time::Duration::from_secs(1))?;
+    /// let keyed: Keyed<u8, _> = Keyed::new(window, 10)?;
+    /// keyed.check(&1, 1)?;
+    /// keyed.check(&2, 1)?;
+    /// keyed.check(&1, 1)?;
+    /// assert_eq!(keyed.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
     /// Whether no key is held.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// let window = FixedWindow::new(5, std::time::Duration::from_secs(1))?;
+    /// let keyed: Keyed<u8, _> = Keyed::new(window, 10)?;
+    /// assert!(keyed.is_empty());
+    /// keyed.check(&1, 1)?;
+    /// assert!(!keyed.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The cap on keys held (`max_keys` rounded down to a multiple of the shard count).
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _> =
+    ///     Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?).max_keys(10).shards(4).build()?;
+    /// assert_eq!(keyed.max_keys(), 8); // rounded down to a multiple of 4 shards
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn max_keys(&self) -> usize {
         self.map.max_keys()
     }
 
     /// The number of shards.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _> =
+    ///     Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?).shards(16).build()?;
+    /// assert_eq!(keyed.shards(), 16);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn shards(&self) -> usize {
         self.map.shard_count()
     }
 
     /// Counters: keys held, evictions, refusals, sweeps.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .max_keys(1).shards(1).clock(ManualClock::new()).build()?;
+    /// keyed.check(&1, 1)?;
+    /// assert!(!keyed.check(&2, 1)?.is_allowed()); // full: the new key is refused
+    /// let stats = keyed.stats();
+    /// assert_eq!((stats.keys, stats.refused_new_keys), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> KeyedStats {
         self.map.stats()
     }
 
     /// The algorithm every key runs, with its live configuration.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _> = Keyed::new(FixedWindow::new(5, Duration::from_secs(2))?, 10)?;
+    /// assert_eq!(keyed.algorithm().window(), Duration::from_secs(2));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn algorithm(&self) -> &A {
         &self.algorithm
     }
 
     /// The clock.
+    ///
+    /// ```
+    /// use floodgate::{Clock, FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::starting_at(42)).build()?;
+    /// assert_eq!(keyed.clock().now_nanos(), 42);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.clock
     }

@@ -58,6 +58,15 @@ impl PenaltyBox {
     /// # Errors
     /// [`ConfigError::Invalid`] for `strikes` outside `1..=62`, [`ConfigError::ZeroPeriod`] for a
     /// zero span or block.
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, PenaltyBox};
+    /// use std::time::Duration;
+    /// let secs = Duration::from_secs;
+    /// assert!(PenaltyBox::new(3, secs(10), secs(60)).is_ok());
+    /// assert_eq!(PenaltyBox::new(3, Duration::ZERO, secs(60)), Err(ConfigError::ZeroPeriod));
+    /// assert!(PenaltyBox::new(63, secs(10), secs(60)).is_err()); // at most 62 strikes
+    /// ```
     pub fn new(strikes: u32, span: Duration, block: Duration) -> Result<Self, ConfigError> {
         if !(1..=MAX_STRIKES).contains(&strikes) {
             return Err(ConfigError::Invalid {
@@ -76,16 +85,37 @@ impl PenaltyBox {
     }
 
     /// Denials within the span that trigger a block.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let p = floodgate::PenaltyBox::new(3, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// assert_eq!(p.strikes(), 3);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn strikes(&self) -> u32 {
         self.strikes
     }
 
     /// The span strikes are counted in.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let p = floodgate::PenaltyBox::new(3, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// assert_eq!(p.span(), Duration::from_secs(10));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn span(&self) -> Duration {
         Duration::from_nanos(self.span_nanos)
     }
 
     /// How long a block lasts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let p = floodgate::PenaltyBox::new(3, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// assert_eq!(p.block(), Duration::from_secs(60));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn block(&self) -> Duration {
         Duration::from_nanos(self.block_nanos)
     }
@@ -253,6 +283,18 @@ where
     ///
     /// # Errors
     /// [`AcquireError`] when `n` is zero or above the capacity (not a strike).
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
+    /// assert!(keyed.check(&1, 1)?.is_allowed());
+    /// assert_eq!(keyed.check(&1, 1)?.retry_after(), Duration::from_secs(60)); // one strike: blocked
+    /// assert!(keyed.check(&1, 0).is_err()); // zero permits: an error, not a strike
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn check<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
     where
         K: Borrow<Q>,
@@ -285,6 +327,18 @@ where
     }
 
     /// Whether `key` is blocked now.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.check(&1, 1)?;
+    /// keyed.check(&1, 1)?; // denied: a strike, and one is enough
+    /// assert!(keyed.is_blocked(&1) && !keyed.is_blocked(&2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_blocked<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -300,6 +354,19 @@ where
 
     /// Lifts `key`'s block and forgets its strikes and its limiter state; returns whether it was
     /// held.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.check(&1, 1)?;
+    /// keyed.check(&1, 1)?; // blocked now
+    /// assert!(keyed.forget(&1) && !keyed.forget(&2));
+    /// assert!(keyed.check(&1, 1)?.is_allowed()); // a clean slate
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn forget<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -309,11 +376,38 @@ where
     }
 
     /// Drops every idle key (limiter idle, no strike in a live span, no block); returns how many.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.check(&1, 1)?;
+    /// clock.advance(Duration::from_secs(1)); // the window is over: key 1 is idle
+    /// assert_eq!((keyed.retain_recent(), keyed.len()), (1, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn retain_recent(&self) -> usize {
         self.map.retain_recent(&self.clock, &self.rules)
     }
 
     /// [`retain_recent`](Self::retain_recent), then gives the freed memory back.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.check(&1, 1)?;
+    /// assert_eq!(keyed.shrink(), 0); // key 1 is still live
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(keyed.shrink(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn shrink(&self) -> usize {
         let dropped = self.retain_recent();
         self.map.shrink_to_fit();
@@ -321,26 +415,82 @@ where
     }
 
     /// Keys held now.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// keyed.check(&1, 1)?;
+    /// keyed.check(&2, 1)?;
+    /// assert_eq!(keyed.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
     /// Whether no key is held.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert!(keyed.is_empty());
+    /// keyed.check(&1, 1)?;
+    /// assert!(!keyed.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Counters: keys held, evictions, refusals, sweeps.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .max_keys(1).shards(1).build_with_penalty::<u8>(penalty)?;
+    /// keyed.check(&1, 1)?;
+    /// assert!(!keyed.check(&2, 1)?.is_allowed()); // no room for a second key
+    /// assert_eq!(keyed.stats().refused_new_keys, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> KeyedStats {
         self.map.stats()
     }
 
     /// The penalty configuration.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(*keyed.penalty(), penalty);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn penalty(&self) -> &PenaltyBox {
         &self.rules.penalty
     }
 
     /// The algorithm every key runs.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(2))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.algorithm().window(), Duration::from_secs(2));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn algorithm(&self) -> &A {
         &self.rules.algorithm
     }

@@ -40,6 +40,12 @@ impl RedisConfig {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
 
     /// One Redis server (`redis://host:port/db`, `rediss://…`, `unix:///path`).
+    ///
+    /// ```
+    /// use floodgate::redis::RedisConfig;
+    /// let config = RedisConfig::single("redis://127.0.0.1:6379/0");
+    /// assert_eq!(config.get_timeout(), RedisConfig::DEFAULT_TIMEOUT);
+    /// ```
     pub fn single(url: impl Into<String>) -> Self {
         RedisConfig {
             nodes: vec![url.into()],
@@ -49,6 +55,14 @@ impl RedisConfig {
     }
 
     /// A Redis Cluster, reached through any of its `nodes` (the rest are discovered).
+    ///
+    /// ```
+    /// use floodgate::redis::{RedisBackend, RedisConfig};
+    /// let config = RedisConfig::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
+    /// assert_eq!(config.get_timeout(), RedisConfig::DEFAULT_TIMEOUT);
+    /// // At least one node is needed to discover the rest.
+    /// assert!(RedisBackend::connect(RedisConfig::cluster(Vec::<String>::new())).is_err());
+    /// ```
     pub fn cluster<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Self {
         RedisConfig {
             nodes: nodes.into_iter().map(Into::into).collect(),
@@ -59,12 +73,25 @@ impl RedisConfig {
 
     /// The longest a decision may take, connecting included; past it the limiter's
     /// [`FailurePolicy`](crate::backend::FailurePolicy) decides.
+    ///
+    /// ```
+    /// use floodgate::redis::RedisConfig;
+    /// use std::time::Duration;
+    /// let config = RedisConfig::single("redis://127.0.0.1:6379").timeout(Duration::from_millis(20));
+    /// assert_eq!(config.get_timeout(), Duration::from_millis(20));
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
     /// The timeout in force.
+    ///
+    /// ```
+    /// use floodgate::redis::RedisConfig;
+    /// use std::time::Duration;
+    /// assert_eq!(RedisConfig::single("redis://h").get_timeout(), Duration::from_millis(200));
+    /// ```
     pub fn get_timeout(&self) -> Duration {
         self.timeout
     }
@@ -168,6 +195,15 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Failed`] for an invalid URL, an empty node list, or a runtime that cannot
     /// start.
+    ///
+    /// ```
+    /// use floodgate::redis::{RedisBackend, RedisConfig};
+    /// // Lazy: no server needs to be up; only a bad configuration fails here.
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+    /// assert_eq!(backend.timeout(), RedisConfig::DEFAULT_TIMEOUT);
+    /// assert!(RedisBackend::connect(RedisConfig::single("not a url")).is_err());
+    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// ```
     pub fn connect(config: RedisConfig) -> Result<Self, BackendError> {
         if config.nodes.is_empty() {
             return Err(BackendError::failed(std::io::Error::other(
@@ -218,6 +254,15 @@ impl RedisBackend {
     }
 
     /// The longest a decision may take.
+    ///
+    /// ```
+    /// use floodgate::redis::{RedisBackend, RedisConfig};
+    /// use std::time::Duration;
+    /// let config = RedisConfig::single("redis://127.0.0.1:6379").timeout(Duration::from_millis(75));
+    /// let backend = RedisBackend::connect(config)?; // lazy: no server needed yet
+    /// assert_eq!(backend.timeout(), Duration::from_millis(75));
+    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// ```
     pub fn timeout(&self) -> Duration {
         self.shared.timeout
     }

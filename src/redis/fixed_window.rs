@@ -41,6 +41,15 @@ impl FixedWindow {
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`] for a
     /// window that is not whole milliseconds, [`ConfigError::DurationOverflow`] past 2^51 µs.
+    ///
+    /// ```
+    /// use floodgate::redis::FixedWindow;
+    /// use floodgate::{Anchor, ConfigError};
+    /// use std::time::Duration;
+    /// assert_eq!(FixedWindow::new(10, Duration::from_secs(1))?.anchor(), Anchor::FirstRequest);
+    /// assert_eq!(FixedWindow::new(0, Duration::from_secs(1)).unwrap_err(), ConfigError::ZeroLimit);
+    /// # Ok::<(), ConfigError>(())
+    /// ```
     pub fn new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
         Self::with_anchor(limit, window, Anchor::FirstRequest)
     }
@@ -49,6 +58,14 @@ impl FixedWindow {
     ///
     /// # Errors
     /// As [`FixedWindow::new`].
+    ///
+    /// ```
+    /// use floodgate::{redis::FixedWindow, Anchor};
+    /// use std::time::Duration;
+    /// let w = FixedWindow::aligned(10, Duration::from_secs(60))?;
+    /// assert_eq!(w.anchor(), Anchor::WallClock);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn aligned(limit: u32, window: Duration) -> Result<Self, ConfigError> {
         Self::with_anchor(limit, window, Anchor::WallClock)
     }
@@ -57,6 +74,14 @@ impl FixedWindow {
     ///
     /// # Errors
     /// As [`FixedWindow::new`].
+    ///
+    /// ```
+    /// use floodgate::{redis::FixedWindow, Anchor};
+    /// use std::time::Duration;
+    /// let w = FixedWindow::with_anchor(10, Duration::from_millis(250), Anchor::WallClock)?;
+    /// assert_eq!((w.window(), w.anchor()), (Duration::from_millis(250), Anchor::WallClock));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn with_anchor(limit: u32, window: Duration, anchor: Anchor) -> Result<Self, ConfigError> {
         if limit == 0 {
             return Err(ConfigError::ZeroLimit);
@@ -69,11 +94,25 @@ impl FixedWindow {
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use floodgate::redis::FixedWindow;
+    /// use std::time::Duration;
+    /// assert_eq!(FixedWindow::new(10, Duration::from_secs(5))?.window(), Duration::from_secs(5));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_millis(self.window_millis)
     }
 
     /// Where windows start.
+    ///
+    /// ```
+    /// use floodgate::{redis::FixedWindow, Anchor};
+    /// use std::time::Duration;
+    /// assert_eq!(FixedWindow::aligned(10, Duration::from_secs(5))?.anchor(), Anchor::WallClock);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn anchor(&self) -> Anchor {
         self.anchor
     }

@@ -38,6 +38,14 @@ impl Gcra {
     /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::RateTooHigh`]
     /// when a permit is worth under 1 µs, [`ConfigError::DurationOverflow`] when `burst` permits
     /// are worth over 2^51 µs.
+    ///
+    /// ```
+    /// use floodgate::{redis::Gcra, ConfigError, Rate};
+    /// let g = Gcra::new(Rate::per_second(100), 10)?;
+    /// assert_eq!((g.capacity(), g.micros_per_permit()), (10, 10_000));
+    /// assert_eq!(Gcra::new(Rate::per_second(100), 0).unwrap_err(), ConfigError::ZeroLimit);
+    /// # Ok::<(), ConfigError>(())
+    /// ```
     pub fn new(rate: Rate, burst: u32) -> Result<Self, ConfigError> {
         let nanos = rate.nanos_per_permit()?;
         if nanos < 1_000 {
@@ -62,21 +70,46 @@ impl Gcra {
     ///
     /// # Errors
     /// As [`Gcra::new`].
+    ///
+    /// ```
+    /// use floodgate::{redis::Gcra, Rate};
+    /// let bucket = Gcra::token_bucket(50, Rate::per_second(5))?;
+    /// assert_eq!((bucket.capacity(), bucket.rate()), (50, Rate::per_second(5)));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn token_bucket(capacity: u32, refill: Rate) -> Result<Self, ConfigError> {
         Self::new(refill, capacity)
     }
 
     /// The burst capacity.
+    ///
+    /// ```
+    /// use floodgate::{redis::Gcra, Rate};
+    /// assert_eq!(Gcra::new(Rate::per_second(5), 7)?.capacity(), 7);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn capacity(&self) -> u64 {
         u64::from(self.capacity)
     }
 
     /// The rate.
+    ///
+    /// ```
+    /// use floodgate::{redis::Gcra, Rate};
+    /// assert_eq!(Gcra::new(Rate::per_minute(30), 7)?.rate(), Rate::per_minute(30));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn rate(&self) -> Rate {
         self.rate
     }
 
     /// Microseconds one permit is worth.
+    ///
+    /// ```
+    /// use floodgate::{redis::Gcra, Rate};
+    /// assert_eq!(Gcra::new(Rate::per_minute(30), 7)?.micros_per_permit(), 2_000_000);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn micros_per_permit(&self) -> u64 {
         self.interval_micros
     }

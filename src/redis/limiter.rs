@@ -89,6 +89,17 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// [`ConfigError::Invalid`] for an empty name or one containing `{` or `}` (it would break
     /// the hash tag) or `:` (name `a` with key `b:c` and name `a:b` with key `c` would share
     /// `{a:b:c}`); the local algorithm's error when the policy's share cannot be built.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// assert!(RedisLimiter::new(&backend, "api", window.clone(), FailurePolicy::FailOpen).is_ok());
+    /// assert!(RedisLimiter::new(&backend, "a:b", window, FailurePolicy::FailOpen).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(
         backend: &RedisBackend,
         name: &str,
@@ -114,16 +125,49 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 
     /// The algorithm and its configuration.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{Gcra, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::Rate;
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(5), 10)?;
+    /// let limiter = RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.algorithm().capacity(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn algorithm(&self) -> &A {
         &self.algorithm
     }
 
     /// The failure policy in force.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter, SlidingLog};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let log = SlidingLog::new(5, Duration::from_secs(60))?;
+    /// let limiter = RedisLimiter::new(&backend, "login", log, FailurePolicy::FailClosed)?;
+    /// assert_eq!(limiter.policy(), FailurePolicy::FailClosed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn policy(&self) -> FailurePolicy {
         self.failures.policy()
     }
 
     /// Failures so far (each decided by the policy).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.failures().total(), 0); // nothing asked of Redis yet
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn failures(&self) -> FailureCounts {
         self.failures.counts()
     }
@@ -151,6 +195,18 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # Errors
     /// [`AcquireError`] for `n = 0` or `n` above the limit.
+    ///
+    /// ```no_run
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+    /// let window = FixedWindow::new(2, Duration::from_secs(60))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// assert!(limiter.try_acquire("alice", 2)?.is_allowed());
+    /// assert!(!limiter.try_acquire("alice", 1)?.is_allowed()); // shared by every process on "doc"
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, AcquireError> {
         self.try_acquire_outcome(key, n).map(|o| o.decision())
     }
@@ -159,6 +215,21 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config)?;
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// let outcome = limiter.try_acquire_outcome("alice", 1)?;
+    /// assert!(outcome.failure().is_some() && !outcome.decision().is_allowed());
+    /// assert_eq!(limiter.failures().total(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, AcquireError> {
         self.algorithm.check_permits(n)?;
         let reply = self.backend.eval_blocking(

@@ -34,6 +34,14 @@ impl SlidingLog {
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`] for a
     /// window that is not whole milliseconds, [`ConfigError::DurationOverflow`].
+    ///
+    /// ```
+    /// use floodgate::{redis::SlidingLog, ConfigError};
+    /// use std::time::Duration;
+    /// assert!(SlidingLog::new(5, Duration::from_secs(60)).is_ok());
+    /// assert_eq!(SlidingLog::new(0, Duration::from_secs(60)).unwrap_err(), ConfigError::ZeroLimit);
+    /// assert!(SlidingLog::new(5, Duration::from_micros(10)).is_err()); // not whole milliseconds
+    /// ```
     pub fn new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
         if limit == 0 {
             return Err(ConfigError::ZeroLimit);
@@ -45,6 +53,13 @@ impl SlidingLog {
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let log = floodgate::redis::SlidingLog::new(5, Duration::from_secs(60))?;
+    /// assert_eq!(log.window(), Duration::from_secs(60));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_millis(self.window_millis)
     }

@@ -40,6 +40,15 @@ impl SlidingWindow {
     /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`] when the
     /// window or precision is not whole milliseconds, the window is not a whole number of cells,
     /// or there are more than [`MAX_CELLS`] cells; [`ConfigError::DurationOverflow`].
+    ///
+    /// ```
+    /// use floodgate::redis::SlidingWindow;
+    /// use std::time::Duration;
+    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// assert_eq!(w.cells(), 60);
+    /// assert!(SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(7)).is_err());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn new(limit: u32, window: Duration, precision: Duration) -> Result<Self, ConfigError> {
         if limit == 0 {
             return Err(ConfigError::ZeroLimit);
@@ -66,16 +75,40 @@ impl SlidingWindow {
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use floodgate::redis::SlidingWindow;
+    /// use std::time::Duration;
+    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// assert_eq!(w.window(), Duration::from_secs(60));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_millis(self.window_millis)
     }
 
     /// The cell length.
+    ///
+    /// ```
+    /// use floodgate::redis::SlidingWindow;
+    /// use std::time::Duration;
+    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_millis(500))?;
+    /// assert_eq!(w.precision(), Duration::from_millis(500));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn precision(&self) -> Duration {
         Duration::from_millis(self.cell_millis)
     }
 
     /// Cells per window.
+    ///
+    /// ```
+    /// use floodgate::redis::SlidingWindow;
+    /// use std::time::Duration;
+    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_millis(500))?;
+    /// assert_eq!(w.cells(), 120);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn cells(&self) -> u64 {
         self.window_millis / self.cell_millis
     }

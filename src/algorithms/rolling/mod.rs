@@ -156,21 +156,51 @@ impl<C> fmt::Debug for RollingCounter<C> {
 
 impl<C> RollingCounter<C> {
     /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 5, 1)?;
+    /// assert_eq!(c.window(), Duration::from_secs(10));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.geometry.window_nanos())
     }
 
     /// Cells per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 5, 1)?;
+    /// assert_eq!(c.cells(), 5);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn cells(&self) -> u32 {
         self.geometry.cells as u32
     }
 
     /// Future cells the sweep pre-stamps.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 8, 1)?;
+    /// assert_eq!(c.future_cells(), 2); // default: a quarter of the cells, at least one
+    /// assert_eq!(c.with_future_cells(5)?.future_cells(), 5);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn future_cells(&self) -> u32 {
         self.geometry.future as u32
     }
 
     /// How many series the counter keeps.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 5, 3)?;
+    /// assert_eq!(c.series_count(), 3);
+    /// assert!(c.add(3, 1).is_err()); // series are 0..3
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn series_count(&self) -> usize {
         self.series
     }

@@ -137,16 +137,38 @@ impl<C> std::fmt::Debug for SlidingWindow<C> {
 
 impl<C> SlidingWindow<C> {
     /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let w = floodgate::SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// assert_eq!(w.window(), Duration::from_secs(60));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.geometry.window_nanos())
     }
 
     /// Cells per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let w = floodgate::SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// assert_eq!(w.cells(), 60);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn cells(&self) -> u32 {
         self.geometry.cells as u32
     }
 
     /// Future cells the sweep pre-stamps.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let w = floodgate::SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// assert_eq!(w.future_cells(), 15); // default: a quarter of the cells, at least one
+    /// assert_eq!(w.with_future_cells(4)?.future_cells(), 4);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn future_cells(&self) -> u32 {
         self.geometry.future as u32
     }
