@@ -225,3 +225,17 @@ fn acquire_and_try_acquire_for_sleep_exactly() {
     );
     assert_eq!(clock.take_sleeps(), vec![Duration::from_millis(100)]);
 }
+
+#[test]
+fn rate_reads_back_as_set_even_when_the_interval_rounds() {
+    // 3 per 2 s: 666_666_667 ns a permit (rounded); the rate still reads back as 3 per 2 s.
+    let bucket = TokenBucket::new(10, Rate::new(3, Duration::from_secs(2))).unwrap();
+    assert_eq!(bucket.nanos_per_permit(), 666_666_667);
+    assert_eq!(bucket.rate(), Rate::new(3, Duration::from_secs(2)));
+    bucket
+        .set_rate(Rate::new(7, Duration::from_secs(3)))
+        .unwrap();
+    assert_eq!(bucket.rate(), Rate::new(7, Duration::from_secs(3)));
+    floodgate::Algorithm::set_limit(&bucket, 5).unwrap(); // 5 per the configured period
+    assert_eq!(bucket.rate(), Rate::new(5, Duration::from_secs(3)));
+}

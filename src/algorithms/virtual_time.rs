@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::AcquireError;
 use crate::decision::{ConfigError, Decision, Rate, check_permits};
 use crate::limiter::Step;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Largest burst window `capacity × interval` accepted: 2^62 ns (146 years), so `now + tau`
 /// stays meaningful on the Unix timeline.
@@ -32,6 +32,9 @@ pub(crate) struct VirtualTime {
     capacity: AtomicU64,
     /// The period of the configured rate, kept so `set_limit(n)` means "n per period".
     period: AtomicU64,
+    /// The amount of the configured rate, kept so `rate()` reads back what was set (the
+    /// interval is rounded, so `period / interval` need not give it back).
+    amount: AtomicU32,
 }
 
 /// The pure decision over a time word.
@@ -76,6 +79,7 @@ impl VirtualTime {
                 u64::try_from(rate.period().as_nanos())
                     .map_err(|_| ConfigError::DurationOverflow)?,
             ),
+            amount: AtomicU32::new(rate.amount()),
         })
     }
 
@@ -91,12 +95,13 @@ impl VirtualTime {
         self.capacity.load(Ordering::Relaxed)
     }
 
-    /// The configured rate: `period / interval` permits per period, as set.
+    /// The configured rate, as set (the interval that decides is rounded from it).
     pub(crate) fn rate(&self) -> Rate {
-        // Relaxed: as `interval`.
+        // Relaxed: as `interval`; a rate read while another thread sets one may pair the new
+        // amount with the old period (a diagnostic read, never used to decide).
         let period = self.period.load(Ordering::Relaxed);
-        let amount = (period / self.interval()).clamp(1, u64::from(u32::MAX));
-        Rate::new(amount as u32, Duration::from_nanos(period))
+        let amount = self.amount.load(Ordering::Relaxed);
+        Rate::new(amount, Duration::from_nanos(period))
     }
 
     pub(crate) fn set_rate(&self, rate: Rate) -> Result<(), ConfigError> {
@@ -107,6 +112,7 @@ impl VirtualTime {
             u64::try_from(rate.period().as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
         // Relaxed: independent config values; the product is saturated where it is used.
         self.period.store(period, Ordering::Relaxed);
+        self.amount.store(rate.amount(), Ordering::Relaxed);
         self.interval.store(interval, Ordering::Relaxed);
         Ok(())
     }
