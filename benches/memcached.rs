@@ -8,6 +8,8 @@
 //!
 //! All windows are 60 s in 1 s cells. Throughput is printed as elements/s = decisions/s.
 //! `cargo bench --features memcached,redis --bench memcached -- --warm-up-time 1 --measurement-time 2`
+// Both server harnesses below include tests/support/process.rs, each as its own private module.
+#![allow(clippy::duplicate_mod)]
 
 #[path = "../tests/memcached/server.rs"]
 mod memcached_server;

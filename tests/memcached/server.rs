@@ -4,16 +4,17 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-/// How long a server may take to answer `version` after it starts.
-const START_DEADLINE: Duration = Duration::from_secs(10);
+#[path = "../support/process.rs"]
+mod process;
+use process::{ServerProcess, retry_until_started};
 
 /// One `memcached` on 127.0.0.1. Dropping it kills it.
 pub struct MemcachedServer {
     pub port: u16,
-    child: Option<Child>,
+    process: ServerProcess,
 }
 
 /// Whether memcached is installed.
@@ -48,7 +49,7 @@ impl MemcachedServer {
         for _ in 0..5 {
             let mut server = MemcachedServer {
                 port: free_port(),
-                child: None,
+                process: ServerProcess::default(),
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -69,26 +70,19 @@ impl MemcachedServer {
             // memcached refuses to run as root unless told which user to be.
             command.args(["-u", "root"]);
         }
-        self.child = Some(command.spawn().map_err(|e| format!("spawn: {e}"))?);
-        let deadline = Instant::now() + START_DEADLINE;
-        while Instant::now() < deadline {
-            if self.request("version\r\n").starts_with("VERSION ") {
-                return Ok(());
-            }
-            if let Some(mut child) = self
-                .child
-                .take_if(|c| c.try_wait().ok().flatten().is_some())
-            {
+        self.process = ServerProcess::spawn(
+            &mut command,
+            || self.request("version\r\n").starts_with("VERSION "),
+            |child| {
                 let mut stderr = String::new();
                 if let Some(mut pipe) = child.stderr.take() {
                     let _ = pipe.read_to_string(&mut stderr);
                 }
-                return Err(format!("exited: {stderr}"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.kill();
-        Err("no VERSION within the deadline".into())
+                stderr
+            },
+            "VERSION",
+        )?;
+        Ok(())
     }
 
     /// `127.0.0.1:port`.
@@ -98,23 +92,13 @@ impl MemcachedServer {
 
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Starts the server again on the same port (empty: memcached keeps nothing).
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + START_DEADLINE;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        retry_until_started(|| self.spawn());
     }
 
     /// Sends `request` on a fresh connection and returns the reply (read until it ends with a
@@ -180,10 +164,4 @@ fn is_complete(reply: &[u8]) -> bool {
     };
     let last = body.rsplit("\r\n").next().unwrap_or("");
     !body.starts_with("VALUE ") && !last.is_empty() || last == "END"
-}
-
-impl Drop for MemcachedServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }

@@ -5,19 +5,20 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a server may take to answer PING after it starts.
-const START_DEADLINE: Duration = Duration::from_secs(10);
+#[path = "../support/process.rs"]
+mod process;
+use process::{ServerProcess, retry_until_started};
 
 /// One `redis-server` on 127.0.0.1. Dropping it kills it and removes its directory.
 pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     cluster: bool,
-    child: Option<Child>,
+    process: ServerProcess,
 }
 
 /// Whether redis-server and redis-cli are installed.
@@ -71,7 +72,7 @@ impl RedisServer {
                 port,
                 dir: temp_dir(port),
                 cluster,
-                child: None,
+                process: ServerProcess::default(),
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -100,26 +101,14 @@ impl RedisServer {
                 "2000",
             ]);
         }
-        let child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + START_DEADLINE;
-        while Instant::now() < deadline {
-            if self.ping() {
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
-                return Err(format!("exited with {status}: {log}"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.kill();
-        Err("no PONG within the deadline".into())
+        let log = self.dir.join("redis.log");
+        self.process = ServerProcess::spawn(
+            &mut command,
+            || self.ping(),
+            |_| std::fs::read_to_string(&log).unwrap_or_default(),
+            "PONG",
+        )?;
+        Ok(())
     }
 
     fn ping(&self) -> bool {
@@ -140,23 +129,13 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Starts the server again on the same port (its data is gone: no persistence).
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + START_DEADLINE;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        retry_until_started(|| self.spawn());
     }
 
     /// Runs `redis-cli -p port ARGS…` and returns its trimmed stdout.

@@ -1,0 +1,69 @@
+//! A server child process for the tests and benches that need real servers (redis-server,
+//! memcached): spawned, polled until it answers or exits, killed when dropped.
+#![allow(dead_code)] // each user (tests, benches) uses a part
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer after it starts.
+pub const START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A running server process; dropping it kills it.
+#[derive(Default)]
+pub struct ServerProcess {
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// Spawns `command` and waits until `ready()` holds. If the process exits first, the error
+    /// holds its status and `exit_detail` (its log or stderr); if the deadline passes, it is
+    /// killed and the error says `waiting_for` did not come.
+    pub fn spawn(
+        command: &mut Command,
+        ready: impl Fn() -> bool,
+        exit_detail: impl FnOnce(&mut Child) -> String,
+        waiting_for: &str,
+    ) -> Result<Self, String> {
+        let mut child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let deadline = Instant::now() + START_DEADLINE;
+        while Instant::now() < deadline {
+            if ready() {
+                return Ok(ServerProcess { child: Some(child) });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("exited with {status}: {}", exit_detail(&mut child)));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(format!("no {waiting_for} within the deadline"))
+    }
+
+    /// Kills the process (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `attempt` every 50 ms until it succeeds; panics with its last error after
+/// [`START_DEADLINE`] (for restarting a server on its old port, which may take a moment to free).
+pub fn retry_until_started(mut attempt: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        match attempt() {
+            Ok(()) => return,
+            Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
