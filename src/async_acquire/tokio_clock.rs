@@ -34,11 +34,29 @@ pub struct TokioClock {
 impl TokioClock {
     /// A clock reading tokio's time on the Unix-epoch timeline (nanoseconds since 1970, taken
     /// from [`QuantaClock`] once, here).
+    ///
+    /// ```
+    /// use floodgate::{Clock, TokioClock};
+    /// let year_2020 = 1_577_836_800 * 1_000_000_000; // Unix time, in nanoseconds
+    /// assert!(TokioClock::new().now_nanos() > year_2020);
+    /// ```
     pub fn new() -> Self {
         Self::starting_at(QuantaClock::new().now_nanos())
     }
 
     /// A clock reading `nanos` now, then moving with tokio's time.
+    ///
+    /// ```
+    /// use floodgate::{Clock, TokioClock};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let clock = TokioClock::starting_at(5);
+    /// assert_eq!(clock.now_nanos(), 5); // paused: tokio's time stands still
+    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// assert_eq!(clock.now_nanos(), 1_000_000_005);
+    /// # }
+    /// ```
     pub fn starting_at(nanos: u64) -> Self {
         TokioClock {
             base: tokio::time::Instant::now(),

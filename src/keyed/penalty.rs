@@ -496,6 +496,17 @@ where
     }
 
     /// The clock.
+    ///
+    /// ```
+    /// use floodgate::{Clock, FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::starting_at(42))
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.clock().now_nanos(), 42);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.clock
     }

@@ -41,6 +41,12 @@ impl MemcachedConfig {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
 
     /// One memcached server, `host:port`.
+    ///
+    /// ```
+    /// use floodgate::memcached::MemcachedConfig;
+    /// let config = MemcachedConfig::new("127.0.0.1:11211");
+    /// assert_eq!(config.get_timeout(), MemcachedConfig::DEFAULT_TIMEOUT);
+    /// ```
     pub fn new(server: impl Into<String>) -> Self {
         MemcachedConfig {
             server: server.into(),
@@ -50,12 +56,25 @@ impl MemcachedConfig {
 
     /// The longest a decision may take, connecting included; past it the limiter's
     /// [`FailurePolicy`](crate::backend::FailurePolicy) decides.
+    ///
+    /// ```
+    /// use floodgate::memcached::MemcachedConfig;
+    /// use std::time::Duration;
+    /// let config = MemcachedConfig::new("127.0.0.1:11211").timeout(Duration::from_millis(50));
+    /// assert_eq!(config.get_timeout(), Duration::from_millis(50));
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
     /// The timeout in force.
+    ///
+    /// ```
+    /// use floodgate::memcached::MemcachedConfig;
+    /// use std::time::Duration;
+    /// assert_eq!(MemcachedConfig::new("localhost:11211").get_timeout(), Duration::from_millis(200));
+    /// ```
     pub fn get_timeout(&self) -> Duration {
         self.timeout
     }
@@ -285,11 +304,27 @@ impl MemcachedBackend {
     }
 
     /// The longest a decision may take.
+    ///
+    /// ```
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
+    /// use std::time::Duration;
+    /// let config = MemcachedConfig::new("127.0.0.1:11211").timeout(Duration::from_millis(50));
+    /// let backend = MemcachedBackend::connect(config)?; // lazy: no connection opened yet
+    /// assert_eq!(backend.timeout(), Duration::from_millis(50));
+    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// ```
     pub fn timeout(&self) -> Duration {
         self.shared.timeout
     }
 
     /// The server's address.
+    ///
+    /// ```
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// assert_eq!(backend.addr(), "127.0.0.1:11211".parse::<std::net::SocketAddr>()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
     }

@@ -99,6 +99,18 @@ impl MemcachedLimiter<QuantaClock> {
     ///
     /// # Errors
     /// As [`with_clock`](Self::with_clock).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+    /// use std::time::Duration;
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.window().limit(), 100);
+    /// assert!(MemcachedLimiter::new(&backend, "", window, FailurePolicy::FailOpen).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(
         backend: &MemcachedBackend,
         name: &str,
@@ -167,21 +179,69 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     }
 
     /// The window's configuration.
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(*limiter.window(), window);
+    /// assert_eq!(limiter.window().cells(), 60);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn window(&self) -> &SlidingWindow {
         &self.window
     }
 
     /// The failure policy in force.
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let policy = FailurePolicy::local_fallback(0.5)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, policy)?;
+    /// assert_eq!(limiter.policy(), policy);
+    /// assert_eq!(limiter.policy().share(), Some(0.5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn policy(&self) -> FailurePolicy {
         self.failures.policy()
     }
 
     /// Failures so far (each decided by the policy).
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// // Nothing listens on port 1: each call fails at once and the policy decides.
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:1"))?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
+    /// assert_eq!(limiter.failures().total(), 0);
+    /// assert!(!limiter.try_acquire("alice", 1)?.is_allowed());
+    /// assert_eq!(limiter.failures().errors, 1); // refused: an error, not a timeout
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn failures(&self) -> FailureCounts {
         self.failures.counts()
     }
 
     /// The clock cells are keyed by.
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # use floodgate::{Clock, ManualClock};
+    /// let window = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_secs(1))?;
+    /// let clock = ManualClock::starting_at(7_500_000_000); // 7.5 s
+    /// let limiter = MemcachedLimiter::with_clock(&backend, "api", window, FailurePolicy::FailOpen, clock)?;
+    /// assert_eq!(window.cell_index(limiter.clock().now_nanos()), 7); // requests count in cell 7
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.clock
     }
@@ -228,6 +288,21 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     ///
     /// # Errors
     /// [`RequestError`] for `n = 0`, `n` above the limit, or a key too long for memcached.
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// use floodgate::AcquireError;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
+    /// // Refused before memcached is asked:
+    /// let zero = limiter.try_acquire("alice", 0);
+    /// assert_eq!(zero, Err(RequestError::Permits(AcquireError::ZeroPermits)));
+    /// let long_key = limiter.try_acquire(&"k".repeat(250), 1);
+    /// assert!(matches!(long_key, Err(RequestError::KeyTooLong { max: 250, .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, RequestError> {
         self.try_acquire_outcome(key, n).map(|o| o.decision())
     }
@@ -236,6 +311,19 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
+    /// let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(50));
+    /// let backend = MemcachedBackend::connect(config)?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// let outcome = limiter.try_acquire_outcome("alice", 1)?;
+    /// assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;

@@ -41,6 +41,16 @@ impl SlidingWindow {
     /// window is not a whole number of cells, there are more than [`MAX_CELLS`] cells, or
     /// `window + precision` exceeds 30 days less 1 s (memcached reads a longer expiry as a date);
     /// [`ConfigError::DurationOverflow`].
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(5))?;
+    /// assert_eq!((w.limit(), w.cells()), (10, 12));
+    /// assert!(SlidingWindow::new(0, Duration::from_secs(60), Duration::from_secs(5)).is_err());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn new(limit: u32, window: Duration, precision: Duration) -> Result<Self, ConfigError> {
         if limit == 0 {
             return Err(ConfigError::ZeroLimit);
@@ -85,37 +95,102 @@ impl SlidingWindow {
     }
 
     /// The limit per window.
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(5))?;
+    /// assert_eq!(w.limit(), 10);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_millis(1500), Duration::from_millis(500))?;
+    /// assert_eq!(w.window(), Duration::from_millis(1500));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.cell_nanos * self.cells)
     }
 
     /// The cell length.
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_millis(1500), Duration::from_millis(500))?;
+    /// assert_eq!(w.precision(), Duration::from_millis(500));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn precision(&self) -> Duration {
         Duration::from_nanos(self.cell_nanos)
     }
 
     /// Cells per window.
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_millis(1500), Duration::from_millis(500))?;
+    /// assert_eq!(w.cells(), 3);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn cells(&self) -> u64 {
         self.cells
     }
 
     /// The expiry set on each cell key, in seconds: `window + precision` rounded up, plus 1.
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_millis(500))?;
+    /// assert_eq!(w.ttl_secs(), 12); // 10.5 s rounded up to 11, plus 1
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn ttl_secs(&self) -> u32 {
         self.ttl_secs
     }
 
     /// The cell that holds time `now_nanos` (on the callers' clock).
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_secs(1))?;
+    /// assert_eq!(w.cell_index(2_999_999_999), 2);
+    /// assert_eq!(w.cell_index(3_000_000_000), 3);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn cell_index(&self, now_nanos: u64) -> u64 {
         now_nanos / self.cell_nanos
     }
 
     /// The cells a decision in cell `current` reads, oldest first: the window's `cells` cells
     /// ending at `current`, plus `current + 1` (written by callers whose clock runs ahead).
+    ///
+    /// ```
+    /// use floodgate::memcached::SlidingWindow;
+    /// use std::time::Duration;
+    ///
+    /// let w = SlidingWindow::new(10, Duration::from_secs(3), Duration::from_secs(1))?;
+    /// assert_eq!(w.read_cells(10), 8..=11); // cells 8, 9, 10, and 11 ahead
+    /// assert_eq!(w.read_cells(0), 0..=1);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn read_cells(&self, current: u64) -> std::ops::RangeInclusive<u64> {
         current.saturating_sub(self.cells - 1)..=current.saturating_add(1)
     }

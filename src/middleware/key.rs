@@ -53,11 +53,31 @@ pub struct ClientIp {
 
 impl ClientIp {
     /// Client IPs keyed by `keyer`.
+    ///
+    /// ```
+    /// use floodgate::IpKeyer;
+    /// use floodgate::middleware::{ClientIp, KeyExtractor};
+    /// let by_24 = ClientIp::new(IpKeyer::new().with_ipv4_prefix(24)?);
+    /// let mut request = http::Request::new(());
+    /// request.extensions_mut().insert("192.0.2.77".parse::<std::net::IpAddr>()?);
+    /// assert_eq!(by_24.extract(&request).unwrap().network().to_string(), "192.0.2.0");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub const fn new(keyer: IpKeyer) -> Self {
         ClientIp { keyer }
     }
 
     /// The peer address of `request`, from its extensions (see the type docs).
+    ///
+    /// ```
+    /// use floodgate::middleware::ClientIp;
+    /// use std::net::{IpAddr, SocketAddr};
+    /// let mut request = http::Request::new(());
+    /// assert_eq!(ClientIp::peer_ip(&request), None);
+    /// request.extensions_mut().insert("198.51.100.4:443".parse::<SocketAddr>()?);
+    /// assert_eq!(ClientIp::peer_ip(&request), Some("198.51.100.4".parse::<IpAddr>()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn peer_ip<B>(request: &Request<B>) -> Option<IpAddr> {
         let extensions = request.extensions();
         #[cfg(feature = "axum")]

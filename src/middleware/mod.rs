@@ -202,6 +202,31 @@ impl<L: KeyedLimiter<IpKey>> RateLimitLayer<L, ClientIp> {
     /// Limits per client IP ([`ClientIp`] with the default [`IpKeyer`](crate::IpKeyer): IPv4 by
     /// address, IPv6 by /64). [`limiter`](Self::limiter) hands back a shared handle to it (for
     /// `stats()`, `set_limit`).
+    ///
+    /// ```
+    /// use floodgate::middleware::RateLimitLayer;
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// # use tower::{Layer, ServiceExt};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+    /// # });
+    /// # let from = |peer: &str| {
+    /// #     let mut request = http::Request::new(());
+    /// #     request.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
+    /// #     request
+    /// # };
+    /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let service = RateLimitLayer::per_ip(per_ip).layer(ok);
+    /// assert_eq!(service.clone().oneshot(from("192.0.2.1:1000")).await?.status(), 200);
+    /// assert_eq!(service.clone().oneshot(from("192.0.2.1:2000")).await?.status(), 429); // same IP
+    /// assert_eq!(service.oneshot(from("192.0.2.2:1000")).await?.status(), 200); // another IP
+    /// # Ok(()) }
+    /// ```
     pub fn per_ip(limiter: L) -> Self {
         Self::with_key(limiter, ClientIp::default())
     }
@@ -210,6 +235,28 @@ impl<L: KeyedLimiter<IpKey>> RateLimitLayer<L, ClientIp> {
 impl<L, X> RateLimitLayer<L, X> {
     /// Limits per the key `extractor` picks ([`ClientIp`] with another keyer, a [`KeyFn`]
     /// closure, or your own [`KeyExtractor`]).
+    ///
+    /// ```
+    /// use floodgate::middleware::{KeyFn, RateLimitLayer};
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// # use tower::{Layer, ServiceExt};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+    /// # });
+    /// # let as_user = |user: &str| http::Request::builder().header("x-user", user).body(()).unwrap();
+    /// let per_user: Keyed<String, _, _> = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let user = KeyFn(|r: &http::Request<()>| Some(r.headers().get("x-user")?.to_str().ok()?.to_owned()));
+    /// let service = RateLimitLayer::with_key(per_user, user).layer(ok);
+    /// assert_eq!(service.clone().oneshot(as_user("ann")).await?.status(), 200);
+    /// assert_eq!(service.clone().oneshot(as_user("ann")).await?.status(), 429);
+    /// assert_eq!(service.oneshot(as_user("bob")).await?.status(), 200);
+    /// # Ok(()) }
+    /// ```
     pub fn with_key(limiter: L, extractor: X) -> Self {
         RateLimitLayer {
             limiter: Arc::new(limiter),
@@ -229,6 +276,17 @@ impl<L, X> RateLimitLayer<L, X> {
     /// # Errors
     /// [`ConfigError::Invalid`] when the limiter could never grant `n` (zero, or above its
     /// capacity).
+    ///
+    /// ```
+    /// use floodgate::middleware::RateLimitLayer;
+    /// use floodgate::{Keyed, Rate, TokenBucket};
+    /// let per_ip = Keyed::new(TokenBucket::new(10, Rate::per_second(5))?, 1_000)?;
+    /// let layer = RateLimitLayer::per_ip(per_ip);
+    /// assert!(layer.clone().permits_per_request(0).is_err());
+    /// assert!(layer.clone().permits_per_request(11).is_err()); // above the bucket: never granted
+    /// assert!(layer.permits_per_request(10).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn permits_per_request<K>(mut self, n: u32) -> Result<Self, ConfigError>
     where
         L: KeyedLimiter<K>,
@@ -251,6 +309,32 @@ impl<L, X> RateLimitLayer<L, X> {
 
     /// Whether allowed responses also get the `RateLimit-*` headers (default `true`; denials
     /// always get them).
+    ///
+    /// ```
+    /// use floodgate::middleware::RateLimitLayer;
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// # use tower::{Layer, ServiceExt};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+    /// # });
+    /// # let from = |peer: &str| {
+    /// #     let mut request = http::Request::new(());
+    /// #     request.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
+    /// #     request
+    /// # };
+    /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let service = RateLimitLayer::per_ip(per_ip).headers_on_allowed(false).layer(ok);
+    /// let allowed = service.clone().oneshot(from("192.0.2.1:1000")).await?;
+    /// assert!(allowed.headers().get("ratelimit-limit").is_none());
+    /// let denied = service.oneshot(from("192.0.2.1:1000")).await?;
+    /// assert_eq!(denied.headers()["ratelimit-limit"], "1"); // denials always have them
+    /// # Ok(()) }
+    /// ```
     pub fn headers_on_allowed(mut self, on: bool) -> Self {
         self.settings.headers_on_allowed = on;
         self
@@ -263,6 +347,32 @@ impl<L, X> RateLimitLayer<L, X> {
     /// are not queued: after a wait, waiters race for the permits, and one that loses waits again
     /// while the total stays within `max_delay`, then gets its 429. With a [`PenalizedKeyed`]
     /// limiter each lost race counts as a strike.
+    ///
+    /// ```
+    /// use floodgate::middleware::RateLimitLayer;
+    /// use floodgate::{FixedWindow, Keyed, TokioClock};
+    /// use std::time::Duration;
+    /// # use tower::{Layer, ServiceExt};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+    /// # });
+    /// # let from = |peer: &str| {
+    /// #     let mut request = http::Request::new(());
+    /// #     request.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
+    /// #     request
+    /// # };
+    /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(TokioClock::starting_at(0)) // tokio's (paused) time, which the waits run on
+    ///     .build()?;
+    /// let service = RateLimitLayer::per_ip(per_ip).shape(Duration::from_secs(2), 100).layer(ok);
+    /// let start = tokio::time::Instant::now();
+    /// assert_eq!(service.clone().oneshot(from("192.0.2.1:1000")).await?.status(), 200);
+    /// assert_eq!(service.oneshot(from("192.0.2.1:1000")).await?.status(), 200); // waited, no 429
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1)); // until the window reset
+    /// # Ok(()) }
+    /// ```
     pub fn shape(mut self, max_delay: Duration, max_waiting: usize) -> Self {
         self.settings.shaping = Some(Shaping {
             max_delay,
@@ -272,6 +382,24 @@ impl<L, X> RateLimitLayer<L, X> {
     }
 
     /// What to do with requests that have no key (default [`MissingKey::Reject`]).
+    ///
+    /// ```
+    /// use floodgate::middleware::{MissingKey, RateLimitLayer};
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// # use tower::{Layer, ServiceExt};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+    /// # });
+    /// let reject = RateLimitLayer::per_ip(Keyed::new(FixedWindow::new(5, Duration::from_secs(1))?, 100)?);
+    /// let allow = reject.clone().on_missing_key(MissingKey::Allow);
+    /// let no_peer = || http::Request::new(()); // no peer address recorded: no key
+    /// assert_eq!(reject.layer(ok.clone()).oneshot(no_peer()).await?.status(), 500);
+    /// assert_eq!(allow.layer(ok).oneshot(no_peer()).await?.status(), 200);
+    /// # Ok(()) }
+    /// ```
     pub fn on_missing_key(mut self, missing_key: MissingKey) -> Self {
         self.settings.missing_key = missing_key;
         self
@@ -279,6 +407,17 @@ impl<L, X> RateLimitLayer<L, X> {
 
     /// The keyed limiter, shared by every service this layer makes (clone the `Arc` to keep a
     /// handle).
+    ///
+    /// ```
+    /// use floodgate::middleware::RateLimitLayer;
+    /// use floodgate::{Algorithm, FixedWindow, Keyed};
+    /// use std::{sync::Arc, time::Duration};
+    /// let layer = RateLimitLayer::per_ip(Keyed::new(FixedWindow::new(5, Duration::from_secs(1))?, 100)?);
+    /// let handle = Arc::clone(layer.limiter()); // the limiter every service of the layer uses
+    /// handle.set_limit(10)?;
+    /// assert_eq!(layer.limiter().algorithm().limit(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn limiter(&self) -> &Arc<L> {
         &self.limiter
     }

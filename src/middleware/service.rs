@@ -73,11 +73,45 @@ impl<S: Clone, L, X: Clone> Clone for RateLimit<S, L, X> {
 
 impl<S, L, X> RateLimit<S, L, X> {
     /// The keyed limiter.
+    ///
+    /// ```
+    /// use floodgate::middleware::RateLimitLayer;
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// # use tower::{Layer, ServiceExt};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+    /// # });
+    /// # let from = |peer: &str| {
+    /// #     let mut request = http::Request::new(());
+    /// #     request.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
+    /// #     request
+    /// # };
+    /// let per_ip = Keyed::builder(FixedWindow::new(5, Duration::from_secs(60))?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let service = RateLimitLayer::per_ip(per_ip).layer(ok);
+    /// service.clone().oneshot(from("192.0.2.1:1000")).await?;
+    /// assert_eq!(service.limiter().len(), 1); // one client IP tracked
+    /// # Ok(()) }
+    /// ```
     pub fn limiter(&self) -> &Arc<L> {
         &self.limiter
     }
 
     /// The inner service.
+    ///
+    /// ```
+    /// use floodgate::middleware::RateLimitLayer;
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use tower::Layer;
+    /// let per_ip = Keyed::new(FixedWindow::new(5, std::time::Duration::from_secs(1))?, 100)?;
+    /// let service = RateLimitLayer::per_ip(per_ip).layer("the inner service");
+    /// assert_eq!(*service.inner(), "the inner service");
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     pub fn inner(&self) -> &S {
         &self.inner
     }

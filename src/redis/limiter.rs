@@ -244,6 +244,22 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::AcquireError;
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// // Refused before Redis is asked:
+    /// assert_eq!(limiter.try_acquire_async("alice", 0).await, Err(AcquireError::ZeroPermits));
+    /// assert!(limiter.try_acquire_async("alice", 11).await.is_err()); // above the limit
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire_async(&self, key: &str, n: u32) -> Result<Decision, AcquireError> {
         self.try_acquire_outcome_async(key, n)
             .await
@@ -254,6 +270,22 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config)?;
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailOpen)?;
+    /// let outcome = limiter.try_acquire_outcome_async("alice", 1).await?;
+    /// assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire_outcome_async(
         &self,
         key: &str,
