@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use floodgate::{
-    Algorithm, AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, LeakyBucket, Limiter, Rate,
-    TokenBucket,
+    Algorithm, AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, LeakyBucket, Limiter,
+    PackedSlidingWindow, Rate, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 use governor::{Quota, RateLimiter};
 
@@ -56,6 +56,23 @@ fn allow_heavy(c: &mut Criterion) {
         "floodgate/gcra",
         AtomicLimiter::new(Gcra::new(fast, 1 << 30).unwrap()),
     );
+    let sliding = SlidingWindow::new((1 << 24) - 1, Duration::from_millis(1), 10).unwrap();
+    group.bench_function("floodgate/sliding_window", |b| {
+        b.iter(|| black_box(sliding.try_acquire(black_box(1))))
+    });
+    bench_one(
+        &mut group,
+        "floodgate/packed_sliding_window",
+        AtomicLimiter::new(PackedSlidingWindow::new(65_535, Duration::from_micros(10), 2).unwrap()),
+    );
+    let bursty = SmoothBursty::create(1e9).unwrap();
+    group.bench_function("floodgate/smooth_bursty", |b| {
+        b.iter(|| black_box(bursty.try_acquire(black_box(1))))
+    });
+    let warming = SmoothWarmingUp::create(1e9, Duration::from_millis(1)).unwrap();
+    group.bench_function("floodgate/smooth_warming_up", |b| {
+        b.iter(|| black_box(warming.try_acquire(black_box(1))))
+    });
     let coarse = CoarseClock::new().expect("upkeep thread");
     bench_one(
         &mut group,
@@ -95,6 +112,16 @@ fn deny_heavy(c: &mut Criterion) {
     bench_one(&mut group, "floodgate/token_bucket", token);
     bench_one(&mut group, "floodgate/leaky_bucket", leaky);
     bench_one(&mut group, "floodgate/gcra", gcra);
+    let sliding = SlidingWindow::new(1, Duration::from_secs(3600), 10).unwrap();
+    exhausted(&sliding);
+    group.bench_function("floodgate/sliding_window", |b| {
+        b.iter(|| black_box(sliding.try_acquire(black_box(1))))
+    });
+    let bursty = SmoothBursty::create(1.0 / 3600.0).unwrap();
+    exhausted(&bursty);
+    group.bench_function("floodgate/smooth_bursty", |b| {
+        b.iter(|| black_box(bursty.try_acquire(black_box(1))))
+    });
     let governor = RateLimiter::direct(Quota::per_hour(NonZeroU32::new(1).unwrap()));
     while governor.check().is_ok() {}
     group.bench_function("governor/direct", |b| {
