@@ -211,6 +211,79 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.try_acquire_outcome(key, n).map(|o| o.decision())
     }
 
+    /// Takes `n` permits for `key`, sleeping the thread until the shared limit grants them: each
+    /// denial's `retry_after` (from the server's clock) is slept, then the request is tried again,
+    /// as [`Limiter::acquire`](crate::Limiter::acquire) does locally. Returns how long it slept.
+    /// While Redis is down the policy decides each try (under `FailClosed` that means waiting
+    /// until Redis answers): use [`try_acquire_for`](Self::try_acquire_for) for a bound.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire): a request that can never be granted returns at once.
+    ///
+    /// ```no_run
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+    /// let window = FixedWindow::new(1, Duration::from_millis(100))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// limiter.acquire("alice", 1)?;
+    /// let waited = limiter.acquire("alice", 1)?; // the window's end, on Redis's clock
+    /// assert!(waited <= Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire(&self, key: &str, n: u32) -> Result<Duration, AcquireError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let decision = self.try_acquire(key, n)?;
+            if decision.is_allowed() {
+                return Ok(waited);
+            }
+            std::thread::sleep(decision.retry_after());
+            waited = waited.saturating_add(decision.retry_after());
+        }
+    }
+
+    /// Takes `n` permits for `key` if they can be had within `timeout`: sleeps only while the
+    /// announced wait fits in what is left of it, otherwise returns the denial at once,
+    /// consuming nothing (as [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// // Nothing listens on port 1: fail-closed denies with retry_after = the 20 ms timeout,
+    /// // which does not fit in 10 ms, so the call returns the denial without sleeping.
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config)?;
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_millis(10))?;
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(limiter.failures().total(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire_for(
+        &self,
+        key: &str,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Decision, AcquireError> {
+        let mut left = timeout;
+        loop {
+            let decision = self.try_acquire(key, n)?;
+            let wait = decision.retry_after();
+            if decision.is_allowed() || wait > left {
+                return Ok(decision);
+            }
+            std::thread::sleep(wait);
+            left -= wait;
+        }
+    }
+
     /// As [`try_acquire`](Self::try_acquire), with the Redis error when the policy decided.
     ///
     /// # Errors

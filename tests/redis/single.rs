@@ -362,3 +362,43 @@ fn sync_calls_and_drops_inside_an_async_runtime_neither_panic_nor_deadlock() {
     });
     assert_eq!(admitted, 3);
 }
+
+#[test]
+fn acquire_waits_for_the_shared_window_and_try_acquire_for_respects_its_bound() {
+    let server = RedisServer::start();
+    let backend = backend(RedisConfig::single(server.url()));
+    // Anchored at the first request, 1 s long: the calls below land well inside it.
+    let window = FixedWindow::new(2, Duration::from_secs(1)).unwrap();
+    let limiter = floodgate::redis::RedisLimiter::new(
+        &backend,
+        "blocking",
+        window,
+        floodgate::backend::FailurePolicy::FailClosed,
+    )
+    .unwrap();
+    assert_eq!(limiter.acquire("k", 2).unwrap(), Duration::ZERO);
+    // The window is full: a wait that does not fit in 1 ms is not slept, and takes nothing.
+    let started = Instant::now();
+    let denied = limiter
+        .try_acquire_for("k", 1, Duration::from_millis(1))
+        .unwrap();
+    assert!(!denied.is_allowed());
+    assert!(denied.retry_after() > Duration::from_millis(1));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "it returned without waiting out the window"
+    );
+    // acquire sleeps the announced wait (the window's end on Redis's clock), then is admitted.
+    let waited = limiter.acquire("k", 1).unwrap();
+    assert!(
+        waited > Duration::ZERO && waited <= Duration::from_millis(300),
+        "{waited:?}"
+    );
+    assert_eq!(
+        limiter.acquire("k", 3),
+        Err(AcquireError::ExceedsCapacity {
+            requested: 3,
+            capacity: 2
+        })
+    );
+}
