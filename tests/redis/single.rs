@@ -391,7 +391,7 @@ fn acquire_waits_for_the_shared_window_and_try_acquire_for_respects_its_bound() 
     // acquire sleeps the announced wait (the window's end on Redis's clock), then is admitted.
     let waited = limiter.acquire("k", 1).unwrap();
     assert!(
-        waited > Duration::ZERO && waited <= Duration::from_millis(300),
+        waited > Duration::ZERO && waited <= Duration::from_secs(1),
         "{waited:?}"
     );
     assert_eq!(
