@@ -265,6 +265,37 @@ impl Outcome {
 /// ```
 /// let counts = floodgate::backend::FailureCounts::default();
 /// assert_eq!(counts.total(), 0);
+/// The longest backend timeout accepted: one hour. Longer ones are almost certainly a bug, and
+/// `Instant::now() + timeout` must stay representable.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Checks a backend timeout: longer than zero (a zero timeout would fail every call at once) and
+/// at most [`MAX_TIMEOUT`].
+///
+/// # Errors
+/// A [`BackendError`] of kind `InvalidInput` saying which bound was broken.
+///
+/// ```
+/// use floodgate::backend::validate_timeout;
+/// use std::time::Duration;
+/// assert!(validate_timeout(Duration::from_millis(50)).is_ok());
+/// assert!(validate_timeout(Duration::ZERO).is_err());
+/// assert!(validate_timeout(Duration::MAX).is_err());
+/// ```
+pub fn validate_timeout(timeout: Duration) -> Result<(), BackendError> {
+    let why = if timeout.is_zero() {
+        "a backend timeout must be longer than zero"
+    } else if timeout > MAX_TIMEOUT {
+        "a backend timeout must be at most one hour"
+    } else {
+        return Ok(());
+    };
+    Err(BackendError::failed(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        why,
+    )))
+}
+
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FailureCounts {

@@ -272,12 +272,7 @@ impl MemcachedBackend {
     /// assert!(MemcachedBackend::connect(MemcachedConfig::new("no port")).is_err());
     /// ```
     pub fn connect(config: MemcachedConfig) -> Result<Self, BackendError> {
-        if config.timeout.is_zero() {
-            return Err(BackendError::failed(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the memcached timeout must be longer than zero",
-            )));
-        }
+        crate::backend::validate_timeout(config.timeout)?;
         let addr = config
             .server
             .to_socket_addrs()

@@ -205,6 +205,7 @@ impl RedisBackend {
     /// # Ok::<(), floodgate::backend::BackendError>(())
     /// ```
     pub fn connect(config: RedisConfig) -> Result<Self, BackendError> {
+        crate::backend::validate_timeout(config.timeout)?;
         if config.nodes.is_empty() {
             return Err(BackendError::failed(std::io::Error::other(
                 "no Redis node given",

@@ -37,4 +37,6 @@ if count + n <= limit then
 end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
+-- PTTL rounds down: under 1 ms left reads as 0; never announce a retry of nothing.
+if ttl_ms < 1 then ttl_ms = 1 end
 return {0, limit, remaining, ttl_ms * 1000, ttl_ms * 1000}

@@ -1,7 +1,11 @@
 //! [`RedisLimiter`]: one algorithm's Lua script run against Redis per decision, under a
 //! [`FailurePolicy`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The shortest sleep between two tries of a blocking call: Redis keeps time in microseconds
+/// and TTLs in milliseconds, so a denial announcing less would only hammer the server.
+const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
 
 use crate::backend::{BackendError, FailureCounts, FailureHandler, FailurePolicy, Outcome};
 use crate::decision::{AcquireError, ConfigError, Decision};
@@ -239,14 +243,17 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             if decision.is_allowed() {
                 return Ok(waited);
             }
-            std::thread::sleep(decision.retry_after());
-            waited = waited.saturating_add(decision.retry_after());
+            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
+            std::thread::sleep(wait);
+            waited = waited.saturating_add(wait);
         }
     }
 
     /// Takes `n` permits for `key` if they can be had within `timeout`: sleeps only while the
-    /// announced wait fits in what is left of it, otherwise returns the denial at once,
-    /// consuming nothing (as [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)).
+    /// announced wait fits in what is left of it (round trips to Redis count against it too),
+    /// otherwise returns the denial at once, consuming nothing (as
+    /// [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)). It returns within
+    /// `timeout` plus one round trip, which the backend's own timeout bounds.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
@@ -272,15 +279,18 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         n: u32,
         timeout: Duration,
     ) -> Result<Decision, AcquireError> {
-        let mut left = timeout;
+        // The round trips count against the timeout, not only the sleeps.
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             let decision = self.try_acquire(key, n)?;
-            let wait = decision.retry_after();
+            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if decision.is_allowed() || wait > left {
                 return Ok(decision);
             }
             std::thread::sleep(wait);
-            left -= wait;
         }
     }
 

@@ -261,3 +261,11 @@ fn a_denial_stands_when_its_take_back_times_out_and_the_connection_is_dropped() 
     script.join().unwrap();
     drop(open);
 }
+
+#[test]
+fn backend_timeouts_of_zero_or_past_an_hour_are_refused_not_a_panic_later() {
+    for bad in [Duration::ZERO, Duration::from_secs(3601), Duration::MAX] {
+        let config = MemcachedConfig::new("127.0.0.1:1").timeout(bad);
+        assert!(MemcachedBackend::connect(config).is_err(), "{bad:?}");
+    }
+}

@@ -160,3 +160,74 @@ fn names_that_would_break_or_share_the_hash_tag_are_refused() {
             .all(|k| k.starts_with("{api:user:42}:"))
     );
 }
+
+/// A server that accepts connections and never answers, until dropped.
+struct SilentServer {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentServer {
+    fn start() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            // SeqCst: a test flag, checked every few milliseconds.
+            while !flag.load(Ordering::SeqCst) {
+                if let Ok((socket, _)) = listener.accept() {
+                    held.push(socket);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        SilentServer {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SilentServer {
+    fn drop(&mut self) {
+        // SeqCst: as above.
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[test]
+fn try_acquire_for_counts_round_trips_against_its_timeout() {
+    // Each call times out after 200 ms and fail-closed announces a 200 ms retry. Within 600 ms
+    // that is: try (200) + sleep (200) + try (200), then the next wait no longer fits. Counting
+    // only the sleeps (the old loop) ran to about 1.4 s.
+    let silent = SilentServer::start();
+    let config = RedisConfig::single(format!("redis://127.0.0.1:{}", silent.port))
+        .timeout(Duration::from_millis(200));
+    let backend = RedisBackend::connect(config).unwrap();
+    let limiter = limiter(&backend, FailurePolicy::FailClosed);
+    let started = Instant::now();
+    let decision = limiter
+        .try_acquire_for("k", 1, Duration::from_millis(600))
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(!decision.is_allowed());
+    assert!(elapsed < Duration::from_millis(1_000), "{elapsed:?}");
+    assert!(limiter.failures().total() >= 2);
+}
+
+#[test]
+fn backend_timeouts_of_zero_or_past_an_hour_are_refused() {
+    for bad in [Duration::ZERO, Duration::from_secs(3601), Duration::MAX] {
+        let config = RedisConfig::single("redis://127.0.0.1:1").timeout(bad);
+        assert!(RedisBackend::connect(config).is_err(), "{bad:?}");
+    }
+}
