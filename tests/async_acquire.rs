@@ -125,7 +125,10 @@ async fn wakes_once_at_the_announced_instant_in_step_with_a_manual_clock() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_future_consumes_nothing() {
     let clock = ManualClock::new();
-    let limiter = Arc::new(AtomicLimiter::with_clock(gcra(1, 1), clock.clone()));
+    let limiter = Arc::new(Counting::new(
+        AtomicLimiter::with_clock(gcra(1, 1), clock.clone()),
+        2,
+    ));
     assert!(limiter.try_acquire(1).unwrap().is_allowed());
     let task = {
         let limiter = Arc::clone(&limiter);
@@ -133,12 +136,14 @@ async fn a_dropped_future_consumes_nothing() {
     };
     tokio::task::yield_now().await;
     step(&clock, Duration::from_millis(999)).await;
+    // It has tried once (denied) and is asleep until 1 s: our try plus its one.
+    assert_eq!(limiter.attempts(), 2);
     task.abort(); // dropped while sleeping
     assert!(task.await.unwrap_err().is_cancelled());
     step(&clock, MS).await;
     // The permit that accrued at 1 s is still there: the dropped waiter took nothing.
-    assert_eq!(limiter.available(), 1);
-    assert!(limiter.try_acquire(1).unwrap().is_allowed());
+    assert_eq!(limiter.inner.available(), 1);
+    assert!(limiter.inner.try_acquire(1).unwrap().is_allowed());
 }
 
 #[tokio::test(start_paused = true)]

@@ -316,3 +316,29 @@ async fn shaping_is_bounded_by_the_delay_and_the_number_waiting() {
     assert_eq!(answer(&one_waiting, from_peer(peer)).await.0, 200);
     assert_eq!(start.elapsed(), Duration::from_millis(200));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shaped_request_frees_its_waiting_place_once_it_is_served() {
+    // The inner service takes 10 s. One place to wait: request 2 waits 100 ms and is then being
+    // served; request 3 (at 150 ms, needing 50 ms) must find the place free again.
+    let slow = tower::service_fn(|_request: Request<Body>| async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"slow"))))
+    });
+    let service = RateLimitLayer::per_ip(gcra_on_tokio())
+        .shape(Duration::from_secs(1), 1)
+        .layer(slow);
+    let peer = "192.0.2.1:1";
+    let spawn = |service: &_| {
+        let service = Clone::clone(service);
+        tokio::spawn(async move { answer(&service, from_peer(peer)).await.0 })
+    };
+    let first = spawn(&service);
+    tokio::task::yield_now().await;
+    let second = spawn(&service);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let third = spawn(&service);
+    for handle in [first, second, third] {
+        assert_eq!(handle.await.unwrap(), 200);
+    }
+}

@@ -184,21 +184,25 @@ impl<S, L, X> RateLimit<S, L, X> {
         X: KeyExtractor<ReqBody>,
         L: KeyedLimiter<X::Key>,
     {
-        // The service polled ready is the one to call: take it, leave a clone for the next call.
-        let replacement = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, replacement);
+        // The ready service stays here for the next call: a waiting request must not hold what
+        // it reserved (a concurrency permit, a buffer slot). The clone is made ready after the
+        // wait, when it is about to be called.
+        let mut inner = self.inner.clone();
         let limiter = Arc::clone(&self.limiter);
         let settings = self.settings;
         let max_delay = settings.shaping.map(|s| s.max_delay);
         Box::pin(async move {
-            let _slot = slot;
             let waited = wait_for_grant(limiter.clock(), max_delay, denial, || {
                 limiter.check(&key, settings.permits)
             })
             .await;
+            // The waiting is over: the place is free for the next shaped request, even while
+            // this one is being served.
+            drop(slot);
             match waited {
                 Ok(waited) if waited.decision.is_allowed() => {
                     let headers = settings.headers_on_allowed.then_some(waited.decision);
+                    std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     Ok(pass_through(inner.call(request).await?, headers))
                 }
                 Ok(waited) => Ok(too_many_requests(waited.decision)),
