@@ -260,11 +260,6 @@ impl Outcome {
     }
 }
 
-/// Failures seen so far, for metrics.
-///
-/// ```
-/// let counts = floodgate::backend::FailureCounts::default();
-/// assert_eq!(counts.total(), 0);
 /// The longest backend timeout accepted: one hour. Longer ones are almost certainly a bug, and
 /// `Instant::now() + timeout` must stay representable.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -296,6 +291,11 @@ pub fn validate_timeout(timeout: Duration) -> Result<(), BackendError> {
     )))
 }
 
+/// Failures seen so far, for metrics.
+///
+/// ```
+/// let counts = floodgate::backend::FailureCounts::default();
+/// assert_eq!(counts.total(), 0);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FailureCounts {
