@@ -7,13 +7,10 @@
 //! tests and simulation: it only moves when told to.
 //!
 //! A TSC read on one core can be a few nanoseconds *behind* a value another core stored a moment
-//! before. No limiter in floodgate moves its state backwards because of such a read. The
-//! packed-word algorithms (fixed window, sliding windows, token bucket, leaky bucket, GCRA,
-//! sharded, keyed) also never refuse a request because of it: windows keep a stored window that
-//! is ahead of the reader's, and the time-word buckets decide at the latest clock read any writer
-//! published ([`limiter::update_at`](crate::limiter::update_at)). The Guava-style smooth limiters
-//! decide a lagging read at its own time (as Guava does with its single clock): a read `δ` behind
-//! the last reservation can be refused a permit that becomes free within `δ`. On machines whose
+//! before. No limiter in floodgate moves its state backwards or refuses a request because of
+//! such a read: windows keep a stored window that is ahead of the reader's, and the time-word
+//! buckets and the Guava-style smooth limiters decide at the latest clock read any writer
+//! published ([`limiter::update_at`](crate::limiter::update_at)). On machines whose
 //! cores' TSCs disagree by more than a few nanoseconds, use [`MonotonicClock`].
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -37,7 +37,7 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision};
-use crate::limiter::{Step, update};
+use crate::limiter::{Step, update, update_at};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The longest burst accepted: one year of stored permits.
@@ -66,6 +66,9 @@ const UNREAD: Decision = Decision::allow(0, 0, 0);
 /// ```
 pub struct SmoothBursty<C = QuantaClock> {
     state: CachePadded<AtomicU64>,
+    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
+    /// read lags the last booking's is decided at that booking's time.
+    floor: AtomicU64,
     interval: IntervalCell,
     codec: BurstyCodec,
     clock: C,
@@ -143,6 +146,7 @@ impl<C: Clock> SmoothBursty<C> {
         };
         Ok(SmoothBursty {
             state: CachePadded::new(AtomicU64::new(codec.encode(fresh, infinite))),
+            floor: AtomicU64::new(0),
             interval: IntervalCell::new(interval),
             codec,
             origin_nanos: clock.now_nanos(),
@@ -176,7 +180,10 @@ impl<C: Clock> SmoothBursty<C> {
             decision: UNREAD,
             wait_micros: 0,
         };
-        update(&self.state, |word| {
+        let clock_now = u64::try_from(now).unwrap_or(0);
+        update_at(&self.state, &self.floor, clock_now, |word, floored| {
+            // The floor only ever holds values of `now_micros`, which fit in an i64.
+            let now = i64::try_from(floored).unwrap_or(now);
             let (ticket, infinite) = self.codec.decode(word, now);
             let math = (!infinite).then(|| BurstyMath {
                 interval: self.interval.load(),

@@ -30,7 +30,7 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 
 const INFINITE_BIT: u64 = 1 << 63;
 /// Longest warm-up accepted: 2⁵² µs (142 years), so `W` is an exact `f64` of whole µs.
@@ -59,6 +59,9 @@ const DEFAULT_COLD_FACTOR: f64 = 3.0;
 /// ```
 pub struct SmoothWarmingUp<C = QuantaClock> {
     state: CachePadded<AtomicWide>,
+    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
+    /// read lags the last booking's is decided at that booking's time.
+    floor: AtomicU64,
     interval: IntervalCell,
     warmup_micros: f64,
     cold_factor: f64,
@@ -152,6 +155,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
         };
         Ok(SmoothWarmingUp {
             state: CachePadded::new(AtomicWide::new(pack(cold, infinite))),
+            floor: AtomicU64::new(0),
             interval: IntervalCell::new(interval),
             warmup_micros,
             cold_factor,
@@ -214,17 +218,31 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // so a request that decides on it cannot use an older one (IntervalCell's fences order
         // the interval itself). loom models this word with a mutex (no 128-bit atomics there),
         // so these orderings are argued here, not model-checked.
+        // The time floor, as `limiter::update_at` keeps it for one word: decide at
+        // max(clock, floor); a booking raises the floor before its Release CAS.
+        let clock_now = u64::try_from(now).unwrap_or(0);
         let _ = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                // Relaxed: ordered after the Acquire load of `word`, which synchronizes with the
+                // Release CAS that followed the writer's floor raise.
+                let floor_now = self.floor.load(Ordering::Relaxed);
+                let floored = clock_now.max(floor_now);
+                // The floor only ever holds values of `now_micros`, which fit in an i64.
+                let now = i64::try_from(floored).unwrap_or(now);
                 let (ticket, infinite) = unpack(word);
                 let math = (!infinite).then(|| self.math());
                 outcome = decide(ticket, now, permits, timeout, math.as_ref());
                 // A denial (or a free request at ∞) writes nothing.
-                outcome
+                let next = outcome
                     .next
                     .map(|t| pack(t, infinite))
-                    .filter(|&next| next != word)
+                    .filter(|&next| next != word);
+                if next.is_some() && floored > floor_now {
+                    // Relaxed: published to readers by the Release CAS that follows.
+                    self.floor.fetch_max(floored, Ordering::Relaxed);
+                }
+                next
             });
         outcome
     }
