@@ -5,13 +5,12 @@
 //!
 //! `cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 2`
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hash::Hash;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
@@ -20,24 +19,9 @@ use floodgate::limiter::update;
 use floodgate::{Algorithm, Clock, Gcra, IpKey, IpKeyer, Keyed, QuantaClock, Rate};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-struct Counting;
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: a statistic, read on the thread that did the work.
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // Relaxed: as alloc.
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{Counting, live_bytes};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -94,9 +78,9 @@ impl DashKeyed {
 /// Heap bytes per key once `MILLION` keys are held, for both limiters and two key types.
 fn report_memory() {
     fn per_key(fill: impl FnOnce() -> Box<dyn std::any::Any>) -> f64 {
-        let before = LIVE_BYTES.load(Ordering::Relaxed);
+        let before = live_bytes();
         let held = fill();
-        let bytes = LIVE_BYTES.load(Ordering::Relaxed) - before;
+        let bytes = live_bytes() - before;
         drop(held);
         bytes as f64 / MILLION as f64
     }

@@ -1,40 +1,17 @@
 //! A flood of 1,000,000 distinct keys: the map stays within its cap and its memory bound,
 //! measured by a counting global allocator. One `#[test]` so nothing else allocates meanwhile.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use floodgate::keyed::WhenFull;
 use floodgate::{FixedWindow, Gcra, Keyed, ManualClock, Rate};
 
-struct Counting;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: a statistic; read after the work, on the same thread.
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // Relaxed: as alloc.
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{Counting, live_bytes};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn live_bytes() -> isize {
-    // Relaxed: as alloc.
-    LIVE_BYTES.load(Ordering::Relaxed)
-}
 
 const FLOOD: u64 = 1_000_000;
 const CAP: usize = 10_000;
