@@ -17,6 +17,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The lag horizon of the time model: the most two clock reads of correct threads may disagree
+/// (a core's TSC behind another's), 10 s — far beyond the skew seen between cores (1.6 s on broken
+/// hardware, quanta#111).
+///
+/// Within it, lag is tolerated exactly: a state written by a clock up to this far ahead of a
+/// reader's is kept and decided on, never moved back, and the time floor lifts the reader to the
+/// writer's time. Beyond it, a state or a floor is taken for a *leaping* clock's only on a clock
+/// read taken after the state was loaded (a thread preempted between its read and its
+/// compare-exchange reads again first), and is then put back in range: a leap never freezes a
+/// limiter for more than one window or one refill. See the README's "Time model".
+///
+/// ```
+/// assert_eq!(floodgate::clock::MAX_CLOCK_LAG_NANOS, 10_000_000_000);
+/// ```
+pub const MAX_CLOCK_LAG_NANOS: u64 = 10_000_000_000;
+
+/// The grain of the time floor (1,024 ns): a writer raises the floor only once its time has
+/// passed it by this much, so the floor costs a second atomic operation once per microsecond of
+/// a limiter's time, not on every admission. A reader whose clock lags the last writer's is
+/// decided at most this much before the writer's time.
+///
+/// ```
+/// assert_eq!(floodgate::clock::FLOOR_GRAIN_NANOS, 1_024);
+/// ```
+pub const FLOOR_GRAIN_NANOS: u64 = 1 << 10;
+
 /// A source of time for limiters.
 ///
 /// `now_nanos` must be cheap: it is called once on every decision.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::clock::{Clock, QuantaClock};
+use crate::clock::{Clock, FLOOR_GRAIN_NANOS, MAX_CLOCK_LAG_NANOS, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -82,13 +82,20 @@ pub trait Limiter: Send + Sync {
 }
 
 /// The outcome of one pure decision: the [`Decision`], and the state word to publish
-/// (`None` when nothing changes, which is always the case for a denial).
+/// (`None` when nothing changes, which is always the case for an ordinary denial).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
     /// The state word to compare-exchange in, or `None` to return without writing.
     pub next: Option<u64>,
     /// The answer for the caller.
     pub decision: Decision,
+    /// The decision judged the state to be further ahead of `now` than the lag horizon
+    /// ([`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS)): written by a clock that
+    /// leaped. The engine accepts such a step only when `now` was read *after* the state word was
+    /// loaded; otherwise it reads the clock again and decides again, so a thread that was
+    /// preempted between its clock read and its compare-exchange can never take newer state for
+    /// a leap (see [`update_timed`]).
+    pub(crate) leap: bool,
 }
 
 impl Step {
@@ -105,6 +112,7 @@ impl Step {
         Step {
             next: Some(next),
             decision,
+            leap: false,
         }
     }
 
@@ -121,7 +129,62 @@ impl Step {
         Step {
             next: None,
             decision,
+            leap: false,
         }
+    }
+
+    /// A denial that still writes `repaired`: the state was left by a leaping clock and is put
+    /// back in range (the one kind of denial that writes; it happens once per leap).
+    ///
+    /// ```
+    /// use floodgate::{Decision, Step};
+    /// let step = Step::repair(7, Decision::deny(5, 0, 10, 10)).after_leap();
+    /// assert_eq!(step.next, Some(7));
+    /// assert!(step.is_after_leap() && !step.decision.is_allowed());
+    /// ```
+    #[inline]
+    pub const fn repair(repaired: u64, decision: Decision) -> Self {
+        Step {
+            next: Some(repaired),
+            decision,
+            leap: false,
+        }
+    }
+
+    /// A step that writes `next` when it is `Some`, whatever the decision (a strike recorded
+    /// against a denied key, a booking of the smooth limiters).
+    #[inline]
+    pub(crate) const fn new(next: Option<u64>, decision: Decision) -> Self {
+        Step {
+            next,
+            decision,
+            leap: false,
+        }
+    }
+
+    /// Marks the step as judging the state to be a leaping clock's (see the field docs): the
+    /// engine then makes sure `now` is a clock read taken after the state was loaded.
+    ///
+    /// ```
+    /// use floodgate::{Decision, Step};
+    /// assert!(Step::allow(1, Decision::allow(2, 1, 0)).after_leap().is_after_leap());
+    /// assert!(!Step::allow(1, Decision::allow(2, 1, 0)).is_after_leap());
+    /// ```
+    #[inline]
+    pub const fn after_leap(mut self) -> Self {
+        self.leap = true;
+        self
+    }
+
+    /// Whether the step judged the state to be a leaping clock's.
+    ///
+    /// ```
+    /// use floodgate::{Decision, Step};
+    /// assert!(!Step::deny(Decision::deny(1, 0, 1, 1)).is_after_leap());
+    /// ```
+    #[inline]
+    pub const fn is_after_leap(&self) -> bool {
+        self.leap
     }
 }
 
@@ -207,41 +270,194 @@ pub fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision
     }
 }
 
-/// [`update`] with a time floor: every decision runs at `max(clock_now, floor)`, and a writer
-/// raises the floor to its `now` before it publishes a word, so a reader that sees the word also
-/// sees a floor at least as late as the writer's clock. A reader whose clock lags (another core's
-/// TSC) is then decided at the writer's time: never moved back, never refused for the lag. The
-/// floor is a clock value some thread read before this call observed its effect, so it is never
-/// later than the real time of the call: nothing is admitted early. A denial writes nothing.
+/// [`update`] for decisions that depend on a clock read: `read_clock` is called once up front
+/// and again only when a step judged its state to be a leaping clock's
+/// ([`Step::is_after_leap`]) on a read that was taken *before* that state was loaded. So a step
+/// that discards or folds far-ahead state is always based on a clock read newer than the state:
+/// a thread preempted between its clock read and its compare-exchange (for any length of time)
+/// finds newer state on its retry, reads the clock again, and decides on the present, never
+/// re-opening a window that newer threads have filled.
+///
+/// ```
+/// use floodgate::limiter::{update_timed, Step};
+/// use floodgate::Decision;
+/// use std::sync::atomic::AtomicU64;
+/// let word = AtomicU64::new(1_000);
+/// let mut reads = vec![5, 2_000].into_iter(); // a stale read, then a fresh one
+/// let d = update_timed(&word, || reads.next().unwrap(), |state, now| {
+///     let step = Step::allow(now, Decision::allow(1, 0, 0));
+///     if state > now + 100 { step.after_leap() } else { step }
+/// });
+/// assert!(d.is_allowed());
+/// assert_eq!(word.into_inner(), 2_000); // decided on the fresh read
+/// ```
+#[inline]
+pub fn update_timed(
+    word: &AtomicU64,
+    mut read_clock: impl FnMut() -> u64,
+    mut decide: impl FnMut(u64, u64) -> Step,
+) -> Decision {
+    let mut now = read_clock();
+    // Acquire: as in `update`.
+    let mut current = word.load(Ordering::Acquire);
+    // Whether `now` was read after `current` was loaded.
+    let mut fresh = false;
+    loop {
+        let step = decide(current, now);
+        if step.leap && !fresh {
+            now = read_clock();
+            fresh = true;
+            continue;
+        }
+        let Some(next) = step.next else {
+            return step.decision;
+        };
+        if next == current {
+            return step.decision;
+        }
+        // AcqRel / Acquire: as in `update`.
+        match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return step.decision,
+            Err(actual) => {
+                current = actual;
+                fresh = false;
+            }
+        }
+    }
+}
+
+/// A clock reader for [`update_timed`] / [`update_at`] whose first read is one already taken
+/// (`first`), and every later read a fresh one from `clock`.
+#[inline]
+pub(crate) fn reads_after(first: u64, mut clock: impl FnMut() -> u64) -> impl FnMut() -> u64 {
+    let mut first = Some(first);
+    move || first.take().unwrap_or_else(&mut clock)
+}
+
+/// The units a time floor counts in: the lag horizon and the floor's grain, in the units of the
+/// clock values it holds (nanoseconds for [`update_at`]; the smooth limiters count µs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FloorUnits {
+    /// A floor further ahead of a fresh clock read than this was published by a leaping clock.
+    pub(crate) horizon: u64,
+    /// A writer raises the floor only when its time passed the floor by at least this much.
+    pub(crate) grain: u64,
+}
+
+/// The floor of the smooth limiters, in microseconds.
+pub(crate) const MICROS_FLOOR: FloorUnits = FloorUnits {
+    horizon: MAX_CLOCK_LAG_NANOS / 1_000,
+    grain: 1,
+};
+
+/// The floor of the time-word buckets, in nanoseconds.
+pub(crate) const NANOS_FLOOR: FloorUnits = FloorUnits {
+    horizon: MAX_CLOCK_LAG_NANOS,
+    grain: FLOOR_GRAIN_NANOS,
+};
+
+/// The time a decision runs at, given a clock read and the floor: `max(clock, floor)` while the
+/// floor is within the lag horizon of the read, else `None` (the floor is a leaping clock's, or
+/// the read is stale: read the clock again to tell which).
+#[inline]
+pub(crate) fn floored(clock_now: u64, floor_now: u64, units: FloorUnits) -> Option<u64> {
+    (floor_now <= clock_now.saturating_add(units.horizon)).then(|| clock_now.max(floor_now))
+}
+
+/// [`update_timed`] with a time floor: every decision runs at `max(clock, floor)`, and a writer
+/// whose time passed the floor by the floor's grain ([`FLOOR_GRAIN_NANOS`]) raises it before it
+/// publishes its word, so a reader that sees the word also sees a floor at most one grain behind
+/// the writer's clock. A reader whose clock lags (another core's TSC) is then decided at the
+/// writer's time less at most one grain: never moved back, never refused for more than one grain
+/// of its lag. The floor is a clock value some thread read before this call observed its
+/// effect, so it is never later than the real time of the call: nothing is admitted early.
+///
+/// **Bounded**: a floor more than [`MAX_CLOCK_LAG_NANOS`] ahead of a clock read is never obeyed.
+/// The clock is read again (a stale read, preempted since, becomes fresh); a floor still that far
+/// ahead of a fresh read was published by a leaping clock: the decision runs at the fresh read,
+/// and a writing step puts the floor back to it. So one far-future read costs at most one
+/// extra clock read per call until the next write, never a frozen limiter.
+/// A denial writes nothing; raising the floor is the admission's second atomic operation only
+/// once per grain of time.
 ///
 /// ```
 /// use floodgate::limiter::{update_at, Step};
 /// use floodgate::Decision;
 /// use std::sync::atomic::AtomicU64;
 /// let (word, floor) = (AtomicU64::new(0), AtomicU64::new(0));
-/// update_at(&word, &floor, 100, |_, now| Step::allow(now, Decision::allow(1, 0, 0)));
-/// // A lagging clock read (90) decides at the floor (100).
-/// update_at(&word, &floor, 90, |_, now| { assert_eq!(now, 100); Step::deny(Decision::deny(1, 0, 1, 0)) });
+/// update_at(&word, &floor, || 100_000, |_, now| Step::allow(now, Decision::allow(1, 0, 0)));
+/// // A lagging clock read (90 µs) decides at the floor (100 µs).
+/// update_at(&word, &floor, || 90_000, |_, now| {
+///     assert_eq!(now, 100_000);
+///     Step::deny(Decision::deny(1, 0, 1, 0))
+/// });
 /// ```
 #[inline]
 pub fn update_at(
     word: &AtomicU64,
     floor: &AtomicU64,
-    clock_now: u64,
+    read_clock: impl FnMut() -> u64,
+    decide: impl FnMut(u64, u64) -> Step,
+) -> Decision {
+    update_floored(word, floor, NANOS_FLOOR, read_clock, decide)
+}
+
+/// [`update_at`] with the floor counted in `units`.
+#[inline]
+pub(crate) fn update_floored(
+    word: &AtomicU64,
+    floor: &AtomicU64,
+    units: FloorUnits,
+    mut read_clock: impl FnMut() -> u64,
     mut decide: impl FnMut(u64, u64) -> Step,
 ) -> Decision {
-    update(word, |state| {
-        // Relaxed: ordered after the Acquire load of `state` in `update`, which synchronizes
-        // with the Release CAS that followed the writer's floor raise.
+    let mut clock_now = read_clock();
+    // Acquire: a state word comes with the floor its writer raised before publishing it.
+    let mut current = word.load(Ordering::Acquire);
+    let mut fresh = false;
+    loop {
+        // Relaxed: ordered after the Acquire load (or failed CAS) that produced `current`, which
+        // synchronizes with the Release CAS that followed the writer's floor raise.
         let floor_now = floor.load(Ordering::Relaxed);
-        let now = clock_now.max(floor_now);
-        let step = decide(state, now);
-        if step.next.is_some() && now > floor_now {
-            // Relaxed: published to readers by the Release CAS of `update` that follows.
+        let (now, floor_leaped) = match floored(clock_now, floor_now, units) {
+            Some(now) => (now, false),
+            None if !fresh => {
+                clock_now = read_clock();
+                fresh = true;
+                continue;
+            }
+            None => (clock_now, true),
+        };
+        let step = decide(current, now);
+        if step.leap && !fresh {
+            clock_now = read_clock();
+            fresh = true;
+            continue;
+        }
+        let Some(next) = step.next else {
+            return step.decision;
+        };
+        if next == current {
+            return step.decision;
+        }
+        if floor_leaped {
+            // Relaxed: published by the Release CAS below, as a raise is. A floor a leaping clock
+            // left more than the horizon ahead of this fresh read goes back to it; if another
+            // thread moved it meanwhile, that thread's value stands.
+            let _ = floor.compare_exchange(floor_now, now, Ordering::Relaxed, Ordering::Relaxed);
+        } else if now >= floor_now.saturating_add(units.grain) {
+            // Relaxed: published to readers by the Release CAS below.
             floor.fetch_max(now, Ordering::Relaxed);
         }
-        step
-    })
+        // AcqRel / Acquire: as in `update`.
+        match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return step.decision,
+            Err(actual) => {
+                current = actual;
+                fresh = false;
+            }
+        }
+    }
 }
 
 /// A limiter: one [`Algorithm`] over one cache-padded `AtomicU64`, reading one [`Clock`].
@@ -338,12 +554,13 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     /// ```
     pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
         self.algorithm.check_permits(n)?;
-        let now = self.now();
         // Acquire: pairs with the Release CAS, so the floor read below is the writer's or later.
         let state = self.words.state.load(Ordering::Acquire);
+        // Read after the load: a peek judges the state on a clock read newer than it.
+        let now = self.now();
         let now = if A::NEEDS_TIME_FLOOR {
             // Relaxed: ordered by the Acquire load above.
-            now.max(self.words.floor.load(Ordering::Relaxed))
+            floored(now, self.words.floor.load(Ordering::Relaxed), NANOS_FLOOR).unwrap_or(now)
         } else {
             now
         };
@@ -395,14 +612,12 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
         self.algorithm.check_permits(n)?;
-        let now = self.now();
         let words = &*self.words;
+        let decide = |state, now| self.algorithm.decide(state, now, n);
         Ok(if A::NEEDS_TIME_FLOOR {
-            update_at(&words.state, &words.floor, now, |state, now| {
-                self.algorithm.decide(state, now, n)
-            })
+            update_at(&words.state, &words.floor, || self.now(), decide)
         } else {
-            update(&words.state, |state| self.algorithm.decide(state, now, n))
+            update_timed(&words.state, || self.now(), decide)
         })
     }
 

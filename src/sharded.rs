@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 use crate::algorithms::FixedWindow;
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{Algorithm, Limiter, update};
+use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
 use crate::packed::MAX_COUNT;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -243,7 +243,11 @@ impl<C: Clock> Sharded<C> {
     #[inline]
     fn take(&self, index: usize, now: u64, n: u32) -> Decision {
         let stripe = &self.stripes[index];
-        update(&stripe.word, |state| stripe.window.decide(state, now, n))
+        update_timed(
+            &stripe.word,
+            reads_after(now, || self.clock.now_nanos()),
+            |state, now| stripe.window.decide(state, now, n),
+        )
     }
 
     /// A stripe's decision restated with the global limit.

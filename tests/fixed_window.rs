@@ -202,11 +202,19 @@ fn anchored_tag_aliasing_lasts_at_most_one_window() {
     );
     clock.set(t0 + wrap + SEC);
     assert!(take(&l, 1).0, "but never beyond its end");
-    // An idle time landing in the 'ahead' half reads as stale, never as a future window.
+    // An idle time landing in the 'ahead' half, beyond the lag horizon, reads as a leaping
+    // clock's window: its count is folded into the window opening now, never a future window,
+    // and it holds for one window only.
     let (l2, c2) = limiter(1, Duration::from_secs(1), Anchor::FirstRequest, t0);
     assert!(take(&l2, 1).0);
-    c2.set(t0 + wrap / 2 + wrap / 4);
-    assert!(take(&l2, 1).0);
+    let folded_at = t0 + wrap / 2 + wrap / 4;
+    c2.set(folded_at);
+    assert!(
+        !take(&l2, 1).0,
+        "the folded count holds in the window opening now"
+    );
+    c2.set(folded_at + SEC + UNIT_1S);
+    assert!(take(&l2, 1).0, "and never beyond its end");
 }
 
 #[test]
@@ -260,7 +268,7 @@ fn peek_and_reset() {
 }
 
 #[test]
-fn aligned_ahead_is_lag_up_to_ten_seconds_and_stale_beyond() {
+fn aligned_ahead_is_lag_up_to_ten_seconds_and_folded_beyond() {
     // 1 ms windows. A read 5 s behind the stored window is lag: counted in the stored window.
     let start = 20_000 * MS;
     let (l, clock) = limiter(2, Duration::from_millis(1), Anchor::WallClock, start);
@@ -270,10 +278,14 @@ fn aligned_ahead_is_lag_up_to_ten_seconds_and_stale_beyond() {
         !take(&l, 1).0,
         "a lagging read is counted in the newer, full window"
     );
-    // Idle for 2^39 + 5 windows: the stored tag reads as 2^39 − 5 windows *ahead*. That is no
-    // clock lag but an aliased state: stale, the request is allowed.
+    // Idle for 2^39 + 5 windows: the stored tag reads as 2^39 − 5 windows *ahead*, beyond the
+    // lag horizon: a leaping clock's window (here an aliased one). Its count is folded into the
+    // current window — nothing forgotten — and holds only until that window ends.
     let (l, clock) = limiter(2, Duration::from_millis(1), Anchor::WallClock, start);
     assert!(take(&l, 2).0);
-    clock.set(start + ((1u64 << 39) + 5) * MS);
+    let at = start + ((1u64 << 39) + 5) * MS;
+    clock.set(at);
+    assert_eq!(take(&l, 1), (false, 0, MS, MS));
+    clock.set(at + MS);
     assert_eq!(take(&l, 1), (true, 1, 0, MS));
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::AcquireError;
+use crate::clock::MAX_CLOCK_LAG_NANOS;
 use crate::decision::{ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::{Algorithm, Step};
 use crate::packed::{
@@ -53,14 +54,11 @@ pub struct FixedWindow {
     shift: u32,
     /// How far ahead of `now` a stored window may be and still be kept (in windows for aligned,
     /// in units for anchored): a clock read that lags another core's, up to
-    /// max(one window, [`MAX_CLOCK_LAG_NANOS`]). Further ahead is a state aliased by 2^40 tag
-    /// units of idleness, and is stale.
+    /// max(one window, [`MAX_CLOCK_LAG_NANOS`]). Further ahead, judged on a clock read taken after
+    /// the word was loaded (the engine re-reads), is a leaping clock's window (or one aliased by
+    /// 2^40 tag units of idleness): its count is folded into the window opening now.
     max_ahead: u64,
 }
-
-/// The largest lag between two clock reads taken as lag rather than as a stale (aliased) state:
-/// 10 s, far beyond the TSC skew seen between cores (1.6 s on broken hardware, quanta#111).
-pub const MAX_CLOCK_LAG_NANOS: u64 = 10_000_000_000;
 
 /// Anchored windows count their start in units of at most `window / 2^16`.
 const ANCHOR_UNITS_LOG2: u32 = 16;
@@ -71,6 +69,9 @@ struct Current {
     count: u64,
     /// Nanoseconds from `now` to the end of the window.
     until_end: u64,
+    /// The stored window was further ahead than `max_ahead`: a leaping clock's. Its count is
+    /// folded into the window opening now (no admission forgotten) and the word is rewritten.
+    leap: bool,
 }
 
 impl FixedWindow {
@@ -164,6 +165,7 @@ impl FixedWindow {
             Anchor::WallClock => {
                 let index = self.window.divide(now);
                 let until_end = window - (now - index * window);
+                let mut leap = false;
                 if count > 0 {
                     match tag_distance(tag, index & TAG_MASK) {
                         TagDistance::Same => {
@@ -171,6 +173,7 @@ impl FixedWindow {
                                 tag,
                                 count,
                                 until_end,
+                                leap,
                             };
                         }
                         // Written by a thread whose clock read later: kept, never moved back.
@@ -181,20 +184,24 @@ impl FixedWindow {
                                 tag,
                                 count,
                                 until_end,
+                                leap,
                             };
                         }
-                        TagDistance::Behind(_) | TagDistance::Ahead(_) => {}
+                        TagDistance::Ahead(_) => leap = true,
+                        TagDistance::Behind(_) => {}
                     }
                 }
                 Current {
                     tag: index & TAG_MASK,
-                    count: 0,
+                    count: if leap { count } else { 0 },
                     until_end,
+                    leap,
                 }
             }
             Anchor::FirstRequest => {
                 let now_units = now >> self.shift;
                 let into_unit = now & ((1u64 << self.shift) - 1);
+                let mut leap = false;
                 if count > 0 {
                     // Whole units in a window: bounds every distance before it is shifted back
                     // to nanoseconds, so no shift can overflow.
@@ -205,18 +212,23 @@ impl FixedWindow {
                             window.checked_sub((k << self.shift) + into_unit)
                         }
                         // A start ahead of `now` is the rounding up, or a later clock read by
-                        // another thread: kept. Further ahead than `max_ahead` can only be a
-                        // state aliased by 2^40 units of idleness: stale.
+                        // another thread: kept.
                         TagDistance::Ahead(k) if k <= self.max_ahead => {
                             Some(window.saturating_add((k << self.shift) - into_unit))
                         }
-                        TagDistance::Behind(_) | TagDistance::Ahead(_) => None,
+                        // Further ahead than `max_ahead`: a leaping clock's window.
+                        TagDistance::Ahead(_) => {
+                            leap = true;
+                            None
+                        }
+                        TagDistance::Behind(_) => None,
                     };
                     if let Some(until_end @ 1..) = until_end {
                         return Current {
                             tag,
                             count,
                             until_end,
+                            leap,
                         };
                     }
                 }
@@ -228,8 +240,9 @@ impl FixedWindow {
                 };
                 Current {
                     tag: (now_units + u64::from(into_unit != 0)) & TAG_MASK,
-                    count: 0,
+                    count: if leap { count } else { 0 },
                     until_end: window.saturating_add(round_up),
+                    leap,
                 }
             }
         }
@@ -249,22 +262,26 @@ impl Algorithm for FixedWindow {
             tag,
             count,
             until_end,
+            leap,
         } = self.current(state, now);
         let taken = count + u64::from(n);
-        if taken <= limit {
+        let step = if taken <= limit {
             Step::allow(
                 pack_window(tag, taken),
                 Decision::allow(limit, limit - taken, until_end),
             )
         } else {
             let reset = if count == 0 { 0 } else { until_end };
-            Step::deny(Decision::deny(
-                limit,
-                limit.saturating_sub(count),
-                until_end,
-                reset,
-            ))
-        }
+            let denial = Decision::deny(limit, limit.saturating_sub(count), until_end, reset);
+            if leap {
+                // The folded window is written even though the request is denied, so the
+                // window's end is the same for every later caller (one write per leap).
+                Step::repair(pack_window(tag, count.min(MAX_COUNT)), denial)
+            } else {
+                Step::deny(denial)
+            }
+        };
+        if leap { step.after_leap() } else { step }
     }
 
     fn is_idle(&self, state: u64, now: u64) -> bool {

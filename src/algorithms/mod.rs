@@ -16,7 +16,8 @@ pub mod smooth;
 mod token_bucket;
 pub(crate) mod virtual_time;
 
-pub use fixed_window::{Anchor, FixedWindow, MAX_CLOCK_LAG_NANOS};
+pub use crate::clock::MAX_CLOCK_LAG_NANOS;
+pub use fixed_window::{Anchor, FixedWindow};
 pub use gcra::Gcra;
 pub use leaky_bucket::LeakyBucket;
 #[cfg(not(loom))]

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::AcquireError;
+use crate::clock::MAX_CLOCK_LAG_NANOS;
 use crate::decision::{ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::{Algorithm, Step};
 use crate::sync::{AtomicU32, Ordering};
@@ -34,16 +35,17 @@ use crate::sync::{AtomicU32, Ordering};
 /// | 6     | 5             | 34       | 31            |
 /// | 7, 8  | 4             | 36, 32   | 15            |
 ///
-/// A state whose counts are all zero is fresh whatever its tag (so `0` is fresh). A tag up to
-/// `cells` cells (one window) ahead of the caller's cell was written by a thread whose clock read
-/// later: the request is decided in that newer cell, never moving the state back. A tag any
-/// further ahead, or behind, is a state left idle: it is aged, and after a whole window all its
-/// counts have dropped, so a request after any idle time is decided afresh (like the anchored
-/// [`FixedWindow`](super::FixedWindow); a clock read lagging the last writer's by more than a
-/// whole window, far beyond the skew between cores, would start the window afresh too). The
-/// tag wraps after 2^T cells (at least 2^32: 136 years for 1 s cells,
-/// 49 days for 1 ms cells): a state idle for within one window of a multiple of that reads as
-/// recent, and its old counts hold for at most two more windows.
+/// A state whose counts are all zero is fresh whatever its tag (so `0` is fresh). A tag ahead of
+/// the caller's cell by up to max(one window, [`MAX_CLOCK_LAG_NANOS`]) was written by a thread
+/// whose clock read later: the request is decided in that newer cell, never moving the state
+/// back. A tag further ahead — judged only on a clock read taken after the word was loaded, so a
+/// thread preempted between its clock read and its compare-exchange can never mistake newer
+/// state for it — is a leaping clock's: its counts are folded into the caller's cell (no
+/// admission forgotten; they leave within one window) and the folded word is written. A tag
+/// behind is aged: after a whole window all its counts have dropped, so a request after any
+/// idle time is decided afresh. The tag wraps after 2^T cells (at least 2^32: 136 years for 1 s
+/// cells, 49 days for 1 ms cells): a state idle for within the lag horizon of a multiple of that
+/// reads as recent, and its old counts hold for at most that horizon plus one window.
 ///
 /// ```
 /// use floodgate::{AtomicLimiter, Limiter, ManualClock, PackedSlidingWindow};
@@ -68,6 +70,11 @@ pub struct PackedSlidingWindow {
     cell_nanos: u64,
     cells: u32,
     count_bits: u32,
+    /// How many cells ahead of the caller's a stored tag may be and still be a later clock read
+    /// (lag): max(one window, [`MAX_CLOCK_LAG_NANOS`]), at most half the tag space. Further ahead
+    /// (on a clock read newer than the word, which the engine makes sure of) is a leaping
+    /// clock's: its counts are folded into the caller's cell.
+    max_ahead: u64,
 }
 
 /// A state word read at a given cell: the newest cell's index and tag, and the counts shifted so
@@ -76,6 +83,8 @@ struct View {
     newest: u64,
     tag: u64,
     counts: u64,
+    /// The stored tag was a leaping clock's: its counts were folded into the current cell.
+    leap: bool,
 }
 
 impl PackedSlidingWindow {
@@ -112,11 +121,17 @@ impl PackedSlidingWindow {
             });
         }
         validate_limit(limit, max)?;
+        let cell_nanos = window_nanos / u64::from(cells);
+        let count_bits = 32 / cells;
+        let half_tag_space = (u64::MAX >> (cells * count_bits)) >> 1;
         Ok(PackedSlidingWindow {
             limit: AtomicU32::new(limit),
-            cell_nanos: window_nanos / u64::from(cells),
+            cell_nanos,
             cells,
-            count_bits: 32 / cells,
+            count_bits,
+            max_ahead: (MAX_CLOCK_LAG_NANOS / cell_nanos)
+                .max(u64::from(cells))
+                .min(half_tag_space),
         })
     }
 
@@ -183,22 +198,33 @@ impl PackedSlidingWindow {
                 newest: index,
                 tag: current,
                 counts: 0,
+                leap: false,
             };
         }
         let cells = u64::from(self.cells);
         let ahead = tag.wrapping_sub(current) & tag_mask;
-        if (1..=cells).contains(&ahead) {
-            // Written by a thread whose clock read later (at most a window later): decide in
+        if (1..=self.max_ahead).contains(&ahead) {
+            // Written by a thread whose clock read later (within the lag horizon): decide in
             // that newer cell.
             return View {
                 newest: index.saturating_add(ahead),
                 tag,
                 counts,
+                leap: false,
             };
         }
-        // The same cell, or `behind` cells old: shift the counts up, dropping the oldest. A tag
-        // further ahead than one window can only be a long-idle state whose tag wrapped: it is
-        // at least 2^T − cells cells old, so all its counts drop.
+        if ahead != 0 && ahead <= tag_mask >> 1 {
+            // Further ahead than the lag horizon: a leaping clock's (or a state idle for about
+            // 2^T cells whose tag wrapped). Its counts are kept, as the current cell's and the
+            // ones before it: no admission is forgotten, and they leave within one window.
+            return View {
+                newest: index,
+                tag: current,
+                counts,
+                leap: true,
+            };
+        }
+        // The same cell, or `behind` cells old: shift the counts up, dropping the oldest.
         let behind = current.wrapping_sub(tag) & tag_mask;
         let counts = if behind >= cells {
             0
@@ -209,6 +235,7 @@ impl PackedSlidingWindow {
             newest: index,
             tag: current,
             counts,
+            leap: false,
         }
     }
 
@@ -230,6 +257,7 @@ impl Algorithm for PackedSlidingWindow {
             newest,
             tag,
             counts,
+            leap,
         } = self.view(state, now / self.cell_nanos);
         let used: u64 = (0..self.cells).map(|age| self.count(counts, age)).sum();
         let cells = u64::from(self.cells);
@@ -239,7 +267,8 @@ impl Algorithm for PackedSlidingWindow {
             let reset = self
                 .start_of(newest.saturating_add(cells))
                 .saturating_sub(now);
-            return Step::allow(next, Decision::allow(limit, limit - used - n, reset));
+            let step = Step::allow(next, Decision::allow(limit, limit - used - n, reset));
+            return if leap { step.after_leap() } else { step };
         }
         // Cell of age j leaves the window when the clock reaches cell `newest + cells − j`.
         let need = used + n - limit;
@@ -259,12 +288,14 @@ impl Algorithm for PackedSlidingWindow {
                     .saturating_sub(now)
             });
         let retry = self.start_of(retry_cell).saturating_sub(now);
-        Step::deny(Decision::deny(
-            limit,
-            limit.saturating_sub(used),
-            retry,
-            reset,
-        ))
+        let denial = Decision::deny(limit, limit.saturating_sub(used), retry, reset);
+        if leap {
+            // The folded word is written even on a denial, so every later caller sees the same
+            // cells leave the window (one write per leap).
+            Step::repair((tag << self.counts_bits()) | counts, denial).after_leap()
+        } else {
+            Step::deny(denial)
+        }
     }
 
     fn is_idle(&self, state: u64, now: u64) -> bool {
@@ -324,15 +355,31 @@ mod tests {
     }
 
     #[test]
-    fn long_idle_state_is_fresh_not_ahead() {
-        // Any more than one window ahead is not a lagging clock but a wrapped tag: stale.
-        let w = window(3, 3);
-        let state = w.decide(0, 100, 3).next.unwrap(); // cell 10, full
-        let tag_cells = w.tag_mask() + 1;
-        let wrapped = 10 + tag_cells - 4; // the tag reads 4 cells ahead of this cell
-        assert!(w.is_idle(state, wrapped * 10));
-        assert!(w.decide(state, wrapped * 10, 3).decision.is_allowed());
-        let one_window = 10 + tag_cells - 3; // 3 cells ahead: counts as a lagging clock
-        assert!(!w.decide(state, one_window * 10, 1).decision.is_allowed());
+    fn a_state_beyond_the_lag_horizon_is_folded_not_forgotten() {
+        let w = window(3, 3); // 10 ns cells
+        let cells_ahead = w.max_ahead;
+        assert_eq!(cells_ahead, MAX_CLOCK_LAG_NANOS / 10);
+        let at = 2 * cells_ahead; // the writer's cell
+        let state = w.decide(0, at * 10, 3).next.unwrap(); // full
+        // Ahead by exactly the horizon: a lagging clock, decided in the writer's cell.
+        let lagging = w.decide(state, (at - cells_ahead) * 10, 1);
+        assert!(!lagging.decision.is_allowed() && !lagging.is_after_leap());
+        assert_eq!(lagging.next, None);
+        // One cell further: a leaping clock's state. Its counts are folded into this cell and
+        // written, even though the request is denied.
+        let reader = at - cells_ahead - 1;
+        let folded = w.decide(state, reader * 10, 1);
+        assert!(folded.is_after_leap() && !folded.decision.is_allowed());
+        let repaired = folded.next.unwrap();
+        assert_eq!(w.view(repaired, reader).tag, reader & w.tag_mask());
+        assert!(!w.is_idle(state, reader * 10));
+        // The folded word is an ordinary state: it leaves the window one window later.
+        assert!(
+            !w.decide(repaired, (reader + 2) * 10, 1)
+                .decision
+                .is_allowed()
+        );
+        let later = w.decide(repaired, (reader + 3) * 10, 3);
+        assert!(later.decision.is_allowed() && !later.is_after_leap());
     }
 }

@@ -58,7 +58,7 @@ use shards::{KeySlot, Liveness, ShardedMap};
 
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{Algorithm, update, update_at};
+use crate::limiter::{Algorithm, NANOS_FLOOR, floored, reads_after, update_at, update_timed};
 use crate::sync::{AtomicU64, Ordering};
 
 /// What a full shard does with a new key when none of its keys is idle.
@@ -235,7 +235,7 @@ where
         let decided = self
             .map
             .access(key, &self.clock, algorithm, |slot, now, floor| {
-                decide_slot(algorithm, &slot.state, floor, now, n)
+                decide_slot(algorithm, &slot.state, floor, now, &self.clock, n)
             });
         Ok(decided.unwrap_or_else(|refused| {
             let limit = algorithm.limit();
@@ -266,8 +266,9 @@ where
             // key's last writer's or later.
             let state = slot.map_or(0, |slot| slot.state.load(Ordering::Acquire));
             let now = if A::NEEDS_TIME_FLOOR {
-                // Relaxed: ordered by the Acquire load above.
-                now.max(floor.load(Ordering::Relaxed))
+                // Relaxed: ordered by the Acquire load above. A floor beyond the lag horizon is a
+                // leaping clock's, and is not obeyed.
+                floored(now, floor.load(Ordering::Relaxed), NANOS_FLOOR).unwrap_or(now)
             } else {
                 now
             };
@@ -469,20 +470,23 @@ impl<K, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
 
 /// One decision on a key's state word: through the shard's time floor for algorithms that need
 /// one ([`Algorithm::NEEDS_TIME_FLOOR`]), so a reader whose clock lags the key's last writer is
-/// decided at the writer's time, exactly as [`AtomicLimiter`](crate::AtomicLimiter) does.
+/// decided at the writer's time, exactly as [`AtomicLimiter`](crate::AtomicLimiter) does. `now`
+/// is the clock read taken under the shard's lock; `clock` reads again where the engine must
+/// confirm a leap on a read newer than the word.
 #[inline]
 fn decide_slot<A: Algorithm>(
     algorithm: &A,
     state: &AtomicU64,
     floor: &AtomicU64,
     now: u64,
+    clock: &impl Clock,
     n: u32,
 ) -> Decision {
+    let read_clock = reads_after(now, || clock.now_nanos());
+    let decide = |word, now| algorithm.decide(word, now, n);
     if A::NEEDS_TIME_FLOOR {
-        update_at(state, floor, now, |word, now| {
-            algorithm.decide(word, now, n)
-        })
+        update_at(state, floor, read_clock, decide)
     } else {
-        update(state, |word| algorithm.decide(word, now, n))
+        update_timed(state, read_clock, decide)
     }
 }

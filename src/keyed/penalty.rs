@@ -127,10 +127,7 @@ impl PenaltyBox {
     /// starting the block retries its CAS on the block word and must not count over it.
     pub(crate) fn strike(&self, word: u64, now: u64, denial: Decision) -> Step {
         if let Some(left) = Self::blocked_for(word, now) {
-            return Step {
-                next: None,
-                decision: Decision::deny(denial.limit(), 0, left, left),
-            };
+            return Step::deny(Decision::deny(denial.limit(), 0, left, left));
         }
         let (marker, time) = unpack(word);
         let counted = match marker {
@@ -142,15 +139,12 @@ impl PenaltyBox {
         if counted + 1 >= u64::from(self.strikes) {
             let until = to_units(now.saturating_add(self.block_nanos));
             let left = time_nanos(until).saturating_sub(now);
-            return Step {
-                next: Some(pack(BLOCKED, until)),
-                decision: Decision::deny(denial.limit(), 0, left, left.max(denial_reset(denial))),
-            };
+            return Step::new(
+                Some(pack(BLOCKED, until)),
+                Decision::deny(denial.limit(), 0, left, left.max(denial_reset(denial))),
+            );
         }
-        Step {
-            next: Some(pack(counted + 1, start)),
-            decision: denial,
-        }
+        Step::new(Some(pack(counted + 1, start)), denial)
     }
 
     /// Nanoseconds the key stays blocked, if it is blocked at `now`.
@@ -310,7 +304,8 @@ where
                 if let Some(left) = PenaltyBox::blocked_for(jail, now) {
                     return Decision::deny(algorithm.limit(), 0, left, left);
                 }
-                let decision = super::decide_slot(algorithm, &slot.state, floor, now, n);
+                let decision =
+                    super::decide_slot(algorithm, &slot.state, floor, now, &self.clock, n);
                 if decision.is_allowed() {
                     return decision;
                 }

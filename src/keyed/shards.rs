@@ -25,7 +25,7 @@ use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{KeyedStats, WhenFull};
-use crate::clock::Clock;
+use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
 use crate::sync::AtomicU64;
 
 /// Most keys a shard holds when the shard count is chosen automatically: bounds the cost of one
@@ -74,6 +74,12 @@ struct Shard<K, S> {
     evicted_live: u64,
     refused_new_keys: u64,
     sweeps: u64,
+    /// The latest clock read at which a sweep or an eviction dropped a key of this shard. A key
+    /// inserted afterwards is first decided no earlier than this (within the lag horizon): a
+    /// dropped key was idle at the dropper's time, so a checker whose clock lags the dropper's
+    /// must not start it afresh at its own, earlier time (where the old state may still have been
+    /// live).
+    dropped_at: u64,
 }
 
 /// One shard: its lock and map, and the time floor of its keys' state words (see
@@ -144,6 +150,7 @@ where
                         evicted_live: 0,
                         refused_new_keys: 0,
                         sweeps: 0,
+                        dropped_at: 0,
                     }),
                 })
             })
@@ -197,6 +204,14 @@ where
         self.make_room(&mut guard, rules, now)?;
         let floor = &shard.floor;
         let shard = &mut *guard;
+        // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
+        // one that was dropped as idle on a clock ahead of ours. A drop time beyond the lag
+        // horizon is a leaping clock's and is not obeyed.
+        let now = if shard.dropped_at > now && shard.dropped_at - now <= MAX_CLOCK_LAG_NANOS {
+            shard.dropped_at
+        } else {
+            now
+        };
         let slot = shard.map.entry(key.to_owned()).or_default();
         let result = run(slot, now, floor);
         if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
@@ -255,6 +270,7 @@ where
                         return Err(Refused { retry_after: 1 });
                     };
                     if let Some(slot) = shard.map.remove(&victim) {
+                        shard.dropped_at = shard.dropped_at.max(now);
                         match slot.liveness(rules, now) {
                             Liveness::Idle => shard.evicted_idle += 1,
                             Liveness::Live { .. } => shard.evicted_live += 1,
@@ -352,6 +368,7 @@ fn sweep<K: Hash + Eq, R, S: KeySlot<R>>(shard: &mut Shard<K, S>, rules: &R, now
     shard.evicted_idle += dropped as u64;
     shard.sweeps += 1;
     if dropped > 0 {
+        shard.dropped_at = shard.dropped_at.max(now);
         // Victims picked earlier may be gone; pick afresh when next needed.
         shard.victims.clear();
     }

@@ -37,7 +37,7 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision};
-use crate::limiter::{Step, update, update_at};
+use crate::limiter::{MICROS_FLOOR, Step, reads_after, update, update_floored};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The longest burst accepted: one year of stored permits.
@@ -180,28 +180,40 @@ impl<C: Clock> SmoothBursty<C> {
             decision: UNREAD,
             wait_micros: 0,
         };
-        let clock_now = u64::try_from(now).unwrap_or(0);
-        update_at(&self.state, &self.floor, clock_now, |word, floored| {
-            // The floor only ever holds values of `now_micros`, which fit in an i64.
-            let now = i64::try_from(floored).unwrap_or(now);
-            let (ticket, infinite) = self.codec.decode(word, now);
-            let math = (!infinite).then(|| BurstyMath {
-                interval: self.interval.load(),
-                full_time: self.codec.full_time,
-            });
-            outcome = decide(ticket, now, permits, timeout, math.as_ref());
-            Step {
-                next: outcome.next.map(|t| self.codec.encode(t, infinite)),
-                decision: outcome.decision,
-            }
+        // The first read is the caller's; the engine reads again only to confirm a floor that
+        // looks like a leaping clock's (see `limiter::update_floored`).
+        let read_clock = reads_after(u64::try_from(now).unwrap_or(0), || {
+            u64::try_from(self.now_micros()).unwrap_or(0)
         });
+        update_floored(
+            &self.state,
+            &self.floor,
+            MICROS_FLOOR,
+            read_clock,
+            |word, floored| {
+                // The floor only ever holds values of `now_micros`, which fit in an i64.
+                let now = i64::try_from(floored).unwrap_or(now);
+                let (ticket, infinite) = self.codec.decode(word, now);
+                let math = (!infinite).then(|| BurstyMath {
+                    interval: self.interval.load(),
+                    full_time: self.codec.full_time,
+                });
+                outcome = decide(ticket, now, permits, timeout, math.as_ref());
+                Step::new(
+                    outcome.next.map(|t| self.codec.encode(t, infinite)),
+                    outcome.decision,
+                )
+            },
+        );
         outcome
     }
 
     fn set_infinite(&self) {
-        update(&self.state, |word| Step {
-            next: (word & INFINITE_BIT == 0).then_some(word | INFINITE_BIT),
-            decision: UNREAD,
+        update(&self.state, |word| {
+            Step::new(
+                (word & INFINITE_BIT == 0).then_some(word | INFINITE_BIT),
+                UNREAD,
+            )
         });
     }
 
@@ -210,9 +222,11 @@ impl<C: Clock> SmoothBursty<C> {
         let before = self.state.load(Ordering::Relaxed);
         self.interval.publish(interval);
         if before & INFINITE_BIT != 0 {
-            update(&self.state, |word| Step {
-                next: (word & INFINITE_BIT != 0).then(|| self.codec.leave_infinite(word, now)),
-                decision: UNREAD,
+            update(&self.state, |word| {
+                Step::new(
+                    (word & INFINITE_BIT != 0).then(|| self.codec.leave_infinite(word, now)),
+                    UNREAD,
+                )
             });
         }
     }

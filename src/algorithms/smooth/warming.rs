@@ -30,6 +30,7 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision};
+use crate::limiter::{MICROS_FLOOR, floored};
 use crate::sync::{AtomicU64, Ordering};
 
 const INFINITE_BIT: u64 = 1 << 63;
@@ -218,16 +219,25 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // so a request that decides on it cannot use an older one (IntervalCell's fences order
         // the interval itself). loom models this word with a mutex (no 128-bit atomics there),
         // so these orderings are argued here, not model-checked.
-        // The time floor, as `limiter::update_at` keeps it for one word: decide at
-        // max(clock, floor); a booking raises the floor before its Release CAS.
-        let clock_now = u64::try_from(now).unwrap_or(0);
+        // The time floor, as `limiter::update_floored` keeps it for one word: decide at
+        // max(clock, floor); a booking raises the floor (once per grain) before its Release CAS.
+        // A floor beyond the lag horizon of a clock read taken after the word was loaded is a
+        // leaping clock's: ignored, and put back to that read by the next booking.
+        let mut clock_now = u64::try_from(now).unwrap_or(0);
         let _ = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 // Relaxed: ordered after the Acquire load of `word`, which synchronizes with the
                 // Release CAS that followed the writer's floor raise.
                 let floor_now = self.floor.load(Ordering::Relaxed);
-                let floored = clock_now.max(floor_now);
+                let mut leaped = false;
+                let floored = floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
+                    clock_now = u64::try_from(self.now_micros()).unwrap_or(0);
+                    floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
+                        leaped = true;
+                        clock_now
+                    })
+                });
                 // The floor only ever holds values of `now_micros`, which fit in an i64.
                 let now = i64::try_from(floored).unwrap_or(now);
                 let (ticket, infinite) = unpack(word);
@@ -238,9 +248,19 @@ impl<C: Clock> SmoothWarmingUp<C> {
                     .next
                     .map(|t| pack(t, infinite))
                     .filter(|&next| next != word);
-                if next.is_some() && floored > floor_now {
-                    // Relaxed: published to readers by the Release CAS that follows.
-                    self.floor.fetch_max(floored, Ordering::Relaxed);
+                if next.is_some() {
+                    if leaped {
+                        // Relaxed: published by the Release CAS that follows, as a raise is.
+                        let _ = self.floor.compare_exchange(
+                            floor_now,
+                            floored,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                    } else if floored >= floor_now.saturating_add(MICROS_FLOOR.grain) {
+                        // Relaxed: published to readers by the Release CAS that follows.
+                        self.floor.fetch_max(floored, Ordering::Relaxed);
+                    }
                 }
                 next
             });
