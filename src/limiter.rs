@@ -408,8 +408,24 @@ pub(crate) fn update_floored(
     word: &AtomicU64,
     floor: &AtomicU64,
     units: FloorUnits,
-    mut read_clock: impl FnMut() -> u64,
+    read_clock: impl FnMut() -> u64,
     mut decide: impl FnMut(u64, u64) -> Step,
+) -> Decision {
+    update_floored_leap(word, floor, units, read_clock, |state, now, _| {
+        decide(state, now)
+    })
+}
+
+/// [`update_floored`] whose `decide` also gets the leap: how far a leaping clock's floor was
+/// ahead of the fresh read `now` (0 when the floor is in range). A state published with that
+/// floor was booked on the leaping clock, and may be moved back by it.
+#[inline]
+pub(crate) fn update_floored_leap(
+    word: &AtomicU64,
+    floor: &AtomicU64,
+    units: FloorUnits,
+    mut read_clock: impl FnMut() -> u64,
+    mut decide: impl FnMut(u64, u64, u64) -> Step,
 ) -> Decision {
     let mut clock_now = read_clock();
     // Acquire: a state word comes with the floor its writer raised before publishing it.
@@ -428,7 +444,8 @@ pub(crate) fn update_floored(
             }
             None => (clock_now, true),
         };
-        let step = decide(current, now);
+        let leap = if floor_leaped { floor_now - now } else { 0 };
+        let step = decide(current, now, leap);
         if step.leap && !fresh {
             clock_now = read_clock();
             fresh = true;

@@ -229,3 +229,36 @@ fn a_key_dropped_on_a_clock_ahead_is_not_refilled_for_a_lagging_checker() {
         "window 11 already holds the lagging checker's 2"
     );
 }
+
+/// Item 3 on the smooth limiters: a booking made on a day-long leap is moved back by the leap
+/// (the floor says how far it was), so the next present-time callers wait one interval, not a
+/// day; a later read in range decides normally again.
+#[test]
+fn a_leaping_read_costs_smooth_limiters_one_booking_not_a_day() {
+    let interval = Duration::from_millis(100); // 10/s
+    let bursty_clock = GatedClock::starting_at(100 * SEC);
+    let bursty = floodgate::SmoothBursty::create_with_clock(10.0, bursty_clock.clone()).unwrap();
+    let warming_clock = GatedClock::starting_at(100 * SEC);
+    let warming = floodgate::SmoothWarmingUp::create_with_clock(
+        10.0,
+        Duration::from_secs(1),
+        warming_clock.clone(),
+    )
+    .unwrap();
+    let limiters: [(&dyn Limiter, &GatedClock, Duration); 2] = [
+        (&bursty, &bursty_clock, interval),
+        // Cold: a warming limiter's first permits cost up to cold_factor (3) intervals.
+        (&warming, &warming_clock, 3 * interval),
+    ];
+    for (limiter, clock, wait) in limiters {
+        clock.leap_next_read(86_400 * SEC);
+        assert!(limiter.try_acquire(1).unwrap().is_allowed()); // booked a day ahead
+        let next = limiter.try_acquire(1).unwrap();
+        assert!(next.retry_after() <= wait, "{next:?}");
+        clock.advance(u64::try_from(wait.as_nanos()).unwrap());
+        assert!(
+            limiter.try_acquire(1).unwrap().is_allowed(),
+            "frozen by the leap"
+        );
+    }
+}

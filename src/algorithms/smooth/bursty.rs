@@ -37,7 +37,7 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision};
-use crate::limiter::{MICROS_FLOOR, Step, reads_after, update, update_floored};
+use crate::limiter::{MICROS_FLOOR, Step, reads_after, update, update_floored_leap};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The longest burst accepted: one year of stored permits.
@@ -185,25 +185,39 @@ impl<C: Clock> SmoothBursty<C> {
         let read_clock = reads_after(u64::try_from(now).unwrap_or(0), || {
             u64::try_from(self.now_micros()).unwrap_or(0)
         });
-        update_floored(
+        let decide_word = |word, floored, leap| {
+            // A booking made on a leaping clock (its floor beyond the lag horizon of this fresh
+            // read) is moved back by the leap: its debt stays, counted from the present.
+            // Written even when the request is denied (once per leap), so the booking stays
+            // where this read put it instead of moving with every later reader.
+            let (word, repair) = if leap > 0 {
+                let shifted = self.codec.shift_back(word, leap);
+                (shifted, Some(shifted))
+            } else {
+                (word, None)
+            };
+            // The floor only ever holds values of `now_micros`, which fit in an i64.
+            let now = i64::try_from(floored).unwrap_or(now);
+            let (ticket, infinite) = self.codec.decode(word, now);
+            let math = (!infinite).then(|| BurstyMath {
+                interval: self.interval.load(),
+                full_time: self.codec.full_time,
+            });
+            outcome = decide(ticket, now, permits, timeout, math.as_ref());
+            Step::new(
+                outcome
+                    .next
+                    .map(|t| self.codec.encode(t, infinite))
+                    .or(repair),
+                outcome.decision,
+            )
+        };
+        update_floored_leap(
             &self.state,
             &self.floor,
             MICROS_FLOOR,
             read_clock,
-            |word, floored| {
-                // The floor only ever holds values of `now_micros`, which fit in an i64.
-                let now = i64::try_from(floored).unwrap_or(now);
-                let (ticket, infinite) = self.codec.decode(word, now);
-                let math = (!infinite).then(|| BurstyMath {
-                    interval: self.interval.load(),
-                    full_time: self.codec.full_time,
-                });
-                outcome = decide(ticket, now, permits, timeout, math.as_ref());
-                Step::new(
-                    outcome.next.map(|t| self.codec.encode(t, infinite)),
-                    outcome.decision,
-                )
-            },
+            decide_word,
         );
         outcome
     }

@@ -83,6 +83,18 @@ impl BurstyCodec {
         value | if infinite { INFINITE_BIT } else { 0 }
     }
 
+    /// The word booked on a clock that read `micros` ahead of the present, moved back by that
+    /// much: its debt stays, counted from the present (a leaping clock's booking, see
+    /// `limiter::update_floored_leap`).
+    pub(super) fn shift_back(&self, word: u64, micros: u64) -> u64 {
+        let value = word & VALUE_MASK;
+        if value == NEVER {
+            return word;
+        }
+        let shift = micros.saturating_mul(1 << FRACTION_BITS);
+        value.saturating_sub(shift) | (word & INFINITE_BIT)
+    }
+
     /// Guava's transition out of rate ∞ at `now`: a full burst (`stored = maxPermits`). If debt
     /// booked before ∞ is still outstanding, the debt stays and the burst accrues after it (the
     /// word cannot hold both; module docs).

@@ -240,13 +240,21 @@ impl<C: Clock> SmoothWarmingUp<C> {
                 });
                 // The floor only ever holds values of `now_micros`, which fit in an i64.
                 let now = i64::try_from(floored).unwrap_or(now);
-                let (ticket, infinite) = unpack(word);
+                let (mut ticket, infinite) = unpack(word);
+                if leaped && ticket.next_free != i64::MAX {
+                    // Booked on a leaping clock: moved back by the leap, its debt counted from
+                    // the present (as SmoothBursty does).
+                    let leap = i64::try_from(floor_now - floored).unwrap_or(i64::MAX);
+                    ticket.next_free = ticket.next_free.saturating_sub(leap).max(0);
+                }
                 let math = (!infinite).then(|| self.math());
                 outcome = decide(ticket, now, permits, timeout, math.as_ref());
-                // A denial (or a free request at ∞) writes nothing.
+                // A denial (or a free request at ∞) writes nothing, except the booking moved
+                // back from a leap (once per leap, so it stays where this read put it).
                 let next = outcome
                     .next
                     .map(|t| pack(t, infinite))
+                    .or(leaped.then(|| pack(ticket, infinite)))
                     .filter(|&next| next != word);
                 if next.is_some() {
                     if leaped {
