@@ -16,12 +16,14 @@
 //!   behind the current one is an old window; one ahead of it by at most max(one window, 10 s)
 //!   ([`MAX_CLOCK_LAG_NANOS`](crate::algorithms::MAX_CLOCK_LAG_NANOS)) is a window written by a
 //!   thread whose clock read was later than ours, and is never replaced by an older one; further
-//!   ahead is stale.
+//!   ahead (judged only on a clock read taken after the word was loaded) is a leaping clock's
+//!   window, whose count is folded into the window opening now.
 //! * Aliasing, the one documented wrap-around: a state left untouched for a multiple of 2^40 tag
 //!   units (2^40 windows aligned: 34 years for 1 ms windows; at least 2^24 windows anchored: 194
-//!   days for 1 s windows), give or take the lag allowance above, can read as current or slightly
-//!   ahead again: its old count then applies until that window ends, at most max(one window,
-//!   10 s) plus one window. Never longer; exercised by tests.
+//!   days for 1 s windows), give or take the lag allowance above, can read as current or ahead
+//!   again: its old count then applies (kept, or folded into the current window) until that
+//!   window ends, at most max(one window, 10 s) plus one window. Never longer; exercised by
+//!   tests.
 //!
 //! # Time word (token bucket, leaky bucket, GCRA)
 //! The whole `u64` is one time in nanoseconds on the clock's timeline: the "theoretical arrival

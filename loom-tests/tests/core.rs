@@ -94,28 +94,40 @@ fn fixed_window_edge_never_goes_back() {
 #[test]
 fn gcra_lagging_reader_is_decided_at_the_writers_time() {
     // B's clock reads 3 ns behind A's. Without the time floor, B would be refused when A wrote
-    // first (0.97 of a token at 997); with it, both fit in the burst under every interleaving.
+    // first (0.97 of a token at 9,997); with it, both fit in the burst under every interleaving.
+    // (A's time is past the floor's grain, 1,024 ns, so A raises the floor.)
     model(|| {
         let algorithm = Arc::new(Gcra::new(Rate::new(1, Duration::from_nanos(100)), 2).unwrap());
         let word = Arc::new(AtomicU64::new(0));
         let floor = Arc::new(AtomicU64::new(0));
         let (b_alg, b_word, b_floor) = (algorithm.clone(), word.clone(), floor.clone());
         let b = thread::spawn(move || {
-            update_at(&b_word, &b_floor, 997, |s, now| b_alg.decide(s, now, 1)).is_allowed()
+            update_at(
+                &b_word,
+                &b_floor,
+                || 9_997,
+                |s, now| b_alg.decide(s, now, 1),
+            )
+            .is_allowed()
         });
-        let a_allowed =
-            update_at(&word, &floor, 1_000, |s, now| algorithm.decide(s, now, 1)).is_allowed();
+        let a_allowed = update_at(
+            &word,
+            &floor,
+            || 10_000,
+            |s, now| algorithm.decide(s, now, 1),
+        )
+        .is_allowed();
         assert!(
             a_allowed && b.join().unwrap(),
             "the lag refuses nothing that fits"
         );
         let tat = word.load(loom::sync::atomic::Ordering::SeqCst);
         assert!(
-            tat == 1_197 || tat == 1_200,
+            tat == 10_197 || tat == 10_200,
             "tat {tat}: both bookings, none lost"
         );
         assert!(
-            floor.load(loom::sync::atomic::Ordering::SeqCst) <= 1_000,
+            floor.load(loom::sync::atomic::Ordering::SeqCst) <= 10_000,
             "the floor is a real clock read"
         );
     });
