@@ -262,3 +262,25 @@ fn a_leaping_read_costs_smooth_limiters_one_booking_not_a_day() {
         );
     }
 }
+
+/// A sweep whose clock read leaps (one far read) must not drop keys that are live now: it
+/// judges idleness at the earlier of two reads.
+#[test]
+fn a_leaping_read_in_a_sweep_drops_no_live_key() {
+    let clock = GatedClock::starting_at(10 * SEC);
+    let keyed: Keyed<u32, Gcra, GatedClock> =
+        Keyed::builder(Gcra::new(Rate::per_second(1), 2).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+    assert!(keyed.check(&1, 2).unwrap().is_allowed()); // drained: live for 2 s
+    clock.leap_next_read(86_400 * SEC);
+    assert_eq!(
+        keyed.retain_recent(),
+        0,
+        "a live key was dropped by a leaping read"
+    );
+    assert!(!keyed.check(&1, 1).unwrap().is_allowed(), "and refilled");
+    clock.advance(2 * SEC);
+    assert_eq!(keyed.retain_recent(), 1);
+}

@@ -201,7 +201,7 @@ where
             // Inserted by another thread between our two locks.
             return Ok(run(slot, now, &shard.floor));
         }
-        self.make_room(&mut guard, rules, now)?;
+        self.make_room(&mut guard, rules, now, clock)?;
         let floor = &shard.floor;
         let shard = &mut *guard;
         // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
@@ -239,15 +239,27 @@ where
 
     /// Frees one slot in a full shard, or sweeps a growing one. Errs when the shard is full of
     /// live keys and the policy refuses new keys.
-    fn make_room<R>(&self, shard: &mut Shard<K, S>, rules: &R, now: u64) -> Result<(), Refused>
+    fn make_room<R>(
+        &self,
+        shard: &mut Shard<K, S>,
+        rules: &R,
+        now: u64,
+        clock: &impl Clock,
+    ) -> Result<(), Refused>
     where
         S: KeySlot<R>,
     {
         let full = shard.map.len() >= self.shard_cap;
         let grown = shard.inserts_since_sweep >= shard.len_after_sweep.max(64);
+        if !full && !grown {
+            return Ok(());
+        }
+        // Dropping a key judges it idle at `now`: a second read guards that judgement against a
+        // one-shot leaping read (which would drop keys live at the present time).
+        let now = judge_time(now, clock);
         // Before `next_idle_at` no key is idle, so a sweep would find nothing: skipping it is
         // what keeps a flood of new keys against a full shard of live keys O(1) per call.
-        if now >= shard.next_idle_at && (full || grown) {
+        if now >= shard.next_idle_at {
             sweep(shard, rules, now);
         }
         if shard.map.len() < self.shard_cap {
@@ -291,7 +303,7 @@ where
             .iter()
             .map(|shard| {
                 let mut guard = write(shard);
-                let now = clock.now_nanos();
+                let now = judge_time(clock.now_nanos(), clock);
                 sweep(&mut guard, rules, now)
             })
             .sum()
@@ -348,6 +360,13 @@ where
         }
         stats
     }
+}
+
+/// The time a sweep or an eviction judges idleness at: the earlier of `first` and a second
+/// read, so one leaping clock read cannot make keys that are live now look idle. (Sweeps are off
+/// the hot path; the second read costs one clock read per sweep or eviction.)
+fn judge_time(first: u64, clock: &impl Clock) -> u64 {
+    first.min(clock.now_nanos())
 }
 
 /// Drops the shard's idle keys and recomputes its `next_idle_at`. Returns how many it dropped.
