@@ -500,6 +500,15 @@ pub enum AcquireError {
         /// The most one request can ever be granted.
         capacity: u64,
     },
+    /// The wait for the permits would end past the end of the clock's `u64` nanosecond
+    /// timeline (or a smooth limiter's 2⁵¹ µs range): it can never end, so a blocking call
+    /// returns this instead of looping forever.
+    PastEndOfTime {
+        /// The clock's reading when the wait was announced, in nanoseconds.
+        now_nanos: u64,
+        /// The wait announced.
+        wait: Duration,
+    },
 }
 
 impl fmt::Display for AcquireError {
@@ -512,6 +521,11 @@ impl fmt::Display for AcquireError {
             } => write!(
                 f,
                 "{requested} permits can never be granted: the capacity is {capacity}"
+            ),
+            AcquireError::PastEndOfTime { now_nanos, wait } => write!(
+                f,
+                "the wait passes the end of the clock's timeline: {wait:?} from {now_nanos} ns \
+                 goes past u64::MAX ns"
             ),
         }
     }

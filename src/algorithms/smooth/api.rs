@@ -140,6 +140,7 @@ macro_rules! smooth_limiter_api {
             /// Guava's `acquire`: books at once, sleeps until the previous booking is paid.
             fn acquire(&self, n: u32) -> Result<std::time::Duration, $crate::AcquireError> {
                 let wait = self.reserve(n)?;
+                $crate::limiter::check_wait_ends(&self.clock, wait)?;
                 if !wait.is_zero() {
                     self.clock.sleep(wait);
                 }
@@ -160,8 +161,9 @@ macro_rules! smooth_limiter_api {
                 let timeout = $crate::algorithms::smooth::timeout_micros(timeout);
                 let outcome = self.decide_at(n, self.now_micros(), Some(timeout));
                 if outcome.wait_micros > 0 {
-                    self.clock
-                        .sleep(std::time::Duration::from_micros(outcome.wait_micros as u64));
+                    let wait = std::time::Duration::from_micros(outcome.wait_micros as u64);
+                    $crate::limiter::check_wait_ends(&self.clock, wait)?;
+                    self.clock.sleep(wait);
                 }
                 Ok(outcome.decision)
             }
