@@ -500,6 +500,17 @@ pub enum AcquireError {
         /// The most one request can ever be granted.
         capacity: u64,
     },
+    /// A smooth limiter's request whose cost (the debt it would book for the next caller) is
+    /// longer than `max` (one year): booking it could push the limiter past its time range, and
+    /// no `set_rate` could undo that. Nothing is booked.
+    BookingTooLong {
+        /// Permits asked for.
+        requested: u64,
+        /// The debt the request would book.
+        booking: Duration,
+        /// The longest booking one request may make.
+        max: Duration,
+    },
     /// The wait for the permits would end past the end of the clock's `u64` nanosecond
     /// timeline (or a smooth limiter's 2⁵¹ µs range): it can never end, so a blocking call
     /// returns this instead of looping forever.
@@ -521,6 +532,15 @@ impl fmt::Display for AcquireError {
             } => write!(
                 f,
                 "{requested} permits can never be granted: the capacity is {capacity}"
+            ),
+            AcquireError::BookingTooLong {
+                requested,
+                booking,
+                max,
+            } => write!(
+                f,
+                "{requested} permits would book {booking:?} of debt; one request may book at \
+                 most {max:?}"
             ),
             AcquireError::PastEndOfTime { now_nanos, wait } => write!(
                 f,

@@ -57,6 +57,7 @@ macro_rules! smooth_limiter_api {
                 }
                 let now = self.now_micros();
                 let outcome = self.decide_at(permits, now, None);
+                outcome.check_booking(permits)?;
                 Ok(std::time::Duration::from_micros(outcome.wait_micros as u64))
             }
 
@@ -113,7 +114,9 @@ macro_rules! smooth_limiter_api {
                 if n == 0 {
                     return Err($crate::AcquireError::ZeroPermits);
                 }
-                Ok(self.decide_at(n, self.now_micros(), Some(0)).decision)
+                let outcome = self.decide_at(n, self.now_micros(), Some(0));
+                outcome.check_booking(n)?;
+                Ok(outcome.decision)
             }
 
             fn clock(&self) -> &dyn $crate::Clock {
@@ -160,6 +163,7 @@ macro_rules! smooth_limiter_api {
                 }
                 let timeout = $crate::algorithms::smooth::timeout_micros(timeout);
                 let outcome = self.decide_at(n, self.now_micros(), Some(timeout));
+                outcome.check_booking(n)?;
                 if outcome.wait_micros > 0 {
                     let wait = std::time::Duration::from_micros(outcome.wait_micros as u64);
                     $crate::limiter::check_wait_ends(&self.clock, wait)?;
