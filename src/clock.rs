@@ -209,7 +209,9 @@ impl std::fmt::Display for CoarseClockError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CoarseClockError::Config(e) => e.fmt(f),
-            CoarseClockError::Spawn(e) => write!(f, "cannot spawn the coarse clock's upkeep thread: {e}"),
+            CoarseClockError::Spawn(e) => {
+                write!(f, "cannot spawn the coarse clock's upkeep thread: {e}")
+            }
         }
     }
 }
@@ -597,7 +599,10 @@ mod coarse_lifecycle_tests {
         let from = clock.now_nanos();
         let deadline = Instant::now() + Duration::from_secs(10);
         while clock.now_nanos() == from {
-            assert!(Instant::now() < deadline, "round {round}: coarse time frozen");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: coarse time frozen"
+            );
             std::thread::sleep(Duration::from_micros(200));
         }
     }
@@ -631,14 +636,25 @@ mod coarse_lifecycle_tests {
         ] {
             match CoarseClock::with_resolution(bad) {
                 Err(CoarseClockError::Config(ConfigError::DurationOutOfRange {
-                    value, min, max, ..
+                    value,
+                    min,
+                    max,
+                    ..
                 })) => {
-                    assert_eq!((value, min, max), (bad, MIN_COARSE_RESOLUTION, MAX_COARSE_RESOLUTION));
+                    assert_eq!(
+                        (value, min, max),
+                        (bad, MIN_COARSE_RESOLUTION, MAX_COARSE_RESOLUTION)
+                    );
                 }
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
-        let message = CoarseClock::with_resolution(Duration::ZERO).unwrap_err().to_string();
-        assert_eq!(message, "CoarseClock resolution must be within 100µs..=1s, got 0ns");
+        let message = CoarseClock::with_resolution(Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "CoarseClock resolution must be within 100µs..=1s, got 0ns"
+        );
     }
 }

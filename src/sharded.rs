@@ -375,10 +375,15 @@ mod tests {
         assert_eq!(sharded.set_limit(too_large).unwrap_err(), refused);
         assert_eq!(
             refused,
-            ConfigError::LimitTooLarge { limit: MAX_COUNT + 1, max: MAX_COUNT }
+            ConfigError::LimitTooLarge {
+                limit: MAX_COUNT + 1,
+                max: MAX_COUNT
+            }
         );
         assert_eq!(sharded.limit(), 1000);
-        sharded.set_limit(u32::try_from(MAX_COUNT).unwrap()).unwrap();
+        sharded
+            .set_limit(u32::try_from(MAX_COUNT).unwrap())
+            .unwrap();
     }
 
     #[test]

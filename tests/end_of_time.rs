@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use floodgate::{
     AcquireError, AtomicLimiter, FixedWindow, Gcra, LeakyBucket, Limiter, ManualClock,
-    PackedSlidingWindow, Rate, Sharded, SlidingWindow, SmoothBursty, SmoothWarmingUp,
-    TokenBucket,
+    PackedSlidingWindow, Rate, Sharded, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
 /// Runs `f` on its own thread; fails if it has not returned within 60 s (a hang).
@@ -25,19 +24,29 @@ fn within_hang_guard<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
 const SECOND: u64 = 1_000_000_000;
 
 /// Exhausts `limiter` at the end of time, then checks both blocking calls end with the error.
-fn exhausted_at_the_end_of_time<L: Limiter + 'static>(make: impl FnOnce(ManualClock) -> L + Send + 'static) {
+fn exhausted_at_the_end_of_time<L: Limiter + 'static>(
+    make: impl FnOnce(ManualClock) -> L + Send + 'static,
+) {
     within_hang_guard(move || {
         let clock = ManualClock::starting_at(u64::MAX - SECOND / 2);
         let limiter = make(clock.clone());
         while limiter.try_acquire(1).unwrap().is_allowed() {}
         let err = limiter.acquire(1).unwrap_err();
         assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
-        assert!(err.to_string().contains("end of the clock's timeline"), "{err}");
+        assert!(
+            err.to_string().contains("end of the clock's timeline"),
+            "{err}"
+        );
         // A timeout that reaches past the end: the same error, not a loop.
         let err = limiter.try_acquire_for(1, Duration::MAX).unwrap_err();
         assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
         // Nothing slept past the end of the timeline.
-        assert!(clock.sleeps().iter().all(|s| s.as_nanos() <= u128::from(SECOND)));
+        assert!(
+            clock
+                .sleeps()
+                .iter()
+                .all(|s| s.as_nanos() <= u128::from(SECOND))
+        );
     });
 }
 
@@ -70,15 +79,16 @@ fn sliding_windows_acquire_ends_at_the_end_of_time() {
         SlidingWindow::with_clock(3, Duration::from_secs(1), 4, c).unwrap()
     });
     exhausted_at_the_end_of_time(|c| {
-        AtomicLimiter::with_clock(PackedSlidingWindow::new(3, Duration::from_secs(1), 4).unwrap(), c)
+        AtomicLimiter::with_clock(
+            PackedSlidingWindow::new(3, Duration::from_secs(1), 4).unwrap(),
+            c,
+        )
     });
 }
 
 #[test]
 fn sharded_acquire_ends_at_the_end_of_time() {
-    exhausted_at_the_end_of_time(|c| {
-        Sharded::with_clock(4, Duration::from_secs(1), 2, c).unwrap()
-    });
+    exhausted_at_the_end_of_time(|c| Sharded::with_clock(4, Duration::from_secs(1), 2, c).unwrap());
 }
 
 #[test]
@@ -92,9 +102,13 @@ fn smooth_acquire_ends_at_the_end_of_its_range() {
         let warming =
             SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
         warming.acquire(1).unwrap();
-        let err = (0..4).find_map(|_| warming.acquire(1).err()).expect("an error");
+        let err = (0..4)
+            .find_map(|_| warming.acquire(1).err())
+            .expect("an error");
         assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
-        let err = (0..4).find_map(|_| bursty.acquire(1).err()).expect("an error");
+        let err = (0..4)
+            .find_map(|_| bursty.acquire(1).err())
+            .expect("an error");
         assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
     });
 }
@@ -103,7 +117,8 @@ fn smooth_acquire_ends_at_the_end_of_its_range() {
 fn a_far_future_stamp_on_a_sliding_window_never_hangs_acquire() {
     within_hang_guard(|| {
         let clock = ManualClock::new();
-        let window = SlidingWindow::with_clock(2, Duration::from_secs(1), 4, clock.clone()).unwrap();
+        let window =
+            SlidingWindow::with_clock(2, Duration::from_secs(1), 4, clock.clone()).unwrap();
         window.try_acquire_at(2, u64::MAX - SECOND / 2).unwrap();
         match window.acquire(1) {
             Ok(_) => {}

@@ -72,7 +72,9 @@ impl Gcra {
         if tau_micros > u128::from(MAX_WINDOW_MILLIS) * 1_000 {
             return Err(ConfigError::DurationOutOfRange {
                 what: "redis::Gcra burst × interval per permit",
-                value: std::time::Duration::from_micros(u64::try_from(tau_micros).unwrap_or(u64::MAX)),
+                value: std::time::Duration::from_micros(
+                    u64::try_from(tau_micros).unwrap_or(u64::MAX),
+                ),
                 min: std::time::Duration::from_micros(1),
                 max: std::time::Duration::from_millis(MAX_WINDOW_MILLIS),
             });
@@ -187,7 +189,11 @@ mod tests {
         // 300,000/s is 3.33 µs per permit: 3 µs would be +11%.
         assert!(matches!(
             Gcra::new(Rate::per_second(300_000), 1),
-            Err(ConfigError::RateRounding { amount: 300_000, nanos_per_permit: 3_000, .. })
+            Err(ConfigError::RateRounding {
+                amount: 300_000,
+                nanos_per_permit: 3_000,
+                ..
+            })
         ));
         assert!(Gcra::new(Rate::per_second(250_000), 1).is_ok()); // 4 µs exactly
         let err = Gcra::new(Rate::per_second(1), u32::MAX).unwrap_err();

@@ -83,7 +83,8 @@ impl BurstyCodec {
             let base = ((ticket.next_free.max(0) + self.offset) as u64) << FRACTION_BITS;
             // Round to nearest (+0.5, truncate: stored_time ≥ 0; no libm call), or down.
             let half = if round_down { 0.0 } else { 0.5 };
-            let stored_fixed = ((ticket.stored_time * (1u64 << FRACTION_BITS) as f64 + half) as u64)
+            let stored_fixed = ((ticket.stored_time * (1u64 << FRACTION_BITS) as f64 + half)
+                as u64)
                 .min(self.full_fixed)
                 .min(base);
             base - stored_fixed

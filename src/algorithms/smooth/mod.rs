@@ -567,8 +567,7 @@ mod tests {
         assert!(bursty.try_acquire(1).unwrap().is_allowed());
 
         let warming =
-            SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(1), clock.clone())
-                .unwrap();
+            SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
         assert!(matches!(
             warming.try_acquire(u32::MAX),
             Err(AcquireError::BookingTooLong { .. })
