@@ -14,8 +14,10 @@
 //! cores' TSCs disagree by more than a few nanoseconds, use [`MonotonicClock`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::decision::ConfigError;
 
 /// The lag horizon of the time model: the most two clock reads of correct threads may disagree
 /// (a core's TSC behind another's), 10 s — far beyond the skew seen between cores (1.6 s on broken
@@ -168,10 +170,24 @@ impl Clock for QuantaClock {
 
 /// A coarse clock: quanta's `recent()` time, refreshed by an upkeep thread every `resolution`
 /// (1 ms by default). A read is a single atomic load, the fastest path there is; the price is that
-/// time moves in steps of `resolution`.
+/// time moves in steps and lags real time.
 ///
-/// The upkeep thread is shared by every `CoarseClock` in the process and stops when the last one
-/// is dropped. If something outside floodgate already runs quanta's upkeep thread, that one is used.
+/// # How far it lags
+/// A read is the time of the upkeep thread's last refresh: at least one `resolution` behind on an
+/// idle machine, and **behind by however long the OS keeps the upkeep thread from running** on a
+/// loaded one. There is no hard bound: on a 2-core machine oversubscribed by busy threads, lags of
+/// up to 25 ms were measured with the 1 ms default. A lagging clock never makes a floodgate
+/// limiter admit more than its limit (a late read only admits later), but a window resets, and a
+/// bucket refills, that much later than on [`QuantaClock`]. Pick `QuantaClock` where the lag
+/// matters.
+///
+/// # Upkeep lifecycle
+/// The upkeep thread is shared by every `CoarseClock` in the process and is stopped when the last
+/// one is dropped. Starting and stopping both happen under one process-wide lock, and the last
+/// drop joins the thread before it releases the lock, so a clock created while the last one is
+/// being dropped waits for that stop and then starts a new thread: it can never be built without
+/// an upkeep. If something outside floodgate already runs quanta's upkeep thread, that one is
+/// used (and its owner decides how long it runs).
 ///
 /// ```
 /// use floodgate::{Clock, CoarseClock};
@@ -181,7 +197,7 @@ impl Clock for QuantaClock {
 #[derive(Clone)]
 pub struct CoarseClock {
     timeline: &'static Timeline,
-    _upkeep: Option<Arc<quanta::Handle>>,
+    _upkeep: Arc<UpkeepLease>,
 }
 
 impl std::fmt::Debug for CoarseClock {
@@ -190,57 +206,151 @@ impl std::fmt::Debug for CoarseClock {
     }
 }
 
+/// The finest [`CoarseClock`] resolution accepted: finer would keep a core busy refreshing.
+pub const MIN_COARSE_RESOLUTION: Duration = Duration::from_micros(100);
+/// The coarsest [`CoarseClock`] resolution accepted: the last drop waits up to one resolution for
+/// the upkeep thread to stop, and a coarser clock would be no use to a limiter.
+pub const MAX_COARSE_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// Why a [`CoarseClock`] could not be built.
+///
+/// ```
+/// use floodgate::clock::{CoarseClock, CoarseClockError};
+/// use std::time::Duration;
+/// let err = CoarseClock::with_resolution(Duration::ZERO).unwrap_err();
+/// assert!(matches!(err, CoarseClockError::Config(_)));
+/// assert!(err.to_string().contains("100µs..=1s"));
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CoarseClockError {
+    /// A resolution outside
+    /// [`MIN_COARSE_RESOLUTION`]`..=`[`MAX_COARSE_RESOLUTION`].
+    Config(ConfigError),
+    /// The upkeep thread could not be spawned.
+    Spawn(std::io::Error),
+}
+
+impl std::fmt::Display for CoarseClockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CoarseClockError::Config(e) => e.fmt(f),
+            CoarseClockError::Spawn(e) => {
+                write!(f, "cannot spawn the coarse clock's upkeep thread: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CoarseClockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CoarseClockError::Config(e) => Some(e),
+            CoarseClockError::Spawn(e) => Some(e),
+        }
+    }
+}
+
+impl From<ConfigError> for CoarseClockError {
+    fn from(e: ConfigError) -> Self {
+        CoarseClockError::Config(e)
+    }
+}
+
+/// The process-wide upkeep state: how many leases are alive and, while any is, the handle of
+/// the upkeep thread floodgate started (`None` when an outside owner runs quanta's upkeep).
+struct Upkeep {
+    leases: usize,
+    handle: Option<quanta::Handle>,
+}
+
+static UPKEEP: Mutex<Upkeep> = Mutex::new(Upkeep {
+    leases: 0,
+    handle: None,
+});
+
+fn lock_upkeep() -> std::sync::MutexGuard<'static, Upkeep> {
+    UPKEEP.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// One `CoarseClock::with_resolution` call's share of the upkeep thread (shared by its clones).
+/// Its drop releases the share; the last one stops the thread *while holding the lock*.
+struct UpkeepLease;
+
+impl Drop for UpkeepLease {
+    fn drop(&mut self) {
+        let mut upkeep = lock_upkeep();
+        upkeep.leases = upkeep.leases.saturating_sub(1);
+        if upkeep.leases == 0 {
+            // Dropping the handle joins the upkeep thread, which clears quanta's "running" flag
+            // before it exits; doing it under the lock means the next `with_resolution` finds
+            // either a live thread (leases > 0) or none at all, never one that is stopping.
+            drop(upkeep.handle.take());
+        }
+    }
+}
+
 impl CoarseClock {
     /// A coarse clock refreshed every millisecond.
     ///
     /// # Errors
-    /// An error if the upkeep thread cannot be spawned.
+    /// [`CoarseClockError::Spawn`] if the upkeep thread cannot be spawned.
     ///
     /// ```
     /// use floodgate::{Clock, CoarseClock};
     /// let clock = CoarseClock::new()?;
     /// assert!(clock.now_nanos() > 1_600_000_000_000_000_000);
-    /// # Ok::<(), std::io::Error>(())
+    /// # Ok::<(), floodgate::clock::CoarseClockError>(())
     /// ```
-    pub fn new() -> Result<Self, std::io::Error> {
+    pub fn new() -> Result<Self, CoarseClockError> {
         Self::with_resolution(Duration::from_millis(1))
     }
 
-    /// A coarse clock refreshed every `resolution`. The resolution of the first live
-    /// `CoarseClock` wins: there is one upkeep thread per process.
+    /// A coarse clock refreshed every `resolution`, which must be within
+    /// [`MIN_COARSE_RESOLUTION`]` ..= `[`MAX_COARSE_RESOLUTION`] (100 µs ..= 1 s). The resolution
+    /// of the first live `CoarseClock` wins: there is one upkeep thread per process.
     ///
     /// # Errors
-    /// An error if the upkeep thread cannot be spawned.
+    /// [`CoarseClockError::Config`] ([`ConfigError::DurationOutOfRange`]) for a resolution outside
+    /// the range; [`CoarseClockError::Spawn`] if the upkeep thread cannot be spawned.
     ///
     /// ```
     /// use floodgate::{Clock, CoarseClock};
     /// use std::time::Duration;
     /// let clock = CoarseClock::with_resolution(Duration::from_millis(5))?;
     /// assert!(clock.now_nanos() > 1_600_000_000_000_000_000);
-    /// # Ok::<(), std::io::Error>(())
+    /// assert!(CoarseClock::with_resolution(Duration::ZERO).is_err()); // would spin a core
+    /// assert!(CoarseClock::with_resolution(Duration::MAX).is_err()); // drop would never return
+    /// # Ok::<(), floodgate::clock::CoarseClockError>(())
     /// ```
-    pub fn with_resolution(resolution: Duration) -> Result<Self, std::io::Error> {
-        static UPKEEP: Mutex<Weak<quanta::Handle>> = Mutex::new(Weak::new());
+    pub fn with_resolution(resolution: Duration) -> Result<Self, CoarseClockError> {
+        if !(MIN_COARSE_RESOLUTION..=MAX_COARSE_RESOLUTION).contains(&resolution) {
+            return Err(ConfigError::DurationOutOfRange {
+                what: "CoarseClock resolution",
+                value: resolution,
+                min: MIN_COARSE_RESOLUTION,
+                max: MAX_COARSE_RESOLUTION,
+            }
+            .into());
+        }
         let timeline = timeline();
-        let mut shared = UPKEEP.lock().unwrap_or_else(|poison| poison.into_inner());
-        let handle = match shared.upgrade() {
-            Some(handle) => Some(handle),
-            None => {
-                match quanta::Upkeep::new_with_clock(resolution, timeline.clock.clone()).start() {
-                    Ok(handle) => {
-                        let handle = Arc::new(handle);
-                        *shared = Arc::downgrade(&handle);
-                        Some(handle)
-                    }
-                    // Someone else runs quanta's upkeep thread: recent() is kept fresh anyway.
-                    Err(quanta::Error::UpkeepRunning) => None,
-                    Err(quanta::Error::FailedToSpawnUpkeepThread(e)) => return Err(e),
+        let mut upkeep = lock_upkeep();
+        if upkeep.leases == 0 {
+            // No lease is alive, so no thread of ours runs: the last drop joined it under this
+            // lock. `UpkeepRunning` can then only mean an outside owner keeps `recent()` fresh.
+            match quanta::Upkeep::new_with_clock(resolution, timeline.clock.clone()).start() {
+                Ok(handle) => upkeep.handle = Some(handle),
+                Err(quanta::Error::UpkeepRunning) => upkeep.handle = None,
+                Err(quanta::Error::FailedToSpawnUpkeepThread(e)) => {
+                    return Err(CoarseClockError::Spawn(e));
                 }
             }
-        };
+        }
+        upkeep.leases += 1;
+        drop(upkeep);
         Ok(CoarseClock {
             timeline,
-            _upkeep: handle,
+            _upkeep: Arc::new(UpkeepLease),
         })
     }
 }
@@ -501,5 +611,76 @@ mod tests {
         assert!(a.abs_diff(system) < 60_000_000_000, "{a} vs {system}");
         assert!(coarse.now_nanos().abs_diff(a) < 60_000_000_000);
         assert!(quanta.now_nanos() >= a);
+    }
+}
+
+#[cfg(test)]
+mod coarse_lifecycle_tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::time::Instant;
+
+    /// Polls until `clock` moves past `from`; fails only on a hang (10 s of wall time).
+    fn assert_advances(clock: &CoarseClock, round: usize) {
+        let from = clock.now_nanos();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while clock.now_nanos() == from {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: coarse time frozen"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    #[test]
+    fn a_clock_created_while_the_last_is_dropped_always_has_an_upkeep() {
+        let barrier = Arc::new(Barrier::new(2));
+        for round in 0..200 {
+            let old = CoarseClock::with_resolution(MIN_COARSE_RESOLUTION).unwrap();
+            let dropper = {
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    drop(old);
+                })
+            };
+            barrier.wait();
+            let new = CoarseClock::with_resolution(MIN_COARSE_RESOLUTION).unwrap();
+            dropper.join().unwrap();
+            assert_advances(&new, round);
+        }
+    }
+
+    #[test]
+    fn bad_resolutions_are_config_errors() {
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(99),
+            Duration::from_millis(1001),
+            Duration::MAX,
+        ] {
+            match CoarseClock::with_resolution(bad) {
+                Err(CoarseClockError::Config(ConfigError::DurationOutOfRange {
+                    value,
+                    min,
+                    max,
+                    ..
+                })) => {
+                    assert_eq!(
+                        (value, min, max),
+                        (bad, MIN_COARSE_RESOLUTION, MAX_COARSE_RESOLUTION)
+                    );
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let message = CoarseClock::with_resolution(Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "CoarseClock resolution must be within 100µs..=1s, got 0ns"
+        );
     }
 }

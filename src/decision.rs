@@ -303,18 +303,26 @@ impl Rate {
         self.period
     }
 
-    /// The time one permit is worth, in whole nanoseconds (rounded to nearest).
+    /// The time one permit is worth, in whole nanoseconds (rounded to nearest). A rate that this
+    /// rounding would change by more than 0.1% (at most [`MAX_RATE_ROUNDING_PER_MILLE`]‰) is
+    /// refused rather than silently turned into another rate.
     ///
     /// # Errors
     /// [`ConfigError::ZeroLimit`] for a zero amount, [`ConfigError::ZeroPeriod`] for a zero
     /// period, [`ConfigError::RateTooHigh`] when one permit would be worth less than 1 ns,
+    /// [`ConfigError::RateRounding`] when whole nanoseconds cannot keep the rate within 0.1%,
     /// [`ConfigError::DurationOverflow`] for a period beyond `u64` nanoseconds.
     ///
     /// ```
     /// use floodgate::{ConfigError, Rate};
     /// use std::time::Duration;
-    /// assert_eq!(Rate::new(3, Duration::from_nanos(10)).nanos_per_permit(), Ok(3)); // 3.33 rounds to 3
+    /// assert_eq!(Rate::new(3, Duration::from_micros(10)).nanos_per_permit(), Ok(3_333)); // −0.01%
     /// assert_eq!(Rate::per_second(0).nanos_per_permit(), Err(ConfigError::ZeroLimit));
+    /// // 3 per 4 ns would become 1 per ns (+33%): refused.
+    /// assert!(matches!(
+    ///     Rate::new(3, Duration::from_nanos(4)).nanos_per_permit(),
+    ///     Err(ConfigError::RateRounding { nanos_per_permit: 1, .. })
+    /// ));
     /// ```
     pub fn nanos_per_permit(&self) -> Result<u64, ConfigError> {
         if self.amount == 0 {
@@ -330,9 +338,27 @@ impl Rate {
         if interval == 0 {
             return Err(ConfigError::RateTooHigh);
         }
+        // |interval·amount − period| ≤ period / 1000, in u128 (no overflow).
+        let kept = u128::from(interval) * u128::from(amount);
+        let error = kept.abs_diff(u128::from(period));
+        if error * 1000 > u128::from(period) * u128::from(MAX_RATE_ROUNDING_PER_MILLE) {
+            return Err(ConfigError::RateRounding {
+                amount: self.amount,
+                period: self.period,
+                nanos_per_permit: interval,
+            });
+        }
         Ok(interval)
     }
 }
+
+/// The largest change, in per mille of the rate, that [`Rate::nanos_per_permit`] accepts from
+/// rounding to whole nanoseconds per permit (1‰ = 0.1%).
+///
+/// ```
+/// assert_eq!(floodgate::decision::MAX_RATE_ROUNDING_PER_MILLE, 1);
+/// ```
+pub const MAX_RATE_ROUNDING_PER_MILLE: u64 = 1;
 
 /// A setting that can never work. Builders and setters return it instead of panicking.
 ///
@@ -367,6 +393,37 @@ pub enum ConfigError {
         /// The value given.
         value: f64,
     },
+    /// A duration outside the range a setting supports.
+    DurationOutOfRange {
+        /// Which setting.
+        what: &'static str,
+        /// The duration given.
+        value: Duration,
+        /// The shortest accepted.
+        min: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
+    /// A count (shards, stripes, keys, …) or a product of counts above what can be allocated or
+    /// computed.
+    TooLarge {
+        /// Which setting.
+        what: &'static str,
+        /// The value given (or the product it leads to).
+        value: u64,
+        /// The largest accepted.
+        max: u64,
+    },
+    /// A rate whose rounding to whole nanoseconds per permit would change it by more than 0.1%
+    /// ([`Rate::nanos_per_permit`]).
+    RateRounding {
+        /// Permits per period.
+        amount: u32,
+        /// The period.
+        period: Duration,
+        /// The whole nanoseconds per permit it would round to.
+        nanos_per_permit: u64,
+    },
     /// A setting that is invalid for a reason specific to one algorithm.
     Invalid {
         /// Which setting.
@@ -395,6 +452,24 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidNumber { what, value } => {
                 write!(f, "{what} must be a finite positive number, got {value}")
             }
+            ConfigError::DurationOutOfRange {
+                what,
+                value,
+                min,
+                max,
+            } => write!(f, "{what} must be within {min:?}..={max:?}, got {value:?}"),
+            ConfigError::TooLarge { what, value, max } => {
+                write!(f, "{what} is {value}, above the supported maximum {max}")
+            }
+            ConfigError::RateRounding {
+                amount,
+                period,
+                nanos_per_permit,
+            } => write!(
+                f,
+                "rate {amount} per {period:?} cannot be kept within 0.1%: it would round to \
+                 {nanos_per_permit} ns per permit"
+            ),
             ConfigError::Invalid { what, why } => write!(f, "invalid {what}: {why}"),
         }
     }
@@ -425,6 +500,26 @@ pub enum AcquireError {
         /// The most one request can ever be granted.
         capacity: u64,
     },
+    /// A smooth limiter's request whose cost (the debt it would book for the next caller) is
+    /// longer than `max` (one year): booking it could push the limiter past its time range, and
+    /// no `set_rate` could undo that. Nothing is booked.
+    BookingTooLong {
+        /// Permits asked for.
+        requested: u64,
+        /// The debt the request would book.
+        booking: Duration,
+        /// The longest booking one request may make.
+        max: Duration,
+    },
+    /// The wait for the permits would end past the end of the clock's `u64` nanosecond
+    /// timeline (or a smooth limiter's 2⁵¹ µs range): it can never end, so a blocking call
+    /// returns this instead of looping forever.
+    PastEndOfTime {
+        /// The clock's reading when the wait was announced, in nanoseconds.
+        now_nanos: u64,
+        /// The wait announced.
+        wait: Duration,
+    },
 }
 
 impl fmt::Display for AcquireError {
@@ -437,6 +532,20 @@ impl fmt::Display for AcquireError {
             } => write!(
                 f,
                 "{requested} permits can never be granted: the capacity is {capacity}"
+            ),
+            AcquireError::BookingTooLong {
+                requested,
+                booking,
+                max,
+            } => write!(
+                f,
+                "{requested} permits would book {booking:?} of debt; one request may book at \
+                 most {max:?}"
+            ),
+            AcquireError::PastEndOfTime { now_nanos, wait } => write!(
+                f,
+                "the wait passes the end of the clock's timeline: {wait:?} from {now_nanos} ns \
+                 goes past u64::MAX ns"
             ),
         }
     }

@@ -48,7 +48,8 @@ pub trait Limiter: Send + Sync {
     ///
     /// # Errors
     /// As [`try_acquire`](Limiter::try_acquire): a request that could never be granted returns
-    /// at once instead of waiting forever.
+    /// at once instead of waiting forever; [`AcquireError::PastEndOfTime`] when a wait would end
+    /// past the end of the clock's `u64` timeline.
     fn acquire(&self, n: u32) -> Result<Duration, AcquireError> {
         let mut waited = Duration::ZERO;
         loop {
@@ -57,6 +58,7 @@ pub trait Limiter: Send + Sync {
                 return Ok(waited);
             }
             let wait = decision.retry_after();
+            check_wait_ends(self.clock(), wait)?;
             self.clock().sleep(wait);
             waited = waited.saturating_add(wait);
         }
@@ -66,7 +68,7 @@ pub trait Limiter: Send + Sync {
     /// fits in what is left of the timeout, otherwise returns the denial at once, consuming nothing.
     ///
     /// # Errors
-    /// As [`try_acquire`](Limiter::try_acquire).
+    /// As [`acquire`](Limiter::acquire).
     fn try_acquire_for(&self, n: u32, timeout: Duration) -> Result<Decision, AcquireError> {
         let mut left = timeout;
         loop {
@@ -75,9 +77,38 @@ pub trait Limiter: Send + Sync {
             if decision.is_allowed() || wait > left {
                 return Ok(decision);
             }
+            check_wait_ends(self.clock(), wait)?;
             self.clock().sleep(wait);
             left -= wait;
         }
+    }
+}
+
+/// `Ok` when a wait of `wait` from `clock`'s reading now ends on the clock's `u64` timeline;
+/// otherwise [`AcquireError::PastEndOfTime`]: the wait could never end, and a blocking call
+/// must return instead of sleeping and retrying forever.
+///
+/// # Errors
+/// [`AcquireError::PastEndOfTime`] when `now + wait` passes `u64::MAX` nanoseconds.
+///
+/// ```
+/// use floodgate::{AcquireError, ManualClock, limiter::check_wait_ends};
+/// use std::time::Duration;
+/// let clock = ManualClock::starting_at(u64::MAX - 10);
+/// assert!(check_wait_ends(&clock, Duration::from_nanos(10)).is_ok());
+/// assert!(matches!(
+///     check_wait_ends(&clock, Duration::from_nanos(11)),
+///     Err(AcquireError::PastEndOfTime { now_nanos: 18_446_744_073_709_551_605, .. })
+/// ));
+/// ```
+pub fn check_wait_ends(clock: &dyn Clock, wait: Duration) -> Result<(), AcquireError> {
+    let now_nanos = clock.now_nanos();
+    let ends = u64::try_from(wait.as_nanos())
+        .ok()
+        .and_then(|wait| now_nanos.checked_add(wait));
+    match ends {
+        Some(_) => Ok(()),
+        None => Err(AcquireError::PastEndOfTime { now_nanos, wait }),
     }
 }
 

@@ -8,7 +8,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithms::FixedWindow;
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
-use crate::decision::{AcquireError, ConfigError, Decision};
+use crate::decision::{AcquireError, ConfigError, Decision, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
 use crate::packed::MAX_COUNT;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -102,7 +102,8 @@ impl<C: Clock> Sharded<C> {
     /// a share of at least one permit).
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] for zero stripes; otherwise as [`FixedWindow::aligned`].
+    /// [`ConfigError::Invalid`] for zero stripes, [`ConfigError::TooLarge`] for more than
+    /// [`MAX_STRIPES`]; otherwise as [`FixedWindow::aligned`].
     ///
     /// ```
     /// use floodgate::{ManualClock, Sharded};
@@ -123,9 +124,17 @@ impl<C: Clock> Sharded<C> {
                 why: "a sharded limiter needs at least one stripe",
             });
         }
+        if stripes > MAX_STRIPES {
+            return Err(ConfigError::TooLarge {
+                what: "Sharded stripes",
+                value: u64::try_from(stripes).unwrap_or(u64::MAX),
+                max: MAX_STRIPES as u64,
+            });
+        }
         // Validates the limit and window once, with the limiter's own error.
         FixedWindow::aligned(limit, window)?;
-        let wanted = stripes.checked_next_power_of_two().unwrap_or(1 << 31);
+        // `stripes ≤ MAX_STRIPES`, a power of two: no overflow.
+        let wanted = stripes.next_power_of_two();
         let most = 1usize << (usize::BITS - 1 - (limit as usize).leading_zeros());
         let count = wanted.min(most);
         let stripes = (0..count)
@@ -257,6 +266,19 @@ impl<C: Clock> Sharded<C> {
     }
 }
 
+/// The most stripes a [`Sharded`] limiter may ask for (each is a cache line allocated up front).
+///
+/// ```
+/// use floodgate::{ConfigError, ManualClock, Sharded, sharded::MAX_STRIPES};
+/// use std::time::Duration;
+/// let err = Sharded::with_clock(1000, Duration::from_secs(1), usize::MAX, ManualClock::new());
+/// assert_eq!(
+///     err.unwrap_err(),
+///     ConfigError::TooLarge { what: "Sharded stripes", value: u64::MAX, max: MAX_STRIPES as u64 }
+/// );
+/// ```
+pub const MAX_STRIPES: usize = 4096;
+
 /// Stripe `index`'s share of `limit` over `count` stripes: `limit / count`, plus one for the
 /// first `limit % count` stripes. The shares sum to `limit`.
 fn share(limit: u32, count: usize, index: usize) -> u32 {
@@ -298,8 +320,11 @@ impl<C: Clock> Limiter for Sharded<C> {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a limit below the number of stripes (each needs a share of
-    /// one permit); otherwise as [`FixedWindow::aligned`]. The old limit then stays.
+    /// one permit); otherwise as [`FixedWindow::aligned`] (the constructor's own check: the
+    /// whole limit at most [`MAX_COUNT`]). The old limit then stays.
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        // The constructor's check, so a limit it refuses cannot be set later.
+        validate_limit(limit, MAX_COUNT)?;
         let count = self.stripes.len();
         if (limit as usize) < count {
             return Err(ConfigError::Invalid {
@@ -342,6 +367,41 @@ mod tests {
                 assert!((0..count).all(|i| share(limit, count, i) >= limit / count as u32));
             }
         }
+    }
+
+    #[test]
+    fn set_limit_refuses_what_the_constructor_refuses() {
+        let clock = crate::ManualClock::new();
+        let window = Duration::from_secs(1);
+        let sharded = Sharded::with_clock(1000, window, 4, clock.clone()).unwrap();
+        let too_large = u32::try_from(MAX_COUNT + 1).unwrap();
+        let refused = Sharded::with_clock(too_large, window, 4, clock).unwrap_err();
+        assert_eq!(sharded.set_limit(too_large).unwrap_err(), refused);
+        assert_eq!(
+            refused,
+            ConfigError::LimitTooLarge {
+                limit: MAX_COUNT + 1,
+                max: MAX_COUNT
+            }
+        );
+        assert_eq!(sharded.limit(), 1000);
+        sharded
+            .set_limit(u32::try_from(MAX_COUNT).unwrap())
+            .unwrap();
+    }
+
+    #[test]
+    fn stripes_beyond_the_bound_are_refused_before_allocating() {
+        let clock = crate::ManualClock::new();
+        let window = Duration::from_secs(1);
+        for stripes in [MAX_STRIPES + 1, usize::MAX] {
+            assert!(matches!(
+                Sharded::with_clock(1000, window, stripes, clock.clone()),
+                Err(ConfigError::TooLarge { max, .. }) if max == MAX_STRIPES as u64
+            ));
+        }
+        let most = Sharded::with_clock(u32::MAX >> 8, window, MAX_STRIPES, clock).unwrap();
+        assert_eq!(most.stripes(), MAX_STRIPES);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use floodgate::{
-    AtomicLimiter, FixedWindow, Limiter, ManualClock, Rate, Sharded, SlidingWindow, TokenBucket,
+    AtomicLimiter, ConfigError, FixedWindow, Limiter, ManualClock, Rate, Sharded, SlidingWindow,
+    TokenBucket,
 };
 
 #[test]
@@ -13,18 +14,35 @@ fn the_longest_period_and_the_largest_amount_round_without_overflow() {
     // u64::MAX / u32::MAX = 4_294_967_297 exactly.
     assert_eq!(rate.nanos_per_permit().unwrap(), 4_294_967_297);
     assert!(TokenBucket::new(1, rate).is_ok());
-    assert_eq!(
-        Rate::new(3, Duration::from_nanos(5))
-            .nanos_per_permit()
-            .unwrap(),
-        2
-    ); // 1.67 → 2
-    assert_eq!(
-        Rate::new(4, Duration::from_nanos(5))
-            .nanos_per_permit()
-            .unwrap(),
-        1
-    ); // 1.25 → 1
+    // Rounding that would change the rate by more than 0.1% is refused, naming the result:
+    // 1.67 ns → 2 (−17%), 1.25 ns → 1 (+25%), 600,000,000/s → 2 ns (−17%).
+    for (rate, rounded) in [
+        (Rate::new(3, Duration::from_nanos(5)), 2),
+        (Rate::new(4, Duration::from_nanos(5)), 1),
+        (Rate::new(3, Duration::from_nanos(4)), 1),
+        (Rate::per_second(600_000_000), 2),
+    ] {
+        assert_eq!(
+            rate.nanos_per_permit(),
+            Err(ConfigError::RateRounding {
+                amount: rate.amount(),
+                period: rate.period(),
+                nanos_per_permit: rounded,
+            })
+        );
+        assert!(TokenBucket::new(1, rate).is_err());
+    }
+    let message = Rate::new(3, Duration::from_nanos(4))
+        .nanos_per_permit()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("3 per 4ns") && message.contains("0.1%"),
+        "{message}"
+    );
+    // Within 0.1%: kept (1 s / 3 = 333,333,333.3 ns, −0.0000001%).
+    assert_eq!(Rate::per_second(3).nanos_per_permit(), Ok(333_333_333));
+    assert_eq!(Rate::per_second(1_000_000_000).nanos_per_permit(), Ok(1));
 }
 
 #[test]

@@ -151,6 +151,7 @@ pub(crate) async fn wait_for_grant(
                 return Ok(Waited { decision, waited });
             }
         }
+        crate::limiter::check_wait_ends(clock, wait)?;
         tokio::time::sleep(wait).await;
         decision = attempt()?;
     }

@@ -73,7 +73,8 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
         self
     }
 
-    /// The number of shards: a power of two, at most `max_keys`. The cap is split evenly, so a
+    /// The number of shards: a power of two, at most `max_keys` and at most [`MAX_SHARDS`]
+    /// (65,536; each shard is allocated up front, one cache line or two). The cap is split evenly, so a
     /// shard is full at `max_keys / shards` keys.
     ///
     /// ```
@@ -124,6 +125,13 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
             });
         }
         let shards = match self.shards {
+            Some(shards) if shards > MAX_SHARDS => {
+                return Err(ConfigError::TooLarge {
+                    what: "Keyed shards",
+                    value: u64::try_from(shards).unwrap_or(u64::MAX),
+                    max: MAX_SHARDS as u64,
+                });
+            }
             Some(shards) if !shards.is_power_of_two() || shards > self.max_keys => {
                 return Err(ConfigError::Invalid {
                     what: "shards",
@@ -140,7 +148,7 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for `max_keys = 0`, or a shard count that is not a power of two
-    /// or exceeds `max_keys`.
+    /// or exceeds `max_keys`; [`ConfigError::TooLarge`] for more than [`MAX_SHARDS`] shards.
     ///
     /// ```
     /// use floodgate::{FixedWindow, Keyed};
@@ -194,6 +202,18 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     }
 }
 
+/// The most shards a [`Keyed`] map may have (they are allocated when it is built).
+///
+/// ```
+/// use floodgate::{ConfigError, FixedWindow, Keyed, keyed::MAX_SHARDS};
+/// use std::time::Duration;
+/// let window = FixedWindow::new(5, Duration::from_secs(1))?;
+/// let err = Keyed::builder(window).max_keys(usize::MAX).shards(1 << 40).build::<u8>().unwrap_err();
+/// assert_eq!(err, ConfigError::TooLarge { what: "Keyed shards", value: 1 << 40, max: MAX_SHARDS as u64 });
+/// # Ok::<(), ConfigError>(())
+/// ```
+pub const MAX_SHARDS: usize = 1 << 16;
+
 /// Shards: 4 per core, at least enough that no shard holds more than
 /// [`KEYS_PER_SHARD_TARGET`] keys (bounding a sweep), at most one per 8 keys of the cap.
 fn default_shards(max_keys: usize) -> usize {
@@ -201,9 +221,43 @@ fn default_shards(max_keys: usize) -> usize {
     let wanted = (cores * 4)
         .max(max_keys.div_ceil(KEYS_PER_SHARD_TARGET))
         .next_power_of_two()
-        .min(1 << 16);
+        .min(MAX_SHARDS);
     let most = (max_keys / 8).max(1);
     // Largest power of two ≤ most.
     let most = 1usize << (usize::BITS - 1 - most.leading_zeros());
     wanted.min(most)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FixedWindow;
+    use std::time::Duration;
+
+    #[test]
+    fn shards_beyond_the_bound_are_refused_before_allocating() {
+        let window = || FixedWindow::new(5, Duration::from_secs(1)).unwrap();
+        for shards in [MAX_SHARDS * 2, 1 << 40] {
+            let err = Keyed::builder(window())
+                .max_keys(usize::MAX)
+                .shards(shards)
+                .build::<u8>()
+                .unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::TooLarge {
+                    what: "Keyed shards",
+                    value: shards as u64,
+                    max: MAX_SHARDS as u64
+                }
+            );
+            assert!(err.to_string().contains("65536"), "{err}");
+        }
+        let most = Keyed::builder(window())
+            .max_keys(usize::MAX)
+            .shards(MAX_SHARDS)
+            .build::<u8>()
+            .unwrap();
+        assert_eq!(most.shards(), MAX_SHARDS);
+    }
 }

@@ -51,7 +51,7 @@ mod shards;
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-pub use builder::KeyedBuilder;
+pub use builder::{KeyedBuilder, MAX_SHARDS};
 pub use ip::{IpKey, IpKeyer};
 pub use penalty::{PenalizedKeyed, PenaltyBox};
 use shards::{KeySlot, Liveness, ShardedMap};

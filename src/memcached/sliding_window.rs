@@ -38,9 +38,9 @@ impl SlidingWindow {
     ///
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`]; [`ConfigError::Invalid`] when the
-    /// window is not a whole number of cells, there are more than [`MAX_CELLS`] cells, or
-    /// `window + precision` exceeds 30 days less 1 s (memcached reads a longer expiry as a date);
-    /// [`ConfigError::DurationOverflow`].
+    /// window is not a whole number of cells or there are more than [`MAX_CELLS`] cells;
+    /// [`ConfigError::DurationOutOfRange`] when `window + precision` exceeds 30 days less 1 s
+    /// (memcached reads a longer expiry as a date).
     ///
     /// ```
     /// use floodgate::memcached::SlidingWindow;
@@ -57,6 +57,17 @@ impl SlidingWindow {
         }
         if window.is_zero() || precision.is_zero() {
             return Err(ConfigError::ZeroPeriod);
+        }
+        // Checked first, in `Duration` arithmetic: no sum or count below can overflow then.
+        let lifetime = window.saturating_add(precision);
+        let max_lifetime = Duration::from_secs(MAX_RELATIVE_TTL_SECS - 1);
+        if lifetime > max_lifetime {
+            return Err(ConfigError::DurationOutOfRange {
+                what: "memcached window + precision (a cell's lifetime)",
+                value: lifetime,
+                min: Duration::from_nanos(2),
+                max: max_lifetime,
+            });
         }
         let window_nanos =
             u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
@@ -77,14 +88,8 @@ impl SlidingWindow {
         // A cell must outlive every read of it: `window + precision` (see the module docs),
         // rounded up to whole seconds, plus one because memcached's clock ticks once a second
         // (an expiry of T seconds can fire after T - 1).
-        let lifetime = window.saturating_add(precision);
+        // `lifetime ≤ 30 days − 1 s` (checked above), so `ttl_secs ≤ 30 days`.
         let ttl_secs = lifetime.as_secs() + u64::from(lifetime.subsec_nanos() > 0) + 1;
-        if ttl_secs > MAX_RELATIVE_TTL_SECS {
-            return Err(ConfigError::Invalid {
-                what: "memcached window",
-                why: "window + precision must stay under 30 days (memcached's longest relative expiry)",
-            });
-        }
         Ok(SlidingWindow {
             limit,
             cell_nanos,
@@ -276,7 +281,23 @@ mod tests {
         assert!(SlidingWindow::new(5, s(1025), s(1)).is_err());
         assert!(SlidingWindow::new(5, s(1024), s(1)).is_ok());
         assert!(SlidingWindow::new(5, s(30 * 86_400), s(86_400)).is_err());
-        assert!(SlidingWindow::new(5, Duration::MAX, Duration::MAX).is_err());
+        let max = Duration::from_secs(MAX_RELATIVE_TTL_SECS - 1);
+        for (window, precision) in [(Duration::MAX, Duration::MAX), (Duration::MAX, s(1))] {
+            assert_eq!(
+                SlidingWindow::new(5, window, precision).unwrap_err(),
+                ConfigError::DurationOutOfRange {
+                    what: "memcached window + precision (a cell's lifetime)",
+                    value: Duration::MAX,
+                    min: Duration::from_nanos(2),
+                    max,
+                }
+            );
+        }
+        // The longest lifetime accepted (18 + 1 cells of 136,421 s = 30 days − 1 s): a TTL of
+        // exactly 30 days.
+        let longest = SlidingWindow::new(5, s(18 * 136_421), s(136_421)).unwrap();
+        assert_eq!(u64::from(longest.ttl_secs()), MAX_RELATIVE_TTL_SECS);
+        assert!(SlidingWindow::new(5, s(19 * 136_421), s(136_421)).is_err());
         let w =
             SlidingWindow::new(5, Duration::from_millis(500), Duration::from_millis(250)).unwrap();
         assert_eq!((w.cells(), w.ttl_secs()), (2, 2));

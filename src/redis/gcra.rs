@@ -36,8 +36,9 @@ impl Gcra {
     ///
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::RateTooHigh`]
-    /// when a permit is worth under 1 µs, [`ConfigError::DurationOverflow`] when `burst` permits
-    /// are worth over 2^51 µs.
+    /// when a permit is worth under 1 µs, [`ConfigError::RateRounding`] when whole microseconds
+    /// per permit would change the rate by more than 0.1%, [`ConfigError::DurationOutOfRange`]
+    /// when `burst` permits are worth over 2^51 µs (71 years).
     ///
     /// ```
     /// use floodgate::{redis::Gcra, ConfigError, Rate};
@@ -51,13 +52,32 @@ impl Gcra {
         if nanos < 1_000 {
             return Err(ConfigError::RateTooHigh);
         }
-        let interval_micros = (nanos + 500) / 1_000;
+        // Round to nearest without `nanos + 500` (which overflows for a rate near u64::MAX ns).
+        let interval_micros = nanos / 1_000 + u64::from(nanos % 1_000 >= 500);
+        // Whole microseconds must keep the rate within 0.1%, as `Rate::nanos_per_permit` does
+        // for whole nanoseconds: |interval·amount − period| ≤ period / 1000.
+        let period = rate.period().as_nanos();
+        let kept = u128::from(interval_micros) * 1_000 * u128::from(rate.amount());
+        if kept.abs_diff(period) * 1_000 > period {
+            return Err(ConfigError::RateRounding {
+                amount: rate.amount(),
+                period: rate.period(),
+                nanos_per_permit: interval_micros.saturating_mul(1_000),
+            });
+        }
         if burst == 0 {
             return Err(ConfigError::ZeroLimit);
         }
-        match interval_micros.checked_mul(u64::from(burst)) {
-            Some(tau) if tau / 1_000 <= MAX_WINDOW_MILLIS => {}
-            _ => return Err(ConfigError::DurationOverflow),
+        let tau_micros = u128::from(interval_micros) * u128::from(burst);
+        if tau_micros > u128::from(MAX_WINDOW_MILLIS) * 1_000 {
+            return Err(ConfigError::DurationOutOfRange {
+                what: "redis::Gcra burst × interval per permit",
+                value: std::time::Duration::from_micros(
+                    u64::try_from(tau_micros).unwrap_or(u64::MAX),
+                ),
+                min: std::time::Duration::from_micros(1),
+                max: std::time::Duration::from_millis(MAX_WINDOW_MILLIS),
+            });
         }
         Ok(Gcra {
             rate,
@@ -155,6 +175,30 @@ mod tests {
     use super::*;
     use crate::Algorithm as _;
     use crate::redis::limiter::sealed::Script as _;
+
+    #[test]
+    fn settings_beyond_the_bounds_are_config_errors() {
+        let slow = Rate::new(1, std::time::Duration::from_nanos(u64::MAX));
+        match Gcra::new(slow, 1) {
+            Err(ConfigError::DurationOutOfRange { value, max, .. }) => {
+                assert_eq!(max.as_micros(), u128::from(MAX_WINDOW_MILLIS) * 1_000);
+                assert!(value > max, "{value:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // 300,000/s is 3.33 µs per permit: 3 µs would be +11%.
+        assert!(matches!(
+            Gcra::new(Rate::per_second(300_000), 1),
+            Err(ConfigError::RateRounding {
+                amount: 300_000,
+                nanos_per_permit: 3_000,
+                ..
+            })
+        ));
+        assert!(Gcra::new(Rate::per_second(250_000), 1).is_ok()); // 4 µs exactly
+        let err = Gcra::new(Rate::per_second(1), u32::MAX).unwrap_err();
+        assert!(err.to_string().contains("redis::Gcra"), "{err}");
+    }
 
     #[test]
     fn local_twin_scales_rate_and_burst_together() {

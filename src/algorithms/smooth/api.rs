@@ -57,6 +57,7 @@ macro_rules! smooth_limiter_api {
                 }
                 let now = self.now_micros();
                 let outcome = self.decide_at(permits, now, None);
+                outcome.check_booking(permits)?;
                 Ok(std::time::Duration::from_micros(outcome.wait_micros as u64))
             }
 
@@ -113,7 +114,9 @@ macro_rules! smooth_limiter_api {
                 if n == 0 {
                     return Err($crate::AcquireError::ZeroPermits);
                 }
-                Ok(self.decide_at(n, self.now_micros(), Some(0)).decision)
+                let outcome = self.decide_at(n, self.now_micros(), Some(0));
+                outcome.check_booking(n)?;
+                Ok(outcome.decision)
             }
 
             fn clock(&self) -> &dyn $crate::Clock {
@@ -140,6 +143,7 @@ macro_rules! smooth_limiter_api {
             /// Guava's `acquire`: books at once, sleeps until the previous booking is paid.
             fn acquire(&self, n: u32) -> Result<std::time::Duration, $crate::AcquireError> {
                 let wait = self.reserve(n)?;
+                $crate::limiter::check_wait_ends(&self.clock, wait)?;
                 if !wait.is_zero() {
                     self.clock.sleep(wait);
                 }
@@ -159,9 +163,11 @@ macro_rules! smooth_limiter_api {
                 }
                 let timeout = $crate::algorithms::smooth::timeout_micros(timeout);
                 let outcome = self.decide_at(n, self.now_micros(), Some(timeout));
+                outcome.check_booking(n)?;
                 if outcome.wait_micros > 0 {
-                    self.clock
-                        .sleep(std::time::Duration::from_micros(outcome.wait_micros as u64));
+                    let wait = std::time::Duration::from_micros(outcome.wait_micros as u64);
+                    $crate::limiter::check_wait_ends(&self.clock, wait)?;
+                    self.clock.sleep(wait);
                 }
                 Ok(outcome.decision)
             }

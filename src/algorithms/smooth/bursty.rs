@@ -175,11 +175,7 @@ impl<C: Clock> SmoothBursty<C> {
     /// One decision at `now`, published with the one CAS loop.
     #[inline]
     fn decide_at(&self, permits: u32, now: i64, timeout: Option<i64>) -> Outcome {
-        let mut outcome = Outcome {
-            next: None,
-            decision: UNREAD,
-            wait_micros: 0,
-        };
+        let mut outcome = Outcome::UNDECIDED;
         // The first read is the caller's; the engine reads again only to confirm a floor that
         // looks like a leaping clock's (see `limiter::update_floored`).
         let read_clock = reads_after(u64::try_from(now).unwrap_or(0), || {
@@ -204,10 +200,14 @@ impl<C: Clock> SmoothBursty<C> {
                 full_time: self.codec.full_time,
             });
             outcome = decide(ticket, now, permits, timeout, math.as_ref());
+            // Above Guava's precision, stored time is rounded down, never up (module docs).
+            let round_down = math
+                .as_ref()
+                .is_some_and(|m| m.interval < BurstyMath::GUAVA_MIN_INTERVAL);
             Step::new(
                 outcome
                     .next
-                    .map(|t| self.codec.encode(t, infinite))
+                    .map(|t| self.codec.encode_rounded(t, infinite, round_down))
                     .or(repair),
                 outcome.decision,
             )
@@ -307,4 +307,8 @@ impl StoredPermits for BurstyMath {
     fn wait_for_stored(&self, _stored_permits: f64, _take: f64) -> i64 {
         0
     }
+    /// One truncation of < 1 µs and one stored-time rounding of ≤ 2⁻¹³ µs per request, against
+    /// a cost of at least one interval: `I / (I − 1.000122) ≤ 1.001` from `I = 1002` µs
+    /// (rates up to about 998 per second).
+    const GUAVA_MIN_INTERVAL: f64 = 1002.0;
 }

@@ -70,12 +70,21 @@ impl BurstyCodec {
     /// bursty booking).
     #[inline]
     pub(super) fn encode(&self, ticket: Ticket, infinite: bool) -> u64 {
+        self.encode_rounded(ticket, infinite, false)
+    }
+
+    /// [`encode`](Self::encode), rounding the stored time down instead of to nearest when
+    /// `round_down` (above Guava's precision, where a stored permit must never be rounded up).
+    #[inline]
+    pub(super) fn encode_rounded(&self, ticket: Ticket, infinite: bool, round_down: bool) -> u64 {
         let value = if ticket.next_free > self.max_micros {
             NEVER
         } else {
             let base = ((ticket.next_free.max(0) + self.offset) as u64) << FRACTION_BITS;
-            // Round to nearest (+0.5, truncate: stored_time ≥ 0; no libm call).
-            let stored_fixed = ((ticket.stored_time * (1u64 << FRACTION_BITS) as f64 + 0.5) as u64)
+            // Round to nearest (+0.5, truncate: stored_time ≥ 0; no libm call), or down.
+            let half = if round_down { 0.0 } else { 0.5 };
+            let stored_fixed = ((ticket.stored_time * (1u64 << FRACTION_BITS) as f64 + half)
+                as u64)
                 .min(self.full_fixed)
                 .min(base);
             base - stored_fixed

@@ -74,6 +74,26 @@
 //! * `reset_after`: time until the limiter is idle and full again: `max(nf − now, 0)` plus the
 //!   time to accrue the missing stored permits (for warming: until it is fully cold again).
 //!
+//! # Rates above Guava's precision
+//! Guava books every cost as `(long)` whole microseconds, truncated. At high rates this admits
+//! far more than the rate (1.11× at 300,000/s, 1.41× at 700,000/s, unlimited above 10⁶/s).
+//! floodgate keeps the truncation only where it provably costs at most 0.1% of the rate: each
+//! request loses less than 1 µs per truncation (bursty: one, plus ≤ 2⁻¹³ µs of stored-time
+//! rounding; warming: up to three) against a cost of at least one stable interval `I`, so
+//! `I / (I − loss) ≤ 1.001` from `I ≥ 1,002 µs` (bursty, rates up to about 998/s) and
+//! `I ≥ 3,004 µs` (warming, about 332/s). Below those intervals every cost is rounded **up** to
+//! the next whole µs and bursty stored time is rounded down, so nothing is ever booked short:
+//! admissions stay within `rate × elapsed × 1.001 + burst + 1` at every rate, and at rates
+//! near 10⁶/s and above the limiter admits fewer than asked (at most one permit per µs).
+//! Guava's test scenarios (`tests/guava_conformance.rs`) are unchanged.
+//!
+//! # One request books at most a year
+//! A request whose cost (the debt it books for the next caller) is longer than one year is
+//! [`AcquireError::BookingTooLong`](crate::AcquireError::BookingTooLong) and books nothing:
+//! booked, `try_acquire(u32::MAX)` at 1/s would push the limiter past its 71-year range, after
+//! which it refuses forever and no `set_rate` can repair it. The one exception is a stable
+//! interval of `+∞` (Guava's `Double.MIN_VALUE`): one permit, then never, as Guava documents.
+//!
 //! # Deviations from Guava, all documented edge cases
 //! * Warm-up 0: Guava computes `coolDown = 0/0 = NaN` and, after any idle time, grants every
 //!   later request for free. floodgate gives the intended meaning: no stored permits, every
@@ -155,9 +175,36 @@ pub(crate) trait StoredPermits {
     fn permits_of(&self, stored_time: f64) -> f64;
     /// Stored time for a number of stored permits.
     fn time_of(&self, permits: f64) -> f64;
-    /// Guava's `storedPermitsToWaitTime`.
+    /// Guava's `storedPermitsToWaitTime` (each `(long)` truncation through [`Self::micros`]).
     fn wait_for_stored(&self, stored_permits: f64, take: f64) -> i64;
+    /// Whether Guava's whole-µs truncation keeps this flavour within 0.1% of its rate: true for
+    /// a stable interval of at least [`Self::GUAVA_MIN_INTERVAL`] µs.
+    const GUAVA_MIN_INTERVAL: f64;
+    /// A cost in µs as booked: Guava's `(long)` truncation where it keeps the rate within 0.1%,
+    /// rounded up otherwise (see *Rates above Guava's precision* in the module docs).
+    #[inline]
+    fn micros(&self, cost: f64) -> i64 {
+        round_micros(cost, self.interval() >= Self::GUAVA_MIN_INTERVAL)
+    }
 }
+
+/// `cost` in whole µs: truncated like Java's `(long)` if `truncate`, else rounded up. `as`
+/// saturates (NaN → 0, +∞ → `i64::MAX`), as Java's cast does.
+#[inline]
+pub(crate) fn round_micros(cost: f64, truncate: bool) -> i64 {
+    let whole = cost as i64;
+    if !truncate && (whole as f64) < cost {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+/// The most debt one request may book: one year of µs. A request whose cost is longer is an
+/// [`AcquireError::BookingTooLong`](crate::AcquireError::BookingTooLong) and books nothing
+/// (a rate of `f64::MIN_POSITIVE`-like subnormals, whose interval is `+∞`, keeps Guava's
+/// documented "one permit, then never").
+pub(crate) const MAX_BOOKING_MICROS: i64 = 365 * 86_400 * 1_000_000;
 
 /// Guava's `resync`: idle time turns into stored time, capped at `W`.
 #[inline]
@@ -189,7 +236,7 @@ pub(crate) fn reserve<K: StoredPermits>(
     // `as i64` is Java's `(long)`: truncation, NaN → 0, saturation at the ends.
     let wait = math
         .wait_for_stored(stored, spend)
-        .saturating_add((fresh * math.interval()) as i64);
+        .saturating_add(math.micros(fresh * math.interval()));
     let stored_time = if spend >= stored {
         0.0
     } else {
@@ -209,6 +256,31 @@ pub(crate) struct Outcome {
     pub(crate) next: Option<Ticket>,
     pub(crate) decision: Decision,
     pub(crate) wait_micros: i64,
+    /// The cost of a booking refused for being longer than [`MAX_BOOKING_MICROS`] (then
+    /// `next` is `None`).
+    pub(crate) refused_booking: Option<i64>,
+}
+
+impl Outcome {
+    /// Nothing decided yet (the initial value a CAS closure overwrites).
+    pub(crate) const UNDECIDED: Outcome = Outcome {
+        next: None,
+        decision: Decision::allow(0, 0, 0),
+        wait_micros: 0,
+        refused_booking: None,
+    };
+
+    /// The error for a refused booking, if this is one.
+    pub(crate) fn check_booking(&self, permits: u32) -> Result<(), crate::AcquireError> {
+        match self.refused_booking {
+            None => Ok(()),
+            Some(cost) => Err(crate::AcquireError::BookingTooLong {
+                requested: u64::from(permits),
+                booking: Duration::from_micros(cost.max(0) as u64),
+                max: Duration::from_micros(MAX_BOOKING_MICROS as u64),
+            }),
+        }
+    }
 }
 
 /// The whole decision, flavour-independent. `timeout` is `None` for `acquire`/`reserve` (always
@@ -231,6 +303,7 @@ pub(crate) fn decide<K: StoredPermits>(
                 next: None,
                 decision: Decision::deny(limit, 0, micros_to_nanos(retry), micros_to_nanos(reset)),
                 wait_micros: 0,
+                refused_booking: None,
             };
         }
     }
@@ -242,9 +315,21 @@ pub(crate) fn decide<K: StoredPermits>(
             next: None,
             decision: Decision::allow(limit, remaining, micros_to_nanos(wait)),
             wait_micros: wait,
+            refused_booking: None,
         };
     };
     let (next, start) = reserve(ticket, now, permits, math);
+    let cost = next.next_free.saturating_sub(start);
+    if cost > MAX_BOOKING_MICROS && math.interval().is_finite() {
+        // One request may not book more than a year: beyond it, a single call could push the
+        // limiter past its time range (never again) and no `set_rate` could repair it.
+        return Outcome {
+            next: None,
+            decision: Decision::deny(limit, 0, micros_to_nanos(cost), micros_to_nanos(cost)),
+            wait_micros: 0,
+            refused_booking: Some(cost),
+        };
+    }
     let remaining = if next.next_free <= now {
         // `as` truncates: the floor of a non-negative count (no libm call).
         math.permits_of(next.stored_time) as u64
@@ -259,6 +344,7 @@ pub(crate) fn decide<K: StoredPermits>(
             micros_to_nanos(reset_after(next, now, math.full_time())),
         ),
         wait_micros: (start - now).max(0),
+        refused_booking: None,
     }
 }
 
@@ -375,6 +461,122 @@ mod tests {
             parse_rate(f64::from_bits(1)),
             Ok(RateSetting::Finite(f64::INFINITY))
         );
+    }
+
+    /// Splitmix64: a deterministic step generator for the admission counts.
+    fn next(seed: &mut u64) -> u64 {
+        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Admissions of single permits over `span` of simulated time, trying until refused at
+    /// every step and stepping the clock by 1..=`max_step_nanos` (deterministic).
+    fn admissions(
+        limiter: &impl crate::Limiter,
+        clock: &crate::ManualClock,
+        span: u64,
+        max_step_nanos: u64,
+        mut seed: u64,
+    ) -> (u64, u64) {
+        use crate::Clock;
+        let start = clock.now_nanos();
+        let mut admitted = 0u64;
+        while clock.now_nanos() - start < span {
+            while limiter.try_acquire(1).unwrap().is_allowed() {
+                admitted += 1;
+            }
+            clock.advance_nanos(1 + next(&mut seed) % max_step_nanos);
+        }
+        (admitted, clock.now_nanos() - start)
+    }
+
+    fn assert_within_rate(rate: f64, burst: f64, admitted: u64, elapsed_nanos: u64) {
+        let bound = rate * elapsed_nanos as f64 / 1e9 * 1.001 + burst + 1.0;
+        assert!(
+            (admitted as f64) <= bound,
+            "rate {rate}: {admitted} admitted in {elapsed_nanos} ns, bound {bound}"
+        );
+    }
+
+    #[test]
+    fn smooth_limiters_never_exceed_their_rate_by_more_than_a_thousandth() {
+        use crate::{ManualClock, SmoothBursty, SmoothWarmingUp};
+        // Guava's rounding (low rates) and the rounded-up costs (high rates), both flavours.
+        for (rate, span, step) in [
+            (300.0, 200_000_000_000, 5_000_000),
+            (997.0, 50_000_000_000, 2_000_000),
+            (3_000.0, 10_000_000_000, 700_000),
+            (300_000.0, 200_000_000, 9_000),
+            (400_000.0, 200_000_000, 9_000),
+            (700_000.0, 200_000_000, 9_000),
+            (3_000_000.0, 20_000_000, 3_000),
+        ] {
+            for seed in 0..2 {
+                let clock = ManualClock::new();
+                let bursty = SmoothBursty::create_with_clock(rate, clock.clone()).unwrap();
+                let (admitted, elapsed) = admissions(&bursty, &clock, span, step, seed);
+                assert_within_rate(rate, rate, admitted, elapsed);
+
+                let clock = ManualClock::new();
+                let warmup = Duration::from_millis(100);
+                let warming =
+                    SmoothWarmingUp::create_with_clock(rate, warmup, clock.clone()).unwrap();
+                let max_permits = rate * 0.1; // warm-up / stable interval, cold factor 3
+                let (admitted, elapsed) = admissions(&warming, &clock, span, step, seed);
+                assert_within_rate(rate, max_permits, admitted, elapsed);
+            }
+        }
+    }
+
+    #[test]
+    fn guava_rounding_is_kept_where_it_is_within_a_thousandth() {
+        assert_eq!(round_micros(3.9, true), 3);
+        assert_eq!(round_micros(3.1, false), 4);
+        assert_eq!(round_micros(3.0, false), 3);
+        assert_eq!(round_micros(f64::INFINITY, false), i64::MAX);
+        assert_eq!(round_micros(f64::NAN, false), 0);
+    }
+
+    #[test]
+    fn one_request_cannot_book_past_a_year() {
+        use crate::{AcquireError, Clock, Limiter, ManualClock, SmoothBursty, SmoothWarmingUp};
+        let clock = ManualClock::new();
+        let bursty = SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap();
+        let err = bursty.try_acquire(u32::MAX).unwrap_err();
+        assert_eq!(
+            err,
+            AcquireError::BookingTooLong {
+                requested: u64::from(u32::MAX),
+                booking: Duration::from_secs(u64::from(u32::MAX)),
+                max: Duration::from_micros(MAX_BOOKING_MICROS as u64),
+            }
+        );
+        assert!(err.to_string().contains("at most 31536000s"), "{err}");
+        assert!(bursty.reserve(u32::MAX).is_err());
+        assert!(bursty.try_acquire_for(u32::MAX, Duration::MAX).is_err());
+        // Nothing was booked: the limiter still grants at once, and a year's worth is fine.
+        assert!(bursty.try_acquire(1).unwrap().is_allowed());
+        clock.advance(Duration::from_secs(1));
+        assert!(bursty.try_acquire(365 * 86_400).unwrap().is_allowed());
+        // …and set_rate then repairs the debt it booked.
+        bursty.set_rate(1e6).unwrap();
+        clock.set(clock.now_nanos() + 365 * 86_400 * 1_000_000_000);
+        assert!(bursty.try_acquire(1).unwrap().is_allowed());
+
+        let warming =
+            SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
+        assert!(matches!(
+            warming.try_acquire(u32::MAX),
+            Err(AcquireError::BookingTooLong { .. })
+        ));
+        assert!(warming.try_acquire(1).unwrap().is_allowed());
+        // Guava's Double.MIN_VALUE (interval +∞) keeps its documented "one, then never".
+        let tiny = SmoothBursty::create_with_clock(f64::from_bits(1), clock.clone()).unwrap();
+        assert!(tiny.try_acquire(1).unwrap().is_allowed());
+        assert!(!tiny.try_acquire(1).unwrap().is_allowed());
     }
 
     #[test]

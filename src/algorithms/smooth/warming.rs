@@ -29,7 +29,7 @@ use super::{
     micros_since, parse_rate, resync,
 };
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::{ConfigError, Decision};
+use crate::decision::ConfigError;
 use crate::limiter::{MICROS_FLOOR, floored};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -210,11 +210,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     /// One decision at `now`, published with one 128-bit CAS (retried on conflict).
     #[inline]
     fn decide_at(&self, permits: u32, now: i64, timeout: Option<i64>) -> Outcome {
-        let mut outcome = Outcome {
-            next: None,
-            decision: Decision::allow(0, 0, 0),
-            wait_micros: 0,
-        };
+        let mut outcome = Outcome::UNDECIDED;
         // AcqRel / Acquire, as `limiter::update`: the word publishes the interval its writer read,
         // so a request that decides on it cannot use an older one (IntervalCell's fences order
         // the interval itself). loom models this word with a mutex (no 128-bit atomics there),

@@ -1,0 +1,128 @@
+//! Blocking calls at the end of the clock's timeline (issue 14, item 9): a wait that can never
+//! end is an `AcquireError::PastEndOfTime`, never an infinite loop. Every limiter runs on a
+//! `ManualClock` (sleeps advance it, nothing really sleeps); each call runs on a helper thread
+//! with a generous hang guard that fails only if the call never returns.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use floodgate::{
+    AcquireError, AtomicLimiter, FixedWindow, Gcra, LeakyBucket, Limiter, ManualClock,
+    PackedSlidingWindow, Rate, Sharded, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
+};
+
+/// Runs `f` on its own thread; fails if it has not returned within 60 s (a hang).
+fn within_hang_guard<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the call never returned: it loops at the end of time")
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+/// Exhausts `limiter` at the end of time, then checks both blocking calls end with the error.
+fn exhausted_at_the_end_of_time<L: Limiter + 'static>(
+    make: impl FnOnce(ManualClock) -> L + Send + 'static,
+) {
+    within_hang_guard(move || {
+        let clock = ManualClock::starting_at(u64::MAX - SECOND / 2);
+        let limiter = make(clock.clone());
+        while limiter.try_acquire(1).unwrap().is_allowed() {}
+        let err = limiter.acquire(1).unwrap_err();
+        assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("end of the clock's timeline"),
+            "{err}"
+        );
+        // A timeout that reaches past the end: the same error, not a loop.
+        let err = limiter.try_acquire_for(1, Duration::MAX).unwrap_err();
+        assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+        // Nothing slept past the end of the timeline.
+        assert!(
+            clock
+                .sleeps()
+                .iter()
+                .all(|s| s.as_nanos() <= u128::from(SECOND))
+        );
+    });
+}
+
+#[test]
+fn fixed_window_acquire_ends_at_the_end_of_time() {
+    exhausted_at_the_end_of_time(|c| {
+        AtomicLimiter::with_clock(FixedWindow::new(3, Duration::from_secs(1)).unwrap(), c)
+    });
+    exhausted_at_the_end_of_time(|c| {
+        AtomicLimiter::with_clock(FixedWindow::aligned(3, Duration::from_secs(1)).unwrap(), c)
+    });
+}
+
+#[test]
+fn buckets_acquire_ends_at_the_end_of_time() {
+    exhausted_at_the_end_of_time(|c| {
+        AtomicLimiter::with_clock(Gcra::new(Rate::per_second(2), 2).unwrap(), c)
+    });
+    exhausted_at_the_end_of_time(|c| {
+        AtomicLimiter::with_clock(TokenBucket::new(2, Rate::per_second(1)).unwrap(), c)
+    });
+    exhausted_at_the_end_of_time(|c| {
+        AtomicLimiter::with_clock(LeakyBucket::new(2, Rate::per_second(1)).unwrap(), c)
+    });
+}
+
+#[test]
+fn sliding_windows_acquire_ends_at_the_end_of_time() {
+    exhausted_at_the_end_of_time(|c| {
+        SlidingWindow::with_clock(3, Duration::from_secs(1), 4, c).unwrap()
+    });
+    exhausted_at_the_end_of_time(|c| {
+        AtomicLimiter::with_clock(
+            PackedSlidingWindow::new(3, Duration::from_secs(1), 4).unwrap(),
+            c,
+        )
+    });
+}
+
+#[test]
+fn sharded_acquire_ends_at_the_end_of_time() {
+    exhausted_at_the_end_of_time(|c| Sharded::with_clock(4, Duration::from_secs(1), 2, c).unwrap());
+}
+
+#[test]
+fn smooth_acquire_ends_at_the_end_of_its_range() {
+    // A smooth limiter's range is 2^51 µs after its creation: past it a booking is "never".
+    within_hang_guard(|| {
+        let clock = ManualClock::starting_at(u64::MAX - SECOND);
+        let bursty = SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap();
+        assert_eq!(bursty.acquire(1).unwrap(), Duration::ZERO);
+        // The second permit is 1 s away: still before the end of u64 ns.
+        let warming =
+            SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
+        warming.acquire(1).unwrap();
+        let err = (0..4)
+            .find_map(|_| warming.acquire(1).err())
+            .expect("an error");
+        assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+        let err = (0..4)
+            .find_map(|_| bursty.acquire(1).err())
+            .expect("an error");
+        assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+    });
+}
+
+#[test]
+fn a_far_future_stamp_on_a_sliding_window_never_hangs_acquire() {
+    within_hang_guard(|| {
+        let clock = ManualClock::new();
+        let window =
+            SlidingWindow::with_clock(2, Duration::from_secs(1), 4, clock.clone()).unwrap();
+        window.try_acquire_at(2, u64::MAX - SECOND / 2).unwrap();
+        match window.acquire(1) {
+            Ok(_) => {}
+            Err(err) => assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}"),
+        }
+    });
+}
