@@ -18,8 +18,8 @@ use floodgate::{
     Algorithm, AtomicLimiter, Gcra, LeakyBucket, Limiter, Rate, SmoothBursty, TokenBucket,
 };
 use floodgate_loom_tests::{Admitted, MAX_LAG, ModelClock, assert_bucket_bound, join_all, model};
-use std::sync::Arc;
 use loom::thread;
+use std::sync::Arc;
 
 /// Nanoseconds per permit of the buckets.
 const T: u64 = 100;
@@ -172,7 +172,11 @@ fn lagging_reader(make: Make) {
             })
         };
         let mut admitted = join_all(vec![lagging], take(&*l, &clock, 1, (0, 0)));
-        assert_eq!(admitted.len(), 2, "a lagging read refused a permit that fit");
+        assert_eq!(
+            admitted.len(),
+            2,
+            "a lagging read refused a permit that fit"
+        );
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         assert_bucket_bound(&admitted, u64::from(C), T);
     });
@@ -210,7 +214,10 @@ fn leaping_reader(make: Make) {
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         clock.advance(u64::from(C) * T);
         let again = take(&*l, &clock, 1, (0, 0));
-        assert!(!again.is_empty(), "a leap froze the bucket beyond one refill");
+        assert!(
+            !again.is_empty(),
+            "a leap froze the bucket beyond one refill"
+        );
         admitted.extend(again);
         assert_bucket_bound(&admitted, u64::from(C), T);
     });
@@ -430,7 +437,11 @@ fn bursty_set_rate_races_a_take() {
         };
         admitted = join_all(vec![setter, b], admitted);
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
-        assert_eq!(permits(&admitted), 3, "a rate change granted permits: {admitted:?}");
+        assert_eq!(
+            permits(&admitted),
+            3,
+            "a rate change granted permits: {admitted:?}"
+        );
         assert_bucket_bound(&admitted, SMOOTH_C, SMOOTH_T);
     });
 }

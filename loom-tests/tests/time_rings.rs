@@ -102,7 +102,11 @@ fn window_lagging_reader() {
             })
         };
         let mut admitted = join_all(vec![lagging], take(&w, &clock, (0, 0)));
-        assert_eq!(admitted.len(), 2, "a lagging read refused a permit that fit");
+        assert_eq!(
+            admitted.len(),
+            2,
+            "a lagging read refused a permit that fit"
+        );
         admitted.extend(take(&w, &clock, (0, 0)));
         check_window(&admitted, 2);
     });

@@ -92,7 +92,13 @@ impl Take for Sharded<ModelClock> {
 }
 
 /// One stamped take: the admission, if any, with its skew (`lag`, `lead`) widening it.
-fn take<L: Take>(l: &L, clock: &ModelClock, home: usize, n: u32, skew: (u64, u64)) -> Vec<Admitted> {
+fn take<L: Take>(
+    l: &L,
+    clock: &ModelClock,
+    home: usize,
+    n: u32,
+    skew: (u64, u64),
+) -> Vec<Admitted> {
     let (span, d): (Span, Decision) = clock.timed(|| l.take_on(home, n));
     if d.is_allowed() {
         vec![Admitted::skewed(span, u64::from(n), skew.0, skew.1)]
@@ -301,7 +307,11 @@ fn lag_refuses_nothing_that_fits<L: Take>(kind: Kind<L>) {
         };
         let mine = take(&*l, &clock, 0, 1, (0, 0));
         let admitted = floodgate_loom_tests::join_all(vec![lagging], mine);
-        assert_eq!(admitted.len(), 2, "a lagging read refused a permit that fit");
+        assert_eq!(
+            admitted.len(),
+            2,
+            "a lagging read refused a permit that fit"
+        );
         promise.check(&admitted, 2);
     });
 }
