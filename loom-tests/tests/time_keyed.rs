@@ -128,7 +128,6 @@ fn stalled_checker_within_the_horizon() {
 
 /// A stall beyond max(window, 10 s): Keyed inherits the fixed window's re-opening (item 1).
 #[test]
-#[ignore = "issue 14 item 1: fails until the lead's fix merges"]
 fn stalled_checker_beyond_the_horizon() {
     stalled_checker(MAX_LAG + 2 * W);
 }

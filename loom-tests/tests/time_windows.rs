@@ -262,26 +262,22 @@ fn sharded_stall_within_the_horizon() {
 /// newer window for a clock glitch, resets it to its own old window, and the driver's window is
 /// admitted again in full.
 #[test]
-#[ignore = "issue 14 item 1: fails until the lead's fix merges"]
 fn fixed_aligned_stall_beyond_the_horizon() {
     stalled_reader(aligned(), 1, MAX_LAG + 2 * W);
 }
 
 #[test]
-#[ignore = "issue 14 item 1: fails until the lead's fix merges"]
 fn fixed_anchored_stall_beyond_the_horizon() {
     stalled_reader(anchored(), 1, MAX_LAG + 2 * W);
 }
 
 /// Three cells: beyond the packed window's one-window horizon.
 #[test]
-#[ignore = "issue 14 item 1: fails until the lead's fix merges"]
 fn packed_stall_beyond_the_horizon() {
     stalled_reader(packed(), 1, 3 * W);
 }
 
 #[test]
-#[ignore = "issue 14 item 1: fails until the lead's fix merges"]
 fn sharded_stall_beyond_the_horizon() {
     stalled_reader(sharded(), 2, MAX_LAG + 2 * W);
 }
@@ -405,19 +401,16 @@ fn leaping_reader<L: Take>(kind: Kind<L>, limit: u32, lead: u64, recover: u64) {
 /// which the next fresh reader distrusts as garbage and resets: the current window is admitted
 /// twice (the lead's fix folds a far-ahead window into the current one, keeping its count).
 #[test]
-#[ignore = "issue 14 item 3: fails until the lead's fix merges"]
 fn fixed_aligned_leap_beyond_the_horizon() {
     leaping_reader(aligned(), 1, MAX_LAG + 1_000, W);
 }
 
 #[test]
-#[ignore = "issue 14 item 3: fails until the lead's fix merges"]
 fn fixed_anchored_leap_beyond_the_horizon() {
     leaping_reader(anchored(), 1, MAX_LAG + 1_000, W);
 }
 
 #[test]
-#[ignore = "issue 14 item 3: fails until the lead's fix merges"]
 fn packed_leap_beyond_the_horizon() {
     leaping_reader(packed(), 1, MAX_LAG + 1_000, 2 * W);
 }
