@@ -10,7 +10,10 @@ use proptest::prelude::*;
 
 const SEC: u64 = 1_000_000_000;
 
-fn bucket(capacity: u32, per_second: u32) -> (AtomicLimiter<TokenBucket, ManualClock>, ManualClock) {
+fn bucket(
+    capacity: u32,
+    per_second: u32,
+) -> (AtomicLimiter<TokenBucket, ManualClock>, ManualClock) {
     let clock = ManualClock::starting_at(SEC);
     let b = TokenBucket::new(capacity, Rate::per_second(per_second)).unwrap();
     (AtomicLimiter::with_clock(b, clock.clone()), clock)
@@ -24,7 +27,9 @@ fn now(clock: &ManualClock) -> u64 {
 fn lowering_the_rate_of_a_drained_bucket_grants_nothing() {
     let (b, clock) = bucket(10, 10);
     assert!(b.try_acquire(10).unwrap().is_allowed());
-    b.algorithm().set_rate(Rate::per_second(1), now(&clock)).unwrap();
+    b.algorithm()
+        .set_rate(Rate::per_second(1), now(&clock))
+        .unwrap();
     assert_eq!(b.available(), 0);
     assert!(!b.try_acquire(1).unwrap().is_allowed());
     // 10 permits of debt at 1/s: one permit after 1 s, all ten after 10 s.
@@ -40,7 +45,9 @@ fn lowering_the_rate_of_a_drained_bucket_grants_nothing() {
 fn raising_the_rate_keeps_the_debt_and_repays_it_faster() {
     let (b, clock) = bucket(10, 1);
     assert!(b.try_acquire(10).unwrap().is_allowed());
-    b.algorithm().set_rate(Rate::per_second(10), now(&clock)).unwrap();
+    b.algorithm()
+        .set_rate(Rate::per_second(10), now(&clock))
+        .unwrap();
     assert_eq!(b.available(), 0);
     clock.advance(Duration::from_millis(100));
     assert_eq!(b.available(), 1);
@@ -55,9 +62,13 @@ fn several_changes_in_a_row_never_free_permits() {
     // Five changes at the same instant, some lowering, some raising, rate and capacity: the
     // bucket stays empty throughout, whatever generation its word was written in.
     // Three generations (the word's generation is still told apart exactly).
-    b.algorithm().set_rate(Rate::per_second(1), now(&clock)).unwrap();
+    b.algorithm()
+        .set_rate(Rate::per_second(1), now(&clock))
+        .unwrap();
     b.set_limit(20).unwrap();
-    b.algorithm().set_rate(Rate::per_second(5), now(&clock)).unwrap();
+    b.algorithm()
+        .set_rate(Rate::per_second(5), now(&clock))
+        .unwrap();
     assert_eq!(b.available(), 0);
     // 20 permits of debt at 5/s.
     clock.advance(Duration::from_millis(199));
@@ -67,7 +78,9 @@ fn several_changes_in_a_row_never_free_permits() {
     // Eight more changes at one instant: the word's generation bits now alias, and the
     // bucket is read conservatively (never above the model) until `settled_at`.
     for (rate, cap) in [(1, 10), (5, 20), (2, 5), (100, 5)] {
-        b.algorithm().set_rate(Rate::per_second(rate), now(&clock)).unwrap();
+        b.algorithm()
+            .set_rate(Rate::per_second(rate), now(&clock))
+            .unwrap();
         b.set_limit(cap).unwrap();
         assert!(b.available() <= 1, "after rate {rate}/s capacity {cap}");
     }
@@ -95,16 +108,20 @@ fn set_limit_sets_the_capacity_every_decision_reports() {
 #[test]
 fn keyed_drained_keys_get_nothing_when_the_limit_is_lowered() {
     let clock = ManualClock::starting_at(SEC);
-    let keyed: Keyed<u32, Gcra, ManualClock> = Keyed::builder(Gcra::new(Rate::per_second(10), 10).unwrap())
-        .max_keys(4096)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let keyed: Keyed<u32, Gcra, ManualClock> =
+        Keyed::builder(Gcra::new(Rate::per_second(10), 10).unwrap())
+            .max_keys(4096)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
     for key in 0..1000 {
         assert!(keyed.check(&key, 10).unwrap().is_allowed());
     }
     keyed.set_limit(3).unwrap();
-    keyed.algorithm().set_rate(Rate::per_second(1), now(&clock)).unwrap();
+    keyed
+        .algorithm()
+        .set_rate(Rate::per_second(1), now(&clock))
+        .unwrap();
     for key in 0..1000 {
         assert!(!keyed.check(&key, 1).unwrap().is_allowed(), "key {key}");
     }
@@ -139,16 +156,33 @@ fn a_far_future_clock_read_freezes_the_bucket_for_at_most_one_refill() {
     clock.set(SEC + 86_400 * SEC); // one read a day ahead
     assert!(b.try_acquire(5).unwrap().is_allowed());
     clock.set(2 * SEC); // back to the present (the time floor is the lead's; reset it here)
-    let fresh = AtomicLimiter::with_clock(TokenBucket::new(5, Rate::per_second(10)).unwrap(), clock.clone());
+    let fresh = AtomicLimiter::with_clock(
+        TokenBucket::new(5, Rate::per_second(10)).unwrap(),
+        clock.clone(),
+    );
     // Replay the far-future word through the pure decision: the same algorithm, present time.
-    let day_ahead = floodgate::Algorithm::decide(b.algorithm(), 0, SEC + 86_400 * SEC, 5).next.unwrap();
+    let day_ahead = floodgate::Algorithm::decide(b.algorithm(), 0, SEC + 86_400 * SEC, 5)
+        .next
+        .unwrap();
     let step = floodgate::Algorithm::decide(fresh.algorithm(), day_ahead, 2 * SEC, 1);
     assert!(!step.decision.is_allowed());
     let repaired = step.next.expect("a leap is repaired even on a denial");
     // Repaired to "empty now": admitted again after one permit's refill, not after a day.
-    assert!(!floodgate::Algorithm::decide(fresh.algorithm(), repaired, 2 * SEC + 99_999_999, 1).decision.is_allowed());
-    assert!(floodgate::Algorithm::decide(fresh.algorithm(), repaired, 2 * SEC + 100 * 1_000_000, 1).decision.is_allowed());
-    assert!(floodgate::Algorithm::decide(fresh.algorithm(), repaired, 2 * SEC + 500 * 1_000_000, 5).decision.is_allowed());
+    assert!(
+        !floodgate::Algorithm::decide(fresh.algorithm(), repaired, 2 * SEC + 99_999_999, 1)
+            .decision
+            .is_allowed()
+    );
+    assert!(
+        floodgate::Algorithm::decide(fresh.algorithm(), repaired, 2 * SEC + 100 * 1_000_000, 1)
+            .decision
+            .is_allowed()
+    );
+    assert!(
+        floodgate::Algorithm::decide(fresh.algorithm(), repaired, 2 * SEC + 500 * 1_000_000, 5)
+            .decision
+            .is_allowed()
+    );
 }
 
 /// One step of the property test.
@@ -199,7 +233,11 @@ impl Model {
 }
 
 fn gcd(a: i128, b: i128) -> i128 {
-    if b == 0 { a.abs().max(1) } else { gcd(b, a % b) }
+    if b == 0 {
+        a.abs().max(1)
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 proptest! {

@@ -195,8 +195,11 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
 #[test]
 fn the_end_of_the_timeline_denies_instead_of_wrapping() {
     // Times are stored in multiples of 4 ns: the last one is `u64::MAX & !3`.
-    let end = u64::MAX & !3;
-    let (b, clock) = on_clock(TokenBucket::new(2, Rate::per_second(1)).unwrap(), end - 3 * SEC);
+    let end: u64 = !3;
+    let (b, clock) = on_clock(
+        TokenBucket::new(2, Rate::per_second(1)).unwrap(),
+        end - 3 * SEC,
+    );
     assert!(take(&b, 2).0);
     assert!(!take(&b, 1).0);
     clock.set(end - SEC);

@@ -36,7 +36,7 @@ pub(crate) struct Snapshot {
     pub(crate) settled_at: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slot {
     stamp: AtomicU64,
     interval: AtomicU64,
@@ -60,7 +60,16 @@ impl ConfigStore {
     pub(crate) fn new(first: Snapshot) -> Self {
         let store = ConfigStore {
             current: AtomicU64::new(0),
-            slots: Default::default(),
+            // Not `Default`: loom's atomics have none.
+            slots: std::array::from_fn(|_| Slot {
+                stamp: AtomicU64::new(WRITING),
+                interval: AtomicU64::new(0),
+                capacity: AtomicU64::new(0),
+                period: AtomicU64::new(0),
+                amount: AtomicU64::new(0),
+                changed_at: AtomicU64::new(0),
+                settled_at: AtomicU64::new(0),
+            }),
             setter: Mutex::new(()),
         };
         store.write_slot(&Snapshot {
@@ -143,8 +152,10 @@ impl ConfigStore {
         slot.capacity.store(snapshot.capacity, Ordering::Relaxed);
         slot.period.store(snapshot.period, Ordering::Relaxed);
         slot.amount.store(snapshot.amount, Ordering::Relaxed);
-        slot.changed_at.store(snapshot.changed_at, Ordering::Relaxed);
-        slot.settled_at.store(snapshot.settled_at, Ordering::Relaxed);
+        slot.changed_at
+            .store(snapshot.changed_at, Ordering::Relaxed);
+        slot.settled_at
+            .store(snapshot.settled_at, Ordering::Relaxed);
         // Release: pairs with the Acquire load of `current` (which follows it) in readers.
         slot.stamp.store(snapshot.generation, Ordering::Release);
     }

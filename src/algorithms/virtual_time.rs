@@ -147,7 +147,7 @@ pub(crate) fn decide_tat(
 /// At the very end of the timeline (the last 3 ns before `u64::MAX`) it rounds down instead.
 #[inline]
 fn round_up(time: u64) -> u64 {
-    time.checked_add(GENERATION_MASK).unwrap_or(u64::MAX) & !GENERATION_MASK
+    time.saturating_add(GENERATION_MASK) & !GENERATION_MASK
 }
 
 impl VirtualTime {
@@ -412,7 +412,11 @@ macro_rules! time_word_algorithm {
             /// assert_eq!(b.algorithm().rate(), Rate::per_second(1)); // the old rate stays
             /// # Ok::<(), Box<dyn std::error::Error>>(())
             /// ```
-            pub fn set_rate(&self, rate: $crate::Rate, now: u64) -> Result<(), $crate::ConfigError> {
+            pub fn set_rate(
+                &self,
+                rate: $crate::Rate,
+                now: u64,
+            ) -> Result<(), $crate::ConfigError> {
                 self.core.set_rate(rate, now)
             }
 
