@@ -34,14 +34,28 @@ pub trait Limiter: Send + Sync {
     /// The clock this limiter reads and sleeps on.
     fn clock(&self) -> &dyn Clock;
 
-    /// Changes the limit (window limit, or permits per period for a bucket) live, from any
-    /// thread, without a lock.
+    /// Changes the limit live, from any thread: afterwards [`limit`](Limiter::limit) and the
+    /// `limit` of every [`Decision`] report `limit`. One meaning for every limiter: the most
+    /// permits one instant can grant, i.e. the window limit of a window, the capacity (burst)
+    /// of a token bucket, leaky bucket or GCRA (their rate is changed with `set_rate`), and
+    /// for the smooth limiters, whose `limit` is their rate, permits per second. Permits
+    /// already taken stay taken; a bucket keeps its tokens, capped at the new capacity.
     ///
     /// # Errors
     /// [`ConfigError`] for a limit the algorithm cannot hold; the old limit then stays.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Limiter, Rate, TokenBucket};
+    /// let bucket = AtomicLimiter::new(TokenBucket::new(10, Rate::per_second(5))?);
+    /// bucket.set_limit(20)?;
+    /// assert_eq!(bucket.limit(), 20); // the capacity, as every Decision reports it
+    /// assert_eq!(bucket.algorithm().rate(), Rate::per_second(5)); // the rate is unchanged
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
 
-    /// The limit in force (the `limit` of every [`Decision`]).
+    /// The limit in force: the `limit` of every [`Decision`] (see
+    /// [`set_limit`](Limiter::set_limit)).
     fn limit(&self) -> u64;
 
     /// Takes `n` permits, sleeping on the clock until they are granted. Returns how long it slept.
@@ -256,13 +270,15 @@ pub trait Algorithm: Send + Sync + 'static {
     /// would, so it can be forgotten (evicted) without changing any decision.
     fn is_idle(&self, state: u64, now: u64) -> bool;
 
-    /// Changes the limit live. See [`Limiter::set_limit`].
+    /// Changes the limit live at `now` (nanoseconds on the clock's timeline: the instant the
+    /// change takes effect, for algorithms whose state is a time). The same quantity that
+    /// [`limit`](Algorithm::limit) and every [`Decision`] report; see [`Limiter::set_limit`].
     ///
     /// # Errors
     /// [`ConfigError`] for a limit the algorithm cannot hold.
-    fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
+    fn set_limit(&self, limit: u32, now: u64) -> Result<(), ConfigError>;
 
-    /// The limit in force.
+    /// The limit in force: the `limit` of every [`Decision`].
     fn limit(&self) -> u64;
 }
 
@@ -674,7 +690,14 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
     }
 
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        self.algorithm.set_limit(limit)
+        let now = if A::NEEDS_TIME_FLOOR {
+            // Relaxed: a past clock read, as in `peek`; the change takes effect no earlier than
+            // any decision already published.
+            self.now().max(self.words.floor.load(Ordering::Relaxed))
+        } else {
+            self.now()
+        };
+        self.algorithm.set_limit(limit, now)
     }
 
     fn limit(&self) -> u64 {

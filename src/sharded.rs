@@ -338,8 +338,9 @@ impl<C: Clock> Limiter for Sharded<C> {
                 max: MAX_COUNT * count as u64,
             });
         }
+        let now = self.clock.now_nanos();
         for (index, stripe) in self.stripes.iter().enumerate() {
-            stripe.window.set_limit(share(limit, count, index))?;
+            stripe.window.set_limit(share(limit, count, index), now)?;
         }
         // Relaxed: a self-contained config value, as FixedWindow's limit.
         self.limit.store(limit, Ordering::Relaxed);

@@ -96,22 +96,26 @@ fn gcra_matches_governor_semantics() {
 }
 
 #[test]
-fn set_rate_mid_stream_keeps_booked_time() {
+fn set_rate_mid_stream_keeps_the_debt_in_permits() {
     let (b, clock) = on_clock(TokenBucket::new(2, Rate::per_second(1)).unwrap(), 0);
-    assert!(take(&b, 2).0); // tat = 2 s
-    b.algorithm().set_rate(Rate::per_second(10)).unwrap();
+    assert!(take(&b, 2).0); // 2 permits of debt
+    b.algorithm().set_rate(Rate::per_second(10), 0).unwrap();
     assert_eq!(b.algorithm().rate(), Rate::per_second(10));
-    // Full again at 2 s as booked; a token now costs 100 ms, so one is whole at 1.9 s.
-    assert_eq!(take(&b, 1), (false, 0, 1900 * MS, 2 * SEC));
-    clock.set(1900 * MS);
+    // Still 2 permits of debt, repaid at 100 ms each: full at 200 ms, one whole at 100 ms.
+    assert_eq!(take(&b, 1), (false, 0, 100 * MS, 200 * MS));
+    clock.set(100 * MS);
     assert!(take(&b, 1).0);
     clock.set(10 * SEC);
-    // set_limit is "permits per the configured period": 1 per second again.
+    // set_limit sets the capacity (the limit every decision reports); the rate stays.
     b.set_limit(1).unwrap();
-    assert_eq!(b.algorithm().nanos_per_permit(), SEC);
-    assert_eq!(take(&b, 2), (true, 0, 0, 2 * SEC));
-    b.algorithm().set_capacity(5).unwrap();
-    assert_eq!(take(&b, 3), (true, 0, 0, 5 * SEC));
+    assert_eq!((b.limit(), b.algorithm().nanos_per_permit()), (1, 100 * MS));
+    assert_eq!(take(&b, 1), (true, 0, 0, 100 * MS));
+    clock.set(20 * SEC);
+    b.algorithm().set_capacity(5, 20 * SEC).unwrap();
+    // Raising the capacity keeps the one token held; the new room fills at the rate.
+    assert_eq!(take(&b, 2), (false, 1, 100 * MS, 400 * MS));
+    clock.set(20 * SEC + 400 * MS);
+    assert_eq!(take(&b, 3), (true, 2, 0, 300 * MS));
 }
 
 #[test]
@@ -190,14 +194,16 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
 
 #[test]
 fn the_end_of_the_timeline_denies_instead_of_wrapping() {
+    // Times are stored in multiples of 4 ns: the last one is `u64::MAX & !3`.
+    let end: u64 = !3;
     let (b, clock) = on_clock(
         TokenBucket::new(2, Rate::per_second(1)).unwrap(),
-        u64::MAX - 3 * SEC,
+        end - 3 * SEC,
     );
     assert!(take(&b, 2).0);
     assert!(!take(&b, 1).0);
-    clock.set(u64::MAX - SEC);
-    // One token accrued; taking it books time up to exactly u64::MAX.
+    clock.set(end - SEC);
+    // One token accrued; taking it books time up to exactly the end.
     assert!(take(&b, 1).0);
     // The next would book past u64::MAX: denied, never wrapped to a time near zero.
     let (allowed, _, retry, _) = take(&b, 1);
@@ -233,9 +239,10 @@ fn rate_reads_back_as_set_even_when_the_interval_rounds() {
     assert_eq!(bucket.nanos_per_permit(), 666_666_667);
     assert_eq!(bucket.rate(), Rate::new(3, Duration::from_secs(2)));
     bucket
-        .set_rate(Rate::new(7, Duration::from_secs(3)))
+        .set_rate(Rate::new(7, Duration::from_secs(3)), 0)
         .unwrap();
     assert_eq!(bucket.rate(), Rate::new(7, Duration::from_secs(3)));
-    floodgate::Algorithm::set_limit(&bucket, 5).unwrap(); // 5 per the configured period
-    assert_eq!(bucket.rate(), Rate::new(5, Duration::from_secs(3)));
+    floodgate::Algorithm::set_limit(&bucket, 5, 0).unwrap(); // the capacity; the rate stays
+    assert_eq!(bucket.rate(), Rate::new(7, Duration::from_secs(3)));
+    assert_eq!(floodgate::Algorithm::limit(&bucket), 5);
 }

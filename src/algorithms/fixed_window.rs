@@ -288,7 +288,7 @@ impl Algorithm for FixedWindow {
         self.current(state, now).count == 0
     }
 
-    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+    fn set_limit(&self, limit: u32, _now: u64) -> Result<(), ConfigError> {
         validate_limit(limit, MAX_COUNT)?;
         // Relaxed: a single self-contained config value; a racing decision may use either limit.
         self.limit.store(limit, Ordering::Relaxed);

@@ -13,6 +13,7 @@ mod ring;
 pub mod rolling;
 pub mod sliding_window;
 pub mod smooth;
+mod time_config;
 mod token_bucket;
 pub(crate) mod virtual_time;
 

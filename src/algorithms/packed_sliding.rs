@@ -302,7 +302,7 @@ impl Algorithm for PackedSlidingWindow {
         self.view(state, now / self.cell_nanos).counts == 0
     }
 
-    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+    fn set_limit(&self, limit: u32, _now: u64) -> Result<(), ConfigError> {
         validate_limit(limit, (1 << self.count_bits) - 1)?;
         // Relaxed: a self-contained config value; a racing decision may use either limit.
         self.limit.store(limit, Ordering::Relaxed);

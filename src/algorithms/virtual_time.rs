@@ -12,122 +12,244 @@
 //!
 //! Layout: the whole word is `tat` in nanoseconds on the clock's timeline, see [`crate::packed`].
 
+use std::sync::Mutex;
 use std::time::Duration;
 
+use super::MAX_CLOCK_LAG_NANOS;
+use super::time_config::{ConfigStore, Snapshot};
 use crate::AcquireError;
 use crate::decision::{ConfigError, Decision, Rate, check_permits};
 use crate::limiter::Step;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Largest burst window `capacity × interval` accepted: 2^62 ns (146 years), so `now + tau`
 /// stays meaningful on the Unix timeline.
 pub(crate) const MAX_TAU_NANOS: u64 = 1 << 62;
 
-/// Live configuration of a time-word bucket.
+/// Low bits of a state word that carry the generation (modulo 4) of the configuration it was
+/// written under; the time above them is a multiple of 4 ns (rounded up: never early).
+pub(crate) const GENERATION_MASK: u64 = 0b11;
+
+/// Live configuration of a time-word bucket: one immutable [`Snapshot`] per generation.
+///
+/// # Reconfiguration
+/// A change (rate, capacity) is validated as a whole new snapshot under the setter lock and
+/// takes effect at an instant `t` (the setter's clock). A bucket's debt at `t` is kept in
+/// *permits*: `D = (tat − t) / T_old` (0 if full), and with the capacity change
+/// `D' = max(0, D + C_new − C_old)`, i.e. the tokens `C − D` are kept, capped at the new
+/// capacity. So no reconfiguration ever makes permits available that were not available just
+/// before; afterwards they accrue at the new rate. A fresh bucket (state `0`: a new limiter, a
+/// new or evicted key, a reset) starts full at the capacity in force.
+///
+/// No state word is rewritten at set time (a [`Keyed`](crate::Keyed) map may hold millions):
+/// each word carries its generation modulo 4, and a decision converts a word of the previous
+/// three generations exactly (`debt_new = debt_old_permits × T_new`, rounded up) through the
+/// kept snapshots. A word written four or more generations ago reads the same bits as a newer
+/// one; for those, every snapshot records `settled_at`, a time by which every such word is full
+/// whatever its history (bounded with the writers' clock lag
+/// [`MAX_CLOCK_LAG_NANOS`](crate::algorithms::MAX_CLOCK_LAG_NANOS)); until then, every word is
+/// read as at least that far in debt. This only bites after four changes within about one
+/// refill time plus 10 s, and then refuses, never over-admits.
 #[derive(Debug)]
 pub(crate) struct VirtualTime {
-    /// Nanoseconds one permit is worth.
-    interval: AtomicU64,
-    /// Permits the bucket holds.
-    capacity: AtomicU64,
-    /// The period of the configured rate, kept so `set_limit(n)` means "n per period".
-    period: AtomicU64,
-    /// The amount of the configured rate, kept so `rate()` reads back what was set (the
-    /// interval is rounded, so `period / interval` need not give it back).
-    amount: AtomicU32,
+    store: ConfigStore,
+    /// Setter-side history: bounds on the words of older generations (see [`Settle`]).
+    settle: Mutex<Settle>,
 }
 
-/// The pure decision over a time word.
+/// For the generation in force `g`, upper bounds on the time at which words written in older
+/// generations are full, read in `g`'s units (`0`: no such word can exist).
+#[derive(Debug, Default)]
+struct Settle {
+    /// Generations `g−3`, `g−2`, `g−1`.
+    recent: [u64; 3],
+}
+
+/// Converts a time word written under `(prev_interval, prev_capacity)` across a change at `at`
+/// to `(interval, capacity)`: the debt in permits is kept, and the tokens are capped at the new
+/// capacity (`D' = max(0, D + C_new − C_old)`); rounded toward more debt.
+#[inline]
+pub(crate) fn convert(
+    tat: u64,
+    at: u64,
+    prev_interval: u64,
+    prev_capacity: u64,
+    interval: u64,
+    capacity: u64,
+) -> u64 {
+    let debt_old = u128::from(tat.saturating_sub(at));
+    let prev = u128::from(prev_interval.max(1));
+    let scaled = (debt_old * u128::from(interval)).div_ceil(prev);
+    let shift = (i128::from(capacity) - i128::from(prev_capacity)) * i128::from(interval);
+    let debt = (scaled as i128 + shift).max(0);
+    at.saturating_add(u64::try_from(debt).unwrap_or(u64::MAX))
+}
+
+/// The pure decision over a time word, in the units of one configuration.
 ///
 /// ```text
-/// base     = max(tat, now)            never moves back when `now` lags
-/// new_tat  = base + n·T               (overflow past u64::MAX: denied)
-/// allowed  ⇔ new_tat ≤ now + C·T
+/// tau      = C·T
+/// tat      > now + tau + H  →  now + tau   a leap (see below); the repaired word is written
+/// base     = max(tat, now)                 never moves back when `now` lags
+/// new_tat  = base + n·T                    (overflow past u64::MAX: denied)
+/// allowed  ⇔ new_tat ≤ now + tau            stored rounded up to 4 ns, with the generation
 /// ```
+///
+/// A legitimate word is at most `tau` ahead of its writer's clock, and a writer's clock at most
+/// `H` = [`MAX_CLOCK_LAG_NANOS`](crate::algorithms::MAX_CLOCK_LAG_NANOS) ahead of ours; a word
+/// further ahead was written by a clock that leaped. It reads as "empty now", and the repair is
+/// written even when the request is denied (the one exception to "a denial writes nothing"), so
+/// one far-future clock read freezes the bucket for at most one refill time `tau`.
+/// `generation` goes into the low bits of the word written.
 #[inline]
-pub(crate) fn decide_tat(tat: u64, now: u64, n: u32, interval: u64, capacity: u64) -> Step {
+pub(crate) fn decide_tat(
+    tat: u64,
+    now: u64,
+    n: u32,
+    interval: u64,
+    capacity: u64,
+    generation: u64,
+) -> Step {
     let tau = capacity.saturating_mul(interval);
     let horizon = now.saturating_add(tau);
+    let stamp = |time: u64| time | (generation & GENERATION_MASK);
+    let leaped = tat > horizon.saturating_add(MAX_CLOCK_LAG_NANOS);
+    let tat = if leaped { horizon } else { tat };
     let base = tat.max(now);
     let cost = u64::from(n).saturating_mul(interval);
     match base.checked_add(cost) {
         Some(new_tat) if new_tat <= horizon => Step::allow(
-            new_tat,
+            stamp(round_up(new_tat)),
             Decision::allow_scaled(capacity, horizon - new_tat, interval, new_tat - now),
         ),
         new_tat => {
             let retry = new_tat.map_or(u64::MAX, |t| t - horizon);
-            Step::deny(Decision::deny_scaled(
+            let decision = Decision::deny_scaled(
                 capacity,
                 horizon.saturating_sub(base),
                 interval,
                 retry,
                 base - now,
-            ))
+            );
+            match leaped {
+                // Rounded up to 4 ns: the repaired word is never read as a leap again.
+                true => Step {
+                    next: Some(stamp(round_up(horizon))),
+                    decision,
+                },
+                false => Step::deny(decision),
+            }
         }
     }
+}
+
+/// `time` rounded up to a multiple of 4 ns, to free the generation bits: a word is never read
+/// as earlier than its writer decided (the admission itself was checked on the exact time).
+/// At the very end of the timeline (the last 3 ns before `u64::MAX`) it rounds down instead.
+#[inline]
+fn round_up(time: u64) -> u64 {
+    time.saturating_add(GENERATION_MASK) & !GENERATION_MASK
 }
 
 impl VirtualTime {
     pub(crate) fn new(rate: Rate, capacity: u32) -> Result<Self, ConfigError> {
         let interval = rate.nanos_per_permit()?;
-        validate(interval, capacity)?;
+        validate(interval, u64::from(capacity))?;
         Ok(VirtualTime {
-            interval: AtomicU64::new(interval),
-            capacity: AtomicU64::new(u64::from(capacity)),
-            period: AtomicU64::new(
-                u64::try_from(rate.period().as_nanos())
-                    .map_err(|_| ConfigError::DurationOverflow)?,
-            ),
-            amount: AtomicU32::new(rate.amount()),
+            store: ConfigStore::new(Snapshot {
+                generation: 0,
+                interval,
+                capacity: u64::from(capacity),
+                period: period_nanos(rate)?,
+                amount: u64::from(rate.amount()),
+                changed_at: 0,
+                settled_at: 0,
+            }),
+            settle: Mutex::new(Settle::default()),
         })
     }
 
     #[inline]
     pub(crate) fn interval(&self) -> u64 {
-        // Relaxed: a single self-contained config value; a racing decision may use either value.
-        self.interval.load(Ordering::Relaxed)
+        self.store.load().interval
     }
 
     #[inline]
     pub(crate) fn capacity(&self) -> u64 {
-        // Relaxed: as `interval`.
-        self.capacity.load(Ordering::Relaxed)
+        self.store.load().capacity
     }
 
     /// The configured rate, as set (the interval that decides is rounded from it).
     pub(crate) fn rate(&self) -> Rate {
-        // Relaxed: as `interval`; a rate read while another thread sets one may pair the new
-        // amount with the old period (a diagnostic read, never used to decide).
-        let period = self.period.load(Ordering::Relaxed);
-        let amount = self.amount.load(Ordering::Relaxed);
-        Rate::new(amount, Duration::from_nanos(period))
+        let snapshot = self.store.load();
+        let amount = u32::try_from(snapshot.amount).unwrap_or(u32::MAX);
+        Rate::new(amount, Duration::from_nanos(snapshot.period))
     }
 
-    pub(crate) fn set_rate(&self, rate: Rate) -> Result<(), ConfigError> {
+    pub(crate) fn set_rate(&self, rate: Rate, now: u64) -> Result<(), ConfigError> {
         let interval = rate.nanos_per_permit()?;
-        let capacity = u32::try_from(self.capacity()).unwrap_or(u32::MAX);
-        validate(interval, capacity)?;
-        let period =
-            u64::try_from(rate.period().as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
-        // Relaxed: independent config values; the product is saturated where it is used.
-        self.period.store(period, Ordering::Relaxed);
-        self.amount.store(rate.amount(), Ordering::Relaxed);
-        self.interval.store(interval, Ordering::Relaxed);
-        Ok(())
+        let period = period_nanos(rate)?;
+        self.reconfigure(now, |current| Snapshot {
+            interval,
+            period,
+            amount: u64::from(rate.amount()),
+            ..current
+        })
     }
 
-    pub(crate) fn set_capacity(&self, capacity: u32) -> Result<(), ConfigError> {
-        validate(self.interval(), capacity)?;
-        // Relaxed: as set_rate.
-        self.capacity.store(u64::from(capacity), Ordering::Relaxed);
-        Ok(())
+    pub(crate) fn set_capacity(&self, capacity: u32, now: u64) -> Result<(), ConfigError> {
+        self.reconfigure(now, |current| Snapshot {
+            capacity: u64::from(capacity),
+            ..current
+        })
     }
 
-    pub(crate) fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        // Relaxed: as set_rate.
-        let period = self.period.load(Ordering::Relaxed);
-        self.set_rate(Rate::new(limit, Duration::from_nanos(period)))
+    /// Validates and publishes the snapshot `change` makes of the one in force, as one step
+    /// under the setter lock: racing setters each see the other's result, never half of it.
+    fn reconfigure(
+        &self,
+        now: u64,
+        change: impl FnOnce(Snapshot) -> Snapshot,
+    ) -> Result<(), ConfigError> {
+        let mut settle = self
+            .settle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.store.replace(|_, current| {
+            let next = change(current);
+            validate(next.interval, next.capacity)?;
+            if next == current {
+                return Ok(None);
+            }
+            if (next.interval, next.capacity) == (current.interval, current.capacity) {
+                // Only the rate's spelling changed (same rounded interval): nothing to convert.
+                return Ok(Some(next));
+            }
+            let at = now.max(current.changed_at);
+            let conv = |bound: u64| match bound {
+                0 => 0,
+                bound => convert(
+                    bound,
+                    at,
+                    current.interval,
+                    current.capacity,
+                    next.interval,
+                    next.capacity,
+                ),
+            };
+            // Every word of the generation ending now: at most `tau` ahead of a writer whose
+            // clock read at most `at + H`.
+            let ending = at
+                .saturating_add(MAX_CLOCK_LAG_NANOS)
+                .saturating_add(current.capacity * current.interval);
+            let [g3, g2, g1] = settle.recent;
+            let settled_at = conv(current.settled_at.max(g3));
+            settle.recent = [conv(g2), conv(g1), conv(ending)];
+            Ok(Some(Snapshot {
+                changed_at: at,
+                settled_at,
+                ..next
+            }))
+        })
     }
 
     #[inline]
@@ -137,20 +259,97 @@ impl VirtualTime {
 
     #[inline]
     pub(crate) fn decide(&self, state: u64, now: u64, n: u32) -> Step {
-        decide_tat(state, now, n, self.interval(), self.capacity())
+        loop {
+            let current = self.store.load();
+            // A change instant is a clock value read before this call saw the snapshot, so
+            // deciding at it is never early (as the time floor of `update_at`).
+            let now = now.max(current.changed_at);
+            if let Some(tat) = self.effective(&current, state, now) {
+                return decide_tat(
+                    tat,
+                    now,
+                    n,
+                    current.interval,
+                    current.capacity,
+                    current.generation,
+                );
+            }
+        }
     }
 
     #[inline]
     pub(crate) fn is_idle(&self, state: u64, now: u64) -> bool {
-        state <= now
+        loop {
+            let current = self.store.load();
+            let now = now.max(current.changed_at);
+            if let Some(tat) = self.effective(&current, state, now) {
+                return tat <= now;
+            }
+        }
+    }
+
+    /// The time word in `current`'s units: converted from the generation it was written in,
+    /// and at least `settled_at` while words of four or more generations ago may be in debt.
+    /// `None` when a setter lapped the snapshot ring meanwhile (retry).
+    #[inline]
+    fn effective(&self, current: &Snapshot, state: u64, now: u64) -> Option<u64> {
+        if state == 0 {
+            return Some(0);
+        }
+        let generation = current.generation;
+        let behind = generation.wrapping_sub(state) & GENERATION_MASK;
+        let mut tat = state & !GENERATION_MASK;
+        if behind != 0 {
+            tat = self.convert_from(current, tat, behind)?;
+        }
+        if now < current.settled_at {
+            tat = tat.max(current.settled_at);
+        }
+        Some(tat)
+    }
+
+    /// Converts a word written `behind` (1..=3) generations ago through every change since.
+    #[cold]
+    fn convert_from(&self, current: &Snapshot, mut tat: u64, behind: u64) -> Option<u64> {
+        let Some(first) = current.generation.checked_sub(behind) else {
+            // Cannot happen (a word is never from a generation before 0): read it as settled.
+            return Some(current.settled_at);
+        };
+        let mut prev = self.store.read(first)?;
+        for generation in first + 1..=current.generation {
+            let next = match generation == current.generation {
+                true => *current,
+                false => self.store.read(generation)?,
+            };
+            tat = convert(
+                tat,
+                next.changed_at,
+                prev.interval,
+                prev.capacity,
+                next.interval,
+                next.capacity,
+            );
+            prev = next;
+        }
+        Some(tat)
     }
 }
 
-fn validate(interval: u64, capacity: u32) -> Result<(), ConfigError> {
+fn period_nanos(rate: Rate) -> Result<u64, ConfigError> {
+    u64::try_from(rate.period().as_nanos()).map_err(|_| ConfigError::DurationOverflow)
+}
+
+fn validate(interval: u64, capacity: u64) -> Result<(), ConfigError> {
     if capacity == 0 {
         return Err(ConfigError::ZeroLimit);
     }
-    match interval.checked_mul(u64::from(capacity)) {
+    if capacity > u64::from(u32::MAX) {
+        return Err(ConfigError::LimitTooLarge {
+            limit: capacity,
+            max: u64::from(u32::MAX),
+        });
+    }
+    match interval.checked_mul(capacity) {
         Some(tau) if tau <= MAX_TAU_NANOS => Ok(()),
         _ => Err(ConfigError::DurationOverflow),
     }
@@ -178,10 +377,13 @@ macro_rules! time_word_algorithm {
                 self.core.is_idle(state, now)
             }
 
-            fn set_limit(&self, limit: u32) -> Result<(), $crate::ConfigError> {
-                self.core.set_limit(limit)
+            /// Sets the capacity (burst): the `limit` every decision reports. See
+            /// [`set_capacity`](Self::set_capacity).
+            fn set_limit(&self, limit: u32, now: u64) -> Result<(), $crate::ConfigError> {
+                self.core.set_capacity(limit, now)
             }
 
+            /// The capacity (burst).
             #[inline]
             fn limit(&self) -> u64 {
                 self.core.capacity()
@@ -189,26 +391,39 @@ macro_rules! time_word_algorithm {
         }
 
         impl $ty {
-            /// Changes the rate live (the capacity stays). Time already booked stays booked.
+            /// Changes the rate live at `now` (nanoseconds on the limiter's clock, e.g.
+            /// `limiter.clock().now_nanos()`); the capacity stays. The debt booked so far is
+            /// kept in permits: a drained bucket stays drained and refills at the new rate, so
+            /// lowering the rate never frees permits.
             ///
             /// # Errors
             /// As the constructor's rate checks; the old rate then stays.
             ///
             /// ```
             /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
-            /// use floodgate::{Rate, TokenBucket};
-            /// let b = TokenBucket::new(10, Rate::per_second(5))?;
-            /// b.set_rate(Rate::per_second(20))?;
-            /// assert_eq!((b.rate(), b.capacity()), (Rate::per_second(20), 10));
-            /// assert!(b.set_rate(Rate::per_second(0)).is_err());
-            /// assert_eq!(b.rate(), Rate::per_second(20)); // the old rate stays
-            /// # Ok::<(), floodgate::ConfigError>(())
+            /// use floodgate::{AtomicLimiter, Clock, Limiter, ManualClock, Rate, TokenBucket};
+            /// let clock = ManualClock::new();
+            /// let b = AtomicLimiter::with_clock(TokenBucket::new(10, Rate::per_second(10))?, clock.clone());
+            /// assert!(b.try_acquire(10)?.is_allowed()); // drained: 1 s of debt at 10/s
+            /// b.algorithm().set_rate(Rate::per_second(1), clock.now_nanos())?;
+            /// assert!(!b.try_acquire(1)?.is_allowed()); // still 10 permits of debt, now at 1/s
+            /// assert_eq!(b.algorithm().rate(), Rate::per_second(1));
+            /// assert!(b.algorithm().set_rate(Rate::per_second(0), 0).is_err());
+            /// assert_eq!(b.algorithm().rate(), Rate::per_second(1)); // the old rate stays
+            /// # Ok::<(), Box<dyn std::error::Error>>(())
             /// ```
-            pub fn set_rate(&self, rate: $crate::Rate) -> Result<(), $crate::ConfigError> {
-                self.core.set_rate(rate)
+            pub fn set_rate(
+                &self,
+                rate: $crate::Rate,
+                now: u64,
+            ) -> Result<(), $crate::ConfigError> {
+                self.core.set_rate(rate, now)
             }
 
-            /// Changes the capacity (burst) live.
+            /// Changes the capacity (burst) live at `now`, as
+            /// [`Limiter::set_limit`](crate::Limiter::set_limit) does. The tokens held are kept,
+            /// capped at the new capacity: raising it frees nothing at once, the new room fills at
+            /// the rate. A fresh bucket (never used, or reset) starts full at the capacity in force.
             ///
             /// # Errors
             /// [`ConfigError::ZeroLimit`](crate::ConfigError::ZeroLimit), or
@@ -219,13 +434,13 @@ macro_rules! time_word_algorithm {
             /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{ConfigError, Rate, TokenBucket};
             /// let b = TokenBucket::new(10, Rate::per_second(5))?;
-            /// b.set_capacity(3)?;
+            /// b.set_capacity(3, 0)?;
             /// assert_eq!(b.capacity(), 3);
-            /// assert_eq!(b.set_capacity(0), Err(ConfigError::ZeroLimit));
+            /// assert_eq!(b.set_capacity(0, 0), Err(ConfigError::ZeroLimit));
             /// # Ok::<(), ConfigError>(())
             /// ```
-            pub fn set_capacity(&self, capacity: u32) -> Result<(), $crate::ConfigError> {
-                self.core.set_capacity(capacity)
+            pub fn set_capacity(&self, capacity: u32, now: u64) -> Result<(), $crate::ConfigError> {
+                self.core.set_capacity(capacity, now)
             }
 
             /// The rate in force.
@@ -279,7 +494,7 @@ mod tests {
     #[test]
     fn overflow_at_the_end_of_time_is_denied_not_wrapped() {
         // tat near u64::MAX: a further request would pass the end of the timeline.
-        let step = decide_tat(u64::MAX - 5, u64::MAX - 10, 1, 10, 3);
+        let step = decide_tat(u64::MAX - 5, u64::MAX - 10, 1, 10, 3, 0);
         assert!(!step.decision.is_allowed());
         assert_eq!(step.next, None);
         assert_eq!(step.decision.retry_after(), Duration::from_nanos(u64::MAX));

@@ -348,7 +348,7 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        self.algorithm.set_limit(limit)?;
+        self.algorithm.set_limit(limit, self.clock.now_nanos())?;
         // A new configuration may bring idle times forward: let the next inserts sweep.
         self.map.forget_idle_bounds();
         Ok(())

@@ -1,0 +1,162 @@
+//! The configuration of a time-word bucket as one immutable snapshot per generation, read by
+//! deciders without a lock and replaced by setters under a mutex.
+//!
+//! Eight slots form a ring; generation `g` lives in slot `g % 8`. A setter (serialized by the
+//! mutex) writes the whole snapshot of `g + 1` into its slot, then publishes `g + 1` in
+//! `current`. A reader loads `current`, reads the slots it needs and checks each slot's stamp
+//! afterwards (seqlock style): a slot is rewritten only when a setter laps the ring, and then the
+//! reader retries with the newer generation. No reader ever waits on a setter in progress: the
+//! slot being written is never the current one.
+
+use std::sync::Mutex;
+
+use crate::sync::{AtomicU64, Ordering, fence};
+
+/// Slots in the ring; a reader needs the current one and the three before it.
+const SLOTS: usize = 8;
+/// Stamp of a slot being written.
+const WRITING: u64 = u64::MAX;
+
+/// One generation's configuration, as plain values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// The generation (how many reconfigurations came before).
+    pub(crate) generation: u64,
+    /// Nanoseconds one permit is worth.
+    pub(crate) interval: u64,
+    /// Permits the bucket holds.
+    pub(crate) capacity: u64,
+    /// The rate as set: its period in ns and its amount.
+    pub(crate) period: u64,
+    pub(crate) amount: u64,
+    /// The instant this generation took effect (0 for generation 0).
+    pub(crate) changed_at: u64,
+    /// Every state word written four or more generations before this one is full by this time,
+    /// read in this generation's units (0 while there is none).
+    pub(crate) settled_at: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    stamp: AtomicU64,
+    interval: AtomicU64,
+    capacity: AtomicU64,
+    period: AtomicU64,
+    amount: AtomicU64,
+    changed_at: AtomicU64,
+    settled_at: AtomicU64,
+}
+
+/// The ring of snapshots.
+#[derive(Debug)]
+pub(crate) struct ConfigStore {
+    current: AtomicU64,
+    slots: [Slot; SLOTS],
+    /// Serializes setters; never taken on the decision path.
+    setter: Mutex<()>,
+}
+
+impl ConfigStore {
+    pub(crate) fn new(first: Snapshot) -> Self {
+        let store = ConfigStore {
+            current: AtomicU64::new(0),
+            // Not `Default`: loom's atomics have none.
+            slots: std::array::from_fn(|_| Slot {
+                stamp: AtomicU64::new(WRITING),
+                interval: AtomicU64::new(0),
+                capacity: AtomicU64::new(0),
+                period: AtomicU64::new(0),
+                amount: AtomicU64::new(0),
+                changed_at: AtomicU64::new(0),
+                settled_at: AtomicU64::new(0),
+            }),
+            setter: Mutex::new(()),
+        };
+        store.write_slot(&Snapshot {
+            generation: 0,
+            ..first
+        });
+        store
+    }
+
+    /// The generation in force.
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        // Acquire: pairs with the Release store in `publish`, so the slot written before it is
+        // visible to the reads that follow.
+        self.current.load(Ordering::Acquire)
+    }
+
+    /// The snapshot of `generation`, or `None` when a setter has since lapped the ring and
+    /// rewritten its slot (the caller retries from [`generation`](Self::generation)).
+    #[inline]
+    pub(crate) fn read(&self, generation: u64) -> Option<Snapshot> {
+        let slot = &self.slots[(generation % SLOTS as u64) as usize];
+        // Relaxed field loads: validated by the stamp check below (seqlock reader).
+        let snapshot = Snapshot {
+            generation,
+            interval: slot.interval.load(Ordering::Relaxed),
+            capacity: slot.capacity.load(Ordering::Relaxed),
+            period: slot.period.load(Ordering::Relaxed),
+            amount: slot.amount.load(Ordering::Relaxed),
+            changed_at: slot.changed_at.load(Ordering::Relaxed),
+            settled_at: slot.settled_at.load(Ordering::Relaxed),
+        };
+        // Acquire fence: pairs with the Release fence in `write_slot`; if any field load above
+        // saw a value of a later write, the stamp load below sees that write's WRITING or newer.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence above.
+        (slot.stamp.load(Ordering::Relaxed) == generation).then_some(snapshot)
+    }
+
+    /// The snapshot in force, consistent (retries while a setter laps the ring).
+    #[inline]
+    pub(crate) fn load(&self) -> Snapshot {
+        loop {
+            if let Some(snapshot) = self.read(self.generation()) {
+                return snapshot;
+            }
+        }
+    }
+
+    /// Runs `make` on the snapshot in force under the setter lock; publishes what it returns as
+    /// the next generation. `make` validates the whole new snapshot; on error nothing changes.
+    pub(crate) fn replace<E>(
+        &self,
+        make: impl FnOnce(&Self, Snapshot) -> Result<Option<Snapshot>, E>,
+    ) -> Result<(), E> {
+        let _guard = self
+            .setter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = self.load();
+        let Some(next) = make(self, current)? else {
+            return Ok(());
+        };
+        let generation = current.generation + 1;
+        self.write_slot(&Snapshot { generation, ..next });
+        // Release: publishes the slot written above; pairs with the Acquire in `generation`.
+        self.current.store(generation, Ordering::Release);
+        Ok(())
+    }
+
+    fn write_slot(&self, snapshot: &Snapshot) {
+        let slot = &self.slots[(snapshot.generation % SLOTS as u64) as usize];
+        // Relaxed: the Release fence below orders it before the field stores (seqlock writer).
+        slot.stamp.store(WRITING, Ordering::Relaxed);
+        // Release fence: pairs with the Acquire fence in `read`.
+        fence(Ordering::Release);
+        // Relaxed stores: published by the Release stamp store below and the Release store of
+        // `current` in `replace`.
+        slot.interval.store(snapshot.interval, Ordering::Relaxed);
+        slot.capacity.store(snapshot.capacity, Ordering::Relaxed);
+        slot.period.store(snapshot.period, Ordering::Relaxed);
+        slot.amount.store(snapshot.amount, Ordering::Relaxed);
+        slot.changed_at
+            .store(snapshot.changed_at, Ordering::Relaxed);
+        slot.settled_at
+            .store(snapshot.settled_at, Ordering::Relaxed);
+        // Release: pairs with the Acquire load of `current` (which follows it) in readers.
+        slot.stamp.store(snapshot.generation, Ordering::Release);
+    }
+}
