@@ -228,7 +228,6 @@ fn leaping_reader(make: Make) {
 }
 
 #[test]
-#[ignore = "issue 14 item 3: fails until the lead's fix merges"]
 fn buckets_leaping_reader() {
     for_each_bucket(leaping_reader);
 }
@@ -268,13 +267,11 @@ fn lowering_the_rate_races_a_take(make: Make, via_set_limit: bool) {
 }
 
 #[test]
-#[ignore = "issue 14 item 2: fails until the bucket set_rate fix merges"]
 fn buckets_set_rate_races_a_take() {
     for_each_bucket(|make| lowering_the_rate_races_a_take(make, false));
 }
 
 #[test]
-#[ignore = "issue 14 item 2: fails until the bucket set_rate fix merges"]
 fn buckets_set_limit_races_a_take() {
     for_each_bucket(|make| lowering_the_rate_races_a_take(make, true));
 }

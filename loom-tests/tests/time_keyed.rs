@@ -136,7 +136,6 @@ fn stalled_checker_beyond_the_horizon() {
 /// time 1000; with no time passing, R lowers every key's limit to 1 per 200 ns while B checks
 /// key 1: no time elapsed, so nothing more may be admitted (item 2 through Keyed).
 #[test]
-#[ignore = "issue 14 item 2: fails until the bucket set_rate fix merges"]
 fn set_limit_on_a_drained_key_races_a_check() {
     model(None, || {
         let clock = ModelClock::starting_at(1_000);

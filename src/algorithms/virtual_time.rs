@@ -116,7 +116,7 @@ pub(crate) fn decide_tat(
     let tat = if leaped { horizon } else { tat };
     let base = tat.max(now);
     let cost = u64::from(n).saturating_mul(interval);
-    match base.checked_add(cost) {
+    let step = match base.checked_add(cost) {
         Some(new_tat) if new_tat <= horizon => Step::allow(
             stamp(round_up(new_tat)),
             Decision::allow_scaled(capacity, horizon - new_tat, interval, new_tat - now),
@@ -132,14 +132,14 @@ pub(crate) fn decide_tat(
             );
             match leaped {
                 // Rounded up to 4 ns: the repaired word is never read as a leap again.
-                true => Step {
-                    next: Some(stamp(round_up(horizon))),
-                    decision,
-                },
+                true => Step::repair(stamp(round_up(horizon)), decision),
                 false => Step::deny(decision),
             }
         }
-    }
+    };
+    // A leap is judged only on a clock read taken after the word was loaded (the engine reads
+    // again otherwise): a reader preempted since its read never takes newer debt for a leap.
+    if leaped { step.after_leap() } else { step }
 }
 
 /// `time` rounded up to a multiple of 4 ns, to free the generation bits: a word is never read
