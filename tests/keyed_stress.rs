@@ -1,7 +1,7 @@
 //! Real threads on hot and cold keys: exact admitted counts, inserts and sweeps racing checks.
 
-use std::sync::{Arc, Barrier};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 

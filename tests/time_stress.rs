@@ -15,7 +15,7 @@
 //! be admitted.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -38,37 +38,81 @@ use stress_check::{Admission, rate_excess, span_excess, window_end_excess};
 /// and print their excess; they are not asserted. Remove an entry once its fix is merged: the
 /// stress then guards it.
 ///
-/// Measured on this code (short form, worst excess in permits over the 9 runs; it varies run to
-/// run): fixed_window_aligned +4,997, fixed_window_anchored +3,854, packed_sliding_window +4,851
-/// (+2,662 with lags shorter than the horizon only), sharded +1,367, keyed_fixed_window +1,275;
-/// gcra +500, token_bucket +497, leaky_bucket +500, keyed_gcra +500 (= C·(1 − T_old/T_new) with
-/// C = 1,000 and T doubled).
+/// Measured on this code (short form, worst excess in permits over the 9 runs, in 3 runs of the
+/// binary): fixed_window_aligned +4,997 to +6,130, fixed_window_anchored +3,854 to +5,993,
+/// packed_sliding_window +4,851 to +9,004 (+2,662 with only lags shorter than the horizon: a
+/// stall of one window is enough), sharded +1,367 to +2,794, keyed_fixed_window +1,000 to
+/// +2,168; gcra, token_bucket, leaky_bucket +497 to +500, keyed_gcra +423 to +500 (the item's
+/// C·(1 − T_old/T_new) = 500 with C = 1,000 and T doubled). Every run of each was over.
 const KNOWN_FAILING: &[(&str, &str)] = &[
-    ("fixed_window_aligned", "issue 14 item 1: a reader stalled past the horizon re-opens"),
-    ("fixed_window_anchored", "issue 14 item 1: a reader stalled past the horizon re-opens"),
-    ("packed_sliding_window", "issue 14 item 1: a reader stalled one window re-opens"),
-    ("sharded", "issue 14 item 1: a reader stalled past the horizon re-opens"),
-    ("keyed_fixed_window", "issue 14 item 1, through the fixed window"),
-    ("gcra", "issue 14 item 2: lowering the rate refills a drained bucket"),
-    ("token_bucket", "issue 14 item 2: lowering the rate refills a drained bucket"),
-    ("leaky_bucket", "issue 14 item 2: lowering the rate refills a drained bucket"),
+    (
+        "fixed_window_aligned",
+        "issue 14 item 1: a reader stalled past the horizon re-opens",
+    ),
+    (
+        "fixed_window_anchored",
+        "issue 14 item 1: a reader stalled past the horizon re-opens",
+    ),
+    (
+        "packed_sliding_window",
+        "issue 14 item 1: a reader stalled one window re-opens",
+    ),
+    (
+        "sharded",
+        "issue 14 item 1: a reader stalled past the horizon re-opens",
+    ),
+    (
+        "keyed_fixed_window",
+        "issue 14 item 1, through the fixed window",
+    ),
+    (
+        "gcra",
+        "issue 14 item 2: lowering the rate refills a drained bucket",
+    ),
+    (
+        "token_bucket",
+        "issue 14 item 2: lowering the rate refills a drained bucket",
+    ),
+    (
+        "leaky_bucket",
+        "issue 14 item 2: lowering the rate refills a drained bucket",
+    ),
     ("keyed_gcra", "issue 14 item 2, through Keyed::set_limit"),
 ];
 
 /// Cases whose leap liveness check fails on this branch's code (issue 14 item 3).
-/// Measured on this code: each still refused 10 s after the leap (a day of refusals).
+/// Measured on this code: after one read a day ahead and a drain, each still refused 10 s later
+/// (a day of refusals). The fixed windows, packed sliding window and sharded recover at once.
 const KNOWN_FROZEN: &[(&str, &str)] = &[
     ("gcra", "issue 14 item 3: the time floor follows the leap"),
-    ("token_bucket", "issue 14 item 3: the time floor follows the leap"),
-    ("leaky_bucket", "issue 14 item 3: the time floor follows the leap"),
-    ("keyed_gcra", "issue 14 item 3: the time floor follows the leap"),
-    ("smooth_bursty", "issue 14 item 3: the smooth floor follows the leap"),
-    ("smooth_warming_up", "issue 14 item 3: the smooth floor follows the leap"),
-    ("sliding_window", "issue 14 items 3 and 9: a far-future now freezes the ring"),
+    (
+        "token_bucket",
+        "issue 14 item 3: the time floor follows the leap",
+    ),
+    (
+        "leaky_bucket",
+        "issue 14 item 3: the time floor follows the leap",
+    ),
+    (
+        "keyed_gcra",
+        "issue 14 item 3: the time floor follows the leap",
+    ),
+    (
+        "smooth_bursty",
+        "issue 14 item 3: the smooth floor follows the leap",
+    ),
+    (
+        "smooth_warming_up",
+        "issue 14 item 3: the smooth floor follows the leap",
+    ),
+    (
+        "sliding_window",
+        "issue 14 items 3 and 9: a far-future now freezes the ring",
+    ),
 ];
 
 /// Decisions per algorithm in the short form, split over 3 clocks × 3 thread counts.
-const SHORT_DECISIONS: u64 = 540_000;
+const SHORT_DECISIONS: u64 = 360_000;
 const THREADS: [usize; 3] = [2, 8, 32];
 
 /// The fixed and sliding windows' configuration: `LIMITS[0]` per `WINDOW`, reconfigured between
@@ -192,8 +236,13 @@ fn bucket_bounds() -> Vec<Bound> {
 }
 
 fn smooth_bounds() -> Vec<Bound> {
-    // Stored permits (at most a burst at the fastest rate), plus the one request a smooth limiter
-    // pre-consumes, plus one for the µs rounding of its times.
+    // Guava's accounting: let V = stored permits − (next free − now) / interval. A request is
+    // admitted only when next free ≤ now, so V ≥ 0 before it; it lowers V by exactly its n; time
+    // raises V by at most elapsed / interval, and V never exceeds the stored maximum (a burst).
+    // So the admissions decided in [x, y] hold at most burst + n_last + (y − x) / interval.
+    // `set_rate` rescales the stored permits with the maximum (their share of a burst is kept,
+    // and that share refills in the burst's seconds whatever the rate), so with live rates the
+    // fastest rate and its burst bound every interval. Plus one permit for the µs rounding.
     let rate = SMOOTH_RATES[0];
     let stored = (rate * SMOOTH_BURST.as_secs_f64()).ceil() as u64;
     vec![Bound::Rate {
@@ -438,7 +487,15 @@ impl ClockKind {
     fn base(self) -> Shared {
         match self {
             ClockKind::Quanta => Shared(Arc::new(QuantaClock::new())),
-            ClockKind::Coarse => Shared(Arc::new(CoarseClock::new().expect("a coarse clock"))),
+            // One for the whole binary: a CoarseClock created while another is dropped can
+            // come up without its upkeep (issue 14 item 4), frozen, which would make a run
+            // vacuous (still sound: a frozen clock puts every admission in one window).
+            ClockKind::Coarse => {
+                static COARSE: OnceLock<Shared> = OnceLock::new();
+                COARSE
+                    .get_or_init(|| Shared(Arc::new(CoarseClock::new().expect("a coarse clock"))))
+                    .clone()
+            }
             ClockKind::Monotonic => Shared(Arc::new(MonotonicClock::new())),
         }
     }
@@ -528,7 +585,8 @@ fn run(target: &Target, kind: ClockKind, threads: usize, decisions: u64) -> Outc
             // Timing here only spreads the reconfigurations; the checker does not depend on it.
             // It stops when the last worker has made its counted decisions.
             // `FLOODGATE_STRESS_RECONFIGURE=0` turns it off.
-            let reconfigure = !std::env::var("FLOODGATE_STRESS_RECONFIGURE").is_ok_and(|v| v == "0");
+            let reconfigure =
+                !std::env::var("FLOODGATE_STRESS_RECONFIGURE").is_ok_and(|v| v == "0");
             // The first move is choice 12: the buckets' rate down (on a drained bucket, the
             // moment item 2 is about), the others' first value again.
             let mut choice = 12;
@@ -725,8 +783,8 @@ fn a_leaping_read_never_freezes_a_limiter_beyond_the_horizon() {
                         }
                     }
                     let drained_at = base.now_nanos();
-                    let deadline = (leap_at + MAX_CLOCK_LAG_NANOS).max(drained_at)
-                        + nanos(target.period);
+                    let deadline =
+                        (leap_at + MAX_CLOCK_LAG_NANOS).max(drained_at) + nanos(target.period);
                     loop {
                         let before = base.now_nanos();
                         if subject.acquire(0, 1).is_allowed() {

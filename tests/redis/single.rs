@@ -392,7 +392,10 @@ fn acquire_waits_for_the_shared_window_and_try_acquire_for_respects_its_bound() 
     assert!(!denied.is_allowed());
     assert!(denied.retry_after() > Duration::from_secs(3000));
     assert!(started.elapsed() < Duration::from_secs(60), "hung");
-    assert!(!hourly.try_acquire("k", 1).unwrap().is_allowed(), "took nothing, admitted nothing");
+    assert!(
+        !hourly.try_acquire("k", 1).unwrap().is_allowed(),
+        "took nothing, admitted nothing"
+    );
 
     // Anchored at the first request, 1 s long: acquire sleeps the announced wait (the window's
     // end on Redis's clock), then is admitted. The window opened after `opened`; if less than

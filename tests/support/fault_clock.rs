@@ -148,7 +148,9 @@ impl Clock for FaultClock {
             return reading;
         }
         if Self::one_in(f.sleep_one_in) {
-            let max = u64::try_from(f.max_sleep.as_nanos()).unwrap_or(u64::MAX).max(1);
+            let max = u64::try_from(f.max_sleep.as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1);
             std::thread::sleep(Duration::from_nanos(below(max)));
         } else if Self::one_in(f.yield_one_in) {
             std::thread::yield_now();

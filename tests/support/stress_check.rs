@@ -86,7 +86,10 @@ pub fn window_end_excess(admissions: &[Admission], window: u64, limit: u64) -> (
 /// lagged reading, or a call stalled for long: it proves nothing, which is sound).
 fn spans(ranges: impl Iterator<Item = (u64, u64, u64)>, span: u64, limit: u64) -> (i64, u64) {
     let ranges: Vec<(u64, u64, u64)> = ranges.filter(|&(a, b, _)| b - a < span).collect();
-    let Some(first) = ranges.iter().map(|&(a, b, _)| (b + 1).saturating_sub(span).min(a)).min()
+    let Some(first) = ranges
+        .iter()
+        .map(|&(a, b, _)| (b + 1).saturating_sub(span).min(a))
+        .min()
     else {
         return (-(limit as i64), 0);
     };
@@ -199,9 +202,13 @@ impl MaxAddTree {
         }
         let mid = (lo + hi) / 2;
         self.add[node]
-            + self
-                .max_in(2 * node, lo, mid, from, to)
-                .max(self.max_in(2 * node + 1, mid, hi, from, to))
+            + self.max_in(2 * node, lo, mid, from, to).max(self.max_in(
+                2 * node + 1,
+                mid,
+                hi,
+                from,
+                to,
+            ))
     }
 }
 
