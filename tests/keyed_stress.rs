@@ -1,7 +1,7 @@
 //! Real threads on hot and cold keys: exact admitted counts, inserts and sweeps racing checks.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
@@ -63,8 +63,20 @@ fn hot_and_cold_keys_admit_exactly_their_limit() {
 /// A small cap, keys going idle while a thread moves the clock: inserts, sweeps and evictions
 /// race checks. With `DenyNewKeys` no live key is ever forgotten, so each key admits at most
 /// what one unbounded GCRA limiter could over the elapsed time: `burst + elapsed / interval`.
+///
+/// The overlap is forced, not hoped for: the run is `ROUNDS` rounds, and in each one every
+/// worker makes `BATCH` checks while the ticker moves the clock by `ROUND_ADVANCE` in 100 µs
+/// steps, all of them meeting at a barrier before the next round. So, whatever the scheduling:
+/// * key 0 is first checked in round 1, when at most 16 keys exist (the cap is 64 over 4
+///   shards of 16), so it is inserted and admitted: the hot key is served;
+/// * the workers touch about 8 cold keys per round (`i = 2·thread + …`), so after a few rounds
+///   the shards fill with keys whose last use is at least two rounds (6 ms, twice the 3 ms a
+///   burst of 3 at 1,000/s keeps a key live) old: the next new key sweeps idle keys.
 #[test]
 fn sweeps_racing_checks_never_admit_beyond_the_rate() {
+    const ROUNDS: u64 = 200;
+    const BATCH: u64 = 6;
+    const STEPS_PER_ROUND: u64 = 30;
     for when_full in [WhenFull::DenyNewKeys, WhenFull::EvictLeastUsed] {
         let clock = ManualClock::new();
         let keyed: Arc<Keyed<u64, _, _>> = Arc::new(
@@ -79,35 +91,38 @@ fn sweeps_racing_checks_never_admit_beyond_the_rate() {
         const KEYS: u64 = 200;
         let admitted: Arc<Vec<AtomicU64>> =
             Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
-        let stop = Arc::new(AtomicBool::new(false));
+        let round_end = Arc::new(Barrier::new(THREADS as usize + 1));
         let ticker = {
             let clock = clock.clone();
-            let stop = Arc::clone(&stop);
+            let round_end = Arc::clone(&round_end);
             thread::spawn(move || {
-                for _ in 0..2_000 {
-                    clock.advance(Duration::from_micros(100));
-                    thread::yield_now();
+                for _ in 0..ROUNDS {
+                    for _ in 0..STEPS_PER_ROUND {
+                        clock.advance(Duration::from_micros(100));
+                        thread::yield_now();
+                    }
+                    round_end.wait();
                 }
-                // Relaxed: only ends the workers' loops; results are read after join.
-                stop.store(true, Ordering::Relaxed);
             })
         };
         let workers: Vec<_> = (0..THREADS)
             .map(|thread| {
                 let keyed = Arc::clone(&keyed);
                 let admitted = Arc::clone(&admitted);
-                let stop = Arc::clone(&stop);
+                let round_end = Arc::clone(&round_end);
                 thread::spawn(move || {
-                    let mut i = thread * 7;
-                    // Relaxed: see the ticker.
-                    while !stop.load(Ordering::Relaxed) {
-                        // A skewed mix: key 0 is hot, the others cycle.
-                        let key = if i % 3 == 0 { 0 } else { i % KEYS };
-                        if keyed.check(&key, 1).unwrap().is_allowed() {
-                            // Relaxed: a counter read after join.
-                            admitted[key as usize].fetch_add(1, Ordering::Relaxed);
+                    let mut i = thread * 2;
+                    for _ in 0..ROUNDS {
+                        for _ in 0..BATCH {
+                            // A skewed mix: key 0 is hot, the others cycle.
+                            let key = if i % 3 == 0 { 0 } else { i % KEYS };
+                            if keyed.check(&key, 1).unwrap().is_allowed() {
+                                // Relaxed: a counter read after join.
+                                admitted[key as usize].fetch_add(1, Ordering::Relaxed);
+                            }
+                            i += 1;
                         }
-                        i += 1;
+                        round_end.wait();
                     }
                 })
             })

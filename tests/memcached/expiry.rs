@@ -1,5 +1,6 @@
 //! Every cell gets memcached's expiry (`window + precision`, rounded up, + 1 s), checked through
-//! the protocol; one short test waits for a cell to expire on memcached's real clock.
+//! the protocol; one short test waits for a cell to expire on memcached's real clock (wall time
+//! only as a hang bound).
 
 use std::time::{Duration, Instant};
 
@@ -56,16 +57,17 @@ fn an_old_cell_expires_in_memcached_and_its_permits_with_it() {
     assert!(decide(&limiter, "k", 3).is_allowed());
     assert!(!decide(&limiter, "k", 1).is_allowed());
     assert_eq!(server.count(&key), 3);
-    let deadline = written + Duration::from_secs(4);
+    // The cell carries its TTL, read through the protocol (memcached's clock, in whole seconds:
+    // 2, or 1 if that clock ticked since the write). How long the cell then lives on the wall
+    // clock depends on when memcached's once-a-second clock ticks, so it is not asserted; that it
+    // expires is, with a hang bound of 15 times the TTL.
+    let ttl = server.ttl(&key).expect("the cell exists");
+    assert!((1..=2).contains(&ttl), "ttl {ttl}");
+    let deadline = written + Duration::from_secs(30);
     while server.get(&key).is_some() {
         assert!(Instant::now() < deadline, "{key} outlived its TTL");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let lived = written.elapsed();
-    assert!(
-        lived >= Duration::from_millis(900),
-        "expired after {lived:?}"
-    );
     // Same cell on the caller's clock, but memcached forgot it: the permits are back.
     assert!(decide(&limiter, "k", 3).is_allowed());
 }

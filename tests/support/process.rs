@@ -6,7 +6,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer after it starts.
-pub const START_DEADLINE: Duration = Duration::from_secs(10);
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A running server process; dropping it kills it.
 #[derive(Default)]
