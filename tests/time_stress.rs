@@ -44,72 +44,15 @@ use stress_check::{Admission, rate_excess, span_excess, window_end_excess};
 /// stall of one window is enough), sharded +1,367 to +2,794, keyed_fixed_window +1,000 to
 /// +2,168; gcra, token_bucket, leaky_bucket +497 to +500, keyed_gcra +423 to +500 (the item's
 /// C·(1 − T_old/T_new) = 500 with C = 1,000 and T doubled). Every run of each was over.
-const KNOWN_FAILING: &[(&str, &str)] = &[
-    (
-        "fixed_window_aligned",
-        "issue 14 item 1: a reader stalled past the horizon re-opens",
-    ),
-    (
-        "fixed_window_anchored",
-        "issue 14 item 1: a reader stalled past the horizon re-opens",
-    ),
-    (
-        "packed_sliding_window",
-        "issue 14 item 1: a reader stalled one window re-opens",
-    ),
-    (
-        "sharded",
-        "issue 14 item 1: a reader stalled past the horizon re-opens",
-    ),
-    (
-        "keyed_fixed_window",
-        "issue 14 item 1, through the fixed window",
-    ),
-    (
-        "gcra",
-        "issue 14 item 2: lowering the rate refills a drained bucket",
-    ),
-    (
-        "token_bucket",
-        "issue 14 item 2: lowering the rate refills a drained bucket",
-    ),
-    (
-        "leaky_bucket",
-        "issue 14 item 2: lowering the rate refills a drained bucket",
-    ),
-    ("keyed_gcra", "issue 14 item 2, through Keyed::set_limit"),
-];
+const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// Cases whose leap liveness check fails on this branch's code (issue 14 item 3).
 /// Measured on this code: after one read a day ahead and a drain, each still refused 10 s later
 /// (a day of refusals). The fixed windows, packed sliding window and sharded recover at once.
-const KNOWN_FROZEN: &[(&str, &str)] = &[
-    ("gcra", "issue 14 item 3: the time floor follows the leap"),
-    (
-        "token_bucket",
-        "issue 14 item 3: the time floor follows the leap",
-    ),
-    (
-        "leaky_bucket",
-        "issue 14 item 3: the time floor follows the leap",
-    ),
-    (
-        "keyed_gcra",
-        "issue 14 item 3: the time floor follows the leap",
-    ),
-    (
-        "smooth_bursty",
-        "issue 14 item 3: the smooth floor follows the leap",
-    ),
-    (
-        "smooth_warming_up",
-        "issue 14 item 3: the smooth floor follows the leap",
-    ),
-    (
-        "sliding_window",
-        "issue 14 items 3 and 9: a far-future now freezes the ring",
-    ),
-];
+const KNOWN_FROZEN: &[(&str, &str)] = &[(
+    "sliding_window",
+    "issue 14 items 3 and 9: a far-future now freezes the ring",
+)];
 
 /// Decisions per algorithm in the short form, split over 3 clocks × 3 thread counts.
 const SHORT_DECISIONS: u64 = 360_000;
@@ -261,10 +204,17 @@ macro_rules! bucket_reconfigure {
         match $choice % 3 {
             0 => $limiter
                 .algorithm()
-                .set_rate(Rate::new(BUCKET_AMOUNTS[pick], BUCKET_PERIOD))
+                .set_rate(
+                    Rate::new(BUCKET_AMOUNTS[pick], BUCKET_PERIOD),
+                    $limiter.clock().now_nanos(),
+                )
                 .unwrap(),
-            1 => $limiter.algorithm().set_capacity(CAPACITIES[pick]).unwrap(),
-            _ => $limiter.set_limit(BUCKET_AMOUNTS[pick]).unwrap(),
+            1 => $limiter
+                .algorithm()
+                .set_capacity(CAPACITIES[pick], $limiter.clock().now_nanos())
+                .unwrap(),
+            // `set_limit` sets the limit every Decision reports: a bucket's capacity.
+            _ => $limiter.set_limit(CAPACITIES[pick]).unwrap(),
         }
     }};
 }
@@ -448,7 +398,7 @@ fn targets() -> Vec<Target> {
                     .max_keys(1_000)
                     .build()
                     .unwrap(),
-                    limits: BUCKET_AMOUNTS,
+                    limits: CAPACITIES,
                 })
             },
             bounds: bucket_bounds(),
