@@ -36,17 +36,19 @@
 //! late or missing sweep only costs the first writer of a cell one more compare-exchange, and
 //! never changes a decision.
 
+mod horizon;
 mod protocol;
 
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use self::horizon::{Caller, horizon_cells};
 use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::Limiter;
-use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
+use crate::packed::{MAX_COUNT, pack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Bits of a cell's round tag.
@@ -121,6 +123,9 @@ pub struct SlidingWindow<C = QuantaClock> {
     /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
     base: CachePadded<AtomicU64>,
     slots: Box<[AtomicU64]>,
+    /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
+    /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
+    horizon: u64,
     clock: C,
 }
 
@@ -265,6 +270,7 @@ impl<C: Clock> SlidingWindow<C> {
             // Cell 0 has no closed cells before it.
             base: CachePadded::new(AtomicU64::new(pack_window(0, 0))),
             slots,
+            horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         })
     }
@@ -285,7 +291,14 @@ impl<C: Clock> SlidingWindow<C> {
     pub fn try_acquire_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        Ok(self.acquire_at(u64::from(n), now, limit))
+        Ok(self.acquire_at(u64::from(n), limit, self.caller(now, None)))
+    }
+
+    /// A call at `now`, which may re-read `clock` (the explicit-time API passes none: its `now`
+    /// counts as fresh).
+    #[inline]
+    fn caller<'a>(&self, now: u64, clock: Option<&'a C>) -> Caller<'a, C> {
+        Caller::new(now, self.geometry.cell_of(now), clock)
     }
 
     /// The decision `n` permits would get now, without taking them and without writing anything.
@@ -301,7 +314,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert!(!w.peek(2).unwrap().is_allowed());
     /// ```
     pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
-        self.peek_at(n, self.clock.now_nanos())
+        self.peek_with(n, self.caller(self.clock.now_nanos(), Some(&self.clock)))
     }
 
     /// [`peek`](SlidingWindow::peek) at a given time.
@@ -314,13 +327,14 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert_eq!(w.peek_at(1, 0).unwrap().remaining(), 2);
     /// ```
     pub fn peek_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
+        self.peek_with(n, self.caller(now, None))
+    }
+
+    fn peek_with(&self, n: u32, mut me: Caller<'_, C>) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        // Acquire: see `acquire_at`.
-        let cell = self
-            .geometry
-            .cell_of(now)
-            .max(self.head.load(Ordering::Acquire));
+        let cell = self.peek_cell(&mut me);
+        let now = me.now;
         let prev: u64 = (self.geometry.window_start(cell)..cell)
             .map(|i| self.count_of(i))
             .sum();
@@ -346,7 +360,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// w.sweep();
     /// ```
     pub fn sweep(&self) {
-        self.sweep_at(self.clock.now_nanos());
+        self.sweep_with(self.caller(self.clock.now_nanos(), Some(&self.clock)));
     }
 
     /// [`sweep`](SlidingWindow::sweep) as of `now`. A `now` behind the newest cell does nothing.
@@ -358,21 +372,17 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert_eq!(w.peek_at(1, 5_000_000_000).unwrap().remaining(), 2);
     /// ```
     pub fn sweep_at(&self, now: u64) {
-        let cell = self.geometry.cell_of(now);
-        // Acquire: as in `acquire_at`.
-        let (tag, _) = unpack_window(self.base.load(Ordering::Acquire));
-        if tag == cell & TAG_MASK {
-            self.pre_stamp(cell);
-        } else {
-            let _ = self.advance(cell);
-        }
+        self.sweep_with(self.caller(now, None));
     }
 }
 
 impl<C: Clock> Limiter for SlidingWindow<C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
-        self.try_acquire_at(n, self.clock.now_nanos())
+        let limit = self.current_limit();
+        check_permits(n, limit)?;
+        let me = self.caller(self.clock.now_nanos(), Some(&self.clock));
+        Ok(self.acquire_at(u64::from(n), limit, me))
     }
 
     fn clock(&self) -> &dyn Clock {
