@@ -170,3 +170,40 @@ fn a_lagging_adder_keeps_a_newer_reset() {
         );
     });
 }
+
+/// A leap races the present (issue 14 item 3): thread L takes 1 at a time far beyond the lag
+/// horizon (a clock read 20 s ahead, 2·10⁹ cells), thread P takes 1 at the present, after cell 0
+/// holds 1. Whichever order, and wherever L is preempted (its crossing, its admission, after
+/// the ring was rewound under it):
+/// * the calls end (the leaper and the rewinder never chase each other), and the leaper's call
+///   never raises the ring again once it was rewound under it;
+/// * the present is not frozen: a present-time call after them is decided in the present cell,
+///   and one window later the full limit is admitted;
+/// * the span of cells 0–1 holds at most `limit + forgotten`, where what a leap forgets is the
+///   span's admissions before the leaper's crossing (here at most 2) plus the leaped era's
+///   (L's 1): at most `2 × limit + 1`.
+#[test]
+fn a_leaping_caller_races_a_present_caller() {
+    const LEAP: u64 = 20_000_000_000;
+    model(|| {
+        let w = window(2);
+        assert!(w.try_acquire_at(1, 5).unwrap().is_allowed());
+        let leaper = take(&w, LEAP);
+        let present = take(&w, CELL + 5);
+        let admitted = 1 + usize::from(leaper.join().unwrap()) + usize::from(present.join().unwrap());
+        // A present-time call: decided in cell 1 (its window resets at 30 ns, 14 ns after it).
+        let d = w.try_acquire_at(1, CELL + 6).unwrap();
+        if d.is_allowed() {
+            assert_eq!(d.reset_after().as_nanos(), 14, "{d:?}");
+        } else {
+            assert!(d.retry_after().as_nanos() <= 14, "frozen: {d:?}");
+        }
+        let mut span = admitted + usize::from(d.is_allowed());
+        while w.try_acquire_at(1, CELL + 7).unwrap().is_allowed() {
+            span += 1;
+        }
+        assert!(span <= 2 * 2 + 1, "cells 0–1 admitted {span}");
+        // One window later the limit is back in full.
+        assert!(w.try_acquire_at(2, 3 * CELL + 5).unwrap().is_allowed());
+    });
+}
