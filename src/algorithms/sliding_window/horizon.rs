@@ -49,6 +49,12 @@ impl<'a, C: Clock> Caller<'a, C> {
         self.clock.is_none() || self.fresh_for == Some(head)
     }
 
+    /// Whether `head` is below one this call saw: the ring was rewound under it.
+    #[inline]
+    pub(super) fn rewound(&self, head: u64) -> bool {
+        head < self.seen
+    }
+
     /// Records that head reached `cell` under this call (its own raise or crossing).
     #[inline]
     pub(super) fn reached(&mut self, cell: u64) {
@@ -78,7 +84,7 @@ impl<C: Clock> SlidingWindow<C> {
         me: &mut Caller<'_, C>,
     ) -> (u64, bool) {
         loop {
-            if head < me.seen {
+            if me.rewound(head) {
                 if let Some(clock) = me.clock {
                     self.reread(me, clock, head);
                 } else if me.own > head.saturating_add(self.horizon) {
@@ -156,14 +162,14 @@ impl<C: Clock> SlidingWindow<C> {
             self.pre_stamp(cell);
             return;
         }
-        match self.advance(cell) {
+        match self.advance(cell, &mut me) {
             Ok(()) => {}
             Err(head) if head > cell && me.clock.is_some() => {
                 let (next, cross) = self.follow(head, cell, false, &mut me);
                 // Only a rewind (or a fresh read past head) asks for a crossing; a sweep never
                 // follows a head ahead of it.
                 if cross && next == me.own {
-                    let _ = self.advance(next);
+                    let _ = self.advance(next, &mut me);
                 }
             }
             Err(_) => {} // rewound under us: the rewinder's crossing prepares the ring

@@ -22,14 +22,8 @@ impl<C: Clock> SlidingWindow<C> {
             let (tag, prev) = unpack_window(self.base.load(Ordering::Acquire));
             if cross || tag != cell & TAG_MASK {
                 cross = false;
-                match self.advance(cell) {
-                    Ok(()) => me.reached(cell),
-                    Err(head) => {
-                        if head < cell {
-                            me.reached(cell); // advance raised head to `cell` before this
-                        }
-                        (cell, cross) = self.follow(head, cell, false, &mut me);
-                    }
+                if let Err(head) = self.advance(cell, &mut me) {
+                    (cell, cross) = self.follow(head, cell, false, &mut me);
                 }
                 continue 'cell;
             }
@@ -81,13 +75,14 @@ impl<C: Clock> SlidingWindow<C> {
         }
     }
 
-    /// Crossing into `cell`: raise head, seal and sum the window's closed cells, publish the sum,
-    /// pre-stamp the future. `Err(head)` when some thread is already past `cell`, or when the ring
-    /// was rewound below `cell` after this call raised head to it (`head < cell`).
-    pub(super) fn advance(&self, cell: u64) -> Result<(), u64> {
+    /// Crossing into `cell` for `me`: raise head, seal and sum the window's closed cells, publish
+    /// the sum, pre-stamp the future. `Err(head)` when some thread is already past `cell`, or
+    /// when the ring was rewound under this call (head below one it saw): a call never raises
+    /// head again after the ring was rewound under it.
+    pub(super) fn advance(&self, cell: u64, me: &mut Caller<'_, C>) -> Result<(), u64> {
         // Acquire: a head value comes with the stamps and seals made before it was raised.
         let head = self.head.load(Ordering::Acquire);
-        if head > cell {
+        if head > cell || me.rewound(head) {
             return Err(head);
         }
         if head < cell {
@@ -98,6 +93,7 @@ impl<C: Clock> SlidingWindow<C> {
                 return Err(prior);
             }
         }
+        me.reached(cell);
         let mut prev = 0;
         for index in self.geometry.window_start(cell)..cell {
             prev += self.seal(index, cell)?;
