@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use floodgate::clock::MAX_CLOCK_LAG_NANOS;
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, ConfigError, Decision, FixedWindow, Limiter, Maintenance,
     ManualClock, PackedSlidingWindow, RollingCounter, SlidingWindow,
 };
-use floodgate::clock::MAX_CLOCK_LAG_NANOS;
 use gated_clock::GatedClock;
 
 const SECOND: u64 = 1_000_000_000;
@@ -643,7 +643,11 @@ fn a_one_day_leap_then_present_callers_are_admitted_and_the_bound_holds_after() 
     }
     // Given explicitly, a far-future `now` freezes nothing either (issue 14 item 9): a blocking
     // acquire at the present returns without waiting.
-    assert!(ring.try_acquire_at(1, clock.now_nanos() + DAY).unwrap().is_allowed());
+    assert!(
+        ring.try_acquire_at(1, clock.now_nanos() + DAY)
+            .unwrap()
+            .is_allowed()
+    );
     clock.advance(4 * SECOND);
     assert_eq!(ring.acquire(4).unwrap(), Duration::ZERO);
 }
@@ -683,9 +687,8 @@ fn a_lagging_read_within_the_horizon_follows_head_and_never_moves_the_ring_back(
 #[test]
 fn a_held_reader_never_rewinds_the_ring() {
     let clock = GatedClock::starting_at(100 * SECOND + SECOND / 2);
-    let ring = Arc::new(
-        SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap(),
-    );
+    let ring =
+        Arc::new(SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap());
     clock.hold_next_read();
     let held = {
         let ring = ring.clone();
@@ -696,7 +699,10 @@ fn a_held_reader_never_rewinds_the_ring() {
     assert!(ring.try_acquire(4).unwrap().is_allowed());
     clock.release();
     let stale = held.join().unwrap();
-    assert!(!stale.is_allowed(), "the held reader re-opened the window: {stale:?}");
+    assert!(
+        !stale.is_allowed(),
+        "the held reader re-opened the window: {stale:?}"
+    );
     assert!(!ring.try_acquire(1).unwrap().is_allowed());
 }
 
@@ -709,9 +715,8 @@ fn a_held_reader_never_rewinds_the_ring() {
 fn a_rewind_racing_a_caller_that_loaded_the_leaped_head_never_re_leaps() {
     let present = 100 * SECOND + SECOND / 2;
     let clock = HookClock::starting_at(present);
-    let ring = Arc::new(
-        SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap(),
-    );
+    let ring =
+        Arc::new(SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap());
     assert!(ring.try_acquire_at(1, present + DAY).unwrap().is_allowed()); // the leap
     let other = ring.clone();
     // The racing caller's first read is its `now`; the hook runs inside its re-read.
@@ -721,12 +726,19 @@ fn a_rewind_racing_a_caller_that_loaded_the_leaped_head_never_re_leaps() {
         assert!(other.try_acquire_at(3, present).unwrap().is_allowed());
     });
     let racing = ring.try_acquire(1).unwrap();
-    assert_eq!(racing, Decision::deny(4, 0, 3 * SECOND + SECOND / 2, 3 * SECOND + SECOND / 2));
+    assert_eq!(
+        racing,
+        Decision::deny(4, 0, 3 * SECOND + SECOND / 2, 3 * SECOND + SECOND / 2)
+    );
     // Head is the present cell: a clocked call reads the clock once (a leaped head would make it
     // read again to confirm the leap).
     let reads = clock.reads.load(Ordering::SeqCst);
     assert!(!ring.try_acquire(1).unwrap().is_allowed());
-    assert_eq!(clock.reads.load(Ordering::SeqCst), reads + 1, "head leaped again");
+    assert_eq!(
+        clock.reads.load(Ordering::SeqCst),
+        reads + 1,
+        "head leaped again"
+    );
     clock.now.store(present + 4 * SECOND, Ordering::SeqCst);
     assert_eq!(
         ring.try_acquire(4).unwrap(),

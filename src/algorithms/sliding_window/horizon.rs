@@ -103,12 +103,10 @@ impl<C: Clock> SlidingWindow<C> {
                 }
                 // AcqRel: Release orders the rewind before our crossing's seals and stamps (a
                 // reader that sees those re-reads head); Acquire as every head load.
-                match self.head.compare_exchange(
-                    head,
-                    me.own,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
+                match self
+                    .head
+                    .compare_exchange(head, me.own, Ordering::AcqRel, Ordering::Acquire)
+                {
                     Ok(_) => {
                         me.seen = me.own;
                         return (me.own, true);

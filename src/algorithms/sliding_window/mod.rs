@@ -3,7 +3,8 @@
 //! # Guarantee
 //! Time is cut into cells of `window / cells`, aligned to the clock's timeline. A request is
 //! attributed to one cell: the cell of its clock read, or a later one when its thread lagged behind
-//! a thread that had already moved on (state never moves back). Under every interleaving:
+//! a thread that had already moved on, by at most the lag horizon (state never moves back; see
+//! [Time](#time) for a head further ahead). Under every interleaving:
 //!
 //! * **Aligned spans:** the permits attributed to any `cells` consecutive cells (one window-long
 //!   span aligned to cell boundaries) never exceed the limit.
@@ -17,6 +18,35 @@
 //!
 //! A request is admitted iff the closed cells of its window plus the current cell plus `n` stay
 //! within the limit, and a denial is a real one: there are no false denials from racing callers.
+//!
+//! # Time
+//! The horizon is `h = max(cells, ⌈H / cell⌉)` cells, `H` =
+//! [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS) (10 s): the clocks of correct
+//! threads agree within `H`, so their cells within `h`.
+//! * **Lag.** A caller whose cell is at most `h` behind `head` is decided in `head`'s cell.
+//! * **Leap.** A `head` more than `h` ahead of a clock read taken *after* `head` was loaded (a
+//!   thread preempted between its clock read and its loads reads again, so it never takes a newer
+//!   head for a leap) was raised by a leaping clock. The caller moves `head` back to its own cell
+//!   by compare-exchange from the value it judged, and crosses into it: the window's slots hold
+//!   the leaped era's rounds, so they read as zero and are reset. A caller never follows `head`
+//!   past its own cell + `h`, and a call that saw the ring moved back under it never raises
+//!   `head` again (a clocked call re-reads its clock; an explicit `now` more than `h` ahead of the
+//!   moved-back head is decided in that head's cell), so a call in flight in the leaped cell
+//!   cannot re-leap the ring.
+//! * **What a one-shot leap costs** (one read more than `h` cells ahead, every other within `H`):
+//!   no freeze at all: the first call with a fresh read after it rewinds the ring and is decided
+//!   in its own cell. What the ring forgets: (a) what was admitted in the window before the
+//!   leaper's crossing (that crossing resets the ring, as after that much idleness: at most the
+//!   limit), and (b) the leaped era's admissions (the leaper's own request, `n ≤ limit`). A
+//!   window-long span around the leap holds at most `limit + a + b ≤ 2 × limit + n`; spans whose
+//!   cells all come after the last cell used before the leap hold at most the limit, as always.
+//! * **A persistent leaper** (a core whose clock runs more than `H` ahead) is outside this model:
+//!   each of its calls is a new leap and costs what one leap costs, so while it lasts the limit
+//!   does not hold (up to `limit + n` more per leaping call); it never freezes the limiter.
+//! * **Explicit times.** [`try_acquire_at`](SlidingWindow::try_acquire_at) and
+//!   [`peek_at`](SlidingWindow::peek_at) take their `now` as fresh: a `now` more than `h` behind
+//!   `head` moves the ring back to it, and a leaped `now` given again leaps again.
+//!   [`sweep_at`](SlidingWindow::sweep_at) never moves the ring back (a late sweep is allowed).
 //!
 //! # Protocol
 //! Each slot packs `(round, sealed, count)` in one `AtomicU64` ([`pack_cell`]). The window's closed
@@ -35,6 +65,12 @@
 //! past this cell, the slot may hold a *newer* round, and the writer moves forward instead. So a
 //! late or missing sweep only costs the first writer of a cell one more compare-exchange, and
 //! never changes a decision.
+//!
+//! `head` only rises, except for a rewind ([Time](#time)). So every check of `head` made before
+//! writing a slot or `base` for a cell (seal, reset, publish, pre-stamp) asks for `head` to be
+//! that cell: a head past it means a newer crossing, a head below it a rewind, and either way
+//! the write is void and the caller judges the new head. The fast path reads no `head`: the
+//! horizon is judged only on the paths that already read it.
 
 mod horizon;
 mod protocol;
@@ -276,8 +312,9 @@ impl<C: Clock> SlidingWindow<C> {
     }
 
     /// [`try_acquire`](Limiter::try_acquire) at a time the caller already read (one clock read
-    /// shared by several limiters, or a simulation). A `now` behind the newest cell is decided in
-    /// that newer cell.
+    /// shared by several limiters, or a simulation). A `now` behind the newest cell by at most the
+    /// lag horizon is decided in that newer cell; further behind, `now` counts as a fresh read
+    /// and the newest cell as a leaping clock's (see [Time](self#time)).
     ///
     /// # Errors
     /// [`AcquireError`] for `n = 0` or `n` above the limit.
