@@ -1,16 +1,21 @@
 //! Sliding window, packed sliding window and rolling counter on a ManualClock: the edge burst,
 //! sweeps that never run or run late, clock jumps, tag wrap, bad input, and real-thread stress.
 
+#[path = "support/gated_clock.rs"]
+mod gated_clock;
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use floodgate::clock::MAX_CLOCK_LAG_NANOS;
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, ConfigError, Decision, FixedWindow, Limiter, Maintenance,
     ManualClock, PackedSlidingWindow, RollingCounter, SlidingWindow,
 };
+use gated_clock::GatedClock;
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -540,4 +545,203 @@ fn threads_on_a_frozen_clock_admit_exactly_the_limit() {
         }
     }
     assert_eq!([counter.sum(0).unwrap(), counter.sum(1).unwrap()], expected);
+}
+
+// ---- Time: the ring's lag horizon (issue 14 items 3 and 9) ----
+//
+// With 1 s cells and 4 cells the horizon is max(4, ⌈10 s / 1 s⌉) = 10 cells: a head up to 10
+// cells ahead of a caller's cell is a lagging read's; further ahead, on a fresh read, a leap's.
+
+const DAY: u64 = 86_400 * SECOND;
+
+/// A clock whose reads return `now`, and that runs a hook once, inside a chosen read: other
+/// calls then land exactly between a caller's loads and its re-read of the clock.
+#[derive(Clone, Default)]
+struct HookClock {
+    now: Arc<AtomicU64>,
+    reads: Arc<AtomicU64>,
+    hook: Arc<Mutex<Option<Hook>>>,
+}
+
+type Hook = (u64, Box<dyn FnOnce() + Send>);
+
+impl HookClock {
+    fn starting_at(nanos: u64) -> Self {
+        let clock = Self::default();
+        clock.now.store(nanos, Ordering::SeqCst);
+        clock
+    }
+
+    /// Runs `hook` inside the read after the next `skip` reads.
+    fn hook_read(&self, skip: u64, hook: impl FnOnce() + Send + 'static) {
+        let at = self.reads.load(Ordering::SeqCst) + skip;
+        *self.hook.lock().unwrap() = Some((at, Box::new(hook)));
+    }
+}
+
+impl Clock for HookClock {
+    fn now_nanos(&self) -> u64 {
+        let read = self.reads.fetch_add(1, Ordering::SeqCst);
+        let hook = {
+            let mut hook = self.hook.lock().unwrap();
+            if hook.as_ref().is_some_and(|(at, _)| *at == read) {
+                hook.take()
+            } else {
+                None
+            }
+        };
+        if let Some((_, hook)) = hook {
+            hook();
+        }
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.now
+            .fetch_add(duration.as_nanos() as u64, Ordering::SeqCst);
+    }
+}
+
+/// Item 3 on the ring: one clock read a day ahead raises head there. The next present-time
+/// caller (its re-read confirms the leap) rewinds the ring to its own cell and is admitted: no
+/// freeze at all. What the leap costs is what the ring forgets: the window's admissions before
+/// the leap (the leaper's crossing resets the ring, as it would after a day of idleness) and the
+/// leaped era's (the leaper's own request). Afterwards every window holds the limit again.
+#[test]
+fn a_one_day_leap_then_present_callers_are_admitted_and_the_bound_holds_after() {
+    let clock = GatedClock::starting_at(100 * SECOND);
+    let ring = SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap();
+    assert!(ring.try_acquire(2).unwrap().is_allowed()); // cell 100, before the leap
+    clock.leap_next_read(DAY); // one read a day ahead
+    assert!(ring.try_acquire(1).unwrap().is_allowed());
+    clock.set(100 * SECOND + SECOND / 2);
+    // Decided in the present cell 100: the window resets when cell 100 leaves, at 104 s.
+    assert_eq!(
+        ring.try_acquire(1).unwrap(),
+        Decision::allow(4, 3, 3 * SECOND + SECOND / 2)
+    );
+    assert!(ring.try_acquire(3).unwrap().is_allowed());
+    let denied = ring.try_acquire(1).unwrap();
+    assert!(!denied.is_allowed());
+    assert!(denied.retry_after() <= Duration::from_secs(4), "{denied:?}");
+    // Admitted in cells 100–103 in real time: 2 + 1 + 4 = 7 = limit + what was forgotten. From
+    // the rewind on, the ring's bound: any 4 consecutive cells hold at most 4.
+    let mut per_cell = BTreeMap::from([(100, 4)]);
+    let mut rng = Lcg(14);
+    for _ in 0..2_000 {
+        clock.advance(rng.next(SECOND / 3));
+        let n = 1 + rng.next(2) as u32;
+        if ring.try_acquire(n).unwrap().is_allowed() {
+            *per_cell.entry(clock.now_nanos() / SECOND).or_default() += u64::from(n);
+        }
+    }
+    let last = *per_cell.keys().last().unwrap();
+    assert!(last > 200);
+    for start in 97..=last {
+        let span: u64 = per_cell.range(start..start + 4).map(|(_, c)| c).sum();
+        assert!(span <= 4, "cells {start}..{}: {span}", start + 4);
+    }
+    // Given explicitly, a far-future `now` freezes nothing either (issue 14 item 9): a blocking
+    // acquire at the present returns without waiting.
+    assert!(
+        ring.try_acquire_at(1, clock.now_nanos() + DAY)
+            .unwrap()
+            .is_allowed()
+    );
+    clock.advance(4 * SECOND);
+    assert_eq!(ring.acquire(4).unwrap(), Duration::ZERO);
+}
+
+/// A lagging read within the horizon is decided in head's cell and never moves the ring back;
+/// one cell beyond the horizon (a fresh read 11 cells behind head) is a leap's head.
+#[test]
+fn a_lagging_read_within_the_horizon_follows_head_and_never_moves_the_ring_back() {
+    let clock = ManualClock::starting_at(105 * SECOND);
+    let ring = sliding(4, Duration::from_secs(4), 4, &clock);
+    assert!(ring.try_acquire(1).unwrap().is_allowed()); // head: cell 105
+    clock.set(95 * SECOND + SECOND / 2); // cell 95: 10 cells behind, the horizon
+    // Counted in cell 105: the reset is measured from 95.5 s to 109 s.
+    assert_eq!(
+        ring.try_acquire(2).unwrap(),
+        Decision::allow(4, 1, 13 * SECOND + SECOND / 2)
+    );
+    let d = ring.try_acquire_at(2, 96 * SECOND).unwrap();
+    assert_eq!(d, Decision::deny(4, 1, 13 * SECOND, 13 * SECOND));
+    clock.set(105 * SECOND);
+    assert_eq!(ring.peek(1).unwrap().remaining(), 0, "cell 105 holds 3");
+    assert!(ring.try_acquire(1).unwrap().is_allowed());
+    assert!(!ring.try_acquire(1).unwrap().is_allowed());
+    // 11 cells behind on a fresh read: head is a leaping clock's, and the caller's cell is decided
+    // afresh (the explicit `now` counts as fresh).
+    let ring = sliding(4, Duration::from_secs(4), 4, &clock);
+    assert!(ring.try_acquire_at(4, 105 * SECOND).unwrap().is_allowed());
+    assert_eq!(
+        ring.try_acquire_at(4, 94 * SECOND).unwrap(),
+        Decision::allow(4, 0, 4 * SECOND)
+    );
+}
+
+/// Item 1 on the ring: a thread held between its clock read and its loads for longer than the
+/// horizon finds head far ahead of its read. It must not take that head for a leap (its re-read
+/// is the present): it is decided in head's cell, and the full window stays full.
+#[test]
+fn a_held_reader_never_rewinds_the_ring() {
+    let clock = GatedClock::starting_at(100 * SECOND + SECOND / 2);
+    let ring =
+        Arc::new(SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap());
+    clock.hold_next_read();
+    let held = {
+        let ring = ring.clone();
+        thread::spawn(move || ring.try_acquire(1).unwrap())
+    };
+    clock.wait_until_held();
+    clock.advance(2 * MAX_CLOCK_LAG_NANOS);
+    assert!(ring.try_acquire(4).unwrap().is_allowed());
+    clock.release();
+    let stale = held.join().unwrap();
+    assert!(
+        !stale.is_allowed(),
+        "the held reader re-opened the window: {stale:?}"
+    );
+    assert!(!ring.try_acquire(1).unwrap().is_allowed());
+}
+
+/// A rewind racing a caller that loaded the leaped head: between its load and its re-read of the
+/// clock, another caller rewinds the ring and fills the present window. The racing caller's
+/// rewind then fails, it sees head went back under it, re-reads its clock and is decided in the
+/// present: denied, and the ring never leaps again. Then a stale explicit-time sequence: every
+/// later present-time caller is decided in the present cell.
+#[test]
+fn a_rewind_racing_a_caller_that_loaded_the_leaped_head_never_re_leaps() {
+    let present = 100 * SECOND + SECOND / 2;
+    let clock = HookClock::starting_at(present);
+    let ring =
+        Arc::new(SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap());
+    assert!(ring.try_acquire_at(1, present + DAY).unwrap().is_allowed()); // the leap
+    let other = ring.clone();
+    // The racing caller's first read is its `now`; the hook runs inside its re-read.
+    clock.hook_read(1, move || {
+        let d = other.try_acquire_at(1, present).unwrap();
+        assert_eq!(d, Decision::allow(4, 3, 3 * SECOND + SECOND / 2), "rewound");
+        assert!(other.try_acquire_at(3, present).unwrap().is_allowed());
+    });
+    let racing = ring.try_acquire(1).unwrap();
+    assert_eq!(
+        racing,
+        Decision::deny(4, 0, 3 * SECOND + SECOND / 2, 3 * SECOND + SECOND / 2)
+    );
+    // Head is the present cell: a clocked call reads the clock once (a leaped head would make it
+    // read again to confirm the leap).
+    let reads = clock.reads.load(Ordering::SeqCst);
+    assert!(!ring.try_acquire(1).unwrap().is_allowed());
+    assert_eq!(
+        clock.reads.load(Ordering::SeqCst),
+        reads + 1,
+        "head leaped again"
+    );
+    clock.now.store(present + 4 * SECOND, Ordering::SeqCst);
+    assert_eq!(
+        ring.try_acquire(4).unwrap(),
+        Decision::allow(4, 0, 3 * SECOND + SECOND / 2)
+    );
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use floodgate::{ManualClock, RollingCounter, SlidingWindow};
+use floodgate::{Limiter, ManualClock, RollingCounter, SlidingWindow};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -168,5 +168,86 @@ fn a_lagging_adder_keeps_a_newer_reset() {
             matches!(at6, 1 | 3),
             "A's add at cell 6 was lost: sum = {at6}"
         );
+    });
+}
+
+/// A clock stopped at one time that counts its reads: a ring call reads it twice only when it
+/// found head beyond the lag horizon (the second read confirms the leap).
+#[derive(Clone)]
+struct CountingClock {
+    now: u64,
+    reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CountingClock {
+    fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl floodgate::Clock for CountingClock {
+    fn now_nanos(&self) -> u64 {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.now
+    }
+
+    fn sleep(&self, _: Duration) {}
+}
+
+/// A leap races the present (issue 14 item 3): thread L takes 1 at an explicit time far beyond
+/// the lag horizon (20 s ahead: 2·10⁹ cells), thread P takes 1 on a clock stopped in the present
+/// (cell 1), after cell 0 took 1. Whichever order, and wherever L is preempted (in its crossing,
+/// in its admission, after the ring was rewound under it):
+/// * both calls end: the leaper and the rewinder never chase each other;
+/// * the ring never leaps again: once P has seen the leap (it read its clock twice), the ring is
+///   in the present after both calls (a present call reads its clock once);
+/// * the present is not frozen: a present-time call after them is decided in the present cell,
+///   and one window later the full limit is admitted;
+/// * cells 0–1 hold at most `limit + forgotten`, where a leap forgets the span's admissions made
+///   before the leaper's crossing (here at most 2) and the leaped era's (L's 1): `2 × limit + 1`.
+#[test]
+fn a_leaping_caller_races_a_present_caller() {
+    const LEAP: u64 = 20_000_000_000;
+    model(|| {
+        let clock = CountingClock {
+            now: CELL + 5,
+            reads: Default::default(),
+        };
+        let w = Arc::new(
+            SlidingWindow::with_clock(2, Duration::from_nanos(2 * CELL), 2, clock.clone())
+                .unwrap()
+                .with_future_cells(1)
+                .unwrap(),
+        );
+        assert!(w.try_acquire_at(1, 5).unwrap().is_allowed());
+        let leaper = {
+            let w = w.clone();
+            thread::spawn(move || w.try_acquire_at(1, LEAP).unwrap().is_allowed())
+        };
+        let present = {
+            let w = w.clone();
+            thread::spawn(move || w.try_acquire(1).unwrap().is_allowed())
+        };
+        let admitted =
+            1 + usize::from(leaper.join().unwrap()) + usize::from(present.join().unwrap());
+        let saw_the_leap = clock.reads() >= 2;
+        let before = clock.reads();
+        // A present-time call: decided in cell 1 (its window resets at 30 ns, 14 ns after 16).
+        let d = w.try_acquire(1).unwrap();
+        if saw_the_leap {
+            assert_eq!(clock.reads(), before + 1, "the ring leaped again");
+        }
+        if d.is_allowed() {
+            assert_eq!(d.reset_after().as_nanos(), 15, "{d:?}");
+        } else {
+            assert!(d.retry_after().as_nanos() <= 15, "frozen: {d:?}");
+        }
+        let mut span = admitted + usize::from(d.is_allowed());
+        while w.try_acquire_at(1, CELL + 7).unwrap().is_allowed() {
+            span += 1;
+        }
+        assert!(span <= 2 * 2 + 1, "cells 0–1 admitted {span}");
+        // One window later the limit is back in full.
+        assert!(w.try_acquire_at(2, 3 * CELL + 5).unwrap().is_allowed());
     });
 }

@@ -3,7 +3,8 @@
 //! # Guarantee
 //! Time is cut into cells of `window / cells`, aligned to the clock's timeline. A request is
 //! attributed to one cell: the cell of its clock read, or a later one when its thread lagged behind
-//! a thread that had already moved on (state never moves back). Under every interleaving:
+//! a thread that had already moved on, by at most the lag horizon (state never moves back; see
+//! [Time](#time) for a head further ahead). Under every interleaving:
 //!
 //! * **Aligned spans:** the permits attributed to any `cells` consecutive cells (one window-long
 //!   span aligned to cell boundaries) never exceed the limit.
@@ -17,6 +18,35 @@
 //!
 //! A request is admitted iff the closed cells of its window plus the current cell plus `n` stay
 //! within the limit, and a denial is a real one: there are no false denials from racing callers.
+//!
+//! # Time
+//! The horizon is `h = max(cells, ⌈H / cell⌉)` cells, `H` =
+//! [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS) (10 s): the clocks of correct
+//! threads agree within `H`, so their cells within `h`.
+//! * **Lag.** A caller whose cell is at most `h` behind `head` is decided in `head`'s cell.
+//! * **Leap.** A `head` more than `h` ahead of a clock read taken *after* `head` was loaded (a
+//!   thread preempted between its clock read and its loads reads again, so it never takes a newer
+//!   head for a leap) was raised by a leaping clock. The caller moves `head` back to its own cell
+//!   by compare-exchange from the value it judged, and crosses into it: the window's slots hold
+//!   the leaped era's rounds, so they read as zero and are reset. A caller never follows `head`
+//!   past its own cell + `h`, and a call that saw the ring moved back under it never raises
+//!   `head` again (a clocked call re-reads its clock; an explicit `now` more than `h` ahead of the
+//!   moved-back head is decided in that head's cell), so a call in flight in the leaped cell
+//!   cannot re-leap the ring.
+//! * **What a one-shot leap costs** (one read more than `h` cells ahead, every other within `H`):
+//!   no freeze at all: the first call with a fresh read after it rewinds the ring and is decided
+//!   in its own cell. What the ring forgets: (a) what was admitted in the window before the
+//!   leaper's crossing (that crossing resets the ring, as after that much idleness: at most the
+//!   limit), and (b) the leaped era's admissions (the leaper's own request, `n ≤ limit`). A
+//!   window-long span around the leap holds at most `limit + a + b ≤ 2 × limit + n`; spans whose
+//!   cells all come after the last cell used before the leap hold at most the limit, as always.
+//! * **A persistent leaper** (a core whose clock runs more than `H` ahead) is outside this model:
+//!   each of its calls is a new leap and costs what one leap costs, so while it lasts the limit
+//!   does not hold (up to `limit + n` more per leaping call); it never freezes the limiter.
+//! * **Explicit times.** [`try_acquire_at`](SlidingWindow::try_acquire_at) and
+//!   [`peek_at`](SlidingWindow::peek_at) take their `now` as fresh: a `now` more than `h` behind
+//!   `head` moves the ring back to it, and a leaped `now` given again leaps again.
+//!   [`sweep_at`](SlidingWindow::sweep_at) never moves the ring back (a late sweep is allowed).
 //!
 //! # Protocol
 //! Each slot packs `(round, sealed, count)` in one `AtomicU64` ([`pack_cell`]). The window's closed
@@ -35,18 +65,26 @@
 //! past this cell, the slot may hold a *newer* round, and the writer moves forward instead. So a
 //! late or missing sweep only costs the first writer of a cell one more compare-exchange, and
 //! never changes a decision.
+//!
+//! `head` only rises, except for a rewind ([Time](#time)). So every check of `head` made before
+//! writing a slot or `base` for a cell (seal, reset, publish, pre-stamp) asks for `head` to be
+//! that cell: a head past it means a newer crossing, a head below it a rewind, and either way
+//! the write is void and the caller judges the new head. The fast path reads no `head`: the
+//! horizon is judged only on the paths that already read it.
 
+mod horizon;
 mod protocol;
 
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use self::horizon::{Caller, horizon_cells};
 use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::Limiter;
-use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
+use crate::packed::{MAX_COUNT, pack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Bits of a cell's round tag.
@@ -121,6 +159,9 @@ pub struct SlidingWindow<C = QuantaClock> {
     /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
     base: CachePadded<AtomicU64>,
     slots: Box<[AtomicU64]>,
+    /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
+    /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
+    horizon: u64,
     clock: C,
 }
 
@@ -265,13 +306,15 @@ impl<C: Clock> SlidingWindow<C> {
             // Cell 0 has no closed cells before it.
             base: CachePadded::new(AtomicU64::new(pack_window(0, 0))),
             slots,
+            horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         })
     }
 
     /// [`try_acquire`](Limiter::try_acquire) at a time the caller already read (one clock read
-    /// shared by several limiters, or a simulation). A `now` behind the newest cell is decided in
-    /// that newer cell.
+    /// shared by several limiters, or a simulation). A `now` behind the newest cell by at most the
+    /// lag horizon is decided in that newer cell; further behind, `now` counts as a fresh read
+    /// and the newest cell as a leaping clock's (see [Time](self#time)).
     ///
     /// # Errors
     /// [`AcquireError`] for `n = 0` or `n` above the limit.
@@ -285,7 +328,14 @@ impl<C: Clock> SlidingWindow<C> {
     pub fn try_acquire_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        Ok(self.acquire_at(u64::from(n), now, limit))
+        Ok(self.acquire_at(u64::from(n), limit, self.caller(now, None)))
+    }
+
+    /// A call at `now`, which may re-read `clock` (the explicit-time API passes none: its `now`
+    /// counts as fresh).
+    #[inline]
+    fn caller<'a>(&self, now: u64, clock: Option<&'a C>) -> Caller<'a, C> {
+        Caller::new(now, self.geometry.cell_of(now), clock)
     }
 
     /// The decision `n` permits would get now, without taking them and without writing anything.
@@ -301,7 +351,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert!(!w.peek(2).unwrap().is_allowed());
     /// ```
     pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
-        self.peek_at(n, self.clock.now_nanos())
+        self.peek_with(n, self.caller(self.clock.now_nanos(), Some(&self.clock)))
     }
 
     /// [`peek`](SlidingWindow::peek) at a given time.
@@ -314,13 +364,14 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert_eq!(w.peek_at(1, 0).unwrap().remaining(), 2);
     /// ```
     pub fn peek_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
+        self.peek_with(n, self.caller(now, None))
+    }
+
+    fn peek_with(&self, n: u32, mut me: Caller<'_, C>) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        // Acquire: see `acquire_at`.
-        let cell = self
-            .geometry
-            .cell_of(now)
-            .max(self.head.load(Ordering::Acquire));
+        let cell = self.peek_cell(&mut me);
+        let now = me.now;
         let prev: u64 = (self.geometry.window_start(cell)..cell)
             .map(|i| self.count_of(i))
             .sum();
@@ -346,7 +397,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// w.sweep();
     /// ```
     pub fn sweep(&self) {
-        self.sweep_at(self.clock.now_nanos());
+        self.sweep_with(self.caller(self.clock.now_nanos(), Some(&self.clock)));
     }
 
     /// [`sweep`](SlidingWindow::sweep) as of `now`. A `now` behind the newest cell does nothing.
@@ -358,21 +409,17 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert_eq!(w.peek_at(1, 5_000_000_000).unwrap().remaining(), 2);
     /// ```
     pub fn sweep_at(&self, now: u64) {
-        let cell = self.geometry.cell_of(now);
-        // Acquire: as in `acquire_at`.
-        let (tag, _) = unpack_window(self.base.load(Ordering::Acquire));
-        if tag == cell & TAG_MASK {
-            self.pre_stamp(cell);
-        } else {
-            let _ = self.advance(cell);
-        }
+        self.sweep_with(self.caller(now, None));
     }
 }
 
 impl<C: Clock> Limiter for SlidingWindow<C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
-        self.try_acquire_at(n, self.clock.now_nanos())
+        let limit = self.current_limit();
+        check_permits(n, limit)?;
+        let me = self.caller(self.clock.now_nanos(), Some(&self.clock));
+        Ok(self.acquire_at(u64::from(n), limit, me))
     }
 
     fn clock(&self) -> &dyn Clock {

@@ -1,6 +1,7 @@
 //! The ring's protocol: admission on the open cell, the crossing (head raise, seals, base),
 //! the pre-stamp sweep, and the denial's retry/reset arithmetic. See the parent module's docs.
 
+use super::horizon::Caller;
 use super::{ROUND_MASK, SEALED, SlidingWindow, pack_cell, unpack_cell};
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -8,19 +9,23 @@ use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
 
 impl<C: Clock> SlidingWindow<C> {
-    pub(super) fn acquire_at(&self, n: u64, now: u64, limit: u64) -> Decision {
-        let mut cell = self.geometry.cell_of(now);
+    /// Decides `n` for `me`. The fast path is: load `base`, load the cell, one compare-exchange;
+    /// `head` is read (and the horizon judged, see [`follow`](Self::follow)) only when the cell is
+    /// not the current one.
+    #[inline]
+    pub(super) fn acquire_at(&self, n: u64, limit: u64, mut me: Caller<'_, C>) -> Decision {
+        let mut cell = me.own;
+        // Cross into `cell` whatever `base` says: head is below it (`follow` says so).
+        let mut cross = false;
         'cell: loop {
             // Acquire: a base word comes with the seals and the head raise made before it.
             let (tag, prev) = unpack_window(self.base.load(Ordering::Acquire));
-            if tag != cell & TAG_MASK {
-                match self.advance(cell) {
-                    Ok(()) => continue 'cell,
-                    Err(newer) => {
-                        cell = newer;
-                        continue 'cell;
-                    }
+            if cross || tag != cell & TAG_MASK {
+                cross = false;
+                if let Err(head) = self.advance(cell, &mut me) {
+                    (cell, cross) = self.follow(head, cell, false, &mut me);
                 }
+                continue 'cell;
             }
             let (slot, round) = self.place(cell);
             // Acquire: a stamp or seal seen here comes with the head raise made before it.
@@ -32,25 +37,26 @@ impl<C: Clock> SlidingWindow<C> {
                         // Someone crossed past this cell: the request belongs to a newer one.
                         // Acquire: the sealer raised head before sealing.
                         let head = self.head.load(Ordering::Acquire);
-                        cell = head.max(cell.saturating_add(1));
+                        (cell, cross) = self.follow(head, cell, true, &mut me);
                         continue 'cell;
                     }
                     let taken = prev + count + n;
                     if taken > limit {
-                        return self.denial(cell, now, prev, count, n, limit);
+                        return self.denial(cell, me.now, prev, count, n, limit);
                     }
                     (word + n, taken)
                 } else {
-                    // Another round: stale (reset it), unless a newer thread stamped it.
+                    // Another round: stale (reset it), unless a newer thread stamped it, or the
+                    // ring was rewound below this cell.
                     // Acquire: pairs with the stamper's head raise, ordered before its stamp.
                     let head = self.head.load(Ordering::Acquire);
-                    if head > cell {
-                        cell = head;
+                    if head != cell {
+                        (cell, cross) = self.follow(head, cell, false, &mut me);
                         continue 'cell;
                     }
                     let taken = prev + n;
                     if taken > limit {
-                        return self.denial(cell, now, prev, 0, n, limit);
+                        return self.denial(cell, me.now, prev, 0, n, limit);
                     }
                     (pack_cell(round, false, n), taken)
                 };
@@ -61,7 +67,7 @@ impl<C: Clock> SlidingWindow<C> {
                         let reset = self
                             .geometry
                             .start_of(cell.saturating_add(self.geometry.cells));
-                        return Decision::allow(limit, limit - taken, reset.saturating_sub(now));
+                        return Decision::allow(limit, limit - taken, reset.saturating_sub(me.now));
                     }
                     Err(actual) => word = actual,
                 }
@@ -69,12 +75,14 @@ impl<C: Clock> SlidingWindow<C> {
         }
     }
 
-    /// Crossing into `cell`: raise head, seal and sum the window's closed cells, publish the sum,
-    /// pre-stamp the future. `Err(newer)` when some thread is already past `cell`.
-    pub(super) fn advance(&self, cell: u64) -> Result<(), u64> {
+    /// Crossing into `cell` for `me`: raise head, seal and sum the window's closed cells, publish
+    /// the sum, pre-stamp the future. `Err(head)` when some thread is already past `cell`, or
+    /// when the ring was rewound under this call (head below one it saw): a call never raises
+    /// head again after the ring was rewound under it.
+    pub(super) fn advance(&self, cell: u64, me: &mut Caller<'_, C>) -> Result<(), u64> {
         // Acquire: a head value comes with the stamps and seals made before it was raised.
         let head = self.head.load(Ordering::Acquire);
-        if head > cell {
+        if head > cell || me.rewound(head) {
             return Err(head);
         }
         if head < cell {
@@ -85,6 +93,7 @@ impl<C: Clock> SlidingWindow<C> {
                 return Err(prior);
             }
         }
+        me.reached(cell);
         let mut prev = 0;
         for index in self.geometry.window_start(cell)..cell {
             prev += self.seal(index, cell)?;
@@ -96,9 +105,10 @@ impl<C: Clock> SlidingWindow<C> {
             if unpack_window(current).0 == cell & TAG_MASK {
                 break; // published by another crosser: the same sum, sealed cells are final
             }
-            // Acquire: a newer base was published after its head raise.
+            // Acquire: a newer base was published after its head raise. A head below `cell` was
+            // rewound under us (a leap judged by a fresher clock): our crossing is void.
             let head = self.head.load(Ordering::Acquire);
-            if head > cell {
+            if head != cell {
                 return Err(head);
             }
             // AcqRel: Release publishes our seals with the base; Acquire on failure.
@@ -127,9 +137,10 @@ impl<C: Clock> SlidingWindow<C> {
                 }
                 word | SEALED
             } else {
-                // Acquire: as in `acquire_at`; a newer round means we are the lagging one.
+                // Acquire: as in `acquire_at`; a newer round means we are the lagging one, and a
+                // head below `cell` that the ring was rewound under us.
                 let head = self.head.load(Ordering::Acquire);
-                if head > cell {
+                if head != cell {
                     return Err(head);
                 }
                 pack_cell(round, true, 0)
@@ -150,8 +161,9 @@ impl<C: Clock> SlidingWindow<C> {
             // Acquire: as in `acquire_at`.
             let mut word = slot.load(Ordering::Acquire);
             while unpack_cell(word).0 != round {
-                // Acquire: a newer round in this slot means a newer sweep owns it.
-                if self.head.load(Ordering::Acquire) > cell {
+                // Acquire: a newer round in this slot means a newer sweep owns it; a head below
+                // `cell` that the ring was rewound under us.
+                if self.head.load(Ordering::Acquire) != cell {
                     return;
                 }
                 // AcqRel: Release publishes the stamp after our head raise; Acquire on failure.

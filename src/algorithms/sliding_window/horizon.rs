@@ -1,0 +1,176 @@
+//! The ring's lag horizon: where a caller goes when `head` is not its cell. A head ahead by at
+//! most the horizon is a lagging read's to follow; a head further ahead, judged on a clock read
+//! taken after it was loaded, is a leaping clock's, and the caller rewinds the ring to its own
+//! cell. See the parent module's docs ("Time") for the bound.
+
+use super::SlidingWindow;
+use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
+use crate::packed::{TAG_MASK, unpack_window};
+use crate::sync::Ordering;
+
+/// The horizon in cells for cells of `cell_nanos`: `max(cells, ⌈H / cell⌉)`, where `H` is
+/// [`MAX_CLOCK_LAG_NANOS`]. Two correct clocks' reads (at most `H` apart) are at most
+/// `⌈H / cell⌉` cells apart.
+pub(super) fn horizon_cells(cells: u64, cell_nanos: u64) -> u64 {
+    MAX_CLOCK_LAG_NANOS.div_ceil(cell_nanos).max(cells)
+}
+
+/// One call's view of time: its clock read, whether it may read the clock again, and the newest
+/// head it has seen (a head below that means the ring was rewound under the call).
+pub(super) struct Caller<'a, C> {
+    /// The time the call is decided at (a fresh read replaces it).
+    pub(super) now: u64,
+    /// The cell of `now`.
+    pub(super) own: u64,
+    /// The clock to re-read; `None` for the explicit-time API, whose `now` counts as fresh.
+    clock: Option<&'a C>,
+    /// The head value `now` was read after: `now` may judge that head a leaping clock's.
+    fresh_for: Option<u64>,
+    /// The highest head this call has loaded or raised it to (or rewound it to, since).
+    seen: u64,
+}
+
+impl<'a, C: Clock> Caller<'a, C> {
+    /// A call at `now` (cell `own`); `clock` is the clock it may re-read, if any.
+    #[inline]
+    pub(super) fn new(now: u64, own: u64, clock: Option<&'a C>) -> Self {
+        Caller {
+            now,
+            own,
+            clock,
+            fresh_for: None,
+            seen: 0,
+        }
+    }
+
+    /// Whether `now` may judge `head` a leaping clock's: it was read after `head` was loaded (or
+    /// given explicitly, which counts as fresh).
+    fn fresh(&self, head: u64) -> bool {
+        self.clock.is_none() || self.fresh_for == Some(head)
+    }
+
+    /// Whether `head` is below one this call saw: the ring was rewound under it.
+    #[inline]
+    pub(super) fn rewound(&self, head: u64) -> bool {
+        head < self.seen
+    }
+
+    /// Records that head reached `cell` under this call (its own raise or crossing).
+    #[inline]
+    pub(super) fn reached(&mut self, cell: u64) {
+        self.seen = self.seen.max(cell);
+    }
+}
+
+impl<C: Clock> SlidingWindow<C> {
+    /// Where a caller at `cell` goes after loading `head` (not `cell`): `(next cell, cross)`,
+    /// where `cross` asks it to run the crossing into that cell whatever `base` says (head is
+    /// below it). `past`: `cell` is sealed, so the caller must leave it.
+    ///
+    /// * `head` below a head this call saw before: a fresher clock judged that head a leap and
+    ///   rewound the ring under us. A clocked caller re-reads its clock; an explicit-time caller
+    ///   more than the horizon ahead of the rewound head is a leaping read itself and is decided
+    ///   in the rewound head's cell. So the call that leaped never raises the ring there again.
+    /// * `head` more than the horizon ahead of the caller's cell: on a clock read taken after
+    ///   loading it, a leaping clock's. Rewound by compare-exchange from that value to the
+    ///   caller's cell; the crossing then resets the window (its slots hold the leaped rounds).
+    /// * Otherwise the newer of `head` and the caller's own cell (a lagging read follows head;
+    ///   a caller never follows head beyond its own cell plus the horizon).
+    pub(super) fn follow(
+        &self,
+        mut head: u64,
+        cell: u64,
+        past: bool,
+        me: &mut Caller<'_, C>,
+    ) -> (u64, bool) {
+        loop {
+            if me.rewound(head) {
+                if let Some(clock) = me.clock {
+                    self.reread(me, clock, head);
+                } else if me.own > head.saturating_add(self.horizon) {
+                    me.own = head;
+                    me.now = self.geometry.start_of(head);
+                }
+                me.seen = head;
+            }
+            me.seen = me.seen.max(head);
+            if head > me.own.saturating_add(self.horizon) {
+                if !me.fresh(head) {
+                    if let Some(clock) = me.clock {
+                        self.reread(me, clock, head);
+                    }
+                    continue;
+                }
+                // AcqRel: Release orders the rewind before our crossing's seals and stamps (a
+                // reader that sees those re-reads head); Acquire as every head load.
+                match self
+                    .head
+                    .compare_exchange(head, me.own, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => {
+                        me.seen = me.own;
+                        return (me.own, true);
+                    }
+                    Err(actual) => {
+                        head = actual;
+                        continue;
+                    }
+                }
+            }
+            let mut next = head.max(me.own);
+            if past && next == cell {
+                next = cell.saturating_add(1);
+            }
+            return (next, head < next);
+        }
+    }
+
+    /// A fresh clock read for a caller that has just loaded `head`.
+    #[cold]
+    fn reread(&self, me: &mut Caller<'_, C>, clock: &C, head: u64) {
+        me.now = clock.now_nanos();
+        me.own = self.geometry.cell_of(me.now);
+        me.fresh_for = Some(head);
+    }
+
+    /// The cell a peek at `me` reads: as [`follow`](Self::follow) decides, without writing (a
+    /// leaped head is read past, not rewound).
+    pub(super) fn peek_cell(&self, me: &mut Caller<'_, C>) -> u64 {
+        loop {
+            // Acquire: see `acquire_at`.
+            let head = self.head.load(Ordering::Acquire);
+            if head <= me.own.saturating_add(self.horizon) {
+                return head.max(me.own);
+            }
+            match me.clock {
+                Some(clock) if !me.fresh(head) => self.reread(me, clock, head),
+                _ => return me.own,
+            }
+        }
+    }
+
+    /// The sweep at `me`: prepares the caller's cell. A clocked sweep rewinds a leaped head first
+    /// (on a fresh read, as a caller would); an explicit-time sweep never does, since a sweep
+    /// at a late time is allowed and changes nothing.
+    pub(super) fn sweep_with(&self, mut me: Caller<'_, C>) {
+        let cell = me.own;
+        // Acquire: as in `acquire_at`.
+        let (tag, _) = unpack_window(self.base.load(Ordering::Acquire));
+        if tag == cell & TAG_MASK {
+            self.pre_stamp(cell);
+            return;
+        }
+        match self.advance(cell, &mut me) {
+            Ok(()) => {}
+            Err(head) if head > cell && me.clock.is_some() => {
+                let (next, cross) = self.follow(head, cell, false, &mut me);
+                // Only a rewind (or a fresh read past head) asks for a crossing; a sweep never
+                // follows a head ahead of it.
+                if cross && next == me.own {
+                    let _ = self.advance(next, &mut me);
+                }
+            }
+            Err(_) => {} // rewound under us: the rewinder's crossing prepares the ring
+        }
+    }
+}
