@@ -194,8 +194,9 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
 
 #[test]
 fn the_end_of_the_timeline_denies_instead_of_wrapping() {
-    // Times are stored in multiples of 4 ns: the last one is `u64::MAX & !3`.
-    let end: u64 = !3;
+    // Times are stored in the low 62 bits (the top 2 carry the configuration generation): the
+    // last one is 2^62 − 1 ns, the year 2116 on the Unix timeline.
+    let end: u64 = (1 << 62) - 1;
     let (b, clock) = on_clock(
         TokenBucket::new(2, Rate::per_second(1)).unwrap(),
         end - 3 * SEC,
@@ -205,7 +206,7 @@ fn the_end_of_the_timeline_denies_instead_of_wrapping() {
     clock.set(end - SEC);
     // One token accrued; taking it books time up to exactly the end.
     assert!(take(&b, 1).0);
-    // The next would book past u64::MAX: denied, never wrapped to a time near zero.
+    // The next would book past the end: denied, never wrapped to a time near zero.
     let (allowed, _, retry, _) = take(&b, 1);
     assert!(!allowed && retry > 0);
     clock.set(u64::MAX);

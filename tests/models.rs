@@ -53,39 +53,35 @@ impl WindowModel {
 }
 
 /// A token bucket as the textbook describes it: tokens (kept in nanoseconds of refill, so the
-/// model is exact) and the time of the last update. One representation detail shows: the time
-/// at which the bucket is full again is kept in multiples of 4 ns (the low bits carry the
-/// configuration generation), rounded up after each admission, never early.
+/// model is exact) and the time of the last update.
 struct BucketModel {
     capacity: u64,
     interval: u64,
-    credit: i128,
+    credit: u64,
     last: u64,
 }
 
 impl BucketModel {
     fn acquire(&mut self, now: u64, n: u64) -> Decision {
-        let full = i128::from(self.capacity * self.interval);
+        let full = self.capacity * self.interval;
         if now > self.last {
-            self.credit = (self.credit + i128::from(now - self.last)).min(full);
+            self.credit = (self.credit + (now - self.last)).min(full);
             self.last = now;
         }
-        let cost = i128::from(n * self.interval);
-        let unit = i128::from(self.interval);
-        let credit = self.credit.max(0);
-        let out = |x: i128| u64::try_from(x).unwrap();
-        if credit >= cost {
-            let left = credit - cost;
-            let full_at = i128::from(now) + full - left;
-            self.credit = left - ((full_at + 3) & !3) + full_at;
-            Decision::allow(self.capacity, out(left / unit), out(full - left))
+        let cost = n * self.interval;
+        if self.credit >= cost {
+            self.credit -= cost;
+            Decision::allow(
+                self.capacity,
+                self.credit / self.interval,
+                full - self.credit,
+            )
         } else {
-            let owed = self.credit; // may be up to 3 ns below zero (the rounding above)
             Decision::deny(
                 self.capacity,
-                out(credit / unit),
-                out(cost - owed),
-                out(full - owed),
+                self.credit / self.interval,
+                cost - self.credit,
+                full - self.credit,
             )
         }
     }
@@ -145,7 +141,7 @@ proptest! {
         let mut model = BucketModel {
             capacity: capacity.into(),
             interval,
-            credit: i128::from(u64::from(capacity) * interval),
+            credit: u64::from(capacity) * interval,
             last: start,
         };
         for (dt, n) in ops {

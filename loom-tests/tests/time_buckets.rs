@@ -35,8 +35,8 @@ const START: u64 = 10_000;
 /// The live setters of the three time-word buckets (inherent methods, one per type).
 trait Bucket: Algorithm {
     fn make(capacity: u32, rate: Rate) -> Self;
-    fn change_rate(&self, rate: Rate);
-    fn change_capacity(&self, capacity: u32);
+    fn change_rate(&self, rate: Rate, now: u64);
+    fn change_capacity(&self, capacity: u32, now: u64);
 }
 
 macro_rules! bucket {
@@ -45,11 +45,11 @@ macro_rules! bucket {
             fn make(capacity: u32, rate: Rate) -> Self {
                 $make(capacity, rate).unwrap()
             }
-            fn change_rate(&self, rate: Rate) {
-                self.set_rate(rate).unwrap()
+            fn change_rate(&self, rate: Rate, now: u64) {
+                self.set_rate(rate, now).unwrap()
             }
-            fn change_capacity(&self, capacity: u32) {
-                self.set_capacity(capacity).unwrap()
+            fn change_capacity(&self, capacity: u32, now: u64) {
+                self.set_capacity(capacity, now).unwrap()
             }
         }
     };
@@ -94,10 +94,11 @@ trait BucketLimiter: Limiter + 'static {
 
 impl<B: Bucket> BucketLimiter for Lim<B> {
     fn change_rate(&self, rate: Rate) {
-        self.algorithm().change_rate(rate)
+        self.algorithm().change_rate(rate, self.clock().now_nanos())
     }
     fn change_capacity(&self, capacity: u32) {
-        self.algorithm().change_capacity(capacity)
+        self.algorithm()
+            .change_capacity(capacity, self.clock().now_nanos())
     }
 }
 
@@ -236,7 +237,8 @@ fn buckets_leaping_reader() {
 // (e) Reconfiguration races.
 
 /// The driver drains the bucket; then, with no time passing, R lowers the rate (one permit per
-/// `4·T`, via `set_rate`, or via `set_limit(1)` on the `C per C·T` rate) while B takes 1. No
+/// `4·T`, via `set_rate`, or lowers the capacity via `set_limit(1)`: `set_limit` sets the limit
+/// every Decision reports, a bucket's capacity) while B takes 1. No
 /// time elapsed, so the bound (at the faster rate) allows nothing more: a reconfiguration must
 /// never turn the booked debt into fresh permits. On today's code the debt, kept in ns, is worth
 /// fewer permits at the slower rate and C·(1 − T_old/T_new) permits appear at once.

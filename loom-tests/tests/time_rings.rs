@@ -117,7 +117,6 @@ fn window_lagging_reader() {
 /// the ring for a bounded time. On today's code the head follows the leap and every later call
 /// is decided in the leapt cell: the ring refuses for 10 s.
 #[test]
-#[ignore = "issue 14 item 3: fails until the lead's fix merges"]
 fn window_leaping_reader() {
     let lead = MAX_LAG + 1_000;
     model(None, move || {

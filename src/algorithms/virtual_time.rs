@@ -25,9 +25,14 @@ use crate::limiter::Step;
 /// stays meaningful on the Unix timeline.
 pub(crate) const MAX_TAU_NANOS: u64 = 1 << 62;
 
-/// Low bits of a state word that carry the generation (modulo 4) of the configuration it was
-/// written under; the time above them is a multiple of 4 ns (rounded up: never early).
+/// The two top bits of a state word carry the generation (modulo 4) of the configuration it was
+/// written under; the 62 bits below them are the time, exact to the nanosecond.
+const GENERATION_SHIFT: u32 = 62;
+/// Generations are kept modulo 4.
 pub(crate) const GENERATION_MASK: u64 = 0b11;
+/// The time bits of a state word, and the last time a bucket can book: 2^62 − 1 ns (the year
+/// 2116 on the Unix timeline). A request whose booking would pass it is denied, never wrapped.
+pub(crate) const END_OF_TIME: u64 = (1 << GENERATION_SHIFT) - 1;
 
 /// Live configuration of a time-word bucket: one immutable [`Snapshot`] per generation.
 ///
@@ -82,6 +87,7 @@ pub(crate) fn convert(
     let shift = (i128::from(capacity) - i128::from(prev_capacity)) * i128::from(interval);
     let debt = (scaled as i128 + shift).max(0);
     at.saturating_add(u64::try_from(debt).unwrap_or(u64::MAX))
+        .min(END_OF_TIME)
 }
 
 /// The pure decision over a time word, in the units of one configuration.
@@ -90,8 +96,8 @@ pub(crate) fn convert(
 /// tau      = C·T
 /// tat      > now + tau + H  →  now + tau   a leap (see below); the repaired word is written
 /// base     = max(tat, now)                 never moves back when `now` lags
-/// new_tat  = base + n·T                    (overflow past u64::MAX: denied)
-/// allowed  ⇔ new_tat ≤ now + tau            stored rounded up to 4 ns, with the generation
+/// new_tat  = base + n·T                    (past END_OF_TIME, 2^62 − 1: denied)
+/// allowed  ⇔ new_tat ≤ now + tau            stored exactly, the generation in the top 2 bits
 /// ```
 ///
 /// A legitimate word is at most `tau` ahead of its writer's clock, and a writer's clock at most
@@ -111,14 +117,14 @@ pub(crate) fn decide_tat(
 ) -> Step {
     let tau = capacity.saturating_mul(interval);
     let horizon = now.saturating_add(tau);
-    let stamp = |time: u64| time | (generation & GENERATION_MASK);
+    let stamp = |time: u64| time | ((generation & GENERATION_MASK) << GENERATION_SHIFT);
     let leaped = tat > horizon.saturating_add(MAX_CLOCK_LAG_NANOS);
     let tat = if leaped { horizon } else { tat };
     let base = tat.max(now);
     let cost = u64::from(n).saturating_mul(interval);
-    let step = match base.checked_add(cost) {
+    let step = match base.checked_add(cost).filter(|&t| t <= END_OF_TIME) {
         Some(new_tat) if new_tat <= horizon => Step::allow(
-            stamp(round_up(new_tat)),
+            stamp(new_tat),
             Decision::allow_scaled(capacity, horizon - new_tat, interval, new_tat - now),
         ),
         new_tat => {
@@ -131,8 +137,7 @@ pub(crate) fn decide_tat(
                 base - now,
             );
             match leaped {
-                // Rounded up to 4 ns: the repaired word is never read as a leap again.
-                true => Step::repair(stamp(round_up(horizon)), decision),
+                true => Step::repair(stamp(horizon.min(END_OF_TIME)), decision),
                 false => Step::deny(decision),
             }
         }
@@ -140,14 +145,6 @@ pub(crate) fn decide_tat(
     // A leap is judged only on a clock read taken after the word was loaded (the engine reads
     // again otherwise): a reader preempted since its read never takes newer debt for a leap.
     if leaped { step.after_leap() } else { step }
-}
-
-/// `time` rounded up to a multiple of 4 ns, to free the generation bits: a word is never read
-/// as earlier than its writer decided (the admission itself was checked on the exact time).
-/// At the very end of the timeline (the last 3 ns before `u64::MAX`) it rounds down instead.
-#[inline]
-fn round_up(time: u64) -> u64 {
-    time.saturating_add(GENERATION_MASK) & !GENERATION_MASK
 }
 
 impl VirtualTime {
@@ -297,8 +294,8 @@ impl VirtualTime {
             return Some(0);
         }
         let generation = current.generation;
-        let behind = generation.wrapping_sub(state) & GENERATION_MASK;
-        let mut tat = state & !GENERATION_MASK;
+        let behind = generation.wrapping_sub(state >> GENERATION_SHIFT) & GENERATION_MASK;
+        let mut tat = state & END_OF_TIME;
         if behind != 0 {
             tat = self.convert_from(current, tat, behind)?;
         }
@@ -493,8 +490,8 @@ mod tests {
 
     #[test]
     fn overflow_at_the_end_of_time_is_denied_not_wrapped() {
-        // tat near u64::MAX: a further request would pass the end of the timeline.
-        let step = decide_tat(u64::MAX - 5, u64::MAX - 10, 1, 10, 3, 0);
+        // tat near the end of the timeline: a further request would pass it.
+        let step = decide_tat(END_OF_TIME - 5, END_OF_TIME - 10, 1, 10, 3, 0);
         assert!(!step.decision.is_allowed());
         assert_eq!(step.next, None);
         assert_eq!(step.decision.retry_after(), Duration::from_nanos(u64::MAX));

@@ -5,7 +5,10 @@
 //!   "preempted between the clock read and the compare-exchange";
 //! * **lag**: the reading returned is `lag` older than the base clock's (saturating at 0): the
 //!   same as a thread that read the clock `lag` ago and was preempted ever since, without waiting
-//!   `lag` for real (so a stall longer than the 10 s horizon costs nothing);
+//!   `lag` for real (so a stall longer than the 10 s horizon costs nothing). The read after a
+//!   lagged one on the same thread is never lagged: a stalled thread's *next* read is fresh (two
+//!   lagged reads in a row would be a clock running more than the horizon behind, which is
+//!   outside the time model, not a stall);
 //! * **leap**: once armed, the next reading is `leap` ahead of the base clock (a TSC glitch).
 //!
 //! The wrapper records, per thread, the largest lag it injected since the last
@@ -71,6 +74,8 @@ impl Faults {
 thread_local! {
     static RNG: Cell<u64> = const { Cell::new(0) };
     static INJECTED_LAG: Cell<u64> = const { Cell::new(0) };
+    /// This thread's last read was lagged.
+    static LAGGED_LAST: Cell<bool> = const { Cell::new(false) };
 }
 
 /// A random `u64` from this thread's xorshift64*.
@@ -138,7 +143,9 @@ impl Clock for FaultClock {
             }
         }
         let f = self.faults;
-        if Self::one_in(f.lag_one_in) {
+        let after_lag = LAGGED_LAST.with(|cell| cell.replace(false));
+        if !after_lag && Self::one_in(f.lag_one_in) {
+            LAGGED_LAST.with(|cell| cell.set(true));
             let mut lag = 1 + below(f.max_short_lag_nanos.max(1));
             if f.long_lags && below(2) == 0 {
                 lag += floodgate::algorithms::MAX_CLOCK_LAG_NANOS;
