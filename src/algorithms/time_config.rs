@@ -80,7 +80,7 @@ impl ConfigStore {
     }
 
     /// The generation in force.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn generation(&self) -> u64 {
         // Acquire: pairs with the Release store in `publish`, so the slot written before it is
         // visible to the reads that follow.
@@ -89,7 +89,7 @@ impl ConfigStore {
 
     /// The snapshot of `generation`, or `None` when a setter has since lapped the ring and
     /// rewritten its slot (the caller retries from [`generation`](Self::generation)).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn read(&self, generation: u64) -> Option<Snapshot> {
         let slot = &self.slots[(generation % SLOTS as u64) as usize];
         // Relaxed field loads: validated by the stamp check below (seqlock reader).
@@ -109,8 +109,18 @@ impl ConfigStore {
         (slot.stamp.load(Ordering::Relaxed) == generation).then_some(snapshot)
     }
 
+    /// The capacity in force: one field of the current slot, without the snapshot's consistency
+    /// check (a capacity read while a setter laps the ring is the old or the new one, each a
+    /// capacity that was in force: what `check_permits` and `limit()` need).
+    #[inline(always)]
+    pub(crate) fn capacity(&self) -> u64 {
+        let slot = &self.slots[(self.generation() % SLOTS as u64) as usize];
+        // Relaxed: a single value written whole; ordered after the Acquire load of `current`.
+        slot.capacity.load(Ordering::Relaxed)
+    }
+
     /// The snapshot in force, consistent (retries while a setter laps the ring).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn load(&self) -> Snapshot {
         loop {
             if let Some(snapshot) = self.read(self.generation()) {

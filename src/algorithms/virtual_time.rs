@@ -106,7 +106,7 @@ pub(crate) fn convert(
 /// written even when the request is denied (the one exception to "a denial writes nothing"), so
 /// one far-future clock read freezes the bucket for at most one refill time `tau`.
 /// `generation` goes into the low bits of the word written.
-#[inline]
+#[inline(always)]
 pub(crate) fn decide_tat(
     tat: u64,
     now: u64,
@@ -170,9 +170,9 @@ impl VirtualTime {
         self.store.load().interval
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn capacity(&self) -> u64 {
-        self.store.load().capacity
+        self.store.capacity()
     }
 
     /// The configured rate, as set (the interval that decides is rounded from it).
@@ -249,12 +249,12 @@ impl VirtualTime {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
         check_permits(n, self.capacity())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn decide(&self, state: u64, now: u64, n: u32) -> Step {
         loop {
             let current = self.store.load();
@@ -288,7 +288,7 @@ impl VirtualTime {
     /// The time word in `current`'s units: converted from the generation it was written in,
     /// and at least `settled_at` while words of four or more generations ago may be in debt.
     /// `None` when a setter lapped the snapshot ring meanwhile (retry).
-    #[inline]
+    #[inline(always)]
     fn effective(&self, current: &Snapshot, state: u64, now: u64) -> Option<u64> {
         if state == 0 {
             return Some(0);
@@ -359,12 +359,12 @@ macro_rules! time_word_algorithm {
         impl $crate::limiter::Algorithm for $ty {
             const NEEDS_TIME_FLOOR: bool = true;
 
-            #[inline]
+            #[inline(always)]
             fn check_permits(&self, n: u32) -> Result<(), $crate::AcquireError> {
                 self.core.check_permits(n)
             }
 
-            #[inline]
+            #[inline(always)]
             fn decide(&self, state: u64, now: u64, n: u32) -> $crate::limiter::Step {
                 self.core.decide(state, now, n)
             }
