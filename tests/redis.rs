@@ -23,7 +23,7 @@ use floodgate::redis::{
 };
 
 /// Generous: a loaded CI machine must not turn into policy decisions in the exactness tests.
-const TIMEOUT: Duration = Duration::from_secs(5);
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn backend(config: RedisConfig) -> RedisBackend {
     RedisBackend::connect(config.timeout(TIMEOUT)).expect("valid config")
