@@ -4,7 +4,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use floodgate::clock::MAX_CLOCK_LAG_NANOS;
 use floodgate::{AcquireError, ConfigError, Limiter, ManualClock, Sharded};
+
+#[allow(dead_code)] // the leap is not used here
+#[path = "support/gated_clock.rs"]
+mod gated_clock;
+use gated_clock::GatedClock;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -212,4 +218,41 @@ fn stress_thread_homes_through_the_limiter_trait() {
         }
     });
     assert_eq!(admitted.into_inner(), 3_000);
+}
+
+/// A caller preempted between its clock read and its first stripe for longer than the lag
+/// horizon, then borrowing: every stripe it touches is "ahead" of its read by more than the
+/// horizon, and must be decided on a fresh read (the present, all full), never folded back to the
+/// stale read's window (which would let the next present caller re-open that stripe).
+/// `try_acquire_on` reuses its first read for the borrowed stripes; each stripe's `update_timed`
+/// must still re-read before folding. (The real-clock stress's fault clock once injected a
+/// beyond-the-horizon lag on that *re*-read too: a clock 10 s behind the other cores, outside the
+/// time model; see `tests/support/fault_clock.rs`.)
+#[test]
+fn a_caller_stalled_past_the_horizon_borrows_without_reopening_a_stripe() {
+    let start = 20_000_000_000;
+    let clock = GatedClock::starting_at(start);
+    // One permit per stripe: every stripe is full after one admission.
+    let limiter = Sharded::with_clock(4, SECOND, 4, clock.clone()).unwrap();
+    std::thread::scope(|scope| {
+        clock.hold_next_read();
+        let stalled = scope.spawn(|| limiter.try_acquire_on(0, 1).unwrap());
+        clock.wait_until_held();
+        // The present, past the horizon (and a whole window) after the stalled read: every
+        // stripe is filled.
+        clock.advance(MAX_CLOCK_LAG_NANOS + 2_000_000_000);
+        for stripe in 0..4 {
+            assert!(limiter.try_acquire_on(stripe, 1).unwrap().is_allowed());
+        }
+        clock.release();
+        let decision = stalled.join().unwrap();
+        assert!(!decision.is_allowed(), "the stalled caller found room");
+        assert_eq!(decision.remaining(), 0);
+    });
+    for stripe in 0..4 {
+        assert!(
+            !limiter.try_acquire_on(stripe, 1).unwrap().is_allowed(),
+            "stripe {stripe} was re-opened after the stalled caller"
+        );
+    }
 }

@@ -8,7 +8,8 @@
 //!   `lag` for real (so a stall longer than the 10 s horizon costs nothing). The read after a
 //!   lagged one on the same thread is never lagged: a stalled thread's *next* read is fresh (two
 //!   lagged reads in a row would be a clock running more than the horizon behind, which is
-//!   outside the time model, not a stall);
+//!   outside the time model, not a stall). A lag **beyond the horizon** is injected only on the
+//!   *first* read of a limiter call ([`begin_call`]); see "Which reads may lag" below;
 //! * **leap**: once armed, the next reading is `leap` ahead of the base clock (a TSC glitch).
 //!
 //! The wrapper records, per thread, the largest lag it injected since the last
@@ -16,6 +17,29 @@
 //! limiter decided at can be.
 //!
 //! Randomness is a per-thread xorshift seeded from the thread's id: no dependency, no lock.
+//!
+//! # Which reads may lag
+//! A lagged reading stands for a stall only if the thread could have taken it `lag` ago and done
+//! nothing since. That holds for the first read of a call: nothing of the limiter was loaded
+//! before it in that call, so to the limiter it is the same as a thread preempted right after
+//! reading. A later read in the same call comes after the call loaded some state word (and
+//! usually after a fresh read): a real clock read taken after that load is never older than a
+//! clock value published in that word, up to the cross-core lag. Returning a value more than the
+//! horizon (`MAX_CLOCK_LAG_NANOS`) older is a clock running more than the horizon behind the
+//! other cores, which the time model excludes (DESIGN.md "Time is part of the protocol": past
+//! the horizon a state ahead of a *fresh* read is a leaping clock's, and is folded back to it).
+//! So such lags are injected only on a call's first read; later reads may still lag by less than
+//! the horizon (a core whose clock trails), which the checker covers through
+//! [`take_injected_lag`].
+//!
+//! Found by the `sharded` stress (1 run in ~50): `Sharded::try_acquire_on` reuses its first read
+//! for every stripe it borrows from, and each stripe's `update_timed` re-reads the clock when
+//! that read is beyond the horizon. With the first read lagged past the horizon, the home stripe
+//! re-read (fresh), then a borrowed stripe re-read again, and that third read could be lagged
+//! past the horizon too: the stripe's full window, "ahead" of that read by more than the horizon,
+//! was folded back 10 s, and the next caller re-opened it (+250, one stripe's share). A real
+//! clock cannot do that; a stall after the first read cannot either (every re-read is taken
+//! after the stall).
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::cell::Cell;
@@ -55,7 +79,8 @@ pub struct Faults {
     pub lag_one_in: u64,
     /// See `lag_one_in`.
     pub max_short_lag_nanos: u64,
-    /// Whether half the lags exceed the 10 s horizon (else all are short).
+    /// Whether half the lags on a call's first read exceed the 10 s horizon (else all are
+    /// short; later reads of a call always lag short, see the module doc).
     pub long_lags: bool,
 }
 
@@ -76,6 +101,9 @@ thread_local! {
     static INJECTED_LAG: Cell<u64> = const { Cell::new(0) };
     /// This thread's last read was lagged.
     static LAGGED_LAST: Cell<bool> = const { Cell::new(false) };
+    /// The next read is the first of a limiter call ([`begin_call`]): the only one that may lag
+    /// beyond the horizon. A thread that never calls `begin_call` gets one such read.
+    static FIRST_IN_CALL: Cell<bool> = const { Cell::new(true) };
 }
 
 /// A random `u64` from this thread's xorshift64*.
@@ -104,6 +132,13 @@ pub fn below(bound: u64) -> u64 {
 /// The largest lag injected on this thread since the last call; resets it.
 pub fn take_injected_lag() -> u64 {
     INJECTED_LAG.with(|cell| cell.replace(0))
+}
+
+/// Marks the start of a limiter call on this thread: resets the injected lag, and lets the next
+/// read (only that one) lag beyond the horizon (see "Which reads may lag" in the module doc).
+pub fn begin_call() {
+    take_injected_lag();
+    FIRST_IN_CALL.with(|cell| cell.set(true));
 }
 
 /// The base clock with [`Faults`] injected, and an optional one-shot leap.
@@ -136,6 +171,7 @@ impl FaultClock {
 impl Clock for FaultClock {
     fn now_nanos(&self) -> u64 {
         let now = self.base.now_nanos();
+        let first_in_call = FIRST_IN_CALL.with(|cell| cell.replace(false));
         if self.leap.load(Ordering::Relaxed) != 0 {
             let leap = self.leap.swap(0, Ordering::SeqCst);
             if leap != 0 {
@@ -147,7 +183,9 @@ impl Clock for FaultClock {
         if !after_lag && Self::one_in(f.lag_one_in) {
             LAGGED_LAST.with(|cell| cell.set(true));
             let mut lag = 1 + below(f.max_short_lag_nanos.max(1));
-            if f.long_lags && below(2) == 0 {
+            // Beyond the horizon only on a call's first read: a stall, not a clock that runs
+            // more than the horizon behind (module doc, "Which reads may lag").
+            if f.long_lags && first_in_call && below(2) == 0 {
                 lag += floodgate::algorithms::MAX_CLOCK_LAG_NANOS;
             }
             let reading = now.saturating_sub(lag);
@@ -167,5 +205,42 @@ impl Clock for FaultClock {
 
     fn sleep(&self, duration: Duration) {
         self.base.sleep(duration);
+    }
+}
+
+#[cfg(test)]
+mod fault_clock_tests {
+    use super::*;
+
+    /// Only a call's first read lags beyond the horizon; later reads of the call lag at most the
+    /// short lag. (With every eligible read lagged, a first read is long with probability 1/2:
+    /// 2,000 calls without one would be a 2^-2000 event.)
+    #[test]
+    fn only_a_calls_first_read_lags_beyond_the_horizon() {
+        let horizon = floodgate::algorithms::MAX_CLOCK_LAG_NANOS;
+        let base = floodgate::ManualClock::new();
+        base.set(2 * horizon);
+        let short = 8_000_000;
+        let clock = FaultClock::new(
+            Shared(Arc::new(base)),
+            Faults {
+                lag_one_in: 1,
+                max_short_lag_nanos: short,
+                long_lags: true,
+                ..Faults::NONE
+            },
+        );
+        let mut long_first_reads = 0;
+        for _ in 0..2_000 {
+            begin_call();
+            if 2 * horizon - clock.now_nanos() > horizon {
+                long_first_reads += 1;
+            }
+            for _ in 0..4 {
+                let lag = 2 * horizon - clock.now_nanos();
+                assert!(lag <= short, "a later read of a call lagged {lag} ns");
+            }
+        }
+        assert!(long_first_reads > 0);
     }
 }
