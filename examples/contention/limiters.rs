@@ -199,8 +199,14 @@ fn smooth_bound(q: Quota, s: Span) -> u64 {
     u64::from(q.limit) + 1 + (s.nanos() as f64 * per_second(q) / 1e9).ceil() as u64
 }
 
+/// The quota's rate as the buckets take it: one permit per whole-nanosecond interval, rounded to
+/// nearest (a `Rate` whose rounding would change it by more than 0.1% is refused, and the at-limit
+/// quotas come from a measured throughput, so they are rounded here, once, visibly).
 fn rate(q: Quota) -> Rate {
-    Rate::new(q.limit, q.period)
+    let period = nanos(q.period);
+    let limit = u64::from(q.limit.max(1));
+    let interval = ((period + limit / 2) / limit).max(1);
+    Rate::new(1, Duration::from_nanos(interval))
 }
 
 fn boxed<A: floodgate::Algorithm>(
