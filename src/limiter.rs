@@ -693,7 +693,9 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
         let now = if A::NEEDS_TIME_FLOOR {
             // Relaxed: a past clock read, as in `peek`; the change takes effect no earlier than
             // any decision already published.
-            self.now().max(self.words.floor.load(Ordering::Relaxed))
+            // A floor beyond the lag horizon is a leaping clock's, and is not obeyed.
+            let now = self.now();
+            floored(now, self.words.floor.load(Ordering::Relaxed), NANOS_FLOOR).unwrap_or(now)
         } else {
             self.now()
         };

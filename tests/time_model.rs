@@ -284,3 +284,55 @@ fn a_leaping_read_in_a_sweep_drops_no_live_key() {
     clock.advance(2 * SEC);
     assert_eq!(keyed.retain_recent(), 1);
 }
+
+/// A read lagging by up to the horizon is lag, never a leap, whatever the window: with 6 s
+/// windows (which do not divide 10 s) a read 6.001 s behind the writer sees the state two
+/// windows ahead. It must be counted there, not fold the full window back for the next present
+/// caller to re-open (review finding: the horizon was ⌊H / window⌋).
+#[test]
+fn a_read_lagging_within_the_horizon_is_never_taken_for_a_leap() {
+    for (window, limit) in [(6 * SEC, 5), (3 * SEC, 5)] {
+        let clock = GatedClock::starting_at(12 * SEC);
+        let fixed = AtomicLimiter::with_clock(
+            FixedWindow::aligned(limit, Duration::from_nanos(window)).unwrap(),
+            clock.clone(),
+        );
+        let packed = AtomicLimiter::with_clock(
+            PackedSlidingWindow::new(limit, Duration::from_nanos(2 * window), 2).unwrap(),
+            clock.clone(),
+        );
+        let limiters: [&dyn Limiter; 2] = [&fixed, &packed];
+        for l in limiters {
+            clock.set(12 * SEC);
+            assert!(l.try_acquire(limit).unwrap().is_allowed());
+            clock.set(12 * SEC - MAX_CLOCK_LAG_NANOS + 1); // lagging by just under H
+            assert!(!l.try_acquire(1).unwrap().is_allowed(), "a lag re-opened");
+            clock.set(12 * SEC + 1);
+            assert!(
+                !l.try_acquire(1).unwrap().is_allowed(),
+                "the window went back"
+            );
+        }
+    }
+}
+
+/// A `set_limit` after a leaping read must not carry the leap into the configuration (review
+/// finding: the change instant took the leaped floor, and every later decision ran a day ahead).
+#[test]
+fn a_reconfiguration_after_a_leap_does_not_freeze_a_bucket() {
+    let clock = GatedClock::starting_at(100 * SEC);
+    let limiter =
+        AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 5).unwrap(), clock.clone());
+    clock.leap_next_read(86_400 * SEC);
+    assert!(limiter.try_acquire(1).unwrap().is_allowed());
+    limiter.set_limit(6).unwrap();
+    let mut admitted = 0;
+    for _ in 0..100 {
+        clock.advance(100 * MS);
+        admitted += u32::from(limiter.try_acquire(1).unwrap().is_allowed());
+    }
+    assert!(
+        admitted >= 90,
+        "{admitted} of 100 at the rate: frozen by the leap"
+    );
+}

@@ -118,9 +118,11 @@ impl FixedWindow {
             u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
         let window = Divisor::new(window_nanos).ok_or(ConfigError::ZeroPeriod)?;
         let shift = (63 - window_nanos.leading_zeros()).saturating_sub(ANCHOR_UNITS_LOG2);
+        // A read lagging by up to the horizon can be ⌈H / window⌉ windows (or units) behind, plus
+        // one for where in its window each read falls (anchored: plus the start's round-up).
         let max_ahead = match anchor {
-            Anchor::WallClock => (MAX_CLOCK_LAG_NANOS / window_nanos).max(1),
-            Anchor::FirstRequest => window_nanos.max(MAX_CLOCK_LAG_NANOS) >> shift,
+            Anchor::WallClock => MAX_CLOCK_LAG_NANOS.div_ceil(window_nanos) + 1,
+            Anchor::FirstRequest => (window_nanos.max(MAX_CLOCK_LAG_NANOS) >> shift) + 2,
         };
         Ok(FixedWindow {
             limit: AtomicU32::new(limit),

@@ -129,7 +129,8 @@ impl PackedSlidingWindow {
             cell_nanos,
             cells,
             count_bits,
-            max_ahead: (MAX_CLOCK_LAG_NANOS / cell_nanos)
+            // ⌈H / cell⌉ + 1: a read lagging by up to the horizon, wherever in its cell it falls.
+            max_ahead: (MAX_CLOCK_LAG_NANOS.div_ceil(cell_nanos) + 1)
                 .max(u64::from(cells))
                 .min(half_tag_space),
         })
@@ -358,7 +359,7 @@ mod tests {
     fn a_state_beyond_the_lag_horizon_is_folded_not_forgotten() {
         let w = window(3, 3); // 10 ns cells
         let cells_ahead = w.max_ahead;
-        assert_eq!(cells_ahead, MAX_CLOCK_LAG_NANOS / 10);
+        assert_eq!(cells_ahead, MAX_CLOCK_LAG_NANOS / 10 + 1);
         let at = 2 * cells_ahead; // the writer's cell
         let state = w.decide(0, at * 10, 3).next.unwrap(); // full
         // Ahead by exactly the horizon: a lagging clock, decided in the writer's cell.

@@ -90,6 +90,20 @@ pub(crate) fn convert(
         .min(END_OF_TIME)
 }
 
+/// The time a decision runs at given the last change's instant: no earlier than the change (a
+/// clock value read before this call saw the snapshot, so never early) — unless the change
+/// instant is more than the lag horizon ahead of `now`, which only a leaping clock read can
+/// produce (a setter's, or a floor a leaper raised): it is not obeyed, so a leap cannot freeze
+/// the bucket through its configuration.
+#[inline(always)]
+fn since_change(now: u64, changed_at: u64) -> u64 {
+    if changed_at <= now.saturating_add(MAX_CLOCK_LAG_NANOS) {
+        now.max(changed_at)
+    } else {
+        now
+    }
+}
+
 /// The pure decision over a time word, in the units of one configuration.
 ///
 /// ```text
@@ -221,7 +235,7 @@ impl VirtualTime {
                 // Only the rate's spelling changed (same rounded interval): nothing to convert.
                 return Ok(Some(next));
             }
-            let at = now.max(current.changed_at);
+            let at = since_change(now, current.changed_at);
             let conv = |bound: u64| match bound {
                 0 => 0,
                 bound => convert(
@@ -260,7 +274,7 @@ impl VirtualTime {
             let current = self.store.load();
             // A change instant is a clock value read before this call saw the snapshot, so
             // deciding at it is never early (as the time floor of `update_at`).
-            let now = now.max(current.changed_at);
+            let now = since_change(now, current.changed_at);
             if let Some(tat) = self.effective(&current, state, now) {
                 return decide_tat(
                     tat,
@@ -278,7 +292,7 @@ impl VirtualTime {
     pub(crate) fn is_idle(&self, state: u64, now: u64) -> bool {
         loop {
             let current = self.store.load();
-            let now = now.max(current.changed_at);
+            let now = since_change(now, current.changed_at);
             if let Some(tat) = self.effective(&current, state, now) {
                 return tat <= now;
             }

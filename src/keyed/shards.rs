@@ -282,7 +282,7 @@ where
                         return Err(Refused { retry_after: 1 });
                     };
                     if let Some(slot) = shard.map.remove(&victim) {
-                        shard.dropped_at = shard.dropped_at.max(now);
+                        shard.dropped_at = latest_drop(shard.dropped_at, now);
                         match slot.liveness(rules, now) {
                             Liveness::Idle => shard.evicted_idle += 1,
                             Liveness::Live { .. } => shard.evicted_live += 1,
@@ -362,6 +362,17 @@ where
     }
 }
 
+/// The shard's latest drop time after a drop at `now`: the later of the two, except that a
+/// recorded time beyond the lag horizon (a leaping read's) is replaced, so one leap cannot turn
+/// the protection off until real time reaches it.
+fn latest_drop(recorded: u64, now: u64) -> u64 {
+    if recorded > now.saturating_add(MAX_CLOCK_LAG_NANOS) {
+        now
+    } else {
+        recorded.max(now)
+    }
+}
+
 /// The time a sweep or an eviction judges idleness at: the earlier of `first` and a second
 /// read, so one leaping clock read cannot make keys that are live now look idle. (Sweeps are off
 /// the hot path; the second read costs one clock read per sweep or eviction.)
@@ -387,7 +398,7 @@ fn sweep<K: Hash + Eq, R, S: KeySlot<R>>(shard: &mut Shard<K, S>, rules: &R, now
     shard.evicted_idle += dropped as u64;
     shard.sweeps += 1;
     if dropped > 0 {
-        shard.dropped_at = shard.dropped_at.max(now);
+        shard.dropped_at = latest_drop(shard.dropped_at, now);
         // Victims picked earlier may be gone; pick afresh when next needed.
         shard.victims.clear();
     }
@@ -418,4 +429,19 @@ fn pick_victims<K: Hash + Eq + Clone, R, S: KeySlot<R>>(
     candidates.sort_unstable_by_key(|&(used, _)| std::cmp::Reverse(used));
     let chosen: Vec<K> = candidates.into_iter().map(|(_, key)| key.clone()).collect();
     shard.victims = chosen;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drop_time_beyond_the_horizon_is_replaced_not_kept() {
+        let now = 100 * MAX_CLOCK_LAG_NANOS;
+        assert_eq!(latest_drop(now - 5, now), now);
+        assert_eq!(latest_drop(now + 5, now), now + 5); // a clock ahead within the horizon
+        // A leaping read's drop time would otherwise switch the protection off until real time
+        // reaches it (every later drop absorbed by the max).
+        assert_eq!(latest_drop(now + MAX_CLOCK_LAG_NANOS + 1, now), now);
+    }
 }

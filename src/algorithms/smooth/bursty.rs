@@ -186,14 +186,22 @@ impl<C: Clock> SmoothBursty<C> {
             // read) is moved back by the leap: its debt stays, counted from the present.
             // Written even when the request is denied (once per leap), so the booking stays
             // where this read put it instead of moving with every later reader.
-            let (word, repair) = if leap > 0 {
+            // The floor only ever holds values of `now_micros`, which fit in an i64.
+            let now = i64::try_from(floored).unwrap_or(now);
+            // Only a booking that is itself beyond the horizon is moved: the floor and the word
+            // are two atomics, so a leaper's floor can be seen with a present word (which must
+            // keep its debt).
+            let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
+            let leaped_word = leap > 0 && {
+                let (ticket, _) = self.codec.decode(word, now);
+                ticket.next_free != i64::MAX && ticket.next_free > now.saturating_add(horizon)
+            };
+            let (word, repair) = if leaped_word {
                 let shifted = self.codec.shift_back(word, leap);
                 (shifted, Some(shifted))
             } else {
                 (word, None)
             };
-            // The floor only ever holds values of `now_micros`, which fit in an i64.
-            let now = i64::try_from(floored).unwrap_or(now);
             let (ticket, infinite) = self.codec.decode(word, now);
             let math = (!infinite).then(|| BurstyMath {
                 interval: self.interval.load(),

@@ -237,7 +237,13 @@ impl<C: Clock> SmoothWarmingUp<C> {
                 // The floor only ever holds values of `now_micros`, which fit in an i64.
                 let now = i64::try_from(floored).unwrap_or(now);
                 let (mut ticket, infinite) = unpack(word);
-                if leaped && ticket.next_free != i64::MAX {
+                // Only a booking itself beyond the horizon is moved (the floor and the word are
+                // two atomics: a leaper's floor can be seen with a present word).
+                let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
+                let leaped = leaped
+                    && ticket.next_free != i64::MAX
+                    && ticket.next_free > now.saturating_add(horizon);
+                if leaped {
                     // Booked on a leaping clock: moved back by the leap, its debt counted from
                     // the present (as SmoothBursty does).
                     let leap = i64::try_from(floor_now - floored).unwrap_or(i64::MAX);
