@@ -504,18 +504,30 @@ pub(crate) fn update_floored_leap(
         if next == current {
             return step.decision;
         }
-        if floor_leaped {
-            // Relaxed: published by the Release CAS below, as a raise is. A floor a leaping clock
-            // left more than the horizon ahead of this fresh read goes back to it; if another
-            // thread moved it meanwhile, that thread's value stands.
-            let _ = floor.compare_exchange(floor_now, now, Ordering::Relaxed, Ordering::Relaxed);
-        } else if now >= floor_now.saturating_add(units.grain) {
+        if !floor_leaped && now >= floor_now.saturating_add(units.grain) {
             // Relaxed: published to readers by the Release CAS below.
             floor.fetch_max(now, Ordering::Relaxed);
         }
         // AcqRel / Acquire: as in `update`.
         match word.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return step.decision,
+            Ok(_) => {
+                if floor_leaped {
+                    // A floor a leaping clock left more than the horizon ahead of this fresh read
+                    // goes back to it, only once this thread's word (which put the leaped state
+                    // back in range) has landed: until then every reader still sees the leaped
+                    // floor and judges the leaped word as a leap too. Relaxed: a reader that sees
+                    // the old floor with a repaired word only re-reads its clock (the repaired
+                    // word is in range); if another thread moved the floor meanwhile, its value
+                    // stands.
+                    let _ = floor.compare_exchange(
+                        floor_now,
+                        now,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+                return step.decision;
+            }
             Err(actual) => {
                 current = actual;
                 fresh = false;

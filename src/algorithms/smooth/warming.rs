@@ -220,17 +220,19 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // A floor beyond the lag horizon of a clock read taken after the word was loaded is a
         // leaping clock's: ignored, and put back to that read by the next booking.
         let mut clock_now = u64::try_from(now).unwrap_or(0);
-        let _ = self
+        // The leaped floor to put back once this booking has landed: (the floor seen, the read).
+        let mut lower = None;
+        let written = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 // Relaxed: ordered after the Acquire load of `word`, which synchronizes with the
                 // Release CAS that followed the writer's floor raise.
                 let floor_now = self.floor.load(Ordering::Relaxed);
-                let mut leaped = false;
+                let mut floor_leaped = false;
                 let floored = floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
                     clock_now = u64::try_from(self.now_micros()).unwrap_or(0);
                     floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
-                        leaped = true;
+                        floor_leaped = true;
                         clock_now
                     })
                 });
@@ -240,7 +242,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
                 // Only a booking itself beyond the horizon is moved (the floor and the word are
                 // two atomics: a leaper's floor can be seen with a present word).
                 let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
-                let leaped = leaped
+                let leaped = floor_leaped
                     && ticket.next_free != i64::MAX
                     && ticket.next_free > now.saturating_add(horizon);
                 if leaped {
@@ -258,22 +260,25 @@ impl<C: Clock> SmoothWarmingUp<C> {
                     .map(|t| pack(t, infinite))
                     .or(leaped.then(|| pack(ticket, infinite)))
                     .filter(|&next| next != word);
-                if next.is_some() {
-                    if leaped {
-                        // Relaxed: published by the Release CAS that follows, as a raise is.
-                        let _ = self.floor.compare_exchange(
-                            floor_now,
-                            floored,
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        );
-                    } else if floored >= floor_now.saturating_add(MICROS_FLOOR.grain) {
-                        // Relaxed: published to readers by the Release CAS that follows.
-                        self.floor.fetch_max(floored, Ordering::Relaxed);
-                    }
+                lower = (next.is_some() && floor_leaped).then_some((floor_now, floored));
+                // A leaped floor is lowered after the booking lands (below), as
+                // `update_floored_leap` does; otherwise raised once per grain.
+                if next.is_some()
+                    && !floor_leaped
+                    && floored >= floor_now.saturating_add(MICROS_FLOOR.grain)
+                {
+                    // Relaxed: published to readers by the Release CAS that follows.
+                    self.floor.fetch_max(floored, Ordering::Relaxed);
                 }
                 next
             });
+        if let (Ok(_), Some((seen, read))) = (written, lower) {
+            // Relaxed: a reader that sees the old floor with this booking only re-reads its
+            // clock (the booking is in range); another thread's newer floor stands.
+            let _ = self
+                .floor
+                .compare_exchange(seen, read, Ordering::Relaxed, Ordering::Relaxed);
+        }
         outcome
     }
 
