@@ -411,6 +411,16 @@ pub(crate) fn floored(clock_now: u64, floor_now: u64, units: FloorUnits) -> Opti
     (floor_now <= clock_now.saturating_add(units.horizon)).then(|| clock_now.max(floor_now))
 }
 
+/// The time a read that writes nothing (a peek, a setter's change instant) runs at: `clock_now`
+/// raised to the floor while the floor is within the lag horizon, the clock alone beyond it (a
+/// leaping clock's floor is never obeyed). The floor load is Relaxed: a peek takes it after its
+/// Acquire load of the state word (which pairs with the writer's Release CAS); a setter only
+/// needs some past clock read.
+#[inline]
+pub(crate) fn read_at_floor(clock_now: u64, floor: &AtomicU64) -> u64 {
+    floored(clock_now, floor.load(Ordering::Relaxed), NANOS_FLOOR).unwrap_or(clock_now)
+}
+
 /// [`update_timed`] with a time floor: every decision runs at `max(clock, floor)`, and a writer
 /// whose time passed the floor by the floor's grain ([`FLOOR_GRAIN_NANOS`]) raises it before it
 /// publishes its word, so a reader that sees the word also sees a floor at most one grain behind
@@ -635,8 +645,8 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
         // Read after the load: a peek judges the state on a clock read newer than it.
         let now = self.now();
         let now = if A::NEEDS_TIME_FLOOR {
-            // Relaxed: ordered by the Acquire load above.
-            floored(now, self.words.floor.load(Ordering::Relaxed), NANOS_FLOOR).unwrap_or(now)
+            // After the Acquire load above.
+            read_at_floor(now, &self.words.floor)
         } else {
             now
         };
@@ -703,11 +713,9 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
 
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
         let now = if A::NEEDS_TIME_FLOOR {
-            // Relaxed: a past clock read, as in `peek`; the change takes effect no earlier than
-            // any decision already published.
-            // A floor beyond the lag horizon is a leaping clock's, and is not obeyed.
-            let now = self.now();
-            floored(now, self.words.floor.load(Ordering::Relaxed), NANOS_FLOOR).unwrap_or(now)
+            // A past clock read, as in `peek`: the change takes effect no earlier than any
+            // decision already published.
+            read_at_floor(self.now(), &self.words.floor)
         } else {
             self.now()
         };

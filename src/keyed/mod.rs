@@ -58,7 +58,7 @@ use shards::{KeySlot, Liveness, ShardedMap};
 
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{Algorithm, NANOS_FLOOR, floored, reads_after, update_at, update_timed};
+use crate::limiter::{Algorithm, read_at_floor, reads_after, update_at, update_timed};
 use crate::sync::{AtomicU64, Ordering};
 
 /// What a full shard does with a new key when none of its keys is idle.
@@ -266,9 +266,8 @@ where
             // key's last writer's or later.
             let state = slot.map_or(0, |slot| slot.state.load(Ordering::Acquire));
             let now = if A::NEEDS_TIME_FLOOR {
-                // Relaxed: ordered by the Acquire load above. A floor beyond the lag horizon is a
-                // leaping clock's, and is not obeyed.
-                floored(now, floor.load(Ordering::Relaxed), NANOS_FLOOR).unwrap_or(now)
+                // After the Acquire load above.
+                read_at_floor(now, floor)
             } else {
                 now
             };
