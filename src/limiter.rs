@@ -266,6 +266,65 @@ pub trait Algorithm: Send + Sync + 'static {
     /// state backwards when `now` is behind the time the state was written at.
     fn decide(&self, state: u64, now: u64, n: u32) -> Step;
 
+    /// [`check_permits`](Algorithm::check_permits), then the decider one call uses for every
+    /// attempt of its compare-exchange loop: `decide(state, now, n)` for this `n`. An algorithm
+    /// whose configuration is several values read together (the time-word buckets' snapshot)
+    /// reads it once here and only checks on each attempt that it is still in force, instead of
+    /// reading it again between the state load and the compare-exchange.
+    ///
+    /// # Errors
+    /// As [`check_permits`](Algorithm::check_permits).
+    ///
+    /// ```
+    /// use floodgate::{Algorithm, FixedWindow};
+    /// use std::time::Duration;
+    /// let window = FixedWindow::new(1, Duration::from_secs(1)).unwrap();
+    /// let mut decide = window.decider(1).unwrap();
+    /// assert!(decide(0, 0).decision.is_allowed());
+    /// assert!(window.decider(2).is_err()); // above the limit
+    /// ```
+    #[inline(always)]
+    fn decider(&self, n: u32) -> Result<impl FnMut(u64, u64) -> Step + '_, AcquireError> {
+        self.check_permits(n)?;
+        Ok(move |state, now| self.decide(state, now, n))
+    }
+
+    /// One request for `n` permits on a state word and its time floor, reading the clock through
+    /// `read_clock` (first read: the call's time; later reads: fresh ones, taken only where the
+    /// engine must confirm a leap): [`update_at`] over the [`decider`](Algorithm::decider) when
+    /// [`NEEDS_TIME_FLOOR`](Algorithm::NEEDS_TIME_FLOOR), else [`update_timed`] (the floor
+    /// unused). An algorithm may serve its common case on a shorter path that decides exactly
+    /// as that engine does.
+    ///
+    /// # Errors
+    /// As [`check_permits`](Algorithm::check_permits).
+    ///
+    /// ```
+    /// use floodgate::{Algorithm, Gcra, Rate};
+    /// use std::sync::atomic::AtomicU64;
+    /// let gcra = Gcra::new(Rate::per_second(1), 2)?;
+    /// let (word, floor) = (AtomicU64::new(0), AtomicU64::new(0));
+    /// let now = 1_000_000_000;
+    /// assert!(gcra.acquire_word(&word, &floor, || now, 2)?.is_allowed());
+    /// assert!(!gcra.acquire_word(&word, &floor, || now, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    fn acquire_word(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<Decision, AcquireError> {
+        let decide = self.decider(n)?;
+        Ok(if Self::NEEDS_TIME_FLOOR {
+            update_at(word, floor, read_clock, decide)
+        } else {
+            update_timed(word, read_clock, decide)
+        })
+    }
+
     /// Whether `state` at `now` would decide every later request exactly as the fresh state `0`
     /// would, so it can be forgotten (evicted) without changing any decision.
     fn is_idle(&self, state: u64, now: u64) -> bool;
@@ -697,14 +756,9 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
 impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
-        self.algorithm.check_permits(n)?;
         let words = &*self.words;
-        let decide = |state, now| self.algorithm.decide(state, now, n);
-        Ok(if A::NEEDS_TIME_FLOOR {
-            update_at(&words.state, &words.floor, || self.now(), decide)
-        } else {
-            update_timed(&words.state, || self.now(), decide)
-        })
+        self.algorithm
+            .acquire_word(&words.state, &words.floor, || self.now(), n)
     }
 
     fn clock(&self) -> &dyn Clock {

@@ -10,6 +10,7 @@
 
 use std::sync::Mutex;
 
+use crate::clock::MAX_CLOCK_LAG_NANOS;
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// Slots in the ring; a reader needs the current one and the three before it.
@@ -45,6 +46,42 @@ struct Slot {
     amount: AtomicU64,
     changed_at: AtomicU64,
     settled_at: AtomicU64,
+    /// Derived at write time for the short decision path: see [`Hot`].
+    tau: AtomicU64,
+    fast_from: AtomicU64,
+    fast_until: AtomicU64,
+}
+
+/// What the short decision path of a time-word bucket reads of one generation, derived from its
+/// snapshot when the slot is written (see [`ConfigStore::hot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Hot {
+    /// Nanoseconds one permit is worth.
+    pub(crate) interval: u64,
+    /// Permits the bucket holds.
+    pub(crate) capacity: u64,
+    /// `capacity × interval` (≤ 2^62, validated by every setter).
+    pub(crate) tau: u64,
+    /// The short path serves times in `fast_from..=fast_until`: from the later of the change
+    /// instant and the settle time (so neither moves the time or the word), to a time early
+    /// enough that `now + 2·tau + H` stays below the end of the timeline.
+    pub(crate) fast_from: u64,
+    pub(crate) fast_until: u64,
+}
+
+impl Hot {
+    fn of(snapshot: &Snapshot) -> Self {
+        let tau = snapshot.capacity.saturating_mul(snapshot.interval);
+        Hot {
+            interval: snapshot.interval,
+            capacity: snapshot.capacity,
+            tau,
+            fast_from: snapshot.changed_at.max(snapshot.settled_at),
+            fast_until: super::virtual_time::END_OF_TIME
+                .saturating_sub(tau.saturating_mul(2))
+                .saturating_sub(MAX_CLOCK_LAG_NANOS),
+        }
+    }
 }
 
 /// The ring of snapshots.
@@ -69,6 +106,9 @@ impl ConfigStore {
                 amount: AtomicU64::new(0),
                 changed_at: AtomicU64::new(0),
                 settled_at: AtomicU64::new(0),
+                tau: AtomicU64::new(0),
+                fast_from: AtomicU64::new(0),
+                fast_until: AtomicU64::new(0),
             }),
             setter: Mutex::new(()),
         };
@@ -119,6 +159,40 @@ impl ConfigStore {
         slot.capacity.load(Ordering::Relaxed)
     }
 
+    /// The short path's view of `generation` (from [`generation`](Self::generation)), read
+    /// without a stamp check: valid only if [`still`](Self::still)`(generation)` holds afterwards.
+    #[inline(always)]
+    pub(crate) fn hot(&self, generation: u64) -> Hot {
+        let slot = &self.slots[(generation % SLOTS as u64) as usize];
+        // Relaxed field loads: validated by `still` (seqlock reader without the stamp).
+        Hot {
+            interval: slot.interval.load(Ordering::Relaxed),
+            capacity: slot.capacity.load(Ordering::Relaxed),
+            tau: slot.tau.load(Ordering::Relaxed),
+            fast_from: slot.fast_from.load(Ordering::Relaxed),
+            fast_until: slot.fast_until.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether `generation` is still in force, checked after everything read since
+    /// [`hot`](Self::hot) (the slot's fields, a state word): the values read of `generation`'s
+    /// slot were its own, and a state word loaded before this (with Acquire) was written in
+    /// `generation` or an older one.
+    ///
+    /// The slot of `g` is rewritten only by the setter of `g + 8`, after `g + 7` was published
+    /// (setters are serialized). If a field load above saw any of that setter's stores, the
+    /// Release fence it issued before them synchronizes with the Acquire fence here, so the load
+    /// of `current` below sees `g + 7` or later: the check fails. A state word's writer loaded
+    /// the generation it wrote in before its Release compare-exchange; the caller's Acquire load
+    /// of that word makes the generation load here see that one or a later one.
+    #[inline(always)]
+    pub(crate) fn still(&self, generation: u64) -> bool {
+        // Acquire fence: pairs with the Release fence in `write_slot` (see above).
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence above.
+        self.current.load(Ordering::Relaxed) == generation
+    }
+
     /// The snapshot in force, consistent (retries while a setter laps the ring).
     #[inline(always)]
     pub(crate) fn load(&self) -> Snapshot {
@@ -166,6 +240,10 @@ impl ConfigStore {
             .store(snapshot.changed_at, Ordering::Relaxed);
         slot.settled_at
             .store(snapshot.settled_at, Ordering::Relaxed);
+        let hot = Hot::of(snapshot);
+        slot.tau.store(hot.tau, Ordering::Relaxed);
+        slot.fast_from.store(hot.fast_from, Ordering::Relaxed);
+        slot.fast_until.store(hot.fast_until, Ordering::Relaxed);
         // Release: pairs with the Acquire load of `current` (which follows it) in readers.
         slot.stamp.store(snapshot.generation, Ordering::Release);
     }

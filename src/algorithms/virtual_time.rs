@@ -18,8 +18,10 @@ use std::time::Duration;
 use super::MAX_CLOCK_LAG_NANOS;
 use super::time_config::{ConfigStore, Snapshot};
 use crate::AcquireError;
+use crate::clock::FLOOR_GRAIN_NANOS;
 use crate::decision::{ConfigError, Decision, Rate, check_permits};
-use crate::limiter::Step;
+use crate::limiter::{Step, reads_after, update_at};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Largest burst window `capacity × interval` accepted: 2^62 ns (146 years), so `now + tau`
 /// stays meaningful on the Unix timeline.
@@ -104,6 +106,29 @@ fn since_change(now: u64, changed_at: u64) -> u64 {
     }
 }
 
+/// One configuration's terms for a request of `n` permits: what [`decide_tat`] needs, computed
+/// once per call from the snapshot in force.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Terms {
+    /// The snapshot these terms were computed from.
+    snapshot: Snapshot,
+    /// `tau = C·T`: how far ahead of `now` a full bucket's time may be (≤ 2^62, validated).
+    tau: u64,
+    /// `n·T`, saturating.
+    cost: u64,
+}
+
+impl Terms {
+    #[inline(always)]
+    fn new(snapshot: Snapshot, n: u32) -> Self {
+        Terms {
+            snapshot,
+            tau: snapshot.capacity.saturating_mul(snapshot.interval),
+            cost: u64::from(n).saturating_mul(snapshot.interval),
+        }
+    }
+}
+
 /// The pure decision over a time word, in the units of one configuration.
 ///
 /// ```text
@@ -119,23 +144,21 @@ fn since_change(now: u64, changed_at: u64) -> u64 {
 /// further ahead was written by a clock that leaped. It reads as "empty now", and the repair is
 /// written even when the request is denied (the one exception to "a denial writes nothing"), so
 /// one far-future clock read freezes the bucket for at most one refill time `tau`.
-/// `generation` goes into the low bits of the word written.
+/// The snapshot's generation goes into the top bits of the word written.
 #[inline(always)]
-pub(crate) fn decide_tat(
-    tat: u64,
-    now: u64,
-    n: u32,
-    interval: u64,
-    capacity: u64,
-    generation: u64,
-) -> Step {
-    let tau = capacity.saturating_mul(interval);
+pub(crate) fn decide_tat(tat: u64, now: u64, terms: &Terms) -> Step {
+    let Terms {
+        snapshot,
+        tau,
+        cost,
+        ..
+    } = *terms;
+    let (interval, capacity) = (snapshot.interval, snapshot.capacity);
     let horizon = now.saturating_add(tau);
-    let stamp = |time: u64| time | ((generation & GENERATION_MASK) << GENERATION_SHIFT);
+    let stamp = |time: u64| time | ((snapshot.generation & GENERATION_MASK) << GENERATION_SHIFT);
     let leaped = tat > horizon.saturating_add(MAX_CLOCK_LAG_NANOS);
     let tat = if leaped { horizon } else { tat };
     let base = tat.max(now);
-    let cost = u64::from(n).saturating_mul(interval);
     let step = match base.checked_add(cost).filter(|&t| t <= END_OF_TIME) {
         Some(new_tat) if new_tat <= horizon => Step::allow(
             stamp(new_tat),
@@ -270,22 +293,139 @@ impl VirtualTime {
 
     #[inline(always)]
     pub(crate) fn decide(&self, state: u64, now: u64, n: u32) -> Step {
+        self.decide_with(&mut Terms::new(self.store.load(), n), state, now, n)
+    }
+
+    /// The decider of one call (see [`Algorithm::decider`](crate::Algorithm::decider)): the
+    /// snapshot in force is read and `n` checked against it once; each attempt then only checks
+    /// that the generation is unchanged (one load of a line no decision writes) before deciding
+    /// on the terms computed up front.
+    #[inline(always)]
+    pub(crate) fn decider(
+        &self,
+        n: u32,
+    ) -> Result<impl FnMut(u64, u64) -> Step + '_, AcquireError> {
+        let snapshot = self.store.load();
+        check_permits(n, snapshot.capacity)?;
+        let mut terms = Terms::new(snapshot, n);
+        Ok(
+            #[inline(always)]
+            move |state, now| self.decide_with(&mut terms, state, now, n),
+        )
+    }
+
+    /// The decision on `terms` while its snapshot is still in force (else on the newer one, which
+    /// replaces `terms`). The generation is loaded after `state` was (the engine's Acquire load
+    /// or failed compare-exchange), so `state` was written in that generation or an older one,
+    /// exactly as when the whole snapshot is read after the state.
+    #[inline(always)]
+    fn decide_with(&self, terms: &mut Terms, state: u64, now: u64, n: u32) -> Step {
         loop {
-            let current = self.store.load();
+            if self.store.generation() != terms.snapshot.generation {
+                *terms = Terms::new(self.store.load(), n);
+            }
+            let current = &terms.snapshot;
             // A change instant is a clock value read before this call saw the snapshot, so
             // deciding at it is never early (as the time floor of `update_at`).
             let now = since_change(now, current.changed_at);
-            if let Some(tat) = self.effective(&current, state, now) {
-                return decide_tat(
-                    tat,
-                    now,
-                    n,
-                    current.interval,
-                    current.capacity,
-                    current.generation,
-                );
+            match self.effective(current, state, now) {
+                Some(tat) => return decide_tat(tat, now, terms),
+                // A setter lapped the snapshot ring: decide on the newest snapshot.
+                None => *terms = Terms::new(self.store.load(), n),
             }
         }
+    }
+
+    /// One request on a word with its time floor (see
+    /// [`Algorithm::acquire_word`](crate::Algorithm::acquire_word)). The short path serves
+    /// the common case in one pass: a word of the generation in force, a time within the
+    /// horizon of the floor, after the last change and far from the end of time, no leap, and
+    /// a compare-exchange that lands. It decides exactly as [`decide_tat`] does there (the
+    /// tests compare the two) and writes nothing before its compare-exchange except the floor
+    /// raise `update_at` also makes; anything else goes to the general engine, which starts
+    /// over.
+    #[inline(always)]
+    pub(crate) fn acquire_word(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        mut read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<Decision, AcquireError> {
+        // The clock first: nothing read below has to survive the call.
+        let clock_now = read_clock();
+        let general = |read_clock| self.acquire_general(word, floor, read_clock, n);
+        let generation = self.store.generation();
+        let hot = self.store.hot(generation);
+        if n == 0 || u64::from(n) > hot.capacity {
+            return general(reads_after(clock_now, read_clock));
+        }
+        // ≤ tau when the fields are one generation's (n ≤ capacity); a torn read is discarded
+        // by `still` below before anything is decided on it.
+        let cost = u64::from(n).wrapping_mul(hot.interval);
+        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`).
+        let current = word.load(Ordering::Acquire);
+        let floor_now = floor.load(Ordering::Relaxed);
+        if !self.store.still(generation)
+            || floor_now > clock_now.saturating_add(MAX_CLOCK_LAG_NANOS)
+        {
+            return general(reads_after(clock_now, read_clock));
+        }
+        let now = clock_now.max(floor_now);
+        let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
+        let tat = current & END_OF_TIME;
+        let horizon = now.wrapping_add(hot.tau);
+        if current & !END_OF_TIME != stamp
+            || now < hot.fast_from
+            || now > hot.fast_until
+            || tat > horizon + MAX_CLOCK_LAG_NANOS
+        {
+            return general(reads_after(clock_now, read_clock));
+        }
+        let (interval, capacity) = (hot.interval, hot.capacity);
+        let base = tat.max(now);
+        let new_tat = base + cost;
+        if new_tat > horizon {
+            return Ok(Decision::deny_scaled(
+                capacity,
+                horizon.saturating_sub(base),
+                interval,
+                new_tat - horizon,
+                base - now,
+            ));
+        }
+        if now >= floor_now + FLOOR_GRAIN_NANOS {
+            // Relaxed: published by the Release compare-exchange below, as in `update_at`.
+            floor.fetch_max(now, Ordering::Relaxed);
+        }
+        // AcqRel / Acquire: as in `update`.
+        match word.compare_exchange(
+            current,
+            new_tat | stamp,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(Decision::allow_scaled(
+                capacity,
+                horizon - new_tat,
+                interval,
+                new_tat - now,
+            )),
+            Err(_) => general(reads_after(clock_now, read_clock)),
+        }
+    }
+
+    /// The general engine for one request: [`update_at`] over [`decider`](Self::decider).
+    #[cold]
+    #[inline(never)]
+    fn acquire_general(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<Decision, AcquireError> {
+        Ok(update_at(word, floor, read_clock, self.decider(n)?))
     }
 
     #[inline]
@@ -381,6 +521,26 @@ macro_rules! time_word_algorithm {
             #[inline(always)]
             fn decide(&self, state: u64, now: u64, n: u32) -> $crate::limiter::Step {
                 self.core.decide(state, now, n)
+            }
+
+            #[inline(always)]
+            fn acquire_word(
+                &self,
+                word: &$crate::sync::AtomicU64,
+                floor: &$crate::sync::AtomicU64,
+                read_clock: impl FnMut() -> u64,
+                n: u32,
+            ) -> Result<$crate::Decision, $crate::AcquireError> {
+                self.core.acquire_word(word, floor, read_clock, n)
+            }
+
+            #[inline(always)]
+            fn decider(
+                &self,
+                n: u32,
+            ) -> Result<impl FnMut(u64, u64) -> $crate::limiter::Step + '_, $crate::AcquireError>
+            {
+                self.core.decider(n)
             }
 
             #[inline]
@@ -501,11 +661,98 @@ pub(crate) use time_word_algorithm;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A bucket after `changes` reconfigurations (each at `changed_at`), so words of several
+    /// generations and change instants are in play.
+    fn bucket(interval: u64, capacity: u32, changes: u32, changed_at: u64) -> VirtualTime {
+        let core =
+            VirtualTime::new(Rate::new(1, Duration::from_nanos(interval)), capacity).unwrap();
+        for i in 0..changes {
+            let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2)));
+            core.set_rate(rate, changed_at).unwrap();
+        }
+        core
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+        /// The short path of `acquire_word` decides and writes exactly as the general engine
+        /// (`update_at` over `decide`) on the same word, floor and clock, inside its domain and
+        /// out of it (where it hands over to that engine).
+        #[test]
+        fn short_path_decides_as_the_engine(
+            interval in 1u64..5_000_000,
+            capacity in 1u32..1_000,
+            changes in 0u32..6,
+            changed_at in 0u64..3_000_000_000,
+            other_generation in prop::option::weighted(0.2, 0u64..4),
+            tat_offset in -20_000_000_000i64..20_000_000_000,
+            boundary in 0u8..3,
+            nudge in -2i64..3,
+            clock in prop_oneof![
+                8 => 0u64..4_000_000_000,
+                1 => Just(END_OF_TIME - 5),
+                1 => Just(u64::MAX),
+            ],
+            floor_offset in prop_oneof![
+                Just(0i64),
+                -5_000i64..5_000,
+                -20_000_000_000i64..20_000_000_000,
+            ],
+            floor_at_grain in any::<bool>(),
+            n in prop_oneof![4 => 1u32..4, 1 => 0u32..2_000],
+            fresh in prop::bool::weighted(0.1),
+        ) {
+            let core = bucket(interval, capacity, changes, changed_at);
+            let generation = other_generation.unwrap_or(u64::from(changes)) & GENERATION_MASK;
+            // At a boundary (give or take a few ns): a request that exactly fits, or a word
+            // exactly the lag horizon beyond a full bucket (a leap).
+            let cost = u64::from(n) * interval;
+            let tau = u64::from(capacity) * interval;
+            let offset = match boundary {
+                0 => tat_offset,
+                1 => (tau as i64 - cost as i64) + nudge,
+                _ => (tau + MAX_CLOCK_LAG_NANOS) as i64 + nudge,
+            };
+            let tat = clock.saturating_add_signed(offset) & END_OF_TIME;
+            let state = if fresh { 0 } else { tat | (generation << GENERATION_SHIFT) };
+            // At the grain: a floor exactly (or nearly) one grain behind the clock.
+            let floor_offset = match floor_at_grain {
+                true => nudge - FLOOR_GRAIN_NANOS as i64,
+                false => floor_offset,
+            };
+            let floor = clock.saturating_add_signed(floor_offset);
+            let (word_a, floor_a) = (AtomicU64::new(state), AtomicU64::new(floor));
+            let (word_b, floor_b) = (AtomicU64::new(state), AtomicU64::new(floor));
+            // A later read, for the engine's re-reads on a leap.
+            let reads = |first: u64| {
+                let mut reads = [first, first.saturating_add(1_000)].into_iter();
+                move || reads.next().unwrap_or(u64::MAX)
+            };
+            let short = core.acquire_word(&word_a, &floor_a, reads(clock), n);
+            let general = core
+                .decider(n)
+                .map(|decide| update_at(&word_b, &floor_b, reads(clock), decide));
+            prop_assert_eq!(short, general);
+            prop_assert_eq!(word_a.into_inner(), word_b.into_inner());
+            prop_assert_eq!(floor_a.into_inner(), floor_b.into_inner());
+        }
+    }
 
     #[test]
     fn overflow_at_the_end_of_time_is_denied_not_wrapped() {
         // tat near the end of the timeline: a further request would pass it.
-        let step = decide_tat(END_OF_TIME - 5, END_OF_TIME - 10, 1, 10, 3, 0);
+        let snapshot = Snapshot {
+            generation: 0,
+            interval: 10,
+            capacity: 3,
+            period: 10,
+            amount: 1,
+            changed_at: 0,
+            settled_at: 0,
+        };
+        let step = decide_tat(END_OF_TIME - 5, END_OF_TIME - 10, &Terms::new(snapshot, 1));
         assert!(!step.decision.is_allowed());
         assert_eq!(step.next, None);
         assert_eq!(step.decision.retry_after(), Duration::from_nanos(u64::MAX));

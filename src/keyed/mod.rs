@@ -58,7 +58,7 @@ use shards::{KeySlot, Liveness, ShardedMap};
 
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{Algorithm, read_at_floor, reads_after, update_at, update_timed};
+use crate::limiter::{Algorithm, read_at_floor, reads_after};
 use crate::sync::{AtomicU64, Ordering};
 
 /// What a full shard does with a new key when none of its keys is idle.
@@ -237,10 +237,15 @@ where
             .access(key, &self.clock, algorithm, |slot, now, floor| {
                 decide_slot(algorithm, &slot.state, floor, now, &self.clock, n)
             });
-        Ok(decided.unwrap_or_else(|refused| {
+        decided.unwrap_or_else(|refused| {
             let limit = algorithm.limit();
-            Decision::deny(limit, 0, refused.retry_after, refused.retry_after)
-        }))
+            Ok(Decision::deny(
+                limit,
+                0,
+                refused.retry_after,
+                refused.retry_after,
+            ))
+        })
     }
 
     /// The decision `n` permits would get now for `key`, without taking them or inserting it.
@@ -467,11 +472,14 @@ impl<K, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
     }
 }
 
-/// One decision on a key's state word: through the shard's time floor for algorithms that need
-/// one ([`Algorithm::NEEDS_TIME_FLOOR`]), so a reader whose clock lags the key's last writer is
-/// decided at the writer's time, exactly as [`AtomicLimiter`](crate::AtomicLimiter) does. `now`
-/// is the clock read taken under the shard's lock; `clock` reads again where the engine must
-/// confirm a leap on a read newer than the word.
+/// One decision on a key's state word, through [`Algorithm::acquire_word`] with the shard's
+/// time floor (used by algorithms that need one, [`Algorithm::NEEDS_TIME_FLOOR`]), so a reader
+/// whose clock lags the key's last writer is decided at the writer's time, exactly as
+/// [`AtomicLimiter`](crate::AtomicLimiter) does. `now` is the clock read taken under the
+/// shard's lock; `clock` reads again where the engine must confirm a leap.
+///
+/// # Errors
+/// As [`Algorithm::check_permits`], for a capacity lowered since the caller checked `n`.
 #[inline]
 fn decide_slot<A: Algorithm>(
     algorithm: &A,
@@ -480,12 +488,6 @@ fn decide_slot<A: Algorithm>(
     now: u64,
     clock: &impl Clock,
     n: u32,
-) -> Decision {
-    let read_clock = reads_after(now, || clock.now_nanos());
-    let decide = |word, now| algorithm.decide(word, now, n);
-    if A::NEEDS_TIME_FLOOR {
-        update_at(state, floor, read_clock, decide)
-    } else {
-        update_timed(state, read_clock, decide)
-    }
+) -> Result<Decision, AcquireError> {
+    algorithm.acquire_word(state, floor, reads_after(now, || clock.now_nanos()), n)
 }

@@ -302,23 +302,25 @@ where
                 // Relaxed: the jail word is self-contained; see limiter::update.
                 let jail = slot.jail.load(Ordering::Relaxed);
                 if let Some(left) = PenaltyBox::blocked_for(jail, now) {
-                    return Decision::deny(algorithm.limit(), 0, left, left);
+                    return Ok(Decision::deny(algorithm.limit(), 0, left, left));
                 }
                 let decision =
-                    super::decide_slot(algorithm, &slot.state, floor, now, &self.clock, n);
+                    super::decide_slot(algorithm, &slot.state, floor, now, &self.clock, n)?;
                 if decision.is_allowed() {
-                    return decision;
+                    return Ok(decision);
                 }
-                update(&slot.jail, |jail| penalty.strike(jail, now, decision))
+                Ok(update(&slot.jail, |jail| {
+                    penalty.strike(jail, now, decision)
+                }))
             });
-        Ok(decided.unwrap_or_else(|refused| {
-            Decision::deny(
+        decided.unwrap_or_else(|refused| {
+            Ok(Decision::deny(
                 algorithm.limit(),
                 0,
                 refused.retry_after,
                 refused.retry_after,
-            )
-        }))
+            ))
+        })
     }
 
     /// Whether `key` is blocked now.
