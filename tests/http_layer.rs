@@ -812,3 +812,60 @@ async fn retry_after_is_never_earlier_than_t_for_every_algorithm() {
     exercise(Gcra::new(rate, 3).unwrap(), "gcra").await;
     exercise(LeakyBucket::new(3, rate).unwrap(), "leaky").await;
 }
+
+/// axum, in-process: each route with its own limiter and policy, one router-wide layer over
+/// both; the fields of a response name the route's policy, then the router's.
+#[tokio::test]
+async fn per_route_layers_with_their_own_policies() {
+    use axum::routing::get;
+    let clock = ManualClock::new();
+    let search = RateLimitLayer::per_ip(fixed_window(1, 60, &clock)).policy(policy("search", 60));
+    let home = RateLimitLayer::per_ip(fixed_window(5, 60, &clock)).policy(policy("home", 60));
+    let global =
+        RateLimitLayer::per_ip(fixed_window(100, 3_600, &clock)).policy(policy("all", 3_600));
+    let app = axum::Router::new()
+        .route("/search", get(|| async { "found" }).layer(search))
+        .route("/", get(|| async { "home" }).layer(home))
+        .layer(global);
+    let get = |path: &str| {
+        let mut request = Request::builder()
+            .uri(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert("192.0.2.1:1000".parse::<SocketAddr>().unwrap());
+        request
+    };
+    let fields = |path: &str| {
+        let app = app.clone();
+        let request = get(path);
+        async move {
+            let response = app.oneshot(request).await.unwrap();
+            (response.status().as_u16(), fields_of(response.headers()))
+        }
+    };
+    assert_eq!(
+        fields("/search").await,
+        (
+            200,
+            f(
+                r#""search";q=1;w=60, "all";q=100;w=3600"#,
+                r#""search";r=0;t=60, "all";r=99;t=3600"#,
+                None
+            )
+        )
+    );
+    assert_eq!(fields("/search").await.0, 429);
+    assert_eq!(
+        fields("/").await,
+        (
+            200,
+            f(
+                r#""home";q=5;w=60, "all";q=100;w=3600"#,
+                r#""home";r=4;t=60, "all";r=97;t=3600"#,
+                None
+            )
+        )
+    );
+}

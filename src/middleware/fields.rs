@@ -42,7 +42,9 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 ///
 /// Draft -11 fields are Lists: when several layers limit one request (a per-second and a
 /// per-day policy), each adds its own item to the same field, inner layer first:
-/// `RateLimit: "per-second";r=4;t=1, "per-day";r=990;t=80000`. The other styles have one value
+/// `RateLimit: "per-second";r=4;t=1, "per-day";r=990;t=80000`. Give each layer its own
+/// [`Policy`] name. When an inner layer denies and an outer one has no permits left for the next
+/// request, the outer layer raises `Retry-After` to its own `t`. The other styles have one value
 /// per field: the outermost layer's replaces the inner ones.
 ///
 /// ## `t` and `Retry-After`

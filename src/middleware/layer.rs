@@ -73,7 +73,7 @@ pub(crate) struct Shared {
     pub(crate) logged_never_granted: AtomicBool,
 }
 
-/// A tower [`Layer`] that rate-limits per key. See the [module docs](self).
+/// A tower [`Layer`] that rate-limits per key. See the [module docs](crate::middleware).
 ///
 /// ```
 /// use floodgate::middleware::{KeyFn, MissingKey, RateLimitLayer};
@@ -148,8 +148,8 @@ impl<L: KeyedLimiter<IpKey>> RateLimitLayer<L, ClientIp> {
 }
 
 impl<L, X> RateLimitLayer<L, X> {
-    /// Limits per the key `extractor` picks ([`ClientIp`] with another keyer, a [`KeyFn`]
-    /// closure, or your own [`KeyExtractor`]).
+    /// Limits per the key `extractor` picks ([`ClientIp`] with another keyer, a [`KeyFn`](super::KeyFn)
+    /// closure, or your own [`KeyExtractor`](super::KeyExtractor)).
     ///
     /// ```
     /// use floodgate::middleware::{KeyFn, RateLimitLayer};
@@ -265,7 +265,7 @@ impl<L, X> RateLimitLayer<L, X> {
     /// `max_waiting` requests wait at once (more are rejected), so waiting requests cannot pile
     /// up without bound. A waiting request that is cancelled (client gone) consumes nothing. Waits
     /// are not queued: after a wait, waiters race for the permits, and one that loses waits again
-    /// while the total stays within `max_delay`, then gets its 429. With a [`PenalizedKeyed`]
+    /// while the total stays within `max_delay`, then gets its 429. With a [`PenalizedKeyed`](crate::PenalizedKeyed)
     /// limiter each lost race counts as a strike.
     ///
     /// ```

@@ -52,6 +52,10 @@
 //! the same fields. `Retry-After` is whole seconds rounded **up** (a client that honours it is
 //! never early; at least 1), and never earlier than the denial's `t`.
 //!
+//! Per-route limits: put a layer with its own limiter and [`Policy`] on each route (in axum,
+//! `Router::route(path, get(handler).layer(layer))` or `route_layer`); a layer on the whole
+//! router as well adds its item to the same fields.
+//!
 //! Client IPs: [`ClientIp`] keys by the peer address, IPv4 by address and IPv6 by /56; behind
 //! reverse proxies, [`ClientIp::behind_proxies`] reads `X-Forwarded-For` or `Forwarded`,
 //! counting a configured number of trusted hops from the right.
