@@ -7,9 +7,11 @@
 //! curl -i http://127.0.0.1:3000/
 //! ```
 //!
-//! Every response carries `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`; past
-//! the limit the answer is `429 Too Many Requests` with `Retry-After`. `tests/http_per_ip.rs`
-//! serves this same [`app`] on loopback (on a `ManualClock`) and checks it with a real client.
+//! Every response carries the draft-11 fields, e.g. `RateLimit-Policy: "per-ip";q=60;w=60` and
+//! `RateLimit: "per-ip";r=59;t=60`; past the limit the answer is `429 Too Many Requests` with
+//! `Retry-After` and an `application/problem+json` body (problem type `quota-exceeded`).
+//! `tests/http_per_ip.rs` serves this same [`app`] on loopback (on a `ManualClock`) and checks
+//! it with a real client.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use floodgate::keyed::WhenFull;
-use floodgate::middleware::{KeyedLimiter, RateLimitLayer};
+use floodgate::middleware::{KeyedLimiter, Policy, RateLimitLayer};
 use floodgate::{Clock, ConfigError, FixedWindow, IpKey, Keyed, QuantaClock};
 
 /// The per-IP limiter: `per_minute` requests a minute for each client IP, at most 100,000 IPs
@@ -31,6 +33,15 @@ pub fn per_ip_limiter<C: Clock>(
         .max_keys(100_000)
         .when_full(WhenFull::DenyNewKeys)
         .build()
+}
+
+/// The layer: per client IP (the peer address), the fields naming the policy `per-ip` with its
+/// 60 s window; everything else as the defaults.
+pub fn per_ip_layer<L: KeyedLimiter<IpKey>>(
+    limiter: L,
+) -> Result<RateLimitLayer<L>, Box<dyn std::error::Error>> {
+    let policy = Policy::new("per-ip")?.window(Duration::from_secs(60))?;
+    Ok(RateLimitLayer::per_ip(limiter).policy(policy))
 }
 
 /// The application: `GET /` answers `hello`, limited by `layer` when there is one.
@@ -49,10 +60,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limit = args.next().unwrap_or_else(|| "60".to_owned());
     let layer = match limit.as_str() {
         "off" => None,
-        per_minute => Some(RateLimitLayer::per_ip(per_ip_limiter(
+        per_minute => Some(per_ip_layer(per_ip_limiter(
             per_minute.parse()?,
             QuantaClock::new(),
-        )?)),
+        )?)?),
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!(

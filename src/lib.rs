@@ -27,9 +27,11 @@
 //! [`ManualClock`] for tests), the [`Decision`] every check returns, the [`Limiter`] trait, the
 //! [`Algorithm`] trait for packed-word algorithms and [`AtomicLimiter`] that runs one.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithms;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod async_acquire;
 pub mod backend;
 pub mod clock;
@@ -37,11 +39,14 @@ pub mod decision;
 pub mod keyed;
 pub mod limiter;
 #[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
 pub mod memcached;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;
 pub mod packed;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 pub mod sharded;
 mod sync;
@@ -52,6 +57,7 @@ pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
 pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};

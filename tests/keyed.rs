@@ -236,7 +236,7 @@ fn penalty_box_blocks_repeat_offenders_per_key() {
         .unwrap();
     let keyer = IpKeyer::new();
     let attacker = keyer.key("2001:db8:bad::1".parse().unwrap());
-    let neighbour = keyer.key("2001:db8:bad::2".parse().unwrap()); // same /64
+    let neighbour = keyer.key("2001:db8:bad::2".parse().unwrap()); // same /56
     let other = keyer.key("2001:db8:600d::1".parse().unwrap());
     assert_eq!(attacker, neighbour);
     assert!(keyed.check(&attacker, 2).unwrap().is_allowed());

@@ -1,5 +1,6 @@
-//! Keys for client IP addresses: IPv4 by address, IPv6 by network prefix (/64 by default),
-//! since one IPv6 client is normally given a whole /64 and can rotate through it at will.
+//! Keys for client IP addresses: IPv4 by address, IPv6 by network prefix (/56 by default),
+//! since one IPv6 client is normally given a whole /64 or more (home connections commonly a
+//! /56, RIPE-690) and can rotate through it at will.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -13,9 +14,9 @@ use crate::decision::ConfigError;
 /// use floodgate::{IpKey, IpKeyer};
 /// let keyer = IpKeyer::new();
 /// let a = keyer.key("2001:db8:1:2:aaaa::1".parse()?);
-/// let b = keyer.key("2001:db8:1:2:bbbb::9".parse()?);
-/// assert_eq!(a, b); // same /64
-/// assert_eq!(a.to_string(), "2001:db8:1:2::");
+/// let b = keyer.key("2001:db8:1:3f:bbbb::9".parse()?);
+/// assert_eq!(a, b); // same /56
+/// assert_eq!(a.to_string(), "2001:db8:1::");
 /// assert_eq!(std::mem::size_of::<IpKey>(), 16);
 /// # Ok::<(), std::net::AddrParseError>(())
 /// ```
@@ -75,18 +76,19 @@ impl Default for IpKeyer {
 }
 
 impl IpKeyer {
-    /// IPv4 by address (/32), IPv6 by /64.
+    /// IPv4 by address (/32), IPv6 by /56.
     ///
     /// ```
     /// let keyer = floodgate::IpKeyer::new();
     /// assert_ne!(keyer.key("10.0.0.1".parse()?), keyer.key("10.0.0.2".parse()?)); // /32
-    /// assert_eq!(keyer.key("2001:db8::1".parse()?), keyer.key("2001:db8::2".parse()?)); // same /64
+    /// assert_eq!(keyer.key("2001:db8::1".parse()?), keyer.key("2001:db8:0:ff::2".parse()?)); // same /56
+    /// assert_ne!(keyer.key("2001:db8::1".parse()?), keyer.key("2001:db8:0:100::1".parse()?));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub const fn new() -> Self {
         IpKeyer {
             ipv4_prefix: 32,
-            ipv6_prefix: 64,
+            ipv6_prefix: 56,
         }
     }
 
@@ -197,9 +199,13 @@ mod tests {
             keyer.key(ip("2001:db8::1")),
             keyer.key(ip("2001:db8::ffff:1"))
         );
+        assert_eq!(
+            keyer.key(ip("2001:db8::1")),
+            keyer.key(ip("2001:db8:0:ff::1"))
+        );
         assert_ne!(
             keyer.key(ip("2001:db8::1")),
-            keyer.key(ip("2001:db8:0:1::1"))
+            keyer.key(ip("2001:db8:0:100::1"))
         );
         assert_ne!(keyer.key(ip("192.0.2.1")), keyer.key(ip("192.0.2.2")));
         assert_eq!(

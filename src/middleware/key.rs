@@ -1,11 +1,13 @@
-//! What a request is limited by: [`KeyExtractor`], the client-IP default [`ClientIp`], and
-//! [`KeyFn`] for a closure over the request.
+//! What a request is limited by: [`KeyExtractor`], the client-IP default [`ClientIp`] (the
+//! peer, or the client behind trusted proxies), and [`KeyFn`] for a closure over the request.
 
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
 
+use super::forwarded::nth_from_right;
+use crate::decision::ConfigError;
 use crate::keyed::{IpKey, IpKeyer};
 
 /// Picks the key a request is limited by. `None` means the request has no key (see
@@ -26,29 +28,54 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
 }
 
-/// The default key: the client's IP address, as an [`IpKey`] (IPv4 by address, IPv6 by /64,
+/// The default key: the client's IP address, as an [`IpKey`] (IPv4 by address, IPv6 by /56,
 /// or as the [`IpKeyer`] given says).
 ///
-/// It reads the peer address from the request's extensions, first found of:
+/// By default it reads the peer address from the request's extensions, first found of:
 /// axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`), a `SocketAddr`, an `IpAddr`
-/// (insert one from your own accept loop, e.g. with hyper or tonic). Behind a reverse proxy the
-/// peer is the proxy: use [`KeyFn`] to read a header the proxy sets instead.
+/// (insert one from your own accept loop, e.g. with hyper or tonic). Behind reverse proxies the
+/// peer is a proxy: see [`behind_proxies`](Self::behind_proxies).
 ///
 /// ```
 /// use floodgate::IpKeyer;
 /// use floodgate::middleware::{ClientIp, KeyExtractor};
 /// use std::net::IpAddr;
-/// let by_56 = ClientIp::new(IpKeyer::new().with_ipv6_prefix(56)?);
+/// let by_48 = ClientIp::new(IpKeyer::new().with_ipv6_prefix(48)?);
 /// let mut request = http::Request::new(());
 /// request.extensions_mut().insert("2001:db8:0:12::1".parse::<IpAddr>()?);
-/// assert_eq!(by_56.extract(&request).unwrap().network(), "2001:db8::".parse::<IpAddr>()?);
-/// assert!(by_56.extract(&http::Request::new(())).is_none()); // no address: no key
+/// assert_eq!(by_48.extract(&request).unwrap().network(), "2001:db8::".parse::<IpAddr>()?);
+/// assert!(by_48.extract(&http::Request::new(())).is_none()); // no address: no key
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientIp {
     keyer: IpKeyer,
+    proxies: Option<Proxies>,
+}
+
+/// Trusted proxies: which header they write, and how many of them there are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Proxies {
+    header: ProxyHeader,
+    hops: u32,
+}
+
+/// The header trusted reverse proxies record client addresses in.
+///
+/// ```
+/// use floodgate::middleware::{ClientIp, ProxyHeader};
+/// let behind_nginx = ClientIp::default().behind_proxies(ProxyHeader::XForwardedFor, 1)?;
+/// # let _ = behind_nginx;
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx `$proxy_add_x_forwarded_for`, most
+    /// load balancers).
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239); the `for` parameter of each element.
+    Forwarded,
 }
 
 impl ClientIp {
@@ -64,7 +91,79 @@ impl ClientIp {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub const fn new(keyer: IpKeyer) -> Self {
-        ClientIp { keyer }
+        ClientIp {
+            keyer,
+            proxies: None,
+        }
+    }
+
+    /// Keys by the client address that `hops` trusted reverse proxies in front of this server
+    /// recorded in `header`, instead of the peer address (which is the nearest proxy).
+    ///
+    /// Every proxy appends the address it got the connection from, so with `hops` proxies the
+    /// client's address is the `hops`-th entry **from the right** (1: the rightmost, for one
+    /// proxy such as nginx or a cloud load balancer). Entries further left were sent by the
+    /// client and are never read: taking the first entry, as many guides do, lets any client
+    /// pick its own key and escape the limit. A request with fewer entries than `hops`, or whose
+    /// entry there is not an IP address (`unknown`, an obfuscated `Forwarded` node), is keyed by
+    /// its peer address.
+    ///
+    /// This is only as sound as `hops`: the server must be reachable only through the proxies
+    /// (a client that connects directly can write the whole header), and `hops` must be the
+    /// number of proxies that append to the header.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `hops` = 0 (with no proxy in front, use the peer address:
+    /// the default).
+    ///
+    /// ```
+    /// use floodgate::middleware::{ClientIp, KeyExtractor, ProxyHeader};
+    /// use std::net::SocketAddr;
+    /// // CDN -> load balancer -> this server: two trusted hops.
+    /// let client_ip = ClientIp::default().behind_proxies(ProxyHeader::XForwardedFor, 2)?;
+    /// let mut request = http::Request::builder()
+    ///     // The client wrote "6.6.6.6"; the CDN appended the client, the load balancer the CDN.
+    ///     .header("x-forwarded-for", "6.6.6.6, 198.51.100.23, 203.0.113.5")
+    ///     .body(())?;
+    /// request.extensions_mut().insert("10.0.0.2:41000".parse::<SocketAddr>()?);
+    /// assert_eq!(client_ip.client_ip(&request), Some("198.51.100.23".parse()?));
+    /// assert!(ClientIp::default().behind_proxies(ProxyHeader::Forwarded, 0).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn behind_proxies(self, header: ProxyHeader, hops: u32) -> Result<Self, ConfigError> {
+        if hops == 0 {
+            return Err(ConfigError::Invalid {
+                what: "trusted proxy hops",
+                why: "must be at least 1 (0 given): with no proxy in front, the peer address is \
+                      the client's, which ClientIp uses by default",
+            });
+        }
+        Ok(ClientIp {
+            proxies: Some(Proxies { header, hops }),
+            ..self
+        })
+    }
+
+    /// The address the key is made from: the client address recorded by the trusted proxies
+    /// when [`behind_proxies`](Self::behind_proxies) is set and the request has one, otherwise
+    /// the peer address.
+    ///
+    /// ```
+    /// use floodgate::middleware::{ClientIp, ProxyHeader};
+    /// use std::net::SocketAddr;
+    /// let behind_one = ClientIp::default().behind_proxies(ProxyHeader::Forwarded, 1)?;
+    /// let mut request = http::Request::builder()
+    ///     .header("forwarded", r#"for="[2001:db8:cafe::17]:4711";proto=https"#)
+    ///     .body(())?;
+    /// request.extensions_mut().insert("10.0.0.2:41000".parse::<SocketAddr>()?);
+    /// assert_eq!(behind_one.client_ip(&request), Some("2001:db8:cafe::17".parse()?));
+    /// assert_eq!(ClientIp::default().client_ip(&request), Some("10.0.0.2".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn client_ip<B>(&self, request: &Request<B>) -> Option<IpAddr> {
+        self.proxies
+            .and_then(|p| nth_from_right(request.headers(), p.header, p.hops))
+            .or_else(|| Self::peer_ip(request))
     }
 
     /// The peer address of `request`, from its extensions (see the type docs).
@@ -98,12 +197,12 @@ impl<B> KeyExtractor<B> for ClientIp {
 
     #[inline]
     fn extract(&self, request: &Request<B>) -> Option<IpKey> {
-        Self::peer_ip(request).map(|ip| self.keyer.key(ip))
+        self.client_ip(request).map(|ip| self.keyer.key(ip))
     }
 }
 
 /// A key from a closure over the request (an API key header, a user id a previous layer put in
-/// the extensions, the first address of `X-Forwarded-For` set by your proxy).
+/// the extensions).
 ///
 /// ```
 /// use floodgate::middleware::{KeyExtractor, KeyFn};

@@ -1,101 +1,93 @@
-//! What the middleware writes: the `RateLimit-*` and `Retry-After` headers, the 429 and 500
-//! answers, and [`RateLimitBody`], the body type that carries either the inner body or them.
+//! The responses the middleware makes or passes through, and [`RateLimitBody`], the body type
+//! that carries either the inner body or the middleware's own.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::header::RETRY_AFTER;
+use http::{HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::denial::{Denial, content};
+use super::fields::{ceil_seconds, write_fields};
+use super::layer::Settings;
 use crate::decision::Decision;
 
-/// `RateLimit-Limit`: the limit in force.
-pub const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
-/// `RateLimit-Remaining`: permits left after this request.
-pub const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-/// `RateLimit-Reset`: whole seconds (rounded up) until the client's quota is full again.
-pub const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
-
-/// Seconds, rounded up: a client told to come back after them is never early.
-fn ceil_seconds(duration: Duration) -> u64 {
-    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+/// What the middleware writes onto a response it lets through or answers: the layer's settings,
+/// the decision, and the request key's partition key.
+pub(super) struct Stamp {
+    pub(super) settings: Arc<Settings>,
+    pub(super) decision: Decision,
+    pub(super) pk: Option<u64>,
 }
 
-/// Writes the IETF `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers
-/// (draft-ietf-httpapi-ratelimit-headers) for `decision`, and `Retry-After` (whole seconds,
-/// rounded up, at least 1) when it is a denial. Existing values are replaced.
-///
-/// ```
-/// use floodgate::Decision;
-/// use floodgate::middleware::write_headers;
-/// let mut headers = http::HeaderMap::new();
-/// write_headers(&mut headers, Decision::deny(10, 0, 1_500_000_000, 60_000_000_000));
-/// assert_eq!(headers["ratelimit-limit"], "10");
-/// assert_eq!(headers["ratelimit-remaining"], "0");
-/// assert_eq!(headers["ratelimit-reset"], "60");
-/// assert_eq!(headers["retry-after"], "2");
-/// ```
-pub fn write_headers(headers: &mut HeaderMap, decision: Decision) {
-    headers.insert(RATELIMIT_LIMIT, HeaderValue::from(decision.limit()));
-    headers.insert(RATELIMIT_REMAINING, HeaderValue::from(decision.remaining()));
-    headers.insert(
-        RATELIMIT_RESET,
-        HeaderValue::from(ceil_seconds(decision.reset_after())),
-    );
-    if !decision.is_allowed() {
-        let retry_after = ceil_seconds(decision.retry_after()).max(1);
-        headers.insert(RETRY_AFTER, HeaderValue::from(retry_after));
+impl Stamp {
+    fn write(&self, headers: &mut http::HeaderMap) {
+        let settings = &self.settings;
+        let decision = self.decision;
+        // A response that already says `Retry-After` was denied further in (an inner layer, or
+        // the application). If this layer allowed it but has no permits left for the next
+        // request, retrying before this policy's `t` is pointless: raise `Retry-After` to it.
+        let inner_retry_after = headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        write_fields(settings.style, headers, &settings.policy, decision, self.pk);
+        if let Some(inner) = inner_retry_after {
+            if decision.is_allowed() && decision.remaining() < u64::from(settings.permits) {
+                let ours = ceil_seconds(decision.reset_after());
+                headers.insert(RETRY_AFTER, HeaderValue::from(inner.max(ours)));
+            }
+        }
     }
 }
 
-/// The answer to a denied request: 429, the headers, a one-line text body.
-pub(super) fn too_many_requests<B>(decision: Decision) -> Response<RateLimitBody<B>> {
-    let mut response = text_response(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
-    write_headers(response.headers_mut(), decision);
+/// The answer to a denied request: the layer's [`DenialBody`](super::DenialBody), then the
+/// header fields.
+pub(super) fn denied<B>(stamp: &Stamp) -> Response<RateLimitBody<B>> {
+    let denial = Denial::new(stamp.decision, &stamp.settings.policy);
+    let mut response = stamp.settings.denial_body.build(&denial).map(text_body);
+    stamp.write(response.headers_mut());
     response
 }
 
 /// The answer when the limiter cannot decide (no key, or a request cost the limiter can never
-/// grant): 500 with the reason, since it is a server configuration error.
-pub(super) fn server_error<B>(reason: &'static str) -> Response<RateLimitBody<B>> {
-    text_response(StatusCode::INTERNAL_SERVER_ERROR, reason)
+/// grant): a bare 500. The reason goes to the server's log (see the service), never to the
+/// client.
+pub(super) fn server_error<B>() -> Response<RateLimitBody<B>> {
+    content(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "text/plain; charset=utf-8",
+        Bytes::from_static(b"Internal Server Error\n"),
+    )
+    .map(text_body)
 }
 
-fn text_response<B>(status: StatusCode, text: &'static str) -> Response<RateLimitBody<B>> {
-    let mut response = Response::new(RateLimitBody {
-        kind: Kind::Text {
-            text: Some(Bytes::from_static(text.as_bytes())),
-        },
-    });
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
+fn text_body<B>(text: Bytes) -> RateLimitBody<B> {
+    RateLimitBody {
+        kind: Kind::Text { text: Some(text) },
+    }
 }
 
-/// The inner service's response, with the headers of `decision` when given.
+/// The inner service's response, with the header fields of `stamp` when given.
 pub(super) fn pass_through<B>(
     response: Response<B>,
-    decision: Option<Decision>,
+    stamp: Option<&Stamp>,
 ) -> Response<RateLimitBody<B>> {
     let mut response = response.map(|body| RateLimitBody {
         kind: Kind::Inner { body },
     });
-    if let Some(decision) = decision {
-        write_headers(response.headers_mut(), decision);
+    if let Some(stamp) = stamp {
+        stamp.write(response.headers_mut());
     }
     response
 }
 
 pin_project! {
-    /// The response body of the middleware: the inner service's body unchanged, or the short
-    /// text of a 429 (or 500) answered by the middleware itself.
+    /// The response body of the middleware: the inner service's body unchanged, or the body of
+    /// a 429 (or 500) answered by the middleware itself.
     ///
     /// ```
     /// use floodgate::middleware::RateLimitBody;

@@ -3,21 +3,37 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::response::{RateLimitBody, pass_through, server_error, too_many_requests};
-use super::{KeyExtractor, KeyedLimiter, MissingKey, Settings};
+use super::fields::partition_key;
+use super::layer::{Settings, Shared};
+use super::response::{RateLimitBody, Stamp, denied, pass_through, server_error};
+use super::{KeyExtractor, KeyedLimiter, MissingKey};
 use crate::async_acquire::wait_for_grant;
 use crate::decision::Decision;
 
-const NO_KEY: &str = "rate limiter: no key for this request (for client IPs, serve with \
-                      ConnectInfo<SocketAddr> or put the peer's SocketAddr in the extensions)\n";
-const NEVER_GRANTED: &str = "rate limiter: the cost of a request exceeds the limit\n";
+const NO_KEY: &str = "floodgate::middleware: a request had no rate-limit key and was answered \
+    500 (MissingKey::Reject). For per-IP limits the server must record peer addresses: serve \
+    axum with `into_make_service_with_connect_info::<SocketAddr>()`, or insert the peer's \
+    SocketAddr into the request extensions (hyper, tonic). `on_missing_key(MissingKey::Allow)` \
+    lets such requests through unlimited. (Logged once per layer.)";
+const NEVER_GRANTED: &str = "floodgate::middleware: a request costs more permits than the \
+    limiter's limit (lowered by set_limit?), so it can never be granted; answered 500. \
+    (Logged once per layer.)";
+
+/// Writes a setup error to standard error, the first time only: a misconfigured server logs
+/// one line, not one per request, and the client sees a bare 500.
+fn log_once(logged: &AtomicBool, message: &str) {
+    // Relaxed: the flag guards no other memory; the swap alone decides which call logs.
+    if !logged.load(Ordering::Relaxed) && !logged.swap(true, Ordering::Relaxed) {
+        eprintln!("{message}");
+    }
+}
 
 /// The rate-limiting service made by [`RateLimitLayer`](super::RateLimitLayer): checks each
 /// request's key, calls the inner service when allowed, answers 429 when not (or first waits, if
@@ -55,8 +71,8 @@ pub struct RateLimit<S, L, X> {
     pub(super) inner: S,
     pub(super) limiter: Arc<L>,
     pub(super) extractor: X,
-    pub(super) settings: Settings,
-    pub(super) waiting: Arc<AtomicUsize>,
+    pub(super) settings: Arc<Settings>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl<S: Clone, L, X: Clone> Clone for RateLimit<S, L, X> {
@@ -65,8 +81,8 @@ impl<S: Clone, L, X: Clone> Clone for RateLimit<S, L, X> {
             inner: self.inner.clone(),
             limiter: Arc::clone(&self.limiter),
             extractor: self.extractor.clone(),
-            settings: self.settings,
-            waiting: Arc::clone(&self.waiting),
+            settings: Arc::clone(&self.settings),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -139,29 +155,50 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let settings = self.settings;
+        let settings = &self.settings;
+        if settings.skips(&request) {
+            return ResponseFuture::called(self.inner.call(request), None);
+        }
         let Some(key) = self.extractor.extract(&request) else {
             return match settings.missing_key {
                 MissingKey::Allow => ResponseFuture::called(self.inner.call(request), None),
-                MissingKey::Reject => ResponseFuture::answered(server_error(NO_KEY)),
+                MissingKey::Reject => {
+                    log_once(&self.shared.logged_missing_key, NO_KEY);
+                    ResponseFuture::answered(server_error())
+                }
             };
         };
         let decision = match self.limiter.check(&key, settings.permits) {
             Ok(decision) => decision,
-            Err(_) => return ResponseFuture::answered(server_error(NEVER_GRANTED)),
+            Err(_) => {
+                log_once(&self.shared.logged_never_granted, NEVER_GRANTED);
+                return ResponseFuture::answered(server_error());
+            }
         };
+        let pk = settings
+            .policy
+            .has_partition_key()
+            .then(|| partition_key(&key));
         if decision.is_allowed() {
-            let headers = settings.headers_on_allowed.then_some(decision);
-            return ResponseFuture::called(self.inner.call(request), headers);
+            let stamp = settings.headers_on_allowed.then(|| Stamp {
+                settings: Arc::clone(settings),
+                decision,
+                pk,
+            });
+            return ResponseFuture::called(self.inner.call(request), stamp);
         }
         if let Some(shaping) = settings.shaping {
             if decision.retry_after() <= shaping.max_delay {
-                if let Some(slot) = WaitingSlot::take(&self.waiting, shaping.max_waiting) {
-                    return ResponseFuture::shaping(self.shape(slot, key, decision, request));
+                if let Some(slot) = WaitingSlot::take(&self.shared, shaping.max_waiting) {
+                    return ResponseFuture::shaping(self.shape(slot, key, decision, pk, request));
                 }
             }
         }
-        ResponseFuture::answered(too_many_requests(decision))
+        ResponseFuture::answered(denied(&Stamp {
+            settings: Arc::clone(settings),
+            decision,
+            pk,
+        }))
     }
 }
 
@@ -173,6 +210,7 @@ impl<S, L, X> RateLimit<S, L, X> {
         slot: WaitingSlot,
         key: X::Key,
         denial: Decision,
+        pk: Option<u64>,
         request: Request<ReqBody>,
     ) -> BoxedResponse<ResBody, S::Error>
     where
@@ -189,7 +227,8 @@ impl<S, L, X> RateLimit<S, L, X> {
         // wait, when it is about to be called.
         let mut inner = self.inner.clone();
         let limiter = Arc::clone(&self.limiter);
-        let settings = self.settings;
+        let settings = Arc::clone(&self.settings);
+        let shared = Arc::clone(&self.shared);
         let max_delay = settings.shaping.map(|s| s.max_delay);
         Box::pin(async move {
             let waited = wait_for_grant(limiter.clock(), max_delay, denial, || {
@@ -200,13 +239,24 @@ impl<S, L, X> RateLimit<S, L, X> {
             // this one is being served.
             drop(slot);
             match waited {
-                Ok(waited) if waited.decision.is_allowed() => {
-                    let headers = settings.headers_on_allowed.then_some(waited.decision);
+                Ok(waited) => {
+                    let allowed = waited.decision.is_allowed();
+                    let stamp = Stamp {
+                        settings,
+                        decision: waited.decision,
+                        pk,
+                    };
+                    if !allowed {
+                        return Ok(denied(&stamp));
+                    }
+                    let stamp = stamp.settings.headers_on_allowed.then_some(stamp);
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                    Ok(pass_through(inner.call(request).await?, headers))
+                    Ok(pass_through(inner.call(request).await?, stamp.as_ref()))
                 }
-                Ok(waited) => Ok(too_many_requests(waited.decision)),
-                Err(_) => Ok(server_error(NEVER_GRANTED)),
+                Err(_) => {
+                    log_once(&shared.logged_never_granted, NEVER_GRANTED);
+                    Ok(server_error())
+                }
             }
         })
     }
@@ -214,24 +264,25 @@ impl<S, L, X> RateLimit<S, L, X> {
 
 /// One of the `max_waiting` places for shaped (delayed) requests, given back on drop (also when
 /// the request is cancelled while it waits).
-struct WaitingSlot(Arc<AtomicUsize>);
+struct WaitingSlot(Arc<Shared>);
 
 impl WaitingSlot {
-    fn take(waiting: &Arc<AtomicUsize>, max_waiting: usize) -> Option<Self> {
+    fn take(shared: &Arc<Shared>, max_waiting: usize) -> Option<Self> {
         // Relaxed: a bare counter; it guards no other memory.
-        waiting
+        shared
+            .waiting
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (n < max_waiting).then_some(n + 1)
             })
             .ok()
-            .map(|_| WaitingSlot(Arc::clone(waiting)))
+            .map(|_| WaitingSlot(Arc::clone(shared)))
     }
 }
 
 impl Drop for WaitingSlot {
     fn drop(&mut self) {
         // Relaxed: a bare counter; it guards no other memory.
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -246,8 +297,8 @@ pin_project! {
 pin_project! {
     #[project = StateProjection]
     enum State<F, B, E> {
-        // The inner service was called; add the headers of `decision` to its response.
-        Called { #[pin] future: F, decision: Option<Decision> },
+        // The inner service was called; add the header fields of `stamp` to its response.
+        Called { #[pin] future: F, stamp: Option<Stamp> },
         // Answered by the middleware (429 or 500).
         Answered { response: Option<Response<RateLimitBody<B>>> },
         // Shaping: waiting for permits, then calling the inner service.
@@ -256,9 +307,9 @@ pin_project! {
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    fn called(future: F, decision: Option<Decision>) -> Self {
+    fn called(future: F, stamp: Option<Stamp>) -> Self {
         ResponseFuture {
-            state: State::Called { future, decision },
+            state: State::Called { future, stamp },
         }
     }
 
@@ -291,9 +342,9 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProjection::Called { future, decision } => {
+            StateProjection::Called { future, stamp } => {
                 let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(pass_through(response, *decision)))
+                Poll::Ready(Ok(pass_through(response, stamp.as_ref())))
             }
             StateProjection::Answered { response } => Poll::Ready(Ok(response
                 .take()
