@@ -336,7 +336,9 @@ impl Rate {
         let amount = u64::from(self.amount);
         let interval = period / amount + u64::from(period % amount >= amount.div_ceil(2));
         if interval == 0 {
-            return Err(ConfigError::RateTooHigh);
+            return Err(ConfigError::RateTooHigh {
+                finest: Duration::from_nanos(1),
+            });
         }
         // |interval·amount − period| ≤ period / 1000, in u128 (no overflow).
         let kept = u128::from(interval) * u128::from(amount);
@@ -381,17 +383,22 @@ pub enum ConfigError {
         /// The largest limit this algorithm supports.
         max: u64,
     },
-    /// A rate so high that one permit is worth less than one nanosecond.
-    RateTooHigh,
+    /// A rate so high that one permit is worth less than the finest step the limiter counts
+    /// (1 ns locally, 1 µs on Redis).
+    RateTooHigh {
+        /// The finest step: the shortest time one permit may be worth.
+        finest: Duration,
+    },
     /// A duration, or a product of durations and counts, beyond `u64` nanoseconds arithmetic.
     DurationOverflow,
-    /// A floating-point rate or duration that is NaN, infinite, zero or negative where that has
-    /// no meaning.
+    /// A floating-point setting outside the values it accepts (NaN, negative, out of range).
     InvalidNumber {
         /// Which setting.
         what: &'static str,
         /// The value given.
         value: f64,
+        /// What it must be, as a reader would write it: `"> 0 and not NaN"`, `"in (0, 1]"`.
+        expected: &'static str,
     },
     /// A duration outside the range a setting supports.
     DurationOutOfRange {
@@ -443,15 +450,19 @@ impl fmt::Display for ConfigError {
             ConfigError::LimitTooLarge { limit, max } => {
                 write!(f, "limit {limit} is above the supported maximum {max}")
             }
-            ConfigError::RateTooHigh => {
-                f.write_str("rate too high: one permit would be worth less than 1 ns")
-            }
+            ConfigError::RateTooHigh { finest } => write!(
+                f,
+                "rate too high: one permit would be worth less than {finest:?}, the finest step \
+                 this limiter counts"
+            ),
             ConfigError::DurationOverflow => {
                 f.write_str("duration overflows u64 nanoseconds arithmetic")
             }
-            ConfigError::InvalidNumber { what, value } => {
-                write!(f, "{what} must be a finite positive number, got {value}")
-            }
+            ConfigError::InvalidNumber {
+                what,
+                value,
+                expected,
+            } => write!(f, "{what} must be {expected}, got {value}"),
             ConfigError::DurationOutOfRange {
                 what,
                 value,

@@ -144,7 +144,9 @@ fn bad_requests_and_settings() {
     );
     assert_eq!(
         Gcra::new(Rate::new(u32::MAX, Duration::from_nanos(1)), 1).unwrap_err(),
-        ConfigError::RateTooHigh
+        ConfigError::RateTooHigh {
+            finest: Duration::from_nanos(1)
+        }
     );
     assert_eq!(
         Gcra::new(Rate::new(1, Duration::MAX), 1).unwrap_err(),

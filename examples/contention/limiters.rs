@@ -243,7 +243,10 @@ fn bucket_bound(q: Quota, s: Span) -> u64 {
 
 fn governor_quota(q: Quota) -> Result<governor::Quota, ConfigError> {
     let burst = NonZeroU32::new(q.limit).ok_or(ConfigError::ZeroLimit)?;
-    let quota = governor::Quota::with_period(q.period / q.limit).ok_or(ConfigError::RateTooHigh)?;
+    let quota =
+        governor::Quota::with_period(q.period / q.limit).ok_or(ConfigError::RateTooHigh {
+            finest: Duration::from_nanos(1),
+        })?;
     Ok(quota.allow_burst(burst))
 }
 

@@ -92,6 +92,7 @@ impl FailurePolicy {
             Err(ConfigError::InvalidNumber {
                 what: "fallback share",
                 value: share,
+                expected: "in (0, 1]",
             })
         }
     }

@@ -50,7 +50,9 @@ impl Gcra {
     pub fn new(rate: Rate, burst: u32) -> Result<Self, ConfigError> {
         let nanos = rate.nanos_per_permit()?;
         if nanos < 1_000 {
-            return Err(ConfigError::RateTooHigh);
+            return Err(ConfigError::RateTooHigh {
+                finest: std::time::Duration::from_micros(1),
+            });
         }
         // Round to nearest without `nanos + 500` (which overflows for a rate near u64::MAX ns).
         let interval_micros = nanos / 1_000 + u64::from(nanos % 1_000 >= 500);

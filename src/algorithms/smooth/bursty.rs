@@ -131,6 +131,7 @@ impl<C: Clock> SmoothBursty<C> {
             return Err(ConfigError::InvalidNumber {
                 what: "max_burst_seconds",
                 value: max_burst_seconds,
+                expected: "in [0, 31536000] (one year)",
             });
         }
         let setting = parse_rate(permits_per_second)?;

@@ -403,6 +403,7 @@ pub(crate) fn parse_rate(permits_per_second: f64) -> Result<RateSetting, ConfigE
         return Err(ConfigError::InvalidNumber {
             what: "permits_per_second",
             value: permits_per_second,
+            expected: "> 0 and not NaN",
         });
     }
     if permits_per_second == f64::INFINITY {

@@ -136,6 +136,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
             return Err(ConfigError::InvalidNumber {
                 what: "cold_factor",
                 value: cold_factor,
+                expected: "finite and at least 1",
             });
         }
         let warmup = warmup.as_micros();
