@@ -46,7 +46,7 @@ pub mod redis;
 pub mod sharded;
 mod sync;
 
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 pub use algorithms::Maintenance;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
 pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};

@@ -1,7 +1,8 @@
 //! The loom models live in `tests/`. This library is their **time model** (built only under
-//! `--cfg loom`): a [`ModelClock`] whose reads are loom atomic loads, so loom interleaves them
-//! with every other step of every model thread, and the exact checkers that turn each
-//! limiter's promise into an assertion over the admissions' real times.
+//! `--cfg floodgate_loom`, floodgate's own cfg: see floodgate's `src/sync.rs`): a [`ModelClock`]
+//! whose reads are loom atomic loads, so loom interleaves them with every other step of every
+//! model thread, and the exact checkers that turn each limiter's promise into an assertion over
+//! the admissions' real times.
 //!
 //! # The time model
 //! * **Real time** is one loom `AtomicU64` (the *shared* clock). It only moves forward:
@@ -18,7 +19,7 @@
 //!   the call took effect at a real time in `[before, after]`. The checkers below bound the
 //!   admissions by those intervals; a lagging or leaping call widens its interval by its skew
 //!   ([`Admitted::skewed`]), since the limiter may legitimately decide it at its skewed read.
-#![cfg(loom)]
+#![cfg(floodgate_loom)]
 
 use std::cell::Cell;
 use std::time::Duration;

@@ -9,8 +9,8 @@
 //! permits (2), whose promise is the same bound with capacity `2 + 1` (a free limiter grants one
 //! request beyond its stored permits and books it as debt, Guava's rule).
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_buckets`
-#![cfg(loom)]
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_buckets`
+#![cfg(floodgate_loom)]
 
 use std::time::Duration;
 

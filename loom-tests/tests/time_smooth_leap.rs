@@ -34,8 +34,8 @@
 //! Preemptions are bounded by `LOOM_MAX_PREEMPTIONS` (3 by default, as in `scripts/test`: about
 //! 3 s for the four models); 4 and 5 pass too (about 15 s and 50 s).
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_smooth_leap`
-#![cfg(loom)]
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_smooth_leap`
+#![cfg(floodgate_loom)]
 
 use std::sync::Arc;
 use std::time::Duration;
