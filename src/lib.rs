@@ -26,7 +26,8 @@
 //! Pieces: [`Clock`]s ([`QuantaClock`] default, [`CoarseClock`], [`MonotonicClock`],
 //! [`ManualClock`] for tests), the [`Decision`] every check returns, the [`Limiter`] trait, the
 //! [`Algorithm`] trait for packed-word algorithms and [`AtomicLimiter`] that runs one.
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithms;
@@ -51,7 +52,7 @@ pub mod redis;
 pub mod sharded;
 mod sync;
 
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 pub use algorithms::Maintenance;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
 pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};

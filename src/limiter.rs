@@ -7,7 +7,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::{Clock, FLOOR_GRAIN_NANOS, MAX_CLOCK_LAG_NANOS, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, fence};
 
 /// What every floodgate limiter does.
 ///
@@ -139,7 +139,9 @@ pub struct Step {
     /// leaped. The engine accepts such a step only when `now` was read *after* the state word was
     /// loaded; otherwise it reads the clock again and decides again, so a thread that was
     /// preempted between its clock read and its compare-exchange can never take newer state for
-    /// a leap (see [`update_timed`]).
+    /// a leap (see [`update_timed`]). A smooth limiter's refusal by a booking that far ahead
+    /// (which may be legitimate) is marked too: the floored engine then also makes sure the word
+    /// is still the one it decided on (see `update_floored_leap`).
     pub(crate) leap: bool,
 }
 
@@ -527,7 +529,9 @@ pub(crate) fn update_floored(
     read_clock: impl FnMut() -> u64,
     mut decide: impl FnMut(u64, u64) -> Step,
 ) -> Decision {
-    update_floored_leap(word, floor, units, read_clock, |state, now, _| {
+    // A retry keeps its clock read: a bucket judges a leaped state from the word itself
+    // (`Step::after_leap`), so a leaper's retry that lands after a repair is repaired again.
+    floored_loop(word, floor, units, false, read_clock, |state, now, _| {
         decide(state, now)
     })
 }
@@ -535,11 +539,33 @@ pub(crate) fn update_floored(
 /// [`update_floored`] whose `decide` also gets the leap: how far a leaping clock's floor was
 /// ahead of the fresh read `now` (0 when the floor is in range). A state published with that
 /// floor was booked on the leaping clock, and may be moved back by it.
+///
+/// Such a state is judged a leap only through the floor, so every retry after a lost
+/// compare-exchange decides on a new clock read. Kept, a leaper's read would decide its retry at
+/// the leapt time again, after a repairer's word had landed; its word lands without raising the
+/// floor (already at the leapt value, or seen so by its Relaxed load), and the repairer's
+/// compare-exchange then lowers that floor: a leaped booking under an in-range floor, which no
+/// reader moves back, freezes the limiter for the whole leap (found by the loom model
+/// `loom-tests/tests/time_smooth_leap.rs`).
 #[inline]
 pub(crate) fn update_floored_leap(
     word: &AtomicU64,
     floor: &AtomicU64,
     units: FloorUnits,
+    read_clock: impl FnMut() -> u64,
+    decide: impl FnMut(u64, u64, u64) -> Step,
+) -> Decision {
+    floored_loop(word, floor, units, true, read_clock, decide)
+}
+
+/// The loop of [`update_floored`] and [`update_floored_leap`]; `read_on_retry`: a retry after a
+/// lost compare-exchange reads the clock again (fresh) instead of keeping its read.
+#[inline]
+fn floored_loop(
+    word: &AtomicU64,
+    floor: &AtomicU64,
+    units: FloorUnits,
+    read_on_retry: bool,
     mut read_clock: impl FnMut() -> u64,
     mut decide: impl FnMut(u64, u64, u64) -> Step,
 ) -> Decision {
@@ -568,6 +594,22 @@ pub(crate) fn update_floored_leap(
             continue;
         }
         let Some(next) = step.next else {
+            if step.leap {
+                // A refusal by a state beyond the horizon under an in-range floor (the smooth
+                // limiters' long booking): legitimate, or `current` is older than the floor
+                // just loaded: a repair replaced it and lowered the floor in between. No
+                // compare-exchange checks a refusal, so check that the word is still the one
+                // decided on. Acquire fence: pairs with the Release of that floor lowering
+                // (below), which read `floor_now`; the word load then sees the repair.
+                fence(Ordering::Acquire);
+                // Acquire: as the first load.
+                let again = word.load(Ordering::Acquire);
+                if again != current {
+                    current = again;
+                    fresh = false;
+                    continue;
+                }
+            }
             return step.decision;
         };
         if next == current {
@@ -584,14 +626,15 @@ pub(crate) fn update_floored_leap(
                     // A floor a leaping clock left more than the horizon ahead of this fresh read
                     // goes back to it, only once this thread's word (which put the leaped state
                     // back in range) has landed: until then every reader still sees the leaped
-                    // floor and judges the leaped word as a leap too. Relaxed: a reader that sees
-                    // the old floor with a repaired word only re-reads its clock (the repaired
-                    // word is in range); if another thread moved the floor meanwhile, its value
-                    // stands.
+                    // floor and judges the leaped word as a leap too. A reader that sees the old
+                    // floor with a repaired word only re-reads its clock (the repaired word is in
+                    // range); if another thread moved the floor meanwhile, its value stands.
+                    // Release: pairs with the Acquire fence of a refusal that loaded the leaped
+                    // word before this repair and this floor after it (above).
                     let _ = floor.compare_exchange(
                         floor_now,
                         now,
-                        Ordering::Relaxed,
+                        Ordering::Release,
                         Ordering::Relaxed,
                     );
                 }
@@ -599,7 +642,11 @@ pub(crate) fn update_floored_leap(
             }
             Err(actual) => {
                 current = actual;
-                fresh = false;
+                // A read taken after the failed compare-exchange loaded `actual` is fresh.
+                fresh = read_on_retry;
+                if read_on_retry {
+                    clock_now = read_clock();
+                }
             }
         }
     }

@@ -1,23 +1,27 @@
-//! Atomics shim: `std`'s atomics normally, loom's under `--cfg loom`, so the loom models in
-//! `loom-tests/` check the exact code that ships.
+//! Atomics shim: `std`'s atomics normally, loom's under `--cfg floodgate_loom`, so the loom
+//! models in `loom-tests/` check the exact code that ships.
+//!
+//! The cfg is floodgate's own, not the bare `loom` that many crates share: a downstream crate
+//! that runs its own loom tests with `RUSTFLAGS="--cfg loom"` gets floodgate with `std`'s
+//! atomics (loom's would panic outside its `loom::model`).
 
-#[cfg(loom)]
+#[cfg(floodgate_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-#[cfg(loom)]
+#[cfg(floodgate_loom)]
 pub(crate) use loom::thread_local;
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 pub(crate) use std::thread_local;
 
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 thread_local! {
     /// Calls left in which this thread reads a state word for writing (see [`read_word`]):
     /// re-armed by a lost compare-exchange, counted down by every read.
     static CONTENDED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
-#[cfg(loom)]
+#[cfg(floodgate_loom)]
 thread_local! {
     /// As above, per loom model thread (loom's thread locals have no `const` form).
     static CONTENDED: std::cell::Cell<u32> = std::cell::Cell::new(0);

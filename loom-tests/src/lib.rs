@@ -1,7 +1,8 @@
 //! The loom models live in `tests/`. This library is their **time model** (built only under
-//! `--cfg loom`): a [`ModelClock`] whose reads are loom atomic loads, so loom interleaves them
-//! with every other step of every model thread, and the exact checkers that turn each
-//! limiter's promise into an assertion over the admissions' real times.
+//! `--cfg floodgate_loom`, floodgate's own cfg: see floodgate's `src/sync.rs`): a [`ModelClock`]
+//! whose reads are loom atomic loads, so loom interleaves them with every other step of every
+//! model thread, and the exact checkers that turn each limiter's promise into an assertion over
+//! the admissions' real times.
 //!
 //! # The time model
 //! * **Real time** is one loom `AtomicU64` (the *shared* clock). It only moves forward:
@@ -18,12 +19,12 @@
 //!   the call took effect at a real time in `[before, after]`. The checkers below bound the
 //!   admissions by those intervals; a lagging or leaping call widens its interval by its skew
 //!   ([`Admitted::skewed`]), since the limiter may legitimately decide it at its skewed read.
-#![cfg(loom)]
+#![cfg(floodgate_loom)]
 
 use std::cell::Cell;
 use std::time::Duration;
 
-use floodgate::Clock;
+use floodgate::{Clock, Decision, Limiter};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 
@@ -220,6 +221,47 @@ pub fn assert_bucket_bound(admitted: &[Admitted], capacity: u64, interval: u64) 
             );
         }
     }
+}
+
+/// One stamped `try_acquire(n)` on `limiter`: the admission, if any, widened by `skew`
+/// (`lag`, `lead`) as [`Admitted::skewed`] does, and the decision.
+pub fn try_take<L: Limiter + ?Sized>(
+    limiter: &L,
+    clock: &ModelClock,
+    n: u32,
+    skew: (u64, u64),
+) -> (Vec<Admitted>, Decision) {
+    let (span, decision) = clock.timed(|| limiter.try_acquire(n).unwrap());
+    let admitted = if decision.is_allowed() {
+        vec![Admitted::skewed(span, u64::from(n), skew.0, skew.1)]
+    } else {
+        Vec::new()
+    };
+    (admitted, decision)
+}
+
+/// [`try_take`]'s admission alone.
+pub fn take<L: Limiter + ?Sized>(
+    limiter: &L,
+    clock: &ModelClock,
+    n: u32,
+    skew: (u64, u64),
+) -> Vec<Admitted> {
+    try_take(limiter, clock, n, skew).0
+}
+
+/// One stamped `acquire(n)` on `limiter` (its wait is a [`Clock::sleep`], which moves real time
+/// on): the admission and the wait. The permits are used when the wait ends, so the admission
+/// lies in `[before + wait, after]`.
+pub fn acquire<L: Limiter + ?Sized>(limiter: &L, clock: &ModelClock, n: u32) -> (Admitted, u64) {
+    let (span, wait) = clock.timed(|| limiter.acquire(n).unwrap());
+    let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+    let admitted = Admitted {
+        lo: span.before.saturating_add(wait),
+        hi: span.after,
+        n: u64::from(n),
+    };
+    (admitted, wait)
 }
 
 /// Joins model threads that each return their admissions, and adds them to `into`.

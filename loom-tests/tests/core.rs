@@ -1,7 +1,7 @@
 //! loom models of the engine core: the one CAS loop (`limiter::update`) driving each packed-word
 //! algorithm. Every interleaving of 2–3 threads is explored (preemptions bounded by
 //! `LOOM_MAX_PREEMPTIONS`, default 3).
-#![cfg(loom)]
+#![cfg(floodgate_loom)]
 
 use std::time::Duration;
 

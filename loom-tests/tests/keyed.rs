@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(floodgate_loom)]
 //! loom models of the keyed map's protocol beyond the CAS loop: a check racing the insert, the
 //! sweep or the eviction of its key (shard read lock vs write lock, each reading the clock under
 //! its lock), and two penalty-box strikes racing into a block.

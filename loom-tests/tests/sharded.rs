@@ -1,4 +1,4 @@
-#![cfg(loom)]
+#![cfg(floodgate_loom)]
 //! loom model of `Sharded`'s borrow protocol: callers take from their home stripe and borrow
 //! from the others when it is empty, racing each other and the stripes' owners. The global bound
 //! must hold exactly, and one-permit requests must never be denied while permits are left.

@@ -3,7 +3,7 @@
 //! sweep racing adds and readers.
 //! Rings of 2 cells + 1 future cell (3 slots) of 10 ns; every interleaving of 2–3 threads is
 //! explored (preemptions bounded by `LOOM_MAX_PREEMPTIONS`, default 3).
-#![cfg(loom)]
+#![cfg(floodgate_loom)]
 
 use std::time::Duration;
 

@@ -1,10 +1,10 @@
-#![cfg(loom)]
+#![cfg(floodgate_loom)]
 //! loom models of the smooth limiters' protocols: requests racing each other and racing
 //! `set_rate` (including the ∞ flag). Every execution must be explained by a sequential order
 //! of the same calls (respecting each thread's own order) that gives every call the same answer
 //! and leaves the same state.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test smooth`
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test smooth`
 
 use std::sync::Arc;
 use std::time::Duration;

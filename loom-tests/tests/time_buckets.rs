@@ -9,15 +9,17 @@
 //! permits (2), whose promise is the same bound with capacity `2 + 1` (a free limiter grants one
 //! request beyond its stored permits and books it as debt, Guava's rule).
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_buckets`
-#![cfg(loom)]
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_buckets`
+#![cfg(floodgate_loom)]
 
 use std::time::Duration;
 
 use floodgate::{
     Algorithm, AtomicLimiter, Gcra, LeakyBucket, Limiter, Rate, SmoothBursty, TokenBucket,
 };
-use floodgate_loom_tests::{Admitted, MAX_LAG, ModelClock, assert_bucket_bound, join_all, model};
+use floodgate_loom_tests::{
+    Admitted, MAX_LAG, ModelClock, assert_bucket_bound, join_all, model, take,
+};
 use loom::thread;
 use std::sync::Arc;
 
@@ -64,16 +66,6 @@ type Lim<B> = AtomicLimiter<B, ModelClock>;
 fn limiter<B: Bucket>(clock: &ModelClock) -> Lim<B> {
     let rate = Rate::new(C, Duration::from_nanos(u64::from(C) * T));
     AtomicLimiter::with_clock(B::make(C, rate), clock.clone())
-}
-
-/// One stamped take of `n` on any limiter; `skew` = (lag, lead) widens the admission.
-fn take<L: Limiter + ?Sized>(l: &L, clock: &ModelClock, n: u32, skew: (u64, u64)) -> Vec<Admitted> {
-    let (span, d) = clock.timed(|| l.try_acquire(n).unwrap());
-    if d.is_allowed() {
-        vec![Admitted::skewed(span, u64::from(n), skew.0, skew.1)]
-    } else {
-        Vec::new()
-    }
 }
 
 fn permits(admitted: &[Admitted]) -> u64 {

@@ -5,8 +5,8 @@
 //! * fixed window (aligned, 1 per 10 ns): a key's admissions lying inside one window ≤ 1;
 //! * GCRA (burst 2, one per 100 ns): a key's admissions inside `[x, y]` ≤ 2 + ⌊(y − x) / 100⌋.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_keyed`
-#![cfg(loom)]
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_keyed`
+#![cfg(floodgate_loom)]
 
 use std::time::Duration;
 

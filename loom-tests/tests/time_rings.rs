@@ -9,8 +9,8 @@
 //!   the adds that started before `sa` and finished in a cell of the window of `sb`'s cell
 //!   (an add counts in the cell of its read, or a newer one up to the newest cell read so far).
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_rings`
-#![cfg(loom)]
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_rings`
+#![cfg(floodgate_loom)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,8 +13,8 @@
 //! "far ahead" horizons are `max(window, MAX_CLOCK_LAG_NANOS)` for the fixed window and one
 //! window for the packed one, crossed by one `advance` of the driver.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_windows`
-#![cfg(loom)]
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_windows`
+#![cfg(floodgate_loom)]
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 mod maintenance;
 mod packed_sliding;
 mod ring;
@@ -21,7 +21,7 @@ pub use crate::clock::MAX_CLOCK_LAG_NANOS;
 pub use fixed_window::{Anchor, FixedWindow};
 pub use gcra::Gcra;
 pub use leaky_bucket::LeakyBucket;
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 pub use maintenance::Maintenance;
 pub use packed_sliding::PackedSlidingWindow;
 pub use ring::MAX_SLOTS;

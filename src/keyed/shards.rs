@@ -19,9 +19,9 @@ use std::hash::Hash;
 
 use crossbeam_utils::CachePadded;
 
-#[cfg(loom)]
+#[cfg(floodgate_loom)]
 use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{KeyedStats, WhenFull};

@@ -193,10 +193,11 @@ impl<C: Clock> SmoothBursty<C> {
             // are two atomics, so a leaper's floor can be seen with a present word (which must
             // keep its debt).
             let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
-            let leaped_word = leap > 0 && {
+            let beyond_horizon = {
                 let (ticket, _) = self.codec.decode(word, now);
                 ticket.next_free != i64::MAX && ticket.next_free > now.saturating_add(horizon)
             };
+            let leaped_word = leap > 0 && beyond_horizon;
             let (word, repair) = if leaped_word {
                 let shifted = self.codec.shift_back(word, leap);
                 (shifted, Some(shifted))
@@ -213,13 +214,21 @@ impl<C: Clock> SmoothBursty<C> {
             let round_down = math
                 .as_ref()
                 .is_some_and(|m| m.interval < BurstyMath::GUAVA_MIN_INTERVAL);
-            Step::new(
+            let step = Step::new(
                 outcome
                     .next
                     .map(|t| self.codec.encode_rounded(t, infinite, round_down))
                     .or(repair),
                 outcome.decision,
-            )
+            );
+            // A booking beyond the horizon is judged on a fresh read, and a refusal by one under
+            // an in-range floor only on a word that is still current (`Step::leap`): the word
+            // may be a leaped one that a repair has replaced since, lowering the floor.
+            if beyond_horizon {
+                step.after_leap()
+            } else {
+                step
+            }
         };
         update_floored_leap(
             &self.state,

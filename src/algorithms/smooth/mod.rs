@@ -131,9 +131,9 @@ pub use warming::SmoothWarmingUp;
 use crate::decision::{ConfigError, Decision};
 use crate::sync::{AtomicU64, Ordering};
 
-#[cfg(loom)]
+#[cfg(floodgate_loom)]
 use loom::sync::atomic::fence;
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 use std::sync::atomic::fence;
 
 /// A point-in-time view of a smooth limiter, as Guava would see it after a resync at `now`.

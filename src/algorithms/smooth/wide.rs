@@ -3,17 +3,18 @@
 //! Normally `portable_atomic::AtomicU128`: lock-free wherever the CPU has a double-width CAS
 //! (`cmpxchg16b` on x86-64, detected at run time; `casp` or LL/SC pairs on AArch64), which
 //! [`SmoothWarmingUp::is_lock_free`](super::SmoothWarmingUp::is_lock_free) reports. Under
-//! `--cfg loom` (loom has no 128-bit atomics) it is one loom-checked location guarded by a loom
-//! mutex: every load and every compare-exchange is its own scheduling point, so loom explores
-//! the same interleavings of the CAS protocol (including failed CASes) as with a real atomic.
+//! `--cfg floodgate_loom` (loom has no 128-bit atomics) it is one loom-checked location guarded
+//! by a loom mutex: every load and every compare-exchange is its own scheduling point, so loom
+//! explores the same interleavings of the CAS protocol (including failed CASes) as with a real
+//! atomic.
 
-#[cfg(not(loom))]
+#[cfg(not(floodgate_loom))]
 pub(crate) use portable_atomic::AtomicU128 as AtomicWide;
 
-#[cfg(loom)]
+#[cfg(floodgate_loom)]
 pub(crate) use loom_wide::AtomicWide;
 
-#[cfg(loom)]
+#[cfg(floodgate_loom)]
 mod loom_wide {
     use crate::sync::Ordering;
 
