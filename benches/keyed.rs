@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
 use dashmap::DashMap;
-use floodgate::limiter::update;
 use floodgate::{Algorithm, Clock, Gcra, IpKey, IpKeyer, Keyed, QuantaClock, Rate};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
@@ -52,6 +51,8 @@ fn floodgate_keyed<K: Hash + Eq + Clone + Send + Sync + 'static>() -> Keyed<K, G
 /// The alternative map: DashMap (governor's store) holding floodgate's word, ahash-hashed.
 struct DashKeyed {
     map: DashMap<u64, AtomicU64, ahash::RandomState>,
+    /// The time floor, one for the map (as a `Keyed` shard has one).
+    floor: AtomicU64,
     algorithm: Gcra,
     clock: QuantaClock,
 }
@@ -60,18 +61,19 @@ impl DashKeyed {
     fn new() -> Self {
         DashKeyed {
             map: DashMap::with_hasher(ahash::RandomState::new()),
+            floor: AtomicU64::new(0),
             algorithm: gcra(),
             clock: QuantaClock::new(),
         }
     }
     fn check(&self, key: u64, n: u32) -> bool {
         let now = self.clock.now_nanos();
-        let run = |word: &AtomicU64| update(word, |s| self.algorithm.decide(s, now, n));
+        let run = |word: &AtomicU64| self.algorithm.acquire_word(word, &self.floor, || now, n);
         match self.map.get(&key) {
             Some(word) => run(&word),
             None => run(&self.map.entry(key).or_default()),
         }
-        .is_allowed()
+        .is_ok_and(|d| d.is_allowed())
     }
 }
 

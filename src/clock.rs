@@ -10,7 +10,7 @@
 //! before. No limiter in floodgate moves its state backwards or refuses a request because of
 //! such a read: windows keep a stored window that is ahead of the reader's, and the time-word
 //! buckets and the Guava-style smooth limiters decide at the latest clock read any writer
-//! published ([`limiter::update_at`](crate::limiter::update_at)). On machines whose
+//! published (`limiter::update_at`). On machines whose
 //! cores' TSCs disagree by more than a few nanoseconds, use [`MonotonicClock`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,11 +63,7 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// Saturating conversion of a [`Duration`] to `u64` nanoseconds.
-///
-/// ```
-/// assert_eq!(floodgate::clock::duration_to_nanos(std::time::Duration::MAX), u64::MAX);
-/// ```
-pub fn duration_to_nanos(duration: Duration) -> u64 {
+pub(crate) fn duration_to_nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -681,6 +677,19 @@ mod coarse_lifecycle_tests {
         assert_eq!(
             message,
             "CoarseClock resolution must be within 100µs..=1s, got 0ns"
+        );
+    }
+}
+
+#[cfg(test)]
+mod internal_examples {
+    //! The examples of crate-internal items (doc tests run only on public ones).
+
+    #[test]
+    fn duration_to_nanos_example() {
+        assert_eq!(
+            crate::clock::duration_to_nanos(std::time::Duration::MAX),
+            u64::MAX
         );
     }
 }

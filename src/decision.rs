@@ -586,15 +586,8 @@ pub fn validate_limit(limit: u32, max: u64) -> Result<(), ConfigError> {
 }
 
 /// The shared permit check: `n` must be in `1..=capacity`.
-///
-/// ```
-/// use floodgate::decision::check_permits;
-/// assert!(check_permits(3, 3).is_ok());
-/// assert!(check_permits(0, 3).is_err());
-/// assert!(check_permits(4, 3).is_err());
-/// ```
 #[inline]
-pub fn check_permits(n: u32, capacity: u64) -> Result<(), AcquireError> {
+pub(crate) fn check_permits(n: u32, capacity: u64) -> Result<(), AcquireError> {
     if n == 0 {
         Err(AcquireError::ZeroPermits)
     } else if u64::from(n) > capacity {
@@ -604,5 +597,18 @@ pub fn check_permits(n: u32, capacity: u64) -> Result<(), AcquireError> {
         })
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod internal_examples {
+    //! The examples of crate-internal items (doc tests run only on public ones).
+
+    #[test]
+    fn check_permits_example() {
+        use crate::decision::check_permits;
+        assert!(check_permits(3, 3).is_ok());
+        assert!(check_permits(0, 3).is_err());
+        assert!(check_permits(4, 3).is_err());
     }
 }

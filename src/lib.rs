@@ -45,7 +45,7 @@ pub mod memcached;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;
-pub mod packed;
+pub(crate) mod packed;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -63,7 +63,33 @@ pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
-pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
+pub use limiter::{Algorithm, AtomicLimiter, Limiter};
+
+/// Internals the loom models in `loom-tests/` drive directly (the CAS engine, the window
+/// layout). Exists only under `--cfg floodgate_loom`: never part of the public API.
+#[cfg(floodgate_loom)]
+#[doc(hidden)]
+pub mod loom_internals {
+    use crate::Decision;
+    use crate::limiter::Step;
+    pub use crate::packed::unpack_window;
+    use crate::sync::AtomicU64;
+
+    /// The engine's CAS loop (`limiter::update`).
+    pub fn update(word: &AtomicU64, decide: impl FnMut(u64) -> Step) -> Decision {
+        crate::limiter::update(word, decide)
+    }
+
+    /// The engine's CAS loop with a time floor (`limiter::update_at`).
+    pub fn update_at(
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        decide: impl FnMut(u64, u64) -> Step,
+    ) -> Decision {
+        crate::limiter::update_at(word, floor, read_clock, decide)
+    }
+}
 pub use sharded::Sharded;
 
 /// The README's code blocks, compiled and run as doctests so the quick start cannot rot.

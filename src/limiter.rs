@@ -1,5 +1,5 @@
 //! The [`Limiter`] trait, the [`Algorithm`] trait for packed-word algorithms, and the one CAS loop
-//! ([`update`]) that every packed-word limiter runs.
+//! (`update`) that every packed-word limiter runs.
 
 use std::time::Duration;
 
@@ -104,18 +104,7 @@ pub trait Limiter: Send + Sync {
 ///
 /// # Errors
 /// [`AcquireError::PastEndOfTime`] when `now + wait` passes `u64::MAX` nanoseconds.
-///
-/// ```
-/// use floodgate::{AcquireError, ManualClock, limiter::check_wait_ends};
-/// use std::time::Duration;
-/// let clock = ManualClock::starting_at(u64::MAX - 10);
-/// assert!(check_wait_ends(&clock, Duration::from_nanos(10)).is_ok());
-/// assert!(matches!(
-///     check_wait_ends(&clock, Duration::from_nanos(11)),
-///     Err(AcquireError::PastEndOfTime { now_nanos: 18_446_744_073_709_551_605, .. })
-/// ));
-/// ```
-pub fn check_wait_ends(clock: &dyn Clock, wait: Duration) -> Result<(), AcquireError> {
+pub(crate) fn check_wait_ends(clock: &dyn Clock, wait: Duration) -> Result<(), AcquireError> {
     let now_nanos = clock.now_nanos();
     let ends = u64::try_from(wait.as_nanos())
         .ok()
@@ -149,7 +138,7 @@ impl Step {
     /// An admitted request that moves the state to `next`.
     ///
     /// ```
-    /// use floodgate::{Decision, Step};
+    /// use floodgate::{Decision, limiter::Step};
     /// let d = Decision::allow(5, 4, 0);
     /// let step = Step::allow(42, d);
     /// assert_eq!((step.next, step.decision), (Some(42), d));
@@ -166,7 +155,7 @@ impl Step {
     /// A denied request: no write.
     ///
     /// ```
-    /// use floodgate::{Decision, Step};
+    /// use floodgate::{Decision, limiter::Step};
     /// let step = Step::deny(Decision::deny(5, 0, 10, 10));
     /// assert_eq!(step.next, None); // a denial never writes
     /// assert!(!step.decision.is_allowed());
@@ -184,7 +173,7 @@ impl Step {
     /// back in range (the one kind of denial that writes; it happens once per leap).
     ///
     /// ```
-    /// use floodgate::{Decision, Step};
+    /// use floodgate::{Decision, limiter::Step};
     /// let step = Step::repair(7, Decision::deny(5, 0, 10, 10)).after_leap();
     /// assert_eq!(step.next, Some(7));
     /// assert!(step.is_after_leap() && !step.decision.is_allowed());
@@ -213,7 +202,7 @@ impl Step {
     /// engine then makes sure `now` is a clock read taken after the state was loaded.
     ///
     /// ```
-    /// use floodgate::{Decision, Step};
+    /// use floodgate::{Decision, limiter::Step};
     /// assert!(Step::allow(1, Decision::allow(2, 1, 0)).after_leap().is_after_leap());
     /// assert!(!Step::allow(1, Decision::allow(2, 1, 0)).is_after_leap());
     /// ```
@@ -226,7 +215,7 @@ impl Step {
     /// Whether the step judged the state to be a leaping clock's.
     ///
     /// ```
-    /// use floodgate::{Decision, Step};
+    /// use floodgate::{Decision, limiter::Step};
     /// assert!(!Step::deny(Decision::deny(1, 0, 1, 1)).is_after_leap());
     /// ```
     #[inline]
@@ -251,7 +240,7 @@ impl Step {
 /// ```
 pub trait Algorithm: Send + Sync + 'static {
     /// Whether decisions need a time floor: `now` raised to the latest clock read that any writer
-    /// published (see [`update_at`]). An algorithm whose state does not record when it was written
+    /// published (see `update_at`). An algorithm whose state does not record when it was written
     /// (a time word: token bucket, leaky bucket, GCRA) needs it, or a reader whose clock lags
     /// the last writer's (TSC skew between cores) would be refused permits that had accrued.
     /// Algorithms whose state pins its own window (fixed window) do not.
@@ -293,8 +282,8 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// One request for `n` permits on a state word and its time floor, reading the clock through
     /// `read_clock` (first read: the call's time; later reads: fresh ones, taken only where the
-    /// engine must confirm a leap): [`update_at`] over the [`decider`](Algorithm::decider) when
-    /// [`NEEDS_TIME_FLOOR`](Algorithm::NEEDS_TIME_FLOOR), else [`update_timed`] (the floor
+    /// engine must confirm a leap): `update_at` over the [`decider`](Algorithm::decider) when
+    /// [`NEEDS_TIME_FLOOR`](Algorithm::NEEDS_TIME_FLOOR), else `update_timed` (the floor
     /// unused). An algorithm may serve its common case on a shorter path that decides exactly
     /// as that engine does.
     ///
@@ -346,18 +335,8 @@ pub trait Algorithm: Send + Sync + 'static {
 /// The one CAS loop: load the word, decide, publish with one compare-exchange against the exact
 /// word the decision was computed from, retry on conflict. A step without `next` (a denial)
 /// returns without writing, so a limiter under attack keeps its cache line shared.
-///
-/// ```
-/// use floodgate::limiter::{update, Step};
-/// use floodgate::Decision;
-/// use std::sync::atomic::AtomicU64;
-/// let word = AtomicU64::new(1);
-/// let d = update(&word, |s| Step::allow(s + 1, Decision::allow(9, 9 - s, 0)));
-/// assert_eq!(d.remaining(), 8);
-/// assert_eq!(word.into_inner(), 2);
-/// ```
 #[inline]
-pub fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision {
+pub(crate) fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision {
     // Acquire: a state word comes with everything its writer did before publishing it (the time
     // floor of `update_at`); the word itself needs no more than a total order on one location.
     let mut current = word.load(Ordering::Acquire);
@@ -385,22 +364,8 @@ pub fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision
 /// a thread preempted between its clock read and its compare-exchange (for any length of time)
 /// finds newer state on its retry, reads the clock again, and decides on the present, never
 /// re-opening a window that newer threads have filled.
-///
-/// ```
-/// use floodgate::limiter::{update_timed, Step};
-/// use floodgate::Decision;
-/// use std::sync::atomic::AtomicU64;
-/// let word = AtomicU64::new(1_000);
-/// let mut reads = vec![5, 2_000].into_iter(); // a stale read, then a fresh one
-/// let d = update_timed(&word, || reads.next().unwrap(), |state, now| {
-///     let step = Step::allow(now, Decision::allow(1, 0, 0));
-///     if state > now + 100 { step.after_leap() } else { step }
-/// });
-/// assert!(d.is_allowed());
-/// assert_eq!(word.into_inner(), 2_000); // decided on the fresh read
-/// ```
 #[inline]
-pub fn update_timed(
+pub(crate) fn update_timed(
     word: &AtomicU64,
     mut read_clock: impl FnMut() -> u64,
     mut decide: impl FnMut(u64, u64) -> Step,
@@ -497,21 +462,8 @@ pub(crate) fn read_at_floor(clock_now: u64, floor: &AtomicU64) -> u64 {
 /// extra clock read per call until the next write, never a frozen limiter.
 /// A denial writes nothing; raising the floor is the admission's second atomic operation only
 /// once per grain of time.
-///
-/// ```
-/// use floodgate::limiter::{update_at, Step};
-/// use floodgate::Decision;
-/// use std::sync::atomic::AtomicU64;
-/// let (word, floor) = (AtomicU64::new(0), AtomicU64::new(0));
-/// update_at(&word, &floor, || 100_000, |_, now| Step::allow(now, Decision::allow(1, 0, 0)));
-/// // A lagging clock read (90 µs) decides at the floor (100 µs).
-/// update_at(&word, &floor, || 90_000, |_, now| {
-///     assert_eq!(now, 100_000);
-///     Step::deny(Decision::deny(1, 0, 1, 0))
-/// });
-/// ```
 #[inline]
-pub fn update_at(
+pub(crate) fn update_at(
     word: &AtomicU64,
     floor: &AtomicU64,
     read_clock: impl FnMut() -> u64,
@@ -825,5 +777,83 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
 
     fn limit(&self) -> u64 {
         self.algorithm.limit()
+    }
+}
+
+#[cfg(test)]
+mod internal_examples {
+    //! The examples of crate-internal items (doc tests run only on public ones).
+
+    #[test]
+    fn check_wait_ends_example() {
+        use crate::{AcquireError, ManualClock, limiter::check_wait_ends};
+        use std::time::Duration;
+        let clock = ManualClock::starting_at(u64::MAX - 10);
+        assert!(check_wait_ends(&clock, Duration::from_nanos(10)).is_ok());
+        assert!(matches!(
+            check_wait_ends(&clock, Duration::from_nanos(11)),
+            Err(AcquireError::PastEndOfTime {
+                now_nanos: 18_446_744_073_709_551_605,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn update_example() {
+        use crate::Decision;
+        use crate::limiter::{Step, update};
+        use std::sync::atomic::AtomicU64;
+        let word = AtomicU64::new(1);
+        let d = update(&word, |s| Step::allow(s + 1, Decision::allow(9, 9 - s, 0)));
+        assert_eq!(d.remaining(), 8);
+        assert_eq!(word.into_inner(), 2);
+    }
+
+    #[test]
+    fn update_timed_example() {
+        use crate::Decision;
+        use crate::limiter::{Step, update_timed};
+        use std::sync::atomic::AtomicU64;
+        let word = AtomicU64::new(1_000);
+        let mut reads = vec![5, 2_000].into_iter(); // a stale read, then a fresh one
+        let d = update_timed(
+            &word,
+            || reads.next().unwrap(),
+            |state, now| {
+                let step = Step::allow(now, Decision::allow(1, 0, 0));
+                if state > now + 100 {
+                    step.after_leap()
+                } else {
+                    step
+                }
+            },
+        );
+        assert!(d.is_allowed());
+        assert_eq!(word.into_inner(), 2_000); // decided on the fresh read
+    }
+
+    #[test]
+    fn update_at_example() {
+        use crate::Decision;
+        use crate::limiter::{Step, update_at};
+        use std::sync::atomic::AtomicU64;
+        let (word, floor) = (AtomicU64::new(0), AtomicU64::new(0));
+        update_at(
+            &word,
+            &floor,
+            || 100_000,
+            |_, now| Step::allow(now, Decision::allow(1, 0, 0)),
+        );
+        // A lagging clock read (90 µs) decides at the floor (100 µs).
+        update_at(
+            &word,
+            &floor,
+            || 90_000,
+            |_, now| {
+                assert_eq!(now, 100_000);
+                Step::deny(Decision::deny(1, 0, 1, 0))
+            },
+        );
     }
 }

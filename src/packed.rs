@@ -41,12 +41,6 @@ pub const MAX_COUNT: u64 = (1 << COUNT_BITS) - 1;
 pub const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 
 /// Packs a window word. `tag` is reduced modulo 2^40; `count` must be `<= MAX_COUNT`.
-///
-/// ```
-/// use floodgate::packed::*;
-/// let w = pack_window(TAG_MASK + 5, 7);
-/// assert_eq!(unpack_window(w), (4, 7));
-/// ```
 #[inline]
 pub const fn pack_window(tag: u64, count: u64) -> u64 {
     debug_assert!(count <= MAX_COUNT);
@@ -54,12 +48,6 @@ pub const fn pack_window(tag: u64, count: u64) -> u64 {
 }
 
 /// Unpacks a window word into `(tag, count)`.
-///
-/// ```
-/// use floodgate::packed::*;
-/// assert_eq!(unpack_window(0), (0, 0));
-/// assert_eq!(unpack_window(u64::MAX), (TAG_MASK, MAX_COUNT));
-/// ```
 #[inline]
 pub const fn unpack_window(word: u64) -> (u64, u64) {
     (word >> COUNT_BITS, word & MAX_COUNT)
@@ -77,14 +65,6 @@ pub enum TagDistance {
 }
 
 /// Compares a stored tag with the current one, modulo 2^40.
-///
-/// ```
-/// use floodgate::packed::*;
-/// assert_eq!(tag_distance(5, 5), TagDistance::Same);
-/// assert_eq!(tag_distance(3, 5), TagDistance::Behind(2));
-/// assert_eq!(tag_distance(6, 5), TagDistance::Ahead(1));
-/// assert_eq!(tag_distance(TAG_MASK, 0), TagDistance::Behind(1)); // wrap-around
-/// ```
 #[inline]
 pub const fn tag_distance(stored: u64, current: u64) -> TagDistance {
     let behind = current.wrapping_sub(stored) & TAG_MASK;
@@ -100,14 +80,6 @@ pub const fn tag_distance(stored: u64, current: u64) -> TagDistance {
 /// Division of `u64` values by a divisor fixed at configuration, with a multiply and shifts
 /// instead of a `div` (Granlund–Montgomery, "round-up" method with the add indicator). Exact for
 /// every dividend.
-///
-/// ```
-/// use floodgate::packed::Divisor;
-/// let d = Divisor::new(60_000_000_000).unwrap();
-/// assert_eq!(d.divide(u64::MAX), u64::MAX / 60_000_000_000);
-/// assert_eq!(d.divide(59_999_999_999), 0);
-/// assert!(Divisor::new(0).is_none());
-/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Divisor {
     divisor: u64,
@@ -117,13 +89,6 @@ pub struct Divisor {
 
 impl Divisor {
     /// A divisor; `None` for zero.
-    ///
-    /// ```
-    /// use floodgate::packed::Divisor;
-    /// let d = Divisor::new(7).unwrap();
-    /// assert_eq!(d.divide(50), 7);
-    /// assert!(Divisor::new(0).is_none());
-    /// ```
     pub const fn new(divisor: u64) -> Option<Self> {
         if divisor == 0 {
             return None;
@@ -147,20 +112,11 @@ impl Divisor {
     }
 
     /// The divisor.
-    ///
-    /// ```
-    /// assert_eq!(floodgate::packed::Divisor::new(1_000).unwrap().get(), 1_000);
-    /// ```
     pub const fn get(&self) -> u64 {
         self.divisor
     }
 
     /// `n / divisor`, rounded down.
-    ///
-    /// ```
-    /// let d = floodgate::packed::Divisor::new(3).unwrap();
-    /// assert_eq!((d.divide(8), d.divide(9), d.divide(u64::MAX)), (2, 3, u64::MAX / 3));
-    /// ```
     #[inline]
     pub const fn divide(&self, n: u64) -> u64 {
         if self.shift == 0 {
@@ -232,6 +188,65 @@ mod tests {
             unpack_window(w + 1),
             (2, 0),
             "the layout itself has no guard"
+        );
+    }
+}
+
+#[cfg(test)]
+mod internal_examples {
+    //! The examples of the layout items (doc tests run only on public items).
+
+    #[test]
+    fn example_0() {
+        use crate::packed::*;
+        let w = pack_window(TAG_MASK + 5, 7);
+        assert_eq!(unpack_window(w), (4, 7));
+    }
+
+    #[test]
+    fn example_1() {
+        use crate::packed::*;
+        assert_eq!(unpack_window(0), (0, 0));
+        assert_eq!(unpack_window(u64::MAX), (TAG_MASK, MAX_COUNT));
+    }
+
+    #[test]
+    fn example_2() {
+        use crate::packed::*;
+        assert_eq!(tag_distance(5, 5), TagDistance::Same);
+        assert_eq!(tag_distance(3, 5), TagDistance::Behind(2));
+        assert_eq!(tag_distance(6, 5), TagDistance::Ahead(1));
+        assert_eq!(tag_distance(TAG_MASK, 0), TagDistance::Behind(1)); // wrap-around
+    }
+
+    #[test]
+    fn example_3() {
+        use crate::packed::Divisor;
+        let d = Divisor::new(60_000_000_000).unwrap();
+        assert_eq!(d.divide(u64::MAX), u64::MAX / 60_000_000_000);
+        assert_eq!(d.divide(59_999_999_999), 0);
+        assert!(Divisor::new(0).is_none());
+    }
+
+    #[test]
+    fn example_4() {
+        use crate::packed::Divisor;
+        let d = Divisor::new(7).unwrap();
+        assert_eq!(d.divide(50), 7);
+        assert!(Divisor::new(0).is_none());
+    }
+
+    #[test]
+    fn example_5() {
+        assert_eq!(crate::packed::Divisor::new(1_000).unwrap().get(), 1_000);
+    }
+
+    #[test]
+    fn example_6() {
+        let d = crate::packed::Divisor::new(3).unwrap();
+        assert_eq!(
+            (d.divide(8), d.divide(9), d.divide(u64::MAX)),
+            (2, 3, u64::MAX / 3)
         );
     }
 }

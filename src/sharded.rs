@@ -321,7 +321,7 @@ impl<C: Clock> Limiter for Sharded<C> {
     /// # Errors
     /// [`ConfigError::Invalid`] for a limit below the number of stripes (each needs a share of
     /// one permit); otherwise as [`FixedWindow::aligned`] (the constructor's own check: the
-    /// whole limit at most [`MAX_COUNT`]). The old limit then stays.
+    /// whole limit at most 16,777,215). The old limit then stays.
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
         // The constructor's check, so a limit it refuses cannot be set later.
         validate_limit(limit, MAX_COUNT)?;

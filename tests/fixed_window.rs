@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
-use floodgate::packed::TAG_MASK;
 use floodgate::{
     AcquireError, Anchor, AtomicLimiter, ConfigError, FixedWindow, Limiter, ManualClock,
 };
+
+/// The window tag's mask: tags count modulo 2^40 (the packed window word's layout, see
+/// `src/packed.rs`).
+const TAG_MASK: u64 = (1 << 40) - 1;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;

@@ -5,7 +5,6 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use floodgate::decision::check_permits;
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, CoarseClock, ConfigError, Decision, FixedWindow, Gcra,
     LeakyBucket, Limiter, QuantaClock, Rate, Sharded, SlidingWindow, SmoothBursty, SmoothWarmingUp,
@@ -220,7 +219,7 @@ fn boxed<A: floodgate::Algorithm>(
 }
 
 fn nanos(d: Duration) -> u64 {
-    floodgate::clock::duration_to_nanos(d).max(1)
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
 }
 
 /// Anchored windows are disjoint and `period` long, so at most `span / period + 1` of them open
@@ -279,7 +278,15 @@ impl Governor {
 impl Limiter for Governor {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
-        check_permits(n, u64::from(self.burst))?;
+        if n == 0 {
+            return Err(AcquireError::ZeroPermits);
+        }
+        if n > self.burst {
+            return Err(AcquireError::ExceedsCapacity {
+                requested: u64::from(n),
+                capacity: u64::from(self.burst),
+            });
+        }
         let allowed = match NonZeroU32::new(n) {
             Some(n) if n.get() > 1 => matches!(self.inner.check_n(n), Ok(Ok(()))),
             _ => self.inner.check().is_ok(),

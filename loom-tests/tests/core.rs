@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use floodgate::limiter::{update, update_at};
-use floodgate::packed::unpack_window;
+use floodgate::loom_internals::unpack_window;
+use floodgate::loom_internals::{update, update_at};
 use floodgate::{
     Algorithm, AtomicLimiter, FixedWindow, Gcra, LeakyBucket, Limiter, ManualClock, Rate,
     TokenBucket,

@@ -26,7 +26,7 @@ pub enum Anchor {
 /// interleaving. A client can still send `2 × limit` across a window edge (`limit` at 0:59 and
 /// `limit` at 1:00); the sliding window exists to close that gap.
 ///
-/// State: `(tag, count)` in one word, see [`crate::packed`]. Limits up to 16,777,215 per window.
+/// State: `(tag, count)` in one word, see `crate::packed`. Limits up to 16,777,215 per window.
 ///
 /// ```
 /// use floodgate::{AtomicLimiter, FixedWindow, Limiter, ManualClock};

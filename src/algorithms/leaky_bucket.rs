@@ -8,7 +8,7 @@ use crate::decision::{ConfigError, Rate};
 /// nothing. Starts empty. `remaining` is the free room, `reset_after` the time until empty.
 ///
 /// The meter is the mirror image of the token bucket (water level = capacity − tokens) and is
-/// stored the same way, as the time at which the bucket is empty again (see [`crate::packed`]).
+/// stored the same way, as the time at which the bucket is empty again (see `crate::packed`).
 ///
 /// ```
 /// use floodgate::{AtomicLimiter, LeakyBucket, Limiter, ManualClock, Rate};

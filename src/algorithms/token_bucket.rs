@@ -6,7 +6,7 @@ use crate::decision::{ConfigError, Rate};
 /// Token bucket: holds up to `capacity` tokens, refilled continuously at `refill` (a token every
 /// `period / amount`); a request takes `n` tokens or is denied. Starts full.
 ///
-/// Stored as one time word (see [`crate::packed`]): refill is computed from time, so fractional
+/// Stored as one time word (see `crate::packed`): refill is computed from time, so fractional
 /// tokens are never rounded away however often the bucket is checked.
 ///
 /// ```

@@ -2,7 +2,7 @@
 //!
 //! [`Keyed`] keeps one packed state word per key for any [`Algorithm`], in an ahash-sharded map
 //! of `RwLock<HashMap>`s. A check on a key that exists takes only its shard's read lock and
-//! updates the word with the one CAS loop ([`crate::limiter::update`]); threads on keys of
+//! updates the word with the one CAS loop (`crate::limiter::update`); threads on keys of
 //! different shards share nothing. New keys take the shard's write lock.
 //!
 //! # Bounded memory

@@ -30,7 +30,7 @@
 //! `stored_time × maxPermits / W` (warming).
 //!
 //! # Layouts
-//! * [`SmoothBursty`]: **one `AtomicU64`**, run by [`limiter::update`](crate::limiter::update).
+//! * [`SmoothBursty`]: **one `AtomicU64`**, run by `limiter::update`.
 //!   Bursty state is one-dimensional: stored permits only grow in a resync, which sets
 //!   `nf = now`, and a request that books fresh permits spends all stored ones first, so
 //!   `stored > 0 ⇒ nf ≤ now`. Both fit in one virtual time `V = nf − stored_time`; see
