@@ -33,6 +33,7 @@ pub mod algorithms;
 pub mod async_acquire;
 pub mod backend;
 pub mod clock;
+pub mod concurrency;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;
@@ -54,6 +55,7 @@ pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
 pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
+pub use concurrency::{InFlight, InFlightPermit, OwnedInFlightPermit};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};
