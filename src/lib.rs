@@ -55,7 +55,7 @@ pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
 pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
-pub use concurrency::{InFlight, InFlightPermit, OwnedInFlightPermit};
+pub use concurrency::{InFlight, InFlightPermit, KeyedInFlight, KeyedPermit, OwnedInFlightPermit};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter, Step};

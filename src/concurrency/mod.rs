@@ -4,6 +4,8 @@
 //! * [`InFlight`]: at most `limit` permits held at once, in one atomic word; [`Permit`]s give
 //!   themselves back when dropped; non-blocking, blocking and async acquire, the waiting ones in
 //!   a fair FIFO queue.
+//! * [`KeyedInFlight`]: the same limit per key ("20 requests in progress per API key"), in
+//!   floodgate's bounded key map; a [`KeyedPermit`] gives back to its key.
 //!
 //! ```
 //! use floodgate::concurrency::InFlight;
@@ -18,9 +20,11 @@
 
 mod acquire;
 mod in_flight;
+mod keyed;
 mod queue;
 mod word;
 
 pub use acquire::Acquire;
 pub use in_flight::{InFlight, InFlightPermit, OwnedInFlightPermit, Permit};
+pub use keyed::{KEYED_SWEEP_BACKOFF_NANOS, KeyedInFlight, KeyedPermit};
 pub use word::MAX_IN_FLIGHT_LIMIT;
