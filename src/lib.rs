@@ -50,7 +50,9 @@ mod sync;
 #[cfg(not(loom))]
 pub use algorithms::Maintenance;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
-pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};
+pub use algorithms::{
+    NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingLog, SlidingWindow,
+};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
 pub use async_acquire::{AsyncLimiter, TokioClock};
