@@ -57,6 +57,7 @@ pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
 pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
+pub use concurrency::adaptive::{AdaptiveInFlight, Aimd, Gradient2, Vegas};
 pub use concurrency::{InFlight, InFlightPermit, KeyedInFlight, KeyedPermit, OwnedInFlightPermit};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};

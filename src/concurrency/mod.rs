@@ -6,6 +6,8 @@
 //!   a fair FIFO queue.
 //! * [`KeyedInFlight`]: the same limit per key ("20 requests in progress per API key"), in
 //!   floodgate's bounded key map; a [`KeyedPermit`] gives back to its key.
+//! * [`adaptive`]: an in-flight limit moved by AIMD, Gradient2 or Vegas from each request's
+//!   latency and drops.
 //!
 //! ```
 //! use floodgate::concurrency::InFlight;
@@ -19,6 +21,7 @@
 //! ```
 
 mod acquire;
+pub mod adaptive;
 mod in_flight;
 mod keyed;
 mod queue;
