@@ -36,6 +36,7 @@ pub mod algorithms;
 pub mod async_acquire;
 pub mod backend;
 pub mod clock;
+pub mod concurrency;
 pub mod decision;
 pub mod keyed;
 pub mod limiter;
@@ -55,12 +56,16 @@ mod sync;
 #[cfg(not(floodgate_loom))]
 pub use algorithms::Maintenance;
 pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
-pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingWindow};
+pub use algorithms::{
+    NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingLog, SlidingWindow,
+};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use async_acquire::{AsyncLimiter, TokioClock};
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
+pub use concurrency::adaptive::{AdaptiveInFlight, Aimd, Gradient2, Vegas};
+pub use concurrency::{InFlight, InFlightPermit, KeyedInFlight, KeyedPermit, OwnedInFlightPermit};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
 pub use limiter::{Algorithm, AtomicLimiter, Limiter};

@@ -1,7 +1,8 @@
 //! The algorithms. Each is a configuration plus a pure decision over one `u64` state word
 //! ([`Algorithm`](crate::Algorithm)); [`AtomicLimiter`](crate::AtomicLimiter) runs it. The sliding
 //! window ([`SlidingWindow`]) and the [`RollingCounter`] are rings of such words instead;
-//! [`PackedSlidingWindow`] is a sliding window in one word.
+//! [`PackedSlidingWindow`] is a sliding window in one word; [`SlidingLog`] is an exact log of
+//! per-permit timestamps in a ring.
 
 mod fixed_window;
 mod gcra;
@@ -11,6 +12,7 @@ mod maintenance;
 mod packed_sliding;
 mod ring;
 pub mod rolling;
+mod sliding_log;
 pub mod sliding_window;
 pub mod smooth;
 mod time_config;
@@ -26,6 +28,7 @@ pub use maintenance::Maintenance;
 pub use packed_sliding::PackedSlidingWindow;
 pub use ring::MAX_SLOTS;
 pub use rolling::{NoSuchSeries, RollingCounter};
+pub use sliding_log::{MAX_SLIDING_LOG_CAPACITY, SlidingLog};
 pub use sliding_window::SlidingWindow;
 pub use smooth::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 pub use token_bucket::TokenBucket;

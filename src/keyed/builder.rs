@@ -118,30 +118,7 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
         K: Hash + Eq + Clone + Send + Sync + 'static,
         S: Default + Send + Sync + 'static,
     {
-        if self.max_keys == 0 {
-            return Err(ConfigError::Invalid {
-                what: "max_keys",
-                why: "must be at least 1",
-            });
-        }
-        let shards = match self.shards {
-            Some(shards) if shards > MAX_SHARDS => {
-                return Err(ConfigError::TooLarge {
-                    what: "Keyed shards",
-                    value: u64::try_from(shards).unwrap_or(u64::MAX),
-                    max: MAX_SHARDS as u64,
-                });
-            }
-            Some(shards) if !shards.is_power_of_two() || shards > self.max_keys => {
-                return Err(ConfigError::Invalid {
-                    what: "shards",
-                    why: "must be a power of two no larger than max_keys",
-                });
-            }
-            Some(shards) => shards,
-            None => default_shards(self.max_keys),
-        };
-        Ok(ShardedMap::new(self.max_keys, shards, self.when_full))
+        sharded_map(self.max_keys, self.shards, self.when_full)
     }
 
     /// A keyed limiter for keys of type `K`.
@@ -200,6 +177,43 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
             self.clock,
         ))
     }
+}
+
+/// The validated sharded map of a keyed limiter: `max_keys ≥ 1`, and `shards` (when given) a
+/// power of two within `1..=min(max_keys, MAX_SHARDS)`; otherwise the default for `max_keys`.
+pub(crate) fn sharded_map<K, S>(
+    max_keys: usize,
+    shards: Option<usize>,
+    when_full: WhenFull,
+) -> Result<ShardedMap<K, S>, ConfigError>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: Default + Send + Sync + 'static,
+{
+    if max_keys == 0 {
+        return Err(ConfigError::Invalid {
+            what: "max_keys",
+            why: "must be at least 1",
+        });
+    }
+    let shards = match shards {
+        Some(shards) if shards > MAX_SHARDS => {
+            return Err(ConfigError::TooLarge {
+                what: "Keyed shards",
+                value: u64::try_from(shards).unwrap_or(u64::MAX),
+                max: MAX_SHARDS as u64,
+            });
+        }
+        Some(shards) if !shards.is_power_of_two() || shards > max_keys => {
+            return Err(ConfigError::Invalid {
+                what: "shards",
+                why: "must be a power of two no larger than max_keys",
+            });
+        }
+        Some(shards) => shards,
+        None => default_shards(max_keys),
+    };
+    Ok(ShardedMap::new(max_keys, shards, when_full))
 }
 
 /// The most shards a [`Keyed`] map may have (they are allocated when it is built).

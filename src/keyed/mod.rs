@@ -51,10 +51,11 @@ mod shards;
 use std::borrow::Borrow;
 use std::hash::Hash;
 
+pub(crate) use builder::sharded_map;
 pub use builder::{KeyedBuilder, MAX_SHARDS};
 pub use ip::{IpKey, IpKeyer};
 pub use penalty::{PenalizedKeyed, PenaltyBox};
-use shards::{KeySlot, Liveness, ShardedMap};
+pub(crate) use shards::{KeySlot, Liveness, ShardedMap};
 
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision};

@@ -121,7 +121,7 @@ mod bursty;
 mod bursty_word;
 mod warm_up_math;
 mod warming;
-mod wide;
+pub(crate) mod wide;
 
 use std::time::Duration;
 

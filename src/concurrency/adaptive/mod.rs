@@ -1,0 +1,282 @@
+//! Adaptive concurrency limits: an [`InFlight`] whose limit an algorithm moves from what each
+//! request reports (its latency, and whether it was dropped), as in Netflix's
+//! concurrency-limits: [`Aimd`], [`Gradient2`] and [`Vegas`] with their defaults.
+//!
+//! The request path stays lock-free: a sample is one compare-exchange loop on the algorithm's
+//! 128-bit state (a pure function of the old state and the sample), and only a change of the
+//! whole-number limit touches the in-flight word (one more compare-exchange; the waiter queue's
+//! lock only when waiters are queued).
+//!
+//! ```
+//! use floodgate::ManualClock;
+//! use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+//! use std::time::Duration;
+//! let clock = ManualClock::new();
+//! let limiter = AdaptiveInFlight::with_clock(Aimd::new(10, 1, 100)?, clock.clone());
+//! let permit = limiter.try_acquire().expect("free");
+//! clock.advance(Duration::from_millis(20));
+//! permit.dropped(); // the server shed it: back off
+//! assert_eq!(limiter.limit(), 9);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod algorithms;
+
+use std::fmt;
+
+pub use algorithms::{Aimd, Gradient2, Vegas};
+
+use super::in_flight::{InFlight, InFlightPermit};
+use crate::algorithms::smooth::wide::AtomicWide;
+use crate::clock::{Clock, QuantaClock};
+use crate::sync::Ordering;
+
+/// What one finished request reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Its round-trip time in nanoseconds.
+    pub rtt_nanos: u64,
+    /// Requests in flight when it started (itself included).
+    pub in_flight: u32,
+    /// Whether it was dropped (rejected or timed out downstream): a congestion signal.
+    pub dropped: bool,
+}
+
+/// A limit algorithm: a pure update of a packed 128-bit state by one [`Sample`].
+///
+/// ```
+/// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Aimd};
+/// let aimd = Aimd::new(7, 1, 10)?;
+/// assert_eq!(aimd.limit_of(aimd.initial_state()), 7);
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+pub trait AdaptiveAlgorithm: Send + Sync + 'static {
+    /// The state before any sample.
+    fn initial_state(&self) -> u128;
+    /// The state after `sample`. Pure: it reads its arguments and the configuration only.
+    fn on_sample(&self, state: u128, sample: &Sample) -> u128;
+    /// The whole-number limit a state stands for (within the algorithm's bounds).
+    fn limit_of(&self, state: u128) -> u32;
+}
+
+/// An [`InFlight`] limit moved by an [`AdaptiveAlgorithm`] from the samples its permits report.
+///
+/// ```
+/// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Vegas};
+/// let limiter = AdaptiveInFlight::new(Vegas::new(20, 1, 1_000)?);
+/// let permit = limiter.try_acquire().expect("free");
+/// permit.success();
+/// assert_eq!(limiter.in_flight().in_flight(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct AdaptiveInFlight<A, C = QuantaClock> {
+    in_flight: InFlight,
+    state: AtomicWide,
+    algorithm: A,
+    clock: C,
+}
+
+impl<A, C> fmt::Debug for AdaptiveInFlight<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveInFlight")
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: AdaptiveAlgorithm> AdaptiveInFlight<A, QuantaClock> {
+    /// An adaptive limit on the default clock.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Gradient2};
+    /// let limiter = AdaptiveInFlight::new(Gradient2::new(20, 1, 1_000)?);
+    /// assert_eq!(limiter.limit(), 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(algorithm: A) -> Self {
+        Self::with_clock(algorithm, QuantaClock::new())
+    }
+}
+
+impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
+    /// An adaptive limit timing requests on `clock`.
+    ///
+    /// ```
+    /// use floodgate::ManualClock;
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+    /// let limiter = AdaptiveInFlight::with_clock(Aimd::new(3, 1, 10)?, ManualClock::new());
+    /// assert_eq!(limiter.limit(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(algorithm: A, clock: C) -> Self {
+        let state = algorithm.initial_state();
+        // The algorithms' constructors checked their bounds against `InFlight`'s.
+        let limit = algorithm.limit_of(state).max(1);
+        let in_flight = InFlight::new(limit).unwrap_or_else(|_| {
+            InFlight::new(super::MAX_IN_FLIGHT_LIMIT).expect("the largest limit is valid")
+        });
+        AdaptiveInFlight {
+            in_flight,
+            state: AtomicWide::new(state),
+            algorithm,
+            clock,
+        }
+    }
+
+    /// Takes one permit if the current limit has room (never blocks). Report how the request
+    /// went with [`AdaptivePermit::success`] or [`AdaptivePermit::dropped`]; a permit dropped
+    /// without a report is given back and teaches the algorithm nothing.
+    ///
+    /// ```
+    /// use floodgate::ManualClock;
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+    /// let limiter = AdaptiveInFlight::with_clock(Aimd::new(1, 1, 10)?, ManualClock::new());
+    /// let first = limiter.try_acquire().expect("free");
+    /// assert!(limiter.try_acquire().is_none());
+    /// first.success(); // in use at the limit: AIMD adds one
+    /// assert_eq!(limiter.limit(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire(&self) -> Option<AdaptivePermit<'_, A, C>> {
+        let permit = self.in_flight.try_acquire(1).ok().flatten()?;
+        Some(AdaptivePermit {
+            limiter: self,
+            in_flight: self.in_flight.in_flight(),
+            started: self.clock.now_nanos(),
+            permit: Some(permit),
+        })
+    }
+
+    /// Feeds one sample to the algorithm and applies the new limit. Lock-free: one
+    /// compare-exchange loop on the state, and one on the in-flight word when the whole-number
+    /// limit changes.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd, Sample};
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(10, 1, 100)?);
+    /// limiter.record(&Sample { rtt_nanos: 1_000_000, in_flight: 10, dropped: true });
+    /// assert_eq!(limiter.limit(), 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn record(&self, sample: &Sample) {
+        // AcqRel / Acquire: the state's updates form one total order; nothing else rides on it.
+        let Ok(old) = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                Some(self.algorithm.on_sample(state, sample))
+            })
+        else {
+            return;
+        };
+        let new = self.algorithm.on_sample(old, sample);
+        let limit = self.algorithm.limit_of(new).max(1);
+        if limit != self.algorithm.limit_of(old).max(1) {
+            // Racing samples may apply their limits out of order; the next change of the
+            // whole-number limit puts the newest one back. Bounds were checked at construction.
+            let _ = self.in_flight.set_limit(limit);
+        }
+    }
+
+    /// The limit in force.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+    /// assert_eq!(AdaptiveInFlight::new(Aimd::new(4, 1, 10)?).limit(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.in_flight.limit()
+    }
+
+    /// The underlying in-flight limit (for blocking or async acquires; permits taken there
+    /// report nothing).
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(4, 1, 10)?);
+    /// assert_eq!(limiter.in_flight().in_flight(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
+    /// The algorithm.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(4, 1, 10)?);
+    /// let _: &Aimd = limiter.algorithm();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+}
+
+/// A permit of an [`AdaptiveInFlight`]; report the outcome with [`success`](Self::success) or
+/// [`dropped`](Self::dropped). Dropped unreported (a panic, a cancelled future), it gives its
+/// permit back and reports nothing.
+///
+/// ```
+/// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+/// let limiter = AdaptiveInFlight::new(Aimd::new(4, 1, 10)?);
+/// drop(limiter.try_acquire());
+/// assert_eq!((limiter.limit(), limiter.in_flight().in_flight()), (4, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "report the outcome with success() or dropped()"]
+pub struct AdaptivePermit<'a, A: AdaptiveAlgorithm, C: Clock> {
+    limiter: &'a AdaptiveInFlight<A, C>,
+    in_flight: u32,
+    started: u64,
+    permit: Option<InFlightPermit<'a>>,
+}
+
+impl<A: AdaptiveAlgorithm, C: Clock> AdaptivePermit<'_, A, C> {
+    /// The request succeeded: its latency is a sample.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(1, 1, 10)?);
+    /// limiter.try_acquire().unwrap().success();
+    /// assert_eq!(limiter.limit(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn success(self) {
+        self.report(false);
+    }
+
+    /// The request was dropped (rejected or timed out downstream): a congestion sample.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(10, 1, 10)?);
+    /// limiter.try_acquire().unwrap().dropped();
+    /// assert_eq!(limiter.limit(), 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn dropped(self) {
+        self.report(true);
+    }
+
+    fn report(mut self, dropped: bool) {
+        // Give the permit back first: the new limit applies to a count without this request.
+        drop(self.permit.take());
+        let now = self.limiter.clock.now_nanos();
+        self.limiter.record(&Sample {
+            rtt_nanos: now.saturating_sub(self.started),
+            in_flight: self.in_flight,
+            dropped,
+        });
+    }
+}
+
+impl<A: AdaptiveAlgorithm, C: Clock> fmt::Debug for AdaptivePermit<'_, A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptivePermit")
+            .field("in_flight", &self.in_flight)
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
+}
