@@ -44,6 +44,11 @@ pub mod memcached;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+pub mod observe;
+#[cfg(not(any(feature = "metrics", feature = "tracing")))]
+mod observe;
 pub mod packed;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
