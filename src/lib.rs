@@ -23,6 +23,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! New here? The [`guide`] goes from the use case (a global limit, per IP over HTTP, per user,
+//! a Guava port, shared via Redis, HTTP + Redis, migrating from tower_governor) to the type and
+//! the few lines that set it up.
+//!
 //! Pieces: [`Clock`]s ([`QuantaClock`] default, [`CoarseClock`], [`MonotonicClock`],
 //! [`ManualClock`] for tests), the [`Decision`] every check returns, the [`Limiter`] trait, the
 //! [`Algorithm`] trait for packed-word algorithms and [`AtomicLimiter`] that runs one.
@@ -38,6 +42,19 @@ pub mod backend;
 pub mod clock;
 pub mod concurrency;
 pub mod decision;
+// Documentation only: the narrative from use cases to types. Its links reach items of every
+// feature, so builds without all of them leave some unresolved (docs.rs builds with all).
+#[cfg_attr(
+    not(all(
+        feature = "axum",
+        feature = "redis",
+        feature = "memcached",
+        feature = "metrics",
+        feature = "tracing"
+    )),
+    allow(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)
+)]
+pub mod guide;
 pub mod keyed;
 pub mod limiter;
 #[cfg(feature = "memcached")]
@@ -46,6 +63,11 @@ pub mod memcached;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "metrics", feature = "tracing"))))]
+pub mod observe;
+#[cfg(not(any(feature = "metrics", feature = "tracing")))]
+mod observe;
 pub(crate) mod packed;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

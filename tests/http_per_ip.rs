@@ -9,68 +9,25 @@
 mod ratelimit_fields;
 use ratelimit_fields::checked_fields;
 
+#[path = "support/http_client.rs"]
+mod http_client;
+use http_client::{Answer, HttpClient};
+
 #[path = "../examples/http_per_ip.rs"]
 #[allow(dead_code)] // the example's `main` is not used here
 mod example;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::ManualClock;
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper::{HeaderMap, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-struct HttpClient {
-    client: Client<HttpConnector, Empty<Bytes>>,
-    url: String,
-}
-
-impl HttpClient {
-    /// A client whose connections come from `local` (the client IP the server sees).
-    fn from(local: IpAddr, server: SocketAddr) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_local_address(Some(local));
-        HttpClient {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            url: format!("http://{server}/"),
-        }
-    }
-
-    async fn get(&self) -> Answer {
-        let response = self.client.get(self.url.parse().unwrap()).await.unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        Answer {
-            status,
-            headers,
-            body: String::from_utf8(body.to_vec()).unwrap(),
-        }
-    }
-}
-
-fn header(answer: &Answer, name: &str) -> Option<String> {
-    answer
-        .headers
-        .get(name)
-        .map(|value| value.to_str().unwrap().to_owned())
-}
+use hyper::StatusCode;
 
 /// `RateLimit-Policy`, `RateLimit` (checked with a structured-field parser) and `Retry-After`.
 fn rate_limit_fields(answer: &Answer) -> [Option<String>; 3] {
     let (policy, state) = checked_fields(&answer.headers).unzip();
-    [policy, state, header(answer, "retry-after")]
+    [policy, state, answer.header("retry-after")]
 }
 
 const POLICY: &str = r#""per-ip";q=3;w=60"#;
@@ -122,7 +79,7 @@ async fn per_ip_limit_over_loopback() {
         // 39.5 s left in the window: t and Retry-After both rounded up.
         assert_eq!(rate_limit_fields(&answer), fields(0, 40, Some(40)));
         assert_eq!(
-            header(&answer, "content-type").unwrap(),
+            answer.header("content-type").unwrap(),
             "application/problem+json"
         );
     }

@@ -10,6 +10,7 @@ use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
 use crate::keyed::Keyed;
 use crate::limiter::Algorithm;
+use crate::observe::BackendObserver;
 
 /// Keys the local fallback keeps at most; past that, idle ones are dropped, and a new key that
 /// still finds no room is denied (as [`FailurePolicy::FailClosed`] would).
@@ -45,6 +46,8 @@ pub struct FailureHandler<A, C = QuantaClock> {
     timeouts: AtomicU64,
     errors: AtomicU64,
     local: Option<LocalLimiters<A, C>>,
+    /// Reports each failure to `metrics` and `tracing` (features of those names).
+    observer: BackendObserver,
 }
 
 struct LocalLimiters<A, C> {
@@ -160,7 +163,16 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             timeouts: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             local,
+            observer: BackendObserver::default(),
         })
+    }
+
+    /// Names the failures this handler reports (features `metrics` and `tracing`): those of
+    /// `backend`'s limiter `limiter`. Handlers made outside the crate's backends report none.
+    #[cfg_attr(not(any(feature = "redis", feature = "memcached")), allow(dead_code))]
+    pub(crate) fn observed_as(mut self, backend: &'static str, limiter: &str) -> Self {
+        self.observer = BackendObserver::new(backend, limiter);
+        self
     }
 
     /// The policy in force.
@@ -199,7 +211,8 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             &self.errors
         };
         // Relaxed: a statistics counter; no other memory depends on it.
-        counter.fetch_add(1, Ordering::Relaxed);
+        let of_its_kind = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        self.observer.failed(&error, of_its_kind);
         let retry_nanos = duration_to_nanos(self.timeout);
         let decision = match (&self.policy, &self.local) {
             (FailurePolicy::FailOpen, _) => {

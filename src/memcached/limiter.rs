@@ -168,7 +168,8 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             move |limit| FixedWindow::new(limit, local_window),
             window.limit(),
             clock.clone(),
-        )?;
+        )?
+        .observed_as("memcached", name);
         Ok(MemcachedLimiter {
             backend: backend.clone(),
             name: name.to_owned(),

@@ -10,6 +10,7 @@ use tower::Layer;
 use super::{ClientIp, DenialBody, HeaderStyle, KeyedLimiter, MissingKey, Policy, RateLimit};
 use crate::decision::{AcquireError, ConfigError};
 use crate::keyed::IpKey;
+use crate::observe::LayerObserver;
 
 /// Shaping: delay a denied request instead of rejecting it, when its wait is short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub(crate) struct Settings {
     pub(crate) denial_body: DenialBody,
     pub(crate) skip_methods: Vec<Method>,
     pub(crate) skip_paths: Vec<Arc<PathPredicate>>,
+    /// Metrics and tracing under the policy's name (features `metrics`, `tracing`).
+    pub(crate) observer: LayerObserver,
 }
 
 impl std::fmt::Debug for Settings {
@@ -186,6 +189,7 @@ impl<L, X> RateLimitLayer<L, X> {
                 denial_body: DenialBody::ProblemJson,
                 skip_methods: Vec::new(),
                 skip_paths: Vec::new(),
+                observer: LayerObserver::new(Policy::default().name()),
             }),
             shared: Arc::new(Shared::default()),
         }
@@ -359,7 +363,9 @@ impl<L, X> RateLimitLayer<L, X> {
     /// # Ok(()) }
     /// ```
     pub fn policy(mut self, policy: Policy) -> Self {
-        Arc::make_mut(&mut self.settings).policy = policy;
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.observer = LayerObserver::new(policy.name());
+        settings.policy = policy;
         self
     }
 

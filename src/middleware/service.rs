@@ -16,6 +16,7 @@ use super::response::{RateLimitBody, Stamp, denied, pass_through, server_error};
 use super::{KeyExtractor, KeyedLimiter, MissingKey};
 use crate::async_acquire::wait_for_grant;
 use crate::decision::Decision;
+use crate::observe::{RequestOutcome, Timer};
 
 const NO_KEY: &str = "floodgate::middleware: a request had no rate-limit key and was answered \
     500 (MissingKey::Reject). For per-IP limits the server must record peer addresses: serve \
@@ -26,12 +27,16 @@ const NEVER_GRANTED: &str = "floodgate::middleware: a request costs more permits
     limiter's limit (lowered by set_limit?), so it can never be granted; answered 500. \
     (Logged once per layer.)";
 
-/// Writes a setup error to standard error, the first time only: a misconfigured server logs
-/// one line, not one per request, and the client sees a bare 500.
-fn log_once(logged: &AtomicBool, message: &str) {
+/// Writes a setup error to standard error (and, with the `tracing` feature, as an `ERROR`
+/// event), the first time only: a misconfigured server logs one line, not one per request, and
+/// the client sees a bare 500.
+fn log_once(logged: &AtomicBool, settings: &Settings, message: &str) {
     // Relaxed: the flag guards no other memory; the swap alone decides which call logs.
     if !logged.load(Ordering::Relaxed) && !logged.swap(true, Ordering::Relaxed) {
         eprintln!("{message}");
+        settings
+            .observer
+            .setup_error(settings.policy.name(), message);
     }
 }
 
@@ -159,19 +164,25 @@ where
         if settings.skips(&request) {
             return ResponseFuture::called(self.inner.call(request), None);
         }
+        let observer = &settings.observer;
+        let timer = Timer::start();
         let Some(key) = self.extractor.extract(&request) else {
+            observer.ended(RequestOutcome::NoKey);
             return match settings.missing_key {
                 MissingKey::Allow => ResponseFuture::called(self.inner.call(request), None),
                 MissingKey::Reject => {
-                    log_once(&self.shared.logged_missing_key, NO_KEY);
+                    log_once(&self.shared.logged_missing_key, settings, NO_KEY);
                     ResponseFuture::answered(server_error())
                 }
             };
         };
-        let decision = match self.limiter.check(&key, settings.permits) {
+        let checked = self.limiter.check(&key, settings.permits);
+        observer.decided(timer);
+        let decision = match checked {
             Ok(decision) => decision,
             Err(_) => {
-                log_once(&self.shared.logged_never_granted, NEVER_GRANTED);
+                observer.ended(RequestOutcome::NeverGranted);
+                log_once(&self.shared.logged_never_granted, settings, NEVER_GRANTED);
                 return ResponseFuture::answered(server_error());
             }
         };
@@ -180,6 +191,7 @@ where
             .has_partition_key()
             .then(|| partition_key(&key));
         if decision.is_allowed() {
+            observer.ended(RequestOutcome::Allowed);
             let stamp = settings.headers_on_allowed.then(|| Stamp {
                 settings: Arc::clone(settings),
                 decision,
@@ -194,6 +206,8 @@ where
                 }
             }
         }
+        observer.ended(RequestOutcome::Denied);
+        observer.denied(settings.policy.name(), request.uri().path(), decision);
         ResponseFuture::answered(denied(&Stamp {
             settings: Arc::clone(settings),
             decision,
@@ -230,6 +244,16 @@ impl<S, L, X> RateLimit<S, L, X> {
         let settings = Arc::clone(&self.settings);
         let shared = Arc::clone(&self.shared);
         let max_delay = settings.shaping.map(|s| s.max_delay);
+        // Only for the denial's event (the request itself moves into the future), and only
+        // copied when that event can be seen.
+        #[cfg(feature = "tracing")]
+        let path = if tracing::enabled!(tracing::Level::DEBUG) {
+            request.uri().path().to_owned()
+        } else {
+            String::new()
+        };
+        #[cfg(not(feature = "tracing"))]
+        let path = String::new(); // does not allocate
         Box::pin(async move {
             let waited = wait_for_grant(limiter.clock(), max_delay, denial, || {
                 limiter.check(&key, settings.permits)
@@ -246,15 +270,20 @@ impl<S, L, X> RateLimit<S, L, X> {
                         decision: waited.decision,
                         pk,
                     };
+                    let observer = &stamp.settings.observer;
                     if !allowed {
+                        observer.ended(RequestOutcome::Denied);
+                        observer.denied(stamp.settings.policy.name(), &path, stamp.decision);
                         return Ok(denied(&stamp));
                     }
+                    observer.ended(RequestOutcome::Delayed);
                     let stamp = stamp.settings.headers_on_allowed.then_some(stamp);
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     Ok(pass_through(inner.call(request).await?, stamp.as_ref()))
                 }
                 Err(_) => {
-                    log_once(&shared.logged_never_granted, NEVER_GRANTED);
+                    settings.observer.ended(RequestOutcome::NeverGranted);
+                    log_once(&shared.logged_never_granted, &settings, NEVER_GRANTED);
                     Ok(server_error())
                 }
             }

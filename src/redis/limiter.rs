@@ -119,7 +119,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let limit = algorithm.limit_u32();
         let twin = algorithm.clone();
         let failures =
-            FailureHandler::new(policy, backend.timeout(), move |l| twin.local(l), limit)?;
+            FailureHandler::new(policy, backend.timeout(), move |l| twin.local(l), limit)?
+                .observed_as("redis", name);
         Ok(RedisLimiter {
             backend: backend.clone(),
             name: name.to_owned(),
