@@ -63,7 +63,7 @@ const LOG_FLOOR: FloorUnits = FloorUnits {
 };
 
 /// An exact sliding-log limiter: at most `limit` permits in any window-long span, from
-/// per-permit timestamps (see the [module docs](self)).
+/// per-permit timestamps (see the `sliding_log` module docs).
 ///
 /// ```
 /// use floodgate::{Limiter, ManualClock, SlidingLog};
