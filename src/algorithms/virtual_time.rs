@@ -21,7 +21,7 @@ use crate::AcquireError;
 use crate::clock::FLOOR_GRAIN_NANOS;
 use crate::decision::{ConfigError, Decision, Rate, check_permits};
 use crate::limiter::{Step, reads_after, update_at};
-use crate::sync::{AtomicU64, Ordering, lost_race, read_word};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Largest burst window `capacity × interval` accepted: 2^62 ns (146 years), so `now + tau`
 /// stays meaningful on the Unix timeline.
@@ -363,8 +363,8 @@ impl VirtualTime {
         // ≤ tau when the fields are one generation's (n ≤ capacity); a torn read is discarded
         // by `still` below before anything is decided on it.
         let cost = u64::from(n).wrapping_mul(hot.interval);
-        // Acquire (either read): as in `update`; the floor load is ordered after it.
-        let current = read_word(word);
+        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`).
+        let current = word.load(Ordering::Acquire);
         let floor_now = floor.load(Ordering::Relaxed);
         if !self.store.still(generation)
             || floor_now > clock_now.saturating_add(MAX_CLOCK_LAG_NANOS)
@@ -411,10 +411,7 @@ impl VirtualTime {
                 interval,
                 new_tat - now,
             )),
-            Err(_) => {
-                lost_race();
-                general(reads_after(clock_now, read_clock))
-            }
+            Err(_) => general(reads_after(clock_now, read_clock)),
         }
     }
 
