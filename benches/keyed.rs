@@ -66,7 +66,7 @@ impl DashKeyed {
             clock: QuantaClock::new(),
         }
     }
-    fn check(&self, key: u64, n: u32) -> bool {
+    fn try_acquire(&self, key: u64, n: u32) -> bool {
         let now = self.clock.now_nanos();
         let run = |word: &AtomicU64| self.algorithm.acquire_word(word, &self.floor, || now, n);
         match self.map.get(&key) {
@@ -93,7 +93,7 @@ fn report_memory() {
             "floodgate Keyed<u64>",
             per_key(|| {
                 let keyed = floodgate_keyed::<u64>();
-                (0..MILLION).for_each(|k| assert!(keyed.check(&k, 1).unwrap().is_allowed()));
+                (0..MILLION).for_each(|k| assert!(keyed.try_acquire(&k, 1).unwrap().is_allowed()));
                 Box::new(keyed)
             }),
         ),
@@ -109,7 +109,8 @@ fn report_memory() {
             "floodgate Keyed<IpKey>",
             per_key(|| {
                 let keyed = floodgate_keyed::<IpKey>();
-                (0..MILLION).for_each(|k| assert!(keyed.check(&ip(k), 1).unwrap().is_allowed()));
+                (0..MILLION)
+                    .for_each(|k| assert!(keyed.try_acquire(&ip(k), 1).unwrap().is_allowed()));
                 Box::new(keyed)
             }),
         ),
@@ -172,21 +173,21 @@ fn bench(c: &mut Criterion) {
         // Every key held before timing, as in a server that has seen its clients.
         let held = if shape == "1M_keys" { MILLION } else { 1_000 };
         for key in (0..held).map(key_of) {
-            ours.check(&key, 1).unwrap();
+            ours.try_acquire(&key, 1).unwrap();
             let _ = governor.check_key(&key);
-            dash.check(key, 1);
+            dash.try_acquire(key, 1);
         }
         if shape == "hot_key" {
             let rest = BURST - held as u32;
-            assert!(ours.check(&0, rest).unwrap().is_allowed());
+            assert!(ours.try_acquire(&0, rest).unwrap().is_allowed());
             assert!(
                 governor
                     .check_key_n(&0, NonZeroU32::new(rest).unwrap())
                     .unwrap()
                     .is_ok()
             );
-            assert!(dash.check(0, rest));
-            assert!(!ours.check(&0, 1).unwrap().is_allowed());
+            assert!(dash.try_acquire(0, rest));
+            assert!(!ours.try_acquire(&0, 1).unwrap().is_allowed());
         }
         let distinct = if shape == "hot_key" { 1 } else { held };
         assert_eq!(ours.len() as u64, distinct, "every key held, none swept");
@@ -197,7 +198,7 @@ fn bench(c: &mut Criterion) {
                 ("floodgate", {
                     let ours = Arc::clone(&ours);
                     Arc::new(move |i| {
-                        black_box(ours.check(&key_of(i), 1).unwrap());
+                        black_box(ours.try_acquire(&key_of(i), 1).unwrap());
                     })
                 }),
                 ("governor_dashmap", {
@@ -209,7 +210,7 @@ fn bench(c: &mut Criterion) {
                 ("dashmap_floodgate_word", {
                     let dash = Arc::clone(&dash);
                     Arc::new(move |i| {
-                        black_box(dash.check(key_of(i), 1));
+                        black_box(dash.try_acquire(key_of(i), 1));
                     })
                 }),
             ];

@@ -88,9 +88,9 @@
 //! ```
 //! use floodgate::{Keyed, Rate, TokenBucket};
 //! let per_user: Keyed<String, _> = Keyed::new(TokenBucket::new(20, Rate::per_second(5))?, 100_000)?;
-//! assert!(per_user.check("alice", 1)?.is_allowed()); // &str looks up String keys
-//! assert_eq!(per_user.check("alice", 19)?.remaining(), 0); // 5/s, bursts of 20, per user
-//! assert!(!per_user.check("alice", 1)?.is_allowed() && per_user.check("bob", 1)?.is_allowed());
+//! assert!(per_user.try_acquire("alice", 1)?.is_allowed()); // &str looks up String keys
+//! assert_eq!(per_user.try_acquire("alice", 19)?.remaining(), 0); // 5/s, bursts of 20, per user
+//! assert!(!per_user.try_acquire("alice", 1)?.is_allowed() && per_user.try_acquire("bob", 1)?.is_allowed());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

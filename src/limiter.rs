@@ -31,6 +31,24 @@ pub trait Limiter: Send + Sync {
     /// [`AcquireError`] when `n` is zero or above the capacity (no wait would ever admit it).
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError>;
 
+    /// One permit, now, without a `Result`: [`try_acquire(1)`](Limiter::try_acquire), the
+    /// common case (governor's `check`). One permit is a valid request for every limit; the
+    /// rare configuration that can never grant even one (a smooth limiter whose single permit
+    /// would book more than a year) is reported as a denial whose `retry_after` is
+    /// `Duration::MAX`: `try_acquire` names the reason.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Gcra, Limiter, Rate};
+    /// let limiter = AtomicLimiter::new(Gcra::new(Rate::per_second(1), 1)?);
+    /// assert!(limiter.check().is_allowed());
+    /// assert!(!limiter.check().is_allowed());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    fn check(&self) -> Decision {
+        self.try_acquire(1)
+            .unwrap_or_else(|_| Decision::deny(self.limit(), 0, u64::MAX, u64::MAX))
+    }
+
     /// The clock this limiter reads and sleeps on.
     fn clock(&self) -> &dyn Clock;
 

@@ -189,8 +189,8 @@ impl KeyedStats {
     /// let per_user: Keyed<u64, _> = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
     ///     .max_keys(1)
     ///     .build()?;
-    /// per_user.check(&1, 1)?;
-    /// per_user.check(&2, 1)?; // full of live keys: refused
+    /// per_user.try_acquire(&1, 1)?;
+    /// per_user.try_acquire(&2, 1)?; // full of live keys: refused
     /// let recorder = DebuggingRecorder::new();
     /// let snapshotter = recorder.snapshotter();
     /// metrics::with_local_recorder(&recorder, || per_user.stats().record("per-user"));

@@ -272,7 +272,7 @@ async fn keyed_dropped_waiter_consumes_nothing() {
             .build()
             .unwrap(),
     );
-    assert!(keyed.check(&1, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
     let task = {
         let keyed = Arc::clone(&keyed);
         tokio::spawn(async move { keyed.acquire_async(&1, 1).await })

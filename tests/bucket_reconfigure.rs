@@ -115,7 +115,7 @@ fn keyed_drained_keys_get_nothing_when_the_limit_is_lowered() {
             .build()
             .unwrap();
     for key in 0..1000 {
-        assert!(keyed.check(&key, 10).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&key, 10).unwrap().is_allowed());
     }
     keyed.set_limit(3).unwrap();
     keyed
@@ -123,13 +123,16 @@ fn keyed_drained_keys_get_nothing_when_the_limit_is_lowered() {
         .set_rate(Rate::per_second(1), now(&clock))
         .unwrap();
     for key in 0..1000 {
-        assert!(!keyed.check(&key, 1).unwrap().is_allowed(), "key {key}");
+        assert!(
+            !keyed.try_acquire(&key, 1).unwrap().is_allowed(),
+            "key {key}"
+        );
     }
     // No token was held; capacity 3 means 3 permits of debt, refilled at 1/s.
     clock.advance(Duration::from_millis(999));
-    assert!(!keyed.check(&0, 1).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&0, 1).unwrap().is_allowed());
     clock.advance(Duration::from_millis(1));
-    assert!(keyed.check(&0, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&0, 1).unwrap().is_allowed());
 }
 
 #[test]

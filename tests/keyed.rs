@@ -22,28 +22,34 @@ fn each_key_has_its_own_fixed_window() {
             .unwrap();
     for remaining in [2, 1, 0] {
         assert_eq!(
-            keyed.check("a", 1).unwrap(),
+            keyed.try_acquire("a", 1).unwrap(),
             Decision::allow(3, remaining, SEC)
         );
     }
     clock.advance(Duration::from_millis(400));
     assert_eq!(
-        keyed.check("a", 1).unwrap(),
+        keyed.try_acquire("a", 1).unwrap(),
         Decision::deny(3, 0, 600 * MS, 600 * MS)
     );
     assert_eq!(
-        keyed.check("b", 2).unwrap(),
+        keyed.try_acquire("b", 2).unwrap(),
         Decision::allow(3, 1, 600 * MS)
     );
     assert_eq!(
-        keyed.check("b", 2).unwrap(),
+        keyed.try_acquire("b", 2).unwrap(),
         Decision::deny(3, 1, 600 * MS, 600 * MS)
     );
     clock.advance(Duration::from_millis(600));
-    assert_eq!(keyed.check("a", 3).unwrap(), Decision::allow(3, 0, SEC));
-    assert_eq!(keyed.check("b", 2).unwrap(), Decision::allow(3, 1, SEC));
-    assert!(keyed.check("b", 4).is_err());
-    assert!(keyed.check("b", 0).is_err());
+    assert_eq!(
+        keyed.try_acquire("a", 3).unwrap(),
+        Decision::allow(3, 0, SEC)
+    );
+    assert_eq!(
+        keyed.try_acquire("b", 2).unwrap(),
+        Decision::allow(3, 1, SEC)
+    );
+    assert!(keyed.try_acquire("b", 4).is_err());
+    assert!(keyed.try_acquire("b", 0).is_err());
     assert_eq!(keyed.len(), 2);
 }
 
@@ -63,25 +69,43 @@ fn time_word_algorithms_per_key() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    assert_eq!(gcra.check(&1, 2).unwrap(), Decision::allow(2, 0, 200 * MS));
     assert_eq!(
-        gcra.check(&1, 1).unwrap(),
+        gcra.try_acquire(&1, 2).unwrap(),
+        Decision::allow(2, 0, 200 * MS)
+    );
+    assert_eq!(
+        gcra.try_acquire(&1, 1).unwrap(),
         Decision::deny(2, 0, 100 * MS, 200 * MS)
     );
-    assert_eq!(gcra.check(&2, 1).unwrap(), Decision::allow(2, 1, 100 * MS));
-    assert_eq!(bucket.check(&1, 5).unwrap(), Decision::allow(5, 0, SEC));
     assert_eq!(
-        bucket.check(&1, 1).unwrap().retry_after(),
+        gcra.try_acquire(&2, 1).unwrap(),
+        Decision::allow(2, 1, 100 * MS)
+    );
+    assert_eq!(
+        bucket.try_acquire(&1, 5).unwrap(),
+        Decision::allow(5, 0, SEC)
+    );
+    assert_eq!(
+        bucket.try_acquire(&1, 1).unwrap().retry_after(),
         Duration::from_millis(200)
     );
-    assert_eq!(leaky.check(&1, 2).unwrap(), Decision::allow(2, 0, 500 * MS));
-    clock.advance(Duration::from_millis(250));
-    assert_eq!(leaky.check(&1, 1).unwrap(), Decision::allow(2, 0, 500 * MS));
     assert_eq!(
-        bucket.check(&1, 1).unwrap(),
+        leaky.try_acquire(&1, 2).unwrap(),
+        Decision::allow(2, 0, 500 * MS)
+    );
+    clock.advance(Duration::from_millis(250));
+    assert_eq!(
+        leaky.try_acquire(&1, 1).unwrap(),
+        Decision::allow(2, 0, 500 * MS)
+    );
+    assert_eq!(
+        bucket.try_acquire(&1, 1).unwrap(),
         Decision::allow(5, 0, 950 * MS)
     );
-    assert_eq!(gcra.check(&1, 2).unwrap(), Decision::allow(2, 0, 200 * MS));
+    assert_eq!(
+        gcra.try_acquire(&1, 2).unwrap(),
+        Decision::allow(2, 0, 200 * MS)
+    );
 }
 
 #[test]
@@ -94,29 +118,35 @@ fn a_full_shard_of_live_keys_refuses_new_keys_until_one_goes_idle() {
         .shards(1)
         .build()
         .unwrap();
-    assert!(keyed.check(&1, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
     clock.set(SEC);
-    assert!(keyed.check(&2, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
     clock.set(2 * SEC);
     // Key 1's bucket is full again at 10 s: the first moment a slot can free up.
     assert_eq!(
-        keyed.check(&3, 1).unwrap(),
+        keyed.try_acquire(&3, 1).unwrap(),
         Decision::deny(1, 0, 8 * SEC, 8 * SEC)
     );
     assert_eq!(keyed.stats().refused_new_keys, 1);
     assert_eq!(keyed.stats().sweeps, 0, "nothing could be idle: no sweep");
     assert!(
-        !keyed.check(&1, 1).unwrap().is_allowed(),
+        !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
         "tracked keys keep their state"
     );
     clock.set(10 * SEC);
-    assert_eq!(keyed.check(&3, 1).unwrap(), Decision::allow(1, 0, 10 * SEC));
+    assert_eq!(
+        keyed.try_acquire(&3, 1).unwrap(),
+        Decision::allow(1, 0, 10 * SEC)
+    );
     let stats = keyed.stats();
     assert_eq!(
         (stats.keys, stats.evicted_idle, stats.evicted_live),
         (2, 1, 0)
     );
-    assert_eq!(keyed.check(&2, 1).unwrap(), Decision::deny(1, 0, SEC, SEC));
+    assert_eq!(
+        keyed.try_acquire(&2, 1).unwrap(),
+        Decision::deny(1, 0, SEC, SEC)
+    );
 }
 
 #[test]
@@ -130,15 +160,15 @@ fn idle_keys_go_before_live_ones_and_the_least_used_live_key_goes_first() {
             .when_full(WhenFull::EvictLeastUsed)
             .build()
             .unwrap();
-    keyed.check(&"idle-soon", 1).unwrap();
-    keyed.check(&"heavy", 9).unwrap();
-    keyed.check(&"light", 3).unwrap();
+    keyed.try_acquire(&"idle-soon", 1).unwrap();
+    keyed.try_acquire(&"heavy", 9).unwrap();
+    keyed.try_acquire(&"light", 3).unwrap();
     clock.set(SEC); // "idle-soon" is full again: forgetting it changes nothing
-    keyed.check(&"new", 1).unwrap();
+    keyed.try_acquire(&"new", 1).unwrap();
     let stats = keyed.stats();
     assert_eq!((stats.evicted_idle, stats.evicted_live), (1, 0));
     // Every key is live now; the one holding the fewest permits ("new": 1) goes.
-    keyed.check(&"newer", 1).unwrap();
+    keyed.try_acquire(&"newer", 1).unwrap();
     assert_eq!(keyed.stats().evicted_live, 1);
     assert_eq!(
         keyed.peek(&"new", 1).unwrap().remaining(),
@@ -147,11 +177,11 @@ fn idle_keys_go_before_live_ones_and_the_least_used_live_key_goes_first() {
     );
     // The survivors decide as an unbounded limiter would: heavy took 9 at 0 s, 1 came back.
     assert_eq!(
-        keyed.check(&"heavy", 2).unwrap(),
+        keyed.try_acquire(&"heavy", 2).unwrap(),
         Decision::allow(10, 0, 10 * SEC)
     );
     assert_eq!(
-        keyed.check(&"light", 1).unwrap(),
+        keyed.try_acquire(&"light", 1).unwrap(),
         Decision::allow(10, 7, 3 * SEC)
     );
     assert_eq!(keyed.len(), 3);
@@ -165,7 +195,7 @@ fn retain_recent_and_shrink_drop_only_idle_keys() {
         .build()
         .unwrap();
     for key in 0..100 {
-        keyed.check(&key, 1 + (key % 5) as u32).unwrap();
+        keyed.try_acquire(&key, 1 + (key % 5) as u32).unwrap();
     }
     // Key k holds 1 + k % 5 permits: idle after that many milliseconds.
     clock.set(2 * MS);
@@ -187,10 +217,10 @@ fn set_limit_applies_to_every_key() {
             .clock(clock)
             .build()
             .unwrap();
-    keyed.check(&1, 1).unwrap();
+    keyed.try_acquire(&1, 1).unwrap();
     keyed.set_limit(3).unwrap();
-    assert_eq!(keyed.check(&1, 1).unwrap().remaining(), 1);
-    assert_eq!(keyed.check(&2, 3).unwrap().remaining(), 0);
+    assert_eq!(keyed.try_acquire(&1, 1).unwrap().remaining(), 1);
+    assert_eq!(keyed.try_acquire(&2, 3).unwrap().remaining(), 0);
     assert!(keyed.set_limit(0).is_err());
     assert_eq!(keyed.algorithm().window(), Duration::from_secs(1));
 }
@@ -239,22 +269,22 @@ fn penalty_box_blocks_repeat_offenders_per_key() {
     let neighbour = keyer.key("2001:db8:bad::2".parse().unwrap()); // same /56
     let other = keyer.key("2001:db8:600d::1".parse().unwrap());
     assert_eq!(attacker, neighbour);
-    assert!(keyed.check(&attacker, 2).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&attacker, 2).unwrap().is_allowed());
     assert_eq!(
-        keyed.check(&attacker, 1).unwrap().retry_after(),
+        keyed.try_acquire(&attacker, 1).unwrap().retry_after(),
         Duration::from_secs(1)
     );
     clock.set(100 * MS);
-    assert!(!keyed.check(&neighbour, 1).unwrap().is_allowed()); // strike 2
+    assert!(!keyed.try_acquire(&neighbour, 1).unwrap().is_allowed()); // strike 2
     assert!(!keyed.is_blocked(&attacker));
     clock.set(200 * MS);
-    let blocked = keyed.check(&attacker, 1).unwrap(); // strike 3: blocked for 60 s
+    let blocked = keyed.try_acquire(&attacker, 1).unwrap(); // strike 3: blocked for 60 s
     assert_eq!(blocked, Decision::deny(2, 0, 60 * SEC, 60 * SEC));
     assert!(keyed.is_blocked(&attacker));
-    assert!(keyed.check(&other, 2).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&other, 2).unwrap().is_allowed());
     clock.set(59 * SEC);
     assert_eq!(
-        keyed.check(&attacker, 1).unwrap().retry_after(),
+        keyed.try_acquire(&attacker, 1).unwrap().retry_after(),
         Duration::from_millis(1200)
     );
     assert_eq!(
@@ -263,8 +293,8 @@ fn penalty_box_blocks_repeat_offenders_per_key() {
         "only `other` is idle; the blocked key stays"
     );
     clock.set(60 * SEC + 200 * MS);
-    assert!(keyed.check(&attacker, 2).unwrap().is_allowed());
-    assert!(!keyed.check(&attacker, 1).unwrap().is_allowed()); // strike 1 of a new record
+    assert!(keyed.try_acquire(&attacker, 2).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&attacker, 1).unwrap().is_allowed()); // strike 1 of a new record
     assert!(!keyed.is_blocked(&attacker));
     assert!(keyed.forget(&attacker));
     assert_eq!(keyed.len(), 0);
@@ -280,12 +310,12 @@ fn strikes_outside_the_span_do_not_block() {
             PenaltyBox::new(2, Duration::from_secs(1), Duration::from_secs(30)).unwrap(),
         )
         .unwrap();
-    keyed.check(&1, 1).unwrap();
-    assert!(!keyed.check(&1, 1).unwrap().is_allowed()); // strike 1 at 0 s
+    keyed.try_acquire(&1, 1).unwrap();
+    assert!(!keyed.try_acquire(&1, 1).unwrap().is_allowed()); // strike 1 at 0 s
     clock.set(SEC);
-    keyed.check(&1, 1).unwrap();
+    keyed.try_acquire(&1, 1).unwrap();
     assert_eq!(
-        keyed.check(&1, 1).unwrap().retry_after(),
+        keyed.try_acquire(&1, 1).unwrap().retry_after(),
         Duration::from_secs(1)
     ); // new span
     assert!(!keyed.is_blocked(&1));
@@ -301,10 +331,10 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    assert!(keyed.check(&7, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&7, 1).unwrap().is_allowed());
     clock.set(10 * SEC - 3);
-    let lagged = keyed.check(&7, 1).unwrap();
+    let lagged = keyed.try_acquire(&7, 1).unwrap();
     assert!(lagged.is_allowed(), "{lagged:?}");
     assert_eq!(lagged.remaining(), 0);
-    assert!(!keyed.check(&7, 1).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&7, 1).unwrap().is_allowed());
 }

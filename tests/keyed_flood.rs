@@ -33,7 +33,7 @@ fn flood_with_live_keys(when_full: WhenFull) {
     let mut admitted = 0u64;
     let mut peak = 0;
     for key in 0..FLOOD {
-        admitted += u64::from(keyed.check(&key, 1).unwrap().is_allowed());
+        admitted += u64::from(keyed.try_acquire(&key, 1).unwrap().is_allowed());
         if key % 1024 == 0 {
             peak = peak.max(live_bytes() - before);
         }
@@ -52,7 +52,7 @@ fn flood_with_live_keys(when_full: WhenFull) {
             assert_eq!(admitted, stats.keys as u64);
             assert_eq!(stats.refused_new_keys, FLOOD - admitted);
             assert_eq!(stats.evicted_live, 0);
-            assert!(!keyed.check(&FLOOD, 1).unwrap().is_allowed());
+            assert!(!keyed.try_acquire(&FLOOD, 1).unwrap().is_allowed());
         }
         WhenFull::EvictLeastUsed => {
             assert_eq!(admitted, FLOOD);
@@ -78,8 +78,8 @@ fn flood_with_keys_going_idle() {
     for key in 0..FLOOD {
         // 10 µs apart: about 100 keys are live at any moment; the other held keys are idle.
         clock.advance(Duration::from_micros(10));
-        assert!(keyed.check(&key, 1).unwrap().is_allowed());
-        assert!(!keyed.check(&key, 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        assert!(!keyed.try_acquire(&key, 1).unwrap().is_allowed());
         if key % 1024 == 0 {
             peak = peak.max(live_bytes() - before);
         }
@@ -107,7 +107,7 @@ fn flood_with_keys_going_idle() {
 fn a_million_distinct_keys_stay_within_the_cap_and_memory_bound() {
     // Initialise the process-wide globals (quanta's timeline, ahash's seed) before counting.
     let warm_up: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1).unwrap(), 8).unwrap();
-    warm_up.check(&0, 1).unwrap();
+    warm_up.try_acquire(&0, 1).unwrap();
     drop(warm_up);
     flood_with_live_keys(WhenFull::DenyNewKeys);
     flood_with_live_keys(WhenFull::EvictLeastUsed);

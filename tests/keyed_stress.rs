@@ -34,7 +34,7 @@ fn hot_and_cold_keys_admit_exactly_their_limit() {
                     // Interleave: a hot check, then a cold key (each thread starts elsewhere).
                     let cold = 1 + (round + thread * 500) % COLD_KEYS;
                     for key in [0, cold] {
-                        if keyed.check(&key, 1).unwrap().is_allowed() {
+                        if keyed.try_acquire(&key, 1).unwrap().is_allowed() {
                             // Relaxed: a counter read after join.
                             admitted[key as usize].fetch_add(1, Ordering::Relaxed);
                         }
@@ -116,7 +116,7 @@ fn sweeps_racing_checks_never_admit_beyond_the_rate() {
                         for _ in 0..BATCH {
                             // A skewed mix: key 0 is hot, the others cycle.
                             let key = if i % 3 == 0 { 0 } else { i % KEYS };
-                            if keyed.check(&key, 1).unwrap().is_allowed() {
+                            if keyed.try_acquire(&key, 1).unwrap().is_allowed() {
                                 // Relaxed: a counter read after join.
                                 admitted[key as usize].fetch_add(1, Ordering::Relaxed);
                             }

@@ -268,8 +268,8 @@ fn keyed_counts_are_recorded_as_a_gauge_and_totals() {
     let evicting: Keyed<u32, _, _> = build(WhenFull::EvictLeastUsed);
     let refusing: Keyed<u32, _, _> = build(WhenFull::DenyNewKeys);
     for key in 1..=3 {
-        evicting.check(&key, 1).unwrap(); // key 3 evicts a live key
-        refusing.check(&key, 1).unwrap(); // key 3 is refused
+        evicting.try_acquire(&key, 1).unwrap(); // key 3 evicts a live key
+        refusing.try_acquire(&key, 1).unwrap(); // key 3 is refused
     }
     clock.advance(Duration::from_secs(60)); // every window over: all keys idle
     refusing.retain_recent();

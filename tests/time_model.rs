@@ -116,18 +116,18 @@ fn a_held_reader_never_reopens_a_keyed_window() {
             .build()
             .unwrap(),
     );
-    assert!(keyed.check(&7, 1).unwrap().is_allowed()); // the key exists: the read path
+    assert!(keyed.try_acquire(&7, 1).unwrap().is_allowed()); // the key exists: the read path
     let held = keyed.clone();
     let stale = held_call(
         &clock,
-        move || held.check(&7, 1).unwrap(),
+        move || held.try_acquire(&7, 1).unwrap(),
         || {
             clock.advance(STALL);
-            assert!(keyed.check(&7, 2).unwrap().is_allowed());
+            assert!(keyed.try_acquire(&7, 2).unwrap().is_allowed());
         },
     );
     assert!(!stale.is_allowed(), "re-opened: {stale:?}");
-    assert!(!keyed.check(&7, 1).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&7, 1).unwrap().is_allowed());
 }
 
 /// Item 3 on a window: one read leaps a day ahead and takes permits in that far window. Later
@@ -213,11 +213,11 @@ fn a_key_dropped_on_a_clock_ahead_is_not_refilled_for_a_lagging_checker() {
             .clock(clock.clone())
             .build()
             .unwrap();
-    assert!(keyed.check(&1, 2).unwrap().is_allowed()); // window 10 is full
+    assert!(keyed.try_acquire(&1, 2).unwrap().is_allowed()); // window 10 is full
     clock.set(11 * SEC + 500 * MS); // the sweeping thread's clock: window 10 has ended
     assert_eq!(keyed.retain_recent(), 1);
     clock.set(10 * SEC + 900 * MS); // a checker lagging 0.6 s: still window 10 on its clock
-    let lagging = keyed.check(&1, 2).unwrap();
+    let lagging = keyed.try_acquire(&1, 2).unwrap();
     assert_eq!(
         lagging,
         Decision::allow(2, 0, 500 * MS),
@@ -225,7 +225,7 @@ fn a_key_dropped_on_a_clock_ahead_is_not_refilled_for_a_lagging_checker() {
     );
     clock.set(11 * SEC + 500 * MS);
     assert!(
-        !keyed.check(&1, 1).unwrap().is_allowed(),
+        !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
         "window 11 already holds the lagging checker's 2"
     );
 }
@@ -273,14 +273,17 @@ fn a_leaping_read_in_a_sweep_drops_no_live_key() {
             .clock(clock.clone())
             .build()
             .unwrap();
-    assert!(keyed.check(&1, 2).unwrap().is_allowed()); // drained: live for 2 s
+    assert!(keyed.try_acquire(&1, 2).unwrap().is_allowed()); // drained: live for 2 s
     clock.leap_next_read(86_400 * SEC);
     assert_eq!(
         keyed.retain_recent(),
         0,
         "a live key was dropped by a leaping read"
     );
-    assert!(!keyed.check(&1, 1).unwrap().is_allowed(), "and refilled");
+    assert!(
+        !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
+        "and refilled"
+    );
     clock.advance(2 * SEC);
     assert_eq!(keyed.retain_recent(), 1);
 }

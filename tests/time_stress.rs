@@ -107,7 +107,7 @@ impl<A: floodgate::Algorithm> Subject for Many<A> {
         KEYS
     }
     fn acquire(&self, key: u64, n: u32) -> Decision {
-        self.keyed.check(&key, n).expect("a valid request")
+        self.keyed.try_acquire(&key, n).expect("a valid request")
     }
     fn reconfigure(&self, choice: u64) {
         self.keyed

@@ -64,17 +64,17 @@ fn eviction_racing_a_check_never_readmits_in_the_old_window() {
     model(|| {
         let clock = LoomClock(Arc::new(AtomicU64::new(5)));
         let keyed = keyed(&clock, 1, WhenFull::EvictLeastUsed);
-        assert!(keyed.check(&1, 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
         let a = {
             let keyed = keyed.clone();
-            thread::spawn(move || keyed.check(&1, 1).unwrap())
+            thread::spawn(move || keyed.try_acquire(&1, 1).unwrap())
         };
         let b = {
             let keyed = keyed.clone();
             let clock = clock.clone();
             thread::spawn(move || {
                 clock.set(10);
-                keyed.check(&2, 1).unwrap()
+                keyed.try_acquire(&2, 1).unwrap()
             })
         };
         let a = a.join().unwrap();
@@ -100,7 +100,7 @@ fn racing_inserts_of_one_key_admit_once() {
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 let keyed = keyed.clone();
-                thread::spawn(move || keyed.check(&7, 1).unwrap().is_allowed())
+                thread::spawn(move || keyed.try_acquire(&7, 1).unwrap().is_allowed())
             })
             .collect();
         let admitted = threads
@@ -120,11 +120,11 @@ fn sweep_racing_a_check_loses_no_admission() {
     model(|| {
         let clock = LoomClock(Arc::new(AtomicU64::new(5)));
         let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
-        assert!(keyed.check(&1, 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
         clock.set(10); // key 1 is idle now
         let a = {
             let keyed = keyed.clone();
-            thread::spawn(move || keyed.check(&1, 1).unwrap().is_allowed())
+            thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
         };
         let b = {
             let keyed = keyed.clone();
@@ -133,7 +133,7 @@ fn sweep_racing_a_check_loses_no_admission() {
         assert!(a.join().unwrap());
         b.join().unwrap();
         assert!(
-            !keyed.check(&1, 1).unwrap().is_allowed(),
+            !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
             "the permit of [10, 20) is taken"
         );
     });
@@ -154,12 +154,12 @@ fn a_racing_strike_never_lifts_a_fresh_block() {
                 )
                 .unwrap(),
         );
-        assert!(keyed.check(&7, 1).unwrap().is_allowed());
-        assert!(!keyed.check(&7, 1).unwrap().is_allowed()); // strike 1
+        assert!(keyed.try_acquire(&7, 1).unwrap().is_allowed());
+        assert!(!keyed.try_acquire(&7, 1).unwrap().is_allowed()); // strike 1
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 let keyed = keyed.clone();
-                thread::spawn(move || keyed.check(&7, 1).unwrap().is_allowed())
+                thread::spawn(move || keyed.try_acquire(&7, 1).unwrap().is_allowed())
             })
             .collect();
         for t in threads {

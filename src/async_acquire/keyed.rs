@@ -22,7 +22,7 @@ where
     /// Feature `tokio`.
     ///
     /// # Errors
-    /// As [`check`](Self::check): a request that could never be granted returns at once.
+    /// As [`try_acquire`](Self::try_acquire): a request that could never be granted returns at once.
     ///
     /// ```
     /// use floodgate::{Gcra, Keyed, Rate, TokioClock};
@@ -42,8 +42,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
     {
-        let first = self.check(key, n)?;
-        let granted = wait_for_grant(self.clock(), None, first, || self.check(key, n)).await?;
+        let first = self.try_acquire(key, n)?;
+        let granted =
+            wait_for_grant(self.clock(), None, first, || self.try_acquire(key, n)).await?;
         Ok(granted.waited)
     }
 
@@ -52,7 +53,7 @@ where
     /// at once, consuming nothing. Feature `tokio`.
     ///
     /// # Errors
-    /// As [`check`](Self::check).
+    /// As [`try_acquire`](Self::try_acquire).
     ///
     /// ```
     /// use floodgate::{FixedWindow, Keyed, TokioClock};
@@ -78,9 +79,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
     {
-        let first = self.check(key, n)?;
-        let granted =
-            wait_for_grant(self.clock(), Some(timeout), first, || self.check(key, n)).await?;
+        let first = self.try_acquire(key, n)?;
+        let granted = wait_for_grant(self.clock(), Some(timeout), first, || {
+            self.try_acquire(key, n)
+        })
+        .await?;
         Ok(granted.decision)
     }
 }

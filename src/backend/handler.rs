@@ -218,11 +218,13 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             (FailurePolicy::FailOpen, _) => {
                 Decision::allow(self.limit, self.limit.saturating_sub(u64::from(n)), 0)
             }
-            (FailurePolicy::LocalFallback(_), Some(local)) => match local.by_key.check(key, n) {
-                Ok(decision) => decision,
-                // n fits the distributed limit but not the local share: a denial.
-                Err(_) => Decision::deny(u64::from(local.local_limit), 0, retry_nanos, 0),
-            },
+            (FailurePolicy::LocalFallback(_), Some(local)) => {
+                match local.by_key.try_acquire(key, n) {
+                    Ok(decision) => decision,
+                    // n fits the distributed limit but not the local share: a denial.
+                    Err(_) => Decision::deny(u64::from(local.local_limit), 0, retry_nanos, 0),
+                }
+            }
             _ => Decision::deny(self.limit, 0, retry_nanos, 0),
         };
         Outcome::from_policy(decision, error)

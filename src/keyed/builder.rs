@@ -42,9 +42,9 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     /// let clock = ManualClock::new();
     /// let keyed: Keyed<u8, _, _> =
     ///     Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?).clock(clock.clone()).build()?;
-    /// assert!(keyed.check(&0, 1)?.is_allowed() && !keyed.check(&0, 1)?.is_allowed());
+    /// assert!(keyed.try_acquire(&0, 1)?.is_allowed() && !keyed.try_acquire(&0, 1)?.is_allowed());
     /// clock.advance(Duration::from_secs(1));
-    /// assert!(keyed.check(&0, 1)?.is_allowed());
+    /// assert!(keyed.try_acquire(&0, 1)?.is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<A, C2> {
@@ -103,8 +103,8 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     ///     .when_full(WhenFull::EvictLeastUsed)
     ///     .clock(ManualClock::new())
     ///     .build()?;
-    /// keyed.check(&1, 1)?;
-    /// assert!(keyed.check(&2, 1)?.is_allowed()); // key 1 was evicted to make room
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(keyed.try_acquire(&2, 1)?.is_allowed()); // key 1 was evicted to make room
     /// assert_eq!(keyed.stats().evicted_live, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -132,7 +132,7 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     /// use std::time::Duration;
     /// let window = FixedWindow::new(5, Duration::from_secs(1))?;
     /// let keyed: Keyed<String, _> = Keyed::builder(window).build()?;
-    /// assert_eq!(keyed.check("a", 2)?.remaining(), 3);
+    /// assert_eq!(keyed.try_acquire("a", 2)?.remaining(), 3);
     /// assert!(keyed.max_keys() <= 100_000); // the default cap, rounded to the shards
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -58,9 +58,9 @@ impl fmt::Display for IpKey {
 ///     Keyed::builder(TokenBucket::new(1, Rate::per_second(1))?)
 ///         .clock(ManualClock::new())
 ///         .build()?;
-/// assert!(per_ip.check(&keyer.key("2001:db8:0:1::1".parse()?), 1)?.is_allowed());
-/// assert!(!per_ip.check(&keyer.key("2001:db8:0:2::1".parse()?), 1)?.is_allowed()); // same /56
-/// assert!(per_ip.check(&keyer.key("198.51.100.1".parse()?), 1)?.is_allowed());
+/// assert!(per_ip.try_acquire(&keyer.key("2001:db8:0:1::1".parse()?), 1)?.is_allowed());
+/// assert!(!per_ip.try_acquire(&keyer.key("2001:db8:0:2::1".parse()?), 1)?.is_allowed()); // same /56
+/// assert!(per_ip.try_acquire(&keyer.key("198.51.100.1".parse()?), 1)?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -36,9 +36,9 @@
 //!     .clock(clock.clone())
 //!     .max_keys(10_000)
 //!     .build()?;
-//! assert!(per_user.check("alice", 2)?.is_allowed());
-//! assert!(!per_user.check("alice", 1)?.is_allowed());
-//! assert!(per_user.check("bob", 1)?.is_allowed()); // bob has his own bucket
+//! assert!(per_user.try_acquire("alice", 2)?.is_allowed());
+//! assert!(!per_user.try_acquire("alice", 1)?.is_allowed());
+//! assert!(per_user.try_acquire("bob", 1)?.is_allowed()); // bob has his own bucket
 //! assert_eq!(per_user.len(), 2);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -90,8 +90,8 @@ pub enum WhenFull {
 ///     .clock(ManualClock::new())
 ///     .max_keys(1)
 ///     .build()?;
-/// keyed.check(&1, 1)?;
-/// assert!(!keyed.check(&2, 1)?.is_allowed()); // full of live keys: a new key is refused
+/// keyed.try_acquire(&1, 1)?;
+/// assert!(!keyed.try_acquire(&2, 1)?.is_allowed()); // full of live keys: a new key is refused
 /// assert_eq!(keyed.stats().refused_new_keys, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -149,11 +149,11 @@ impl<A: Algorithm> KeySlot<A> for WordSlot {
 ///     Keyed::builder(FixedWindow::new(2, Duration::from_secs(1))?)
 ///         .clock(clock.clone())
 ///         .build()?;
-/// assert_eq!(keyed.check("a", 1)?.remaining(), 1);
-/// assert_eq!(keyed.check("a", 1)?.remaining(), 0);
-/// assert!(!keyed.check("a", 1)?.is_allowed());
+/// assert_eq!(keyed.try_acquire("a", 1)?.remaining(), 1);
+/// assert_eq!(keyed.try_acquire("a", 1)?.remaining(), 0);
+/// assert!(!keyed.try_acquire("a", 1)?.is_allowed());
 /// clock.advance(Duration::from_secs(1));
-/// assert!(keyed.check("a", 1)?.is_allowed());
+/// assert!(keyed.try_acquire("a", 1)?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Keyed<K, A, C = QuantaClock> {
@@ -171,7 +171,7 @@ impl<A: Algorithm> Keyed<(), A, QuantaClock> {
     /// let keyed: Keyed<u32, _> = Keyed::builder(FixedWindow::new(3, Duration::from_secs(1))?)
     ///     .max_keys(64)
     ///     .build()?;
-    /// assert_eq!(keyed.check(&7, 1)?.remaining(), 2);
+    /// assert_eq!(keyed.try_acquire(&7, 1)?.remaining(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder(algorithm: A) -> KeyedBuilder<A, QuantaClock> {
@@ -198,7 +198,7 @@ where
     /// ```
     /// use floodgate::{Gcra, Keyed, Rate};
     /// let keyed = Keyed::new(Gcra::new(Rate::per_second(5), 5)?, 10_000)?;
-    /// assert!(keyed.check(&42u64, 1)?.is_allowed());
+    /// assert!(keyed.try_acquire(&42u64, 1)?.is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(algorithm: A, max_keys: usize) -> Result<Self, ConfigError> {
@@ -212,6 +212,26 @@ where
     A: Algorithm,
     C: Clock,
 {
+    /// One permit for `key`, now, without a `Result`: [`try_acquire(key, 1)`](Self::try_acquire)
+    /// (governor's `check_key`). One permit is a valid request for every limit.
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1)?, 100)?;
+    /// assert!(keyed.check(&7).is_allowed());
+    /// assert!(!keyed.check(&7).is_allowed());
+    /// assert!(keyed.check(&8).is_allowed());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_acquire(key, 1)
+            .unwrap_or_else(|_| Decision::deny(self.algorithm.limit(), 0, u64::MAX, u64::MAX))
+    }
+
     /// Takes `n` permits from `key`'s limiter if they are available now; never blocks. A new key
     /// starts fresh. A denial writes nothing (beyond the shard lock's reader count).
     ///
@@ -221,12 +241,12 @@ where
     /// ```
     /// use floodgate::{Gcra, Keyed, Rate};
     /// let keyed: Keyed<String, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1)?, 100)?;
-    /// assert!(keyed.check("10.0.0.1", 1)?.is_allowed()); // &str looks up String keys
-    /// assert!(keyed.check("10.0.0.1", 2).is_err());
+    /// assert!(keyed.try_acquire("10.0.0.1", 1)?.is_allowed()); // &str looks up String keys
+    /// assert!(keyed.try_acquire("10.0.0.1", 2).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
-    pub fn check<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    pub fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -252,7 +272,7 @@ where
     /// The decision `n` permits would get now for `key`, without taking them or inserting it.
     ///
     /// # Errors
-    /// As [`check`](Self::check).
+    /// As [`try_acquire`](Self::try_acquire).
     ///
     /// ```
     /// use floodgate::{Gcra, Keyed, Rate};
@@ -291,7 +311,7 @@ where
     /// let keyed: Keyed<u32, _, _> = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
     ///     .clock(clock.clone())
     ///     .build()?;
-    /// keyed.check(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
     /// assert_eq!(keyed.retain_recent(), 0); // key 1 is live until its window ends
     /// clock.advance(Duration::from_secs(1));
     /// assert_eq!(keyed.retain_recent(), 1);
@@ -311,7 +331,7 @@ where
     /// let keyed: Keyed<u32, _, _> = Keyed::builder(Gcra::new(Rate::per_second(1000), 1)?)
     ///     .clock(clock.clone())
     ///     .build()?;
-    /// for key in 0..1000 { keyed.check(&key, 1)?; }
+    /// for key in 0..1000 { keyed.try_acquire(&key, 1)?; }
     /// clock.advance(std::time::Duration::from_millis(1));
     /// assert_eq!(keyed.shrink(), 1000);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -327,9 +347,9 @@ where
     /// ```
     /// use floodgate::{Gcra, Keyed, Rate};
     /// let keyed: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1)?, 10)?;
-    /// keyed.check(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
     /// assert!(keyed.forget(&1));
-    /// assert!(keyed.check(&1, 1)?.is_allowed());
+    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget<Q>(&self, key: &Q) -> bool
@@ -349,7 +369,7 @@ where
     /// use floodgate::{FixedWindow, Keyed};
     /// let keyed: Keyed<u8, _> = Keyed::new(FixedWindow::new(1, std::time::Duration::from_secs(1))?, 10)?;
     /// keyed.set_limit(3)?;
-    /// assert_eq!(keyed.check(&0, 1)?.remaining(), 2);
+    /// assert_eq!(keyed.try_acquire(&0, 1)?.remaining(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
@@ -365,9 +385,9 @@ where
     /// use floodgate::{FixedWindow, Keyed};
     /// let window = FixedWindow::new(5, std::time::Duration::from_secs(1))?;
     /// let keyed: Keyed<u8, _> = Keyed::new(window, 10)?;
-    /// keyed.check(&1, 1)?;
-    /// keyed.check(&2, 1)?;
-    /// keyed.check(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&2, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
     /// assert_eq!(keyed.len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -382,7 +402,7 @@ where
     /// let window = FixedWindow::new(5, std::time::Duration::from_secs(1))?;
     /// let keyed: Keyed<u8, _> = Keyed::new(window, 10)?;
     /// assert!(keyed.is_empty());
-    /// keyed.check(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
     /// assert!(!keyed.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -425,8 +445,8 @@ where
     /// use std::time::Duration;
     /// let keyed: Keyed<u8, _, _> = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
     ///     .max_keys(1).shards(1).clock(ManualClock::new()).build()?;
-    /// keyed.check(&1, 1)?;
-    /// assert!(!keyed.check(&2, 1)?.is_allowed()); // full: the new key is refused
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(!keyed.try_acquire(&2, 1)?.is_allowed()); // full: the new key is refused
     /// let stats = keyed.stats();
     /// assert_eq!((stats.keys, stats.refused_new_keys), (1, 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -236,15 +236,15 @@ impl<A: Algorithm> KeySlot<Rules<A>> for JailedSlot {
 /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
 ///     .clock(clock.clone())
 ///     .build_with_penalty::<u32>(PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?)?;
-/// assert!(per_ip.check(&7, 1)?.is_allowed());
-/// assert!(!per_ip.check(&7, 1)?.is_allowed()); // strike 1
-/// let blocked = per_ip.check(&7, 1)?; // strike 2: blocked for a minute
+/// assert!(per_ip.try_acquire(&7, 1)?.is_allowed());
+/// assert!(!per_ip.try_acquire(&7, 1)?.is_allowed()); // strike 1
+/// let blocked = per_ip.try_acquire(&7, 1)?; // strike 2: blocked for a minute
 /// assert_eq!(blocked.retry_after(), Duration::from_secs(60));
 /// clock.advance(Duration::from_secs(30)); // the window has long reset, the block has not
-/// assert!(!per_ip.check(&7, 1)?.is_allowed());
+/// assert!(!per_ip.try_acquire(&7, 1)?.is_allowed());
 /// assert!(per_ip.is_blocked(&7));
 /// clock.advance(Duration::from_secs(30));
-/// assert!(per_ip.check(&7, 1)?.is_allowed());
+/// assert!(per_ip.try_acquire(&7, 1)?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct PenalizedKeyed<K, A, C = QuantaClock> {
@@ -272,7 +272,29 @@ where
         }
     }
 
-    /// As [`Keyed::check`](super::Keyed::check), refusing a blocked key outright (`retry_after`
+    /// One permit for `key`, now, without a `Result`: [`try_acquire(key, 1)`](Self::try_acquire)
+    /// (governor's `check_key`). One permit is a valid request for every limit.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u64>(penalty)?;
+    /// assert!(keyed.check(&7).is_allowed());
+    /// assert!(!keyed.check(&7).is_allowed());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_acquire(key, 1)
+            .unwrap_or_else(|_| Decision::deny(self.rules.algorithm.limit(), 0, u64::MAX, u64::MAX))
+    }
+
+    /// As [`Keyed::try_acquire`](super::Keyed::try_acquire), refusing a blocked key outright (`retry_after`
     /// = what is left of its block), and counting each denial as a strike.
     ///
     /// # Errors
@@ -284,12 +306,12 @@ where
     /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
     /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
     ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
-    /// assert!(keyed.check(&1, 1)?.is_allowed());
-    /// assert_eq!(keyed.check(&1, 1)?.retry_after(), Duration::from_secs(60)); // one strike: blocked
-    /// assert!(keyed.check(&1, 0).is_err()); // zero permits: an error, not a strike
+    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed());
+    /// assert_eq!(keyed.try_acquire(&1, 1)?.retry_after(), Duration::from_secs(60)); // one strike: blocked
+    /// assert!(keyed.try_acquire(&1, 0).is_err()); // zero permits: an error, not a strike
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn check<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    pub fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -331,8 +353,8 @@ where
     /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
     /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
     ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.check(&1, 1)?;
-    /// keyed.check(&1, 1)?; // denied: a strike, and one is enough
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?; // denied: a strike, and one is enough
     /// assert!(keyed.is_blocked(&1) && !keyed.is_blocked(&2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -358,10 +380,10 @@ where
     /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
     /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
     ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.check(&1, 1)?;
-    /// keyed.check(&1, 1)?; // blocked now
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?; // blocked now
     /// assert!(keyed.forget(&1) && !keyed.forget(&2));
-    /// assert!(keyed.check(&1, 1)?.is_allowed()); // a clean slate
+    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed()); // a clean slate
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget<Q>(&self, key: &Q) -> bool
@@ -381,7 +403,7 @@ where
     /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
     /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
     ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.check(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
     /// clock.advance(Duration::from_secs(1)); // the window is over: key 1 is idle
     /// assert_eq!((keyed.retain_recent(), keyed.len()), (1, 0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -399,7 +421,7 @@ where
     /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
     /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
     ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.check(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
     /// assert_eq!(keyed.shrink(), 0); // key 1 is still live
     /// clock.advance(Duration::from_secs(1));
     /// assert_eq!(keyed.shrink(), 1);
@@ -419,8 +441,8 @@ where
     /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
     /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
     ///     .build_with_penalty::<u8>(penalty)?;
-    /// keyed.check(&1, 1)?;
-    /// keyed.check(&2, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&2, 1)?;
     /// assert_eq!(keyed.len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -437,7 +459,7 @@ where
     /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
     ///     .build_with_penalty::<u8>(penalty)?;
     /// assert!(keyed.is_empty());
-    /// keyed.check(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
     /// assert!(!keyed.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -453,8 +475,8 @@ where
     /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
     /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
     ///     .max_keys(1).shards(1).build_with_penalty::<u8>(penalty)?;
-    /// keyed.check(&1, 1)?;
-    /// assert!(!keyed.check(&2, 1)?.is_allowed()); // no room for a second key
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(!keyed.try_acquire(&2, 1)?.is_allowed()); // no room for a second key
     /// assert_eq!(keyed.stats().refused_new_keys, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -95,21 +95,21 @@ use std::hash::Hash;
 /// use floodgate::middleware::KeyedLimiter;
 /// use floodgate::{FixedWindow, Keyed};
 /// let keyed: Keyed<u64, _> = Keyed::new(FixedWindow::new(1, std::time::Duration::from_secs(1))?, 10)?;
-/// assert!(KeyedLimiter::check(&keyed, &7, 1)?.is_allowed());
+/// assert!(KeyedLimiter::try_acquire(&keyed, &7, 1)?.is_allowed());
 /// assert!(KeyedLimiter::check_permits(&keyed, 2).is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait KeyedLimiter<K>: Send + Sync + 'static {
-    /// Takes `n` permits from `key`'s limiter if available now (as [`Keyed::check`]).
+    /// Takes `n` permits from `key`'s limiter if available now (as [`Keyed::try_acquire`]).
     ///
     /// # Errors
     /// [`AcquireError`] when `n` is zero or above the capacity.
-    fn check(&self, key: &K, n: u32) -> Result<Decision, AcquireError>;
+    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError>;
 
     /// Whether a request for `n` permits can ever be granted.
     ///
     /// # Errors
-    /// As [`check`](Self::check).
+    /// As [`try_acquire`](Self::try_acquire).
     fn check_permits(&self, n: u32) -> Result<(), AcquireError>;
 
     /// The clock the limiter reads (shaped requests measure their wait on it).
@@ -123,8 +123,8 @@ where
     C: Clock,
 {
     #[inline]
-    fn check(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
-        Keyed::check(self, key, n)
+    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
+        Keyed::try_acquire(self, key, n)
     }
 
     fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
@@ -143,8 +143,8 @@ where
     C: Clock,
 {
     #[inline]
-    fn check(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
-        PenalizedKeyed::check(self, key, n)
+    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
+        PenalizedKeyed::try_acquire(self, key, n)
     }
 
     fn check_permits(&self, n: u32) -> Result<(), AcquireError> {

@@ -176,7 +176,7 @@ where
                 }
             };
         };
-        let checked = self.limiter.check(&key, settings.permits);
+        let checked = self.limiter.try_acquire(&key, settings.permits);
         observer.decided(timer);
         let decision = match checked {
             Ok(decision) => decision,
@@ -256,7 +256,7 @@ impl<S, L, X> RateLimit<S, L, X> {
         let path = String::new(); // does not allocate
         Box::pin(async move {
             let waited = wait_for_grant(limiter.clock(), max_delay, denial, || {
-                limiter.check(&key, settings.permits)
+                limiter.try_acquire(&key, settings.permits)
             })
             .await;
             // The waiting is over: the place is free for the next shaped request, even while
