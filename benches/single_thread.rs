@@ -44,12 +44,12 @@ fn allow_heavy(c: &mut Criterion) {
     bench_one(
         &mut group,
         "floodgate/token_bucket",
-        AtomicLimiter::new(TokenBucket::new(1 << 30, fast).unwrap()),
+        AtomicLimiter::new(TokenBucket::new(fast, 1 << 30).unwrap()),
     );
     bench_one(
         &mut group,
         "floodgate/leaky_bucket",
-        AtomicLimiter::new(LeakyBucket::new(1 << 30, fast).unwrap()),
+        AtomicLimiter::new(LeakyBucket::new(fast, 1 << 30).unwrap()),
     );
     bench_one(
         &mut group,
@@ -101,8 +101,8 @@ fn deny_heavy(c: &mut Criterion) {
         while l.try_acquire(1).unwrap().is_allowed() {}
     };
     let fixed = AtomicLimiter::new(FixedWindow::new(1, Duration::from_secs(3600)).unwrap());
-    let token = AtomicLimiter::new(TokenBucket::new(1, slow).unwrap());
-    let leaky = AtomicLimiter::new(LeakyBucket::new(1, slow).unwrap());
+    let token = AtomicLimiter::new(TokenBucket::new(slow, 1).unwrap());
+    let leaky = AtomicLimiter::new(LeakyBucket::new(slow, 1).unwrap());
     let gcra = AtomicLimiter::new(Gcra::new(slow, 1).unwrap());
     exhausted(&fixed);
     exhausted(&token);

@@ -63,7 +63,7 @@ fn run_with<C: Clock + Clone>(name: &str, allow: bool, clock: C, calls: u64) -> 
             calls,
         ),
         "token-bucket" => measured_loop(
-            &AtomicLimiter::with_clock(TokenBucket::new(limit, rate).ok()?, clock),
+            &AtomicLimiter::with_clock(TokenBucket::new(rate, limit).ok()?, clock),
             calls,
         ),
         "gcra" => measured_loop(

@@ -493,7 +493,7 @@ impl std::error::Error for ConfigError {}
 ///
 /// ```
 /// use floodgate::{AcquireError, AtomicLimiter, Limiter, TokenBucket, Rate};
-/// let bucket = AtomicLimiter::new(TokenBucket::new(5, Rate::per_second(5)).unwrap());
+/// let bucket = AtomicLimiter::new(TokenBucket::new(Rate::per_second(5), 5).unwrap());
 /// assert_eq!(
 ///     bucket.try_acquire(6).unwrap_err(),
 ///     AcquireError::ExceedsCapacity { requested: 6, capacity: 5 }

@@ -87,7 +87,7 @@
 //!
 //! ```
 //! use floodgate::{Keyed, Rate, TokenBucket};
-//! let per_user: Keyed<String, _> = Keyed::new(TokenBucket::new(20, Rate::per_second(5))?, 100_000)?;
+//! let per_user: Keyed<String, _> = Keyed::new(TokenBucket::new(Rate::per_second(5), 20)?, 100_000)?;
 //! assert!(per_user.try_acquire("alice", 1)?.is_allowed()); // &str looks up String keys
 //! assert_eq!(per_user.try_acquire("alice", 19)?.remaining(), 0); // 5/s, bursts of 20, per user
 //! assert!(!per_user.try_acquire("alice", 1)?.is_allowed() && per_user.try_acquire("bob", 1)?.is_allowed());
@@ -102,7 +102,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use floodgate::middleware::{KeyFn, MissingKey, Policy, RateLimitLayer};
 //! use floodgate::{Keyed, Rate, TokenBucket};
-//! let per_key: Keyed<Vec<u8>, _> = Keyed::new(TokenBucket::new(20, Rate::per_second(5))?, 100_000)?;
+//! let per_key: Keyed<Vec<u8>, _> = Keyed::new(TokenBucket::new(Rate::per_second(5), 20)?, 100_000)?;
 //! let api_key = KeyFn(|r: &http::Request<()>| Some(r.headers().get("x-api-key")?.as_bytes().to_vec()));
 //! let layer = RateLimitLayer::with_key(per_key, api_key).policy(Policy::new("per-key")?);
 //! let layer = layer.on_missing_key(MissingKey::Allow); // no key: unlimited (default: 500)

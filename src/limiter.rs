@@ -64,7 +64,7 @@ pub trait Limiter: Send + Sync {
     ///
     /// ```
     /// use floodgate::{AtomicLimiter, Limiter, Rate, TokenBucket};
-    /// let bucket = AtomicLimiter::new(TokenBucket::new(10, Rate::per_second(5))?);
+    /// let bucket = AtomicLimiter::new(TokenBucket::new(Rate::per_second(5), 10)?);
     /// bucket.set_limit(20)?;
     /// assert_eq!(bucket.limit(), 20); // the capacity, as every Decision reports it
     /// assert_eq!(bucket.algorithm().rate(), Rate::per_second(5)); // the rate is unchanged

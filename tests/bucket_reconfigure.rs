@@ -15,7 +15,7 @@ fn bucket(
     per_second: u32,
 ) -> (AtomicLimiter<TokenBucket, ManualClock>, ManualClock) {
     let clock = ManualClock::starting_at(SEC);
-    let b = TokenBucket::new(capacity, Rate::per_second(per_second)).unwrap();
+    let b = TokenBucket::new(Rate::per_second(per_second), capacity).unwrap();
     (AtomicLimiter::with_clock(b, clock.clone()), clock)
 }
 
@@ -141,7 +141,7 @@ fn racing_rate_and_capacity_setters_never_pass_the_burst_bound() {
     // (a 2^31 capacity at 1 permit per 2^32 ns) they would pass it. Whatever the interleaving,
     // the final configuration is valid, because each is validated against the other's result.
     for _ in 0..50 {
-        let b = Arc::new(TokenBucket::new(2, Rate::per_second(1)).unwrap());
+        let b = Arc::new(TokenBucket::new(Rate::per_second(1), 2).unwrap());
         let slow = Rate::new(1, Duration::from_nanos(1 << 32));
         let (b1, b2) = (b.clone(), b.clone());
         let t1 = std::thread::spawn(move || b1.set_rate(slow, 0).is_ok());
@@ -160,7 +160,7 @@ fn a_far_future_clock_read_freezes_the_bucket_for_at_most_one_refill() {
     assert!(b.try_acquire(5).unwrap().is_allowed());
     clock.set(2 * SEC); // back to the present (the time floor is the lead's; reset it here)
     let fresh = AtomicLimiter::with_clock(
-        TokenBucket::new(5, Rate::per_second(10)).unwrap(),
+        TokenBucket::new(Rate::per_second(10), 5).unwrap(),
         clock.clone(),
     );
     // Replay the far-future word through the pure decision: the same algorithm, present time.
@@ -250,7 +250,7 @@ proptest! {
         let clock = ManualClock::starting_at(SEC);
         let interval = 50_000u64;
         let b = AtomicLimiter::with_clock(
-            TokenBucket::new(5, Rate::new(1, Duration::from_nanos(interval))).unwrap(),
+            TokenBucket::new(Rate::new(1, Duration::from_nanos(interval)), 5).unwrap(),
             clock.clone(),
         );
         let mut m = Model { num: 0, den: 1, interval: i128::from(interval), capacity: 5, fresh: true };

@@ -32,7 +32,7 @@ fn on_clock<A: floodgate::Algorithm>(
 
 #[test]
 fn token_bucket_exact_sequence() {
-    let (b, clock) = on_clock(TokenBucket::new(3, Rate::per_second(10)).unwrap(), 5 * SEC);
+    let (b, clock) = on_clock(TokenBucket::new(Rate::per_second(10), 3).unwrap(), 5 * SEC);
     assert_eq!(take(&b, 1), (true, 2, 0, 100 * MS));
     assert_eq!(take(&b, 1), (true, 1, 0, 200 * MS));
     assert_eq!(take(&b, 1), (true, 0, 0, 300 * MS));
@@ -50,7 +50,7 @@ fn token_bucket_exact_sequence() {
 fn fractional_refill_is_never_lost_however_often_it_is_checked() {
     // 7 tokens per second: 142_857_143 ns a token (rounded once). Poll every 10 µs for 2 s,
     // taking a token whenever one is whole: exactly the tokens that accrued, no drift.
-    let (b, clock) = on_clock(TokenBucket::new(10, Rate::per_second(7)).unwrap(), 0);
+    let (b, clock) = on_clock(TokenBucket::new(Rate::per_second(7), 10).unwrap(), 0);
     assert!(take(&b, 10).0);
     let mut admitted = 0u64;
     for _ in 0..200_000 {
@@ -67,7 +67,7 @@ fn fractional_refill_is_never_lost_however_often_it_is_checked() {
 
 #[test]
 fn leaky_bucket_meter_sequence() {
-    let (m, clock) = on_clock(LeakyBucket::new(4, Rate::per_second(2)).unwrap(), 0);
+    let (m, clock) = on_clock(LeakyBucket::new(Rate::per_second(2), 4).unwrap(), 0);
     assert_eq!(take(&m, 3), (true, 1, 0, 1500 * MS));
     assert_eq!(take(&m, 2), (false, 1, 500 * MS, 1500 * MS)); // would overflow: pours nothing
     clock.advance_nanos(500 * MS);
@@ -97,7 +97,7 @@ fn gcra_matches_governor_semantics() {
 
 #[test]
 fn set_rate_mid_stream_keeps_the_debt_in_permits() {
-    let (b, clock) = on_clock(TokenBucket::new(2, Rate::per_second(1)).unwrap(), 0);
+    let (b, clock) = on_clock(TokenBucket::new(Rate::per_second(1), 2).unwrap(), 0);
     assert!(take(&b, 2).0); // 2 permits of debt
     b.algorithm().set_rate(Rate::per_second(10), 0).unwrap();
     assert_eq!(b.algorithm().rate(), Rate::per_second(10));
@@ -131,15 +131,15 @@ fn bad_requests_and_settings() {
     );
     assert!(g.acquire(6).is_err(), "no wait forever for the impossible");
     assert_eq!(
-        TokenBucket::new(0, Rate::per_second(1)).unwrap_err(),
+        TokenBucket::new(Rate::per_second(1), 0).unwrap_err(),
         ConfigError::ZeroLimit
     );
     assert_eq!(
-        TokenBucket::new(1, Rate::per_second(0)).unwrap_err(),
+        TokenBucket::new(Rate::per_second(0), 1).unwrap_err(),
         ConfigError::ZeroLimit
     );
     assert_eq!(
-        LeakyBucket::new(1, Rate::new(1, Duration::ZERO)).unwrap_err(),
+        LeakyBucket::new(Rate::new(1, Duration::ZERO), 1).unwrap_err(),
         ConfigError::ZeroPeriod
     );
     assert_eq!(
@@ -153,7 +153,7 @@ fn bad_requests_and_settings() {
         ConfigError::DurationOverflow
     );
     assert_eq!(
-        TokenBucket::new(u32::MAX, Rate::per_hour(1)).unwrap_err(),
+        TokenBucket::new(Rate::per_hour(1), u32::MAX).unwrap_err(),
         ConfigError::DurationOverflow
     );
     assert_eq!(g.set_limit(0), Err(ConfigError::ZeroLimit));
@@ -187,7 +187,7 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
     clock.set(10 * SEC - 3);
     assert_eq!(take(&g, 1), (true, 0, 0, 200 * MS));
     // A skew of 1.6 s (seen on unsynchronized TSCs): the burst is still all there.
-    let (b, clock) = on_clock(TokenBucket::new(5, Rate::per_second(1)).unwrap(), 100 * SEC);
+    let (b, clock) = on_clock(TokenBucket::new(Rate::per_second(1), 5).unwrap(), 100 * SEC);
     assert!(take(&b, 1).0);
     clock.set(100 * SEC - 1600 * MS);
     assert_eq!(take(&b, 4), (true, 0, 0, 5 * SEC));
@@ -200,7 +200,7 @@ fn the_end_of_the_timeline_denies_instead_of_wrapping() {
     // last one is 2^62 − 1 ns, the year 2116 on the Unix timeline.
     let end: u64 = (1 << 62) - 1;
     let (b, clock) = on_clock(
-        TokenBucket::new(2, Rate::per_second(1)).unwrap(),
+        TokenBucket::new(Rate::per_second(1), 2).unwrap(),
         end - 3 * SEC,
     );
     assert!(take(&b, 2).0);
@@ -238,7 +238,7 @@ fn acquire_and_try_acquire_for_sleep_exactly() {
 #[test]
 fn rate_reads_back_as_set_even_when_the_interval_rounds() {
     // 3 per 2 s: 666_666_667 ns a permit (rounded); the rate still reads back as 3 per 2 s.
-    let bucket = TokenBucket::new(10, Rate::new(3, Duration::from_secs(2))).unwrap();
+    let bucket = TokenBucket::new(Rate::new(3, Duration::from_secs(2)), 10).unwrap();
     assert_eq!(bucket.nanos_per_permit(), 666_666_667);
     assert_eq!(bucket.rate(), Rate::new(3, Duration::from_secs(2)));
     bucket

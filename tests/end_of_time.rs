@@ -66,10 +66,10 @@ fn buckets_acquire_ends_at_the_end_of_time() {
         AtomicLimiter::with_clock(Gcra::new(Rate::per_second(2), 2).unwrap(), c)
     });
     exhausted_at_the_end_of_time(|c| {
-        AtomicLimiter::with_clock(TokenBucket::new(2, Rate::per_second(1)).unwrap(), c)
+        AtomicLimiter::with_clock(TokenBucket::new(Rate::per_second(1), 2).unwrap(), c)
     });
     exhausted_at_the_end_of_time(|c| {
-        AtomicLimiter::with_clock(LeakyBucket::new(2, Rate::per_second(1)).unwrap(), c)
+        AtomicLimiter::with_clock(LeakyBucket::new(Rate::per_second(1), 2).unwrap(), c)
     });
 }
 

@@ -13,7 +13,7 @@ fn the_longest_period_and_the_largest_amount_round_without_overflow() {
     let rate = Rate::new(u32::MAX, Duration::from_nanos(u64::MAX));
     // u64::MAX / u32::MAX = 4_294_967_297 exactly.
     assert_eq!(rate.nanos_per_permit().unwrap(), 4_294_967_297);
-    assert!(TokenBucket::new(1, rate).is_ok());
+    assert!(TokenBucket::new(rate, 1).is_ok());
     // Rounding that would change the rate by more than 0.1% is refused, naming the result:
     // 1.67 ns → 2 (−17%), 1.25 ns → 1 (+25%), 600,000,000/s → 2 ns (−17%).
     for (rate, rounded) in [
@@ -30,7 +30,7 @@ fn the_longest_period_and_the_largest_amount_round_without_overflow() {
                 nanos_per_permit: rounded,
             })
         );
-        assert!(TokenBucket::new(1, rate).is_err());
+        assert!(TokenBucket::new(rate, 1).is_err());
     }
     let message = Rate::new(3, Duration::from_nanos(4))
         .nanos_per_permit()

@@ -122,7 +122,7 @@ where
 
 fn token_bucket(clock: &ManualClock) -> Keyed<IpKey, TokenBucket, ManualClock> {
     // 2 permits, one more every 1.5 s.
-    Keyed::builder(TokenBucket::new(2, Rate::new(2, Duration::from_secs(3))).unwrap())
+    Keyed::builder(TokenBucket::new(Rate::new(2, Duration::from_secs(3)), 2).unwrap())
         .clock(clock.clone())
         .build()
         .unwrap()
@@ -808,9 +808,9 @@ async fn retry_after_is_never_earlier_than_t_for_every_algorithm() {
         "sliding",
     )
     .await;
-    exercise(TokenBucket::new(3, rate).unwrap(), "token").await;
+    exercise(TokenBucket::new(rate, 3).unwrap(), "token").await;
     exercise(Gcra::new(rate, 3).unwrap(), "gcra").await;
-    exercise(LeakyBucket::new(3, rate).unwrap(), "leaky").await;
+    exercise(LeakyBucket::new(rate, 3).unwrap(), "leaky").await;
 }
 
 /// axum, in-process: each route with its own limiter and policy, one router-wide layer over

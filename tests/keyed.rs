@@ -61,11 +61,11 @@ fn time_word_algorithms_per_key() {
         .build()
         .unwrap();
     let bucket: Keyed<u64, _, _> =
-        Keyed::builder(TokenBucket::new(5, Rate::per_second(5)).unwrap())
+        Keyed::builder(TokenBucket::new(Rate::per_second(5), 5).unwrap())
             .clock(clock.clone())
             .build()
             .unwrap();
-    let leaky: Keyed<u64, _, _> = Keyed::builder(LeakyBucket::new(2, Rate::per_second(4)).unwrap())
+    let leaky: Keyed<u64, _, _> = Keyed::builder(LeakyBucket::new(Rate::per_second(4), 2).unwrap())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -111,7 +111,7 @@ fn time_word_algorithms_per_key() {
 #[test]
 fn a_full_shard_of_live_keys_refuses_new_keys_until_one_goes_idle() {
     let clock = ManualClock::new();
-    let one_per_10s = TokenBucket::new(1, Rate::new(1, Duration::from_secs(10))).unwrap();
+    let one_per_10s = TokenBucket::new(Rate::new(1, Duration::from_secs(10)), 1).unwrap();
     let keyed: Keyed<u32, _, _> = Keyed::builder(one_per_10s)
         .clock(clock.clone())
         .max_keys(2)
@@ -153,7 +153,7 @@ fn a_full_shard_of_live_keys_refuses_new_keys_until_one_goes_idle() {
 fn idle_keys_go_before_live_ones_and_the_least_used_live_key_goes_first() {
     let clock = ManualClock::new();
     let keyed: Keyed<&'static str, _, _> =
-        Keyed::builder(TokenBucket::new(10, Rate::per_second(1)).unwrap())
+        Keyed::builder(TokenBucket::new(Rate::per_second(1), 10).unwrap())
             .clock(clock.clone())
             .max_keys(3)
             .shards(1)
@@ -258,7 +258,7 @@ fn bad_configurations_are_errors() {
 #[test]
 fn penalty_box_blocks_repeat_offenders_per_key() {
     let clock = ManualClock::new();
-    let keyed = Keyed::builder(TokenBucket::new(2, Rate::per_second(1)).unwrap())
+    let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(1), 2).unwrap())
         .clock(clock.clone())
         .build_with_penalty::<IpKey>(
             PenaltyBox::new(3, Duration::from_secs(10), Duration::from_secs(60)).unwrap(),

@@ -35,7 +35,7 @@ fn run(
             when_full,
         ),
         Kind::Bucket => check_against_model(
-            || TokenBucket::new(3, Rate::per_second(400)).unwrap(),
+            || TokenBucket::new(Rate::per_second(400), 3).unwrap(),
             ops,
             cap,
             when_full,

@@ -133,8 +133,8 @@ proptest! {
         let rate = Rate::new(amount, Duration::from_millis(period_ms));
         let clock = ManualClock::starting_at(start);
         let limiter: Box<dyn Limiter> = match kind {
-            0 => Box::new(AtomicLimiter::with_clock(TokenBucket::new(capacity, rate).unwrap(), clock.clone())),
-            1 => Box::new(AtomicLimiter::with_clock(LeakyBucket::new(capacity, rate).unwrap(), clock.clone())),
+            0 => Box::new(AtomicLimiter::with_clock(TokenBucket::new(rate, capacity).unwrap(), clock.clone())),
+            1 => Box::new(AtomicLimiter::with_clock(LeakyBucket::new(rate, capacity).unwrap(), clock.clone())),
             _ => Box::new(AtomicLimiter::with_clock(Gcra::new(rate, capacity).unwrap(), clock.clone())),
         };
         let interval = rate.nanos_per_permit().unwrap();

@@ -63,8 +63,8 @@ fn fixed_windows_admit_exactly_the_limit() {
 fn buckets_admit_exactly_their_capacity() {
     let rate = Rate::per_second(1);
     let clock = ManualClock::starting_at(5_000_000_000);
-    let token = AtomicLimiter::with_clock(TokenBucket::new(10_000, rate).unwrap(), clock.clone());
-    let leaky = AtomicLimiter::with_clock(LeakyBucket::new(10_000, rate).unwrap(), clock.clone());
+    let token = AtomicLimiter::with_clock(TokenBucket::new(rate, 10_000).unwrap(), clock.clone());
+    let leaky = AtomicLimiter::with_clock(LeakyBucket::new(rate, 10_000).unwrap(), clock.clone());
     let gcra = AtomicLimiter::with_clock(Gcra::new(rate, 10_000).unwrap(), clock.clone());
     for (name, admitted, left) in [
         ("token", hammer(&token), token.available()),

@@ -320,8 +320,8 @@ fn targets() -> Vec<Target> {
                 Box::new(One {
                     limiter: AtomicLimiter::with_clock(
                         TokenBucket::new(
-                            CAPACITIES[0],
                             Rate::new(BUCKET_AMOUNTS[0], BUCKET_PERIOD),
+                            CAPACITIES[0],
                         )
                         .unwrap(),
                         c,
@@ -339,8 +339,8 @@ fn targets() -> Vec<Target> {
                 Box::new(One {
                     limiter: AtomicLimiter::with_clock(
                         LeakyBucket::new(
-                            CAPACITIES[0],
                             Rate::new(BUCKET_AMOUNTS[0], BUCKET_PERIOD),
+                            CAPACITIES[0],
                         )
                         .unwrap(),
                         c,

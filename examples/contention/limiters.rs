@@ -82,12 +82,12 @@ pub fn entries() -> Vec<Entry> {
         },
         Entry {
             name: "token-bucket",
-            build: |q, c| boxed(TokenBucket::new(q.limit, rate(q))?, c),
+            build: |q, c| boxed(TokenBucket::new(rate(q), q.limit)?, c),
             bound: bucket_bound,
         },
         Entry {
             name: "leaky-bucket",
-            build: |q, c| boxed(LeakyBucket::new(q.limit, rate(q))?, c),
+            build: |q, c| boxed(LeakyBucket::new(rate(q), q.limit)?, c),
             bound: bucket_bound,
         },
         Entry {

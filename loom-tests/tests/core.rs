@@ -56,7 +56,7 @@ fn fixed_window_admits_exactly_the_limit() {
 
 #[test]
 fn token_bucket_admits_exactly_its_capacity() {
-    three_takers_of_two(|| TokenBucket::new(2, Rate::per_second(1)).unwrap());
+    three_takers_of_two(|| TokenBucket::new(Rate::per_second(1), 2).unwrap());
 }
 
 #[test]
@@ -139,7 +139,7 @@ fn leaky_bucket_batches_never_overflow() {
     // exactly the admitted units.
     model(|| {
         let limiter = Arc::new(AtomicLimiter::with_clock(
-            LeakyBucket::new(3, Rate::new(1, Duration::from_nanos(10))).unwrap(),
+            LeakyBucket::new(Rate::new(1, Duration::from_nanos(10)), 3).unwrap(),
             ManualClock::starting_at(50),
         ));
         let spawn = |n: u32| {

@@ -45,7 +45,7 @@ macro_rules! bucket {
     ($ty:ident, $make:expr) => {
         impl Bucket for $ty {
             fn make(capacity: u32, rate: Rate) -> Self {
-                $make(capacity, rate).unwrap()
+                $make(rate, capacity).unwrap()
             }
             fn change_rate(&self, rate: Rate, now: u64) {
                 self.set_rate(rate, now).unwrap()
@@ -58,7 +58,7 @@ macro_rules! bucket {
 }
 bucket!(TokenBucket, TokenBucket::new);
 bucket!(LeakyBucket, LeakyBucket::new);
-bucket!(Gcra, |c, r| Gcra::new(r, c));
+bucket!(Gcra, Gcra::new);
 
 type Lim<B> = AtomicLimiter<B, ModelClock>;
 

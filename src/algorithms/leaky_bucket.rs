@@ -15,7 +15,7 @@ use crate::decision::{ConfigError, Rate};
 /// use std::time::Duration;
 /// let clock = ManualClock::new();
 /// let meter = AtomicLimiter::with_clock(
-///     LeakyBucket::new(3, Rate::per_second(1)).unwrap(),
+///     LeakyBucket::new(Rate::per_second(1), 3).unwrap(),
 ///     clock.clone(),
 /// );
 /// assert!(meter.try_acquire(3).unwrap().is_allowed()); // full to the brim
@@ -36,9 +36,9 @@ impl LeakyBucket {
     ///
     /// ```
     /// use floodgate::{LeakyBucket, Rate};
-    /// assert!(LeakyBucket::new(0, Rate::per_second(1)).is_err());
+    /// assert!(LeakyBucket::new(Rate::per_second(1), 0).is_err());
     /// ```
-    pub fn new(capacity: u32, leak: Rate) -> Result<Self, ConfigError> {
+    pub fn new(leak: Rate, capacity: u32) -> Result<Self, ConfigError> {
         Ok(LeakyBucket {
             core: VirtualTime::new(leak, capacity)?,
         })

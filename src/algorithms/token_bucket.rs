@@ -14,7 +14,7 @@ use crate::decision::{ConfigError, Rate};
 /// use std::time::Duration;
 /// let clock = ManualClock::new();
 /// let bucket = AtomicLimiter::with_clock(
-///     TokenBucket::new(10, Rate::per_second(5)).unwrap(),
+///     TokenBucket::new(Rate::per_second(5), 10).unwrap(),
 ///     clock.clone(),
 /// );
 /// assert_eq!(bucket.try_acquire(10).unwrap().remaining(), 0);
@@ -38,10 +38,10 @@ impl TokenBucket {
     ///
     /// ```
     /// use floodgate::{Rate, TokenBucket};
-    /// let b = TokenBucket::new(100, Rate::per_second(10)).unwrap();
+    /// let b = TokenBucket::new(Rate::per_second(10), 100).unwrap();
     /// assert_eq!(b.nanos_per_permit(), 100_000_000);
     /// ```
-    pub fn new(capacity: u32, refill: Rate) -> Result<Self, ConfigError> {
+    pub fn new(refill: Rate, capacity: u32) -> Result<Self, ConfigError> {
         Ok(TokenBucket {
             core: VirtualTime::new(refill, capacity)?,
         })

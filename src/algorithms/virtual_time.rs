@@ -574,7 +574,7 @@ macro_rules! time_word_algorithm {
             /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{AtomicLimiter, Clock, Limiter, ManualClock, Rate, TokenBucket};
             /// let clock = ManualClock::new();
-            /// let b = AtomicLimiter::with_clock(TokenBucket::new(10, Rate::per_second(10))?, clock.clone());
+            /// let b = AtomicLimiter::with_clock(TokenBucket::new(Rate::per_second(10), 10)?, clock.clone());
             /// assert!(b.try_acquire(10)?.is_allowed()); // drained: 1 s of debt at 10/s
             /// b.algorithm().set_rate(Rate::per_second(1), clock.now_nanos())?;
             /// assert!(!b.try_acquire(1)?.is_allowed()); // still 10 permits of debt, now at 1/s
@@ -604,7 +604,7 @@ macro_rules! time_word_algorithm {
             /// ```
             /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{ConfigError, Rate, TokenBucket};
-            /// let b = TokenBucket::new(10, Rate::per_second(5))?;
+            /// let b = TokenBucket::new(Rate::per_second(5), 10)?;
             /// b.set_capacity(3, 0)?;
             /// assert_eq!(b.capacity(), 3);
             /// assert_eq!(b.set_capacity(0, 0), Err(ConfigError::ZeroLimit));
@@ -620,7 +620,7 @@ macro_rules! time_word_algorithm {
             /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{Rate, TokenBucket};
             /// use std::time::Duration;
-            /// let b = TokenBucket::new(10, Rate::new(4, Duration::from_secs(2)))?;
+            /// let b = TokenBucket::new(Rate::new(4, Duration::from_secs(2)), 10)?;
             /// assert_eq!(b.rate(), Rate::new(4, Duration::from_secs(2)));
             /// # Ok::<(), floodgate::ConfigError>(())
             /// ```
@@ -633,7 +633,7 @@ macro_rules! time_word_algorithm {
             /// ```
             /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{Rate, TokenBucket};
-            /// let b = TokenBucket::new(10, Rate::per_second(5))?;
+            /// let b = TokenBucket::new(Rate::per_second(5), 10)?;
             /// assert_eq!(b.capacity(), 10);
             /// # Ok::<(), floodgate::ConfigError>(())
             /// ```
@@ -646,7 +646,7 @@ macro_rules! time_word_algorithm {
             /// ```
             /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{Rate, TokenBucket};
-            /// let b = TokenBucket::new(10, Rate::per_second(3))?;
+            /// let b = TokenBucket::new(Rate::per_second(3), 10)?;
             /// assert_eq!(b.nanos_per_permit(), 333_333_333); // 1 s / 3, rounded to nearest
             /// # Ok::<(), floodgate::ConfigError>(())
             /// ```

@@ -55,7 +55,7 @@ impl fmt::Display for IpKey {
 /// use floodgate::{IpKeyer, Keyed, ManualClock, TokenBucket, Rate};
 /// let keyer = IpKeyer::new().with_ipv6_prefix(56)?; // group IPv6 clients by /56
 /// let per_ip: Keyed<floodgate::IpKey, _, _> =
-///     Keyed::builder(TokenBucket::new(1, Rate::per_second(1))?)
+///     Keyed::builder(TokenBucket::new(Rate::per_second(1), 1)?)
 ///         .clock(ManualClock::new())
 ///         .build()?;
 /// assert!(per_ip.try_acquire(&keyer.key("2001:db8:0:1::1".parse()?), 1)?.is_allowed());

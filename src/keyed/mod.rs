@@ -32,7 +32,7 @@
 //! ```
 //! use floodgate::{Keyed, ManualClock, Rate, TokenBucket};
 //! let clock = ManualClock::new();
-//! let per_user: Keyed<String, _, _> = Keyed::builder(TokenBucket::new(2, Rate::per_second(1))?)
+//! let per_user: Keyed<String, _, _> = Keyed::builder(TokenBucket::new(Rate::per_second(1), 2)?)
 //!     .clock(clock.clone())
 //!     .max_keys(10_000)
 //!     .build()?;

@@ -204,7 +204,7 @@ impl<L, X> RateLimitLayer<L, X> {
     /// ```
     /// use floodgate::middleware::RateLimitLayer;
     /// use floodgate::{Keyed, Rate, TokenBucket};
-    /// let per_ip = Keyed::new(TokenBucket::new(10, Rate::per_second(5))?, 1_000)?;
+    /// let per_ip = Keyed::new(TokenBucket::new(Rate::per_second(5), 10)?, 1_000)?;
     /// let layer = RateLimitLayer::per_ip(per_ip);
     /// assert!(layer.clone().permits_per_request(0).is_err());
     /// assert!(layer.clone().permits_per_request(11).is_err()); // above the bucket: never granted

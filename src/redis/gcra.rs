@@ -20,7 +20,7 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcr
 /// use floodgate::Rate;
 /// let g = Gcra::new(Rate::per_second(10), 20).unwrap();
 /// assert_eq!(g.capacity(), 20);
-/// let bucket = Gcra::token_bucket(100, Rate::per_second(3)).unwrap();
+/// let bucket = Gcra::token_bucket(Rate::per_second(3), 100).unwrap();
 /// assert_eq!(bucket.micros_per_permit(), 333_333);
 /// assert!(Gcra::new(Rate::per_second(2_000_000), 1).is_err()); // finer than 1 µs
 /// ```
@@ -95,11 +95,11 @@ impl Gcra {
     ///
     /// ```
     /// use floodgate::{redis::Gcra, Rate};
-    /// let bucket = Gcra::token_bucket(50, Rate::per_second(5))?;
+    /// let bucket = Gcra::token_bucket(Rate::per_second(5), 50)?;
     /// assert_eq!((bucket.capacity(), bucket.rate()), (50, Rate::per_second(5)));
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
-    pub fn token_bucket(capacity: u32, refill: Rate) -> Result<Self, ConfigError> {
+    pub fn token_bucket(refill: Rate, capacity: u32) -> Result<Self, ConfigError> {
         Self::new(refill, capacity)
     }
 
