@@ -64,7 +64,8 @@ pub(crate) struct Hot {
     pub(crate) tau: u64,
     /// The short path serves times in `fast_from..=fast_until`: from the later of the change
     /// instant and the settle time (so neither moves the time or the word), to a time early
-    /// enough that `now + 2·tau + H` stays below the end of the timeline.
+    /// enough that `now + 2·tau + H` stays below the end of the timeline (none at all, an empty
+    /// range, when no time is that early).
     pub(crate) fast_from: u64,
     pub(crate) fast_until: u64,
 }
@@ -72,14 +73,22 @@ pub(crate) struct Hot {
 impl Hot {
     fn of(snapshot: &Snapshot) -> Self {
         let tau = snapshot.capacity.saturating_mul(snapshot.interval);
+        let fast_until = tau
+            .checked_mul(2)
+            .and_then(|two_tau| two_tau.checked_add(MAX_CLOCK_LAG_NANOS))
+            .and_then(|reach| super::virtual_time::END_OF_TIME.checked_sub(reach));
+        // No time is far enough from the end (tau ≥ 2^61 or so): serve none. A saturated
+        // `fast_until` of 0 would serve `now = 0`, where a booking may pass the end of time.
+        let (fast_from, fast_until) = match fast_until {
+            Some(until) => (snapshot.changed_at.max(snapshot.settled_at), until),
+            None => (u64::MAX, 0),
+        };
         Hot {
             interval: snapshot.interval,
             capacity: snapshot.capacity,
             tau,
-            fast_from: snapshot.changed_at.max(snapshot.settled_at),
-            fast_until: super::virtual_time::END_OF_TIME
-                .saturating_sub(tau.saturating_mul(2))
-                .saturating_sub(MAX_CLOCK_LAG_NANOS),
+            fast_from,
+            fast_until,
         }
     }
 }

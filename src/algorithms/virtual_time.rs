@@ -740,6 +740,37 @@ mod tests {
         }
     }
 
+    /// A burst window `capacity × interval` of 2^61 or more (up to its bound 2^62): `now + 2·tau + H`
+    /// passes the end of time for every `now`, so the short path must serve no time at all, not
+    /// `now = 0` (a saturated `fast_until`). At 2^62 the engine denies a booking of 2^62 (past
+    /// END_OF_TIME) that the short path admitted, writing the time into the generation bits.
+    #[test]
+    fn short_path_serves_no_time_when_the_burst_window_nears_the_end_of_time() {
+        let third = (1u64 << 62) / 3; // 3 × third = 2^62 − 1 = END_OF_TIME
+        for (interval, capacity, n, state) in [
+            (1u64 << 31, 1u32 << 31, 1u32 << 31, 0u64),
+            (1 << 62, 1, 1, 0),
+            (1 << 61, 2, 2, 0),
+            (third, 3, 1, END_OF_TIME),
+            (third, 3, 3, 0),
+        ] {
+            let core =
+                VirtualTime::new(Rate::new(1, Duration::from_nanos(interval)), capacity).unwrap();
+            let (word_a, floor_a) = (AtomicU64::new(state), AtomicU64::new(0));
+            let (word_b, floor_b) = (AtomicU64::new(state), AtomicU64::new(0));
+            let short = core.acquire_word(&word_a, &floor_a, || 0, n);
+            let general = core
+                .decider(n)
+                .map(|decide| update_at(&word_b, &floor_b, || 0, decide));
+            assert_eq!(
+                short, general,
+                "interval {interval}, capacity {capacity}, n {n}"
+            );
+            assert_eq!(word_a.into_inner(), word_b.into_inner());
+            assert_eq!(floor_a.into_inner(), floor_b.into_inner());
+        }
+    }
+
     #[test]
     fn overflow_at_the_end_of_time_is_denied_not_wrapped() {
         // tat near the end of the timeline: a further request would pass it.
