@@ -35,6 +35,10 @@ pub(crate) struct Snapshot {
     /// Every state word written four or more generations before this one is full by this time,
     /// read in this generation's units (0 while there is none).
     pub(crate) settled_at: u64,
+    /// The latest change instant `settled_at` was computed at (its own and the conversions'):
+    /// a settle bound from an instant more than the lag horizon ahead of a reader's clock was
+    /// made from a leaping clock read and is not obeyed, as a leaped `changed_at` is not.
+    pub(crate) settled_by: u64,
 }
 
 #[derive(Debug)]
@@ -46,6 +50,7 @@ struct Slot {
     amount: AtomicU64,
     changed_at: AtomicU64,
     settled_at: AtomicU64,
+    settled_by: AtomicU64,
     /// Derived at write time for the short decision path: see [`Hot`].
     tau: AtomicU64,
     fast_from: AtomicU64,
@@ -115,6 +120,7 @@ impl ConfigStore {
                 amount: AtomicU64::new(0),
                 changed_at: AtomicU64::new(0),
                 settled_at: AtomicU64::new(0),
+                settled_by: AtomicU64::new(0),
                 tau: AtomicU64::new(0),
                 fast_from: AtomicU64::new(0),
                 fast_until: AtomicU64::new(0),
@@ -150,6 +156,7 @@ impl ConfigStore {
             amount: slot.amount.load(Ordering::Relaxed),
             changed_at: slot.changed_at.load(Ordering::Relaxed),
             settled_at: slot.settled_at.load(Ordering::Relaxed),
+            settled_by: slot.settled_by.load(Ordering::Relaxed),
         };
         // Acquire fence: pairs with the Release fence in `write_slot`; if any field load above
         // saw a value of a later write, the stamp load below sees that write's WRITING or newer.
@@ -249,6 +256,8 @@ impl ConfigStore {
             .store(snapshot.changed_at, Ordering::Relaxed);
         slot.settled_at
             .store(snapshot.settled_at, Ordering::Relaxed);
+        slot.settled_by
+            .store(snapshot.settled_by, Ordering::Relaxed);
         let hot = Hot::of(snapshot);
         slot.tau.store(hot.tau, Ordering::Relaxed);
         slot.fast_from.store(hot.fast_from, Ordering::Relaxed);

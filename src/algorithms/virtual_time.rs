@@ -69,6 +69,8 @@ pub(crate) struct VirtualTime {
 struct Settle {
     /// Generations `g−3`, `g−2`, `g−1`.
     recent: [u64; 3],
+    /// For each bound in `recent`, the latest change instant it was computed at.
+    recent_by: [u64; 3],
 }
 
 /// Converts a time word written under `(prev_interval, prev_capacity)` across a change at `at`
@@ -197,6 +199,7 @@ impl VirtualTime {
                 amount: u64::from(rate.amount()),
                 changed_at: 0,
                 settled_at: 0,
+                settled_by: 0,
             }),
             settle: Mutex::new(Settle::default()),
         })
@@ -276,11 +279,16 @@ impl VirtualTime {
                 .saturating_add(MAX_CLOCK_LAG_NANOS)
                 .saturating_add(current.capacity * current.interval);
             let [g3, g2, g1] = settle.recent;
+            let [b3, b2, b1] = settle.recent_by;
             let settled_at = conv(current.settled_at.max(g3));
+            // Each bound converted now was also computed at `at`.
+            let settled_by = current.settled_by.max(b3).max(at);
             settle.recent = [conv(g2), conv(g1), conv(ending)];
+            settle.recent_by = [b2.max(at), b1.max(at), at];
             Ok(Some(Snapshot {
                 changed_at: at,
                 settled_at,
+                settled_by,
                 ..next
             }))
         })
@@ -453,7 +461,13 @@ impl VirtualTime {
         if behind != 0 {
             tat = self.convert_from(current, tat, behind)?;
         }
-        if now < current.settled_at {
+        // A settle bound computed at a change instant beyond the lag horizon came from a leaping
+        // clock read (as `since_change` judges a change instant): not obeyed, so one leaped
+        // setter read cannot hold every word in debt until real time reaches it. Words four or
+        // more generations old are then read as they are, in this generation's units: at most
+        // the leap's one capacity (a word beyond the horizon still reads as empty now).
+        if now < current.settled_at && current.settled_by <= now.saturating_add(MAX_CLOCK_LAG_NANOS)
+        {
             tat = tat.max(current.settled_at);
         }
         Some(tat)
@@ -782,6 +796,7 @@ mod tests {
             amount: 1,
             changed_at: 0,
             settled_at: 0,
+            settled_by: 0,
         };
         let step = decide_tat(END_OF_TIME - 5, END_OF_TIME - 10, &Terms::new(snapshot, 1));
         assert!(!step.decision.is_allowed());
