@@ -17,6 +17,24 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// The problem type of a `503` denial: the server's capacity is exhausted for now, as an
 /// [`InFlightLayer`](super::InFlightLayer) answers by default (draft-11, section "Problem
 /// Types").
+///
+/// ```
+/// use floodgate::concurrency::InFlight;
+/// use floodgate::middleware::{InFlightLayer, TEMPORARY_REDUCED_CAPACITY};
+/// use http_body_util::BodyExt;
+/// use tower::{Layer, ServiceExt};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let ok = tower::service_fn(|_: http::Request<()>| async {
+/// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
+/// # });
+/// let service = InFlightLayer::global(InFlight::new(1)?).layer(ok);
+/// let _held = service.clone().oneshot(http::Request::new(())).await?;
+/// let body = service.oneshot(http::Request::new(())).await?.into_body().collect().await?;
+/// let body = String::from_utf8(body.to_bytes().to_vec())?;
+/// assert!(body.contains(TEMPORARY_REDUCED_CAPACITY) && body.contains(r#""status":503"#));
+/// # Ok(()) }
+/// ```
 pub const TEMPORARY_REDUCED_CAPACITY: &str =
     "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
 
