@@ -102,6 +102,42 @@ pub mod loom_internals {
     pub use crate::packed::unpack_window;
     use crate::sync::AtomicU64;
 
+    /// The sample windows of `AdaptiveInFlight`, driven with raw samples.
+    #[derive(Debug)]
+    pub struct WindowProbe(crate::concurrency::adaptive::window::Windows);
+
+    impl WindowProbe {
+        /// Windows of `duration_nanos` that need `min_samples`, the first opening at `now`.
+        pub fn new(duration_nanos: u64, min_samples: u32, now: u64) -> Self {
+            let window = crate::concurrency::adaptive::SampleWindow::new(
+                std::time::Duration::from_nanos(duration_nanos),
+                min_samples,
+            )
+            .expect("a valid window");
+            WindowProbe(crate::concurrency::adaptive::window::Windows::new(
+                window, now,
+            ))
+        }
+
+        /// Records a sample of `rtt_nanos` taken at `now`: the number of samples of the
+        /// window this call closed, if it closed one.
+        pub fn record(&self, rtt_nanos: u64, now: u64) -> Option<u32> {
+            let sample = crate::concurrency::adaptive::Sample {
+                rtt_nanos,
+                in_flight: 1,
+                dropped: false,
+            };
+            self.0
+                .record(&sample, now)
+                .map(crate::concurrency::adaptive::window::count)
+        }
+
+        /// Samples in the open window.
+        pub fn open_count(&self) -> u32 {
+            self.0.open_count()
+        }
+    }
+
     /// The engine's CAS loop (`limiter::update`).
     pub fn update(word: &AtomicU64, decide: impl FnMut(u64) -> Step) -> Decision {
         crate::limiter::update(word, decide)

@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use floodgate::async_acquire::Fair;
 use floodgate::{
     AcquireError, AsyncLimiter, AtomicLimiter, Clock, ConfigError, Decision, FixedWindow, Gcra,
-    Keyed, Limiter, ManualClock, Rate, TokioClock,
+    Keyed, Limiter, ManualClock, Rate, TokenBucket, TokioClock,
 };
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
@@ -286,4 +288,130 @@ async fn keyed_dropped_waiter_consumes_nothing() {
     let decision = keyed.peek(&1, 1).unwrap();
     assert!(decision.is_allowed());
     assert_eq!(decision.remaining(), 0); // the one permit of burst 1 is there to take
+}
+
+/// A token bucket of 10, one token per 100 ms, on tokio's paused time, emptied at t = 0.
+async fn empty_bucket() -> AtomicLimiter<TokenBucket, TokioClock> {
+    let bucket = TokenBucket::new(Rate::per_second(10), 10).unwrap();
+    let limiter = AtomicLimiter::with_clock(bucket, TokioClock::starting_at(0));
+    assert!(limiter.try_acquire(10).unwrap().is_allowed());
+    limiter
+}
+
+/// The single requests' tasks, each giving its arrival index and its grant time.
+type Singles = Vec<JoinHandle<(u64, Duration)>>;
+
+/// While a request for 10 permits waits, requests for 1 arrive every 50 ms (twice the refill
+/// rate) for 3 s, each recording `(arrival index, grant time)`. Returns the big request's task
+/// and the single ones'.
+fn big_then_a_stream_of_singles<F, Fut>(acquire: F) -> (JoinHandle<Duration>, JoinHandle<Singles>)
+where
+    F: Fn(u32) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Duration, AcquireError>> + Send + 'static,
+{
+    let start = Instant::now();
+    let big = tokio::spawn({
+        let acquire = acquire.clone();
+        async move { acquire(10).await.unwrap() }
+    });
+    let singles = tokio::spawn(async move {
+        let mut singles = Vec::new();
+        for k in 1..=60 {
+            tokio::time::sleep(50 * MS).await;
+            let acquire = acquire.clone();
+            singles.push(tokio::spawn(async move {
+                acquire(1).await.unwrap();
+                (k, start.elapsed())
+            }));
+        }
+        singles
+    });
+    (big, singles)
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_serves_a_big_request_while_single_ones_keep_arriving() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let acquire = {
+        let fair = Arc::clone(&fair);
+        move |n| {
+            let fair = Arc::clone(&fair);
+            async move { fair.acquire_async(n).await }
+        }
+    };
+    let (big, singles) = big_then_a_stream_of_singles(acquire);
+    // The bucket is full again after 1 s: the big request, at the head, takes it whole.
+    let waited = tokio::time::timeout(Duration::from_secs(60), big).await;
+    assert_eq!(waited.unwrap().unwrap(), Duration::from_secs(1));
+    // Then the single ones, in arrival order, one per refill: single k at 1 s + k × 100 ms.
+    for single in singles.await.unwrap() {
+        let (k, granted) = single.await.unwrap();
+        assert_eq!(
+            granted,
+            Duration::from_millis(1_000 + 100 * k),
+            "single {k}"
+        );
+    }
+    assert_eq!(fair.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_fair_a_big_request_starves_behind_single_ones() {
+    let limiter = Arc::new(empty_bucket().await);
+    let acquire = {
+        let limiter = Arc::clone(&limiter);
+        move |n| {
+            let limiter = Arc::clone(&limiter);
+            async move { limiter.acquire_async(n).await }
+        }
+    };
+    let (big, singles) = big_then_a_stream_of_singles(acquire);
+    let singles = singles.await.unwrap(); // every single one has arrived: t = 3 s
+    // Each token goes to a single request as soon as it refills: 10 never pile up.
+    assert!(!big.is_finished(), "the big request got 10 tokens");
+    let served = singles.iter().filter(|s| s.is_finished()).count();
+    assert!(served >= 25, "{served} single requests served by 3 s");
+    big.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_that_gives_up_passes_its_place_on_and_takes_nothing() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let start = Instant::now();
+    let head = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { tokio::time::timeout(500 * MS, fair.acquire_async(10)).await })
+    };
+    tokio::task::yield_now().await; // the big request is at the head of the line
+    let next = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { fair.acquire_async(3).await.unwrap() })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(fair.waiting(), 2);
+    // The head gives up at 500 ms having taken nothing: the next request is at the head, and
+    // the 5 tokens refilled by then serve it at once.
+    assert!(head.await.unwrap().is_err());
+    assert_eq!(next.await.unwrap(), 500 * MS);
+    assert_eq!(start.elapsed(), 500 * MS);
+    assert!(fair.limiter().try_acquire(2).unwrap().is_allowed());
+    assert!(!fair.limiter().try_acquire(1).unwrap().is_allowed());
+    assert_eq!(fair.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_request_that_can_never_be_granted_fails_at_once() {
+    let fair = Fair::new(empty_bucket().await);
+    assert_eq!(
+        fair.acquire_async(11).await,
+        Err(AcquireError::ExceedsCapacity {
+            requested: 11,
+            capacity: 10
+        })
+    );
+    assert!(matches!(
+        fair.acquire_async(0).await,
+        Err(AcquireError::ZeroPermits)
+    ));
+    assert_eq!(fair.waiting(), 0);
 }

@@ -11,7 +11,9 @@
 //! timer rounds deadlines *up* to its millisecond tick) and checks again. No spinning, no blocking
 //! sleep, no thread parked. Waiters are not queued: after a wait each one races the others for the
 //! permits, as the blocking [`Limiter::acquire`] does, so under contention a waiter may be denied
-//! again and wait again.
+//! again and wait again, and a request for many permits can be starved by a stream of single
+//! ones. [`Fair`] queues waiters in FIFO order instead (only the head of the line retries), so
+//! every request is served in turn.
 //!
 //! # Cancellation
 //! Dropping the future at any point consumes nothing it did not grant. Permits are taken only by
@@ -38,12 +40,14 @@
 //! # Ok(()) }
 //! ```
 
+mod fair;
 mod keyed;
 mod tokio_clock;
 
 use std::future::Future;
 use std::time::Duration;
 
+pub use fair::Fair;
 pub use tokio_clock::TokioClock;
 
 use crate::clock::Clock;

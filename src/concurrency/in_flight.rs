@@ -8,7 +8,7 @@ use crossbeam_utils::CachePadded;
 
 use super::queue::WaitQueue;
 use super::word::{self, Fields, MAX_IN_FLIGHT_LIMIT};
-use crate::decision::{AcquireError, ConfigError, check_permits, validate_limit};
+use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::update;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -238,7 +238,15 @@ impl InFlight {
     /// The non-blocking take: one CAS loop (`limiter::update`) over the pure decision.
     #[inline]
     pub(crate) fn take(&self, n: u32) -> bool {
-        update(&self.word, |state| word::decide(state, n)).is_allowed()
+        self.take_decision(n).is_allowed()
+    }
+
+    /// [`take`](Self::take) with its decision: the limit, and the permits a non-blocking
+    /// acquire could take after it (zero while a waiter is queued). The caller owns `n` permits
+    /// when it is allowed.
+    #[inline]
+    pub(crate) fn take_decision(&self, n: u32) -> Decision {
+        update(&self.word, |state| word::decide(state, n))
     }
 
     pub(crate) fn word(&self) -> &AtomicU64 {

@@ -152,19 +152,33 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        Ok(self.take(key, n)?.1)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) with its decision: the key's limit and the permits
+    /// left for it after this take (a new key refused by a shard full of busy keys: none left).
+    pub(crate) fn take<Q>(
+        &self,
+        key: &Q,
+        n: u32,
+    ) -> Result<(Decision, Option<KeyedPermit>), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // Relaxed: the limit is a configuration value on its own; a request judged by the limit
         // before or after a concurrent change is ordered before or after it.
         let limit = self.limit.load(Ordering::Relaxed);
         check_permits(n, u64::from(limit))?;
         let taken = self.map.access(key, &self.clock, &(), |slot, _, _| {
-            update(&slot.0.in_flight, |count| decide(count, n, limit))
-                .is_allowed()
-                .then(|| Arc::clone(&slot.0))
+            let decision = update(&slot.0.in_flight, |count| decide(count, n, limit));
+            let permit = decision.is_allowed().then(|| KeyedPermit {
+                count: Arc::clone(&slot.0),
+                permits: n,
+            });
+            (decision, permit)
         });
-        Ok(taken
-            .ok()
-            .flatten()
-            .map(|count| KeyedPermit { count, permits: n }))
+        Ok(taken.unwrap_or((Decision::deny(u64::from(limit), 0, 1, 0), None)))
     }
 
     /// Permits in flight for `key` now (0 for a key not held).

@@ -14,6 +14,30 @@ use crate::decision::Decision;
 /// Types").
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
+/// The problem type of a `503` denial: the server's capacity is exhausted for now, as an
+/// [`InFlightLayer`](super::InFlightLayer) answers by default (draft-11, section "Problem
+/// Types").
+///
+/// ```
+/// use floodgate::concurrency::InFlight;
+/// use floodgate::middleware::{InFlightLayer, TEMPORARY_REDUCED_CAPACITY};
+/// use http_body_util::BodyExt;
+/// use tower::{Layer, ServiceExt};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let ok = tower::service_fn(|_: http::Request<()>| async {
+/// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
+/// # });
+/// let service = InFlightLayer::global(InFlight::new(1)?).layer(ok);
+/// let _held = service.clone().oneshot(http::Request::new(())).await?;
+/// let body = service.oneshot(http::Request::new(())).await?.into_body().collect().await?;
+/// let body = String::from_utf8(body.to_bytes().to_vec())?;
+/// assert!(body.contains(TEMPORARY_REDUCED_CAPACITY) && body.contains(r#""status":503"#));
+/// # Ok(()) }
+/// ```
+pub const TEMPORARY_REDUCED_CAPACITY: &str =
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
 /// A request the middleware denied, as handed to a [`DenialBody::custom`] builder.
 ///
 /// ```
@@ -28,6 +52,8 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 pub struct Denial<'a> {
     decision: Decision,
     policy: &'a Policy,
+    status: StatusCode,
+    retry_after: u64,
 }
 
 impl<'a> Denial<'a> {
@@ -67,7 +93,20 @@ impl<'a> Denial<'a> {
     /// assert_eq!(denial.retry_after_seconds(), 3);
     /// ```
     pub fn retry_after_seconds(&self) -> u64 {
-        retry_after_seconds(self.decision)
+        self.retry_after
+    }
+
+    /// The status the layer answers with: `429` for a rate limit; for an in-flight limit
+    /// `503` or `429`, as [`InFlightLayer::status`](super::InFlightLayer::status) chose.
+    ///
+    /// ```
+    /// use floodgate::Decision;
+    /// use floodgate::middleware::{Denial, Policy};
+    /// let policy = Policy::default();
+    /// assert_eq!(Denial::new(Decision::deny(1, 0, 1, 1), &policy).status(), 429);
+    /// ```
+    pub fn status(&self) -> StatusCode {
+        self.status
     }
 
     /// A denial of `decision` under `policy` (to test a builder).
@@ -80,7 +119,27 @@ impl<'a> Denial<'a> {
     /// assert_eq!(DenialBody::default().build(&denial).status(), 429);
     /// ```
     pub fn new(decision: Decision, policy: &'a Policy) -> Self {
-        Denial { decision, policy }
+        Denial {
+            decision,
+            policy,
+            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after: retry_after_seconds(decision),
+        }
+    }
+
+    /// A denial answered with `status` and `Retry-After: retry_after` seconds.
+    pub(super) fn answered_with(
+        decision: Decision,
+        policy: &'a Policy,
+        status: StatusCode,
+        retry_after: u64,
+    ) -> Self {
+        Denial {
+            decision,
+            policy,
+            status,
+            retry_after,
+        }
     }
 }
 
@@ -107,11 +166,13 @@ type Builder = dyn Fn(&Denial<'_>) -> Response<Bytes> + Send + Sync;
 /// ```
 #[derive(Clone, Default)]
 pub enum DenialBody {
-    /// `429`, `Content-Type: application/problem+json`, an RFC 9457 problem of type
-    /// [`QUOTA_EXCEEDED`] whose `violated-policies` names the layer's policy.
+    /// The denial's [status](Denial::status), `Content-Type: application/problem+json`, an
+    /// RFC 9457 problem whose `violated-policies` names the layer's policy: of type
+    /// [`QUOTA_EXCEEDED`] for a `429`, [`TEMPORARY_REDUCED_CAPACITY`] for a `503`.
     #[default]
     ProblemJson,
-    /// `429`, `Content-Type: text/plain; charset=utf-8`, `Too Many Requests`.
+    /// The denial's status, `Content-Type: text/plain; charset=utf-8`, and its reason phrase
+    /// (`Too Many Requests`, `Service Unavailable`).
     PlainText,
     /// The response the application builds (see [`DenialBody::custom`]).
     Custom(Arc<Builder>),
@@ -166,21 +227,33 @@ impl DenialBody {
             DenialBody::ProblemJson => {
                 let mut name = String::with_capacity(denial.policy.name().len() + 2);
                 json_string(denial.policy.name(), &mut name);
+                // The titles are the draft's own (section "Problem Types").
+                let (problem, title) = if denial.status == StatusCode::SERVICE_UNAVAILABLE {
+                    (
+                        TEMPORARY_REDUCED_CAPACITY,
+                        "Request cannot be satisfied due to temporary server capacity constraints",
+                    )
+                } else {
+                    (
+                        QUOTA_EXCEEDED,
+                        "Request cannot be satisfied as assigned quota has been exceeded",
+                    )
+                };
+                let status = denial.status.as_u16();
                 let body = format!(
-                    "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as \
-                     assigned quota has been exceeded\",\"status\":429,\"violated-policies\":[{name}]}}"
+                    "{{\"type\":\"{problem}\",\"title\":\"{title}\",\"status\":{status},\
+                     \"violated-policies\":[{name}]}}"
                 );
+                content(denial.status, "application/problem+json", Bytes::from(body))
+            }
+            DenialBody::PlainText => {
+                let reason = denial.status.canonical_reason().unwrap_or("Denied");
                 content(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "application/problem+json",
-                    Bytes::from(body),
+                    denial.status,
+                    "text/plain; charset=utf-8",
+                    Bytes::from(format!("{reason}\n")),
                 )
             }
-            DenialBody::PlainText => content(
-                StatusCode::TOO_MANY_REQUESTS,
-                "text/plain; charset=utf-8",
-                Bytes::from_static(b"Too Many Requests\n"),
-            ),
             DenialBody::Custom(build) => build(denial),
         }
     }

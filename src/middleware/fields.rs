@@ -114,7 +114,7 @@ impl HeaderStyle {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write(self, headers: &mut HeaderMap, policy: &Policy, decision: Decision) {
-        write_fields(self, headers, policy, decision, None);
+        write_fields(self, headers, policy, (decision, Quota::Requests), None);
     }
 }
 
@@ -209,22 +209,11 @@ impl Policy {
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn window(mut self, window: Duration) -> Result<Self, ConfigError> {
-        let max = Duration::from_secs(MAX_SF_INTEGER);
-        if window.is_zero() || window > max {
-            return Err(ConfigError::DurationOutOfRange {
-                what: "policy window (w)",
-                value: window,
-                min: Duration::from_secs(1),
-                max,
-            });
-        }
-        if window.subsec_nanos() != 0 {
-            return Err(ConfigError::Invalid {
-                what: "policy window (w)",
-                why: "must be whole seconds: the RateLimit-Policy `w` parameter has no sub-second precision",
-            });
-        }
-        self.window_seconds = Some(window.as_secs());
+        self.window_seconds = Some(whole_seconds(
+            "policy window (w)",
+            "must be whole seconds: the RateLimit-Policy `w` parameter has no sub-second precision",
+            window,
+        )?);
         Ok(self)
     }
 
@@ -317,6 +306,56 @@ impl std::fmt::Display for InvalidPolicyName {
 
 impl std::error::Error for InvalidPolicyName {}
 
+/// `duration` as a header's whole seconds: from 1 s to the largest structured-field Integer, and
+/// no fraction (`why_whole` says why a fraction is refused).
+pub(super) fn whole_seconds(
+    what: &'static str,
+    why_whole: &'static str,
+    duration: Duration,
+) -> Result<u64, ConfigError> {
+    let max = Duration::from_secs(MAX_SF_INTEGER);
+    if duration.is_zero() || duration > max {
+        return Err(ConfigError::DurationOutOfRange {
+            what,
+            value: duration,
+            min: Duration::from_secs(1),
+            max,
+        });
+    }
+    if duration.subsec_nanos() != 0 {
+        return Err(ConfigError::Invalid {
+            what,
+            why: why_whole,
+        });
+    }
+    Ok(duration.as_secs())
+}
+
+/// What a policy's quota counts: the draft's quota unit, and what follows for the fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Quota {
+    /// Requests per window (the draft's default unit, so no `qu`). `t`, the reset fields and
+    /// `Retry-After` come from the decision's times.
+    Requests,
+    /// Requests in progress at once: `qu="concurrent-requests"`. A slot frees when a request
+    /// ends, not at a time, so there is no `t`, no reset field and no `w`; a denial carries
+    /// `Retry-After: retry_after` (whole seconds).
+    ConcurrentRequests {
+        /// The `Retry-After` of a denial, in seconds.
+        retry_after: u64,
+    },
+}
+
+impl Quota {
+    /// The `Retry-After` seconds of a denial by `decision`.
+    pub(super) fn retry_after(self, decision: Decision) -> u64 {
+        match self {
+            Quota::Requests => retry_after_seconds(decision),
+            Quota::ConcurrentRequests { retry_after } => retry_after,
+        }
+    }
+}
+
 /// The partition key of `key`: 64-bit FNV-1a over what its `Hash` impl writes.
 pub(super) fn partition_key<K: Hash>(key: &K) -> u64 {
     struct Fnv1a(u64);
@@ -345,16 +384,22 @@ pub(super) fn retry_after_seconds(decision: Decision) -> u64 {
     ceil_seconds(decision.retry_after()).max(1)
 }
 
-/// Writes `style`'s fields (with the partition key `pk` when the policy asks for one and it is
-/// given), and `Retry-After` on a denial.
+/// Writes `style`'s fields for a `quota` (with the partition key `pk` when the policy asks for
+/// one and it is given), and `Retry-After` on a denial.
 pub(super) fn write_fields(
     style: HeaderStyle,
     headers: &mut HeaderMap,
     policy: &Policy,
-    decision: Decision,
+    (decision, quota): (Decision, Quota),
     pk: Option<u64>,
 ) {
-    let retry_after = (!decision.is_allowed()).then(|| retry_after_seconds(decision));
+    let retry_after = (!decision.is_allowed()).then(|| quota.retry_after(decision));
+    // Seconds until the quota is whole again: a time for requests per window; none for
+    // requests in progress (a slot frees when a request ends).
+    let reset = match quota {
+        Quota::Requests => Some(ceil_seconds(decision.reset_after())),
+        Quota::ConcurrentRequests { .. } => None,
+    };
     match style {
         HeaderStyle::Draft11 => {
             let pk = pk.filter(|_| policy.partition_key).map(|pk| {
@@ -365,30 +410,40 @@ pub(super) fn write_fields(
             });
             let pk = pk.as_deref().unwrap_or("");
             let q = decision.limit().min(MAX_SF_INTEGER);
+            let unit = match quota {
+                Quota::Requests => "",
+                Quota::ConcurrentRequests { .. } => ";qu=\"concurrent-requests\"",
+            };
             let policy_item = match policy.window_seconds {
-                Some(w) => format!("{};q={q};w={w}{pk}", policy.quoted),
-                None => format!("{};q={q}{pk}", policy.quoted),
+                Some(w) => format!("{};q={q}{unit};w={w}{pk}", policy.quoted),
+                None => format!("{};q={q}{unit}{pk}", policy.quoted),
             };
             let r = decision.remaining().min(MAX_SF_INTEGER);
+            // On a denial `t` is the `Retry-After` (never earlier than it); without a reset
+            // time and allowed, `t` is left out (the draft makes it optional).
             let t = retry_after
-                .unwrap_or_else(|| ceil_seconds(decision.reset_after()))
-                .min(MAX_SF_INTEGER);
-            let state_item = format!("{};r={r};t={t}{pk}", policy.quoted);
+                .filter(|_| reset.is_some())
+                .or(reset)
+                .map(|t| format!(";t={}", t.min(MAX_SF_INTEGER)))
+                .unwrap_or_default();
+            let state_item = format!("{};r={r}{t}{pk}", policy.quoted);
             append_list_item(headers, RATELIMIT_POLICY, policy_item);
             append_list_item(headers, RATELIMIT, state_item);
         }
         HeaderStyle::Draft06 => {
             headers.insert(RATELIMIT_LIMIT, HeaderValue::from(decision.limit()));
             headers.insert(RATELIMIT_REMAINING, HeaderValue::from(decision.remaining()));
-            let reset = ceil_seconds(decision.reset_after());
-            headers.insert(RATELIMIT_RESET, HeaderValue::from(reset));
+            if let Some(reset) = reset {
+                headers.insert(RATELIMIT_RESET, HeaderValue::from(reset));
+            }
         }
         HeaderStyle::XRateLimit => {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit()));
             let remaining = HeaderValue::from(decision.remaining());
             headers.insert(X_RATELIMIT_REMAINING, remaining);
-            let reset = ceil_seconds(decision.reset_after());
-            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+            if let Some(reset) = reset {
+                headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+            }
             if let Some(after) = retry_after {
                 headers.insert(X_RATELIMIT_AFTER, HeaderValue::from(after));
             }
@@ -451,7 +506,7 @@ pub fn write_headers(headers: &mut HeaderMap, decision: Decision) {
         HeaderStyle::Draft06,
         headers,
         &Policy::default(),
-        decision,
+        (decision, Quota::Requests),
         None,
     );
 }

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
 
-use http::Method;
+use http::{Method, StatusCode};
 use tower::Layer;
 
+use super::fields::Quota;
 use super::{ClientIp, DenialBody, HeaderStyle, KeyedLimiter, MissingKey, Policy, RateLimit};
 use crate::decision::{AcquireError, ConfigError};
 use crate::keyed::IpKey;
@@ -35,6 +36,10 @@ pub(crate) struct Settings {
     pub(crate) skip_paths: Vec<Arc<PathPredicate>>,
     /// Metrics and tracing under the policy's name (features `metrics`, `tracing`).
     pub(crate) observer: LayerObserver,
+    /// What the quota counts (requests per window, or requests in progress).
+    pub(crate) quota: Quota,
+    /// The status of a denial (`429`; an in-flight layer may answer `503`).
+    pub(crate) denial_status: StatusCode,
 }
 
 impl std::fmt::Debug for Settings {
@@ -49,11 +54,33 @@ impl std::fmt::Debug for Settings {
             .field("denial_body", &self.denial_body)
             .field("skip_methods", &self.skip_methods)
             .field("skip_paths", &self.skip_paths.len())
+            .field("quota", &self.quota)
+            .field("denial_status", &self.denial_status)
             .finish()
     }
 }
 
 impl Settings {
+    /// The defaults for a layer counting `quota`, denying with `denial_status`: one permit a
+    /// request, fields on allowed responses (draft -11, policy `"default"`), problem+json
+    /// denials, a missing key rejected, nothing skipped, no shaping.
+    pub(crate) fn new(quota: Quota, denial_status: StatusCode) -> Self {
+        Settings {
+            permits: 1,
+            headers_on_allowed: true,
+            shaping: None,
+            missing_key: MissingKey::Reject,
+            style: HeaderStyle::Draft11,
+            policy: Policy::default(),
+            denial_body: DenialBody::ProblemJson,
+            skip_methods: Vec::new(),
+            skip_paths: Vec::new(),
+            observer: LayerObserver::new(Policy::default().name()),
+            quota,
+            denial_status,
+        }
+    }
+
     /// Whether the request passes unlimited and unstamped (a skip filter matches it).
     #[inline]
     pub(crate) fn skips<B>(&self, request: &http::Request<B>) -> bool {
@@ -179,18 +206,10 @@ impl<L, X> RateLimitLayer<L, X> {
         RateLimitLayer {
             limiter: Arc::new(limiter),
             extractor,
-            settings: Arc::new(Settings {
-                permits: 1,
-                headers_on_allowed: true,
-                shaping: None,
-                missing_key: MissingKey::Reject,
-                style: HeaderStyle::Draft11,
-                policy: Policy::default(),
-                denial_body: DenialBody::ProblemJson,
-                skip_methods: Vec::new(),
-                skip_paths: Vec::new(),
-                observer: LayerObserver::new(Policy::default().name()),
-            }),
+            settings: Arc::new(Settings::new(
+                Quota::Requests,
+                StatusCode::TOO_MANY_REQUESTS,
+            )),
             shared: Arc::new(Shared::default()),
         }
     }

@@ -63,20 +63,31 @@
 //! Observability: with the feature `metrics`, each layer counts its requests by outcome and
 //! times its decisions under its policy's name; with `tracing`, each 429 is a `DEBUG` event and
 //! each setup `500` an `ERROR` one (see `floodgate::observe`, and `examples/prometheus.rs`).
+//!
+//! Requests in progress: [`InFlightLayer`] limits how many requests run at once, globally (an
+//! [`InFlight`](crate::concurrency::InFlight), optionally queueing a bounded number of waiters
+//! in FIFO order) or per key (a [`KeyedInFlight`](crate::concurrency::KeyedInFlight)). It
+//! answers `503` (or `429`) with the same problem bodies and header styles, its policy in the
+//! quota unit `concurrent-requests`, and keeps each request's permit until its response body
+//! has ended. Stacked with a [`RateLimitLayer`], each adds its item to the same fields.
 
 mod denial;
 mod fields;
 mod forwarded;
+mod in_flight_layer;
+mod in_flight_service;
 mod key;
 mod layer;
 mod response;
 mod service;
 
-pub use denial::{Denial, DenialBody, QUOTA_EXCEEDED};
+pub use denial::{Denial, DenialBody, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY};
 pub use fields::{
     HeaderStyle, InvalidPolicyName, Policy, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
     RATELIMIT_REMAINING, RATELIMIT_RESET, write_headers,
 };
+pub use in_flight_layer::InFlightLayer;
+pub use in_flight_service::InFlightLimit;
 pub use key::{ClientIp, KeyExtractor, KeyFn, ProxyHeader};
 pub use layer::RateLimitLayer;
 pub use response::RateLimitBody;

@@ -3,7 +3,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::header::RETRY_AFTER;
@@ -14,6 +14,7 @@ use pin_project_lite::pin_project;
 use super::denial::{Denial, content};
 use super::fields::{ceil_seconds, write_fields};
 use super::layer::Settings;
+use crate::concurrency::{KeyedPermit, OwnedInFlightPermit};
 use crate::decision::Decision;
 
 /// What the middleware writes onto a response it lets through or answers: the layer's settings,
@@ -34,7 +35,8 @@ impl Stamp {
         let inner_retry_after = headers
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        write_fields(settings.style, headers, &settings.policy, decision, self.pk);
+        let fields = (decision, settings.quota);
+        write_fields(settings.style, headers, &settings.policy, fields, self.pk);
         if let Some(inner) = inner_retry_after {
             if decision.is_allowed() && decision.remaining() < u64::from(settings.permits) {
                 let ours = ceil_seconds(decision.reset_after());
@@ -47,7 +49,13 @@ impl Stamp {
 /// The answer to a denied request: the layer's [`DenialBody`](super::DenialBody), then the
 /// header fields.
 pub(super) fn denied<B>(stamp: &Stamp) -> Response<RateLimitBody<B>> {
-    let denial = Denial::new(stamp.decision, &stamp.settings.policy);
+    let settings = &stamp.settings;
+    let denial = Denial::answered_with(
+        stamp.decision,
+        &settings.policy,
+        settings.denial_status,
+        settings.quota.retry_after(stamp.decision),
+    );
     let mut response = stamp.settings.denial_body.build(&denial).map(text_body);
     stamp.write(response.headers_mut());
     response
@@ -65,19 +73,29 @@ pub(super) fn server_error<B>() -> Response<RateLimitBody<B>> {
     .map(text_body)
 }
 
-fn text_body<B>(text: Bytes) -> RateLimitBody<B> {
+pub(super) fn text_body<B>(text: Bytes) -> RateLimitBody<B> {
     RateLimitBody {
         kind: Kind::Text { text: Some(text) },
     }
 }
 
-/// The inner service's response, with the header fields of `stamp` when given.
+/// Permits an in-flight layer holds for a request: given back when the response body ends or
+/// is dropped (see [`RateLimitBody`]).
+#[derive(Debug)]
+pub(super) enum Hold {
+    Global { _permit: OwnedInFlightPermit },
+    Keyed { _permit: KeyedPermit },
+}
+
+/// The inner service's response, with the header fields of `stamp` when given; its body holds
+/// `hold` until it ends.
 pub(super) fn pass_through<B>(
     response: Response<B>,
     stamp: Option<&Stamp>,
+    hold: Option<Hold>,
 ) -> Response<RateLimitBody<B>> {
     let mut response = response.map(|body| RateLimitBody {
-        kind: Kind::Inner { body },
+        kind: Kind::Inner { body, hold },
     });
     if let Some(stamp) = stamp {
         stamp.write(response.headers_mut());
@@ -87,7 +105,12 @@ pub(super) fn pass_through<B>(
 
 pin_project! {
     /// The response body of the middleware: the inner service's body unchanged, or the body of
-    /// a 429 (or 500) answered by the middleware itself.
+    /// a 429 / 503 (or 500) answered by the middleware itself.
+    ///
+    /// Under an [`InFlightLayer`](super::InFlightLayer) the inner body also holds the request's
+    /// permit: it is given back when the body has yielded its last frame (or an error), or
+    /// when the body is dropped, whichever comes first. So a streamed response counts as in
+    /// progress until it is sent.
     ///
     /// ```
     /// use floodgate::middleware::RateLimitBody;
@@ -104,7 +127,7 @@ pin_project! {
 pin_project! {
     #[project = KindProjection]
     enum Kind<B> {
-        Inner { #[pin] body: B },
+        Inner { #[pin] body: B, hold: Option<Hold> },
         Text { text: Option<Bytes> },
     }
 }
@@ -112,7 +135,7 @@ pin_project! {
 impl<B: std::fmt::Debug> std::fmt::Debug for RateLimitBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            Kind::Inner { body } => f.debug_tuple("RateLimitBody").field(body).finish(),
+            Kind::Inner { body, .. } => f.debug_tuple("RateLimitBody").field(body).finish(),
             Kind::Text { text } => f.debug_tuple("RateLimitBody").field(text).finish(),
         }
     }
@@ -127,21 +150,29 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
-            KindProjection::Inner { body } => body.poll_frame(cx),
+            KindProjection::Inner { body, hold } => {
+                let frame = ready!(body.poll_frame(cx));
+                if !matches!(frame, Some(Ok(_))) {
+                    // The end of the body (or its failure): the request is no longer in
+                    // progress, even if the body is kept around.
+                    hold.take();
+                }
+                Poll::Ready(frame)
+            }
             KindProjection::Text { text } => Poll::Ready(text.take().map(|t| Ok(Frame::data(t)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Inner { body, .. } => body.is_end_stream(),
             Kind::Text { text } => text.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body, .. } => body.size_hint(),
             Kind::Text { text } => {
                 SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64))
             }

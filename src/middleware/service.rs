@@ -12,25 +12,25 @@ use tower::Service;
 
 use super::fields::partition_key;
 use super::layer::{Settings, Shared};
-use super::response::{RateLimitBody, Stamp, denied, pass_through, server_error};
+use super::response::{Hold, RateLimitBody, Stamp, denied, pass_through, server_error};
 use super::{KeyExtractor, KeyedLimiter, MissingKey};
 use crate::async_acquire::wait_for_grant;
 use crate::decision::Decision;
 use crate::observe::{RequestOutcome, Timer};
 
-const NO_KEY: &str = "floodgate::middleware: a request had no rate-limit key and was answered \
+pub(super) const NO_KEY: &str = "floodgate::middleware: a request had no rate-limit key and was answered \
     500 (MissingKey::Reject). For per-IP limits the server must record peer addresses: serve \
     axum with `into_make_service_with_connect_info::<SocketAddr>()`, or insert the peer's \
     SocketAddr into the request extensions (hyper, tonic). `on_missing_key(MissingKey::Allow)` \
     lets such requests through unlimited. (Logged once per layer.)";
-const NEVER_GRANTED: &str = "floodgate::middleware: a request costs more permits than the \
+pub(super) const NEVER_GRANTED: &str = "floodgate::middleware: a request costs more permits than the \
     limiter's limit (lowered by set_limit?), so it can never be granted; answered 500. \
     (Logged once per layer.)";
 
 /// Writes a setup error to standard error (and, with the `tracing` feature, as an `ERROR`
 /// event), the first time only: a misconfigured server logs one line, not one per request, and
 /// the client sees a bare 500.
-fn log_once(logged: &AtomicBool, settings: &Settings, message: &str) {
+pub(super) fn log_once(logged: &AtomicBool, settings: &Settings, message: &str) {
     // Relaxed: the flag guards no other memory; the swap alone decides which call logs.
     if !logged.load(Ordering::Relaxed) && !logged.swap(true, Ordering::Relaxed) {
         eprintln!("{message}");
@@ -138,7 +138,7 @@ impl<S, L, X> RateLimit<S, L, X> {
     }
 }
 
-type BoxedResponse<B, E> =
+pub(super) type BoxedResponse<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>;
 
 impl<S, L, X, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, L, X>
@@ -162,14 +162,14 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let settings = &self.settings;
         if settings.skips(&request) {
-            return ResponseFuture::called(self.inner.call(request), None);
+            return ResponseFuture::called(self.inner.call(request), None, None);
         }
         let observer = &settings.observer;
         let timer = Timer::start();
         let Some(key) = self.extractor.extract(&request) else {
             observer.ended(RequestOutcome::NoKey);
             return match settings.missing_key {
-                MissingKey::Allow => ResponseFuture::called(self.inner.call(request), None),
+                MissingKey::Allow => ResponseFuture::called(self.inner.call(request), None, None),
                 MissingKey::Reject => {
                     log_once(&self.shared.logged_missing_key, settings, NO_KEY);
                     ResponseFuture::answered(server_error())
@@ -197,12 +197,12 @@ where
                 decision,
                 pk,
             });
-            return ResponseFuture::called(self.inner.call(request), stamp);
+            return ResponseFuture::called(self.inner.call(request), stamp, None);
         }
         if let Some(shaping) = settings.shaping {
             if decision.retry_after() <= shaping.max_delay {
                 if let Some(slot) = WaitingSlot::take(&self.shared, shaping.max_waiting) {
-                    return ResponseFuture::shaping(self.shape(slot, key, decision, pk, request));
+                    return ResponseFuture::waiting(self.shape(slot, key, decision, pk, request));
                 }
             }
         }
@@ -279,7 +279,11 @@ impl<S, L, X> RateLimit<S, L, X> {
                     observer.ended(RequestOutcome::Delayed);
                     let stamp = stamp.settings.headers_on_allowed.then_some(stamp);
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                    Ok(pass_through(inner.call(request).await?, stamp.as_ref()))
+                    Ok(pass_through(
+                        inner.call(request).await?,
+                        stamp.as_ref(),
+                        None,
+                    ))
                 }
                 Err(_) => {
                     settings.observer.ended(RequestOutcome::NeverGranted);
@@ -293,10 +297,10 @@ impl<S, L, X> RateLimit<S, L, X> {
 
 /// One of the `max_waiting` places for shaped (delayed) requests, given back on drop (also when
 /// the request is cancelled while it waits).
-struct WaitingSlot(Arc<Shared>);
+pub(super) struct WaitingSlot(Arc<Shared>);
 
 impl WaitingSlot {
-    fn take(shared: &Arc<Shared>, max_waiting: usize) -> Option<Self> {
+    pub(super) fn take(shared: &Arc<Shared>, max_waiting: usize) -> Option<Self> {
         // Relaxed: a bare counter; it guards no other memory.
         shared
             .waiting
@@ -316,7 +320,8 @@ impl Drop for WaitingSlot {
 }
 
 pin_project! {
-    /// The future of [`RateLimit`]'s response.
+    /// The future of the response of [`RateLimit`] and of
+    /// [`InFlightLimit`](super::InFlightLimit).
     pub struct ResponseFuture<F, B, E> {
         #[pin]
         state: State<F, B, E>,
@@ -326,23 +331,28 @@ pin_project! {
 pin_project! {
     #[project = StateProjection]
     enum State<F, B, E> {
-        // The inner service was called; add the header fields of `stamp` to its response.
-        Called { #[pin] future: F, stamp: Option<Stamp> },
-        // Answered by the middleware (429 or 500).
+        // The inner service was called; add the header fields of `stamp` to its response, and
+        // hand its body the permits of `hold` (an in-flight layer's).
+        Called { #[pin] future: F, stamp: Option<Stamp>, hold: Option<Hold> },
+        // Answered by the middleware (429, 503 or 500).
         Answered { response: Option<Response<RateLimitBody<B>>> },
-        // Shaping: waiting for permits, then calling the inner service.
-        Shaping { future: BoxedResponse<B, E> },
+        // Waiting (shaping, or queued for an in-flight permit), then calling the inner service.
+        Waiting { future: BoxedResponse<B, E> },
     }
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    fn called(future: F, stamp: Option<Stamp>) -> Self {
+    pub(super) fn called(future: F, stamp: Option<Stamp>, hold: Option<Hold>) -> Self {
         ResponseFuture {
-            state: State::Called { future, stamp },
+            state: State::Called {
+                future,
+                stamp,
+                hold,
+            },
         }
     }
 
-    fn answered(response: Response<RateLimitBody<B>>) -> Self {
+    pub(super) fn answered(response: Response<RateLimitBody<B>>) -> Self {
         ResponseFuture {
             state: State::Answered {
                 response: Some(response),
@@ -350,9 +360,9 @@ impl<F, B, E> ResponseFuture<F, B, E> {
         }
     }
 
-    fn shaping(future: BoxedResponse<B, E>) -> Self {
+    pub(super) fn waiting(future: BoxedResponse<B, E>) -> Self {
         ResponseFuture {
-            state: State::Shaping { future },
+            state: State::Waiting { future },
         }
     }
 }
@@ -371,14 +381,19 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProjection::Called { future, stamp } => {
+            StateProjection::Called {
+                future,
+                stamp,
+                hold,
+            } => {
+                // An error drops the future, and the permits of `hold` with it.
                 let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(pass_through(response, stamp.as_ref())))
+                Poll::Ready(Ok(pass_through(response, stamp.as_ref(), hold.take())))
             }
             StateProjection::Answered { response } => Poll::Ready(Ok(response
                 .take()
                 .expect("ResponseFuture polled after completion"))),
-            StateProjection::Shaping { future } => future.as_mut().poll(cx),
+            StateProjection::Waiting { future } => future.as_mut().poll(cx),
         }
     }
 }

@@ -5,17 +5,19 @@
 use http::HeaderMap;
 use sfv::{BareItem, List, ListEntry, Parser};
 
-/// One policy item: its name, its integer parameters in order, and its `pk` if any.
+/// One policy item: its name, its integer parameters in order, its quota unit `qu` and its
+/// `pk` if any.
 #[derive(Debug, PartialEq, Eq)]
 pub struct PolicyItem {
     pub name: String,
     pub ints: Vec<(String, i64)>,
+    pub qu: Option<String>,
     pub pk: Option<Vec<u8>>,
 }
 
 /// Parses a `RateLimit` or `RateLimit-Policy` value: a List whose members are Items with a
-/// String value, integer parameters and an optional Byte Sequence `pk`. Panics (naming the
-/// value) on anything else.
+/// String value, integer parameters, an optional String `qu` and an optional Byte Sequence
+/// `pk`. Panics (naming the value) on anything else.
 pub fn parse_list(value: &str) -> Vec<PolicyItem> {
     let list: List = Parser::new(value)
         .parse()
@@ -30,9 +32,11 @@ pub fn parse_list(value: &str) -> Vec<PolicyItem> {
             };
             let mut ints = Vec::new();
             let mut pk = None;
+            let mut qu = None;
             for (key, param) in &item.params {
                 match (key.as_str(), param) {
                     ("pk", BareItem::ByteSequence(bytes)) => pk = Some(bytes.clone()),
+                    ("qu", BareItem::String(unit)) => qu = Some(unit.as_str().to_owned()),
                     (key, BareItem::Integer(n)) => ints.push((key.to_owned(), i64::from(*n))),
                     (key, other) => panic!("{value:?}: parameter {key} = {other:?}"),
                 }
@@ -40,6 +44,7 @@ pub fn parse_list(value: &str) -> Vec<PolicyItem> {
             PolicyItem {
                 name: name.as_str().to_owned(),
                 ints,
+                qu,
                 pk,
             }
         })
@@ -57,6 +62,8 @@ fn single_line(headers: &HeaderMap, name: &str) -> Option<String> {
 /// after checking them: both Lists parse; they name the same policies in the same order; each
 /// policy has `q` (and optionally `w` > 0), each state `r` ≤ `q` and `t`, nothing else but the
 /// same `pk` in both; and on a 429 `Retry-After` is at least every `t` of an exhausted policy.
+/// A policy in the quota unit `concurrent-requests` (the only `qu` floodgate writes) has no `w`
+/// and its state no `t`.
 pub fn checked_fields(headers: &HeaderMap) -> Option<(String, String)> {
     let policy = single_line(headers, "ratelimit-policy");
     let state = single_line(headers, "ratelimit");
@@ -72,6 +79,22 @@ pub fn checked_fields(headers: &HeaderMap) -> Option<(String, String)> {
         assert_eq!(p.name, s.name, "{policy} / {state}");
         assert_eq!(p.pk, s.pk, "{policy} / {state}");
         let keys: Vec<&str> = p.ints.iter().map(|(k, _)| k.as_str()).collect();
+        let concurrent = match p.qu.as_deref() {
+            None => false,
+            Some("concurrent-requests") => true,
+            Some(other) => panic!("{policy}: quota unit {other:?}"),
+        };
+        assert_eq!(s.qu, None, "{state}: qu belongs to the policy");
+        if concurrent {
+            assert_eq!(keys, ["q"], "{policy}: a concurrency quota has no window");
+            let keys: Vec<&str> = s.ints.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(keys, ["r"], "{state}: a concurrency state has no t");
+            assert!(
+                0 <= s.ints[0].1 && s.ints[0].1 <= p.ints[0].1,
+                "{state}: r above q"
+            );
+            continue;
+        }
         assert!(keys == ["q"] || keys == ["q", "w"], "{policy}");
         assert!(p.ints.iter().all(|&(_, v)| v >= 0), "{policy}");
         assert!(

@@ -44,6 +44,8 @@ fn log10_step(limit: f64) -> f64 {
 
 /// Additive increase, multiplicative decrease: +1 per sample while the limit is in use
 /// (`in_flight × 2 ≥ limit`), × `backoff` (0.9) on a drop or an RTT above `timeout` (5 s).
+/// Under an [`AdaptiveInFlight`](super::AdaptiveInFlight) a sample is a whole window by
+/// default, so the limit backs off at most once per window however many requests it dropped.
 ///
 /// ```
 /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Aimd, Sample};
@@ -146,7 +148,10 @@ impl AdaptiveAlgorithm for Aimd {
 }
 
 /// Gradient2: the limit follows the ratio of a long-window RTT average (600 samples) to the
-/// sample's RTT, with a tolerance of 1.5 and a queue allowance of 4, smoothed by 0.2.
+/// sample's RTT, with a tolerance of 1.5 and a queue allowance of 4, smoothed by 0.2. Under an
+/// [`AdaptiveInFlight`](super::AdaptiveInFlight) a sample is a whole window's average RTT by
+/// default (Netflix recalculates the limit "every sampling window"). It settles where the RTT
+/// is the tolerance × the long-term RTT: see [`rtt_tolerance`](Self::rtt_tolerance).
 ///
 /// ```
 /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Gradient2, Sample};
@@ -194,6 +199,33 @@ impl Gradient2 {
             queue_size: 4.0,
             long_window: 600,
         })
+    }
+
+    /// How far the window's RTT may rise above the long-term average before the limit shrinks:
+    /// `tolerance` ≥ 1 (default 1.5, Netflix's). In a server whose latency grows with its queue,
+    /// Gradient2 settles where latency is `tolerance` × the long-term RTT, i.e. near
+    /// `tolerance` × capacity + the queue allowance; 1.0 keeps it near capacity.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidNumber`] below 1 or NaN.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::Gradient2;
+    /// assert!(Gradient2::new(20, 1, 200)?.rtt_tolerance(1.0).is_ok());
+    /// assert!(Gradient2::new(20, 1, 200)?.rtt_tolerance(0.9).is_err());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn rtt_tolerance(mut self, tolerance: f64) -> Result<Self, ConfigError> {
+        // Also refuses NaN, and infinity (a limit that never shrinks).
+        if !(1.0..f64::INFINITY).contains(&tolerance) {
+            return Err(ConfigError::InvalidNumber {
+                what: "Gradient2 RTT tolerance",
+                value: tolerance,
+                expected: "at least 1 and finite",
+            });
+        }
+        self.tolerance = tolerance;
+        Ok(self)
     }
 }
 

@@ -2,10 +2,18 @@
 //! request reports (its latency, and whether it was dropped), as in Netflix's
 //! concurrency-limits: [`Aimd`], [`Gradient2`] and [`Vegas`] with their defaults.
 //!
-//! The request path stays lock-free: a sample is one compare-exchange loop on the algorithm's
-//! 128-bit state (a pure function of the old state and the sample), and only a change of the
-//! whole-number limit touches the in-flight word (one more compare-exchange; the waiter queue's
-//! lock only when waiters are queued).
+//! Samples are grouped in [`SampleWindow`]s (Netflix's `WindowedLimit`): the algorithm sees
+//! one sample per window (average RTT, largest in-flight count, any drop), so the limit moves,
+//! and backs off, at most once per window. In a simulated queueing server (`tests/adaptive.rs`)
+//! all three then settle within 0.6–1.3 × its capacity and follow a step of it; fed every
+//! sample instead ([`AdaptiveInFlight::window`] with `None`), AIMD backs off once per request
+//! of an overshoot and sinks to ~0.4 × capacity, and Vegas swings between 0.1 × and 2 ×.
+//!
+//! The request path stays lock-free: a sample is one compare-exchange loop on the 128-bit open
+//! window; once per window (per sample, unwindowed) one more on the algorithm's 128-bit state
+//! (a pure function of the old state and the sample); and only a change of the whole-number
+//! limit touches the in-flight word (one more compare-exchange; the waiter queue's lock only
+//! when waiters are queued).
 //!
 //! ```
 //! use floodgate::ManualClock;
@@ -13,23 +21,30 @@
 //! use std::time::Duration;
 //! let clock = ManualClock::new();
 //! let limiter = AdaptiveInFlight::with_clock(Aimd::new(10, 1, 100)?, clock.clone());
-//! let permit = limiter.try_acquire().expect("free");
-//! clock.advance(Duration::from_millis(20));
-//! permit.dropped(); // the server shed it: back off
-//! assert_eq!(limiter.limit(), 9);
+//! for _ in 0..10 {
+//!     let permit = limiter.try_acquire().expect("free");
+//!     clock.advance(Duration::from_millis(20));
+//!     permit.dropped(); // the server shed it
+//! }
+//! clock.advance(Duration::from_secs(1)); // the window (1 s, 10 samples) ends:
+//! limiter.try_acquire().expect("free").success();
+//! assert_eq!(limiter.limit(), 9); // one back-off for the whole window
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod algorithms;
+pub(crate) mod window;
 
 use std::fmt;
 
 pub use algorithms::{Aimd, Gradient2, Vegas};
+pub use window::SampleWindow;
 
 use super::in_flight::{InFlight, InFlightPermit};
 use crate::algorithms::smooth::wide::AtomicWide;
 use crate::clock::{Clock, QuantaClock};
 use crate::sync::Ordering;
+use window::Windows;
 
 /// What one finished request reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +72,19 @@ pub trait AdaptiveAlgorithm: Send + Sync + 'static {
     fn on_sample(&self, state: u128, sample: &Sample) -> u128;
     /// The whole-number limit a state stands for (within the algorithm's bounds).
     fn limit_of(&self, state: u128) -> u32;
+
+    /// The sample window an [`AdaptiveInFlight`] groups this algorithm's samples in by
+    /// default (`None`: every sample goes to the algorithm): [`SampleWindow::default`], 1 s
+    /// windows of at least 10 samples, for all three algorithms here.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, SampleWindow, Vegas};
+    /// assert_eq!(Vegas::new(7, 1, 10)?.default_window(), Some(SampleWindow::default()));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    fn default_window(&self) -> Option<SampleWindow> {
+        Some(SampleWindow::default())
+    }
 }
 
 /// An [`InFlight`] limit moved by an [`AdaptiveAlgorithm`] from the samples its permits report.
@@ -74,12 +102,15 @@ pub struct AdaptiveInFlight<A, C = QuantaClock> {
     state: AtomicWide,
     algorithm: A,
     clock: C,
+    /// The open sample window (`None`: each sample goes to the algorithm).
+    windows: Option<Windows>,
 }
 
 impl<A, C> fmt::Debug for AdaptiveInFlight<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveInFlight")
             .field("in_flight", &self.in_flight)
+            .field("window", &self.windows.as_ref().map(Windows::window))
             .finish_non_exhaustive()
     }
 }
@@ -99,7 +130,8 @@ impl<A: AdaptiveAlgorithm> AdaptiveInFlight<A, QuantaClock> {
 }
 
 impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
-    /// An adaptive limit timing requests on `clock`.
+    /// An adaptive limit timing requests on `clock`, grouping samples in the algorithm's
+    /// [default window](AdaptiveAlgorithm::default_window) (see [`window`](Self::window)).
     ///
     /// ```
     /// use floodgate::ManualClock;
@@ -115,12 +147,46 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
         let in_flight = InFlight::new(limit).unwrap_or_else(|_| {
             InFlight::new(super::MAX_IN_FLIGHT_LIMIT).expect("the largest limit is valid")
         });
+        let windows = algorithm
+            .default_window()
+            .map(|window| Windows::new(window, clock.now_nanos()));
         AdaptiveInFlight {
             in_flight,
             state: AtomicWide::new(state),
-            algorithm,
             clock,
+            windows,
+            algorithm,
         }
+    }
+
+    /// Groups samples in `window` (or, with `None`, feeds each sample to the algorithm): the
+    /// algorithm then sees one sample per window — its average RTT, its largest in-flight
+    /// count, and whether any request in it was dropped — so the limit moves, and backs off,
+    /// at most once per window (Netflix's `WindowedLimit`). A window with fewer samples than
+    /// [`SampleWindow::min_samples`] is discarded. The first window starts now.
+    ///
+    /// ```
+    /// use floodgate::ManualClock;
+    /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd, SampleWindow};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let window = SampleWindow::new(Duration::from_millis(100), 3)?;
+    /// let limiter = AdaptiveInFlight::with_clock(Aimd::new(10, 1, 100)?, clock.clone())
+    ///     .window(Some(window));
+    /// for _ in 0..5 {
+    ///     limiter.try_acquire().expect("free").dropped(); // five drops in one window
+    /// }
+    /// assert_eq!(limiter.limit(), 10); // the window is still open
+    /// clock.advance(Duration::from_millis(100));
+    /// limiter.try_acquire().expect("free").dropped(); // closes it: one back-off for all six
+    /// assert_eq!(limiter.limit(), 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn window(mut self, window: Option<SampleWindow>) -> Self {
+        let now = self.clock.now_nanos();
+        self.windows = window.map(|window| Windows::new(window, now));
+        self
     }
 
     /// Takes one permit if the current limit has room (never blocks). Report how the request
@@ -130,7 +196,8 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
     /// ```
     /// use floodgate::ManualClock;
     /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
-    /// let limiter = AdaptiveInFlight::with_clock(Aimd::new(1, 1, 10)?, ManualClock::new());
+    /// let limiter = AdaptiveInFlight::with_clock(Aimd::new(1, 1, 10)?, ManualClock::new())
+    ///     .window(None); // every sample counts
     /// let first = limiter.try_acquire().expect("free");
     /// assert!(limiter.try_acquire().is_none());
     /// first.success(); // in use at the limit: AIMD adds one
@@ -147,18 +214,36 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
         })
     }
 
-    /// Feeds one sample to the algorithm and applies the new limit. Lock-free: one
-    /// compare-exchange loop on the state, and one on the in-flight word when the whole-number
-    /// limit changes.
+    /// Records one sample: into the open window (see [`window`](Self::window)), or straight to
+    /// the algorithm when there is none. Lock-free: a compare-exchange loop on the window, and
+    /// once per window (or per sample, unwindowed) one on the algorithm's state, and one on the
+    /// in-flight word when the whole-number limit changes.
     ///
     /// ```
     /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd, Sample};
-    /// let limiter = AdaptiveInFlight::new(Aimd::new(10, 1, 100)?);
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(10, 1, 100)?).window(None);
     /// limiter.record(&Sample { rtt_nanos: 1_000_000, in_flight: 10, dropped: true });
     /// assert_eq!(limiter.limit(), 9);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn record(&self, sample: &Sample) {
+        self.record_at(sample, self.clock.now_nanos());
+    }
+
+    /// [`record`](Self::record) of a sample that ended at `now` on the clock.
+    fn record_at(&self, sample: &Sample, now: u64) {
+        let Some(windows) = &self.windows else {
+            self.apply(sample);
+            return;
+        };
+        let closed = windows.record(sample, now);
+        if let Some(aggregate) = closed.and_then(|closed| windows.window().aggregate(closed)) {
+            self.apply(&aggregate);
+        }
+    }
+
+    /// Feeds one sample to the algorithm and applies the new limit.
+    fn apply(&self, sample: &Sample) {
         // AcqRel / Acquire: the state's updates form one total order; nothing else rides on it.
         let Ok(old) = self
             .state
@@ -238,7 +323,7 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptivePermit<'_, A, C> {
     ///
     /// ```
     /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
-    /// let limiter = AdaptiveInFlight::new(Aimd::new(1, 1, 10)?);
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(1, 1, 10)?).window(None);
     /// limiter.try_acquire().unwrap().success();
     /// assert_eq!(limiter.limit(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -251,7 +336,7 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptivePermit<'_, A, C> {
     ///
     /// ```
     /// use floodgate::concurrency::adaptive::{AdaptiveInFlight, Aimd};
-    /// let limiter = AdaptiveInFlight::new(Aimd::new(10, 1, 10)?);
+    /// let limiter = AdaptiveInFlight::new(Aimd::new(10, 1, 10)?).window(None);
     /// limiter.try_acquire().unwrap().dropped();
     /// assert_eq!(limiter.limit(), 9);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -264,11 +349,12 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptivePermit<'_, A, C> {
         // Give the permit back first: the new limit applies to a count without this request.
         drop(self.permit.take());
         let now = self.limiter.clock.now_nanos();
-        self.limiter.record(&Sample {
+        let sample = Sample {
             rtt_nanos: now.saturating_sub(self.started),
             in_flight: self.in_flight,
             dropped,
-        });
+        };
+        self.limiter.record_at(&sample, now);
     }
 }
 
