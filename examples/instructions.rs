@@ -7,9 +7,13 @@
 //!     target/release/examples/instructions token-bucket allow quanta 1000000
 //! callgrind_annotate /tmp/cg.out | head -30      # Ir / 1,000,000 = instructions per call
 //! ```
-//! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, sharded, governor,
-//! clock (the clock read alone). Workloads: allow (limit never reached), deny (exhausted after
-//! one permit). Clocks: quanta, coarse (floodgate's limiters only; governor reads its own).
+//! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, sharded,
+//! sliding-window-60 and sliding-window-6000 (the ring with 60 or 6,000 cells), governor, clock
+//! (the clock read alone). Workloads: allow (limit never reached), deny (exhausted after one
+//! permit), spent (sliding windows only: the whole limit was taken at the very end of the cell
+//! before the current one, so every call is a denial whose window holds a used closed cell: the
+//! denial an attacker makes every caller pay). Clocks: quanta, coarse (floodgate's limiters only;
+//! governor reads its own).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -18,7 +22,7 @@ use std::time::Duration;
 
 use floodgate::{
     AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, Limiter, QuantaClock, Rate, Sharded,
-    TokenBucket,
+    SlidingWindow, TokenBucket,
 };
 
 #[inline(never)]
@@ -44,12 +48,45 @@ fn measured_loop_governor(limiter: &governor::DefaultDirectRateLimiter, calls: u
     (0..calls).map(|_| u64::from(limiter.check().is_ok())).sum()
 }
 
-fn run_with<C: Clock + Clone>(name: &str, allow: bool, clock: C, calls: u64) -> Option<u64> {
+/// What the measured calls meet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    /// The limit is never reached.
+    Allow,
+    /// Exhausted by the first call.
+    Deny,
+    /// Sliding windows: the limit was spent at the end of the previous cell.
+    Spent,
+}
+
+/// A sliding window of `cells` cells: allow, 10^7 per minute (never reached; the whole-nanosecond
+/// cells the ring needs rule out the others' 10 ms); deny and spent, 1 per `cells` minutes
+/// (one-minute cells, so a run under callgrind stays in one cell: in a later one, `deny` would be
+/// `spent`). For `spent`, the permit is taken one nanosecond before the current cell starts.
+fn sliding<C: Clock>(workload: Workload, cells: u32, clock: C) -> Option<SlidingWindow<C>> {
+    let (limit, window) = match workload {
+        Workload::Allow => (10_000_000, Duration::from_secs(60)),
+        Workload::Deny | Workload::Spent => (1, Duration::from_secs(60 * u64::from(cells))),
+    };
+    let ring = SlidingWindow::with_clock(limit, window, cells, clock).ok()?;
+    if workload == Workload::Spent {
+        let cell = 60_000_000_000;
+        let start = ring.clock().now_nanos() / cell * cell;
+        ring.try_acquire_at(limit, start.checked_sub(1)?).ok()?;
+    }
+    Some(ring)
+}
+
+fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u64) -> Option<u64> {
+    if let Some(cells) = name.strip_prefix("sliding-window-") {
+        let ring = sliding(workload, cells.parse().ok()?, clock)?;
+        return Some(measured_loop(&ring, calls));
+    }
     // allow: 10^7 per 10 ms (never reached); deny: 1 per hour (exhausted by the first call).
-    let (limit, period) = if allow {
-        (10_000_000, Duration::from_millis(10))
-    } else {
-        (1, Duration::from_secs(3600))
+    let (limit, period) = match workload {
+        Workload::Allow => (10_000_000, Duration::from_millis(10)),
+        Workload::Deny => (1, Duration::from_secs(3600)),
+        Workload::Spent => return None,
     };
     let rate = Rate::new(limit, period);
     Some(match name {
@@ -83,14 +120,15 @@ fn run_with<C: Clock + Clone>(name: &str, allow: bool, clock: C, calls: u64) -> 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [name, workload, clock, calls] = args.as_slice() else {
-        eprintln!("usage: instructions LIMITER allow|deny quanta|coarse CALLS");
+        eprintln!("usage: instructions LIMITER allow|deny|spent quanta|coarse CALLS");
         return ExitCode::from(2);
     };
-    let (Ok(calls), Some(allow)) = (
+    let (Ok(calls), Some(load)) = (
         calls.parse::<u64>(),
         match workload.as_str() {
-            "allow" => Some(true),
-            "deny" => Some(false),
+            "allow" => Some(Workload::Allow),
+            "deny" => Some(Workload::Deny),
+            "spent" => Some(Workload::Spent),
             _ => None,
         },
     ) else {
@@ -98,9 +136,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let admitted = match clock.as_str() {
-        "quanta" => run_with(name, allow, QuantaClock::new(), calls),
+        "quanta" => run_with(name, load, QuantaClock::new(), calls),
         "coarse" => match CoarseClock::new() {
-            Ok(c) => run_with(name, allow, c, calls),
+            Ok(c) => run_with(name, load, c, calls),
             Err(e) => {
                 eprintln!("coarse clock: {e}");
                 return ExitCode::FAILURE;
@@ -114,7 +152,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         None => {
-            eprintln!("unknown limiter `{name}` or clock `{clock}`");
+            eprintln!(
+                "unknown limiter `{name}` or clock `{clock}` (`spent`: sliding windows only)"
+            );
             ExitCode::from(2)
         }
     }

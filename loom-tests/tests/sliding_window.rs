@@ -1,13 +1,15 @@
 //! loom models of the sliding window ring and the rolling counter: callers crossing a cell
 //! boundary together, a lagging caller racing a crossing (or a reset a whole ring ahead), the
-//! sweep racing adds and readers.
-//! Rings of 2 cells + 1 future cell (3 slots) of 10 ns; every interleaving of 2–3 threads is
+//! sweep racing adds and readers, and the ring's marks (the running sums a crossing publishes
+//! and a denial searches) racing a crossing into the next block.
+//! Rings of 2 cells + 1 future cell (3 slots) of 10 ns, and for the marks 3 cells + 1 future cell
+//! (blocks of 3 cells, so a window spans two blocks); every interleaving of 2–3 threads is
 //! explored (preemptions bounded by `LOOM_MAX_PREEMPTIONS`, default 3).
 #![cfg(floodgate_loom)]
 
 use std::time::Duration;
 
-use floodgate::{Limiter, ManualClock, RollingCounter, SlidingWindow};
+use floodgate::{Decision, Limiter, ManualClock, RollingCounter, SlidingWindow};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -35,6 +37,17 @@ fn counter() -> Arc<RollingCounter<ManualClock>> {
         .with_future_cells(1)
         .unwrap();
     Arc::new(c)
+}
+
+/// 3 cells of 10 ns + 1 future cell: blocks of cells {0, 1, 2}, {3, 4, 5}, {6, 7, 8}; the window
+/// of cell 5 closes cells {3, 4} (prefix marks), the window of cell 6 cells {4, 5} (suffix marks,
+/// the first crossing into block 2 turns cell 4's prefix mark into a suffix mark).
+fn window3(limit: u32) -> Arc<SlidingWindow<ManualClock>> {
+    let w = SlidingWindow::with_clock(limit, Duration::from_nanos(3 * CELL), 3, ManualClock::new())
+        .unwrap()
+        .with_future_cells(1)
+        .unwrap();
+    Arc::new(w)
 }
 
 /// Takes 1 permit at `now` on another thread; joins to whether it was admitted.
@@ -249,5 +262,86 @@ fn a_leaping_caller_races_a_present_caller() {
         assert!(span <= 2 * 2 + 1, "cells 0–1 admitted {span}");
         // One window later the limit is back in full.
         assert!(w.try_acquire_at(2, 3 * CELL + 5).unwrap().is_allowed());
+    });
+}
+
+/// A denial and a peek in cell 5 search the marks of cells {3, 4} (1 and 2 taken: prefix marks 1
+/// and 3) while B's crossing into cell 6 (the next block) seals cell 5 and rewrites cell 4's mark
+/// as a suffix mark (2). Whichever marks A reads (or, when they changed under it, the cells one
+/// by one), and whether A is decided in cell 5 or follows head into cell 6, its answers are
+/// exact: in cell 5, 1 more needs cell 3 to leave (at 60) and the window empties when cell 4
+/// leaves (at 70).
+#[test]
+fn a_denial_searches_the_marks_while_the_next_block_is_crossed() {
+    model(|| {
+        let w = window3(3);
+        assert!(w.try_acquire_at(1, 3 * CELL + 9).unwrap().is_allowed());
+        assert!(w.try_acquire_at(2, 4 * CELL + 9).unwrap().is_allowed());
+        // A peek past the newest crossing (4) reads its marks; then cell 5's crossing.
+        assert_eq!(
+            w.peek_at(1, 5 * CELL).unwrap(),
+            Decision::deny(3, 0, 10, 20)
+        );
+        assert_eq!(
+            w.try_acquire_at(1, 5 * CELL).unwrap(),
+            Decision::deny(3, 0, 10, 20)
+        );
+        let b = {
+            let w = w.clone();
+            thread::spawn(move || w.try_acquire_at(2, 6 * CELL + 1).unwrap())
+        };
+        let a = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let a = w.try_acquire_at(1, 5 * CELL + 5).unwrap();
+                (a, w.peek_at(1, 5 * CELL + 5).unwrap())
+            })
+        };
+        let (a, peeked) = a.join().unwrap();
+        let b = b.join().unwrap();
+        // Decided in cell 5: denied, retry at 60, empty at 70. Followed into cell 6 (cells
+        // {4, 5, 6} hold 2): admitted, window reset at 90.
+        let in_5 = Decision::deny(3, 0, 5, 15);
+        let in_6 = Decision::allow(3, 0, 35);
+        assert!(a == in_5 || a == in_6, "A: {a:?}");
+        if a == in_6 {
+            // Cells {4, 5, 6} hold 3: 1 more when cell 4 leaves (70), empty when 6 does (90).
+            assert_eq!(peeked, Decision::deny(3, 0, 15, 35), "the peek");
+        } else {
+            // In cell 5 as A was, or in cell 6 (B denied, and 2 + 1 fit).
+            assert!(peeked == in_5 || peeked == in_6, "the peek: {peeked:?}");
+        }
+        // B: cells {4, 5, 6} hold 2 (and A's 1 if B saw it); 1 to 2 more need cell 4 to leave.
+        let b_alone = Decision::deny(3, 1, 9, 9);
+        let b_after_a = Decision::deny(3, 0, 9, 29);
+        assert!(b == b_alone || (a == in_6 && b == b_after_a), "B: {b:?}");
+    });
+}
+
+/// A crosser into cell 5 (same block as the published crossing 4: it seals and prefix-marks only
+/// cell 4) races B's crossing into cell 6 (a new block: it seals cells 4–5 and suffix-marks them).
+/// A's mark writes must never land over B's: after both, a denial in cell 6 finds, through the
+/// marks, exactly when enough of the window leaves and when it is empty.
+#[test]
+fn an_incremental_crossing_races_the_next_blocks_crossing() {
+    model(|| {
+        // Limit 3; 2 at the very end of cell 4 (the crossing into 4 is the block's first).
+        let w = window3(3);
+        assert!(w.try_acquire_at(2, 4 * CELL + 9).unwrap().is_allowed());
+        let a = {
+            let w = w.clone();
+            thread::spawn(move || w.try_acquire_at(1, 5 * CELL + 5).unwrap())
+        };
+        let b = take(&w, 6 * CELL + 5);
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        // Cells {4, 5, 6} hold at most 3, and the one permit left goes to exactly one of them.
+        assert_eq!(usize::from(a.is_allowed()) + usize::from(b), 1);
+        // Where A's permit went: cell 5 (its window resets at 80) or cell 6 (at 90), or nowhere.
+        let a_in_5 = a.is_allowed() && a.reset_after() == Duration::from_nanos(25);
+        let d = w.try_acquire_at(1, 6 * CELL + 6).unwrap();
+        // 1 more needs 1 freed: cell 4 leaves at 70. Empty when the newest used cell leaves:
+        // cell 5 (at 80) or cell 6 (at 90).
+        let reset = if a_in_5 { 14 } else { 24 };
+        assert_eq!(d, Decision::deny(3, 0, 4, reset), "a_in_5: {a_in_5}");
     });
 }

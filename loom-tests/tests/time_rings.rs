@@ -168,6 +168,49 @@ fn window_set_limit_races_takes() {
     });
 }
 
+/// (f) The marks under the time model: 3 cells of 10 ns (blocks {3, 4, 5}, {6, 7, 8}), limit 2,
+/// both taken at real time 45 (cell 4). S takes once, reading its clock anywhere in the run
+/// (and stalling anywhere in its crossing), while the driver crosses into cell 5 (the same
+/// block: an incremental crossing) and into cell 6 (a new block: the window walked again and
+/// cell 4's prefix mark rewritten as a suffix mark). A crossing S began in an older cell must
+/// never land its marks over the newer ones: the driver's last denial and peek, read through the
+/// marks, say exactly when cell 4's permits leave (cell 7, at 70).
+#[test]
+fn window_marks_under_a_stalled_crosser() {
+    model(None, || {
+        let clock = ModelClock::starting_at(45);
+        let w = Arc::new(
+            SlidingWindow::with_clock(2, Duration::from_nanos(3 * CELL), 3, clock.clone())
+                .unwrap()
+                .with_future_cells(1)
+                .unwrap(),
+        );
+        let mut admitted = Vec::new();
+        let (span, d) = clock.timed(|| w.try_acquire(2).unwrap());
+        assert!(d.is_allowed());
+        admitted.push(Admitted::at(span, 2));
+        let s = {
+            let (w, clock) = (w.clone(), clock.clone());
+            thread::spawn(move || take(&w, &clock, (0, 0)))
+        };
+        clock.advance(CELL);
+        let mut mine = take(&w, &clock, (0, 0));
+        clock.advance(CELL);
+        mine.extend(take(&w, &clock, (0, 0)));
+        admitted.extend(join_all(vec![s], mine));
+        // The 3-cell window's promise: any span of window − cell − 1 = 19 ns holds at most 2.
+        assert!(max_in_span(&admitted, 2 * CELL - 1).0 <= 2, "{admitted:?}");
+        assert_eq!(
+            admitted.len(),
+            1,
+            "cells 4–6 hold the 2 taken at 45: {admitted:?}"
+        );
+        let leaves = floodgate::Decision::deny(2, 0, 5, 5);
+        assert_eq!(w.try_acquire(1).unwrap(), leaves);
+        assert_eq!(w.peek(1).unwrap(), leaves);
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // RollingCounter
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use crate::decision::ConfigError;
 
-/// The most slots a ring may have (`cells + future`): 65,536, so a ring is at most 512 KiB.
+/// The most slots a ring may have (`cells + future`): 65,536, so a ring is at most 512 KiB per
+/// 8-byte word its slots hold (the sliding window's hold two: 1 MiB).
 pub const MAX_SLOTS: usize = 1 << 16;
 
 /// Window, cell and ring sizes, validated.

@@ -133,18 +133,18 @@ impl<C: Clock> SlidingWindow<C> {
         me.fresh_for = Some(head);
     }
 
-    /// The cell a peek at `me` reads: as [`follow`](Self::follow) decides, without writing (a
-    /// leaped head is read past, not rewound).
-    pub(super) fn peek_cell(&self, me: &mut Caller<'_, C>) -> u64 {
+    /// The cell a peek at `me` reads, and the head it judged: as [`follow`](Self::follow)
+    /// decides, without writing (a leaped head is read past, not rewound).
+    pub(super) fn peek_cell(&self, me: &mut Caller<'_, C>) -> (u64, u64) {
         loop {
             // Acquire: see `acquire_at`.
             let head = self.head.load(Ordering::Acquire);
             if head <= me.own.saturating_add(self.horizon) {
-                return head.max(me.own);
+                return (head.max(me.own), head);
             }
             match me.clock {
                 Some(clock) if !me.fresh(head) => self.reread(me, clock, head),
-                _ => return me.own,
+                _ => return (me.own, head),
             }
         }
     }
@@ -157,7 +157,7 @@ impl<C: Clock> SlidingWindow<C> {
         // Acquire: as in `acquire_at`.
         let (tag, _) = unpack_window(self.base.load(Ordering::Acquire));
         if tag == cell & TAG_MASK {
-            self.pre_stamp(cell);
+            self.pre_stamp(cell, cell);
             return;
         }
         match self.advance(cell, &mut me) {

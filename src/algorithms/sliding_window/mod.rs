@@ -51,14 +51,16 @@
 //! # Protocol
 //! Each slot packs `(round, sealed, count)` in one `AtomicU64` ([`pack_cell`]). The window's closed
 //! cells are summed once per cell, by the first caller that crosses into a new cell (or the
-//! sweep): it raises `head` (the newest cell index, a full `u64`), *seals* each of the `cells − 1`
-//! previous cells (a sealed cell never changes again: a writer that finds its cell sealed moves to
-//! the newer cell), and publishes their sum in `base` as `(cell tag, sum)`. It then pre-stamps the
-//! `future` cells ahead with their round and a zero count. Every other call is: load `base`, load
-//! the current cell, and one compare-exchange that adds `n` iff `base sum + count + n ≤ limit`.
-//! The check and the add are one atomic step on the only cell that is still open, and the rest of
-//! the window is frozen, so the check is exact. A denial writes nothing, except that the first
-//! call in a new cell does the crossing work above whether it is then admitted or denied.
+//! sweep): it raises `head` (the newest cell index, a full `u64`), *seals* the window's closed
+//! cells that are not sealed yet (a sealed cell never changes again: a writer that finds its cell
+//! sealed moves to the newer cell), *marks* them (a running sum of sealed counts published next to
+//! each cell, see [Marks](#marks)), and publishes their sum in `base` as `(cell tag, sum)`. It then
+//! pre-stamps the `future` cells ahead with their round and a zero count. Every other call is:
+//! load `base`, load the current cell, and one compare-exchange that adds `n` iff
+//! `base sum + count + n ≤ limit`. The check and the add are one atomic step on the only cell that
+//! is still open, and the rest of the window is frozen, so the check is exact. A denial writes
+//! nothing, except that the first call in a new cell does the crossing work above whether it is
+//! then admitted or denied.
 //!
 //! A slot whose round is not the current one counts as zero, and is reset by compare-exchange by
 //! whoever writes it next; before resetting, a writer re-reads `head`: if some thread is already
@@ -67,12 +69,35 @@
 //! never changes a decision.
 //!
 //! `head` only rises, except for a rewind ([Time](#time)). So every check of `head` made before
-//! writing a slot or `base` for a cell (seal, reset, publish, pre-stamp) asks for `head` to be
-//! that cell: a head past it means a newer crossing, a head below it a rewind, and either way
-//! the write is void and the caller judges the new head. The fast path reads no `head`: the
-//! horizon is judged only on the paths that already read it.
+//! writing a slot, a mark or `base` for a cell (seal, mark, reset, publish, pre-stamp) asks for
+//! `head` to be that cell: a head past it means a newer crossing, a head below it a rewind, and
+//! either way the write is void and the caller judges the new head. The fast path reads no
+//! `head`: the horizon is judged only on the paths that already read it.
+//!
+//! # Marks
+//! Cells are grouped in aligned blocks of `cells` cells, so a window's closed cells are a suffix
+//! of one block and a prefix of the next. Next to each closed cell the crossing publishes the sum
+//! of the sealed counts from it to its block's end (older block) or from its block's start to it
+//! (newer block): sums over sealed cells of the crosser's own window, so every crosser computes
+//! the same mark. Then:
+//! * **a crossing costs O(1)** when the previous published crossing is in the same block: only
+//!   the cells after it are new, and the window's sum is one older-block mark plus one newer-block
+//!   mark; it pre-stamps only the future cells the previous crossing did not. The first crossing
+//!   into a block walks its window: O(cells), once per block.
+//! * **a denial and a peek cost O(log cells)**: the sum of any run of closed cells is the
+//!   difference of two marks, so when enough of the window leaves (the retry time) and when the
+//!   newest used cell leaves (the reset time) are two binary searches over the marks. A denial
+//!   still writes nothing. A reader checks every mark it reads against the cell's round and the
+//!   kind it expects, and their total against the sum it decided on. When a newer crossing changed
+//!   them under it (into a new block, or a ring later), the call is decided again, once, from a
+//!   fresh `base` (its cell is then sealed, so it follows head); if they change again, or changed
+//!   with head still there (after a leap), that one call reads the cells one by one, as every call
+//!   did before. Never a wait on another thread.
+//!
+//! The memory cost is one more word per slot. The details are in `marks.rs`.
 
 mod horizon;
+mod marks;
 mod protocol;
 
 use std::time::Duration;
@@ -80,11 +105,12 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use self::horizon::{Caller, horizon_cells};
+use self::marks::Closed;
 use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::Limiter;
-use crate::packed::{MAX_COUNT, pack_window};
+use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Bits of a cell's round tag.
@@ -134,8 +160,8 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
 /// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
 ///
-/// Memory: two cache-padded words plus 8 bytes per slot (`cells + future`), see
-/// [`memory_bytes`](SlidingWindow::memory_bytes).
+/// Memory: two cache-padded words plus 16 bytes per slot (`cells + future`: a cell word and its
+/// mark), see [`memory_bytes`](SlidingWindow::memory_bytes).
 ///
 /// ```
 /// use floodgate::{Limiter, ManualClock, SlidingWindow};
@@ -158,11 +184,30 @@ pub struct SlidingWindow<C = QuantaClock> {
     head: CachePadded<AtomicU64>,
     /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
     base: CachePadded<AtomicU64>,
+    /// The cell words, `(round, sealed, count)` ([`pack_cell`]).
     slots: Box<[AtomicU64]>,
+    /// Beside each slot, the mark the crossing publishes once its cell is closed (see
+    /// [Marks](self#marks)): `(round, suffix, sum)` in [`pack_cell`]'s layout. A separate array,
+    /// so the admission's slot index stays a scaled 8-byte offset.
+    marks: Box<[AtomicU64]>,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
     horizon: u64,
     clock: C,
+}
+
+#[cfg(test)]
+std::thread_local! {
+    /// Slot words (cells and marks) this thread has read or written through the ring's protocol:
+    /// what the unit tests count to show that a denial or a peek costs O(log cells).
+    static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one slot word visited (unit tests only; nothing in other builds).
+#[inline(always)]
+fn visit() {
+    #[cfg(test)]
+    VISITS.with(|v| v.set(v.get() + 1));
 }
 
 impl<C> std::fmt::Debug for SlidingWindow<C> {
@@ -214,14 +259,15 @@ impl<C> SlidingWindow<C> {
         self.geometry.future as u32
     }
 
-    /// Bytes this limiter occupies: the struct (two cache-padded words) plus 8 per slot.
+    /// Bytes this limiter occupies: the struct (two cache-padded words) plus 16 per slot (a cell
+    /// word and its mark).
     ///
     /// ```
     /// let w = floodgate::SlidingWindow::new(5, std::time::Duration::from_secs(60), 60).unwrap();
-    /// assert!(w.memory_bytes() >= 8 * 75);
+    /// assert!(w.memory_bytes() >= 16 * 75);
     /// ```
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.slots.len() * std::mem::size_of::<AtomicU64>()
+        std::mem::size_of::<Self>() + 2 * self.slots.len() * std::mem::size_of::<AtomicU64>()
     }
 
     /// The limit in force.
@@ -297,8 +343,10 @@ impl<C: Clock> SlidingWindow<C> {
     ) -> Result<Self, ConfigError> {
         validate_limit(limit, MAX_LIMIT)?;
         let geometry = RingGeometry::new(window, cells, future)?;
-        // Every slot starts as round 0, count 0: slot `i` is a fresh, open cell `i`.
+        // Every slot starts as round 0, count 0: slot `i` is a fresh, open cell `i`. Its mark (0:
+        // round 0, prefix, 0) is only read once a crossing has written or checked it.
         let slots = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
+        let marks = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
         Ok(SlidingWindow {
             geometry,
             limit: AtomicU32::new(limit),
@@ -306,6 +354,7 @@ impl<C: Clock> SlidingWindow<C> {
             // Cell 0 has no closed cells before it.
             base: CachePadded::new(AtomicU64::new(pack_window(0, 0))),
             slots,
+            marks,
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         })
@@ -370,21 +419,82 @@ impl<C: Clock> SlidingWindow<C> {
     fn peek_with(&self, n: u32, mut me: Caller<'_, C>) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        let cell = self.peek_cell(&mut me);
-        let now = me.now;
-        let prev: u64 = (self.geometry.window_start(cell)..cell)
-            .map(|i| self.count_of(i))
-            .sum();
-        let count = self.count_of(cell);
         let n = u64::from(n);
-        Ok(if prev + count + n <= limit {
-            let reset = self
-                .geometry
-                .start_of(cell.saturating_add(self.geometry.cells));
-            Decision::allow(limit, limit - prev - count - n, reset.saturating_sub(now))
+        // Whether the marks already changed under this peek once: it is then read again from a
+        // fresh `base`, once; a second time, the cells are read one by one (see `marks`).
+        let mut read_again = false;
+        loop {
+            // Acquire: a base comes with its crossing's seals and marks (and its head raise, so
+            // the head loaded next is at or past the crossing, unless the ring was rewound).
+            let (tag, base) = unpack_window(self.base.load(Ordering::Acquire));
+            let (cell, head) = self.peek_cell(&mut me);
+            let now = me.now;
+            let closed = match self.closed_for_peek(cell, head, tag, base) {
+                Some(closed) => closed,
+                None if !read_again => {
+                    read_again = true;
+                    continue;
+                }
+                None => self.closed_by_scan(cell),
+            };
+            let count = self.count_of(cell);
+            let prev = closed.sum();
+            if prev + count + n <= limit {
+                let reset = self
+                    .geometry
+                    .start_of(cell.saturating_add(self.geometry.cells));
+                return Ok(Decision::allow(
+                    limit,
+                    limit - prev - count - n,
+                    reset.saturating_sub(now),
+                ));
+            }
+            match self.denial(cell, now, closed, count, n, limit) {
+                Some(denied) => return Ok(denied),
+                None if !read_again => read_again = true,
+                None => return Ok(self.denial_by_scan(cell, now, prev, count, n, limit)),
+            }
+        }
+    }
+
+    /// The closed cells of the window of `cell` for a peek that loaded `base` = `(tag, sum)` and
+    /// then `head`. The crossing `base` names is the newest at or before `head` with that tag:
+    /// * `cell` itself: its closed cells sum to `base`'s sum;
+    /// * an older cell `p` of `cell`'s window: nobody has written a cell after `p` (a writer
+    ///   needs its cell's `base`), so the closed cells are `[ws, p)`, read through `p`'s marks
+    ///   (`None` if they changed under the peek), and `p` with its live count;
+    /// * a cell before `cell`'s window: every cell of the window is still empty;
+    /// * past `cell` (a leaped head, read past): the cells are read one by one.
+    fn closed_for_peek(&self, cell: u64, head: u64, tag: u64, base: u64) -> Option<Closed> {
+        let from = self.geometry.window_start(cell);
+        let Some(published) = head.checked_sub(head.wrapping_sub(tag) & TAG_MASK) else {
+            return Some(Closed::of_crossing(cell, from, 0));
+        };
+        Some(if published == cell {
+            Closed::of_crossing(cell, from, base)
+        } else if published > cell {
+            self.closed_by_scan(cell)
+        } else if published < from {
+            Closed::of_crossing(cell, from, 0)
         } else {
-            self.denial(cell, now, prev, count, n, limit)
+            Closed {
+                crossing: published,
+                from,
+                marked: self.marked_sum(published, from)?,
+                live: self.count_of(published),
+                scan: false,
+            }
         })
+    }
+
+    /// The closed cells of the window of `cell`, read one by one.
+    fn closed_by_scan(&self, cell: u64) -> Closed {
+        let from = self.geometry.window_start(cell);
+        let marked = (from..cell).map(|i| self.count_of(i)).sum();
+        Closed {
+            scan: true,
+            ..Closed::of_crossing(cell, from, marked)
+        }
     }
 
     /// Prepares the current cell ahead of callers: the crossing work (sealing the window's closed
@@ -444,3 +554,6 @@ impl<C: Clock> super::Sweep for SlidingWindow<C> {
         SlidingWindow::sweep(self);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,10 @@
-//! The ring's protocol: admission on the open cell, the crossing (head raise, seals, base),
-//! the pre-stamp sweep, and the denial's retry/reset arithmetic. See the parent module's docs.
+//! The ring's protocol: admission on the open cell, the crossing (head raise, seals and marks,
+//! base), and the pre-stamp sweep. See the parent module's docs; the marks and the denial's
+//! retry/reset search are in `marks`.
 
 use super::horizon::Caller;
-use super::{ROUND_MASK, SEALED, SlidingWindow, pack_cell, unpack_cell};
+use super::marks::Closed;
+use super::{ROUND_MASK, SEALED, SlidingWindow, pack_cell, unpack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
@@ -17,6 +19,8 @@ impl<C: Clock> SlidingWindow<C> {
         let mut cell = me.own;
         // Cross into `cell` whatever `base` says: head is below it (`follow` says so).
         let mut cross = false;
+        // Whether a denial already found the marks changed under it once (`marks_changed`).
+        let mut again = false;
         'cell: loop {
             // Acquire: a base word comes with the seals and the head raise made before it.
             let (tag, prev) = unpack_window(self.base.load(Ordering::Acquire));
@@ -42,7 +46,14 @@ impl<C: Clock> SlidingWindow<C> {
                     }
                     let taken = prev + count + n;
                     if taken > limit {
-                        return self.denial(cell, me.now, prev, count, n, limit);
+                        let asked = (prev, count, n, limit);
+                        match self.deny(cell, me.now, prev, count, n, limit) {
+                            Some(denied) => return denied,
+                            None => match self.marks_changed(cell, me.now, asked, &mut again) {
+                                Some(denied) => return denied,
+                                None => continue 'cell,
+                            },
+                        }
                     }
                     (word + n, taken)
                 } else {
@@ -56,7 +67,14 @@ impl<C: Clock> SlidingWindow<C> {
                     }
                     let taken = prev + n;
                     if taken > limit {
-                        return self.denial(cell, me.now, prev, 0, n, limit);
+                        let asked = (prev, 0, n, limit);
+                        match self.deny(cell, me.now, prev, 0, n, limit) {
+                            Some(denied) => return denied,
+                            None => match self.marks_changed(cell, me.now, asked, &mut again) {
+                                Some(denied) => return denied,
+                                None => continue 'cell,
+                            },
+                        }
                     }
                     (pack_cell(round, false, n), taken)
                 };
@@ -75,10 +93,55 @@ impl<C: Clock> SlidingWindow<C> {
         }
     }
 
-    /// Crossing into `cell` for `me`: raise head, seal and sum the window's closed cells, publish
-    /// the sum, pre-stamp the future. `Err(head)` when some thread is already past `cell`, or
-    /// when the ring was rewound under this call (head below one it saw): a call never raises
-    /// head again after the ring was rewound under it.
+    /// The denial of `n` in `cell`, the published crossing (`prev` its `base` sum, `count` taken
+    /// in it), through the marks; `None` when they changed under the call (see `marks`).
+    #[inline(never)]
+    fn deny(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<Decision> {
+        if count > 0 && count + n > limit {
+            // A burst in this cell (the usual denial under attack): only this cell leaving frees
+            // enough, and it is the newest used one: nothing to read.
+            let leaves = self
+                .geometry
+                .start_of(cell.saturating_add(self.geometry.cells))
+                .saturating_sub(now);
+            let remaining = limit.saturating_sub(prev + count);
+            return Some(Decision::deny(limit, remaining, leaves, leaves));
+        }
+        let closed = Closed::of_crossing(cell, self.geometry.window_start(cell), prev);
+        self.denial(cell, now, closed, count, n, limit)
+    }
+
+    /// A denial whose marks changed under the call: `None` to decide the call again from a fresh
+    /// `base` when a newer crossing moved head on (once: `decided_again`), else the denial read
+    /// from the cells one by one (the marks changed again, or after a leap).
+    #[cold]
+    fn marks_changed(
+        &self,
+        cell: u64,
+        now: u64,
+        (prev, count, n, limit): (u64, u64, u64, u64),
+        decided_again: &mut bool,
+    ) -> Option<Decision> {
+        // Acquire: as every head load; a newer head means the call's cell is (being) sealed.
+        if !*decided_again && self.head.load(Ordering::Acquire) != cell {
+            *decided_again = true;
+            return None;
+        }
+        Some(self.denial_by_scan(cell, now, prev, count, n, limit))
+    }
+
+    /// Crossing into `cell` for `me`: raise head, seal and mark the window's closed cells that
+    /// are new to it, publish their sum, pre-stamp the future. `Err(head)` when some thread is
+    /// already past `cell`, or when the ring was rewound under this call (head below one it
+    /// saw): a call never raises head again after the ring was rewound under it.
     pub(super) fn advance(&self, cell: u64, me: &mut Caller<'_, C>) -> Result<(), u64> {
         // Acquire: a head value comes with the stamps and seals made before it was raised.
         let head = self.head.load(Ordering::Acquire);
@@ -94,13 +157,33 @@ impl<C: Clock> SlidingWindow<C> {
             }
         }
         me.reached(cell);
-        let mut prev = 0;
-        for index in self.geometry.window_start(cell)..cell {
-            prev += self.seal(index, cell)?;
-        }
-        let want = pack_window(cell & TAG_MASK, prev.min(MAX_COUNT));
-        // Acquire: as in `acquire_at`.
+        // Acquire: a base word comes with its crossing's seals and marks.
         let mut current = self.base.load(Ordering::Acquire);
+        // The newest published crossing at or before `cell` with the base's tag (its tag read as
+        // every call reads it: a crossing less than 2^40 cells back; the marks it is trusted for
+        // are checked against their cells' rounds besides).
+        let published = cell.checked_sub(cell.wrapping_sub(unpack_window(current).0) & TAG_MASK);
+        let block = self.block_start(cell);
+        let future = self.geometry.future;
+        let (suffix, prefix, stamp_from) = match published {
+            // Published by another crosser (who got here first: the usual race of a cell's first
+            // callers): done, unless a leap overwrote the window's marks; then the window is
+            // walked again (and the published sum kept: a rewind only ever
+            // makes sealed counts read lower).
+            Some(p) if p == cell && self.marks_of(cell, cell).is_some() => return Ok(()),
+            // The previous crossing is in this block: its window is sealed and marked, only the
+            // cells from it on are new. O(1) per cell crossed.
+            Some(p) if p >= block && p < cell => match self.marks_of(p, cell) {
+                Some((suffix, prefix)) => {
+                    let prefix = self.walk_prefix(block, p, cell, prefix)?;
+                    (suffix, prefix, p.saturating_add(future + 1))
+                }
+                None => self.whole_window(cell)?,
+            },
+            // The first crossing into a block, or after a gap or a leap: the whole window.
+            _ => self.whole_window(cell)?,
+        };
+        let want = pack_window(cell & TAG_MASK, (suffix + prefix).min(MAX_COUNT));
         loop {
             if unpack_window(current).0 == cell & TAG_MASK {
                 break; // published by another crosser: the same sum, sealed cells are final
@@ -111,7 +194,7 @@ impl<C: Clock> SlidingWindow<C> {
             if head != cell {
                 return Err(head);
             }
-            // AcqRel: Release publishes our seals with the base; Acquire on failure.
+            // AcqRel: Release publishes our seals and marks with the base; Acquire on failure.
             match self
                 .base
                 .compare_exchange(current, want, Ordering::AcqRel, Ordering::Acquire)
@@ -120,12 +203,19 @@ impl<C: Clock> SlidingWindow<C> {
                 Err(actual) => current = actual,
             }
         }
-        self.pre_stamp(cell);
+        self.pre_stamp(cell, stamp_from);
         Ok(())
+    }
+
+    /// The crossing's walk over the whole window of `cell`: `(suffix, prefix, stamp from)`.
+    fn whole_window(&self, cell: u64) -> Result<(u64, u64, u64), u64> {
+        let (suffix, prefix) = self.walk_window(cell)?;
+        Ok((suffix, prefix, cell.saturating_add(1)))
     }
 
     /// Seals closed cell `index` (seen from `cell`) and returns its final count.
     pub(super) fn seal(&self, index: u64, cell: u64) -> Result<u64, u64> {
+        visit();
         let (slot, round) = self.place(index);
         // Acquire: as in `acquire_at`.
         let mut word = slot.load(Ordering::Acquire);
@@ -153,10 +243,16 @@ impl<C: Clock> SlidingWindow<C> {
         }
     }
 
-    /// Stamps `cell` and the `future` cells after it with their round and a zero count (a slot that
-    /// already holds its round is left alone).
-    pub(super) fn pre_stamp(&self, cell: u64) {
-        for index in cell..=cell.saturating_add(self.geometry.future) {
+    /// Stamps `cell`, and the cells from `from` (at least `cell + 1`) to `cell + future`, with
+    /// their round and a zero count (a slot that already holds its round is left alone). An
+    /// incremental crossing starts after the cells the previous crossing stamped; a stamp is only
+    /// ever an optimisation (see the module docs), so one that a stalled crosser skipped costs a
+    /// writer one compare-exchange at most.
+    pub(super) fn pre_stamp(&self, cell: u64, from: u64) {
+        let from = from.max(cell.saturating_add(1));
+        let last = cell.saturating_add(self.geometry.future);
+        for index in std::iter::once(cell).chain(from..=last) {
+            visit();
             let (slot, round) = self.place(index);
             // Acquire: as in `acquire_at`.
             let mut word = slot.load(Ordering::Acquire);
@@ -187,56 +283,19 @@ impl<C: Clock> SlidingWindow<C> {
         (&self.slots[slot], round & ROUND_MASK)
     }
 
+    /// The mark of cell `index` and the round tag it has there.
+    #[inline]
+    pub(super) fn place_mark(&self, index: u64) -> (&AtomicU64, u64) {
+        let (slot, round) = self.geometry.place(index);
+        (&self.marks[slot], round & ROUND_MASK)
+    }
+
     /// The count of cell `index` as it reads now (zero when its slot holds another round).
     pub(super) fn count_of(&self, index: u64) -> u64 {
+        visit();
         let (slot, round) = self.place(index);
         // Acquire: a snapshot read; pairs with writers' releases like every other slot load.
         let (word_round, _, count) = unpack_cell(slot.load(Ordering::Acquire));
         if word_round == round { count } else { 0 }
-    }
-
-    /// The denial for `n` in `cell` given the window's closed-cell sum and the cell's count.
-    /// Reads the closed cells one by one to find when enough of them leave the window.
-    pub(super) fn denial(
-        &self,
-        cell: u64,
-        now: u64,
-        prev: u64,
-        count: u64,
-        n: u64,
-        limit: u64,
-    ) -> Decision {
-        let cells = self.geometry.cells;
-        let need = (prev + count + n).saturating_sub(limit);
-        let closed = self.geometry.window_start(cell)..cell;
-        // Closed cell `i` leaves the window when the clock reaches cell `i + cells`, oldest
-        // first. When all of them together cannot free enough (a burst in this cell, the usual
-        // case under attack), only this cell leaving can, and nothing needs reading.
-        let mut retry_cell = cell.saturating_add(cells);
-        if need <= prev {
-            let mut freed = 0;
-            for index in closed.clone() {
-                freed += self.count_of(index);
-                if freed >= need {
-                    retry_cell = index.saturating_add(cells);
-                    break;
-                }
-            }
-        }
-        // Back to full capacity when the newest used cell leaves.
-        let newest_used = if count > 0 {
-            Some(cell)
-        } else if prev == 0 {
-            None
-        } else {
-            closed.rev().find(|&index| self.count_of(index) > 0)
-        };
-        let reset = newest_used.map_or(0, |index| {
-            self.geometry
-                .start_of(index.saturating_add(cells))
-                .saturating_sub(now)
-        });
-        let retry = self.geometry.start_of(retry_cell).saturating_sub(now);
-        Decision::deny(limit, limit.saturating_sub(prev + count), retry, reset)
     }
 }

@@ -1,0 +1,388 @@
+//! The ring's marks: running sums of sealed cells, published by the crossing next to each cell,
+//! so that a crossing reads only the cells that are new to it, and a denial or a peek finds when
+//! enough of its window leaves by a binary search instead of reading every closed cell.
+//!
+//! # Blocks and marks
+//! Cells are grouped in aligned *blocks* of `cells` cells (block `k` is cells `k·cells ..
+//! (k+1)·cells`). The closed cells `[ws, c)` of the window of cell `c` (block `K`, first cell
+//! `bs`) are a suffix `[ws, bs)` of block `K − 1` and a prefix `[bs, c)` of block `K`. The crossing
+//! into `c` publishes, next to each of them, a *mark* `(round, kind, value)` ([`pack_cell`]'s
+//! layout, the kind in the sealed bit):
+//! * a **prefix** mark on a cell `i` of block `K`: the sum of the sealed counts of `[bs, i]`;
+//! * a **suffix** mark on a cell `i` of block `K − 1`: the sum of the sealed counts of `[i, bs)`.
+//!
+//! Both are sums over cells of the crosser's own window, all sealed (final) before it computes
+//! them, so every crosser of a block computes the same mark for a cell: a mark never depends on
+//! who wrote it or when. A cell's mark changes kind once, when the first crossing into the next
+//! block turns the block's prefix marks into suffix marks. Values saturate at
+//! [`MAX_COUNT`] (a block never holds more than the limit but after a leap).
+//!
+//! # Writing (the crossing)
+//! A mark is written like a seal: by compare-exchange, only while `head` is the crosser's cell
+//! (a crosser that finds another head stops, as for seals), and only where it differs from the
+//! one already there. Every mark of a window is written (or found) before the window's `base` is
+//! published, so a reader that loads `base` for a cell with Acquire sees that window's marks.
+//!
+//! The crossing into `c` is *incremental* when the newest published crossing `p` (the one `base`
+//! names) lies in `c`'s block: `p`'s window `[ws(p), p)` is sealed and marked, its suffix marks
+//! cover `c`'s older part and its prefix marks `c`'s newer part up to `p`, so only cells
+//! `[p, c)` are sealed and marked, and `base` is `suffix(ws) + prefix(c − 1)`: a crossing per
+//! cell costs O(1). The first crossing into a block (and any crossing after a gap or a leap)
+//! walks its whole window: O(cells), once per block.
+//!
+//! # Reading (a denial, a peek)
+//! With `L(x)` = `prefix(x − 1)` for `x > bs`, `0` for `x = bs`, and `−suffix(x)` for `x < bs`,
+//! the sum of the closed cells `[a, b)` of a window is `L(b) − L(a)`, one mark read per end. The
+//! oldest cell by which the window has taken `x` is then found by binary search over `L`:
+//! O(log cells) mark reads. Every mark read is checked against the cell's round and the kind the
+//! reader expects, and the marks must add up to the sum the decision used. A mismatch means a
+//! newer crossing (into a new block, or a whole ring later) changed the marks under the reader:
+//! the call is decided again, once, from a fresh `base` (a decision in a cell that a newer
+//! crossing has sealed follows head into the newer cell, as always). If the marks changed under
+//! it again, or did not change because of a newer crossing (after a leap), that one call reads
+//! the cells one by one, as every call did before the marks. Never a wait on another thread.
+
+use super::{SlidingWindow, pack_cell, unpack_cell, visit};
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::packed::MAX_COUNT;
+use crate::sync::Ordering;
+
+/// The kind of a mark: a prefix mark (a cell of the newest block of a window) or a suffix mark
+/// (a cell of the block before it).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Kind {
+    /// The sum of the block's sealed cells from its first cell up to this one.
+    Prefix,
+    /// The sum of the block's sealed cells from this one to its last cell.
+    Suffix,
+}
+
+/// The closed cells `[from, crossing)` of the window a decision was made in, as the marks of the
+/// crossing into `crossing` describe them, and, for a peek past that crossing, `crossing`'s own
+/// count (`live`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Closed {
+    /// The published crossing whose marks are read.
+    pub(super) crossing: u64,
+    /// The first cell of the window asked about (at or after `crossing`'s window start).
+    pub(super) from: u64,
+    /// The sum of cells `[from, crossing)`.
+    pub(super) marked: u64,
+    /// The count of cell `crossing` when it is one of the window's closed cells (a peek in a
+    /// cell past the newest crossing); 0 when `crossing` is the decision's own cell.
+    pub(super) live: u64,
+    /// The marks could not be used: read the cells one by one.
+    pub(super) scan: bool,
+}
+
+impl Closed {
+    /// The closed cells of the window of `cell` when `cell` is the published crossing and `base`
+    /// their sum.
+    pub(super) fn of_crossing(cell: u64, from: u64, base: u64) -> Self {
+        Closed {
+            crossing: cell,
+            from,
+            marked: base,
+            live: 0,
+            scan: false,
+        }
+    }
+
+    /// The sum of the closed cells.
+    pub(super) fn sum(&self) -> u64 {
+        self.marked + self.live
+    }
+}
+
+/// `L`, the levels of one published crossing's marks (see the module docs).
+struct Levels<'a, C> {
+    ring: &'a SlidingWindow<C>,
+    /// The crossing's block start.
+    block: u64,
+}
+
+impl<C: Clock> Levels<'_, C> {
+    /// `L(x)` for `x` in `[ws(crossing), crossing]`; `None` when the mark read is not the one
+    /// this crossing published (the marks changed under the reader).
+    fn at(&self, x: u64) -> Option<i64> {
+        if x == self.block {
+            return Some(0);
+        }
+        let (index, kind) = if x > self.block {
+            (x - 1, Kind::Prefix)
+        } else {
+            (x, Kind::Suffix)
+        };
+        let value = i64::try_from(self.ring.read_mark(index, kind)?).ok()?;
+        Some(if kind == Kind::Prefix { value } else { -value })
+    }
+
+    /// The oldest cell `i` in `[from, crossing)` with `sum([from, i]) >= x`, where `from_level`
+    /// is `L(from)` and the cells `[from, crossing)` hold at least `x`: a binary search over `L`.
+    fn first_reaching(&self, from: u64, from_level: i64, crossing: u64, x: u64) -> Option<u64> {
+        let x = i64::try_from(x).ok()?;
+        // The least `y` in (from, crossing] with L(y) − L(from) >= x; the cell is y − 1.
+        let (mut low, mut high) = (from + 1, crossing);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if self.at(mid)? - from_level >= x {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        Some(low - 1)
+    }
+}
+
+impl<C: Clock> SlidingWindow<C> {
+    /// The first cell of the block of `cell`.
+    #[inline]
+    pub(super) fn block_start(&self, cell: u64) -> u64 {
+        cell - cell % self.geometry.cells
+    }
+
+    /// Publishes `value` as the `kind` mark of closed cell `index` for the crossing into `cell`;
+    /// `Err(head)` when head is no longer `cell` (as a seal: the crossing is void).
+    pub(super) fn write_mark(
+        &self,
+        index: u64,
+        cell: u64,
+        kind: Kind,
+        value: u64,
+    ) -> Result<(), u64> {
+        visit();
+        let (slot, round) = self.place_mark(index);
+        let want = pack_cell(round, kind == Kind::Suffix, value.min(MAX_COUNT));
+        // Acquire: pairs with the Release of the compare-exchange below by another crosser; a
+        // mark found in place comes with the seals its writer read, like a seal found in place.
+        let mut mark = slot.load(Ordering::Acquire);
+        while mark != want {
+            // Acquire: as in `seal`; a head other than `cell` is a newer crossing (or a rewind)
+            // that owns the marks now.
+            let head = self.head.load(Ordering::Acquire);
+            if head != cell {
+                return Err(head);
+            }
+            // AcqRel: Release publishes the mark before our `base` compare-exchange publishes
+            // the window (readers Acquire `base`); Acquire on failure as the load above.
+            match slot.compare_exchange(mark, want, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(actual) => mark = actual,
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
+    pub(super) fn read_mark(&self, index: u64, kind: Kind) -> Option<u64> {
+        visit();
+        let (slot, round) = self.place_mark(index);
+        // Acquire: pairs with the Release of `write_mark`'s compare-exchange (and, through the
+        // reader's Acquire load of `base`, with every mark of the window it names).
+        let (mark_round, suffix, value) = unpack_cell(slot.load(Ordering::Acquire));
+        (mark_round == round && suffix == (kind == Kind::Suffix)).then_some(value)
+    }
+
+    /// The sum of the closed cells `[from, crossing)` read through the marks of the published
+    /// crossing into `crossing` (`from` at or after its window start); `None` if they changed.
+    pub(super) fn marked_sum(&self, crossing: u64, from: u64) -> Option<u64> {
+        let levels = Levels {
+            ring: self,
+            block: self.block_start(crossing),
+        };
+        u64::try_from(levels.at(crossing)? - levels.at(from)?).ok()
+    }
+
+    /// The crossing's walk over its window `[ws, cell)`: seals every cell and marks it, the newer
+    /// block's cells oldest first (prefix marks), the older block's newest first (suffix marks).
+    /// Returns `(suffix(ws), prefix(cell − 1))`.
+    pub(super) fn walk_window(&self, cell: u64) -> Result<(u64, u64), u64> {
+        let block = self.block_start(cell);
+        let prefix = self.walk_prefix(block, block, cell, 0)?;
+        let mut suffix = 0;
+        for index in (self.geometry.window_start(cell)..block).rev() {
+            suffix = (suffix + self.seal(index, cell)?).min(MAX_COUNT);
+            self.write_mark(index, cell, Kind::Suffix, suffix)?;
+        }
+        Ok((suffix, prefix))
+    }
+
+    /// Seals and prefix-marks cells `[start, cell)` of the block starting at `block`, going on
+    /// from `prefix` = the sum of `[block, start)`. Returns the sum of `[block, cell)`.
+    pub(super) fn walk_prefix(
+        &self,
+        block: u64,
+        start: u64,
+        cell: u64,
+        mut prefix: u64,
+    ) -> Result<u64, u64> {
+        debug_assert!(block <= start);
+        for index in start..cell {
+            prefix = (prefix + self.seal(index, cell)?).min(MAX_COUNT);
+            self.write_mark(index, cell, Kind::Prefix, prefix)?;
+        }
+        Ok(prefix)
+    }
+
+    /// What an incremental crossing into `cell` starts from, when the newest published crossing
+    /// `published` lies in `cell`'s block before it: `(suffix(ws), prefix(published − 1))` from
+    /// `published`'s marks, or `None` when they are not there (then the crossing walks its
+    /// whole window).
+    pub(super) fn marks_of(&self, published: u64, cell: u64) -> Option<(u64, u64)> {
+        let block = self.block_start(cell);
+        let window_start = self.geometry.window_start(cell);
+        let suffix = if window_start < block {
+            self.read_mark(window_start, Kind::Suffix)?
+        } else {
+            0
+        };
+        let prefix = if published > block {
+            self.read_mark(published - 1, Kind::Prefix)?
+        } else {
+            0
+        };
+        Some((suffix, prefix))
+    }
+
+    /// The denial for `n` in `cell` (`count` taken in it) given the window's closed cells, read
+    /// through the marks; `None` when they changed under the reader.
+    pub(super) fn denial(
+        &self,
+        cell: u64,
+        now: u64,
+        closed: Closed,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<Decision> {
+        let prev = closed.sum();
+        let need = (prev + count + n).saturating_sub(limit);
+        let departures = if closed.scan {
+            self.departures_by_scan(cell, need, prev, count)
+        } else {
+            self.departures(cell, &closed, need, count)?
+        };
+        Some(self.deny_until(now, prev, count, limit, departures))
+    }
+
+    /// The denial for `n` in `cell` (`count` taken in it, `prev` in its closed cells) read from
+    /// the cells one by one: when the marks changed under a reader twice, or after a leap.
+    pub(super) fn denial_by_scan(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Decision {
+        let need = (prev + count + n).saturating_sub(limit);
+        let departures = self.departures_by_scan(cell, need, prev, count);
+        self.deny_until(now, prev, count, limit, departures)
+    }
+
+    /// The denial given `(retry cell, newest used cell)`.
+    fn deny_until(
+        &self,
+        now: u64,
+        prev: u64,
+        count: u64,
+        limit: u64,
+        (retry_cell, newest_used): (u64, Option<u64>),
+    ) -> Decision {
+        let cells = self.geometry.cells;
+        let reset = newest_used.map_or(0, |index| {
+            self.geometry
+                .start_of(index.saturating_add(cells))
+                .saturating_sub(now)
+        });
+        let retry = self.geometry.start_of(retry_cell).saturating_sub(now);
+        Decision::deny(limit, limit.saturating_sub(prev + count), retry, reset)
+    }
+
+    /// `(retry cell, newest used cell)` for a denial short of `need` in `cell`: closed cell `i`
+    /// leaves the window when the clock reaches cell `i + cells`, oldest first, so the retry cell
+    /// is the oldest closed cell by which the window holds `need`, plus `cells` (or this cell's,
+    /// when all the closed cells together cannot free enough: a burst in this cell, the usual
+    /// case under attack, which reads nothing); the window is back to full capacity when the
+    /// newest used cell leaves. `None` when the marks changed under the reader.
+    fn departures(
+        &self,
+        cell: u64,
+        closed: &Closed,
+        need: u64,
+        count: u64,
+    ) -> Option<(u64, Option<u64>)> {
+        let cells = self.geometry.cells;
+        let search_retry = need <= closed.marked;
+        let search_newest = count == 0 && closed.live == 0 && closed.marked > 0;
+        let mut retry_cell = cell.saturating_add(cells);
+        if need <= closed.sum() && !search_retry {
+            retry_cell = closed.crossing.saturating_add(cells); // the live cell frees enough
+        }
+        let newest_used = if count > 0 {
+            Some(cell)
+        } else if closed.live > 0 {
+            Some(closed.crossing)
+        } else {
+            None
+        };
+        if !search_retry && !search_newest {
+            return Some((retry_cell, newest_used));
+        }
+        let levels = Levels {
+            ring: self,
+            block: self.block_start(closed.crossing),
+        };
+        let from_level = levels.at(closed.from)?;
+        // The marks must add up to the sum the decision used (they do, unless they changed).
+        if u64::try_from(levels.at(closed.crossing)? - from_level).ok()? != closed.marked {
+            return None;
+        }
+        if search_retry {
+            let oldest = levels.first_reaching(closed.from, from_level, closed.crossing, need)?;
+            retry_cell = oldest.saturating_add(cells);
+        }
+        let newest_used = if search_newest {
+            let all = closed.marked;
+            Some(levels.first_reaching(closed.from, from_level, closed.crossing, all)?)
+        } else {
+            newest_used
+        };
+        Some((retry_cell, newest_used))
+    }
+
+    /// [`departures`](Self::departures) by reading the closed cells of `cell`'s window one by
+    /// one (as every denial did before the marks).
+    fn departures_by_scan(
+        &self,
+        cell: u64,
+        need: u64,
+        prev: u64,
+        count: u64,
+    ) -> (u64, Option<u64>) {
+        let cells = self.geometry.cells;
+        let closed = self.geometry.window_start(cell)..cell;
+        let mut retry_cell = cell.saturating_add(cells);
+        if need <= prev {
+            let mut freed = 0;
+            for index in closed.clone() {
+                freed += self.count_of(index);
+                if freed >= need {
+                    retry_cell = index.saturating_add(cells);
+                    break;
+                }
+            }
+        }
+        let newest_used = if count > 0 {
+            Some(cell)
+        } else if prev == 0 {
+            None
+        } else {
+            closed.rev().find(|&index| self.count_of(index) > 0)
+        };
+        (retry_cell, newest_used)
+    }
+}

@@ -1,0 +1,176 @@
+//! What a denial, a peek and a crossing cost, counted in slot words visited (cells and marks
+//! read or written through the protocol, [`VISITS`](super::VISITS)): a structural count, not a
+//! timing.
+
+use std::time::Duration;
+
+use super::marks::Closed;
+use super::{SlidingWindow, VISITS};
+use crate::clock::ManualClock;
+use crate::decision::Decision;
+
+/// 1 µs cells.
+const CELL: u64 = 1_000;
+
+/// 4 future cells (so 60,000 cells fit the ring's 65,536 slots).
+fn ring(limit: u32, cells: u32) -> SlidingWindow<ManualClock> {
+    let window = Duration::from_nanos(CELL * u64::from(cells));
+    SlidingWindow::build(limit, window, cells, 4, ManualClock::new()).unwrap()
+}
+
+/// Slot words `f` visits on this thread, and its result.
+fn visits<T>(f: impl FnOnce() -> T) -> (u64, T) {
+    let before = VISITS.with(std::cell::Cell::get);
+    let out = f();
+    (VISITS.with(std::cell::Cell::get) - before, out)
+}
+
+/// `⌈log2 cells⌉`.
+fn log2(cells: u32) -> u64 {
+    u64::from(cells.next_power_of_two().trailing_zeros())
+}
+
+/// The attack of issue 17: the whole limit taken at the very end of cell 5, then denials (and
+/// peeks) in every later cell of its window. Before the marks each one read every closed cell
+/// (116 µs at 50,000 cells); now two binary searches over the marks, whatever the cells.
+#[test]
+fn a_denial_and_a_peek_read_o_log_cells_slot_words() {
+    for cells in [60u32, 6_000, 60_000] {
+        let limit = 10;
+        let w = ring(limit, cells);
+        let used = 5;
+        assert!(
+            w.try_acquire_at(limit, (used + 1) * CELL - 1)
+                .unwrap()
+                .is_allowed()
+        );
+        let last = used + u64::from(cells) - 1;
+        let mut denials = [used + 1, used + 2, used + u64::from(cells) / 2, last];
+        denials.sort_unstable();
+        for cell in denials {
+            let now = cell * CELL + 7;
+            // The cell's retry and reset: when cell `used` leaves the window.
+            let leaves = (used + u64::from(cells)) * CELL - now;
+            let want = Decision::deny(u64::from(limit), 0, leaves, leaves);
+            // The first call crosses into the cell (O(cells) once per block at most).
+            assert_eq!(
+                w.try_acquire_at(1, now).unwrap(),
+                want,
+                "{cells} cells, cell {cell}"
+            );
+            let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+            assert_eq!(d, want);
+            // Two levels, then two binary searches (the retry cell, the newest used cell).
+            let bound = 2 + 2 * log2(cells);
+            assert!(
+                read <= bound,
+                "{cells} cells: a denial read {read} > {bound}"
+            );
+            let (read, d) = visits(|| w.peek_at(1, now).unwrap());
+            assert_eq!(d, want);
+            assert!(read <= bound + 1, "{cells} cells: a peek read {read}");
+            // A peek some cells past the newest crossing reads that crossing's marks.
+            if cell + 3 <= last {
+                let later = now + 3 * CELL;
+                let want =
+                    Decision::deny(u64::from(limit), 0, leaves - 3 * CELL, leaves - 3 * CELL);
+                let (read, d) = visits(|| w.peek_at(1, later).unwrap());
+                assert_eq!(d, want, "{cells} cells, peek at cell {}", cell + 3);
+                assert!(read <= bound + 4, "{cells} cells: a later peek read {read}");
+            }
+        }
+    }
+}
+
+/// Denials whose window holds several used cells find the right ones: the retry cell is the
+/// oldest by which enough has been taken, the reset cell the newest used one.
+#[test]
+fn the_searches_find_the_oldest_sufficient_and_the_newest_used_cell() {
+    let cells = 1_000u32;
+    let w = ring(10, cells);
+    // 3 at cell 100, 4 at cell 400 (block 0).
+    for (cell, n) in [(100u64, 3u32), (400, 4)] {
+        assert!(w.try_acquire_at(n, cell * CELL).unwrap().is_allowed());
+    }
+    let now = 1_050 * CELL;
+    let at = |cell: u64| cell * CELL - now;
+    // Cell 1_050, window [51, 1_050]: 3 + 4 taken; 4 more need 1 freed (cell 100 leaves).
+    // (Crossing first, then a denial that only reads marks.)
+    let _ = w.try_acquire_at(4, now);
+    let (read, d) = visits(|| w.try_acquire_at(4, now).unwrap());
+    assert_eq!(d, Decision::deny(10, 3, at(1_100), at(1_400)));
+    assert!(read <= 2 + 2 * log2(cells), "{read}");
+    // 7 more need all 7 freed: cell 400 leaves.
+    assert_eq!(
+        w.try_acquire_at(7, now).unwrap(),
+        Decision::deny(10, 3, at(1_400), at(1_400))
+    );
+    // 3 at cell 1_200 (block 1). Cell 1_300, window [301, 1_300]: 4 (cell 400, the older
+    // block) + 3 (cell 1_200); 5 needs 2 freed, and the newest used cell is 1_200, in the newer
+    // block.
+    assert!(w.try_acquire_at(3, 1_200 * CELL).unwrap().is_allowed());
+    let now = 1_300 * CELL;
+    let at = |cell: u64| cell * CELL - now;
+    let _ = w.try_acquire_at(5, now);
+    let (read, d) = visits(|| w.try_acquire_at(5, now).unwrap());
+    assert_eq!(d, Decision::deny(10, 3, at(1_400), at(2_200)));
+    assert!(read <= 2 + 2 * log2(cells), "{read}");
+}
+
+/// A crossing into the next cell of the same block reads and writes O(1) slot words; the
+/// first crossing into a block walks its window once.
+#[test]
+fn a_crossing_within_a_block_visits_o_1_slot_words() {
+    for cells in [60u32, 6_000] {
+        let w = ring(1_000, cells);
+        let block = u64::from(cells);
+        // Into the block, then one cell on: the first walks, the second does not.
+        let (first, _) = visits(|| w.try_acquire_at(1, (block + 1) * CELL).unwrap());
+        assert!(
+            first >= block - 2,
+            "{cells} cells: the block's first crossing read {first}"
+        );
+        for cell in block + 2..block + 10 {
+            let (read, d) = visits(|| w.try_acquire_at(1, cell * CELL).unwrap());
+            assert!(d.is_allowed());
+            // Seal and mark the previous cell, read two marks, stamp this cell and one future.
+            assert!(
+                read <= 6,
+                "{cells} cells: a crossing in a block read {read}"
+            );
+        }
+        // Skipping cells in a block only walks the skipped ones: from cell `block + 9` to
+        // `block + 20`, 11 cells sealed and marked, 2 marks read, 5 cells stamped.
+        let (read, _) = visits(|| w.try_acquire_at(1, (block + 20) * CELL).unwrap());
+        assert!(
+            read <= 2 * 11 + 2 + 5,
+            "{cells} cells: a skip of 11 cells read {read}"
+        );
+    }
+}
+
+/// A denial whose crossing's marks changed under it (here: the ring moved into the next block
+/// after the decision, turning the block's prefix marks into suffix marks) notices, and the
+/// cells read one by one give the same answer.
+#[test]
+fn a_reader_whose_marks_changed_notices() {
+    let cells = 100u32;
+    let w = ring(10, cells);
+    assert!(w.try_acquire_at(10, 150 * CELL).unwrap().is_allowed());
+    let now = 160 * CELL;
+    let want = w.try_acquire_at(1, now).unwrap();
+    assert_eq!(want, Decision::deny(10, 0, 90 * CELL, 90 * CELL));
+    let closed = Closed::of_crossing(160, w.geometry.window_start(160), 10);
+    assert_eq!(w.denial(160, now, closed, 0, 1, 10), Some(want));
+    // The crossing into cell 160 (block 1) published its window; a caller in cell 205 (block 2)
+    // rewrites block 1's marks as suffix marks.
+    assert!(!w.try_acquire_at(1, 205 * CELL).unwrap().is_allowed());
+    assert_eq!(
+        w.denial(160, now, closed, 0, 1, 10),
+        None,
+        "stale marks were used"
+    );
+    let (read, d) = visits(|| w.denial_by_scan(160, now, 10, 0, 1, 10));
+    assert_eq!(d, want);
+    assert!(read >= 90, "{read}");
+}
