@@ -15,6 +15,21 @@ use crate::sync::{AtomicU64, Ordering, fence};
 /// [`set_limit`](Limiter::set_limit) and [`limit`](Limiter::limit) are required;
 /// the blocking calls are built on them.
 ///
+/// # Memory ordering
+/// What a limiter promises is the count: under any interleaving of threads (and the clock
+/// behaviours of the README's time model), the permits granted never pass the algorithm's bound,
+/// and a denial consumes nothing.
+///
+/// For [`AtomicLimiter`] and [`Keyed`](crate::Keyed) (one state word per limiter or key), a
+/// grant also orders memory, as a lock would: the granting call publishes its state word with a
+/// Release compare-exchange, and every decision reads the word it decides on with Acquire, so
+/// everything a thread did before a granted `try_acquire` happens-before any later decision on
+/// the same limiter (or key) that observes that grant (its own grant, or a denial computed from
+/// it). Nothing else is ordered: a denial publishes nothing, and limiters built from several
+/// words ([`SlidingWindow`](crate::SlidingWindow), [`Sharded`](crate::Sharded), the smooth
+/// limiters, [`InFlight`](crate::concurrency::InFlight)'s queue) promise the count only. Do not
+/// use a limiter to hand data between threads.
+///
 /// ```
 /// use floodgate::{AtomicLimiter, Gcra, Limiter, ManualClock, Rate};
 /// use std::time::Duration;
