@@ -201,7 +201,10 @@ impl RedisBackend {
     /// // Lazy: no server needs to be up; only a bad configuration fails here.
     /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
     /// assert_eq!(backend.timeout(), RedisConfig::DEFAULT_TIMEOUT);
-    /// assert!(RedisBackend::connect(RedisConfig::single("not a url")).is_err());
+    /// let bad = RedisBackend::connect(RedisConfig::single("not a url")).unwrap_err();
+    /// assert!(bad.to_string().contains("\"not a url\"")); // names the URL, and redis's reason
+    /// let secret = RedisBackend::connect(RedisConfig::single("rediss://u:hunter2@h:x")).unwrap_err();
+    /// assert!(!secret.to_string().contains("hunter2")); // a password is never shown
     /// # Ok::<(), floodgate::backend::BackendError>(())
     /// ```
     pub fn connect(config: RedisConfig) -> Result<Self, BackendError> {
@@ -225,14 +228,14 @@ impl RedisBackend {
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .build()
-                    .map_err(BackendError::failed)?;
+                    .map_err(|error| bad_url(&config.nodes.join(", "), &error))?;
                 let cluster_config = ClusterConfig::new()
                     .set_connection_timeout(timeout)
                     .set_response_timeout(timeout);
                 Connection::Cluster(client.get_pending_async_connection_with_config(cluster_config))
             } else {
-                let client =
-                    redis::Client::open(config.nodes[0].as_str()).map_err(BackendError::failed)?;
+                let client = redis::Client::open(config.nodes[0].as_str())
+                    .map_err(|error| bad_url(&config.nodes[0], &error))?;
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
@@ -330,5 +333,31 @@ impl RedisBackend {
         receiver
             .recv_timeout(timeout.saturating_add(GRACE))
             .unwrap_or(Err(BackendError::Timeout { after: timeout }))
+    }
+}
+
+/// The error for a Redis URL (or cluster node list) redis-rs refuses: names the URL, with any
+/// password replaced by `***`, and redis-rs's reason.
+fn bad_url(url: &str, error: &redis::RedisError) -> BackendError {
+    BackendError::failed(std::io::Error::other(format!(
+        "invalid Redis URL {:?}: {error}",
+        redact(url)
+    )))
+}
+
+/// `url` with the password of its user-info part (`scheme://user:password@host`) replaced.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
+            let hidden = if user_info.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}")
+        }
+        None => url.to_owned(),
     }
 }
