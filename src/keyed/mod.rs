@@ -512,3 +512,42 @@ fn decide_slot<A: Algorithm>(
 ) -> Result<Decision, AcquireError> {
     algorithm.acquire_word(state, floor, reads_after(now, || clock.now_nanos()), n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FixedWindow, ManualClock};
+    use std::time::Duration;
+
+    /// A flood of keys that goes idle gives its memory back at the next sweep, with no explicit
+    /// `shrink()`: the shards follow their keys down.
+    #[test]
+    fn a_sweep_hands_back_the_memory_of_a_flood_gone_idle() {
+        let clock = ManualClock::new();
+        let keyed: Keyed<u64, _, _> =
+            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+                .clock(clock.clone())
+                .max_keys(100_000)
+                .shards(4)
+                .build()
+                .unwrap();
+        for key in 0..40_000u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        assert!(keyed.map.capacity() >= 40_000);
+        clock.advance(Duration::from_secs(2)); // every window over: every key idle
+        assert_eq!(keyed.retain_recent(), 40_000);
+        assert!(
+            keyed.map.capacity() < 2_000,
+            "{} slots kept",
+            keyed.map.capacity()
+        );
+        // A shard that still holds keys keeps room for them (no shrink below twice its keys).
+        for key in 0..1_000u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        clock.advance(Duration::from_millis(500));
+        assert_eq!(keyed.retain_recent(), 0);
+        assert!(keyed.map.capacity() >= 1_000);
+    }
+}

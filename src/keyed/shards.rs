@@ -341,6 +341,15 @@ where
         self.shards.iter().map(|shard| read(shard).map.len()).sum()
     }
 
+    /// Slots the shards' maps have room for (their memory, in keys).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| read(shard).map.capacity())
+            .sum()
+    }
+
     pub(crate) fn stats(&self) -> KeyedStats {
         let mut stats = KeyedStats {
             keys: 0,
@@ -401,8 +410,26 @@ fn sweep<K: Hash + Eq, R, S: KeySlot<R>>(shard: &mut Shard<K, S>, rules: &R, now
         shard.dropped_at = latest_drop(shard.dropped_at, now);
         // Victims picked earlier may be gone; pick afresh when next needed.
         shard.victims.clear();
+        give_back(shard);
     }
     dropped
+}
+
+/// Below this many slots of capacity a shard keeps its memory (shrinking it would only be
+/// undone by the next few inserts).
+const SHRINK_FLOOR: usize = 256;
+
+/// After a sweep, hands a shard's memory back once it holds less than a quarter of what it has
+/// room for (a flood of keys gone idle), keeping room for twice what is left: the map follows
+/// its keys down as it followed them up, with no explicit `shrink()`, and the 4× hysteresis keeps
+/// a shard whose size swings within 2× from reallocating. Done by the sweep, under the write lock
+/// it already holds, at a cost in proportion to the keys kept (the sweep's own cost).
+fn give_back<K: Hash + Eq, S>(shard: &mut Shard<K, S>) {
+    let (len, capacity) = (shard.map.len(), shard.map.capacity());
+    if capacity > SHRINK_FLOOR && capacity / 4 > len {
+        shard.map.shrink_to((2 * len).max(SHRINK_FLOOR / 2));
+        shard.victims.shrink_to_fit();
+    }
 }
 
 /// Fills `victims` with the keys holding the fewest permits, a quarter of the shard at a time
