@@ -323,7 +323,7 @@ impl<L, X> InFlightLayer<L, X> {
                 why: "a global limit has no request key to derive a partition key (pk) from",
             });
         }
-        Arc::make_mut(&mut self.settings).policy = policy;
+        Arc::make_mut(&mut self.settings).set_policy(policy);
         Ok(self)
     }
 

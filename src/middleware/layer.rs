@@ -81,6 +81,12 @@ impl Settings {
         }
     }
 
+    /// Names the layer's policy; its metrics and setup-error events follow the name.
+    pub(crate) fn set_policy(&mut self, policy: Policy) {
+        self.observer = LayerObserver::new(policy.name());
+        self.policy = policy;
+    }
+
     /// Whether the request passes unlimited and unstamped (a skip filter matches it).
     #[inline]
     pub(crate) fn skips<B>(&self, request: &http::Request<B>) -> bool {
@@ -382,9 +388,7 @@ impl<L, X> RateLimitLayer<L, X> {
     /// # Ok(()) }
     /// ```
     pub fn policy(mut self, policy: Policy) -> Self {
-        let settings = Arc::make_mut(&mut self.settings);
-        settings.observer = LayerObserver::new(policy.name());
-        settings.policy = policy;
+        Arc::make_mut(&mut self.settings).set_policy(policy);
         self
     }
 
