@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::decision::{ConfigError, Decision};
+use crate::decision::{AcquireError, ConfigError, Decision};
 
 mod handler;
 
@@ -317,3 +317,47 @@ impl FailureCounts {
         self.timeouts + self.errors
     }
 }
+
+/// A request a backend limiter (Redis, memcached) refuses to send: bad permits, or a key the
+/// store cannot hold. One type for every backend; store failures are not errors but
+/// [`Outcome`]s decided by the [`FailurePolicy`].
+///
+/// ```
+/// use floodgate::backend::RequestError;
+/// use floodgate::AcquireError;
+/// let e = RequestError::from(AcquireError::ZeroPermits);
+/// assert_eq!(e.to_string(), "a request must ask for at least 1 permit");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// `n = 0` or `n` above the limit.
+    Permits(AcquireError),
+    /// The key, encoded, makes cell keys longer than memcached's 250 bytes.
+    KeyTooLong {
+        /// Bytes of the longest cell key it would make.
+        len: usize,
+        /// memcached's maximum.
+        max: usize,
+    },
+}
+
+impl From<AcquireError> for RequestError {
+    fn from(error: AcquireError) -> Self {
+        RequestError::Permits(error)
+    }
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::Permits(error) => error.fmt(f),
+            RequestError::KeyTooLong { len, max } => write!(
+                f,
+                "key too long for memcached: its cell keys would be {len} bytes (max {max})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}

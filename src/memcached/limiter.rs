@@ -1,7 +1,6 @@
 //! [`MemcachedLimiter`]: the sliding window of cells on memcached, increment first, under a
 //! [`FailurePolicy`].
 
-use std::fmt;
 use std::time::Instant;
 
 use super::connection::{Connection, MemcachedBackend};
@@ -9,51 +8,9 @@ use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
 use super::sliding_window::SlidingWindow;
 use crate::FixedWindow;
-use crate::backend::{FailureCounts, FailureHandler, FailurePolicy, Outcome};
+use crate::backend::{FailureCounts, FailureHandler, FailurePolicy, Outcome, RequestError};
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::{AcquireError, ConfigError, Decision, check_permits};
-
-/// A request the limiter refuses to send: bad permits, or a key memcached cannot hold.
-///
-/// ```
-/// use floodgate::memcached::RequestError;
-/// use floodgate::AcquireError;
-/// let e = RequestError::from(AcquireError::ZeroPermits);
-/// assert_eq!(e.to_string(), "a request must ask for at least 1 permit");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RequestError {
-    /// `n = 0` or `n` above the limit.
-    Permits(AcquireError),
-    /// The key, encoded, makes cell keys longer than memcached's 250 bytes.
-    KeyTooLong {
-        /// Bytes of the longest cell key it would make.
-        len: usize,
-        /// memcached's maximum.
-        max: usize,
-    },
-}
-
-impl From<AcquireError> for RequestError {
-    fn from(error: AcquireError) -> Self {
-        RequestError::Permits(error)
-    }
-}
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestError::Permits(error) => error.fmt(f),
-            RequestError::KeyTooLong { len, max } => write!(
-                f,
-                "key too long for memcached: its cell keys would be {len} bytes (max {max})"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RequestError {}
+use crate::decision::{ConfigError, Decision, check_permits};
 
 /// A sliding-window limit shared through one memcached server by every process that uses the
 /// same `name`, key and configuration. Never admits more than the limit, whatever the

@@ -89,6 +89,6 @@ mod sliding_window;
 
 pub use connection::{MemcachedBackend, MemcachedConfig};
 pub use error::MemcachedError;
-pub use limiter::{MemcachedLimiter, RequestError};
+pub use limiter::MemcachedLimiter;
 pub use protocol::MAX_KEY_LEN;
 pub use sliding_window::{MAX_CELLS, SlidingWindow};

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use floodgate::backend::FailurePolicy;
-use floodgate::memcached::{MemcachedLimiter, RequestError, SlidingWindow};
+use floodgate::backend::RequestError;
+use floodgate::memcached::{MemcachedLimiter, SlidingWindow};
 use floodgate::{AcquireError, Decision, ManualClock};
 
 use super::server::MemcachedServer;
