@@ -71,6 +71,47 @@ pub fn entries() -> Vec<Entry> {
             bound: governor_bound,
         },
         Entry {
+            name: "governor+state",
+            build: |q, _| Ok(Box::new(GovernorState::new(q)?)),
+            bound: governor_bound,
+        },
+        Entry {
+            name: "ratelimit",
+            build: |q, _| Ok(Box::new(RatelimitPeer::new(q)?)),
+            bound: ratelimit_bound,
+        },
+        Entry {
+            name: "gcra/bool",
+            build: |q, c| {
+                Ok(match c {
+                    ClockChoice::Quanta => Box::new(BoolOnly(AtomicLimiter::with_clock(
+                        Gcra::new(rate(q), q.limit)?,
+                        QuantaClock::new(),
+                    ))),
+                    ClockChoice::Coarse(clock) => Box::new(BoolOnly(AtomicLimiter::with_clock(
+                        Gcra::new(rate(q), q.limit)?,
+                        clock.clone(),
+                    ))),
+                })
+            },
+            bound: bucket_bound,
+        },
+        Entry {
+            name: "floor/fetch-add",
+            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::FetchAdd))),
+            bound: no_bound,
+        },
+        Entry {
+            name: "floor/cas",
+            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::Cas))),
+            bound: no_bound,
+        },
+        Entry {
+            name: "floor/clock",
+            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::Clock))),
+            bound: no_bound,
+        },
+        Entry {
             name: "fixed-window/anchored",
             build: |q, c| boxed(FixedWindow::new(q.limit, q.period)?, c),
             bound: anchored_window_bound,
@@ -313,6 +354,272 @@ impl Limiter for Governor {
     fn limit(&self) -> u64 {
         u64::from(self.burst)
     }
+}
+
+/// governor with `StateInformationMiddleware`: the same work as floodgate's `try_acquire`,
+/// everything a 429 needs (remaining on an admission; on a denial the wait, which costs governor
+/// a second clock read).
+pub struct GovernorState {
+    inner: governor::RateLimiter<
+        governor::state::NotKeyed,
+        governor::state::InMemoryState,
+        governor::clock::QuantaClock,
+        governor::middleware::StateInformationMiddleware,
+    >,
+    burst: u32,
+    clock: QuantaClock,
+}
+
+impl GovernorState {
+    pub fn new(q: Quota) -> Result<Self, ConfigError> {
+        Ok(GovernorState {
+            inner: governor::RateLimiter::direct(governor_quota(q)?)
+                .with_middleware::<governor::middleware::StateInformationMiddleware>(),
+            burst: q.limit,
+            clock: QuantaClock::new(),
+        })
+    }
+}
+
+impl Limiter for GovernorState {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        use governor::clock::Clock as _;
+        let limit = u64::from(self.burst);
+        let n = NonZeroU32::new(n).ok_or(AcquireError::ZeroPermits)?;
+        let checked = if n.get() == 1 {
+            self.inner.check().map_err(Some)
+        } else {
+            match self.inner.check_n(n) {
+                Ok(result) => result.map_err(|_| None),
+                Err(_) => {
+                    return Err(AcquireError::ExceedsCapacity {
+                        requested: u64::from(n.get()),
+                        capacity: limit,
+                    });
+                }
+            }
+        };
+        Ok(match checked {
+            Ok(snapshot) => {
+                Decision::allow(limit, u64::from(snapshot.remaining_burst_capacity()), 0)
+            }
+            Err(Some(not_until)) => {
+                let wait = not_until.wait_time_from(self.inner.clock().now());
+                let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+                Decision::deny(limit, 0, wait, wait)
+            }
+            Err(None) => Decision::deny(limit, 0, 0, 0),
+        })
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    fn set_limit(&self, _limit: u32) -> Result<(), ConfigError> {
+        Err(ConfigError::Invalid {
+            what: "limit",
+            why: "governor's quota is fixed at construction",
+        })
+    }
+
+    fn limit(&self) -> u64 {
+        u64::from(self.burst)
+    }
+}
+
+/// `ratelimit`'s token bucket (the crate's own lock-free limiter) on a quanta clock, full at the
+/// start, `limit` tokens per `period`, bursts of `limit`.
+pub struct RatelimitPeer {
+    inner: ratelimit::Ratelimiter<QuantaElapsed>,
+    limit: u32,
+    clock: QuantaClock,
+}
+
+/// quanta as `ratelimit`'s clock (time since creation).
+pub struct QuantaElapsed {
+    clock: QuantaClock,
+    start: u64,
+}
+
+impl ratelimit::Clock for QuantaElapsed {
+    #[inline]
+    fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.clock.now_nanos().saturating_sub(self.start))
+    }
+}
+
+impl RatelimitPeer {
+    pub fn new(q: Quota) -> Result<Self, ConfigError> {
+        let clock = QuantaClock::new();
+        let elapsed = QuantaElapsed {
+            start: clock.now_nanos(),
+            clock,
+        };
+        let inner = ratelimit::Builder::with_clock(u64::from(q.limit), elapsed)
+            .period(q.period)
+            .max_tokens(u64::from(q.limit))
+            .initial_available(u64::from(q.limit))
+            .build()
+            .map_err(|_| ConfigError::Invalid {
+                what: "ratelimit quota",
+                why: "refused by ratelimit's builder",
+            })?;
+        Ok(RatelimitPeer {
+            inner,
+            limit: q.limit,
+            clock,
+        })
+    }
+}
+
+impl Limiter for RatelimitPeer {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        if n == 0 {
+            return Err(AcquireError::ZeroPermits);
+        }
+        let limit = u64::from(self.limit);
+        Ok(match self.inner.try_wait_n(u64::from(n)) {
+            Ok(()) => Decision::allow(limit, 0, 0),
+            Err(ratelimit::TryWaitError::Insufficient(wait)) => {
+                let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+                Decision::deny(limit, 0, wait, wait)
+            }
+            Err(_) => {
+                return Err(AcquireError::ExceedsCapacity {
+                    requested: u64::from(n),
+                    capacity: limit,
+                });
+            }
+        })
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    fn set_limit(&self, _limit: u32) -> Result<(), ConfigError> {
+        Err(ConfigError::Invalid {
+            what: "limit",
+            why: "not measured",
+        })
+    }
+
+    fn limit(&self) -> u64 {
+        u64::from(self.limit)
+    }
+}
+
+/// `ratelimit` refills at most once per microsecond (and a lost refill race skips a refill): a
+/// full bucket plus one token per interval of the span bounds it, as for the buckets.
+fn ratelimit_bound(q: Quota, s: Span) -> u64 {
+    u64::from(q.limit)
+        + (u128::from(s.nanos()) * u128::from(q.limit) / u128::from(nanos(q.period))) as u64
+        + 1
+}
+
+/// floodgate's limiter asked only "allowed?", as the governor row asks governor: the decision's
+/// other fields are computed by an inlined `try_acquire` and left unused, so the optimizer may drop
+/// them (the bool-only comparison of the hot-path issue).
+pub struct BoolOnly<L>(pub L);
+
+impl<L: Limiter> Limiter for BoolOnly<L> {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        let allowed = self.0.try_acquire(n)?.is_allowed();
+        let limit = self.0.limit();
+        Ok(if allowed {
+            Decision::allow(limit, 0, 0)
+        } else {
+            Decision::deny(limit, 0, 0, 0)
+        })
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        self.0.clock()
+    }
+
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.0.set_limit(limit)
+    }
+
+    fn limit(&self) -> u64 {
+        self.0.limit()
+    }
+}
+
+/// The machine's floors, as rows: what one call costs at least when all it does is one shared
+/// `fetch_add`, one load + compare-exchange loop on a shared word, or one quanta clock read.
+/// Every call is admitted; they limit nothing (no bound).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum FloorOp {
+    FetchAdd,
+    Cas,
+    Clock,
+}
+
+pub struct Floor {
+    op: FloorOp,
+    word: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>,
+    limit: u32,
+    clock: QuantaClock,
+}
+
+impl Floor {
+    pub fn new(q: Quota, op: FloorOp) -> Self {
+        Floor {
+            op,
+            word: Default::default(),
+            limit: q.limit,
+            clock: QuantaClock::new(),
+        }
+    }
+}
+
+impl Limiter for Floor {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let seen = match self.op {
+            FloorOp::FetchAdd => self.word.fetch_add(u64::from(n), AcqRel),
+            FloorOp::Cas => {
+                let mut current = self.word.load(Acquire);
+                loop {
+                    match self.word.compare_exchange_weak(
+                        current,
+                        current + u64::from(n),
+                        AcqRel,
+                        Acquire,
+                    ) {
+                        Ok(seen) => break seen,
+                        Err(now) => current = now,
+                    }
+                }
+            }
+            FloorOp::Clock => self.clock.now_nanos(),
+        };
+        std::hint::black_box(seen);
+        Ok(Decision::allow(u64::from(self.limit), 0, 0))
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    fn set_limit(&self, _limit: u32) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn limit(&self) -> u64 {
+        u64::from(self.limit)
+    }
+}
+
+/// The floors limit nothing.
+fn no_bound(_: Quota, _: Span) -> u64 {
+    u64::MAX
 }
 
 /// The three workloads of the matrix.
