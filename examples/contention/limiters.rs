@@ -97,6 +97,51 @@ pub fn entries() -> Vec<Entry> {
             bound: bucket_bound,
         },
         Entry {
+            name: "keyed/hot",
+            build: |q, c| keyed_row(q, c, 1),
+            bound: |q, s| bucket_bound(q, s),
+        },
+        Entry {
+            name: "keyed/1k",
+            build: |q, c| keyed_row(q, c, KEYS_1K),
+            bound: |q, s| KEYS_1K * bucket_bound(q, s),
+        },
+        Entry {
+            name: "keyed/1m",
+            build: |q, c| keyed_row(q, c, KEYS_1M),
+            bound: |q, s| KEYS_1M * bucket_bound(q, s),
+        },
+        Entry {
+            name: "governor-keyed/hot",
+            build: |q, _| governor_keyed_row(q, 1, std::hash::RandomState::new()),
+            bound: governor_bound,
+        },
+        Entry {
+            name: "governor-keyed/1k",
+            build: |q, _| governor_keyed_row(q, KEYS_1K, std::hash::RandomState::new()),
+            bound: |q, s| KEYS_1K * governor_bound(q, s),
+        },
+        Entry {
+            name: "governor-keyed/1m",
+            build: |q, _| governor_keyed_row(q, KEYS_1M, std::hash::RandomState::new()),
+            bound: |q, s| KEYS_1M * governor_bound(q, s),
+        },
+        Entry {
+            name: "governor-keyed-ahash/hot",
+            build: |q, _| governor_keyed_row(q, 1, ahash::RandomState::new()),
+            bound: governor_bound,
+        },
+        Entry {
+            name: "governor-keyed-ahash/1k",
+            build: |q, _| governor_keyed_row(q, KEYS_1K, ahash::RandomState::new()),
+            bound: |q, s| KEYS_1K * governor_bound(q, s),
+        },
+        Entry {
+            name: "governor-keyed-ahash/1m",
+            build: |q, _| governor_keyed_row(q, KEYS_1M, ahash::RandomState::new()),
+            bound: |q, s| KEYS_1M * governor_bound(q, s),
+        },
+        Entry {
             name: "floor/fetch-add",
             build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::FetchAdd))),
             bound: no_bound,
@@ -620,6 +665,152 @@ impl Limiter for Floor {
 /// The floors limit nothing.
 fn no_bound(_: Quota, _: Span) -> u64 {
     u64::MAX
+}
+
+/// The row a row's `×gov` ratio is taken against: governor's keyed limiter (default hasher) with
+/// the same keys for the keyed rows, governor's direct limiter for the others.
+pub fn reference(name: &str) -> &'static str {
+    match name.rsplit_once('/') {
+        Some((family, keys)) if family == "keyed" || family.starts_with("governor-keyed") => {
+            match keys {
+                "hot" => "governor-keyed/hot",
+                "1k" => "governor-keyed/1k",
+                _ => "governor-keyed/1m",
+            }
+        }
+        _ => GOVERNOR,
+    }
+}
+
+/// Keys of the `/1k` keyed rows.
+const KEYS_1K: u64 = 1_024;
+/// Keys of the `/1m` keyed rows.
+const KEYS_1M: u64 = 1 << 20;
+
+thread_local! {
+    /// The next key a thread asks a keyed row for: each thread walks the keys round robin from
+    /// its own start, so with a generous quota a key goes idle between two uses (the churn case).
+    static CURSOR: std::cell::Cell<u64> = std::cell::Cell::new({
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::hash::RandomState::new().build_hasher();
+        h.write_u64(0);
+        h.finish()
+    });
+}
+
+fn next_key(keys: u64) -> u64 {
+    CURSOR.with(|c| {
+        let k = c.get();
+        c.set(k.wrapping_add(1));
+        k % keys
+    })
+}
+
+/// A keyed limiter as one row: every call asks for the calling thread's next key.
+pub struct KeyedRow<K> {
+    inner: K,
+    keys: u64,
+    limit: u32,
+    clock: QuantaClock,
+}
+
+/// What a keyed row calls.
+pub trait KeyedCall: Send + Sync {
+    fn call(&self, key: u64, n: u32) -> Result<Decision, AcquireError>;
+}
+
+impl<C: Clock> KeyedCall for floodgate::Keyed<u64, Gcra, C> {
+    #[inline]
+    fn call(&self, key: u64, n: u32) -> Result<Decision, AcquireError> {
+        self.try_acquire(&key, n)
+    }
+}
+
+/// governor's keyed limiter (DashMap) with hasher `S`, asked only "allowed?" as the governor
+/// row is.
+pub struct GovernorKeyed<S: std::hash::BuildHasher + Default + Clone + Send + Sync> {
+    inner: governor::RateLimiter<
+        u64,
+        governor::state::keyed::DashMapStateStore<u64, S>,
+        governor::clock::QuantaClock,
+    >,
+}
+
+impl<S: std::hash::BuildHasher + Default + Clone + Send + Sync> KeyedCall for GovernorKeyed<S> {
+    #[inline]
+    fn call(&self, key: u64, n: u32) -> Result<Decision, AcquireError> {
+        let allowed = match NonZeroU32::new(n) {
+            Some(n) if n.get() > 1 => matches!(self.inner.check_key_n(&key, n), Ok(Ok(()))),
+            _ => self.inner.check_key(&key).is_ok(),
+        };
+        Ok(if allowed {
+            Decision::allow(0, 0, 0)
+        } else {
+            Decision::deny(0, 0, 0, 0)
+        })
+    }
+}
+
+impl<K: KeyedCall> Limiter for KeyedRow<K> {
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.inner.call(next_key(self.keys), n)
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    fn set_limit(&self, _limit: u32) -> Result<(), ConfigError> {
+        Err(ConfigError::Invalid {
+            what: "limit",
+            why: "not measured",
+        })
+    }
+
+    fn limit(&self) -> u64 {
+        u64::from(self.limit)
+    }
+}
+
+fn keyed_row(q: Quota, c: &ClockChoice, keys: u64) -> Result<Box<dyn Limiter>, ConfigError> {
+    let max_keys = usize::try_from(2 * keys).unwrap_or(usize::MAX).max(1024);
+    let gcra = Gcra::new(rate(q), q.limit)?;
+    Ok(match c {
+        ClockChoice::Quanta => Box::new(KeyedRow {
+            inner: floodgate::Keyed::builder(gcra).max_keys(max_keys).build()?,
+            keys,
+            limit: q.limit,
+            clock: QuantaClock::new(),
+        }),
+        ClockChoice::Coarse(clock) => Box::new(KeyedRow {
+            inner: floodgate::Keyed::builder(gcra)
+                .clock(clock.clone())
+                .max_keys(max_keys)
+                .build()?,
+            keys,
+            limit: q.limit,
+            clock: QuantaClock::new(),
+        }),
+    })
+}
+
+fn governor_keyed_row<S: std::hash::BuildHasher + Default + Clone + Send + Sync + 'static>(
+    q: Quota,
+    keys: u64,
+    hasher: S,
+) -> Result<Box<dyn Limiter>, ConfigError> {
+    let inner = governor::RateLimiter::dashmap_with_clock_and_hasher(
+        governor_quota(q)?,
+        governor::clock::QuantaClock::default(),
+        hasher,
+    );
+    Ok(Box::new(KeyedRow {
+        inner: GovernorKeyed { inner },
+        keys,
+        limit: q.limit,
+        clock: QuantaClock::new(),
+    }))
 }
 
 /// The three workloads of the matrix.

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use crate::limiters::{GOVERNOR, Quota, Workload};
+use crate::limiters::{Quota, Workload, reference};
 
 /// One measured cell.
 pub struct Row {
@@ -31,17 +31,19 @@ impl Row {
 }
 
 /// Fills `vs_governor` from the governor rows of the same run.
+/// Each row's throughput over its reference's in the same cell ([`reference`]: governor's
+/// keyed limiter for the keyed rows, governor's direct limiter for the others).
 pub fn add_ratios(rows: &mut [Row]) {
-    let governor: Vec<(usize, Workload, f64)> = rows
+    let measured: Vec<(&'static str, usize, Workload, f64)> = rows
         .iter()
-        .filter(|r| r.limiter == GOVERNOR)
-        .map(|r| (r.threads, r.workload, r.mops))
+        .map(|r| (r.limiter, r.threads, r.workload, r.mops))
         .collect();
     for row in rows.iter_mut() {
-        row.vs_governor = governor
+        let against = reference(row.limiter);
+        row.vs_governor = measured
             .iter()
-            .find(|(t, w, _)| *t == row.threads && *w == row.workload)
-            .map(|(_, _, g)| row.mops / g);
+            .find(|(l, t, w, _)| *l == against && *t == row.threads && *w == row.workload)
+            .map(|(_, _, _, g)| row.mops / g);
     }
 }
 
