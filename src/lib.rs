@@ -77,10 +77,9 @@ mod sync;
 
 #[cfg(not(floodgate_loom))]
 pub use algorithms::Maintenance;
-pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
-pub use algorithms::{
-    NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingLog, SlidingWindow,
-};
+pub use algorithms::{Anchor, FixedWindow, Gcra, IntoLimiter, LeakyBucket, TokenBucket};
+pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter};
+pub use algorithms::{SlidingLog, SlidingLogLimiter, SlidingWindow, SlidingWindowLimiter};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
