@@ -121,6 +121,7 @@
 //! in `tests/guava_conformance.rs`), lock-free:
 //!
 //! ```
+//! use floodgate::compat::guava::GuavaRateLimiter; // Guava's return types (f64 seconds, bool)
 //! use floodgate::{ManualClock, SmoothBursty, SmoothWarmingUp};
 //! use std::time::Duration;
 //! let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new())?; // RateLimiter.create(5.0)

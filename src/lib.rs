@@ -40,6 +40,7 @@ pub mod algorithms;
 pub mod async_acquire;
 pub mod backend;
 pub mod clock;
+pub mod compat;
 pub mod concurrency;
 pub mod decision;
 // Documentation only: the narrative from use cases to types. Its links reach items of every
