@@ -3,7 +3,7 @@
 //!
 //! * floodgate's memcached sliding window, allowed (one round trip: add + incr + multi-get);
 //! * the same, denied (a second round trip: the decr that takes the permit back);
-//! * floodgate's Redis sliding window (`floodgate::redis::SlidingWindow`, one EVALSHA);
+//! * floodgate's Redis sliding window (`floodgate::SlidingWindow` on Redis, one EVALSHA);
 //! * the seeds' naive memcached read-then-increment (two round trips, and racy).
 //!
 //! All windows are 60 s in 1 s cells. Throughput is printed as elements/s = decisions/s.
@@ -21,13 +21,17 @@ mod redis_server;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use floodgate::SlidingWindow;
 use floodgate::backend::FailurePolicy;
-use floodgate::memcached::{self, MemcachedBackend, MemcachedConfig, MemcachedLimiter};
-use floodgate::redis::{self as fg_redis, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 
 const CALLERS: [u64; 2] = [1, 16];
 const WINDOW: Duration = Duration::from_secs(60);
-const CELL: Duration = Duration::from_secs(1);
+/// One-second cells.
+const CELLS: u32 = 60;
+/// The largest sliding-window limit: never reached in a bench.
+const MAX_LIMIT: u32 = (1 << 24) - 1;
 
 /// Runs `iters` decisions split over `callers` threads; `make()` builds one caller's
 /// decision function (its own connection, where it has one). Returns the time for `iters`.
@@ -64,7 +68,7 @@ type Measure = fn(&Setup, u64, u64) -> Duration;
 struct Setup {
     allow: MemcachedLimiter,
     deny: MemcachedLimiter,
-    redis: RedisLimiter<fg_redis::SlidingWindow>,
+    redis: RedisLimiter<SlidingWindow>,
     memcached_addr: String,
     // Last: killed after the clients are gone.
     _memcached: memcached_server::MemcachedServer,
@@ -85,11 +89,11 @@ impl Setup {
             MemcachedConfig::new(memcached_server.addr()).timeout(timeout),
         )
         .unwrap();
-        let window = |limit| memcached::SlidingWindow::new(limit, WINDOW, CELL).unwrap();
+        let window = |limit| SlidingWindow::new(limit, WINDOW, CELLS).unwrap();
         let allow = MemcachedLimiter::new(
             &backend,
             "bench",
-            window(u32::MAX),
+            window(MAX_LIMIT),
             FailurePolicy::FailClosed,
         )
         .unwrap();
@@ -102,7 +106,7 @@ impl Setup {
         let redis = RedisLimiter::new(
             &redis_backend,
             "bench",
-            fg_redis::SlidingWindow::new(u32::MAX, WINDOW, CELL).unwrap(),
+            SlidingWindow::new(MAX_LIMIT, WINDOW, CELLS).unwrap(),
             FailurePolicy::FailClosed,
         )
         .unwrap();

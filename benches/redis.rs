@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use floodgate::Rate;
 use floodgate::backend::FailurePolicy;
-use floodgate::redis::{FixedWindow, Gcra, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, Gcra, Rate};
 use redis::aio::MultiplexedConnection;
 
 const CALLERS: [u64; 3] = [1, 16, 128];
@@ -79,7 +79,7 @@ impl Setup {
             RedisLimiter::new(
                 &backend,
                 "bench",
-                FixedWindow::new(u32::MAX, Duration::from_secs(60)).unwrap(),
+                FixedWindow::new((1 << 24) - 1, Duration::from_secs(60)).unwrap(),
                 FailurePolicy::FailClosed,
             )
             .unwrap(),

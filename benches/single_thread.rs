@@ -12,7 +12,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use floodgate::{
     Algorithm, AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, LeakyBucket, Limiter,
-    PackedSlidingWindow, Rate, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
+    PackedSlidingWindow, Rate, SlidingWindowLimiter, SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 use governor::{Quota, RateLimiter};
 
@@ -56,7 +56,7 @@ fn allow_heavy(c: &mut Criterion) {
         "floodgate/gcra",
         AtomicLimiter::new(Gcra::new(fast, 1 << 30).unwrap()),
     );
-    let sliding = SlidingWindow::new((1 << 24) - 1, Duration::from_millis(1), 10).unwrap();
+    let sliding = SlidingWindowLimiter::new((1 << 24) - 1, Duration::from_millis(1), 10).unwrap();
     group.bench_function("floodgate/sliding_window", |b| {
         b.iter(|| black_box(sliding.try_acquire(black_box(1))))
     });
@@ -112,7 +112,7 @@ fn deny_heavy(c: &mut Criterion) {
     bench_one(&mut group, "floodgate/token_bucket", token);
     bench_one(&mut group, "floodgate/leaky_bucket", leaky);
     bench_one(&mut group, "floodgate/gcra", gcra);
-    let sliding = SlidingWindow::new(1, Duration::from_secs(3600), 10).unwrap();
+    let sliding = SlidingWindowLimiter::new(1, Duration::from_secs(3600), 10).unwrap();
     exhausted(&sliding);
     group.bench_function("floodgate/sliding_window", |b| {
         b.iter(|| black_box(sliding.try_acquire(black_box(1))))

@@ -11,7 +11,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use floodgate::{AtomicLimiter, FixedWindow, Limiter, PackedSlidingWindow, SlidingWindow};
+use floodgate::{AtomicLimiter, FixedWindow, Limiter, PackedSlidingWindow, SlidingWindowLimiter};
 use governor::{Quota, RateLimiter};
 
 const MAX: u32 = (1 << 24) - 1;
@@ -32,11 +32,11 @@ fn limiters(exhausted: bool) -> Vec<(&'static str, Box<dyn Limiter>)> {
         ),
         (
             "floodgate/sliding_window_10_cells",
-            Box::new(SlidingWindow::new(big, ms, 10).unwrap()),
+            Box::new(SlidingWindowLimiter::new(big, ms, 10).unwrap()),
         ),
         (
             "floodgate/sliding_window_100_cells",
-            Box::new(SlidingWindow::new(big, ms * 10, 100).unwrap()),
+            Box::new(SlidingWindowLimiter::new(big, ms * 10, 100).unwrap()),
         ),
         (
             "floodgate/packed_sliding_window_2_cells",
@@ -126,7 +126,7 @@ fn contention(c: &mut Criterion) {
 
 fn memory(_: &mut Criterion) {
     for cells in [1u32, 6, 10, 60, 100, 600] {
-        let w = SlidingWindow::new(100, Duration::from_secs(60), cells).unwrap();
+        let w = SlidingWindowLimiter::new(100, Duration::from_secs(60), cells).unwrap();
         println!(
             "sliding_window memory: {cells} cells + {} future = {} bytes",
             w.future_cells(),

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use floodgate::{
     AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, Limiter, QuantaClock, Rate, Sharded,
-    SlidingWindow, SmoothBursty, TokenBucket,
+    SlidingWindowLimiter, SmoothBursty, TokenBucket,
 };
 
 #[inline(never)]
@@ -64,12 +64,12 @@ enum Workload {
 /// cells the ring needs rule out the others' 10 ms); deny and spent, 1 per `cells` minutes
 /// (one-minute cells, so a run under callgrind stays in one cell: in a later one, `deny` would be
 /// `spent`). For `spent`, the permit is taken one nanosecond before the current cell starts.
-fn sliding<C: Clock>(workload: Workload, cells: u32, clock: C) -> Option<SlidingWindow<C>> {
+fn sliding<C: Clock>(workload: Workload, cells: u32, clock: C) -> Option<SlidingWindowLimiter<C>> {
     let (limit, window) = match workload {
         Workload::Allow => (10_000_000, Duration::from_secs(60)),
         Workload::Deny | Workload::Spent => (1, Duration::from_secs(60 * u64::from(cells))),
     };
-    let ring = SlidingWindow::with_clock(limit, window, cells, clock).ok()?;
+    let ring = SlidingWindowLimiter::with_clock(limit, window, cells, clock).ok()?;
     if workload == Workload::Spent {
         let cell = 60_000_000_000;
         let start = ring.clock().now_nanos() / cell * cell;

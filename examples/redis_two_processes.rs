@@ -11,8 +11,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use floodgate::FixedWindow;
 use floodgate::backend::FailurePolicy;
-use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 
 const LIMIT: u32 = 300;
 

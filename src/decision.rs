@@ -431,6 +431,16 @@ pub enum ConfigError {
         /// The whole nanoseconds per permit it would round to.
         nanos_per_permit: u64,
     },
+    /// A duration that must be a whole number of some unit (a backend's resolution: Redis keeps
+    /// windows in milliseconds) and is not.
+    NotWhole {
+        /// Which setting.
+        what: &'static str,
+        /// The duration given.
+        value: Duration,
+        /// The unit it must be a whole number of.
+        unit: Duration,
+    },
     /// A setting that is invalid for a reason specific to one algorithm.
     Invalid {
         /// Which setting.
@@ -481,6 +491,12 @@ impl fmt::Display for ConfigError {
                 "rate {amount} per {period:?} cannot be kept within 0.1%: it would round to \
                  {nanos_per_permit} ns per permit"
             ),
+            ConfigError::NotWhole { what, value, unit } => {
+                write!(
+                    f,
+                    "{what} must be a whole number of {unit:?}, got {value:?}"
+                )
+            }
             ConfigError::Invalid { what, why } => write!(f, "invalid {what}: {why}"),
         }
     }

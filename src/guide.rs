@@ -17,9 +17,11 @@
 //!
 //! Which algorithm: [`FixedWindow`] for "N per minute" with a reset (aligned to the wall clock
 //! with [`FixedWindow::aligned`]); [`SlidingWindow`](crate::SlidingWindow) for "N in any
-//! minute"; [`Gcra`] or [`TokenBucket`] for a rate with bursts (the same limiter, spelled two
-//! ways); [`LeakyBucket`](crate::LeakyBucket) to smooth traffic out. Each keeps its whole state
-//! in one `AtomicU64`: no lock, and a denial writes nothing.
+//! minute"; [`Gcra`] for a rate with bursts ([`TokenBucket`] and
+//! [`LeakyBucket`](crate::LeakyBucket) are the same type under the names you may know). Each is
+//! one configuration value, the same for the local engine, Redis and memcached; a local limiter
+//! is `config.into_limiter()` ([`IntoLimiter`](crate::IntoLimiter)), or `AtomicLimiter::new(config)`
+//! for the one-word algorithms. No lock, and a denial writes nothing.
 //!
 //! ## A global limit
 //!
@@ -119,6 +121,7 @@
 //! in `tests/guava_conformance.rs`), lock-free:
 //!
 //! ```
+//! use floodgate::compat::guava::GuavaRateLimiter; // Guava's return types (f64 seconds, bool)
 //! use floodgate::{ManualClock, SmoothBursty, SmoothWarmingUp};
 //! use std::time::Duration;
 //! let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new())?; // RateLimiter.create(5.0)
@@ -142,7 +145,7 @@
 //! ```no_run
 //! # #[cfg(feature = "redis")]
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use floodgate::{Rate, backend::FailurePolicy, redis::{Gcra, RedisBackend, RedisConfig, RedisLimiter}};
+//! use floodgate::{Gcra, Rate, backend::FailurePolicy, redis::{RedisBackend, RedisConfig, RedisLimiter}};
 //! let config = RedisConfig::single("redis://127.0.0.1:6379").timeout(std::time::Duration::from_millis(50));
 //! let backend = RedisBackend::connect(config)?; // clone it freely: one multiplexed connection
 //! let fallback = FailurePolicy::local_fallback(0.25)?; // Redis down: each of 4 processes allows 1/4
@@ -151,10 +154,10 @@
 //! # let _ = allowed; Ok(()) }
 //! ```
 //!
-//! `redis::` has [`FixedWindow`](crate::redis::FixedWindow), [`SlidingWindow`](crate::redis::SlidingWindow),
-//! [`SlidingLog`](crate::redis::SlidingLog) and [`Gcra`](crate::redis::Gcra); the same code runs
-//! on a Redis Cluster (`RedisConfig::cluster`). Memcached: [`memcached`](crate::memcached)
-//! (feature `memcached`).
+//! [`RedisLimiter`] takes the same configuration types as the local engine: [`FixedWindow`],
+//! [`SlidingWindow`](crate::SlidingWindow), [`SlidingLog`](crate::SlidingLog) and [`Gcra`]; the
+//! same code runs on a Redis Cluster (`RedisConfig::cluster`). Memcached:
+//! [`memcached`](crate::memcached) (feature `memcached`), with a [`SlidingWindow`](crate::SlidingWindow).
 //!
 //! ## HTTP + Redis
 //!
@@ -168,7 +171,8 @@
 //! use axum::{Router, body::Body, extract::{Request, State}, middleware::{self, Next}};
 //! use axum::response::{IntoResponse, Response};
 //! use floodgate::middleware::{ClientIp, Denial, DenialBody, HeaderStyle, KeyExtractor, Policy};
-//! use floodgate::redis::{FixedWindow, RedisLimiter};
+//! use floodgate::FixedWindow;
+//! use floodgate::redis::RedisLimiter;
 //! use std::sync::Arc;
 //!
 //! struct Limit { limiter: RedisLimiter<FixedWindow>, policy: Policy, client_ip: ClientIp }

@@ -40,6 +40,7 @@ pub mod algorithms;
 pub mod async_acquire;
 pub mod backend;
 pub mod clock;
+pub mod compat;
 pub mod concurrency;
 pub mod decision;
 // Documentation only: the narrative from use cases to types. Its links reach items of every
@@ -77,10 +78,9 @@ mod sync;
 
 #[cfg(not(floodgate_loom))]
 pub use algorithms::Maintenance;
-pub use algorithms::{Anchor, FixedWindow, Gcra, LeakyBucket, TokenBucket};
-pub use algorithms::{
-    NoSuchSeries, PackedSlidingWindow, RollingCounter, SlidingLog, SlidingWindow,
-};
+pub use algorithms::{Anchor, FixedWindow, Gcra, IntoLimiter, LeakyBucket, TokenBucket};
+pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter};
+pub use algorithms::{SlidingLog, SlidingLogLimiter, SlidingWindow, SlidingWindowLimiter};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

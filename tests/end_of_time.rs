@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use floodgate::{
     AcquireError, AtomicLimiter, FixedWindow, Gcra, LeakyBucket, Limiter, ManualClock,
-    PackedSlidingWindow, Rate, Sharded, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
+    PackedSlidingWindow, Rate, Sharded, SlidingWindowLimiter, SmoothBursty, SmoothWarmingUp,
+    TokenBucket,
 };
 
 /// Runs `f` on its own thread; fails if it has not returned within 60 s (a hang).
@@ -76,7 +77,7 @@ fn buckets_acquire_ends_at_the_end_of_time() {
 #[test]
 fn sliding_windows_acquire_ends_at_the_end_of_time() {
     exhausted_at_the_end_of_time(|c| {
-        SlidingWindow::with_clock(3, Duration::from_secs(1), 4, c).unwrap()
+        SlidingWindowLimiter::with_clock(3, Duration::from_secs(1), 4, c).unwrap()
     });
     exhausted_at_the_end_of_time(|c| {
         AtomicLimiter::with_clock(
@@ -118,7 +119,7 @@ fn a_far_future_stamp_on_a_sliding_window_never_hangs_acquire() {
     within_hang_guard(|| {
         let clock = ManualClock::new();
         let window =
-            SlidingWindow::with_clock(2, Duration::from_secs(1), 4, clock.clone()).unwrap();
+            SlidingWindowLimiter::with_clock(2, Duration::from_secs(1), 4, clock.clone()).unwrap();
         window.try_acquire_at(2, u64::MAX - SECOND / 2).unwrap();
         match window.acquire(1) {
             Ok(_) => {}

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use floodgate::{
-    AtomicLimiter, ConfigError, FixedWindow, Limiter, ManualClock, Rate, Sharded, SlidingWindow,
-    TokenBucket,
+    AtomicLimiter, ConfigError, FixedWindow, Limiter, ManualClock, Rate, Sharded,
+    SlidingWindowLimiter, TokenBucket,
 };
 
 #[test]
@@ -61,7 +61,8 @@ fn a_window_of_u64_max_nanoseconds_opens_without_overflow() {
 #[test]
 fn one_nanosecond_cells_at_the_end_of_time() {
     let clock = ManualClock::starting_at(u64::MAX);
-    let sliding = SlidingWindow::with_clock(2, Duration::from_nanos(4), 4, clock.clone()).unwrap();
+    let sliding =
+        SlidingWindowLimiter::with_clock(2, Duration::from_nanos(4), 4, clock.clone()).unwrap();
     assert!(sliding.try_acquire(1).unwrap().is_allowed());
     assert!(sliding.try_acquire(1).unwrap().is_allowed());
     assert!(!sliding.try_acquire(1).unwrap().is_allowed());

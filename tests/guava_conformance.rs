@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use floodgate::compat::guava::GuavaRateLimiter;
 use floodgate::{
     AcquireError, Clock, ConfigError, Limiter, ManualClock, SmoothBursty, SmoothWarmingUp,
 };

@@ -23,8 +23,9 @@ mod skew;
 use std::time::Duration;
 
 use floodgate::ManualClock;
+use floodgate::SlidingWindow;
 use floodgate::backend::FailurePolicy;
-use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
 
 /// Generous: a loaded CI machine must not turn into policy decisions in the exactness tests.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,7 +51,7 @@ fn limiter(
     let window = SlidingWindow::new(
         limit,
         Duration::from_secs(window_secs),
-        Duration::from_secs(1),
+        u32::try_from(window_secs).unwrap(),
     )
     .expect("a valid window");
     MemcachedLimiter::with_clock(

@@ -398,9 +398,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 #[test]
 fn memcached_failures_are_counted_by_kind_and_warned_at_powers_of_two() {
     use floodgate::backend::FailurePolicy;
-    use floodgate::memcached::{
-        MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow,
-    };
+    use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -408,7 +406,7 @@ fn memcached_failures_are_counted_by_kind_and_warned_at_powers_of_two() {
     let _subscriber = tracing::subscriber::set_default(captured.clone());
     let addr = format!("127.0.0.1:{}", refused_port());
     let backend = MemcachedBackend::connect(MemcachedConfig::new(&addr).timeout(TIMEOUT)).unwrap();
-    let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1)).unwrap();
+    let window = floodgate::SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     let limiter =
         MemcachedLimiter::new(&backend, "login", window, FailurePolicy::FailOpen).unwrap();
     metrics::with_local_recorder(&recorder, || {
@@ -456,8 +454,9 @@ fn memcached_failures_are_counted_by_kind_and_warned_at_powers_of_two() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis_failures_are_counted_by_kind() {
+    use floodgate::FixedWindow;
     use floodgate::backend::FailurePolicy;
-    use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();

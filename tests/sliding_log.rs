@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use floodgate::algorithms::{MAX_CLOCK_LAG_NANOS, MAX_SLIDING_LOG_CAPACITY};
-use floodgate::{AcquireError, Clock, ConfigError, Decision, Limiter, ManualClock, SlidingLog};
+use floodgate::{
+    AcquireError, Clock, ConfigError, Decision, Limiter, ManualClock, SlidingLogLimiter,
+};
 use proptest::prelude::*;
 
 /// The textbook sliding log: every admission `(time, permits)`, a request admitted iff the
@@ -80,7 +82,7 @@ proptest! {
             .prop_flat_map(|(limit, window)| (Just(limit), Just(window), ops(limit, window)))
     ) {
         let clock = ManualClock::starting_at(1_000);
-        let log = SlidingLog::with_clock(limit, Duration::from_nanos(window), clock.clone()).unwrap();
+        let log = SlidingLogLimiter::with_clock(limit, Duration::from_nanos(window), clock.clone()).unwrap();
         let mut model = Model { limit: u64::from(limit), window, log: Vec::new() };
         let mut real = 1_000;
         for op in ops {
@@ -104,7 +106,7 @@ proptest! {
 #[test]
 fn at_most_the_limit_in_any_window_long_span_to_the_nanosecond() {
     let clock = ManualClock::starting_at(0);
-    let log = SlidingLog::with_clock(3, Duration::from_nanos(100), clock.clone()).unwrap();
+    let log = SlidingLogLimiter::with_clock(3, Duration::from_nanos(100), clock.clone()).unwrap();
     for t in [0, 40, 99] {
         clock.set(t);
         assert!(log.try_acquire(1).unwrap().is_allowed(), "t = {t}");
@@ -126,7 +128,7 @@ fn at_most_the_limit_in_any_window_long_span_to_the_nanosecond() {
 #[test]
 fn a_lagging_read_is_decided_at_the_newest_admission_never_before_it() {
     let clock = ManualClock::starting_at(10_000);
-    let log = SlidingLog::with_clock(2, Duration::from_nanos(100), clock.clone()).unwrap();
+    let log = SlidingLogLimiter::with_clock(2, Duration::from_nanos(100), clock.clone()).unwrap();
     assert!(log.try_acquire(1).unwrap().is_allowed());
     clock.set(9_000); // a core 1 µs behind: not refused for it, stamped at 10,000
     assert!(log.try_acquire(1).unwrap().is_allowed());
@@ -140,7 +142,7 @@ fn a_lagging_read_is_decided_at_the_newest_admission_never_before_it() {
 fn a_leaping_read_never_freezes_the_log() {
     let day = 86_400_000_000_000;
     let clock = ManualClock::starting_at(1_000_000);
-    let log = SlidingLog::with_clock(2, Duration::from_nanos(1_000), clock.clone()).unwrap();
+    let log = SlidingLogLimiter::with_clock(2, Duration::from_nanos(1_000), clock.clone()).unwrap();
     assert!(log.try_acquire(1).unwrap().is_allowed());
     clock.set(1_000_000 + day); // one read a day ahead
     assert!(log.try_acquire(1).unwrap().is_allowed());
@@ -164,7 +166,8 @@ fn a_leaping_read_never_freezes_the_log() {
 #[test]
 fn set_limit_moves_within_the_capacity_and_keeps_stamps() {
     let clock = ManualClock::new();
-    let log = SlidingLog::with_capacity(2, Duration::from_secs(1), 4, clock.clone()).unwrap();
+    let log =
+        SlidingLogLimiter::with_capacity(2, Duration::from_secs(1), 4, clock.clone()).unwrap();
     assert!(log.try_acquire(2).unwrap().is_allowed());
     assert!(!log.try_acquire(1).unwrap().is_allowed());
     log.set_limit(4).unwrap();
@@ -187,29 +190,29 @@ fn bad_input_is_a_clear_error() {
     let clock = ManualClock::new;
     let second = Duration::from_secs(1);
     assert_eq!(
-        SlidingLog::with_clock(0, second, clock()).unwrap_err(),
+        SlidingLogLimiter::with_clock(0, second, clock()).unwrap_err(),
         ConfigError::ZeroLimit
     );
     assert_eq!(
-        SlidingLog::with_clock(MAX_SLIDING_LOG_CAPACITY + 1, second, clock()).unwrap_err(),
+        SlidingLogLimiter::with_clock(MAX_SLIDING_LOG_CAPACITY + 1, second, clock()).unwrap_err(),
         ConfigError::LimitTooLarge {
             limit: 4_097,
             max: 4_096
         }
     );
     assert_eq!(
-        SlidingLog::with_capacity(5, second, 4, clock()).unwrap_err(),
+        SlidingLogLimiter::with_capacity(5, second, 4, clock()).unwrap_err(),
         ConfigError::LimitTooLarge { limit: 5, max: 4 }
     );
     assert_eq!(
-        SlidingLog::with_clock(1, Duration::ZERO, clock()).unwrap_err(),
+        SlidingLogLimiter::with_clock(1, Duration::ZERO, clock()).unwrap_err(),
         ConfigError::ZeroPeriod
     );
     assert_eq!(
-        SlidingLog::with_clock(1, Duration::MAX, clock()).unwrap_err(),
+        SlidingLogLimiter::with_clock(1, Duration::MAX, clock()).unwrap_err(),
         ConfigError::DurationOverflow
     );
-    let log = SlidingLog::with_clock(3, second, clock()).unwrap();
+    let log = SlidingLogLimiter::with_clock(3, second, clock()).unwrap();
     assert_eq!(log.try_acquire(0).unwrap_err(), AcquireError::ZeroPermits);
     assert_eq!(
         log.try_acquire(4).unwrap_err(),
@@ -218,7 +221,7 @@ fn bad_input_is_a_clear_error() {
             capacity: 3
         }
     );
-    let largest = SlidingLog::with_clock(MAX_SLIDING_LOG_CAPACITY, second, clock()).unwrap();
+    let largest = SlidingLogLimiter::with_clock(MAX_SLIDING_LOG_CAPACITY, second, clock()).unwrap();
     assert!(
         largest
             .try_acquire(MAX_SLIDING_LOG_CAPACITY)

@@ -13,7 +13,7 @@ use std::time::Duration;
 use floodgate::clock::MAX_CLOCK_LAG_NANOS;
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, ConfigError, Decision, FixedWindow, Limiter, Maintenance,
-    ManualClock, PackedSlidingWindow, RollingCounter, SlidingWindow,
+    ManualClock, PackedSlidingWindow, RollingCounter, SlidingWindow, SlidingWindowLimiter,
 };
 use gated_clock::GatedClock;
 
@@ -24,8 +24,8 @@ fn sliding(
     window: Duration,
     cells: u32,
     clock: &ManualClock,
-) -> SlidingWindow<ManualClock> {
-    SlidingWindow::with_clock(limit, window, cells, clock.clone()).unwrap()
+) -> SlidingWindowLimiter<ManualClock> {
+    SlidingWindowLimiter::with_clock(limit, window, cells, clock.clone()).unwrap()
 }
 
 #[test]
@@ -610,7 +610,8 @@ impl Clock for HookClock {
 #[test]
 fn a_one_day_leap_then_present_callers_are_admitted_and_the_bound_holds_after() {
     let clock = GatedClock::starting_at(100 * SECOND);
-    let ring = SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap();
+    let ring =
+        SlidingWindowLimiter::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap();
     assert!(ring.try_acquire(2).unwrap().is_allowed()); // cell 100, before the leap
     clock.leap_next_read(DAY); // one read a day ahead
     assert!(ring.try_acquire(1).unwrap().is_allowed());
@@ -687,8 +688,9 @@ fn a_lagging_read_within_the_horizon_follows_head_and_never_moves_the_ring_back(
 #[test]
 fn a_held_reader_never_rewinds_the_ring() {
     let clock = GatedClock::starting_at(100 * SECOND + SECOND / 2);
-    let ring =
-        Arc::new(SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap());
+    let ring = Arc::new(
+        SlidingWindowLimiter::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap(),
+    );
     clock.hold_next_read();
     let held = {
         let ring = ring.clone();
@@ -715,8 +717,9 @@ fn a_held_reader_never_rewinds_the_ring() {
 fn a_rewind_racing_a_caller_that_loaded_the_leaped_head_never_re_leaps() {
     let present = 100 * SECOND + SECOND / 2;
     let clock = HookClock::starting_at(present);
-    let ring =
-        Arc::new(SlidingWindow::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap());
+    let ring = Arc::new(
+        SlidingWindowLimiter::with_clock(4, Duration::from_secs(4), 4, clock.clone()).unwrap(),
+    );
     assert!(ring.try_acquire_at(1, present + DAY).unwrap().is_allowed()); // the leap
     let other = ring.clone();
     // The racing caller's first read is its `now`; the hook runs inside its re-read.

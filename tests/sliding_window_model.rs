@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use floodgate::{
     AtomicLimiter, Clock, Decision, Limiter, ManualClock, PackedSlidingWindow, RollingCounter,
-    SlidingWindow,
+    SlidingWindowLimiter,
 };
 use proptest::prelude::*;
 
@@ -111,7 +111,7 @@ fn ring_matches_model(
 ) -> Result<(), TestCaseError> {
     let clock = ManualClock::starting_at(start);
     let window = Duration::from_nanos(cell_nanos * u64::from(cells));
-    let ring = SlidingWindow::with_clock(limit, window, cells, clock.clone())
+    let ring = SlidingWindowLimiter::with_clock(limit, window, cells, clock.clone())
         .unwrap()
         .with_future_cells(future)
         .unwrap();

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use floodgate::algorithms::MAX_CLOCK_LAG_NANOS;
 use floodgate::{
     Anchor, AtomicLimiter, Clock, CoarseClock, Decision, FixedWindow, Gcra, Keyed, LeakyBucket,
-    Limiter, MonotonicClock, PackedSlidingWindow, QuantaClock, Rate, Sharded, SlidingWindow,
+    Limiter, MonotonicClock, PackedSlidingWindow, QuantaClock, Rate, Sharded, SlidingWindowLimiter,
     SmoothBursty, SmoothWarmingUp, TokenBucket,
 };
 
@@ -263,7 +263,7 @@ fn targets() -> Vec<Target> {
             name: "sliding_window",
             build: |c| {
                 Box::new(One {
-                    limiter: SlidingWindow::with_clock(LIMITS[0], WINDOW, 4, c).unwrap(),
+                    limiter: SlidingWindowLimiter::with_clock(LIMITS[0], WINDOW, 4, c).unwrap(),
                     reconfigure: fixed_reconfigure,
                 })
             },

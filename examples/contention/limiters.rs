@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, CoarseClock, ConfigError, Decision, FixedWindow, Gcra,
-    LeakyBucket, Limiter, QuantaClock, Rate, Sharded, SlidingWindow, SmoothBursty, SmoothWarmingUp,
-    TokenBucket,
+    LeakyBucket, Limiter, QuantaClock, Rate, Sharded, SlidingWindowLimiter, SmoothBursty,
+    SmoothWarmingUp, TokenBucket,
 };
 
 /// What a workload asks of every limiter: `limit` permits per `period`, in bursts of up to
@@ -206,13 +206,13 @@ pub fn entries() -> Vec<Entry> {
             name: "sliding-window",
             build: |q, c| {
                 Ok(match c {
-                    ClockChoice::Quanta => Box::new(SlidingWindow::with_clock(
+                    ClockChoice::Quanta => Box::new(SlidingWindowLimiter::with_clock(
                         q.limit,
                         q.period,
                         SLIDING_CELLS,
                         QuantaClock::new(),
                     )?),
-                    ClockChoice::Coarse(clock) => Box::new(SlidingWindow::with_clock(
+                    ClockChoice::Coarse(clock) => Box::new(SlidingWindowLimiter::with_clock(
                         q.limit,
                         q.period,
                         SLIDING_CELLS,

@@ -6,20 +6,22 @@
 
 use std::time::Duration;
 
-use floodgate::{Limiter, SlidingLog};
+use floodgate::{Limiter, SlidingLogLimiter};
 use floodgate_loom_tests::{Admitted, ModelClock, join_all, max_in_span, model};
 use loom::sync::Arc;
 use loom::thread;
 
 const WINDOW: u64 = 10;
 
-fn log(limit: u32, clock: &ModelClock) -> Arc<SlidingLog<ModelClock>> {
-    Arc::new(SlidingLog::with_clock(limit, Duration::from_nanos(WINDOW), clock.clone()).unwrap())
+fn log(limit: u32, clock: &ModelClock) -> Arc<SlidingLogLimiter<ModelClock>> {
+    Arc::new(
+        SlidingLogLimiter::with_clock(limit, Duration::from_nanos(WINDOW), clock.clone()).unwrap(),
+    )
 }
 
 /// Takes `n` on another thread, stamped by real time around the call.
 fn taker(
-    log: &Arc<SlidingLog<ModelClock>>,
+    log: &Arc<SlidingLogLimiter<ModelClock>>,
     clock: &ModelClock,
     n: u32,
 ) -> thread::JoinHandle<Vec<Admitted>> {

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use floodgate::{Decision, Limiter, ManualClock, RollingCounter, SlidingWindow};
+use floodgate::{Decision, Limiter, ManualClock, RollingCounter, SlidingWindowLimiter};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -23,11 +23,16 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
-fn window(limit: u32) -> Arc<SlidingWindow<ManualClock>> {
-    let w = SlidingWindow::with_clock(limit, Duration::from_nanos(2 * CELL), 2, ManualClock::new())
-        .unwrap()
-        .with_future_cells(1)
-        .unwrap();
+fn window(limit: u32) -> Arc<SlidingWindowLimiter<ManualClock>> {
+    let w = SlidingWindowLimiter::with_clock(
+        limit,
+        Duration::from_nanos(2 * CELL),
+        2,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_future_cells(1)
+    .unwrap();
     Arc::new(w)
 }
 
@@ -42,16 +47,21 @@ fn counter() -> Arc<RollingCounter<ManualClock>> {
 /// 3 cells of 10 ns + 1 future cell: blocks of cells {0, 1, 2}, {3, 4, 5}, {6, 7, 8}; the window
 /// of cell 5 closes cells {3, 4} (prefix marks), the window of cell 6 cells {4, 5} (suffix marks,
 /// the first crossing into block 2 turns cell 4's prefix mark into a suffix mark).
-fn window3(limit: u32) -> Arc<SlidingWindow<ManualClock>> {
-    let w = SlidingWindow::with_clock(limit, Duration::from_nanos(3 * CELL), 3, ManualClock::new())
-        .unwrap()
-        .with_future_cells(1)
-        .unwrap();
+fn window3(limit: u32) -> Arc<SlidingWindowLimiter<ManualClock>> {
+    let w = SlidingWindowLimiter::with_clock(
+        limit,
+        Duration::from_nanos(3 * CELL),
+        3,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_future_cells(1)
+    .unwrap();
     Arc::new(w)
 }
 
 /// Takes 1 permit at `now` on another thread; joins to whether it was admitted.
-fn take(w: &Arc<SlidingWindow<ManualClock>>, now: u64) -> thread::JoinHandle<bool> {
+fn take(w: &Arc<SlidingWindowLimiter<ManualClock>>, now: u64) -> thread::JoinHandle<bool> {
     let w = w.clone();
     thread::spawn(move || w.try_acquire_at(1, now).unwrap().is_allowed())
 }
@@ -227,7 +237,7 @@ fn a_leaping_caller_races_a_present_caller() {
             reads: Default::default(),
         };
         let w = Arc::new(
-            SlidingWindow::with_clock(2, Duration::from_nanos(2 * CELL), 2, clock.clone())
+            SlidingWindowLimiter::with_clock(2, Duration::from_nanos(2 * CELL), 2, clock.clone())
                 .unwrap()
                 .with_future_cells(1)
                 .unwrap(),

@@ -14,9 +14,7 @@
 
 use std::time::Duration;
 
-use floodgate::{
-    Algorithm, AtomicLimiter, Gcra, LeakyBucket, Limiter, Rate, SmoothBursty, TokenBucket,
-};
+use floodgate::{Algorithm, AtomicLimiter, Gcra, Limiter, Rate, SmoothBursty};
 use floodgate_loom_tests::{
     Admitted, MAX_LAG, ModelClock, assert_bucket_bound, join_all, model, take,
 };
@@ -34,7 +32,7 @@ const C: u32 = 2;
 /// the documented price of raising it once per microsecond.)
 const START: u64 = 10_000;
 
-/// The live setters of the three time-word buckets (inherent methods, one per type).
+/// The live setters of the time-word bucket (`Gcra`, alias `TokenBucket` and `LeakyBucket`).
 trait Bucket: Algorithm {
     fn make(capacity: u32, rate: Rate) -> Self;
     fn change_rate(&self, rate: Rate, now: u64);
@@ -56,8 +54,6 @@ macro_rules! bucket {
         }
     };
 }
-bucket!(TokenBucket, TokenBucket::new);
-bucket!(LeakyBucket, LeakyBucket::new);
 bucket!(Gcra, Gcra::new);
 
 type Lim<B> = AtomicLimiter<B, ModelClock>;
@@ -73,8 +69,6 @@ fn permits(admitted: &[Admitted]) -> u64 {
 }
 
 fn for_each_bucket(run: fn(fn(&ModelClock) -> Box<dyn BucketLimiter>)) {
-    run(|c| Box::new(limiter::<TokenBucket>(c)));
-    run(|c| Box::new(limiter::<LeakyBucket>(c)));
     run(|c| Box::new(limiter::<Gcra>(c)));
 }
 

@@ -15,21 +15,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::{Limiter, RollingCounter, SlidingWindow};
+use floodgate::{Limiter, RollingCounter, SlidingWindowLimiter};
 use floodgate_loom_tests::{Admitted, MAX_LAG, ModelClock, Span, join_all, max_in_span, model};
 use loom::thread;
 
 const CELL: u64 = 10;
 
-fn window(limit: u32, clock: &ModelClock) -> Arc<SlidingWindow<ModelClock>> {
-    let w = SlidingWindow::with_clock(limit, Duration::from_nanos(2 * CELL), 2, clock.clone())
-        .unwrap()
-        .with_future_cells(1)
-        .unwrap();
+fn window(limit: u32, clock: &ModelClock) -> Arc<SlidingWindowLimiter<ModelClock>> {
+    let w =
+        SlidingWindowLimiter::with_clock(limit, Duration::from_nanos(2 * CELL), 2, clock.clone())
+            .unwrap()
+            .with_future_cells(1)
+            .unwrap();
     Arc::new(w)
 }
 
-fn take(w: &SlidingWindow<ModelClock>, clock: &ModelClock, skew: (u64, u64)) -> Vec<Admitted> {
+fn take(
+    w: &SlidingWindowLimiter<ModelClock>,
+    clock: &ModelClock,
+    skew: (u64, u64),
+) -> Vec<Admitted> {
     let (span, d) = clock.timed(|| w.try_acquire(1).unwrap());
     if d.is_allowed() {
         vec![Admitted::skewed(span, 1, skew.0, skew.1)]
@@ -180,7 +185,7 @@ fn window_marks_under_a_stalled_crosser() {
     model(None, || {
         let clock = ModelClock::starting_at(45);
         let w = Arc::new(
-            SlidingWindow::with_clock(2, Duration::from_nanos(3 * CELL), 3, clock.clone())
+            SlidingWindowLimiter::with_clock(2, Duration::from_nanos(3 * CELL), 3, clock.clone())
                 .unwrap()
                 .with_future_cells(1)
                 .unwrap(),

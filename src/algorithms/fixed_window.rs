@@ -60,6 +60,29 @@ pub struct FixedWindow {
     max_ahead: u64,
 }
 
+/// Copies the configuration in force (the limit as last set, the window, the anchor).
+///
+/// ```
+/// use floodgate::{Algorithm, FixedWindow};
+/// let w = FixedWindow::aligned(10, std::time::Duration::from_secs(60))?;
+/// w.set_limit(4, 0)?;
+/// let copy = w.clone();
+/// assert_eq!((copy.limit(), copy.window(), copy.anchor()), (4, w.window(), w.anchor()));
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+impl Clone for FixedWindow {
+    fn clone(&self) -> Self {
+        FixedWindow {
+            // Relaxed: a self-contained config value, as in `limit`.
+            limit: AtomicU32::new(self.limit.load(Ordering::Relaxed)),
+            window: self.window,
+            anchor: self.anchor,
+            shift: self.shift,
+            max_ahead: self.max_ahead,
+        }
+    }
+}
+
 /// Anchored windows count their start in units of at most `window / 2^16`.
 const ANCHOR_UNITS_LOG2: u32 = 16;
 

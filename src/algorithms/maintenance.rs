@@ -11,10 +11,10 @@ use super::Sweep;
 /// and joins the thread.
 ///
 /// ```
-/// use floodgate::{Maintenance, SlidingWindow};
+/// use floodgate::{Maintenance, SlidingWindowLimiter};
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// let limiter = Arc::new(SlidingWindow::new(100, Duration::from_secs(60), 60)?);
+/// let limiter = Arc::new(SlidingWindowLimiter::new(100, Duration::from_secs(60), 60)?);
 /// let upkeep = Maintenance::start(limiter.clone(), Duration::from_millis(500))?;
 /// // ... use `limiter` ...
 /// assert!(upkeep.stop() >= 1); // sweeps it ran (always at least one)

@@ -1,12 +1,14 @@
-//! The algorithms. Each is a configuration plus a pure decision over one `u64` state word
-//! ([`Algorithm`](crate::Algorithm)); [`AtomicLimiter`](crate::AtomicLimiter) runs it. The sliding
-//! window ([`SlidingWindow`]) and the [`RollingCounter`] are rings of such words instead;
-//! [`PackedSlidingWindow`] is a sliding window in one word; [`SlidingLog`] is an exact log of
-//! per-permit timestamps in a ring.
+//! The algorithms. Each has one configuration type ([`Gcra`] with its aliases [`TokenBucket`] and
+//! [`LeakyBucket`], [`FixedWindow`], [`PackedSlidingWindow`], [`SlidingWindow`], [`SlidingLog`]):
+//! a plain `Clone + Debug` value that [`IntoLimiter::into_limiter`] turns into a local limiter,
+//! and that the Redis and memcached limiters take as it is. The one-word algorithms
+//! ([`Algorithm`](crate::Algorithm)) run in an [`AtomicLimiter`](crate::AtomicLimiter); the
+//! sliding window in a [`SlidingWindowLimiter`] (a ring of words); the log in a
+//! [`SlidingLogLimiter`] (per-permit timestamps in a ring).
 
 mod fixed_window;
 mod gcra;
-mod leaky_bucket;
+mod into_limiter;
 #[cfg(not(floodgate_loom))]
 mod maintenance;
 mod packed_sliding;
@@ -16,22 +18,20 @@ mod sliding_log;
 pub mod sliding_window;
 pub mod smooth;
 mod time_config;
-mod token_bucket;
 pub(crate) mod virtual_time;
 
 pub use crate::clock::MAX_CLOCK_LAG_NANOS;
 pub use fixed_window::{Anchor, FixedWindow};
-pub use gcra::Gcra;
-pub use leaky_bucket::LeakyBucket;
+pub use gcra::{Gcra, LeakyBucket, TokenBucket};
+pub use into_limiter::IntoLimiter;
 #[cfg(not(floodgate_loom))]
 pub use maintenance::Maintenance;
 pub use packed_sliding::PackedSlidingWindow;
 pub use ring::MAX_SLOTS;
 pub use rolling::{NoSuchSeries, RollingCounter};
-pub use sliding_log::{MAX_SLIDING_LOG_CAPACITY, SlidingLog};
-pub use sliding_window::SlidingWindow;
+pub use sliding_log::{MAX_SLIDING_LOG_CAPACITY, SlidingLog, SlidingLogLimiter};
+pub use sliding_window::{SlidingWindow, SlidingWindowLimiter};
 pub use smooth::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
-pub use token_bucket::TokenBucket;
 
 /// A structure whose upkeep can run ahead of its callers ([`SlidingWindow`],
 /// [`RollingCounter`]). Callers do the same work inline when it has not been done, so a sweep is

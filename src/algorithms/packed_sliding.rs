@@ -77,6 +77,28 @@ pub struct PackedSlidingWindow {
     max_ahead: u64,
 }
 
+/// Copies the configuration in force (the limit as last set).
+///
+/// ```
+/// use floodgate::{Algorithm, PackedSlidingWindow};
+/// let w = PackedSlidingWindow::new(100, std::time::Duration::from_secs(60), 4)?;
+/// w.set_limit(7, 0)?;
+/// assert_eq!(w.clone().limit(), 7);
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+impl Clone for PackedSlidingWindow {
+    fn clone(&self) -> Self {
+        PackedSlidingWindow {
+            // Relaxed: see set_limit.
+            limit: AtomicU32::new(self.limit.load(Ordering::Relaxed)),
+            cell_nanos: self.cell_nanos,
+            cells: self.cells,
+            count_bits: self.count_bits,
+            max_ahead: self.max_ahead,
+        }
+    }
+}
+
 /// A state word read at a given cell: the newest cell's index and tag, and the counts shifted so
 /// that cell 0 is that newest cell.
 struct View {

@@ -48,7 +48,7 @@ use crate::decision::{AcquireError, ConfigError, Decision, check_permits, valida
 use crate::limiter::{FloorUnits, Limiter, floored};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
-/// The largest capacity (and so limit) of a [`SlidingLog`]: 4,096 permits (64 KiB of stamps).
+/// The largest capacity (and so limit) of a [`SlidingLogLimiter`]: 4,096 permits (64 KiB of stamps).
 ///
 /// ```
 /// assert_eq!(floodgate::algorithms::MAX_SLIDING_LOG_CAPACITY, 4_096);
@@ -62,15 +62,123 @@ const LOG_FLOOR: FloorUnits = FloorUnits {
     grain: 1,
 };
 
+/// An exact sliding log: at most `limit` permits in any window-long span, from per-permit
+/// timestamps. A plain, validated configuration value (`Clone`, `Debug`, `Eq`): the local engine
+/// runs it as a [`SlidingLogLimiter`] ([`into_limiter`](crate::IntoLimiter::into_limiter)), and
+/// the same value is what `RedisLimiter::new` takes (a window of whole milliseconds there,
+/// checked when the limiter is built).
+///
+/// ```
+/// use floodgate::{IntoLimiter, Limiter, SlidingLog};
+/// use std::time::Duration;
+/// // 5 login attempts per 15 minutes, exactly.
+/// let config = SlidingLog::new(5, Duration::from_secs(900))?;
+/// assert_eq!((config.limit(), config.capacity()), (5, 5));
+/// let attempts = config.into_limiter();
+/// assert!(attempts.try_acquire(5)?.is_allowed());
+/// assert!(!attempts.try_acquire(1)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingLog {
+    limit: u32,
+    window_nanos: u64,
+    capacity: u32,
+}
+
+impl SlidingLog {
+    /// At most `limit` permits in any `window`; capacity `limit`.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroLimit`]; [`ConfigError::LimitTooLarge`] above
+    /// [`MAX_SLIDING_LOG_CAPACITY`]; [`ConfigError::ZeroPeriod`] for a zero window;
+    /// [`ConfigError::DurationOverflow`] for a window beyond `u64` nanoseconds.
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, SlidingLog};
+    /// use std::time::Duration;
+    /// assert_eq!(SlidingLog::new(5, Duration::from_secs(60))?.window(), Duration::from_secs(60));
+    /// assert_eq!(SlidingLog::new(0, Duration::from_secs(60)), Err(ConfigError::ZeroLimit));
+    /// assert!(SlidingLog::new(4_097, Duration::from_secs(60)).is_err());
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
+        validate_limit(limit, u64::from(MAX_SLIDING_LOG_CAPACITY))?;
+        if window.is_zero() {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        let window_nanos =
+            u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        Ok(SlidingLog {
+            limit,
+            window_nanos,
+            capacity: limit,
+        })
+    }
+
+    /// The same log with room for `capacity` stamps, so that a local limiter's
+    /// [`set_limit`](Limiter::set_limit) can raise the limit up to `capacity` later.
+    ///
+    /// # Errors
+    /// [`ConfigError::LimitTooLarge`] for a capacity above [`MAX_SLIDING_LOG_CAPACITY`] or below
+    /// the limit.
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, SlidingLog};
+    /// use std::time::Duration;
+    /// let log = SlidingLog::new(2, Duration::from_secs(1))?;
+    /// assert_eq!(log.with_capacity(10)?.capacity(), 10);
+    /// assert_eq!(log.with_capacity(1), Err(ConfigError::LimitTooLarge { limit: 2, max: 1 }));
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn with_capacity(self, capacity: u32) -> Result<Self, ConfigError> {
+        validate_limit(capacity, u64::from(MAX_SLIDING_LOG_CAPACITY))?;
+        validate_limit(self.limit, u64::from(capacity))?;
+        Ok(SlidingLog { capacity, ..self })
+    }
+
+    /// The limit per window.
+    ///
+    /// ```
+    /// assert_eq!(floodgate::SlidingLog::new(3, std::time::Duration::from_secs(1))?.limit(), 3);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let log = floodgate::SlidingLog::new(3, Duration::from_secs(900))?;
+    /// assert_eq!(log.window(), Duration::from_secs(900));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_nanos)
+    }
+
+    /// Stamps a local log holds: the largest limit its `set_limit` accepts.
+    ///
+    /// ```
+    /// assert_eq!(floodgate::SlidingLog::new(3, std::time::Duration::from_secs(1))?.capacity(), 3);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+}
+
 /// An exact sliding-log limiter: at most `limit` permits in any window-long span, from
 /// per-permit timestamps (see the `sliding_log` module docs).
 ///
 /// ```
-/// use floodgate::{Limiter, ManualClock, SlidingLog};
+/// use floodgate::{Limiter, ManualClock, SlidingLogLimiter};
 /// use std::time::Duration;
 /// let clock = ManualClock::new();
 /// // 3 login attempts per 15 minutes, exactly.
-/// let attempts = SlidingLog::with_clock(3, Duration::from_secs(900), clock.clone())?;
+/// let attempts = SlidingLogLimiter::with_clock(3, Duration::from_secs(900), clock.clone())?;
 /// for minute in [0, 5, 10] {
 ///     clock.set(minute * 60_000_000_000);
 ///     assert!(attempts.try_acquire(1)?.is_allowed());
@@ -82,7 +190,7 @@ const LOG_FLOOR: FloorUnits = FloorUnits {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct SlidingLog<C = QuantaClock> {
+pub struct SlidingLogLimiter<C = QuantaClock> {
     words: CachePadded<Words>,
     /// `(permit + 1) << 64 | stamp` of the newest permit stamped in each slot (`0`: none yet).
     slots: Box<[AtomicWide]>,
@@ -99,15 +207,15 @@ struct Words {
     floor: AtomicU64,
 }
 
-impl SlidingLog<QuantaClock> {
+impl SlidingLogLimiter<QuantaClock> {
     /// At most `limit` permits in any `window`, on the default clock; capacity `limit`.
     ///
     /// # Errors
-    /// As [`with_capacity`](SlidingLog::with_capacity).
+    /// As [`with_capacity`](SlidingLogLimiter::with_capacity).
     ///
     /// ```
-    /// use floodgate::{Limiter, SlidingLog};
-    /// let log = SlidingLog::new(5, std::time::Duration::from_secs(60))?;
+    /// use floodgate::{Limiter, SlidingLogLimiter};
+    /// let log = SlidingLogLimiter::new(5, std::time::Duration::from_secs(60))?;
     /// assert!(log.try_acquire(5)?.is_allowed());
     /// assert!(!log.try_acquire(1)?.is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -117,15 +225,15 @@ impl SlidingLog<QuantaClock> {
     }
 }
 
-impl<C: Clock> SlidingLog<C> {
+impl<C: Clock> SlidingLogLimiter<C> {
     /// At most `limit` permits in any `window`, on `clock`; capacity `limit`.
     ///
     /// # Errors
-    /// As [`with_capacity`](SlidingLog::with_capacity).
+    /// As [`with_capacity`](SlidingLogLimiter::with_capacity).
     ///
     /// ```
-    /// use floodgate::{Limiter, ManualClock, SlidingLog};
-    /// let log = SlidingLog::with_clock(1, std::time::Duration::from_secs(1), ManualClock::new())?;
+    /// use floodgate::{Limiter, ManualClock, SlidingLogLimiter};
+    /// let log = SlidingLogLimiter::with_clock(1, std::time::Duration::from_secs(1), ManualClock::new())?;
     /// assert_eq!(log.limit(), 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -143,12 +251,12 @@ impl<C: Clock> SlidingLog<C> {
     /// nanoseconds.
     ///
     /// ```
-    /// use floodgate::{ConfigError, Limiter, ManualClock, SlidingLog};
+    /// use floodgate::{ConfigError, Limiter, ManualClock, SlidingLogLimiter};
     /// use std::time::Duration;
-    /// let log = SlidingLog::with_capacity(2, Duration::from_secs(1), 10, ManualClock::new())?;
+    /// let log = SlidingLogLimiter::with_capacity(2, Duration::from_secs(1), 10, ManualClock::new())?;
     /// log.set_limit(10)?;
     /// assert_eq!(log.set_limit(11), Err(ConfigError::LimitTooLarge { limit: 11, max: 10 }));
-    /// assert!(SlidingLog::with_capacity(1, Duration::from_secs(1), 4_097, ManualClock::new()).is_err());
+    /// assert!(SlidingLogLimiter::with_capacity(1, Duration::from_secs(1), 4_097, ManualClock::new()).is_err());
     /// # Ok::<(), ConfigError>(())
     /// ```
     pub fn with_capacity(
@@ -157,29 +265,48 @@ impl<C: Clock> SlidingLog<C> {
         capacity: u32,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        validate_limit(capacity, u64::from(MAX_SLIDING_LOG_CAPACITY))?;
-        validate_limit(limit, u64::from(capacity))?;
-        if window.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
-        }
-        let window = u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
-        Ok(SlidingLog {
+        let config = SlidingLog::new(limit, window)?.with_capacity(capacity)?;
+        Ok(Self::from_config(&config, clock))
+    }
+
+    /// A fresh log running `config` on `clock` (what [`IntoLimiter`](crate::IntoLimiter) does).
+    pub(crate) fn from_config(config: &SlidingLog, clock: C) -> Self {
+        SlidingLogLimiter {
             words: CachePadded::new(Words {
                 head: AtomicU64::new(0),
                 floor: AtomicU64::new(0),
             }),
-            slots: (0..capacity).map(|_| AtomicWide::new(0)).collect(),
-            limit: AtomicU32::new(limit),
-            window,
+            slots: (0..config.capacity).map(|_| AtomicWide::new(0)).collect(),
+            limit: AtomicU32::new(config.limit),
+            window: config.window_nanos,
             clock,
-        })
+        }
+    }
+
+    /// The configuration in force (the limit as last set).
+    ///
+    /// ```
+    /// use floodgate::{Limiter, SlidingLog, SlidingLogLimiter};
+    /// use std::time::Duration;
+    /// let log = SlidingLogLimiter::new(5, Duration::from_secs(60))?;
+    /// log.set_limit(3)?;
+    /// assert_eq!(log.config(), SlidingLog::new(3, Duration::from_secs(60))?.with_capacity(5)?);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn config(&self) -> SlidingLog {
+        SlidingLog {
+            // Relaxed: as the load in `try_acquire`.
+            limit: self.limit.load(Ordering::Relaxed),
+            window_nanos: self.window,
+            capacity: self.capacity(),
+        }
     }
 
     /// The window.
     ///
     /// ```
     /// use std::time::Duration;
-    /// let log = floodgate::SlidingLog::new(3, Duration::from_secs(900))?;
+    /// let log = floodgate::SlidingLogLimiter::new(3, Duration::from_secs(900))?;
     /// assert_eq!(log.window(), Duration::from_secs(900));
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
@@ -190,7 +317,7 @@ impl<C: Clock> SlidingLog<C> {
     /// Stamps the log can hold: the largest limit [`set_limit`](Limiter::set_limit) accepts.
     ///
     /// ```
-    /// assert_eq!(floodgate::SlidingLog::new(3, std::time::Duration::from_secs(1))?.capacity(), 3);
+    /// assert_eq!(floodgate::SlidingLogLimiter::new(3, std::time::Duration::from_secs(1))?.capacity(), 3);
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn capacity(&self) -> u32 {
@@ -200,7 +327,7 @@ impl<C: Clock> SlidingLog<C> {
     /// Bytes of memory the log holds (its words and its stamps).
     ///
     /// ```
-    /// let log = floodgate::SlidingLog::new(4_096, std::time::Duration::from_secs(1))?;
+    /// let log = floodgate::SlidingLogLimiter::new(4_096, std::time::Duration::from_secs(1))?;
     /// assert!(log.memory_bytes() >= 64 * 1024);
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
@@ -354,7 +481,7 @@ impl<C: Clock> SlidingLog<C> {
     }
 }
 
-impl<C: Clock> Limiter for SlidingLog<C> {
+impl<C: Clock> Limiter for SlidingLogLimiter<C> {
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
         // Relaxed: a configuration value; a request is judged by the limit before or after a
         // concurrent change.

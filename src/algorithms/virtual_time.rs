@@ -1,5 +1,5 @@
-//! The time-word core shared by [`TokenBucket`](super::TokenBucket),
-//! [`LeakyBucket`](super::LeakyBucket) and [`Gcra`](super::Gcra).
+//! The time-word core of [`Gcra`](super::Gcra) (alias [`TokenBucket`](super::TokenBucket),
+//! [`LeakyBucket`](super::LeakyBucket)).
 //!
 //! A token bucket of capacity `C` refilled one token per `T` ns, a leaky bucket (as a meter) of
 //! capacity `C` draining one unit per `T` ns, and GCRA with emission interval `T` and burst `C`
@@ -203,6 +203,22 @@ impl VirtualTime {
             }),
             settle: Mutex::new(Settle::default()),
         })
+    }
+
+    /// A fresh bucket with the configuration in force (generation 0, no history): what
+    /// cloning a configuration means.
+    pub(crate) fn fresh_copy(&self) -> Self {
+        let current = self.store.load();
+        VirtualTime {
+            store: ConfigStore::new(Snapshot {
+                generation: 0,
+                changed_at: 0,
+                settled_at: 0,
+                settled_by: 0,
+                ..current
+            }),
+            settle: Mutex::new(Settle::default()),
+        }
     }
 
     #[inline]
@@ -585,7 +601,6 @@ macro_rules! time_word_algorithm {
             /// As the constructor's rate checks; the old rate then stays.
             ///
             /// ```
-            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{AtomicLimiter, Clock, Limiter, ManualClock, Rate, TokenBucket};
             /// let clock = ManualClock::new();
             /// let b = AtomicLimiter::with_clock(TokenBucket::new(Rate::per_second(10), 10)?, clock.clone());
@@ -616,7 +631,6 @@ macro_rules! time_word_algorithm {
             /// capacity × interval passes 2^62 ns.
             ///
             /// ```
-            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{ConfigError, Rate, TokenBucket};
             /// let b = TokenBucket::new(Rate::per_second(5), 10)?;
             /// b.set_capacity(3, 0)?;
@@ -631,7 +645,6 @@ macro_rules! time_word_algorithm {
             /// The rate in force.
             ///
             /// ```
-            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{Rate, TokenBucket};
             /// use std::time::Duration;
             /// let b = TokenBucket::new(Rate::new(4, Duration::from_secs(2)), 10)?;
@@ -645,7 +658,6 @@ macro_rules! time_word_algorithm {
             /// The capacity (burst) in force.
             ///
             /// ```
-            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{Rate, TokenBucket};
             /// let b = TokenBucket::new(Rate::per_second(5), 10)?;
             /// assert_eq!(b.capacity(), 10);
@@ -658,7 +670,6 @@ macro_rules! time_word_algorithm {
             /// Nanoseconds one permit is worth (the rate, rounded once to whole nanoseconds).
             ///
             /// ```
-            /// // Shown on `TokenBucket`; `LeakyBucket` and `Gcra` have the same method.
             /// use floodgate::{Rate, TokenBucket};
             /// let b = TokenBucket::new(Rate::per_second(3), 10)?;
             /// assert_eq!(b.nanos_per_permit(), 333_333_333); // 1 s / 3, rounded to nearest

@@ -6,11 +6,11 @@ use std::time::Instant;
 use super::connection::{Connection, MemcachedBackend};
 use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
-use super::sliding_window::SlidingWindow;
-use crate::FixedWindow;
+use super::sliding_window::Cells;
 use crate::backend::{FailureCounts, FailureHandler, FailurePolicy, Outcome, RequestError};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision, check_permits};
+use crate::{FixedWindow, SlidingWindow};
 
 /// A sliding-window limit shared through one memcached server by every process that uses the
 /// same `name`, key and configuration. Never admits more than the limit, whatever the
@@ -25,14 +25,15 @@ use crate::decision::{ConfigError, Decision, check_permits};
 ///
 /// ```no_run
 /// use floodgate::backend::FailurePolicy;
-/// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+/// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+/// use floodgate::SlidingWindow;
 /// use std::time::Duration;
 ///
 /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
 /// let limiter = MemcachedLimiter::new(
 ///     &backend,
 ///     "api",
-///     SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?,
+///     SlidingWindow::new(100, Duration::from_secs(60), 60)?,
 ///     FailurePolicy::FailClosed,
 /// )?;
 /// let decision = limiter.try_acquire("user-42", 1)?;
@@ -45,7 +46,8 @@ use crate::decision::{ConfigError, Decision, check_permits};
 pub struct MemcachedLimiter<C: Clock + Clone = QuantaClock> {
     backend: MemcachedBackend,
     name: String,
-    window: SlidingWindow,
+    config: SlidingWindow,
+    window: Cells,
     clock: C,
     failures: FailureHandler<FixedWindow, C>,
 }
@@ -59,10 +61,11 @@ impl MemcachedLimiter<QuantaClock> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+    /// use floodgate::SlidingWindow;
     /// use std::time::Duration;
     /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
-    /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(limiter.window().limit(), 100);
     /// assert!(MemcachedLimiter::new(&backend, "", window, FailurePolicy::FailOpen).is_err());
@@ -84,16 +87,20 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for an empty name, one with a byte outside printable ASCII or a
-    /// `:`, or one too long to leave room for keys; the local algorithm's error when the
-    /// policy's share cannot be built.
+    /// `:`, or one too long to leave room for keys; memcached's own constraints on the window
+    /// ([`ConfigError::TooLarge`] above [`MAX_CELLS`](super::MAX_CELLS) cells,
+    /// [`ConfigError::DurationOutOfRange`] when `window + cell` passes 30 days less 1 s, which
+    /// memcached would read as a date); the local algorithm's error when the policy's share
+    /// cannot be built.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+    /// use floodgate::SlidingWindow;
     /// use floodgate::ManualClock;
     /// use std::time::Duration;
     /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
-    /// let window = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(10), 10)?;
     /// let bad = MemcachedLimiter::with_clock(&backend, "a:b", window, FailurePolicy::FailOpen, ManualClock::new());
     /// assert!(bad.is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -118,6 +125,8 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
                 why: "too long: cell keys must fit memcached's 250 bytes",
             });
         }
+        let config = window;
+        let window = Cells::of(&config)?;
         let local_window = window.window();
         let failures = FailureHandler::with_clock(
             policy,
@@ -130,6 +139,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         Ok(MemcachedLimiter {
             backend: backend.clone(),
             name: name.to_owned(),
+            config,
             window,
             clock,
             failures,
@@ -139,26 +149,26 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// The window's configuration.
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
-    /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(*limiter.window(), window);
     /// assert_eq!(limiter.window().cells(), 60);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn window(&self) -> &SlidingWindow {
-        &self.window
+        &self.config
     }
 
     /// The failure policy in force.
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
-    /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let policy = FailurePolicy::local_fallback(0.5)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, policy)?;
     /// assert_eq!(limiter.policy(), policy);
@@ -172,11 +182,11 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// Failures so far (each decided by the policy).
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// // Nothing listens on port 1: each call fails at once and the policy decides.
     /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:1"))?;
-    /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// assert_eq!(limiter.failures().total(), 0);
     /// assert!(!limiter.try_acquire("alice", 1)?.is_allowed());
@@ -190,14 +200,14 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// The clock cells are keyed by.
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// # use floodgate::{Clock, ManualClock};
-    /// let window = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(10), 10)?;
     /// let clock = ManualClock::starting_at(7_500_000_000); // 7.5 s
     /// let limiter = MemcachedLimiter::with_clock(&backend, "api", window, FailurePolicy::FailOpen, clock)?;
-    /// assert_eq!(window.cell_index(limiter.clock().now_nanos()), 7); // requests count in cell 7
+    /// assert_eq!(limiter.clock().now_nanos() / window.cell().as_nanos() as u64, 7); // cell 7
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn clock(&self) -> &C {
@@ -221,17 +231,48 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         Ok(prefix)
     }
 
-    /// The memcached key of `key`'s cell number `index` (the cell of time `t` is
-    /// `t / precision`, on the limiter's clock).
+    /// The cell that holds time `now_nanos` on the limiter's clock: `now_nanos / cell`.
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(10, Duration::from_secs(10), 10)?; // 1 s cells
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.cell_index(2_999_999_999), 2);
+    /// assert_eq!(limiter.cell_index(3_000_000_000), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cell_index(&self, now_nanos: u64) -> u64 {
+        self.window.cell_index(now_nanos)
+    }
+
+    /// The expiry set on each cell key, in seconds: `window + cell` rounded up, plus 1 (memcached's
+    /// clock ticks once a second, so an expiry of `T` can fire after `T - 1`).
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(10, Duration::from_secs(10), 20)?; // 500 ms cells
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.ttl_secs(), 12); // 10.5 s rounded up to 11, plus 1
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ttl_secs(&self) -> u32 {
+        self.window.ttl_secs()
+    }
+
+    /// The memcached key of `key`'s cell number `index` (see [`cell_index`](Self::cell_index)).
     ///
     /// # Errors
     /// [`RequestError::KeyTooLong`].
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*, ManualClock};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, ManualClock, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
-    /// let window = SlidingWindow::new(5, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(5, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "login", window, FailurePolicy::FailClosed)?;
     /// assert_eq!(limiter.cell_key("bob smith", 1_700_000_000)?, "login:bob%20smith:1700000000");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -248,11 +289,11 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// [`RequestError`] for `n = 0`, `n` above the limit, or a key too long for memcached.
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::{FailurePolicy, RequestError}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// use floodgate::AcquireError;
-    /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// // Refused before memcached is asked:
     /// let zero = limiter.try_acquire("alice", 0);
@@ -271,12 +312,12 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// As [`try_acquire`](Self::try_acquire).
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
     /// let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(50));
     /// let backend = MemcachedBackend::connect(config)?;
-    /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// let outcome = limiter.try_acquire_outcome("alice", 1)?;
     /// assert!(outcome.decision().is_allowed() && outcome.failure().is_some());

@@ -62,7 +62,8 @@
 //!
 //! ```no_run
 //! use floodgate::backend::FailurePolicy;
-//! use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+//! use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+//! use floodgate::SlidingWindow;
 //! use std::time::Duration;
 //!
 //! let backend = MemcachedBackend::connect(
@@ -71,7 +72,7 @@
 //! let limiter = MemcachedLimiter::new(
 //!     &backend,
 //!     "api",
-//!     SlidingWindow::new(300, Duration::from_secs(60), Duration::from_secs(1))?,
+//!     SlidingWindow::new(300, Duration::from_secs(60), 60)?,
 //!     FailurePolicy::local_fallback(0.5)?,
 //! )?;
 //! let outcome = limiter.try_acquire_outcome("tenant-7", 1)?;
@@ -91,4 +92,4 @@ pub use connection::{MemcachedBackend, MemcachedConfig};
 pub use error::MemcachedError;
 pub use limiter::MemcachedLimiter;
 pub use protocol::MAX_KEY_LEN;
-pub use sliding_window::{MAX_CELLS, SlidingWindow};
+pub use sliding_window::MAX_CELLS;

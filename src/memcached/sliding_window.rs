@@ -12,28 +12,30 @@ pub const MAX_CELLS: u64 = 1024;
 /// Longest relative expiry memcached accepts (30 days); a larger number means a Unix time.
 const MAX_RELATIVE_TTL_SECS: u64 = 30 * 24 * 3600;
 
-/// The seeds' sliding window on memcached: at most `limit` permits in any `window`, counted in
-/// cells of `precision` (one memcached key per cell, keyed by the caller's clock). A finer
-/// precision follows the true sliding window more closely and costs more keys per multi-get.
-///
-/// ```
-/// use floodgate::memcached::SlidingWindow;
-/// use std::time::Duration;
-/// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
-/// assert_eq!(w.cells(), 60);
-/// assert_eq!(w.ttl_secs(), 62); // window + precision, + 1 s for memcached's clock
-/// assert!(SlidingWindow::new(100, Duration::from_secs(10), Duration::from_secs(3)).is_err());
-/// # Ok::<(), floodgate::ConfigError>(())
-/// ```
+/// A [`SlidingWindow`](crate::SlidingWindow) as memcached keeps it: at most `limit` permits in
+/// any `window`, counted in cells of `precision` (one memcached key per cell, keyed by the
+/// caller's clock), with the expiry each cell key gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlidingWindow {
+pub(crate) struct Cells {
     limit: u32,
     cell_nanos: u64,
     cells: u64,
     ttl_secs: u32,
 }
 
-impl SlidingWindow {
+impl Cells {
+    /// The cells of `config`, with memcached's own checks.
+    pub(crate) fn of(config: &crate::SlidingWindow) -> Result<Self, ConfigError> {
+        if u64::from(config.cells()) > MAX_CELLS {
+            return Err(ConfigError::TooLarge {
+                what: "memcached sliding window cells",
+                value: u64::from(config.cells()),
+                max: MAX_CELLS,
+            });
+        }
+        Self::new(config.limit(), config.window(), config.cell())
+    }
+
     /// `limit` permits per sliding `window`, counted in cells of `precision`.
     ///
     /// # Errors
@@ -41,17 +43,11 @@ impl SlidingWindow {
     /// window is not a whole number of cells or there are more than [`MAX_CELLS`] cells;
     /// [`ConfigError::DurationOutOfRange`] when `window + precision` exceeds 30 days less 1 s
     /// (memcached reads a longer expiry as a date).
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(5))?;
-    /// assert_eq!((w.limit(), w.cells()), (10, 12));
-    /// assert!(SlidingWindow::new(0, Duration::from_secs(60), Duration::from_secs(5)).is_err());
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn new(limit: u32, window: Duration, precision: Duration) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        limit: u32,
+        window: Duration,
+        precision: Duration,
+    ) -> Result<Self, ConfigError> {
         if limit == 0 {
             return Err(ConfigError::ZeroLimit);
         }
@@ -90,7 +86,7 @@ impl SlidingWindow {
         // (an expiry of T seconds can fire after T - 1).
         // `lifetime ≤ 30 days − 1 s` (checked above), so `ttl_secs ≤ 30 days`.
         let ttl_secs = lifetime.as_secs() + u64::from(lifetime.subsec_nanos() > 0) + 1;
-        Ok(SlidingWindow {
+        Ok(Cells {
             limit,
             cell_nanos,
             cells,
@@ -100,103 +96,34 @@ impl SlidingWindow {
     }
 
     /// The limit per window.
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(5))?;
-    /// assert_eq!(w.limit(), 10);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn limit(&self) -> u32 {
+    pub(crate) fn limit(&self) -> u32 {
         self.limit
     }
 
     /// The window length.
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_millis(1500), Duration::from_millis(500))?;
-    /// assert_eq!(w.window(), Duration::from_millis(1500));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         Duration::from_nanos(self.cell_nanos * self.cells)
     }
 
-    /// The cell length.
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_millis(1500), Duration::from_millis(500))?;
-    /// assert_eq!(w.precision(), Duration::from_millis(500));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn precision(&self) -> Duration {
-        Duration::from_nanos(self.cell_nanos)
-    }
-
     /// Cells per window.
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_millis(1500), Duration::from_millis(500))?;
-    /// assert_eq!(w.cells(), 3);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn cells(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn cells(&self) -> u64 {
         self.cells
     }
 
     /// The expiry set on each cell key, in seconds: `window + precision` rounded up, plus 1.
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_millis(500))?;
-    /// assert_eq!(w.ttl_secs(), 12); // 10.5 s rounded up to 11, plus 1
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn ttl_secs(&self) -> u32 {
+    pub(crate) fn ttl_secs(&self) -> u32 {
         self.ttl_secs
     }
 
     /// The cell that holds time `now_nanos` (on the callers' clock).
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_secs(10), Duration::from_secs(1))?;
-    /// assert_eq!(w.cell_index(2_999_999_999), 2);
-    /// assert_eq!(w.cell_index(3_000_000_000), 3);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn cell_index(&self, now_nanos: u64) -> u64 {
+    pub(crate) fn cell_index(&self, now_nanos: u64) -> u64 {
         now_nanos / self.cell_nanos
     }
 
     /// The cells a decision in cell `current` reads, oldest first: the window's `cells` cells
     /// ending at `current`, plus `current + 1` (written by callers whose clock runs ahead).
-    ///
-    /// ```
-    /// use floodgate::memcached::SlidingWindow;
-    /// use std::time::Duration;
-    ///
-    /// let w = SlidingWindow::new(10, Duration::from_secs(3), Duration::from_secs(1))?;
-    /// assert_eq!(w.read_cells(10), 8..=11); // cells 8, 9, 10, and 11 ahead
-    /// assert_eq!(w.read_cells(0), 0..=1);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn read_cells(&self, current: u64) -> std::ops::RangeInclusive<u64> {
+    pub(crate) fn read_cells(&self, current: u64) -> std::ops::RangeInclusive<u64> {
         current.saturating_sub(self.cells - 1)..=current.saturating_add(1)
     }
 
@@ -258,33 +185,33 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
 
-    fn window(limit: u32) -> SlidingWindow {
-        SlidingWindow::new(limit, Duration::from_secs(10), Duration::from_secs(1)).unwrap()
+    fn window(limit: u32) -> Cells {
+        Cells::new(limit, Duration::from_secs(10), Duration::from_secs(1)).unwrap()
     }
 
     #[test]
     fn configuration_is_validated() {
         let s = Duration::from_secs;
         assert_eq!(
-            SlidingWindow::new(0, s(10), s(1)).unwrap_err(),
+            Cells::new(0, s(10), s(1)).unwrap_err(),
             ConfigError::ZeroLimit
         );
         assert_eq!(
-            SlidingWindow::new(5, s(0), s(1)).unwrap_err(),
+            Cells::new(5, s(0), s(1)).unwrap_err(),
             ConfigError::ZeroPeriod
         );
         assert_eq!(
-            SlidingWindow::new(5, s(10), s(0)).unwrap_err(),
+            Cells::new(5, s(10), s(0)).unwrap_err(),
             ConfigError::ZeroPeriod
         );
-        assert!(SlidingWindow::new(5, s(10), s(3)).is_err());
-        assert!(SlidingWindow::new(5, s(1025), s(1)).is_err());
-        assert!(SlidingWindow::new(5, s(1024), s(1)).is_ok());
-        assert!(SlidingWindow::new(5, s(30 * 86_400), s(86_400)).is_err());
+        assert!(Cells::new(5, s(10), s(3)).is_err());
+        assert!(Cells::new(5, s(1025), s(1)).is_err());
+        assert!(Cells::new(5, s(1024), s(1)).is_ok());
+        assert!(Cells::new(5, s(30 * 86_400), s(86_400)).is_err());
         let max = Duration::from_secs(MAX_RELATIVE_TTL_SECS - 1);
         for (window, precision) in [(Duration::MAX, Duration::MAX), (Duration::MAX, s(1))] {
             assert_eq!(
-                SlidingWindow::new(5, window, precision).unwrap_err(),
+                Cells::new(5, window, precision).unwrap_err(),
                 ConfigError::DurationOutOfRange {
                     what: "memcached window + precision (a cell's lifetime)",
                     value: Duration::MAX,
@@ -295,11 +222,10 @@ mod tests {
         }
         // The longest lifetime accepted (18 + 1 cells of 136,421 s = 30 days − 1 s): a TTL of
         // exactly 30 days.
-        let longest = SlidingWindow::new(5, s(18 * 136_421), s(136_421)).unwrap();
+        let longest = Cells::new(5, s(18 * 136_421), s(136_421)).unwrap();
         assert_eq!(u64::from(longest.ttl_secs()), MAX_RELATIVE_TTL_SECS);
-        assert!(SlidingWindow::new(5, s(19 * 136_421), s(136_421)).is_err());
-        let w =
-            SlidingWindow::new(5, Duration::from_millis(500), Duration::from_millis(250)).unwrap();
+        assert!(Cells::new(5, s(19 * 136_421), s(136_421)).is_err());
+        let w = Cells::new(5, Duration::from_millis(500), Duration::from_millis(250)).unwrap();
         assert_eq!((w.cells(), w.ttl_secs()), (2, 2));
         assert_eq!(window(5).ttl_secs(), 12);
     }

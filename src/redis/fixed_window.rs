@@ -1,12 +1,19 @@
 //! Fixed window on Redis: anchored (`INCRBY` + `PEXPIRE` on the first hit) or aligned to the
 //! server's clock (`PEXPIREAT` at the window's end).
+//!
+//! Runs the local [`crate::FixedWindow`] configuration with the same semantics:
+//! [`Anchor::FirstRequest`] opens a window at the first request (the window is the key's TTL);
+//! [`Anchor::WallClock`] aligns windows to multiples of the window on the Redis server's clock.
+//! A counter found without a TTL is repaired (given one) by the next decision. Redis expiries
+//! are in milliseconds: a window that is not whole milliseconds is refused when the limiter is
+//! built, not rounded.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::Script;
 
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
+use crate::FixedWindow;
 use crate::algorithms::Anchor;
 use crate::decision::ConfigError;
 
@@ -14,142 +21,90 @@ static ANCHORED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("f
 static ALIGNED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("fixed_window_aligned.lua")));
 
-/// Fixed window counter on Redis: at most `limit` permits per window, exactly, across every
-/// process sharing the key. Same semantics as the local [`crate::FixedWindow`]:
-/// [`Anchor::FirstRequest`] opens a window at the first request (the window is the key's TTL);
-/// [`Anchor::WallClock`] aligns windows to multiples of the window on the Redis server's clock.
-/// A counter found without a TTL is repaired (given one) by the next decision.
-///
-/// ```
-/// use floodgate::redis::FixedWindow;
-/// use std::time::Duration;
-/// let w = FixedWindow::aligned(100, Duration::from_secs(60)).unwrap();
-/// assert_eq!(w.window(), Duration::from_secs(60));
-/// // Redis expiries are in milliseconds: finer windows are refused, not rounded.
-/// assert!(FixedWindow::new(1, Duration::from_micros(1500)).is_err());
-/// ```
-#[derive(Clone, Debug)]
-pub struct FixedWindow {
-    limit: u32,
-    window_millis: u64,
-    anchor: Anchor,
-}
-
-impl FixedWindow {
-    /// `limit` permits per `window`, windows opening at the first request.
-    ///
-    /// # Errors
-    /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`] for a
-    /// window that is not whole milliseconds, [`ConfigError::DurationOverflow`] past 2^51 µs.
-    ///
-    /// ```
-    /// use floodgate::redis::FixedWindow;
-    /// use floodgate::{Anchor, ConfigError};
-    /// use std::time::Duration;
-    /// assert_eq!(FixedWindow::new(10, Duration::from_secs(1))?.anchor(), Anchor::FirstRequest);
-    /// assert_eq!(FixedWindow::new(0, Duration::from_secs(1)).unwrap_err(), ConfigError::ZeroLimit);
-    /// # Ok::<(), ConfigError>(())
-    /// ```
-    pub fn new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
-        Self::with_anchor(limit, window, Anchor::FirstRequest)
-    }
-
-    /// `limit` permits per `window`, windows aligned to the server's clock.
-    ///
-    /// # Errors
-    /// As [`FixedWindow::new`].
-    ///
-    /// ```
-    /// use floodgate::{redis::FixedWindow, Anchor};
-    /// use std::time::Duration;
-    /// let w = FixedWindow::aligned(10, Duration::from_secs(60))?;
-    /// assert_eq!(w.anchor(), Anchor::WallClock);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn aligned(limit: u32, window: Duration) -> Result<Self, ConfigError> {
-        Self::with_anchor(limit, window, Anchor::WallClock)
-    }
-
-    /// `limit` permits per `window` with the given anchor.
-    ///
-    /// # Errors
-    /// As [`FixedWindow::new`].
-    ///
-    /// ```
-    /// use floodgate::{redis::FixedWindow, Anchor};
-    /// use std::time::Duration;
-    /// let w = FixedWindow::with_anchor(10, Duration::from_millis(250), Anchor::WallClock)?;
-    /// assert_eq!((w.window(), w.anchor()), (Duration::from_millis(250), Anchor::WallClock));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn with_anchor(limit: u32, window: Duration, anchor: Anchor) -> Result<Self, ConfigError> {
-        if limit == 0 {
-            return Err(ConfigError::ZeroLimit);
-        }
-        Ok(FixedWindow {
-            limit,
-            window_millis: whole_millis(window, "Redis window")?,
-            anchor,
-        })
-    }
-
-    /// The window length.
-    ///
-    /// ```
-    /// use floodgate::redis::FixedWindow;
-    /// use std::time::Duration;
-    /// assert_eq!(FixedWindow::new(10, Duration::from_secs(5))?.window(), Duration::from_secs(5));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn window(&self) -> Duration {
-        Duration::from_millis(self.window_millis)
-    }
-
-    /// Where windows start.
-    ///
-    /// ```
-    /// use floodgate::{redis::FixedWindow, Anchor};
-    /// use std::time::Duration;
-    /// assert_eq!(FixedWindow::aligned(10, Duration::from_secs(5))?.anchor(), Anchor::WallClock);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn anchor(&self) -> Anchor {
-        self.anchor
-    }
+/// The window in milliseconds (validated whole when the limiter was built).
+fn window_millis(window: &FixedWindow) -> u64 {
+    u64::try_from(window.window().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl sealed::Script for FixedWindow {
-    type Local = crate::FixedWindow;
+    type Local = FixedWindow;
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        whole_millis(self.window(), "Redis fixed window").map(|_| ())
+    }
 
     fn script(&self) -> &'static Script {
-        match self.anchor {
+        match self.anchor() {
             Anchor::FirstRequest => &ANCHORED,
             Anchor::WallClock => &ALIGNED,
         }
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {
-        match self.anchor {
+        match self.anchor() {
             Anchor::FirstRequest => &["fw"],
             Anchor::WallClock => &["fwa"],
         }
     }
 
     fn args(&self, n: u32) -> [u64; 4] {
-        let window = match self.anchor {
-            Anchor::FirstRequest => self.window_millis,
-            Anchor::WallClock => self.window_millis * 1_000,
+        let millis = window_millis(self);
+        let window = match self.anchor() {
+            Anchor::FirstRequest => millis,
+            Anchor::WallClock => millis.saturating_mul(1_000),
         };
-        [u64::from(self.limit), window, u64::from(n), 0]
+        [crate::Algorithm::limit(self), window, u64::from(n), 0]
     }
 
     fn limit_u32(&self) -> u32 {
-        self.limit
+        // At most 16,777,215 (validated by the local constructor).
+        u32::try_from(crate::Algorithm::limit(self)).unwrap_or(u32::MAX)
     }
 
-    fn local(&self, limit: u32) -> Result<crate::FixedWindow, ConfigError> {
-        crate::FixedWindow::with_anchor(limit, self.window(), self.anchor)
+    fn local(&self, limit: u32) -> Result<FixedWindow, ConfigError> {
+        FixedWindow::with_anchor(limit, self.window(), self.anchor())
     }
 }
 
+/// The fixed window on Redis.
 impl RedisAlgorithm for FixedWindow {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::limiter::sealed::Script as _;
+    use std::time::Duration;
+
+    #[test]
+    fn a_window_redis_cannot_keep_names_the_millisecond_and_the_window() {
+        let fine = FixedWindow::new(1, Duration::from_micros(1500)).unwrap();
+        let err = fine.validate().unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::NotWhole {
+                what: "Redis fixed window",
+                value: Duration::from_micros(1500),
+                unit: Duration::from_millis(1),
+            }
+        );
+        assert!(err.to_string().contains("1.5ms"), "{err}");
+        let aligned = FixedWindow::aligned(7, Duration::from_secs(60)).unwrap();
+        assert_eq!(aligned.validate(), Ok(()));
+        assert_eq!(aligned.args(2), [7, 60_000_000, 2, 0]);
+        assert_eq!(aligned.key_suffixes(), ["fwa"]);
+    }
+
+    #[test]
+    fn a_window_too_long_for_lua_names_the_range_not_the_milliseconds() {
+        let long = FixedWindow::new(1, Duration::from_secs(u64::MAX / 1_000_000_000)).unwrap();
+        match long.validate() {
+            Err(ConfigError::DurationOutOfRange {
+                what, value, max, ..
+            }) => {
+                assert_eq!(what, "Redis fixed window");
+                assert!(value > max);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -21,6 +21,9 @@ pub(crate) mod sealed {
     pub trait Script: Clone + Send + Sync + 'static {
         /// The local algorithm used by [`FailurePolicy::LocalFallback`](crate::backend::FailurePolicy).
         type Local: Algorithm;
+        /// What Redis adds to the local configuration's checks (microsecond time, millisecond
+        /// expiries, Lua's exact integers): checked when the limiter is built.
+        fn validate(&self) -> Result<(), ConfigError>;
         /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us}`.
         fn script(&self) -> &'static redis::Script;
         /// Suffixes of the Redis keys of one limiter key (`KEYS[1]`, `KEYS[2]`, …).
@@ -34,9 +37,10 @@ pub(crate) mod sealed {
     }
 }
 
-/// A rate-limiting algorithm that runs on Redis as one Lua script: [`FixedWindow`](super::FixedWindow),
-/// [`SlidingWindow`](super::SlidingWindow), [`SlidingLog`](super::SlidingLog),
-/// [`Gcra`](super::Gcra). Sealed.
+/// A rate-limiting algorithm that runs on Redis as one Lua script: the local configuration types
+/// [`FixedWindow`](crate::FixedWindow), [`SlidingWindow`](crate::SlidingWindow),
+/// [`SlidingLog`](crate::SlidingLog) and [`Gcra`](crate::Gcra) (with its aliases
+/// [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket)). Sealed.
 pub trait RedisAlgorithm: sealed::Script {
     /// The limit in force (the `limit` of every [`Decision`]).
     fn limit(&self) -> u64 {
@@ -62,7 +66,8 @@ pub trait RedisAlgorithm: sealed::Script {
 ///
 /// ```no_run
 /// use floodgate::backend::FailurePolicy;
-/// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+/// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 /// use std::time::Duration;
 ///
 /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
@@ -92,11 +97,15 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # Errors
     /// [`ConfigError::Invalid`] for an empty name or one containing `{` or `}` (it would break
     /// the hash tag) or `:` (name `a` with key `b:c` and name `a:b` with key `c` would share
-    /// `{a:b:c}`); the local algorithm's error when the policy's share cannot be built.
+    /// `{a:b:c}`); a configuration Redis cannot keep ([`ConfigError::NotWhole`] for a window or
+    /// cell that is not whole milliseconds, [`ConfigError::RateTooHigh`] for a permit worth
+    /// under 1 µs, [`ConfigError::DurationOutOfRange`] past 2^51 µs); the local algorithm's
+    /// error when the policy's share cannot be built.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
@@ -116,6 +125,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 why: "must be non-empty and contain no '{', '}' or ':'",
             });
         }
+        algorithm.validate()?;
         let limit = algorithm.limit_u32();
         let twin = algorithm.clone();
         let failures =
@@ -133,7 +143,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{Gcra, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::Gcra;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use floodgate::Rate;
     /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
     /// let gcra = Gcra::new(Rate::per_second(5), 10)?;
@@ -149,7 +160,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter, SlidingLog};
+    /// use floodgate::SlidingLog;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
     /// let log = SlidingLog::new(5, Duration::from_secs(60))?;
@@ -165,7 +177,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
@@ -180,7 +193,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// The Redis keys that hold `key`'s state, all with the hash tag `{name:key}`.
     ///
     /// ```no_run
-    /// # use floodgate::{backend::FailurePolicy, redis::*};
+    /// # use floodgate::{backend::FailurePolicy, redis::*, SlidingLog};
     /// # let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
     /// let log = RedisLimiter::new(&backend, "login", SlidingLog::new(5, std::time::Duration::from_secs(60))?, FailurePolicy::FailClosed)?;
     /// assert_eq!(log.redis_keys("alice"), ["{login:alice}:sl", "{login:alice}:sl:seq"]);
@@ -203,7 +216,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```no_run
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
     /// let window = FixedWindow::new(2, Duration::from_secs(60))?;
@@ -227,7 +241,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```no_run
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
     /// let window = FixedWindow::new(1, Duration::from_millis(100))?;
@@ -261,7 +276,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// // Nothing listens on port 1: fail-closed denies with retry_after = the 20 ms timeout,
     /// // which does not fit in 10 ms, so the call returns the denial without sleeping.
@@ -302,7 +318,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
@@ -331,7 +348,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use floodgate::AcquireError;
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
@@ -357,7 +375,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -416,23 +435,31 @@ fn decision_from_reply(reply: &[i64]) -> Result<Decision, BackendError> {
     })
 }
 
-/// Whole milliseconds of `window` (Redis expiries have millisecond resolution).
+/// Whole milliseconds of `window` (Redis expiries have millisecond resolution), within
+/// [`MAX_WINDOW_MILLIS`]; the errors name the setting and the value given.
 pub(crate) fn whole_millis(window: Duration, what: &'static str) -> Result<u64, ConfigError> {
     if window.is_zero() {
         return Err(ConfigError::ZeroPeriod);
     }
-    if window.subsec_nanos() % 1_000_000 != 0 {
-        return Err(ConfigError::Invalid {
+    // The range first: a window too long for Lua is that, whatever its sub-millisecond part.
+    let max = Duration::from_millis(MAX_WINDOW_MILLIS);
+    if window > max {
+        return Err(ConfigError::DurationOutOfRange {
             what,
-            why: "must be a whole number of milliseconds on Redis",
+            value: window,
+            min: Duration::from_millis(1),
+            max,
         });
     }
-    let millis = u64::try_from(window.as_millis()).map_err(|_| ConfigError::DurationOverflow)?;
-    // Microseconds since the epoch plus the window must stay exact in Lua's doubles (2^53).
-    if millis > MAX_WINDOW_MILLIS {
-        return Err(ConfigError::DurationOverflow);
+    if window.subsec_nanos() % 1_000_000 != 0 {
+        return Err(ConfigError::NotWhole {
+            what,
+            value: window,
+            unit: Duration::from_millis(1),
+        });
     }
-    Ok(millis)
+    // At most MAX_WINDOW_MILLIS (checked above).
+    Ok(window.as_millis() as u64)
 }
 
 /// Longest window or burst period on Redis: 2^51 µs (71 years), so that Unix time in
@@ -467,13 +494,34 @@ mod tests {
             whole_millis(Duration::ZERO, "w").unwrap_err(),
             ConfigError::ZeroPeriod
         );
-        assert!(matches!(
-            whole_millis(Duration::from_micros(1500), "w").unwrap_err(),
-            ConfigError::Invalid { .. }
-        ));
         assert_eq!(
-            whole_millis(Duration::from_secs(100 * 365 * 86_400), "w").unwrap_err(),
-            ConfigError::DurationOverflow
+            whole_millis(Duration::from_micros(1500), "w").unwrap_err(),
+            ConfigError::NotWhole {
+                what: "w",
+                value: Duration::from_micros(1500),
+                unit: Duration::from_millis(1)
+            }
+        );
+        let long = Duration::from_secs(100 * 365 * 86_400);
+        assert!(matches!(
+            whole_millis(long, "w").unwrap_err(),
+            ConfigError::DurationOutOfRange { value, .. } if value == long
+        ));
+        // Duration::MAX is too long, not "not whole milliseconds".
+        let err = whole_millis(Duration::MAX, "Redis window").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::DurationOutOfRange {
+                    value: Duration::MAX,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("Redis window must be within"),
+            "{err}"
         );
     }
 }

@@ -1,14 +1,15 @@
 //! Distributed limiting on Redis and Redis Cluster (feature `redis`).
 //!
-//! The same algorithms as the local limiters, each as one Lua script that Redis runs atomically:
+//! The same algorithms as the local limiters, configured by the same types (one configuration
+//! type per algorithm, whatever runs it), each run as one Lua script that Redis runs atomically:
 //!
-//! | type | Redis state (per limiter key) | note |
+//! | configuration | Redis state (per limiter key) | Redis's own constraints (checked by [`RedisLimiter::new`]) |
 //! |---|---|---|
-//! | [`FixedWindow`] (`new`) | counter, `INCRBY` + `PEXPIRE` on the first hit | window opens at the first request |
-//! | [`FixedWindow`] (`aligned`) | hash `{i, c}`, `PEXPIREAT` at the window's end | windows aligned to the server's clock |
-//! | [`SlidingWindow`] | hash of cells (field = cell index) | `precision` = cell length |
-//! | [`SlidingLog`] | sorted set, one entry per permit (+ a sequence key) | exact; a denial adds nothing |
-//! | [`Gcra`] (also `token_bucket`) | the theoretical arrival time | expires when full again |
+//! | [`FixedWindow`](crate::FixedWindow) (`new`) | counter, `INCRBY` + `PEXPIRE` on the first hit | window in whole ms |
+//! | [`FixedWindow`](crate::FixedWindow) (`aligned`) | hash `{i, c}`, `PEXPIREAT` at the window's end | window in whole ms, aligned to the server's clock |
+//! | [`SlidingWindow`](crate::SlidingWindow) | hash of cells (field = cell index) | window and cell in whole ms, at most [`MAX_CELLS`] cells |
+//! | [`SlidingLog`](crate::SlidingLog) | sorted set, one entry per permit (+ a sequence key) | window in whole ms; exact; a denial adds nothing |
+//! | [`Gcra`](crate::Gcra) (= [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket)) | the theoretical arrival time | at least 1 µs per permit; expires when full again |
 //!
 //! Every decision:
 //! * is **one round trip**: `EVALSHA` (redis-rs [`Script`](redis::Script); on `NOSCRIPT`, after a
@@ -35,8 +36,8 @@
 //!
 //! ```no_run
 //! use floodgate::backend::FailurePolicy;
-//! use floodgate::redis::{Gcra, RedisBackend, RedisConfig, RedisLimiter};
-//! use floodgate::Rate;
+//! use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+//! use floodgate::{Gcra, Rate};
 //! use std::time::Duration;
 //!
 //! let backend = RedisBackend::connect(
@@ -63,10 +64,6 @@ mod limiter;
 mod sliding_log;
 mod sliding_window;
 
-pub use crate::algorithms::Anchor;
 pub use connection::{RedisBackend, RedisConfig};
-pub use fixed_window::FixedWindow;
-pub use gcra::Gcra;
 pub use limiter::{RedisAlgorithm, RedisLimiter};
-pub use sliding_log::SlidingLog;
-pub use sliding_window::{MAX_CELLS, SlidingWindow};
+pub use sliding_window::MAX_CELLS;

@@ -1,73 +1,28 @@
 //! Sliding log on Redis: a sorted set of timestamps, exact.
+//!
+//! Runs the local [`crate::SlidingLog`] configuration: one sorted-set entry per admitted permit,
+//! scored with the server's time in microseconds. Exact: at most `limit` permits in any
+//! `window`-long interval. A denial adds no entry. Memory is one entry per permit in the window,
+//! so the limit is as modest as the local log's (logins, password resets, expensive calls). The
+//! window must be whole milliseconds, checked when the limiter is built.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::Script;
 
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
+use crate::SlidingLog;
 use crate::decision::ConfigError;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_log.lua")));
 
-/// Sliding log on Redis: one sorted-set entry per admitted permit, scored with the server's time
-/// in microseconds. Exact: at most `limit` permits in any `window`-long interval. A denial adds
-/// no entry. Memory is one entry per permit in the window, so keep `limit` modest (logins,
-/// password resets, expensive calls).
-///
-/// ```
-/// use floodgate::redis::SlidingLog;
-/// use std::time::Duration;
-/// let log = SlidingLog::new(5, Duration::from_secs(900)).unwrap();
-/// assert_eq!(log.window(), Duration::from_secs(900));
-/// assert!(SlidingLog::new(0, Duration::from_secs(1)).is_err());
-/// ```
-#[derive(Clone, Debug)]
-pub struct SlidingLog {
-    limit: u32,
-    window_millis: u64,
-}
-
-impl SlidingLog {
-    /// At most `limit` permits in any `window`.
-    ///
-    /// # Errors
-    /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`] for a
-    /// window that is not whole milliseconds, [`ConfigError::DurationOverflow`].
-    ///
-    /// ```
-    /// use floodgate::{redis::SlidingLog, ConfigError};
-    /// use std::time::Duration;
-    /// assert!(SlidingLog::new(5, Duration::from_secs(60)).is_ok());
-    /// assert_eq!(SlidingLog::new(0, Duration::from_secs(60)).unwrap_err(), ConfigError::ZeroLimit);
-    /// assert!(SlidingLog::new(5, Duration::from_micros(10)).is_err()); // not whole milliseconds
-    /// ```
-    pub fn new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
-        if limit == 0 {
-            return Err(ConfigError::ZeroLimit);
-        }
-        Ok(SlidingLog {
-            limit,
-            window_millis: whole_millis(window, "Redis window")?,
-        })
-    }
-
-    /// The window length.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let log = floodgate::redis::SlidingLog::new(5, Duration::from_secs(60))?;
-    /// assert_eq!(log.window(), Duration::from_secs(60));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn window(&self) -> Duration {
-        Duration::from_millis(self.window_millis)
-    }
-}
-
 impl sealed::Script for SlidingLog {
     /// During an outage: a local fixed window of the same length (coarser, same bound per window).
     type Local = crate::FixedWindow;
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        whole_millis(self.window(), "Redis sliding log window").map(|_| ())
+    }
 
     fn script(&self) -> &'static Script {
         &SCRIPT
@@ -78,16 +33,12 @@ impl sealed::Script for SlidingLog {
     }
 
     fn args(&self, n: u32) -> [u64; 4] {
-        [
-            u64::from(self.limit),
-            self.window_millis * 1_000,
-            u64::from(n),
-            0,
-        ]
+        let window_micros = u64::try_from(self.window().as_micros()).unwrap_or(u64::MAX);
+        [u64::from(self.limit()), window_micros, u64::from(n), 0]
     }
 
     fn limit_u32(&self) -> u32 {
-        self.limit
+        self.limit()
     }
 
     fn local(&self, limit: u32) -> Result<crate::FixedWindow, ConfigError> {
@@ -95,4 +46,24 @@ impl sealed::Script for SlidingLog {
     }
 }
 
+/// The sliding log on Redis.
 impl RedisAlgorithm for SlidingLog {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::limiter::sealed::Script as _;
+    use std::time::Duration;
+
+    #[test]
+    fn the_window_must_be_whole_milliseconds() {
+        let log = SlidingLog::new(5, Duration::from_secs(60)).unwrap();
+        assert_eq!(log.validate(), Ok(()));
+        assert_eq!(log.args(2), [5, 60_000_000, 2, 0]);
+        let fine = SlidingLog::new(5, Duration::from_micros(10)).unwrap();
+        assert!(matches!(
+            fine.validate(),
+            Err(ConfigError::NotWhole { value, .. }) if value == Duration::from_micros(10)
+        ));
+    }
+}

@@ -1,122 +1,50 @@
-//! Sliding window of cells on Redis (the seeds' `precision`).
+//! Sliding window of cells on Redis.
+//!
+//! Runs the local [`crate::SlidingWindow`] configuration: the window is divided into `cells`
+//! cells (aligned to the server's clock), and a request is admitted if the permits taken in the
+//! current cell and the ones before it, `window` in all, plus `n` fit the limit. One hash field
+//! per cell, all in one key (so one hash tag, one slot). Redis keeps these in milliseconds, so
+//! the window and the cell (`window / cells`) must be whole milliseconds, with at most
+//! [`MAX_CELLS`] cells: checked when the limiter is built.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::Script;
 
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
+use crate::SlidingWindow;
 use crate::decision::ConfigError;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_window.lua")));
 
-/// Sliding window of cells on Redis: the window is divided into cells of `precision` (aligned
-/// to the server's clock), and a request is admitted if the permits taken in the current cell and
-/// the ones before it, `window` in all, plus `n` fit the limit. A finer precision follows the
-/// true sliding window more closely and costs more fields: one hash field per cell, all in one
-/// key (so one hash tag, one slot).
+/// Most cells per window on Redis (a decision reads every cell).
 ///
 /// ```
-/// use floodgate::redis::SlidingWindow;
-/// use std::time::Duration;
-/// let w = SlidingWindow::new(1000, Duration::from_secs(3600), Duration::from_secs(60)).unwrap();
-/// assert_eq!(w.cells(), 60);
-/// assert!(SlidingWindow::new(10, Duration::from_secs(10), Duration::from_secs(3)).is_err());
+/// assert_eq!(floodgate::redis::MAX_CELLS, 1024);
 /// ```
-#[derive(Clone, Debug)]
-pub struct SlidingWindow {
-    limit: u32,
-    window_millis: u64,
-    cell_millis: u64,
-}
-
-/// Most cells per window (a decision reads every cell).
 pub const MAX_CELLS: u64 = 1024;
 
-impl SlidingWindow {
-    /// `limit` permits per sliding `window`, counted in cells of `precision`.
-    ///
-    /// # Errors
-    /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`] when the
-    /// window or precision is not whole milliseconds, the window is not a whole number of cells,
-    /// or there are more than [`MAX_CELLS`] cells; [`ConfigError::DurationOverflow`].
-    ///
-    /// ```
-    /// use floodgate::redis::SlidingWindow;
-    /// use std::time::Duration;
-    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
-    /// assert_eq!(w.cells(), 60);
-    /// assert!(SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(7)).is_err());
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn new(limit: u32, window: Duration, precision: Duration) -> Result<Self, ConfigError> {
-        if limit == 0 {
-            return Err(ConfigError::ZeroLimit);
-        }
-        let window_millis = whole_millis(window, "Redis window")?;
-        let cell_millis = whole_millis(precision, "Redis precision")?;
-        if window_millis % cell_millis != 0 {
-            return Err(ConfigError::Invalid {
-                what: "precision",
-                why: "the window must be a whole number of cells",
-            });
-        }
-        if window_millis / cell_millis > MAX_CELLS {
-            return Err(ConfigError::Invalid {
-                what: "precision",
-                why: "at most 1024 cells per window",
-            });
-        }
-        Ok(SlidingWindow {
-            limit,
-            window_millis,
-            cell_millis,
-        })
-    }
-
-    /// The window length.
-    ///
-    /// ```
-    /// use floodgate::redis::SlidingWindow;
-    /// use std::time::Duration;
-    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
-    /// assert_eq!(w.window(), Duration::from_secs(60));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn window(&self) -> Duration {
-        Duration::from_millis(self.window_millis)
-    }
-
-    /// The cell length.
-    ///
-    /// ```
-    /// use floodgate::redis::SlidingWindow;
-    /// use std::time::Duration;
-    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_millis(500))?;
-    /// assert_eq!(w.precision(), Duration::from_millis(500));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn precision(&self) -> Duration {
-        Duration::from_millis(self.cell_millis)
-    }
-
-    /// Cells per window.
-    ///
-    /// ```
-    /// use floodgate::redis::SlidingWindow;
-    /// use std::time::Duration;
-    /// let w = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_millis(500))?;
-    /// assert_eq!(w.cells(), 120);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn cells(&self) -> u64 {
-        self.window_millis / self.cell_millis
-    }
+/// The cell length in microseconds (validated whole milliseconds when the limiter was built).
+fn cell_micros(window: &SlidingWindow) -> u64 {
+    u64::try_from(window.cell().as_micros()).unwrap_or(u64::MAX)
 }
 
 impl sealed::Script for SlidingWindow {
     /// During an outage: a local fixed window of the same length (coarser, same bound per window).
     type Local = crate::FixedWindow;
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        whole_millis(self.window(), "Redis sliding window")?;
+        whole_millis(self.cell(), "Redis sliding window cell (window / cells)")?;
+        if u64::from(self.cells()) > MAX_CELLS {
+            return Err(ConfigError::TooLarge {
+                what: "Redis sliding window cells",
+                value: u64::from(self.cells()),
+                max: MAX_CELLS,
+            });
+        }
+        Ok(())
+    }
 
     fn script(&self) -> &'static Script {
         &SCRIPT
@@ -128,15 +56,15 @@ impl sealed::Script for SlidingWindow {
 
     fn args(&self, n: u32) -> [u64; 4] {
         [
-            u64::from(self.limit),
-            self.cell_millis * 1_000,
-            self.cells(),
+            u64::from(self.limit()),
+            cell_micros(self),
+            u64::from(self.cells()),
             u64::from(n),
         ]
     }
 
     fn limit_u32(&self) -> u32 {
-        self.limit
+        self.limit()
     }
 
     fn local(&self, limit: u32) -> Result<crate::FixedWindow, ConfigError> {
@@ -144,4 +72,43 @@ impl sealed::Script for SlidingWindow {
     }
 }
 
+/// The sliding window on Redis.
 impl RedisAlgorithm for SlidingWindow {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::limiter::sealed::Script as _;
+    use std::time::Duration;
+
+    #[test]
+    fn redis_constraints_name_the_bad_value() {
+        let minute = Duration::from_secs(60);
+        let ok = SlidingWindow::new(100, minute, 60).unwrap();
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(ok.args(3), [100, 1_000_000, 60, 3]);
+        // 999 ms in 3 cells of 333 ms: whole milliseconds.
+        let thirds = SlidingWindow::new(10, Duration::from_millis(999), 3).unwrap();
+        assert_eq!(thirds.validate(), Ok(()));
+        let fine = SlidingWindow::new(10, Duration::from_millis(1), 8).unwrap();
+        assert_eq!(
+            fine.validate(),
+            Err(ConfigError::NotWhole {
+                what: "Redis sliding window cell (window / cells)",
+                value: Duration::from_micros(125),
+                unit: Duration::from_millis(1),
+            })
+        );
+        let many = SlidingWindow::new(10, Duration::from_secs(2000), 2000).unwrap();
+        let err = many.validate().unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::TooLarge {
+                what: "Redis sliding window cells",
+                value: 2000,
+                max: 1024
+            }
+        );
+        assert!(err.to_string().contains("2000"), "{err}");
+    }
+}

@@ -45,7 +45,7 @@ fn eight_threads_share_one_limit_exactly() {
     // Every denied request took its permit back: serial requests find exactly what is left.
     let topped = top_up(&limiter, "k");
     assert_eq!(admitted + topped, 100, "admitted {admitted}, then {topped}");
-    let current = limiter.window().cell_index(T0);
+    let current = limiter.cell_index(T0);
     assert_eq!(
         stored_sum(&server, &limiter, "k", current - 59..=current + 1),
         100

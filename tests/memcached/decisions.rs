@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use floodgate::SlidingWindow;
 use floodgate::backend::FailurePolicy;
 use floodgate::backend::RequestError;
-use floodgate::memcached::{MemcachedLimiter, SlidingWindow};
+use floodgate::memcached::MemcachedLimiter;
 use floodgate::{AcquireError, Decision, ManualClock};
 
 use super::server::MemcachedServer;
@@ -105,7 +106,7 @@ fn any_key_is_encoded_and_distinct_keys_stay_distinct() {
 fn names_and_windows_are_validated() {
     let server = MemcachedServer::start();
     let backend = backend(&server);
-    let window = SlidingWindow::new(5, Duration::from_secs(10), S).unwrap();
+    let window = SlidingWindow::new(5, Duration::from_secs(10), 10).unwrap();
     let build = |name: &str| {
         MemcachedLimiter::with_clock(
             &backend,

@@ -1,12 +1,13 @@
-//! Every cell gets memcached's expiry (`window + precision`, rounded up, + 1 s), checked through
+//! Every cell gets memcached's expiry (`window + cell`, rounded up, + 1 s), checked through
 //! the protocol; one short test waits for a cell to expire on memcached's real clock (wall time
 //! only as a hang bound).
 
 use std::time::{Duration, Instant};
 
 use floodgate::ManualClock;
+use floodgate::SlidingWindow;
 use floodgate::backend::FailurePolicy;
-use floodgate::memcached::{MemcachedLimiter, SlidingWindow};
+use floodgate::memcached::MemcachedLimiter;
 
 use super::server::MemcachedServer;
 use super::{SEC, T0, backend, decide, limiter};
@@ -17,8 +18,8 @@ fn every_cell_is_written_with_its_ttl_and_increments_keep_it() {
     let backend = backend(&server);
     let clock = ManualClock::starting_at(T0);
     let limiter = limiter(&backend, "ttl", 10, 60, &clock);
-    assert_eq!(limiter.window().ttl_secs(), 62);
-    let cell = limiter.window().cell_index(T0);
+    assert_eq!(limiter.ttl_secs(), 62);
+    let cell = limiter.cell_index(T0);
     for step in 0..3 {
         assert!(decide(&limiter, "k", 1).is_allowed());
         let key = limiter.cell_key("k", cell + step).unwrap();
@@ -44,14 +45,13 @@ fn an_old_cell_expires_in_memcached_and_its_permits_with_it() {
     let server = MemcachedServer::start();
     let backend = backend(&server);
     // 2 cells of 250 ms: a TTL of ceil(0.75 s) + 1 = 2 s, so memcached drops it after 1 to 2 s.
-    let window =
-        SlidingWindow::new(3, Duration::from_millis(500), Duration::from_millis(250)).unwrap();
-    assert_eq!(window.ttl_secs(), 2);
+    let window = SlidingWindow::new(3, Duration::from_millis(500), 2).unwrap();
     // The clock stands still: only memcached's expiry can bring the permits back.
     let clock = ManualClock::starting_at(T0);
     let limiter =
         MemcachedLimiter::with_clock(&backend, "expiry", window, FailurePolicy::FailClosed, clock)
             .unwrap();
+    assert_eq!(limiter.ttl_secs(), 2);
     let key = limiter.cell_key("k", T0 / (SEC / 4)).unwrap();
     let written = Instant::now();
     assert!(decide(&limiter, "k", 3).is_allowed());

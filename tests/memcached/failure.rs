@@ -7,8 +7,9 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use floodgate::SlidingWindow;
 use floodgate::backend::{BackendError, FailurePolicy};
-use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter, SlidingWindow};
+use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
 use floodgate::{Decision, ManualClock};
 
 use super::T0;
@@ -26,7 +27,7 @@ fn limiter(
     clock: &ManualClock,
 ) -> MemcachedLimiter<ManualClock> {
     let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(SHORT)).unwrap();
-    let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1)).unwrap();
+    let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     MemcachedLimiter::with_clock(&backend, "policy", window, policy, clock.clone()).unwrap()
 }
 
@@ -198,16 +199,14 @@ fn nonsense_replies_and_foreign_values_are_counted_errors() {
     // A cell that someone else filled with text.
     let server = MemcachedServer::start();
     let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock);
-    let cell = open.cell_key("k", open.window().cell_index(T0)).unwrap();
+    let cell = open.cell_key("k", open.cell_index(T0)).unwrap();
     server.set(&cell, "abc");
     let (decision, error) = timed(&open, "k");
     assert!(decision.is_allowed());
     let error = error.expect("decided by the policy").to_string();
     assert!(error.contains("non-numeric"), "{error}");
     // A cell of the window (not the one incremented) holding text.
-    let older = open
-        .cell_key("k2", open.window().cell_index(T0) - 3)
-        .unwrap();
+    let older = open.cell_key("k2", open.cell_index(T0) - 3).unwrap();
     server.set(&older, "12x");
     let error = timed(&open, "k2")
         .1

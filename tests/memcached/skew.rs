@@ -21,8 +21,8 @@ fn a_caller_ahead_by_less_than_a_cell_writes_where_the_others_read() {
     let ahead = ManualClock::starting_at(T0 + SKEW);
     let exact = limiter(&backend, "ahead", 3, 10, &on_time);
     let fast = limiter(&backend, "ahead", 3, 10, &ahead);
-    let cell = exact.window().cell_index(T0);
-    assert_eq!(fast.window().cell_index(T0 + SKEW), cell + 1);
+    let cell = exact.cell_index(T0);
+    assert_eq!(fast.cell_index(T0 + SKEW), cell + 1);
 
     assert!(decide(&fast, "k", 3).is_allowed());
     assert_eq!(server.count(&fast.cell_key("k", cell + 1).unwrap()), 3);
@@ -45,8 +45,8 @@ fn a_caller_behind_by_less_than_a_cell_counts_what_the_others_wrote() {
     let behind = ManualClock::starting_at(T0 - SKEW);
     let exact = limiter(&backend, "behind", 3, 10, &on_time);
     let slow = limiter(&backend, "behind", 3, 10, &behind);
-    let cell = exact.window().cell_index(T0);
-    assert_eq!(slow.window().cell_index(T0 - SKEW), cell - 1);
+    let cell = exact.cell_index(T0);
+    assert_eq!(slow.cell_index(T0 - SKEW), cell - 1);
 
     assert!(decide(&exact, "k", 2).is_allowed());
     // The slow caller's window [cell - 10, cell] holds the on-time caller's cell.
@@ -92,7 +92,7 @@ fn skewed_callers_racing_never_exceed_the_limit() {
     });
     assert!(admitted <= u64::from(LIMIT), "admitted {admitted}");
     let cell = base / SEC;
-    assert_eq!(limiters[0].window().cell_index(base - SKEW / 2), cell - 1);
+    assert_eq!(limiters[0].cell_index(base - SKEW / 2), cell - 1);
     assert!(server.count(&limiters[0].cell_key("k", cell - 1).unwrap()) > 0);
     // Every window holds both cells written (cell - 1 and cell): each caller tops up exactly.
     assert_eq!(admitted + top_up(&limiters[2], "k"), u64::from(LIMIT));

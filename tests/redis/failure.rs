@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use floodgate::FixedWindow;
 use floodgate::backend::FailurePolicy;
-use floodgate::redis::{FixedWindow, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 
 use super::server::RedisServer;
 

@@ -5,8 +5,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::redis::{FixedWindow, Gcra, RedisConfig, SlidingLog, SlidingWindow};
-use floodgate::{AcquireError, Rate};
+use floodgate::redis::RedisConfig;
+use floodgate::{AcquireError, FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow};
 
 use super::server::RedisServer;
 use super::{Acquire, backend, for_each_algorithm, hammer, limiter};
@@ -215,11 +215,7 @@ fn decisions_carry_the_same_fields_as_the_local_limiters() {
     assert_eq!(server.cli(&["ZCARD", &log.redis_keys("k")[0]]), "3");
 
     // Sliding window: n > 1 counted in full; remaining is what is left of the window.
-    let sw = limiter(
-        &b,
-        "fields",
-        SlidingWindow::new(4, minute, Duration::from_secs(1)).unwrap(),
-    );
+    let sw = limiter(&b, "fields", SlidingWindow::new(4, minute, 60).unwrap());
     assert_eq!(sw.try_acquire("k", 3).unwrap().remaining(), 1);
     let denied = sw.try_acquire("k", 2).unwrap();
     assert!(!denied.is_allowed() && denied.remaining() == 1);
@@ -263,11 +259,7 @@ fn keys_found_without_a_ttl_are_repaired() {
     );
     check(
         "sliding window",
-        &limiter(
-            &b,
-            "repair",
-            SlidingWindow::new(2, minute, Duration::from_secs(6)).unwrap(),
-        ),
+        &limiter(&b, "repair", SlidingWindow::new(2, minute, 10).unwrap()),
     );
     check(
         "sliding log",

@@ -3,7 +3,7 @@
 //! taken after it was loaded, is a leaping clock's, and the caller rewinds the ring to its own
 //! cell. See the parent module's docs ("Time") for the bound.
 
-use super::SlidingWindow;
+use super::SlidingWindowLimiter;
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
 use crate::packed::{TAG_MASK, unpack_window};
 use crate::sync::Ordering;
@@ -62,7 +62,7 @@ impl<'a, C: Clock> Caller<'a, C> {
     }
 }
 
-impl<C: Clock> SlidingWindow<C> {
+impl<C: Clock> SlidingWindowLimiter<C> {
     /// Where a caller at `cell` goes after loading `head` (not `cell`): `(next cell, cross)`,
     /// where `cross` asks it to run the crossing into that cell whatever `base` says (head is
     /// below it). `past`: `cell` is sealed, so the caller must leave it.

@@ -42,7 +42,7 @@
 //! it again, or did not change because of a newer crossing (after a leap), that one call reads
 //! the cells one by one, as every call did before the marks. Never a wait on another thread.
 
-use super::{SlidingWindow, pack_cell, unpack_cell, visit};
+use super::{SlidingWindowLimiter, pack_cell, unpack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::MAX_COUNT;
@@ -97,7 +97,7 @@ impl Closed {
 
 /// `L`, the levels of one published crossing's marks (see the module docs).
 struct Levels<'a, C> {
-    ring: &'a SlidingWindow<C>,
+    ring: &'a SlidingWindowLimiter<C>,
     /// The crossing's block start.
     block: u64,
 }
@@ -136,7 +136,7 @@ impl<C: Clock> Levels<'_, C> {
     }
 }
 
-impl<C: Clock> SlidingWindow<C> {
+impl<C: Clock> SlidingWindowLimiter<C> {
     /// The first cell of the block of `cell`.
     #[inline]
     pub(super) fn block_start(&self, cell: u64) -> u64 {

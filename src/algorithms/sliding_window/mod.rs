@@ -43,10 +43,10 @@
 //! * **A persistent leaper** (a core whose clock runs more than `H` ahead) is outside this model:
 //!   each of its calls is a new leap and costs what one leap costs, so while it lasts the limit
 //!   does not hold (up to `limit + n` more per leaping call); it never freezes the limiter.
-//! * **Explicit times.** [`try_acquire_at`](SlidingWindow::try_acquire_at) and
-//!   [`peek_at`](SlidingWindow::peek_at) take their `now` as fresh: a `now` more than `h` behind
+//! * **Explicit times.** [`try_acquire_at`](SlidingWindowLimiter::try_acquire_at) and
+//!   [`peek_at`](SlidingWindowLimiter::peek_at) take their `now` as fresh: a `now` more than `h` behind
 //!   `head` moves the ring back to it, and a leaped `now` given again leaps again.
-//!   [`sweep_at`](SlidingWindow::sweep_at) never moves the ring back (a late sweep is allowed).
+//!   [`sweep_at`](SlidingWindowLimiter::sweep_at) never moves the ring back (a late sweep is allowed).
 //!
 //! # Protocol
 //! Each slot packs `(round, sealed, count)` in one `AtomicU64` ([`pack_cell`]). The window's closed
@@ -96,9 +96,12 @@
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 
+mod config;
 mod horizon;
 mod marks;
 mod protocol;
+
+pub use config::SlidingWindow;
 
 use std::time::Duration;
 
@@ -161,14 +164,14 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
 /// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
 ///
 /// Memory: two cache-padded words plus 16 bytes per slot (`cells + future`: a cell word and its
-/// mark), see [`memory_bytes`](SlidingWindow::memory_bytes).
+/// mark), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
 ///
 /// ```
-/// use floodgate::{Limiter, ManualClock, SlidingWindow};
+/// use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
 /// use std::time::Duration;
 /// let clock = ManualClock::new();
 /// // 2 per minute, in 60 one-second cells.
-/// let limiter = SlidingWindow::with_clock(2, Duration::from_secs(60), 60, clock.clone())?;
+/// let limiter = SlidingWindowLimiter::with_clock(2, Duration::from_secs(60), 60, clock.clone())?;
 /// clock.set(59_000_000_000); // 0:59
 /// assert!(limiter.try_acquire(2)?.is_allowed());
 /// clock.set(60_000_000_000); // 1:00: a fixed window would admit 2 more here
@@ -177,7 +180,7 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
 /// assert_eq!(denied.retry_after(), Duration::from_secs(59)); // 1:59, when 0:59 leaves the window
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct SlidingWindow<C = QuantaClock> {
+pub struct SlidingWindowLimiter<C = QuantaClock> {
     geometry: RingGeometry,
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into.
@@ -210,9 +213,9 @@ fn visit() {
     VISITS.with(|v| v.set(v.get() + 1));
 }
 
-impl<C> std::fmt::Debug for SlidingWindow<C> {
+impl<C> std::fmt::Debug for SlidingWindowLimiter<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SlidingWindow")
+        f.debug_struct("SlidingWindowLimiter")
             .field("limit", &self.current_limit())
             .field("window", &self.window())
             .field("cells", &self.geometry.cells)
@@ -221,12 +224,12 @@ impl<C> std::fmt::Debug for SlidingWindow<C> {
     }
 }
 
-impl<C> SlidingWindow<C> {
+impl<C> SlidingWindowLimiter<C> {
     /// The window length.
     ///
     /// ```
     /// use std::time::Duration;
-    /// let w = floodgate::SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// let w = floodgate::SlidingWindowLimiter::new(100, Duration::from_secs(60), 60)?;
     /// assert_eq!(w.window(), Duration::from_secs(60));
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
@@ -238,7 +241,7 @@ impl<C> SlidingWindow<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let w = floodgate::SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// let w = floodgate::SlidingWindowLimiter::new(100, Duration::from_secs(60), 60)?;
     /// assert_eq!(w.cells(), 60);
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
@@ -250,7 +253,7 @@ impl<C> SlidingWindow<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let w = floodgate::SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// let w = floodgate::SlidingWindowLimiter::new(100, Duration::from_secs(60), 60)?;
     /// assert_eq!(w.future_cells(), 15); // default: a quarter of the cells, at least one
     /// assert_eq!(w.with_future_cells(4)?.future_cells(), 4);
     /// # Ok::<(), floodgate::ConfigError>(())
@@ -263,7 +266,7 @@ impl<C> SlidingWindow<C> {
     /// word and its mark).
     ///
     /// ```
-    /// let w = floodgate::SlidingWindow::new(5, std::time::Duration::from_secs(60), 60).unwrap();
+    /// let w = floodgate::SlidingWindowLimiter::new(5, std::time::Duration::from_secs(60), 60).unwrap();
     /// assert!(w.memory_bytes() >= 16 * 75);
     /// ```
     pub fn memory_bytes(&self) -> usize {
@@ -278,18 +281,15 @@ impl<C> SlidingWindow<C> {
     }
 }
 
-impl SlidingWindow<QuantaClock> {
-    /// `limit` permits per `window`, cut into `cells` cells, on the default clock, with
-    /// `max(1, cells / 4)` future cells.
+impl SlidingWindowLimiter<QuantaClock> {
+    /// `limit` permits per `window`, cut into `cells` cells, on the default clock: the shortcut
+    /// for `SlidingWindow::new(limit, window, cells)?.into_limiter()`.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above 16,777,215,
-    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOverflow`], and
-    /// [`ConfigError::Invalid`] for zero cells, a window that does not divide into whole-nanosecond
-    /// cells, or more than 65,536 slots.
+    /// As [`SlidingWindow::new`].
     ///
     /// ```
-    /// let w = floodgate::SlidingWindow::new(100, std::time::Duration::from_secs(60), 6).unwrap();
+    /// let w = floodgate::SlidingWindowLimiter::new(100, std::time::Duration::from_secs(60), 6).unwrap();
     /// assert_eq!((w.cells(), w.future_cells()), (6, 1));
     /// ```
     pub fn new(limit: u32, window: Duration, cells: u32) -> Result<Self, ConfigError> {
@@ -297,15 +297,15 @@ impl SlidingWindow<QuantaClock> {
     }
 }
 
-impl<C: Clock> SlidingWindow<C> {
-    /// As [`SlidingWindow::new`], on `clock`.
+impl<C: Clock> SlidingWindowLimiter<C> {
+    /// As [`SlidingWindowLimiter::new`], on `clock`.
     ///
     /// # Errors
     /// As [`SlidingWindow::new`].
     ///
     /// ```
     /// let clock = floodgate::ManualClock::new();
-    /// let w = floodgate::SlidingWindow::with_clock(5, std::time::Duration::from_secs(1), 10, clock);
+    /// let w = floodgate::SlidingWindowLimiter::with_clock(5, std::time::Duration::from_secs(1), 10, clock);
     /// assert!(w.is_ok());
     /// ```
     pub fn with_clock(
@@ -314,42 +314,38 @@ impl<C: Clock> SlidingWindow<C> {
         cells: u32,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        Self::build(limit, window, cells, (cells / 4).max(1), clock)
+        Ok(Self::from_config(
+            &SlidingWindow::new(limit, window, cells)?,
+            clock,
+        ))
     }
 
-    /// The same limiter with `future` pre-stamped cells (the ring then has `cells + future` slots).
-    /// More future cells let a sweep that runs less often than once per cell still prepare every
-    /// cell before it is used.
+    /// The same limiter with `future` pre-stamped cells (see
+    /// [`SlidingWindow::with_future_cells`]); its state starts afresh.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] for zero future cells or more than 65,536 slots.
+    /// As [`SlidingWindow::with_future_cells`].
     ///
     /// ```
-    /// let w = floodgate::SlidingWindow::new(5, std::time::Duration::from_secs(1), 10).unwrap();
+    /// let w = floodgate::SlidingWindowLimiter::new(5, std::time::Duration::from_secs(1), 10).unwrap();
     /// assert_eq!(w.with_future_cells(30).unwrap().future_cells(), 30);
     /// ```
     pub fn with_future_cells(self, future: u32) -> Result<Self, ConfigError> {
-        let cells = self.geometry.cells as u32;
-        let limit = self.current_limit() as u32;
-        Self::build(limit, self.window(), cells, future, self.clock)
+        let config = self.config().with_future_cells(future)?;
+        Ok(Self::from_config(&config, self.clock))
     }
 
-    fn build(
-        limit: u32,
-        window: Duration,
-        cells: u32,
-        future: u32,
-        clock: C,
-    ) -> Result<Self, ConfigError> {
-        validate_limit(limit, MAX_LIMIT)?;
-        let geometry = RingGeometry::new(window, cells, future)?;
+    /// A fresh limiter running `config` on `clock` (what
+    /// [`IntoLimiter`](crate::IntoLimiter) does).
+    pub(crate) fn from_config(config: &SlidingWindow, clock: C) -> Self {
+        let geometry = config.geometry;
         // Every slot starts as round 0, count 0: slot `i` is a fresh, open cell `i`. Its mark (0:
         // round 0, prefix, 0) is only read once a crossing has written or checked it.
         let slots = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
         let marks = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
-        Ok(SlidingWindow {
+        SlidingWindowLimiter {
             geometry,
-            limit: AtomicU32::new(limit),
+            limit: AtomicU32::new(config.limit),
             head: CachePadded::new(AtomicU64::new(0)),
             // Cell 0 has no closed cells before it.
             base: CachePadded::new(AtomicU64::new(pack_window(0, 0))),
@@ -357,7 +353,24 @@ impl<C: Clock> SlidingWindow<C> {
             marks,
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
-        })
+        }
+    }
+
+    /// The configuration in force (the limit as last set).
+    ///
+    /// ```
+    /// use floodgate::{Limiter, SlidingWindow, SlidingWindowLimiter};
+    /// use std::time::Duration;
+    /// let w = SlidingWindowLimiter::new(10, Duration::from_secs(60), 60)?;
+    /// w.set_limit(4)?;
+    /// assert_eq!(w.config(), SlidingWindow::new(4, Duration::from_secs(60), 60)?);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn config(&self) -> SlidingWindow {
+        SlidingWindow {
+            limit: self.current_limit() as u32,
+            geometry: self.geometry,
+        }
     }
 
     /// [`try_acquire`](Limiter::try_acquire) at a time the caller already read (one clock read
@@ -369,7 +382,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// [`AcquireError`] for `n = 0` or `n` above the limit.
     ///
     /// ```
-    /// let w = floodgate::SlidingWindow::new(1, std::time::Duration::from_secs(2), 2).unwrap();
+    /// let w = floodgate::SlidingWindowLimiter::new(1, std::time::Duration::from_secs(2), 2).unwrap();
     /// assert!(w.try_acquire_at(1, 0).unwrap().is_allowed());
     /// assert!(!w.try_acquire_at(1, 1_500_000_000).unwrap().is_allowed());
     /// assert!(w.try_acquire_at(1, 2_000_000_000).unwrap().is_allowed());
@@ -390,11 +403,11 @@ impl<C: Clock> SlidingWindow<C> {
     /// The decision `n` permits would get now, without taking them and without writing anything.
     ///
     /// # Errors
-    /// As [`try_acquire_at`](SlidingWindow::try_acquire_at).
+    /// As [`try_acquire_at`](SlidingWindowLimiter::try_acquire_at).
     ///
     /// ```
-    /// use floodgate::{Limiter, ManualClock, SlidingWindow};
-    /// let w = SlidingWindow::with_clock(3, std::time::Duration::from_secs(1), 4, ManualClock::new()).unwrap();
+    /// use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
+    /// let w = SlidingWindowLimiter::with_clock(3, std::time::Duration::from_secs(1), 4, ManualClock::new()).unwrap();
     /// w.try_acquire(2).unwrap();
     /// assert_eq!(w.peek(1).unwrap().remaining(), 0);
     /// assert!(!w.peek(2).unwrap().is_allowed());
@@ -403,13 +416,13 @@ impl<C: Clock> SlidingWindow<C> {
         self.peek_with(n, self.caller(self.clock.now_nanos(), Some(&self.clock)))
     }
 
-    /// [`peek`](SlidingWindow::peek) at a given time.
+    /// [`peek`](SlidingWindowLimiter::peek) at a given time.
     ///
     /// # Errors
-    /// As [`try_acquire_at`](SlidingWindow::try_acquire_at).
+    /// As [`try_acquire_at`](SlidingWindowLimiter::try_acquire_at).
     ///
     /// ```
-    /// let w = floodgate::SlidingWindow::new(3, std::time::Duration::from_secs(1), 4).unwrap();
+    /// let w = floodgate::SlidingWindowLimiter::new(3, std::time::Duration::from_secs(1), 4).unwrap();
     /// assert_eq!(w.peek_at(1, 0).unwrap().remaining(), 2);
     /// ```
     pub fn peek_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
@@ -503,17 +516,17 @@ impl<C: Clock> SlidingWindow<C> {
     /// ever an optimisation; see [`Maintenance`](super::Maintenance) to run it from a thread.
     ///
     /// ```
-    /// let w = floodgate::SlidingWindow::new(3, std::time::Duration::from_secs(1), 4).unwrap();
+    /// let w = floodgate::SlidingWindowLimiter::new(3, std::time::Duration::from_secs(1), 4).unwrap();
     /// w.sweep();
     /// ```
     pub fn sweep(&self) {
         self.sweep_with(self.caller(self.clock.now_nanos(), Some(&self.clock)));
     }
 
-    /// [`sweep`](SlidingWindow::sweep) as of `now`. A `now` behind the newest cell does nothing.
+    /// [`sweep`](SlidingWindowLimiter::sweep) as of `now`. A `now` behind the newest cell does nothing.
     ///
     /// ```
-    /// let w = floodgate::SlidingWindow::new(3, std::time::Duration::from_secs(1), 4).unwrap();
+    /// let w = floodgate::SlidingWindowLimiter::new(3, std::time::Duration::from_secs(1), 4).unwrap();
     /// w.sweep_at(5_000_000_000);
     /// w.sweep_at(0); // late: changes nothing
     /// assert_eq!(w.peek_at(1, 5_000_000_000).unwrap().remaining(), 2);
@@ -523,7 +536,7 @@ impl<C: Clock> SlidingWindow<C> {
     }
 }
 
-impl<C: Clock> Limiter for SlidingWindow<C> {
+impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
@@ -549,9 +562,9 @@ impl<C: Clock> Limiter for SlidingWindow<C> {
     }
 }
 
-impl<C: Clock> super::Sweep for SlidingWindow<C> {
+impl<C: Clock> super::Sweep for SlidingWindowLimiter<C> {
     fn sweep(&self) {
-        SlidingWindow::sweep(self);
+        SlidingWindowLimiter::sweep(self);
     }
 }
 

@@ -4,13 +4,13 @@
 
 use super::horizon::Caller;
 use super::marks::Closed;
-use super::{ROUND_MASK, SEALED, SlidingWindow, pack_cell, unpack_cell, visit};
+use super::{ROUND_MASK, SEALED, SlidingWindowLimiter, pack_cell, unpack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
 
-impl<C: Clock> SlidingWindow<C> {
+impl<C: Clock> SlidingWindowLimiter<C> {
     /// Decides `n` for `me`. The fast path is: load `base`, load the cell, one compare-exchange;
     /// `head` is read (and the horizon judged, see [`follow`](Self::follow)) only when the cell is
     /// not the current one.

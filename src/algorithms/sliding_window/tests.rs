@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::marks::Closed;
-use super::{SlidingWindow, VISITS};
+use super::{SlidingWindowLimiter, VISITS};
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 
@@ -13,9 +13,10 @@ use crate::decision::Decision;
 const CELL: u64 = 1_000;
 
 /// 4 future cells (so 60,000 cells fit the ring's 65,536 slots).
-fn ring(limit: u32, cells: u32) -> SlidingWindow<ManualClock> {
+fn ring(limit: u32, cells: u32) -> SlidingWindowLimiter<ManualClock> {
     let window = Duration::from_nanos(CELL * u64::from(cells));
-    SlidingWindow::build(limit, window, cells, 4, ManualClock::new()).unwrap()
+    let config = super::SlidingWindow::with_parts(limit, window, cells, 4).unwrap();
+    SlidingWindowLimiter::from_config(&config, ManualClock::new())
 }
 
 /// Slot words `f` visits on this thread, and its result.

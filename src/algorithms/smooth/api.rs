@@ -1,4 +1,5 @@
-//! The Guava-shaped inherent API and the `Limiter` impl shared by both smooth flavours.
+//! The inherent API and the `Limiter` impl shared by both smooth flavours (Guava's own return
+//! types are in `compat::guava`).
 
 /// The Guava-shaped inherent API and the [`Limiter`](crate::Limiter) impl, shared by both
 /// flavours. The type provides `now_micros`, `decide_at(n, now, timeout) -> Outcome` (which
@@ -8,40 +9,7 @@ macro_rules! smooth_limiter_api {
     ($ty:ident, $make:literal) => {
         impl<C: $crate::Clock> $ty<C> {
             #[doc = concat!(
-                "Guava's `acquire(permits)`: books `permits`, sleeps on the clock until the ",
-                "previous booking is paid, and returns the seconds slept.\n\n",
-                "The permits are granted at once whatever their number; the next caller pays ",
-                "for them.\n\n# Errors\n[`AcquireError::ZeroPermits`](crate::AcquireError) for ",
-                "`permits = 0` (Guava: `IllegalArgumentException`).\n\n```\n",
-                "use floodgate::*;\nlet clock = ManualClock::new();\nlet limiter = ", $make,
-                ";\nassert_eq!(limiter.acquire_permits(1).unwrap(), 0.0);\n",
-                "assert!(limiter.acquire_permits(1).unwrap() > 0.0);\n```"
-            )]
-            pub fn acquire_permits(&self, permits: u32) -> Result<f64, $crate::AcquireError> {
-                let waited = $crate::Limiter::acquire(self, permits)?;
-                Ok(waited.as_micros() as f64 / 1e6)
-            }
-
-            #[doc = concat!(
-                "Guava's `tryAcquire(permits, timeout)`: if the limiter is free within ",
-                "`timeout`, books `permits`, sleeps until the previous booking is paid and ",
-                "returns `true`; otherwise returns `false` at once and changes nothing.\n\n",
-                "# Errors\n[`AcquireError::ZeroPermits`](crate::AcquireError) for `permits = 0`.",
-                "\n\n```\nuse floodgate::*;\nuse std::time::Duration;\n",
-                "let clock = ManualClock::new();\nlet limiter = ", $make, ";\n",
-                "assert!(limiter.try_acquire_timeout(1, Duration::ZERO).unwrap());\n",
-                "assert!(!limiter.try_acquire_timeout(1, Duration::ZERO).unwrap());\n```"
-            )]
-            pub fn try_acquire_timeout(
-                &self,
-                permits: u32,
-                timeout: std::time::Duration,
-            ) -> Result<bool, $crate::AcquireError> {
-                Ok($crate::Limiter::try_acquire_for(self, permits, timeout)?.is_allowed())
-            }
-
-            #[doc = concat!(
-                "Books `permits` like [`acquire_permits`](Self::acquire_permits) but does not ",
+                "Books `permits` like [`acquire`](crate::Limiter::acquire) but does not ",
                 "sleep: returns how long the caller must wait before using them (for async ",
                 "callers, e.g. `tokio::time::sleep(wait)`).\n\n# Errors\n",
                 "[`AcquireError::ZeroPermits`](crate::AcquireError) for `permits = 0`.\n\n```\n",

@@ -57,9 +57,9 @@ const UNREAD: Decision = Decision::allow(0, 0, 0);
 /// use std::time::Duration;
 /// let clock = ManualClock::new();
 /// let limiter = SmoothBursty::create_with_clock(5.0, clock.clone())?;
-/// // Guava's testSimple: R0.00, R0.20, R0.20
-/// assert_eq!(limiter.acquire_permits(1)?, 0.0);
-/// assert_eq!(limiter.acquire_permits(1)?, 0.2);
+/// // Guava's testSimple: R0.00, R0.20, R0.20 (Guava's f64 seconds: `compat::guava`)
+/// assert_eq!(limiter.acquire(1)?, Duration::ZERO);
+/// assert_eq!(limiter.acquire(1)?, Duration::from_millis(200));
 /// assert_eq!(limiter.acquire(1)?, Duration::from_millis(200));
 /// assert_eq!(clock.sleeps(), vec![Duration::from_millis(200); 2]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
