@@ -29,11 +29,20 @@ pub struct SlidingLog {
 }
 
 impl SlidingLog {
-    /// At most `limit` permits in any `window`.
+    /// The largest limit: one request writes up to `n ≤ limit` sorted-set entries inside one
+    /// script, during which Redis serves no other client, and a key holds up to `limit` entries.
+    /// 10,000 entries take a few milliseconds and about 1 MB; a request of 10⁶ blocked a server
+    /// for 2.4 s. Larger limits belong to [`SlidingWindow`](super::SlidingWindow) (constant
+    /// memory, approximate) or [`FixedWindow`](super::FixedWindow).
+    pub const MAX_LIMIT: u32 = 10_000;
+
+    /// At most `limit` permits in any `window`. Requests ask for `1..=limit` permits, so `n`
+    /// is capped by [`MAX_LIMIT`](Self::MAX_LIMIT) too.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`] for a
-    /// window that is not whole milliseconds, [`ConfigError::DurationOverflow`].
+    /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above
+    /// [`MAX_LIMIT`](Self::MAX_LIMIT), [`ConfigError::ZeroPeriod`], [`ConfigError::Invalid`]
+    /// for a window that is not whole milliseconds, [`ConfigError::DurationOverflow`].
     ///
     /// ```
     /// use floodgate::{redis::SlidingLog, ConfigError};
@@ -41,10 +50,19 @@ impl SlidingLog {
     /// assert!(SlidingLog::new(5, Duration::from_secs(60)).is_ok());
     /// assert_eq!(SlidingLog::new(0, Duration::from_secs(60)).unwrap_err(), ConfigError::ZeroLimit);
     /// assert!(SlidingLog::new(5, Duration::from_micros(10)).is_err()); // not whole milliseconds
+    /// let big = SlidingLog::new(1_000_000, Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(big, ConfigError::LimitTooLarge { limit: 1_000_000, max: 10_000 });
+    /// assert_eq!(big.to_string(), "limit 1000000 is above the supported maximum 10000");
     /// ```
     pub fn new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
         if limit == 0 {
             return Err(ConfigError::ZeroLimit);
+        }
+        if limit > Self::MAX_LIMIT {
+            return Err(ConfigError::LimitTooLarge {
+                limit: u64::from(limit),
+                max: u64::from(Self::MAX_LIMIT),
+            });
         }
         Ok(SlidingLog {
             limit,
