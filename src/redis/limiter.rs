@@ -249,7 +249,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// let outcome = limiter.try_acquire_outcome("alice", 1).await?;
     /// assert!(outcome.decision().is_allowed());
     /// let error = outcome.failure().expect("decided by the policy");
-    /// assert_eq!(error.kind(), FailureKind::Refused);
+    /// // Refused, or a timeout while a lazy backend retries connecting with back-off.
+    /// assert!(matches!(error.kind(), FailureKind::Refused | FailureKind::Timeout));
     /// assert!(error.to_string().contains("redis://127.0.0.1:1"));
     /// # Ok(()) }
     /// ```
