@@ -282,7 +282,11 @@ impl ServerClock {
 
     /// Records `server_micros`, read by the server before a reply that arrived at `received`.
     fn sample(&self, server_micros: i64, received: Instant) {
-        let client = self.client_micros(received);
+        self.sample_at(server_micros, self.client_micros(received));
+    }
+
+    /// [`sample`](Self::sample) with the client's time given in µs since `base`.
+    fn sample_at(&self, server_micros: i64, client: u64) {
         let Ok(client_signed) = i64::try_from(client) else {
             return;
         };
@@ -650,6 +654,72 @@ impl RedisBackend {
             ));
         }
         Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_is_the_best_sample_of_the_current_second() {
+        let clock = ServerClock::new();
+        assert_eq!(clock.offset(), None);
+        assert_eq!(
+            clock.server_micros(clock.base),
+            0,
+            "no deadline while unknown"
+        );
+        // True offset 1_000_000_000; samples fall short by their round trip.
+        let truth = 1_000_000_000;
+        clock.sample_at(truth + 100 - 300, 100); // round trip 300 µs
+        assert_eq!(clock.offset(), Some(truth - 300));
+        clock.sample_at(truth + 200 - 40, 200); // a better one
+        assert_eq!(clock.offset(), Some(truth - 40));
+        clock.sample_at(truth + 300 - 5_000, 300); // a worse one changes nothing
+        assert_eq!(clock.offset(), Some(truth - 40));
+        // A new second: its first sample replaces the old best (so a drifting clock is
+        // followed), then the best of that second wins again.
+        let drifted = truth - 2_000;
+        clock.sample_at(drifted + 1_000_100 - 700, 1_000_100);
+        assert_eq!(clock.offset(), Some(drifted - 700));
+        clock.sample_at(drifted + 1_000_200 - 50, 1_000_200);
+        assert_eq!(clock.offset(), Some(drifted - 50));
+        // Deadlines read through it: client time plus the offset.
+        let at = clock.base + Duration::from_micros(2_000_000);
+        assert_eq!(
+            clock.server_micros(at),
+            u64::try_from(2_000_000 + drifted - 50).unwrap()
+        );
+        // A sample days away from the first is ignored rather than wrapped.
+        clock.sample_at(truth + 10 * 86_400_000_000, 1_000_300);
+        assert_eq!(clock.offset(), Some(drifted - 50));
+    }
+
+    #[test]
+    fn failures_are_classified_and_name_the_server() {
+        let server: Arc<str> = "redis://127.0.0.1:6379".into();
+        let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::ConnectionRefused)).kind(),
+            FailureKind::Refused
+        );
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::TimedOut)).kind(),
+            FailureKind::Timeout
+        );
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::ConnectionReset)).kind(),
+            FailureKind::Connection
+        );
+        let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
+        assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
+        let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
+        assert!(timeout.is_timeout());
+        assert_eq!(
+            timeout.to_string(),
+            "timeout at redis://127.0.0.1:6379: no answer within 5ms (deciding)"
+        );
     }
 }
 
