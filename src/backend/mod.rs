@@ -19,8 +19,12 @@ use std::time::Duration;
 use crate::decision::{AcquireError, ConfigError, Decision};
 
 mod handler;
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
+mod server_clock;
 
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
+pub(crate) use server_clock::ServerOffset;
 
 /// What to decide when the shared store gives no answer in time.
 ///

@@ -6,7 +6,6 @@
 //! the same future with `block_on` on a runtime the backend keeps for them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -14,7 +13,7 @@ use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
-use crate::backend::{BackendError, FailureKind, RequestError};
+use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset};
 
 /// Where the Redis backend connects, and how long a decision may take.
 ///
@@ -245,34 +244,19 @@ impl Drop for OwnRuntime {
     }
 }
 
-/// Window over which the largest offset sample is kept (see [`ServerClock`]).
-const OFFSET_WINDOW_MICROS: u64 = 1_000_000;
-/// Bits of the packed word that hold the offset (relative to the first sample, biased).
-const OFFSET_BITS: u32 = 40;
-const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
-const OFFSET_BIAS: i64 = 1 << (OFFSET_BITS - 1);
-/// Packed value meaning "no sample yet".
-const NO_SAMPLE: u64 = u64::MAX;
-
-/// The offset between the server's `TIME` (µs since the epoch) and the client's monotonic clock
-/// (µs since `base`): `server = client + offset`. One word, updated by compare-exchange: the
-/// high 24 bits are the client second the sample's window began, the low 40 bits the offset
-/// relative to `anchor` (the first sample), so ±6 days of drift fit. Every stored value is a
-/// sample, and every sample is at most the true offset (see [`RedisBackend`]).
+/// The server's clock as seen from here: a monotonic origin for the client's side, and the
+/// offset learnt from samples ([`ServerOffset`]).
 #[derive(Debug)]
 struct ServerClock {
     base: Instant,
-    /// The first sample's offset; 0 until `packed` holds one (set once, before it).
-    anchor: std::sync::OnceLock<i64>,
-    packed: AtomicU64,
+    offset: ServerOffset,
 }
 
 impl ServerClock {
     fn new() -> Self {
         ServerClock {
             base: Instant::now(),
-            anchor: std::sync::OnceLock::new(),
-            packed: AtomicU64::new(NO_SAMPLE),
+            offset: ServerOffset::new(),
         }
     }
 
@@ -282,63 +266,16 @@ impl ServerClock {
 
     /// Records `server_micros`, read by the server before a reply that arrived at `received`.
     fn sample(&self, server_micros: i64, received: Instant) {
-        self.sample_at(server_micros, self.client_micros(received));
-    }
-
-    /// [`sample`](Self::sample) with the client's time given in µs since `base`.
-    fn sample_at(&self, server_micros: i64, client: u64) {
-        let Ok(client_signed) = i64::try_from(client) else {
-            return;
-        };
-        let offset = server_micros.saturating_sub(client_signed);
-        let anchor = *self.anchor.get_or_init(|| offset);
-        let relative = offset.saturating_sub(anchor);
-        if relative.unsigned_abs() >= OFFSET_BIAS.unsigned_abs() {
-            return; // a clock six days off its first reading: ignore rather than wrap
+        if let Ok(server) = u64::try_from(server_micros) {
+            self.offset.sample(server, self.client_micros(received));
         }
-        // In range by the check above.
-        let relative = (relative + OFFSET_BIAS) as u64;
-        let window = (client / OFFSET_WINDOW_MICROS) & ((1 << (64 - OFFSET_BITS)) - 1);
-        let mut current = self.packed.load(Ordering::SeqCst);
-        loop {
-            let next = if current == NO_SAMPLE || current >> OFFSET_BITS != window {
-                // A new window: the first sample replaces what an older window kept.
-                (window << OFFSET_BITS) | relative
-            } else if relative > current & OFFSET_MASK {
-                (window << OFFSET_BITS) | relative
-            } else {
-                return;
-            };
-            match self
-                .packed
-                .compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst)
-            {
-                Ok(_) => return,
-                Err(seen) => current = seen,
-            }
-        }
-    }
-
-    /// The best offset known, in µs (`server = client + offset`).
-    fn offset(&self) -> Option<i64> {
-        let packed = self.packed.load(Ordering::SeqCst);
-        if packed == NO_SAMPLE {
-            return None;
-        }
-        let anchor = *self.anchor.get()?;
-        // 40 bits: fits i64.
-        Some(anchor + ((packed & OFFSET_MASK) as i64 - OFFSET_BIAS))
     }
 
     /// `at` on the server's clock, in µs since the epoch (0, "no deadline", while unknown).
     fn server_micros(&self, at: Instant) -> u64 {
-        let Some(offset) = self.offset() else {
-            return 0;
-        };
-        let client = i64::try_from(self.client_micros(at)).unwrap_or(i64::MAX);
-        u64::try_from(client.saturating_add(offset))
-            .unwrap_or(0)
-            .max(1)
+        self.offset.offset().map_or(0, |offset| {
+            offset.saturating_add(self.client_micros(at)).max(1)
+        })
     }
 }
 
@@ -577,10 +514,7 @@ impl RedisBackend {
     /// # Ok::<(), floodgate::backend::BackendError>(())
     /// ```
     pub fn server_offset(&self) -> Option<Duration> {
-        self.shared
-            .clock
-            .offset()
-            .map(|micros| Duration::from_micros(micros.unsigned_abs()))
+        self.shared.clock.offset.offset().map(Duration::from_micros)
     }
 
     /// Runs `future` to completion for a `blocking_*` call.
@@ -657,72 +591,6 @@ impl RedisBackend {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_offset_is_the_best_sample_of_the_current_second() {
-        let clock = ServerClock::new();
-        assert_eq!(clock.offset(), None);
-        assert_eq!(
-            clock.server_micros(clock.base),
-            0,
-            "no deadline while unknown"
-        );
-        // True offset 1_000_000_000; samples fall short by their round trip.
-        let truth = 1_000_000_000;
-        clock.sample_at(truth + 100 - 300, 100); // round trip 300 µs
-        assert_eq!(clock.offset(), Some(truth - 300));
-        clock.sample_at(truth + 200 - 40, 200); // a better one
-        assert_eq!(clock.offset(), Some(truth - 40));
-        clock.sample_at(truth + 300 - 5_000, 300); // a worse one changes nothing
-        assert_eq!(clock.offset(), Some(truth - 40));
-        // A new second: its first sample replaces the old best (so a drifting clock is
-        // followed), then the best of that second wins again.
-        let drifted = truth - 2_000;
-        clock.sample_at(drifted + 1_000_100 - 700, 1_000_100);
-        assert_eq!(clock.offset(), Some(drifted - 700));
-        clock.sample_at(drifted + 1_000_200 - 50, 1_000_200);
-        assert_eq!(clock.offset(), Some(drifted - 50));
-        // Deadlines read through it: client time plus the offset.
-        let at = clock.base + Duration::from_micros(2_000_000);
-        assert_eq!(
-            clock.server_micros(at),
-            u64::try_from(2_000_000 + drifted - 50).unwrap()
-        );
-        // A sample days away from the first is ignored rather than wrapped.
-        clock.sample_at(truth + 10 * 86_400_000_000, 1_000_300);
-        assert_eq!(clock.offset(), Some(drifted - 50));
-    }
-
-    #[test]
-    fn failures_are_classified_and_name_the_server() {
-        let server: Arc<str> = "redis://127.0.0.1:6379".into();
-        let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
-        assert_eq!(
-            classify(&server, io(std::io::ErrorKind::ConnectionRefused)).kind(),
-            FailureKind::Refused
-        );
-        assert_eq!(
-            classify(&server, io(std::io::ErrorKind::TimedOut)).kind(),
-            FailureKind::Timeout
-        );
-        assert_eq!(
-            classify(&server, io(std::io::ErrorKind::ConnectionReset)).kind(),
-            FailureKind::Connection
-        );
-        let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
-        assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
-        let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
-        assert!(timeout.is_timeout());
-        assert_eq!(
-            timeout.to_string(),
-            "timeout at redis://127.0.0.1:6379: no answer within 5ms (deciding)"
-        );
-    }
-}
-
 /// The first reply field of a script that refused a request past its deadline.
 pub(crate) const PAST_DEADLINE: i64 = 2;
 
@@ -781,5 +649,51 @@ fn redact(url: &str) -> String {
             format!("{scheme}://{user}{hidden}@{host}")
         }
         None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_are_client_instants_shifted_by_the_offset() {
+        let clock = ServerClock::new();
+        assert_eq!(
+            clock.server_micros(clock.base),
+            0,
+            "no deadline while unknown"
+        );
+        clock.sample(1_700_000_000_000_000, clock.base);
+        let at = clock.base + Duration::from_micros(2_500);
+        assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
+        clock.sample(-5, at); // nonsense from a server is ignored
+        assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
+    }
+
+    #[test]
+    fn failures_are_classified_and_name_the_server() {
+        let server: Arc<str> = "redis://127.0.0.1:6379".into();
+        let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::ConnectionRefused)).kind(),
+            FailureKind::Refused
+        );
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::TimedOut)).kind(),
+            FailureKind::Timeout
+        );
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::ConnectionReset)).kind(),
+            FailureKind::Connection
+        );
+        let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
+        assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
+        let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
+        assert!(timeout.is_timeout());
+        assert_eq!(
+            timeout.to_string(),
+            "timeout at redis://127.0.0.1:6379: no answer within 5ms (deciding)"
+        );
     }
 }
