@@ -61,7 +61,7 @@ struct Setup {
     naive: MultiplexedConnection,
     plain: MultiplexedConnection,
     // Last: killed after the clients are gone.
-    _server: server::RedisServer,
+    server: server::RedisServer,
 }
 
 impl Setup {
@@ -116,7 +116,7 @@ impl Setup {
             gcra,
             naive,
             plain,
-            _server: server,
+            server,
         }
     }
 
@@ -165,13 +165,11 @@ impl Setup {
 }
 
 /// The plain client's script: a fixed window in one `EVALSHA`, no deadline, no TTL repair.
-static PLAIN: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        "local c = redis.call('INCRBY', KEYS[1], 1) \
-         if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end \
-         return c",
-    )
-});
+static PLAIN: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(PLAIN_SOURCE));
+const PLAIN_SOURCE: &str = "local c = redis.call('INCRBY', KEYS[1], 1) \
+     if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end \
+     return c";
 
 impl Setup {
     fn plain(&self, callers: u64, iters: u64) -> Duration {
@@ -248,7 +246,35 @@ fn interleaved_ratios(setup: &Setup) {
             gcra / naive,
             window / plain
         );
+        if let Some(figure) = redis_benchmark(setup, callers) {
+            println!("             redis-benchmark, the plain script: {figure:>8.0}/s");
+        }
     }
+}
+
+/// The server's own figure for the plain script: `redis-benchmark` running its `EVALSHA` with
+/// `clients` connections (each one request at a time, so `clients` requests in flight, as with
+/// the callers above), when redis-benchmark is installed.
+fn redis_benchmark(setup: &Setup, clients: u64) -> Option<f64> {
+    let sha = setup.server.cli(&["SCRIPT", "LOAD", PLAIN_SOURCE]);
+    let output = std::process::Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &setup.server.port.to_string()])
+        .args(["-c", &clients.to_string(), "-n", "40000", "-q"])
+        .args(["EVALSHA", &sha, "1", "rb", "60000"])
+        .output()
+        .ok()?;
+    // "EVALSHA ...: 71428.57 requests per second, p50=..."
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("requests per second"))?;
+    let figure = line.split("requests per second").next()?;
+    figure
+        .rsplit([':', ' '])
+        .find(|w| !w.is_empty())?
+        .parse()
+        .ok()
 }
 
 fn main() {
