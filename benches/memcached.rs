@@ -100,9 +100,10 @@ impl Setup {
         let deny =
             MemcachedLimiter::new(&backend, "full", window(1), FailurePolicy::FailClosed).unwrap();
         assert!(deny.try_acquire("k", 1).unwrap().is_allowed());
-        let redis_backend =
-            RedisBackend::connect(RedisConfig::single(redis_server.url()).timeout(timeout))
-                .unwrap();
+        let redis_backend = RedisBackend::blocking_connect(
+            RedisConfig::single(redis_server.url()).timeout(timeout),
+        )
+        .unwrap();
         let redis = RedisLimiter::new(
             &redis_backend,
             "bench",
@@ -143,7 +144,7 @@ impl Setup {
     fn redis(&self, callers: u64, iters: u64) -> Duration {
         run(callers, iters, || {
             || {
-                let outcome = self.redis.try_acquire_outcome("k", 1).unwrap();
+                let outcome = self.redis.blocking_try_acquire_outcome("k", 1).unwrap();
                 assert!(outcome.failure().is_none() && outcome.decision().is_allowed());
             }
         })

@@ -1,10 +1,14 @@
 //! Decisions per second against a local redis-server (started by the bench on a free loopback
-//! port) at 1, 16 and 128 concurrent callers (tokio tasks sharing one multiplexed connection):
-//! floodgate's one-round-trip scripts next to a naive client doing `INCR` then `EXPIRE` (two
-//! round trips, and not atomic: a crash between them leaves a counter without a TTL).
+//! port) at 1, 16 and 128 concurrent callers (tokio tasks on the bench's runtime, each client on
+//! its own one multiplexed connection): floodgate's `RedisLimiter` (fixed window and GCRA, async
+//! on the caller's runtime), a plain client running a minimal fixed-window script with one
+//! `EVALSHA` (the floor for one script per decision), and a naive client doing `INCR` then
+//! `EXPIRE` (two round trips, and not atomic: a crash between them leaves a counter without a
+//! TTL).
 //!
 //! `cargo bench --features redis --bench redis -- --warm-up-time 1 --measurement-time 2`
-//! Throughput is printed as elements/s = decisions/s.
+//! Throughput is printed as elements/s = decisions/s. `cargo bench --features redis --bench
+//! redis -- interleaved` skips the criterion groups and prints only the interleaved table.
 
 #[path = "../tests/redis/server.rs"]
 mod server;
@@ -55,8 +59,9 @@ struct Setup {
     window: Arc<RedisLimiter<FixedWindow>>,
     gcra: Arc<RedisLimiter<Gcra>>,
     naive: MultiplexedConnection,
+    plain: MultiplexedConnection,
     // Last: killed after the clients are gone.
-    _server: server::RedisServer,
+    server: server::RedisServer,
 }
 
 impl Setup {
@@ -71,10 +76,12 @@ impl Setup {
             .enable_all()
             .build()
             .unwrap();
-        let backend = RedisBackend::connect(
-            RedisConfig::single(server.url()).timeout(Duration::from_secs(5)),
-        )
-        .unwrap();
+        // On the callers' runtime: the connection's task runs there, as in an application.
+        let backend = runtime
+            .block_on(RedisBackend::connect(
+                RedisConfig::single(server.url()).timeout(Duration::from_secs(5)),
+            ))
+            .unwrap();
         let window = Arc::new(
             RedisLimiter::new(
                 &backend,
@@ -93,19 +100,23 @@ impl Setup {
             )
             .unwrap(),
         );
-        let naive: MultiplexedConnection = runtime.block_on(async {
-            redis::Client::open(server.url())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap()
-        });
+        let connect = || {
+            runtime.block_on(async {
+                redis::Client::open(server.url())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap()
+            })
+        };
+        let (naive, plain) = (connect(), connect());
         Setup {
             runtime,
             window,
             gcra,
             naive,
-            _server: server,
+            plain,
+            server,
         }
     }
 
@@ -114,7 +125,7 @@ impl Setup {
         run(&self.runtime, callers, iters, move || {
             let window = Arc::clone(&window);
             async move {
-                let outcome = window.try_acquire_outcome_async("k", 1).await.unwrap();
+                let outcome = window.try_acquire_outcome("k", 1).await.unwrap();
                 assert!(outcome.failure().is_none());
             }
         })
@@ -125,7 +136,7 @@ impl Setup {
         run(&self.runtime, callers, iters, move || {
             let gcra = Arc::clone(&gcra);
             async move {
-                let outcome = gcra.try_acquire_outcome_async("k", 1).await.unwrap();
+                let outcome = gcra.try_acquire_outcome("k", 1).await.unwrap();
                 assert!(outcome.failure().is_none());
             }
         })
@@ -153,6 +164,31 @@ impl Setup {
     }
 }
 
+/// The plain client's script: a fixed window in one `EVALSHA`, no deadline, no TTL repair.
+static PLAIN: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(PLAIN_SOURCE));
+const PLAIN_SOURCE: &str = "local c = redis.call('INCRBY', KEYS[1], 1) \
+     if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end \
+     return c";
+
+impl Setup {
+    fn plain(&self, callers: u64, iters: u64) -> Duration {
+        let plain = self.plain.clone();
+        run(&self.runtime, callers, iters, move || {
+            let mut connection = plain.clone();
+            async move {
+                let count: u64 = PLAIN
+                    .key("plain")
+                    .arg(60_000)
+                    .invoke_async(&mut connection)
+                    .await
+                    .unwrap();
+                std::hint::black_box(count <= u64::from(u32::MAX));
+            }
+        })
+    }
+}
+
 fn decisions_per_second(c: &mut Criterion, setup: &Setup) {
     let mut group = c.benchmark_group("redis decisions");
     group.throughput(Throughput::Elements(1));
@@ -166,6 +202,11 @@ fn decisions_per_second(c: &mut Criterion, setup: &Setup) {
             BenchmarkId::new("floodgate gcra (1 EVALSHA)", callers),
             &callers,
             |b, &callers| b.iter_custom(|iters| setup.floodgate_gcra(callers, iters)),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("plain fixed-window script (1 EVALSHA)", callers),
+            &callers,
+            |b, &callers| b.iter_custom(|iters| setup.plain(callers, iters)),
         );
         group.bench_with_input(
             BenchmarkId::new("naive INCR then EXPIRE (2 round trips)", callers),
@@ -188,20 +229,52 @@ fn interleaved_ratios(setup: &Setup) {
     };
     println!("\ninterleaved: median decisions/s over {ROUNDS} alternating rounds of {DECISIONS}");
     for callers in CALLERS {
-        let (mut window, mut gcra, mut naive) = (vec![], vec![], vec![]);
+        let (mut window, mut gcra, mut plain, mut naive) = (vec![], vec![], vec![], vec![]);
         for _ in 0..ROUNDS {
             window.push(per_second(setup.floodgate_window(callers, DECISIONS)));
             gcra.push(per_second(setup.floodgate_gcra(callers, DECISIONS)));
+            plain.push(per_second(setup.plain(callers, DECISIONS)));
             naive.push(per_second(setup.naive(callers, DECISIONS)));
         }
-        let (window, gcra, naive) = (median(window), median(gcra), median(naive));
+        let (window, gcra) = (median(window), median(gcra));
+        let (plain, naive) = (median(plain), median(naive));
         println!(
             "callers {callers:>3}: floodgate fixed window {window:>8.0}/s, gcra {gcra:>8.0}/s, \
-             naive INCR+EXPIRE {naive:>8.0}/s; fixed window / naive = {:.2}, gcra / naive = {:.2}",
+             plain EVALSHA {plain:>8.0}/s, naive INCR+EXPIRE {naive:>8.0}/s; \
+             fixed window / naive = {:.2}, gcra / naive = {:.2}, fixed window / plain = {:.2}",
             window / naive,
-            gcra / naive
+            gcra / naive,
+            window / plain
         );
+        if let Some(figure) = redis_benchmark(setup, callers) {
+            println!("             redis-benchmark, the plain script: {figure:>8.0}/s");
+        }
     }
+}
+
+/// The server's own figure for the plain script: `redis-benchmark` running its `EVALSHA` with
+/// `clients` connections (each one request at a time, so `clients` requests in flight, as with
+/// the callers above), when redis-benchmark is installed.
+fn redis_benchmark(setup: &Setup, clients: u64) -> Option<f64> {
+    let sha = setup.server.cli(&["SCRIPT", "LOAD", PLAIN_SOURCE]);
+    let output = std::process::Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &setup.server.port.to_string()])
+        .args(["-c", &clients.to_string(), "-n", "40000", "-q"])
+        .args(["EVALSHA", &sha, "1", "rb", "60000"])
+        .output()
+        .ok()?;
+    // "EVALSHA ...: 71428.57 requests per second, p50=..."
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("requests per second"))?;
+    let figure = line.split("requests per second").next()?;
+    figure
+        .rsplit([':', ' '])
+        .find(|w| !w.is_empty())?
+        .parse()
+        .ok()
 }
 
 fn main() {

@@ -18,7 +18,7 @@ use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 const LIMIT: u32 = 300;
 
 fn worker(url: &str, key: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let backend = RedisBackend::connect(RedisConfig::single(url))?;
+    let backend = RedisBackend::blocking_connect(RedisConfig::single(url))?;
     let limiter = Arc::new(RedisLimiter::new(
         &backend,
         "example",
@@ -32,7 +32,11 @@ fn worker(url: &str, key: &str) -> Result<(), Box<dyn std::error::Error>> {
             let key = key.to_owned();
             std::thread::spawn(move || {
                 (0..100)
-                    .filter(|_| limiter.try_acquire(&key, 1).is_ok_and(|d| d.is_allowed()))
+                    .filter(|_| {
+                        limiter
+                            .blocking_try_acquire(&key, 1)
+                            .is_ok_and(|d| d.is_allowed())
+                    })
                     .count()
             })
         })

@@ -147,10 +147,10 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use floodgate::{Gcra, Rate, backend::FailurePolicy, redis::{RedisBackend, RedisConfig, RedisLimiter}};
 //! let config = RedisConfig::single("redis://127.0.0.1:6379").timeout(std::time::Duration::from_millis(50));
-//! let backend = RedisBackend::connect(config)?; // clone it freely: one multiplexed connection
+//! let backend = RedisBackend::connect(config).await?; // eager; clone it freely: one multiplexed connection
 //! let fallback = FailurePolicy::local_fallback(0.25)?; // Redis down: each of 4 processes allows 1/4
 //! let limiter = RedisLimiter::new(&backend, "api", Gcra::new(Rate::per_second(100), 100)?, fallback)?;
-//! let allowed = limiter.try_acquire_async("user-42", 1).await?.is_allowed(); // blocking: try_acquire
+//! let allowed = limiter.try_acquire("user-42", 1).await?.is_allowed(); // sync: blocking_try_acquire
 //! # let _ = allowed; Ok(()) }
 //! ```
 //!
@@ -183,7 +183,7 @@
 //!     };
 //!     // One permit always fits the limit, so this is never an error; Redis failures are
 //!     // decided by the limiter's FailurePolicy.
-//!     let Ok(decision) = limit.limiter.try_acquire_async(&ip.to_string(), 1).await else {
+//!     let Ok(decision) = limit.limiter.try_acquire(&ip.to_string(), 1).await else {
 //!         return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response();
 //!     };
 //!     let mut response = if decision.is_allowed() {

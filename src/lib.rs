@@ -100,6 +100,29 @@ pub mod loom_internals {
     use crate::Decision;
     use crate::limiter::Step;
     pub use crate::packed::unpack_window;
+
+    /// The server-clock offset the Redis backend learns ([`crate::backend::ServerOffset`]),
+    /// driven with raw samples.
+    #[derive(Debug)]
+    pub struct ServerOffsetProbe(crate::backend::ServerOffset);
+
+    impl Default for ServerOffsetProbe {
+        fn default() -> Self {
+            ServerOffsetProbe(crate::backend::ServerOffset::new())
+        }
+    }
+
+    impl ServerOffsetProbe {
+        /// A sample: the server read `server_micros`, the reply arrived at `client_micros`.
+        pub fn sample(&self, server_micros: u64, client_micros: u64) {
+            self.0.sample(server_micros, client_micros);
+        }
+
+        /// The offset kept.
+        pub fn offset(&self) -> Option<u64> {
+            self.0.offset()
+        }
+    }
     use crate::sync::AtomicU64;
 
     /// The sample windows of `AdaptiveInFlight`, driven with raw samples.

@@ -464,12 +464,13 @@ fn redis_failures_are_counted_by_kind() {
     // Short: the client may report the refused connection as an error or time out waiting for
     // one; either way the kind is counted as `FailureCounts` counts it.
     let timeout = Duration::from_millis(150);
-    let backend = RedisBackend::connect(RedisConfig::single(url).timeout(timeout)).unwrap();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(url).timeout(timeout).lazy()).unwrap();
     let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
     let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailClosed).unwrap();
     metrics::with_local_recorder(&recorder, || {
         for _ in 0..3 {
-            assert!(!limiter.try_acquire("k", 1).unwrap().is_allowed());
+            assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
         }
     });
     let counts = limiter.failures();

@@ -5,6 +5,8 @@
 
 #[path = "redis/cluster.rs"]
 mod cluster;
+#[path = "redis/deadline.rs"]
+mod deadline;
 #[path = "redis/failure.rs"]
 mod failure;
 #[path = "redis/server.rs"]
@@ -23,7 +25,7 @@ use floodgate::{FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow};
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn backend(config: RedisConfig) -> RedisBackend {
-    RedisBackend::connect(config.timeout(TIMEOUT)).expect("valid config")
+    RedisBackend::blocking_connect(config.timeout(TIMEOUT)).expect("server up")
 }
 
 fn limiter<A: RedisAlgorithm>(backend: &RedisBackend, name: &str, algorithm: A) -> RedisLimiter<A> {
@@ -76,7 +78,7 @@ trait Acquire: Send + Sync {
 
 impl<A: RedisAlgorithm> Acquire for RedisLimiter<A> {
     fn try_acquire(&self, key: &str, n: u32) -> floodgate::backend::Outcome {
-        self.try_acquire_outcome(key, n)
+        self.blocking_try_acquire_outcome(key, n)
             .expect("n within the limit")
     }
     fn redis_keys(&self, key: &str) -> Vec<String> {

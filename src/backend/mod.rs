@@ -2,7 +2,8 @@
 //! down. Backend-neutral, so every distributed backend applies the same policy the same way:
 //!
 //! * [`FailurePolicy`]: fail open, fail closed, or decide locally with a share of the limit;
-//! * [`BackendError`]: why the store gave no answer (a timeout, or the store's own error);
+//! * [`BackendError`]: why the store gave no answer (a timeout, or the store's own error), and
+//!   its [`FailureKind`] (timeout, refused, connection, protocol, script);
 //! * [`Outcome`]: the decision, plus the error when the decision came from the policy;
 //! * [`FailureHandler`]: applies a policy, keeps the per-key local fallback limiters and counts
 //!   failures ([`FailureCounts`]).
@@ -18,8 +19,12 @@ use std::time::Duration;
 use crate::decision::{AcquireError, ConfigError, Decision};
 
 mod handler;
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
+mod server_clock;
 
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
+pub(crate) use server_clock::ServerOffset;
 
 /// What to decide when the shared store gives no answer in time.
 ///
@@ -132,6 +137,53 @@ pub enum BackendError {
     },
     /// The store (or the connection to it) answered with an error.
     Failed(Arc<dyn std::error::Error + Send + Sync>),
+    /// A failure of a known [`FailureKind`] at a named server (its address, password redacted).
+    Server {
+        /// What went wrong.
+        kind: FailureKind,
+        /// The server's address as configured, any password replaced by `***`.
+        server: Arc<str>,
+        /// The underlying error.
+        error: Arc<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// The kind of a [`BackendError`], for metrics, alerts and circuit breakers.
+///
+/// ```
+/// use floodgate::backend::{BackendError, FailureKind};
+/// let e = BackendError::at(FailureKind::Refused, "redis://10.0.0.7:6379", std::io::Error::other("no"));
+/// assert_eq!(e.kind(), FailureKind::Refused);
+/// assert_eq!(e.to_string(), "connection refused at redis://10.0.0.7:6379: no");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// No answer within the timeout (or the server refused work past the request's deadline).
+    Timeout,
+    /// The server refused the connection (nothing listens on the port).
+    Refused,
+    /// The connection failed or dropped (I/O error, reset, DNS).
+    Connection,
+    /// The server's reply could not be read, or was not what the request expects.
+    Protocol,
+    /// The server answered with an error (a script error, a key of the wrong type, OOM, …).
+    Script,
+    /// Anything else (a configuration the client refused, an unclassified error).
+    Other,
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureKind::Timeout => "timeout",
+            FailureKind::Refused => "connection refused",
+            FailureKind::Connection => "connection error",
+            FailureKind::Protocol => "protocol error",
+            FailureKind::Script => "script error",
+            FailureKind::Other => "error",
+        })
+    }
 }
 
 impl BackendError {
@@ -154,7 +206,56 @@ impl BackendError {
     /// assert!(!BackendError::failed(std::io::Error::other("refused")).is_timeout());
     /// ```
     pub fn is_timeout(&self) -> bool {
-        matches!(self, BackendError::Timeout { .. })
+        self.kind() == FailureKind::Timeout
+    }
+
+    /// A [`BackendError::Server`]: `error`, of `kind`, at `server` (give it without a password).
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, FailureKind};
+    /// let e = BackendError::at(FailureKind::Timeout, "redis://h:6379", std::io::Error::other("late"));
+    /// assert!(e.is_timeout() && e.server_address() == Some("redis://h:6379"));
+    /// ```
+    pub fn at(
+        kind: FailureKind,
+        server: impl Into<Arc<str>>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BackendError::Server {
+            kind,
+            server: server.into(),
+            error: Arc::new(error),
+        }
+    }
+
+    /// The kind of failure: [`FailureKind::Timeout`] for [`BackendError::Timeout`],
+    /// [`FailureKind::Other`] for an unclassified [`BackendError::Failed`].
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, FailureKind};
+    /// use std::time::Duration;
+    /// assert_eq!(BackendError::Timeout { after: Duration::ZERO }.kind(), FailureKind::Timeout);
+    /// assert_eq!(BackendError::failed(std::fmt::Error).kind(), FailureKind::Other);
+    /// ```
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            BackendError::Timeout { .. } => FailureKind::Timeout,
+            BackendError::Failed(_) => FailureKind::Other,
+            BackendError::Server { kind, .. } => *kind,
+        }
+    }
+
+    /// The server the failure happened at, when known.
+    ///
+    /// ```
+    /// use floodgate::backend::BackendError;
+    /// assert_eq!(BackendError::failed(std::fmt::Error).server_address(), None);
+    /// ```
+    pub fn server_address(&self) -> Option<&str> {
+        match self {
+            BackendError::Server { server, .. } => Some(server),
+            _ => None,
+        }
     }
 }
 
@@ -165,6 +266,11 @@ impl fmt::Display for BackendError {
                 write!(f, "no answer from the backend within {after:?}")
             }
             BackendError::Failed(error) => write!(f, "backend error: {error}"),
+            BackendError::Server {
+                kind,
+                server,
+                error,
+            } => write!(f, "{kind} at {server}: {error}"),
         }
     }
 }
@@ -173,7 +279,7 @@ impl std::error::Error for BackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BackendError::Timeout { .. } => None,
-            BackendError::Failed(error) => Some(&**error),
+            BackendError::Failed(error) | BackendError::Server { error, .. } => Some(&**error),
         }
     }
 }
@@ -340,6 +446,10 @@ pub enum RequestError {
         /// memcached's maximum.
         max: usize,
     },
+    /// The call cannot run on this thread: an async call outside a tokio runtime, or a
+    /// `blocking_*` call inside one (it would block a runtime thread, or deadlock a
+    /// current-thread runtime). The text says which, and what to call instead.
+    Runtime(&'static str),
 }
 
 impl From<AcquireError> for RequestError {
@@ -356,6 +466,7 @@ impl fmt::Display for RequestError {
                 f,
                 "key too long for memcached: its cell keys would be {len} bytes (max {max})"
             ),
+            RequestError::Runtime(why) => f.write_str(why),
         }
     }
 }

@@ -1,22 +1,19 @@
-//! The shared connection to Redis (one node, or a cluster) and the runtime that drives it.
+//! The shared connection to Redis (one node, or a cluster), the server-clock offset, and the
+//! one script call every decision makes.
 //!
-//! Every call, sync or async, runs as a task on the backend's own small tokio runtime (one worker
-//! thread): the connection lives there, the timeout runs there, and callers on any thread or any
-//! executor only wait for the task's answer. All callers share one multiplexed socket per node.
+//! Async calls run on the caller's tokio runtime: the caller's task writes the request into the
+//! multiplexed connection and awaits the reply, with its own timer. The `blocking_*` forms drive
+//! the same future with `block_on` on a runtime the backend keeps for them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
-use crate::backend::BackendError;
-
-/// Extra time a blocked sync caller waits for the task after the timeout, in case the runtime's
-/// one worker is late; past it the caller gets a timeout anyway.
-const GRACE: Duration = Duration::from_millis(100);
+use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset};
 
 /// Where the Redis backend connects, and how long a decision may take.
 ///
@@ -33,6 +30,7 @@ pub struct RedisConfig {
     nodes: Vec<String>,
     cluster: bool,
     timeout: Duration,
+    lazy: bool,
 }
 
 impl RedisConfig {
@@ -51,6 +49,7 @@ impl RedisConfig {
             nodes: vec![url.into()],
             cluster: false,
             timeout: Self::DEFAULT_TIMEOUT,
+            lazy: false,
         }
     }
 
@@ -61,13 +60,15 @@ impl RedisConfig {
     /// let config = RedisConfig::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
     /// assert_eq!(config.get_timeout(), RedisConfig::DEFAULT_TIMEOUT);
     /// // At least one node is needed to discover the rest.
-    /// assert!(RedisBackend::connect(RedisConfig::cluster(Vec::<String>::new())).is_err());
+    /// let none = RedisBackend::blocking_connect(RedisConfig::cluster(Vec::<String>::new()));
+    /// assert!(none.is_err());
     /// ```
     pub fn cluster<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Self {
         RedisConfig {
             nodes: nodes.into_iter().map(Into::into).collect(),
             cluster: true,
             timeout: Self::DEFAULT_TIMEOUT,
+            lazy: false,
         }
     }
 
@@ -95,19 +96,73 @@ impl RedisConfig {
     pub fn get_timeout(&self) -> Duration {
         self.timeout
     }
+
+    /// Connect in the background instead of at [`RedisBackend::connect`]: the backend is
+    /// returned at once, whether or not the server is up, and decisions fail (decided by the
+    /// policy) until it answers. For a service that must start while Redis is down (with
+    /// [`FailurePolicy::FailOpen`](crate::backend::FailurePolicy) or a local share). Without it
+    /// (the default), `connect` fails at startup on a wrong address or a closed port.
+    ///
+    /// A lazy backend learns the server's clock from its first reply, so the decisions sent
+    /// before that carry no deadline (see [`RedisBackend`]).
+    ///
+    /// ```
+    /// use floodgate::redis::{RedisBackend, RedisConfig};
+    /// // Nothing listens on port 1, yet the backend is made: calls fail until a server answers.
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:1").lazy())?;
+    /// assert!(backend.server_offset().is_none()); // not learnt yet
+    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// ```
+    pub fn lazy(mut self) -> Self {
+        self.lazy = true;
+        self
+    }
 }
 
 /// A connection to Redis shared by every limiter and caller that clones it: a self-reconnecting
 /// multiplexed connection to one node, or a cluster connection that follows slot moves.
+/// Concurrent calls share it: redis-rs pipelines their requests on the one socket per node.
 ///
-/// Connecting is lazy: `connect` fails only on a bad configuration, and a server that is down
-/// shows up as failures of the first decisions (handled by the limiter's policy) until it is back.
+/// # Connecting
+/// [`connect`](Self::connect) (async) builds the connection on the caller's tokio runtime, and
+/// [`blocking_connect`](Self::blocking_connect) on a small runtime the backend keeps for the
+/// `blocking_*` calls. Both are eager: they connect and read the server's clock (`TIME`) within
+/// the timeout, so a wrong address or a closed port fails at startup with an error naming the
+/// server; [`RedisConfig::lazy`] connects in the background instead.
+///
+/// # Deadlines on the server's clock
+/// Every decision carries a deadline in the server's clock, and the script refuses, without
+/// touching any state, a request that reaches it later (the caller then sees a timeout, decided
+/// by the policy). The client learns the offset between the server's `TIME` and its own
+/// monotonic clock at connect, and refreshes it from every reply (each reply carries the
+/// server's time). A sample is `server time − client time at reception`: the server read its
+/// clock before the reply left, so a sample never exceeds the true offset, and falls short of it
+/// by at most that call's round trip. The backend keeps the largest sample of the last second
+/// (older samples give way, so a drifting clock is followed). The deadline sent is
+/// `call deadline − timeout / 8`, shifted by this offset: the script only ever refuses early
+/// (by at most the best sample's round trip), never late, and it refuses at least `timeout / 8`
+/// before the caller gives up, so the reply of a script that ran has that long to come back.
+///
+/// What can still be consumed without being handed out, per call:
+/// * a future dropped after its request was written, if the server runs the script before the
+///   deadline (a future dropped before its first poll, or before the request left, sends
+///   nothing);
+/// * a reply that takes longer than `timeout / 8` to come back (a connection cut just after the
+///   script ran);
+/// * with a [`lazy`](RedisConfig::lazy) backend, decisions sent before the first reply, which
+///   carry no deadline; and after the server's clock steps back by `d`, deadlines are up to `d`
+///   late for at most a second.
+///
+/// The async calls need a tokio runtime (with time enabled); the connection's background task
+/// lives on the runtime that built it, so keep that runtime alive as long as the backend.
 ///
 /// ```no_run
 /// use floodgate::redis::{RedisBackend, RedisConfig};
-/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), floodgate::backend::BackendError> {
+/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379")).await?;
 /// let same_sockets = backend.clone();
-/// # Ok::<(), floodgate::backend::BackendError>(())
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisBackend {
@@ -118,7 +173,18 @@ pub struct RedisBackend {
 struct Shared {
     connection: Connection,
     timeout: Duration,
-    runtime: OwnRuntime,
+    /// The configured address(es), passwords redacted, for error messages.
+    server: Arc<str>,
+    clock: ServerClock,
+    /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
+    /// multi-thread runtime that `connect` ran on; `None` for a current-thread runtime.
+    blocking: Option<BlockingRuntime>,
+}
+
+#[derive(Debug)]
+enum BlockingRuntime {
+    Own(OwnRuntime),
+    Borrowed(tokio::runtime::Handle),
 }
 
 /// A one-node or cluster connection, as one [`ConnectionLike`].
@@ -165,8 +231,8 @@ impl ConnectionLike for Connection {
     }
 }
 
-/// The backend's runtime. Shut down in the background on drop, so dropping the last backend
-/// inside some other async runtime neither blocks nor panics.
+/// The backend's runtime for `blocking_*` calls. Shut down in the background on drop, so
+/// dropping the last backend inside some other async runtime neither blocks nor panics.
 #[derive(Debug)]
 struct OwnRuntime(Option<tokio::runtime::Runtime>);
 
@@ -178,40 +244,101 @@ impl Drop for OwnRuntime {
     }
 }
 
-impl OwnRuntime {
-    fn handle(&self) -> &tokio::runtime::Handle {
-        // Always Some until drop.
-        self.0
-            .as_ref()
-            .map(|r| r.handle())
-            .expect("runtime taken only on drop")
+/// The server's clock as seen from here: a monotonic origin for the client's side, and the
+/// offset learnt from samples ([`ServerOffset`]).
+#[derive(Debug)]
+struct ServerClock {
+    base: Instant,
+    offset: ServerOffset,
+}
+
+impl ServerClock {
+    fn new() -> Self {
+        ServerClock {
+            base: Instant::now(),
+            offset: ServerOffset::new(),
+        }
+    }
+
+    fn client_micros(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Records `server_micros`, read by the server before a reply that arrived at `received`.
+    fn sample(&self, server_micros: i64, received: Instant) {
+        if let Ok(server) = u64::try_from(server_micros) {
+            self.offset.sample(server, self.client_micros(received));
+        }
+    }
+
+    /// `at` on the server's clock, in µs since the epoch (0, "no deadline", while unknown).
+    fn server_micros(&self, at: Instant) -> u64 {
+        self.offset.offset().map_or(0, |offset| {
+            offset.saturating_add(self.client_micros(at)).max(1)
+        })
     }
 }
 
 impl RedisBackend {
-    /// A backend for `config`. Starts the backend's runtime (one worker thread) and the
-    /// connection (lazily: no server needs to be up yet).
+    /// A backend for `config`, connected on the caller's tokio runtime: connects and reads the
+    /// server's clock within the timeout (unless [`RedisConfig::lazy`]). The connection's
+    /// background task runs on this runtime.
     ///
     /// # Errors
-    /// [`BackendError::Failed`] for an invalid URL, an empty node list, or a runtime that cannot
-    /// start.
+    /// A [`BackendError`] naming the server (password redacted) for an invalid URL, an empty
+    /// node list, a timeout of zero or over an hour, no tokio runtime, and (eager only) a server
+    /// that refuses the connection or does not answer within the timeout
+    /// ([`BackendError::kind`] says which).
+    ///
+    /// ```
+    /// use floodgate::backend::FailureKind;
+    /// use floodgate::redis::{RedisBackend, RedisConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // Nothing listens on port 1: eager connecting fails now, naming the server.
+    /// let refused = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:1")).await.unwrap_err();
+    /// assert_eq!(refused.kind(), FailureKind::Refused);
+    /// assert!(refused.to_string().contains("redis://127.0.0.1:1"), "{refused}");
+    /// let bad = RedisBackend::connect(RedisConfig::single("not a url")).await.unwrap_err();
+    /// assert!(bad.to_string().contains("\"not a url\"")); // names the URL, and redis's reason
+    /// let secret = RedisConfig::single("rediss://u:hunter2@h:x");
+    /// let secret = RedisBackend::connect(secret).await.unwrap_err();
+    /// assert!(!secret.to_string().contains("hunter2")); // a password is never shown
+    /// # }
+    /// ```
+    pub async fn connect(config: RedisConfig) -> Result<Self, BackendError> {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return Err(BackendError::failed(std::io::Error::other(
+                "RedisBackend::connect needs a tokio runtime; outside one, use blocking_connect",
+            )));
+        };
+        let blocking = match handle.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => Some(BlockingRuntime::Borrowed(handle)),
+            _ => None,
+        };
+        Self::connect_on(config, blocking).await
+    }
+
+    /// A backend for `config` with its own small runtime (one worker thread) for the
+    /// `blocking_*` calls, connected on it (eagerly unless [`RedisConfig::lazy`]). Its async
+    /// calls work too, from any tokio runtime.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); also when called inside a tokio runtime (use `connect`
+    /// there), or when the runtime cannot start.
     ///
     /// ```
     /// use floodgate::redis::{RedisBackend, RedisConfig};
-    /// // Lazy: no server needs to be up; only a bad configuration fails here.
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
-    /// assert_eq!(backend.timeout(), RedisConfig::DEFAULT_TIMEOUT);
-    /// let bad = RedisBackend::connect(RedisConfig::single("not a url")).unwrap_err();
-    /// assert!(bad.to_string().contains("\"not a url\"")); // names the URL, and redis's reason
-    /// let secret = RedisBackend::connect(RedisConfig::single("rediss://u:hunter2@h:x")).unwrap_err();
-    /// assert!(!secret.to_string().contains("hunter2")); // a password is never shown
-    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// use std::time::Duration;
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(50));
+    /// let refused = RedisBackend::blocking_connect(config).unwrap_err();
+    /// assert!(refused.to_string().starts_with("connection refused at redis://127.0.0.1:1"), "{refused}");
     /// ```
-    pub fn connect(config: RedisConfig) -> Result<Self, BackendError> {
-        crate::backend::validate_timeout(config.timeout)?;
-        if config.nodes.is_empty() {
+    pub fn blocking_connect(config: RedisConfig) -> Result<Self, BackendError> {
+        if tokio::runtime::Handle::try_current().is_ok() {
             return Err(BackendError::failed(std::io::Error::other(
-                "no Redis node given",
+                "RedisBackend::blocking_connect called inside a tokio runtime: \
+                 use RedisBackend::connect(config).await",
             )));
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -220,9 +347,44 @@ impl RedisBackend {
             .enable_all()
             .build()
             .map_err(BackendError::failed)?;
-        let connection = {
-            let _inside = runtime.enter();
-            let timeout = config.timeout;
+        let own = OwnRuntime(Some(runtime));
+        let Some(runtime) = own.0.as_ref() else {
+            unreachable!("set just above")
+        };
+        // Connect on a task of the runtime, so the connection's driver is spawned there.
+        let task = runtime.spawn(Self::connect_on(config, None));
+        let shared = match runtime.block_on(task) {
+            Ok(Ok(backend)) => backend.shared,
+            Ok(Err(error)) => return Err(error),
+            Err(join) => return Err(BackendError::failed(join)),
+        };
+        let mut shared = Arc::into_inner(shared).expect("not shared yet");
+        shared.blocking = Some(BlockingRuntime::Own(own));
+        Ok(RedisBackend {
+            shared: Arc::new(shared),
+        })
+    }
+
+    async fn connect_on(
+        config: RedisConfig,
+        blocking: Option<BlockingRuntime>,
+    ) -> Result<Self, BackendError> {
+        crate::backend::validate_timeout(config.timeout)?;
+        if config.nodes.is_empty() {
+            return Err(BackendError::failed(std::io::Error::other(
+                "no Redis node given",
+            )));
+        }
+        let timeout = config.timeout;
+        let server: Arc<str> = config
+            .nodes
+            .iter()
+            .map(|n| redact(n))
+            .collect::<Vec<_>>()
+            .join(", ")
+            .into();
+        let started = Instant::now();
+        let connecting = async {
             if config.cluster {
                 let client = ClusterClient::builder(config.nodes.clone())
                     .connection_timeout(timeout)
@@ -232,7 +394,17 @@ impl RedisBackend {
                 let cluster_config = ClusterConfig::new()
                     .set_connection_timeout(timeout)
                     .set_response_timeout(timeout);
-                Connection::Cluster(client.get_pending_async_connection_with_config(cluster_config))
+                if config.lazy {
+                    Ok(Connection::Cluster(
+                        client.get_pending_async_connection_with_config(cluster_config),
+                    ))
+                } else {
+                    client
+                        .get_async_connection_with_config(cluster_config)
+                        .await
+                        .map(Connection::Cluster)
+                        .map_err(|error| classify(&server, error))
+                }
             } else {
                 let client = redis::Client::open(config.nodes[0].as_str())
                     .map_err(|error| bad_url(&config.nodes[0], &error))?;
@@ -242,19 +414,65 @@ impl RedisBackend {
                     .set_min_delay(Duration::from_millis(10))
                     .set_max_delay(Duration::from_millis(500))
                     .set_number_of_retries(4);
-                Connection::Single(
+                if config.lazy {
                     ConnectionManager::new_lazy_with_config(client, manager_config)
-                        .map_err(BackendError::failed)?,
-                )
+                        .map(Connection::Single)
+                        .map_err(|error| classify(&server, error))
+                } else {
+                    // One plain attempt first: the manager retries with back-off, which would
+                    // turn a refused connection into a timeout.
+                    let probe = redis::AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(Some(timeout));
+                    client
+                        .get_multiplexed_async_connection_with_config(&probe)
+                        .await
+                        .map_err(|error| classify(&server, error))?;
+                    ConnectionManager::new_with_config(client, manager_config)
+                        .await
+                        .map(Connection::Single)
+                        .map_err(|error| classify(&server, error))
+                }
             }
         };
-        Ok(RedisBackend {
+        let connection = match tokio::time::timeout(timeout, connecting).await {
+            Ok(connection) => connection?,
+            Err(_) => return Err(timed_out(&server, timeout, "connecting")),
+        };
+        let backend = RedisBackend {
             shared: Arc::new(Shared {
                 connection,
-                timeout: config.timeout,
-                runtime: OwnRuntime(Some(runtime)),
+                timeout,
+                server,
+                clock: ServerClock::new(),
+                blocking,
             }),
-        })
+        };
+        if !config.lazy {
+            let left = timeout.saturating_sub(started.elapsed());
+            backend.read_server_clock(left).await?;
+        }
+        Ok(backend)
+    }
+
+    /// `TIME`, within `within`: one offset sample.
+    async fn read_server_clock(&self, within: Duration) -> Result<(), BackendError> {
+        let mut connection = self.shared.connection.clone();
+        let time = redis::cmd("TIME");
+        let reply = tokio::time::timeout(within, time.query_async::<(i64, i64)>(&mut connection));
+        match reply.await {
+            Ok(Ok((seconds, micros))) => {
+                let server = seconds.saturating_mul(1_000_000).saturating_add(micros);
+                self.shared.clock.sample(server, Instant::now());
+                Ok(())
+            }
+            Ok(Err(error)) => Err(classify(&self.shared.server, error)),
+            Err(_) => Err(timed_out(
+                &self.shared.server,
+                self.shared.timeout,
+                "reading its clock",
+            )),
+        }
     }
 
     /// The longest a decision may take.
@@ -263,7 +481,7 @@ impl RedisBackend {
     /// use floodgate::redis::{RedisBackend, RedisConfig};
     /// use std::time::Duration;
     /// let config = RedisConfig::single("redis://127.0.0.1:6379").timeout(Duration::from_millis(75));
-    /// let backend = RedisBackend::connect(config)?; // lazy: no server needed yet
+    /// let backend = RedisBackend::blocking_connect(config.lazy())?; // lazy: no server needed yet
     /// assert_eq!(backend.timeout(), Duration::from_millis(75));
     /// # Ok::<(), floodgate::backend::BackendError>(())
     /// ```
@@ -271,69 +489,141 @@ impl RedisBackend {
         self.shared.timeout
     }
 
-    /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again), within the
-    /// timeout, on the backend's runtime. The future that does the work.
-    fn eval_task(
+    /// The server's address as configured (the nodes, for a cluster), passwords redacted: the
+    /// name its errors carry.
+    ///
+    /// ```
+    /// use floodgate::redis::{RedisBackend, RedisConfig};
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://u:pw@127.0.0.1:1").lazy())?;
+    /// assert_eq!(backend.server(), "redis://u:***@127.0.0.1:1");
+    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// ```
+    pub fn server(&self) -> &str {
+        &self.shared.server
+    }
+
+    /// The offset learnt between the server's clock and this process's (`server − client`,
+    /// the client's side read as time since the backend was made), or `None` before the first
+    /// sample. It never exceeds the true offset, and falls short by at most the round trip of
+    /// the sample it came from.
+    ///
+    /// ```
+    /// use floodgate::redis::{RedisBackend, RedisConfig};
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:1").lazy())?;
+    /// assert_eq!(backend.server_offset(), None); // lazy, and no reply yet
+    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// ```
+    pub fn server_offset(&self) -> Option<Duration> {
+        self.shared.clock.offset.offset().map(Duration::from_micros)
+    }
+
+    /// Runs `future` to completion for a `blocking_*` call.
+    pub(crate) fn block_on<F: std::future::Future>(
         &self,
-        script: &'static Script,
-        keys: Vec<String>,
-        args: [u64; 4],
-    ) -> impl std::future::Future<Output = Result<Vec<i64>, BackendError>> + Send + 'static {
-        let mut connection = self.shared.connection.clone();
-        let timeout = self.shared.timeout;
-        async move {
-            let mut invocation = script.prepare_invoke();
-            for key in &keys {
-                invocation.key(key);
-            }
-            for arg in args {
-                invocation.arg(arg);
-            }
-            match tokio::time::timeout(timeout, invocation.invoke_async(&mut connection)).await {
-                Ok(Ok(reply)) => Ok(reply),
-                Ok(Err(error)) => Err(BackendError::failed(error)),
-                Err(_) => Err(BackendError::Timeout { after: timeout }),
-            }
+        future: F,
+    ) -> Result<F::Output, RequestError> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(RequestError::Runtime(
+                "a blocking_* call inside a tokio runtime would block (or deadlock) it: \
+                 await the async form instead",
+            ));
+        }
+        match &self.shared.blocking {
+            Some(BlockingRuntime::Own(own)) => match own.0.as_ref() {
+                Some(runtime) => Ok(runtime.block_on(future)),
+                None => unreachable!("taken only on drop"),
+            },
+            Some(BlockingRuntime::Borrowed(handle)) => Ok(handle.block_on(future)),
+            None => Err(RequestError::Runtime(
+                "this RedisBackend was connected on a current-thread runtime, which no other \
+                 thread can drive: use RedisBackend::blocking_connect for blocking_* calls",
+            )),
         }
     }
 
-    /// [`eval_task`](Self::eval_task), awaited from any executor.
+    /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again) on the caller's
+    /// runtime, giving up at `deadline`. The script gets `args` then the server-clock deadline
+    /// (`ARGV[5]`, 0 for none) and replies with the server's time last, which refreshes the
+    /// offset; a reply whose first field is [`PAST_DEADLINE`] is a timeout.
     pub(crate) async fn eval(
         &self,
         script: &'static Script,
-        keys: Vec<String>,
+        keys: &[String],
         args: [u64; 4],
+        deadline: Instant,
     ) -> Result<Vec<i64>, BackendError> {
-        let task = self
-            .shared
-            .runtime
-            .handle()
-            .spawn(self.eval_task(script, keys, args));
-        match task.await {
-            Ok(result) => result,
-            Err(join_error) => Err(BackendError::failed(join_error)),
+        let shared = &*self.shared;
+        let now = Instant::now();
+        let budget = deadline.saturating_duration_since(now);
+        // The script must refuse at least budget/8 before the caller gives up (see the type's docs).
+        let server_deadline = shared
+            .clock
+            .server_micros(deadline.checked_sub(budget / 8).unwrap_or(now));
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
         }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        invocation.arg(server_deadline);
+        let mut connection = shared.connection.clone();
+        let call = invocation.invoke_async::<Vec<i64>>(&mut connection);
+        let reply = match tokio::time::timeout_at(deadline.into(), call).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) => return Err(classify(&shared.server, error)),
+            Err(_) => return Err(timed_out(&shared.server, budget, "deciding")),
+        };
+        if let Some(&server_now) = reply.last() {
+            shared.clock.sample(server_now, Instant::now());
+        }
+        if reply.first() == Some(&PAST_DEADLINE) {
+            return Err(BackendError::at(
+                FailureKind::Timeout,
+                shared.server.clone(),
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the request reached the server after its deadline; nothing was taken",
+                ),
+            ));
+        }
+        Ok(reply)
     }
+}
 
-    /// [`eval_task`](Self::eval_task), blocking the calling thread (never past the timeout plus
-    /// a short grace). Works from inside an async runtime too (it then blocks that thread).
-    pub(crate) fn eval_blocking(
-        &self,
-        script: &'static Script,
-        keys: Vec<String>,
-        args: [u64; 4],
-    ) -> Result<Vec<i64>, BackendError> {
-        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        let task = self.eval_task(script, keys, args);
-        self.shared.runtime.handle().spawn(async move {
-            // The receiver may have given up already; then nobody needs the answer.
-            let _ = sender.send(task.await);
-        });
-        let timeout = self.shared.timeout;
-        receiver
-            .recv_timeout(timeout.saturating_add(GRACE))
-            .unwrap_or(Err(BackendError::Timeout { after: timeout }))
-    }
+/// The first reply field of a script that refused a request past its deadline.
+pub(crate) const PAST_DEADLINE: i64 = 2;
+
+fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
+    BackendError::at(
+        FailureKind::Timeout,
+        server.clone(),
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {after:?} ({doing})"),
+        ),
+    )
+}
+
+/// A redis-rs error, classified, naming the server.
+fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
+    let kind = if error.is_timeout() {
+        FailureKind::Timeout
+    } else if error.is_connection_refusal() {
+        FailureKind::Refused
+    } else if error.is_io_error() || error.is_connection_dropped() {
+        FailureKind::Connection
+    } else {
+        match error.kind() {
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType | ErrorKind::RESP3NotSupported => {
+                FailureKind::Protocol
+            }
+            ErrorKind::Server(_) | ErrorKind::Extension => FailureKind::Script,
+            ErrorKind::ClusterConnectionNotFound => FailureKind::Connection,
+            _ => FailureKind::Other,
+        }
+    };
+    BackendError::at(kind, server.clone(), error)
 }
 
 /// The error for a Redis URL (or cluster node list) redis-rs refuses: names the URL, with any
@@ -359,5 +649,51 @@ fn redact(url: &str) -> String {
             format!("{scheme}://{user}{hidden}@{host}")
         }
         None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_are_client_instants_shifted_by_the_offset() {
+        let clock = ServerClock::new();
+        assert_eq!(
+            clock.server_micros(clock.base),
+            0,
+            "no deadline while unknown"
+        );
+        clock.sample(1_700_000_000_000_000, clock.base);
+        let at = clock.base + Duration::from_micros(2_500);
+        assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
+        clock.sample(-5, at); // nonsense from a server is ignored
+        assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
+    }
+
+    #[test]
+    fn failures_are_classified_and_name_the_server() {
+        let server: Arc<str> = "redis://127.0.0.1:6379".into();
+        let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::ConnectionRefused)).kind(),
+            FailureKind::Refused
+        );
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::TimedOut)).kind(),
+            FailureKind::Timeout
+        );
+        assert_eq!(
+            classify(&server, io(std::io::ErrorKind::ConnectionReset)).kind(),
+            FailureKind::Connection
+        );
+        let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
+        assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
+        let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
+        assert!(timeout.is_timeout());
+        assert_eq!(
+            timeout.to_string(),
+            "timeout at redis://127.0.0.1:6379: no answer within 5ms (deciding)"
+        );
     }
 }

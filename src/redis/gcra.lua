@@ -2,7 +2,9 @@
 -- the server's clock:  base = max(tat, now); new_tat = base + n*T; allowed iff
 -- new_tat <= now + capacity*T. The key expires when the bucket is full again.
 -- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, capacity, n.
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+-- ARGV[5]: deadline in us on the server's clock (0: none).
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
+-- the deadline, nothing changed.
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
@@ -12,6 +14,9 @@ local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local deadline = tonumber(ARGV[5])
+-- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
+if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)
 local tat = now
 if stored then
@@ -26,7 +31,7 @@ local base = math.max(tat, now)
 local new_tat = base + n * interval
 if new_tat <= horizon then
   redis.call('SET', key, int(new_tat), 'PX', int(math.ceil((new_tat - now) / 1000)))
-  return {1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now}
+  return {1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now, now}
 end
 if stored and redis.call('PTTL', key) == -1 then
   if base > now then
@@ -35,4 +40,4 @@ if stored and redis.call('PTTL', key) == -1 then
     redis.call('DEL', key)
   end
 end
-return {0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now}
+return {0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now, now}

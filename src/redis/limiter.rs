@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 /// and TTLs in milliseconds, so a denial announcing less would only hammer the server.
 const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
 
-use crate::backend::{BackendError, FailureCounts, FailureHandler, FailurePolicy, Outcome};
+use crate::backend::{
+    BackendError, FailureCounts, FailureHandler, FailureKind, FailurePolicy, Outcome, RequestError,
+};
 use crate::decision::{AcquireError, ConfigError, Decision};
 
 use super::RedisBackend;
@@ -70,18 +72,20 @@ pub trait RedisAlgorithm: sealed::Script {
 /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 /// use std::time::Duration;
 ///
-/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379")).await?;
 /// let per_minute = RedisLimiter::new(
 ///     &backend,
 ///     "api",
 ///     FixedWindow::new(100, Duration::from_secs(60))?,
 ///     FailurePolicy::local_fallback(0.25)?,
 /// )?;
-/// let decision = per_minute.try_acquire("user-42", 1)?;
+/// let decision = per_minute.try_acquire("user-42", 1).await?;
 /// if !decision.is_allowed() {
 ///     println!("429, retry after {:?}", decision.retry_after());
 /// }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct RedisLimiter<A: RedisAlgorithm> {
@@ -107,7 +111,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// use floodgate::FixedWindow;
     /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
     /// assert!(RedisLimiter::new(&backend, "api", window.clone(), FailurePolicy::FailOpen).is_ok());
     /// assert!(RedisLimiter::new(&backend, "a:b", window, FailurePolicy::FailOpen).is_err());
@@ -146,7 +150,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// use floodgate::Gcra;
     /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use floodgate::Rate;
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let gcra = Gcra::new(Rate::per_second(5), 10)?;
     /// let limiter = RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?;
     /// assert_eq!(limiter.algorithm().capacity(), 10);
@@ -163,7 +167,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// use floodgate::SlidingLog;
     /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let log = SlidingLog::new(5, Duration::from_secs(60))?;
     /// let limiter = RedisLimiter::new(&backend, "login", log, FailurePolicy::FailClosed)?;
     /// assert_eq!(limiter.policy(), FailurePolicy::FailClosed);
@@ -180,7 +184,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// use floodgate::FixedWindow;
     /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
     /// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(limiter.failures().total(), 0); // nothing asked of Redis yet
@@ -194,7 +198,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// ```no_run
     /// # use floodgate::{backend::FailurePolicy, redis::*, SlidingLog};
-    /// # let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+    /// # let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?;
     /// let log = RedisLimiter::new(&backend, "login", SlidingLog::new(5, std::time::Duration::from_secs(60))?, FailurePolicy::FailClosed)?;
     /// assert_eq!(log.redis_keys("alice"), ["{login:alice}:sl", "{login:alice}:sl:seq"]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -207,108 +211,37 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             .collect()
     }
 
-    /// Takes `n` permits for `key` if the shared limit has them; blocks the thread for at most
-    /// the backend's timeout. A Redis failure is decided by the policy (see
-    /// [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    /// Takes `n` permits for `key` if the shared limit has them: one script call on the
+    /// caller's tokio runtime, within the backend's timeout. A Redis failure is decided by the
+    /// policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    ///
+    /// Dropping the future before its request is written sends nothing; after, the server may
+    /// still run it before its deadline (see [`RedisBackend`] for what that consumes).
     ///
     /// # Errors
-    /// [`AcquireError`] for `n = 0` or `n` above the limit.
-    ///
-    /// ```no_run
-    /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::FixedWindow;
-    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
-    /// use std::time::Duration;
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
-    /// let window = FixedWindow::new(2, Duration::from_secs(60))?;
-    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
-    /// assert!(limiter.try_acquire("alice", 2)?.is_allowed());
-    /// assert!(!limiter.try_acquire("alice", 1)?.is_allowed()); // shared by every process on "doc"
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, AcquireError> {
-        self.try_acquire_outcome(key, n).map(|o| o.decision())
-    }
-
-    /// Takes `n` permits for `key`, sleeping the thread until the shared limit grants them: each
-    /// denial's `retry_after` (from the server's clock) is slept, then the request is tried again,
-    /// as [`Limiter::acquire`](crate::Limiter::acquire) does locally. Returns how long it slept.
-    /// While Redis is down the policy decides each try (under `FailClosed` that means waiting
-    /// until Redis answers): use [`try_acquire_for`](Self::try_acquire_for) for a bound.
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire): a request that can never be granted returns at once.
-    ///
-    /// ```no_run
-    /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::FixedWindow;
-    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
-    /// use std::time::Duration;
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
-    /// let window = FixedWindow::new(1, Duration::from_millis(100))?;
-    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
-    /// limiter.acquire("alice", 1)?;
-    /// let waited = limiter.acquire("alice", 1)?; // the window's end, on Redis's clock
-    /// assert!(waited <= Duration::from_millis(100));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn acquire(&self, key: &str, n: u32) -> Result<Duration, AcquireError> {
-        let mut waited = Duration::ZERO;
-        loop {
-            let decision = self.try_acquire(key, n)?;
-            if decision.is_allowed() {
-                return Ok(waited);
-            }
-            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
-            std::thread::sleep(wait);
-            waited = waited.saturating_add(wait);
-        }
-    }
-
-    /// Takes `n` permits for `key` if they can be had within `timeout`: sleeps only while the
-    /// announced wait fits in what is left of it (round trips to Redis count against it too),
-    /// otherwise returns the denial at once, consuming nothing (as
-    /// [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)). It returns within
-    /// `timeout` plus one round trip, which the backend's own timeout bounds.
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire).
+    /// [`RequestError::Permits`] for `n = 0` or `n` above the limit (Redis is not asked);
+    /// [`RequestError::Runtime`] outside a tokio runtime.
     ///
     /// ```
-    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::backend::{FailurePolicy, RequestError};
     /// use floodgate::FixedWindow;
-    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::AcquireError;
     /// use std::time::Duration;
-    /// // Nothing listens on port 1: fail-closed denies with retry_after = the 20 ms timeout,
-    /// // which does not fit in 10 ms, so the call returns the denial without sleeping.
-    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
-    /// let backend = RedisBackend::connect(config)?;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = RedisConfig::single("redis://127.0.0.1:6379").lazy(); // no server needed here
+    /// let backend = RedisBackend::connect(config).await?;
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
     /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
-    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_millis(10))?;
-    /// assert!(!d.is_allowed());
-    /// assert_eq!(limiter.failures().total(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// // Refused before Redis is asked:
+    /// let zero = limiter.try_acquire("alice", 0).await;
+    /// assert_eq!(zero, Err(RequestError::Permits(AcquireError::ZeroPermits)));
+    /// assert!(limiter.try_acquire("alice", 11).await.is_err()); // above the limit
+    /// # Ok(()) }
     /// ```
-    pub fn try_acquire_for(
-        &self,
-        key: &str,
-        n: u32,
-        timeout: Duration,
-    ) -> Result<Decision, AcquireError> {
-        // The round trips count against the timeout, not only the sleeps.
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            let decision = self.try_acquire(key, n)?;
-            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
-            let left = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            if decision.is_allowed() || wait > left {
-                return Ok(decision);
-            }
-            std::thread::sleep(wait);
-        }
+    pub async fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, RequestError> {
+        self.try_acquire_outcome(key, n).await.map(|o| o.decision())
     }
 
     /// As [`try_acquire`](Self::try_acquire), with the Redis error when the policy decided.
@@ -317,109 +250,280 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// As [`try_acquire`](Self::try_acquire).
     ///
     /// ```
-    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::backend::{FailureKind, FailurePolicy};
     /// use floodgate::FixedWindow;
-    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
-    /// use std::time::Duration;
-    /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
-    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
-    /// let backend = RedisBackend::connect(config)?;
-    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
-    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
-    /// let outcome = limiter.try_acquire_outcome("alice", 1)?;
-    /// assert!(outcome.failure().is_some() && !outcome.decision().is_allowed());
-    /// assert_eq!(limiter.failures().total(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, AcquireError> {
-        self.algorithm.check_permits(n)?;
-        let reply = self.backend.eval_blocking(
-            self.algorithm.script(),
-            self.redis_keys(key),
-            self.algorithm.args(n),
-        );
-        Ok(self.outcome(key, n, reply))
-    }
-
-    /// The async [`try_acquire`](Self::try_acquire): never blocks a thread; runs on any executor.
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire).
-    ///
-    /// ```
-    /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::FixedWindow;
-    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
-    /// use floodgate::AcquireError;
-    /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379"))?; // lazy
-    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
-    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
-    /// // Refused before Redis is asked:
-    /// assert_eq!(limiter.try_acquire_async("alice", 0).await, Err(AcquireError::ZeroPermits));
-    /// assert!(limiter.try_acquire_async("alice", 11).await.is_err()); // above the limit
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire_async(&self, key: &str, n: u32) -> Result<Decision, AcquireError> {
-        self.try_acquire_outcome_async(key, n)
-            .await
-            .map(|o| o.decision())
-    }
-
-    /// The async [`try_acquire_outcome`](Self::try_acquire_outcome).
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire).
-    ///
-    /// ```
-    /// use floodgate::backend::FailurePolicy;
-    /// use floodgate::FixedWindow;
-    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
-    /// let backend = RedisBackend::connect(config)?;
+    /// let backend = RedisBackend::connect(config.lazy()).await?;
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
     /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailOpen)?;
-    /// let outcome = limiter.try_acquire_outcome_async("alice", 1).await?;
-    /// assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
+    /// let outcome = limiter.try_acquire_outcome("alice", 1).await?;
+    /// assert!(outcome.decision().is_allowed());
+    /// let error = outcome.failure().expect("decided by the policy");
+    /// // Refused, or a timeout while a lazy backend retries connecting with back-off.
+    /// assert!(matches!(error.kind(), FailureKind::Refused | FailureKind::Timeout));
+    /// assert!(error.to_string().contains("redis://127.0.0.1:1"));
     /// # Ok(()) }
     /// ```
-    pub async fn try_acquire_outcome_async(
+    pub async fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
+        let deadline = Instant::now()
+            .checked_add(self.backend.timeout())
+            .unwrap_or_else(far_future);
+        self.outcome_by(key, n, deadline).await
+    }
+
+    /// Takes `n` permits for `key`, sleeping (on the caller's runtime) until the shared limit
+    /// grants them: each denial's `retry_after` (from the server's clock) is slept, then the
+    /// request is tried again, as [`Limiter::acquire`](crate::Limiter::acquire) does locally.
+    /// Returns the time actually waited, measured: zero when the first try is admitted,
+    /// otherwise from the call to the admission (sleeps and round trips). While Redis is down
+    /// the policy decides each try (under `FailClosed` that means waiting until Redis answers):
+    /// use [`try_acquire_for`](Self::try_acquire_for) for a bound.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire): a request that can never be granted returns at once.
+    ///
+    /// ```no_run
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379")).await?;
+    /// let window = FixedWindow::new(1, Duration::from_millis(100))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// limiter.acquire("alice", 1).await?;
+    /// let waited = limiter.acquire("alice", 1).await?; // until the window's end, on Redis's clock
+    /// assert!(waited > Duration::ZERO);
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, key: &str, n: u32) -> Result<Duration, RequestError> {
+        let started = Instant::now();
+        let mut first = true;
+        loop {
+            let decision = self.try_acquire(key, n).await?;
+            if decision.is_allowed() {
+                return Ok(if first {
+                    Duration::ZERO
+                } else {
+                    started.elapsed()
+                });
+            }
+            first = false;
+            tokio::time::sleep(decision.retry_after().max(MIN_RETRY_SLEEP)).await;
+        }
+    }
+
+    /// Takes `n` permits for `key` if they can be had within `timeout`: sleeps only while the
+    /// announced wait fits in what is left of it, otherwise returns the denial at once,
+    /// consuming nothing (as [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)).
+    /// Round trips count against it too: each try's deadline is the sooner of the backend's
+    /// timeout and what is left of `timeout`, so the call returns within `timeout` (plus the
+    /// timer's resolution); a try cut short by it is a timeout, decided by the policy.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1: fail-closed denies with retry_after = the 20 ms timeout,
+    /// // which does not fit in 10 ms, so the call returns the denial without sleeping.
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config.lazy()).await?;
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_millis(10)).await?;
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(limiter.failures().total(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_for(
         &self,
         key: &str,
         n: u32,
-    ) -> Result<Outcome, AcquireError> {
+        timeout: Duration,
+    ) -> Result<Decision, RequestError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let now = Instant::now();
+            let backend_deadline = now
+                .checked_add(self.backend.timeout())
+                .unwrap_or_else(far_future);
+            let try_deadline = deadline.map_or(backend_deadline, |d| d.min(backend_deadline));
+            let decision = self.outcome_by(key, n, try_deadline).await?.decision();
+            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if decision.is_allowed() || wait > left {
+                return Ok(decision);
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// [`try_acquire`](Self::try_acquire), blocking the thread (tokio's `blocking_*` naming).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire), and [`RequestError::Runtime`] when called inside
+    /// a tokio runtime (await [`try_acquire`](Self::try_acquire) there) or on a backend made by
+    /// [`RedisBackend::connect`] on a current-thread runtime (use
+    /// [`RedisBackend::blocking_connect`]).
+    ///
+    /// ```no_run
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+    /// let window = FixedWindow::new(2, Duration::from_secs(60))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// assert!(limiter.blocking_try_acquire("alice", 2)?.is_allowed());
+    /// assert!(!limiter.blocking_try_acquire("alice", 1)?.is_allowed()); // shared by every process on "doc"
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_try_acquire(&self, key: &str, n: u32) -> Result<Decision, RequestError> {
+        self.backend.block_on(self.try_acquire(key, n))?
+    }
+
+    /// [`try_acquire_outcome`](Self::try_acquire_outcome), blocking the thread.
+    ///
+    /// # Errors
+    /// As [`blocking_try_acquire`](Self::blocking_try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::{FailurePolicy, RequestError};
+    /// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::blocking_connect(config.lazy())?;
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// let outcome = limiter.blocking_try_acquire_outcome("alice", 1)?;
+    /// assert!(outcome.failure().is_some() && !outcome.decision().is_allowed());
+    /// assert_eq!(limiter.failures().total(), 1);
+    /// // Inside a tokio runtime the blocking form refuses to run, rather than block it:
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// let inside = runtime.block_on(async { limiter.blocking_try_acquire_outcome("alice", 1) });
+    /// assert!(matches!(inside, Err(RequestError::Runtime(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
+        self.backend.block_on(self.try_acquire_outcome(key, n))?
+    }
+
+    /// [`acquire`](Self::acquire), blocking the thread.
+    ///
+    /// # Errors
+    /// As [`blocking_try_acquire`](Self::blocking_try_acquire).
+    ///
+    /// ```no_run
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
+    /// let window = FixedWindow::new(1, Duration::from_millis(100))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// limiter.blocking_acquire("alice", 1)?;
+    /// let waited = limiter.blocking_acquire("alice", 1)?;
+    /// assert!(waited > Duration::ZERO);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_acquire(&self, key: &str, n: u32) -> Result<Duration, RequestError> {
+        self.backend.block_on(self.acquire(key, n))?
+    }
+
+    /// [`try_acquire_for`](Self::try_acquire_for), blocking the thread.
+    ///
+    /// # Errors
+    /// As [`blocking_try_acquire`](Self::blocking_try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::blocking_connect(config.lazy())?;
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// let d = limiter.blocking_try_acquire_for("alice", 1, Duration::from_millis(10))?;
+    /// assert!(!d.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_try_acquire_for(
+        &self,
+        key: &str,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Decision, RequestError> {
+        self.backend
+            .block_on(self.try_acquire_for(key, n, timeout))?
+    }
+
+    /// One decision, giving up at `deadline`.
+    async fn outcome_by(
+        &self,
+        key: &str,
+        n: u32,
+        deadline: Instant,
+    ) -> Result<Outcome, RequestError> {
         self.algorithm.check_permits(n)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RequestError::Runtime(
+                "RedisLimiter's async calls need a tokio runtime: call them inside one, or use \
+                 the blocking_* forms",
+            ));
+        }
         let reply = self
             .backend
             .eval(
                 self.algorithm.script(),
-                self.redis_keys(key),
+                &self.redis_keys(key),
                 self.algorithm.args(n),
+                deadline,
             )
             .await;
         Ok(self.outcome(key, n, reply))
     }
 
     fn outcome(&self, key: &str, n: u32, reply: Result<Vec<i64>, BackendError>) -> Outcome {
-        match reply.and_then(|r| decision_from_reply(&r)) {
+        match reply.and_then(|r| decision_from_reply(&r, self.backend.server())) {
             Ok(decision) => Outcome::from_backend(decision),
             Err(error) => self.failures.decide(key, n, error),
         }
     }
 }
 
-/// Reads a script's reply `{allowed, limit, remaining, retry_after_us, reset_after_us}`.
-fn decision_from_reply(reply: &[i64]) -> Result<Decision, BackendError> {
-    let &[allowed, limit, remaining, retry_us, reset_us] = reply else {
-        return Err(BackendError::failed(std::io::Error::other(format!(
-            "unexpected reply from a floodgate script: {reply:?}"
-        ))));
+/// Far enough ahead to stand for "no deadline" without overflowing `Instant`.
+fn far_future() -> Instant {
+    Instant::now() + crate::backend::MAX_TIMEOUT
+}
+
+/// Reads a script's reply `{allowed, limit, remaining, retry_after_us, reset_after_us, now_us}`
+/// (`now_us` is read by the backend).
+fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decision, BackendError> {
+    let &[allowed, limit, remaining, retry_us, reset_us, _now] = reply else {
+        return Err(BackendError::at(
+            FailureKind::Protocol,
+            server,
+            std::io::Error::other(format!(
+                "unexpected reply from a floodgate script: {reply:?}"
+            )),
+        ));
     };
     let count = |v: i64| u64::try_from(v).unwrap_or(0);
     let nanos = |us: i64| count(us).saturating_mul(1_000);
@@ -472,14 +576,18 @@ mod tests {
 
     #[test]
     fn replies_become_decisions() {
-        let allow = decision_from_reply(&[1, 10, 7, 0, 2_000]).unwrap();
+        let allow = decision_from_reply(&[1, 10, 7, 0, 2_000, 9], "s").unwrap();
         assert_eq!(allow, Decision::allow(10, 7, 2_000_000));
-        let deny = decision_from_reply(&[0, 10, 0, 1_500, 3_000]).unwrap();
+        let deny = decision_from_reply(&[0, 10, 0, 1_500, 3_000, 9], "s").unwrap();
         assert_eq!(deny, Decision::deny(10, 0, 1_500_000, 3_000_000));
-        assert!(decision_from_reply(&[1, 2, 3]).is_err());
+        let short = decision_from_reply(&[1, 2, 3], "redis://h:1").unwrap_err();
+        assert_eq!(short.kind(), FailureKind::Protocol);
+        assert!(short.to_string().contains("redis://h:1"), "{short}");
         // A negative field (never sent by the scripts) reads as zero rather than wrapping.
         assert_eq!(
-            decision_from_reply(&[1, 5, -1, 0, -7]).unwrap().remaining(),
+            decision_from_reply(&[1, 5, -1, 0, -7, 9], "s")
+                .unwrap()
+                .remaining(),
             0
         );
     }

@@ -27,12 +27,17 @@
 //! each script touches one slot and the same code runs unchanged on a Redis Cluster
 //! ([`RedisConfig::cluster`]).
 //!
-//! Calls are sync ([`RedisLimiter::try_acquire`]) or async ([`RedisLimiter::try_acquire_async`],
-//! any executor). All callers of one [`RedisBackend`] share one multiplexed connection per node.
-//! When Redis does not answer within the timeout, the limiter's
-//! [`FailurePolicy`](crate::backend::FailurePolicy) decides (fail open, fail closed, or a local
-//! limiter with a share of the limit), counts the failure, and reports it to callers that use
-//! [`RedisLimiter::try_acquire_outcome`].
+//! Calls are async and run on the caller's tokio runtime ([`RedisLimiter::try_acquire`],
+//! [`acquire`](RedisLimiter::acquire), [`try_acquire_for`](RedisLimiter::try_acquire_for),
+//! [`try_acquire_outcome`](RedisLimiter::try_acquire_outcome)); the sync forms are `blocking_*`
+//! (tokio's naming) on a backend made by [`RedisBackend::blocking_connect`]. All callers of one
+//! [`RedisBackend`] share one multiplexed connection per node, which pipelines their requests.
+//! Each request carries a deadline on the server's clock and the script refuses it, taking
+//! nothing, once that is past (see [`RedisBackend`]). When Redis does not answer within the
+//! timeout, the limiter's [`FailurePolicy`](crate::backend::FailurePolicy) decides (fail open,
+//! fail closed, or a local limiter with a share of the limit), counts the failure, and reports
+//! it, classified ([`FailureKind`](crate::backend::FailureKind)) and naming the server, to
+//! callers that use [`RedisLimiter::try_acquire_outcome`].
 //!
 //! ```no_run
 //! use floodgate::backend::FailurePolicy;
@@ -40,21 +45,25 @@
 //! use floodgate::{Gcra, Rate};
 //! use std::time::Duration;
 //!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Eager: a wrong address or a closed port fails here, naming the server.
 //! let backend = RedisBackend::connect(
 //!     RedisConfig::single("redis://127.0.0.1:6379").timeout(Duration::from_millis(50)),
-//! )?;
+//! )
+//! .await?;
 //! let limiter = RedisLimiter::new(
 //!     &backend,
 //!     "api",
 //!     Gcra::new(Rate::per_second(10), 20)?,
 //!     FailurePolicy::FailOpen,
 //! )?;
-//! let outcome = limiter.try_acquire_outcome("tenant-7", 1)?;
+//! let outcome = limiter.try_acquire_outcome("tenant-7", 1).await?;
 //! if let Some(error) = outcome.failure() {
-//!     eprintln!("redis unavailable, decided by policy: {error}");
+//!     eprintln!("redis unavailable ({}), decided by policy: {error}", error.kind());
 //! }
 //! assert!(outcome.decision().limit() == 20);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # Ok(()) }
 //! ```
 
 mod connection;

@@ -2,7 +2,9 @@
 -- time in us; a request is admitted if the entries of the last `window` us plus n fit the limit.
 -- A denial adds nothing (it writes only to repair a log found without a TTL).
 -- KEYS[1] sorted set, KEYS[2] sequence counter (unique member names). ARGV: limit, window in us, n.
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+-- ARGV[5]: deadline in us on the server's clock (0: none).
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
+-- the deadline, nothing changed.
 local log = KEYS[1]
 local seq = KEYS[2]
 local limit = tonumber(ARGV[1])
@@ -13,6 +15,9 @@ local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local deadline = tonumber(ARGV[5])
+-- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
+if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 local since = '(' .. int(now - window)
 local count = redis.call('ZCOUNT', log, since, '+inf')
 
@@ -33,7 +38,7 @@ if count + n <= limit then
   local window_ms = int(window / 1000)
   redis.call('PEXPIRE', log, window_ms)
   redis.call('PEXPIRE', seq, window_ms)
-  return {1, limit, limit - count - n, 0, window}
+  return {1, limit, limit - count - n, 0, window, now}
 end
 
 -- Denied: wait until the entry that must leave for n to fit is out of the window.
@@ -53,4 +58,4 @@ end
 if redis.call('PTTL', seq) == -1 then redis.call('PEXPIRE', seq, int(window / 1000)) end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
-return {0, limit, remaining, retry, reset}
+return {0, limit, remaining, retry, reset, now}

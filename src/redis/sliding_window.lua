@@ -2,7 +2,9 @@
 -- `cell` us each, aligned to the server's clock; a request counts against the current cell and
 -- the `cells - 1` before it. All cells of one limiter key live in one hash (field = cell index).
 -- KEYS[1] hash. ARGV: limit, cell length in us, cells per window, n.
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us}.
+-- ARGV[5]: deadline in us on the server's clock (0: none).
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
+-- the deadline, nothing changed.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local cell = tonumber(ARGV[2])
@@ -13,6 +15,9 @@ local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local deadline = tonumber(ARGV[5])
+-- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
+if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 local current = math.floor(now / cell)
 if current * cell > now then current = current - 1 elseif (current + 1) * cell <= now then current = current + 1 end
 local oldest = current - cells + 1
@@ -47,7 +52,7 @@ if count + n <= limit then
     redis.call('HDEL', key, unpack(expired, i, math.min(i + 999, #expired)))
   end
   redis.call('PEXPIREAT', key, int((newest + cells) * cell / 1000))
-  return {1, limit, limit - count - n, 0, leaves(newest)}
+  return {1, limit, limit - count - n, 0, leaves(newest), now}
 end
 
 -- Denied: the wait is until enough of the oldest cells have left the window.
@@ -69,4 +74,4 @@ if redis.call('PTTL', key) == -1 then
 end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
-return {0, limit, remaining, retry, reset}
+return {0, limit, remaining, retry, reset, now}

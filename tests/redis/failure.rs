@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use floodgate::FixedWindow;
-use floodgate::backend::FailurePolicy;
+use floodgate::backend::{FailureKind, FailurePolicy};
 use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 
 use super::server::RedisServer;
@@ -33,7 +33,7 @@ fn limiter(backend: &RedisBackend, policy: FailurePolicy) -> RedisLimiter<FixedW
 fn until_redis_answers(limiter: &RedisLimiter<FixedWindow>, key: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let outcome = limiter.try_acquire_outcome(key, 1).unwrap();
+        let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
         if outcome.failure().is_none() {
             return;
         }
@@ -49,13 +49,19 @@ fn until_redis_answers(limiter: &RedisLimiter<FixedWindow>, key: &str) {
 #[test]
 fn server_killed_mid_run_and_restarted_the_policy_holds() {
     let mut server = RedisServer::start();
-    let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(SHORT)).unwrap();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(SHORT)).unwrap();
     let open = limiter(&backend, FailurePolicy::FailOpen);
     let closed = limiter(&backend, FailurePolicy::FailClosed);
     let fallback = limiter(&backend, FailurePolicy::local_fallback(0.5).unwrap());
     for l in [&open, &closed, &fallback] {
         until_redis_answers(l, "warm-up");
-        assert!(l.try_acquire_outcome("k", 1).unwrap().failure().is_none());
+        assert!(
+            l.blocking_try_acquire_outcome("k", 1)
+                .unwrap()
+                .failure()
+                .is_none()
+        );
     }
     let before = [open.failures(), closed.failures(), fallback.failures()];
     assert!(before.iter().all(|c| c.total() == 0));
@@ -63,7 +69,7 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
     server.kill();
     let timed = |l: &RedisLimiter<FixedWindow>| {
         let started = Instant::now();
-        let outcome = l.try_acquire_outcome("k", 1).unwrap();
+        let outcome = l.blocking_try_acquire_outcome("k", 1).unwrap();
         assert!(
             started.elapsed() < CALL_BOUND,
             "took {:?}",
@@ -91,7 +97,7 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
     }
     // Redis decides again (its data is gone: no persistence), exactly.
     let admitted = (0..20).filter(|_| {
-        let outcome = closed.try_acquire_outcome("fresh", 1).unwrap();
+        let outcome = closed.blocking_try_acquire_outcome("fresh", 1).unwrap();
         assert!(outcome.failure().is_none());
         outcome.decision().is_allowed()
     });
@@ -99,29 +105,54 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
 }
 
 #[test]
-fn a_server_that_is_not_there_is_decided_by_the_policy_within_the_timeout() {
+fn a_server_that_is_not_there_fails_at_connect_or_lazily_by_the_policy() {
     // A port nobody listens on (bound, then released).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let backend = RedisBackend::connect(
-        RedisConfig::single(format!("redis://127.0.0.1:{port}")).timeout(SHORT),
-    )
-    .unwrap();
-    let closed = limiter(&backend, FailurePolicy::FailClosed);
+    let url = format!("redis://127.0.0.1:{port}");
+    // Eager (the default): refused at startup, classified, naming the server.
+    let refused =
+        RedisBackend::blocking_connect(RedisConfig::single(&url).timeout(SHORT)).unwrap_err();
+    assert_eq!(refused.kind(), FailureKind::Refused, "{refused}");
+    assert_eq!(refused.server_address(), Some(url.as_str()));
+    assert!(
+        refused
+            .to_string()
+            .starts_with(&format!("connection refused at {url}")),
+        "{refused}"
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    let refused = runtime
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(&url).timeout(SHORT),
+        ))
+        .unwrap_err();
+    assert_eq!(refused.kind(), FailureKind::Refused, "{refused}");
+
+    // Lazy: every call is decided by the policy within the timeout. Each failure is a refusal,
+    // or a timeout while the connection retries with back-off in the background.
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(&url).timeout(SHORT).lazy()).unwrap();
+    let closed = limiter(&backend, FailurePolicy::FailClosed);
     for _ in 0..5 {
         let started = Instant::now();
-        assert!(!closed.try_acquire("k", 1).unwrap().is_allowed());
+        assert!(!closed.blocking_try_acquire("k", 1).unwrap().is_allowed());
         let outcome = runtime
-            .block_on(closed.try_acquire_outcome_async("k", 1))
+            .block_on(closed.try_acquire_outcome("k", 1))
             .unwrap();
-        assert!(!outcome.decision().is_allowed() && outcome.failure().is_some());
+        assert!(!outcome.decision().is_allowed());
+        let error = outcome.failure().expect("decided by the policy");
+        assert!(
+            [FailureKind::Refused, FailureKind::Timeout].contains(&error.kind()),
+            "{error}"
+        );
+        assert!(error.to_string().contains(&url), "{error}");
         assert!(started.elapsed() < 2 * CALL_BOUND);
     }
     assert_eq!(closed.failures().total(), 10);
@@ -130,18 +161,19 @@ fn a_server_that_is_not_there_is_decided_by_the_policy_within_the_timeout() {
 #[test]
 fn a_script_error_is_counted_and_reported() {
     let server = RedisServer::start();
-    let backend =
-        RedisBackend::connect(RedisConfig::single(server.url()).timeout(super::TIMEOUT)).unwrap();
+    let backend = super::backend(RedisConfig::single(server.url()));
     let open = limiter(&backend, FailurePolicy::FailOpen);
     let key = &open.redis_keys("k")[0];
     server.cli(&["SET", key, "not a number"]);
-    let outcome = open.try_acquire_outcome("k", 1).unwrap();
+    let outcome = open.blocking_try_acquire_outcome("k", 1).unwrap();
     assert!(outcome.decision().is_allowed());
     let error = outcome
         .failure()
-        .expect("the script refuses a key it does not own")
-        .to_string();
+        .expect("the script refuses a key it does not own");
+    assert_eq!(error.kind(), FailureKind::Script);
+    let error = error.to_string();
     assert!(error.contains("does not hold a counter"), "{error}");
+    assert!(error.contains(&server.url()), "{error}");
     assert_eq!(open.failures().errors, 1);
     assert_eq!(open.failures().timeouts, 0);
 }
@@ -149,7 +181,8 @@ fn a_script_error_is_counted_and_reported() {
 #[test]
 fn names_that_would_break_or_share_the_hash_tag_are_refused() {
     // No server needed: the backend connects lazily.
-    let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:1")).unwrap();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:1").lazy()).unwrap();
     let window = || FixedWindow::new(10, Duration::from_secs(60)).unwrap();
     for bad in ["", "a{b", "a}b", "a:b"] {
         let made = RedisLimiter::new(&backend, bad, window(), FailurePolicy::FailClosed);
@@ -218,11 +251,12 @@ fn try_acquire_for_counts_round_trips_against_its_timeout() {
     let silent = SilentServer::start();
     let config = RedisConfig::single(format!("redis://127.0.0.1:{}", silent.port))
         .timeout(Duration::from_millis(200));
-    let backend = RedisBackend::connect(config).unwrap();
+    // Eager connecting would fail (the server never answers): lazy, so calls time out.
+    let backend = RedisBackend::blocking_connect(config.lazy()).unwrap();
     let limiter = limiter(&backend, FailurePolicy::FailClosed);
     let started = Instant::now();
     let decision = limiter
-        .try_acquire_for("k", 1, Duration::from_millis(600))
+        .blocking_try_acquire_for("k", 1, Duration::from_millis(600))
         .unwrap();
     let elapsed = started.elapsed();
     assert!(!decision.is_allowed());
@@ -238,6 +272,6 @@ fn try_acquire_for_counts_round_trips_against_its_timeout() {
 fn backend_timeouts_of_zero_or_past_an_hour_are_refused() {
     for bad in [Duration::ZERO, Duration::from_secs(3601), Duration::MAX] {
         let config = RedisConfig::single("redis://127.0.0.1:1").timeout(bad);
-        assert!(RedisBackend::connect(config).is_err(), "{bad:?}");
+        assert!(RedisBackend::blocking_connect(config).is_err(), "{bad:?}");
     }
 }

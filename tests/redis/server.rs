@@ -138,6 +138,51 @@ impl RedisServer {
         retry_until_started(|| self.spawn());
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the server with `kill(1)`.
+    fn signal(&self, signal: &str) {
+        let pid = self.process.id().expect("server running").to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Resumes a frozen server (SIGCONT): it then runs what queued up meanwhile.
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    /// How many times the server has run `command` (`INFO commandstats`), e.g. `"evalsha"`.
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a count"))
+    }
+
+    /// Waits (polling, bounded by 60 s as a hang guard) until the server has run `command` at
+    /// least `calls` times.
+    pub fn wait_for_calls(&self, command: &str, calls: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.calls(command) < calls {
+            assert!(
+                Instant::now() < deadline,
+                "{command} ran {} times, expected {calls}",
+                self.calls(command)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Runs `redis-cli -p port ARGS…` and returns its trimmed stdout.
     pub fn cli(&self, args: &[&str]) -> String {
         let output = Command::new("redis-cli")

@@ -5,7 +5,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::redis::RedisConfig;
+use floodgate::backend::RequestError;
+use floodgate::redis::{RedisBackend, RedisConfig};
 use floodgate::{AcquireError, FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow};
 
 use super::server::RedisServer;
@@ -79,7 +80,7 @@ fn async_tasks_admit_exactly_the_limit() {
                 tokio::spawn(async move {
                     let mut admitted = 0;
                     for _ in 0..8 {
-                        let outcome = limiter.try_acquire_outcome_async("k", 1).await.unwrap();
+                        let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
                         assert!(outcome.failure().is_none());
                         admitted += usize::from(outcome.decision().is_allowed());
                     }
@@ -173,42 +174,42 @@ fn decisions_carry_the_same_fields_as_the_local_limiters() {
 
     // Fixed window: remaining counts down, a denial waits for the window's end.
     let fw = limiter(&b, "fields", FixedWindow::new(5, minute).unwrap());
-    let d = fw.try_acquire("k", 2).unwrap();
+    let d = fw.blocking_try_acquire("k", 2).unwrap();
     assert!(d.is_allowed() && d.limit() == 5 && d.remaining() == 3);
     assert!(d.retry_after().is_zero() && d.reset_after() <= minute && !d.reset_after().is_zero());
-    assert_eq!(fw.try_acquire("k", 3).unwrap().remaining(), 0);
-    let denied = fw.try_acquire("k", 1).unwrap();
+    assert_eq!(fw.blocking_try_acquire("k", 3).unwrap().remaining(), 0);
+    let denied = fw.blocking_try_acquire("k", 1).unwrap();
     assert!(!denied.is_allowed() && denied.remaining() == 0);
     assert!(denied.retry_after() <= minute && !denied.retry_after().is_zero());
     assert_eq!(denied.retry_after(), denied.reset_after());
     assert_eq!(
-        fw.try_acquire("k", 6).unwrap_err(),
-        AcquireError::ExceedsCapacity {
+        fw.blocking_try_acquire("k", 6).unwrap_err(),
+        RequestError::Permits(AcquireError::ExceedsCapacity {
             requested: 6,
             capacity: 5
-        }
+        })
     );
     assert_eq!(
-        fw.try_acquire("k", 0).unwrap_err(),
-        AcquireError::ZeroPermits
+        fw.blocking_try_acquire("k", 0).unwrap_err(),
+        RequestError::Permits(AcquireError::ZeroPermits)
     );
 
     // GCRA: 1 per second, burst 3. After the burst, the next permit is at most 1 s away.
     let gcra = limiter(&b, "fields", Gcra::new(Rate::per_second(1), 3).unwrap());
-    let d = gcra.try_acquire("k", 3).unwrap();
+    let d = gcra.blocking_try_acquire("k", 3).unwrap();
     assert!(d.is_allowed() && d.remaining() == 0 && d.reset_after() == Duration::from_secs(3));
-    let denied = gcra.try_acquire("k", 2).unwrap();
+    let denied = gcra.blocking_try_acquire("k", 2).unwrap();
     assert!(!denied.is_allowed() && denied.remaining() == 0);
     assert!(!denied.retry_after().is_zero() && denied.retry_after() <= Duration::from_secs(2));
     assert!(!denied.reset_after().is_zero() && denied.reset_after() <= Duration::from_secs(3));
 
     // Sliding log: a denial adds no entry, however often it is repeated.
     let log = limiter(&b, "fields", SlidingLog::new(3, minute).unwrap());
-    assert_eq!(log.try_acquire("k", 2).unwrap().remaining(), 1);
-    let d = log.try_acquire("k", 1).unwrap();
+    assert_eq!(log.blocking_try_acquire("k", 2).unwrap().remaining(), 1);
+    let d = log.blocking_try_acquire("k", 1).unwrap();
     assert!(d.is_allowed() && d.remaining() == 0 && d.reset_after() == minute);
     for n in [1, 2, 3, 1] {
-        let denied = log.try_acquire("k", n).unwrap();
+        let denied = log.blocking_try_acquire("k", n).unwrap();
         assert!(!denied.is_allowed());
         assert!(denied.retry_after() <= minute && denied.reset_after() <= minute);
     }
@@ -216,11 +217,11 @@ fn decisions_carry_the_same_fields_as_the_local_limiters() {
 
     // Sliding window: n > 1 counted in full; remaining is what is left of the window.
     let sw = limiter(&b, "fields", SlidingWindow::new(4, minute, 60).unwrap());
-    assert_eq!(sw.try_acquire("k", 3).unwrap().remaining(), 1);
-    let denied = sw.try_acquire("k", 2).unwrap();
+    assert_eq!(sw.blocking_try_acquire("k", 3).unwrap().remaining(), 1);
+    let denied = sw.blocking_try_acquire("k", 2).unwrap();
     assert!(!denied.is_allowed() && denied.remaining() == 1);
     assert!(denied.retry_after() <= minute && denied.retry_after() > Duration::from_secs(30));
-    assert!(sw.try_acquire("k", 1).unwrap().is_allowed());
+    assert!(sw.blocking_try_acquire("k", 1).unwrap().is_allowed());
 }
 
 #[test]
@@ -279,7 +280,7 @@ fn keys_found_without_a_ttl_are_repaired() {
     );
     let key = &short.redis_keys("stuck")[0];
     server.cli(&["SET", key, "5"]);
-    assert!(!short.try_acquire("stuck", 1).unwrap().is_allowed());
+    assert!(!short.blocking_try_acquire("stuck", 1).unwrap().is_allowed());
     // The repair gave the key a TTL of at most the window. `redis-cli` is a process started
     // after the decision: on a loaded machine the 200 ms may be over before it asks, and then the
     // key is gone (-2), which also proves it had a TTL. -1 (no TTL) is the bug.
@@ -287,7 +288,7 @@ fn keys_found_without_a_ttl_are_repaired() {
     assert!(ttl == -2 || (1..=200).contains(&ttl), "PTTL {ttl}");
     // A hang bound, 50 times the window.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !short.try_acquire("stuck", 1).unwrap().is_allowed() {
+    while !short.blocking_try_acquire("stuck", 1).unwrap().is_allowed() {
         assert!(
             Instant::now() < deadline,
             "the repaired counter never expired"
@@ -328,35 +329,96 @@ fn script_flush_is_survived() {
 }
 
 #[test]
-fn sync_calls_and_drops_inside_an_async_runtime_neither_panic_nor_deadlock() {
+fn blocking_calls_inside_a_runtime_are_refused_and_drops_there_neither_panic_nor_deadlock() {
     let server = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let url = server.url();
+    // Built outside, used and dropped on the runtime's only thread.
+    let backend = backend(RedisConfig::single(server.url()));
+    let limiter = limiter(
+        &backend,
+        "inside",
+        SlidingLog::new(3, Duration::from_secs(60)).unwrap(),
+    );
     let admitted = runtime.block_on(async move {
-        // Built, used through the blocking API, and dropped on the runtime's only thread.
-        let backend = backend(RedisConfig::single(url));
-        let limiter = limiter(
-            &backend,
-            "inside",
-            SlidingLog::new(3, Duration::from_secs(60)).unwrap(),
+        // A blocking call would block the runtime's thread: refused, with a reason.
+        let refused = limiter.blocking_try_acquire("k", 1);
+        assert!(
+            matches!(refused, Err(RequestError::Runtime(_))),
+            "{refused:?}"
         );
-        let admitted = (0..5)
-            .filter(|_| {
-                let outcome = Acquire::try_acquire(&limiter, "k", 1);
-                assert!(outcome.failure().is_none());
-                outcome.decision().is_allowed()
-            })
-            .count();
-        let outcome = limiter.try_acquire_outcome_async("k", 1).await.unwrap();
-        assert!(outcome.failure().is_none() && !outcome.decision().is_allowed());
+        let mut admitted = 0;
+        for _ in 0..5 {
+            let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
+            assert!(outcome.failure().is_none());
+            admitted += usize::from(outcome.decision().is_allowed());
+        }
         drop(limiter);
         drop(backend);
         admitted
     });
     assert_eq!(admitted, 3);
+    // blocking_connect inside a runtime is refused too; connect().await is the way there.
+    let inside = runtime.block_on(async {
+        RedisBackend::blocking_connect(RedisConfig::single(server.url())).map(|_| ())
+    });
+    assert!(inside.is_err());
+}
+
+#[test]
+fn a_backend_connected_on_the_callers_runtime_decides_there() {
+    let server = RedisServer::start();
+    let gcra = || Gcra::new(Rate::per_hour(1), 4).unwrap();
+    // A current-thread runtime: async calls run on it; no other thread can drive it, so the
+    // blocking forms say so instead of hanging.
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = current
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(server.url()).timeout(super::TIMEOUT),
+        ))
+        .unwrap();
+    assert!(
+        backend.server_offset().is_some(),
+        "eager: the clock is read at connect"
+    );
+    let l = limiter(&backend, "callers", gcra());
+    assert!(
+        current
+            .block_on(l.try_acquire("k", 3))
+            .unwrap()
+            .is_allowed()
+    );
+    let refused =
+        std::thread::scope(|s| s.spawn(|| l.blocking_try_acquire("k", 1)).join().unwrap());
+    assert!(
+        matches!(refused, Err(RequestError::Runtime(_))),
+        "{refused:?}"
+    );
+    // A multi-thread runtime: its workers drive the connection, so plain threads may block on it.
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = multi
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(server.url()).timeout(super::TIMEOUT),
+        ))
+        .unwrap();
+    let l = limiter(&backend, "callers", gcra());
+    let from_thread =
+        std::thread::scope(|s| s.spawn(|| l.blocking_try_acquire("k", 1)).join().unwrap());
+    assert_eq!(
+        from_thread.unwrap().remaining(),
+        0,
+        "the same key: 3 + 1 of 4"
+    );
+    assert!(!multi.block_on(l.try_acquire("k", 1)).unwrap().is_allowed());
 }
 
 #[test]
@@ -376,16 +438,16 @@ fn acquire_waits_for_the_shared_window_and_try_acquire_for_respects_its_bound() 
     // nothing. Had it slept the announced wait, the call would last an hour (caught by the hang
     // bound) and then be admitted; the denial itself is the proof, whatever the load.
     let hourly = make("bounded", Duration::from_secs(3600));
-    assert_eq!(hourly.acquire("k", 2).unwrap(), Duration::ZERO);
+    assert_eq!(hourly.blocking_acquire("k", 2).unwrap(), Duration::ZERO);
     let started = Instant::now();
     let denied = hourly
-        .try_acquire_for("k", 1, Duration::from_millis(1))
+        .blocking_try_acquire_for("k", 1, Duration::from_millis(1))
         .unwrap();
     assert!(!denied.is_allowed());
     assert!(denied.retry_after() > Duration::from_secs(3000));
     assert!(started.elapsed() < Duration::from_secs(60), "hung");
     assert!(
-        !hourly.try_acquire("k", 1).unwrap().is_allowed(),
+        !hourly.blocking_try_acquire("k", 1).unwrap().is_allowed(),
         "took nothing, admitted nothing"
     );
 
@@ -394,9 +456,12 @@ fn acquire_waits_for_the_shared_window_and_try_acquire_for_respects_its_bound() 
     // 900 ms passed before the second acquire (always, but on a stalled machine), it had to wait.
     let limiter = make("blocking", Duration::from_secs(1));
     let opened = Instant::now();
-    assert_eq!(limiter.acquire("k", 2).unwrap(), Duration::ZERO);
+    assert_eq!(limiter.blocking_acquire("k", 2).unwrap(), Duration::ZERO);
     let before_second = opened.elapsed();
-    let waited = limiter.acquire("k", 1).unwrap();
+    let asked = Instant::now();
+    let waited = limiter.blocking_acquire("k", 1).unwrap();
+    // The time actually waited, measured: never more than the call took.
+    assert!(waited <= asked.elapsed());
     // At most the window, plus the millisecond steps of Redis's clock: a retry announced in whole
     // ms can land a hair before the window's end and be followed by one more short wait (1.001 s
     // was seen once under load when the second acquire ran in the window's first millisecond).
@@ -408,10 +473,10 @@ fn acquire_waits_for_the_shared_window_and_try_acquire_for_respects_its_bound() 
         assert!(waited > Duration::ZERO, "admitted inside a full window");
     }
     assert_eq!(
-        limiter.acquire("k", 3),
-        Err(AcquireError::ExceedsCapacity {
+        limiter.blocking_acquire("k", 3),
+        Err(RequestError::Permits(AcquireError::ExceedsCapacity {
             requested: 3,
             capacity: 2
-        })
+        }))
     );
 }

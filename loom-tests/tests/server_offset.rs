@@ -1,0 +1,54 @@
+//! loom model of the Redis backend's server-clock offset (`backend::ServerOffset`): samplers
+//! racing their compare-exchange keep the best sample of the newest window, never a torn or
+//! invented value, and a late sampler from an older window never replaces a newer one.
+#![cfg(floodgate_loom)]
+
+use floodgate::loom_internals::ServerOffsetProbe;
+use floodgate_loom_tests::model;
+use loom::sync::Arc;
+use loom::thread;
+
+/// µs in one window of the offset (one client second).
+const SECOND: u64 = 1_000_000;
+const BASE: u64 = 1_700_000_000_000_000;
+
+#[test]
+fn racing_samples_of_one_window_keep_the_best() {
+    model(None, || {
+        let clock = Arc::new(ServerOffsetProbe::default());
+        clock.sample(BASE + 10 - 300, 10);
+        let samplers: Vec<_> = [(BASE + 20 - 50, 20), (BASE + 30 - 90, 30)]
+            .into_iter()
+            .map(|(server, client)| {
+                let clock = clock.clone();
+                thread::spawn(move || clock.sample(server, client))
+            })
+            .collect();
+        // A reader meanwhile sees one of the samples, never anything else.
+        let seen = clock.offset().unwrap();
+        assert!([BASE - 300, BASE - 50, BASE - 90].contains(&seen), "{seen}");
+        for sampler in samplers {
+            sampler.join().unwrap();
+        }
+        assert_eq!(clock.offset(), Some(BASE - 50));
+    });
+}
+
+#[test]
+fn the_newest_window_wins_whatever_the_order() {
+    model(None, || {
+        let clock = Arc::new(ServerOffsetProbe::default());
+        // An excellent sample from second 0, reported late, races a poorer one from second 1.
+        let old = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.sample(BASE + 5, 5))
+        };
+        let new = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.sample(BASE - 2_000 + SECOND, SECOND))
+        };
+        old.join().unwrap();
+        new.join().unwrap();
+        assert_eq!(clock.offset(), Some(BASE - 2_000));
+    });
+}

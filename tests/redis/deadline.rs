@@ -1,0 +1,267 @@
+//! Deadlines on the server's clock: a call that timed out, or a future that was dropped, takes
+//! nothing from the limit when the server only reaches its request after the deadline. The
+//! server is frozen with SIGSTOP; the counts are read from the server itself.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use floodgate::Rate;
+use floodgate::backend::{FailureKind, FailurePolicy};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, Gcra};
+
+use super::server::RedisServer;
+
+/// Short, so the frozen calls give up quickly; generous enough for an idle round trip.
+const SHORT: Duration = Duration::from_millis(300);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The count a fixed-window counter holds (0 when absent).
+fn counter(server: &RedisServer, key: &str) -> u64 {
+    let value = server.cli(&["GET", key]);
+    if value.is_empty() {
+        0
+    } else {
+        value.parse().unwrap()
+    }
+}
+
+#[test]
+fn calls_that_time_out_while_the_server_is_frozen_take_nothing_after_it_resumes() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let backend = runtime
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(server.url()).timeout(SHORT),
+        ))
+        .unwrap();
+    let window = Arc::new(
+        RedisLimiter::new(
+            &backend,
+            "frozen",
+            FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+            FailurePolicy::FailOpen,
+        )
+        .unwrap(),
+    );
+    let gcra = Arc::new(
+        RedisLimiter::new(
+            &backend,
+            "frozen",
+            Gcra::new(Rate::per_hour(1), 1_000).unwrap(),
+            FailurePolicy::FailClosed,
+        )
+        .unwrap(),
+    );
+    // Warm up (loads the scripts): one permit each.
+    runtime.block_on(async {
+        assert!(
+            window
+                .try_acquire_outcome("k", 1)
+                .await
+                .unwrap()
+                .failure()
+                .is_none()
+        );
+        assert!(
+            gcra.try_acquire_outcome("k", 1)
+                .await
+                .unwrap()
+                .failure()
+                .is_none()
+        );
+    });
+    // (A script's first call counts twice: NOSCRIPT, then the call after SCRIPT LOAD.)
+    let ran_before = server.calls("evalsha");
+
+    server.freeze();
+    const CALLS: u64 = 40;
+    let outcomes = runtime.block_on(async {
+        let tasks: Vec<_> = (0..CALLS)
+            .map(|i| {
+                let (window, gcra) = (Arc::clone(&window), Arc::clone(&gcra));
+                tokio::spawn(async move {
+                    if i % 2 == 0 {
+                        window.try_acquire_outcome("k", 1).await.unwrap()
+                    } else {
+                        gcra.try_acquire_outcome("k", 1).await.unwrap()
+                    }
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.unwrap());
+        }
+        outcomes
+    });
+    // Every call gave up (its deadline is behind us now) and the policy decided.
+    for outcome in &outcomes {
+        let error = outcome.failure().expect("the server is frozen");
+        assert_eq!(error.kind(), FailureKind::Timeout, "{error}");
+        assert!(error.to_string().contains(&server.url()), "{error}");
+    }
+    assert_eq!(window.failures().timeouts + gcra.failures().timeouts, CALLS);
+
+    // The requests sat in the server's socket; resumed, it runs them, past their deadlines, and
+    // each refuses without changing anything. The next calls travel on the same socket, behind
+    // them, so their replies come after the server has run every one of them.
+    server.thaw();
+    runtime.block_on(async {
+        let next = window.try_acquire_outcome("k", 1).await.unwrap();
+        assert!(next.failure().is_none(), "{:?}", next.failure());
+        assert_eq!(
+            next.decision().remaining(),
+            1_000 - 2,
+            "only the warm-up was taken"
+        );
+        let next = gcra.try_acquire_outcome("k", 1).await.unwrap();
+        assert!(next.failure().is_none(), "{:?}", next.failure());
+        assert_eq!(
+            next.decision().remaining(),
+            1_000 - 2,
+            "only the warm-up was taken"
+        );
+    });
+    assert_eq!(counter(&server, &window.redis_keys("k")[0]), 2);
+    // The late requests did reach the server (redis-rs skips only those whose caller gave up
+    // before its connection task took them, which a 300 ms freeze leaves no time for).
+    let ran = server.calls("evalsha") - ran_before;
+    assert!(ran > 2, "no late request ran: {ran}");
+}
+
+/// Waits, letting the runtime run, until the server has run `command` `calls` times (60 s bound
+/// against a hang).
+async fn ran(server: &RedisServer, command: &str, calls: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while server.calls(command) < calls {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{command} never ran {calls} times"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[test]
+fn dropped_futures_send_nothing_unpolled_and_take_nothing_past_their_deadline() {
+    // One thread: the connection's task runs only when the test's task waits, so a first poll
+    // only queues the request (it cannot also be answered within that poll).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    runtime.block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(SHORT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = RedisLimiter::new(
+            &backend,
+            "dropped",
+            FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+            FailurePolicy::FailClosed,
+        )
+        .unwrap();
+        let key = &limiter.redis_keys("k")[0];
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+        let base = server.calls("evalsha");
+        let mut context = Context::from_waker(Waker::noop());
+
+        // 1. Dropped before its first poll: nothing is sent. The next call is the server's next.
+        drop(limiter.try_acquire("k", 1));
+        assert_eq!(
+            limiter.try_acquire("k", 1).await.unwrap().remaining(),
+            1_000 - 2
+        );
+        assert_eq!(
+            server.calls("evalsha"),
+            base + 1,
+            "the unpolled future sent nothing"
+        );
+
+        // 2. Polled once, then dropped before the connection's task took the request: redis-rs
+        //    skips it; nothing is sent.
+        {
+            let mut call = pin!(limiter.try_acquire("k", 1));
+            assert!(call.as_mut().poll(&mut context).is_pending());
+        }
+        assert_eq!(
+            limiter.try_acquire("k", 1).await.unwrap().remaining(),
+            1_000 - 3
+        );
+        assert_eq!(
+            server.calls("evalsha"),
+            base + 2,
+            "the dropped request was not sent"
+        );
+
+        // 3. Sent and run by the server, dropped before its reply is read: the permit is
+        //    consumed though nobody receives it (documented).
+        {
+            let mut call = pin!(limiter.try_acquire("k", 1));
+            assert!(call.as_mut().poll(&mut context).is_pending());
+            ran(&server, "evalsha", base + 3).await;
+        }
+        assert_eq!(counter(&server, key), 4, "consumed, handed to no one");
+
+        // 4. Sent to a frozen server and dropped past its deadline: the resumed server runs it,
+        //    refuses it, and takes nothing.
+        server.freeze();
+        {
+            let mut call = pin!(limiter.try_acquire("k", 1));
+            assert!(call.as_mut().poll(&mut context).is_pending());
+            // The connection's task writes it meanwhile; we wait out the call's deadline (set
+            // at its first poll) on this process's clock.
+            tokio::time::sleep(SHORT).await;
+        }
+        server.thaw();
+        ran(&server, "evalsha", base + 4).await;
+        assert_eq!(counter(&server, key), 4, "the late request took nothing");
+        assert_eq!(
+            limiter.try_acquire("k", 1).await.unwrap().remaining(),
+            1_000 - 5
+        );
+        assert_eq!(
+            limiter.failures().total(),
+            0,
+            "a dropped call is no failure"
+        );
+    });
+}
+
+#[test]
+fn the_server_clock_offset_is_learnt_at_connect_within_the_connect_time() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let before = server.time_micros();
+    let started = std::time::Instant::now();
+    let backend = runtime
+        .block_on(RedisBackend::connect(RedisConfig::single(server.url())))
+        .unwrap();
+    let connecting = u64::try_from(started.elapsed().as_micros()).unwrap();
+    let after = server.time_micros();
+    // offset = server time − client time since the backend was made, from a `TIME` read during
+    // connect: the server read at least `before`, and the client side is at most the time
+    // connecting took; the server read at most `after`, and the client side is at least 0.
+    let offset = u64::try_from(
+        backend
+            .server_offset()
+            .expect("read at connect")
+            .as_micros(),
+    )
+    .unwrap();
+    assert!(offset <= after, "{offset} > {after}");
+    assert!(
+        offset >= before - connecting,
+        "{offset} < {before} − {connecting}"
+    );
+}
