@@ -1,4 +1,4 @@
-//! Geometry shared by the ring-based window structures ([`RollingCounter`](super::RollingCounter)
+//! Geometry shared by the ring-based window structures ([`RollingCounter`](crate::stats::RollingCounter)
 //! and [`SlidingWindow`](super::SlidingWindow)): a window of `cells` equal cells, kept in a ring of
 //! `cells + future` slots.
 //!
