@@ -34,42 +34,30 @@ pub trait KeyedLimiter<K>: Send + Sync + 'static {
     fn clock(&self) -> &dyn Clock;
 }
 
-impl<K, A, C> KeyedLimiter<K> for Keyed<K, A, C>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: Algorithm,
-    C: Clock,
-{
-    #[inline]
-    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
-        Keyed::try_acquire(self, key, n)
-    }
+/// Implements [`KeyedLimiter`] for a keyed map type by its inherent methods.
+macro_rules! keyed_limiter {
+    ($ty:ident) => {
+        impl<K, A, C> KeyedLimiter<K> for $ty<K, A, C>
+        where
+            K: Hash + Eq + Clone + Send + Sync + 'static,
+            A: Algorithm,
+            C: Clock,
+        {
+            #[inline]
+            fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
+                $ty::try_acquire(self, key, n)
+            }
 
-    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
-        self.algorithm().check_permits(n)
-    }
+            fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
+                self.algorithm().check_permits(n)
+            }
 
-    fn clock(&self) -> &dyn Clock {
-        Keyed::<K, A, C>::clock(self)
-    }
+            fn clock(&self) -> &dyn Clock {
+                $ty::<K, A, C>::clock(self)
+            }
+        }
+    };
 }
 
-impl<K, A, C> KeyedLimiter<K> for PenalizedKeyed<K, A, C>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: Algorithm,
-    C: Clock,
-{
-    #[inline]
-    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
-        PenalizedKeyed::try_acquire(self, key, n)
-    }
-
-    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
-        self.algorithm().check_permits(n)
-    }
-
-    fn clock(&self) -> &dyn Clock {
-        PenalizedKeyed::<K, A, C>::clock(self)
-    }
-}
+keyed_limiter!(Keyed);
+keyed_limiter!(PenalizedKeyed);
