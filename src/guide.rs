@@ -301,10 +301,10 @@
 //! [`RateLimitLayer::per_ip`]: crate::middleware::RateLimitLayer::per_ip
 //! [`RateLimitLayer::with_key`]: crate::middleware::RateLimitLayer::with_key
 //! [`RateLimitLayer::shape`]: crate::middleware::RateLimitLayer::shape
-//! [`RateLimitLayer::header_style`]: crate::middleware::RateLimitLayer::header_style
-//! [`RateLimitLayer::skip_method`]: crate::middleware::RateLimitLayer::skip_method
-//! [`RateLimitLayer::skip_path`]: crate::middleware::RateLimitLayer::skip_path
-//! [`RateLimitLayer::denial_body`]: crate::middleware::RateLimitLayer::denial_body
+//! [`RateLimitLayer::header_style`]: crate::middleware::LayerSettings::header_style
+//! [`RateLimitLayer::skip_method`]: crate::middleware::LayerSettings::skip_method
+//! [`RateLimitLayer::skip_path`]: crate::middleware::LayerSettings::skip_path
+//! [`RateLimitLayer::denial_body`]: crate::middleware::LayerSettings::denial_body
 //! [`RateLimitLayer::limiter`]: crate::middleware::RateLimitLayer::limiter
 //! [`Policy`]: crate::middleware::Policy
 //! [`KeyFn`]: crate::middleware::KeyFn

@@ -20,10 +20,10 @@ use crate::keyed::IpKey;
 ///
 /// | situation | response |
 /// |---|---|
-/// | a permit is free | the inner response, plus the fields (see [`headers_on_allowed`](Self::headers_on_allowed)) |
+/// | a permit is free | the inner response, plus the fields (see [`headers_on_allowed`](super::LayerSettings::headers_on_allowed)) |
 /// | none free | `503` ([`TEMPORARY_REDUCED_CAPACITY`](super::TEMPORARY_REDUCED_CAPACITY) problem; or `429`, see [`status`](Self::status)), `Retry-After`, the fields |
 /// | none free, global layer with [`queue`](Self::queue), fewer than its bound waiting | waits in FIFO order for a permit, then as allowed |
-/// | skipped ([`skip_method`](Self::skip_method), [`skip_path`](Self::skip_path)) | the inner response, untouched, no permit taken |
+/// | skipped ([`skip_method`](super::LayerSettings::skip_method), [`skip_path`](super::LayerSettings::skip_path)) | the inner response, untouched, no permit taken |
 /// | per key, no key | a bare `500` or unlimited, as [`on_missing_key`](Self::on_missing_key) says |
 ///
 /// **How long a request holds its permit**: from admission until its **response body has

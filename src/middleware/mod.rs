@@ -1,5 +1,5 @@
 //! HTTP middleware (feature `tower`): a tower [`Layer`](tower::Layer) that limits requests per
-//! key with a [`Keyed`] limiter — per client IP by default — and answers a denied request with
+//! key with a [`Keyed`](crate::Keyed) limiter — per client IP by default — and answers a denied request with
 //! `429 Too Many Requests`, `Retry-After`, an RFC 9457 problem body, and the `RateLimit-Policy`
 //! / `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-11 (also on allowed responses
 //! unless turned off). It can instead delay (shape) a request whose wait is short, up to a bound.
