@@ -270,3 +270,45 @@ mod internal_examples {
         assert!(check_permits(4, 3).is_err());
     }
 }
+
+/// The shared window check: a window must be longer than zero and at most `u64::MAX`
+/// nanoseconds (584 years); the error names the setting and the value given.
+pub(crate) fn window_nanos(what: &'static str, window: Duration) -> Result<u64, ConfigError> {
+    if window.is_zero() {
+        return Err(ConfigError::ZeroPeriod);
+    }
+    u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOutOfRange {
+        what,
+        value: window,
+        min: Duration::from_nanos(1),
+        max: Duration::from_nanos(u64::MAX),
+    })
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    #[test]
+    fn a_window_past_u64_nanoseconds_names_the_range_and_the_value() {
+        assert_eq!(window_nanos("w", Duration::from_secs(3)), Ok(3_000_000_000));
+        assert_eq!(
+            window_nanos("w", Duration::ZERO),
+            Err(ConfigError::ZeroPeriod)
+        );
+        let err = window_nanos("fixed window", Duration::MAX).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::DurationOutOfRange {
+                what: "fixed window",
+                value: Duration::MAX,
+                min: Duration::from_nanos(1),
+                max: Duration::from_nanos(u64::MAX),
+            }
+        );
+        assert!(
+            err.to_string().starts_with("fixed window must be within"),
+            "{err}"
+        );
+    }
+}

@@ -5,8 +5,8 @@
 mod error;
 mod rate;
 
-pub(crate) use error::check_permits;
 pub use error::{AcquireError, ConfigError, validate_limit};
+pub(crate) use error::{check_permits, window_nanos};
 pub use rate::{MAX_RATE_ROUNDING_PER_MILLE, Rate};
 
 use std::fmt;

@@ -221,7 +221,7 @@ impl RollingCounter<QuantaClock> {
     /// with `max(1, cells / 4)` future cells.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOverflow`], and
+    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOutOfRange`], and
     /// [`ConfigError::Invalid`] for zero cells or series, a window that does not divide into
     /// whole-nanosecond cells, more than 65,536 slots or more than 2^24 words in all.
     ///
