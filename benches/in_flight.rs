@@ -102,7 +102,7 @@ fn pairs(c: &mut Criterion) {
 
 #[cfg(feature = "tower")]
 fn layers(c: &mut Criterion) {
-    use floodgate::middleware::InFlightLayer;
+    use floodgate::middleware::{InFlightLayer, LayerSettings};
     use tower::Layer;
     use tower::limit::ConcurrencyLimitLayer;
 

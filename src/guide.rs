@@ -68,7 +68,7 @@
 //! ```
 //! # #[cfg(feature = "tower")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use floodgate::middleware::{ClientIp, ProxyHeader, RateLimitLayer};
+//! use floodgate::middleware::{ClientIp, LayerSettings, ProxyHeader, RateLimitLayer};
 //! use floodgate::{FixedWindow, IpKey, Keyed};
 //! let per_ip: Keyed<IpKey, _> = Keyed::new(FixedWindow::new(60, std::time::Duration::from_secs(60))?, 100_000)?;
 //! let behind_nginx = ClientIp::default().behind_proxies(ProxyHeader::XForwardedFor, 1)?; // one proxy
@@ -241,7 +241,7 @@
 //! ```
 //! # #[cfg(feature = "axum")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use floodgate::middleware::{HeaderStyle, RateLimitLayer};
+//! use floodgate::middleware::{HeaderStyle, LayerSettings, RateLimitLayer};
 //! use floodgate::{Gcra, Keyed, Rate};
 //! let per_ip = Keyed::new(Gcra::new(Rate::new(1, std::time::Duration::from_secs(2)), 5)?, 100_000)?;
 //! let layer = RateLimitLayer::per_ip(per_ip).header_style(HeaderStyle::XRateLimit);
@@ -301,10 +301,10 @@
 //! [`RateLimitLayer::per_ip`]: crate::middleware::RateLimitLayer::per_ip
 //! [`RateLimitLayer::with_key`]: crate::middleware::RateLimitLayer::with_key
 //! [`RateLimitLayer::shape`]: crate::middleware::RateLimitLayer::shape
-//! [`RateLimitLayer::header_style`]: crate::middleware::RateLimitLayer::header_style
-//! [`RateLimitLayer::skip_method`]: crate::middleware::RateLimitLayer::skip_method
-//! [`RateLimitLayer::skip_path`]: crate::middleware::RateLimitLayer::skip_path
-//! [`RateLimitLayer::denial_body`]: crate::middleware::RateLimitLayer::denial_body
+//! [`RateLimitLayer::header_style`]: crate::middleware::LayerSettings::header_style
+//! [`RateLimitLayer::skip_method`]: crate::middleware::LayerSettings::skip_method
+//! [`RateLimitLayer::skip_path`]: crate::middleware::LayerSettings::skip_path
+//! [`RateLimitLayer::denial_body`]: crate::middleware::LayerSettings::denial_body
 //! [`RateLimitLayer::limiter`]: crate::middleware::RateLimitLayer::limiter
 //! [`Policy`]: crate::middleware::Policy
 //! [`KeyFn`]: crate::middleware::KeyFn

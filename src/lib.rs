@@ -74,12 +74,13 @@ pub(crate) mod packed;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 pub mod sharded;
+pub mod stats;
 mod sync;
 
 #[cfg(not(floodgate_loom))]
 pub use algorithms::Maintenance;
+pub use algorithms::PackedSlidingWindow;
 pub use algorithms::{Anchor, FixedWindow, Gcra, IntoLimiter, LeakyBucket, TokenBucket};
-pub use algorithms::{NoSuchSeries, PackedSlidingWindow, RollingCounter};
 pub use algorithms::{SlidingLog, SlidingLogLimiter, SlidingWindow, SlidingWindowLimiter};
 pub use algorithms::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
 #[cfg(feature = "tokio")]

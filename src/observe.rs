@@ -20,8 +20,8 @@
 //!
 //! In the HTTP layer `limiter` is the layer's [`Policy`](crate::middleware::Policy) name; for
 //! Redis and memcached it is the limiter's name. Skipped requests
-//! ([`skip_method`](crate::middleware::RateLimitLayer::skip_method),
-//! [`skip_path`](crate::middleware::RateLimitLayer::skip_path)) are not counted.
+//! ([`skip_method`](crate::middleware::LayerSettings::skip_method),
+//! [`skip_path`](crate::middleware::LayerSettings::skip_path)) are not counted.
 //!
 //! A keyed map keeps its counts under its shard locks and has no name, so it is not recorded
 //! on every request: record it where you read it, typically when metrics are scraped, with

@@ -147,7 +147,12 @@ fn config_errors() {
     );
     assert_eq!(
         FixedWindow::new(1, Duration::MAX).unwrap_err(),
-        ConfigError::DurationOverflow
+        ConfigError::DurationOutOfRange {
+            what: "fixed window",
+            value: Duration::MAX,
+            min: Duration::from_nanos(1),
+            max: Duration::from_nanos(u64::MAX),
+        }
     );
     assert!(matches!(
         FixedWindow::aligned(u32::MAX, w).unwrap_err(),

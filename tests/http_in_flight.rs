@@ -17,7 +17,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use floodgate::concurrency::{InFlight, KeyedInFlight};
 use floodgate::middleware::{
-    HeaderStyle, InFlightLayer, MissingKey, Policy, RateLimitLayer, TEMPORARY_REDUCED_CAPACITY,
+    HeaderStyle, InFlightLayer, LayerSettings, MissingKey, Policy, RateLimitLayer,
+    TEMPORARY_REDUCED_CAPACITY,
 };
 use floodgate::{ConfigError, FixedWindow, IpKeyer, Keyed, ManualClock};
 use http::{Request, Response, StatusCode};

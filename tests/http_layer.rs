@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate::middleware::{
-    ClientIp, Denial, DenialBody, HeaderStyle, KeyFn, MissingKey, Policy, ProxyHeader,
-    RateLimitLayer,
+    ClientIp, Denial, DenialBody, HeaderStyle, KeyFn, LayerSettings, MissingKey, Policy,
+    ProxyHeader, RateLimitLayer,
 };
 use floodgate::{
     FixedWindow, Gcra, IpKey, IpKeyer, Keyed, LeakyBucket, ManualClock, PackedSlidingWindow,

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floodgate::keyed::WhenFull;
-use floodgate::middleware::{KeyFn, MissingKey, Policy, RateLimitLayer};
+use floodgate::middleware::{KeyFn, LayerSettings, MissingKey, Policy, RateLimitLayer};
 use floodgate::{FixedWindow, Keyed, ManualClock, TokioClock};
 use http::{Method, Request, Response};
 use http_body_util::Empty;

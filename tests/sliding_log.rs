@@ -210,7 +210,12 @@ fn bad_input_is_a_clear_error() {
     );
     assert_eq!(
         SlidingLogLimiter::with_clock(1, Duration::MAX, clock()).unwrap_err(),
-        ConfigError::DurationOverflow
+        ConfigError::DurationOutOfRange {
+            what: "sliding log window",
+            value: Duration::MAX,
+            min: Duration::from_nanos(1),
+            max: Duration::from_nanos(u64::MAX),
+        }
     );
     let log = SlidingLogLimiter::with_clock(3, second, clock()).unwrap();
     assert_eq!(log.try_acquire(0).unwrap_err(), AcquireError::ZeroPermits);

@@ -11,9 +11,10 @@ use std::thread;
 use std::time::Duration;
 
 use floodgate::clock::MAX_CLOCK_LAG_NANOS;
+use floodgate::stats::RollingCounter;
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, ConfigError, Decision, FixedWindow, Limiter, Maintenance,
-    ManualClock, PackedSlidingWindow, RollingCounter, SlidingWindow, SlidingWindowLimiter,
+    ManualClock, PackedSlidingWindow, SlidingWindow, SlidingWindowLimiter,
 };
 use gated_clock::GatedClock;
 

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use floodgate::stats::RollingCounter;
 use floodgate::{
-    AtomicLimiter, Clock, Decision, Limiter, ManualClock, PackedSlidingWindow, RollingCounter,
-    SlidingWindowLimiter,
+    AtomicLimiter, Clock, Decision, Limiter, ManualClock, PackedSlidingWindow, SlidingWindowLimiter,
 };
 use proptest::prelude::*;
 

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use floodgate::{Decision, Limiter, ManualClock, RollingCounter, SlidingWindowLimiter};
+use floodgate::stats::RollingCounter;
+use floodgate::{Decision, Limiter, ManualClock, SlidingWindowLimiter};
 use loom::sync::Arc;
 use loom::thread;
 

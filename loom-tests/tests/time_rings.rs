@@ -15,7 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::{Limiter, RollingCounter, SlidingWindowLimiter};
+use floodgate::stats::RollingCounter;
+use floodgate::{Limiter, SlidingWindowLimiter};
 use floodgate_loom_tests::{Admitted, MAX_LAG, ModelClock, Span, join_all, max_in_span, model};
 use loom::thread;
 

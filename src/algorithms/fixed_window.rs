@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::AcquireError;
 use crate::clock::MAX_CLOCK_LAG_NANOS;
-use crate::decision::{ConfigError, Decision, check_permits, validate_limit};
+use crate::decision::{ConfigError, Decision, check_permits, validate_limit, window_nanos};
 use crate::limiter::{Algorithm, Step};
 use crate::packed::{
     Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
@@ -102,7 +102,7 @@ impl FixedWindow {
     ///
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::ZeroPeriod`],
-    /// [`ConfigError::LimitTooLarge`] above 16,777,215, [`ConfigError::DurationOverflow`] for a
+    /// [`ConfigError::LimitTooLarge`] above 16,777,215, [`ConfigError::DurationOutOfRange`] for a
     /// window beyond `u64` nanoseconds (584 years).
     ///
     /// ```
@@ -137,8 +137,7 @@ impl FixedWindow {
     /// ```
     pub fn with_anchor(limit: u32, window: Duration, anchor: Anchor) -> Result<Self, ConfigError> {
         validate_limit(limit, MAX_COUNT)?;
-        let window_nanos =
-            u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        let window_nanos = window_nanos("fixed window", window)?;
         let window = Divisor::new(window_nanos).ok_or(ConfigError::ZeroPeriod)?;
         let shift = (63 - window_nanos.leading_zeros()).saturating_sub(ANCHOR_UNITS_LOG2);
         // A read lagging by up to the horizon can be ⌈H / window⌉ windows (or units) behind, plus

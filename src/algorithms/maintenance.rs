@@ -5,7 +5,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::Sweep;
+/// A structure whose upkeep can run ahead of its callers ([`SlidingWindowLimiter`](super::SlidingWindowLimiter),
+/// [`RollingCounter`](crate::stats::RollingCounter)), run by [`Maintenance`]. Callers do the same work inline when it has not been done, so a sweep is
+/// only ever an optimisation.
+///
+/// ```
+/// use floodgate::algorithms::Sweep;
+/// let counter = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 10, 1).unwrap();
+/// Sweep::sweep(&counter);
+/// ```
+pub trait Sweep: Send + Sync + 'static {
+    /// Prepares the current and future cells.
+    fn sweep(&self);
+}
 
 /// A thread that sweeps a ring every `period` (real time) until stopped. Dropping the handle stops
 /// and joins the thread.
@@ -34,7 +46,7 @@ impl Maintenance {
     /// cannot be started.
     ///
     /// ```
-    /// use floodgate::{Maintenance, RollingCounter};
+    /// use floodgate::{Maintenance, stats::RollingCounter};
     /// use std::{sync::Arc, time::Duration};
     /// let counter = Arc::new(RollingCounter::new(Duration::from_secs(1), 10, 1).unwrap());
     /// assert!(Maintenance::start(counter, Duration::ZERO).is_err());
@@ -71,7 +83,7 @@ impl Maintenance {
     /// Stops the thread, waits for it, and returns how many sweeps it ran (at least one).
     ///
     /// ```
-    /// use floodgate::{Maintenance, RollingCounter};
+    /// use floodgate::{Maintenance, stats::RollingCounter};
     /// use std::{sync::Arc, time::Duration};
     /// let counter = Arc::new(RollingCounter::new(Duration::from_secs(1), 10, 1)?);
     /// // A long period: the thread sweeps once at start, then waits until stopped.

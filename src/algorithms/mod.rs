@@ -12,8 +12,7 @@ mod into_limiter;
 #[cfg(not(floodgate_loom))]
 mod maintenance;
 mod packed_sliding;
-mod ring;
-pub mod rolling;
+pub(crate) mod ring;
 mod sliding_log;
 pub mod sliding_window;
 pub mod smooth;
@@ -25,24 +24,9 @@ pub use fixed_window::{Anchor, FixedWindow};
 pub use gcra::{Gcra, LeakyBucket, TokenBucket};
 pub use into_limiter::IntoLimiter;
 #[cfg(not(floodgate_loom))]
-pub use maintenance::Maintenance;
+pub use maintenance::{Maintenance, Sweep};
 pub use packed_sliding::PackedSlidingWindow;
 pub use ring::MAX_SLOTS;
-pub use rolling::{NoSuchSeries, RollingCounter};
 pub use sliding_log::{MAX_SLIDING_LOG_CAPACITY, SlidingLog, SlidingLogLimiter};
 pub use sliding_window::{SlidingWindow, SlidingWindowLimiter};
 pub use smooth::{SmoothBursty, SmoothSnapshot, SmoothWarmingUp};
-
-/// A structure whose upkeep can run ahead of its callers ([`SlidingWindow`],
-/// [`RollingCounter`]). Callers do the same work inline when it has not been done, so a sweep is
-/// only ever an optimisation.
-///
-/// ```
-/// use floodgate::algorithms::Sweep;
-/// let counter = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 10, 1).unwrap();
-/// Sweep::sweep(&counter);
-/// ```
-pub trait Sweep: Send + Sync + 'static {
-    /// Prepares the current and future cells.
-    fn sweep(&self);
-}

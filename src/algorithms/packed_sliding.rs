@@ -114,7 +114,7 @@ impl PackedSlidingWindow {
     ///
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above the table's limit for
-    /// `cells`, [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOverflow`], and
+    /// `cells`, [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOutOfRange`], and
     /// [`ConfigError::Invalid`] for `cells` outside 2..=8 or a window that does not divide into
     /// whole-nanosecond cells.
     ///
@@ -131,11 +131,7 @@ impl PackedSlidingWindow {
                 why: "a packed sliding window has 2 to 8 cells",
             });
         };
-        if window.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
-        }
-        let window_nanos =
-            u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        let window_nanos = crate::decision::window_nanos("packed sliding window", window)?;
         if window_nanos % u64::from(cells) != 0 {
             return Err(ConfigError::Invalid {
                 what: "cells",

@@ -1,4 +1,4 @@
-//! Geometry shared by the ring-based window structures ([`RollingCounter`](super::RollingCounter)
+//! Geometry shared by the ring-based window structures ([`RollingCounter`](crate::stats::RollingCounter)
 //! and [`SlidingWindow`](super::SlidingWindow)): a window of `cells` equal cells, kept in a ring of
 //! `cells + future` slots.
 //!
@@ -32,11 +32,7 @@ pub(crate) struct RingGeometry {
 impl RingGeometry {
     /// Validates a window of `cells` cells with a buffer of `future` pre-stamped cells.
     pub(crate) fn new(window: Duration, cells: u32, future: u32) -> Result<Self, ConfigError> {
-        if window.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
-        }
-        let window_nanos =
-            u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        let window_nanos = crate::decision::window_nanos("window", window)?;
         if cells == 0 {
             return Err(ConfigError::Invalid {
                 what: "cells",

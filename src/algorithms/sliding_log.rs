@@ -92,7 +92,7 @@ impl SlidingLog {
     /// # Errors
     /// [`ConfigError::ZeroLimit`]; [`ConfigError::LimitTooLarge`] above
     /// [`MAX_SLIDING_LOG_CAPACITY`]; [`ConfigError::ZeroPeriod`] for a zero window;
-    /// [`ConfigError::DurationOverflow`] for a window beyond `u64` nanoseconds.
+    /// [`ConfigError::DurationOutOfRange`] for a window beyond `u64` nanoseconds.
     ///
     /// ```
     /// use floodgate::{ConfigError, SlidingLog};
@@ -104,11 +104,7 @@ impl SlidingLog {
     /// ```
     pub fn new(limit: u32, window: Duration) -> Result<Self, ConfigError> {
         validate_limit(limit, u64::from(MAX_SLIDING_LOG_CAPACITY))?;
-        if window.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
-        }
-        let window_nanos =
-            u64::try_from(window.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        let window_nanos = crate::decision::window_nanos("sliding log window", window)?;
         Ok(SlidingLog {
             limit,
             window_nanos,

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Method, StatusCode};
+use http::StatusCode;
 use tower::Layer;
 
 use super::fields::{Quota, whole_seconds};
 use super::layer::{Settings, Shared};
-use super::{ClientIp, DenialBody, HeaderStyle, InFlightLimit, MissingKey, Policy};
+use super::{ClientIp, InFlightLimit, MissingKey, Policy};
 use crate::clock::Clock;
 use crate::concurrency::{InFlight, KeyedInFlight};
 use crate::decision::ConfigError;
@@ -20,10 +20,10 @@ use crate::keyed::IpKey;
 ///
 /// | situation | response |
 /// |---|---|
-/// | a permit is free | the inner response, plus the fields (see [`headers_on_allowed`](Self::headers_on_allowed)) |
+/// | a permit is free | the inner response, plus the fields (see [`headers_on_allowed`](super::LayerSettings::headers_on_allowed)) |
 /// | none free | `503` ([`TEMPORARY_REDUCED_CAPACITY`](super::TEMPORARY_REDUCED_CAPACITY) problem; or `429`, see [`status`](Self::status)), `Retry-After`, the fields |
 /// | none free, global layer with [`queue`](Self::queue), fewer than its bound waiting | waits in FIFO order for a permit, then as allowed |
-/// | skipped ([`skip_method`](Self::skip_method), [`skip_path`](Self::skip_path)) | the inner response, untouched, no permit taken |
+/// | skipped ([`skip_method`](super::LayerSettings::skip_method), [`skip_path`](super::LayerSettings::skip_path)) | the inner response, untouched, no permit taken |
 /// | per key, no key | a bare `500` or unlimited, as [`on_missing_key`](Self::on_missing_key) says |
 ///
 /// **How long a request holds its permit**: from admission until its **response body has
@@ -67,7 +67,7 @@ use crate::keyed::IpKey;
 pub struct InFlightLayer<L, X = ()> {
     limiter: Arc<L>,
     extractor: X,
-    settings: Arc<Settings>,
+    pub(super) settings: Arc<Settings>,
     shared: Arc<Shared>,
     /// The most requests waiting for a permit (global layers only); `None`: reject at once.
     queue: Option<usize>,
@@ -325,129 +325,6 @@ impl<L, X> InFlightLayer<L, X> {
         }
         Arc::make_mut(&mut self.settings).set_policy(policy);
         Ok(self)
-    }
-
-    /// Which header fields to write (default [`HeaderStyle::Draft11`]).
-    ///
-    /// ```
-    /// use floodgate::concurrency::InFlight;
-    /// use floodgate::middleware::{HeaderStyle, InFlightLayer};
-    /// use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
-    /// # });
-    /// let layer = InFlightLayer::global(InFlight::new(5)?).header_style(HeaderStyle::XRateLimit);
-    /// let response = layer.layer(ok).oneshot(http::Request::new(())).await?;
-    /// assert_eq!(response.headers()["x-ratelimit-remaining"], "4");
-    /// assert!(response.headers().get("x-ratelimit-reset").is_none()); // no reset time
-    /// # Ok(()) }
-    /// ```
-    pub fn header_style(mut self, style: HeaderStyle) -> Self {
-        Arc::make_mut(&mut self.settings).style = style;
-        self
-    }
-
-    /// Whether allowed responses also get the header fields (default `true`; rejections
-    /// always get them).
-    ///
-    /// ```
-    /// use floodgate::concurrency::InFlight;
-    /// use floodgate::middleware::InFlightLayer;
-    /// use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
-    /// # });
-    /// let layer = InFlightLayer::global(InFlight::new(5)?).headers_on_allowed(false);
-    /// let response = layer.layer(ok).oneshot(http::Request::new(())).await?;
-    /// assert!(response.headers().get("ratelimit").is_none());
-    /// # Ok(()) }
-    /// ```
-    pub fn headers_on_allowed(mut self, on: bool) -> Self {
-        Arc::make_mut(&mut self.settings).headers_on_allowed = on;
-        self
-    }
-
-    /// How rejected requests are answered (default [`DenialBody::ProblemJson`]; a custom
-    /// builder sees the [status](super::Denial::status) chosen).
-    ///
-    /// ```
-    /// use floodgate::concurrency::InFlight;
-    /// use floodgate::middleware::{DenialBody, InFlightLayer};
-    /// use http_body_util::BodyExt;
-    /// use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
-    /// # });
-    /// let layer = InFlightLayer::global(InFlight::new(1)?).denial_body(DenialBody::PlainText);
-    /// let service = layer.layer(ok);
-    /// let _held = service.clone().oneshot(http::Request::new(())).await?;
-    /// let rejected = service.oneshot(http::Request::new(())).await?;
-    /// assert_eq!(rejected.into_body().collect().await?.to_bytes(), "Service Unavailable\n");
-    /// # Ok(()) }
-    /// ```
-    pub fn denial_body(mut self, body: DenialBody) -> Self {
-        Arc::make_mut(&mut self.settings).denial_body = body;
-        self
-    }
-
-    /// Lets requests with `method` through without a permit and without header fields. Call
-    /// again to skip more methods.
-    ///
-    /// ```
-    /// use floodgate::concurrency::InFlight;
-    /// use floodgate::middleware::InFlightLayer;
-    /// use http::Method;
-    /// use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
-    /// # });
-    /// let layer = InFlightLayer::global(InFlight::new(1)?).skip_method(Method::OPTIONS);
-    /// let service = layer.layer(ok);
-    /// let _held = service.clone().oneshot(http::Request::new(())).await?;
-    /// let preflight = http::Request::builder().method(Method::OPTIONS).body(())?;
-    /// assert_eq!(service.oneshot(preflight).await?.status(), 200);
-    /// # Ok(()) }
-    /// ```
-    pub fn skip_method(mut self, method: Method) -> Self {
-        Arc::make_mut(&mut self.settings).skip_methods.push(method);
-        self
-    }
-
-    /// Lets requests whose path matches `skip` through without a permit and without header
-    /// fields (health checks). Call again to add more predicates.
-    ///
-    /// ```
-    /// use floodgate::concurrency::InFlight;
-    /// use floodgate::middleware::InFlightLayer;
-    /// use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
-    /// # });
-    /// let layer = InFlightLayer::global(InFlight::new(1)?).skip_path(|path| path == "/healthz");
-    /// let service = layer.layer(ok);
-    /// let _held = service.clone().oneshot(http::Request::new(())).await?;
-    /// let probe = http::Request::builder().uri("/healthz").body(())?;
-    /// assert_eq!(service.oneshot(probe).await?.status(), 200);
-    /// # Ok(()) }
-    /// ```
-    pub fn skip_path<F>(mut self, skip: F) -> Self
-    where
-        F: Fn(&str) -> bool + Send + Sync + 'static,
-    {
-        Arc::make_mut(&mut self.settings)
-            .skip_paths
-            .push(Arc::new(skip));
-        self
     }
 
     /// The limiter, shared by every service this layer makes.

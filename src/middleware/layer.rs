@@ -112,7 +112,7 @@ pub(crate) struct Shared {
 /// A tower [`Layer`] that rate-limits per key. See the [module docs](crate::middleware).
 ///
 /// ```
-/// use floodgate::middleware::{KeyFn, MissingKey, RateLimitLayer};
+/// use floodgate::middleware::{KeyFn, LayerSettings, MissingKey, RateLimitLayer};
 /// use floodgate::{Gcra, Keyed, Rate};
 /// use std::time::Duration;
 /// // Per API key, 2 permits a request, delay up to 500 ms (at most 100 requests waiting) rather
@@ -134,7 +134,7 @@ pub(crate) struct Shared {
 pub struct RateLimitLayer<L, X = ClientIp> {
     limiter: Arc<L>,
     extractor: X,
-    settings: Arc<Settings>,
+    pub(super) settings: Arc<Settings>,
     shared: Arc<Shared>,
 }
 
@@ -256,39 +256,6 @@ impl<L, X> RateLimitLayer<L, X> {
         }
     }
 
-    /// Whether allowed responses also get the rate-limit header fields (default `true`; denials
-    /// always get them).
-    ///
-    /// ```
-    /// use floodgate::middleware::RateLimitLayer;
-    /// use floodgate::{FixedWindow, Keyed, ManualClock};
-    /// use std::time::Duration;
-    /// # use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
-    /// # });
-    /// # let from = |peer: &str| {
-    /// #     let mut request = http::Request::new(());
-    /// #     request.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
-    /// #     request
-    /// # };
-    /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// let service = RateLimitLayer::per_ip(per_ip).headers_on_allowed(false).layer(ok);
-    /// let allowed = service.clone().oneshot(from("192.0.2.1:1000")).await?;
-    /// assert!(allowed.headers().get("ratelimit").is_none());
-    /// let denied = service.oneshot(from("192.0.2.1:1000")).await?;
-    /// assert_eq!(denied.headers()["ratelimit"], r#""default";r=0;t=60"#); // denials always have them
-    /// # Ok(()) }
-    /// ```
-    pub fn headers_on_allowed(mut self, on: bool) -> Self {
-        Arc::make_mut(&mut self.settings).headers_on_allowed = on;
-        self
-    }
-
     /// Shaping: a denied request whose announced wait is at most `max_delay` waits (on tokio's
     /// timer, holding no thread) and is then served, instead of being rejected; at most
     /// `max_waiting` requests wait at once (more are rejected), so waiting requests cannot pile
@@ -330,37 +297,6 @@ impl<L, X> RateLimitLayer<L, X> {
         self
     }
 
-    /// Which header fields to write (default [`HeaderStyle::Draft11`]: `RateLimit-Policy` and
-    /// `RateLimit`).
-    ///
-    /// ```
-    /// use floodgate::middleware::{HeaderStyle, RateLimitLayer};
-    /// use floodgate::{FixedWindow, Keyed, ManualClock};
-    /// use std::time::Duration;
-    /// # use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
-    /// # });
-    /// # let from = |peer: &str| {
-    /// #     let mut request = http::Request::new(());
-    /// #     request.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
-    /// #     request
-    /// # };
-    /// let per_ip = Keyed::builder(FixedWindow::new(5, Duration::from_secs(60))?)
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// let service = RateLimitLayer::per_ip(per_ip).header_style(HeaderStyle::XRateLimit).layer(ok);
-    /// let response = service.oneshot(from("192.0.2.1:1000")).await?;
-    /// assert_eq!(response.headers()["x-ratelimit-remaining"], "4");
-    /// # Ok(()) }
-    /// ```
-    pub fn header_style(mut self, style: HeaderStyle) -> Self {
-        Arc::make_mut(&mut self.settings).style = style;
-        self
-    }
-
     /// The policy the draft -11 fields and the problem body name (default `"default"`, without
     /// `w`). Give each layer its own name when several limit one route.
     ///
@@ -389,115 +325,6 @@ impl<L, X> RateLimitLayer<L, X> {
     /// ```
     pub fn policy(mut self, policy: Policy) -> Self {
         Arc::make_mut(&mut self.settings).set_policy(policy);
-        self
-    }
-
-    /// How denied requests are answered (default [`DenialBody::ProblemJson`]).
-    ///
-    /// ```
-    /// use floodgate::middleware::{DenialBody, RateLimitLayer};
-    /// use floodgate::{FixedWindow, Keyed, ManualClock};
-    /// use std::time::Duration;
-    /// # use http_body_util::BodyExt;
-    /// # use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
-    /// # });
-    /// # let from = |peer: &str| {
-    /// #     let mut request = http::Request::new(());
-    /// #     request.extensions_mut().insert(peer.parse::<std::net::SocketAddr>().unwrap());
-    /// #     request
-    /// # };
-    /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// let service = RateLimitLayer::per_ip(per_ip).denial_body(DenialBody::PlainText).layer(ok);
-    /// service.clone().oneshot(from("192.0.2.1:1000")).await?;
-    /// let denied = service.oneshot(from("192.0.2.1:1000")).await?;
-    /// assert_eq!(denied.into_body().collect().await?.to_bytes(), "Too Many Requests\n");
-    /// # Ok(()) }
-    /// ```
-    pub fn denial_body(mut self, body: DenialBody) -> Self {
-        Arc::make_mut(&mut self.settings).denial_body = body;
-        self
-    }
-
-    /// Lets requests with `method` through unlimited and without header fields (for example
-    /// `OPTIONS`, so CORS preflights do not count against a browser client's quota). Call again
-    /// to skip more methods.
-    ///
-    /// ```
-    /// use floodgate::middleware::RateLimitLayer;
-    /// use floodgate::{FixedWindow, Keyed, ManualClock};
-    /// use http::Method;
-    /// use std::time::Duration;
-    /// # use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
-    /// # });
-    /// let request = |method: Method| {
-    ///     let mut request = http::Request::builder().method(method).body(()).unwrap();
-    ///     request.extensions_mut().insert("192.0.2.1:1000".parse::<std::net::SocketAddr>().unwrap());
-    ///     request
-    /// };
-    /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// let service = RateLimitLayer::per_ip(per_ip).skip_method(Method::OPTIONS).layer(ok);
-    /// for _ in 0..3 {
-    ///     assert_eq!(service.clone().oneshot(request(Method::OPTIONS)).await?.status(), 200);
-    /// }
-    /// assert_eq!(service.clone().oneshot(request(Method::GET)).await?.status(), 200);
-    /// assert_eq!(service.oneshot(request(Method::GET)).await?.status(), 429);
-    /// # Ok(()) }
-    /// ```
-    pub fn skip_method(mut self, method: Method) -> Self {
-        Arc::make_mut(&mut self.settings).skip_methods.push(method);
-        self
-    }
-
-    /// Lets requests whose path (the URI path, without the query) matches `skip` through
-    /// unlimited and without header fields (health checks, static assets). Call again to add
-    /// more predicates; a request matching any of them is skipped.
-    ///
-    /// ```
-    /// use floodgate::middleware::RateLimitLayer;
-    /// use floodgate::{FixedWindow, Keyed, ManualClock};
-    /// use std::time::Duration;
-    /// # use tower::{Layer, ServiceExt};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let ok = tower::service_fn(|_: http::Request<()>| async {
-    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
-    /// # });
-    /// let get = |path: &str| {
-    ///     let mut request = http::Request::builder().uri(path).body(()).unwrap();
-    ///     request.extensions_mut().insert("192.0.2.1:1000".parse::<std::net::SocketAddr>().unwrap());
-    ///     request
-    /// };
-    /// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(60))?)
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// let service = RateLimitLayer::per_ip(per_ip)
-    ///     .skip_path(|path| path == "/healthz")
-    ///     .layer(ok);
-    /// assert_eq!(service.clone().oneshot(get("/healthz?probe=1")).await?.status(), 200);
-    /// assert_eq!(service.clone().oneshot(get("/api")).await?.status(), 200);
-    /// assert_eq!(service.clone().oneshot(get("/healthz")).await?.status(), 200);
-    /// assert_eq!(service.oneshot(get("/api")).await?.status(), 429);
-    /// # Ok(()) }
-    /// ```
-    pub fn skip_path<F>(mut self, skip: F) -> Self
-    where
-        F: Fn(&str) -> bool + Send + Sync + 'static,
-    {
-        Arc::make_mut(&mut self.settings)
-            .skip_paths
-            .push(Arc::new(skip));
         self
     }
 

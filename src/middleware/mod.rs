@@ -1,5 +1,5 @@
 //! HTTP middleware (feature `tower`): a tower [`Layer`](tower::Layer) that limits requests per
-//! key with a [`Keyed`] limiter — per client IP by default — and answers a denied request with
+//! key with a [`Keyed`](crate::Keyed) limiter — per client IP by default — and answers a denied request with
 //! `429 Too Many Requests`, `Retry-After`, an RFC 9457 problem body, and the `RateLimit-Policy`
 //! / `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-11 (also on allowed responses
 //! unless turned off). It can instead delay (shape) a request whose wait is short, up to a bound.
@@ -71,16 +71,19 @@
 //! quota unit `concurrent-requests`, and keeps each request's permit until its response body
 //! has ended. Stacked with a [`RateLimitLayer`], each adds its item to the same fields.
 
+mod builder;
 mod denial;
 mod fields;
 mod forwarded;
 mod in_flight_layer;
 mod in_flight_service;
 mod key;
+mod keyed_limiter;
 mod layer;
 mod response;
 mod service;
 
+pub use builder::LayerSettings;
 pub use denial::{Denial, DenialBody, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY};
 pub use fields::{
     HeaderStyle, InvalidPolicyName, Policy, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
@@ -89,83 +92,10 @@ pub use fields::{
 pub use in_flight_layer::InFlightLayer;
 pub use in_flight_service::InFlightLimit;
 pub use key::{ClientIp, KeyExtractor, KeyFn, ProxyHeader};
+pub use keyed_limiter::KeyedLimiter;
 pub use layer::RateLimitLayer;
 pub use response::RateLimitBody;
 pub use service::{RateLimit, ResponseFuture};
-
-use crate::clock::Clock;
-use crate::decision::{AcquireError, Decision};
-use crate::keyed::{Keyed, PenalizedKeyed};
-use crate::limiter::Algorithm;
-use std::hash::Hash;
-
-/// A limiter the middleware can check per key: [`Keyed`] and [`PenalizedKeyed`] (with a
-/// penalty box, a client that keeps hammering is blocked outright).
-///
-/// ```
-/// use floodgate::middleware::KeyedLimiter;
-/// use floodgate::{FixedWindow, Keyed};
-/// let keyed: Keyed<u64, _> = Keyed::new(FixedWindow::new(1, std::time::Duration::from_secs(1))?, 10)?;
-/// assert!(KeyedLimiter::try_acquire(&keyed, &7, 1)?.is_allowed());
-/// assert!(KeyedLimiter::check_permits(&keyed, 2).is_err());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub trait KeyedLimiter<K>: Send + Sync + 'static {
-    /// Takes `n` permits from `key`'s limiter if available now (as [`Keyed::try_acquire`]).
-    ///
-    /// # Errors
-    /// [`AcquireError`] when `n` is zero or above the capacity.
-    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError>;
-
-    /// Whether a request for `n` permits can ever be granted.
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire).
-    fn check_permits(&self, n: u32) -> Result<(), AcquireError>;
-
-    /// The clock the limiter reads (shaped requests measure their wait on it).
-    fn clock(&self) -> &dyn Clock;
-}
-
-impl<K, A, C> KeyedLimiter<K> for Keyed<K, A, C>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: Algorithm,
-    C: Clock,
-{
-    #[inline]
-    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
-        Keyed::try_acquire(self, key, n)
-    }
-
-    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
-        self.algorithm().check_permits(n)
-    }
-
-    fn clock(&self) -> &dyn Clock {
-        Keyed::<K, A, C>::clock(self)
-    }
-}
-
-impl<K, A, C> KeyedLimiter<K> for PenalizedKeyed<K, A, C>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: Algorithm,
-    C: Clock,
-{
-    #[inline]
-    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
-        PenalizedKeyed::try_acquire(self, key, n)
-    }
-
-    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
-        self.algorithm().check_permits(n)
-    }
-
-    fn clock(&self) -> &dyn Clock {
-        PenalizedKeyed::<K, A, C>::clock(self)
-    }
-}
 
 /// What to do with a request the [`KeyExtractor`] finds no key for.
 ///

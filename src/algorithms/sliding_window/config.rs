@@ -36,7 +36,7 @@ impl SlidingWindow {
     ///
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above 16,777,215,
-    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOverflow`], and
+    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOutOfRange`] (a window past `u64` nanoseconds), and
     /// [`ConfigError::Invalid`] for zero cells, a window that does not divide into whole-nanosecond
     /// cells, or more than 65,536 slots.
     ///

@@ -562,6 +562,7 @@ impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
     }
 }
 
+#[cfg(not(floodgate_loom))]
 impl<C: Clock> super::Sweep for SlidingWindowLimiter<C> {
     fn sweep(&self) {
         SlidingWindowLimiter::sweep(self);

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::ring::RingGeometry;
+use crate::algorithms::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
@@ -65,7 +65,7 @@ pub const FAST_ADD_MAX: u64 = 1 << 16;
 /// 64) reads as current and lends its old count to one cell's sum.
 ///
 /// ```
-/// use floodgate::algorithms::rolling::{pack_counter_cell, unpack_counter_cell};
+/// use floodgate::stats::rolling::{pack_counter_cell, unpack_counter_cell};
 /// assert_eq!(unpack_counter_cell(pack_counter_cell((1 << 28) + 5, 9)), (5, 9));
 /// ```
 #[inline]
@@ -77,7 +77,7 @@ pub const fn pack_counter_cell(round: u64, count: u64) -> u64 {
 /// Unpacks a counter cell word into `(round, count)`.
 ///
 /// ```
-/// use floodgate::algorithms::rolling::unpack_counter_cell;
+/// use floodgate::stats::rolling::unpack_counter_cell;
 /// assert_eq!(unpack_counter_cell(u64::MAX), ((1 << 28) - 1, (1 << 36) - 1));
 /// ```
 #[inline]
@@ -88,7 +88,7 @@ pub const fn unpack_counter_cell(word: u64) -> (u64, u64) {
 /// A series index beyond the counter's series.
 ///
 /// ```
-/// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 10, 2).unwrap();
+/// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 10, 2).unwrap();
 /// let err = c.add(2, 1).unwrap_err();
 /// assert_eq!((err.series, err.series_count), (2, 2));
 /// ```
@@ -119,7 +119,7 @@ impl std::error::Error for NoSuchSeries {}
 /// [module docs](self).
 ///
 /// ```
-/// use floodgate::{ManualClock, RollingCounter};
+/// use floodgate::{ManualClock, stats::RollingCounter};
 /// use std::time::Duration;
 /// const REQUESTS: usize = 0;
 /// const FAILURES: usize = 1;
@@ -159,7 +159,7 @@ impl<C> RollingCounter<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 5, 1)?;
+    /// let c = floodgate::stats::RollingCounter::new(Duration::from_secs(10), 5, 1)?;
     /// assert_eq!(c.window(), Duration::from_secs(10));
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
@@ -171,7 +171,7 @@ impl<C> RollingCounter<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 5, 1)?;
+    /// let c = floodgate::stats::RollingCounter::new(Duration::from_secs(10), 5, 1)?;
     /// assert_eq!(c.cells(), 5);
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
@@ -183,7 +183,7 @@ impl<C> RollingCounter<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 8, 1)?;
+    /// let c = floodgate::stats::RollingCounter::new(Duration::from_secs(10), 8, 1)?;
     /// assert_eq!(c.future_cells(), 2); // default: a quarter of the cells, at least one
     /// assert_eq!(c.with_future_cells(5)?.future_cells(), 5);
     /// # Ok::<(), floodgate::ConfigError>(())
@@ -196,7 +196,7 @@ impl<C> RollingCounter<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let c = floodgate::RollingCounter::new(Duration::from_secs(10), 5, 3)?;
+    /// let c = floodgate::stats::RollingCounter::new(Duration::from_secs(10), 5, 3)?;
     /// assert_eq!(c.series_count(), 3);
     /// assert!(c.add(3, 1).is_err()); // series are 0..3
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -208,7 +208,7 @@ impl<C> RollingCounter<C> {
     /// Bytes this counter occupies: the struct plus 8 per slot per series.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(60), 60, 2).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(60), 60, 2).unwrap();
     /// assert!(c.memory_bytes() >= 2 * 8 * 75);
     /// ```
     pub fn memory_bytes(&self) -> usize {
@@ -221,12 +221,12 @@ impl RollingCounter<QuantaClock> {
     /// with `max(1, cells / 4)` future cells.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOverflow`], and
+    /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOutOfRange`], and
     /// [`ConfigError::Invalid`] for zero cells or series, a window that does not divide into
     /// whole-nanosecond cells, more than 65,536 slots or more than 2^24 words in all.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(60), 6, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(60), 6, 1).unwrap();
     /// assert_eq!(c.series_count(), 1);
     /// ```
     pub fn new(window: Duration, cells: u32, series: usize) -> Result<Self, ConfigError> {
@@ -242,7 +242,7 @@ impl<C: Clock> RollingCounter<C> {
     ///
     /// ```
     /// let clock = floodgate::ManualClock::new();
-    /// assert!(floodgate::RollingCounter::with_clock(std::time::Duration::from_secs(1), 4, 0, clock).is_err());
+    /// assert!(floodgate::stats::RollingCounter::with_clock(std::time::Duration::from_secs(1), 4, 0, clock).is_err());
     /// ```
     pub fn with_clock(
         window: Duration,
@@ -259,7 +259,7 @@ impl<C: Clock> RollingCounter<C> {
     /// [`ConfigError::Invalid`] for zero future cells or too many slots.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
     /// assert_eq!(c.with_future_cells(8).unwrap().future_cells(), 8);
     /// ```
     pub fn with_future_cells(self, future: u32) -> Result<Self, ConfigError> {
@@ -303,7 +303,7 @@ impl<C: Clock> RollingCounter<C> {
     /// [`NoSuchSeries`] for a series index out of range.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
     /// c.add(0, 3).unwrap();
     /// assert_eq!(c.sum(0).unwrap(), 3);
     /// ```
@@ -318,7 +318,7 @@ impl<C: Clock> RollingCounter<C> {
     /// As [`add`](RollingCounter::add).
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(2), 2, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(2), 2, 1).unwrap();
     /// c.add_at(0, 1, 0).unwrap();
     /// c.add_at(0, 1, 1_000_000_000).unwrap();
     /// assert_eq!(c.sum_at(0, 1_000_000_000).unwrap(), 2);
@@ -338,7 +338,7 @@ impl<C: Clock> RollingCounter<C> {
     /// [`NoSuchSeries`] for a series index out of range.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
     /// assert_eq!(c.sum(0).unwrap(), 0);
     /// ```
     pub fn sum(&self, series: usize) -> Result<u64, NoSuchSeries> {
@@ -351,7 +351,7 @@ impl<C: Clock> RollingCounter<C> {
     /// As [`sum`](RollingCounter::sum).
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
     /// c.add_at(0, 5, 0).unwrap();
     /// assert_eq!(c.sum_at(0, 999_999_999).unwrap(), 5);
     /// assert_eq!(c.sum_at(0, 1_000_000_000).unwrap(), 0);
@@ -376,7 +376,7 @@ impl<C: Clock> RollingCounter<C> {
     /// [`NoSuchSeries`] for a series index out of range.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 4, 2).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 4, 2).unwrap();
     /// c.add(0, 4).unwrap();
     /// c.add(1, 1).unwrap();
     /// assert_eq!(c.ratio(1, 0).unwrap(), Some(0.25));
@@ -390,10 +390,10 @@ impl<C: Clock> RollingCounter<C> {
 
     /// Pre-stamps the current and future cells of every series, so that adds find their cell
     /// ready. Adders do it inline when it has not been done: calling this is only ever an
-    /// optimisation; see [`Maintenance`](super::Maintenance) to run it from a thread.
+    /// optimisation; see [`Maintenance`](crate::Maintenance) to run it from a thread.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
     /// c.sweep();
     /// ```
     pub fn sweep(&self) {
@@ -404,7 +404,7 @@ impl<C: Clock> RollingCounter<C> {
     /// nothing.
     ///
     /// ```
-    /// let c = floodgate::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
+    /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(1), 4, 1).unwrap();
     /// c.sweep_at(9_000_000_000);
     /// c.sweep_at(0);
     /// ```
@@ -432,7 +432,8 @@ impl<C: Clock> RollingCounter<C> {
     }
 }
 
-impl<C: Clock> super::Sweep for RollingCounter<C> {
+#[cfg(not(floodgate_loom))]
+impl<C: Clock> crate::algorithms::Sweep for RollingCounter<C> {
     fn sweep(&self) {
         RollingCounter::sweep(self);
     }

@@ -1,0 +1,233 @@
+//! What a check returns ([`Decision`]); how rates are written ([`Rate`], in `rate.rs`); the
+//! errors and the shared validation (in `error.rs`). One responsibility per file; everything is
+//! re-exported here, at the paths it always had.
+
+mod error;
+mod rate;
+
+pub use error::{AcquireError, ConfigError, validate_limit};
+pub(crate) use error::{check_permits, window_nanos};
+pub use rate::{MAX_RATE_ROUNDING_PER_MILLE, Rate};
+
+use std::fmt;
+use std::time::Duration;
+
+/// The answer to one check: allowed or not, plus what a server puts in its response headers
+/// (`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, `Retry-After`).
+///
+/// ```
+/// use floodgate::{AtomicLimiter, FixedWindow, Limiter, ManualClock};
+/// use std::time::Duration;
+/// let limiter = AtomicLimiter::with_clock(
+///     FixedWindow::new(2, Duration::from_secs(1)).unwrap(),
+///     ManualClock::new(),
+/// );
+/// let d = limiter.try_acquire(1).unwrap();
+/// assert!(d.is_allowed());
+/// assert_eq!((d.limit(), d.remaining()), (2, 1));
+/// assert_eq!(d.reset_after(), Duration::from_secs(1));
+/// ```
+#[derive(Clone, Copy)]
+pub struct Decision {
+    allowed: bool,
+    limit: u64,
+    /// Remaining permits in units of `remaining_unit` (1 for counts, the nanoseconds a permit is
+    /// worth for time-word algorithms): the division happens only if a caller asks.
+    remaining: u64,
+    remaining_unit: u64,
+    retry_after_nanos: u64,
+    reset_after_nanos: u64,
+}
+
+impl Decision {
+    /// An allowing decision. `remaining` is what is left after this request.
+    ///
+    /// ```
+    /// let d = floodgate::Decision::allow(10, 9, 100);
+    /// assert!(d.is_allowed() && d.retry_after().is_zero());
+    /// ```
+    #[inline]
+    pub const fn allow(limit: u64, remaining: u64, reset_after_nanos: u64) -> Self {
+        Self::allow_scaled(limit, remaining, 1, reset_after_nanos)
+    }
+
+    /// An allowing decision whose `remaining` is given in units of `unit` (for example nanoseconds
+    /// of accrued refill, with `unit` the nanoseconds one permit is worth); `remaining()` divides.
+    /// A `unit` of 0 is taken as 1.
+    ///
+    /// ```
+    /// let d = floodgate::Decision::allow_scaled(10, 2_500, 1_000, 0);
+    /// assert_eq!(d.remaining(), 2);
+    /// assert_eq!(d, floodgate::Decision::allow(10, 2, 0));
+    /// ```
+    #[inline]
+    pub const fn allow_scaled(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        Decision {
+            allowed: true,
+            limit,
+            remaining,
+            remaining_unit: if unit == 0 { 1 } else { unit },
+            retry_after_nanos: 0,
+            reset_after_nanos,
+        }
+    }
+
+    /// A denying decision. `retry_after_nanos` is raised to at least 1 ns, so a caller that waits
+    /// it out always makes progress.
+    ///
+    /// ```
+    /// let d = floodgate::Decision::deny(10, 0, 0, 50);
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(d.retry_after().as_nanos(), 1);
+    /// ```
+    #[inline]
+    pub const fn deny(
+        limit: u64,
+        remaining: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        Self::deny_scaled(limit, remaining, 1, retry_after_nanos, reset_after_nanos)
+    }
+
+    /// A denying decision whose `remaining` is in units of `unit`, as [`Decision::allow_scaled`].
+    ///
+    /// ```
+    /// let d = floodgate::Decision::deny_scaled(10, 999, 1_000, 1, 5);
+    /// assert_eq!(d.remaining(), 0);
+    /// ```
+    #[inline]
+    pub const fn deny_scaled(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        Decision {
+            allowed: false,
+            limit,
+            remaining,
+            remaining_unit: if unit == 0 { 1 } else { unit },
+            retry_after_nanos: if retry_after_nanos == 0 {
+                1
+            } else {
+                retry_after_nanos
+            },
+            reset_after_nanos,
+        }
+    }
+
+    /// Whether the request was admitted (and its permits consumed).
+    ///
+    /// ```
+    /// use floodgate::Decision;
+    /// assert!(Decision::allow(10, 9, 0).is_allowed());
+    /// assert!(!Decision::deny(10, 0, 5, 5).is_allowed());
+    /// ```
+    #[inline]
+    pub const fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The limit in force: the window's limit or the bucket's capacity.
+    ///
+    /// ```
+    /// assert_eq!(floodgate::Decision::allow(10, 9, 0).limit(), 10);
+    /// ```
+    #[inline]
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Permits a request could still take right now (after this one, if it was allowed).
+    ///
+    /// ```
+    /// use floodgate::Decision;
+    /// assert_eq!(Decision::allow(10, 9, 0).remaining(), 9);
+    /// assert_eq!(Decision::allow_scaled(10, 1_999, 1_000, 0).remaining(), 1); // rounds down
+    /// ```
+    #[inline]
+    pub const fn remaining(&self) -> u64 {
+        self.remaining / self.remaining_unit
+    }
+
+    /// Zero when allowed; otherwise the time until the same request could be allowed, if nobody
+    /// else takes permits meanwhile.
+    ///
+    /// ```
+    /// use floodgate::Decision;
+    /// use std::time::Duration;
+    /// assert_eq!(Decision::deny(10, 0, 2_000, 5_000).retry_after(), Duration::from_micros(2));
+    /// assert_eq!(Decision::allow(10, 0, 5_000).retry_after(), Duration::ZERO);
+    /// ```
+    #[inline]
+    pub const fn retry_after(&self) -> Duration {
+        Duration::from_nanos(self.retry_after_nanos)
+    }
+
+    /// Time until the limiter is back to full capacity (window end, or bucket refilled).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let d = floodgate::Decision::deny(10, 0, 2_000, 5_000);
+    /// assert_eq!(d.reset_after(), Duration::from_micros(5));
+    /// ```
+    #[inline]
+    pub const fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_nanos)
+    }
+
+    /// The same decision reporting another `limit` (a limiter built from parts, such as a sharded
+    /// one, restating a part's decision with the whole limit).
+    ///
+    /// ```
+    /// let d = floodgate::Decision::allow(5, 2, 10).with_limit(20);
+    /// assert_eq!((d.limit(), d.remaining()), (20, 2));
+    /// ```
+    #[inline]
+    pub const fn with_limit(self, limit: u64) -> Self {
+        Decision { limit, ..self }
+    }
+
+    fn key(&self) -> (bool, u64, u64, u64, u64) {
+        (
+            self.allowed,
+            self.limit,
+            self.remaining(),
+            self.retry_after_nanos,
+            self.reset_after_nanos,
+        )
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("retry_after", &self.retry_after())
+            .field("reset_after", &self.reset_after())
+            .finish()
+    }
+}
