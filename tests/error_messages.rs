@@ -75,9 +75,9 @@ mod redis {
     use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     use floodgate::{Gcra, Rate};
 
-    /// Connecting is lazy: nothing listens on port 1, and nothing is asked of it.
+    /// A lazy backend: nothing listens on port 1, and nothing is asked of it.
     fn backend() -> RedisBackend {
-        RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:1")).unwrap()
+        RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:1").lazy()).unwrap()
     }
 
     #[test]
