@@ -100,6 +100,26 @@ pub trait LeaseSource: Send + Sync {
     /// ```
     fn give_back(&self, lease: &Lease, unused: u32) -> bool;
 
+    /// Takes exactly `n` permits or none, as the source's own `try_acquire(n)` would: one exact
+    /// decision, and no lease to track (the path a [`PerCore`] stripe takes near the limit,
+    /// where a lease would be of `n` permits anyway). By default
+    /// [`take(n, n, 0)`](LeaseSource::take)'s decision; the local sources use their short path.
+    ///
+    /// # Errors
+    /// As [`take`](LeaseSource::take).
+    ///
+    /// ```
+    /// use floodgate::lease::LeaseSource;
+    /// use floodgate::{AtomicLimiter, Gcra, ManualClock, Rate};
+    /// let gcra = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(1), 2)?, ManualClock::new());
+    /// assert!(gcra.take_exact(2)?.is_allowed());
+    /// assert!(!gcra.take_exact(1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.take(n, n, 0).map(|lease| lease.decision())
+    }
+
     /// The clock the source decides on (and its leases expire on).
     fn clock(&self) -> &dyn Clock;
 

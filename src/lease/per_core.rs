@@ -60,8 +60,10 @@ const SEQ_ONE: u64 = 1 << 33;
 /// size (up to [`max_lease`](PerCore::max_lease)) when a lease ran out before it expired,
 /// halves it when a lease expired unused, and never asks for more than
 /// `remaining / (2 × stripes)` of what the source said was left at its last lease (but at
-/// least the `n` of the request). Near the limit a lease is therefore exactly the request: the
-/// per-core form degrades to the exact source, one decision per request.
+/// least the `n` of the request). Near the limit a lease is therefore exactly the request, and a
+/// stripe without permits then asks the source for the request alone
+/// ([`LeaseSource::take_exact`], the source's own short path): the per-core form degrades to
+/// the exact source, one decision per request, and a denial writes nothing.
 ///
 /// # Decisions
 /// An allowed decision's `remaining` is the serving stripe's unserved permits plus what the
@@ -323,8 +325,10 @@ impl<S: LeaseSource> PerCore<S> {
     pub fn try_acquire_on(&self, home: usize, n: u32) -> Result<Decision, AcquireError> {
         check_permits(n, self.source.limit())?;
         let stripe = &self.stripes[home & (self.stripes.len() - 1)];
-        let clock_now = self.source.clock().now_nanos();
         let need = u64::from(n);
+        // Read once, when first needed (a request the source decides alone reads the source's
+        // clock there instead).
+        let mut clock_now = None;
         // Acquire: pairs with the Release store that published the lease (`publish`), so the
         // fields read below are that lease's or a later one's (a later one's fails the
         // compare-exchange, which checks the sequence number).
@@ -333,12 +337,25 @@ impl<S: LeaseSource> PerCore<S> {
             if state & BUSY != 0 {
                 return Ok(self.direct(n, state & LEFT));
             }
+            let left = state & LEFT;
+            if left == 0 {
+                // Nothing to serve or give back. When the budget the source last reported is
+                // too small for a lease of more than `n` (`budget / (2 × stripes) ≤ n`), the new
+                // lease would be this request: ask the source for it directly, without taking
+                // the stripe (near the limit, and on every denial while the limit is exhausted,
+                // this is the exact source's path). Relaxed: a hint (see `exact`).
+                let hint = stripe.source_left.load(Ordering::Relaxed);
+                if hint < (need + 1).saturating_mul(self.budget_share()) {
+                    return self.exact(stripe, n);
+                }
+            }
+            let clock_now = *clock_now.get_or_insert_with(|| self.source.clock().now_nanos());
             // Relaxed: ordered after the Acquire load (or failed compare-exchange) of `state`.
             let taken_at = stripe.taken_at.load(Ordering::Relaxed);
             let expires_at = stripe.expires_at.load(Ordering::Relaxed);
             let now = clock_now.max(taken_at);
             let live = now < expires_at;
-            if live && state & LEFT >= need {
+            if live && left >= need {
                 // Relaxed on success: a serve publishes nothing (the count is the promise);
                 // Acquire on failure, as the load above.
                 match stripe.state.compare_exchange_weak(
@@ -347,7 +364,7 @@ impl<S: LeaseSource> PerCore<S> {
                     Ordering::Relaxed,
                     Ordering::Acquire,
                 ) {
-                    Ok(_) => return Ok(self.served(stripe, (state & LEFT) - need, now)),
+                    Ok(_) => return Ok(self.served(stripe, left - need, now)),
                     Err(actual) => {
                         state = actual;
                         continue;
@@ -363,7 +380,7 @@ impl<S: LeaseSource> PerCore<S> {
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return self.replace(stripe, claimed & !BUSY, state & LEFT, live, n),
+                Ok(_) => return self.replace(stripe, claimed & !BUSY, left, live, n),
                 Err(actual) => state = actual,
             }
         }
@@ -387,11 +404,32 @@ impl<S: LeaseSource> PerCore<S> {
     /// caller's stripe, which holds `held`).
     #[cold]
     fn direct(&self, n: u32, held: u64) -> Decision {
-        match self.source.take(n, n, 0) {
-            Ok(lease) => with_held(lease.decision(), held),
+        match self.source.take_exact(n) {
+            Ok(decision) => with_held(decision, held),
             // The limit fell below `n` since it was checked.
             Err(_) => Decision::deny(self.source.limit(), held, u64::MAX, u64::MAX),
         }
+    }
+
+    /// `n` permits decided by the source alone, for a stripe without permits whose budget is too
+    /// small for a larger lease; what the source says is left becomes the stripe's budget hint.
+    #[inline]
+    fn exact(&self, stripe: &Stripe, n: u32) -> Result<Decision, AcquireError> {
+        let decision = self.source.take_exact(n)?;
+        let left = decision.remaining();
+        // Relaxed: a hint for the lease size only (no serve reads it for its decision); a racing
+        // lease replacement may overwrite it or be overwritten, either value is a report the
+        // source made. Written only when it changes, so a denied flood leaves the line clean.
+        if stripe.source_left.load(Ordering::Relaxed) != left {
+            stripe.source_left.store(left, Ordering::Relaxed);
+        }
+        Ok(decision)
+    }
+
+    /// The share of the source's remaining budget one stripe may lease: `2 × stripes`.
+    #[inline]
+    fn budget_share(&self) -> u64 {
+        2 * self.stripes.len() as u64
     }
 
     /// Replaces `stripe`'s lease (this thread holds it): gives back the `left` unused permits of
@@ -435,7 +473,7 @@ impl<S: LeaseSource> PerCore<S> {
         stripe
             .size
             .store(size.min(self.max_lease), Ordering::Relaxed);
-        let budget = stripe.source_left.load(Ordering::Relaxed) / (2 * self.stripes.len() as u64);
+        let budget = stripe.source_left.load(Ordering::Relaxed) / self.budget_share();
         let want = u64::from(size).min(budget).max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
         let lease = match self.source.take(n, want, self.lifetime_nanos) {

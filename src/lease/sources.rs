@@ -6,7 +6,7 @@
 
 use crate::algorithms::{FixedWindow, Gcra, LeakyBucket, SlidingWindow, TokenBucket};
 use crate::clock::{Clock, duration_to_nanos};
-use crate::decision::{AcquireError, ConfigError, check_permits};
+use crate::decision::{AcquireError, ConfigError, Decision, check_permits};
 use crate::lease::{Lease, LeaseSource, take_between};
 use crate::limiter::{AtomicLimiter, Limiter};
 use crate::packed::{pack_window, unpack_window};
@@ -47,6 +47,10 @@ macro_rules! bucket_source {
                 self.algorithm()
                     .lease_refund(word, generation, unused)
                     .is_some_and(|refunded| self.replace_word(word, refunded))
+            }
+
+            fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+                Limiter::try_acquire(self, n)
             }
 
             fn clock(&self) -> &dyn Clock {
@@ -99,6 +103,10 @@ impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
         }
     }
 
+    fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+        Limiter::try_acquire(self, n)
+    }
+
     fn clock(&self) -> &dyn Clock {
         Limiter::clock(self)
     }
@@ -131,6 +139,10 @@ impl<C: Clock> LeaseSource for SlidingWindow<C> {
 
     fn give_back(&self, _lease: &Lease, _unused: u32) -> bool {
         false
+    }
+
+    fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+        Limiter::try_acquire(self, n)
     }
 
     fn clock(&self) -> &dyn Clock {
