@@ -25,6 +25,9 @@ pub const DEFAULT_MAX_LEASE: u32 = 64;
 /// ```
 pub const DEFAULT_LIFETIME: Duration = Duration::from_millis(1);
 
+/// The lease size a stripe starts with (at most the largest lease).
+const INITIAL_LEASE: u32 = 8;
+
 /// The permits a stripe has left: the low 32 bits of its state word.
 const LEFT: u64 = u32::MAX as u64;
 /// Set while one thread replaces the stripe's lease (the others then ask the source directly).
@@ -56,8 +59,9 @@ const SEQ_ONE: u64 = 1 << 33;
 /// are held by stripes at any time.
 ///
 /// # Lease size
-/// Each stripe adapts its lease to its own rate and to the budget left: it doubles its lease
-/// size (up to [`max_lease`](PerCore::max_lease)) when a lease ran out before it expired,
+/// Each stripe adapts its lease to its own rate and to the budget left: starting at
+/// `min(8, max_lease)`, it doubles its lease size (up to [`max_lease`](PerCore::max_lease)) when
+/// a lease ran out before it expired,
 /// halves it when a lease expired unused, and never asks for more than
 /// `remaining / (2 × stripes)` of what the source said was left at its last lease (but at
 /// least the `n` of the request). Near the limit a lease is therefore exactly the request, and a
@@ -165,7 +169,7 @@ impl<S: LeaseSource> PerCore<S> {
                 CachePadded::new(Stripe {
                     state: AtomicU64::new(0),
                     granted: AtomicU32::new(0),
-                    size: AtomicU32::new(1),
+                    size: AtomicU32::new(INITIAL_LEASE.min(DEFAULT_MAX_LEASE)),
                     taken_at: AtomicU64::new(0),
                     expires_at: AtomicU64::new(0),
                     reset_at: AtomicU64::new(0),
@@ -202,6 +206,12 @@ impl<S: LeaseSource> PerCore<S> {
                 what: "max_lease",
                 why: "a lease must be allowed at least one permit",
             });
+        }
+        for stripe in self.stripes.iter() {
+            // Relaxed: no thread can see the limiter yet (it is owned here).
+            stripe
+                .size
+                .store(INITIAL_LEASE.min(max_lease), Ordering::Relaxed);
         }
         Ok(PerCore { max_lease, ..self })
     }
