@@ -333,19 +333,20 @@ impl<S: LeaseSource> PerCore<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_acquire_on(&self, home: usize, n: u32) -> Result<Decision, AcquireError> {
-        check_permits(n, self.source.limit())?;
         let stripe = &self.stripes[home & (self.stripes.len() - 1)];
         let need = u64::from(n);
         // Read once, when first needed (a request the source decides alone reads the source's
         // clock there instead).
         let mut clock_now = None;
+        // Whether `n` was checked against the limit (the stripe serves only checked requests).
+        let mut checked = false;
         // Acquire: pairs with the Release store that published the lease (`publish`), so the
         // fields read below are that lease's or a later one's (a later one's fails the
         // compare-exchange, which checks the sequence number).
         let mut state = stripe.state.load(Ordering::Acquire);
         loop {
             if state & BUSY != 0 {
-                return Ok(self.direct(n, state & LEFT));
+                return self.direct(n, state & LEFT);
             }
             let left = state & LEFT;
             if left == 0 {
@@ -356,8 +357,13 @@ impl<S: LeaseSource> PerCore<S> {
                 // this is the exact source's path). Relaxed: a hint (see `exact`).
                 let hint = stripe.source_left.load(Ordering::Relaxed);
                 if hint < (need + 1).saturating_mul(self.budget_share()) {
+                    // The source checks `n` (zero, or above the limit) itself.
                     return self.exact(stripe, n);
                 }
+            }
+            if !checked {
+                check_permits(n, self.source.limit())?;
+                checked = true;
             }
             let clock_now = *clock_now.get_or_insert_with(|| self.source.clock().now_nanos());
             // Relaxed: ordered after the Acquire load (or failed compare-exchange) of `state`.
@@ -413,17 +419,13 @@ impl<S: LeaseSource> PerCore<S> {
     /// `n` permits decided by the source alone (while another thread replaces the lease of the
     /// caller's stripe, which holds `held`).
     #[cold]
-    fn direct(&self, n: u32, held: u64) -> Decision {
-        match self.source.take_exact(n) {
-            Ok(decision) => with_held(decision, held),
-            // The limit fell below `n` since it was checked.
-            Err(_) => Decision::deny(self.source.limit(), held, u64::MAX, u64::MAX),
-        }
+    fn direct(&self, n: u32, held: u64) -> Result<Decision, AcquireError> {
+        Ok(with_held(self.source.take_exact(n)?, held))
     }
 
     /// `n` permits decided by the source alone, for a stripe without permits whose budget is too
     /// small for a larger lease; what the source says is left becomes the stripe's budget hint.
-    #[inline]
+    #[inline(always)]
     fn exact(&self, stripe: &Stripe, n: u32) -> Result<Decision, AcquireError> {
         let decision = self.source.take_exact(n)?;
         let left = decision.remaining();
