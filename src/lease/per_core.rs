@@ -356,9 +356,10 @@ impl<S: LeaseSource> PerCore<S> {
                 // the stripe (near the limit, and on every denial while the limit is exhausted,
                 // this is the exact source's path). Relaxed: a hint (see `exact`).
                 let hint = stripe.source_left.load(Ordering::Relaxed);
-                if hint < (need + 1).saturating_mul(self.budget_share()) {
+                let threshold = (need + 1).saturating_mul(self.budget_share());
+                if hint < threshold {
                     // The source checks `n` (zero, or above the limit) itself.
-                    return self.exact(stripe, n);
+                    return self.exact(stripe, n, threshold);
                 }
             }
             if !checked {
@@ -426,16 +427,25 @@ impl<S: LeaseSource> PerCore<S> {
     /// `n` permits decided by the source alone, for a stripe without permits whose budget is too
     /// small for a larger lease; what the source says is left becomes the stripe's budget hint.
     #[inline(always)]
-    fn exact(&self, stripe: &Stripe, n: u32) -> Result<Decision, AcquireError> {
-        let decision = self.source.take_exact(n)?;
-        let left = decision.remaining();
-        // Relaxed: a hint for the lease size only (no serve reads it for its decision); a racing
-        // lease replacement may overwrite it or be overwritten, either value is a report the
-        // source made. Written only when it changes, so a denied flood leaves the line clean.
-        if stripe.source_left.load(Ordering::Relaxed) != left {
-            stripe.source_left.store(left, Ordering::Relaxed);
+    fn exact(&self, stripe: &Stripe, n: u32, threshold: u64) -> Result<Decision, AcquireError> {
+        // Returned as the source made it (inspected in place: no copy of the decision).
+        let result = self.source.take_exact(n);
+        if let Ok(decision) = &result {
+            // Below `threshold` the next request is decided here again whatever the exact
+            // figure: record 0 and spare the division `remaining()` costs.
+            let left = match decision.remaining_reaches(threshold) {
+                true => decision.remaining(),
+                false => 0,
+            };
+            // Relaxed: a hint for the lease size only (no serve reads it for its decision); a
+            // racing lease replacement may overwrite it or be overwritten, either value is a
+            // report the source made. Written only when it changes, so a denied flood leaves the
+            // line clean.
+            if stripe.source_left.load(Ordering::Relaxed) != left {
+                stripe.source_left.store(left, Ordering::Relaxed);
+            }
         }
-        Ok(decision)
+        result
     }
 
     /// The share of the source's remaining budget one stripe may lease: `2 × stripes`.

@@ -49,6 +49,7 @@ macro_rules! bucket_source {
                     .is_some_and(|refunded| self.replace_word(word, refunded))
             }
 
+            #[inline(always)]
             fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
                 Limiter::try_acquire(self, n)
             }
@@ -103,6 +104,7 @@ impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
         }
     }
 
+    #[inline(always)]
     fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
         Limiter::try_acquire(self, n)
     }
@@ -141,6 +143,7 @@ impl<C: Clock> LeaseSource for SlidingWindow<C> {
         false
     }
 
+    #[inline(always)]
     fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
         Limiter::try_acquire(self, n)
     }
