@@ -133,6 +133,23 @@ pub fn entries() -> Vec<Entry> {
             bound: aligned_window_bound,
         },
         Entry {
+            name: "per-core/sliding-window",
+            build: |q, c| {
+                Ok(match c {
+                    ClockChoice::Quanta => Box::new(PerCore::new(SlidingWindow::with_clock(
+                        q.limit,
+                        q.period,
+                        SLIDING_CELLS,
+                        QuantaClock::new(),
+                    )?)),
+                    ClockChoice::Coarse(clock) => Box::new(PerCore::new(
+                        SlidingWindow::with_clock(q.limit, q.period, SLIDING_CELLS, clock.clone())?,
+                    )),
+                })
+            },
+            bound: sliding_window_bound,
+        },
+        Entry {
             name: "sliding-window",
             build: |q, c| {
                 Ok(match c {
