@@ -57,6 +57,7 @@ pub mod decision;
 )]
 pub mod guide;
 pub mod keyed;
+pub mod lease;
 pub mod limiter;
 #[cfg(feature = "memcached")]
 #[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
@@ -91,6 +92,7 @@ pub use concurrency::adaptive::{AdaptiveInFlight, Aimd, Gradient2, Vegas};
 pub use concurrency::{InFlight, InFlightPermit, KeyedInFlight, KeyedPermit, OwnedInFlightPermit};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
 pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
+pub use lease::PerCore;
 pub use limiter::{Algorithm, AtomicLimiter, Limiter};
 
 /// Internals the loom models in `loom-tests/` drive directly (the CAS engine, the window

@@ -783,6 +783,49 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     fn now(&self) -> u64 {
         self.clock.now_nanos()
     }
+
+    /// [`Limiter::try_acquire`] on the general engine, recording what the deciding step saw: the
+    /// time it decided at and the word it published (for a lease's exact refund, see
+    /// [`replace_word`](Self::replace_word)). For an allowed decision, `word` is the word this
+    /// call's compare-exchange wrote.
+    pub(crate) fn take_recorded(&self, n: u32) -> Result<(Decision, Written), AcquireError> {
+        let mut decide = self.algorithm.decider(n)?;
+        let mut written = Written { word: 0, now: 0 };
+        let recording = |state: u64, now: u64| {
+            let step = decide(state, now);
+            written = Written {
+                word: step.next.unwrap_or(state),
+                now,
+            };
+            step
+        };
+        let words = &*self.words;
+        let decision = if A::NEEDS_TIME_FLOOR {
+            update_at(&words.state, &words.floor, || self.now(), recording)
+        } else {
+            update_timed(&words.state, || self.now(), recording)
+        };
+        Ok((decision, written))
+    }
+
+    /// Replaces the state word with `new` only if it is still exactly `expected`: a lease's
+    /// refund, which is exact only on the word its lease wrote.
+    pub(crate) fn replace_word(&self, expected: u64, new: u64) -> bool {
+        // AcqRel / Acquire: as in `update` (a refund is one more write of the state word).
+        self.words
+            .state
+            .compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// What a recorded decision ([`AtomicLimiter::take_recorded`]) saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Written {
+    /// The word published (the loaded word when nothing was written).
+    pub(crate) word: u64,
+    /// The time the decision ran at (the clock read raised to the time floor).
+    pub(crate) now: u64,
 }
 
 impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {

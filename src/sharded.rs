@@ -287,7 +287,7 @@ fn share(limit: u32, count: usize, index: usize) -> u32 {
 }
 
 /// The calling thread's home stripe number: threads are numbered round-robin on first use.
-fn home_stripe() -> usize {
+pub(crate) fn home_stripe() -> usize {
     // std atomics on purpose: this only spreads threads over stripes, it is no part of the
     // admission protocol (a collision costs speed, never correctness), so loom need not see it.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

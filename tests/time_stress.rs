@@ -20,6 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use floodgate::algorithms::MAX_CLOCK_LAG_NANOS;
+use floodgate::lease::PerCore;
 use floodgate::{
     Anchor, AtomicLimiter, Clock, CoarseClock, Decision, FixedWindow, Gcra, Keyed, LeakyBucket,
     Limiter, MonotonicClock, PackedSlidingWindow, QuantaClock, Rate, Sharded, SlidingWindowLimiter,
@@ -175,6 +176,21 @@ fn bucket_bounds() -> Vec<Bound> {
     }]
 }
 
+/// How long a `PerCore` bucket's lease may be served in this stress.
+const LEASE_LIFETIME: Duration = Duration::from_micros(20);
+
+/// A bucket served by `PerCore` leases: every permit served was granted by the exact bucket at
+/// most the lease lifetime `L` earlier, so the admissions served in `[x, y]` were granted in
+/// `(x − L, y]`: at most `burst + (y − x + L) / T`, i.e. the exact bound with `⌈L / T⌉` more
+/// burst (see `floodgate::lease`).
+fn per_core_bucket_bounds() -> Vec<Bound> {
+    let interval = nanos(BUCKET_PERIOD) / u64::from(BUCKET_AMOUNTS[0]);
+    vec![Bound::Rate {
+        burst: u64::from(CAPACITIES[0]) + nanos(LEASE_LIFETIME).div_ceil(interval),
+        nanos_per_permit: interval,
+    }]
+}
+
 fn smooth_bounds() -> Vec<Bound> {
     // Guava's accounting: let V = stored permits − (next free − now) / interval. A request is
     // admitted only when next free ≤ now, so V ≥ 0 before it; it lowers V by exactly its n; time
@@ -297,6 +313,80 @@ fn targets() -> Vec<Target> {
             bounds: fixed_bounds(),
             truncation: 0,
             period: window_period,
+        },
+        Target {
+            name: "per_core_fixed_window",
+            build: |c| {
+                Box::new(One {
+                    limiter: PerCore::with_stripes(
+                        AtomicLimiter::with_clock(
+                            FixedWindow::aligned(LIMITS[0], WINDOW).unwrap(),
+                            c,
+                        ),
+                        4,
+                    )
+                    .unwrap(),
+                    reconfigure: fixed_reconfigure,
+                })
+            },
+            bounds: fixed_bounds(),
+            truncation: 0,
+            period: window_period,
+        },
+        Target {
+            name: "per_core_sliding_window",
+            build: |c| {
+                Box::new(One {
+                    limiter: PerCore::with_stripes(
+                        SlidingWindowLimiter::with_clock(LIMITS[0], WINDOW, 4, c).unwrap(),
+                        4,
+                    )
+                    .unwrap(),
+                    reconfigure: fixed_reconfigure,
+                })
+            },
+            bounds: sliding_bounds(4),
+            truncation: 0,
+            period: window_period,
+        },
+        Target {
+            name: "per_core_gcra",
+            build: |c| {
+                let gcra = AtomicLimiter::with_clock(
+                    Gcra::new(Rate::new(BUCKET_AMOUNTS[0], BUCKET_PERIOD), CAPACITIES[0]).unwrap(),
+                    c,
+                );
+                Box::new(One {
+                    limiter: PerCore::with_stripes(gcra, 4)
+                        .unwrap()
+                        .with_lifetime(LEASE_LIFETIME)
+                        .unwrap(),
+                    reconfigure: |l, choice| bucket_reconfigure!(l.source(), choice),
+                })
+            },
+            bounds: per_core_bucket_bounds(),
+            truncation: 0,
+            period: bucket_tau,
+        },
+        Target {
+            name: "per_core_token_bucket",
+            build: |c| {
+                let bucket = AtomicLimiter::with_clock(
+                    TokenBucket::new(Rate::new(BUCKET_AMOUNTS[0], BUCKET_PERIOD), CAPACITIES[0])
+                        .unwrap(),
+                    c,
+                );
+                Box::new(One {
+                    limiter: PerCore::with_stripes(bucket, 4)
+                        .unwrap()
+                        .with_lifetime(LEASE_LIFETIME)
+                        .unwrap(),
+                    reconfigure: |l, choice| bucket_reconfigure!(l.source(), choice),
+                })
+            },
+            bounds: per_core_bucket_bounds(),
+            truncation: 0,
+            period: bucket_tau,
         },
         Target {
             name: "gcra",
@@ -667,6 +757,26 @@ fn packed_sliding_window() {
 #[test]
 fn sharded() {
     stress("sharded");
+}
+
+#[test]
+fn per_core_fixed_window() {
+    stress("per_core_fixed_window");
+}
+
+#[test]
+fn per_core_sliding_window() {
+    stress("per_core_sliding_window");
+}
+
+#[test]
+fn per_core_gcra() {
+    stress("per_core_gcra");
+}
+
+#[test]
+fn per_core_token_bucket() {
+    stress("per_core_token_bucket");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use floodgate::lease::{LeaseSource, PerCore};
 use floodgate::{
     AcquireError, AtomicLimiter, Clock, CoarseClock, ConfigError, Decision, FixedWindow, Gcra,
     LeakyBucket, Limiter, QuantaClock, Rate, Sharded, SlidingWindowLimiter, SmoothBursty,
@@ -203,6 +204,45 @@ pub fn entries() -> Vec<Entry> {
             bound: aligned_window_bound,
         },
         Entry {
+            name: "per-core/gcra",
+            build: |q, c| per_core(Gcra::new(rate(q), q.limit)?, c),
+            bound: per_core_bucket_bound,
+        },
+        Entry {
+            name: "per-core/token-bucket",
+            build: |q, c| per_core(TokenBucket::new(rate(q), q.limit)?, c),
+            bound: per_core_bucket_bound,
+        },
+        Entry {
+            name: "per-core/fixed-window",
+            build: |q, c| per_core(FixedWindow::aligned(q.limit, q.period)?, c),
+            bound: aligned_window_bound,
+        },
+        Entry {
+            name: "per-core/sliding-window",
+            build: |q, c| {
+                Ok(match c {
+                    ClockChoice::Quanta => {
+                        Box::new(PerCore::new(SlidingWindowLimiter::with_clock(
+                            q.limit,
+                            q.period,
+                            SLIDING_CELLS,
+                            QuantaClock::new(),
+                        )?))
+                    }
+                    ClockChoice::Coarse(clock) => {
+                        Box::new(PerCore::new(SlidingWindowLimiter::with_clock(
+                            q.limit,
+                            q.period,
+                            SLIDING_CELLS,
+                            clock.clone(),
+                        )?))
+                    }
+                })
+            },
+            bound: sliding_window_bound,
+        },
+        Entry {
             name: "sliding-window",
             build: |q, c| {
                 Ok(match c {
@@ -302,6 +342,35 @@ fn boxed<A: floodgate::Algorithm>(
         ClockChoice::Quanta => Box::new(AtomicLimiter::with_clock(algorithm, QuantaClock::new())),
         ClockChoice::Coarse(c) => Box::new(AtomicLimiter::with_clock(algorithm, c.clone())),
     })
+}
+
+/// `algorithm` as the exact source of a `PerCore` limiter (one stripe per core, the defaults).
+fn per_core<A: floodgate::Algorithm>(
+    algorithm: A,
+    clock: &ClockChoice,
+) -> Result<Box<dyn Limiter>, ConfigError>
+where
+    AtomicLimiter<A, QuantaClock>: LeaseSource,
+    AtomicLimiter<A, CoarseClock>: LeaseSource,
+{
+    Ok(match clock {
+        ClockChoice::Quanta => Box::new(PerCore::new(AtomicLimiter::with_clock(
+            algorithm,
+            QuantaClock::new(),
+        ))),
+        ClockChoice::Coarse(c) => Box::new(PerCore::new(AtomicLimiter::with_clock(
+            algorithm,
+            c.clone(),
+        ))),
+    })
+}
+
+/// A leased bucket: the exact bucket's bound plus the most permits the stripes can hold when
+/// the span starts (`PerCore::stranded_bound` with the defaults), served late.
+fn per_core_bucket_bound(q: Quota, s: Span) -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let stripes = cores.next_power_of_two() as u64;
+    bucket_bound(q, s) + stripes * u64::from(floodgate::lease::DEFAULT_MAX_LEASE - 1)
 }
 
 fn nanos(d: Duration) -> u64 {

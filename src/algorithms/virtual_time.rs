@@ -452,6 +452,36 @@ impl VirtualTime {
         Ok(update_at(word, floor, read_clock, self.decider(n)?))
     }
 
+    /// The generation in force (a lease records it, see [`refunded`](Self::refunded)).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.store.generation()
+    }
+
+    /// The word that gives `unused` permits back to a bucket whose state is still exactly the
+    /// word `word` a lease of at least `unused` permits wrote in `generation` (the full
+    /// generation counter, read before and after the lease): its time less `unused × T`, in
+    /// that generation's interval. `None` when the configuration changed since (the permits are
+    /// then left to expire), or the word is not of that generation.
+    ///
+    /// Exact: every later booking is stacked on top of the lease's (a booking starts at
+    /// `max(tat, now)` and only a refund of its own word moves a time back), so a word still equal
+    /// to the lease's means nothing since began after a gap, and the bucket becomes exactly what
+    /// it would be had the lease asked for `unused` fewer permits.
+    pub(crate) fn refunded(&self, word: u64, generation: u64, unused: u32) -> Option<u64> {
+        if self.store.generation() != generation {
+            return None;
+        }
+        let snapshot = self.store.read(generation)?;
+        let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
+        if word & !END_OF_TIME != stamp {
+            return None;
+        }
+        let back = u64::from(unused).checked_mul(snapshot.interval)?;
+        let tat = (word & END_OF_TIME).checked_sub(back)?;
+        Some(tat | stamp)
+    }
+
     #[inline]
     pub(crate) fn is_idle(&self, state: u64, now: u64) -> bool {
         loop {
@@ -677,6 +707,23 @@ macro_rules! time_word_algorithm {
             /// ```
             pub fn nanos_per_permit(&self) -> u64 {
                 self.core.interval()
+            }
+
+            /// The generation of the configuration in force (for a lease's refund).
+            #[inline]
+            pub(crate) fn lease_generation(&self) -> u64 {
+                self.core.generation()
+            }
+
+            /// See `VirtualTime::refunded`.
+            #[inline]
+            pub(crate) fn lease_refund(
+                &self,
+                word: u64,
+                generation: u64,
+                unused: u32,
+            ) -> Option<u64> {
+                self.core.refunded(word, generation, unused)
             }
         }
     };

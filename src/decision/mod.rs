@@ -157,6 +157,13 @@ impl Decision {
         self.remaining / self.remaining_unit
     }
 
+    /// Whether [`remaining`](Decision::remaining) is at least `permits`, without its division
+    /// (a hot path that only compares, such as a lease's budget check).
+    #[inline]
+    pub(crate) const fn remaining_reaches(&self, permits: u64) -> bool {
+        self.remaining >= permits.saturating_mul(self.remaining_unit)
+    }
+
     /// Zero when allowed; otherwise the time until the same request could be allowed, if nobody
     /// else takes permits meanwhile.
     ///

@@ -1,0 +1,315 @@
+//! Leases: a child limiter serves permits it took in small batches from one exact parent.
+//!
+//! One exact state word caps a limiter at one cache-line transfer per admission. A lease breaks
+//! that cap: a child takes `k` permits from the parent in one decision (one compare-exchange on
+//! a local word; one script call on a server), serves them locally, and gives back what it does
+//! not use. The parent is a [`LeaseSource`]; [`PerCore`] is the child that keeps one lease per
+//! core.
+//!
+//! # The bound
+//! Every lease form obeys the same two rules, so its bound follows from its parent's:
+//! 1. **A permit is served at most once, and only from a lease the parent granted**, at a time
+//!    between the lease's decision time and its expiry ([`Lease::expires_at`]). A serving thread
+//!    whose clock reads earlier than the lease's decision time is decided at that time (as the
+//!    time floor does for the exact limiters).
+//! 2. **A refund is exact or does not happen**: [`LeaseSource::give_back`] leaves the parent
+//!    exactly as if the lease had asked for fewer permits, or leaves it alone (the permits then
+//!    stay taken until they expire: under-admission, never over-admission).
+//!
+//! What that means per parent (`S` = [`PerCore::stranded_bound`] = `stripes × (max_lease − 1)`,
+//! the most permits the stripes of a [`PerCore`] can hold at once):
+//!
+//! | parent | over-admission | under-admission |
+//! |---|---|---|
+//! | [`FixedWindow`](crate::FixedWindow) | **none**: a lease expires with the window it was counted in, so every permit served is counted in the window it is served in, and the window's count never passes its limit | at most `S` per window (held, then dead with the window unless refunded exactly) |
+//! | [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) | **none**: a lease expires with the cell it was counted in | as the fixed window, per cell |
+//! | [`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket) | in any span of length `d`, at most what the exact bucket may grant in `d + L` (`L` the lease lifetime): `C + ⌊(d + L) / T⌋` permits instead of `C + ⌊d / T⌋`: at most `⌈L / T⌉` above the exact bucket in any span, and at most `S` | at most `S` held at any time; held permits are refunded when the parent's word is still the lease's, else they die at expiry |
+//!
+//! A bucket's excess comes only from serving late: the permits were granted (the parent's word
+//! counted them) at most `L` before they are served, so a span `[a, b]` of serving times sees
+//! only grants from `(a − L, b]`. [`PerCore`] keeps `L` short (1 ms by default) so the excess is a
+//! fraction of the rate, and near the limit a lease is of one permit (see [`PerCore`]'s lease
+//! size), where the child is the exact parent.
+//!
+//! **Time model.** Lagging clock reads are raised to the lease's decision time; a reader stalled
+//! between its clock read and its serve serves at most until the lease's expiry by its own clock
+//! read, i.e. a stale read serves a permit the parent counted no earlier than that read. A
+//! reconfiguration (`set_limit`, `set_rate`) applies to the parent at once; leases already held
+//! are served until they expire, and a refund across a change of a bucket's configuration does
+//! not happen. One case escapes rule 2: a bucket's parent word moved back by a leap repair or by
+//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset) can come back to a lease's exact word;
+//! a refund landing then may give back up to that lease's unused permits (at most `S` once per
+//! leap or reset).
+
+mod per_core;
+mod sources;
+
+pub use per_core::{DEFAULT_LIFETIME, DEFAULT_MAX_LEASE, PerCore};
+
+use crate::clock::Clock;
+use crate::decision::{AcquireError, ConfigError, Decision};
+
+/// An exact limiter that grants permits in batches (leases): a local limiter word, or later a
+/// server.
+///
+/// Implemented for [`AtomicLimiter`](crate::AtomicLimiter) over [`Gcra`](crate::Gcra),
+/// [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket) and
+/// [`FixedWindow`](crate::FixedWindow), and for [`SlidingWindowLimiter`](crate::SlidingWindowLimiter). An
+/// implementation must keep the two rules of the [module docs](self#the-bound): its grants are
+/// counted by its own exact bound, and a refund is exact or does not happen.
+///
+/// ```
+/// use floodgate::lease::LeaseSource;
+/// use floodgate::{AtomicLimiter, Gcra, ManualClock, Rate};
+/// let gcra = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 10)?, ManualClock::new());
+/// let lease = gcra.take(1, 4, 1_000_000)?; // between 1 and 4 permits, for at most 1 ms
+/// assert_eq!(lease.granted(), 4);
+/// assert_eq!(lease.decision().remaining(), 6);
+/// assert!(gcra.give_back(&lease, 3)); // nothing happened since: the refund is exact
+/// assert_eq!(gcra.take(1, 10, 1_000_000)?.granted(), 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait LeaseSource: Send + Sync {
+    /// Takes between `min` and `max` permits now (as many as fit, up to `max`), valid for at
+    /// most `lifetime_nanos` (a window's lease also ends with its window). A lease of
+    /// [`granted`](Lease::granted) `0` is a denial: nothing was taken, and its
+    /// [`decision`](Lease::decision) says why (`remaining`, `retry_after` for `min` permits).
+    ///
+    /// # Errors
+    /// [`AcquireError`] when `min` is zero or above the limit. `max` below `min` is read as `min`;
+    /// `max` above the limit is read as the limit.
+    fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError>;
+
+    /// Gives `unused` permits of `lease` back, if that can be done exactly (the parent then is
+    /// as if the lease had asked for `unused` fewer); otherwise does nothing. Returns whether
+    /// they were given back. Call it at most once per lease, with at most its unserved permits.
+    ///
+    /// ```
+    /// use floodgate::lease::LeaseSource;
+    /// use floodgate::{AtomicLimiter, FixedWindow, ManualClock};
+    /// let window = AtomicLimiter::with_clock(
+    ///     FixedWindow::aligned(10, std::time::Duration::from_secs(1))?,
+    ///     ManualClock::new(),
+    /// );
+    /// let first = window.take(1, 5, u64::MAX)?;
+    /// let second = window.take(1, 5, u64::MAX)?;
+    /// assert!(!window.give_back(&first, 2)); // not the word `first` wrote any more
+    /// assert!(window.give_back(&second, 2)); // still exact
+    /// assert_eq!(window.take(1, 10, u64::MAX)?.granted(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn give_back(&self, lease: &Lease, unused: u32) -> bool;
+
+    /// Takes exactly `n` permits or none, as the source's own `try_acquire(n)` would: one exact
+    /// decision, and no lease to track (the path a [`PerCore`] stripe takes near the limit,
+    /// where a lease would be of `n` permits anyway). By default
+    /// [`take(n, n, 0)`](LeaseSource::take)'s decision; the local sources use their short path.
+    ///
+    /// # Errors
+    /// As [`take`](LeaseSource::take).
+    ///
+    /// ```
+    /// use floodgate::lease::LeaseSource;
+    /// use floodgate::{AtomicLimiter, Gcra, ManualClock, Rate};
+    /// let gcra = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(1), 2)?, ManualClock::new());
+    /// assert!(gcra.take_exact(2)?.is_allowed());
+    /// assert!(!gcra.take_exact(1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.take(n, n, 0).map(|lease| lease.decision())
+    }
+
+    /// The clock the source decides on (and its leases expire on).
+    fn clock(&self) -> &dyn Clock;
+
+    /// The limit in force (as [`Limiter::limit`](crate::Limiter::limit)): no lease is larger.
+    fn limit(&self) -> u64;
+
+    /// Changes the limit (as [`Limiter::set_limit`](crate::Limiter::set_limit)).
+    ///
+    /// # Errors
+    /// As the source's `Limiter::set_limit`.
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
+}
+
+/// A batch of permits taken from a [`LeaseSource`] (or a denial: [`granted`](Lease::granted)
+/// `0`).
+///
+/// ```
+/// use floodgate::Decision;
+/// use floodgate::lease::Lease;
+/// let lease = Lease::new(3, 100, 1_100, Decision::allow(10, 7, 0));
+/// assert_eq!((lease.granted(), lease.taken_at(), lease.expires_at()), (3, 100, 1_100));
+/// assert_eq!(lease.receipt(), [0, 0]);
+/// assert_eq!(lease.with_receipt([7, 1]).receipt(), [7, 1]);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    granted: u32,
+    taken_at: u64,
+    expires_at: u64,
+    decision: Decision,
+    receipt: [u64; 2],
+}
+
+impl Lease {
+    /// A lease of `granted` permits decided at `taken_at` and served until before `expires_at`
+    /// (nanoseconds on the source's clock), with the source's `decision` for it.
+    ///
+    /// ```
+    /// use floodgate::{Decision, lease::Lease};
+    /// let denied = Lease::new(0, 5, 5, Decision::deny(10, 0, 1_000, 1_000));
+    /// assert!(!denied.decision().is_allowed());
+    /// ```
+    pub const fn new(granted: u32, taken_at: u64, expires_at: u64, decision: Decision) -> Self {
+        Lease {
+            granted,
+            taken_at,
+            expires_at,
+            decision,
+            receipt: [0, 0],
+        }
+    }
+
+    /// The same lease with the source's own receipt (what its
+    /// [`give_back`](LeaseSource::give_back) needs: the word the lease wrote, a lease id on a
+    /// server).
+    ///
+    /// ```
+    /// use floodgate::{Decision, lease::Lease};
+    /// let lease = Lease::new(1, 0, 10, Decision::allow(1, 0, 0)).with_receipt([42, 0]);
+    /// assert_eq!(lease.receipt()[0], 42);
+    /// ```
+    pub const fn with_receipt(self, receipt: [u64; 2]) -> Self {
+        Lease { receipt, ..self }
+    }
+
+    /// Permits granted; `0` for a denial.
+    ///
+    /// ```
+    /// use floodgate::{Decision, lease::Lease};
+    /// assert_eq!(Lease::new(2, 0, 10, Decision::allow(5, 3, 0)).granted(), 2);
+    /// ```
+    pub const fn granted(&self) -> u32 {
+        self.granted
+    }
+
+    /// The time (nanoseconds on the source's clock) the source decided the lease at.
+    ///
+    /// ```
+    /// use floodgate::{Decision, lease::Lease};
+    /// assert_eq!(Lease::new(2, 7, 10, Decision::allow(5, 3, 0)).taken_at(), 7);
+    /// ```
+    pub const fn taken_at(&self) -> u64 {
+        self.taken_at
+    }
+
+    /// The time from which the lease's permits may no longer be served.
+    ///
+    /// ```
+    /// use floodgate::{Decision, lease::Lease};
+    /// assert_eq!(Lease::new(2, 7, 10, Decision::allow(5, 3, 0)).expires_at(), 10);
+    /// ```
+    pub const fn expires_at(&self) -> u64 {
+        self.expires_at
+    }
+
+    /// The source's decision for the lease (for a grant: what is left after it).
+    ///
+    /// ```
+    /// use floodgate::{Decision, lease::Lease};
+    /// let lease = Lease::new(2, 0, 10, Decision::allow(5, 3, 0));
+    /// assert_eq!(lease.decision().remaining(), 3);
+    /// ```
+    pub const fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The source's receipt (see [`with_receipt`](Lease::with_receipt)).
+    ///
+    /// ```
+    /// use floodgate::{Decision, lease::Lease};
+    /// assert_eq!(Lease::new(2, 0, 10, Decision::allow(5, 3, 0)).receipt(), [0, 0]);
+    /// ```
+    pub const fn receipt(&self) -> [u64; 2] {
+        self.receipt
+    }
+}
+
+/// Takes between `min` and `max` permits with `take` (one exact decision per call): `max` first;
+/// if denied, as many as the denial said were left (at least `min`); then `min` alone. Each
+/// call is one exact decision, so the result is exact whatever races in between.
+pub(crate) fn take_between<R>(
+    min: u32,
+    max: u32,
+    mut take: impl FnMut(u32) -> Result<(Decision, R), AcquireError>,
+) -> Result<(u32, Decision, R), AcquireError> {
+    let max = max.max(min);
+    let (decision, receipt) = take(max)?;
+    if decision.is_allowed() || max == min {
+        let granted = if decision.is_allowed() { max } else { 0 };
+        return Ok((granted, decision, receipt));
+    }
+    let left = u32::try_from(decision.remaining()).unwrap_or(u32::MAX);
+    if left > min {
+        let n = left.min(max - 1);
+        let (decision, receipt) = take(n)?;
+        if decision.is_allowed() {
+            return Ok((n, decision, receipt));
+        }
+    }
+    // Last, `min` alone: a denial then describes the request the caller needs.
+    let (decision, receipt) = take(min)?;
+    let granted = if decision.is_allowed() { min } else { 0 };
+    Ok((granted, decision, receipt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_between_tries_max_then_what_is_left_then_min() {
+        let mut asked = Vec::new();
+        let mut left = 3u32;
+        let got = take_between(1, 8, |n| {
+            asked.push(n);
+            if n <= left {
+                left -= n;
+                Ok((Decision::allow(10, u64::from(left), 0), ()))
+            } else {
+                Ok((Decision::deny(10, u64::from(left), 1, 1), ()))
+            }
+        })
+        .unwrap();
+        assert_eq!((got.0, asked.as_slice()), (3, &[8, 3][..]));
+    }
+
+    #[test]
+    fn take_between_falls_back_to_min_and_then_denies() {
+        let mut asked = Vec::new();
+        // Says 5 are left, but a racer takes them: 5 is denied, then min (2) is denied too.
+        let got = take_between(2, 8, |n| {
+            asked.push(n);
+            Ok((Decision::deny(10, 5, 1, 1), ()))
+        })
+        .unwrap();
+        assert_eq!((got.0, asked.as_slice()), (0, &[8, 5, 2][..]));
+        asked.clear();
+        let got = take_between(2, 2, |n| {
+            asked.push(n);
+            Ok((Decision::deny(10, 1, 1, 1), ()))
+        })
+        .unwrap();
+        assert_eq!((got.0, asked.as_slice()), (0, &[2][..]));
+        asked.clear();
+        // Nothing left below min: no second try.
+        take_between(2, 8, |n| {
+            asked.push(n);
+            Ok((Decision::deny(10, 1, 1, 1), ()))
+        })
+        .unwrap();
+        assert_eq!(asked, [8, 2]);
+    }
+}

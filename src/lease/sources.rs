@@ -1,0 +1,161 @@
+//! The [`LeaseSource`] implementations: the exact local limiters.
+//!
+//! Each lease is one exact decision of the parent (one compare-exchange on its word), recorded
+//! with the time it was decided at and the word it wrote, so a refund can be a compare-exchange
+//! from exactly that word.
+
+use crate::algorithms::{FixedWindow, Gcra, SlidingWindowLimiter};
+use crate::clock::{Clock, duration_to_nanos};
+use crate::decision::{AcquireError, ConfigError, Decision, check_permits};
+use crate::lease::{Lease, LeaseSource, take_between};
+use crate::limiter::{AtomicLimiter, Limiter};
+use crate::packed::{pack_window, unpack_window};
+
+/// A receipt generation that no refund accepts (the configuration changed during the lease).
+const NO_REFUND: u64 = u64::MAX;
+
+/// `max` capped at the limit in force (a lease is never larger than the limit).
+fn capped(max: u32, limit: u64) -> u32 {
+    u32::try_from(limit).map_or(max, |limit| max.min(limit))
+}
+
+/// Leases from a time-word bucket: valid for `lifetime`; refunded by moving the word's time back
+/// by the unused permits' worth, only from the exact word the lease wrote in the same
+/// configuration generation (see `VirtualTime::refunded`).
+macro_rules! bucket_source {
+    ($ty:ident) => {
+        impl<C: Clock> LeaseSource for AtomicLimiter<$ty, C> {
+            fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
+                check_permits(min, Limiter::limit(self))?;
+                let max = capped(max, Limiter::limit(self));
+                let (granted, decision, (now, receipt)) = take_between(min, max, |n| {
+                    let generation = self.algorithm().lease_generation();
+                    let (decision, written) = self.take_recorded(n)?;
+                    let same = self.algorithm().lease_generation() == generation;
+                    let generation = if same { generation } else { NO_REFUND };
+                    Ok((decision, (written.now, [written.word, generation])))
+                })?;
+                let expires_at = now.saturating_add(lifetime_nanos);
+                Ok(Lease::new(granted, now, expires_at, decision).with_receipt(receipt))
+            }
+
+            fn give_back(&self, lease: &Lease, unused: u32) -> bool {
+                if unused == 0 || unused > lease.granted() {
+                    return false;
+                }
+                let [word, generation] = lease.receipt();
+                self.algorithm()
+                    .lease_refund(word, generation, unused)
+                    .is_some_and(|refunded| self.replace_word(word, refunded))
+            }
+
+            #[inline(always)]
+            fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+                Limiter::try_acquire(self, n)
+            }
+
+            fn clock(&self) -> &dyn Clock {
+                Limiter::clock(self)
+            }
+
+            fn limit(&self) -> u64 {
+                Limiter::limit(self)
+            }
+
+            fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+                Limiter::set_limit(self, limit)
+            }
+        }
+    };
+}
+
+// `TokenBucket` and `LeakyBucket` are aliases of `Gcra`: this one impl serves all three.
+bucket_source!(Gcra);
+
+/// Leases from a fixed window: valid until the end of the window they were counted in (or
+/// `lifetime`, if sooner); refunded by lowering the count, only from the exact word the lease
+/// wrote (a word's count only grows within its window, and only a lease's own refund lowers
+/// it, so the window is then exactly as if the lease had been smaller).
+impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
+    fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
+        check_permits(min, Limiter::limit(self))?;
+        let max = capped(max, Limiter::limit(self));
+        let (granted, decision, (now, word)) = take_between(min, max, |n| {
+            let (decision, written) = self.take_recorded(n)?;
+            Ok((decision, (written.now, written.word)))
+        })?;
+        // An allowed decision's `reset_after` is the time to the end of the window that counted
+        // it (a window ahead of `now`, for a lagging read, included).
+        let window_end = now.saturating_add(duration_to_nanos(decision.reset_after()));
+        let expires_at = window_end.min(now.saturating_add(lifetime_nanos));
+        Ok(Lease::new(granted, now, expires_at, decision).with_receipt([word, 0]))
+    }
+
+    fn give_back(&self, lease: &Lease, unused: u32) -> bool {
+        if unused == 0 || unused > lease.granted() {
+            return false;
+        }
+        let word = lease.receipt()[0];
+        let (tag, count) = unpack_window(word);
+        match count.checked_sub(u64::from(unused)) {
+            Some(count) => self.replace_word(word, pack_window(tag, count)),
+            None => false,
+        }
+    }
+
+    #[inline(always)]
+    fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+        Limiter::try_acquire(self, n)
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        Limiter::clock(self)
+    }
+
+    fn limit(&self) -> u64 {
+        Limiter::limit(self)
+    }
+
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        Limiter::set_limit(self, limit)
+    }
+}
+
+/// Leases from a sliding window: valid until the end of the cell of a clock read taken before
+/// the lease was decided (the window counts the lease in that cell or a later one), or
+/// `lifetime` if sooner. Never refunded: the permits die with the cell.
+impl<C: Clock> LeaseSource for SlidingWindowLimiter<C> {
+    fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
+        check_permits(min, Limiter::limit(self))?;
+        let max = capped(max, Limiter::limit(self));
+        let before = Limiter::clock(self).now_nanos();
+        let (granted, decision, ()) =
+            take_between(min, max, |n| Ok((Limiter::try_acquire(self, n)?, ())))?;
+        // The geometry is validated to whole-nanosecond cells.
+        let cell = (duration_to_nanos(self.window()) / u64::from(self.cells())).max(1);
+        let cell_end = (before / cell).saturating_add(1).saturating_mul(cell);
+        let expires_at = cell_end.min(before.saturating_add(lifetime_nanos));
+        Ok(Lease::new(granted, before, expires_at, decision))
+    }
+
+    fn give_back(&self, _lease: &Lease, _unused: u32) -> bool {
+        false
+    }
+
+    #[inline(always)]
+    fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+        Limiter::try_acquire(self, n)
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        Limiter::clock(self)
+    }
+
+    fn limit(&self) -> u64 {
+        Limiter::limit(self)
+    }
+
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        Limiter::set_limit(self, limit)
+    }
+}

@@ -1,0 +1,376 @@
+//! `PerCore` (leases from an exact limiter, one stripe per core) on a `ManualClock`: exactness
+//! against the exact limiter, the stated bounds under arbitrary interleavings of stripes and
+//! time steps (proptest), refunds, and bad input. Deterministic: no threads, no wall time.
+
+use std::time::Duration;
+
+use floodgate::lease::{LeaseSource, PerCore};
+use floodgate::{
+    AcquireError, AtomicLimiter, Clock, ConfigError, FixedWindow, Gcra, LeakyBucket, Limiter,
+    ManualClock, Rate, SlidingWindowLimiter, TokenBucket,
+};
+use proptest::prelude::*;
+
+/// Nanoseconds per permit of the buckets below.
+const T: u64 = 1_000;
+/// Bucket capacity.
+const C: u32 = 20;
+/// The lease lifetime of the bucket cases: 3.5 permits' worth.
+const L: u64 = 3_500;
+
+fn bucket<B>(
+    make: fn(Rate, u32) -> Result<B, ConfigError>,
+    clock: &ManualClock,
+) -> AtomicLimiter<B, ManualClock>
+where
+    B: floodgate::Algorithm,
+{
+    AtomicLimiter::with_clock(
+        make(Rate::new(1, Duration::from_nanos(T)), C).unwrap(),
+        clock.clone(),
+    )
+}
+
+fn per_core<S: LeaseSource>(source: S, stripes: usize) -> PerCore<S> {
+    PerCore::with_stripes(source, stripes)
+        .unwrap()
+        .with_max_lease(8)
+        .unwrap()
+        .with_lifetime(Duration::from_nanos(L))
+        .unwrap()
+}
+
+/// One step of a scenario: the clock moves `dt`, then stripe `stripe` asks for `n`.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    dt: u64,
+    stripe: usize,
+    n: u32,
+}
+
+fn steps(max_dt: u64, stripes: usize) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (
+            prop_oneof![3 => Just(0u64), 2 => 0..max_dt, 1 => 0..max_dt * 20],
+            0..stripes,
+            prop_oneof![4 => Just(1u32), 1 => 1u32..4],
+        )
+            .prop_map(|(dt, stripe, n)| Step { dt, stripe, n }),
+        1..160,
+    )
+}
+
+/// Runs `steps` on `limiter`: the admissions as `(time, permits)`.
+fn run(
+    clock: &ManualClock,
+    steps: &[Step],
+    mut acquire: impl FnMut(usize, u32) -> bool,
+) -> Vec<(u64, u64)> {
+    let mut admitted = Vec::new();
+    for step in steps {
+        clock.advance(Duration::from_nanos(step.dt));
+        if acquire(step.stripe, step.n) {
+            admitted.push((clock.now_nanos(), u64::from(step.n)));
+        }
+    }
+    admitted
+}
+
+/// The largest excess over `capacity + ⌊(y − x + lifetime) / T⌋` over every span `[x, y]`.
+fn bucket_excess(admitted: &[(u64, u64)], lifetime: u64) -> i64 {
+    let mut worst = i64::MIN;
+    for (i, &(x, _)) in admitted.iter().enumerate() {
+        let mut inside = 0u64;
+        for &(y, n) in &admitted[i..] {
+            inside += n;
+            let bound = u64::from(C) + (y - x + lifetime) / T;
+            worst = worst.max(inside as i64 - bound as i64);
+        }
+    }
+    worst
+}
+
+type Make<B> = fn(Rate, u32) -> Result<B, ConfigError>;
+
+/// One stripe serving one caller, with leases that live for one nanosecond (served only at the
+/// instant they were taken), decides exactly as the exact bucket: a lease is a batch of the
+/// bookings the bucket would have made at that instant, and what is not served goes back exactly
+/// (nothing else writes the word in between). A longer lifetime serves a permit booked earlier,
+/// which the bound `C + ⌊(d + L) / T⌋` allows for.
+fn single_stripe_is_exact<B: floodgate::Algorithm>(make: Make<B>, steps: &[Step])
+where
+    AtomicLimiter<B, ManualClock>: LeaseSource,
+{
+    let clock = ManualClock::starting_at(1_000_000);
+    let exact = bucket(make, &clock);
+    let leased = per_core(bucket(make, &clock), 1)
+        .with_lifetime(Duration::from_nanos(1))
+        .unwrap();
+    for (i, step) in steps.iter().enumerate() {
+        clock.advance(Duration::from_nanos(step.dt));
+        let want = exact.try_acquire(step.n).unwrap().is_allowed();
+        let got = leased.try_acquire_on(0, step.n).unwrap().is_allowed();
+        assert_eq!(got, want, "step {i} of {steps:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn one_stripe_decides_exactly_as_the_exact_bucket(steps in steps(2 * T, 1)) {
+        single_stripe_is_exact::<Gcra>(Gcra::new, &steps);
+        single_stripe_is_exact::<TokenBucket>(TokenBucket::new, &steps);
+        single_stripe_is_exact::<LeakyBucket>(LeakyBucket::new, &steps);
+    }
+
+    #[test]
+    fn one_stripe_decides_exactly_as_the_exact_fixed_window(steps in steps(3_000, 1)) {
+        let clock = ManualClock::starting_at(1_000_000);
+        let window = || FixedWindow::aligned(C, Duration::from_nanos(10_000)).unwrap();
+        let exact = AtomicLimiter::with_clock(window(), clock.clone());
+        let leased = per_core(AtomicLimiter::with_clock(window(), clock.clone()), 1);
+        for step in &steps {
+            clock.advance(Duration::from_nanos(step.dt));
+            let want = exact.try_acquire(step.n).unwrap().is_allowed();
+            prop_assert_eq!(leased.try_acquire_on(0, step.n).unwrap().is_allowed(), want);
+        }
+    }
+
+    /// Any interleaving of stripes (four, or all requests on one) and time steps: a bucket
+    /// served by leases admits at most `C + ⌊(d + L) / T⌋` in any span of length `d`.
+    #[test]
+    fn a_leased_bucket_stays_within_its_bound(steps in steps(2 * T, 4)) {
+        for stripes in [4, 1] {
+            let clock = ManualClock::starting_at(1_000_000);
+            let leased = per_core(bucket(Gcra::new, &clock), stripes);
+            let admitted =
+                run(&clock, &steps, |s, n| leased.try_acquire_on(s, n).unwrap().is_allowed());
+            prop_assert!(bucket_excess(&admitted, L) <= 0, "{:?}", admitted);
+            let clock = ManualClock::starting_at(1_000_000);
+            let leased = per_core(bucket(TokenBucket::new, &clock), stripes);
+            let admitted =
+                run(&clock, &steps, |s, n| leased.try_acquire_on(s, n).unwrap().is_allowed());
+            prop_assert!(bucket_excess(&admitted, L) <= 0, "{:?}", admitted);
+        }
+    }
+
+    /// Any interleaving: a fixed window served by leases never admits more than its limit in a
+    /// window (leases die with their window).
+    #[test]
+    fn a_leased_fixed_window_is_never_over_its_limit(steps in steps(3_000, 4)) {
+        let window = 10_000u64;
+        let clock = ManualClock::starting_at(1_000_000);
+        let source = AtomicLimiter::with_clock(
+            FixedWindow::aligned(C, Duration::from_nanos(window)).unwrap(),
+            clock.clone(),
+        );
+        let leased = per_core(source, 4).with_lifetime(Duration::from_secs(1)).unwrap();
+        let admitted = run(&clock, &steps, |s, n| leased.try_acquire_on(s, n).unwrap().is_allowed());
+        let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+        for (time, n) in admitted {
+            *per_window.entry(time / window).or_default() += n;
+        }
+        prop_assert!(per_window.values().all(|&n| n <= u64::from(C)), "{:?}", per_window);
+    }
+
+    /// Any interleaving: a sliding window served by leases never admits more than its limit in
+    /// any window of cells (leases die with their cell).
+    #[test]
+    fn a_leased_sliding_window_is_never_over_its_limit(steps in steps(3_000, 4)) {
+        let (cell, cells) = (2_500u64, 4u64);
+        let clock = ManualClock::starting_at(1_000_000);
+        let source = SlidingWindowLimiter::with_clock(
+            C,
+            Duration::from_nanos(cell * cells),
+            cells as u32,
+            clock.clone(),
+        )
+        .unwrap();
+        let leased = per_core(source, 4).with_lifetime(Duration::from_secs(1)).unwrap();
+        let admitted = run(&clock, &steps, |s, n| leased.try_acquire_on(s, n).unwrap().is_allowed());
+        let mut per_cell = std::collections::BTreeMap::<u64, u64>::new();
+        for (time, n) in admitted {
+            *per_cell.entry(time / cell).or_default() += n;
+        }
+        for &last in per_cell.keys() {
+            let window: u64 = per_cell.range(last.saturating_sub(cells - 1)..=last).map(|(_, n)| n).sum();
+            prop_assert!(window <= u64::from(C), "cells ending at {}: {:?}", last, per_cell);
+        }
+    }
+}
+
+/// With the clock standing still nothing expires: two stripes taking turns get exactly the
+/// bucket's capacity, no more (never over) and no less (held permits are served, and leases
+/// shrink to single permits as the budget runs out).
+#[test]
+fn taking_turns_on_a_still_clock_gets_exactly_the_capacity() {
+    let clock = ManualClock::starting_at(1_000_000);
+    let source = AtomicLimiter::with_clock(
+        TokenBucket::new(Rate::per_second(1), 1_000).unwrap(),
+        clock.clone(),
+    );
+    let leased = PerCore::with_stripes(source, 2).unwrap();
+    let mut admitted = 0;
+    let mut denied_in_a_row = 0;
+    let mut turn = 0;
+    while denied_in_a_row < 2 {
+        if leased.try_acquire_on(turn, 1).unwrap().is_allowed() {
+            admitted += 1;
+            denied_in_a_row = 0;
+        } else {
+            denied_in_a_row += 1;
+        }
+        turn += 1;
+    }
+    assert_eq!(admitted, 1_000);
+}
+
+/// A stripe that keeps using its leases grows them (fewer trips to the source), but holds no
+/// more than `stranded_bound` at any time.
+#[test]
+fn leases_grow_with_use_and_stay_within_the_stranded_bound() {
+    let clock = ManualClock::starting_at(1_000_000);
+    let source = AtomicLimiter::with_clock(
+        Gcra::new(Rate::per_second(1), 10_000).unwrap(),
+        clock.clone(),
+    );
+    let leased = PerCore::with_stripes(source, 2).unwrap();
+    for served in 1..=500u64 {
+        assert!(leased.try_acquire_on(0, 1).unwrap().is_allowed());
+        let held = 10_000 - served - leased.source().available();
+        assert!(
+            held <= leased.stranded_bound(),
+            "{held} held after {served}"
+        );
+    }
+    // After 500 single requests the stripe holds a lease larger than one permit.
+    assert!(10_000 - 500 - leased.source().available() > 0);
+}
+
+/// A lease from an exact bucket given back before anything else wrote the bucket: as if it had
+/// been smaller. After a reconfiguration it is not given back (the units changed).
+#[test]
+fn a_refund_is_exact_or_does_not_happen() {
+    let clock = ManualClock::starting_at(1_000_000);
+    let gcra = bucket(Gcra::new, &clock);
+    let lease = gcra.take(1, 8, L).unwrap();
+    assert_eq!(lease.granted(), 8);
+    assert!(gcra.give_back(&lease, 5));
+    assert_eq!(gcra.available(), u64::from(C) - 3);
+    assert!(
+        !gcra.give_back(&lease, 5),
+        "the word is no longer the lease's"
+    );
+
+    let lease = gcra.take(1, 8, L).unwrap();
+    gcra.algorithm()
+        .set_rate(Rate::new(1, Duration::from_nanos(2 * T)), clock.now_nanos())
+        .unwrap();
+    assert!(!gcra.give_back(&lease, 8), "refunded across a rate change");
+    assert_eq!(gcra.available(), u64::from(C) - 11);
+}
+
+/// A lease of a fixed window lasts until its window ends; a bucket's lasts its lifetime.
+#[test]
+fn leases_expire_with_their_window_or_lifetime() {
+    let clock = ManualClock::starting_at(1_000_000);
+    let window = AtomicLimiter::with_clock(
+        FixedWindow::aligned(100, Duration::from_nanos(10_000)).unwrap(),
+        clock.clone(),
+    );
+    clock.advance(Duration::from_nanos(2_500));
+    let lease = window.take(1, 4, u64::MAX).unwrap();
+    assert_eq!(
+        (lease.taken_at(), lease.expires_at()),
+        (1_002_500, 1_010_000)
+    );
+    let lease = window.take(1, 4, 100).unwrap();
+    assert_eq!(lease.expires_at(), 1_002_600);
+
+    let sliding =
+        SlidingWindowLimiter::with_clock(100, Duration::from_nanos(10_000), 4, clock.clone())
+            .unwrap();
+    let lease = sliding.take(1, 4, u64::MAX).unwrap();
+    assert_eq!(lease.expires_at(), 1_005_000); // the end of its 2.5 µs cell
+
+    let gcra = bucket(Gcra::new, &clock);
+    let lease = gcra.take(1, 4, L).unwrap();
+    assert_eq!(lease.expires_at(), clock.now_nanos() + L);
+}
+
+/// A denied lease takes nothing and says why for the permits asked.
+#[test]
+fn a_denied_lease_takes_nothing() {
+    let clock = ManualClock::starting_at(1_000_000);
+    let gcra = bucket(Gcra::new, &clock);
+    assert_eq!(gcra.take(C, C, L).unwrap().granted(), C);
+    let denied = gcra.take(2, 8, L).unwrap();
+    assert_eq!(denied.granted(), 0);
+    assert_eq!(denied.decision().retry_after(), Duration::from_nanos(2 * T));
+    clock.advance(Duration::from_nanos(3 * T));
+    assert_eq!(gcra.take(1, 8, L).unwrap().granted(), 3); // what was left, not 8
+}
+
+#[test]
+fn bad_input_is_refused_with_the_constraint() {
+    let clock = ManualClock::new();
+    let make = || bucket(Gcra::new, &clock);
+    let leased = PerCore::with_stripes(make(), 2).unwrap();
+    assert_eq!(leased.try_acquire(0), Err(AcquireError::ZeroPermits));
+    assert!(matches!(
+        leased.try_acquire(C + 1),
+        Err(AcquireError::ExceedsCapacity { .. })
+    ));
+    assert!(matches!(
+        make().take(0, 4, L),
+        Err(AcquireError::ZeroPermits)
+    ));
+    assert!(matches!(
+        PerCore::with_stripes(make(), 0),
+        Err(ConfigError::Invalid {
+            what: "stripes",
+            ..
+        })
+    ));
+    assert!(matches!(
+        PerCore::with_stripes(make(), usize::MAX),
+        Err(ConfigError::TooLarge {
+            what: "PerCore stripes",
+            ..
+        })
+    ));
+    assert!(matches!(
+        PerCore::with_stripes(make(), 1).unwrap().with_max_lease(0),
+        Err(ConfigError::Invalid {
+            what: "max_lease",
+            ..
+        })
+    ));
+    assert_eq!(
+        PerCore::with_stripes(make(), 1)
+            .unwrap()
+            .with_lifetime(Duration::ZERO)
+            .unwrap_err(),
+        ConfigError::ZeroPeriod
+    );
+    assert_eq!(
+        PerCore::with_stripes(make(), 1)
+            .unwrap()
+            .with_lifetime(Duration::MAX)
+            .unwrap_err(),
+        ConfigError::DurationOverflow
+    );
+}
+
+/// `set_limit` reaches the source; `limit` and every decision report it.
+#[test]
+fn set_limit_changes_the_source() {
+    let clock = ManualClock::new();
+    let leased = PerCore::with_stripes(bucket(Gcra::new, &clock), 2).unwrap();
+    leased.set_limit(5).unwrap();
+    assert_eq!(leased.limit(), 5);
+    assert_eq!(leased.source().algorithm().capacity(), 5);
+    assert_eq!(leased.try_acquire(1).unwrap().limit(), 5);
+    assert!(leased.set_limit(0).is_err());
+}
