@@ -225,7 +225,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     /// use floodgate::backend::{FailurePolicy, RequestError};
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use floodgate::AcquireError;
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
@@ -252,7 +252,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     /// use floodgate::backend::{FailureKind, FailurePolicy};
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -290,7 +290,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```no_run
     /// use floodgate::backend::FailurePolicy;
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -332,7 +332,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     /// use floodgate::backend::FailurePolicy;
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -383,7 +383,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```no_run
     /// use floodgate::backend::FailurePolicy;
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
     /// let window = FixedWindow::new(2, Duration::from_secs(60))?;
@@ -404,7 +404,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     /// use floodgate::backend::{FailurePolicy, RequestError};
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
@@ -432,7 +432,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```no_run
     /// use floodgate::backend::FailurePolicy;
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379"))?;
     /// let window = FixedWindow::new(1, Duration::from_millis(100))?;
@@ -454,7 +454,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     /// use floodgate::backend::FailurePolicy;
     /// use floodgate::FixedWindow;
-/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
     /// let backend = RedisBackend::blocking_connect(config.lazy())?;
