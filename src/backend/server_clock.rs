@@ -9,7 +9,7 @@ const WINDOW_BITS: u32 = 12;
 const OFFSET_BITS: u32 = 64 - WINDOW_BITS;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 const WINDOWS: u64 = 1 << WINDOW_BITS;
-/// Length of a window, in client µs: the best sample of the newest window is kept.
+/// Length of a window, in client µs: a sample from an older window than the kept one is ignored.
 const WINDOW_MICROS: u64 = 1_000_000;
 /// The packed word before any sample (an offset of `OFFSET_MASK` is never stored).
 const NO_SAMPLE: u64 = u64::MAX;
