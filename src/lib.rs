@@ -116,9 +116,10 @@ pub mod loom_internals {
     }
 
     impl ServerOffsetProbe {
-        /// A sample: the server read `server_micros`, the reply arrived at `client_micros`.
-        pub fn sample(&self, server_micros: u64, client_micros: u64) {
-            self.0.sample(server_micros, client_micros);
+        /// A sample: the server read `server_micros` after the request was sent at
+        /// `sent_micros` and before its reply arrived at `received_micros`.
+        pub fn sample(&self, server_micros: u64, sent_micros: u64, received_micros: u64) {
+            self.0.sample(server_micros, sent_micros, received_micros);
         }
 
         /// The offset kept.

@@ -384,10 +384,13 @@ fn bad_input_is_an_error() {
         SlidingWindow::new(1, s, 0),
         Err(ConfigError::Invalid { .. })
     ));
-    assert!(matches!(
-        SlidingWindow::new(1, Duration::from_nanos(5), 2),
-        Err(ConfigError::Invalid { .. })
-    ));
+    assert_eq!(
+        SlidingWindow::new(1, Duration::from_nanos(5), 2).unwrap_err(),
+        ConfigError::Indivisible {
+            window: Duration::from_nanos(5),
+            cells: 2
+        }
+    );
     assert!(matches!(
         SlidingWindow::new(1, s, 8).unwrap().with_future_cells(0),
         Err(ConfigError::Invalid { .. })

@@ -1,6 +1,7 @@
 //! loom model of the Redis backend's server-clock offset (`backend::ServerOffset`): samplers
-//! racing their compare-exchange keep the best sample of the newest window, never a torn or
-//! invented value, and a late sampler from an older window never replaces a newer one.
+//! racing their compare-exchange keep the best lower bound (pulled down only by a lower upper
+//! bound), never a torn or invented value, and a late sampler from an older window never
+//! replaces a newer one.
 #![cfg(floodgate_loom)]
 
 use floodgate::loom_internals::ServerOffsetProbe;
@@ -16,14 +17,18 @@ const BASE: u64 = 1_700_000_000_000_000;
 fn racing_samples_of_one_window_keep_the_best() {
     model(None, || {
         let clock = Arc::new(ServerOffsetProbe::default());
-        clock.sample(BASE + 10 - 300, 10);
-        let samplers: Vec<_> = [(BASE + 20 - 50, 20), (BASE + 30 - 90, 30)]
-            .into_iter()
-            .map(|(server, client)| {
-                let clock = clock.clone();
-                thread::spawn(move || clock.sample(server, client))
-            })
-            .collect();
+        // Sent at `client - rtt`, read by the server as it arrived: the upper ends are BASE.
+        clock.sample(BASE + 1_010 - 300, 1_010 - 300, 1_010);
+        let samplers: Vec<_> = [
+            (BASE + 1_020 - 50, 1_020, 50),
+            (BASE + 1_030 - 90, 1_030, 90),
+        ]
+        .into_iter()
+        .map(|(server, client, rtt)| {
+            let clock = clock.clone();
+            thread::spawn(move || clock.sample(server, client - rtt, client))
+        })
+        .collect();
         // A reader meanwhile sees one of the samples, never anything else.
         let seen = clock.offset().unwrap();
         assert!([BASE - 300, BASE - 50, BASE - 90].contains(&seen), "{seen}");
@@ -38,14 +43,15 @@ fn racing_samples_of_one_window_keep_the_best() {
 fn the_newest_window_wins_whatever_the_order() {
     model(None, || {
         let clock = Arc::new(ServerOffsetProbe::default());
-        // An excellent sample from second 0, reported late, races a poorer one from second 1.
+        // A sample from second 0, reported late, races one from second 1 taken after the
+        // server's clock stepped back 2 ms (both exact: sent and received at once).
         let old = {
             let clock = clock.clone();
-            thread::spawn(move || clock.sample(BASE + 5, 5))
+            thread::spawn(move || clock.sample(BASE + 5, 5, 5))
         };
         let new = {
             let clock = clock.clone();
-            thread::spawn(move || clock.sample(BASE - 2_000 + SECOND, SECOND))
+            thread::spawn(move || clock.sample(BASE - 2_000 + SECOND, SECOND, SECOND))
         };
         old.join().unwrap();
         new.join().unwrap();

@@ -115,8 +115,8 @@ impl PackedSlidingWindow {
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above the table's limit for
     /// `cells`, [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOutOfRange`], and
-    /// [`ConfigError::Invalid`] for `cells` outside 2..=8 or a window that does not divide into
-    /// whole-nanosecond cells.
+    /// [`ConfigError::Invalid`] for `cells` outside 2..=8, [`ConfigError::Indivisible`] for a
+    /// window that does not divide into whole-nanosecond cells.
     ///
     /// ```
     /// use floodgate::PackedSlidingWindow;
@@ -133,10 +133,7 @@ impl PackedSlidingWindow {
         };
         let window_nanos = crate::decision::window_nanos("packed sliding window", window)?;
         if window_nanos % u64::from(cells) != 0 {
-            return Err(ConfigError::Invalid {
-                what: "cells",
-                why: "the window must divide into cells of a whole number of nanoseconds",
-            });
+            return Err(ConfigError::Indivisible { window, cells });
         }
         validate_limit(limit, max)?;
         let cell_nanos = window_nanos / u64::from(cells);

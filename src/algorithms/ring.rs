@@ -46,16 +46,14 @@ impl RingGeometry {
             });
         }
         if window_nanos % u64::from(cells) != 0 {
-            return Err(ConfigError::Invalid {
-                what: "cells",
-                why: "the window must divide into cells of a whole number of nanoseconds",
-            });
+            return Err(ConfigError::Indivisible { window, cells });
         }
         let slots = u64::from(cells) + u64::from(future);
         if slots > MAX_SLOTS as u64 {
-            return Err(ConfigError::Invalid {
-                what: "cells",
-                why: "cells + future cells must not exceed 65,536",
+            return Err(ConfigError::TooLarge {
+                what: "cells + future cells",
+                value: slots,
+                max: MAX_SLOTS as u64,
             });
         }
         Ok(RingGeometry {

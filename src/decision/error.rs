@@ -83,6 +83,14 @@ pub enum ConfigError {
         /// The unit it must be a whole number of.
         unit: Duration,
     },
+    /// A window that does not divide into its cells: each cell must be a whole number of
+    /// nanoseconds.
+    Indivisible {
+        /// The window given.
+        window: Duration,
+        /// The number of cells it was to be divided into.
+        cells: u32,
+    },
     /// A setting that is invalid for a reason specific to one algorithm.
     Invalid {
         /// Which setting.
@@ -139,6 +147,11 @@ impl fmt::Display for ConfigError {
                     "{what} must be a whole number of {unit:?}, got {value:?}"
                 )
             }
+            ConfigError::Indivisible { window, cells } => write!(
+                f,
+                "window {window:?} does not divide into {cells} cells of a whole number of \
+                 nanoseconds"
+            ),
             ConfigError::Invalid { what, why } => write!(f, "invalid {what}: {why}"),
         }
     }

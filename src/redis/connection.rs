@@ -135,13 +135,14 @@ impl RedisConfig {
 /// touching any state, a request that reaches it later (the caller then sees a timeout, decided
 /// by the policy). The client learns the offset between the server's `TIME` and its own
 /// monotonic clock at connect, and refreshes it from every reply (each reply carries the
-/// server's time). A sample is `server time − client time at reception`: the server read its
-/// clock before the reply left, so a sample never exceeds the true offset, and falls short of it
-/// by at most that call's round trip. The backend keeps the largest sample of the last second
-/// (older samples give way, so a drifting clock is followed). The deadline sent is
-/// `call deadline − timeout / 8`, shifted by this offset: the script only ever refuses early
-/// (by at most the best sample's round trip), never late, and it refuses at least `timeout / 8`
-/// before the caller gives up, so the reply of a script that ran has that long to come back.
+/// server's time). The server read its clock after the request left and before the reply came
+/// back, so each call brackets the offset: `server − received ≤ offset ≤ server − sent`. The
+/// backend keeps the largest lower end, pulled down only by a later call's upper end (a server
+/// clock that stepped back): a slow reply never lowers a good offset. The deadline sent is
+/// `call deadline − timeout / 8`, shifted by this offset: the script refuses early by at most
+/// the best call's round trip, never late (but after a step back, below), and it refuses at
+/// least `timeout / 8` before the caller gives up, so the reply of a script that ran has that
+/// long to come back.
 ///
 /// What can still be consumed without being handed out, per call:
 /// * a future dropped after its request was written, if the server runs the script before the
@@ -150,8 +151,8 @@ impl RedisConfig {
 /// * a reply that takes longer than `timeout / 8` to come back (a connection cut just after the
 ///   script ran);
 /// * with a [`lazy`](RedisConfig::lazy) backend, decisions sent before the first reply, which
-///   carry no deadline; and after the server's clock steps back by `d`, deadlines are up to `d`
-///   late for at most a second.
+///   carry no deadline; and after the server's clock steps back by `d`, deadlines are late by at
+///   most `d`, and by at most the way out (request to server) of the fastest call since.
 ///
 /// The async calls need a tokio runtime (with time enabled); the connection's background task
 /// lives on the runtime that built it, so keep that runtime alive as long as the backend.
@@ -264,10 +265,15 @@ impl ServerClock {
         u64::try_from(at.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Records `server_micros`, read by the server before a reply that arrived at `received`.
-    fn sample(&self, server_micros: i64, received: Instant) {
+    /// Records `server_micros`, read by the server after a request sent at `sent` and before its
+    /// reply arrived at `received`.
+    fn sample(&self, server_micros: i64, sent: Instant, received: Instant) {
         if let Ok(server) = u64::try_from(server_micros) {
-            self.offset.sample(server, self.client_micros(received));
+            self.offset.sample(
+                server,
+                self.client_micros(sent),
+                self.client_micros(received),
+            );
         }
     }
 
@@ -459,11 +465,12 @@ impl RedisBackend {
     async fn read_server_clock(&self, within: Duration) -> Result<(), BackendError> {
         let mut connection = self.shared.connection.clone();
         let time = redis::cmd("TIME");
+        let sent = Instant::now();
         let reply = tokio::time::timeout(within, time.query_async::<(i64, i64)>(&mut connection));
         match reply.await {
             Ok(Ok((seconds, micros))) => {
                 let server = seconds.saturating_mul(1_000_000).saturating_add(micros);
-                self.shared.clock.sample(server, Instant::now());
+                self.shared.clock.sample(server, sent, Instant::now());
                 Ok(())
             }
             Ok(Err(error)) => Err(classify(&self.shared.server, error)),
@@ -504,8 +511,8 @@ impl RedisBackend {
 
     /// The offset learnt between the server's clock and this process's (`server − client`,
     /// the client's side read as time since the backend was made), or `None` before the first
-    /// sample. It never exceeds the true offset, and falls short by at most the round trip of
-    /// the sample it came from.
+    /// sample. It falls short of the true offset by at most the round trip of the best call,
+    /// and exceeds it only after the server's clock stepped back (see [`RedisBackend`]).
     ///
     /// ```
     /// use floodgate::redis::{RedisBackend, RedisConfig};
@@ -575,7 +582,7 @@ impl RedisBackend {
             Err(_) => return Err(timed_out(&shared.server, budget, "deciding")),
         };
         if let Some(&server_now) = reply.last() {
-            shared.clock.sample(server_now, Instant::now());
+            shared.clock.sample(server_now, now, Instant::now());
         }
         if reply.first() == Some(&PAST_DEADLINE) {
             return Err(BackendError::at(
@@ -664,10 +671,10 @@ mod tests {
             0,
             "no deadline while unknown"
         );
-        clock.sample(1_700_000_000_000_000, clock.base);
+        clock.sample(1_700_000_000_000_000, clock.base, clock.base);
         let at = clock.base + Duration::from_micros(2_500);
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
-        clock.sample(-5, at); // nonsense from a server is ignored
+        clock.sample(-5, at, at); // nonsense from a server is ignored
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
     }
 

@@ -111,4 +111,34 @@ mod tests {
         );
         assert!(err.to_string().contains("2000"), "{err}");
     }
+
+    #[test]
+    fn a_window_that_does_not_divide_into_its_cells_names_the_window_and_the_cells() {
+        // 1 s in 3 cells: 333,333,333.3 ns each. Refused before Redis could be given a cell
+        // length that is not the window's third, naming both numbers.
+        let err = SlidingWindow::new(10, Duration::from_secs(1), 3).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::Indivisible {
+                window: Duration::from_secs(1),
+                cells: 3
+            }
+        );
+        let text = err.to_string();
+        assert!(text.contains("1s") && text.contains('3'), "{text}");
+        // More slots than the ring holds names the count and the maximum.
+        let err = SlidingWindow::new(10, Duration::from_secs(60), 50_000)
+            .unwrap()
+            .with_future_cells(16_000)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::TooLarge {
+                what: "cells + future cells",
+                value: 66_000,
+                max: 65_536
+            }
+        );
+        assert!(err.to_string().contains("66000"), "{err}");
+    }
 }

@@ -5,7 +5,7 @@
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use floodgate::Rate;
 use floodgate::backend::{FailureKind, FailurePolicy};
@@ -263,5 +263,56 @@ fn the_server_clock_offset_is_learnt_at_connect_within_the_connect_time() {
     assert!(
         offset >= before - connecting,
         "{offset} < {before} − {connecting}"
+    );
+}
+
+#[test]
+fn a_reply_read_late_does_not_pull_the_learnt_offset_down() {
+    // A reply read 1.5 s after the server wrote it (a busy client) is a sample 1.5 s short of the
+    // server's clock. Taken as the offset, every deadline sent after it would be 1.5 s early,
+    // and the script would refuse calls that reach it well in time.
+    let server = RedisServer::start();
+    let runtime = runtime(); // the connection's task runs on the workers, the test's call here
+    let connecting = Instant::now();
+    let backend = runtime
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(server.url()).timeout(Duration::from_secs(60)),
+        ))
+        .unwrap();
+    let limiter = RedisLimiter::new(
+        &backend,
+        "late-reader",
+        FixedWindow::new(10, Duration::from_secs(600)).unwrap(),
+        FailurePolicy::FailClosed,
+    )
+    .unwrap();
+    assert!(
+        runtime
+            .block_on(limiter.try_acquire("k", 1))
+            .unwrap()
+            .is_allowed()
+    ); // loads it
+    let learnt = backend.server_offset().unwrap();
+    let ran_before = server.calls("evalsha");
+    runtime.block_on(async {
+        let mut call = pin!(limiter.try_acquire("k", 1));
+        assert!(
+            call.as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending()
+        );
+        // The script ran and its reply is on its way; this task reads it only when polled again,
+        // in a later second of the backend's clock than the samples before.
+        server.wait_for_calls("evalsha", ran_before + 1);
+        std::thread::sleep(
+            (connecting + Duration::from_millis(1_500)).saturating_duration_since(Instant::now()),
+        );
+        assert!(call.await.unwrap().is_allowed());
+    });
+    let offset = backend.server_offset().unwrap();
+    assert!(
+        offset >= learnt,
+        "a late reply pulled the offset down by {:?}",
+        learnt - offset
     );
 }

@@ -480,3 +480,38 @@ fn acquire_waits_for_the_shared_window_and_try_acquire_for_respects_its_bound() 
         }))
     );
 }
+
+#[test]
+fn blocking_calls_on_a_backend_whose_runtime_was_dropped_fail_without_panicking() {
+    let server = RedisServer::start();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = multi
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(server.url()).timeout(super::TIMEOUT),
+        ))
+        .unwrap();
+    let l = limiter(
+        &backend,
+        "orphan",
+        FixedWindow::new(5, Duration::from_secs(60)).unwrap(),
+    );
+    assert!(l.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    drop(multi);
+    // The connection's task and the timers died with the runtime: an error (or a policy
+    // decision), never a panic, never a hang.
+    let started = Instant::now();
+    let after = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        l.blocking_try_acquire_outcome("k", 1)
+    }));
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let after = after.expect("a blocking call after the runtime was dropped panicked");
+    match after {
+        Err(RequestError::Runtime(why)) => assert!(why.contains("runtime"), "{why}"),
+        Ok(outcome) => assert!(outcome.failure().is_some(), "{outcome:?}"),
+        Err(other) => panic!("{other:?}"),
+    }
+}

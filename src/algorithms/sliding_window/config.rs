@@ -37,8 +37,9 @@ impl SlidingWindow {
     /// # Errors
     /// [`ConfigError::ZeroLimit`], [`ConfigError::LimitTooLarge`] above 16,777,215,
     /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOutOfRange`] (a window past `u64` nanoseconds), and
-    /// [`ConfigError::Invalid`] for zero cells, a window that does not divide into whole-nanosecond
-    /// cells, or more than 65,536 slots.
+    /// [`ConfigError::Indivisible`] for a window that does not divide into whole-nanosecond
+    /// cells, [`ConfigError::TooLarge`] for more than 65,536 slots, and [`ConfigError::Invalid`]
+    /// for zero cells.
     ///
     /// ```
     /// use floodgate::SlidingWindow;
@@ -57,7 +58,8 @@ impl SlidingWindow {
     /// prepare every cell before it is used. Redis and memcached ignore it.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] for zero future cells or more than 65,536 slots.
+    /// [`ConfigError::Invalid`] for zero future cells, [`ConfigError::TooLarge`] for more than
+    /// 65,536 slots.
     ///
     /// ```
     /// let w = floodgate::SlidingWindow::new(5, std::time::Duration::from_secs(1), 10)?;

@@ -222,8 +222,9 @@ impl RollingCounter<QuantaClock> {
     ///
     /// # Errors
     /// [`ConfigError::ZeroPeriod`], [`ConfigError::DurationOutOfRange`], and
-    /// [`ConfigError::Invalid`] for zero cells or series, a window that does not divide into
-    /// whole-nanosecond cells, more than 65,536 slots or more than 2^24 words in all.
+    /// [`ConfigError::Indivisible`] for a window that does not divide into whole-nanosecond
+    /// cells, [`ConfigError::TooLarge`] for more than 65,536 slots, and [`ConfigError::Invalid`]
+    /// for zero cells or series or more than 2^24 words in all.
     ///
     /// ```
     /// let c = floodgate::stats::RollingCounter::new(std::time::Duration::from_secs(60), 6, 1).unwrap();
