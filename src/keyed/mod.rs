@@ -1,16 +1,19 @@
 //! Keyed limiting: one limiter per key (client IP, user, API key) with bounded memory.
 //!
 //! [`Keyed`] keeps one packed state word per key for any [`Algorithm`], in an ahash-sharded map
-//! of `RwLock<HashMap>`s. A check on a key that exists takes only its shard's read lock and
-//! updates the word with the one CAS loop (`crate::limiter::update`); threads on keys of
-//! different shards share nothing. New keys take the shard's write lock.
+//! of open-addressing tables. A check on a key that exists takes no lock: it finds the key's
+//! slot in its shard's current table and updates the word with the one CAS loop
+//! (`crate::limiter::update`), writing nothing shared but that word (a denial writes nothing).
+//! New keys, sweeps and evictions take the shard's mutex.
 //!
 //! # Bounded memory
 //! At most `max_keys` keys are held (split evenly across the shards). A key whose word is
 //! [idle](Algorithm::is_idle) decides exactly as a fresh key would, so dropping it changes no
-//! decision; such keys are dropped by sweeps run inside calls (when a shard is full, or has
-//! doubled since its last sweep, and only once some key can be idle), or on demand by
-//! [`Keyed::retain_recent`]. No background thread is needed.
+//! decision; such keys are dropped by sweeps run inside calls when a shard is full (and only
+//! once some key can be idle), or on demand by [`Keyed::retain_recent`]; below the cap they are
+//! kept, so a key used again after going idle is found in place. A sweep sizes the shard's table
+//! to twice the keys it keeps, so the memory of a flood gone idle comes back without
+//! [`Keyed::shrink`]. No background thread is needed.
 //!
 //! When a shard is full and **every** key in it is live, [`WhenFull`] decides: refuse the new key
 //! (the default; counted in [`KeyedStats::refused_new_keys`]) or evict the live key holding the
@@ -19,8 +22,8 @@
 //! # Guarantees
 //! - A key that is never evicted live gets exactly the decisions of an unbounded map of
 //!   limiters: dropping idle keys, and every race between a check and an insert or eviction,
-//!   change nothing (the eviction and the check are ordered by the shard lock, and each reads the
-//!   clock under it; see `shards.rs`). This assumes a clock monotonic across threads; with
+//!   change nothing (a rebuild that drops keys waits until every check on the old table has
+//!   committed before it reads the clock and judges; see `shards.rs`). This assumes a clock monotonic across threads; with
 //!   [`QuantaClock`] a check on one core can read a time up to the TSC skew behind an eviction on
 //!   another, as for any limiter.
 //! - A key evicted live (only under [`WhenFull::EvictLeastUsed`]) restarts fresh: it can be
@@ -133,7 +136,8 @@ pub(crate) fn word_liveness<A: Algorithm>(algorithm: &A, state: u64, now: u64) -
 
 impl<A: Algorithm> KeySlot<A> for WordSlot {
     fn liveness(&self, algorithm: &A, now: u64) -> Liveness {
-        // Relaxed: a snapshot of one self-contained word, taken under the shard's write lock.
+        // Relaxed: a snapshot of one self-contained word, taken by a rebuild that owns the table
+        // (every check on it has finished) or by the inserter (a lower bound of its idle time).
         word_liveness(algorithm, self.state.load(Ordering::Relaxed), now)
     }
 }
@@ -233,7 +237,7 @@ where
     }
 
     /// Takes `n` permits from `key`'s limiter if they are available now; never blocks. A new key
-    /// starts fresh. A denial writes nothing (beyond the shard lock's reader count).
+    /// starts fresh. A denial writes nothing shared.
     ///
     /// # Errors
     /// [`AcquireError`] when `n` is zero or above the capacity.
@@ -338,7 +342,7 @@ where
     /// ```
     pub fn shrink(&self) -> usize {
         let dropped = self.retain_recent();
-        self.map.shrink_to_fit();
+        self.map.shrink_to_fit(&self.clock, &self.algorithm);
         dropped
     }
 
@@ -357,7 +361,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.remove(key)
+        self.map.remove(key, &self.clock, &self.algorithm)
     }
 
     /// Changes every key's limit live (see [`Algorithm::set_limit`]).
