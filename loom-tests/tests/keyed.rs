@@ -180,8 +180,8 @@ fn a_growing_rebuild_racing_a_check_keeps_its_admission() {
     model(|| {
         let clock = LoomClock(Arc::new(AtomicU64::new(5)));
         let keyed = keyed(&clock, 16, WhenFull::DenyNewKeys);
-        // A shard's first table has room for 4 keys: the fifth key rebuilds it.
-        for key in 1..=4 {
+        // A shard's first table (7 slots) takes 5 keys: the sixth key rebuilds it.
+        for key in 1..=5 {
             assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
         }
         clock.set(10); // key 1's next window: one more permit
@@ -191,11 +191,11 @@ fn a_growing_rebuild_racing_a_check_keeps_its_admission() {
         };
         let b = {
             let keyed = keyed.clone();
-            thread::spawn(move || keyed.try_acquire(&5, 1).unwrap().is_allowed())
+            thread::spawn(move || keyed.try_acquire(&6, 1).unwrap().is_allowed())
         };
         assert!(a.join().unwrap(), "key 1 has a permit in [10, 20)");
         assert!(b.join().unwrap());
-        assert_eq!(keyed.len(), 5);
+        assert_eq!(keyed.len(), 6);
         assert!(
             !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
             "the permit of [10, 20) was taken: the move kept it"

@@ -554,4 +554,44 @@ mod tests {
         assert_eq!(keyed.retain_recent(), 0);
         assert!(keyed.map.capacity() >= 1_000);
     }
+
+    /// A flood that fills the map to its cap and goes idle: the next new keys sweep their full
+    /// shards, which shrink to twice the keys they keep, with no `retain_recent` or `shrink()`.
+    /// Below the cap idle keys stay (a key used again is not re-inserted).
+    #[test]
+    fn new_keys_after_a_flood_gone_idle_hand_its_memory_back() {
+        let clock = ManualClock::new();
+        let keyed: Keyed<u64, _, _> =
+            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+                .clock(clock.clone())
+                .max_keys(40_000)
+                .shards(4)
+                .build()
+                .unwrap();
+        // More keys than the cap: every shard fills up, the rest are refused.
+        for key in 0..60_000u64 {
+            keyed.try_acquire(&key, 1).unwrap();
+        }
+        assert_eq!(keyed.len(), 40_000);
+        let flooded = keyed.map.capacity();
+        assert!(flooded >= 40_000);
+        clock.advance(Duration::from_secs(2)); // every window over: every key idle
+        for key in 60_000..60_100u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        assert_eq!(keyed.len(), 100, "the idle flood was swept");
+        assert!(
+            keyed.map.capacity() < 1_000,
+            "{} slots kept of {flooded}",
+            keyed.map.capacity()
+        );
+        assert_eq!(keyed.stats().evicted_idle, 40_000);
+        // Below the cap, keys gone idle are kept and found again in place.
+        clock.advance(Duration::from_secs(2));
+        for key in 60_000..60_100u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        let stats = keyed.stats();
+        assert_eq!((stats.keys, stats.evicted_idle), (100, 40_000));
+    }
 }

@@ -323,12 +323,13 @@ struct Meta {
     dropped_at: u64,
 }
 
-/// One shard: its table, its mutex, and the time floor of its keys' state words (see
-/// [`limiter::update_at`](crate::limiter::update_at)), on its own cache line(s).
+/// One shard: its table and the time floor of its keys' state words (see
+/// [`limiter::update_at`](crate::limiter::update_at)), which every check reads, on one cache
+/// line; its mutex and bookkeeping, which inserts write, on another.
 struct Shard<K, S> {
     table: TableCell<K, S>,
-    meta: Mutex<Meta>,
     floor: AtomicU64,
+    meta: CachePadded<Mutex<Meta>>,
 }
 
 /// What a rebuild does besides copying.
@@ -382,7 +383,7 @@ where
                 CachePadded::new(Shard {
                     table: TableCell::new(Table::new(first)),
                     floor: AtomicU64::new(0),
-                    meta: Mutex::new(Meta {
+                    meta: CachePadded::new(Mutex::new(Meta {
                         len: 0,
                         slots: first,
                         next_idle_at: u64::MAX,
@@ -391,7 +392,7 @@ where
                         refused_new_keys: 0,
                         sweeps: 0,
                         dropped_at: 0,
-                    }),
+                    })),
                 })
             })
             .collect();
