@@ -16,8 +16,9 @@
 //! [`Keyed::shrink`]. No background thread is needed.
 //!
 //! When a shard is full and **every** key in it is live, [`WhenFull`] decides: refuse the new key
-//! (the default; counted in [`KeyedStats::refused_new_keys`]) or evict the live key holding the
-//! fewest permits (counted in [`KeyedStats::evicted_live`]). Idle keys always go first.
+//! (the default; counted in [`KeyedStats::refused_new_keys`]) or evict the live keys holding the
+//! fewest permits, a batch at a time (counted in [`KeyedStats::evicted_live`]). Idle keys always
+//! go first.
 //!
 //! # Guarantees
 //! - A key that is never evicted live gets exactly the decisions of an unbounded map of
@@ -78,8 +79,9 @@ pub enum WhenFull {
     /// disturbed, so a flood of new keys cannot reset the counts of the keys it competes with.
     #[default]
     DenyNewKeys,
-    /// Make room by evicting the live key holding the fewest permits (chosen in batches by a
-    /// scan of the shard), so forgetting it hands back as few permits as possible. Not LRU:
+    /// Make room by evicting the live keys holding the fewest permits, so forgetting them hands
+    /// back as few permits as possible: an eighth of the shard (at most 1,024 keys) at a time,
+    /// chosen by a scan of the shard, so a flood of new keys costs O(1) amortized. Not LRU:
     /// recency would cost a write on every check, including denials, and 8 more bytes a key.
     EvictLeastUsed,
 }
