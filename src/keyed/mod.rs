@@ -48,6 +48,7 @@
 //! ```
 
 mod builder;
+mod hashed;
 mod ip;
 mod penalty;
 mod shards;
@@ -57,6 +58,7 @@ use std::hash::Hash;
 
 pub(crate) use builder::sharded_map;
 pub use builder::{KeyedBuilder, MAX_SHARDS};
+pub use hashed::HashedKey;
 pub use ip::{IpKey, IpKeyer};
 pub use penalty::{PenalizedKeyed, PenaltyBox};
 pub(crate) use shards::{KeySlot, Liveness, ShardedMap};
