@@ -396,9 +396,15 @@ where
                 })
             })
             .collect();
+        // Under loom, fixed seeds: a table's layout decides which slot's (loom) atomic a new key
+        // gets, and loom replays executions only if every one makes the same objects.
+        #[cfg(floodgate_loom)]
+        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        #[cfg(not(floodgate_loom))]
+        let hasher = ahash::RandomState::new();
         ShardedMap {
             shards: shards_vec.into_boxed_slice(),
-            hasher: ahash::RandomState::new(),
+            hasher,
             shard_mask: shards - 1,
             shard_cap,
             when_full,
