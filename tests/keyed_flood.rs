@@ -1,5 +1,6 @@
-//! A flood of 1,000,000 distinct keys (and of 2,000,000 from two threads): the map stays within its cap and its memory bound,
-//! measured by a counting global allocator. One `#[test]` so nothing else allocates meanwhile.
+//! A flood of 1,000,000 distinct keys (and of 2,000,000 from two threads): the map stays within
+//! its cap and its memory bound, measured by a counting global allocator. One `#[test]` so
+//! nothing else allocates meanwhile.
 
 use std::time::Duration;
 
