@@ -1,5 +1,5 @@
 //! Keyed limiting: floodgate's `Keyed` next to governor's keyed limiter (its default DashMap
-//! store) and a DashMap store running floodgate's own algorithm (the map choice), on a hot key,
+//! store, with its default SipHash and with ahash) and a DashMap store running floodgate's own algorithm (the map choice), on a hot key,
 //! 1k keys and 1M keys, from 1 thread and from every core. Before the timings, heap bytes per
 //! key are measured with a counting global allocator for both limiters.
 //!
@@ -16,7 +16,12 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion};
 use dashmap::DashMap;
 use floodgate::{Algorithm, Clock, Gcra, IpKey, IpKeyer, Keyed, QuantaClock, Rate};
+use governor::clock::DefaultClock;
+use governor::state::keyed::DashMapStateStore;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+/// governor's keyed limiter with floodgate's hasher, so the rows compare the maps, not SipHash.
+type GovernorAhash = RateLimiter<u64, DashMapStateStore<u64, ahash::RandomState>, DefaultClock>;
 
 #[path = "../tests/support/counting_alloc.rs"]
 mod counting_alloc;
@@ -169,12 +174,19 @@ fn bench(c: &mut Criterion) {
     for (shape, key_of) in shapes {
         let ours = Arc::new(floodgate_keyed::<u64>());
         let governor: Arc<DefaultKeyedRateLimiter<u64>> = Arc::new(RateLimiter::keyed(quota()));
+        let governor_ahash: Arc<GovernorAhash> =
+            Arc::new(RateLimiter::dashmap_with_clock_and_hasher(
+                quota(),
+                DefaultClock::default(),
+                ahash::RandomState::new(),
+            ));
         let dash = Arc::new(DashKeyed::new());
         // Every key held before timing, as in a server that has seen its clients.
         let held = if shape == "1M_keys" { MILLION } else { 1_000 };
         for key in (0..held).map(key_of) {
             ours.try_acquire(&key, 1).unwrap();
             let _ = governor.check_key(&key);
+            let _ = governor_ahash.check_key(&key);
             dash.try_acquire(key, 1);
         }
         if shape == "hot_key" {
@@ -182,6 +194,12 @@ fn bench(c: &mut Criterion) {
             assert!(ours.try_acquire(&0, rest).unwrap().is_allowed());
             assert!(
                 governor
+                    .check_key_n(&0, NonZeroU32::new(rest).unwrap())
+                    .unwrap()
+                    .is_ok()
+            );
+            assert!(
+                governor_ahash
                     .check_key_n(&0, NonZeroU32::new(rest).unwrap())
                     .unwrap()
                     .is_ok()
@@ -194,7 +212,7 @@ fn bench(c: &mut Criterion) {
         assert_eq!(governor.len() as u64, distinct);
         let mut group = c.benchmark_group(format!("keyed/{shape}"));
         for threads in [1, cores] {
-            let contenders: [(&str, Check); 3] = [
+            let contenders: [(&str, Check); 4] = [
                 ("floodgate", {
                     let ours = Arc::clone(&ours);
                     Arc::new(move |i| {
@@ -203,6 +221,12 @@ fn bench(c: &mut Criterion) {
                 }),
                 ("governor_dashmap", {
                     let governor = Arc::clone(&governor);
+                    Arc::new(move |i| {
+                        let _ = black_box(governor.check_key(&key_of(i)));
+                    })
+                }),
+                ("governor_dashmap_ahash", {
+                    let governor = Arc::clone(&governor_ahash);
                     Arc::new(move |i| {
                         let _ = black_box(governor.check_key(&key_of(i)));
                     })

@@ -1,7 +1,8 @@
 #![cfg(floodgate_loom)]
-//! loom models of the keyed map's protocol beyond the CAS loop: a check racing the insert, the
-//! sweep or the eviction of its key (shard read lock vs write lock, each reading the clock under
-//! its lock), and two penalty-box strikes racing into a block.
+//! loom models of the keyed map's protocol beyond the CAS loop: a lock-free check racing the
+//! insert, the sweep, the eviction or the forgetting of its key or of another key (a rebuild
+//! waits for every check on the old table before it reads the clock, judges and moves the
+//! words), a growing rebuild, and two penalty-box strikes racing into a block.
 
 use std::time::Duration;
 
@@ -166,5 +167,63 @@ fn a_racing_strike_never_lifts_a_fresh_block() {
             assert!(!t.join().unwrap());
         }
         assert!(keyed.is_blocked(&7), "a racing strike erased the block");
+    });
+}
+
+/// A check on a key that exists runs on the table without a lock while another thread inserts
+/// a key into a table three-quarters full, so the insert rebuilds the table (moves every word
+/// into a bigger one). The check's admission is never lost in the move nor counted twice: the
+/// rebuild waits until the check has committed before it copies, and a check that meets the
+/// rebuild's placeholder waits on the shard's mutex and finds the key in the new table.
+#[test]
+fn a_growing_rebuild_racing_a_check_keeps_its_admission() {
+    model(|| {
+        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+        let keyed = keyed(&clock, 16, WhenFull::DenyNewKeys);
+        // A shard's first table (7 slots) takes 5 keys: the sixth key rebuilds it.
+        for key in 1..=5 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        clock.set(10); // key 1's next window: one more permit
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&6, 1).unwrap().is_allowed())
+        };
+        assert!(a.join().unwrap(), "key 1 has a permit in [10, 20)");
+        assert!(b.join().unwrap());
+        assert_eq!(keyed.len(), 6);
+        assert!(
+            !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
+            "the permit of [10, 20) was taken: the move kept it"
+        );
+    });
+}
+
+/// `forget` of one key racing a check of another key of the same shard: the rebuild that drops
+/// the forgotten key moves the other one's word with its admission.
+#[test]
+fn forget_racing_a_check_of_another_key_keeps_its_admission() {
+    model(|| {
+        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+        let keyed = keyed(&clock, 4, WhenFull::DenyNewKeys);
+        assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
+        clock.set(10);
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.forget(&2))
+        };
+        assert!(a.join().unwrap());
+        assert!(b.join().unwrap());
+        assert!(!keyed.try_acquire(&1, 1).unwrap().is_allowed());
+        assert_eq!(keyed.len(), 1);
     });
 }

@@ -158,3 +158,37 @@ fn set_limit_on_a_drained_key_races_a_check() {
         assert_bucket_bound(&admitted, 2, 100);
     });
 }
+
+/// A check on key 1 (present: the lock-free path) races an insert that grows the table (a
+/// rebuild moving every word) while time moves into key 1's next window, and a sweep. Key 1's
+/// admissions stay within one per window of real time: the rebuild moves the word only after
+/// the check committed to it, or the check waits for the rebuild and runs on the moved word.
+#[test]
+fn a_growing_rebuild_and_a_sweep_race_a_check_while_time_moves() {
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
+        let k = keyed(window(), &clock, 16, WhenFull::DenyNewKeys);
+        // The first table takes five keys: the sixth rebuilds it.
+        let first = check(&k, &clock, 1, 1);
+        assert_eq!(first.len(), 1);
+        for key in 2..=5 {
+            check(&k, &clock, key, 1);
+        }
+        let a = {
+            let (k, clock) = (k.clone(), clock.clone());
+            thread::spawn(move || check(&k, &clock, 1, 1))
+        };
+        let b = {
+            let (k, clock) = (k.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(W / 2);
+                check(&k, &clock, 6, 1);
+                Vec::new()
+            })
+        };
+        k.retain_recent();
+        let mut admitted = join_all(vec![a, b], first);
+        admitted.extend(check(&k, &clock, 1, 1));
+        check_window(&admitted);
+    });
+}

@@ -37,8 +37,9 @@ struct KeySlotArc(Arc<KeyCount>);
 
 impl KeySlot<()> for KeySlotArc {
     fn liveness(&self, _: &(), _now: u64) -> Liveness {
-        // Relaxed: judged under the shard's write lock, which every taker of this key holds for
-        // reading while it adds; so every add is seen, and a zero means every permit came back.
+        // Relaxed: judged by a rebuild that owns the table (every taker that found this key in it
+        // has finished adding; see keyed/shards.rs, whose `take` Acquires their guards' drops),
+        // so every add is seen, and a zero means every permit came back.
         match self.0.in_flight.load(Ordering::Relaxed) {
             0 => Liveness::Idle,
             used => Liveness::Live {

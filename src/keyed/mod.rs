@@ -1,26 +1,30 @@
 //! Keyed limiting: one limiter per key (client IP, user, API key) with bounded memory.
 //!
 //! [`Keyed`] keeps one packed state word per key for any [`Algorithm`], in an ahash-sharded map
-//! of `RwLock<HashMap>`s. A check on a key that exists takes only its shard's read lock and
-//! updates the word with the one CAS loop (`crate::limiter::update`); threads on keys of
-//! different shards share nothing. New keys take the shard's write lock.
+//! of open-addressing tables. A check on a key that exists takes no lock: it finds the key's
+//! slot in its shard's current table and updates the word with the one CAS loop
+//! (`crate::limiter::update`), writing nothing shared but that word (a denial writes nothing).
+//! New keys, sweeps and evictions take the shard's mutex.
 //!
 //! # Bounded memory
 //! At most `max_keys` keys are held (split evenly across the shards). A key whose word is
 //! [idle](Algorithm::is_idle) decides exactly as a fresh key would, so dropping it changes no
-//! decision; such keys are dropped by sweeps run inside calls (when a shard is full, or has
-//! doubled since its last sweep, and only once some key can be idle), or on demand by
-//! [`Keyed::retain_recent`]. No background thread is needed.
+//! decision; such keys are dropped by sweeps run inside calls when a shard is full (and only
+//! once some key can be idle), or on demand by [`Keyed::retain_recent`]; below the cap they are
+//! kept, so a key used again after going idle is found in place. A sweep sizes the shard's table
+//! to twice the keys it keeps, so the memory of a flood gone idle comes back without
+//! [`Keyed::shrink`]. No background thread is needed.
 //!
 //! When a shard is full and **every** key in it is live, [`WhenFull`] decides: refuse the new key
-//! (the default; counted in [`KeyedStats::refused_new_keys`]) or evict the live key holding the
-//! fewest permits (counted in [`KeyedStats::evicted_live`]). Idle keys always go first.
+//! (the default; counted in [`KeyedStats::refused_new_keys`]) or evict the live keys holding the
+//! fewest permits, a batch at a time (counted in [`KeyedStats::evicted_live`]). Idle keys always
+//! go first.
 //!
 //! # Guarantees
 //! - A key that is never evicted live gets exactly the decisions of an unbounded map of
 //!   limiters: dropping idle keys, and every race between a check and an insert or eviction,
-//!   change nothing (the eviction and the check are ordered by the shard lock, and each reads the
-//!   clock under it; see `shards.rs`). This assumes a clock monotonic across threads; with
+//!   change nothing (a rebuild that drops keys waits until every check on the old table has
+//!   committed before it reads the clock and judges; see `shards.rs`). This assumes a clock monotonic across threads; with
 //!   [`QuantaClock`] a check on one core can read a time up to the TSC skew behind an eviction on
 //!   another, as for any limiter.
 //! - A key evicted live (only under [`WhenFull::EvictLeastUsed`]) restarts fresh: it can be
@@ -44,6 +48,7 @@
 //! ```
 
 mod builder;
+mod hashed;
 mod ip;
 mod penalty;
 mod shards;
@@ -53,6 +58,7 @@ use std::hash::Hash;
 
 pub(crate) use builder::sharded_map;
 pub use builder::{KeyedBuilder, MAX_SHARDS};
+pub use hashed::HashedKey;
 pub use ip::{IpKey, IpKeyer};
 pub use penalty::{PenalizedKeyed, PenaltyBox};
 pub(crate) use shards::{KeySlot, Liveness, ShardedMap};
@@ -75,8 +81,9 @@ pub enum WhenFull {
     /// disturbed, so a flood of new keys cannot reset the counts of the keys it competes with.
     #[default]
     DenyNewKeys,
-    /// Make room by evicting the live key holding the fewest permits (chosen in batches by a
-    /// scan of the shard), so forgetting it hands back as few permits as possible. Not LRU:
+    /// Make room by evicting the live keys holding the fewest permits, so forgetting them hands
+    /// back as few permits as possible: an eighth of the shard (at most 1,024 keys) at a time,
+    /// chosen by a scan of the shard, so a flood of new keys costs O(1) amortized. Not LRU:
     /// recency would cost a write on every check, including denials, and 8 more bytes a key.
     EvictLeastUsed,
 }
@@ -133,7 +140,8 @@ pub(crate) fn word_liveness<A: Algorithm>(algorithm: &A, state: u64, now: u64) -
 
 impl<A: Algorithm> KeySlot<A> for WordSlot {
     fn liveness(&self, algorithm: &A, now: u64) -> Liveness {
-        // Relaxed: a snapshot of one self-contained word, taken under the shard's write lock.
+        // Relaxed: a snapshot of one self-contained word, taken by a rebuild that owns the table
+        // (every check on it has finished) or by the inserter (a lower bound of its idle time).
         word_liveness(algorithm, self.state.load(Ordering::Relaxed), now)
     }
 }
@@ -233,7 +241,7 @@ where
     }
 
     /// Takes `n` permits from `key`'s limiter if they are available now; never blocks. A new key
-    /// starts fresh. A denial writes nothing (beyond the shard lock's reader count).
+    /// starts fresh. A denial writes nothing shared.
     ///
     /// # Errors
     /// [`AcquireError`] when `n` is zero or above the capacity.
@@ -338,7 +346,7 @@ where
     /// ```
     pub fn shrink(&self) -> usize {
         let dropped = self.retain_recent();
-        self.map.shrink_to_fit();
+        self.map.shrink_to_fit(&self.clock, &self.algorithm);
         dropped
     }
 
@@ -357,7 +365,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.remove(key)
+        self.map.remove(key, &self.clock, &self.algorithm)
     }
 
     /// Changes every key's limit live (see [`Algorithm::set_limit`]).
@@ -549,5 +557,45 @@ mod tests {
         clock.advance(Duration::from_millis(500));
         assert_eq!(keyed.retain_recent(), 0);
         assert!(keyed.map.capacity() >= 1_000);
+    }
+
+    /// A flood that fills the map to its cap and goes idle: the next new keys sweep their full
+    /// shards, which shrink to twice the keys they keep, with no `retain_recent` or `shrink()`.
+    /// Below the cap idle keys stay (a key used again is not re-inserted).
+    #[test]
+    fn new_keys_after_a_flood_gone_idle_hand_its_memory_back() {
+        let clock = ManualClock::new();
+        let keyed: Keyed<u64, _, _> =
+            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+                .clock(clock.clone())
+                .max_keys(40_000)
+                .shards(4)
+                .build()
+                .unwrap();
+        // More keys than the cap: every shard fills up, the rest are refused.
+        for key in 0..60_000u64 {
+            keyed.try_acquire(&key, 1).unwrap();
+        }
+        assert_eq!(keyed.len(), 40_000);
+        let flooded = keyed.map.capacity();
+        assert!(flooded >= 40_000);
+        clock.advance(Duration::from_secs(2)); // every window over: every key idle
+        for key in 60_000..60_100u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        assert_eq!(keyed.len(), 100, "the idle flood was swept");
+        assert!(
+            keyed.map.capacity() < 1_000,
+            "{} slots kept of {flooded}",
+            keyed.map.capacity()
+        );
+        assert_eq!(keyed.stats().evicted_idle, 40_000);
+        // Below the cap, keys gone idle are kept and found again in place.
+        clock.advance(Duration::from_secs(2));
+        for key in 60_000..60_100u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        let stats = keyed.stats();
+        assert_eq!((stats.keys, stats.evicted_idle), (100, 40_000));
     }
 }

@@ -203,7 +203,7 @@ pub(crate) struct Rules<A> {
 
 impl<A: Algorithm> KeySlot<Rules<A>> for JailedSlot {
     fn liveness(&self, rules: &Rules<A>, now: u64) -> Liveness {
-        // Relaxed: snapshots of self-contained words, taken under the shard's write lock.
+        // Relaxed: snapshots of self-contained words, as `WordSlot::liveness`.
         let state = self.state.load(Ordering::Relaxed);
         let jail = self.jail.load(Ordering::Relaxed);
         let jailed = rules.penalty.liveness(jail, now);
@@ -391,7 +391,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.remove(key)
+        self.map.remove(key, &self.clock, &self.rules)
     }
 
     /// Drops every idle key (limiter idle, no strike in a live span, no block); returns how many.
@@ -429,7 +429,7 @@ where
     /// ```
     pub fn shrink(&self) -> usize {
         let dropped = self.retain_recent();
-        self.map.shrink_to_fit();
+        self.map.shrink_to_fit(&self.clock, &self.rules);
         dropped
     }
 

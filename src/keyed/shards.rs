@@ -1,36 +1,49 @@
 //! The sharded key → slot map behind [`Keyed`](super::Keyed) and
-//! [`PenalizedKeyed`](super::PenalizedKeyed): ahash-sharded `RwLock<HashMap>`s, the cap, the
-//! sweeps and the eviction order.
+//! [`PenalizedKeyed`](super::PenalizedKeyed) (and the per-key in-flight counts): per shard, an
+//! immutable-layout open-addressing table published through [`arc_swap::ArcSwap`], a mutex for
+//! inserts and rebuilds, the cap, the sweeps and the eviction order.
 //!
-//! Protocol (what the loom model in `loom-tests/tests/keyed.rs` checks):
-//! - A check on a key that exists takes its shard's **read** lock, reads the clock *under that
-//!   lock*, and updates the slot's word(s) with [`crate::limiter::update`]; several checks on one
-//!   shard run in parallel.
-//! - Inserting a key, sweeping and evicting take the shard's **write** lock, and read the clock
-//!   under it. So an eviction at time `t` and a check on the same key are ordered by the lock: a
-//!   check that runs before it sees the old word; one that runs after it read the clock after the
-//!   evictor did (`now ≥ t` on a clock that is monotonic across threads), and since the evicted
-//!   word was idle at `t`, it is idle at `now` too: the fresh word it starts from decides exactly
-//!   as the old one would have.
+//! Protocol (what the loom models in `loom-tests/tests/keyed.rs` and `time_keyed.rs` check):
+//! - A table never moves or removes a slot: a slot's key is set once (an `OnceLock`) and its
+//!   state word(s) live in it for the table's life. A check on a key that exists loads the
+//!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
+//!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
+//!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
+//! - A new key is inserted under the shard's mutex into an empty slot of the current table
+//!   (`OnceLock::set`); readers find it from then on.
+//! - Removing keys (a sweep of idle keys, an eviction, `forget`) and resizing rebuild the table
+//!   under the mutex: the rebuild swaps in an empty placeholder (readers that load it go to the
+//!   mutex and wait for the rebuild), then **waits until no reader holds the old table** (its
+//!   `Arc` is unique again: every check that found a key in it has finished its CAS), and only
+//!   then reads the clock (`t`) and judges and copies the words. So a rebuild and a check on the
+//!   same key are ordered as the old read/write lock ordered them: a check on the old table
+//!   committed before the words were judged and copied (no admission lost, none counted twice);
+//!   a check on the new table loaded it after the rebuild read its clock, so it reads `now ≥ t`
+//!   on a clock monotonic across threads, and since a dropped word was idle at `t`, the fresh
+//!   word it starts from decides exactly as the old one would have.
+//! - Rebuilds are amortized: a shard rebuilds when its table is three-quarters full (growing to
+//!   twice its keys, within the cap), when it is full and a sweep is due (some key can be idle:
+//!   `next_idle_at`), and in batches of evictions. Each rebuild sizes the table to twice the keys
+//!   it keeps, so a flood of keys gone idle hands its memory back at the next sweep, with no
+//!   explicit `shrink()`. Below the cap idle keys are kept: a key used again after going idle is
+//!   found in place, not re-inserted.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 
-#[cfg(floodgate_loom)]
-use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-#[cfg(not(floodgate_loom))]
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-
 use super::{KeyedStats, WhenFull};
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, Mutex, MutexGuard};
 
 /// Most keys a shard holds when the shard count is chosen automatically: bounds the cost of one
 /// sweep (a sweep looks at every key of one shard).
 pub(crate) const KEYS_PER_SHARD_TARGET: usize = 4096;
+
+/// Keys a shard's first table has room for (it grows by doubling).
+const MIN_KEYS: usize = 4;
 
 /// Whether forgetting a slot at a given time would change a later decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,15 +74,243 @@ pub(crate) struct Refused {
     pub(crate) retry_after: u64,
 }
 
-struct Shard<K, S> {
-    map: HashMap<K, S, ahash::RandomState>,
+/// One slot of a table: a key set once, and its state.
+struct Slot<K, S> {
+    key: OnceLock<K>,
+    value: S,
+}
+
+/// An open-addressing table with linear probing. Its layout never changes: keys are only added
+/// (into empty slots, under the shard's mutex), never moved or removed; a rebuild makes a new
+/// table. At most three quarters of the slots hold keys, so a probe always ends at an empty slot.
+/// The table with no slots is the placeholder a rebuild publishes while it works.
+struct Table<K, S> {
+    slots: Box<[Slot<K, S>]>,
+    /// Readers holding this table (loom builds only: the grace period `ArcSwap` gives otherwise).
+    #[cfg(floodgate_loom)]
+    readers: AtomicU64,
+}
+
+/// Slots of a table with room for `keys` keys (at most three quarters full), at least 2.
+fn slots_for(keys: usize) -> usize {
+    keys.saturating_add(keys.div_ceil(3))
+        .saturating_add(1)
+        .max(2)
+}
+
+/// The most keys a table of `slots` slots takes.
+fn room_of(slots: usize) -> usize {
+    slots / 4 * 3 + slots % 4 * 3 / 4
+}
+
+/// The slot `hash` starts probing at: the high bits of `hash` scaled to `slots` (any size).
+#[inline]
+fn home(hash: u64, slots: usize) -> usize {
+    ((u128::from(hash) * slots as u128) >> 64) as usize
+}
+
+impl<K, S: Default> Table<K, S> {
+    fn new(slots: usize) -> Self {
+        Table {
+            slots: (0..slots)
+                .map(|_| Slot {
+                    key: OnceLock::new(),
+                    value: S::default(),
+                })
+                .collect(),
+            #[cfg(floodgate_loom)]
+            readers: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<K, S> Table<K, S> {
+    fn placeholder() -> Self {
+        Table {
+            slots: Box::new([]),
+            #[cfg(floodgate_loom)]
+            readers: AtomicU64::new(0),
+        }
+    }
+
+    fn is_placeholder(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The slot of `key`, if the table holds it (never for the placeholder).
+    #[inline]
+    fn find<Q>(&self, key: &Q, hash: u64) -> Option<&S>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let slots = &self.slots[..];
+        let mut i = home(hash, slots.len());
+        loop {
+            // `None` only for the placeholder (no slots).
+            let slot = slots.get(i)?;
+            match slot.key.get() {
+                None => return None,
+                Some(held) if held.borrow() == key => return Some(&slot.value),
+                Some(_) => {}
+            }
+            i += 1;
+            if i == slots.len() {
+                i = 0;
+            }
+        }
+    }
+
+    /// Puts `key` into the first empty slot of its probe sequence (the caller holds the shard's
+    /// mutex, knows the key is absent and that the table has room).
+    fn insert(&self, key: K, hash: u64) -> &S {
+        let slots = &self.slots[..];
+        let mut i = home(hash, slots.len());
+        // Keys are set only under the shard's mutex, which the caller holds: an empty slot stays
+        // empty until the set below.
+        while slots[i].key.get().is_some() {
+            i += 1;
+            if i == slots.len() {
+                i = 0;
+            }
+        }
+        let slot = &slots[i];
+        let set = slot.key.set(key);
+        debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
+        &slot.value
+    }
+
+    /// [`insert`](Self::insert) into a table this thread owns.
+    fn put(&mut self, key: K, value: S, hash: u64) {
+        let len = self.slots.len();
+        let mut i = home(hash, len);
+        while self.slots[i].key.get().is_some() {
+            i += 1;
+            if i == len {
+                i = 0;
+            }
+        }
+        let slot = &mut self.slots[i];
+        slot.key = OnceLock::from(key);
+        slot.value = value;
+    }
+}
+
+/// Where a shard publishes its table: `ArcSwap` normally, so a reader's load writes only its
+/// own thread's debt slot; under loom a mutex and a reader count loom can see (the protocol
+/// above is what the models check, not `ArcSwap`'s internals).
+#[cfg(not(floodgate_loom))]
+mod cell {
+    use super::Table;
+    use std::sync::Arc;
+
+    pub(super) struct TableCell<K, S>(arc_swap::ArcSwap<Table<K, S>>);
+
+    pub(super) type TableGuard<K, S> = arc_swap::Guard<Arc<Table<K, S>>>;
+
+    impl<K, S> TableCell<K, S> {
+        pub(super) fn new(table: Table<K, S>) -> Self {
+            TableCell(arc_swap::ArcSwap::from_pointee(table))
+        }
+
+        #[inline]
+        pub(super) fn load(&self) -> TableGuard<K, S> {
+            self.0.load()
+        }
+
+        pub(super) fn store(&self, table: Table<K, S>) {
+            self.0.store(Arc::new(table));
+        }
+
+        /// Publishes the placeholder and returns the old table once no reader holds it. The
+        /// swap turns every reader's debt on the old table into a strong count, so the `Arc`
+        /// is unique exactly when the last check that loaded it has finished; `try_unwrap`'s
+        /// Acquire pairs with the Release decrement of each reader's guard drop, so every word
+        /// they wrote is visible here.
+        pub(super) fn take(&self) -> Table<K, S> {
+            let mut old = self.0.swap(Arc::new(Table::placeholder()));
+            loop {
+                match Arc::try_unwrap(old) {
+                    Ok(table) => return table,
+                    Err(shared) => {
+                        old = shared;
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(floodgate_loom)]
+mod cell {
+    use super::Table;
+    use crate::sync::{Mutex, Ordering, thread};
+    use std::sync::Arc;
+
+    pub(super) struct TableCell<K, S>(Mutex<Arc<Table<K, S>>>);
+
+    pub(super) struct TableGuard<K, S>(Arc<Table<K, S>>);
+
+    impl<K, S> std::ops::Deref for TableGuard<K, S> {
+        type Target = Table<K, S>;
+        fn deref(&self) -> &Table<K, S> {
+            &self.0
+        }
+    }
+
+    impl<K, S> Drop for TableGuard<K, S> {
+        fn drop(&mut self) {
+            // SeqCst: the model's grace period; pairs with the load in `take`.
+            self.0.readers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl<K, S> TableCell<K, S> {
+        pub(super) fn new(table: Table<K, S>) -> Self {
+            TableCell(Mutex::new(Arc::new(table)))
+        }
+
+        pub(super) fn load(&self) -> TableGuard<K, S> {
+            let current = self.0.lock().unwrap();
+            let table = Arc::clone(&current);
+            // SeqCst: counted before the swap in `take` can happen (under the same mutex).
+            table.readers.fetch_add(1, Ordering::SeqCst);
+            TableGuard(table)
+        }
+
+        pub(super) fn store(&self, table: Table<K, S>) {
+            *self.0.lock().unwrap() = Arc::new(table);
+        }
+
+        pub(super) fn take(&self) -> Table<K, S> {
+            let mut old =
+                std::mem::replace(&mut *self.0.lock().unwrap(), Arc::new(Table::placeholder()));
+            loop {
+                // SeqCst: pairs with the readers' decrement.
+                if old.readers.load(Ordering::SeqCst) == 0 {
+                    match Arc::try_unwrap(old) {
+                        Ok(table) => return table,
+                        Err(shared) => old = shared,
+                    }
+                }
+                thread::yield_now();
+            }
+        }
+    }
+}
+
+use cell::TableCell;
+
+/// A shard's bookkeeping, under its mutex.
+struct Meta {
+    /// Keys in the current table.
+    len: usize,
+    /// Slots of the current table.
+    slots: usize,
     /// No key of this shard becomes idle before this time (a lower bound, kept by every sweep
     /// and insert): before it, a sweep would free nothing.
     next_idle_at: u64,
-    /// Live keys to evict next under [`WhenFull::EvictLeastUsed`], fewest permits held last.
-    victims: Vec<K>,
-    inserts_since_sweep: usize,
-    len_after_sweep: usize,
     evicted_idle: u64,
     evicted_live: u64,
     refused_new_keys: u64,
@@ -82,39 +323,39 @@ struct Shard<K, S> {
     dropped_at: u64,
 }
 
-/// One shard: its lock and map, and the time floor of its keys' state words (see
-/// [`limiter::update_at`](crate::limiter::update_at)), on its own cache line(s).
-struct ShardCell<K, S> {
-    lock: RwLock<Shard<K, S>>,
+/// One shard: its table and the time floor of its keys' state words (see
+/// [`limiter::update_at`](crate::limiter::update_at)), which every check reads, on one cache
+/// line; its mutex and bookkeeping, which inserts write, on another.
+struct Shard<K, S> {
+    table: TableCell<K, S>,
     floor: AtomicU64,
+    meta: CachePadded<Mutex<Meta>>,
 }
 
-impl<K, S> std::ops::Deref for ShardCell<K, S> {
-    type Target = RwLock<Shard<K, S>>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.lock
-    }
+/// What a rebuild does besides copying.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Judge every key and drop the idle ones.
+    sweep: bool,
+    /// Evict this many live keys, fewest permits held first.
+    evict: usize,
+    /// Size the table to exactly the keys kept (an explicit shrink), not twice them.
+    tight: bool,
 }
-
-type LockedShard<K, S> = CachePadded<ShardCell<K, S>>;
 
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
 pub(crate) struct ShardedMap<K, S> {
-    shards: Box<[LockedShard<K, S>]>,
+    shards: Box<[CachePadded<Shard<K, S>>]>,
     hasher: ahash::RandomState,
     shard_mask: usize,
     shard_cap: usize,
     when_full: WhenFull,
 }
 
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    // A panic in a user's Hash/Eq poisons the lock; the map itself is never left half-updated.
-    lock.read().unwrap_or_else(|poison| poison.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|poison| poison.into_inner())
+fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
+    // A panic in a user's Hash/Eq poisons the mutex; the bookkeeping is never left half-updated
+    // in a way that breaks a later call (a rebuild interrupted by one is repaired by the next).
+    meta.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 impl<K, S> ShardedMap<K, S> {
@@ -135,45 +376,49 @@ where
     /// `shards` must be a power of two no larger than `max_keys` (checked by the builder).
     pub(crate) fn new(max_keys: usize, shards: usize, when_full: WhenFull) -> Self {
         debug_assert!(shards.is_power_of_two() && shards <= max_keys);
-        let hasher = ahash::RandomState::new();
+        let shard_cap = max_keys / shards;
+        let first = slots_for(MIN_KEYS.min(shard_cap));
         let shards_vec: Vec<_> = (0..shards)
             .map(|_| {
-                CachePadded::new(ShardCell {
+                CachePadded::new(Shard {
+                    table: TableCell::new(Table::new(first)),
                     floor: AtomicU64::new(0),
-                    lock: RwLock::new(Shard {
-                        map: HashMap::with_hasher(hasher.clone()),
+                    meta: CachePadded::new(Mutex::new(Meta {
+                        len: 0,
+                        slots: first,
                         next_idle_at: u64::MAX,
-                        victims: Vec::new(),
-                        inserts_since_sweep: 0,
-                        len_after_sweep: 0,
                         evicted_idle: 0,
                         evicted_live: 0,
                         refused_new_keys: 0,
                         sweeps: 0,
                         dropped_at: 0,
-                    }),
+                    })),
                 })
             })
             .collect();
+        // Under loom, fixed seeds: a table's layout decides which slot's (loom) atomic a new key
+        // gets, and loom replays executions only if every one makes the same objects.
+        #[cfg(floodgate_loom)]
+        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        #[cfg(not(floodgate_loom))]
+        let hasher = ahash::RandomState::new();
         ShardedMap {
             shards: shards_vec.into_boxed_slice(),
             hasher,
             shard_mask: shards - 1,
-            shard_cap: max_keys / shards,
+            shard_cap,
             when_full,
         }
     }
 
     #[inline]
-    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> &ShardCell<K, S> {
-        // Bits 32.. pick the shard: hashbrown indexes buckets by the low bits and tags them with
-        // the top 7, so both stay fully random inside a shard.
-        let hash = self.hasher.hash_one(key);
+    fn shard(&self, hash: u64) -> &Shard<K, S> {
+        // Bits 32.. pick the shard; the table's home slot comes from the top bits.
         &self.shards[(hash >> 32) as usize & self.shard_mask]
     }
 
     /// Runs `run(slot, now, floor)` on `key`'s slot, inserting a fresh slot if the key is new and
-    /// there is room (see the module docs for the locking protocol). Reads the clock exactly once.
+    /// there is room (see the module docs for the protocol). Reads the clock exactly once.
     /// `floor` is the shard's time floor, for algorithms that need one.
     #[inline]
     pub(crate) fn access<Q, R, T>(
@@ -188,40 +433,63 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         S: KeySlot<R>,
     {
-        let shard = self.shard_of(key);
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
         {
-            let guard = read(shard);
-            if let Some(slot) = guard.map.get(key) {
+            let table = shard.table.load();
+            if let Some(slot) = table.find(key, hash) {
                 return Ok(run(slot, clock.now_nanos(), &shard.floor));
             }
         }
-        let mut guard = write(shard);
+        self.access_locked(shard, key, hash, clock, rules, run)
+    }
+
+    /// [`access`](Self::access) for a key not found in the table: under the shard's mutex.
+    #[inline(never)]
+    fn access_locked<Q, R, T>(
+        &self,
+        shard: &Shard<K, S>,
+        key: &Q,
+        hash: u64,
+        clock: &impl Clock,
+        rules: &R,
+        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
+    ) -> Result<T, Refused>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        S: KeySlot<R>,
+    {
+        let mut meta = lock(&shard.meta);
+        repair(shard, &mut meta);
         let now = clock.now_nanos();
-        if let Some(slot) = guard.map.get(key) {
-            // Inserted by another thread between our two locks.
-            return Ok(run(slot, now, &shard.floor));
+        {
+            let table = shard.table.load();
+            if let Some(slot) = table.find(key, hash) {
+                // Inserted by another thread, or a rebuild was under way.
+                return Ok(run(slot, now, &shard.floor));
+            }
         }
-        self.make_room(&mut guard, rules, now, clock)?;
-        let floor = &shard.floor;
-        let shard = &mut *guard;
+        self.make_room(shard, &mut meta, rules, now, clock)?;
         // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
         // one that was dropped as idle on a clock ahead of ours. A drop time beyond the lag
         // horizon is a leaping clock's and is not obeyed.
-        let now = if shard.dropped_at > now && shard.dropped_at - now <= MAX_CLOCK_LAG_NANOS {
-            shard.dropped_at
+        let now = if meta.dropped_at > now && meta.dropped_at - now <= MAX_CLOCK_LAG_NANOS {
+            meta.dropped_at
         } else {
             now
         };
-        let slot = shard.map.entry(key.to_owned()).or_default();
-        let result = run(slot, now, floor);
+        let table = shard.table.load();
+        let slot = table.insert(key.to_owned(), hash);
+        meta.len += 1;
+        let result = run(slot, now, &shard.floor);
         if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
-            shard.next_idle_at = shard.next_idle_at.min(now.saturating_add(idle_in));
+            meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
         }
-        shard.inserts_since_sweep += 1;
         Ok(result)
     }
 
-    /// Runs `run(slot, now)` if `key` is tracked; inserts nothing.
+    /// Runs `run(slot, now, floor)` with `key`'s slot if it is tracked; inserts nothing.
     pub(crate) fn peek<Q, R>(
         &self,
         key: &Q,
@@ -232,16 +500,28 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let shard = self.shard_of(key);
-        let guard = read(shard);
-        run(guard.map.get(key), clock.now_nanos(), &shard.floor)
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        {
+            let table = shard.table.load();
+            if !table.is_placeholder() {
+                return run(table.find(key, hash), clock.now_nanos(), &shard.floor);
+            }
+        }
+        // A rebuild is under way: wait for it.
+        let mut meta = lock(&shard.meta);
+        repair(shard, &mut meta);
+        let table = shard.table.load();
+        run(table.find(key, hash), clock.now_nanos(), &shard.floor)
     }
 
-    /// Frees one slot in a full shard, or sweeps a growing one. Errs when the shard is full of
-    /// live keys and the policy refuses new keys.
+    /// Makes room for one more key: grows a table three-quarters full; in a full shard, sweeps
+    /// when some key can be idle and evicts a batch under [`WhenFull::EvictLeastUsed`]. Errs when the shard is full of live keys and the
+    /// policy refuses new keys.
     fn make_room<R>(
         &self,
-        shard: &mut Shard<K, S>,
+        shard: &Shard<K, S>,
+        meta: &mut Meta,
         rules: &R,
         now: u64,
         clock: &impl Clock,
@@ -249,9 +529,22 @@ where
     where
         S: KeySlot<R>,
     {
-        let full = shard.map.len() >= self.shard_cap;
-        let grown = shard.inserts_since_sweep >= shard.len_after_sweep.max(64);
-        if !full && !grown {
+        let full = meta.len >= self.shard_cap;
+        let cramped = meta.len >= room_of(meta.slots);
+        if !full && !cramped {
+            return Ok(());
+        }
+        if !full {
+            // Below the cap a table grows and keeps its idle keys: dropping them would only
+            // re-insert them on their next use (a key used every minute by a rate of one a
+            // second is idle between uses). Idle keys go when the cap needs their room, or on
+            // `retain_recent`.
+            let plan = Plan {
+                sweep: false,
+                evict: 0,
+                tight: false,
+            };
+            self.rebuild(shard, meta, rules, clock, plan, |_| false);
             return Ok(());
         }
         // Dropping a key judges it idle at `now`: a second read guards that judgement against a
@@ -259,39 +552,122 @@ where
         let now = judge_time(now, clock);
         // Before `next_idle_at` no key is idle, so a sweep would find nothing: skipping it is
         // what keeps a flood of new keys against a full shard of live keys O(1) per call.
-        if now >= shard.next_idle_at {
-            sweep(shard, rules, now);
+        let sweep = now >= meta.next_idle_at;
+        let evict = match self.when_full {
+            // A batch (an eighth of the shard, at most 1,024) per rebuild keeps evictions
+            // O(1) amortized per new key.
+            WhenFull::EvictLeastUsed => (self.shard_cap / 8).clamp(1, 1024),
+            WhenFull::DenyNewKeys => 0,
+        };
+        if sweep || evict > 0 {
+            let plan = Plan {
+                sweep,
+                evict,
+                tight: false,
+            };
+            self.rebuild(shard, meta, rules, clock, plan, |_| false);
         }
-        if shard.map.len() < self.shard_cap {
+        if meta.len < self.shard_cap {
             return Ok(());
         }
-        match self.when_full {
-            WhenFull::DenyNewKeys => {
-                shard.refused_new_keys += 1;
-                Err(Refused {
-                    retry_after: shard.next_idle_at.saturating_sub(now).max(1),
-                })
+        meta.refused_new_keys += 1;
+        Err(Refused {
+            retry_after: meta.next_idle_at.saturating_sub(now).max(1),
+        })
+    }
+
+    /// Replaces the shard's table by a new one holding its keys less the dropped ones (idle
+    /// keys when `plan.sweep`, a batch of live keys when `plan.evict` and the shard is still
+    /// full, keys `forget` names), sized to twice the keys kept. Waits until no check holds the
+    /// old table before judging (see the module docs). Returns how many idle keys it dropped.
+    fn rebuild<R>(
+        &self,
+        shard: &Shard<K, S>,
+        meta: &mut Meta,
+        rules: &R,
+        clock: &impl Clock,
+        plan: Plan,
+        forget: impl Fn(&K) -> bool,
+    ) -> usize
+    where
+        S: KeySlot<R>,
+    {
+        let old = shard.table.take();
+        // Read after every check on the old table has committed (`take` waited for them).
+        let now = judge_time(clock.now_nanos(), clock);
+        let judge = plan.sweep || plan.evict > 0;
+        // Pass 1: what stays.
+        let mut keep = vec![false; old.slots.len()];
+        let mut kept = 0;
+        let mut idle = 0;
+        let mut forgotten = 0;
+        let mut next_idle_at = u64::MAX;
+        let mut candidates: Vec<(u64, usize)> = Vec::new();
+        for (i, slot) in old.slots.iter().enumerate() {
+            let Some(key) = slot.key.get() else { continue };
+            if forget(key) {
+                forgotten += 1;
+                continue;
             }
-            WhenFull::EvictLeastUsed => {
-                loop {
-                    if shard.victims.is_empty() {
-                        pick_victims(shard, rules, now);
+            if judge {
+                match slot.value.liveness(rules, now) {
+                    Liveness::Idle => {
+                        idle += 1;
+                        continue;
                     }
-                    let Some(victim) = shard.victims.pop() else {
-                        // Unreachable with shard_cap ≥ 1: a full shard has a key to pick.
-                        return Err(Refused { retry_after: 1 });
-                    };
-                    if let Some(slot) = shard.map.remove(&victim) {
-                        shard.dropped_at = latest_drop(shard.dropped_at, now);
-                        match slot.liveness(rules, now) {
-                            Liveness::Idle => shard.evicted_idle += 1,
-                            Liveness::Live { .. } => shard.evicted_live += 1,
+                    Liveness::Live { used, idle_in } => {
+                        next_idle_at = next_idle_at.min(now.saturating_add(idle_in));
+                        if plan.evict > 0 {
+                            candidates.push((used, i));
                         }
-                        return Ok(());
                     }
                 }
             }
+            keep[i] = true;
+            kept += 1;
         }
+        let mut evicted = 0;
+        if plan.evict > 0 && kept >= self.shard_cap {
+            let batch = plan.evict.min(candidates.len());
+            if batch < candidates.len() {
+                candidates.select_nth_unstable_by_key(batch, |&(used, _)| used);
+            }
+            for &(_, i) in &candidates[..batch] {
+                keep[i] = false;
+            }
+            evicted = batch;
+            kept -= batch;
+        }
+        // Pass 2: move the kept keys into a table sized to twice them (a sweep of a flood gone
+        // idle hands its memory back), within the cap.
+        let want = if plan.tight {
+            kept
+        } else {
+            kept.saturating_mul(2)
+        };
+        let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
+        let mut next = Table::new(slots_for(keys));
+        for (slot, keep) in old.slots.into_vec().into_iter().zip(keep) {
+            if let (true, Some(key)) = (keep, slot.key.into_inner()) {
+                let hash = self.hasher.hash_one(&key);
+                next.put(key, slot.value, hash);
+            }
+        }
+        meta.slots = next.slots.len();
+        meta.len = kept;
+        shard.table.store(next);
+        meta.evicted_idle += idle as u64;
+        meta.evicted_live += evicted as u64;
+        if judge {
+            meta.next_idle_at = next_idle_at;
+        }
+        if plan.sweep {
+            meta.sweeps += 1;
+        }
+        if idle + evicted + forgotten > 0 {
+            meta.dropped_at = latest_drop(meta.dropped_at, now);
+        }
+        idle
     }
 
     /// Drops every idle key of every shard; returns how many.
@@ -302,51 +678,78 @@ where
         self.shards
             .iter()
             .map(|shard| {
-                let mut guard = write(shard);
-                let now = judge_time(clock.now_nanos(), clock);
-                sweep(&mut guard, rules, now)
+                let mut meta = lock(&shard.meta);
+                repair(shard, &mut meta);
+                let plan = Plan {
+                    sweep: true,
+                    evict: 0,
+                    tight: false,
+                };
+                self.rebuild(shard, &mut meta, rules, clock, plan, |_| false)
             })
             .sum()
     }
 
-    /// Gives back the memory of dropped keys (after [`retain_recent`](Self::retain_recent)).
-    pub(crate) fn shrink_to_fit(&self) {
+    /// Sizes every table to its keys (after [`retain_recent`](Self::retain_recent)).
+    pub(crate) fn shrink_to_fit<R>(&self, clock: &impl Clock, rules: &R)
+    where
+        S: KeySlot<R>,
+    {
         for shard in self.shards.iter() {
-            let mut guard = write(shard);
-            guard.map.shrink_to_fit();
-            guard.victims.shrink_to_fit();
+            let mut meta = lock(&shard.meta);
+            repair(shard, &mut meta);
+            let plan = Plan {
+                sweep: false,
+                evict: 0,
+                tight: true,
+            };
+            self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
         }
     }
 
     /// Forgets `key`; returns whether it was tracked.
-    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    pub(crate) fn remove<Q, R>(&self, key: &Q, clock: &impl Clock, rules: &R) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
+        S: KeySlot<R>,
     {
-        write(self.shard_of(key)).map.remove(key).is_some()
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        let mut meta = lock(&shard.meta);
+        repair(shard, &mut meta);
+        if shard.table.load().find(key, hash).is_none() {
+            return false;
+        }
+        let plan = Plan {
+            sweep: false,
+            evict: 0,
+            tight: false,
+        };
+        self.rebuild(shard, &mut meta, rules, clock, plan, |held| {
+            held.borrow() == key
+        });
+        true
     }
 
     /// Makes the next insert into every shard sweep again (after a configuration change that may
     /// bring idle times forward).
     pub(crate) fn forget_idle_bounds(&self) {
         for shard in self.shards.iter() {
-            let mut guard = write(shard);
-            guard.next_idle_at = 0;
-            guard.victims.clear();
+            lock(&shard.meta).next_idle_at = 0;
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|shard| read(shard).map.len()).sum()
+        self.shards.iter().map(|shard| lock(&shard.meta).len).sum()
     }
 
-    /// Slots the shards' maps have room for (their memory, in keys).
+    /// Slots the shards' tables have (their memory, in keys).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| read(shard).map.capacity())
+            .map(|shard| lock(&shard.meta).slots)
             .sum()
     }
 
@@ -360,14 +763,25 @@ where
             sweeps: 0,
         };
         for shard in self.shards.iter() {
-            let guard = read(shard);
-            stats.keys += guard.map.len();
-            stats.evicted_idle += guard.evicted_idle;
-            stats.evicted_live += guard.evicted_live;
-            stats.refused_new_keys += guard.refused_new_keys;
-            stats.sweeps += guard.sweeps;
+            let meta = lock(&shard.meta);
+            stats.keys += meta.len;
+            stats.evicted_idle += meta.evicted_idle;
+            stats.evicted_live += meta.evicted_live;
+            stats.refused_new_keys += meta.refused_new_keys;
+            stats.sweeps += meta.sweeps;
         }
         stats
+    }
+}
+
+/// Puts a table back if a rebuild was interrupted (a panic in a user's `Hash` or `Eq` while it
+/// moved keys): its keys are lost, as a `forget` of each would lose them.
+fn repair<K, S: Default>(shard: &Shard<K, S>, meta: &mut Meta) {
+    if shard.table.load().is_placeholder() {
+        let table = Table::new(slots_for(MIN_KEYS));
+        meta.slots = table.slots.len();
+        meta.len = 0;
+        shard.table.store(table);
     }
 }
 
@@ -389,75 +803,6 @@ fn judge_time(first: u64, clock: &impl Clock) -> u64 {
     first.min(clock.now_nanos())
 }
 
-/// Drops the shard's idle keys and recomputes its `next_idle_at`. Returns how many it dropped.
-fn sweep<K: Hash + Eq, R, S: KeySlot<R>>(shard: &mut Shard<K, S>, rules: &R, now: u64) -> usize {
-    let before = shard.map.len();
-    let mut next_idle_at = u64::MAX;
-    shard.map.retain(|_, slot| match slot.liveness(rules, now) {
-        Liveness::Idle => false,
-        Liveness::Live { idle_in, .. } => {
-            next_idle_at = next_idle_at.min(now.saturating_add(idle_in));
-            true
-        }
-    });
-    let dropped = before - shard.map.len();
-    shard.next_idle_at = next_idle_at;
-    shard.inserts_since_sweep = 0;
-    shard.len_after_sweep = shard.map.len();
-    shard.evicted_idle += dropped as u64;
-    shard.sweeps += 1;
-    if dropped > 0 {
-        shard.dropped_at = latest_drop(shard.dropped_at, now);
-        // Victims picked earlier may be gone; pick afresh when next needed.
-        shard.victims.clear();
-        give_back(shard);
-    }
-    dropped
-}
-
-/// Below this many slots of capacity a shard keeps its memory (shrinking it would only be
-/// undone by the next few inserts).
-const SHRINK_FLOOR: usize = 256;
-
-/// After a sweep, hands a shard's memory back once it holds less than a quarter of what it has
-/// room for (a flood of keys gone idle), keeping room for twice what is left: the map follows
-/// its keys down as it followed them up, with no explicit `shrink()`, and the 4× hysteresis keeps
-/// a shard whose size swings within 2× from reallocating. Done by the sweep, under the write lock
-/// it already holds, at a cost in proportion to the keys kept (the sweep's own cost).
-fn give_back<K: Hash + Eq, S>(shard: &mut Shard<K, S>) {
-    let (len, capacity) = (shard.map.len(), shard.map.capacity());
-    if capacity > SHRINK_FLOOR && capacity / 4 > len {
-        shard.map.shrink_to((2 * len).max(SHRINK_FLOOR / 2));
-        shard.victims.shrink_to_fit();
-    }
-}
-
-/// Fills `victims` with the keys holding the fewest permits, a quarter of the shard at a time
-/// (so picking costs O(1) amortised per eviction), the fewest last so `pop` takes it first.
-fn pick_victims<K: Hash + Eq + Clone, R, S: KeySlot<R>>(
-    shard: &mut Shard<K, S>,
-    rules: &R,
-    now: u64,
-) {
-    let mut candidates: Vec<(u64, &K)> = shard
-        .map
-        .iter()
-        .map(|(key, slot)| match slot.liveness(rules, now) {
-            Liveness::Idle => (0, key),
-            Liveness::Live { used, .. } => (used, key),
-        })
-        .collect();
-    let batch = (candidates.len() / 4).clamp(1, 1024);
-    if candidates.len() > batch {
-        candidates.select_nth_unstable_by_key(batch - 1, |&(used, _)| used);
-        candidates.truncate(batch);
-    }
-    // Most permits first: `pop` takes the fewest.
-    candidates.sort_unstable_by_key(|&(used, _)| std::cmp::Reverse(used));
-    let chosen: Vec<K> = candidates.into_iter().map(|(_, key)| key.clone()).collect();
-    shard.victims = chosen;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,5 +815,27 @@ mod tests {
         // A leaping read's drop time would otherwise switch the protection off until real time
         // reaches it (every later drop absorbed by the max).
         assert_eq!(latest_drop(now + MAX_CLOCK_LAG_NANOS + 1, now), now);
+    }
+
+    #[test]
+    fn a_table_has_room_for_what_it_was_sized_for_and_always_one_empty_slot() {
+        for keys in 0..2_000 {
+            let slots = slots_for(keys);
+            assert!(room_of(slots) >= keys, "{keys} keys, {slots} slots");
+            assert!(room_of(slots) < slots);
+            // u64 keys: 24 bytes a slot, so at most 32 bytes a key in a table filled to size
+            // (beyond the smallest tables).
+            if keys >= 64 {
+                assert!(slots * 24 <= keys * 32 + 48, "{keys} keys, {slots} slots");
+            }
+        }
+        assert_eq!(size_of::<Slot<u64, AtomicU64>>(), 24);
+    }
+
+    #[test]
+    fn home_slots_cover_the_table() {
+        assert_eq!(home(0, 7), 0);
+        assert_eq!(home(u64::MAX, 7), 6);
+        assert_eq!(home(1 << 63, 10), 5);
     }
 }

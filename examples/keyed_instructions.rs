@@ -1,0 +1,219 @@
+//! Keyed limiting, floodgate's `Keyed` against governor's keyed limiter (DashMap) with the same
+//! hasher (ahash): instructions per call under callgrind, and paired timing rounds.
+//!
+//! Instructions (the measured loop is `measured_loop_*`; divide its Ir by CALLS):
+//! ```text
+//! cargo build --release --example keyed_instructions
+//! valgrind --tool=callgrind --toggle-collect='*measured_loop*' \
+//!     target/release/examples/keyed_instructions floodgate hot-allow 1000000
+//! ```
+//! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
+//! robin, one permit per 10 µs each, so every key is idle between its uses), `keys-1m` (2^20
+//! keys held, each checked in a scattered order).
+//!
+//! Timing: `keyed_instructions time WORKLOAD THREADS ROUNDS CALLS` runs floodgate and governor
+//! alternately ROUNDS times (CALLS calls per thread per round) and prints each one's median
+//! nanoseconds per call (per thread) and their ratio.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use floodgate::{Gcra, Keyed, Rate};
+use governor::clock::DefaultClock;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+
+type Governor = RateLimiter<u64, DashMapStateStore<u64, ahash::RandomState>, DefaultClock>;
+type Floodgate = Keyed<u64, Gcra>;
+
+const KEYS_1M: u64 = 1 << 20;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Workload {
+    HotAllow,
+    HotDeny,
+    Churn1k,
+    Keys1m,
+}
+
+impl Workload {
+    fn parse(name: &str) -> Workload {
+        match name {
+            "hot-allow" => Workload::HotAllow,
+            "hot-deny" => Workload::HotDeny,
+            "churn-1k" => Workload::Churn1k,
+            "keys-1m" => Workload::Keys1m,
+            _ => panic!("unknown workload {name}"),
+        }
+    }
+
+    /// (rate per second, burst)
+    fn quota(self) -> (u32, u32) {
+        match self {
+            // Always allowed: a nanosecond per permit.
+            Workload::HotAllow => (1_000_000_000, 1_000),
+            // Drained before measuring; one permit an hour back.
+            Workload::HotDeny => (1, 1),
+            // One permit per 10 µs, burst 1: idle again long before the key's next turn.
+            Workload::Churn1k => (100_000, 1),
+            // Every key admitted: a big burst, nothing comes back.
+            Workload::Keys1m => (1, 1_000_000),
+        }
+    }
+
+    #[inline(always)]
+    fn key(self, thread: u64, i: u64) -> u64 {
+        match self {
+            Workload::HotAllow | Workload::HotDeny => 0,
+            Workload::Churn1k => (i + thread * 512) % 1024,
+            Workload::Keys1m => (i + thread * 7919).wrapping_mul(0x9E37_79B9) % KEYS_1M,
+        }
+    }
+
+    fn held(self) -> u64 {
+        match self {
+            Workload::HotAllow | Workload::HotDeny => 1,
+            Workload::Churn1k => 1024,
+            Workload::Keys1m => KEYS_1M,
+        }
+    }
+}
+
+fn floodgate(workload: Workload) -> Floodgate {
+    let (rate, burst) = workload.quota();
+    let keyed: Floodgate = Keyed::builder(Gcra::new(Rate::per_second(rate), burst).unwrap())
+        .max_keys(2 * KEYS_1M as usize)
+        .build()
+        .unwrap();
+    for key in 0..workload.held() {
+        let key = if workload == Workload::Keys1m {
+            workload.key(0, key)
+        } else {
+            key
+        };
+        keyed.try_acquire(&key, 1).unwrap();
+    }
+    if workload == Workload::HotDeny {
+        assert!(!keyed.try_acquire(&0, 1).unwrap().is_allowed());
+    }
+    keyed
+}
+
+fn governor(workload: Workload) -> Governor {
+    let (rate, burst) = workload.quota();
+    let quota = Quota::per_second(NonZeroU32::new(rate).unwrap())
+        .allow_burst(NonZeroU32::new(burst).unwrap());
+    let keyed = RateLimiter::dashmap_with_clock_and_hasher(
+        quota,
+        DefaultClock::default(),
+        ahash::RandomState::new(),
+    );
+    for key in 0..workload.held() {
+        let key = if workload == Workload::Keys1m {
+            workload.key(0, key)
+        } else {
+            key
+        };
+        let _ = keyed.check_key(&key);
+    }
+    if workload == Workload::HotDeny {
+        assert!(keyed.check_key(&0).is_err());
+    }
+    keyed
+}
+
+#[inline(never)]
+fn measured_loop_floodgate(keyed: &Floodgate, workload: Workload, thread: u64, calls: u64) -> u64 {
+    let mut allowed = 0;
+    for i in 0..calls {
+        let key = workload.key(thread, i);
+        allowed += u64::from(black_box(keyed.check(&key)).is_allowed());
+    }
+    allowed
+}
+
+#[inline(never)]
+fn measured_loop_governor(keyed: &Governor, workload: Workload, thread: u64, calls: u64) -> u64 {
+    let mut allowed = 0;
+    for i in 0..calls {
+        let key = workload.key(thread, i);
+        allowed += u64::from(black_box(keyed.check_key(&key)).is_ok());
+    }
+    allowed
+}
+
+/// Nanoseconds per call per thread, `threads` threads running `run` at once.
+fn timed(threads: u64, calls: u64, run: Arc<dyn Fn(u64, u64) -> u64 + Send + Sync>) -> f64 {
+    let start = Arc::new(Barrier::new(threads as usize + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let (run, start) = (Arc::clone(&run), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                let begin = Instant::now();
+                black_box(run(thread, calls));
+                begin.elapsed()
+            })
+        })
+        .collect();
+    start.wait();
+    let longest = handles
+        .into_iter()
+        .map(|handle| handle.join().unwrap())
+        .max()
+        .unwrap();
+    longest.as_nanos() as f64 / calls as f64
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args[1] == "time" {
+        let workload = Workload::parse(&args[2]);
+        let threads: u64 = args[3].parse().unwrap();
+        let rounds: usize = args[4].parse().unwrap();
+        let calls: u64 = args[5].parse().unwrap();
+        let ours = Arc::new(floodgate(workload));
+        let theirs = Arc::new(governor(workload));
+        let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let ours = Arc::clone(&ours);
+            let x = timed(
+                threads,
+                calls,
+                Arc::new(move |t, n| measured_loop_floodgate(&ours, workload, t, n)),
+            );
+            let theirs = Arc::clone(&theirs);
+            let y = timed(
+                threads,
+                calls,
+                Arc::new(move |t, n| measured_loop_governor(&theirs, workload, t, n)),
+            );
+            a.push(x);
+            b.push(y);
+            ratios.push(x / y);
+        }
+        println!(
+            "{} {threads}t: floodgate {:.1} ns/call, governor {:.1} ns/call, ratio (median of paired rounds) {:.2}",
+            args[2],
+            median(a),
+            median(b),
+            median(ratios)
+        );
+        return;
+    }
+    let workload = Workload::parse(&args[2]);
+    let calls: u64 = args[3].parse().unwrap();
+    let allowed = match args[1].as_str() {
+        "floodgate" => measured_loop_floodgate(&floodgate(workload), workload, 0, calls),
+        "governor" => measured_loop_governor(&governor(workload), workload, 0, calls),
+        other => panic!("unknown limiter {other}"),
+    };
+    println!("{allowed} of {calls} allowed");
+}
