@@ -17,6 +17,8 @@ mod failure;
 mod naive;
 #[path = "memcached/server.rs"]
 mod server;
+#[path = "memcached/shortcuts.rs"]
+mod shortcuts;
 #[path = "memcached/skew.rs"]
 mod skew;
 
@@ -66,7 +68,7 @@ fn limiter(
 /// One decision that memcached itself made (a policy decision fails the test).
 fn decide(limiter: &MemcachedLimiter<ManualClock>, key: &str, n: u32) -> floodgate::Decision {
     let outcome = limiter
-        .try_acquire_outcome(key, n)
+        .blocking_try_acquire_outcome(key, n)
         .expect("a valid request");
     assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
     outcome.decision()
