@@ -93,11 +93,8 @@ impl Setup {
             FailurePolicy::FailClosed,
         )
         .unwrap();
-        // No deny cache: the bench measures memcached's denial, not the local one.
-        let deny = MemcachedLimiter::new(&backend, "full", window(1), FailurePolicy::FailClosed)
-            .unwrap()
-            .with_deny_cache(None)
-            .unwrap();
+        let deny =
+            MemcachedLimiter::new(&backend, "full", window(1), FailurePolicy::FailClosed).unwrap();
         assert!(deny.blocking_try_acquire("k", 1).unwrap().is_allowed());
         let redis_backend =
             RedisBackend::connect(RedisConfig::single(redis_server.url()).timeout(timeout))

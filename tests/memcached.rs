@@ -5,6 +5,8 @@
 //! Cells are keyed by a `ManualClock` that the tests move by hand, so the decisions are
 //! deterministic; only the expiry test waits (memcached expires keys on its own real clock).
 
+#[path = "memcached/async_path.rs"]
+mod async_path;
 #[path = "memcached/concurrency.rs"]
 mod concurrency;
 #[path = "memcached/decisions.rs"]

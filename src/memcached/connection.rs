@@ -90,6 +90,39 @@ const TICK_SLACK: Duration = Duration::from_millis(12);
 /// The sleep between non-blocking tries in the last [`TICK_SLACK`] before a deadline.
 const POLL_STEP: Duration = Duration::from_micros(100);
 
+/// How long before a deadline an async call stops sleeping on tokio's timer and re-polls
+/// instead: the timer has millisecond resolution and fires on the tick after its deadline, so a
+/// bare `timeout_at` overran by 1–4 ms.
+const TIMER_SLACK: Duration = Duration::from_millis(2);
+
+/// Runs `future` until `deadline` (`Err(())` past it): asleep on tokio's timer until
+/// [`TIMER_SLACK`] before it, then re-polled at each turn of the runtime, so the deadline holds
+/// within one turn. The last stretch keeps the task busy, at most `TIMER_SLACK` per timed-out
+/// call (during an outage the circuit breaker soon stops such calls).
+async fn until_deadline<F: std::future::Future>(
+    future: F,
+    deadline: Instant,
+) -> Result<F::Output, ()> {
+    let wake_at = deadline.checked_sub(TIMER_SLACK).unwrap_or(deadline);
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(
+        wake_at
+    )));
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(output));
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
+                return std::task::Poll::Ready(Err(()));
+            }
+            cx.waker().wake_by_ref();
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 /// The time left until `deadline`, or a timeout.
 fn remaining(deadline: Instant) -> Result<Duration, CallError> {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -456,9 +489,9 @@ impl MemcachedBackend {
 
     /// As [`call`](Self::call), on the caller's tokio runtime: `exchange` gets a pooled (or
     /// new) async connection and hands it back with its value. The whole call, connecting
-    /// included, runs under one `tokio::time::timeout_at` (tokio's timer: millisecond
-    /// resolution); when it runs out, or the caller drops the future, the connection is dropped
-    /// (closed) wherever it was, and a request not yet written is never sent.
+    /// included, runs under one deadline ([`until_deadline`]); when it runs out, or the caller
+    /// drops the future, the connection is dropped (closed) wherever it was, and a request not
+    /// yet written is never sent.
     pub(crate) async fn call_async<T, F>(
         &self,
         exchange: impl Fn(AsyncConnection, Instant) -> F,
@@ -486,8 +519,7 @@ impl MemcachedBackend {
                 other => other,
             }
         };
-        let timed = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), attempt);
-        match timed.await {
+        match until_deadline(attempt, deadline).await {
             Ok(Ok((value, connection))) => {
                 if connection.is_reusable() {
                     let mut idle = self.lock_idle_async();
@@ -497,7 +529,7 @@ impl MemcachedBackend {
                 }
                 Ok(value)
             }
-            Ok(Err(CallError::Timeout)) | Err(_) => Err(BackendError::Timeout {
+            Ok(Err(CallError::Timeout)) | Err(()) => Err(BackendError::Timeout {
                 after: self.shared.timeout,
             }),
             Ok(Err(CallError::Failed(error))) => Err(BackendError::failed(error)),

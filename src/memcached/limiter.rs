@@ -8,9 +8,11 @@ use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
 use super::sliding_window::SlidingWindow;
 use crate::FixedWindow;
+#[cfg(doc)]
+use crate::backend::DENY_CACHE_MAX_KEYS;
 use crate::backend::{
-    BreakerConfig, CircuitBreaker, DENY_CACHE_MAX_KEYS, DenyCache, FailureCounts, FailureHandler,
-    FailurePolicy, Outcome, RequestError,
+    BreakerConfig, CircuitBreaker, DenyCache, FailureCounts, FailureHandler, FailurePolicy,
+    Outcome, RequestError,
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision, check_permits};
@@ -23,11 +25,14 @@ use crate::decision::{ConfigError, Decision, check_permits};
 /// backend's timeout, the [`FailurePolicy`] decides and the failure is counted; its local
 /// fallback is a [`FixedWindow`] of the same length per key (coarser, the same bound per window).
 ///
-/// Two local shortcuts are on by default (see [`with_breaker`](Self::with_breaker) and
-/// [`with_deny_cache`](Self::with_deny_cache)): a [`CircuitBreaker`] ([`BreakerConfig::default`]) that
+/// A [`CircuitBreaker`] ([`BreakerConfig::default`], see [`with_breaker`](Self::with_breaker))
 /// stops calling a failing memcached (the policy decides at once, without waiting for the
-/// timeout) until a probe succeeds, and a [`DenyCache`] of [`DENY_CACHE_MAX_KEYS`] keys that
-/// denies a key locally until the `retry_after` memcached gave it.
+/// timeout) until a probe succeeds. A [`DenyCache`] ([`with_deny_cache`](Self::with_deny_cache),
+/// off by default) denies a key locally until the `retry_after` memcached gave it. It is off by
+/// default because memcached's denials are cautious under contention: a request denied while
+/// other denied requests' permits were still counted is told to retry when the current cell
+/// leaves the window (a whole window), and the cache would hold every later request of that key
+/// in this process to it, although memcached may have room sooner.
 ///
 /// Cell keys are `name:key:cell_index`, `key` with spaces, control and non-ASCII bytes and `%`
 /// written as `%XX`.
@@ -136,8 +141,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             clock.clone(),
         )?
         .observed_as("memcached", name)
-        .with_breaker(BreakerConfig::default())
-        .with_deny_cache(DENY_CACHE_MAX_KEYS)?;
+        .with_breaker(BreakerConfig::default());
         Ok(MemcachedLimiter {
             backend: backend.clone(),
             name: name.to_owned(),
@@ -217,8 +221,9 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         self
     }
 
-    /// Sets the deny cache: `Some(max_keys)` replaces the default one, `None` turns it off
-    /// (every call then asks memcached).
+    /// Sets the deny cache (off by default; see the [type docs](Self) for why):
+    /// `Some(max_keys)`, such as [`DENY_CACHE_MAX_KEYS`], turns it on with room for `max_keys`
+    /// keys, `None` off (every call then asks memcached).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for `Some(0)`.
@@ -229,9 +234,9 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
-    /// assert!(limiter.deny_cache().is_some()); // on by default
-    /// let limiter = limiter.with_deny_cache(None)?;
-    /// assert!(limiter.deny_cache().is_none());
+    /// assert!(limiter.deny_cache().is_none()); // off by default
+    /// let limiter = limiter.with_deny_cache(Some(floodgate::backend::DENY_CACHE_MAX_KEYS))?;
+    /// assert!(limiter.deny_cache().is_some());
     /// assert!(limiter.with_deny_cache(Some(0)).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -263,7 +268,8 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), Duration::from_secs(1))?;
-    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?
+    ///     .with_deny_cache(Some(10_000))?;
     /// assert_eq!(limiter.deny_cache().unwrap().denied_locally(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

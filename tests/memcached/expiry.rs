@@ -51,9 +51,6 @@ fn an_old_cell_expires_in_memcached_and_its_permits_with_it() {
     let clock = ManualClock::starting_at(T0);
     let limiter =
         MemcachedLimiter::with_clock(&backend, "expiry", window, FailurePolicy::FailClosed, clock)
-            .unwrap()
-            // Only memcached is asked: its expiry, not the caller's clock, is under test.
-            .with_deny_cache(None)
             .unwrap();
     let key = limiter.cell_key("k", T0 / (SEC / 4)).unwrap();
     let written = Instant::now();

@@ -158,7 +158,9 @@ fn a_denied_key_is_denied_locally_until_memcached_said_to_retry() {
     let server = MemcachedServer::start();
     let clock = ManualClock::starting_at(T0);
     let backend = super::backend(&server);
-    let limiter = super::limiter(&backend, "deny", 3, 10, &clock);
+    let limiter = super::limiter(&backend, "deny", 3, 10, &clock)
+        .with_deny_cache(Some(1_000))
+        .unwrap();
     for _ in 0..3 {
         assert!(decide(&limiter, "k", 1).is_allowed());
     }
