@@ -207,7 +207,8 @@ pub enum BreakerState {
     HalfOpen,
 }
 
-/// A lock-free circuit breaker for any backend (see the [module docs](self) for the protocol):
+/// A lock-free circuit breaker for any backend (its protocol is described in
+/// `src/backend/breaker.rs` and model-checked in `loom-tests/tests/breaker.rs`):
 /// after [`BreakerConfig::failures`] consecutive failures it **opens**, and calls are
 /// short-circuited (the caller decides by its failure policy, without calling the store) for a
 /// back-off that doubles on each failed probe; then it lets **one probe** through, and closes on

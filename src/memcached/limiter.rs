@@ -347,7 +347,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
-    /// use floodgate::AcquireError;
+    /// use floodgate::{AcquireError, backend::RequestError};
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// // Refused before memcached is asked:
@@ -411,7 +411,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # use floodgate::{backend::FailurePolicy, memcached::*};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
-    /// use floodgate::AcquireError;
+    /// use floodgate::{AcquireError, backend::RequestError};
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), Duration::from_secs(1))?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// let zero = limiter.blocking_try_acquire("alice", 0);

@@ -130,7 +130,9 @@ impl std::fmt::Debug for Decided {
 }
 
 /// A limiter the middleware can check per key: [`Keyed`] and [`PenalizedKeyed`] (with a
-/// penalty box, a client that keeps hammering is blocked outright).
+/// penalty box, a client that keeps hammering is blocked outright), decided in-process; and,
+/// with their features, `MemcachedLimiter` and `RedisLimiter`, whose decisions the layer awaits
+/// ([`decide`](Self::decide)), so a limit shared by several servers is one line.
 ///
 /// ```
 /// use floodgate::middleware::KeyedLimiter;
