@@ -99,7 +99,7 @@ impl Setup {
         .unwrap();
         let deny =
             MemcachedLimiter::new(&backend, "full", window(1), FailurePolicy::FailClosed).unwrap();
-        assert!(deny.try_acquire("k", 1).unwrap().is_allowed());
+        assert!(deny.blocking_try_acquire("k", 1).unwrap().is_allowed());
         let redis_backend = RedisBackend::blocking_connect(
             RedisConfig::single(redis_server.url()).timeout(timeout),
         )
@@ -124,7 +124,7 @@ impl Setup {
     fn memcached_allowed(&self, callers: u64, iters: u64) -> Duration {
         run(callers, iters, || {
             || {
-                let outcome = self.allow.try_acquire_outcome("k", 1).unwrap();
+                let outcome = self.allow.blocking_try_acquire_outcome("k", 1).unwrap();
                 assert!(outcome.failure().is_none() && outcome.decision().is_allowed());
             }
         })
@@ -135,7 +135,7 @@ impl Setup {
             || {
                 // Denied, but for the first call after the one permit's cell left the window
                 // (once a minute), which takes it again.
-                let outcome = self.deny.try_acquire_outcome("k", 1).unwrap();
+                let outcome = self.deny.blocking_try_acquire_outcome("k", 1).unwrap();
                 assert!(outcome.failure().is_none());
             }
         })

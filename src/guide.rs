@@ -159,48 +159,28 @@
 //! same code runs on a Redis Cluster (`RedisConfig::cluster`). Memcached:
 //! [`memcached`](crate::memcached) (feature `memcached`), with a [`SlidingWindow`](crate::SlidingWindow).
 //!
-//! ## HTTP + Redis
+//! ## HTTP + Redis or memcached
 //!
-//! The tower layer decides in-process (its check is synchronous), so a limit shared through Redis
-//! goes in a small axum middleware: the same client-IP key and the same header fields and
-//! problem body as the layer, from their public pieces.
+//! A [`RedisLimiter`](crate::redis::RedisLimiter) or a
+//! [`MemcachedLimiter`](crate::memcached::MemcachedLimiter) goes straight into the tower layer:
+//! each request's decision is a round trip awaited on the server's runtime
+//! ([`KeyedLimiter::decide`](crate::middleware::KeyedLimiter::decide)), with the same client-IP
+//! key, header fields and problem body as a local limit, and every server that uses the same
+//! store shares the count. Store failures are decided by the limiter's failure policy (and,
+//! during an outage, at once by its circuit breaker).
 //!
 //! ```no_run
 //! # #[cfg(all(feature = "axum", feature = "redis"))]
 //! # mod server {
-//! use axum::{Router, body::Body, extract::{Request, State}, middleware::{self, Next}};
-//! use axum::response::{IntoResponse, Response};
-//! use floodgate::middleware::{ClientIp, Denial, DenialBody, HeaderStyle, KeyExtractor, Policy};
+//! use axum::Router;
+//! use floodgate::middleware::{Policy, RateLimitLayer};
 //! use floodgate::FixedWindow;
 //! use floodgate::redis::RedisLimiter;
-//! use std::sync::Arc;
-//!
-//! struct Limit { limiter: RedisLimiter<FixedWindow>, policy: Policy, client_ip: ClientIp }
-//!
-//! async fn limit(State(limit): State<Arc<Limit>>, request: Request, next: Next) -> Response {
-//!     let Some(ip) = limit.client_ip.extract(&request) else {
-//!         return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(); // serve with connect info
-//!     };
-//!     // One permit always fits the limit, so this is never an error; Redis failures are
-//!     // decided by the limiter's FailurePolicy.
-//!     let Ok(decision) = limit.limiter.try_acquire(&ip.to_string(), 1).await else {
-//!         return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response();
-//!     };
-//!     let mut response = if decision.is_allowed() {
-//!         next.run(request).await
-//!     } else {
-//!         let denial = Denial::new(decision, &limit.policy);
-//!         DenialBody::ProblemJson.build(&denial).map(Body::from).into_response()
-//!     };
-//!     HeaderStyle::Draft11.write(response.headers_mut(), &limit.policy, decision); // + Retry-After
-//!     response
-//! }
 //!
 //! pub fn app(limiter: RedisLimiter<FixedWindow>) -> Result<Router, floodgate::middleware::InvalidPolicyName> {
-//!     let state = Arc::new(Limit { limiter, policy: Policy::new("per-ip")?, client_ip: ClientIp::default() });
 //!     Ok(Router::new()
 //!         .route("/", axum::routing::get(|| async { "hello" }))
-//!         .layer(middleware::from_fn_with_state(state, limit)))
+//!         .layer(RateLimitLayer::per_ip(limiter).policy(Policy::new("per-ip")?)))
 //! }
 //! # }
 //! ```

@@ -5,6 +5,8 @@
 //! Cells are keyed by a `ManualClock` that the tests move by hand, so the decisions are
 //! deterministic; only the expiry test waits (memcached expires keys on its own real clock).
 
+#[path = "memcached/async_path.rs"]
+mod async_path;
 #[path = "memcached/concurrency.rs"]
 mod concurrency;
 #[path = "memcached/decisions.rs"]
@@ -17,6 +19,8 @@ mod failure;
 mod naive;
 #[path = "memcached/server.rs"]
 mod server;
+#[path = "memcached/shortcuts.rs"]
+mod shortcuts;
 #[path = "memcached/skew.rs"]
 mod skew;
 
@@ -67,7 +71,7 @@ fn limiter(
 /// One decision that memcached itself made (a policy decision fails the test).
 fn decide(limiter: &MemcachedLimiter<ManualClock>, key: &str, n: u32) -> floodgate::Decision {
     let outcome = limiter
-        .try_acquire_outcome(key, n)
+        .blocking_try_acquire_outcome(key, n)
         .expect("a valid request");
     assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
     outcome.decision()

@@ -413,7 +413,7 @@ fn memcached_failures_are_counted_by_kind_and_warned_at_powers_of_two() {
         for _ in 0..5 {
             assert!(
                 limiter
-                    .try_acquire_outcome("k", 1)
+                    .blocking_try_acquire_outcome("k", 1)
                     .unwrap()
                     .failure()
                     .is_some()

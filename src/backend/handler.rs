@@ -2,10 +2,14 @@
 //! limiters.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{BackendError, FailureCounts, FailurePolicy, Outcome};
+use super::{
+    BackendError, BreakerConfig, BreakerPermit, CircuitBreaker, DenyCache, FailureCounts,
+    FailurePolicy, Outcome,
+};
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
 use crate::keyed::Keyed;
@@ -45,9 +49,19 @@ pub struct FailureHandler<A, C = QuantaClock> {
     limit: u64,
     timeouts: AtomicU64,
     errors: AtomicU64,
+    short_circuited: AtomicU64,
     local: Option<LocalLimiters<A, C>>,
     /// Reports each failure to `metrics` and `tracing` (features of those names).
     observer: BackendObserver,
+    clock: C,
+    breaker: Option<CircuitBreaker<C>>,
+    denials: Option<DenyCache<C>>,
+}
+
+/// What [`FailureHandler::before`] found: a decision without the store, or a call to make.
+enum Before<'a, C: Clock> {
+    Decided(Outcome),
+    Call(Option<BreakerPermit<'a, C>>, u64),
 }
 
 struct LocalLimiters<A, C> {
@@ -67,7 +81,7 @@ impl<A, C> FailureHandler<A, C> {
     /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
     /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?;
     /// handler.decide("k", 1, BackendError::failed(std::io::Error::other("refused")));
-    /// assert_eq!(handler.counts(), FailureCounts { timeouts: 0, errors: 1 });
+    /// assert_eq!(handler.counts(), FailureCounts { timeouts: 0, errors: 1, short_circuited: 0 });
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn counts(&self) -> FailureCounts {
@@ -76,7 +90,42 @@ impl<A, C> FailureHandler<A, C> {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             // Relaxed: as above.
             errors: self.errors.load(Ordering::Relaxed),
+            // Relaxed: as above.
+            short_circuited: self.short_circuited.load(Ordering::Relaxed),
         }
+    }
+
+    /// The circuit breaker [`run`](FailureHandler::run) consults, if one was set with
+    /// [`with_breaker`](FailureHandler::with_breaker).
+    ///
+    /// ```
+    /// use floodgate::backend::{FailureHandler, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?;
+    /// assert!(handler.breaker().is_none());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn breaker(&self) -> Option<&CircuitBreaker<C>> {
+        self.breaker.as_ref()
+    }
+
+    /// The deny cache [`run`](FailureHandler::run) consults, if one was set with
+    /// [`with_deny_cache`](FailureHandler::with_deny_cache).
+    ///
+    /// ```
+    /// use floodgate::backend::{FailureHandler, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?
+    ///     .with_deny_cache(1_000)?;
+    /// assert_eq!(handler.deny_cache().map(|c| c.denied_locally()), Some(0));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn deny_cache(&self) -> Option<&DenyCache<C>> {
+        self.denials.as_ref()
     }
 }
 
@@ -150,7 +199,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
                     local_limit,
                     by_key: Keyed::builder(make_local(local_limit)?)
                         .max_keys(FALLBACK_MAX_KEYS)
-                        .clock(clock)
+                        .clock(clock.clone())
                         .build()?,
                 })
             }
@@ -162,9 +211,191 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             limit: u64::from(limit),
             timeouts: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            short_circuited: AtomicU64::new(0),
             local,
             observer: BackendObserver::default(),
+            clock,
+            breaker: None,
+            denials: None,
         })
+    }
+
+    /// Puts a [`CircuitBreaker`] of `config` (on the handler's clock) in front of the store
+    /// calls of [`run`](Self::run) and [`run_async`](Self::run_async): while it is open they
+    /// decide by the policy at once, counted in [`FailureCounts::short_circuited`].
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, BreakerConfig, FailureHandler, FailurePolicy};
+    /// use floodgate::{FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::with_clock(FailurePolicy::FailClosed, Duration::from_millis(50), make, 10, ManualClock::new())?
+    ///     .with_breaker(BreakerConfig::new(2, Duration::from_secs(1), Duration::from_secs(8))?);
+    /// let down = || Err(BackendError::failed(std::io::Error::other("refused")));
+    /// let mut calls = 0;
+    /// for _ in 0..10 {
+    ///     handler.run("k", 1, || { calls += 1; down() });
+    /// }
+    /// assert_eq!(calls, 2); // then the breaker opened
+    /// assert_eq!(handler.counts().short_circuited, 8);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn with_breaker(mut self, config: BreakerConfig) -> Self {
+        self.set_breaker(Some(config));
+        self
+    }
+
+    /// Puts a [`DenyCache`] of at most `max_keys` keys (on the handler's clock) in front of the
+    /// store calls of [`run`](Self::run) and [`run_async`](Self::run_async).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `max_keys = 0`.
+    ///
+    /// ```
+    /// use floodgate::backend::{FailureHandler, FailurePolicy};
+    /// use floodgate::{Decision, FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::with_clock(FailurePolicy::FailOpen, Duration::from_millis(50), make, 10, ManualClock::new())?
+    ///     .with_deny_cache(10_000)?;
+    /// let mut calls = 0;
+    /// for _ in 0..5 {
+    ///     let outcome = handler.run("k", 1, || { calls += 1; Ok(Decision::deny(10, 0, 2_000_000_000, 2_000_000_000)) });
+    ///     assert!(!outcome.decision().is_allowed());
+    /// }
+    /// assert_eq!(calls, 1); // the other four were denied locally
+    /// assert_eq!(handler.deny_cache().unwrap().denied_locally(), 4);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn with_deny_cache(mut self, max_keys: usize) -> Result<Self, ConfigError> {
+        self.set_deny_cache(Some(max_keys))?;
+        Ok(self)
+    }
+
+    /// Replaces (or, with `None`, removes) the breaker.
+    pub(crate) fn set_breaker(&mut self, config: Option<BreakerConfig>) {
+        self.breaker = config.map(|config| CircuitBreaker::with_clock(config, self.clock.clone()));
+    }
+
+    /// Replaces (or, with `None`, removes) the deny cache.
+    pub(crate) fn set_deny_cache(&mut self, max_keys: Option<usize>) -> Result<(), ConfigError> {
+        self.denials = match max_keys {
+            Some(max_keys) => Some(DenyCache::with_clock(max_keys, self.clock.clone())?),
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// The decision for `n` permits on `key`: from the [`DenyCache`] if it holds a denial for
+    /// them; by the policy if the [`CircuitBreaker`] is open; else from `store` (the store call,
+    /// bounded by the backend's timeout), its failure decided by the policy. `n` must already be
+    /// checked against the distributed limit.
+    ///
+    /// ```
+    /// use floodgate::backend::{FailureHandler, FailurePolicy};
+    /// use floodgate::{Decision, FixedWindow};
+    /// use std::time::Duration;
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?;
+    /// let outcome = handler.run("k", 1, || Ok(Decision::allow(10, 9, 0)));
+    /// assert!(outcome.failure().is_none() && outcome.decision().is_allowed());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn run(
+        &self,
+        key: &str,
+        n: u32,
+        store: impl FnOnce() -> Result<Decision, BackendError>,
+    ) -> Outcome {
+        match self.before(key, n) {
+            Before::Decided(outcome) => outcome,
+            Before::Call(permit, asked_at) => self.after(key, n, permit, asked_at, store()),
+        }
+    }
+
+    /// As [`run`](Self::run), awaiting the store's future. Dropping the returned future while
+    /// the store call is out leaves the breaker as if the call never happened (a dropped probe
+    /// lets the next call probe).
+    ///
+    /// ```
+    /// use floodgate::backend::{FailureHandler, FailurePolicy};
+    /// use floodgate::{Decision, FixedWindow};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), floodgate::ConfigError> {
+    /// let make = |limit| FixedWindow::new(limit, Duration::from_secs(1));
+    /// let handler = FailureHandler::new(FailurePolicy::FailOpen, Duration::from_millis(5), make, 10)?;
+    /// let outcome = handler.run_async("k", 1, || async { Ok(Decision::allow(10, 9, 0)) }).await;
+    /// assert!(outcome.decision().is_allowed());
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_async<F>(&self, key: &str, n: u32, store: impl FnOnce() -> F) -> Outcome
+    where
+        F: Future<Output = Result<Decision, BackendError>>,
+    {
+        match self.before(key, n) {
+            Before::Decided(outcome) => outcome,
+            Before::Call(permit, asked_at) => {
+                let result = store().await;
+                self.after(key, n, permit, asked_at, result)
+            }
+        }
+    }
+
+    /// The deny cache and the breaker, before a store call.
+    #[inline]
+    fn before(&self, key: &str, n: u32) -> Before<'_, C> {
+        let asked_at = match &self.denials {
+            Some(cache) => {
+                if let Some(denial) = cache.check(key, n, self.limit) {
+                    return Before::Decided(Outcome::from_backend(denial));
+                }
+                cache.now()
+            }
+            None => 0,
+        };
+        let permit = match &self.breaker {
+            Some(breaker) => match breaker.admit() {
+                Some(permit) => Some(permit),
+                None => {
+                    let error = BackendError::CircuitOpen {
+                        retry_in: breaker.retry_in(),
+                    };
+                    return Before::Decided(self.decide(key, n, error));
+                }
+            },
+            None => None,
+        };
+        Before::Call(permit, asked_at)
+    }
+
+    /// Reports the store call's result to the breaker and the deny cache.
+    #[inline]
+    fn after(
+        &self,
+        key: &str,
+        n: u32,
+        permit: Option<BreakerPermit<'_, C>>,
+        asked_at: u64,
+        result: Result<Decision, BackendError>,
+    ) -> Outcome {
+        match result {
+            Ok(decision) => {
+                if let Some(permit) = permit {
+                    permit.succeeded();
+                }
+                if let Some(cache) = &self.denials {
+                    cache.record(key, n, &decision, asked_at);
+                }
+                Outcome::from_backend(decision)
+            }
+            Err(error) => {
+                if let Some(permit) = permit {
+                    permit.failed();
+                }
+                self.decide(key, n, error)
+            }
+        }
     }
 
     /// Names the failures this handler reports (features `metrics` and `tracing`): those of
@@ -205,14 +436,20 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn decide(&self, key: &str, n: u32, error: BackendError) -> Outcome {
-        let counter = if error.is_timeout() {
-            &self.timeouts
+        if error.is_circuit_open() {
+            // Relaxed: a statistics counter; no other memory depends on it. Not reported to the
+            // observer: the failures that opened the breaker were.
+            self.short_circuited.fetch_add(1, Ordering::Relaxed);
         } else {
-            &self.errors
-        };
-        // Relaxed: a statistics counter; no other memory depends on it.
-        let of_its_kind = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        self.observer.failed(&error, of_its_kind);
+            let counter = if error.is_timeout() {
+                &self.timeouts
+            } else {
+                &self.errors
+            };
+            // Relaxed: a statistics counter; no other memory depends on it.
+            let of_its_kind = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            self.observer.failed(&error, of_its_kind);
+        }
         let retry_nanos = duration_to_nanos(self.timeout);
         let decision = match (&self.policy, &self.local) {
             (FailurePolicy::FailOpen, _) => {
@@ -267,7 +504,8 @@ mod tests {
             h.counts(),
             FailureCounts {
                 timeouts: 0,
-                errors: 20
+                errors: 20,
+                short_circuited: 0,
             }
         );
     }

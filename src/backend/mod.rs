@@ -6,7 +6,11 @@
 //!   its [`FailureKind`] (timeout, refused, connection, protocol, script);
 //! * [`Outcome`]: the decision, plus the error when the decision came from the policy;
 //! * [`FailureHandler`]: applies a policy, keeps the per-key local fallback limiters and counts
-//!   failures ([`FailureCounts`]).
+//!   failures ([`FailureCounts`]); with [`FailureHandler::run`] / [`FailureHandler::run_async`]
+//!   it also puts a [`CircuitBreaker`] and a [`DenyCache`] in front of the store call;
+//! * [`CircuitBreaker`]: after repeated failures, stop calling the store for a back-off, then
+//!   probe;
+//! * [`DenyCache`]: after the store denies a key, deny it locally until its `retry_after`.
 //!
 //! A backend calls the store with a timeout; on any error it hands the error to its
 //! [`FailureHandler`], which returns the policy's decision. The caller never waits past the
@@ -18,10 +22,16 @@ use std::time::Duration;
 
 use crate::decision::{AcquireError, ConfigError, Decision};
 
+mod breaker;
+mod deny_cache;
 mod handler;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
 mod server_clock;
 
+pub use breaker::{
+    BreakerConfig, BreakerPermit, BreakerState, CircuitBreaker, MAX_BREAKER_FAILURES, MAX_OPEN_FOR,
+};
+pub use deny_cache::{DENY_CACHE_MAX_KEYS, DenyCache};
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
 pub(crate) use server_clock::ServerOffset;
@@ -146,6 +156,11 @@ pub enum BackendError {
         /// The underlying error.
         error: Arc<dyn std::error::Error + Send + Sync>,
     },
+    /// Not called: the [`CircuitBreaker`] is open after repeated failures.
+    CircuitOpen {
+        /// How long until the breaker lets a probe through.
+        retry_in: Duration,
+    },
 }
 
 /// The kind of a [`BackendError`], for metrics, alerts and circuit breakers.
@@ -171,6 +186,8 @@ pub enum FailureKind {
     Script,
     /// Anything else (a configuration the client refused, an unclassified error).
     Other,
+    /// The store was not called: the circuit breaker is open after repeated failures.
+    CircuitOpen,
 }
 
 impl fmt::Display for FailureKind {
@@ -182,6 +199,7 @@ impl fmt::Display for FailureKind {
             FailureKind::Protocol => "protocol error",
             FailureKind::Script => "script error",
             FailureKind::Other => "error",
+            FailureKind::CircuitOpen => "circuit open",
         })
     }
 }
@@ -195,6 +213,16 @@ impl BackendError {
     /// ```
     pub fn failed(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         BackendError::Failed(Arc::new(error))
+    }
+
+    /// Whether this is a [`BackendError::CircuitOpen`]: the store was not called.
+    ///
+    /// ```
+    /// use floodgate::backend::BackendError;
+    /// assert!(BackendError::CircuitOpen { retry_in: std::time::Duration::ZERO }.is_circuit_open());
+    /// ```
+    pub fn is_circuit_open(&self) -> bool {
+        matches!(self, BackendError::CircuitOpen { .. })
     }
 
     /// Whether this is a [`BackendError::Timeout`].
@@ -242,6 +270,7 @@ impl BackendError {
             BackendError::Timeout { .. } => FailureKind::Timeout,
             BackendError::Failed(_) => FailureKind::Other,
             BackendError::Server { kind, .. } => *kind,
+            BackendError::CircuitOpen { .. } => FailureKind::CircuitOpen,
         }
     }
 
@@ -271,6 +300,11 @@ impl fmt::Display for BackendError {
                 server,
                 error,
             } => write!(f, "{kind} at {server}: {error}"),
+            BackendError::CircuitOpen { retry_in } => write!(
+                f,
+                "backend not called: circuit breaker open after repeated failures \
+                 (next probe in {retry_in:?})"
+            ),
         }
     }
 }
@@ -278,7 +312,7 @@ impl fmt::Display for BackendError {
 impl std::error::Error for BackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BackendError::Timeout { .. } => None,
+            BackendError::Timeout { .. } | BackendError::CircuitOpen { .. } => None,
             BackendError::Failed(error) | BackendError::Server { error, .. } => Some(&**error),
         }
     }
@@ -410,17 +444,19 @@ pub struct FailureCounts {
     pub timeouts: u64,
     /// Calls that got an error (connection refused, script error, …).
     pub errors: u64,
+    /// Calls not sent because the [`CircuitBreaker`] was open.
+    pub short_circuited: u64,
 }
 
 impl FailureCounts {
-    /// Every failure: timeouts plus errors. Each one was decided by the policy.
+    /// Every call the policy decided: timeouts, errors and short-circuited calls.
     ///
     /// ```
-    /// let counts = floodgate::backend::FailureCounts { timeouts: 2, errors: 3 };
-    /// assert_eq!(counts.total(), 5);
+    /// let counts = floodgate::backend::FailureCounts { timeouts: 2, errors: 3, short_circuited: 4 };
+    /// assert_eq!(counts.total(), 9);
     /// ```
     pub fn total(&self) -> u64 {
-        self.timeouts + self.errors
+        self.timeouts + self.errors + self.short_circuited
     }
 }
 

@@ -1,5 +1,5 @@
-//! The connection to one memcached server: a small pool of blocking TCP connections speaking the
-//! text protocol, every call bounded by one deadline.
+//! The connection to one memcached server: small pools of blocking and of async (tokio) TCP
+//! connections speaking the text protocol, every call bounded by one deadline.
 //!
 //! Written over `std::net::TcpStream` rather than a client crate because a limiter needs two
 //! things the crates did not give together: a deadline over the *whole* call (connect, write, every
@@ -12,14 +12,13 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::async_connection::AsyncConnection;
 use super::error::{CallError, MemcachedError, io_error};
+use super::protocol::Parsed;
 use crate::backend::BackendError;
 
 /// Idle connections kept for reuse; more concurrent callers open more, closed after use.
 const MAX_IDLE: usize = 64;
-
-/// Longest reply line accepted (a `VALUE` header holds a key of at most 250 bytes).
-const MAX_LINE: usize = 1024;
 
 /// Where the memcached backend connects, and how long a decision may take.
 ///
@@ -80,6 +79,50 @@ impl MemcachedConfig {
     }
 }
 
+/// How much shorter than the time left a socket timeout is set. Linux rounds `SO_RCVTIMEO` /
+/// `SO_SNDTIMEO` up to whole scheduler ticks (4 ms at HZ=250, 10 ms at HZ=100) and wakes on a
+/// tick: set to exactly the time left, a call overran its timeout by 4–8 ms. So the socket waits
+/// until this much before the deadline, and the last stretch is polled without blocking, with
+/// sleeps of [`POLL_STEP`] (high-resolution timers): a timeout then holds within about
+/// `POLL_STEP` plus the scheduler's wake-up latency.
+const TICK_SLACK: Duration = Duration::from_millis(12);
+
+/// The sleep between non-blocking tries in the last [`TICK_SLACK`] before a deadline.
+const POLL_STEP: Duration = Duration::from_micros(100);
+
+/// How long before a deadline an async call stops sleeping on tokio's timer and re-polls
+/// instead: the timer has millisecond resolution and fires on the tick after its deadline, so a
+/// bare `timeout_at` overran by 1–4 ms.
+const TIMER_SLACK: Duration = Duration::from_millis(2);
+
+/// Runs `future` until `deadline` (`Err(())` past it): asleep on tokio's timer until
+/// [`TIMER_SLACK`] before it, then re-polled at each turn of the runtime, so the deadline holds
+/// within one turn. The last stretch keeps the task busy, at most `TIMER_SLACK` per timed-out
+/// call (during an outage the circuit breaker soon stops such calls).
+async fn until_deadline<F: std::future::Future>(
+    future: F,
+    deadline: Instant,
+) -> Result<F::Output, ()> {
+    let wake_at = deadline.checked_sub(TIMER_SLACK).unwrap_or(deadline);
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(
+        wake_at
+    )));
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(output));
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
+                return std::task::Poll::Ready(Err(()));
+            }
+            cx.waker().wake_by_ref();
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 /// The time left until `deadline`, or a timeout.
 fn remaining(deadline: Instant) -> Result<Duration, CallError> {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -87,6 +130,52 @@ fn remaining(deadline: Instant) -> Result<Duration, CallError> {
         Err(CallError::Timeout)
     } else {
         Ok(left)
+    }
+}
+
+/// A connection a decision's exchange runs on: the blocking [`Connection`], or (with tokio) the
+/// async one. The exchange is written once, as an `async fn` over this trait; on the blocking
+/// connection its futures never wait (every method blocks instead), so
+/// [`run_blocking`] completes it in one poll.
+pub(crate) trait Transport {
+    /// Sends `request` whole.
+    async fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError>;
+    /// Parses a reply with `parse`, reading until it is complete.
+    async fn read_reply<T>(
+        &mut self,
+        deadline: Instant,
+        parse: impl FnMut(&[u8]) -> Parsed<T>,
+    ) -> Result<T, CallError>;
+    /// Marks the connection out of step: never reused.
+    fn set_broken(&mut self);
+}
+
+impl Transport for Connection {
+    async fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
+        Connection::send(self, request, deadline)
+    }
+
+    async fn read_reply<T>(
+        &mut self,
+        deadline: Instant,
+        parse: impl FnMut(&[u8]) -> Parsed<T>,
+    ) -> Result<T, CallError> {
+        self.read_reply_blocking(deadline, parse)
+    }
+
+    fn set_broken(&mut self) {
+        Connection::set_broken(self);
+    }
+}
+
+/// Completes a future that never waits (an exchange over the blocking [`Connection`]).
+pub(crate) fn run_blocking<T>(future: impl std::future::Future<Output = T>) -> T {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(value) => value,
+        // Unreachable: every await in an exchange on a blocking connection is ready at once.
+        std::task::Poll::Pending => unreachable!("a blocking exchange waited"),
     }
 }
 
@@ -99,6 +188,8 @@ pub(crate) struct Connection {
     /// Set by any failed send or read: a reply may still be on its way, so the connection is out
     /// of step and must not be reused.
     broken: bool,
+    /// Whether the socket is in non-blocking mode (the last stretch before a deadline).
+    nonblocking: bool,
 }
 
 impl Connection {
@@ -117,24 +208,62 @@ impl Connection {
             buffer: Vec::with_capacity(4096),
             start: 0,
             broken: false,
+            nonblocking: false,
         })
+    }
+
+    /// Runs one `read` or `write` (`op`) to completion or `deadline`: blocking on the socket
+    /// until [`TICK_SLACK`] before it, then polling (see [`TICK_SLACK`] for why).
+    fn before_deadline(
+        &mut self,
+        deadline: Instant,
+        reading: bool,
+        mut op: impl FnMut(&mut TcpStream) -> io::Result<usize>,
+    ) -> Result<usize, CallError> {
+        loop {
+            let left = remaining(deadline)?;
+            let nonblocking = left <= TICK_SLACK;
+            if nonblocking != self.nonblocking {
+                self.stream.set_nonblocking(nonblocking).map_err(io_error)?;
+                self.nonblocking = nonblocking;
+            }
+            if !nonblocking {
+                let wait = Some(left - TICK_SLACK);
+                if reading {
+                    self.stream.set_read_timeout(wait)
+                } else {
+                    self.stream.set_write_timeout(wait)
+                }
+                .map_err(io_error)?;
+            }
+            match op(&mut self.stream) {
+                Ok(done) => return Ok(done),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if nonblocking {
+                        std::thread::sleep(POLL_STEP.min(left));
+                    }
+                }
+                Err(e) => return Err(io_error(e)),
+            }
+        }
     }
 
     fn send_inner(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
         let mut written = 0;
         while written < request.len() {
-            self.stream
-                .set_write_timeout(Some(remaining(deadline)?))
-                .map_err(io_error)?;
-            match self.stream.write(&request[written..]) {
-                Ok(0) => {
+            match self.before_deadline(deadline, false, |s| s.write(&request[written..]))? {
+                0 => {
                     return Err(CallError::Failed(MemcachedError::Io(
                         io::ErrorKind::WriteZero.into(),
                     )));
                 }
-                Ok(sent) => written += sent,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(e)),
+                sent => written += sent,
             }
         }
         Ok(())
@@ -147,52 +276,15 @@ impl Connection {
             self.start = 0;
         }
         let mut chunk = [0u8; 4096];
-        loop {
-            self.stream
-                .set_read_timeout(Some(remaining(deadline)?))
-                .map_err(io_error)?;
-            match self.stream.read(&mut chunk) {
-                Ok(0) => {
-                    return Err(CallError::Failed(MemcachedError::Io(
-                        io::ErrorKind::UnexpectedEof.into(),
-                    )));
-                }
-                Ok(read) => {
-                    self.buffer.extend_from_slice(&chunk[..read]);
-                    return Ok(());
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(e)),
+        match self.before_deadline(deadline, true, |s| s.read(&mut chunk))? {
+            0 => Err(CallError::Failed(MemcachedError::Io(
+                io::ErrorKind::UnexpectedEof.into(),
+            ))),
+            read => {
+                self.buffer.extend_from_slice(&chunk[..read]);
+                Ok(())
             }
         }
-    }
-
-    fn line_inner(&mut self, deadline: Instant) -> Result<String, CallError> {
-        loop {
-            let unread = &self.buffer[self.start..];
-            if let Some(end) = unread.windows(2).position(|w| w == b"\r\n") {
-                let line = String::from_utf8_lossy(&unread[..end]).into_owned();
-                self.start += end + 2;
-                return Ok(line);
-            }
-            if unread.len() > MAX_LINE {
-                return Err(MemcachedError::Protocol("a reply line over 1024 bytes".into()).into());
-            }
-            self.fill(deadline)?;
-        }
-    }
-
-    fn data_inner(&mut self, len: usize, deadline: Instant) -> Result<Vec<u8>, CallError> {
-        while self.buffer.len() - self.start < len + 2 {
-            self.fill(deadline)?;
-        }
-        let block = &self.buffer[self.start..self.start + len + 2];
-        if &block[len..] != b"\r\n" {
-            return Err(MemcachedError::Protocol("a data block not ended by CRLF".into()).into());
-        }
-        let data = block[..len].to_vec();
-        self.start += len + 2;
-        Ok(data)
     }
 
     /// Sends `request` whole, before `deadline`.
@@ -202,16 +294,26 @@ impl Connection {
         result
     }
 
-    /// The next reply line, without its `\r\n`.
-    pub(crate) fn line(&mut self, deadline: Instant) -> Result<String, CallError> {
-        let result = self.line_inner(deadline);
-        self.broken |= result.is_err();
-        result
-    }
-
-    /// The next `len` data bytes and their `\r\n`.
-    pub(crate) fn data(&mut self, len: usize, deadline: Instant) -> Result<Vec<u8>, CallError> {
-        let result = self.data_inner(len, deadline);
+    /// Parses a reply with `parse`, reading more bytes until it is complete, before `deadline`.
+    pub(crate) fn read_reply_blocking<T>(
+        &mut self,
+        deadline: Instant,
+        mut parse: impl FnMut(&[u8]) -> Parsed<T>,
+    ) -> Result<T, CallError> {
+        let result = loop {
+            match parse(&self.buffer[self.start..]) {
+                Ok(Some((value, used))) => {
+                    self.start += used;
+                    break Ok(value);
+                }
+                Ok(None) => {
+                    if let Err(error) = self.fill(deadline) {
+                        break Err(error);
+                    }
+                }
+                Err(error) => break Err(error),
+            }
+        };
         self.broken |= result.is_err();
         result
     }
@@ -250,6 +352,8 @@ struct Shared {
     addr: SocketAddr,
     timeout: Duration,
     idle: Mutex<Vec<Connection>>,
+    /// Idle async connections: registered with the runtime that opened them.
+    idle_async: Mutex<Vec<AsyncConnection>>,
 }
 
 impl fmt::Debug for Shared {
@@ -294,6 +398,7 @@ impl MemcachedBackend {
                 addr,
                 timeout: config.timeout,
                 idle: Mutex::new(Vec::new()),
+                idle_async: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -373,5 +478,61 @@ impl MemcachedBackend {
             .idle
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn lock_idle_async(&self) -> std::sync::MutexGuard<'_, Vec<AsyncConnection>> {
+        self.shared
+            .idle_async
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// As [`call`](Self::call), on the caller's tokio runtime: `exchange` gets a pooled (or
+    /// new) async connection and hands it back with its value. The whole call, connecting
+    /// included, runs under one deadline ([`until_deadline`]); when it runs out, or the caller
+    /// drops the future, the connection is dropped (closed) wherever it was, and a request not
+    /// yet written is never sent.
+    pub(crate) async fn call_async<T, F>(
+        &self,
+        exchange: impl Fn(AsyncConnection, Instant) -> F,
+    ) -> Result<T, BackendError>
+    where
+        F: std::future::Future<Output = Result<(T, AsyncConnection), CallError>>,
+    {
+        let deadline = Instant::now() + self.shared.timeout;
+        let run = |connection: Option<AsyncConnection>| async {
+            let connection = match connection {
+                Some(connection) => connection,
+                None => AsyncConnection::open(self.shared.addr).await?,
+            };
+            exchange(connection, deadline).await
+        };
+        let attempt = async {
+            let pooled = self.lock_idle_async().pop();
+            let from_pool = pooled.is_some();
+            match run(pooled).await {
+                Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
+                    // Every idle connection predates the break: drop them all.
+                    self.lock_idle_async().clear();
+                    run(None).await
+                }
+                other => other,
+            }
+        };
+        match until_deadline(attempt, deadline).await {
+            Ok(Ok((value, connection))) => {
+                if connection.is_reusable() {
+                    let mut idle = self.lock_idle_async();
+                    if idle.len() < MAX_IDLE {
+                        idle.push(connection);
+                    }
+                }
+                Ok(value)
+            }
+            Ok(Err(CallError::Timeout)) | Err(()) => Err(BackendError::Timeout {
+                after: self.shared.timeout,
+            }),
+            Ok(Err(CallError::Failed(error))) => Err(BackendError::failed(error)),
+        }
     }
 }

@@ -3,11 +3,16 @@
 
 use std::time::Instant;
 
-use super::connection::{Connection, MemcachedBackend};
+use super::connection::{MemcachedBackend, Transport, run_blocking};
 use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
 use super::sliding_window::Cells;
-use crate::backend::{FailureCounts, FailureHandler, FailurePolicy, Outcome, RequestError};
+#[cfg(doc)]
+use crate::backend::DENY_CACHE_MAX_KEYS;
+use crate::backend::{
+    BreakerConfig, CircuitBreaker, DenyCache, FailureCounts, FailureHandler, FailurePolicy,
+    Outcome, RequestError,
+};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision, check_permits};
 use crate::{FixedWindow, SlidingWindow};
@@ -19,6 +24,15 @@ use crate::{FixedWindow, SlidingWindow};
 /// guarantee, its cost and the clock-skew tolerance). When memcached gives no answer within the
 /// backend's timeout, the [`FailurePolicy`] decides and the failure is counted; its local
 /// fallback is a [`FixedWindow`] of the same length per key (coarser, the same bound per window).
+///
+/// A [`CircuitBreaker`] ([`BreakerConfig::default`], see [`with_breaker`](Self::with_breaker))
+/// stops calling a failing memcached (the policy decides at once, without waiting for the
+/// timeout) until a probe succeeds. A [`DenyCache`] ([`with_deny_cache`](Self::with_deny_cache),
+/// off by default) denies a key locally until the `retry_after` memcached gave it. It is off by
+/// default because memcached's denials are cautious under contention: a request denied while
+/// other denied requests' permits were still counted is told to retry when the current cell
+/// leaves the window (a whole window), and the cache would hold every later request of that key
+/// in this process to it, although memcached may have room sooner.
 ///
 /// Cell keys are `name:key:cell_index`, `key` with spaces, control and non-ASCII bytes and `%`
 /// written as `%XX`.
@@ -36,7 +50,7 @@ use crate::{FixedWindow, SlidingWindow};
 ///     SlidingWindow::new(100, Duration::from_secs(60), 60)?,
 ///     FailurePolicy::FailClosed,
 /// )?;
-/// let decision = limiter.try_acquire("user-42", 1)?;
+/// let decision = limiter.blocking_try_acquire("user-42", 1)?;
 /// if !decision.is_allowed() {
 ///     println!("429, retry after {:?}", decision.retry_after());
 /// }
@@ -135,7 +149,8 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             window.limit(),
             clock.clone(),
         )?
-        .observed_as("memcached", name);
+        .observed_as("memcached", name)
+        .with_breaker(BreakerConfig::default());
         Ok(MemcachedLimiter {
             backend: backend.clone(),
             name: name.to_owned(),
@@ -189,12 +204,87 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// assert_eq!(limiter.failures().total(), 0);
-    /// assert!(!limiter.try_acquire("alice", 1)?.is_allowed());
+    /// assert!(!limiter.blocking_try_acquire("alice", 1)?.is_allowed());
     /// assert_eq!(limiter.failures().errors, 1); // refused: an error, not a timeout
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn failures(&self) -> FailureCounts {
         self.failures.counts()
+    }
+
+    /// Sets the circuit breaker: `Some(config)` replaces the default one, `None` turns it off
+    /// (every call then waits for memcached or its timeout).
+    ///
+    /// ```
+    /// # use floodgate::{backend::{BreakerConfig, FailurePolicy}, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?
+    ///     .with_breaker(Some(BreakerConfig::new(3, Duration::from_millis(100), Duration::from_secs(5))?));
+    /// assert_eq!(limiter.breaker().unwrap().config().failures(), 3);
+    /// assert!(limiter.with_breaker(None).breaker().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_breaker(mut self, config: Option<BreakerConfig>) -> Self {
+        self.failures.set_breaker(config);
+        self
+    }
+
+    /// Sets the deny cache (off by default; see the [type docs](Self) for why):
+    /// `Some(max_keys)`, such as [`DENY_CACHE_MAX_KEYS`], turns it on with room for `max_keys`
+    /// keys, `None` off (every call then asks memcached).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `Some(0)`.
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert!(limiter.deny_cache().is_none()); // off by default
+    /// let limiter = limiter.with_deny_cache(Some(floodgate::backend::DENY_CACHE_MAX_KEYS))?;
+    /// assert!(limiter.deny_cache().is_some());
+    /// assert!(limiter.with_deny_cache(Some(0)).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_deny_cache(mut self, max_keys: Option<usize>) -> Result<Self, ConfigError> {
+        self.failures.set_deny_cache(max_keys)?;
+        Ok(self)
+    }
+
+    /// The circuit breaker in front of memcached, if on.
+    ///
+    /// ```
+    /// # use floodgate::{backend::{BreakerState, FailurePolicy}, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn breaker(&self) -> Option<&CircuitBreaker<C>> {
+        self.failures.breaker()
+    }
+
+    /// The local cache of memcached's denials, if on ([`DenyCache::denied_locally`] counts the
+    /// calls it answered).
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?
+    ///     .with_deny_cache(Some(10_000))?;
+    /// assert_eq!(limiter.deny_cache().unwrap().denied_locally(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn deny_cache(&self) -> Option<&DenyCache<C>> {
+        self.failures.deny_cache()
     }
 
     /// The clock cells are keyed by.
@@ -281,32 +371,100 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         Ok(format!("{}{index}", self.key_prefix(key)?))
     }
 
-    /// Takes `n` permits for `key` if the shared window has them; blocks the thread for at most
-    /// the backend's timeout. A memcached failure is decided by the policy (see
-    /// [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    /// Takes `n` permits for `key` if the shared window has them, on the caller's tokio runtime
+    /// (no thread hop), in at most the backend's timeout. A memcached failure is decided by the
+    /// policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it). Dropping the
+    /// future closes its connection; a request not yet written is never sent.
     ///
     /// # Errors
     /// [`RequestError`] for `n = 0`, `n` above the limit, or a key too long for memcached.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime with I/O and time enabled (as `#[tokio::main]` builds).
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// use floodgate::{AcquireError, backend::RequestError};
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
+    /// // Refused before memcached is asked:
+    /// let zero = limiter.try_acquire("alice", 0).await;
+    /// assert_eq!(zero, Err(RequestError::Permits(AcquireError::ZeroPermits)));
+    /// let long_key = limiter.try_acquire(&"k".repeat(250), 1).await;
+    /// assert!(matches!(long_key, Err(RequestError::KeyTooLong { max: 250, .. })));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, RequestError> {
+        self.try_acquire_outcome(key, n).await.map(|o| o.decision())
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), with the memcached error when the policy decided.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Panics
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
+    /// let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(50));
+    /// let backend = MemcachedBackend::connect(config)?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// let outcome = limiter.try_acquire_outcome("alice", 1).await?;
+    /// assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
+        check_permits(n, u64::from(self.window.limit()))?;
+        let prefix = self.key_prefix(key)?;
+        let now = self.clock.now_nanos();
+        let store = || {
+            self.backend.call_async(|mut connection, deadline| {
+                let prefix = &prefix;
+                async move {
+                    let decision = self
+                        .exchange(&mut connection, deadline, prefix, now, n)
+                        .await?;
+                    Ok((decision, connection))
+                }
+            })
+        };
+        Ok(self.failures.run_async(key, n, store).await)
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), blocking the calling thread (std sockets; no
+    /// runtime needed, and not to be called on an async task).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
     ///
     /// ```
     /// # use floodgate::{backend::{FailurePolicy, RequestError}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
-    /// use floodgate::AcquireError;
+    /// use floodgate::{AcquireError, backend::RequestError};
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
-    /// // Refused before memcached is asked:
-    /// let zero = limiter.try_acquire("alice", 0);
+    /// let zero = limiter.blocking_try_acquire("alice", 0);
     /// assert_eq!(zero, Err(RequestError::Permits(AcquireError::ZeroPermits)));
-    /// let long_key = limiter.try_acquire(&"k".repeat(250), 1);
-    /// assert!(matches!(long_key, Err(RequestError::KeyTooLong { max: 250, .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, RequestError> {
-        self.try_acquire_outcome(key, n).map(|o| o.decision())
+    pub fn blocking_try_acquire(&self, key: &str, n: u32) -> Result<Decision, RequestError> {
+        self.blocking_try_acquire_outcome(key, n)
+            .map(|o| o.decision())
     }
 
-    /// As [`try_acquire`](Self::try_acquire), with the memcached error when the policy decided.
+    /// As [`try_acquire_outcome`](Self::try_acquire_outcome), blocking the calling thread.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
@@ -319,28 +477,26 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// let backend = MemcachedBackend::connect(config)?;
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
-    /// let outcome = limiter.try_acquire_outcome("alice", 1)?;
+    /// let outcome = limiter.blocking_try_acquire_outcome("alice", 1)?;
     /// assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
+    pub fn blocking_try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
-        let reply = self
-            .backend
-            .call(|connection, deadline| self.exchange(connection, deadline, &prefix, now, n));
-        Ok(match reply {
-            Ok(decision) => Outcome::from_backend(decision),
-            Err(error) => self.failures.decide(key, n, error),
-        })
+        Ok(self.failures.run(key, n, || {
+            self.backend.call(|connection, deadline| {
+                run_blocking(self.exchange(connection, deadline, &prefix, now, n))
+            })
+        }))
     }
 
     /// One decision on one connection: increment, read the window, decide; on a denial, take the
     /// permits back.
-    fn exchange(
+    async fn exchange<T: Transport>(
         &self,
-        connection: &mut Connection,
+        connection: &mut T,
         deadline: Instant,
         prefix: &str,
         now: u64,
@@ -353,9 +509,9 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         // A cell can vanish between the add and the incr, or the incr and the get (evicted, or
         // `flush_all`): the increment is then lost, so one more try cannot count it twice.
         for _ in 0..2 {
-            connection.send(&request, deadline)?;
-            let added = protocol::read_counter(connection, deadline)?;
-            let counts = protocol::read_counts(connection, deadline, prefix, &cells)?;
+            connection.send(&request, deadline).await?;
+            let added = protocol::read_counter(connection, deadline).await?;
+            let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
             if added.is_none() || !counts.iter().any(|&(index, _)| index == current) {
                 continue;
             }
@@ -364,9 +520,11 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
                 // The denial stands whatever happens to the take-back; a failed one leaves the
                 // permits counted until their cell leaves the window (never an over-admission),
                 // and closes the connection (its reply may still come).
-                let taken_back = connection
-                    .send(&protocol::take_back_request(prefix, current, n), deadline)
-                    .and_then(|()| protocol::read_counter(connection, deadline));
+                let take_back = protocol::take_back_request(prefix, current, n);
+                let taken_back = match connection.send(&take_back, deadline).await {
+                    Ok(()) => protocol::read_counter(connection, deadline).await.map(drop),
+                    Err(error) => Err(error),
+                };
                 if taken_back.is_err() {
                     connection.set_broken();
                 }

@@ -75,13 +75,14 @@
 //!     SlidingWindow::new(300, Duration::from_secs(60), 60)?,
 //!     FailurePolicy::local_fallback(0.5)?,
 //! )?;
-//! let outcome = limiter.try_acquire_outcome("tenant-7", 1)?;
+//! let outcome = limiter.blocking_try_acquire_outcome("tenant-7", 1)?;
 //! if let Some(error) = outcome.failure() {
 //!     eprintln!("memcached unavailable, decided by policy: {error}");
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod async_connection;
 mod connection;
 mod error;
 mod limiter;

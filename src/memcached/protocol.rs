@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::ops::RangeInclusive;
 use std::time::Instant;
 
-use super::connection::Connection;
+use super::connection::Transport;
 use super::error::{CallError, MemcachedError};
 
 /// Longest key memcached accepts.
@@ -89,13 +89,41 @@ pub(crate) fn parse_counter_line(line: &str) -> Result<Option<u64>, CallError> {
         .map_err(|_| protocol(format!("{line:?} where a count was expected")))
 }
 
+/// Longest reply line accepted (a `VALUE` header holds a key of at most 250 bytes).
+const MAX_LINE: usize = 1024;
+
+/// What a parser makes of the bytes received so far: `None` when the reply is not all there
+/// yet, else the value and the bytes it used.
+pub(crate) type Parsed<T> = Result<Option<(T, usize)>, CallError>;
+
+/// The first line of `buf` (without its `\r\n`) and the bytes it used; `None` if incomplete.
+fn split_line(buf: &[u8]) -> Parsed<String> {
+    match buf.windows(2).position(|w| w == b"\r\n") {
+        Some(end) => Ok(Some((
+            String::from_utf8_lossy(&buf[..end]).into_owned(),
+            end + 2,
+        ))),
+        None if buf.len() > MAX_LINE => {
+            Err(MemcachedError::Protocol("a reply line over 1024 bytes".into()).into())
+        }
+        None => Ok(None),
+    }
+}
+
+/// The reply to `incr`/`decr`, parsed from the bytes received so far.
+pub(crate) fn parse_counter(buf: &[u8]) -> Parsed<Option<u64>> {
+    let Some((line, used)) = split_line(buf)? else {
+        return Ok(None);
+    };
+    Ok(Some((parse_counter_line(&line)?, used)))
+}
+
 /// Reads the reply to `incr`/`decr`.
-pub(crate) fn read_counter(
-    connection: &mut Connection,
+pub(crate) async fn read_counter<T: Transport>(
+    connection: &mut T,
     deadline: Instant,
 ) -> Result<Option<u64>, CallError> {
-    let line = connection.line(deadline)?;
-    parse_counter_line(&line)
+    connection.read_reply(deadline, parse_counter).await
 }
 
 /// A `VALUE <key> <flags> <bytes>` header: the cell index (the key must be `prefix` + an index
@@ -133,30 +161,42 @@ pub(crate) fn parse_value_header(
     Ok((index, len))
 }
 
-/// Reads the reply to the `get` of `cells`: `(index, count)` of every cell found, oldest first.
-pub(crate) fn read_counts(
-    connection: &mut Connection,
-    deadline: Instant,
+/// The reply to the `get` of `cells`, parsed from the bytes received so far: `(index, count)`
+/// of every cell found, oldest first.
+pub(crate) fn parse_counts(
+    buf: &[u8],
     prefix: &str,
     cells: &RangeInclusive<u64>,
-) -> Result<Vec<(u64, u64)>, CallError> {
+) -> Parsed<Vec<(u64, u64)>> {
     let mut counts: Vec<(u64, u64)> = Vec::new();
+    let mut at = 0;
     loop {
-        let line = connection.line(deadline)?;
+        let Some((line, used)) = split_line(&buf[at..])? else {
+            return Ok(None);
+        };
+        at += used;
         if line == "END" {
             counts.sort_unstable_by_key(|&(index, _)| index);
-            return Ok(counts);
+            return Ok(Some((counts, at)));
         }
         let (index, len) = parse_value_header(&line, prefix, cells)?;
-        let data = connection.data(len, deadline)?;
+        if buf.len() - at < len + 2 {
+            return Ok(None);
+        }
+        let block = &buf[at..at + len + 2];
+        if &block[len..] != b"\r\n" {
+            return Err(protocol("a data block not ended by CRLF".into()));
+        }
+        let data = &block[..len];
+        at += len + 2;
         // memcached pads a decremented number with spaces up to its old length.
-        let count = std::str::from_utf8(&data)
+        let count = std::str::from_utf8(data)
             .ok()
             .and_then(|text| text.trim_end_matches(' ').parse::<u64>().ok())
             .ok_or_else(|| {
                 protocol(format!(
                     "{prefix}{index} holds {:?}, not a count",
-                    String::from_utf8_lossy(&data)
+                    String::from_utf8_lossy(data)
                 ))
             })?;
         if counts.iter().any(|&(seen, _)| seen == index) {
@@ -164,6 +204,18 @@ pub(crate) fn read_counts(
         }
         counts.push((index, count));
     }
+}
+
+/// Reads the reply to the `get` of `cells`.
+pub(crate) async fn read_counts<T: Transport>(
+    connection: &mut T,
+    deadline: Instant,
+    prefix: &str,
+    cells: &RangeInclusive<u64>,
+) -> Result<Vec<(u64, u64)>, CallError> {
+    connection
+        .read_reply(deadline, |buf| parse_counts(buf, prefix, cells))
+        .await
 }
 
 #[cfg(test)]
@@ -215,6 +267,28 @@ mod tests {
             CallError::Failed(MemcachedError::Protocol(_))
         ));
         assert!(parse_counter_line("-1").is_err());
+    }
+
+    #[test]
+    fn replies_parse_only_once_complete() {
+        let reply = b"3\r\nVALUE p:k:6 0 2\r\n12\r\nVALUE p:k:5 0 3\r\n1  \r\nEND\r\nnext";
+        let cells = 5..=7;
+        let (counter, used) = parse_counter(reply).unwrap().unwrap();
+        assert_eq!((counter, used), (Some(3), 3));
+        let rest = &reply[used..];
+        for cut in 0..rest.len() - 4 {
+            assert!(
+                parse_counts(&rest[..cut], "p:k:", &cells)
+                    .unwrap()
+                    .is_none(),
+                "{cut}"
+            );
+        }
+        let (counts, used) = parse_counts(rest, "p:k:", &cells).unwrap().unwrap();
+        assert_eq!(counts, vec![(5, 1), (6, 12)]);
+        assert_eq!(&rest[used..], b"next");
+        assert!(parse_counter(&[b'1'; 2000]).is_err());
+        assert!(parse_counts(b"VALUE p:k:6 0 2\r\n12xxEND\r\n", "p:k:", &cells).is_err());
     }
 
     #[test]

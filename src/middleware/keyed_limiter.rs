@@ -1,13 +1,46 @@
-//! [`KeyedLimiter`]: what the HTTP layer asks of a per-key limiter, and its two implementations.
+//! [`KeyedLimiter`]: what the HTTP layer asks of a per-key limiter, and its implementations
+//! (local maps decided now; memcached and Redis limiters awaited, [`Decided`]).
 
 use crate::clock::Clock;
 use crate::decision::{AcquireError, Decision};
 use crate::keyed::{Keyed, PenalizedKeyed};
 use crate::limiter::Algorithm;
+use std::future::Future;
 use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A decision from [`KeyedLimiter::decide`]: made now (a local limiter), or to be awaited (a
+/// limiter whose state is in a shared store, such as memcached).
+///
+/// ```
+/// use floodgate::middleware::{Decided, KeyedLimiter};
+/// use floodgate::{FixedWindow, Keyed};
+/// use std::sync::Arc;
+/// let keyed: Arc<Keyed<u64, _>> = Arc::new(Keyed::new(FixedWindow::new(1, std::time::Duration::from_secs(1))?, 10)?);
+/// assert!(matches!(keyed.decide(&7, 1), Decided::Now(Ok(d)) if d.is_allowed()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub enum Decided {
+    /// Decided without waiting.
+    Now(Result<Decision, AcquireError>),
+    /// A round trip away.
+    Later(Pin<Box<dyn Future<Output = Result<Decision, AcquireError>> + Send>>),
+}
+
+impl std::fmt::Debug for Decided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Decided::Now(result) => f.debug_tuple("Now").field(result).finish(),
+            Decided::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
 
 /// A limiter the middleware can check per key: [`Keyed`] and [`PenalizedKeyed`] (with a
-/// penalty box, a client that keeps hammering is blocked outright).
+/// penalty box, a client that keeps hammering is blocked outright), decided in-process; and,
+/// with their features, `MemcachedLimiter` and `RedisLimiter`, whose decisions the layer awaits
+/// ([`decide`](Self::decide)), so a limit shared by several servers is one line.
 ///
 /// ```
 /// use floodgate::middleware::KeyedLimiter;
@@ -32,6 +65,136 @@ pub trait KeyedLimiter<K>: Send + Sync + 'static {
 
     /// The clock the limiter reads (shaped requests measure their wait on it).
     fn clock(&self) -> &dyn Clock;
+
+    /// The decision the layer acts on. By default [`try_acquire`](Self::try_acquire), now (no
+    /// allocation). A limiter whose state is remote (memcached) returns [`Decided::Later`]
+    /// instead: the layer awaits it without blocking the runtime. Shaping applies only to
+    /// decisions made now.
+    fn decide(self: &Arc<Self>, key: &K, n: u32) -> Decided
+    where
+        Self: Sized,
+    {
+        Decided::Now(self.try_acquire(key, n))
+    }
+}
+
+/// A per-key limit shared by every server that uses the same memcached, in the layer: each
+/// request is decided by [`MemcachedLimiter::try_acquire`](crate::memcached::MemcachedLimiter::try_acquire)
+/// on the server's runtime, keyed by the key's text (for [`ClientIp`], the address or
+/// network). A memcached failure is decided by the limiter's failure policy.
+///
+/// ```no_run
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::SlidingWindow;
+/// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+/// use floodgate::middleware::RateLimitLayer;
+/// use std::time::Duration;
+/// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+/// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
+/// let per_ip = MemcachedLimiter::new(&backend, "per-ip", window, FailurePolicy::FailOpen)?;
+/// let layer = RateLimitLayer::per_ip(per_ip); // every server on this memcached shares the limit
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "memcached")]
+impl<K, C> KeyedLimiter<K> for crate::memcached::MemcachedLimiter<C>
+where
+    K: std::fmt::Display + Send + Sync + 'static,
+    C: Clock + Clone,
+{
+    /// Blocks the calling thread (the layer calls [`decide`](KeyedLimiter::decide) instead).
+    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
+        self.blocking_try_acquire(&key.to_string(), n)
+            .map_err(|error| request_error(u64::from(self.window().limit()), n, error))
+    }
+
+    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
+        crate::decision::check_permits(n, u64::from(self.window().limit()))
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        crate::memcached::MemcachedLimiter::<C>::clock(self)
+    }
+
+    fn decide(self: &Arc<Self>, key: &K, n: u32) -> Decided {
+        let limiter = Arc::clone(self);
+        let key = key.to_string();
+        Decided::Later(Box::pin(async move {
+            limiter
+                .try_acquire(&key, n)
+                .await
+                .map_err(|error| request_error(u64::from(limiter.window().limit()), n, error))
+        }))
+    }
+}
+
+/// A per-key limit shared through Redis, in the layer: each request is decided by
+/// [`RedisLimiter::try_acquire`](crate::redis::RedisLimiter::try_acquire), awaited on the
+/// server's runtime (the backend must be connected on it), keyed by the key's text. A Redis failure is decided by the
+/// limiter's failure policy.
+///
+/// ```no_run
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::middleware::RateLimitLayer;
+/// use floodgate::FixedWindow;
+/// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+/// use std::time::Duration;
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379")).await?;
+/// let window = FixedWindow::new(100, Duration::from_secs(60))?;
+/// let per_ip = RedisLimiter::new(&backend, "per-ip", window, FailurePolicy::FailOpen)?;
+/// let layer = RateLimitLayer::per_ip(per_ip); // every server on this Redis shares the limit
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "redis")]
+impl<K, A> KeyedLimiter<K> for crate::redis::RedisLimiter<A>
+where
+    K: std::fmt::Display + Send + Sync + 'static,
+    A: crate::redis::RedisAlgorithm,
+{
+    /// Blocks the calling thread (the layer calls [`decide`](KeyedLimiter::decide) instead).
+    fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
+        let limit = crate::redis::RedisAlgorithm::limit(self.algorithm());
+        self.blocking_try_acquire(&key.to_string(), n)
+            .map_err(|error| request_error(limit, n, error))
+    }
+
+    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
+        crate::decision::check_permits(n, crate::redis::RedisAlgorithm::limit(self.algorithm()))
+    }
+
+    /// Redis decides on its own clock; this one only measures shaped waits, which the layer
+    /// does not do for decisions awaited from Redis.
+    fn clock(&self) -> &dyn Clock {
+        static CLOCK: std::sync::OnceLock<crate::clock::QuantaClock> = std::sync::OnceLock::new();
+        CLOCK.get_or_init(crate::clock::QuantaClock::new)
+    }
+
+    fn decide(self: &Arc<Self>, key: &K, n: u32) -> Decided {
+        let limiter = Arc::clone(self);
+        let key = key.to_string();
+        let limit = crate::redis::RedisAlgorithm::limit(limiter.algorithm());
+        Decided::Later(Box::pin(async move {
+            limiter
+                .try_acquire(&key, n)
+                .await
+                .map_err(|error| request_error(limit, n, error))
+        }))
+    }
+}
+
+/// A request a remote limiter refused to send: bad permits as they are; anything else (a key too
+/// long for memcached, a call outside a runtime) is a request the layer can never grant, which
+/// it answers with a 500.
+#[cfg(any(feature = "memcached", feature = "redis"))]
+fn request_error(limit: u64, n: u32, error: crate::backend::RequestError) -> AcquireError {
+    match error {
+        crate::backend::RequestError::Permits(error) => error,
+        _ => AcquireError::ExceedsCapacity {
+            requested: u64::from(n),
+            capacity: limit,
+        },
+    }
 }
 
 /// Implements [`KeyedLimiter`] for a keyed map type by its inherent methods.

@@ -92,7 +92,7 @@ pub use fields::{
 pub use in_flight_layer::InFlightLayer;
 pub use in_flight_service::InFlightLimit;
 pub use key::{ClientIp, KeyExtractor, KeyFn, ProxyHeader};
-pub use keyed_limiter::KeyedLimiter;
+pub use keyed_limiter::{Decided, KeyedLimiter};
 pub use layer::RateLimitLayer;
 pub use response::RateLimitBody;
 pub use service::{RateLimit, ResponseFuture};

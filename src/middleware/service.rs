@@ -13,9 +13,9 @@ use tower::Service;
 use super::fields::partition_key;
 use super::layer::{Settings, Shared};
 use super::response::{Hold, RateLimitBody, Stamp, denied, pass_through, server_error};
-use super::{KeyExtractor, KeyedLimiter, MissingKey};
+use super::{Decided, KeyExtractor, KeyedLimiter, MissingKey};
 use crate::async_acquire::wait_for_grant;
-use crate::decision::Decision;
+use crate::decision::{AcquireError, Decision};
 use crate::observe::{RequestOutcome, Timer};
 
 pub(super) const NO_KEY: &str = "floodgate::middleware: a request had no rate-limit key and was answered \
@@ -176,7 +176,12 @@ where
                 }
             };
         };
-        let checked = self.limiter.try_acquire(&key, settings.permits);
+        let checked = match self.limiter.decide(&key, settings.permits) {
+            Decided::Now(checked) => checked,
+            Decided::Later(future) => {
+                return ResponseFuture::waiting(self.decide_later(future, timer, key, request));
+            }
+        };
         observer.decided(timer);
         let decision = match checked {
             Ok(decision) => decision,
@@ -244,16 +249,7 @@ impl<S, L, X> RateLimit<S, L, X> {
         let settings = Arc::clone(&self.settings);
         let shared = Arc::clone(&self.shared);
         let max_delay = settings.shaping.map(|s| s.max_delay);
-        // Only for the denial's event (the request itself moves into the future), and only
-        // copied when that event can be seen.
-        #[cfg(feature = "tracing")]
-        let path = if tracing::enabled!(tracing::Level::DEBUG) {
-            request.uri().path().to_owned()
-        } else {
-            String::new()
-        };
-        #[cfg(not(feature = "tracing"))]
-        let path = String::new(); // does not allocate
+        let path = event_path(&request);
         Box::pin(async move {
             let waited = wait_for_grant(limiter.clock(), max_delay, denial, || {
                 limiter.try_acquire(&key, settings.permits)
@@ -291,6 +287,77 @@ impl<S, L, X> RateLimit<S, L, X> {
                     Ok(server_error())
                 }
             }
+        })
+    }
+}
+
+/// The request's path for a denial's event (the request itself moves into a future): copied
+/// only when that event can be seen.
+fn event_path<B>(request: &Request<B>) -> String {
+    #[cfg(feature = "tracing")]
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        return request.uri().path().to_owned();
+    }
+    #[cfg(not(feature = "tracing"))]
+    let _ = request;
+    String::new() // does not allocate
+}
+
+impl<S, L, X> RateLimit<S, L, X> {
+    /// Awaits a decision a round trip away ([`Decided::Later`]), then calls the inner service or
+    /// answers 429 (no shaping), as for a decision made at once.
+    fn decide_later<ReqBody, ResBody>(
+        &mut self,
+        decision: Pin<Box<dyn Future<Output = Result<Decision, AcquireError>> + Send>>,
+        timer: Timer,
+        key: X::Key,
+        request: Request<ReqBody>,
+    ) -> BoxedResponse<ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: 'static,
+        ReqBody: Send + 'static,
+        ResBody: Send + 'static,
+        X: KeyExtractor<ReqBody>,
+    {
+        // As in `shape`: the ready service stays for the next call; the clone is made ready
+        // once the decision is in.
+        let mut inner = self.inner.clone();
+        let settings = Arc::clone(&self.settings);
+        let shared = Arc::clone(&self.shared);
+        let path = event_path(&request);
+        Box::pin(async move {
+            let checked = decision.await;
+            let observer = &settings.observer;
+            observer.decided(timer);
+            let Ok(decision) = checked else {
+                observer.ended(RequestOutcome::NeverGranted);
+                log_once(&shared.logged_never_granted, &settings, NEVER_GRANTED);
+                return Ok(server_error());
+            };
+            let pk = settings
+                .policy
+                .has_partition_key()
+                .then(|| partition_key(&key));
+            let stamp = Stamp {
+                settings: Arc::clone(&settings),
+                decision,
+                pk,
+            };
+            if !decision.is_allowed() {
+                observer.ended(RequestOutcome::Denied);
+                observer.denied(settings.policy.name(), &path, decision);
+                return Ok(denied(&stamp));
+            }
+            observer.ended(RequestOutcome::Allowed);
+            let stamp = settings.headers_on_allowed.then_some(stamp);
+            std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+            Ok(pass_through(
+                inner.call(request).await?,
+                stamp.as_ref(),
+                None,
+            ))
         })
     }
 }

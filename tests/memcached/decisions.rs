@@ -54,18 +54,18 @@ fn bad_requests_are_errors_not_decisions() {
     let clock = ManualClock::starting_at(1000 * SEC);
     let limiter = limiter(&backend, "bad", 5, 10, &clock);
     assert_eq!(
-        limiter.try_acquire("k", 0).unwrap_err(),
+        limiter.blocking_try_acquire("k", 0).unwrap_err(),
         RequestError::Permits(AcquireError::ZeroPermits)
     );
     assert_eq!(
-        limiter.try_acquire("k", 6).unwrap_err(),
+        limiter.blocking_try_acquire("k", 6).unwrap_err(),
         RequestError::Permits(AcquireError::ExceedsCapacity {
             requested: 6,
             capacity: 5
         })
     );
     let long = "x".repeat(250);
-    let error = limiter.try_acquire(&long, 1).unwrap_err();
+    let error = limiter.blocking_try_acquire(&long, 1).unwrap_err();
     assert!(
         matches!(error, RequestError::KeyTooLong { max: 250, .. }),
         "{error}"

@@ -34,7 +34,7 @@ fn limiter(
 /// One call, bounded in time; returns the decision and the error the policy decided on.
 fn timed(limiter: &MemcachedLimiter<ManualClock>, key: &str) -> (Decision, Option<BackendError>) {
     let started = Instant::now();
-    let outcome = limiter.try_acquire_outcome(key, 1).unwrap();
+    let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
     assert!(
         started.elapsed() < CALL_BOUND,
         "took {:?}",
@@ -47,13 +47,15 @@ fn timed(limiter: &MemcachedLimiter<ManualClock>, key: &str) -> (Decision, Optio
 fn server_killed_mid_run_and_restarted_the_policy_holds() {
     let mut server = MemcachedServer::start();
     let clock = ManualClock::starting_at(T0);
-    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock);
-    let closed = limiter(&server.addr(), FailurePolicy::FailClosed, &clock);
+    // The policies themselves, on every call: no circuit breaker (tests/memcached/shortcuts.rs).
+    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock).with_breaker(None);
+    let closed = limiter(&server.addr(), FailurePolicy::FailClosed, &clock).with_breaker(None);
     let fallback = limiter(
         &server.addr(),
         FailurePolicy::local_fallback(0.5).unwrap(),
         &clock,
-    );
+    )
+    .with_breaker(None);
     for l in [&open, &closed, &fallback] {
         assert!(timed(l, "warm-up").1.is_none());
     }

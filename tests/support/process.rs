@@ -41,8 +41,13 @@ impl ServerProcess {
     }
 
     /// The process id, while it runs.
-    #[allow(dead_code)] // used by the Redis tests only
     pub fn id(&self) -> Option<u32> {
+        self.pid()
+    }
+
+    /// The process id, while it runs (for SIGSTOP / SIGCONT).
+    #[allow(dead_code)] // not every test binary stops its servers
+    pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 

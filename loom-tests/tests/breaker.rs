@@ -1,0 +1,142 @@
+//! loom models of `backend::CircuitBreaker`: one probe at a time when a probe falls due (with
+//! success closing, failure re-opening, and an abandoned probe handing over), no lost failure
+//! on the closed path, and a success racing the trip never re-closing an open breaker.
+#![cfg(floodgate_loom)]
+
+use std::time::Duration;
+
+use floodgate::backend::{BreakerConfig, BreakerState, CircuitBreaker};
+use floodgate_loom_tests::{ModelClock, model};
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::thread;
+
+const MS: u64 = 1_000_000;
+
+/// Opens after `failures`, for 1 ms (then 2 ms, 4 ms, …).
+fn breaker(failures: u32, clock: &ModelClock) -> CircuitBreaker<ModelClock> {
+    let config =
+        BreakerConfig::new(failures, Duration::from_millis(1), Duration::from_millis(8)).unwrap();
+    CircuitBreaker::with_clock(config, clock.clone())
+}
+
+/// What one model thread does with an admission: `Some(true)` if it was the probe.
+#[derive(Clone, Copy)]
+enum Report {
+    Succeed,
+    Fail,
+    Abandon,
+}
+
+fn call(b: &CircuitBreaker<ModelClock>, out: &AtomicUsize, report: Report) -> bool {
+    let Some(permit) = b.admit() else {
+        return false;
+    };
+    let probe = permit.is_probe();
+    if probe {
+        // SeqCst: the checker's own counter.
+        let now = out.fetch_add(1, Ordering::SeqCst) + 1;
+        assert_eq!(now, 1, "two probes out at once");
+        out.fetch_sub(1, Ordering::SeqCst);
+    }
+    match report {
+        Report::Succeed => permit.succeeded(),
+        Report::Fail => permit.failed(),
+        Report::Abandon => drop(permit),
+    }
+    probe
+}
+
+/// The breaker is open and its probe is due: three callers race. Exactly one probes (the
+/// others are short-circuited or, once it closed, pass as closed calls) and its success closes.
+#[test]
+fn a_due_breaker_lets_exactly_one_probe_through_and_closes_on_its_success() {
+    model(None, || {
+        let clock = ModelClock::starting_at(0);
+        let b = Arc::new(breaker(1, &clock));
+        b.admit().unwrap().failed();
+        assert_eq!(b.state(), BreakerState::Open);
+        clock.advance(MS);
+        let out = Arc::new(AtomicUsize::new(0));
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let (b, out) = (b.clone(), out.clone());
+                thread::spawn(move || call(&b, &out, Report::Succeed))
+            })
+            .collect();
+        let mut probes = usize::from(call(&b, &out, Report::Succeed));
+        probes += others
+            .into_iter()
+            .map(|h| usize::from(h.join().unwrap()))
+            .sum::<usize>();
+        assert_eq!(probes, 1);
+        assert_eq!(b.state(), BreakerState::Closed);
+    });
+}
+
+/// A failing probe, an abandoned one and a caller race while the clock moves on: never two
+/// probes out at once, and the breaker ends open or probing, never closed.
+#[test]
+fn failed_and_abandoned_probes_never_overlap_and_never_close() {
+    model(None, || {
+        let clock = ModelClock::starting_at(0);
+        let b = Arc::new(breaker(1, &clock));
+        b.admit().unwrap().failed();
+        clock.advance(MS);
+        let out = Arc::new(AtomicUsize::new(0));
+        let spawn = |report| {
+            let (b, out) = (b.clone(), out.clone());
+            thread::spawn(move || call(&b, &out, report))
+        };
+        let failing = spawn(Report::Fail);
+        let abandoning = spawn(Report::Abandon);
+        // The driver: time passes a probe's back-off (but not `max_open_for`, after which a
+        // probe still out is presumed lost) while the callers run.
+        clock.advance(3 * MS);
+        failing.join().unwrap();
+        abandoning.join().unwrap();
+        assert_ne!(b.state(), BreakerState::Closed);
+    });
+}
+
+/// Closed path: two concurrent failures reach a threshold of 2 (no lost increment), and a
+/// success admitted before the trip, reported after it, does not re-close it.
+#[test]
+fn concurrent_failures_trip_and_a_late_success_does_not_reclose() {
+    model(None, || {
+        let clock = ModelClock::starting_at(0);
+        let b = Arc::new(breaker(2, &clock));
+        let early = b.admit().unwrap();
+        let fail = |b: Arc<CircuitBreaker<ModelClock>>| {
+            thread::spawn(move || {
+                if let Some(permit) = b.admit() {
+                    permit.failed();
+                }
+            })
+        };
+        let (one, two) = (fail(b.clone()), fail(b.clone()));
+        one.join().unwrap();
+        two.join().unwrap();
+        assert_eq!(b.state(), BreakerState::Open);
+        early.succeeded();
+        assert_eq!(b.state(), BreakerState::Open);
+    });
+}
+
+/// A success racing a failure on the closed path (threshold 3, one failure already counted):
+/// whatever the order, the success resets the count (to 0, or to 1 if the racing failure came
+/// after it), so one more failure still leaves the breaker closed.
+#[test]
+fn a_success_racing_a_failure_resets_the_run() {
+    model(None, || {
+        let clock = ModelClock::starting_at(0);
+        let b = Arc::new(breaker(3, &clock));
+        b.admit().unwrap().failed();
+        let b2 = b.clone();
+        let succeed = thread::spawn(move || b2.admit().unwrap().succeeded());
+        b.admit().unwrap().failed();
+        succeed.join().unwrap();
+        b.admit().unwrap().failed();
+        assert_eq!(b.state(), BreakerState::Closed);
+    });
+}

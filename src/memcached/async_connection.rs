@@ -1,0 +1,98 @@
+//! The async connection (tokio): the same text protocol and exchange as the blocking
+//! [`Connection`](super::connection::Connection), on the caller's runtime.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::connection::Transport;
+use super::error::{CallError, MemcachedError, io_error};
+use super::protocol::Parsed;
+
+/// One open async connection with its read buffer. Deadlines are enforced around the whole
+/// call (`tokio::time::timeout_at`), so the methods ignore theirs; a call that runs out of time
+/// drops the connection mid-exchange, which closes it.
+pub(crate) struct AsyncConnection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+    /// Start of the unread part of `buffer`.
+    start: usize,
+    /// Set by any failed send or read, or a reply that made no sense: never reused.
+    broken: bool,
+}
+
+impl AsyncConnection {
+    pub(crate) async fn open(addr: SocketAddr) -> Result<Self, CallError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|source| CallError::Failed(MemcachedError::Unreachable { addr, source }))?;
+        // Requests are small and answered one at a time: send them at once.
+        stream.set_nodelay(true).map_err(io_error)?;
+        Ok(AsyncConnection {
+            stream,
+            buffer: Vec::with_capacity(4096),
+            start: 0,
+            broken: false,
+        })
+    }
+
+    /// Whether the connection can serve another call: nothing failed and every byte received
+    /// so far was read.
+    pub(crate) fn is_reusable(&self) -> bool {
+        !self.broken && self.start == self.buffer.len()
+    }
+
+    async fn fill(&mut self) -> Result<(), CallError> {
+        if self.start > 0 {
+            self.buffer.drain(..self.start);
+            self.start = 0;
+        }
+        let mut chunk = [0u8; 4096];
+        match self.stream.read(&mut chunk).await.map_err(io_error)? {
+            0 => Err(CallError::Failed(MemcachedError::Io(
+                std::io::ErrorKind::UnexpectedEof.into(),
+            ))),
+            read => {
+                self.buffer.extend_from_slice(&chunk[..read]);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Transport for AsyncConnection {
+    async fn send(&mut self, request: &[u8], _deadline: Instant) -> Result<(), CallError> {
+        let result = self.stream.write_all(request).await.map_err(io_error);
+        self.broken |= result.is_err();
+        result
+    }
+
+    async fn read_reply<T>(
+        &mut self,
+        _deadline: Instant,
+        mut parse: impl FnMut(&[u8]) -> Parsed<T>,
+    ) -> Result<T, CallError> {
+        let result = loop {
+            match parse(&self.buffer[self.start..]) {
+                Ok(Some((value, used))) => {
+                    self.start += used;
+                    break Ok(value);
+                }
+                Ok(None) => {
+                    if let Err(error) = self.fill().await {
+                        break Err(error);
+                    }
+                }
+                Err(error) => break Err(error),
+            }
+        };
+        self.broken |= result.is_err();
+        result
+    }
+
+    fn set_broken(&mut self) {
+        self.broken = true;
+    }
+}

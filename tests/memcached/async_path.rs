@@ -1,0 +1,120 @@
+//! The async path (`try_acquire*` on the caller's tokio runtime) and timeouts on both paths: a
+//! silent server makes every call give up at its timeout, not 4–8 ms later (the overruns are
+//! printed; asserted only against a hang bound, since a loaded machine may wake late).
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate::ManualClock;
+use floodgate::SlidingWindow;
+use floodgate::backend::{BreakerState, FailurePolicy};
+use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+
+use super::server::MemcachedServer;
+use super::{T0, backend, limiter, stored_sum};
+
+const CALL_BOUND: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tasks_share_one_limit_exactly_on_the_callers_runtime() {
+    let server = MemcachedServer::start();
+    let backend = backend(&server);
+    let clock = ManualClock::starting_at(T0);
+    let limiter = Arc::new(limiter(&backend, "async", 50, 10, &clock));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..10 {
+                    let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
+                    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+                    admitted += u64::from(outcome.decision().is_allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert!(admitted <= 50, "admitted {admitted}");
+    // Every denied request took its permit back: serial requests find exactly what is left.
+    let mut topped = 0;
+    while limiter.try_acquire("k", 1).await.unwrap().is_allowed() {
+        topped += 1;
+        assert!(topped <= 50);
+    }
+    assert_eq!(admitted + topped, 50, "admitted {admitted}, then {topped}");
+    let current = limiter.cell_index(T0);
+    assert_eq!(
+        stored_sum(&server, &limiter, "k", current - 9..=current + 1),
+        50
+    );
+    // The async and the blocking path share the same cells.
+    assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+}
+
+/// A "server" that accepts every connection and never answers.
+fn silent_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept() {
+            held.push(socket);
+        }
+    });
+    addr
+}
+
+fn silent_limiter(addr: &str, timeout: Duration) -> MemcachedLimiter<ManualClock> {
+    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(timeout)).unwrap();
+    let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
+    let clock = ManualClock::starting_at(T0);
+    MemcachedLimiter::with_clock(&backend, "silent", window, FailurePolicy::FailOpen, clock)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn async_calls_to_a_silent_server_time_out_then_the_breaker_answers_at_once() {
+    let timeout = Duration::from_millis(60);
+    let limiter = silent_limiter(&silent_server(), timeout);
+    let mut overruns = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
+        let elapsed = started.elapsed();
+        assert!(elapsed >= timeout && elapsed < CALL_BOUND, "{elapsed:?}");
+        assert!(outcome.failure().expect("policy").is_timeout());
+        assert!(outcome.decision().is_allowed());
+        overruns.push(elapsed - timeout);
+    }
+    eprintln!("async timeout overruns: {overruns:?}");
+    assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Open);
+    let started = Instant::now();
+    let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
+    assert!(started.elapsed() < timeout, "{:?}", started.elapsed());
+    assert!(outcome.failure().expect("policy").is_circuit_open());
+    assert_eq!(limiter.failures().timeouts, 5);
+    assert_eq!(limiter.failures().short_circuited, 1);
+}
+
+#[test]
+fn blocking_calls_to_a_silent_server_give_up_at_their_timeout() {
+    let timeout = Duration::from_millis(60);
+    let limiter = silent_limiter(&silent_server(), timeout).with_breaker(None);
+    let mut overruns = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        let elapsed = started.elapsed();
+        assert!(elapsed >= timeout && elapsed < CALL_BOUND, "{elapsed:?}");
+        assert!(outcome.failure().expect("policy").is_timeout());
+        overruns.push(elapsed - timeout);
+    }
+    eprintln!("blocking timeout overruns: {overruns:?}");
+    assert_eq!(limiter.failures().timeouts, 5);
+}
