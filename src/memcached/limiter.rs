@@ -216,7 +216,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// (every call then waits for memcached or its timeout).
     ///
     /// ```
-    /// # use floodgate::{backend::{BreakerConfig, FailurePolicy}, memcached::*};
+    /// # use floodgate::{backend::{BreakerConfig, FailurePolicy}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
@@ -239,7 +239,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// [`ConfigError::Invalid`] for `Some(0)`.
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
@@ -258,7 +258,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// The circuit breaker in front of memcached, if on.
     ///
     /// ```
-    /// # use floodgate::{backend::{BreakerState, FailurePolicy}, memcached::*};
+    /// # use floodgate::{backend::{BreakerState, FailurePolicy}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
@@ -274,7 +274,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// calls it answered).
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
@@ -383,7 +383,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// Outside a tokio runtime with I/O and time enabled (as `#[tokio::main]` builds).
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -411,7 +411,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// As [`try_acquire`](Self::try_acquire).
     ///
     /// ```
-    /// # use floodgate::{backend::FailurePolicy, memcached::*};
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -452,7 +452,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # use floodgate::{backend::{FailurePolicy, RequestError}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
-    /// use floodgate::{AcquireError, backend::RequestError};
+    /// use floodgate::AcquireError;
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// let zero = limiter.blocking_try_acquire("alice", 0);

@@ -80,7 +80,7 @@ pub trait KeyedLimiter<K>: Send + Sync + 'static {
 
 /// A per-key limit shared by every server that uses the same memcached, in the layer: each
 /// request is decided by [`MemcachedLimiter::try_acquire`](crate::memcached::MemcachedLimiter::try_acquire)
-/// on the server's runtime, keyed by the key's text (for [`ClientIp`], the address or
+/// on the server's runtime, keyed by the key's text (for [`ClientIp`](super::ClientIp), the address or
 /// network). A memcached failure is decided by the limiter's failure policy.
 ///
 /// ```no_run
