@@ -82,22 +82,6 @@ pub fn entries() -> Vec<Entry> {
             bound: ratelimit_bound,
         },
         Entry {
-            name: "gcra/bool",
-            build: |q, c| {
-                Ok(match c {
-                    ClockChoice::Quanta => Box::new(BoolOnly(AtomicLimiter::with_clock(
-                        Gcra::new(rate(q), q.limit)?,
-                        QuantaClock::new(),
-                    ))),
-                    ClockChoice::Coarse(clock) => Box::new(BoolOnly(AtomicLimiter::with_clock(
-                        Gcra::new(rate(q), q.limit)?,
-                        clock.clone(),
-                    ))),
-                })
-            },
-            bound: bucket_bound,
-        },
-        Entry {
             name: "keyed/hot",
             build: |q, c| keyed_row(q, c, 1),
             bound: |q, s| bucket_bound(q, s),
@@ -632,36 +616,6 @@ fn ratelimit_bound(q: Quota, s: Span) -> u64 {
     u64::from(q.limit)
         + (u128::from(s.nanos()) * u128::from(q.limit) / u128::from(nanos(q.period))) as u64
         + 1
-}
-
-/// floodgate's limiter asked only "allowed?", as the governor row asks governor: the decision's
-/// other fields are computed by an inlined `try_acquire` and left unused, so the optimizer may drop
-/// them (the bool-only comparison of the hot-path issue).
-pub struct BoolOnly<L>(pub L);
-
-impl<L: Limiter> Limiter for BoolOnly<L> {
-    #[inline]
-    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
-        let allowed = self.0.try_acquire(n)?.is_allowed();
-        let limit = self.0.limit();
-        Ok(if allowed {
-            Decision::allow(limit, 0, 0)
-        } else {
-            Decision::deny(limit, 0, 0, 0)
-        })
-    }
-
-    fn clock(&self) -> &dyn Clock {
-        self.0.clock()
-    }
-
-    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        self.0.set_limit(limit)
-    }
-
-    fn limit(&self) -> u64 {
-        self.0.limit()
-    }
 }
 
 /// The machine's floors, as rows: what one call costs at least when all it does is one shared
