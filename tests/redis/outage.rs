@@ -185,3 +185,40 @@ fn a_denied_key_is_denied_locally_until_its_retry_after() {
     }
     assert_eq!(scripts_run(&server), ran + 7);
 }
+
+#[test]
+fn a_try_cut_short_by_the_callers_own_deadline_is_not_held_against_redis() {
+    let server = RedisServer::start();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(TIMEOUT)).unwrap();
+    let breaker = BreakerConfig::new(1, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "cut",
+        window,
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    server.freeze();
+    // The caller's 20 ms run out long before the backend's timeout: a timeout, decided by the
+    // policy and counted, but the breaker (opening at one failure) stays closed.
+    let d = limiter
+        .blocking_try_acquire_for("k", 1, Duration::from_millis(20))
+        .unwrap();
+    assert!(!d.is_allowed());
+    assert_eq!(limiter.failures().timeouts, 1);
+    let breaker = limiter.breaker().unwrap();
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    // A call that waits out the backend's own timeout does count: the breaker opens.
+    let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::Timeout)
+    );
+    assert_eq!(breaker.state(), BreakerState::Open);
+    server.thaw();
+}
