@@ -140,7 +140,10 @@
 //! ## Shared via Redis
 //!
 //! Many processes, one limit: each decision is one Lua script on the Redis server's clock, and
-//! when Redis does not answer within the timeout the [`FailurePolicy`] decides:
+//! when Redis does not answer within the timeout the [`FailurePolicy`] decides. During an outage
+//! the limiter's circuit breaker has the policy decide at once, without waiting for the timeout,
+//! until a probe finds Redis back; a key Redis denied is denied locally until its `retry_after`
+//! (both on by default; see [`RedisLimiter`]):
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]

@@ -9,6 +9,8 @@ mod cluster;
 mod deadline;
 #[path = "redis/failure.rs"]
 mod failure;
+#[path = "redis/outage.rs"]
+mod outage;
 #[path = "redis/server.rs"]
 mod server;
 #[path = "redis/single.rs"]

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
-    BackendError, BreakerConfig, BreakerPermit, CircuitBreaker, DenyCache, FailureCounts,
-    FailurePolicy, Outcome,
+    BackendError, BreakerConfig, BreakerPermit, BreakerState, CircuitBreaker, DenyCache,
+    FailureCounts, FailurePolicy, Outcome,
 };
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
@@ -333,10 +333,32 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     where
         F: Future<Output = Result<Decision, BackendError>>,
     {
+        self.run_async_excusing(key, n, store, |_| false).await
+    }
+
+    /// As [`run_async`](Self::run_async), except that a failure for which `excused` is true is
+    /// not reported to the breaker (it is still decided by the policy and counted): for a call
+    /// cut short by the caller's own deadline rather than by the store.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) async fn run_async_excusing<F>(
+        &self,
+        key: &str,
+        n: u32,
+        store: impl FnOnce() -> F,
+        excused: impl FnOnce(&BackendError) -> bool,
+    ) -> Outcome
+    where
+        F: Future<Output = Result<Decision, BackendError>>,
+    {
         match self.before(key, n) {
             Before::Decided(outcome) => outcome,
             Before::Call(permit, asked_at) => {
                 let result = store().await;
+                // Dropping the permit unreported leaves the breaker as if the call never happened.
+                let permit = match &result {
+                    Err(error) if excused(error) => None,
+                    _ => permit,
+                };
                 self.after(key, n, permit, asked_at, result)
             }
         }
@@ -358,9 +380,13 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             Some(breaker) => match breaker.admit() {
                 Some(permit) => Some(permit),
                 None => {
-                    let error = BackendError::CircuitOpen {
-                        retry_in: breaker.retry_in(),
+                    // Open: until the probe is due. Half-open: the probe out answers within the
+                    // store's timeout (the breaker's own expiry of it is a lost probe's).
+                    let retry_in = match breaker.state() {
+                        BreakerState::HalfOpen => breaker.retry_in().min(self.timeout),
+                        _ => breaker.retry_in(),
                     };
+                    let error = BackendError::CircuitOpen { retry_in };
                     return Before::Decided(self.decide(key, n, error));
                 }
             },
@@ -422,7 +448,9 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     }
 
     /// Counts `error` and returns the policy's decision for `n` permits on `key`.
-    /// `n` must already be checked against the distributed limit.
+    /// `n` must already be checked against the distributed limit. A denial's `retry_after` is
+    /// the breaker's `retry_in` for [`BackendError::CircuitOpen`] (no call reaches the store
+    /// before then), the store's timeout for any other failure.
     ///
     /// ```
     /// use floodgate::backend::{BackendError, FailureHandler, FailurePolicy};
@@ -450,7 +478,12 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             let of_its_kind = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             self.observer.failed(&error, of_its_kind);
         }
-        let retry_nanos = duration_to_nanos(self.timeout);
+        // A denial's retry: while the breaker is open, until its probe is due (no call before
+        // then reaches the store); otherwise the store's timeout.
+        let retry_nanos = match &error {
+            BackendError::CircuitOpen { retry_in } => duration_to_nanos(*retry_in),
+            _ => duration_to_nanos(self.timeout),
+        };
         let decision = match (&self.policy, &self.local) {
             (FailurePolicy::FailOpen, _) => {
                 Decision::allow(self.limit, self.limit.saturating_sub(u64::from(n)), 0)
@@ -524,6 +557,60 @@ mod tests {
         assert_eq!(d.decision().retry_after(), Duration::from_millis(250));
         assert_eq!(h.counts().timeouts, 1);
         assert_eq!(h.counts().total(), 1);
+    }
+
+    #[test]
+    fn fail_closed_while_the_breaker_is_open_retries_when_the_probe_is_due() {
+        let clock = ManualClock::new();
+        let config =
+            BreakerConfig::new(2, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
+        let h = handler(FailurePolicy::FailClosed, clock.clone()).with_breaker(config);
+        for _ in 0..2 {
+            let d = h.run("k", 1, || Err(error())).decision();
+            assert_eq!(d.retry_after(), Duration::from_millis(250)); // the store's timeout
+        }
+        let mut called = false;
+        let open = h.run("k", 1, || {
+            called = true;
+            Err(error())
+        });
+        assert!(!called);
+        assert!(open.failure().is_some_and(|e| e.is_circuit_open()));
+        assert_eq!(open.decision().retry_after(), Duration::from_secs(2));
+        clock.advance(Duration::from_millis(1_500));
+        let d = h.run("k", 1, || Err(error())).decision();
+        assert_eq!(d.retry_after(), Duration::from_millis(500));
+        assert_eq!(h.counts().short_circuited, 2);
+        // Half-open with the probe out: the probe answers within the store's timeout.
+        clock.advance(Duration::from_millis(500));
+        let probe = h.breaker().unwrap().admit().expect("the probe");
+        let d = h.run("k", 1, || Err(error())).decision();
+        assert_eq!(d.retry_after(), Duration::from_millis(250));
+        probe.succeeded();
+        assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);
+    }
+
+    #[test]
+    fn an_excused_failure_leaves_the_breaker_alone() {
+        let config =
+            BreakerConfig::new(1, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
+        let h = handler(FailurePolicy::FailClosed, ManualClock::new()).with_breaker(config);
+        let outcome = poll_once(h.run_async_excusing("k", 1, || async { Err(error()) }, |_| true));
+        assert!(!outcome.decision().is_allowed());
+        assert_eq!(h.counts().errors, 1);
+        assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);
+        let _ = poll_once(h.run_async_excusing("k", 1, || async { Err(error()) }, |_| false));
+        assert_eq!(h.breaker().unwrap().state(), BreakerState::Open);
+    }
+
+    /// Polls a future that never waits (the stores above answer at once) to completion.
+    fn poll_once<F: Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("the store answers at once"),
+        }
     }
 
     #[test]

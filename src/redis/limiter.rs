@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
 
 use crate::backend::{
-    BackendError, FailureCounts, FailureHandler, FailureKind, FailurePolicy, Outcome, RequestError,
+    BackendError, BreakerConfig, CircuitBreaker, DENY_CACHE_MAX_KEYS, DenyCache, FailureCounts,
+    FailureHandler, FailureKind, FailurePolicy, Outcome, RequestError,
 };
+use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
 
 use super::RedisBackend;
@@ -66,6 +68,23 @@ pub trait RedisAlgorithm: sealed::Script {
 /// Keys look like `{name:key}:suffix`: every key of one limiter key shares the hash tag
 /// `{name:key}`, so a script only touches one Redis Cluster slot.
 ///
+/// **Outages.** A [`CircuitBreaker`] ([`BreakerConfig::default`], see
+/// [`with_breaker`](Self::with_breaker)) stops calling a failing Redis after that many
+/// consecutive failures: the policy then decides at once, without waiting for the timeout
+/// (counted in [`FailureCounts::short_circuited`]; a fail-closed denial's `retry_after` is the
+/// time until the breaker's next probe), until a probe succeeds.
+///
+/// **Deny cache, on by default.** A [`DenyCache`] of [`DENY_CACHE_MAX_KEYS`] keys (see
+/// [`with_deny_cache`](Self::with_deny_cache)): once Redis denies `n` permits for a key with a
+/// `retry_after`, requests for `n` or more on that key are denied in this process until then,
+/// without a round trip (counted in [`DenyCache::denied_locally`]). On by default because
+/// Redis's `retry_after` is exact: each script decides atomically on the server's clock, a
+/// denial changes no state, and nothing gives permits back, so no process can be granted those
+/// permits before `retry_after`; the cache measures it from a clock read taken before the
+/// request was sent, so it never outlasts Redis's own. The local answer is the one Redis would
+/// give, without the round trip (only `remaining` reads 0). Memcached's cache is off by default
+/// for the opposite reason: its denials can be cautious under contention.
+///
 /// ```no_run
 /// use floodgate::backend::FailurePolicy;
 /// use floodgate::FixedWindow;
@@ -88,14 +107,14 @@ pub trait RedisAlgorithm: sealed::Script {
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct RedisLimiter<A: RedisAlgorithm> {
+pub struct RedisLimiter<A: RedisAlgorithm, C: Clock + Clone = QuantaClock> {
     backend: RedisBackend,
     name: String,
     algorithm: A,
-    failures: FailureHandler<A::Local>,
+    failures: FailureHandler<A::Local, C>,
 }
 
-impl<A: RedisAlgorithm> RedisLimiter<A> {
+impl<A: RedisAlgorithm> RedisLimiter<A, QuantaClock> {
     /// A limiter named `name` (the namespace of its keys) running `algorithm` on `backend`.
     ///
     /// # Errors
@@ -123,6 +142,37 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         algorithm: A,
         policy: FailurePolicy,
     ) -> Result<Self, ConfigError> {
+        Self::with_clock(backend, name, algorithm, policy, QuantaClock::new())
+    }
+}
+
+impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
+    /// As [`new`](RedisLimiter::new), with `clock` for what this process decides alone: the
+    /// circuit breaker's back-off, the deny cache's deadlines and the local fallback's windows.
+    /// Redis decides on its own clock whatever this one says.
+    ///
+    /// # Errors
+    /// As [`new`](RedisLimiter::new).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let clock = ManualClock::new();
+    /// let limiter = RedisLimiter::with_clock(&backend, "api", window, FailurePolicy::FailOpen, clock)?;
+    /// assert!(limiter.breaker().is_some() && limiter.deny_cache().is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock(
+        backend: &RedisBackend,
+        name: &str,
+        algorithm: A,
+        policy: FailurePolicy,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
         if name.is_empty() || name.contains(['{', '}', ':']) {
             return Err(ConfigError::Invalid {
                 what: "Redis limiter name",
@@ -132,9 +182,16 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         algorithm.validate()?;
         let limit = algorithm.limit_u32();
         let twin = algorithm.clone();
-        let failures =
-            FailureHandler::new(policy, backend.timeout(), move |l| twin.local(l), limit)?
-                .observed_as("redis", name);
+        let failures = FailureHandler::with_clock(
+            policy,
+            backend.timeout(),
+            move |l| twin.local(l),
+            limit,
+            clock,
+        )?
+        .observed_as("redis", name)
+        .with_breaker(BreakerConfig::default())
+        .with_deny_cache(DENY_CACHE_MAX_KEYS)?;
         Ok(RedisLimiter {
             backend: backend.clone(),
             name: name.to_owned(),
@@ -192,6 +249,88 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     pub fn failures(&self) -> FailureCounts {
         self.failures.counts()
+    }
+
+    /// Sets the circuit breaker: `Some(config)` replaces the default one, `None` turns it off
+    /// (every call then waits for Redis or its timeout).
+    ///
+    /// ```
+    /// use floodgate::backend::{BreakerConfig, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?
+    ///     .with_breaker(Some(BreakerConfig::new(3, Duration::from_millis(100), Duration::from_secs(5))?));
+    /// assert_eq!(limiter.breaker().unwrap().config().failures(), 3);
+    /// assert!(limiter.with_breaker(None).breaker().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_breaker(mut self, config: Option<BreakerConfig>) -> Self {
+        self.failures.set_breaker(config);
+        self
+    }
+
+    /// Sets the deny cache (on by default with room for [`DENY_CACHE_MAX_KEYS`] keys; see the
+    /// [type docs](Self) for why): `Some(max_keys)` replaces it with one of room for `max_keys`
+    /// keys, `None` turns it off (every call then asks Redis).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `Some(0)`.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.deny_cache().unwrap().max_keys(), floodgate::backend::DENY_CACHE_MAX_KEYS);
+    /// let limiter = limiter.with_deny_cache(None)?;
+    /// assert!(limiter.deny_cache().is_none());
+    /// assert!(limiter.with_deny_cache(Some(0)).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_deny_cache(mut self, max_keys: Option<usize>) -> Result<Self, ConfigError> {
+        self.failures.set_deny_cache(max_keys)?;
+        Ok(self)
+    }
+
+    /// The circuit breaker in front of Redis, if on.
+    ///
+    /// ```
+    /// use floodgate::backend::{BreakerState, FailurePolicy};
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn breaker(&self) -> Option<&CircuitBreaker<C>> {
+        self.failures.breaker()
+    }
+
+    /// The local cache of Redis's denials, if on ([`DenyCache::denied_locally`] counts the
+    /// calls it answered without a round trip).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::FixedWindow;
+    /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    /// use std::time::Duration;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
+    /// assert_eq!(limiter.deny_cache().unwrap().denied_locally(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn deny_cache(&self) -> Option<&DenyCache<C>> {
+        self.failures.deny_cache()
     }
 
     /// The Redis keys that hold `key`'s state, all with the hash tag `{name:key}`.
@@ -273,7 +412,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let deadline = Instant::now()
             .checked_add(self.backend.timeout())
             .unwrap_or_else(far_future);
-        self.outcome_by(key, n, deadline).await
+        self.outcome_by(key, n, deadline, false).await
     }
 
     /// Takes `n` permits for `key`, sleeping (on the caller's runtime) until the shared limit
@@ -359,8 +498,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             let backend_deadline = now
                 .checked_add(self.backend.timeout())
                 .unwrap_or_else(far_future);
+            let callers_deadline = deadline.is_some_and(|d| d < backend_deadline);
             let try_deadline = deadline.map_or(backend_deadline, |d| d.min(backend_deadline));
-            let decision = self.outcome_by(key, n, try_deadline).await?.decision();
+            let decision = self
+                .outcome_by(key, n, try_deadline, callers_deadline)
+                .await?
+                .decision();
             let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
             let left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
@@ -474,12 +617,14 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             .block_on(self.try_acquire_for(key, n, timeout))?
     }
 
-    /// One decision, giving up at `deadline`.
+    /// One decision, giving up at `deadline`: the caller's own (`callers_deadline`, sooner than
+    /// the backend's timeout) or the backend's.
     async fn outcome_by(
         &self,
         key: &str,
         n: u32,
         deadline: Instant,
+        callers_deadline: bool,
     ) -> Result<Outcome, RequestError> {
         self.algorithm.check_permits(n)?;
         if tokio::runtime::Handle::try_current().is_err() {
@@ -488,23 +633,25 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                  the blocking_* forms",
             ));
         }
-        let reply = self
-            .backend
-            .eval(
-                self.algorithm.script(),
-                &self.redis_keys(key),
-                self.algorithm.args(n),
-                deadline,
-            )
-            .await;
-        Ok(self.outcome(key, n, reply))
-    }
-
-    fn outcome(&self, key: &str, n: u32, reply: Result<Vec<i64>, BackendError>) -> Outcome {
-        match reply.and_then(|r| decision_from_reply(&r, self.backend.server())) {
-            Ok(decision) => Outcome::from_backend(decision),
-            Err(error) => self.failures.decide(key, n, error),
-        }
+        let store = || async {
+            let reply = self
+                .backend
+                .eval(
+                    self.algorithm.script(),
+                    &self.redis_keys(key),
+                    self.algorithm.args(n),
+                    deadline,
+                )
+                .await;
+            reply.and_then(|r| decision_from_reply(&r, self.backend.server()))
+        };
+        // A try cut short by the caller's own deadline (sooner than the backend's timeout, from
+        // try_acquire_for) says nothing about Redis: the breaker does not count it.
+        let excused = |error: &BackendError| callers_deadline && error.is_timeout();
+        Ok(self
+            .failures
+            .run_async_excusing(key, n, store, excused)
+            .await)
     }
 }
 

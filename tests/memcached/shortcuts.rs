@@ -73,6 +73,8 @@ fn a_frozen_server_opens_the_breaker_then_calls_skip_it_and_a_probe_closes_it() 
             "{error}"
         );
         assert!(!outcome.decision().is_allowed());
+        // Fail-closed's retry is when the probe is due, not the backend's timeout.
+        assert_eq!(outcome.decision().retry_after(), Duration::from_secs(1));
     }
     let elapsed = started.elapsed();
     assert!(

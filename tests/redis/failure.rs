@@ -27,6 +27,8 @@ fn limiter(backend: &RedisBackend, policy: FailurePolicy) -> RedisLimiter<FixedW
         policy,
     )
     .unwrap()
+    // Each call here must reach the (dead) server: the breaker is tested in outage.rs.
+    .with_breaker(None)
 }
 
 /// Calls until Redis itself decides again (the connection reconnects in the background).

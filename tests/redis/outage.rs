@@ -1,0 +1,224 @@
+//! The circuit breaker and the deny cache in front of a real Redis: a frozen server (SIGSTOP)
+//! opens the breaker after its failures and calls then return without Redis; a probe closes it
+//! after SIGCONT. A denied key is denied locally, with no command reaching Redis (counted by
+//! `INFO commandstats`), until its `retry_after` on the limiter's clock.
+
+use std::time::{Duration, Instant};
+
+use floodgate::backend::{BreakerConfig, BreakerState, FailureKind, FailurePolicy};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, ManualClock};
+
+use super::server::RedisServer;
+
+/// The backend's timeout while the server is frozen: each call the breaker lets through waits
+/// this long.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// The breaker's back-off: on the limiter's ManualClock, so it passes only when the test says.
+const OPEN_FOR: Duration = Duration::from_secs(5);
+const FAILURES: u32 = 2;
+const SHORT_CIRCUITED: u64 = 100;
+
+/// Scripts the server has run (EVALSHA, or EVAL when it did not have the script yet).
+fn scripts_run(server: &RedisServer) -> u64 {
+    server.calls("evalsha") + server.calls("eval")
+}
+
+#[test]
+fn a_frozen_server_opens_the_breaker_and_a_probe_closes_it() {
+    let server = RedisServer::start();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(TIMEOUT)).unwrap();
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(1_000, Duration::from_secs(60)).unwrap();
+    let breaker = BreakerConfig::new(FAILURES, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "outage",
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+
+    server.freeze();
+    for _ in 0..FAILURES {
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(!outcome.decision().is_allowed());
+        assert_eq!(
+            outcome.failure().map(|e| e.kind()),
+            Some(FailureKind::Timeout)
+        );
+        assert_eq!(outcome.decision().retry_after(), TIMEOUT);
+    }
+    let breaker = limiter.breaker().unwrap();
+    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(limiter.failures().timeouts, u64::from(FAILURES));
+
+    // Open: the policy decides without Redis. 100 calls that reached the frozen server would
+    // take 100 timeouts (200 s); the bound is one timeout for all of them, a hang guard far
+    // under that, while the counters say what happened.
+    let started = Instant::now();
+    for _ in 0..SHORT_CIRCUITED {
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(!outcome.decision().is_allowed());
+        assert_eq!(
+            outcome.failure().map(|e| e.kind()),
+            Some(FailureKind::CircuitOpen)
+        );
+        // Fail-closed's retry is when the breaker's probe is due, not the backend's timeout.
+        assert_eq!(outcome.decision().retry_after(), OPEN_FOR);
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < TIMEOUT,
+        "{SHORT_CIRCUITED} short-circuited calls took {elapsed:?}"
+    );
+    assert_eq!(limiter.failures().short_circuited, SHORT_CIRCUITED);
+    assert_eq!(limiter.failures().timeouts, u64::from(FAILURES));
+    assert_eq!(breaker.short_circuited(), SHORT_CIRCUITED);
+    clock.advance(OPEN_FOR / 2);
+    let halfway = limiter.blocking_try_acquire("k", 1).unwrap();
+    assert_eq!(halfway.retry_after(), OPEN_FOR / 2);
+
+    server.thaw();
+    // Still open on the limiter's clock: the thawed server is not asked yet.
+    let before = scripts_run(&server);
+    assert_eq!(
+        limiter
+            .blocking_try_acquire_outcome("k", 1)
+            .unwrap()
+            .failure()
+            .map(|e| e.kind()),
+        Some(FailureKind::CircuitOpen)
+    );
+    assert_eq!(scripts_run(&server), before);
+    // The probe is due: it reaches Redis, succeeds, and closes the breaker.
+    clock.advance(OPEN_FOR / 2);
+    let probe = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert!(probe.failure().is_none(), "{:?}", probe.failure());
+    assert!(probe.decision().is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert_eq!(scripts_run(&server), before + 1);
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    assert_eq!(limiter.failures().short_circuited, SHORT_CIRCUITED + 2);
+}
+
+#[test]
+fn a_denied_key_is_denied_locally_until_its_retry_after() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::blocking_connect(
+        RedisConfig::single(server.url()).timeout(Duration::from_secs(30)),
+    )
+    .unwrap();
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(2, Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "deny",
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap();
+    let cache = limiter.deny_cache().expect("on by default for Redis");
+    assert!(
+        limiter
+            .blocking_try_acquire("alice", 2)
+            .unwrap()
+            .is_allowed()
+    );
+    let denied = limiter.blocking_try_acquire("alice", 1).unwrap();
+    assert!(!denied.is_allowed());
+    let retry_after = denied.retry_after();
+    assert!(retry_after > Duration::from_secs(1) && retry_after <= Duration::from_secs(60));
+    assert_eq!(cache.denied_locally(), 0);
+
+    // Denied locally: no script reaches Redis, on the blocking path and the async one.
+    let ran = scripts_run(&server);
+    for _ in 0..10 {
+        let local = limiter.blocking_try_acquire_outcome("alice", 1).unwrap();
+        assert!(!local.decision().is_allowed() && local.failure().is_none());
+        assert_eq!(local.decision().retry_after(), retry_after);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for _ in 0..10 {
+            assert!(!limiter.try_acquire("alice", 2).await.unwrap().is_allowed());
+        }
+    });
+    assert_eq!(cache.denied_locally(), 20);
+    assert_eq!(scripts_run(&server), ran);
+    // Another key still goes to Redis.
+    assert!(limiter.blocking_try_acquire("bob", 1).unwrap().is_allowed());
+    assert_eq!(scripts_run(&server), ran + 1);
+
+    // Just before retry_after on the limiter's clock: still local, with what is left of it.
+    clock.advance(retry_after - Duration::from_millis(1));
+    let local = limiter.blocking_try_acquire("alice", 1).unwrap();
+    assert!(!local.is_allowed());
+    assert!(local.retry_after() <= Duration::from_millis(1), "{local:?}");
+    assert_eq!(cache.denied_locally(), 21);
+    assert_eq!(scripts_run(&server), ran + 1);
+    // At retry_after the cache stops answering: the call goes to Redis (whose own window, on
+    // the server's clock, has not moved: it denies again, and the cache holds that denial).
+    clock.advance(Duration::from_millis(1));
+    let asked = limiter.blocking_try_acquire("alice", 1).unwrap();
+    assert!(!asked.is_allowed());
+    assert_eq!(scripts_run(&server), ran + 2);
+    assert_eq!(cache.denied_locally(), 21);
+
+    // With the cache off every call asks Redis.
+    let limiter = limiter.with_deny_cache(None).unwrap();
+    for _ in 0..5 {
+        assert!(
+            !limiter
+                .blocking_try_acquire("alice", 1)
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    assert_eq!(scripts_run(&server), ran + 7);
+}
+
+#[test]
+fn a_try_cut_short_by_the_callers_own_deadline_is_not_held_against_redis() {
+    let server = RedisServer::start();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(TIMEOUT)).unwrap();
+    let breaker = BreakerConfig::new(1, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "cut",
+        window,
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    server.freeze();
+    // The caller's 20 ms run out long before the backend's timeout: a timeout, decided by the
+    // policy and counted, but the breaker (opening at one failure) stays closed.
+    let d = limiter
+        .blocking_try_acquire_for("k", 1, Duration::from_millis(20))
+        .unwrap();
+    assert!(!d.is_allowed());
+    assert_eq!(limiter.failures().timeouts, 1);
+    let breaker = limiter.breaker().unwrap();
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    // A call that waits out the backend's own timeout does count: the breaker opens.
+    let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::Timeout)
+    );
+    assert_eq!(breaker.state(), BreakerState::Open);
+    server.thaw();
+}
