@@ -14,6 +14,25 @@ use crate::limiter::Algorithm;
 /// Per-key limiting: one [`Algorithm`] state word per key, bounded memory. See the
 /// [module docs](crate::keyed) for the guarantees.
 ///
+/// # Which algorithms
+/// Every [`Algorithm`]: its whole state is one `u64` word, decided by one CAS loop, which is what
+/// lets a check on a held key take no lock and write nothing but that word, and a rebuild judge
+/// and move a key by its word. That covers [`FixedWindow`](crate::FixedWindow) (up to 2^24 − 1
+/// per window), [`Gcra`](crate::Gcra) (= token / leaky bucket), and
+/// [`PackedSlidingWindow`](crate::PackedSlidingWindow), a sliding window whose ring of counts is
+/// packed into the word (2 cells up to 65,535 per window, 8 cells up to 15).
+///
+/// [`SlidingWindow`](crate::SlidingWindow) with larger limits is not a keyed algorithm: its
+/// [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) is a ring of `cells + future` cell
+/// words plus as many marks, and a `head` and a `base` word on their own cache lines, and a
+/// crossing into a new cell writes several of them (seal, mark, publish), so it is not one word
+/// one CAS can decide. Its memory per key would be 16 bytes a ring slot plus a 384-byte struct:
+/// for 60 one-second cells (15 future cells by default) 75 × 16 + 384 = 1,584 bytes in three
+/// allocations, against 24 bytes a `u64` key here (at most 32 with the table's slack), some 50
+/// to 66 times more: 158 MB instead of 2.4 to 3.2 MB at the default cap of 100,000 keys. For a
+/// large per-key limit without the fixed window's edge burst, use `Gcra` (a smooth rate with a
+/// burst), or `PackedSlidingWindow` with 2 cells up to 65,535.
+///
 /// ```
 /// use floodgate::{FixedWindow, Keyed, ManualClock};
 /// use std::time::Duration;
