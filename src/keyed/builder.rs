@@ -2,12 +2,60 @@
 
 use std::hash::Hash;
 
-use super::penalty::{PenalizedKeyed, PenaltyBox};
+use super::cap::WhenFull;
+use super::facade::KeyedFacade;
+use super::limiter::Keyed;
+use super::penalized::PenalizedKeyed;
+use super::penalty::PenaltyBox;
 use super::shards::{KEYS_PER_SHARD_TARGET, ShardedMap};
-use super::{Keyed, WhenFull};
+use super::slot::{LimiterSlot, Rules};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::ConfigError;
 use crate::limiter::Algorithm;
+
+impl<A: Algorithm> Keyed<(), A, QuantaClock> {
+    /// Starts building a keyed limiter running `algorithm` for every key.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u32, _> = Keyed::builder(FixedWindow::new(3, Duration::from_secs(1))?)
+    ///     .max_keys(64)
+    ///     .build()?;
+    /// assert_eq!(keyed.try_acquire(&7, 1)?.remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder(algorithm: A) -> KeyedBuilder<A, QuantaClock> {
+        KeyedBuilder {
+            algorithm,
+            clock: QuantaClock::new(),
+            max_keys: 100_000,
+            shards: None,
+            when_full: WhenFull::DenyNewKeys,
+        }
+    }
+}
+
+impl<K, A> Keyed<K, A, QuantaClock>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Algorithm,
+{
+    /// A keyed limiter holding at most `max_keys` keys, with the defaults of [`KeyedBuilder`].
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for `max_keys = 0`.
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed = Keyed::new(Gcra::new(Rate::per_second(5), 5)?, 10_000)?;
+    /// assert!(keyed.try_acquire(&42u64, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(algorithm: A, max_keys: usize) -> Result<Self, ConfigError> {
+        Keyed::builder(algorithm).max_keys(max_keys).build()
+    }
+}
 
 /// Builds a [`Keyed`] or [`PenalizedKeyed`] limiter. Defaults: [`QuantaClock`], 100,000 keys,
 /// [`WhenFull::DenyNewKeys`], shards chosen from the core count and the cap.
@@ -26,11 +74,11 @@ use crate::limiter::Algorithm;
 #[derive(Debug)]
 #[must_use]
 pub struct KeyedBuilder<A, C = QuantaClock> {
-    pub(super) algorithm: A,
-    pub(super) clock: C,
-    pub(super) max_keys: usize,
-    pub(super) shards: Option<usize>,
-    pub(super) when_full: WhenFull,
+    algorithm: A,
+    clock: C,
+    max_keys: usize,
+    shards: Option<usize>,
+    when_full: WhenFull,
 }
 
 impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
@@ -113,12 +161,19 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
         self
     }
 
-    fn map<K, S>(&self) -> Result<ShardedMap<K, S>, ConfigError>
+    /// The limiter's map, with `extra` beside the algorithm in its rules: the one place both
+    /// `build`s go through.
+    fn facade<K, S, E>(self, extra: E) -> Result<KeyedFacade<K, S, A, E, C>, ConfigError>
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
-        S: Default + Send + Sync + 'static,
+        S: LimiterSlot<A, E>,
     {
-        sharded_map(self.max_keys, self.shards, self.when_full)
+        let map = sharded_map(self.max_keys, self.shards, self.when_full)?;
+        let rules = Rules {
+            algorithm: self.algorithm,
+            extra,
+        };
+        Ok(KeyedFacade::new(map, rules, self.clock))
     }
 
     /// A keyed limiter for keys of type `K`.
@@ -141,9 +196,7 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
         K: Hash + Eq + Clone + Send + Sync + 'static,
     {
         Ok(Keyed {
-            map: self.map()?,
-            algorithm: self.algorithm,
-            clock: self.clock,
+            facade: self.facade(())?,
         })
     }
 
@@ -170,12 +223,9 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
     {
-        Ok(PenalizedKeyed::from_parts(
-            self.map()?,
-            self.algorithm,
-            penalty,
-            self.clock,
-        ))
+        Ok(PenalizedKeyed {
+            facade: self.facade(penalty)?,
+        })
     }
 }
 

@@ -15,13 +15,11 @@
 //! and write nothing, and so does a strike that raced the one starting the block (its retry
 //! finds the block and keeps it).
 
-use std::borrow::Borrow;
-use std::hash::Hash;
 use std::time::Duration;
 
-use super::shards::{KeySlot, Liveness, ShardedMap};
-use super::{KeyedStats, word_liveness};
-use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use super::shards::{KeySlot, Liveness};
+use super::slot::{LimiterSlot, Rules, decide_word, word_liveness};
+use crate::clock::{Clock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision};
 use crate::limiter::{Algorithm, Step, update};
 use crate::sync::{AtomicU64, Ordering};
@@ -195,18 +193,20 @@ pub(crate) struct JailedSlot {
     jail: AtomicU64,
 }
 
-/// The configuration a [`JailedSlot`] is read with.
-pub(crate) struct Rules<A> {
-    algorithm: A,
-    penalty: PenaltyBox,
+impl JailedSlot {
+    /// Nanoseconds the key stays blocked, if it is blocked at `now`.
+    pub(crate) fn blocked_for(&self, now: u64) -> Option<u64> {
+        // Relaxed: a snapshot of one self-contained word.
+        PenaltyBox::blocked_for(self.jail.load(Ordering::Relaxed), now)
+    }
 }
 
-impl<A: Algorithm> KeySlot<Rules<A>> for JailedSlot {
-    fn liveness(&self, rules: &Rules<A>, now: u64) -> Liveness {
+impl<A: Algorithm> KeySlot<Rules<A, PenaltyBox>> for JailedSlot {
+    fn liveness(&self, rules: &Rules<A, PenaltyBox>, now: u64) -> Liveness {
         // Relaxed: snapshots of self-contained words, as `WordSlot::liveness`.
         let state = self.state.load(Ordering::Relaxed);
         let jail = self.jail.load(Ordering::Relaxed);
-        let jailed = rules.penalty.liveness(jail, now);
+        let jailed = rules.extra.liveness(jail, now);
         match (word_liveness(&rules.algorithm, state, now), jailed) {
             (Liveness::Idle, None) => Liveness::Idle,
             (Liveness::Idle, Some(idle_in)) => Liveness::Live { used: 1, idle_in },
@@ -224,310 +224,37 @@ impl<A: Algorithm> KeySlot<Rules<A>> for JailedSlot {
     }
 }
 
-/// A [`Keyed`](super::Keyed) limiter with a [`PenaltyBox`]: a key denied `strikes` times within
-/// the span is refused everything for the block time. Built with
-/// [`KeyedBuilder::build_with_penalty`](super::KeyedBuilder::build_with_penalty). Each key holds
-/// two words (the algorithm's and the jail word); a blocked key is evicted last.
-///
-/// ```
-/// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
-/// use std::time::Duration;
-/// let clock = ManualClock::new();
-/// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
-///     .clock(clock.clone())
-///     .build_with_penalty::<u32>(PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?)?;
-/// assert!(per_ip.try_acquire(&7, 1)?.is_allowed());
-/// assert!(!per_ip.try_acquire(&7, 1)?.is_allowed()); // strike 1
-/// let blocked = per_ip.try_acquire(&7, 1)?; // strike 2: blocked for a minute
-/// assert_eq!(blocked.retry_after(), Duration::from_secs(60));
-/// clock.advance(Duration::from_secs(30)); // the window has long reset, the block has not
-/// assert!(!per_ip.try_acquire(&7, 1)?.is_allowed());
-/// assert!(per_ip.is_blocked(&7));
-/// clock.advance(Duration::from_secs(30));
-/// assert!(per_ip.try_acquire(&7, 1)?.is_allowed());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub struct PenalizedKeyed<K, A, C = QuantaClock> {
-    map: ShardedMap<K, JailedSlot>,
-    rules: Rules<A>,
-    clock: C,
-}
+impl<A: Algorithm> LimiterSlot<A, PenaltyBox> for JailedSlot {
+    #[inline]
+    fn state(&self) -> &AtomicU64 {
+        &self.state
+    }
 
-impl<K, A, C> PenalizedKeyed<K, A, C>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: Algorithm,
-    C: Clock,
-{
-    pub(crate) fn from_parts(
-        map: ShardedMap<K, JailedSlot>,
-        algorithm: A,
-        penalty: PenaltyBox,
-        clock: C,
-    ) -> Self {
-        PenalizedKeyed {
-            map,
-            rules: Rules { algorithm, penalty },
-            clock,
+    /// A blocked key is refused outright (`retry_after` = what is left of its block); otherwise
+    /// the algorithm decides, and a denial is a strike.
+    #[inline]
+    fn acquire(
+        &self,
+        rules: &Rules<A, PenaltyBox>,
+        floor: &AtomicU64,
+        now: u64,
+        clock: &impl Clock,
+        n: u32,
+    ) -> Result<Decision, AcquireError> {
+        let Rules {
+            algorithm,
+            extra: penalty,
+        } = rules;
+        if let Some(left) = self.blocked_for(now) {
+            return Ok(Decision::deny(algorithm.limit(), 0, left, left));
         }
-    }
-
-    /// One permit for `key`, now, without a `Result`: [`try_acquire(key, 1)`](Self::try_acquire)
-    /// (governor's `check_key`). One permit is a valid request for every limit.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
-    ///     .build_with_penalty::<u64>(penalty)?;
-    /// assert!(keyed.check(&7).is_allowed());
-    /// assert!(!keyed.check(&7).is_allowed());
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn check<Q>(&self, key: &Q) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.try_acquire(key, 1)
-            .unwrap_or_else(|_| Decision::deny(self.rules.algorithm.limit(), 0, u64::MAX, u64::MAX))
-    }
-
-    /// As [`Keyed::try_acquire`](super::Keyed::try_acquire), refusing a blocked key outright (`retry_after`
-    /// = what is left of its block), and counting each denial as a strike.
-    ///
-    /// # Errors
-    /// [`AcquireError`] when `n` is zero or above the capacity (not a strike).
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
-    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
-    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed());
-    /// assert_eq!(keyed.try_acquire(&1, 1)?.retry_after(), Duration::from_secs(60)); // one strike: blocked
-    /// assert!(keyed.try_acquire(&1, 0).is_err()); // zero permits: an error, not a strike
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let Rules { algorithm, penalty } = &self.rules;
-        algorithm.check_permits(n)?;
-        let decided = self
-            .map
-            .access(key, &self.clock, &self.rules, |slot, now, floor| {
-                // Relaxed: the jail word is self-contained; see limiter::update.
-                let jail = slot.jail.load(Ordering::Relaxed);
-                if let Some(left) = PenaltyBox::blocked_for(jail, now) {
-                    return Ok(Decision::deny(algorithm.limit(), 0, left, left));
-                }
-                let decision =
-                    super::decide_slot(algorithm, &slot.state, floor, now, &self.clock, n)?;
-                if decision.is_allowed() {
-                    return Ok(decision);
-                }
-                Ok(update(&slot.jail, |jail| {
-                    penalty.strike(jail, now, decision)
-                }))
-            });
-        decided.unwrap_or_else(|refused| {
-            Ok(Decision::deny(
-                algorithm.limit(),
-                0,
-                refused.retry_after,
-                refused.retry_after,
-            ))
-        })
-    }
-
-    /// Whether `key` is blocked now.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
-    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.try_acquire(&1, 1)?;
-    /// keyed.try_acquire(&1, 1)?; // denied: a strike, and one is enough
-    /// assert!(keyed.is_blocked(&1) && !keyed.is_blocked(&2));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn is_blocked<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.map.peek(key, &self.clock, |slot, now, _floor| {
-            // Relaxed: a snapshot of one self-contained word.
-            slot.is_some_and(|slot| {
-                PenaltyBox::blocked_for(slot.jail.load(Ordering::Relaxed), now).is_some()
-            })
-        })
-    }
-
-    /// Lifts `key`'s block and forgets its strikes and its limiter state; returns whether it was
-    /// held.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
-    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.try_acquire(&1, 1)?;
-    /// keyed.try_acquire(&1, 1)?; // blocked now
-    /// assert!(keyed.forget(&1) && !keyed.forget(&2));
-    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed()); // a clean slate
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn forget<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.map.remove(key, &self.clock, &self.rules)
-    }
-
-    /// Drops every idle key (limiter idle, no strike in a live span, no block); returns how many.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
-    /// use std::time::Duration;
-    /// let clock = ManualClock::new();
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
-    ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.try_acquire(&1, 1)?;
-    /// clock.advance(Duration::from_secs(1)); // the window is over: key 1 is idle
-    /// assert_eq!((keyed.retain_recent(), keyed.len()), (1, 0));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn retain_recent(&self) -> usize {
-        self.map.retain_recent(&self.clock, &self.rules)
-    }
-
-    /// [`retain_recent`](Self::retain_recent), then gives the freed memory back.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
-    /// use std::time::Duration;
-    /// let clock = ManualClock::new();
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
-    ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
-    /// keyed.try_acquire(&1, 1)?;
-    /// assert_eq!(keyed.shrink(), 0); // key 1 is still live
-    /// clock.advance(Duration::from_secs(1));
-    /// assert_eq!(keyed.shrink(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn shrink(&self) -> usize {
-        let dropped = self.retain_recent();
-        self.map.shrink_to_fit(&self.clock, &self.rules);
-        dropped
-    }
-
-    /// Keys held now.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
-    ///     .build_with_penalty::<u8>(penalty)?;
-    /// keyed.try_acquire(&1, 1)?;
-    /// keyed.try_acquire(&2, 1)?;
-    /// assert_eq!(keyed.len(), 2);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// Whether no key is held.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
-    ///     .build_with_penalty::<u8>(penalty)?;
-    /// assert!(keyed.is_empty());
-    /// keyed.try_acquire(&1, 1)?;
-    /// assert!(!keyed.is_empty());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Counters: keys held, evictions, refusals, sweeps.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
-    ///     .max_keys(1).shards(1).build_with_penalty::<u8>(penalty)?;
-    /// keyed.try_acquire(&1, 1)?;
-    /// assert!(!keyed.try_acquire(&2, 1)?.is_allowed()); // no room for a second key
-    /// assert_eq!(keyed.stats().refused_new_keys, 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn stats(&self) -> KeyedStats {
-        self.map.stats()
-    }
-
-    /// The penalty configuration.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
-    ///     .build_with_penalty::<u8>(penalty)?;
-    /// assert_eq!(*keyed.penalty(), penalty);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn penalty(&self) -> &PenaltyBox {
-        &self.rules.penalty
-    }
-
-    /// The algorithm every key runs.
-    ///
-    /// ```
-    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(2))?)
-    ///     .build_with_penalty::<u8>(penalty)?;
-    /// assert_eq!(keyed.algorithm().window(), Duration::from_secs(2));
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn algorithm(&self) -> &A {
-        &self.rules.algorithm
-    }
-
-    /// The clock.
-    ///
-    /// ```
-    /// use floodgate::{Clock, FixedWindow, Keyed, ManualClock, PenaltyBox};
-    /// use std::time::Duration;
-    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
-    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
-    ///     .clock(ManualClock::starting_at(42))
-    ///     .build_with_penalty::<u8>(penalty)?;
-    /// assert_eq!(keyed.clock().now_nanos(), 42);
-    /// # Ok::<(), floodgate::ConfigError>(())
-    /// ```
-    pub fn clock(&self) -> &C {
-        &self.clock
+        let decision = decide_word(algorithm, &self.state, floor, now, clock, n)?;
+        if decision.is_allowed() {
+            return Ok(decision);
+        }
+        Ok(update(&self.jail, |jail| {
+            penalty.strike(jail, now, decision)
+        }))
     }
 }
 

@@ -34,7 +34,7 @@ use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 
-use super::{KeyedStats, WhenFull};
+use super::cap::{KeyedStats, WhenFull};
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
 

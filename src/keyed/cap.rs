@@ -1,0 +1,54 @@
+//! The cap on keys: what a full shard does with a new key ([`WhenFull`]) and the counters of
+//! what the map did ([`KeyedStats`]).
+
+/// What a full shard does with a new key when none of its keys is idle.
+///
+/// ```
+/// use floodgate::keyed::WhenFull;
+/// assert_eq!(WhenFull::default(), WhenFull::DenyNewKeys);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WhenFull {
+    /// Deny requests from keys not already tracked until some key becomes idle (the denial's
+    /// `retry_after` says when that can first happen). Keys already tracked are never
+    /// disturbed, so a flood of new keys cannot reset the counts of the keys it competes with.
+    #[default]
+    DenyNewKeys,
+    /// Make room by evicting the live keys holding the fewest permits, so forgetting them hands
+    /// back as few permits as possible: an eighth of the shard (at most 1,024 keys) at a time,
+    /// chosen by a scan of the shard, so a flood of new keys costs O(1) amortized. Not LRU:
+    /// recency would cost a write on every check, including denials, and 8 more bytes a key.
+    EvictLeastUsed,
+}
+
+/// Counters of a keyed limiter, summed over its shards.
+///
+/// ```
+/// use floodgate::{FixedWindow, Keyed, ManualClock};
+/// use std::time::Duration;
+/// let keyed: Keyed<u64, _, _> = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+///     .clock(ManualClock::new())
+///     .max_keys(1)
+///     .build()?;
+/// keyed.try_acquire(&1, 1)?;
+/// assert!(!keyed.try_acquire(&2, 1)?.is_allowed()); // full of live keys: a new key is refused
+/// assert_eq!(keyed.stats().refused_new_keys, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyedStats {
+    /// Keys held now.
+    pub keys: usize,
+    /// The cap (`max_keys` rounded down to a multiple of the shard count).
+    pub max_keys: usize,
+    /// Idle keys dropped (by sweeps, [`Keyed::retain_recent`](crate::Keyed::retain_recent), or
+    /// eviction).
+    pub evicted_idle: u64,
+    /// Live keys evicted to make room ([`WhenFull::EvictLeastUsed`]); each may change decisions.
+    pub evicted_live: u64,
+    /// Requests from new keys denied for lack of room ([`WhenFull::DenyNewKeys`]).
+    pub refused_new_keys: u64,
+    /// Shard sweeps run.
+    pub sweeps: u64,
+}

@@ -1,0 +1,175 @@
+//! [`KeyedFacade`]: the map-facing code of a keyed limiter, written once over its slot type.
+//! [`Keyed`](crate::Keyed) (a [`WordSlot`](super::slot::WordSlot) per key) and
+//! [`PenalizedKeyed`](crate::PenalizedKeyed) (a jailed slot per key) are thin public types over
+//! it.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+
+use super::cap::KeyedStats;
+use super::shards::ShardedMap;
+use super::slot::{LimiterSlot, Rules};
+use crate::clock::Clock;
+use crate::decision::{AcquireError, ConfigError, Decision};
+use crate::limiter::{Algorithm, read_at_floor};
+use crate::sync::Ordering;
+
+/// A keyed limiter over slots of type `S`: the map, the rules its slots are read with, the clock.
+pub(crate) struct KeyedFacade<K, S, A, E, C> {
+    map: ShardedMap<K, S>,
+    rules: Rules<A, E>,
+    clock: C,
+}
+
+impl<K, S, A, E, C> KeyedFacade<K, S, A, E, C> {
+    pub(crate) fn new(map: ShardedMap<K, S>, rules: Rules<A, E>, clock: C) -> Self {
+        KeyedFacade { map, rules, clock }
+    }
+
+    pub(crate) fn rules(&self) -> &Rules<A, E> {
+        &self.rules
+    }
+
+    pub(crate) fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    pub(crate) fn max_keys(&self) -> usize {
+        self.map.max_keys()
+    }
+
+    pub(crate) fn shards(&self) -> usize {
+        self.map.shard_count()
+    }
+
+    /// The public type's `Debug`: its name, the algorithm and the map's shape.
+    pub(crate) fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result
+    where
+        A: fmt::Debug,
+    {
+        f.debug_struct(name)
+            .field("algorithm", &self.rules.algorithm)
+            .field("max_keys", &self.map.max_keys())
+            .field("shards", &self.map.shard_count())
+            .finish_non_exhaustive()
+    }
+
+    /// The map itself (tests look at its memory).
+    #[cfg(test)]
+    pub(crate) fn map(&self) -> &ShardedMap<K, S> {
+        &self.map
+    }
+}
+
+impl<K, S, A, E, C> KeyedFacade<K, S, A, E, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: LimiterSlot<A, E>,
+    A: Algorithm,
+    C: Clock,
+{
+    /// `try_acquire(key, 1)`, a failure (a capacity lowered to zero meanwhile) read as a denial
+    /// with no time to wait.
+    pub(crate) fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_acquire(key, 1)
+            .unwrap_or_else(|_| Decision::deny(self.rules.algorithm.limit(), 0, u64::MAX, u64::MAX))
+    }
+
+    /// Checks `n`, then decides it on `key`'s slot (inserted if new and there is room); a new
+    /// key refused for lack of room is denied until some key of its shard can be idle.
+    #[inline]
+    pub(crate) fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let rules = &self.rules;
+        rules.algorithm.check_permits(n)?;
+        let decided = self
+            .map
+            .access(key, &self.clock, rules, |slot, now, floor| {
+                slot.acquire(rules, floor, now, &self.clock, n)
+            });
+        decided.unwrap_or_else(|refused| {
+            Ok(Decision::deny(
+                rules.algorithm.limit(),
+                0,
+                refused.retry_after,
+                refused.retry_after,
+            ))
+        })
+    }
+
+    /// The decision `n` permits would get now on `key`'s algorithm word, taking nothing and
+    /// inserting nothing.
+    pub(crate) fn peek<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let algorithm = &self.rules.algorithm;
+        algorithm.check_permits(n)?;
+        Ok(self.map.peek(key, &self.clock, |slot, now, floor| {
+            // Acquire: pairs with the Release CAS of `update_at`, so the floor read next is the
+            // key's last writer's or later.
+            let state = slot.map_or(0, |slot| slot.state().load(Ordering::Acquire));
+            let now = if A::NEEDS_TIME_FLOOR {
+                // After the Acquire load above.
+                read_at_floor(now, floor)
+            } else {
+                now
+            };
+            algorithm.decide(state, now, n).decision
+        }))
+    }
+
+    /// Runs `run(slot, now)` on `key`'s slot if it is held; inserts nothing.
+    pub(crate) fn peek_slot<Q, T>(&self, key: &Q, run: impl FnOnce(Option<&S>, u64) -> T) -> T
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map
+            .peek(key, &self.clock, |slot, now, _floor| run(slot, now))
+    }
+
+    pub(crate) fn retain_recent(&self) -> usize {
+        self.map.retain_recent(&self.clock, &self.rules)
+    }
+
+    pub(crate) fn shrink(&self) -> usize {
+        let dropped = self.retain_recent();
+        self.map.shrink_to_fit(&self.clock, &self.rules);
+        dropped
+    }
+
+    pub(crate) fn forget<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.remove(key, &self.clock, &self.rules)
+    }
+
+    pub(crate) fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.rules
+            .algorithm
+            .set_limit(limit, self.clock.now_nanos())?;
+        // A new configuration may bring idle times forward: let the next inserts sweep.
+        self.map.forget_idle_bounds();
+        Ok(())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(crate) fn stats(&self) -> KeyedStats {
+        self.map.stats()
+    }
+}

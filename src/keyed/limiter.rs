@@ -1,0 +1,382 @@
+//! [`Keyed`]: a keyed limiter with one algorithm word per key, a thin public type over
+//! [`KeyedFacade`].
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+use super::cap::KeyedStats;
+use super::facade::KeyedFacade;
+use super::slot::WordSlot;
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{AcquireError, ConfigError, Decision};
+use crate::limiter::Algorithm;
+
+/// Per-key limiting: one [`Algorithm`] state word per key, bounded memory. See the
+/// [module docs](crate::keyed) for the guarantees.
+///
+/// # Which algorithms
+/// Every [`Algorithm`]: its whole state is one `u64` word, decided by one CAS loop, which is what
+/// lets a check on a held key take no lock and write nothing but that word, and a rebuild judge
+/// and move a key by its word. That covers [`FixedWindow`](crate::FixedWindow) (up to 2^24 − 1
+/// per window), [`Gcra`](crate::Gcra) (= token / leaky bucket), and
+/// [`PackedSlidingWindow`](crate::PackedSlidingWindow), a sliding window whose ring of counts is
+/// packed into the word (2 cells up to 65,535 per window, 8 cells up to 15).
+///
+/// [`SlidingWindow`](crate::SlidingWindow) with larger limits is not a keyed algorithm: its
+/// [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) is a ring of `cells + future` cell
+/// words plus as many marks, and a `head` and a `base` word on their own cache lines, and a
+/// crossing into a new cell writes several of them (seal, mark, publish), so it is not one word
+/// one CAS can decide. Its memory per key would be 16 bytes a ring slot plus a 384-byte struct:
+/// for 60 one-second cells (15 future cells by default) 75 × 16 + 384 = 1,584 bytes in three
+/// allocations, against 24 bytes a `u64` key here (at most 32 with the table's slack), some 50
+/// to 66 times more: 158 MB instead of 2.4 to 3.2 MB at the default cap of 100,000 keys. For a
+/// large per-key limit without the fixed window's edge burst, use `Gcra` (a smooth rate with a
+/// burst), or `PackedSlidingWindow` with 2 cells up to 65,535.
+///
+/// ```
+/// use floodgate::{FixedWindow, Keyed, ManualClock};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// let keyed: Keyed<String, _, _> =
+///     Keyed::builder(FixedWindow::new(2, Duration::from_secs(1))?)
+///         .clock(clock.clone())
+///         .build()?;
+/// assert_eq!(keyed.try_acquire("a", 1)?.remaining(), 1);
+/// assert_eq!(keyed.try_acquire("a", 1)?.remaining(), 0);
+/// assert!(!keyed.try_acquire("a", 1)?.is_allowed());
+/// clock.advance(Duration::from_secs(1));
+/// assert!(keyed.try_acquire("a", 1)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Keyed<K, A, C = QuantaClock> {
+    pub(super) facade: KeyedFacade<K, WordSlot, A, (), C>,
+}
+
+impl<K, A, C> Keyed<K, A, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Algorithm,
+    C: Clock,
+{
+    /// One permit for `key`, now, without a `Result`: [`try_acquire(key, 1)`](Self::try_acquire)
+    /// (governor's `check_key`). One permit is a valid request for every limit.
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1)?, 100)?;
+    /// assert!(keyed.check(&7).is_allowed());
+    /// assert!(!keyed.check(&7).is_allowed());
+    /// assert!(keyed.check(&8).is_allowed());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.facade.check(key)
+    }
+
+    /// Takes `n` permits from `key`'s limiter if they are available now; never blocks. A new key
+    /// starts fresh. A denial writes nothing shared.
+    ///
+    /// # Errors
+    /// [`AcquireError`] when `n` is zero or above the capacity.
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed: Keyed<String, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1)?, 100)?;
+    /// assert!(keyed.try_acquire("10.0.0.1", 1)?.is_allowed()); // &str looks up String keys
+    /// assert!(keyed.try_acquire("10.0.0.1", 2).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.facade.try_acquire(key, n)
+    }
+
+    /// The decision `n` permits would get now for `key`, without taking them or inserting it.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 3)?, 100)?;
+    /// assert_eq!(keyed.peek(&7, 1)?.remaining(), 2);
+    /// assert!(keyed.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.facade.peek(key, n)
+    }
+
+    /// Drops every key that is idle now (decides as a fresh key would); returns how many.
+    /// Never changes a decision.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let keyed: Keyed<u32, _, _> = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert_eq!(keyed.retain_recent(), 0); // key 1 is live until its window ends
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(keyed.retain_recent(), 1);
+    /// assert!(keyed.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retain_recent(&self) -> usize {
+        self.facade.retain_recent()
+    }
+
+    /// [`retain_recent`](Self::retain_recent), then gives the freed memory back to the allocator.
+    /// Returns how many keys were dropped.
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, ManualClock, Rate};
+    /// let clock = ManualClock::new();
+    /// let keyed: Keyed<u32, _, _> = Keyed::builder(Gcra::new(Rate::per_second(1000), 1)?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// for key in 0..1000 { keyed.try_acquire(&key, 1)?; }
+    /// clock.advance(std::time::Duration::from_millis(1));
+    /// assert_eq!(keyed.shrink(), 1000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shrink(&self) -> usize {
+        self.facade.shrink()
+    }
+
+    /// Forgets `key` (it starts fresh next time); returns whether it was held.
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 1)?, 10)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(keyed.forget(&1));
+    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forget<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.facade.forget(key)
+    }
+
+    /// Changes every key's limit live (see [`Algorithm::set_limit`]).
+    ///
+    /// # Errors
+    /// As [`Algorithm::set_limit`]; the old limit then stays.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// let keyed: Keyed<u8, _> = Keyed::new(FixedWindow::new(1, std::time::Duration::from_secs(1))?, 10)?;
+    /// keyed.set_limit(3)?;
+    /// assert_eq!(keyed.try_acquire(&0, 1)?.remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.facade.set_limit(limit)
+    }
+
+    /// Keys held now.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// let window = FixedWindow::new(5, std::time::Duration::from_secs(1))?;
+    /// let keyed: Keyed<u8, _> = Keyed::new(window, 10)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&2, 1)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert_eq!(keyed.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.facade.len()
+    }
+
+    /// Whether no key is held.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// let window = FixedWindow::new(5, std::time::Duration::from_secs(1))?;
+    /// let keyed: Keyed<u8, _> = Keyed::new(window, 10)?;
+    /// assert!(keyed.is_empty());
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(!keyed.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The cap on keys held (`max_keys` rounded down to a multiple of the shard count).
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _> =
+    ///     Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?).max_keys(10).shards(4).build()?;
+    /// assert_eq!(keyed.max_keys(), 8); // rounded down to a multiple of 4 shards
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.facade.max_keys()
+    }
+
+    /// The number of shards.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _> =
+    ///     Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?).shards(16).build()?;
+    /// assert_eq!(keyed.shards(), 16);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn shards(&self) -> usize {
+        self.facade.shards()
+    }
+
+    /// Counters: keys held, evictions, refusals, sweeps.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .max_keys(1).shards(1).clock(ManualClock::new()).build()?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(!keyed.try_acquire(&2, 1)?.is_allowed()); // full: the new key is refused
+    /// let stats = keyed.stats();
+    /// assert_eq!((stats.keys, stats.refused_new_keys), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> KeyedStats {
+        self.facade.stats()
+    }
+
+    /// The algorithm every key runs, with its live configuration.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _> = Keyed::new(FixedWindow::new(5, Duration::from_secs(2))?, 10)?;
+    /// assert_eq!(keyed.algorithm().window(), Duration::from_secs(2));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn algorithm(&self) -> &A {
+        &self.facade.rules().algorithm
+    }
+
+    /// The clock.
+    ///
+    /// ```
+    /// use floodgate::{Clock, FixedWindow, Keyed, ManualClock};
+    /// use std::time::Duration;
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::starting_at(42)).build()?;
+    /// assert_eq!(keyed.clock().now_nanos(), 42);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.facade.clock()
+    }
+}
+
+impl<K, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.facade.debug("Keyed", f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FixedWindow, ManualClock};
+    use std::time::Duration;
+
+    /// A flood of keys that goes idle gives its memory back at the next sweep, with no explicit
+    /// `shrink()`: the shards follow their keys down.
+    #[test]
+    fn a_sweep_hands_back_the_memory_of_a_flood_gone_idle() {
+        let clock = ManualClock::new();
+        let keyed: Keyed<u64, _, _> =
+            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+                .clock(clock.clone())
+                .max_keys(100_000)
+                .shards(4)
+                .build()
+                .unwrap();
+        for key in 0..40_000u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        assert!(keyed.facade.map().capacity() >= 40_000);
+        clock.advance(Duration::from_secs(2)); // every window over: every key idle
+        assert_eq!(keyed.retain_recent(), 40_000);
+        assert!(
+            keyed.facade.map().capacity() < 2_000,
+            "{} slots kept",
+            keyed.facade.map().capacity()
+        );
+        // A shard that still holds keys keeps room for them (no shrink below twice its keys).
+        for key in 0..1_000u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        clock.advance(Duration::from_millis(500));
+        assert_eq!(keyed.retain_recent(), 0);
+        assert!(keyed.facade.map().capacity() >= 1_000);
+    }
+
+    /// A flood that fills the map to its cap and goes idle: the next new keys sweep their full
+    /// shards, which shrink to twice the keys they keep, with no `retain_recent` or `shrink()`.
+    /// Below the cap idle keys stay (a key used again is not re-inserted).
+    #[test]
+    fn new_keys_after_a_flood_gone_idle_hand_its_memory_back() {
+        let clock = ManualClock::new();
+        let keyed: Keyed<u64, _, _> =
+            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+                .clock(clock.clone())
+                .max_keys(40_000)
+                .shards(4)
+                .build()
+                .unwrap();
+        // More keys than the cap: every shard fills up, the rest are refused.
+        for key in 0..60_000u64 {
+            keyed.try_acquire(&key, 1).unwrap();
+        }
+        assert_eq!(keyed.len(), 40_000);
+        let flooded = keyed.facade.map().capacity();
+        assert!(flooded >= 40_000);
+        clock.advance(Duration::from_secs(2)); // every window over: every key idle
+        for key in 60_000..60_100u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        assert_eq!(keyed.len(), 100, "the idle flood was swept");
+        assert!(
+            keyed.facade.map().capacity() < 1_000,
+            "{} slots kept of {flooded}",
+            keyed.facade.map().capacity()
+        );
+        assert_eq!(keyed.stats().evicted_idle, 40_000);
+        // Below the cap, keys gone idle are kept and found again in place.
+        clock.advance(Duration::from_secs(2));
+        for key in 60_000..60_100u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        let stats = keyed.stats();
+        assert_eq!((stats.keys, stats.evicted_idle), (100, 40_000));
+    }
+}

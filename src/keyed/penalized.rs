@@ -1,0 +1,272 @@
+//! [`PenalizedKeyed`]: a keyed limiter with a penalty box, a thin public type over
+//! [`KeyedFacade`] with a jailed slot (the algorithm's word and the jail word) per key.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+use super::cap::KeyedStats;
+use super::facade::KeyedFacade;
+use super::penalty::{JailedSlot, PenaltyBox};
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{AcquireError, Decision};
+use crate::limiter::Algorithm;
+
+/// A [`Keyed`](crate::Keyed) limiter with a [`PenaltyBox`]: a key denied `strikes` times within
+/// the span is refused everything for the block time. Built with
+/// [`KeyedBuilder::build_with_penalty`](crate::keyed::KeyedBuilder::build_with_penalty). Each key holds
+/// two words (the algorithm's and the jail word); a blocked key is evicted last.
+///
+/// ```
+/// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+/// use std::time::Duration;
+/// let clock = ManualClock::new();
+/// let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+///     .clock(clock.clone())
+///     .build_with_penalty::<u32>(PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?)?;
+/// assert!(per_ip.try_acquire(&7, 1)?.is_allowed());
+/// assert!(!per_ip.try_acquire(&7, 1)?.is_allowed()); // strike 1
+/// let blocked = per_ip.try_acquire(&7, 1)?; // strike 2: blocked for a minute
+/// assert_eq!(blocked.retry_after(), Duration::from_secs(60));
+/// clock.advance(Duration::from_secs(30)); // the window has long reset, the block has not
+/// assert!(!per_ip.try_acquire(&7, 1)?.is_allowed());
+/// assert!(per_ip.is_blocked(&7));
+/// clock.advance(Duration::from_secs(30));
+/// assert!(per_ip.try_acquire(&7, 1)?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PenalizedKeyed<K, A, C = QuantaClock> {
+    pub(super) facade: KeyedFacade<K, JailedSlot, A, PenaltyBox, C>,
+}
+
+impl<K, A, C> PenalizedKeyed<K, A, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Algorithm,
+    C: Clock,
+{
+    /// One permit for `key`, now, without a `Result`: [`try_acquire(key, 1)`](Self::try_acquire)
+    /// (governor's `check_key`). One permit is a valid request for every limit.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u64>(penalty)?;
+    /// assert!(keyed.check(&7).is_allowed());
+    /// assert!(!keyed.check(&7).is_allowed());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.facade.check(key)
+    }
+
+    /// As [`Keyed::try_acquire`](crate::Keyed::try_acquire), refusing a blocked key outright (`retry_after`
+    /// = what is left of its block), and counting each denial as a strike.
+    ///
+    /// # Errors
+    /// [`AcquireError`] when `n` is zero or above the capacity (not a strike).
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
+    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed());
+    /// assert_eq!(keyed.try_acquire(&1, 1)?.retry_after(), Duration::from_secs(60)); // one strike: blocked
+    /// assert!(keyed.try_acquire(&1, 0).is_err()); // zero permits: an error, not a strike
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.facade.try_acquire(key, n)
+    }
+
+    /// Whether `key` is blocked now.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?; // denied: a strike, and one is enough
+    /// assert!(keyed.is_blocked(&1) && !keyed.is_blocked(&2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_blocked<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.facade.peek_slot(key, |slot, now| {
+            slot.is_some_and(|slot| slot.blocked_for(now).is_some())
+        })
+    }
+
+    /// Lifts `key`'s block and forgets its strikes and its limiter state; returns whether it was
+    /// held.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&1, 1)?; // blocked now
+    /// assert!(keyed.forget(&1) && !keyed.forget(&2));
+    /// assert!(keyed.try_acquire(&1, 1)?.is_allowed()); // a clean slate
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forget<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.facade.forget(key)
+    }
+
+    /// Drops every idle key (limiter idle, no strike in a live span, no block); returns how many.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// clock.advance(Duration::from_secs(1)); // the window is over: key 1 is idle
+    /// assert_eq!((keyed.retain_recent(), keyed.len()), (1, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retain_recent(&self) -> usize {
+        self.facade.retain_recent()
+    }
+
+    /// [`retain_recent`](Self::retain_recent), then gives the freed memory back.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert_eq!(keyed.shrink(), 0); // key 1 is still live
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(keyed.shrink(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shrink(&self) -> usize {
+        self.facade.shrink()
+    }
+
+    /// Keys held now.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// keyed.try_acquire(&2, 1)?;
+    /// assert_eq!(keyed.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.facade.len()
+    }
+
+    /// Whether no key is held.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert!(keyed.is_empty());
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(!keyed.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters: keys held, evictions, refusals, sweeps.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .max_keys(1).shards(1).build_with_penalty::<u8>(penalty)?;
+    /// keyed.try_acquire(&1, 1)?;
+    /// assert!(!keyed.try_acquire(&2, 1)?.is_allowed()); // no room for a second key
+    /// assert_eq!(keyed.stats().refused_new_keys, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> KeyedStats {
+        self.facade.stats()
+    }
+
+    /// The penalty configuration.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(*keyed.penalty(), penalty);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn penalty(&self) -> &PenaltyBox {
+        &self.facade.rules().extra
+    }
+
+    /// The algorithm every key runs.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(2))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.algorithm().window(), Duration::from_secs(2));
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn algorithm(&self) -> &A {
+        &self.facade.rules().algorithm
+    }
+
+    /// The clock.
+    ///
+    /// ```
+    /// use floodgate::{Clock, FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::starting_at(42))
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.clock().now_nanos(), 42);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.facade.clock()
+    }
+}
