@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::AcquireError;
 use crate::clock::MAX_CLOCK_LAG_NANOS;
+use crate::decision::AcquireError;
 use crate::decision::{ConfigError, Decision, check_permits, validate_limit, window_nanos};
 use crate::limiter::{Algorithm, Step};
 use crate::packed::{

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::AcquireError;
 use crate::clock::MAX_CLOCK_LAG_NANOS;
+use crate::decision::AcquireError;
 use crate::decision::{ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::{Algorithm, Step};
 use crate::sync::{AtomicU32, Ordering};

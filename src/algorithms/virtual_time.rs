@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use super::MAX_CLOCK_LAG_NANOS;
 use super::time_config::{ConfigStore, Snapshot};
-use crate::AcquireError;
 use crate::clock::FLOOR_GRAIN_NANOS;
+use crate::decision::AcquireError;
 use crate::decision::{ConfigError, Decision, Rate, check_permits};
 use crate::limiter::{Step, reads_after, update_at};
 use crate::sync::{AtomicU64, Ordering};

@@ -7,6 +7,7 @@ use super::connection::{MemcachedBackend, Transport, run_blocking};
 use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
 use super::sliding_window::Cells;
+use crate::algorithms::{FixedWindow, SlidingWindow};
 #[cfg(doc)]
 use crate::backend::DENY_CACHE_MAX_KEYS;
 use crate::backend::{
@@ -15,7 +16,6 @@ use crate::backend::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision, check_permits};
-use crate::{FixedWindow, SlidingWindow};
 
 /// A sliding-window limit shared through one memcached server by every process that uses the
 /// same `name`, key and configuration. Never admits more than the limit, whatever the

@@ -13,8 +13,8 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
-use crate::FixedWindow;
 use crate::algorithms::Anchor;
+use crate::algorithms::FixedWindow;
 use crate::decision::ConfigError;
 
 static ANCHORED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));

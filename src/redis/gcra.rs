@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::limiter::{MAX_WINDOW_MILLIS, RedisAlgorithm, sealed};
-use crate::Gcra;
+use crate::algorithms::Gcra;
 use crate::decision::{ConfigError, Rate};
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));

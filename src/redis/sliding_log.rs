@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
-use crate::SlidingLog;
+use crate::algorithms::SlidingLog;
 use crate::decision::ConfigError;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_log.lua")));

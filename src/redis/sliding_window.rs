@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
-use crate::SlidingWindow;
+use crate::algorithms::SlidingWindow;
 use crate::decision::ConfigError;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_window.lua")));
