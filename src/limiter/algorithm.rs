@@ -213,7 +213,7 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// Changes the limit live at `now` (nanoseconds on the clock's timeline: the instant the
     /// change takes effect, for algorithms whose state is a time). The same quantity that
-    /// [`limit`](Algorithm::limit) and every [`Decision`] report; see [`Limiter::set_limit`].
+    /// [`limit`](Algorithm::limit) and every [`Decision`] report; see [`Limiter::set_limit`](crate::Limiter::set_limit).
     ///
     /// # Errors
     /// [`ConfigError`] for a limit the algorithm cannot hold.
