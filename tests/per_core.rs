@@ -374,3 +374,52 @@ fn set_limit_changes_the_source() {
     assert_eq!(leased.try_acquire(1).unwrap().limit(), 5);
     assert!(leased.set_limit(0).is_err());
 }
+
+/// A lease taken on a leaping clock read is not served once the clock reads normal time again:
+/// its `taken_at` lies beyond the lag horizon ahead of every later read, so raising those reads
+/// to it would serve the lease for as long as the leap (an hour here), long after the window the
+/// source counted it in was folded back into the present and ended. Found by review: the stripe
+/// served its held permits on top of a later window's full limit.
+#[test]
+fn a_lease_from_a_leaping_read_is_not_served_after_the_clock_comes_back() {
+    const HOUR: u64 = 3_600_000_000_000;
+    const SECOND: u64 = 1_000_000_000;
+    let base = 100 * SECOND;
+    let window = |clock: &ManualClock| {
+        AtomicLimiter::with_clock(
+            FixedWindow::aligned(10, Duration::from_secs(1)).unwrap(),
+            clock.clone(),
+        )
+    };
+    let sliding = |clock: &ManualClock| {
+        SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, clock.clone()).unwrap()
+    };
+    fn check<S: LeaseSource + Limiter>(source: S, clock: &ManualClock, base: u64) {
+        let per_core = PerCore::with_stripes(source, 1)
+            .unwrap()
+            .with_max_lease(8)
+            .unwrap()
+            .with_lifetime(Duration::from_secs(1))
+            .unwrap();
+        clock.set(base + HOUR); // one leaping read
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        clock.set(base); // the clock reads normal time again
+        // The exact source folds the leaped window (and the lease's count) back into the
+        // present one; the next window is a fresh one, and the exact source fills it.
+        clock.set(base + 5 * SECOND);
+        while per_core.source().try_acquire(1).unwrap().is_allowed() {}
+        clock.set(base + 6 * SECOND);
+        let exact = (0..20)
+            .filter(|_| per_core.source().try_acquire(1).unwrap().is_allowed())
+            .count();
+        assert_eq!(exact, 10, "the exact source admits its limit");
+        let served = (0..8)
+            .filter(|_| per_core.try_acquire_on(0, 1).unwrap().is_allowed())
+            .count();
+        assert_eq!(served, 0, "a window of 10 admitted {} more", served);
+    }
+    let clock = ManualClock::starting_at(base);
+    check(window(&clock), &clock, base);
+    let clock = ManualClock::starting_at(base);
+    check(sliding(&clock), &clock, base);
+}

@@ -33,7 +33,10 @@
 //!
 //! **Time model.** Lagging clock reads are raised to the lease's decision time; a reader stalled
 //! between its clock read and its serve serves at most until the lease's expiry by its own clock
-//! read, i.e. a stale read serves a permit the parent counted no earlier than that read. A
+//! read, i.e. a stale read serves a permit the parent counted no earlier than that read. A lease
+//! decided more than [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS) after a serving
+//! read (checked on a fresh read) was decided on a leaping read and is not served: raising the
+//! reads to it would serve it for as long as the leap. A
 //! reconfiguration (`set_limit`, `set_rate`) applies to the parent at once; leases already held
 //! are served until they expire, and a refund across a change of a bucket's configuration does
 //! not happen. One case escapes rule 2: a bucket's parent word moved back by a leap repair or by
