@@ -354,7 +354,7 @@ pub(crate) struct ShardedMap<K, S> {
 
 fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
     // A panic in a user's Hash/Eq poisons the mutex; the bookkeeping is never left half-updated
-    // in a way that breaks a later call (a rebuild interrupted by one is repaired by the next).
+    // in a way that breaks a later call (a rebuild interrupted by one puts its table back).
     meta.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
@@ -592,12 +592,21 @@ where
     where
         S: KeySlot<R>,
     {
-        let old = shard.table.take();
+        // Pass 1 runs all of the user's code a rebuild runs (`Eq` in `forget`, `Hash`): a panic
+        // there puts the old table back, so it loses nothing (pass 2 only moves words).
+        let restore = Restore {
+            cell: &shard.table,
+            table: Some(shard.table.take()),
+        };
+        let Some(old) = restore.table.as_ref() else {
+            unreachable!("set above")
+        };
         // Read after every check on the old table has committed (`take` waited for them).
         let now = judge_time(clock.now_nanos(), clock);
         let judge = plan.sweep || plan.evict > 0;
-        // Pass 1: what stays.
+        // Pass 1: what stays, and the kept keys' hashes.
         let mut keep = vec![false; old.slots.len()];
+        let mut hashes = vec![0u64; old.slots.len()];
         let mut kept = 0;
         let mut idle = 0;
         let mut forgotten = 0;
@@ -624,8 +633,10 @@ where
                 }
             }
             keep[i] = true;
+            hashes[i] = self.hasher.hash_one(key);
             kept += 1;
         }
+        let old = restore.disarm();
         let mut evicted = 0;
         if plan.evict > 0 && kept >= self.shard_cap {
             let batch = plan.evict.min(candidates.len());
@@ -647,9 +658,8 @@ where
         };
         let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
         let mut next = Table::new(slots_for(keys));
-        for (slot, keep) in old.slots.into_vec().into_iter().zip(keep) {
+        for ((slot, keep), hash) in old.slots.into_vec().into_iter().zip(keep).zip(hashes) {
             if let (true, Some(key)) = (keep, slot.key.into_inner()) {
-                let hash = self.hasher.hash_one(&key);
                 next.put(key, slot.value, hash);
             }
         }
@@ -774,8 +784,34 @@ where
     }
 }
 
-/// Puts a table back if a rebuild was interrupted (a panic in a user's `Hash` or `Eq` while it
-/// moved keys): its keys are lost, as a `forget` of each would lose them.
+/// A table a rebuild took out of its cell: put back if the rebuild unwinds before
+/// [`disarm`](Restore::disarm) (a panic in a user's `Hash` or `Eq`).
+struct Restore<'a, K, S> {
+    cell: &'a TableCell<K, S>,
+    table: Option<Table<K, S>>,
+}
+
+impl<K, S> Restore<'_, K, S> {
+    /// The table, now the rebuild's to take apart.
+    fn disarm(mut self) -> Table<K, S> {
+        match self.table.take() {
+            Some(table) => table,
+            None => unreachable!("disarmed once"),
+        }
+    }
+}
+
+impl<K, S> Drop for Restore<'_, K, S> {
+    fn drop(&mut self) {
+        if let Some(table) = self.table.take() {
+            self.cell.store(table);
+        }
+    }
+}
+
+/// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
+/// one back (a panic in a user's `Drop` of a key): its keys are lost, as a `forget` of each
+/// would lose them.
 fn repair<K, S: Default>(shard: &Shard<K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
