@@ -9,8 +9,9 @@
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
 //!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
-//! - A new key is inserted under the shard's mutex into an empty slot of the current table
-//!   (`OnceLock::set`); readers find it from then on.
+//! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
+//!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
+//!   it from then on, never with the fresh word (see `access_locked`).
 //! - Removing keys (a sweep of idle keys, an eviction, `forget`) and resizing rebuild the table
 //!   under the mutex: the rebuild swaps in an empty placeholder (readers that load it go to the
 //!   mutex and wait for the rebuild), then **waits until no reader holds the old table** (its
@@ -161,23 +162,19 @@ impl<K, S> Table<K, S> {
         }
     }
 
-    /// Puts `key` into the first empty slot of its probe sequence (the caller holds the shard's
-    /// mutex, knows the key is absent and that the table has room).
-    fn insert(&self, key: K, hash: u64) -> &S {
+    /// The first empty slot of `hash`'s probe sequence, where its key goes (the caller holds the
+    /// shard's mutex, knows the key is absent and that the table has room). Keys are set only
+    /// under the mutex: the slot stays empty, and no reader finds it, until the caller sets it.
+    fn vacant(&self, hash: u64) -> &Slot<K, S> {
         let slots = &self.slots[..];
         let mut i = home(hash, slots.len());
-        // Keys are set only under the shard's mutex, which the caller holds: an empty slot stays
-        // empty until the set below.
         while slots[i].key.get().is_some() {
             i += 1;
             if i == slots.len() {
                 i = 0;
             }
         }
-        let slot = &slots[i];
-        let set = slot.key.set(key);
-        debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
-        &slot.value
+        &slots[i]
     }
 
     /// [`insert`](Self::insert) into a table this thread owns.
@@ -479,10 +476,17 @@ where
         } else {
             now
         };
+        let owned = key.to_owned();
         let table = shard.table.load();
-        let slot = table.insert(key.to_owned(), hash);
+        let slot = table.vacant(hash);
+        // Decided before the key is published: a reader finds the key only with this decision's
+        // word, so one whose clock lags the drop time never decides the fresh word at its own,
+        // earlier time (the floor above guards this decision only).
+        let result = run(&slot.value, now, &shard.floor);
+        let set = slot.key.set(owned);
+        debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
         meta.len += 1;
-        let result = run(slot, now, &shard.floor);
+        let slot = &slot.value;
         if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
             meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
         }
