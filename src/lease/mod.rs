@@ -39,10 +39,12 @@
 //! reads to it would serve it for as long as the leap. A
 //! reconfiguration (`set_limit`, `set_rate`) applies to the parent at once; leases already held
 //! are served until they expire, and a refund across a change of a bucket's configuration does
-//! not happen. One case escapes rule 2: a bucket's parent word moved back by a leap repair or by
-//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset) can come back to a lease's exact word;
+//! not happen. One case escapes rule 2: a parent word moved back (a bucket's leap repair, a fixed
+//! window's count folded back from a leaped window, or
+//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come back to a lease's exact word;
 //! a refund landing then may give back up to that lease's unused permits (at most `S` once per
-//! leap or reset).
+//! leap or reset, on top of what the leap or reset itself forgets; a window's "none" above
+//! holds outside leaps and resets).
 
 mod per_core;
 mod sources;
