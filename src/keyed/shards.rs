@@ -476,16 +476,20 @@ where
         } else {
             now
         };
-        let owned = key.to_owned();
         let table = shard.table.load();
         let slot = table.vacant(hash);
         // Decided before the key is published: a reader finds the key only with this decision's
         // word, so one whose clock lags the drop time never decides the fresh word at its own,
-        // earlier time (the floor above guards this decision only).
-        let result = run(&slot.value, now, &shard.floor);
-        let set = slot.key.set(owned);
-        debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
+        // earlier time (the floor above guards this decision only). The key is published when
+        // `publish` drops, after the decision or while a panic in it unwinds (the slot's word is
+        // then the key's, never left behind in an empty slot), and counted before.
+        let publish = Publish {
+            key: &slot.key,
+            owned: Some(key.to_owned()),
+        };
         meta.len += 1;
+        let result = run(&slot.value, now, &shard.floor);
+        drop(publish);
         let slot = &slot.value;
         if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
             meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
@@ -785,6 +789,21 @@ where
             stats.sweeps += meta.sweeps;
         }
         stats
+    }
+}
+
+/// A key to publish in its slot when this drops (see `access_locked`).
+struct Publish<'a, K> {
+    key: &'a OnceLock<K>,
+    owned: Option<K>,
+}
+
+impl<K> Drop for Publish<'_, K> {
+    fn drop(&mut self) {
+        if let Some(key) = self.owned.take() {
+            let set = self.key.set(key);
+            debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
+        }
     }
 }
 
