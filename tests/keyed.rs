@@ -338,3 +338,50 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
     assert_eq!(lagged.remaining(), 0);
     assert!(!keyed.try_acquire(&7, 1).unwrap().is_allowed());
 }
+
+/// Set to a key's value to make hashing that key panic (see [`Touchy`]).
+static PANIC_HASHING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A key whose `Hash` panics while [`PANIC_HASHING`] names it (a user's faulty `Hash`).
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Touchy(u64);
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        if PANIC_HASHING.load(std::sync::atomic::Ordering::SeqCst) == self.0 {
+            panic!("hashing key {} failed", self.0);
+        }
+        self.0.hash(state);
+    }
+}
+
+/// A panic in a user's `Hash` while a rebuild moves keys (here `forget` of another key) loses no
+/// key's state: the shard keeps its table. Found by review: the rebuild re-hashed the kept keys
+/// after taking the old table apart, so the panic left the shard empty and every key of it was
+/// admitted afresh (a lost admission per key).
+#[test]
+fn a_panic_in_hash_during_a_rebuild_keeps_every_key() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<Touchy, _, _> =
+        Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .shards(1)
+            .max_keys(64)
+            .build()
+            .unwrap();
+    for key in 1..=8 {
+        assert!(keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed());
+    }
+    PANIC_HASHING.store(5, std::sync::atomic::Ordering::SeqCst);
+    let unwound =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keyed.forget(&Touchy(1))));
+    PANIC_HASHING.store(0, std::sync::atomic::Ordering::SeqCst);
+    assert!(unwound.is_err(), "the rebuild hashes key 5");
+    for key in 1..=8 {
+        assert!(
+            !keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed(),
+            "key {key} admitted twice in its window"
+        );
+    }
+    assert_eq!(keyed.len(), 8);
+}

@@ -374,3 +374,117 @@ fn set_limit_changes_the_source() {
     assert_eq!(leased.try_acquire(1).unwrap().limit(), 5);
     assert!(leased.set_limit(0).is_err());
 }
+
+/// A lease taken on a leaping clock read is not served once the clock reads normal time again:
+/// its `taken_at` lies beyond the lag horizon ahead of every later read, so raising those reads
+/// to it would serve the lease for as long as the leap (an hour here), long after the window the
+/// source counted it in was folded back into the present and ended. Found by review: the stripe
+/// served its held permits on top of a later window's full limit.
+#[test]
+fn a_lease_from_a_leaping_read_is_not_served_after_the_clock_comes_back() {
+    const HOUR: u64 = 3_600_000_000_000;
+    const SECOND: u64 = 1_000_000_000;
+    let base = 100 * SECOND;
+    let window = |clock: &ManualClock| {
+        AtomicLimiter::with_clock(
+            FixedWindow::aligned(10, Duration::from_secs(1)).unwrap(),
+            clock.clone(),
+        )
+    };
+    let sliding = |clock: &ManualClock| {
+        SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, clock.clone()).unwrap()
+    };
+    fn check<S: LeaseSource + Limiter>(source: S, clock: &ManualClock, base: u64) {
+        let per_core = PerCore::with_stripes(source, 1)
+            .unwrap()
+            .with_max_lease(8)
+            .unwrap()
+            .with_lifetime(Duration::from_secs(1))
+            .unwrap();
+        clock.set(base + HOUR); // one leaping read
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        clock.set(base); // the clock reads normal time again
+        // The exact source folds the leaped window (and the lease's count) back into the
+        // present one; the next window is a fresh one, and the exact source fills it.
+        clock.set(base + 5 * SECOND);
+        while per_core.source().try_acquire(1).unwrap().is_allowed() {}
+        clock.set(base + 6 * SECOND);
+        let exact = (0..20)
+            .filter(|_| per_core.source().try_acquire(1).unwrap().is_allowed())
+            .count();
+        assert_eq!(exact, 10, "the exact source admits its limit");
+        let served = (0..8)
+            .filter(|_| per_core.try_acquire_on(0, 1).unwrap().is_allowed())
+            .count();
+        assert_eq!(served, 0, "a window of 10 admitted {} more", served);
+    }
+    let clock = ManualClock::starting_at(base);
+    check(window(&clock), &clock, base);
+    let clock = ManualClock::starting_at(base);
+    check(sliding(&clock), &clock, base);
+}
+
+/// A [`ManualClock`] whose next reads can be scripted: a thread that moves to a core whose
+/// clock trails (within the lag horizon) between two reads of one call.
+#[derive(Clone)]
+struct Scripted {
+    base: ManualClock,
+    next: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<u64>>>,
+}
+
+impl Clock for Scripted {
+    fn now_nanos(&self) -> u64 {
+        let scripted = self.next.lock().unwrap().pop_front();
+        scripted.unwrap_or_else(|| self.base.now_nanos())
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.base.sleep(duration);
+    }
+}
+
+/// A sliding window's lease expires with the cell the source counted it in, even when the
+/// source's own clock read trails the read the lease's expiry was computed from (a thread
+/// that moved to a core whose clock trails by 1 ms). Found by review: the expiry came from a
+/// read taken before the decision, so a lease counted in cell c − 1 was served all through cell c
+/// and a window of 10 admitted 14 in the four cells c..c+3.
+#[test]
+fn a_sliding_lease_expires_with_the_cell_it_was_counted_in() {
+    const MS: u64 = 1_000_000;
+    let base = ManualClock::starting_at(1_000 * MS); // the start of a 250 ms cell
+    let clock = Scripted {
+        base: base.clone(),
+        next: Default::default(),
+    };
+    let source =
+        SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, clock.clone()).unwrap();
+    let per_core = PerCore::with_stripes(source, 1)
+        .unwrap()
+        .with_max_lease(8)
+        .unwrap()
+        .with_lifetime(Duration::from_secs(1))
+        .unwrap();
+    // The stripe's read and the lease's first read in cell c; the source's own read 1 ms behind,
+    // in cell c − 1.
+    clock
+        .next
+        .lock()
+        .unwrap()
+        .extend([1_000 * MS, 1_000 * MS, 999 * MS]);
+    // The lease's first permit is the source's own decision, on its read in cell c − 1 (as
+    // the exact window decides a request whose read trails): not counted in c..c+3 below.
+    assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+    let mut admitted_in_c_to_c3 = 0;
+    base.set(1_100 * MS); // cell c
+    admitted_in_c_to_c3 += (0..8)
+        .filter(|_| per_core.try_acquire_on(0, 1).unwrap().is_allowed())
+        .count();
+    base.set(1_750 * MS); // cell c + 3: the window c..c+3
+    admitted_in_c_to_c3 += (0..20)
+        .filter(|_| per_core.source().try_acquire(1).unwrap().is_allowed())
+        .count();
+    assert!(
+        admitted_in_c_to_c3 <= 10,
+        "the window c..c+3 admitted {admitted_in_c_to_c3}"
+    );
+}

@@ -192,3 +192,37 @@ fn a_growing_rebuild_and_a_sweep_race_a_check_while_time_moves() {
         check_window(&admitted);
     });
 }
+
+/// Key 1 took its permit at time 5 (window [0, 10)); at 10 a sweep dropped it as idle. I
+/// re-inserts key 1 at 10; R, whose reads lag by 5, checks key 1 lock-free. However they
+/// interleave, key 1 is admitted once more, not twice: R must not find the key I inserted
+/// before I's decision wrote its word, or R decides a fresh word at 5, inside the window where
+/// key 1 already spent its permit (the drop-time floor only guarded I's own decision). Found by
+/// review (3 admissions before the fix).
+#[test]
+fn a_lagging_reader_never_finds_a_reinserted_key_before_its_first_decision() {
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
+        let k = keyed(window(), &clock, 2, WhenFull::DenyNewKeys);
+        assert!(k.try_acquire(&1, 1).unwrap().is_allowed());
+        clock.advance(W / 2);
+        assert_eq!(k.retain_recent(), 1);
+        let inserter = {
+            let k = k.clone();
+            thread::spawn(move || k.try_acquire(&1, 1).unwrap().is_allowed())
+        };
+        let lagging = {
+            let k = k.clone();
+            thread::spawn(move || {
+                ModelClock::set_thread_lag(W / 2);
+                k.try_acquire(&1, 1).unwrap().is_allowed()
+            })
+        };
+        let again = [inserter.join().unwrap(), lagging.join().unwrap()];
+        assert_eq!(
+            again.iter().filter(|&&a| a).count(),
+            1,
+            "key 1 admitted twice after its drop: {again:?}"
+        );
+    });
+}

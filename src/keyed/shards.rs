@@ -9,8 +9,9 @@
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
 //!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
-//! - A new key is inserted under the shard's mutex into an empty slot of the current table
-//!   (`OnceLock::set`); readers find it from then on.
+//! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
+//!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
+//!   it from then on, never with the fresh word (see `access_locked`).
 //! - Removing keys (a sweep of idle keys, an eviction, `forget`) and resizing rebuild the table
 //!   under the mutex: the rebuild swaps in an empty placeholder (readers that load it go to the
 //!   mutex and wait for the rebuild), then **waits until no reader holds the old table** (its
@@ -161,23 +162,19 @@ impl<K, S> Table<K, S> {
         }
     }
 
-    /// Puts `key` into the first empty slot of its probe sequence (the caller holds the shard's
-    /// mutex, knows the key is absent and that the table has room).
-    fn insert(&self, key: K, hash: u64) -> &S {
+    /// The first empty slot of `hash`'s probe sequence, where its key goes (the caller holds the
+    /// shard's mutex, knows the key is absent and that the table has room). Keys are set only
+    /// under the mutex: the slot stays empty, and no reader finds it, until the caller sets it.
+    fn vacant(&self, hash: u64) -> &Slot<K, S> {
         let slots = &self.slots[..];
         let mut i = home(hash, slots.len());
-        // Keys are set only under the shard's mutex, which the caller holds: an empty slot stays
-        // empty until the set below.
         while slots[i].key.get().is_some() {
             i += 1;
             if i == slots.len() {
                 i = 0;
             }
         }
-        let slot = &slots[i];
-        let set = slot.key.set(key);
-        debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
-        &slot.value
+        &slots[i]
     }
 
     /// [`insert`](Self::insert) into a table this thread owns.
@@ -354,7 +351,7 @@ pub(crate) struct ShardedMap<K, S> {
 
 fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
     // A panic in a user's Hash/Eq poisons the mutex; the bookkeeping is never left half-updated
-    // in a way that breaks a later call (a rebuild interrupted by one is repaired by the next).
+    // in a way that breaks a later call (a rebuild interrupted by one puts its table back).
     meta.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
@@ -480,9 +477,20 @@ where
             now
         };
         let table = shard.table.load();
-        let slot = table.insert(key.to_owned(), hash);
+        let slot = table.vacant(hash);
+        // Decided before the key is published: a reader finds the key only with this decision's
+        // word, so one whose clock lags the drop time never decides the fresh word at its own,
+        // earlier time (the floor above guards this decision only). The key is published when
+        // `publish` drops, after the decision or while a panic in it unwinds (the slot's word is
+        // then the key's, never left behind in an empty slot), and counted before.
+        let publish = Publish {
+            key: &slot.key,
+            owned: Some(key.to_owned()),
+        };
         meta.len += 1;
-        let result = run(slot, now, &shard.floor);
+        let result = run(&slot.value, now, &shard.floor);
+        drop(publish);
+        let slot = &slot.value;
         if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
             meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
         }
@@ -592,12 +600,21 @@ where
     where
         S: KeySlot<R>,
     {
-        let old = shard.table.take();
+        // Pass 1 runs all of the user's code a rebuild runs (`Eq` in `forget`, `Hash`): a panic
+        // there puts the old table back, so it loses nothing (pass 2 only moves words).
+        let restore = Restore {
+            cell: &shard.table,
+            table: Some(shard.table.take()),
+        };
+        let Some(old) = restore.table.as_ref() else {
+            unreachable!("set above")
+        };
         // Read after every check on the old table has committed (`take` waited for them).
         let now = judge_time(clock.now_nanos(), clock);
         let judge = plan.sweep || plan.evict > 0;
-        // Pass 1: what stays.
+        // Pass 1: what stays, and the kept keys' hashes.
         let mut keep = vec![false; old.slots.len()];
+        let mut hashes = vec![0u64; old.slots.len()];
         let mut kept = 0;
         let mut idle = 0;
         let mut forgotten = 0;
@@ -624,8 +641,10 @@ where
                 }
             }
             keep[i] = true;
+            hashes[i] = self.hasher.hash_one(key);
             kept += 1;
         }
+        let old = restore.disarm();
         let mut evicted = 0;
         if plan.evict > 0 && kept >= self.shard_cap {
             let batch = plan.evict.min(candidates.len());
@@ -647,9 +666,8 @@ where
         };
         let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
         let mut next = Table::new(slots_for(keys));
-        for (slot, keep) in old.slots.into_vec().into_iter().zip(keep) {
+        for ((slot, keep), hash) in old.slots.into_vec().into_iter().zip(keep).zip(hashes) {
             if let (true, Some(key)) = (keep, slot.key.into_inner()) {
-                let hash = self.hasher.hash_one(&key);
                 next.put(key, slot.value, hash);
             }
         }
@@ -774,8 +792,49 @@ where
     }
 }
 
-/// Puts a table back if a rebuild was interrupted (a panic in a user's `Hash` or `Eq` while it
-/// moved keys): its keys are lost, as a `forget` of each would lose them.
+/// A key to publish in its slot when this drops (see `access_locked`).
+struct Publish<'a, K> {
+    key: &'a OnceLock<K>,
+    owned: Option<K>,
+}
+
+impl<K> Drop for Publish<'_, K> {
+    fn drop(&mut self) {
+        if let Some(key) = self.owned.take() {
+            let set = self.key.set(key);
+            debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
+        }
+    }
+}
+
+/// A table a rebuild took out of its cell: put back if the rebuild unwinds before
+/// [`disarm`](Restore::disarm) (a panic in a user's `Hash` or `Eq`).
+struct Restore<'a, K, S> {
+    cell: &'a TableCell<K, S>,
+    table: Option<Table<K, S>>,
+}
+
+impl<K, S> Restore<'_, K, S> {
+    /// The table, now the rebuild's to take apart.
+    fn disarm(mut self) -> Table<K, S> {
+        match self.table.take() {
+            Some(table) => table,
+            None => unreachable!("disarmed once"),
+        }
+    }
+}
+
+impl<K, S> Drop for Restore<'_, K, S> {
+    fn drop(&mut self) {
+        if let Some(table) = self.table.take() {
+            self.cell.store(table);
+        }
+    }
+}
+
+/// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
+/// one back (a panic in a user's `Drop` of a key): its keys are lost, as a `forget` of each
+/// would lose them.
 fn repair<K, S: Default>(shard: &Shard<K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));

@@ -33,13 +33,18 @@
 //!
 //! **Time model.** Lagging clock reads are raised to the lease's decision time; a reader stalled
 //! between its clock read and its serve serves at most until the lease's expiry by its own clock
-//! read, i.e. a stale read serves a permit the parent counted no earlier than that read. A
+//! read, i.e. a stale read serves a permit the parent counted no earlier than that read. A lease
+//! decided more than [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS) after a serving
+//! read (checked on a fresh read) was decided on a leaping read and is not served: raising the
+//! reads to it would serve it for as long as the leap. A
 //! reconfiguration (`set_limit`, `set_rate`) applies to the parent at once; leases already held
 //! are served until they expire, and a refund across a change of a bucket's configuration does
-//! not happen. One case escapes rule 2: a bucket's parent word moved back by a leap repair or by
-//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset) can come back to a lease's exact word;
+//! not happen. One case escapes rule 2: a parent word moved back (a bucket's leap repair, a fixed
+//! window's count folded back from a leaped window, or
+//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come back to a lease's exact word;
 //! a refund landing then may give back up to that lease's unused permits (at most `S` once per
-//! leap or reset).
+//! leap or reset, on top of what the leap or reset itself forgets; a window's "none" above
+//! holds outside leaps and resets).
 
 mod per_core;
 mod sources;

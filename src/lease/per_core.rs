@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::clock::{Clock, duration_to_nanos};
+use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits};
 use crate::lease::{Lease, LeaseSource};
 use crate::limiter::Limiter;
@@ -340,6 +340,8 @@ impl<S: LeaseSource> PerCore<S> {
         let mut clock_now = None;
         // Whether `n` was checked against the limit (the stripe serves only checked requests).
         let mut checked = false;
+        // Whether the clock was read again after a lease looked leaped (at most once a call).
+        let mut reread = false;
         // Acquire: pairs with the Release store that published the lease (`publish`), so the
         // fields read below are that lease's or a later one's (a later one's fails the
         // compare-exchange, which checks the sequence number).
@@ -366,12 +368,23 @@ impl<S: LeaseSource> PerCore<S> {
                 check_permits(n, self.source.limit())?;
                 checked = true;
             }
-            let clock_now = *clock_now.get_or_insert_with(|| self.source.clock().now_nanos());
+            let mut read = *clock_now.get_or_insert_with(|| self.source.clock().now_nanos());
             // Relaxed: ordered after the Acquire load (or failed compare-exchange) of `state`.
             let taken_at = stripe.taken_at.load(Ordering::Relaxed);
             let expires_at = stripe.expires_at.load(Ordering::Relaxed);
-            let now = clock_now.max(taken_at);
-            let live = now < expires_at;
+            // A lease decided more than the lag horizon after this read (on a read taken after
+            // the lease was loaded: this call's first read may be a stalled one) was decided on
+            // a leaping read. Raising this read to its time would serve it for as long as the
+            // leap, long after the window or cell the source counted it in (and folded back
+            // into the present) has ended: it is treated as expired, and replaced.
+            if taken_at.saturating_sub(read) > MAX_CLOCK_LAG_NANOS && !reread {
+                reread = true;
+                read = self.source.clock().now_nanos();
+                clock_now = Some(read);
+            }
+            let leaped = taken_at.saturating_sub(read) > MAX_CLOCK_LAG_NANOS;
+            let now = read.max(taken_at);
+            let live = !leaped && now < expires_at;
             if live && left >= need {
                 // Relaxed on success: a serve publishes nothing (the count is the promise);
                 // Acquire on failure, as the load above.

@@ -121,19 +121,17 @@ impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
     }
 }
 
-/// Leases from a sliding window: valid until the end of the cell of a clock read taken before
-/// the lease was decided (the window counts the lease in that cell or a later one), or
-/// `lifetime` if sooner. Never refunded: the permits die with the cell.
+/// Leases from a sliding window: valid until the end of the cell the window counted the lease
+/// in (the source says which: its own clock read may trail one taken before, on another core),
+/// or `lifetime` after a clock read taken before the lease was decided, if sooner. Never
+/// refunded: the permits die with the cell.
 impl<C: Clock> LeaseSource for SlidingWindowLimiter<C> {
     fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
         check_permits(min, Limiter::limit(self))?;
         let max = capped(max, Limiter::limit(self));
         let before = Limiter::clock(self).now_nanos();
-        let (granted, decision, ()) =
-            take_between(min, max, |n| Ok((Limiter::try_acquire(self, n)?, ())))?;
-        // The geometry is validated to whole-nanosecond cells.
-        let cell = (duration_to_nanos(self.window()) / u64::from(self.cells())).max(1);
-        let cell_end = (before / cell).saturating_add(1).saturating_mul(cell);
+        let (granted, decision, cell_end) =
+            take_between(min, max, |n| self.try_acquire_counted(n))?;
         let expires_at = cell_end.min(before.saturating_add(lifetime_nanos));
         Ok(Lease::new(granted, before, expires_at, decision))
     }

@@ -393,6 +393,17 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         Ok(self.acquire_at(u64::from(n), limit, self.caller(now, None)))
     }
 
+    /// [`Limiter::try_acquire`], with the end of the cell the call was decided in (where an
+    /// allowed call's permits are counted): a lease is served only until then. The cell can
+    /// be earlier than that of a clock read taken before the call, on a core whose clock trails.
+    pub(crate) fn try_acquire_counted(&self, n: u32) -> Result<(Decision, u64), AcquireError> {
+        let limit = self.current_limit();
+        check_permits(n, limit)?;
+        let me = self.caller(self.clock.now_nanos(), Some(&self.clock));
+        let (decision, cell) = self.acquire_counted(u64::from(n), limit, me);
+        Ok((decision, self.geometry.start_of(cell.saturating_add(1))))
+    }
+
     /// A call at `now`, which may re-read `clock` (the explicit-time API passes none: its `now`
     /// counts as fresh).
     #[inline]

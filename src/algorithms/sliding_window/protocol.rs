@@ -15,7 +15,19 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// `head` is read (and the horizon judged, see [`follow`](Self::follow)) only when the cell is
     /// not the current one.
     #[inline]
-    pub(super) fn acquire_at(&self, n: u64, limit: u64, mut me: Caller<'_, C>) -> Decision {
+    pub(super) fn acquire_at(&self, n: u64, limit: u64, me: Caller<'_, C>) -> Decision {
+        self.acquire_counted(n, limit, me).0
+    }
+
+    /// [`acquire_at`](Self::acquire_at), with the cell the call was decided in (an allowed
+    /// call's permits are counted in it): a lease's expiry is that cell's end.
+    #[inline(always)]
+    pub(super) fn acquire_counted(
+        &self,
+        n: u64,
+        limit: u64,
+        mut me: Caller<'_, C>,
+    ) -> (Decision, u64) {
         let mut cell = me.own;
         // Cross into `cell` whatever `base` says: head is below it (`follow` says so).
         let mut cross = false;
@@ -48,9 +60,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     if taken > limit {
                         let asked = (prev, count, n, limit);
                         match self.deny(cell, me.now, prev, count, n, limit) {
-                            Some(denied) => return denied,
+                            Some(denied) => return (denied, cell),
                             None => match self.marks_changed(cell, me.now, asked, &mut again) {
-                                Some(denied) => return denied,
+                                Some(denied) => return (denied, cell),
                                 None => continue 'cell,
                             },
                         }
@@ -69,9 +81,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     if taken > limit {
                         let asked = (prev, 0, n, limit);
                         match self.deny(cell, me.now, prev, 0, n, limit) {
-                            Some(denied) => return denied,
+                            Some(denied) => return (denied, cell),
                             None => match self.marks_changed(cell, me.now, asked, &mut again) {
-                                Some(denied) => return denied,
+                                Some(denied) => return (denied, cell),
                                 None => continue 'cell,
                             },
                         }
@@ -85,7 +97,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                         let reset = self
                             .geometry
                             .start_of(cell.saturating_add(self.geometry.cells));
-                        return Decision::allow(limit, limit - taken, reset.saturating_sub(me.now));
+                        let allowed =
+                            Decision::allow(limit, limit - taken, reset.saturating_sub(me.now));
+                        return (allowed, cell);
                     }
                     Err(actual) => word = actual,
                 }
