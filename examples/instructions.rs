@@ -8,7 +8,6 @@
 //! callgrind_annotate /tmp/cg.out | head -30      # Ir / 1,000,000 = instructions per call
 //! ```
 //! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, sharded,
-//! smooth-bursty (at the same rate, storing one period of permits),
 //! sliding-window-60 and sliding-window-6000 (the ring with 60 or 6,000 cells), governor, clock
 //! (the clock read alone). Workloads: allow (limit never reached), deny (exhausted after one
 //! permit), spent (sliding windows only: the whole limit was taken at the very end of the cell
@@ -23,7 +22,7 @@ use std::time::Duration;
 
 use floodgate::{
     AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, Limiter, QuantaClock, Rate, Sharded,
-    SlidingWindowLimiter, SmoothBursty, TokenBucket,
+    SlidingWindowLimiter, TokenBucket,
 };
 
 #[inline(never)]
@@ -109,16 +108,6 @@ fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u
             calls,
         ),
         "sharded" => measured_loop(&Sharded::with_clock(limit, period, 2, clock).ok()?, calls),
-        // Guava's SmoothBursty at the same rate, storing up to one period of permits.
-        "smooth-bursty" => measured_loop(
-            &SmoothBursty::with_max_burst(
-                f64::from(limit) / period.as_secs_f64(),
-                period.as_secs_f64(),
-                clock,
-            )
-            .ok()?,
-            calls,
-        ),
         "governor" => {
             let quota =
                 governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
