@@ -1,7 +1,7 @@
-//! The instruction-count driver for the other peers (and floodgate's smooth-bursty), in a binary of
-//! their own so that their code does not change how the compiler inlines governor's in
-//! `examples/instructions.rs` (a second governor middleware type, or `SmoothBursty`, in that
-//! binary raised governor's count there from 55 to 94 per call):
+//! The instruction-count driver for the other peers, in a binary of their own so that their code
+//! does not change how the compiler inlines governor's in `examples/instructions.rs` (a second
+//! governor middleware type in that binary raised governor's count there from 55 to 94 per call;
+//! floodgate's `SmoothBursty` is counted apart for the same reason, `examples/instructions_smooth`):
 //!
 //! ```text
 //! cargo build --release --example instructions_peers
@@ -11,8 +11,7 @@
 //! Peers: governor-state (governor with `StateInformationMiddleware`, computing what a 429 needs,
 //! as floodgate's `try_acquire` does: the remaining burst on an admission, the wait on a denial,
 //! which costs governor a second clock read), ratelimit (the `ratelimit` crate's token bucket on
-//! a quanta clock), smooth-bursty (floodgate's `SmoothBursty` at the same rate, storing one period
-//! of permits). Workloads as in `instructions`: allow (10^7 per 10 ms, never reached), deny
+//! a quanta clock). Workloads as in `instructions`: allow (10^7 per 10 ms, never reached), deny
 //! (1 per hour, exhausted by the first call).
 
 use std::hint::black_box;
@@ -20,7 +19,7 @@ use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use floodgate::{Clock, Limiter, QuantaClock, SmoothBursty};
+use floodgate::{Clock, QuantaClock};
 
 /// governor with the state a 429 needs.
 type GovernorState = governor::RateLimiter<
@@ -61,19 +60,6 @@ fn measured_loop_ratelimit(limiter: &ratelimit::Ratelimiter<QuantaElapsed>, call
         .sum()
 }
 
-#[inline(never)]
-fn measured_loop<L: Limiter>(limiter: &L, calls: u64) -> u64 {
-    let mut admitted = 0;
-    for _ in 0..calls {
-        admitted += u64::from(
-            limiter
-                .try_acquire(black_box(1))
-                .is_ok_and(|d| d.is_allowed()),
-        );
-    }
-    admitted
-}
-
 fn run(name: &str, allow: bool, calls: u64) -> Option<u64> {
     let (limit, period) = if allow {
         (10_000_000, Duration::from_millis(10))
@@ -100,15 +86,6 @@ fn run(name: &str, allow: bool, calls: u64) -> Option<u64> {
                     .ok()?;
             measured_loop_ratelimit(&limiter, calls)
         }
-        "smooth-bursty" => measured_loop(
-            &SmoothBursty::with_max_burst(
-                f64::from(limit) / period.as_secs_f64(),
-                period.as_secs_f64(),
-                QuantaClock::new(),
-            )
-            .ok()?,
-            calls,
-        ),
         _ => return None,
     })
 }
