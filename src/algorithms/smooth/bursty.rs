@@ -65,10 +65,9 @@ const UNREAD: Decision = Decision::allow(0, 0, 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SmoothBursty<C = QuantaClock> {
-    state: CachePadded<AtomicU64>,
-    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
-    /// read lags the last booking's is decided at that booking's time.
-    floor: AtomicU64,
+    /// The state word and its time floor, on one cache line (an admission that raises the floor
+    /// touches no second line).
+    words: CachePadded<Words>,
     interval: IntervalCell,
     codec: BurstyCodec,
     clock: C,
@@ -146,8 +145,10 @@ impl<C: Clock> SmoothBursty<C> {
             stored_time: 0.0,
         };
         Ok(SmoothBursty {
-            state: CachePadded::new(AtomicU64::new(codec.encode(fresh, infinite))),
-            floor: AtomicU64::new(0),
+            words: CachePadded::new(Words {
+                state: AtomicU64::new(codec.encode(fresh, infinite)),
+                floor: AtomicU64::new(0),
+            }),
             interval: IntervalCell::new(interval),
             codec,
             origin_nanos: clock.now_nanos(),
@@ -166,7 +167,7 @@ impl<C: Clock> SmoothBursty<C> {
 
     fn infinite(&self) -> bool {
         // Relaxed: a snapshot of one self-contained word.
-        self.state.load(Ordering::Relaxed) & INFINITE_BIT != 0
+        self.words.state.load(Ordering::Relaxed) & INFINITE_BIT != 0
     }
 
     fn interval(&self) -> f64 {
@@ -231,8 +232,8 @@ impl<C: Clock> SmoothBursty<C> {
             }
         };
         update_floored_leap(
-            &self.state,
-            &self.floor,
+            &self.words.state,
+            &self.words.floor,
             MICROS_FLOOR,
             read_clock,
             decide_word,
@@ -241,7 +242,7 @@ impl<C: Clock> SmoothBursty<C> {
     }
 
     fn set_infinite(&self) {
-        update(&self.state, |word| {
+        update(&self.words.state, |word| {
             Step::new(
                 (word & INFINITE_BIT == 0).then_some(word | INFINITE_BIT),
                 UNREAD,
@@ -251,10 +252,10 @@ impl<C: Clock> SmoothBursty<C> {
 
     fn set_finite(&self, interval: f64, now: i64) {
         // Relaxed: only tells whether this call leaves ∞ (module docs: racing set_rate calls).
-        let before = self.state.load(Ordering::Relaxed);
+        let before = self.words.state.load(Ordering::Relaxed);
         self.interval.publish(interval);
         if before & INFINITE_BIT != 0 {
-            update(&self.state, |word| {
+            update(&self.words.state, |word| {
                 Step::new(
                     (word & INFINITE_BIT != 0).then(|| self.codec.leave_infinite(word, now)),
                     UNREAD,
@@ -265,7 +266,9 @@ impl<C: Clock> SmoothBursty<C> {
 
     fn snapshot_at(&self, now: i64) -> SmoothSnapshot {
         // Relaxed: a snapshot of one self-contained word.
-        let (ticket, infinite) = self.codec.decode(self.state.load(Ordering::Relaxed), now);
+        let (ticket, infinite) = self
+            .codec
+            .decode(self.words.state.load(Ordering::Relaxed), now);
         let ticket = resync(ticket, now, self.codec.full_time);
         let stored_permits = if infinite {
             f64::INFINITY
@@ -291,11 +294,19 @@ impl<C> fmt::Debug for SmoothBursty<C> {
             // Relaxed: diagnostics only.
             .field(
                 "word",
-                &format_args!("{:#x}", self.state.load(Ordering::Relaxed)),
+                &format_args!("{:#x}", self.words.state.load(Ordering::Relaxed)),
             )
             .field("max_burst_micros", &self.codec.full_time)
             .finish_non_exhaustive()
     }
+}
+
+/// [`SmoothBursty`]'s state word and its time floor.
+struct Words {
+    state: AtomicU64,
+    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
+    /// read lags the last booking's is decided at that booking's time.
+    floor: AtomicU64,
 }
 
 /// Bursty stored permits: free, accrued at the stable interval.
