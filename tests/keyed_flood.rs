@@ -1,4 +1,5 @@
-//! A flood of 1,000,000 distinct keys (and of 2,000,000 from two threads): the map stays within
+//! A flood of 1,000,000 distinct keys (and of 2,000,000 from two threads; `FLOODGATE_FLOOD_KEYS`
+//! scales both): the map stays within
 //! its cap and its memory bound, measured by a counting global allocator. One `#[test]` so
 //! nothing else allocates meanwhile.
 
@@ -14,7 +15,15 @@ use counting_alloc::{Counting, live_bytes};
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const FLOOD: u64 = 1_000_000;
+/// Distinct keys per flood: 1,000,000, or `FLOODGATE_FLOOD_KEYS` (the 10M-key flood:
+/// `FLOODGATE_FLOOD_KEYS=10000000 cargo test --release --test keyed_flood -- --nocapture`).
+fn flood() -> u64 {
+    std::env::var("FLOODGATE_FLOOD_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > CAP as u64)
+        .unwrap_or(1_000_000)
+}
 const CAP: usize = 10_000;
 /// Heap bytes per key of the cap that a map of `u64` keys may use between calls, all overheads
 /// in: a slot is 24 bytes (the key's `OnceLock` and its word) and a table is at most three
@@ -35,7 +44,7 @@ fn flood_with_live_keys(when_full: WhenFull) {
             .unwrap();
     let mut admitted = 0u64;
     let mut peak = 0;
-    for key in 0..FLOOD {
+    for key in 0..flood() {
         admitted += u64::from(keyed.try_acquire(&key, 1).unwrap().is_allowed());
         if key % 1024 == 0 {
             peak = peak.max(live_bytes() - before);
@@ -53,13 +62,13 @@ fn flood_with_live_keys(when_full: WhenFull) {
         WhenFull::DenyNewKeys => {
             // Every key stays live for an hour: the first keys keep their slots, the rest wait.
             assert_eq!(admitted, stats.keys as u64);
-            assert_eq!(stats.refused_new_keys, FLOOD - admitted);
+            assert_eq!(stats.refused_new_keys, flood() - admitted);
             assert_eq!(stats.evicted_live, 0);
-            assert!(!keyed.try_acquire(&FLOOD, 1).unwrap().is_allowed());
+            assert!(!keyed.try_acquire(&flood(), 1).unwrap().is_allowed());
         }
         WhenFull::EvictLeastUsed => {
-            assert_eq!(admitted, FLOOD);
-            assert_eq!(stats.evicted_live, FLOOD - stats.keys as u64);
+            assert_eq!(admitted, flood());
+            assert_eq!(stats.evicted_live, flood() - stats.keys as u64);
             assert_eq!(stats.refused_new_keys, 0);
         }
     }
@@ -78,7 +87,7 @@ fn flood_with_keys_going_idle() {
         .build()
         .unwrap();
     let mut peak = 0;
-    for key in 0..FLOOD {
+    for key in 0..flood() {
         // 10 µs apart: about 100 keys are live at any moment; the other held keys are idle.
         clock.advance(Duration::from_micros(10));
         assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
@@ -90,7 +99,7 @@ fn flood_with_keys_going_idle() {
     let stats = keyed.stats();
     assert_eq!((stats.evicted_live, stats.refused_new_keys), (0, 0));
     assert!(stats.keys <= CAP);
-    assert_eq!(stats.evicted_idle + stats.keys as u64, FLOOD);
+    assert_eq!(stats.evicted_idle + stats.keys as u64, flood());
     let bound = CAP as isize * BYTES_PER_KEY_BOUND;
     assert!(peak <= bound, "peak {peak} bytes > {bound}");
     eprintln!(
@@ -136,7 +145,7 @@ fn flood_from_two_threads() {
             let keyed = Arc::clone(&keyed);
             std::thread::spawn(move || {
                 let (mut admitted, mut peak) = (0u64, 0);
-                for i in 0..FLOOD {
+                for i in 0..flood() {
                     let key = i * 2 + thread;
                     admitted += u64::from(keyed.try_acquire(&key, 1).unwrap().is_allowed());
                     if i % 1024 == 0 {
@@ -156,7 +165,7 @@ fn flood_from_two_threads() {
     let stats = keyed.stats();
     assert_eq!(stats.keys, stats.max_keys, "every shard filled to its cap");
     assert_eq!(admitted, stats.keys as u64);
-    assert_eq!(stats.refused_new_keys, 2 * FLOOD - admitted);
+    assert_eq!(stats.refused_new_keys, 2 * flood() - admitted);
     // The other thread may be mid-rebuild when one samples: two tables of a shard at once.
     let bound = CAP as isize * BYTES_PER_KEY_BOUND + 2 * 24 * 4096;
     assert!(peak <= bound, "two threads: peak {peak} bytes > {bound}");
