@@ -8,7 +8,7 @@ use super::cap::KeyedStats;
 use super::facade::KeyedFacade;
 use super::penalty::{JailedSlot, PenaltyBox};
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::{AcquireError, Decision};
+use crate::decision::{AcquireError, ConfigError, Decision};
 use crate::limiter::Algorithm;
 
 /// A [`Keyed`](crate::Keyed) limiter with a [`PenaltyBox`]: a key denied `strikes` times within
@@ -173,6 +173,59 @@ where
         self.facade.shrink()
     }
 
+    /// Changes every key's limit live (see [`Algorithm::set_limit`]); the penalty box and the
+    /// keys it holds are unchanged.
+    ///
+    /// # Errors
+    /// As [`Algorithm::set_limit`]; the old limit then stays.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// keyed.set_limit(3)?;
+    /// assert_eq!(keyed.try_acquire(&0, 1)?.remaining(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.facade.set_limit(limit)
+    }
+
+    /// The cap on keys held (`max_keys` rounded down to a multiple of the shard count).
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .max_keys(10)
+    ///     .shards(4)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.max_keys(), 8); // rounded down to a multiple of 4 shards
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.facade.max_keys()
+    }
+
+    /// The number of shards.
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, PenaltyBox};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1))?)
+    ///     .shards(16)
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.shards(), 16);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    pub fn shards(&self) -> usize {
+        self.facade.shards()
+    }
+
     /// Keys held now.
     ///
     /// ```
@@ -268,5 +321,11 @@ where
     /// ```
     pub fn clock(&self) -> &C {
         self.facade.clock()
+    }
+}
+
+impl<K, A: std::fmt::Debug, C> std::fmt::Debug for PenalizedKeyed<K, A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.facade.debug("PenalizedKeyed", f)
     }
 }
