@@ -21,56 +21,50 @@ fn capped(max: u32, limit: u64) -> u32 {
 
 /// Leases from a time-word bucket: valid for `lifetime`; refunded by moving the word's time back
 /// by the unused permits' worth, only from the exact word the lease wrote in the same
-/// configuration generation (see `VirtualTime::refunded`).
-macro_rules! bucket_source {
-    ($ty:ident) => {
-        impl<C: Clock> LeaseSource for AtomicLimiter<$ty, C> {
-            fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
-                check_permits(min, Limiter::limit(self))?;
-                let max = capped(max, Limiter::limit(self));
-                let (granted, decision, (now, receipt)) = take_between(min, max, |n| {
-                    let generation = self.algorithm().lease_generation();
-                    let (decision, written) = self.take_recorded(n)?;
-                    let same = self.algorithm().lease_generation() == generation;
-                    let generation = if same { generation } else { NO_REFUND };
-                    Ok((decision, (written.now, [written.word, generation])))
-                })?;
-                let expires_at = now.saturating_add(lifetime_nanos);
-                Ok(Lease::new(granted, now, expires_at, decision).with_receipt(receipt))
-            }
+/// configuration generation (see `VirtualTime::refunded`). `TokenBucket` and `LeakyBucket` are
+/// aliases of `Gcra`: this one impl serves all three.
+impl<C: Clock> LeaseSource for AtomicLimiter<Gcra, C> {
+    fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
+        check_permits(min, Limiter::limit(self))?;
+        let max = capped(max, Limiter::limit(self));
+        let (granted, decision, (now, receipt)) = take_between(min, max, |n| {
+            let generation = self.algorithm().lease_generation();
+            let (decision, written) = self.take_recorded(n)?;
+            let same = self.algorithm().lease_generation() == generation;
+            let generation = if same { generation } else { NO_REFUND };
+            Ok((decision, (written.now, [written.word, generation])))
+        })?;
+        let expires_at = now.saturating_add(lifetime_nanos);
+        Ok(Lease::new(granted, now, expires_at, decision).with_receipt(receipt))
+    }
 
-            fn give_back(&self, lease: &Lease, unused: u32) -> bool {
-                if unused == 0 || unused > lease.granted() {
-                    return false;
-                }
-                let [word, generation] = lease.receipt();
-                self.algorithm()
-                    .lease_refund(word, generation, unused)
-                    .is_some_and(|refunded| self.replace_word(word, refunded))
-            }
-
-            #[inline(always)]
-            fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
-                Limiter::try_acquire(self, n)
-            }
-
-            fn clock(&self) -> &dyn Clock {
-                Limiter::clock(self)
-            }
-
-            fn limit(&self) -> u64 {
-                Limiter::limit(self)
-            }
-
-            fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-                Limiter::set_limit(self, limit)
-            }
+    fn give_back(&self, lease: &Lease, unused: u32) -> bool {
+        if unused == 0 || unused > lease.granted() {
+            return false;
         }
-    };
-}
+        let [word, generation] = lease.receipt();
+        self.algorithm()
+            .lease_refund(word, generation, unused)
+            .is_some_and(|refunded| self.replace_word(word, refunded))
+    }
 
-// `TokenBucket` and `LeakyBucket` are aliases of `Gcra`: this one impl serves all three.
-bucket_source!(Gcra);
+    #[inline(always)]
+    fn take_exact(&self, n: u32) -> Result<Decision, AcquireError> {
+        Limiter::try_acquire(self, n)
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        Limiter::clock(self)
+    }
+
+    fn limit(&self) -> u64 {
+        Limiter::limit(self)
+    }
+
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        Limiter::set_limit(self, limit)
+    }
+}
 
 /// Leases from a fixed window: valid until the end of the window they were counted in (or
 /// `lifetime`, if sooner); refunded by lowering the count, only from the exact word the lease
