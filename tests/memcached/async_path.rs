@@ -94,9 +94,11 @@ async fn async_calls_to_a_silent_server_time_out_then_the_breaker_answers_at_onc
     }
     eprintln!("async timeout overruns: {overruns:?}");
     assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Open);
+    // Open: decided without memcached. The counters prove it (a call sent to the silent
+    // server would be a sixth timeout); the wall clock only guards against a hang.
     let started = Instant::now();
     let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
-    assert!(started.elapsed() < timeout, "{:?}", started.elapsed());
+    assert!(started.elapsed() < CALL_BOUND, "{:?}", started.elapsed());
     assert!(outcome.failure().expect("policy").is_circuit_open());
     assert_eq!(limiter.failures().timeouts, 5);
     assert_eq!(limiter.failures().short_circuited, 1);

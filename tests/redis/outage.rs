@@ -14,6 +14,8 @@ use super::server::RedisServer;
 /// The backend's timeout while the server is frozen: each call the breaker lets through waits
 /// this long.
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// Wall-clock guard against a hang (never a speed check).
+const HANG_BOUND: Duration = Duration::from_secs(60);
 /// The breaker's back-off: on the limiter's ManualClock, so it passes only when the test says.
 const OPEN_FOR: Duration = Duration::from_secs(5);
 const FAILURES: u32 = 2;
@@ -57,9 +59,8 @@ fn a_frozen_server_opens_the_breaker_and_a_probe_closes_it() {
     assert_eq!(breaker.state(), BreakerState::Open);
     assert_eq!(limiter.failures().timeouts, u64::from(FAILURES));
 
-    // Open: the policy decides without Redis. 100 calls that reached the frozen server would
-    // take 100 timeouts (200 s); the bound is one timeout for all of them, a hang guard far
-    // under that, while the counters say what happened.
+    // Open: the policy decides without Redis. The counters prove it (a call that reached the
+    // frozen server would be one more timeout); the wall clock only guards against a hang.
     let started = Instant::now();
     for _ in 0..SHORT_CIRCUITED {
         let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
@@ -73,7 +74,7 @@ fn a_frozen_server_opens_the_breaker_and_a_probe_closes_it() {
     }
     let elapsed = started.elapsed();
     assert!(
-        elapsed < TIMEOUT,
+        elapsed < HANG_BOUND,
         "{SHORT_CIRCUITED} short-circuited calls took {elapsed:?}"
     );
     assert_eq!(limiter.failures().short_circuited, SHORT_CIRCUITED);
