@@ -861,10 +861,11 @@ mod tests {
             let admitted = core.admit_word(&word_c, &floor_c, reads(clock), n);
             prop_assert_eq!(short, general);
             prop_assert_eq!(admitted, general.map(|d| d.is_allowed()));
-            prop_assert_eq!(word_a.into_inner(), word_b.into_inner());
-            prop_assert_eq!(floor_a.into_inner(), floor_b.into_inner());
-            prop_assert_eq!(word_c.into_inner(), word_b.into_inner());
-            prop_assert_eq!(floor_c.into_inner(), floor_b.into_inner());
+            let (word_b, floor_b) = (word_b.into_inner(), floor_b.into_inner());
+            prop_assert_eq!(word_a.into_inner(), word_b);
+            prop_assert_eq!(floor_a.into_inner(), floor_b);
+            prop_assert_eq!(word_c.into_inner(), word_b);
+            prop_assert_eq!(floor_c.into_inner(), floor_b);
         }
     }
 
