@@ -51,7 +51,16 @@ struct Slot {
     changed_at: AtomicU64,
     settled_at: AtomicU64,
     settled_by: AtomicU64,
-    /// Derived at write time for the short decision path: see [`Hot`].
+}
+
+/// What the short decision path reads of one generation ([`Hot`]), derived when the slot is
+/// written, on a cache line of its own: 64 bytes, so a generation's is found with one mask and
+/// one shift.
+#[derive(Debug)]
+#[repr(align(64))]
+struct HotSlot {
+    interval: AtomicU64,
+    capacity: AtomicU64,
     tau: AtomicU64,
     reach: AtomicU64,
     fast_from: AtomicU64,
@@ -109,6 +118,8 @@ impl Hot {
 pub(crate) struct ConfigStore {
     current: AtomicU64,
     slots: [Slot; SLOTS],
+    /// The short path's view of each slot's generation, written with it.
+    hot: [HotSlot; SLOTS],
     /// Serializes setters; never taken on the decision path.
     setter: Mutex<()>,
 }
@@ -127,6 +138,10 @@ impl ConfigStore {
                 changed_at: AtomicU64::new(0),
                 settled_at: AtomicU64::new(0),
                 settled_by: AtomicU64::new(0),
+            }),
+            hot: std::array::from_fn(|_| HotSlot {
+                interval: AtomicU64::new(0),
+                capacity: AtomicU64::new(0),
                 tau: AtomicU64::new(0),
                 reach: AtomicU64::new(0),
                 fast_from: AtomicU64::new(0),
@@ -186,7 +201,7 @@ impl ConfigStore {
     /// without a stamp check: valid only if [`still`](Self::still)`(generation)` holds afterwards.
     #[inline(always)]
     pub(crate) fn hot(&self, generation: u64) -> Hot {
-        let slot = &self.slots[(generation % SLOTS as u64) as usize];
+        let slot = &self.hot[(generation % SLOTS as u64) as usize];
         // Relaxed field loads: validated by `still` (seqlock reader without the stamp).
         Hot {
             interval: slot.interval.load(Ordering::Relaxed),
@@ -267,10 +282,13 @@ impl ConfigStore {
         slot.settled_by
             .store(snapshot.settled_by, Ordering::Relaxed);
         let hot = Hot::of(snapshot);
-        slot.tau.store(hot.tau, Ordering::Relaxed);
-        slot.reach.store(hot.reach, Ordering::Relaxed);
-        slot.fast_from.store(hot.fast_from, Ordering::Relaxed);
-        slot.fast_len.store(hot.fast_len, Ordering::Relaxed);
+        let hot_slot = &self.hot[(snapshot.generation % SLOTS as u64) as usize];
+        hot_slot.interval.store(hot.interval, Ordering::Relaxed);
+        hot_slot.capacity.store(hot.capacity, Ordering::Relaxed);
+        hot_slot.tau.store(hot.tau, Ordering::Relaxed);
+        hot_slot.reach.store(hot.reach, Ordering::Relaxed);
+        hot_slot.fast_from.store(hot.fast_from, Ordering::Relaxed);
+        hot_slot.fast_len.store(hot.fast_len, Ordering::Relaxed);
         // Release: pairs with the Acquire load of `current` (which follows it) in readers.
         slot.stamp.store(snapshot.generation, Ordering::Release);
     }

@@ -423,17 +423,20 @@ impl VirtualTime {
                     break;
                 }
                 let now = clock_now.max(floor_now);
+                // A floor more than the lag horizon ahead of the clock read (a leaping clock's,
+                // or a stale read): `now − clock_now` is the floor's lead when it leads, else 0.
+                if now - clock_now > MAX_CLOCK_LAG_NANOS {
+                    break;
+                }
+                if now.wrapping_sub(hot.fast_from) >= hot.fast_len {
+                    break;
+                }
                 // The time word when `current` is of this generation; otherwise its generation
                 // bits differ and it is at least 2^62, beyond any `now + reach` served here
                 // (`now + 2·tau + H` < 2^62 in the fast range): one comparison rejects both a
                 // word of another generation and a leaping clock's word.
                 let tat = current ^ stamp;
-                // A floor more than the lag horizon ahead of the clock read (a leaping clock's,
-                // or a stale read): `now − clock_now` is the floor's lead when it leads, else 0.
-                if now - clock_now > MAX_CLOCK_LAG_NANOS
-                    || now.wrapping_sub(hot.fast_from) >= hot.fast_len
-                    || tat > now.wrapping_add(hot.reach)
-                {
+                if tat > now.wrapping_add(hot.reach) {
                     break;
                 }
                 let (interval, capacity) = (hot.interval, hot.capacity);
