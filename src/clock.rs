@@ -682,6 +682,25 @@ mod coarse_lifecycle_tests {
         }
     }
 
+    /// A coarse read is a past reading of the shared timeline: never ahead of a quanta read
+    /// taken after it (1 ms of slack for cores whose counters disagree), and never moving back.
+    #[test]
+    fn a_coarse_read_is_a_past_timeline_reading() {
+        let coarse = CoarseClock::new().unwrap();
+        let quanta = QuantaClock::new();
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let read = coarse.now_nanos();
+            assert!(read >= last, "coarse time moved back: {read} < {last}");
+            let after = quanta.now_nanos();
+            assert!(
+                read <= after + 1_000_000,
+                "coarse {read} ahead of quanta {after}"
+            );
+            last = read;
+        }
+    }
+
     #[test]
     fn bad_resolutions_are_config_errors() {
         for bad in [
