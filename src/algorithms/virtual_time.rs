@@ -422,12 +422,18 @@ impl VirtualTime {
                 if !self.store.still(generation) {
                     break;
                 }
-                let now = clock_now.max(floor_now);
-                // A floor more than the lag horizon ahead of the clock read (a leaping clock's,
-                // or a stale read): `now − clock_now` is the floor's lead when it leads, else 0.
-                if now - clock_now > MAX_CLOCK_LAG_NANOS {
-                    break;
-                }
+                // `max(clock, floor)`, served only while the floor is within the lag horizon of
+                // the clock read (further ahead: a leaping clock's floor, or a stale read). The
+                // floor's lead is checked only when it leads (a lagging reader), one comparison
+                // on the common path.
+                let now = if floor_now > clock_now {
+                    if floor_now - clock_now > MAX_CLOCK_LAG_NANOS {
+                        break;
+                    }
+                    floor_now
+                } else {
+                    clock_now
+                };
                 if now.wrapping_sub(hot.fast_from) >= hot.fast_len {
                     break;
                 }
