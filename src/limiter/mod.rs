@@ -59,8 +59,8 @@ pub trait Limiter: Send + Sync {
     /// the same decision and the same effect, for a caller that needs no headers (governor's
     /// `check`, a bool). On [`AtomicLimiter`] it skips the [`Decision`]: the time-word buckets
     /// ([`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket),
-    /// [`LeakyBucket`](crate::LeakyBucket)) answer from a short path that computes none of its
-    /// terms.
+    /// [`LeakyBucket`](crate::LeakyBucket)) and [`FixedWindow`](crate::FixedWindow) answer from
+    /// a short path that computes none of its terms.
     ///
     /// # Errors
     /// As [`try_acquire`](Limiter::try_acquire).
