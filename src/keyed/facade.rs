@@ -83,12 +83,10 @@ where
                 .unwrap_or_else(|_| self.zero_capacity())
         };
         let hash = self.map.hash(key);
-        match self.map.get(key, hash, &self.clock, decide) {
-            Some(decision) => decision,
-            None => self
-                .insert(key, hash, 1, decide, |denial| denial)
-                .unwrap_or_else(|_| self.zero_capacity()),
-        }
+        self.map.get_or(key, hash, &self.clock, decide, || {
+            self.insert(key, hash, 1, decide, |denial| denial)
+                .unwrap_or_else(|_| self.zero_capacity())
+        })
     }
 
     /// The denial [`check`](Self::check) reads a refused single permit as.
@@ -110,10 +108,9 @@ where
         let decide =
             |slot: &S, now, floor: &AtomicU64| slot.acquire(rules, floor, now, &self.clock, n);
         let hash = self.map.hash(key);
-        match self.map.get(key, hash, &self.clock, decide) {
-            Some(decided) => decided,
-            None => self.insert(key, hash, n, decide, Ok)?,
-        }
+        self.map.get_or(key, hash, &self.clock, decide, || {
+            self.insert(key, hash, n, decide, Ok)?
+        })
     }
 
     /// The path of a key the lock-free lookup did not find: checks `n`, then runs `decide` on

@@ -459,10 +459,40 @@ where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        self.get_or(
+            key,
+            hash,
+            clock,
+            |slot, now, floor| Some(run(slot, now, floor)),
+            || None,
+        )
+    }
+
+    /// [`get`](Self::get) with `missing()` (run after the table is let go) for a key it does not
+    /// find: no `Option` around the result, which the hot path would otherwise copy across the
+    /// table guard's drop.
+    #[inline(always)]
+    pub(crate) fn get_or<Q, T>(
+        &self,
+        key: &Q,
+        hash: u64,
+        clock: &impl Clock,
+        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
+        missing: impl FnOnce() -> T,
+    ) -> T
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let shard = self.shard(hash);
         let table = shard.table.load();
-        let slot = table.find(key, hash)?;
-        Some(run(slot, clock.now_nanos(), &shard.floor))
+        match table.find(key, hash) {
+            Some(slot) => run(slot, clock.now_nanos(), &shard.floor),
+            None => {
+                drop(table);
+                missing()
+            }
+        }
     }
 
     /// [`access`](Self::access) for a key [`get`](Self::get) did not find: under the shard's
