@@ -47,9 +47,13 @@
 //! holds outside leaps and resets).
 
 mod per_core;
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
+mod slot;
 mod sources;
 
 pub use per_core::{DEFAULT_LIFETIME, DEFAULT_MAX_LEASE, PerCore};
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
+pub(crate) use slot::LeaseSlot;
 
 use crate::clock::Clock;
 use crate::decision::{AcquireError, ConfigError, Decision};
