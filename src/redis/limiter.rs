@@ -333,6 +333,17 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         self.failures.deny_cache()
     }
 
+    /// The backend (the lease calls of [`LeasedKey`](super::LeasedKey) use it too).
+    pub(super) fn backend(&self) -> &RedisBackend {
+        &self.backend
+    }
+
+    /// The failure handler: policy, breaker and deny cache, which a lease refill of
+    /// [`LeasedKey`](super::LeasedKey) goes through as a per-call decision does.
+    pub(super) fn handler(&self) -> &FailureHandler<A::Local, C> {
+        &self.failures
+    }
+
     /// The Redis keys that hold `key`'s state, all with the hash tag `{name:key}`.
     ///
     /// ```no_run
@@ -662,7 +673,7 @@ fn far_future() -> Instant {
 
 /// Reads a script's reply `{allowed, limit, remaining, retry_after_us, reset_after_us, now_us}`
 /// (`now_us` is read by the backend).
-fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decision, BackendError> {
+pub(super) fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decision, BackendError> {
     let &[allowed, limit, remaining, retry_us, reset_us, _now] = reply else {
         return Err(BackendError::at(
             FailureKind::Protocol,

@@ -1,0 +1,730 @@
+//! [`LeasedKey`]: one key of a Redis GCRA limit, served locally from leases taken with one
+//! script call each.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use super::limiter::decision_from_reply;
+use super::limiter::sealed::Script as _;
+use super::{RedisAlgorithm, RedisLimiter};
+use crate::algorithms::Gcra;
+use crate::backend::{BackendError, FailureKind, Outcome, RequestError};
+use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::decision::{ConfigError, Decision};
+use crate::lease::{Lease, LeaseSlot};
+use crate::sync::{AtomicU64, Ordering};
+
+static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_lease.lua")));
+static REFUND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_refund.lua")));
+
+/// The lease size a key starts with (at most the largest lease).
+const INITIAL_LEASE: u32 = 8;
+/// A lease is never more than this share of what the script last said was left.
+const BUDGET_SHARE: u64 = 4;
+/// No lease: nothing to serve or give back.
+const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
+
+/// One key of a [`RedisLimiter`] over [`Gcra`] (and so [`TokenBucket`](crate::TokenBucket),
+/// [`LeakyBucket`](crate::LeakyBucket)) served from **leases**: the process takes a batch of
+/// permits from the key's Redis state with one script call, serves them locally (one
+/// compare-exchange on one word: no await, no round trip), and gives back exactly what it does
+/// not use, or lets it expire.
+///
+/// The lease is taken from the same Redis key (`{name:key}:gcra`) and the same theoretical
+/// arrival time as the limiter's per-call decisions: leased and per-call callers, in any number
+/// of processes, share one limit.
+///
+/// # How a call is decided
+/// * **From the lease** when it has `n` permits and has not expired: one clock read and one
+///   compare-exchange.
+/// * Otherwise one caller (the others wait for it, on an async mutex that only this path
+///   takes) retires the lease, learning exactly how many permits were not served, and asks
+///   Redis, through the limiter's [`FailurePolicy`](crate::backend::FailurePolicy), circuit
+///   breaker and deny cache, for a new lease of between `n` and the lease size permits, as
+///   many as fit (one script call, `gcra_lease.lua`). Unserved permits of the old lease (it
+///   expired, or held fewer than `n`) are given back first (a second script,
+///   `gcra_refund.lua`), exactly or not at all: only when the key still holds the word the old
+///   lease wrote (nothing was decided on the key since) is its time moved back by the unused
+///   permits, leaving the key exactly as if the lease had been smaller.
+/// * **Near the limit** the lease is the request: when the lease size would be `n` or less,
+///   the call is the limiter's own exact per-call decision
+///   ([`RedisLimiter::try_acquire_outcome`]).
+///
+/// # Lease size
+/// Adapts to this key's rate in this process and to the budget left: starting at 8 (at most
+/// [`max_lease`](Self::max_lease)), the size doubles when a lease ran out before it expired and
+/// halves when one expired unused; and a lease is never more than a quarter of what the script
+/// said was left at the last decision (at least the `n` of the request). A lease is also never
+/// more than the bucket's capacity (the script grants only what fits), so a key leases well
+/// only with a burst well above the lease size.
+///
+/// # The bound
+/// The two rules of [`crate::lease`]: a permit is served at most once, only from a lease Redis
+/// granted, on a clock read taken after the lease was received and before it expired; a refund
+/// is exact or does not happen. A lease's lifetime `L` ([`lifetime`](Self::lifetime)) is counted
+/// on this process's clock from a read taken **before its request was sent**, so it ends at
+/// most `L` after Redis decided it, in real time, whatever the offset between the clocks (only
+/// their rates must agree). Hence, with `C` the capacity and `T` the interval per permit:
+///
+/// * **Over-admission**: all callers of the key together (leased and per-call, every process)
+///   are admitted at most `C + ⌊(d + L) / T⌋` permits in any span of length `d` (the exact
+///   bucket: `C + ⌊d / T⌋`): at most `⌈L / T⌉` above the exact bucket, and at most what the
+///   leases held when the span began (`max_lease − 1` per leased key and process). Over a
+///   span that contains every lease's request (say, the whole run of a test), **none**: every
+///   permit served was granted inside the span.
+/// * **Under-admission**: the permits held in leases ([`stranded_bound`](Self::stranded_bound)
+///   per leased key and process, at any time), plus the permits of leases whose unserved part
+///   could not be given back (another decision came first: they stay taken until the bucket's
+///   time passes them) or whose reply was lost (a timeout, or a dropped future, after the
+///   script ran: at most one lease each). [`counts`](Self::counts) reports them.
+///
+/// A refund can give permits back after Redis announced a denial's `retry_after` to some
+/// caller: a [`DenyCache`](crate::backend::DenyCache) then denies until that time, a little
+/// longer than Redis would (under-admission only).
+///
+/// ```no_run
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+/// use floodgate::{Gcra, Rate};
+/// use std::sync::Arc;
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379")).await?;
+/// let gcra = Gcra::new(Rate::per_second(100_000), 100_000)?;
+/// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailClosed)?);
+/// let hot = LeasedKey::new(limiter, "tenant-7");
+/// for _ in 0..1_000 {
+///     // Mostly served from the lease, without a round trip.
+///     assert!(hot.try_acquire(1).await?.is_allowed());
+/// }
+/// hot.release().await?; // give back what is left
+/// # Ok(()) }
+/// ```
+pub struct LeasedKey<C: Clock + Clone = QuantaClock> {
+    limiter: Arc<RedisLimiter<Gcra, C>>,
+    key: String,
+    redis_keys: Vec<String>,
+    slot: LeaseSlot,
+    /// What the script said was left after the published lease (for the serves' decisions).
+    source_left: AtomicU64,
+    /// When the key is whole again, by the published lease's reply (clock nanoseconds).
+    reset_at: AtomicU64,
+    owner: tokio::sync::Mutex<Owner>,
+    max_lease: u32,
+    lifetime_nanos: u64,
+    counters: Counters,
+}
+
+/// What the caller replacing the lease owns.
+#[derive(Debug)]
+struct Owner {
+    /// The published lease ([`NO_LEASE`] for none).
+    lease: Lease,
+    /// The size the next lease asks for.
+    size: u32,
+    /// What the script said was left at the last decision.
+    budget: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    leases: AtomicU64,
+    leased: AtomicU64,
+    returned: AtomicU64,
+    refunded: AtomicU64,
+    exact: AtomicU64,
+}
+
+/// What a [`LeasedKey`] took and served (see [`LeasedKey::counts`]).
+///
+/// ```
+/// use floodgate::redis::LeaseCounts;
+/// let counts = LeaseCounts { leases: 2, leased: 100, held: 10, refunded: 20, stranded: 5, exact: 0 };
+/// assert_eq!(counts.served(), 65);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leases Redis granted (replies received).
+    pub leases: u64,
+    /// Permits in those leases.
+    pub leased: u64,
+    /// Permits of the current lease not yet served.
+    pub held: u64,
+    /// Unserved permits of retired leases given back to Redis (refunds confirmed).
+    pub refunded: u64,
+    /// Unserved permits of retired leases not given back: taken from the limit, handed to no
+    /// caller (under-admission; they stay taken until the bucket's time passes them).
+    pub stranded: u64,
+    /// Decisions made per call, exactly (near the limit).
+    pub exact: u64,
+}
+
+impl LeaseCounts {
+    /// Permits served from leases: `leased − held − refunded − stranded`.
+    ///
+    /// ```
+    /// use floodgate::redis::LeaseCounts;
+    /// assert_eq!(LeaseCounts { leased: 10, held: 3, ..LeaseCounts::default() }.served(), 7);
+    /// ```
+    pub fn served(&self) -> u64 {
+        self.leased
+            .saturating_sub(self.held)
+            .saturating_sub(self.refunded)
+            .saturating_sub(self.stranded)
+    }
+}
+
+impl<C: Clock + Clone> std::fmt::Debug for LeasedKey<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedKey")
+            .field("key", &self.key)
+            .field("max_lease", &self.max_lease)
+            .field("lifetime", &self.lifetime())
+            .field("counts", &self.counts())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock + Clone> LeasedKey<C> {
+    /// How long a lease may be served unless told otherwise
+    /// ([`with_lifetime`](Self::with_lifetime)): 50 ms, well above a round trip.
+    pub const DEFAULT_LIFETIME: Duration = Duration::from_millis(50);
+
+    /// The largest lease unless told otherwise ([`with_max_lease`](Self::with_max_lease)).
+    pub const DEFAULT_MAX_LEASE: u32 = 1024;
+
+    /// `key` of `limiter`, served from leases of up to [`DEFAULT_MAX_LEASE`](Self::DEFAULT_MAX_LEASE)
+    /// permits lasting at most [`DEFAULT_LIFETIME`](Self::DEFAULT_LIFETIME).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// let leased = LeasedKey::new(limiter, "tenant-7");
+    /// assert_eq!((leased.key(), leased.max_lease()), ("tenant-7", 1024));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(limiter: Arc<RedisLimiter<Gcra, C>>, key: &str) -> Self {
+        let redis_keys = limiter.redis_keys(key);
+        let limit = crate::Algorithm::limit(limiter.algorithm());
+        LeasedKey {
+            limiter,
+            key: key.to_owned(),
+            redis_keys,
+            slot: LeaseSlot::new(),
+            source_left: AtomicU64::new(0),
+            reset_at: AtomicU64::new(0),
+            owner: tokio::sync::Mutex::new(Owner {
+                lease: NO_LEASE,
+                size: INITIAL_LEASE.min(Self::DEFAULT_MAX_LEASE),
+                budget: limit,
+            }),
+            max_lease: Self::DEFAULT_MAX_LEASE,
+            lifetime_nanos: duration_to_nanos(Self::DEFAULT_LIFETIME),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The same key with leases of at most `max_lease` permits (1: every call is the exact
+    /// per-call decision). Above the bucket's capacity it reads as the capacity.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for zero.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").with_max_lease(64)?.stranded_bound(), 63);
+    /// let zero = LeasedKey::new(limiter, "k").with_max_lease(0).unwrap_err();
+    /// assert!(zero.to_string().contains("max_lease"), "{zero}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_max_lease(mut self, max_lease: u32) -> Result<Self, ConfigError> {
+        if max_lease == 0 {
+            return Err(ConfigError::Invalid {
+                what: "max_lease",
+                why: "a lease must be allowed at least one permit",
+            });
+        }
+        self.owner.get_mut().size = INITIAL_LEASE.min(max_lease);
+        self.max_lease = max_lease;
+        Ok(self)
+    }
+
+    /// The same key with leases served for at most `lifetime` (from a clock read taken before
+    /// the lease was asked for). The over-admission above the exact bucket is at most
+    /// `lifetime`'s worth of the rate; a lifetime shorter than a round trip wastes every lease.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroPeriod`] for zero, [`ConfigError::DurationOverflow`] beyond `u64`
+    /// nanoseconds.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{ConfigError, Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// let short = LeasedKey::new(limiter.clone(), "k").with_lifetime(Duration::from_millis(5))?;
+    /// assert_eq!(short.lifetime(), Duration::from_millis(5));
+    /// let zero = LeasedKey::new(limiter, "k").with_lifetime(Duration::ZERO);
+    /// assert!(matches!(zero, Err(ConfigError::ZeroPeriod)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_lifetime(self, lifetime: Duration) -> Result<Self, ConfigError> {
+        let lifetime_nanos =
+            u64::try_from(lifetime.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        if lifetime_nanos == 0 {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        Ok(LeasedKey {
+            lifetime_nanos,
+            ..self
+        })
+    }
+
+    /// The limiter whose key this is (its per-call decisions share the limit).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").limiter().algorithm().capacity(), 500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn limiter(&self) -> &Arc<RedisLimiter<Gcra, C>> {
+        &self.limiter
+    }
+
+    /// The limiter key served.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "bob").key(), "bob");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The largest lease taken.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), LeasedKey::<floodgate::QuantaClock>::DEFAULT_MAX_LEASE);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_lease(&self) -> u32 {
+        self.max_lease
+    }
+
+    /// How long a lease may be served.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").lifetime(), Duration::from_millis(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lifetime(&self) -> Duration {
+        Duration::from_nanos(self.lifetime_nanos)
+    }
+
+    /// The most permits this key holds in its lease at once, taken from Redis and not yet
+    /// served: `max_lease − 1` (a lease serves its first request at once). It bounds this
+    /// process's share of the under-admission at any time, and of the over-admission in any
+    /// span (see [the bound](Self#the-bound)).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").stranded_bound(), 1023);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stranded_bound(&self) -> u64 {
+        u64::from(self.max_lease - 1)
+    }
+
+    /// What this key took from Redis and what became of it. `served()` counts permits handed
+    /// out from leases; a lease whose reply was lost is in none of the counts.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").counts(), LeaseCounts::default());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn counts(&self) -> LeaseCounts {
+        // Relaxed: independent statistics counters; no other memory depends on them.
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let c = &self.counters;
+        let (returned, refunded) = (load(&c.returned), load(&c.refunded));
+        LeaseCounts {
+            leases: load(&c.leases),
+            leased: load(&c.leased),
+            held: self.slot.left(),
+            refunded,
+            stranded: returned.saturating_sub(refunded),
+            exact: load(&c.exact),
+        }
+    }
+
+    /// Takes `n` permits: from the lease without a round trip when it has them, else as
+    /// described [above](Self#how-a-call-is-decided). A Redis failure is decided by the
+    /// limiter's policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    ///
+    /// Dropping the future while it waits for a new lease sends nothing more; a lease whose
+    /// request was already sent is lost (at most one lease of under-admission).
+    ///
+    /// # Errors
+    /// [`RequestError::Permits`] for `n = 0` or `n` above the capacity;
+    /// [`RequestError::Runtime`] outside a tokio runtime when Redis must be asked.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1: the lease refill fails and the policy (fail open) decides.
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config.lazy()).await?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailOpen)?);
+    /// let leased = LeasedKey::new(limiter.clone(), "alice");
+    /// assert!(leased.try_acquire(1).await?.is_allowed());
+    /// assert_eq!(limiter.failures().total(), 1);
+    /// assert!(leased.try_acquire(0).await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, n: u32) -> Result<Decision, RequestError> {
+        self.try_acquire_outcome(n).await.map(|o| o.decision())
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), with the Redis error when the policy decided.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config.lazy()).await?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailClosed)?);
+    /// let outcome = LeasedKey::new(limiter, "alice").try_acquire_outcome(1).await?;
+    /// assert!(!outcome.decision().is_allowed());
+    /// assert!(outcome.failure().unwrap().to_string().contains("redis://127.0.0.1:1"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_outcome(&self, n: u32) -> Result<Outcome, RequestError> {
+        RedisAlgorithm::check_permits(self.limiter.algorithm(), n)?;
+        if let Some((left, now)) = self.slot.serve(n, self.clock()) {
+            return Ok(Outcome::from_backend(self.served(left, now)));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RequestError::Runtime(
+                "LeasedKey's async calls need a tokio runtime: call them inside one, or use \
+                 the blocking_* forms",
+            ));
+        }
+        self.refill(n).await
+    }
+
+    /// [`try_acquire`](Self::try_acquire), blocking the thread when Redis must be asked (a
+    /// serve from the lease never blocks).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire), and [`RequestError::Runtime`] when Redis must be
+    /// asked inside a tokio runtime, or on a backend that cannot block (see
+    /// [`RedisLimiter::blocking_try_acquire`]).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::blocking_connect(config.lazy())?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailClosed)?);
+    /// assert!(!LeasedKey::new(limiter, "alice").blocking_try_acquire(1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_try_acquire(&self, n: u32) -> Result<Decision, RequestError> {
+        RedisAlgorithm::check_permits(self.limiter.algorithm(), n)?;
+        if let Some((left, now)) = self.slot.serve(n, self.clock()) {
+            return Ok(self.served(left, now));
+        }
+        let outcome = self.limiter.backend().block_on(self.refill(n))??;
+        Ok(outcome.decision())
+    }
+
+    /// Gives the unserved permits of the current lease back to Redis (exactly, or not at all:
+    /// see [`LeasedKey`]) and drops the lease; the next call takes a new one. Returns the
+    /// permits given back. Call it before the process stops serving the key; a lease not
+    /// released expires with its [`lifetime`](Self::lifetime).
+    ///
+    /// # Errors
+    /// [`RequestError::Runtime`] outside a tokio runtime.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379").lazy()).await?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "alice").release().await?, 0); // no lease yet
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(&self) -> Result<u64, RequestError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RequestError::Runtime(
+                "LeasedKey::release needs a tokio runtime",
+            ));
+        }
+        let mut owner = self.owner.lock().await;
+        let unused = self.retire(&mut owner);
+        let old = std::mem::replace(&mut owner.lease, NO_LEASE);
+        if unused == 0 || old.granted() == 0 {
+            return Ok(0);
+        }
+        Ok(if self.refund(old, unused).await {
+            unused
+        } else {
+            0
+        })
+    }
+
+    /// The clock leases expire on (the limiter's).
+    fn clock(&self) -> &dyn Clock {
+        self.limiter.handler().clock()
+    }
+
+    /// The decision for a serve that left `left` permits in the lease, at `now`.
+    #[inline]
+    fn served(&self, left: u64, now: u64) -> Decision {
+        // Relaxed: hints written before the lease was published (this lease's or a later one's:
+        // an estimate either way, as `PerCore`'s).
+        let source_left = self.source_left.load(Ordering::Relaxed);
+        let reset_at = self.reset_at.load(Ordering::Relaxed);
+        Decision::allow(
+            crate::Algorithm::limit(self.limiter.algorithm()),
+            left.saturating_add(source_left),
+            reset_at.saturating_sub(now),
+        )
+    }
+
+    /// Retires the published lease (the caller owns the slot): its unserved permits.
+    fn retire(&self, _owner: &mut Owner) -> u64 {
+        let unused = self.slot.retire();
+        // Relaxed: a statistics counter; no other memory depends on it.
+        self.counters.returned.fetch_add(unused, Ordering::Relaxed);
+        unused
+    }
+
+    /// Replaces the lease for a request of `n` the lease could not serve.
+    async fn refill(&self, n: u32) -> Result<Outcome, RequestError> {
+        let mut owner = self.owner.lock().await;
+        // Another caller may have published a lease while this one waited.
+        if let Some((left, now)) = self.slot.serve(n, self.clock()) {
+            return Ok(Outcome::from_backend(self.served(left, now)));
+        }
+        // Before anything is sent: the new lease's lifetime counts from here.
+        let sent = self.clock().now_nanos();
+        let old = std::mem::replace(&mut owner.lease, NO_LEASE);
+        let unused = self.retire(&mut owner);
+        if old.granted() > 0 {
+            if sent < old.expires_at() {
+                // Ran out before it expired: lease more.
+                owner.size = owner.size.saturating_mul(2).min(self.max_lease);
+            } else if unused > 0 {
+                // Expired unused: lease less.
+                owner.size = (owner.size / 2).max(1);
+            }
+        }
+        let want = u64::from(owner.size)
+            .min(owner.budget / BUDGET_SHARE)
+            .max(u64::from(n));
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        let refund = (unused > 0 && old.granted() > 0).then(|| self.refund(old, unused));
+        if want <= n {
+            // Near the limit: the lease would be the request. The old lease's refund, then the
+            // exact per-call decision.
+            let exact = self.limiter.try_acquire_outcome(&self.key, n);
+            if let Some(refund) = refund {
+                refund.await;
+            }
+            let outcome = exact.await?;
+            // Relaxed: a statistics counter; no other memory depends on it.
+            self.counters.exact.fetch_add(1, Ordering::Relaxed);
+            if outcome.failure().is_none() {
+                owner.budget = outcome.decision().remaining();
+            }
+            return Ok(outcome);
+        }
+        let mut taken = None;
+        let slot = &mut taken;
+        let store = move || async move {
+            let take = self.take(n, want, sent);
+            if let Some(refund) = refund {
+                refund.await;
+            }
+            let lease = take.await?;
+            *slot = Some(lease);
+            Ok(lease_decision(&lease, n))
+        };
+        let outcome = self.limiter.handler().run_async(&self.key, n, store).await;
+        match taken {
+            Some(lease) if outcome.failure().is_none() => {
+                owner.budget = lease.decision().remaining();
+                if lease.granted() > 0 {
+                    // Relaxed: statistics counters; no other memory depends on them.
+                    self.counters.leases.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .leased
+                        .fetch_add(u64::from(lease.granted()), Ordering::Relaxed);
+                    // Relaxed: published by the Release stores of `publish`.
+                    self.source_left
+                        .store(lease.decision().remaining(), Ordering::Relaxed);
+                    let reset = duration_to_nanos(lease.decision().reset_after());
+                    // Relaxed: as above.
+                    self.reset_at
+                        .store(sent.saturating_add(reset), Ordering::Relaxed);
+                    self.slot.publish(lease.granted() - n, lease.expires_at());
+                    owner.lease = lease;
+                }
+            }
+            _ => {}
+        }
+        Ok(outcome)
+    }
+
+    /// One lease script: between `n` and `want` permits, as many as fit; its lifetime counts
+    /// from `sent` (a clock read taken before the request).
+    async fn take(&self, n: u32, want: u32, sent: u64) -> Result<Lease, BackendError> {
+        let backend = self.limiter.backend();
+        let mut args = self.limiter.algorithm().args(n);
+        args[3] = u64::from(want);
+        let reply = backend
+            .eval(&LEASE, &self.redis_keys, args, deadline(backend.timeout()))
+            .await?;
+        let protocol = || {
+            BackendError::at(
+                FailureKind::Protocol,
+                backend.server(),
+                std::io::Error::other(format!(
+                    "unexpected reply from floodgate's lease script: {reply:?}"
+                )),
+            )
+        };
+        let &[allowed, limit, remaining, retry, reset, granted, word, now] = reply.as_slice()
+        else {
+            return Err(protocol());
+        };
+        let decision = decision_from_reply(
+            &[allowed, limit, remaining, retry, reset, now],
+            backend.server(),
+        )?;
+        let granted = u32::try_from(granted).map_err(|_| protocol())?;
+        let word = u64::try_from(word).map_err(|_| protocol())?;
+        if decision.is_allowed() != (granted > 0) || (granted > 0 && !(n..=want).contains(&granted))
+        {
+            return Err(protocol());
+        }
+        let expires_at = sent.saturating_add(self.lifetime_nanos);
+        Ok(Lease::new(granted, sent, expires_at, decision).with_receipt([word, 0]))
+    }
+
+    /// Gives `unused` permits of `lease` back if the key still holds the word it wrote.
+    async fn refund(&self, lease: Lease, unused: u64) -> bool {
+        let backend = self.limiter.backend();
+        let interval = self.limiter.algorithm().args(1)[0];
+        let args = [interval, lease.receipt()[0], unused, 0];
+        let refunded = backend
+            .eval(&REFUND, &self.redis_keys, args, deadline(backend.timeout()))
+            .await
+            .is_ok_and(|reply| reply.first() == Some(&1));
+        if refunded {
+            // Relaxed: a statistics counter; no other memory depends on it.
+            self.counters.refunded.fetch_add(unused, Ordering::Relaxed);
+        }
+        refunded
+    }
+}
+
+/// The decision for the request of `n` that took `lease`: the lease's own for a denial; for a
+/// grant, the lease's unserved permits count as remaining.
+fn lease_decision(lease: &Lease, n: u32) -> Decision {
+    let d = lease.decision();
+    if lease.granted() == 0 {
+        return d;
+    }
+    let held = u64::from(lease.granted() - n);
+    Decision::allow(
+        d.limit(),
+        d.remaining().saturating_add(held),
+        duration_to_nanos(d.reset_after()),
+    )
+}
+
+/// A call's deadline: `timeout` from now (the backend validated it to at most an hour).
+fn deadline(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or(now)
+}
