@@ -47,12 +47,12 @@
 //! holds outside leaps and resets).
 
 mod per_core;
-#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 mod slot;
 mod sources;
 
 pub use per_core::{DEFAULT_LIFETIME, DEFAULT_MAX_LEASE, PerCore};
-#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
+#[cfg_attr(not(feature = "redis"), allow(unused_imports))]
 pub(crate) use slot::LeaseSlot;
 
 use crate::clock::Clock;
