@@ -82,7 +82,9 @@ pub trait RedisAlgorithm: sealed::Script {
 /// denial changes no state, and nothing gives permits back, so no process can be granted those
 /// permits before `retry_after`; the cache measures it from a clock read taken before the
 /// request was sent, so it never outlasts Redis's own. The local answer is the one Redis would
-/// give, without the round trip (only `remaining` reads 0). Memcached's cache is off by default
+/// give, without the round trip (only `remaining` reads 0). One exception: a
+/// [`LeasedKey`](super::LeasedKey)'s refund gives permits back, so after one the cache may deny
+/// a little longer than Redis would (under-admission, never over). Memcached's cache is off by default
 /// for the opposite reason: its denials can be cautious under contention.
 ///
 /// ```no_run
