@@ -48,9 +48,11 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   `gcra_refund.lua`), exactly or not at all: only when the key still holds the word the old
 ///   lease wrote (nothing was decided on the key since) is its time moved back by the unused
 ///   permits, leaving the key exactly as if the lease had been smaller.
-/// * **Near the limit** the lease is the request: when the lease size would be `n` or less,
-///   the call is the limiter's own exact per-call decision
-///   ([`RedisLimiter::try_acquire_outcome`]).
+/// * **Near the limit** the lease is the request: when the lease size would be `n` or less
+///   (no permit held, and a quarter of what Redis last said was left is at most `n`), the call
+///   is the limiter's own exact per-call decision ([`RedisLimiter::try_acquire_outcome`]: its
+///   deny cache answers repeated denials locally), without the mutex: concurrent calls go out
+///   together, as per-call ones do.
 ///
 /// # Lease size
 /// Adapts to this key's rate in this process and to the budget left: starting at 8 (at most
@@ -112,6 +114,8 @@ pub struct LeasedKey<C: Clock + Clone = QuantaClock> {
     source_left: AtomicU64,
     /// When the key is whole again, by the published lease's reply (clock nanoseconds).
     reset_at: AtomicU64,
+    /// What Redis said was left at the last decision (a lease's or a per-call one).
+    budget: AtomicU64,
     owner: tokio::sync::Mutex<Owner>,
     max_lease: u32,
     lifetime_nanos: u64,
@@ -125,8 +129,6 @@ struct Owner {
     lease: Lease,
     /// The size the next lease asks for.
     size: u32,
-    /// What the script said was left at the last decision.
-    budget: u64,
 }
 
 #[derive(Debug, Default)]
@@ -224,8 +226,8 @@ impl<C: Clock + Clone> LeasedKey<C> {
             owner: tokio::sync::Mutex::new(Owner {
                 lease: NO_LEASE,
                 size: INITIAL_LEASE.min(Self::DEFAULT_MAX_LEASE),
-                budget: limit,
             }),
+            budget: AtomicU64::new(limit),
             max_lease: Self::DEFAULT_MAX_LEASE,
             lifetime_nanos: duration_to_nanos(Self::DEFAULT_LIFETIME),
             counters: Counters::default(),
@@ -479,7 +481,7 @@ impl<C: Clock + Clone> LeasedKey<C> {
                  the blocking_* forms",
             ));
         }
-        self.refill(n).await
+        self.unserved(n).await
     }
 
     /// [`try_acquire`](Self::try_acquire), blocking the thread when Redis must be asked (a
@@ -507,7 +509,7 @@ impl<C: Clock + Clone> LeasedKey<C> {
         if let Some((left, now)) = self.slot.serve(n, self.clock()) {
             return Ok(self.served(left, now));
         }
-        let outcome = self.limiter.backend().block_on(self.refill(n))??;
+        let outcome = self.limiter.backend().block_on(self.unserved(n))??;
         Ok(outcome.decision())
     }
 
@@ -578,6 +580,36 @@ impl<C: Clock + Clone> LeasedKey<C> {
         unused
     }
 
+    /// A request of `n` the lease could not serve. With no permit held and a budget too small
+    /// for a lease of more than `n`, the exact per-call decision, without waiting for the
+    /// lease's owner (near the limit, and on every denial while the limit is exhausted, this is
+    /// the per-call path, concurrent calls included); otherwise the lease is replaced.
+    async fn unserved(&self, n: u32) -> Result<Outcome, RequestError> {
+        if self.slot.left() == 0 && self.exact_suffices(n) {
+            return self.exact(n).await;
+        }
+        self.refill(n).await
+    }
+
+    /// Whether the budget Redis last reported is too small for a lease of more than `n`.
+    fn exact_suffices(&self, n: u32) -> bool {
+        // Relaxed: a hint for the lease size only; any value is a report Redis made.
+        self.budget.load(Ordering::Relaxed) / BUDGET_SHARE <= u64::from(n)
+    }
+
+    /// The limiter's exact per-call decision for `n`; what it says is left becomes the budget.
+    async fn exact(&self, n: u32) -> Result<Outcome, RequestError> {
+        let outcome = self.limiter.try_acquire_outcome(&self.key, n).await?;
+        // Relaxed: a statistics counter; no other memory depends on it.
+        self.counters.exact.fetch_add(1, Ordering::Relaxed);
+        if outcome.failure().is_none() {
+            // Relaxed: a hint (see `exact_suffices`).
+            self.budget
+                .store(outcome.decision().remaining(), Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
     /// Replaces the lease for a request of `n` the lease could not serve.
     async fn refill(&self, n: u32) -> Result<Outcome, RequestError> {
         let mut owner = self.owner.lock().await;
@@ -598,25 +630,21 @@ impl<C: Clock + Clone> LeasedKey<C> {
                 owner.size = (owner.size / 2).max(1);
             }
         }
+        // Relaxed: a hint (see `exact_suffices`).
+        let budget = self.budget.load(Ordering::Relaxed);
         let want = u64::from(owner.size)
-            .min(owner.budget / BUDGET_SHARE)
+            .min(budget / BUDGET_SHARE)
             .max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
         let refund = (unused > 0 && old.granted() > 0).then(|| self.refund(old, unused));
         if want <= n {
             // Near the limit: the lease would be the request. The old lease's refund, then the
-            // exact per-call decision.
-            let exact = self.limiter.try_acquire_outcome(&self.key, n);
+            // exact per-call decision (not holding the lease: there is none to serve).
             if let Some(refund) = refund {
                 refund.await;
             }
-            let outcome = exact.await?;
-            // Relaxed: a statistics counter; no other memory depends on it.
-            self.counters.exact.fetch_add(1, Ordering::Relaxed);
-            if outcome.failure().is_none() {
-                owner.budget = outcome.decision().remaining();
-            }
-            return Ok(outcome);
+            drop(owner);
+            return self.exact(n).await;
         }
         let mut taken = None;
         let slot = &mut taken;
@@ -632,7 +660,9 @@ impl<C: Clock + Clone> LeasedKey<C> {
         let outcome = self.limiter.handler().run_async(&self.key, n, store).await;
         match taken {
             Some(lease) if outcome.failure().is_none() => {
-                owner.budget = lease.decision().remaining();
+                // Relaxed: a hint (see `exact_suffices`).
+                self.budget
+                    .store(lease.decision().remaining(), Ordering::Relaxed);
                 if lease.granted() > 0 {
                     // Relaxed: statistics counters; no other memory depends on them.
                     self.counters.leases.fetch_add(1, Ordering::Relaxed);
