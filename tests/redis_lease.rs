@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::backend::FailurePolicy;
-use floodgate::redis::{LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
-use floodgate::{Gcra, ManualClock, Rate};
+use floodgate::redis::{
+    LeaseAlgorithm, LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter,
+};
+use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use server::RedisServer;
 
 /// Generous: a loaded machine must not turn into policy decisions in the exactness tests.
@@ -158,20 +160,71 @@ async fn a_failed_refill_is_decided_by_the_policy_and_opens_the_breaker() {
     assert_eq!(leased.counts().leases, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aligned_window_refund_is_exact_and_an_anchored_one_never_happens() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let policy = FailurePolicy::FailClosed;
+    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "leasew", aligned, policy).unwrap());
+    let leased = LeasedKey::new(limiter.clone(), "k");
+    let first = leased.try_acquire(1).await.unwrap();
+    assert_eq!((first.is_allowed(), first.remaining()), (true, 99));
+    assert_eq!(leased.release().await.unwrap(), 7);
+    assert!(limiter.try_acquire("k", 99).await.unwrap().is_allowed());
+    assert!(!limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+
+    let anchored = FixedWindow::new(100, Duration::from_secs(60)).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "leasea", anchored, policy).unwrap());
+    let leased = LeasedKey::new(limiter.clone(), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(
+        leased.release().await.unwrap(),
+        0,
+        "an anchored window never refunds"
+    );
+    assert_eq!(leased.counts().stranded, 7);
+    assert!(!limiter.try_acquire("k", 93).await.unwrap().is_allowed());
+    assert!(limiter.try_acquire("k", 92).await.unwrap().is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_lease_ends_with_its_window() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(100, Duration::from_secs(60)).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "leasew", window, policy, clock.clone());
+    let leased = LeasedKey::new(Arc::new(limiter.unwrap()), "k")
+        .with_lifetime(Duration::from_secs(3_600))
+        .unwrap();
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let scripts = server.calls("evalsha");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(
+        server.calls("evalsha"),
+        scripts,
+        "the second came from the lease"
+    );
+    // The window (60 s, by Redis's TTL when the lease was taken) ends long before the lease's
+    // hour: the lease is not served past it.
+    clock.advance(Duration::from_secs(60));
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let counts = leased.counts();
+    assert_eq!((counts.leases, counts.stranded), (2, 6), "{counts:?}");
+}
+
 /// Single permits each task of a worker tries.
 const TRIES: usize = 5_000;
 
 /// The figures one worker process prints, and the parent reads.
 const REPORT: &str = "LEASE_WORKER";
 
-/// Four processes share one key: a bucket of 2,000 refilling at 100/s (T = 10 ms: a denial's
-/// wait is long enough for the deny cache, so denied tries mostly stay local). Every
-/// lease's request is sent after `t0` and every permit served before `t1` (server clock), so
-/// all grants fall in `[t0, t1]` and the exact bucket bounds the total: `C + ⌊(t1 − t0) / T⌋`.
-#[test]
-fn four_processes_never_pass_the_bucket() {
-    const CAPACITY: u64 = 2_000;
-    const INTERVAL_MICROS: u64 = 10_000;
+/// Runs four worker processes (this binary again, `lease_worker`) on one key of `algorithm`
+/// ("gcra" or "window") and returns their totals with the server-clock span `[t0, t1]` that
+/// contains every request they sent.
+fn four_processes(algorithm: &str) -> (Totals, u64, u64) {
     let server = RedisServer::start();
     let t0 = server.time_micros();
     let exe = std::env::current_exe().unwrap();
@@ -182,6 +235,7 @@ fn four_processes_never_pass_the_bucket() {
                 .args(["--ignored", "--exact", "lease_worker", "--nocapture"])
                 .args(["--test-threads", "1"])
                 .env("FLOODGATE_LEASE_URL", server.url())
+                .env("FLOODGATE_LEASE_ALGORITHM", algorithm)
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("start a worker")
@@ -199,10 +253,22 @@ fn four_processes_never_pass_the_bucket() {
         total.add(line);
     }
     let t1 = server.time_micros();
+    (total, t0, t1)
+}
+
+/// Four processes share one key: a bucket of 2,000 refilling at 100/s (T = 10 ms: a denial's
+/// wait is long enough for the deny cache, so denied tries mostly stay local). Every lease's
+/// request is sent after `t0` and every permit served before `t1` (server clock), so all grants
+/// fall in `[t0, t1]` and the exact bucket bounds the total: `C + ⌊(t1 − t0) / T⌋`.
+#[test]
+fn four_processes_never_pass_the_bucket() {
+    const CAPACITY: u64 = 2_000;
+    const INTERVAL_MICROS: u64 = 10_000;
+    let (total, t0, t1) = four_processes("gcra");
     let span = t1 - t0;
     let exact_bound = CAPACITY + span / INTERVAL_MICROS;
     println!(
-        "4 processes, span {span} us: admitted {} (exact bucket: {exact_bound}; slack {}), \
+        "GCRA, 4 processes, span {span} us: admitted {} (exact bucket: {exact_bound}; slack {}), \
          leases {} of {} permits, refunded {}, stranded {}, per-call {}",
         total.admitted,
         exact_bound.saturating_sub(total.admitted),
@@ -218,11 +284,36 @@ fn four_processes_never_pass_the_bucket() {
         total.admitted
     );
     assert!(total.leases > 0, "the workers leased");
-    // Nothing vanished: every permit granted and not refunded was handed out or is counted as
-    // stranded, and the burst alone is more than the tries left unserved could explain.
+    // Nothing vanished: the tries (320,000) far exceed the bucket, so Redis granted at least
+    // the burst; each permit granted was handed out, given back, or counted as stranded.
     assert!(
-        total.admitted + total.stranded >= CAPACITY,
-        "the burst was not used: {total:?}"
+        total.admitted + total.stranded + total.refunded >= CAPACITY,
+        "permits vanished: {total:?}"
+    );
+}
+
+/// Four processes share one key of an aligned fixed window of 2,000 per 50 years (no window
+/// boundary falls in the run): a lease ends with its window, so never over the limit.
+#[test]
+fn four_processes_never_pass_the_window() {
+    const LIMIT: u64 = 2_000;
+    let (total, t0, t1) = four_processes("window");
+    println!(
+        "fixed window, 4 processes, span {} us: admitted {} (limit {LIMIT}), leases {} of {} \
+         permits, refunded {}, stranded {}, per-call {}",
+        t1 - t0,
+        total.admitted,
+        total.leases,
+        total.leased,
+        total.refunded,
+        total.stranded,
+        total.exact,
+    );
+    assert!(total.admitted <= LIMIT, "over the window: {total:?}");
+    assert!(total.leases > 0, "the workers leased");
+    assert!(
+        total.admitted + total.stranded + total.refunded >= LIMIT,
+        "permits vanished: {total:?}"
     );
 }
 
@@ -255,13 +346,14 @@ impl Totals {
     }
 }
 
-/// One worker of `four_processes_never_pass_the_bucket` (run by it, with the server's URL in
-/// `FLOODGATE_LEASE_URL`): 4 tasks on 2 threads each try `TRIES` single permits, then the lease
-/// is released and the counts printed.
+/// One worker of `four_processes` (run by it, with the server's URL in `FLOODGATE_LEASE_URL`
+/// and the algorithm in `FLOODGATE_LEASE_ALGORITHM`): 4 tasks on 2 threads each try `TRIES`
+/// single permits, then the lease is released and the counts printed.
 #[test]
-#[ignore = "a worker process of four_processes_never_pass_the_bucket"]
+#[ignore = "a worker process of four_processes_never_pass_the_bucket / _window"]
 fn lease_worker() {
     let url = std::env::var("FLOODGATE_LEASE_URL").expect("run by the parent test");
+    let algorithm = std::env::var("FLOODGATE_LEASE_ALGORITHM").expect("run by the parent test");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -271,36 +363,56 @@ fn lease_worker() {
         let backend = RedisBackend::connect(RedisConfig::single(url).timeout(TIMEOUT))
             .await
             .unwrap();
-        let gcra = Gcra::new(Rate::per_second(100), 2_000).unwrap();
-        let limiter = RedisLimiter::new(&backend, "lease4", gcra, FailurePolicy::FailClosed);
-        let leased = Arc::new(LeasedKey::new(Arc::new(limiter.unwrap()), "hot"));
-        let tasks: Vec<_> = (0..4)
-            .map(|_| {
-                let leased = Arc::clone(&leased);
-                tokio::spawn(async move {
-                    let mut admitted = 0u64;
-                    for _ in 0..TRIES {
-                        admitted += u64::from(leased.try_acquire(1).await.unwrap().is_allowed());
-                    }
-                    admitted
-                })
-            })
-            .collect();
-        let mut admitted = 0;
-        for task in tasks {
-            admitted += task.await.unwrap();
+        let policy = FailurePolicy::FailClosed;
+        match algorithm.as_str() {
+            "gcra" => {
+                let gcra = Gcra::new(Rate::per_second(100), 2_000).unwrap();
+                let limiter = RedisLimiter::new(&backend, "lease4", gcra, policy).unwrap();
+                hammer(LeasedKey::new(Arc::new(limiter), "hot")).await;
+            }
+            "window" => {
+                let window = FixedWindow::aligned(2_000, FIFTY_YEARS).unwrap();
+                let limiter = RedisLimiter::new(&backend, "lease4w", window, policy).unwrap();
+                hammer(LeasedKey::new(Arc::new(limiter), "hot")).await;
+            }
+            other => panic!("unknown algorithm {other}"),
         }
-        leased.release().await.unwrap();
-        let c = leased.counts();
-        println!(
-            "{REPORT} admitted={admitted} leases={} leased={} refunded={} stranded={} exact={} \
-             failures={}",
-            c.leases,
-            c.leased,
-            c.refunded,
-            c.stranded,
-            c.exact,
-            leased.limiter().failures().total()
-        );
     });
+}
+
+/// An aligned window no test run can straddle: its boundaries are 50 years apart (2020, 2070).
+const FIFTY_YEARS: Duration = Duration::from_secs(50 * 365 * 86_400);
+
+/// 4 tasks each try `TRIES` single permits on `leased`; then the lease is released and the
+/// counts printed for the parent.
+async fn hammer<A: LeaseAlgorithm>(leased: LeasedKey<A>) {
+    let leased = Arc::new(leased);
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let leased = Arc::clone(&leased);
+            tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..TRIES {
+                    admitted += u64::from(leased.try_acquire(1).await.unwrap().is_allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    leased.release().await.unwrap();
+    let c = leased.counts();
+    println!(
+        "{REPORT} admitted={admitted} leases={} leased={} refunded={} stranded={} exact={} \
+         failures={}",
+        c.leases,
+        c.leased,
+        c.refunded,
+        c.stranded,
+        c.exact,
+        leased.limiter().failures().total()
+    );
 }

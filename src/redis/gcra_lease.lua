@@ -6,9 +6,9 @@
 --   for min permits, changing nothing (as gcra.lua for n = min).
 -- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, capacity, min, max.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, new_tat, now_us};
--- allowed = 2: past the deadline, nothing changed. new_tat is the lease's receipt: the word a
--- refund (gcra_refund.lua) must still find to give permits back.
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, new_tat, 0,
+-- now_us}; allowed = 2: past the deadline, nothing changed. new_tat is the lease's receipt: the
+-- word a refund (gcra_refund.lua) must still find to give permits back.
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
@@ -21,7 +21,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local deadline = tonumber(ARGV[5])
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, now} end
+if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)
 local tat = now
 if stored then
@@ -38,7 +38,7 @@ if fit >= min then
   local k = math.min(max, fit)
   local new_tat = base + k * interval
   redis.call('SET', key, int(new_tat), 'PX', int(math.ceil((new_tat - now) / 1000)))
-  return {1, capacity, fit - k, 0, new_tat - now, k, new_tat, now}
+  return {1, capacity, fit - k, 0, new_tat - now, k, new_tat, 0, now}
 end
 if stored and redis.call('PTTL', key) == -1 then
   if base > now then
@@ -48,4 +48,4 @@ if stored and redis.call('PTTL', key) == -1 then
   end
 end
 if fit < 0 then fit = 0 end
-return {0, capacity, fit, base + min * interval - horizon, base - now, 0, 0, now}
+return {0, capacity, fit, base + min * interval - horizon, base - now, 0, 0, 0, now}

@@ -9,15 +9,113 @@ use redis::Script;
 use super::limiter::decision_from_reply;
 use super::limiter::sealed::Script as _;
 use super::{RedisAlgorithm, RedisLimiter};
-use crate::algorithms::Gcra;
+use crate::algorithms::{Anchor, FixedWindow, Gcra};
 use crate::backend::{BackendError, FailureKind, Outcome, RequestError};
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
 use crate::lease::{Lease, LeaseSlot};
 use crate::sync::{AtomicU64, Ordering};
 
-static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_lease.lua")));
-static REFUND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_refund.lua")));
+static GCRA_LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_lease.lua")));
+static GCRA_REFUND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("gcra_refund.lua")));
+static WINDOW_LEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window_lease.lua")));
+static ALIGNED_LEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window_aligned_lease.lua")));
+static ALIGNED_REFUND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window_aligned_refund.lua")));
+
+pub(crate) mod sealed {
+    /// What a leasing algorithm adds to its per-call script: its lease and refund scripts.
+    /// Sealed, as the per-call scripts are.
+    pub trait LeaseScript {
+        /// Takes between `ARGV[3]` and `ARGV[4]` permits (the per-call `ARGV` otherwise);
+        /// replies `{allowed, limit, remaining, retry_after_us, reset_after_us, granted,
+        /// receipt0, receipt1, now_us}`.
+        fn lease_script(&self) -> &'static redis::Script;
+        /// The refund script, `None` where a lease is never given back.
+        fn refund_script(&self) -> Option<&'static redis::Script>;
+        /// `ARGV` of a refund of `unused` permits of a lease with `receipt`.
+        fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4];
+        /// Whether a lease also ends with the window that counted it (a grant's `reset_after`).
+        fn ends_with_window(&self) -> bool;
+    }
+}
+
+/// An algorithm whose Redis state can lend permits to a [`LeasedKey`]: [`Gcra`] (and so
+/// [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket)) and
+/// [`FixedWindow`]. Sealed.
+///
+/// ```
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::redis::{LeaseAlgorithm, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+/// use floodgate::FixedWindow;
+/// use std::{sync::Arc, time::Duration};
+/// fn leased<A: LeaseAlgorithm>(limiter: RedisLimiter<A>, key: &str) -> LeasedKey<A> {
+///     LeasedKey::new(Arc::new(limiter), key)
+/// }
+/// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+/// let window = FixedWindow::aligned(1_000, Duration::from_secs(1))?;
+/// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
+/// assert_eq!(leased(limiter, "tenant-7").key(), "tenant-7");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait LeaseAlgorithm: RedisAlgorithm + sealed::LeaseScript {}
+
+/// A lease advances the theoretical arrival time by its permits; a refund moves it back, only
+/// from the exact time the lease wrote.
+impl sealed::LeaseScript for Gcra {
+    fn lease_script(&self) -> &'static redis::Script {
+        &GCRA_LEASE
+    }
+
+    fn refund_script(&self) -> Option<&'static redis::Script> {
+        Some(&GCRA_REFUND)
+    }
+
+    fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4] {
+        // The interval per permit, as the per-call script gets it.
+        [self.args(1)[0], receipt[0], unused, 0]
+    }
+
+    fn ends_with_window(&self) -> bool {
+        false
+    }
+}
+
+/// Leases from the token bucket family.
+impl LeaseAlgorithm for Gcra {}
+
+/// A lease is counted in the current window and ends with it. An aligned window's lease is
+/// refunded only from the exact window index and count it wrote; an anchored window's is never
+/// refunded (a new window's counter can reach the same count: its permits die with the window).
+impl sealed::LeaseScript for FixedWindow {
+    fn lease_script(&self) -> &'static redis::Script {
+        match self.anchor() {
+            Anchor::FirstRequest => &WINDOW_LEASE,
+            Anchor::WallClock => &ALIGNED_LEASE,
+        }
+    }
+
+    fn refund_script(&self) -> Option<&'static redis::Script> {
+        match self.anchor() {
+            Anchor::FirstRequest => None,
+            Anchor::WallClock => Some(&ALIGNED_REFUND),
+        }
+    }
+
+    fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4] {
+        [receipt[1], receipt[0], unused, 0]
+    }
+
+    fn ends_with_window(&self) -> bool {
+        true
+    }
+}
+
+/// Leases from the fixed window (anchored or aligned).
+impl LeaseAlgorithm for FixedWindow {}
 
 /// The lease size a key starts with (at most the largest lease).
 const INITIAL_LEASE: u32 = 8;
@@ -27,14 +125,14 @@ const BUDGET_SHARE: u64 = 4;
 const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 
 /// One key of a [`RedisLimiter`] over [`Gcra`] (and so [`TokenBucket`](crate::TokenBucket),
-/// [`LeakyBucket`](crate::LeakyBucket)) served from **leases**: the process takes a batch of
-/// permits from the key's Redis state with one script call, serves them locally (one
-/// compare-exchange on one word: no await, no round trip), and gives back exactly what it does
-/// not use, or lets it expire.
+/// [`LeakyBucket`](crate::LeakyBucket)) or [`FixedWindow`] (a [`LeaseAlgorithm`]) served from
+/// **leases**: the process takes a batch of permits from the key's Redis state with one script
+/// call, serves them locally (one compare-exchange on one word: no await, no round trip), and
+/// gives back exactly what it does not use, or lets it expire.
 ///
-/// The lease is taken from the same Redis key (`{name:key}:gcra`) and the same theoretical
-/// arrival time as the limiter's per-call decisions: leased and per-call callers, in any number
-/// of processes, share one limit.
+/// The lease is taken from the same Redis key and state as the limiter's per-call decisions
+/// (the bucket's theoretical arrival time, the window's count): leased and per-call callers, in
+/// any number of processes, share one limit.
 ///
 /// # How a call is decided
 /// * **From the lease** when it has `n` permits and has not expired: one clock read and one
@@ -43,11 +141,13 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   takes) retires the lease, learning exactly how many permits were not served, and asks
 ///   Redis, through the limiter's [`FailurePolicy`](crate::backend::FailurePolicy), circuit
 ///   breaker and deny cache, for a new lease of between `n` and the lease size permits, as
-///   many as fit (one script call, `gcra_lease.lua`). Unserved permits of the old lease (it
-///   expired, or held fewer than `n`) are given back first (a second script,
-///   `gcra_refund.lua`), exactly or not at all: only when the key still holds the word the old
-///   lease wrote (nothing was decided on the key since) is its time moved back by the unused
-///   permits, leaving the key exactly as if the lease had been smaller.
+///   many as fit (one script call, `*_lease.lua`). Unserved permits of the old lease (it
+///   expired, or held fewer than `n`) are given back first (a second script, `*_refund.lua`),
+///   exactly or not at all: only when the key still holds the word the old lease wrote
+///   (nothing was decided on the key since) is the bucket's time moved back, or the aligned
+///   window's count lowered, by the unused permits, leaving the key exactly as if the lease
+///   had been smaller. An anchored window's lease is never given back (a later window's
+///   counter could hold the same count): its permits die with its window.
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left is at most `n`), the call
 ///   is the limiter's own exact per-call decision ([`RedisLimiter::try_acquire_outcome`]: its
@@ -68,15 +168,20 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// is exact or does not happen. A lease's lifetime `L` ([`lifetime`](Self::lifetime)) is counted
 /// on this process's clock from a read taken **before its request was sent**, so it ends at
 /// most `L` after Redis decided it, in real time, whatever the offset between the clocks (only
-/// their rates must agree). Hence, with `C` the capacity and `T` the interval per permit:
+/// their rates must agree; a clock read that lags across cores adds its lag). A window's lease
+/// also ends with the window that counted it, counted the same way (the script's
+/// `reset_after` from that read). Hence:
 ///
-/// * **Over-admission**: all callers of the key together (leased and per-call, every process)
+/// * **Fixed window: never over the limit** in any window: every permit served was counted in
+///   the window it is served in. Under-admission: the permits held in leases, dead with their
+///   window unless refunded, as below.
+/// * **Bucket, over-admission** (`C` the capacity, `T` the interval per permit): all callers of the key together (leased and per-call, every process)
 ///   are admitted at most `C + ⌊(d + L) / T⌋` permits in any span of length `d` (the exact
 ///   bucket: `C + ⌊d / T⌋`): at most `⌈L / T⌉` above the exact bucket, and at most what the
 ///   leases held when the span began (`max_lease − 1` per leased key and process). Over a
 ///   span that contains every lease's request (say, the whole run of a test), **none**: every
 ///   permit served was granted inside the span.
-/// * **Under-admission**: the permits held in leases ([`stranded_bound`](Self::stranded_bound)
+/// * **Under-admission** (both): the permits held in leases ([`stranded_bound`](Self::stranded_bound)
 ///   per leased key and process, at any time), plus the permits of leases whose unserved part
 ///   could not be given back (another decision came first: they stay taken until the bucket's
 ///   time passes them) or whose reply was lost (a timeout, or a dropped future, after the
@@ -105,8 +210,8 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// hot.release().await?; // give back what is left
 /// # Ok(()) }
 /// ```
-pub struct LeasedKey<C: Clock + Clone = QuantaClock> {
-    limiter: Arc<RedisLimiter<Gcra, C>>,
+pub struct LeasedKey<A: LeaseAlgorithm = Gcra, C: Clock + Clone = QuantaClock> {
+    limiter: Arc<RedisLimiter<A, C>>,
     key: String,
     redis_keys: Vec<String>,
     slot: LeaseSlot,
@@ -179,7 +284,7 @@ impl LeaseCounts {
     }
 }
 
-impl<C: Clock + Clone> std::fmt::Debug for LeasedKey<C> {
+impl<A: LeaseAlgorithm, C: Clock + Clone> std::fmt::Debug for LeasedKey<A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeasedKey")
             .field("key", &self.key)
@@ -190,7 +295,7 @@ impl<C: Clock + Clone> std::fmt::Debug for LeasedKey<C> {
     }
 }
 
-impl<C: Clock + Clone> LeasedKey<C> {
+impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// How long a lease may be served unless told otherwise
     /// ([`with_lifetime`](Self::with_lifetime)): 50 ms, well above a round trip.
     pub const DEFAULT_LIFETIME: Duration = Duration::from_millis(50);
@@ -213,9 +318,9 @@ impl<C: Clock + Clone> LeasedKey<C> {
     /// assert_eq!((leased.key(), leased.max_lease()), ("tenant-7", 1024));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn new(limiter: Arc<RedisLimiter<Gcra, C>>, key: &str) -> Self {
+    pub fn new(limiter: Arc<RedisLimiter<A, C>>, key: &str) -> Self {
         let redis_keys = limiter.redis_keys(key);
-        let limit = crate::Algorithm::limit(limiter.algorithm());
+        let limit = RedisAlgorithm::limit(limiter.algorithm());
         LeasedKey {
             limiter,
             key: key.to_owned(),
@@ -235,7 +340,7 @@ impl<C: Clock + Clone> LeasedKey<C> {
     }
 
     /// The same key with leases of at most `max_lease` permits (1: every call is the exact
-    /// per-call decision). Above the bucket's capacity it reads as the capacity.
+    /// per-call decision). Above the limit it reads as the limit.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for zero.
@@ -312,7 +417,7 @@ impl<C: Clock + Clone> LeasedKey<C> {
     /// assert_eq!(LeasedKey::new(limiter, "k").limiter().algorithm().capacity(), 500);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn limiter(&self) -> &Arc<RedisLimiter<Gcra, C>> {
+    pub fn limiter(&self) -> &Arc<RedisLimiter<A, C>> {
         &self.limiter
     }
 
@@ -343,7 +448,7 @@ impl<C: Clock + Clone> LeasedKey<C> {
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
-    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), LeasedKey::<floodgate::QuantaClock>::DEFAULT_MAX_LEASE);
+    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), LeasedKey::<floodgate::Gcra>::DEFAULT_MAX_LEASE);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn max_lease(&self) -> u32 {
@@ -566,7 +671,7 @@ impl<C: Clock + Clone> LeasedKey<C> {
         let source_left = self.source_left.load(Ordering::Relaxed);
         let reset_at = self.reset_at.load(Ordering::Relaxed);
         Decision::allow(
-            crate::Algorithm::limit(self.limiter.algorithm()),
+            RedisAlgorithm::limit(self.limiter.algorithm()),
             left.saturating_add(source_left),
             reset_at.saturating_sub(now),
         )
@@ -689,10 +794,16 @@ impl<C: Clock + Clone> LeasedKey<C> {
     /// from `sent` (a clock read taken before the request).
     async fn take(&self, n: u32, want: u32, sent: u64) -> Result<Lease, BackendError> {
         let backend = self.limiter.backend();
-        let mut args = self.limiter.algorithm().args(n);
+        let algorithm = self.limiter.algorithm();
+        let mut args = algorithm.args(n);
         args[3] = u64::from(want);
         let reply = backend
-            .eval(&LEASE, &self.redis_keys, args, deadline(backend.timeout()))
+            .eval(
+                algorithm.lease_script(),
+                &self.redis_keys,
+                args,
+                deadline(backend.timeout()),
+            )
             .await?;
         let protocol = || {
             BackendError::at(
@@ -703,7 +814,17 @@ impl<C: Clock + Clone> LeasedKey<C> {
                 )),
             )
         };
-        let &[allowed, limit, remaining, retry, reset, granted, word, now] = reply.as_slice()
+        let &[
+            allowed,
+            limit,
+            remaining,
+            retry,
+            reset,
+            granted,
+            word,
+            index,
+            now,
+        ] = reply.as_slice()
         else {
             return Err(protocol());
         };
@@ -712,22 +833,34 @@ impl<C: Clock + Clone> LeasedKey<C> {
             backend.server(),
         )?;
         let granted = u32::try_from(granted).map_err(|_| protocol())?;
-        let word = u64::try_from(word).map_err(|_| protocol())?;
+        let receipt = [
+            u64::try_from(word).map_err(|_| protocol())?,
+            u64::try_from(index).map_err(|_| protocol())?,
+        ];
         if decision.is_allowed() != (granted > 0) || (granted > 0 && !(n..=want).contains(&granted))
         {
             return Err(protocol());
         }
-        let expires_at = sent.saturating_add(self.lifetime_nanos);
-        Ok(Lease::new(granted, sent, expires_at, decision).with_receipt([word, 0]))
+        let mut expires_at = sent.saturating_add(self.lifetime_nanos);
+        if algorithm.ends_with_window() {
+            // A grant's `reset_after` is the time from the script's clock read to the end of
+            // the window that counted it; `sent` came before that read.
+            let window_end = sent.saturating_add(duration_to_nanos(decision.reset_after()));
+            expires_at = expires_at.min(window_end);
+        }
+        Ok(Lease::new(granted, sent, expires_at, decision).with_receipt(receipt))
     }
 
     /// Gives `unused` permits of `lease` back if the key still holds the word it wrote.
     async fn refund(&self, lease: Lease, unused: u64) -> bool {
         let backend = self.limiter.backend();
-        let interval = self.limiter.algorithm().args(1)[0];
-        let args = [interval, lease.receipt()[0], unused, 0];
+        let algorithm = self.limiter.algorithm();
+        let Some(script) = algorithm.refund_script() else {
+            return false;
+        };
+        let args = algorithm.refund_args(lease.receipt(), unused);
         let refunded = backend
-            .eval(&REFUND, &self.redis_keys, args, deadline(backend.timeout()))
+            .eval(script, &self.redis_keys, args, deadline(backend.timeout()))
             .await
             .is_ok_and(|reply| reply.first() == Some(&1));
         if refunded {

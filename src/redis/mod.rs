@@ -79,6 +79,6 @@ mod sliding_log;
 mod sliding_window;
 
 pub use connection::{RedisBackend, RedisConfig};
-pub use leased::{LeaseCounts, LeasedKey};
+pub use leased::{LeaseAlgorithm, LeaseCounts, LeasedKey};
 pub use limiter::{RedisAlgorithm, RedisLimiter};
 pub use sliding_window::MAX_CELLS;
