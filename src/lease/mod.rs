@@ -25,8 +25,9 @@
 //! | [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) | **none**: a lease expires with the cell it was counted in | as the fixed window, per cell |
 //! | [`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket) | in any span of length `d`, at most what the exact bucket may grant in `d + L` (`L` the lease lifetime): `C + ⌊(d + L) / T⌋` permits instead of `C + ⌊d / T⌋`: at most `⌈L / T⌉` above the exact bucket in any span, and at most `S` | at most `S` held at any time; held permits are refunded when the parent's word is still the lease's, else they die at expiry |
 //!
-//! The same rules hold for a lease from a Redis GCRA key (`redis::LeasedKey`, feature `redis`):
-//! the bucket row applies to all its callers together, with `L` counted on the process's clock
+//! The same rules hold for a lease from a Redis key (`redis::LeasedKey`, feature `redis`): the
+//! fixed window and bucket rows apply to all its callers together, with `L` (and a window's
+//! end) counted on the process's clock
 //! from a read taken before the lease's request was sent (so in real time, whatever the offset
 //! between the process's and the server's clocks), and `S` = `max_lease − 1` per leased key
 //! and process.
