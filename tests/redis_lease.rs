@@ -143,6 +143,56 @@ async fn leases_grow_with_use_and_shrink_to_exact_near_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_tasks_never_pass_a_frozen_bucket() {
+    let server = RedisServer::start();
+    let limiter = frozen(&backend(&server).await, 1_000);
+    let leased = Arc::new(LeasedKey::new(limiter.clone(), "k"));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let leased = Arc::clone(&leased);
+            tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..500 {
+                    admitted += u64::from(leased.try_acquire(1).await.unwrap().is_allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    leased.release().await.unwrap();
+    let counts = leased.counts();
+    // Nothing refills: the bucket's 1,000 bound the whole run. 4,000 tries exhaust it, so every
+    // permit was handed out, given back, or is counted as stranded.
+    assert!(admitted <= 1_000, "{admitted} > 1,000: {counts:?}");
+    assert!(
+        admitted + counts.stranded + counts.refunded >= 1_000,
+        "{admitted}: {counts:?}"
+    );
+    assert_eq!(leased.limiter().failures().total(), 0);
+}
+
+#[test]
+fn blocking_calls_serve_from_the_lease() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = frozen(&backend, 100);
+    let leased = LeasedKey::new(limiter.clone(), "k");
+    assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    let scripts = server.calls("evalsha");
+    for _ in 0..7 {
+        assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    }
+    assert_eq!(server.calls("evalsha"), scripts, "served from the lease");
+    assert!(leased.blocking_try_acquire(0).is_err());
+    assert_eq!(leased.counts().served(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_refill_is_decided_by_the_policy_and_opens_the_breaker() {
     // Nothing listens on port 1.
     let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(50));
