@@ -111,6 +111,36 @@ async fn an_expired_lease_is_refunded_beside_the_next_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_halved_by_idle_periods_grows_back_with_use() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let clock = ManualClock::new();
+    let gcra = Gcra::new(Rate::per_hour(1), 1_000).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "lease", gcra, policy, clock.clone());
+    let leased = LeasedKey::new(Arc::new(limiter.unwrap()), "k");
+    // Five idle periods: each lease expires with permits held (8, 4, 2, then leases of 2: one
+    // more than the request, however small the size).
+    for _ in 0..5 {
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+        clock.advance(leased.lifetime());
+    }
+    let idle = leased.counts();
+    assert_eq!(
+        (idle.leases, idle.leased, idle.exact),
+        (5, 18, 0),
+        "{idle:?}"
+    );
+    // Then a burst of use: leases double again (2, 2, 4, …, 64) instead of one call each.
+    for _ in 0..100 {
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    }
+    let busy = leased.counts();
+    assert_eq!(busy.exact, 0, "{busy:?}");
+    assert!(busy.leases - idle.leases <= 8, "{busy:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_grow_with_use_and_shrink_to_exact_near_the_limit() {
     let server = RedisServer::start();
     let limiter = frozen(&backend(&server).await, 1_000);

@@ -149,7 +149,8 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   had been smaller. An anchored window's lease is never given back (a later window's
 ///   counter could hold the same count): its permits die with its window.
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
-///   (no permit held, and a quarter of what Redis last said was left is at most `n`), the call
+///   (no permit held, and a quarter of what Redis last said was left, or
+///   [`max_lease`](Self::max_lease), is at most `n`), the call
 ///   is the limiter's own exact per-call decision ([`RedisLimiter::try_acquire_outcome`]: its
 ///   deny cache answers repeated denials locally), without the mutex: concurrent calls go out
 ///   together, as per-call ones do.
@@ -157,10 +158,11 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// # Lease size
 /// Adapts to this key's rate in this process and to the budget left: starting at 8 (at most
 /// [`max_lease`](Self::max_lease)), the size doubles when a lease ran out before it expired and
-/// halves when one expired unused; and a lease is never more than a quarter of what the script
-/// said was left at the last decision (at least the `n` of the request). A lease is also never
-/// more than the bucket's capacity (the script grants only what fits), so a key leases well
-/// only with a burst well above the lease size.
+/// halves when one expired unused; a lease asks for at least one permit more than the request
+/// (so a size halved down by idle periods grows back with use), and never for more than a
+/// quarter of what Redis said was left at the last decision. A lease is also never more than
+/// the bucket's capacity (the script grants only what fits), so a key leases well only with a
+/// burst well above the lease size.
 ///
 /// # The bound
 /// The two rules of [`crate::lease`]: a permit is served at most once, only from a lease Redis
@@ -696,10 +698,18 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         self.refill(n).await
     }
 
-    /// Whether the budget Redis last reported is too small for a lease of more than `n`.
+    /// Whether a lease of more than `n` is ruled out: by the budget Redis last reported, or by
+    /// the largest lease.
     fn exact_suffices(&self, n: u32) -> bool {
+        self.lease_cap() <= u64::from(n)
+    }
+
+    /// The largest lease the next refill may take: a quarter of the budget Redis last reported,
+    /// at most the largest lease.
+    fn lease_cap(&self) -> u64 {
         // Relaxed: a hint for the lease size only; any value is a report Redis made.
-        self.budget.load(Ordering::Relaxed) / BUDGET_SHARE <= u64::from(n)
+        let budget = self.budget.load(Ordering::Relaxed);
+        (budget / BUDGET_SHARE).min(u64::from(self.max_lease))
     }
 
     /// The limiter's exact per-call decision for `n`; what it says is left becomes the budget.
@@ -735,10 +745,11 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 owner.size = (owner.size / 2).max(1);
             }
         }
-        // Relaxed: a hint (see `exact_suffices`).
-        let budget = self.budget.load(Ordering::Relaxed);
+        // At least one permit more than the request while the budget and the largest lease
+        // allow it, so that a size halved down by idle periods grows back with use.
         let want = u64::from(owner.size)
-            .min(budget / BUDGET_SHARE)
+            .max(u64::from(n) + 1)
+            .min(self.lease_cap())
             .max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
         let refund = (unused > 0 && old.granted() > 0).then(|| self.refund(old, unused));
