@@ -29,8 +29,8 @@
 //! fixed window and bucket rows apply to all its callers together, with `L` (and a window's
 //! end) counted on the process's clock
 //! from a read taken before the lease's request was sent (so in real time, whatever the offset
-//! between the process's and the server's clocks), and `S` = `max_lease − 1` per leased key
-//! and process.
+//! between the process's and the server's clocks), and `S` = `max_lease − 1` per
+//! `LeasedKey`.
 //!
 //! A bucket's excess comes only from serving late: the permits were granted (the parent's word
 //! counted them) at most `L` before they are served, so a span `[a, b]` of serving times sees

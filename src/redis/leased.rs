@@ -155,6 +155,15 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   deny cache answers repeated denials locally), without the mutex: concurrent calls go out
 ///   together, as per-call ones do.
 ///
+/// # Decisions
+/// A decision served from the lease is allowed with `remaining` = the lease's unserved permits
+/// plus what Redis said was left after the lease (other processes' leases are not counted), and
+/// `reset_after` from that lease's reply. The request that takes a lease gets the same; a
+/// denial, and every per-call decision, is Redis's own (or the policy's).
+///
+/// Share one `LeasedKey` per key among the tasks of a process (in an [`Arc`]): each
+/// `LeasedKey` holds its own lease, and the bounds below count per `LeasedKey`.
+///
 /// # Lease size
 /// Adapts to this key's rate in this process and to the budget left: starting at 8 (at most
 /// [`max_lease`](Self::max_lease)), the size doubles when a lease ran out before it expired and
@@ -180,11 +189,11 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// * **Bucket, over-admission** (`C` the capacity, `T` the interval per permit): all callers of the key together (leased and per-call, every process)
 ///   are admitted at most `C + ⌊(d + L) / T⌋` permits in any span of length `d` (the exact
 ///   bucket: `C + ⌊d / T⌋`): at most `⌈L / T⌉` above the exact bucket, and at most what the
-///   leases held when the span began (`max_lease − 1` per leased key and process). Over a
+///   leases held when the span began (`max_lease − 1` per `LeasedKey`). Over a
 ///   span that contains every lease's request (say, the whole run of a test), **none**: every
 ///   permit served was granted inside the span.
 /// * **Under-admission** (both): the permits held in leases ([`stranded_bound`](Self::stranded_bound)
-///   per leased key and process, at any time), plus the permits of leases whose unserved part
+///   per `LeasedKey`, at any time), plus the permits of leases whose unserved part
 ///   could not be given back (another decision came first: they stay taken until the bucket's
 ///   time passes them) or whose reply was lost (a timeout, or a dropped future, after the
 ///   script ran: at most one lease each). [`counts`](Self::counts) reports them.
