@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::backend::FailurePolicy;
+use floodgate::backend::{BreakerConfig, FailurePolicy};
 use floodgate::redis::{
     LeaseAlgorithm, LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter,
 };
@@ -228,15 +228,19 @@ async fn a_failed_refill_is_decided_by_the_policy_and_opens_the_breaker() {
     let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(50));
     let backend = RedisBackend::connect(config.lazy()).await.unwrap();
     let gcra = Gcra::new(Rate::per_second(100), 100).unwrap();
+    let minute = Duration::from_secs(60);
+    let breaker = BreakerConfig::new(3, minute, minute).unwrap();
     let limiter = RedisLimiter::new(&backend, "lease", gcra, FailurePolicy::FailClosed).unwrap();
-    let leased = LeasedKey::new(Arc::new(limiter), "k");
+    let leased = LeasedKey::new(Arc::new(limiter.with_breaker(Some(breaker))), "k");
     for _ in 0..20 {
         let outcome = leased.try_acquire_outcome(1).await.unwrap();
         assert!(!outcome.decision().is_allowed() && outcome.failure().is_some());
     }
+    // Three refills reached for Redis; then the breaker, open for a minute, decided the rest
+    // without a call.
     let failures = leased.limiter().failures();
     assert_eq!(failures.total(), 20);
-    assert!(failures.short_circuited > 0, "{failures:?}");
+    assert_eq!(failures.short_circuited, 17, "{failures:?}");
     assert_eq!(leased.counts().leases, 0);
 }
 
