@@ -348,10 +348,12 @@ impl Algorithm for FixedWindow {
     fn acquire_word(
         &self,
         word: &AtomicU64,
-        _floor: &AtomicU64,
+        floor: &AtomicU64,
         read_clock: impl FnMut() -> u64,
         n: u32,
     ) -> Result<Decision, AcquireError> {
+        // A window pins its own time: no floor (NEEDS_TIME_FLOOR is false).
+        let _ = floor;
         self.short(word, read_clock, n)
     }
 
@@ -359,10 +361,11 @@ impl Algorithm for FixedWindow {
     fn admit_word(
         &self,
         word: &AtomicU64,
-        _floor: &AtomicU64,
+        floor: &AtomicU64,
         read_clock: impl FnMut() -> u64,
         n: u32,
     ) -> Result<bool, AcquireError> {
+        let _ = floor;
         self.short(word, read_clock, n)
     }
 
