@@ -3,7 +3,8 @@
 
 /// The Guava-shaped inherent API and the [`Limiter`](crate::Limiter) impl, shared by both
 /// flavours. The type provides `now_micros`, `decide_at(n, now, timeout) -> Outcome` (which
-/// runs the CAS), `set_infinite`, `set_finite(interval, now)`, `infinite`, `interval` and
+/// runs the CAS), `try_acquire_now(n)` (`try_acquire` for `n > 0`: a short path for the
+/// common case, or `try_acquire_general(n, self.now_micros())`), `set_infinite`, `set_finite(interval, now)`, `infinite`, `interval` and
 /// `snapshot_at(now)`.
 macro_rules! smooth_limiter_api {
     ($ty:ident, $make:literal) => {
@@ -75,6 +76,22 @@ macro_rules! smooth_limiter_api {
             }
         }
 
+        impl<C: $crate::Clock> $ty<C> {
+            /// Guava's `tryAcquire(n)` (no timeout, `n > 0`) through the general engine, at the
+            /// clock read `now` (µs since creation) the caller already took.
+            #[cold]
+            #[inline(never)]
+            fn try_acquire_general(
+                &self,
+                n: u32,
+                now: i64,
+            ) -> Result<$crate::Decision, $crate::AcquireError> {
+                let outcome = self.decide_at(n, now, Some(0));
+                outcome.check_booking(n)?;
+                Ok(outcome.decision)
+            }
+        }
+
         impl<C: $crate::Clock> $crate::Limiter for $ty<C> {
             /// Guava's `tryAcquire(permits)` (no timeout).
             #[inline]
@@ -82,9 +99,7 @@ macro_rules! smooth_limiter_api {
                 if n == 0 {
                     return Err($crate::AcquireError::ZeroPermits);
                 }
-                let outcome = self.decide_at(n, self.now_micros(), Some(0));
-                outcome.check_booking(n)?;
-                Ok(outcome.decision)
+                self.try_acquire_now(n)
             }
 
             fn clock(&self) -> &dyn $crate::Clock {
