@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::marks::Closed;
-use super::{SlidingWindowLimiter, VISITS};
+use super::{SlidingWindowLimiter, VISITS, pack_hint};
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 
@@ -174,4 +174,37 @@ fn a_reader_whose_marks_changed_notices() {
     let (read, d) = visits(|| w.denial_by_scan(160, now, 10, 0, 1, 10));
     assert_eq!(d, want);
     assert!(read >= 90, "{read}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5_000))]
+    /// Whatever the hint says (the newest crossing's cell, a stale or a newer one, garbage), a
+    /// call finds exactly the cell of its clock read, that cell's slot and its round.
+    #[test]
+    fn a_hint_is_used_only_where_it_is_exact(
+        cells in 1u32..2_000,
+        future in 1u32..300,
+        cell_nanos in proptest::prop_oneof![1u64..4, 1u64..1_000_000, 1_000u64..100_000_000_000],
+        now in proptest::prop_oneof![proptest::num::u64::ANY, 0u64..1 << 40],
+        hinted_offset in -3i64..3,
+        raw in proptest::num::u64::ANY,
+        use_raw in proptest::bool::ANY,
+    ) {
+        let Some(window) = cell_nanos.checked_mul(u64::from(cells)) else { return Ok(()) };
+        let Ok(config) = super::SlidingWindow::with_parts(1, Duration::from_nanos(window), cells, future) else {
+            return Ok(());
+        };
+        let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+        let g = w.geometry;
+        let cell = g.cell_of(now);
+        let want = (cell, g.place(cell).0, g.place(cell).1);
+        let hint = if use_raw {
+            raw
+        } else {
+            let hinted = cell.saturating_add_signed(hinted_offset);
+            let (slot, round) = g.place(hinted);
+            pack_hint(round, slot)
+        };
+        proptest::prop_assert_eq!(w.locate(hint, now), want);
+    }
 }
