@@ -28,9 +28,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     ///
     /// The common case in one pass, as the first round of the general loop decides it: `base`
     /// names the caller's cell, and its slot holds the cell's round, open. Then the request is
-    /// admitted by one compare-exchange, or refused by a burst in this cell (nothing to read).
-    /// Everything else (a crossing, a sealed or stale slot, a denial that reads the marks, a
-    /// lost compare-exchange) is decided from scratch by [`acquire_general`](Self::acquire_general).
+    /// admitted by one compare-exchange, or refused (by a burst in this cell, reading nothing,
+    /// or through the marks). Everything else (a crossing, a sealed or stale slot, marks that
+    /// changed under a denial, a lost compare-exchange) is decided from scratch by
+    /// [`acquire_general`](Self::acquire_general).
     #[inline(always)]
     pub(super) fn acquire_counted(
         &self,
@@ -43,6 +44,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let (tag, prev) = unpack_window(self.base.word.load(Ordering::Acquire));
         // Relaxed: a hint, checked (see `BaseLine::hint`).
         let (cell, slot_index, round) = self.locate(self.base.hint.load(Ordering::Relaxed), now);
+        // A refusal the closed cells must free (`(prev, count)` it was decided on), read through
+        // the marks by the general path (one call site keeps this path short).
+        let mut refused = None;
         if tag == cell & TAG_MASK {
             let slot = &self.slots[slot_index];
             let round = round & ROUND_MASK;
@@ -61,10 +65,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     }
                 } else if let Some(denied) = self.burst_denial(cell, now, prev, count, n, limit) {
                     return (denied, cell);
+                } else {
+                    refused = Some((prev, count));
                 }
             }
         }
-        self.acquire_general(n, limit, now, cell, clock)
+        self.acquire_general(n, limit, now, cell, clock, refused)
     }
 
     /// The cell of `now`, its slot and its round (unreduced): from `hint` when `now` lies in the
@@ -121,6 +127,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The general loop of [`acquire_counted`](Self::acquire_counted): crossings, stale and
     /// sealed slots, lagging and leaping reads, denials through the marks, lost races.
+    /// `refused`: the short path refused the call in `own` on `(prev, count)` (the published
+    /// crossing's sum and the cell's count), and the closed cells must free some of it: the
+    /// denial is read through the marks first, as the loop's first round would.
     #[inline(never)]
     fn acquire_general(
         &self,
@@ -129,6 +138,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         now: u64,
         own: u64,
         clock: Option<&C>,
+        refused: Option<(u64, u64)>,
     ) -> (Decision, u64) {
         let mut me = Caller::new(now, own, clock);
         let mut cell = me.own;
@@ -136,6 +146,16 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let mut cross = false;
         // Whether a denial already found the marks changed under it once (`marks_changed`).
         let mut again = false;
+        if let Some((prev, count)) = refused {
+            // The loop's first round, from the refusal on (the burst case was the short path's).
+            if let Some(denied) = self.marked_denial(cell, now, prev, count, n, limit) {
+                return (denied, cell);
+            }
+            let asked = (prev, count, n, limit);
+            if let Some(denied) = self.marks_changed(cell, now, asked, &mut again) {
+                return (denied, cell);
+            }
+        }
         'cell: loop {
             // Acquire: a base word comes with the seals and the head raise made before it.
             let (tag, prev) = unpack_window(self.base.word.load(Ordering::Acquire));
@@ -215,9 +235,24 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
-        if let Some(denied) = self.burst_denial(cell, now, prev, count, n, limit) {
-            return Some(denied);
+        match self.burst_denial(cell, now, prev, count, n, limit) {
+            Some(denied) => Some(denied),
+            None => self.marked_denial(cell, now, prev, count, n, limit),
         }
+    }
+
+    /// [`deny`](Self::deny) when the closed cells must free some of the request: through the
+    /// marks (out of line: a search).
+    #[inline(never)]
+    fn marked_denial(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<Decision> {
         let closed = Closed::of_crossing(cell, self.geometry.window_start(cell), prev);
         self.denial(cell, now, closed, count, n, limit)
     }
