@@ -33,7 +33,8 @@ use crossbeam_utils::CachePadded;
 use super::bursty_word::{BurstyCodec, FRACTION_BITS, FRACTION_MASK, INFINITE_BIT, NEVER};
 use super::{
     IntervalCell, MAX_BOOKING_MICROS, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket,
-    decide, f64_to_u64, limit_of, micros_since, parse_rate, refill_micros, resync, round_micros,
+    decide, f64_to_u64, limit_of_memo, micros_since, parse_rate, refill_micros, resync,
+    round_micros,
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
@@ -422,7 +423,7 @@ fn try_decide(
     n: u32,
     interval: f64,
 ) -> Option<(Option<u64>, Decision)> {
-    let limit = limit_of(interval);
+    let limit = limit_of_memo(interval);
     if word > now_fixed {
         // In debt (`nf > now`): refused. `nf − now` whole µs (rounded up), and the reset adds
         // a whole refill, `⌈W⌉ = offset`. Both < 2⁵², so the nanoseconds cannot overflow.

@@ -376,6 +376,30 @@ pub(crate) fn limit_of(interval: f64) -> u64 {
     f64_to_u64(1e6 / interval + 0.5)
 }
 
+/// [`limit_of`], remembered per thread for the last interval it was asked about: a pure
+/// function of the interval's bits, so the memo is exact whoever changed the rate since (a new
+/// interval is a miss), and it costs no shared write. The short path of `try_acquire` reports the
+/// limit on every call; this spares it a division and a conversion.
+#[inline]
+pub(crate) fn limit_of_memo(interval: f64) -> u64 {
+    use std::cell::Cell;
+    std::thread_local! {
+        /// `(interval bits, limit_of(interval))`; starts as 0.0's (1e6 / 0 + 0.5 saturates).
+        static LAST: Cell<(u64, u64)> = const { Cell::new((0, u64::MAX)) };
+    }
+    let bits = interval.to_bits();
+    LAST.with(|last| {
+        let (last_bits, limit) = last.get();
+        if last_bits == bits {
+            limit
+        } else {
+            let limit = limit_of(interval);
+            last.set((bits, limit));
+            limit
+        }
+    })
+}
+
 /// `x as u64` (truncating, saturating, NaN → 0), in fewer instructions on x86-64 for the values
 /// below 2⁶³ (one signed `cvttsd2si` instead of the unsigned conversion's two and a blend).
 #[inline]
@@ -598,6 +622,32 @@ mod tests {
         let tiny = SmoothBursty::create_with_clock(f64::from_bits(1), clock.clone()).unwrap();
         assert!(tiny.try_acquire(1).unwrap().is_allowed());
         assert!(!tiny.try_acquire(1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn the_limit_memo_answers_as_the_division() {
+        // Alternating intervals: every change is a miss, every repeat a hit.
+        for interval in [
+            2e5,
+            2e5,
+            1000.0,
+            2e5,
+            f64::INFINITY,
+            0.001,
+            1e6 / 3.0,
+            1e6 / 3.0,
+            0.0,
+        ] {
+            assert_eq!(limit_of_memo(interval), limit_of(interval), "{interval}");
+        }
+        // And on a live limiter: the reported limit follows set_rate.
+        use crate::{Limiter, ManualClock, SmoothBursty};
+        let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new()).unwrap();
+        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 5);
+        limiter.set_rate(7.4).unwrap();
+        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 7);
+        limiter.set_rate(5.0).unwrap();
+        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 5);
     }
 
     #[test]
