@@ -142,12 +142,18 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   Redis, through the limiter's [`FailurePolicy`](crate::backend::FailurePolicy), circuit
 ///   breaker and deny cache, for a new lease of between `n` and the lease size permits, as
 ///   many as fit (one script call, `*_lease.lua`). Unserved permits of the old lease (it
-///   expired, or held fewer than `n`) are given back first (a second script, `*_refund.lua`),
-///   exactly or not at all: only when the key still holds the word the old lease wrote
-///   (nothing was decided on the key since) is the bucket's time moved back, or the aligned
-///   window's count lowered, by the unused permits, leaving the key exactly as if the lease
-///   had been smaller. An anchored window's lease is never given back (a later window's
+///   expired, or held fewer than `n`) are given back first (a second script, `*_refund.lua`,
+///   given at most half of the call's time: see below), exactly or not at all: only
+///   when the key still holds the word the old lease wrote (nothing was decided on the key
+///   since) is the bucket's time moved back, or the aligned window's count lowered, by the
+///   unused permits, leaving the key exactly as if the lease had been smaller. An anchored window's lease is never given back (a later window's
 ///   counter could hold the same count): its permits die with its window.
+/// * **Within one timeout**: a call that must ask Redis returns within the backend's
+///   [timeout](super::RedisConfig::timeout) from its start, whatever the others do: the wait
+///   for the owner, the refund and the lease request share that one deadline. A caller whose
+///   deadline passes while another caller's refill is out gets a timeout, and one that waited
+///   through a refill that failed gets that refill's failure, both decided by the policy
+///   (without a call of its own).
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left, or
 ///   [`max_lease`](Self::max_lease), is at most `n`), the call
@@ -245,6 +251,10 @@ struct Owner {
     lease: Lease,
     /// The size the next lease asks for.
     size: u32,
+    /// The last refill's failure (not a short circuit) and when it was decided; `None` after a
+    /// refill that reached Redis. A caller that waited for the owner while it failed takes
+    /// this failure (decided by the policy) instead of sending a call of its own.
+    failed: Option<(Instant, BackendError)>,
 }
 
 #[derive(Debug, Default)]
@@ -342,6 +352,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             owner: tokio::sync::Mutex::new(Owner {
                 lease: NO_LEASE,
                 size: INITIAL_LEASE.min(Self::DEFAULT_MAX_LEASE),
+                failed: None,
             }),
             budget: AtomicU64::new(limit),
             max_lease: Self::DEFAULT_MAX_LEASE,
@@ -662,7 +673,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         if unused == 0 || old.granted() == 0 {
             return Ok(0);
         }
-        Ok(if self.refund(old, unused).await {
+        let timeout = self.limiter.backend().timeout();
+        Ok(if self.refund(old, unused, deadline(timeout)).await {
             unused
         } else {
             0
@@ -688,6 +700,26 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         )
     }
 
+    /// The decision for a request of `n` whose deadline passed while another caller's refill
+    /// held the owner: a timeout, decided by the policy (the breaker is not told: this call
+    /// sent nothing).
+    #[cold]
+    fn waited_out(&self, n: u32) -> Outcome {
+        let timeout = self.limiter.backend().timeout();
+        let error = BackendError::at(
+            FailureKind::Timeout,
+            self.limiter.backend().server(),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no lease within {timeout:?}: another caller's request for a lease of this \
+                     key was still out"
+                ),
+            ),
+        );
+        self.limiter.handler().decide(&self.key, n, error)
+    }
+
     /// Retires the published lease (the caller owns the slot): its unserved permits.
     fn retire(&self, _owner: &mut Owner) -> u64 {
         let unused = self.slot.retire();
@@ -700,11 +732,18 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// for a lease of more than `n`, the exact per-call decision, without waiting for the
     /// lease's owner (near the limit, and on every denial while the limit is exhausted, this is
     /// the per-call path, concurrent calls included); otherwise the lease is replaced.
+    ///
+    /// The whole call is bounded by one deadline, the backend's timeout from now: the wait for
+    /// the lease's owner, the refund of an old lease and the request for a new one share it.
     async fn unserved(&self, n: u32) -> Result<Outcome, RequestError> {
+        let asked = Instant::now();
+        let deadline = asked
+            .checked_add(self.limiter.backend().timeout())
+            .unwrap_or(asked);
         if self.slot.left() == 0 && self.exact_suffices(n) {
-            return self.exact(n).await;
+            return self.exact(n, deadline, false).await;
         }
-        self.refill(n).await
+        self.refill(n, asked, deadline).await
     }
 
     /// Whether a lease of more than `n` is ruled out: by the budget Redis last reported, or by
@@ -721,9 +760,19 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         (budget / BUDGET_SHARE).min(u64::from(self.max_lease))
     }
 
-    /// The limiter's exact per-call decision for `n`; what it says is left becomes the budget.
-    async fn exact(&self, n: u32) -> Result<Outcome, RequestError> {
-        let outcome = self.limiter.try_acquire_outcome(&self.key, n).await?;
+    /// The limiter's exact per-call decision for `n`, giving up at `deadline` (`shortened`: part
+    /// of the call's time went to waiting for the owner, so a timeout is not the breaker's to
+    /// count); what it says is left becomes the budget.
+    async fn exact(
+        &self,
+        n: u32,
+        deadline: Instant,
+        shortened: bool,
+    ) -> Result<Outcome, RequestError> {
+        let outcome = self
+            .limiter
+            .outcome_by(&self.key, n, deadline, shortened)
+            .await?;
         // Relaxed: a statistics counter; no other memory depends on it.
         self.counters.exact.fetch_add(1, Ordering::Relaxed);
         if outcome.failure().is_none() {
@@ -734,12 +783,35 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         Ok(outcome)
     }
 
-    /// Replaces the lease for a request of `n` the lease could not serve.
-    async fn refill(&self, n: u32) -> Result<Outcome, RequestError> {
-        let mut owner = self.owner.lock().await;
+    /// Replaces the lease for a request of `n` the lease could not serve (a call made at
+    /// `asked`, to be decided by `deadline`).
+    async fn refill(
+        &self,
+        n: u32,
+        asked: Instant,
+        deadline: Instant,
+    ) -> Result<Outcome, RequestError> {
+        let (mut owner, waited) = match self.owner.try_lock() {
+            Ok(owner) => (owner, false),
+            // Another caller is replacing the lease: wait for it, but not past this call's own
+            // deadline (its Redis call may take the whole timeout).
+            Err(_) => match tokio::time::timeout_at(deadline.into(), self.owner.lock()).await {
+                Ok(owner) => (owner, true),
+                Err(_) => return Ok(self.waited_out(n)),
+            },
+        };
         // Another caller may have published a lease while this one waited.
         if let Some((left, now)) = self.slot.serve(n, self.clock()) {
             return Ok(Outcome::from_backend(self.served(left, now)));
+        }
+        // A refill that failed while this call waited: its failure is this call's too (one
+        // failed call per outage and timeout, not one per waiting caller).
+        let failed_meanwhile = owner
+            .failed
+            .as_ref()
+            .filter(|(at, _)| waited && *at >= asked);
+        if let Some((_, error)) = failed_meanwhile {
+            return Ok(self.limiter.handler().decide(&self.key, n, error.clone()));
         }
         // Before anything is sent: the new lease's lifetime counts from here.
         let sent = self.clock().now_nanos();
@@ -761,7 +833,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             .min(self.lease_cap())
             .max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
-        let refund = (unused > 0 && old.granted() > 0).then(|| self.refund(old, unused));
+        // The old lease's refund goes first (it must find the key as the old lease left it),
+        // within half of what is left of the call's time; the next request gets the rest: the
+        // call returns within its one timeout, even when neither is answered.
+        let refund = (unused > 0 && old.granted() > 0).then(|| {
+            let now = Instant::now();
+            let half = deadline.saturating_duration_since(now) / 2;
+            self.refund(old, unused, now.checked_add(half).unwrap_or(deadline))
+        });
         if want <= n {
             // Near the limit: the lease would be the request. The old lease's refund, then the
             // exact per-call decision (not holding the lease: there is none to serve).
@@ -769,12 +848,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 refund.await;
             }
             drop(owner);
-            return self.exact(n).await;
+            return self.exact(n, deadline, waited).await;
         }
         let mut taken = None;
         let slot = &mut taken;
         let store = move || async move {
-            let take = self.take(n, want, sent);
+            let take = self.take(n, want, sent, deadline);
             if let Some(refund) = refund {
                 refund.await;
             }
@@ -782,7 +861,17 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             *slot = Some(lease);
             Ok(lease_decision(&lease, n))
         };
-        let outcome = self.limiter.handler().run_async(&self.key, n, store).await;
+        // A timeout of a call shortened by the wait for the owner says nothing about Redis.
+        let excused = |error: &BackendError| waited && error.is_timeout();
+        let outcome = self
+            .limiter
+            .handler()
+            .run_async_excusing(&self.key, n, store, excused)
+            .await;
+        owner.failed = outcome
+            .failure()
+            .filter(|error| !error.is_circuit_open())
+            .map(|error| (Instant::now(), error.clone()));
         match taken {
             Some(lease) if outcome.failure().is_none() => {
                 // Relaxed: a hint (see `exact_suffices`).
@@ -812,18 +901,19 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
 
     /// One lease script: between `n` and `want` permits, as many as fit; its lifetime counts
     /// from `sent` (a clock read taken before the request).
-    async fn take(&self, n: u32, want: u32, sent: u64) -> Result<Lease, BackendError> {
+    async fn take(
+        &self,
+        n: u32,
+        want: u32,
+        sent: u64,
+        deadline: Instant,
+    ) -> Result<Lease, BackendError> {
         let backend = self.limiter.backend();
         let algorithm = self.limiter.algorithm();
         let mut args = algorithm.args(n);
         args[3] = u64::from(want);
         let reply = backend
-            .eval(
-                algorithm.lease_script(),
-                &self.redis_keys,
-                args,
-                deadline(backend.timeout()),
-            )
+            .eval(algorithm.lease_script(), &self.redis_keys, args, deadline)
             .await?;
         let protocol = || {
             BackendError::at(
@@ -871,8 +961,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         Ok(Lease::new(granted, sent, expires_at, decision).with_receipt(receipt))
     }
 
-    /// Gives `unused` permits of `lease` back if the key still holds the word it wrote.
-    async fn refund(&self, lease: Lease, unused: u64) -> bool {
+    /// Gives `unused` permits of `lease` back if the key still holds the word it wrote, giving
+    /// up at `deadline`.
+    async fn refund(&self, lease: Lease, unused: u64, deadline: Instant) -> bool {
         let backend = self.limiter.backend();
         let algorithm = self.limiter.algorithm();
         let Some(script) = algorithm.refund_script() else {
@@ -880,7 +971,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         };
         let args = algorithm.refund_args(lease.receipt(), unused);
         let refunded = backend
-            .eval(script, &self.redis_keys, args, deadline(backend.timeout()))
+            .eval(script, &self.redis_keys, args, deadline)
             .await
             .is_ok_and(|reply| reply.first() == Some(&1));
         if refunded {
