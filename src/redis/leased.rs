@@ -186,12 +186,16 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// on this process's clock from a read taken **before its request was sent**, so it ends at
 /// most `L` after Redis decided it, in real time, whatever the offset between the clocks (only
 /// their rates must agree; a clock read that lags across cores adds its lag). A window's lease
-/// also ends with the window that counted it, counted the same way (the script's
-/// `reset_after` from that read). Hence:
+/// also ends with the window that counted it, counted the same way: `reset_after` from that
+/// read, where the script's `reset_after` is at most the time from its own clock read to the
+/// window's end on the server (the aligned window's end, kept to the microsecond; the anchored
+/// window's counter's expiry, read to the millisecond with `PEXPIRETIME`, or with `PTTL`
+/// less 1 ms before Redis 7.0). Hence:
 ///
 /// * **Fixed window: never over the limit** in any window: every permit served was counted in
-///   the window it is served in. Under-admission: the permits held in leases, dead with their
-///   window unless refunded, as below.
+///   the window it is served in (a lease is served only before the counter that counted it
+///   expires and a new window opens; the clocks' rates agreeing, as above). Under-admission:
+///   the permits held in leases, dead with their window unless refunded, as below.
 /// * **Bucket, over-admission** (`C` the capacity, `T` the interval per permit): all callers of the key together (leased and per-call, every process)
 ///   are admitted at most `C + ⌊(d + L) / T⌋` permits in any span of length `d` (the exact
 ///   bucket: `C + ⌊d / T⌋`): at most `⌈L / T⌉` above the exact bucket, and at most what the
