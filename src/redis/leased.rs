@@ -329,7 +329,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     pub const DEFAULT_MAX_LEASE: u32 = 1024;
 
     /// `key` of `limiter`, served from leases of up to [`DEFAULT_MAX_LEASE`](Self::DEFAULT_MAX_LEASE)
-    /// permits lasting at most [`DEFAULT_LIFETIME`](Self::DEFAULT_LIFETIME).
+    /// permits (at most the limit) lasting at most [`DEFAULT_LIFETIME`](Self::DEFAULT_LIFETIME).
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
@@ -337,7 +337,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// use floodgate::{Gcra, Rate};
     /// use std::sync::Arc;
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
-    /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 10_000)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
     /// let leased = LeasedKey::new(limiter, "tenant-7");
     /// assert_eq!((leased.key(), leased.max_lease()), ("tenant-7", 1024));
@@ -346,6 +346,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     pub fn new(limiter: Arc<RedisLimiter<A, C>>, key: &str) -> Self {
         let redis_keys = limiter.redis_keys(key);
         let limit = RedisAlgorithm::limit(limiter.algorithm());
+        let max_lease = lease_at_most(Self::DEFAULT_MAX_LEASE, limit);
         LeasedKey {
             limiter,
             key: key.to_owned(),
@@ -355,18 +356,19 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             reset_at: AtomicU64::new(0),
             owner: tokio::sync::Mutex::new(Owner {
                 lease: NO_LEASE,
-                size: INITIAL_LEASE.min(Self::DEFAULT_MAX_LEASE),
+                size: INITIAL_LEASE.min(max_lease),
                 failed: None,
             }),
             budget: AtomicU64::new(limit),
-            max_lease: Self::DEFAULT_MAX_LEASE,
+            max_lease,
             lifetime_nanos: duration_to_nanos(Self::DEFAULT_LIFETIME),
             counters: Counters::default(),
         }
     }
 
     /// The same key with leases of at most `max_lease` permits (1: every call is the exact
-    /// per-call decision). Above the limit it reads as the limit.
+    /// per-call decision). Above the limit it reads as the limit: [`max_lease`](Self::max_lease)
+    /// and [`stranded_bound`](Self::stranded_bound) report the limit then.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for zero.
@@ -380,6 +382,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
     /// assert_eq!(LeasedKey::new(limiter.clone(), "k").with_max_lease(64)?.stranded_bound(), 63);
+    /// let above = LeasedKey::new(limiter.clone(), "k").with_max_lease(5_000)?;
+    /// assert_eq!((above.max_lease(), above.stranded_bound()), (1_000, 999)); // the limit
     /// let zero = LeasedKey::new(limiter, "k").with_max_lease(0).unwrap_err();
     /// assert!(zero.to_string().contains("max_lease"), "{zero}");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -391,6 +395,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 why: "a lease must be allowed at least one permit",
             });
         }
+        let max_lease = lease_at_most(max_lease, RedisAlgorithm::limit(self.limiter.algorithm()));
         self.owner.get_mut().size = INITIAL_LEASE.min(max_lease);
         self.max_lease = max_lease;
         Ok(self)
@@ -464,7 +469,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         &self.key
     }
 
-    /// The largest lease taken.
+    /// The largest lease taken: the one configured, at most the limit.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
@@ -474,7 +479,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
-    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), LeasedKey::<floodgate::Gcra>::DEFAULT_MAX_LEASE);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").with_max_lease(64)?.max_lease(), 64);
+    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), 500); // 1024 by default: the limit
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn max_lease(&self) -> u32 {
@@ -499,7 +505,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// The most permits this key holds in its lease at once, taken from Redis and not yet
-    /// served: `max_lease − 1` (a lease serves its first request at once). It bounds this
+    /// served: [`max_lease`](Self::max_lease) − 1 (a lease serves its first request at once;
+    /// `max_lease` is at most the limit). It bounds this
     /// process's share of the under-admission at any time, and of the over-admission in any
     /// span (see [the bound](Self#the-bound)).
     ///
@@ -511,7 +518,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
-    /// assert_eq!(LeasedKey::new(limiter, "k").stranded_bound(), 1023);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").stranded_bound(), 499); // the limit, 500, − 1
+    /// assert_eq!(LeasedKey::new(limiter, "k").with_max_lease(64)?.stranded_bound(), 63);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stranded_bound(&self) -> u64 {
@@ -999,6 +1007,13 @@ fn lease_decision(lease: &Lease, n: u32) -> Decision {
         d.remaining().saturating_add(held),
         duration_to_nanos(d.reset_after()),
     )
+}
+
+/// `max_lease`, at most `limit` (no lease can hold more), and at least 1.
+fn lease_at_most(max_lease: u32, limit: u64) -> u32 {
+    max_lease
+        .min(u32::try_from(limit).unwrap_or(u32::MAX))
+        .max(1)
 }
 
 /// A call's deadline: `timeout` from now (the backend validated it to at most an hour).
