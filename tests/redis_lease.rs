@@ -31,10 +31,19 @@ fn frozen(backend: &RedisBackend, capacity: u32) -> Arc<RedisLimiter<Gcra>> {
     Arc::new(RedisLimiter::new(backend, "lease", gcra, FailurePolicy::FailClosed).unwrap())
 }
 
+/// `frozen`, on a clock that never moves: a lease never expires, however slow the machine
+/// (its lifetime counts on the limiter's clock), so a test's counts do not depend on speed.
+fn frozen_still(backend: &RedisBackend, capacity: u32) -> Arc<RedisLimiter<Gcra, ManualClock>> {
+    let gcra = Gcra::new(Rate::per_hour(1), capacity).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(backend, "lease", gcra, policy, ManualClock::new());
+    Arc::new(limiter.unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_is_exact_when_nothing_was_decided_since() {
     let server = RedisServer::start();
-    let limiter = frozen(&backend(&server).await, 100);
+    let limiter = frozen_still(&backend(&server).await, 100);
     let leased = LeasedKey::new(limiter.clone(), "k");
     let first = leased.try_acquire(1).await.unwrap();
     assert!(first.is_allowed());
@@ -143,7 +152,8 @@ async fn a_size_halved_by_idle_periods_grows_back_with_use() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_grow_with_use_and_shrink_to_exact_near_the_limit() {
     let server = RedisServer::start();
-    let limiter = frozen(&backend(&server).await, 1_000);
+    // No lease expires (the clock never moves): the sizes only grow, however slow the machine.
+    let limiter = frozen_still(&backend(&server).await, 1_000);
     let leased = LeasedKey::new(limiter.clone(), "k");
     let mut admitted = 0;
     for _ in 0..1_000 {
@@ -210,7 +220,7 @@ fn blocking_calls_serve_from_the_lease() {
     let server = RedisServer::start();
     let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
     let backend = RedisBackend::blocking_connect(config).unwrap();
-    let limiter = frozen(&backend, 100);
+    let limiter = frozen_still(&backend, 100);
     let leased = LeasedKey::new(limiter.clone(), "k");
     assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
     let scripts = server.calls("evalsha");

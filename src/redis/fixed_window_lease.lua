@@ -6,7 +6,12 @@
 -- ARGV[5]: deadline in us on the server's clock (0: none).
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, count, 0, now_us};
 -- allowed = 2: past the deadline, nothing changed. reset_after_us is the time to the end of the
--- window that counted the lease (its permits die with it: never refunded).
+-- window that counted the lease (its permits die with it: never refunded). For a grant it is
+-- never more than the time from `now` to the counter's expiry, so that a lease served for
+-- reset_after_us from a clock read taken before `now` ends by the time the counter expires and
+-- a new window opens ("never over the limit"): PEXPIRETIME (Redis 7.0+) gives the expiry to the
+-- millisecond, exactly; PTTL (older servers) counts from a millisecond-truncated time no earlier
+-- than the millisecond `now` falls in, and overstates the time left by up to 1 ms: 1 ms less.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
@@ -41,9 +46,16 @@ if fit >= min then
   local taken = redis.call('INCRBY', key, k)
   if taken == k then
     redis.call('PEXPIRE', key, window_ms)
-    ttl_ms = window_ms
   end
-  return {1, limit, limit - taken, 0, ttl_ms * 1000, k, taken, 0, now}
+  local left_us
+  local expires_ms = redis.pcall('PEXPIRETIME', key)
+  if type(expires_ms) == 'number' and expires_ms >= 0 then
+    left_us = expires_ms * 1000 - now
+  else
+    left_us = (redis.call('PTTL', key) - 1) * 1000
+  end
+  if left_us < 0 then left_us = 0 end
+  return {1, limit, limit - taken, 0, left_us, k, taken, 0, now}
 end
 if fit < 0 then fit = 0 end
 if ttl_ms < 1 then ttl_ms = 1 end

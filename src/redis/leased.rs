@@ -142,12 +142,18 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   Redis, through the limiter's [`FailurePolicy`](crate::backend::FailurePolicy), circuit
 ///   breaker and deny cache, for a new lease of between `n` and the lease size permits, as
 ///   many as fit (one script call, `*_lease.lua`). Unserved permits of the old lease (it
-///   expired, or held fewer than `n`) are given back first (a second script, `*_refund.lua`),
-///   exactly or not at all: only when the key still holds the word the old lease wrote
-///   (nothing was decided on the key since) is the bucket's time moved back, or the aligned
-///   window's count lowered, by the unused permits, leaving the key exactly as if the lease
-///   had been smaller. An anchored window's lease is never given back (a later window's
+///   expired, or held fewer than `n`) are given back first (a second script, `*_refund.lua`,
+///   given at most half of the call's time: see below), exactly or not at all: only
+///   when the key still holds the word the old lease wrote (nothing was decided on the key
+///   since) is the bucket's time moved back, or the aligned window's count lowered, by the
+///   unused permits, leaving the key exactly as if the lease had been smaller. An anchored window's lease is never given back (a later window's
 ///   counter could hold the same count): its permits die with its window.
+/// * **Within one timeout**: a call that must ask Redis returns within the backend's
+///   [timeout](super::RedisConfig::timeout) from its start, whatever the others do: the wait
+///   for the owner, the refund and the lease request share that one deadline. A caller whose
+///   deadline passes while another caller's refill is out gets a timeout, and one that waited
+///   through a refill that failed gets that refill's failure, both decided by the policy
+///   (without a call of its own).
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left, or
 ///   [`max_lease`](Self::max_lease), is at most `n`), the call
@@ -180,12 +186,16 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// on this process's clock from a read taken **before its request was sent**, so it ends at
 /// most `L` after Redis decided it, in real time, whatever the offset between the clocks (only
 /// their rates must agree; a clock read that lags across cores adds its lag). A window's lease
-/// also ends with the window that counted it, counted the same way (the script's
-/// `reset_after` from that read). Hence:
+/// also ends with the window that counted it, counted the same way: `reset_after` from that
+/// read, where the script's `reset_after` is at most the time from its own clock read to the
+/// window's end on the server (the aligned window's end, kept to the microsecond; the anchored
+/// window's counter's expiry, read to the millisecond with `PEXPIRETIME`, or with `PTTL`
+/// less 1 ms before Redis 7.0). Hence:
 ///
 /// * **Fixed window: never over the limit** in any window: every permit served was counted in
-///   the window it is served in. Under-admission: the permits held in leases, dead with their
-///   window unless refunded, as below.
+///   the window it is served in (a lease is served only before the counter that counted it
+///   expires and a new window opens; the clocks' rates agreeing, as above). Under-admission:
+///   the permits held in leases, dead with their window unless refunded, as below.
 /// * **Bucket, over-admission** (`C` the capacity, `T` the interval per permit): all callers of the key together (leased and per-call, every process)
 ///   are admitted at most `C + ⌊(d + L) / T⌋` permits in any span of length `d` (the exact
 ///   bucket: `C + ⌊d / T⌋`): at most `⌈L / T⌉` above the exact bucket, and at most what the
@@ -245,6 +255,10 @@ struct Owner {
     lease: Lease,
     /// The size the next lease asks for.
     size: u32,
+    /// The last refill's failure (not a short circuit) and when it was decided; `None` after a
+    /// refill that reached Redis. A caller that waited for the owner while it failed takes
+    /// this failure (decided by the policy) instead of sending a call of its own.
+    failed: Option<(Instant, BackendError)>,
 }
 
 #[derive(Debug, Default)]
@@ -315,7 +329,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     pub const DEFAULT_MAX_LEASE: u32 = 1024;
 
     /// `key` of `limiter`, served from leases of up to [`DEFAULT_MAX_LEASE`](Self::DEFAULT_MAX_LEASE)
-    /// permits lasting at most [`DEFAULT_LIFETIME`](Self::DEFAULT_LIFETIME).
+    /// permits (at most the limit) lasting at most [`DEFAULT_LIFETIME`](Self::DEFAULT_LIFETIME).
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
@@ -323,7 +337,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// use floodgate::{Gcra, Rate};
     /// use std::sync::Arc;
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
-    /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 10_000)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
     /// let leased = LeasedKey::new(limiter, "tenant-7");
     /// assert_eq!((leased.key(), leased.max_lease()), ("tenant-7", 1024));
@@ -332,6 +346,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     pub fn new(limiter: Arc<RedisLimiter<A, C>>, key: &str) -> Self {
         let redis_keys = limiter.redis_keys(key);
         let limit = RedisAlgorithm::limit(limiter.algorithm());
+        let max_lease = lease_at_most(Self::DEFAULT_MAX_LEASE, limit);
         LeasedKey {
             limiter,
             key: key.to_owned(),
@@ -341,17 +356,19 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             reset_at: AtomicU64::new(0),
             owner: tokio::sync::Mutex::new(Owner {
                 lease: NO_LEASE,
-                size: INITIAL_LEASE.min(Self::DEFAULT_MAX_LEASE),
+                size: INITIAL_LEASE.min(max_lease),
+                failed: None,
             }),
             budget: AtomicU64::new(limit),
-            max_lease: Self::DEFAULT_MAX_LEASE,
+            max_lease,
             lifetime_nanos: duration_to_nanos(Self::DEFAULT_LIFETIME),
             counters: Counters::default(),
         }
     }
 
     /// The same key with leases of at most `max_lease` permits (1: every call is the exact
-    /// per-call decision). Above the limit it reads as the limit.
+    /// per-call decision). Above the limit it reads as the limit: [`max_lease`](Self::max_lease)
+    /// and [`stranded_bound`](Self::stranded_bound) report the limit then.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for zero.
@@ -365,6 +382,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
     /// assert_eq!(LeasedKey::new(limiter.clone(), "k").with_max_lease(64)?.stranded_bound(), 63);
+    /// let above = LeasedKey::new(limiter.clone(), "k").with_max_lease(5_000)?;
+    /// assert_eq!((above.max_lease(), above.stranded_bound()), (1_000, 999)); // the limit
     /// let zero = LeasedKey::new(limiter, "k").with_max_lease(0).unwrap_err();
     /// assert!(zero.to_string().contains("max_lease"), "{zero}");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -376,6 +395,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 why: "a lease must be allowed at least one permit",
             });
         }
+        let max_lease = lease_at_most(max_lease, RedisAlgorithm::limit(self.limiter.algorithm()));
         self.owner.get_mut().size = INITIAL_LEASE.min(max_lease);
         self.max_lease = max_lease;
         Ok(self)
@@ -449,7 +469,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         &self.key
     }
 
-    /// The largest lease taken.
+    /// The largest lease taken: the one configured, at most the limit.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
@@ -459,7 +479,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
-    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), LeasedKey::<floodgate::Gcra>::DEFAULT_MAX_LEASE);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").with_max_lease(64)?.max_lease(), 64);
+    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), 500); // 1024 by default: the limit
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn max_lease(&self) -> u32 {
@@ -484,7 +505,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// The most permits this key holds in its lease at once, taken from Redis and not yet
-    /// served: `max_lease − 1` (a lease serves its first request at once). It bounds this
+    /// served: [`max_lease`](Self::max_lease) − 1 (a lease serves its first request at once;
+    /// `max_lease` is at most the limit). It bounds this
     /// process's share of the under-admission at any time, and of the over-admission in any
     /// span (see [the bound](Self#the-bound)).
     ///
@@ -496,7 +518,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
     /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
     /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
-    /// assert_eq!(LeasedKey::new(limiter, "k").stranded_bound(), 1023);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").stranded_bound(), 499); // the limit, 500, − 1
+    /// assert_eq!(LeasedKey::new(limiter, "k").with_max_lease(64)?.stranded_bound(), 63);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stranded_bound(&self) -> u64 {
@@ -662,7 +685,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         if unused == 0 || old.granted() == 0 {
             return Ok(0);
         }
-        Ok(if self.refund(old, unused).await {
+        let timeout = self.limiter.backend().timeout();
+        Ok(if self.refund(old, unused, deadline(timeout)).await {
             unused
         } else {
             0
@@ -688,6 +712,26 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         )
     }
 
+    /// The decision for a request of `n` whose deadline passed while another caller's refill
+    /// held the owner: a timeout, decided by the policy (the breaker is not told: this call
+    /// sent nothing).
+    #[cold]
+    fn waited_out(&self, n: u32) -> Outcome {
+        let timeout = self.limiter.backend().timeout();
+        let error = BackendError::at(
+            FailureKind::Timeout,
+            self.limiter.backend().server(),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no lease within {timeout:?}: another caller's request for a lease of this \
+                     key was still out"
+                ),
+            ),
+        );
+        self.limiter.handler().decide(&self.key, n, error)
+    }
+
     /// Retires the published lease (the caller owns the slot): its unserved permits.
     fn retire(&self, _owner: &mut Owner) -> u64 {
         let unused = self.slot.retire();
@@ -700,11 +744,18 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// for a lease of more than `n`, the exact per-call decision, without waiting for the
     /// lease's owner (near the limit, and on every denial while the limit is exhausted, this is
     /// the per-call path, concurrent calls included); otherwise the lease is replaced.
+    ///
+    /// The whole call is bounded by one deadline, the backend's timeout from now: the wait for
+    /// the lease's owner, the refund of an old lease and the request for a new one share it.
     async fn unserved(&self, n: u32) -> Result<Outcome, RequestError> {
+        let asked = Instant::now();
+        let deadline = asked
+            .checked_add(self.limiter.backend().timeout())
+            .unwrap_or(asked);
         if self.slot.left() == 0 && self.exact_suffices(n) {
-            return self.exact(n).await;
+            return self.exact(n, deadline, false).await;
         }
-        self.refill(n).await
+        self.refill(n, asked, deadline).await
     }
 
     /// Whether a lease of more than `n` is ruled out: by the budget Redis last reported, or by
@@ -721,9 +772,19 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         (budget / BUDGET_SHARE).min(u64::from(self.max_lease))
     }
 
-    /// The limiter's exact per-call decision for `n`; what it says is left becomes the budget.
-    async fn exact(&self, n: u32) -> Result<Outcome, RequestError> {
-        let outcome = self.limiter.try_acquire_outcome(&self.key, n).await?;
+    /// The limiter's exact per-call decision for `n`, giving up at `deadline` (`shortened`: part
+    /// of the call's time went to waiting for the owner, so a timeout is not the breaker's to
+    /// count); what it says is left becomes the budget.
+    async fn exact(
+        &self,
+        n: u32,
+        deadline: Instant,
+        shortened: bool,
+    ) -> Result<Outcome, RequestError> {
+        let outcome = self
+            .limiter
+            .outcome_by(&self.key, n, deadline, shortened)
+            .await?;
         // Relaxed: a statistics counter; no other memory depends on it.
         self.counters.exact.fetch_add(1, Ordering::Relaxed);
         if outcome.failure().is_none() {
@@ -734,12 +795,35 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         Ok(outcome)
     }
 
-    /// Replaces the lease for a request of `n` the lease could not serve.
-    async fn refill(&self, n: u32) -> Result<Outcome, RequestError> {
-        let mut owner = self.owner.lock().await;
+    /// Replaces the lease for a request of `n` the lease could not serve (a call made at
+    /// `asked`, to be decided by `deadline`).
+    async fn refill(
+        &self,
+        n: u32,
+        asked: Instant,
+        deadline: Instant,
+    ) -> Result<Outcome, RequestError> {
+        let (mut owner, waited) = match self.owner.try_lock() {
+            Ok(owner) => (owner, false),
+            // Another caller is replacing the lease: wait for it, but not past this call's own
+            // deadline (its Redis call may take the whole timeout).
+            Err(_) => match tokio::time::timeout_at(deadline.into(), self.owner.lock()).await {
+                Ok(owner) => (owner, true),
+                Err(_) => return Ok(self.waited_out(n)),
+            },
+        };
         // Another caller may have published a lease while this one waited.
         if let Some((left, now)) = self.slot.serve(n, self.clock()) {
             return Ok(Outcome::from_backend(self.served(left, now)));
+        }
+        // A refill that failed while this call waited: its failure is this call's too (one
+        // failed call per outage and timeout, not one per waiting caller).
+        let failed_meanwhile = owner
+            .failed
+            .as_ref()
+            .filter(|(at, _)| waited && *at >= asked);
+        if let Some((_, error)) = failed_meanwhile {
+            return Ok(self.limiter.handler().decide(&self.key, n, error.clone()));
         }
         // Before anything is sent: the new lease's lifetime counts from here.
         let sent = self.clock().now_nanos();
@@ -761,7 +845,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             .min(self.lease_cap())
             .max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
-        let refund = (unused > 0 && old.granted() > 0).then(|| self.refund(old, unused));
+        // The old lease's refund goes first (it must find the key as the old lease left it),
+        // within half of what is left of the call's time; the next request gets the rest: the
+        // call returns within its one timeout, even when neither is answered.
+        let refund = (unused > 0 && old.granted() > 0).then(|| {
+            let now = Instant::now();
+            let half = deadline.saturating_duration_since(now) / 2;
+            self.refund(old, unused, now.checked_add(half).unwrap_or(deadline))
+        });
         if want <= n {
             // Near the limit: the lease would be the request. The old lease's refund, then the
             // exact per-call decision (not holding the lease: there is none to serve).
@@ -769,12 +860,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 refund.await;
             }
             drop(owner);
-            return self.exact(n).await;
+            return self.exact(n, deadline, waited).await;
         }
         let mut taken = None;
         let slot = &mut taken;
         let store = move || async move {
-            let take = self.take(n, want, sent);
+            let take = self.take(n, want, sent, deadline);
             if let Some(refund) = refund {
                 refund.await;
             }
@@ -782,7 +873,17 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             *slot = Some(lease);
             Ok(lease_decision(&lease, n))
         };
-        let outcome = self.limiter.handler().run_async(&self.key, n, store).await;
+        // A timeout of a call shortened by the wait for the owner says nothing about Redis.
+        let excused = |error: &BackendError| waited && error.is_timeout();
+        let outcome = self
+            .limiter
+            .handler()
+            .run_async_excusing(&self.key, n, store, excused)
+            .await;
+        owner.failed = outcome
+            .failure()
+            .filter(|error| !error.is_circuit_open())
+            .map(|error| (Instant::now(), error.clone()));
         match taken {
             Some(lease) if outcome.failure().is_none() => {
                 // Relaxed: a hint (see `exact_suffices`).
@@ -812,18 +913,19 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
 
     /// One lease script: between `n` and `want` permits, as many as fit; its lifetime counts
     /// from `sent` (a clock read taken before the request).
-    async fn take(&self, n: u32, want: u32, sent: u64) -> Result<Lease, BackendError> {
+    async fn take(
+        &self,
+        n: u32,
+        want: u32,
+        sent: u64,
+        deadline: Instant,
+    ) -> Result<Lease, BackendError> {
         let backend = self.limiter.backend();
         let algorithm = self.limiter.algorithm();
         let mut args = algorithm.args(n);
         args[3] = u64::from(want);
         let reply = backend
-            .eval(
-                algorithm.lease_script(),
-                &self.redis_keys,
-                args,
-                deadline(backend.timeout()),
-            )
+            .eval(algorithm.lease_script(), &self.redis_keys, args, deadline)
             .await?;
         let protocol = || {
             BackendError::at(
@@ -871,8 +973,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         Ok(Lease::new(granted, sent, expires_at, decision).with_receipt(receipt))
     }
 
-    /// Gives `unused` permits of `lease` back if the key still holds the word it wrote.
-    async fn refund(&self, lease: Lease, unused: u64) -> bool {
+    /// Gives `unused` permits of `lease` back if the key still holds the word it wrote, giving
+    /// up at `deadline`.
+    async fn refund(&self, lease: Lease, unused: u64, deadline: Instant) -> bool {
         let backend = self.limiter.backend();
         let algorithm = self.limiter.algorithm();
         let Some(script) = algorithm.refund_script() else {
@@ -880,7 +983,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         };
         let args = algorithm.refund_args(lease.receipt(), unused);
         let refunded = backend
-            .eval(script, &self.redis_keys, args, deadline(backend.timeout()))
+            .eval(script, &self.redis_keys, args, deadline)
             .await
             .is_ok_and(|reply| reply.first() == Some(&1));
         if refunded {
@@ -904,6 +1007,13 @@ fn lease_decision(lease: &Lease, n: u32) -> Decision {
         d.remaining().saturating_add(held),
         duration_to_nanos(d.reset_after()),
     )
+}
+
+/// `max_lease`, at most `limit` (no lease can hold more), and at least 1.
+fn lease_at_most(max_lease: u32, limit: u64) -> u32 {
+    max_lease
+        .min(u32::try_from(limit).unwrap_or(u32::MAX))
+        .max(1)
 }
 
 /// A call's deadline: `timeout` from now (the backend validated it to at most an hour).

@@ -631,8 +631,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     }
 
     /// One decision, giving up at `deadline`: the caller's own (`callers_deadline`, sooner than
-    /// the backend's timeout) or the backend's.
-    async fn outcome_by(
+    /// the backend's timeout) or the backend's. (Also [`LeasedKey`](super::LeasedKey)'s
+    /// per-call decisions, within the deadline of the call they serve.)
+    pub(super) async fn outcome_by(
         &self,
         key: &str,
         n: u32,
