@@ -1,4 +1,4 @@
-//! Review tests (h-review) for `LeasedKey` during an outage: a call must return within the
+//! `LeasedKey` at its edges: during an outage a call must return within the
 //! backend's timeout, as a per-call decision does. A frozen server (SIGSTOP) never answers, so
 //! every Redis call a `LeasedKey` makes waits for its full timeout: the tests count how many of
 //! those a single caller waits through. Timers never fire early, so a call that waits through
