@@ -10,7 +10,7 @@ use crate::algorithms::FixedWindow;
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
-use crate::packed::MAX_COUNT;
+use crate::packed::{Divisor, MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// A fixed-window limit of `limit` permits per wall-clock-aligned window, split across
@@ -66,7 +66,8 @@ pub struct Sharded<C = QuantaClock> {
     /// `window index + 1` of a window in which some caller saw every stripe full; 0 for none.
     all_full: CachePadded<AtomicU64>,
     limit: AtomicU32,
-    window_nanos: u64,
+    /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
+    window: Divisor,
     clock: C,
 }
 
@@ -133,6 +134,9 @@ impl<C: Clock> Sharded<C> {
         }
         // Validates the limit and window once, with the limiter's own error.
         FixedWindow::aligned(limit, window)?;
+        // Not zero: `aligned` refuses a zero window.
+        let window_divisor =
+            Divisor::new(duration_to_nanos(window)).ok_or(ConfigError::ZeroPeriod)?;
         // `stripes ≤ MAX_STRIPES`, a power of two: no overflow.
         let wanted = stripes.next_power_of_two();
         let most = 1usize << (usize::BITS - 1 - (limit as usize).leading_zeros());
@@ -149,7 +153,7 @@ impl<C: Clock> Sharded<C> {
             stripes,
             all_full: CachePadded::new(AtomicU64::new(0)),
             limit: AtomicU32::new(limit),
-            window_nanos: duration_to_nanos(window),
+            window: window_divisor,
             clock,
         })
     }
@@ -174,7 +178,7 @@ impl<C: Clock> Sharded<C> {
     /// assert_eq!(s.window(), Duration::from_secs(1));
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_nanos)
+        Duration::from_nanos(self.window.get())
     }
 
     /// The largest number of permits one request can take: the largest stripe share,
@@ -212,17 +216,91 @@ impl<C: Clock> Sharded<C> {
     /// assert!(s.try_acquire_on(0, 2).unwrap().is_allowed()); // borrowed from stripe 1
     /// assert!(!s.try_acquire_on(1, 1).unwrap().is_allowed());
     /// ```
+    #[inline]
     pub fn try_acquire_on(&self, home: usize, n: u32) -> Result<Decision, AcquireError> {
-        crate::decision::check_permits(n, self.max_request())?;
         let now = self.clock.now_nanos();
+        let home = home & (self.stripes.len() - 1);
+        match self.try_home(home, now, n) {
+            Some(decision) => Ok(decision),
+            None => self.try_acquire_general(home, now, n),
+        }
+    }
+
+    /// The common case in one pass, without the engine: the home stripe's word holds the window
+    /// of `now` (or an older one, or nothing), and either serves the request with one
+    /// compare-exchange that lands, or is full and the "all full" hint for this window is set.
+    /// It decides exactly as [`take`](Self::take) and [`try_acquire_general`]
+    /// (Self::try_acquire_general) do there (`FixedWindow::decide` on an aligned window; the
+    /// tests compare the two) and writes nothing but that compare-exchange. `None` for anything
+    /// else: zero permits or more than the stripe's share, a window ahead of `now` (another
+    /// core's later read, or a leaping clock's), a lost compare-exchange, a full stripe without
+    /// the hint (borrowing); the general path then starts over from the same clock read.
+    #[inline(always)]
+    fn try_home(&self, home: usize, now: u64, n: u32) -> Option<Decision> {
+        let stripe = &self.stripes[home];
+        let share = stripe.window.limit();
+        let n = u64::from(n);
+        // n in 1..=share: not zero, and within `max_request` (no share exceeds it).
+        if n.wrapping_sub(1) >= share {
+            return None;
+        }
+        let index = self.window.divide(now);
+        let window = self.window.get();
+        let until_end = window - (now - index * window);
+        let tag = index & TAG_MASK;
+        // Acquire: as the engine's load (`update`); the word is the only state decided on.
+        let current = stripe.word.load(Ordering::Acquire);
+        let (stored, count) = unpack_window(current);
+        // The stored window's count if it is `now`'s; zero if it is older (up to 2^39 windows
+        // behind, as `tag_distance` reads it) or empty; a window ahead goes to the engine.
+        let behind = tag.wrapping_sub(stored) & TAG_MASK;
+        let count = if behind == 0 {
+            count
+        } else if count == 0 || behind <= TAG_MASK >> 1 {
+            0
+        } else {
+            return None;
+        };
+        let taken = count + n;
+        if taken <= share {
+            // AcqRel / Acquire: as the engine's compare-exchange (`update`).
+            return stripe
+                .word
+                .compare_exchange(
+                    current,
+                    pack_window(tag, taken),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .ok()
+                .map(|_| Decision::allow(self.limit(), share - taken, until_end));
+        }
+        // Denied by the home stripe: `count > 0` here (n ≤ share), so the stripe's window is
+        // `now`'s. Relaxed: an advisory hint, as in `try_acquire_general`.
+        if self.all_full.load(Ordering::Relaxed) != index.saturating_add(1) {
+            return None;
+        }
+        Some(Decision::deny(
+            self.limit(),
+            share.saturating_sub(count),
+            until_end,
+            until_end,
+        ))
+    }
+
+    /// Everything [`try_home`](Self::try_home) does not serve: the permit check, the home
+    /// stripe through the engine, then borrowing from the other stripes.
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_general(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        crate::decision::check_permits(n, self.max_request())?;
         let mask = self.stripes.len() - 1;
-        let home = home & mask;
         let first = self.take(home, now, n);
         if first.is_allowed() {
             return Ok(self.global(first));
         }
         // Borrow. A hint that this window is already full everywhere spares the scan.
-        let window_mark = (now / self.window_nanos).saturating_add(1);
+        let window_mark = self.window.divide(now).saturating_add(1);
         // Relaxed: an advisory hint; every admission is still decided by a stripe's own word.
         if self.all_full.load(Ordering::Relaxed) == window_mark {
             return Ok(self.global(first));
@@ -286,23 +364,32 @@ fn share(limit: u32, count: usize, index: usize) -> u32 {
     limit / count + u32::from((index as u32) < limit % count)
 }
 
+thread_local! {
+    /// The calling thread's home stripe number; `usize::MAX` until its first use.
+    static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
 /// The calling thread's home stripe number: threads are numbered round-robin on first use.
+#[inline]
 pub(crate) fn home_stripe() -> usize {
+    let index = HOME.get();
+    if index == usize::MAX {
+        return number_this_thread();
+    }
+    index
+}
+
+/// Numbers the calling thread (its first [`home_stripe`]).
+#[cold]
+#[inline(never)]
+fn number_this_thread() -> usize {
     // std atomics on purpose: this only spreads threads over stripes, it is no part of the
     // admission protocol (a collision costs speed, never correctness), so loom need not see it.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    thread_local! {
-        static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    HOME.with(|home| {
-        let mut index = home.get();
-        if index == usize::MAX {
-            // Relaxed: a ticket counter; only uniqueness of the numbers matters.
-            index = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            home.set(index);
-        }
-        index
-    })
+    // Relaxed: a ticket counter; only uniqueness of the numbers matters.
+    let index = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    HOME.set(index);
+    index
 }
 
 impl<C: Clock> Limiter for Sharded<C> {
@@ -403,6 +490,90 @@ mod tests {
         }
         let most = Sharded::with_clock(u32::MAX >> 8, window, MAX_STRIPES, clock).unwrap();
         assert_eq!(most.stripes(), MAX_STRIPES);
+    }
+
+    /// The short path decides exactly as the general one wherever it answers (same decision,
+    /// same words after), over every kind of stored window (this one, older ones, ahead near and
+    /// far, 2^39 windows either way, across the tag's wrap), every count up to past the share,
+    /// every request size from 0 to past the share, at a window's first, middle and last
+    /// nanosecond, with the other stripe open or full and the "all full" hint set or not; and it
+    /// serves every case it is there for.
+    #[test]
+    fn the_short_path_decides_as_the_general_one() {
+        const WINDOW: u64 = 1_000;
+        const SHARE: u64 = 3;
+        let clock = crate::ManualClock::new();
+        let make = |words: [u64; 2], hint: u64| {
+            let s = Sharded::with_clock(6, Duration::from_nanos(WINDOW), 2, clock.clone());
+            let s = s.unwrap();
+            for (stripe, word) in s.stripes.iter().zip(words) {
+                stripe.word.store(word, Ordering::Relaxed);
+            }
+            s.all_full.store(hint, Ordering::Relaxed);
+            s
+        };
+        let words = |s: &Sharded<crate::ManualClock>| {
+            s.stripes
+                .iter()
+                .map(|st| st.word.load(Ordering::Relaxed))
+                .collect::<Vec<_>>()
+        };
+        let half = 1u64 << 39;
+        let (mut allowed, mut denied) = (0, 0);
+        for index in [5, 1 << 20, TAG_MASK + 7] {
+            for offset in [0, 1, 500, WINDOW - 1] {
+                let now = index * WINDOW + offset;
+                clock.set(now);
+                for delta in [
+                    0,
+                    1,
+                    2,
+                    3,
+                    1 << 20,
+                    half - 1,
+                    half,
+                    half + 1,
+                    0u64.wrapping_sub(1),
+                ] {
+                    // The stored window is `delta` behind `now`'s (wrapping: 2^40 - 1 is 1 ahead).
+                    let stored = index.wrapping_sub(delta) & TAG_MASK;
+                    for count in 0..=SHARE + 1 {
+                        for other in [0, SHARE] {
+                            for hint in [0, index + 1] {
+                                for n in 0..=SHARE as u32 + 2 {
+                                    let state =
+                                        [pack_window(stored, count), pack_window(index, other)];
+                                    let (short, general) = (make(state, hint), make(state, hint));
+                                    let fast = short.try_home(0, now, n);
+                                    let older = delta != 0 && delta <= half - 1;
+                                    let open = delta == 0 || count == 0 || older;
+                                    if open
+                                        && n >= 1
+                                        && (if delta == 0 { count } else { 0 }) + u64::from(n)
+                                            <= SHARE
+                                    {
+                                        assert!(fast.is_some(), "{delta} {count} {n}: not served");
+                                    }
+                                    let Some(fast) = fast else { continue };
+                                    let slow = general.try_acquire_general(0, now, n).unwrap();
+                                    let case = format!(
+                                        "now {now} delta {delta} count {count} other {other} hint {hint} n {n}"
+                                    );
+                                    assert_eq!(fast, slow, "{case}");
+                                    assert_eq!(words(&short), words(&general), "{case}");
+                                    if fast.is_allowed() {
+                                        allowed += 1;
+                                    } else {
+                                        denied += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(allowed > 100 && denied > 10, "{allowed} {denied}");
     }
 
     #[test]
