@@ -219,80 +219,149 @@ impl<C: Clock> Sharded<C> {
     #[inline]
     pub fn try_acquire_on(&self, home: usize, n: u32) -> Result<Decision, AcquireError> {
         let now = self.clock.now_nanos();
-        let home = home & (self.stripes.len() - 1);
-        match self.try_home(home, now, n) {
-            Some(decision) => Ok(decision),
-            None => self.try_acquire_general(home, now, n),
+        self.try_acquire_at(home & (self.stripes.len() - 1), now, n)
+    }
+
+    /// The common cases in one pass each, without the engine, deciding exactly as
+    /// [`try_acquire_general`](Self::try_acquire_general) does there (`FixedWindow::decide` on
+    /// an aligned window, through the same borrowing; the tests compare the two): the home
+    /// stripe serves the request, or it is full and the "all full" hint for this window is set
+    /// ([`home`](Self::home), inlined into every call), or it is full and the other stripes are
+    /// tried in turn ([`after_home`](Self::after_home), out of line). It writes nothing but the
+    /// compare-exchange that admits. Anything else goes to the general path before any write,
+    /// which starts over from the same clock read: zero permits or more than the home stripe's
+    /// share, a stripe holding a window ahead of `now` (another core's later read, or a leaping
+    /// clock's), a lost compare-exchange.
+    #[inline(always)]
+    fn try_acquire_at(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        match self.home(home, now, n) {
+            Home::Done(decision) => Ok(decision),
+            // One out-of-line call for the rest, which looks at the home stripe again.
+            Home::Borrow { .. } | Home::Engine => self.after_home(home, now, n),
         }
     }
 
-    /// The common case in one pass, without the engine: the home stripe's word holds the window
-    /// of `now` (or an older one, or nothing), and either serves the request with one
-    /// compare-exchange that lands, or is full and the "all full" hint for this window is set.
-    /// It decides exactly as [`take`](Self::take) and [`try_acquire_general`]
-    /// (Self::try_acquire_general) do there (`FixedWindow::decide` on an aligned window; the
-    /// tests compare the two) and writes nothing but that compare-exchange. `None` for anything
-    /// else: zero permits or more than the stripe's share, a window ahead of `now` (another
-    /// core's later read, or a leaping clock's), a lost compare-exchange, a full stripe without
-    /// the hint (borrowing); the general path then starts over from the same clock read.
+    /// The home stripe's part of [`try_acquire_at`](Self::try_acquire_at).
     #[inline(always)]
-    fn try_home(&self, home: usize, now: u64, n: u32) -> Option<Decision> {
-        let stripe = &self.stripes[home];
-        let share = stripe.window.limit();
-        let n = u64::from(n);
+    fn home(&self, home: usize, now: u64, n: u32) -> Home {
+        let permits = u64::from(n);
+        let share = self.stripes[home].window.limit();
         // n in 1..=share: not zero, and within `max_request` (no share exceeds it).
-        if n.wrapping_sub(1) >= share {
-            return None;
+        if permits.wrapping_sub(1) >= share {
+            return Home::Engine;
         }
+        let at = self.window_at(now);
+        match self.take_short(home, share, &at, permits) {
+            Take::Taken { left } => Home::Done(Decision::allow(self.limit(), left, at.until_end)),
+            // `count > 0` here (n ≤ share), so the home stripe's reset is the window's end.
+            // Relaxed: an advisory hint, as in `try_acquire_general`.
+            Take::Full { left } if self.all_full.load(Ordering::Relaxed) == at.mark() => {
+                Home::Done(Decision::deny(
+                    self.limit(),
+                    left,
+                    at.until_end,
+                    at.until_end,
+                ))
+            }
+            Take::Full { left } => Home::Borrow { left, at },
+            Take::Engine => Home::Engine,
+        }
+    }
+
+    /// Everything after the inlined [`home`](Self::home): the home stripe again (the first
+    /// look wrote nothing, so this is a fresh start), then, when it is full and the hint is not
+    /// set, the other stripes in turn, as the general path borrows; the general path for
+    /// anything the short path does not serve.
+    #[inline(never)]
+    fn after_home(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        let (mut remaining, at) = match self.home(home, now, n) {
+            Home::Done(decision) => return Ok(decision),
+            Home::Borrow { left, at } => (left, at),
+            Home::Engine => return self.try_acquire_general(home, now, n),
+        };
+        let permits = u64::from(n);
+        let mask = self.stripes.len() - 1;
+        for step in 1..self.stripes.len() {
+            let index = (home + step) & mask;
+            let share = self.stripes[index].window.limit();
+            match self.take_short(index, share, &at, permits) {
+                Take::Taken { left } => {
+                    return Ok(Decision::allow(self.limit(), left, at.until_end));
+                }
+                Take::Full { left } => remaining += left,
+                Take::Engine => return self.try_acquire_general(home, now, n),
+            }
+        }
+        if remaining == 0 {
+            // Relaxed: as in `try_acquire_general`.
+            self.all_full.store(at.mark(), Ordering::Relaxed);
+        }
+        Ok(Decision::deny(
+            self.limit(),
+            remaining,
+            at.until_end,
+            at.until_end,
+        ))
+    }
+
+    /// The aligned window `now` falls in.
+    #[inline(always)]
+    fn window_at(&self, now: u64) -> WindowAt {
         let index = self.window.divide(now);
         let window = self.window.get();
-        let until_end = window - (now - index * window);
-        let tag = index & TAG_MASK;
+        WindowAt {
+            tag: index & TAG_MASK,
+            until_end: window - (now - index * window),
+            index,
+        }
+    }
+
+    /// One stripe (`share`: its limit, as loaded by the caller) for `n ≥ 1` permits at `at`,
+    /// as `FixedWindow::decide` on an aligned window, when the stripe's word holds `at`'s
+    /// window, an older one, or nothing.
+    #[inline(always)]
+    fn take_short(&self, index: usize, share: u64, at: &WindowAt, n: u64) -> Take {
+        let stripe = &self.stripes[index];
         // Acquire: as the engine's load (`update`); the word is the only state decided on.
         let current = stripe.word.load(Ordering::Acquire);
         let (stored, count) = unpack_window(current);
-        // The stored window's count if it is `now`'s; zero if it is older (up to 2^39 windows
+        // The stored window's count if it is `at`'s; zero if it is older (up to 2^39 windows
         // behind, as `tag_distance` reads it) or empty; a window ahead goes to the engine.
-        let behind = tag.wrapping_sub(stored) & TAG_MASK;
+        let behind = at.tag.wrapping_sub(stored) & TAG_MASK;
         let count = if behind == 0 {
             count
         } else if count == 0 || behind <= TAG_MASK >> 1 {
             0
         } else {
-            return None;
+            return Take::Engine;
         };
         let taken = count + n;
-        if taken <= share {
-            // AcqRel / Acquire: as the engine's compare-exchange (`update`).
-            return stripe
-                .word
-                .compare_exchange(
-                    current,
-                    pack_window(tag, taken),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .ok()
-                .map(|_| Decision::allow(self.limit(), share - taken, until_end));
+        if taken > share {
+            return Take::Full {
+                left: share.saturating_sub(count),
+            };
         }
-        // Denied by the home stripe: `count > 0` here (n ≤ share), so the stripe's window is
-        // `now`'s. Relaxed: an advisory hint, as in `try_acquire_general`.
-        if self.all_full.load(Ordering::Relaxed) != index.saturating_add(1) {
-            return None;
+        // AcqRel / Acquire: as the engine's compare-exchange (`update`).
+        match stripe.word.compare_exchange(
+            current,
+            pack_window(at.tag, taken),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Take::Taken {
+                left: share - taken,
+            },
+            Err(_) => Take::Engine,
         }
-        Some(Decision::deny(
-            self.limit(),
-            share.saturating_sub(count),
-            until_end,
-            until_end,
-        ))
     }
 
-    /// Everything [`try_home`](Self::try_home) does not serve: the permit check, the home
-    /// stripe through the engine, then borrowing from the other stripes.
+    /// Everything [`try_acquire_at`](Self::try_acquire_at) does not serve: the permit check,
+    /// the home stripe through the engine, then borrowing from the other stripes.
     #[cold]
     #[inline(never)]
     fn try_acquire_general(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        #[cfg(test)]
+        tests::GENERAL_CALLS.set(tests::GENERAL_CALLS.get() + 1);
         crate::decision::check_permits(n, self.max_request())?;
         let mask = self.stripes.len() - 1;
         let first = self.take(home, now, n);
@@ -300,7 +369,7 @@ impl<C: Clock> Sharded<C> {
             return Ok(self.global(first));
         }
         // Borrow. A hint that this window is already full everywhere spares the scan.
-        let window_mark = self.window.divide(now).saturating_add(1);
+        let window_mark = self.window_at(now).mark();
         // Relaxed: an advisory hint; every admission is still decided by a stripe's own word.
         if self.all_full.load(Ordering::Relaxed) == window_mark {
             return Ok(self.global(first));
@@ -342,6 +411,45 @@ impl<C: Clock> Sharded<C> {
     fn global(&self, d: Decision) -> Decision {
         d.with_limit(self.limit())
     }
+}
+
+/// The aligned window a clock read falls in, as the short path uses it.
+struct WindowAt {
+    /// The window's tag (its index modulo 2^40), as the stripes' words hold it.
+    tag: u64,
+    /// Nanoseconds from the read to the window's end.
+    until_end: u64,
+    /// The window's index (`now / window`).
+    index: u64,
+}
+
+impl WindowAt {
+    /// The "all full" hint's value for this window: its index + 1.
+    #[inline(always)]
+    fn mark(&self) -> u64 {
+        self.index.saturating_add(1)
+    }
+}
+
+/// What the short path made of one stripe.
+enum Take {
+    /// Admitted: the compare-exchange landed; `left`: what the stripe has left.
+    Taken { left: u64 },
+    /// The request does not fit in the stripe's window; `left`: what the stripe has left
+    /// (`share − count`, 0 for a count above a lowered share), as its denial reports it.
+    Full { left: u64 },
+    /// Not the short path's case (a window ahead, a lost compare-exchange): nothing was written.
+    Engine,
+}
+
+/// What the short path made of the home stripe.
+enum Home {
+    /// Admitted there, or denied by the "all full" hint.
+    Done(Decision),
+    /// Full (`left`: what it has left), no hint: the other stripes are tried, at `at`.
+    Borrow { left: u64, at: WindowAt },
+    /// Not the short path's case: the general path.
+    Engine,
 }
 
 /// The most stripes a [`Sharded`] limiter may ask for (each is a cache line allocated up front).
@@ -446,6 +554,11 @@ impl<C: Clock> Limiter for Sharded<C> {
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// Calls of `try_acquire_general` on this thread: whether the short path served a call.
+        pub(super) static GENERAL_CALLS: Cell<u64> = const { Cell::new(0) };
+    }
+
     #[test]
     fn shares_sum_to_the_limit() {
         for limit in [1u32, 2, 3, 7, 8, 1000, 1001] {
@@ -493,18 +606,18 @@ mod tests {
     }
 
     /// The short path decides exactly as the general one wherever it answers (same decision,
-    /// same words after), over every kind of stored window (this one, older ones, ahead near and
-    /// far, 2^39 windows either way, across the tag's wrap), every count up to past the share,
-    /// every request size from 0 to past the share, at a window's first, middle and last
-    /// nanosecond, with the other stripe open or full and the "all full" hint set or not; and it
-    /// serves every case it is there for.
+    /// same words and hint after), over every kind of stored window on both stripes (this one,
+    /// older ones, ahead near and far, 2^39 windows either way, across the tag's wrap), counts
+    /// up to past the share, request sizes from 0 to past the shares (3 and 2: unequal), either
+    /// home, at a window's first, middle and last nanosecond, with the "all full" hint set or
+    /// not; and it serves every case it is there for.
     #[test]
     fn the_short_path_decides_as_the_general_one() {
         const WINDOW: u64 = 1_000;
-        const SHARE: u64 = 3;
+        const LIMIT: u32 = 5;
         let clock = crate::ManualClock::new();
         let make = |words: [u64; 2], hint: u64| {
-            let s = Sharded::with_clock(6, Duration::from_nanos(WINDOW), 2, clock.clone());
+            let s = Sharded::with_clock(LIMIT, Duration::from_nanos(WINDOW), 2, clock.clone());
             let s = s.unwrap();
             for (stripe, word) in s.stripes.iter().zip(words) {
                 stripe.word.store(word, Ordering::Relaxed);
@@ -512,68 +625,79 @@ mod tests {
             s.all_full.store(hint, Ordering::Relaxed);
             s
         };
-        let words = |s: &Sharded<crate::ManualClock>| {
-            s.stripes
-                .iter()
-                .map(|st| st.word.load(Ordering::Relaxed))
-                .collect::<Vec<_>>()
+        let state = |s: &Sharded<crate::ManualClock>| {
+            let words = s.stripes.iter().map(|st| st.word.load(Ordering::Relaxed));
+            (
+                words.collect::<Vec<_>>(),
+                s.all_full.load(Ordering::Relaxed),
+            )
         };
         let half = 1u64 << 39;
-        let (mut allowed, mut denied) = (0, 0);
-        for index in [5, 1 << 20, TAG_MASK + 7] {
-            for offset in [0, 1, 500, WINDOW - 1] {
+        // How far the stored window is behind `now`'s (wrapping: 2^40 - 1 is 1 ahead).
+        let deltas = [0, 1, 3, 1 << 20, half - 1, half, half + 1, TAG_MASK];
+        let is_older = |delta: u64| delta != 0 && delta < half;
+        let (mut allowed, mut denied, mut borrowed) = (0, 0, 0);
+        for index in [5, TAG_MASK + 7] {
+            for offset in [0, 500, WINDOW - 1] {
                 let now = index * WINDOW + offset;
                 clock.set(now);
-                for delta in [
-                    0,
-                    1,
-                    2,
-                    3,
-                    1 << 20,
-                    half - 1,
-                    half,
-                    half + 1,
-                    0u64.wrapping_sub(1),
-                ] {
-                    // The stored window is `delta` behind `now`'s (wrapping: 2^40 - 1 is 1 ahead).
-                    let stored = index.wrapping_sub(delta) & TAG_MASK;
-                    for count in 0..=SHARE + 1 {
-                        for other in [0, SHARE] {
-                            for hint in [0, index + 1] {
-                                for n in 0..=SHARE as u32 + 2 {
-                                    let state =
-                                        [pack_window(stored, count), pack_window(index, other)];
-                                    let (short, general) = (make(state, hint), make(state, hint));
-                                    let fast = short.try_home(0, now, n);
-                                    let older = delta != 0 && delta <= half - 1;
-                                    let open = delta == 0 || count == 0 || older;
-                                    if open
-                                        && n >= 1
-                                        && (if delta == 0 { count } else { 0 }) + u64::from(n)
-                                            <= SHARE
-                                    {
-                                        assert!(fast.is_some(), "{delta} {count} {n}: not served");
-                                    }
-                                    let Some(fast) = fast else { continue };
-                                    let slow = general.try_acquire_general(0, now, n).unwrap();
-                                    let case = format!(
-                                        "now {now} delta {delta} count {count} other {other} hint {hint} n {n}"
-                                    );
-                                    assert_eq!(fast, slow, "{case}");
-                                    assert_eq!(words(&short), words(&general), "{case}");
-                                    if fast.is_allowed() {
-                                        allowed += 1;
-                                    } else {
-                                        denied += 1;
-                                    }
-                                }
+                for (home_delta, other_delta) in deltas
+                    .iter()
+                    .flat_map(|&h| [0, 1, half, TAG_MASK].into_iter().map(move |o| (h, o)))
+                {
+                    for (home_count, other_count) in
+                        (0..=4).flat_map(|h| (0..=3).map(move |o| (h, o)))
+                    {
+                        for (home, hint, n) in (0..2).flat_map(|home| {
+                            [0, index + 1]
+                                .into_iter()
+                                .flat_map(move |hint| (0..=5).map(move |n| (home, hint, n)))
+                        }) {
+                            let other = 1 - home;
+                            let mut words = [0; 2];
+                            words[home] = pack_window(index.wrapping_sub(home_delta), home_count);
+                            words[other] =
+                                pack_window(index.wrapping_sub(other_delta), other_count);
+                            let (short, general) = (make(words, hint), make(words, hint));
+                            let calls = GENERAL_CALLS.get();
+                            let fast = short.try_acquire_at(home, now, n);
+                            let fast = (GENERAL_CALLS.get() == calls).then(|| fast.unwrap());
+                            // What the short path is there for.
+                            let count_now = |delta, count| if delta == 0 { count } else { 0 };
+                            let open = |delta, count| delta == 0 || count == 0 || is_older(delta);
+                            let home_share = share(LIMIT, 2, home);
+                            let home_full = count_now(home_delta, home_count) + u64::from(n)
+                                > u64::from(home_share);
+                            if (1..=home_share).contains(&n)
+                                && open(home_delta, home_count)
+                                && (!home_full || hint != 0 || open(other_delta, other_count))
+                            {
+                                assert!(fast.is_some(), "{home_delta} {home_count} {n}: unserved");
+                            }
+                            let Some(fast) = fast else { continue };
+                            let slow = general.try_acquire_general(home, now, n).unwrap();
+                            let case = format!(
+                                "now {now} home {home} deltas {home_delta} {other_delta} \
+                                 counts {home_count} {other_count} hint {hint} n {n}"
+                            );
+                            assert_eq!(fast, slow, "{case}");
+                            assert_eq!(state(&short), state(&general), "{case}");
+                            if !fast.is_allowed() {
+                                denied += 1;
+                            } else if home_full {
+                                borrowed += 1;
+                            } else {
+                                allowed += 1;
                             }
                         }
                     }
                 }
             }
         }
-        assert!(allowed > 100 && denied > 10, "{allowed} {denied}");
+        assert!(
+            allowed > 100 && denied > 100 && borrowed > 100,
+            "{allowed} {denied} {borrowed}"
+        );
     }
 
     #[test]
