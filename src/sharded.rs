@@ -65,6 +65,10 @@ pub struct Sharded<C = QuantaClock> {
     stripes: Box<[CachePadded<Stripe>]>,
     /// `window index + 1` of a window in which some caller saw every stripe full; 0 for none.
     all_full: CachePadded<AtomicU64>,
+    /// The index of a window some caller was in: a cache that spares the division when `now`
+    /// is still in it (checked before use, so any value is harmless). Written at most once per
+    /// window, and only for windows of at least [`CACHED_WINDOW_NANOS`].
+    recent: CachePadded<std::sync::atomic::AtomicU64>,
     limit: AtomicU32,
     /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
     window: Divisor,
@@ -152,6 +156,7 @@ impl<C: Clock> Sharded<C> {
         Ok(Sharded {
             stripes,
             all_full: CachePadded::new(AtomicU64::new(0)),
+            recent: CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
             limit: AtomicU32::new(limit),
             window: window_divisor,
             clock,
@@ -307,13 +312,39 @@ impl<C: Clock> Sharded<C> {
     /// The aligned window `now` falls in.
     #[inline(always)]
     fn window_at(&self, now: u64) -> WindowAt {
-        let index = self.window.divide(now);
         let window = self.window.get();
+        // std atomics on purpose, Relaxed: a cache, no part of the admission protocol; the
+        // value is used only once `now` is checked to lie in its window. It was a quotient of
+        // a clock read by `window` (or 0): the product cannot overflow.
+        let recent = self.recent.load(std::sync::atomic::Ordering::Relaxed);
+        let mut into = now.wrapping_sub(recent * window);
+        let mut index = recent;
+        if into >= window {
+            index = self.window_index(now);
+            into = now - index * window;
+        }
         WindowAt {
             tag: index & TAG_MASK,
-            until_end: window - (now - index * window),
+            until_end: window - into,
             index,
         }
+    }
+
+    /// `now / window`, by division, cached for the next callers of
+    /// [`window_at`](Self::window_at).
+    #[cold]
+    #[inline(never)]
+    fn window_index(&self, now: u64) -> u64 {
+        let index = self.window.divide(now);
+        if self.window.get() >= CACHED_WINDOW_NANOS {
+            // Relaxed: as the load in `window_at`. Only forward (as far as this caller saw):
+            // callers whose reads straddle a window's end do not take turns rewriting it.
+            if index > self.recent.load(std::sync::atomic::Ordering::Relaxed) {
+                self.recent
+                    .store(index, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        index
     }
 
     /// One stripe (`share`: its limit, as loaded by the caller) for `n ≥ 1` permits at `at`,
@@ -451,6 +482,10 @@ enum Home {
     /// Not the short path's case: the general path.
     Engine,
 }
+
+/// The shortest window [`Sharded`] caches (`recent`): shorter ones would have every caller
+/// rewrite the cache's line at every window.
+const CACHED_WINDOW_NANOS: u64 = 1 << 20;
 
 /// The most stripes a [`Sharded`] limiter may ask for (each is a cache line allocated up front).
 ///
@@ -613,11 +648,17 @@ mod tests {
     /// not; and it serves every case it is there for.
     #[test]
     fn the_short_path_decides_as_the_general_one() {
-        const WINDOW: u64 = 1_000;
+        // Below and at the length from which the window index is cached.
+        for window in [1_000, CACHED_WINDOW_NANOS] {
+            short_path_decides_as_the_general_one(window);
+        }
+    }
+
+    fn short_path_decides_as_the_general_one(window: u64) {
         const LIMIT: u32 = 5;
         let clock = crate::ManualClock::new();
         let make = |words: [u64; 2], hint: u64| {
-            let s = Sharded::with_clock(LIMIT, Duration::from_nanos(WINDOW), 2, clock.clone());
+            let s = Sharded::with_clock(LIMIT, Duration::from_nanos(window), 2, clock.clone());
             let s = s.unwrap();
             for (stripe, word) in s.stripes.iter().zip(words) {
                 stripe.word.store(word, Ordering::Relaxed);
@@ -638,8 +679,8 @@ mod tests {
         let is_older = |delta: u64| delta != 0 && delta < half;
         let (mut allowed, mut denied, mut borrowed) = (0, 0, 0);
         for index in [5, TAG_MASK + 7] {
-            for offset in [0, 500, WINDOW - 1] {
-                let now = index * WINDOW + offset;
+            for offset in [0, window / 2, window - 1] {
+                let now = index * window + offset;
                 clock.set(now);
                 for (home_delta, other_delta) in deltas
                     .iter()
@@ -698,6 +739,48 @@ mod tests {
             allowed > 100 && denied > 100 && borrowed > 100,
             "{allowed} {denied} {borrowed}"
         );
+    }
+
+    /// The cached window index is used only while a read lies in its window: every read gets
+    /// the window division gives, going forward, back (a lagging core) and across edges; the
+    /// cache is filled for long windows and left alone for short ones.
+    #[test]
+    fn the_cached_window_is_the_divided_one() {
+        let clock = crate::ManualClock::new();
+        for (window, cached) in [
+            (CACHED_WINDOW_NANOS, true),
+            (CACHED_WINDOW_NANOS - 1, false),
+        ] {
+            let s = Sharded::with_clock(4, Duration::from_nanos(window), 2, clock.clone());
+            let s = s.unwrap();
+            let base = 7 * window;
+            let offsets = [
+                0,
+                1,
+                window - 1,
+                window,
+                3 * window + 5,
+                window + 2,
+                0,
+                5 * window,
+            ];
+            for now in offsets
+                .map(|offset| base + offset)
+                .into_iter()
+                .chain([0, 1, u64::MAX])
+            {
+                let at = s.window_at(now);
+                let index = now / window;
+                assert_eq!(
+                    (at.index, at.tag),
+                    (index, index & TAG_MASK),
+                    "{window} {now}"
+                );
+                assert_eq!(at.until_end, window - now % window, "{window} {now}");
+            }
+            let recent = s.recent.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(recent, if cached { u64::MAX / window } else { 0 });
+        }
     }
 
     #[test]
