@@ -66,8 +66,9 @@ pub struct Sharded<C = QuantaClock> {
     /// `window index + 1` of a window in which some caller saw every stripe full; 0 for none.
     all_full: CachePadded<AtomicU64>,
     /// The index of a window some caller was in: a cache that spares the division when `now`
-    /// is still in it (checked before use, so any value is harmless). Written at most once per
-    /// window, and only for windows of at least [`CACHED_WINDOW_NANOS`].
+    /// is still in it (checked before use, so any value is harmless). Written by the callers that
+    /// first find a newer window (a few writes per window, never back and forth), and only for
+    /// windows of at least [`CACHED_WINDOW_NANOS`].
     recent: CachePadded<std::sync::atomic::AtomicU64>,
     limit: AtomicU32,
     /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
@@ -232,8 +233,9 @@ impl<C: Clock> Sharded<C> {
     /// an aligned window, through the same borrowing; the tests compare the two): the home
     /// stripe serves the request, or it is full and the "all full" hint for this window is set
     /// ([`home`](Self::home), inlined into every call), or it is full and the other stripes are
-    /// tried in turn ([`after_home`](Self::after_home), out of line). It writes nothing but the
-    /// compare-exchange that admits. Anything else goes to the general path before any write,
+    /// tried in turn ([`after_home`](Self::after_home), out of line). Of the admission state it
+    /// writes only the compare-exchange that admits (and the hint, as the general path does).
+    /// Anything else goes to the general path before any write,
     /// which starts over from the same clock read: zero permits or more than the home stripe's
     /// share, a stripe holding a window ahead of `now` (another core's later read, or a leaping
     /// clock's), a lost compare-exchange.
