@@ -10,7 +10,7 @@ use crate::algorithms::FixedWindow;
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
-use crate::packed::MAX_COUNT;
+use crate::packed::{Divisor, MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// A fixed-window limit of `limit` permits per wall-clock-aligned window, split across
@@ -65,8 +65,14 @@ pub struct Sharded<C = QuantaClock> {
     stripes: Box<[CachePadded<Stripe>]>,
     /// `window index + 1` of a window in which some caller saw every stripe full; 0 for none.
     all_full: CachePadded<AtomicU64>,
+    /// The index of a window some caller was in: a cache that spares the division when `now`
+    /// is still in it (checked before use, so any value is harmless). Written by the callers that
+    /// first find a newer window (a few writes per window, never back and forth), and only for
+    /// windows of at least [`CACHED_WINDOW_NANOS`].
+    recent: CachePadded<std::sync::atomic::AtomicU64>,
     limit: AtomicU32,
-    window_nanos: u64,
+    /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
+    window: Divisor,
     clock: C,
 }
 
@@ -133,6 +139,9 @@ impl<C: Clock> Sharded<C> {
         }
         // Validates the limit and window once, with the limiter's own error.
         FixedWindow::aligned(limit, window)?;
+        // Not zero: `aligned` refuses a zero window.
+        let window_divisor =
+            Divisor::new(duration_to_nanos(window)).ok_or(ConfigError::ZeroPeriod)?;
         // `stripes ≤ MAX_STRIPES`, a power of two: no overflow.
         let wanted = stripes.next_power_of_two();
         let most = 1usize << (usize::BITS - 1 - (limit as usize).leading_zeros());
@@ -148,8 +157,9 @@ impl<C: Clock> Sharded<C> {
         Ok(Sharded {
             stripes,
             all_full: CachePadded::new(AtomicU64::new(0)),
+            recent: CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
             limit: AtomicU32::new(limit),
-            window_nanos: duration_to_nanos(window),
+            window: window_divisor,
             clock,
         })
     }
@@ -174,7 +184,7 @@ impl<C: Clock> Sharded<C> {
     /// assert_eq!(s.window(), Duration::from_secs(1));
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_nanos)
+        Duration::from_nanos(self.window.get())
     }
 
     /// The largest number of permits one request can take: the largest stripe share,
@@ -212,17 +222,187 @@ impl<C: Clock> Sharded<C> {
     /// assert!(s.try_acquire_on(0, 2).unwrap().is_allowed()); // borrowed from stripe 1
     /// assert!(!s.try_acquire_on(1, 1).unwrap().is_allowed());
     /// ```
+    #[inline]
     pub fn try_acquire_on(&self, home: usize, n: u32) -> Result<Decision, AcquireError> {
-        crate::decision::check_permits(n, self.max_request())?;
         let now = self.clock.now_nanos();
+        self.try_acquire_at(home & (self.stripes.len() - 1), now, n)
+    }
+
+    /// The common cases in one pass each, without the engine, deciding exactly as
+    /// [`try_acquire_general`](Self::try_acquire_general) does there (`FixedWindow::decide` on
+    /// an aligned window, through the same borrowing; the tests compare the two): the home
+    /// stripe serves the request, or it is full and the "all full" hint for this window is set
+    /// ([`home`](Self::home), inlined into every call), or it is full and the other stripes are
+    /// tried in turn ([`after_home`](Self::after_home), out of line). Of the admission state it
+    /// writes only the compare-exchange that admits (and the hint, as the general path does).
+    /// Anything else goes to the general path before any write,
+    /// which starts over from the same clock read: zero permits or more than the home stripe's
+    /// share, a stripe holding a window ahead of `now` (another core's later read, or a leaping
+    /// clock's), a lost compare-exchange.
+    #[inline(always)]
+    fn try_acquire_at(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        match self.home(home, now, n) {
+            Home::Done(decision) => Ok(decision),
+            // One out-of-line call for the rest, which looks at the home stripe again.
+            Home::Borrow { .. } | Home::Engine => self.after_home(home, now, n),
+        }
+    }
+
+    /// The home stripe's part of [`try_acquire_at`](Self::try_acquire_at).
+    #[inline(always)]
+    fn home(&self, home: usize, now: u64, n: u32) -> Home {
+        let permits = u64::from(n);
+        let share = self.stripes[home].window.limit();
+        // n in 1..=share: not zero, and within `max_request` (no share exceeds it).
+        if permits.wrapping_sub(1) >= share {
+            return Home::Engine;
+        }
+        let at = self.window_at(now);
+        match self.take_short(home, share, &at, permits) {
+            Take::Taken { left } => Home::Done(Decision::allow(self.limit(), left, at.until_end)),
+            // `count > 0` here (n ≤ share), so the home stripe's reset is the window's end.
+            // Relaxed: an advisory hint, as in `try_acquire_general`.
+            Take::Full { left } if self.all_full.load(Ordering::Relaxed) == at.mark() => {
+                Home::Done(Decision::deny(
+                    self.limit(),
+                    left,
+                    at.until_end,
+                    at.until_end,
+                ))
+            }
+            Take::Full { left } => Home::Borrow { left, at },
+            Take::Engine => Home::Engine,
+        }
+    }
+
+    /// Everything after the inlined [`home`](Self::home): the home stripe again (the first
+    /// look wrote nothing, so this is a fresh start), then, when it is full and the hint is not
+    /// set, the other stripes in turn, as the general path borrows; the general path for
+    /// anything the short path does not serve.
+    #[inline(never)]
+    fn after_home(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        let (mut remaining, at) = match self.home(home, now, n) {
+            Home::Done(decision) => return Ok(decision),
+            Home::Borrow { left, at } => (left, at),
+            Home::Engine => return self.try_acquire_general(home, now, n),
+        };
+        let permits = u64::from(n);
         let mask = self.stripes.len() - 1;
-        let home = home & mask;
+        for step in 1..self.stripes.len() {
+            let index = (home + step) & mask;
+            let share = self.stripes[index].window.limit();
+            match self.take_short(index, share, &at, permits) {
+                Take::Taken { left } => {
+                    return Ok(Decision::allow(self.limit(), left, at.until_end));
+                }
+                Take::Full { left } => remaining += left,
+                Take::Engine => return self.try_acquire_general(home, now, n),
+            }
+        }
+        if remaining == 0 {
+            // Relaxed: as in `try_acquire_general`.
+            self.all_full.store(at.mark(), Ordering::Relaxed);
+        }
+        Ok(Decision::deny(
+            self.limit(),
+            remaining,
+            at.until_end,
+            at.until_end,
+        ))
+    }
+
+    /// The aligned window `now` falls in.
+    #[inline(always)]
+    fn window_at(&self, now: u64) -> WindowAt {
+        let window = self.window.get();
+        // std atomics on purpose, Relaxed: a cache, no part of the admission protocol; the
+        // value is used only once `now` is checked to lie in its window. It was a quotient of
+        // a clock read by `window` (or 0): the product cannot overflow.
+        let recent = self.recent.load(std::sync::atomic::Ordering::Relaxed);
+        let mut into = now.wrapping_sub(recent * window);
+        let mut index = recent;
+        if into >= window {
+            index = self.window_index(now);
+            into = now - index * window;
+        }
+        WindowAt {
+            tag: index & TAG_MASK,
+            until_end: window - into,
+            index,
+        }
+    }
+
+    /// `now / window`, by division, cached for the next callers of
+    /// [`window_at`](Self::window_at).
+    #[cold]
+    #[inline(never)]
+    fn window_index(&self, now: u64) -> u64 {
+        let index = self.window.divide(now);
+        if self.window.get() >= CACHED_WINDOW_NANOS {
+            // Relaxed: as the load in `window_at`. Only forward (as far as this caller saw):
+            // callers whose reads straddle a window's end do not take turns rewriting it.
+            if index > self.recent.load(std::sync::atomic::Ordering::Relaxed) {
+                self.recent
+                    .store(index, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        index
+    }
+
+    /// One stripe (`share`: its limit, as loaded by the caller) for `n ≥ 1` permits at `at`,
+    /// as `FixedWindow::decide` on an aligned window, when the stripe's word holds `at`'s
+    /// window, an older one, or nothing.
+    #[inline(always)]
+    fn take_short(&self, index: usize, share: u64, at: &WindowAt, n: u64) -> Take {
+        let stripe = &self.stripes[index];
+        // Acquire: as the engine's load (`update`); the word is the only state decided on.
+        let current = stripe.word.load(Ordering::Acquire);
+        let (stored, count) = unpack_window(current);
+        // The stored window's count if it is `at`'s; zero if it is older (up to 2^39 windows
+        // behind, as `tag_distance` reads it) or empty; a window ahead goes to the engine.
+        let behind = at.tag.wrapping_sub(stored) & TAG_MASK;
+        let count = if behind == 0 {
+            count
+        } else if count == 0 || behind <= TAG_MASK >> 1 {
+            0
+        } else {
+            return Take::Engine;
+        };
+        let taken = count + n;
+        if taken > share {
+            return Take::Full {
+                left: share.saturating_sub(count),
+            };
+        }
+        // AcqRel / Acquire: as the engine's compare-exchange (`update`).
+        match stripe.word.compare_exchange(
+            current,
+            pack_window(at.tag, taken),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Take::Taken {
+                left: share - taken,
+            },
+            Err(_) => Take::Engine,
+        }
+    }
+
+    /// Everything [`try_acquire_at`](Self::try_acquire_at) does not serve: the permit check,
+    /// the home stripe through the engine, then borrowing from the other stripes.
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_general(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        #[cfg(test)]
+        tests::GENERAL_CALLS.set(tests::GENERAL_CALLS.get() + 1);
+        crate::decision::check_permits(n, self.max_request())?;
+        let mask = self.stripes.len() - 1;
         let first = self.take(home, now, n);
         if first.is_allowed() {
             return Ok(self.global(first));
         }
         // Borrow. A hint that this window is already full everywhere spares the scan.
-        let window_mark = (now / self.window_nanos).saturating_add(1);
+        let window_mark = self.window_at(now).mark();
         // Relaxed: an advisory hint; every admission is still decided by a stripe's own word.
         if self.all_full.load(Ordering::Relaxed) == window_mark {
             return Ok(self.global(first));
@@ -266,6 +446,49 @@ impl<C: Clock> Sharded<C> {
     }
 }
 
+/// The aligned window a clock read falls in, as the short path uses it.
+struct WindowAt {
+    /// The window's tag (its index modulo 2^40), as the stripes' words hold it.
+    tag: u64,
+    /// Nanoseconds from the read to the window's end.
+    until_end: u64,
+    /// The window's index (`now / window`).
+    index: u64,
+}
+
+impl WindowAt {
+    /// The "all full" hint's value for this window: its index + 1.
+    #[inline(always)]
+    fn mark(&self) -> u64 {
+        self.index.saturating_add(1)
+    }
+}
+
+/// What the short path made of one stripe.
+enum Take {
+    /// Admitted: the compare-exchange landed; `left`: what the stripe has left.
+    Taken { left: u64 },
+    /// The request does not fit in the stripe's window; `left`: what the stripe has left
+    /// (`share − count`, 0 for a count above a lowered share), as its denial reports it.
+    Full { left: u64 },
+    /// Not the short path's case (a window ahead, a lost compare-exchange): nothing was written.
+    Engine,
+}
+
+/// What the short path made of the home stripe.
+enum Home {
+    /// Admitted there, or denied by the "all full" hint.
+    Done(Decision),
+    /// Full (`left`: what it has left), no hint: the other stripes are tried, at `at`.
+    Borrow { left: u64, at: WindowAt },
+    /// Not the short path's case: the general path.
+    Engine,
+}
+
+/// The shortest window [`Sharded`] caches (`recent`): shorter ones would have every caller
+/// rewrite the cache's line at every window.
+const CACHED_WINDOW_NANOS: u64 = 1 << 20;
+
 /// The most stripes a [`Sharded`] limiter may ask for (each is a cache line allocated up front).
 ///
 /// ```
@@ -286,23 +509,32 @@ fn share(limit: u32, count: usize, index: usize) -> u32 {
     limit / count + u32::from((index as u32) < limit % count)
 }
 
+thread_local! {
+    /// The calling thread's home stripe number; `usize::MAX` until its first use.
+    static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
 /// The calling thread's home stripe number: threads are numbered round-robin on first use.
+#[inline]
 pub(crate) fn home_stripe() -> usize {
+    let index = HOME.get();
+    if index == usize::MAX {
+        return number_this_thread();
+    }
+    index
+}
+
+/// Numbers the calling thread (its first [`home_stripe`]).
+#[cold]
+#[inline(never)]
+fn number_this_thread() -> usize {
     // std atomics on purpose: this only spreads threads over stripes, it is no part of the
     // admission protocol (a collision costs speed, never correctness), so loom need not see it.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    thread_local! {
-        static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    HOME.with(|home| {
-        let mut index = home.get();
-        if index == usize::MAX {
-            // Relaxed: a ticket counter; only uniqueness of the numbers matters.
-            index = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            home.set(index);
-        }
-        index
-    })
+    // Relaxed: a ticket counter; only uniqueness of the numbers matters.
+    let index = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    HOME.set(index);
+    index
 }
 
 impl<C: Clock> Limiter for Sharded<C> {
@@ -359,6 +591,11 @@ impl<C: Clock> Limiter for Sharded<C> {
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// Calls of `try_acquire_general` on this thread: whether the short path served a call.
+        pub(super) static GENERAL_CALLS: Cell<u64> = const { Cell::new(0) };
+    }
+
     #[test]
     fn shares_sum_to_the_limit() {
         for limit in [1u32, 2, 3, 7, 8, 1000, 1001] {
@@ -403,6 +640,149 @@ mod tests {
         }
         let most = Sharded::with_clock(u32::MAX >> 8, window, MAX_STRIPES, clock).unwrap();
         assert_eq!(most.stripes(), MAX_STRIPES);
+    }
+
+    /// The short path decides exactly as the general one wherever it answers (same decision,
+    /// same words and hint after), over every kind of stored window on both stripes (this one,
+    /// older ones, ahead near and far, 2^39 windows either way, across the tag's wrap), counts
+    /// up to past the share, request sizes from 0 to past the shares (3 and 2: unequal), either
+    /// home, at a window's first, middle and last nanosecond, with the "all full" hint set or
+    /// not; and it serves every case it is there for.
+    #[test]
+    fn the_short_path_decides_as_the_general_one() {
+        // Below and at the length from which the window index is cached.
+        for window in [1_000, CACHED_WINDOW_NANOS] {
+            short_path_decides_as_the_general_one(window);
+        }
+    }
+
+    fn short_path_decides_as_the_general_one(window: u64) {
+        const LIMIT: u32 = 5;
+        let clock = crate::ManualClock::new();
+        let make = |words: [u64; 2], hint: u64| {
+            let s = Sharded::with_clock(LIMIT, Duration::from_nanos(window), 2, clock.clone());
+            let s = s.unwrap();
+            for (stripe, word) in s.stripes.iter().zip(words) {
+                stripe.word.store(word, Ordering::Relaxed);
+            }
+            s.all_full.store(hint, Ordering::Relaxed);
+            s
+        };
+        let state = |s: &Sharded<crate::ManualClock>| {
+            let words = s.stripes.iter().map(|st| st.word.load(Ordering::Relaxed));
+            (
+                words.collect::<Vec<_>>(),
+                s.all_full.load(Ordering::Relaxed),
+            )
+        };
+        let half = 1u64 << 39;
+        // How far the stored window is behind `now`'s (wrapping: 2^40 - 1 is 1 ahead).
+        let deltas = [0, 1, 3, 1 << 20, half - 1, half, half + 1, TAG_MASK];
+        let is_older = |delta: u64| delta != 0 && delta < half;
+        let (mut allowed, mut denied, mut borrowed) = (0, 0, 0);
+        for index in [5, TAG_MASK + 7] {
+            for offset in [0, window / 2, window - 1] {
+                let now = index * window + offset;
+                clock.set(now);
+                for (home_delta, other_delta) in deltas
+                    .iter()
+                    .flat_map(|&h| [0, 1, half, TAG_MASK].into_iter().map(move |o| (h, o)))
+                {
+                    for (home_count, other_count) in
+                        (0..=4).flat_map(|h| (0..=3).map(move |o| (h, o)))
+                    {
+                        for (home, hint, n) in (0..2).flat_map(|home| {
+                            [0, index + 1]
+                                .into_iter()
+                                .flat_map(move |hint| (0..=5).map(move |n| (home, hint, n)))
+                        }) {
+                            let other = 1 - home;
+                            let mut words = [0; 2];
+                            words[home] = pack_window(index.wrapping_sub(home_delta), home_count);
+                            words[other] =
+                                pack_window(index.wrapping_sub(other_delta), other_count);
+                            let (short, general) = (make(words, hint), make(words, hint));
+                            let calls = GENERAL_CALLS.get();
+                            let fast = short.try_acquire_at(home, now, n);
+                            let fast = (GENERAL_CALLS.get() == calls).then(|| fast.unwrap());
+                            // What the short path is there for.
+                            let count_now = |delta, count| if delta == 0 { count } else { 0 };
+                            let open = |delta, count| delta == 0 || count == 0 || is_older(delta);
+                            let home_share = share(LIMIT, 2, home);
+                            let home_full = count_now(home_delta, home_count) + u64::from(n)
+                                > u64::from(home_share);
+                            if (1..=home_share).contains(&n)
+                                && open(home_delta, home_count)
+                                && (!home_full || hint != 0 || open(other_delta, other_count))
+                            {
+                                assert!(fast.is_some(), "{home_delta} {home_count} {n}: unserved");
+                            }
+                            let Some(fast) = fast else { continue };
+                            let slow = general.try_acquire_general(home, now, n).unwrap();
+                            let case = format!(
+                                "now {now} home {home} deltas {home_delta} {other_delta} \
+                                 counts {home_count} {other_count} hint {hint} n {n}"
+                            );
+                            assert_eq!(fast, slow, "{case}");
+                            assert_eq!(state(&short), state(&general), "{case}");
+                            if !fast.is_allowed() {
+                                denied += 1;
+                            } else if home_full {
+                                borrowed += 1;
+                            } else {
+                                allowed += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            allowed > 100 && denied > 100 && borrowed > 100,
+            "{allowed} {denied} {borrowed}"
+        );
+    }
+
+    /// The cached window index is used only while a read lies in its window: every read gets
+    /// the window division gives, going forward, back (a lagging core) and across edges; the
+    /// cache is filled for long windows and left alone for short ones.
+    #[test]
+    fn the_cached_window_is_the_divided_one() {
+        let clock = crate::ManualClock::new();
+        for (window, cached) in [
+            (CACHED_WINDOW_NANOS, true),
+            (CACHED_WINDOW_NANOS - 1, false),
+        ] {
+            let s = Sharded::with_clock(4, Duration::from_nanos(window), 2, clock.clone());
+            let s = s.unwrap();
+            let base = 7 * window;
+            let offsets = [
+                0,
+                1,
+                window - 1,
+                window,
+                3 * window + 5,
+                window + 2,
+                0,
+                5 * window,
+            ];
+            for now in offsets
+                .map(|offset| base + offset)
+                .into_iter()
+                .chain([0, 1, u64::MAX])
+            {
+                let at = s.window_at(now);
+                let index = now / window;
+                assert_eq!(
+                    (at.index, at.tag),
+                    (index, index & TAG_MASK),
+                    "{window} {now}"
+                );
+                assert_eq!(at.until_end, window - now % window, "{window} {now}");
+            }
+            let recent = s.recent.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(recent, if cached { u64::MAX / window } else { 0 });
+        }
     }
 
     #[test]
