@@ -69,7 +69,7 @@ pub struct Sharded<C = QuantaClock> {
     /// is still in it (checked before use, so any value is harmless). Written by the callers that
     /// first find a newer window (a few writes per window, never back and forth), and only for
     /// windows of at least [`CACHED_WINDOW_NANOS`].
-    recent: CachePadded<std::sync::atomic::AtomicU64>,
+    recent: CachePadded<AtomicU64>,
     limit: AtomicU32,
     /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
     window: Divisor,
@@ -157,7 +157,7 @@ impl<C: Clock> Sharded<C> {
         Ok(Sharded {
             stripes,
             all_full: CachePadded::new(AtomicU64::new(0)),
-            recent: CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
+            recent: CachePadded::new(AtomicU64::new(0)),
             limit: AtomicU32::new(limit),
             window: window_divisor,
             clock,
@@ -315,10 +315,10 @@ impl<C: Clock> Sharded<C> {
     #[inline(always)]
     fn window_at(&self, now: u64) -> WindowAt {
         let window = self.window.get();
-        // std atomics on purpose, Relaxed: a cache, no part of the admission protocol; the
-        // value is used only once `now` is checked to lie in its window. It was a quotient of
+        // Relaxed, pairs with nothing: a cache, no part of the admission protocol (the store in
+        // `window_index`); the value is used only once `now` is checked to lie in its window. It was a quotient of
         // a clock read by `window` (or 0): the product cannot overflow.
-        let recent = self.recent.load(std::sync::atomic::Ordering::Relaxed);
+        let recent = self.recent.load(Ordering::Relaxed);
         let mut into = now.wrapping_sub(recent * window);
         let mut index = recent;
         if into >= window {
@@ -341,9 +341,8 @@ impl<C: Clock> Sharded<C> {
         if self.window.get() >= CACHED_WINDOW_NANOS {
             // Relaxed: as the load in `window_at`. Only forward (as far as this caller saw):
             // callers whose reads straddle a window's end do not take turns rewriting it.
-            if index > self.recent.load(std::sync::atomic::Ordering::Relaxed) {
-                self.recent
-                    .store(index, std::sync::atomic::Ordering::Relaxed);
+            if index > self.recent.load(Ordering::Relaxed) {
+                self.recent.store(index, Ordering::Relaxed);
             }
         }
         index
@@ -780,7 +779,7 @@ mod tests {
                 );
                 assert_eq!(at.until_end, window - now % window, "{window} {now}");
             }
-            let recent = s.recent.load(std::sync::atomic::Ordering::Relaxed);
+            let recent = s.recent.load(Ordering::Relaxed);
             assert_eq!(recent, if cached { u64::MAX / window } else { 0 });
         }
     }
