@@ -548,6 +548,26 @@ impl RedisBackend {
         }
     }
 
+    /// Whether this is a Redis Cluster connection (a script call's keys must share a slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.connection, Connection::Cluster(_))
+    }
+
+    /// The deadline sent to the server, at `now`, for a call that gives up at `deadline`: the
+    /// script must refuse at least a eighth of what is left before the caller gives up (see the
+    /// type's docs), shifted to the server's clock (0, "none", while its offset is unknown).
+    fn server_deadline(&self, deadline: Instant, now: Instant) -> u64 {
+        let budget = deadline.saturating_duration_since(now);
+        self.shared
+            .clock
+            .server_micros(deadline.checked_sub(budget / 8).unwrap_or(now))
+    }
+
+    /// The error of a call given up after `after`, naming the server.
+    pub(crate) fn timeout_error(&self, after: Duration, doing: &str) -> BackendError {
+        timed_out(&self.shared.server, after, doing)
+    }
+
     /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again) on the caller's
     /// runtime, giving up at `deadline`. The script gets `args` then the server-clock deadline
     /// (`ARGV[5]`, 0 for none) and replies with the server's time last, which refreshes the
@@ -561,11 +581,6 @@ impl RedisBackend {
     ) -> Result<Vec<i64>, BackendError> {
         let shared = &*self.shared;
         let now = Instant::now();
-        let budget = deadline.saturating_duration_since(now);
-        // The script must refuse at least budget/8 before the caller gives up (see the type's docs).
-        let server_deadline = shared
-            .clock
-            .server_micros(deadline.checked_sub(budget / 8).unwrap_or(now));
         let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(key);
@@ -573,16 +588,118 @@ impl RedisBackend {
         for arg in args {
             invocation.arg(arg);
         }
-        invocation.arg(server_deadline);
+        invocation.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
         let call = invocation.invoke_async::<Vec<i64>>(&mut connection);
         let reply = match tokio::time::timeout_at(deadline.into(), call).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(error)) => return Err(classify(&shared.server, error)),
-            Err(_) => return Err(timed_out(&shared.server, budget, "deciding")),
+            Err(_) => {
+                let budget = deadline.saturating_duration_since(now);
+                return Err(timed_out(&shared.server, budget, "deciding"));
+            }
         };
+        self.decided(reply, now, Instant::now())
+    }
+
+    /// Runs `requests` in order in one call of `batch` (a script made by
+    /// [`batch_source`](super::coalesce::batch_source) from the one-decision script): `ARGV[1]`
+    /// is the number of keys per decision, then each decision's `args` and server-clock
+    /// deadline. Gives up at the latest of their deadlines (each caller waits only until its
+    /// own). The outer error is the call's (every decision in it failed alike); the inner
+    /// results are each decision's, as [`eval`](Self::eval) returns them.
+    pub(crate) async fn eval_batch(
+        &self,
+        batch: &'static Script,
+        requests: &[&Request],
+    ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
+        let shared = &*self.shared;
+        let now = Instant::now();
+        let mut invocation = batch.prepare_invoke();
+        invocation.arg(requests.first().map_or(0, |r| r.keys.len()));
+        let mut latest = now;
+        for request in requests {
+            for key in &request.keys {
+                invocation.key(key);
+            }
+            for arg in request.args {
+                invocation.arg(arg);
+            }
+            invocation.arg(self.server_deadline(request.deadline, now));
+            latest = latest.max(request.deadline);
+        }
+        let mut connection = shared.connection.clone();
+        let call = invocation.invoke_async::<Value>(&mut connection);
+        let reply = match tokio::time::timeout_at(latest.into(), call).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) => return Err(classify(&shared.server, error)),
+            Err(_) => {
+                let budget = latest.saturating_duration_since(now);
+                return Err(timed_out(&shared.server, budget, "deciding"));
+            }
+        };
+        let received = Instant::now();
+        let protocol = |what: String| {
+            BackendError::at(
+                FailureKind::Protocol,
+                shared.server.clone(),
+                std::io::Error::other(what),
+            )
+        };
+        let items = match reply {
+            Value::Array(items) if items.len() == requests.len() => items,
+            other => {
+                return Err(protocol(format!(
+                    "unexpected reply from a floodgate batch of {}: {other:?}",
+                    requests.len()
+                )));
+            }
+        };
+        Ok(items
+            .into_iter()
+            .map(|item| match item {
+                // A decision the script raised an error for: `{3, message}`.
+                Value::Array(fields) if fields.first() == Some(&Value::Int(BATCH_ERROR)) => {
+                    let message = match fields.get(1) {
+                        Some(Value::BulkString(bytes)) => {
+                            String::from_utf8_lossy(bytes).into_owned()
+                        }
+                        other => format!("{other:?}"),
+                    };
+                    Err(BackendError::at(
+                        FailureKind::Script,
+                        shared.server.clone(),
+                        std::io::Error::other(message),
+                    ))
+                }
+                Value::Array(fields) => fields
+                    .iter()
+                    .map(|field| match field {
+                        Value::Int(v) => Ok(*v),
+                        other => Err(protocol(format!(
+                            "unexpected field in a floodgate batch reply: {other:?}"
+                        ))),
+                    })
+                    .collect::<Result<Vec<i64>, _>>()
+                    .and_then(|reply| self.decided(reply, now, received)),
+                other => Err(protocol(format!(
+                    "unexpected decision in a floodgate batch reply: {other:?}"
+                ))),
+            })
+            .collect())
+    }
+
+    /// A script's reply for a request sent at `sent`, received at `received`: refreshes the
+    /// offset from the server's time (last field); [`PAST_DEADLINE`] becomes a timeout.
+    fn decided(
+        &self,
+        reply: Vec<i64>,
+        sent: Instant,
+        received: Instant,
+    ) -> Result<Vec<i64>, BackendError> {
+        let shared = &*self.shared;
         if let Some(&server_now) = reply.last() {
-            shared.clock.sample(server_now, now, Instant::now());
+            shared.clock.sample(server_now, sent, received);
         }
         if reply.first() == Some(&PAST_DEADLINE) {
             return Err(BackendError::at(
@@ -597,6 +714,18 @@ impl RedisBackend {
         Ok(reply)
     }
 }
+
+/// One decision to run: the Redis keys, the script's `args` (`ARGV[1..=4]`), and when the
+/// caller gives up.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: [u64; 4],
+    pub(crate) deadline: Instant,
+}
+
+/// The first field of a batch entry whose decision raised an error: `{3, message}`.
+const BATCH_ERROR: i64 = 3;
 
 /// The first reply field of a script that refused a request past its deadline.
 pub(crate) const PAST_DEADLINE: i64 = 2;

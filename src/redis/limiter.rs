@@ -14,7 +14,11 @@ use crate::backend::{
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
 
+use std::sync::Arc;
+
 use super::RedisBackend;
+use super::coalesce::Coalescer;
+use super::connection::Request;
 
 pub(crate) mod sealed {
     use crate::decision::ConfigError;
@@ -30,6 +34,8 @@ pub(crate) mod sealed {
         fn validate(&self) -> Result<(), ConfigError>;
         /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us}`.
         fn script(&self) -> &'static redis::Script;
+        /// The same script deciding a batch in order ([`batch_source`](crate::redis::coalesce::batch_source)).
+        fn batch_script(&self) -> &'static redis::Script;
         /// Suffixes of the Redis keys of one limiter key (`KEYS[1]`, `KEYS[2]`, …).
         fn key_suffixes(&self) -> &'static [&'static str];
         /// `ARGV` for a request of `n` permits.
@@ -109,6 +115,8 @@ pub trait RedisAlgorithm: sealed::Script {
 #[derive(Debug)]
 pub struct RedisLimiter<A: RedisAlgorithm, C: Clock + Clone = QuantaClock> {
     backend: RedisBackend,
+    /// Sends this limiter's decisions, coalescing concurrent ones.
+    coalescer: Arc<Coalescer>,
     name: String,
     algorithm: A,
     failures: FailureHandler<A::Local, C>,
@@ -194,6 +202,11 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         .with_deny_cache(DENY_CACHE_MAX_KEYS)?;
         Ok(RedisLimiter {
             backend: backend.clone(),
+            coalescer: Arc::new(Coalescer::new(
+                backend.clone(),
+                algorithm.script(),
+                algorithm.batch_script(),
+            )),
             name: name.to_owned(),
             algorithm,
             failures,
@@ -634,15 +647,12 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             ));
         }
         let store = || async {
-            let reply = self
-                .backend
-                .eval(
-                    self.algorithm.script(),
-                    &self.redis_keys(key),
-                    self.algorithm.args(n),
-                    deadline,
-                )
-                .await;
+            let request = Request {
+                keys: self.redis_keys(key),
+                args: self.algorithm.args(n),
+                deadline,
+            };
+            let reply = self.coalescer.eval(request).await;
             reply.and_then(|r| decision_from_reply(&r, self.backend.server()))
         };
         // A try cut short by the caller's own deadline (sooner than the backend's timeout, from

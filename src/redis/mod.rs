@@ -70,6 +70,7 @@
 //! # Ok(()) }
 //! ```
 
+mod coalesce;
 mod connection;
 mod fixed_window;
 mod gcra;

@@ -10,11 +10,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingLog;
 use crate::decision::ConfigError;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_log.lua")));
+static BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&batch_source(include_str!("sliding_log.lua"))));
 
 impl sealed::Script for SlidingLog {
     /// During an outage: a local fixed window of the same length (coarser, same bound per window).
@@ -26,6 +29,10 @@ impl sealed::Script for SlidingLog {
 
     fn script(&self) -> &'static Script {
         &SCRIPT
+    }
+
+    fn batch_script(&self) -> &'static Script {
+        &BATCH
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {

@@ -1,0 +1,318 @@
+//! Coalescing: concurrent decisions of one limiter go to Redis together, in one script call that
+//! decides them in order.
+//!
+//! A decision made while none of the limiter's calls is out is sent at once, by its caller, as
+//! one plain script call (no latency added to a lone caller). A decision made while one is out
+//! joins a lock-free queue; when the call out comes back, a task on the caller's runtime (the
+//! *flusher*, spawned then, not any caller) takes everything queued, up to [`MAX_BATCH`], and
+//! sends it as one call of the batch script, which runs the one-decision script's code once per
+//! decision, in queue order, atomically. So a batch of `N` decisions on one key admits exactly
+//! what `N` sequential calls would, and each decision keeps its own deadline (checked by the
+//! script on the server's clock, as for one call). The flusher goes on while the queue refills,
+//! then gives its turn back.
+//!
+//! Cancellation: a queued caller whose future is dropped (or whose own deadline passed) before
+//! its batch is taken is skipped, and sends nothing. A caller sending its own call at once and
+//! dropped while it is out hands the queue to a flusher in its drop, so nobody is left waiting
+//! on a call that no task will make. A flusher itself is only dropped when its runtime shuts
+//! down: it then drops the replies it owes (those callers see an error at once) and gives its
+//! turn back.
+//!
+//! Redis Cluster: the keys of one script call must share a slot, so there a batch holds the
+//! decisions of one limiter key (one hash tag, one slot); batches for different keys go out
+//! together, pipelined on the cluster connection.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_queue::SegQueue;
+use redis::Script;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::RedisBackend;
+use super::connection::Request;
+use crate::backend::{BackendError, FailureKind};
+use crate::sync::{AtomicU32, Ordering, fence};
+
+/// Most decisions in one script call: the server runs a call to its end before anything else,
+/// so this bounds how long one call holds it (a few µs per decision).
+pub(crate) const MAX_BATCH: usize = 256;
+
+/// Calls of one limiter out at a time (a caller's own call, or a flusher's batch).
+const MAX_SENDERS: u32 = 2;
+
+/// The batch form of a one-decision script `source`: the script's code becomes a function of
+/// `(KEYS, ARGV, t)`, run once per decision in order, with the server's `TIME` read once for
+/// the call (as if the decisions arrived together). `ARGV[1]` is the number of keys per
+/// decision; then come five arguments per decision (the four of the script and its deadline).
+/// The reply holds one entry per decision: the script's reply, or `{3, message}` for a decision
+/// that raised an error (the others still run).
+pub(crate) fn batch_source(source: &str) -> String {
+    const TIME: &str = "local t = redis.call('TIME')";
+    debug_assert_eq!(source.matches(TIME).count(), 1, "{source}");
+    let body = source.replacen(TIME, "", 1);
+    format!(
+        "local function decide(KEYS, ARGV, t)\n{body}\nend\n\
+         local t = redis.call('TIME')\n\
+         local per = tonumber(ARGV[1])\n\
+         local out = {{}}\n\
+         local d = 0\n\
+         for i = 2, #ARGV, 5 do\n  \
+           local keys = {{}}\n  \
+           for j = 1, per do keys[j] = KEYS[d * per + j] end\n  \
+           local ok, r = pcall(decide, keys, {{ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]}}, t)\n  \
+           if type(r) == 'table' and r.err then r = {{3, r.err}}\n  \
+           elseif not ok then r = {{3, tostring(r)}} end\n  \
+           d = d + 1\n  \
+           out[d] = r\n\
+         end\n\
+         return out\n"
+    )
+}
+
+/// A queued decision and where its result goes.
+struct Pending {
+    request: Request,
+    reply: oneshot::Sender<Result<Vec<i64>, BackendError>>,
+}
+
+/// The coalescing sender of one limiter (one script). See the module docs.
+pub(crate) struct Coalescer {
+    backend: RedisBackend,
+    script: &'static Script,
+    batch: &'static Script,
+    queue: SegQueue<Pending>,
+    /// Calls out (at most [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass
+    /// it to a flusher (queue not empty) or give it back and look at the queue again.
+    senders: AtomicU32,
+}
+
+impl std::fmt::Debug for Coalescer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coalescer")
+            .field("queued", &self.queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coalescer {
+    pub(crate) fn new(
+        backend: RedisBackend,
+        script: &'static Script,
+        batch: &'static Script,
+    ) -> Self {
+        Coalescer {
+            backend,
+            script,
+            batch,
+            queue: SegQueue::new(),
+            senders: AtomicU32::new(0),
+        }
+    }
+
+    /// Decides `request` on the server: at once if no call is out, else in the next batch.
+    /// Must run inside a tokio runtime (checked by the caller).
+    pub(crate) async fn eval(self: &Arc<Self>, request: Request) -> Result<Vec<i64>, BackendError> {
+        let handle = Handle::current();
+        if self.take_turn() {
+            // Hands the queue on even if this future is dropped while the call is out.
+            let _turn = Turn {
+                coalescer: Arc::clone(self),
+                handle,
+            };
+            return self
+                .backend
+                .eval(self.script, &request.keys, request.args, request.deadline)
+                .await;
+        }
+        let started = Instant::now();
+        let deadline = request.deadline;
+        let (reply, answer) = oneshot::channel();
+        self.queue.push(Pending { request, reply });
+        // SeqCst fence: pairs with the one in `give_back` (store-buffering): either this
+        // thread sees the turn given back, or the giver sees this entry in the queue.
+        fence(Ordering::SeqCst);
+        if self.take_turn() {
+            self.spawn_flusher(&handle);
+        }
+        match tokio::time::timeout_at(deadline.into(), answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(BackendError::at(
+                FailureKind::Other,
+                self.backend_server(),
+                std::io::Error::other(
+                    "the task sending this decision's batch was cancelled (its runtime shut down)",
+                ),
+            )),
+            Err(_) => Err(self
+                .backend
+                .timeout_error(deadline.saturating_duration_since(started), "deciding")),
+        }
+    }
+
+    fn backend_server(&self) -> Arc<str> {
+        self.backend.server().into()
+    }
+
+    /// Takes a turn if fewer than [`MAX_SENDERS`] calls are out.
+    fn take_turn(&self) -> bool {
+        // SeqCst: pairs with the fences of `eval` and `give_back` (see there).
+        self.senders
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_SENDERS).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives a turn back; takes it again (for a new flusher) if something was queued meanwhile.
+    fn give_back(self: &Arc<Self>, handle: &Handle) {
+        if self.give_back_and_retake() {
+            self.spawn_flusher(handle);
+        }
+    }
+
+    /// Gives a turn back; true if it was taken again because the queue is not empty.
+    fn give_back_and_retake(&self) -> bool {
+        // SeqCst: pairs with `take_turn`.
+        self.senders.fetch_sub(1, Ordering::SeqCst);
+        // SeqCst fence: pairs with the one in `eval` after a push (see there).
+        fence(Ordering::SeqCst);
+        !self.queue.is_empty() && self.take_turn()
+    }
+
+    /// Starts a flusher holding the turn the caller took. The turn is given back if the task
+    /// never runs (a runtime shutting down drops it unpolled).
+    fn spawn_flusher(self: &Arc<Self>, handle: &Handle) {
+        let mut held = FlusherTurn(Some(Arc::clone(self)));
+        let task_handle = handle.clone();
+        handle.spawn(async move {
+            if let Some(coalescer) = &held.0 {
+                coalescer.flush(&task_handle).await;
+            }
+            held.disarm();
+        });
+    }
+
+    /// Sends batches while the queue has work, then gives the turn back.
+    async fn flush(self: &Arc<Self>, handle: &Handle) {
+        loop {
+            let mut batch = Vec::new();
+            while batch.len() < MAX_BATCH {
+                match self.queue.pop() {
+                    // Its caller is gone (dropped, or past its deadline): send nothing.
+                    Some(pending) if pending.reply.is_closed() => {}
+                    Some(pending) => batch.push(pending),
+                    None => break,
+                }
+            }
+            if batch.is_empty() {
+                if self.give_back_and_retake() {
+                    continue;
+                }
+                return;
+            }
+            self.send(batch, handle).await;
+        }
+    }
+
+    /// Sends `batch`: one call, or in a cluster one call per hash tag (so per slot), pipelined.
+    async fn send(self: &Arc<Self>, batch: Vec<Pending>, handle: &Handle) {
+        if !self.backend.is_cluster() {
+            return self.send_group(batch).await;
+        }
+        let mut groups: Vec<(String, Vec<Pending>)> = Vec::new();
+        for pending in batch {
+            let tag = hash_tag(&pending.request.keys).to_owned();
+            match groups.iter_mut().find(|(t, _)| *t == tag) {
+                Some((_, group)) => group.push(pending),
+                None => groups.push((tag, vec![pending])),
+            }
+        }
+        if groups.len() == 1 {
+            let (_, group) = groups.pop().expect("one group");
+            return self.send_group(group).await;
+        }
+        let tasks: Vec<_> = groups
+            .into_iter()
+            .map(|(_, group)| {
+                let me = Arc::clone(self);
+                handle.spawn(async move { me.send_group(group).await })
+            })
+            .collect();
+        for task in tasks {
+            // A group task fails only when its runtime shuts down; its callers then see an error.
+            let _ = task.await;
+        }
+    }
+
+    /// One script call for `group` (keys sharing a slot), each result to its caller.
+    async fn send_group(&self, mut group: Vec<Pending>) {
+        if group.len() == 1 {
+            let Pending { request, reply } = group.pop().expect("one");
+            let result = self
+                .backend
+                .eval(self.script, &request.keys, request.args, request.deadline)
+                .await;
+            let _ = reply.send(result); // a caller gone meanwhile drops its result
+            return;
+        }
+        let requests: Vec<&Request> = group.iter().map(|p| &p.request).collect();
+        match self.backend.eval_batch(self.batch, &requests).await {
+            Ok(results) => {
+                for (pending, result) in group.into_iter().zip(results) {
+                    let _ = pending.reply.send(result);
+                }
+            }
+            Err(error) => {
+                for pending in group {
+                    let _ = pending.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The hash tag of a decision's keys (`{name:key}`), which fixes their slot.
+fn hash_tag(keys: &[String]) -> &str {
+    let first = keys.first().map_or("", String::as_str);
+    first.find('}').map_or(first, |end| &first[..=end])
+}
+
+/// The turn of a caller sending its own call: when the call is done, or its future dropped,
+/// passed to a flusher if decisions were queued meanwhile, else given back.
+struct Turn {
+    coalescer: Arc<Coalescer>,
+    handle: Handle,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.coalescer.queue.is_empty() {
+            self.coalescer.give_back(&self.handle);
+        } else {
+            self.coalescer.spawn_flusher(&self.handle);
+        }
+    }
+}
+
+/// A flusher's turn: given back if the flusher task is dropped before it ends (a runtime
+/// shutting down), without starting another there.
+/// `None` once `flush` gave the turn back itself.
+struct FlusherTurn(Option<Arc<Coalescer>>);
+
+impl FlusherTurn {
+    /// `flush` ended, having given the turn back itself.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for FlusherTurn {
+    fn drop(&mut self) {
+        if let Some(coalescer) = self.0.take() {
+            // SeqCst: pairs with `take_turn`.
+            coalescer.senders.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
