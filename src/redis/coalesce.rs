@@ -44,10 +44,9 @@ const MAX_SENDERS: u32 = 2;
 
 /// The batch form of a one-decision script `source`: the script's code becomes a function of
 /// `(KEYS, ARGV, t)`, run once per decision in order, with the server's `TIME` read once for
-/// the call (as if the decisions arrived together). `ARGV[1]` is the number of keys per
-/// decision; then come five arguments per decision (the four of the script and its deadline).
-/// The reply holds one entry per decision: the script's reply, or `{3, message}` for a decision
-/// that raised an error (the others still run).
+/// the call (as if the decisions arrived together). The arguments and the reply are the batch
+/// format of [`RedisBackend::eval_batch`](super::RedisBackend::eval_batch); a decision that
+/// raises an error is reported as such and the others still run.
 pub(crate) fn batch_source(source: &str) -> String {
     const TIME: &str = "local t = redis.call('TIME')";
     debug_assert_eq!(source.matches(TIME).count(), 1, "{source}");
@@ -56,17 +55,23 @@ pub(crate) fn batch_source(source: &str) -> String {
         "local function decide(KEYS, ARGV, t)\n{body}\nend\n\
          local t = redis.call('TIME')\n\
          local per = tonumber(ARGV[1])\n\
-         local out = {{}}\n\
+         local slot = tonumber(ARGV[6])\n\
+         local out = {{tonumber(t[1]) * 1000000 + tonumber(t[2])}}\n\
+         local errors = {{}}\n\
          local d = 0\n\
-         for i = 2, #ARGV, 5 do\n  \
+         for i = 7, #ARGV, 3 do\n  \
+           local g = tonumber(ARGV[i]) - 1\n  \
            local keys = {{}}\n  \
-           for j = 1, per do keys[j] = KEYS[d * per + j] end\n  \
-           local ok, r = pcall(decide, keys, {{ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]}}, t)\n  \
-           if type(r) == 'table' and r.err then r = {{3, r.err}}\n  \
-           elseif not ok then r = {{3, tostring(r)}} end\n  \
-           d = d + 1\n  \
-           out[d] = r\n\
+           for j = 1, per do keys[j] = KEYS[g * per + j] end\n  \
+           local argv = {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[i + 2]}}\n  \
+           argv[slot] = ARGV[i + 1]\n  \
+           local ok, r = pcall(decide, keys, argv, t)\n  \
+           if type(r) == 'table' and r.err then errors[#errors + 1] = r.err; r = {{3, #errors, 0, 0, 0}}\n  \
+           elseif not ok then errors[#errors + 1] = tostring(r); r = {{3, #errors, 0, 0, 0}} end\n  \
+           for f = 1, 5 do out[1 + d * 5 + f] = r[f] end\n  \
+           d = d + 1\n\
          end\n\
+         for _, e in ipairs(errors) do out[#out + 1] = e end\n\
          return out\n"
     )
 }
@@ -82,6 +87,8 @@ pub(crate) struct Coalescer {
     backend: RedisBackend,
     script: &'static Script,
     batch: &'static Script,
+    /// Which of the script's four arguments is `n` (the others are the same for every decision).
+    n_slot: usize,
     queue: SegQueue<Pending>,
     /// Calls out (at most [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass
     /// it to a flusher (queue not empty) or give it back and look at the queue again.
@@ -101,11 +108,13 @@ impl Coalescer {
         backend: RedisBackend,
         script: &'static Script,
         batch: &'static Script,
+        n_slot: usize,
     ) -> Self {
         Coalescer {
             backend,
             script,
             batch,
+            n_slot,
             queue: SegQueue::new(),
             senders: AtomicU32::new(0),
         }
@@ -258,7 +267,11 @@ impl Coalescer {
             return;
         }
         let requests: Vec<&Request> = group.iter().map(|p| &p.request).collect();
-        match self.backend.eval_batch(self.batch, &requests).await {
+        match self
+            .backend
+            .eval_batch(self.batch, self.n_slot, &requests)
+            .await
+        {
             Ok(results) => {
                 for (pending, result) in group.into_iter().zip(results) {
                     let _ = pending.reply.send(result);

@@ -602,29 +602,55 @@ impl RedisBackend {
         self.decided(reply, now, Instant::now())
     }
 
-    /// Runs `requests` in order in one call of `batch` (a script made by
-    /// [`batch_source`](super::coalesce::batch_source) from the one-decision script): `ARGV[1]`
-    /// is the number of keys per decision, then each decision's `args` and server-clock
-    /// deadline. Gives up at the latest of their deadlines (each caller waits only until its
-    /// own). The outer error is the call's (every decision in it failed alike); the inner
-    /// results are each decision's, as [`eval`](Self::eval) returns them.
+    /// Runs `requests` in order in one call of `batch`, a batch script (hand-written, or made
+    /// by [`batch_source`](super::coalesce::batch_source) from the one-decision script). Gives
+    /// up at the latest of their deadlines (each caller waits only until its own). The outer
+    /// error is the call's (every decision in it failed alike); the inner results are each
+    /// decision's, as [`eval`](Self::eval) returns them.
+    ///
+    /// The requests share their arguments but `n` (`args[n_slot]`). Batch format, compact so
+    /// that a decision costs the server (and this client) little more than its arithmetic:
+    /// * `KEYS`: each distinct limiter key's keys once (`per` keys each), in order of first use;
+    /// * `ARGV`: `per`, the four shared arguments, `n_slot + 1`, then three per decision: its
+    ///   key's index in `KEYS` (counted in limiter keys, from 1), `n`, and its deadline on the
+    ///   server's clock (0: none);
+    /// * reply: the server's time, five fields per decision (a one-decision reply without the
+    ///   time), then the error messages: a decision whose first field is [`BATCH_ERROR`]
+    ///   raised the error its second field numbers (from 1).
     pub(crate) async fn eval_batch(
         &self,
         batch: &'static Script,
+        n_slot: usize,
         requests: &[&Request],
     ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
         let shared = &*self.shared;
         let now = Instant::now();
+        let Some(first) = requests.first() else {
+            return Ok(Vec::new());
+        };
         let mut invocation = batch.prepare_invoke();
-        invocation.arg(requests.first().map_or(0, |r| r.keys.len()));
+        invocation.arg(first.keys.len());
+        for arg in first.args {
+            invocation.arg(arg);
+        }
+        invocation.arg(n_slot + 1);
+        // Distinct limiter keys, by their first key: a batch holds a few (often one).
+        let mut distinct: Vec<&str> = Vec::new();
         let mut latest = now;
         for request in requests {
-            for key in &request.keys {
-                invocation.key(key);
-            }
-            for arg in request.args {
-                invocation.arg(arg);
-            }
+            let first_key = request.keys.first().map_or("", String::as_str);
+            let index = match distinct.iter().position(|k| *k == first_key) {
+                Some(index) => index,
+                None => {
+                    distinct.push(first_key);
+                    for key in &request.keys {
+                        invocation.key(key);
+                    }
+                    distinct.len() - 1
+                }
+            };
+            invocation.arg(index + 1);
+            invocation.arg(request.args[n_slot]);
             invocation.arg(self.server_deadline(request.deadline, now));
             latest = latest.max(request.deadline);
         }
@@ -639,52 +665,59 @@ impl RedisBackend {
             }
         };
         let received = Instant::now();
-        let protocol = |what: String| {
+        let protocol = |what: &dyn std::fmt::Debug| {
             BackendError::at(
                 FailureKind::Protocol,
                 shared.server.clone(),
-                std::io::Error::other(what),
+                std::io::Error::other(format!(
+                    "unexpected reply from a floodgate batch of {}: {what:?}",
+                    requests.len()
+                )),
             )
         };
-        let items = match reply {
-            Value::Array(items) if items.len() == requests.len() => items,
-            other => {
-                return Err(protocol(format!(
-                    "unexpected reply from a floodgate batch of {}: {other:?}",
-                    requests.len()
-                )));
-            }
+        let Value::Array(items) = reply else {
+            return Err(protocol(&reply));
         };
-        Ok(items
-            .into_iter()
-            .map(|item| match item {
-                // A decision the script raised an error for: `{3, message}`.
-                Value::Array(fields) if fields.first() == Some(&Value::Int(BATCH_ERROR)) => {
-                    let message = match fields.get(1) {
-                        Some(Value::BulkString(bytes)) => {
-                            String::from_utf8_lossy(bytes).into_owned()
-                        }
-                        other => format!("{other:?}"),
-                    };
-                    Err(BackendError::at(
+        let fields = 1 + 5 * requests.len();
+        let numbers: Option<Vec<i64>> = items.get(..fields).and_then(|head| {
+            head.iter()
+                .map(|v| match v {
+                    Value::Int(i) => Some(*i),
+                    _ => None,
+                })
+                .collect()
+        });
+        let Some(numbers) = numbers else {
+            return Err(protocol(&items));
+        };
+        let server_now = numbers[0];
+        shared.clock.sample(server_now, now, received);
+        let errors = &items[fields..];
+        Ok(numbers[1..]
+            .chunks_exact(5)
+            .map(|decision| {
+                if decision[0] == BATCH_ERROR {
+                    let message = usize::try_from(decision[1] - 1)
+                        .ok()
+                        .and_then(|i| errors.get(i))
+                        .map_or_else(
+                            || format!("{decision:?}"),
+                            |v| match v {
+                                Value::BulkString(bytes) => {
+                                    String::from_utf8_lossy(bytes).into_owned()
+                                }
+                                other => format!("{other:?}"),
+                            },
+                        );
+                    return Err(BackendError::at(
                         FailureKind::Script,
                         shared.server.clone(),
                         std::io::Error::other(message),
-                    ))
+                    ));
                 }
-                Value::Array(fields) => fields
-                    .iter()
-                    .map(|field| match field {
-                        Value::Int(v) => Ok(*v),
-                        other => Err(protocol(format!(
-                            "unexpected field in a floodgate batch reply: {other:?}"
-                        ))),
-                    })
-                    .collect::<Result<Vec<i64>, _>>()
-                    .and_then(|reply| self.decided(reply, now, received)),
-                other => Err(protocol(format!(
-                    "unexpected decision in a floodgate batch reply: {other:?}"
-                ))),
+                let mut reply = decision.to_vec();
+                reply.push(server_now);
+                self.past_deadline(reply)
             })
             .collect())
     }
@@ -697,14 +730,18 @@ impl RedisBackend {
         sent: Instant,
         received: Instant,
     ) -> Result<Vec<i64>, BackendError> {
-        let shared = &*self.shared;
         if let Some(&server_now) = reply.last() {
-            shared.clock.sample(server_now, sent, received);
+            self.shared.clock.sample(server_now, sent, received);
         }
+        self.past_deadline(reply)
+    }
+
+    /// `reply`, or a timeout if the script refused it past its deadline ([`PAST_DEADLINE`]).
+    fn past_deadline(&self, reply: Vec<i64>) -> Result<Vec<i64>, BackendError> {
         if reply.first() == Some(&PAST_DEADLINE) {
             return Err(BackendError::at(
                 FailureKind::Timeout,
-                shared.server.clone(),
+                self.shared.server.clone(),
                 std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the request reached the server after its deadline; nothing was taken",
@@ -724,7 +761,7 @@ pub(crate) struct Request {
     pub(crate) deadline: Instant,
 }
 
-/// The first field of a batch entry whose decision raised an error: `{3, message}`.
+/// The first field of a batch entry whose decision raised an error.
 const BATCH_ERROR: i64 = 3;
 
 /// The first reply field of a script that refused a request past its deadline.

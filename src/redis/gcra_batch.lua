@@ -1,48 +1,55 @@
 -- floodgate: a batch of GCRA decisions, decided in order as gcra.lua would decide them one call
 -- after another at the same instant.
--- KEYS[d]: decision d's TAT. ARGV[1]: keys per decision (1); then five per decision: T (interval
--- per permit) in us, capacity, n, (unused), deadline in us on the server's clock (0: none).
--- Reply: one entry per decision, as gcra.lua's ({2, ...}: past its deadline, nothing changed),
--- or {3, message} for a key that does not hold a time.
+-- KEYS: each limiter key's TAT once. ARGV: keys per limiter key (1); T (interval per permit) in
+-- us, capacity, (n: per decision), (unused); the slot of n (3); then three per decision: its
+-- key's index in KEYS, n, deadline in us on the server's clock (0: none).
+-- Reply: now_us, then five fields per decision as gcra.lua's ({2, ...}: past its deadline,
+-- nothing changed; {3, i, ...}: error message i, after the fields).
 -- Each key is read once; its decisions are then worked out here and its TAT written once at the
 -- end (SET ... PX, as one call would leave it).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
+local horizon = now + capacity * interval
 
 local function int(x) return string.format('%d', x) end
 
-local keys = {}
+local out = {now}
+local errors = {}
 local state = {}
-local out = {}
-local d = 0
-for i = 2, #ARGV, 5 do
-  d = d + 1
-  local key = KEYS[d]
-  local interval = tonumber(ARGV[i])
-  local capacity = tonumber(ARGV[i + 1])
-  local n = tonumber(ARGV[i + 2])
-  local deadline = tonumber(ARGV[i + 4])
-  local s = state[key]
+local used = {}
+local d = 1
+local function put(a, b, c, e, f)
+  out[d + 1] = a; out[d + 2] = b; out[d + 3] = c; out[d + 4] = e; out[d + 5] = f
+  d = d + 5
+end
+for i = 7, #ARGV, 3 do
+  local key = KEYS[tonumber(ARGV[i])]
+  local n = tonumber(ARGV[i + 1])
+  local deadline = tonumber(ARGV[i + 2])
   if deadline > 0 and now > deadline then
-    out[d] = {2, 0, 0, 0, 0, now}
+    put(2, 0, 0, 0, 0)
   else
+    local s = state[key]
     if not s then
       local stored = redis.pcall('GET', key)
       if type(stored) == 'table' and stored.err then
-        s = {err = stored.err}
+        errors[#errors + 1] = stored.err
+        s = {err = #errors}
       elseif stored and not tonumber(stored) then
-        s = {err = 'floodgate: ' .. key .. ' does not hold a time'}
+        errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a time'
+        s = {err = #errors}
       else
         -- stored: the key exists; checked: its TTL was looked at (or it was written here).
         s = {tat = tonumber(stored) or now, stored = stored and true or false, dirty = false, checked = false}
       end
       state[key] = s
-      keys[#keys + 1] = key
+      used[#used + 1] = key
     end
     if s.err then
-      out[d] = {3, s.err}
+      put(3, s.err, 0, 0, 0)
     else
-      local horizon = now + capacity * interval
       local base = math.max(s.tat, now)
       local new_tat = base + n * interval
       if new_tat <= horizon then
@@ -50,9 +57,10 @@ for i = 2, #ARGV, 5 do
         s.stored = true
         s.dirty = true
         s.checked = true
-        out[d] = {1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now, now}
+        put(1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now)
       else
         if s.stored and not s.checked then
+          -- As gcra.lua: a key found without a TTL is given one (or removed if full again).
           s.checked = true
           if redis.call('PTTL', key) == -1 then
             if base > now then
@@ -64,15 +72,16 @@ for i = 2, #ARGV, 5 do
             end
           end
         end
-        out[d] = {0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now, now}
+        put(0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now)
       end
     end
   end
 end
-for _, key in ipairs(keys) do
+for _, key in ipairs(used) do
   local s = state[key]
   if not s.err and s.dirty then
     redis.call('SET', key, int(s.tat), 'PX', int(math.ceil((s.tat - now) / 1000)))
   end
 end
+for _, e in ipairs(errors) do out[#out + 1] = e end
 return out

@@ -206,6 +206,7 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
                 backend.clone(),
                 algorithm.script(),
                 algorithm.batch_script(),
+                n_slot(&algorithm),
             )),
             name: name.to_owned(),
             algorithm,
@@ -665,6 +666,13 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     }
 }
 
+/// Which of `algorithm`'s four script arguments carries `n`: the one that differs between one
+/// permit and two (the others are its configuration).
+fn n_slot<A: RedisAlgorithm>(algorithm: &A) -> usize {
+    let (one, two) = (algorithm.args(1), algorithm.args(2));
+    (0..one.len()).find(|&i| one[i] != two[i]).unwrap_or(0)
+}
+
 /// Far enough ahead to stand for "no deadline" without overflowing `Instant`.
 fn far_future() -> Instant {
     Instant::now() + crate::backend::MAX_TIMEOUT
@@ -730,6 +738,17 @@ pub(crate) const MAX_WINDOW_MILLIS: u64 = (1 << 51) / 1_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn n_is_found_in_each_algorithms_arguments() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(n_slot(&crate::FixedWindow::new(5, minute).unwrap()), 2);
+        assert_eq!(n_slot(&crate::FixedWindow::aligned(5, minute).unwrap()), 2);
+        assert_eq!(n_slot(&crate::SlidingWindow::new(5, minute, 6).unwrap()), 3);
+        assert_eq!(n_slot(&crate::SlidingLog::new(5, minute).unwrap()), 2);
+        let gcra = crate::Gcra::new(crate::Rate::per_second(5), 5).unwrap();
+        assert_eq!(n_slot(&gcra), 2);
+    }
 
     #[test]
     fn replies_become_decisions() {
