@@ -32,8 +32,7 @@ use tokio::sync::oneshot;
 
 use super::RedisBackend;
 use super::connection::Request;
-use crate::backend::{BackendError, FailureKind};
-use crate::sync::{AtomicU32, Ordering, fence};
+use crate::backend::{BackendError, FailureKind, Turns};
 
 /// Most decisions in one script call: the server runs a call to its end before anything else,
 /// so this bounds how long one call holds it (a few µs per decision).
@@ -92,7 +91,7 @@ pub(crate) struct Coalescer {
     queue: SegQueue<Pending>,
     /// Calls out (at most [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass
     /// it to a flusher (queue not empty) or give it back and look at the queue again.
-    senders: AtomicU32,
+    turns: Turns,
 }
 
 impl std::fmt::Debug for Coalescer {
@@ -116,7 +115,7 @@ impl Coalescer {
             batch,
             n_slot,
             queue: SegQueue::new(),
-            senders: AtomicU32::new(0),
+            turns: Turns::new(MAX_SENDERS),
         }
     }
 
@@ -124,7 +123,7 @@ impl Coalescer {
     /// Must run inside a tokio runtime (checked by the caller).
     pub(crate) async fn eval(self: &Arc<Self>, request: Request) -> Result<Vec<i64>, BackendError> {
         let handle = Handle::current();
-        if self.take_turn() {
+        if self.turns.take() {
             // Hands the queue on even if this future is dropped while the call is out.
             let _turn = Turn {
                 coalescer: Arc::clone(self),
@@ -139,10 +138,7 @@ impl Coalescer {
         let deadline = request.deadline;
         let (reply, answer) = oneshot::channel();
         self.queue.push(Pending { request, reply });
-        // SeqCst fence: pairs with the one in `give_back` (store-buffering): either this
-        // thread sees the turn given back, or the giver sees this entry in the queue.
-        fence(Ordering::SeqCst);
-        if self.take_turn() {
+        if self.turns.after_push() {
             self.spawn_flusher(&handle);
         }
         match tokio::time::timeout_at(deadline.into(), answer).await {
@@ -164,16 +160,6 @@ impl Coalescer {
         self.backend.server().into()
     }
 
-    /// Takes a turn if fewer than [`MAX_SENDERS`] calls are out.
-    fn take_turn(&self) -> bool {
-        // SeqCst: pairs with the fences of `eval` and `give_back` (see there).
-        self.senders
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < MAX_SENDERS).then_some(n + 1)
-            })
-            .is_ok()
-    }
-
     /// Gives a turn back; takes it again (for a new flusher) if something was queued meanwhile.
     fn give_back(self: &Arc<Self>, handle: &Handle) {
         if self.give_back_and_retake() {
@@ -183,11 +169,7 @@ impl Coalescer {
 
     /// Gives a turn back; true if it was taken again because the queue is not empty.
     fn give_back_and_retake(&self) -> bool {
-        // SeqCst: pairs with `take_turn`.
-        self.senders.fetch_sub(1, Ordering::SeqCst);
-        // SeqCst fence: pairs with the one in `eval` after a push (see there).
-        fence(Ordering::SeqCst);
-        !self.queue.is_empty() && self.take_turn()
+        self.turns.give_back(|| !self.queue.is_empty())
     }
 
     /// Starts a flusher holding the turn the caller took. The turn is given back if the task
@@ -324,8 +306,7 @@ impl FlusherTurn {
 impl Drop for FlusherTurn {
     fn drop(&mut self) {
         if let Some(coalescer) = self.0.take() {
-            // SeqCst: pairs with `take_turn`.
-            coalescer.senders.fetch_sub(1, Ordering::SeqCst);
+            coalescer.turns.release();
         }
     }
 }

@@ -121,7 +121,9 @@ impl RedisConfig {
 
 /// A connection to Redis shared by every limiter and caller that clones it: a self-reconnecting
 /// multiplexed connection to one node, or a cluster connection that follows slot moves.
-/// Concurrent calls share it: redis-rs pipelines their requests on the one socket per node.
+/// Concurrent calls share it: redis-rs pipelines their requests on the one socket per node, and
+/// each limiter coalesces its concurrent decisions into one script call (see
+/// [the module](crate::redis)).
 ///
 /// # Connecting
 /// [`connect`](Self::connect) (async) builds the connection on the caller's tokio runtime, and
@@ -145,8 +147,9 @@ impl RedisConfig {
 /// long to come back.
 ///
 /// What can still be consumed without being handed out, per call:
-/// * a future dropped after its request was written, if the server runs the script before the
-///   deadline (a future dropped before its first poll, or before the request left, sends
+/// * a future dropped after its request was written (or, queued behind other calls, after its
+///   batch was taken from the queue), if the server runs the script before the deadline (a
+///   future dropped before its first poll, before the request left, or while queued, sends
 ///   nothing);
 /// * a reply that takes longer than `timeout / 8` to come back (a connection cut just after the
 ///   script ran);

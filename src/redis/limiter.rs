@@ -67,8 +67,9 @@ pub trait RedisAlgorithm: sealed::Script {
 }
 
 /// A limit shared through Redis by every process that uses the same `name`, key and
-/// configuration. Each decision is one atomic Lua script (one round trip, on the server's clock)
-/// returning the same [`Decision`] as the local limiters; when Redis gives no answer within the
+/// configuration. Each decision is decided atomically by a Lua script (one round trip, on the
+/// server's clock; concurrent decisions share one call, decided in order: see
+/// [the module](crate::redis)) returning the same [`Decision`] as the local limiters; when Redis gives no answer within the
 /// backend's timeout, the [`FailurePolicy`] decides and the failure is counted.
 ///
 /// Keys look like `{name:key}:suffix`: every key of one limiter key shares the hash tag

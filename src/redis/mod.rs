@@ -13,7 +13,8 @@
 //!
 //! Every decision:
 //! * is **one round trip**: `EVALSHA` (redis-rs [`Script`](redis::Script); on `NOSCRIPT`, after a
-//!   restart or `SCRIPT FLUSH`, it loads the script and runs it again);
+//!   restart or `SCRIPT FLUSH`, it loads the script and runs it again), **shared** with the
+//!   limiter's concurrent decisions (below);
 //! * is **atomic**: check and update happen inside the script, so no two callers can both take the
 //!   last permit;
 //! * reads time from the **server** (`TIME`, or the key's TTL), never from the client's clock, so
@@ -32,6 +33,18 @@
 //! [`try_acquire_outcome`](RedisLimiter::try_acquire_outcome)); the sync forms are `blocking_*`
 //! (tokio's naming) on a backend made by [`RedisBackend::blocking_connect`]. All callers of one
 //! [`RedisBackend`] share one multiplexed connection per node, which pipelines their requests.
+//!
+//! **Coalescing.** A limiter sends a decision at once when none of its calls is out, so a lone
+//! caller waits for one round trip and nothing else. Decisions made while its calls are out (at
+//! most two) queue, and go together in the next call, to a batch form of the script that
+//! decides them in queue order on the server's clock, each against its own deadline: `N`
+//! decisions on one key admit exactly what `N` sequential calls would, and each caller gets its
+//! own [`Decision`](crate::Decision) (breaker, deny cache and policy see it as before). The
+//! fixed window (anchored) and GCRA batch scripts read each key once per batch, so a hot key
+//! costs Redis little more per batch than per decision. A queued caller whose future is dropped
+//! before its batch is sent sends nothing; the batch is sent by a task on the caller's runtime,
+//! not by any one caller, so no cancelled caller strands the others. On a Redis Cluster a batch
+//! holds one limiter key (one hash tag, one slot); batches for different keys are pipelined.
 //! Each request carries a deadline on the server's clock and the script refuses it, taking
 //! nothing, once that is past (see [`RedisBackend`]). When Redis does not answer within the
 //! timeout, the limiter's [`FailurePolicy`](crate::backend::FailurePolicy) decides (fail open,
