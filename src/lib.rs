@@ -114,18 +114,18 @@ pub mod loom_internals {
             TurnsProbe(crate::backend::Turns::new(max))
         }
 
-        /// Takes a turn if one is free.
-        pub fn take(&self) -> bool {
-            self.0.take()
+        /// Takes a turn if fewer than `within` are out.
+        pub fn take(&self, within: u32) -> bool {
+            self.0.take(within)
         }
 
-        /// After pushing work: takes a turn if one is free.
-        pub fn after_push(&self) -> bool {
-            self.0.after_push()
+        /// After pushing work: takes a turn if fewer than `within()` are out.
+        pub fn after_push(&self, within: impl FnOnce() -> u32) -> bool {
+            self.0.after_push(within)
         }
 
-        /// Gives a turn back, retaking it if `queued()`.
-        pub fn give_back(&self, queued: impl FnOnce() -> bool) -> bool {
+        /// Gives a turn back, retaking it if `queued()` (turns it may take; 0: none).
+        pub fn give_back(&self, queued: impl FnOnce() -> u32) -> bool {
             self.0.give_back(queued)
         }
 

@@ -22,8 +22,9 @@ impl Queue {
         self.queued.fetch_add(1, Ordering::Release);
     }
 
-    fn has_work(&self) -> bool {
-        self.queued.load(Ordering::Acquire) > 0
+    /// Turns the queue may have out: one while it has work (the coalescer's rule at rest).
+    fn has_work(&self) -> u32 {
+        u32::from(self.queued.load(Ordering::Acquire) > 0)
     }
 
     /// A sender holding a turn: sends batches while there is work, then gives the turn back.
@@ -42,14 +43,14 @@ impl Queue {
 /// given back: every decision is sent, and no turn is left taken.
 fn nothing_is_left_behind(pushers: u32) {
     model(None, move || {
-        let turns = Arc::new(TurnsProbe::new(1));
+        let turns = Arc::new(TurnsProbe::new(2));
         let queue = Arc::new(Queue::default());
-        assert!(turns.take(), "the call out");
+        assert!(turns.take(1), "the call out");
         let threads: Vec<_> = (0..pushers)
             .map(|_| {
                 let (turns, queue) = (Arc::clone(&turns), Arc::clone(&queue));
                 thread::spawn(move || {
-                    if turns.take() {
+                    if turns.take(1) {
                         // A turn was free: this caller's call goes out at once.
                         queue.sent.fetch_add(1, Ordering::Relaxed);
                         if turns.give_back(|| queue.has_work()) {
@@ -58,7 +59,7 @@ fn nothing_is_left_behind(pushers: u32) {
                         return;
                     }
                     queue.push();
-                    if turns.after_push() {
+                    if turns.after_push(|| 1) {
                         queue.flush(&turns);
                     }
                 })

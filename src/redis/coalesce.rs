@@ -38,8 +38,14 @@ use crate::backend::{BackendError, FailureKind, Turns};
 /// so this bounds how long one call holds it (a few µs per decision).
 pub(crate) const MAX_BATCH: usize = 256;
 
-/// Calls of one limiter out at a time (a caller's own call, or a flusher's batch).
+/// Calls of one limiter out at a time (a caller's own call, or a flusher's batch): one, and a
+/// second while at least [`SECOND_SENDER_QUEUE`] decisions wait. One call out makes the
+/// largest batches (the fewest round trips per decision); with many callers a second one lets
+/// Redis run a batch while this process hands out the last one's results.
 const MAX_SENDERS: u32 = 2;
+
+/// Queued decisions from which a second call may go out.
+const SECOND_SENDER_QUEUE: usize = 32;
 
 /// The batch form of a one-decision script `source`: the script's code becomes a function of
 /// `(KEYS, ARGV, t)`, run once per decision in order, with the server's `TIME` read once for
@@ -89,8 +95,8 @@ pub(crate) struct Coalescer {
     /// Which of the script's four arguments is `n` (the others are the same for every decision).
     n_slot: usize,
     queue: SegQueue<Pending>,
-    /// Calls out (at most [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass
-    /// it to a flusher (queue not empty) or give it back and look at the queue again.
+    /// Calls out (see [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass it to
+    /// a flusher (queue not empty) or give it back and look at the queue again.
     turns: Turns,
 }
 
@@ -123,7 +129,7 @@ impl Coalescer {
     /// Must run inside a tokio runtime (checked by the caller).
     pub(crate) async fn eval(self: &Arc<Self>, request: Request) -> Result<Vec<i64>, BackendError> {
         let handle = Handle::current();
-        if self.turns.take() {
+        if self.turns.take(1) {
             // Hands the queue on even if this future is dropped while the call is out.
             let _turn = Turn {
                 coalescer: Arc::clone(self),
@@ -138,7 +144,7 @@ impl Coalescer {
         let deadline = request.deadline;
         let (reply, answer) = oneshot::channel();
         self.queue.push(Pending { request, reply });
-        if self.turns.after_push() {
+        if self.turns.after_push(|| self.senders_for_queue()) {
             self.spawn_flusher(&handle);
         }
         match tokio::time::timeout_at(deadline.into(), answer).await {
@@ -169,7 +175,19 @@ impl Coalescer {
 
     /// Gives a turn back; true if it was taken again because the queue is not empty.
     fn give_back_and_retake(&self) -> bool {
-        self.turns.give_back(|| !self.queue.is_empty())
+        self.turns.give_back(|| match self.queue.is_empty() {
+            true => 0,
+            false => self.senders_for_queue(),
+        })
+    }
+
+    /// How many calls may be out for the queue as it is now.
+    fn senders_for_queue(&self) -> u32 {
+        if self.queue.len() >= SECOND_SENDER_QUEUE {
+            MAX_SENDERS
+        } else {
+            1
+        }
     }
 
     /// Starts a flusher holding the turn the caller took. The turn is given back if the task

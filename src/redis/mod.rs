@@ -35,8 +35,9 @@
 //! [`RedisBackend`] share one multiplexed connection per node, which pipelines their requests.
 //!
 //! **Coalescing.** A limiter sends a decision at once when none of its calls is out, so a lone
-//! caller waits for one round trip and nothing else. Decisions made while its calls are out (at
-//! most two) queue, and go together in the next call, to a batch form of the script that
+//! caller waits for one round trip and nothing else. Decisions made while its call is out queue,
+//! and go together in the next call (a second call goes out while 32 or more wait), to a batch
+//! form of the script that
 //! decides them in queue order on the server's clock, each against its own deadline: `N`
 //! decisions on one key admit exactly what `N` sequential calls would, and each caller gets its
 //! own [`Decision`](crate::Decision) (breaker, deny cache and policy see it as before). The
