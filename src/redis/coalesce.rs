@@ -222,6 +222,10 @@ impl Coalescer {
                 return;
             }
             self.send(batch, handle).await;
+            // The callers just answered mostly decide again at once: let them queue before
+            // taking the next batch (else it would hold the few that came meanwhile, and the
+            // rest would wait a whole round trip more).
+            tokio::task::yield_now().await;
         }
     }
 
