@@ -5,11 +5,15 @@
 //! one plain script call (no latency added to a lone caller). A decision made while one is out
 //! joins a lock-free queue; when the call out comes back, a task on the caller's runtime (the
 //! *flusher*, spawned then, not any caller) takes everything queued, up to [`MAX_BATCH`], and
-//! sends it as one call of the batch script, which runs the one-decision script's code once per
-//! decision, in queue order, atomically. So a batch of `N` decisions on one key admits exactly
-//! what `N` sequential calls would, and each decision keeps its own deadline (checked by the
-//! script on the server's clock, as for one call). The flusher goes on while the queue refills,
-//! then gives its turn back.
+//! sends it as one call of the batch script, which decides the decisions in queue order,
+//! atomically, exactly as the one-decision script would one call after another at the same
+//! instant: the fixed window's and GCRA's batch scripts are written for it (each key read once,
+//! written once), the others run the one-decision script's code once per decision
+//! ([`batch_source`]). So a batch of `N` decisions on one key admits exactly what `N`
+//! sequential calls would, and each decision keeps its own deadline (checked by the script on
+//! the server's clock, as for one call). The flusher goes on while the queue refills (letting
+//! the callers it answered queue again first), then gives its turn back. A second call may go
+//! out while many decisions wait ([`MAX_SENDERS`]).
 //!
 //! Cancellation: a queued caller whose future is dropped (or whose own deadline passed) before
 //! its batch is taken is skipped, and sends nothing. A caller sending its own call at once and

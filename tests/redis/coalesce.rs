@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use floodgate::backend::{FailurePolicy, Outcome, RequestError};
 use floodgate::redis::{RedisAlgorithm, RedisBackend, RedisConfig, RedisLimiter};
-use floodgate::{Decision, FixedWindow, Gcra, Rate, SlidingLog};
+use floodgate::{Decision, FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow};
 
 use super::server::{RedisCluster, RedisServer};
 
@@ -204,6 +204,46 @@ fn a_batch_on_a_sliding_log_decides_exactly_as_sequential_calls() {
         |limiter, key| {
             let log = &limiter.redis_keys(key)[0];
             server.cli(&["ZCARD", log]).parse().unwrap()
+        },
+        SINGLE_MAX_CALLS,
+    );
+}
+
+#[test]
+fn a_batch_on_a_sliding_window_decides_exactly_as_sequential_calls() {
+    let server = RedisServer::start();
+    exact_in_order(
+        RedisConfig::single(server.url()),
+        "coalesce-sw",
+        // 100 s cells: the run may cross one cell boundary, never the 600 s window.
+        SlidingWindow::new(40, Duration::from_secs(600), 6).unwrap(),
+        40,
+        || server.calls("evalsha"),
+        |limiter, key| {
+            let cells = server.cli(&["HVALS", &limiter.redis_keys(key)[0]]);
+            cells
+                .lines()
+                .map(|c| c.trim().parse::<u64>().unwrap())
+                .sum()
+        },
+        SINGLE_MAX_CALLS,
+    );
+}
+
+#[test]
+fn a_batch_on_an_aligned_window_decides_exactly_as_sequential_calls() {
+    let server = RedisServer::start();
+    // Forty years, aligned to the server's clock: the next boundary is in 2049.
+    let window = Duration::from_secs(40 * 365 * 86_400);
+    exact_in_order(
+        RedisConfig::single(server.url()),
+        "coalesce-aligned",
+        FixedWindow::aligned(40, window).unwrap(),
+        40,
+        || server.calls("evalsha"),
+        |limiter, key| {
+            let count = server.cli(&["HGET", &limiter.redis_keys(key)[0], "c"]);
+            count.parse().unwrap()
         },
         SINGLE_MAX_CALLS,
     );
