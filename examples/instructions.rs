@@ -7,16 +7,20 @@
 //!     target/release/examples/instructions token-bucket allow quanta 1000000
 //! callgrind_annotate /tmp/cg.out | head -30      # Ir / 1,000,000 = instructions per call
 //! ```
+//! Each call uses what a 429 needs of the `Decision` (`remaining` of an admission, `retry_after`
+//! of a denial), as `governor-state` does in `examples/instructions_peers`; a limiter name ending
+//! in `/admit` (`gcra/admit`) calls `admit` instead, which answers a bool, as `governor` does.
 //! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, sharded,
-//! sliding-window-60 and sliding-window-6000 (the ring with 60 or 6,000 cells), governor, clock
-//! (the clock read alone). Workloads: allow (limit never reached), deny (exhausted after one
-//! permit), spent (sliding windows only: the whole limit was taken at the very end of the cell
-//! before the current one, so every call is a denial whose window holds a used closed cell: the
-//! denial an attacker makes every caller pay). Clocks: quanta, coarse (floodgate's limiters only;
-//! governor reads its own).
+//! sliding-window-60 and sliding-window-6000 (the ring with 60 or 6,000 cells), clock (the clock
+//! read alone). governor is counted in `examples/instructions_peers`, a binary of its own: here,
+//! the growing number of floodgate loops moved its calls across codegen units and out of line
+//! (55 -> 94 instructions per call with no change to governor's code). Workloads: allow (limit
+//! never reached), deny (exhausted after one permit), spent (sliding windows only: the whole
+//! limit was taken at the very end of the cell before the current one, so every call is a denial
+//! whose window holds a used closed cell: the denial an attacker makes every caller pay).
+//! Clocks: quanta, coarse.
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,27 +29,48 @@ use floodgate::{
     SlidingWindowLimiter, TokenBucket,
 };
 
+/// `try_acquire`, using what a 429 needs: `remaining` of an admission, `retry_after` of a
+/// denial (the same work and shape as `governor-state` in `examples/instructions_peers`).
 #[inline(never)]
 fn measured_loop<L: Limiter>(limiter: &L, calls: u64) -> u64 {
-    let mut admitted = 0;
-    for _ in 0..calls {
-        admitted += u64::from(
-            limiter
-                .try_acquire(black_box(1))
-                .is_ok_and(|d| d.is_allowed()),
-        );
+    (0..calls)
+        .map(|_| match limiter.try_acquire(black_box(1)) {
+            Ok(d) if d.is_allowed() => u64::from(black_box(d.remaining()) > 0),
+            Ok(d) => {
+                black_box(d.retry_after());
+                0
+            }
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// `admit`: only whether the permit was taken (the same work and shape as `governor`'s bool
+/// `check().is_ok()`).
+#[inline(never)]
+fn measured_loop_admit<L: Limiter>(limiter: &L, calls: u64) -> u64 {
+    (0..calls)
+        .map(|_| u64::from(limiter.admit(black_box(1)).is_ok_and(|allowed| allowed)))
+        .sum()
+}
+
+/// The call the loop makes: `try_acquire` (a whole `Decision`) or `admit` (a bool).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Decision,
+    Admit,
+}
+
+fn measured<L: Limiter>(call: Call, limiter: &L, calls: u64) -> u64 {
+    match call {
+        Call::Decision => measured_loop(limiter, calls),
+        Call::Admit => measured_loop_admit(limiter, calls),
     }
-    admitted
 }
 
 #[inline(never)]
 fn measured_loop_clock<C: Clock>(clock: &C, calls: u64) -> u64 {
     (0..calls).fold(0, |acc, _| acc ^ black_box(clock.now_nanos()))
-}
-
-#[inline(never)]
-fn measured_loop_governor(limiter: &governor::DefaultDirectRateLimiter, calls: u64) -> u64 {
-    (0..calls).map(|_| u64::from(limiter.check().is_ok())).sum()
 }
 
 /// What the measured calls meet.
@@ -78,9 +103,13 @@ fn sliding<C: Clock>(workload: Workload, cells: u32, clock: C) -> Option<Sliding
 }
 
 fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u64) -> Option<u64> {
+    let (name, call) = match name.strip_suffix("/admit") {
+        Some(name) => (name, Call::Admit),
+        None => (name, Call::Decision),
+    };
     if let Some(cells) = name.strip_prefix("sliding-window-") {
         let ring = sliding(workload, cells.parse().ok()?, clock)?;
-        return Some(measured_loop(&ring, calls));
+        return Some(measured(call, &ring, calls));
     }
     // allow: 10^7 per 10 ms (never reached); deny: 1 per hour (exhausted by the first call).
     let (limit, period) = match workload {
@@ -91,28 +120,31 @@ fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u
     let rate = Rate::new(limit, period);
     Some(match name {
         "clock" => measured_loop_clock(&clock, calls),
-        "fixed-window" => measured_loop(
+        "fixed-window" => measured(
+            call,
             &AtomicLimiter::with_clock(FixedWindow::new(limit, period).ok()?, clock),
             calls,
         ),
-        "fixed-window-aligned" => measured_loop(
+        "fixed-window-aligned" => measured(
+            call,
             &AtomicLimiter::with_clock(FixedWindow::aligned(limit, period).ok()?, clock),
             calls,
         ),
-        "token-bucket" => measured_loop(
+        "token-bucket" => measured(
+            call,
             &AtomicLimiter::with_clock(TokenBucket::new(rate, limit).ok()?, clock),
             calls,
         ),
-        "gcra" => measured_loop(
+        "gcra" => measured(
+            call,
             &AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock),
             calls,
         ),
-        "sharded" => measured_loop(&Sharded::with_clock(limit, period, 2, clock).ok()?, calls),
-        "governor" => {
-            let quota =
-                governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
-            measured_loop_governor(&governor::RateLimiter::direct(quota), calls)
-        }
+        "sharded" => measured(
+            call,
+            &Sharded::with_clock(limit, period, 2, clock).ok()?,
+            calls,
+        ),
         _ => return None,
     })
 }

@@ -8,7 +8,8 @@
 //! valgrind --tool=callgrind --toggle-collect='*measured_loop*' --callgrind-out-file=/tmp/cg.out \
 //!     target/release/examples/instructions_peers governor-state allow 1000000
 //! ```
-//! Peers: governor-state (governor with `StateInformationMiddleware`, computing what a 429 needs,
+//! Peers: governor (`check().is_ok()`, a bool: the shape of floodgate's `admit` rows),
+//! governor-state (governor with `StateInformationMiddleware`, computing what a 429 needs,
 //! as floodgate's `try_acquire` does: the remaining burst on an admission, the wait on a denial,
 //! which costs governor a second clock read), ratelimit (the `ratelimit` crate's token bucket on
 //! a quanta clock). Workloads as in `instructions`: allow (10^7 per 10 ms, never reached), deny
@@ -28,6 +29,12 @@ type GovernorState = governor::RateLimiter<
     governor::clock::QuantaClock,
     governor::middleware::StateInformationMiddleware,
 >;
+
+/// governor's bool: the same shape as `instructions`' `admit` loop.
+#[inline(never)]
+fn measured_loop_governor(limiter: &governor::DefaultDirectRateLimiter, calls: u64) -> u64 {
+    (0..calls).map(|_| u64::from(limiter.check().is_ok())).sum()
+}
 
 #[inline(never)]
 fn measured_loop_governor_state(limiter: &GovernorState, calls: u64) -> u64 {
@@ -67,6 +74,11 @@ fn run(name: &str, allow: bool, calls: u64) -> Option<u64> {
         (1, Duration::from_secs(3600))
     };
     Some(match name {
+        "governor" => {
+            let quota =
+                governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
+            measured_loop_governor(&governor::RateLimiter::direct(quota), calls)
+        }
         "governor-state" => {
             let quota =
                 governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
@@ -93,9 +105,7 @@ fn run(name: &str, allow: bool, calls: u64) -> Option<u64> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [name, workload, calls] = args.as_slice() else {
-        eprintln!(
-            "usage: instructions_peers governor-state|ratelimit|smooth-bursty allow|deny CALLS"
-        );
+        eprintln!("usage: instructions_peers governor|governor-state|ratelimit allow|deny CALLS");
         return ExitCode::from(2);
     };
     let allow = match workload.as_str() {

@@ -13,7 +13,7 @@
 //! published (`limiter::update_at`). On machines whose
 //! cores' TSCs disagree by more than a few nanoseconds, use [`MonotonicClock`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -67,11 +67,10 @@ pub(crate) fn duration_to_nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The shared timeline of the real clocks: a calibrated quanta clock, the instant it was read at
-/// start, and the Unix time in nanoseconds at that instant.
+/// The shared timeline of the real clocks: a calibrated quanta clock, its raw reading at start,
+/// and the Unix time in nanoseconds at that instant.
 struct Timeline {
     clock: quanta::Clock,
-    base: quanta::Instant,
     base_raw: u64,
     unix_base_nanos: u64,
 }
@@ -81,14 +80,12 @@ fn timeline() -> &'static Timeline {
     TIMELINE.get_or_init(|| {
         let clock = quanta::Clock::new();
         let base_raw = clock.raw();
-        let base = clock.now();
         let unix_base_nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(duration_to_nanos)
             .unwrap_or(0);
         Timeline {
             clock,
-            base,
             base_raw,
             unix_base_nanos,
         }
@@ -101,13 +98,6 @@ impl Timeline {
     fn now_nanos(&self) -> u64 {
         let elapsed = self.clock.delta_as_nanos(self.base_raw, self.clock.raw());
         self.unix_base_nanos.saturating_add(elapsed)
-    }
-
-    #[inline]
-    fn at(&self, instant: quanta::Instant) -> u64 {
-        let since_base = instant.saturating_duration_since(self.base);
-        self.unix_base_nanos
-            .saturating_add(duration_to_nanos(since_base))
     }
 }
 
@@ -164,9 +154,10 @@ impl Clock for QuantaClock {
     }
 }
 
-/// A coarse clock: quanta's `recent()` time, refreshed by an upkeep thread every `resolution`
-/// (1 ms by default). A read is a single atomic load, the fastest path there is; the price is that
-/// time moves in steps and lags real time.
+/// A coarse clock: the shared timeline's time in nanoseconds, stored by an upkeep thread every
+/// `resolution` (1 ms by default). A read is a single atomic load of that value (no call, no
+/// conversion), the fastest path there is; the price is that time moves in steps and lags real
+/// time.
 ///
 /// # How far it lags
 /// A read is the time of the upkeep thread's last refresh: at least one `resolution` behind on an
@@ -182,8 +173,8 @@ impl Clock for QuantaClock {
 /// one is dropped. Starting and stopping both happen under one process-wide lock, and the last
 /// drop joins the thread before it releases the lock, so a clock created while the last one is
 /// being dropped waits for that stop and then starts a new thread: it can never be built without
-/// an upkeep. If something outside floodgate already runs quanta's upkeep thread, that one is
-/// used (and its owner decides how long it runs).
+/// an upkeep. The thread is floodgate's own (quanta's `recent()` and its upkeep are not used:
+/// its `Instant` would need a conversion on every read), and a drop wakes it to stop at once.
 ///
 /// ```
 /// use floodgate::{Clock, CoarseClock};
@@ -192,8 +183,55 @@ impl Clock for QuantaClock {
 /// ```
 #[derive(Clone)]
 pub struct CoarseClock {
-    timeline: &'static Timeline,
     _upkeep: Arc<UpkeepLease>,
+}
+
+/// The coarse time: the timeline's nanoseconds at the upkeep thread's last refresh (0 before the
+/// first `CoarseClock`). Only ever raised.
+static COARSE_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Raises the coarse time to the timeline's reading now (never back: the upkeep thread may move
+/// between cores whose counters disagree by a few nanoseconds).
+fn refresh_coarse(timeline: &Timeline) {
+    // Relaxed: the value is the whole message (no other memory is published with it); pairs
+    // with the Relaxed load in `CoarseClock::now_nanos`.
+    COARSE_NANOS.fetch_max(timeline.now_nanos(), Ordering::Relaxed);
+}
+
+/// floodgate's upkeep thread: refreshes the coarse time every `resolution` until stopped.
+struct UpkeepThread {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl UpkeepThread {
+    fn start(resolution: Duration, timeline: &'static Timeline) -> std::io::Result<Self> {
+        // A first value before the thread runs: a clock read right after `with_resolution`
+        // returns is current, never 0 or a stopped thread's last refresh.
+        refresh_coarse(timeline);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("floodgate-coarse-clock".into())
+            .spawn(move || {
+                // Acquire: pairs with the Release store in `stop`; nothing else is read after it.
+                while !stopped.load(Ordering::Acquire) {
+                    refresh_coarse(timeline);
+                    // Woken early by `stop` (a spurious wake-up only refreshes once more).
+                    std::thread::park_timeout(resolution);
+                }
+            })?;
+        Ok(UpkeepThread { stop, handle })
+    }
+
+    /// Stops the thread and waits for it (at once: the thread is woken, not waited out).
+    fn stop(self) {
+        // Release: pairs with the Acquire load in the thread's loop.
+        self.stop.store(true, Ordering::Release);
+        self.handle.thread().unpark();
+        // A panic in the thread (none is possible in its loop) leaves nothing to clean up.
+        let _ = self.handle.join();
+    }
 }
 
 impl std::fmt::Debug for CoarseClock {
@@ -204,8 +242,8 @@ impl std::fmt::Debug for CoarseClock {
 
 /// The finest [`CoarseClock`] resolution accepted: finer would keep a core busy refreshing.
 pub const MIN_COARSE_RESOLUTION: Duration = Duration::from_micros(100);
-/// The coarsest [`CoarseClock`] resolution accepted: the last drop waits up to one resolution for
-/// the upkeep thread to stop, and a coarser clock would be no use to a limiter.
+/// The coarsest [`CoarseClock`] resolution accepted: a coarser clock would be no use to a
+/// limiter.
 pub const MAX_COARSE_RESOLUTION: Duration = Duration::from_secs(1);
 
 /// Why a [`CoarseClock`] could not be built.
@@ -253,16 +291,16 @@ impl From<ConfigError> for CoarseClockError {
     }
 }
 
-/// The process-wide upkeep state: how many leases are alive and, while any is, the handle of
-/// the upkeep thread floodgate started (`None` when an outside owner runs quanta's upkeep).
+/// The process-wide upkeep state: how many leases are alive and, while any is, the upkeep
+/// thread.
 struct Upkeep {
     leases: usize,
-    handle: Option<quanta::Handle>,
+    thread: Option<UpkeepThread>,
 }
 
 static UPKEEP: Mutex<Upkeep> = Mutex::new(Upkeep {
     leases: 0,
-    handle: None,
+    thread: None,
 });
 
 fn lock_upkeep() -> std::sync::MutexGuard<'static, Upkeep> {
@@ -278,10 +316,11 @@ impl Drop for UpkeepLease {
         let mut upkeep = lock_upkeep();
         upkeep.leases = upkeep.leases.saturating_sub(1);
         if upkeep.leases == 0 {
-            // Dropping the handle joins the upkeep thread, which clears quanta's "running" flag
-            // before it exits; doing it under the lock means the next `with_resolution` finds
-            // either a live thread (leases > 0) or none at all, never one that is stopping.
-            drop(upkeep.handle.take());
+            // Stopped and joined under the lock: the next `with_resolution` finds either a live
+            // thread (leases > 0) or none at all, never one that is stopping.
+            if let Some(thread) = upkeep.thread.take() {
+                thread.stop();
+            }
         }
     }
 }
@@ -332,20 +371,13 @@ impl CoarseClock {
         let timeline = timeline();
         let mut upkeep = lock_upkeep();
         if upkeep.leases == 0 {
-            // No lease is alive, so no thread of ours runs: the last drop joined it under this
-            // lock. `UpkeepRunning` can then only mean an outside owner keeps `recent()` fresh.
-            match quanta::Upkeep::new_with_clock(resolution, timeline.clock.clone()).start() {
-                Ok(handle) => upkeep.handle = Some(handle),
-                Err(quanta::Error::UpkeepRunning) => upkeep.handle = None,
-                Err(quanta::Error::FailedToSpawnUpkeepThread(e)) => {
-                    return Err(CoarseClockError::Spawn(e));
-                }
-            }
+            // No lease is alive, so no thread runs: the last drop joined it under this lock.
+            upkeep.thread =
+                Some(UpkeepThread::start(resolution, timeline).map_err(CoarseClockError::Spawn)?);
         }
         upkeep.leases += 1;
         drop(upkeep);
         Ok(CoarseClock {
-            timeline,
             _upkeep: Arc::new(UpkeepLease),
         })
     }
@@ -354,7 +386,9 @@ impl CoarseClock {
 impl Clock for CoarseClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        self.timeline.at(self.timeline.clock.recent())
+        // Relaxed: pairs with the Relaxed `fetch_max` in `refresh_coarse`; the value is the whole
+        // message.
+        COARSE_NANOS.load(Ordering::Relaxed)
     }
 
     fn sleep(&self, duration: Duration) {
@@ -395,7 +429,7 @@ impl MonotonicClock {
             let timeline = timeline();
             MonotonicClock {
                 base: std::time::Instant::now(),
-                unix_base_nanos: timeline.at(timeline.clock.now()),
+                unix_base_nanos: timeline.now_nanos(),
             }
         })
     }
@@ -645,6 +679,25 @@ mod coarse_lifecycle_tests {
             let new = CoarseClock::with_resolution(MIN_COARSE_RESOLUTION).unwrap();
             dropper.join().unwrap();
             assert_advances(&new, round);
+        }
+    }
+
+    /// A coarse read is a past reading of the shared timeline: never ahead of a quanta read
+    /// taken after it (1 ms of slack for cores whose counters disagree), and never moving back.
+    #[test]
+    fn a_coarse_read_is_a_past_timeline_reading() {
+        let coarse = CoarseClock::new().unwrap();
+        let quanta = QuantaClock::new();
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let read = coarse.now_nanos();
+            assert!(read >= last, "coarse time moved back: {read} < {last}");
+            let after = quanta.now_nanos();
+            assert!(
+                read <= after + 1_000_000,
+                "coarse {read} ahead of quanta {after}"
+            );
+            last = read;
         }
     }
 

@@ -196,6 +196,34 @@ pub mod loom_internals {
         }
     }
 
+    /// One lease served lock-free (`lease::LeaseSlot`, the serving side of
+    /// `redis::LeasedKey`), driven directly.
+    #[derive(Debug)]
+    pub struct LeaseSlotProbe(crate::lease::LeaseSlot);
+
+    impl Default for LeaseSlotProbe {
+        fn default() -> Self {
+            LeaseSlotProbe(crate::lease::LeaseSlot::new())
+        }
+    }
+
+    impl LeaseSlotProbe {
+        /// Serves `n` permits: the permits left after them and the clock read, if served.
+        pub fn serve(&self, n: u32, clock: &dyn crate::Clock) -> Option<(u64, u64)> {
+            self.0.serve(n, clock)
+        }
+
+        /// Retires the lease (owner only): its unserved permits.
+        pub fn retire(&self) -> u64 {
+            self.0.retire()
+        }
+
+        /// Publishes a lease of `left` permits served until `expires_at` (owner only).
+        pub fn publish(&self, left: u32, expires_at: u64) {
+            self.0.publish(left, expires_at);
+        }
+    }
+
     /// The engine's CAS loop (`limiter::update`).
     pub fn update(word: &AtomicU64, decide: impl FnMut(u64) -> Step) -> Decision {
         crate::limiter::update(word, decide)

@@ -385,3 +385,45 @@ fn a_panic_in_hash_during_a_rebuild_keeps_every_key() {
     }
     assert_eq!(keyed.len(), 8);
 }
+
+#[test]
+fn a_bad_permit_count_is_an_error_on_every_path_and_inserts_nothing() {
+    // The lock-free path of a held key leaves the check of `n` to the key's slot; a new key is
+    // checked before it is inserted; a blocked key of a PenalizedKeyed is checked before its
+    // block is reported. Each path names the constraint and the bad value.
+    use floodgate::AcquireError;
+    let too_many = AcquireError::ExceedsCapacity {
+        requested: 3,
+        capacity: 2,
+    };
+    let keyed: Keyed<u64, _, _> = Keyed::builder(Gcra::new(Rate::per_second(1), 2).unwrap())
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    assert_eq!(keyed.try_acquire(&1, 0), Err(AcquireError::ZeroPermits));
+    assert_eq!(keyed.try_acquire(&1, 3), Err(too_many));
+    assert!(keyed.is_empty(), "a refused request inserts no key");
+    assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+    assert_eq!(keyed.try_acquire(&1, 0), Err(AcquireError::ZeroPermits));
+    assert_eq!(keyed.try_acquire(&1, 3), Err(too_many));
+    assert_eq!(keyed.try_acquire(&1, 1).unwrap().remaining(), 0);
+
+    let window = FixedWindow::aligned(2, Duration::from_secs(1)).unwrap();
+    let jailed = Keyed::builder(window)
+        .clock(ManualClock::new())
+        .build_with_penalty::<u8>(
+            PenaltyBox::new(1, Duration::from_secs(1), Duration::from_secs(30)).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(jailed.try_acquire(&1, 3), Err(too_many));
+    assert!(jailed.is_empty());
+    assert!(jailed.try_acquire(&1, 2).unwrap().is_allowed());
+    assert!(!jailed.try_acquire(&1, 1).unwrap().is_allowed()); // one strike: blocked
+    assert!(jailed.is_blocked(&1));
+    assert_eq!(jailed.try_acquire(&1, 0), Err(AcquireError::ZeroPermits));
+    assert_eq!(jailed.try_acquire(&1, 3), Err(too_many));
+    assert_eq!(
+        jailed.try_acquire(&1, 1).unwrap().retry_after(),
+        Duration::from_secs(30)
+    );
+}

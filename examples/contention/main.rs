@@ -16,6 +16,7 @@ mod output;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use floodgate::CoarseClock;
@@ -33,6 +34,8 @@ usage: cargo run --release --example contention -- [options]
   --duration D        per cell: 750ms, 2s, 1.5 (seconds) (default: about 55 s / cells,
                       between 200 ms and 1 s)
   --clock C           quanta (default) or coarse: the clock floodgate's limiters read
+  --call C            decision (default: `try_acquire(1)`, a whole Decision) or admit
+                      (`admit(1)`, a bool: compare with `governor`, whose check is a bool)
   --out DIR           output folder (default: target/floodgate-report)
   --no-governor       leave governor out entirely (no ratios)
   --list              print the limiter names and exit
@@ -133,6 +136,12 @@ fn parse_args(cores: usize) -> Result<Option<Options>, String> {
                 "quanta" => options.coarse = false,
                 "coarse" => options.coarse = true,
                 other => return Err(format!("unknown clock `{other}` (quanta or coarse)")),
+            },
+            "--call" => match value()?.as_str() {
+                // Relaxed: set before any worker thread is spawned.
+                "decision" => measure::CALL_ADMIT.store(false, Ordering::Relaxed),
+                "admit" => measure::CALL_ADMIT.store(true, Ordering::Relaxed),
+                other => return Err(format!("unknown call `{other}` (decision or admit)")),
             },
             "--out" => options.out = PathBuf::from(value()?),
             "--no-governor" => keep_governor = false,

@@ -9,6 +9,10 @@ use floodgate::{Clock, Limiter, QuantaClock};
 
 use crate::limiters::Span;
 
+/// Whether workers call `admit(1)` (a bool) instead of `try_acquire(1)` (`--call admit`): set
+/// once before any worker starts (spawning the workers publishes it).
+pub static CALL_ADMIT: AtomicBool = AtomicBool::new(false);
+
 /// Calls per timed batch: the per-call figures are a batch's time divided by this, so the two
 /// TSC reads around a batch cost well under a nanosecond per call.
 pub const BATCH: u64 = 64;
@@ -129,13 +133,20 @@ fn worker(
         span: Span { start: 0, end: 0 },
         latency: Histogram::new(),
     };
+    // Relaxed: written before this thread was spawned.
+    let admit = CALL_ADMIT.load(Ordering::Relaxed);
     barrier.wait();
     // Relaxed: see `run`.
     while !stop.load(Ordering::Relaxed) {
         let before = tsc.raw();
         for _ in 0..BATCH {
-            match limiter.try_acquire(1) {
-                Ok(d) => m.admitted += u64::from(d.is_allowed()),
+            let allowed = if admit {
+                limiter.admit(1)
+            } else {
+                limiter.try_acquire(1).map(|d| d.is_allowed())
+            };
+            match allowed {
+                Ok(allowed) => m.admitted += u64::from(allowed),
                 Err(_) => m.errors += 1,
             }
         }

@@ -97,6 +97,26 @@ fn a_lagging_caller_races_the_crossing() {
     });
 }
 
+/// The hint beside `base` (where the newest crossed cell lives: a call in it finds its cell and
+/// slot without dividing) is a Relaxed store of the crossing. Cell 1 is crossed (hint: cell 1),
+/// then A and B both call in cell 4, one ring later in the same slot, while one of them crosses:
+/// each may read the hint of cell 1 (a ring stale, same slot) or of cell 4, and the time check
+/// makes both exact, so exactly one of them gets the window's single permit, and A's lagging
+/// call in cell 3 after that is decided in cell 4 (head's) and refused.
+#[test]
+fn a_stale_hint_of_the_same_slot_never_places_a_call() {
+    model(|| {
+        let w = window(1);
+        assert!(w.try_acquire_at(1, CELL + 5).unwrap().is_allowed());
+        let (a, b) = (take(&w, 4 * CELL + 1), take(&w, 4 * CELL + 2));
+        let admitted = usize::from(a.join().unwrap()) + usize::from(b.join().unwrap());
+        assert_eq!(admitted, 1, "window {{3, 4}} holds one permit");
+        assert!(!w.try_acquire_at(1, 3 * CELL + 9).unwrap().is_allowed());
+        // One window later (cells {5, 6}) the permit is back.
+        assert!(w.try_acquire_at(1, 6 * CELL).unwrap().is_allowed());
+    });
+}
+
 #[test]
 fn a_crossing_races_the_sweep_and_a_stale_count_is_not_resurrected() {
     model(|| {

@@ -433,3 +433,25 @@ fn bursty_set_rate_races_a_take() {
         assert_bucket_bound(&admitted, SMOOTH_C, SMOOTH_T);
     });
 }
+
+/// `admit` (the bool path) racing `try_acquire` on a full bucket while the clock moves one
+/// interval: the short path's compare-exchange retry (decided again on the winner's word) never
+/// over-admits, and `admit` takes exactly what `try_acquire` would (capacity 2 + one interval of
+/// refill at most; at least the capacity, since nothing else takes).
+#[test]
+fn buckets_admit_races_try_acquire() {
+    model(None, || {
+        let clock = ModelClock::starting_at(START);
+        let l = Arc::new(limiter::<Gcra>(&clock));
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || u64::from(l.admit(1).unwrap()) + u64::from(l.admit(1).unwrap()))
+        };
+        let mine = u64::from(l.try_acquire(1).unwrap().is_allowed());
+        clock.advance(T);
+        let mine = mine + u64::from(l.admit(1).unwrap());
+        let total = a.join().unwrap() + mine;
+        assert!(total <= u64::from(C) + 1, "admitted {total}");
+        assert!(total >= u64::from(C), "admitted {total}");
+    });
+}

@@ -4,12 +4,12 @@ use std::time::Duration;
 
 use crate::clock::MAX_CLOCK_LAG_NANOS;
 use crate::decision::AcquireError;
-use crate::decision::{ConfigError, Decision, check_permits, validate_limit, window_nanos};
-use crate::limiter::{Algorithm, Step};
+use crate::decision::{Answer, ConfigError, Decision, check_permits, validate_limit, window_nanos};
+use crate::limiter::{Algorithm, Step, reads_after, update_timed};
 use crate::packed::{
     Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
 };
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Where windows start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -273,7 +273,102 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// The short path of one request: every case but a leap (a stored window further ahead than
+    /// a lagging read explains), decided exactly as [`decide`](Algorithm::decide) decides it (the
+    /// tests compare the two) and written with one compare-exchange, without the general engine's
+    /// leap and re-read bookkeeping. A lost compare-exchange decides again on the winner's word
+    /// with the same clock read, as `update_timed` does; a leap, or `n` outside `1..=limit`, goes
+    /// to the general engine, which starts over with that read.
+    #[inline(always)]
+    fn short<A: Answer>(
+        &self,
+        word: &AtomicU64,
+        mut read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<A, AcquireError> {
+        let limit = self.limit();
+        let now = read_clock();
+        // Acquire: as in `update`.
+        let mut current = word.load(Ordering::Acquire);
+        // `n` in `1..=limit` in one comparison (`n = 0` wraps to `u32::MAX`).
+        if u64::from(n.wrapping_sub(1)) < limit {
+            loop {
+                let Current {
+                    tag,
+                    count,
+                    until_end,
+                    leap,
+                } = self.current(current, now);
+                if leap {
+                    break;
+                }
+                let taken = count + u64::from(n);
+                if taken > limit {
+                    // `until_end` ≥ 1; a fresh window (count 0) resets at once, as in `decide`.
+                    let reset = if count == 0 { 0 } else { until_end };
+                    return Ok(A::denied(
+                        limit,
+                        limit.saturating_sub(count),
+                        1,
+                        until_end,
+                        reset,
+                    ));
+                }
+                // AcqRel / Acquire: as in `update`.
+                match word.compare_exchange(
+                    current,
+                    pack_window(tag, taken),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(A::allowed(limit, limit - taken, 1, until_end)),
+                    Err(actual) => current = actual,
+                }
+            }
+        }
+        self.general(word, reads_after(now, read_clock), n)
+    }
+
+    /// The general engine for one request: `update_timed` over the decider.
+    #[cold]
+    #[inline(never)]
+    fn general<A: Answer>(
+        &self,
+        word: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<A, AcquireError> {
+        Ok(A::of(update_timed(word, read_clock, self.decider(n)?)))
+    }
+}
+
 impl Algorithm for FixedWindow {
+    #[inline(always)]
+    fn acquire_word(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<Decision, AcquireError> {
+        // A window pins its own time: no floor (NEEDS_TIME_FLOOR is false).
+        let _ = floor;
+        self.short(word, read_clock, n)
+    }
+
+    #[inline(always)]
+    fn admit_word(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<bool, AcquireError> {
+        let _ = floor;
+        self.short(word, read_clock, n)
+    }
+
     #[inline]
     fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
         check_permits(n, self.limit())
@@ -323,5 +418,59 @@ impl Algorithm for FixedWindow {
     fn limit(&self) -> u64 {
         // Relaxed: see set_limit.
         u64::from(self.limit.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packed::MAX_COUNT;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+        /// The short path (`acquire_word`, `admit_word`) decides and writes exactly as the
+        /// general engine (`update_timed` over `decide`), inside its domain (the window open at
+        /// the read) and out of it (new windows, windows behind and ahead, leaps, bad `n`).
+        #[test]
+        fn short_path_decides_as_the_engine(
+            window in prop_oneof![1u64..1_000, 1_000u64..10_000_000_000, Just(u64::MAX / 3)],
+            limit in 1u32..20,
+            aligned in any::<bool>(),
+            clock in prop_oneof![4 => 0u64..100_000_000_000, 1 => Just(u64::MAX - 7)],
+            // The stored window: the one open at the read (most cases), or a few windows / units
+            // off it either way, or anywhere (a leap, or aliased by idleness).
+            tag_offset in prop_oneof![6 => Just(0i64), 2 => -3i64..4, 1 => any::<i64>()],
+            count in prop_oneof![1 => Just(0u64), 6 => 0u64..25, 1 => Just(MAX_COUNT)],
+            n in prop_oneof![6 => 1u32..5, 1 => 0u32..40],
+        ) {
+            let anchor = if aligned { Anchor::WallClock } else { Anchor::FirstRequest };
+            let fixed = FixedWindow::with_anchor(limit, Duration::from_nanos(window), anchor)
+                .unwrap();
+            let unit = match anchor {
+                Anchor::WallClock => fixed.window.divide(clock),
+                Anchor::FirstRequest => clock >> fixed.shift,
+            };
+            let tag = unit.wrapping_add_signed(tag_offset) & TAG_MASK;
+            let state = pack_window(tag, count);
+            // A later read, for the engine's re-reads on a leap.
+            let reads = |first: u64| {
+                let mut reads = [first, first.saturating_add(1_000)].into_iter();
+                move || reads.next().unwrap_or(u64::MAX)
+            };
+            let (word_a, word_b, word_c) =
+                (AtomicU64::new(state), AtomicU64::new(state), AtomicU64::new(state));
+            let floor = AtomicU64::new(0);
+            let short = fixed.acquire_word(&word_a, &floor, reads(clock), n);
+            let admitted = fixed.admit_word(&word_c, &floor, reads(clock), n);
+            let general = fixed
+                .decider(n)
+                .map(|decide| update_timed(&word_b, reads(clock), decide));
+            prop_assert_eq!(short, general);
+            prop_assert_eq!(admitted, general.map(|d| d.is_allowed()));
+            let word_b = word_b.into_inner();
+            prop_assert_eq!(word_a.into_inner(), word_b);
+            prop_assert_eq!(word_c.into_inner(), word_b);
+        }
     }
 }

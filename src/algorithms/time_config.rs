@@ -51,10 +51,20 @@ struct Slot {
     changed_at: AtomicU64,
     settled_at: AtomicU64,
     settled_by: AtomicU64,
-    /// Derived at write time for the short decision path: see [`Hot`].
+}
+
+/// What the short decision path reads of one generation ([`Hot`]), derived when the slot is
+/// written, on a cache line of its own: 64 bytes, so a generation's is found with one mask and
+/// one shift.
+#[derive(Debug)]
+#[repr(align(64))]
+struct HotSlot {
+    interval: AtomicU64,
+    capacity: AtomicU64,
     tau: AtomicU64,
+    reach: AtomicU64,
     fast_from: AtomicU64,
-    fast_until: AtomicU64,
+    fast_len: AtomicU64,
 }
 
 /// What the short decision path of a time-word bucket reads of one generation, derived from its
@@ -67,12 +77,16 @@ pub(crate) struct Hot {
     pub(crate) capacity: u64,
     /// `capacity × interval` (≤ 2^62, validated by every setter).
     pub(crate) tau: u64,
-    /// The short path serves times in `fast_from..=fast_until`: from the later of the change
-    /// instant and the settle time (so neither moves the time or the word), to a time early
-    /// enough that `now + 2·tau + H` stays below the end of the timeline (none at all, an empty
-    /// range, when no time is that early).
+    /// `tau + H` ([`MAX_CLOCK_LAG_NANOS`]): a word further than this ahead of `now` is a leaping
+    /// clock's.
+    pub(crate) reach: u64,
+    /// The short path serves the times `t` with `t − fast_from < fast_len` (wrapping), i.e.
+    /// `fast_from..fast_from + fast_len`: from the later of the change instant and the settle
+    /// time (so neither moves the time or the word), to a time early enough that `t + 2·tau + H`
+    /// stays below the end of the timeline; `fast_len = 0` (none at all) when no time is that
+    /// early. One wrapping subtraction and one comparison test both ends.
     pub(crate) fast_from: u64,
-    pub(crate) fast_until: u64,
+    pub(crate) fast_len: u64,
 }
 
 impl Hot {
@@ -84,16 +98,17 @@ impl Hot {
             .and_then(|reach| super::virtual_time::END_OF_TIME.checked_sub(reach));
         // No time is far enough from the end (tau ≥ 2^61 or so): serve none. A saturated
         // `fast_until` of 0 would serve `now = 0`, where a booking may pass the end of time.
-        let (fast_from, fast_until) = match fast_until {
-            Some(until) => (snapshot.changed_at.max(snapshot.settled_at), until),
-            None => (u64::MAX, 0),
-        };
+        let fast_from = snapshot.changed_at.max(snapshot.settled_at);
+        // `until < END_OF_TIME < u64::MAX`, so `until + 1` cannot overflow; a `fast_from` past
+        // `until` serves nothing, as does a burst window too long for any time.
+        let fast_len = fast_until.map_or(0, |until| (until + 1).saturating_sub(fast_from));
         Hot {
             interval: snapshot.interval,
             capacity: snapshot.capacity,
             tau,
+            reach: tau.saturating_add(MAX_CLOCK_LAG_NANOS),
             fast_from,
-            fast_until,
+            fast_len,
         }
     }
 }
@@ -103,6 +118,8 @@ impl Hot {
 pub(crate) struct ConfigStore {
     current: AtomicU64,
     slots: [Slot; SLOTS],
+    /// The short path's view of each slot's generation, written with it.
+    hot: [HotSlot; SLOTS],
     /// Serializes setters; never taken on the decision path.
     setter: Mutex<()>,
 }
@@ -121,9 +138,14 @@ impl ConfigStore {
                 changed_at: AtomicU64::new(0),
                 settled_at: AtomicU64::new(0),
                 settled_by: AtomicU64::new(0),
+            }),
+            hot: std::array::from_fn(|_| HotSlot {
+                interval: AtomicU64::new(0),
+                capacity: AtomicU64::new(0),
                 tau: AtomicU64::new(0),
+                reach: AtomicU64::new(0),
                 fast_from: AtomicU64::new(0),
-                fast_until: AtomicU64::new(0),
+                fast_len: AtomicU64::new(0),
             }),
             setter: Mutex::new(()),
         };
@@ -179,14 +201,15 @@ impl ConfigStore {
     /// without a stamp check: valid only if [`still`](Self::still)`(generation)` holds afterwards.
     #[inline(always)]
     pub(crate) fn hot(&self, generation: u64) -> Hot {
-        let slot = &self.slots[(generation % SLOTS as u64) as usize];
+        let slot = &self.hot[(generation % SLOTS as u64) as usize];
         // Relaxed field loads: validated by `still` (seqlock reader without the stamp).
         Hot {
             interval: slot.interval.load(Ordering::Relaxed),
             capacity: slot.capacity.load(Ordering::Relaxed),
             tau: slot.tau.load(Ordering::Relaxed),
+            reach: slot.reach.load(Ordering::Relaxed),
             fast_from: slot.fast_from.load(Ordering::Relaxed),
-            fast_until: slot.fast_until.load(Ordering::Relaxed),
+            fast_len: slot.fast_len.load(Ordering::Relaxed),
         }
     }
 
@@ -259,9 +282,15 @@ impl ConfigStore {
         slot.settled_by
             .store(snapshot.settled_by, Ordering::Relaxed);
         let hot = Hot::of(snapshot);
-        slot.tau.store(hot.tau, Ordering::Relaxed);
-        slot.fast_from.store(hot.fast_from, Ordering::Relaxed);
-        slot.fast_until.store(hot.fast_until, Ordering::Relaxed);
+        let hot_slot = &self.hot[(snapshot.generation % SLOTS as u64) as usize];
+        // Relaxed: as the field stores above, after the same Release fence; the short path
+        // validates what it read with `still`, whose Acquire fence pairs with that fence.
+        hot_slot.interval.store(hot.interval, Ordering::Relaxed);
+        hot_slot.capacity.store(hot.capacity, Ordering::Relaxed);
+        hot_slot.tau.store(hot.tau, Ordering::Relaxed);
+        hot_slot.reach.store(hot.reach, Ordering::Relaxed);
+        hot_slot.fast_from.store(hot.fast_from, Ordering::Relaxed);
+        hot_slot.fast_len.store(hot.fast_len, Ordering::Relaxed);
         // Release: pairs with the Acquire load of `current` (which follows it) in readers.
         slot.stamp.store(snapshot.generation, Ordering::Release);
     }

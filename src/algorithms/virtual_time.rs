@@ -19,7 +19,7 @@ use super::MAX_CLOCK_LAG_NANOS;
 use super::time_config::{ConfigStore, Snapshot};
 use crate::clock::FLOOR_GRAIN_NANOS;
 use crate::decision::AcquireError;
-use crate::decision::{ConfigError, Decision, Rate, check_permits};
+use crate::decision::{Answer, ConfigError, Decision, Rate, check_permits};
 use crate::limiter::{Step, reads_after, update_at};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -361,95 +361,143 @@ impl VirtualTime {
     }
 
     /// One request on a word with its time floor (see
-    /// [`Algorithm::acquire_word`](crate::Algorithm::acquire_word)). The short path serves
-    /// the common case in one pass: a word of the generation in force, a time within the
-    /// horizon of the floor, after the last change and far from the end of time, no leap, and
-    /// a compare-exchange that lands. It decides exactly as [`decide_tat`] does there (the
-    /// tests compare the two) and writes nothing before its compare-exchange except the floor
-    /// raise `update_at` also makes; anything else goes to the general engine, which starts
-    /// over.
+    /// [`Algorithm::acquire_word`](crate::Algorithm::acquire_word)): [`short`](Self::short)
+    /// answering a whole [`Decision`].
     #[inline(always)]
     pub(crate) fn acquire_word(
-        &self,
-        word: &AtomicU64,
-        floor: &AtomicU64,
-        mut read_clock: impl FnMut() -> u64,
-        n: u32,
-    ) -> Result<Decision, AcquireError> {
-        // The clock first: nothing read below has to survive the call.
-        let clock_now = read_clock();
-        let general = |read_clock| self.acquire_general(word, floor, read_clock, n);
-        let generation = self.store.generation();
-        let hot = self.store.hot(generation);
-        if n == 0 || u64::from(n) > hot.capacity {
-            return general(reads_after(clock_now, read_clock));
-        }
-        // ≤ tau when the fields are one generation's (n ≤ capacity); a torn read is discarded
-        // by `still` below before anything is decided on it.
-        let cost = u64::from(n).wrapping_mul(hot.interval);
-        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`).
-        let current = word.load(Ordering::Acquire);
-        let floor_now = floor.load(Ordering::Relaxed);
-        if !self.store.still(generation)
-            || floor_now > clock_now.saturating_add(MAX_CLOCK_LAG_NANOS)
-        {
-            return general(reads_after(clock_now, read_clock));
-        }
-        let now = clock_now.max(floor_now);
-        let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
-        let tat = current & END_OF_TIME;
-        let horizon = now.wrapping_add(hot.tau);
-        if current & !END_OF_TIME != stamp
-            || now < hot.fast_from
-            || now > hot.fast_until
-            || tat > horizon + MAX_CLOCK_LAG_NANOS
-        {
-            return general(reads_after(clock_now, read_clock));
-        }
-        let (interval, capacity) = (hot.interval, hot.capacity);
-        let base = tat.max(now);
-        let new_tat = base + cost;
-        if new_tat > horizon {
-            return Ok(Decision::deny_scaled(
-                capacity,
-                horizon.saturating_sub(base),
-                interval,
-                new_tat - horizon,
-                base - now,
-            ));
-        }
-        if now >= floor_now + FLOOR_GRAIN_NANOS {
-            // Relaxed: published by the Release compare-exchange below, as in `update_at`.
-            floor.fetch_max(now, Ordering::Relaxed);
-        }
-        // AcqRel / Acquire: as in `update`.
-        match word.compare_exchange(
-            current,
-            new_tat | stamp,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => Ok(Decision::allow_scaled(
-                capacity,
-                horizon - new_tat,
-                interval,
-                new_tat - now,
-            )),
-            Err(_) => general(reads_after(clock_now, read_clock)),
-        }
-    }
-
-    /// The general engine for one request: [`update_at`] over [`decider`](Self::decider).
-    #[cold]
-    #[inline(never)]
-    fn acquire_general(
         &self,
         word: &AtomicU64,
         floor: &AtomicU64,
         read_clock: impl FnMut() -> u64,
         n: u32,
     ) -> Result<Decision, AcquireError> {
-        Ok(update_at(word, floor, read_clock, self.decider(n)?))
+        self.short(word, floor, read_clock, n)
+    }
+
+    /// [`acquire_word`](Self::acquire_word) answering only whether the request was admitted
+    /// (see [`Algorithm::admit_word`](crate::Algorithm::admit_word)): the same decision and the
+    /// same writes.
+    #[inline(always)]
+    pub(crate) fn admit_word(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<bool, AcquireError> {
+        self.short(word, floor, read_clock, n)
+    }
+
+    /// The short path of one request. It serves the common case: a word of the generation in
+    /// force, a time within the horizon of the floor, after the last change and far from the
+    /// end of time, no leap. It decides exactly as [`decide_tat`] does there (the tests compare
+    /// the two) and writes nothing before its compare-exchange except the floor raise
+    /// `update_at` also makes. A lost compare-exchange decides again on the word that won, with
+    /// the same clock read and a fresh floor, as `update_at` retries; anything outside the common
+    /// case goes to the general engine, which starts over.
+    #[inline(always)]
+    fn short<A: Answer>(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        mut read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<A, AcquireError> {
+        // The clock first: nothing read below has to survive the call.
+        let clock_now = read_clock();
+        let generation = self.store.generation();
+        let hot = self.store.hot(generation);
+        // `n` in `1..=capacity`, in one comparison (`n = 0` wraps to `u32::MAX` ≥ any capacity).
+        // `cost` ≤ tau when the fields are one generation's; a torn read is discarded by
+        // `still` below before anything is decided on it.
+        let cost = u64::from(n).wrapping_mul(hot.interval);
+        let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
+        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`).
+        let mut current = word.load(Ordering::Acquire);
+        if u64::from(n.wrapping_sub(1)) < hot.capacity {
+            loop {
+                // Relaxed: ordered after the Acquire load (or failed compare-exchange) that
+                // produced `current`, as in `update_at`.
+                let floor_now = floor.load(Ordering::Relaxed);
+                if !self.store.still(generation) {
+                    break;
+                }
+                // `max(clock, floor)`, served only while the floor is within the lag horizon of
+                // the clock read (further ahead: a leaping clock's floor, or a stale read). The
+                // floor's lead is checked only when it leads (a lagging reader), one comparison
+                // on the common path.
+                let now = if floor_now > clock_now {
+                    if floor_now - clock_now > MAX_CLOCK_LAG_NANOS {
+                        break;
+                    }
+                    floor_now
+                } else {
+                    clock_now
+                };
+                if now.wrapping_sub(hot.fast_from) >= hot.fast_len {
+                    break;
+                }
+                // The time word when `current` is of this generation; otherwise its generation
+                // bits differ and it is at least 2^62, beyond any `now + reach` served here
+                // (`now + 2·tau + H` < 2^62 in the fast range): one comparison rejects both a
+                // word of another generation and a leaping clock's word.
+                let tat = current ^ stamp;
+                if tat > now.wrapping_add(hot.reach) {
+                    break;
+                }
+                let (interval, capacity) = (hot.interval, hot.capacity);
+                let horizon = now + hot.tau;
+                let base = tat.max(now);
+                let new_tat = base + cost;
+                if new_tat > horizon {
+                    return Ok(A::denied(
+                        capacity,
+                        horizon.saturating_sub(base),
+                        interval,
+                        new_tat - horizon,
+                        base - now,
+                    ));
+                }
+                if now >= floor_now + FLOOR_GRAIN_NANOS {
+                    // Relaxed: published by the Release compare-exchange below, as in
+                    // `update_at`.
+                    floor.fetch_max(now, Ordering::Relaxed);
+                }
+                // AcqRel / Acquire: as in `update`.
+                match word.compare_exchange(
+                    current,
+                    new_tat | stamp,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        return Ok(A::allowed(
+                            capacity,
+                            horizon - new_tat,
+                            interval,
+                            new_tat - now,
+                        ));
+                    }
+                    // Another writer landed first: decide again on its word, as `update_at`
+                    // does (same clock read, the floor loaded again).
+                    Err(actual) => current = actual,
+                }
+            }
+        }
+        self.general(word, floor, reads_after(clock_now, read_clock), n)
+    }
+
+    /// The general engine for one request: [`update_at`] over [`decider`](Self::decider).
+    #[cold]
+    #[inline(never)]
+    fn general<A: Answer>(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<A, AcquireError> {
+        Ok(A::of(update_at(word, floor, read_clock, self.decider(n)?)))
     }
 
     /// The generation in force (a lease records it, see [`refunded`](Self::refunded)).
@@ -592,6 +640,17 @@ macro_rules! time_word_algorithm {
                 n: u32,
             ) -> Result<$crate::Decision, $crate::AcquireError> {
                 self.core.acquire_word(word, floor, read_clock, n)
+            }
+
+            #[inline(always)]
+            fn admit_word(
+                &self,
+                word: &$crate::sync::AtomicU64,
+                floor: &$crate::sync::AtomicU64,
+                read_clock: impl FnMut() -> u64,
+                n: u32,
+            ) -> Result<bool, $crate::AcquireError> {
+                self.core.admit_word(word, floor, read_clock, n)
             }
 
             #[inline(always)]
@@ -802,13 +861,20 @@ mod tests {
                 let mut reads = [first, first.saturating_add(1_000)].into_iter();
                 move || reads.next().unwrap_or(u64::MAX)
             };
+            let (word_c, floor_c) = (AtomicU64::new(state), AtomicU64::new(floor));
             let short = core.acquire_word(&word_a, &floor_a, reads(clock), n);
             let general = core
                 .decider(n)
                 .map(|decide| update_at(&word_b, &floor_b, reads(clock), decide));
+            // The bool form: the same answer and the same writes.
+            let admitted = core.admit_word(&word_c, &floor_c, reads(clock), n);
             prop_assert_eq!(short, general);
-            prop_assert_eq!(word_a.into_inner(), word_b.into_inner());
-            prop_assert_eq!(floor_a.into_inner(), floor_b.into_inner());
+            prop_assert_eq!(admitted, general.map(|d| d.is_allowed()));
+            let (word_b, floor_b) = (word_b.into_inner(), floor_b.into_inner());
+            prop_assert_eq!(word_a.into_inner(), word_b);
+            prop_assert_eq!(floor_a.into_inner(), floor_b);
+            prop_assert_eq!(word_c.into_inner(), word_b);
+            prop_assert_eq!(floor_c.into_inner(), floor_b);
         }
     }
 

@@ -127,6 +127,12 @@ impl<A, C> FailureHandler<A, C> {
     pub fn deny_cache(&self) -> Option<&DenyCache<C>> {
         self.denials.as_ref()
     }
+
+    /// The clock this handler decides on (a lease's expiry is counted on it too).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn clock(&self) -> &C {
+        &self.clock
+    }
 }
 
 impl<A, C> fmt::Debug for FailureHandler<A, C> {

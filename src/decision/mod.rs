@@ -123,6 +123,47 @@ impl Decision {
         }
     }
 
+    /// [`allow_scaled`](Decision::allow_scaled) for a `unit` the caller knows is at least 1 (a
+    /// validated interval): no check on a hot path.
+    #[inline(always)]
+    pub(crate) const fn allowed_in_units(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        debug_assert!(unit >= 1);
+        Decision {
+            allowed: true,
+            limit,
+            remaining,
+            remaining_unit: unit,
+            retry_after_nanos: 0,
+            reset_after_nanos,
+        }
+    }
+
+    /// [`deny_scaled`](Decision::deny_scaled) for a `unit` and a `retry_after_nanos` the caller
+    /// knows are at least 1: no checks on a hot path.
+    #[inline(always)]
+    pub(crate) const fn denied_in_units(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        debug_assert!(unit >= 1 && retry_after_nanos >= 1);
+        Decision {
+            allowed: false,
+            limit,
+            remaining,
+            remaining_unit: unit,
+            retry_after_nanos,
+            reset_after_nanos,
+        }
+    }
+
     /// Whether the request was admitted (and its permits consumed).
     ///
     /// ```
@@ -236,5 +277,64 @@ impl fmt::Debug for Decision {
             .field("retry_after", &self.retry_after())
             .field("reset_after", &self.reset_after())
             .finish()
+    }
+}
+
+/// What a short decision path answers: a whole [`Decision`], or only whether the request was
+/// admitted (`bool`, for [`Limiter::admit`](crate::Limiter::admit)). A short path written once
+/// over this trait serves both; inlined into a `bool` caller, the terms only a `Decision`
+/// reports are never computed.
+pub(crate) trait Answer: Sized {
+    /// An admission: as [`Decision::allowed_in_units`].
+    fn allowed(limit: u64, remaining: u64, unit: u64, reset_after_nanos: u64) -> Self;
+    /// A denial: as [`Decision::denied_in_units`].
+    fn denied(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self;
+    /// The answer a general engine's `Decision` gives.
+    fn of(decision: Decision) -> Self;
+}
+
+impl Answer for Decision {
+    #[inline(always)]
+    fn allowed(limit: u64, remaining: u64, unit: u64, reset_after_nanos: u64) -> Self {
+        Decision::allowed_in_units(limit, remaining, unit, reset_after_nanos)
+    }
+
+    #[inline(always)]
+    fn denied(
+        limit: u64,
+        remaining: u64,
+        unit: u64,
+        retry_after_nanos: u64,
+        reset_after_nanos: u64,
+    ) -> Self {
+        Decision::denied_in_units(limit, remaining, unit, retry_after_nanos, reset_after_nanos)
+    }
+
+    #[inline(always)]
+    fn of(decision: Decision) -> Self {
+        decision
+    }
+}
+
+impl Answer for bool {
+    #[inline(always)]
+    fn allowed(_: u64, _: u64, _: u64, _: u64) -> Self {
+        true
+    }
+
+    #[inline(always)]
+    fn denied(_: u64, _: u64, _: u64, _: u64, _: u64) -> Self {
+        false
+    }
+
+    #[inline(always)]
+    fn of(decision: Decision) -> Self {
+        decision.is_allowed()
     }
 }

@@ -13,7 +13,7 @@ use super::slot::{LimiterSlot, Rules};
 use crate::clock::Clock;
 use crate::decision::{AcquireError, ConfigError, Decision};
 use crate::limiter::{Algorithm, read_at_floor};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 
 /// A keyed limiter over slots of type `S`: the map, the rules its slots are read with, the clock.
 pub(crate) struct KeyedFacade<K, S, A, E, C> {
@@ -71,17 +71,33 @@ where
 {
     /// `try_acquire(key, 1)`, a failure (a capacity lowered to zero meanwhile) read as a denial
     /// with no time to wait.
+    #[inline]
     pub(crate) fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.try_acquire(key, 1)
-            .unwrap_or_else(|_| Decision::deny(self.rules.algorithm.limit(), 0, u64::MAX, u64::MAX))
+        let rules = &self.rules;
+        let decide = |slot: &S, now, floor: &AtomicU64| {
+            slot.acquire(rules, floor, now, &self.clock, 1)
+                .unwrap_or_else(|_| self.zero_capacity())
+        };
+        let hash = self.map.hash(key);
+        self.map.get_or(key, hash, &self.clock, decide, || {
+            self.insert(key, hash, 1, decide, |denial| denial)
+                .unwrap_or_else(|_| self.zero_capacity())
+        })
     }
 
-    /// Checks `n`, then decides it on `key`'s slot (inserted if new and there is room); a new
-    /// key refused for lack of room is denied until some key of its shard can be idle.
+    /// The denial [`check`](Self::check) reads a refused single permit as.
+    #[cold]
+    fn zero_capacity(&self) -> Decision {
+        Decision::deny(self.rules.algorithm.limit(), 0, u64::MAX, u64::MAX)
+    }
+
+    /// Decides `n` permits on `key`'s slot (inserted if new and there is room); a new key refused
+    /// for lack of room is denied until some key of its shard can be idle. A held key's slot
+    /// checks `n` itself ([`LimiterSlot::acquire`]); a new key is inserted only for a valid `n`.
     #[inline]
     pub(crate) fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
     where
@@ -89,20 +105,42 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let rules = &self.rules;
-        rules.algorithm.check_permits(n)?;
-        let decided = self
-            .map
-            .access(key, &self.clock, rules, |slot, now, floor| {
-                slot.acquire(rules, floor, now, &self.clock, n)
-            });
-        decided.unwrap_or_else(|refused| {
-            Ok(Decision::deny(
-                rules.algorithm.limit(),
+        let decide =
+            |slot: &S, now, floor: &AtomicU64| slot.acquire(rules, floor, now, &self.clock, n);
+        let hash = self.map.hash(key);
+        self.map.get_or(key, hash, &self.clock, decide, || {
+            self.insert(key, hash, n, decide, Ok)?
+        })
+    }
+
+    /// The path of a key the lock-free lookup did not find: checks `n`, then runs `decide` on
+    /// the key's slot under the shard's mutex (inserting it if there is room); a new key refused
+    /// for lack of room gets a denial until some key of its shard can be idle, as `denied`
+    /// wraps it.
+    #[inline(never)]
+    fn insert<Q, T>(
+        &self,
+        key: &Q,
+        hash: u64,
+        n: u32,
+        decide: impl FnOnce(&S, u64, &AtomicU64) -> T,
+        denied: impl FnOnce(Decision) -> T,
+    ) -> Result<T, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let algorithm = &self.rules.algorithm;
+        algorithm.check_permits(n)?;
+        let decided = self.map.insert(key, hash, &self.clock, &self.rules, decide);
+        Ok(decided.unwrap_or_else(|refused| {
+            denied(Decision::deny(
+                algorithm.limit(),
                 0,
                 refused.retry_after,
                 refused.retry_after,
             ))
-        })
+        }))
     }
 
     /// The decision `n` permits would get now on `key`'s algorithm word, taking nothing and

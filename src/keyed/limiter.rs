@@ -69,6 +69,7 @@ where
     /// assert!(keyed.check(&8).is_allowed());
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
+    #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,

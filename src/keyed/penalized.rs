@@ -57,6 +57,7 @@ where
     /// assert!(!keyed.check(&7).is_allowed());
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
+    #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
@@ -82,6 +83,7 @@ where
     /// assert!(keyed.try_acquire(&1, 0).is_err()); // zero permits: an error, not a strike
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn try_acquire<Q>(&self, key: &Q, n: u32) -> Result<Decision, AcquireError>
     where
         K: Borrow<Q>,

@@ -246,6 +246,8 @@ impl<A: Algorithm> LimiterSlot<A, PenaltyBox> for JailedSlot {
             extra: penalty,
         } = rules;
         if let Some(left) = self.blocked_for(now) {
+            // `n` is checked here too: the map's lock-free path leaves it to the slot.
+            algorithm.check_permits(n)?;
             return Ok(Decision::deny(algorithm.limit(), 0, left, left));
         }
         let decision = decide_word(algorithm, &self.state, floor, now, clock, n)?;

@@ -11,7 +11,7 @@
 //!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
 //! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
 //!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
-//!   it from then on, never with the fresh word (see `access_locked`).
+//!   it from then on, never with the fresh word (see `insert`).
 //! - Removing keys (a sweep of idle keys, an eviction, `forget`) and resizing rebuild the table
 //!   under the mutex: the rebuild swaps in an empty placeholder (readers that load it go to the
 //!   mutex and wait for the rebuild), then **waits until no reader holds the old table** (its
@@ -139,7 +139,7 @@ impl<K, S> Table<K, S> {
     }
 
     /// The slot of `key`, if the table holds it (never for the placeholder).
-    #[inline]
+    #[inline(always)]
     fn find<Q>(&self, key: &Q, hash: u64) -> Option<&S>
     where
         K: Borrow<Q>,
@@ -414,6 +414,12 @@ where
         &self.shards[(hash >> 32) as usize & self.shard_mask]
     }
 
+    /// The hash `key` is found by (for [`get`](Self::get) and [`insert`](Self::insert)).
+    #[inline(always)]
+    pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
     /// Runs `run(slot, now, floor)` on `key`'s slot, inserting a fresh slot if the key is new and
     /// there is room (see the module docs for the protocol). Reads the clock exactly once.
     /// `floor` is the shard's time floor, for algorithms that need one.
@@ -423,29 +429,77 @@ where
         key: &Q,
         clock: &impl Clock,
         rules: &R,
-        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
+        run: impl Fn(&S, u64, &AtomicU64) -> T,
     ) -> Result<T, Refused>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         S: KeySlot<R>,
     {
-        let hash = self.hasher.hash_one(key);
-        let shard = self.shard(hash);
-        {
-            let table = shard.table.load();
-            if let Some(slot) = table.find(key, hash) {
-                return Ok(run(slot, clock.now_nanos(), &shard.floor));
-            }
+        let hash = self.hash(key);
+        match self.get(key, hash, clock, &run) {
+            Some(found) => Ok(found),
+            None => self.insert(key, hash, clock, rules, run),
         }
-        self.access_locked(shard, key, hash, clock, rules, run)
     }
 
-    /// [`access`](Self::access) for a key not found in the table: under the shard's mutex.
-    #[inline(never)]
-    fn access_locked<Q, R, T>(
+    /// The lock-free path of [`access`](Self::access): runs `run(slot, now, floor)` on `key`'s
+    /// slot if the shard's current table holds it (`hash` from [`hash`](Self::hash)); `None`
+    /// otherwise (the key is absent, or a rebuild is under way: [`insert`](Self::insert) waits
+    /// for it). Reads the clock once if found.
+    #[inline(always)]
+    pub(crate) fn get<Q, T>(
         &self,
-        shard: &Shard<K, S>,
+        key: &Q,
+        hash: u64,
+        clock: &impl Clock,
+        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
+    ) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.get_or(
+            key,
+            hash,
+            clock,
+            |slot, now, floor| Some(run(slot, now, floor)),
+            || None,
+        )
+    }
+
+    /// [`get`](Self::get) with `missing()` (run after the table is let go) for a key it does not
+    /// find: no `Option` around the result, which the hot path would otherwise copy across the
+    /// table guard's drop.
+    #[inline(always)]
+    pub(crate) fn get_or<Q, T>(
+        &self,
+        key: &Q,
+        hash: u64,
+        clock: &impl Clock,
+        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
+        missing: impl FnOnce() -> T,
+    ) -> T
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let shard = self.shard(hash);
+        let table = shard.table.load();
+        match table.find(key, hash) {
+            Some(slot) => run(slot, clock.now_nanos(), &shard.floor),
+            None => {
+                drop(table);
+                missing()
+            }
+        }
+    }
+
+    /// [`access`](Self::access) for a key [`get`](Self::get) did not find: under the shard's
+    /// mutex, inserting it if it is still absent and there is room.
+    #[inline(never)]
+    pub(crate) fn insert<Q, R, T>(
+        &self,
         key: &Q,
         hash: u64,
         clock: &impl Clock,
@@ -457,6 +511,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         S: KeySlot<R>,
     {
+        let shard = self.shard(hash);
         let mut meta = lock(&shard.meta);
         repair(shard, &mut meta);
         let now = clock.now_nanos();
@@ -792,7 +847,7 @@ where
     }
 }
 
-/// A key to publish in its slot when this drops (see `access_locked`).
+/// A key to publish in its slot when this drops (see `insert`).
 struct Publish<'a, K> {
     key: &'a OnceLock<K>,
     owned: Option<K>,

@@ -26,8 +26,10 @@ pub(crate) trait LimiterSlot<A: Algorithm, E>: KeySlot<Rules<A, E>> {
     /// Decides `n` permits on this slot at `now` (the map's clock read; `clock` reads again
     /// where the engine must confirm a leap), with the shard's time `floor`.
     ///
+    /// Checks `n` on every path (the map's lock-free path does not check it before).
+    ///
     /// # Errors
-    /// As [`Algorithm::check_permits`], for a capacity lowered since the caller checked `n`.
+    /// As [`Algorithm::check_permits`].
     fn acquire(
         &self,
         rules: &Rules<A, E>,
@@ -66,12 +68,12 @@ impl<A: Algorithm> KeySlot<Rules<A>> for WordSlot {
 }
 
 impl<A: Algorithm> LimiterSlot<A, ()> for WordSlot {
-    #[inline]
+    #[inline(always)]
     fn state(&self) -> &AtomicU64 {
         &self.state
     }
 
-    #[inline]
+    #[inline(always)]
     fn acquire(
         &self,
         rules: &Rules<A>,
@@ -92,7 +94,7 @@ impl<A: Algorithm> LimiterSlot<A, ()> for WordSlot {
 ///
 /// # Errors
 /// As [`Algorithm::check_permits`], for a capacity lowered since the caller checked `n`.
-#[inline]
+#[inline(always)]
 pub(crate) fn decide_word<A: Algorithm>(
     algorithm: &A,
     state: &AtomicU64,

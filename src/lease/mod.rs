@@ -25,6 +25,13 @@
 //! | [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) | **none**: a lease expires with the cell it was counted in | as the fixed window, per cell |
 //! | [`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket) | in any span of length `d`, at most what the exact bucket may grant in `d + L` (`L` the lease lifetime): `C + ⌊(d + L) / T⌋` permits instead of `C + ⌊d / T⌋`: at most `⌈L / T⌉` above the exact bucket in any span, and at most `S` | at most `S` held at any time; held permits are refunded when the parent's word is still the lease's, else they die at expiry |
 //!
+//! The same rules hold for a lease from a Redis key (`redis::LeasedKey`, feature `redis`): the
+//! fixed window and bucket rows apply to all its callers together, with `L` (and a window's
+//! end) counted on the process's clock
+//! from a read taken before the lease's request was sent (so in real time, whatever the offset
+//! between the process's and the server's clocks), and `S` = `max_lease − 1` per
+//! `LeasedKey`.
+//!
 //! A bucket's excess comes only from serving late: the permits were granted (the parent's word
 //! counted them) at most `L` before they are served, so a span `[a, b]` of serving times sees
 //! only grants from `(a − L, b]`. [`PerCore`] keeps `L` short (1 ms by default) so the excess is a
@@ -47,15 +54,23 @@
 //! holds outside leaps and resets).
 
 mod per_core;
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+mod slot;
 mod sources;
 
 pub use per_core::{DEFAULT_LIFETIME, DEFAULT_MAX_LEASE, PerCore};
+#[cfg_attr(not(feature = "redis"), allow(unused_imports))]
+pub(crate) use slot::LeaseSlot;
 
 use crate::clock::Clock;
 use crate::decision::{AcquireError, ConfigError, Decision};
 
-/// An exact limiter that grants permits in batches (leases): a local limiter word, or later a
-/// server.
+/// An exact limiter that grants permits in batches (leases): a local limiter word.
+///
+/// Synchronous: a [`PerCore`] stripe takes its next lease while it holds the stripe, where no
+/// await is possible. The Redis lease (`redis::LeasedKey`, feature `redis`)
+/// is async (a script call) and so is not a `LeaseSource`; it shares the [`Lease`] type, the
+/// lock-free serving word and the two rules of the [module docs](self#the-bound).
 ///
 /// Implemented for [`AtomicLimiter`](crate::AtomicLimiter) over [`Gcra`](crate::Gcra),
 /// [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket) and

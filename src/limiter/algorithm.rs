@@ -207,6 +207,37 @@ pub trait Algorithm: Send + Sync + 'static {
         })
     }
 
+    /// [`acquire_word`](Algorithm::acquire_word) answering only whether the request was
+    /// admitted: the same decision, the same writes, for callers that need nothing else
+    /// ([`Limiter::admit`](crate::Limiter::admit)). An algorithm with a short path serves it
+    /// without building the [`Decision`].
+    ///
+    /// # Errors
+    /// As [`check_permits`](Algorithm::check_permits).
+    ///
+    /// ```
+    /// use floodgate::{Algorithm, Gcra, Rate};
+    /// use std::sync::atomic::AtomicU64;
+    /// let gcra = Gcra::new(Rate::per_second(1), 2)?;
+    /// let (word, floor) = (AtomicU64::new(0), AtomicU64::new(0));
+    /// let now = 1_000_000_000;
+    /// assert!(gcra.admit_word(&word, &floor, || now, 2)?);
+    /// assert!(!gcra.admit_word(&word, &floor, || now, 1)?);
+    /// assert!(gcra.admit_word(&word, &floor, || now, 3).is_err()); // above the capacity
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    fn admit_word(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        read_clock: impl FnMut() -> u64,
+        n: u32,
+    ) -> Result<bool, AcquireError> {
+        self.acquire_word(word, floor, read_clock, n)
+            .map(|decision| decision.is_allowed())
+    }
+
     /// Whether `state` at `now` would decide every later request exactly as the fresh state `0`
     /// would, so it can be forgotten (evicted) without changing any decision.
     fn is_idle(&self, state: u64, now: u64) -> bool;

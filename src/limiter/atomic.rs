@@ -208,6 +208,13 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
             .acquire_word(&words.state, &words.floor, || self.now(), n)
     }
 
+    #[inline]
+    fn admit(&self, n: u32) -> Result<bool, AcquireError> {
+        let words = &*self.words;
+        self.algorithm
+            .admit_word(&words.state, &words.floor, || self.now(), n)
+    }
+
     fn clock(&self) -> &dyn Clock {
         &self.clock
     }

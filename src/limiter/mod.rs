@@ -55,6 +55,28 @@ pub trait Limiter: Send + Sync {
     /// [`AcquireError`] when `n` is zero or above the capacity (no wait would ever admit it).
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError>;
 
+    /// [`try_acquire`](Limiter::try_acquire) answering only whether the permits were taken:
+    /// the same decision and the same effect, for a caller that needs no headers (governor's
+    /// `check`, a bool). On [`AtomicLimiter`] it skips the [`Decision`]: the time-word buckets
+    /// ([`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket),
+    /// [`LeakyBucket`](crate::LeakyBucket)) and [`FixedWindow`](crate::FixedWindow) answer from
+    /// a short path that computes none of its terms.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Limiter::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Gcra, Limiter, ManualClock, Rate};
+    /// let limiter = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(1), 2)?, ManualClock::new());
+    /// assert_eq!(limiter.admit(2), Ok(true));
+    /// assert_eq!(limiter.admit(1), Ok(false)); // a denial takes nothing
+    /// assert!(limiter.admit(0).is_err());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    fn admit(&self, n: u32) -> Result<bool, AcquireError> {
+        self.try_acquire(n).map(|decision| decision.is_allowed())
+    }
+
     /// One permit, now, without a `Result`: [`try_acquire(1)`](Limiter::try_acquire), the
     /// common case (governor's `check`). One permit is a valid request for every limit; the
     /// rare configuration that can never grant even one (a smooth limiter whose single permit

@@ -89,7 +89,9 @@ pub trait RedisAlgorithm: sealed::Script {
 /// denial changes no state, and nothing gives permits back, so no process can be granted those
 /// permits before `retry_after`; the cache measures it from a clock read taken before the
 /// request was sent, so it never outlasts Redis's own. The local answer is the one Redis would
-/// give, without the round trip (only `remaining` reads 0). Memcached's cache is off by default
+/// give, without the round trip (only `remaining` reads 0). One exception: a
+/// [`LeasedKey`](super::LeasedKey)'s refund gives permits back, so after one the cache may deny
+/// a little longer than Redis would (under-admission, never over). Memcached's cache is off by default
 /// for the opposite reason: its denials can be cautious under contention.
 ///
 /// ```no_run
@@ -346,6 +348,17 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// ```
     pub fn deny_cache(&self) -> Option<&DenyCache<C>> {
         self.failures.deny_cache()
+    }
+
+    /// The backend (the lease calls of [`LeasedKey`](super::LeasedKey) use it too).
+    pub(super) fn backend(&self) -> &RedisBackend {
+        &self.backend
+    }
+
+    /// The failure handler: policy, breaker and deny cache, which a lease refill of
+    /// [`LeasedKey`](super::LeasedKey) goes through as a per-call decision does.
+    pub(super) fn handler(&self) -> &FailureHandler<A::Local, C> {
+        &self.failures
     }
 
     /// The Redis keys that hold `key`'s state, all with the hash tag `{name:key}`.
@@ -633,8 +646,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     }
 
     /// One decision, giving up at `deadline`: the caller's own (`callers_deadline`, sooner than
-    /// the backend's timeout) or the backend's.
-    async fn outcome_by(
+    /// the backend's timeout) or the backend's. (Also [`LeasedKey`](super::LeasedKey)'s
+    /// per-call decisions, within the deadline of the call they serve.)
+    pub(super) async fn outcome_by(
         &self,
         key: &str,
         n: u32,
@@ -681,7 +695,7 @@ fn far_future() -> Instant {
 
 /// Reads a script's reply `{allowed, limit, remaining, retry_after_us, reset_after_us, now_us}`
 /// (`now_us` is read by the backend).
-fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decision, BackendError> {
+pub(super) fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decision, BackendError> {
     let &[allowed, limit, remaining, retry_us, reset_us, _now] = reply else {
         return Err(BackendError::at(
             FailureKind::Protocol,

@@ -88,10 +88,12 @@ mod coalesce;
 mod connection;
 mod fixed_window;
 mod gcra;
+mod leased;
 mod limiter;
 mod sliding_log;
 mod sliding_window;
 
 pub use connection::{RedisBackend, RedisConfig};
+pub use leased::{LeaseAlgorithm, LeaseCounts, LeasedKey};
 pub use limiter::{RedisAlgorithm, RedisLimiter};
 pub use sliding_window::MAX_CELLS;

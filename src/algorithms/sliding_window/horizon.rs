@@ -155,7 +155,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     pub(super) fn sweep_with(&self, mut me: Caller<'_, C>) {
         let cell = me.own;
         // Acquire: as in `acquire_at`.
-        let (tag, _) = unpack_window(self.base.load(Ordering::Acquire));
+        let (tag, _) = unpack_window(self.base.word.load(Ordering::Acquire));
         if tag == cell & TAG_MASK {
             self.pre_stamp(cell, cell);
             return;

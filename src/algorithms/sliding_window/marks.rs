@@ -42,7 +42,7 @@
 //! it again, or did not change because of a newer crossing (after a leap), that one call reads
 //! the cells one by one, as every call did before the marks. Never a wait on another thread.
 
-use super::{SlidingWindowLimiter, pack_cell, unpack_cell, visit};
+use super::{ROUND_MASK, SlidingWindowLimiter, pack_cell, unpack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::MAX_COUNT;
@@ -100,11 +100,30 @@ struct Levels<'a, C> {
     ring: &'a SlidingWindowLimiter<C>,
     /// The crossing's block start.
     block: u64,
+    /// A cell at or before every cell whose mark is read (`from − 1` for levels read from
+    /// `from` on, less than `cells` cells before the crossing), and its slot and round: the
+    /// slot of a cell up to `cells` after it is found without a division.
+    origin: u64,
+    origin_slot: usize,
+    origin_round: u64,
 }
 
-impl<C: Clock> Levels<'_, C> {
-    /// `L(x)` for `x` in `[ws(crossing), crossing]`; `None` when the mark read is not the one
-    /// this crossing published (the marks changed under the reader).
+impl<'a, C: Clock> Levels<'a, C> {
+    /// The levels of the crossing into `crossing`, read at `from` (in its window) and after.
+    fn new(ring: &'a SlidingWindowLimiter<C>, crossing: u64, from: u64) -> Self {
+        let origin = from.saturating_sub(1);
+        let (origin_slot, origin_round) = ring.geometry.place(origin);
+        Levels {
+            ring,
+            block: ring.block_start(crossing),
+            origin,
+            origin_slot,
+            origin_round,
+        }
+    }
+
+    /// `L(x)` for `x` in `[from, crossing]`; `None` when the mark read is not the one this
+    /// crossing published (the marks changed under the reader).
     fn at(&self, x: u64) -> Option<i64> {
         if x == self.block {
             return Some(0);
@@ -114,25 +133,39 @@ impl<C: Clock> Levels<'_, C> {
         } else {
             (x, Kind::Suffix)
         };
-        let value = i64::try_from(self.ring.read_mark(index, kind)?).ok()?;
+        // `index − origin` ≤ `cells` < `slots`: at most one wrap of the ring.
+        let mut slot = self.origin_slot + (index - self.origin) as usize;
+        let mut round = self.origin_round;
+        if slot >= self.ring.marks.len() {
+            slot -= self.ring.marks.len();
+            round += 1;
+        }
+        let value = i64::try_from(self.ring.read_mark_in(slot, round, kind)?).ok()?;
         Some(if kind == Kind::Prefix { value } else { -value })
     }
 
-    /// The oldest cell `i` in `[from, crossing)` with `sum([from, i]) >= x`, where `from_level`
-    /// is `L(from)` and the cells `[from, crossing)` hold at least `x`: a binary search over `L`.
-    fn first_reaching(&self, from: u64, from_level: i64, crossing: u64, x: u64) -> Option<u64> {
+    /// The oldest cell `i` in `[from, crossing)` with `sum([from, i]) >= x`, and that sum, where
+    /// `from_level` is `L(from)`, `crossing_level` is `L(crossing)` and the cells
+    /// `[from, crossing)` hold at least `x`: a binary search over `L`.
+    fn first_reaching(
+        &self,
+        (from, from_level): (u64, i64),
+        (crossing, crossing_level): (u64, i64),
+        x: u64,
+    ) -> Option<(u64, u64)> {
         let x = i64::try_from(x).ok()?;
         // The least `y` in (from, crossing] with L(y) − L(from) >= x; the cell is y − 1.
-        let (mut low, mut high) = (from + 1, crossing);
+        let (mut low, mut high, mut high_level) = (from + 1, crossing, crossing_level);
         while low < high {
             let mid = low + (high - low) / 2;
-            if self.at(mid)? - from_level >= x {
-                high = mid;
+            let level = self.at(mid)?;
+            if level - from_level >= x {
+                (high, high_level) = (mid, level);
             } else {
                 low = mid + 1;
             }
         }
-        Some(low - 1)
+        Some((low - 1, u64::try_from(high_level - from_level).ok()?))
     }
 }
 
@@ -177,21 +210,23 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
     pub(super) fn read_mark(&self, index: u64, kind: Kind) -> Option<u64> {
+        let (slot, round) = self.geometry.place(index);
+        self.read_mark_in(slot, round, kind)
+    }
+
+    /// [`read_mark`](Self::read_mark) of the cell in slot `slot`, round `round` (unreduced).
+    fn read_mark_in(&self, slot: usize, round: u64, kind: Kind) -> Option<u64> {
         visit();
-        let (slot, round) = self.place_mark(index);
         // Acquire: pairs with the Release of `write_mark`'s compare-exchange (and, through the
         // reader's Acquire load of `base`, with every mark of the window it names).
-        let (mark_round, suffix, value) = unpack_cell(slot.load(Ordering::Acquire));
-        (mark_round == round && suffix == (kind == Kind::Suffix)).then_some(value)
+        let (mark_round, suffix, value) = unpack_cell(self.marks[slot].load(Ordering::Acquire));
+        (mark_round == round & ROUND_MASK && suffix == (kind == Kind::Suffix)).then_some(value)
     }
 
     /// The sum of the closed cells `[from, crossing)` read through the marks of the published
     /// crossing into `crossing` (`from` at or after its window start); `None` if they changed.
     pub(super) fn marked_sum(&self, crossing: u64, from: u64) -> Option<u64> {
-        let levels = Levels {
-            ring: self,
-            block: self.block_start(crossing),
-        };
+        let levels = Levels::new(self, crossing, from);
         u64::try_from(levels.at(crossing)? - levels.at(from)?).ok()
     }
 
@@ -332,22 +367,28 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         if !search_retry && !search_newest {
             return Some((retry_cell, newest_used));
         }
-        let levels = Levels {
-            ring: self,
-            block: self.block_start(closed.crossing),
-        };
-        let from_level = levels.at(closed.from)?;
+        let levels = Levels::new(self, closed.crossing, closed.from);
+        let from = (closed.from, levels.at(closed.from)?);
+        let crossing = (closed.crossing, levels.at(closed.crossing)?);
         // The marks must add up to the sum the decision used (they do, unless they changed).
-        if u64::try_from(levels.at(closed.crossing)? - from_level).ok()? != closed.marked {
+        if u64::try_from(crossing.1 - from.1).ok()? != closed.marked {
             return None;
         }
+        let all = closed.marked;
+        let mut oldest = None;
         if search_retry {
-            let oldest = levels.first_reaching(closed.from, from_level, closed.crossing, need)?;
-            retry_cell = oldest.saturating_add(cells);
+            let (cell, reached) = levels.first_reaching(from, crossing, need)?;
+            retry_cell = cell.saturating_add(cells);
+            oldest = Some((cell, reached));
         }
         let newest_used = if search_newest {
-            let all = closed.marked;
-            Some(levels.first_reaching(closed.from, from_level, closed.crossing, all)?)
+            // The cell by which the window holds everything is the newest used one. When the
+            // retry's cell already reached it (the usual attack: the whole limit in one cell),
+            // that is the one: no second search.
+            match oldest {
+                Some((cell, reached)) if reached == all => Some(cell),
+                _ => Some(levels.first_reaching(from, crossing, all)?.0),
+            }
         } else {
             newest_used
         };

@@ -55,8 +55,10 @@
 //! cells that are not sealed yet (a sealed cell never changes again: a writer that finds its cell
 //! sealed moves to the newer cell), *marks* them (a running sum of sealed counts published next to
 //! each cell, see [Marks](#marks)), and publishes their sum in `base` as `(cell tag, sum)`. It then
-//! pre-stamps the `future` cells ahead with their round and a zero count. Every other call is:
-//! load `base`, load the current cell, and one compare-exchange that adds `n` iff
+//! pre-stamps the `future` cells ahead with their round and a zero count, and leaves beside `base`
+//! a *hint* of where that cell lives, so a call in it finds its cell and slot without dividing
+//! (a hint is checked before use: any value is safe). Every other call is: load `base` and the
+//! hint, load the current cell, and one compare-exchange that adds `n` iff
 //! `base sum + count + n ≤ limit`. The check and the add are one atomic step on the only cell that
 //! is still open, and the rest of the window is frozen, so the check is exact. A denial writes
 //! nothing, except that the first call in a new cell does the crossing work above whether it is
@@ -163,7 +165,7 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
 /// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
 ///
-/// Memory: two cache-padded words plus 16 bytes per slot (`cells + future`: a cell word and its
+/// Memory: two cache-padded lines (`head`; `base` and its hint) plus 16 bytes per slot (`cells + future`: a cell word and its
 /// mark), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
 ///
 /// ```
@@ -185,8 +187,9 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into.
     head: CachePadded<AtomicU64>,
-    /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
-    base: CachePadded<AtomicU64>,
+    /// `base`: `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed
+    /// cell, and on its cache line the [`hint`](BaseLine::hint) of where that cell lives.
+    base: CachePadded<BaseLine>,
     /// The cell words, `(round, sealed, count)` ([`pack_cell`]).
     slots: Box<[AtomicU64]>,
     /// Beside each slot, the mark the crossing publishes once its cell is closed (see
@@ -197,6 +200,32 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
     horizon: u64,
     clock: C,
+}
+
+/// `base` and the hint beside it, on one cache line (a call reads both).
+struct BaseLine {
+    /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
+    word: AtomicU64,
+    /// Where the newest crossed cell lives, `(round, slot)` with `index = round × slots + slot`
+    /// ([`pack_hint`]), stored by its crossing: a call whose clock read falls in that cell finds
+    /// its cell and slot with two multiplications instead of two divisions. Only a hint: a call
+    /// checks that it describes a cell (`slot < slots`) and that its clock read lies in that
+    /// cell, which makes every hint it uses exact whenever and by whomever it was written; any
+    /// other hint (stale, not yet written, a round past 48 bits) is ignored and the call divides.
+    hint: AtomicU64,
+}
+
+/// Bits of a hint's slot (the ring has at most [`MAX_SLOTS`](super::ring::MAX_SLOTS) = 2¹⁶).
+const HINT_SLOT_BITS: u32 = 16;
+
+/// The hint of the cell in `slot` of round `round` (`round` < 2⁴⁸; a larger one packs to a
+/// hint that never checks out, see [`BaseLine::hint`]).
+#[inline]
+fn pack_hint(round: u64, slot: usize) -> u64 {
+    if round >> (64 - HINT_SLOT_BITS) != 0 {
+        return u64::MAX;
+    }
+    (round << HINT_SLOT_BITS) | slot as u64
 }
 
 #[cfg(test)]
@@ -348,7 +377,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             limit: AtomicU32::new(config.limit),
             head: CachePadded::new(AtomicU64::new(0)),
             // Cell 0 has no closed cells before it.
-            base: CachePadded::new(AtomicU64::new(pack_window(0, 0))),
+            base: CachePadded::new(BaseLine {
+                word: AtomicU64::new(pack_window(0, 0)),
+                hint: AtomicU64::new(pack_hint(0, 0)),
+            }),
             slots,
             marks,
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
@@ -390,7 +422,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     pub fn try_acquire_at(&self, n: u32, now: u64) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        Ok(self.acquire_at(u64::from(n), limit, self.caller(now, None)))
+        Ok(self.acquire_at(u64::from(n), limit, now, None))
     }
 
     /// [`Limiter::try_acquire`], with the end of the cell the call was decided in (where an
@@ -399,8 +431,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     pub(crate) fn try_acquire_counted(&self, n: u32) -> Result<(Decision, u64), AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        let me = self.caller(self.clock.now_nanos(), Some(&self.clock));
-        let (decision, cell) = self.acquire_counted(u64::from(n), limit, me);
+        let now = self.clock.now_nanos();
+        let (decision, cell) = self.acquire_counted(u64::from(n), limit, now, Some(&self.clock));
         Ok((decision, self.geometry.start_of(cell.saturating_add(1))))
     }
 
@@ -450,7 +482,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         loop {
             // Acquire: a base comes with its crossing's seals and marks (and its head raise, so
             // the head loaded next is at or past the crossing, unless the ring was rewound).
-            let (tag, base) = unpack_window(self.base.load(Ordering::Acquire));
+            let (tag, base) = unpack_window(self.base.word.load(Ordering::Acquire));
             let (cell, head) = self.peek_cell(&mut me);
             let now = me.now;
             let closed = match self.closed_for_peek(cell, head, tag, base) {
@@ -552,8 +584,8 @@ impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
-        let me = self.caller(self.clock.now_nanos(), Some(&self.clock));
-        Ok(self.acquire_at(u64::from(n), limit, me))
+        let now = self.clock.now_nanos();
+        Ok(self.acquire_at(u64::from(n), limit, now, Some(&self.clock)))
     }
 
     fn clock(&self) -> &dyn Clock {

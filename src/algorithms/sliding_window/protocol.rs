@@ -4,38 +4,161 @@
 
 use super::horizon::Caller;
 use super::marks::Closed;
-use super::{ROUND_MASK, SEALED, SlidingWindowLimiter, pack_cell, unpack_cell, visit};
+use super::{
+    HINT_SLOT_BITS, ROUND_MASK, SEALED, SlidingWindowLimiter, pack_cell, pack_hint, unpack_cell,
+    visit,
+};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
 
 impl<C: Clock> SlidingWindowLimiter<C> {
-    /// Decides `n` for `me`. The fast path is: load `base`, load the cell, one compare-exchange;
+    /// Decides `n` for a call at `now` (`clock`: the clock it may re-read, `None` for the
+    /// explicit-time API). The fast path is: load `base`, load the cell, one compare-exchange;
     /// `head` is read (and the horizon judged, see [`follow`](Self::follow)) only when the cell is
     /// not the current one.
     #[inline]
-    pub(super) fn acquire_at(&self, n: u64, limit: u64, me: Caller<'_, C>) -> Decision {
-        self.acquire_counted(n, limit, me).0
+    pub(super) fn acquire_at(&self, n: u64, limit: u64, now: u64, clock: Option<&C>) -> Decision {
+        self.acquire_counted(n, limit, now, clock).0
     }
 
     /// [`acquire_at`](Self::acquire_at), with the cell the call was decided in (an allowed
     /// call's permits are counted in it): a lease's expiry is that cell's end.
+    ///
+    /// The common case in one pass, as the first round of the general loop decides it: `base`
+    /// names the caller's cell, and its slot holds the cell's round, open. Then the request is
+    /// admitted by one compare-exchange, or refused (by a burst in this cell, reading nothing,
+    /// or through the marks). Everything else (a crossing, a sealed or stale slot, marks that
+    /// changed under a denial, a lost compare-exchange) is decided from scratch by
+    /// [`acquire_general`](Self::acquire_general).
     #[inline(always)]
     pub(super) fn acquire_counted(
         &self,
         n: u64,
         limit: u64,
-        mut me: Caller<'_, C>,
+        now: u64,
+        clock: Option<&C>,
     ) -> (Decision, u64) {
+        // Acquire: as in `acquire_general`. The hint beside it: any value is checked before use.
+        let (tag, prev) = unpack_window(self.base.word.load(Ordering::Acquire));
+        // Relaxed: a hint, checked (see `BaseLine::hint`).
+        let (cell, slot_index, round) = self.locate(self.base.hint.load(Ordering::Relaxed), now);
+        // A refusal the closed cells must free (`(prev, count)` it was decided on), read through
+        // the marks by the general path (one call site keeps this path short).
+        let mut refused = None;
+        if tag == cell & TAG_MASK {
+            let slot = &self.slots[slot_index];
+            let round = round & ROUND_MASK;
+            // Acquire: as in `acquire_general`.
+            let word = slot.load(Ordering::Acquire);
+            let (word_round, sealed, count) = unpack_cell(word);
+            if word_round == round && !sealed {
+                let taken = prev + count + n;
+                if taken <= limit {
+                    // AcqRel / Acquire: as in `acquire_general`.
+                    if slot
+                        .compare_exchange(word, word + n, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return (self.allowed(cell, now, limit, taken), cell);
+                    }
+                } else if let Some(denied) = self.burst_denial(cell, now, prev, count, n, limit) {
+                    return (denied, cell);
+                } else {
+                    refused = Some((prev, count));
+                }
+            }
+        }
+        self.acquire_general(n, limit, now, cell, clock, refused)
+    }
+
+    /// The cell of `now`, its slot and its round (unreduced): from `hint` when `now` lies in the
+    /// cell it describes (no division), else computed.
+    #[inline(always)]
+    pub(super) fn locate(&self, hint: u64, now: u64) -> (u64, usize, u64) {
+        let slot = (hint & ((1 << HINT_SLOT_BITS) - 1)) as usize;
+        let round = hint >> HINT_SLOT_BITS;
+        if slot < self.slots.len() {
+            // No overflow: round < 2⁴⁸ and slots ≤ 2¹⁶.
+            let cell = round * self.geometry.slots + slot as u64;
+            if let Some(start) = cell.checked_mul(self.geometry.cell_nanos) {
+                if start <= now && now - start < self.geometry.cell_nanos {
+                    return (cell, slot, round);
+                }
+            }
+        }
+        let cell = self.geometry.cell_of(now);
+        let (slot, round) = self.geometry.place(cell);
+        (cell, slot, round)
+    }
+
+    /// The answer for an admission in `cell` that brought the window to `taken`.
+    #[inline(always)]
+    fn allowed(&self, cell: u64, now: u64, limit: u64, taken: u64) -> Decision {
+        let reset = self
+            .geometry
+            .start_of(cell.saturating_add(self.geometry.cells));
+        Decision::allow(limit, limit - taken, reset.saturating_sub(now))
+    }
+
+    /// The denial of `n` in `cell` when this cell's own count (`count`) already leaves no room
+    /// for it: only this cell leaving frees enough, and it is the newest used one, so nothing is
+    /// read (the usual denial under attack). `None` otherwise.
+    #[inline(always)]
+    fn burst_denial(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<Decision> {
+        (count > 0 && count + n > limit).then(|| {
+            let leaves = self
+                .geometry
+                .start_of(cell.saturating_add(self.geometry.cells))
+                .saturating_sub(now);
+            let remaining = limit.saturating_sub(prev + count);
+            Decision::deny(limit, remaining, leaves, leaves)
+        })
+    }
+
+    /// The general loop of [`acquire_counted`](Self::acquire_counted): crossings, stale and
+    /// sealed slots, lagging and leaping reads, denials through the marks, lost races.
+    /// `refused`: the short path refused the call in `own` on `(prev, count)` (the published
+    /// crossing's sum and the cell's count), and the closed cells must free some of it: the
+    /// denial is read through the marks first, as the loop's first round would.
+    #[inline(never)]
+    fn acquire_general(
+        &self,
+        n: u64,
+        limit: u64,
+        now: u64,
+        own: u64,
+        clock: Option<&C>,
+        refused: Option<(u64, u64)>,
+    ) -> (Decision, u64) {
+        let mut me = Caller::new(now, own, clock);
         let mut cell = me.own;
         // Cross into `cell` whatever `base` says: head is below it (`follow` says so).
         let mut cross = false;
         // Whether a denial already found the marks changed under it once (`marks_changed`).
         let mut again = false;
+        if let Some((prev, count)) = refused {
+            // The loop's first round, from the refusal on (the burst case was the short path's).
+            if let Some(denied) = self.marked_denial(cell, now, prev, count, n, limit) {
+                return (denied, cell);
+            }
+            let asked = (prev, count, n, limit);
+            if let Some(denied) = self.marks_changed(cell, now, asked, &mut again) {
+                return (denied, cell);
+            }
+        }
         'cell: loop {
             // Acquire: a base word comes with the seals and the head raise made before it.
-            let (tag, prev) = unpack_window(self.base.load(Ordering::Acquire));
+            let (tag, prev) = unpack_window(self.base.word.load(Ordering::Acquire));
             if cross || tag != cell & TAG_MASK {
                 cross = false;
                 if let Err(head) = self.advance(cell, &mut me) {
@@ -93,14 +216,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // AcqRel: Release keeps a later acquirer of this slot ordered after our head
                 // reads; Acquire on failure as the load above.
                 match slot.compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => {
-                        let reset = self
-                            .geometry
-                            .start_of(cell.saturating_add(self.geometry.cells));
-                        let allowed =
-                            Decision::allow(limit, limit - taken, reset.saturating_sub(me.now));
-                        return (allowed, cell);
-                    }
+                    Ok(_) => return (self.allowed(cell, me.now, limit, taken), cell),
                     Err(actual) => word = actual,
                 }
             }
@@ -119,16 +235,24 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
-        if count > 0 && count + n > limit {
-            // A burst in this cell (the usual denial under attack): only this cell leaving frees
-            // enough, and it is the newest used one: nothing to read.
-            let leaves = self
-                .geometry
-                .start_of(cell.saturating_add(self.geometry.cells))
-                .saturating_sub(now);
-            let remaining = limit.saturating_sub(prev + count);
-            return Some(Decision::deny(limit, remaining, leaves, leaves));
+        match self.burst_denial(cell, now, prev, count, n, limit) {
+            Some(denied) => Some(denied),
+            None => self.marked_denial(cell, now, prev, count, n, limit),
         }
+    }
+
+    /// [`deny`](Self::deny) when the closed cells must free some of the request: through the
+    /// marks (out of line: a search).
+    #[inline(never)]
+    fn marked_denial(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<Decision> {
         let closed = Closed::of_crossing(cell, self.geometry.window_start(cell), prev);
         self.denial(cell, now, closed, count, n, limit)
     }
@@ -172,7 +296,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         }
         me.reached(cell);
         // Acquire: a base word comes with its crossing's seals and marks.
-        let mut current = self.base.load(Ordering::Acquire);
+        let mut current = self.base.word.load(Ordering::Acquire);
         // The newest published crossing at or before `cell` with the base's tag (its tag read as
         // every call reads it: a crossing less than 2^40 cells back; the marks it is trusted for
         // are checked against their cells' rounds besides).
@@ -209,15 +333,22 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 return Err(head);
             }
             // AcqRel: Release publishes our seals and marks with the base; Acquire on failure.
-            match self
-                .base
-                .compare_exchange(current, want, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.base.word.compare_exchange(
+                current,
+                want,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => break,
                 Err(actual) => current = actual,
             }
         }
         self.pre_stamp(cell, stamp_from);
+        let (slot, round) = self.geometry.place(cell);
+        // Relaxed: a hint, checked by every reader (see `BaseLine::hint`).
+        self.base
+            .hint
+            .store(pack_hint(round, slot), Ordering::Relaxed);
         Ok(())
     }
 

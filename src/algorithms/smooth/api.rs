@@ -3,7 +3,8 @@
 
 /// The Guava-shaped inherent API and the [`Limiter`](crate::Limiter) impl, shared by both
 /// flavours. The type provides `now_micros`, `decide_at(n, now, timeout) -> Outcome` (which
-/// runs the CAS), `set_infinite`, `set_finite(interval, now)`, `infinite`, `interval` and
+/// runs the CAS), `try_acquire_now(n)` (`try_acquire` for `n > 0`: a short path for the
+/// common case falling back to `try_acquire_general`, or `try_acquire_engine(n, self.now_micros())`), `set_infinite`, `set_finite(interval, now)`, `infinite`, `interval` and
 /// `snapshot_at(now)`.
 macro_rules! smooth_limiter_api {
     ($ty:ident, $make:literal) => {
@@ -75,6 +76,34 @@ macro_rules! smooth_limiter_api {
             }
         }
 
+        impl<C: $crate::Clock> $ty<C> {
+            /// Guava's `tryAcquire(n)` (no timeout, `n > 0`) through the general engine, at the
+            /// clock read `now` (µs since creation) the caller already took.
+            #[inline]
+            fn try_acquire_engine(
+                &self,
+                n: u32,
+                now: i64,
+            ) -> Result<$crate::Decision, $crate::AcquireError> {
+                let outcome = self.decide_at(n, now, Some(0));
+                outcome.check_booking(n)?;
+                Ok(outcome.decision)
+            }
+
+            /// [`try_acquire_engine`](Self::try_acquire_engine) out of line: the fallback of a
+            /// short path.
+            #[cold]
+            #[inline(never)]
+            #[allow(dead_code)] // a flavour without a short path does not use it
+            fn try_acquire_general(
+                &self,
+                n: u32,
+                now: i64,
+            ) -> Result<$crate::Decision, $crate::AcquireError> {
+                self.try_acquire_engine(n, now)
+            }
+        }
+
         impl<C: $crate::Clock> $crate::Limiter for $ty<C> {
             /// Guava's `tryAcquire(permits)` (no timeout).
             #[inline]
@@ -82,9 +111,7 @@ macro_rules! smooth_limiter_api {
                 if n == 0 {
                     return Err($crate::AcquireError::ZeroPermits);
                 }
-                let outcome = self.decide_at(n, self.now_micros(), Some(0));
-                outcome.check_booking(n)?;
-                Ok(outcome.decision)
+                self.try_acquire_now(n)
             }
 
             fn clock(&self) -> &dyn $crate::Clock {

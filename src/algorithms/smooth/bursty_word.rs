@@ -1,7 +1,7 @@
 //! The bit layout of [`SmoothBursty`](super::SmoothBursty)'s word (described in `bursty.rs`):
 //! pure encode/decode, unit-tested without atomics.
 
-use super::Ticket;
+use super::{Ticket, f64_to_u64};
 
 pub(super) const FRACTION_BITS: u32 = 12;
 pub(super) const FRACTION_MASK: u64 = (1 << FRACTION_BITS) - 1;
@@ -50,7 +50,14 @@ impl BurstyCodec {
         }
         let now = now.clamp(0, self.max_micros);
         let now_fixed = ((now + self.offset) as u64) << FRACTION_BITS;
-        let ticket = if value >= now_fixed {
+        (self.decode_finite(value, now_fixed, now), infinite)
+    }
+
+    /// [`decode`](Self::decode) of a value that is not [`NEVER`] (no ∞ bit), at `now` in
+    /// `0..=max_micros` whose fixed-point `(now + offset) · 2¹²` is `now_fixed`.
+    #[inline]
+    pub(super) fn decode_finite(&self, value: u64, now_fixed: u64, now: i64) -> Ticket {
+        if value >= now_fixed {
             // In debt. V is whole µs unless a lagging clock read it; round up then.
             Ticket {
                 next_free: ((value + FRACTION_MASK) >> FRACTION_BITS) as i64 - self.offset,
@@ -60,10 +67,11 @@ impl BurstyCodec {
             let stored_fixed = (now_fixed - value).min(self.full_fixed);
             Ticket {
                 next_free: now,
-                stored_time: stored_fixed as f64 / (1u64 << FRACTION_BITS) as f64,
+                // `stored_fixed` ≤ `full_fixed` < 2⁶³: the signed conversion is the same value
+                // in one instruction.
+                stored_time: stored_fixed as i64 as f64 / (1u64 << FRACTION_BITS) as f64,
             }
-        };
-        (ticket, infinite)
+        }
     }
 
     /// The word for `ticket`. Requires `stored_time > 0 ⇒ next_free = now` (always true of a
@@ -81,15 +89,22 @@ impl BurstyCodec {
             NEVER
         } else {
             let base = ((ticket.next_free.max(0) + self.offset) as u64) << FRACTION_BITS;
-            // Round to nearest (+0.5, truncate: stored_time ≥ 0; no libm call), or down.
-            let half = if round_down { 0.0 } else { 0.5 };
-            let stored_fixed = ((ticket.stored_time * (1u64 << FRACTION_BITS) as f64 + half)
-                as u64)
-                .min(self.full_fixed)
-                .min(base);
-            base - stored_fixed
+            self.encode_at(base, ticket.stored_time, round_down)
         };
         value | if infinite { INFINITE_BIT } else { 0 }
+    }
+
+    /// The value (no ∞ bit) of `nf` whose fixed point `(nf + offset) · 2¹²` is `base` (`nf` in
+    /// `0..=max_micros`) with `stored_time` stored, rounded as in
+    /// [`encode_rounded`](Self::encode_rounded).
+    #[inline]
+    pub(super) fn encode_at(&self, base: u64, stored_time: f64, round_down: bool) -> u64 {
+        // Round to nearest (+0.5, truncate: stored_time ≥ 0; no libm call), or down.
+        let half = if round_down { 0.0 } else { 0.5 };
+        let stored_fixed = f64_to_u64(stored_time * (1u64 << FRACTION_BITS) as f64 + half)
+            .min(self.full_fixed)
+            .min(base);
+        base - stored_fixed
     }
 
     /// The word booked on a clock that read `micros` ahead of the present, moved back by that

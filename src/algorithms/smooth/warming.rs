@@ -182,6 +182,13 @@ impl<C: Clock> SmoothWarmingUp<C> {
         micros_since(self.clock.now_nanos(), self.origin_nanos)
     }
 
+    /// `try_acquire(n)` for `n > 0`: the general engine, inline (no short path for this flavour
+    /// yet).
+    #[inline]
+    fn try_acquire_now(&self, n: u32) -> Result<crate::Decision, crate::AcquireError> {
+        self.try_acquire_engine(n, self.now_micros())
+    }
+
     fn validate_rate(&self, permits_per_second: f64) -> Result<RateSetting, ConfigError> {
         check_warming(
             parse_rate(permits_per_second)?,

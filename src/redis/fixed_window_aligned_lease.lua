@@ -1,0 +1,50 @@
+-- floodgate: a lease from the fixed window aligned to the server's clock (the hash
+-- fixed_window_aligned.lua keeps: leases and per-call decisions share one limit). Grants as
+-- many permits as fit, between min and max, in one decision: fit = limit - count; fit >= min:
+-- k = min(max, fit), count += k (as fixed_window_aligned.lua for n = k); else a denial for min.
+-- KEYS[1] hash {i = window index, c = count}. ARGV: limit, window in us, min, max.
+-- ARGV[5]: deadline in us on the server's clock (0: none).
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, count, index,
+-- now_us}; allowed = 2: past the deadline, nothing changed. (count, index) is the lease's
+-- receipt: what a refund (fixed_window_aligned_refund.lua) must still find.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local min = tonumber(ARGV[3])
+local max = tonumber(ARGV[4])
+
+local function int(x) return string.format('%d', x) end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local deadline = tonumber(ARGV[5])
+if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, 0, now} end
+local index = math.floor(now / window)
+if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
+
+local stored = redis.call('HMGET', key, 'i', 'c')
+local count = 0
+local stored_index = tonumber(stored[1])
+local stored_count = tonumber(stored[2])
+if stored_index and stored_count then
+  if stored_index == index then
+    count = stored_count
+  elseif stored_index > index then
+    index = stored_index
+    count = stored_count
+  end
+end
+local window_end = (index + 1) * window
+
+local fit = limit - count
+if fit >= min then
+  local k = math.min(max, fit)
+  redis.call('HSET', key, 'i', int(index), 'c', int(count + k))
+  redis.call('PEXPIREAT', key, int(window_end / 1000))
+  return {1, limit, fit - k, 0, window_end - now, k, count + k, index, now}
+end
+if redis.call('PTTL', key) == -1 then
+  redis.call('PEXPIREAT', key, int(window_end / 1000))
+end
+if fit < 0 then fit = 0 end
+return {0, limit, fit, window_end - now, window_end - now, 0, 0, 0, now}

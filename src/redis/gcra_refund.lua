@@ -1,0 +1,31 @@
+-- floodgate: gives `unused` permits of a GCRA lease back, exactly or not at all. Only when the
+-- key still holds the lease's own word (the TAT its grant wrote: nothing was decided on the key
+-- since, and it has not expired) is the TAT moved back by unused*T: the key is then exactly as
+-- if the lease had asked for `unused` fewer permits. Otherwise nothing changes (the permits stay
+-- taken until the TAT passes them: under-admission, never over-admission).
+-- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, the lease's word, unused, 0.
+-- ARGV[5]: deadline in us on the server's clock (0: none).
+-- Reply: {refunded (1/0), 0, 0, 0, 0, now_us}; 2 first: past the deadline, nothing changed.
+local key = KEYS[1]
+local interval = tonumber(ARGV[1])
+local word = tonumber(ARGV[2])
+local unused = tonumber(ARGV[3])
+
+local function int(x) return string.format('%d', x) end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local deadline = tonumber(ARGV[5])
+if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
+local stored = redis.call('GET', key)
+if not stored or tonumber(stored) ~= word or unused < 1 then
+  return {0, 0, 0, 0, 0, now}
+end
+local tat = word - unused * interval
+if tat > now then
+  redis.call('SET', key, int(tat), 'PX', int(math.ceil((tat - now) / 1000)))
+else
+  -- Full again: as the bucket would be had the key expired.
+  redis.call('DEL', key)
+end
+return {1, 0, 0, 0, 0, now}

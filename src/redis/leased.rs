@@ -1,0 +1,1023 @@
+//! [`LeasedKey`]: one key of a Redis GCRA limit, served locally from leases taken with one
+//! script call each.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use super::limiter::decision_from_reply;
+use super::limiter::sealed::Script as _;
+use super::{RedisAlgorithm, RedisLimiter};
+use crate::algorithms::{Anchor, FixedWindow, Gcra};
+use crate::backend::{BackendError, FailureKind, Outcome, RequestError};
+use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::decision::{ConfigError, Decision};
+use crate::lease::{Lease, LeaseSlot};
+use crate::sync::{AtomicU64, Ordering};
+
+static GCRA_LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_lease.lua")));
+static GCRA_REFUND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("gcra_refund.lua")));
+static WINDOW_LEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window_lease.lua")));
+static ALIGNED_LEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window_aligned_lease.lua")));
+static ALIGNED_REFUND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window_aligned_refund.lua")));
+
+pub(crate) mod sealed {
+    /// What a leasing algorithm adds to its per-call script: its lease and refund scripts.
+    /// Sealed, as the per-call scripts are.
+    pub trait LeaseScript {
+        /// Takes between `ARGV[3]` and `ARGV[4]` permits (the per-call `ARGV` otherwise);
+        /// replies `{allowed, limit, remaining, retry_after_us, reset_after_us, granted,
+        /// receipt0, receipt1, now_us}`.
+        fn lease_script(&self) -> &'static redis::Script;
+        /// The refund script, `None` where a lease is never given back.
+        fn refund_script(&self) -> Option<&'static redis::Script>;
+        /// `ARGV` of a refund of `unused` permits of a lease with `receipt`.
+        fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4];
+        /// Whether a lease also ends with the window that counted it (a grant's `reset_after`).
+        fn ends_with_window(&self) -> bool;
+    }
+}
+
+/// An algorithm whose Redis state can lend permits to a [`LeasedKey`]: [`Gcra`] (and so
+/// [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket)) and
+/// [`FixedWindow`]. Sealed.
+///
+/// ```
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::redis::{LeaseAlgorithm, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+/// use floodgate::FixedWindow;
+/// use std::{sync::Arc, time::Duration};
+/// fn leased<A: LeaseAlgorithm>(limiter: RedisLimiter<A>, key: &str) -> LeasedKey<A> {
+///     LeasedKey::new(Arc::new(limiter), key)
+/// }
+/// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+/// let window = FixedWindow::aligned(1_000, Duration::from_secs(1))?;
+/// let limiter = RedisLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
+/// assert_eq!(leased(limiter, "tenant-7").key(), "tenant-7");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait LeaseAlgorithm: RedisAlgorithm + sealed::LeaseScript {}
+
+/// A lease advances the theoretical arrival time by its permits; a refund moves it back, only
+/// from the exact time the lease wrote.
+impl sealed::LeaseScript for Gcra {
+    fn lease_script(&self) -> &'static redis::Script {
+        &GCRA_LEASE
+    }
+
+    fn refund_script(&self) -> Option<&'static redis::Script> {
+        Some(&GCRA_REFUND)
+    }
+
+    fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4] {
+        // The interval per permit, as the per-call script gets it.
+        [self.args(1)[0], receipt[0], unused, 0]
+    }
+
+    fn ends_with_window(&self) -> bool {
+        false
+    }
+}
+
+/// Leases from the token bucket family.
+impl LeaseAlgorithm for Gcra {}
+
+/// A lease is counted in the current window and ends with it. An aligned window's lease is
+/// refunded only from the exact window index and count it wrote; an anchored window's is never
+/// refunded (a new window's counter can reach the same count: its permits die with the window).
+impl sealed::LeaseScript for FixedWindow {
+    fn lease_script(&self) -> &'static redis::Script {
+        match self.anchor() {
+            Anchor::FirstRequest => &WINDOW_LEASE,
+            Anchor::WallClock => &ALIGNED_LEASE,
+        }
+    }
+
+    fn refund_script(&self) -> Option<&'static redis::Script> {
+        match self.anchor() {
+            Anchor::FirstRequest => None,
+            Anchor::WallClock => Some(&ALIGNED_REFUND),
+        }
+    }
+
+    fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4] {
+        [receipt[1], receipt[0], unused, 0]
+    }
+
+    fn ends_with_window(&self) -> bool {
+        true
+    }
+}
+
+/// Leases from the fixed window (anchored or aligned).
+impl LeaseAlgorithm for FixedWindow {}
+
+/// The lease size a key starts with (at most the largest lease).
+const INITIAL_LEASE: u32 = 8;
+/// A lease is never more than this share of what the script last said was left.
+const BUDGET_SHARE: u64 = 4;
+/// No lease: nothing to serve or give back.
+const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
+
+/// One key of a [`RedisLimiter`] over [`Gcra`] (and so [`TokenBucket`](crate::TokenBucket),
+/// [`LeakyBucket`](crate::LeakyBucket)) or [`FixedWindow`] (a [`LeaseAlgorithm`]) served from
+/// **leases**: the process takes a batch of permits from the key's Redis state with one script
+/// call, serves them locally (one compare-exchange on one word: no await, no round trip), and
+/// gives back exactly what it does not use, or lets it expire.
+///
+/// The lease is taken from the same Redis key and state as the limiter's per-call decisions
+/// (the bucket's theoretical arrival time, the window's count): leased and per-call callers, in
+/// any number of processes, share one limit.
+///
+/// # How a call is decided
+/// * **From the lease** when it has `n` permits and has not expired: one clock read and one
+///   compare-exchange.
+/// * Otherwise one caller (the others wait for it, on an async mutex that only this path
+///   takes) retires the lease, learning exactly how many permits were not served, and asks
+///   Redis, through the limiter's [`FailurePolicy`](crate::backend::FailurePolicy), circuit
+///   breaker and deny cache, for a new lease of between `n` and the lease size permits, as
+///   many as fit (one script call, `*_lease.lua`). Unserved permits of the old lease (it
+///   expired, or held fewer than `n`) are given back first (a second script, `*_refund.lua`,
+///   given at most half of the call's time: see below), exactly or not at all: only
+///   when the key still holds the word the old lease wrote (nothing was decided on the key
+///   since) is the bucket's time moved back, or the aligned window's count lowered, by the
+///   unused permits, leaving the key exactly as if the lease had been smaller. An anchored window's lease is never given back (a later window's
+///   counter could hold the same count): its permits die with its window.
+/// * **Within one timeout**: a call that must ask Redis returns within the backend's
+///   [timeout](super::RedisConfig::timeout) from its start, whatever the others do: the wait
+///   for the owner, the refund and the lease request share that one deadline. A caller whose
+///   deadline passes while another caller's refill is out gets a timeout, and one that waited
+///   through a refill that failed gets that refill's failure, both decided by the policy
+///   (without a call of its own).
+/// * **Near the limit** the lease is the request: when the lease size would be `n` or less
+///   (no permit held, and a quarter of what Redis last said was left, or
+///   [`max_lease`](Self::max_lease), is at most `n`), the call
+///   is the limiter's own exact per-call decision ([`RedisLimiter::try_acquire_outcome`]: its
+///   deny cache answers repeated denials locally), without the mutex: concurrent calls go out
+///   together, as per-call ones do.
+///
+/// # Decisions
+/// A decision served from the lease is allowed with `remaining` = the lease's unserved permits
+/// plus what Redis said was left after the lease (other processes' leases are not counted), and
+/// `reset_after` from that lease's reply. The request that takes a lease gets the same; a
+/// denial, and every per-call decision, is Redis's own (or the policy's).
+///
+/// Share one `LeasedKey` per key among the tasks of a process (in an [`Arc`]): each
+/// `LeasedKey` holds its own lease, and the bounds below count per `LeasedKey`.
+///
+/// # Lease size
+/// Adapts to this key's rate in this process and to the budget left: starting at 8 (at most
+/// [`max_lease`](Self::max_lease)), the size doubles when a lease ran out before it expired and
+/// halves when one expired unused; a lease asks for at least one permit more than the request
+/// (so a size halved down by idle periods grows back with use), and never for more than a
+/// quarter of what Redis said was left at the last decision. A lease is also never more than
+/// the bucket's capacity (the script grants only what fits), so a key leases well only with a
+/// burst well above the lease size.
+///
+/// # The bound
+/// The two rules of [`crate::lease`]: a permit is served at most once, only from a lease Redis
+/// granted, on a clock read taken after the lease was received and before it expired; a refund
+/// is exact or does not happen. A lease's lifetime `L` ([`lifetime`](Self::lifetime)) is counted
+/// on this process's clock from a read taken **before its request was sent**, so it ends at
+/// most `L` after Redis decided it, in real time, whatever the offset between the clocks (only
+/// their rates must agree; a clock read that lags across cores adds its lag). A window's lease
+/// also ends with the window that counted it, counted the same way: `reset_after` from that
+/// read, where the script's `reset_after` is at most the time from its own clock read to the
+/// window's end on the server (the aligned window's end, kept to the microsecond; the anchored
+/// window's counter's expiry, read to the millisecond with `PEXPIRETIME`, or with `PTTL`
+/// less 1 ms before Redis 7.0). Hence:
+///
+/// * **Fixed window: never over the limit** in any window: every permit served was counted in
+///   the window it is served in (a lease is served only before the counter that counted it
+///   expires and a new window opens; the clocks' rates agreeing, as above). Under-admission:
+///   the permits held in leases, dead with their window unless refunded, as below.
+/// * **Bucket, over-admission** (`C` the capacity, `T` the interval per permit): all callers of the key together (leased and per-call, every process)
+///   are admitted at most `C + ⌊(d + L) / T⌋` permits in any span of length `d` (the exact
+///   bucket: `C + ⌊d / T⌋`): at most `⌈L / T⌉` above the exact bucket, and at most what the
+///   leases held when the span began (`max_lease − 1` per `LeasedKey`). Over a
+///   span that contains every lease's request (say, the whole run of a test), **none**: every
+///   permit served was granted inside the span.
+/// * **Under-admission** (both): the permits held in leases ([`stranded_bound`](Self::stranded_bound)
+///   per `LeasedKey`, at any time), plus the permits of leases whose unserved part
+///   could not be given back (another decision came first: they stay taken until the bucket's
+///   time passes them) or whose reply was lost (a timeout, or a dropped future, after the
+///   script ran: at most one lease each). [`counts`](Self::counts) reports them.
+///
+/// A refund can give permits back after Redis announced a denial's `retry_after` to some
+/// caller: a [`DenyCache`](crate::backend::DenyCache) then denies until that time, a little
+/// longer than Redis would (under-admission only).
+///
+/// ```no_run
+/// use floodgate::backend::FailurePolicy;
+/// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+/// use floodgate::{Gcra, Rate};
+/// use std::sync::Arc;
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379")).await?;
+/// let gcra = Gcra::new(Rate::per_second(100_000), 100_000)?;
+/// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailClosed)?);
+/// let hot = LeasedKey::new(limiter, "tenant-7");
+/// for _ in 0..1_000 {
+///     // Mostly served from the lease, without a round trip.
+///     assert!(hot.try_acquire(1).await?.is_allowed());
+/// }
+/// hot.release().await?; // give back what is left
+/// # Ok(()) }
+/// ```
+pub struct LeasedKey<A: LeaseAlgorithm = Gcra, C: Clock + Clone = QuantaClock> {
+    limiter: Arc<RedisLimiter<A, C>>,
+    key: String,
+    redis_keys: Vec<String>,
+    slot: LeaseSlot,
+    /// What the script said was left after the published lease (for the serves' decisions).
+    source_left: AtomicU64,
+    /// When the key is whole again, by the published lease's reply (clock nanoseconds).
+    reset_at: AtomicU64,
+    /// What Redis said was left at the last decision (a lease's or a per-call one).
+    budget: AtomicU64,
+    owner: tokio::sync::Mutex<Owner>,
+    max_lease: u32,
+    lifetime_nanos: u64,
+    counters: Counters,
+}
+
+/// What the caller replacing the lease owns.
+#[derive(Debug)]
+struct Owner {
+    /// The published lease ([`NO_LEASE`] for none).
+    lease: Lease,
+    /// The size the next lease asks for.
+    size: u32,
+    /// The last refill's failure (not a short circuit) and when it was decided; `None` after a
+    /// refill that reached Redis. A caller that waited for the owner while it failed takes
+    /// this failure (decided by the policy) instead of sending a call of its own.
+    failed: Option<(Instant, BackendError)>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    leases: AtomicU64,
+    leased: AtomicU64,
+    returned: AtomicU64,
+    refunded: AtomicU64,
+    exact: AtomicU64,
+}
+
+/// What a [`LeasedKey`] took and served (see [`LeasedKey::counts`]).
+///
+/// ```
+/// use floodgate::redis::LeaseCounts;
+/// let counts = LeaseCounts { leases: 2, leased: 100, held: 10, refunded: 20, stranded: 5, exact: 0 };
+/// assert_eq!(counts.served(), 65);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leases Redis granted (replies received).
+    pub leases: u64,
+    /// Permits in those leases.
+    pub leased: u64,
+    /// Permits of the current lease not yet served.
+    pub held: u64,
+    /// Unserved permits of retired leases given back to Redis (refunds confirmed).
+    pub refunded: u64,
+    /// Unserved permits of retired leases not given back: taken from the limit, handed to no
+    /// caller (under-admission; they stay taken until the bucket's time passes them).
+    pub stranded: u64,
+    /// Decisions made per call, exactly (near the limit).
+    pub exact: u64,
+}
+
+impl LeaseCounts {
+    /// Permits served from leases: `leased − held − refunded − stranded`.
+    ///
+    /// ```
+    /// use floodgate::redis::LeaseCounts;
+    /// assert_eq!(LeaseCounts { leased: 10, held: 3, ..LeaseCounts::default() }.served(), 7);
+    /// ```
+    pub fn served(&self) -> u64 {
+        self.leased
+            .saturating_sub(self.held)
+            .saturating_sub(self.refunded)
+            .saturating_sub(self.stranded)
+    }
+}
+
+impl<A: LeaseAlgorithm, C: Clock + Clone> std::fmt::Debug for LeasedKey<A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedKey")
+            .field("key", &self.key)
+            .field("max_lease", &self.max_lease)
+            .field("lifetime", &self.lifetime())
+            .field("counts", &self.counts())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
+    /// How long a lease may be served unless told otherwise
+    /// ([`with_lifetime`](Self::with_lifetime)): 50 ms, well above a round trip.
+    pub const DEFAULT_LIFETIME: Duration = Duration::from_millis(50);
+
+    /// The largest lease unless told otherwise ([`with_max_lease`](Self::with_max_lease)).
+    pub const DEFAULT_MAX_LEASE: u32 = 1024;
+
+    /// `key` of `limiter`, served from leases of up to [`DEFAULT_MAX_LEASE`](Self::DEFAULT_MAX_LEASE)
+    /// permits (at most the limit) lasting at most [`DEFAULT_LIFETIME`](Self::DEFAULT_LIFETIME).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 10_000)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// let leased = LeasedKey::new(limiter, "tenant-7");
+    /// assert_eq!((leased.key(), leased.max_lease()), ("tenant-7", 1024));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(limiter: Arc<RedisLimiter<A, C>>, key: &str) -> Self {
+        let redis_keys = limiter.redis_keys(key);
+        let limit = RedisAlgorithm::limit(limiter.algorithm());
+        let max_lease = lease_at_most(Self::DEFAULT_MAX_LEASE, limit);
+        LeasedKey {
+            limiter,
+            key: key.to_owned(),
+            redis_keys,
+            slot: LeaseSlot::new(),
+            source_left: AtomicU64::new(0),
+            reset_at: AtomicU64::new(0),
+            owner: tokio::sync::Mutex::new(Owner {
+                lease: NO_LEASE,
+                size: INITIAL_LEASE.min(max_lease),
+                failed: None,
+            }),
+            budget: AtomicU64::new(limit),
+            max_lease,
+            lifetime_nanos: duration_to_nanos(Self::DEFAULT_LIFETIME),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The same key with leases of at most `max_lease` permits (1: every call is the exact
+    /// per-call decision). Above the limit it reads as the limit: [`max_lease`](Self::max_lease)
+    /// and [`stranded_bound`](Self::stranded_bound) report the limit then.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for zero.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").with_max_lease(64)?.stranded_bound(), 63);
+    /// let above = LeasedKey::new(limiter.clone(), "k").with_max_lease(5_000)?;
+    /// assert_eq!((above.max_lease(), above.stranded_bound()), (1_000, 999)); // the limit
+    /// let zero = LeasedKey::new(limiter, "k").with_max_lease(0).unwrap_err();
+    /// assert!(zero.to_string().contains("max_lease"), "{zero}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_max_lease(mut self, max_lease: u32) -> Result<Self, ConfigError> {
+        if max_lease == 0 {
+            return Err(ConfigError::Invalid {
+                what: "max_lease",
+                why: "a lease must be allowed at least one permit",
+            });
+        }
+        let max_lease = lease_at_most(max_lease, RedisAlgorithm::limit(self.limiter.algorithm()));
+        self.owner.get_mut().size = INITIAL_LEASE.min(max_lease);
+        self.max_lease = max_lease;
+        Ok(self)
+    }
+
+    /// The same key with leases served for at most `lifetime` (from a clock read taken before
+    /// the lease was asked for). The over-admission above the exact bucket is at most
+    /// `lifetime`'s worth of the rate; a lifetime shorter than a round trip wastes every lease.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroPeriod`] for zero, [`ConfigError::DurationOverflow`] beyond `u64`
+    /// nanoseconds.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{ConfigError, Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 1_000)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// let short = LeasedKey::new(limiter.clone(), "k").with_lifetime(Duration::from_millis(5))?;
+    /// assert_eq!(short.lifetime(), Duration::from_millis(5));
+    /// let zero = LeasedKey::new(limiter, "k").with_lifetime(Duration::ZERO);
+    /// assert!(matches!(zero, Err(ConfigError::ZeroPeriod)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_lifetime(self, lifetime: Duration) -> Result<Self, ConfigError> {
+        let lifetime_nanos =
+            u64::try_from(lifetime.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
+        if lifetime_nanos == 0 {
+            return Err(ConfigError::ZeroPeriod);
+        }
+        Ok(LeasedKey {
+            lifetime_nanos,
+            ..self
+        })
+    }
+
+    /// The limiter whose key this is (its per-call decisions share the limit).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").limiter().algorithm().capacity(), 500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn limiter(&self) -> &Arc<RedisLimiter<A, C>> {
+        &self.limiter
+    }
+
+    /// The limiter key served.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "bob").key(), "bob");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The largest lease taken: the one configured, at most the limit.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").with_max_lease(64)?.max_lease(), 64);
+    /// assert_eq!(LeasedKey::new(limiter, "k").max_lease(), 500); // 1024 by default: the limit
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_lease(&self) -> u32 {
+        self.max_lease
+    }
+
+    /// How long a lease may be served.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").lifetime(), Duration::from_millis(50));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lifetime(&self) -> Duration {
+        Duration::from_nanos(self.lifetime_nanos)
+    }
+
+    /// The most permits this key holds in its lease at once, taken from Redis and not yet
+    /// served: [`max_lease`](Self::max_lease) − 1 (a lease serves its first request at once;
+    /// `max_lease` is at most the limit). It bounds this
+    /// process's share of the under-admission at any time, and of the over-admission in any
+    /// span (see [the bound](Self#the-bound)).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter.clone(), "k").stranded_bound(), 499); // the limit, 500, − 1
+    /// assert_eq!(LeasedKey::new(limiter, "k").with_max_lease(64)?.stranded_bound(), 63);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stranded_bound(&self) -> u64 {
+        u64::from(self.max_lease - 1)
+    }
+
+    /// What this key took from Redis and what became of it. `served()` counts permits handed
+    /// out from leases; a lease whose reply was lost is in none of the counts.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").counts(), LeaseCounts::default());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn counts(&self) -> LeaseCounts {
+        // Relaxed: independent statistics counters; no other memory depends on them.
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let c = &self.counters;
+        let (returned, refunded) = (load(&c.returned), load(&c.refunded));
+        LeaseCounts {
+            leases: load(&c.leases),
+            leased: load(&c.leased),
+            held: self.slot.left(),
+            refunded,
+            stranded: returned.saturating_sub(refunded),
+            exact: load(&c.exact),
+        }
+    }
+
+    /// Takes `n` permits: from the lease without a round trip when it has them, else as
+    /// described [above](Self#how-a-call-is-decided). A Redis failure is decided by the
+    /// limiter's policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    ///
+    /// Dropping the future while it waits for a new lease sends nothing more; a lease whose
+    /// request was already sent is lost (at most one lease of under-admission).
+    ///
+    /// # Errors
+    /// [`RequestError::Permits`] for `n = 0` or `n` above the capacity;
+    /// [`RequestError::Runtime`] outside a tokio runtime when Redis must be asked.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1: the lease refill fails and the policy (fail open) decides.
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config.lazy()).await?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailOpen)?);
+    /// let leased = LeasedKey::new(limiter.clone(), "alice");
+    /// assert!(leased.try_acquire(1).await?.is_allowed());
+    /// assert_eq!(limiter.failures().total(), 1);
+    /// assert!(leased.try_acquire(0).await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, n: u32) -> Result<Decision, RequestError> {
+        self.try_acquire_outcome(n).await.map(|o| o.decision())
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), with the Redis error when the policy decided.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::connect(config.lazy()).await?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailClosed)?);
+    /// let outcome = LeasedKey::new(limiter, "alice").try_acquire_outcome(1).await?;
+    /// assert!(!outcome.decision().is_allowed());
+    /// assert!(outcome.failure().unwrap().to_string().contains("redis://127.0.0.1:1"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_outcome(&self, n: u32) -> Result<Outcome, RequestError> {
+        RedisAlgorithm::check_permits(self.limiter.algorithm(), n)?;
+        if let Some((left, now)) = self.slot.serve(n, self.clock()) {
+            return Ok(Outcome::from_backend(self.served(left, now)));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RequestError::Runtime(
+                "LeasedKey's async calls need a tokio runtime: call them inside one, or use \
+                 the blocking_* forms",
+            ));
+        }
+        self.unserved(n).await
+    }
+
+    /// [`try_acquire`](Self::try_acquire), blocking the thread when Redis must be asked (a
+    /// serve from the lease never blocks).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire), and [`RequestError::Runtime`] when Redis must be
+    /// asked inside a tokio runtime, or on a backend that cannot block (see
+    /// [`RedisLimiter::blocking_try_acquire`]).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = RedisBackend::blocking_connect(config.lazy())?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailClosed)?);
+    /// assert!(!LeasedKey::new(limiter, "alice").blocking_try_acquire(1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_try_acquire(&self, n: u32) -> Result<Decision, RequestError> {
+        RedisAlgorithm::check_permits(self.limiter.algorithm(), n)?;
+        if let Some((left, now)) = self.slot.serve(n, self.clock()) {
+            return Ok(self.served(left, now));
+        }
+        let outcome = self.limiter.backend().block_on(self.unserved(n))??;
+        Ok(outcome.decision())
+    }
+
+    /// Gives the unserved permits of the current lease back to Redis (exactly, or not at all:
+    /// see [`LeasedKey`]) and drops the lease; the next call takes a new one. Returns the
+    /// permits given back. Call it before the process stops serving the key; a lease not
+    /// released expires with its [`lifetime`](Self::lifetime).
+    ///
+    /// # Errors
+    /// [`RequestError::Runtime`] outside a tokio runtime.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = RedisBackend::connect(RedisConfig::single("redis://127.0.0.1:6379").lazy()).await?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "doc", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "alice").release().await?, 0); // no lease yet
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(&self) -> Result<u64, RequestError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RequestError::Runtime(
+                "LeasedKey::release needs a tokio runtime",
+            ));
+        }
+        let mut owner = self.owner.lock().await;
+        let unused = self.retire(&mut owner);
+        let old = std::mem::replace(&mut owner.lease, NO_LEASE);
+        if unused == 0 || old.granted() == 0 {
+            return Ok(0);
+        }
+        let timeout = self.limiter.backend().timeout();
+        Ok(if self.refund(old, unused, deadline(timeout)).await {
+            unused
+        } else {
+            0
+        })
+    }
+
+    /// The clock leases expire on (the limiter's).
+    fn clock(&self) -> &dyn Clock {
+        self.limiter.handler().clock()
+    }
+
+    /// The decision for a serve that left `left` permits in the lease, at `now`.
+    #[inline]
+    fn served(&self, left: u64, now: u64) -> Decision {
+        // Relaxed: hints written before the lease was published (this lease's or a later one's:
+        // an estimate either way, as `PerCore`'s).
+        let source_left = self.source_left.load(Ordering::Relaxed);
+        let reset_at = self.reset_at.load(Ordering::Relaxed);
+        Decision::allow(
+            RedisAlgorithm::limit(self.limiter.algorithm()),
+            left.saturating_add(source_left),
+            reset_at.saturating_sub(now),
+        )
+    }
+
+    /// The decision for a request of `n` whose deadline passed while another caller's refill
+    /// held the owner: a timeout, decided by the policy (the breaker is not told: this call
+    /// sent nothing).
+    #[cold]
+    fn waited_out(&self, n: u32) -> Outcome {
+        let timeout = self.limiter.backend().timeout();
+        let error = BackendError::at(
+            FailureKind::Timeout,
+            self.limiter.backend().server(),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no lease within {timeout:?}: another caller's request for a lease of this \
+                     key was still out"
+                ),
+            ),
+        );
+        self.limiter.handler().decide(&self.key, n, error)
+    }
+
+    /// Retires the published lease (the caller owns the slot): its unserved permits.
+    fn retire(&self, _owner: &mut Owner) -> u64 {
+        let unused = self.slot.retire();
+        // Relaxed: a statistics counter; no other memory depends on it.
+        self.counters.returned.fetch_add(unused, Ordering::Relaxed);
+        unused
+    }
+
+    /// A request of `n` the lease could not serve. With no permit held and a budget too small
+    /// for a lease of more than `n`, the exact per-call decision, without waiting for the
+    /// lease's owner (near the limit, and on every denial while the limit is exhausted, this is
+    /// the per-call path, concurrent calls included); otherwise the lease is replaced.
+    ///
+    /// The whole call is bounded by one deadline, the backend's timeout from now: the wait for
+    /// the lease's owner, the refund of an old lease and the request for a new one share it.
+    async fn unserved(&self, n: u32) -> Result<Outcome, RequestError> {
+        let asked = Instant::now();
+        let deadline = asked
+            .checked_add(self.limiter.backend().timeout())
+            .unwrap_or(asked);
+        if self.slot.left() == 0 && self.exact_suffices(n) {
+            return self.exact(n, deadline, false).await;
+        }
+        self.refill(n, asked, deadline).await
+    }
+
+    /// Whether a lease of more than `n` is ruled out: by the budget Redis last reported, or by
+    /// the largest lease.
+    fn exact_suffices(&self, n: u32) -> bool {
+        self.lease_cap() <= u64::from(n)
+    }
+
+    /// The largest lease the next refill may take: a quarter of the budget Redis last reported,
+    /// at most the largest lease.
+    fn lease_cap(&self) -> u64 {
+        // Relaxed: a hint for the lease size only; any value is a report Redis made.
+        let budget = self.budget.load(Ordering::Relaxed);
+        (budget / BUDGET_SHARE).min(u64::from(self.max_lease))
+    }
+
+    /// The limiter's exact per-call decision for `n`, giving up at `deadline` (`shortened`: part
+    /// of the call's time went to waiting for the owner, so a timeout is not the breaker's to
+    /// count); what it says is left becomes the budget.
+    async fn exact(
+        &self,
+        n: u32,
+        deadline: Instant,
+        shortened: bool,
+    ) -> Result<Outcome, RequestError> {
+        let outcome = self
+            .limiter
+            .outcome_by(&self.key, n, deadline, shortened)
+            .await?;
+        // Relaxed: a statistics counter; no other memory depends on it.
+        self.counters.exact.fetch_add(1, Ordering::Relaxed);
+        if outcome.failure().is_none() {
+            // Relaxed: a hint (see `exact_suffices`).
+            self.budget
+                .store(outcome.decision().remaining(), Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
+    /// Replaces the lease for a request of `n` the lease could not serve (a call made at
+    /// `asked`, to be decided by `deadline`).
+    async fn refill(
+        &self,
+        n: u32,
+        asked: Instant,
+        deadline: Instant,
+    ) -> Result<Outcome, RequestError> {
+        let (mut owner, waited) = match self.owner.try_lock() {
+            Ok(owner) => (owner, false),
+            // Another caller is replacing the lease: wait for it, but not past this call's own
+            // deadline (its Redis call may take the whole timeout).
+            Err(_) => match tokio::time::timeout_at(deadline.into(), self.owner.lock()).await {
+                Ok(owner) => (owner, true),
+                Err(_) => return Ok(self.waited_out(n)),
+            },
+        };
+        // Another caller may have published a lease while this one waited.
+        if let Some((left, now)) = self.slot.serve(n, self.clock()) {
+            return Ok(Outcome::from_backend(self.served(left, now)));
+        }
+        // A refill that failed while this call waited: its failure is this call's too (one
+        // failed call per outage and timeout, not one per waiting caller).
+        let failed_meanwhile = owner
+            .failed
+            .as_ref()
+            .filter(|(at, _)| waited && *at >= asked);
+        if let Some((_, error)) = failed_meanwhile {
+            return Ok(self.limiter.handler().decide(&self.key, n, error.clone()));
+        }
+        // Before anything is sent: the new lease's lifetime counts from here.
+        let sent = self.clock().now_nanos();
+        let old = std::mem::replace(&mut owner.lease, NO_LEASE);
+        let unused = self.retire(&mut owner);
+        if old.granted() > 0 {
+            if sent < old.expires_at() {
+                // Ran out before it expired: lease more.
+                owner.size = owner.size.saturating_mul(2).min(self.max_lease);
+            } else if unused > 0 {
+                // Expired unused: lease less.
+                owner.size = (owner.size / 2).max(1);
+            }
+        }
+        // At least one permit more than the request while the budget and the largest lease
+        // allow it, so that a size halved down by idle periods grows back with use.
+        let want = u64::from(owner.size)
+            .max(u64::from(n) + 1)
+            .min(self.lease_cap())
+            .max(u64::from(n));
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        // The old lease's refund goes first (it must find the key as the old lease left it),
+        // within half of what is left of the call's time; the next request gets the rest: the
+        // call returns within its one timeout, even when neither is answered.
+        let refund = (unused > 0 && old.granted() > 0).then(|| {
+            let now = Instant::now();
+            let half = deadline.saturating_duration_since(now) / 2;
+            self.refund(old, unused, now.checked_add(half).unwrap_or(deadline))
+        });
+        if want <= n {
+            // Near the limit: the lease would be the request. The old lease's refund, then the
+            // exact per-call decision (not holding the lease: there is none to serve).
+            if let Some(refund) = refund {
+                refund.await;
+            }
+            drop(owner);
+            return self.exact(n, deadline, waited).await;
+        }
+        let mut taken = None;
+        let slot = &mut taken;
+        let store = move || async move {
+            let take = self.take(n, want, sent, deadline);
+            if let Some(refund) = refund {
+                refund.await;
+            }
+            let lease = take.await?;
+            *slot = Some(lease);
+            Ok(lease_decision(&lease, n))
+        };
+        // A timeout of a call shortened by the wait for the owner says nothing about Redis.
+        let excused = |error: &BackendError| waited && error.is_timeout();
+        let outcome = self
+            .limiter
+            .handler()
+            .run_async_excusing(&self.key, n, store, excused)
+            .await;
+        owner.failed = outcome
+            .failure()
+            .filter(|error| !error.is_circuit_open())
+            .map(|error| (Instant::now(), error.clone()));
+        match taken {
+            Some(lease) if outcome.failure().is_none() => {
+                // Relaxed: a hint (see `exact_suffices`).
+                self.budget
+                    .store(lease.decision().remaining(), Ordering::Relaxed);
+                if lease.granted() > 0 {
+                    // Relaxed: statistics counters; no other memory depends on them.
+                    self.counters.leases.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .leased
+                        .fetch_add(u64::from(lease.granted()), Ordering::Relaxed);
+                    // Relaxed: published by the Release stores of `publish`.
+                    self.source_left
+                        .store(lease.decision().remaining(), Ordering::Relaxed);
+                    let reset = duration_to_nanos(lease.decision().reset_after());
+                    // Relaxed: as above.
+                    self.reset_at
+                        .store(sent.saturating_add(reset), Ordering::Relaxed);
+                    self.slot.publish(lease.granted() - n, lease.expires_at());
+                    owner.lease = lease;
+                }
+            }
+            _ => {}
+        }
+        Ok(outcome)
+    }
+
+    /// One lease script: between `n` and `want` permits, as many as fit; its lifetime counts
+    /// from `sent` (a clock read taken before the request).
+    async fn take(
+        &self,
+        n: u32,
+        want: u32,
+        sent: u64,
+        deadline: Instant,
+    ) -> Result<Lease, BackendError> {
+        let backend = self.limiter.backend();
+        let algorithm = self.limiter.algorithm();
+        let mut args = algorithm.args(n);
+        args[3] = u64::from(want);
+        let reply = backend
+            .eval(algorithm.lease_script(), &self.redis_keys, args, deadline)
+            .await?;
+        let protocol = || {
+            BackendError::at(
+                FailureKind::Protocol,
+                backend.server(),
+                std::io::Error::other(format!(
+                    "unexpected reply from floodgate's lease script: {reply:?}"
+                )),
+            )
+        };
+        let &[
+            allowed,
+            limit,
+            remaining,
+            retry,
+            reset,
+            granted,
+            word,
+            index,
+            now,
+        ] = reply.as_slice()
+        else {
+            return Err(protocol());
+        };
+        let decision = decision_from_reply(
+            &[allowed, limit, remaining, retry, reset, now],
+            backend.server(),
+        )?;
+        let granted = u32::try_from(granted).map_err(|_| protocol())?;
+        let receipt = [
+            u64::try_from(word).map_err(|_| protocol())?,
+            u64::try_from(index).map_err(|_| protocol())?,
+        ];
+        if decision.is_allowed() != (granted > 0) || (granted > 0 && !(n..=want).contains(&granted))
+        {
+            return Err(protocol());
+        }
+        let mut expires_at = sent.saturating_add(self.lifetime_nanos);
+        if algorithm.ends_with_window() {
+            // A grant's `reset_after` is the time from the script's clock read to the end of
+            // the window that counted it; `sent` came before that read.
+            let window_end = sent.saturating_add(duration_to_nanos(decision.reset_after()));
+            expires_at = expires_at.min(window_end);
+        }
+        Ok(Lease::new(granted, sent, expires_at, decision).with_receipt(receipt))
+    }
+
+    /// Gives `unused` permits of `lease` back if the key still holds the word it wrote, giving
+    /// up at `deadline`.
+    async fn refund(&self, lease: Lease, unused: u64, deadline: Instant) -> bool {
+        let backend = self.limiter.backend();
+        let algorithm = self.limiter.algorithm();
+        let Some(script) = algorithm.refund_script() else {
+            return false;
+        };
+        let args = algorithm.refund_args(lease.receipt(), unused);
+        let refunded = backend
+            .eval(script, &self.redis_keys, args, deadline)
+            .await
+            .is_ok_and(|reply| reply.first() == Some(&1));
+        if refunded {
+            // Relaxed: a statistics counter; no other memory depends on it.
+            self.counters.refunded.fetch_add(unused, Ordering::Relaxed);
+        }
+        refunded
+    }
+}
+
+/// The decision for the request of `n` that took `lease`: the lease's own for a denial; for a
+/// grant, the lease's unserved permits count as remaining.
+fn lease_decision(lease: &Lease, n: u32) -> Decision {
+    let d = lease.decision();
+    if lease.granted() == 0 {
+        return d;
+    }
+    let held = u64::from(lease.granted() - n);
+    Decision::allow(
+        d.limit(),
+        d.remaining().saturating_add(held),
+        duration_to_nanos(d.reset_after()),
+    )
+}
+
+/// `max_lease`, at most `limit` (no lease can hold more), and at least 1.
+fn lease_at_most(max_lease: u32, limit: u64) -> u32 {
+    max_lease
+        .min(u32::try_from(limit).unwrap_or(u32::MAX))
+        .max(1)
+}
+
+/// A call's deadline: `timeout` from now (the backend validated it to at most an hour).
+fn deadline(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or(now)
+}

@@ -1,0 +1,115 @@
+//! `Limiter::admit` (the bool-only path) decides exactly as `try_acquire`: two limiters of the
+//! same configuration on one ManualClock, one driven by each, give the same answer and reach
+//! the same state after every step of random sequences of requests, clock moves (forward, back
+//! within the lag horizon, far leaps) and live reconfigurations.
+
+use std::time::Duration;
+
+use floodgate::{
+    Algorithm, AtomicLimiter, Clock, FixedWindow, Gcra, LeakyBucket, Limiter, ManualClock, Rate,
+    TokenBucket,
+};
+use proptest::prelude::*;
+
+/// One step of a sequence.
+#[derive(Clone, Debug)]
+enum Op {
+    /// A request for `n` permits (0 and above the capacity included: errors must match too).
+    Take(u32),
+    /// The clock moves forward by this many ns.
+    Advance(u64),
+    /// The clock moves back by this many ns (a lagging reader).
+    Back(u64),
+    /// The clock leaps a day ahead and comes back (a TSC glitch).
+    Leap,
+    /// `set_limit` to this value.
+    SetLimit(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0u32..12).prop_map(Op::Take),
+        4 => (0u64..300_000_000).prop_map(Op::Advance),
+        1 => (0u64..2_000_000_000).prop_map(Op::Back),
+        1 => Just(Op::Leap),
+        1 => (1u32..12).prop_map(Op::SetLimit),
+    ]
+}
+
+/// Runs `ops` on two copies made by `make` (one answering through `try_acquire`, the other
+/// through `admit`), comparing the answers and the state after every step.
+fn same_decisions<A: Algorithm>(make: impl Fn() -> A, ops: &[Op]) -> Result<(), TestCaseError> {
+    let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+    let by_decision = AtomicLimiter::with_clock(make(), clock.clone());
+    let by_bool = AtomicLimiter::with_clock(make(), clock.clone());
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Take(n) => {
+                let decision = by_decision.try_acquire(n).map(|d| d.is_allowed());
+                let admitted = by_bool.admit(n);
+                prop_assert_eq!(decision, admitted, "step {}: {:?}", step, op);
+            }
+            Op::Advance(ns) => clock.advance_nanos(ns),
+            Op::Back(ns) => clock.set(clock.now_nanos().saturating_sub(ns)),
+            Op::Leap => {
+                let now = clock.now_nanos();
+                clock.set(now + 86_400_000_000_000);
+                let decision = by_decision.try_acquire(1).map(|d| d.is_allowed());
+                prop_assert_eq!(decision, by_bool.admit(1), "step {}: leap", step);
+                clock.set(now);
+            }
+            Op::SetLimit(limit) => {
+                prop_assert_eq!(by_decision.set_limit(limit), by_bool.set_limit(limit));
+            }
+        }
+        // The same state: what the next request of each size would get.
+        for n in 1..=3 {
+            prop_assert_eq!(
+                by_decision.peek(n),
+                by_bool.peek(n),
+                "step {}: {:?}, peek({})",
+                step,
+                op,
+                n
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn gcra_admits_as_it_decides(ops in prop::collection::vec(op(), 1..120)) {
+        same_decisions(|| Gcra::new(Rate::per_second(20), 5).unwrap(), &ops)?;
+    }
+
+    #[test]
+    fn token_and_leaky_buckets_admit_as_they_decide(ops in prop::collection::vec(op(), 1..120)) {
+        same_decisions(|| TokenBucket::new(Rate::new(3, Duration::from_millis(100)), 4).unwrap(), &ops)?;
+        same_decisions(|| LeakyBucket::new(Rate::per_second(7), 2).unwrap(), &ops)?;
+    }
+
+    #[test]
+    fn fixed_windows_admit_as_they_decide(ops in prop::collection::vec(op(), 1..120)) {
+        same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
+        same_decisions(|| FixedWindow::aligned(5, Duration::from_millis(500)).unwrap(), &ops)?;
+    }
+}
+
+/// The default `admit` (a limiter without a short path of its own: the sliding window ring) is
+/// `try_acquire`'s answer too.
+#[test]
+fn the_default_admit_is_try_acquire_s_answer() {
+    let clock = ManualClock::new();
+    let ring =
+        floodgate::SlidingWindowLimiter::with_clock(2, Duration::from_secs(1), 4, clock.clone())
+            .unwrap();
+    assert_eq!(ring.admit(2), Ok(true));
+    assert_eq!(ring.admit(1), Ok(false));
+    assert!(ring.admit(0).is_err());
+    assert!(ring.admit(3).is_err());
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(ring.admit(1), Ok(true));
+}

@@ -1,0 +1,185 @@
+//! Review tests (h-review) for `LeasedKey` during an outage: a call must return within the
+//! backend's timeout, as a per-call decision does. A frozen server (SIGSTOP) never answers, so
+//! every Redis call a `LeasedKey` makes waits for its full timeout: the tests count how many of
+//! those a single caller waits through. Timers never fire early, so a call that waits through
+//! two timeouts takes at least `2 × TIMEOUT` on any machine; the bounds below leave a correct
+//! implementation (one timeout) a whole `TIMEOUT` of slack or more for a loaded machine.
+#![cfg(feature = "redis")]
+
+#[path = "redis/server.rs"]
+mod server;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate::backend::FailurePolicy;
+use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{Gcra, ManualClock, Rate};
+use server::RedisServer;
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A lease expired with permits unserved, then Redis freezes: the next call gives the old
+/// lease back (one script, up to `TIMEOUT`) and only then asks for a new one (another, up to a
+/// fresh `TIMEOUT`): it returns after two timeouts, not one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refill_during_an_outage_returns_within_the_timeout() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "review", gcra, policy, clock.clone());
+    let leased = LeasedKey::new(Arc::new(limiter.unwrap()), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    clock.advance(leased.lifetime());
+
+    server.freeze();
+    let started = Instant::now();
+    let outcome = leased.try_acquire_outcome(1).await.unwrap();
+    let waited = started.elapsed();
+    server.thaw();
+    assert!(
+        outcome.failure().is_some_and(|e| e.is_timeout()),
+        "{outcome:?}"
+    );
+    assert!(
+        waited < 2 * TIMEOUT,
+        "one call waited {waited:?} with a timeout of {TIMEOUT:?} (refund, then take)"
+    );
+}
+
+/// Six tasks share one `LeasedKey` and Redis is frozen. Each refill takes the owner's async
+/// mutex and waits for its script's timeout while holding it; the tasks waiting on the mutex
+/// then send their own refill, one after another, each waiting a full timeout again, until the
+/// default breaker (5 failures) opens: the fifth task returns after five timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_refills_during_an_outage_each_return_within_the_timeout() {
+    const TASKS: usize = 6;
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let limiter = RedisLimiter::new(&backend, "review", gcra, FailurePolicy::FailOpen).unwrap();
+    let leased = Arc::new(LeasedKey::new(Arc::new(limiter), "k"));
+
+    server.freeze();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let leased = Arc::clone(&leased);
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let outcome = leased.try_acquire_outcome(1).await.unwrap();
+                (started.elapsed(), outcome.failure().map(|e| e.kind()))
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    server.thaw();
+    let longest = results.iter().map(|(waited, _)| *waited).max().unwrap();
+    assert!(
+        longest < 3 * TIMEOUT,
+        "a call waited {longest:?} with a timeout of {TIMEOUT:?}: {results:?}"
+    );
+}
+
+/// An anchored window's lease must end by the time the window's counter expires on the server
+/// ("never over the limit": once the counter is gone, a new window opens and takes a full
+/// limit, so a permit still served from the old lease is one over it). The lease ends
+/// `reset_after` after a clock read taken after the `TIME` read below; the script takes
+/// `reset_after` from `PTTL`, which Redis counts from the script's start truncated to the
+/// millisecond, so it overstates the time left by up to 1 ms, and the lease outlives the
+/// counter. Only server clock readings are compared (no clock offset enters); a correct
+/// implementation never fails this, whatever the timing. 50 fresh keys: the overstatement
+/// shows whenever the round trip fits in the millisecond the script starts in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anchored_window_lease_ends_by_the_counters_expiry() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(TIMEOUT))
+        .await
+        .unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut direct = client.get_multiplexed_async_connection().await.unwrap();
+    let window = floodgate::FixedWindow::new(100, Duration::from_secs(60)).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "review", window, policy).unwrap());
+    let mut outlived = Vec::new();
+    for i in 0..50 {
+        let key = format!("k{i}");
+        let leased = LeasedKey::new(Arc::clone(&limiter), &key)
+            .with_lifetime(Duration::from_secs(3_600))
+            .unwrap();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut direct).await.unwrap();
+        let before = secs * 1_000_000 + micros;
+        let first = leased.try_acquire(1).await.unwrap();
+        assert!(first.is_allowed() && leased.counts().held > 0, "{first:?}");
+        let counter = &limiter.redis_keys(&key)[0];
+        let expires_ms: u64 = redis::cmd("PEXPIRETIME")
+            .arg(counter)
+            .query_async(&mut direct)
+            .await
+            .unwrap();
+        // The lease is served until at least `before + reset_after` (server clock).
+        let lease_end = before + u64::try_from(first.reset_after().as_micros()).unwrap();
+        if lease_end > expires_ms * 1_000 {
+            outlived.push(lease_end - expires_ms * 1_000);
+        }
+    }
+    assert!(
+        outlived.is_empty(),
+        "{} of 50 leases outlive their window's counter by (us): {outlived:?}",
+        outlived.len()
+    );
+}
+
+/// Conservation on a frozen bucket (nothing refills during the test): every permit Redis no
+/// longer holds was handed to a caller or is counted as stranded, exactly, after 8 tasks raced
+/// on one `LeasedKey` (leases growing, shrinking to per-call decisions near the limit, refunds)
+/// and a release. Redis's own count is read with a per-call request for the whole capacity,
+/// whose denial reports exactly what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_permit_taken_from_redis_is_handed_out_or_counted_stranded() {
+    const CAPACITY: u32 = 1_000;
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(Duration::from_secs(30));
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let gcra = Gcra::new(Rate::per_hour(1), CAPACITY).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
+    let leased = Arc::new(LeasedKey::new(Arc::clone(&limiter), "k"));
+    let tasks: Vec<_> = (0..8u32)
+        .map(|t| {
+            let leased = Arc::clone(&leased);
+            tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for i in 0..300u32 {
+                    let n = 1 + (t + i) % 3;
+                    if leased.try_acquire(n).await.unwrap().is_allowed() {
+                        admitted += u64::from(n);
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    leased.release().await.unwrap();
+    let counts = leased.counts();
+    assert_eq!(limiter.failures().total(), 0);
+    let probe = limiter.try_acquire_outcome("k", CAPACITY).await.unwrap();
+    assert!(!probe.decision().is_allowed(), "{probe:?}");
+    let taken = u64::from(CAPACITY) - probe.decision().remaining();
+    assert_eq!(
+        taken,
+        admitted + counts.stranded,
+        "Redis lost {taken}; admitted {admitted}: {counts:?}"
+    );
+}
