@@ -3,24 +3,40 @@
 //!
 //! A decision made while none of the limiter's calls is out is sent at once, by its caller, as
 //! one plain script call (no latency added to a lone caller). A decision made while one is out
-//! joins a lock-free queue; when the call out comes back, a task on the caller's runtime (the
-//! *flusher*, spawned then, not any caller) takes everything queued, up to [`MAX_BATCH`], and
-//! sends it as one call of the batch script, which decides the decisions in queue order,
-//! atomically, exactly as the one-decision script would one call after another at the same
-//! instant: the fixed window's and GCRA's batch scripts are written for it (each key read once,
-//! written once), the others run the one-decision script's code once per decision
-//! ([`batch_source`]). So a batch of `N` decisions on one key admits exactly what `N`
-//! sequential calls would, and each decision keeps its own deadline (checked by the script on
-//! the server's clock, as for one call). The flusher goes on while the queue refills (letting
-//! the callers it answered queue again first), then gives its turn back. A second call may go
-//! out while many decisions wait ([`MAX_SENDERS`]).
+//! joins a lock-free queue; when the call out comes back, a task (the *flusher*, spawned then,
+//! not any caller) takes everything queued, up to [`MAX_BATCH`] decisions (and, for the sliding
+//! log, up to [`MAX_BATCH_PERMITS`] permits), and sends it as one call of the batch script,
+//! which decides the batch's decisions in queue order, atomically, exactly as the one-decision
+//! script would one call after another at the same instant: the fixed window's and GCRA's
+//! batch scripts are written for it (each key read once, written once), the others run the
+//! one-decision script's code once per decision ([`batch_source`]). So a batch of `N`
+//! decisions on one key admits exactly what `N` sequential calls would, and each decision keeps
+//! its own deadline (checked by the script on the server's clock, as for one call). The flusher
+//! goes on while the queue refills (letting the callers it answered queue again first), then
+//! gives its turn back. A second call may go out while many decisions wait ([`MAX_SENDERS`]).
+//!
+//! Order: each decision is exact against the key's state in the order Redis runs the calls.
+//! Within one batch that is queue order. Across calls it is the order the server receives
+//! them: a caller's own call, and a second batch out at the same time as the first (a second
+//! sender, or in a cluster the batches of other keys), may run before or after a batch holding
+//! decisions queued earlier. Every decision is decided once, or not at all (then its caller
+//! gets an error); none is decided against a state that skips or repeats another's.
+//!
+//! Runtimes: flushers run on the runtime that built the connection (where redis-rs spawned its
+//! driver: the caller's runtime for [`RedisBackend::connect`], the backend's own for
+//! [`RedisBackend::blocking_connect`]), never on the runtime of the caller that handed its turn
+//! on, which may be a current-thread runtime that nothing drives after its `block_on` returned,
+//! or one shut down. So a flusher runs as long as the connection does.
 //!
 //! Cancellation: a queued caller whose future is dropped (or whose own deadline passed) before
-//! its batch is taken is skipped, and sends nothing. A caller sending its own call at once and
-//! dropped while it is out hands the queue to a flusher in its drop, so nobody is left waiting
-//! on a call that no task will make. A flusher itself is only dropped when its runtime shuts
-//! down: it then drops the replies it owes (those callers see an error at once) and gives its
-//! turn back.
+//! its batch is taken is skipped, and sends nothing; dropped after, its decision may be taken
+//! (as for a plain call dropped while out). A caller sending its own call at once and dropped
+//! while it is out hands the queue to a flusher in its drop, so nobody is left waiting on a
+//! call that no task will make. A flusher itself is only dropped when the connection's runtime
+//! shuts down: it then drops the replies it owes, fails every queued decision (those callers
+//! see a connection error at once), and gives its turn back the usual way, so that a decision
+//! queued after that is failed too, by whichever turn next finds it (a flusher spawned on the
+//! shut-down runtime is dropped at once and does the same).
 //!
 //! Redis Cluster: the keys of one script call must share a slot, so there a batch holds the
 //! decisions of one limiter key (one hash tag, one slot); batches for different keys go out
@@ -31,7 +47,6 @@ use std::time::Instant;
 
 use crossbeam_queue::SegQueue;
 use redis::Script;
-use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::RedisBackend;
@@ -132,13 +147,9 @@ impl Coalescer {
     /// Decides `request` on the server: at once if no call is out, else in the next batch.
     /// Must run inside a tokio runtime (checked by the caller).
     pub(crate) async fn eval(self: &Arc<Self>, request: Request) -> Result<Vec<i64>, BackendError> {
-        let handle = Handle::current();
         if self.turns.take(1) {
             // Hands the queue on even if this future is dropped while the call is out.
-            let _turn = Turn {
-                coalescer: Arc::clone(self),
-                handle,
-            };
+            let _turn = Turn(Arc::clone(self));
             return self
                 .backend
                 .eval(self.script, &request.keys, request.args, request.deadline)
@@ -149,15 +160,16 @@ impl Coalescer {
         let (reply, answer) = oneshot::channel();
         self.queue.push(Pending { request, reply });
         if self.turns.after_push(|| self.senders_for_queue()) {
-            self.spawn_flusher(&handle);
+            self.spawn_flusher();
         }
         match tokio::time::timeout_at(deadline.into(), answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(BackendError::at(
-                FailureKind::Other,
+                FailureKind::Connection,
                 self.backend_server(),
                 std::io::Error::other(
-                    "the task sending this decision's batch was cancelled (its runtime shut down)",
+                    "the runtime that built the Redis connection (and sends the queued \
+                     decisions) shut down before this decision was sent",
                 ),
             )),
             Err(_) => Err(self
@@ -171,9 +183,9 @@ impl Coalescer {
     }
 
     /// Gives a turn back; takes it again (for a new flusher) if something was queued meanwhile.
-    fn give_back(self: &Arc<Self>, handle: &Handle) {
+    fn give_back(self: &Arc<Self>) {
         if self.give_back_and_retake() {
-            self.spawn_flusher(handle);
+            self.spawn_flusher();
         }
     }
 
@@ -194,21 +206,22 @@ impl Coalescer {
         }
     }
 
-    /// Starts a flusher holding the turn the caller took. The turn is given back if the task
-    /// never runs (a runtime shutting down drops it unpolled).
-    fn spawn_flusher(self: &Arc<Self>, handle: &Handle) {
+    /// Starts a flusher holding the turn the caller took, on the runtime that drives the
+    /// connection (whichever runtime the caller is on, and whether or not anything drives it
+    /// later). If that runtime has shut down, the task is dropped unpolled (here, at once) and
+    /// its turn fails the queued callers ([`FlusherTurn`]).
+    fn spawn_flusher(self: &Arc<Self>) {
         let mut held = FlusherTurn(Some(Arc::clone(self)));
-        let task_handle = handle.clone();
-        handle.spawn(async move {
+        self.backend.runtime().spawn(async move {
             if let Some(coalescer) = &held.0 {
-                coalescer.flush(&task_handle).await;
+                coalescer.flush().await;
             }
             held.disarm();
         });
     }
 
     /// Sends batches while the queue has work, then gives the turn back.
-    async fn flush(self: &Arc<Self>, handle: &Handle) {
+    async fn flush(self: &Arc<Self>) {
         loop {
             let mut batch = Vec::new();
             while batch.len() < MAX_BATCH {
@@ -225,7 +238,7 @@ impl Coalescer {
                 }
                 return;
             }
-            self.send(batch, handle).await;
+            self.send(batch).await;
             // The callers just answered mostly decide again at once: let them queue before
             // taking the next batch (else it would hold the few that came meanwhile, and the
             // rest would wait a whole round trip more).
@@ -234,7 +247,7 @@ impl Coalescer {
     }
 
     /// Sends `batch`: one call, or in a cluster one call per hash tag (so per slot), pipelined.
-    async fn send(self: &Arc<Self>, batch: Vec<Pending>, handle: &Handle) {
+    async fn send(self: &Arc<Self>, batch: Vec<Pending>) {
         if !self.backend.is_cluster() {
             return self.send_group(batch).await;
         }
@@ -254,7 +267,9 @@ impl Coalescer {
             .into_iter()
             .map(|(_, group)| {
                 let me = Arc::clone(self);
-                handle.spawn(async move { me.send_group(group).await })
+                self.backend
+                    .runtime()
+                    .spawn(async move { me.send_group(group).await })
             })
             .collect();
         for task in tasks {
@@ -302,23 +317,23 @@ fn hash_tag(keys: &[String]) -> &str {
 
 /// The turn of a caller sending its own call: when the call is done, or its future dropped,
 /// passed to a flusher if decisions were queued meanwhile, else given back.
-struct Turn {
-    coalescer: Arc<Coalescer>,
-    handle: Handle,
-}
+struct Turn(Arc<Coalescer>);
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if self.coalescer.queue.is_empty() {
-            self.coalescer.give_back(&self.handle);
+        if self.0.queue.is_empty() {
+            self.0.give_back();
         } else {
-            self.coalescer.spawn_flusher(&self.handle);
+            self.0.spawn_flusher();
         }
     }
 }
 
-/// A flusher's turn: given back if the flusher task is dropped before it ends (a runtime
-/// shutting down), without starting another there.
+/// A flusher's turn. If the flusher task is dropped before it ends (the connection's runtime
+/// shutting down, or already shut down when it was spawned), nothing can send the queue any
+/// more: the turn fails every queued caller at once (dropping its reply: the caller sees a
+/// connection error) and is given back, looking at the queue again as any turn does, so that
+/// a decision queued meanwhile is failed too rather than left waiting for its timeout.
 /// `None` once `flush` gave the turn back itself.
 struct FlusherTurn(Option<Arc<Coalescer>>);
 
@@ -332,7 +347,14 @@ impl FlusherTurn {
 impl Drop for FlusherTurn {
     fn drop(&mut self) {
         if let Some(coalescer) = self.0.take() {
-            coalescer.turns.release();
+            loop {
+                while let Some(pending) = coalescer.queue.pop() {
+                    drop(pending); // its caller sees the reply dropped: a connection error
+                }
+                if !coalescer.give_back_and_retake() {
+                    break;
+                }
+            }
         }
     }
 }

@@ -183,6 +183,11 @@ struct Shared {
     /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
     /// multi-thread runtime that `connect` ran on; `None` for a current-thread runtime.
     blocking: Option<BlockingRuntime>,
+    /// The runtime that built the connection (the caller's for `connect`, the backend's own
+    /// for `blocking_connect`), where the connection's driver task runs: the coalescing
+    /// flushers run there too, so they are exactly as alive as the connection (never on some
+    /// caller's runtime that nothing drives any more).
+    runtime: tokio::runtime::Handle,
 }
 
 #[derive(Debug)]
@@ -455,6 +460,8 @@ impl RedisBackend {
                 server,
                 clock: ServerClock::new(),
                 blocking,
+                // `connect_on` runs on the runtime that builds the connection.
+                runtime: tokio::runtime::Handle::current(),
             }),
         };
         if !config.lazy {
@@ -549,6 +556,11 @@ impl RedisBackend {
                  thread can drive: use RedisBackend::blocking_connect for blocking_* calls",
             )),
         }
+    }
+
+    /// The runtime that built the connection, where its driver task runs (see `Shared`).
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.shared.runtime
     }
 
     /// Whether this is a Redis Cluster connection (a script call's keys must share a slot).
