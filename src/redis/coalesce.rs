@@ -5,7 +5,7 @@
 //! one plain script call (no latency added to a lone caller). A decision made while one is out
 //! joins a lock-free queue; when the call out comes back, a task (the *flusher*, spawned then,
 //! not any caller) takes everything queued, up to [`MAX_BATCH`] decisions (and, for the sliding
-//! log, up to [`MAX_BATCH_PERMITS`] permits), and sends it as one call of the batch script,
+//! log, up to [`MAX_BATCH_ENTRIES`] sorted-set entries touched), and sends it as one call of the batch script,
 //! which decides the batch's decisions in queue order, atomically, exactly as the one-decision
 //! script would one call after another at the same instant: the fixed window's and GCRA's
 //! batch scripts are written for it (each key read once, written once), the others run the
@@ -51,11 +51,19 @@ use tokio::sync::oneshot;
 
 use super::RedisBackend;
 use super::connection::Request;
+use crate::algorithms::MAX_SLIDING_LOG_CAPACITY;
 use crate::backend::{BackendError, FailureKind, Turns};
 
 /// Most decisions in one script call: the server runs a call to its end before anything else,
 /// so this bounds how long one call holds it (a few µs per decision).
 pub(crate) const MAX_BATCH: usize = 256;
+
+/// Most sorted-set entries the decisions of one batch may touch on the server (the sliding
+/// log's work grows with `n` and the limit, see `entries` of the algorithm's script): as many
+/// as one decision at the per-call cap may (`n` = limit = [`MAX_SLIDING_LOG_CAPACITY`]: a full
+/// log trimmed, `n` entries added). So a batch holds the server no longer than the costliest
+/// single call; a decision over it alone goes in a call of its own.
+pub(crate) const MAX_BATCH_ENTRIES: u64 = 2 * MAX_SLIDING_LOG_CAPACITY as u64;
 
 /// Calls of one limiter out at a time (a caller's own call, or a flusher's batch): one, and a
 /// second while at least [`SECOND_SENDER_QUEUE`] decisions wait. One call out makes the
@@ -103,6 +111,8 @@ pub(crate) fn batch_source(source: &str) -> String {
 /// A queued decision and where its result goes.
 struct Pending {
     request: Request,
+    /// Sorted-set entries it may touch (0: constant work), counted against [`MAX_BATCH_ENTRIES`].
+    entries: u64,
     reply: oneshot::Sender<Result<Vec<i64>, BackendError>>,
 }
 
@@ -145,8 +155,13 @@ impl Coalescer {
     }
 
     /// Decides `request` on the server: at once if no call is out, else in the next batch.
-    /// Must run inside a tokio runtime (checked by the caller).
-    pub(crate) async fn eval(self: &Arc<Self>, request: Request) -> Result<Vec<i64>, BackendError> {
+    /// `entries`: the sorted-set entries it may touch (0 for constant work), which bound a
+    /// batch with [`MAX_BATCH_ENTRIES`]. Must run inside a tokio runtime (checked by the caller).
+    pub(crate) async fn eval(
+        self: &Arc<Self>,
+        request: Request,
+        entries: u64,
+    ) -> Result<Vec<i64>, BackendError> {
         if self.turns.take(1) {
             // Hands the queue on even if this future is dropped while the call is out.
             let _turn = Turn(Arc::clone(self));
@@ -158,7 +173,11 @@ impl Coalescer {
         let started = Instant::now();
         let deadline = request.deadline;
         let (reply, answer) = oneshot::channel();
-        self.queue.push(Pending { request, reply });
+        self.queue.push(Pending {
+            request,
+            entries,
+            reply,
+        });
         if self.turns.after_push(|| self.senders_for_queue()) {
             self.spawn_flusher();
         }
@@ -222,16 +241,10 @@ impl Coalescer {
 
     /// Sends batches while the queue has work, then gives the turn back.
     async fn flush(self: &Arc<Self>) {
+        // A decision taken from the queue that did not fit the last batch: first in the next.
+        let mut carried = None;
         loop {
-            let mut batch = Vec::new();
-            while batch.len() < MAX_BATCH {
-                match self.queue.pop() {
-                    // Its caller is gone (dropped, or past its deadline): send nothing.
-                    Some(pending) if pending.reply.is_closed() => {}
-                    Some(pending) => batch.push(pending),
-                    None => break,
-                }
-            }
+            let batch = self.take_batch(&mut carried);
             if batch.is_empty() {
                 if self.give_back_and_retake() {
                     continue;
@@ -244,6 +257,32 @@ impl Coalescer {
             // rest would wait a whole round trip more).
             tokio::task::yield_now().await;
         }
+    }
+
+    /// The next batch, in queue order from `carried`: at most [`MAX_BATCH`] decisions touching
+    /// at most [`MAX_BATCH_ENTRIES`] entries (but always one, however costly). The decision that
+    /// would overflow it is left in `carried` (the queue cannot take it back at its head).
+    /// Empty only if `carried` was empty and the queue held no live decision.
+    fn take_batch(&self, carried: &mut Option<Pending>) -> Vec<Pending> {
+        let mut batch = Vec::new();
+        let mut entries = 0u64;
+        while batch.len() < MAX_BATCH {
+            let Some(pending) = carried.take().or_else(|| self.queue.pop()) else {
+                break;
+            };
+            // Its caller is gone (dropped, or past its deadline): send nothing.
+            if pending.reply.is_closed() {
+                continue;
+            }
+            let total = entries.saturating_add(pending.entries);
+            if !batch.is_empty() && total > MAX_BATCH_ENTRIES {
+                *carried = Some(pending);
+                break;
+            }
+            entries = total;
+            batch.push(pending);
+        }
+        batch
     }
 
     /// Sends `batch`: one call, or in a cluster one call per hash tag (so per slot), pipelined.
@@ -281,7 +320,7 @@ impl Coalescer {
     /// One script call for `group` (keys sharing a slot), each result to its caller.
     async fn send_group(&self, mut group: Vec<Pending>) {
         if group.len() == 1 {
-            let Pending { request, reply } = group.pop().expect("one");
+            let Pending { request, reply, .. } = group.pop().expect("one");
             let result = self
                 .backend
                 .eval(self.script, &request.keys, request.args, request.deadline)

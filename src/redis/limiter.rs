@@ -42,6 +42,13 @@ pub(crate) mod sealed {
         fn args(&self, n: u32) -> [u64; 4];
         /// The limit, for the local share.
         fn limit_u32(&self) -> u32;
+        /// The sorted-set entries a decision of `n` permits may touch on the server, for an
+        /// algorithm whose work grows with `n` or the limit (the sliding log); 0 (the default)
+        /// for constant work. A coalesced batch keeps their sum within one capped call's.
+        fn entries(&self, n: u32) -> u64 {
+            let _ = n;
+            0
+        }
         /// The local twin with a limit of `limit`.
         fn local(&self, limit: u32) -> Result<Self::Local, ConfigError>;
     }
@@ -668,7 +675,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
                 args: self.algorithm.args(n),
                 deadline,
             };
-            let reply = self.coalescer.eval(request).await;
+            let entries = self.algorithm.entries(n);
+            let reply = self.coalescer.eval(request, entries).await;
             reply.and_then(|r| decision_from_reply(&r, self.backend.server()))
         };
         // A try cut short by the caller's own deadline (sooner than the backend's timeout, from

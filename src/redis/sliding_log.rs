@@ -48,6 +48,11 @@ impl sealed::Script for SlidingLog {
         self.limit()
     }
 
+    /// The `n` entries an admitted decision adds, and up to `limit` expired ones it trims.
+    fn entries(&self, n: u32) -> u64 {
+        u64::from(n) + u64::from(self.limit())
+    }
+
     fn local(&self, limit: u32) -> Result<crate::FixedWindow, ConfigError> {
         crate::FixedWindow::new(limit, self.window())
     }

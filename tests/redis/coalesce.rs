@@ -209,6 +209,55 @@ fn a_batch_on_a_sliding_log_decides_exactly_as_sequential_calls() {
     );
 }
 
+/// The sliding log's work on the server grows with `n` and the limit: a batch touches at most
+/// as many sorted-set entries as one call at the per-call cap (2 × 4,096: a full log trimmed,
+/// 4,096 added), however many decisions wait. Limit 1,024 and `n` = 1,024 (2,048 entries each)
+/// on 64 distinct keys: every script call holds at most 4 decisions, and some hold 4.
+#[test]
+fn a_batch_of_sliding_log_decisions_touches_no_more_entries_than_one_capped_call() {
+    const LIMIT: u32 = 1_024;
+    let server = RedisServer::start();
+    let keys: Vec<String> = runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let log = SlidingLog::new(LIMIT, Duration::from_secs(600)).unwrap();
+        let limiter =
+            Arc::new(RedisLimiter::new(&backend, "bound", log, FailurePolicy::FailClosed).unwrap());
+        assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+        server.log_script_calls();
+        let keys: Vec<&'static str> = (0..64)
+            .map(|i| &*Box::leak(format!("k{i}").into_boxed_str()))
+            .collect();
+        let calls = keys.iter().map(|key| call(&limiter, key, LIMIT)).collect();
+        for outcome in all_queued_then_run(calls).await {
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed(), "{outcome:?}");
+        }
+        keys.iter()
+            .map(|k| limiter.redis_keys(k)[0].clone())
+            .collect()
+    });
+    let calls = server.script_calls();
+    // Two keys per limiter key (the log and its sequence), each key once per call.
+    let decisions: Vec<usize> = calls.iter().map(|c| c.numkeys / 2).collect();
+    let entries = |d: usize| d as u64 * 2 * u64::from(LIMIT);
+    assert!(
+        decisions.iter().all(|&d| entries(d) <= 2 * 4_096),
+        "decisions per script call: {decisions:?}"
+    );
+    assert_eq!(
+        decisions.iter().max(),
+        Some(&4),
+        "still batched: {decisions:?}"
+    );
+    for key in &keys {
+        assert!(
+            calls.iter().any(|c| c.keys.contains(key)),
+            "{key} never reached the server"
+        );
+    }
+}
+
 #[test]
 fn a_batch_on_a_sliding_window_decides_exactly_as_sequential_calls() {
     let server = RedisServer::start();
