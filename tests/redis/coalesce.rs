@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use floodgate::backend::{FailurePolicy, Outcome, RequestError};
+use floodgate::backend::{FailureKind, FailurePolicy, Outcome, RequestError};
 use floodgate::redis::{RedisAlgorithm, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{Decision, FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow};
 
@@ -397,6 +397,45 @@ fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
         // And the limiter works on: the next call is sent at once and answered.
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
     });
+}
+
+/// Flushers run on the runtime that built the connection. When it has shut down, nothing can
+/// send the queue any more: a decision queued behind a call out fails at once, with a
+/// connection error, when that call's turn is handed on (not after its 30 s timeout).
+#[test]
+fn queued_decisions_fail_at_once_when_the_connections_runtime_has_shut_down() {
+    let server = RedisServer::start();
+    let connecting = runtime();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = connecting.block_on(RedisBackend::connect(config)).unwrap();
+    let window = FixedWindow::new(1_000, Duration::from_secs(600)).unwrap();
+    let limiter =
+        Arc::new(RedisLimiter::new(&backend, "gone", window, FailurePolicy::FailClosed).unwrap());
+    assert!(
+        connecting
+            .block_on(limiter.try_acquire("k", 1))
+            .unwrap()
+            .is_allowed()
+    );
+    let callers = runtime();
+    let (mut first, mut queued) = (call(&limiter, "k", 1), call(&limiter, "k", 1));
+    // The first call holds the turn (out, or waiting on the connection's runtime), the second
+    // queues behind it.
+    callers.block_on(async {
+        poll_once(&mut first);
+        poll_once(&mut queued);
+    });
+    drop(connecting);
+    // The sender is dropped: its turn goes to a flusher spawned on the shut-down runtime.
+    drop(first);
+    let outcome = callers
+        .block_on(async { tokio::time::timeout(HANG, queued).await })
+        .expect("no hang")
+        .unwrap();
+    let failure = outcome.failure().expect("failed");
+    assert_eq!(failure.kind(), FailureKind::Connection, "{failure}");
+    assert!(failure.to_string().contains("shut down"), "{failure}");
+    assert!(!outcome.decision().is_allowed(), "fail closed");
 }
 
 #[test]
