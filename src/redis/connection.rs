@@ -157,8 +157,10 @@ impl RedisConfig {
 ///   carry no deadline; and after the server's clock steps back by `d`, deadlines are late by at
 ///   most `d`, and by at most the way out (request to server) of the fastest call since.
 ///
-/// The async calls need a tokio runtime (with time enabled); the connection's background task
-/// lives on the runtime that built it, so keep that runtime alive as long as the backend.
+/// The async calls need a tokio runtime (with time enabled); the connection's background task,
+/// and the tasks that send the decisions each limiter coalesces, live on the runtime that built
+/// it, so keep that runtime alive, and driven, as long as the backend (with `connect` on a
+/// current-thread runtime, that means its thread keeps running it).
 ///
 /// ```no_run
 /// use floodgate::redis::{RedisBackend, RedisConfig};
@@ -296,7 +298,7 @@ impl ServerClock {
 impl RedisBackend {
     /// A backend for `config`, connected on the caller's tokio runtime: connects and reads the
     /// server's clock within the timeout (unless [`RedisConfig::lazy`]). The connection's
-    /// background task runs on this runtime.
+    /// background task, and the tasks that send coalesced decisions, run on this runtime.
     ///
     /// # Errors
     /// A [`BackendError`] naming the server (password redacted) for an invalid URL, an empty
