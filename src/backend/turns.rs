@@ -61,9 +61,10 @@ impl Turns {
         }
     }
 
-    /// Gives a turn back without looking at the queue (a sender dropped with its runtime:
-    /// another sender, or the next caller, takes the queue on).
-    pub(crate) fn release(&self) {
+    /// Gives a turn back without looking at the queue: only as the first half of
+    /// [`give_back`](Self::give_back) (a turn given back without looking could leave work
+    /// queued with no sender), and in tests.
+    fn release(&self) {
         // SeqCst: pairs with `take`.
         self.taken.fetch_sub(1, Ordering::SeqCst);
     }
