@@ -188,7 +188,7 @@ impl Coalescer {
                 self.backend_server(),
                 std::io::Error::other(
                     "the runtime that built the Redis connection (and sends the queued \
-                     decisions) shut down before this decision was sent",
+                     decisions) shut down before this decision was answered",
                 ),
             )),
             Err(_) => Err(self
@@ -395,5 +395,91 @@ impl Drop for FlusherTurn {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::RedisConfig;
+    use crate::redis::limiter::sealed::Script as _;
+    use std::time::Duration;
+
+    /// A coalescer whose queue is filled by hand (a lazy backend: no server needed).
+    fn coalescer() -> Coalescer {
+        let config = RedisConfig::single("redis://127.0.0.1:1").lazy();
+        let backend = RedisBackend::blocking_connect(config).unwrap();
+        let log = crate::SlidingLog::new(4_096, Duration::from_secs(60)).unwrap();
+        Coalescer::new(backend, log.script(), log.batch_script(), 2)
+    }
+
+    /// Queues a decision touching `entries`; its answer's receiver (dropping it gives up).
+    fn queue(
+        coalescer: &Coalescer,
+        n: u64,
+        entries: u64,
+    ) -> oneshot::Receiver<Result<Vec<i64>, BackendError>> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request {
+            keys: vec!["k".into()],
+            args: [4_096, 60_000_000, n, 0],
+            deadline: Instant::now() + Duration::from_secs(60),
+        };
+        coalescer.queue.push(Pending {
+            request,
+            entries,
+            reply,
+        });
+        answer
+    }
+
+    fn ns(batch: &[Pending]) -> Vec<u64> {
+        batch.iter().map(|p| p.request.args[2]).collect()
+    }
+
+    #[test]
+    fn a_batch_is_bounded_by_entries_and_the_overflow_goes_first_in_the_next() {
+        let coalescer = coalescer();
+        let quarter = MAX_BATCH_ENTRIES / 4;
+        let mut answers: Vec<_> = (1..=6).map(|n| queue(&coalescer, n, quarter)).collect();
+        answers.push(queue(&coalescer, 7, MAX_BATCH_ENTRIES + 1));
+        answers.push(queue(&coalescer, 8, 0));
+        let mut carried = None;
+        let first = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&first), [1, 2, 3, 4], "four quarters fill a batch");
+        assert_eq!(carried.as_ref().map(|p| p.request.args[2]), Some(5));
+        let second = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&second), [5, 6], "then the carried one, in queue order");
+        let third = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&third), [7], "one over the bound goes alone");
+        let fourth = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&fourth), [8]);
+        assert!(coalescer.take_batch(&mut carried).is_empty() && carried.is_none());
+        drop(answers);
+    }
+
+    #[test]
+    fn a_caller_gone_while_its_decision_was_carried_is_skipped() {
+        let coalescer = coalescer();
+        let _first = queue(&coalescer, 1, MAX_BATCH_ENTRIES);
+        let gone = queue(&coalescer, 2, 1);
+        let _third = queue(&coalescer, 3, 1);
+        let mut carried = None;
+        assert_eq!(ns(&coalescer.take_batch(&mut carried)), [1]);
+        assert!(carried.is_some(), "2 did not fit");
+        drop(gone);
+        assert_eq!(ns(&coalescer.take_batch(&mut carried)), [3]);
+        assert!(carried.is_none());
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_max_batch_decisions() {
+        let coalescer = coalescer();
+        let _answers: Vec<_> = (0..MAX_BATCH as u64 + 1)
+            .map(|n| queue(&coalescer, n, 0))
+            .collect();
+        let mut carried = None;
+        assert_eq!(coalescer.take_batch(&mut carried).len(), MAX_BATCH);
+        assert_eq!(ns(&coalescer.take_batch(&mut carried)), [MAX_BATCH as u64]);
     }
 }
