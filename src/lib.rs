@@ -104,6 +104,37 @@ pub mod loom_internals {
     use crate::limiter::Step;
     pub use crate::packed::unpack_window;
 
+    /// The send turns of the Redis backend's coalescing ([`crate::backend::Turns`]).
+    #[derive(Debug)]
+    pub struct TurnsProbe(crate::backend::Turns);
+
+    impl TurnsProbe {
+        /// At most `max` turns at a time.
+        pub fn new(max: u32) -> Self {
+            TurnsProbe(crate::backend::Turns::new(max))
+        }
+
+        /// Takes a turn if fewer than `within` are out.
+        pub fn take(&self, within: u32) -> bool {
+            self.0.take(within)
+        }
+
+        /// After pushing work: takes a turn if fewer than `within()` are out.
+        pub fn after_push(&self, within: impl FnOnce() -> u32) -> bool {
+            self.0.after_push(within)
+        }
+
+        /// Gives a turn back, retaking it if `queued()` (turns it may take; 0: none).
+        pub fn give_back(&self, queued: impl FnOnce() -> u32) -> bool {
+            self.0.give_back(queued)
+        }
+
+        /// Turns taken.
+        pub fn taken(&self) -> u32 {
+            self.0.taken()
+        }
+    }
+
     /// The server-clock offset the Redis backend learns ([`crate::backend::ServerOffset`]),
     /// driven with raw samples.
     #[derive(Debug)]

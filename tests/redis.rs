@@ -5,6 +5,8 @@
 
 #[path = "redis/cluster.rs"]
 mod cluster;
+#[path = "redis/coalesce.rs"]
+mod coalesce;
 #[path = "redis/deadline.rs"]
 mod deadline;
 #[path = "redis/failure.rs"]

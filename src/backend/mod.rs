@@ -27,6 +27,8 @@ mod deny_cache;
 mod handler;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
 mod server_clock;
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
+mod turns;
 
 pub use breaker::{
     BreakerConfig, BreakerPermit, BreakerState, CircuitBreaker, MAX_BREAKER_FAILURES, MAX_OPEN_FOR,
@@ -35,6 +37,8 @@ pub use deny_cache::{DENY_CACHE_MAX_KEYS, DenyCache};
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
 pub(crate) use server_clock::ServerOffset;
+#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
+pub(crate) use turns::Turns;
 
 /// What to decide when the shared store gives no answer in time.
 ///

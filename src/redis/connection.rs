@@ -121,7 +121,9 @@ impl RedisConfig {
 
 /// A connection to Redis shared by every limiter and caller that clones it: a self-reconnecting
 /// multiplexed connection to one node, or a cluster connection that follows slot moves.
-/// Concurrent calls share it: redis-rs pipelines their requests on the one socket per node.
+/// Concurrent calls share it: redis-rs pipelines their requests on the one socket per node, and
+/// each limiter coalesces its concurrent decisions into one script call (see
+/// [the module](crate::redis)).
 ///
 /// # Connecting
 /// [`connect`](Self::connect) (async) builds the connection on the caller's tokio runtime, and
@@ -145,8 +147,9 @@ impl RedisConfig {
 /// long to come back.
 ///
 /// What can still be consumed without being handed out, per call:
-/// * a future dropped after its request was written, if the server runs the script before the
-///   deadline (a future dropped before its first poll, or before the request left, sends
+/// * a future dropped after its request was written (or, queued behind other calls, after its
+///   batch was taken from the queue), if the server runs the script before the deadline (a
+///   future dropped before its first poll, before the request left, or while queued, sends
 ///   nothing);
 /// * a reply that takes longer than `timeout / 8` to come back (a connection cut just after the
 ///   script ran);
@@ -154,8 +157,10 @@ impl RedisConfig {
 ///   carry no deadline; and after the server's clock steps back by `d`, deadlines are late by at
 ///   most `d`, and by at most the way out (request to server) of the fastest call since.
 ///
-/// The async calls need a tokio runtime (with time enabled); the connection's background task
-/// lives on the runtime that built it, so keep that runtime alive as long as the backend.
+/// The async calls need a tokio runtime (with time enabled); the connection's background task,
+/// and the tasks that send the decisions each limiter coalesces, live on the runtime that built
+/// it, so keep that runtime alive, and driven, as long as the backend (with `connect` on a
+/// current-thread runtime, that means its thread keeps running it).
 ///
 /// ```no_run
 /// use floodgate::redis::{RedisBackend, RedisConfig};
@@ -180,6 +185,11 @@ struct Shared {
     /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
     /// multi-thread runtime that `connect` ran on; `None` for a current-thread runtime.
     blocking: Option<BlockingRuntime>,
+    /// The runtime that built the connection (the caller's for `connect`, the backend's own
+    /// for `blocking_connect`), where the connection's driver task runs: the coalescing
+    /// flushers run there too, so they are exactly as alive as the connection (never on some
+    /// caller's runtime that nothing drives any more).
+    runtime: tokio::runtime::Handle,
 }
 
 #[derive(Debug)]
@@ -288,7 +298,7 @@ impl ServerClock {
 impl RedisBackend {
     /// A backend for `config`, connected on the caller's tokio runtime: connects and reads the
     /// server's clock within the timeout (unless [`RedisConfig::lazy`]). The connection's
-    /// background task runs on this runtime.
+    /// background task, and the tasks that send coalesced decisions, run on this runtime.
     ///
     /// # Errors
     /// A [`BackendError`] naming the server (password redacted) for an invalid URL, an empty
@@ -452,6 +462,8 @@ impl RedisBackend {
                 server,
                 clock: ServerClock::new(),
                 blocking,
+                // `connect_on` runs on the runtime that builds the connection.
+                runtime: tokio::runtime::Handle::current(),
             }),
         };
         if !config.lazy {
@@ -548,6 +560,31 @@ impl RedisBackend {
         }
     }
 
+    /// The runtime that built the connection, where its driver task runs (see `Shared`).
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.shared.runtime
+    }
+
+    /// Whether this is a Redis Cluster connection (a script call's keys must share a slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.connection, Connection::Cluster(_))
+    }
+
+    /// The deadline sent to the server, at `now`, for a call that gives up at `deadline`: the
+    /// script must refuse at least a eighth of what is left before the caller gives up (see the
+    /// type's docs), shifted to the server's clock (0, "none", while its offset is unknown).
+    fn server_deadline(&self, deadline: Instant, now: Instant) -> u64 {
+        let budget = deadline.saturating_duration_since(now);
+        self.shared
+            .clock
+            .server_micros(deadline.checked_sub(budget / 8).unwrap_or(now))
+    }
+
+    /// The error of a call given up after `after`, naming the server.
+    pub(crate) fn timeout_error(&self, after: Duration, doing: &str) -> BackendError {
+        timed_out(&self.shared.server, after, doing)
+    }
+
     /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again) on the caller's
     /// runtime, giving up at `deadline`. The script gets `args` then the server-clock deadline
     /// (`ARGV[5]`, 0 for none) and replies with the server's time last, which refreshes the
@@ -561,11 +598,6 @@ impl RedisBackend {
     ) -> Result<Vec<i64>, BackendError> {
         let shared = &*self.shared;
         let now = Instant::now();
-        let budget = deadline.saturating_duration_since(now);
-        // The script must refuse at least budget/8 before the caller gives up (see the type's docs).
-        let server_deadline = shared
-            .clock
-            .server_micros(deadline.checked_sub(budget / 8).unwrap_or(now));
         let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(key);
@@ -573,21 +605,160 @@ impl RedisBackend {
         for arg in args {
             invocation.arg(arg);
         }
-        invocation.arg(server_deadline);
+        invocation.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
         let call = invocation.invoke_async::<Vec<i64>>(&mut connection);
         let reply = match tokio::time::timeout_at(deadline.into(), call).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(error)) => return Err(classify(&shared.server, error)),
-            Err(_) => return Err(timed_out(&shared.server, budget, "deciding")),
+            Err(_) => {
+                let budget = deadline.saturating_duration_since(now);
+                return Err(timed_out(&shared.server, budget, "deciding"));
+            }
         };
-        if let Some(&server_now) = reply.last() {
-            shared.clock.sample(server_now, now, Instant::now());
+        self.decided(reply, now, Instant::now())
+    }
+
+    /// Runs `requests` in order in one call of `batch`, a batch script (hand-written, or made
+    /// by [`batch_source`](super::coalesce::batch_source) from the one-decision script). Gives
+    /// up at the latest of their deadlines (each caller waits only until its own). The outer
+    /// error is the call's (every decision in it failed alike); the inner results are each
+    /// decision's, as [`eval`](Self::eval) returns them.
+    ///
+    /// The requests share their arguments but `n` (`args[n_slot]`). Batch format, compact so
+    /// that a decision costs the server (and this client) little more than its arithmetic:
+    /// * `KEYS`: each distinct limiter key's keys once (`per` keys each), in order of first use;
+    /// * `ARGV`: `per`, the four shared arguments, `n_slot + 1`, then three per decision: its
+    ///   key's index in `KEYS` (counted in limiter keys, from 1), `n`, and its deadline on the
+    ///   server's clock (0: none);
+    /// * reply: the server's time, five fields per decision (a one-decision reply without the
+    ///   time), then the error messages: a decision whose first field is [`BATCH_ERROR`]
+    ///   raised the error its second field numbers (from 1).
+    pub(crate) async fn eval_batch(
+        &self,
+        batch: &'static Script,
+        n_slot: usize,
+        requests: &[&Request],
+    ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
+        let shared = &*self.shared;
+        let now = Instant::now();
+        let Some(first) = requests.first() else {
+            return Ok(Vec::new());
+        };
+        let mut invocation = batch.prepare_invoke();
+        invocation.arg(first.keys.len());
+        for arg in first.args {
+            invocation.arg(arg);
         }
+        invocation.arg(n_slot + 1);
+        // Distinct limiter keys, by their first key: a batch holds a few (often one).
+        let mut distinct: Vec<&str> = Vec::new();
+        let mut latest = now;
+        for request in requests {
+            let first_key = request.keys.first().map_or("", String::as_str);
+            let index = match distinct.iter().position(|k| *k == first_key) {
+                Some(index) => index,
+                None => {
+                    distinct.push(first_key);
+                    for key in &request.keys {
+                        invocation.key(key);
+                    }
+                    distinct.len() - 1
+                }
+            };
+            invocation.arg(index + 1);
+            invocation.arg(request.args[n_slot]);
+            invocation.arg(self.server_deadline(request.deadline, now));
+            latest = latest.max(request.deadline);
+        }
+        let mut connection = shared.connection.clone();
+        let call = invocation.invoke_async::<Value>(&mut connection);
+        let reply = match tokio::time::timeout_at(latest.into(), call).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) => return Err(classify(&shared.server, error)),
+            Err(_) => {
+                let budget = latest.saturating_duration_since(now);
+                return Err(timed_out(&shared.server, budget, "deciding"));
+            }
+        };
+        let received = Instant::now();
+        let protocol = |what: &dyn std::fmt::Debug| {
+            BackendError::at(
+                FailureKind::Protocol,
+                shared.server.clone(),
+                std::io::Error::other(format!(
+                    "unexpected reply from a floodgate batch of {}: {what:?}",
+                    requests.len()
+                )),
+            )
+        };
+        let Value::Array(items) = reply else {
+            return Err(protocol(&reply));
+        };
+        let fields = 1 + 5 * requests.len();
+        let numbers: Option<Vec<i64>> = items.get(..fields).and_then(|head| {
+            head.iter()
+                .map(|v| match v {
+                    Value::Int(i) => Some(*i),
+                    _ => None,
+                })
+                .collect()
+        });
+        let Some(numbers) = numbers else {
+            return Err(protocol(&items));
+        };
+        let server_now = numbers[0];
+        shared.clock.sample(server_now, now, received);
+        let errors = &items[fields..];
+        Ok(numbers[1..]
+            .chunks_exact(5)
+            .map(|decision| {
+                if decision[0] == BATCH_ERROR {
+                    let message = usize::try_from(decision[1] - 1)
+                        .ok()
+                        .and_then(|i| errors.get(i))
+                        .map_or_else(
+                            || format!("{decision:?}"),
+                            |v| match v {
+                                Value::BulkString(bytes) => {
+                                    String::from_utf8_lossy(bytes).into_owned()
+                                }
+                                other => format!("{other:?}"),
+                            },
+                        );
+                    return Err(BackendError::at(
+                        FailureKind::Script,
+                        shared.server.clone(),
+                        std::io::Error::other(message),
+                    ));
+                }
+                let mut reply = decision.to_vec();
+                reply.push(server_now);
+                self.past_deadline(reply)
+            })
+            .collect())
+    }
+
+    /// A script's reply for a request sent at `sent`, received at `received`: refreshes the
+    /// offset from the server's time (last field); [`PAST_DEADLINE`] becomes a timeout.
+    fn decided(
+        &self,
+        reply: Vec<i64>,
+        sent: Instant,
+        received: Instant,
+    ) -> Result<Vec<i64>, BackendError> {
+        if let Some(&server_now) = reply.last() {
+            self.shared.clock.sample(server_now, sent, received);
+        }
+        self.past_deadline(reply)
+    }
+
+    /// `reply`, or a timeout if the script refused it past its deadline ([`PAST_DEADLINE`]).
+    fn past_deadline(&self, reply: Vec<i64>) -> Result<Vec<i64>, BackendError> {
         if reply.first() == Some(&PAST_DEADLINE) {
             return Err(BackendError::at(
                 FailureKind::Timeout,
-                shared.server.clone(),
+                self.shared.server.clone(),
                 std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the request reached the server after its deadline; nothing was taken",
@@ -597,6 +768,18 @@ impl RedisBackend {
         Ok(reply)
     }
 }
+
+/// One decision to run: the Redis keys, the script's `args` (`ARGV[1..=4]`), and when the
+/// caller gives up.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: [u64; 4],
+    pub(crate) deadline: Instant,
+}
+
+/// The first field of a batch entry whose decision raised an error.
+const BATCH_ERROR: i64 = 3;
 
 /// The first reply field of a script that refused a request past its deadline.
 pub(crate) const PAST_DEADLINE: i64 = 2;

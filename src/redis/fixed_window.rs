@@ -12,14 +12,20 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::Anchor;
 use crate::algorithms::FixedWindow;
 use crate::decision::ConfigError;
 
 static ANCHORED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fixed_window.lua")));
+/// Reads each key once for the whole batch: the hot-key case costs little more than one call.
+static ANCHORED_BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fixed_window_batch.lua")));
 static ALIGNED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("fixed_window_aligned.lua")));
+static ALIGNED_BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&batch_source(include_str!("fixed_window_aligned.lua"))));
 
 /// The window in milliseconds (validated whole when the limiter was built).
 fn window_millis(window: &FixedWindow) -> u64 {
@@ -37,6 +43,13 @@ impl sealed::Script for FixedWindow {
         match self.anchor() {
             Anchor::FirstRequest => &ANCHORED,
             Anchor::WallClock => &ALIGNED,
+        }
+    }
+
+    fn batch_script(&self) -> &'static Script {
+        match self.anchor() {
+            Anchor::FirstRequest => &ANCHORED_BATCH,
+            Anchor::WallClock => &ALIGNED_BATCH,
         }
     }
 

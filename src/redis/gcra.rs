@@ -16,6 +16,8 @@ use crate::algorithms::Gcra;
 use crate::decision::{ConfigError, Rate};
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+/// Reads each key once for the whole batch: the hot-key case costs little more than one call.
+static BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_batch.lua")));
 
 /// The interval per permit in whole microseconds, rounded to nearest (at least 1).
 fn interval_micros(gcra: &Gcra) -> u64 {
@@ -68,6 +70,10 @@ impl sealed::Script for Gcra {
 
     fn script(&self) -> &'static Script {
         &SCRIPT
+    }
+
+    fn batch_script(&self) -> &'static Script {
+        &BATCH
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {

@@ -14,7 +14,11 @@ use crate::backend::{
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
 
+use std::sync::Arc;
+
 use super::RedisBackend;
+use super::coalesce::Coalescer;
+use super::connection::Request;
 
 pub(crate) mod sealed {
     use crate::decision::ConfigError;
@@ -30,12 +34,21 @@ pub(crate) mod sealed {
         fn validate(&self) -> Result<(), ConfigError>;
         /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us}`.
         fn script(&self) -> &'static redis::Script;
+        /// The same script deciding a batch in order ([`batch_source`](crate::redis::coalesce::batch_source)).
+        fn batch_script(&self) -> &'static redis::Script;
         /// Suffixes of the Redis keys of one limiter key (`KEYS[1]`, `KEYS[2]`, …).
         fn key_suffixes(&self) -> &'static [&'static str];
         /// `ARGV` for a request of `n` permits.
         fn args(&self, n: u32) -> [u64; 4];
         /// The limit, for the local share.
         fn limit_u32(&self) -> u32;
+        /// The sorted-set entries a decision of `n` permits may touch on the server, for an
+        /// algorithm whose work grows with `n` or the limit (the sliding log); 0 (the default)
+        /// for constant work. A coalesced batch keeps their sum within one capped call's.
+        fn entries(&self, n: u32) -> u64 {
+            let _ = n;
+            0
+        }
         /// The local twin with a limit of `limit`.
         fn local(&self, limit: u32) -> Result<Self::Local, ConfigError>;
     }
@@ -61,8 +74,9 @@ pub trait RedisAlgorithm: sealed::Script {
 }
 
 /// A limit shared through Redis by every process that uses the same `name`, key and
-/// configuration. Each decision is one atomic Lua script (one round trip, on the server's clock)
-/// returning the same [`Decision`] as the local limiters; when Redis gives no answer within the
+/// configuration. Each decision is decided atomically by a Lua script (one round trip, on the
+/// server's clock; concurrent decisions share one call, decided in order: see
+/// [the module](crate::redis)) returning the same [`Decision`] as the local limiters; when Redis gives no answer within the
 /// backend's timeout, the [`FailurePolicy`] decides and the failure is counted.
 ///
 /// Keys look like `{name:key}:suffix`: every key of one limiter key shares the hash tag
@@ -111,6 +125,8 @@ pub trait RedisAlgorithm: sealed::Script {
 #[derive(Debug)]
 pub struct RedisLimiter<A: RedisAlgorithm, C: Clock + Clone = QuantaClock> {
     backend: RedisBackend,
+    /// Sends this limiter's decisions, coalescing concurrent ones.
+    coalescer: Arc<Coalescer>,
     name: String,
     algorithm: A,
     failures: FailureHandler<A::Local, C>,
@@ -196,6 +212,12 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         .with_deny_cache(DENY_CACHE_MAX_KEYS)?;
         Ok(RedisLimiter {
             backend: backend.clone(),
+            coalescer: Arc::new(Coalescer::new(
+                backend.clone(),
+                algorithm.script(),
+                algorithm.batch_script(),
+                n_slot(&algorithm),
+            )),
             name: name.to_owned(),
             algorithm,
             failures,
@@ -648,15 +670,13 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             ));
         }
         let store = || async {
-            let reply = self
-                .backend
-                .eval(
-                    self.algorithm.script(),
-                    &self.redis_keys(key),
-                    self.algorithm.args(n),
-                    deadline,
-                )
-                .await;
+            let request = Request {
+                keys: self.redis_keys(key),
+                args: self.algorithm.args(n),
+                deadline,
+            };
+            let entries = self.algorithm.entries(n);
+            let reply = self.coalescer.eval(request, entries).await;
             reply.and_then(|r| decision_from_reply(&r, self.backend.server()))
         };
         // A try cut short by the caller's own deadline (sooner than the backend's timeout, from
@@ -667,6 +687,13 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             .run_async_excusing(key, n, store, excused)
             .await)
     }
+}
+
+/// Which of `algorithm`'s four script arguments carries `n`: the one that differs between one
+/// permit and two (the others are its configuration).
+fn n_slot<A: RedisAlgorithm>(algorithm: &A) -> usize {
+    let (one, two) = (algorithm.args(1), algorithm.args(2));
+    (0..one.len()).find(|&i| one[i] != two[i]).unwrap_or(0)
 }
 
 /// Far enough ahead to stand for "no deadline" without overflowing `Instant`.
@@ -734,6 +761,17 @@ pub(crate) const MAX_WINDOW_MILLIS: u64 = (1 << 51) / 1_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn n_is_found_in_each_algorithms_arguments() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(n_slot(&crate::FixedWindow::new(5, minute).unwrap()), 2);
+        assert_eq!(n_slot(&crate::FixedWindow::aligned(5, minute).unwrap()), 2);
+        assert_eq!(n_slot(&crate::SlidingWindow::new(5, minute, 6).unwrap()), 3);
+        assert_eq!(n_slot(&crate::SlidingLog::new(5, minute).unwrap()), 2);
+        let gcra = crate::Gcra::new(crate::Rate::per_second(5), 5).unwrap();
+        assert_eq!(n_slot(&gcra), 2);
+    }
 
     #[test]
     fn replies_become_decisions() {

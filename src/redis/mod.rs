@@ -13,7 +13,8 @@
 //!
 //! Every decision:
 //! * is **one round trip**: `EVALSHA` (redis-rs [`Script`](redis::Script); on `NOSCRIPT`, after a
-//!   restart or `SCRIPT FLUSH`, it loads the script and runs it again);
+//!   restart or `SCRIPT FLUSH`, it loads the script and runs it again), **shared** with the
+//!   limiter's concurrent decisions (below);
 //! * is **atomic**: check and update happen inside the script, so no two callers can both take the
 //!   last permit;
 //! * reads time from the **server** (`TIME`, or the key's TTL), never from the client's clock, so
@@ -32,6 +33,25 @@
 //! [`try_acquire_outcome`](RedisLimiter::try_acquire_outcome)); the sync forms are `blocking_*`
 //! (tokio's naming) on a backend made by [`RedisBackend::blocking_connect`]. All callers of one
 //! [`RedisBackend`] share one multiplexed connection per node, which pipelines their requests.
+//!
+//! **Coalescing.** A limiter sends a decision at once when none of its calls is out, so a lone
+//! caller waits for one round trip and nothing else. Decisions made while its call is out queue,
+//! and go together in the next call (a second call goes out while 32 or more wait), to a batch
+//! form of the script that decides the batch's decisions in queue order on the server's clock,
+//! each against its own deadline: `N` decisions on one key admit exactly what `N` sequential
+//! calls would, and each caller gets its own [`Decision`](crate::Decision) (breaker, deny cache
+//! and policy see it as before). Across calls out at the same time, each decision is exact
+//! against the key's state in the order Redis runs the calls (not necessarily queue order). A
+//! batch holds at most 256 decisions, and sliding-log decisions touching at most as many
+//! sorted-set entries as one call at the per-call cap (so a batch holds the server no longer
+//! than the costliest single call). The fixed window (anchored) and GCRA batch scripts read
+//! each key once per batch, so a hot key costs Redis little more per batch than per decision.
+//! A queued caller whose future is dropped before its batch is taken sends nothing; the batch
+//! is sent by a task on the runtime that built the connection (the one that runs the
+//! connection itself), not by any one caller nor on a caller's runtime, so no cancelled caller,
+//! and no caller's runtime left idle or shut down, strands the others; if the connection's
+//! runtime shuts down, the queued callers get a connection error at once. On a Redis Cluster a batch
+//! holds one limiter key (one hash tag, one slot); batches for different keys are pipelined.
 //! Each request carries a deadline on the server's clock and the script refuses it, taking
 //! nothing, once that is past (see [`RedisBackend`]). When Redis does not answer within the
 //! timeout, the limiter's [`FailurePolicy`](crate::backend::FailurePolicy) decides (fail open,
@@ -70,6 +90,7 @@
 //! # Ok(()) }
 //! ```
 
+mod coalesce;
 mod connection;
 mod fixed_window;
 mod gcra;

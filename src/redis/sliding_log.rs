@@ -10,11 +10,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingLog;
 use crate::decision::ConfigError;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_log.lua")));
+static BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&batch_source(include_str!("sliding_log.lua"))));
 
 impl sealed::Script for SlidingLog {
     /// During an outage: a local fixed window of the same length (coarser, same bound per window).
@@ -28,6 +31,10 @@ impl sealed::Script for SlidingLog {
         &SCRIPT
     }
 
+    fn batch_script(&self) -> &'static Script {
+        &BATCH
+    }
+
     fn key_suffixes(&self) -> &'static [&'static str] {
         &["sl", "sl:seq"]
     }
@@ -39,6 +46,11 @@ impl sealed::Script for SlidingLog {
 
     fn limit_u32(&self) -> u32 {
         self.limit()
+    }
+
+    /// The `n` entries an admitted decision adds, and up to `limit` expired ones it trims.
+    fn entries(&self, n: u32) -> u64 {
+        u64::from(n) + u64::from(self.limit())
     }
 
     fn local(&self, limit: u32) -> Result<crate::FixedWindow, ConfigError> {

@@ -11,11 +11,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingWindow;
 use crate::decision::ConfigError;
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_window.lua")));
+static BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&batch_source(include_str!("sliding_window.lua"))));
 
 /// Most cells per window on Redis (a decision reads every cell).
 ///
@@ -48,6 +51,10 @@ impl sealed::Script for SlidingWindow {
 
     fn script(&self) -> &'static Script {
         &SCRIPT
+    }
+
+    fn batch_script(&self) -> &'static Script {
+        &BATCH
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {

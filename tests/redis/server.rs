@@ -204,12 +204,59 @@ impl RedisServer {
             .unwrap_or_default()
     }
 
+    /// From now on logs every command in `SLOWLOG` (threshold 0, room for 4,096), so that
+    /// [`script_calls`](Self::script_calls) sees each script call the server runs.
+    pub fn log_script_calls(&self) {
+        self.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+        self.cli(&["CONFIG", "SET", "slowlog-max-len", "4096"]);
+        self.cli(&["SLOWLOG", "RESET"]);
+    }
+
+    /// Each `EVALSHA` the server ran since [`log_script_calls`](Self::log_script_calls), oldest
+    /// first (a NOSCRIPT attempt too). `SLOWLOG` keeps a command's first 32 words: `keys` and
+    /// `args` are cut there, `numkeys` never is.
+    pub fn script_calls(&self) -> Vec<ScriptCall> {
+        let log = self.cli(&["SLOWLOG", "GET", "4096"]);
+        let lines: Vec<&str> = log.lines().map(str::trim).collect();
+        let is_int = |l: &str| l.parse::<u64>().is_ok();
+        let mut calls = Vec::new();
+        // Each entry: id, timestamp, duration (µs), the command's words, client address, name.
+        for i in 3..lines.len() {
+            let entry = lines[i - 3..i].iter().all(|l| is_int(l));
+            if !entry || !lines[i].eq_ignore_ascii_case("evalsha") {
+                continue;
+            }
+            let numkeys: usize = lines[i + 2].parse().expect("EVALSHA numkeys");
+            let words: Vec<String> = lines[i + 3..]
+                .iter()
+                .take_while(|l| l.parse::<std::net::SocketAddr>().is_err())
+                .map(|l| (*l).to_owned())
+                .collect();
+            let split = numkeys.min(words.len());
+            calls.push(ScriptCall {
+                numkeys,
+                keys: words[..split].to_vec(),
+                args: words[split..].to_vec(),
+            });
+        }
+        calls.reverse();
+        calls
+    }
+
     /// The server's `TIME` in microseconds.
     pub fn time_micros(&self) -> u64 {
         let time = self.cli(&["TIME"]);
         let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
         parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
     }
+}
+
+/// One `EVALSHA` from `SLOWLOG` ([`RedisServer::script_calls`]).
+#[derive(Debug)]
+pub struct ScriptCall {
+    pub numkeys: usize,
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
 }
 
 impl Drop for RedisServer {

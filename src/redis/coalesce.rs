@@ -1,0 +1,485 @@
+//! Coalescing: concurrent decisions of one limiter go to Redis together, in one script call that
+//! decides them in order.
+//!
+//! A decision made while none of the limiter's calls is out is sent at once, by its caller, as
+//! one plain script call (no latency added to a lone caller). A decision made while one is out
+//! joins a lock-free queue; when the call out comes back, a task (the *flusher*, spawned then,
+//! not any caller) takes everything queued, up to [`MAX_BATCH`] decisions (and, for the sliding
+//! log, up to [`MAX_BATCH_ENTRIES`] sorted-set entries touched), and sends it as one call of the batch script,
+//! which decides the batch's decisions in queue order, atomically, exactly as the one-decision
+//! script would one call after another at the same instant: the fixed window's and GCRA's
+//! batch scripts are written for it (each key read once, written once), the others run the
+//! one-decision script's code once per decision ([`batch_source`]). So a batch of `N`
+//! decisions on one key admits exactly what `N` sequential calls would, and each decision keeps
+//! its own deadline (checked by the script on the server's clock, as for one call). The flusher
+//! goes on while the queue refills (letting the callers it answered queue again first), then
+//! gives its turn back. A second call may go out while many decisions wait ([`MAX_SENDERS`]).
+//!
+//! Order: each decision is exact against the key's state in the order Redis runs the calls.
+//! Within one batch that is queue order. Across calls it is the order the server receives
+//! them: a caller's own call, and a second batch out at the same time as the first (a second
+//! sender, or in a cluster the batches of other keys), may run before or after a batch holding
+//! decisions queued earlier. Every decision is decided once, or not at all (then its caller
+//! gets an error); none is decided against a state that skips or repeats another's.
+//!
+//! Runtimes: flushers run on the runtime that built the connection (where redis-rs spawned its
+//! driver: the caller's runtime for [`RedisBackend::connect`], the backend's own for
+//! [`RedisBackend::blocking_connect`]), never on the runtime of the caller that handed its turn
+//! on, which may be a current-thread runtime that nothing drives after its `block_on` returned,
+//! or one shut down. So a flusher runs as long as the connection does.
+//!
+//! Cancellation: a queued caller whose future is dropped (or whose own deadline passed) before
+//! its batch is taken is skipped, and sends nothing; dropped after, its decision may be taken
+//! (as for a plain call dropped while out). A caller sending its own call at once and dropped
+//! while it is out hands the queue to a flusher in its drop, so nobody is left waiting on a
+//! call that no task will make. A flusher itself is only dropped when the connection's runtime
+//! shuts down: it then drops the replies it owes, fails every queued decision (those callers
+//! see a connection error at once), and gives its turn back the usual way, so that a decision
+//! queued after that is failed too, by whichever turn next finds it (a flusher spawned on the
+//! shut-down runtime is dropped at once and does the same).
+//!
+//! Redis Cluster: the keys of one script call must share a slot, so there a batch holds the
+//! decisions of one limiter key (one hash tag, one slot); batches for different keys go out
+//! together, pipelined on the cluster connection.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_queue::SegQueue;
+use redis::Script;
+use tokio::sync::oneshot;
+
+use super::RedisBackend;
+use super::connection::Request;
+use crate::algorithms::MAX_SLIDING_LOG_CAPACITY;
+use crate::backend::{BackendError, FailureKind, Turns};
+
+/// Most decisions in one script call: the server runs a call to its end before anything else,
+/// so this bounds how long one call holds it (a few µs per decision).
+pub(crate) const MAX_BATCH: usize = 256;
+
+/// Most sorted-set entries the decisions of one batch may touch on the server (the sliding
+/// log's work grows with `n` and the limit, see `entries` of the algorithm's script): as many
+/// as one decision at the per-call cap may (`n` = limit = [`MAX_SLIDING_LOG_CAPACITY`]: a full
+/// log trimmed, `n` entries added). So a batch holds the server no longer than the costliest
+/// single call; a decision over it alone goes in a call of its own.
+pub(crate) const MAX_BATCH_ENTRIES: u64 = 2 * MAX_SLIDING_LOG_CAPACITY as u64;
+
+/// Calls of one limiter out at a time (a caller's own call, or a flusher's batch): one, and a
+/// second while at least [`SECOND_SENDER_QUEUE`] decisions wait. One call out makes the
+/// largest batches (the fewest round trips per decision); with many callers a second one lets
+/// Redis run a batch while this process hands out the last one's results.
+const MAX_SENDERS: u32 = 2;
+
+/// Queued decisions from which a second call may go out.
+const SECOND_SENDER_QUEUE: usize = 32;
+
+/// The batch form of a one-decision script `source`: the script's code becomes a function of
+/// `(KEYS, ARGV, t)`, run once per decision in order, with the server's `TIME` read once for
+/// the call (as if the decisions arrived together). The arguments and the reply are the batch
+/// format of [`RedisBackend::eval_batch`](super::RedisBackend::eval_batch); a decision that
+/// raises an error is reported as such and the others still run.
+pub(crate) fn batch_source(source: &str) -> String {
+    const TIME: &str = "local t = redis.call('TIME')";
+    debug_assert_eq!(source.matches(TIME).count(), 1, "{source}");
+    let body = source.replacen(TIME, "", 1);
+    format!(
+        "local function decide(KEYS, ARGV, t)\n{body}\nend\n\
+         local t = redis.call('TIME')\n\
+         local per = tonumber(ARGV[1])\n\
+         local slot = tonumber(ARGV[6])\n\
+         local out = {{tonumber(t[1]) * 1000000 + tonumber(t[2])}}\n\
+         local errors = {{}}\n\
+         local d = 0\n\
+         for i = 7, #ARGV, 3 do\n  \
+           local g = tonumber(ARGV[i]) - 1\n  \
+           local keys = {{}}\n  \
+           for j = 1, per do keys[j] = KEYS[g * per + j] end\n  \
+           local argv = {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[i + 2]}}\n  \
+           argv[slot] = ARGV[i + 1]\n  \
+           local ok, r = pcall(decide, keys, argv, t)\n  \
+           if type(r) == 'table' and r.err then errors[#errors + 1] = r.err; r = {{3, #errors, 0, 0, 0}}\n  \
+           elseif not ok then errors[#errors + 1] = tostring(r); r = {{3, #errors, 0, 0, 0}} end\n  \
+           for f = 1, 5 do out[1 + d * 5 + f] = r[f] end\n  \
+           d = d + 1\n\
+         end\n\
+         for _, e in ipairs(errors) do out[#out + 1] = e end\n\
+         return out\n"
+    )
+}
+
+/// A queued decision and where its result goes.
+struct Pending {
+    request: Request,
+    /// Sorted-set entries it may touch (0: constant work), counted against [`MAX_BATCH_ENTRIES`].
+    entries: u64,
+    reply: oneshot::Sender<Result<Vec<i64>, BackendError>>,
+}
+
+/// The coalescing sender of one limiter (one script). See the module docs.
+pub(crate) struct Coalescer {
+    backend: RedisBackend,
+    script: &'static Script,
+    batch: &'static Script,
+    /// Which of the script's four arguments is `n` (the others are the same for every decision).
+    n_slot: usize,
+    queue: SegQueue<Pending>,
+    /// Calls out (see [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass it to
+    /// a flusher (queue not empty) or give it back and look at the queue again.
+    turns: Turns,
+}
+
+impl std::fmt::Debug for Coalescer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coalescer")
+            .field("queued", &self.queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coalescer {
+    pub(crate) fn new(
+        backend: RedisBackend,
+        script: &'static Script,
+        batch: &'static Script,
+        n_slot: usize,
+    ) -> Self {
+        Coalescer {
+            backend,
+            script,
+            batch,
+            n_slot,
+            queue: SegQueue::new(),
+            turns: Turns::new(MAX_SENDERS),
+        }
+    }
+
+    /// Decides `request` on the server: at once if no call is out, else in the next batch.
+    /// `entries`: the sorted-set entries it may touch (0 for constant work), which bound a
+    /// batch with [`MAX_BATCH_ENTRIES`]. Must run inside a tokio runtime (checked by the caller).
+    pub(crate) async fn eval(
+        self: &Arc<Self>,
+        request: Request,
+        entries: u64,
+    ) -> Result<Vec<i64>, BackendError> {
+        if self.turns.take(1) {
+            // Hands the queue on even if this future is dropped while the call is out.
+            let _turn = Turn(Arc::clone(self));
+            return self
+                .backend
+                .eval(self.script, &request.keys, request.args, request.deadline)
+                .await;
+        }
+        let started = Instant::now();
+        let deadline = request.deadline;
+        let (reply, answer) = oneshot::channel();
+        self.queue.push(Pending {
+            request,
+            entries,
+            reply,
+        });
+        if self.turns.after_push(|| self.senders_for_queue()) {
+            self.spawn_flusher();
+        }
+        match tokio::time::timeout_at(deadline.into(), answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(BackendError::at(
+                FailureKind::Connection,
+                self.backend_server(),
+                std::io::Error::other(
+                    "the runtime that built the Redis connection (and sends the queued \
+                     decisions) shut down before this decision was answered",
+                ),
+            )),
+            Err(_) => Err(self
+                .backend
+                .timeout_error(deadline.saturating_duration_since(started), "deciding")),
+        }
+    }
+
+    fn backend_server(&self) -> Arc<str> {
+        self.backend.server().into()
+    }
+
+    /// Gives a turn back; takes it again (for a new flusher) if something was queued meanwhile.
+    fn give_back(self: &Arc<Self>) {
+        if self.give_back_and_retake() {
+            self.spawn_flusher();
+        }
+    }
+
+    /// Gives a turn back; true if it was taken again because the queue is not empty.
+    fn give_back_and_retake(&self) -> bool {
+        self.turns.give_back(|| match self.queue.is_empty() {
+            true => 0,
+            false => self.senders_for_queue(),
+        })
+    }
+
+    /// How many calls may be out for the queue as it is now.
+    fn senders_for_queue(&self) -> u32 {
+        if self.queue.len() >= SECOND_SENDER_QUEUE {
+            MAX_SENDERS
+        } else {
+            1
+        }
+    }
+
+    /// Starts a flusher holding the turn the caller took, on the runtime that drives the
+    /// connection (whichever runtime the caller is on, and whether or not anything drives it
+    /// later). If that runtime has shut down, the task is dropped unpolled (here, at once) and
+    /// its turn fails the queued callers ([`FlusherTurn`]).
+    fn spawn_flusher(self: &Arc<Self>) {
+        let mut held = FlusherTurn(Some(Arc::clone(self)));
+        self.backend.runtime().spawn(async move {
+            if let Some(coalescer) = &held.0 {
+                coalescer.flush().await;
+            }
+            held.disarm();
+        });
+    }
+
+    /// Sends batches while the queue has work, then gives the turn back.
+    async fn flush(self: &Arc<Self>) {
+        // A decision taken from the queue that did not fit the last batch: first in the next.
+        let mut carried = None;
+        loop {
+            let batch = self.take_batch(&mut carried);
+            if batch.is_empty() {
+                if self.give_back_and_retake() {
+                    continue;
+                }
+                return;
+            }
+            self.send(batch).await;
+            // The callers just answered mostly decide again at once: let them queue before
+            // taking the next batch (else it would hold the few that came meanwhile, and the
+            // rest would wait a whole round trip more).
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The next batch, in queue order from `carried`: at most [`MAX_BATCH`] decisions touching
+    /// at most [`MAX_BATCH_ENTRIES`] entries (but always one, however costly). The decision that
+    /// would overflow it is left in `carried` (the queue cannot take it back at its head).
+    /// Empty only if `carried` was empty and the queue held no live decision.
+    fn take_batch(&self, carried: &mut Option<Pending>) -> Vec<Pending> {
+        let mut batch = Vec::new();
+        let mut entries = 0u64;
+        while batch.len() < MAX_BATCH {
+            let Some(pending) = carried.take().or_else(|| self.queue.pop()) else {
+                break;
+            };
+            // Its caller is gone (dropped, or past its deadline): send nothing.
+            if pending.reply.is_closed() {
+                continue;
+            }
+            let total = entries.saturating_add(pending.entries);
+            if !batch.is_empty() && total > MAX_BATCH_ENTRIES {
+                *carried = Some(pending);
+                break;
+            }
+            entries = total;
+            batch.push(pending);
+        }
+        batch
+    }
+
+    /// Sends `batch`: one call, or in a cluster one call per hash tag (so per slot), pipelined.
+    async fn send(self: &Arc<Self>, batch: Vec<Pending>) {
+        if !self.backend.is_cluster() {
+            return self.send_group(batch).await;
+        }
+        let mut groups: Vec<(String, Vec<Pending>)> = Vec::new();
+        for pending in batch {
+            let tag = hash_tag(&pending.request.keys).to_owned();
+            match groups.iter_mut().find(|(t, _)| *t == tag) {
+                Some((_, group)) => group.push(pending),
+                None => groups.push((tag, vec![pending])),
+            }
+        }
+        if groups.len() == 1 {
+            let (_, group) = groups.pop().expect("one group");
+            return self.send_group(group).await;
+        }
+        let tasks: Vec<_> = groups
+            .into_iter()
+            .map(|(_, group)| {
+                let me = Arc::clone(self);
+                self.backend
+                    .runtime()
+                    .spawn(async move { me.send_group(group).await })
+            })
+            .collect();
+        for task in tasks {
+            // A group task fails only when its runtime shuts down; its callers then see an error.
+            let _ = task.await;
+        }
+    }
+
+    /// One script call for `group` (keys sharing a slot), each result to its caller.
+    async fn send_group(&self, mut group: Vec<Pending>) {
+        if group.len() == 1 {
+            let Pending { request, reply, .. } = group.pop().expect("one");
+            let result = self
+                .backend
+                .eval(self.script, &request.keys, request.args, request.deadline)
+                .await;
+            let _ = reply.send(result); // a caller gone meanwhile drops its result
+            return;
+        }
+        let requests: Vec<&Request> = group.iter().map(|p| &p.request).collect();
+        match self
+            .backend
+            .eval_batch(self.batch, self.n_slot, &requests)
+            .await
+        {
+            Ok(results) => {
+                for (pending, result) in group.into_iter().zip(results) {
+                    let _ = pending.reply.send(result);
+                }
+            }
+            Err(error) => {
+                for pending in group {
+                    let _ = pending.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The hash tag of a decision's keys (`{name:key}`), which fixes their slot.
+fn hash_tag(keys: &[String]) -> &str {
+    let first = keys.first().map_or("", String::as_str);
+    first.find('}').map_or(first, |end| &first[..=end])
+}
+
+/// The turn of a caller sending its own call: when the call is done, or its future dropped,
+/// passed to a flusher if decisions were queued meanwhile, else given back.
+struct Turn(Arc<Coalescer>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.0.queue.is_empty() {
+            self.0.give_back();
+        } else {
+            self.0.spawn_flusher();
+        }
+    }
+}
+
+/// A flusher's turn. If the flusher task is dropped before it ends (the connection's runtime
+/// shutting down, or already shut down when it was spawned), nothing can send the queue any
+/// more: the turn fails every queued caller at once (dropping its reply: the caller sees a
+/// connection error) and is given back, looking at the queue again as any turn does, so that
+/// a decision queued meanwhile is failed too rather than left waiting for its timeout.
+/// `None` once `flush` gave the turn back itself.
+struct FlusherTurn(Option<Arc<Coalescer>>);
+
+impl FlusherTurn {
+    /// `flush` ended, having given the turn back itself.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for FlusherTurn {
+    fn drop(&mut self) {
+        if let Some(coalescer) = self.0.take() {
+            loop {
+                while let Some(pending) = coalescer.queue.pop() {
+                    drop(pending); // its caller sees the reply dropped: a connection error
+                }
+                if !coalescer.give_back_and_retake() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::RedisConfig;
+    use crate::redis::limiter::sealed::Script as _;
+    use std::time::Duration;
+
+    /// A coalescer whose queue is filled by hand (a lazy backend: no server needed).
+    fn coalescer() -> Coalescer {
+        let config = RedisConfig::single("redis://127.0.0.1:1").lazy();
+        let backend = RedisBackend::blocking_connect(config).unwrap();
+        let log = crate::SlidingLog::new(4_096, Duration::from_secs(60)).unwrap();
+        Coalescer::new(backend, log.script(), log.batch_script(), 2)
+    }
+
+    /// Queues a decision touching `entries`; its answer's receiver (dropping it gives up).
+    fn queue(
+        coalescer: &Coalescer,
+        n: u64,
+        entries: u64,
+    ) -> oneshot::Receiver<Result<Vec<i64>, BackendError>> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request {
+            keys: vec!["k".into()],
+            args: [4_096, 60_000_000, n, 0],
+            deadline: Instant::now() + Duration::from_secs(60),
+        };
+        coalescer.queue.push(Pending {
+            request,
+            entries,
+            reply,
+        });
+        answer
+    }
+
+    fn ns(batch: &[Pending]) -> Vec<u64> {
+        batch.iter().map(|p| p.request.args[2]).collect()
+    }
+
+    #[test]
+    fn a_batch_is_bounded_by_entries_and_the_overflow_goes_first_in_the_next() {
+        let coalescer = coalescer();
+        let quarter = MAX_BATCH_ENTRIES / 4;
+        let mut answers: Vec<_> = (1..=6).map(|n| queue(&coalescer, n, quarter)).collect();
+        answers.push(queue(&coalescer, 7, MAX_BATCH_ENTRIES + 1));
+        answers.push(queue(&coalescer, 8, 0));
+        let mut carried = None;
+        let first = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&first), [1, 2, 3, 4], "four quarters fill a batch");
+        assert_eq!(carried.as_ref().map(|p| p.request.args[2]), Some(5));
+        let second = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&second), [5, 6], "then the carried one, in queue order");
+        let third = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&third), [7], "one over the bound goes alone");
+        let fourth = coalescer.take_batch(&mut carried);
+        assert_eq!(ns(&fourth), [8]);
+        assert!(coalescer.take_batch(&mut carried).is_empty() && carried.is_none());
+        drop(answers);
+    }
+
+    #[test]
+    fn a_caller_gone_while_its_decision_was_carried_is_skipped() {
+        let coalescer = coalescer();
+        let _first = queue(&coalescer, 1, MAX_BATCH_ENTRIES);
+        let gone = queue(&coalescer, 2, 1);
+        let _third = queue(&coalescer, 3, 1);
+        let mut carried = None;
+        assert_eq!(ns(&coalescer.take_batch(&mut carried)), [1]);
+        assert!(carried.is_some(), "2 did not fit");
+        drop(gone);
+        assert_eq!(ns(&coalescer.take_batch(&mut carried)), [3]);
+        assert!(carried.is_none());
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_max_batch_decisions() {
+        let coalescer = coalescer();
+        let _answers: Vec<_> = (0..MAX_BATCH as u64 + 1)
+            .map(|n| queue(&coalescer, n, 0))
+            .collect();
+        let mut carried = None;
+        assert_eq!(coalescer.take_batch(&mut carried).len(), MAX_BATCH);
+        assert_eq!(ns(&coalescer.take_batch(&mut carried)), [MAX_BATCH as u64]);
+    }
+}

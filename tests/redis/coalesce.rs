@@ -1,0 +1,533 @@
+//! Coalescing: decisions made while a call is out go to Redis together, in one script call that
+//! decides them in order. Each test builds the queue deterministically: every future is polled
+//! once (which sends it, or queues it) before any reply can be read.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use floodgate::backend::{FailureKind, FailurePolicy, Outcome, RequestError};
+use floodgate::redis::{RedisAlgorithm, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{Decision, FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow};
+
+use super::server::{RedisCluster, RedisServer, ScriptCall};
+
+/// Generous: no test may turn into a policy decision on a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// A hang guard only: every wait below ends long before it unless something is stuck.
+const HANG: Duration = Duration::from_secs(60);
+
+type Call = Pin<Box<dyn Future<Output = Result<Outcome, RequestError>> + Send>>;
+
+/// One thread: the connection's task runs only when the test's task waits, so a first poll
+/// only sends or queues a request (it cannot also be answered within that poll).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn poll_once(call: &mut Call) {
+    let mut context = Context::from_waker(Waker::noop());
+    assert!(
+        matches!(call.as_mut().poll(&mut context), Poll::Pending),
+        "a Redis call cannot be answered within its first poll"
+    );
+}
+
+/// Polls every call once, in order (each is sent, or queued behind the calls out), then runs
+/// them all to the end; their outcomes in the same order.
+async fn all_queued_then_run(mut calls: Vec<Call>) -> Vec<Outcome> {
+    for call in &mut calls {
+        poll_once(call);
+    }
+    let tasks: Vec<_> = calls.into_iter().map(tokio::spawn).collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        let outcome = tokio::time::timeout(HANG, task).await.expect("no hang");
+        outcomes.push(outcome.unwrap().unwrap());
+    }
+    outcomes
+}
+
+fn call<A: RedisAlgorithm>(limiter: &Arc<RedisLimiter<A>>, key: &'static str, n: u32) -> Call {
+    let limiter = Arc::clone(limiter);
+    Box::pin(async move { limiter.try_acquire_outcome(key, n).await })
+}
+
+/// Each caller's (key, n) for caller `i` of 128: three keys, 1 to 3 permits.
+fn request(i: usize) -> (&'static str, u32) {
+    let key = ["a", "b", "c"][i % 3];
+    (key, 1 + (i % 4) as u32 / 2 + u32::from(i % 7 == 0))
+}
+
+/// What `limit` gives each request decided one after another on its own key, with no refill:
+/// allowed while the permits fit; `remaining` is what is left after (or, denied, before) it.
+fn sequential(limit: u64, requests: &[(&'static str, u32)]) -> Vec<(bool, u64)> {
+    let mut used = std::collections::HashMap::new();
+    requests
+        .iter()
+        .map(|&(key, n)| {
+            let used = used.entry(key).or_insert(0u64);
+            if *used + u64::from(n) <= limit {
+                *used += u64::from(n);
+                (true, limit - *used)
+            } else {
+                (false, limit - *used)
+            }
+        })
+        .collect()
+}
+
+/// 128 concurrent callers on three keys with n of 1 to 3: each gets exactly the decision that
+/// sequential calls in its order would have given it (so its own result), the server holds
+/// exactly what was granted (`taken`), and all of it took at most `max_calls` script calls
+/// (`script_calls` counts them on the server), not 128.
+fn exact_in_order<A: RedisAlgorithm>(
+    config: RedisConfig,
+    name: &str,
+    algorithm: A,
+    limit: u64,
+    script_calls: impl Fn() -> u64,
+    taken: impl Fn(&RedisLimiter<A>, &str) -> u64,
+    max_calls: u64,
+) {
+    runtime().block_on(async {
+        let backend = RedisBackend::connect(config.timeout(TIMEOUT))
+            .await
+            .unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::new(&backend, name, algorithm, FailurePolicy::FailClosed).unwrap(),
+        );
+        // Loads the one-decision script, so that only the batch script may need a retry.
+        let warm = limiter.try_acquire_outcome("warm", 1).await.unwrap();
+        assert!(warm.failure().is_none(), "{warm:?}");
+        let requests: Vec<_> = (0..128).map(request).collect();
+        let before = script_calls();
+        let calls = requests
+            .iter()
+            .map(|&(k, n)| call(&limiter, k, n))
+            .collect();
+        let outcomes = all_queued_then_run(calls).await;
+        let made = script_calls() - before;
+        let expected = sequential(limit, &requests);
+        for (i, (outcome, (allowed, remaining))) in outcomes.iter().zip(&expected).enumerate() {
+            assert!(
+                outcome.failure().is_none(),
+                "{name} caller {i}: {outcome:?}"
+            );
+            let decision: Decision = outcome.decision();
+            assert_eq!(
+                (decision.is_allowed(), decision.remaining()),
+                (*allowed, *remaining),
+                "{name} caller {i} ({:?}) got another caller's result",
+                requests[i]
+            );
+        }
+        for key in ["a", "b", "c"] {
+            let granted: u64 = requests
+                .iter()
+                .zip(&outcomes)
+                .filter(|((k, _), o)| *k == key && o.decision().is_allowed())
+                .map(|((_, n), _)| u64::from(*n))
+                .sum();
+            assert!(granted <= limit, "{name} key {key}: {granted}");
+            assert_eq!(taken(&limiter, key), granted, "{name} key {key}");
+        }
+        let denied = outcomes
+            .iter()
+            .filter(|o| !o.decision().is_allowed())
+            .count();
+        assert!(denied > 0, "{name}: the test must reach the limit");
+        assert!(made <= max_calls, "{name}: {made} script calls");
+    });
+}
+
+/// The integer at `key` on a single server.
+fn integer(server: &RedisServer, key: &str) -> u64 {
+    server.cli(&["GET", key]).parse().unwrap()
+}
+
+/// GCRA at one permit an hour: its TAT is ahead of now by one hour per permit taken, less the
+/// (sub-hour) time the test ran.
+fn gcra_taken(tat: u64, now: u64) -> u64 {
+    (tat - now) / 3_600_000_000 + 1
+}
+
+/// On one server: one call sent at once, then one batch (plus a retry when the batch script
+/// was not loaded yet), allowing one more.
+const SINGLE_MAX_CALLS: u64 = 4;
+
+#[test]
+fn a_batch_on_a_fixed_window_decides_exactly_as_sequential_calls() {
+    let server = RedisServer::start();
+    exact_in_order(
+        RedisConfig::single(server.url()),
+        "coalesce-fw",
+        FixedWindow::new(40, Duration::from_secs(600)).unwrap(),
+        40,
+        || server.calls("evalsha"),
+        |limiter, key| integer(&server, &limiter.redis_keys(key)[0]),
+        SINGLE_MAX_CALLS,
+    );
+}
+
+#[test]
+fn a_batch_on_a_gcra_decides_exactly_as_sequential_calls() {
+    let server = RedisServer::start();
+    exact_in_order(
+        RedisConfig::single(server.url()),
+        "coalesce-gcra",
+        Gcra::new(Rate::per_hour(1), 40).unwrap(),
+        40,
+        || server.calls("evalsha"),
+        |limiter, key| {
+            let tat = integer(&server, &limiter.redis_keys(key)[0]);
+            gcra_taken(tat, server.time_micros())
+        },
+        SINGLE_MAX_CALLS,
+    );
+}
+
+#[test]
+fn a_batch_on_a_sliding_log_decides_exactly_as_sequential_calls() {
+    let server = RedisServer::start();
+    exact_in_order(
+        RedisConfig::single(server.url()),
+        "coalesce-log",
+        SlidingLog::new(40, Duration::from_secs(600)).unwrap(),
+        40,
+        || server.calls("evalsha"),
+        |limiter, key| {
+            let log = &limiter.redis_keys(key)[0];
+            server.cli(&["ZCARD", log]).parse().unwrap()
+        },
+        SINGLE_MAX_CALLS,
+    );
+}
+
+/// The sliding log's work on the server grows with `n` and the limit: a batch touches at most
+/// as many sorted-set entries as one call at the per-call cap (2 × 4,096: a full log trimmed,
+/// 4,096 added), however many decisions wait. Limit 1,024 and `n` = 1,024 (2,048 entries each)
+/// on 64 distinct keys: every script call holds at most 4 decisions, and some hold 4.
+#[test]
+fn a_batch_of_sliding_log_decisions_touches_no_more_entries_than_one_capped_call() {
+    const LIMIT: u32 = 1_024;
+    let server = RedisServer::start();
+    let keys: Vec<String> = runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let log = SlidingLog::new(LIMIT, Duration::from_secs(600)).unwrap();
+        let limiter =
+            Arc::new(RedisLimiter::new(&backend, "bound", log, FailurePolicy::FailClosed).unwrap());
+        assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+        server.log_script_calls();
+        let keys: Vec<&'static str> = (0..64)
+            .map(|i| &*Box::leak(format!("k{i}").into_boxed_str()))
+            .collect();
+        let calls = keys.iter().map(|key| call(&limiter, key, LIMIT)).collect();
+        for outcome in all_queued_then_run(calls).await {
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed(), "{outcome:?}");
+        }
+        keys.iter()
+            .map(|k| limiter.redis_keys(k)[0].clone())
+            .collect()
+    });
+    let calls = server.script_calls();
+    // Two keys per limiter key (the log and its sequence), each key once per call.
+    let decisions: Vec<usize> = calls.iter().map(|c| c.numkeys / 2).collect();
+    let entries = |d: usize| d as u64 * 2 * u64::from(LIMIT);
+    assert!(
+        decisions.iter().all(|&d| entries(d) <= 2 * 4_096),
+        "decisions per script call: {decisions:?}"
+    );
+    assert_eq!(
+        decisions.iter().max(),
+        Some(&4),
+        "still batched: {decisions:?}"
+    );
+    for key in &keys {
+        assert!(
+            calls.iter().any(|c| c.keys.contains(key)),
+            "{key} never reached the server"
+        );
+    }
+}
+
+#[test]
+fn a_batch_on_a_sliding_window_decides_exactly_as_sequential_calls() {
+    let server = RedisServer::start();
+    exact_in_order(
+        RedisConfig::single(server.url()),
+        "coalesce-sw",
+        // 100 s cells: the run may cross one cell boundary, never the 600 s window.
+        SlidingWindow::new(40, Duration::from_secs(600), 6).unwrap(),
+        40,
+        || server.calls("evalsha"),
+        |limiter, key| {
+            let cells = server.cli(&["HVALS", &limiter.redis_keys(key)[0]]);
+            cells
+                .lines()
+                .map(|c| c.trim().parse::<u64>().unwrap())
+                .sum()
+        },
+        SINGLE_MAX_CALLS,
+    );
+}
+
+#[test]
+fn a_batch_on_an_aligned_window_decides_exactly_as_sequential_calls() {
+    let server = RedisServer::start();
+    // Forty years, aligned to the server's clock: the next boundary is in 2049.
+    let window = Duration::from_secs(40 * 365 * 86_400);
+    exact_in_order(
+        RedisConfig::single(server.url()),
+        "coalesce-aligned",
+        FixedWindow::aligned(40, window).unwrap(),
+        40,
+        || server.calls("evalsha"),
+        |limiter, key| {
+            let count = server.cli(&["HGET", &limiter.redis_keys(key)[0], "c"]);
+            count.parse().unwrap()
+        },
+        SINGLE_MAX_CALLS,
+    );
+}
+
+#[test]
+fn on_a_cluster_a_batch_is_split_by_slot_and_stays_exact() {
+    let cluster = RedisCluster::start();
+    // The value at `key`, from the master that owns it (the others answer MOVED).
+    let read = |key: &str| -> u64 {
+        cluster
+            .nodes
+            .iter()
+            .find_map(|n| n.cli_unchecked(&["GET", key]).parse().ok())
+            .expect("one master holds the key")
+    };
+    let calls = || cluster.nodes.iter().map(|n| n.calls("evalsha")).sum();
+    // One call sent at once, then one call per key (three hash tags), each maybe retried once
+    // on a master that had not loaded the script yet; one more allowed.
+    let max_calls = 2 + 3 * 2 + 1;
+    exact_in_order(
+        RedisConfig::cluster(cluster.urls()),
+        "coalesce-cluster-fw",
+        FixedWindow::new(40, Duration::from_secs(600)).unwrap(),
+        40,
+        calls,
+        |limiter, key| read(&limiter.redis_keys(key)[0]),
+        max_calls,
+    );
+    exact_in_order(
+        RedisConfig::cluster(cluster.urls()),
+        "coalesce-cluster-gcra",
+        Gcra::new(Rate::per_hour(1), 40).unwrap(),
+        40,
+        calls,
+        |limiter, key| {
+            let tat = read(&limiter.redis_keys(key)[0]);
+            gcra_taken(tat, cluster.nodes[0].time_micros())
+        },
+        max_calls,
+    );
+}
+
+/// Polls `call` once, so that it is sent (or queued), and keeps it.
+fn started(mut call: Call) -> Call {
+    poll_once(&mut call);
+    call
+}
+
+#[test]
+fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "handoff",
+                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        let key = limiter.redis_keys("k")[0].clone();
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+        server.freeze();
+        // Distinct permit counts tell which calls the server ran: 2 is sent at once (the turn),
+        // 4, 8 and 16 queue behind it.
+        let first = started(call(&limiter, "k", 2));
+        let second = started(call(&limiter, "k", 4));
+        let queued = started(call(&limiter, "k", 8));
+        let dropped = started(call(&limiter, "k", 16));
+        // Let the connection write what it was given to the frozen server.
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        // Two waiters give up, then the sender is cancelled while its call is out: the queue
+        // must still be sent, by a task no caller owns, without the dropped waiters. The waiters
+        // are dropped first so that they are surely gone before anyone takes the queue: only
+        // the sender's turn is out (a second one is for 32 queued), and it is handed to a
+        // flusher only when the sender is dropped. (A waiter dropped after its decision was
+        // taken may legitimately consume, as a call dropped while out.)
+        drop(second);
+        drop(dropped);
+        drop(first);
+        let queued = tokio::spawn(queued);
+        server.thaw();
+        let outcome = tokio::time::timeout(HANG, queued)
+            .await
+            .expect("the queued call is not stranded")
+            .unwrap()
+            .unwrap();
+        assert!(outcome.failure().is_none(), "{outcome:?}");
+        assert!(outcome.decision().is_allowed());
+        // Exactly: the queued call's 8, and the sender's 2 if its call reached the server
+        // before it was dropped (the documented cost of dropping a call that was sent); the
+        // dropped waiters' 4 and 16 never.
+        let taken = integer(&server, &key) - 1;
+        assert!(
+            taken == 8 || taken == 8 + 2,
+            "taken {taken}: the queued call's 8 (and maybe the sender's 2), no waiter's 4 or 16"
+        );
+        // And the limiter works on: the next call is sent at once and answered.
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+    });
+}
+
+/// Flushers run on the runtime that built the connection. When it has shut down, nothing can
+/// send the queue any more: a decision queued behind a call out fails at once, with a
+/// connection error, when that call's turn is handed on (not after its 30 s timeout).
+#[test]
+fn queued_decisions_fail_at_once_when_the_connections_runtime_has_shut_down() {
+    let server = RedisServer::start();
+    let connecting = runtime();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = connecting.block_on(RedisBackend::connect(config)).unwrap();
+    let window = FixedWindow::new(1_000, Duration::from_secs(600)).unwrap();
+    let limiter =
+        Arc::new(RedisLimiter::new(&backend, "gone", window, FailurePolicy::FailClosed).unwrap());
+    assert!(
+        connecting
+            .block_on(limiter.try_acquire("k", 1))
+            .unwrap()
+            .is_allowed()
+    );
+    let callers = runtime();
+    let (mut first, mut queued) = (call(&limiter, "k", 1), call(&limiter, "k", 1));
+    // The first call holds the turn (out, or waiting on the connection's runtime), the second
+    // queues behind it.
+    callers.block_on(async {
+        poll_once(&mut first);
+        poll_once(&mut queued);
+    });
+    drop(connecting);
+    // The sender is dropped: its turn goes to a flusher spawned on the shut-down runtime.
+    drop(first);
+    let outcome = callers
+        .block_on(async { tokio::time::timeout(HANG, queued).await })
+        .expect("no hang")
+        .unwrap();
+    let failure = outcome.failure().expect("failed");
+    assert_eq!(failure.kind(), FailureKind::Connection, "{failure}");
+    assert!(failure.to_string().contains("shut down"), "{failure}");
+    assert!(!outcome.decision().is_allowed(), "fail closed");
+}
+
+#[test]
+fn each_decision_in_a_batch_keeps_its_own_deadline() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "deadlines",
+                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        let key = limiter.redis_keys("k")[0].clone();
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+        server.log_script_calls();
+        server.freeze();
+        let first = started(call(&limiter, "k", 2));
+        // Queued behind it: two with the backend's 30 s, one that gives up after 300 ms.
+        let second = started(call(&limiter, "k", 4));
+        let short = {
+            let limiter = Arc::clone(&limiter);
+            let mut short: Call = Box::pin(async move {
+                let decision = limiter
+                    .try_acquire_for("k", 8, Duration::from_millis(300))
+                    .await?;
+                Ok(Outcome::from_backend(decision))
+            });
+            poll_once(&mut short);
+            short
+        };
+        let long = started(call(&limiter, "k", 16));
+        // The sender is cancelled: a flusher takes the queue (the three decisions, in one call)
+        // and sends it to the frozen server. It takes it in its first poll, which comes before
+        // the short caller's task can see its deadline (one thread, tasks run in the order
+        // they were spawned, the flusher first), however slow the machine: so the short
+        // decision is sent, not skipped by the client. The server's log checks it below.
+        drop(first);
+        let second = tokio::spawn(second);
+        let short = tokio::spawn(short);
+        let long = tokio::spawn(long);
+        let short = tokio::time::timeout(HANG, short)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!short.decision().is_allowed(), "gave up at its deadline");
+        assert_eq!(limiter.failures().timeouts, 1);
+        // Only now does the server run the batch: past the short decision's deadline on the
+        // server's clock, so the script refuses it, taking nothing, and decides the other.
+        server.thaw();
+        for call in [second, long] {
+            let outcome = tokio::time::timeout(HANG, call)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed());
+        }
+        let taken = integer(&server, &key) - 1;
+        assert_eq!(taken & (4 | 16), 4 | 16, "{taken}");
+        assert_eq!(
+            taken & 8,
+            0,
+            "the decision past its deadline took nothing: {taken}"
+        );
+    });
+    // The short decision reached the server in the batch (so it was refused there, on the
+    // server's clock, not skipped by the client).
+    let calls = server.script_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| batch_permits(c) == Some(vec![4, 8, 16])),
+        "no batch of 4, 8, 16 on the server: {calls:?}"
+    );
+}
+
+/// The `n` of each decision of a batch call (`None` for a one-decision call): the batch
+/// format's arguments are `per`, the four shared ones, `n_slot + 1`, then (key index, `n`,
+/// deadline) per decision.
+fn batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
+    let args: Vec<u64> = call.args.iter().map(|a| a.parse().unwrap()).collect();
+    let decisions = args
+        .get(6..)
+        .filter(|d| !d.is_empty() && d.len() % 3 == 0)?;
+    Some(decisions.chunks(3).map(|d| d[1]).collect())
+}

@@ -1,0 +1,316 @@
+//! Review tests (h-review2) for coalescing: a decision queued behind calls that are out must be
+//! sent while Redis is up, whichever runtimes the other callers ran on.
+#![cfg(feature = "redis")]
+
+#[path = "redis/server.rs"]
+mod server;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use floodgate::backend::FailurePolicy;
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{Gcra, Rate};
+use server::RedisServer;
+
+/// Generous: Redis is up and answers in microseconds; only a stranded decision reaches it.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Polls `future` once on `runtime` (which is then left idle, as a thread-local
+/// current-thread runtime is between two `block_on` calls).
+fn poll_once<F: Future>(runtime: &tokio::runtime::Runtime, future: &mut Pin<Box<F>>) -> bool
+where
+    F::Output: std::fmt::Debug,
+{
+    runtime.block_on(std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+        Poll::Pending => Poll::Ready(true),
+        Poll::Ready(done) => panic!("done at the first poll: {done:?}"),
+    }))
+}
+
+/// Two callers on a current-thread runtime send their own calls (the two turns), a third caller
+/// on another runtime queues behind them (Redis is frozen meanwhile, so that both calls are
+/// surely out), and the first two are dropped (a timeout, a select); then Redis is thawed.
+/// Their turns are handed to flushers spawned on *their* runtime, which nothing drives any
+/// more: the queued decision is never sent and times out with Redis up, and so does every
+/// later decision of the limiter (both turns stay held by tasks that never run).
+#[test]
+fn callers_dropped_on_an_idle_runtime_strand_no_queued_decision() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_second(1_000), 1_000).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
+    // Warm up: the script is loaded and the server's clock known.
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+
+    let idle = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Frozen while the calls go out, so that they stay out until dropped.
+    server.freeze();
+    let mut a = Box::pin(limiter.try_acquire_outcome("k", 1));
+    let mut b = Box::pin(limiter.try_acquire_outcome("k", 1));
+    assert!(poll_once(&idle, &mut a), "a's call is out");
+    assert!(poll_once(&idle, &mut b), "b's call is out");
+
+    let busy = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let queued = busy.block_on(async {
+        let mut c = Box::pin(limiter.try_acquire_outcome("k", 1));
+        let pending = std::future::poll_fn(|cx| Poll::Ready(c.as_mut().poll(cx).is_pending()));
+        assert!(pending.await, "c is queued behind a and b");
+        drop(a);
+        drop(b);
+        server.thaw();
+        c.await.unwrap()
+    });
+    // The limiter's next decision, with nothing else out.
+    let later = busy.block_on(limiter.try_acquire_outcome("k", 1)).unwrap();
+    let up = |o: &floodgate::backend::Outcome| o.failure().is_none() && o.decision().is_allowed();
+    assert!(
+        up(&queued) && up(&later),
+        "Redis is up, yet the queued decision got {queued:?} and a later one {later:?}"
+    );
+    drop(idle);
+}
+
+/// As above, but the callers' runtime is shut down (a runtime built per call, dropped with the
+/// futures still out): their turns are given back without anyone looking at the queue, so the
+/// decision queued meanwhile on another runtime is never sent and times out with Redis up.
+#[test]
+fn callers_on_a_runtime_shut_down_strand_no_queued_decision() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_second(1_000), 1_000).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+
+    server.freeze();
+    let short_lived = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut a = Box::pin(limiter.try_acquire_outcome("k", 1));
+    let mut b = Box::pin(limiter.try_acquire_outcome("k", 1));
+    assert!(poll_once(&short_lived, &mut a), "a's call is out");
+    assert!(poll_once(&short_lived, &mut b), "b's call is out");
+
+    let busy = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let queued = busy.block_on(async {
+        let mut c = Box::pin(limiter.try_acquire_outcome("k", 1));
+        let pending = std::future::poll_fn(|cx| Poll::Ready(c.as_mut().poll(cx).is_pending()));
+        assert!(pending.await, "c is queued behind a and b");
+        short_lived.shutdown_background();
+        drop(a);
+        drop(b);
+        server.thaw();
+        c.await.unwrap()
+    });
+    assert!(
+        queued.failure().is_none() && queued.decision().is_allowed(),
+        "Redis is up, yet the queued decision got {queued:?}"
+    );
+}
+
+/// No caller is dropped: two threads each drive their call with `block_on` on their own
+/// current-thread runtime (a thread-local runtime, as sync code calling async code keeps one),
+/// and a third caller queues behind them. The first two calls complete normally; each hands its
+/// turn to a flusher spawned on its own runtime, and `block_on` returns as soon as its call is
+/// done, so neither flusher runs: the queued decision times out with Redis up.
+#[test]
+fn callers_completing_on_thread_local_runtimes_strand_no_queued_decision() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_second(1_000), 1_000).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+
+    let current_thread = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (current_thread(), current_thread());
+    server.freeze();
+    let mut a = Box::pin(limiter.try_acquire_outcome("k", 1));
+    let mut b = Box::pin(limiter.try_acquire_outcome("k", 1));
+    assert!(poll_once(&first, &mut a), "a's call is out");
+    assert!(poll_once(&second, &mut b), "b's call is out (or queued)");
+
+    let busy = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+    let shared = Arc::clone(&limiter);
+    let c = busy.spawn(async move {
+        let mut c = Box::pin(shared.try_acquire_outcome("k", 1));
+        let pending = std::future::poll_fn(|cx| Poll::Ready(c.as_mut().poll(cx).is_pending()));
+        queued_tx.send(pending.await).unwrap();
+        c.await.unwrap()
+    });
+    let hang_guard = Duration::from_secs(60);
+    assert!(
+        queued_rx.recv_timeout(hang_guard).unwrap(),
+        "c is queued behind a and b"
+    );
+    server.thaw();
+    // a and b complete, each on its thread's runtime (b may have queued too, when only one
+    // call may be out).
+    let a = first.block_on(a).unwrap();
+    let b = second.block_on(b).unwrap();
+    let c = busy.block_on(c).unwrap();
+    let up = |o: &floodgate::backend::Outcome| o.failure().is_none() && o.decision().is_allowed();
+    assert!(
+        up(&a) && up(&b) && up(&c),
+        "Redis is up, yet a got {a:?}, b {b:?}, the queued c {c:?}"
+    );
+}
+
+/// Was a measurement (a batch of 256 capped SlidingLog decisions held the server 1.4-4.2 s in
+/// one script call); now the bound itself: queued SlidingLog decisions on distinct keys, each at
+/// the per-call cap (`n` = limit = 4,096), each go to the server in a call of their own (a
+/// batch touches no more sorted-set entries than one capped call), and every one is decided.
+#[test]
+fn a_batch_of_capped_sliding_log_decisions_holds_the_server_no_longer_than_one_call() {
+    const CALLERS: usize = 2 + 8;
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let keys: Vec<String> = runtime.block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(Duration::from_secs(30));
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let log = floodgate::SlidingLog::new(4_096, Duration::from_secs(60)).unwrap();
+        let policy = FailurePolicy::FailClosed;
+        let limiter = Arc::new(RedisLimiter::new(&backend, "review", log, policy).unwrap());
+        assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+        server.log_script_calls();
+        let keys: Vec<&'static str> = (0..CALLERS)
+            .map(|i| &*Box::leak(format!("k{i}").into_boxed_str()))
+            .collect();
+        let mut calls: Vec<_> = keys
+            .iter()
+            .map(|&key| {
+                let limiter = Arc::clone(&limiter);
+                Box::pin(async move { limiter.try_acquire_outcome(key, 4_096).await })
+            })
+            .collect();
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        for call in &mut calls {
+            assert!(call.as_mut().poll(&mut context).is_pending());
+        }
+        let tasks: Vec<_> = calls.into_iter().map(tokio::spawn).collect();
+        for task in tasks {
+            let outcome = task.await.unwrap().unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed(), "{outcome:?}");
+        }
+        keys.iter()
+            .map(|k| limiter.redis_keys(k)[0].clone())
+            .collect()
+    });
+    let calls = server.script_calls();
+    for call in &calls {
+        // Two keys per limiter key (the log and its sequence): one decision per call.
+        assert_eq!(
+            call.numkeys, 2,
+            "a script call held several decisions: {call:?}"
+        );
+    }
+    for key in &keys {
+        assert!(
+            calls.iter().any(|c| c.keys.first() == Some(key)),
+            "{key} never reached the server: {calls:?}"
+        );
+    }
+}
+
+/// 64 callers on one key, `n` of 1 to 3, all polled once (two sent, the rest queued behind
+/// them) and then run: each gets the decision sequential calls in that order would give it.
+/// The branch's own exactness tests cover the anchored fixed window, GCRA and the sliding log;
+/// these are the two algorithms whose batch script is generated (`batch_source`) and untested.
+fn batch_is_exact<A: floodgate::redis::RedisAlgorithm>(name: &str, algorithm: A, limit: u64) {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(Duration::from_secs(30));
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let policy = FailurePolicy::FailClosed;
+        let limiter = Arc::new(RedisLimiter::new(&backend, name, algorithm, policy).unwrap());
+        assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+        let before = server.calls("evalsha");
+        let ns: Vec<u32> = (0..64u32).map(|i| 1 + (i * 7) % 3).collect();
+        let mut calls: Vec<_> = ns
+            .iter()
+            .map(|&n| {
+                let limiter = Arc::clone(&limiter);
+                Box::pin(async move { limiter.try_acquire_outcome("k", n).await })
+            })
+            .collect();
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        for call in &mut calls {
+            assert!(call.as_mut().poll(&mut context).is_pending());
+        }
+        let tasks: Vec<_> = calls.into_iter().map(tokio::spawn).collect();
+        let mut used = 0u64;
+        for (i, (task, n)) in tasks.into_iter().zip(&ns).enumerate() {
+            let outcome = task.await.unwrap().unwrap();
+            assert!(
+                outcome.failure().is_none(),
+                "{name} caller {i}: {outcome:?}"
+            );
+            let fits = used + u64::from(*n) <= limit;
+            if fits {
+                used += u64::from(*n);
+            }
+            let d = outcome.decision();
+            assert_eq!(
+                (d.is_allowed(), d.remaining()),
+                (fits, limit - used),
+                "{name} caller {i} (n = {n})"
+            );
+        }
+        // Two calls sent at once, then one batch (retried once to load its script).
+        let made = server.calls("evalsha") - before;
+        assert!(made <= 4, "{name}: {made} script calls, not a batch");
+    });
+}
+
+#[test]
+fn a_batch_on_an_aligned_fixed_window_decides_exactly_as_sequential_calls() {
+    // An aligned window no test run straddles (boundaries 50 years apart).
+    let fifty_years = Duration::from_secs(50 * 365 * 86_400);
+    let window = floodgate::FixedWindow::aligned(40, fifty_years).unwrap();
+    batch_is_exact("review-aligned", window, 40);
+}
+
+#[test]
+fn a_batch_on_a_sliding_window_decides_exactly_as_sequential_calls() {
+    let window = floodgate::SlidingWindow::new(40, Duration::from_secs(600), 6).unwrap();
+    batch_is_exact("review-sw", window, 40);
+}
