@@ -1,4 +1,4 @@
-//! Review tests (h-review2) for coalescing: a decision queued behind calls that are out must be
+//! Coalescing across runtimes: a decision queued behind calls that are out must be
 //! sent while Redis is up, whichever runtimes the other callers ran on.
 #![cfg(feature = "redis")]
 
