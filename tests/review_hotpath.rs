@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use floodgate::{Limiter, ManualClock, Sharded};
+use floodgate::{ManualClock, Sharded};
 
 /// `Sharded` docs: "Requests of one permit are never denied early ... a denial means every
 /// stripe was full"; DESIGN.md: "A lagging reader is never refused because of its lag".
