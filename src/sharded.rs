@@ -784,6 +784,34 @@ mod tests {
         }
     }
 
+    /// Review (h-review3): one far-future clock read (a TSC glitch, a ManualClock set ahead and
+    /// back) must not disable the window cache for the length of the leap. Today the cache only
+    /// moves forward, so after a one-day leap every call until real time reaches the leapt
+    /// window misses it and divides (the short path's saving is lost for a day; decisions stay
+    /// right). A cache more than the lag horizon ahead of a read is a leaping clock's and should
+    /// be replaced.
+    #[test]
+    fn a_leaped_read_does_not_pin_the_window_cache_ahead() {
+        let window = CACHED_WINDOW_NANOS * 1_000; // about 1 s
+        let now = 1_700_000_000_000_000_000;
+        let clock = crate::ManualClock::starting_at(now);
+        let s = Sharded::with_clock(1_000, Duration::from_nanos(window), 2, clock.clone());
+        let s = s.unwrap();
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert_eq!(s.recent.load(Ordering::Relaxed), now / window);
+        clock.set(now + 86_400_000_000_000); // a one-day leap, read once
+        let _ = s.try_acquire_on(0, 1).unwrap();
+        clock.set(now + window); // the present again, one window later
+        for _ in 0..3 {
+            let _ = s.try_acquire_on(1, 1).unwrap();
+        }
+        assert_eq!(
+            s.recent.load(Ordering::Relaxed),
+            (now + window) / window,
+            "the cache still holds the leapt window: every call divides until real time gets there"
+        );
+    }
+
     #[test]
     fn threads_get_distinct_home_stripes() {
         let here = home_stripe();
