@@ -7,7 +7,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::algorithms::FixedWindow;
-use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
 use crate::packed::{Divisor, MAX_COUNT, TAG_MASK, pack_window, unpack_window};
@@ -73,8 +73,9 @@ pub struct Sharded<C = QuantaClock> {
     all_full: CachePadded<AtomicU64>,
     /// The index of a window some caller was in: a cache that spares the division when `now`
     /// is still in it (checked before use, so any value is harmless). Written by the callers that
-    /// first find a newer window (a few writes per window, never back and forth), and only for
-    /// windows of at least [`CACHED_WINDOW_NANOS`].
+    /// first find a newer window (a few writes per window, never back and forth between correct
+    /// clocks), or find it more than [`MAX_CLOCK_LAG_NANOS`] ahead of their read (a leaping
+    /// clock's), and only for windows of at least [`CACHED_WINDOW_NANOS`].
     recent: CachePadded<AtomicU64>,
     limit: AtomicU32,
     /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
@@ -344,10 +345,17 @@ impl<C: Clock> Sharded<C> {
     #[inline(never)]
     fn window_index(&self, now: u64) -> u64 {
         let index = self.window.divide(now);
-        if self.window.get() >= CACHED_WINDOW_NANOS {
-            // Relaxed: as the load in `window_at`. Only forward (as far as this caller saw):
-            // callers whose reads straddle a window's end do not take turns rewriting it.
-            if index > self.recent.load(Ordering::Relaxed) {
+        let window = self.window.get();
+        if window >= CACHED_WINDOW_NANOS {
+            // Relaxed: as the load in `window_at`.
+            let recent = self.recent.load(Ordering::Relaxed);
+            // Forward (as far as this caller saw): callers whose reads straddle a window's end
+            // do not take turns rewriting it. Back only from a window starting more than the
+            // lag horizon after this read, a leaping clock's (correct clocks' reads are closer):
+            // one far-future read must not keep every call dividing until real time gets there.
+            // `recent * window` was a clock read's quotient times `window`: no overflow.
+            let leapt = recent * window > now.saturating_add(MAX_CLOCK_LAG_NANOS);
+            if index > recent || leapt {
                 self.recent.store(index, Ordering::Relaxed);
             }
         }
@@ -824,12 +832,11 @@ mod tests {
         }
     }
 
-    /// Review (h-review3): one far-future clock read (a TSC glitch, a ManualClock set ahead and
-    /// back) must not disable the window cache for the length of the leap. Today the cache only
-    /// moves forward, so after a one-day leap every call until real time reaches the leapt
-    /// window misses it and divides (the short path's saving is lost for a day; decisions stay
-    /// right). A cache more than the lag horizon ahead of a read is a leaping clock's and should
-    /// be replaced.
+    /// One far-future clock read (a TSC glitch, a ManualClock set ahead and back) does not
+    /// disable the window cache for the length of the leap: a cache that only moved forward
+    /// would have every call divide until real time reached the leapt window (the short path's
+    /// saving lost for a day; decisions stay right). A cached window more than the lag horizon
+    /// ahead of a read is a leaping clock's, and is replaced.
     #[test]
     fn a_leaped_read_does_not_pin_the_window_cache_ahead() {
         let window = CACHED_WINDOW_NANOS * 1_000; // about 1 s
