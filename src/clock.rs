@@ -13,6 +13,7 @@
 //! published (`limiter::update_at`). On machines whose
 //! cores' TSCs disagree by more than a few nanoseconds, use [`MonotonicClock`].
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -155,26 +156,30 @@ impl Clock for QuantaClock {
 }
 
 /// A coarse clock: the shared timeline's time in nanoseconds, stored by an upkeep thread every
-/// `resolution` (1 ms by default). A read is a single atomic load of that value (no call, no
-/// conversion), the fastest path there is; the price is that time moves in steps and lags real
-/// time.
+/// `resolution` (1 ms by default) or more often: the one upkeep thread of the process runs at the
+/// finest resolution among the live `CoarseClock`s. A read is a single atomic load of that value
+/// (no call, no conversion), the fastest path there is; the price is that time moves in steps and
+/// lags real time.
 ///
 /// # How far it lags
-/// A read is the time of the upkeep thread's last refresh: at least one `resolution` behind on an
-/// idle machine, and **behind by however long the OS keeps the upkeep thread from running** on a
-/// loaded one. There is no hard bound: on a 2-core machine oversubscribed by busy threads, lags of
-/// up to 25 ms were measured with the 1 ms default. A lagging clock never makes a floodgate
-/// limiter admit more than its limit (a late read only admits later), but a window resets, and a
-/// bucket refills, that much later than on [`QuantaClock`]. Pick `QuantaClock` where the lag
-/// matters.
+/// A read is the time of the upkeep thread's last refresh: up to one resolution behind on an idle
+/// machine (the finest live clock's, so at most this clock's own `resolution`), and **behind by
+/// however long the OS keeps the upkeep thread from running** on a loaded one. There is no hard
+/// bound: on a 2-core machine oversubscribed by busy threads, lags of up to 25 ms were measured
+/// with the 1 ms default. A lagging clock never makes a floodgate limiter admit more than its
+/// limit (a late read only admits later), but a window resets, and a bucket refills, that much
+/// later than on [`QuantaClock`]. Pick `QuantaClock` where the lag matters.
 ///
 /// # Upkeep lifecycle
 /// The upkeep thread is shared by every `CoarseClock` in the process and is stopped when the last
-/// one is dropped. Starting and stopping both happen under one process-wide lock, and the last
-/// drop joins the thread before it releases the lock, so a clock created while the last one is
-/// being dropped waits for that stop and then starts a new thread: it can never be built without
-/// an upkeep. The thread is floodgate's own (quanta's `recent()` and its upkeep are not used:
-/// its `Instant` would need a conversion on every read), and a drop wakes it to stop at once.
+/// one is dropped. It runs at the finest resolution among the live clocks: a clock finer than
+/// all others wakes it to run at its resolution at once, and when the last clock of the finest
+/// resolution is dropped it goes back to the next finest. Starting and stopping both happen
+/// under one process-wide lock, and the last drop joins the thread before it releases the lock,
+/// so a clock created while the last one is being dropped waits for that stop and then starts a
+/// new thread: it can never be built without an upkeep. The thread is floodgate's own (quanta's
+/// `recent()` and its upkeep are not used: its `Instant` would need a conversion on every read),
+/// and a drop wakes it to stop at once.
 ///
 /// ```
 /// use floodgate::{Clock, CoarseClock};
@@ -198,9 +203,11 @@ fn refresh_coarse(timeline: &Timeline) {
     COARSE_NANOS.fetch_max(timeline.now_nanos(), Ordering::Relaxed);
 }
 
-/// floodgate's upkeep thread: refreshes the coarse time every `resolution` until stopped.
+/// floodgate's upkeep thread: refreshes the coarse time every `period` until stopped.
 struct UpkeepThread {
     stop: Arc<AtomicBool>,
+    /// The time between two refreshes, in nanoseconds: the finest live resolution.
+    period: Arc<AtomicU64>,
     handle: std::thread::JoinHandle<()>,
 }
 
@@ -211,17 +218,40 @@ impl UpkeepThread {
         refresh_coarse(timeline);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
+        let period = Arc::new(AtomicU64::new(duration_to_nanos(resolution)));
+        let thread_period = Arc::clone(&period);
         let handle = std::thread::Builder::new()
             .name("floodgate-coarse-clock".into())
             .spawn(move || {
                 // Acquire: pairs with the Release store in `stop`; nothing else is read after it.
                 while !stopped.load(Ordering::Acquire) {
                     refresh_coarse(timeline);
-                    // Woken early by `stop` (a spurious wake-up only refreshes once more).
-                    std::thread::park_timeout(resolution);
+                    // Relaxed: pairs with the store in `set_period`; the value is the whole
+                    // message, and the unpark that follows a finer one's store makes it
+                    // visible here at once (an unpark synchronizes with the park it ends).
+                    let period = Duration::from_nanos(thread_period.load(Ordering::Relaxed));
+                    // Woken early by `stop` or a finer period (a spurious wake-up only refreshes
+                    // once more).
+                    std::thread::park_timeout(period);
                 }
             })?;
-        Ok(UpkeepThread { stop, handle })
+        Ok(UpkeepThread {
+            stop,
+            period,
+            handle,
+        })
+    }
+
+    /// Runs the thread at `resolution` from its next refresh on; a finer one than it runs at
+    /// wakes it, so that it takes effect at once (a coarser one waits out the current, finer,
+    /// period).
+    fn set_period(&self, resolution: Duration) {
+        let nanos = duration_to_nanos(resolution);
+        // Relaxed: pairs with the load in the thread's loop, as described there.
+        let old = self.period.swap(nanos, Ordering::Relaxed);
+        if nanos < old {
+            self.handle.thread().unpark();
+        }
     }
 
     /// Stops the thread and waits for it (at once: the thread is woken, not waited out).
@@ -291,35 +321,77 @@ impl From<ConfigError> for CoarseClockError {
     }
 }
 
-/// The process-wide upkeep state: how many leases are alive and, while any is, the upkeep
-/// thread.
+/// The process-wide upkeep state: the resolutions of the live leases and, while any is alive,
+/// the upkeep thread, running at the finest of them.
 struct Upkeep {
-    leases: usize,
+    live: LiveResolutions,
     thread: Option<UpkeepThread>,
 }
 
 static UPKEEP: Mutex<Upkeep> = Mutex::new(Upkeep {
-    leases: 0,
+    live: LiveResolutions::new(),
     thread: None,
 });
+
+/// The resolutions of the live leases, with how many leases hold each.
+struct LiveResolutions {
+    leases: BTreeMap<Duration, usize>,
+}
+
+impl LiveResolutions {
+    const fn new() -> Self {
+        LiveResolutions {
+            leases: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, resolution: Duration) {
+        *self.leases.entry(resolution).or_insert(0) += 1;
+    }
+
+    /// Releases one lease of `resolution` (none held: nothing changes).
+    fn remove(&mut self, resolution: Duration) {
+        if let Some(count) = self.leases.get_mut(&resolution) {
+            *count -= 1;
+            if *count == 0 {
+                self.leases.remove(&resolution);
+            }
+        }
+    }
+
+    /// The finest live resolution; `None` when no lease is alive.
+    fn finest(&self) -> Option<Duration> {
+        self.leases.keys().next().copied()
+    }
+}
 
 fn lock_upkeep() -> std::sync::MutexGuard<'static, Upkeep> {
     UPKEEP.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
-/// One `CoarseClock::with_resolution` call's share of the upkeep thread (shared by its clones).
-/// Its drop releases the share; the last one stops the thread *while holding the lock*.
-struct UpkeepLease;
+/// One `CoarseClock::with_resolution` call's share of the upkeep thread (shared by its clones),
+/// at its `resolution`. Its drop releases the share; the last one stops the thread *while
+/// holding the lock*, any other puts the thread at the finest resolution still live.
+struct UpkeepLease {
+    resolution: Duration,
+}
 
 impl Drop for UpkeepLease {
     fn drop(&mut self) {
         let mut upkeep = lock_upkeep();
-        upkeep.leases = upkeep.leases.saturating_sub(1);
-        if upkeep.leases == 0 {
+        upkeep.live.remove(self.resolution);
+        match upkeep.live.finest() {
             // Stopped and joined under the lock: the next `with_resolution` finds either a live
-            // thread (leases > 0) or none at all, never one that is stopping.
-            if let Some(thread) = upkeep.thread.take() {
-                thread.stop();
+            // thread (a lease alive) or none at all, never one that is stopping.
+            None => {
+                if let Some(thread) = upkeep.thread.take() {
+                    thread.stop();
+                }
+            }
+            Some(finest) => {
+                if let Some(thread) = &upkeep.thread {
+                    thread.set_period(finest);
+                }
             }
         }
     }
@@ -341,9 +413,10 @@ impl CoarseClock {
         Self::with_resolution(Duration::from_millis(1))
     }
 
-    /// A coarse clock refreshed every `resolution`, which must be within
-    /// [`MIN_COARSE_RESOLUTION`]` ..= `[`MAX_COARSE_RESOLUTION`] (100 µs ..= 1 s). The resolution
-    /// of the first live `CoarseClock` wins: there is one upkeep thread per process.
+    /// A coarse clock refreshed at least every `resolution`, which must be within
+    /// [`MIN_COARSE_RESOLUTION`]` ..= `[`MAX_COARSE_RESOLUTION`] (100 µs ..= 1 s). There is one
+    /// upkeep thread per process, running at the finest resolution among the live clocks: this
+    /// one steps more often while a finer one is alive, never less often.
     ///
     /// # Errors
     /// [`CoarseClockError::Config`] ([`ConfigError::DurationOutOfRange`]) for a resolution outside
@@ -370,15 +443,24 @@ impl CoarseClock {
         }
         let timeline = timeline();
         let mut upkeep = lock_upkeep();
-        if upkeep.leases == 0 {
+        match upkeep.live.finest() {
             // No lease is alive, so no thread runs: the last drop joined it under this lock.
-            upkeep.thread =
-                Some(UpkeepThread::start(resolution, timeline).map_err(CoarseClockError::Spawn)?);
+            None => {
+                upkeep.thread = Some(
+                    UpkeepThread::start(resolution, timeline).map_err(CoarseClockError::Spawn)?,
+                );
+            }
+            Some(finest) if resolution < finest => {
+                if let Some(thread) = &upkeep.thread {
+                    thread.set_period(resolution);
+                }
+            }
+            Some(_) => {}
         }
-        upkeep.leases += 1;
+        upkeep.live.add(resolution);
         drop(upkeep);
         Ok(CoarseClock {
-            _upkeep: Arc::new(UpkeepLease),
+            _upkeep: Arc::new(UpkeepLease { resolution }),
         })
     }
 }
@@ -699,6 +781,40 @@ mod coarse_lifecycle_tests {
             );
             last = read;
         }
+    }
+
+    /// The upkeep's period is the finest live resolution: a finer lease lowers it, the last
+    /// lease of the finest resolution gives it back to the next finest, and the last lease of
+    /// all leaves none (the thread is stopped). The thread itself: tests/coarse_resolution.rs.
+    #[test]
+    fn the_upkeep_runs_at_the_finest_live_resolution() {
+        let (fine, middle, coarse) = (
+            MIN_COARSE_RESOLUTION,
+            Duration::from_millis(1),
+            MAX_COARSE_RESOLUTION,
+        );
+        let mut live = LiveResolutions::new();
+        assert_eq!(live.finest(), None);
+        live.add(middle);
+        live.add(coarse);
+        assert_eq!(live.finest(), Some(middle));
+        live.add(fine);
+        live.add(fine);
+        assert_eq!(live.finest(), Some(fine));
+        live.remove(fine);
+        assert_eq!(
+            live.finest(),
+            Some(fine),
+            "one lease of the finest is still alive"
+        );
+        live.remove(fine);
+        assert_eq!(live.finest(), Some(middle));
+        live.remove(fine); // none held: nothing changes
+        assert_eq!(live.finest(), Some(middle));
+        live.remove(middle);
+        assert_eq!(live.finest(), Some(coarse));
+        live.remove(coarse);
+        assert_eq!(live.finest(), None);
     }
 
     #[test]

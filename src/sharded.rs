@@ -7,7 +7,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::algorithms::FixedWindow;
-use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
 use crate::packed::{Divisor, MAX_COUNT, TAG_MASK, pack_window, unpack_window};
@@ -32,8 +32,11 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 /// # How early it may deny
 /// A stripe's count only grows within a window, so a stripe seen without room stays without room.
 /// * Requests of one permit are **never denied early**, however unbalanced the load: a denial
-///   means every stripe was full, i.e. all `limit` permits of the window were taken. Unbalanced
-///   load costs speed (borrowers write other cores' cache lines), not admissions.
+///   means every stripe was full in the window the request was decided in, i.e. all `limit`
+///   permits of that window were taken. (A caller whose clock read lags decides on a stripe
+///   holding a newer window in that newer window, as [`FixedWindow`] does, and is denied only if
+///   it is full.) Unbalanced load costs speed (borrowers write other cores' cache lines), not
+///   admissions.
 /// * A request of `n > 1` permits must fit in one stripe, so it may be denied while up to
 ///   `stripes × (n − 1)` permits are left in the window, scattered across stripes. For the same
 ///   reason one request can take at most the largest share (`ceil(limit / stripes)`); more is
@@ -63,12 +66,16 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 #[derive(Debug)]
 pub struct Sharded<C = QuantaClock> {
     stripes: Box<[CachePadded<Stripe>]>,
-    /// `window index + 1` of a window in which some caller saw every stripe full; 0 for none.
+    /// `window index + 1` of a window in which some caller, reading the clock in that window,
+    /// saw every stripe full in it (none holding a window ahead); 0 for none. Trusted only by a
+    /// caller whose home stripe denied it in that same window: counts only grow within a
+    /// window, so its `limit` permits are all taken.
     all_full: CachePadded<AtomicU64>,
     /// The index of a window some caller was in: a cache that spares the division when `now`
     /// is still in it (checked before use, so any value is harmless). Written by the callers that
-    /// first find a newer window (a few writes per window, never back and forth), and only for
-    /// windows of at least [`CACHED_WINDOW_NANOS`].
+    /// first find a newer window (a few writes per window, never back and forth between correct
+    /// clocks), or find it more than [`MAX_CLOCK_LAG_NANOS`] ahead of their read (a leaping
+    /// clock's), and only for windows of at least [`CACHED_WINDOW_NANOS`].
     recent: CachePadded<AtomicU64>,
     limit: AtomicU32,
     /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
@@ -316,8 +323,8 @@ impl<C: Clock> Sharded<C> {
     fn window_at(&self, now: u64) -> WindowAt {
         let window = self.window.get();
         // Relaxed, pairs with nothing: a cache, no part of the admission protocol (the store in
-        // `window_index`); the value is used only once `now` is checked to lie in its window. It was a quotient of
-        // a clock read by `window` (or 0): the product cannot overflow.
+        // `window_index`); the value is used only once `now` is checked to lie in its window.
+        // It was a quotient of a clock read by `window` (or 0): the product cannot overflow.
         let recent = self.recent.load(Ordering::Relaxed);
         let mut into = now.wrapping_sub(recent * window);
         let mut index = recent;
@@ -338,10 +345,17 @@ impl<C: Clock> Sharded<C> {
     #[inline(never)]
     fn window_index(&self, now: u64) -> u64 {
         let index = self.window.divide(now);
-        if self.window.get() >= CACHED_WINDOW_NANOS {
-            // Relaxed: as the load in `window_at`. Only forward (as far as this caller saw):
-            // callers whose reads straddle a window's end do not take turns rewriting it.
-            if index > self.recent.load(Ordering::Relaxed) {
+        let window = self.window.get();
+        if window >= CACHED_WINDOW_NANOS {
+            // Relaxed: as the load in `window_at`.
+            let recent = self.recent.load(Ordering::Relaxed);
+            // Forward (as far as this caller saw): callers whose reads straddle a window's end
+            // do not take turns rewriting it. Back only from a window starting more than the
+            // lag horizon after this read, a leaping clock's (correct clocks' reads are closer):
+            // one far-future read must not keep every call dividing until real time gets there.
+            // `recent * window` was a clock read's quotient times `window`: no overflow.
+            let leapt = recent * window > now.saturating_add(MAX_CLOCK_LAG_NANOS);
+            if index > recent || leapt {
                 self.recent.store(index, Ordering::Relaxed);
             }
         }
@@ -397,27 +411,35 @@ impl<C: Clock> Sharded<C> {
         crate::decision::check_permits(n, self.max_request())?;
         let mask = self.stripes.len() - 1;
         let first = self.take(home, now, n);
-        if first.is_allowed() {
-            return Ok(self.global(first));
+        if first.decision.is_allowed() {
+            return Ok(self.global(first.decision));
         }
-        // Borrow. A hint that this window is already full everywhere spares the scan.
-        let window_mark = self.window_at(now).mark();
+        // Borrow. A hint that this window is already full everywhere spares the scan, for a
+        // denial decided in this window (the read's) only: a lagging reader's home stripe may
+        // hold a newer window, of which the hint says nothing.
+        let at = self.window_at(now);
+        let home_in_window = at.decided_in(now, &first);
         // Relaxed: an advisory hint; every admission is still decided by a stripe's own word.
-        if self.all_full.load(Ordering::Relaxed) == window_mark {
-            return Ok(self.global(first));
+        if home_in_window && self.all_full.load(Ordering::Relaxed) == at.mark() {
+            return Ok(self.global(first.decision));
         }
-        let mut remaining = first.remaining();
+        let mut remaining = first.decision.remaining();
+        let mut all_in_window = home_in_window;
         for step in 1..self.stripes.len() {
-            let decision = self.take((home + step) & mask, now, n);
-            if decision.is_allowed() {
-                return Ok(self.global(decision));
+            let taken = self.take((home + step) & mask, now, n);
+            if taken.decision.is_allowed() {
+                return Ok(self.global(taken.decision));
             }
-            remaining += decision.remaining();
+            remaining += taken.decision.remaining();
+            all_in_window &= at.decided_in(now, &taken);
         }
-        if remaining == 0 {
+        // Set only by a scan that found every stripe full in the read's window (none holding a
+        // window ahead): the hint then says that all `limit` permits of that window are taken.
+        if remaining == 0 && all_in_window {
             // Relaxed: as the load above.
-            self.all_full.store(window_mark, Ordering::Relaxed);
+            self.all_full.store(at.mark(), Ordering::Relaxed);
         }
+        let first = first.decision;
         let d = Decision::deny(
             self.limit(),
             remaining,
@@ -427,15 +449,24 @@ impl<C: Clock> Sharded<C> {
         Ok(d)
     }
 
-    /// One stripe's decision, published through the one CAS loop.
+    /// One stripe's decision, published through the one CAS loop, with the clock read it was
+    /// decided at (`now`, or a fresh read the engine took for a leaping clock's state).
     #[inline]
-    fn take(&self, index: usize, now: u64, n: u32) -> Decision {
+    fn take(&self, index: usize, now: u64, n: u32) -> Taken {
         let stripe = &self.stripes[index];
-        update_timed(
+        let mut decided_at = now;
+        let decision = update_timed(
             &stripe.word,
             reads_after(now, || self.clock.now_nanos()),
-            |state, now| stripe.window.decide(state, now, n),
-        )
+            |state, now| {
+                decided_at = now;
+                stripe.window.decide(state, now, n)
+            },
+        );
+        Taken {
+            decision,
+            decided_at,
+        }
     }
 
     /// A stripe's decision restated with the global limit.
@@ -461,6 +492,23 @@ impl WindowAt {
     fn mark(&self) -> u64 {
         self.index.saturating_add(1)
     }
+
+    /// Whether `taken`, a stripe's denial on the read `now` this window was computed from, was
+    /// decided in this window: an aligned window's denial says how long until the window it
+    /// decided in ends, so the two windows end at the same instant; a stripe's window ahead (a
+    /// lagging read keeps it) ends later. `false` where an end does not fit in a `u64` (the
+    /// hint is then neither set nor trusted: speed, never a decision).
+    fn decided_in(&self, now: u64, taken: &Taken) -> bool {
+        let retry = duration_to_nanos(taken.decision.retry_after());
+        let end = now.checked_add(self.until_end);
+        end.is_some() && taken.decided_at.checked_add(retry) == end
+    }
+}
+
+/// One stripe's decision on the general path, and the clock read it was decided at.
+struct Taken {
+    decision: Decision,
+    decided_at: u64,
 }
 
 /// What the short path made of one stripe.
@@ -782,6 +830,33 @@ mod tests {
             let recent = s.recent.load(Ordering::Relaxed);
             assert_eq!(recent, if cached { u64::MAX / window } else { 0 });
         }
+    }
+
+    /// One far-future clock read (a TSC glitch, a ManualClock set ahead and back) does not
+    /// disable the window cache for the length of the leap: a cache that only moved forward
+    /// would have every call divide until real time reached the leapt window (the short path's
+    /// saving lost for a day; decisions stay right). A cached window more than the lag horizon
+    /// ahead of a read is a leaping clock's, and is replaced.
+    #[test]
+    fn a_leaped_read_does_not_pin_the_window_cache_ahead() {
+        let window = CACHED_WINDOW_NANOS * 1_000; // about 1 s
+        let now = 1_700_000_000_000_000_000;
+        let clock = crate::ManualClock::starting_at(now);
+        let s = Sharded::with_clock(1_000, Duration::from_nanos(window), 2, clock.clone());
+        let s = s.unwrap();
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert_eq!(s.recent.load(Ordering::Relaxed), now / window);
+        clock.set(now + 86_400_000_000_000); // a one-day leap, read once
+        let _ = s.try_acquire_on(0, 1).unwrap();
+        clock.set(now + window); // the present again, one window later
+        for _ in 0..3 {
+            let _ = s.try_acquire_on(1, 1).unwrap();
+        }
+        assert_eq!(
+            s.recent.load(Ordering::Relaxed),
+            (now + window) / window,
+            "the cache still holds the leapt window: every call divides until real time gets there"
+        );
     }
 
     #[test]
