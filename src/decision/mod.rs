@@ -67,14 +67,12 @@ impl Decision {
         unit: u64,
         reset_after_nanos: u64,
     ) -> Self {
-        Decision {
-            allowed: true,
+        Self::allowed_in_units(
             limit,
             remaining,
-            remaining_unit: if unit == 0 { 1 } else { unit },
-            retry_after_nanos: 0,
+            if unit == 0 { 1 } else { unit },
             reset_after_nanos,
-        }
+        )
     }
 
     /// A denying decision. `retry_after_nanos` is raised to at least 1 ns, so a caller that waits
@@ -109,18 +107,17 @@ impl Decision {
         retry_after_nanos: u64,
         reset_after_nanos: u64,
     ) -> Self {
-        Decision {
-            allowed: false,
+        Self::denied_in_units(
             limit,
             remaining,
-            remaining_unit: if unit == 0 { 1 } else { unit },
-            retry_after_nanos: if retry_after_nanos == 0 {
+            if unit == 0 { 1 } else { unit },
+            if retry_after_nanos == 0 {
                 1
             } else {
                 retry_after_nanos
             },
             reset_after_nanos,
-        }
+        )
     }
 
     /// [`allow_scaled`](Decision::allow_scaled) for a `unit` the caller knows is at least 1 (a
