@@ -19,6 +19,35 @@ use server::RedisServer;
 /// Generous: Redis is up and answers in microseconds; only a stranded decision reaches it.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A limiter over a GCRA key on `server`, with its script loaded and the server's clock known
+/// (one decision taken on key "k").
+fn warm_gcra_limiter(server: &RedisServer) -> Arc<RedisLimiter<Gcra>> {
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_second(1_000), 1_000).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    limiter
+}
+
+/// A current-thread runtime, as sync code calling async code keeps one per thread.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A runtime with one worker that drives what is spawned on it.
+fn one_worker() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Polls `future` once on `runtime` (which is then left idle, as a thread-local
 /// current-thread runtime is between two `block_on` calls).
 fn poll_once<F: Future>(runtime: &tokio::runtime::Runtime, future: &mut Pin<Box<F>>) -> bool
@@ -34,24 +63,15 @@ where
 /// Two callers on a current-thread runtime send their own calls (the two turns), a third caller
 /// on another runtime queues behind them (Redis is frozen meanwhile, so that both calls are
 /// surely out), and the first two are dropped (a timeout, a select); then Redis is thawed.
-/// Their turns are handed to flushers spawned on *their* runtime, which nothing drives any
-/// more: the queued decision is never sent and times out with Redis up, and so does every
-/// later decision of the limiter (both turns stay held by tasks that never run).
+/// The queued decision and the limiter's next one are sent and decided: their turns go to
+/// flushers on the connection's runtime, not on the idle runtime of the dropped callers (there
+/// they would never run, and every later decision would time out with Redis up).
 #[test]
 fn callers_dropped_on_an_idle_runtime_strand_no_queued_decision() {
     let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::blocking_connect(config).unwrap();
-    let gcra = Gcra::new(Rate::per_second(1_000), 1_000).unwrap();
-    let policy = FailurePolicy::FailClosed;
-    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
-    // Warm up: the script is loaded and the server's clock known.
-    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    let limiter = warm_gcra_limiter(&server);
 
-    let idle = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let idle = current_thread();
     // Frozen while the calls go out, so that they stay out until dropped.
     server.freeze();
     let mut a = Box::pin(limiter.try_acquire_outcome("k", 1));
@@ -59,11 +79,7 @@ fn callers_dropped_on_an_idle_runtime_strand_no_queued_decision() {
     assert!(poll_once(&idle, &mut a), "a's call is out");
     assert!(poll_once(&idle, &mut b), "b's call is out");
 
-    let busy = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let busy = one_worker();
     let queued = busy.block_on(async {
         let mut c = Box::pin(limiter.try_acquire_outcome("k", 1));
         let pending = std::future::poll_fn(|cx| Poll::Ready(c.as_mut().poll(cx).is_pending()));
@@ -84,33 +100,21 @@ fn callers_dropped_on_an_idle_runtime_strand_no_queued_decision() {
 }
 
 /// As above, but the callers' runtime is shut down (a runtime built per call, dropped with the
-/// futures still out): their turns are given back without anyone looking at the queue, so the
-/// decision queued meanwhile on another runtime is never sent and times out with Redis up.
+/// futures still out): the decision queued meanwhile on another runtime is still sent and
+/// decided (a turn given back looks at the queue).
 #[test]
 fn callers_on_a_runtime_shut_down_strand_no_queued_decision() {
     let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::blocking_connect(config).unwrap();
-    let gcra = Gcra::new(Rate::per_second(1_000), 1_000).unwrap();
-    let policy = FailurePolicy::FailClosed;
-    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
-    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    let limiter = warm_gcra_limiter(&server);
 
     server.freeze();
-    let short_lived = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let short_lived = current_thread();
     let mut a = Box::pin(limiter.try_acquire_outcome("k", 1));
     let mut b = Box::pin(limiter.try_acquire_outcome("k", 1));
     assert!(poll_once(&short_lived, &mut a), "a's call is out");
     assert!(poll_once(&short_lived, &mut b), "b's call is out");
 
-    let busy = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let busy = one_worker();
     let queued = busy.block_on(async {
         let mut c = Box::pin(limiter.try_acquire_outcome("k", 1));
         let pending = std::future::poll_fn(|cx| Poll::Ready(c.as_mut().poll(cx).is_pending()));
@@ -129,25 +133,14 @@ fn callers_on_a_runtime_shut_down_strand_no_queued_decision() {
 
 /// No caller is dropped: two threads each drive their call with `block_on` on their own
 /// current-thread runtime (a thread-local runtime, as sync code calling async code keeps one),
-/// and a third caller queues behind them. The first two calls complete normally; each hands its
-/// turn to a flusher spawned on its own runtime, and `block_on` returns as soon as its call is
-/// done, so neither flusher runs: the queued decision times out with Redis up.
+/// and a third caller queues behind them. The first two calls complete normally and `block_on`
+/// returns at once: the queued decision is still sent and decided (its flusher runs on the
+/// connection's runtime, not on the callers' runtimes, which nothing drives any more).
 #[test]
 fn callers_completing_on_thread_local_runtimes_strand_no_queued_decision() {
     let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::blocking_connect(config).unwrap();
-    let gcra = Gcra::new(Rate::per_second(1_000), 1_000).unwrap();
-    let policy = FailurePolicy::FailClosed;
-    let limiter = Arc::new(RedisLimiter::new(&backend, "review", gcra, policy).unwrap());
-    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    let limiter = warm_gcra_limiter(&server);
 
-    let current_thread = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
     let (first, second) = (current_thread(), current_thread());
     server.freeze();
     let mut a = Box::pin(limiter.try_acquire_outcome("k", 1));
@@ -155,11 +148,7 @@ fn callers_completing_on_thread_local_runtimes_strand_no_queued_decision() {
     assert!(poll_once(&first, &mut a), "a's call is out");
     assert!(poll_once(&second, &mut b), "b's call is out (or queued)");
 
-    let busy = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let busy = one_worker();
     let (queued_tx, queued_rx) = std::sync::mpsc::channel();
     let shared = Arc::clone(&limiter);
     let c = busy.spawn(async move {
@@ -186,8 +175,8 @@ fn callers_completing_on_thread_local_runtimes_strand_no_queued_decision() {
     );
 }
 
-/// Was a measurement (a batch of 256 capped SlidingLog decisions held the server 1.4-4.2 s in
-/// one script call); now the bound itself: queued SlidingLog decisions on distinct keys, each at
+/// A batch is bounded by work, not only by count (256 capped SlidingLog decisions in one script
+/// call held the server 1.4-4.2 s): queued SlidingLog decisions on distinct keys, each at
 /// the per-call cap (`n` = limit = 4,096), each go to the server in a call of their own (a
 /// batch touches no more sorted-set entries than one capped call), and every one is decided.
 #[test]
@@ -249,8 +238,8 @@ fn a_batch_of_capped_sliding_log_decisions_holds_the_server_no_longer_than_one_c
 
 /// 64 callers on one key, `n` of 1 to 3, all polled once (two sent, the rest queued behind
 /// them) and then run: each gets the decision sequential calls in that order would give it.
-/// The branch's own exactness tests cover the anchored fixed window, GCRA and the sliding log;
-/// these are the two algorithms whose batch script is generated (`batch_source`) and untested.
+/// tests/redis/coalesce.rs covers the anchored fixed window, GCRA and the sliding log; these are
+/// the two algorithms whose batch script is generated (`batch_source`).
 fn batch_is_exact<A: floodgate::redis::RedisAlgorithm>(name: &str, algorithm: A, limit: u64) {
     let server = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
