@@ -191,8 +191,9 @@ impl<K, S> Table<K, S> {
         &slots[i]
     }
 
-    /// [`insert`](Self::insert) into a table this thread owns.
-    fn put(&mut self, key: K, value: S, hash: u64) {
+    /// [`insert`](Self::insert) into a table this thread owns: `key` is the cell of a slot of
+    /// the old table, moved as it is (re-setting a fresh `OnceLock` would run its `Once` again).
+    fn put(&mut self, key: OnceLock<K>, value: S, hash: u64) {
         let len = self.slots.len();
         let mut i = home(hash, len);
         while self.slots[i].key.get().is_some() {
@@ -202,7 +203,7 @@ impl<K, S> Table<K, S> {
             }
         }
         let slot = &mut self.slots[i];
-        slot.key = OnceLock::from(key);
+        slot.key = key;
         slot.value = value;
     }
 }
@@ -527,16 +528,25 @@ where
     {
         let shard = self.shard(hash);
         let mut meta = lock(&shard.meta);
-        repair(shard, &mut meta);
         let now = clock.now_nanos();
-        {
-            let table = shard.table.load();
-            if let Some(slot) = table.find(key, hash) {
-                // Inserted by another thread, or a rebuild was under way.
-                return Ok(run(slot, now, &shard.floor));
-            }
+        // One load serves the lookup and, when no rebuild is needed, the insert: under the mutex
+        // the table changes only by this thread's rebuild, which must not run while this thread
+        // holds the old table (a rebuild waits until no check holds it).
+        let mut table = shard.table.load();
+        if table.is_placeholder() {
+            drop(table);
+            repair(shard, &mut meta);
+            table = shard.table.load();
         }
-        self.make_room(shard, &mut meta, rules, now, clock)?;
+        if let Some(slot) = table.find(key, hash) {
+            // Inserted by another thread, or a rebuild was under way.
+            return Ok(run(slot, now, &shard.floor));
+        }
+        if self.needs_room(&meta) {
+            drop(table);
+            self.make_room(shard, &mut meta, rules, now, clock)?;
+            table = shard.table.load();
+        }
         // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
         // one that was dropped as idle on a clock ahead of ours. A drop time beyond the lag
         // horizon is a leaping clock's and is not obeyed.
@@ -545,7 +555,6 @@ where
         } else {
             now
         };
-        let table = shard.table.load();
         let slot = table.vacant(hash);
         // Decided before the key is published: a reader finds the key only with this decision's
         // word, so one whose clock lags the drop time never decides the fresh word at its own,
@@ -559,8 +568,17 @@ where
         meta.len += 1;
         let result = run(&slot.value, now, &shard.floor);
         drop(publish);
-        let slot = &slot.value;
-        if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
+        // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
+        // cap it is not kept, which spares each insert a probe decision; the insert that brings
+        // the shard to within an eighth of its cap judges every key once (`idle_bound`), and
+        // later inserts keep the bound with the new key's probe. The judging pass runs again
+        // only after a rebuild (itself a pass over the keys) took the shard back under the mark.
+        let mark = self.shard_cap - self.shard_cap / 8;
+        if meta.len == mark {
+            meta.next_idle_at = idle_bound(&table, rules, now);
+        } else if meta.len > mark
+            && let Liveness::Live { idle_in, .. } = slot.value.liveness(rules, now)
+        {
             meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
         }
         Ok(result)
@@ -592,6 +610,12 @@ where
         run(table.find(key, hash), clock.now_nanos(), &shard.floor)
     }
 
+    /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table
+    /// three-quarters full.
+    fn needs_room(&self, meta: &Meta) -> bool {
+        meta.len >= self.shard_cap || meta.len >= room_of(meta.slots)
+    }
+
     /// Makes room for one more key: grows a table three-quarters full; in a full shard, sweeps
     /// when some key can be idle and evicts a batch under [`WhenFull::EvictLeastUsed`]. Errs when the shard is full of live keys and the
     /// policy refuses new keys.
@@ -606,11 +630,10 @@ where
     where
         S: KeySlot<R>,
     {
-        let full = meta.len >= self.shard_cap;
-        let cramped = meta.len >= room_of(meta.slots);
-        if !full && !cramped {
+        if !self.needs_room(meta) {
             return Ok(());
         }
+        let full = meta.len >= self.shard_cap;
         if !full {
             // Below the cap a table grows and keeps its idle keys: dropping them would only
             // re-insert them on their next use (a key used every minute by a rate of one a
@@ -735,9 +758,10 @@ where
         };
         let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
         let mut next = Table::new(slots_for(keys));
+        // Only slots holding a key are kept.
         for ((slot, keep), hash) in old.slots.into_vec().into_iter().zip(keep).zip(hashes) {
-            if let (true, Some(key)) = (keep, slot.key.into_inner()) {
-                next.put(key, slot.value, hash);
+            if keep {
+                next.put(slot.key, slot.value, hash);
             }
         }
         meta.slots = next.slots.len();
@@ -911,6 +935,23 @@ fn repair<K, S: Default>(shard: &Shard<K, S>, meta: &mut Meta) {
         meta.len = 0;
         shard.table.store(table);
     }
+}
+
+/// The earliest time some key of `table` can be idle, judged at `now` (`now` itself if one is
+/// idle already). It stays a lower bound while checks go on as long as a check only moves a
+/// key's idle time later (an algorithm's word); where a write can bring it forward, the sweep is
+/// only late, as with the insert's probe.
+fn idle_bound<K, S: KeySlot<R>, R>(table: &Table<K, S>, rules: &R, now: u64) -> u64 {
+    table
+        .slots
+        .iter()
+        .filter(|slot| slot.key.get().is_some())
+        .map(|slot| match slot.value.liveness(rules, now) {
+            Liveness::Idle => now,
+            Liveness::Live { idle_in, .. } => now.saturating_add(idle_in),
+        })
+        .min()
+        .unwrap_or(u64::MAX)
 }
 
 /// The shard's latest drop time after a drop at `now`: the later of the two, except that a
