@@ -321,7 +321,8 @@ struct Meta {
     /// Slots of the current table.
     slots: usize,
     /// No key of this shard becomes idle before this time (a lower bound, kept by every sweep
-    /// and insert): before it, a sweep would free nothing.
+    /// and by inserts once the shard is within an eighth of its cap, see `insert`): before it, a
+    /// sweep would free nothing. Read only when the shard is full.
     next_idle_at: u64,
     evicted_idle: u64,
     evicted_live: u64,
