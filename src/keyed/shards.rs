@@ -30,15 +30,15 @@
 //!   found in place, not re-inserted.
 //!
 //! Why a check takes the `ArcSwap` guard (measured against a thread-local table cache, issue 16;
-//! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA, governor keyed with ahash
-//! 162 instructions in the same binary): the guard costs about 64 of this path's 244
-//! instructions. A read path with no guard at all (the table leaked, unsound, as a bound) takes
-//! 184 to 199, so no protection scheme alone brings the hot key under governor's count. Safe
-//! thread-local caches of the table (`thread_local!` of `Arc<dyn Any>` entries keyed by map,
-//! shard and table generation, looked up through `RefCell`, `Cell::take` or a per-thread array)
-//! cost as much as the guard or more (259 to 350) and were not faster in paired timing rounds.
-//! They would also need a rebuild to seal each word it copies, since a cached table outlives its
-//! rebuild, and a reader to recognise the seal inside the CAS loop: that loop belongs to
+//! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA; governor keyed with ahash:
+//! 162 instructions allowing, 163 denying, in the same binary). This path takes 244 allowing
+//! and 231 denying. With no protection at all (the table leaked, unsound, as a bound) it would
+//! take 199 and 184, so no way of protecting the table brings the hot key under governor's count.
+//! Safe thread-local caches of the table (`thread_local!` of `Arc<dyn Any>` entries keyed by
+//! map, shard and table generation, reached through `RefCell`, `Cell::take` or a leaked
+//! per-thread array) took 259 to 350 and were not faster in paired timing rounds. They would
+//! also need a rebuild to seal each word it copies, since a cached table outlives its rebuild,
+//! and a reader to recognise the seal inside the CAS loop: that loop belongs to
 //! [`Algorithm::acquire_word`](crate::Algorithm::acquire_word), which a user's algorithm may
 //! override and whose state may be any `u64`, so no sealed value can be reserved without
 //! changing that public contract.
