@@ -149,6 +149,47 @@ fn a_full_shard_of_live_keys_refuses_new_keys_until_one_goes_idle() {
     );
 }
 
+/// Inserts far below the cap do not keep the sweep schedule (no probe decision each); the
+/// insert that brings the shard within an eighth of its cap judges every key. The schedule is
+/// then the one an insert-by-insert probe keeps: the earliest idle time among all the keys,
+/// including those inserted before the mark, and no sweep before it.
+#[test]
+fn the_sweep_schedule_counts_the_keys_inserted_far_below_the_cap() {
+    let clock = ManualClock::new();
+    let one_per_10s = TokenBucket::new(Rate::new(1, Duration::from_secs(10)), 1).unwrap();
+    let keyed: Keyed<u32, _, _> = Keyed::builder(one_per_10s)
+        .clock(clock.clone())
+        .max_keys(16)
+        .shards(1)
+        .build()
+        .unwrap();
+    // Keys 0..8 at 0 s (idle from 10 s), far below the mark (14 of 16 keys).
+    for key in 0..8 {
+        assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+    }
+    // Keys 8..16 at 1 s (idle from 11 s): the 14th key crosses the mark.
+    clock.set(SEC);
+    for key in 8..16 {
+        assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+    }
+    clock.set(2 * SEC);
+    // Full of live keys: refused until 10 s, when keys 0..8 go idle (not 11 s, the idle time of
+    // the keys inserted after the mark), and nothing is swept before.
+    assert_eq!(
+        keyed.try_acquire(&16, 1).unwrap(),
+        Decision::deny(1, 0, 8 * SEC, 8 * SEC)
+    );
+    let stats = keyed.stats();
+    assert_eq!((stats.sweeps, stats.refused_new_keys), (0, 1));
+    clock.set(10 * SEC);
+    assert_eq!(
+        keyed.try_acquire(&16, 1).unwrap(),
+        Decision::allow(1, 0, 10 * SEC)
+    );
+    let stats = keyed.stats();
+    assert_eq!((stats.keys, stats.sweeps, stats.evicted_idle), (9, 1, 8));
+}
+
 #[test]
 fn idle_keys_go_before_live_ones_and_the_least_used_live_key_goes_first() {
     let clock = ManualClock::new();

@@ -28,6 +28,20 @@
 //!   it keeps, so a flood of keys gone idle hands its memory back at the next sweep, with no
 //!   explicit `shrink()`. Below the cap idle keys are kept: a key used again after going idle is
 //!   found in place, not re-inserted.
+//!
+//! Why a check takes the `ArcSwap` guard (measured against a thread-local table cache, issue 16;
+//! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA; governor keyed with ahash:
+//! 162 instructions allowing, 163 denying, in the same binary). This path takes 244 allowing
+//! and 231 denying. With no protection at all (the table leaked, unsound, as a bound) it would
+//! take 199 and 184, so no way of protecting the table brings the hot key under governor's count.
+//! Safe thread-local caches of the table (`thread_local!` of `Arc<dyn Any>` entries keyed by
+//! map, shard and table generation, reached through `RefCell`, `Cell::take` or a leaked
+//! per-thread array) took 259 to 350 and were not faster in paired timing rounds. They would
+//! also need a rebuild to seal each word it copies, since a cached table outlives its rebuild,
+//! and a reader to recognise the seal inside the CAS loop: that loop belongs to
+//! [`Algorithm::acquire_word`](crate::Algorithm::acquire_word), which a user's algorithm may
+//! override and whose state may be any `u64`, so no sealed value can be reserved without
+//! changing that public contract.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -177,8 +191,9 @@ impl<K, S> Table<K, S> {
         &slots[i]
     }
 
-    /// [`insert`](Self::insert) into a table this thread owns.
-    fn put(&mut self, key: K, value: S, hash: u64) {
+    /// [`insert`](Self::insert) into a table this thread owns: `key` is the cell of a slot of
+    /// the old table, moved as it is (re-setting a fresh `OnceLock` would run its `Once` again).
+    fn put(&mut self, key: OnceLock<K>, value: S, hash: u64) {
         let len = self.slots.len();
         let mut i = home(hash, len);
         while self.slots[i].key.get().is_some() {
@@ -188,7 +203,7 @@ impl<K, S> Table<K, S> {
             }
         }
         let slot = &mut self.slots[i];
-        slot.key = OnceLock::from(key);
+        slot.key = key;
         slot.value = value;
     }
 }
@@ -306,7 +321,8 @@ struct Meta {
     /// Slots of the current table.
     slots: usize,
     /// No key of this shard becomes idle before this time (a lower bound, kept by every sweep
-    /// and insert): before it, a sweep would free nothing.
+    /// and by inserts once the shard is within an eighth of its cap, see `insert`): before it, a
+    /// sweep would free nothing. Read only when the shard is full.
     next_idle_at: u64,
     evicted_idle: u64,
     evicted_live: u64,
@@ -513,16 +529,25 @@ where
     {
         let shard = self.shard(hash);
         let mut meta = lock(&shard.meta);
-        repair(shard, &mut meta);
         let now = clock.now_nanos();
-        {
-            let table = shard.table.load();
-            if let Some(slot) = table.find(key, hash) {
-                // Inserted by another thread, or a rebuild was under way.
-                return Ok(run(slot, now, &shard.floor));
-            }
+        // One load serves the lookup and, when no rebuild is needed, the insert: under the mutex
+        // the table changes only by this thread's rebuild, which must not run while this thread
+        // holds the old table (a rebuild waits until no check holds it).
+        let mut table = shard.table.load();
+        if table.is_placeholder() {
+            drop(table);
+            repair(shard, &mut meta);
+            table = shard.table.load();
         }
-        self.make_room(shard, &mut meta, rules, now, clock)?;
+        if let Some(slot) = table.find(key, hash) {
+            // Inserted by another thread, or a rebuild was under way.
+            return Ok(run(slot, now, &shard.floor));
+        }
+        if self.needs_room(&meta) {
+            drop(table);
+            self.make_room(shard, &mut meta, rules, now, clock)?;
+            table = shard.table.load();
+        }
         // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
         // one that was dropped as idle on a clock ahead of ours. A drop time beyond the lag
         // horizon is a leaping clock's and is not obeyed.
@@ -531,7 +556,6 @@ where
         } else {
             now
         };
-        let table = shard.table.load();
         let slot = table.vacant(hash);
         // Decided before the key is published: a reader finds the key only with this decision's
         // word, so one whose clock lags the drop time never decides the fresh word at its own,
@@ -545,8 +569,17 @@ where
         meta.len += 1;
         let result = run(&slot.value, now, &shard.floor);
         drop(publish);
-        let slot = &slot.value;
-        if let Liveness::Live { idle_in, .. } = slot.liveness(rules, now) {
+        // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
+        // cap it is not kept, which spares each insert a probe decision; the insert that brings
+        // the shard to within an eighth of its cap judges every key once (`idle_bound`), and
+        // later inserts keep the bound with the new key's probe. The judging pass runs again
+        // only after a rebuild (itself a pass over the keys) took the shard back under the mark.
+        let mark = self.shard_cap - self.shard_cap / 8;
+        if meta.len == mark {
+            meta.next_idle_at = idle_bound(&table, rules, now);
+        } else if meta.len > mark
+            && let Liveness::Live { idle_in, .. } = slot.value.liveness(rules, now)
+        {
             meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
         }
         Ok(result)
@@ -578,6 +611,12 @@ where
         run(table.find(key, hash), clock.now_nanos(), &shard.floor)
     }
 
+    /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table
+    /// three-quarters full.
+    fn needs_room(&self, meta: &Meta) -> bool {
+        meta.len >= self.shard_cap || meta.len >= room_of(meta.slots)
+    }
+
     /// Makes room for one more key: grows a table three-quarters full; in a full shard, sweeps
     /// when some key can be idle and evicts a batch under [`WhenFull::EvictLeastUsed`]. Errs when the shard is full of live keys and the
     /// policy refuses new keys.
@@ -592,11 +631,10 @@ where
     where
         S: KeySlot<R>,
     {
-        let full = meta.len >= self.shard_cap;
-        let cramped = meta.len >= room_of(meta.slots);
-        if !full && !cramped {
+        if !self.needs_room(meta) {
             return Ok(());
         }
+        let full = meta.len >= self.shard_cap;
         if !full {
             // Below the cap a table grows and keeps its idle keys: dropping them would only
             // re-insert them on their next use (a key used every minute by a rate of one a
@@ -721,9 +759,10 @@ where
         };
         let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
         let mut next = Table::new(slots_for(keys));
+        // Only slots holding a key are kept.
         for ((slot, keep), hash) in old.slots.into_vec().into_iter().zip(keep).zip(hashes) {
-            if let (true, Some(key)) = (keep, slot.key.into_inner()) {
-                next.put(key, slot.value, hash);
+            if keep {
+                next.put(slot.key, slot.value, hash);
             }
         }
         meta.slots = next.slots.len();
@@ -897,6 +936,23 @@ fn repair<K, S: Default>(shard: &Shard<K, S>, meta: &mut Meta) {
         meta.len = 0;
         shard.table.store(table);
     }
+}
+
+/// The earliest time some key of `table` can be idle, judged at `now` (`now` itself if one is
+/// idle already). It stays a lower bound while checks go on as long as a check only moves a
+/// key's idle time later (an algorithm's word); where a write can bring it forward, the sweep is
+/// only late, as with the insert's probe.
+fn idle_bound<K, S: KeySlot<R>, R>(table: &Table<K, S>, rules: &R, now: u64) -> u64 {
+    table
+        .slots
+        .iter()
+        .filter(|slot| slot.key.get().is_some())
+        .map(|slot| match slot.value.liveness(rules, now) {
+            Liveness::Idle => now,
+            Liveness::Live { idle_in, .. } => now.saturating_add(idle_in),
+        })
+        .min()
+        .unwrap_or(u64::MAX)
 }
 
 /// The shard's latest drop time after a drop at `now`: the later of the two, except that a
