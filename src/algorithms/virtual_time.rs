@@ -471,7 +471,9 @@ impl VirtualTime {
                 } else {
                     clock_now
                 };
-                if now.wrapping_sub(hot.fast_from) >= hot.fast_len {
+                // Generation 0's `fast_from` is 0 (`ConfigStore::new`): known in its copy.
+                let fast_from = if generation == 0 { 0 } else { hot.fast_from };
+                if now.wrapping_sub(fast_from) >= hot.fast_len {
                     break;
                 }
                 // The time word when `current` is of this generation; otherwise its generation
