@@ -197,7 +197,18 @@ mod tests {
         ] {
             let div = Divisor::new(d).unwrap();
             let top = (1u64 << 63) - 1;
-            for n in [0, 1, d - 1, d, d.saturating_add(1), top - 1, top, top + 1, u64::MAX - 1, u64::MAX] {
+            for n in [
+                0,
+                1,
+                d - 1,
+                d,
+                d.saturating_add(1),
+                top - 1,
+                top,
+                top + 1,
+                u64::MAX - 1,
+                u64::MAX,
+            ] {
                 assert_eq!(div.divide(n), n / d, "{n} / {d}");
             }
         }

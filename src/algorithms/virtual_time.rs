@@ -423,7 +423,9 @@ impl VirtualTime {
             _ => self.short_in(word, floor, clock_now, n, generation),
         };
         match outcome {
-            Outcome::Allowed([limit, room, unit, reset]) => Ok(A::allowed(limit, room, unit, reset)),
+            Outcome::Allowed([limit, room, unit, reset]) => {
+                Ok(A::allowed(limit, room, unit, reset))
+            }
             Outcome::Denied([limit, room, unit, retry, reset]) => {
                 Ok(A::denied(limit, room, unit, retry, reset))
             }
