@@ -68,18 +68,38 @@ pub(crate) fn duration_to_nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The shared timeline of the real clocks: a calibrated quanta clock, its raw reading at start,
-/// and the Unix time in nanoseconds at that instant.
+/// The shared timeline of the real clocks: a calibrated quanta clock's raw counter, mapped to
+/// nanoseconds since the Unix epoch by one fixed-point multiply and one add.
+///
+/// `now = ((raw × scale) >> SCALE_SHIFT) + offset`: `scale` is quanta's own calibration (its
+/// nanoseconds for 2^[`SCALE_SHIFT`] counter ticks, read once), and `offset` puts the counter's
+/// reading at start on the system clock's Unix time then. The map is non-decreasing in `raw`
+/// (a multiply by a non-negative constant, a floor shift, a constant add), so a later counter
+/// reading never maps to an earlier time: the timeline is exactly as monotonic as quanta's
+/// counter. Unlike `quanta::Clock::delta_as_nanos`, a reading slightly before the start (another
+/// core's counter a few ticks behind) maps a few nanoseconds before the start instead of being
+/// clamped to it. The shift is a constant, so the conversion is a multiply, a double shift by an
+/// immediate and an add (no clock-type dispatch, no variable-width shift, no saturation: nothing
+/// wraps before the counter has counted 500 years of nanoseconds).
 struct Timeline {
     clock: quanta::Clock,
-    base_raw: u64,
-    unix_base_nanos: u64,
+    /// Nanoseconds per 2^`SCALE_SHIFT` raw ticks.
+    scale: u64,
+    /// The Unix time at raw `0`, in nanoseconds, modulo 2^64 (wrapping).
+    offset: u64,
 }
+
+/// The fixed point of [`Timeline`]'s scale: 40 bits, so a 3 GHz counter's scale is kept to about one
+/// part in 10^11 and a full 64-bit raw reading times it still fits the 128-bit product.
+const SCALE_SHIFT: u32 = 40;
 
 fn timeline() -> &'static Timeline {
     static TIMELINE: OnceLock<Timeline> = OnceLock::new();
     TIMELINE.get_or_init(|| {
         let clock = quanta::Clock::new();
+        // quanta's own conversion of 2^SCALE_SHIFT ticks (`delta_as_nanos` is exact on an OS
+        // clock, whose raw reading is already nanoseconds: scale 2^SCALE_SHIFT, the identity).
+        let scale = clock.delta_as_nanos(0, 1 << SCALE_SHIFT);
         let base_raw = clock.raw();
         let unix_base_nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -87,18 +107,23 @@ fn timeline() -> &'static Timeline {
             .unwrap_or(0);
         Timeline {
             clock,
-            base_raw,
-            unix_base_nanos,
+            scale,
+            offset: unix_base_nanos.wrapping_sub(scaled(base_raw, scale)),
         }
     })
 }
 
+/// `raw` ticks in nanoseconds at `scale` (nanoseconds per 2^SCALE_SHIFT ticks).
+#[inline(always)]
+fn scaled(raw: u64, scale: u64) -> u64 {
+    ((u128::from(raw) * u128::from(scale)) >> SCALE_SHIFT) as u64
+}
+
 impl Timeline {
-    /// The TSC (or OS counter) read and scaled with one multiply-shift, no `Duration` detour.
+    /// The TSC (or OS counter) read and mapped with one multiply-shift and one add.
     #[inline]
     fn now_nanos(&self) -> u64 {
-        let elapsed = self.clock.delta_as_nanos(self.base_raw, self.clock.raw());
-        self.unix_base_nanos.saturating_add(elapsed)
+        scaled(self.clock.raw(), self.scale).wrapping_add(self.offset)
     }
 }
 

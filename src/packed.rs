@@ -78,13 +78,26 @@ pub const fn tag_distance(stored: u64, current: u64) -> TagDistance {
 }
 
 /// Division of `u64` values by a divisor fixed at configuration, with a multiply and shifts
-/// instead of a `div` (Granlund–Montgomery, "round-up" method with the add indicator). Exact for
-/// every dividend.
+/// instead of a `div`. Exact for every dividend.
+///
+/// Two Granlund–Montgomery reciprocals ("Division by invariant integers using multiplication",
+/// 1994): for a dividend below 2^63 (every time on the Unix timeline until 2262), one multiply
+/// and one shift by `l − 1` with the 64-bit `short_magic = ⌈2^(63+l) / d⌉`, `l = ⌈log2 d⌉`
+/// (their Theorem 4.2 with N = 63: the error `short_magic·d − 2^(63+l) < d ≤ 2^l` moves the
+/// quotient by less than `n / 2^63 < 1` of `1/d`, never across an integer); for larger dividends
+/// and `d = 1` (no 64-bit reciprocal), the "round-up" method with the add indicator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Divisor {
     divisor: u64,
     magic: u64,
     shift: u32,
+    /// `⌈2^(63+l) / d⌉` (below 2^64 for `d ≥ 2`); unused for `d = 1`.
+    short_magic: u64,
+    /// `l − 1` (0 for `d = 1`).
+    short_shift: u32,
+    /// Bit 63 set for `d = 1`, so the one test `(n | long_only) ≥ 2^63` sends both a dividend of
+    /// 2^63 or more and the divisor 1 to the general method.
+    long_only: u64,
 }
 
 impl Divisor {
@@ -98,16 +111,24 @@ impl Divisor {
                 divisor,
                 magic: 0,
                 shift: 0,
+                short_magic: 0,
+                short_shift: 0,
+                long_only: 1 << 63,
             });
         }
         // l = ceil(log2(divisor)), 1 <= l <= 64.
         let l = 64 - (divisor - 1).leading_zeros();
         let numerator = (1u128 << 64) * ((1u128 << l) - divisor as u128);
         let magic = (numerator / divisor as u128 + 1) as u64;
+        // ⌈2^(63+l) / d⌉ < 2^64, since d > 2^(l−1) (and 2^(63+l) ≤ 2^127 fits).
+        let short_magic = (1u128 << (63 + l)).div_ceil(divisor as u128) as u64;
         Some(Divisor {
             divisor,
             magic,
             shift: l,
+            short_magic,
+            short_shift: l - 1,
+            long_only: 0,
         })
     }
 
@@ -119,6 +140,9 @@ impl Divisor {
     /// `n / divisor`, rounded down.
     #[inline]
     pub const fn divide(&self, n: u64) -> u64 {
+        if (n | self.long_only) < 1 << 63 {
+            return ((n as u128 * self.short_magic as u128) >> 64) as u64 >> self.short_shift;
+        }
         if self.shift == 0 {
             return n;
         }
@@ -136,6 +160,18 @@ mod tests {
         #[test]
         fn divisor_is_exact(d in 1u64.., n in any::<u64>()) {
             prop_assert_eq!(Divisor::new(d).unwrap().divide(n), n / d);
+        }
+
+        #[test]
+        fn divisor_is_exact_below_2_to_the_63(
+            d in 1u64..,
+            small in 1u64..2000,
+            k in 0u32..64,
+            n in 0u64..(1 << 63),
+        ) {
+            for d in [d, small, 1 << k, (1 << k) + 1, (1u64 << k).wrapping_sub(1).max(1)] {
+                prop_assert_eq!(Divisor::new(d).unwrap().divide(n), n / d, "{} / {}", n, d);
+            }
         }
 
         #[test]
@@ -160,7 +196,19 @@ mod tests {
             (1 << 63) + 1,
         ] {
             let div = Divisor::new(d).unwrap();
-            for n in [0, 1, d - 1, d, d.saturating_add(1), u64::MAX - 1, u64::MAX] {
+            let top = (1u64 << 63) - 1;
+            for n in [
+                0,
+                1,
+                d - 1,
+                d,
+                d.saturating_add(1),
+                top - 1,
+                top,
+                top + 1,
+                u64::MAX - 1,
+                u64::MAX,
+            ] {
                 assert_eq!(div.divide(n), n / d, "{n} / {d}");
             }
         }

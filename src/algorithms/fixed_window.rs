@@ -52,6 +52,10 @@ pub struct FixedWindow {
     /// `[65536, 131072)`), rounded up so a window never ends early: a window opens at most
     /// `window / 65536` after the request that opened it.
     shift: u32,
+    /// `2^shift − 1`: the nanoseconds into a unit, masked (kept so a decision does not build it).
+    unit_mask: u64,
+    /// `window >> shift`: whole units in a window.
+    window_units: u64,
     /// How far ahead of `now` a stored window may be and still be kept (in windows for aligned,
     /// in units for anchored): a clock read that lags another core's, up to
     /// max(one window, [`MAX_CLOCK_LAG_NANOS`]). Further ahead, judged on a clock read taken after
@@ -78,6 +82,8 @@ impl Clone for FixedWindow {
             window: self.window,
             anchor: self.anchor,
             shift: self.shift,
+            unit_mask: self.unit_mask,
+            window_units: self.window_units,
             max_ahead: self.max_ahead,
         }
     }
@@ -151,6 +157,8 @@ impl FixedWindow {
             window,
             anchor,
             shift,
+            unit_mask: (1u64 << shift) - 1,
+            window_units: window_nanos >> shift,
             max_ahead,
         })
     }
@@ -224,12 +232,12 @@ impl FixedWindow {
             }
             Anchor::FirstRequest => {
                 let now_units = now >> self.shift;
-                let into_unit = now & ((1u64 << self.shift) - 1);
+                let into_unit = now & self.unit_mask;
                 let mut leap = false;
                 if count > 0 {
                     // Whole units in a window: bounds every distance before it is shifted back
                     // to nanoseconds, so no shift can overflow.
-                    let window_units = window >> self.shift;
+                    let window_units = self.window_units;
                     let until_end = match tag_distance(tag, now_units & TAG_MASK) {
                         TagDistance::Same => window.checked_sub(into_unit),
                         TagDistance::Behind(k) if k <= window_units => {
@@ -260,7 +268,7 @@ impl FixedWindow {
                 let round_up = if into_unit == 0 {
                     0
                 } else {
-                    (1u64 << self.shift) - into_unit
+                    self.unit_mask + 1 - into_unit
                 };
                 Current {
                     tag: (now_units + u64::from(into_unit != 0)) & TAG_MASK,

@@ -149,8 +149,13 @@ impl ConfigStore {
             }),
             setter: Mutex::new(()),
         };
+        // Generation 0 is the configuration no change came before: it takes effect at time 0 and
+        // has nothing to settle (so the short path serves it from time 0, `fast_from = 0`).
         store.write_slot(&Snapshot {
             generation: 0,
+            changed_at: 0,
+            settled_at: 0,
+            settled_by: 0,
             ..first
         });
         store

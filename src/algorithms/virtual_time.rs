@@ -108,6 +108,14 @@ fn since_change(now: u64, changed_at: u64) -> u64 {
     }
 }
 
+/// What the short path of one request found: an admission's or a denial's terms (as
+/// [`Answer::allowed`] and [`Answer::denied`] take them), or a case for the general engine.
+enum Outcome {
+    Allowed([u64; 4]),
+    Denied([u64; 5]),
+    Engine,
+}
+
 /// One configuration's terms for a request of `n` permits: what [`decide_tat`] needs, computed
 /// once per call from the snapshot in force.
 #[derive(Clone, Copy, Debug)]
@@ -395,6 +403,10 @@ impl VirtualTime {
     /// `update_at` also makes. A lost compare-exchange decides again on the word that won, with
     /// the same clock read and a fresh floor, as `update_at` retries; anything outside the common
     /// case goes to the general engine, which starts over.
+    ///
+    /// Generation 0 (a bucket never reconfigured, the common case) runs its own copy of the path,
+    /// compiled with the generation a constant: the slot's address and the stamp (0) are then
+    /// known, with no arithmetic on the generation; the logic is the same code.
     #[inline(always)]
     fn short<A: Answer>(
         &self,
@@ -406,6 +418,33 @@ impl VirtualTime {
         // The clock first: nothing read below has to survive the call.
         let clock_now = read_clock();
         let generation = self.store.generation();
+        let outcome = match generation {
+            0 => self.short_in(word, floor, clock_now, n, 0),
+            _ => self.short_in(word, floor, clock_now, n, generation),
+        };
+        match outcome {
+            Outcome::Allowed([limit, room, unit, reset]) => {
+                Ok(A::allowed(limit, room, unit, reset))
+            }
+            Outcome::Denied([limit, room, unit, retry, reset]) => {
+                Ok(A::denied(limit, room, unit, retry, reset))
+            }
+            Outcome::Engine => self.general(word, floor, reads_after(clock_now, read_clock), n),
+        }
+    }
+
+    /// [`short`](Self::short) in `generation` (loaded from the store by the caller) at the clock
+    /// read `clock_now`: the answer's terms, built into the caller's answer after the two copies
+    /// join (so they join on plain numbers, not on a whole `Decision`).
+    #[inline(always)]
+    fn short_in(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        clock_now: u64,
+        n: u32,
+        generation: u64,
+    ) -> Outcome {
         let hot = self.store.hot(generation);
         // `n` in `1..=capacity`, in one comparison (`n = 0` wraps to `u32::MAX` ≥ any capacity).
         // `cost` ≤ tau when the fields are one generation's; a torn read is discarded by
@@ -434,7 +473,9 @@ impl VirtualTime {
                 } else {
                     clock_now
                 };
-                if now.wrapping_sub(hot.fast_from) >= hot.fast_len {
+                // Generation 0's `fast_from` is 0 (`ConfigStore::new`): known in its copy.
+                let fast_from = if generation == 0 { 0 } else { hot.fast_from };
+                if now.wrapping_sub(fast_from) >= hot.fast_len {
                     break;
                 }
                 // The time word when `current` is of this generation; otherwise its generation
@@ -450,13 +491,13 @@ impl VirtualTime {
                 let base = tat.max(now);
                 let new_tat = base + cost;
                 if new_tat > horizon {
-                    return Ok(A::denied(
+                    return Outcome::Denied([
                         capacity,
                         horizon.saturating_sub(base),
                         interval,
                         new_tat - horizon,
                         base - now,
-                    ));
+                    ]);
                 }
                 if now >= floor_now + FLOOR_GRAIN_NANOS {
                     // Relaxed: published by the Release compare-exchange below, as in
@@ -471,12 +512,12 @@ impl VirtualTime {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
-                        return Ok(A::allowed(
+                        return Outcome::Allowed([
                             capacity,
                             horizon - new_tat,
                             interval,
                             new_tat - now,
-                        ));
+                        ]);
                     }
                     // Another writer landed first: decide again on its word, as `update_at`
                     // does (same clock read, the floor loaded again).
@@ -484,7 +525,7 @@ impl VirtualTime {
                 }
             }
         }
-        self.general(word, floor, reads_after(clock_now, read_clock), n)
+        Outcome::Engine
     }
 
     /// The general engine for one request: [`update_at`] over [`decider`](Self::decider).

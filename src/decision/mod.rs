@@ -192,7 +192,11 @@ impl Decision {
     /// ```
     #[inline]
     pub const fn remaining(&self) -> u64 {
-        self.remaining / self.remaining_unit
+        // The windows count whole permits (unit 1): no division for them.
+        match self.remaining_unit {
+            1 => self.remaining,
+            unit => self.remaining / unit,
+        }
     }
 
     /// Whether [`remaining`](Decision::remaining) is at least `permits`, without its division
