@@ -79,8 +79,10 @@ pub(crate) fn duration_to_nanos(duration: Duration) -> u64 {
 /// counter. Unlike `quanta::Clock::delta_as_nanos`, a reading slightly before the start (another
 /// core's counter a few ticks behind) maps a few nanoseconds before the start instead of being
 /// clamped to it. The shift is a constant, so the conversion is a multiply, a double shift by an
-/// immediate and an add (no clock-type dispatch, no variable-width shift, no saturation: nothing
-/// wraps before the counter has counted 500 years of nanoseconds).
+/// immediate and an add (no clock-type dispatch, no variable-width shift, no saturation). It
+/// cannot wrap before the counter has counted 584 years of nanoseconds (the product's high bits
+/// are dropped only past that), nor before the Unix time reaches 2^64 ns: the start is clamped
+/// to 2^63 ns ([`Timeline::starting_at`]), so that is at least 292 years after the start.
 struct Timeline {
     clock: quanta::Clock,
     /// Nanoseconds per 2^`SCALE_SHIFT` raw ticks.
@@ -89,8 +91,9 @@ struct Timeline {
     offset: u64,
 }
 
-/// The fixed point of [`Timeline`]'s scale: 40 bits, so a 3 GHz counter's scale is kept to about one
-/// part in 10^11 and a full 64-bit raw reading times it still fits the 128-bit product.
+/// The fixed point of [`Timeline`]'s scale: 40 bits, as quanta's own calibration holds it (the
+/// timeline is exactly as precise as that calibration, a few parts per million, as before), and
+/// a full 64-bit raw reading times it still fits the 128-bit product.
 const SCALE_SHIFT: u32 = 40;
 
 fn timeline() -> &'static Timeline {
@@ -105,11 +108,7 @@ fn timeline() -> &'static Timeline {
             .duration_since(UNIX_EPOCH)
             .map(duration_to_nanos)
             .unwrap_or(0);
-        Timeline {
-            clock,
-            scale,
-            offset: unix_base_nanos.wrapping_sub(scaled(base_raw, scale)),
-        }
+        Timeline::starting_at(clock, scale, base_raw, unix_base_nanos)
     })
 }
 
@@ -120,10 +119,28 @@ fn scaled(raw: u64, scale: u64) -> u64 {
 }
 
 impl Timeline {
+    /// The timeline that reads `unix_base_nanos` at the counter reading `base_raw`. The start is
+    /// clamped to 2^63 ns (the year 2262): a system clock set absurdly far ahead starts there and
+    /// runs on for 292 years before the wrapping add could wrap, where an unclamped start near
+    /// 2^64 would wrap back to 0 within microseconds.
+    fn starting_at(clock: quanta::Clock, scale: u64, base_raw: u64, unix_base_nanos: u64) -> Self {
+        let start = unix_base_nanos.min(1 << 63);
+        Timeline {
+            clock,
+            scale,
+            offset: start.wrapping_sub(scaled(base_raw, scale)),
+        }
+    }
+
     /// The TSC (or OS counter) read and mapped with one multiply-shift and one add.
     #[inline]
     fn now_nanos(&self) -> u64 {
         scaled(self.clock.raw(), self.scale).wrapping_add(self.offset)
+    }
+
+    #[cfg(test)]
+    fn now_from(&self, raw: u64) -> u64 {
+        scaled(raw, self.scale).wrapping_add(self.offset)
     }
 }
 
@@ -885,5 +902,93 @@ mod internal_examples {
             crate::clock::duration_to_nanos(std::time::Duration::MAX),
             u64::MAX
         );
+    }
+}
+
+/// The fixed-point timeline against quanta's own conversion, over the whole counter range.
+#[cfg(test)]
+mod timeline_tests {
+    use super::*;
+
+    #[test]
+    fn scaled_deltas_match_quanta_over_every_uptime_and_counter_value() {
+        let t = timeline();
+        let q = &t.clock;
+        let mut rng = 0xDEAD_BEEF_1234_5678u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let raw_now = q.raw();
+        for i in 0..2_000_000u64 {
+            let base = match i % 6 {
+                0 => raw_now,
+                1 => 0,
+                2 => u64::MAX - (next() >> (next() % 64)),
+                3 => next(),
+                4 => 1 << 63,
+                _ => next() >> 1,
+            };
+            let delta = (next() >> (next() % 64)).min(u64::MAX - base);
+            if delta == 0 {
+                continue;
+            }
+            let end = base + delta;
+            let ours = scaled(end, t.scale).wrapping_sub(scaled(base, t.scale));
+            let theirs = q.delta_as_nanos(base, end);
+            // Only deltas whose nanoseconds fit a u64 (quanta truncates beyond).
+            if (u128::from(delta) * u128::from(t.scale)) >> SCALE_SHIFT > u128::from(u64::MAX) {
+                continue;
+            }
+            let diff = ours.abs_diff(theirs);
+            assert!(
+                diff <= 1,
+                "base {base} delta {delta}: ours {ours}, quanta {theirs}"
+            );
+        }
+    }
+
+    /// A system clock at or past the end of the u64 nanosecond timeline (or one that reads
+    /// absurdly far ahead) starts the timeline at 2^63 ns: it then runs on for 292 years before
+    /// it could wrap, instead of wrapping back to 0 within microseconds.
+    #[test]
+    fn a_start_near_the_end_of_time_does_not_wrap() {
+        let t = timeline();
+        let base_raw = t.clock.raw();
+        let ticks_2us = (2_000u64 << SCALE_SHIFT) / t.scale;
+        for unix_base in [u64::MAX - 1_000, u64::MAX, 1 << 63] {
+            let late = Timeline::starting_at(t.clock.clone(), t.scale, base_raw, unix_base);
+            let (start, later) = (late.now_from(base_raw), late.now_from(base_raw + ticks_2us));
+            assert_eq!(start, 1 << 63, "start {unix_base}");
+            assert!(
+                later > start && later - start <= 2_001,
+                "{start} -> {later}"
+            );
+        }
+        let now = Timeline::starting_at(
+            t.clock.clone(),
+            t.scale,
+            base_raw,
+            1_700_000_000_000_000_000,
+        );
+        assert_eq!(now.now_from(base_raw), 1_700_000_000_000_000_000);
+    }
+
+    #[test]
+    fn the_map_never_steps_back_by_one_tick_anywhere() {
+        let t = timeline();
+        let step_max = (t.scale >> SCALE_SHIFT) + 1;
+        let mut rng = 0x0123_4567_89AB_CDEFu64;
+        for _ in 0..1_000_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            for raw in [rng, u64::MAX - 1 - (rng >> 40), rng >> 1] {
+                let (a, b) = (t.now_from(raw), t.now_from(raw + 1));
+                assert!(b.wrapping_sub(a) <= step_max, "raw {raw}: {a} -> {b}");
+            }
+        }
     }
 }

@@ -298,3 +298,124 @@ mod internal_examples {
         );
     }
 }
+
+/// The short reciprocal against plain division: every edge of every divisor width, random
+/// pairs over every bit width, and every small dividend of the tiny divisors.
+#[cfg(test)]
+mod divisor_exactness {
+    use super::Divisor;
+
+    fn check(d: u64, n: u64) {
+        let got = Divisor::new(d).unwrap().divide(n);
+        assert_eq!(got, n / d, "{n} / {d}");
+    }
+
+    fn dividends(d: u64, rng: &mut u64) -> Vec<u64> {
+        let top = (1u64 << 63) - 1;
+        let mut v = vec![
+            0,
+            1,
+            2,
+            d - 1,
+            d,
+            d.wrapping_add(1),
+            top - 1,
+            top,
+            top + 1,
+            top + 2,
+            u64::MAX,
+            u64::MAX - 1,
+        ];
+        // Multiples of d around the largest quotients below 2^63 and 2^64, and random ones.
+        for limit in [top, u64::MAX] {
+            let qmax = limit / d;
+            for q in [qmax.saturating_sub(2), qmax.saturating_sub(1), qmax, 1, 2] {
+                let m = q.wrapping_mul(d);
+                for n in [
+                    m.wrapping_sub(1),
+                    m,
+                    m.wrapping_add(1),
+                    m.wrapping_add(d - 1),
+                ] {
+                    v.push(n);
+                }
+            }
+        }
+        for _ in 0..8 {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            let q = *rng % (top / d + 1);
+            let m = q * d;
+            v.extend([
+                m,
+                m.wrapping_sub(1),
+                m + (d - 1).min(top - m),
+                *rng,
+                *rng >> 1,
+            ]);
+        }
+        v
+    }
+
+    #[test]
+    fn exhaustive_small_divisors_and_edges() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut divisors: Vec<u64> = (1..=1 << 16).collect();
+        for k in 1..64u32 {
+            let p = 1u64 << k;
+            for j in 0..=64u64 {
+                divisors.push(p.wrapping_add(j));
+                divisors.push(p - j.min(p - 1));
+            }
+        }
+        for j in 0..=4096u64 {
+            divisors.push(u64::MAX - j);
+            divisors.push((1u64 << 63) - 1 - j);
+            divisors.push(u64::MAX / (j + 1));
+            divisors.push((1u64 << 63) / (j + 1) + 1);
+        }
+        let mut count = 0u64;
+        for d in divisors {
+            let d = d.max(1);
+            for n in dividends(d, &mut rng) {
+                check(d, n);
+                count += 1;
+            }
+        }
+        assert!(count > 3_000_000, "{count}");
+    }
+
+    #[test]
+    fn random_pairs() {
+        let mut rng = 0x1234_5678_9ABC_DEF1u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..2_000_000 {
+            let (a, b) = (next(), next());
+            // Divisors spread over every bit width, dividends over every width too.
+            let d = (a >> (a % 64)).max(1);
+            let n = b >> (b % 65).min(63);
+            check(d, n);
+            check(d, n & ((1 << 63) - 1));
+        }
+    }
+
+    #[test]
+    fn every_dividend_for_tiny_divisors() {
+        for d in 1..=64u64 {
+            let div = Divisor::new(d).unwrap();
+            for n in 0..1u64 << 20 {
+                assert_eq!(div.divide(n), n / d);
+                let hi = ((1u64 << 63) - 1) - n;
+                assert_eq!(div.divide(hi), hi / d, "{hi} / {d}");
+                let top = u64::MAX - n;
+                assert_eq!(div.divide(top), top / d, "{top} / {d}");
+            }
+        }
+    }
+}

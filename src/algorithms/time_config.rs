@@ -151,6 +151,10 @@ impl ConfigStore {
         };
         // Generation 0 is the configuration no change came before: it takes effect at time 0 and
         // has nothing to settle (so the short path serves it from time 0, `fast_from = 0`).
+        debug_assert!(
+            first.changed_at == 0 && first.settled_at == 0 && first.settled_by == 0,
+            "the first configuration takes effect at time 0 with nothing to settle"
+        );
         store.write_slot(&Snapshot {
             generation: 0,
             changed_at: 0,

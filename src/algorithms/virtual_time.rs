@@ -856,7 +856,7 @@ mod tests {
         fn short_path_decides_as_the_engine(
             interval in 1u64..5_000_000,
             capacity in 1u32..1_000,
-            changes in 0u32..6,
+            changes in 0u32..20,
             changed_at in 0u64..3_000_000_000,
             other_generation in prop::option::weighted(0.2, 0u64..4),
             tat_offset in -20_000_000_000i64..20_000_000_000,
