@@ -118,6 +118,7 @@
 #[macro_use]
 mod api;
 mod bursty;
+mod bursty_fixed;
 mod bursty_word;
 mod warm_up_math;
 mod warming;
@@ -249,11 +250,12 @@ pub(crate) fn reserve<K: StoredPermits>(
     (next, ticket.next_free)
 }
 
-/// What one decision produced: the state to publish (`None`: no write), the answer, and the
-/// time the caller must wait before using its permits.
+/// What one decision produced: the state to publish (`None`: no write; a [`Ticket`], or a
+/// flavour's encoded word), the answer, and the time the caller must wait before using its
+/// permits.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Outcome {
-    pub(crate) next: Option<Ticket>,
+pub(crate) struct Outcome<N = Ticket> {
+    pub(crate) next: Option<N>,
     pub(crate) decision: Decision,
     pub(crate) wait_micros: i64,
     /// The cost of a booking refused for being longer than [`MAX_BOOKING_MICROS`] (then
@@ -261,9 +263,9 @@ pub(crate) struct Outcome {
     pub(crate) refused_booking: Option<i64>,
 }
 
-impl Outcome {
+impl<N> Outcome<N> {
     /// Nothing decided yet (the initial value a CAS closure overwrites).
-    pub(crate) const UNDECIDED: Outcome = Outcome {
+    pub(crate) const UNDECIDED: Self = Outcome {
         next: None,
         decision: Decision::allow(0, 0, 0),
         wait_micros: 0,
@@ -280,6 +282,17 @@ impl Outcome {
                 booking: Duration::from_micros(cost.max(0) as u64),
                 max: Duration::from_micros(MAX_BOOKING_MICROS as u64),
             }),
+        }
+    }
+
+    /// The same outcome with its state to publish mapped (e.g. encoded as a word).
+    #[inline]
+    pub(crate) fn map_next<M>(self, f: impl FnOnce(N) -> M) -> Outcome<M> {
+        Outcome {
+            next: self.next.map(f),
+            decision: self.decision,
+            wait_micros: self.wait_micros,
+            refused_booking: self.refused_booking,
         }
     }
 }
@@ -374,30 +387,6 @@ pub(crate) fn refill_micros(full_time: f64, stored_time: f64) -> i64 {
 pub(crate) fn limit_of(interval: f64) -> u64 {
     // Round half up without a libm call; saturating (∞ → u64::MAX, NaN → 0).
     f64_to_u64(1e6 / interval + 0.5)
-}
-
-/// [`limit_of`], remembered per thread for the last interval it was asked about: a pure
-/// function of the interval's bits, so the memo is exact whoever changed the rate since (a new
-/// interval is a miss), and it costs no shared write. The short path of `try_acquire` reports the
-/// limit on every call; this spares it a division and a conversion.
-#[inline]
-pub(crate) fn limit_of_memo(interval: f64) -> u64 {
-    use std::cell::Cell;
-    std::thread_local! {
-        /// `(interval bits, limit_of(interval))`; starts as 0.0's (1e6 / 0 + 0.5 saturates).
-        static LAST: Cell<(u64, u64)> = const { Cell::new((0, u64::MAX)) };
-    }
-    let bits = interval.to_bits();
-    LAST.with(|last| {
-        let (last_bits, limit) = last.get();
-        if last_bits == bits {
-            limit
-        } else {
-            let limit = limit_of(interval);
-            last.set((bits, limit));
-            limit
-        }
-    })
 }
 
 /// `x as u64` (truncating, saturating, NaN → 0), in fewer instructions on x86-64 for the values
@@ -622,32 +611,6 @@ mod tests {
         let tiny = SmoothBursty::create_with_clock(f64::from_bits(1), clock.clone()).unwrap();
         assert!(tiny.try_acquire(1).unwrap().is_allowed());
         assert!(!tiny.try_acquire(1).unwrap().is_allowed());
-    }
-
-    #[test]
-    fn the_limit_memo_answers_as_the_division() {
-        // Alternating intervals: every change is a miss, every repeat a hit.
-        for interval in [
-            2e5,
-            2e5,
-            1000.0,
-            2e5,
-            f64::INFINITY,
-            0.001,
-            1e6 / 3.0,
-            1e6 / 3.0,
-            0.0,
-        ] {
-            assert_eq!(limit_of_memo(interval), limit_of(interval), "{interval}");
-        }
-        // And on a live limiter: the reported limit follows set_rate.
-        use crate::{Limiter, ManualClock, SmoothBursty};
-        let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new()).unwrap();
-        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 5);
-        limiter.set_rate(7.4).unwrap();
-        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 7);
-        limiter.set_rate(5.0).unwrap();
-        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 5);
     }
 
     #[test]
