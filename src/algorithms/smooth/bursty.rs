@@ -37,8 +37,8 @@ use super::{
     micros_since, parse_rate, resync,
 };
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{MICROS_FLOOR, Step, floored, reads_after, update, update_floored_leap};
+use crate::decision::{AcquireError, Answer, ConfigError, Decision};
+use crate::limiter::{MICROS_FLOOR, Step, reads_after, update, update_floored_leap};
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// The longest burst accepted: one year of stored permits.
@@ -176,31 +176,38 @@ impl<C: Clock> SmoothBursty<C> {
     /// re-checks the word (a repair may have replaced it and lowered the floor, as in
     /// `limiter::update_floored_leap`). A lost compare-exchange, a booking longer than a year and
     /// every other case go to the general engine, which decides them from scratch.
-    #[inline]
-    fn try_acquire_now(&self, n: u32) -> Result<Decision, AcquireError> {
+    #[inline(always)]
+    fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
         // Acquire: as in `limiter::update` (a word comes with the floor its writer raised).
         let word = self.words.state.load(Ordering::Acquire);
         // Relaxed: ordered after the Acquire load above, as in `limiter::update_floored`.
         let floor_now = self.words.floor.load(Ordering::Relaxed);
         let clock_now = self.now_micros();
-        let general = || self.try_acquire_general(n, clock_now);
-        // `now_micros` is in `0..=max_micros`, and so is every floor (it holds such reads).
-        let Some(now) = floored(clock_now as u64, floor_now, MICROS_FLOOR) else {
-            return general();
+        let general = || self.try_acquire_general(n, clock_now).map(A::of);
+        // `max(clock, floor)`, served only while the floor is within the lag horizon of the read
+        // (`limiter::floored`; the lead is checked only when the floor leads). `now_micros` is
+        // in `0..=max_micros`, and so is every floor (it holds such reads).
+        let now = if floor_now > clock_now as u64 {
+            if floor_now - clock_now as u64 > MICROS_FLOOR.horizon {
+                return general();
+            }
+            floor_now as i64
+        } else {
+            clock_now
         };
-        let now = now as i64;
         let codec = &self.codec;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
-        // Rate ∞ (bit 63) or *never*: the general engine. (`now_fixed` ≤ 2⁶³ − 2¹³.)
-        if word >= NEVER {
+        // Rate ∞ (bit 63) or *never*: the general engine. Both are above `now_fixed`
+        // (≤ 2⁶³ − 2¹³), so a free word needs no check.
+        if word > now_fixed && word >= NEVER {
             return general();
         }
         let terms = Terms::memo(self.interval.load());
-        let outcome = decide_finite(codec, word, now, now_fixed, n, Some(0), &terms);
+        let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), &terms);
+        // A booking longer than a year (from a free limiter: never beyond the horizon).
+        outcome.check_booking(n)?;
         let decision = outcome.decision;
         let Some(next) = outcome.next else {
-            // A booking longer than a year (from a free limiter: never beyond the horizon).
-            outcome.check_booking(n)?;
             // A booking `nf` is beyond the horizon iff its value is above this.
             if word > now_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS) {
                 // Acquire fence: pairs with the Release of a repairer's floor lowering, which
@@ -216,7 +223,8 @@ impl<C: Clock> SmoothBursty<C> {
         if next == word {
             return Ok(decision);
         }
-        if now as u64 >= floor_now.saturating_add(MICROS_FLOOR.grain) {
+        // No overflow: the floor is at most `max_micros`.
+        if now as u64 >= floor_now + MICROS_FLOOR.grain {
             // Relaxed: published by the Release compare-exchange below, as in `update_floored`.
             self.words.floor.fetch_max(now as u64, Ordering::Relaxed);
         }

@@ -26,7 +26,13 @@ use std::cell::Cell;
 
 use super::bursty_word::{BurstyCodec, FRACTION_BITS, FRACTION_MASK, NEVER};
 use super::{MAX_BOOKING_MICROS, Outcome, f64_to_u64, limit_of, micros_to_nanos, round_micros};
-use crate::decision::Decision;
+use crate::decision::Answer;
+
+std::thread_local! {
+    /// [`Terms::memo`]'s `[interval bits, limit, permit_fixed]`; starts at bits no interval has
+    /// (a NaN).
+    static LAST: Cell<[u64; 3]> = const { Cell::new([u64::MAX, 0, 1]) };
+}
 
 /// What a decision needs of the stable interval: a pure function of its bits, computed once per
 /// interval ([`Terms::memo`]).
@@ -39,8 +45,6 @@ pub(super) struct Terms {
     /// One stored permit in 2⁻¹² µs: the interval rounded to nearest where Guava's truncation is
     /// kept, up (and at least 1) otherwise; saturating (an interval of `+∞` is `u64::MAX`).
     pub(super) permit_fixed: u64,
-    /// Booked costs are truncated as Guava's `(long)` (true) or rounded up (false).
-    pub(super) truncate: bool,
 }
 
 /// Guava's truncation is kept from this stable interval up (µs): one truncation of < 1 µs and
@@ -66,45 +70,50 @@ impl Terms {
             interval,
             limit: limit_of(interval),
             permit_fixed,
-            truncate,
         }
     }
 
-    /// [`Terms::of`], remembered per thread for the last interval it was asked about: a pure
-    /// function of the interval's bits, so the memo is exact whoever changed the rate since (a
-    /// new interval is a miss), and it costs no shared write. It spares every call the
-    /// division of `limit` and the conversions of `permit_fixed`.
+    /// [`Terms::of`], its costly parts (`limit`: a division; `permit_fixed`: conversions)
+    /// remembered per thread for the last interval asked about: a pure function of the
+    /// interval's bits, so the memo is exact whoever changed the rate since (a new interval is
+    /// a miss), and it costs no shared write.
     #[inline]
     pub(super) fn memo(interval: f64) -> Self {
-        std::thread_local! {
-            /// `(interval bits, Terms::of(interval))`; starts at bits no interval has (a NaN).
-            static LAST: Cell<(u64, Terms)> = const {
-                Cell::new((u64::MAX, Terms {
-                    interval: f64::NAN,
-                    limit: 0,
-                    permit_fixed: 1,
-                    truncate: false,
-                }))
-            };
-        }
         let bits = interval.to_bits();
-        LAST.with(|last| {
-            let (last_bits, terms) = last.get();
-            if last_bits == bits {
-                terms
-            } else {
-                let terms = Terms::of(interval);
-                last.set((bits, terms));
-                terms
-            }
-        })
+        let [last_bits, limit, permit_fixed] = LAST.with(Cell::get);
+        let (limit, permit_fixed) = if last_bits == bits {
+            (limit, permit_fixed)
+        } else {
+            Self::remember(interval)
+        };
+        Terms {
+            interval,
+            limit,
+            permit_fixed,
+        }
     }
 
-    /// A booked cost in whole µs: Guava's `(long)` truncation, or rounded up (see
-    /// [`truncate`](Self::truncate)).
+    /// The miss of [`memo`](Self::memo), out of line: `(limit, permit_fixed)`.
+    #[cold]
+    #[inline(never)]
+    fn remember(interval: f64) -> (u64, u64) {
+        let terms = Terms::of(interval);
+        LAST.with(|last| last.set([interval.to_bits(), terms.limit, terms.permit_fixed]));
+        (terms.limit, terms.permit_fixed)
+    }
+
+    /// Whether booked costs are truncated as Guava's `(long)` (else rounded up; see
+    /// [`GUAVA_MIN_INTERVAL`]).
+    #[inline]
+    pub(super) fn truncate(&self) -> bool {
+        self.interval >= GUAVA_MIN_INTERVAL
+    }
+
+    /// A booked cost in whole µs: Guava's `(long)` truncation, or rounded up
+    /// ([`truncate`](Self::truncate)).
     #[inline]
     fn micros(&self, cost: f64) -> i64 {
-        round_micros(cost, self.truncate)
+        round_micros(cost, self.truncate())
     }
 }
 
@@ -113,7 +122,7 @@ impl Terms {
 /// fixed point `(now + offset) · 2¹²` is `now_fixed`. The outcome's `next` is the value to
 /// publish (no ∞ bit); `None` for a denial or a booking refused for its length.
 #[inline(always)]
-pub(super) fn decide_finite(
+pub(super) fn decide_finite<A: Answer>(
     codec: &BurstyCodec,
     value: u64,
     now: i64,
@@ -121,8 +130,7 @@ pub(super) fn decide_finite(
     n: u32,
     timeout: Option<i64>,
     terms: &Terms,
-) -> Outcome<u64> {
-    let required = f64::from(n);
+) -> Outcome<u64, A> {
     if value > now_fixed {
         // In debt: `nf − now` whole µs (`V` is whole µs unless a lagging clock read it: rounded
         // up, as `BurstyCodec::decode`), nothing stored. Both < 2⁵².
@@ -134,13 +142,14 @@ pub(super) fn decide_finite(
             let reset = retry + codec.offset as u64;
             return Outcome {
                 next: None,
-                decision: Decision::denied_in_units(terms.limit, 0, 1, retry * 1000, reset * 1000),
+                decision: A::denied(terms.limit, 0, 1, retry * 1000, reset * 1000),
                 wait_micros: 0,
                 refused_booking: None,
             };
         }
         // Every permit fresh, booked after the debt: Guava's `(long)(n · I)`.
-        return book(codec, now, debt, terms.micros(required * terms.interval), terms);
+        let cost = f64::from(n) * terms.interval;
+        return book(codec, now, debt, terms.micros(cost), terms);
     }
     // Free: `nf = now` after the resync, `stored` the idle time (capped).
     let stored = (now_fixed - value).min(codec.full_fixed);
@@ -154,12 +163,7 @@ pub(super) fn decide_finite(
         let refill = (codec.full_fixed - left + FRACTION_MASK) >> FRACTION_BITS;
         return Outcome {
             next: Some(now_fixed - left),
-            decision: Decision::allowed_in_units(
-                terms.limit,
-                left,
-                terms.permit_fixed,
-                refill * 1000,
-            ),
+            decision: A::allowed(terms.limit, left, terms.permit_fixed, refill * 1000),
             wait_micros: 0,
             refused_booking: None,
         };
@@ -168,21 +172,28 @@ pub(super) fn decide_finite(
     // `(long)((n − stored / I) · I)`. `stored` ≤ `full_fixed` < 2⁶³: the signed conversion is
     // the same value in one instruction.
     let stored_time = stored as i64 as f64 / (1u64 << FRACTION_BITS) as f64;
-    let fresh = required - stored_time / terms.interval;
+    let fresh = f64::from(n) - stored_time / terms.interval;
     book(codec, now, 0, terms.micros(fresh * terms.interval), terms)
 }
 
 /// A booking of `wait` µs after a debt of `debt` µs (`nf = now + debt`): the word, and the
 /// admission (nothing stored is left), or the refusal of a booking longer than a year.
 #[inline(always)]
-fn book(codec: &BurstyCodec, now: i64, debt: i64, wait: i64, terms: &Terms) -> Outcome<u64> {
+fn book<A: Answer>(
+    codec: &BurstyCodec,
+    now: i64,
+    debt: i64,
+    wait: i64,
+    terms: &Terms,
+) -> Outcome<u64, A> {
     if wait > MAX_BOOKING_MICROS && terms.interval.is_finite() {
         // One request may not book more than a year: beyond it, a single call could push the
         // limiter past its time range (never again) and no `set_rate` could repair it.
+        // `wait` > a year: the nanoseconds are at least 1.
         let cost = micros_to_nanos(wait);
         return Outcome {
             next: None,
-            decision: Decision::deny(terms.limit, 0, cost, cost),
+            decision: A::denied(terms.limit, 0, 1, cost, cost),
             wait_micros: 0,
             refused_booking: Some(wait),
         };
@@ -198,7 +209,7 @@ fn book(codec: &BurstyCodec, now: i64, debt: i64, wait: i64, terms: &Terms) -> O
     let reset = (next_free - now).saturating_add(codec.offset);
     Outcome {
         next: Some(next),
-        decision: Decision::allowed_in_units(terms.limit, 0, 1, micros_to_nanos(reset)),
+        decision: A::allowed(terms.limit, 0, 1, micros_to_nanos(reset)),
         wait_micros: debt,
         refused_booking: None,
     }
@@ -220,11 +231,11 @@ mod tests {
             third.permit_fixed,
             ((1e6 / 3.0) * 4096.0_f64).round() as u64
         );
-        assert!(third.truncate);
+        assert!(third.truncate());
         // Above it: up, and never 0.
         let fine = Terms::of(0.3);
         assert_eq!(fine.permit_fixed, 1229); // 0.3 · 4096 = 1228.8
-        assert!(!fine.truncate);
+        assert!(!fine.truncate());
         assert_eq!(Terms::of(1e-9).permit_fixed, 1);
         assert_eq!(Terms::of(f64::INFINITY).permit_fixed, u64::MAX);
         assert_eq!((Terms::of(200_000.0).limit, Terms::of(1e6 / 7.4).limit), (5, 7));
@@ -246,20 +257,20 @@ mod tests {
         let now = 3_000_000;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
         let word = (codec.offset as u64) << FRACTION_BITS;
-        let out = decide_finite(&codec, word, now, now_fixed, 2, Some(0), &terms);
+        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 2, Some(0), &terms);
         assert_eq!(out.decision, Decision::allow(5, 3, 400_000_000));
         assert_eq!(out.next, Some(now_fixed - (600_000 << FRACTION_BITS)));
         assert_eq!(out.wait_micros, 0);
         // 3 stored, 4 asked: granted (pre-consumption), 1 fresh permit booked: nf = now + 0.2 s.
         let word = out.next.unwrap();
-        let out = decide_finite(&codec, word, now, now_fixed, 4, Some(0), &terms);
+        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 4, Some(0), &terms);
         assert_eq!(out.next, Some(now_fixed + (200_000 << FRACTION_BITS)));
         assert_eq!(out.decision, Decision::allow(5, 0, 1_200_000_000));
         // In debt: refused for 0.2 s without a write; granted with a timeout that covers it.
         let word = out.next.unwrap();
-        let out = decide_finite(&codec, word, now, now_fixed, 1, Some(0), &terms);
+        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(0), &terms);
         assert_eq!((out.next, out.decision.retry_after().as_micros()), (None, 200_000));
-        let out = decide_finite(&codec, word, now, now_fixed, 1, Some(200_000), &terms);
+        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(200_000), &terms);
         assert_eq!(out.next, Some(now_fixed + (400_000 << FRACTION_BITS)));
         assert_eq!(out.wait_micros, 200_000);
     }
@@ -309,7 +320,7 @@ mod tests {
             let span = (codec.full_fixed as f64 * 1.5 + 1e9) * offset_share;
             let word = (now_fixed as f64 + span).clamp(0.0, (NEVER - 1) as f64) as u64;
             let terms = Terms::of(interval);
-            let ours = decide_finite(&codec, word, now, now_fixed, n, timeout, &terms);
+            let ours = decide_finite::<Decision>(&codec, word, now, now_fixed, n, timeout, &terms);
             let (ticket, _) = codec.decode(word, now);
             let model = BurstyMath { interval, full_time: codec.full_time };
             let theirs = decide(ticket, now, n, timeout, Some(&model));

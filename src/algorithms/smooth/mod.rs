@@ -253,10 +253,12 @@ pub(crate) fn reserve<K: StoredPermits>(
 /// What one decision produced: the state to publish (`None`: no write; a [`Ticket`], or a
 /// flavour's encoded word), the answer, and the time the caller must wait before using its
 /// permits.
+/// The answer is a whole [`Decision`], or whatever a short path answers (`A`: an
+/// [`Answer`](crate::decision::Answer), e.g. `bool` for `admit`).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Outcome<N = Ticket> {
+pub(crate) struct Outcome<N = Ticket, A = Decision> {
     pub(crate) next: Option<N>,
-    pub(crate) decision: Decision,
+    pub(crate) decision: A,
     pub(crate) wait_micros: i64,
     /// The cost of a booking refused for being longer than [`MAX_BOOKING_MICROS`] (then
     /// `next` is `None`).
@@ -271,7 +273,9 @@ impl<N> Outcome<N> {
         wait_micros: 0,
         refused_booking: None,
     };
+}
 
+impl<N, A> Outcome<N, A> {
     /// The error for a refused booking, if this is one.
     #[inline]
     pub(crate) fn check_booking(&self, permits: u32) -> Result<(), crate::AcquireError> {
@@ -287,7 +291,7 @@ impl<N> Outcome<N> {
 
     /// The same outcome with its state to publish mapped (e.g. encoded as a word).
     #[inline]
-    pub(crate) fn map_next<M>(self, f: impl FnOnce(N) -> M) -> Outcome<M> {
+    pub(crate) fn map_next<M>(self, f: impl FnOnce(N) -> M) -> Outcome<M, A> {
         Outcome {
             next: self.next.map(f),
             decision: self.decision,

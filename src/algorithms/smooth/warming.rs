@@ -185,8 +185,11 @@ impl<C: Clock> SmoothWarmingUp<C> {
     /// `try_acquire(n)` for `n > 0`: the general engine, inline (no short path for this flavour
     /// yet).
     #[inline]
-    fn try_acquire_now(&self, n: u32) -> Result<crate::Decision, crate::AcquireError> {
-        self.try_acquire_engine(n, self.now_micros())
+    fn try_acquire_now<A: crate::decision::Answer>(
+        &self,
+        n: u32,
+    ) -> Result<A, crate::AcquireError> {
+        self.try_acquire_engine(n, self.now_micros()).map(A::of)
     }
 
     fn validate_rate(&self, permits_per_second: f64) -> Result<RateSetting, ConfigError> {
