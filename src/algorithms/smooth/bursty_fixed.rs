@@ -219,6 +219,7 @@ fn book<A: Answer>(
 mod tests {
     use super::super::bursty::BurstyMath;
     use super::super::decide;
+    use crate::decision::Decision;
     use super::*;
     use proptest::prelude::*;
 
