@@ -38,7 +38,9 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, Answer, ConfigError, Decision};
-use crate::limiter::{MICROS_FLOOR, Step, reads_after, update, update_floored_leap};
+use crate::limiter::{
+    MICROS_FLOOR, Step, raise_floor, reads_after, update, update_floored_leap,
+};
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// The longest burst accepted: one year of stored permits.
@@ -182,7 +184,12 @@ impl<C: Clock> SmoothBursty<C> {
         let word = self.words.state.load(Ordering::Acquire);
         // Relaxed: ordered after the Acquire load above, as in `limiter::update_floored`.
         let floor_now = self.words.floor.load(Ordering::Relaxed);
-        let clock_now = self.now_micros();
+        // µs since creation, as `now_micros`: a read behind the origin wraps far above the
+        // range, and a read past the range goes to the engine (which saturates both).
+        let clock_now = (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
+        if !(0..=self.codec.max_micros).contains(&clock_now) {
+            return self.try_acquire_general(n, self.now_micros()).map(A::of);
+        }
         let general = || self.try_acquire_general(n, clock_now).map(A::of);
         // `max(clock, floor)`, served only while the floor is within the lag horizon of the read
         // (`limiter::floored`; the lead is checked only when the floor leads). `now_micros` is
@@ -197,12 +204,9 @@ impl<C: Clock> SmoothBursty<C> {
         };
         let codec = &self.codec;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
-        // Rate ∞ (bit 63) or *never*: the general engine. Both are above `now_fixed`
-        // (≤ 2⁶³ − 2¹³), so a free word needs no check.
-        if word > now_fixed && word >= NEVER {
-            return general();
-        }
         let terms = Terms::memo(self.interval.load());
+        // A word at rate ∞ (bit 63) or *never* is above `now_fixed` (≤ 2⁶³ − 2¹³) and beyond
+        // the horizon: decided here as a refusal, it goes to the engine below.
         let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), &terms);
         // A booking longer than a year (from a free limiter: never beyond the horizon).
         outcome.check_booking(n)?;
@@ -210,6 +214,10 @@ impl<C: Clock> SmoothBursty<C> {
         let Some(next) = outcome.next else {
             // A booking `nf` is beyond the horizon iff its value is above this.
             if word > now_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS) {
+                // Rate ∞ or *never*: the general engine.
+                if word >= NEVER {
+                    return general();
+                }
                 // Acquire fence: pairs with the Release of a repairer's floor lowering, which
                 // `floor_now` may have read; the word loaded next then shows its repair.
                 fence(Ordering::Acquire);
@@ -225,8 +233,8 @@ impl<C: Clock> SmoothBursty<C> {
         }
         // No overflow: the floor is at most `max_micros`.
         if now as u64 >= floor_now + MICROS_FLOOR.grain {
-            // Relaxed: published by the Release compare-exchange below, as in `update_floored`.
-            self.words.floor.fetch_max(now as u64, Ordering::Relaxed);
+            // Published by the Release compare-exchange below, as in `update_floored`.
+            raise_floor(&self.words.floor, floor_now, now as u64);
         }
         // AcqRel / Acquire: as in `limiter::update`.
         match self
@@ -424,17 +432,30 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
         /// `try_acquire` (the short path) and `try_acquire_for(n, 0)` (the general engine) give
-        /// the same answers on the same calls, and leave the same state.
+        /// the same answers on the same calls, and leave the same state, through rate changes
+        /// (to and from ∞), long bookings and a rate of `Double.MIN_VALUE` (*never*).
         #[test]
         fn short_path_decides_as_the_engine(
             rate in prop_oneof![Just(5.0), Just(3.0), 0.5f64..2_000.0, 1e5f64..1e9],
             burst in prop_oneof![Just(1.0), 0.0f64..3.0],
-            steps in prop::collection::vec((1u32..20, 0u64..400_000_000), 1..80),
+            steps in prop::collection::vec((
+                prop_oneof![1u32..20, Just(100_000_000)],
+                0u64..400_000_000,
+                prop_oneof![
+                    8 => Just(None),
+                    1 => prop_oneof![Just(f64::INFINITY), Just(f64::from_bits(1)), 0.5f64..1e6]
+                        .prop_map(Some),
+                ],
+            ), 1..80),
         ) {
             let clock = ManualClock::new();
             let short = SmoothBursty::with_max_burst(rate, burst, clock.clone()).unwrap();
             let engine = SmoothBursty::with_max_burst(rate, burst, clock.clone()).unwrap();
-            for (n, step) in steps {
+            for (n, step, set_rate) in steps {
+                if let Some(rate) = set_rate {
+                    short.set_rate(rate).unwrap();
+                    engine.set_rate(rate).unwrap();
+                }
                 let a = short.try_acquire(n);
                 let b = engine.try_acquire_for(n, Duration::ZERO);
                 prop_assert_eq!(a, b);

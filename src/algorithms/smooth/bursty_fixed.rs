@@ -133,8 +133,10 @@ pub(super) fn decide_finite<A: Answer>(
 ) -> Outcome<u64, A> {
     if value > now_fixed {
         // In debt: `nf − now` whole µs (`V` is whole µs unless a lagging clock read it: rounded
-        // up, as `BurstyCodec::decode`), nothing stored. Both < 2⁵².
-        let debt = ((value - now_fixed + FRACTION_MASK) >> FRACTION_BITS) as i64;
+        // up, as `BurstyCodec::decode`), nothing stored. Both < 2⁵² (written so that no step
+        // overflows even for a word with the ∞ bit, which a short path may decide on before it
+        // looks at the bit: a refusal it then discards).
+        let debt = (((value - now_fixed - 1) >> FRACTION_BITS) + 1) as i64;
         if timeout.is_some_and(|timeout| debt > timeout) {
             // Guava's `canAcquire` fails (`nf − timeout > now`): nothing written. The reset adds
             // a whole refill, `⌈W⌉ = offset`. The nanoseconds cannot overflow (< 2⁵² µs).
@@ -153,12 +155,14 @@ pub(super) fn decide_finite<A: Answer>(
     }
     // Free: `nf = now` after the resync, `stored` the idle time (capped).
     let stored = (now_fixed - value).min(codec.full_fixed);
-    // At most 2³² · 2⁶⁴: exact in 128 bits.
-    let cost = u128::from(n) * u128::from(terms.permit_fixed);
-    if cost <= u128::from(stored) {
+    // A product past `u64` is more than any stored time (< 2⁶³).
+    let covered = u64::from(n)
+        .checked_mul(terms.permit_fixed)
+        .filter(|&cost| cost <= stored);
+    if let Some(cost) = covered {
         // Spent from stored permits only: free, nothing booked. `nf = now`: the word's base is
         // `now_fixed`, less the stored time left (≤ `now_fixed − value`, so no underflow).
-        let left = stored - cost as u64;
+        let left = stored - cost;
         // Time until full again: the missing stored time, in whole µs rounded up (< 2⁵² µs).
         let refill = (codec.full_fixed - left + FRACTION_MASK) >> FRACTION_BITS;
         return Outcome {
