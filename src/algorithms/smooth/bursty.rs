@@ -426,44 +426,6 @@ impl StoredPermits for BurstyMath {
 mod tests {
     use super::*;
     use crate::{Limiter, ManualClock};
-    use proptest::prelude::*;
-    use std::time::Duration;
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(500))]
-        /// `try_acquire` (the short path) and `try_acquire_for(n, 0)` (the general engine) give
-        /// the same answers on the same calls, and leave the same state, through rate changes
-        /// (to and from ∞), long bookings and a rate of `Double.MIN_VALUE` (*never*).
-        #[test]
-        fn short_path_decides_as_the_engine(
-            rate in prop_oneof![Just(5.0), Just(3.0), 0.5f64..2_000.0, 1e5f64..1e9],
-            burst in prop_oneof![Just(1.0), 0.0f64..3.0],
-            steps in prop::collection::vec((
-                prop_oneof![1u32..20, Just(100_000_000)],
-                0u64..400_000_000,
-                prop_oneof![
-                    8 => Just(None),
-                    1 => prop_oneof![Just(f64::INFINITY), Just(f64::from_bits(1)), 0.5f64..1e6]
-                        .prop_map(Some),
-                ],
-            ), 1..80),
-        ) {
-            let clock = ManualClock::new();
-            let short = SmoothBursty::with_max_burst(rate, burst, clock.clone()).unwrap();
-            let engine = SmoothBursty::with_max_burst(rate, burst, clock.clone()).unwrap();
-            for (n, step, set_rate) in steps {
-                if let Some(rate) = set_rate {
-                    short.set_rate(rate).unwrap();
-                    engine.set_rate(rate).unwrap();
-                }
-                let a = short.try_acquire(n);
-                let b = engine.try_acquire_for(n, Duration::ZERO);
-                prop_assert_eq!(a, b);
-                prop_assert_eq!(short.snapshot(), engine.snapshot());
-                clock.advance_nanos(step);
-            }
-        }
-    }
 
     #[test]
     fn the_reported_limit_follows_set_rate() {

@@ -176,6 +176,11 @@ pub(crate) trait StoredPermits {
     fn permits_of(&self, stored_time: f64) -> f64;
     /// Stored time for a number of stored permits.
     fn time_of(&self, permits: f64) -> f64;
+    /// The rate as whole permits per second ([`Decision`]'s `limit`).
+    #[inline]
+    fn limit(&self) -> u64 {
+        limit_of(self.interval())
+    }
     /// Guava's `storedPermitsToWaitTime` (each `(long)` truncation through [`Self::micros`]).
     fn wait_for_stored(&self, stored_permits: f64, take: f64) -> i64;
     /// Whether Guava's whole-µs truncation keeps this flavour within 0.1% of its rate: true for
@@ -312,7 +317,7 @@ pub(crate) fn decide<K: StoredPermits>(
     timeout: Option<i64>,
     math: Option<&K>,
 ) -> Outcome {
-    let limit = math.map_or(u64::MAX, |m| limit_of(m.interval()));
+    let limit = math.map_or(u64::MAX, StoredPermits::limit);
     if let Some(timeout) = timeout {
         if ticket.next_free.saturating_sub(timeout) > now {
             let retry = ticket.next_free - now;
@@ -486,6 +491,7 @@ impl IntervalCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn rate_validation_follows_guava() {
@@ -615,6 +621,90 @@ mod tests {
         let tiny = SmoothBursty::create_with_clock(f64::from_bits(1), clock.clone()).unwrap();
         assert!(tiny.try_acquire(1).unwrap().is_allowed());
         assert!(!tiny.try_acquire(1).unwrap().is_allowed());
+    }
+
+    /// The steps of [`short_path_decides_as_the_engine`]: permits, a clock step (ns) and maybe a
+    /// new rate first (∞, `Double.MIN_VALUE`'s *never*, or finite).
+    fn steps() -> impl Strategy<Value = Vec<(u32, u64, Option<f64>)>> {
+        let rate = prop_oneof![Just(f64::INFINITY), Just(f64::from_bits(1)), 0.5f64..1e6];
+        prop::collection::vec(
+            (
+                prop_oneof![1u32..20, Just(100_000_000)],
+                // Long idles, and steps of a few µs (bookings that end just now or just after).
+                prop_oneof![0u64..400_000_000, 0u64..3_000],
+                prop_oneof![8 => Just(None), 1 => rate.prop_map(Some)],
+            ),
+            1..80,
+        )
+    }
+
+    /// `try_acquire` (the short path) and `try_acquire_for(n, 0)` (the general engine) give the
+    /// same answers on the same calls, and leave the same state; `admit` agrees.
+    fn short_path_decides_as_the_engine<L: crate::Limiter>(
+        make: impl Fn(&crate::ManualClock) -> L,
+        set_rate: impl Fn(&L, f64),
+        snapshot: impl Fn(&L) -> SmoothSnapshot,
+        steps: Vec<(u32, u64, Option<f64>)>,
+    ) -> Result<(), TestCaseError> {
+        let clock = crate::ManualClock::new();
+        let (short, engine, admit) = (make(&clock), make(&clock), make(&clock));
+        for (n, step, rate) in steps {
+            if let Some(rate) = rate {
+                for limiter in [&short, &engine, &admit] {
+                    set_rate(limiter, rate);
+                }
+            }
+            let a = short.try_acquire(n);
+            prop_assert_eq!(a, engine.try_acquire_for(n, Duration::ZERO));
+            prop_assert_eq!(a.map(|d| d.is_allowed()), admit.admit(n));
+            prop_assert_eq!(snapshot(&short), snapshot(&engine));
+            prop_assert_eq!(snapshot(&short), snapshot(&admit));
+            clock.advance_nanos(step);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+        /// Through rate changes (to and from ∞), long bookings and *never*.
+        #[test]
+        fn bursty_short_path_decides_as_the_engine(
+            rate in prop_oneof![Just(5.0), Just(3.0), 0.5f64..2_000.0, 1e5f64..1e9],
+            burst in prop_oneof![Just(1.0), 0.0f64..3.0],
+            steps in steps(),
+        ) {
+            use crate::SmoothBursty;
+            short_path_decides_as_the_engine(
+                |clock| SmoothBursty::with_max_burst(rate, burst, clock.clone()).unwrap(),
+                |l, r| l.set_rate(r).unwrap(),
+                SmoothBursty::snapshot,
+                steps,
+            )?;
+        }
+
+        /// As for bursty, cold and warm.
+        #[test]
+        fn warming_short_path_decides_as_the_engine(
+            rate in prop_oneof![Just(5.0), Just(2.0), 0.5f64..2_000.0, 1e5f64..1e9],
+            warmup_ms in prop_oneof![Just(0u64), Just(4000), 1u64..3000],
+            cold_factor in prop_oneof![Just(3.0), 1.0f64..10.0],
+            steps in steps(),
+        ) {
+            use crate::SmoothWarmingUp;
+            let warmup = Duration::from_millis(warmup_ms);
+            short_path_decides_as_the_engine(
+                |clock| {
+                    SmoothWarmingUp::with_cold_factor(rate, warmup, cold_factor, clock.clone())
+                        .unwrap()
+                },
+                |l, r| {
+                    // A rate too high for the warm-up is refused by both alike.
+                    let _ = l.set_rate(r);
+                },
+                SmoothWarmingUp::snapshot,
+                steps,
+            )?;
+        }
     }
 
     #[test]

@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+mod short;
+
 use super::warm_up_math::WarmingMath;
 use super::wide::AtomicWide;
 use super::{
@@ -59,10 +61,9 @@ const DEFAULT_COLD_FACTOR: f64 = 3.0;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SmoothWarmingUp<C = QuantaClock> {
-    state: CachePadded<AtomicWide>,
-    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
-    /// read lags the last booking's is decided at that booking's time.
-    floor: AtomicU64,
+    /// The state word and its time floor, on one cache line (an admission that raises the floor
+    /// touches no second line).
+    words: CachePadded<Words>,
     interval: IntervalCell,
     warmup_micros: f64,
     cold_factor: f64,
@@ -156,8 +157,10 @@ impl<C: Clock> SmoothWarmingUp<C> {
             stored_time: warmup_micros,
         };
         Ok(SmoothWarmingUp {
-            state: CachePadded::new(AtomicWide::new(pack(cold, infinite))),
-            floor: AtomicU64::new(0),
+            words: CachePadded::new(Words {
+                state: AtomicWide::new(pack(cold, infinite)),
+                floor: AtomicU64::new(0),
+            }),
             interval: IntervalCell::new(interval),
             warmup_micros,
             cold_factor,
@@ -182,16 +185,6 @@ impl<C: Clock> SmoothWarmingUp<C> {
         micros_since(self.clock.now_nanos(), self.origin_nanos)
     }
 
-    /// `try_acquire(n)` for `n > 0`: the general engine, inline (no short path for this flavour
-    /// yet).
-    #[inline]
-    fn try_acquire_now<A: crate::decision::Answer>(
-        &self,
-        n: u32,
-    ) -> Result<A, crate::AcquireError> {
-        self.try_acquire_engine(n, self.now_micros()).map(A::of)
-    }
-
     fn validate_rate(&self, permits_per_second: f64) -> Result<RateSetting, ConfigError> {
         check_warming(
             parse_rate(permits_per_second)?,
@@ -203,7 +196,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     fn load_word(&self) -> u128 {
         // Acquire: a word carries its writer's view of the interval (read after IntervalCell's
         // acquire fence); a reader of the word must see that interval or a later one.
-        self.state.load(Ordering::Acquire)
+        self.words.state.load(Ordering::Acquire)
     }
 
     fn infinite(&self) -> bool {
@@ -243,6 +236,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
         let mut refused_beyond = false;
         let written = loop {
             let written = self
+                .words
                 .state
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                     // A read taken after `word` was loaded (the retry's) is fresh.
@@ -253,7 +247,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
                     retry = true;
                     // Relaxed: ordered after the Acquire load of `word`, which synchronizes with
                     // the Release CAS that followed the writer's floor raise.
-                    let floor_now = self.floor.load(Ordering::Relaxed);
+                    let floor_now = self.words.floor.load(Ordering::Relaxed);
                     let mut floor_leaped = false;
                     let floored =
                         floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
@@ -299,7 +293,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
                         && floored >= floor_now.saturating_add(MICROS_FLOOR.grain)
                     {
                         // Relaxed: published to readers by the Release CAS that follows.
-                        self.floor.fetch_max(floored, Ordering::Relaxed);
+                        self.words.floor.fetch_max(floored, Ordering::Relaxed);
                     }
                     next
                 });
@@ -320,6 +314,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
             // Acquire fence of a refusal that loaded the leaped word before this booking and
             // this floor after it (above).
             let _ = self
+                .words
                 .floor
                 .compare_exchange(seen, read, Ordering::Release, Ordering::Relaxed);
         }
@@ -329,6 +324,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     fn set_infinite(&self) {
         // AcqRel / Acquire: as decide_at.
         let _ = self
+            .words
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 let (ticket, infinite) = unpack(word);
@@ -343,6 +339,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
             // AcqRel / Acquire: as decide_at; the release fence in `publish` orders the interval
             // first.
             let _ = self
+                .words
                 .state
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                     let (ticket, infinite) = unpack(word);
@@ -380,7 +377,7 @@ smooth_limiter_api!(
 impl<C> fmt::Debug for SmoothWarmingUp<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Relaxed: diagnostics only.
-        let (ticket, infinite) = unpack(self.state.load(Ordering::Relaxed));
+        let (ticket, infinite) = unpack(self.words.state.load(Ordering::Relaxed));
         f.debug_struct("SmoothWarmingUp")
             .field("next_free_micros", &ticket.next_free)
             .field("stored_time_micros", &ticket.stored_time)
@@ -389,6 +386,14 @@ impl<C> fmt::Debug for SmoothWarmingUp<C> {
             .field("cold_factor", &self.cold_factor)
             .finish_non_exhaustive()
     }
+}
+
+/// [`SmoothWarmingUp`]'s state word and its time floor.
+struct Words {
+    state: AtomicWide,
+    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
+    /// read lags the last booking's is decided at that booking's time.
+    floor: AtomicU64,
 }
 
 /// Rejects finite rates whose warm-up would hold a non-finite number of permits.
