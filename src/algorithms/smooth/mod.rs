@@ -317,19 +317,10 @@ pub(crate) fn decide<K: StoredPermits>(
     timeout: Option<i64>,
     math: Option<&K>,
 ) -> Outcome {
-    let limit = math.map_or(u64::MAX, StoredPermits::limit);
-    if let Some(timeout) = timeout {
-        if ticket.next_free.saturating_sub(timeout) > now {
-            let retry = ticket.next_free - now;
-            let reset = math.map_or(retry, |m| reset_after(ticket, now, m.full_time()));
-            return Outcome {
-                next: None,
-                decision: Decision::deny(limit, 0, micros_to_nanos(retry), micros_to_nanos(reset)),
-                wait_micros: 0,
-                refused_booking: None,
-            };
-        }
+    if let Some(refused) = timeout.and_then(|timeout| refusal(ticket, now, timeout, math)) {
+        return refused;
     }
+    let limit = math.map_or(u64::MAX, StoredPermits::limit);
     let Some(math) = math else {
         // Rate +∞: free, nothing booked, nothing written; only debt booked before is waited.
         let wait = (ticket.next_free - now).max(0);
@@ -369,6 +360,29 @@ pub(crate) fn decide<K: StoredPermits>(
         wait_micros: (start - now).max(0),
         refused_booking: None,
     }
+}
+
+/// Guava's `canAcquire` failing for `tryAcquire(_, timeout)` (`nf − timeout > now`): the
+/// refusal, which writes nothing (`None`: the request is granted, see [`decide`]).
+#[inline]
+pub(crate) fn refusal<K: StoredPermits>(
+    ticket: Ticket,
+    now: i64,
+    timeout: i64,
+    math: Option<&K>,
+) -> Option<Outcome> {
+    if ticket.next_free.saturating_sub(timeout) <= now {
+        return None;
+    }
+    let limit = math.map_or(u64::MAX, StoredPermits::limit);
+    let retry = ticket.next_free - now;
+    let reset = math.map_or(retry, |m| reset_after(ticket, now, m.full_time()));
+    Some(Outcome {
+        next: None,
+        decision: Decision::deny(limit, 0, micros_to_nanos(retry), micros_to_nanos(reset)),
+        wait_micros: 0,
+        refused_booking: None,
+    })
 }
 
 /// Time until the limiter is idle and its stored permits full again.

@@ -1,7 +1,7 @@
 //! [`SmoothWarmingUp`]'s short path: `try_acquire` / `admit` in one pass over the 128-bit word.
 
 use super::{SmoothWarmingUp, pack, unpack};
-use crate::algorithms::smooth::decide;
+use crate::algorithms::smooth::{decide, refusal};
 use crate::clock::Clock;
 use crate::decision::{AcquireError, Answer};
 use crate::limiter::{MICROS_FLOOR, raise_floor};
@@ -28,6 +28,19 @@ impl<C: Clock> SmoothWarmingUp<C> {
         let floor_now = self.words.floor.load(Ordering::Relaxed);
         let clock_now = self.now_micros();
         let general = || self.try_acquire_general(n, clock_now).map(A::of);
+        // A decision that writes nothing, by a booking beyond the horizon, stands only on a word
+        // that is still current: it may be a leaped one that a repair has replaced since,
+        // lowering the floor this call loaded. Acquire fence: pairs with the Release of that
+        // lowering (`decide_at`); the load then sees the repair. `Err`: decide again.
+        let still = |word, beyond_horizon| {
+            if beyond_horizon {
+                fence(Ordering::Acquire);
+                if self.load_word() != word {
+                    return Err(general());
+                }
+            }
+            Ok(())
+        };
         // `max(clock, floor)`, served only while the floor is within the lag horizon of the read
         // (`limiter::floored`; the lead is checked only when the floor leads). Both are reads of
         // `now_micros`, in `0..=i64::MAX`.
@@ -46,22 +59,23 @@ impl<C: Clock> SmoothWarmingUp<C> {
             return general();
         }
         let math = self.math();
-        let outcome = decide(ticket, now as i64, n, Some(0), Some(&math));
+        let beyond_horizon = ticket.next_free as u64 > now.saturating_add(MICROS_FLOOR.horizon);
+        if let Some(refused) = refusal(ticket, now as i64, 0, Some(&math)) {
+            if let Err(again) = still(word, beyond_horizon) {
+                return again;
+            }
+            return Ok(A::of(refused.decision));
+        }
+        // Granted (Guava's `canAcquire` passed): booked as `reserve` books.
+        let outcome = decide(ticket, now as i64, n, None, Some(&math));
         outcome.check_booking(n)?;
         let next = outcome
             .next
             .map(|ticket| pack(ticket, false))
             .filter(|&next| next != word);
         let Some(next) = next else {
-            // A refusal (or a grant that changes nothing) by a booking beyond the horizon stands
-            // only on a word that is still current: it may be a leaped one that a repair has
-            // replaced since, lowering the floor this call loaded. Acquire fence: pairs with the
-            // Release of that lowering (`decide_at`); the load then sees the repair.
-            if ticket.next_free as u64 > now.saturating_add(MICROS_FLOOR.horizon) {
-                fence(Ordering::Acquire);
-                if self.load_word() != word {
-                    return general();
-                }
+            if let Err(again) = still(word, beyond_horizon) {
+                return again;
             }
             return Ok(A::of(outcome.decision));
         };
