@@ -38,9 +38,7 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, Answer, ConfigError, Decision};
-use crate::limiter::{
-    MICROS_FLOOR, Step, raise_floor, reads_after, update, update_floored_leap,
-};
+use crate::limiter::{MICROS_FLOOR, Step, raise_floor, reads_after, update, update_floored_leap};
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// The longest burst accepted: one year of stored permits.

@@ -223,8 +223,8 @@ fn book<A: Answer>(
 mod tests {
     use super::super::bursty::BurstyMath;
     use super::super::decide;
-    use crate::decision::Decision;
     use super::*;
+    use crate::decision::Decision;
     use proptest::prelude::*;
 
     #[test]
@@ -243,13 +243,25 @@ mod tests {
         assert!(!fine.truncate());
         assert_eq!(Terms::of(1e-9).permit_fixed, 1);
         assert_eq!(Terms::of(f64::INFINITY).permit_fixed, u64::MAX);
-        assert_eq!((Terms::of(200_000.0).limit, Terms::of(1e6 / 7.4).limit), (5, 7));
+        assert_eq!(
+            (Terms::of(200_000.0).limit, Terms::of(1e6 / 7.4).limit),
+            (5, 7)
+        );
     }
 
     #[test]
     fn the_memo_answers_as_the_terms() {
         // Alternating intervals: every change is a miss, every repeat a hit.
-        for interval in [2e5, 2e5, 1000.0, 2e5, f64::INFINITY, 0.001, 1e6 / 3.0, 1e6 / 3.0] {
+        for interval in [
+            2e5,
+            2e5,
+            1000.0,
+            2e5,
+            f64::INFINITY,
+            0.001,
+            1e6 / 3.0,
+            1e6 / 3.0,
+        ] {
             assert_eq!(Terms::memo(interval), Terms::of(interval), "{interval}");
         }
     }
@@ -274,7 +286,10 @@ mod tests {
         // In debt: refused for 0.2 s without a write; granted with a timeout that covers it.
         let word = out.next.unwrap();
         let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(0), &terms);
-        assert_eq!((out.next, out.decision.retry_after().as_micros()), (None, 200_000));
+        assert_eq!(
+            (out.next, out.decision.retry_after().as_micros()),
+            (None, 200_000)
+        );
         let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(200_000), &terms);
         assert_eq!(out.next, Some(now_fixed + (400_000 << FRACTION_BITS)));
         assert_eq!(out.wait_micros, 200_000);
@@ -295,13 +310,7 @@ mod tests {
     }
 
     fn bursts() -> impl Strategy<Value = f64> {
-        prop_oneof![
-            Just(0.0),
-            Just(1.0),
-            Just(1e6),
-            0.0f64..2e6,
-            0.0f64..3.6e9,
-        ]
+        prop_oneof![Just(0.0), Just(1.0), Just(1e6), 0.0f64..2e6, 0.0f64..3.6e9,]
     }
 
     proptest! {

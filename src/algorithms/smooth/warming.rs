@@ -235,68 +235,68 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // floor (see `Step::leap`): it stands only on a word that is still current.
         let mut refused_beyond = false;
         let written = loop {
-            let written = self
-                .words
-                .state
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
-                    // A read taken after `word` was loaded (the retry's) is fresh.
-                    let mut fresh = retry;
-                    if retry {
-                        clock_now = read_clock();
-                    }
-                    retry = true;
-                    // Relaxed: ordered after the Acquire load of `word`, which synchronizes with
-                    // the Release CAS that followed the writer's floor raise.
-                    let floor_now = self.words.floor.load(Ordering::Relaxed);
-                    let mut floor_leaped = false;
-                    let floored =
-                        floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
-                            if !fresh {
-                                clock_now = read_clock();
-                                fresh = true;
-                            }
+            let written =
+                self.words
+                    .state
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                        // A read taken after `word` was loaded (the retry's) is fresh.
+                        let mut fresh = retry;
+                        if retry {
+                            clock_now = read_clock();
+                        }
+                        retry = true;
+                        // Relaxed: ordered after the Acquire load of `word`, which synchronizes with
+                        // the Release CAS that followed the writer's floor raise.
+                        let floor_now = self.words.floor.load(Ordering::Relaxed);
+                        let mut floor_leaped = false;
+                        let floored =
                             floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
-                                floor_leaped = true;
-                                clock_now
-                            })
-                        });
-                    // The floor only ever holds values of `now_micros`, which fit in an i64.
-                    let now = i64::try_from(floored).unwrap_or(now);
-                    let (mut ticket, infinite) = unpack(word);
-                    // Only a booking itself beyond the horizon is moved (the floor and the word are
-                    // two atomics: a leaper's floor can be seen with a present word).
-                    let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
-                    let beyond_horizon = ticket.next_free != i64::MAX
-                        && ticket.next_free > now.saturating_add(horizon);
-                    let leaped = floor_leaped && beyond_horizon;
-                    if leaped {
-                        // Booked on a leaping clock: moved back by the leap, its debt counted from
-                        // the present (as SmoothBursty does).
-                        let leap = i64::try_from(floor_now - floored).unwrap_or(i64::MAX);
-                        ticket.next_free = ticket.next_free.saturating_sub(leap).max(0);
-                    }
-                    let math = (!infinite).then(|| self.math());
-                    outcome = decide(ticket, now, permits, timeout, math.as_ref());
-                    // A denial (or a free request at ∞) writes nothing, except the booking moved
-                    // back from a leap (once per leap, so it stays where this read put it).
-                    let next = outcome
-                        .next
-                        .map(|t| pack(t, infinite))
-                        .or(leaped.then(|| pack(ticket, infinite)))
-                        .filter(|&next| next != word);
-                    refused_beyond = next.is_none() && beyond_horizon && !floor_leaped;
-                    lower = (next.is_some() && floor_leaped).then_some((floor_now, floored));
-                    // A leaped floor is lowered after the booking lands (below), as
-                    // `update_floored_leap` does; otherwise raised once per grain.
-                    if next.is_some()
-                        && !floor_leaped
-                        && floored >= floor_now.saturating_add(MICROS_FLOOR.grain)
-                    {
-                        // Relaxed: published to readers by the Release CAS that follows.
-                        self.words.floor.fetch_max(floored, Ordering::Relaxed);
-                    }
-                    next
-                });
+                                if !fresh {
+                                    clock_now = read_clock();
+                                    fresh = true;
+                                }
+                                floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
+                                    floor_leaped = true;
+                                    clock_now
+                                })
+                            });
+                        // The floor only ever holds values of `now_micros`, which fit in an i64.
+                        let now = i64::try_from(floored).unwrap_or(now);
+                        let (mut ticket, infinite) = unpack(word);
+                        // Only a booking itself beyond the horizon is moved (the floor and the word are
+                        // two atomics: a leaper's floor can be seen with a present word).
+                        let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
+                        let beyond_horizon = ticket.next_free != i64::MAX
+                            && ticket.next_free > now.saturating_add(horizon);
+                        let leaped = floor_leaped && beyond_horizon;
+                        if leaped {
+                            // Booked on a leaping clock: moved back by the leap, its debt counted from
+                            // the present (as SmoothBursty does).
+                            let leap = i64::try_from(floor_now - floored).unwrap_or(i64::MAX);
+                            ticket.next_free = ticket.next_free.saturating_sub(leap).max(0);
+                        }
+                        let math = (!infinite).then(|| self.math());
+                        outcome = decide(ticket, now, permits, timeout, math.as_ref());
+                        // A denial (or a free request at ∞) writes nothing, except the booking moved
+                        // back from a leap (once per leap, so it stays where this read put it).
+                        let next = outcome
+                            .next
+                            .map(|t| pack(t, infinite))
+                            .or(leaped.then(|| pack(ticket, infinite)))
+                            .filter(|&next| next != word);
+                        refused_beyond = next.is_none() && beyond_horizon && !floor_leaped;
+                        lower = (next.is_some() && floor_leaped).then_some((floor_now, floored));
+                        // A leaped floor is lowered after the booking lands (below), as
+                        // `update_floored_leap` does; otherwise raised once per grain.
+                        if next.is_some()
+                            && !floor_leaped
+                            && floored >= floor_now.saturating_add(MICROS_FLOOR.grain)
+                        {
+                            // Relaxed: published to readers by the Release CAS that follows.
+                            self.words.floor.fetch_max(floored, Ordering::Relaxed);
+                        }
+                        next
+                    });
             if let (Err(seen), true) = (written, refused_beyond) {
                 // The word may be a leaped one that a repair replaced since, lowering the floor
                 // this decision loaded. Acquire fence: pairs with the Release of that lowering
@@ -313,10 +313,10 @@ impl<C: Clock> SmoothWarmingUp<C> {
             // booking is in range); another thread's newer floor stands. Release: pairs with the
             // Acquire fence of a refusal that loaded the leaped word before this booking and
             // this floor after it (above).
-            let _ = self
-                .words
-                .floor
-                .compare_exchange(seen, read, Ordering::Release, Ordering::Relaxed);
+            let _ =
+                self.words
+                    .floor
+                    .compare_exchange(seen, read, Ordering::Release, Ordering::Relaxed);
         }
         outcome
     }

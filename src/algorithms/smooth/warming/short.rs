@@ -85,11 +85,12 @@ impl<C: Clock> SmoothWarmingUp<C> {
         }
         // AcqRel / Acquire: as in `decide_at` (a spurious failure only sends the call to the
         // engine).
-        match self
-            .words
-            .state
-            .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match self.words.state.compare_exchange_weak(
+            word,
+            next,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => Ok(A::of(outcome.decision)),
             Err(_) => general(),
         }
