@@ -313,7 +313,7 @@ impl<N, A> Outcome<N, A> {
 /// The whole decision, flavour-independent. `timeout` is `None` for `acquire`/`reserve` (always
 /// granted) and `Some(µs)` for `tryAcquire` (Guava's `canAcquire` first). `math` is `None`
 /// while the rate is infinite.
-#[inline]
+#[inline(always)]
 pub(crate) fn decide<K: StoredPermits>(
     ticket: Ticket,
     now: i64,
