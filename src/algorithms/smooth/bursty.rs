@@ -166,16 +166,18 @@ impl<C: Clock> SmoothBursty<C> {
         parse_rate(permits_per_second)
     }
 
-    /// `try_acquire(n)` for `n > 0` (Guava's `tryAcquire(n)`, no timeout): the common case in
-    /// one pass, deciding exactly as the engine of [`decide_at`](Self::decide_at) does.
+    /// `try_acquire(n)` / `admit(n)` for `n > 0` (Guava's `tryAcquire(n)`, no timeout): the
+    /// common case in one pass, deciding exactly as the engine of [`decide_at`](Self::decide_at)
+    /// does (the same [`decide_finite`]).
     ///
     /// The clock is read *after* the word and the floor are loaded, so the read is always fresh
     /// (the engine's second read, which it takes before it trusts a booking beyond the lag
     /// horizon, is never needed). Served here: a finite rate, a floor within the horizon of the
     /// read (no leap), a word that is not *never*; a refusal by a booking beyond the horizon
     /// re-checks the word (a repair may have replaced it and lowered the floor, as in
-    /// `limiter::update_floored_leap`). A lost compare-exchange, a booking longer than a year and
-    /// every other case go to the general engine, which decides them from scratch.
+    /// `limiter::update_floored_leap`). A booking longer than a year is refused here, as the
+    /// engine refuses it; a lost compare-exchange and every other case go to the general engine,
+    /// which decides them from scratch.
     #[inline(always)]
     fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
         // Acquire: as in `limiter::update` (a word comes with the floor its writer raised).
