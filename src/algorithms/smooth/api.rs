@@ -114,7 +114,7 @@ macro_rules! smooth_limiter_api {
                 self.try_acquire_now(n)
             }
 
-            /// [`try_acquire`](Self::try_acquire), answering only whether the permits were
+            /// [`try_acquire`](crate::Limiter::try_acquire), answering only whether the permits were
             /// taken (the short path answers a `bool`: the terms of the `Decision` are never
             /// computed).
             #[inline]
