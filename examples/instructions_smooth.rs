@@ -8,32 +8,63 @@
 //!     target/release/examples/instructions_smooth allow 1000000
 //! ```
 //! Workloads as in `instructions`: allow (10^7 per 10 ms, never reached), deny (1 per hour,
-//! exhausted by the first call); the limiter stores one period of permits.
+//! exhausted by the first call); the limiter stores one period of permits. Limiters:
+//! `smooth-bursty` (the default), `smooth-warming-up` (warming up over one period). Calls as in
+//! `instructions`: `try_acquire` using what a 429 needs (the shape of `governor-state` in
+//! `instructions_peers`), or, with a name ending in `/admit`, `admit` (a bool, the shape of
+//! `governor`).
 
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use floodgate::{Limiter, QuantaClock, SmoothBursty};
+use floodgate::{Limiter, QuantaClock, SmoothBursty, SmoothWarmingUp};
 
+/// `try_acquire`, using what a 429 needs: `remaining` of an admission, `retry_after` of a
+/// denial (as `instructions` and `governor-state` in `instructions_peers`).
 #[inline(never)]
 fn measured_loop<L: Limiter>(limiter: &L, calls: u64) -> u64 {
-    let mut admitted = 0;
-    for _ in 0..calls {
-        admitted += u64::from(
-            limiter
-                .try_acquire(black_box(1))
-                .is_ok_and(|d| d.is_allowed()),
-        );
+    (0..calls)
+        .map(|_| match limiter.try_acquire(black_box(1)) {
+            Ok(d) if d.is_allowed() => u64::from(black_box(d.remaining()) > 0),
+            Ok(d) => {
+                black_box(d.retry_after());
+                0
+            }
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// `admit`: only whether the permit was taken (as `governor`'s `check().is_ok()`).
+#[inline(never)]
+fn measured_loop_admit<L: Limiter>(limiter: &L, calls: u64) -> u64 {
+    (0..calls)
+        .map(|_| u64::from(limiter.admit(black_box(1)).is_ok_and(|allowed| allowed)))
+        .sum()
+}
+
+fn measured<L: Limiter>(admit: bool, limiter: &L, calls: u64) -> u64 {
+    if admit {
+        measured_loop_admit(limiter, calls)
+    } else {
+        measured_loop(limiter, calls)
     }
-    admitted
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [workload, calls] = args.as_slice() else {
-        eprintln!("usage: instructions_smooth allow|deny CALLS");
-        return ExitCode::from(2);
+    let (name, workload, calls) = match args.as_slice() {
+        [workload, calls] => ("smooth-bursty", workload, calls),
+        [name, workload, calls] => (name.as_str(), workload, calls),
+        _ => {
+            eprintln!("usage: instructions_smooth [LIMITER[/admit]] allow|deny CALLS");
+            return ExitCode::from(2);
+        }
+    };
+    let (limiter, admit) = match name.strip_suffix("/admit") {
+        Some(limiter) => (limiter, true),
+        None => (name, false),
     };
     let (limit, period) = match workload.as_str() {
         "allow" => (10_000_000.0, Duration::from_millis(10)),
@@ -47,18 +78,27 @@ fn main() -> ExitCode {
         eprintln!("bad call count `{calls}`");
         return ExitCode::from(2);
     };
-    let limiter = match SmoothBursty::with_max_burst(
-        limit / period.as_secs_f64(),
-        period.as_secs_f64(),
-        QuantaClock::new(),
-    ) {
-        Ok(limiter) => limiter,
-        Err(error) => {
-            eprintln!("{error}");
-            return ExitCode::FAILURE;
+    let rate = limit / period.as_secs_f64();
+    let admitted = match limiter {
+        "smooth-bursty" => {
+            SmoothBursty::with_max_burst(rate, period.as_secs_f64(), QuantaClock::new())
+                .map(|l| measured(admit, &l, calls))
+        }
+        "smooth-warming-up" => SmoothWarmingUp::create_with_clock(rate, period, QuantaClock::new())
+            .map(|l| measured(admit, &l, calls)),
+        _ => {
+            eprintln!("unknown limiter `{limiter}` (smooth-bursty or smooth-warming-up)");
+            return ExitCode::from(2);
         }
     };
-    let admitted = measured_loop(&limiter, calls);
-    println!("smooth-bursty {workload}: {calls} calls, result {admitted}");
-    ExitCode::SUCCESS
+    match admitted {
+        Ok(admitted) => {
+            println!("{name} {workload}: {calls} calls, result {admitted}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -7,7 +7,7 @@
 //! the `smooth` module docs), so its doubles differ from Guava's in the last bits and such a
 //! truncation can flip by 1 µs. Flips accumulate only along an unbroken chain of debt (an idle
 //! limiter resyncs both to `now`). Measured over 20,000 random sequences of up to 60 calls:
-//! bursty waits identical in 98.7% of sequences (worst drift 2 µs), warming in 96.9% (worst
+//! bursty waits identical in 97.4% of sequences (worst drift 2 µs), warming in 96.9% (worst
 //! 6 µs). A real semantic error (resync, rescale, canAcquire, pre-consumption) shows up as
 //! differences of whole permit intervals or a different tryAcquire answer.
 

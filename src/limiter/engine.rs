@@ -113,6 +113,22 @@ pub(crate) fn floored(clock_now: u64, floor_now: u64, units: FloorUnits) -> Opti
     (floor_now <= clock_now.saturating_add(units.horizon)).then(|| clock_now.max(floor_now))
 }
 
+/// Raises the time floor from `seen` (the value this thread loaded) to `now`: one
+/// compare-exchange when nobody moved the floor since, else `fetch_max` (the floor only ever
+/// rises here). Relaxed: the caller publishes the floor with the Release compare-exchange of its
+/// state word that follows (as `update_floored` does).
+#[inline]
+pub(crate) fn raise_floor(floor: &AtomicU64, seen: u64, now: u64) {
+    // Relaxed / Relaxed: see above.
+    if floor
+        .compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        // Relaxed: see above.
+        floor.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
 /// The time a read that writes nothing (a peek, a setter's change instant) runs at: `clock_now`
 /// raised to the floor while the floor is within the lag horizon, the clock alone beyond it (a
 /// leaping clock's floor is never obeyed). The floor load is Relaxed: a peek takes it after its

@@ -3,9 +3,9 @@
 
 /// The Guava-shaped inherent API and the [`Limiter`](crate::Limiter) impl, shared by both
 /// flavours. The type provides `now_micros`, `decide_at(n, now, timeout) -> Outcome` (which
-/// runs the CAS), `try_acquire_now(n)` (`try_acquire` for `n > 0`: a short path for the
-/// common case falling back to `try_acquire_general`, or `try_acquire_engine(n, self.now_micros())`), `set_infinite`, `set_finite(interval, now)`, `infinite`, `interval` and
-/// `snapshot_at(now)`.
+/// runs the CAS), `try_acquire_now::<A: Answer>(n)` (`try_acquire` / `admit` for `n > 0`: a
+/// short path for the common case falling back to `try_acquire_general`), `set_infinite`,
+/// `set_finite(interval, now)`, `infinite`, `interval` and `snapshot_at(now)`.
 macro_rules! smooth_limiter_api {
     ($ty:ident, $make:literal) => {
         impl<C: $crate::Clock> $ty<C> {
@@ -108,6 +108,17 @@ macro_rules! smooth_limiter_api {
             /// Guava's `tryAcquire(permits)` (no timeout).
             #[inline]
             fn try_acquire(&self, n: u32) -> Result<$crate::Decision, $crate::AcquireError> {
+                if n == 0 {
+                    return Err($crate::AcquireError::ZeroPermits);
+                }
+                self.try_acquire_now(n)
+            }
+
+            /// [`try_acquire`](crate::Limiter::try_acquire), answering only whether the permits were
+            /// taken (the short path answers a `bool`: the terms of the `Decision` are never
+            /// computed).
+            #[inline]
+            fn admit(&self, n: u32) -> Result<bool, $crate::AcquireError> {
                 if n == 0 {
                     return Err($crate::AcquireError::ZeroPermits);
                 }

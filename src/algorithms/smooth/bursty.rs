@@ -30,15 +30,15 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 
-use super::bursty_word::{BurstyCodec, FRACTION_BITS, FRACTION_MASK, INFINITE_BIT, NEVER};
+use super::bursty_fixed::{GUAVA_MIN_INTERVAL, Terms, decide_finite};
+use super::bursty_word::{BurstyCodec, FRACTION_BITS, INFINITE_BIT, NEVER, VALUE_MASK};
 use super::{
-    IntervalCell, MAX_BOOKING_MICROS, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket,
-    decide, f64_to_u64, limit_of_memo, micros_since, parse_rate, refill_micros, resync,
-    round_micros,
+    IntervalCell, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket, decide,
+    micros_since, parse_rate, resync,
 };
 use crate::clock::{Clock, QuantaClock};
-use crate::decision::{AcquireError, ConfigError, Decision};
-use crate::limiter::{MICROS_FLOOR, Step, floored, reads_after, update, update_floored_leap};
+use crate::decision::{AcquireError, Answer, ConfigError, Decision};
+use crate::limiter::{MICROS_FLOOR, Step, raise_floor, reads_after, update, update_floored_leap};
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// The longest burst accepted: one year of stored permits.
@@ -166,43 +166,58 @@ impl<C: Clock> SmoothBursty<C> {
         parse_rate(permits_per_second)
     }
 
-    /// `try_acquire(n)` for `n > 0` (Guava's `tryAcquire(n)`, no timeout): the common case in
-    /// one pass, deciding exactly as the engine of [`decide_at`](Self::decide_at) does.
+    /// `try_acquire(n)` / `admit(n)` for `n > 0` (Guava's `tryAcquire(n)`, no timeout): the
+    /// common case in one pass, deciding exactly as the engine of [`decide_at`](Self::decide_at)
+    /// does (the same [`decide_finite`]).
     ///
     /// The clock is read *after* the word and the floor are loaded, so the read is always fresh
     /// (the engine's second read, which it takes before it trusts a booking beyond the lag
     /// horizon, is never needed). Served here: a finite rate, a floor within the horizon of the
     /// read (no leap), a word that is not *never*; a refusal by a booking beyond the horizon
     /// re-checks the word (a repair may have replaced it and lowered the floor, as in
-    /// `limiter::update_floored_leap`). A lost compare-exchange, a booking longer than a year and
-    /// every other case go to the general engine, which decides them from scratch.
-    #[inline]
-    fn try_acquire_now(&self, n: u32) -> Result<Decision, AcquireError> {
+    /// `limiter::update_floored_leap`). A booking longer than a year is refused here, as the
+    /// engine refuses it; a lost compare-exchange and every other case go to the general engine,
+    /// which decides them from scratch.
+    #[inline(always)]
+    fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
         // Acquire: as in `limiter::update` (a word comes with the floor its writer raised).
         let word = self.words.state.load(Ordering::Acquire);
         // Relaxed: ordered after the Acquire load above, as in `limiter::update_floored`.
         let floor_now = self.words.floor.load(Ordering::Relaxed);
-        let clock_now = self.now_micros();
-        let general = || self.try_acquire_general(n, clock_now);
-        // `now_micros` is in `0..=max_micros`, and so is every floor (it holds such reads).
-        let Some(now) = floored(clock_now as u64, floor_now, MICROS_FLOOR) else {
-            return general();
+        // µs since creation, as `now_micros`: a read behind the origin wraps far above the
+        // range, and a read past the range goes to the engine (which saturates both).
+        let clock_now = (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
+        if !(0..=self.codec.max_micros).contains(&clock_now) {
+            return self.try_acquire_general(n, self.now_micros()).map(A::of);
+        }
+        let general = || self.try_acquire_general(n, clock_now).map(A::of);
+        // `max(clock, floor)`, served only while the floor is within the lag horizon of the read
+        // (`limiter::floored`; the lead is checked only when the floor leads). `now_micros` is
+        // in `0..=max_micros`, and so is every floor (it holds such reads).
+        let now = if floor_now > clock_now as u64 {
+            if floor_now - clock_now as u64 > MICROS_FLOOR.horizon {
+                return general();
+            }
+            floor_now as i64
+        } else {
+            clock_now
         };
-        let now = now as i64;
         let codec = &self.codec;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
-        // Rate ∞ (bit 63) or *never*: the general engine. (`now_fixed` ≤ 2⁶³ − 2¹³.)
-        if word >= NEVER {
-            return general();
-        }
-        let Some((next, decision)) =
-            try_decide(codec, word, now, now_fixed, n, self.interval.load())
-        else {
-            return general();
-        };
-        let Some(next) = next else {
+        let terms = Terms::memo(self.interval.load());
+        // A word at rate ∞ (bit 63) or *never* is above `now_fixed` (≤ 2⁶³ − 2¹³) and beyond
+        // the horizon: decided here as a refusal, it goes to the engine below.
+        let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), &terms);
+        // A booking longer than a year (from a free limiter: never beyond the horizon).
+        outcome.check_booking(n)?;
+        let decision = outcome.decision;
+        let Some(next) = outcome.next else {
             // A booking `nf` is beyond the horizon iff its value is above this.
             if word > now_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS) {
+                // Rate ∞ or *never*: the general engine.
+                if word >= NEVER {
+                    return general();
+                }
                 // Acquire fence: pairs with the Release of a repairer's floor lowering, which
                 // `floor_now` may have read; the word loaded next then shows its repair.
                 fence(Ordering::Acquire);
@@ -216,9 +231,10 @@ impl<C: Clock> SmoothBursty<C> {
         if next == word {
             return Ok(decision);
         }
-        if now as u64 >= floor_now.saturating_add(MICROS_FLOOR.grain) {
-            // Relaxed: published by the Release compare-exchange below, as in `update_floored`.
-            self.words.floor.fetch_max(now as u64, Ordering::Relaxed);
+        // No overflow: the floor is at most `max_micros`.
+        if now as u64 >= floor_now + MICROS_FLOOR.grain {
+            // Published by the Release compare-exchange below, as in `update_floored`.
+            raise_floor(&self.words.floor, floor_now, now as u64);
         }
         // AcqRel / Acquire: as in `limiter::update`.
         match self
@@ -242,7 +258,7 @@ impl<C: Clock> SmoothBursty<C> {
 
     /// One decision at `now`, published with the one CAS loop.
     #[inline]
-    fn decide_at(&self, permits: u32, now: i64, timeout: Option<i64>) -> Outcome {
+    fn decide_at(&self, permits: u32, now: i64, timeout: Option<i64>) -> Outcome<u64> {
         let mut outcome = Outcome::UNDECIDED;
         // The first read is the caller's; the engine reads again only to confirm a floor that
         // looks like a leaping clock's (see `limiter::update_floored`).
@@ -271,23 +287,22 @@ impl<C: Clock> SmoothBursty<C> {
             } else {
                 (word, None)
             };
-            let (ticket, infinite) = self.codec.decode(word, now);
-            let math = (!infinite).then(|| BurstyMath {
-                interval: self.interval.load(),
-                full_time: self.codec.full_time,
-            });
-            outcome = decide(ticket, now, permits, timeout, math.as_ref());
-            // Above Guava's precision, stored time is rounded down, never up (module docs).
-            let round_down = math
-                .as_ref()
-                .is_some_and(|m| m.interval < BurstyMath::GUAVA_MIN_INTERVAL);
-            let step = Step::new(
-                outcome
-                    .next
-                    .map(|t| self.codec.encode_rounded(t, infinite, round_down))
-                    .or(repair),
-                outcome.decision,
-            );
+            let value = word & VALUE_MASK;
+            outcome = if word & INFINITE_BIT != 0 || value == NEVER {
+                // Rate ∞, or *never*: Guava's model on the decoded ticket.
+                let (ticket, infinite) = self.codec.decode(word, now);
+                let math = (!infinite).then(|| BurstyMath {
+                    interval: self.interval.load(),
+                    full_time: self.codec.full_time,
+                });
+                decide(ticket, now, permits, timeout, math.as_ref())
+                    .map_next(|t| self.codec.encode(t, infinite))
+            } else {
+                let (now, now_fixed) = self.codec.fixed_now(now);
+                let terms = Terms::memo(self.interval.load());
+                decide_finite(&self.codec, value, now, now_fixed, permits, timeout, &terms)
+            };
+            let step = Step::new(outcome.next.or(repair), outcome.decision);
             // A booking beyond the horizon is judged on a fresh read, and a refusal by one under
             // an in-range floor only on a word that is still current (`Step::leap`): the word
             // may be a leaped one that a repair has replaced since, lowering the floor.
@@ -375,10 +390,11 @@ struct Words {
     floor: AtomicU64,
 }
 
-/// Bursty stored permits: free, accrued at the stable interval.
-struct BurstyMath {
-    interval: f64,
-    full_time: f64,
+/// Bursty stored permits: free, accrued at the stable interval (Guava's `double` model: the
+/// engine runs it at rate ∞ and on a word that is *never*; `bursty_fixed` follows it).
+pub(super) struct BurstyMath {
+    pub(super) interval: f64,
+    pub(super) full_time: f64,
 }
 
 impl StoredPermits for BurstyMath {
@@ -402,165 +418,22 @@ impl StoredPermits for BurstyMath {
     fn wait_for_stored(&self, _stored_permits: f64, _take: f64) -> i64 {
         0
     }
-    /// One truncation of < 1 µs and one stored-time rounding of ≤ 2⁻¹³ µs per request, against
-    /// a cost of at least one interval: `I / (I − 1.000122) ≤ 1.001` from `I = 1002` µs
-    /// (rates up to about 998 per second).
-    const GUAVA_MIN_INTERVAL: f64 = 1002.0;
-}
-
-/// `try_acquire(n)` (timeout 0) on a finite word (`word < NEVER`) at `now` (`now_fixed` its
-/// fixed point), as [`decide`] and [`BurstyCodec::encode_rounded`] decide it, in the fewest
-/// operations: the word to publish (`None`: a denial, nothing written) and the answer. `None`
-/// when the general engine must decide: a booking longer than a year ([`MAX_BOOKING_MICROS`],
-/// also an interval of `+∞`). Every `f64` operation is the general path's own, in its order
-/// (`tests::short_path_decides_as_the_engine` compares the two).
-#[inline]
-fn try_decide(
-    codec: &BurstyCodec,
-    word: u64,
-    now: i64,
-    now_fixed: u64,
-    n: u32,
-    interval: f64,
-) -> Option<(Option<u64>, Decision)> {
-    let limit = limit_of_memo(interval);
-    if word > now_fixed {
-        // In debt (`nf > now`): refused. `nf − now` whole µs (rounded up), and the reset adds
-        // a whole refill, `⌈W⌉ = offset`. Both < 2⁵², so the nanoseconds cannot overflow.
-        let retry = (word - now_fixed + FRACTION_MASK) >> FRACTION_BITS;
-        let reset = retry + codec.offset as u64;
-        return Some((None, Decision::deny(limit, 0, retry * 1000, reset * 1000)));
-    }
-    // Free: `nf = now` after the resync, `stored_time` the idle time (capped).
-    let stored_fixed = (now_fixed - word).min(codec.full_fixed);
-    // `stored_fixed` ≤ `full_fixed` < 2⁶³: the signed conversion is the same value.
-    let stored_time = stored_fixed as i64 as f64 / (1u64 << FRACTION_BITS) as f64;
-    let stored = stored_time / interval;
-    let required = f64::from(n);
-    let round_down = interval < BurstyMath::GUAVA_MIN_INTERVAL;
-    if required < stored {
-        // Spent from stored permits only: free (`wait = 0`), nothing booked.
-        let stored_time = ((stored - required) * interval).clamp(0.0, codec.full_time);
-        let remaining = f64_to_u64(stored_time / interval);
-        // No debt (`nf = now`): the reset is the refill, < 2⁴⁵ µs.
-        let reset = refill_micros(codec.full_time, stored_time) as u64 * 1000;
-        let decision = Decision::allow(limit, remaining, reset);
-        // `nf = now`, in `0..=max_micros`: the word's base is `now_fixed`.
-        let next = codec.encode_at(now_fixed, stored_time, round_down);
-        return Some((Some(next), decision));
-    }
-    // Every stored permit spent; the rest booked as fresh permits at the interval.
-    let wait = round_micros((required - stored) * interval, !round_down);
-    if wait > MAX_BOOKING_MICROS {
-        return None;
-    }
-    let next = Ticket {
-        next_free: now + wait,
-        stored_time: 0.0,
-    };
-    // Nothing stored is left (`remaining` 0 even when the booking rounds to 0 µs); the reset is
-    // the debt and a whole refill.
-    let reset = (wait as u64 + codec.offset as u64) * 1000;
-    let decision = Decision::allow(limit, 0, reset);
-    Some((
-        Some(codec.encode_rounded(next, false, round_down)),
-        decision,
-    ))
+    /// See [`bursty_fixed::GUAVA_MIN_INTERVAL`](GUAVA_MIN_INTERVAL).
+    const GUAVA_MIN_INTERVAL: f64 = GUAVA_MIN_INTERVAL;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
+    use crate::{Limiter, ManualClock};
 
-    /// What the general engine decides for `try_acquire(n)` on `word` at `now` (no floor, no
-    /// leap): the word it would publish and its answer, or `None` for a refused booking.
-    fn engine(
-        codec: &BurstyCodec,
-        word: u64,
-        now: i64,
-        n: u32,
-        interval: f64,
-    ) -> Option<(Option<u64>, Decision)> {
-        let (ticket, _) = codec.decode(word, now);
-        let math = BurstyMath {
-            interval,
-            full_time: codec.full_time,
-        };
-        let outcome = decide(ticket, now, n, Some(0), Some(&math));
-        outcome.refused_booking.is_none().then(|| {
-            let round_down = interval < BurstyMath::GUAVA_MIN_INTERVAL;
-            let next = outcome
-                .next
-                .map(|t| codec.encode_rounded(t, false, round_down));
-            (next, outcome.decision)
-        })
-    }
-
-    fn intervals() -> impl Strategy<Value = f64> {
-        prop_oneof![
-            Just(0.001),
-            Just(1001.999),
-            Just(1002.0),
-            Just(1e6 / 3.0),
-            Just(3.6e9),
-            Just(f64::INFINITY),
-            1e-4f64..10.0,
-            10.0f64..1e4,
-            1e4f64..1e10,
-        ]
-    }
-
-    fn bursts() -> impl Strategy<Value = f64> {
-        prop_oneof![
-            Just(0.0),
-            Just(1.0),
-            Just(1e6),
-            Just(3.6e9),
-            0.0f64..2e6,
-            0.0f64..3.1536e13,
-        ]
-    }
-
-    fn permits() -> impl Strategy<Value = u32> {
-        prop_oneof![
-            1u32..4,
-            1u32..100_000,
-            Just(u32::MAX),
-            any::<u32>().prop_map(|n| n.max(1))
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(20_000))]
-        /// The short path gives the engine's answer and word, bit for bit, on every word it
-        /// serves, and leaves to the engine only the bookings longer than a year.
-        #[test]
-        fn short_path_decides_as_the_engine(
-            interval in intervals(),
-            burst in bursts(),
-            n in permits(),
-            now_share in 0.0f64..1.0,
-            near in any::<bool>(),
-            offset_share in -1.0f64..1.0,
-            raw in 0u64..NEVER,
-        ) {
-            let codec = BurstyCodec::new(burst);
-            let now = if near { (now_share * 1e12) as i64 } else { (now_share * codec.max_micros as f64) as i64 };
-            let now = now.clamp(0, codec.max_micros);
-            let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
-            // Around `now` (stored permits, or a little debt), or anywhere.
-            let word = if near {
-                let span = (codec.full_fixed as f64 * 1.5 + 1e9) * offset_share;
-                (now_fixed as f64 + span).clamp(0.0, (NEVER - 1) as f64) as u64
-            } else {
-                raw
-            };
-            let expected = engine(&codec, word, now, n, interval);
-            match try_decide(&codec, word, now, now_fixed, n, interval) {
-                Some(short) => prop_assert_eq!(Some(short), expected),
-                None => prop_assert!(expected.is_none() || !interval.is_finite()),
-            }
-        }
+    #[test]
+    fn the_reported_limit_follows_set_rate() {
+        let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new()).unwrap();
+        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 5);
+        limiter.set_rate(7.4).unwrap();
+        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 7);
+        limiter.set_rate(5.0).unwrap();
+        assert_eq!(limiter.try_acquire(1).unwrap().limit(), 5);
     }
 }

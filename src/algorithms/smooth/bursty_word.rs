@@ -48,8 +48,7 @@ impl BurstyCodec {
             };
             return (never, infinite);
         }
-        let now = now.clamp(0, self.max_micros);
-        let now_fixed = ((now + self.offset) as u64) << FRACTION_BITS;
+        let (now, now_fixed) = self.fixed_now(now);
         (self.decode_finite(value, now_fixed, now), infinite)
     }
 
@@ -74,37 +73,30 @@ impl BurstyCodec {
         }
     }
 
-    /// The word for `ticket`. Requires `stored_time > 0 ⇒ next_free = now` (always true of a
-    /// bursty booking).
+    /// The word for `ticket`, its stored time rounded to nearest. Requires
+    /// `stored_time > 0 ⇒ next_free = now` (always true of a bursty booking).
     #[inline]
     pub(super) fn encode(&self, ticket: Ticket, infinite: bool) -> u64 {
-        self.encode_rounded(ticket, infinite, false)
-    }
-
-    /// [`encode`](Self::encode), rounding the stored time down instead of to nearest when
-    /// `round_down` (above Guava's precision, where a stored permit must never be rounded up).
-    #[inline]
-    pub(super) fn encode_rounded(&self, ticket: Ticket, infinite: bool, round_down: bool) -> u64 {
         let value = if ticket.next_free > self.max_micros {
             NEVER
         } else {
             let base = ((ticket.next_free.max(0) + self.offset) as u64) << FRACTION_BITS;
-            self.encode_at(base, ticket.stored_time, round_down)
+            // Round to nearest (+0.5, truncate: stored_time ≥ 0; no libm call).
+            let stored_fixed =
+                f64_to_u64(ticket.stored_time * (1u64 << FRACTION_BITS) as f64 + 0.5)
+                    .min(self.full_fixed)
+                    .min(base);
+            base - stored_fixed
         };
         value | if infinite { INFINITE_BIT } else { 0 }
     }
 
-    /// The value (no ∞ bit) of `nf` whose fixed point `(nf + offset) · 2¹²` is `base` (`nf` in
-    /// `0..=max_micros`) with `stored_time` stored, rounded as in
-    /// [`encode_rounded`](Self::encode_rounded).
+    /// `now` (µs since creation) within the word's range, and its fixed point
+    /// `(now + offset) · 2¹²`.
     #[inline]
-    pub(super) fn encode_at(&self, base: u64, stored_time: f64, round_down: bool) -> u64 {
-        // Round to nearest (+0.5, truncate: stored_time ≥ 0; no libm call), or down.
-        let half = if round_down { 0.0 } else { 0.5 };
-        let stored_fixed = f64_to_u64(stored_time * (1u64 << FRACTION_BITS) as f64 + half)
-            .min(self.full_fixed)
-            .min(base);
-        base - stored_fixed
+    pub(super) fn fixed_now(&self, now: i64) -> (i64, u64) {
+        let now = now.clamp(0, self.max_micros);
+        (now, ((now + self.offset) as u64) << FRACTION_BITS)
     }
 
     /// The word booked on a clock that read `micros` ahead of the present, moved back by that

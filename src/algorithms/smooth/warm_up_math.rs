@@ -4,6 +4,7 @@
 use std::cell::OnceCell;
 
 use super::StoredPermits;
+use super::bursty_fixed::Terms;
 
 /// Guava's `SmoothWarmingUp.doSetRate` quantities for one stable interval. The derived ones
 /// (three divisions) are computed on first use: a refusal, or a warm limiter with nothing
@@ -61,6 +62,11 @@ impl StoredPermits for WarmingMath {
     #[inline]
     fn interval(&self) -> f64 {
         self.interval
+    }
+    /// Remembered per thread (`Terms::memo`): no division per decision.
+    #[inline]
+    fn limit(&self) -> u64 {
+        Terms::memo(self.interval).limit
     }
     #[inline]
     fn full_time(&self) -> f64 {

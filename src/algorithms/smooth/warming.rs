@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+mod short;
+
 use super::warm_up_math::WarmingMath;
 use super::wide::AtomicWide;
 use super::{
@@ -59,10 +61,9 @@ const DEFAULT_COLD_FACTOR: f64 = 3.0;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SmoothWarmingUp<C = QuantaClock> {
-    state: CachePadded<AtomicWide>,
-    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
-    /// read lags the last booking's is decided at that booking's time.
-    floor: AtomicU64,
+    /// The state word and its time floor, on one cache line (an admission that raises the floor
+    /// touches no second line).
+    words: CachePadded<Words>,
     interval: IntervalCell,
     warmup_micros: f64,
     cold_factor: f64,
@@ -156,8 +157,10 @@ impl<C: Clock> SmoothWarmingUp<C> {
             stored_time: warmup_micros,
         };
         Ok(SmoothWarmingUp {
-            state: CachePadded::new(AtomicWide::new(pack(cold, infinite))),
-            floor: AtomicU64::new(0),
+            words: CachePadded::new(Words {
+                state: AtomicWide::new(pack(cold, infinite)),
+                floor: AtomicU64::new(0),
+            }),
             interval: IntervalCell::new(interval),
             warmup_micros,
             cold_factor,
@@ -182,13 +185,6 @@ impl<C: Clock> SmoothWarmingUp<C> {
         micros_since(self.clock.now_nanos(), self.origin_nanos)
     }
 
-    /// `try_acquire(n)` for `n > 0`: the general engine, inline (no short path for this flavour
-    /// yet).
-    #[inline]
-    fn try_acquire_now(&self, n: u32) -> Result<crate::Decision, crate::AcquireError> {
-        self.try_acquire_engine(n, self.now_micros())
-    }
-
     fn validate_rate(&self, permits_per_second: f64) -> Result<RateSetting, ConfigError> {
         check_warming(
             parse_rate(permits_per_second)?,
@@ -200,7 +196,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     fn load_word(&self) -> u128 {
         // Acquire: a word carries its writer's view of the interval (read after IntervalCell's
         // acquire fence); a reader of the word must see that interval or a later one.
-        self.state.load(Ordering::Acquire)
+        self.words.state.load(Ordering::Acquire)
     }
 
     fn infinite(&self) -> bool {
@@ -239,67 +235,68 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // floor (see `Step::leap`): it stands only on a word that is still current.
         let mut refused_beyond = false;
         let written = loop {
-            let written = self
-                .state
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
-                    // A read taken after `word` was loaded (the retry's) is fresh.
-                    let mut fresh = retry;
-                    if retry {
-                        clock_now = read_clock();
-                    }
-                    retry = true;
-                    // Relaxed: ordered after the Acquire load of `word`, which synchronizes with
-                    // the Release CAS that followed the writer's floor raise.
-                    let floor_now = self.floor.load(Ordering::Relaxed);
-                    let mut floor_leaped = false;
-                    let floored =
-                        floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
-                            if !fresh {
-                                clock_now = read_clock();
-                                fresh = true;
-                            }
+            let written =
+                self.words
+                    .state
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                        // A read taken after `word` was loaded (the retry's) is fresh.
+                        let mut fresh = retry;
+                        if retry {
+                            clock_now = read_clock();
+                        }
+                        retry = true;
+                        // Relaxed: ordered after the Acquire load of `word`, which synchronizes with
+                        // the Release CAS that followed the writer's floor raise.
+                        let floor_now = self.words.floor.load(Ordering::Relaxed);
+                        let mut floor_leaped = false;
+                        let floored =
                             floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
-                                floor_leaped = true;
-                                clock_now
-                            })
-                        });
-                    // The floor only ever holds values of `now_micros`, which fit in an i64.
-                    let now = i64::try_from(floored).unwrap_or(now);
-                    let (mut ticket, infinite) = unpack(word);
-                    // Only a booking itself beyond the horizon is moved (the floor and the word are
-                    // two atomics: a leaper's floor can be seen with a present word).
-                    let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
-                    let beyond_horizon = ticket.next_free != i64::MAX
-                        && ticket.next_free > now.saturating_add(horizon);
-                    let leaped = floor_leaped && beyond_horizon;
-                    if leaped {
-                        // Booked on a leaping clock: moved back by the leap, its debt counted from
-                        // the present (as SmoothBursty does).
-                        let leap = i64::try_from(floor_now - floored).unwrap_or(i64::MAX);
-                        ticket.next_free = ticket.next_free.saturating_sub(leap).max(0);
-                    }
-                    let math = (!infinite).then(|| self.math());
-                    outcome = decide(ticket, now, permits, timeout, math.as_ref());
-                    // A denial (or a free request at ∞) writes nothing, except the booking moved
-                    // back from a leap (once per leap, so it stays where this read put it).
-                    let next = outcome
-                        .next
-                        .map(|t| pack(t, infinite))
-                        .or(leaped.then(|| pack(ticket, infinite)))
-                        .filter(|&next| next != word);
-                    refused_beyond = next.is_none() && beyond_horizon && !floor_leaped;
-                    lower = (next.is_some() && floor_leaped).then_some((floor_now, floored));
-                    // A leaped floor is lowered after the booking lands (below), as
-                    // `update_floored_leap` does; otherwise raised once per grain.
-                    if next.is_some()
-                        && !floor_leaped
-                        && floored >= floor_now.saturating_add(MICROS_FLOOR.grain)
-                    {
-                        // Relaxed: published to readers by the Release CAS that follows.
-                        self.floor.fetch_max(floored, Ordering::Relaxed);
-                    }
-                    next
-                });
+                                if !fresh {
+                                    clock_now = read_clock();
+                                    fresh = true;
+                                }
+                                floored(clock_now, floor_now, MICROS_FLOOR).unwrap_or_else(|| {
+                                    floor_leaped = true;
+                                    clock_now
+                                })
+                            });
+                        // The floor only ever holds values of `now_micros`, which fit in an i64.
+                        let now = i64::try_from(floored).unwrap_or(now);
+                        let (mut ticket, infinite) = unpack(word);
+                        // Only a booking itself beyond the horizon is moved (the floor and the word are
+                        // two atomics: a leaper's floor can be seen with a present word).
+                        let horizon = i64::try_from(MICROS_FLOOR.horizon).unwrap_or(i64::MAX);
+                        let beyond_horizon = ticket.next_free != i64::MAX
+                            && ticket.next_free > now.saturating_add(horizon);
+                        let leaped = floor_leaped && beyond_horizon;
+                        if leaped {
+                            // Booked on a leaping clock: moved back by the leap, its debt counted from
+                            // the present (as SmoothBursty does).
+                            let leap = i64::try_from(floor_now - floored).unwrap_or(i64::MAX);
+                            ticket.next_free = ticket.next_free.saturating_sub(leap).max(0);
+                        }
+                        let math = (!infinite).then(|| self.math());
+                        outcome = decide(ticket, now, permits, timeout, math.as_ref());
+                        // A denial (or a free request at ∞) writes nothing, except the booking moved
+                        // back from a leap (once per leap, so it stays where this read put it).
+                        let next = outcome
+                            .next
+                            .map(|t| pack(t, infinite))
+                            .or(leaped.then(|| pack(ticket, infinite)))
+                            .filter(|&next| next != word);
+                        refused_beyond = next.is_none() && beyond_horizon && !floor_leaped;
+                        lower = (next.is_some() && floor_leaped).then_some((floor_now, floored));
+                        // A leaped floor is lowered after the booking lands (below), as
+                        // `update_floored_leap` does; otherwise raised once per grain.
+                        if next.is_some()
+                            && !floor_leaped
+                            && floored >= floor_now.saturating_add(MICROS_FLOOR.grain)
+                        {
+                            // Relaxed: published to readers by the Release CAS that follows.
+                            self.words.floor.fetch_max(floored, Ordering::Relaxed);
+                        }
+                        next
+                    });
             if let (Err(seen), true) = (written, refused_beyond) {
                 // The word may be a leaped one that a repair replaced since, lowering the floor
                 // this decision loaded. Acquire fence: pairs with the Release of that lowering
@@ -316,9 +313,10 @@ impl<C: Clock> SmoothWarmingUp<C> {
             // booking is in range); another thread's newer floor stands. Release: pairs with the
             // Acquire fence of a refusal that loaded the leaped word before this booking and
             // this floor after it (above).
-            let _ = self
-                .floor
-                .compare_exchange(seen, read, Ordering::Release, Ordering::Relaxed);
+            let _ =
+                self.words
+                    .floor
+                    .compare_exchange(seen, read, Ordering::Release, Ordering::Relaxed);
         }
         outcome
     }
@@ -326,6 +324,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
     fn set_infinite(&self) {
         // AcqRel / Acquire: as decide_at.
         let _ = self
+            .words
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 let (ticket, infinite) = unpack(word);
@@ -340,6 +339,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
             // AcqRel / Acquire: as decide_at; the release fence in `publish` orders the interval
             // first.
             let _ = self
+                .words
                 .state
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                     let (ticket, infinite) = unpack(word);
@@ -377,7 +377,7 @@ smooth_limiter_api!(
 impl<C> fmt::Debug for SmoothWarmingUp<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Relaxed: diagnostics only.
-        let (ticket, infinite) = unpack(self.state.load(Ordering::Relaxed));
+        let (ticket, infinite) = unpack(self.words.state.load(Ordering::Relaxed));
         f.debug_struct("SmoothWarmingUp")
             .field("next_free_micros", &ticket.next_free)
             .field("stored_time_micros", &ticket.stored_time)
@@ -386,6 +386,14 @@ impl<C> fmt::Debug for SmoothWarmingUp<C> {
             .field("cold_factor", &self.cold_factor)
             .finish_non_exhaustive()
     }
+}
+
+/// [`SmoothWarmingUp`]'s state word and its time floor.
+struct Words {
+    state: AtomicWide,
+    /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
+    /// read lags the last booking's is decided at that booking's time.
+    floor: AtomicU64,
 }
 
 /// Rejects finite rates whose warm-up would hold a non-finite number of permits.

@@ -1,0 +1,98 @@
+//! [`SmoothWarmingUp`]'s short path: `try_acquire` / `admit` in one pass over the 128-bit word.
+
+use super::{SmoothWarmingUp, pack, unpack};
+use crate::algorithms::smooth::{decide, refusal};
+use crate::clock::Clock;
+use crate::decision::{AcquireError, Answer};
+use crate::limiter::{MICROS_FLOOR, raise_floor};
+use crate::sync::{Ordering, fence};
+
+impl<C: Clock> SmoothWarmingUp<C> {
+    /// `try_acquire(n)` for `n > 0` (Guava's `tryAcquire(n)`, no timeout): the common case in
+    /// one pass, deciding with the engine's own [`decide`] on the word as `decide_at` does, without
+    /// its retry loop.
+    ///
+    /// The clock is read *after* the word and the floor are loaded, so the read is always fresh
+    /// (the engine's second read, which it takes before it trusts a booking beyond the lag
+    /// horizon, is never needed). Served here: a finite rate, a word that is not *never*, a floor
+    /// within the horizon of the read (no leap); a refusal by a booking beyond the horizon
+    /// re-checks the word (a repair may have replaced it and lowered the floor, as in
+    /// `decide_at`). A lost compare-exchange and every other case go to the general engine,
+    /// which decides them from scratch.
+    #[inline(always)]
+    pub(super) fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
+        // Acquire: as in `decide_at` (a word comes with the interval and the floor its writer
+        // saw).
+        let word = self.load_word();
+        // Relaxed: ordered after the Acquire load above, as in `decide_at`.
+        let floor_now = self.words.floor.load(Ordering::Relaxed);
+        let clock_now = self.now_micros();
+        let general = || self.try_acquire_general(n, clock_now).map(A::of);
+        // A decision that writes nothing, by a booking beyond the horizon, stands only on a word
+        // that is still current: it may be a leaped one that a repair has replaced since,
+        // lowering the floor this call loaded. Acquire fence: pairs with the Release of that
+        // lowering (`decide_at`); the load then sees the repair. `Err`: decide again.
+        let still = |word, beyond_horizon| {
+            if beyond_horizon {
+                fence(Ordering::Acquire);
+                if self.load_word() != word {
+                    return Err(general());
+                }
+            }
+            Ok(())
+        };
+        // `max(clock, floor)`, served only while the floor is within the lag horizon of the read
+        // (`limiter::floored`; the lead is checked only when the floor leads). Both are reads of
+        // `now_micros`, in `0..=i64::MAX`.
+        let clock = clock_now as u64;
+        let now = if floor_now > clock {
+            if floor_now - clock > MICROS_FLOOR.horizon {
+                return general();
+            }
+            floor_now
+        } else {
+            clock
+        };
+        let (ticket, infinite) = unpack(word);
+        // Rate ∞ or *never*: the general engine.
+        if infinite || ticket.next_free == i64::MAX {
+            return general();
+        }
+        let math = self.math();
+        let beyond_horizon = ticket.next_free as u64 > now.saturating_add(MICROS_FLOOR.horizon);
+        if let Some(refused) = refusal(ticket, now as i64, 0, Some(&math)) {
+            if let Err(again) = still(word, beyond_horizon) {
+                return again;
+            }
+            return Ok(A::of(refused.decision));
+        }
+        // Granted (Guava's `canAcquire` passed): booked as `reserve` books.
+        let outcome = decide(ticket, now as i64, n, None, Some(&math));
+        outcome.check_booking(n)?;
+        let next = outcome
+            .next
+            .map(|ticket| pack(ticket, false))
+            .filter(|&next| next != word);
+        let Some(next) = next else {
+            if let Err(again) = still(word, beyond_horizon) {
+                return again;
+            }
+            return Ok(A::of(outcome.decision));
+        };
+        if now >= floor_now.saturating_add(MICROS_FLOOR.grain) {
+            // Published by the Release compare-exchange below, as in `decide_at`.
+            raise_floor(&self.words.floor, floor_now, now);
+        }
+        // AcqRel / Acquire: as in `decide_at` (a spurious failure only sends the call to the
+        // engine).
+        match self.words.state.compare_exchange_weak(
+            word,
+            next,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(A::of(outcome.decision)),
+            Err(_) => general(),
+        }
+    }
+}
