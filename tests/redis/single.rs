@@ -211,7 +211,10 @@ fn decisions_carry_the_same_fields_as_the_local_limiters() {
     for n in [1, 2, 3, 1] {
         let denied = log.blocking_try_acquire("k", n).unwrap();
         assert!(!denied.is_allowed());
-        assert!(denied.retry_after() <= minute && denied.reset_after() <= minute);
+        assert!(
+            denied.retry_after() <= minute && denied.reset_after() <= minute,
+            "n = {n}: {denied:?}"
+        );
     }
     assert_eq!(server.cli(&["ZCARD", &log.redis_keys("k")[0]]), "3");
 
