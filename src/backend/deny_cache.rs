@@ -20,8 +20,10 @@ const NANOS_PER_MS: u64 = 1_000_000;
 /// One key's denial, in one word: the permits denied (bits 0..24; 0 = none) and the time, in
 /// whole milliseconds since the cache's base, until which a request for as many is denied
 /// (rounded down, so the cache never denies past the store's own `retry_after`).
-/// `reset` is the store's `reset_after` deadline in the same milliseconds (rounded up); it only
-/// informs the local denial's `reset_after`, so a torn read of the pair is harmless.
+/// `reset` is the store's `reset_after` deadline in the same milliseconds, rounded down too, so
+/// a local `reset_after` is never later than the store's (rounded up, it could read up to a
+/// millisecond past it: a 60 s window reporting a reset 60.0004 s away). It only informs the
+/// local denial's `reset_after`, so a torn read of the pair is harmless.
 #[derive(Default)]
 struct DenySlot {
     word: AtomicU64,
@@ -204,8 +206,10 @@ impl<C: Clock> DenyCache<C> {
             return;
         }
         let word = (until << N_BITS) | u64::from(n);
-        let reset_nanos = asked_at.saturating_add(duration_to_nanos(decision.reset_after()));
-        let reset = self.base.ms(reset_nanos.saturating_add(NANOS_PER_MS - 1));
+        // Rounded down, as `until`: the store's reset is at least `reset_after` from `asked_at`.
+        let reset = self
+            .base
+            .ms(asked_at.saturating_add(duration_to_nanos(decision.reset_after())));
         let _ = self.map.access(key, &self.clock, &self.base, |slot, _, _| {
             // Relaxed: as in `liveness`. The latest denial wins: each was true when made.
             slot.reset.store(reset, Ordering::Relaxed);
@@ -290,6 +294,44 @@ mod tests {
         assert!(cache.check("k", 3, 10).is_none());
         assert!(cache.check("other", 3, 10).is_none());
         assert_eq!(cache.denied_locally(), 2);
+    }
+
+    #[test]
+    fn a_local_denial_never_reads_later_than_the_stores() {
+        // Asked off the millisecond grid, answered later: neither local field may exceed what
+        // the store said, less the time since the ask (the store's deadlines are at least that
+        // far from the ask). Rounding the reset up once made a 60 s log's reset read 60.0004 s.
+        let minute = 60_000 * MS;
+        for offset in [0, 1, 300_000, 400_000, MS - 1] {
+            for elapsed in [0, 1, 100_000, 600_000, MS, 7 * MS + 3] {
+                for (retry, reset) in [
+                    (minute - 300_000, minute - 300_000),
+                    (1_500_000, minute - 1),
+                ] {
+                    let clock = ManualClock::new();
+                    let cache = DenyCache::with_clock(16, clock.clone()).unwrap();
+                    clock.advance(Duration::from_nanos(offset));
+                    let asked = clock.now_nanos();
+                    cache.record("k", 1, &Decision::deny(3, 0, retry, reset), asked);
+                    clock.advance(Duration::from_nanos(elapsed));
+                    let case = format!("offset {offset}, elapsed {elapsed}, {retry}/{reset}");
+                    let Some(local) = cache.check("k", 1, 3) else {
+                        // Only once the rounded-down retry has passed.
+                        assert!(elapsed + MS > retry, "{case}");
+                        continue;
+                    };
+                    assert!(
+                        local.retry_after() <= Duration::from_nanos(retry - elapsed),
+                        "{case}"
+                    );
+                    assert!(
+                        local.reset_after() <= Duration::from_nanos(reset - elapsed),
+                        "{case}"
+                    );
+                    assert!(local.retry_after() <= local.reset_after(), "{case}");
+                }
+            }
+        }
     }
 
     #[test]

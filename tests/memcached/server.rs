@@ -152,6 +152,16 @@ impl MemcachedServer {
             .then(|| lines.next().unwrap_or("").trim_end().to_owned())
     }
 
+    /// The value of a `stats` line (`time`: memcached's own clock, in whole seconds).
+    pub fn stat(&self, stat: &str) -> u64 {
+        let reply = self.request("stats\r\n");
+        reply
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("STAT {stat} ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {stat} in {reply:?}"))
+    }
+
     /// The count in `key`, 0 if absent.
     pub fn count(&self, key: &str) -> u64 {
         self.get(key).map_or(0, |v| v.parse().expect("a count"))

@@ -18,18 +18,10 @@ const HANG_BOUND: Duration = Duration::from_secs(60);
 
 /// `incr` commands memcached has run: one per decision it made.
 fn incrs(server: &MemcachedServer) -> u64 {
-    stat(server, "incr_hits") + stat(server, "incr_misses")
+    server.stat("incr_hits") + server.stat("incr_misses")
 }
 
 /// A counter of memcached's `stats`.
-fn stat(server: &MemcachedServer, stat: &str) -> u64 {
-    let reply = server.request("stats\r\n");
-    reply
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("STAT {stat} ")))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {stat} in {reply:?}"))
-}
 
 #[test]
 fn a_frozen_server_opens_the_breaker_then_calls_skip_it_and_a_probe_closes_it() {
