@@ -51,6 +51,7 @@ use tokio::sync::oneshot;
 
 use super::RedisBackend;
 use super::connection::Request;
+use super::limiter::sealed::Batch;
 use crate::algorithms::MAX_SLIDING_LOG_CAPACITY;
 use crate::backend::{BackendError, FailureKind, Turns};
 
@@ -72,7 +73,7 @@ pub(crate) const MAX_BATCH_ENTRIES: u64 = 2 * MAX_SLIDING_LOG_CAPACITY as u64;
 const MAX_SENDERS: u32 = 2;
 
 /// Queued decisions from which a second call may go out.
-const SECOND_SENDER_QUEUE: usize = 32;
+const SECOND_SENDER_QUEUE: usize = 1;
 
 /// The batch form of a one-decision script `source`: the script's code becomes a function of
 /// `(KEYS, ARGV, t)`, run once per decision in order, with the server's `TIME` read once for
@@ -120,7 +121,7 @@ struct Pending {
 pub(crate) struct Coalescer {
     backend: RedisBackend,
     script: &'static Script,
-    batch: &'static Script,
+    batch: Batch,
     /// Which of the script's four arguments is `n` (the others are the same for every decision).
     n_slot: usize,
     queue: SegQueue<Pending>,
@@ -141,7 +142,7 @@ impl Coalescer {
     pub(crate) fn new(
         backend: RedisBackend,
         script: &'static Script,
-        batch: &'static Script,
+        batch: Batch,
         n_slot: usize,
     ) -> Self {
         Coalescer {
@@ -329,11 +330,14 @@ impl Coalescer {
             return;
         }
         let requests: Vec<&Request> = group.iter().map(|p| &p.request).collect();
-        match self
-            .backend
-            .eval_batch(self.batch, self.n_slot, &requests)
-            .await
-        {
+        let results = match self.batch {
+            Batch::Each(batch) => self.backend.eval_batch(batch, self.n_slot, &requests).await,
+            Batch::Tally(batch, replay) => {
+                let backend = &self.backend;
+                backend.eval_tally(batch, replay, self.n_slot, &requests).await
+            }
+        };
+        match results {
             Ok(results) => {
                 for (pending, result) in group.into_iter().zip(results) {
                     let _ = pending.reply.send(result);

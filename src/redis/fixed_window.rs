@@ -32,6 +32,27 @@ fn window_millis(window: &FixedWindow) -> u64 {
     u64::try_from(window.window().as_millis()).unwrap_or(u64::MAX)
 }
 
+/// One anchored fixed-window decision of a tally batch, as `fixed_window_batch.lua` decides it:
+/// `state` is the counter and its TTL in ms as the script read them (a missing counter: 0 and
+/// the window); `args` are `limit`, the window in ms.
+fn replay(state: &mut [i64; 2], args: [u64; 4], _now: i64, n: u64) -> [i64; 5] {
+    // The limit is under 2^24, the window under 2^51 ms (validated): both fit.
+    let (limit, window_ms) = (args[0] as i64, args[1] as i64);
+    let n = n as i64;
+    let [count, ttl_ms] = state;
+    if *count + n <= limit {
+        if *count == 0 {
+            // INCRBY from nothing opens the window.
+            *ttl_ms = window_ms;
+        }
+        *count += n;
+        return [1, limit, limit - *count, 0, *ttl_ms * 1_000];
+    }
+    // PTTL rounds down: under 1 ms left reads as 0; never announce a retry of nothing.
+    let retry_us = (*ttl_ms).max(1) * 1_000;
+    [0, limit, (limit - *count).max(0), retry_us, retry_us]
+}
+
 impl sealed::Script for FixedWindow {
     type Local = FixedWindow;
 
@@ -46,10 +67,10 @@ impl sealed::Script for FixedWindow {
         }
     }
 
-    fn batch_script(&self) -> &'static Script {
+    fn batch_script(&self) -> sealed::Batch {
         match self.anchor() {
-            Anchor::FirstRequest => &ANCHORED_BATCH,
-            Anchor::WallClock => &ALIGNED_BATCH,
+            Anchor::FirstRequest => sealed::Batch::Tally(&ANCHORED_BATCH, replay),
+            Anchor::WallClock => sealed::Batch::Each(&ALIGNED_BATCH),
         }
     }
 

@@ -60,6 +60,27 @@ fn validate(gcra: &Gcra) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// One GCRA decision of a tally batch, as `gcra_batch.lua` decides it: `state[0]` is the TAT in
+/// µs as the script read it (`now` for a missing key); `args` are the interval per permit in µs
+/// and the capacity. Lua computes in doubles, exact here (every value is under 2^53: the TAT
+/// and `now` under 2^52, `capacity × interval` under 2^51, validated), and its
+/// `math.floor(x / interval)` is `div_euclid` (a quotient within 1/interval of an integer
+/// below it cannot round up to it under 2^53).
+fn replay(state: &mut [i64; 2], args: [u64; 4], now: i64, n: u64) -> [i64; 5] {
+    let (interval, capacity) = (args[0] as i64, args[1] as i64);
+    let horizon = now + capacity * interval;
+    let tat = &mut state[0];
+    let base = (*tat).max(now);
+    let new_tat = base + n as i64 * interval;
+    if new_tat <= horizon {
+        *tat = new_tat;
+        let remaining = (horizon - new_tat).div_euclid(interval);
+        return [1, capacity, remaining, 0, new_tat - now];
+    }
+    let remaining = (horizon - base).div_euclid(interval);
+    [0, capacity, remaining, new_tat - horizon, base - now]
+}
+
 impl sealed::Script for Gcra {
     /// During an outage: a local GCRA with the share applied to both rate and burst.
     type Local = Gcra;
@@ -72,8 +93,8 @@ impl sealed::Script for Gcra {
         &SCRIPT
     }
 
-    fn batch_script(&self) -> &'static Script {
-        &BATCH
+    fn batch_script(&self) -> sealed::Batch {
+        sealed::Batch::Tally(&BATCH, replay)
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {

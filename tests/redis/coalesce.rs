@@ -521,13 +521,14 @@ fn each_decision_in_a_batch_keeps_its_own_deadline() {
     );
 }
 
-/// The `n` of each decision of a batch call (`None` for a one-decision call): the batch
-/// format's arguments are `per`, the four shared ones, `n_slot + 1`, then (key index, `n`,
-/// deadline) per decision.
+/// The `n` of each decision of a fixed-window batch call (`None` for a one-decision call): the
+/// tally format's arguments are the limit, the window, the number of decisions `D`, the
+/// earliest deadline, then the `D` `n`s, the `D` deadlines (and `D` key indices when the call
+/// has more than one key).
 fn batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
     let args: Vec<u64> = call.args.iter().map(|a| a.parse().unwrap()).collect();
-    let decisions = args
-        .get(6..)
-        .filter(|d| !d.is_empty() && d.len() % 3 == 0)?;
-    Some(decisions.chunks(3).map(|d| d[1]).collect())
+    let decisions = usize::try_from(*args.get(2)?).ok()?;
+    let per_decision = if call.numkeys > 1 { 3 } else { 2 };
+    (decisions > 0 && args.len() == 4 + per_decision * decisions)
+        .then(|| args[4..4 + decisions].to_vec())
 }
