@@ -280,9 +280,17 @@ fn redis_benchmark(setup: &Setup, clients: u64) -> Option<f64> {
 /// CPU time (µs) this process has used, all threads (`/proc/self/task/*/schedstat`, in ns).
 fn client_cpu_us() -> f64 {
     let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-        total += stat.split(' ').next().and_then(|f| f.parse().ok()).unwrap_or(0);
+        total += stat
+            .split(' ')
+            .next()
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0);
     }
     total as f64 / 1_000.0
 }
@@ -299,13 +307,22 @@ fn server_cpu_us(setup: &Setup) -> f64 {
     (field("used_cpu_sys:") + field("used_cpu_user:")) * 1e6
 }
 
-/// Commands the server has run (`INFO stats`: `total_commands_processed`).
-fn server_calls(setup: &Setup) -> f64 {
-    let info = setup.server.cli(&["INFO", "stats"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_commands_processed:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+/// Calls the server has taken from clients (`INFO commandstats`: `EVALSHA`, `INCR`, `EXPIRE`,
+/// not the commands scripts run) and the µs it spent running them (I/O excluded).
+fn server_calls(setup: &Setup) -> (f64, f64) {
+    let info = setup.server.cli(&["INFO", "commandstats"]);
+    let stat = |command: &str, field: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix(field)))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let commands = ["evalsha", "incr", "expire"];
+    (
+        commands.iter().map(|c| stat(c, "calls=")).sum(),
+        commands.iter().map(|c| stat(c, "usec=")).sum(),
+    )
 }
 
 /// Where the time goes, robust to a noisy machine: CPU µs per decision in this process and in
@@ -334,9 +351,9 @@ fn cpu_per_decision(setup: &Setup) {
         .collect();
     println!("\ncpu: median µs per decision over {ROUNDS} alternating rounds of {DECISIONS}");
     for callers in CALLERS {
-        let mut samples = vec![(vec![], vec![], vec![], vec![]); clients.len()];
+        let mut samples = vec![(vec![], vec![], vec![], vec![], vec![]); clients.len()];
         for _ in 0..ROUNDS {
-            for ((_, client), (client_us, server_us, wall_us, calls)) in
+            for ((_, client), (client_us, server_us, exec_us, wall_us, calls)) in
                 clients.iter().zip(&mut samples)
             {
                 let (c0, s0, n0) = (client_cpu_us(), server_cpu_us(setup), server_calls(setup));
@@ -345,17 +362,20 @@ fn cpu_per_decision(setup: &Setup) {
                 let per = |us: f64| us / DECISIONS as f64;
                 client_us.push(per(c1 - c0));
                 server_us.push(per(s1 - s0));
+                exec_us.push(per(n1.1 - n0.1));
                 wall_us.push(per(wall.as_secs_f64() * 1e6));
-                // Less the INFO call itself.
-                calls.push(per(n1 - n0 - 1.0));
+                calls.push(per(n1.0 - n0.0));
             }
         }
-        for ((name, _), (client_us, server_us, wall_us, calls)) in clients.iter().zip(samples) {
+        for ((name, _), (client_us, server_us, exec_us, wall_us, calls)) in
+            clients.iter().zip(samples)
+        {
             println!(
-                "callers {callers:>3}: {name:<24} client {:>6.2} µs, server {:>6.2} µs, \
-                 wall {:>6.2} µs, {:>5.3} commands",
+                "callers {callers:>3}: {name:<24} client {:>5.2} µs, server {:>5.2} µs \
+                 (running commands {:>5.2} µs), wall {:>6.2} µs, {:>5.3} calls",
                 median(client_us),
                 median(server_us),
+                median(exec_us),
                 median(wall_us),
                 median(calls),
             );

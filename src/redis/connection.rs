@@ -765,7 +765,9 @@ impl RedisBackend {
         let mut connection = shared.connection.clone();
         let call = async {
             match command.query_async::<Value>(&mut connection).await {
-                Err(error) if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                Err(error)
+                    if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
                     batch.prepare_invoke().load_async(&mut connection).await?;
                     command.query_async::<Value>(&mut connection).await
                 }
@@ -780,7 +782,9 @@ impl RedisBackend {
             return Err(self.batch_protocol(requests.len(), &items));
         };
         let late_count = usize::try_from(numbers[head - 1]).unwrap_or(usize::MAX);
-        let late = head.checked_add(late_count).and_then(|end| integers(items.get(head..end)));
+        let late = head
+            .checked_add(late_count)
+            .and_then(|end| integers(items.get(head..end)));
         let Some(late) = late else {
             return Err(self.batch_protocol(requests.len(), &items));
         };
@@ -804,8 +808,8 @@ impl RedisBackend {
                 if *error != 0 {
                     return Err(self.batch_script_error(errors, *error, &[*error]));
                 }
-                let mut reply = replay(state, request.args, server_now, request.args[n_slot])
-                    .to_vec();
+                let mut reply =
+                    replay(state, request.args, server_now, request.args[n_slot]).to_vec();
                 reply.push(server_now);
                 Ok(reply)
             })

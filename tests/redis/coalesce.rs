@@ -85,7 +85,8 @@ fn sequential(limit: u64, requests: &[(&'static str, u32)]) -> Vec<(bool, u64)> 
 /// 128 concurrent callers on three keys with n of 1 to 3: each gets exactly the decision that
 /// sequential calls in its order would have given it (so its own result), the server holds
 /// exactly what was granted (`taken`), and all of it took at most `max_calls` script calls
-/// (`script_calls` counts them on the server), not 128.
+/// (`script_calls` counts them on the server), not 128. Returns the requests and their
+/// decisions, in order: caller 0 (key "a") is sent alone, the 127 others go in one batch.
 fn exact_in_order<A: RedisAlgorithm>(
     config: RedisConfig,
     name: &str,
@@ -94,7 +95,7 @@ fn exact_in_order<A: RedisAlgorithm>(
     script_calls: impl Fn() -> u64,
     taken: impl Fn(&RedisLimiter<A>, &str) -> u64,
     max_calls: u64,
-) {
+) -> Vec<((&'static str, u32), Decision)> {
     runtime().block_on(async {
         let backend = RedisBackend::connect(config.timeout(TIMEOUT))
             .await
@@ -143,7 +144,27 @@ fn exact_in_order<A: RedisAlgorithm>(
             .count();
         assert!(denied > 0, "{name}: the test must reach the limit");
         assert!(made <= max_calls, "{name}: {made} script calls");
-    });
+        let decisions = outcomes.iter().map(Outcome::decision);
+        requests.into_iter().zip(decisions).collect()
+    })
+}
+
+/// The decisions on keys "b" and "c", which all went in one batch (the keys' first reads), with
+/// `n` and the permits their key had granted before each.
+fn batched(decided: &[((&'static str, u32), Decision)]) -> Vec<(u32, u64, Decision)> {
+    let mut granted = std::collections::HashMap::new();
+    decided
+        .iter()
+        .filter(|((key, _), _)| *key != "a")
+        .map(|&((key, n), decision)| {
+            let before: &mut u64 = granted.entry(key).or_default();
+            let at = *before;
+            if decision.is_allowed() {
+                *before += u64::from(n);
+            }
+            (n, at, decision)
+        })
+        .collect()
 }
 
 /// The integer at `key` on a single server.
@@ -164,7 +185,7 @@ const SINGLE_MAX_CALLS: u64 = 4;
 #[test]
 fn a_batch_on_a_fixed_window_decides_exactly_as_sequential_calls() {
     let server = RedisServer::start();
-    exact_in_order(
+    let decided = exact_in_order(
         RedisConfig::single(server.url()),
         "coalesce-fw",
         FixedWindow::new(40, Duration::from_secs(600)).unwrap(),
@@ -173,12 +194,25 @@ fn a_batch_on_a_fixed_window_decides_exactly_as_sequential_calls() {
         |limiter, key| integer(&server, &limiter.redis_keys(key)[0]),
         SINGLE_MAX_CALLS,
     );
+    // Every field, not only allowed and remaining: the batch opened these keys' windows, so
+    // each of its decisions announces the whole window (as one call opening it would), a
+    // denial as its retry too.
+    let window = Duration::from_secs(600);
+    for (n, before, decision) in batched(&decided) {
+        let expected = if before + u64::from(n) <= 40 {
+            Decision::allow(40, 40 - before - u64::from(n), window.as_nanos() as u64)
+        } else {
+            let window = window.as_nanos() as u64;
+            Decision::deny(40, 40 - before, window, window)
+        };
+        assert_eq!(decision, expected, "n {n} after {before}");
+    }
 }
 
 #[test]
 fn a_batch_on_a_gcra_decides_exactly_as_sequential_calls() {
     let server = RedisServer::start();
-    exact_in_order(
+    let decided = exact_in_order(
         RedisConfig::single(server.url()),
         "coalesce-gcra",
         Gcra::new(Rate::per_hour(1), 40).unwrap(),
@@ -190,6 +224,70 @@ fn a_batch_on_a_gcra_decides_exactly_as_sequential_calls() {
         },
         SINGLE_MAX_CALLS,
     );
+    // Every field: one batch runs at one instant on a full bucket, so after `before` permits
+    // its TAT is `before` hours ahead; an allowed decision resets when its own permits have
+    // drained too, a denied one may retry when the excess has.
+    const HOUR: u64 = 3_600_000_000_000;
+    for (n, before, decision) in batched(&decided) {
+        let after = before + u64::from(n);
+        let expected = if after <= 40 {
+            Decision::allow(40, 40 - after, after * HOUR)
+        } else {
+            Decision::deny(40, 40 - before, (after - 40) * HOUR, before * HOUR)
+        };
+        assert_eq!(decision, expected, "n {n} after {before}");
+    }
+}
+
+/// A batch over two keys, one of which holds something that is not the algorithm's state:
+/// each decision on that key fails with the script's error, naming the key; the decisions on
+/// the other key in the same call are decided, in order, as if it were alone.
+fn a_bad_key_fails_only_its_own_decisions<A: RedisAlgorithm>(name: &str, algorithm: A, what: &str) {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(TIMEOUT))
+            .await
+            .unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::new(&backend, name, algorithm, FailurePolicy::FailClosed)
+                .unwrap()
+                .with_breaker(None),
+        );
+        let bad = limiter.redis_keys("bad")[0].clone();
+        server.cli(&["SET", &bad, "not a number"]);
+        // The first is sent alone; the other five go in one batch over both keys.
+        let keys = ["good", "bad", "good", "bad", "good", "good"];
+        let calls = keys.iter().map(|&k| call(&limiter, k, 2)).collect();
+        let outcomes = all_queued_then_run(calls).await;
+        let mut granted = 0;
+        for (key, outcome) in keys.iter().zip(&outcomes) {
+            if *key == "bad" {
+                let error = outcome.failure().expect("the bad key's decision fails");
+                assert_eq!(error.kind(), FailureKind::Script, "{error}");
+                let error = error.to_string();
+                assert!(error.contains(what) && error.contains(&bad), "{error}");
+                assert!(!outcome.decision().is_allowed(), "fail closed");
+            } else {
+                assert!(outcome.failure().is_none(), "{outcome:?}");
+                granted += 2;
+                assert!(outcome.decision().is_allowed(), "{outcome:?}");
+                assert_eq!(outcome.decision().remaining(), 10 - granted, "in order");
+            }
+        }
+        assert_eq!(server.cli(&["GET", &bad]), "not a number", "left as it was");
+    });
+}
+
+#[test]
+fn a_fixed_window_batch_fails_only_the_decisions_on_a_bad_key() {
+    let window = FixedWindow::new(10, Duration::from_secs(600)).unwrap();
+    a_bad_key_fails_only_its_own_decisions("bad-fw", window, "does not hold a counter");
+}
+
+#[test]
+fn a_gcra_batch_fails_only_the_decisions_on_a_bad_key() {
+    let gcra = Gcra::new(Rate::per_hour(1), 10).unwrap();
+    a_bad_key_fails_only_its_own_decisions("bad-gcra", gcra, "does not hold a time");
 }
 
 #[test]
@@ -360,41 +458,41 @@ fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
         let key = limiter.redis_keys("k")[0].clone();
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
         server.freeze();
-        // Distinct permit counts tell which calls the server ran: 2 is sent at once (the turn),
-        // 4, 8 and 16 queue behind it.
+        // Distinct permit counts tell which calls the server ran: 2 is sent at once (the first
+        // turn); 4 queues behind it, and takes the second turn for a flusher, which sends it.
         let first = started(call(&limiter, "k", 2));
         let second = started(call(&limiter, "k", 4));
-        let queued = started(call(&limiter, "k", 8));
-        let dropped = started(call(&limiter, "k", 16));
-        // Let the connection write what it was given to the frozen server.
+        // Let the flusher take 4, and the connection write both calls to the frozen server.
         for _ in 0..16 {
             tokio::task::yield_now().await;
         }
-        // Two waiters give up, then the sender is cancelled while its call is out: the queue
-        // must still be sent, by a task no caller owns, without the dropped waiters. The waiters
-        // are dropped first so that they are surely gone before anyone takes the queue: only
-        // the sender's turn is out (a second one is for 32 queued), and it is handed to a
-        // flusher only when the sender is dropped. (A waiter dropped after its decision was
-        // taken may legitimately consume, as a call dropped while out.)
-        drop(second);
+        // Both turns out: 8 and 16 stay queued. A waiter gives up, then the sender is cancelled
+        // while its call is out: the queue must still be sent, by a task no caller owns,
+        // without the dropped waiter. (A waiter dropped after its decision was taken may
+        // legitimately consume, as a call dropped while out.)
+        let queued = started(call(&limiter, "k", 8));
+        let dropped = started(call(&limiter, "k", 16));
         drop(dropped);
         drop(first);
+        let second = tokio::spawn(second);
         let queued = tokio::spawn(queued);
         server.thaw();
-        let outcome = tokio::time::timeout(HANG, queued)
-            .await
-            .expect("the queued call is not stranded")
-            .unwrap()
-            .unwrap();
-        assert!(outcome.failure().is_none(), "{outcome:?}");
-        assert!(outcome.decision().is_allowed());
-        // Exactly: the queued call's 8, and the sender's 2 if its call reached the server
+        for call in [second, queued] {
+            let outcome = tokio::time::timeout(HANG, call)
+                .await
+                .expect("the queued calls are not stranded")
+                .unwrap()
+                .unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed());
+        }
+        // Exactly: the queued calls' 4 and 8, and the sender's 2 if its call reached the server
         // before it was dropped (the documented cost of dropping a call that was sent); the
-        // dropped waiters' 4 and 16 never.
+        // dropped waiter's 16 never.
         let taken = integer(&server, &key) - 1;
         assert!(
-            taken == 8 || taken == 8 + 2,
-            "taken {taken}: the queued call's 8 (and maybe the sender's 2), no waiter's 4 or 16"
+            taken == 4 + 8 || taken == 4 + 8 + 2,
+            "taken {taken}: the queued calls' 4 and 8 (and maybe the sender's 2), no waiter's 16"
         );
         // And the limiter works on: the next call is sent at once and answered.
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
