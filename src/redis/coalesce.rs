@@ -8,8 +8,8 @@
 //! sorted-set entries touched), and sends it as one call of the batch script: at once while
 //! only one call is out ([`MAX_SENDERS`]: two batches pipeline), else when a call comes back.
 //! The batch script decides the batch's decisions in queue order, atomically, exactly as the
-//! one-decision script would one call after another at the same instant: the fixed window's
-//! and GCRA's batch scripts are written for it (each key read once, written once, and the
+//! one-decision script would one call after another at the same instant: the fixed windows'
+//! (anchored and aligned) and GCRA's batch scripts are written for it (each key read once, written once, and the
 //! reply carries each key's state as read instead of each decision's fields: the client
 //! replays the decisions from it, see [`RedisBackend::eval_tally`]), the others run the
 //! one-decision script's code once per decision ([`batch_source`]). So a batch of `N`

@@ -12,7 +12,6 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::Anchor;
 use crate::algorithms::FixedWindow;
@@ -25,7 +24,7 @@ static ANCHORED_BATCH: LazyLock<Script> =
 static ALIGNED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("fixed_window_aligned.lua")));
 static ALIGNED_BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&batch_source(include_str!("fixed_window_aligned.lua"))));
+    LazyLock::new(|| Script::new(include_str!("fixed_window_aligned_batch.lua")));
 
 /// The window in milliseconds (validated whole when the limiter was built).
 fn window_millis(window: &FixedWindow) -> u64 {
@@ -53,6 +52,22 @@ fn replay(state: &mut [i64; 2], args: [u64; 4], _now: i64, n: u64) -> [i64; 5] {
     [0, limit, (limit - *count).max(0), retry_us, retry_us]
 }
 
+/// One aligned fixed-window decision of a tally batch, as `fixed_window_aligned_batch.lua`
+/// decides it: `state` is the window index and its count as the script read them (the current
+/// window and 0 for a missing or older one); `args` are `limit`, the window in µs. The window
+/// ends at `(index + 1) × window` (under 2^53 µs: the window is under 2^51 µs, validated, and
+/// the index at most the current one's, or a stored later one's, plus one).
+fn replay_aligned(state: &mut [i64; 2], args: [u64; 4], now: i64, n: u64) -> [i64; 5] {
+    let (limit, window) = (args[0] as i64, args[1] as i64);
+    let [index, count] = state;
+    let reset_us = (*index + 1) * window - now;
+    if *count + n as i64 <= limit {
+        *count += n as i64;
+        return [1, limit, limit - *count, 0, reset_us];
+    }
+    [0, limit, (limit - *count).max(0), reset_us, reset_us]
+}
+
 impl sealed::Script for FixedWindow {
     type Local = FixedWindow;
 
@@ -70,7 +85,7 @@ impl sealed::Script for FixedWindow {
     fn batch_script(&self) -> sealed::Batch {
         match self.anchor() {
             Anchor::FirstRequest => sealed::Batch::Tally(&ANCHORED_BATCH, replay),
-            Anchor::WallClock => sealed::Batch::Each(&ALIGNED_BATCH),
+            Anchor::WallClock => sealed::Batch::Tally(&ALIGNED_BATCH, replay_aligned),
         }
     }
 

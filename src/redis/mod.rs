@@ -45,7 +45,7 @@
 //! against the key's state in the order Redis runs the calls (not necessarily queue order). A
 //! batch holds at most 256 decisions, and sliding-log decisions touching at most as many
 //! sorted-set entries as one call at the per-call cap (so a batch holds the server no longer
-//! than the costliest single call). The fixed window (anchored) and GCRA batch scripts read
+//! than the costliest single call). The fixed window (anchored and aligned) and GCRA batch scripts read
 //! each key once per batch and reply each key's state as read (the client replays the
 //! decisions from it), so a hot key costs Redis little more per batch than per decision.
 //! A queued caller whose future is dropped before its batch is taken sends nothing; the batch
