@@ -620,8 +620,9 @@ impl RedisBackend {
         self.decided(reply, now, Instant::now())
     }
 
-    /// Runs `requests` in order in one call of `batch`, a batch script (hand-written, or made
-    /// by [`batch_source`](super::coalesce::batch_source) from the one-decision script). Gives
+    /// Runs `requests` in order in one call of `batch`, a batch script made by
+    /// [`batch_source`](super::coalesce::batch_source) from the one-decision script (the
+    /// hand-written ones use the tally format, [`eval_tally`](Self::eval_tally)). Gives
     /// up at the latest of their deadlines (each caller waits only until its own). The outer
     /// error is the call's (every decision in it failed alike); the inner results are each
     /// decision's, as [`eval`](Self::eval) returns them.
