@@ -745,8 +745,14 @@ impl RedisBackend {
             deadlines.push(deadline);
             latest = latest.max(request.deadline);
         }
-        let mut command = redis::cmd("EVALSHA");
-        command.arg(batch.get_hash()).arg(distinct.len());
+        // EVALSHA, the hash, the key count, the keys, four arguments, and up to 3 per decision
+        // (mostly short: an n of a few digits, a 16-digit deadline, an index).
+        let args = 7 + distinct.len() + 3 * requests.len();
+        let mut command = redis::Cmd::with_capacity(args, 128 + 24 * requests.len());
+        command
+            .arg("EVALSHA")
+            .arg(batch.get_hash())
+            .arg(distinct.len());
         for key in &distinct {
             command.arg(*key);
         }
@@ -809,8 +815,9 @@ impl RedisBackend {
                 if *error != 0 {
                     return Err(self.batch_script_error(errors, *error, &[*error]));
                 }
-                let mut reply =
-                    replay(state, request.args, server_now, request.args[n_slot]).to_vec();
+                let fields = replay(state, request.args, server_now, request.args[n_slot]);
+                let mut reply = Vec::with_capacity(fields.len() + 1);
+                reply.extend_from_slice(&fields);
                 reply.push(server_now);
                 Ok(reply)
             })
