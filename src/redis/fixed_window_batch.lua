@@ -12,6 +12,18 @@
 -- the number of decisions past their deadline, their indices (from 1); the error messages.
 -- Each key is read once, when its first decision in time comes; its decisions are then worked
 -- out here and written once at the end (INCRBY of what they took, PEXPIRE if the window opened).
+-- A stored integer as INCRBY reads one ("0", or digits with no leading zero after an optional
+-- '-') within Lua's exact integers (|x| < 2^53); nil for anything else ("1.5", "1e300", " 7",
+-- "0x3", "007"): no value is worked with that INCRBY would refuse or a reply could not carry.
+local function exact(s)
+  if s ~= '0' and not (type(s) == 'string' and #s <= 17 and s:match('^%-?[1-9]%d*$')) then
+    return nil
+  end
+  local x = tonumber(s)
+  if x <= -2^53 or x >= 2^53 then return nil end
+  return x
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local limit = tonumber(ARGV[1])
@@ -43,11 +55,11 @@ for i = 1, count do
       if type(stored) == 'table' and stored.err then
         errors[#errors + 1] = stored.err
         c = false
-      elseif stored and not tonumber(stored) then
+      elseif stored and not exact(stored) then
         errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a counter'
         c = false
       else
-        c = tonumber(stored) or 0
+        c = stored and exact(stored) or 0
         local ttl_ms = redis.call('PTTL', key)
         if ttl_ms == -1 then
           -- Found without a TTL: its window is taken to start now.

@@ -17,6 +17,18 @@ local max = tonumber(ARGV[4])
 
 local function int(x) return string.format('%d', x) end
 
+-- A stored integer as INCRBY reads one ("0", or digits with no leading zero after an optional
+-- '-') within Lua's exact integers (|x| < 2^53); nil for anything else ("1.5", "1e300", " 7",
+-- "0x3", "007"): no value is worked with that INCRBY would refuse or a reply could not carry.
+local function exact(s)
+  if s ~= '0' and not (type(s) == 'string' and #s <= 17 and s:match('^%-?[1-9]%d*$')) then
+    return nil
+  end
+  local x = tonumber(s)
+  if x <= -2^53 or x >= 2^53 then return nil end
+  return x
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local deadline = tonumber(ARGV[5])
@@ -25,7 +37,7 @@ if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)
 local tat = now
 if stored then
-  tat = tonumber(stored)
+  tat = exact(stored)
   if not tat then
     return redis.error_reply('floodgate: ' .. key .. ' does not hold a time')
   end
