@@ -797,6 +797,9 @@ impl RedisBackend {
         };
         let errors = &items[head + late_count..];
         let server_now = numbers[0];
+        if server_now.unsigned_abs() >= EXACT {
+            return Err(self.batch_protocol(requests.len(), &items));
+        }
         shared.clock.sample(server_now, now, received);
         let mut states: Vec<(i64, [i64; 2])> = numbers[1..head - 1]
             .chunks_exact(3)
@@ -815,7 +818,17 @@ impl RedisBackend {
                 if *error != 0 {
                     return Err(self.batch_script_error(errors, *error, &[*error]));
                 }
-                let fields = replay(state, request.args, server_now, request.args[n_slot]);
+                // The scripts read only integers within Lua's exact ones, and reply them as
+                // read: a state beyond is not their reply (as a float past 2^63 arrives as
+                // i64::MIN), nor is one whose replay overflows.
+                let exact = state.iter().all(|v| v.unsigned_abs() < EXACT);
+                let fields = exact
+                    .then(|| replay(state, request.args, server_now, request.args[n_slot]))
+                    .flatten();
+                let Some(fields) = fields else {
+                    let what = format!("a key's state {state:?} (at most 2^53 - 1 either way)");
+                    return Err(self.batch_protocol(requests.len(), &what));
+                };
                 let mut reply = Vec::with_capacity(fields.len() + 1);
                 reply.extend_from_slice(&fields);
                 reply.push(server_now);
@@ -927,6 +940,9 @@ fn integers(values: Option<&[Value]>) -> Option<Vec<i64>> {
 
 /// The first field of a batch entry whose decision raised an error.
 const BATCH_ERROR: i64 = 3;
+
+/// Lua's exact integers: a tally reply's time and key states are below it in magnitude.
+const EXACT: u64 = 1 << 53;
 
 /// The first reply field of a script that refused a request past its deadline.
 pub(crate) const PAST_DEADLINE: i64 = 2;

@@ -38,8 +38,10 @@ pub(crate) mod sealed {
     /// One decision of a tally batch replayed on the client, exactly as the batch script
     /// decided it on the server: from the key's `state` (as the script read it, updated in
     /// place), the shared arguments, the server's time (µs) and `n`, the decision's five reply
-    /// fields (`{allowed, limit, remaining, retry_after_us, reset_after_us}`).
-    pub type Replay = fn(state: &mut [i64; 2], args: [u64; 4], now: i64, n: u64) -> [i64; 5];
+    /// fields (`{allowed, limit, remaining, retry_after_us, reset_after_us}`); `None` if they
+    /// overflow an `i64` (a state no script of this crate replies: a protocol error).
+    pub type Replay =
+        fn(state: &mut [i64; 2], args: [u64; 4], now: i64, n: u64) -> Option<[i64; 5]>;
 
     /// What a Redis algorithm hands the generic limiter. Sealed: the scripts and the reply
     /// format are one contract, kept inside this crate.
