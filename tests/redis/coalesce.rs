@@ -239,10 +239,51 @@ fn a_batch_on_a_gcra_decides_exactly_as_sequential_calls() {
     }
 }
 
-/// A batch over two keys, one of which holds something that is not the algorithm's state:
-/// each decision on that key fails with the script's error, naming the key; the decisions on
-/// the other key in the same call are decided, in order, as if it were alone.
-fn a_bad_key_fails_only_its_own_decisions<A: RedisAlgorithm>(name: &str, algorithm: A, what: &str) {
+/// Values Lua's `tonumber` reads as a number but that are not a counter or time the scripts
+/// keep: not an integer INCRBY takes ("1.5", " 7", "0x3", "007": INCRBY would raise after the
+/// batch's other keys were written), or past Lua's exact integers (1e300, inf: a reply would
+/// carry them cast to i64::MIN, from which the client's replay admitted what the script denied).
+const NOT_EXACT: [&str; 12] = [
+    "not a number",
+    "1.5",
+    " 7",
+    "0x3",
+    "007",
+    "-0",
+    "1e300",
+    "-1e300",
+    "inf",
+    "nan",
+    "9223372036854775807",
+    "9007199254740992",
+];
+
+/// How a test puts something that is not the algorithm's state at a key.
+type Store = fn(&RedisServer, &str, &str);
+
+fn set_string(server: &RedisServer, key: &str, value: &str) {
+    server.cli(&["SET", key, value]);
+}
+
+/// What a key holds, whatever its type, to check it is left as it was.
+fn held(server: &RedisServer, key: &str) -> String {
+    match server.cli(&["TYPE", key]).as_str() {
+        "hash" => server.cli(&["HGETALL", key]),
+        _ => server.cli(&["GET", key]),
+    }
+}
+
+/// For each of `values` stored at one key: a decision on that key, alone or in a batch over two
+/// keys, fails with the script's error (naming the key) and is never admitted; the decisions on
+/// the other key in the same call are decided, in order, as if it were alone, and take exactly
+/// the permits they were granted; the bad key is left as it was.
+fn a_bad_key_fails_only_its_own_decisions<A: RedisAlgorithm>(
+    name: &str,
+    algorithm: A,
+    store: Store,
+    values: &[&str],
+    what: &str,
+) {
     // The floodgate scripts' own errors name the key; Redis's (WRONGTYPE) do not.
     let names_key = what.contains("does not hold");
     let server = RedisServer::start();
@@ -250,53 +291,108 @@ fn a_bad_key_fails_only_its_own_decisions<A: RedisAlgorithm>(name: &str, algorit
         let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(TIMEOUT))
             .await
             .unwrap();
-        let limiter = Arc::new(
-            RedisLimiter::new(&backend, name, algorithm, FailurePolicy::FailClosed)
+        for (i, value) in values.iter().enumerate() {
+            let limiter = Arc::new(
+                RedisLimiter::new(
+                    &backend,
+                    &format!("{name}{i}"),
+                    algorithm.clone(),
+                    FailurePolicy::FailClosed,
+                )
                 .unwrap()
                 .with_breaker(None),
-        );
-        let bad = limiter.redis_keys("bad")[0].clone();
-        server.cli(&["SET", &bad, "not a number"]);
-        // The first is sent alone; the other five go in one batch over both keys.
-        let keys = ["good", "bad", "good", "bad", "good", "good"];
-        let calls = keys.iter().map(|&k| call(&limiter, k, 2)).collect();
-        let outcomes = all_queued_then_run(calls).await;
-        let mut granted = 0;
-        for (key, outcome) in keys.iter().zip(&outcomes) {
-            if *key == "bad" {
-                let error = outcome.failure().expect("the bad key's decision fails");
-                assert_eq!(error.kind(), FailureKind::Script, "{error}");
+            );
+            let bad = limiter.redis_keys("bad")[0].clone();
+            store(&server, &bad, value);
+            let before = held(&server, &bad);
+            let failed = |outcome: &Outcome| {
+                let error = outcome.failure().unwrap_or_else(|| {
+                    panic!("{value:?}: the bad key's decision fails: {outcome:?}")
+                });
+                assert_eq!(error.kind(), FailureKind::Script, "{value:?}: {error}");
                 let error = error.to_string();
-                assert!(error.contains(what), "{error}");
-                assert!(!names_key || error.contains(&bad), "{error}");
-                assert!(!outcome.decision().is_allowed(), "fail closed");
-            } else {
-                assert!(outcome.failure().is_none(), "{outcome:?}");
-                granted += 2;
-                assert!(outcome.decision().is_allowed(), "{outcome:?}");
-                assert_eq!(outcome.decision().remaining(), 10 - granted, "in order");
+                assert!(error.contains(what), "{value:?}: {error}");
+                assert!(!names_key || error.contains(&bad), "{value:?}: {error}");
+                assert!(!outcome.decision().is_allowed(), "{value:?}: fail closed");
+            };
+            failed(&limiter.try_acquire_outcome("bad", 2).await.unwrap());
+            // The first is sent alone; the other five go in one batch over both keys.
+            let keys = ["good", "bad", "good", "bad", "good", "good"];
+            let calls = keys.iter().map(|&k| call(&limiter, k, 2)).collect();
+            let outcomes = all_queued_then_run(calls).await;
+            let mut granted = 0;
+            for (key, outcome) in keys.iter().zip(&outcomes) {
+                if *key == "bad" {
+                    failed(outcome);
+                } else {
+                    assert!(outcome.failure().is_none(), "{value:?}: {outcome:?}");
+                    granted += 2;
+                    assert!(outcome.decision().is_allowed(), "{value:?}: {outcome:?}");
+                    assert_eq!(outcome.decision().remaining(), 10 - granted, "in order");
+                }
             }
+            // Exactly the permits granted were taken: the last two remain.
+            let last = limiter.try_acquire_outcome("good", 2).await.unwrap();
+            assert!(last.decision().is_allowed(), "{value:?}: {last:?}");
+            assert_eq!(last.decision().remaining(), 0, "{value:?}: {last:?}");
+            assert_eq!(held(&server, &bad), before, "{value:?}: left as it was");
         }
-        assert_eq!(server.cli(&["GET", &bad]), "not a number", "left as it was");
     });
 }
 
 #[test]
-fn a_fixed_window_batch_fails_only_the_decisions_on_a_bad_key() {
+fn a_fixed_window_counter_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
     let window = FixedWindow::new(10, Duration::from_secs(600)).unwrap();
-    a_bad_key_fails_only_its_own_decisions("bad-fw", window, "does not hold a counter");
+    a_bad_key_fails_only_its_own_decisions(
+        "bad-fw",
+        window,
+        set_string,
+        &NOT_EXACT,
+        "does not hold a counter",
+    );
 }
 
 #[test]
 fn an_aligned_window_batch_fails_only_the_decisions_on_a_key_of_another_type() {
     let window = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
-    a_bad_key_fails_only_its_own_decisions("bad-fwa", window, "WRONGTYPE");
+    a_bad_key_fails_only_its_own_decisions(
+        "bad-fwa",
+        window,
+        set_string,
+        &["not a hash"],
+        "WRONGTYPE",
+    );
+}
+
+/// The aligned window's hash: a count (in the current window) or a window index that is not an
+/// exact integer, or an index whose window ends past 2^53 µs.
+#[test]
+fn an_aligned_window_count_or_index_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
+    fn count(server: &RedisServer, key: &str, value: &str) {
+        let index = (server.time_micros() / 600_000_000).to_string();
+        server.cli(&["HSET", key, "i", &index, "c", value]);
+    }
+    fn index(server: &RedisServer, key: &str, value: &str) {
+        server.cli(&["HSET", key, "i", value, "c", "0"]);
+    }
+    let window = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
+    let what = "does not hold a counter";
+    a_bad_key_fails_only_its_own_decisions("bad-fwa-c", window.clone(), count, &NOT_EXACT, what);
+    // The window of index 15,011,998 (10 minutes each) ends past 2^53 µs; 15,011,997 within.
+    let indices: Vec<&str> = NOT_EXACT.iter().copied().chain(["15011998"]).collect();
+    a_bad_key_fails_only_its_own_decisions("bad-fwa-i", window, index, &indices, what);
 }
 
 #[test]
-fn a_gcra_batch_fails_only_the_decisions_on_a_bad_key() {
+fn a_gcra_time_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
     let gcra = Gcra::new(Rate::per_hour(1), 10).unwrap();
-    a_bad_key_fails_only_its_own_decisions("bad-gcra", gcra, "does not hold a time");
+    a_bad_key_fails_only_its_own_decisions(
+        "bad-gcra",
+        gcra,
+        set_string,
+        &NOT_EXACT,
+        "does not hold a time",
+    );
 }
 
 #[test]
