@@ -126,7 +126,9 @@ impl Setup {
             let window = Arc::clone(&window);
             async move {
                 let outcome = window.try_acquire_outcome("k", 1).await.unwrap();
-                assert!(outcome.failure().is_none());
+                // Every decision admitted: a denial (a deny cache's, say) would flatter it.
+                assert!(outcome.failure().is_none(), "{outcome:?}");
+                assert!(outcome.decision().is_allowed(), "{outcome:?}");
             }
         })
     }
@@ -137,7 +139,9 @@ impl Setup {
             let gcra = Arc::clone(&gcra);
             async move {
                 let outcome = gcra.try_acquire_outcome("k", 1).await.unwrap();
-                assert!(outcome.failure().is_none());
+                // Every decision admitted: a denial (a deny cache's, say) would flatter it.
+                assert!(outcome.failure().is_none(), "{outcome:?}");
+                assert!(outcome.decision().is_allowed(), "{outcome:?}");
             }
         })
     }
