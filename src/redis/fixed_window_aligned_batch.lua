@@ -11,6 +11,7 @@
 -- read); the number of decisions past their deadline, their indices (from 1); the error
 -- messages (a key of another type, or a field that is not an exact integer: see corrupt).
 -- Each key is read once; its decisions are then worked out here and written once at the end.
+-- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local limit = tonumber(ARGV[1])
@@ -19,27 +20,6 @@ local count = tonumber(ARGV[3])
 local earliest = tonumber(ARGV[4])
 local check = earliest > 0 and now > earliest
 local multi = #KEYS > 1
-
--- A stored integer as INCRBY reads one ("0", or digits with no leading zero after an optional
--- '-') within Lua's exact integers (|x| < 2^53); nil for anything else ("1.5", "1e300", " 7",
--- "0x3", "007"): no value is worked with that HSET would not have written or a reply could not
--- carry.
-local function exact(s)
-  if s ~= '0' and not (type(s) == 'string' and #s <= 17 and s:match('^%-?[1-9]%d*$')) then
-    return nil
-  end
-  local x = tonumber(s)
-  if x <= -2^53 or x >= 2^53 then return nil end
-  return x
-end
-
--- Whether an HMGET of {i, c} holds a field that is not an exact integer, or a window index whose
--- window ends past Lua's exact integers: not a count these scripts keep.
-local function corrupt(stored, window)
-  local index = exact(stored[1])
-  return (stored[1] and not index) or (stored[2] and not exact(stored[2]))
-    or (index and (index + 1) * window >= 2^53)
-end
 
 local function int(x) return string.format('%d', x) end
 

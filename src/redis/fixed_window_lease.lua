@@ -12,23 +12,12 @@
 -- a new window opens ("never over the limit"): PEXPIRETIME (Redis 7.0+) gives the expiry to the
 -- millisecond, exactly; PTTL (older servers) counts from a millisecond-truncated time no earlier
 -- than the millisecond `now` falls in, and overstates the time left by up to 1 ms: 1 ms less.
+-- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local min = tonumber(ARGV[3])
 local max = tonumber(ARGV[4])
-
--- A stored integer as INCRBY reads one ("0", or digits with no leading zero after an optional
--- '-') within Lua's exact integers (|x| < 2^53); nil for anything else ("1.5", "1e300", " 7",
--- "0x3", "007"): no value is worked with that INCRBY would refuse or a reply could not carry.
-local function exact(s)
-  if s ~= '0' and not (type(s) == 'string' and #s <= 17 and s:match('^%-?[1-9]%d*$')) then
-    return nil
-  end
-  local x = tonumber(s)
-  if x <= -2^53 or x >= 2^53 then return nil end
-  return x
-end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -10,18 +10,7 @@
 -- read); the number of decisions past their deadline, their indices (from 1); the error messages.
 -- Each key is read once; its decisions are then worked out here and its TAT written once at the
 -- end (SET ... PX, as one call would leave it).
--- A stored integer as INCRBY reads one ("0", or digits with no leading zero after an optional
--- '-') within Lua's exact integers (|x| < 2^53); nil for anything else ("1.5", "1e300", " 7",
--- "0x3", "007"): no value is worked with that INCRBY would refuse or a reply could not carry.
-local function exact(s)
-  if s ~= '0' and not (type(s) == 'string' and #s <= 17 and s:match('^%-?[1-9]%d*$')) then
-    return nil
-  end
-  local x = tonumber(s)
-  if x <= -2^53 or x >= 2^53 then return nil end
-  return x
-end
-
+-- Stored values are read with exact(): exact.lua, prepended to this script.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
