@@ -126,7 +126,9 @@ impl Setup {
             let window = Arc::clone(&window);
             async move {
                 let outcome = window.try_acquire_outcome("k", 1).await.unwrap();
-                assert!(outcome.failure().is_none());
+                // Every decision admitted: a denial (a deny cache's, say) would flatter it.
+                assert!(outcome.failure().is_none(), "{outcome:?}");
+                assert!(outcome.decision().is_allowed(), "{outcome:?}");
             }
         })
     }
@@ -137,7 +139,9 @@ impl Setup {
             let gcra = Arc::clone(&gcra);
             async move {
                 let outcome = gcra.try_acquire_outcome("k", 1).await.unwrap();
-                assert!(outcome.failure().is_none());
+                // Every decision admitted: a denial (a deny cache's, say) would flatter it.
+                assert!(outcome.failure().is_none(), "{outcome:?}");
+                assert!(outcome.decision().is_allowed(), "{outcome:?}");
             }
         })
     }
@@ -277,8 +281,117 @@ fn redis_benchmark(setup: &Setup, clients: u64) -> Option<f64> {
         .ok()
 }
 
+/// CPU time (µs) this process has used, all threads (`/proc/self/task/*/schedstat`, in ns).
+fn client_cpu_us() -> f64 {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        total += stat
+            .split(' ')
+            .next()
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0);
+    }
+    total as f64 / 1_000.0
+}
+
+/// CPU time (µs) the server has used (`INFO cpu`: `used_cpu_sys` + `used_cpu_user`, in s).
+fn server_cpu_us(setup: &Setup) -> f64 {
+    let info = setup.server.cli(&["INFO", "cpu"]);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (field("used_cpu_sys:") + field("used_cpu_user:")) * 1e6
+}
+
+/// Calls the server has taken from clients (`INFO commandstats`: `EVALSHA`, `INCR`, `EXPIRE`,
+/// not the commands scripts run) and the µs it spent running them (I/O excluded).
+fn server_calls(setup: &Setup) -> (f64, f64) {
+    let info = setup.server.cli(&["INFO", "commandstats"]);
+    let stat = |command: &str, field: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix(field)))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let commands = ["evalsha", "incr", "expire"];
+    (
+        commands.iter().map(|c| stat(c, "calls=")).sum(),
+        commands.iter().map(|c| stat(c, "usec=")).sum(),
+    )
+}
+
+/// Where the time goes, robust to a noisy machine: CPU µs per decision in this process and in
+/// the server, and the wall-clock µs per decision, for each client (median of alternating
+/// rounds). On a machine where the two share the cores, decisions/s is bounded by
+/// cores / (client + server CPU per decision), and by 1 / server CPU per decision.
+fn cpu_per_decision(setup: &Setup) {
+    const ROUNDS: usize = 5;
+    const DECISIONS: u64 = 20_000;
+    type Client = fn(&Setup, u64, u64) -> Duration;
+    let clients: [(&str, Client); 4] = [
+        ("floodgate fixed window", Setup::floodgate_window),
+        ("floodgate gcra", Setup::floodgate_gcra),
+        ("plain EVALSHA", Setup::plain),
+        ("naive INCR+EXPIRE", Setup::naive),
+    ];
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    // `cpu NAME`: only the clients whose name contains NAME (for a profiler).
+    let only = std::env::args().skip_while(|a| a != "cpu").nth(1);
+    let clients: Vec<_> = clients
+        .into_iter()
+        .filter(|(name, _)| only.as_ref().is_none_or(|o| name.contains(o.as_str())))
+        .collect();
+    println!("\ncpu: median µs per decision over {ROUNDS} alternating rounds of {DECISIONS}");
+    for callers in CALLERS {
+        let mut samples = vec![(vec![], vec![], vec![], vec![], vec![]); clients.len()];
+        for _ in 0..ROUNDS {
+            for ((_, client), (client_us, server_us, exec_us, wall_us, calls)) in
+                clients.iter().zip(&mut samples)
+            {
+                let (c0, s0, n0) = (client_cpu_us(), server_cpu_us(setup), server_calls(setup));
+                let wall = client(setup, callers, DECISIONS);
+                let (c1, s1, n1) = (client_cpu_us(), server_cpu_us(setup), server_calls(setup));
+                let per = |us: f64| us / DECISIONS as f64;
+                client_us.push(per(c1 - c0));
+                server_us.push(per(s1 - s0));
+                exec_us.push(per(n1.1 - n0.1));
+                wall_us.push(per(wall.as_secs_f64() * 1e6));
+                calls.push(per(n1.0 - n0.0));
+            }
+        }
+        for ((name, _), (client_us, server_us, exec_us, wall_us, calls)) in
+            clients.iter().zip(samples)
+        {
+            println!(
+                "callers {callers:>3}: {name:<24} client {:>5.2} µs, server {:>5.2} µs \
+                 (running commands {:>5.2} µs), wall {:>6.2} µs, {:>5.3} calls",
+                median(client_us),
+                median(server_us),
+                median(exec_us),
+                median(wall_us),
+                median(calls),
+            );
+        }
+    }
+}
+
 fn main() {
     let setup = Setup::new();
+    if std::env::args().any(|a| a == "cpu") {
+        return cpu_per_decision(&setup);
+    }
     let mut criterion = Criterion::default().configure_from_args();
     decisions_per_second(&mut criterion, &setup);
     // Only under `cargo bench` (which passes --bench), not when tests run the bench once.

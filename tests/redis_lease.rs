@@ -526,3 +526,56 @@ async fn hammer<A: LeaseAlgorithm>(leased: LeasedKey<A>) {
         leased.limiter().failures().total()
     );
 }
+
+/// A lease on a key holding something that is not a counter or time the scripts keep (a float,
+/// a value past 2^53, a leading zero: Lua's `tonumber` reads them, INCRBY or an exact reply
+/// could not) fails with the script's error naming the key, and grants nothing.
+async fn a_lease_on_a_bad_value_fails<A: LeaseAlgorithm>(
+    server: &RedisServer,
+    algorithm: A,
+    store: fn(&RedisServer, &str, &str),
+    what: &str,
+) {
+    let backend = backend(server).await;
+    for (i, value) in ["1.5", "1e300", "007", "9007199254740992"]
+        .iter()
+        .enumerate()
+    {
+        let limiter = RedisLimiter::new(
+            &backend,
+            &format!("bad{i}"),
+            algorithm.clone(),
+            FailurePolicy::FailClosed,
+        );
+        let limiter = Arc::new(limiter.unwrap().with_breaker(None));
+        let key = limiter.redis_keys("k")[0].clone();
+        store(server, &key, value);
+        let leased = LeasedKey::new(limiter, "k");
+        let outcome = leased.try_acquire_outcome(1).await.unwrap();
+        let error = outcome.failure().expect("the lease fails").to_string();
+        assert!(
+            error.contains(what) && error.contains(&key),
+            "{value:?}: {error}"
+        );
+        assert!(!outcome.decision().is_allowed(), "{value:?}: {outcome:?}");
+        assert_eq!(leased.counts().leases, 0, "{value:?}");
+    }
+}
+
+fn set(server: &RedisServer, key: &str, value: &str) {
+    server.cli(&["SET", key, value]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_on_a_value_that_is_not_an_exact_integer_fails_and_grants_nothing() {
+    let server = RedisServer::start();
+    let gcra = Gcra::new(Rate::per_hour(1), 10).unwrap();
+    a_lease_on_a_bad_value_fails(&server, gcra, set, "does not hold a time").await;
+    let anchored = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+    a_lease_on_a_bad_value_fails(&server, anchored, set, "does not hold a counter").await;
+    fn count(server: &RedisServer, key: &str, value: &str) {
+        server.cli(&["HSET", key, "i", "0", "c", value]);
+    }
+    let aligned = FixedWindow::aligned(10, Duration::from_secs(60)).unwrap();
+    a_lease_on_a_bad_value_fails(&server, aligned, count, "does not hold a counter").await;
+}

@@ -26,9 +26,10 @@ impl Queue {
         self.queued.fetch_add(1, Ordering::Release);
     }
 
-    /// Turns the queue may have out: one while it has work (the coalescer's rule at rest).
+    /// Turns the queue may have out: two (the coalescer's `MAX_SENDERS`) while it has work,
+    /// none when empty (the coalescer's rule: a second call goes out as soon as work waits).
     fn has_work(&self) -> u32 {
-        u32::from(self.queued.load(Ordering::Acquire) > 0)
+        2 * u32::from(self.queued.load(Ordering::Acquire) > 0)
     }
 
     /// A sender holding a turn: sends batches while there is work, then gives the turn back.
@@ -64,9 +65,9 @@ impl Queue {
     }
 }
 
-/// `pushers` callers queue one decision each while a call holds the only turn, which is then
-/// given back: every decision is sent (or, with `dying` senders, sent by its caller or
-/// failed), and no turn is left taken.
+/// `pushers` callers queue one decision each while a call holds a turn (of two: a pusher may
+/// take the second and send the queue alongside it), which is then given back: every decision
+/// is sent (or, with `dying` senders, sent by its caller or failed), and no turn is left taken.
 fn nothing_is_left_behind(pushers: u32, dying: bool) {
     model(None, move || {
         let turns = Arc::new(TurnsProbe::new(2));
@@ -85,7 +86,8 @@ fn nothing_is_left_behind(pushers: u32, dying: bool) {
                         return;
                     }
                     queue.push();
-                    if turns.after_push(|| 1) {
+                    // As the coalescer: something waits, so a second call may go out.
+                    if turns.after_push(|| 2) {
                         queue.handle(&turns, dying);
                     }
                 })

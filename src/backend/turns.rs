@@ -10,8 +10,9 @@ use crate::sync::{AtomicU32, Ordering, fence};
 /// work is never left in the queue with no sender.
 ///
 /// Each take names how many turns may be out after it (`within`, at most `max`, at least 1):
-/// a caller may allow a second sender only while the queue is long, say. Whatever it names,
-/// every turn given back looks at the queue, so the guarantee holds.
+/// the Redis coalescer takes its first with 1 (a caller's own call, sent while none is out)
+/// and names `max` whenever work waits in the queue. Whatever it names, every turn given back
+/// looks at the queue, so the guarantee holds.
 #[derive(Debug)]
 pub(crate) struct Turns {
     taken: AtomicU32,

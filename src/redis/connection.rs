@@ -13,6 +13,7 @@ use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
+use super::limiter::sealed::Replay;
 use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset};
 
 /// Where the Redis backend connects, and how long a decision may take.
@@ -619,8 +620,9 @@ impl RedisBackend {
         self.decided(reply, now, Instant::now())
     }
 
-    /// Runs `requests` in order in one call of `batch`, a batch script (hand-written, or made
-    /// by [`batch_source`](super::coalesce::batch_source) from the one-decision script). Gives
+    /// Runs `requests` in order in one call of `batch`, a batch script made by
+    /// [`batch_source`](super::coalesce::batch_source) from the one-decision script (the
+    /// hand-written ones use the tally format, [`eval_tally`](Self::eval_tally)). Gives
     /// up at the latest of their deadlines (each caller waits only until its own). The outer
     /// error is the call's (every decision in it failed alike); the inner results are each
     /// decision's, as [`eval`](Self::eval) returns them.
@@ -673,39 +675,10 @@ impl RedisBackend {
         }
         let mut connection = shared.connection.clone();
         let call = invocation.invoke_async::<Value>(&mut connection);
-        let reply = match tokio::time::timeout_at(latest.into(), call).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(error)) => return Err(classify(&shared.server, error)),
-            Err(_) => {
-                let budget = latest.saturating_duration_since(now);
-                return Err(timed_out(&shared.server, budget, "deciding"));
-            }
-        };
-        let received = Instant::now();
-        let protocol = |what: &dyn std::fmt::Debug| {
-            BackendError::at(
-                FailureKind::Protocol,
-                shared.server.clone(),
-                std::io::Error::other(format!(
-                    "unexpected reply from a floodgate batch of {}: {what:?}",
-                    requests.len()
-                )),
-            )
-        };
-        let Value::Array(items) = reply else {
-            return Err(protocol(&reply));
-        };
+        let (items, received) = self.batch_reply(call, now, latest, requests.len()).await?;
         let fields = 1 + 5 * requests.len();
-        let numbers: Option<Vec<i64>> = items.get(..fields).and_then(|head| {
-            head.iter()
-                .map(|v| match v {
-                    Value::Int(i) => Some(*i),
-                    _ => None,
-                })
-                .collect()
-        });
-        let Some(numbers) = numbers else {
-            return Err(protocol(&items));
+        let Some(numbers) = integers(items.get(..fields)) else {
+            return Err(self.batch_protocol(requests.len(), &items));
         };
         let server_now = numbers[0];
         shared.clock.sample(server_now, now, received);
@@ -714,29 +687,205 @@ impl RedisBackend {
             .chunks_exact(5)
             .map(|decision| {
                 if decision[0] == BATCH_ERROR {
-                    let message = usize::try_from(decision[1] - 1)
-                        .ok()
-                        .and_then(|i| errors.get(i))
-                        .map_or_else(
-                            || format!("{decision:?}"),
-                            |v| match v {
-                                Value::BulkString(bytes) => {
-                                    String::from_utf8_lossy(bytes).into_owned()
-                                }
-                                other => format!("{other:?}"),
-                            },
-                        );
-                    return Err(BackendError::at(
-                        FailureKind::Script,
-                        shared.server.clone(),
-                        std::io::Error::other(message),
-                    ));
+                    return Err(self.batch_script_error(errors, decision[1], decision));
                 }
                 let mut reply = decision.to_vec();
                 reply.push(server_now);
                 self.past_deadline(reply)
             })
             .collect())
+    }
+
+    /// As [`eval_batch`](Self::eval_batch), for a batch script in the tally format, whose reply
+    /// holds no field per decision: the client knows each decision's `n` and the shared
+    /// arguments, so the script replies only what the client cannot know, and `replay` works
+    /// out each decision from it exactly as the script did. So a decision costs the server a
+    /// comparison and an addition, and neither side formats or parses its reply fields.
+    /// Each limiter key has one Redis key.
+    /// * `KEYS`: each distinct limiter key once, in order of first use;
+    /// * `ARGV`: the two shared arguments before `n` (`args[0]`, `args[1]`), the number of
+    ///   decisions `D`, the earliest of their deadlines on the server's clock (0: none has one:
+    ///   while it has not passed the script looks at no decision's own), then the `D` `n`s,
+    ///   the `D` deadlines (0: none), and, only when `KEYS` holds more than one key, the `D`
+    ///   indices into `KEYS` (from 1);
+    /// * reply: the server's time; per key, the index (from 1) of the error its read raised (0:
+    ///   none) and its state as first read (two integers, for `replay`); the number of
+    ///   decisions refused past their deadline and their indices (from 1); the error messages.
+    pub(crate) async fn eval_tally(
+        &self,
+        batch: &'static Script,
+        replay: Replay,
+        n_slot: usize,
+        requests: &[&Request],
+    ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
+        let shared = &*self.shared;
+        let now = Instant::now();
+        let Some(first) = requests.first() else {
+            return Ok(Vec::new());
+        };
+        // Distinct limiter keys: a batch holds a few (often one).
+        let mut distinct: Vec<&str> = Vec::new();
+        let mut indices = Vec::with_capacity(requests.len());
+        let mut deadlines = Vec::with_capacity(requests.len());
+        let (mut latest, mut earliest) = (now, 0);
+        for request in requests {
+            let key = request.keys.first().map_or("", String::as_str);
+            let index = match distinct.iter().position(|k| *k == key) {
+                Some(index) => index,
+                None => {
+                    distinct.push(key);
+                    distinct.len() - 1
+                }
+            };
+            indices.push(index);
+            let deadline = self.server_deadline(request.deadline, now);
+            if deadline > 0 && (earliest == 0 || deadline < earliest) {
+                earliest = deadline;
+            }
+            deadlines.push(deadline);
+            latest = latest.max(request.deadline);
+        }
+        // EVALSHA, the hash, the key count, the keys, four arguments, and up to 3 per decision
+        // (mostly short: an n of a few digits, a 16-digit deadline, an index).
+        let args = 7 + distinct.len() + 3 * requests.len();
+        let mut command = redis::Cmd::with_capacity(args, 128 + 24 * requests.len());
+        command
+            .arg("EVALSHA")
+            .arg(batch.get_hash())
+            .arg(distinct.len());
+        for key in &distinct {
+            command.arg(*key);
+        }
+        command.arg(first.args[0]).arg(first.args[1]);
+        command.arg(requests.len()).arg(earliest);
+        for request in requests {
+            command.arg(request.args[n_slot]);
+        }
+        for deadline in &deadlines {
+            command.arg(*deadline);
+        }
+        if distinct.len() > 1 {
+            for index in &indices {
+                command.arg(index + 1);
+            }
+        }
+        let mut connection = shared.connection.clone();
+        let call = async {
+            match command.query_async::<Value>(&mut connection).await {
+                Err(error)
+                    if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    batch.prepare_invoke().load_async(&mut connection).await?;
+                    command.query_async::<Value>(&mut connection).await
+                }
+                reply => reply,
+            }
+        };
+        let (items, received) = self.batch_reply(call, now, latest, requests.len()).await?;
+        // The time, three integers per key, the count of late decisions, then those and the
+        // error messages.
+        let head = 2 + 3 * distinct.len();
+        let Some(numbers) = integers(items.get(..head)) else {
+            return Err(self.batch_protocol(requests.len(), &items));
+        };
+        let late_count = usize::try_from(numbers[head - 1]).unwrap_or(usize::MAX);
+        let late = head
+            .checked_add(late_count)
+            .and_then(|end| integers(items.get(head..end)));
+        let Some(late) = late else {
+            return Err(self.batch_protocol(requests.len(), &items));
+        };
+        let errors = &items[head + late_count..];
+        let server_now = numbers[0];
+        if server_now.unsigned_abs() >= EXACT {
+            return Err(self.batch_protocol(requests.len(), &items));
+        }
+        shared.clock.sample(server_now, now, received);
+        let mut states: Vec<(i64, [i64; 2])> = numbers[1..head - 1]
+            .chunks_exact(3)
+            .map(|key| (key[0], [key[1], key[2]]))
+            .collect();
+        let mut late = late.into_iter().peekable();
+        Ok(requests
+            .iter()
+            .zip(indices)
+            .enumerate()
+            .map(|(i, (request, index))| {
+                if late.next_if(|&l| l == i as i64 + 1).is_some() {
+                    return self.past_deadline(vec![PAST_DEADLINE]);
+                }
+                let (error, state) = &mut states[index];
+                if *error != 0 {
+                    return Err(self.batch_script_error(errors, *error, &[*error]));
+                }
+                // The scripts read only integers within Lua's exact ones, and reply them as
+                // read: a state beyond is not their reply (as a float past 2^63 arrives as
+                // i64::MIN), nor is one whose replay overflows.
+                let exact = state.iter().all(|v| v.unsigned_abs() < EXACT);
+                let fields = exact
+                    .then(|| replay(state, request.args, server_now, request.args[n_slot]))
+                    .flatten();
+                let Some(fields) = fields else {
+                    let what = format!("a key's state {state:?} (at most 2^53 - 1 either way)");
+                    return Err(self.batch_protocol(requests.len(), &what));
+                };
+                let mut reply = Vec::with_capacity(fields.len() + 1);
+                reply.extend_from_slice(&fields);
+                reply.push(server_now);
+                Ok(reply)
+            })
+            .collect())
+    }
+
+    /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came.
+    async fn batch_reply(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<Value>>,
+        now: Instant,
+        latest: Instant,
+        decisions: usize,
+    ) -> Result<(Vec<Value>, Instant), BackendError> {
+        let shared = &*self.shared;
+        match tokio::time::timeout_at(latest.into(), call).await {
+            Ok(Ok(Value::Array(items))) => Ok((items, Instant::now())),
+            Ok(Ok(other)) => Err(self.batch_protocol(decisions, &other)),
+            Ok(Err(error)) => Err(classify(&shared.server, error)),
+            Err(_) => {
+                let budget = latest.saturating_duration_since(now);
+                Err(timed_out(&shared.server, budget, "deciding"))
+            }
+        }
+    }
+
+    /// The error for a batch reply of an unexpected shape.
+    fn batch_protocol(&self, decisions: usize, what: &dyn std::fmt::Debug) -> BackendError {
+        BackendError::at(
+            FailureKind::Protocol,
+            self.shared.server.clone(),
+            std::io::Error::other(format!(
+                "unexpected reply from a floodgate batch of {decisions}: {what:?}"
+            )),
+        )
+    }
+
+    /// The error a batch script raised for a decision: message `number` (from 1) of `errors`,
+    /// or the decision's fields if there is none such.
+    fn batch_script_error(&self, errors: &[Value], number: i64, fields: &[i64]) -> BackendError {
+        let message = usize::try_from(number - 1)
+            .ok()
+            .and_then(|i| errors.get(i))
+            .map_or_else(
+                || format!("{fields:?}"),
+                |v| match v {
+                    Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    other => format!("{other:?}"),
+                },
+            );
+        BackendError::at(
+            FailureKind::Script,
+            self.shared.server.clone(),
+            std::io::Error::other(message),
+        )
     }
 
     /// A script's reply for a request sent at `sent`, received at `received`: refreshes the
@@ -778,8 +927,22 @@ pub(crate) struct Request {
     pub(crate) deadline: Instant,
 }
 
+/// The integers of `values`, if all are.
+fn integers(values: Option<&[Value]>) -> Option<Vec<i64>> {
+    values?
+        .iter()
+        .map(|v| match v {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The first field of a batch entry whose decision raised an error.
 const BATCH_ERROR: i64 = 3;
+
+/// Lua's exact integers: a tally reply's time and key states are below it in magnitude.
+const EXACT: u64 = 1 << 53;
 
 /// The first reply field of a script that refused a request past its deadline.
 pub(crate) const PAST_DEADLINE: i64 = 2;

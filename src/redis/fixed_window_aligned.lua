@@ -5,6 +5,7 @@
 -- the deadline, nothing changed.
 -- The window index is stored with the count, so a key read a moment before its expiry (Redis
 -- freezes expiry time during a script) is never taken for the next window's count.
+-- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -21,9 +22,12 @@ local index = math.floor(now / window)
 if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
 
 local stored = redis.call('HMGET', key, 'i', 'c')
+if corrupt(stored, window) then
+  return redis.error_reply('floodgate: ' .. key .. ' does not hold a counter')
+end
 local count = 0
-local stored_index = tonumber(stored[1])
-local stored_count = tonumber(stored[2])
+local stored_index = exact(stored[1])
+local stored_count = exact(stored[2])
 if stored_index and stored_count then
   if stored_index == index then
     count = stored_count

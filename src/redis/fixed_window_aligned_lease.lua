@@ -7,6 +7,7 @@
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, count, index,
 -- now_us}; allowed = 2: past the deadline, nothing changed. (count, index) is the lease's
 -- receipt: what a refund (fixed_window_aligned_refund.lua) must still find.
+-- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -23,9 +24,12 @@ local index = math.floor(now / window)
 if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
 
 local stored = redis.call('HMGET', key, 'i', 'c')
+if corrupt(stored, window) then
+  return redis.error_reply('floodgate: ' .. key .. ' does not hold a counter')
+end
 local count = 0
-local stored_index = tonumber(stored[1])
-local stored_count = tonumber(stored[2])
+local stored_index = exact(stored[1])
+local stored_count = exact(stored[2])
 if stored_index and stored_count then
   if stored_index == index then
     count = stored_count

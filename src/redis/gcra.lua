@@ -5,6 +5,7 @@
 -- ARGV[5]: deadline in us on the server's clock (0: none).
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
 -- the deadline, nothing changed.
+-- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
@@ -20,7 +21,7 @@ if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)
 local tat = now
 if stored then
-  tat = tonumber(stored)
+  tat = exact(stored)
   if not tat then
     return redis.error_reply('floodgate: ' .. key .. ' does not hold a time')
   end

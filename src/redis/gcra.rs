@@ -15,9 +15,15 @@ use super::limiter::{MAX_WINDOW_MILLIS, RedisAlgorithm, sealed};
 use crate::algorithms::Gcra;
 use crate::decision::{ConfigError, Rate};
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("exact.lua"), include_str!("gcra.lua"))));
 /// Reads each key once for the whole batch: the hot-key case costs little more than one call.
-static BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gcra_batch.lua")));
+static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("exact.lua"),
+        include_str!("gcra_batch.lua")
+    ))
+});
 
 /// The interval per permit in whole microseconds, rounded to nearest (at least 1).
 fn interval_micros(gcra: &Gcra) -> u64 {
@@ -60,6 +66,35 @@ fn validate(gcra: &Gcra) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// One GCRA decision of a tally batch, as `gcra_batch.lua` decides it: `state[0]` is the TAT in
+/// µs as the script read it (`now` for a missing key); `args` are the interval per permit in µs
+/// and the capacity. Lua computes in doubles, exact here (the TAT and `now` under 2^53: the
+/// script reads no other TAT, the client accepts no other state; `capacity × interval` under
+/// 2^51, validated; the arithmetic checked all the same: `None` past `i64`), and its
+/// `math.floor(x / interval)` is `div_euclid` (a quotient within 1/interval of an integer
+/// below it cannot round up to it under 2^53).
+fn replay(state: &mut [i64; 2], args: [u64; 4], now: i64, n: u64) -> Option<[i64; 5]> {
+    let interval = i64::try_from(args[0]).ok()?;
+    let capacity = i64::try_from(args[1]).ok()?;
+    let horizon = now.checked_add(capacity.checked_mul(interval)?)?;
+    let tat = &mut state[0];
+    let base = (*tat).max(now);
+    let new_tat = base.checked_add(i64::try_from(n).ok()?.checked_mul(interval)?)?;
+    if new_tat <= horizon {
+        *tat = new_tat;
+        let remaining = horizon.checked_sub(new_tat)?.checked_div_euclid(interval)?;
+        return Some([1, capacity, remaining, 0, new_tat.checked_sub(now)?]);
+    }
+    let remaining = horizon.checked_sub(base)?.checked_div_euclid(interval)?;
+    Some([
+        0,
+        capacity,
+        remaining,
+        new_tat.checked_sub(horizon)?,
+        base.checked_sub(now)?,
+    ])
+}
+
 impl sealed::Script for Gcra {
     /// During an outage: a local GCRA with the share applied to both rate and burst.
     type Local = Gcra;
@@ -72,8 +107,8 @@ impl sealed::Script for Gcra {
         &SCRIPT
     }
 
-    fn batch_script(&self) -> &'static Script {
-        &BATCH
+    fn batch_script(&self) -> sealed::Batch {
+        sealed::Batch::Tally(&BATCH, replay)
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {
@@ -105,6 +140,26 @@ impl RedisAlgorithm for Gcra {}
 mod tests {
     use super::*;
     use crate::redis::limiter::sealed::Script as _;
+
+    #[test]
+    fn a_replay_past_i64_is_none_never_a_panic_or_a_wrapped_admission() {
+        let (now, args) = (1 << 50, [1_000_000, 10, 1, 0]);
+        assert_eq!(replay(&mut [i64::MAX, 0], args, now, 1), None);
+        assert_eq!(
+            replay(&mut [0, 0], [1 << 62, 10, 1, 0], now, 1),
+            None,
+            "the horizon"
+        );
+        assert_eq!(
+            replay(&mut [0, 0], [u64::MAX, 1, 1, 0], now, 1),
+            None,
+            "the interval"
+        );
+        // In range: a TAT far ahead is denied, as the script denies it (remaining as its floor).
+        let far = now + 20_000_000;
+        let denied = replay(&mut [far, 0], args, now, 1).unwrap();
+        assert_eq!(denied, [0, 10, -10, 11_000_000, 20_000_000]);
+    }
 
     #[test]
     fn settings_beyond_the_bounds_are_config_errors() {

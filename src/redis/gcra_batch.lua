@@ -1,55 +1,61 @@
 -- floodgate: a batch of GCRA decisions, decided in order as gcra.lua would decide them one call
 -- after another at the same instant.
--- KEYS: each limiter key's TAT once. ARGV: keys per limiter key (1); T (interval per permit) in
--- us, capacity, (n: per decision), (unused); the slot of n (3); then three per decision: its
--- key's index in KEYS, n, deadline in us on the server's clock (0: none).
--- Reply: now_us, then five fields per decision as gcra.lua's ({2, ...}: past its deadline,
--- nothing changed; {3, i, ...}: error message i, after the fields).
+-- Tally format (see RedisBackend::eval_tally): the reply carries the server's time, each key's
+-- TAT as first read here and the decisions refused past their deadline; the client replays the
+-- decisions from it exactly as below (Gcra's replay).
+-- KEYS: each limiter key's TAT once. ARGV: T (interval per permit) in us, capacity, D
+-- (decisions), the earliest deadline in us on the server's clock (0: none has one); then D n's;
+-- then D deadlines (0: none); then, only when KEYS holds more than one key, D indices into KEYS.
+-- Reply: now_us; per key {error index (0: none), TAT (now if none), 0} as read (0, 0, 0: never
+-- read); the number of decisions past their deadline, their indices (from 1); the error messages.
 -- Each key is read once; its decisions are then worked out here and its TAT written once at the
 -- end (SET ... PX, as one call would leave it).
+-- Stored values are read with exact(): exact.lua, prepended to this script.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[2])
-local capacity = tonumber(ARGV[3])
+local interval = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local count = tonumber(ARGV[3])
+local earliest = tonumber(ARGV[4])
 local horizon = now + capacity * interval
+local check = earliest > 0 and now > earliest
+local multi = #KEYS > 1
 
 local function int(x) return string.format('%d', x) end
 
 local out = {now}
+for k = 1, #KEYS do out[k * 3 - 1] = 0; out[k * 3] = 0; out[k * 3 + 1] = 0 end
+local late = {}
 local errors = {}
 local state = {}
-local used = {}
-local d = 1
-local function put(a, b, c, e, f)
-  out[d + 1] = a; out[d + 2] = b; out[d + 3] = c; out[d + 4] = e; out[d + 5] = f
-  d = d + 5
-end
-for i = 7, #ARGV, 3 do
-  local key = KEYS[tonumber(ARGV[i])]
-  local n = tonumber(ARGV[i + 1])
-  local deadline = tonumber(ARGV[i + 2])
+for i = 1, count do
+  local arg = ARGV[4 + i]
+  local n = arg == '1' and 1 or tonumber(arg)
+  local k = multi and tonumber(ARGV[4 + 2 * count + i]) or 1
+  local deadline = check and tonumber(ARGV[4 + count + i]) or 0
   if deadline > 0 and now > deadline then
-    put(2, 0, 0, 0, 0)
+    late[#late + 1] = i
   else
-    local s = state[key]
+    local s = state[k]
     if not s then
+      local key = KEYS[k]
       local stored = redis.pcall('GET', key)
       if type(stored) == 'table' and stored.err then
         errors[#errors + 1] = stored.err
-        s = {err = #errors}
-      elseif stored and not tonumber(stored) then
+        s = {err = true}
+        out[k * 3 - 1] = #errors
+      elseif stored and not exact(stored) then
         errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a time'
-        s = {err = #errors}
+        s = {err = true}
+        out[k * 3 - 1] = #errors
       else
         -- stored: the key exists; checked: its TTL was looked at (or it was written here).
-        s = {tat = tonumber(stored) or now, stored = stored and true or false, dirty = false, checked = false}
+        s = {tat = stored and exact(stored) or now, stored = stored and true or false, dirty = false, checked = false}
+        out[k * 3] = s.tat
       end
-      state[key] = s
-      used[#used + 1] = key
+      state[k] = s
     end
-    if s.err then
-      put(3, s.err, 0, 0, 0)
-    else
+    if not s.err then
       local base = math.max(s.tat, now)
       local new_tat = base + n * interval
       if new_tat <= horizon then
@@ -57,31 +63,28 @@ for i = 7, #ARGV, 3 do
         s.stored = true
         s.dirty = true
         s.checked = true
-        put(1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now)
-      else
-        if s.stored and not s.checked then
-          -- As gcra.lua: a key found without a TTL is given one (or removed if full again).
-          s.checked = true
-          if redis.call('PTTL', key) == -1 then
-            if base > now then
-              redis.call('PEXPIRE', key, int(math.ceil((base - now) / 1000)))
-            else
-              redis.call('DEL', key)
-              s.stored = false
-              s.tat = now
-            end
+      elseif s.stored and not s.checked then
+        -- As gcra.lua: a key found without a TTL is given one (or removed if full again).
+        s.checked = true
+        if redis.call('PTTL', KEYS[k]) == -1 then
+          if base > now then
+            redis.call('PEXPIRE', KEYS[k], int(math.ceil((base - now) / 1000)))
+          else
+            redis.call('DEL', KEYS[k])
+            s.stored = false
+            s.tat = now
           end
         end
-        put(0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now)
       end
     end
   end
 end
-for _, key in ipairs(used) do
-  local s = state[key]
-  if not s.err and s.dirty then
-    redis.call('SET', key, int(s.tat), 'PX', int(math.ceil((s.tat - now) / 1000)))
+for k, s in pairs(state) do
+  if s.dirty then
+    redis.call('SET', KEYS[k], int(s.tat), 'PX', int(math.ceil((s.tat - now) / 1000)))
   end
 end
+out[#out + 1] = #late
+for _, i in ipairs(late) do out[#out + 1] = i end
 for _, e in ipairs(errors) do out[#out + 1] = e end
 return out

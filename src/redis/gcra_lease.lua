@@ -9,6 +9,7 @@
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, new_tat, 0,
 -- now_us}; allowed = 2: past the deadline, nothing changed. new_tat is the lease's receipt: the
 -- word a refund (gcra_refund.lua) must still find to give permits back.
+-- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
@@ -25,7 +26,7 @@ if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)
 local tat = now
 if stored then
-  tat = tonumber(stored)
+  tat = exact(stored)
   if not tat then
     return redis.error_reply('floodgate: ' .. key .. ' does not hold a time')
   end

@@ -24,6 +24,25 @@ pub(crate) mod sealed {
     use crate::decision::ConfigError;
     use crate::limiter::Algorithm;
 
+    /// How an algorithm's batch script replies.
+    #[derive(Clone, Copy, Debug)]
+    pub enum Batch {
+        /// Five fields per decision, as the one-decision script's reply (the format of
+        /// `RedisBackend::eval_batch`, made by `batch_source`).
+        Each(&'static redis::Script),
+        /// The tally format of `RedisBackend::eval_tally`: each key's state as the script read
+        /// it, from which the client replays the decisions with the [`Replay`].
+        Tally(&'static redis::Script, Replay),
+    }
+
+    /// One decision of a tally batch replayed on the client, exactly as the batch script
+    /// decided it on the server: from the key's `state` (as the script read it, updated in
+    /// place), the shared arguments, the server's time (µs) and `n`, the decision's five reply
+    /// fields (`{allowed, limit, remaining, retry_after_us, reset_after_us}`); `None` if they
+    /// overflow an `i64` (a state no script of this crate replies: a protocol error).
+    pub type Replay =
+        fn(state: &mut [i64; 2], args: [u64; 4], now: i64, n: u64) -> Option<[i64; 5]>;
+
     /// What a Redis algorithm hands the generic limiter. Sealed: the scripts and the reply
     /// format are one contract, kept inside this crate.
     pub trait Script: Clone + Send + Sync + 'static {
@@ -34,8 +53,9 @@ pub(crate) mod sealed {
         fn validate(&self) -> Result<(), ConfigError>;
         /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us}`.
         fn script(&self) -> &'static redis::Script;
-        /// The same script deciding a batch in order ([`batch_source`](crate::redis::coalesce::batch_source)).
-        fn batch_script(&self) -> &'static redis::Script;
+        /// The script deciding a batch in order: [`batch_source`](crate::redis::coalesce::batch_source)
+        /// of the one-decision script, or a hand-written one in the tally format.
+        fn batch_script(&self) -> Batch;
         /// Suffixes of the Redis keys of one limiter key (`KEYS[1]`, `KEYS[2]`, …).
         fn key_suffixes(&self) -> &'static [&'static str];
         /// `ARGV` for a request of `n` permits.

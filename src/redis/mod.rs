@@ -36,7 +36,8 @@
 //!
 //! **Coalescing.** A limiter sends a decision at once when none of its calls is out, so a lone
 //! caller waits for one round trip and nothing else. Decisions made while its call is out queue,
-//! and go together in the next call (a second call goes out while 32 or more wait), to a batch
+//! and go together in the next call (a second call goes out as soon as one waits, so that two
+//! batches pipeline), to a batch
 //! form of the script that decides the batch's decisions in queue order on the server's clock,
 //! each against its own deadline: `N` decisions on one key admit exactly what `N` sequential
 //! calls would, and each caller gets its own [`Decision`](crate::Decision) (breaker, deny cache
@@ -44,8 +45,9 @@
 //! against the key's state in the order Redis runs the calls (not necessarily queue order). A
 //! batch holds at most 256 decisions, and sliding-log decisions touching at most as many
 //! sorted-set entries as one call at the per-call cap (so a batch holds the server no longer
-//! than the costliest single call). The fixed window (anchored) and GCRA batch scripts read
-//! each key once per batch, so a hot key costs Redis little more per batch than per decision.
+//! than the costliest single call). The fixed window (anchored and aligned) and GCRA batch scripts read
+//! each key once per batch and reply each key's state as read (the client replays the
+//! decisions from it), so a hot key costs Redis little more per batch than per decision.
 //! A queued caller whose future is dropped before its batch is taken sends nothing; the batch
 //! is sent by a task on the runtime that built the connection (the one that runs the
 //! connection itself), not by any one caller nor on a caller's runtime, so no cancelled caller,

@@ -31,8 +31,8 @@ impl sealed::Script for SlidingLog {
         &SCRIPT
     }
 
-    fn batch_script(&self) -> &'static Script {
-        &BATCH
+    fn batch_script(&self) -> sealed::Batch {
+        sealed::Batch::Each(&BATCH)
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {

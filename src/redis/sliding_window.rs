@@ -53,8 +53,8 @@ impl sealed::Script for SlidingWindow {
         &SCRIPT
     }
 
-    fn batch_script(&self) -> &'static Script {
-        &BATCH
+    fn batch_script(&self) -> sealed::Batch {
+        sealed::Batch::Each(&BATCH)
     }
 
     fn key_suffixes(&self) -> &'static [&'static str] {

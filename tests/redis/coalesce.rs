@@ -85,7 +85,8 @@ fn sequential(limit: u64, requests: &[(&'static str, u32)]) -> Vec<(bool, u64)> 
 /// 128 concurrent callers on three keys with n of 1 to 3: each gets exactly the decision that
 /// sequential calls in its order would have given it (so its own result), the server holds
 /// exactly what was granted (`taken`), and all of it took at most `max_calls` script calls
-/// (`script_calls` counts them on the server), not 128.
+/// (`script_calls` counts them on the server), not 128. Returns the requests and their
+/// decisions, in order: caller 0 (key "a") is sent alone, the 127 others go in one batch.
 fn exact_in_order<A: RedisAlgorithm>(
     config: RedisConfig,
     name: &str,
@@ -94,7 +95,7 @@ fn exact_in_order<A: RedisAlgorithm>(
     script_calls: impl Fn() -> u64,
     taken: impl Fn(&RedisLimiter<A>, &str) -> u64,
     max_calls: u64,
-) {
+) -> Vec<((&'static str, u32), Decision)> {
     runtime().block_on(async {
         let backend = RedisBackend::connect(config.timeout(TIMEOUT))
             .await
@@ -143,7 +144,27 @@ fn exact_in_order<A: RedisAlgorithm>(
             .count();
         assert!(denied > 0, "{name}: the test must reach the limit");
         assert!(made <= max_calls, "{name}: {made} script calls");
-    });
+        let decisions = outcomes.iter().map(Outcome::decision);
+        requests.into_iter().zip(decisions).collect()
+    })
+}
+
+/// The decisions on keys "b" and "c", which all went in one batch (the keys' first reads), with
+/// `n` and the permits their key had granted before each.
+fn batched(decided: &[((&'static str, u32), Decision)]) -> Vec<(u32, u64, Decision)> {
+    let mut granted = std::collections::HashMap::new();
+    decided
+        .iter()
+        .filter(|((key, _), _)| *key != "a")
+        .map(|&((key, n), decision)| {
+            let before: &mut u64 = granted.entry(key).or_default();
+            let at = *before;
+            if decision.is_allowed() {
+                *before += u64::from(n);
+            }
+            (n, at, decision)
+        })
+        .collect()
 }
 
 /// The integer at `key` on a single server.
@@ -164,7 +185,7 @@ const SINGLE_MAX_CALLS: u64 = 4;
 #[test]
 fn a_batch_on_a_fixed_window_decides_exactly_as_sequential_calls() {
     let server = RedisServer::start();
-    exact_in_order(
+    let decided = exact_in_order(
         RedisConfig::single(server.url()),
         "coalesce-fw",
         FixedWindow::new(40, Duration::from_secs(600)).unwrap(),
@@ -173,12 +194,25 @@ fn a_batch_on_a_fixed_window_decides_exactly_as_sequential_calls() {
         |limiter, key| integer(&server, &limiter.redis_keys(key)[0]),
         SINGLE_MAX_CALLS,
     );
+    // Every field, not only allowed and remaining: the batch opened these keys' windows, so
+    // each of its decisions announces the whole window (as one call opening it would), a
+    // denial as its retry too.
+    let window = Duration::from_secs(600);
+    for (n, before, decision) in batched(&decided) {
+        let expected = if before + u64::from(n) <= 40 {
+            Decision::allow(40, 40 - before - u64::from(n), window.as_nanos() as u64)
+        } else {
+            let window = window.as_nanos() as u64;
+            Decision::deny(40, 40 - before, window, window)
+        };
+        assert_eq!(decision, expected, "n {n} after {before}");
+    }
 }
 
 #[test]
 fn a_batch_on_a_gcra_decides_exactly_as_sequential_calls() {
     let server = RedisServer::start();
-    exact_in_order(
+    let decided = exact_in_order(
         RedisConfig::single(server.url()),
         "coalesce-gcra",
         Gcra::new(Rate::per_hour(1), 40).unwrap(),
@@ -189,6 +223,175 @@ fn a_batch_on_a_gcra_decides_exactly_as_sequential_calls() {
             gcra_taken(tat, server.time_micros())
         },
         SINGLE_MAX_CALLS,
+    );
+    // Every field: one batch runs at one instant on a full bucket, so after `before` permits
+    // its TAT is `before` hours ahead; an allowed decision resets when its own permits have
+    // drained too, a denied one may retry when the excess has.
+    const HOUR: u64 = 3_600_000_000_000;
+    for (n, before, decision) in batched(&decided) {
+        let after = before + u64::from(n);
+        let expected = if after <= 40 {
+            Decision::allow(40, 40 - after, after * HOUR)
+        } else {
+            Decision::deny(40, 40 - before, (after - 40) * HOUR, before * HOUR)
+        };
+        assert_eq!(decision, expected, "n {n} after {before}");
+    }
+}
+
+/// Values Lua's `tonumber` reads as a number but that are not a counter or time the scripts
+/// keep: not an integer INCRBY takes ("1.5", " 7", "0x3", "007": INCRBY would raise after the
+/// batch's other keys were written), or past Lua's exact integers (1e300, inf: a reply would
+/// carry them cast to i64::MIN, from which the client's replay admitted what the script denied).
+const NOT_EXACT: [&str; 12] = [
+    "not a number",
+    "1.5",
+    " 7",
+    "0x3",
+    "007",
+    "-0",
+    "1e300",
+    "-1e300",
+    "inf",
+    "nan",
+    "9223372036854775807",
+    "9007199254740992",
+];
+
+/// How a test puts something that is not the algorithm's state at a key.
+type Store = fn(&RedisServer, &str, &str);
+
+fn set_string(server: &RedisServer, key: &str, value: &str) {
+    server.cli(&["SET", key, value]);
+}
+
+/// What a key holds, whatever its type, to check it is left as it was.
+fn held(server: &RedisServer, key: &str) -> String {
+    match server.cli(&["TYPE", key]).as_str() {
+        "hash" => server.cli(&["HGETALL", key]),
+        _ => server.cli(&["GET", key]),
+    }
+}
+
+/// For each of `values` stored at one key: a decision on that key, alone or in a batch over two
+/// keys, fails with the script's error (naming the key) and is never admitted; the decisions on
+/// the other key in the same call are decided, in order, as if it were alone, and take exactly
+/// the permits they were granted; the bad key is left as it was.
+fn a_bad_key_fails_only_its_own_decisions<A: RedisAlgorithm>(
+    name: &str,
+    algorithm: A,
+    store: Store,
+    values: &[&str],
+    what: &str,
+) {
+    // The floodgate scripts' own errors name the key; Redis's (WRONGTYPE) do not.
+    let names_key = what.contains("does not hold");
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(TIMEOUT))
+            .await
+            .unwrap();
+        for (i, value) in values.iter().enumerate() {
+            let limiter = Arc::new(
+                RedisLimiter::new(
+                    &backend,
+                    &format!("{name}{i}"),
+                    algorithm.clone(),
+                    FailurePolicy::FailClosed,
+                )
+                .unwrap()
+                .with_breaker(None),
+            );
+            let bad = limiter.redis_keys("bad")[0].clone();
+            store(&server, &bad, value);
+            let before = held(&server, &bad);
+            let failed = |outcome: &Outcome| {
+                let error = outcome.failure().unwrap_or_else(|| {
+                    panic!("{value:?}: the bad key's decision fails: {outcome:?}")
+                });
+                assert_eq!(error.kind(), FailureKind::Script, "{value:?}: {error}");
+                let error = error.to_string();
+                assert!(error.contains(what), "{value:?}: {error}");
+                assert!(!names_key || error.contains(&bad), "{value:?}: {error}");
+                assert!(!outcome.decision().is_allowed(), "{value:?}: fail closed");
+            };
+            failed(&limiter.try_acquire_outcome("bad", 2).await.unwrap());
+            // The first is sent alone; the other five go in one batch over both keys.
+            let keys = ["good", "bad", "good", "bad", "good", "good"];
+            let calls = keys.iter().map(|&k| call(&limiter, k, 2)).collect();
+            let outcomes = all_queued_then_run(calls).await;
+            let mut granted = 0;
+            for (key, outcome) in keys.iter().zip(&outcomes) {
+                if *key == "bad" {
+                    failed(outcome);
+                } else {
+                    assert!(outcome.failure().is_none(), "{value:?}: {outcome:?}");
+                    granted += 2;
+                    assert!(outcome.decision().is_allowed(), "{value:?}: {outcome:?}");
+                    assert_eq!(outcome.decision().remaining(), 10 - granted, "in order");
+                }
+            }
+            // Exactly the permits granted were taken: the last two remain.
+            let last = limiter.try_acquire_outcome("good", 2).await.unwrap();
+            assert!(last.decision().is_allowed(), "{value:?}: {last:?}");
+            assert_eq!(last.decision().remaining(), 0, "{value:?}: {last:?}");
+            assert_eq!(held(&server, &bad), before, "{value:?}: left as it was");
+        }
+    });
+}
+
+#[test]
+fn a_fixed_window_counter_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
+    let window = FixedWindow::new(10, Duration::from_secs(600)).unwrap();
+    a_bad_key_fails_only_its_own_decisions(
+        "bad-fw",
+        window,
+        set_string,
+        &NOT_EXACT,
+        "does not hold a counter",
+    );
+}
+
+#[test]
+fn an_aligned_window_batch_fails_only_the_decisions_on_a_key_of_another_type() {
+    let window = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
+    a_bad_key_fails_only_its_own_decisions(
+        "bad-fwa",
+        window,
+        set_string,
+        &["not a hash"],
+        "WRONGTYPE",
+    );
+}
+
+/// The aligned window's hash: a count (in the current window) or a window index that is not an
+/// exact integer, or an index whose window ends past 2^53 µs.
+#[test]
+fn an_aligned_window_count_or_index_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
+    fn count(server: &RedisServer, key: &str, value: &str) {
+        let index = (server.time_micros() / 600_000_000).to_string();
+        server.cli(&["HSET", key, "i", &index, "c", value]);
+    }
+    fn index(server: &RedisServer, key: &str, value: &str) {
+        server.cli(&["HSET", key, "i", value, "c", "0"]);
+    }
+    let window = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
+    let what = "does not hold a counter";
+    a_bad_key_fails_only_its_own_decisions("bad-fwa-c", window.clone(), count, &NOT_EXACT, what);
+    // The window of index 15,011,998 (10 minutes each) ends past 2^53 µs; 15,011,997 within.
+    let indices: Vec<&str> = NOT_EXACT.iter().copied().chain(["15011998"]).collect();
+    a_bad_key_fails_only_its_own_decisions("bad-fwa-i", window, index, &indices, what);
+}
+
+#[test]
+fn a_gcra_time_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
+    let gcra = Gcra::new(Rate::per_hour(1), 10).unwrap();
+    a_bad_key_fails_only_its_own_decisions(
+        "bad-gcra",
+        gcra,
+        set_string,
+        &NOT_EXACT,
+        "does not hold a time",
     );
 }
 
@@ -284,7 +487,7 @@ fn a_batch_on_an_aligned_window_decides_exactly_as_sequential_calls() {
     let server = RedisServer::start();
     // Forty years, aligned to the server's clock: the next boundary is in 2049.
     let window = Duration::from_secs(40 * 365 * 86_400);
-    exact_in_order(
+    let decided = exact_in_order(
         RedisConfig::single(server.url()),
         "coalesce-aligned",
         FixedWindow::aligned(40, window).unwrap(),
@@ -296,6 +499,20 @@ fn a_batch_on_an_aligned_window_decides_exactly_as_sequential_calls() {
         },
         SINGLE_MAX_CALLS,
     );
+    // Every field: one batch runs at one instant, so each of its decisions announces the same
+    // window end (a denial as its retry too), within the window.
+    let batched = batched(&decided);
+    let reset = batched[0].2.reset_after();
+    assert!(!reset.is_zero() && reset <= window, "{reset:?}");
+    for (n, before, decision) in batched {
+        let expected = if before + u64::from(n) <= 40 {
+            Decision::allow(40, 40 - before - u64::from(n), reset.as_nanos() as u64)
+        } else {
+            let reset = reset.as_nanos() as u64;
+            Decision::deny(40, 40 - before, reset, reset)
+        };
+        assert_eq!(decision, expected, "n {n} after {before}");
+    }
 }
 
 #[test]
@@ -360,41 +577,41 @@ fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
         let key = limiter.redis_keys("k")[0].clone();
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
         server.freeze();
-        // Distinct permit counts tell which calls the server ran: 2 is sent at once (the turn),
-        // 4, 8 and 16 queue behind it.
+        // Distinct permit counts tell which calls the server ran: 2 is sent at once (the first
+        // turn); 4 queues behind it, and takes the second turn for a flusher, which sends it.
         let first = started(call(&limiter, "k", 2));
         let second = started(call(&limiter, "k", 4));
-        let queued = started(call(&limiter, "k", 8));
-        let dropped = started(call(&limiter, "k", 16));
-        // Let the connection write what it was given to the frozen server.
+        // Let the flusher take 4, and the connection write both calls to the frozen server.
         for _ in 0..16 {
             tokio::task::yield_now().await;
         }
-        // Two waiters give up, then the sender is cancelled while its call is out: the queue
-        // must still be sent, by a task no caller owns, without the dropped waiters. The waiters
-        // are dropped first so that they are surely gone before anyone takes the queue: only
-        // the sender's turn is out (a second one is for 32 queued), and it is handed to a
-        // flusher only when the sender is dropped. (A waiter dropped after its decision was
-        // taken may legitimately consume, as a call dropped while out.)
-        drop(second);
+        // Both turns out: 8 and 16 stay queued. A waiter gives up, then the sender is cancelled
+        // while its call is out: the queue must still be sent, by a task no caller owns,
+        // without the dropped waiter. (A waiter dropped after its decision was taken may
+        // legitimately consume, as a call dropped while out.)
+        let queued = started(call(&limiter, "k", 8));
+        let dropped = started(call(&limiter, "k", 16));
         drop(dropped);
         drop(first);
+        let second = tokio::spawn(second);
         let queued = tokio::spawn(queued);
         server.thaw();
-        let outcome = tokio::time::timeout(HANG, queued)
-            .await
-            .expect("the queued call is not stranded")
-            .unwrap()
-            .unwrap();
-        assert!(outcome.failure().is_none(), "{outcome:?}");
-        assert!(outcome.decision().is_allowed());
-        // Exactly: the queued call's 8, and the sender's 2 if its call reached the server
+        for call in [second, queued] {
+            let outcome = tokio::time::timeout(HANG, call)
+                .await
+                .expect("the queued calls are not stranded")
+                .unwrap()
+                .unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed());
+        }
+        // Exactly: the queued calls' 4 and 8, and the sender's 2 if its call reached the server
         // before it was dropped (the documented cost of dropping a call that was sent); the
-        // dropped waiters' 4 and 16 never.
+        // dropped waiter's 16 never.
         let taken = integer(&server, &key) - 1;
         assert!(
-            taken == 8 || taken == 8 + 2,
-            "taken {taken}: the queued call's 8 (and maybe the sender's 2), no waiter's 4 or 16"
+            taken == 4 + 8 || taken == 4 + 8 + 2,
+            "taken {taken}: the queued calls' 4 and 8 (and maybe the sender's 2), no waiter's 16"
         );
         // And the limiter works on: the next call is sent at once and answered.
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
@@ -521,13 +738,14 @@ fn each_decision_in_a_batch_keeps_its_own_deadline() {
     );
 }
 
-/// The `n` of each decision of a batch call (`None` for a one-decision call): the batch
-/// format's arguments are `per`, the four shared ones, `n_slot + 1`, then (key index, `n`,
-/// deadline) per decision.
+/// The `n` of each decision of a fixed-window batch call (`None` for a one-decision call): the
+/// tally format's arguments are the limit, the window, the number of decisions `D`, the
+/// earliest deadline, then the `D` `n`s, the `D` deadlines (and `D` key indices when the call
+/// has more than one key).
 fn batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
     let args: Vec<u64> = call.args.iter().map(|a| a.parse().unwrap()).collect();
-    let decisions = args
-        .get(6..)
-        .filter(|d| !d.is_empty() && d.len() % 3 == 0)?;
-    Some(decisions.chunks(3).map(|d| d[1]).collect())
+    let decisions = usize::try_from(*args.get(2)?).ok()?;
+    let per_decision = if call.numkeys > 1 { 3 } else { 2 };
+    (decisions > 0 && args.len() == 4 + per_decision * decisions)
+        .then(|| args[4..4 + decisions].to_vec())
 }

@@ -1,0 +1,24 @@
+-- floodgate: prepended to the fixed window and GCRA scripts (one call, batch and lease: see
+-- their `Script::new`), so that each reads a stored counter, window index or time the same way.
+
+-- A stored integer as INCRBY reads one ("0", or digits with no leading zero after an optional
+-- '-') within Lua's exact integers (|x| < 2^53); nil for anything else ("1.5", "1e300", " 7",
+-- "0x3", "007"): no value is worked with that INCRBY would refuse or a reply could not carry.
+local function exact(s)
+  if s ~= '0' and not (type(s) == 'string' and #s <= 17 and s:match('^%-?[1-9]%d*$')) then
+    return nil
+  end
+  local x = tonumber(s)
+  if x <= -2^53 or x >= 2^53 then return nil end
+  return x
+end
+
+-- Whether an HMGET of {i, c} (the aligned window's hash) holds a field that is not an exact
+-- integer, or a window index whose window ends past Lua's exact integers: not a count these
+-- scripts keep.
+local function corrupt(stored, window)
+  local index = exact(stored[1])
+  return (stored[1] and not index) or (stored[2] and not exact(stored[2]))
+    or (index and (index + 1) * window >= 2^53)
+end
+
