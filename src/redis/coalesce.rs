@@ -5,8 +5,9 @@
 //! one plain script call (no latency added to a lone caller). A decision made while one is out
 //! joins a lock-free queue, and a task (the *flusher*, not any caller) takes everything queued,
 //! up to [`MAX_BATCH`] decisions (and, for the sliding log, up to [`MAX_BATCH_ENTRIES`]
-//! sorted-set entries touched), and sends it as one call of the batch script: at once while
-//! only one call is out ([`MAX_SENDERS`]: two batches pipeline), else when a call comes back.
+//! sorted-set entries touched), and sends it as one call of the batch script: when a call
+//! comes back, or at once while only one call is out and at least [`SECOND_SENDER_QUEUE`]
+//! decisions wait ([`MAX_SENDERS`]: two batches pipeline).
 //! The batch script decides the batch's decisions in queue order, atomically, exactly as the
 //! one-decision script would one call after another at the same instant: the fixed windows'
 //! (anchored and aligned) and GCRA's batch scripts are written for it (each key read once, written once, and the
@@ -69,14 +70,23 @@ pub(crate) const MAX_BATCH: usize = 256;
 /// single call; a decision over it alone goes in a call of its own.
 pub(crate) const MAX_BATCH_ENTRIES: u64 = 2 * MAX_SLIDING_LOG_CAPACITY as u64;
 
-/// Calls of one limiter out at a time (a caller's own call, or a flusher's batch): one while
-/// nothing waits (a lone caller sends its own call at once), and a second as soon as a
-/// decision waits. Two calls out pipeline: Redis runs one batch while this process hands out
-/// the other's results and gathers the next, so neither side idles waiting for the other (at
-/// 16 callers, one call out at a time left both idle half the time). More than two would only
-/// split the same callers into smaller batches, each paying a round trip's fixed cost
-/// (measured: more CPU per decision on both sides at 16 and 128 callers, no more decisions/s).
+/// Calls of one limiter out at a time (a caller's own call, or a flusher's batch): one, and a
+/// second while at least [`SECOND_SENDER_QUEUE`] decisions wait. Two calls out pipeline: Redis
+/// runs one batch while this process hands out the other's results and gathers the next.
+/// More than two would only split the same callers into smaller batches, each paying a round
+/// trip's fixed cost (measured: more CPU per decision on both sides at 16 and 128 callers, no
+/// more decisions/s).
 const MAX_SENDERS: u32 = 2;
+
+/// Decisions waiting that let a second call go out (see [`MAX_SENDERS`]). Each call costs a
+/// round trip's fixed work on both sides (on the server, about as much as 8 decisions' script
+/// work), which a second call out early pays for a smaller batch. Where the client and the
+/// server share few cores, CPU per decision bounds decisions/s, so fewer, larger batches win:
+/// measured at 16 callers on 2 shared cores (`benches/redis.rs -- cpu`), a second call as soon
+/// as 1 decision waited split them into two batches of ~8 (client + server 6.7 µs per
+/// decision, fixed window); waiting for 16 kept one batch of ~15 (5.7 µs), with 4 or 8 no
+/// better than 1. At 128 callers the queue is long and two calls go out as before.
+const SECOND_SENDER_QUEUE: usize = 16;
 
 /// The batch form of a one-decision script `source`: the script's code becomes a function of
 /// `(KEYS, ARGV, t)`, run once per decision in order, with the server's `TIME` read once for
@@ -182,8 +192,8 @@ impl Coalescer {
             entries,
             reply,
         });
-        // Something waits (this decision): a second call may go out.
-        if self.turns.after_push(|| MAX_SENDERS) {
+        // Something waits (this decision): a second call may go out, if enough wait.
+        if self.turns.after_push(|| self.senders()) {
             self.spawn_flusher();
         }
         match tokio::time::timeout_at(deadline.into(), answer).await {
@@ -217,8 +227,17 @@ impl Coalescer {
     fn give_back_and_retake(&self) -> bool {
         self.turns.give_back(|| match self.queue.is_empty() {
             true => 0,
-            false => MAX_SENDERS,
+            false => self.senders(),
         })
+    }
+
+    /// How many calls may be out for the queue as it is now: a second only while at least
+    /// [`SECOND_SENDER_QUEUE`] decisions wait.
+    fn senders(&self) -> u32 {
+        match self.queue.len() >= SECOND_SENDER_QUEUE {
+            true => MAX_SENDERS,
+            false => 1,
+        }
     }
 
     /// Starts a flusher holding the turn the caller took, on the runtime that drives the

@@ -599,16 +599,18 @@ impl RedisBackend {
     ) -> Result<Vec<i64>, BackendError> {
         let shared = &*self.shared;
         let now = Instant::now();
-        let mut invocation = script.prepare_invoke();
+        // Built in place (a ScriptInvocation would allocate a buffer per argument, then copy
+        // them into a command like this one).
+        let mut command = evalsha(script, keys.len(), args.len() + 1, 64);
         for key in keys {
-            invocation.key(key);
+            command.arg(key.as_str());
         }
         for arg in args {
-            invocation.arg(arg);
+            command.arg(arg);
         }
-        invocation.arg(self.server_deadline(deadline, now));
+        command.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
-        let call = invocation.invoke_async::<Vec<i64>>(&mut connection);
+        let call = query_script::<Vec<i64>>(script, &command, &mut connection);
         let reply = match tokio::time::timeout_at(deadline.into(), call).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(error)) => return Err(classify(&shared.server, error)),
@@ -747,12 +749,12 @@ impl RedisBackend {
         }
         // EVALSHA, the hash, the key count, the keys, four arguments, and up to 3 per decision
         // (mostly short: an n of a few digits, a 16-digit deadline, an index).
-        let args = 7 + distinct.len() + 3 * requests.len();
-        let mut command = redis::Cmd::with_capacity(args, 128 + 24 * requests.len());
-        command
-            .arg("EVALSHA")
-            .arg(batch.get_hash())
-            .arg(distinct.len());
+        let mut command = evalsha(
+            batch,
+            distinct.len(),
+            4 + 3 * requests.len(),
+            24 * requests.len(),
+        );
         for key in &distinct {
             command.arg(*key);
         }
@@ -770,17 +772,7 @@ impl RedisBackend {
             }
         }
         let mut connection = shared.connection.clone();
-        let call = async {
-            match command.query_async::<Value>(&mut connection).await {
-                Err(error)
-                    if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    batch.prepare_invoke().load_async(&mut connection).await?;
-                    command.query_async::<Value>(&mut connection).await
-                }
-                reply => reply,
-            }
-        };
+        let call = query_script::<Value>(batch, &command, &mut connection);
         let (items, received) = self.batch_reply(call, now, latest, requests.len()).await?;
         // The time, three integers per key, the count of late decisions, then those and the
         // error messages.
@@ -925,6 +917,30 @@ pub(crate) struct Request {
     pub(crate) keys: Vec<String>,
     pub(crate) args: [u64; 4],
     pub(crate) deadline: Instant,
+}
+
+/// An `EVALSHA` of `script` with `keys` keys, to which the caller adds the keys, then about
+/// `args` arguments taking about `bytes` bytes.
+fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
+    let mut command = Cmd::with_capacity(3 + keys + args, 128 + bytes);
+    command.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    command
+}
+
+/// Runs `command`, an [`evalsha`] of `script`, loading the script first if the server does not
+/// know it (a restarted server, a failover).
+async fn query_script<T: redis::FromRedisValue>(
+    script: &Script,
+    command: &Cmd,
+    connection: &mut Connection,
+) -> redis::RedisResult<T> {
+    match command.query_async::<T>(connection).await {
+        Err(error) if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(connection).await?;
+            command.query_async::<T>(connection).await
+        }
+        reply => reply,
+    }
 }
 
 /// The integers of `values`, if all are.

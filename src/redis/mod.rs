@@ -36,7 +36,7 @@
 //!
 //! **Coalescing.** A limiter sends a decision at once when none of its calls is out, so a lone
 //! caller waits for one round trip and nothing else. Decisions made while its call is out queue,
-//! and go together in the next call (a second call goes out as soon as one waits, so that two
+//! and go together in the next call (a second call goes out while many wait, so that two
 //! batches pipeline), to a batch
 //! form of the script that decides the batch's decisions in queue order on the server's clock,
 //! each against its own deadline: `N` decisions on one key admit exactly what `N` sequential
