@@ -27,7 +27,9 @@ impl Queue {
     }
 
     /// Turns the queue may have out: two (the coalescer's `MAX_SENDERS`) while it has work,
-    /// none when empty (the coalescer's rule: a second call goes out as soon as work waits).
+    /// none when empty. The coalescer allows the second only while `SECOND_SENDER_QUEUE`
+    /// decisions wait (one below that); the model lets it out at once, so every interleaving of
+    /// the coalescer's rule (one or two senders over the same turns) is among the model's.
     fn has_work(&self) -> u32 {
         2 * u32::from(self.queued.load(Ordering::Acquire) > 0)
     }
