@@ -19,6 +19,9 @@ struct Queue {
     sent: AtomicU32,
     /// Failed by a dying sender (its callers see an error at once).
     failed: AtomicU32,
+    /// Turns the queue may have out while it has work: 1 (the coalescer while fewer than
+    /// `SECOND_SENDER_QUEUE` decisions wait) or 2 (its `MAX_SENDERS`, while that many wait).
+    senders: u32,
 }
 
 impl Queue {
@@ -26,12 +29,9 @@ impl Queue {
         self.queued.fetch_add(1, Ordering::Release);
     }
 
-    /// Turns the queue may have out: two (the coalescer's `MAX_SENDERS`) while it has work,
-    /// none when empty. The coalescer allows the second only while `SECOND_SENDER_QUEUE`
-    /// decisions wait (one below that); the model lets it out at once, so every interleaving of
-    /// the coalescer's rule (one or two senders over the same turns) is among the model's.
+    /// Turns the queue may have out: `senders` while it has work, none when empty.
     fn has_work(&self) -> u32 {
-        2 * u32::from(self.queued.load(Ordering::Acquire) > 0)
+        self.senders * u32::from(self.queued.load(Ordering::Acquire) > 0)
     }
 
     /// A sender holding a turn: sends batches while there is work, then gives the turn back.
@@ -67,13 +67,17 @@ impl Queue {
     }
 }
 
-/// `pushers` callers queue one decision each while a call holds a turn (of two: a pusher may
-/// take the second and send the queue alongside it), which is then given back: every decision
-/// is sent (or, with `dying` senders, sent by its caller or failed), and no turn is left taken.
-fn nothing_is_left_behind(pushers: u32, dying: bool) {
+/// `pushers` callers queue one decision each while a call holds a turn (of two; with `senders`
+/// = 2 a pusher may take the second and send the queue alongside it, with 1 it leaves the queue
+/// to the turn's holder), which is then given back: every decision is sent (or, with `dying`
+/// senders, sent by its caller or failed), and no turn is left taken.
+fn nothing_is_left_behind(pushers: u32, dying: bool, senders: u32) {
     model(None, move || {
         let turns = Arc::new(TurnsProbe::new(2));
-        let queue = Arc::new(Queue::default());
+        let queue = Arc::new(Queue {
+            senders,
+            ..Queue::default()
+        });
         assert!(turns.take(1), "the call out");
         let threads: Vec<_> = (0..pushers)
             .map(|_| {
@@ -89,7 +93,7 @@ fn nothing_is_left_behind(pushers: u32, dying: bool) {
                     }
                     queue.push();
                     // As the coalescer: something waits, so a second call may go out.
-                    if turns.after_push(|| 2) {
+                    if turns.after_push(|| queue.senders) {
                         queue.handle(&turns, dying);
                     }
                 })
@@ -115,20 +119,24 @@ fn nothing_is_left_behind(pushers: u32, dying: bool) {
 
 #[test]
 fn a_queued_decision_is_sent_whoever_wins_the_race() {
-    nothing_is_left_behind(1, false);
+    nothing_is_left_behind(1, false, 1);
+    nothing_is_left_behind(1, false, 2);
 }
 
 #[test]
 fn two_queued_decisions_are_sent_whoever_wins_the_race() {
-    nothing_is_left_behind(2, false);
+    nothing_is_left_behind(2, false, 1);
+    nothing_is_left_behind(2, false, 2);
 }
 
 #[test]
 fn a_dying_sender_leaves_no_queued_decision_waiting() {
-    nothing_is_left_behind(1, true);
+    nothing_is_left_behind(1, true, 1);
+    nothing_is_left_behind(1, true, 2);
 }
 
 #[test]
 fn two_queued_decisions_are_answered_whatever_a_dying_sender_races() {
-    nothing_is_left_behind(2, true);
+    nothing_is_left_behind(2, true, 1);
+    nothing_is_left_behind(2, true, 2);
 }
