@@ -658,14 +658,17 @@ mod tests {
 
     /// `try_acquire` (the short path) and `try_acquire_for(n, 0)` (the general engine) give the
     /// same answers on the same calls, and leave the same state; `admit` agrees.
+    /// The calls start `start_nanos` after the limiters' creation.
     fn short_path_decides_as_the_engine<L: crate::Limiter>(
         make: impl Fn(&crate::ManualClock) -> L,
         set_rate: impl Fn(&L, f64),
         snapshot: impl Fn(&L) -> SmoothSnapshot,
+        start_nanos: u64,
         steps: Vec<(u32, u64, Option<f64>)>,
     ) -> Result<(), TestCaseError> {
         let clock = crate::ManualClock::new();
         let (short, engine, admit) = (make(&clock), make(&clock), make(&clock));
+        clock.advance_nanos(start_nanos);
         for (n, step, rate) in steps {
             if let Some(rate) = rate {
                 for limiter in [&short, &engine, &admit] {
@@ -684,18 +687,24 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
-        /// Through rate changes (to and from ∞), long bookings and *never*.
+        /// Through rate changes (to and from ∞), long bookings and *never*; from the start of the
+        /// time range, or from its last 30 s (the lag horizon's reach, and the end itself).
         #[test]
         fn bursty_short_path_decides_as_the_engine(
             rate in prop_oneof![Just(5.0), Just(3.0), 0.5f64..2_000.0, 1e5f64..1e9],
             burst in prop_oneof![Just(1.0), 0.0f64..3.0],
+            before_end in prop_oneof![2 => Just(None), 1 => (0u64..30_000_000).prop_map(Some)],
             steps in steps(),
         ) {
             use crate::SmoothBursty;
+            // The range's end, as `BurstyCodec::max_micros` (µs since creation).
+            let end = (1u64 << 51) - 1 - (burst * 1e6).ceil() as u64 - 1;
+            let start = before_end.map_or(0, |before| end.saturating_sub(before) * 1000);
             short_path_decides_as_the_engine(
                 |clock| SmoothBursty::with_max_burst(rate, burst, clock.clone()).unwrap(),
                 |l, r| l.set_rate(r).unwrap(),
                 SmoothBursty::snapshot,
+                start,
                 steps,
             )?;
         }
@@ -720,6 +729,7 @@ mod tests {
                     let _ = l.set_rate(r);
                 },
                 SmoothWarmingUp::snapshot,
+                0,
                 steps,
             )?;
         }
