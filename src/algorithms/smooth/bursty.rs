@@ -481,6 +481,45 @@ mod tests {
         }
     }
 
+    /// A full 1 s burst at `rate` spent in chunks of `n` at once: the chunks granted (the last
+    /// books the rest fresh: Guava's pre-consumption), beside Guava's `⌊rate / n⌋ + 1`.
+    fn chunks_from_a_full_burst(rate: f64, n: u32) -> (u64, u64) {
+        let clock = ManualClock::new();
+        let limiter = SmoothBursty::create_with_clock(rate, clock.clone()).unwrap();
+        clock.advance(Duration::from_secs(2));
+        let guava = (rate / f64::from(n)).floor() as u64 + 1;
+        let mut granted = 0;
+        while limiter.try_acquire(n).unwrap().is_allowed() {
+            granted += 1;
+            assert!(granted <= guava + 1, "rate {rate}, n {n}: more than Guava");
+        }
+        (granted, guava)
+    }
+
+    #[test]
+    fn high_rate_burst_spent_in_chunks_matches_guava() {
+        for (rate, n) in [
+            (1e9, 65_536),
+            (1e9, 10_000),
+            (3e8, 10_000),
+            (1e8, 10_000),
+            (2.5e9, 1_000_000),
+            (1e7, 1_000),
+            (1e6, 1_000),
+            (7e8, 3),
+        ] {
+            let (granted, guava) = chunks_from_a_full_burst(rate, n);
+            // Each request's cost is rounded up by less than one 2⁻¹² µs unit: over all the
+            // requests, less than this many chunks.
+            let chunk_units = f64::from(n) * 1e6 / rate * 4096.0;
+            let slack = (guava as f64 / chunk_units).ceil() as u64;
+            assert!(
+                granted <= guava && granted + slack >= guava,
+                "rate {rate}, n {n}: {granted} chunks granted, Guava {guava} (slack {slack})"
+            );
+        }
+    }
+
     #[test]
     fn the_reported_limit_follows_set_rate() {
         let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new()).unwrap();

@@ -80,7 +80,7 @@
 //! Guava books every cost as `(long)` whole microseconds, truncated. At high rates this admits
 //! far more than the rate (1.11× at 300,000/s, 1.41× at 700,000/s, unlimited above 10⁶/s).
 //! floodgate keeps the truncation only where it provably costs at most 0.1% of the rate: each
-//! request loses less than 1 µs per truncation (bursty: one, plus ≤ 2⁻¹³ µs of stored-time
+//! request loses less than 1 µs per truncation (bursty: one, plus < 2⁻¹¹ µs of stored-time
 //! rounding; warming: up to three) against a cost of at least one stable interval `I`, so
 //! `I / (I − loss) ≤ 1.001` from `I ≥ 1,002 µs` (bursty, rates up to about 998/s) and
 //! `I ≥ 3,004 µs` (warming, about 332/s). Below those intervals every cost is rounded **up** to
