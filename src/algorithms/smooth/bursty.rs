@@ -520,6 +520,38 @@ mod tests {
         }
     }
 
+    /// A request for more permits never leaves more stored (nor a larger `remaining`), around
+    /// the boundary where the stored permits stop covering a request.
+    #[test]
+    fn asking_more_leaves_more() {
+        let stored_after = |rate: f64, n: u32| {
+            let clock = ManualClock::new();
+            let limiter = SmoothBursty::create_with_clock(rate, clock.clone()).unwrap();
+            clock.advance(Duration::from_secs(2));
+            let decision = limiter.try_acquire(n).unwrap();
+            assert!(decision.is_allowed());
+            (limiter.snapshot().stored_permits, decision.remaining())
+        };
+        for (rate, boundary) in [
+            // The boundary of a permit rounded up to 5 units (4.096e9 / 5), and the exact ones.
+            (1e9, 819_200_000),
+            (1e9, 1_000_000_000),
+            (3_333_333.3, 3_333_333),
+            (7e8 / 3.0, 233_333_333),
+            (998.0, 998),
+        ] {
+            let mut last = (f64::INFINITY, u64::MAX);
+            for n in boundary - 3..=boundary + 3 {
+                let now = stored_after(rate, n);
+                assert!(
+                    now.0 <= last.0 && now.1 <= last.1,
+                    "rate {rate}: {n} permits leave {now:?}, one fewer {last:?}"
+                );
+                last = now;
+            }
+        }
+    }
+
     #[test]
     fn the_reported_limit_follows_set_rate() {
         let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new()).unwrap();

@@ -204,9 +204,11 @@ pub(super) fn decide_finite<A: Answer>(
     }
     // Every stored permit spent, the rest booked fresh, in Guava's `double` math:
     // `(long)((n − stored / I) · I)`. `stored` ≤ `full_fixed` < 2⁶³: the signed conversion is
-    // the same value in one instruction.
+    // the same value in one instruction. Not covered by its rounded-up cost, a request may still
+    // be covered in `double` (by less than a unit): it books nothing (`fresh` ≥ 0), as a booking
+    // of a negative cost would hand back stored time.
     let stored_time = stored as i64 as f64 / (1u64 << FRACTION_BITS) as f64;
-    let fresh = f64::from(n) - stored_time / terms.interval;
+    let fresh = (f64::from(n) - stored_time / terms.interval).max(0.0);
     book(codec, now, 0, terms.micros(fresh * terms.interval), terms)
 }
 
