@@ -28,9 +28,9 @@ use super::{MAX_BOOKING_MICROS, Outcome, f64_to_u64, limit_of, micros_to_nanos, 
 use crate::decision::Answer;
 
 std::thread_local! {
-    /// [`Terms::memo`]'s `[interval bits, limit, permit_whole, permit_frac]`; starts at bits no
-    /// interval has (a NaN).
-    static LAST: Cell<[u64; 4]> = const { Cell::new([u64::MAX, 0, 1, 0]) };
+    /// [`Terms::memo`]'s `[interval bits, limit, permit_whole, permit_frac, permit_fixed]`;
+    /// starts at bits no interval has (a NaN).
+    static LAST: Cell<[u64; 5]> = const { Cell::new([u64::MAX, 0, 1, 0, 1]) };
 }
 
 /// The fractional bits of [`Terms::permit_frac`] (below the word's 2⁻¹² µs).
@@ -50,6 +50,9 @@ pub(super) struct Terms {
     /// The rest of it in 2⁻⁴⁴ µs, rounded up: `⌈(I · 2¹² − permit_whole) · 2³²⌉ ≤ 2³²` (at
     /// least 1 where `permit_whole` is 0, so that a permit never costs nothing).
     permit_frac: u64,
+    /// One stored permit in 2⁻¹² µs, rounded up: [`cost(1)`](Self::cost), saturating. The unit
+    /// of an admission's `remaining`.
+    pub(super) permit_fixed: u64,
 }
 
 /// Guava's truncation is kept from this stable interval up (µs): one truncation of < 1 µs and
@@ -76,6 +79,7 @@ impl Terms {
             limit: limit_of(interval),
             permit_whole,
             permit_frac,
+            permit_fixed: permit_whole.saturating_add(u64::from(permit_frac != 0)),
         }
     }
 
@@ -84,18 +88,19 @@ impl Terms {
     /// `None` past `u64` (more than any stored time, < 2⁶³).
     #[inline]
     pub(super) fn cost(&self, n: u32) -> Option<u64> {
-        let n = u64::from(n);
+        if n == 1 {
+            // The common request, remembered (the same value: see `tests`).
+            return Some(self.permit_fixed);
+        }
+        self.cost_of_many(u64::from(n))
+    }
+
+    /// [`cost`](Self::cost) from the wide interval, for `n` < 2³².
+    #[inline]
+    fn cost_of_many(&self, n: u64) -> Option<u64> {
         // `n · permit_frac ≤ (2³² − 1) · 2³²`: no overflow, nor with the rounding added.
         let frac = (n * self.permit_frac + ((1 << WIDE_BITS) - 1)) >> WIDE_BITS;
         n.checked_mul(self.permit_whole)?.checked_add(frac)
-    }
-
-    /// One stored permit in 2⁻¹² µs, rounded up: [`cost(1)`](Self::cost), saturating. The unit
-    /// of an admission's `remaining`.
-    #[inline]
-    pub(super) fn permit_fixed(&self) -> u64 {
-        self.permit_whole
-            .saturating_add(u64::from(self.permit_frac != 0))
     }
 
     /// [`Terms::of`], its costly parts (`limit`: a division; `permit_fixed`: conversions)
@@ -105,23 +110,27 @@ impl Terms {
     #[inline]
     pub(super) fn memo(interval: f64) -> Self {
         let bits = interval.to_bits();
-        let [last_bits, limit, permit_whole, permit_frac] = LAST.with(Cell::get);
-        if last_bits == bits {
-            Terms {
-                interval,
-                limit,
-                permit_whole,
-                permit_frac,
-            }
-        } else {
-            Self::remember(interval)
+        let mut last = LAST.with(Cell::get);
+        if last[0] != bits {
+            // Read back from the cell: a `Terms` returned by the call would be passed on the
+            // stack (and copied there on a hit as well).
+            Self::remember(interval);
+            last = LAST.with(Cell::get);
+        }
+        let [_, limit, permit_whole, permit_frac, permit_fixed] = last;
+        Terms {
+            interval,
+            limit,
+            permit_whole,
+            permit_frac,
+            permit_fixed,
         }
     }
 
-    /// The miss of [`memo`](Self::memo), out of line.
+    /// The miss of [`memo`](Self::memo), out of line: remembers the terms of `interval`.
     #[cold]
     #[inline(never)]
-    fn remember(interval: f64) -> Self {
+    fn remember(interval: f64) {
         let terms = Terms::of(interval);
         LAST.with(|last| {
             last.set([
@@ -129,9 +138,9 @@ impl Terms {
                 terms.limit,
                 terms.permit_whole,
                 terms.permit_frac,
+                terms.permit_fixed,
             ]);
         });
-        terms
     }
 
     /// Whether booked costs are truncated as Guava's `(long)` (else rounded up; see
@@ -197,7 +206,7 @@ pub(super) fn decide_finite<A: Answer>(
         let refill = (codec.full_fixed - left + FRACTION_MASK) >> FRACTION_BITS;
         return Outcome {
             next: Some(now_fixed - left),
-            decision: A::allowed(terms.limit, left, terms.permit_fixed(), refill * 1000),
+            decision: A::allowed(terms.limit, left, terms.permit_fixed, refill * 1000),
             wait_micros: 0,
             refused_booking: None,
         };
@@ -262,23 +271,17 @@ mod tests {
     #[test]
     fn terms_round_the_permit_as_documented() {
         // 200,000 µs is exact; 1e6 / 3 is not: rounded up.
-        assert_eq!(
-            Terms::of(200_000.0).permit_fixed(),
-            200_000 << FRACTION_BITS
-        );
+        assert_eq!(Terms::of(200_000.0).permit_fixed, 200_000 << FRACTION_BITS);
         assert_eq!(
             Terms::of(200_000.0).cost(7),
             Some(7 * 200_000 << FRACTION_BITS)
         );
         let third = Terms::of(1e6 / 3.0);
-        assert_eq!(
-            third.permit_fixed(),
-            ((1e6 / 3.0) * 4096.0_f64).ceil() as u64
-        );
+        assert_eq!(third.permit_fixed, ((1e6 / 3.0) * 4096.0_f64).ceil() as u64);
         assert!(third.truncate());
         // Rounded up once per request, not per permit: 0.3 · 4096 = 1228.8.
         let fine = Terms::of(0.3);
-        assert_eq!(fine.permit_fixed(), 1229);
+        assert_eq!(fine.permit_fixed, 1229);
         // Within a unit of the exact cost (rounding once per permit: 122,900 and 5,278,514,805,555).
         for (n, exact) in [(100, 122_880), (u32::MAX, 5_277_655_812_096)] {
             let cost = fine.cost(n).unwrap();
@@ -288,10 +291,19 @@ mod tests {
         // 10⁹ permits per second: 4.096 units a permit (the `f64` 1e-3 is a hair above), a
         // million of them 4,096,001 units (not 5,000,000).
         assert_eq!(Terms::of(1e-3).cost(1_000_000), Some(4_096_001));
+        // One permit: `permit_fixed` is the cost computed for any `n`.
+        for interval in [0.3, 1e-3, 1e-9, 1e6 / 3.0, 2e5, 3.6e9, 1e300, f64::INFINITY] {
+            let terms = Terms::of(interval);
+            assert_eq!(
+                terms.cost_of_many(1),
+                Some(terms.permit_fixed),
+                "{interval}"
+            );
+        }
         // Never 0, and saturating.
-        assert_eq!(Terms::of(1e-9).permit_fixed(), 1);
+        assert_eq!(Terms::of(1e-9).permit_fixed, 1);
         assert_eq!(Terms::of(1e-9).cost(1), Some(1));
-        assert_eq!(Terms::of(f64::INFINITY).permit_fixed(), u64::MAX);
+        assert_eq!(Terms::of(f64::INFINITY).permit_fixed, u64::MAX);
         assert_eq!(Terms::of(f64::INFINITY).cost(1), Some(u64::MAX));
         assert_eq!(Terms::of(f64::INFINITY).cost(2), None);
         assert_eq!(
@@ -397,7 +409,7 @@ mod tests {
             match (ours.next, theirs.next) {
                 (Some(next), Some(t)) => {
                     // The fixed-point interval's rounding over `n` permits, and the word's.
-                    let slack = f64::from(n) * (terms.permit_fixed() as f64 / 4096.0 - interval).abs()
+                    let slack = f64::from(n) * (terms.permit_fixed as f64 / 4096.0 - interval).abs()
                         + 1.0 / 4096.0 + t.stored_time * 1e-12;
                     let (back, _) = codec.decode(next, now);
                     // A request on Guava's boundary between "stored permits cover it" and "books
@@ -412,7 +424,7 @@ mod tests {
                     );
                     // `remaining`: whole stored permits at the cost one is spent at
                     // (`permit_fixed`), up to the same rounding.
-                    let per_permit = terms.permit_fixed() as f64 / 4096.0;
+                    let per_permit = terms.permit_fixed as f64 / 4096.0;
                     let exact = t.stored_time / per_permit;
                     let remaining = ours.decision.remaining() as f64;
                     prop_assert!(
