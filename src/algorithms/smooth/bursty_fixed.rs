@@ -274,7 +274,7 @@ mod tests {
         assert_eq!(Terms::of(200_000.0).permit_fixed, 200_000 << FRACTION_BITS);
         assert_eq!(
             Terms::of(200_000.0).cost(7),
-            Some(7 * 200_000 << FRACTION_BITS)
+            Some((7 * 200_000) << FRACTION_BITS)
         );
         let third = Terms::of(1e6 / 3.0);
         assert_eq!(third.permit_fixed, ((1e6 / 3.0) * 4096.0_f64).ceil() as u64);
