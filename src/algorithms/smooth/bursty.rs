@@ -205,19 +205,21 @@ impl<C: Clock> SmoothBursty<C> {
         let codec = &self.codec;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
         let terms = Terms::memo(self.interval.load());
-        // A word at rate ∞ (bit 63) or *never* is above `now_fixed` (≤ 2⁶³ − 2¹³) and beyond
-        // the horizon: decided here as a refusal, it goes to the engine below.
+        // A word at rate ∞ (bit 63) or *never* is above `now_fixed` (≤ 2⁶³ − 2¹³): decided here
+        // as a refusal, it goes to the engine below.
         let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), &terms);
         // A booking longer than a year (from a free limiter: never beyond the horizon).
         outcome.check_booking(n)?;
         let decision = outcome.decision;
         let Some(next) = outcome.next else {
+            // Rate ∞ or *never*: the general engine. Tested before the horizon: near the end of
+            // the range, `now_fixed` plus the horizon reaches 2⁶³ − 1 and such a word is not
+            // beyond it.
+            if word >= NEVER {
+                return general();
+            }
             // A booking `nf` is beyond the horizon iff its value is above this.
             if word > now_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS) {
-                // Rate ∞ or *never*: the general engine.
-                if word >= NEVER {
-                    return general();
-                }
                 // Acquire fence: pairs with the Release of a repairer's floor lowering, which
                 // `floor_now` may have read; the word loaded next then shows its repair.
                 fence(Ordering::Acquire);
@@ -424,8 +426,131 @@ impl StoredPermits for BurstyMath {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::{Limiter, ManualClock};
+
+    /// A limiter advanced to `before_end_micros` before the end of its time range.
+    fn near_the_end(limiter: &SmoothBursty<ManualClock>, clock: &ManualClock, before: i64) {
+        let at = limiter.codec.max_micros - before;
+        clock.set(limiter.origin_nanos + at as u64 * 1000);
+    }
+
+    #[test]
+    fn infinite_rate_near_end_of_range_short_path_agrees_with_engine() {
+        // Within the last 10 s (the lag horizon) of the range, and at its very end.
+        for burst in [0.0, 1.0] {
+            for before in [5_000_000, 1, 0] {
+                let clock = ManualClock::new();
+                let make = || SmoothBursty::with_max_burst(f64::INFINITY, burst, clock.clone());
+                let (short, engine, admit) = (make().unwrap(), make().unwrap(), make().unwrap());
+                near_the_end(&short, &clock, before);
+                let engine_says = engine.try_acquire_for(1, Duration::ZERO).unwrap();
+                assert!(engine_says.is_allowed(), "rate ∞ grants everything");
+                assert_eq!(
+                    short.try_acquire(1).unwrap(),
+                    engine_says,
+                    "{burst} {before}"
+                );
+                assert_eq!(admit.admit(1), Ok(true), "{burst} {before}");
+            }
+        }
+    }
+
+    #[test]
+    fn never_near_end_of_range_retry_agrees_with_engine() {
+        // Guava's Double.MIN_VALUE: one permit, then *never*.
+        for before in [5_000_000, 1, 0] {
+            let clock = ManualClock::new();
+            let make = || SmoothBursty::create_with_clock(f64::from_bits(1), clock.clone());
+            let (short, engine, admit) = (make().unwrap(), make().unwrap(), make().unwrap());
+            for limiter in [&short, &engine, &admit] {
+                assert!(limiter.try_acquire(1).unwrap().is_allowed());
+            }
+            near_the_end(&short, &clock, before);
+            let engine_says = engine.try_acquire_for(1, Duration::ZERO).unwrap();
+            assert!(!engine_says.is_allowed());
+            assert_eq!(
+                engine_says.retry_after(),
+                Duration::from_nanos(u64::MAX),
+                "never"
+            );
+            assert_eq!(short.try_acquire(1).unwrap(), engine_says, "{before}");
+            assert_eq!(admit.admit(1), Ok(false), "{before}");
+        }
+    }
+
+    /// A full 1 s burst at `rate` spent in chunks of `n` at once: the chunks granted (the last
+    /// books the rest fresh: Guava's pre-consumption), beside Guava's `⌊rate / n⌋ + 1`.
+    fn chunks_from_a_full_burst(rate: f64, n: u32) -> (u64, u64) {
+        let clock = ManualClock::new();
+        let limiter = SmoothBursty::create_with_clock(rate, clock.clone()).unwrap();
+        clock.advance(Duration::from_secs(2));
+        let guava = (rate / f64::from(n)).floor() as u64 + 1;
+        let mut granted = 0;
+        while limiter.try_acquire(n).unwrap().is_allowed() {
+            granted += 1;
+            assert!(granted <= guava + 1, "rate {rate}, n {n}: more than Guava");
+        }
+        (granted, guava)
+    }
+
+    #[test]
+    fn high_rate_burst_spent_in_chunks_matches_guava() {
+        for (rate, n) in [
+            (1e9, 65_536),
+            (1e9, 10_000),
+            (3e8, 10_000),
+            (1e8, 10_000),
+            (2.5e9, 1_000_000),
+            (1e7, 1_000),
+            (1e6, 1_000),
+            (7e8, 3),
+        ] {
+            let (granted, guava) = chunks_from_a_full_burst(rate, n);
+            // Each request's cost is rounded up by less than one 2⁻¹² µs unit: over all the
+            // requests, less than this many chunks.
+            let chunk_units = f64::from(n) * 1e6 / rate * 4096.0;
+            let slack = (guava as f64 / chunk_units).ceil() as u64;
+            assert!(
+                granted <= guava && granted + slack >= guava,
+                "rate {rate}, n {n}: {granted} chunks granted, Guava {guava} (slack {slack})"
+            );
+        }
+    }
+
+    /// A request for more permits never leaves more stored (nor a larger `remaining`), around
+    /// the boundary where the stored permits stop covering a request.
+    #[test]
+    fn asking_more_leaves_more() {
+        let stored_after = |rate: f64, n: u32| {
+            let clock = ManualClock::new();
+            let limiter = SmoothBursty::create_with_clock(rate, clock.clone()).unwrap();
+            clock.advance(Duration::from_secs(2));
+            let decision = limiter.try_acquire(n).unwrap();
+            assert!(decision.is_allowed());
+            (limiter.snapshot().stored_permits, decision.remaining())
+        };
+        for (rate, boundary) in [
+            // The boundary of a permit rounded up to 5 units (4.096e9 / 5), and the exact ones.
+            (1e9, 819_200_000),
+            (1e9, 1_000_000_000),
+            (3_333_333.3, 3_333_333),
+            (7e8 / 3.0, 233_333_333),
+            (998.0, 998),
+        ] {
+            let mut last = (f64::INFINITY, u64::MAX);
+            for n in boundary - 3..=boundary + 3 {
+                let now = stored_after(rate, n);
+                assert!(
+                    now.0 <= last.0 && now.1 <= last.1,
+                    "rate {rate}: {n} permits leave {now:?}, one fewer {last:?}"
+                );
+                last = now;
+            }
+        }
+    }
 
     #[test]
     fn the_reported_limit_follows_set_rate() {

@@ -5,13 +5,12 @@
 //! A free limiter (`V ≤ now`) holds `stored = min(now − V, W)` of stored time. A request whose
 //! stored permits cover it (`n · I ≤ stored`, `I` the stable interval) costs nothing and leaves
 //! `stored − n · I`: the new word is `max(V, now − W) + n · I`, one multiplication and one
-//! addition on integers (the virtual time of GCRA). `I` is held in fixed point as well
-//! ([`Terms::permit_fixed`]): rounded to nearest where Guava's truncation is kept (a stable
-//! interval of at least 1,002 µs: the ≤ 2⁻¹³ µs rounding per permit is within the rounding
-//! budget of *Rates above Guava's precision* in the module docs), rounded **up** above it, so a
-//! stored permit is never spent short. Guava spends `storedPermits -= n` in `double`; the two
-//! agree to within 2⁻¹³ µs per permit spent (see `tests`), far below Guava's own `(long)`
-//! truncation of every booking.
+//! addition on integers (the virtual time of GCRA). `I` is held in fixed point with 32 more
+//! fractional bits ([`Terms::cost`]), and the cost of a request, `n · I`, is rounded **up** to
+//! 2⁻¹² µs once per request (not once per permit: at 10⁹ permits per second a permit is 4.096
+//! units, and rounding each up to 5 would spend stored permits 22 % short). Guava spends
+//! `storedPermits -= n` in `double`; the two agree to within 2⁻¹¹ µs per request (see `tests`),
+//! far below Guava's own `(long)` truncation of every booking.
 //!
 //! # Bookings keep Guava's `double` math
 //! A request that books fresh permits (stored permits do not cover it) computes its cost exactly
@@ -29,10 +28,13 @@ use super::{MAX_BOOKING_MICROS, Outcome, f64_to_u64, limit_of, micros_to_nanos, 
 use crate::decision::Answer;
 
 std::thread_local! {
-    /// [`Terms::memo`]'s `[interval bits, limit, permit_fixed]`; starts at bits no interval has
-    /// (a NaN).
-    static LAST: Cell<[u64; 3]> = const { Cell::new([u64::MAX, 0, 1]) };
+    /// [`Terms::memo`]'s `[interval bits, limit, permit_whole, permit_frac, permit_fixed]`;
+    /// starts at bits no interval has (a NaN).
+    static LAST: Cell<[u64; 5]> = const { Cell::new([u64::MAX, 0, 1, 0, 1]) };
 }
+
+/// The fractional bits of [`Terms::permit_frac`] (below the word's 2⁻¹² µs).
+const WIDE_BITS: u32 = 32;
 
 /// What a decision needs of the stable interval: a pure function of its bits, computed once per
 /// interval ([`Terms::memo`]).
@@ -42,35 +44,63 @@ pub(super) struct Terms {
     pub(super) interval: f64,
     /// The rate as whole permits per second ([`Decision`]'s `limit`).
     pub(super) limit: u64,
-    /// One stored permit in 2⁻¹² µs: the interval rounded to nearest where Guava's truncation is
-    /// kept, up (and at least 1) otherwise; saturating (an interval of `+∞` is `u64::MAX`).
+    /// One stored permit in 2⁻¹² µs, whole part: `⌊I · 2¹²⌋`, saturating (an interval of `+∞`
+    /// is `u64::MAX`).
+    permit_whole: u64,
+    /// The rest of it in 2⁻⁴⁴ µs, rounded up: `⌈(I · 2¹² − permit_whole) · 2³²⌉ ≤ 2³²` (at
+    /// least 1 where `permit_whole` is 0, so that a permit never costs nothing).
+    permit_frac: u64,
+    /// One stored permit in 2⁻¹² µs, rounded up: [`cost(1)`](Self::cost), saturating. The unit
+    /// of an admission's `remaining`.
     pub(super) permit_fixed: u64,
 }
 
 /// Guava's truncation is kept from this stable interval up (µs): one truncation of < 1 µs and
-/// one stored-time rounding of ≤ 2⁻¹³ µs per request, against a cost of at least one interval:
-/// `I / (I − 1.000122) ≤ 1.001` from `I = 1002` µs (rates up to about 998 per second).
+/// one stored-time rounding of < 2⁻¹¹ µs per request, against a cost of at least one interval:
+/// `I / (I − 1.000489) ≤ 1.001` from `I = 1002` µs (rates up to about 998 per second).
 pub(super) const GUAVA_MIN_INTERVAL: f64 = 1002.0;
 
 impl Terms {
     /// The terms of a stable interval (µs per permit, > 0, or `+∞`).
     pub(super) fn of(interval: f64) -> Self {
-        let truncate = interval >= GUAVA_MIN_INTERVAL;
         // `× 2¹²` is exact; `as` saturates (`+∞` → `u64::MAX`).
         let scaled = interval * (1u64 << FRACTION_BITS) as f64;
-        let permit_fixed = if truncate {
-            f64_to_u64(scaled + 0.5)
+        let permit_whole = f64_to_u64(scaled);
+        // From 2⁵² on an `f64` has no fraction (and `+∞ − +∞` would be a NaN).
+        let permit_frac = if scaled < (1u64 << 52) as f64 {
+            // Exact: `scaled − ⌊scaled⌋` (same binade or smaller), `× 2³²` (a power of two).
+            let frac = ((scaled - permit_whole as f64) * (1u64 << WIDE_BITS) as f64).ceil() as u64;
+            frac.max(u64::from(permit_whole == 0))
         } else {
-            // Rounded up; below `GUAVA_MIN_INTERVAL` µs, `scaled` < 2²³ (exact conversions).
-            let whole = scaled as u64;
-            let up = whole + u64::from((whole as f64) < scaled);
-            up.max(1)
+            0
         };
         Terms {
             interval,
             limit: limit_of(interval),
-            permit_fixed,
+            permit_whole,
+            permit_frac,
+            permit_fixed: permit_whole.saturating_add(u64::from(permit_frac != 0)),
         }
+    }
+
+    /// The cost of `n` permits from stored time, in 2⁻¹² µs: `n · I · 2¹²` rounded up once (to
+    /// within the 2⁻⁴⁴ µs of `permit_frac` per permit, below one unit for any `n` < 2³²);
+    /// `None` past `u64` (more than any stored time, < 2⁶³).
+    #[inline]
+    pub(super) fn cost(&self, n: u32) -> Option<u64> {
+        if n == 1 {
+            // The common request, remembered (the same value: see `tests`).
+            return Some(self.permit_fixed);
+        }
+        self.cost_of_many(u64::from(n))
+    }
+
+    /// [`cost`](Self::cost) from the wide interval, for `n` < 2³².
+    #[inline]
+    fn cost_of_many(&self, n: u64) -> Option<u64> {
+        // `n · permit_frac ≤ (2³² − 1) · 2³²`: no overflow, nor with the rounding added.
+        let frac = (n * self.permit_frac + ((1 << WIDE_BITS) - 1)) >> WIDE_BITS;
+        n.checked_mul(self.permit_whole)?.checked_add(frac)
     }
 
     /// [`Terms::of`], its costly parts (`limit`: a division; `permit_fixed`: conversions)
@@ -80,26 +110,37 @@ impl Terms {
     #[inline]
     pub(super) fn memo(interval: f64) -> Self {
         let bits = interval.to_bits();
-        let [last_bits, limit, permit_fixed] = LAST.with(Cell::get);
-        let (limit, permit_fixed) = if last_bits == bits {
-            (limit, permit_fixed)
-        } else {
-            Self::remember(interval)
-        };
+        let mut last = LAST.with(Cell::get);
+        if last[0] != bits {
+            // Read back from the cell: a `Terms` returned by the call would be passed on the
+            // stack (and copied there on a hit as well).
+            Self::remember(interval);
+            last = LAST.with(Cell::get);
+        }
+        let [_, limit, permit_whole, permit_frac, permit_fixed] = last;
         Terms {
             interval,
             limit,
+            permit_whole,
+            permit_frac,
             permit_fixed,
         }
     }
 
-    /// The miss of [`memo`](Self::memo), out of line: `(limit, permit_fixed)`.
+    /// The miss of [`memo`](Self::memo), out of line: remembers the terms of `interval`.
     #[cold]
     #[inline(never)]
-    fn remember(interval: f64) -> (u64, u64) {
+    fn remember(interval: f64) {
         let terms = Terms::of(interval);
-        LAST.with(|last| last.set([interval.to_bits(), terms.limit, terms.permit_fixed]));
-        (terms.limit, terms.permit_fixed)
+        LAST.with(|last| {
+            last.set([
+                interval.to_bits(),
+                terms.limit,
+                terms.permit_whole,
+                terms.permit_frac,
+                terms.permit_fixed,
+            ]);
+        });
     }
 
     /// Whether booked costs are truncated as Guava's `(long)` (else rounded up; see
@@ -156,9 +197,7 @@ pub(super) fn decide_finite<A: Answer>(
     // Free: `nf = now` after the resync, `stored` the idle time (capped).
     let stored = (now_fixed - value).min(codec.full_fixed);
     // A product past `u64` is more than any stored time (< 2⁶³).
-    let covered = u64::from(n)
-        .checked_mul(terms.permit_fixed)
-        .filter(|&cost| cost <= stored);
+    let covered = terms.cost(n).filter(|&cost| cost <= stored);
     if let Some(cost) = covered {
         // Spent from stored permits only: free, nothing booked. `nf = now`: the word's base is
         // `now_fixed`, less the stored time left (≤ `now_fixed − value`, so no underflow).
@@ -174,9 +213,11 @@ pub(super) fn decide_finite<A: Answer>(
     }
     // Every stored permit spent, the rest booked fresh, in Guava's `double` math:
     // `(long)((n − stored / I) · I)`. `stored` ≤ `full_fixed` < 2⁶³: the signed conversion is
-    // the same value in one instruction.
+    // the same value in one instruction. Not covered by its rounded-up cost, a request may still
+    // be covered in `double` (by less than a unit): it books nothing (`fresh` ≥ 0), as a booking
+    // of a negative cost would hand back stored time.
     let stored_time = stored as i64 as f64 / (1u64 << FRACTION_BITS) as f64;
-    let fresh = f64::from(n) - stored_time / terms.interval;
+    let fresh = (f64::from(n) - stored_time / terms.interval).max(0.0);
     book(codec, now, 0, terms.micros(fresh * terms.interval), terms)
 }
 
@@ -229,20 +270,42 @@ mod tests {
 
     #[test]
     fn terms_round_the_permit_as_documented() {
-        // Guava's precision: to nearest (200,000 µs is exact; 1e6 / 3 is not).
+        // 200,000 µs is exact; 1e6 / 3 is not: rounded up.
         assert_eq!(Terms::of(200_000.0).permit_fixed, 200_000 << FRACTION_BITS);
-        let third = Terms::of(1e6 / 3.0);
         assert_eq!(
-            third.permit_fixed,
-            ((1e6 / 3.0) * 4096.0_f64).round() as u64
+            Terms::of(200_000.0).cost(7),
+            Some((7 * 200_000) << FRACTION_BITS)
         );
+        let third = Terms::of(1e6 / 3.0);
+        assert_eq!(third.permit_fixed, ((1e6 / 3.0) * 4096.0_f64).ceil() as u64);
         assert!(third.truncate());
-        // Above it: up, and never 0.
+        // Rounded up once per request, not per permit: 0.3 · 4096 = 1228.8.
         let fine = Terms::of(0.3);
-        assert_eq!(fine.permit_fixed, 1229); // 0.3 · 4096 = 1228.8
+        assert_eq!(fine.permit_fixed, 1229);
+        // Within a unit of the exact cost (rounding once per permit: 122,900 and 5,278,514,805,555).
+        for (n, exact) in [(100, 122_880), (u32::MAX, 5_277_655_812_096)] {
+            let cost = fine.cost(n).unwrap();
+            assert!((exact..=exact + 1).contains(&cost), "{n}: {cost}");
+        }
         assert!(!fine.truncate());
+        // 10⁹ permits per second: 4.096 units a permit (the `f64` 1e-3 is a hair above), a
+        // million of them 4,096,001 units (not 5,000,000).
+        assert_eq!(Terms::of(1e-3).cost(1_000_000), Some(4_096_001));
+        // One permit: `permit_fixed` is the cost computed for any `n`.
+        for interval in [0.3, 1e-3, 1e-9, 1e6 / 3.0, 2e5, 3.6e9, 1e300, f64::INFINITY] {
+            let terms = Terms::of(interval);
+            assert_eq!(
+                terms.cost_of_many(1),
+                Some(terms.permit_fixed),
+                "{interval}"
+            );
+        }
+        // Never 0, and saturating.
         assert_eq!(Terms::of(1e-9).permit_fixed, 1);
+        assert_eq!(Terms::of(1e-9).cost(1), Some(1));
         assert_eq!(Terms::of(f64::INFINITY).permit_fixed, u64::MAX);
+        assert_eq!(Terms::of(f64::INFINITY).cost(1), Some(u64::MAX));
+        assert_eq!(Terms::of(f64::INFINITY).cost(2), None);
         assert_eq!(
             (Terms::of(200_000.0).limit, Terms::of(1e6 / 7.4).limit),
             (5, 7)
@@ -317,8 +380,8 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(20_000))]
         /// The fixed-point decision against Guava's `double` math on the decoded word: the same
         /// answer, the same wait and retry, the same next free ticket, and stored time within
-        /// the rounding of the fixed-point interval (2⁻¹³ µs per permit, or up to one permit's
-        /// rounding above Guava's precision) plus the word's own rounding (2⁻¹² µs).
+        /// a constant rounding per request (the cost's, under 2⁻¹¹ µs, and the word's, 2⁻¹² µs),
+        /// whatever the number of permits.
         #[test]
         fn fixed_point_decides_as_guavas_double_math(
             interval in intervals(),
@@ -345,9 +408,10 @@ mod tests {
             prop_assert_eq!(ours.decision.limit(), theirs.decision.limit());
             match (ours.next, theirs.next) {
                 (Some(next), Some(t)) => {
-                    // The fixed-point interval's rounding over `n` permits, and the word's.
-                    let slack = f64::from(n) * (terms.permit_fixed as f64 / 4096.0 - interval).abs()
-                        + 1.0 / 4096.0 + t.stored_time * 1e-12;
+                    // The cost's rounding, once per request whatever `n` (up, by less than a
+                    // unit, plus `n` times at most 2⁻⁴⁴ µs: under another unit), the word's
+                    // (a unit), and `double`'s own.
+                    let slack = 3.0 / 4096.0 + t.stored_time * 1e-12;
                     let (back, _) = codec.decode(next, now);
                     // A request on Guava's boundary between "stored permits cover it" and "books
                     // the rest" may book that rounding as whole µs.
