@@ -282,6 +282,17 @@ async fn an_aligned_window_refund_is_exact_and_an_anchored_one_never_happens() {
     assert!(limiter.try_acquire("k", 92).await.unwrap().is_allowed());
 }
 
+/// A window's lease ends with its window, as the server reported it: `reset_after`, the time from
+/// the script's `TIME` read to the counter's `PEXPIRETIME`, counted on the (frozen) limiter
+/// clock from the read taken before the request. That is not exactly 60 s: Redis 7.0 counts
+/// `PEXPIRE` from its own clock read, taken after `TIME` and truncated to the millisecond, so
+/// the window ends up to 1 ms before, or (when the two reads straddle a millisecond, or the
+/// server is preempted between them) some µs or ms after, 60 s from `TIME`. Advancing the
+/// manual clock by exactly 60 s would see the lease still served in those runs (a test
+/// assumption, not over-admission: `redis_lease_outage`'s
+/// `an_anchored_window_lease_ends_by_the_counters_expiry` checks on the server's clock that a
+/// lease never outlives its counter). So the test advances to one nanosecond before the end the
+/// server reported, where the lease still serves, and then to that end, where it does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_lease_ends_with_its_window() {
     let server = RedisServer::start();
@@ -293,20 +304,37 @@ async fn a_window_lease_ends_with_its_window() {
     let leased = LeasedKey::new(Arc::new(limiter.unwrap()), "k")
         .with_lifetime(Duration::from_secs(3_600))
         .unwrap();
-    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let first = leased.try_acquire(1).await.unwrap();
+    assert!(first.is_allowed());
+    // The window's end, from the clock read taken before the request. Redis's truncation puts
+    // it at most 1 ms before 60 s; a slow server only later. Far below the lease's hour either
+    // way: the window, not the lifetime, ends this lease.
+    let end = first.reset_after();
+    assert!(
+        end > Duration::from_secs(59) && end < leased.lifetime(),
+        "{end:?}"
+    );
     let scripts = server.calls("evalsha");
-    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let second = leased.try_acquire(1).await.unwrap();
+    assert!(second.is_allowed());
+    assert_eq!(second.reset_after(), end, "the clock has not moved");
+    // Just before the window's end: still the lease.
+    clock.advance(end - Duration::from_nanos(1));
+    let third = leased.try_acquire(1).await.unwrap();
+    assert!(third.is_allowed());
+    assert_eq!(third.reset_after(), Duration::from_nanos(1));
     assert_eq!(
         server.calls("evalsha"),
         scripts,
-        "the second came from the lease"
+        "the second and third came from the lease"
     );
-    // The window (60 s, by Redis's TTL when the lease was taken) ends long before the lease's
-    // hour: the lease is not served past it.
-    clock.advance(Duration::from_secs(60));
+    assert_eq!(leased.counts().leases, 1);
+    // At the window's end the lease is not served: a new lease, and the 5 left in the old one
+    // stranded (an anchored window's lease is never refunded).
+    clock.advance(Duration::from_nanos(1));
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
     let counts = leased.counts();
-    assert_eq!((counts.leases, counts.stranded), (2, 6), "{counts:?}");
+    assert_eq!((counts.leases, counts.stranded), (2, 5), "{counts:?}");
 }
 
 /// Single permits each task of a worker tries.
