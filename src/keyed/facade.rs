@@ -105,11 +105,49 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let rules = &self.rules;
-        let decide =
-            |slot: &S, now, floor: &AtomicU64| slot.acquire(rules, floor, now, &self.clock, n);
+        self.decide(
+            key,
+            n,
+            |slot: &S, now, floor: &AtomicU64| slot.acquire(rules, floor, now, &self.clock, n),
+            |denial| denial,
+        )
+    }
+
+    /// [`try_acquire`](Self::try_acquire) answering only whether the permits were taken
+    /// ([`LimiterSlot::admit`]): the same decision and the same writes.
+    #[inline]
+    pub(crate) fn admit<Q>(&self, key: &Q, n: u32) -> Result<bool, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let rules = &self.rules;
+        self.decide(
+            key,
+            n,
+            |slot: &S, now, floor: &AtomicU64| slot.admit(rules, floor, now, &self.clock, n),
+            |_| false,
+        )
+    }
+
+    /// Runs `decide` on `key`'s slot: lock-free if the key is held, else through
+    /// [`insert`](Self::insert), where a new key refused for lack of room gets the denial
+    /// `denied` answers.
+    #[inline(always)]
+    fn decide<Q, T>(
+        &self,
+        key: &Q,
+        n: u32,
+        decide: impl Fn(&S, u64, &AtomicU64) -> Result<T, AcquireError> + Copy,
+        denied: impl FnOnce(Decision) -> T,
+    ) -> Result<T, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let hash = self.map.hash(key);
         self.map.get_or(key, hash, &self.clock, decide, || {
-            self.insert(key, hash, n, decide, Ok)?
+            self.insert(key, hash, n, decide, |denial| Ok(denied(denial)))?
         })
     }
 

@@ -100,6 +100,31 @@ where
         self.facade.try_acquire(key, n)
     }
 
+    /// [`try_acquire`](Self::try_acquire) answering only whether the permits were taken: the
+    /// same decision and the same writes (a denial writes nothing), without the [`Decision`]'s
+    /// terms ([`Limiter::admit`](crate::Limiter::admit) for one key; governor's `check_key`).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 2)?, 100)?;
+    /// assert_eq!(keyed.admit(&7, 2), Ok(true));
+    /// assert_eq!(keyed.admit(&7, 1), Ok(false)); // a denial takes nothing
+    /// assert_eq!(keyed.admit(&8, 1), Ok(true)); // key 8 has its own bucket
+    /// assert!(keyed.admit(&7, 3).is_err()); // above the capacity
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn admit<Q>(&self, key: &Q, n: u32) -> Result<bool, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.facade.admit(key, n)
+    }
+
     /// The decision `n` permits would get now for `key`, without taking them or inserting it.
     ///
     /// # Errors

@@ -38,6 +38,24 @@ pub(crate) trait LimiterSlot<A: Algorithm, E>: KeySlot<Rules<A, E>> {
         clock: &impl Clock,
         n: u32,
     ) -> Result<Decision, AcquireError>;
+
+    /// [`acquire`](Self::acquire) answering only whether the permits were taken: the same
+    /// decision and the same writes ([`Keyed::admit`](crate::Keyed::admit)).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    #[inline(always)]
+    fn admit(
+        &self,
+        rules: &Rules<A, E>,
+        floor: &AtomicU64,
+        now: u64,
+        clock: &impl Clock,
+        n: u32,
+    ) -> Result<bool, AcquireError> {
+        self.acquire(rules, floor, now, clock, n)
+            .map(|decision| decision.is_allowed())
+    }
 }
 
 /// One key's state: the algorithm's word.
@@ -83,6 +101,25 @@ impl<A: Algorithm> LimiterSlot<A, ()> for WordSlot {
         n: u32,
     ) -> Result<Decision, AcquireError> {
         decide_word(&rules.algorithm, &self.state, floor, now, clock, n)
+    }
+
+    /// [`Algorithm::admit_word`]: the algorithm's short path answers without building a
+    /// [`Decision`].
+    #[inline(always)]
+    fn admit(
+        &self,
+        rules: &Rules<A>,
+        floor: &AtomicU64,
+        now: u64,
+        clock: &impl Clock,
+        n: u32,
+    ) -> Result<bool, AcquireError> {
+        rules.algorithm.admit_word(
+            &self.state,
+            floor,
+            reads_after(now, || clock.now_nanos()),
+            n,
+        )
     }
 }
 
