@@ -336,12 +336,10 @@ struct Meta {
     dropped_at: u64,
 }
 
-/// One shard: its table and the time floor of its keys' state words (see
-/// [`limiter::update_at`](crate::limiter::update_at)), which every check reads, on one cache
-/// line; its mutex and bookkeeping, which inserts write, on another.
+/// One shard: its table, which every check reads, on one cache line; its mutex and bookkeeping,
+/// which inserts write, on another.
 struct Shard<K, S> {
     table: TableCell<K, S>,
-    floor: AtomicU64,
     meta: CachePadded<Mutex<Meta>>,
 }
 
@@ -359,6 +357,16 @@ struct Plan {
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
 pub(crate) struct ShardedMap<K, S> {
     shards: Box<[CachePadded<Shard<K, S>>]>,
+    /// The time floor of every key's state words (see
+    /// [`limiter::update_at`](crate::limiter::update_at)), one for the whole map, beside the
+    /// fields every check reads. A floor per shard was raised by nearly every admission once
+    /// the keys in use were spread over many shards (each shard then goes more than one
+    /// [`FLOOR_GRAIN_NANOS`](crate::clock::FLOOR_GRAIN_NANOS) between its checks): one more
+    /// locked operation per admission, on the line every reader of the shard loads its table
+    /// from. One floor is raised at most about once per grain whatever the keys, and a floor
+    /// raised by another key's writer is still a clock value some thread read before, within the
+    /// lag horizon, so deciding at it is what the time floor allows for any reader.
+    floor: AtomicU64,
     hasher: ahash::RandomState,
     shard_mask: usize,
     shard_cap: usize,
@@ -395,7 +403,6 @@ where
             .map(|_| {
                 CachePadded::new(Shard {
                     table: TableCell::new(Table::new(first)),
-                    floor: AtomicU64::new(0),
                     meta: CachePadded::new(Mutex::new(Meta {
                         len: 0,
                         slots: first,
@@ -417,6 +424,7 @@ where
         let hasher = ahash::RandomState::new();
         ShardedMap {
             shards: shards_vec.into_boxed_slice(),
+            floor: AtomicU64::new(0),
             hasher,
             shard_mask: shards - 1,
             shard_cap,
@@ -438,7 +446,7 @@ where
 
     /// Runs `run(slot, now, floor)` on `key`'s slot, inserting a fresh slot if the key is new and
     /// there is room (see the module docs for the protocol). Reads the clock exactly once.
-    /// `floor` is the shard's time floor, for algorithms that need one.
+    /// `floor` is the map's time floor, for algorithms that need one.
     #[inline]
     pub(crate) fn access<Q, R, T>(
         &self,
@@ -503,7 +511,7 @@ where
         let shard = self.shard(hash);
         let table = shard.table.load();
         match table.find(key, hash) {
-            Some(slot) => run(slot, clock.now_nanos(), &shard.floor),
+            Some(slot) => run(slot, clock.now_nanos(), &self.floor),
             None => {
                 drop(table);
                 missing()
@@ -541,7 +549,7 @@ where
         }
         if let Some(slot) = table.find(key, hash) {
             // Inserted by another thread, or a rebuild was under way.
-            return Ok(run(slot, now, &shard.floor));
+            return Ok(run(slot, now, &self.floor));
         }
         if self.needs_room(&meta) {
             drop(table);
@@ -567,7 +575,7 @@ where
             owned: Some(key.to_owned()),
         };
         meta.len += 1;
-        let result = run(&slot.value, now, &shard.floor);
+        let result = run(&slot.value, now, &self.floor);
         drop(publish);
         // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
         // cap it is not kept, which spares each insert a probe decision; the insert that brings
@@ -601,14 +609,14 @@ where
         {
             let table = shard.table.load();
             if !table.is_placeholder() {
-                return run(table.find(key, hash), clock.now_nanos(), &shard.floor);
+                return run(table.find(key, hash), clock.now_nanos(), &self.floor);
             }
         }
         // A rebuild is under way: wait for it.
         let mut meta = lock(&shard.meta);
         repair(shard, &mut meta);
         let table = shard.table.load();
-        run(table.find(key, hash), clock.now_nanos(), &shard.floor)
+        run(table.find(key, hash), clock.now_nanos(), &self.floor)
     }
 
     /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table

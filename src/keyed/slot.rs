@@ -24,7 +24,7 @@ pub(crate) trait LimiterSlot<A: Algorithm, E>: KeySlot<Rules<A, E>> {
     fn state(&self) -> &AtomicU64;
 
     /// Decides `n` permits on this slot at `now` (the map's clock read; `clock` reads again
-    /// where the engine must confirm a leap), with the shard's time `floor`.
+    /// where the engine must confirm a leap), with the map's time `floor`.
     ///
     /// Checks `n` on every path (the map's lock-free path does not check it before).
     ///
