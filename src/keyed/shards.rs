@@ -42,6 +42,20 @@
 //! [`Algorithm::acquire_word`](crate::Algorithm::acquire_word), which a user's algorithm may
 //! override and whose state may be any `u64`, so no sealed value can be reserved without
 //! changing that public contract.
+//!
+//! Where a hot-key check's instructions go (session 26, per instruction with callgrind
+//! `--dump-instr=yes`; `Keyed::check` 208 allowing, 197 denying, `Keyed::admit` 191 and 180,
+//! governor keyed with ahash 162 and 163 in the same binary): the benchmark loop and the
+//! `black_box` store of the answer about 24; hashing the `u64` key 14; picking the shard 11;
+//! the guard, `ArcSwap::load` (a thread-local lookup, a debt slot taken with `xchg`) about 47
+//! and its drop (the debt paid back with `lock cmpxchg`) 8; probing and comparing the key,
+//! `OnceLock` state included, 13; the clock read 17; GCRA's generation-0 short path with its
+//! compare-exchange 39; the `Decision` built and spilled across the guard's drop about 19 (the
+//! difference `admit` saves). After a reconfiguration (`set_limit`), each key's first decision
+//! goes to the general engine, its word being stamped with an older generation; so does every
+//! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
+//! stamp keeps two bits). Then the word carries the generation in force and the key is back on
+//! the short path: one engine call per key per reconfiguration, never on the steady path.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
