@@ -44,7 +44,7 @@
 //! changing that public contract.
 //!
 //! Where a hot-key check's instructions go (session 26, per instruction with callgrind
-//! `--dump-instr=yes`; `Keyed::check` 208 allowing, 197 denying, `Keyed::admit` 191 and 180,
+//! `--dump-instr=yes`; `Keyed::check` 209 allowing, 197 denying, `Keyed::admit` 191 and 180,
 //! governor keyed with ahash 162 and 163 in the same binary): the benchmark loop and the
 //! `black_box` store of the answer about 24; hashing the `u64` key 14; picking the shard 11;
 //! the guard, `ArcSwap::load` (a thread-local lookup, a debt slot taken with `xchg`) about 47
