@@ -22,6 +22,20 @@
 //!   a check on the new table loaded it after the rebuild read its clock, so it reads `now ≥ t`
 //!   on a clock monotonic across threads, and since a dropped word was idle at `t`, the fresh
 //!   word it starts from decides exactly as the old one would have.
+//! - One time floor for the whole map (the latest clock read an admission published, to within
+//!   `FLOOR_GRAIN_NANOS`), which the time-word algorithms decide at when it is ahead of their
+//!   read and within the lag horizon `H`. So a reader lagging the writer of *any* key is
+//!   decided at that writer's time, not only a lagging reader of the same key: one admission
+//!   on one key whose read was `lead` ≤ `H` ahead lets every time-word key (GCRA / token /
+//!   leaky bucket) gain what accrues in `lead`, at most min(capacity, ⌈lead × rate⌉) permits,
+//!   early and once (the key's word is then written at the floor's time), until real time
+//!   reaches the floor. A floor more than `H` ahead of a fresh read is ignored, so `H`'s worth
+//!   is the most. The windows (`FixedWindow`, `PackedSlidingWindow`) use no floor;
+//!   `PenalizedKeyed`'s penalty box, `KeyedInFlight` and the deny cache ignore it. With a floor
+//!   per shard (before issue 16) the same held among a shard's keys; one per map spares a
+//!   floor raise on nearly every admission when the keys in use span many shards. Pinned by
+//!   `tests/keyed.rs` (`a_lead_on_one_key_lifts_every_bucket_key_once…`) and the loom model
+//!   `time_keyed.rs` (`a_lead_on_one_key_lifts_a_key_of_another_shard…`).
 //! - Rebuilds are amortized: a shard rebuilds when its table is three-quarters full (growing to
 //!   twice its keys, within the cap), when it is full and a sweep is due (some key can be idle:
 //!   `next_idle_at`), and in batches of evictions. Each rebuild sizes the table to twice the keys
@@ -377,9 +391,11 @@ pub(crate) struct ShardedMap<K, S> {
     /// the keys in use were spread over many shards (each shard then goes more than one
     /// [`FLOOR_GRAIN_NANOS`](crate::clock::FLOOR_GRAIN_NANOS) between its checks): one more
     /// locked operation per admission, on the line every reader of the shard loads its table
-    /// from. One floor is raised at most about once per grain whatever the keys, and a floor
-    /// raised by another key's writer is still a clock value some thread read before, within the
-    /// lag horizon, so deciding at it is what the time floor allows for any reader.
+    /// from. One floor is raised at most about once per grain whatever the keys. The price: a
+    /// floor raised by another key's writer is a clock value some thread read before (nothing
+    /// is decided later than some past read), but where reads disagree a key is decided at
+    /// another key's later read: one read `lead` (≤ the lag horizon) ahead lets each time-word
+    /// key gain min(capacity, ⌈lead × rate⌉) permits early, once (see the module docs).
     floor: AtomicU64,
     hasher: ahash::RandomState,
     shard_mask: usize,

@@ -123,10 +123,12 @@ impl<A: Algorithm> LimiterSlot<A, ()> for WordSlot {
     }
 }
 
-/// One decision on a key's state word, through [`Algorithm::acquire_word`] with the shard's
+/// One decision on a key's state word, through [`Algorithm::acquire_word`] with the map's
 /// time floor (used by algorithms that need one, [`Algorithm::NEEDS_TIME_FLOOR`]), so a reader
-/// whose clock lags the key's last writer is decided at the writer's time, exactly as
-/// [`AtomicLimiter`](crate::AtomicLimiter) does. `now` is the map's clock read; `clock` reads
+/// whose clock lags the key's last writer is decided at the writer's time, as
+/// [`AtomicLimiter`](crate::AtomicLimiter) does; the floor being the map's, a reader is decided
+/// at the latest write to any key of the map (see [`Keyed`](crate::Keyed), "One time floor per
+/// map"). `now` is the map's clock read; `clock` reads
 /// again where the engine must confirm a leap.
 ///
 /// # Errors
