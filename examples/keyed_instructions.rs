@@ -12,7 +12,9 @@
 //! keys held, each checked in a scattered order).
 //!
 //! `floodgate-admit` in place of `floodgate` measures `Keyed::admit` (a bool) instead of
-//! `Keyed::check` (a `Decision`).
+//! `Keyed::check` (a `Decision`). governor's `check_key` answers a denial with `NotUntil` (its
+//! earliest retry time, which `admit` does not compute): on `hot-deny` the equal-work
+//! comparison is `floodgate` (`check`), not `floodgate-admit`.
 //!
 //! Timing: `keyed_instructions time WORKLOAD THREADS ROUNDS CALLS [admit]` runs floodgate and governor
 //! alternately ROUNDS times (CALLS calls per thread per round) and prints each one's median
@@ -138,7 +140,7 @@ fn measured_loop_floodgate(keyed: &Floodgate, workload: Workload, thread: u64, c
 }
 
 /// The loop of `measured_loop_floodgate` through `Keyed::admit` (a bool, as governor's
-/// `check_key` answers `Ok(())` on an admission).
+/// `check_key` answers `Ok(())` on an admission; on a denial governor builds `NotUntil`).
 #[inline(never)]
 fn measured_loop_floodgate_admit(
     keyed: &Floodgate,

@@ -136,7 +136,10 @@ where
 
     /// [`try_acquire`](Self::try_acquire) answering only whether the permits were taken: the
     /// same decision and the same writes (a denial writes nothing), without the [`Decision`]'s
-    /// terms ([`Limiter::admit`](crate::Limiter::admit) for one key; governor's `check_key`).
+    /// terms ([`Limiter::admit`](crate::Limiter::admit) for one key). governor's `check_key`
+    /// answers an admission as `admit` does (`Ok(())`), but a denial with `NotUntil`, the
+    /// earliest time to retry, which `admit` does not compute: on denials the equal-work
+    /// comparison is [`check`](Self::check) / [`try_acquire`](Self::try_acquire).
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).

@@ -58,8 +58,10 @@
 //! changing that public contract.
 //!
 //! Where a hot-key check's instructions go (session 26, per instruction with callgrind
-//! `--dump-instr=yes`; `Keyed::check` 209 allowing, 197 denying, `Keyed::admit` 191 and 180,
-//! governor keyed with ahash 162 and 163 in the same binary): the benchmark loop and the
+//! `--dump-instr=yes`; `Keyed::check` 209 allowing, 197 denying, `Keyed::admit` 190.5 and 180,
+//! governor keyed with ahash 162 and 163, all in the same binary; governor's `check_key`
+//! answers a denial with `NotUntil`, its earliest retry time, so on denials `check` is the
+//! equal-work comparison): the benchmark loop and the
 //! `black_box` store of the answer about 24; hashing the `u64` key 14; picking the shard 11;
 //! the guard, `ArcSwap::load` (a thread-local lookup, a debt slot taken with `xchg`) about 47
 //! and its drop (the debt paid back with `lock cmpxchg`) 8; probing and comparing the key,
