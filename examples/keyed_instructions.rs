@@ -11,7 +11,12 @@
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `keys-1m` (2^20
 //! keys held, each checked in a scattered order).
 //!
-//! Timing: `keyed_instructions time WORKLOAD THREADS ROUNDS CALLS` runs floodgate and governor
+//! `floodgate-admit` in place of `floodgate` measures `Keyed::admit` (a bool) instead of
+//! `Keyed::check` (a `Decision`). governor's `check_key` answers a denial with `NotUntil` (its
+//! earliest retry time, which `admit` does not compute): on `hot-deny` the equal-work
+//! comparison is `floodgate` (`check`), not `floodgate-admit`.
+//!
+//! Timing: `keyed_instructions time WORKLOAD THREADS ROUNDS CALLS [admit]` runs floodgate and governor
 //! alternately ROUNDS times (CALLS calls per thread per round) and prints each one's median
 //! nanoseconds per call (per thread) and their ratio.
 
@@ -134,6 +139,23 @@ fn measured_loop_floodgate(keyed: &Floodgate, workload: Workload, thread: u64, c
     allowed
 }
 
+/// The loop of `measured_loop_floodgate` through `Keyed::admit` (a bool, as governor's
+/// `check_key` answers `Ok(())` on an admission; on a denial governor builds `NotUntil`).
+#[inline(never)]
+fn measured_loop_floodgate_admit(
+    keyed: &Floodgate,
+    workload: Workload,
+    thread: u64,
+    calls: u64,
+) -> u64 {
+    let mut allowed = 0;
+    for i in 0..calls {
+        let key = workload.key(thread, i);
+        allowed += u64::from(black_box(keyed.admit(&key, 1)).unwrap_or(false));
+    }
+    allowed
+}
+
 #[inline(never)]
 fn measured_loop_governor(keyed: &Governor, workload: Workload, thread: u64, calls: u64) -> u64 {
     let mut allowed = 0;
@@ -179,6 +201,8 @@ fn main() {
         let threads: u64 = args[3].parse().unwrap();
         let rounds: usize = args[4].parse().unwrap();
         let calls: u64 = args[5].parse().unwrap();
+        // An optional sixth argument `admit` times `Keyed::admit` instead of `Keyed::check`.
+        let admit = args.get(6).is_some_and(|mode| mode == "admit");
         let ours = Arc::new(floodgate(workload));
         let theirs = Arc::new(governor(workload));
         let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
@@ -187,7 +211,11 @@ fn main() {
             let x = timed(
                 threads,
                 calls,
-                Arc::new(move |t, n| measured_loop_floodgate(&ours, workload, t, n)),
+                if admit {
+                    Arc::new(move |t, n| measured_loop_floodgate_admit(&ours, workload, t, n))
+                } else {
+                    Arc::new(move |t, n| measured_loop_floodgate(&ours, workload, t, n))
+                },
             );
             let theirs = Arc::clone(&theirs);
             let y = timed(
@@ -212,6 +240,9 @@ fn main() {
     let calls: u64 = args[3].parse().unwrap();
     let allowed = match args[1].as_str() {
         "floodgate" => measured_loop_floodgate(&floodgate(workload), workload, 0, calls),
+        "floodgate-admit" => {
+            measured_loop_floodgate_admit(&floodgate(workload), workload, 0, calls)
+        }
         "governor" => measured_loop_governor(&governor(workload), workload, 0, calls),
         other => panic!("unknown limiter {other}"),
     };

@@ -1,13 +1,16 @@
 //! `Limiter::admit` (the bool-only path) decides exactly as `try_acquire`: two limiters of the
 //! same configuration on one ManualClock, one driven by each, give the same answer and reach
 //! the same state after every step of random sequences of requests, clock moves (forward, back
-//! within the lag horizon, far leaps) and live reconfigurations.
+//! within the lag horizon, far leaps) and live reconfigurations. `Keyed::admit` likewise
+//! against `Keyed::try_acquire`, over a few keys in a map too small for them all (new keys
+//! refused, idle ones swept).
 
 use std::time::Duration;
 
+use floodgate::keyed::WhenFull;
 use floodgate::{
-    Algorithm, AtomicLimiter, Clock, FixedWindow, Gcra, LeakyBucket, Limiter, ManualClock, Rate,
-    TokenBucket,
+    Algorithm, AtomicLimiter, Clock, FixedWindow, Gcra, Keyed, LeakyBucket, Limiter, ManualClock,
+    PackedSlidingWindow, Rate, TokenBucket,
 };
 use proptest::prelude::*;
 
@@ -77,8 +80,82 @@ fn same_decisions<A: Algorithm>(make: impl Fn() -> A, ops: &[Op]) -> Result<(), 
     Ok(())
 }
 
+/// [`same_decisions`] for two keyed limiters (one answering through `try_acquire`, the other
+/// through `admit`) over keys `0..4` in a map of three, so new keys are refused while the three
+/// held are live and idle ones are swept: the same answers and, after every step, the same keys
+/// held and the same decision for each key. (Not under `WhenFull::EvictLeastUsed`: which of two
+/// keys holding as many permits goes first follows the table's layout, and each map hashes with
+/// its own random seeds.)
+fn keyed_same_decisions<A: Algorithm>(
+    make: impl Fn() -> A,
+    ops: &[(u8, Op)],
+) -> Result<(), TestCaseError> {
+    let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+    let build = || {
+        Keyed::builder(make())
+            .clock(clock.clone())
+            .max_keys(3)
+            .shards(1)
+            .when_full(WhenFull::DenyNewKeys)
+            .build::<u8>()
+            .unwrap()
+    };
+    let (by_decision, by_bool) = (build(), build());
+    for (step, &(key, ref op)) in ops.iter().enumerate() {
+        match *op {
+            Op::Take(n) => {
+                let decision = by_decision.try_acquire(&key, n).map(|d| d.is_allowed());
+                let admitted = by_bool.admit(&key, n);
+                prop_assert_eq!(decision, admitted, "step {}: key {} {:?}", step, key, op);
+            }
+            Op::Advance(ns) => clock.advance_nanos(ns),
+            Op::Back(ns) => clock.set(clock.now_nanos().saturating_sub(ns)),
+            Op::Leap => {
+                let now = clock.now_nanos();
+                clock.set(now + 86_400_000_000_000);
+                let decision = by_decision.try_acquire(&key, 1).map(|d| d.is_allowed());
+                prop_assert_eq!(decision, by_bool.admit(&key, 1), "step {}: leap", step);
+                clock.set(now);
+            }
+            Op::SetLimit(limit) => {
+                prop_assert_eq!(by_decision.set_limit(limit), by_bool.set_limit(limit));
+            }
+        }
+        prop_assert_eq!(by_decision.len(), by_bool.len(), "step {}: keys held", step);
+        for key in 0..4u8 {
+            for n in 1..=3 {
+                prop_assert_eq!(
+                    by_decision.peek(&key, n),
+                    by_bool.peek(&key, n),
+                    "step {}: {:?}, key {} peek({})",
+                    step,
+                    op,
+                    key,
+                    n
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn keyed_op() -> impl Strategy<Value = (u8, Op)> {
+    (0u8..4, op())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn keyed_gcra_admits_as_it_decides(ops in prop::collection::vec(keyed_op(), 1..120)) {
+        keyed_same_decisions(|| Gcra::new(Rate::per_second(20), 5).unwrap(), &ops)?;
+    }
+
+    #[test]
+    fn keyed_windows_admit_as_they_decide(ops in prop::collection::vec(keyed_op(), 1..120)) {
+        keyed_same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
+        keyed_same_decisions(|| PackedSlidingWindow::new(5, Duration::from_millis(500), 2).unwrap(), &ops)?;
+    }
 
     #[test]
     fn gcra_admits_as_it_decides(ops in prop::collection::vec(op(), 1..120)) {

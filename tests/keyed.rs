@@ -365,7 +365,7 @@ fn strikes_outside_the_span_do_not_block() {
 #[test]
 fn a_lagging_clock_read_is_not_refused_for_the_lag() {
     // As for AtomicLimiter: a key's bucket of 2 at 10/s has one token left after a request at
-    // 10 s; a core whose clock reads 3 ns behind is decided at the shard's published time.
+    // 10 s; a core whose clock reads 3 ns behind is decided at the map's published time floor.
     let clock = ManualClock::starting_at(10 * SEC);
     let keyed: Keyed<u64, _, _> = Keyed::builder(Gcra::new(Rate::per_second(10), 2).unwrap())
         .max_keys(64)
@@ -378,6 +378,77 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
     assert!(lagged.is_allowed(), "{lagged:?}");
     assert_eq!(lagged.remaining(), 0);
     assert!(!keyed.try_acquire(&7, 1).unwrap().is_allowed());
+}
+
+/// Drains `keys` keys (0..keys) at the clock's time, makes one admission on a new key (`far`)
+/// `lead` ahead, and goes back: how many permits each drained key is admitted at the old time,
+/// sweep after sweep, until one sweep admits nothing (at most 4 sweeps).
+fn permits_per_sweep_after_a_lead<A: floodgate::Algorithm>(
+    algorithm: A,
+    drained_at: u64,
+    lead: u64,
+) -> Vec<Vec<u32>> {
+    const KEYS: u32 = 256;
+    let clock = ManualClock::starting_at(drained_at);
+    let keyed: Keyed<u32, A, _> = Keyed::builder(algorithm)
+        .clock(clock.clone())
+        .max_keys(100_000)
+        .shards(64)
+        .build()
+        .unwrap();
+    for key in 0..KEYS {
+        while keyed.admit(&key, 1).unwrap() {}
+    }
+    clock.set(drained_at + lead);
+    assert!(
+        keyed.admit(&1_000_000, 1).unwrap(),
+        "the leaping read admits"
+    );
+    clock.set(drained_at);
+    let mut sweeps = Vec::new();
+    loop {
+        let sweep: Vec<u32> = (0..KEYS)
+            .map(|key| {
+                let mut admitted = 0;
+                while keyed.admit(&key, 1).unwrap() {
+                    admitted += 1;
+                }
+                admitted
+            })
+            .collect();
+        let done = sweep.iter().all(|&n| n == 0);
+        sweeps.push(sweep);
+        if done || sweeps.len() == 4 {
+            return sweeps;
+        }
+    }
+}
+
+/// The cost of the map-wide time floor (README, "Time model"): one admission on ONE key whose
+/// clock read is `lead` (≤ H) ahead raises the floor of the whole map, so every other time-word
+/// key is decided at that later time until real time reaches it. Each key gains at most the
+/// permits that accrue in `lead`, min(capacity, ⌈lead × rate⌉), once: the sweep after gains
+/// nothing. A lead beyond H is ignored (never obeyed by a present-time reader), and the windows
+/// have no floor at all. 256 keys over 64 shards: nearly all in other shards than the leaper.
+#[test]
+fn a_lead_on_one_key_lifts_every_bucket_key_once_by_at_most_what_accrues_in_it() {
+    const T: u64 = 1_700_000_000 * SEC;
+    let gcra = || Gcra::new(Rate::per_second(10), 3).unwrap();
+    // Drained at T exactly: 250 ms accrue 2.5 permits, 2 whole ones (< capacity 3).
+    let sweeps = permits_per_sweep_after_a_lead(gcra(), T, 250 * MS);
+    assert_eq!(sweeps.len(), 2, "{sweeps:?}");
+    assert!(sweeps[0].iter().all(|&n| n == 2), "{:?}", sweeps[0]);
+    // 9 s (within H = 10 s) accrue 90: the capacity caps it.
+    let sweeps = permits_per_sweep_after_a_lead(gcra(), T, 9 * SEC);
+    assert_eq!(sweeps.len(), 2, "{sweeps:?}");
+    assert!(sweeps[0].iter().all(|&n| n == 3), "{:?}", sweeps[0]);
+    // Beyond H: the floor is a leaping clock's and is ignored; nothing is lifted.
+    let sweeps = permits_per_sweep_after_a_lead(gcra(), T, 11 * SEC);
+    assert_eq!(sweeps.len(), 1, "{sweeps:?}");
+    // A fixed window pins its own window: no floor, nothing lifted.
+    let window = FixedWindow::aligned(3, Duration::from_secs(1)).unwrap();
+    let sweeps = permits_per_sweep_after_a_lead(window, T, 9 * SEC);
+    assert_eq!(sweeps.len(), 1, "{sweeps:?}");
 }
 
 /// Set to a key's value to make hashing that key panic (see [`Touchy`]).

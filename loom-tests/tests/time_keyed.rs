@@ -1,6 +1,7 @@
 //! `Keyed` under the time model (`floodgate_loom_tests::ModelClock`): checks racing inserts,
 //! sweeps and evictions while real time moves, a checker stalled between its clock read (under
-//! the shard's read lock) and its commit, and `set_limit` on a drained key. One shard; the
+//! the shard's read lock) and its commit, and `set_limit` on a drained key (one shard), and the
+//! map-wide time floor's reach from a leaping key to a key of another shard (two shards). The
 //! promise is the per-key one of the algorithm, over the admissions' real times:
 //! * fixed window (aligned, 1 per 10 ns): a key's admissions lying inside one window ≤ 1;
 //! * GCRA (burst 2, one per 100 ns): a key's admissions inside `[x, y]` ≤ 2 + ⌊(y − x) / 100⌋.
@@ -13,7 +14,8 @@ use std::time::Duration;
 use floodgate::keyed::WhenFull;
 use floodgate::{Algorithm, FixedWindow, Gcra, Keyed, Rate};
 use floodgate_loom_tests::{
-    Admitted, MAX_LAG, ModelClock, assert_bucket_bound, join_all, max_in_aligned_window, model,
+    Admitted, MAX_LAG, ModelClock, Span, assert_bucket_bound, join_all, max_in_aligned_window,
+    model,
 };
 use loom::sync::Arc;
 use loom::thread;
@@ -225,4 +227,80 @@ fn a_lagging_reader_never_finds_a_reinserted_key_before_its_first_decision() {
             "key 1 admitted twice after its drop: {again:?}"
         );
     });
+}
+
+/// The map-wide time floor's reach across shards (README, "Time model"): GCRA keys, burst 2 at
+/// one per 1,000 ns, in a map of two shards of one key each, so keys A and B are in different
+/// shards (the hasher is seeded under loom: the same placement in every execution). B is drained
+/// at real time 10,000. L admits A on a clock read `LEAD` = 1,500 ns ahead (more than the floor's
+/// grain, within H); M checks B at real time, racing it; after both, B is checked twice more
+/// with no time passing. The stated bound: B may be decided up to `LEAD` ahead of real time, so
+/// its admissions obey the bucket bound over their real spans widened by `LEAD`, which here is
+/// min(capacity, ⌈LEAD × rate⌉) early and once: exactly 1 permit (⌊1.5⌋, drained at the same
+/// instant) over M's check and the two after, whatever the order.
+#[test]
+fn a_lead_on_one_key_lifts_a_key_of_another_shard_by_at_most_what_accrues_in_it() {
+    const LEAD: u64 = 1_500;
+    const INTERVAL: u64 = 1_000;
+    model(None, || {
+        let clock = ModelClock::starting_at(10_000);
+        let gcra = Gcra::new(Rate::new(1, Duration::from_nanos(INTERVAL)), 2).unwrap();
+        let k = Arc::new(
+            Keyed::builder(gcra)
+                .clock(clock.clone())
+                .max_keys(2)
+                .shards(2)
+                .when_full(WhenFull::DenyNewKeys)
+                .build()
+                .unwrap(),
+        );
+        const A: u32 = 0;
+        assert_eq!(check(&k, &clock, A, 1).len(), 1);
+        // B: the first key the full shard of A refuses and the other shard takes (a shard holds
+        // one key), drained at once.
+        let b = (1..64)
+            .find(|&key| k.try_acquire(&key, 2).unwrap().is_allowed())
+            .expect("a key in the other shard");
+        assert_eq!(k.stats().keys, 2, "A and B are held, one per shard");
+        let drained = Admitted::at(
+            Span {
+                before: 10_000,
+                after: 10_000,
+            },
+            2,
+        );
+        let leaper = {
+            let k = k.clone();
+            thread::spawn(move || {
+                ModelClock::leap_next_read(LEAD);
+                assert!(k.try_acquire(&A, 1).unwrap().is_allowed());
+                Vec::new()
+            })
+        };
+        let m = {
+            let (k, clock) = (k.clone(), clock.clone());
+            thread::spawn(move || lifted(&k, &clock, b))
+        };
+        let mut admitted = join_all(vec![leaper, m], Vec::new());
+        admitted.extend(lifted(&k, &clock, b));
+        admitted.extend(lifted(&k, &clock, b));
+        assert_eq!(
+            admitted.len(),
+            1,
+            "B gains exactly what accrues in the lead, once: {admitted:?}"
+        );
+        admitted.push(drained);
+        assert_bucket_bound(&admitted, 2, INTERVAL);
+    });
+
+    /// One check of `key` at real time, its admission widened by `LEAD`: it may be decided at
+    /// the leaper's time.
+    fn lifted(k: &Keyed<u32, Gcra, ModelClock>, clock: &ModelClock, key: u32) -> Vec<Admitted> {
+        let (span, d) = clock.timed(|| k.try_acquire(&key, 1).unwrap());
+        if d.is_allowed() {
+            vec![Admitted::skewed(span, 1, 0, LEAD)]
+        } else {
+            Vec::new()
+        }
+    }
 }

@@ -78,15 +78,16 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let rules = &self.rules;
-        let decide = |slot: &S, now, floor: &AtomicU64| {
-            slot.acquire(rules, floor, now, &self.clock, 1)
-                .unwrap_or_else(|_| self.zero_capacity())
-        };
-        let hash = self.map.hash(key);
-        self.map.get_or(key, hash, &self.clock, decide, || {
-            self.insert(key, hash, 1, decide, |denial| denial)
-                .unwrap_or_else(|_| self.zero_capacity())
-        })
+        self.decide(
+            key,
+            1,
+            |slot: &S, now, floor: &AtomicU64| {
+                slot.acquire(rules, floor, now, &self.clock, 1)
+                    .unwrap_or_else(|_| self.zero_capacity())
+            },
+            |denial| denial,
+            |_| self.zero_capacity(),
+        )
     }
 
     /// The denial [`check`](Self::check) reads a refused single permit as.
@@ -105,11 +106,56 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let rules = &self.rules;
-        let decide =
-            |slot: &S, now, floor: &AtomicU64| slot.acquire(rules, floor, now, &self.clock, n);
+        self.decide(
+            key,
+            n,
+            |slot: &S, now, floor: &AtomicU64| slot.acquire(rules, floor, now, &self.clock, n),
+            Ok,
+            Err,
+        )
+    }
+
+    /// [`try_acquire`](Self::try_acquire) answering only whether the permits were taken
+    /// ([`LimiterSlot::admit`]): the same decision and the same writes.
+    #[inline]
+    pub(crate) fn admit<Q>(&self, key: &Q, n: u32) -> Result<bool, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let rules = &self.rules;
+        self.decide(
+            key,
+            n,
+            |slot: &S, now, floor: &AtomicU64| slot.admit(rules, floor, now, &self.clock, n),
+            |_| Ok(false),
+            Err,
+        )
+    }
+
+    /// Runs `decide` on `key`'s slot: lock-free if the key is held, else through
+    /// [`insert`](Self::insert), where a new key refused for lack of room gets the answer
+    /// `denied` makes of its denial, and an invalid `n` the one `failed` makes of the error.
+    /// The one path of [`check`](Self::check), [`try_acquire`](Self::try_acquire) and
+    /// [`admit`](Self::admit), each answering in its own type (`check` reads a failure as a
+    /// denial inside `decide` itself, which keeps its hot path free of a `Result`).
+    #[inline(always)]
+    fn decide<Q, T>(
+        &self,
+        key: &Q,
+        n: u32,
+        decide: impl Fn(&S, u64, &AtomicU64) -> T + Copy,
+        denied: impl FnOnce(Decision) -> T,
+        failed: impl FnOnce(AcquireError) -> T,
+    ) -> T
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let hash = self.map.hash(key);
         self.map.get_or(key, hash, &self.clock, decide, || {
-            self.insert(key, hash, n, decide, Ok)?
+            self.insert(key, hash, n, decide, denied)
+                .unwrap_or_else(failed)
         })
     }
 

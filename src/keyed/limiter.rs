@@ -33,6 +33,40 @@ use crate::limiter::Algorithm;
 /// large per-key limit without the fixed window's edge burst, use `Gcra` (a smooth rate with a
 /// burst), or `PackedSlidingWindow` with 2 cells up to 65,535.
 ///
+/// # One time floor per map
+/// The time-word algorithms ([`Gcra`](crate::Gcra), `TokenBucket` and `LeakyBucket`, and any
+/// [`Algorithm`] with [`NEEDS_TIME_FLOOR`](Algorithm::NEEDS_TIME_FLOOR)) decide at
+/// `max(clock read, floor)`, the floor being the latest clock read that an admission on **any
+/// key of the map** published (to within 1,024 ns, [`FLOOR_GRAIN_NANOS`](crate::clock::FLOOR_GRAIN_NANOS);
+/// a floor more than `H` = [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS) ahead of a
+/// read is ignored), so a core whose clock lags another's is not refused permits that have
+/// accrued. On a clock monotonic across threads the floor is never ahead of a read and changes
+/// nothing. Where reads disagree (TSC skew, one leaping read), an admission on one key whose
+/// read was `lead` (≤ `H`) ahead lets every other time-word key be decided at that later time
+/// until real time reaches it: each key gains the permits that accrue in `lead`, at most
+/// min(capacity, ⌈lead × rate⌉), early and once (its word is then written at the floor's time,
+/// so a second pass gains nothing). The windows ([`FixedWindow`](crate::FixedWindow),
+/// [`PackedSlidingWindow`](crate::PackedSlidingWindow)) have no floor: no key is decided at
+/// another's time. [`PenalizedKeyed`](crate::PenalizedKeyed) decides its algorithm word so too,
+/// and its penalty box at the checker's own read. (The floor used to be one per shard: the same
+/// reach among the keys of a shard. One per map spares a second locked operation on nearly
+/// every admission when the keys in use are spread over many shards.)
+///
+/// ```
+/// use floodgate::{Gcra, Keyed, ManualClock, Rate};
+/// const T: u64 = 1_000_000_000_000;
+/// let clock = ManualClock::starting_at(T);
+/// let keyed: Keyed<u32, _, _> =
+///     Keyed::builder(Gcra::new(Rate::per_second(10), 3)?).clock(clock.clone()).build()?;
+/// while keyed.admit(&1, 1)? {} // key 1 drained at T
+/// clock.set(T + 250_000_000); // one read 250 ms ahead, on key 2
+/// assert!(keyed.admit(&2, 1)?);
+/// clock.set(T); // back at T, key 1 is decided at key 2's time:
+/// assert!(keyed.admit(&1, 1)? && keyed.admit(&1, 1)?); // the 2 whole permits of 250 ms
+/// assert!(!keyed.admit(&1, 1)?); // and no more
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// ```
 /// use floodgate::{FixedWindow, Keyed, ManualClock};
 /// use std::time::Duration;
@@ -98,6 +132,34 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.facade.try_acquire(key, n)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) answering only whether the permits were taken: the
+    /// same decision and the same writes (a denial writes nothing), without the [`Decision`]'s
+    /// terms ([`Limiter::admit`](crate::Limiter::admit) for one key). governor's `check_key`
+    /// answers an admission as `admit` does (`Ok(())`), but a denial with `NotUntil`, the
+    /// earliest time to retry, which `admit` does not compute: on denials the equal-work
+    /// comparison is [`check`](Self::check) / [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::{Gcra, Keyed, Rate};
+    /// let keyed: Keyed<u64, _> = Keyed::new(Gcra::new(Rate::per_second(1), 2)?, 100)?;
+    /// assert_eq!(keyed.admit(&7, 2), Ok(true));
+    /// assert_eq!(keyed.admit(&7, 1), Ok(false)); // a denial takes nothing
+    /// assert_eq!(keyed.admit(&8, 1), Ok(true)); // key 8 has its own bucket
+    /// assert!(keyed.admit(&7, 3).is_err()); // above the capacity
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn admit<Q>(&self, key: &Q, n: u32) -> Result<bool, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.facade.admit(key, n)
     }
 
     /// The decision `n` permits would get now for `key`, without taking them or inserting it.

@@ -27,6 +27,10 @@
 //!   committed before it reads the clock and judges; see `shards.rs`). This assumes a clock monotonic across threads; with
 //!   [`QuantaClock`](crate::QuantaClock) a check on one core can read a time up to the TSC skew behind an eviction on
 //!   another, as for any limiter.
+//! - The time-word algorithms (GCRA, token and leaky bucket) share one time floor per map: where
+//!   clock reads disagree, a key may be decided at the latest clock read of another key's
+//!   admission (at most `H` ahead), gaining at most min(capacity, ⌈lead × rate⌉) permits early,
+//!   once. See [`Keyed`], "One time floor per map".
 //! - A key evicted live (only under [`WhenFull::EvictLeastUsed`]) restarts fresh: it can be
 //!   admitted at most the permits it held again. Each such eviction is counted.
 //! - The sweep schedule uses [`Decision::reset_after`](crate::Decision::reset_after) of a non-consuming probe as "time until

@@ -22,6 +22,20 @@
 //!   a check on the new table loaded it after the rebuild read its clock, so it reads `now ≥ t`
 //!   on a clock monotonic across threads, and since a dropped word was idle at `t`, the fresh
 //!   word it starts from decides exactly as the old one would have.
+//! - One time floor for the whole map (the latest clock read an admission published, to within
+//!   `FLOOR_GRAIN_NANOS`), which the time-word algorithms decide at when it is ahead of their
+//!   read and within the lag horizon `H`. So a reader lagging the writer of *any* key is
+//!   decided at that writer's time, not only a lagging reader of the same key: one admission
+//!   on one key whose read was `lead` ≤ `H` ahead lets every time-word key (GCRA / token /
+//!   leaky bucket) gain what accrues in `lead`, at most min(capacity, ⌈lead × rate⌉) permits,
+//!   early and once (the key's word is then written at the floor's time), until real time
+//!   reaches the floor. A floor more than `H` ahead of a fresh read is ignored, so `H`'s worth
+//!   is the most. The windows (`FixedWindow`, `PackedSlidingWindow`) use no floor;
+//!   `PenalizedKeyed`'s penalty box, `KeyedInFlight` and the deny cache ignore it. With a floor
+//!   per shard (before issue 16) the same held among a shard's keys; one per map spares a
+//!   floor raise on nearly every admission when the keys in use span many shards. Pinned by
+//!   `tests/keyed.rs` (`a_lead_on_one_key_lifts_every_bucket_key_once…`) and the loom model
+//!   `time_keyed.rs` (`a_lead_on_one_key_lifts_a_key_of_another_shard…`).
 //! - Rebuilds are amortized: a shard rebuilds when its table is three-quarters full (growing to
 //!   twice its keys, within the cap), when it is full and a sweep is due (some key can be idle:
 //!   `next_idle_at`), and in batches of evictions. Each rebuild sizes the table to twice the keys
@@ -42,6 +56,22 @@
 //! [`Algorithm::acquire_word`](crate::Algorithm::acquire_word), which a user's algorithm may
 //! override and whose state may be any `u64`, so no sealed value can be reserved without
 //! changing that public contract.
+//!
+//! Where a hot-key check's instructions go (session 26, per instruction with callgrind
+//! `--dump-instr=yes`; `Keyed::check` 209 allowing, 197 denying, `Keyed::admit` 190.5 and 180,
+//! governor keyed with ahash 162 and 163, all in the same binary; governor's `check_key`
+//! answers a denial with `NotUntil`, its earliest retry time, so on denials `check` is the
+//! equal-work comparison): the benchmark loop and the
+//! `black_box` store of the answer about 24; hashing the `u64` key 14; picking the shard 11;
+//! the guard, `ArcSwap::load` (a thread-local lookup, a debt slot taken with `xchg`) about 47
+//! and its drop (the debt paid back with `lock cmpxchg`) 8; probing and comparing the key,
+//! `OnceLock` state included, 13; the clock read 17; GCRA's generation-0 short path with its
+//! compare-exchange 39; the `Decision` built and spilled across the guard's drop about 19 (the
+//! difference `admit` saves). After a reconfiguration (`set_limit`), each key's first decision
+//! goes to the general engine, its word being stamped with an older generation; so does every
+//! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
+//! stamp keeps two bits). Then the word carries the generation in force and the key is back on
+//! the short path: one engine call per key per reconfiguration, never on the steady path.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -336,12 +366,10 @@ struct Meta {
     dropped_at: u64,
 }
 
-/// One shard: its table and the time floor of its keys' state words (see
-/// [`limiter::update_at`](crate::limiter::update_at)), which every check reads, on one cache
-/// line; its mutex and bookkeeping, which inserts write, on another.
+/// One shard: its table, which every check reads, on one cache line; its mutex and bookkeeping,
+/// which inserts write, on another.
 struct Shard<K, S> {
     table: TableCell<K, S>,
-    floor: AtomicU64,
     meta: CachePadded<Mutex<Meta>>,
 }
 
@@ -359,6 +387,18 @@ struct Plan {
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
 pub(crate) struct ShardedMap<K, S> {
     shards: Box<[CachePadded<Shard<K, S>>]>,
+    /// The time floor of every key's state words (see
+    /// [`limiter::update_at`](crate::limiter::update_at)), one for the whole map, beside the
+    /// fields every check reads. A floor per shard was raised by nearly every admission once
+    /// the keys in use were spread over many shards (each shard then goes more than one
+    /// [`FLOOR_GRAIN_NANOS`](crate::clock::FLOOR_GRAIN_NANOS) between its checks): one more
+    /// locked operation per admission, on the line every reader of the shard loads its table
+    /// from. One floor is raised at most about once per grain whatever the keys. The price: a
+    /// floor raised by another key's writer is a clock value some thread read before (nothing
+    /// is decided later than some past read), but where reads disagree a key is decided at
+    /// another key's later read: one read `lead` (≤ the lag horizon) ahead lets each time-word
+    /// key gain min(capacity, ⌈lead × rate⌉) permits early, once (see the module docs).
+    floor: AtomicU64,
     hasher: ahash::RandomState,
     shard_mask: usize,
     shard_cap: usize,
@@ -395,7 +435,6 @@ where
             .map(|_| {
                 CachePadded::new(Shard {
                     table: TableCell::new(Table::new(first)),
-                    floor: AtomicU64::new(0),
                     meta: CachePadded::new(Mutex::new(Meta {
                         len: 0,
                         slots: first,
@@ -417,6 +456,7 @@ where
         let hasher = ahash::RandomState::new();
         ShardedMap {
             shards: shards_vec.into_boxed_slice(),
+            floor: AtomicU64::new(0),
             hasher,
             shard_mask: shards - 1,
             shard_cap,
@@ -438,7 +478,7 @@ where
 
     /// Runs `run(slot, now, floor)` on `key`'s slot, inserting a fresh slot if the key is new and
     /// there is room (see the module docs for the protocol). Reads the clock exactly once.
-    /// `floor` is the shard's time floor, for algorithms that need one.
+    /// `floor` is the map's time floor, for algorithms that need one.
     #[inline]
     pub(crate) fn access<Q, R, T>(
         &self,
@@ -503,7 +543,7 @@ where
         let shard = self.shard(hash);
         let table = shard.table.load();
         match table.find(key, hash) {
-            Some(slot) => run(slot, clock.now_nanos(), &shard.floor),
+            Some(slot) => run(slot, clock.now_nanos(), &self.floor),
             None => {
                 drop(table);
                 missing()
@@ -541,7 +581,7 @@ where
         }
         if let Some(slot) = table.find(key, hash) {
             // Inserted by another thread, or a rebuild was under way.
-            return Ok(run(slot, now, &shard.floor));
+            return Ok(run(slot, now, &self.floor));
         }
         if self.needs_room(&meta) {
             drop(table);
@@ -567,7 +607,7 @@ where
             owned: Some(key.to_owned()),
         };
         meta.len += 1;
-        let result = run(&slot.value, now, &shard.floor);
+        let result = run(&slot.value, now, &self.floor);
         drop(publish);
         // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
         // cap it is not kept, which spares each insert a probe decision; the insert that brings
@@ -601,14 +641,14 @@ where
         {
             let table = shard.table.load();
             if !table.is_placeholder() {
-                return run(table.find(key, hash), clock.now_nanos(), &shard.floor);
+                return run(table.find(key, hash), clock.now_nanos(), &self.floor);
             }
         }
         // A rebuild is under way: wait for it.
         let mut meta = lock(&shard.meta);
         repair(shard, &mut meta);
         let table = shard.table.load();
-        run(table.find(key, hash), clock.now_nanos(), &shard.floor)
+        run(table.find(key, hash), clock.now_nanos(), &self.floor)
     }
 
     /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table

@@ -24,7 +24,7 @@ pub(crate) trait LimiterSlot<A: Algorithm, E>: KeySlot<Rules<A, E>> {
     fn state(&self) -> &AtomicU64;
 
     /// Decides `n` permits on this slot at `now` (the map's clock read; `clock` reads again
-    /// where the engine must confirm a leap), with the shard's time `floor`.
+    /// where the engine must confirm a leap), with the map's time `floor`.
     ///
     /// Checks `n` on every path (the map's lock-free path does not check it before).
     ///
@@ -38,6 +38,24 @@ pub(crate) trait LimiterSlot<A: Algorithm, E>: KeySlot<Rules<A, E>> {
         clock: &impl Clock,
         n: u32,
     ) -> Result<Decision, AcquireError>;
+
+    /// [`acquire`](Self::acquire) answering only whether the permits were taken: the same
+    /// decision and the same writes ([`Keyed::admit`](crate::Keyed::admit)).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    #[inline(always)]
+    fn admit(
+        &self,
+        rules: &Rules<A, E>,
+        floor: &AtomicU64,
+        now: u64,
+        clock: &impl Clock,
+        n: u32,
+    ) -> Result<bool, AcquireError> {
+        self.acquire(rules, floor, now, clock, n)
+            .map(|decision| decision.is_allowed())
+    }
 }
 
 /// One key's state: the algorithm's word.
@@ -84,12 +102,33 @@ impl<A: Algorithm> LimiterSlot<A, ()> for WordSlot {
     ) -> Result<Decision, AcquireError> {
         decide_word(&rules.algorithm, &self.state, floor, now, clock, n)
     }
+
+    /// [`Algorithm::admit_word`]: the algorithm's short path answers without building a
+    /// [`Decision`].
+    #[inline(always)]
+    fn admit(
+        &self,
+        rules: &Rules<A>,
+        floor: &AtomicU64,
+        now: u64,
+        clock: &impl Clock,
+        n: u32,
+    ) -> Result<bool, AcquireError> {
+        rules.algorithm.admit_word(
+            &self.state,
+            floor,
+            reads_after(now, || clock.now_nanos()),
+            n,
+        )
+    }
 }
 
-/// One decision on a key's state word, through [`Algorithm::acquire_word`] with the shard's
+/// One decision on a key's state word, through [`Algorithm::acquire_word`] with the map's
 /// time floor (used by algorithms that need one, [`Algorithm::NEEDS_TIME_FLOOR`]), so a reader
-/// whose clock lags the key's last writer is decided at the writer's time, exactly as
-/// [`AtomicLimiter`](crate::AtomicLimiter) does. `now` is the map's clock read; `clock` reads
+/// whose clock lags the key's last writer is decided at the writer's time, as
+/// [`AtomicLimiter`](crate::AtomicLimiter) does; the floor being the map's, a reader is decided
+/// at the latest write to any key of the map (see [`Keyed`](crate::Keyed), "One time floor per
+/// map"). `now` is the map's clock read; `clock` reads
 /// again where the engine must confirm a leap.
 ///
 /// # Errors
