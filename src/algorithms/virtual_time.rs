@@ -114,6 +114,8 @@ enum Outcome {
     Allowed([u64; 4]),
     Denied([u64; 5]),
     Engine,
+    /// The generation tried is not the one in force (this one is): try again in it.
+    Moved(u64),
 }
 
 /// One configuration's terms for a request of `n` permits: what [`decide_tat`] needs, computed
@@ -406,7 +408,10 @@ impl VirtualTime {
     ///
     /// Generation 0 (a bucket never reconfigured, the common case) runs its own copy of the path,
     /// compiled with the generation a constant: the slot's address and the stamp (0) are then
-    /// known, with no arithmetic on the generation; the logic is the same code.
+    /// known, with no arithmetic on the generation; the logic is the same code. That copy runs
+    /// first, without loading the generation: the load that validates its reads (the seqlock
+    /// check, needed anyway) tells whether generation 0 is in force, and if not, which one is.
+    /// A reconfigured bucket then pays the few loads of that first try before its own copy runs.
     #[inline(always)]
     fn short<A: Answer>(
         &self,
@@ -417,10 +422,15 @@ impl VirtualTime {
     ) -> Result<A, AcquireError> {
         // The clock first: nothing read below has to survive the call.
         let clock_now = read_clock();
-        let generation = self.store.generation();
-        let outcome = match generation {
-            0 => self.short_in(word, floor, clock_now, n, 0),
-            _ => self.short_in(word, floor, clock_now, n, generation),
+        let outcome = match self.short_in::<A>(word, floor, clock_now, n, 0) {
+            Outcome::Moved(generation) => {
+                match self.short_in::<A>(word, floor, clock_now, n, generation) {
+                    // A setter raced this call twice: the engine reads everything again.
+                    Outcome::Moved(_) => Outcome::Engine,
+                    outcome => outcome,
+                }
+            }
+            outcome => outcome,
         };
         match outcome {
             Outcome::Allowed([limit, room, unit, reset]) => {
@@ -429,15 +439,17 @@ impl VirtualTime {
             Outcome::Denied([limit, room, unit, retry, reset]) => {
                 Ok(A::denied(limit, room, unit, retry, reset))
             }
-            Outcome::Engine => self.general(word, floor, reads_after(clock_now, read_clock), n),
+            Outcome::Engine | Outcome::Moved(_) => {
+                self.general(word, floor, reads_after(clock_now, read_clock), n)
+            }
         }
     }
 
-    /// [`short`](Self::short) in `generation` (loaded from the store by the caller) at the clock
-    /// read `clock_now`: the answer's terms, built into the caller's answer after the two copies
-    /// join (so they join on plain numbers, not on a whole `Decision`).
+    /// [`short`](Self::short) in `generation` at the clock read `clock_now`: the answer's terms,
+    /// built into the caller's answer after the two copies join (so they join on plain numbers,
+    /// not on a whole `Decision`), or [`Outcome::Moved`] when `generation` is not in force.
     #[inline(always)]
-    fn short_in(
+    fn short_in<A: Answer>(
         &self,
         word: &AtomicU64,
         floor: &AtomicU64,
@@ -446,36 +458,46 @@ impl VirtualTime {
         generation: u64,
     ) -> Outcome {
         let hot = self.store.hot(generation);
-        // `n` in `1..=capacity`, in one comparison (`n = 0` wraps to `u32::MAX` ≥ any capacity).
-        // `cost` ≤ tau when the fields are one generation's; a torn read is discarded by
-        // `still` below before anything is decided on it.
-        let cost = u64::from(n).wrapping_mul(hot.interval);
+        let interval = hot.interval();
+        // `n` in `1..=capacity`: `n = 1` always is (every capacity is at least 1), so a caller's
+        // literal 1 checks nothing; any other `n` in one comparison (`n = 0` wraps to
+        // `u32::MAX` ≥ any capacity). The capacity is loaded only for that check or an answer
+        // that reports it. `cost` ≤ tau when the fields are one generation's; a torn read is
+        // discarded by `recheck` below before anything is decided on it.
+        let capacity = match n != 1 || A::REPORTS_TERMS {
+            true => hot.capacity(),
+            false => 0,
+        };
+        let cost = u64::from(n).wrapping_mul(interval);
+        let (tau, reach, fast_len) = (hot.tau(), hot.reach(), hot.fast_len());
+        // Generation 0's `fast_from` is 0 (`ConfigStore::new`): known in its copy.
+        let fast_from = match generation {
+            0 => 0,
+            _ => hot.fast_from(),
+        };
         let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
         // Acquire: as in `update`; the floor load is ordered after it (see `update_at`).
         let mut current = word.load(Ordering::Acquire);
-        if u64::from(n.wrapping_sub(1)) < hot.capacity {
+        if n == 1 || u64::from(n.wrapping_sub(1)) < capacity {
             loop {
                 // Relaxed: ordered after the Acquire load (or failed compare-exchange) that
                 // produced `current`, as in `update_at`.
                 let floor_now = floor.load(Ordering::Relaxed);
-                if !self.store.still(generation) {
-                    break;
+                let in_force = self.store.recheck();
+                if in_force != generation {
+                    return Outcome::Moved(in_force);
                 }
                 // `max(clock, floor)`, served only while the floor is within the lag horizon of
                 // the clock read (further ahead: a leaping clock's floor, or a stale read). The
                 // floor's lead is checked only when it leads (a lagging reader), one comparison
                 // on the common path.
-                let now = if floor_now > clock_now {
-                    if floor_now - clock_now > MAX_CLOCK_LAG_NANOS {
-                        break;
-                    }
-                    floor_now
-                } else {
-                    clock_now
+                let behind = clock_now.wrapping_sub(floor_now);
+                let now = match clock_now.checked_sub(floor_now) {
+                    Some(_) => clock_now,
+                    None if floor_now - clock_now > MAX_CLOCK_LAG_NANOS => break,
+                    None => floor_now,
                 };
-                // Generation 0's `fast_from` is 0 (`ConfigStore::new`): known in its copy.
-                let fast_from = if generation == 0 { 0 } else { hot.fast_from };
-                if now.wrapping_sub(fast_from) >= hot.fast_len {
+                if now.wrapping_sub(fast_from) >= fast_len {
                     break;
                 }
                 // The time word when `current` is of this generation; otherwise its generation
@@ -483,11 +505,10 @@ impl VirtualTime {
                 // (`now + 2·tau + H` < 2^62 in the fast range): one comparison rejects both a
                 // word of another generation and a leaping clock's word.
                 let tat = current ^ stamp;
-                if tat > now.wrapping_add(hot.reach) {
+                if tat > now.wrapping_add(reach) {
                     break;
                 }
-                let (interval, capacity) = (hot.interval, hot.capacity);
-                let horizon = now + hot.tau;
+                let horizon = now + tau;
                 let base = tat.max(now);
                 let new_tat = base + cost;
                 if new_tat > horizon {
@@ -499,10 +520,22 @@ impl VirtualTime {
                         base - now,
                     ]);
                 }
-                if now >= floor_now + FLOOR_GRAIN_NANOS {
+                // An admission whose clock read passed the floor by its grain raises it (a floor
+                // that leads the read is never raised by it): `now ≥ floor + grain`, tested on
+                // the difference taken above, read as signed. In the fast range both times are
+                // below 2^62, so it is the clock's lead when the clock is later, and minus the
+                // floor's (negative) when the floor is.
+                if behind as i64 >= FLOOR_GRAIN_NANOS as i64 {
                     // Relaxed: published by the Release compare-exchange below, as in
-                    // `update_at`.
-                    floor.fetch_max(now, Ordering::Relaxed);
+                    // `update_at`. One compare-exchange from the floor just loaded; only if
+                    // another writer moved it meanwhile, `fetch_max` (the floor ends at least
+                    // `now` either way, as `update_at`'s raise leaves it).
+                    if floor
+                        .compare_exchange(floor_now, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        floor.fetch_max(now, Ordering::Relaxed);
+                    }
                 }
                 // AcqRel / Acquire: as in `update`.
                 match word.compare_exchange(
