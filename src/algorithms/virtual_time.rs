@@ -422,14 +422,19 @@ impl VirtualTime {
     ) -> Result<A, AcquireError> {
         // The clock first: nothing read below has to survive the call.
         let clock_now = read_clock();
+        let again = |generation| match self.short_in::<A>(word, floor, clock_now, n, generation) {
+            // A setter raced this call twice: the engine reads everything again.
+            Outcome::Moved(_) => Outcome::Engine,
+            outcome => outcome,
+        };
         let outcome = match self.short_in::<A>(word, floor, clock_now, n, 0) {
-            Outcome::Moved(generation) => {
-                match self.short_in::<A>(word, floor, clock_now, n, generation) {
-                    // A setter raced this call twice: the engine reads everything again.
-                    Outcome::Moved(_) => Outcome::Engine,
-                    outcome => outcome,
-                }
-            }
+            Outcome::Moved(generation) => again(generation),
+            // Generation 0's copy hands a word of another generation to the engine before its
+            // recheck (the stamp differs): a reconfigured bucket runs its own copy instead.
+            Outcome::Engine => match self.store.generation() {
+                0 => Outcome::Engine,
+                generation => again(generation),
+            },
             outcome => outcome,
         };
         match outcome {
@@ -458,18 +463,14 @@ impl VirtualTime {
         generation: u64,
     ) -> Outcome {
         let hot = self.store.hot(generation);
-        let interval = hot.interval();
         // `n` in `1..=capacity`: `n = 1` always is (every capacity is at least 1), so a caller's
         // literal 1 checks nothing; any other `n` in one comparison (`n = 0` wraps to
         // `u32::MAX` ≥ any capacity). The capacity is loaded only for that check or an answer
-        // that reports it. `cost` ≤ tau when the fields are one generation's; a torn read is
-        // discarded by `recheck` below before anything is decided on it.
+        // that reports it.
         let capacity = match n != 1 || A::REPORTS_TERMS {
             true => hot.capacity(),
             false => 0,
         };
-        let cost = u64::from(n).wrapping_mul(interval);
-        let (tau, reach, fast_len) = (hot.tau(), hot.reach(), hot.fast_len());
         // Generation 0's `fast_from` is 0 (`ConfigStore::new`): known in its copy.
         let fast_from = match generation {
             0 => 0,
@@ -480,13 +481,14 @@ impl VirtualTime {
         let mut current = word.load(Ordering::Acquire);
         if n == 1 || u64::from(n.wrapping_sub(1)) < capacity {
             loop {
+                // The slot's fields are loaded where they are used, and validated together by
+                // `recheck` after the decision is computed and before anything is acted on (an
+                // answer returned, a floor raised, a word written): a torn read is discarded
+                // there. Before it, only wrapping arithmetic (a torn mix may be any sizes) and
+                // hand-overs to the engine, which reads everything again.
                 // Relaxed: ordered after the Acquire load (or failed compare-exchange) that
                 // produced `current`, as in `update_at`.
                 let floor_now = floor.load(Ordering::Relaxed);
-                let in_force = self.store.recheck();
-                if in_force != generation {
-                    return Outcome::Moved(in_force);
-                }
                 // `max(clock, floor)`, served only while the floor is within the lag horizon of
                 // the clock read (further ahead: a leaping clock's floor, or a stale read). The
                 // floor's lead is checked only when it leads (a lagging reader), one comparison
@@ -497,7 +499,7 @@ impl VirtualTime {
                     None if floor_now - clock_now > MAX_CLOCK_LAG_NANOS => break,
                     None => floor_now,
                 };
-                if now.wrapping_sub(fast_from) >= fast_len {
+                if now.wrapping_sub(fast_from) >= hot.fast_len() {
                     break;
                 }
                 // The time word when `current` is of this generation; otherwise its generation
@@ -505,12 +507,19 @@ impl VirtualTime {
                 // (`now + 2·tau + H` < 2^62 in the fast range): one comparison rejects both a
                 // word of another generation and a leaping clock's word.
                 let tat = current ^ stamp;
-                if tat > now.wrapping_add(reach) {
+                if tat > now.wrapping_add(hot.reach()) {
                     break;
                 }
-                let horizon = now + tau;
+                // `cost` ≤ tau when the fields are one generation's.
+                let interval = hot.interval();
+                let cost = u64::from(n).wrapping_mul(interval);
+                let horizon = now.wrapping_add(hot.tau());
                 let base = tat.max(now);
-                let new_tat = base + cost;
+                let new_tat = base.wrapping_add(cost);
+                let in_force = self.store.recheck();
+                if in_force != generation {
+                    return Outcome::Moved(in_force);
+                }
                 if new_tat > horizon {
                     return Outcome::Denied([
                         capacity,
