@@ -238,30 +238,40 @@ impl FixedWindow {
                     // Whole units in a window: bounds every distance before it is shifted back
                     // to nanoseconds, so no shift can overflow.
                     let window_units = self.window_units;
-                    let until_end = match tag_distance(tag, now_units & TAG_MASK) {
-                        TagDistance::Same => window.checked_sub(into_unit),
-                        TagDistance::Behind(k) if k <= window_units => {
-                            window.checked_sub((k << self.shift) + into_unit)
+                    // The common case first, in one comparison: the stored window started at
+                    // most a window's units before `now` (`tag_distance` would say `Same` or
+                    // `Behind(k ≤ window_units)`: `window_units` < 2^17 is far below the 2^39 at
+                    // which a distance reads as ahead), and is still open.
+                    let behind = now_units.wrapping_sub(tag) & TAG_MASK;
+                    if behind <= window_units {
+                        // ≤ window + unit: no overflow.
+                        let elapsed = (behind << self.shift) + into_unit;
+                        if elapsed < window {
+                            return Current {
+                                tag,
+                                count,
+                                until_end: window - elapsed,
+                                leap,
+                            };
                         }
-                        // A start ahead of `now` is the rounding up, or a later clock read by
-                        // another thread: kept.
-                        TagDistance::Ahead(k) if k <= self.max_ahead => {
-                            Some(window.saturating_add((k << self.shift) - into_unit))
+                    } else {
+                        match tag_distance(tag, now_units & TAG_MASK) {
+                            // A start ahead of `now` is the rounding up, or a later clock read
+                            // by another thread: kept.
+                            TagDistance::Ahead(k) if k <= self.max_ahead => {
+                                let until_end = (k << self.shift) - into_unit;
+                                return Current {
+                                    tag,
+                                    count,
+                                    until_end: window.saturating_add(until_end),
+                                    leap,
+                                };
+                            }
+                            // Further ahead than `max_ahead`: a leaping clock's window.
+                            TagDistance::Ahead(_) => leap = true,
+                            // Closed (`Same` is the case above).
+                            TagDistance::Behind(_) | TagDistance::Same => {}
                         }
-                        // Further ahead than `max_ahead`: a leaping clock's window.
-                        TagDistance::Ahead(_) => {
-                            leap = true;
-                            None
-                        }
-                        TagDistance::Behind(_) => None,
-                    };
-                    if let Some(until_end @ 1..) = until_end {
-                        return Current {
-                            tag,
-                            count,
-                            until_end,
-                            leap,
-                        };
                     }
                 }
                 // No open window: one opens now, its start rounded up to the next unit.
