@@ -309,8 +309,10 @@ impl FixedWindow {
         let now = read_clock();
         // Acquire: as in `update`.
         let mut current = word.load(Ordering::Acquire);
-        // `n` in `1..=limit` in one comparison (`n = 0` wraps to `u32::MAX`).
-        if u64::from(n.wrapping_sub(1)) < limit {
+        // `n` in `1..=limit`, in one comparison: `n − 1 ≤ limit − 1` (`n = 0` wraps to
+        // `u32::MAX`, above any `limit − 1`; a limit is at least 1). Written so, a caller's
+        // literal 1 checks nothing (`0 ≤ x` always holds).
+        if u64::from(n.wrapping_sub(1)) <= limit.wrapping_sub(1) {
             loop {
                 let Current {
                     tag,
