@@ -54,6 +54,9 @@ pub struct FixedWindow {
     shift: u32,
     /// `2^shift − 1`: the nanoseconds into a unit, masked (kept so a decision does not build it).
     unit_mask: u64,
+    /// `2^shift`: a unit in nanoseconds (units scale to nanoseconds with one multiply by it, so
+    /// the open-window case shifts by `shift` only once).
+    unit: u64,
     /// `window >> shift`: whole units in a window.
     window_units: u64,
     /// How far ahead of `now` a stored window may be and still be kept (in windows for aligned,
@@ -83,6 +86,7 @@ impl Clone for FixedWindow {
             anchor: self.anchor,
             shift: self.shift,
             unit_mask: self.unit_mask,
+            unit: self.unit,
             window_units: self.window_units,
             max_ahead: self.max_ahead,
         }
@@ -158,6 +162,7 @@ impl FixedWindow {
             anchor,
             shift,
             unit_mask: (1u64 << shift) - 1,
+            unit: 1u64 << shift,
             window_units: window_nanos >> shift,
             max_ahead,
         })
@@ -244,8 +249,9 @@ impl FixedWindow {
                     // which a distance reads as ahead), and is still open.
                     let behind = now_units.wrapping_sub(tag) & TAG_MASK;
                     if behind <= window_units {
-                        // ≤ window + unit: no overflow.
-                        let elapsed = (behind << self.shift) + into_unit;
+                        // `behind × unit` is `behind << shift` (≤ window: no overflow); the sum
+                        // is below window + unit.
+                        let elapsed = behind * self.unit + into_unit;
                         if elapsed < window {
                             return Current {
                                 tag,
