@@ -10,7 +10,8 @@
 //! Each call uses what a 429 needs of the `Decision` (`remaining` of an admission, `retry_after`
 //! of a denial), as `governor-state` does in `examples/instructions_peers`; a limiter name ending
 //! in `/admit` (`gcra/admit`) calls `admit` instead, which answers a bool, as `governor` does.
-//! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, sharded,
+//! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, gcra-reconf (a
+//! gcra reconfigured once before the loop: generation 1's short path), sharded,
 //! sliding-window-60 and sliding-window-6000 (the ring with 60 or 6,000 cells), clock (the clock
 //! read alone). governor is counted in `examples/instructions_peers`, a binary of its own: here,
 //! the growing number of floodgate loops moved its calls across codegen units and out of line
@@ -154,6 +155,16 @@ fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u
             &AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock),
             calls,
         ),
+        // Reconfigured once (the same rate spelled `2 × limit` per `2 × period`: generation 1,
+        // the same interval and capacity), so calls run generation 1's short path.
+        "gcra-reconf" => {
+            let gcra = AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock);
+            let now = gcra.clock().now_nanos();
+            gcra.algorithm()
+                .set_rate(Rate::new(limit * 2, period * 2), now)
+                .ok()?;
+            measured(call, &gcra, calls)
+        }
         "sharded" => measured(
             call,
             &Sharded::with_clock(limit, period, 2, clock).ok()?,

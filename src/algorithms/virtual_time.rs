@@ -408,10 +408,14 @@ impl VirtualTime {
     ///
     /// Generation 0 (a bucket never reconfigured, the common case) runs its own copy of the path,
     /// compiled with the generation a constant: the slot's address and the stamp (0) are then
-    /// known, with no arithmetic on the generation; the logic is the same code. That copy runs
-    /// first, without loading the generation: the load that validates its reads (the seqlock
-    /// check, needed anyway) tells whether generation 0 is in force, and if not, which one is.
-    /// A reconfigured bucket then pays the few loads of that first try before its own copy runs.
+    /// known, with no arithmetic on the generation; the logic is the same code. The state word
+    /// is loaded first and tells which copy to try: a word with stamp bits 0 runs generation 0's
+    /// copy without loading the generation (the load that validates its reads, the seqlock
+    /// check needed anyway, tells whether generation 0 is in force, and if not, which one is);
+    /// any other word loads the generation in force and runs its own copy (the branch marked
+    /// cold, so a fresh bucket's copy gets the layout and the registers). A reconfigured bucket
+    /// thus pays generation 0's try only in generations 4, 8, ... (stamp bits 0 again) or on a
+    /// word of an older generation. `gcra-reconf` in `scripts/instructions` counts it.
     #[inline(always)]
     fn short<A: Answer>(
         &self,
@@ -422,20 +426,24 @@ impl VirtualTime {
     ) -> Result<A, AcquireError> {
         // The clock first: nothing read below has to survive the call.
         let clock_now = read_clock();
-        let again = |generation| match self.short_in::<A>(word, floor, clock_now, n, generation) {
-            // A setter raced this call twice: the engine reads everything again.
-            Outcome::Moved(_) => Outcome::Engine,
-            outcome => outcome,
-        };
-        let outcome = match self.short_in::<A>(word, floor, clock_now, n, 0) {
-            Outcome::Moved(generation) => again(generation),
-            // Generation 0's copy hands a word of another generation to the engine before its
-            // recheck (the stamp differs): a reconfigured bucket runs its own copy instead.
-            Outcome::Engine => match self.store.generation() {
-                0 => Outcome::Engine,
-                generation => again(generation),
+        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`), and so
+        // is the load of the generation in `recheck` (see there).
+        let current = word.load(Ordering::Acquire);
+        let outcome = match current <= END_OF_TIME {
+            true => match self.short_in::<A>(word, floor, clock_now, n, current, 0) {
+                Outcome::Moved(generation) => {
+                    reconfigured();
+                    // Acquire: as above; a fresh load (the word may have been rewritten since).
+                    let current = word.load(Ordering::Acquire);
+                    self.short_again::<A>(word, floor, clock_now, n, current, generation)
+                }
+                outcome => outcome,
             },
-            outcome => outcome,
+            false => {
+                reconfigured();
+                let generation = self.store.generation();
+                self.short_again::<A>(word, floor, clock_now, n, current, generation)
+            }
         };
         match outcome {
             Outcome::Allowed([limit, room, unit, reset]) => {
@@ -450,6 +458,24 @@ impl VirtualTime {
         }
     }
 
+    /// [`short_in`](Self::short_in) in a generation other than 0's copy names; a setter that
+    /// races this too sends the call to the engine, which reads everything again.
+    #[inline(always)]
+    fn short_again<A: Answer>(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        clock_now: u64,
+        n: u32,
+        current: u64,
+        generation: u64,
+    ) -> Outcome {
+        match self.short_in::<A>(word, floor, clock_now, n, current, generation) {
+            Outcome::Moved(_) => Outcome::Engine,
+            outcome => outcome,
+        }
+    }
+
     /// [`short`](Self::short) in `generation` at the clock read `clock_now`: the answer's terms,
     /// built into the caller's answer after the two copies join (so they join on plain numbers,
     /// not on a whole `Decision`), or [`Outcome::Moved`] when `generation` is not in force.
@@ -460,6 +486,7 @@ impl VirtualTime {
         floor: &AtomicU64,
         clock_now: u64,
         n: u32,
+        mut current: u64,
         generation: u64,
     ) -> Outcome {
         let hot = self.store.hot(generation);
@@ -477,8 +504,6 @@ impl VirtualTime {
             _ => hot.fast_from(),
         };
         let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
-        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`).
-        let mut current = word.load(Ordering::Acquire);
         if n == 1 || u64::from(n.wrapping_sub(1)) < capacity {
             loop {
                 // The slot's fields are loaded where they are used, and validated together by
@@ -871,6 +896,13 @@ macro_rules! time_word_algorithm {
     };
 }
 pub(crate) use time_word_algorithm;
+
+/// Marks the branch that calls it as rare, so the compiler lays out the short path and
+/// allocates its registers for the other one: a fresh bucket's (generation 0's copy) before a
+/// reconfigured one's. (`std::hint::cold_path` is newer than the crate's minimum Rust.)
+#[cold]
+#[inline(never)]
+fn reconfigured() {}
 
 #[cfg(test)]
 mod tests {
