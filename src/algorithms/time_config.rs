@@ -336,7 +336,7 @@ impl ConfigStore {
         let hot = Hot::of(snapshot);
         let hot_slot = &self.hot[(snapshot.generation % SLOTS as u64) as usize];
         // Relaxed: as the field stores above, after the same Release fence; the short path
-        // validates what it read with `still`, whose Acquire fence pairs with that fence.
+        // validates what it read with `recheck`, whose Acquire fence pairs with that fence.
         hot_slot.interval.store(hot.interval, Ordering::Relaxed);
         hot_slot.capacity.store(hot.capacity, Ordering::Relaxed);
         hot_slot.tau.store(hot.tau, Ordering::Relaxed);
