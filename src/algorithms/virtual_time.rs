@@ -910,13 +910,25 @@ mod tests {
     use proptest::prelude::*;
 
     /// A bucket after `changes` reconfigurations (each at `changed_at`), so words of several
-    /// generations and change instants are in play.
-    fn bucket(interval: u64, capacity: u32, changes: u32, changed_at: u64) -> VirtualTime {
+    /// generations and change instants are in play; the last, with `raise` above 0, raises the
+    /// capacity by `raise` (a count above generation 0's capacity then fits).
+    fn bucket(
+        interval: u64,
+        capacity: u32,
+        changes: u32,
+        changed_at: u64,
+        raise: u32,
+    ) -> VirtualTime {
         let core =
             VirtualTime::new(Rate::new(1, Duration::from_nanos(interval)), capacity).unwrap();
         for i in 0..changes {
-            let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2)));
-            core.set_rate(rate, changed_at).unwrap();
+            match i + 1 == changes && raise > 0 {
+                true => core.set_capacity(capacity + raise, changed_at).unwrap(),
+                false => {
+                    let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2)));
+                    core.set_rate(rate, changed_at).unwrap();
+                }
+            }
         }
         core
     }
@@ -949,13 +961,21 @@ mod tests {
             floor_at_grain in any::<bool>(),
             n in prop_oneof![4 => 1u32..4, 1 => 0u32..2_000],
             fresh in prop::bool::weighted(0.1),
+            raise in prop_oneof![1 => Just(0u32), 1 => 1u32..1_000],
+            settled in any::<bool>(),
         ) {
-            let core = bucket(interval, capacity, changes, changed_at);
+            let core = bucket(interval, capacity, changes, changed_at, raise);
+            let (interval, tau) = (core.interval(), core.capacity() * core.interval());
+            // Half the cases past every settle bound of the last change (`changed_at + H +
+            // 2·tau`), where a reconfigured bucket's own copy of the short path serves.
+            let clock = match settled && clock < 4_000_000_000 {
+                true => changed_at + MAX_CLOCK_LAG_NANOS + 2 * tau + clock,
+                false => clock,
+            };
             let generation = other_generation.unwrap_or(u64::from(changes)) & GENERATION_MASK;
             // At a boundary (give or take a few ns): a request that exactly fits, or a word
             // exactly the lag horizon beyond a full bucket (a leap).
             let cost = u64::from(n) * interval;
-            let tau = u64::from(capacity) * interval;
             let offset = match boundary {
                 0 => tat_offset,
                 1 => (tau as i64 - cost as i64) + nudge,
