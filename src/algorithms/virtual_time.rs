@@ -442,6 +442,9 @@ impl VirtualTime {
             false => {
                 reconfigured();
                 let generation = self.store.generation();
+                // Acquire: as above. Loaded again rather than kept: a fresh bucket's copy then
+                // has the register (measured: 2 to 3 instructions fewer on its path).
+                let current = word.load(Ordering::Acquire);
                 self.short_again::<A>(word, floor, clock_now, n, current, generation)
             }
         };
