@@ -461,8 +461,9 @@ impl VirtualTime {
         }
     }
 
-    /// [`short_in`](Self::short_in) in a generation other than 0's copy names; a setter that
-    /// races this too sends the call to the engine, which reads everything again.
+    /// [`short_in`](Self::short_in) in `generation`: the one generation 0's `recheck` named, or
+    /// the one loaded for a word of other stamp bits. A setter that races this try too sends the
+    /// call to the engine, which reads everything again.
     #[inline(always)]
     fn short_again<A: Answer>(
         &self,
