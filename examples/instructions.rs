@@ -10,7 +10,8 @@
 //! Each call uses what a 429 needs of the `Decision` (`remaining` of an admission, `retry_after`
 //! of a denial), as `governor-state` does in `examples/instructions_peers`; a limiter name ending
 //! in `/admit` (`gcra/admit`) calls `admit` instead, which answers a bool, as `governor` does.
-//! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, sharded,
+//! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, gcra-reconf (a
+//! gcra reconfigured once before the loop: generation 1's short path), sharded,
 //! sliding-window-60 and sliding-window-6000 (the ring with 60 or 6,000 cells), clock (the clock
 //! read alone). governor is counted in `examples/instructions_peers`, a binary of its own: here,
 //! the growing number of floodgate loops moved its calls across codegen units and out of line
@@ -45,12 +46,26 @@ fn measured_loop<L: Limiter>(limiter: &L, calls: u64) -> u64 {
         .sum()
 }
 
+/// The count the `admit` loop passes: a literal `1`, as a caller writes `admit(1)` and as
+/// governor's `check()` (no count) is one permit by construction; built with
+/// `INSTRUCTIONS_OPAQUE_N` set in the environment, `black_box(1)`, a count the compiler cannot
+/// see (the `admit-n` rows of `scripts/instructions`). A build-time switch, not a second loop: a
+/// second call site of `admit` changes what the compiler inlines into both.
+#[inline(always)]
+fn count() -> u32 {
+    if option_env!("INSTRUCTIONS_OPAQUE_N").is_some() {
+        black_box(1)
+    } else {
+        1
+    }
+}
+
 /// `admit`: only whether the permit was taken (the same work and shape as `governor`'s bool
 /// `check().is_ok()`).
 #[inline(never)]
 fn measured_loop_admit<L: Limiter>(limiter: &L, calls: u64) -> u64 {
     (0..calls)
-        .map(|_| u64::from(limiter.admit(black_box(1)).is_ok_and(|allowed| allowed)))
+        .map(|_| u64::from(limiter.admit(count()).is_ok_and(|allowed| allowed)))
         .sum()
 }
 
@@ -140,6 +155,16 @@ fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u
             &AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock),
             calls,
         ),
+        // Reconfigured once (the same rate spelled `2 × limit` per `2 × period`: generation 1,
+        // the same interval and capacity), so calls run generation 1's short path.
+        "gcra-reconf" => {
+            let gcra = AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock);
+            let now = gcra.clock().now_nanos();
+            gcra.algorithm()
+                .set_rate(Rate::new(limit * 2, period * 2), now)
+                .ok()?;
+            measured(call, &gcra, calls)
+        }
         "sharded" => measured(
             call,
             &Sharded::with_clock(limit, period, 2, clock).ok()?,

@@ -158,6 +158,57 @@ pub mod loom_internals {
             self.0.offset()
         }
     }
+    /// The configuration ring of the time-word buckets
+    /// ([`crate::algorithms::time_config::ConfigStore`]), driven directly: generation `g` has
+    /// interval = capacity = `g + 1` (so tau = `(g + 1)²`), so a read mixing two generations'
+    /// values, or a slot not yet written (all 0), is told apart from a generation's own.
+    #[derive(Debug)]
+    pub struct ConfigProbe(crate::algorithms::time_config::ConfigStore);
+
+    impl Default for ConfigProbe {
+        fn default() -> Self {
+            ConfigProbe(crate::algorithms::time_config::ConfigStore::new(
+                crate::algorithms::time_config::Snapshot {
+                    generation: 0,
+                    interval: 1,
+                    capacity: 1,
+                    period: 1,
+                    amount: 1,
+                    changed_at: 0,
+                    settled_at: 0,
+                    settled_by: 0,
+                },
+            ))
+        }
+    }
+
+    impl ConfigProbe {
+        /// Publishes the next generation `g` (interval = capacity = `g + 1`), as a setter does.
+        pub fn publish_next(&self) {
+            let replaced = self.0.replace(|_, current| {
+                let value = current.generation + 2;
+                Ok::<_, ()>(Some(crate::algorithms::time_config::Snapshot {
+                    interval: value,
+                    capacity: value,
+                    ..current
+                }))
+            });
+            replaced.expect("the probe's snapshots are valid");
+        }
+
+        /// The short path's unchecked reads of `generation`'s hot slot: `(interval, capacity,
+        /// tau)`, valid only if [`recheck`](Self::recheck) returns `generation` afterwards.
+        pub fn read_hot(&self, generation: u64) -> (u64, u64, u64) {
+            let hot = self.0.hot(generation);
+            (hot.interval(), hot.capacity(), hot.tau())
+        }
+
+        /// The short path's validation (`ConfigStore::recheck`): the generation in force.
+        pub fn recheck(&self) -> u64 {
+            self.0.recheck()
+        }
+    }
+
     use crate::sync::AtomicU64;
 
     /// The sample windows of `AdaptiveInFlight`, driven with raw samples.

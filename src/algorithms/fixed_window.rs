@@ -54,6 +54,9 @@ pub struct FixedWindow {
     shift: u32,
     /// `2^shift − 1`: the nanoseconds into a unit, masked (kept so a decision does not build it).
     unit_mask: u64,
+    /// `2^shift`: a unit in nanoseconds (units scale to nanoseconds with one multiply by it, so
+    /// the open-window case shifts by `shift` only once).
+    unit: u64,
     /// `window >> shift`: whole units in a window.
     window_units: u64,
     /// How far ahead of `now` a stored window may be and still be kept (in windows for aligned,
@@ -83,6 +86,7 @@ impl Clone for FixedWindow {
             anchor: self.anchor,
             shift: self.shift,
             unit_mask: self.unit_mask,
+            unit: self.unit,
             window_units: self.window_units,
             max_ahead: self.max_ahead,
         }
@@ -158,6 +162,7 @@ impl FixedWindow {
             anchor,
             shift,
             unit_mask: (1u64 << shift) - 1,
+            unit: 1u64 << shift,
             window_units: window_nanos >> shift,
             max_ahead,
         })
@@ -238,30 +243,41 @@ impl FixedWindow {
                     // Whole units in a window: bounds every distance before it is shifted back
                     // to nanoseconds, so no shift can overflow.
                     let window_units = self.window_units;
-                    let until_end = match tag_distance(tag, now_units & TAG_MASK) {
-                        TagDistance::Same => window.checked_sub(into_unit),
-                        TagDistance::Behind(k) if k <= window_units => {
-                            window.checked_sub((k << self.shift) + into_unit)
+                    // The common case first, in one comparison: the stored window started at
+                    // most a window's units before `now` (`tag_distance` would say `Same` or
+                    // `Behind(k ≤ window_units)`: `window_units` < 2^17 is far below the 2^39 at
+                    // which a distance reads as ahead), and is still open.
+                    let behind = now_units.wrapping_sub(tag) & TAG_MASK;
+                    if behind <= window_units {
+                        // `behind × unit` is `behind << shift` (≤ window: no overflow); the sum
+                        // is below window + unit.
+                        let elapsed = behind * self.unit + into_unit;
+                        if elapsed < window {
+                            return Current {
+                                tag,
+                                count,
+                                until_end: window - elapsed,
+                                leap,
+                            };
                         }
-                        // A start ahead of `now` is the rounding up, or a later clock read by
-                        // another thread: kept.
-                        TagDistance::Ahead(k) if k <= self.max_ahead => {
-                            Some(window.saturating_add((k << self.shift) - into_unit))
+                    } else {
+                        match tag_distance(tag, now_units & TAG_MASK) {
+                            // A start ahead of `now` is the rounding up, or a later clock read
+                            // by another thread: kept.
+                            TagDistance::Ahead(k) if k <= self.max_ahead => {
+                                let until_end = (k << self.shift) - into_unit;
+                                return Current {
+                                    tag,
+                                    count,
+                                    until_end: window.saturating_add(until_end),
+                                    leap,
+                                };
+                            }
+                            // Further ahead than `max_ahead`: a leaping clock's window.
+                            TagDistance::Ahead(_) => leap = true,
+                            // Closed (`Same` is the case above).
+                            TagDistance::Behind(_) | TagDistance::Same => {}
                         }
-                        // Further ahead than `max_ahead`: a leaping clock's window.
-                        TagDistance::Ahead(_) => {
-                            leap = true;
-                            None
-                        }
-                        TagDistance::Behind(_) => None,
-                    };
-                    if let Some(until_end @ 1..) = until_end {
-                        return Current {
-                            tag,
-                            count,
-                            until_end,
-                            leap,
-                        };
                     }
                 }
                 // No open window: one opens now, its start rounded up to the next unit.
@@ -299,8 +315,10 @@ impl FixedWindow {
         let now = read_clock();
         // Acquire: as in `update`.
         let mut current = word.load(Ordering::Acquire);
-        // `n` in `1..=limit` in one comparison (`n = 0` wraps to `u32::MAX`).
-        if u64::from(n.wrapping_sub(1)) < limit {
+        // `n` in `1..=limit`, in one comparison: `n − 1 ≤ limit − 1` (`n = 0` wraps to
+        // `u32::MAX`, above any `limit − 1`; a limit is at least 1). Written so, a caller's
+        // literal 1 checks nothing (`0 ≤ x` always holds).
+        if u64::from(n.wrapping_sub(1)) <= limit.wrapping_sub(1) {
             loop {
                 let Current {
                     tag,

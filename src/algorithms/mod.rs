@@ -16,7 +16,7 @@ pub(crate) mod ring;
 mod sliding_log;
 pub mod sliding_window;
 pub mod smooth;
-mod time_config;
+pub(crate) mod time_config;
 pub(crate) mod virtual_time;
 
 pub use crate::clock::MAX_CLOCK_LAG_NANOS;

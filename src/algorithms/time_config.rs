@@ -70,23 +70,70 @@ struct HotSlot {
 /// What the short decision path of a time-word bucket reads of one generation, derived from its
 /// snapshot when the slot is written (see [`ConfigStore::hot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Hot {
+struct Hot {
     /// Nanoseconds one permit is worth.
-    pub(crate) interval: u64,
+    interval: u64,
     /// Permits the bucket holds.
-    pub(crate) capacity: u64,
+    capacity: u64,
     /// `capacity × interval` (≤ 2^62, validated by every setter).
-    pub(crate) tau: u64,
+    tau: u64,
     /// `tau + H` ([`MAX_CLOCK_LAG_NANOS`]): a word further than this ahead of `now` is a leaping
     /// clock's.
-    pub(crate) reach: u64,
+    reach: u64,
     /// The short path serves the times `t` with `t − fast_from < fast_len` (wrapping), i.e.
     /// `fast_from..fast_from + fast_len`: from the later of the change instant and the settle
     /// time (so neither moves the time or the word), to a time early enough that `t + 2·tau + H`
     /// stays below the end of the timeline; `fast_len = 0` (none at all) when no time is that
     /// early. One wrapping subtraction and one comparison test both ends.
-    pub(crate) fast_from: u64,
-    pub(crate) fast_len: u64,
+    fast_from: u64,
+    fast_len: u64,
+}
+
+/// The short path's view of one generation's [`Hot`] fields, each loaded only where it is
+/// used (a field a call does not need costs it no load). Every load is Relaxed, unchecked:
+/// valid only if [`ConfigStore::recheck`] finds the generation still in force afterwards.
+#[derive(Clone, Copy)]
+pub(crate) struct HotView<'a> {
+    slot: &'a HotSlot,
+}
+
+impl HotView<'_> {
+    /// Nanoseconds one permit is worth.
+    #[inline(always)]
+    pub(crate) fn interval(self) -> u64 {
+        // Relaxed: validated by `recheck` (seqlock reader without the stamp), as every field.
+        self.slot.interval.load(Ordering::Relaxed)
+    }
+
+    /// Permits the bucket holds.
+    #[inline(always)]
+    pub(crate) fn capacity(self) -> u64 {
+        self.slot.capacity.load(Ordering::Relaxed)
+    }
+
+    /// `capacity × interval`.
+    #[inline(always)]
+    pub(crate) fn tau(self) -> u64 {
+        self.slot.tau.load(Ordering::Relaxed)
+    }
+
+    /// `tau + H`: a word further ahead of `now` is a leaping clock's.
+    #[inline(always)]
+    pub(crate) fn reach(self) -> u64 {
+        self.slot.reach.load(Ordering::Relaxed)
+    }
+
+    /// The first time served (see [`Hot`]); 0 for generation 0.
+    #[inline(always)]
+    pub(crate) fn fast_from(self) -> u64 {
+        self.slot.fast_from.load(Ordering::Relaxed)
+    }
+
+    /// How many times from `fast_from` on are served (see [`Hot`]).
+    #[inline(always)]
+    pub(crate) fn fast_len(self) -> u64 {
+        self.slot.fast_len.load(Ordering::Relaxed)
+    }
 }
 
 impl Hot {
@@ -206,26 +253,21 @@ impl ConfigStore {
         slot.capacity.load(Ordering::Relaxed)
     }
 
-    /// The short path's view of `generation` (from [`generation`](Self::generation)), read
-    /// without a stamp check: valid only if [`still`](Self::still)`(generation)` holds afterwards.
+    /// The short path's view of `generation`'s slot, read without a stamp check: what it loads
+    /// is valid only if [`recheck`](Self::recheck) returns `generation` afterwards. Generation 0
+    /// needs no prior load of the generation: its slot was written before the store was shared,
+    /// and is rewritten only by the setter of generation 8, which `recheck` detects.
     #[inline(always)]
-    pub(crate) fn hot(&self, generation: u64) -> Hot {
-        let slot = &self.hot[(generation % SLOTS as u64) as usize];
-        // Relaxed field loads: validated by `still` (seqlock reader without the stamp).
-        Hot {
-            interval: slot.interval.load(Ordering::Relaxed),
-            capacity: slot.capacity.load(Ordering::Relaxed),
-            tau: slot.tau.load(Ordering::Relaxed),
-            reach: slot.reach.load(Ordering::Relaxed),
-            fast_from: slot.fast_from.load(Ordering::Relaxed),
-            fast_len: slot.fast_len.load(Ordering::Relaxed),
+    pub(crate) fn hot(&self, generation: u64) -> HotView<'_> {
+        HotView {
+            slot: &self.hot[(generation % SLOTS as u64) as usize],
         }
     }
 
-    /// Whether `generation` is still in force, checked after everything read since
-    /// [`hot`](Self::hot) (the slot's fields, a state word): the values read of `generation`'s
-    /// slot were its own, and a state word loaded before this (with Acquire) was written in
-    /// `generation` or an older one.
+    /// The generation in force, loaded after everything read since [`hot`](Self::hot) (the
+    /// slot's fields, a state word): if it is the generation those reads were of, the values
+    /// read of its slot were its own, and a state word loaded before this (with Acquire) was
+    /// written in that generation or an older one.
     ///
     /// The slot of `g` is rewritten only by the setter of `g + 8`, after `g + 7` was published
     /// (setters are serialized). If a field load above saw any of that setter's stores, the
@@ -234,11 +276,12 @@ impl ConfigStore {
     /// the generation it wrote in before its Release compare-exchange; the caller's Acquire load
     /// of that word makes the generation load here see that one or a later one.
     #[inline(always)]
-    pub(crate) fn still(&self, generation: u64) -> bool {
+    pub(crate) fn recheck(&self) -> u64 {
         // Acquire fence: pairs with the Release fence in `write_slot` (see above).
         fence(Ordering::Acquire);
-        // Relaxed: ordered by the fence above.
-        self.current.load(Ordering::Relaxed) == generation
+        // Acquire: as in `generation` (pairs with the Release store in `replace`), so a caller
+        // that goes on to read the slot of the generation returned sees it whole.
+        self.current.load(Ordering::Acquire)
     }
 
     /// The snapshot in force, consistent (retries while a setter laps the ring).
@@ -293,7 +336,7 @@ impl ConfigStore {
         let hot = Hot::of(snapshot);
         let hot_slot = &self.hot[(snapshot.generation % SLOTS as u64) as usize];
         // Relaxed: as the field stores above, after the same Release fence; the short path
-        // validates what it read with `still`, whose Acquire fence pairs with that fence.
+        // validates what it read with `recheck`, whose Acquire fence pairs with that fence.
         hot_slot.interval.store(hot.interval, Ordering::Relaxed);
         hot_slot.capacity.store(hot.capacity, Ordering::Relaxed);
         hot_slot.tau.store(hot.tau, Ordering::Relaxed);

@@ -114,6 +114,8 @@ enum Outcome {
     Allowed([u64; 4]),
     Denied([u64; 5]),
     Engine,
+    /// The generation tried is not the one in force (this one is): try again in it.
+    Moved(u64),
 }
 
 /// One configuration's terms for a request of `n` permits: what [`decide_tat`] needs, computed
@@ -406,7 +408,14 @@ impl VirtualTime {
     ///
     /// Generation 0 (a bucket never reconfigured, the common case) runs its own copy of the path,
     /// compiled with the generation a constant: the slot's address and the stamp (0) are then
-    /// known, with no arithmetic on the generation; the logic is the same code.
+    /// known, with no arithmetic on the generation; the logic is the same code. The state word
+    /// is loaded first and tells which copy to try: a word with stamp bits 0 runs generation 0's
+    /// copy without loading the generation (the load that validates its reads, the seqlock
+    /// check needed anyway, tells whether generation 0 is in force, and if not, which one is);
+    /// any other word loads the generation in force and runs its own copy (the branch marked
+    /// cold, so a fresh bucket's copy gets the layout and the registers). A reconfigured bucket
+    /// thus pays generation 0's try only in generations 4, 8, ... (stamp bits 0 again) or on a
+    /// word of an older generation. `gcra-reconf` in `scripts/instructions` counts it.
     #[inline(always)]
     fn short<A: Answer>(
         &self,
@@ -417,10 +426,27 @@ impl VirtualTime {
     ) -> Result<A, AcquireError> {
         // The clock first: nothing read below has to survive the call.
         let clock_now = read_clock();
-        let generation = self.store.generation();
-        let outcome = match generation {
-            0 => self.short_in(word, floor, clock_now, n, 0),
-            _ => self.short_in(word, floor, clock_now, n, generation),
+        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`), and so
+        // is the load of the generation in `recheck` (see there).
+        let current = word.load(Ordering::Acquire);
+        let outcome = match current <= END_OF_TIME {
+            true => match self.short_in::<A>(word, floor, clock_now, n, current, 0) {
+                Outcome::Moved(generation) => {
+                    reconfigured();
+                    // Acquire: as above; a fresh load (the word may have been rewritten since).
+                    let current = word.load(Ordering::Acquire);
+                    self.short_again::<A>(word, floor, clock_now, n, current, generation)
+                }
+                outcome => outcome,
+            },
+            false => {
+                reconfigured();
+                let generation = self.store.generation();
+                // Acquire: as above. Loaded again rather than kept: a fresh bucket's copy then
+                // has the register (measured: 2 to 3 instructions fewer on its path).
+                let current = word.load(Ordering::Acquire);
+                self.short_again::<A>(word, floor, clock_now, n, current, generation)
+            }
         };
         match outcome {
             Outcome::Allowed([limit, room, unit, reset]) => {
@@ -429,53 +455,80 @@ impl VirtualTime {
             Outcome::Denied([limit, room, unit, retry, reset]) => {
                 Ok(A::denied(limit, room, unit, retry, reset))
             }
-            Outcome::Engine => self.general(word, floor, reads_after(clock_now, read_clock), n),
+            Outcome::Engine | Outcome::Moved(_) => {
+                self.general(word, floor, reads_after(clock_now, read_clock), n)
+            }
         }
     }
 
-    /// [`short`](Self::short) in `generation` (loaded from the store by the caller) at the clock
-    /// read `clock_now`: the answer's terms, built into the caller's answer after the two copies
-    /// join (so they join on plain numbers, not on a whole `Decision`).
+    /// [`short_in`](Self::short_in) in `generation`: the one generation 0's `recheck` named, or
+    /// the one loaded for a word of other stamp bits. A setter that races this try too sends the
+    /// call to the engine, which reads everything again.
     #[inline(always)]
-    fn short_in(
+    fn short_again<A: Answer>(
         &self,
         word: &AtomicU64,
         floor: &AtomicU64,
         clock_now: u64,
         n: u32,
+        current: u64,
+        generation: u64,
+    ) -> Outcome {
+        match self.short_in::<A>(word, floor, clock_now, n, current, generation) {
+            Outcome::Moved(_) => Outcome::Engine,
+            outcome => outcome,
+        }
+    }
+
+    /// [`short`](Self::short) in `generation` at the clock read `clock_now`: the answer's terms,
+    /// built into the caller's answer after the two copies join (so they join on plain numbers,
+    /// not on a whole `Decision`), or [`Outcome::Moved`] when `generation` is not in force.
+    #[inline(always)]
+    fn short_in<A: Answer>(
+        &self,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        clock_now: u64,
+        n: u32,
+        mut current: u64,
         generation: u64,
     ) -> Outcome {
         let hot = self.store.hot(generation);
-        // `n` in `1..=capacity`, in one comparison (`n = 0` wraps to `u32::MAX` ≥ any capacity).
-        // `cost` ≤ tau when the fields are one generation's; a torn read is discarded by
-        // `still` below before anything is decided on it.
-        let cost = u64::from(n).wrapping_mul(hot.interval);
+        // `n` in `1..=capacity`: `n = 1` always is (every capacity is at least 1), so a caller's
+        // literal 1 checks nothing; any other `n` in one comparison (`n = 0` wraps to
+        // `u32::MAX` ≥ any capacity). The capacity is loaded only for that check or an answer
+        // that reports it.
+        let capacity = match n != 1 || A::REPORTS_TERMS {
+            true => hot.capacity(),
+            false => 0,
+        };
+        // Generation 0's `fast_from` is 0 (`ConfigStore::new`): known in its copy.
+        let fast_from = match generation {
+            0 => 0,
+            _ => hot.fast_from(),
+        };
         let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
-        // Acquire: as in `update`; the floor load is ordered after it (see `update_at`).
-        let mut current = word.load(Ordering::Acquire);
-        if u64::from(n.wrapping_sub(1)) < hot.capacity {
+        if n == 1 || u64::from(n.wrapping_sub(1)) < capacity {
             loop {
+                // The slot's fields are loaded where they are used, and validated together by
+                // `recheck` after the decision is computed and before anything is acted on (an
+                // answer returned, a floor raised, a word written): a torn read is discarded
+                // there. Before it, only wrapping arithmetic (a torn mix may be any sizes) and
+                // hand-overs to the engine, which reads everything again.
                 // Relaxed: ordered after the Acquire load (or failed compare-exchange) that
                 // produced `current`, as in `update_at`.
                 let floor_now = floor.load(Ordering::Relaxed);
-                if !self.store.still(generation) {
-                    break;
-                }
                 // `max(clock, floor)`, served only while the floor is within the lag horizon of
                 // the clock read (further ahead: a leaping clock's floor, or a stale read). The
                 // floor's lead is checked only when it leads (a lagging reader), one comparison
                 // on the common path.
-                let now = if floor_now > clock_now {
-                    if floor_now - clock_now > MAX_CLOCK_LAG_NANOS {
-                        break;
-                    }
-                    floor_now
-                } else {
-                    clock_now
+                let behind = clock_now.wrapping_sub(floor_now);
+                let now = match clock_now.checked_sub(floor_now) {
+                    Some(_) => clock_now,
+                    None if floor_now - clock_now > MAX_CLOCK_LAG_NANOS => break,
+                    None => floor_now,
                 };
-                // Generation 0's `fast_from` is 0 (`ConfigStore::new`): known in its copy.
-                let fast_from = if generation == 0 { 0 } else { hot.fast_from };
-                if now.wrapping_sub(fast_from) >= hot.fast_len {
+                if now.wrapping_sub(fast_from) >= hot.fast_len() {
                     break;
                 }
                 // The time word when `current` is of this generation; otherwise its generation
@@ -483,13 +536,19 @@ impl VirtualTime {
                 // (`now + 2·tau + H` < 2^62 in the fast range): one comparison rejects both a
                 // word of another generation and a leaping clock's word.
                 let tat = current ^ stamp;
-                if tat > now.wrapping_add(hot.reach) {
+                if tat > now.wrapping_add(hot.reach()) {
                     break;
                 }
-                let (interval, capacity) = (hot.interval, hot.capacity);
-                let horizon = now + hot.tau;
+                // `cost` ≤ tau when the fields are one generation's.
+                let interval = hot.interval();
+                let cost = u64::from(n).wrapping_mul(interval);
+                let horizon = now.wrapping_add(hot.tau());
                 let base = tat.max(now);
-                let new_tat = base + cost;
+                let new_tat = base.wrapping_add(cost);
+                let in_force = self.store.recheck();
+                if in_force != generation {
+                    return Outcome::Moved(in_force);
+                }
                 if new_tat > horizon {
                     return Outcome::Denied([
                         capacity,
@@ -499,10 +558,22 @@ impl VirtualTime {
                         base - now,
                     ]);
                 }
-                if now >= floor_now + FLOOR_GRAIN_NANOS {
+                // An admission whose clock read passed the floor by its grain raises it (a floor
+                // that leads the read is never raised by it): `now ≥ floor + grain`, tested on
+                // the difference taken above, read as signed. In the fast range both times are
+                // below 2^62, so it is the clock's lead when the clock is later, and minus the
+                // floor's (negative) when the floor is.
+                if behind as i64 >= FLOOR_GRAIN_NANOS as i64 {
                     // Relaxed: published by the Release compare-exchange below, as in
-                    // `update_at`.
-                    floor.fetch_max(now, Ordering::Relaxed);
+                    // `update_at`. One compare-exchange from the floor just loaded; only if
+                    // another writer moved it meanwhile, `fetch_max` (the floor ends at least
+                    // `now` either way, as `update_at`'s raise leaves it).
+                    if floor
+                        .compare_exchange(floor_now, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        floor.fetch_max(now, Ordering::Relaxed);
+                    }
                 }
                 // AcqRel / Acquire: as in `update`.
                 match word.compare_exchange(
@@ -830,19 +901,38 @@ macro_rules! time_word_algorithm {
 }
 pub(crate) use time_word_algorithm;
 
+/// Marks the branch that calls it as rare, so the compiler lays out the short path and
+/// allocates its registers for the other one: a fresh bucket's (generation 0's copy) before a
+/// reconfigured one's. (`std::hint::cold_path` is newer than the crate's minimum Rust.)
+#[cold]
+#[inline(never)]
+fn reconfigured() {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     /// A bucket after `changes` reconfigurations (each at `changed_at`), so words of several
-    /// generations and change instants are in play.
-    fn bucket(interval: u64, capacity: u32, changes: u32, changed_at: u64) -> VirtualTime {
+    /// generations and change instants are in play; the last, with `raise` above 0, raises the
+    /// capacity by `raise` (a count above generation 0's capacity then fits).
+    fn bucket(
+        interval: u64,
+        capacity: u32,
+        changes: u32,
+        changed_at: u64,
+        raise: u32,
+    ) -> VirtualTime {
         let core =
             VirtualTime::new(Rate::new(1, Duration::from_nanos(interval)), capacity).unwrap();
         for i in 0..changes {
-            let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2)));
-            core.set_rate(rate, changed_at).unwrap();
+            match i + 1 == changes && raise > 0 {
+                true => core.set_capacity(capacity + raise, changed_at).unwrap(),
+                false => {
+                    let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2)));
+                    core.set_rate(rate, changed_at).unwrap();
+                }
+            }
         }
         core
     }
@@ -875,13 +965,21 @@ mod tests {
             floor_at_grain in any::<bool>(),
             n in prop_oneof![4 => 1u32..4, 1 => 0u32..2_000],
             fresh in prop::bool::weighted(0.1),
+            raise in prop_oneof![1 => Just(0u32), 1 => 1u32..1_000],
+            settled in any::<bool>(),
         ) {
-            let core = bucket(interval, capacity, changes, changed_at);
+            let core = bucket(interval, capacity, changes, changed_at, raise);
+            let (interval, tau) = (core.interval(), core.capacity() * core.interval());
+            // Half the cases past every settle bound of the last change (`changed_at + H +
+            // 2·tau`), where a reconfigured bucket's own copy of the short path serves.
+            let clock = match settled && clock < 4_000_000_000 {
+                true => changed_at + MAX_CLOCK_LAG_NANOS + 2 * tau + clock,
+                false => clock,
+            };
             let generation = other_generation.unwrap_or(u64::from(changes)) & GENERATION_MASK;
             // At a boundary (give or take a few ns): a request that exactly fits, or a word
             // exactly the lag horizon beyond a full bucket (a leap).
             let cost = u64::from(n) * interval;
-            let tau = u64::from(capacity) * interval;
             let offset = match boundary {
                 0 => tat_offset,
                 1 => (tau as i64 - cost as i64) + nudge,

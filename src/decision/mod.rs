@@ -286,6 +286,9 @@ impl fmt::Debug for Decision {
 /// over this trait serves both; inlined into a `bool` caller, the terms only a `Decision`
 /// reports are never computed.
 pub(crate) trait Answer: Sized {
+    /// Whether [`allowed`](Self::allowed) and [`denied`](Self::denied) use their terms (a
+    /// `bool` does not: a short path need not load what only feeds them).
+    const REPORTS_TERMS: bool = true;
     /// An admission: as [`Decision::allowed_in_units`].
     fn allowed(limit: u64, remaining: u64, unit: u64, reset_after_nanos: u64) -> Self;
     /// A denial: as [`Decision::denied_in_units`].
@@ -324,6 +327,8 @@ impl Answer for Decision {
 }
 
 impl Answer for bool {
+    const REPORTS_TERMS: bool = false;
+
     #[inline(always)]
     fn allowed(_: u64, _: u64, _: u64, _: u64) -> Self {
         true
