@@ -618,6 +618,49 @@ fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
     });
 }
 
+/// A batch's callers hand each other their answers, each the next as it takes its own: a caller
+/// that is never polled again (its task stalled, or its runtime left idle) must not hold up the
+/// answers of the callers after it in the batch (the flusher hands those out itself).
+#[test]
+fn a_caller_never_polled_again_does_not_hold_up_the_rest_of_its_batch() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "relay",
+                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        let key = limiter.redis_keys("k")[0].clone();
+        // 2 is sent at once; 4, 8 and 16 queue behind it, in that order, and go in one batch
+        // when its call comes back. 4 is first in the batch, and its future is never polled
+        // again.
+        let sender = tokio::spawn(started(call(&limiter, "k", 2)));
+        let stalled = started(call(&limiter, "k", 4));
+        let rest: Vec<_> = [8, 16]
+            .map(|n| tokio::spawn(started(call(&limiter, "k", n))))
+            .into();
+        for task in std::iter::once(sender).chain(rest) {
+            let outcome = tokio::time::timeout(HANG, task)
+                .await
+                .expect("answered although the batch's first caller never runs again")
+                .unwrap()
+                .unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed());
+        }
+        // The stalled caller's decision was taken with the batch (as a call dropped while out).
+        assert_eq!(integer(&server, &key), 2 + 4 + 8 + 16);
+        drop(stalled); // its answer, unread, goes with it
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+    });
+}
+
 /// Flushers run on the runtime that built the connection. When it has shut down, nothing can
 /// send the queue any more: a decision queued behind a call out fails at once, with a
 /// connection error, when that call's turn is handed on (not after its 30 s timeout).
