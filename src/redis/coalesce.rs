@@ -173,6 +173,16 @@ fn hand_out(answers: &Answers) {
     }
 }
 
+/// The answers of the batch a flusher sent last: dropped (after its `yield_now`, or with the
+/// flusher, when its runtime shuts down), hands out those the callers have not handed on.
+struct HandOut(Vec<Answers>);
+
+impl Drop for HandOut {
+    fn drop(&mut self) {
+        self.0.iter().for_each(hand_out);
+    }
+}
+
 /// A queued decision and where its result goes.
 struct Pending {
     request: Request,
@@ -320,13 +330,13 @@ impl Coalescer {
                 }
                 return;
             }
-            let answers = self.send(batch).await;
+            let answers = HandOut(self.send(batch).await);
             // The callers just answered mostly decide again at once: let them queue before
             // taking the next batch (else it would hold the few that came meanwhile, and the
             // rest would wait a whole round trip more).
             tokio::task::yield_now().await;
             // Those the callers have not handed on yet (see `Answers`).
-            answers.iter().for_each(hand_out);
+            drop(answers);
         }
     }
 
