@@ -147,6 +147,13 @@ type Answers = Arc<SegQueue<(Reply, Answer)>>;
 /// dropped unread with its caller), it hands the next answer on (`None`: nothing to hand on).
 struct Baton(Option<Answers>);
 
+impl Baton {
+    /// Hands the next answer on now; true if it went to a caller (woken, to run next).
+    fn pass(mut self) -> bool {
+        self.0.take().is_some_and(|answers| pass_on(&answers))
+    }
+}
+
 impl Drop for Baton {
     fn drop(&mut self) {
         if let Some(answers) = self.0.take() {
@@ -155,15 +162,34 @@ impl Drop for Baton {
     }
 }
 
-/// Sends the next of `answers` to its caller, with the baton; a caller gone is skipped.
-fn pass_on(answers: &Answers) {
+/// Sends the next of `answers` to its caller, with the baton; a caller gone is skipped. True
+/// if one was sent.
+fn pass_on(answers: &Answers) -> bool {
     while let Some((reply, answer)) = answers.pop() {
         match reply.send((answer, Baton(Some(Arc::clone(answers))))) {
-            Ok(()) => return,
+            Ok(()) => return true,
             // Its caller is gone: the next one (not by this baton's drop, which would recurse).
             Err((_, mut baton)) => baton.0 = None,
         }
     }
+    false
+}
+
+/// Returns `Pending` once, having woken its own task: a caller that has just woken the next
+/// (into its worker's LIFO slot, which no other worker can steal) steps aside, so that the next
+/// runs before this caller's own code goes on. Tokio puts a task that woke itself while it ran
+/// at the back of its worker's run queue, from where an idle worker (notified) can steal it.
+async fn requeue() {
+    let mut woken = false;
+    std::future::poll_fn(|cx| {
+        if woken {
+            return std::task::Poll::Ready(());
+        }
+        woken = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
 }
 
 /// Sends every answer still in `answers` to its caller (those gone drop theirs).
@@ -173,9 +199,19 @@ fn hand_out(answers: &Answers) {
     }
 }
 
-/// The answers of the batch a flusher sent last: dropped (after its `yield_now`, or with the
-/// flusher, when its runtime shuts down), hands out those the callers have not handed on.
+/// The answers of the batch a flusher sent last (or, in a cluster, of one group, held by that
+/// group's task): dropped (after a yield, or with its task, when its runtime shuts down),
+/// hands out those the callers have not handed on.
 struct HandOut(Vec<Answers>);
+
+impl HandOut {
+    /// Yields (so that this worker runs the callers just woken), then hands out those the
+    /// callers have not handed on yet (see [`Answers`]); also if dropped before.
+    async fn after_a_yield(self) {
+        tokio::task::yield_now().await;
+        drop(self);
+    }
+}
 
 impl Drop for HandOut {
     fn drop(&mut self) {
@@ -259,7 +295,11 @@ impl Coalescer {
         }
         match tokio::time::timeout_at(deadline.into(), answer).await {
             Ok(Ok((result, baton))) => {
-                drop(baton); // the next caller's answer, on to it
+                // The next caller's answer, on to it; then that caller runs before this one's
+                // own code goes on (see `Answers`).
+                if baton.pass() {
+                    requeue().await;
+                }
                 result
             }
             Ok(Err(_)) => Err(BackendError::at(
@@ -330,13 +370,10 @@ impl Coalescer {
                 }
                 return;
             }
-            let answers = HandOut(self.send(batch).await);
             // The callers just answered mostly decide again at once: let them queue before
             // taking the next batch (else it would hold the few that came meanwhile, and the
             // rest would wait a whole round trip more).
-            tokio::task::yield_now().await;
-            // Those the callers have not handed on yet (see `Answers`).
-            drop(answers);
+            HandOut(self.send(batch).await).after_a_yield().await;
         }
     }
 
@@ -367,7 +404,8 @@ impl Coalescer {
     }
 
     /// Sends `batch`: one call, or in a cluster one call per hash tag (so per slot), pipelined.
-    /// Returns the answers its callers have still to hand on (see [`Answers`]).
+    /// Returns the answers its callers have still to hand on (see [`Answers`]); in a cluster,
+    /// several groups' tasks each hand out their own as soon as that group is back (none left).
     async fn send(self: &Arc<Self>, batch: Vec<Pending>) -> Vec<Answers> {
         if !self.backend.is_cluster() {
             return self.send_group(batch).await.into_iter().collect();
@@ -384,21 +422,23 @@ impl Coalescer {
             let (_, group) = groups.pop().expect("one group");
             return self.send_group(group).await.into_iter().collect();
         }
+        // Each group's task hands out its own leftover answers as soon as its callers have had
+        // their turn (not after the slowest group), also if this flusher is dropped meanwhile.
         let tasks: Vec<_> = groups
             .into_iter()
             .map(|(_, group)| {
                 let me = Arc::clone(self);
-                self.backend
-                    .runtime()
-                    .spawn(async move { me.send_group(group).await })
+                self.backend.runtime().spawn(async move {
+                    let answers = HandOut(me.send_group(group).await.into_iter().collect());
+                    answers.after_a_yield().await;
+                })
             })
             .collect();
-        let mut answers = Vec::with_capacity(tasks.len());
         for task in tasks {
             // A group task fails only when its runtime shuts down; its callers then see an error.
-            answers.extend(task.await.ok().flatten());
+            let _ = task.await;
         }
-        answers
+        Vec::new()
     }
 
     /// One script call for `group` (keys sharing a slot), each result to its caller: the first
