@@ -543,6 +543,9 @@ mod tests {
     use super::*;
     use crate::redis::RedisConfig;
     use crate::redis::limiter::sealed::Script as _;
+    use std::future::Future as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Wake, Waker};
     use std::time::Duration;
 
     /// A coalescer whose queue is filled by hand (a lazy backend: no server needed).
@@ -675,6 +678,71 @@ mod tests {
         assert_eq!(first, 0);
         drop(baton); // nothing left: each answer went out once
         assert!(answers.is_empty());
+    }
+
+    /// The answers a caller has not handed on yet (1 to 3; 0 has its own from the flusher).
+    fn handed_out(receivers: &mut [oneshot::Receiver<(Answer, Baton)>]) -> Vec<i64> {
+        let mut got: Vec<i64> = receivers[1..]
+            .iter_mut()
+            .filter_map(|r| Some(answered(r)?.0))
+            .collect();
+        got.sort_unstable();
+        got
+    }
+
+    #[test]
+    fn a_flusher_dropped_with_its_runtime_hands_out_what_is_left() {
+        let (answers, mut receivers) = answers(4);
+        pass_on(&answers);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // A flusher that holds its hand-out and never gets further (its runtime shuts down).
+        let held = HandOut(vec![answers]);
+        runtime.spawn(async move {
+            let _held = held;
+            std::future::pending::<()>().await;
+        });
+        assert_eq!(handed_out(&mut receivers), [0i64; 0], "not before");
+        drop(runtime);
+        assert_eq!(handed_out(&mut receivers), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_hand_out_dropped_at_its_yield_hands_out_what_is_left() {
+        let (answers, mut receivers) = answers(4);
+        pass_on(&answers);
+        let mut after = Box::pin(HandOut(vec![answers]).after_a_yield());
+        let mut context = Context::from_waker(Waker::noop());
+        assert!(
+            after.as_mut().poll(&mut context).is_pending(),
+            "at its yield"
+        );
+        assert_eq!(handed_out(&mut receivers), [0i64; 0], "not before");
+        drop(after);
+        assert_eq!(handed_out(&mut receivers), [1, 2, 3]);
+    }
+
+    #[test]
+    fn requeue_wakes_its_task_and_is_pending_once() {
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut context = Context::from_waker(&waker);
+        let mut requeued = std::pin::pin!(requeue());
+        assert!(requeued.as_mut().poll(&mut context).is_pending());
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "woken, to be polled again"
+        );
+        assert!(requeued.as_mut().poll(&mut context).is_ready());
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
     }
 
     #[test]
