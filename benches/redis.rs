@@ -25,6 +25,22 @@ use redis::aio::MultiplexedConnection;
 
 const CALLERS: [u64; 3] = [1, 16, 128];
 
+/// The caller counts to measure: [`CALLERS`], or those listed in `FLOODGATE_BENCH_CALLERS`
+/// (comma-separated, e.g. `16` to profile one of them alone).
+fn callers() -> Vec<u64> {
+    match std::env::var("FLOODGATE_BENCH_CALLERS") {
+        Ok(list) => list
+            .split(',')
+            .map(|c| {
+                c.trim()
+                    .parse()
+                    .expect("FLOODGATE_BENCH_CALLERS: numbers, comma-separated")
+            })
+            .collect(),
+        Err(_) => CALLERS.to_vec(),
+    }
+}
+
 /// Runs `iters` decisions split over `callers` concurrent tasks; returns the time per `iters`.
 fn run<F, Fut>(runtime: &tokio::runtime::Runtime, callers: u64, iters: u64, decide: F) -> Duration
 where
@@ -232,7 +248,7 @@ fn interleaved_ratios(setup: &Setup) {
         v[v.len() / 2]
     };
     println!("\ninterleaved: median decisions/s over {ROUNDS} alternating rounds of {DECISIONS}");
-    for callers in CALLERS {
+    for callers in callers() {
         let (mut window, mut gcra, mut plain, mut naive) = (vec![], vec![], vec![], vec![]);
         for _ in 0..ROUNDS {
             window.push(per_second(setup.floodgate_window(callers, DECISIONS)));
@@ -354,7 +370,7 @@ fn cpu_per_decision(setup: &Setup) {
         .filter(|(name, _)| only.as_ref().is_none_or(|o| name.contains(o.as_str())))
         .collect();
     println!("\ncpu: median µs per decision over {ROUNDS} alternating rounds of {DECISIONS}");
-    for callers in CALLERS {
+    for callers in callers() {
         let mut samples = vec![(vec![], vec![], vec![], vec![], vec![]); clients.len()];
         for _ in 0..ROUNDS {
             for ((_, client), (client_us, server_us, exec_us, wall_us, calls)) in

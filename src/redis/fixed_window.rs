@@ -17,31 +17,13 @@ use crate::algorithms::Anchor;
 use crate::algorithms::FixedWindow;
 use crate::decision::ConfigError;
 
-static ANCHORED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("fixed_window.lua")
-    ))
-});
+static ANCHORED: LazyLock<Script> = lua_script!("exact.lua", "fixed_window.lua");
 /// Reads each key once for the whole batch: the hot-key case costs little more than one call.
-static ANCHORED_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("fixed_window_batch.lua")
-    ))
-});
-static ALIGNED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("fixed_window_aligned.lua")
-    ))
-});
-static ALIGNED_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("fixed_window_aligned_batch.lua")
-    ))
-});
+static ANCHORED_BATCH: LazyLock<Script> =
+    lua_script!("exact.lua", "tally.lua", "fixed_window_batch.lua");
+static ALIGNED: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_aligned.lua");
+static ALIGNED_BATCH: LazyLock<Script> =
+    lua_script!("exact.lua", "tally.lua", "fixed_window_aligned_batch.lua");
 
 /// The window in milliseconds (validated whole when the limiter was built).
 fn window_millis(window: &FixedWindow) -> u64 {

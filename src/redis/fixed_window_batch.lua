@@ -1,85 +1,60 @@
 -- floodgate: a batch of fixed-window decisions (anchored at the first request), decided in order
 -- as fixed_window.lua would decide them one call after another at the same instant.
--- Tally format (see RedisBackend::eval_tally): the client knows each decision's n and the shared
--- arguments, so the reply only carries what it cannot know: the server's time, each key's state
--- as first read here, and the decisions refused past their deadline. The client replays the
--- decisions from that state exactly as below (FixedWindow's replay), so no per-decision field
--- is formatted here or parsed there.
--- KEYS: each limiter key's counter once. ARGV: limit, window in ms, D (decisions), the earliest
--- deadline in us on the server's clock (0: none has one); then D n's; then D deadlines (0: none);
--- then, only when KEYS holds more than one key, D indices into KEYS.
--- Reply: now_us; per key {error index (0: none), count, ttl_ms} as read (0, 0, 0: never read);
--- the number of decisions past their deadline, their indices (from 1); the error messages.
+-- Tally format (tally.lua, prepended with exact.lua): the client knows each decision's n and the
+-- shared arguments, so the reply only carries what it cannot know: the server's time, each
+-- key's state as first read here, and the decisions refused past their deadline. The client
+-- replays the decisions from that state exactly as below (FixedWindow's replay), so no
+-- per-decision field is formatted here or parsed there.
+-- KEYS: each limiter key's counter. ARGV: limit, window in ms, then the frame's (tally.lua).
+-- Per key in the reply: {error index (0: none), count, ttl_ms} as read.
 -- Each key is read once, when its first decision in time comes; its decisions are then worked
 -- out here and written once at the end (INCRBY of what they took, PEXPIRE if the window opened).
--- Stored values are read with exact(): exact.lua, prepended to this script.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- Stored values are read with exact(): exact.lua.
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
-local count = tonumber(ARGV[3])
-local earliest = tonumber(ARGV[4])
--- Only when the earliest deadline has passed is each decision's own looked at.
-local check = earliest > 0 and now > earliest
-local multi = #KEYS > 1
-local out = {now}
-for k = 1, #KEYS do out[k * 3 - 1] = 0; out[k * 3] = 0; out[k * 3 + 1] = 0 end
-local late = {}
-local errors = {}
 local counts = {}
 local taken = {}
 local opened = {}
-for i = 1, count do
-  local arg = ARGV[4 + i]
-  local n = arg == '1' and 1 or tonumber(arg)
-  local k = multi and tonumber(ARGV[4 + 2 * count + i]) or 1
-  local deadline = check and tonumber(ARGV[4 + count + i]) or 0
-  if deadline > 0 and now > deadline then
-    late[#late + 1] = i
-  else
-    local c = counts[k]
-    if c == nil then
-      local key = KEYS[k]
-      local stored = redis.pcall('GET', key)
-      if type(stored) == 'table' and stored.err then
-        errors[#errors + 1] = stored.err
-        c = false
-      elseif stored and not exact(stored) then
-        errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a counter'
-        c = false
-      else
-        c = stored and exact(stored) or 0
-        local ttl_ms = redis.call('PTTL', key)
-        if ttl_ms == -1 then
-          -- Found without a TTL: its window is taken to start now.
-          redis.call('PEXPIRE', key, window_ms)
-          ttl_ms = window_ms
-        elseif ttl_ms < 0 then
-          c = 0
-          ttl_ms = window_ms
-        end
-        out[k * 3] = c
-        out[k * 3 + 1] = ttl_ms
-        taken[k] = 0
+each_decision(function(k, n)
+  local c = counts[k]
+  if c == nil then
+    local key = KEYS[k]
+    local stored = redis.pcall('GET', key)
+    if type(stored) == 'table' and stored.err then
+      errors[#errors + 1] = stored.err
+      c = false
+    elseif stored and not exact(stored) then
+      errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a counter'
+      c = false
+    else
+      c = stored and exact(stored) or 0
+      local ttl_ms = redis.call('PTTL', key)
+      if ttl_ms == -1 then
+        -- Found without a TTL: its window is taken to start now.
+        redis.call('PEXPIRE', key, window_ms)
+        ttl_ms = window_ms
+      elseif ttl_ms < 0 then
+        c = 0
+        ttl_ms = window_ms
       end
-      if c == false then out[k * 3 - 1] = #errors end
-      counts[k] = c
+      out[k * 3] = c
+      out[k * 3 + 1] = ttl_ms
+      taken[k] = 0
     end
-    if c and c + n <= limit then
-      -- INCRBY from nothing opens the window: PEXPIRE follows it.
-      if c == 0 then opened[k] = true end
-      counts[k] = c + n
-      taken[k] = taken[k] + n
-    end
+    if c == false then out[k * 3 - 1] = #errors end
+    counts[k] = c
   end
-end
+  if c and c + n <= limit then
+    -- INCRBY from nothing opens the window: PEXPIRE follows it.
+    if c == 0 then opened[k] = true end
+    counts[k] = c + n
+    taken[k] = taken[k] + n
+  end
+end)
 for k, n in pairs(taken) do
   if n > 0 then
     redis.call('INCRBY', KEYS[k], n)
     if opened[k] then redis.call('PEXPIRE', KEYS[k], window_ms) end
   end
 end
-out[#out + 1] = #late
-for _, i in ipairs(late) do out[#out + 1] = i end
-for _, e in ipairs(errors) do out[#out + 1] = e end
-return out
+return tally_reply()

@@ -15,15 +15,9 @@ use super::limiter::{MAX_WINDOW_MILLIS, RedisAlgorithm, sealed};
 use crate::algorithms::Gcra;
 use crate::decision::{ConfigError, Rate};
 
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(concat!(include_str!("exact.lua"), include_str!("gcra.lua"))));
+static SCRIPT: LazyLock<Script> = lua_script!("exact.lua", "gcra.lua");
 /// Reads each key once for the whole batch: the hot-key case costs little more than one call.
-static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("gcra_batch.lua")
-    ))
-});
+static BATCH: LazyLock<Script> = lua_script!("exact.lua", "tally.lua", "gcra_batch.lua");
 
 /// The interval per permit in whole microseconds, rounded to nearest (at least 1).
 fn interval_micros(gcra: &Gcra) -> u64 {

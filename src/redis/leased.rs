@@ -16,28 +16,11 @@ use crate::decision::{ConfigError, Decision};
 use crate::lease::{Lease, LeaseSlot};
 use crate::sync::{AtomicU64, Ordering};
 
-static GCRA_LEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("gcra_lease.lua")
-    ))
-});
-static GCRA_REFUND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("gcra_refund.lua")));
-static WINDOW_LEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("fixed_window_lease.lua")
-    ))
-});
-static ALIGNED_LEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("exact.lua"),
-        include_str!("fixed_window_aligned_lease.lua")
-    ))
-});
-static ALIGNED_REFUND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("fixed_window_aligned_refund.lua")));
+static GCRA_LEASE: LazyLock<Script> = lua_script!("exact.lua", "gcra_lease.lua");
+static GCRA_REFUND: LazyLock<Script> = lua_script!("gcra_refund.lua");
+static WINDOW_LEASE: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_lease.lua");
+static ALIGNED_LEASE: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_aligned_lease.lua");
+static ALIGNED_REFUND: LazyLock<Script> = lua_script!("fixed_window_aligned_refund.lua");
 
 pub(crate) mod sealed {
     /// What a leasing algorithm adds to its per-call script: its lease and refund scripts.

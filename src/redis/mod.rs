@@ -92,6 +92,14 @@
 //! # Ok(()) }
 //! ```
 
+/// A script built once from Lua sources in this folder, concatenated in order (a prelude such as
+/// `exact.lua` first): `static S: LazyLock<Script> = lua_script!("exact.lua", "gcra.lua");`.
+macro_rules! lua_script {
+    ($($file:literal),+ $(,)?) => {
+        std::sync::LazyLock::new(|| redis::Script::new(concat!($(include_str!($file)),+)))
+    };
+}
+
 mod coalesce;
 mod connection;
 mod fixed_window;

@@ -16,7 +16,7 @@ use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingWindow;
 use crate::decision::ConfigError;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sliding_window.lua")));
+static SCRIPT: LazyLock<Script> = lua_script!("sliding_window.lua");
 static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(&batch_source(include_str!("sliding_window.lua"))));
 

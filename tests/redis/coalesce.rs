@@ -618,6 +618,138 @@ fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
     });
 }
 
+/// A batch's callers hand each other their answers, each the next as it takes its own: a caller
+/// that is never polled again (its task stalled, or its runtime left idle) must not hold up the
+/// answers of the callers after it in the batch (the flusher hands those out itself).
+#[test]
+fn a_caller_never_polled_again_does_not_hold_up_the_rest_of_its_batch() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "relay",
+                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        let key = limiter.redis_keys("k")[0].clone();
+        // 2 is sent at once; 4, 8 and 16 queue behind it, in that order, and go in one batch
+        // when its call comes back. 4 is first in the batch, and its future is never polled
+        // again.
+        let sender = tokio::spawn(started(call(&limiter, "k", 2)));
+        let stalled = started(call(&limiter, "k", 4));
+        let rest: Vec<_> = [8, 16]
+            .map(|n| tokio::spawn(started(call(&limiter, "k", n))))
+            .into();
+        for task in std::iter::once(sender).chain(rest) {
+            let outcome = tokio::time::timeout(HANG, task)
+                .await
+                .expect("answered although the batch's first caller never runs again")
+                .unwrap()
+                .unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed());
+        }
+        // The stalled caller's decision was taken with the batch (as a call dropped while out).
+        assert_eq!(integer(&server, &key), 2 + 4 + 8 + 16);
+        drop(stalled); // its answer, unread, goes with it
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+    });
+}
+
+/// A batch's callers hand each other their answers; one caller's own code, run after its
+/// answer, must not hold up the answers of the others while a worker is idle. Two workers: the
+/// first of the batch to have its answer then spins (its "request handler") until the others
+/// have theirs. Were the next caller woken into the spinner's worker's LIFO slot (which the
+/// idle worker cannot steal) and left there, they would wait until the hang bound.
+#[test]
+fn a_callers_own_code_after_its_answer_does_not_hold_up_the_rest_of_its_batch() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const QUEUED: usize = 7;
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "relay",
+                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        let key = limiter.redis_keys("k")[0].clone();
+        // The server holds every reply back (its pause ends by itself), so the first call is
+        // still out while the others queue behind it: they go in one batch when it is back.
+        server.cli(&["CLIENT", "PAUSE", "1000", "ALL"]);
+        let sender = tokio::spawn(started(call(&limiter, "k", 1)));
+        let queued: Vec<Call> = (0..QUEUED)
+            .map(|_| started(call(&limiter, "k", 1)))
+            .collect();
+        let spinning = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = queued
+            .into_iter()
+            .map(|call| {
+                let (spinning, answered) = (Arc::clone(&spinning), Arc::clone(&answered));
+                tokio::spawn(async move {
+                    let outcome = call.await;
+                    // The first answered spins until the others are (a hang bound only).
+                    let all_answered = match spinning.swap(true, Ordering::SeqCst) {
+                        false => {
+                            let bound = std::time::Instant::now() + HANG;
+                            while answered.load(Ordering::SeqCst) < QUEUED - 1
+                                && std::time::Instant::now() < bound
+                            {
+                                std::hint::spin_loop();
+                            }
+                            Some(answered.load(Ordering::SeqCst) == QUEUED - 1)
+                        }
+                        true => {
+                            answered.fetch_add(1, Ordering::SeqCst);
+                            None
+                        }
+                    };
+                    (outcome, all_answered)
+                })
+            })
+            .collect();
+        let sender = tokio::time::timeout(HANG, sender).await.expect("no hang");
+        let mut outcomes = vec![sender.unwrap()];
+        let mut spinners = Vec::new();
+        for task in tasks {
+            let (outcome, all_answered) = tokio::time::timeout(HANG * 2, task)
+                .await
+                .expect("no hang")
+                .unwrap();
+            outcomes.push(outcome);
+            spinners.extend(all_answered);
+        }
+        for outcome in outcomes {
+            let outcome = outcome.unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(outcome.decision().is_allowed());
+        }
+        assert_eq!(
+            spinners,
+            [true],
+            "the others were answered while the first ran its own code"
+        );
+        assert_eq!(integer(&server, &key), 1 + QUEUED as u64);
+    });
+}
+
 /// Flushers run on the runtime that built the connection. When it has shut down, nothing can
 /// send the queue any more: a decision queued behind a call out fails at once, with a
 /// connection error, when that call's turn is handed on (not after its 30 s timeout).

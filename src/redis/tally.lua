@@ -1,0 +1,47 @@
+-- floodgate: prepended (after exact.lua) to the tally batch scripts of the fixed window
+-- (anchored and aligned) and GCRA: the frame they share. Tally format (see
+-- RedisBackend::eval_tally):
+-- KEYS: each limiter key once. ARGV: two shared arguments (read by each script), D (decisions),
+-- the earliest deadline in us on the server's clock (0: none has one); then D n's; then D
+-- deadlines (0: none); then, only when KEYS holds more than one key, D indices into KEYS.
+-- Reply (tally_reply): now_us; per key three integers as the script sets them in out (the index
+-- in errors of the error its read raised, 0: none; then its state as first read; 0, 0, 0:
+-- never read); the number of decisions past their deadline, their indices (from 1); the error
+-- messages.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local out = {now}
+for k = 1, #KEYS do out[k * 3 - 1] = 0; out[k * 3] = 0; out[k * 3 + 1] = 0 end
+local errors = {}
+local late = {}
+
+local function int(x) return string.format('%d', x) end
+
+-- Calls decide(k, n) for each decision in order (k: its key's index in KEYS, n: its permits),
+-- except those past their deadline, which are only counted late. Only when the earliest
+-- deadline has passed is each decision's own looked at.
+local function each_decision(decide)
+  local count = tonumber(ARGV[3])
+  local earliest = tonumber(ARGV[4])
+  local check = earliest > 0 and now > earliest
+  local multi = #KEYS > 1
+  for i = 1, count do
+    local arg = ARGV[4 + i]
+    local n = arg == '1' and 1 or tonumber(arg)
+    local k = multi and tonumber(ARGV[4 + 2 * count + i]) or 1
+    local deadline = check and tonumber(ARGV[4 + count + i]) or 0
+    if deadline > 0 and now > deadline then
+      late[#late + 1] = i
+    else
+      decide(k, n)
+    end
+  end
+end
+
+-- The reply: out, then the decisions past their deadline, then the error messages.
+local function tally_reply()
+  out[#out + 1] = #late
+  for _, i in ipairs(late) do out[#out + 1] = i end
+  for _, e in ipairs(errors) do out[#out + 1] = e end
+  return out
+end
