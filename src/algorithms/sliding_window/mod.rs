@@ -588,6 +588,16 @@ impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
         Ok(self.acquire_at(u64::from(n), limit, now, Some(&self.clock)))
     }
 
+    /// The same decision as `try_acquire`, from the same short path, without the retry and
+    /// reset times: a refusal there reads no marks.
+    #[inline]
+    fn admit(&self, n: u32) -> Result<bool, AcquireError> {
+        let limit = self.current_limit();
+        check_permits(n, limit)?;
+        let now = self.clock.now_nanos();
+        Ok(self.admit_at(u64::from(n), limit, now, Some(&self.clock)))
+    }
+
     fn clock(&self) -> &dyn Clock {
         &self.clock
     }

@@ -13,6 +13,16 @@ use crate::decision::Decision;
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
 
+/// What [`short`](SlidingWindowLimiter::short) found.
+enum Short {
+    /// Admitted in the caller's cell, bringing its window to this many permits.
+    Allowed(u64),
+    /// Refused on `base`'s sum `prev` and the open cell's `count`.
+    Refused { prev: u64, count: u64 },
+    /// Not the common case: the general loop decides.
+    General,
+}
+
 impl<C: Clock> SlidingWindowLimiter<C> {
     /// Decides `n` for a call at `now` (`clock`: the clock it may re-read, `None` for the
     /// explicit-time API). The fast path is: load `base`, load the cell, one compare-exchange;
@@ -26,11 +36,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// [`acquire_at`](Self::acquire_at), with the cell the call was decided in (an allowed
     /// call's permits are counted in it): a lease's expiry is that cell's end.
     ///
-    /// The common case in one pass, as the first round of the general loop decides it: `base`
-    /// names the caller's cell, and its slot holds the cell's round, open. Then the request is
-    /// admitted by one compare-exchange, or refused (by a burst in this cell, reading nothing,
-    /// or through the marks). Everything else (a crossing, a sealed or stale slot, marks that
-    /// changed under a denial, a lost compare-exchange) is decided from scratch by
+    /// The common case is [`short`](Self::short)'s; a refusal there is answered as a burst
+    /// (reading nothing) or through the marks by the general path (one call site keeps this path
+    /// short). Everything else (a crossing, a sealed or stale slot, marks that changed under a
+    /// denial, a lost compare-exchange) is decided from scratch by
     /// [`acquire_general`](Self::acquire_general).
     #[inline(always)]
     pub(super) fn acquire_counted(
@@ -40,37 +49,69 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         now: u64,
         clock: Option<&C>,
     ) -> (Decision, u64) {
+        let (short, cell) = self.short(n, limit, now);
+        let refused = match short {
+            Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
+            Short::Refused { prev, count } => {
+                match self.burst_denial(cell, now, prev, count, n, limit) {
+                    Some(denied) => return (denied, cell),
+                    // The closed cells must free some of it: read through the marks.
+                    None => Some((prev, count)),
+                }
+            }
+            Short::General => None,
+        };
+        self.acquire_general(n, limit, now, cell, clock, refused)
+    }
+
+    /// [`acquire_at`](Self::acquire_at) answering only whether the permits were taken
+    /// ([`Limiter::admit`](crate::Limiter::admit)): the same decision and the same effect. A
+    /// refusal on the short path is final as it stands (the same refusal `acquire_at` answers,
+    /// without its retry and reset times), so it reads no marks.
+    #[inline(always)]
+    pub(super) fn admit_at(&self, n: u64, limit: u64, now: u64, clock: Option<&C>) -> bool {
+        match self.short(n, limit, now) {
+            (Short::Allowed(_), _) => true,
+            (Short::Refused { .. }, _) => false,
+            (Short::General, cell) => self
+                .acquire_general(n, limit, now, cell, clock, None)
+                .0
+                .is_allowed(),
+        }
+    }
+
+    /// The common case in one pass, as the first round of the general loop decides it, and the
+    /// caller's cell: `base` names the caller's cell, and its slot holds the cell's round, open.
+    /// Then the request is admitted by one compare-exchange ([`Short::Allowed`]) or refused on
+    /// the `(base sum, count)` it read ([`Short::Refused`]); anything else is
+    /// [`Short::General`]'s. A refusal is exact: `base`'s sum covers the window's closed cells,
+    /// all sealed, and the one open cell's count was read after it, so the state it was decided
+    /// on was the state at that load.
+    #[inline(always)]
+    fn short(&self, n: u64, limit: u64, now: u64) -> (Short, u64) {
         // Acquire: as in `acquire_general`. The hint beside it: any value is checked before use.
         let (tag, prev) = unpack_window(self.base.word.load(Ordering::Acquire));
         // Relaxed: a hint, checked (see `BaseLine::hint`).
         let (cell, slot_index, round) = self.locate(self.base.hint.load(Ordering::Relaxed), now);
-        // A refusal the closed cells must free (`(prev, count)` it was decided on), read through
-        // the marks by the general path (one call site keeps this path short).
-        let mut refused = None;
-        if tag == cell & TAG_MASK {
-            let slot = &self.slots[slot_index];
-            let round = round & ROUND_MASK;
-            // Acquire: as in `acquire_general`.
-            let word = slot.load(Ordering::Acquire);
-            let (word_round, sealed, count) = unpack_cell(word);
-            if word_round == round && !sealed {
-                let taken = prev + count + n;
-                if taken <= limit {
-                    // AcqRel / Acquire: as in `acquire_general`.
-                    if slot
-                        .compare_exchange(word, word + n, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        return (self.allowed(cell, now, limit, taken), cell);
-                    }
-                } else if let Some(denied) = self.burst_denial(cell, now, prev, count, n, limit) {
-                    return (denied, cell);
-                } else {
-                    refused = Some((prev, count));
-                }
-            }
+        if tag != cell & TAG_MASK {
+            return (Short::General, cell);
         }
-        self.acquire_general(n, limit, now, cell, clock, refused)
+        let slot = &self.slots[slot_index];
+        // Acquire: as in `acquire_general`.
+        let word = slot.load(Ordering::Acquire);
+        let (word_round, sealed, count) = unpack_cell(word);
+        if word_round != round & ROUND_MASK || sealed {
+            return (Short::General, cell);
+        }
+        let taken = prev + count + n;
+        if taken > limit {
+            return (Short::Refused { prev, count }, cell);
+        }
+        // AcqRel / Acquire: as in `acquire_general`.
+        match slot.compare_exchange(word, word + n, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => (Short::Allowed(taken), cell),
+            Err(_) => (Short::General, cell),
+        }
     }
 
     /// The cell of `now`, its slot and its round (unreduced): from `hint` when `now` lies in the
