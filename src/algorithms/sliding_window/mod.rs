@@ -115,7 +115,7 @@ use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::Limiter;
-use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
+use crate::packed::{COUNT_BITS, MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Bits of a cell's round tag.
@@ -160,6 +160,21 @@ pub const fn pack_cell(round: u64, sealed: bool, count: u64) -> u64 {
 #[inline]
 pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
     (word >> 25, word & SEALED != 0, word & MAX_COUNT)
+}
+
+/// Whether cell word `word` holds round `round` (unreduced: reduced here, modulo 2^39), open:
+/// `unpack_cell(word)` is `(round & ROUND_MASK, false, _)`, in one comparison (the shift drops
+/// the round's bits past the tag, as the reduction would).
+#[inline(always)]
+fn open_in(word: u64, round: u64) -> bool {
+    (word ^ (round << 25)) >> 24 == 0
+}
+
+/// Whether `base` word `word` names cell `cell`: its tag is `cell & TAG_MASK`, in one comparison
+/// (the shift drops the cell's bits past the tag, as the mask would).
+#[inline(always)]
+fn names_cell(word: u64, cell: u64) -> bool {
+    (word ^ (cell << COUNT_BITS)) >> COUNT_BITS == 0
 }
 
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of

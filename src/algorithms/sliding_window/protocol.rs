@@ -5,8 +5,8 @@
 use super::horizon::Caller;
 use super::marks::Closed;
 use super::{
-    HINT_SLOT_BITS, ROUND_MASK, SEALED, SlidingWindowLimiter, pack_cell, pack_hint, unpack_cell,
-    visit,
+    HINT_SLOT_BITS, ROUND_MASK, SEALED, SlidingWindowLimiter, names_cell, open_in, pack_cell,
+    pack_hint, unpack_cell, visit,
 };
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -90,19 +90,19 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     #[inline(always)]
     fn short(&self, n: u64, limit: u64, now: u64) -> (Short, u64) {
         // Acquire: as in `acquire_general`. The hint beside it: any value is checked before use.
-        let (tag, prev) = unpack_window(self.base.word.load(Ordering::Acquire));
+        let base = self.base.word.load(Ordering::Acquire);
         // Relaxed: a hint, checked (see `BaseLine::hint`).
         let (cell, slot_index, round) = self.locate(self.base.hint.load(Ordering::Relaxed), now);
-        if tag != cell & TAG_MASK {
+        if !names_cell(base, cell) {
             return (Short::General, cell);
         }
         let slot = &self.slots[slot_index];
         // Acquire: as in `acquire_general`.
         let word = slot.load(Ordering::Acquire);
-        let (word_round, sealed, count) = unpack_cell(word);
-        if word_round != round & ROUND_MASK || sealed {
+        if !open_in(word, round) {
             return (Short::General, cell);
         }
+        let (prev, count) = (base & MAX_COUNT, word & MAX_COUNT);
         let taken = prev + count + n;
         if taken > limit {
             return (Short::Refused { prev, count }, cell);
