@@ -180,8 +180,9 @@ fn names_cell(word: u64, cell: u64) -> bool {
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
 /// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
 ///
-/// Memory: two cache-padded lines (`head`; `base` and its hint) plus 16 bytes per slot (`cells + future`: a cell word and its
-/// mark), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
+/// Memory: two cache-padded lines (`head`; `base` and its hint) plus 16 bytes per slot (a cell
+/// word and its mark; `cells + future` rounded up to a power of two, so a cell's slot and round
+/// are a mask and a shift of its index), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
 ///
 /// ```
 /// use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
@@ -198,7 +199,13 @@ fn names_cell(word: u64, cell: u64) -> bool {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SlidingWindowLimiter<C = QuantaClock> {
+    /// The configuration's geometry, but with the ring's slot count: `cells + future` rounded
+    /// up to a power of two (see [`ring_geometry`]).
     geometry: RingGeometry,
+    /// `log2(slots)`: a cell's round is its index shifted down by this, its slot the bits below.
+    slot_bits: u32,
+    /// `slots − 1`: a cell's slot is its index's bits under this mask.
+    slot_mask: u64,
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into.
     head: CachePadded<AtomicU64>,
@@ -221,26 +228,24 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
 struct BaseLine {
     /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
     word: AtomicU64,
-    /// Where the newest crossed cell lives, `(round, slot)` with `index = round × slots + slot`
-    /// ([`pack_hint`]), stored by its crossing: a call whose clock read falls in that cell finds
-    /// its cell and slot with two multiplications instead of two divisions. Only a hint: a call
-    /// checks that it describes a cell (`slot < slots`) and that its clock read lies in that
-    /// cell, which makes every hint it uses exact whenever and by whomever it was written; any
-    /// other hint (stale, not yet written, a round past 48 bits) is ignored and the call divides.
+    /// The index of the newest crossed cell, stored by its crossing: a call whose clock read
+    /// falls in that cell finds its cell with a multiplication instead of a division (its slot
+    /// and round are a mask and a shift of it). Only a hint: a call checks that its clock read
+    /// lies in the cell it names, which makes every hint it uses exact whenever and by whomever
+    /// it was written; any other value (stale, not yet written, garbage) is ignored and the call
+    /// divides.
     hint: AtomicU64,
 }
 
-/// Bits of a hint's slot (the ring has at most [`MAX_SLOTS`](super::ring::MAX_SLOTS) = 2¹⁶).
-const HINT_SLOT_BITS: u32 = 16;
-
-/// The hint of the cell in `slot` of round `round` (`round` < 2⁴⁸; a larger one packs to a
-/// hint that never checks out, see [`BaseLine::hint`]).
-#[inline]
-fn pack_hint(round: u64, slot: usize) -> u64 {
-    if round >> (64 - HINT_SLOT_BITS) != 0 {
-        return u64::MAX;
+/// The local ring's geometry for `config`'s: its slots, `cells + future`, rounded up to a power
+/// of two (at most [`MAX_SLOTS`](super::ring::MAX_SLOTS), itself one), so that the slot and the
+/// round of a cell are its index's low bits and the rest. The extra slots are never pre-stamped
+/// ahead: they only put a ring's reuse of a slot further away.
+fn ring_geometry(config: RingGeometry) -> RingGeometry {
+    RingGeometry {
+        slots: config.slots.next_power_of_two(),
+        ..config
     }
-    (round << HINT_SLOT_BITS) | slot as u64
 }
 
 #[cfg(test)]
@@ -382,19 +387,21 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// A fresh limiter running `config` on `clock` (what
     /// [`IntoLimiter`](crate::IntoLimiter) does).
     pub(crate) fn from_config(config: &SlidingWindow, clock: C) -> Self {
-        let geometry = config.geometry;
+        let geometry = ring_geometry(config.geometry);
         // Every slot starts as round 0, count 0: slot `i` is a fresh, open cell `i`. Its mark (0:
         // round 0, prefix, 0) is only read once a crossing has written or checked it.
         let slots = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
         let marks = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
         SlidingWindowLimiter {
             geometry,
+            slot_bits: geometry.slots.trailing_zeros(),
+            slot_mask: geometry.slots - 1,
             limit: AtomicU32::new(config.limit),
             head: CachePadded::new(AtomicU64::new(0)),
             // Cell 0 has no closed cells before it.
             base: CachePadded::new(BaseLine {
                 word: AtomicU64::new(pack_window(0, 0)),
-                hint: AtomicU64::new(pack_hint(0, 0)),
+                hint: AtomicU64::new(0),
             }),
             slots,
             marks,
@@ -416,7 +423,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     pub fn config(&self) -> SlidingWindow {
         SlidingWindow {
             limit: self.current_limit() as u32,
-            geometry: self.geometry,
+            // The configuration's slot count, `cells + future` (the ring rounds it up).
+            geometry: RingGeometry {
+                slots: self.geometry.cells + self.geometry.future,
+                ..self.geometry
+            },
         }
     }
 

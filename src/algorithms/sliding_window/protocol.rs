@@ -5,8 +5,7 @@
 use super::horizon::Caller;
 use super::marks::Closed;
 use super::{
-    HINT_SLOT_BITS, ROUND_MASK, SEALED, SlidingWindowLimiter, names_cell, open_in, pack_cell,
-    pack_hint, unpack_cell, visit,
+    ROUND_MASK, SEALED, SlidingWindowLimiter, names_cell, open_in, pack_cell, unpack_cell, visit,
 };
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -114,24 +113,27 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         }
     }
 
-    /// The cell of `now`, its slot and its round (unreduced): from `hint` when `now` lies in the
-    /// cell it describes (no division), else computed.
+    /// The cell of `now`, its slot and its round (unreduced): the `hint` when `now` lies in the
+    /// cell it names (no division), else computed; the slot and the round are then the cell
+    /// index's low bits and the rest (the ring's slots are a power of two).
     #[inline(always)]
     pub(super) fn locate(&self, hint: u64, now: u64) -> (u64, usize, u64) {
-        let slot = (hint & ((1 << HINT_SLOT_BITS) - 1)) as usize;
-        let round = hint >> HINT_SLOT_BITS;
-        if slot < self.slots.len() {
-            // No overflow: round < 2⁴⁸ and slots ≤ 2¹⁶.
-            let cell = round * self.geometry.slots + slot as u64;
-            if let Some(start) = cell.checked_mul(self.geometry.cell_nanos) {
-                if start <= now && now - start < self.geometry.cell_nanos {
-                    return (cell, slot, round);
-                }
+        if let Some(start) = hint.checked_mul(self.geometry.cell_nanos) {
+            if start <= now && now - start < self.geometry.cell_nanos {
+                return self.place_of(hint);
             }
         }
-        let cell = self.geometry.cell_of(now);
-        let (slot, round) = self.geometry.place(cell);
-        (cell, slot, round)
+        self.place_of(self.geometry.cell_of(now))
+    }
+
+    /// `(cell, slot, round)` of cell `cell` (round unreduced): its index's low bits and the rest.
+    #[inline(always)]
+    pub(super) fn place_of(&self, cell: u64) -> (u64, usize, u64) {
+        (
+            cell,
+            (cell & self.slot_mask) as usize,
+            cell >> self.slot_bits,
+        )
     }
 
     /// The answer for an admission in `cell` that brought the window to `taken`.
@@ -385,11 +387,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
         }
         self.pre_stamp(cell, stamp_from);
-        let (slot, round) = self.geometry.place(cell);
         // Relaxed: a hint, checked by every reader (see `BaseLine::hint`).
-        self.base
-            .hint
-            .store(pack_hint(round, slot), Ordering::Relaxed);
+        self.base.hint.store(cell, Ordering::Relaxed);
         Ok(())
     }
 
@@ -465,14 +464,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// The slot of cell `index` and the round tag it has there.
     #[inline]
     pub(super) fn place(&self, index: u64) -> (&AtomicU64, u64) {
-        let (slot, round) = self.geometry.place(index);
+        let (_, slot, round) = self.place_of(index);
         (&self.slots[slot], round & ROUND_MASK)
     }
 
     /// The mark of cell `index` and the round tag it has there.
     #[inline]
     pub(super) fn place_mark(&self, index: u64) -> (&AtomicU64, u64) {
-        let (slot, round) = self.geometry.place(index);
+        let (_, slot, round) = self.place_of(index);
         (&self.marks[slot], round & ROUND_MASK)
     }
 
