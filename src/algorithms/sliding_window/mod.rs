@@ -619,9 +619,8 @@ impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
     #[inline]
     fn admit(&self, n: u32) -> Result<bool, AcquireError> {
         let limit = self.current_limit();
-        check_permits(n, limit)?;
         let now = self.clock.now_nanos();
-        Ok(self.admit_at(u64::from(n), limit, now, Some(&self.clock)))
+        self.admit_at(n, limit, now, Some(&self.clock))
     }
 
     fn clock(&self) -> &dyn Clock {

@@ -8,7 +8,7 @@ use super::{
     ROUND_MASK, SEALED, SlidingWindowLimiter, names_cell, open_in, pack_cell, unpack_cell, visit,
 };
 use crate::clock::Clock;
-use crate::decision::Decision;
+use crate::decision::{AcquireError, Decision, check_permits};
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -64,18 +64,31 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     }
 
     /// [`acquire_at`](Self::acquire_at) answering only whether the permits were taken
-    /// ([`Limiter::admit`](crate::Limiter::admit)): the same decision and the same effect. A
-    /// refusal on the short path is final as it stands (the same refusal `acquire_at` answers,
-    /// without its retry and reset times), so it reads no marks.
+    /// ([`Limiter::admit`](crate::Limiter::admit)), with its errors: the same decision and the
+    /// same effect. A refusal on the short path is final as it stands (the same refusal
+    /// `acquire_at` answers, without its retry and reset times), so it reads no marks. `n` above
+    /// the limit can never be admitted (the short path refuses it, writing nothing), so that
+    /// error is looked for only on the paths that do not admit.
     #[inline(always)]
-    pub(super) fn admit_at(&self, n: u64, limit: u64, now: u64, clock: Option<&C>) -> bool {
-        match self.short(n, limit, now) {
-            (Short::Allowed(_), _) => true,
-            (Short::Refused { .. }, _) => false,
-            (Short::General, cell) => self
-                .acquire_general(n, limit, now, cell, clock, None)
-                .0
-                .is_allowed(),
+    pub(super) fn admit_at(
+        &self,
+        n: u32,
+        limit: u64,
+        now: u64,
+        clock: Option<&C>,
+    ) -> Result<bool, AcquireError> {
+        if n == 0 {
+            check_permits(n, limit)?;
+        }
+        let permits = u64::from(n);
+        match self.short(permits, limit, now) {
+            (Short::Allowed(_), _) => Ok(true),
+            (Short::Refused { .. }, _) => check_permits(n, limit).map(|()| false),
+            (Short::General, cell) => {
+                check_permits(n, limit)?;
+                let (decision, _) = self.acquire_general(permits, limit, now, cell, clock, None);
+                Ok(decision.is_allowed())
+            }
         }
     }
 
