@@ -2,8 +2,9 @@
 //! boundary together, a lagging caller racing a crossing (or a reset a whole ring ahead), the
 //! sweep racing adds and readers, and the ring's marks (the running sums a crossing publishes
 //! and a denial searches) racing a crossing into the next block.
-//! Rings of 2 cells + 1 future cell (3 slots) of 10 ns, and for the marks 3 cells + 1 future cell
-//! (blocks of 3 cells, so a window spans two blocks); every interleaving of 2–3 threads is
+//! Rings of 2 cells + 1 future cell of 10 ns (the window's ring: 4 slots, 3 rounded up to a power
+//! of two; the counter's: 3 slots), and for the marks 3 cells + 1 future cell (4 slots; blocks
+//! of 3 cells, so a window spans two blocks); every interleaving of 2–3 threads is
 //! explored (preemptions bounded by `LOOM_MAX_PREEMPTIONS`, default 3).
 #![cfg(floodgate_loom)]
 
@@ -25,15 +26,15 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn window(limit: u32) -> Arc<SlidingWindowLimiter<ManualClock>> {
-    let w = SlidingWindowLimiter::with_clock(
-        limit,
-        Duration::from_nanos(2 * CELL),
-        2,
-        ManualClock::new(),
-    )
-    .unwrap()
-    .with_future_cells(1)
-    .unwrap();
+    window_on(limit, ManualClock::new())
+}
+
+/// [`window`] on `clock` (for the calls that read it: `admit`).
+fn window_on(limit: u32, clock: ManualClock) -> Arc<SlidingWindowLimiter<ManualClock>> {
+    let w = SlidingWindowLimiter::with_clock(limit, Duration::from_nanos(2 * CELL), 2, clock)
+        .unwrap()
+        .with_future_cells(1)
+        .unwrap();
     Arc::new(w)
 }
 
@@ -97,42 +98,70 @@ fn a_lagging_caller_races_the_crossing() {
     });
 }
 
-/// The hint beside `base` (where the newest crossed cell lives: a call in it finds its cell and
-/// slot without dividing) is a Relaxed store of the crossing. Cell 1 is crossed (hint: cell 1),
-/// then A and B both call in cell 4, one ring later in the same slot, while one of them crosses:
-/// each may read the hint of cell 1 (a ring stale, same slot) or of cell 4, and the time check
-/// makes both exact, so exactly one of them gets the window's single permit, and A's lagging
-/// call in cell 3 after that is decided in cell 4 (head's) and refused.
+/// The hint beside `base` (the newest crossed cell: a call in it finds its cell without
+/// dividing) is a Relaxed store of the crossing. Cell 1 is crossed (hint: cell 1), then A and B
+/// both call in cell 5, one ring later in the same slot, while one of them crosses: each may
+/// read the hint of cell 1 (a ring stale, same slot) or of cell 5, and the time check makes both
+/// exact, so exactly one of them gets the window's single permit, and a lagging call in cell 4
+/// after that is decided in cell 5 (head's) and refused.
 #[test]
 fn a_stale_hint_of_the_same_slot_never_places_a_call() {
     model(|| {
         let w = window(1);
         assert!(w.try_acquire_at(1, CELL + 5).unwrap().is_allowed());
-        let (a, b) = (take(&w, 4 * CELL + 1), take(&w, 4 * CELL + 2));
+        let (a, b) = (take(&w, 5 * CELL + 1), take(&w, 5 * CELL + 2));
         let admitted = usize::from(a.join().unwrap()) + usize::from(b.join().unwrap());
-        assert_eq!(admitted, 1, "window {{3, 4}} holds one permit");
-        assert!(!w.try_acquire_at(1, 3 * CELL + 9).unwrap().is_allowed());
-        // One window later (cells {5, 6}) the permit is back.
-        assert!(w.try_acquire_at(1, 6 * CELL).unwrap().is_allowed());
+        assert_eq!(admitted, 1, "window {{4, 5}} holds one permit");
+        assert!(!w.try_acquire_at(1, 4 * CELL + 9).unwrap().is_allowed());
+        // One window later (cells {6, 7}) the permit is back.
+        assert!(w.try_acquire_at(1, 7 * CELL).unwrap().is_allowed());
+    });
+}
+
+/// `admit`'s short path (a refusal there is final and reads no marks) racing a crossing: cell 0
+/// holds 1 of 2; A admits on the clock (cell 1, crossing into it) while B, whose read lags in
+/// cell 0, takes 1 through `try_acquire`. Whichever cell B lands in and whoever crosses, the
+/// span {0, 1} holds at most 2 (one more), with no false denial.
+#[test]
+fn an_admit_races_a_crossing_and_a_lagging_caller() {
+    model(|| {
+        let clock = ManualClock::new();
+        let w = window_on(2, clock.clone());
+        clock.set(5);
+        assert_eq!(w.admit(1), Ok(true));
+        clock.set(CELL + 5);
+        let a = {
+            let w = w.clone();
+            thread::spawn(move || w.admit(1).unwrap())
+        };
+        let b = take(&w, 7);
+        let admitted = usize::from(a.join().unwrap()) + usize::from(b.join().unwrap());
+        assert_eq!(admitted, 1, "the bound, and no false denial");
+        assert_eq!(w.peek_at(1, CELL + 5).unwrap().remaining(), 0);
+        assert_eq!(
+            w.admit(1),
+            Ok(false),
+            "a full window refuses on the short path"
+        );
     });
 }
 
 #[test]
 fn a_crossing_races_the_sweep_and_a_stale_count_is_not_resurrected() {
     model(|| {
-        // Cell 0 is full. Cell 3 maps to cell 0's slot (3 slots): its old count must not count.
+        // Cell 0 is full. Cell 4 maps to cell 0's slot (4 slots): its old count must not count.
         let w = window(2);
         assert!(w.try_acquire_at(2, 5).unwrap().is_allowed());
         let sweeper = {
             let w = w.clone();
-            thread::spawn(move || w.sweep_at(3 * CELL + 1))
+            thread::spawn(move || w.sweep_at(4 * CELL + 1))
         };
-        let taker = take(&w, 3 * CELL + 2);
-        let peeked = w.peek_at(1, 3 * CELL + 3).unwrap().remaining();
+        let taker = take(&w, 4 * CELL + 2);
+        let peeked = w.peek_at(1, 4 * CELL + 3).unwrap().remaining();
         sweeper.join().unwrap();
         assert!(taker.join().unwrap(), "cell 0 left the window long ago");
         assert!(peeked >= 1, "a reader never sees the old count");
-        assert_eq!(w.peek_at(1, 3 * CELL + 3).unwrap().remaining(), 0);
+        assert_eq!(w.peek_at(1, 4 * CELL + 3).unwrap().remaining(), 0);
     });
 }
 

@@ -1,6 +1,6 @@
 //! The ring protocols under the time model (`floodgate_loom_tests::ModelClock`): the
 //! `SlidingWindow` ring and the `RollingCounter`, both 2 cells of 10 ns plus 1 future cell
-//! (3 slots), reading the model clock through their own `try_acquire` / `add` / `sum`.
+//! (the window's ring: 4 slots, 3 rounded up to a power of two; the counter's: 3), reading the model clock through their own `try_acquire` / `add` / `sum`.
 //!
 //! * Sliding window promise: the permits of admissions lying inside any closed real span of
 //!   `window − cell − 1` = 9 ns (which lies inside 2 consecutive cells) ≤ limit.

@@ -94,7 +94,9 @@
 //!   them under it (into a new block, or a ring later), the call is decided again, once, from a
 //!   fresh `base` (its cell is then sealed, so it follows head); if they change again, or changed
 //!   with head still there (after a leap), that one call reads the cells one by one, as every call
-//!   did before. Never a wait on another thread.
+//!   did before. Never a wait on another thread. [`admit`](crate::Limiter::admit), which needs
+//!   no retry or reset time, reads no marks: its refusal in the common case (its cell is the
+//!   published crossing, open) costs O(1), the loads it was decided on.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 
