@@ -118,32 +118,57 @@ fn a_stale_hint_of_the_same_slot_never_places_a_call() {
     });
 }
 
-/// `admit`'s short path (a refusal there is final and reads no marks) racing a crossing: cell 0
-/// holds 1 of 2; A admits on the clock (cell 1, crossing into it) while B, whose read lags in
-/// cell 0, takes 1 through `try_acquire`. Whichever cell B lands in and whoever crosses, the
-/// span {0, 1} holds at most 2 (one more), with no false denial.
+/// `admit`'s short path racing a crossing that seals its cell: cell 0 holds 1, and the clock's
+/// caller crosses into cell 1 and takes 1 there, so `base` names cell 1. Then A admits 1 on the
+/// clock (cell 1: the short path, when it reads `base` and cell 1's slot before B's crossing
+/// renames or seals them) while B takes 1 in cell 2 (crossing into it, sealing cell 1). Limit 2:
+/// cell 1's window {0, 1} is full, so A's short path refuses it, writing nothing (or A, following
+/// head into cell 2, takes B's place). Limit 3: A's short path admits it in cell 1. Either way
+/// windows {0, 1} and {1, 2} hold at most the limit, with no false denial, and A's refusal
+/// leaves cell 1's window exactly full.
 #[test]
 fn an_admit_races_a_crossing_and_a_lagging_caller() {
-    model(|| {
-        let clock = ManualClock::new();
-        let w = window_on(2, clock.clone());
-        clock.set(5);
-        assert_eq!(w.admit(1), Ok(true));
-        clock.set(CELL + 5);
-        let a = {
-            let w = w.clone();
-            thread::spawn(move || w.admit(1).unwrap())
-        };
-        let b = take(&w, 7);
-        let admitted = usize::from(a.join().unwrap()) + usize::from(b.join().unwrap());
-        assert_eq!(admitted, 1, "the bound, and no false denial");
-        assert_eq!(w.peek_at(1, CELL + 5).unwrap().remaining(), 0);
-        assert_eq!(
-            w.admit(1),
-            Ok(false),
-            "a full window refuses on the short path"
-        );
-    });
+    for limit in [2, 3] {
+        model(move || {
+            let clock = ManualClock::new();
+            let w = window_on(limit, clock.clone());
+            assert!(w.try_acquire_at(1, 5).unwrap().is_allowed());
+            clock.set(CELL + 5);
+            assert_eq!(w.admit(1), Ok(true), "the crossing into cell 1");
+            let a = {
+                let w = w.clone();
+                thread::spawn(move || w.admit(1).unwrap())
+            };
+            let b = take(&w, 2 * CELL + 5);
+            let (a, b) = (a.join().unwrap(), b.join().unwrap());
+            let limit = u64::from(limit);
+            // No false denial: cell 1's window has room for A exactly when limit is 3, and
+            // window {1, 2} (1 taken) for both, whichever cell A lands in.
+            assert_eq!(
+                u64::from(a) + u64::from(b),
+                limit - 1,
+                "the bound, and no false denial: A {a}, B {b}"
+            );
+            // The counts, read by peeks (whose `remaining` is after their 1 permit when it would
+            // be allowed): window {1, 2} holds `in_1_2`, window {2, 3} cell 2's alone, so cell 1
+            // holds the difference.
+            let used = |now| {
+                let d = w.peek_at(1, now).unwrap();
+                limit - d.remaining() - u64::from(d.is_allowed())
+            };
+            let (in_1_2, in_2) = (used(2 * CELL + 5), used(3 * CELL + 5));
+            let in_0_1 = 1 + in_1_2 - in_2;
+            assert!(in_1_2 <= limit && in_0_1 <= limit, "{in_0_1}, {in_1_2}");
+            if !a {
+                assert_eq!(in_0_1, limit, "A was refused in cell 1 with room left");
+            }
+            // Window {1, 2} is full (1 + 1 + A's or B's, or both): on the clock in cell 2, its
+            // short path refuses.
+            assert_eq!(in_1_2, limit);
+            clock.set(2 * CELL + 6);
+            assert_eq!(w.admit(1), Ok(false), "a full window");
+        });
+    }
 }
 
 #[test]
