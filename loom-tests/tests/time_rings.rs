@@ -74,8 +74,9 @@ fn window_clock_moves_between_steps() {
     });
 }
 
-/// (b) S may stall after its clock read while the driver moves on a whole ring and more
-/// (4 cells) and takes the limit; then the driver takes once more. S's stale cell is behind
+/// (b) S may stall after its clock read while the driver moves on exactly one ring (4 cells:
+/// the ring has 4 slots, so cell 4 shares cell 0's slot) and takes the limit; then the driver
+/// takes once more. S's stale cell is behind
 /// the head: it is decided in the newest cell, never re-opening it.
 #[test]
 fn window_stalled_reader() {
