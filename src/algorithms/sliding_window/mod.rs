@@ -140,7 +140,11 @@ pub const MAX_LIMIT: u64 = MAX_COUNT;
 /// `round` is the cell index divided by the ring's slot count, modulo 2^39; `count` (at most the
 /// limit, checked before every write, so it never spills) is the permits taken in the cell.
 /// A slot left untouched for exactly a multiple of `2^39 × slots` cells reads as current: it then
-/// carries its old count, which can only deny more, never admit more.
+/// carries its old count. The slots are a power of two (at least 2), so `2^39 × slots` cells is
+/// a multiple of `2^40` and `base`'s 40-bit cell tag aliases at the same time; only
+/// over-counting follows (old counts kept, in the cell and in `base`'s sum), which can only deny
+/// more, never admit more. Unreachable with cells of 1 s or more (any of at least `2^24` ns):
+/// `2^40` of them span more than the `u64` nanosecond clock's 584 years.
 ///
 /// ```
 /// use floodgate::algorithms::sliding_window::{pack_cell, unpack_cell, ROUND_MASK};
