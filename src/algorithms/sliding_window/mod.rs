@@ -620,8 +620,9 @@ impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
         Ok(self.acquire_at(u64::from(n), limit, now, Some(&self.clock)))
     }
 
-    /// The same decision as `try_acquire`, from the same short path, without the retry and
-    /// reset times: a refusal there reads no marks.
+    /// A decision `try_acquire` could have made (called alone, the same one), from the same
+    /// short path, without the retry and reset times: a refusal there reads no marks (it is
+    /// exact for a caller whose clock is in that cell).
     #[inline]
     fn admit(&self, n: u32) -> Result<bool, AcquireError> {
         let limit = self.current_limit();

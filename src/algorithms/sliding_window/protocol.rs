@@ -64,11 +64,13 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     }
 
     /// [`acquire_at`](Self::acquire_at) answering only whether the permits were taken
-    /// ([`Limiter::admit`](crate::Limiter::admit)), with its errors: the same decision and the
-    /// same effect. A refusal on the short path is final as it stands (the same refusal
-    /// `acquire_at` answers, without its retry and reset times), so it reads no marks. `n` above
-    /// the limit can never be admitted (the short path refuses it, writing nothing), so that
-    /// error is looked for only on the paths that do not admit.
+    /// ([`Limiter::admit`](crate::Limiter::admit)), with its errors: a decision (and effect)
+    /// `acquire_at` could have made (called alone, the same one; under races, not necessarily
+    /// the one a racing `acquire_at` call makes). A refusal on the short path is final as it
+    /// stands (exact for a caller whose clock is in that cell, as `acquire_at`'s refusal there
+    /// is, without its retry and reset times), so it reads no marks. `n` above the limit can
+    /// never be admitted (the short path refuses it, writing nothing), so that error is looked
+    /// for only on the paths that do not admit.
     #[inline(always)]
     pub(super) fn admit_at(
         &self,
