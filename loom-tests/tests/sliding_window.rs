@@ -2,9 +2,10 @@
 //! boundary together, a lagging caller racing a crossing (or a reset a whole ring ahead), the
 //! sweep racing adds and readers, and the ring's marks (the running sums a crossing publishes
 //! and a denial searches) racing a crossing into the next block.
-//! Rings of 2 cells + 1 future cell of 10 ns (the window's ring: 4 slots, 3 rounded up to a power
-//! of two; the counter's: 3 slots), and for the marks 3 cells + 1 future cell (4 slots; blocks
-//! of 3 cells, so a window spans two blocks); every interleaving of 2–3 threads is
+//! Cells of 10 ns. The window's rings are tight (cells + future cells = slots, a power of two):
+//! 2 cells + 2 future cells (4 slots), and for the marks 3 cells + 1 future cell (4 slots;
+//! blocks of 3 cells, so a window spans two blocks); the leap model's ring is 2 + 1 (4 slots).
+//! The counter's: 2 cells + 1 future cell (3 slots). Every interleaving of 2–3 threads is
 //! explored (preemptions bounded by `LOOM_MAX_PREEMPTIONS`, default 3).
 #![cfg(floodgate_loom)]
 
@@ -33,7 +34,7 @@ fn window(limit: u32) -> Arc<SlidingWindowLimiter<ManualClock>> {
 fn window_on(limit: u32, clock: ManualClock) -> Arc<SlidingWindowLimiter<ManualClock>> {
     let w = SlidingWindowLimiter::with_clock(limit, Duration::from_nanos(2 * CELL), 2, clock)
         .unwrap()
-        .with_future_cells(1)
+        .with_future_cells(2)
         .unwrap();
     Arc::new(w)
 }
