@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use floodgate::keyed::WhenFull;
 use floodgate::{
-    Algorithm, AtomicLimiter, Clock, FixedWindow, Gcra, Keyed, LeakyBucket, Limiter, ManualClock,
-    PackedSlidingWindow, Rate, TokenBucket,
+    AcquireError, Algorithm, AtomicLimiter, Clock, Decision, FixedWindow, Gcra, Keyed, LeakyBucket,
+    Limiter, ManualClock, PackedSlidingWindow, Rate, SlidingWindowLimiter, TokenBucket,
 };
 use proptest::prelude::*;
 
@@ -42,9 +42,22 @@ fn op() -> impl Strategy<Value = Op> {
 /// Runs `ops` on two copies made by `make` (one answering through `try_acquire`, the other
 /// through `admit`), comparing the answers and the state after every step.
 fn same_decisions<A: Algorithm>(make: impl Fn() -> A, ops: &[Op]) -> Result<(), TestCaseError> {
+    same_answers(
+        |clock| AtomicLimiter::with_clock(make(), clock),
+        AtomicLimiter::peek,
+        ops,
+    )
+}
+
+/// [`same_decisions`] for any limiter made on a clock by `make`, its state read by `peek`.
+fn same_answers<L: Limiter>(
+    make: impl Fn(ManualClock) -> L,
+    peek: impl Fn(&L, u32) -> Result<Decision, AcquireError>,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
     let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-    let by_decision = AtomicLimiter::with_clock(make(), clock.clone());
-    let by_bool = AtomicLimiter::with_clock(make(), clock.clone());
+    let by_decision = make(clock.clone());
+    let by_bool = make(clock.clone());
     for (step, op) in ops.iter().enumerate() {
         match *op {
             Op::Take(n) => {
@@ -68,8 +81,8 @@ fn same_decisions<A: Algorithm>(make: impl Fn() -> A, ops: &[Op]) -> Result<(), 
         // The same state: what the next request of each size would get.
         for n in 1..=3 {
             prop_assert_eq!(
-                by_decision.peek(n),
-                by_bool.peek(n),
+                peek(&by_decision, n),
+                peek(&by_bool, n),
                 "step {}: {:?}, peek({})",
                 step,
                 op,
@@ -173,12 +186,25 @@ proptest! {
         same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
         same_decisions(|| FixedWindow::aligned(5, Duration::from_millis(500)).unwrap(), &ops)?;
     }
+
+    /// The ring's short path (`admit`) and its engine (`try_acquire`): every crossing, burst,
+    /// refusal through the marks, lag and leap of the sequence.
+    #[test]
+    fn sliding_windows_admit_as_they_decide(ops in prop::collection::vec(op(), 1..120)) {
+        for (window_ms, cells) in [(1_000, 4), (600, 60)] {
+            same_answers(
+                |clock| SlidingWindowLimiter::with_clock(5, Duration::from_millis(window_ms), cells, clock).unwrap(),
+                SlidingWindowLimiter::peek,
+                &ops,
+            )?;
+        }
+    }
 }
 
-/// The default `admit` (a limiter without a short path of its own: the sliding window ring) is
-/// `try_acquire`'s answer too.
+/// The sliding window ring's `admit`: its errors are `try_acquire`'s, and a window's permits
+/// come back as the cells leave.
 #[test]
-fn the_default_admit_is_try_acquire_s_answer() {
+fn the_ring_s_admit_is_try_acquire_s_answer() {
     let clock = ManualClock::new();
     let ring =
         floodgate::SlidingWindowLimiter::with_clock(2, Duration::from_secs(1), 4, clock.clone())

@@ -297,7 +297,8 @@ fn epoch_tags_wrap() {
     // Cells of 1 ns, so the 39-bit round tag (index / slots) and the 40-bit base tag wrap at
     // reachable times.
     for (cells, future) in [(2, 1), (3, 2), (4, 4)] {
-        let slots = u64::from(cells + future);
+        // The ring's slots: `cells + future` rounded up to a power of two.
+        let slots = u64::from(cells + future).next_power_of_two();
         ring_matches_model_from(slots * (1 << 39) - 300, cells, future);
         ring_matches_model_from((1 << 40) - 300, cells, future);
         ring_matches_model_from(u64::MAX - 900, cells, future); // the end of the timeline
@@ -331,13 +332,14 @@ fn epoch_tags_wrap() {
 
 #[test]
 fn a_slot_aliased_by_a_full_tag_cycle_only_denies_more() {
-    // 2 cells + 1 future = 3 slots of 1 ns: slot 0's round repeats after 3 × 2^39 cells.
+    // 2 cells + 1 future in a ring of 4 slots (3 rounded up to a power of two) of 1 ns: slot
+    // 0's round repeats after 4 × 2^39 cells.
     let clock = ManualClock::new();
     let ring = sliding(3, Duration::from_nanos(2), 2, &clock)
         .with_future_cells(1)
         .unwrap();
     assert!(ring.try_acquire(3).unwrap().is_allowed());
-    clock.set(3 * (1 << 39));
+    clock.set(4 * (1 << 39));
     // The untouched slot reads as current with its old count: a false denial, not an admission.
     assert!(!ring.try_acquire(1).unwrap().is_allowed());
     clock.advance_nanos(2);

@@ -2,8 +2,10 @@
 //! boundary together, a lagging caller racing a crossing (or a reset a whole ring ahead), the
 //! sweep racing adds and readers, and the ring's marks (the running sums a crossing publishes
 //! and a denial searches) racing a crossing into the next block.
-//! Rings of 2 cells + 1 future cell (3 slots) of 10 ns, and for the marks 3 cells + 1 future cell
-//! (blocks of 3 cells, so a window spans two blocks); every interleaving of 2–3 threads is
+//! Cells of 10 ns. The window's rings are tight (cells + future cells = slots, a power of two):
+//! 2 cells + 2 future cells (4 slots), and for the marks 3 cells + 1 future cell (4 slots;
+//! blocks of 3 cells, so a window spans two blocks); the leap model's ring is 2 + 1 (4 slots).
+//! The counter's: 2 cells + 1 future cell (3 slots). Every interleaving of 2–3 threads is
 //! explored (preemptions bounded by `LOOM_MAX_PREEMPTIONS`, default 3).
 #![cfg(floodgate_loom)]
 
@@ -25,15 +27,15 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn window(limit: u32) -> Arc<SlidingWindowLimiter<ManualClock>> {
-    let w = SlidingWindowLimiter::with_clock(
-        limit,
-        Duration::from_nanos(2 * CELL),
-        2,
-        ManualClock::new(),
-    )
-    .unwrap()
-    .with_future_cells(1)
-    .unwrap();
+    window_on(limit, ManualClock::new())
+}
+
+/// [`window`] on `clock` (for the calls that read it: `admit`).
+fn window_on(limit: u32, clock: ManualClock) -> Arc<SlidingWindowLimiter<ManualClock>> {
+    let w = SlidingWindowLimiter::with_clock(limit, Duration::from_nanos(2 * CELL), 2, clock)
+        .unwrap()
+        .with_future_cells(2)
+        .unwrap();
     Arc::new(w)
 }
 
@@ -97,42 +99,95 @@ fn a_lagging_caller_races_the_crossing() {
     });
 }
 
-/// The hint beside `base` (where the newest crossed cell lives: a call in it finds its cell and
-/// slot without dividing) is a Relaxed store of the crossing. Cell 1 is crossed (hint: cell 1),
-/// then A and B both call in cell 4, one ring later in the same slot, while one of them crosses:
-/// each may read the hint of cell 1 (a ring stale, same slot) or of cell 4, and the time check
-/// makes both exact, so exactly one of them gets the window's single permit, and A's lagging
-/// call in cell 3 after that is decided in cell 4 (head's) and refused.
+/// The hint beside `base` (the newest crossed cell: a call in it finds its cell without
+/// dividing) is a Relaxed store of the crossing. Cell 1 is crossed (hint: cell 1), then A and B
+/// both call in cell 5, one ring later in the same slot, while one of them crosses: each may
+/// read the hint of cell 1 (a ring stale, same slot) or of cell 5, and the time check makes both
+/// exact, so exactly one of them gets the window's single permit, and a lagging call in cell 4
+/// after that is decided in cell 5 (head's) and refused.
 #[test]
 fn a_stale_hint_of_the_same_slot_never_places_a_call() {
     model(|| {
         let w = window(1);
         assert!(w.try_acquire_at(1, CELL + 5).unwrap().is_allowed());
-        let (a, b) = (take(&w, 4 * CELL + 1), take(&w, 4 * CELL + 2));
+        let (a, b) = (take(&w, 5 * CELL + 1), take(&w, 5 * CELL + 2));
         let admitted = usize::from(a.join().unwrap()) + usize::from(b.join().unwrap());
-        assert_eq!(admitted, 1, "window {{3, 4}} holds one permit");
-        assert!(!w.try_acquire_at(1, 3 * CELL + 9).unwrap().is_allowed());
-        // One window later (cells {5, 6}) the permit is back.
-        assert!(w.try_acquire_at(1, 6 * CELL).unwrap().is_allowed());
+        assert_eq!(admitted, 1, "window {{4, 5}} holds one permit");
+        assert!(!w.try_acquire_at(1, 4 * CELL + 9).unwrap().is_allowed());
+        // One window later (cells {6, 7}) the permit is back.
+        assert!(w.try_acquire_at(1, 7 * CELL).unwrap().is_allowed());
     });
+}
+
+/// `admit`'s short path racing a crossing that seals its cell: cell 0 holds 1, and the clock's
+/// caller crosses into cell 1 and takes 1 there, so `base` names cell 1. Then A admits 1 on the
+/// clock (cell 1: the short path, when it reads `base` and cell 1's slot before B's crossing
+/// renames or seals them) while B takes 1 in cell 2 (crossing into it, sealing cell 1). Limit 2:
+/// cell 1's window {0, 1} is full, so A's short path refuses it, writing nothing (or A, following
+/// head into cell 2, takes B's place). Limit 3: A's short path admits it in cell 1. Either way
+/// windows {0, 1} and {1, 2} hold at most the limit, with no false denial, and A's refusal
+/// leaves cell 1's window exactly full.
+#[test]
+fn an_admit_races_a_crossing_and_a_lagging_caller() {
+    for limit in [2, 3] {
+        model(move || {
+            let clock = ManualClock::new();
+            let w = window_on(limit, clock.clone());
+            assert!(w.try_acquire_at(1, 5).unwrap().is_allowed());
+            clock.set(CELL + 5);
+            assert_eq!(w.admit(1), Ok(true), "the crossing into cell 1");
+            let a = {
+                let w = w.clone();
+                thread::spawn(move || w.admit(1).unwrap())
+            };
+            let b = take(&w, 2 * CELL + 5);
+            let (a, b) = (a.join().unwrap(), b.join().unwrap());
+            let limit = u64::from(limit);
+            // No false denial: cell 1's window has room for A exactly when limit is 3, and
+            // window {1, 2} (1 taken) for both, whichever cell A lands in.
+            assert_eq!(
+                u64::from(a) + u64::from(b),
+                limit - 1,
+                "the bound, and no false denial: A {a}, B {b}"
+            );
+            // The counts, read by peeks (whose `remaining` is after their 1 permit when it would
+            // be allowed): window {1, 2} holds `in_1_2`, window {2, 3} cell 2's alone, so cell 1
+            // holds the difference.
+            let used = |now| {
+                let d = w.peek_at(1, now).unwrap();
+                limit - d.remaining() - u64::from(d.is_allowed())
+            };
+            let (in_1_2, in_2) = (used(2 * CELL + 5), used(3 * CELL + 5));
+            let in_0_1 = 1 + in_1_2 - in_2;
+            assert!(in_1_2 <= limit && in_0_1 <= limit, "{in_0_1}, {in_1_2}");
+            if !a {
+                assert_eq!(in_0_1, limit, "A was refused in cell 1 with room left");
+            }
+            // Window {1, 2} is full (1 + 1 + A's or B's, or both): on the clock in cell 2, its
+            // short path refuses.
+            assert_eq!(in_1_2, limit);
+            clock.set(2 * CELL + 6);
+            assert_eq!(w.admit(1), Ok(false), "a full window");
+        });
+    }
 }
 
 #[test]
 fn a_crossing_races_the_sweep_and_a_stale_count_is_not_resurrected() {
     model(|| {
-        // Cell 0 is full. Cell 3 maps to cell 0's slot (3 slots): its old count must not count.
+        // Cell 0 is full. Cell 4 maps to cell 0's slot (4 slots): its old count must not count.
         let w = window(2);
         assert!(w.try_acquire_at(2, 5).unwrap().is_allowed());
         let sweeper = {
             let w = w.clone();
-            thread::spawn(move || w.sweep_at(3 * CELL + 1))
+            thread::spawn(move || w.sweep_at(4 * CELL + 1))
         };
-        let taker = take(&w, 3 * CELL + 2);
-        let peeked = w.peek_at(1, 3 * CELL + 3).unwrap().remaining();
+        let taker = take(&w, 4 * CELL + 2);
+        let peeked = w.peek_at(1, 4 * CELL + 3).unwrap().remaining();
         sweeper.join().unwrap();
         assert!(taker.join().unwrap(), "cell 0 left the window long ago");
         assert!(peeked >= 1, "a reader never sees the old count");
-        assert_eq!(w.peek_at(1, 3 * CELL + 3).unwrap().remaining(), 0);
+        assert_eq!(w.peek_at(1, 4 * CELL + 3).unwrap().remaining(), 0);
     });
 }
 

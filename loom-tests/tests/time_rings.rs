@@ -1,6 +1,7 @@
 //! The ring protocols under the time model (`floodgate_loom_tests::ModelClock`): the
-//! `SlidingWindow` ring and the `RollingCounter`, both 2 cells of 10 ns plus 1 future cell
-//! (3 slots), reading the model clock through their own `try_acquire` / `add` / `sum`.
+//! `SlidingWindow` ring (2 cells of 10 ns plus 2 future cells: 4 slots, tight; the marks model:
+//! 3 cells plus 1) and the `RollingCounter` (2 cells plus 1 future cell: 3 slots), reading the
+//! model clock through their own `try_acquire` / `add` / `sum`.
 //!
 //! * Sliding window promise: the permits of admissions lying inside any closed real span of
 //!   `window − cell − 1` = 9 ns (which lies inside 2 consecutive cells) ≤ limit.
@@ -26,7 +27,7 @@ fn window(limit: u32, clock: &ModelClock) -> Arc<SlidingWindowLimiter<ModelClock
     let w =
         SlidingWindowLimiter::with_clock(limit, Duration::from_nanos(2 * CELL), 2, clock.clone())
             .unwrap()
-            .with_future_cells(1)
+            .with_future_cells(2)
             .unwrap();
     Arc::new(w)
 }
@@ -74,9 +75,10 @@ fn window_clock_moves_between_steps() {
     });
 }
 
-/// (b) S may stall after its clock read while the driver moves on a whole ring and more
-/// (4 cells) and takes the limit; then the driver takes once more. S's stale cell is behind
-/// the head: it is decided in the newest cell, never re-opening it.
+/// (b) S may stall after its clock read while the driver moves on exactly one ring (4 cells:
+/// the ring has 4 slots, so cell 4 shares cell 0's slot) and takes the limit; then the driver
+/// takes once more. S's stale cell is behind the head: it is decided in the newest cell, never
+/// re-opening it.
 #[test]
 fn window_stalled_reader() {
     model(None, || {

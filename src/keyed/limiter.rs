@@ -24,12 +24,13 @@ use crate::limiter::Algorithm;
 ///
 /// [`SlidingWindow`](crate::SlidingWindow) with larger limits is not a keyed algorithm: its
 /// [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) is a ring of `cells + future` cell
-/// words plus as many marks, and a `head` and a `base` word on their own cache lines, and a
-/// crossing into a new cell writes several of them (seal, mark, publish), so it is not one word
-/// one CAS can decide. Its memory per key would be 16 bytes a ring slot plus a 384-byte struct:
-/// for 60 one-second cells (15 future cells by default) 75 × 16 + 384 = 1,584 bytes in three
-/// allocations, against 24 bytes a `u64` key here (at most 32 with the table's slack), some 50
-/// to 66 times more: 158 MB instead of 2.4 to 3.2 MB at the default cap of 100,000 keys. For a
+/// words (rounded up to a power of two) plus as many marks, and a `head` and a `base` word on
+/// their own cache lines, and a crossing into a new cell writes several of them (seal, mark,
+/// publish), so it is not one word one CAS can decide. Its memory per key would be 16 bytes a
+/// ring slot plus a 384-byte struct: for 60 one-second cells (15 future cells by default, 75
+/// slots rounded up to 128) 128 × 16 + 384 = 2,432 bytes in three allocations, against 24 bytes
+/// a `u64` key here (at most 32 with the table's slack), some 76 to 101 times more: 243 MB
+/// instead of 2.4 to 3.2 MB at the default cap of 100,000 keys. For a
 /// large per-key limit without the fixed window's edge burst, use `Gcra` (a smooth rate with a
 /// burst), or `PackedSlidingWindow` with 2 cells up to 65,535.
 ///

@@ -54,7 +54,7 @@ impl SlidingWindow {
     }
 
     /// The same window with `future` pre-stamped cells (the local ring then has `cells + future`
-    /// slots). More future cells let a sweep that runs less often than once per cell still
+    /// slots, rounded up to a power of two). More future cells let a sweep that runs less often than once per cell still
     /// prepare every cell before it is used. Redis and memcached ignore it.
     ///
     /// # Errors

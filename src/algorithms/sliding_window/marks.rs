@@ -112,7 +112,7 @@ impl<'a, C: Clock> Levels<'a, C> {
     /// The levels of the crossing into `crossing`, read at `from` (in its window) and after.
     fn new(ring: &'a SlidingWindowLimiter<C>, crossing: u64, from: u64) -> Self {
         let origin = from.saturating_sub(1);
-        let (origin_slot, origin_round) = ring.geometry.place(origin);
+        let (_, origin_slot, origin_round) = ring.place_of(origin);
         Levels {
             ring,
             block: ring.block_start(crossing),
@@ -210,7 +210,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
     pub(super) fn read_mark(&self, index: u64, kind: Kind) -> Option<u64> {
-        let (slot, round) = self.geometry.place(index);
+        let (_, slot, round) = self.place_of(index);
         self.read_mark_in(slot, round, kind)
     }
 

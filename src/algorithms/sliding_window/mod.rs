@@ -94,7 +94,9 @@
 //!   them under it (into a new block, or a ring later), the call is decided again, once, from a
 //!   fresh `base` (its cell is then sealed, so it follows head); if they change again, or changed
 //!   with head still there (after a leap), that one call reads the cells one by one, as every call
-//!   did before. Never a wait on another thread.
+//!   did before. Never a wait on another thread. [`admit`](crate::Limiter::admit), which needs
+//!   no retry or reset time, reads no marks: its refusal in the common case (its cell is the
+//!   published crossing, open) costs O(1), the loads it was decided on.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 
@@ -115,7 +117,7 @@ use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
 use crate::limiter::Limiter;
-use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
+use crate::packed::{COUNT_BITS, MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Bits of a cell's round tag.
@@ -138,7 +140,11 @@ pub const MAX_LIMIT: u64 = MAX_COUNT;
 /// `round` is the cell index divided by the ring's slot count, modulo 2^39; `count` (at most the
 /// limit, checked before every write, so it never spills) is the permits taken in the cell.
 /// A slot left untouched for exactly a multiple of `2^39 × slots` cells reads as current: it then
-/// carries its old count, which can only deny more, never admit more.
+/// carries its old count. The slots are a power of two (at least 2), so `2^39 × slots` cells is
+/// a multiple of `2^40` and `base`'s 40-bit cell tag aliases at the same time; only
+/// over-counting follows (old counts kept, in the cell and in `base`'s sum), which can only deny
+/// more, never admit more. Unreachable with cells of 1 s or more (any of at least `2^24` ns):
+/// `2^40` of them span more than the `u64` nanosecond clock's 584 years.
 ///
 /// ```
 /// use floodgate::algorithms::sliding_window::{pack_cell, unpack_cell, ROUND_MASK};
@@ -162,11 +168,27 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
     (word >> 25, word & SEALED != 0, word & MAX_COUNT)
 }
 
+/// Whether cell word `word` holds round `round` (unreduced: reduced here, modulo 2^39), open:
+/// `unpack_cell(word)` is `(round & ROUND_MASK, false, _)`, in one comparison (the shift drops
+/// the round's bits past the tag, as the reduction would).
+#[inline(always)]
+fn open_in(word: u64, round: u64) -> bool {
+    (word ^ (round << 25)) >> 24 == 0
+}
+
+/// Whether `base` word `word` names cell `cell`: its tag is `cell & TAG_MASK`, in one comparison
+/// (the shift drops the cell's bits past the tag, as the mask would).
+#[inline(always)]
+fn names_cell(word: u64, cell: u64) -> bool {
+    (word ^ (cell << COUNT_BITS)) >> COUNT_BITS == 0
+}
+
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
 /// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
 ///
-/// Memory: two cache-padded lines (`head`; `base` and its hint) plus 16 bytes per slot (`cells + future`: a cell word and its
-/// mark), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
+/// Memory: two cache-padded lines (`head`; `base` and its hint) plus 16 bytes per slot (a cell
+/// word and its mark; `cells + future` rounded up to a power of two, so a cell's slot and round
+/// are a mask and a shift of its index), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
 ///
 /// ```
 /// use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
@@ -183,7 +205,13 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SlidingWindowLimiter<C = QuantaClock> {
+    /// The configuration's geometry, but with the ring's slot count: `cells + future` rounded
+    /// up to a power of two (see [`ring_geometry`]).
     geometry: RingGeometry,
+    /// `log2(slots)`: a cell's round is its index shifted down by this, its slot the bits below.
+    slot_bits: u32,
+    /// `slots − 1`: a cell's slot is its index's bits under this mask.
+    slot_mask: u64,
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into.
     head: CachePadded<AtomicU64>,
@@ -206,26 +234,24 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
 struct BaseLine {
     /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
     word: AtomicU64,
-    /// Where the newest crossed cell lives, `(round, slot)` with `index = round × slots + slot`
-    /// ([`pack_hint`]), stored by its crossing: a call whose clock read falls in that cell finds
-    /// its cell and slot with two multiplications instead of two divisions. Only a hint: a call
-    /// checks that it describes a cell (`slot < slots`) and that its clock read lies in that
-    /// cell, which makes every hint it uses exact whenever and by whomever it was written; any
-    /// other hint (stale, not yet written, a round past 48 bits) is ignored and the call divides.
+    /// The index of the newest crossed cell, stored by its crossing: a call whose clock read
+    /// falls in that cell finds its cell with a multiplication instead of a division (its slot
+    /// and round are a mask and a shift of it). Only a hint: a call checks that its clock read
+    /// lies in the cell it names, which makes every hint it uses exact whenever and by whomever
+    /// it was written; any other value (stale, not yet written, garbage) is ignored and the call
+    /// divides.
     hint: AtomicU64,
 }
 
-/// Bits of a hint's slot (the ring has at most [`MAX_SLOTS`](super::ring::MAX_SLOTS) = 2¹⁶).
-const HINT_SLOT_BITS: u32 = 16;
-
-/// The hint of the cell in `slot` of round `round` (`round` < 2⁴⁸; a larger one packs to a
-/// hint that never checks out, see [`BaseLine::hint`]).
-#[inline]
-fn pack_hint(round: u64, slot: usize) -> u64 {
-    if round >> (64 - HINT_SLOT_BITS) != 0 {
-        return u64::MAX;
+/// The local ring's geometry for `config`'s: its slots, `cells + future`, rounded up to a power
+/// of two (at most [`MAX_SLOTS`](super::ring::MAX_SLOTS), itself one), so that the slot and the
+/// round of a cell are its index's low bits and the rest. The extra slots are never pre-stamped
+/// ahead: they only put a ring's reuse of a slot further away.
+fn ring_geometry(config: RingGeometry) -> RingGeometry {
+    RingGeometry {
+        slots: config.slots.next_power_of_two(),
+        ..config
     }
-    (round << HINT_SLOT_BITS) | slot as u64
 }
 
 #[cfg(test)]
@@ -367,19 +393,21 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// A fresh limiter running `config` on `clock` (what
     /// [`IntoLimiter`](crate::IntoLimiter) does).
     pub(crate) fn from_config(config: &SlidingWindow, clock: C) -> Self {
-        let geometry = config.geometry;
+        let geometry = ring_geometry(config.geometry);
         // Every slot starts as round 0, count 0: slot `i` is a fresh, open cell `i`. Its mark (0:
         // round 0, prefix, 0) is only read once a crossing has written or checked it.
         let slots = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
         let marks = (0..geometry.slots).map(|_| AtomicU64::new(0)).collect();
         SlidingWindowLimiter {
             geometry,
+            slot_bits: geometry.slots.trailing_zeros(),
+            slot_mask: geometry.slots - 1,
             limit: AtomicU32::new(config.limit),
             head: CachePadded::new(AtomicU64::new(0)),
             // Cell 0 has no closed cells before it.
             base: CachePadded::new(BaseLine {
                 word: AtomicU64::new(pack_window(0, 0)),
-                hint: AtomicU64::new(pack_hint(0, 0)),
+                hint: AtomicU64::new(0),
             }),
             slots,
             marks,
@@ -401,7 +429,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     pub fn config(&self) -> SlidingWindow {
         SlidingWindow {
             limit: self.current_limit() as u32,
-            geometry: self.geometry,
+            // The configuration's slot count, `cells + future` (the ring rounds it up).
+            geometry: RingGeometry {
+                slots: self.geometry.cells + self.geometry.future,
+                ..self.geometry
+            },
         }
     }
 
@@ -586,6 +618,16 @@ impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
         check_permits(n, limit)?;
         let now = self.clock.now_nanos();
         Ok(self.acquire_at(u64::from(n), limit, now, Some(&self.clock)))
+    }
+
+    /// A decision `try_acquire` could have made (called alone, the same one), from the same
+    /// short path, without the retry and reset times: a refusal there reads no marks (it is
+    /// exact for a caller whose clock is in that cell).
+    #[inline]
+    fn admit(&self, n: u32) -> Result<bool, AcquireError> {
+        let limit = self.current_limit();
+        let now = self.clock.now_nanos();
+        self.admit_at(n, limit, now, Some(&self.clock))
     }
 
     fn clock(&self) -> &dyn Clock {

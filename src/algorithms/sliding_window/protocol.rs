@@ -5,13 +5,22 @@
 use super::horizon::Caller;
 use super::marks::Closed;
 use super::{
-    HINT_SLOT_BITS, ROUND_MASK, SEALED, SlidingWindowLimiter, pack_cell, pack_hint, unpack_cell,
-    visit,
+    ROUND_MASK, SEALED, SlidingWindowLimiter, names_cell, open_in, pack_cell, unpack_cell, visit,
 };
 use crate::clock::Clock;
-use crate::decision::Decision;
+use crate::decision::{AcquireError, Decision, check_permits};
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
+
+/// What [`short`](SlidingWindowLimiter::short) found.
+enum Short {
+    /// Admitted in the caller's cell, bringing its window to this many permits.
+    Allowed(u64),
+    /// Refused on `base`'s sum `prev` and the open cell's `count`.
+    Refused { prev: u64, count: u64 },
+    /// Not the common case: the general loop decides.
+    General,
+}
 
 impl<C: Clock> SlidingWindowLimiter<C> {
     /// Decides `n` for a call at `now` (`clock`: the clock it may re-read, `None` for the
@@ -26,11 +35,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// [`acquire_at`](Self::acquire_at), with the cell the call was decided in (an allowed
     /// call's permits are counted in it): a lease's expiry is that cell's end.
     ///
-    /// The common case in one pass, as the first round of the general loop decides it: `base`
-    /// names the caller's cell, and its slot holds the cell's round, open. Then the request is
-    /// admitted by one compare-exchange, or refused (by a burst in this cell, reading nothing,
-    /// or through the marks). Everything else (a crossing, a sealed or stale slot, marks that
-    /// changed under a denial, a lost compare-exchange) is decided from scratch by
+    /// The common case is [`short`](Self::short)'s; a refusal there is answered as a burst
+    /// (reading nothing) or through the marks by the general path (one call site keeps this path
+    /// short). Everything else (a crossing, a sealed or stale slot, marks that changed under a
+    /// denial, a lost compare-exchange) is decided from scratch by
     /// [`acquire_general`](Self::acquire_general).
     #[inline(always)]
     pub(super) fn acquire_counted(
@@ -40,57 +48,107 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         now: u64,
         clock: Option<&C>,
     ) -> (Decision, u64) {
-        // Acquire: as in `acquire_general`. The hint beside it: any value is checked before use.
-        let (tag, prev) = unpack_window(self.base.word.load(Ordering::Acquire));
-        // Relaxed: a hint, checked (see `BaseLine::hint`).
-        let (cell, slot_index, round) = self.locate(self.base.hint.load(Ordering::Relaxed), now);
-        // A refusal the closed cells must free (`(prev, count)` it was decided on), read through
-        // the marks by the general path (one call site keeps this path short).
-        let mut refused = None;
-        if tag == cell & TAG_MASK {
-            let slot = &self.slots[slot_index];
-            let round = round & ROUND_MASK;
-            // Acquire: as in `acquire_general`.
-            let word = slot.load(Ordering::Acquire);
-            let (word_round, sealed, count) = unpack_cell(word);
-            if word_round == round && !sealed {
-                let taken = prev + count + n;
-                if taken <= limit {
-                    // AcqRel / Acquire: as in `acquire_general`.
-                    if slot
-                        .compare_exchange(word, word + n, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        return (self.allowed(cell, now, limit, taken), cell);
-                    }
-                } else if let Some(denied) = self.burst_denial(cell, now, prev, count, n, limit) {
-                    return (denied, cell);
-                } else {
-                    refused = Some((prev, count));
+        let (short, cell) = self.short(n, limit, now);
+        let refused = match short {
+            Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
+            Short::Refused { prev, count } => {
+                match self.burst_denial(cell, now, prev, count, n, limit) {
+                    Some(denied) => return (denied, cell),
+                    // The closed cells must free some of it: read through the marks.
+                    None => Some((prev, count)),
                 }
             }
-        }
+            Short::General => None,
+        };
         self.acquire_general(n, limit, now, cell, clock, refused)
     }
 
-    /// The cell of `now`, its slot and its round (unreduced): from `hint` when `now` lies in the
-    /// cell it describes (no division), else computed.
+    /// [`acquire_at`](Self::acquire_at) answering only whether the permits were taken
+    /// ([`Limiter::admit`](crate::Limiter::admit)), with its errors: a decision (and effect)
+    /// `acquire_at` could have made (called alone, the same one; under races, not necessarily
+    /// the one a racing `acquire_at` call makes). A refusal on the short path is final as it
+    /// stands (exact for a caller whose clock is in that cell, as `acquire_at`'s refusal there
+    /// is, without its retry and reset times), so it reads no marks. `n` above the limit can
+    /// never be admitted (the short path refuses it, writing nothing), so that error is looked
+    /// for only on the paths that do not admit.
     #[inline(always)]
-    pub(super) fn locate(&self, hint: u64, now: u64) -> (u64, usize, u64) {
-        let slot = (hint & ((1 << HINT_SLOT_BITS) - 1)) as usize;
-        let round = hint >> HINT_SLOT_BITS;
-        if slot < self.slots.len() {
-            // No overflow: round < 2⁴⁸ and slots ≤ 2¹⁶.
-            let cell = round * self.geometry.slots + slot as u64;
-            if let Some(start) = cell.checked_mul(self.geometry.cell_nanos) {
-                if start <= now && now - start < self.geometry.cell_nanos {
-                    return (cell, slot, round);
-                }
+    pub(super) fn admit_at(
+        &self,
+        n: u32,
+        limit: u64,
+        now: u64,
+        clock: Option<&C>,
+    ) -> Result<bool, AcquireError> {
+        if n == 0 {
+            check_permits(n, limit)?;
+        }
+        let permits = u64::from(n);
+        match self.short(permits, limit, now) {
+            (Short::Allowed(_), _) => Ok(true),
+            (Short::Refused { .. }, _) => check_permits(n, limit).map(|()| false),
+            (Short::General, cell) => {
+                check_permits(n, limit)?;
+                let (decision, _) = self.acquire_general(permits, limit, now, cell, clock, None);
+                Ok(decision.is_allowed())
             }
         }
-        let cell = self.geometry.cell_of(now);
-        let (slot, round) = self.geometry.place(cell);
-        (cell, slot, round)
+    }
+
+    /// The common case in one pass, as the first round of the general loop decides it, and the
+    /// caller's cell: `base` names the caller's cell, and its slot holds the cell's round, open.
+    /// Then the request is admitted by one compare-exchange ([`Short::Allowed`]) or refused on
+    /// the `(base sum, count)` it read ([`Short::Refused`]); anything else is
+    /// [`Short::General`]'s. A refusal is exact: `base`'s sum covers the window's closed cells,
+    /// all sealed, and the one open cell's count was read after it, so the state it was decided
+    /// on was the state at that load.
+    #[inline(always)]
+    fn short(&self, n: u64, limit: u64, now: u64) -> (Short, u64) {
+        // Acquire: as in `acquire_general`. The hint beside it: any value is checked before use.
+        let base = self.base.word.load(Ordering::Acquire);
+        // Relaxed: a hint, checked (see `BaseLine::hint`).
+        let (cell, slot_index, round) = self.locate(self.base.hint.load(Ordering::Relaxed), now);
+        if !names_cell(base, cell) {
+            return (Short::General, cell);
+        }
+        let slot = &self.slots[slot_index];
+        // Acquire: as in `acquire_general`.
+        let word = slot.load(Ordering::Acquire);
+        if !open_in(word, round) {
+            return (Short::General, cell);
+        }
+        let (prev, count) = (base & MAX_COUNT, word & MAX_COUNT);
+        let taken = prev + count + n;
+        if taken > limit {
+            return (Short::Refused { prev, count }, cell);
+        }
+        // AcqRel / Acquire: as in `acquire_general`.
+        match slot.compare_exchange(word, word + n, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => (Short::Allowed(taken), cell),
+            Err(_) => (Short::General, cell),
+        }
+    }
+
+    /// The cell of `now`, its slot and its round (unreduced): the `hint` when `now` lies in the
+    /// cell it names (no division), else computed; the slot and the round are then the cell
+    /// index's low bits and the rest (the ring's slots are a power of two).
+    #[inline(always)]
+    pub(super) fn locate(&self, hint: u64, now: u64) -> (u64, usize, u64) {
+        if let Some(start) = hint.checked_mul(self.geometry.cell_nanos) {
+            if start <= now && now - start < self.geometry.cell_nanos {
+                return self.place_of(hint);
+            }
+        }
+        self.place_of(self.geometry.cell_of(now))
+    }
+
+    /// `(cell, slot, round)` of cell `cell` (round unreduced): its index's low bits and the rest.
+    #[inline(always)]
+    pub(super) fn place_of(&self, cell: u64) -> (u64, usize, u64) {
+        (
+            cell,
+            (cell & self.slot_mask) as usize,
+            cell >> self.slot_bits,
+        )
     }
 
     /// The answer for an admission in `cell` that brought the window to `taken`.
@@ -344,11 +402,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
         }
         self.pre_stamp(cell, stamp_from);
-        let (slot, round) = self.geometry.place(cell);
         // Relaxed: a hint, checked by every reader (see `BaseLine::hint`).
-        self.base
-            .hint
-            .store(pack_hint(round, slot), Ordering::Relaxed);
+        self.base.hint.store(cell, Ordering::Relaxed);
         Ok(())
     }
 
@@ -424,14 +479,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// The slot of cell `index` and the round tag it has there.
     #[inline]
     pub(super) fn place(&self, index: u64) -> (&AtomicU64, u64) {
-        let (slot, round) = self.geometry.place(index);
+        let (_, slot, round) = self.place_of(index);
         (&self.slots[slot], round & ROUND_MASK)
     }
 
     /// The mark of cell `index` and the round tag it has there.
     #[inline]
     pub(super) fn place_mark(&self, index: u64) -> (&AtomicU64, u64) {
-        let (slot, round) = self.geometry.place(index);
+        let (_, slot, round) = self.place_of(index);
         (&self.marks[slot], round & ROUND_MASK)
     }
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::marks::Closed;
-use super::{SlidingWindowLimiter, VISITS, pack_hint};
+use super::{SlidingWindowLimiter, VISITS, names_cell, open_in, pack_cell, unpack_cell};
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 
@@ -203,10 +203,33 @@ proptest::proptest! {
         let hint = if use_raw {
             raw
         } else {
-            let hinted = cell.saturating_add_signed(hinted_offset);
-            let (slot, round) = g.place(hinted);
-            pack_hint(round, slot)
+            cell.saturating_add_signed(hinted_offset)
         };
+        proptest::prop_assert!(g.slots.is_power_of_two() && g.slots >= u64::from(cells + future));
         proptest::prop_assert_eq!(w.locate(hint, now), want);
+    }
+
+    /// The short path's one-comparison checks are the unpacked comparisons they stand for:
+    /// any word, any round or cell (high bits included), near misses of both.
+    #[test]
+    fn the_short_path_s_word_checks_are_exact(
+        word in proptest::prop_oneof![
+            proptest::num::u64::ANY,
+            proptest::strategy::Strategy::prop_map(
+                (0u64..1 << 39, proptest::bool::ANY, 0u64..1 << 24),
+                |(r, s, c)| pack_cell(r, s, c),
+            ),
+        ],
+        round in proptest::num::u64::ANY,
+        near in proptest::bool::ANY,
+        cell in proptest::num::u64::ANY,
+    ) {
+        // A round equal to the word's, up to the bits the tag drops, half the time.
+        let round = if near { unpack_cell(word).0 | (round << 39) } else { round };
+        let (word_round, sealed, _) = unpack_cell(word);
+        proptest::prop_assert_eq!(open_in(word, round), word_round == round & super::ROUND_MASK && !sealed);
+        let cell = if near { (word >> 24) | (cell << 40) } else { cell };
+        let (tag, _) = crate::packed::unpack_window(word);
+        proptest::prop_assert_eq!(names_cell(word, cell), tag == cell & crate::packed::TAG_MASK);
     }
 }
