@@ -56,11 +56,14 @@ pub trait Limiter: Send + Sync {
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError>;
 
     /// [`try_acquire`](Limiter::try_acquire) answering only whether the permits were taken:
-    /// the same decision and the same effect, for a caller that needs no headers (governor's
-    /// `check`, a bool). On [`AtomicLimiter`] it skips the [`Decision`]: the time-word buckets
-    /// ([`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket),
-    /// [`LeakyBucket`](crate::LeakyBucket)) and [`FixedWindow`](crate::FixedWindow) answer from
-    /// a short path that computes none of its terms.
+    /// a decision `try_acquire` could have made, with the same effect, for a caller that needs no
+    /// headers (governor's `check`, a bool). Called alone it is the very decision `try_acquire`
+    /// would make; racing other calls, it is one `try_acquire` could have made in that race (a
+    /// refusal decided on a state that was current when read). On [`AtomicLimiter`] it skips
+    /// the [`Decision`]: the time-word buckets ([`Gcra`](crate::Gcra),
+    /// [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket)),
+    /// [`FixedWindow`](crate::FixedWindow) and the sliding window answer from a short path that
+    /// computes none of its terms.
     ///
     /// # Errors
     /// As [`try_acquire`](Limiter::try_acquire).
