@@ -553,6 +553,18 @@ fn on_a_cluster_a_batch_is_split_by_slot_and_stays_exact() {
     );
 }
 
+/// A fixed window of 1,000 permits per 10 minutes named `name` on `server`, fail-closed, on a
+/// backend connected from the current runtime.
+async fn thousand_per_window(
+    server: &RedisServer,
+    name: &'static str,
+) -> Arc<RedisLimiter<FixedWindow>> {
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let window = FixedWindow::new(1_000, Duration::from_secs(600)).unwrap();
+    Arc::new(RedisLimiter::new(&backend, name, window, FailurePolicy::FailClosed).unwrap())
+}
+
 /// Polls `call` once, so that it is sent (or queued), and keeps it.
 fn started(mut call: Call) -> Call {
     poll_once(&mut call);
@@ -563,17 +575,7 @@ fn started(mut call: Call) -> Call {
 fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
     let server = RedisServer::start();
     runtime().block_on(async {
-        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-        let backend = RedisBackend::connect(config).await.unwrap();
-        let limiter = Arc::new(
-            RedisLimiter::new(
-                &backend,
-                "handoff",
-                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
-                FailurePolicy::FailClosed,
-            )
-            .unwrap(),
-        );
+        let limiter = thousand_per_window(&server, "handoff").await;
         let key = limiter.redis_keys("k")[0].clone();
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
         server.freeze();
@@ -625,17 +627,7 @@ fn dropped_senders_hand_the_queue_on_and_dropped_waiters_send_nothing() {
 fn a_caller_never_polled_again_does_not_hold_up_the_rest_of_its_batch() {
     let server = RedisServer::start();
     runtime().block_on(async {
-        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-        let backend = RedisBackend::connect(config).await.unwrap();
-        let limiter = Arc::new(
-            RedisLimiter::new(
-                &backend,
-                "relay",
-                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
-                FailurePolicy::FailClosed,
-            )
-            .unwrap(),
-        );
+        let limiter = thousand_per_window(&server, "relay").await;
         let key = limiter.redis_keys("k")[0].clone();
         // 2 is sent at once; 4, 8 and 16 queue behind it, in that order, and go in one batch
         // when its call comes back. 4 is first in the batch, and its future is never polled
@@ -678,17 +670,7 @@ fn a_callers_own_code_after_its_answer_does_not_hold_up_the_rest_of_its_batch() 
         .build()
         .unwrap();
     runtime.block_on(async {
-        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-        let backend = RedisBackend::connect(config).await.unwrap();
-        let limiter = Arc::new(
-            RedisLimiter::new(
-                &backend,
-                "relay",
-                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
-                FailurePolicy::FailClosed,
-            )
-            .unwrap(),
-        );
+        let limiter = thousand_per_window(&server, "relay").await;
         let key = limiter.redis_keys("k")[0].clone();
         // The server holds every reply back (its pause ends by itself), so the first call is
         // still out while the others queue behind it: they go in one batch when it is back.
@@ -793,17 +775,7 @@ fn queued_decisions_fail_at_once_when_the_connections_runtime_has_shut_down() {
 fn each_decision_in_a_batch_keeps_its_own_deadline() {
     let server = RedisServer::start();
     runtime().block_on(async {
-        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-        let backend = RedisBackend::connect(config).await.unwrap();
-        let limiter = Arc::new(
-            RedisLimiter::new(
-                &backend,
-                "deadlines",
-                FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
-                FailurePolicy::FailClosed,
-            )
-            .unwrap(),
-        );
+        let limiter = thousand_per_window(&server, "deadlines").await;
         let key = limiter.redis_keys("k")[0].clone();
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
         server.log_script_calls();
