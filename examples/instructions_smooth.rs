@@ -14,49 +14,14 @@
 //! `instructions_peers`), or, with a name ending in `/admit`, `admit` (a bool, the shape of
 //! `governor`).
 
-use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Duration;
 
+#[path = "common/measured_loops.rs"]
+mod measured_loops;
+
 use floodgate::{Limiter, QuantaClock, SmoothBursty, SmoothWarmingUp};
-
-/// `try_acquire`, using what a 429 needs: `remaining` of an admission, `retry_after` of a
-/// denial (as `instructions` and `governor-state` in `instructions_peers`).
-#[inline(never)]
-fn measured_loop<L: Limiter>(limiter: &L, calls: u64) -> u64 {
-    (0..calls)
-        .map(|_| match limiter.try_acquire(black_box(1)) {
-            Ok(d) if d.is_allowed() => u64::from(black_box(d.remaining()) > 0),
-            Ok(d) => {
-                black_box(d.retry_after());
-                0
-            }
-            Err(_) => 0,
-        })
-        .sum()
-}
-
-/// The count the `admit` loop passes: a literal `1`, as a caller writes `admit(1)` and as
-/// governor's `check()` (no count) is one permit by construction; built with
-/// `INSTRUCTIONS_OPAQUE_N` set in the environment, `black_box(1)`, a count the compiler cannot
-/// see (the `admit-n` rows of `scripts/instructions`). A build-time switch, not a second loop: a
-/// second call site of `admit` changes what the compiler inlines into both.
-#[inline(always)]
-fn count() -> u32 {
-    if option_env!("INSTRUCTIONS_OPAQUE_N").is_some() {
-        black_box(1)
-    } else {
-        1
-    }
-}
-
-/// `admit`: only whether the permit was taken (as `governor`'s `check().is_ok()`).
-#[inline(never)]
-fn measured_loop_admit<L: Limiter>(limiter: &L, calls: u64) -> u64 {
-    (0..calls)
-        .map(|_| u64::from(limiter.admit(count()).is_ok_and(|allowed| allowed)))
-        .sum()
-}
+use measured_loops::{measured_loop, measured_loop_admit};
 
 fn measured<L: Limiter>(admit: bool, limiter: &L, calls: u64) -> u64 {
     if admit {
