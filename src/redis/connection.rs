@@ -659,17 +659,12 @@ impl RedisBackend {
         let mut distinct: Vec<&str> = Vec::new();
         let mut latest = now;
         for request in requests {
-            let first_key = request.keys.first().map_or("", String::as_str);
-            let index = match distinct.iter().position(|k| *k == first_key) {
-                Some(index) => index,
-                None => {
-                    distinct.push(first_key);
-                    for key in &request.keys {
-                        invocation.key(key);
-                    }
-                    distinct.len() - 1
+            let (index, new) = distinct_index(&mut distinct, request);
+            if new {
+                for key in &request.keys {
+                    invocation.key(key);
                 }
-            };
+            }
             invocation.arg(index + 1);
             invocation.arg(request.args[n_slot]);
             invocation.arg(self.server_deadline(request.deadline, now));
@@ -731,14 +726,7 @@ impl RedisBackend {
         let mut deadlines = Vec::with_capacity(requests.len());
         let (mut latest, mut earliest) = (now, 0);
         for request in requests {
-            let key = request.keys.first().map_or("", String::as_str);
-            let index = match distinct.iter().position(|k| *k == key) {
-                Some(index) => index,
-                None => {
-                    distinct.push(key);
-                    distinct.len() - 1
-                }
-            };
+            let (index, _) = distinct_index(&mut distinct, request);
             indices.push(index);
             let deadline = self.server_deadline(request.deadline, now);
             if deadline > 0 && (earliest == 0 || deadline < earliest) {
@@ -940,6 +928,20 @@ async fn query_script<T: redis::FromRedisValue>(
             command.query_async::<T>(connection).await
         }
         reply => reply,
+    }
+}
+
+/// The index of `request`'s limiter key (its first Redis key) among a batch's distinct limiter
+/// keys, `distinct` (in order of first use), and whether it is new there (then pushed): a batch
+/// holds a few (often one), so a scan.
+fn distinct_index<'a>(distinct: &mut Vec<&'a str>, request: &'a Request) -> (usize, bool) {
+    let key = request.keys.first().map_or("", String::as_str);
+    match distinct.iter().position(|k| *k == key) {
+        Some(index) => (index, false),
+        None => {
+            distinct.push(key);
+            (distinct.len() - 1, true)
+        }
     }
 }
 
