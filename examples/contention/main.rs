@@ -4,9 +4,11 @@
 //! cargo run --release --example contention                     # the whole matrix, ~1 minute
 //! cargo run --release --example contention -- --help
 //! cargo run --release --example contention -- --limiters governor,sharded --threads 1,2,8 --duration 2s
+//! cargo run --release --example contention -- --limiters smooth-bursty --threads 2 --repeat 9
 //! ```
 //! Prints a table (aggregate Mops/s, ns per call p50/p99, throughput relative to governor,
-//! admitted vs the algorithm's bound) and writes `report.csv` and `report.svg` under
+//! admitted vs the algorithm's bound; with `--repeat K`, per-cell medians over K paired rounds
+//! and the spread of the ratio) and writes `report.csv` and `report.svg` under
 //! `target/floodgate-report/`. Exits with status 1 if any row admitted more than its bound.
 
 mod limiters;
@@ -36,6 +38,11 @@ usage: cargo run --release --example contention -- [options]
   --clock C           quanta (default) or coarse: the clock floodgate's limiters read
   --call C            decision (default: `try_acquire(1)`, a whole Decision) or admit
                       (`admit(1)`, a bool: compare with `governor`, whose check is a bool)
+  --repeat K          run the matrix K times (default 1), the limiters of a cell in alternating
+                      order (reversed every other round), and print per-cell medians: the
+                      ratio to governor is taken within each round (a paired measure), then its
+                      median and spread (min..max) over the rounds; the at-limit rate is the
+                      first round's for every round
   --out DIR           output folder (default: target/floodgate-report)
   --no-governor       leave governor out entirely (no ratios)
   --list              print the limiter names and exit
@@ -47,6 +54,7 @@ struct Options {
     workloads: Vec<Workload>,
     duration: Option<Duration>,
     coarse: bool,
+    repeat: usize,
     out: PathBuf,
 }
 
@@ -91,6 +99,7 @@ fn parse_args(cores: usize) -> Result<Option<Options>, String> {
         workloads: Workload::ALL.to_vec(),
         duration: None,
         coarse: false,
+        repeat: 1,
         out: PathBuf::from("target/floodgate-report"),
     };
     let mut keep_governor = true;
@@ -143,6 +152,14 @@ fn parse_args(cores: usize) -> Result<Option<Options>, String> {
                 "admit" => measure::CALL_ADMIT.store(true, Ordering::Relaxed),
                 other => return Err(format!("unknown call `{other}` (decision or admit)")),
             },
+            "--repeat" => {
+                let text = value()?;
+                options.repeat = text
+                    .parse()
+                    .ok()
+                    .filter(|&k: &usize| (1..=1000).contains(&k))
+                    .ok_or_else(|| format!("bad repeat count `{text}` (1 to 1000)"))?;
+            }
             "--out" => options.out = PathBuf::from(value()?),
             "--no-governor" => keep_governor = false,
             other => return Err(format!("unknown option `{other}`")),
@@ -233,10 +250,18 @@ fn main() -> ExitCode {
     let duration = options
         .duration
         .unwrap_or_else(|| Duration::from_secs_f64((55.0 / cells as f64).clamp(0.2, 1.0)));
+    let repeat = options.repeat;
     println!(
-        "floodgate contention report: {cores} cores, clock {}, {:?} per cell, {cells} cells",
+        "floodgate contention report: {cores} cores, clock {}, {:?} per cell, {cells} cells{}, \
+         load average {}",
         clock.name(),
-        duration
+        duration,
+        if repeat > 1 {
+            format!(" x {repeat} rounds (limiters alternating)")
+        } else {
+            String::new()
+        },
+        load_average()
     );
     println!(
         "at-limit rate: half of governor's allow-heavy throughput at the same thread count{}",
@@ -248,68 +273,92 @@ fn main() -> ExitCode {
     );
 
     let mut progress = Progress {
-        total: cells,
+        total: cells * repeat,
         done: 0,
         started: Instant::now(),
         terminal: std::io::stderr().is_terminal(),
     };
     let mut rows: Vec<Row> = Vec::new();
-    for &threads in &options.threads {
-        // allow-heavy first: the at-limit rate is derived from it.
-        let mut at_limit_rate: Option<f64> = None;
-        let mut order = options.workloads.clone();
-        order.sort_by_key(|w| Workload::ALL.iter().position(|x| x == w));
-        for &workload in &order {
-            for entry in &options.limiters {
-                progress.step(&format!(
-                    "{} × {threads} threads × {}",
-                    entry.name,
-                    workload.name()
-                ));
-                let rate = match workload {
-                    Workload::AtLimit => *at_limit_rate.get_or_insert_with(|| {
-                        half_allow_rate(&rows, entry, threads, &clock, has_governor)
-                    }),
-                    _ => 0.0,
-                };
-                let quota = workload.quota(rate);
-                let limiter = match (entry.build)(quota, &clock) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!("\nerror: {} rejects {quota:?}: {e}", entry.name);
-                        return ExitCode::FAILURE;
-                    }
-                };
-                let m = measure::run(&*limiter, threads, duration);
-                let mut span = m.span;
-                span.start = span.start.saturating_sub(clock_slack);
-                rows.push(Row {
-                    limiter: entry.name,
-                    threads,
-                    workload,
-                    quota,
-                    seconds: m.span.nanos() as f64 / 1e9,
-                    calls: m.calls,
-                    admitted: m.admitted,
-                    bound: (entry.bound)(quota, span),
-                    errors: m.errors,
-                    mops: m.mops(),
-                    p50_ns: m.latency.quantile(0.50),
-                    p99_ns: m.latency.quantile(0.99),
-                    vs_governor: None,
-                });
+    for round in 0..repeat {
+        for &threads in &options.threads {
+            // allow-heavy first: the at-limit rate is derived from it (the first round's).
+            let mut at_limit_rate: Option<f64> = None;
+            let mut order = options.workloads.clone();
+            order.sort_by_key(|w| Workload::ALL.iter().position(|x| x == w));
+            for &workload in &order {
+                // Every other round in reverse order: no limiter always runs right after another.
+                let mut limiters: Vec<&Entry> = options.limiters.iter().collect();
+                if round % 2 == 1 {
+                    limiters.reverse();
+                }
+                for entry in limiters {
+                    progress.step(&format!(
+                        "{} × {threads} threads × {} (round {})",
+                        entry.name,
+                        workload.name(),
+                        round + 1
+                    ));
+                    let rate = match workload {
+                        Workload::AtLimit => *at_limit_rate.get_or_insert_with(|| {
+                            half_allow_rate(&rows, entry, threads, &clock, has_governor)
+                        }),
+                        _ => 0.0,
+                    };
+                    let quota = workload.quota(rate);
+                    let limiter = match (entry.build)(quota, &clock) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            eprintln!("\nerror: {} rejects {quota:?}: {e}", entry.name);
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    let m = measure::run(&*limiter, threads, duration);
+                    let mut span = m.span;
+                    span.start = span.start.saturating_sub(clock_slack);
+                    rows.push(Row {
+                        round,
+                        limiter: entry.name,
+                        threads,
+                        workload,
+                        quota,
+                        seconds: m.span.nanos() as f64 / 1e9,
+                        calls: m.calls,
+                        admitted: m.admitted,
+                        bound: (entry.bound)(quota, span),
+                        errors: m.errors,
+                        mops: m.mops(),
+                        p50_ns: m.latency.quantile(0.50),
+                        p99_ns: m.latency.quantile(0.99),
+                        vs_governor: None,
+                        spread: None,
+                    });
+                }
             }
         }
     }
     progress.finish();
     output::add_ratios(&mut rows);
-    println!("{}", output::table(&rows, &options.workloads));
+    // One row per cell: itself in a single round, else the medians over the rounds.
+    let cells_shown = if repeat > 1 {
+        output::medians(&rows)
+    } else {
+        rows.clone()
+    };
+    println!("{}", output::table(&cells_shown, &options.workloads));
     println!(
         "Mops/s: calls by all threads per second. p50/p99: per-call time seen by one thread \
          (batches of {}). ×gov: throughput / governor's in the same cell. bound: the most the \
          algorithm may admit over the measured time.",
         measure::BATCH
     );
+    if repeat > 1 {
+        println!(
+            "{repeat} rounds: Mops/s, p50, p99 and ×gov are medians over the rounds (×gov taken \
+             within each round); spread: the lowest and highest round's ×gov; calls, admitted, \
+             bound: the round nearest its bound; accuracy: every round's. Load average now {}.",
+            load_average()
+        );
+    }
 
     let names: Vec<&str> = options.limiters.iter().map(|e| e.name).collect();
     let title = format!(
@@ -320,7 +369,7 @@ fn main() -> ExitCode {
         output::write_csv(&rows, clock.name(), &options.out.join("report.csv"))?;
         std::fs::write(
             options.out.join("report.svg"),
-            output::svg(&rows, &options.workloads, &names, &title),
+            output::svg(&cells_shown, &options.workloads, &names, &title),
         )
     });
     match written {
@@ -338,10 +387,12 @@ fn main() -> ExitCode {
     } else {
         for r in &violations {
             eprintln!(
-                "!! ACCURACY VIOLATION: {} × {} threads × {}: admitted {} > bound {} ({} errors)",
+                "!! ACCURACY VIOLATION: {} × {} threads × {} (round {}): admitted {} > bound {} \
+                 ({} errors)",
                 r.limiter,
                 r.threads,
                 r.workload.name(),
+                r.round + 1,
                 r.admitted,
                 r.bound,
                 r.errors
@@ -377,4 +428,17 @@ fn half_allow_rate(
         }
         Err(_) => 1e6,
     }
+}
+
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`), or `?` where there is none.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "?".into(),
+        |text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+    )
 }
