@@ -43,6 +43,9 @@ usage: cargo run --release --example contention -- [options]
                       ratio to governor is taken within each round (a paired measure), then its
                       median and spread (min..max) over the rounds; the at-limit rate is the
                       first round's for every round
+  --interleave T      measure each limiter together with governor (its reference), the two
+                      in turns of T (e.g. 10ms) within the cell: a paired measure that sees the
+                      same machine conditions on both sides (each still gets --duration in all)
   --out DIR           output folder (default: target/floodgate-report)
   --no-governor       leave governor out entirely (no ratios)
   --list              print the limiter names and exit
@@ -55,6 +58,8 @@ struct Options {
     duration: Option<Duration>,
     coarse: bool,
     repeat: usize,
+    /// `--interleave`: each limiter measured in turns of this length with its reference.
+    interleave: Option<Duration>,
     out: PathBuf,
 }
 
@@ -100,6 +105,7 @@ fn parse_args(cores: usize) -> Result<Option<Options>, String> {
         duration: None,
         coarse: false,
         repeat: 1,
+        interleave: None,
         out: PathBuf::from("target/floodgate-report"),
     };
     let mut keep_governor = true;
@@ -159,6 +165,13 @@ fn parse_args(cores: usize) -> Result<Option<Options>, String> {
                     .ok()
                     .filter(|&k: &usize| (1..=1000).contains(&k))
                     .ok_or_else(|| format!("bad repeat count `{text}` (1 to 1000)"))?;
+            }
+            "--interleave" => {
+                let text = value()?;
+                let slice = parse_duration(&text)
+                    .filter(|d| *d >= Duration::from_millis(1))
+                    .ok_or_else(|| format!("bad turn length `{text}` (at least 1ms)"))?;
+                options.interleave = Some(slice);
             }
             "--out" => options.out = PathBuf::from(value()?),
             "--no-governor" => keep_governor = false,
@@ -246,13 +259,18 @@ fn main() -> ExitCode {
     // The coarse clock lags real time by up to its 1 ms resolution: widen the span for bounds.
     let clock_slack = if options.coarse { 2_000_000 } else { 0 };
     let has_governor = options.limiters.iter().any(|e| e.name == GOVERNOR);
+    let groups_per_cell = groups(
+        &options.limiters.iter().collect::<Vec<_>>(),
+        options.interleave.is_some(),
+    )
+    .len();
     let cells = options.limiters.len() * options.threads.len() * options.workloads.len();
     let duration = options
         .duration
         .unwrap_or_else(|| Duration::from_secs_f64((55.0 / cells as f64).clamp(0.2, 1.0)));
     let repeat = options.repeat;
     println!(
-        "floodgate contention report: {cores} cores, clock {}, {:?} per cell, {cells} cells{}, \
+        "floodgate contention report: {cores} cores, clock {}, {:?} per cell, {cells} cells{}{}, \
          load average {}",
         clock.name(),
         duration,
@@ -261,6 +279,10 @@ fn main() -> ExitCode {
         } else {
             String::new()
         },
+        // Printed beside the rounds.
+        options.interleave.map_or(String::new(), |t| format!(
+            ", each with governor in turns of {t:?}"
+        )),
         load_average()
     );
     println!(
@@ -273,7 +295,7 @@ fn main() -> ExitCode {
     );
 
     let mut progress = Progress {
-        total: cells * repeat,
+        total: groups_per_cell * options.threads.len() * options.workloads.len() * repeat,
         done: 0,
         started: Instant::now(),
         terminal: std::io::stderr().is_terminal(),
@@ -291,47 +313,79 @@ fn main() -> ExitCode {
                 if round % 2 == 1 {
                     limiters.reverse();
                 }
-                for entry in limiters {
+                // The first limiter decides the at-limit rate (the first round's: the same
+                // for all).
+                let rate = match (workload, limiters.first()) {
+                    (Workload::AtLimit, Some(first)) => *at_limit_rate.get_or_insert_with(|| {
+                        half_allow_rate(&rows, first, threads, &clock, has_governor)
+                    }),
+                    _ => 0.0,
+                };
+                let quota = workload.quota(rate);
+                let mut reference_done: Vec<&str> = Vec::new();
+                for group in groups(&limiters, options.interleave.is_some()) {
+                    let names: Vec<&str> = group.iter().map(|e| e.name).collect();
                     progress.step(&format!(
                         "{} × {threads} threads × {} (round {})",
-                        entry.name,
+                        names.join(" / "),
                         workload.name(),
                         round + 1
                     ));
-                    let rate = match workload {
-                        Workload::AtLimit => *at_limit_rate.get_or_insert_with(|| {
-                            half_allow_rate(&rows, entry, threads, &clock, has_governor)
-                        }),
-                        _ => 0.0,
-                    };
-                    let quota = workload.quota(rate);
-                    let limiter = match (entry.build)(quota, &clock) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            eprintln!("\nerror: {} rejects {quota:?}: {e}", entry.name);
-                            return ExitCode::FAILURE;
+                    let mut built: Vec<Box<dyn floodgate::Limiter>> = Vec::new();
+                    for entry in &group {
+                        match (entry.build)(quota, &clock) {
+                            Ok(l) => built.push(l),
+                            Err(e) => {
+                                eprintln!("\nerror: {} rejects {quota:?}: {e}", entry.name);
+                                return ExitCode::FAILURE;
+                            }
                         }
+                    }
+                    let refs: Vec<&dyn floodgate::Limiter> = built.iter().map(|l| &**l).collect();
+                    let measured = match (&refs[..], options.interleave) {
+                        ([one], _) => vec![measure::run(*one, threads, duration)],
+                        (_, Some(slice)) => {
+                            measure::run_interleaved(&refs, threads, duration, slice)
+                        }
+                        (_, None) => unreachable!("groups of two only when interleaving"),
                     };
-                    let m = measure::run(&*limiter, threads, duration);
-                    let mut span = m.span;
-                    span.start = span.start.saturating_sub(clock_slack);
-                    rows.push(Row {
-                        round,
-                        limiter: entry.name,
-                        threads,
-                        workload,
-                        quota,
-                        seconds: m.span.nanos() as f64 / 1e9,
-                        calls: m.calls,
-                        admitted: m.admitted,
-                        bound: (entry.bound)(quota, span),
-                        errors: m.errors,
-                        mops: m.mops(),
-                        p50_ns: m.latency.quantile(0.50),
-                        p99_ns: m.latency.quantile(0.99),
-                        vs_governor: None,
-                        spread: None,
+                    // A pair is a limiter and its reference: the ratio is the pair's own.
+                    let pair_reference = (group.len() == 2).then(|| {
+                        let i = group
+                            .iter()
+                            .position(|e| limiters::reference(e.name) == e.name)
+                            .expect("a pair holds its reference");
+                        (i, measured[i].mops())
                     });
+                    for (i, (entry, m)) in group.iter().zip(&measured).enumerate() {
+                        let is_reference = pair_reference.is_some_and(|(r, _)| r == i);
+                        if is_reference {
+                            // Shown once per cell (from its first pair).
+                            if reference_done.contains(&entry.name) {
+                                continue;
+                            }
+                            reference_done.push(entry.name);
+                        }
+                        let mut span = m.span;
+                        span.start = span.start.saturating_sub(clock_slack);
+                        rows.push(Row {
+                            round,
+                            limiter: entry.name,
+                            threads,
+                            workload,
+                            quota,
+                            seconds: m.active_nanos as f64 / 1e9,
+                            calls: m.calls,
+                            admitted: m.admitted,
+                            bound: (entry.bound)(quota, span),
+                            errors: m.errors,
+                            mops: m.mops(),
+                            p50_ns: m.latency.quantile(0.50),
+                            p99_ns: m.latency.quantile(0.99),
+                            vs_governor: pair_reference.map(|(_, g)| m.mops() / g),
+                            spread: None,
+                        });
+                    }
                 }
             }
         }
@@ -441,4 +495,25 @@ fn load_average() -> String {
                 .join(" ")
         },
     )
+}
+
+/// The groups a cell measures together, in `limiters`' order: each limiter alone, or with
+/// `interleave` each with its reference ([`limiters::reference`]) in turns (the reference first
+/// where it comes first in `limiters`); a reference paired with anyone is not measured alone.
+fn groups<'a>(limiters: &[&'a Entry], interleave: bool) -> Vec<Vec<&'a Entry>> {
+    let position = |name: &str| limiters.iter().position(|e| e.name == name);
+    let paired = |e: &Entry| {
+        let r = limiters::reference(e.name);
+        (interleave && r != e.name).then(|| position(r)).flatten()
+    };
+    let mut out = Vec::new();
+    for (i, entry) in limiters.iter().enumerate() {
+        match paired(entry) {
+            Some(r) if r < i => out.push(vec![limiters[r], *entry]),
+            Some(r) => out.push(vec![*entry, limiters[r]]),
+            None if limiters.iter().any(|e| paired(e) == Some(i)) => {}
+            None => out.push(vec![*entry]),
+        }
+    }
+    out
 }

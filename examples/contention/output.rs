@@ -35,7 +35,8 @@ impl Row {
     }
 }
 
-/// Fills `vs_governor` from the governor rows of the same run.
+/// Fills the `vs_governor` not yet known (an interleaved pair's is its own) from the governor
+/// rows of the same run.
 /// Each row's throughput over its reference's in the same cell of the same round
 /// ([`reference`]: governor's keyed limiter for the keyed rows, governor's direct limiter for
 /// the others).
@@ -44,7 +45,7 @@ pub fn add_ratios(rows: &mut [Row]) {
         .iter()
         .map(|r| (r.round, r.limiter, r.threads, r.workload, r.mops))
         .collect();
-    for row in rows.iter_mut() {
+    for row in rows.iter_mut().filter(|r| r.vs_governor.is_none()) {
         let against = reference(row.limiter);
         row.vs_governor = measured
             .iter()
