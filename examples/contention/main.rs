@@ -5,10 +5,13 @@
 //! cargo run --release --example contention -- --help
 //! cargo run --release --example contention -- --limiters governor,sharded --threads 1,2,8 --duration 2s
 //! cargo run --release --example contention -- --limiters smooth-bursty --threads 2 --repeat 9
+//! cargo run --release --example contention -- --limiters governor,gcra --threads 1,2 --repeat 7 \
+//!     --interleave 10ms --duration 250ms          # the paired measure for a busy machine
 //! ```
 //! Prints a table (aggregate Mops/s, ns per call p50/p99, throughput relative to governor,
 //! admitted vs the algorithm's bound; with `--repeat K`, per-cell medians over K paired rounds
-//! and the spread of the ratio) and writes `report.csv` and `report.svg` under
+//! and the spread of the ratio; with `--interleave T`, each limiter measured in turns of T
+//! with governor inside its cell) and writes `report.csv` and `report.svg` under
 //! `target/floodgate-report/`. Exits with status 1 if any row admitted more than its bound.
 
 mod limiters;
