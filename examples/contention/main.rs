@@ -316,9 +316,9 @@ fn main() -> ExitCode {
                 if round % 2 == 1 {
                     limiters.reverse();
                 }
-                // The first limiter decides the at-limit rate (the first round's: the same
-                // for all).
-                let rate = match (workload, limiters.first()) {
+                // The first limiter named decides the at-limit rate (governor's allow-heavy
+                // throughput in the first round, when governor runs): the same in every round.
+                let rate = match (workload, options.limiters.first()) {
                     (Workload::AtLimit, Some(first)) => *at_limit_rate.get_or_insert_with(|| {
                         half_allow_rate(&rows, first, threads, &clock, has_governor)
                     }),
