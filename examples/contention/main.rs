@@ -408,6 +408,9 @@ fn main() -> ExitCode {
          algorithm may admit over the measured time.",
         measure::BATCH
     );
+    for line in output::parallelism(&cells_shown) {
+        println!("{line}");
+    }
     if repeat > 1 {
         println!(
             "{repeat} rounds: Mops/s, p50, p99 and ×gov are medians over the rounds (×gov taken \

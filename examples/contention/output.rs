@@ -123,6 +123,40 @@ fn quota_text(q: Quota) -> String {
     format!("{} per {:?}", q.limit, q.period)
 }
 
+/// The share-nothing row: one clock read per call, nothing written.
+const SHARE_NOTHING: &str = "floor/clock";
+
+/// The parallelism check, when the run has [`SHARE_NOTHING`] at one thread and more: how its
+/// throughput scaled (about `t` on `t` free cores). Far below, the threads did not run at once
+/// (other processes, or a CPU share that `nice` does not override): the multi-thread rows then
+/// measure the machine's scheduling more than contention on the limiter.
+pub fn parallelism(rows: &[Row]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let share_nothing = |r: &&Row| r.limiter == SHARE_NOTHING;
+    for one in rows.iter().filter(share_nothing).filter(|r| r.threads == 1) {
+        for many in rows
+            .iter()
+            .filter(share_nothing)
+            .filter(|r| r.threads > 1 && r.workload == one.workload && r.round == one.round)
+        {
+            let scaled = many.mops / one.mops;
+            let verdict = if scaled < 0.75 * many.threads as f64 {
+                ": the threads did not run at once; these rows are not a contention measure"
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "parallelism check ({}): {SHARE_NOTHING} (nothing shared) at {} threads ran \
+                 {scaled:.2}x its 1-thread rate (free cores: {}x){verdict}",
+                one.workload.name(),
+                many.threads,
+                many.threads
+            ));
+        }
+    }
+    lines
+}
+
 /// The table, one section per workload, rows by thread count then limiter.
 pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
     let mut out = String::new();
