@@ -48,7 +48,9 @@ usage: cargo run --release --example contention -- [options]
                       first round's for every round
   --interleave T      measure each limiter together with governor (its reference), the two
                       in turns of T (e.g. 10ms) within the cell: a paired measure that sees the
-                      same machine conditions on both sides (each still gets --duration in all)
+                      same machine conditions on both sides (each still gets --duration in all;
+                      at-limit, each side idles through the other's turns and refills there, and
+                      its bound counts the whole cell)
   --out DIR           output folder (default: target/floodgate-report)
   --no-governor       leave governor out entirely (no ratios)
   --list              print the limiter names and exit
