@@ -4,9 +4,14 @@
 //! cargo run --release --example contention                     # the whole matrix, ~1 minute
 //! cargo run --release --example contention -- --help
 //! cargo run --release --example contention -- --limiters governor,sharded --threads 1,2,8 --duration 2s
+//! cargo run --release --example contention -- --limiters smooth-bursty --threads 2 --repeat 9
+//! cargo run --release --example contention -- --limiters governor,gcra --threads 1,2 --repeat 7 \
+//!     --interleave 10ms --duration 250ms          # the paired measure for a busy machine
 //! ```
 //! Prints a table (aggregate Mops/s, ns per call p50/p99, throughput relative to governor,
-//! admitted vs the algorithm's bound) and writes `report.csv` and `report.svg` under
+//! admitted vs the algorithm's bound; with `--repeat K`, per-cell medians over K paired rounds
+//! and the spread of the ratio; with `--interleave T`, each limiter measured in turns of T
+//! with governor inside its cell) and writes `report.csv` and `report.svg` under
 //! `target/floodgate-report/`. Exits with status 1 if any row admitted more than its bound.
 
 mod limiters;
@@ -36,6 +41,16 @@ usage: cargo run --release --example contention -- [options]
   --clock C           quanta (default) or coarse: the clock floodgate's limiters read
   --call C            decision (default: `try_acquire(1)`, a whole Decision) or admit
                       (`admit(1)`, a bool: compare with `governor`, whose check is a bool)
+  --repeat K          run the matrix K times (default 1), the limiters of a cell in alternating
+                      order (reversed every other round), and print per-cell medians: the
+                      ratio to governor is taken within each round (a paired measure), then its
+                      median and spread (min..max) over the rounds; the at-limit rate is the
+                      first round's for every round
+  --interleave T      measure each limiter together with governor (its reference), the two
+                      in turns of T (e.g. 10ms) within the cell: a paired measure that sees the
+                      same machine conditions on both sides (each still gets --duration in all;
+                      at-limit, each side idles through the other's turns and refills there, and
+                      its bound counts the whole cell)
   --out DIR           output folder (default: target/floodgate-report)
   --no-governor       leave governor out entirely (no ratios)
   --list              print the limiter names and exit
@@ -47,6 +62,9 @@ struct Options {
     workloads: Vec<Workload>,
     duration: Option<Duration>,
     coarse: bool,
+    repeat: usize,
+    /// `--interleave`: each limiter measured in turns of this length with its reference.
+    interleave: Option<Duration>,
     out: PathBuf,
 }
 
@@ -91,6 +109,8 @@ fn parse_args(cores: usize) -> Result<Option<Options>, String> {
         workloads: Workload::ALL.to_vec(),
         duration: None,
         coarse: false,
+        repeat: 1,
+        interleave: None,
         out: PathBuf::from("target/floodgate-report"),
     };
     let mut keep_governor = true;
@@ -143,6 +163,21 @@ fn parse_args(cores: usize) -> Result<Option<Options>, String> {
                 "admit" => measure::CALL_ADMIT.store(true, Ordering::Relaxed),
                 other => return Err(format!("unknown call `{other}` (decision or admit)")),
             },
+            "--repeat" => {
+                let text = value()?;
+                options.repeat = text
+                    .parse()
+                    .ok()
+                    .filter(|&k: &usize| (1..=1000).contains(&k))
+                    .ok_or_else(|| format!("bad repeat count `{text}` (1 to 1000)"))?;
+            }
+            "--interleave" => {
+                let text = value()?;
+                let slice = parse_duration(&text)
+                    .filter(|d| *d >= Duration::from_millis(1))
+                    .ok_or_else(|| format!("bad turn length `{text}` (at least 1ms)"))?;
+                options.interleave = Some(slice);
+            }
             "--out" => options.out = PathBuf::from(value()?),
             "--no-governor" => keep_governor = false,
             other => return Err(format!("unknown option `{other}`")),
@@ -229,14 +264,31 @@ fn main() -> ExitCode {
     // The coarse clock lags real time by up to its 1 ms resolution: widen the span for bounds.
     let clock_slack = if options.coarse { 2_000_000 } else { 0 };
     let has_governor = options.limiters.iter().any(|e| e.name == GOVERNOR);
+    let groups_per_cell = groups(
+        &options.limiters.iter().collect::<Vec<_>>(),
+        options.interleave.is_some(),
+    )
+    .len();
     let cells = options.limiters.len() * options.threads.len() * options.workloads.len();
     let duration = options
         .duration
         .unwrap_or_else(|| Duration::from_secs_f64((55.0 / cells as f64).clamp(0.2, 1.0)));
+    let repeat = options.repeat;
     println!(
-        "floodgate contention report: {cores} cores, clock {}, {:?} per cell, {cells} cells",
+        "floodgate contention report: {cores} cores, clock {}, {:?} per cell, {cells} cells{}{}, \
+         load average {}",
         clock.name(),
-        duration
+        duration,
+        if repeat > 1 {
+            format!(" x {repeat} rounds (limiters alternating)")
+        } else {
+            String::new()
+        },
+        // Printed beside the rounds.
+        options.interleave.map_or(String::new(), |t| format!(
+            ", each with governor in turns of {t:?}"
+        )),
+        load_average()
     );
     println!(
         "at-limit rate: half of governor's allow-heavy throughput at the same thread count{}",
@@ -248,68 +300,127 @@ fn main() -> ExitCode {
     );
 
     let mut progress = Progress {
-        total: cells,
+        total: groups_per_cell * options.threads.len() * options.workloads.len() * repeat,
         done: 0,
         started: Instant::now(),
         terminal: std::io::stderr().is_terminal(),
     };
     let mut rows: Vec<Row> = Vec::new();
-    for &threads in &options.threads {
-        // allow-heavy first: the at-limit rate is derived from it.
-        let mut at_limit_rate: Option<f64> = None;
-        let mut order = options.workloads.clone();
-        order.sort_by_key(|w| Workload::ALL.iter().position(|x| x == w));
-        for &workload in &order {
-            for entry in &options.limiters {
-                progress.step(&format!(
-                    "{} × {threads} threads × {}",
-                    entry.name,
-                    workload.name()
-                ));
-                let rate = match workload {
-                    Workload::AtLimit => *at_limit_rate.get_or_insert_with(|| {
-                        half_allow_rate(&rows, entry, threads, &clock, has_governor)
+    for round in 0..repeat {
+        for &threads in &options.threads {
+            // allow-heavy first: the at-limit rate is derived from it (the first round's).
+            let mut at_limit_rate: Option<f64> = None;
+            let mut order = options.workloads.clone();
+            order.sort_by_key(|w| Workload::ALL.iter().position(|x| x == w));
+            for &workload in &order {
+                // Every other round in reverse order: no limiter always runs right after another.
+                let mut limiters: Vec<&Entry> = options.limiters.iter().collect();
+                if round % 2 == 1 {
+                    limiters.reverse();
+                }
+                // The first limiter named decides the at-limit rate (governor's allow-heavy
+                // throughput in the first round, when governor runs): the same in every round.
+                let rate = match (workload, options.limiters.first()) {
+                    (Workload::AtLimit, Some(first)) => *at_limit_rate.get_or_insert_with(|| {
+                        half_allow_rate(&rows, first, threads, &clock, has_governor)
                     }),
                     _ => 0.0,
                 };
                 let quota = workload.quota(rate);
-                let limiter = match (entry.build)(quota, &clock) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!("\nerror: {} rejects {quota:?}: {e}", entry.name);
-                        return ExitCode::FAILURE;
+                let mut reference_done: Vec<&str> = Vec::new();
+                for group in groups(&limiters, options.interleave.is_some()) {
+                    let names: Vec<&str> = group.iter().map(|e| e.name).collect();
+                    progress.step(&format!(
+                        "{} × {threads} threads × {} (round {})",
+                        names.join(" / "),
+                        workload.name(),
+                        round + 1
+                    ));
+                    let mut built: Vec<Box<dyn floodgate::Limiter>> = Vec::new();
+                    for entry in &group {
+                        match (entry.build)(quota, &clock) {
+                            Ok(l) => built.push(l),
+                            Err(e) => {
+                                eprintln!("\nerror: {} rejects {quota:?}: {e}", entry.name);
+                                return ExitCode::FAILURE;
+                            }
+                        }
                     }
-                };
-                let m = measure::run(&*limiter, threads, duration);
-                let mut span = m.span;
-                span.start = span.start.saturating_sub(clock_slack);
-                rows.push(Row {
-                    limiter: entry.name,
-                    threads,
-                    workload,
-                    quota,
-                    seconds: m.span.nanos() as f64 / 1e9,
-                    calls: m.calls,
-                    admitted: m.admitted,
-                    bound: (entry.bound)(quota, span),
-                    errors: m.errors,
-                    mops: m.mops(),
-                    p50_ns: m.latency.quantile(0.50),
-                    p99_ns: m.latency.quantile(0.99),
-                    vs_governor: None,
-                });
+                    let refs: Vec<&dyn floodgate::Limiter> = built.iter().map(|l| &**l).collect();
+                    let measured = match (&refs[..], options.interleave) {
+                        ([one], _) => vec![measure::run(*one, threads, duration)],
+                        (_, Some(slice)) => {
+                            measure::run_interleaved(&refs, threads, duration, slice)
+                        }
+                        (_, None) => unreachable!("groups of two only when interleaving"),
+                    };
+                    // A pair is a limiter and its reference: the ratio is the pair's own.
+                    let pair_reference = (group.len() == 2).then(|| {
+                        let i = group
+                            .iter()
+                            .position(|e| limiters::reference(e.name) == e.name)
+                            .expect("a pair holds its reference");
+                        (i, measured[i].mops())
+                    });
+                    for (i, (entry, m)) in group.iter().zip(&measured).enumerate() {
+                        let is_reference = pair_reference.is_some_and(|(r, _)| r == i);
+                        if is_reference {
+                            // Shown once per cell (from its first pair).
+                            if reference_done.contains(&entry.name) {
+                                continue;
+                            }
+                            reference_done.push(entry.name);
+                        }
+                        let mut span = m.span;
+                        span.start = span.start.saturating_sub(clock_slack);
+                        rows.push(Row {
+                            round,
+                            limiter: entry.name,
+                            threads,
+                            workload,
+                            quota,
+                            seconds: m.active_nanos as f64 / 1e9,
+                            calls: m.calls,
+                            admitted: m.admitted,
+                            bound: (entry.bound)(quota, span),
+                            errors: m.errors,
+                            mops: m.mops(),
+                            p50_ns: m.latency.quantile(0.50),
+                            p99_ns: m.latency.quantile(0.99),
+                            vs_governor: pair_reference.map(|(_, g)| m.mops() / g),
+                            spread: None,
+                        });
+                    }
+                }
             }
         }
     }
     progress.finish();
     output::add_ratios(&mut rows);
-    println!("{}", output::table(&rows, &options.workloads));
+    // One row per cell: itself in a single round, else the medians over the rounds.
+    let cells_shown = if repeat > 1 {
+        output::medians(&rows)
+    } else {
+        rows.clone()
+    };
+    println!("{}", output::table(&cells_shown, &options.workloads));
     println!(
         "Mops/s: calls by all threads per second. p50/p99: per-call time seen by one thread \
          (batches of {}). ×gov: throughput / governor's in the same cell. bound: the most the \
          algorithm may admit over the measured time.",
         measure::BATCH
     );
+    for line in output::parallelism(&cells_shown) {
+        println!("{line}");
+    }
+    if repeat > 1 {
+        println!(
+            "{repeat} rounds: Mops/s, p50, p99 and ×gov are medians over the rounds (×gov taken \
+             within each round); spread: the lowest and highest round's ×gov; calls, admitted, \
+             bound: the round nearest its bound; accuracy: every round's. Load average now {}.",
+            load_average()
+        );
+    }
 
     let names: Vec<&str> = options.limiters.iter().map(|e| e.name).collect();
     let title = format!(
@@ -320,7 +431,7 @@ fn main() -> ExitCode {
         output::write_csv(&rows, clock.name(), &options.out.join("report.csv"))?;
         std::fs::write(
             options.out.join("report.svg"),
-            output::svg(&rows, &options.workloads, &names, &title),
+            output::svg(&cells_shown, &options.workloads, &names, &title),
         )
     });
     match written {
@@ -338,10 +449,12 @@ fn main() -> ExitCode {
     } else {
         for r in &violations {
             eprintln!(
-                "!! ACCURACY VIOLATION: {} × {} threads × {}: admitted {} > bound {} ({} errors)",
+                "!! ACCURACY VIOLATION: {} × {} threads × {} (round {}): admitted {} > bound {} \
+                 ({} errors)",
                 r.limiter,
                 r.threads,
                 r.workload.name(),
+                r.round + 1,
                 r.admitted,
                 r.bound,
                 r.errors
@@ -377,4 +490,38 @@ fn half_allow_rate(
         }
         Err(_) => 1e6,
     }
+}
+
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`), or `?` where there is none.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "?".into(),
+        |text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+    )
+}
+
+/// The groups a cell measures together, in `limiters`' order: each limiter alone, or with
+/// `interleave` each with its reference ([`limiters::reference`]) in turns (the reference first
+/// where it comes first in `limiters`); a reference paired with anyone is not measured alone.
+fn groups<'a>(limiters: &[&'a Entry], interleave: bool) -> Vec<Vec<&'a Entry>> {
+    let position = |name: &str| limiters.iter().position(|e| e.name == name);
+    let paired = |e: &Entry| {
+        let r = limiters::reference(e.name);
+        (interleave && r != e.name).then(|| position(r)).flatten()
+    };
+    let mut out = Vec::new();
+    for (i, entry) in limiters.iter().enumerate() {
+        match paired(entry) {
+            Some(r) if r < i => out.push(vec![limiters[r], *entry]),
+            Some(r) => out.push(vec![*entry, limiters[r]]),
+            None if limiters.iter().any(|e| paired(e) == Some(i)) => {}
+            None => out.push(vec![*entry]),
+        }
+    }
+    out
 }

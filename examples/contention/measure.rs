@@ -1,7 +1,7 @@
 //! One cell of the matrix: `threads` threads calling `try_acquire(1)` on one limiter for a
-//! duration, in timed batches.
+//! duration, in timed batches; or on several limiters in turns ([`run_interleaved`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, OnceLock};
 use std::time::Duration;
 
@@ -70,74 +70,119 @@ pub struct Measured {
     pub admitted: u64,
     /// `try_acquire` errors (none expected: every call asks for one permit).
     pub errors: u64,
+    /// The whole run: every call of it read its clock within it (for the bound).
     pub span: Span,
+    /// The time this limiter was called in: the whole span, or its turns ([`run_interleaved`]).
+    pub active_nanos: u64,
     pub latency: Histogram,
 }
 
 impl Measured {
+    fn new() -> Self {
+        Measured {
+            calls: 0,
+            admitted: 0,
+            errors: 0,
+            span: Span { start: 0, end: 0 },
+            active_nanos: 0,
+            latency: Histogram::new(),
+        }
+    }
+
     pub fn mops(&self) -> f64 {
-        self.calls as f64 / self.span.nanos().max(1) as f64 * 1e3
+        self.calls as f64 / self.active_nanos.max(1) as f64 * 1e3
     }
 }
+
+/// The turn number that stops the workers.
+const STOP: usize = usize::MAX;
 
 /// Runs `threads` threads against `limiter` for `duration`. The span starts before any thread
 /// is released and ends after every thread has stopped, on the quanta timeline.
 pub fn run(limiter: &dyn Limiter, threads: usize, duration: Duration) -> Measured {
+    let mut measured = run_interleaved(&[limiter], threads, duration, duration);
+    let mut one = measured.pop().expect("one limiter, one result");
+    one.active_nanos = one.span.nanos();
+    one
+}
+
+/// Runs `threads` threads against `limiters` in turns of `slice` (the first limiter, then the
+/// next, ..., again), each for about `duration` in all: every limiter of the cell sees the same
+/// mix of machine conditions (other processes, frequency), so the ratio of two of them is a paired
+/// measure even on a busy machine. All threads switch together (each checks the turn before each
+/// batch of [`BATCH`] calls). Each result's `span` is the whole run (its bound's span: an idle
+/// turn is part of a limiter's time), its `active_nanos` the sum of its turns.
+pub fn run_interleaved(
+    limiters: &[&dyn Limiter],
+    threads: usize,
+    duration: Duration,
+    slice: Duration,
+) -> Vec<Measured> {
     let timeline = QuantaClock::new();
     static TSC: OnceLock<quanta::Clock> = OnceLock::new();
     let tsc = TSC.get_or_init(quanta::Clock::new);
-    let stop = AtomicBool::new(false);
+    let turns = limiters.len() * (duration.as_nanos() / slice.as_nanos().max(1)).max(1) as usize;
+    let turn = AtomicUsize::new(0);
     let barrier = Barrier::new(threads + 1);
+    let mut active = vec![0u64; limiters.len()];
     let (start, results) = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
-            .map(|_| scope.spawn(|| worker(limiter, &barrier, &stop, tsc)))
+            .map(|_| scope.spawn(|| worker(limiters, &barrier, &turn, tsc)))
             .collect();
         let start = timeline.now_nanos();
         barrier.wait();
-        std::thread::sleep(duration);
-        // Relaxed: a stop flag; the join below is what publishes the workers' results.
-        stop.store(true, Ordering::Relaxed);
-        let results: Vec<_> = workers
+        let mut turn_start = start;
+        for t in 0..turns {
+            std::thread::sleep(slice);
+            let now = timeline.now_nanos();
+            active[t % limiters.len()] += now.saturating_sub(turn_start);
+            turn_start = now;
+            // Relaxed: a turn flag; the join below is what publishes the workers' results.
+            turn.store(if t + 1 == turns { STOP } else { t + 1 }, Ordering::Relaxed);
+        }
+        let results: Vec<Vec<Measured>> = workers
             .into_iter()
             .map(|w| w.join().expect("worker panicked"))
             .collect();
         (start, results)
     });
     let end = timeline.now_nanos();
-    let mut measured = Measured {
-        calls: 0,
-        admitted: 0,
-        errors: 0,
-        span: Span { start, end },
-        latency: Histogram::new(),
-    };
-    for r in &results {
-        measured.calls += r.calls;
-        measured.admitted += r.admitted;
-        measured.errors += r.errors;
-        measured.latency.merge(&r.latency);
+    let mut measured: Vec<Measured> = Vec::new();
+    for (i, &active_nanos) in active.iter().enumerate() {
+        let mut m = Measured::new();
+        m.span = Span { start, end };
+        m.active_nanos = active_nanos;
+        for r in results.iter().map(|r| &r[i]) {
+            m.calls += r.calls;
+            m.admitted += r.admitted;
+            m.errors += r.errors;
+            m.latency.merge(&r.latency);
+        }
+        measured.push(m);
     }
     measured
 }
 
 fn worker(
-    limiter: &dyn Limiter,
+    limiters: &[&dyn Limiter],
     barrier: &Barrier,
-    stop: &AtomicBool,
+    turn: &AtomicUsize,
     tsc: &quanta::Clock,
-) -> Measured {
-    let mut m = Measured {
-        calls: 0,
-        admitted: 0,
-        errors: 0,
-        span: Span { start: 0, end: 0 },
-        latency: Histogram::new(),
-    };
+) -> Vec<Measured> {
+    let mut measured: Vec<Measured> = limiters.iter().map(|_| Measured::new()).collect();
     // Relaxed: written before this thread was spawned.
     let admit = CALL_ADMIT.load(Ordering::Relaxed);
     barrier.wait();
-    // Relaxed: see `run`.
-    while !stop.load(Ordering::Relaxed) {
+    loop {
+        // Relaxed: see `run_interleaved`.
+        let t = turn.load(Ordering::Relaxed);
+        if t == STOP {
+            break;
+        }
+        let (limiter, m) = (
+            limiters[t % limiters.len()],
+            &mut measured[t % limiters.len()],
+        );
         let before = tsc.raw();
         for _ in 0..BATCH {
             let allowed = if admit {
@@ -155,5 +200,5 @@ fn worker(
             .record(tsc.delta_as_nanos(before, after) as f64 / BATCH as f64);
         m.calls += BATCH;
     }
-    m
+    measured
 }

@@ -6,8 +6,11 @@ use std::path::Path;
 
 use crate::limiters::{Quota, Workload, reference};
 
-/// One measured cell.
+/// One measured cell (of one round), or the medians of a cell over the rounds ([`medians`]).
+#[derive(Clone)]
 pub struct Row {
+    /// The round (`--repeat`), from 0.
+    pub round: usize,
     pub limiter: &'static str,
     pub threads: usize,
     pub workload: Workload,
@@ -22,6 +25,8 @@ pub struct Row {
     pub p99_ns: f64,
     /// Throughput divided by governor's in the same (threads, workload) cell of this run.
     pub vs_governor: Option<f64>,
+    /// Over several rounds: the lowest and the highest round's `vs_governor`.
+    pub spread: Option<(f64, f64)>,
 }
 
 impl Row {
@@ -30,21 +35,80 @@ impl Row {
     }
 }
 
-/// Fills `vs_governor` from the governor rows of the same run.
-/// Each row's throughput over its reference's in the same cell ([`reference`]: governor's
-/// keyed limiter for the keyed rows, governor's direct limiter for the others).
+/// Fills the `vs_governor` not yet known (an interleaved pair's is its own) from the governor
+/// rows of the same run.
+/// Each row's throughput over its reference's in the same cell of the same round
+/// ([`reference`]: governor's keyed limiter for the keyed rows, governor's direct limiter for
+/// the others).
 pub fn add_ratios(rows: &mut [Row]) {
-    let measured: Vec<(&'static str, usize, Workload, f64)> = rows
+    let measured: Vec<(usize, &'static str, usize, Workload, f64)> = rows
         .iter()
-        .map(|r| (r.limiter, r.threads, r.workload, r.mops))
+        .map(|r| (r.round, r.limiter, r.threads, r.workload, r.mops))
         .collect();
-    for row in rows.iter_mut() {
+    for row in rows.iter_mut().filter(|r| r.vs_governor.is_none()) {
         let against = reference(row.limiter);
         row.vs_governor = measured
             .iter()
-            .find(|(l, t, w, _)| *l == against && *t == row.threads && *w == row.workload)
-            .map(|(_, _, _, g)| row.mops / g);
+            .find(|(n, l, t, w, _)| {
+                *n == row.round && *l == against && *t == row.threads && *w == row.workload
+            })
+            .map(|(_, _, _, _, g)| row.mops / g);
     }
+}
+
+/// The median of `values` (the mean of the middle two for an even count); NaN for none.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// One row per cell (limiter, threads, workload) of a run of several rounds: the medians of
+/// its rounds' throughput, latencies and ratio to governor (each ratio taken within its round),
+/// the ratio's spread, the seconds and errors of all rounds, and the calls, admissions and bound
+/// of the round nearest its bound (a violation in any round shows).
+pub fn medians(rows: &[Row]) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    for first in rows.iter().filter(|r| r.round == 0) {
+        let same: Vec<&Row> = rows
+            .iter()
+            .filter(|r| {
+                r.limiter == first.limiter
+                    && r.threads == first.threads
+                    && r.workload == first.workload
+            })
+            .collect();
+        let of = |f: fn(&Row) -> f64| median(same.iter().map(|r| f(r)).collect());
+        let ratios: Vec<f64> = same.iter().filter_map(|r| r.vs_governor).collect();
+        let nearest = same
+            .iter()
+            .max_by(|a, b| {
+                let share = |r: &Row| r.admitted as f64 / r.bound.max(1) as f64;
+                share(a).total_cmp(&share(b))
+            })
+            .expect("the first round's row is one");
+        out.push(Row {
+            seconds: same.iter().map(|r| r.seconds).sum(),
+            calls: nearest.calls,
+            admitted: nearest.admitted,
+            bound: nearest.bound,
+            errors: same.iter().map(|r| r.errors).sum(),
+            mops: of(|r| r.mops),
+            p50_ns: of(|r| r.p50_ns),
+            p99_ns: of(|r| r.p99_ns),
+            vs_governor: (!ratios.is_empty()).then(|| median(ratios.clone())),
+            spread: (!ratios.is_empty()).then(|| {
+                let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+                let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (low, high)
+            }),
+            ..first.clone()
+        });
+    }
+    out
 }
 
 fn ns(v: f64) -> String {
@@ -59,6 +123,40 @@ fn quota_text(q: Quota) -> String {
     format!("{} per {:?}", q.limit, q.period)
 }
 
+/// The share-nothing row: one clock read per call, nothing written.
+const SHARE_NOTHING: &str = "floor/clock";
+
+/// The parallelism check, when the run has [`SHARE_NOTHING`] at one thread and more: how its
+/// throughput scaled (about `t` on `t` free cores). Far below, the threads did not run at once
+/// (other processes, or a CPU share that `nice` does not override): the multi-thread rows then
+/// measure the machine's scheduling more than contention on the limiter.
+pub fn parallelism(rows: &[Row]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let share_nothing = |r: &&Row| r.limiter == SHARE_NOTHING;
+    for one in rows.iter().filter(share_nothing).filter(|r| r.threads == 1) {
+        for many in rows
+            .iter()
+            .filter(share_nothing)
+            .filter(|r| r.threads > 1 && r.workload == one.workload && r.round == one.round)
+        {
+            let scaled = many.mops / one.mops;
+            let verdict = if scaled < 0.75 * many.threads as f64 {
+                ": the threads did not run at once; these rows are not a contention measure"
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "parallelism check ({}): {SHARE_NOTHING} (nothing shared) at {} threads ran \
+                 {scaled:.2}x its 1-thread rate (free cores: {}x){verdict}",
+                one.workload.name(),
+                many.threads,
+                many.threads
+            ));
+        }
+    }
+    lines
+}
+
 /// The table, one section per workload, rows by thread count then limiter.
 pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
     let mut out = String::new();
@@ -67,11 +165,25 @@ pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
         if section.is_empty() {
             continue;
         }
+        let spreads = section.iter().any(|r| r.spread.is_some());
         let _ = writeln!(out, "\n{}", workload.name());
         let _ = writeln!(
             out,
-            "{:<22} {:>3}  {:>8}  {:>8} {:>8}  {:>6}  {:>13}  {:>13}  {:>16}  accuracy",
-            "limiter", "thr", "Mops/s", "p50 ns", "p99 ns", "×gov", "calls", "admitted", "bound"
+            "{:<22} {:>3}  {:>8}  {:>8} {:>8}  {:>6}{}  {:>13}  {:>13}  {:>16}  accuracy",
+            "limiter",
+            "thr",
+            "Mops/s",
+            "p50 ns",
+            "p99 ns",
+            "×gov",
+            if spreads {
+                format!("  {:>11}", "spread")
+            } else {
+                String::new()
+            },
+            "calls",
+            "admitted",
+            "bound"
         );
         let mut last_threads = 0;
         for r in section {
@@ -80,6 +192,11 @@ pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
             }
             last_threads = r.threads;
             let ratio = r.vs_governor.map_or("-".into(), |x| format!("{x:.2}"));
+            let spread = match (spreads, r.spread) {
+                (false, _) => String::new(),
+                (true, None) => format!("  {:>11}", "-"),
+                (true, Some((low, high))) => format!("  {:>11}", format!("{low:.2}..{high:.2}")),
+            };
             let check = if r.errors > 0 {
                 format!("!! {} ERRORS", r.errors)
             } else if r.admitted > r.bound {
@@ -89,13 +206,14 @@ pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
             };
             let _ = writeln!(
                 out,
-                "{:<22} {:>3}  {:>8.2}  {:>8} {:>8}  {:>6}  {:>13}  {:>13}  {:>16}  {}   ({})",
+                "{:<22} {:>3}  {:>8.2}  {:>8} {:>8}  {:>6}{}  {:>13}  {:>13}  {:>16}  {}   ({})",
                 r.limiter,
                 r.threads,
                 r.mops,
                 ns(r.p50_ns),
                 ns(r.p99_ns),
                 ratio,
+                spread,
                 r.calls,
                 r.admitted,
                 r.bound,
@@ -109,12 +227,12 @@ pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
 
 pub fn write_csv(rows: &[Row], clock: &str, path: &Path) -> io::Result<()> {
     let mut out = String::from(
-        "limiter,clock,threads,workload,limit,period_ns,seconds,calls,admitted,bound,bound_ok,errors,mops,ns_p50,ns_p99,throughput_vs_governor\n",
+        "limiter,clock,threads,workload,limit,period_ns,seconds,calls,admitted,bound,bound_ok,errors,mops,ns_p50,ns_p99,throughput_vs_governor,round\n",
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.6},{},{},{},{},{},{:.4},{:.2},{:.2},{}",
+            "{},{},{},{},{},{},{:.6},{},{},{},{},{},{:.4},{:.2},{:.2},{},{}",
             r.limiter,
             clock,
             r.threads,
@@ -131,6 +249,7 @@ pub fn write_csv(rows: &[Row], clock: &str, path: &Path) -> io::Result<()> {
             r.p50_ns,
             r.p99_ns,
             r.vs_governor.map_or(String::new(), |x| format!("{x:.4}")),
+            r.round + 1,
         );
     }
     std::fs::write(path, out)
