@@ -8,8 +8,9 @@
 //!     target/release/examples/keyed_instructions floodgate hot-allow 1000000
 //! ```
 //! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
-//! robin, one permit per 10 µs each, so every key is idle between its uses), `keys-1m` (2^20
-//! keys held, each checked in a scattered order).
+//! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
+//! (100,000 keys so, each key's line cold at its turn), `keys-1m` (2^20 keys held, each checked in
+//! a scattered order).
 //!
 //! `floodgate-admit` in place of `floodgate` measures `Keyed::admit` (a bool) instead of
 //! `Keyed::check` (a `Decision`). governor's `check_key` answers a denial with `NotUntil` (its
@@ -34,12 +35,14 @@ type Governor = RateLimiter<u64, DashMapStateStore<u64, ahash::RandomState>, Def
 type Floodgate = Keyed<u64, Gcra>;
 
 const KEYS_1M: u64 = 1 << 20;
+const KEYS_100K: u64 = 100_000;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Workload {
     HotAllow,
     HotDeny,
     Churn1k,
+    Churn100k,
     Keys1m,
 }
 
@@ -49,6 +52,7 @@ impl Workload {
             "hot-allow" => Workload::HotAllow,
             "hot-deny" => Workload::HotDeny,
             "churn-1k" => Workload::Churn1k,
+            "churn-100k" => Workload::Churn100k,
             "keys-1m" => Workload::Keys1m,
             _ => panic!("unknown workload {name}"),
         }
@@ -62,7 +66,7 @@ impl Workload {
             // Drained before measuring; one permit an hour back.
             Workload::HotDeny => (1, 1),
             // One permit per 10 µs, burst 1: idle again long before the key's next turn.
-            Workload::Churn1k => (100_000, 1),
+            Workload::Churn1k | Workload::Churn100k => (100_000, 1),
             // Every key admitted: a big burst, nothing comes back.
             Workload::Keys1m => (1, 1_000_000),
         }
@@ -73,6 +77,7 @@ impl Workload {
         match self {
             Workload::HotAllow | Workload::HotDeny => 0,
             Workload::Churn1k => (i + thread * 512) % 1024,
+            Workload::Churn100k => (i + thread * (KEYS_100K / 2)) % KEYS_100K,
             Workload::Keys1m => (i + thread * 7919).wrapping_mul(0x9E37_79B9) % KEYS_1M,
         }
     }
@@ -81,6 +86,7 @@ impl Workload {
         match self {
             Workload::HotAllow | Workload::HotDeny => 1,
             Workload::Churn1k => 1024,
+            Workload::Churn100k => KEYS_100K,
             Workload::Keys1m => KEYS_1M,
         }
     }

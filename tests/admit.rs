@@ -2,15 +2,16 @@
 //! same configuration on one ManualClock, one driven by each, give the same answer and reach
 //! the same state after every step of random sequences of requests, clock moves (forward, back
 //! within the lag horizon, far leaps) and live reconfigurations. `Keyed::admit` likewise
-//! against `Keyed::try_acquire`, over a few keys in a map too small for them all (new keys
-//! refused, idle ones swept).
+//! against `Keyed::try_acquire`, and `PenalizedKeyed::admit` against its `try_acquire` (strikes,
+//! blocks), over a few keys in a map too small for them all (new keys refused, idle ones swept).
 
 use std::time::Duration;
 
-use floodgate::keyed::WhenFull;
+use floodgate::keyed::{KeyedBuilder, KeyedStats, WhenFull};
 use floodgate::{
-    AcquireError, Algorithm, AtomicLimiter, Clock, Decision, FixedWindow, Gcra, Keyed, LeakyBucket,
-    Limiter, ManualClock, PackedSlidingWindow, Rate, SlidingWindowLimiter, TokenBucket,
+    AcquireError, Algorithm, AtomicLimiter, Clock, ConfigError, Decision, FixedWindow, Gcra, Keyed,
+    LeakyBucket, Limiter, ManualClock, PackedSlidingWindow, PenalizedKeyed, PenaltyBox, Rate,
+    SlidingWindowLimiter, TokenBucket,
 };
 use proptest::prelude::*;
 
@@ -93,32 +94,84 @@ fn same_answers<L: Limiter>(
     Ok(())
 }
 
-/// [`same_decisions`] for two keyed limiters (one answering through `try_acquire`, the other
-/// through `admit`) over keys `0..4` in a map of three, so new keys are refused while the three
-/// held are live and idle ones are swept: the same answers and, after every step, the same keys
-/// held and the same decision for each key. (Not under `WhenFull::EvictLeastUsed`: which of two
-/// keys holding as many permits goes first follows the table's layout, and each map hashes with
-/// its own random seeds.)
-fn keyed_same_decisions<A: Algorithm>(
-    make: impl Fn() -> A,
+/// A keyed limiter as [`keyed_same_decisions`] drives it: [`Keyed`] and [`PenalizedKeyed`].
+trait KeyedUnderTest {
+    /// What [`state`](Self::state) reads of a key.
+    type State: PartialEq + std::fmt::Debug;
+    fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError>;
+    fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError>;
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
+    fn stats(&self) -> KeyedStats;
+    /// What can be seen of `key` without changing it: the decisions of 1 to 3 permits for a
+    /// plain key (its whole word), whether it is blocked for a penalized one (its jail word;
+    /// its algorithm word shows in the answers that follow).
+    fn state(&self, key: u8) -> Self::State;
+}
+
+impl<A: Algorithm> KeyedUnderTest for Keyed<u8, A, ManualClock> {
+    type State = Vec<Result<Decision, AcquireError>>;
+    fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError> {
+        Keyed::try_acquire(self, &key, n)
+    }
+    fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError> {
+        Keyed::admit(self, &key, n)
+    }
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        Keyed::set_limit(self, limit)
+    }
+    fn stats(&self) -> KeyedStats {
+        Keyed::stats(self)
+    }
+    fn state(&self, key: u8) -> Self::State {
+        (1..=3).map(|n| self.peek(&key, n)).collect()
+    }
+}
+
+impl<A: Algorithm> KeyedUnderTest for PenalizedKeyed<u8, A, ManualClock> {
+    type State = bool;
+    fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError> {
+        PenalizedKeyed::try_acquire(self, &key, n)
+    }
+    fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError> {
+        PenalizedKeyed::admit(self, &key, n)
+    }
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        PenalizedKeyed::set_limit(self, limit)
+    }
+    fn stats(&self) -> KeyedStats {
+        PenalizedKeyed::stats(self)
+    }
+    fn state(&self, key: u8) -> Self::State {
+        self.is_blocked(&key)
+    }
+}
+
+/// A keyed map for [`keyed_same_decisions`]: three keys in one shard, new keys refused when full.
+fn keyed_builder<A: Algorithm>(algorithm: A, clock: &ManualClock) -> KeyedBuilder<A, ManualClock> {
+    Keyed::builder(algorithm)
+        .clock(clock.clone())
+        .max_keys(3)
+        .shards(1)
+        .when_full(WhenFull::DenyNewKeys)
+}
+
+/// [`same_decisions`] for two keyed limiters made by `build` (one answering through
+/// `try_acquire`, the other through `admit`) over keys `0..4` in a map of three, so new keys are
+/// refused while the three held are live and idle ones are swept: the same answers and, after
+/// every step, the same counters (keys held, refusals, sweeps) and the same state of each key.
+/// (Not under `WhenFull::EvictLeastUsed`: which of two keys holding as many permits goes first
+/// follows the table's layout, and each map hashes with its own random seeds.)
+fn keyed_same_decisions<L: KeyedUnderTest>(
+    build: impl Fn(&ManualClock) -> L,
     ops: &[(u8, Op)],
 ) -> Result<(), TestCaseError> {
     let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-    let build = || {
-        Keyed::builder(make())
-            .clock(clock.clone())
-            .max_keys(3)
-            .shards(1)
-            .when_full(WhenFull::DenyNewKeys)
-            .build::<u8>()
-            .unwrap()
-    };
-    let (by_decision, by_bool) = (build(), build());
+    let (by_decision, by_bool) = (build(&clock), build(&clock));
     for (step, &(key, ref op)) in ops.iter().enumerate() {
         match *op {
             Op::Take(n) => {
-                let decision = by_decision.try_acquire(&key, n).map(|d| d.is_allowed());
-                let admitted = by_bool.admit(&key, n);
+                let decision = by_decision.try_acquire(key, n).map(|d| d.is_allowed());
+                let admitted = by_bool.admit(key, n);
                 prop_assert_eq!(decision, admitted, "step {}: key {} {:?}", step, key, op);
             }
             Op::Advance(ns) => clock.advance_nanos(ns),
@@ -126,30 +179,45 @@ fn keyed_same_decisions<A: Algorithm>(
             Op::Leap => {
                 let now = clock.now_nanos();
                 clock.set(now + 86_400_000_000_000);
-                let decision = by_decision.try_acquire(&key, 1).map(|d| d.is_allowed());
-                prop_assert_eq!(decision, by_bool.admit(&key, 1), "step {}: leap", step);
+                let decision = by_decision.try_acquire(key, 1).map(|d| d.is_allowed());
+                prop_assert_eq!(decision, by_bool.admit(key, 1), "step {}: leap", step);
                 clock.set(now);
             }
             Op::SetLimit(limit) => {
                 prop_assert_eq!(by_decision.set_limit(limit), by_bool.set_limit(limit));
             }
         }
-        prop_assert_eq!(by_decision.len(), by_bool.len(), "step {}: keys held", step);
+        prop_assert_eq!(by_decision.stats(), by_bool.stats(), "step {}: counters", step);
         for key in 0..4u8 {
-            for n in 1..=3 {
-                prop_assert_eq!(
-                    by_decision.peek(&key, n),
-                    by_bool.peek(&key, n),
-                    "step {}: {:?}, key {} peek({})",
-                    step,
-                    op,
-                    key,
-                    n
-                );
-            }
+            prop_assert_eq!(
+                by_decision.state(key),
+                by_bool.state(key),
+                "step {}: {:?}, key {}",
+                step,
+                op,
+                key
+            );
         }
     }
     Ok(())
+}
+
+/// [`keyed_same_decisions`] for a plain map of `make`'s algorithm and for one with a penalty
+/// box (2 strikes in 1 s block for 2 s: the sequences strike, block and outlive blocks).
+fn keyed_and_penalized_same_decisions<A: Algorithm>(
+    make: impl Fn() -> A,
+    ops: &[(u8, Op)],
+) -> Result<(), TestCaseError> {
+    keyed_same_decisions(|clock| keyed_builder(make(), clock).build::<u8>().unwrap(), ops)?;
+    let penalty = PenaltyBox::new(2, Duration::from_secs(1), Duration::from_secs(2)).unwrap();
+    keyed_same_decisions(
+        |clock| {
+            keyed_builder(make(), clock)
+                .build_with_penalty::<u8>(penalty)
+                .unwrap()
+        },
+        ops,
+    )
 }
 
 fn keyed_op() -> impl Strategy<Value = (u8, Op)> {
@@ -161,13 +229,13 @@ proptest! {
 
     #[test]
     fn keyed_gcra_admits_as_it_decides(ops in prop::collection::vec(keyed_op(), 1..120)) {
-        keyed_same_decisions(|| Gcra::new(Rate::per_second(20), 5).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| Gcra::new(Rate::per_second(20), 5).unwrap(), &ops)?;
     }
 
     #[test]
     fn keyed_windows_admit_as_they_decide(ops in prop::collection::vec(keyed_op(), 1..120)) {
-        keyed_same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
-        keyed_same_decisions(|| PackedSlidingWindow::new(5, Duration::from_millis(500), 2).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| PackedSlidingWindow::new(5, Duration::from_millis(500), 2).unwrap(), &ops)?;
     }
 
     #[test]
