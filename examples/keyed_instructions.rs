@@ -10,7 +10,10 @@
 //! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
 //! (100,000 keys so, each key's line cold at its turn), `keys-1m` (2^20 keys held, each checked in
-//! a scattered order).
+//! a scattered order). Each loop walks a cycle of the workload's keys computed before it starts
+//! (one load and a wrap-around per call, the same harness for every limiter). Counts move by a
+//! few instructions with how the compiler lays out a binary (governor's keyed loop: 155 to 183
+//! in builds of this file that differ only in harness): compare rows of one binary.
 //!
 //! `floodgate-admit` in place of `floodgate` measures `Keyed::admit` (a bool) instead of
 //! `Keyed::check` (a `Decision`). governor's `check_key` answers a denial with `NotUntil` (its
@@ -82,6 +85,19 @@ impl Workload {
         }
     }
 
+    /// The keys thread `thread` asks for, in order, one cycle of them (the measured loops walk
+    /// it round and round): computed before measuring, so every loop's harness is the same
+    /// load and wrap-around whatever the workload. (Computing the key in the loop matched on
+    /// the workload per call, computed every workload's key and jumped through a table: some
+    /// 15 instructions of harness, laid out differently in each limiter's loop.)
+    fn cycle(self, thread: u64) -> Vec<u64> {
+        let len = match self {
+            Workload::Keys1m => KEYS_1M,
+            other => other.held(),
+        };
+        (0..len).map(|i| self.key(thread, i)).collect()
+    }
+
     fn held(self) -> u64 {
         match self {
             Workload::HotAllow | Workload::HotDeny => 1,
@@ -135,11 +151,22 @@ fn governor(workload: Workload) -> Governor {
     keyed
 }
 
+/// The next key of `keys` (a cycle of [`Workload::cycle`]), `at` its place.
+#[inline(always)]
+fn next(keys: &[u64], at: &mut usize) -> u64 {
+    let key = keys[*at];
+    *at += 1;
+    if *at == keys.len() {
+        *at = 0;
+    }
+    key
+}
+
 #[inline(never)]
-fn measured_loop_floodgate(keyed: &Floodgate, workload: Workload, thread: u64, calls: u64) -> u64 {
-    let mut allowed = 0;
-    for i in 0..calls {
-        let key = workload.key(thread, i);
+fn measured_loop_floodgate(keyed: &Floodgate, keys: &[u64], calls: u64) -> u64 {
+    let (mut allowed, mut at) = (0, 0);
+    for _ in 0..calls {
+        let key = next(keys, &mut at);
         allowed += u64::from(black_box(keyed.check(&key)).is_allowed());
     }
     allowed
@@ -148,40 +175,40 @@ fn measured_loop_floodgate(keyed: &Floodgate, workload: Workload, thread: u64, c
 /// The loop of `measured_loop_floodgate` through `Keyed::admit` (a bool, as governor's
 /// `check_key` answers `Ok(())` on an admission; on a denial governor builds `NotUntil`).
 #[inline(never)]
-fn measured_loop_floodgate_admit(
-    keyed: &Floodgate,
-    workload: Workload,
-    thread: u64,
-    calls: u64,
-) -> u64 {
-    let mut allowed = 0;
-    for i in 0..calls {
-        let key = workload.key(thread, i);
+fn measured_loop_floodgate_admit(keyed: &Floodgate, keys: &[u64], calls: u64) -> u64 {
+    let (mut allowed, mut at) = (0, 0);
+    for _ in 0..calls {
+        let key = next(keys, &mut at);
         allowed += u64::from(black_box(keyed.admit(&key, 1)).unwrap_or(false));
     }
     allowed
 }
 
 #[inline(never)]
-fn measured_loop_governor(keyed: &Governor, workload: Workload, thread: u64, calls: u64) -> u64 {
-    let mut allowed = 0;
-    for i in 0..calls {
-        let key = workload.key(thread, i);
+fn measured_loop_governor(keyed: &Governor, keys: &[u64], calls: u64) -> u64 {
+    let (mut allowed, mut at) = (0, 0);
+    for _ in 0..calls {
+        let key = next(keys, &mut at);
         allowed += u64::from(black_box(keyed.check_key(&key)).is_ok());
     }
     allowed
 }
 
-/// Nanoseconds per call per thread, `threads` threads running `run` at once.
-fn timed(threads: u64, calls: u64, run: Arc<dyn Fn(u64, u64) -> u64 + Send + Sync>) -> f64 {
+/// A measured loop over a thread's keys.
+type Run = Arc<dyn Fn(&[u64], u64) -> u64 + Send + Sync>;
+
+/// Nanoseconds per call per thread, `threads` threads running `run` at once, each over its own
+/// cycle of `workload`'s keys (computed before the clock starts).
+fn timed(workload: Workload, threads: u64, calls: u64, run: Run) -> f64 {
     let start = Arc::new(Barrier::new(threads as usize + 1));
     let handles: Vec<_> = (0..threads)
         .map(|thread| {
             let (run, start) = (Arc::clone(&run), Arc::clone(&start));
             std::thread::spawn(move || {
+                let keys = workload.cycle(thread);
                 start.wait();
                 let begin = Instant::now();
-                black_box(run(thread, calls));
+                black_box(run(&keys, calls));
                 begin.elapsed()
             })
         })
@@ -215,19 +242,21 @@ fn main() {
         for _ in 0..rounds {
             let ours = Arc::clone(&ours);
             let x = timed(
+                workload,
                 threads,
                 calls,
                 if admit {
-                    Arc::new(move |t, n| measured_loop_floodgate_admit(&ours, workload, t, n))
+                    Arc::new(move |keys, n| measured_loop_floodgate_admit(&ours, keys, n))
                 } else {
-                    Arc::new(move |t, n| measured_loop_floodgate(&ours, workload, t, n))
+                    Arc::new(move |keys, n| measured_loop_floodgate(&ours, keys, n))
                 },
             );
             let theirs = Arc::clone(&theirs);
             let y = timed(
+                workload,
                 threads,
                 calls,
-                Arc::new(move |t, n| measured_loop_governor(&theirs, workload, t, n)),
+                Arc::new(move |keys, n| measured_loop_governor(&theirs, keys, n)),
             );
             a.push(x);
             b.push(y);
@@ -245,11 +274,11 @@ fn main() {
     let workload = Workload::parse(&args[2]);
     let calls: u64 = args[3].parse().unwrap();
     let allowed = match args[1].as_str() {
-        "floodgate" => measured_loop_floodgate(&floodgate(workload), workload, 0, calls),
+        "floodgate" => measured_loop_floodgate(&floodgate(workload), &workload.cycle(0), calls),
         "floodgate-admit" => {
-            measured_loop_floodgate_admit(&floodgate(workload), workload, 0, calls)
+            measured_loop_floodgate_admit(&floodgate(workload), &workload.cycle(0), calls)
         }
-        "governor" => measured_loop_governor(&governor(workload), workload, 0, calls),
+        "governor" => measured_loop_governor(&governor(workload), &workload.cycle(0), calls),
         other => panic!("unknown limiter {other}"),
     };
     println!("{allowed} of {calls} allowed");
