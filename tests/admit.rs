@@ -99,6 +99,7 @@ trait KeyedUnderTest {
     /// What [`state`](Self::state) reads of a key.
     type State: PartialEq + std::fmt::Debug;
     fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError>;
+    fn check(&self, key: u8) -> Decision;
     fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError>;
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
     fn stats(&self) -> KeyedStats;
@@ -112,6 +113,9 @@ impl<A: Algorithm> KeyedUnderTest for Keyed<u8, A, ManualClock> {
     type State = Vec<Result<Decision, AcquireError>>;
     fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError> {
         Keyed::try_acquire(self, &key, n)
+    }
+    fn check(&self, key: u8) -> Decision {
+        Keyed::check(self, &key)
     }
     fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError> {
         Keyed::admit(self, &key, n)
@@ -131,6 +135,9 @@ impl<A: Algorithm> KeyedUnderTest for PenalizedKeyed<u8, A, ManualClock> {
     type State = bool;
     fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError> {
         PenalizedKeyed::try_acquire(self, &key, n)
+    }
+    fn check(&self, key: u8) -> Decision {
+        PenalizedKeyed::check(self, &key)
     }
     fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError> {
         PenalizedKeyed::admit(self, &key, n)
@@ -155,10 +162,12 @@ fn keyed_builder<A: Algorithm>(algorithm: A, clock: &ManualClock) -> KeyedBuilde
         .when_full(WhenFull::DenyNewKeys)
 }
 
-/// [`same_decisions`] for two keyed limiters made by `build` (one answering through
-/// `try_acquire`, the other through `admit`) over keys `0..4` in a map of three, so new keys are
-/// refused while the three held are live and idle ones are swept: the same answers and, after
-/// every step, the same counters (keys held, refusals, sweeps) and the same state of each key.
+/// [`same_decisions`] for three keyed limiters made by `build` (one answering through
+/// `try_acquire`, one through `admit`, one through `check` for one permit and `try_acquire`
+/// otherwise) over keys `0..4` in a map of three, so new keys are refused while the three held
+/// are live and idle ones are swept: the same answers (`check`'s whole `Decision` equal to
+/// `try_acquire`'s) and, after every step, the same counters (keys held, refusals, sweeps) and
+/// the same state of each key.
 /// (Not under `WhenFull::EvictLeastUsed`: which of two keys holding as many permits goes first
 /// follows the table's layout, and each map hashes with its own random seeds.)
 fn keyed_same_decisions<L: KeyedUnderTest>(
@@ -166,37 +175,66 @@ fn keyed_same_decisions<L: KeyedUnderTest>(
     ops: &[(u8, Op)],
 ) -> Result<(), TestCaseError> {
     let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-    let (by_decision, by_bool) = (build(&clock), build(&clock));
+    let (by_decision, by_bool, by_check) = (build(&clock), build(&clock), build(&clock));
     for (step, &(key, ref op)) in ops.iter().enumerate() {
         match *op {
             Op::Take(n) => {
-                let decision = by_decision.try_acquire(key, n).map(|d| d.is_allowed());
+                let decision = by_decision.try_acquire(key, n);
                 let admitted = by_bool.admit(key, n);
-                prop_assert_eq!(decision, admitted, "step {}: key {} {:?}", step, key, op);
+                let allowed = decision.map(|d| d.is_allowed());
+                prop_assert_eq!(allowed, admitted, "step {}: key {} {:?}", step, key, op);
+                let checked = match n {
+                    1 => Ok(by_check.check(key)),
+                    _ => by_check.try_acquire(key, n),
+                };
+                prop_assert_eq!(
+                    checked,
+                    decision,
+                    "step {}: key {} {:?}, check",
+                    step,
+                    key,
+                    op
+                );
             }
             Op::Advance(ns) => clock.advance_nanos(ns),
             Op::Back(ns) => clock.set(clock.now_nanos().saturating_sub(ns)),
             Op::Leap => {
                 let now = clock.now_nanos();
                 clock.set(now + 86_400_000_000_000);
-                let decision = by_decision.try_acquire(key, 1).map(|d| d.is_allowed());
-                prop_assert_eq!(decision, by_bool.admit(key, 1), "step {}: leap", step);
+                let decision = by_decision.try_acquire(key, 1);
+                let allowed = decision.map(|d| d.is_allowed());
+                prop_assert_eq!(allowed, by_bool.admit(key, 1), "step {}: leap", step);
+                prop_assert_eq!(
+                    Ok(by_check.check(key)),
+                    decision,
+                    "step {}: leap, check",
+                    step
+                );
                 clock.set(now);
             }
             Op::SetLimit(limit) => {
-                prop_assert_eq!(by_decision.set_limit(limit), by_bool.set_limit(limit));
+                let set = by_decision.set_limit(limit);
+                prop_assert_eq!(set, by_bool.set_limit(limit));
+                prop_assert_eq!(set, by_check.set_limit(limit));
             }
         }
-        prop_assert_eq!(by_decision.stats(), by_bool.stats(), "step {}: counters", step);
-        for key in 0..4u8 {
+        for other in [&by_bool, &by_check] {
             prop_assert_eq!(
-                by_decision.state(key),
-                by_bool.state(key),
-                "step {}: {:?}, key {}",
-                step,
-                op,
-                key
+                by_decision.stats(),
+                other.stats(),
+                "step {}: counters",
+                step
             );
+            for key in 0..4u8 {
+                prop_assert_eq!(
+                    by_decision.state(key),
+                    other.state(key),
+                    "step {}: {:?}, key {}",
+                    step,
+                    op,
+                    key
+                );
+            }
         }
     }
     Ok(())
@@ -208,7 +246,10 @@ fn keyed_and_penalized_same_decisions<A: Algorithm>(
     make: impl Fn() -> A,
     ops: &[(u8, Op)],
 ) -> Result<(), TestCaseError> {
-    keyed_same_decisions(|clock| keyed_builder(make(), clock).build::<u8>().unwrap(), ops)?;
+    keyed_same_decisions(
+        |clock| keyed_builder(make(), clock).build::<u8>().unwrap(),
+        ops,
+    )?;
     let penalty = PenaltyBox::new(2, Duration::from_secs(1), Duration::from_secs(2)).unwrap();
     keyed_same_decisions(
         |clock| {

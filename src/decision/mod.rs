@@ -161,6 +161,40 @@ impl Decision {
         }
     }
 
+    /// The decision as five words, without its flag (see [`DecisionWords`]).
+    #[inline(always)]
+    pub(crate) const fn to_words(self) -> DecisionWords {
+        debug_assert!(self.allowed == (self.retry_after_nanos == 0));
+        DecisionWords([
+            self.limit,
+            self.remaining,
+            self.remaining_unit,
+            self.retry_after_nanos,
+            self.reset_after_nanos,
+        ])
+    }
+
+    /// The decision [`to_words`](Self::to_words) made `words` of.
+    #[inline(always)]
+    pub(crate) const fn from_words(words: DecisionWords) -> Self {
+        let [
+            limit,
+            remaining,
+            remaining_unit,
+            retry_after_nanos,
+            reset_after_nanos,
+        ] = words.0;
+        Decision {
+            // A denial's retry is at least 1 (`denied_in_units`), an admission's 0.
+            allowed: retry_after_nanos == 0,
+            limit,
+            remaining,
+            remaining_unit,
+            retry_after_nanos,
+            reset_after_nanos,
+        }
+    }
+
     /// Whether the request was admitted (and its permits consumed).
     ///
     /// ```
@@ -254,6 +288,13 @@ impl Decision {
         )
     }
 }
+
+/// A [`Decision`] as five plain words, its flag implied (allowed exactly when the retry word is
+/// 0): what a keyed check carries out of its table guard. A `Decision` (five words and a flag
+/// byte) carried across the guard's drop went through the stack with its padding, a handful of
+/// moves more per call (issue 16); the flag is set again once, after the drop.
+#[derive(Clone, Copy)]
+pub(crate) struct DecisionWords([u64; 5]);
 
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
