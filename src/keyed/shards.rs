@@ -366,12 +366,20 @@ struct Meta {
     dropped_at: u64,
 }
 
-/// One shard: its table, which every check reads, on one cache line; its mutex and bookkeeping,
-/// which inserts write, on another.
-struct Shard<K, S> {
-    table: TableCell<K, S>,
-    meta: CachePadded<Mutex<Meta>>,
+/// One shard, as the map's two arrays hold it: its table, which every check reads, and its
+/// mutex and bookkeeping, which inserts write.
+struct Shard<'a, K, S> {
+    table: &'a TableCell<K, S>,
+    meta: &'a Mutex<Meta>,
 }
+
+impl<K, S> Clone for Shard<'_, K, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, S> Copy for Shard<'_, K, S> {}
 
 /// What a rebuild does besides copying.
 #[derive(Clone, Copy)]
@@ -386,7 +394,18 @@ struct Plan {
 
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
 pub(crate) struct ShardedMap<K, S> {
-    shards: Box<[CachePadded<Shard<K, S>>]>,
+    /// Each shard's table cell (one pointer), side by side: a check reads only its shard's
+    /// cell, and the cells of many shards share a cache line (64 shards in 512 bytes), which
+    /// stays cached however many shards the keys in use spread over. A check's load writes
+    /// nothing here (`ArcSwap::load` writes its own thread's debt slot); only a rebuild's store
+    /// does, which makes the readers of the neighbouring shards fetch the line once again.
+    /// (A shard used to be one cache-padded struct of its cell and its mutex: 256 bytes a
+    /// shard, one more cache line per check as soon as the shards in use outgrew the L1 cache,
+    /// e.g. 1,024 keys over 512 shards.)
+    tables: Box<[TableCell<K, S>]>,
+    /// Each shard's mutex and bookkeeping, a cache line or two of its own (inserts write it),
+    /// off the lines checks read.
+    metas: Box<[CachePadded<Mutex<Meta>>]>,
     /// The time floor of every key's state words (see
     /// [`limiter::update_at`](crate::limiter::update_at)), one for the whole map, beside the
     /// fields every check reads. A floor per shard was raised by nearly every admission once
@@ -413,11 +432,36 @@ fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
 
 impl<K, S> ShardedMap<K, S> {
     pub(crate) fn shard_count(&self) -> usize {
-        self.shards.len()
+        self.tables.len()
     }
 
     pub(crate) fn max_keys(&self) -> usize {
-        self.shard_cap * self.shards.len()
+        self.shard_cap * self.tables.len()
+    }
+
+    /// The shard `hash` falls in.
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        // Bits 32.. pick the shard; the table's home slot comes from the top bits.
+        (hash >> 32) as usize & self.shard_mask
+    }
+
+    /// Shard `index`'s table cell and mutex.
+    fn shard_at(&self, index: usize) -> Shard<'_, K, S> {
+        Shard {
+            table: &self.tables[index],
+            meta: &self.metas[index],
+        }
+    }
+
+    /// The shard `hash` falls in.
+    fn shard(&self, hash: u64) -> Shard<'_, K, S> {
+        self.shard_at(self.shard_index(hash))
+    }
+
+    /// Every shard, in order.
+    fn all_shards(&self) -> impl Iterator<Item = Shard<'_, K, S>> {
+        (0..self.tables.len()).map(|index| self.shard_at(index))
     }
 }
 
@@ -431,21 +475,21 @@ where
         debug_assert!(shards.is_power_of_two() && shards <= max_keys);
         let shard_cap = max_keys / shards;
         let first = slots_for(MIN_KEYS.min(shard_cap));
-        let shards_vec: Vec<_> = (0..shards)
+        let tables = (0..shards)
+            .map(|_| TableCell::new(Table::new(first)))
+            .collect();
+        let metas = (0..shards)
             .map(|_| {
-                CachePadded::new(Shard {
-                    table: TableCell::new(Table::new(first)),
-                    meta: CachePadded::new(Mutex::new(Meta {
-                        len: 0,
-                        slots: first,
-                        next_idle_at: u64::MAX,
-                        evicted_idle: 0,
-                        evicted_live: 0,
-                        refused_new_keys: 0,
-                        sweeps: 0,
-                        dropped_at: 0,
-                    })),
-                })
+                CachePadded::new(Mutex::new(Meta {
+                    len: 0,
+                    slots: first,
+                    next_idle_at: u64::MAX,
+                    evicted_idle: 0,
+                    evicted_live: 0,
+                    refused_new_keys: 0,
+                    sweeps: 0,
+                    dropped_at: 0,
+                }))
             })
             .collect();
         // Under loom, fixed seeds: a table's layout decides which slot's (loom) atomic a new key
@@ -455,19 +499,14 @@ where
         #[cfg(not(floodgate_loom))]
         let hasher = ahash::RandomState::new();
         ShardedMap {
-            shards: shards_vec.into_boxed_slice(),
+            tables,
+            metas,
             floor: AtomicU64::new(0),
             hasher,
             shard_mask: shards - 1,
             shard_cap,
             when_full,
         }
-    }
-
-    #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, S> {
-        // Bits 32.. pick the shard; the table's home slot comes from the top bits.
-        &self.shards[(hash >> 32) as usize & self.shard_mask]
     }
 
     /// The hash `key` is found by (for [`get`](Self::get) and [`insert`](Self::insert)).
@@ -540,8 +579,8 @@ where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let shard = self.shard(hash);
-        let table = shard.table.load();
+        // The table cell alone: the lock-free path never touches the shard's mutex.
+        let table = self.tables[self.shard_index(hash)].load();
         match table.find(key, hash) {
             Some(slot) => run(slot, clock.now_nanos(), &self.floor),
             None => {
@@ -576,7 +615,7 @@ where
         let mut table = shard.table.load();
         if table.is_placeholder() {
             drop(table);
-            repair(shard, &mut meta);
+            repair(&shard, &mut meta);
             table = shard.table.load();
         }
         if let Some(slot) = table.find(key, hash) {
@@ -585,7 +624,7 @@ where
         }
         if self.needs_room(&meta) {
             drop(table);
-            self.make_room(shard, &mut meta, rules, now, clock)?;
+            self.make_room(&shard, &mut meta, rules, now, clock)?;
             table = shard.table.load();
         }
         // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
@@ -646,7 +685,7 @@ where
         }
         // A rebuild is under way: wait for it.
         let mut meta = lock(&shard.meta);
-        repair(shard, &mut meta);
+        repair(&shard, &mut meta);
         let table = shard.table.load();
         run(table.find(key, hash), clock.now_nanos(), &self.floor)
     }
@@ -662,7 +701,7 @@ where
     /// policy refuses new keys.
     fn make_room<R>(
         &self,
-        shard: &Shard<K, S>,
+        shard: &Shard<'_, K, S>,
         meta: &mut Meta,
         rules: &R,
         now: u64,
@@ -685,7 +724,7 @@ where
                 evict: 0,
                 tight: false,
             };
-            self.rebuild(shard, meta, rules, clock, plan, |_| false);
+            self.rebuild(&shard, meta, rules, clock, plan, |_| false);
             return Ok(());
         }
         // Dropping a key judges it idle at `now`: a second read guards that judgement against a
@@ -706,7 +745,7 @@ where
                 evict,
                 tight: false,
             };
-            self.rebuild(shard, meta, rules, clock, plan, |_| false);
+            self.rebuild(&shard, meta, rules, clock, plan, |_| false);
         }
         if meta.len < self.shard_cap {
             return Ok(());
@@ -723,7 +762,7 @@ where
     /// old table before judging (see the module docs). Returns how many idle keys it dropped.
     fn rebuild<R>(
         &self,
-        shard: &Shard<K, S>,
+        shard: &Shard<'_, K, S>,
         meta: &mut Meta,
         rules: &R,
         clock: &impl Clock,
@@ -827,17 +866,16 @@ where
     where
         S: KeySlot<R>,
     {
-        self.shards
-            .iter()
+        self.all_shards()
             .map(|shard| {
                 let mut meta = lock(&shard.meta);
-                repair(shard, &mut meta);
+                repair(&shard, &mut meta);
                 let plan = Plan {
                     sweep: true,
                     evict: 0,
                     tight: false,
                 };
-                self.rebuild(shard, &mut meta, rules, clock, plan, |_| false)
+                self.rebuild(&shard, &mut meta, rules, clock, plan, |_| false)
             })
             .sum()
     }
@@ -847,15 +885,15 @@ where
     where
         S: KeySlot<R>,
     {
-        for shard in self.shards.iter() {
+        for shard in self.all_shards() {
             let mut meta = lock(&shard.meta);
-            repair(shard, &mut meta);
+            repair(&shard, &mut meta);
             let plan = Plan {
                 sweep: false,
                 evict: 0,
                 tight: true,
             };
-            self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
+            self.rebuild(&shard, &mut meta, rules, clock, plan, |_| false);
         }
     }
 
@@ -869,7 +907,7 @@ where
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let mut meta = lock(&shard.meta);
-        repair(shard, &mut meta);
+        repair(&shard, &mut meta);
         if shard.table.load().find(key, hash).is_none() {
             return false;
         }
@@ -878,7 +916,7 @@ where
             evict: 0,
             tight: false,
         };
-        self.rebuild(shard, &mut meta, rules, clock, plan, |held| {
+        self.rebuild(&shard, &mut meta, rules, clock, plan, |held| {
             held.borrow() == key
         });
         true
@@ -887,22 +925,19 @@ where
     /// Makes the next insert into every shard sweep again (after a configuration change that may
     /// bring idle times forward).
     pub(crate) fn forget_idle_bounds(&self) {
-        for shard in self.shards.iter() {
+        for shard in self.all_shards() {
             lock(&shard.meta).next_idle_at = 0;
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|shard| lock(&shard.meta).len).sum()
+        self.all_shards().map(|shard| lock(&shard.meta).len).sum()
     }
 
     /// Slots the shards' tables have (their memory, in keys).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| lock(&shard.meta).slots)
-            .sum()
+        self.all_shards().map(|shard| lock(&shard.meta).slots).sum()
     }
 
     pub(crate) fn stats(&self) -> KeyedStats {
@@ -914,7 +949,7 @@ where
             refused_new_keys: 0,
             sweeps: 0,
         };
-        for shard in self.shards.iter() {
+        for shard in self.all_shards() {
             let meta = lock(&shard.meta);
             stats.keys += meta.len;
             stats.evicted_idle += meta.evicted_idle;
@@ -969,7 +1004,7 @@ impl<K, S> Drop for Restore<'_, K, S> {
 /// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
 /// one back (a panic in a user's `Drop` of a key): its keys are lost, as a `forget` of each
 /// would lose them.
-fn repair<K, S: Default>(shard: &Shard<K, S>, meta: &mut Meta) {
+fn repair<K, S: Default>(shard: &Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
         meta.slots = table.slots.len();
