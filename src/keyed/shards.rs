@@ -67,7 +67,16 @@
 //! and its drop (the debt paid back with `lock cmpxchg`) 8; probing and comparing the key,
 //! `OnceLock` state included, 13; the clock read 17; GCRA's generation-0 short path with its
 //! compare-exchange 39; the `Decision` built and spilled across the guard's drop about 19 (the
-//! difference `admit` saves). After a reconfiguration (`set_limit`), each key's first decision
+//! difference `admit` saved). Session 27: `check` carries the decision out of the guard as five
+//! plain words and builds the `Decision` after the drop, and it no longer pays that 19: in the
+//! harness of `examples/keyed_instructions` as it is now (keys read from a precomputed cycle),
+//! `check` 191 allowing and 184 denying, `admit` 192.5 and 187, governor 183 and 184, one
+//! binary. A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
+//! (linear-probing collisions, about 2 instructions): no floor, sweep-schedule or key-compare
+//! work of its own. At 100,000 keys the probes average 1.67 and the slot's line misses the L2
+//! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
+//! 0.64 misses a call): 24-byte slots at a load of 1/2 to 3/4 hold 32 to 48 bytes a key
+//! against hashbrown's 16-byte buckets at up to 7/8. After a reconfiguration (`set_limit`), each key's first decision
 //! goes to the general engine, its word being stamped with an older generation; so does every
 //! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
 //! stamp keeps two bits). Then the word carries the generation in force and the key is back on
