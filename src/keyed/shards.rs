@@ -70,7 +70,7 @@
 //! difference `admit` saved). Session 27: `check` carries the decision out of the guard as five
 //! plain words and builds the `Decision` after the drop, and it no longer pays that 19: in the
 //! harness of `examples/keyed_instructions` as it is now (keys read from a precomputed cycle),
-//! `check` 191 allowing and 184 denying, `admit` 192.5 and 187, governor 183 and 184, one
+//! `check` 191 allowing and 182 denying, `admit` 192.5 and 185, governor 183 and 184, one
 //! binary. A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
 //! (linear-probing collisions, about 2 instructions): no floor, sweep-schedule or key-compare
 //! work of its own. At 100,000 keys the probes average 1.67 and the slot's line misses the L2
