@@ -616,7 +616,7 @@ where
         S: KeySlot<R>,
     {
         let shard = self.shard(hash);
-        let mut meta = lock(&shard.meta);
+        let mut meta = lock(shard.meta);
         let now = clock.now_nanos();
         // One load serves the lookup and, when no rebuild is needed, the insert: under the mutex
         // the table changes only by this thread's rebuild, which must not run while this thread
@@ -624,7 +624,7 @@ where
         let mut table = shard.table.load();
         if table.is_placeholder() {
             drop(table);
-            repair(&shard, &mut meta);
+            repair(shard, &mut meta);
             table = shard.table.load();
         }
         if let Some(slot) = table.find(key, hash) {
@@ -633,7 +633,7 @@ where
         }
         if self.needs_room(&meta) {
             drop(table);
-            self.make_room(&shard, &mut meta, rules, now, clock)?;
+            self.make_room(shard, &mut meta, rules, now, clock)?;
             table = shard.table.load();
         }
         // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
@@ -693,8 +693,8 @@ where
             }
         }
         // A rebuild is under way: wait for it.
-        let mut meta = lock(&shard.meta);
-        repair(&shard, &mut meta);
+        let mut meta = lock(shard.meta);
+        repair(shard, &mut meta);
         let table = shard.table.load();
         run(table.find(key, hash), clock.now_nanos(), &self.floor)
     }
@@ -710,7 +710,7 @@ where
     /// policy refuses new keys.
     fn make_room<R>(
         &self,
-        shard: &Shard<'_, K, S>,
+        shard: Shard<'_, K, S>,
         meta: &mut Meta,
         rules: &R,
         now: u64,
@@ -733,7 +733,7 @@ where
                 evict: 0,
                 tight: false,
             };
-            self.rebuild(&shard, meta, rules, clock, plan, |_| false);
+            self.rebuild(shard, meta, rules, clock, plan, |_| false);
             return Ok(());
         }
         // Dropping a key judges it idle at `now`: a second read guards that judgement against a
@@ -754,7 +754,7 @@ where
                 evict,
                 tight: false,
             };
-            self.rebuild(&shard, meta, rules, clock, plan, |_| false);
+            self.rebuild(shard, meta, rules, clock, plan, |_| false);
         }
         if meta.len < self.shard_cap {
             return Ok(());
@@ -771,7 +771,7 @@ where
     /// old table before judging (see the module docs). Returns how many idle keys it dropped.
     fn rebuild<R>(
         &self,
-        shard: &Shard<'_, K, S>,
+        shard: Shard<'_, K, S>,
         meta: &mut Meta,
         rules: &R,
         clock: &impl Clock,
@@ -784,7 +784,7 @@ where
         // Pass 1 runs all of the user's code a rebuild runs (`Eq` in `forget`, `Hash`): a panic
         // there puts the old table back, so it loses nothing (pass 2 only moves words).
         let restore = Restore {
-            cell: &shard.table,
+            cell: shard.table,
             table: Some(shard.table.take()),
         };
         let Some(old) = restore.table.as_ref() else {
@@ -877,14 +877,14 @@ where
     {
         self.all_shards()
             .map(|shard| {
-                let mut meta = lock(&shard.meta);
-                repair(&shard, &mut meta);
+                let mut meta = lock(shard.meta);
+                repair(shard, &mut meta);
                 let plan = Plan {
                     sweep: true,
                     evict: 0,
                     tight: false,
                 };
-                self.rebuild(&shard, &mut meta, rules, clock, plan, |_| false)
+                self.rebuild(shard, &mut meta, rules, clock, plan, |_| false)
             })
             .sum()
     }
@@ -895,14 +895,14 @@ where
         S: KeySlot<R>,
     {
         for shard in self.all_shards() {
-            let mut meta = lock(&shard.meta);
-            repair(&shard, &mut meta);
+            let mut meta = lock(shard.meta);
+            repair(shard, &mut meta);
             let plan = Plan {
                 sweep: false,
                 evict: 0,
                 tight: true,
             };
-            self.rebuild(&shard, &mut meta, rules, clock, plan, |_| false);
+            self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
         }
     }
 
@@ -915,8 +915,8 @@ where
     {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let mut meta = lock(&shard.meta);
-        repair(&shard, &mut meta);
+        let mut meta = lock(shard.meta);
+        repair(shard, &mut meta);
         if shard.table.load().find(key, hash).is_none() {
             return false;
         }
@@ -925,7 +925,7 @@ where
             evict: 0,
             tight: false,
         };
-        self.rebuild(&shard, &mut meta, rules, clock, plan, |held| {
+        self.rebuild(shard, &mut meta, rules, clock, plan, |held| {
             held.borrow() == key
         });
         true
@@ -935,18 +935,18 @@ where
     /// bring idle times forward).
     pub(crate) fn forget_idle_bounds(&self) {
         for shard in self.all_shards() {
-            lock(&shard.meta).next_idle_at = 0;
+            lock(shard.meta).next_idle_at = 0;
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.all_shards().map(|shard| lock(&shard.meta).len).sum()
+        self.all_shards().map(|shard| lock(shard.meta).len).sum()
     }
 
     /// Slots the shards' tables have (their memory, in keys).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.all_shards().map(|shard| lock(&shard.meta).slots).sum()
+        self.all_shards().map(|shard| lock(shard.meta).slots).sum()
     }
 
     pub(crate) fn stats(&self) -> KeyedStats {
@@ -959,7 +959,7 @@ where
             sweeps: 0,
         };
         for shard in self.all_shards() {
-            let meta = lock(&shard.meta);
+            let meta = lock(shard.meta);
             stats.keys += meta.len;
             stats.evicted_idle += meta.evicted_idle;
             stats.evicted_live += meta.evicted_live;
@@ -1013,7 +1013,7 @@ impl<K, S> Drop for Restore<'_, K, S> {
 /// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
 /// one back (a panic in a user's `Drop` of a key): its keys are lost, as a `forget` of each
 /// would lose them.
-fn repair<K, S: Default>(shard: &Shard<'_, K, S>, meta: &mut Meta) {
+fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
         meta.slots = table.slots.len();
