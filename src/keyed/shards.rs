@@ -75,8 +75,13 @@
 //! (linear-probing collisions, about 2 instructions): no floor, sweep-schedule or key-compare
 //! work of its own. At 100,000 keys the probes average 1.67 and the slot's line misses the L2
 //! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
-//! 0.64 misses a call): 24-byte slots at a load of 1/2 to 3/4 hold 32 to 48 bytes a key
-//! against hashbrown's 16-byte buckets at up to 7/8. After a reconfiguration (`set_limit`), each key's first decision
+//! 0.64 misses a call): 24-byte slots against hashbrown's 16-byte buckets at up to 7/8. A
+//! growth rebuild sizes the table to `slots_for(2 × kept)`, about 2.67 slots a key kept, so the
+//! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 32 to 64 bytes a live key
+//! below the cap (a counting allocator on `Keyed<u64, Gcra>`: about 50 to 55 bytes a key at
+//! 50,000 to 1,000,000 keys), and about 32 bytes a key of the cap at the cap (measured 32 to
+//! 33.6), where a table is sized to the cap, not to twice its keys. After a reconfiguration
+//! (`set_limit`), each key's first decision
 //! goes to the general engine, its word being stamped with an older generation; so does every
 //! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
 //! stamp keeps two bits). Then the word carries the generation in force and the key is back on
@@ -1078,7 +1083,8 @@ mod tests {
             assert!(room_of(slots) >= keys, "{keys} keys, {slots} slots");
             assert!(room_of(slots) < slots);
             // u64 keys: 24 bytes a slot, so at most 32 bytes a key in a table filled to size
-            // (beyond the smallest tables).
+            // (beyond the smallest tables; a growth sizes for twice the keys kept, so up to 64
+            // bytes a live key below the cap).
             if keys >= 64 {
                 assert!(slots * 24 <= keys * 32 + 48, "{keys} keys, {slots} slots");
             }
