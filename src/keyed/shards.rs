@@ -358,6 +358,16 @@ mod cell {
 
 use cell::TableCell;
 
+/// Unused table cells at each end of the map's array of cells: 128 bytes (two 64-byte cache
+/// lines, the pair the adjacent-line prefetcher fetches together), so no other heap object
+/// shares a line with a shard's cell (a write to such a neighbour would make every check on
+/// those shards miss its cell). They hold the empty placeholder table and are never read. Under
+/// loom, where a cell is a loom mutex, none: the models make no cells beyond their shards.
+#[cfg(not(floodgate_loom))]
+const PAD_CELLS: usize = 128 / size_of::<usize>();
+#[cfg(floodgate_loom)]
+const PAD_CELLS: usize = 0;
+
 /// A shard's bookkeeping, under its mutex.
 struct Meta {
     /// Keys in the current table.
@@ -415,7 +425,9 @@ pub(crate) struct ShardedMap<K, S> {
     /// does, which makes the readers of the neighbouring shards fetch the line once again.
     /// (A shard used to be one cache-padded struct of its cell and its mutex: 256 bytes a
     /// shard, one more cache line per check as soon as the shards in use outgrew the L1 cache,
-    /// e.g. 1,024 keys over 512 shards.)
+    /// e.g. 1,024 keys over 512 shards.) Shard `i`'s cell is `tables[PAD_CELLS + i]`, with
+    /// [`PAD_CELLS`] unused cells at either end, so the array shares no cache line holding a
+    /// shard's cell with another allocation.
     tables: Box<[TableCell<K, S>]>,
     /// Each shard's mutex and bookkeeping, a cache line or two of its own (inserts write it),
     /// off the lines checks read.
@@ -446,11 +458,17 @@ fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
 
 impl<K, S> ShardedMap<K, S> {
     pub(crate) fn shard_count(&self) -> usize {
-        self.tables.len()
+        self.shard_mask + 1
     }
 
     pub(crate) fn max_keys(&self) -> usize {
-        self.shard_cap * self.tables.len()
+        self.shard_cap * self.shard_count()
+    }
+
+    /// Shard `index`'s table cell.
+    #[inline]
+    fn cell(&self, index: usize) -> &TableCell<K, S> {
+        &self.tables[PAD_CELLS + index]
     }
 
     /// The shard `hash` falls in.
@@ -463,7 +481,7 @@ impl<K, S> ShardedMap<K, S> {
     /// Shard `index`'s table cell and mutex.
     fn shard_at(&self, index: usize) -> Shard<'_, K, S> {
         Shard {
-            table: &self.tables[index],
+            table: self.cell(index),
             meta: &self.metas[index],
         }
     }
@@ -475,7 +493,7 @@ impl<K, S> ShardedMap<K, S> {
 
     /// Every shard, in order.
     fn all_shards(&self) -> impl Iterator<Item = Shard<'_, K, S>> {
-        (0..self.tables.len()).map(|index| self.shard_at(index))
+        (0..self.shard_count()).map(|index| self.shard_at(index))
     }
 }
 
@@ -489,8 +507,14 @@ where
         debug_assert!(shards.is_power_of_two() && shards <= max_keys);
         let shard_cap = max_keys / shards;
         let first = slots_for(MIN_KEYS.min(shard_cap));
-        let tables = (0..shards)
-            .map(|_| TableCell::new(Table::new(first)))
+        let tables = (0..PAD_CELLS + shards + PAD_CELLS)
+            .map(|i| {
+                TableCell::new(if (PAD_CELLS..PAD_CELLS + shards).contains(&i) {
+                    Table::new(first)
+                } else {
+                    Table::placeholder()
+                })
+            })
             .collect();
         let metas = (0..shards)
             .map(|_| {
@@ -594,7 +618,7 @@ where
         Q: Eq + ?Sized,
     {
         // The table cell alone: the lock-free path never touches the shard's mutex.
-        let table = self.tables[self.shard_index(hash)].load();
+        let table = self.cell(self.shard_index(hash)).load();
         match table.find(key, hash) {
             Some(slot) => run(slot, clock.now_nanos(), &self.floor),
             None => {
@@ -1090,6 +1114,33 @@ mod tests {
             }
         }
         assert_eq!(size_of::<Slot<u64, AtomicU64>>(), 24);
+    }
+
+    #[test]
+    fn no_other_allocation_shares_a_line_with_a_shards_table_cell() {
+        #[cfg(not(floodgate_loom))]
+        assert_eq!(size_of::<TableCell<u64, AtomicU64>>(), 8);
+        let pad = PAD_CELLS * size_of::<TableCell<u64, AtomicU64>>();
+        #[cfg(not(floodgate_loom))]
+        assert!(pad >= 128);
+        for shards in [1, 2, 16, 512] {
+            let map = ShardedMap::<u64, AtomicU64>::new(4096, shards, WhenFull::DenyNewKeys);
+            assert_eq!(map.shard_count(), shards);
+            let start = map.tables.as_ptr() as usize;
+            let end = start + size_of_val(&*map.tables);
+            let cells: std::collections::HashSet<usize> = (0..shards)
+                .map(|i| std::ptr::from_ref(map.cell(i)) as usize)
+                .collect();
+            // Every shard's cell is its own, at least `pad` bytes inside either end.
+            assert_eq!(cells.len(), shards);
+            for &cell in &cells {
+                let size = size_of::<TableCell<u64, AtomicU64>>();
+                assert!(
+                    cell >= start + pad && cell + size <= end - pad,
+                    "{shards} shards"
+                );
+            }
+        }
     }
 
     #[test]
