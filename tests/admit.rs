@@ -153,12 +153,23 @@ impl<A: Algorithm> KeyedUnderTest for PenalizedKeyed<u8, A, ManualClock> {
     }
 }
 
-/// A keyed map for [`keyed_same_decisions`]: three keys in one shard, new keys refused when full.
-fn keyed_builder<A: Algorithm>(algorithm: A, clock: &ManualClock) -> KeyedBuilder<A, ManualClock> {
+/// The maps [`keyed_and_penalized_same_decisions`] runs: (max keys, shards). Three keys in one
+/// shard (new keys refused while the three held are live, idle ones swept); and 64 keys over 8
+/// shards, where the keys `0..4` spread over several shards (each map hashes with its own random
+/// seeds, so only a map whose shards never fill gives every map the same answers).
+const MAPS: [(usize, usize); 2] = [(3, 1), (64, 8)];
+
+/// A keyed map for [`keyed_same_decisions`]: `max_keys` over `shards`, new keys refused when
+/// full.
+fn keyed_builder<A: Algorithm>(
+    algorithm: A,
+    clock: &ManualClock,
+    (max_keys, shards): (usize, usize),
+) -> KeyedBuilder<A, ManualClock> {
     Keyed::builder(algorithm)
         .clock(clock.clone())
-        .max_keys(3)
-        .shards(1)
+        .max_keys(max_keys)
+        .shards(shards)
         .when_full(WhenFull::DenyNewKeys)
 }
 
@@ -241,24 +252,28 @@ fn keyed_same_decisions<L: KeyedUnderTest>(
 }
 
 /// [`keyed_same_decisions`] for a plain map of `make`'s algorithm and for one with a penalty
-/// box (2 strikes in 1 s block for 2 s: the sequences strike, block and outlive blocks).
+/// box (2 strikes in 1 s block for 2 s: the sequences strike, block and outlive blocks), each
+/// in every shape of [`MAPS`].
 fn keyed_and_penalized_same_decisions<A: Algorithm>(
     make: impl Fn() -> A,
     ops: &[(u8, Op)],
 ) -> Result<(), TestCaseError> {
-    keyed_same_decisions(
-        |clock| keyed_builder(make(), clock).build::<u8>().unwrap(),
-        ops,
-    )?;
     let penalty = PenaltyBox::new(2, Duration::from_secs(1), Duration::from_secs(2)).unwrap();
-    keyed_same_decisions(
-        |clock| {
-            keyed_builder(make(), clock)
-                .build_with_penalty::<u8>(penalty)
-                .unwrap()
-        },
-        ops,
-    )
+    for map in MAPS {
+        keyed_same_decisions(
+            |clock| keyed_builder(make(), clock, map).build::<u8>().unwrap(),
+            ops,
+        )?;
+        keyed_same_decisions(
+            |clock| {
+                keyed_builder(make(), clock, map)
+                    .build_with_penalty::<u8>(penalty)
+                    .unwrap()
+            },
+            ops,
+        )?;
+    }
+    Ok(())
 }
 
 fn keyed_op() -> impl Strategy<Value = (u8, Op)> {
@@ -273,10 +288,26 @@ proptest! {
         keyed_and_penalized_same_decisions(|| Gcra::new(Rate::per_second(20), 5).unwrap(), &ops)?;
     }
 
+    /// The extremes of a GCRA's rate: a permit every nanosecond (every clock move refills the
+    /// burst) and one an hour (a denial's retry is most of an hour).
+    #[test]
+    fn keyed_gcra_at_extreme_rates_admits_as_it_decides(ops in prop::collection::vec(keyed_op(), 1..120)) {
+        keyed_and_penalized_same_decisions(|| Gcra::new(Rate::new(1, Duration::from_nanos(1)), 5).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| Gcra::new(Rate::per_hour(1), 2).unwrap(), &ops)?;
+    }
+
     #[test]
     fn keyed_windows_admit_as_they_decide(ops in prop::collection::vec(keyed_op(), 1..120)) {
         keyed_and_penalized_same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| FixedWindow::aligned(5, Duration::from_millis(500)).unwrap(), &ops)?;
         keyed_and_penalized_same_decisions(|| PackedSlidingWindow::new(5, Duration::from_millis(500), 2).unwrap(), &ops)?;
+    }
+
+    /// A 1 ns window: every clock move starts a new one (and a request in it waits 1 ns).
+    #[test]
+    fn keyed_one_nanosecond_windows_admit_as_they_decide(ops in prop::collection::vec(keyed_op(), 1..120)) {
+        keyed_and_penalized_same_decisions(|| FixedWindow::new(5, Duration::from_nanos(1)).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| FixedWindow::aligned(5, Duration::from_nanos(1)).unwrap(), &ops)?;
     }
 
     #[test]
