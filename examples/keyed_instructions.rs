@@ -21,8 +21,9 @@
 //! comparison is `floodgate` (`check`), not `floodgate-admit`.
 //!
 //! Timing: `keyed_instructions time WORKLOAD THREADS ROUNDS CALLS [admit]` runs floodgate and governor
-//! alternately ROUNDS times (CALLS calls per thread per round) and prints each one's median
-//! nanoseconds per call (per thread) and their ratio.
+//! alternately ROUNDS times (CALLS calls per thread per round; floodgate first in even rounds,
+//! governor first in odd ones) and prints each one's median nanoseconds per call (per thread)
+//! and their ratio.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -66,7 +67,8 @@ impl Workload {
         match self {
             // Always allowed: a nanosecond per permit.
             Workload::HotAllow => (1_000_000_000, 1_000),
-            // Drained before measuring; one permit an hour back.
+            // Drained before measuring; one permit a second back (none within a run: 0 of
+            // 1,000,000 allowed, under callgrind too).
             Workload::HotDeny => (1, 1),
             // One permit per 10 µs, burst 1: idle again long before the key's next turn.
             Workload::Churn1k | Workload::Churn100k => (100_000, 1),
@@ -236,28 +238,26 @@ fn main() {
         let calls: u64 = args[5].parse().unwrap();
         // An optional sixth argument `admit` times `Keyed::admit` instead of `Keyed::check`.
         let admit = args.get(6).is_some_and(|mode| mode == "admit");
-        let ours = Arc::new(floodgate(workload));
-        let theirs = Arc::new(governor(workload));
+        let ours = floodgate(workload);
+        let theirs = governor(workload);
+        let ours: Run = if admit {
+            Arc::new(move |keys, n| measured_loop_floodgate_admit(&ours, keys, n))
+        } else {
+            Arc::new(move |keys, n| measured_loop_floodgate(&ours, keys, n))
+        };
+        let theirs: Run = Arc::new(move |keys, n| measured_loop_governor(&theirs, keys, n));
+        let time = |run: &Run| timed(workload, threads, calls, Arc::clone(run));
         let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            let ours = Arc::clone(&ours);
-            let x = timed(
-                workload,
-                threads,
-                calls,
-                if admit {
-                    Arc::new(move |keys, n| measured_loop_floodgate_admit(&ours, keys, n))
-                } else {
-                    Arc::new(move |keys, n| measured_loop_floodgate(&ours, keys, n))
-                },
-            );
-            let theirs = Arc::clone(&theirs);
-            let y = timed(
-                workload,
-                threads,
-                calls,
-                Arc::new(move |keys, n| measured_loop_governor(&theirs, keys, n)),
-            );
+        for round in 0..rounds {
+            // Who goes first alternates, so neither always runs on the caches (and the CPU
+            // frequency) the other left.
+            let (x, y) = if round % 2 == 0 {
+                let x = time(&ours);
+                (x, time(&theirs))
+            } else {
+                let y = time(&theirs);
+                (time(&ours), y)
+            };
             a.push(x);
             b.push(y);
             ratios.push(x / y);
