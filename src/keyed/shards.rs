@@ -71,7 +71,9 @@
 //! plain words and builds the `Decision` after the drop, and it no longer pays that 19: in the
 //! harness of `examples/keyed_instructions` as it is now (keys read from a precomputed cycle),
 //! `check` 191 allowing and 182 denying, `admit` 192.5 and 185, governor 183 and 184, one
-//! binary. A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
+//! binary; after the cell array's padding (1 instruction a check in a paired build) and the
+//! example's time mode alternating its order (which moved floodgate's loops, not governor's),
+//! `check` 187 and 177, `admit` 188 and 180, governor 183 and 184. A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
 //! (linear-probing collisions, about 2 instructions): no floor, sweep-schedule or key-compare
 //! work of its own. At 100,000 keys the probes average 1.67 and the slot's line misses the L2
 //! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
