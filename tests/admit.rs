@@ -2,15 +2,16 @@
 //! same configuration on one ManualClock, one driven by each, give the same answer and reach
 //! the same state after every step of random sequences of requests, clock moves (forward, back
 //! within the lag horizon, far leaps) and live reconfigurations. `Keyed::admit` likewise
-//! against `Keyed::try_acquire`, over a few keys in a map too small for them all (new keys
-//! refused, idle ones swept).
+//! against `Keyed::try_acquire`, and `PenalizedKeyed::admit` against its `try_acquire` (strikes,
+//! blocks), over a few keys in a map too small for them all (new keys refused, idle ones swept).
 
 use std::time::Duration;
 
-use floodgate::keyed::WhenFull;
+use floodgate::keyed::{KeyedBuilder, KeyedStats, WhenFull};
 use floodgate::{
-    AcquireError, Algorithm, AtomicLimiter, Clock, Decision, FixedWindow, Gcra, Keyed, LeakyBucket,
-    Limiter, ManualClock, PackedSlidingWindow, Rate, SlidingWindowLimiter, TokenBucket,
+    AcquireError, Algorithm, AtomicLimiter, Clock, ConfigError, Decision, FixedWindow, Gcra, Keyed,
+    LeakyBucket, Limiter, ManualClock, PackedSlidingWindow, PenalizedKeyed, PenaltyBox, Rate,
+    SlidingWindowLimiter, TokenBucket,
 };
 use proptest::prelude::*;
 
@@ -93,61 +94,184 @@ fn same_answers<L: Limiter>(
     Ok(())
 }
 
-/// [`same_decisions`] for two keyed limiters (one answering through `try_acquire`, the other
-/// through `admit`) over keys `0..4` in a map of three, so new keys are refused while the three
-/// held are live and idle ones are swept: the same answers and, after every step, the same keys
-/// held and the same decision for each key. (Not under `WhenFull::EvictLeastUsed`: which of two
-/// keys holding as many permits goes first follows the table's layout, and each map hashes with
-/// its own random seeds.)
-fn keyed_same_decisions<A: Algorithm>(
-    make: impl Fn() -> A,
+/// A keyed limiter as [`keyed_same_decisions`] drives it: [`Keyed`] and [`PenalizedKeyed`].
+trait KeyedUnderTest {
+    /// What [`state`](Self::state) reads of a key.
+    type State: PartialEq + std::fmt::Debug;
+    fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError>;
+    fn check(&self, key: u8) -> Decision;
+    fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError>;
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
+    fn stats(&self) -> KeyedStats;
+    /// What can be seen of `key` without changing it: the decisions of 1 to 3 permits for a
+    /// plain key (its whole word), whether it is blocked for a penalized one (its jail word;
+    /// its algorithm word shows in the answers that follow).
+    fn state(&self, key: u8) -> Self::State;
+}
+
+impl<A: Algorithm> KeyedUnderTest for Keyed<u8, A, ManualClock> {
+    type State = Vec<Result<Decision, AcquireError>>;
+    fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError> {
+        Keyed::try_acquire(self, &key, n)
+    }
+    fn check(&self, key: u8) -> Decision {
+        Keyed::check(self, &key)
+    }
+    fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError> {
+        Keyed::admit(self, &key, n)
+    }
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        Keyed::set_limit(self, limit)
+    }
+    fn stats(&self) -> KeyedStats {
+        Keyed::stats(self)
+    }
+    fn state(&self, key: u8) -> Self::State {
+        (1..=3).map(|n| self.peek(&key, n)).collect()
+    }
+}
+
+impl<A: Algorithm> KeyedUnderTest for PenalizedKeyed<u8, A, ManualClock> {
+    type State = bool;
+    fn try_acquire(&self, key: u8, n: u32) -> Result<Decision, AcquireError> {
+        PenalizedKeyed::try_acquire(self, &key, n)
+    }
+    fn check(&self, key: u8) -> Decision {
+        PenalizedKeyed::check(self, &key)
+    }
+    fn admit(&self, key: u8, n: u32) -> Result<bool, AcquireError> {
+        PenalizedKeyed::admit(self, &key, n)
+    }
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        PenalizedKeyed::set_limit(self, limit)
+    }
+    fn stats(&self) -> KeyedStats {
+        PenalizedKeyed::stats(self)
+    }
+    fn state(&self, key: u8) -> Self::State {
+        self.is_blocked(&key)
+    }
+}
+
+/// The maps [`keyed_and_penalized_same_decisions`] runs: (max keys, shards). Three keys in one
+/// shard (new keys refused while the three held are live, idle ones swept); and 64 keys over 8
+/// shards, where the keys `0..4` spread over several shards (each map hashes with its own random
+/// seeds, so only a map whose shards never fill gives every map the same answers).
+const MAPS: [(usize, usize); 2] = [(3, 1), (64, 8)];
+
+/// A keyed map for [`keyed_same_decisions`]: `max_keys` over `shards`, new keys refused when
+/// full.
+fn keyed_builder<A: Algorithm>(
+    algorithm: A,
+    clock: &ManualClock,
+    (max_keys, shards): (usize, usize),
+) -> KeyedBuilder<A, ManualClock> {
+    Keyed::builder(algorithm)
+        .clock(clock.clone())
+        .max_keys(max_keys)
+        .shards(shards)
+        .when_full(WhenFull::DenyNewKeys)
+}
+
+/// [`same_decisions`] for three keyed limiters made by `build` (one answering through
+/// `try_acquire`, one through `admit`, one through `check` for one permit and `try_acquire`
+/// otherwise) over keys `0..4` in a map of three, so new keys are refused while the three held
+/// are live and idle ones are swept: the same answers (`check`'s whole `Decision` equal to
+/// `try_acquire`'s) and, after every step, the same counters (keys held, refusals, sweeps) and
+/// the same state of each key.
+/// (Not under `WhenFull::EvictLeastUsed`: which of two keys holding as many permits goes first
+/// follows the table's layout, and each map hashes with its own random seeds.)
+fn keyed_same_decisions<L: KeyedUnderTest>(
+    build: impl Fn(&ManualClock) -> L,
     ops: &[(u8, Op)],
 ) -> Result<(), TestCaseError> {
     let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-    let build = || {
-        Keyed::builder(make())
-            .clock(clock.clone())
-            .max_keys(3)
-            .shards(1)
-            .when_full(WhenFull::DenyNewKeys)
-            .build::<u8>()
-            .unwrap()
-    };
-    let (by_decision, by_bool) = (build(), build());
+    let (by_decision, by_bool, by_check) = (build(&clock), build(&clock), build(&clock));
     for (step, &(key, ref op)) in ops.iter().enumerate() {
         match *op {
             Op::Take(n) => {
-                let decision = by_decision.try_acquire(&key, n).map(|d| d.is_allowed());
-                let admitted = by_bool.admit(&key, n);
-                prop_assert_eq!(decision, admitted, "step {}: key {} {:?}", step, key, op);
+                let decision = by_decision.try_acquire(key, n);
+                let admitted = by_bool.admit(key, n);
+                let allowed = decision.map(|d| d.is_allowed());
+                prop_assert_eq!(allowed, admitted, "step {}: key {} {:?}", step, key, op);
+                let checked = match n {
+                    1 => Ok(by_check.check(key)),
+                    _ => by_check.try_acquire(key, n),
+                };
+                prop_assert_eq!(
+                    checked,
+                    decision,
+                    "step {}: key {} {:?}, check",
+                    step,
+                    key,
+                    op
+                );
             }
             Op::Advance(ns) => clock.advance_nanos(ns),
             Op::Back(ns) => clock.set(clock.now_nanos().saturating_sub(ns)),
             Op::Leap => {
                 let now = clock.now_nanos();
                 clock.set(now + 86_400_000_000_000);
-                let decision = by_decision.try_acquire(&key, 1).map(|d| d.is_allowed());
-                prop_assert_eq!(decision, by_bool.admit(&key, 1), "step {}: leap", step);
+                let decision = by_decision.try_acquire(key, 1);
+                let allowed = decision.map(|d| d.is_allowed());
+                prop_assert_eq!(allowed, by_bool.admit(key, 1), "step {}: leap", step);
+                prop_assert_eq!(
+                    Ok(by_check.check(key)),
+                    decision,
+                    "step {}: leap, check",
+                    step
+                );
                 clock.set(now);
             }
             Op::SetLimit(limit) => {
-                prop_assert_eq!(by_decision.set_limit(limit), by_bool.set_limit(limit));
+                let set = by_decision.set_limit(limit);
+                prop_assert_eq!(set, by_bool.set_limit(limit));
+                prop_assert_eq!(set, by_check.set_limit(limit));
             }
         }
-        prop_assert_eq!(by_decision.len(), by_bool.len(), "step {}: keys held", step);
-        for key in 0..4u8 {
-            for n in 1..=3 {
+        for other in [&by_bool, &by_check] {
+            prop_assert_eq!(
+                by_decision.stats(),
+                other.stats(),
+                "step {}: counters",
+                step
+            );
+            for key in 0..4u8 {
                 prop_assert_eq!(
-                    by_decision.peek(&key, n),
-                    by_bool.peek(&key, n),
-                    "step {}: {:?}, key {} peek({})",
+                    by_decision.state(key),
+                    other.state(key),
+                    "step {}: {:?}, key {}",
                     step,
                     op,
-                    key,
-                    n
+                    key
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// [`keyed_same_decisions`] for a plain map of `make`'s algorithm and for one with a penalty
+/// box (2 strikes in 1 s block for 2 s: the sequences strike, block and outlive blocks), each
+/// in every shape of [`MAPS`].
+fn keyed_and_penalized_same_decisions<A: Algorithm>(
+    make: impl Fn() -> A,
+    ops: &[(u8, Op)],
+) -> Result<(), TestCaseError> {
+    let penalty = PenaltyBox::new(2, Duration::from_secs(1), Duration::from_secs(2)).unwrap();
+    for map in MAPS {
+        keyed_same_decisions(
+            |clock| keyed_builder(make(), clock, map).build::<u8>().unwrap(),
+            ops,
+        )?;
+        keyed_same_decisions(
+            |clock| {
+                keyed_builder(make(), clock, map)
+                    .build_with_penalty::<u8>(penalty)
+                    .unwrap()
+            },
+            ops,
+        )?;
     }
     Ok(())
 }
@@ -161,13 +285,29 @@ proptest! {
 
     #[test]
     fn keyed_gcra_admits_as_it_decides(ops in prop::collection::vec(keyed_op(), 1..120)) {
-        keyed_same_decisions(|| Gcra::new(Rate::per_second(20), 5).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| Gcra::new(Rate::per_second(20), 5).unwrap(), &ops)?;
+    }
+
+    /// The extremes of a GCRA's rate: a permit every nanosecond (every clock move refills the
+    /// burst) and one an hour (a denial's retry is most of an hour).
+    #[test]
+    fn keyed_gcra_at_extreme_rates_admits_as_it_decides(ops in prop::collection::vec(keyed_op(), 1..120)) {
+        keyed_and_penalized_same_decisions(|| Gcra::new(Rate::new(1, Duration::from_nanos(1)), 5).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| Gcra::new(Rate::per_hour(1), 2).unwrap(), &ops)?;
     }
 
     #[test]
     fn keyed_windows_admit_as_they_decide(ops in prop::collection::vec(keyed_op(), 1..120)) {
-        keyed_same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
-        keyed_same_decisions(|| PackedSlidingWindow::new(5, Duration::from_millis(500), 2).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| FixedWindow::new(5, Duration::from_millis(500)).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| FixedWindow::aligned(5, Duration::from_millis(500)).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| PackedSlidingWindow::new(5, Duration::from_millis(500), 2).unwrap(), &ops)?;
+    }
+
+    /// A 1 ns window: every clock move starts a new one (and a request in it waits 1 ns).
+    #[test]
+    fn keyed_one_nanosecond_windows_admit_as_they_decide(ops in prop::collection::vec(keyed_op(), 1..120)) {
+        keyed_and_penalized_same_decisions(|| FixedWindow::new(5, Duration::from_nanos(1)).unwrap(), &ops)?;
+        keyed_and_penalized_same_decisions(|| FixedWindow::aligned(5, Duration::from_nanos(1)).unwrap(), &ops)?;
     }
 
     #[test]

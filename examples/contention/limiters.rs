@@ -92,6 +92,11 @@ pub fn entries() -> Vec<Entry> {
             bound: |q, s| KEYS_1K * bucket_bound(q, s),
         },
         Entry {
+            name: "keyed/100k",
+            build: |q, c| keyed_row(q, c, KEYS_100K),
+            bound: |q, s| KEYS_100K * bucket_bound(q, s),
+        },
+        Entry {
             name: "keyed/1m",
             build: |q, c| keyed_row(q, c, KEYS_1M),
             bound: |q, s| KEYS_1M * bucket_bound(q, s),
@@ -107,6 +112,11 @@ pub fn entries() -> Vec<Entry> {
             bound: |q, s| KEYS_1K * governor_bound(q, s),
         },
         Entry {
+            name: "governor-keyed/100k",
+            build: |q, _| governor_keyed_row(q, KEYS_100K, std::hash::RandomState::new()),
+            bound: |q, s| KEYS_100K * governor_bound(q, s),
+        },
+        Entry {
             name: "governor-keyed/1m",
             build: |q, _| governor_keyed_row(q, KEYS_1M, std::hash::RandomState::new()),
             bound: |q, s| KEYS_1M * governor_bound(q, s),
@@ -120,6 +130,11 @@ pub fn entries() -> Vec<Entry> {
             name: "governor-keyed-ahash/1k",
             build: |q, _| governor_keyed_row(q, KEYS_1K, ahash::RandomState::new()),
             bound: |q, s| KEYS_1K * governor_bound(q, s),
+        },
+        Entry {
+            name: "governor-keyed-ahash/100k",
+            build: |q, _| governor_keyed_row(q, KEYS_100K, ahash::RandomState::new()),
+            bound: |q, s| KEYS_100K * governor_bound(q, s),
         },
         Entry {
             name: "governor-keyed-ahash/1m",
@@ -698,6 +713,7 @@ pub fn reference(name: &str) -> &'static str {
             match keys {
                 "hot" => "governor-keyed/hot",
                 "1k" => "governor-keyed/1k",
+                "100k" => "governor-keyed/100k",
                 _ => "governor-keyed/1m",
             }
         }
@@ -707,6 +723,8 @@ pub fn reference(name: &str) -> &'static str {
 
 /// Keys of the `/1k` keyed rows.
 const KEYS_1K: u64 = 1_024;
+/// Keys of the `/100k` keyed rows.
+const KEYS_100K: u64 = 100_000;
 /// Keys of the `/1m` keyed rows.
 const KEYS_1M: u64 = 1 << 20;
 

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use crate::clock::MAX_CLOCK_LAG_NANOS;
 use crate::decision::AcquireError;
-use crate::decision::{Answer, ConfigError, Decision, check_permits, validate_limit, window_nanos};
+use crate::decision::{
+    Answer, ConfigError, Decision, at_least_one, check_permits, validate_limit, window_nanos,
+};
 use crate::limiter::{Algorithm, Step, reads_after, update_timed};
 use crate::packed::{
     Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
@@ -337,7 +339,7 @@ impl FixedWindow {
                         limit,
                         limit.saturating_sub(count),
                         1,
-                        until_end,
+                        at_least_one(until_end),
                         reset,
                     ));
                 }

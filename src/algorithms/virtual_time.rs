@@ -12,6 +12,7 @@
 //!
 //! Layout: the whole word is `tat` in nanoseconds on the clock's timeline, see [`crate::packed`].
 
+use std::num::NonZeroU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use super::MAX_CLOCK_LAG_NANOS;
 use super::time_config::{ConfigStore, Snapshot};
 use crate::clock::FLOOR_GRAIN_NANOS;
 use crate::decision::AcquireError;
-use crate::decision::{Answer, ConfigError, Decision, Rate, check_permits};
+use crate::decision::{Answer, ConfigError, Decision, Rate, at_least_one, check_permits};
 use crate::limiter::{Step, reads_after, update_at};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -112,7 +113,8 @@ fn since_change(now: u64, changed_at: u64) -> u64 {
 /// [`Answer::allowed`] and [`Answer::denied`] take them), or a case for the general engine.
 enum Outcome {
     Allowed([u64; 4]),
-    Denied([u64; 5]),
+    /// The terms (limit, room, unit, reset) and the retry.
+    Denied([u64; 4], NonZeroU64),
     Engine,
     /// The generation tried is not the one in force (this one is): try again in it.
     Moved(u64),
@@ -452,7 +454,7 @@ impl VirtualTime {
             Outcome::Allowed([limit, room, unit, reset]) => {
                 Ok(A::allowed(limit, room, unit, reset))
             }
-            Outcome::Denied([limit, room, unit, retry, reset]) => {
+            Outcome::Denied([limit, room, unit, reset], retry) => {
                 Ok(A::denied(limit, room, unit, retry, reset))
             }
             Outcome::Engine | Outcome::Moved(_) => {
@@ -550,13 +552,12 @@ impl VirtualTime {
                     return Outcome::Moved(in_force);
                 }
                 if new_tat > horizon {
-                    return Outcome::Denied([
-                        capacity,
-                        horizon.saturating_sub(base),
-                        interval,
-                        new_tat - horizon,
-                        base - now,
-                    ]);
+                    return Outcome::Denied(
+                        [capacity, horizon.saturating_sub(base), interval, base - now],
+                        // `new_tat - horizon`, written so the compiler sees it is not 0 here
+                        // (`new_tat > horizon`): `at_least_one` costs nothing.
+                        at_least_one(new_tat.saturating_sub(horizon)),
+                    );
                 }
                 // An admission whose clock read passed the floor by its grain raises it (a floor
                 // that leads the read is never raised by it): `now ≥ floor + grain`, tested on

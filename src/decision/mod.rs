@@ -10,6 +10,7 @@ pub(crate) use error::{check_permits, window_nanos};
 pub use rate::{MAX_RATE_ROUNDING_PER_MILLE, Rate};
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// The answer to one check: allowed or not, plus what a server puts in its response headers
@@ -111,11 +112,7 @@ impl Decision {
             limit,
             remaining,
             if unit == 0 { 1 } else { unit },
-            if retry_after_nanos == 0 {
-                1
-            } else {
-                retry_after_nanos
-            },
+            at_least_one(retry_after_nanos),
             reset_after_nanos,
         )
     }
@@ -140,22 +137,60 @@ impl Decision {
         }
     }
 
-    /// [`deny_scaled`](Decision::deny_scaled) for a `unit` and a `retry_after_nanos` the caller
-    /// knows are at least 1: no checks on a hot path.
+    /// [`deny_scaled`](Decision::deny_scaled) for a `unit` the caller knows is at least 1: no
+    /// check on a hot path. The retry is at least 1 by its type, in every build (a denial's
+    /// retry is what tells it from an admission in [`from_words`](Self::from_words)); a caller
+    /// gets one from [`at_least_one`], which costs nothing where the compiler sees the value
+    /// is not 0 (e.g. `a.saturating_sub(b)` where `a > b` was just tested).
     #[inline(always)]
     pub(crate) const fn denied_in_units(
         limit: u64,
         remaining: u64,
         unit: u64,
-        retry_after_nanos: u64,
+        retry_after_nanos: NonZeroU64,
         reset_after_nanos: u64,
     ) -> Self {
-        debug_assert!(unit >= 1 && retry_after_nanos >= 1);
+        debug_assert!(unit >= 1);
         Decision {
             allowed: false,
             limit,
             remaining,
             remaining_unit: unit,
+            retry_after_nanos: retry_after_nanos.get(),
+            reset_after_nanos,
+        }
+    }
+
+    /// The decision as five words, without its flag (see [`DecisionWords`]).
+    #[inline(always)]
+    pub(crate) const fn to_words(self) -> DecisionWords {
+        debug_assert!(self.allowed == (self.retry_after_nanos == 0));
+        DecisionWords([
+            self.limit,
+            self.remaining,
+            self.remaining_unit,
+            self.retry_after_nanos,
+            self.reset_after_nanos,
+        ])
+    }
+
+    /// The decision [`to_words`](Self::to_words) made `words` of.
+    #[inline(always)]
+    pub(crate) const fn from_words(words: DecisionWords) -> Self {
+        let [
+            limit,
+            remaining,
+            remaining_unit,
+            retry_after_nanos,
+            reset_after_nanos,
+        ] = words.0;
+        Decision {
+            // A denial's retry is at least 1 (a `NonZeroU64` in `denied_in_units`), an
+            // admission's 0.
+            allowed: retry_after_nanos == 0,
+            limit,
+            remaining,
+            remaining_unit,
             retry_after_nanos,
             reset_after_nanos,
         }
@@ -255,6 +290,22 @@ impl Decision {
     }
 }
 
+/// `value`, or 1 where it is 0: a denial's retry (see [`Decision::denied_in_units`]).
+#[inline(always)]
+pub(crate) const fn at_least_one(value: u64) -> NonZeroU64 {
+    match NonZeroU64::new(value) {
+        Some(value) => value,
+        None => NonZeroU64::MIN,
+    }
+}
+
+/// A [`Decision`] as five plain words, its flag implied (allowed exactly when the retry word is
+/// 0): what a keyed check carries out of its table guard. A `Decision` (five words and a flag
+/// byte) carried across the guard's drop went through the stack with its padding, a handful of
+/// moves more per call (issue 16); the flag is set again once, after the drop.
+#[derive(Clone, Copy)]
+pub(crate) struct DecisionWords([u64; 5]);
+
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
         self.key() == other.key()
@@ -296,7 +347,7 @@ pub(crate) trait Answer: Sized {
         limit: u64,
         remaining: u64,
         unit: u64,
-        retry_after_nanos: u64,
+        retry_after_nanos: NonZeroU64,
         reset_after_nanos: u64,
     ) -> Self;
     /// The answer a general engine's `Decision` gives.
@@ -314,7 +365,7 @@ impl Answer for Decision {
         limit: u64,
         remaining: u64,
         unit: u64,
-        retry_after_nanos: u64,
+        retry_after_nanos: NonZeroU64,
         reset_after_nanos: u64,
     ) -> Self {
         Decision::denied_in_units(limit, remaining, unit, retry_after_nanos, reset_after_nanos)
@@ -335,12 +386,31 @@ impl Answer for bool {
     }
 
     #[inline(always)]
-    fn denied(_: u64, _: u64, _: u64, _: u64, _: u64) -> Self {
+    fn denied(_: u64, _: u64, _: u64, _: NonZeroU64, _: u64) -> Self {
         false
     }
 
     #[inline(always)]
     fn of(decision: Decision) -> Self {
         decision.is_allowed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_denial_keeps_a_retry_of_at_least_one_through_its_words() {
+        // A zero retry would read back as an admission: the denial raises it to 1.
+        let denied = Decision::denied_in_units(10, 0, 1, at_least_one(0), 5);
+        assert!(!denied.is_allowed());
+        assert_eq!(denied.retry_after_nanos, 1);
+        let back = Decision::from_words(denied.to_words());
+        assert!(!back.is_allowed());
+        assert_eq!(back, denied);
+        let allowed = Decision::allowed_in_units(10, 3, 1, 5);
+        assert_eq!(Decision::from_words(allowed.to_words()), allowed);
+        assert!(Decision::from_words(allowed.to_words()).is_allowed());
     }
 }

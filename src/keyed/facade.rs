@@ -78,16 +78,19 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let rules = &self.rules;
-        self.decide(
+        // Carried out as plain words (`DecisionWords`): the `Decision` is built after the
+        // table guard is let go, not moved across its drop.
+        Decision::from_words(self.decide(
             key,
             1,
             |slot: &S, now, floor: &AtomicU64| {
                 slot.acquire(rules, floor, now, &self.clock, 1)
                     .unwrap_or_else(|_| self.zero_capacity())
+                    .to_words()
             },
-            |denial| denial,
-            |_| self.zero_capacity(),
-        )
+            Decision::to_words,
+            |_| self.zero_capacity().to_words(),
+        ))
     }
 
     /// The denial [`check`](Self::check) reads a refused single permit as.

@@ -92,6 +92,41 @@ where
         self.facade.try_acquire(key, n)
     }
 
+    /// [`try_acquire`](Self::try_acquire) answering only whether the permits were taken: the
+    /// same decision and the same writes (a blocked key is refused, a denial is a strike and may
+    /// start a block), without the [`Decision`]'s terms
+    /// ([`Keyed::admit`](crate::Keyed::admit) with the penalty box).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire) (an invalid `n` is not a strike).
+    ///
+    /// ```
+    /// use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let penalty = PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1))?)
+    ///     .clock(clock.clone()).build_with_penalty::<u8>(penalty)?;
+    /// assert_eq!(keyed.admit(&1, 1), Ok(true));
+    /// assert_eq!(keyed.admit(&1, 1), Ok(false)); // strike 1
+    /// assert_eq!(keyed.admit(&1, 1), Ok(false)); // strike 2: blocked for a minute
+    /// assert!(keyed.admit(&1, 2).is_err()); // above the capacity: an error, not a strike
+    /// clock.advance(Duration::from_secs(30)); // the window has reset, the block has not
+    /// assert_eq!(keyed.admit(&1, 1), Ok(false));
+    /// assert!(keyed.is_blocked(&1));
+    /// clock.advance(Duration::from_secs(30));
+    /// assert_eq!(keyed.admit(&1, 1), Ok(true));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn admit<Q>(&self, key: &Q, n: u32) -> Result<bool, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.facade.admit(key, n)
+    }
+
     /// Whether `key` is blocked now.
     ///
     /// ```

@@ -67,7 +67,23 @@
 //! and its drop (the debt paid back with `lock cmpxchg`) 8; probing and comparing the key,
 //! `OnceLock` state included, 13; the clock read 17; GCRA's generation-0 short path with its
 //! compare-exchange 39; the `Decision` built and spilled across the guard's drop about 19 (the
-//! difference `admit` saves). After a reconfiguration (`set_limit`), each key's first decision
+//! difference `admit` saved). Session 27: `check` carries the decision out of the guard as five
+//! plain words and builds the `Decision` after the drop, and it no longer pays that 19: in the
+//! harness of `examples/keyed_instructions` as it is now (keys read from a precomputed cycle),
+//! `check` 191 allowing and 182 denying, `admit` 192.5 and 185, governor 183 and 184, one
+//! binary; after the cell array's padding (1 instruction a check in a paired build) and the
+//! example's time mode alternating its order (which moved floodgate's loops, not governor's),
+//! `check` 187 and 177, `admit` 188 and 180, governor 183 and 184. A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
+//! (linear-probing collisions, about 2 instructions): no floor, sweep-schedule or key-compare
+//! work of its own. At 100,000 keys the probes average 1.67 and the slot's line misses the L2
+//! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
+//! 0.64 misses a call): 24-byte slots against hashbrown's 16-byte buckets at up to 7/8. A
+//! growth rebuild sizes the table to `slots_for(2 × kept)`, about 2.67 slots a key kept, so the
+//! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 32 to 64 bytes a live key
+//! below the cap (a counting allocator on `Keyed<u64, Gcra>`: about 50 to 55 bytes a key at
+//! 50,000 to 1,000,000 keys), and about 32 bytes a key of the cap at the cap (measured 32 to
+//! 33.6), where a table is sized to the cap, not to twice its keys. After a reconfiguration
+//! (`set_limit`), each key's first decision
 //! goes to the general engine, its word being stamped with an older generation; so does every
 //! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
 //! stamp keeps two bits). Then the word carries the generation in force and the key is back on
@@ -344,6 +360,16 @@ mod cell {
 
 use cell::TableCell;
 
+/// Unused table cells at each end of the map's array of cells: 128 bytes (two 64-byte cache
+/// lines, the pair the adjacent-line prefetcher fetches together), so no other heap object
+/// shares a line with a shard's cell (a write to such a neighbour would make every check on
+/// those shards miss its cell). They hold the empty placeholder table and are never read. Under
+/// loom, where a cell is a loom mutex, none: the models make no cells beyond their shards.
+#[cfg(not(floodgate_loom))]
+const PAD_CELLS: usize = 128 / size_of::<usize>();
+#[cfg(floodgate_loom)]
+const PAD_CELLS: usize = 0;
+
 /// A shard's bookkeeping, under its mutex.
 struct Meta {
     /// Keys in the current table.
@@ -366,12 +392,20 @@ struct Meta {
     dropped_at: u64,
 }
 
-/// One shard: its table, which every check reads, on one cache line; its mutex and bookkeeping,
-/// which inserts write, on another.
-struct Shard<K, S> {
-    table: TableCell<K, S>,
-    meta: CachePadded<Mutex<Meta>>,
+/// One shard, as the map's two arrays hold it: its table, which every check reads, and its
+/// mutex and bookkeeping, which inserts write.
+struct Shard<'a, K, S> {
+    table: &'a TableCell<K, S>,
+    meta: &'a Mutex<Meta>,
 }
+
+impl<K, S> Clone for Shard<'_, K, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, S> Copy for Shard<'_, K, S> {}
 
 /// What a rebuild does besides copying.
 #[derive(Clone, Copy)]
@@ -386,7 +420,20 @@ struct Plan {
 
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
 pub(crate) struct ShardedMap<K, S> {
-    shards: Box<[CachePadded<Shard<K, S>>]>,
+    /// Each shard's table cell (one pointer), side by side: a check reads only its shard's
+    /// cell, and the cells of many shards share a cache line (64 shards in 512 bytes), which
+    /// stays cached however many shards the keys in use spread over. A check's load writes
+    /// nothing here (`ArcSwap::load` writes its own thread's debt slot); only a rebuild's store
+    /// does, which makes the readers of the neighbouring shards fetch the line once again.
+    /// (A shard used to be one cache-padded struct of its cell and its mutex: 256 bytes a
+    /// shard, one more cache line per check as soon as the shards in use outgrew the L1 cache,
+    /// e.g. 1,024 keys over 512 shards.) Shard `i`'s cell is `tables[PAD_CELLS + i]`, with
+    /// [`PAD_CELLS`] unused cells at either end, so the array shares no cache line holding a
+    /// shard's cell with another allocation.
+    tables: Box<[TableCell<K, S>]>,
+    /// Each shard's mutex and bookkeeping, a cache line or two of its own (inserts write it),
+    /// off the lines checks read.
+    metas: Box<[CachePadded<Mutex<Meta>>]>,
     /// The time floor of every key's state words (see
     /// [`limiter::update_at`](crate::limiter::update_at)), one for the whole map, beside the
     /// fields every check reads. A floor per shard was raised by nearly every admission once
@@ -413,11 +460,42 @@ fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
 
 impl<K, S> ShardedMap<K, S> {
     pub(crate) fn shard_count(&self) -> usize {
-        self.shards.len()
+        self.shard_mask + 1
     }
 
     pub(crate) fn max_keys(&self) -> usize {
-        self.shard_cap * self.shards.len()
+        self.shard_cap * self.shard_count()
+    }
+
+    /// Shard `index`'s table cell.
+    #[inline]
+    fn cell(&self, index: usize) -> &TableCell<K, S> {
+        &self.tables[PAD_CELLS + index]
+    }
+
+    /// The shard `hash` falls in.
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        // Bits 32.. pick the shard; the table's home slot comes from the top bits.
+        (hash >> 32) as usize & self.shard_mask
+    }
+
+    /// Shard `index`'s table cell and mutex.
+    fn shard_at(&self, index: usize) -> Shard<'_, K, S> {
+        Shard {
+            table: self.cell(index),
+            meta: &self.metas[index],
+        }
+    }
+
+    /// The shard `hash` falls in.
+    fn shard(&self, hash: u64) -> Shard<'_, K, S> {
+        self.shard_at(self.shard_index(hash))
+    }
+
+    /// Every shard, in order.
+    fn all_shards(&self) -> impl Iterator<Item = Shard<'_, K, S>> {
+        (0..self.shard_count()).map(|index| self.shard_at(index))
     }
 }
 
@@ -431,21 +509,27 @@ where
         debug_assert!(shards.is_power_of_two() && shards <= max_keys);
         let shard_cap = max_keys / shards;
         let first = slots_for(MIN_KEYS.min(shard_cap));
-        let shards_vec: Vec<_> = (0..shards)
-            .map(|_| {
-                CachePadded::new(Shard {
-                    table: TableCell::new(Table::new(first)),
-                    meta: CachePadded::new(Mutex::new(Meta {
-                        len: 0,
-                        slots: first,
-                        next_idle_at: u64::MAX,
-                        evicted_idle: 0,
-                        evicted_live: 0,
-                        refused_new_keys: 0,
-                        sweeps: 0,
-                        dropped_at: 0,
-                    })),
+        let tables = (0..PAD_CELLS + shards + PAD_CELLS)
+            .map(|i| {
+                TableCell::new(if (PAD_CELLS..PAD_CELLS + shards).contains(&i) {
+                    Table::new(first)
+                } else {
+                    Table::placeholder()
                 })
+            })
+            .collect();
+        let metas = (0..shards)
+            .map(|_| {
+                CachePadded::new(Mutex::new(Meta {
+                    len: 0,
+                    slots: first,
+                    next_idle_at: u64::MAX,
+                    evicted_idle: 0,
+                    evicted_live: 0,
+                    refused_new_keys: 0,
+                    sweeps: 0,
+                    dropped_at: 0,
+                }))
             })
             .collect();
         // Under loom, fixed seeds: a table's layout decides which slot's (loom) atomic a new key
@@ -455,19 +539,14 @@ where
         #[cfg(not(floodgate_loom))]
         let hasher = ahash::RandomState::new();
         ShardedMap {
-            shards: shards_vec.into_boxed_slice(),
+            tables,
+            metas,
             floor: AtomicU64::new(0),
             hasher,
             shard_mask: shards - 1,
             shard_cap,
             when_full,
         }
-    }
-
-    #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, S> {
-        // Bits 32.. pick the shard; the table's home slot comes from the top bits.
-        &self.shards[(hash >> 32) as usize & self.shard_mask]
     }
 
     /// The hash `key` is found by (for [`get`](Self::get) and [`insert`](Self::insert)).
@@ -540,8 +619,8 @@ where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let shard = self.shard(hash);
-        let table = shard.table.load();
+        // The table cell alone: the lock-free path never touches the shard's mutex.
+        let table = self.cell(self.shard_index(hash)).load();
         match table.find(key, hash) {
             Some(slot) => run(slot, clock.now_nanos(), &self.floor),
             None => {
@@ -568,7 +647,7 @@ where
         S: KeySlot<R>,
     {
         let shard = self.shard(hash);
-        let mut meta = lock(&shard.meta);
+        let mut meta = lock(shard.meta);
         let now = clock.now_nanos();
         // One load serves the lookup and, when no rebuild is needed, the insert: under the mutex
         // the table changes only by this thread's rebuild, which must not run while this thread
@@ -645,7 +724,7 @@ where
             }
         }
         // A rebuild is under way: wait for it.
-        let mut meta = lock(&shard.meta);
+        let mut meta = lock(shard.meta);
         repair(shard, &mut meta);
         let table = shard.table.load();
         run(table.find(key, hash), clock.now_nanos(), &self.floor)
@@ -662,7 +741,7 @@ where
     /// policy refuses new keys.
     fn make_room<R>(
         &self,
-        shard: &Shard<K, S>,
+        shard: Shard<'_, K, S>,
         meta: &mut Meta,
         rules: &R,
         now: u64,
@@ -723,7 +802,7 @@ where
     /// old table before judging (see the module docs). Returns how many idle keys it dropped.
     fn rebuild<R>(
         &self,
-        shard: &Shard<K, S>,
+        shard: Shard<'_, K, S>,
         meta: &mut Meta,
         rules: &R,
         clock: &impl Clock,
@@ -736,7 +815,7 @@ where
         // Pass 1 runs all of the user's code a rebuild runs (`Eq` in `forget`, `Hash`): a panic
         // there puts the old table back, so it loses nothing (pass 2 only moves words).
         let restore = Restore {
-            cell: &shard.table,
+            cell: shard.table,
             table: Some(shard.table.take()),
         };
         let Some(old) = restore.table.as_ref() else {
@@ -827,10 +906,9 @@ where
     where
         S: KeySlot<R>,
     {
-        self.shards
-            .iter()
+        self.all_shards()
             .map(|shard| {
-                let mut meta = lock(&shard.meta);
+                let mut meta = lock(shard.meta);
                 repair(shard, &mut meta);
                 let plan = Plan {
                     sweep: true,
@@ -847,8 +925,8 @@ where
     where
         S: KeySlot<R>,
     {
-        for shard in self.shards.iter() {
-            let mut meta = lock(&shard.meta);
+        for shard in self.all_shards() {
+            let mut meta = lock(shard.meta);
             repair(shard, &mut meta);
             let plan = Plan {
                 sweep: false,
@@ -868,7 +946,7 @@ where
     {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let mut meta = lock(&shard.meta);
+        let mut meta = lock(shard.meta);
         repair(shard, &mut meta);
         if shard.table.load().find(key, hash).is_none() {
             return false;
@@ -887,22 +965,19 @@ where
     /// Makes the next insert into every shard sweep again (after a configuration change that may
     /// bring idle times forward).
     pub(crate) fn forget_idle_bounds(&self) {
-        for shard in self.shards.iter() {
-            lock(&shard.meta).next_idle_at = 0;
+        for shard in self.all_shards() {
+            lock(shard.meta).next_idle_at = 0;
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|shard| lock(&shard.meta).len).sum()
+        self.all_shards().map(|shard| lock(shard.meta).len).sum()
     }
 
     /// Slots the shards' tables have (their memory, in keys).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| lock(&shard.meta).slots)
-            .sum()
+        self.all_shards().map(|shard| lock(shard.meta).slots).sum()
     }
 
     pub(crate) fn stats(&self) -> KeyedStats {
@@ -914,8 +989,8 @@ where
             refused_new_keys: 0,
             sweeps: 0,
         };
-        for shard in self.shards.iter() {
-            let meta = lock(&shard.meta);
+        for shard in self.all_shards() {
+            let meta = lock(shard.meta);
             stats.keys += meta.len;
             stats.evicted_idle += meta.evicted_idle;
             stats.evicted_live += meta.evicted_live;
@@ -969,7 +1044,7 @@ impl<K, S> Drop for Restore<'_, K, S> {
 /// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
 /// one back (a panic in a user's `Drop` of a key): its keys are lost, as a `forget` of each
 /// would lose them.
-fn repair<K, S: Default>(shard: &Shard<K, S>, meta: &mut Meta) {
+fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
         meta.slots = table.slots.len();
@@ -1034,12 +1109,40 @@ mod tests {
             assert!(room_of(slots) >= keys, "{keys} keys, {slots} slots");
             assert!(room_of(slots) < slots);
             // u64 keys: 24 bytes a slot, so at most 32 bytes a key in a table filled to size
-            // (beyond the smallest tables).
+            // (beyond the smallest tables; a growth sizes for twice the keys kept, so up to 64
+            // bytes a live key below the cap).
             if keys >= 64 {
                 assert!(slots * 24 <= keys * 32 + 48, "{keys} keys, {slots} slots");
             }
         }
         assert_eq!(size_of::<Slot<u64, AtomicU64>>(), 24);
+    }
+
+    #[test]
+    fn no_other_allocation_shares_a_line_with_a_shards_table_cell() {
+        #[cfg(not(floodgate_loom))]
+        assert_eq!(size_of::<TableCell<u64, AtomicU64>>(), 8);
+        let pad = PAD_CELLS * size_of::<TableCell<u64, AtomicU64>>();
+        #[cfg(not(floodgate_loom))]
+        assert!(pad >= 128);
+        for shards in [1, 2, 16, 512] {
+            let map = ShardedMap::<u64, AtomicU64>::new(4096, shards, WhenFull::DenyNewKeys);
+            assert_eq!(map.shard_count(), shards);
+            let start = map.tables.as_ptr() as usize;
+            let end = start + size_of_val(&*map.tables);
+            let cells: std::collections::HashSet<usize> = (0..shards)
+                .map(|i| std::ptr::from_ref(map.cell(i)) as usize)
+                .collect();
+            // Every shard's cell is its own, at least `pad` bytes inside either end.
+            assert_eq!(cells.len(), shards);
+            for &cell in &cells {
+                let size = size_of::<TableCell<u64, AtomicU64>>();
+                assert!(
+                    cell >= start + pad && cell + size <= end - pad,
+                    "{shards} shards"
+                );
+            }
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::cell::Cell;
 
 use super::bursty_word::{BurstyCodec, FRACTION_BITS, FRACTION_MASK, NEVER};
 use super::{MAX_BOOKING_MICROS, Outcome, f64_to_u64, limit_of, micros_to_nanos, round_micros};
-use crate::decision::Answer;
+use crate::decision::{Answer, at_least_one};
 
 std::thread_local! {
     /// [`Terms::memo`]'s `[interval bits, limit, permit_whole, permit_frac, permit_fixed]`;
@@ -185,7 +185,7 @@ pub(super) fn decide_finite<A: Answer>(
             let reset = retry + codec.offset as u64;
             return Outcome {
                 next: None,
-                decision: A::denied(terms.limit, 0, 1, retry * 1000, reset * 1000),
+                decision: A::denied(terms.limit, 0, 1, at_least_one(retry * 1000), reset * 1000),
                 wait_micros: 0,
                 refused_booking: None,
             };
@@ -238,7 +238,7 @@ fn book<A: Answer>(
         let cost = micros_to_nanos(wait);
         return Outcome {
             next: None,
-            decision: A::denied(terms.limit, 0, 1, cost, cost),
+            decision: A::denied(terms.limit, 0, 1, at_least_one(cost), cost),
             wait_micros: 0,
             refused_booking: Some(wait),
         };
