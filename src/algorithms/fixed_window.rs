@@ -194,7 +194,9 @@ impl FixedWindow {
         self.anchor
     }
 
-    #[inline]
+    /// Always inlined: out of line (as a binary with many limiters compiled it), the returned
+    /// `Current` goes through memory, a call and a store-to-load chain on every decision.
+    #[inline(always)]
     fn current(&self, state: u64, now: u64) -> Current {
         let (tag, count) = unpack_window(state);
         let window = self.window.get();
