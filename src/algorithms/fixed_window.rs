@@ -196,8 +196,12 @@ impl FixedWindow {
 
     /// Always inlined: out of line (as a binary with many limiters compiled it), the returned
     /// `Current` goes through memory, a call and a store-to-load chain on every decision.
+    ///
+    /// `terms`: whether the caller uses `until_end` (false for a bool answer, which lets the
+    /// anchored window's common case skip its time compare). The result is the same either way;
+    /// only the code differs.
     #[inline(always)]
-    fn current(&self, state: u64, now: u64) -> Current {
+    fn current(&self, state: u64, now: u64, terms: bool) -> Current {
         let (tag, count) = unpack_window(state);
         let window = self.window.get();
         match self.anchor {
@@ -245,11 +249,24 @@ impl FixedWindow {
                     // Whole units in a window: bounds every distance before it is shifted back
                     // to nanoseconds, so no shift can overflow.
                     let window_units = self.window_units;
-                    // The common case first, in one comparison: the stored window started at
-                    // most a window's units before `now` (`tag_distance` would say `Same` or
+                    // The common case first: the stored window started at most a window's
+                    // units before `now` (`tag_distance` would say `Same` or
                     // `Behind(k ≤ window_units)`: `window_units` < 2^17 is far below the 2^39 at
                     // which a distance reads as ahead), and is still open.
                     let behind = now_units.wrapping_sub(tag) & TAG_MASK;
+                    // Without terms, in one comparison: fewer whole units behind than a window
+                    // holds is open with no time compare (`elapsed` < `behind + 1` units ≤
+                    // `window_units` units ≤ `window`); `until_end` is never used (the compiler
+                    // drops it). With terms, `window − elapsed` is needed anyway: its
+                    // subtraction is the compare.
+                    if !terms && behind < window_units {
+                        return Current {
+                            tag,
+                            count,
+                            until_end: window - (behind * self.unit + into_unit),
+                            leap,
+                        };
+                    }
                     if behind <= window_units {
                         // `behind × unit` is `behind << shift` (≤ window: no overflow); the sum
                         // is below window + unit.
@@ -263,6 +280,17 @@ impl FixedWindow {
                             };
                         }
                     } else {
+                        // One unit ahead, the start of a window opened within this unit (rounded
+                        // up to the next): as `Ahead(1)` below, decided in one comparison where
+                        // `until_end` is not used (a coarse clock's whole first tick).
+                        if !terms && behind == TAG_MASK {
+                            return Current {
+                                tag,
+                                count,
+                                until_end: window.saturating_add(self.unit - into_unit),
+                                leap,
+                            };
+                        }
                         match tag_distance(tag, now_units & TAG_MASK) {
                             // A start ahead of `now` is the rounding up, or a later clock read
                             // by another thread: kept.
@@ -327,7 +355,7 @@ impl FixedWindow {
                     count,
                     until_end,
                     leap,
-                } = self.current(current, now);
+                } = self.current(current, now, A::REPORTS_TERMS);
                 if leap {
                     break;
                 }
@@ -410,7 +438,7 @@ impl Algorithm for FixedWindow {
             count,
             until_end,
             leap,
-        } = self.current(state, now);
+        } = self.current(state, now, true);
         let taken = count + u64::from(n);
         let step = if taken <= limit {
             Step::allow(
@@ -432,7 +460,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn is_idle(&self, state: u64, now: u64) -> bool {
-        self.current(state, now).count == 0
+        self.current(state, now, true).count == 0
     }
 
     fn set_limit(&self, limit: u32, _now: u64) -> Result<(), ConfigError> {
@@ -469,6 +497,9 @@ mod tests {
             // The stored window: the one open at the read (most cases), or a few windows / units
             // off it either way, or anywhere (a leap, or aliased by idleness).
             tag_offset in prop_oneof![6 => Just(0i64), 2 => -3i64..4, 1 => any::<i64>()],
+            // Or about a whole window back (the open window's last units and the first closed
+            // one): added to the offset above.
+            window_back in prop_oneof![3 => Just(None), 1 => (-2i64..=2).prop_map(Some)],
             count in prop_oneof![1 => Just(0u64), 6 => 0u64..25, 1 => Just(MAX_COUNT)],
             n in prop_oneof![6 => 1u32..5, 1 => 0u32..40],
         ) {
@@ -479,7 +510,14 @@ mod tests {
                 Anchor::WallClock => fixed.window.divide(clock),
                 Anchor::FirstRequest => clock >> fixed.shift,
             };
-            let tag = unit.wrapping_add_signed(tag_offset) & TAG_MASK;
+            let back = window_back.map_or(0, |d| {
+                let window_units = match anchor {
+                    Anchor::WallClock => 1,
+                    Anchor::FirstRequest => fixed.window_units,
+                };
+                d - window_units as i64
+            });
+            let tag = unit.wrapping_add_signed(tag_offset.wrapping_add(back)) & TAG_MASK;
             let state = pack_window(tag, count);
             // A later read, for the engine's re-reads on a leap.
             let reads = |first: u64| {
