@@ -168,19 +168,24 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
     (word >> 25, word & SEALED != 0, word & MAX_COUNT)
 }
 
-/// Whether cell word `word` holds round `round` (unreduced: reduced here, modulo 2^39), open:
-/// `unpack_cell(word)` is `(round & ROUND_MASK, false, _)`, in one comparison (the shift drops
-/// the round's bits past the tag, as the reduction would).
+/// The count of cell word `word` if it holds round `round` (unreduced: reduced here, modulo
+/// 2^39), open: `unpack_cell(word)` is `(round & ROUND_MASK, false, count)`. One subtraction and
+/// one comparison: `round << 25` (its bits past the tag dropped, as the reduction would) has no
+/// low bits, so the difference keeps the word's seal bit and count and is the rounds' difference
+/// above them: below 2^24 exactly when the rounds agree and the seal is clear, and then the count.
 #[inline(always)]
-fn open_in(word: u64, round: u64) -> bool {
-    (word ^ (round << 25)) >> 24 == 0
+fn open_count(word: u64, round: u64) -> Option<u64> {
+    let rest = word.wrapping_sub(round << 25);
+    (rest <= MAX_COUNT).then_some(rest)
 }
 
-/// Whether `base` word `word` names cell `cell`: its tag is `cell & TAG_MASK`, in one comparison
-/// (the shift drops the cell's bits past the tag, as the mask would).
+/// The sum of `base` word `word` if it names cell `cell` (its tag is `cell & TAG_MASK`): one
+/// subtraction and one comparison, as in [`open_count`] (the shift drops the cell's bits past
+/// the tag, as the mask would).
 #[inline(always)]
-fn names_cell(word: u64, cell: u64) -> bool {
-    (word ^ (cell << COUNT_BITS)) >> COUNT_BITS == 0
+fn named_sum(word: u64, cell: u64) -> Option<u64> {
+    let rest = word.wrapping_sub(cell << COUNT_BITS);
+    (rest <= MAX_COUNT).then_some(rest)
 }
 
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
