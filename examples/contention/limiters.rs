@@ -128,17 +128,17 @@ pub fn entries() -> Vec<Entry> {
         },
         Entry {
             name: "floor/fetch-add",
-            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::FetchAdd))),
+            build: |q, c| Ok(Box::new(Floor::new(q, FloorOp::FetchAdd, c))),
             bound: no_bound,
         },
         Entry {
             name: "floor/cas",
-            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::Cas))),
+            build: |q, c| Ok(Box::new(Floor::new(q, FloorOp::Cas, c))),
             bound: no_bound,
         },
         Entry {
             name: "floor/clock",
-            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::Clock))),
+            build: |q, c| Ok(Box::new(Floor::new(q, FloorOp::Clock, c))),
             bound: no_bound,
         },
         Entry {
@@ -619,7 +619,8 @@ fn ratelimit_bound(q: Quota, s: Span) -> u64 {
 }
 
 /// The machine's floors, as rows: what one call costs at least when all it does is one shared
-/// `fetch_add`, one load + compare-exchange loop on a shared word, or one quanta clock read.
+/// `fetch_add`, one load + compare-exchange loop on a shared word, or one read of the clock
+/// floodgate's limiters read (`--clock`: quanta, or the coarse clock's one load).
 /// Every call is admitted; they limit nothing (no bound).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum FloorOp {
@@ -633,15 +634,21 @@ pub struct Floor {
     word: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>,
     limit: u32,
     clock: QuantaClock,
+    /// `FloorOp::Clock` reads this coarse clock if set, else `clock`.
+    coarse: Option<CoarseClock>,
 }
 
 impl Floor {
-    pub fn new(q: Quota, op: FloorOp) -> Self {
+    pub fn new(q: Quota, op: FloorOp, read: &ClockChoice) -> Self {
         Floor {
             op,
             word: Default::default(),
             limit: q.limit,
             clock: QuantaClock::new(),
+            coarse: match read {
+                ClockChoice::Quanta => None,
+                ClockChoice::Coarse(c) => Some(c.clone()),
+            },
         }
     }
 }
@@ -666,7 +673,10 @@ impl Limiter for Floor {
                     }
                 }
             }
-            FloorOp::Clock => self.clock.now_nanos(),
+            FloorOp::Clock => match &self.coarse {
+                Some(coarse) => coarse.now_nanos(),
+                None => self.clock.now_nanos(),
+            },
         };
         std::hint::black_box(seen);
         Ok(Decision::allow(u64::from(self.limit), 0, 0))
