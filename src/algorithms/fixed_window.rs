@@ -269,31 +269,31 @@ impl FixedWindow {
             }
             Anchor::FirstRequest => {
                 let now_units = now >> self.shift;
+                // Whole units in a window: bounds every distance before it is shifted back to
+                // nanoseconds, so no shift can overflow.
+                let window_units = self.window_units;
+                // The common case first: the stored window started at most a window's units
+                // before `now` (`tag_distance` would say `Same` or `Behind(k ≤ window_units)`:
+                // `window_units` < 2^17 is far below the 2^39 at which a distance reads as
+                // ahead), and is still open.
+                let behind = now_units.wrapping_sub(tag) & TAG_MASK;
+                // Without terms, in one comparison: fewer whole units behind than a window holds
+                // is open with no time compare (`elapsed` < `behind + 1` units ≤ `window_units`
+                // units ≤ `window`); `until_end` is never used (the compiler drops it, and with
+                // it the offset into the unit, computed below only for the other cases). With
+                // terms, `window − elapsed` is needed anyway: its subtraction is the compare.
+                if !terms && count > 0 && behind < window_units {
+                    let into_unit = now & self.unit_mask;
+                    return Current {
+                        tag,
+                        count,
+                        until_end: self.window.get() - (behind * self.unit + into_unit),
+                        leap: false,
+                    };
+                }
                 let into_unit = now & self.unit_mask;
                 let mut leap = false;
                 if count > 0 {
-                    // Whole units in a window: bounds every distance before it is shifted back
-                    // to nanoseconds, so no shift can overflow.
-                    let window_units = self.window_units;
-                    // The common case first: the stored window started at most a window's
-                    // units before `now` (`tag_distance` would say `Same` or
-                    // `Behind(k ≤ window_units)`: `window_units` < 2^17 is far below the 2^39 at
-                    // which a distance reads as ahead), and is still open.
-                    let behind = now_units.wrapping_sub(tag) & TAG_MASK;
-                    // Without terms, in one comparison: fewer whole units behind than a window
-                    // holds is open with no time compare (`elapsed` < `behind + 1` units ≤
-                    // `window_units` units ≤ `window`); `until_end` is never used (the compiler
-                    // drops it). With terms, `window − elapsed` is needed anyway: its
-                    // subtraction is the compare.
-                    if !terms && behind < window_units {
-                        return Current {
-                            tag,
-                            count,
-                            until_end: self.window.get() - (behind * self.unit + into_unit),
-                            leap,
-                        };
-                    }
-                    // (Loaded here, after the case that does not use it.)
                     let window = self.window.get();
                     if behind <= window_units {
                         // `behind × unit` is `behind << shift` (≤ window: no overflow); the sum
