@@ -62,6 +62,9 @@ pub struct Entry {
 
 /// The reference every ratio is taken against.
 pub const GOVERNOR: &str = "governor";
+/// governor on its coarse clock (`QuantaUpkeepClock`, 1 ms): the reference of a `--clock coarse`
+/// run that has it, so the ratio compares limiters on clocks of the same kind.
+pub const GOVERNOR_COARSE: &str = "governor-coarse";
 
 /// Every limiter in the comparison, governor first.
 pub fn entries() -> Vec<Entry> {
@@ -69,6 +72,11 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: GOVERNOR,
             build: |q, _| Ok(Box::new(Governor::new(q)?)),
+            bound: governor_bound,
+        },
+        Entry {
+            name: GOVERNOR_COARSE,
+            build: |q, _| Ok(Box::new(Governor::coarse(q)?)),
             bound: governor_bound,
         },
         Entry {
@@ -397,26 +405,58 @@ fn governor_bound(q: Quota, s: Span) -> u64 {
 /// governor's direct limiter behind floodgate's trait, so every row goes through the same
 /// `Box<dyn Limiter>` call. It does not compute governor's wait time on a denial (that costs a
 /// second clock read, which governor callers only pay when they ask): the report needs only
-/// allowed/denied.
-pub struct Governor {
-    inner: governor::DefaultDirectRateLimiter,
+/// allowed/denied. `C`: the clock governor reads, its quanta clock (`governor`) or its
+/// `QuantaUpkeepClock` (`governor-coarse`: an atomic load of quanta's recent time, refreshed by
+/// an upkeep thread every millisecond, as floodgate's coarse clock is).
+pub struct Governor<C: governor::clock::Clock = governor::clock::DefaultClock> {
+    inner: governor::RateLimiter<
+        governor::state::NotKeyed,
+        governor::state::InMemoryState,
+        C,
+        governor::middleware::NoOpMiddleware<C::Instant>,
+    >,
     burst: u32,
     clock: QuantaClock,
 }
 
 impl Governor {
     pub fn new(q: Quota) -> Result<Self, ConfigError> {
+        Self::with_clock(q, governor::clock::DefaultClock::default())
+    }
+}
+
+impl Governor<governor::clock::QuantaUpkeepClock> {
+    /// governor on its `QuantaUpkeepClock` with a 1 ms upkeep, floodgate's coarse resolution.
+    /// quanta runs one upkeep thread per process (a second start fails while the first runs), so
+    /// every row shares one clock, started on first use and kept for the process.
+    pub fn coarse(q: Quota) -> Result<Self, ConfigError> {
+        static CLOCK: std::sync::OnceLock<Result<governor::clock::QuantaUpkeepClock, String>> =
+            std::sync::OnceLock::new();
+        let clock = CLOCK
+            .get_or_init(|| {
+                governor::clock::QuantaUpkeepClock::from_interval(Duration::from_millis(1))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|_| ConfigError::Invalid {
+                what: "clock",
+                why: "governor's QuantaUpkeepClock could not start its upkeep thread",
+            })?;
+        Self::with_clock(q, clock)
+    }
+}
+
+impl<C: governor::clock::Clock> Governor<C> {
+    fn with_clock(q: Quota, clock: C) -> Result<Self, ConfigError> {
         Ok(Governor {
-            inner: governor::RateLimiter::direct(governor_quota(q)?),
+            inner: governor::RateLimiter::direct_with_clock(governor_quota(q)?, clock),
             burst: q.limit,
             clock: QuantaClock::new(),
         })
     }
-}
 
-impl Limiter for Governor {
-    #[inline]
-    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+    /// The request checks floodgate's limiters make (a zero count, more than the burst).
+    fn validate(&self, n: u32) -> Result<(), AcquireError> {
         if n == 0 {
             return Err(AcquireError::ZeroPermits);
         }
@@ -426,6 +466,18 @@ impl Limiter for Governor {
                 capacity: u64::from(self.burst),
             });
         }
+        Ok(())
+    }
+}
+
+impl<C> Limiter for Governor<C>
+where
+    C: governor::clock::Clock + Send + Sync,
+    C::Instant: Send + Sync,
+{
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.validate(n)?;
         let allowed = match NonZeroU32::new(n) {
             Some(n) if n.get() > 1 => matches!(self.inner.check_n(n), Ok(Ok(()))),
             _ => self.inner.check().is_ok(),

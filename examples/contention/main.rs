@@ -33,7 +33,9 @@ usage: cargo run --release --example contention -- [options]
   --workloads a,..    allow-heavy, deny-heavy, at-limit (default: all three)
   --duration D        per cell: 750ms, 2s, 1.5 (seconds) (default: about 55 s / cells,
                       between 200 ms and 1 s)
-  --clock C           quanta (default) or coarse: the clock floodgate's limiters read
+  --clock C           quanta (default) or coarse: the clock floodgate's limiters read (governor
+                      reads quanta; governor-coarse, its QuantaUpkeepClock at 1 ms, is the
+                      ratios' reference in a coarse run that lists it)
   --call C            decision (default: `try_acquire(1)`, a whole Decision) or admit
                       (`admit(1)`, a bool: compare with `governor`, whose check is a bool)
   --out DIR           output folder (default: target/floodgate-report)
@@ -302,11 +304,12 @@ fn main() -> ExitCode {
         }
     }
     progress.finish();
-    output::add_ratios(&mut rows);
+    output::add_ratios(&mut rows, options.coarse);
     println!("{}", output::table(&rows, &options.workloads));
     println!(
         "Mops/s: calls by all threads per second. p50/p99: per-call time seen by one thread \
-         (batches of {}). ×gov: throughput / governor's in the same cell. bound: the most the \
+         (batches of {}). ×gov: throughput / governor's in the same cell (with --clock coarse: \
+         governor-coarse's, where the run has it). bound: the most the \
          algorithm may admit over the measured time.",
         measure::BATCH
     );
