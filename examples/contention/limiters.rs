@@ -490,6 +490,20 @@ where
         })
     }
 
+    /// governor's own bool answer: `check()` for one permit, straight away (no count checks:
+    /// `check` takes no count), `check_n` otherwise; the work of floodgate's `admit`.
+    #[inline]
+    fn admit(&self, n: u32) -> Result<bool, AcquireError> {
+        if n == 1 {
+            return Ok(self.inner.check().is_ok());
+        }
+        self.validate(n)?;
+        match NonZeroU32::new(n) {
+            Some(n) => Ok(matches!(self.inner.check_n(n), Ok(Ok(())))),
+            None => Err(AcquireError::ZeroPermits),
+        }
+    }
+
     fn clock(&self) -> &dyn Clock {
         &self.clock
     }
