@@ -168,24 +168,29 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
     (word >> 25, word & SEALED != 0, word & MAX_COUNT)
 }
 
-/// The count of cell word `word` if it holds round `round` (unreduced: reduced here, modulo
-/// 2^39), open: `unpack_cell(word)` is `(round & ROUND_MASK, false, count)`. One subtraction and
-/// one comparison: `round << 25` (its bits past the tag dropped, as the reduction would) has no
-/// low bits, so the difference keeps the word's seal bit and count and is the rounds' difference
-/// above them: below 2^24 exactly when the rounds agree and the seal is clear, and then the count.
+/// The low bits of `word` (a count, with a seal bit where the word has one) if its bits from
+/// `shift` up hold `high` (unreduced: its bits past the word's top drop off in the shift, as a
+/// reduction modulo the field would): one subtraction and one comparison. `high << shift` has no
+/// low bits, so the difference keeps them and is the high fields' difference above them: at most
+/// `MAX_COUNT` exactly when the fields agree and the bits between the count and `shift` (the
+/// seal bit) are clear, and then the count.
 #[inline(always)]
-fn open_count(word: u64, round: u64) -> Option<u64> {
-    let rest = word.wrapping_sub(round << 25);
+fn count_if_above(word: u64, high: u64, shift: u32) -> Option<u64> {
+    let rest = word.wrapping_sub(high << shift);
     (rest <= MAX_COUNT).then_some(rest)
 }
 
-/// The sum of `base` word `word` if it names cell `cell` (its tag is `cell & TAG_MASK`): one
-/// subtraction and one comparison, as in [`open_count`] (the shift drops the cell's bits past
-/// the tag, as the mask would).
+/// The count of cell word `word` if it holds round `round` (unreduced: reduced here, modulo
+/// 2^39), open: `unpack_cell(word)` is `(round & ROUND_MASK, false, count)`.
+#[inline(always)]
+fn open_count(word: u64, round: u64) -> Option<u64> {
+    count_if_above(word, round, 25)
+}
+
+/// The sum of `base` word `word` if it names cell `cell` (its tag is `cell & TAG_MASK`).
 #[inline(always)]
 fn named_sum(word: u64, cell: u64) -> Option<u64> {
-    let rest = word.wrapping_sub(cell << COUNT_BITS);
-    (rest <= MAX_COUNT).then_some(rest)
+    count_if_above(word, cell, COUNT_BITS)
 }
 
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
