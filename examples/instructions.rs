@@ -19,7 +19,8 @@
 //! never reached), deny (exhausted after one permit), spent (sliding windows only: the whole
 //! limit was taken at the very end of the cell before the current one, so every call is a denial
 //! whose window holds a used closed cell: the denial an attacker makes every caller pay).
-//! Clocks: quanta, coarse.
+//! Clocks: quanta, coarse. On the coarse clock, one call and a bounded wait come first (see
+//! `settle`): the measured loop starts past the start of the window that call opened.
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -72,6 +73,9 @@ fn settle<L: Limiter>(limiter: &L, period: Duration) -> Result<(), String> {
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let started = std::time::Instant::now();
     loop {
+        // The limiter's read lies in `before..=read` (the clock never goes back): `read` bounds
+        // the window's start from above, `before` its end from below.
+        let before = clock.now_nanos();
         let decision = limiter
             .try_acquire(1)
             .map_err(|e| format!("settling call: {e}"))?;
@@ -89,7 +93,7 @@ fn settle<L: Limiter>(limiter: &L, period: Duration) -> Result<(), String> {
             std::thread::sleep(Duration::from_micros(500));
             now = clock.now_nanos();
         }
-        let end = read.saturating_add(nanos(decision.reset_after()));
+        let end = before.saturating_add(nanos(decision.reset_after()));
         if round_up.is_zero() || now < end {
             return Ok(());
         }
