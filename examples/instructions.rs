@@ -19,7 +19,8 @@
 //! never reached), deny (exhausted after one permit), spent (sliding windows only: the whole
 //! limit was taken at the very end of the cell before the current one, so every call is a denial
 //! whose window holds a used closed cell: the denial an attacker makes every caller pay).
-//! Clocks: quanta, coarse.
+//! Clocks: quanta, coarse. On the coarse clock, one call and a bounded wait come first (see
+//! `settle`): the measured loop starts past the start of the window that call opened.
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -41,8 +42,87 @@ enum Call {
     Admit,
 }
 
-fn measured<L: Limiter>(call: Call, limiter: &L, calls: u64) -> u64 {
-    match call {
+/// Whether the limiters read the coarse clock, whose first tick the measured loop must not start
+/// in (see [`settle`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tick {
+    /// quanta: every read is a new time; nothing to wait for.
+    Free,
+    /// The coarse clock: one call, then wait for the clock to pass the window's start.
+    Coarse,
+}
+
+/// How long [`settle`] waits for the coarse clock before it gives up (1 ms ticks; under valgrind
+/// the upkeep thread runs only when the main thread lets valgrind switch threads: it sleeps here).
+const SETTLE_BOUND: Duration = Duration::from_secs(10);
+
+/// Puts a coarse-clock limiter in the state the measured calls should meet. Without it, an
+/// anchored fixed window's first call opens the window at the next unit (its start rounded up),
+/// and a clock that does not tick during a short run (callgrind's: valgrind rarely lets the
+/// upkeep thread run while the measured loop runs) keeps every measured call in the "window
+/// starts one unit ahead" branch: a figure of the frozen clock, not of the limiter. So: one call
+/// (the first permit: `deny` is exhausted by it, as it would be by the loop's first call), then
+/// wait until the clock reads past the start of the window it opened: at most
+/// `reset_after − period` past the call (the round-up; nothing for limiters without one), and at
+/// least one tick in any case. A clock that jumped past the end of that window meanwhile (a
+/// window of `period` from the start, when the call rounded up) would leave the loop a closed
+/// window: then again. Bounded by [`SETTLE_BOUND`]; outside the measured loop, so callgrind does
+/// not count it.
+fn settle<L: Limiter>(limiter: &L, period: Duration) -> Result<(), String> {
+    let clock = limiter.clock();
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let started = std::time::Instant::now();
+    loop {
+        // The limiter's read lies in `before..=read` (the clock never goes back): `read` bounds
+        // the window's start from above, `before` its end from below.
+        let before = clock.now_nanos();
+        let decision = limiter
+            .try_acquire(1)
+            .map_err(|e| format!("settling call: {e}"))?;
+        let read = clock.now_nanos();
+        let round_up = decision.reset_after().saturating_sub(period);
+        let past = read.saturating_add(nanos(round_up));
+        let mut now = clock.now_nanos();
+        while now <= past {
+            if started.elapsed() > SETTLE_BOUND {
+                return Err(format!(
+                    "the coarse clock did not pass {past} ns (read {read} ns) within \
+                     {SETTLE_BOUND:?}: a frozen clock would measure the window-ahead branch only"
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+            now = clock.now_nanos();
+        }
+        let end = before.saturating_add(nanos(decision.reset_after()));
+        if round_up.is_zero() || now < end {
+            return Ok(());
+        }
+        if started.elapsed() > SETTLE_BOUND {
+            return Err(format!(
+                "the coarse clock jumped past the settled window's end every time within \
+                 {SETTLE_BOUND:?}"
+            ));
+        }
+    }
+}
+
+/// How a row measures: the call it makes, and the clock's settling.
+#[derive(Clone, Copy)]
+struct How {
+    call: Call,
+    tick: Tick,
+    /// The limiter's window or period (`settle` reads the round-up past it).
+    period: Duration,
+}
+
+fn measured<L: Limiter>(how: How, limiter: &L, calls: u64) -> u64 {
+    if how.tick == Tick::Coarse {
+        if let Err(e) = settle(limiter, how.period) {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    }
+    match how.call {
         Call::Decision => measured_loop(limiter, calls),
         Call::Admit => measured_loop_admit(limiter, calls),
     }
@@ -82,14 +162,26 @@ fn sliding<C: Clock>(workload: Workload, cells: u32, clock: C) -> Option<Sliding
     Some(ring)
 }
 
-fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u64) -> Option<u64> {
+fn run_with<C: Clock + Clone>(
+    name: &str,
+    workload: Workload,
+    clock: C,
+    tick: Tick,
+    calls: u64,
+) -> Option<u64> {
     let (name, call) = match name.strip_suffix("/admit") {
         Some(name) => (name, Call::Admit),
         None => (name, Call::Decision),
     };
     if let Some(cells) = name.strip_prefix("sliding-window-") {
         let ring = sliding(workload, cells.parse().ok()?, clock)?;
-        return Some(measured(call, &ring, calls));
+        // No round-up to wait out: `Duration::MAX` leaves `settle` its one tick.
+        let how = How {
+            call,
+            tick,
+            period: Duration::MAX,
+        };
+        return Some(measured(how, &ring, calls));
     }
     // allow: 10^7 per 10 ms (never reached); deny: 1 per hour (exhausted by the first call).
     let (limit, period) = match workload {
@@ -98,25 +190,26 @@ fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u
         Workload::Spent => return None,
     };
     let rate = Rate::new(limit, period);
+    let how = How { call, tick, period };
     Some(match name {
         "clock" => measured_loop_clock(&clock, calls),
         "fixed-window" => measured(
-            call,
+            how,
             &AtomicLimiter::with_clock(FixedWindow::new(limit, period).ok()?, clock),
             calls,
         ),
         "fixed-window-aligned" => measured(
-            call,
+            how,
             &AtomicLimiter::with_clock(FixedWindow::aligned(limit, period).ok()?, clock),
             calls,
         ),
         "token-bucket" => measured(
-            call,
+            how,
             &AtomicLimiter::with_clock(TokenBucket::new(rate, limit).ok()?, clock),
             calls,
         ),
         "gcra" => measured(
-            call,
+            how,
             &AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock),
             calls,
         ),
@@ -128,10 +221,10 @@ fn run_with<C: Clock + Clone>(name: &str, workload: Workload, clock: C, calls: u
             gcra.algorithm()
                 .set_rate(Rate::new(limit * 2, period * 2), now)
                 .ok()?;
-            measured(call, &gcra, calls)
+            measured(how, &gcra, calls)
         }
         "sharded" => measured(
-            call,
+            how,
             &Sharded::with_clock(limit, period, 2, clock).ok()?,
             calls,
         ),
@@ -158,9 +251,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let admitted = match clock.as_str() {
-        "quanta" => run_with(name, load, QuantaClock::new(), calls),
+        "quanta" => run_with(name, load, QuantaClock::new(), Tick::Free, calls),
         "coarse" => match CoarseClock::new() {
-            Ok(c) => run_with(name, load, c, calls),
+            Ok(c) => run_with(name, load, c, Tick::Coarse, calls),
             Err(e) => {
                 eprintln!("coarse clock: {e}");
                 return ExitCode::FAILURE;

@@ -9,6 +9,8 @@
 //!     target/release/examples/instructions_peers governor-state allow 1000000
 //! ```
 //! Peers: governor (`check().is_ok()`, a bool: the shape of floodgate's `admit` rows),
+//! governor-n (`check_n(black_box(1))`, a bool for a count the compiler cannot see: the shape of
+//! floodgate's `admit-n` rows),
 //! governor-state (governor with `StateInformationMiddleware`, computing what a 429 needs,
 //! as floodgate's `try_acquire` does: the remaining burst on an admission, the wait on a denial,
 //! which costs governor a second clock read), ratelimit (the `ratelimit` crate's token bucket on
@@ -34,6 +36,20 @@ type GovernorState = governor::RateLimiter<
 #[inline(never)]
 fn measured_loop_governor(limiter: &governor::DefaultDirectRateLimiter, calls: u64) -> u64 {
     (0..calls).map(|_| u64::from(limiter.check().is_ok())).sum()
+}
+
+/// governor's bool for a count the compiler cannot see: `check_n(black_box(1))`, the call shape
+/// of floodgate's `admit-n` rows (`admit(black_box(1))`). A zero count (never passed here) is
+/// refused, as floodgate's `admit(0)` is an error.
+#[inline(never)]
+fn measured_loop_governor_n(limiter: &governor::DefaultDirectRateLimiter, calls: u64) -> u64 {
+    (0..calls)
+        .map(|_| {
+            let admitted = NonZeroU32::new(black_box(1))
+                .is_some_and(|n| matches!(limiter.check_n(n), Ok(Ok(()))));
+            u64::from(admitted)
+        })
+        .sum()
 }
 
 #[inline(never)]
@@ -79,6 +95,11 @@ fn run(name: &str, allow: bool, calls: u64) -> Option<u64> {
                 governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
             measured_loop_governor(&governor::RateLimiter::direct(quota), calls)
         }
+        "governor-n" => {
+            let quota =
+                governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
+            measured_loop_governor_n(&governor::RateLimiter::direct(quota), calls)
+        }
         "governor-state" => {
             let quota =
                 governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
@@ -105,7 +126,9 @@ fn run(name: &str, allow: bool, calls: u64) -> Option<u64> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [name, workload, calls] = args.as_slice() else {
-        eprintln!("usage: instructions_peers governor|governor-state|ratelimit allow|deny CALLS");
+        eprintln!(
+            "usage: instructions_peers governor|governor-n|governor-state|ratelimit allow|deny CALLS"
+        );
         return ExitCode::from(2);
     };
     let allow = match workload.as_str() {

@@ -62,6 +62,9 @@ pub struct Entry {
 
 /// The reference every ratio is taken against.
 pub const GOVERNOR: &str = "governor";
+/// governor on its coarse clock (`QuantaUpkeepClock`, 1 ms): the reference of a `--clock coarse`
+/// run that has it, so the ratio compares limiters on clocks of the same kind.
+pub const GOVERNOR_COARSE: &str = "governor-coarse";
 
 /// Every limiter in the comparison, governor first.
 pub fn entries() -> Vec<Entry> {
@@ -69,6 +72,11 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: GOVERNOR,
             build: |q, _| Ok(Box::new(Governor::new(q)?)),
+            bound: governor_bound,
+        },
+        Entry {
+            name: GOVERNOR_COARSE,
+            build: |q, _| Ok(Box::new(Governor::coarse(q)?)),
             bound: governor_bound,
         },
         Entry {
@@ -143,17 +151,17 @@ pub fn entries() -> Vec<Entry> {
         },
         Entry {
             name: "floor/fetch-add",
-            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::FetchAdd))),
+            build: |q, c| Ok(Box::new(Floor::new(q, FloorOp::FetchAdd, c))),
             bound: no_bound,
         },
         Entry {
             name: "floor/cas",
-            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::Cas))),
+            build: |q, c| Ok(Box::new(Floor::new(q, FloorOp::Cas, c))),
             bound: no_bound,
         },
         Entry {
             name: "floor/clock",
-            build: |q, _| Ok(Box::new(Floor::new(q, FloorOp::Clock))),
+            build: |q, c| Ok(Box::new(Floor::new(q, FloorOp::Clock, c))),
             bound: no_bound,
         },
         Entry {
@@ -412,26 +420,58 @@ fn governor_bound(q: Quota, s: Span) -> u64 {
 /// governor's direct limiter behind floodgate's trait, so every row goes through the same
 /// `Box<dyn Limiter>` call. It does not compute governor's wait time on a denial (that costs a
 /// second clock read, which governor callers only pay when they ask): the report needs only
-/// allowed/denied.
-pub struct Governor {
-    inner: governor::DefaultDirectRateLimiter,
+/// allowed/denied. `C`: the clock governor reads, its quanta clock (`governor`) or its
+/// `QuantaUpkeepClock` (`governor-coarse`: an atomic load of quanta's recent time, refreshed by
+/// an upkeep thread every millisecond, as floodgate's coarse clock is).
+pub struct Governor<C: governor::clock::Clock = governor::clock::DefaultClock> {
+    inner: governor::RateLimiter<
+        governor::state::NotKeyed,
+        governor::state::InMemoryState,
+        C,
+        governor::middleware::NoOpMiddleware<C::Instant>,
+    >,
     burst: u32,
     clock: QuantaClock,
 }
 
 impl Governor {
     pub fn new(q: Quota) -> Result<Self, ConfigError> {
+        Self::with_clock(q, governor::clock::DefaultClock::default())
+    }
+}
+
+impl Governor<governor::clock::QuantaUpkeepClock> {
+    /// governor on its `QuantaUpkeepClock` with a 1 ms upkeep, floodgate's coarse resolution.
+    /// quanta runs one upkeep thread per process (a second start fails while the first runs), so
+    /// every row shares one clock, started on first use and kept for the process.
+    pub fn coarse(q: Quota) -> Result<Self, ConfigError> {
+        static CLOCK: std::sync::OnceLock<Result<governor::clock::QuantaUpkeepClock, String>> =
+            std::sync::OnceLock::new();
+        let clock = CLOCK
+            .get_or_init(|| {
+                governor::clock::QuantaUpkeepClock::from_interval(Duration::from_millis(1))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|_| ConfigError::Invalid {
+                what: "clock",
+                why: "governor's QuantaUpkeepClock could not start its upkeep thread",
+            })?;
+        Self::with_clock(q, clock)
+    }
+}
+
+impl<C: governor::clock::Clock> Governor<C> {
+    fn with_clock(q: Quota, clock: C) -> Result<Self, ConfigError> {
         Ok(Governor {
-            inner: governor::RateLimiter::direct(governor_quota(q)?),
+            inner: governor::RateLimiter::direct_with_clock(governor_quota(q)?, clock),
             burst: q.limit,
             clock: QuantaClock::new(),
         })
     }
-}
 
-impl Limiter for Governor {
-    #[inline]
-    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+    /// The request checks floodgate's limiters make (a zero count, more than the burst).
+    fn validate(&self, n: u32) -> Result<(), AcquireError> {
         if n == 0 {
             return Err(AcquireError::ZeroPermits);
         }
@@ -441,6 +481,18 @@ impl Limiter for Governor {
                 capacity: u64::from(self.burst),
             });
         }
+        Ok(())
+    }
+}
+
+impl<C> Limiter for Governor<C>
+where
+    C: governor::clock::Clock + Send + Sync,
+    C::Instant: Send + Sync,
+{
+    #[inline]
+    fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.validate(n)?;
         let allowed = match NonZeroU32::new(n) {
             Some(n) if n.get() > 1 => matches!(self.inner.check_n(n), Ok(Ok(()))),
             _ => self.inner.check().is_ok(),
@@ -451,6 +503,20 @@ impl Limiter for Governor {
         } else {
             Decision::deny(limit, 0, 0, 0)
         })
+    }
+
+    /// governor's own bool answer: `check()` for one permit, straight away (no count checks:
+    /// `check` takes no count), `check_n` otherwise; the work of floodgate's `admit`.
+    #[inline]
+    fn admit(&self, n: u32) -> Result<bool, AcquireError> {
+        if n == 1 {
+            return Ok(self.inner.check().is_ok());
+        }
+        self.validate(n)?;
+        match NonZeroU32::new(n) {
+            Some(n) => Ok(matches!(self.inner.check_n(n), Ok(Ok(())))),
+            None => Err(AcquireError::ZeroPermits),
+        }
     }
 
     fn clock(&self) -> &dyn Clock {
@@ -634,7 +700,8 @@ fn ratelimit_bound(q: Quota, s: Span) -> u64 {
 }
 
 /// The machine's floors, as rows: what one call costs at least when all it does is one shared
-/// `fetch_add`, one load + compare-exchange loop on a shared word, or one quanta clock read.
+/// `fetch_add`, one load + compare-exchange loop on a shared word, or one read of the clock
+/// floodgate's limiters read (`--clock`: quanta, or the coarse clock's one load).
 /// Every call is admitted; they limit nothing (no bound).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum FloorOp {
@@ -648,15 +715,21 @@ pub struct Floor {
     word: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>,
     limit: u32,
     clock: QuantaClock,
+    /// `FloorOp::Clock` reads this coarse clock if set, else `clock`.
+    coarse: Option<CoarseClock>,
 }
 
 impl Floor {
-    pub fn new(q: Quota, op: FloorOp) -> Self {
+    pub fn new(q: Quota, op: FloorOp, read: &ClockChoice) -> Self {
         Floor {
             op,
             word: Default::default(),
             limit: q.limit,
             clock: QuantaClock::new(),
+            coarse: match read {
+                ClockChoice::Quanta => None,
+                ClockChoice::Coarse(c) => Some(c.clone()),
+            },
         }
     }
 }
@@ -681,7 +754,10 @@ impl Limiter for Floor {
                     }
                 }
             }
-            FloorOp::Clock => self.clock.now_nanos(),
+            FloorOp::Clock => match &self.coarse {
+                Some(coarse) => coarse.now_nanos(),
+                None => self.clock.now_nanos(),
+            },
         };
         std::hint::black_box(seen);
         Ok(Decision::allow(u64::from(self.limit), 0, 0))

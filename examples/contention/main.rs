@@ -38,7 +38,9 @@ usage: cargo run --release --example contention -- [options]
   --workloads a,..    allow-heavy, deny-heavy, at-limit (default: all three)
   --duration D        per cell: 750ms, 2s, 1.5 (seconds) (default: about 55 s / cells,
                       between 200 ms and 1 s)
-  --clock C           quanta (default) or coarse: the clock floodgate's limiters read
+  --clock C           quanta (default) or coarse: the clock floodgate's limiters read (governor
+                      reads quanta; governor-coarse, its QuantaUpkeepClock at 1 ms, is the
+                      ratios' reference in a coarse run that lists it)
   --call C            decision (default: `try_acquire(1)`, a whole Decision) or admit
                       (`admit(1)`, a bool: compare with `governor`, whose check is a bool)
   --repeat K          run the matrix K times (default 1), the limiters of a cell in alternating
@@ -396,7 +398,7 @@ fn main() -> ExitCode {
         }
     }
     progress.finish();
-    output::add_ratios(&mut rows);
+    output::add_ratios(&mut rows, options.coarse);
     // One row per cell: itself in a single round, else the medians over the rounds.
     let cells_shown = if repeat > 1 {
         output::medians(&rows)
@@ -406,7 +408,8 @@ fn main() -> ExitCode {
     println!("{}", output::table(&cells_shown, &options.workloads));
     println!(
         "Mops/s: calls by all threads per second. p50/p99: per-call time seen by one thread \
-         (batches of {}). ×gov: throughput / governor's in the same cell. bound: the most the \
+         (batches of {}). ×gov: throughput / governor's in the same cell (with --clock coarse: \
+         governor-coarse's, where the run has it). bound: the most the \
          algorithm may admit over the measured time.",
         measure::BATCH
     );

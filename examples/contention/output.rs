@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use crate::limiters::{Quota, Workload, reference};
+use crate::limiters::{GOVERNOR, GOVERNOR_COARSE, Quota, Workload, reference};
 
 /// One measured cell (of one round), or the medians of a cell over the rounds ([`medians`]).
 #[derive(Clone)]
@@ -36,17 +36,22 @@ impl Row {
 }
 
 /// Fills the `vs_governor` not yet known (an interleaved pair's is its own) from the governor
-/// rows of the same run.
-/// Each row's throughput over its reference's in the same cell of the same round
-/// ([`reference`]: governor's keyed limiter for the keyed rows, governor's direct limiter for
-/// the others).
-pub fn add_ratios(rows: &mut [Row]) {
+/// rows of the same run: each row's throughput over its reference's in the same cell of the
+/// same round ([`reference`]: governor's keyed limiter for the keyed rows, governor's direct
+/// limiter for the others). `coarse`: the run's floodgate limiters read the coarse clock; then
+/// the direct rows are taken against `governor-coarse` (governor on its own coarse clock) where
+/// the run has it, so the ratio compares limiters, not clocks.
+pub fn add_ratios(rows: &mut [Row], coarse: bool) {
     let measured: Vec<(usize, &'static str, usize, Workload, f64)> = rows
         .iter()
         .map(|r| (r.round, r.limiter, r.threads, r.workload, r.mops))
         .collect();
+    let has_coarse_governor = coarse && rows.iter().any(|r| r.limiter == GOVERNOR_COARSE);
     for row in rows.iter_mut().filter(|r| r.vs_governor.is_none()) {
-        let against = reference(row.limiter);
+        let against = match reference(row.limiter) {
+            GOVERNOR if has_coarse_governor => GOVERNOR_COARSE,
+            other => other,
+        };
         row.vs_governor = measured
             .iter()
             .find(|(n, l, t, w, _)| {

@@ -9,6 +9,9 @@
 //!   `window − cell − 1` ns (which lies inside 2 consecutive cells) ≤ limit;
 //! * sharded (aligned, 2 stripes): as the aligned fixed window, over all stripes together.
 //!
+//! Section (f) runs the fixed windows' `admit` (the bool answer, whose short path skips the
+//! window's terms) against `try_acquire` across a window crossing, with the same promises.
+//!
 //! Windows are tiny (10 ns) so that a stall, a lag or a leap of a few steps is meaningful; the
 //! "far ahead" horizons are `max(window, MAX_CLOCK_LAG_NANOS)` for the fixed window and one
 //! window for the packed one, crossed by one `advance` of the driver.
@@ -471,4 +474,64 @@ fn fixed_windows_set_limit_races_takes() {
 #[test]
 fn sharded_set_limit_races_takes() {
     set_limit_races_takes(sharded(), 3, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (f) `admit` (the bool answer, its own short path) racing `try_acquire` across a window edge.
+
+/// One stamped `admit`: the admission, if any.
+fn admit<L: Limiter>(l: &L, clock: &ModelClock, n: u32) -> Vec<Admitted> {
+    let (span, allowed) = clock.timed(|| l.admit(n).unwrap());
+    if allowed {
+        vec![Admitted::at(span, u64::from(n))]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Limit 1; real time starts at 5 (mid-window). A calls `admit(1)` twice; the driver takes with
+/// `try_acquire(1)`, moves time across the window edge (+5 ns), then calls `admit(1)` and
+/// `try_acquire(1)`. Whatever the interleaving, the promise holds over every admission of both
+/// calls (an `admit` that answered true on a full window would put two admissions in one
+/// window, at one instant). Then, a whole window after the last call (a window that must be
+/// fresh), `admit(1)` must answer true: the bool path refuses nothing that fits.
+fn admit_races_try_acquire<L: Take>(kind: Kind<L>) {
+    let make = kind.make;
+    let promise = kind.promise;
+    model(None, move || {
+        let clock = ModelClock::starting_at(5);
+        let l = Arc::new(make(1, &clock));
+        let a = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || {
+                let mut got = admit(&*l, &clock, 1);
+                got.extend(admit(&*l, &clock, 1));
+                got
+            })
+        };
+        let mut mine = take(&*l, &clock, 0, 1, (0, 0));
+        clock.advance(5);
+        mine.extend(admit(&*l, &clock, 1));
+        mine.extend(take(&*l, &clock, 0, 1, (0, 0)));
+        let mut admitted = floodgate_loom_tests::join_all(vec![a], mine);
+        promise.check(&admitted, 1);
+        clock.advance(2 * W);
+        let fresh = admit(&*l, &clock, 1);
+        assert!(
+            !fresh.is_empty(),
+            "admit refused a fresh window: {admitted:?}"
+        );
+        admitted.extend(fresh);
+        promise.check(&admitted, 1);
+    });
+}
+
+#[test]
+fn fixed_aligned_admit_races_try_acquire() {
+    admit_races_try_acquire(aligned());
+}
+
+#[test]
+fn fixed_anchored_admit_races_try_acquire() {
+    admit_races_try_acquire(anchored());
 }

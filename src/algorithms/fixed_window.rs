@@ -61,6 +61,9 @@ pub struct FixedWindow {
     unit: u64,
     /// `window >> shift`: whole units in a window.
     window_units: u64,
+    /// Aligned: the last window index whose window ends by 2^64 ns (`2^64 / window − 1`), so
+    /// `tag × window` for a tag up to it is its window's start, with no overflow.
+    last_whole_tag: u64,
     /// How far ahead of `now` a stored window may be and still be kept (in windows for aligned,
     /// in units for anchored): a clock read that lags another core's, up to
     /// max(one window, [`MAX_CLOCK_LAG_NANOS`]). Further ahead, judged on a clock read taken after
@@ -90,6 +93,7 @@ impl Clone for FixedWindow {
             unit_mask: self.unit_mask,
             unit: self.unit,
             window_units: self.window_units,
+            last_whole_tag: self.last_whole_tag,
             max_ahead: self.max_ahead,
         }
     }
@@ -166,6 +170,8 @@ impl FixedWindow {
             unit_mask: (1u64 << shift) - 1,
             unit: 1u64 << shift,
             window_units: window_nanos >> shift,
+            // At most 2^64 − 1 (a 1 ns window): fits.
+            last_whole_tag: ((1u128 << 64) / u128::from(window_nanos) - 1) as u64,
             max_ahead,
         })
     }
@@ -196,12 +202,38 @@ impl FixedWindow {
         self.anchor
     }
 
-    #[inline]
-    fn current(&self, state: u64, now: u64) -> Current {
+    /// Always inlined: out of line (as a binary with many limiters compiled it), the returned
+    /// `Current` goes through memory, a call and a store-to-load chain on every decision.
+    ///
+    /// `terms`: whether the caller uses `until_end` (false for a bool answer, which lets the
+    /// anchored window's common case skip its time compare). The result is the same either way;
+    /// only the code differs.
+    #[inline(always)]
+    fn current(&self, state: u64, now: u64, terms: bool) -> Current {
         let (tag, count) = unpack_window(state);
-        let window = self.window.get();
         match self.anchor {
             Anchor::WallClock => {
+                let window = self.window.get();
+                // The stored window, if `now` lies in it, with one multiply instead of the
+                // division: window `tag` spans `[tag × window, (tag + 1) × window)` when its index
+                // is below 2^40 (every window of 2^24 ns or more on the Unix timeline until
+                // 2262). `now` in that span makes `index` = `tag`, so this is the `Same` case
+                // below (or, with a zero count, the window `index` opening: the same answer).
+                // An index of 2^40 or more never passes (its tag is its low bits: a span far
+                // behind `now`). `tag ≤ last_whole_tag` keeps the span's end within 2^64, so the
+                // product does not overflow and a start past `now` wraps to a difference of at
+                // least `window` (one comparison rejects both sides).
+                if tag <= self.last_whole_tag {
+                    let elapsed = now.wrapping_sub(tag * window);
+                    if elapsed < window {
+                        return Current {
+                            tag,
+                            count,
+                            until_end: window - elapsed,
+                            leap: false,
+                        };
+                    }
+                }
                 let index = self.window.divide(now);
                 let until_end = window - (now - index * window);
                 let mut leap = false;
@@ -239,17 +271,32 @@ impl FixedWindow {
             }
             Anchor::FirstRequest => {
                 let now_units = now >> self.shift;
+                // Whole units in a window: bounds every distance before it is shifted back to
+                // nanoseconds, so no shift can overflow.
+                let window_units = self.window_units;
+                // The common case first: the stored window started at most a window's units
+                // before `now` (`tag_distance` would say `Same` or `Behind(k ≤ window_units)`:
+                // `window_units` < 2^17 is far below the 2^39 at which a distance reads as
+                // ahead), and is still open.
+                let behind = now_units.wrapping_sub(tag) & TAG_MASK;
+                // Without terms, in one comparison: fewer whole units behind than a window holds
+                // is open with no time compare (`elapsed` < `behind + 1` units ≤ `window_units`
+                // units ≤ `window`); `until_end` is never used (the compiler drops it, and with
+                // it the offset into the unit, computed below only for the other cases). With
+                // terms, `window − elapsed` is needed anyway: its subtraction is the compare.
+                if !terms && count > 0 && behind < window_units {
+                    let into_unit = now & self.unit_mask;
+                    return Current {
+                        tag,
+                        count,
+                        until_end: self.window.get() - (behind * self.unit + into_unit),
+                        leap: false,
+                    };
+                }
                 let into_unit = now & self.unit_mask;
                 let mut leap = false;
                 if count > 0 {
-                    // Whole units in a window: bounds every distance before it is shifted back
-                    // to nanoseconds, so no shift can overflow.
-                    let window_units = self.window_units;
-                    // The common case first, in one comparison: the stored window started at
-                    // most a window's units before `now` (`tag_distance` would say `Same` or
-                    // `Behind(k ≤ window_units)`: `window_units` < 2^17 is far below the 2^39 at
-                    // which a distance reads as ahead), and is still open.
-                    let behind = now_units.wrapping_sub(tag) & TAG_MASK;
+                    let window = self.window.get();
                     if behind <= window_units {
                         // `behind × unit` is `behind << shift` (≤ window: no overflow); the sum
                         // is below window + unit.
@@ -263,6 +310,17 @@ impl FixedWindow {
                             };
                         }
                     } else {
+                        // One unit ahead, the start of a window opened within this unit (rounded
+                        // up to the next): as `Ahead(1)` below, decided in one comparison where
+                        // `until_end` is not used (a coarse clock's whole first tick).
+                        if !terms && behind == TAG_MASK {
+                            return Current {
+                                tag,
+                                count,
+                                until_end: window.saturating_add(self.unit - into_unit),
+                                leap,
+                            };
+                        }
                         match tag_distance(tag, now_units & TAG_MASK) {
                             // A start ahead of `now` is the rounding up, or a later clock read
                             // by another thread: kept.
@@ -291,7 +349,7 @@ impl FixedWindow {
                 Current {
                     tag: (now_units + u64::from(into_unit != 0)) & TAG_MASK,
                     count: if leap { count } else { 0 },
-                    until_end: window.saturating_add(round_up),
+                    until_end: self.window.get().saturating_add(round_up),
                     leap,
                 }
             }
@@ -327,7 +385,7 @@ impl FixedWindow {
                     count,
                     until_end,
                     leap,
-                } = self.current(current, now);
+                } = self.current(current, now, A::REPORTS_TERMS);
                 if leap {
                     break;
                 }
@@ -410,7 +468,7 @@ impl Algorithm for FixedWindow {
             count,
             until_end,
             leap,
-        } = self.current(state, now);
+        } = self.current(state, now, true);
         let taken = count + u64::from(n);
         let step = if taken <= limit {
             Step::allow(
@@ -432,7 +490,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn is_idle(&self, state: u64, now: u64) -> bool {
-        self.current(state, now).count == 0
+        self.current(state, now, true).count == 0
     }
 
     fn set_limit(&self, limit: u32, _now: u64) -> Result<(), ConfigError> {
@@ -462,13 +520,22 @@ mod tests {
         /// the read) and out of it (new windows, windows behind and ahead, leaps, bad `n`).
         #[test]
         fn short_path_decides_as_the_engine(
-            window in prop_oneof![1u64..1_000, 1_000u64..10_000_000_000, Just(u64::MAX / 3)],
+            // (3 × 2^62: the window after the first ends past 2^64 ns.)
+            window in prop_oneof![
+                1u64..1_000,
+                1_000u64..10_000_000_000,
+                Just(u64::MAX / 3),
+                Just(3 << 62),
+            ],
             limit in 1u32..20,
             aligned in any::<bool>(),
             clock in prop_oneof![4 => 0u64..100_000_000_000, 1 => Just(u64::MAX - 7)],
             // The stored window: the one open at the read (most cases), or a few windows / units
             // off it either way, or anywhere (a leap, or aliased by idleness).
             tag_offset in prop_oneof![6 => Just(0i64), 2 => -3i64..4, 1 => any::<i64>()],
+            // Or about a whole window back (the open window's last units and the first closed
+            // one): added to the offset above.
+            window_back in prop_oneof![3 => Just(None), 1 => (-2i64..=2).prop_map(Some)],
             count in prop_oneof![1 => Just(0u64), 6 => 0u64..25, 1 => Just(MAX_COUNT)],
             n in prop_oneof![6 => 1u32..5, 1 => 0u32..40],
         ) {
@@ -479,7 +546,14 @@ mod tests {
                 Anchor::WallClock => fixed.window.divide(clock),
                 Anchor::FirstRequest => clock >> fixed.shift,
             };
-            let tag = unit.wrapping_add_signed(tag_offset) & TAG_MASK;
+            let back = window_back.map_or(0, |d| {
+                let window_units = match anchor {
+                    Anchor::WallClock => 1,
+                    Anchor::FirstRequest => fixed.window_units,
+                };
+                d - window_units as i64
+            });
+            let tag = unit.wrapping_add_signed(tag_offset.wrapping_add(back)) & TAG_MASK;
             let state = pack_window(tag, count);
             // A later read, for the engine's re-reads on a leap.
             let reads = |first: u64| {
@@ -499,6 +573,41 @@ mod tests {
             let word_b = word_b.into_inner();
             prop_assert_eq!(word_a.into_inner(), word_b);
             prop_assert_eq!(word_c.into_inner(), word_b);
+            // The aligned window's cases against the plain division (the engine shares them).
+            if aligned {
+                let want = aligned_model(&fixed, state, clock);
+                for terms in [false, true] {
+                    let got = fixed.current(state, clock, terms);
+                    prop_assert_eq!((got.tag & TAG_MASK, got.count, got.until_end, got.leap), want);
+                }
+            }
         }
+    }
+
+    /// `current` of an aligned window as the division and `tag_distance` give it: `(tag, count,
+    /// until_end, leap)`.
+    fn aligned_model(fixed: &FixedWindow, state: u64, now: u64) -> (u64, u64, u64, bool) {
+        let (tag, count) = unpack_window(state);
+        let window = fixed.window.get();
+        let index = now / window;
+        let until_end = window - now % window;
+        let mut leap = false;
+        if count > 0 {
+            match tag_distance(tag, index & TAG_MASK) {
+                TagDistance::Same => return (tag, count, until_end, false),
+                TagDistance::Ahead(k) if k <= fixed.max_ahead => {
+                    let until_end = k.saturating_mul(window).saturating_add(until_end);
+                    return (tag, count, until_end, false);
+                }
+                TagDistance::Ahead(_) => leap = true,
+                TagDistance::Behind(_) => {}
+            }
+        }
+        (
+            index & TAG_MASK,
+            if leap { count } else { 0 },
+            until_end,
+            leap,
+        )
     }
 }

@@ -168,19 +168,29 @@ pub const fn unpack_cell(word: u64) -> (u64, bool, u64) {
     (word >> 25, word & SEALED != 0, word & MAX_COUNT)
 }
 
-/// Whether cell word `word` holds round `round` (unreduced: reduced here, modulo 2^39), open:
-/// `unpack_cell(word)` is `(round & ROUND_MASK, false, _)`, in one comparison (the shift drops
-/// the round's bits past the tag, as the reduction would).
+/// The low bits of `word` (a count, with a seal bit where the word has one) if its bits from
+/// `shift` up hold `high` (unreduced: its bits past the word's top drop off in the shift, as a
+/// reduction modulo the field would): one subtraction and one comparison. `high << shift` has no
+/// low bits, so the difference keeps them and is the high fields' difference above them: at most
+/// `MAX_COUNT` exactly when the fields agree and the bits between the count and `shift` (the
+/// seal bit) are clear, and then the count.
 #[inline(always)]
-fn open_in(word: u64, round: u64) -> bool {
-    (word ^ (round << 25)) >> 24 == 0
+fn count_if_above(word: u64, high: u64, shift: u32) -> Option<u64> {
+    let rest = word.wrapping_sub(high << shift);
+    (rest <= MAX_COUNT).then_some(rest)
 }
 
-/// Whether `base` word `word` names cell `cell`: its tag is `cell & TAG_MASK`, in one comparison
-/// (the shift drops the cell's bits past the tag, as the mask would).
+/// The count of cell word `word` if it holds round `round` (unreduced: reduced here, modulo
+/// 2^39), open: `unpack_cell(word)` is `(round & ROUND_MASK, false, count)`.
 #[inline(always)]
-fn names_cell(word: u64, cell: u64) -> bool {
-    (word ^ (cell << COUNT_BITS)) >> COUNT_BITS == 0
+fn open_count(word: u64, round: u64) -> Option<u64> {
+    count_if_above(word, round, 25)
+}
+
+/// The sum of `base` word `word` if it names cell `cell` (its tag is `cell & TAG_MASK`).
+#[inline(always)]
+fn named_sum(word: u64, cell: u64) -> Option<u64> {
+    count_if_above(word, cell, COUNT_BITS)
 }
 
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of

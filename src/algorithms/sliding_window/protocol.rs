@@ -5,7 +5,7 @@
 use super::horizon::Caller;
 use super::marks::Closed;
 use super::{
-    ROUND_MASK, SEALED, SlidingWindowLimiter, names_cell, open_in, pack_cell, unpack_cell, visit,
+    ROUND_MASK, SEALED, SlidingWindowLimiter, named_sum, open_count, pack_cell, unpack_cell, visit,
 };
 use crate::clock::Clock;
 use crate::decision::{AcquireError, Decision, check_permits};
@@ -107,16 +107,15 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let base = self.base.word.load(Ordering::Acquire);
         // Relaxed: a hint, checked (see `BaseLine::hint`).
         let (cell, slot_index, round) = self.locate(self.base.hint.load(Ordering::Relaxed), now);
-        if !names_cell(base, cell) {
+        let Some(prev) = named_sum(base, cell) else {
             return (Short::General, cell);
-        }
+        };
         let slot = &self.slots[slot_index];
         // Acquire: as in `acquire_general`.
         let word = slot.load(Ordering::Acquire);
-        if !open_in(word, round) {
+        let Some(count) = open_count(word, round) else {
             return (Short::General, cell);
-        }
-        let (prev, count) = (base & MAX_COUNT, word & MAX_COUNT);
+        };
         let taken = prev + count + n;
         if taken > limit {
             return (Short::Refused { prev, count }, cell);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::marks::Closed;
-use super::{SlidingWindowLimiter, VISITS, names_cell, open_in, pack_cell, unpack_cell};
+use super::{SlidingWindowLimiter, VISITS, named_sum, open_count, pack_cell, unpack_cell};
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 
@@ -226,10 +226,12 @@ proptest::proptest! {
     ) {
         // A round equal to the word's, up to the bits the tag drops, half the time.
         let round = if near { unpack_cell(word).0 | (round << 39) } else { round };
-        let (word_round, sealed, _) = unpack_cell(word);
-        proptest::prop_assert_eq!(open_in(word, round), word_round == round & super::ROUND_MASK && !sealed);
+        let (word_round, sealed, count) = unpack_cell(word);
+        let open = word_round == round & super::ROUND_MASK && !sealed;
+        proptest::prop_assert_eq!(open_count(word, round), open.then_some(count));
         let cell = if near { (word >> 24) | (cell << 40) } else { cell };
-        let (tag, _) = crate::packed::unpack_window(word);
-        proptest::prop_assert_eq!(names_cell(word, cell), tag == cell & crate::packed::TAG_MASK);
+        let (tag, sum) = crate::packed::unpack_window(word);
+        let named = tag == cell & crate::packed::TAG_MASK;
+        proptest::prop_assert_eq!(named_sum(word, cell), named.then_some(sum));
     }
 }
