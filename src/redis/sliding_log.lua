@@ -41,8 +41,10 @@ if count + n <= limit then
   return {1, limit, limit - count - n, 0, window, now}
 end
 
--- Denied: wait until the entry that must leave for n to fit is out of the window.
-local function leaves(entry) return tonumber(entry[2]) + window - now end
+-- Denied: wait until the entry that must leave for n to fit is out of the window. An entry
+-- scored after now (the server's clock stepped back since it was added) would leave more than
+-- a window from now: the wait is clamped to the window, as for any entry added now.
+local function leaves(entry) return math.min(tonumber(entry[2]) + window - now, window) end
 local needed = count + n - limit
 local retry = window
 local reset = 0

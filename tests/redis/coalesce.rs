@@ -412,6 +412,58 @@ fn a_batch_on_a_sliding_log_decides_exactly_as_sequential_calls() {
     );
 }
 
+/// A sliding log whose entries are scored after the server's now (its clock stepped back 30 s
+/// since they were added) never announces a wait past the window: neither one call (the first,
+/// sent at once) nor the batch the others are queued into.
+#[test]
+fn a_sliding_log_ahead_of_a_clock_stepped_back_waits_at_most_the_window() {
+    let server = RedisServer::start();
+    let window = Duration::from_secs(60);
+    let runtime = runtime();
+    let outcomes = runtime.block_on(async {
+        let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(TIMEOUT))
+            .await
+            .unwrap();
+        let log = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "stepped",
+                SlidingLog::new(2, window).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap(),
+        );
+        // Two entries 30 s ahead of the server's clock: the log is full for 90 s.
+        let ahead = (server.time_micros() + 30_000_000).to_string();
+        let key = &log.redis_keys("k")[0];
+        server.cli(&[
+            "ZADD",
+            key,
+            &ahead,
+            &format!("{ahead}:1"),
+            &ahead,
+            &format!("{ahead}:2"),
+        ]);
+        all_queued_then_run((0..8).map(|i| call(&log, "k", 1 + i % 2)).collect()).await
+    });
+    for outcome in &outcomes {
+        let decision = outcome.decision();
+        assert!(outcome.failure().is_none(), "{outcome:?}");
+        assert!(!decision.is_allowed(), "{decision:?}");
+        // Unclamped, both would be 90 s less the time since the ZADD.
+        assert!(
+            decision.retry_after() <= window && decision.reset_after() <= window,
+            "{decision:?}"
+        );
+        assert!(decision.retry_after() > window / 2, "{decision:?}");
+    }
+    let calls = server.calls("evalsha");
+    assert!(
+        calls <= SINGLE_MAX_CALLS,
+        "8 decisions in {calls} calls: not batched"
+    );
+}
+
 /// The sliding log's work on the server grows with `n` and the limit: a batch touches at most
 /// as many sorted-set entries as one call at the per-call cap (2 × 4,096: a full log trimmed,
 /// 4,096 added), however many decisions wait. Limit 1,024 and `n` = 1,024 (2,048 entries each)
