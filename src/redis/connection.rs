@@ -425,9 +425,13 @@ impl RedisBackend {
             } else {
                 let client = redis::Client::open(config.nodes[0].as_str())
                     .map_err(|error| bad_url(&config.nodes[0], &error))?;
+                // No response timeout of redis-rs's own: every call made here is bounded by a
+                // timeout of ours (its caller's deadline; a batch's, the latest of its callers'),
+                // set before the call is sent, so it ends the call first: a second timer per
+                // call would only cost its setting and cancelling.
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
+                    .set_response_timeout(None)
                     .set_min_delay(Duration::from_millis(10))
                     .set_max_delay(Duration::from_millis(500))
                     .set_number_of_retries(4);
@@ -610,9 +614,9 @@ impl RedisBackend {
         }
         command.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
-        let call = query_script::<Vec<i64>>(script, &command, &mut connection);
+        let call = query_script::<Fields>(script, &command, &mut connection);
         let reply = match tokio::time::timeout_at(deadline.into(), call).await {
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(Fields(reply))) => reply,
             Ok(Err(error)) => return Err(classify(&shared.server, error)),
             Err(_) => {
                 let budget = deadline.saturating_duration_since(now);
@@ -942,6 +946,30 @@ fn distinct_index<'a>(distinct: &mut Vec<&'a str>, request: &'a Request) -> (usi
             distinct.push(key);
             (distinct.len() - 1, true)
         }
+    }
+}
+
+/// A one-decision script's reply: its integer fields, sent either as an array of integers or
+/// (the fixed windows' and GCRA's scripts) as one string of them, space-separated. redis-rs
+/// parses each element of an array on its own, at ~1,000 instructions an integer; one string
+/// of six costs about as much as one integer, and splitting it here little more (measured
+/// under callgrind, 1 caller on the fixed window: ~5,900 fewer client instructions a decision).
+struct Fields(Vec<i64>);
+
+impl redis::FromRedisValue for Fields {
+    fn from_redis_value_ref(value: &Value) -> Result<Self, redis::ParsingError> {
+        let text = match value {
+            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+            Value::SimpleString(text) => Some(text.as_str()),
+            _ => return Vec::<i64>::from_redis_value_ref(value).map(Fields),
+        };
+        text.and_then(|text| text.split(' ').map(|f| f.parse().ok()).collect())
+            .map(Fields)
+            .ok_or_else(|| format!("a floodgate script's reply is not integers: {value:?}").into())
+    }
+
+    fn from_redis_value(value: Value) -> Result<Self, redis::ParsingError> {
+        Self::from_redis_value_ref(&value)
     }
 }
 
