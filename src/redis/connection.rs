@@ -959,17 +959,52 @@ struct Fields(Vec<i64>);
 impl redis::FromRedisValue for Fields {
     fn from_redis_value_ref(value: &Value) -> Result<Self, redis::ParsingError> {
         let text = match value {
-            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
-            Value::SimpleString(text) => Some(text.as_str()),
+            Value::BulkString(bytes) => bytes.as_slice(),
+            Value::SimpleString(text) => text.as_bytes(),
             _ => return Vec::<i64>::from_redis_value_ref(value).map(Fields),
         };
-        text.and_then(|text| text.split(' ').map(|f| f.parse().ok()).collect())
-            .map(Fields)
-            .ok_or_else(|| format!("a floodgate script's reply is not integers: {value:?}").into())
+        let mut fields = Vec::with_capacity(6);
+        for field in text.split(|&b| b == b' ') {
+            match integer(field) {
+                Some(field) => fields.push(field),
+                None => {
+                    let what = format!("a floodgate script's reply is not integers: {value:?}");
+                    return Err(what.into());
+                }
+            }
+        }
+        Ok(Fields(fields))
     }
 
     fn from_redis_value(value: Value) -> Result<Self, redis::ParsingError> {
         Self::from_redis_value_ref(&value)
+    }
+}
+
+/// `field` as Lua's `%d` writes an integer (an optional `-`, then digits), if it is one within
+/// `i64`.
+fn integer(field: &[u8]) -> Option<i64> {
+    let (negative, digits) = match field {
+        [b'-', digits @ ..] => (true, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    // Accumulated negative, so that i64::MIN fits.
+    let mut value: i64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value
+            .checked_mul(10)?
+            .checked_sub(i64::from(digit - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
     }
 }
 
@@ -1054,6 +1089,48 @@ fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::FromRedisValue as _;
+
+    #[test]
+    fn integer_fields_read_as_luas_percent_d_writes_them_and_nothing_else() {
+        for (text, expected) in [
+            ("0", Some(0)),
+            ("7", Some(7)),
+            ("-12", Some(-12)),
+            ("1795873033520664", Some(1_795_873_033_520_664)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("", None),
+            ("-", None),
+            ("+1", None),
+            ("1.5", None),
+            ("1e3", None),
+            (" 1", None),
+            ("0x3", None),
+        ] {
+            assert_eq!(integer(text.as_bytes()), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_one_decision_reply_is_read_from_one_string_or_an_array() {
+        let read = |value: Value| Fields::from_redis_value(value).map(|f| f.0);
+        let text = Value::BulkString(b"1 10 9 0 60000000 1795873033520664".to_vec());
+        assert_eq!(
+            read(text).unwrap(),
+            [1, 10, 9, 0, 60_000_000, 1_795_873_033_520_664]
+        );
+        let array = Value::Array(vec![Value::Int(2), Value::Int(0), Value::Int(-3)]);
+        assert_eq!(read(array).unwrap(), [2, 0, -3]);
+        for bad in ["1  2", "1 2 ", "1 x", ""] {
+            let error = read(Value::BulkString(bad.as_bytes().to_vec())).unwrap_err();
+            assert!(
+                error.to_string().contains("not integers"),
+                "{bad:?}: {error}"
+            );
+        }
+    }
 
     #[test]
     fn deadlines_are_client_instants_shifted_by_the_offset() {
