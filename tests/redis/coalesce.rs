@@ -413,17 +413,22 @@ fn a_batch_on_a_sliding_log_decides_exactly_as_sequential_calls() {
 }
 
 /// A sliding log whose entries are scored after the server's now (its clock stepped back 30 s
-/// since they were added) never announces a wait past the window: neither one call (the first,
-/// sent at once) nor the batch the others are queued into.
+/// since they were added) is full until the server's clock passes their score + the window, and
+/// each denial says so exactly, on the server's clock: one call (the first, sent at once) and
+/// the batch the others are queued into. Then the clock is moved on by the shortest wait
+/// announced (the entries are moved back by it, which is the same to the script): the same
+/// request is admitted, as `retry_after` promises.
 #[test]
-fn a_sliding_log_ahead_of_a_clock_stepped_back_waits_at_most_the_window() {
+fn a_sliding_log_ahead_of_a_clock_stepped_back_announces_the_exact_wait() {
     let server = RedisServer::start();
     let window = Duration::from_secs(60);
+    let window_us = window.as_micros() as u64;
     let runtime = runtime();
-    let outcomes = runtime.block_on(async {
+    runtime.block_on(async {
         let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(TIMEOUT))
             .await
             .unwrap();
+        // No deny cache: the last request must reach the script.
         let log = Arc::new(
             RedisLimiter::new(
                 &backend,
@@ -431,37 +436,50 @@ fn a_sliding_log_ahead_of_a_clock_stepped_back_waits_at_most_the_window() {
                 SlidingLog::new(2, window).unwrap(),
                 FailurePolicy::FailClosed,
             )
+            .unwrap()
+            .with_deny_cache(None)
             .unwrap(),
         );
-        // Two entries 30 s ahead of the server's clock: the log is full for 90 s.
-        let ahead = (server.time_micros() + 30_000_000).to_string();
+        // Two entries 30 s ahead of the server's clock: the log is full until score + window.
+        let score = server.time_micros() + 30_000_000;
+        let ahead = score.to_string();
         let key = &log.redis_keys("k")[0];
-        server.cli(&[
-            "ZADD",
-            key,
-            &ahead,
-            &format!("{ahead}:1"),
-            &ahead,
-            &format!("{ahead}:2"),
-        ]);
-        all_queued_then_run((0..8).map(|i| call(&log, "k", 1 + i % 2)).collect()).await
-    });
-    for outcome in &outcomes {
-        let decision = outcome.decision();
-        assert!(outcome.failure().is_none(), "{outcome:?}");
-        assert!(!decision.is_allowed(), "{decision:?}");
-        // Unclamped, both would be 90 s less the time since the ZADD.
+        let members = [format!("{ahead}:1"), format!("{ahead}:2")];
+        server.cli(&["ZADD", key, &ahead, &members[0], &ahead, &members[1]]);
+        let before = server.time_micros();
+        let outcomes =
+            all_queued_then_run((0..8).map(|i| call(&log, "k", 1 + i % 2)).collect()).await;
+        let after = server.time_micros();
+        let calls = server.calls("evalsha");
         assert!(
-            decision.retry_after() <= window && decision.reset_after() <= window,
-            "{decision:?}"
+            calls <= SINGLE_MAX_CALLS,
+            "8 decisions in {calls} calls: not batched"
         );
-        assert!(decision.retry_after() > window / 2, "{decision:?}");
-    }
-    let calls = server.calls("evalsha");
-    assert!(
-        calls <= SINGLE_MAX_CALLS,
-        "8 decisions in {calls} calls: not batched"
-    );
+        // Each script's now lies in [before, after]: the wait it announces, score + window -
+        // now, in [score + window - after, score + window - before] (clamped: the window).
+        let (earliest, latest) = (score + window_us - after, score + window_us - before);
+        let mut shortest = u64::MAX;
+        for outcome in &outcomes {
+            let decision = outcome.decision();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(!decision.is_allowed(), "{decision:?}");
+            for wait in [decision.retry_after(), decision.reset_after()] {
+                let wait = wait.as_micros() as u64;
+                assert!(
+                    (earliest..=latest).contains(&wait),
+                    "{wait} us, not score + window - now in {earliest}..={latest}: {decision:?}"
+                );
+            }
+            shortest = shortest.min(decision.retry_after().as_micros() as u64);
+        }
+        // The clock moved on by the shortest wait announced (that decision's now + retry_after,
+        // or later): the entries are out of the window and the largest request fits.
+        let moved = (score - shortest).to_string();
+        server.cli(&["ZADD", key, "XX", &moved, &members[0], &moved, &members[1]]);
+        let retried = log.try_acquire_outcome("k", 2).await.unwrap();
+        assert!(retried.failure().is_none(), "{retried:?}");
+        assert!(retried.decision().is_allowed(), "{retried:?}");
+    });
 }
 
 /// The sliding log's work on the server grows with `n` and the limit: a batch touches at most
