@@ -14,7 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use super::limiter::sealed::Replay;
-use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset};
+use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset, until_deadline};
 
 /// Where the Redis backend connects, and how long a decision may take.
 ///
@@ -456,7 +456,7 @@ impl RedisBackend {
                 }
             }
         };
-        let connection = match tokio::time::timeout(timeout, connecting).await {
+        let connection = match until_deadline(connecting, started + timeout).await {
             Ok(connection) => connection?,
             Err(_) => return Err(timed_out(&server, timeout, "connecting")),
         };
@@ -483,8 +483,8 @@ impl RedisBackend {
         let mut connection = self.shared.connection.clone();
         let time = redis::cmd("TIME");
         let sent = Instant::now();
-        let reply = tokio::time::timeout(within, time.query_async::<(i64, i64)>(&mut connection));
-        match reply.await {
+        let reply = time.query_async::<(i64, i64)>(&mut connection);
+        match until_deadline(reply, sent + within).await {
             Ok(Ok((seconds, micros))) => {
                 let server = seconds.saturating_mul(1_000_000).saturating_add(micros);
                 self.shared.clock.sample(server, sent, Instant::now());
@@ -615,7 +615,7 @@ impl RedisBackend {
         command.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
         let call = query_script::<Fields>(script, &command, &mut connection);
-        let reply = match tokio::time::timeout_at(deadline.into(), call).await {
+        let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
             Ok(Err(error)) => return Err(classify(&shared.server, error)),
             Err(_) => {
@@ -830,7 +830,7 @@ impl RedisBackend {
         decisions: usize,
     ) -> Result<(Vec<Value>, Instant), BackendError> {
         let shared = &*self.shared;
-        match tokio::time::timeout_at(latest.into(), call).await {
+        match until_deadline(call, latest).await {
             Ok(Ok(Value::Array(items))) => Ok((items, Instant::now())),
             Ok(Ok(other)) => Err(self.batch_protocol(decisions, &other)),
             Ok(Err(error)) => Err(classify(&shared.server, error)),
