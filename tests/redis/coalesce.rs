@@ -912,6 +912,84 @@ fn each_decision_in_a_batch_keeps_its_own_deadline() {
     );
 }
 
+/// A sliding-log batch (its one-decision script run per decision, `eval_batch`) sent to a frozen
+/// server: each of its callers gives up at its own timeout (bounded here only generously) with a
+/// timeout failure, and the resumed server, past their deadlines, takes nothing.
+#[test]
+fn a_sliding_log_batch_to_a_frozen_server_times_out() {
+    const SHORT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let limiter = runtime.block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(SHORT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let log = SlidingLog::new(100, Duration::from_secs(600)).unwrap();
+        let limiter = RedisLimiter::new(&backend, "frozen-log", log, FailurePolicy::FailClosed)
+            .unwrap()
+            .with_breaker(None);
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed()); // loads the script
+        Arc::new(limiter)
+    });
+    server.log_script_calls();
+    server.freeze();
+    runtime.block_on(async {
+        let asked = std::time::Instant::now();
+        // 1 is sent at once; 2 and 3 queue behind it. The sender is cancelled: a flusher takes
+        // the queue and sends it, in one batch call, to the frozen server.
+        let first = started(call(&limiter, "k", 1));
+        let queued = [
+            started(call(&limiter, "k", 2)),
+            started(call(&limiter, "k", 3)),
+        ];
+        drop(first);
+        let queued = queued.map(tokio::spawn);
+        for call in queued {
+            let outcome = tokio::time::timeout(HANG, call)
+                .await
+                .expect("a frozen batch outlived the hang bound")
+                .unwrap()
+                .unwrap();
+            let took = asked.elapsed();
+            let error = outcome.failure().expect("the server is frozen");
+            assert_eq!(error.kind(), FailureKind::Timeout, "{error}");
+            assert!(!outcome.decision().is_allowed(), "fail closed");
+            assert!(took >= SHORT, "gave up early, after {took:?}");
+            assert!(took < SHORT + HANG / 2, "gave up only after {took:?}");
+        }
+        assert_eq!(limiter.failures().timeouts, 2);
+    });
+    server.thaw();
+    // The server ran what queued up, past every deadline: the next decision finds the warm-up's
+    // entry only (the first call, if it reached the server, was refused there too).
+    let next = runtime
+        .block_on(async { tokio::time::timeout(HANG, limiter.try_acquire("k", 1)).await })
+        .expect("no hang")
+        .unwrap();
+    assert_eq!(next.remaining(), 100 - 2, "the late requests took nothing");
+    // The batch did reach the server: a sliding-log batch call of 2 and 3.
+    let calls = server.script_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| log_batch_permits(c) == Some(vec![2, 3])),
+        "no batch of 2, 3 on the server: {calls:?}"
+    );
+}
+
+/// The `n` of each decision of a batch call made from a one-decision script (`None` for any
+/// other call): `per` keys each, the four shared arguments, the slot of `n` + 1, then three per
+/// decision: its key's index, `n`, its deadline.
+fn log_batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
+    let args: Vec<u64> = call
+        .args
+        .iter()
+        .map(|a| a.parse().ok())
+        .collect::<Option<_>>()?;
+    let decisions = args.len().checked_sub(6)? / 3;
+    (decisions > 0 && args.len() == 6 + 3 * decisions && args[0] == 2)
+        .then(|| (0..decisions).map(|d| args[6 + 3 * d + 1]).collect())
+}
+
 /// The `n` of each decision of a fixed-window batch call (`None` for a one-decision call): the
 /// tally format's arguments are the limit, the window, the number of decisions `D`, the
 /// earliest deadline, then the `D` `n`s, the `D` deadlines (and `D` key indices when the call
