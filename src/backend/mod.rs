@@ -23,6 +23,8 @@ use std::time::Duration;
 use crate::decision::{AcquireError, ConfigError, Decision};
 
 mod breaker;
+#[cfg(any(feature = "redis", feature = "memcached"))]
+mod deadline;
 mod deny_cache;
 mod handler;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
@@ -33,6 +35,8 @@ mod turns;
 pub use breaker::{
     BreakerConfig, BreakerPermit, BreakerState, CircuitBreaker, MAX_BREAKER_FAILURES, MAX_OPEN_FOR,
 };
+#[cfg(any(feature = "redis", feature = "memcached"))]
+pub(crate) use deadline::until_deadline;
 pub use deny_cache::{DENY_CACHE_MAX_KEYS, DenyCache};
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]

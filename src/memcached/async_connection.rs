@@ -12,8 +12,8 @@ use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::Parsed;
 
 /// One open async connection with its read buffer. Deadlines are enforced around the whole
-/// call (`tokio::time::timeout_at`), so the methods ignore theirs; a call that runs out of time
-/// drops the connection mid-exchange, which closes it.
+/// call (`crate::backend::until_deadline`), so the methods ignore theirs; a call that runs out
+/// of time drops the connection mid-exchange, which closes it.
 pub(crate) struct AsyncConnection {
     stream: TcpStream,
     buffer: Vec<u8>,

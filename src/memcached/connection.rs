@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::async_connection::AsyncConnection;
 use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::Parsed;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, until_deadline};
 
 /// Idle connections kept for reuse; more concurrent callers open more, closed after use.
 const MAX_IDLE: usize = 64;
@@ -89,39 +89,6 @@ const TICK_SLACK: Duration = Duration::from_millis(12);
 
 /// The sleep between non-blocking tries in the last [`TICK_SLACK`] before a deadline.
 const POLL_STEP: Duration = Duration::from_micros(100);
-
-/// How long before a deadline an async call stops sleeping on tokio's timer and re-polls
-/// instead: the timer has millisecond resolution and fires on the tick after its deadline, so a
-/// bare `timeout_at` overran by 1–4 ms.
-const TIMER_SLACK: Duration = Duration::from_millis(2);
-
-/// Runs `future` until `deadline` (`Err(())` past it): asleep on tokio's timer until
-/// [`TIMER_SLACK`] before it, then re-polled at each turn of the runtime, so the deadline holds
-/// within one turn. The last stretch keeps the task busy, at most `TIMER_SLACK` per timed-out
-/// call (during an outage the circuit breaker soon stops such calls).
-async fn until_deadline<F: std::future::Future>(
-    future: F,
-    deadline: Instant,
-) -> Result<F::Output, ()> {
-    let wake_at = deadline.checked_sub(TIMER_SLACK).unwrap_or(deadline);
-    let mut sleep = std::pin::pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(
-        wake_at
-    )));
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(cx) {
-            return std::task::Poll::Ready(Ok(output));
-        }
-        if sleep.as_mut().poll(cx).is_ready() {
-            if Instant::now() >= deadline {
-                return std::task::Poll::Ready(Err(()));
-            }
-            cx.waker().wake_by_ref();
-        }
-        std::task::Poll::Pending
-    })
-    .await
-}
 
 /// The time left until `deadline`, or a timeout.
 fn remaining(deadline: Instant) -> Result<Duration, CallError> {

@@ -59,7 +59,7 @@ use super::RedisBackend;
 use super::connection::Request;
 use super::limiter::sealed::Batch;
 use crate::algorithms::MAX_SLIDING_LOG_CAPACITY;
-use crate::backend::{BackendError, FailureKind, Turns};
+use crate::backend::{BackendError, FailureKind, Turns, until_deadline};
 
 /// Most decisions in one script call: the server runs a call to its end before anything else,
 /// so this bounds how long one call holds it (a few µs per decision).
@@ -300,7 +300,7 @@ impl Coalescer {
         if self.turns.after_push(|| self.senders()) {
             self.spawn_flusher();
         }
-        match tokio::time::timeout_at(deadline.into(), answer).await {
+        match until_deadline(answer, deadline).await {
             Ok(Ok((result, baton))) => {
                 // The next caller's answer, on to it; then that caller runs before this one's
                 // own code goes on (see `Answers`).

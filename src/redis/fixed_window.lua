@@ -1,8 +1,8 @@
 -- floodgate: fixed window anchored at the first request (INCRBY + PEXPIRE on the first hit).
 -- KEYS[1] counter (string). ARGV: limit, window in ms, n.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
--- the deadline, nothing changed.
+-- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
+-- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
 -- Time is the server's: the window is the counter's TTL. A denial only reads (it writes just
 -- to repair a counter found without a TTL, which would otherwise stick forever).
 -- Stored values are read with exact(): exact.lua, prepended to this script.
@@ -15,7 +15,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local deadline = tonumber(ARGV[5])
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
+if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
 
 local stored = redis.call('GET', key)
 local count = 0
@@ -42,10 +42,10 @@ if count + n <= limit then
     redis.call('PEXPIRE', key, window_ms)
     ttl_ms = window_ms
   end
-  return {1, limit, limit - taken, 0, ttl_ms * 1000, now}
+  return decided(1, limit, limit - taken, 0, ttl_ms * 1000, now)
 end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
 -- PTTL rounds down: under 1 ms left reads as 0; never announce a retry of nothing.
 if ttl_ms < 1 then ttl_ms = 1 end
-return {0, limit, remaining, ttl_ms * 1000, ttl_ms * 1000, now}
+return decided(0, limit, remaining, ttl_ms * 1000, ttl_ms * 1000, now)

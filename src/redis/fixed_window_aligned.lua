@@ -1,8 +1,8 @@
 -- floodgate: fixed window aligned to the server's clock (PEXPIREAT at the window's end).
 -- KEYS[1] hash {i = window index, c = count}. ARGV: limit, window in us, n.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
--- the deadline, nothing changed.
+-- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
+-- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
 -- The window index is stored with the count, so a key read a moment before its expiry (Redis
 -- freezes expiry time during a script) is never taken for the next window's count.
 -- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
@@ -17,7 +17,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local deadline = tonumber(ARGV[5])
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
+if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
 local index = math.floor(now / window)
 if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
 
@@ -42,11 +42,11 @@ local window_end = (index + 1) * window
 if count + n <= limit then
   redis.call('HSET', key, 'i', int(index), 'c', int(count + n))
   redis.call('PEXPIREAT', key, int(window_end / 1000))
-  return {1, limit, limit - count - n, 0, window_end - now, now}
+  return decided(1, limit, limit - count - n, 0, window_end - now, now)
 end
 if redis.call('PTTL', key) == -1 then
   redis.call('PEXPIREAT', key, int(window_end / 1000))
 end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
-return {0, limit, remaining, window_end - now, window_end - now, now}
+return decided(0, limit, remaining, window_end - now, window_end - now, now)

@@ -3,8 +3,8 @@
 -- new_tat <= now + capacity*T. The key expires when the bucket is full again.
 -- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, capacity, n.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
--- the deadline, nothing changed.
+-- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
+-- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
 -- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
@@ -17,7 +17,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local deadline = tonumber(ARGV[5])
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
+if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
 local stored = redis.call('GET', key)
 local tat = now
 if stored then
@@ -32,7 +32,7 @@ local base = math.max(tat, now)
 local new_tat = base + n * interval
 if new_tat <= horizon then
   redis.call('SET', key, int(new_tat), 'PX', int(math.ceil((new_tat - now) / 1000)))
-  return {1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now, now}
+  return decided(1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now, now)
 end
 if stored and redis.call('PTTL', key) == -1 then
   if base > now then
@@ -41,4 +41,4 @@ if stored and redis.call('PTTL', key) == -1 then
     redis.call('DEL', key)
   end
 end
-return {0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now, now}
+return decided(0, capacity, math.floor((horizon - base) / interval), new_tat - horizon, base - now, now)

@@ -10,7 +10,7 @@ use super::limiter::decision_from_reply;
 use super::limiter::sealed::Script as _;
 use super::{RedisAlgorithm, RedisLimiter};
 use crate::algorithms::{Anchor, FixedWindow, Gcra};
-use crate::backend::{BackendError, FailureKind, Outcome, RequestError};
+use crate::backend::{BackendError, FailureKind, Outcome, RequestError, until_deadline};
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
 use crate::lease::{Lease, LeaseSlot};
@@ -803,7 +803,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             Ok(owner) => (owner, false),
             // Another caller is replacing the lease: wait for it, but not past this call's own
             // deadline (its Redis call may take the whole timeout).
-            Err(_) => match tokio::time::timeout_at(deadline.into(), self.owner.lock()).await {
+            Err(_) => match until_deadline(self.owner.lock(), deadline).await {
                 Ok(owner) => (owner, true),
                 Err(_) => return Ok(self.waited_out(n)),
             },

@@ -41,7 +41,12 @@ if count + n <= limit then
   return {1, limit, limit - count - n, 0, window, now}
 end
 
--- Denied: wait until the entry that must leave for n to fit is out of the window.
+-- Denied: wait until the entry that must leave for n to fit is out of the window, exact on the
+-- server's clock. An entry scored after now (written when the server's clock read later: a
+-- failover, a clock step back by S) still counts until the clock passes its score + window, so
+-- the log stays full for up to S + window and the wait says so: never go back (as the aligned
+-- window keeps a later window's count). A wait clamped to the window would announce a time at
+-- which the same request is denied again.
 local function leaves(entry) return tonumber(entry[2]) + window - now end
 local needed = count + n - limit
 local retry = window

@@ -412,6 +412,76 @@ fn a_batch_on_a_sliding_log_decides_exactly_as_sequential_calls() {
     );
 }
 
+/// A sliding log whose entries are scored after the server's now (its clock stepped back 30 s
+/// since they were added) is full until the server's clock passes their score + the window, and
+/// each denial says so exactly, on the server's clock: one call (the first, sent at once) and
+/// the batch the others are queued into. Then the clock is moved on by the shortest wait
+/// announced (the entries are moved back by it, which is the same to the script): the same
+/// request is admitted, as `retry_after` promises.
+#[test]
+fn a_sliding_log_ahead_of_a_clock_stepped_back_announces_the_exact_wait() {
+    let server = RedisServer::start();
+    let window = Duration::from_secs(60);
+    let window_us = window.as_micros() as u64;
+    let runtime = runtime();
+    runtime.block_on(async {
+        let backend = RedisBackend::connect(RedisConfig::single(server.url()).timeout(TIMEOUT))
+            .await
+            .unwrap();
+        // No deny cache: the last request must reach the script.
+        let log = Arc::new(
+            RedisLimiter::new(
+                &backend,
+                "stepped",
+                SlidingLog::new(2, window).unwrap(),
+                FailurePolicy::FailClosed,
+            )
+            .unwrap()
+            .with_deny_cache(None)
+            .unwrap(),
+        );
+        // Two entries 30 s ahead of the server's clock: the log is full until score + window.
+        let score = server.time_micros() + 30_000_000;
+        let ahead = score.to_string();
+        let key = &log.redis_keys("k")[0];
+        let members = [format!("{ahead}:1"), format!("{ahead}:2")];
+        server.cli(&["ZADD", key, &ahead, &members[0], &ahead, &members[1]]);
+        let before = server.time_micros();
+        let outcomes =
+            all_queued_then_run((0..8).map(|i| call(&log, "k", 1 + i % 2)).collect()).await;
+        let after = server.time_micros();
+        let calls = server.calls("evalsha");
+        assert!(
+            calls <= SINGLE_MAX_CALLS,
+            "8 decisions in {calls} calls: not batched"
+        );
+        // Each script's now lies in [before, after]: the wait it announces, score + window -
+        // now, in [score + window - after, score + window - before] (clamped: the window).
+        let (earliest, latest) = (score + window_us - after, score + window_us - before);
+        let mut shortest = u64::MAX;
+        for outcome in &outcomes {
+            let decision = outcome.decision();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            assert!(!decision.is_allowed(), "{decision:?}");
+            for wait in [decision.retry_after(), decision.reset_after()] {
+                let wait = wait.as_micros() as u64;
+                assert!(
+                    (earliest..=latest).contains(&wait),
+                    "{wait} us, not score + window - now in {earliest}..={latest}: {decision:?}"
+                );
+            }
+            shortest = shortest.min(decision.retry_after().as_micros() as u64);
+        }
+        // The clock moved on by the shortest wait announced (that decision's now + retry_after,
+        // or later): the entries are out of the window and the largest request fits.
+        let moved = (score - shortest).to_string();
+        server.cli(&["ZADD", key, "XX", &moved, &members[0], &moved, &members[1]]);
+        let retried = log.try_acquire_outcome("k", 2).await.unwrap();
+        assert!(retried.failure().is_none(), "{retried:?}");
+        assert!(retried.decision().is_allowed(), "{retried:?}");
+    });
+}
+
 /// The sliding log's work on the server grows with `n` and the limit: a batch touches at most
 /// as many sorted-set entries as one call at the per-call cap (2 × 4,096: a full log trimmed,
 /// 4,096 added), however many decisions wait. Limit 1,024 and `n` = 1,024 (2,048 entries each)
@@ -840,6 +910,84 @@ fn each_decision_in_a_batch_keeps_its_own_deadline() {
             .any(|c| batch_permits(c) == Some(vec![4, 8, 16])),
         "no batch of 4, 8, 16 on the server: {calls:?}"
     );
+}
+
+/// A sliding-log batch (its one-decision script run per decision, `eval_batch`) sent to a frozen
+/// server: each of its callers gives up at its own timeout (bounded here only generously) with a
+/// timeout failure, and the resumed server, past their deadlines, takes nothing.
+#[test]
+fn a_sliding_log_batch_to_a_frozen_server_times_out() {
+    const SHORT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let limiter = runtime.block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(SHORT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let log = SlidingLog::new(100, Duration::from_secs(600)).unwrap();
+        let limiter = RedisLimiter::new(&backend, "frozen-log", log, FailurePolicy::FailClosed)
+            .unwrap()
+            .with_breaker(None);
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed()); // loads the script
+        Arc::new(limiter)
+    });
+    server.log_script_calls();
+    server.freeze();
+    runtime.block_on(async {
+        let asked = std::time::Instant::now();
+        // 1 is sent at once; 2 and 3 queue behind it. The sender is cancelled: a flusher takes
+        // the queue and sends it, in one batch call, to the frozen server.
+        let first = started(call(&limiter, "k", 1));
+        let queued = [
+            started(call(&limiter, "k", 2)),
+            started(call(&limiter, "k", 3)),
+        ];
+        drop(first);
+        let queued = queued.map(tokio::spawn);
+        for call in queued {
+            let outcome = tokio::time::timeout(HANG, call)
+                .await
+                .expect("a frozen batch outlived the hang bound")
+                .unwrap()
+                .unwrap();
+            let took = asked.elapsed();
+            let error = outcome.failure().expect("the server is frozen");
+            assert_eq!(error.kind(), FailureKind::Timeout, "{error}");
+            assert!(!outcome.decision().is_allowed(), "fail closed");
+            assert!(took >= SHORT, "gave up early, after {took:?}");
+            assert!(took < SHORT + HANG / 2, "gave up only after {took:?}");
+        }
+        assert_eq!(limiter.failures().timeouts, 2);
+    });
+    server.thaw();
+    // The server ran what queued up, past every deadline: the next decision finds the warm-up's
+    // entry only (the first call, if it reached the server, was refused there too).
+    let next = runtime
+        .block_on(async { tokio::time::timeout(HANG, limiter.try_acquire("k", 1)).await })
+        .expect("no hang")
+        .unwrap();
+    assert_eq!(next.remaining(), 100 - 2, "the late requests took nothing");
+    // The batch did reach the server: a sliding-log batch call of 2 and 3.
+    let calls = server.script_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| log_batch_permits(c) == Some(vec![2, 3])),
+        "no batch of 2, 3 on the server: {calls:?}"
+    );
+}
+
+/// The `n` of each decision of a batch call made from a one-decision script (`None` for any
+/// other call): `per` keys each, the four shared arguments, the slot of `n` + 1, then three per
+/// decision: its key's index, `n`, its deadline.
+fn log_batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
+    let args: Vec<u64> = call
+        .args
+        .iter()
+        .map(|a| a.parse().ok())
+        .collect::<Option<_>>()?;
+    let decisions = args.len().checked_sub(6)? / 3;
+    (decisions > 0 && args.len() == 6 + 3 * decisions && args[0] == 2)
+        .then(|| (0..decisions).map(|d| args[6 + 3 * d + 1]).collect())
 }
 
 /// The `n` of each decision of a fixed-window batch call (`None` for a one-decision call): the

@@ -16,6 +16,16 @@ use super::server::RedisServer;
 
 /// Short, so the frozen calls give up quickly; generous enough for an idle round trip.
 const SHORT: Duration = Duration::from_millis(300);
+/// A hang guard only: a frozen call that outlives it has lost its timeout (every wait below ends
+/// long before it otherwise).
+const HANG: Duration = Duration::from_secs(60);
+
+/// `future`'s output, or a failure (not a hung test) if it takes longer than [`HANG`].
+async fn bounded<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(HANG, future)
+        .await
+        .expect("no call outlives the hang bound")
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -103,7 +113,7 @@ fn calls_that_time_out_while_the_server_is_frozen_take_nothing_after_it_resumes(
             .collect();
         let mut outcomes = Vec::new();
         for task in tasks {
-            outcomes.push(task.await.unwrap());
+            outcomes.push(bounded(task).await.unwrap());
         }
         outcomes
     });
@@ -120,14 +130,14 @@ fn calls_that_time_out_while_the_server_is_frozen_take_nothing_after_it_resumes(
     // them, so their replies come after the server has run every one of them.
     server.thaw();
     runtime.block_on(async {
-        let next = window.try_acquire_outcome("k", 1).await.unwrap();
+        let next = bounded(window.try_acquire_outcome("k", 1)).await.unwrap();
         assert!(next.failure().is_none(), "{:?}", next.failure());
         assert_eq!(
             next.decision().remaining(),
             1_000 - 2,
             "only the warm-up was taken"
         );
-        let next = gcra.try_acquire_outcome("k", 1).await.unwrap();
+        let next = bounded(gcra.try_acquire_outcome("k", 1)).await.unwrap();
         assert!(next.failure().is_none(), "{:?}", next.failure());
         assert_eq!(
             next.decision().remaining(),
@@ -140,6 +150,46 @@ fn calls_that_time_out_while_the_server_is_frozen_take_nothing_after_it_resumes(
     // before its connection task took them, which a 300 ms freeze leaves no time for).
     let ran = server.calls("evalsha") - ran_before;
     assert!(ran > 2, "no late request ran: {ran}");
+}
+
+/// A blocking call to a frozen server gives up at its timeout (bounded here only generously: a
+/// loaded machine may run the thread late) with a timeout failure, and takes nothing.
+#[test]
+fn a_blocking_call_to_a_frozen_server_times_out() {
+    let server = RedisServer::start();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(SHORT)).unwrap();
+    let limiter = RedisLimiter::new(
+        &backend,
+        "frozen-blocking",
+        FixedWindow::new(1_000, Duration::from_secs(600)).unwrap(),
+        FailurePolicy::FailClosed,
+    )
+    .unwrap()
+    .with_breaker(None);
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed()); // loads the script
+    server.freeze();
+    let (sent, outcome) = std::sync::mpsc::channel();
+    let caller = std::thread::spawn(move || {
+        let started = Instant::now();
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1);
+        sent.send((outcome, started.elapsed())).unwrap();
+        limiter
+    });
+    let (outcome, took) = outcome
+        .recv_timeout(HANG)
+        .expect("the blocking call outlived the hang bound");
+    let limiter = caller.join().unwrap();
+    let outcome = outcome.unwrap();
+    let error = outcome.failure().expect("the server is frozen");
+    assert_eq!(error.kind(), FailureKind::Timeout, "{error}");
+    assert!(!outcome.decision().is_allowed(), "fail closed");
+    assert!(took >= SHORT, "gave up early, after {took:?}");
+    assert!(took < SHORT + HANG / 2, "gave up only after {took:?}");
+    assert_eq!(limiter.failures().timeouts, 1);
+    server.thaw();
+    let next = limiter.blocking_try_acquire("k", 1).unwrap();
+    assert_eq!(next.remaining(), 1_000 - 2, "the late request took nothing");
 }
 
 /// Waits, letting the runtime run, until the server has run `command` `calls` times (60 s bound
@@ -230,7 +280,10 @@ fn dropped_futures_send_nothing_unpolled_and_take_nothing_past_their_deadline() 
         ran(&server, "evalsha", base + 4).await;
         assert_eq!(counter(&server, key), 4, "the late request took nothing");
         assert_eq!(
-            limiter.try_acquire("k", 1).await.unwrap().remaining(),
+            bounded(limiter.try_acquire("k", 1))
+                .await
+                .unwrap()
+                .remaining(),
             1_000 - 5
         );
         assert_eq!(
