@@ -375,6 +375,29 @@ fn bursty_lagging_reader() {
     });
 }
 
+/// (c') L lags two intervals (more than the one stored permit the driver leaves): read first,
+/// it may load the word before the driver's take lands and lose its compare-exchange to it. The
+/// retry must decide on the driver's word at the driver's time (the floor loaded again), where
+/// one permit is still stored: decided at its own read, two intervals earlier, that word is in
+/// debt and L would be refused. Both are admitted in every interleaving.
+#[test]
+fn bursty_lagging_reader_that_loses_its_race() {
+    model(None, || {
+        let clock = ModelClock::starting_at(SMOOTH_START);
+        let l = Arc::new(bursty(&clock));
+        let lagging = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || {
+                ModelClock::set_thread_lag(2 * SMOOTH_T);
+                take(&*l, &clock, 1, (2 * SMOOTH_T, 0))
+            })
+        };
+        let admitted = join_all(vec![lagging], take(&*l, &clock, 1, (0, 0)));
+        assert_eq!(admitted.len(), 2, "a lagging read refused a stored permit");
+        assert_bucket_bound(&admitted, SMOOTH_C, SMOOTH_T);
+    });
+}
+
 /// (d) P's one read leaps 10 s + 1 ms while the driver takes 1; then the driver takes twice at
 /// the same real time (any answer) and must be admitted again 0.3 s later (max burst + one
 /// interval): a leap freezes the limiter for a bounded time. On today's code the floor stays at
