@@ -202,3 +202,47 @@ fn warming_leap_repair_races_a_try_acquire() {
 fn warming_leap_repair_races_an_acquire() {
     leap_repair_race(&WARMING, Caller::Acquire);
 }
+
+/// The leaper on the short path (`try_acquire`), against a present repairer (`try_acquire`,
+/// sent to the engine by the leaped floor): the leaper raises the floor to its leapt time before
+/// its compare-exchange; the repairer's word lands first; the leaper's retry, decided again on
+/// the short path at the *same* leapt read (the floor still leaped), lands a leaped booking
+/// without raising the floor; the repairer then lowers the floor. The engine reads the clock
+/// again on a retry for exactly this (see the module docs, finding (1)).
+fn leaper_on_the_short_path(repairer_acquires: bool) {
+    model(None, move || {
+        let clock = ModelClock::starting_at(START);
+        let limiter = bursty(&clock);
+        let leaper = {
+            let (limiter, clock) = (limiter.clone(), clock.clone());
+            thread::spawn(move || {
+                ModelClock::leap_next_read(LEAD);
+                take(&*limiter, &clock, 1, (0, 0))
+            })
+        };
+        let repairer = {
+            let (limiter, clock) = (limiter.clone(), clock.clone());
+            thread::spawn(move || {
+                if repairer_acquires {
+                    vec![acquire(&*limiter, &clock, 1).0]
+                } else {
+                    take(&*limiter, &clock, 1, (0, 0))
+                }
+            })
+        };
+        let mut admitted = leaper.join().unwrap();
+        admitted.extend(repairer.join().unwrap());
+        assert_decided_at_real_time(&*limiter, &clock, &BURSTY, &mut admitted);
+        assert_bucket_bound(&admitted, 2 * BURSTY.capacity, T);
+    });
+}
+
+#[test]
+fn bursty_leaper_on_the_short_path_races_a_try_acquire() {
+    leaper_on_the_short_path(false);
+}
+
+#[test]
+fn bursty_leaper_on_the_short_path_races_an_acquire() {
+    leaper_on_the_short_path(true);
+}
