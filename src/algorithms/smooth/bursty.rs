@@ -177,15 +177,16 @@ impl<C: Clock> SmoothBursty<C> {
     /// 38% of the time in the engine; 1.1-1.2x after). A read older than the word is decided at
     /// `max(read, floor)`, as the engine decides it: the word's writer raised the floor before
     /// publishing it. Served here: a finite rate, a floor within the horizon of the read (no
-    /// leap), a word that is not *never*. A refusal by a booking beyond the lag horizon is
-    /// served here on that read, with the word checked to be still current (a repair may have
-    /// replaced a leaped word and lowered the floor, as in `limiter::update_floored_leap`); the
-    /// engine reads the clock again before it trusts such a booking because it may *repair*
-    /// one (a leaped floor), which never reaches this path; a refusal on an older read is one a
-    /// thread stalled before its load gets anyway. A booking longer than a year is refused
-    /// here, as the engine refuses it. A lost compare-exchange is decided again here, on the
-    /// winner's word with the same read and the floor loaded again, as the engine's loop does.
-    /// Every other case goes to the general engine, which decides it from scratch.
+    /// leap), a word that is not *never*. A refusal by a booking beyond the lag horizon goes to
+    /// the engine on the first pass (its read is older than the word, and the engine reads the
+    /// clock again before it trusts such a booking: a thread stalled between its read and its
+    /// load is not refused by a booking paid since); on a retry (whose read is newer than its
+    /// word) it is served here, with the word checked to be still current (a repair may have
+    /// replaced a leaped word and lowered the floor, as in `limiter::update_floored_leap`). A
+    /// booking longer than a year is refused here, as the engine refuses it. A lost
+    /// compare-exchange is decided again here, on the winner's word with a new read and the
+    /// floor loaded again, as the engine's loop does. Every other case goes to the general
+    /// engine, which decides it from scratch.
     #[inline(always)]
     fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
         // µs since creation, as `now_micros`: a read behind the origin wraps far above the
@@ -200,20 +201,21 @@ impl<C: Clock> SmoothBursty<C> {
     }
 
     /// [`try_acquire_now`](Self::try_acquire_now) after its `lost`-th lost compare-exchange:
-    /// decided again on the winner's word `word` with the same read, as the engine's loop does;
-    /// after [`SHORT_RETRIES`] losses in a row, by the engine itself (so the recursion is
-    /// bounded). Out of line, so that the common path is one straight pass.
+    /// decided again on the winner's word `word` on a *new* clock read, as the engine's loop
+    /// (`limiter::update_floored_leap`) does: kept, a leaper's read would decide its retry at the
+    /// leapt time again under the leaped floor, landing a leaped booking without raising the
+    /// floor, which the repairer whose word won then lowers: the limiter frozen for the whole
+    /// leap (loom: `time_smooth_leap.rs`, `bursty_leaper_on_the_short_path_*`). The read is
+    /// taken after the failed compare-exchange loaded `word`, so it is fresh. After
+    /// [`SHORT_RETRIES`] losses in a row, by the engine itself (so the recursion is bounded).
+    /// Out of line, so that the common path is one straight pass.
     #[cold]
     #[inline(never)]
-    fn short_retry<A: Answer>(
-        &self,
-        n: u32,
-        clock_now: i64,
-        word: u64,
-        lost: u32,
-    ) -> Result<A, AcquireError> {
-        if lost > SHORT_RETRIES {
-            return self.try_acquire_general(n, clock_now).map(A::of);
+    fn short_retry<A: Answer>(&self, n: u32, word: u64, lost: u32) -> Result<A, AcquireError> {
+        // As in `try_acquire_now`.
+        let clock_now = (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
+        if lost > SHORT_RETRIES || !(0..=self.codec.max_micros).contains(&clock_now) {
+            return self.try_acquire_general(n, self.now_micros()).map(A::of);
         }
         self.short_pass(n, clock_now, word, lost)
     }
@@ -266,6 +268,14 @@ impl<C: Clock> SmoothBursty<C> {
             // horizon, which went to the engine above, until its repair lowers it after
             // replacing the word).
             if word > now_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS) {
+                // On the first pass the read is older than the word: a booking that landed
+                // after it (a thread stalled between the two) is judged on a fresh read, as the
+                // engine judges it (`Step::after_leap`); the stale read would refuse a request
+                // whose booking has long been paid (`tests/smooth_stalled_read.rs`). A retry's
+                // read was taken after its word.
+                if lost == 0 {
+                    return general();
+                }
                 // Acquire fence: pairs with the Release of a repairer's floor lowering, which
                 // `floor_now` may have read; the word loaded next then shows its repair.
                 fence(Ordering::Acquire);
@@ -294,7 +304,7 @@ impl<C: Clock> SmoothBursty<C> {
             // Another writer landed first: decided again on its word (`short_retry`). Sending
             // the call to the engine instead made a lost race cost a whole second pass, and at
             // two threads the losses fed each other.
-            Err(actual) => self.short_retry(n, clock_now, actual, lost + 1),
+            Err(actual) => self.short_retry(n, actual, lost + 1),
         }
     }
 
