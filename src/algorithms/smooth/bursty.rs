@@ -173,20 +173,22 @@ impl<C: Clock> SmoothBursty<C> {
     /// The clock is read *before* the word and the floor are loaded, as the engine's loop
     /// reads it, so that as little as possible runs between the word's load and its
     /// compare-exchange: with the read in between (it takes ~20 ns here), two threads lost
-    /// each other's races far more often (issue 17: 2 threads at 0.53x governor's throughput,
-    /// 38% of the time in the engine; 1.1-1.2x after). A read older than the word is decided at
-    /// `max(read, floor)`, as the engine decides it: the word's writer raised the floor before
-    /// publishing it. Served here: a finite rate, a floor within the horizon of the read (no
-    /// leap), a word that is not *never*. A refusal by a booking beyond the lag horizon goes to
-    /// the engine on the first pass (its read is older than the word, and the engine reads the
+    /// each other's races far more often (issue 17: 2 threads at 0.45-0.62x governor's
+    /// throughput, 38% of the time in the engine; 0.9-1.1x after). A read older than the word
+    /// is decided at `max(read, floor)`, as the engine decides it: the word's writer raised the
+    /// floor before publishing it. Served here: a finite rate, a floor within the horizon of
+    /// the read (no leap), a word that is not *never*. A refusal by a booking beyond the lag
+    /// horizon is trusted only on a read taken after the word's load (the engine reads the
     /// clock again before it trusts such a booking: a thread stalled between its read and its
-    /// load is not refused by a booking paid since); on a retry (whose read is newer than its
-    /// word) it is served here, with the word checked to be still current (a repair may have
-    /// replaced a leaped word and lowered the floor, as in `limiter::update_floored_leap`). A
-    /// booking longer than a year is refused here, as the engine refuses it. A lost
-    /// compare-exchange is decided again here, on the winner's word with a new read and the
-    /// floor loaded again, as the engine's loop does. Every other case goes to the general
-    /// engine, which decides it from scratch.
+    /// load must not be refused by a booking paid since): the clock is read again, and unless
+    /// that read is within the floor's grain of the first, the word is decided again on it
+    /// (`short_retry`); the refusal then stands only on a word still current (a repair may
+    /// have replaced a leaped word and lowered the floor, as in
+    /// `limiter::update_floored_leap`). A booking longer than a year is refused here, as the
+    /// engine refuses it. A lost compare-exchange is decided again here, on the winner's word
+    /// with the floor loaded again, as the engine's loop does (see `short_retry` for when the
+    /// read is kept). Every other case goes to the general engine, which decides it from
+    /// scratch.
     #[inline(always)]
     fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
         // µs since creation, as `now_micros`: a read behind the origin wraps far above the
@@ -197,36 +199,57 @@ impl<C: Clock> SmoothBursty<C> {
         }
         // Acquire: as in `limiter::update` (a word comes with the floor its writer raised).
         let word = self.words.state.load(Ordering::Acquire);
-        self.short_pass(n, clock_now, word, 0)
+        self.short_pass(n, clock_now, false, word, 0)
     }
 
-    /// [`try_acquire_now`](Self::try_acquire_now) after its `lost`-th lost compare-exchange:
-    /// decided again on the winner's word `word` on a *new* clock read, as the engine's loop
-    /// (`limiter::update_floored_leap`) does: kept, a leaper's read would decide its retry at the
-    /// leapt time again under the leaped floor, landing a leaped booking without raising the
-    /// floor, which the repairer whose word won then lowers: the limiter frozen for the whole
-    /// leap (loom: `time_smooth_leap.rs`, `bursty_leaper_on_the_short_path_*`). The read is
-    /// taken after the failed compare-exchange loaded `word`, so it is fresh. After
-    /// [`SHORT_RETRIES`] losses in a row, by the engine itself (so the recursion is bounded).
-    /// Out of line, so that the common path is one straight pass.
+    /// [`try_acquire_now`](Self::try_acquire_now)'s pass again, out of line (the common path
+    /// stays one straight pass): after its `lost`-th lost compare-exchange, on the winner's word
+    /// `word`, or for a second look at a refusal by a booking beyond the lag horizon, on the
+    /// same word. With `reread`, on a clock read taken now (after `word` was loaded: a fresh
+    /// read, which may trust such a refusal); else on the same read `clock_now`, as the
+    /// engine's loop keeps its read (`limiter::update_floored`). A lost race keeps its read
+    /// (a new one, ~20 ns here, widened the window between the load and the compare-exchange
+    /// and the losses fed each other: 2 threads at 0.56-0.67x governor's throughput instead of
+    /// 1.0-1.2x), except when the read leads the winner's time by more than the horizon: a
+    /// leaping read, which kept would land a leaped booking that a repairer whose word won
+    /// then leaves under the floor it lowers, freezing the limiter for the whole leap (loom:
+    /// `time_smooth_leap.rs`, `bursty_leaper_on_the_short_path_*`); that one reads again, as
+    /// `limiter::update_floored_leap` does. After [`SHORT_RETRIES`] passes in a row, the engine
+    /// decides (so the recursion is bounded).
+    ///
+    /// Answers a whole `Decision` whatever the caller's answer, as the engine does: returned
+    /// through memory, an answer generic over the caller's cost the common path 7 instructions
+    /// of spills (callgrind, `instructions_smooth`: admit 65.6 -> 72.6 allowing).
     #[cold]
     #[inline(never)]
-    fn short_retry<A: Answer>(&self, n: u32, word: u64, lost: u32) -> Result<A, AcquireError> {
-        // As in `try_acquire_now`.
-        let clock_now = (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
+    fn short_retry(
+        &self,
+        n: u32,
+        clock_now: i64,
+        reread: bool,
+        word: u64,
+        lost: u32,
+    ) -> Result<Decision, AcquireError> {
+        let clock_now = match reread {
+            // As in `try_acquire_now`.
+            true => (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64,
+            false => clock_now,
+        };
         if lost > SHORT_RETRIES || !(0..=self.codec.max_micros).contains(&clock_now) {
-            return self.try_acquire_general(n, self.now_micros()).map(A::of);
+            return self.try_acquire_general(n, self.now_micros());
         }
-        self.short_pass(n, clock_now, word, lost)
+        self.short_pass(n, clock_now, reread, word, lost)
     }
 
     /// One pass of the short path on `word` (loaded with Acquire, or returned by a failed
-    /// compare-exchange: the `lost`-th) at the read `clock_now` (in `0..=max_micros`).
+    /// compare-exchange: the `lost`-th) at the read `clock_now` (in `0..=max_micros`), taken
+    /// after `word` was loaded when `fresh`.
     #[inline(always)]
     fn short_pass<A: Answer>(
         &self,
         n: u32,
         clock_now: i64,
+        fresh: bool,
         word: u64,
         lost: u32,
     ) -> Result<A, AcquireError> {
@@ -271,10 +294,19 @@ impl<C: Clock> SmoothBursty<C> {
                 // On the first pass the read is older than the word: a booking that landed
                 // after it (a thread stalled between the two) is judged on a fresh read, as the
                 // engine judges it (`Step::after_leap`); the stale read would refuse a request
-                // whose booking has long been paid (`tests/smooth_stalled_read.rs`). A retry's
-                // read was taken after its word.
-                if lost == 0 {
-                    return general();
+                // whose booking has long been paid (`tests/smooth_stalled_read.rs`). So the clock
+                // is read again, after the word's load (one more read for such a refusal; the
+                // engine took ~280 instructions more). A read at most the floor's grain (1 µs)
+                // after the first lets the refusal stand as decided on the first, at most that
+                // much early: the staleness the floor already grants a lagging reader. Any other
+                // read decides the same word again, by a whole pass on a read taken after its
+                // load (`short_retry`).
+                if !fresh {
+                    let later =
+                        (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
+                    if later.wrapping_sub(clock_now) as u64 > MICROS_FLOOR.grain {
+                        return self.short_retry(n, later, true, word, lost + 1).map(A::of);
+                    }
                 }
                 // Acquire fence: pairs with the Release of a repairer's floor lowering, which
                 // `floor_now` may have read; the word loaded next then shows its repair.
@@ -303,8 +335,17 @@ impl<C: Clock> SmoothBursty<C> {
             Ok(_) => Ok(decision),
             // Another writer landed first: decided again on its word (`short_retry`). Sending
             // the call to the engine instead made a lost race cost a whole second pass, and at
-            // two threads the losses fed each other.
-            Err(actual) => self.short_retry(n, actual, lost + 1),
+            // two threads the losses fed each other. The read is kept unless it leads the
+            // winner's time by more than the horizon (a leaping read: read again). The winner
+            // decided at some `t` with `actual` at least `t − W` (free, `W` stored at most) in
+            // the word's fixed point; `now` is at least this call's read.
+            Err(actual) => {
+                let leads = now_fixed
+                    > actual
+                        .saturating_add(codec.full_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS));
+                self.short_retry(n, clock_now, leads, actual, lost + 1)
+                    .map(A::of)
+            }
         }
     }
 
