@@ -246,3 +246,40 @@ fn bursty_leaper_on_the_short_path_races_a_try_acquire() {
 fn bursty_leaper_on_the_short_path_races_an_acquire() {
     leaper_on_the_short_path(true);
 }
+
+/// Review of ccca31d: the leaper's retry keeps its leapt read when the winner's word does not
+/// trail it by more than `W + H` — but a winner *in debt* (here the repairer books 0.9 s of debt
+/// with `try_acquire(11)`) publishes a word at `nf ≥ its time`, not at its time minus `W`. The
+/// leaper (lead `H + 1 s`) then keeps its read `L` (`L ≤ nf + W + H`), finds the repairer's debt
+/// paid at `L`, lands a leaped booking under the still-leaped floor, and the repairer lowers the
+/// floor: frozen for the leap.
+#[test]
+fn bursty_leaper_keeps_its_read_after_a_winner_in_debt() {
+    model(None, move || {
+        let clock = ModelClock::starting_at(START);
+        let limiter = bursty(&clock);
+        let leaper = {
+            let (limiter, clock) = (limiter.clone(), clock.clone());
+            thread::spawn(move || {
+                ModelClock::leap_next_read(LEAD);
+                take(&*limiter, &clock, 1, (0, 0))
+            })
+        };
+        let repairer = {
+            let (limiter, clock) = (limiter.clone(), clock.clone());
+            thread::spawn(move || take(&*limiter, &clock, 11, (0, 0)))
+        };
+        leaper.join().unwrap();
+        repairer.join().unwrap();
+        // At real time: at most the repairer's debt (0.9 s) and the leaper's permit (plus one
+        // interval of slack) stand between a present caller and its permit; never the leap.
+        let (got, decision) = try_take(&*limiter, &clock, 1, (0, 0));
+        if got.is_empty() {
+            let retry = decision.retry_after().as_nanos();
+            assert!(
+                retry <= u128::from(12 * T),
+                "frozen by the leap: a present try_acquire must wait {retry} ns: {decision:?}"
+            );
+        }
+    });
+}
