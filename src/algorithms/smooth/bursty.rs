@@ -340,9 +340,16 @@ impl<C: Clock> SmoothBursty<C> {
             // decided at some `t` with `actual` at least `t − W` (free, `W` stored at most) in
             // the word's fixed point; `now` is at least this call's read.
             Err(actual) => {
-                let leads = now_fixed
-                    > actual
-                        .saturating_add(codec.full_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS));
+                // The word alone does not bound the winner's time from above: a winner in debt
+                // publishes `nf` beyond its time, and a leaping read less than `W + H` past `nf`
+                // passed the word test (loom: `bursty_leaper_keeps_its_read_after_a_winner_in_debt`).
+                // The floor this pass loaded is a past read (a leaper's own raise comes after
+                // it): a read more than the horizon past it is a leaping one.
+                let leads = now as u64 > floor_now + MICROS_FLOOR.horizon
+                    || now_fixed
+                        > actual.saturating_add(
+                            codec.full_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS),
+                        );
                 self.short_retry(n, clock_now, leads, actual, lost + 1)
                     .map(A::of)
             }
