@@ -56,7 +56,7 @@ const SECOND: u64 = 1_000_000_000;
 /// already passed (by 6 s) before A's call returned; the engine's retry reads 210 s and admits.
 /// Linearizable (C's booking was outstanding at 200 s, inside A's call), but not "as the engine".
 #[test]
-#[ignore = "review finding (doubtful claim): fails at ccca31d and 7cbecac; passes with every retry reading again"]
+#[ignore = "review finding (doubtful claim): fails at ccca31d and 7cbecac"]
 fn a_lost_race_keeps_its_read_and_is_refused_by_a_booking_paid_since() {
     let clock = HookClock::default();
     clock.set(SECOND);

@@ -342,7 +342,8 @@ impl<C: Clock> SmoothBursty<C> {
             Err(actual) => {
                 // The word alone does not bound the winner's time from above: a winner in debt
                 // publishes `nf` beyond its time, and a leaping read less than `W + H` past `nf`
-                // passed the word test (loom: `bursty_leaper_keeps_its_read_after_a_winner_in_debt`).
+                // passed the word test (loom: `time_smooth_leap.rs`,
+                // `bursty_leaper_keeps_its_read_after_a_winner_in_debt`).
                 // The floor this pass loaded is a past read (a leaper's own raise comes after
                 // it): a read more than the horizon past it is a leaping one.
                 let leads = now as u64 > floor_now + MICROS_FLOOR.horizon
