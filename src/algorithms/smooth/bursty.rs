@@ -186,8 +186,7 @@ impl<C: Clock> SmoothBursty<C> {
     /// have replaced a leaped word and lowered the floor, as in
     /// `limiter::update_floored_leap`). A booking longer than a year is refused here, as the
     /// engine refuses it. A lost compare-exchange is decided again here, on the winner's word
-    /// with the floor loaded again, as the engine's loop does (see `short_retry` for when the
-    /// read is kept). Every other case goes to the general engine, which decides it from
+    /// with the floor loaded again (`short_retry` says on which read). Every other case goes to the general engine, which decides it from
     /// scratch.
     #[inline(always)]
     fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
@@ -205,17 +204,20 @@ impl<C: Clock> SmoothBursty<C> {
     /// [`try_acquire_now`](Self::try_acquire_now)'s pass again, out of line (the common path
     /// stays one straight pass): after its `lost`-th lost compare-exchange, on the winner's word
     /// `word`, or for a second look at a refusal by a booking beyond the lag horizon, on the
-    /// same word. With `reread`, on a clock read taken now (after `word` was loaded: a fresh
-    /// read, which may trust such a refusal); else on the same read `clock_now`, as the
-    /// engine's loop keeps its read (`limiter::update_floored`). A lost race keeps its read
-    /// (a new one, ~20 ns here, widened the window between the load and the compare-exchange
-    /// and the losses fed each other: 2 threads at 0.56-0.67x governor's throughput instead of
-    /// 1.0-1.2x), except when the read leads the winner's time by more than the horizon: a
-    /// leaping read, which kept would land a leaped booking that a repairer whose word won
-    /// then leaves under the floor it lowers, freezing the limiter for the whole leap (loom:
-    /// `time_smooth_leap.rs`, `bursty_leaper_on_the_short_path_*`); that one reads again, as
-    /// `limiter::update_floored_leap` does. After [`SHORT_RETRIES`] passes in a row, the engine
-    /// decides (so the recursion is bounded).
+    /// same word, with the read `read` says.
+    ///
+    /// A lost race keeps its read ([`RetryRead::Kept`]), where `limiter::update_floored_leap`
+    /// (the engine's loop) reads the clock again on every retry: a new read, ~20 ns here,
+    /// widened the window between the load and the compare-exchange and the losses fed each
+    /// other (2 threads at 0.56-0.67x governor's throughput instead of 0.9-1.1x). Kept, the
+    /// retry is decided as a call whose read came before the winner's word (linearizable; a
+    /// refusal's `retry_after` is counted from that read). Except for a leaping read: kept, it
+    /// would land a leaped booking after a repairer's word, under the floor the repairer then
+    /// lowers, freezing the limiter for the whole leap (loom: `time_smooth_leap.rs`,
+    /// `bursty_leaper_on_the_short_path_*`, `bursty_leaper_keeps_its_read_after_a_winner_in_debt`);
+    /// a read more than the horizon past the floor the pass loaded, or past the winner's time
+    /// as its word bounds it, reads again ([`RetryRead::Again`]). After [`SHORT_RETRIES`] passes
+    /// in a row, the engine decides (so the recursion is bounded).
     ///
     /// Answers a whole `Decision` whatever the caller's answer, as the engine does: returned
     /// through memory, an answer generic over the caller's cost the common path 7 instructions
@@ -225,20 +227,26 @@ impl<C: Clock> SmoothBursty<C> {
     fn short_retry(
         &self,
         n: u32,
-        clock_now: i64,
-        reread: bool,
+        read: RetryRead,
         word: u64,
         lost: u32,
     ) -> Result<Decision, AcquireError> {
-        let clock_now = match reread {
-            // As in `try_acquire_now`.
-            true => (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64,
-            false => clock_now,
-        };
-        if lost > SHORT_RETRIES || !(0..=self.codec.max_micros).contains(&clock_now) {
+        if lost > SHORT_RETRIES {
             return self.try_acquire_general(n, self.now_micros());
         }
-        self.short_pass(n, clock_now, reread, word, lost)
+        let (clock_now, fresh) = match read {
+            RetryRead::Kept(read) => (read, false),
+            RetryRead::Fresh(read) => (read, true),
+            // As in `try_acquire_now`.
+            RetryRead::Again => (
+                (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64,
+                true,
+            ),
+        };
+        if !(0..=self.codec.max_micros).contains(&clock_now) {
+            return self.try_acquire_general(n, self.now_micros());
+        }
+        self.short_pass(n, clock_now, fresh, word, lost)
     }
 
     /// One pass of the short path on `word` (loaded with Acquire, or returned by a failed
@@ -305,7 +313,9 @@ impl<C: Clock> SmoothBursty<C> {
                     let later =
                         (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
                     if later.wrapping_sub(clock_now) as u64 > MICROS_FLOOR.grain {
-                        return self.short_retry(n, later, true, word, lost + 1).map(A::of);
+                        return self
+                            .short_retry(n, RetryRead::Fresh(later), word, lost + 1)
+                            .map(A::of);
                     }
                 }
                 // Acquire fence: pairs with the Release of a repairer's floor lowering, which
@@ -351,8 +361,11 @@ impl<C: Clock> SmoothBursty<C> {
                         > actual.saturating_add(
                             codec.full_fixed + (MICROS_FLOOR.horizon << FRACTION_BITS),
                         );
-                self.short_retry(n, clock_now, leads, actual, lost + 1)
-                    .map(A::of)
+                let read = match leads {
+                    true => RetryRead::Again,
+                    false => RetryRead::Kept(clock_now),
+                };
+                self.short_retry(n, read, actual, lost + 1).map(A::of)
             }
         }
     }
@@ -530,6 +543,17 @@ impl StoredPermits for BurstyMath {
     }
     /// See [`bursty_fixed::GUAVA_MIN_INTERVAL`](GUAVA_MIN_INTERVAL).
     const GUAVA_MIN_INTERVAL: f64 = GUAVA_MIN_INTERVAL;
+}
+
+/// The clock read a pass of `SmoothBursty::short_retry` runs on.
+#[derive(Clone, Copy)]
+enum RetryRead {
+    /// The read of the pass before, taken before the word was loaded.
+    Kept(i64),
+    /// A read taken after the word was loaded (a refusal beyond the horizon may stand on it).
+    Fresh(i64),
+    /// The clock read again now, after the word was loaded.
+    Again,
 }
 
 /// Lost compare-exchanges in a row that the short path decides again itself (each one deeper in
