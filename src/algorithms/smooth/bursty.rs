@@ -459,6 +459,14 @@ impl<C: Clock> SmoothBursty<C> {
         let before = self.words.state.load(Ordering::Relaxed);
         self.interval.publish(interval);
         if before & INFINITE_BIT != 0 {
+            // The word written is stamped with `now` (a full burst from then): publish the floor
+            // first, as every writer does, so that a leaping read's burst, ahead of every
+            // present reader, is judged a leap and repaired instead of refusing them for the
+            // whole leap (`tests/smooth_leaping_set_rate.rs`). Relaxed: published by the
+            // Release compare-exchange of `update` below. `now` is a read of `now_micros`.
+            self.words
+                .floor
+                .fetch_max(u64::try_from(now).unwrap_or(0), Ordering::Relaxed);
             update(&self.words.state, |word| {
                 Step::new(
                     (word & INFINITE_BIT != 0).then(|| self.codec.leave_infinite(word, now)),

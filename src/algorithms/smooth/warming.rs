@@ -336,6 +336,13 @@ impl<C: Clock> SmoothWarmingUp<C> {
         let before = self.load_word();
         self.interval.publish(interval);
         if unpack(before).1 {
+            // The word written is stamped with `now` (warm from then): publish the floor first,
+            // as every writer does, so that a leaping read's word is judged a leap and repaired
+            // (`tests/smooth_leaping_set_rate.rs`). Relaxed: published by the Release of the
+            // update below. `now` is a read of `now_micros`.
+            self.words
+                .floor
+                .fetch_max(u64::try_from(now).unwrap_or(0), Ordering::Relaxed);
             // AcqRel / Acquire: as decide_at; the release fence in `publish` orders the interval
             // first.
             let _ = self
