@@ -247,6 +247,33 @@ fn bursty_leaper_on_the_short_path_races_an_acquire() {
     leaper_on_the_short_path(true);
 }
 
+/// A leaper (one read `LEAD` ahead, taking 1) races a present caller that takes 11 (0.9 s of
+/// debt) and repairs the leap; then a present caller must wait at most `bound` ns (the debt, the
+/// leaper's permit and an interval of slack), never the leap.
+fn leaper_races_a_repairer_in_debt(limiter: &Arc<dyn Limiter>, clock: &ModelClock, bound: u64) {
+    let leaper = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || {
+            ModelClock::leap_next_read(LEAD);
+            take(&*limiter, &clock, 1, (0, 0))
+        })
+    };
+    let repairer = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || take(&*limiter, &clock, 11, (0, 0)))
+    };
+    leaper.join().unwrap();
+    repairer.join().unwrap();
+    let (got, decision) = try_take(&**limiter, clock, 1, (0, 0));
+    if got.is_empty() {
+        let retry = decision.retry_after().as_nanos();
+        assert!(
+            retry <= u128::from(bound),
+            "frozen by the leap: a present try_acquire must wait {retry} ns: {decision:?}"
+        );
+    }
+}
+
 /// Review of ccca31d: the leaper's retry keeps its leapt read when the winner's word does not
 /// trail it by more than `W + H` — but a winner *in debt* (here the repairer books 0.9 s of debt
 /// with `try_acquire(11)`) publishes a word at `nf ≥ its time`, not at its time minus `W`. The
@@ -258,29 +285,7 @@ fn bursty_leaper_keeps_its_read_after_a_winner_in_debt() {
     model(None, move || {
         let clock = ModelClock::starting_at(START);
         let limiter = bursty(&clock);
-        let leaper = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                ModelClock::leap_next_read(LEAD);
-                take(&*limiter, &clock, 1, (0, 0))
-            })
-        };
-        let repairer = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || take(&*limiter, &clock, 11, (0, 0)))
-        };
-        leaper.join().unwrap();
-        repairer.join().unwrap();
-        // At real time: at most the repairer's debt (0.9 s) and the leaper's permit (plus one
-        // interval of slack) stand between a present caller and its permit; never the leap.
-        let (got, decision) = try_take(&*limiter, &clock, 1, (0, 0));
-        if got.is_empty() {
-            let retry = decision.retry_after().as_nanos();
-            assert!(
-                retry <= u128::from(12 * T),
-                "frozen by the leap: a present try_acquire must wait {retry} ns: {decision:?}"
-            );
-        }
+        leaper_races_a_repairer_in_debt(&limiter, &clock, 12 * T);
     });
 }
 
@@ -299,26 +304,6 @@ fn bursty_second_leaper_lands_between_a_repair_and_its_floor_lowering() {
         let limiter = bursty(&clock);
         ModelClock::leap_next_read(LEAD);
         assert!(limiter.try_acquire(1).unwrap().is_allowed());
-        let leaper = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                ModelClock::leap_next_read(LEAD);
-                take(&*limiter, &clock, 1, (0, 0))
-            })
-        };
-        let repairer = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || take(&*limiter, &clock, 11, (0, 0)))
-        };
-        leaper.join().unwrap();
-        repairer.join().unwrap();
-        let (got, decision) = try_take(&*limiter, &clock, 1, (0, 0));
-        if got.is_empty() {
-            let retry = decision.retry_after().as_nanos();
-            assert!(
-                retry <= u128::from(13 * T),
-                "frozen by the leap: a present try_acquire must wait {retry} ns: {decision:?}"
-            );
-        }
+        leaper_races_a_repairer_in_debt(&limiter, &clock, 13 * T);
     });
 }
