@@ -353,26 +353,34 @@ fn bursty_stalled_reader() {
     });
 }
 
-/// (c) L lags half an interval. The driver takes 1 and L takes 1 with 2 stored: both are free
-/// and admitted; then the driver takes twice more: the bound holds with L widened by its lag.
-#[test]
-fn bursty_lagging_reader() {
-    model(None, || {
+/// L lags `lag` and takes 1 while the driver takes 1, with 2 stored: both are admitted in every
+/// interleaving; then the driver takes `later` more, and the bound holds with L widened by its
+/// lag.
+fn bursty_lagging_reader_races_a_take(lag: u64, later: usize) {
+    model(None, move || {
         let clock = ModelClock::starting_at(SMOOTH_START);
         let l = Arc::new(bursty(&clock));
         let lagging = {
             let (l, clock) = (l.clone(), clock.clone());
             thread::spawn(move || {
-                ModelClock::set_thread_lag(SMOOTH_T / 2);
-                take(&*l, &clock, 1, (SMOOTH_T / 2, 0))
+                ModelClock::set_thread_lag(lag);
+                take(&*l, &clock, 1, (lag, 0))
             })
         };
         let mut admitted = join_all(vec![lagging], take(&*l, &clock, 1, (0, 0)));
         assert_eq!(admitted.len(), 2, "a lagging read refused a stored permit");
-        admitted.extend(take(&*l, &clock, 1, (0, 0)));
-        admitted.extend(take(&*l, &clock, 1, (0, 0)));
+        for _ in 0..later {
+            admitted.extend(take(&*l, &clock, 1, (0, 0)));
+        }
         assert_bucket_bound(&admitted, SMOOTH_C, SMOOTH_T);
     });
+}
+
+/// (c) L lags half an interval. The driver takes 1 and L takes 1 with 2 stored: both are free
+/// and admitted; then the driver takes twice more: the bound holds with L widened by its lag.
+#[test]
+fn bursty_lagging_reader() {
+    bursty_lagging_reader_races_a_take(SMOOTH_T / 2, 2);
 }
 
 /// (c') L lags two intervals (more than the one stored permit the driver leaves): read first,
@@ -382,20 +390,7 @@ fn bursty_lagging_reader() {
 /// debt and L would be refused. Both are admitted in every interleaving.
 #[test]
 fn bursty_lagging_reader_that_loses_its_race() {
-    model(None, || {
-        let clock = ModelClock::starting_at(SMOOTH_START);
-        let l = Arc::new(bursty(&clock));
-        let lagging = {
-            let (l, clock) = (l.clone(), clock.clone());
-            thread::spawn(move || {
-                ModelClock::set_thread_lag(2 * SMOOTH_T);
-                take(&*l, &clock, 1, (2 * SMOOTH_T, 0))
-            })
-        };
-        let admitted = join_all(vec![lagging], take(&*l, &clock, 1, (0, 0)));
-        assert_eq!(admitted.len(), 2, "a lagging read refused a stored permit");
-        assert_bucket_bound(&admitted, SMOOTH_C, SMOOTH_T);
-    });
+    bursty_lagging_reader_races_a_take(2 * SMOOTH_T, 0);
 }
 
 /// (d) P's one read leaps 10 s + 1 ms while the driver takes 1; then the driver takes twice at

@@ -203,6 +203,18 @@ fn warming_leap_repair_races_an_acquire() {
     leap_repair_race(&WARMING, Caller::Acquire);
 }
 
+/// A thread whose one read leaps `LEAD` ahead, taking 1 with `try_acquire` (the short path).
+fn spawn_leaper(
+    limiter: &Arc<dyn Limiter>,
+    clock: &ModelClock,
+) -> thread::JoinHandle<Vec<Admitted>> {
+    let (limiter, clock) = (limiter.clone(), clock.clone());
+    thread::spawn(move || {
+        ModelClock::leap_next_read(LEAD);
+        take(&*limiter, &clock, 1, (0, 0))
+    })
+}
+
 /// The leaper on the short path (`try_acquire`), against a present repairer (`try_acquire`,
 /// sent to the engine by the leaped floor): the leaper raises the floor to its leapt time before
 /// its compare-exchange; the repairer's word lands first; the leaper's retry, decided again on
@@ -213,13 +225,7 @@ fn leaper_on_the_short_path(repairer_acquires: bool) {
     model(None, move || {
         let clock = ModelClock::starting_at(START);
         let limiter = bursty(&clock);
-        let leaper = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                ModelClock::leap_next_read(LEAD);
-                take(&*limiter, &clock, 1, (0, 0))
-            })
-        };
+        let leaper = spawn_leaper(&limiter, &clock);
         let repairer = {
             let (limiter, clock) = (limiter.clone(), clock.clone());
             thread::spawn(move || {
@@ -251,13 +257,7 @@ fn bursty_leaper_on_the_short_path_races_an_acquire() {
 /// debt) and repairs the leap; then a present caller must wait at most `bound` ns (the debt, the
 /// leaper's permit and an interval of slack), never the leap.
 fn leaper_races_a_repairer_in_debt(limiter: &Arc<dyn Limiter>, clock: &ModelClock, bound: u64) {
-    let leaper = {
-        let (limiter, clock) = (limiter.clone(), clock.clone());
-        thread::spawn(move || {
-            ModelClock::leap_next_read(LEAD);
-            take(&*limiter, &clock, 1, (0, 0))
-        })
-    };
+    let leaper = spawn_leaper(limiter, clock);
     let repairer = {
         let (limiter, clock) = (limiter.clone(), clock.clone());
         thread::spawn(move || take(&*limiter, &clock, 11, (0, 0)))

@@ -8,7 +8,7 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use floodgate::Rate;
-use floodgate::backend::{FailureKind, FailurePolicy};
+use floodgate::backend::{FailureKind, FailurePolicy, Outcome};
 use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, Gcra};
 
@@ -152,6 +152,17 @@ fn calls_that_time_out_while_the_server_is_frozen_take_nothing_after_it_resumes(
     assert!(ran > 2, "no late request ran: {ran}");
 }
 
+/// The outcome of a fail-closed call to a frozen server that gave up after `took` (timed from
+/// before the call was made) with the timeout `short`: a timeout failure and a refusal, not
+/// before its timeout, and well within the hang bound (a loaded machine may run it late).
+pub(super) fn assert_timed_out(outcome: &Outcome, took: Duration, short: Duration) {
+    let error = outcome.failure().expect("the server is frozen");
+    assert_eq!(error.kind(), FailureKind::Timeout, "{error}");
+    assert!(!outcome.decision().is_allowed(), "fail closed");
+    assert!(took >= short, "gave up early, after {took:?}");
+    assert!(took < short + HANG / 2, "gave up only after {took:?}");
+}
+
 /// A blocking call to a frozen server gives up at its timeout (bounded here only generously: a
 /// loaded machine may run the thread late) with a timeout failure, and takes nothing.
 #[test]
@@ -181,11 +192,7 @@ fn a_blocking_call_to_a_frozen_server_times_out() {
         .expect("the blocking call outlived the hang bound");
     let limiter = caller.join().unwrap();
     let outcome = outcome.unwrap();
-    let error = outcome.failure().expect("the server is frozen");
-    assert_eq!(error.kind(), FailureKind::Timeout, "{error}");
-    assert!(!outcome.decision().is_allowed(), "fail closed");
-    assert!(took >= SHORT, "gave up early, after {took:?}");
-    assert!(took < SHORT + HANG / 2, "gave up only after {took:?}");
+    assert_timed_out(&outcome, took, SHORT);
     assert_eq!(limiter.failures().timeouts, 1);
     server.thaw();
     let next = limiter.blocking_try_acquire("k", 1).unwrap();

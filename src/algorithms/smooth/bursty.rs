@@ -162,6 +162,15 @@ impl<C: Clock> SmoothBursty<C> {
         micros_since(self.clock.now_nanos(), self.origin_nanos).min(self.codec.max_micros)
     }
 
+    /// The short path's clock read: µs since creation, as [`now_micros`](Self::now_micros) but
+    /// unchecked (a read behind the origin wraps far above the range, and a read past the range
+    /// is above `max_micros`): the caller sends a read outside `0..=max_micros` to the engine,
+    /// which saturates both.
+    #[inline(always)]
+    fn short_micros(&self) -> i64 {
+        (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64
+    }
+
     fn validate_rate(&self, permits_per_second: f64) -> Result<RateSetting, ConfigError> {
         parse_rate(permits_per_second)
     }
@@ -190,9 +199,7 @@ impl<C: Clock> SmoothBursty<C> {
     /// scratch.
     #[inline(always)]
     fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
-        // µs since creation, as `now_micros`: a read behind the origin wraps far above the
-        // range, and a read past the range goes to the engine (which saturates both).
-        let clock_now = (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
+        let clock_now = self.short_micros();
         if !(0..=self.codec.max_micros).contains(&clock_now) {
             return self.try_acquire_general(n, self.now_micros()).map(A::of);
         }
@@ -237,11 +244,7 @@ impl<C: Clock> SmoothBursty<C> {
         let (clock_now, fresh) = match read {
             RetryRead::Kept(read) => (read, false),
             RetryRead::Fresh(read) => (read, true),
-            // As in `try_acquire_now`.
-            RetryRead::Again => (
-                (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64,
-                true,
-            ),
+            RetryRead::Again => (self.short_micros(), true),
         };
         if !(0..=self.codec.max_micros).contains(&clock_now) {
             return self.try_acquire_general(n, self.now_micros());
@@ -310,8 +313,7 @@ impl<C: Clock> SmoothBursty<C> {
                 // read decides the same word again, by a whole pass on a read taken after its
                 // load (`short_retry`).
                 if !fresh {
-                    let later =
-                        (self.clock.now_nanos().wrapping_sub(self.origin_nanos) / 1000) as i64;
+                    let later = self.short_micros();
                     if later.wrapping_sub(clock_now) as u64 > MICROS_FLOOR.grain {
                         return self
                             .short_retry(n, RetryRead::Fresh(later), word, lost + 1)
