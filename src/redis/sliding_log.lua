@@ -35,9 +35,16 @@ if count + n <= limit then
     end
   end
   if #entries > 0 then redis.call('ZADD', log, unpack(entries)) end
-  local window_ms = int(window / 1000)
-  redis.call('PEXPIRE', log, window_ms)
-  redis.call('PEXPIRE', seq, window_ms)
+  -- The log lives until its newest entry leaves the window. That is now + window, unless an
+  -- entry is scored after now (the server's clock stepped back since it was added): it counts
+  -- until its own score + window (see the denial below), and an expiry of now + window would
+  -- drop it, and its count, early. The sequence lives as long (its names stay unique).
+  local newest = tonumber(redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')[2])
+  local last = now
+  if newest and newest > now and newest < 2^53 then last = newest end
+  local expire_at = int(math.ceil((last + window) / 1000))
+  redis.call('PEXPIREAT', log, expire_at)
+  redis.call('PEXPIREAT', seq, expire_at)
   return {1, limit, limit - count - n, 0, window, now}
 end
 

@@ -543,3 +543,49 @@ fn blocking_calls_on_a_backend_whose_runtime_was_dropped_fail_without_panicking(
         Err(other) => panic!("{other:?}"),
     }
 }
+
+/// A sliding log whose entries are scored after the server's now (its clock stepped back 30 s
+/// since they were added) counts them until the clock passes their score + the window: each
+/// denial says so (`a_sliding_log_ahead_of_a_clock_stepped_back_announces_the_exact_wait`). An
+/// admission beside them must keep them that long too: its expiry of the log (and of the
+/// member sequence) may not fall before the newest entry's score + the window. A `PEXPIRE` of
+/// the window from now dropped the ahead entries 30 s early, and with them the count: a full
+/// quota was then admitted on top of entries the log still counted.
+#[test]
+fn a_sliding_log_admission_keeps_entries_ahead_of_a_clock_stepped_back() {
+    let server = RedisServer::start();
+    let b = backend(RedisConfig::single(server.url()));
+    let window = Duration::from_secs(60);
+    let log = limiter(&b, "stepped", SlidingLog::new(3, window).unwrap());
+    let keys = log.redis_keys("k");
+    // Two entries 30 s ahead, with the expiry their own admission gave them (score + window).
+    let score = server.time_micros() + 30_000_000;
+    let ahead = score.to_string();
+    let end_ms = (score + window.as_micros() as u64).div_ceil(1_000);
+    server.cli(&[
+        "ZADD",
+        &keys[0],
+        &ahead,
+        &format!("{ahead}:1"),
+        &ahead,
+        &format!("{ahead}:2"),
+    ]);
+    server.cli(&["SET", &keys[1], "2"]);
+    for key in &keys {
+        assert_eq!(server.cli(&["PEXPIREAT", key, &end_ms.to_string()]), "1");
+    }
+    let admitted = log.blocking_try_acquire("k", 1).unwrap();
+    assert!(
+        admitted.is_allowed() && admitted.remaining() == 0,
+        "{admitted:?}"
+    );
+    for key in &keys {
+        let at: u64 = server.cli(&["PEXPIRETIME", key]).parse().unwrap();
+        assert!(
+            at >= end_ms,
+            "{key} expires at {at} ms, before its newest entry leaves the window at {end_ms} ms"
+        );
+    }
+    // And the log still holds all three entries.
+    assert_eq!(server.cli(&["ZCARD", &keys[0]]), "3");
+}
