@@ -1,6 +1,7 @@
 -- floodgate: sliding window of cells (the seeds' "precision"): the window is `cells` cells of
 -- `cell` us each, aligned to the server's clock; a request counts against the current cell and
 -- the `cells - 1` before it. All cells of one limiter key live in one hash (field = cell index).
+-- Stored values are read with exact(): exact.lua, prepended to this script.
 -- KEYS[1] hash. ARGV: limit, cell length in us, cells per window, n.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
@@ -30,10 +31,14 @@ local count = 0
 local newest = current
 local fields = redis.call('HGETALL', key)
 for i = 1, #fields, 2 do
-  local index = tonumber(fields[i])
-  local taken = tonumber(fields[i + 1])
-  if not index or not taken then
-    return redis.error_reply('floodgate: ' .. key .. ' holds a field that is not a cell')
+  -- A cell is an exact integer index whose window ends within Lua's exact integers, holding an
+  -- exact count of at least 0 (exact(): exact.lua, prepended to this script). Anything else was
+  -- not written by this script: a negative count would admit past the limit, an index past 2^53
+  -- µs would be cast into an expiry in the past or into the reply.
+  local index = exact(fields[i])
+  local taken = exact(fields[i + 1])
+  if not index or not taken or taken < 0 or (index + cells) * cell >= 2^53 then
+    return redis.error_reply('floodgate: ' .. key .. ' does not hold a sliding window')
   end
   if index < oldest then
     expired[#expired + 1] = fields[i]

@@ -16,9 +16,13 @@ use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingWindow;
 use crate::decision::ConfigError;
 
-static SCRIPT: LazyLock<Script> = lua_script!("sliding_window.lua");
-static BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&batch_source(include_str!("sliding_window.lua"))));
+static SCRIPT: LazyLock<Script> = lua_script!("exact.lua", "sliding_window.lua");
+static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&batch_source(concat!(
+        include_str!("exact.lua"),
+        include_str!("sliding_window.lua")
+    )))
+});
 
 /// Most cells per window on Redis (a decision reads every cell).
 ///

@@ -383,6 +383,27 @@ fn an_aligned_window_count_or_index_that_is_not_an_exact_integer_fails_only_its_
     a_bad_key_fails_only_its_own_decisions("bad-fwa-i", window, index, &indices, what);
 }
 
+/// The sliding window's hash (100 s cells, 6 a window): a cell whose count or index is not an
+/// exact integer, whose count is below zero (read as permits given back: "-5" admitted 5 past
+/// the limit), or whose window ends past 2^53 µs.
+#[test]
+fn a_sliding_window_cell_that_is_not_an_exact_count_fails_only_its_own_decisions() {
+    fn count(server: &RedisServer, key: &str, value: &str) {
+        let index = (server.time_micros() / 100_000_000).to_string();
+        server.cli(&["HSET", key, &index, value]);
+    }
+    fn index(server: &RedisServer, key: &str, value: &str) {
+        server.cli(&["HSET", key, value, "0"]);
+    }
+    let window = SlidingWindow::new(10, Duration::from_secs(600), 6).unwrap();
+    let what = "does not hold a sliding window";
+    let counts: Vec<&str> = NOT_EXACT.iter().copied().chain(["-5"]).collect();
+    a_bad_key_fails_only_its_own_decisions("bad-sw-c", window.clone(), count, &counts, what);
+    // The window of cell 90,071,987 ends past 2^53 µs; 90,071,986's within.
+    let indices: Vec<&str> = NOT_EXACT.iter().copied().chain(["90071987"]).collect();
+    a_bad_key_fails_only_its_own_decisions("bad-sw-i", window, index, &indices, what);
+}
+
 #[test]
 fn a_gcra_time_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
     let gcra = Gcra::new(Rate::per_hour(1), 10).unwrap();
