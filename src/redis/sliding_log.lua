@@ -1,6 +1,7 @@
 -- floodgate: sliding log, exact: a sorted set of one entry per permit, scored by the server's
 -- time in us; a request is admitted if the entries of the last `window` us plus n fit the limit.
 -- A denial adds nothing (it writes only to repair a log found without a TTL).
+-- Stored values are read with exact(): exact.lua, prepended to this script.
 -- KEYS[1] sorted set, KEYS[2] sequence counter (unique member names). ARGV: limit, window in us, n.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
@@ -18,6 +19,21 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local deadline = tonumber(ARGV[5])
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
+
+-- Stored values, checked before any write (exact(): exact.lua, prepended to this script): the
+-- sequence an exact integer whose next n names stay below 2^53 (past that Lua's numbers cannot
+-- count them: naming the entries never ended), the newest entry's score an exact integer whose
+-- window ends below 2^53 (an infinite or huge score is cast into the reply). Anything else was
+-- not written by this script.
+local stored_seq = redis.call('GET', seq)
+local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')[2]
+local newest_score = top and exact(top)
+if stored_seq and not (exact(stored_seq) and exact(stored_seq) + n < 2^53) then
+  return redis.error_reply('floodgate: ' .. seq .. ' does not hold a sliding log sequence')
+end
+if top and not (newest_score and newest_score + window < 2^53) then
+  return redis.error_reply('floodgate: ' .. log .. ' does not hold a sliding log')
+end
 local since = '(' .. int(now - window)
 local count = redis.call('ZCOUNT', log, since, '+inf')
 
@@ -39,10 +55,9 @@ if count + n <= limit then
   -- entry is scored after now (the server's clock stepped back since it was added): it counts
   -- until its own score + window (see the denial below), and an expiry of now + window would
   -- drop it, and its count, early. The sequence lives as long (its names stay unique).
-  local newest = tonumber(redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')[2])
-  local last = now
-  if newest and newest > now and newest < 2^53 then last = newest end
-  local expire_at = int(math.ceil((last + window) / 1000))
+  local lives_to = now
+  if newest_score and newest_score > now then lives_to = newest_score end
+  local expire_at = int(math.ceil((lives_to + window) / 1000))
   redis.call('PEXPIREAT', log, expire_at)
   redis.call('PEXPIREAT', seq, expire_at)
   return {1, limit, limit - count - n, 0, window, now}

@@ -15,9 +15,13 @@ use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingLog;
 use crate::decision::ConfigError;
 
-static SCRIPT: LazyLock<Script> = lua_script!("sliding_log.lua");
-static BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&batch_source(include_str!("sliding_log.lua"))));
+static SCRIPT: LazyLock<Script> = lua_script!("exact.lua", "sliding_log.lua");
+static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&batch_source(concat!(
+        include_str!("exact.lua"),
+        include_str!("sliding_log.lua")
+    )))
+});
 
 impl sealed::Script for SlidingLog {
     /// During an outage: a local fixed window of the same length (coarser, same bound per window).

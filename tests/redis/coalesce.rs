@@ -269,6 +269,7 @@ fn set_string(server: &RedisServer, key: &str, value: &str) {
 fn held(server: &RedisServer, key: &str) -> String {
     match server.cli(&["TYPE", key]).as_str() {
         "hash" => server.cli(&["HGETALL", key]),
+        "zset" => server.cli(&["ZRANGE", key, "0", "-1", "WITHSCORES"]),
         _ => server.cli(&["GET", key]),
     }
 }
@@ -402,6 +403,31 @@ fn a_sliding_window_cell_that_is_not_an_exact_count_fails_only_its_own_decisions
     // The window of cell 90,071,987 ends past 2^53 µs; 90,071,986's within.
     let indices: Vec<&str> = NOT_EXACT.iter().copied().chain(["90071987"]).collect();
     a_bad_key_fails_only_its_own_decisions("bad-sw-i", window, index, &indices, what);
+}
+
+/// The sliding log's sequence (the names of its entries) that is not an exact integer, or whose
+/// next names reach 2^53, where Lua's numbers no longer count: from 2^53 - 1, naming two entries
+/// never ended, and the server stayed busy in a script it could not kill (it had written). And
+/// a log whose newest entry's score is not an exact integer or leaves the window past 2^53 µs
+/// (inf, 1e300: a denial announced the quota whole at once, or in 584 years).
+#[test]
+fn a_sliding_log_sequence_or_score_that_is_not_exact_fails_only_its_own_decisions() {
+    fn sequence(server: &RedisServer, key: &str, value: &str) {
+        server.cli(&["SET", &format!("{key}:seq"), value]);
+    }
+    fn score(server: &RedisServer, key: &str, value: &str) {
+        server.cli(&["ZADD", key, value, "m"]);
+    }
+    let log = SlidingLog::new(10, Duration::from_secs(600)).unwrap();
+    let what = "does not hold a sliding log";
+    let sequences: Vec<&str> = NOT_EXACT
+        .iter()
+        .copied()
+        .chain(["9007199254740991"])
+        .collect();
+    a_bad_key_fails_only_its_own_decisions("bad-sl-s", log.clone(), sequence, &sequences, what);
+    let scores = ["inf", "1e300", "9007199254740992", "100000000000000000"];
+    a_bad_key_fails_only_its_own_decisions("bad-sl-z", log, score, &scores, what);
 }
 
 #[test]
