@@ -562,16 +562,14 @@ async fn a_lease_on_a_bad_value_fails<A: LeaseAlgorithm>(
     server: &RedisServer,
     algorithm: A,
     store: fn(&RedisServer, &str, &str),
+    values: &[&str],
     what: &str,
 ) {
     let backend = backend(server).await;
-    for (i, value) in ["1.5", "1e300", "007", "9007199254740992"]
-        .iter()
-        .enumerate()
-    {
+    for (i, value) in values.iter().enumerate() {
         let limiter = RedisLimiter::new(
             &backend,
-            &format!("bad{i}"),
+            &format!("bad{i}{}", values[0]),
             algorithm.clone(),
             FailurePolicy::FailClosed,
         );
@@ -590,6 +588,8 @@ async fn a_lease_on_a_bad_value_fails<A: LeaseAlgorithm>(
     }
 }
 
+const NOT_EXACT: [&str; 4] = ["1.5", "1e300", "007", "9007199254740992"];
+
 fn set(server: &RedisServer, key: &str, value: &str) {
     server.cli(&["SET", key, value]);
 }
@@ -598,12 +598,42 @@ fn set(server: &RedisServer, key: &str, value: &str) {
 async fn a_lease_on_a_value_that_is_not_an_exact_integer_fails_and_grants_nothing() {
     let server = RedisServer::start();
     let gcra = Gcra::new(Rate::per_hour(1), 10).unwrap();
-    a_lease_on_a_bad_value_fails(&server, gcra, set, "does not hold a time").await;
+    a_lease_on_a_bad_value_fails(&server, gcra, set, &NOT_EXACT, "does not hold a time").await;
     let anchored = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
-    a_lease_on_a_bad_value_fails(&server, anchored, set, "does not hold a counter").await;
+    a_lease_on_a_bad_value_fails(
+        &server,
+        anchored,
+        set,
+        &NOT_EXACT,
+        "does not hold a counter",
+    )
+    .await;
     fn count(server: &RedisServer, key: &str, value: &str) {
         server.cli(&["HSET", key, "i", "0", "c", value]);
     }
     let aligned = FixedWindow::aligned(10, Duration::from_secs(60)).unwrap();
-    a_lease_on_a_bad_value_fails(&server, aligned, count, "does not hold a counter").await;
+    a_lease_on_a_bad_value_fails(
+        &server,
+        aligned,
+        count,
+        &NOT_EXACT,
+        "does not hold a counter",
+    )
+    .await;
+}
+
+/// A window's count below zero (another client's write) is not a count either: a lease on it
+/// was granted the limit and more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_lease_on_a_count_below_zero_fails_and_grants_nothing() {
+    let server = RedisServer::start();
+    let negative = ["-5", "-9007199254740991"];
+    let what = "does not hold a counter";
+    let anchored = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+    a_lease_on_a_bad_value_fails(&server, anchored, set, &negative, what).await;
+    fn count(server: &RedisServer, key: &str, value: &str) {
+        server.cli(&["HSET", key, "i", "0", "c", value]);
+    }
+    let aligned = FixedWindow::aligned(10, Duration::from_secs(60)).unwrap();
+    a_lease_on_a_bad_value_fails(&server, aligned, count, &negative, what).await;
 }

@@ -13,12 +13,20 @@ local function exact(s)
   return x
 end
 
--- Whether an HMGET of {i, c} (the aligned window's hash) holds a field that is not an exact
--- integer, or a window index whose window ends past Lua's exact integers: not a count these
--- scripts keep.
+-- A stored count: an exact integer from 0. The scripts never write a count below zero; one read
+-- as such would admit that many permits past the limit.
+local function exact_count(s)
+  local x = exact(s)
+  if x and x >= 0 then return x end
+  return nil
+end
+
+-- Whether an HMGET of {i, c} (the aligned window's hash) holds an index that is not an exact
+-- integer, a count that is not an exact_count, or a window index whose window ends past Lua's
+-- exact integers: not a count these scripts keep.
 local function corrupt(stored, window)
   local index = exact(stored[1])
-  return (stored[1] and not index) or (stored[2] and not exact(stored[2]))
+  return (stored[1] and not index) or (stored[2] and not exact_count(stored[2]))
     or (index and (index + 1) * window >= 2^53)
 end
 

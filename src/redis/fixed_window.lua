@@ -5,7 +5,7 @@
 -- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
 -- Time is the server's: the window is the counter's TTL. A denial only reads (it writes just
 -- to repair a counter found without a TTL, which would otherwise stick forever).
--- Stored values are read with exact(): exact.lua, prepended to this script.
+-- Stored values are read with exact_count(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
@@ -20,7 +20,7 @@ if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
 local stored = redis.call('GET', key)
 local count = 0
 if stored then
-  count = exact(stored)
+  count = exact_count(stored)
   if not count then
     return redis.error_reply('floodgate: ' .. key .. ' does not hold a counter')
   end

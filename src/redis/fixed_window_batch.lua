@@ -9,7 +9,7 @@
 -- Per key in the reply: {error index (0: none), count, ttl_ms} as read.
 -- Each key is read once, when its first decision in time comes; its decisions are then worked
 -- out here and written once at the end (INCRBY of what they took, PEXPIRE if the window opened).
--- Stored values are read with exact(): exact.lua.
+-- Stored values are read with exact_count(): exact.lua.
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local counts = {}
@@ -23,11 +23,11 @@ each_decision(function(k, n)
     if type(stored) == 'table' and stored.err then
       errors[#errors + 1] = stored.err
       c = false
-    elseif stored and not exact(stored) then
+    elseif stored and not exact_count(stored) then
       errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a counter'
       c = false
     else
-      c = stored and exact(stored) or 0
+      c = stored and exact_count(stored) or 0
       local ttl_ms = redis.call('PTTL', key)
       if ttl_ms == -1 then
         -- Found without a TTL: its window is taken to start now.

@@ -353,6 +353,23 @@ fn a_fixed_window_counter_that_is_not_an_exact_integer_fails_only_its_own_decisi
     );
 }
 
+/// A fixed window's count below zero (another client's write; the scripts never write one) was
+/// read as permits given back: "-5" admitted 15 in a window of 10, and a batch announced 12
+/// remaining of 10. Anchored (a counter) and aligned (the hash's count in the current window).
+#[test]
+fn a_fixed_window_count_below_zero_fails_only_its_own_decisions() {
+    fn aligned_count(server: &RedisServer, key: &str, value: &str) {
+        let index = (server.time_micros() / 600_000_000).to_string();
+        server.cli(&["HSET", key, "i", &index, "c", value]);
+    }
+    let anchored = FixedWindow::new(10, Duration::from_secs(600)).unwrap();
+    let aligned = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
+    let what = "does not hold a counter";
+    let negative = ["-5", "-1", "-9007199254740991"];
+    a_bad_key_fails_only_its_own_decisions("neg-fw", anchored, set_string, &negative, what);
+    a_bad_key_fails_only_its_own_decisions("neg-fwa", aligned, aligned_count, &negative, what);
+}
+
 #[test]
 fn an_aligned_window_batch_fails_only_the_decisions_on_a_key_of_another_type() {
     let window = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
