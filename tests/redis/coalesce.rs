@@ -416,7 +416,7 @@ fn a_sliding_window_cell_that_is_not_an_exact_count_fails_only_its_own_decisions
     let window = SlidingWindow::new(10, Duration::from_secs(600), 6).unwrap();
     let what = "does not hold a sliding window";
     let counts: Vec<&str> = NOT_EXACT.iter().copied().chain(["-5"]).collect();
-    a_bad_key_fails_only_its_own_decisions("bad-sw-c", window.clone(), count, &counts, what);
+    a_bad_key_fails_only_its_own_decisions("bad-sw-c", window, count, &counts, what);
     // The window of cell 90,071,987 ends past 2^53 µs; 90,071,986's within.
     let indices: Vec<&str> = NOT_EXACT.iter().copied().chain(["90071987"]).collect();
     a_bad_key_fails_only_its_own_decisions("bad-sw-i", window, index, &indices, what);
@@ -442,7 +442,7 @@ fn a_sliding_log_sequence_or_score_that_is_not_exact_fails_only_its_own_decision
         .copied()
         .chain(["9007199254740991"])
         .collect();
-    a_bad_key_fails_only_its_own_decisions("bad-sl-s", log.clone(), sequence, &sequences, what);
+    a_bad_key_fails_only_its_own_decisions("bad-sl-s", log, sequence, &sequences, what);
     let scores = ["inf", "1e300", "9007199254740992", "100000000000000000"];
     a_bad_key_fails_only_its_own_decisions("bad-sl-z", log, score, &scores, what);
 }
