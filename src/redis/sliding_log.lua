@@ -1,7 +1,7 @@
 -- floodgate: sliding log, exact: a sorted set of one entry per permit, scored by the server's
 -- time in us; a request is admitted if the entries of the last `window` us plus n fit the limit.
 -- A denial adds nothing (it writes only to repair a log found without a TTL).
--- Stored values are read with exact(): exact.lua, prepended to this script.
+-- The sequence is read with exact(): exact.lua, prepended to this script.
 -- KEYS[1] sorted set, KEYS[2] sequence counter (unique member names). ARGV: limit, window in us, n.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
@@ -20,18 +20,20 @@ local deadline = tonumber(ARGV[5])
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 
--- Stored values, checked before any write (exact(): exact.lua, prepended to this script): the
--- sequence an exact integer whose next n names stay below 2^53 (past that Lua's numbers cannot
--- count them: naming the entries never ended), the newest entry's score an exact integer whose
--- window ends below 2^53 (an infinite or huge score is cast into the reply). Anything else was
--- not written by this script.
+-- Stored values, checked before any write: the sequence an exact integer (exact(): exact.lua,
+-- prepended to this script) whose next n names stay below 2^53 (past that Lua's numbers cannot
+-- count them: naming the entries never ended), the newest entry's score an integer whose window
+-- ends below 2^53 (an infinite or huge score is cast into the reply). Anything else was not
+-- written by this script. A score is Redis's text of a double, not the script's: a whole one
+-- may read "1.795887e+15" (Redis 7.2 writes the shortest form), so it is compared as a number.
 local stored_seq = redis.call('GET', seq)
 local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')[2]
-local newest_score = top and exact(top)
+local newest_score = tonumber(top)
 if stored_seq and not (exact(stored_seq) and exact(stored_seq) + n < 2^53) then
   return redis.error_reply('floodgate: ' .. seq .. ' does not hold a sliding log sequence')
 end
-if top and not (newest_score and newest_score + window < 2^53) then
+if top and not (newest_score and newest_score == math.floor(newest_score)
+    and newest_score > -2^53 and newest_score + window < 2^53) then
   return redis.error_reply('floodgate: ' .. log .. ' does not hold a sliding log')
 end
 local since = '(' .. int(now - window)

@@ -443,7 +443,13 @@ fn a_sliding_log_sequence_or_score_that_is_not_exact_fails_only_its_own_decision
         .chain(["9007199254740991"])
         .collect();
     a_bad_key_fails_only_its_own_decisions("bad-sl-s", log, sequence, &sequences, what);
-    let scores = ["inf", "1e300", "9007199254740992", "100000000000000000"];
+    let scores = [
+        "inf",
+        "1e300",
+        "9007199254740992",
+        "100000000000000000",
+        "1.5",
+    ];
     a_bad_key_fails_only_its_own_decisions("bad-sl-z", log, score, &scores, what);
 }
 
