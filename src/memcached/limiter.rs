@@ -512,6 +512,15 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             connection.send(&request, deadline).await?;
             let added = protocol::read_counter(connection, deadline).await?;
             let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
+            // `incr` wraps at 2^64: a count below the request's own n after adding it means the
+            // cell held a value near 2^64 that no limiter wrote, and its count is meaningless.
+            if let Some(added) = added.filter(|&added| added < u64::from(n)) {
+                return Err(MemcachedError::Protocol(format!(
+                    "cell {prefix}{current} wrapped past 2^64 on incr (it read {added} after \
+                     adding {n}): it held a value no limiter writes"
+                ))
+                .into());
+            }
             if added.is_none() || !counts.iter().any(|&(index, _)| index == current) {
                 continue;
             }

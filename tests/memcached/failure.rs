@@ -273,3 +273,23 @@ fn backend_timeouts_of_zero_or_past_an_hour_are_refused_not_a_panic_later() {
         assert!(MemcachedBackend::connect(config).is_err(), "{bad:?}");
     }
 }
+
+/// memcached's `incr` wraps at 2^64: a cell someone else set to 18446744073709551615 read 0
+/// after this request's increment, and the request was admitted on a count that held nothing
+/// it took. An increment that leaves less than its own `n` is a counted error.
+#[test]
+fn a_cell_that_wraps_on_increment_is_a_counted_error_not_a_count() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let closed = limiter(&server.addr(), FailurePolicy::FailClosed, &clock);
+    let cell = closed.cell_key("k", closed.cell_index(T0)).unwrap();
+    server.set(&cell, &u64::MAX.to_string());
+    let (decision, error) = timed(&closed, "k");
+    let error = error.expect("decided by the policy").to_string();
+    assert!(
+        error.contains("wrapped") && error.contains(&cell),
+        "{error}"
+    );
+    assert!(!decision.is_allowed(), "fail closed: {decision:?}");
+    assert_eq!(closed.failures().errors, 1);
+}
