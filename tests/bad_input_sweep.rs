@@ -45,3 +45,29 @@ fn a_sliding_log_at_the_end_of_time_keeps_its_limit() {
         }
     });
 }
+
+/// A bucket's time word keeps 62 bits of nanoseconds (the README said it saturated at
+/// `u64::MAX`): it books up to 2^62 − 1 ns, and past that every request is refused as "never",
+/// with the blocking calls ending in `PastEndOfTime` rather than sleeping.
+#[test]
+fn a_bucket_books_up_to_two_to_the_62_nanoseconds_then_refuses_as_never() {
+    use floodgate::{AtomicLimiter, Gcra, Rate};
+    const END: u64 = (1 << 62) - 1;
+    within_hang_guard(|| {
+        let clock = ManualClock::starting_at(END - 1_000_000_000);
+        let bucket =
+            AtomicLimiter::with_clock(Gcra::new(Rate::per_second(2), 2).unwrap(), clock.clone());
+        assert!(bucket.try_acquire(2).unwrap().is_allowed()); // books up to END − 0 s
+        let never = bucket.try_acquire(1).unwrap();
+        assert!(!never.is_allowed());
+        assert_eq!(never.retry_after(), Duration::from_nanos(u64::MAX));
+        let err = bucket.acquire(1).unwrap_err();
+        assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+        clock.set(END + 1);
+        let fresh =
+            AtomicLimiter::with_clock(Gcra::new(Rate::per_second(2), 2).unwrap(), clock.clone());
+        assert!(!fresh.try_acquire(1).unwrap().is_allowed());
+        let err = fresh.try_acquire_for(1, Duration::MAX).unwrap_err();
+        assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+    });
+}
