@@ -71,3 +71,43 @@ fn a_bucket_books_up_to_two_to_the_62_nanoseconds_then_refuses_as_never() {
         assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
     });
 }
+
+/// `Keyed::peek` on a key the map does not hold, in a shard full of live keys that refuses new
+/// keys: the next `try_acquire` is refused, so `peek` is too, with the same wait (it answered
+/// as for a fresh key, allowed with the whole limit). Once a key can be dropped, both allow.
+#[test]
+fn keyed_peek_on_a_new_key_in_a_full_map_agrees_with_the_next_try() {
+    use floodgate::{FixedWindow, Gcra, Keyed, Rate};
+    let clock = ManualClock::new();
+    let window: Keyed<u32, _, _> = Keyed::builder(FixedWindow::new(2, Duration::from_secs(1)).unwrap())
+        .max_keys(1)
+        .shards(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(window.try_acquire(&1, 1).unwrap().is_allowed());
+    let peeked = window.peek(&2, 1).unwrap();
+    assert!(!peeked.is_allowed(), "{peeked:?}");
+    assert_eq!(window.try_acquire(&2, 1).unwrap(), peeked);
+    assert_eq!(window.len(), 1);
+    clock.advance(peeked.retry_after());
+    let peeked = window.peek(&2, 1).unwrap();
+    assert!(peeked.is_allowed(), "{peeked:?}");
+    assert_eq!(window.try_acquire(&2, 1).unwrap(), peeked);
+
+    // A bucket, past the map's sweep schedule: the sweep finds no idle key.
+    let bucket: Keyed<u32, _, _> = Keyed::builder(Gcra::new(Rate::per_second(2), 2).unwrap())
+        .max_keys(1)
+        .shards(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(bucket.try_acquire(&1, 2).unwrap().is_allowed());
+    clock.advance(Duration::from_millis(900));
+    assert!(bucket.try_acquire(&1, 1).unwrap().is_allowed());
+    for _ in 0..2 {
+        let peeked = bucket.peek(&2, 1).unwrap();
+        assert!(!peeked.is_allowed(), "{peeked:?}");
+        assert_eq!(bucket.try_acquire(&2, 1).unwrap(), peeked);
+    }
+}

@@ -201,7 +201,7 @@ where
     {
         let algorithm = &self.rules.algorithm;
         algorithm.check_permits(n)?;
-        Ok(self.map.peek(key, &self.clock, |slot, now, floor| {
+        let (decision, absent, now) = self.map.peek(key, &self.clock, |slot, now, floor| {
             // Acquire: pairs with the Release CAS of `update_at`, so the floor read next is the
             // key's last writer's or later.
             let state = slot.map_or(0, |slot| slot.state().load(Ordering::Acquire));
@@ -211,8 +211,18 @@ where
             } else {
                 now
             };
-            algorithm.decide(state, now, n).decision
-        }))
+            (algorithm.decide(state, now, n).decision, slot.is_none(), now)
+        });
+        // A key the map does not hold is decided as a fresh one only if it could be inserted:
+        // in a shard full of live keys `try_acquire` refuses it, and so does `peek`.
+        if absent
+            && let Some(retry) = self
+                .map
+                .refuses_new_key(self.map.hash(key), &self.rules, now)
+        {
+            return Ok(Decision::deny(algorithm.limit(), 0, retry, retry));
+        }
+        Ok(decision)
     }
 
     /// Runs `run(slot, now)` on `key`'s slot if it is held; inserts nothing.
