@@ -111,3 +111,20 @@ fn keyed_peek_on_a_new_key_in_a_full_map_agrees_with_the_next_try() {
         assert_eq!(bucket.try_acquire(&2, 1).unwrap(), peeked);
     }
 }
+
+/// The errors the rustdoc now lists are the ones returned: a log window past `u64` nanoseconds
+/// is `DurationOutOfRange` (documented as `DurationOverflow`), and a bucket whose rate rounds
+/// badly is `RateRounding` (not listed by `Gcra::new`).
+#[test]
+fn documented_errors_are_the_ones_returned() {
+    use floodgate::{ConfigError, Gcra, Rate};
+    let err = SlidingLogLimiter::with_capacity(1, Duration::MAX, 1, ManualClock::new()).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::DurationOutOfRange { value: Duration::MAX, .. }),
+        "{err:?}"
+    );
+    let err = Gcra::new(Rate::new(3, Duration::from_nanos(4)), 1).unwrap_err();
+    assert!(matches!(err, ConfigError::RateRounding { .. }), "{err:?}");
+    let err = Gcra::new(Rate::new(1, Duration::MAX), 1).unwrap_err();
+    assert_eq!(err, ConfigError::DurationOverflow);
+}

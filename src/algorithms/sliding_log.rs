@@ -243,7 +243,7 @@ impl<C: Clock> SlidingLogLimiter<C> {
     /// # Errors
     /// [`ConfigError::ZeroLimit`]; [`ConfigError::LimitTooLarge`] for a capacity above
     /// [`MAX_SLIDING_LOG_CAPACITY`] or a limit above the capacity; [`ConfigError::ZeroPeriod`]
-    /// for a zero window; [`ConfigError::DurationOverflow`] for a window beyond `u64`
+    /// for a zero window; [`ConfigError::DurationOutOfRange`] for a window beyond `u64`
     /// nanoseconds.
     ///
     /// ```
