@@ -27,8 +27,8 @@ fn a_sliding_log_at_the_end_of_time_keeps_its_limit() {
     within_hang_guard(|| {
         for start in [u64::MAX, u64::MAX - 1] {
             let clock = ManualClock::starting_at(start);
-            let log = SlidingLogLimiter::with_clock(3, Duration::from_secs(1), clock.clone())
-                .unwrap();
+            let log =
+                SlidingLogLimiter::with_clock(3, Duration::from_secs(1), clock.clone()).unwrap();
             let admitted = (0..20)
                 .filter(|_| log.try_acquire(1).unwrap().is_allowed())
                 .count();
@@ -79,12 +79,13 @@ fn a_bucket_books_up_to_two_to_the_62_nanoseconds_then_refuses_as_never() {
 fn keyed_peek_on_a_new_key_in_a_full_map_agrees_with_the_next_try() {
     use floodgate::{FixedWindow, Gcra, Keyed, Rate};
     let clock = ManualClock::new();
-    let window: Keyed<u32, _, _> = Keyed::builder(FixedWindow::new(2, Duration::from_secs(1)).unwrap())
-        .max_keys(1)
-        .shards(1)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let window: Keyed<u32, _, _> =
+        Keyed::builder(FixedWindow::new(2, Duration::from_secs(1)).unwrap())
+            .max_keys(1)
+            .shards(1)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
     assert!(window.try_acquire(&1, 1).unwrap().is_allowed());
     let peeked = window.peek(&2, 1).unwrap();
     assert!(!peeked.is_allowed(), "{peeked:?}");
@@ -118,9 +119,16 @@ fn keyed_peek_on_a_new_key_in_a_full_map_agrees_with_the_next_try() {
 #[test]
 fn documented_errors_are_the_ones_returned() {
     use floodgate::{ConfigError, Gcra, Rate};
-    let err = SlidingLogLimiter::with_capacity(1, Duration::MAX, 1, ManualClock::new()).unwrap_err();
+    let err =
+        SlidingLogLimiter::with_capacity(1, Duration::MAX, 1, ManualClock::new()).unwrap_err();
     assert!(
-        matches!(err, ConfigError::DurationOutOfRange { value: Duration::MAX, .. }),
+        matches!(
+            err,
+            ConfigError::DurationOutOfRange {
+                value: Duration::MAX,
+                ..
+            }
+        ),
         "{err:?}"
     );
     let err = Gcra::new(Rate::new(3, Duration::from_nanos(4)), 1).unwrap_err();

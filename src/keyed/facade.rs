@@ -211,7 +211,11 @@ where
             } else {
                 now
             };
-            (algorithm.decide(state, now, n).decision, slot.is_none(), now)
+            (
+                algorithm.decide(state, now, n).decision,
+                slot.is_none(),
+                now,
+            )
         });
         // A key the map does not hold is decided as a fresh one only if it could be inserted:
         // in a shard full of live keys `try_acquire` refuses it, and so does `peek`.
