@@ -136,3 +136,35 @@ fn documented_errors_are_the_ones_returned() {
     let err = Gcra::new(Rate::new(1, Duration::MAX), 1).unwrap_err();
     assert_eq!(err, ConfigError::DurationOverflow);
 }
+
+/// A sliding window whose oldest permits leave only after the end of the `u64` timeline says so:
+/// its `retry_after` is the real wait (past `u64::MAX` ns), as a fixed window's is, not a wait
+/// until the last nanosecond that would be refused again; a blocking call then ends at once
+/// with `PastEndOfTime` instead of sleeping to the end and being refused there.
+#[test]
+fn a_sliding_window_retry_at_the_end_of_time_is_the_real_wait() {
+    use floodgate::{AtomicLimiter, PackedSlidingWindow, SlidingWindowLimiter};
+    within_hang_guard(|| {
+        // Cells of 2 ns: `u64::MAX - 3` opens the cell [2^64 − 4, 2^64 − 3]; its permits leave
+        // the 2-cell window when the cell starting at 2^64 opens, 4 ns later.
+        let window = Duration::from_nanos(4);
+        let clock = ManualClock::starting_at(u64::MAX - 3);
+        let ring = SlidingWindowLimiter::with_clock(2, window, 2, clock.clone()).unwrap();
+        let packed = AtomicLimiter::with_clock(
+            PackedSlidingWindow::new(2, window, 2).unwrap(),
+            clock.clone(),
+        );
+        let limiters: [&dyn Limiter; 2] = [&ring, &packed];
+        for limiter in limiters {
+            let taken = limiter.try_acquire(2).unwrap();
+            assert_eq!(taken.reset_after(), Duration::from_nanos(4), "{taken:?}");
+            let denied = limiter.try_acquire(1).unwrap();
+            assert_eq!(denied.retry_after(), Duration::from_nanos(4), "{denied:?}");
+            assert_eq!(denied.reset_after(), Duration::from_nanos(4), "{denied:?}");
+            let err = limiter.acquire(1).unwrap_err();
+            assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+        }
+        assert!(clock.sleeps().is_empty(), "{:?}", clock.sleeps());
+        assert_eq!(ring.peek(1).unwrap().retry_after(), Duration::from_nanos(4));
+    });
+}
