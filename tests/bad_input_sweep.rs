@@ -168,3 +168,37 @@ fn a_sliding_window_retry_at_the_end_of_time_is_the_real_wait() {
         assert_eq!(ring.peek(1).unwrap().retry_after(), Duration::from_nanos(4));
     });
 }
+
+/// `Keyed::set_limit` on a core whose clock lags the map's latest admission (by less than the
+/// lag horizon, as the time model allows) takes effect at the map's time floor, as
+/// `AtomicLimiter::set_limit` does: raising a bucket's capacity keeps the tokens held (a full
+/// bucket stays at its old capacity), where the lagging instant back-dated the change and let the
+/// bucket accrue the new room over the lag (10 fresh permits here).
+#[test]
+fn keyed_set_limit_on_a_lagging_clock_frees_nothing() {
+    use floodgate::{AtomicLimiter, Gcra, Keyed, Rate};
+    const SECOND: u64 = 1_000_000_000;
+    let clock = ManualClock::starting_at(10 * SECOND);
+    let gcra = || Gcra::new(Rate::per_second(10), 10).unwrap();
+    let keyed: Keyed<u32, _, _> = Keyed::builder(gcra())
+        .max_keys(8)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let single = AtomicLimiter::with_clock(gcra(), clock.clone());
+    assert!(keyed.try_acquire(&1, 10).unwrap().is_allowed());
+    assert!(single.try_acquire(10).unwrap().is_allowed());
+    // 2 s later both buckets are full again (10 tokens); an admission raises the time floors.
+    clock.set(12 * SECOND);
+    assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
+    assert!(single.try_acquire(1).unwrap().is_allowed());
+    // A setter whose clock reads 9.5 s behind raises the capacity to 20.
+    clock.set(12 * SECOND - 9_500_000_000);
+    keyed.set_limit(20).unwrap();
+    single.set_limit(20).unwrap();
+    clock.set(12 * SECOND);
+    let admitted = (0..30).filter(|_| keyed.admit(&1, 1).unwrap()).count();
+    assert_eq!(admitted, 10, "keyed: raising the capacity freed permits");
+    let admitted = (0..30).filter(|_| single.admit(1).unwrap()).count();
+    assert_eq!(admitted, 9, "atomic (one permit taken at 12 s)");
+}

@@ -258,9 +258,16 @@ where
     }
 
     pub(crate) fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        self.rules
-            .algorithm
-            .set_limit(limit, self.clock.now_nanos())?;
+        let now = self.clock.now_nanos();
+        // As `AtomicLimiter::set_limit`: the change instant is a past clock read no earlier than
+        // any decision published (the map's time floor), so a setter on a lagging core does not
+        // back-date the change and let the buckets accrue the new configuration over its lag.
+        let now = if A::NEEDS_TIME_FLOOR {
+            read_at_floor(now, self.map.floor())
+        } else {
+            now
+        };
+        self.rules.algorithm.set_limit(limit, now)?;
         // A new configuration may bring idle times forward: let the next inserts sweep.
         self.map.forget_idle_bounds();
         Ok(())
