@@ -26,10 +26,11 @@
 //!   tests.
 //!
 //! # Time word (token bucket, leaky bucket, GCRA)
-//! The whole `u64` is one time in nanoseconds on the clock's timeline: the "theoretical arrival
-//! time" at which the bucket is full again. `0` (any time in the past) is a full bucket. Times
-//! saturate at `u64::MAX` (the year 2554 on the Unix timeline); a request whose new time would
-//! pass it is denied rather than wrapped.
+//! The low 62 bits are one time in nanoseconds on the clock's timeline: the "theoretical arrival
+//! time" at which the bucket is full again; the top two bits carry the generation (modulo 4) of
+//! the configuration it was written under. `0` (any time in the past) is a full bucket. Times end
+//! at 2^62 − 1 ns (the year 2116 on the Unix timeline); a request whose new time would pass it is
+//! denied rather than wrapped.
 
 /// Bits of the window tag.
 pub const TAG_BITS: u32 = 40;

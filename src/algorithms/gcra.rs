@@ -87,7 +87,9 @@ impl Gcra {
     /// # Errors
     /// [`ConfigError::ZeroLimit`] for a zero burst or amount, [`ConfigError::ZeroPeriod`],
     /// [`ConfigError::RateTooHigh`] above one permit per nanosecond,
-    /// [`ConfigError::DurationOverflow`] when the whole burst is worth over 2^62 ns.
+    /// [`ConfigError::RateRounding`] for a rate that whole nanoseconds per permit cannot keep
+    /// within 0.1% ([`Rate::nanos_per_permit`]), [`ConfigError::DurationOverflow`] for a period
+    /// beyond `u64` nanoseconds or when the whole burst is worth over 2^62 ns.
     ///
     /// ```
     /// use floodgate::{Gcra, Rate};

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::ring::until_start;
 use crate::clock::MAX_CLOCK_LAG_NANOS;
 use crate::decision::AcquireError;
 use crate::decision::{ConfigError, Decision, check_permits, validate_limit};
@@ -254,10 +255,6 @@ impl PackedSlidingWindow {
             leap: false,
         }
     }
-
-    fn start_of(&self, index: u64) -> u64 {
-        index.saturating_mul(self.cell_nanos)
-    }
 }
 
 impl Algorithm for PackedSlidingWindow {
@@ -280,9 +277,7 @@ impl Algorithm for PackedSlidingWindow {
         if used + n <= limit {
             // Cell 0 stays within the limit, so the add never carries into cell 1.
             let next = (tag << self.counts_bits()) | (counts + n);
-            let reset = self
-                .start_of(newest.saturating_add(cells))
-                .saturating_sub(now);
+            let reset = until_start(newest.saturating_add(cells), self.cell_nanos, now);
             let step = Step::allow(next, Decision::allow(limit, limit - used - n, reset));
             return if leap { step.after_leap() } else { step };
         }
@@ -300,10 +295,13 @@ impl Algorithm for PackedSlidingWindow {
         let reset = (0..self.cells)
             .find(|&age| self.count(counts, age) > 0)
             .map_or(0, |age| {
-                self.start_of(newest.saturating_add(cells - u64::from(age)))
-                    .saturating_sub(now)
+                until_start(
+                    newest.saturating_add(cells - u64::from(age)),
+                    self.cell_nanos,
+                    now,
+                )
             });
-        let retry = self.start_of(retry_cell).saturating_sub(now);
+        let retry = until_start(retry_cell, self.cell_nanos, now);
         let denial = Decision::deny(limit, limit.saturating_sub(used), retry, reset);
         if leap {
             // The folded word is written even on a denial, so every later caller sees the same

@@ -96,11 +96,27 @@ impl RingGeometry {
         index.saturating_mul(self.cell_nanos)
     }
 
+    /// Nanoseconds from `now` until cell `index` starts (0 if it has), exact also for a cell
+    /// that starts past the end of the `u64` timeline (a wait no clock read can see end, which
+    /// a blocking call then reports as `PastEndOfTime`), saturating at `u64::MAX`.
+    #[inline]
+    pub(crate) fn until_start(&self, index: u64, now: u64) -> u64 {
+        until_start(index, self.cell_nanos, now)
+    }
+
     /// The first cell index of the window that ends with cell `index`.
     #[inline]
     pub(crate) fn window_start(&self, index: u64) -> u64 {
         index.saturating_sub(self.cells - 1)
     }
+}
+
+/// Nanoseconds from `now` until cell `index` of `cell_nanos` starts (0 if it has), computed
+/// past the end of the `u64` timeline, saturating at `u64::MAX`.
+#[inline]
+pub(crate) fn until_start(index: u64, cell_nanos: u64, now: u64) -> u64 {
+    let start = u128::from(index) * u128::from(cell_nanos);
+    u64::try_from(start.saturating_sub(u128::from(now))).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -243,7 +243,7 @@ impl<C: Clock> SlidingLogLimiter<C> {
     /// # Errors
     /// [`ConfigError::ZeroLimit`]; [`ConfigError::LimitTooLarge`] for a capacity above
     /// [`MAX_SLIDING_LOG_CAPACITY`] or a limit above the capacity; [`ConfigError::ZeroPeriod`]
-    /// for a zero window; [`ConfigError::DurationOverflow`] for a window beyond `u64`
+    /// for a zero window; [`ConfigError::DurationOutOfRange`] for a window beyond `u64`
     /// nanoseconds.
     ///
     /// ```
@@ -342,10 +342,12 @@ impl<C: Clock> SlidingLogLimiter<C> {
     }
 
     /// Whether permit `p` no longer counts at `now`: stamped a window ago, or by a leaping clock
-    /// (more than the lag horizon ahead). A pending stamp still counts.
+    /// (more than the lag horizon ahead). A pending stamp still counts, and so does one whose
+    /// window ends past the end of the `u64` timeline (it never expires).
     fn expired(&self, p: u64, now: u64) -> bool {
         self.stamp_of(p).is_some_and(|at| {
-            at.saturating_add(self.window) <= now || at > now.saturating_add(MAX_CLOCK_LAG_NANOS)
+            at.checked_add(self.window).is_some_and(|end| end <= now)
+                || at > now.saturating_add(MAX_CLOCK_LAG_NANOS)
         })
     }
 
@@ -370,7 +372,12 @@ impl<C: Clock> SlidingLogLimiter<C> {
     fn judge(&self, s: u64, now: u64, n: u32, limit: u32, newest: u64) -> (bool, Decision) {
         let limit64 = u64::from(limit);
         let total = s + u64::from(n);
-        let until_all_expire = |newest: u64| newest.saturating_add(self.window).saturating_sub(now);
+        // A window that ends past the timeline never ends: `u64::MAX` ("never").
+        let until_all_expire = |newest: u64| {
+            newest
+                .checked_add(self.window)
+                .map_or(u64::MAX, |end| end.saturating_sub(now))
+        };
         // Permit `q = total − 1 − limit` must have expired; none while the log is not yet full.
         match total.checked_sub(limit64 + 1) {
             Some(q) if !self.expired(q, now) => {

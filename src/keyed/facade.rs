@@ -201,7 +201,7 @@ where
     {
         let algorithm = &self.rules.algorithm;
         algorithm.check_permits(n)?;
-        Ok(self.map.peek(key, &self.clock, |slot, now, floor| {
+        let (decision, absent, now) = self.map.peek(key, &self.clock, |slot, now, floor| {
             // Acquire: pairs with the Release CAS of `update_at`, so the floor read next is the
             // key's last writer's or later.
             let state = slot.map_or(0, |slot| slot.state().load(Ordering::Acquire));
@@ -211,8 +211,22 @@ where
             } else {
                 now
             };
-            algorithm.decide(state, now, n).decision
-        }))
+            (
+                algorithm.decide(state, now, n).decision,
+                slot.is_none(),
+                now,
+            )
+        });
+        // A key the map does not hold is decided as a fresh one only if it could be inserted:
+        // in a shard full of live keys `try_acquire` refuses it, and so does `peek`.
+        if absent
+            && let Some(retry) = self
+                .map
+                .refuses_new_key(self.map.hash(key), &self.rules, now)
+        {
+            return Ok(Decision::deny(algorithm.limit(), 0, retry, retry));
+        }
+        Ok(decision)
     }
 
     /// Runs `run(slot, now)` on `key`'s slot if it is held; inserts nothing.
@@ -244,9 +258,16 @@ where
     }
 
     pub(crate) fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        self.rules
-            .algorithm
-            .set_limit(limit, self.clock.now_nanos())?;
+        let now = self.clock.now_nanos();
+        // As `AtomicLimiter::set_limit`: the change instant is a past clock read no earlier than
+        // any decision published (the map's time floor), so a setter on a lagging core does not
+        // back-date the change and let the buckets accrue the new configuration over its lag.
+        let now = if A::NEEDS_TIME_FLOOR {
+            read_at_floor(now, self.map.floor())
+        } else {
+            now
+        };
+        self.rules.algorithm.set_limit(limit, now)?;
         // A new configuration may bring idle times forward: let the next inserts sweep.
         self.map.forget_idle_bounds();
         Ok(())

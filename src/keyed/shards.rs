@@ -549,6 +549,11 @@ where
         }
     }
 
+    /// The map's time floor (see the `floor` field).
+    pub(crate) fn floor(&self) -> &AtomicU64 {
+        &self.floor
+    }
+
     /// The hash `key` is found by (for [`get`](Self::get) and [`insert`](Self::insert)).
     #[inline(always)]
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
@@ -728,6 +733,34 @@ where
         repair(shard, &mut meta);
         let table = shard.table.load();
         run(table.find(key, hash), clock.now_nanos(), &self.floor)
+    }
+
+    /// What [`insert`](Self::insert) would answer a new key of hash `hash` at `now`, taking
+    /// nothing: `Some(retry_after)` when its shard is full of live keys and the policy refuses new
+    /// keys (the `retry_after` an insert would report), `None` when there is room (or some key
+    /// is idle, so a sweep would make room). Scans the shard only when it is full and a sweep
+    /// would run; for [`peek`](crate::Keyed::peek) on a key the map does not hold.
+    pub(crate) fn refuses_new_key<R>(&self, hash: u64, rules: &R, now: u64) -> Option<u64>
+    where
+        S: KeySlot<R>,
+    {
+        if self.when_full == WhenFull::EvictLeastUsed {
+            return None;
+        }
+        let shard = self.shard(hash);
+        let mut meta = lock(shard.meta);
+        repair(shard, &mut meta);
+        if meta.len < self.shard_cap {
+            return None;
+        }
+        // As `make_room`: before `next_idle_at` no key is idle and no sweep runs; from it on, a
+        // sweep drops the idle keys, or finds none and schedules the next one.
+        let next_idle_at = if now >= meta.next_idle_at {
+            idle_bound(&shard.table.load(), rules, now)
+        } else {
+            meta.next_idle_at
+        };
+        (next_idle_at > now).then(|| next_idle_at - now)
     }
 
     /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table

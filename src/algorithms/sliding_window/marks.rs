@@ -329,11 +329,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     ) -> Decision {
         let cells = self.geometry.cells;
         let reset = newest_used.map_or(0, |index| {
-            self.geometry
-                .start_of(index.saturating_add(cells))
-                .saturating_sub(now)
+            self.geometry.until_start(index.saturating_add(cells), now)
         });
-        let retry = self.geometry.start_of(retry_cell).saturating_sub(now);
+        let retry = self.geometry.until_start(retry_cell, now);
         Decision::deny(limit, limit.saturating_sub(prev + count), retry, reset)
     }
 

@@ -540,12 +540,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             if prev + count + n <= limit {
                 let reset = self
                     .geometry
-                    .start_of(cell.saturating_add(self.geometry.cells));
-                return Ok(Decision::allow(
-                    limit,
-                    limit - prev - count - n,
-                    reset.saturating_sub(now),
-                ));
+                    .until_start(cell.saturating_add(self.geometry.cells), now);
+                return Ok(Decision::allow(limit, limit - prev - count - n, reset));
             }
             match self.denial(cell, now, closed, count, n, limit) {
                 Some(denied) => return Ok(denied),

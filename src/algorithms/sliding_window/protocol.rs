@@ -155,8 +155,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     fn allowed(&self, cell: u64, now: u64, limit: u64, taken: u64) -> Decision {
         let reset = self
             .geometry
-            .start_of(cell.saturating_add(self.geometry.cells));
-        Decision::allow(limit, limit - taken, reset.saturating_sub(now))
+            .until_start(cell.saturating_add(self.geometry.cells), now);
+        Decision::allow(limit, limit - taken, reset)
     }
 
     /// The denial of `n` in `cell` when this cell's own count (`count`) already leaves no room
@@ -175,8 +175,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         (count > 0 && count + n > limit).then(|| {
             let leaves = self
                 .geometry
-                .start_of(cell.saturating_add(self.geometry.cells))
-                .saturating_sub(now);
+                .until_start(cell.saturating_add(self.geometry.cells), now);
             let remaining = limit.saturating_sub(prev + count);
             Decision::deny(limit, remaining, leaves, leaves)
         })

@@ -13,12 +13,15 @@ macro_rules! smooth_limiter_api {
                 "Books `permits` like [`acquire`](crate::Limiter::acquire) but does not ",
                 "sleep: returns how long the caller must wait before using them (for async ",
                 "callers, e.g. `tokio::time::sleep(wait)`).\n\n# Errors\n",
-                "[`AcquireError::ZeroPermits`](crate::AcquireError) for `permits = 0`.\n\n```\n",
+                "[`AcquireError::ZeroPermits`](crate::AcquireError) for `permits = 0`; ",
+                "[`AcquireError::BookingTooLong`](crate::AcquireError) for a booking longer than ",
+                "a year (nothing is booked).\n\n```\n",
                 "use floodgate::*;\nuse std::time::Duration;\nlet clock = ManualClock::new();\n",
                 "let limiter = ", $make, ";\n",
                 "assert_eq!(limiter.reserve(1).unwrap(), Duration::ZERO);\n",
                 "assert!(limiter.reserve(1).unwrap() > Duration::ZERO);\n",
-                "assert!(clock.sleeps().is_empty());\n```"
+                "assert!(clock.sleeps().is_empty());\n",
+                "assert!(matches!(limiter.reserve(u32::MAX), Err(AcquireError::BookingTooLong { .. })));\n```"
             )]
             pub fn reserve(&self, permits: u32) -> Result<std::time::Duration, $crate::AcquireError> {
                 if permits == 0 {
@@ -36,7 +39,9 @@ macro_rules! smooth_limiter_api {
                 "interval); stored permits keep their share of the maximum. `f64::INFINITY` ",
                 "makes every request free.\n\n# Errors\n",
                 "[`ConfigError::InvalidNumber`](crate::ConfigError) for zero, negative or NaN ",
-                "(Guava: `IllegalArgumentException`); the old rate then stays.\n\n```\n",
+                "(Guava: `IllegalArgumentException`); for a warming limiter, ",
+                "[`ConfigError::Invalid`](crate::ConfigError) for a finite rate so high that its ",
+                "warm-up would hold more than `f64::MAX` permits. The old rate then stays.\n\n```\n",
                 "use floodgate::*;\nlet clock = ManualClock::new();\nlet limiter = ", $make,
                 ";\nlimiter.set_rate(10.0).unwrap();\nassert_eq!(limiter.rate(), 10.0);\n",
                 "assert!(limiter.set_rate(0.0).is_err() && limiter.set_rate(f64::NAN).is_err());\n```"
