@@ -794,10 +794,18 @@ macro_rules! time_word_algorithm {
         }
 
         impl $ty {
-            /// Changes the rate live at `now` (nanoseconds on the limiter's clock, e.g.
-            /// `limiter.clock().now_nanos()`); the capacity stays. The debt booked so far is
-            /// kept in permits: a drained bucket stays drained and refills at the new rate, so
-            /// lowering the rate never frees permits.
+            /// Changes the rate live at `now` (nanoseconds on the limiter's clock: take it from
+            /// [`AtomicLimiter::change_instant`](crate::AtomicLimiter::change_instant) or
+            /// [`Keyed::change_instant`](crate::Keyed::change_instant)); the capacity stays. The
+            /// debt booked so far is kept in permits: a drained bucket stays drained and refills
+            /// at the new rate, so lowering the rate never frees permits.
+            ///
+            /// The debt is measured at `now`: a `now` earlier than a decision already published
+            /// (a raw clock read on a core whose clock trails, or a read taken before the
+            /// setter was preempted) applies the change from `now`, so a raise from `r` to `r'`
+            /// frees up to min(capacity, δ × (r' − r)) permits for a `now` δ early.
+            /// `change_instant` raises the read to the limiter's time floor; a stall between it
+            /// and this call is still δ (`tests/time_setters.rs`).
             ///
             /// # Errors
             /// As the constructor's rate checks; the old rate then stays.
@@ -826,6 +834,9 @@ macro_rules! time_word_algorithm {
             /// [`Limiter::set_limit`](crate::Limiter::set_limit) does. The tokens held are kept,
             /// capped at the new capacity: raising it frees nothing at once, the new room fills at
             /// the rate. A fresh bucket (never used, or reset) starts full at the capacity in force.
+            /// `now` as for [`set_rate`](Self::set_rate): a `now` δ earlier than a decision
+            /// already published lets the new room fill from it, up to min(raise, δ × rate)
+            /// permits at once.
             ///
             /// # Errors
             /// [`ConfigError::ZeroLimit`](crate::ConfigError::ZeroLimit), or
