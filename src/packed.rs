@@ -13,17 +13,18 @@
 //! * `tag` identifies the window, modulo 2^40: the window index for wall-clock-aligned windows,
 //!   the window's start time in units of 2^shift ns (at most `window / 2^16`) for anchored
 //!   windows. Tags are compared with wrapping arithmetic ([`tag_distance`]): a tag up to 2^39
-//!   behind the current one is an old window; one ahead of it by at most max(one window, 10 s)
-//!   ([`MAX_CLOCK_LAG_NANOS`](crate::algorithms::MAX_CLOCK_LAG_NANOS)) is a window written by a
-//!   thread whose clock read was later than ours, and is never replaced by an older one; further
-//!   ahead (judged only on a clock read taken after the word was loaded) is a leaping clock's
-//!   window, whose count is folded into the window opening now.
+//!   behind the current one is an old window; one ahead of it that starts at most 10 s
+//!   ([`MAX_CLOCK_LAG_NANOS`](crate::algorithms::MAX_CLOCK_LAG_NANOS)) after our read (anchored:
+//!   plus the round-up of its start) is a window written by a thread whose clock read was later
+//!   than ours, and is never replaced by an older one; further ahead (judged only on a clock read
+//!   taken after the word was loaded) is a leaping clock's window, whose count is folded into
+//!   the window opening now.
 //! * Aliasing, the one documented wrap-around: a state left untouched for a multiple of 2^40 tag
 //!   units (2^40 windows aligned: 34 years for 1 ms windows; at least 2^24 windows anchored: 194
 //!   days for 1 s windows), give or take the lag allowance above, can read as current or ahead
 //!   again: its old count then applies (kept, or folded into the current window) until that
-//!   window ends, at most max(one window, 10 s) plus one window. Never longer; exercised by
-//!   tests.
+//!   window ends, at most 10 s (plus a unit, anchored) plus one window. Never longer; exercised
+//!   by tests.
 //!
 //! # Time word (token bucket, leaky bucket, GCRA)
 //! The low 62 bits are one time in nanoseconds on the clock's timeline: the "theoretical arrival

@@ -13,8 +13,9 @@
 //! window's terms) against `try_acquire` across a window crossing, with the same promises.
 //!
 //! Windows are tiny (10 ns) so that a stall, a lag or a leap of a few steps is meaningful; the
-//! "far ahead" horizons are `max(window, MAX_CLOCK_LAG_NANOS)` for the fixed window and one
-//! window for the packed one, crossed by one `advance` of the driver.
+//! "far ahead" horizon is a window (a packed cell) starting more than `MAX_CLOCK_LAG_NANOS`
+//! after the read, crossed by one `advance` of the driver. (Windows longer than that horizon:
+//! `tests/time_long_windows.rs`.)
 //!
 //! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_windows`
 #![cfg(floodgate_loom)]
@@ -261,7 +262,7 @@ fn sharded_stall_within_the_horizon() {
     stalled_reader(sharded(), 2, 2 * W + W / 2);
 }
 
-/// A stall longer than the fixed window's horizon max(window, 10 s): on today's code S takes the
+/// A stall longer than the fixed window's lag horizon (10 s): on today's code S takes the
 /// newer window for a clock glitch, resets it to its own old window, and the driver's window is
 /// admitted again in full.
 #[test]

@@ -64,12 +64,15 @@ pub struct FixedWindow {
     /// Aligned: the last window index whose window ends by 2^64 ns (`2^64 / window − 1`), so
     /// `tag × window` for a tag up to it is its window's start, with no overflow.
     last_whole_tag: u64,
-    /// How far ahead of `now` a stored window may be and still be kept (in windows for aligned,
-    /// in units for anchored): a clock read that lags another core's, up to
-    /// max(one window, [`MAX_CLOCK_LAG_NANOS`]). Further ahead, judged on a clock read taken after
-    /// the word was loaded (the engine re-reads), is a leaping clock's window (or one aliased by
-    /// 2^40 tag units of idleness): its count is folded into the window opening now.
-    max_ahead: u64,
+    /// How long after `now` a stored window may start and still be kept, in nanoseconds: a
+    /// window opened by a clock read at most [`MAX_CLOCK_LAG_NANOS`] ahead of ours (another
+    /// core's), which starts no later than that read (aligned: `H`) or the next unit after it
+    /// (anchored, the start rounded up: `H + unit − 1`). A window starting later, judged on a
+    /// clock read taken after the word was loaded (the engine re-reads), is a leaping clock's
+    /// (or one aliased by 2^40 tag units of idleness): its count is folded into the window
+    /// opening now. (Counted in whole windows, one or two windows ahead were kept, however
+    /// long: a leap of up to two 60 s windows froze the limiter until that window ended.)
+    max_lead: u64,
 }
 
 /// Copies the configuration in force (the limit as last set, the window, the anchor).
@@ -94,7 +97,7 @@ impl Clone for FixedWindow {
             unit: self.unit,
             window_units: self.window_units,
             last_whole_tag: self.last_whole_tag,
-            max_ahead: self.max_ahead,
+            max_lead: self.max_lead,
         }
     }
 }
@@ -108,7 +111,7 @@ struct Current {
     count: u64,
     /// Nanoseconds from `now` to the end of the window.
     until_end: u64,
-    /// The stored window was further ahead than `max_ahead`: a leaping clock's. Its count is
+    /// The stored window started more than `max_lead` after `now`: a leaping clock's. Its count is
     /// folded into the window opening now (no admission forgotten) and the word is rewritten.
     leap: bool,
 }
@@ -156,11 +159,11 @@ impl FixedWindow {
         let window_nanos = window_nanos("fixed window", window)?;
         let window = Divisor::new(window_nanos).ok_or(ConfigError::ZeroPeriod)?;
         let shift = (63 - window_nanos.leading_zeros()).saturating_sub(ANCHOR_UNITS_LOG2);
-        // A read lagging by up to the horizon can be ⌈H / window⌉ windows (or units) behind, plus
-        // one for where in its window each read falls (anchored: plus the start's round-up).
-        let max_ahead = match anchor {
-            Anchor::WallClock => MAX_CLOCK_LAG_NANOS.div_ceil(window_nanos) + 1,
-            Anchor::FirstRequest => (window_nanos.max(MAX_CLOCK_LAG_NANOS) >> shift) + 2,
+        // A read lagging by up to the horizon sees a window that starts at most `H` after it
+        // (anchored: plus the start's round-up, less than a unit).
+        let max_lead = match anchor {
+            Anchor::WallClock => MAX_CLOCK_LAG_NANOS,
+            Anchor::FirstRequest => MAX_CLOCK_LAG_NANOS + ((1u64 << shift) - 1),
         };
         Ok(FixedWindow {
             limit: AtomicU32::new(limit),
@@ -172,7 +175,7 @@ impl FixedWindow {
             window_units: window_nanos >> shift,
             // At most 2^64 − 1 (a 1 ns window): fits.
             last_whole_tag: ((1u128 << 64) / u128::from(window_nanos) - 1) as u64,
-            max_ahead,
+            max_lead,
         })
     }
 
@@ -249,16 +252,20 @@ impl FixedWindow {
                         }
                         // Written by a thread whose clock read later: kept, never moved back.
                         // (A zero count pins nothing: the fresh state's tag 0 is no window.)
-                        TagDistance::Ahead(k) if k <= self.max_ahead => {
-                            let until_end = k.saturating_mul(window).saturating_add(until_end);
-                            return Current {
-                                tag,
-                                count,
-                                until_end,
-                                leap,
-                            };
+                        // The stored window starts `lead` after `now`.
+                        TagDistance::Ahead(k) => {
+                            let lead = (k - 1).saturating_mul(window).saturating_add(until_end);
+                            if lead > self.max_lead {
+                                leap = true;
+                            } else {
+                                return Current {
+                                    tag,
+                                    count,
+                                    until_end: lead.saturating_add(window),
+                                    leap,
+                                };
+                            }
                         }
-                        TagDistance::Ahead(_) => leap = true,
                         TagDistance::Behind(_) => {}
                     }
                 }
@@ -323,18 +330,22 @@ impl FixedWindow {
                         }
                         match tag_distance(tag, now_units & TAG_MASK) {
                             // A start ahead of `now` is the rounding up, or a later clock read
-                            // by another thread: kept.
-                            TagDistance::Ahead(k) if k <= self.max_ahead => {
-                                let until_end = (k << self.shift) - into_unit;
-                                return Current {
-                                    tag,
-                                    count,
-                                    until_end: window.saturating_add(until_end),
-                                    leap,
-                                };
+                            // by another thread: kept. Starting more than `max_lead` after
+                            // `now`: a leaping clock's window. (`k ≥ 1`: the start is
+                            // `k` units on from `now`'s unit, past `now`.)
+                            TagDistance::Ahead(k) => {
+                                let lead = k.saturating_mul(self.unit) - into_unit;
+                                if lead > self.max_lead {
+                                    leap = true;
+                                } else {
+                                    return Current {
+                                        tag,
+                                        count,
+                                        until_end: window.saturating_add(lead),
+                                        leap,
+                                    };
+                                }
                             }
-                            // Further ahead than `max_ahead`: a leaping clock's window.
-                            TagDistance::Ahead(_) => leap = true,
                             // Closed (`Same` is the case above).
                             TagDistance::Behind(_) | TagDistance::Same => {}
                         }
@@ -595,11 +606,18 @@ mod tests {
         if count > 0 {
             match tag_distance(tag, index & TAG_MASK) {
                 TagDistance::Same => return (tag, count, until_end, false),
-                TagDistance::Ahead(k) if k <= fixed.max_ahead => {
-                    let until_end = k.saturating_mul(window).saturating_add(until_end);
-                    return (tag, count, until_end, false);
+                TagDistance::Ahead(k) => {
+                    // The stored window's start, exactly (u128: no saturation).
+                    let start = (u128::from(index) + u128::from(k)) * u128::from(window);
+                    let lead = start - u128::from(now);
+                    if lead > u128::from(fixed.max_lead) {
+                        leap = true;
+                    } else {
+                        let until_end =
+                            u64::try_from(lead + u128::from(window)).unwrap_or(u64::MAX);
+                        return (tag, count, until_end, false);
+                    }
                 }
-                TagDistance::Ahead(_) => leap = true,
                 TagDistance::Behind(_) => {}
             }
         }

@@ -37,9 +37,9 @@ use crate::sync::{AtomicU32, Ordering};
 /// | 7, 8  | 4             | 36, 32   | 15            |
 ///
 /// A state whose counts are all zero is fresh whatever its tag (so `0` is fresh). A tag ahead of
-/// the caller's cell by up to max(one window, [`MAX_CLOCK_LAG_NANOS`]) was written by a thread
-/// whose clock read later: the request is decided in that newer cell, never moving the state
-/// back. A tag further ahead — judged only on a clock read taken after the word was loaded, so a
+/// the caller's cell whose cell starts at most [`MAX_CLOCK_LAG_NANOS`] after the caller's read
+/// was written by a thread whose clock read later: the request is decided in that newer cell,
+/// never moving the state back. A tag further ahead — judged only on a clock read taken after the word was loaded, so a
 /// thread preempted between its clock read and its compare-exchange can never mistake newer
 /// state for it — is a leaping clock's: its counts are folded into the caller's cell (no
 /// admission forgotten; they leave within one window) and the folded word is written. A tag
@@ -71,11 +71,13 @@ pub struct PackedSlidingWindow {
     cell_nanos: u64,
     cells: u32,
     count_bits: u32,
-    /// How many cells ahead of the caller's a stored tag may be and still be a later clock read
-    /// (lag): max(one window, [`MAX_CLOCK_LAG_NANOS`]), at most half the tag space. Further ahead
-    /// (on a clock read newer than the word, which the engine makes sure of) is a leaping
-    /// clock's: its counts are folded into the caller's cell.
-    max_ahead: u64,
+    /// How long after the caller's read a stored newest cell may start and still be a later
+    /// clock read's (lag), in nanoseconds: [`MAX_CLOCK_LAG_NANOS`] (a read at most that far
+    /// ahead lies in its cell), within half the tag space. Starting later (on a clock read newer
+    /// than the word, which the engine makes sure of) is a leaping clock's: its counts are
+    /// folded into the caller's cell. (Counted in cells as max(one window, ⌈H / cell⌉ + 1), a
+    /// leap of up to one whole window was kept, freezing the limiter for up to two windows.)
+    max_lead: u64,
 }
 
 /// Copies the configuration in force (the limit as last set).
@@ -95,7 +97,7 @@ impl Clone for PackedSlidingWindow {
             cell_nanos: self.cell_nanos,
             cells: self.cells,
             count_bits: self.count_bits,
-            max_ahead: self.max_ahead,
+            max_lead: self.max_lead,
         }
     }
 }
@@ -139,16 +141,12 @@ impl PackedSlidingWindow {
         validate_limit(limit, max)?;
         let cell_nanos = window_nanos / u64::from(cells);
         let count_bits = 32 / cells;
-        let half_tag_space = (u64::MAX >> (cells * count_bits)) >> 1;
         Ok(PackedSlidingWindow {
             limit: AtomicU32::new(limit),
             cell_nanos,
             cells,
             count_bits,
-            // ⌈H / cell⌉ + 1: a read lagging by up to the horizon, wherever in its cell it falls.
-            max_ahead: (MAX_CLOCK_LAG_NANOS.div_ceil(cell_nanos) + 1)
-                .max(u64::from(cells))
-                .min(half_tag_space),
+            max_lead: MAX_CLOCK_LAG_NANOS,
         })
     }
 
@@ -204,7 +202,9 @@ impl PackedSlidingWindow {
         (counts >> (age * self.count_bits)) & ((1 << self.count_bits) - 1)
     }
 
-    fn view(&self, state: u64, index: u64) -> View {
+    /// The state read at cell `index`, `into` nanoseconds into it (the read is
+    /// `index × cell + into`).
+    fn view(&self, state: u64, index: u64, into: u64) -> View {
         let counts_bits = self.counts_bits();
         let counts = state & ((1 << counts_bits) - 1);
         let tag = state >> counts_bits;
@@ -220,7 +220,9 @@ impl PackedSlidingWindow {
         }
         let cells = u64::from(self.cells);
         let ahead = tag.wrapping_sub(current) & tag_mask;
-        if (1..=self.max_ahead).contains(&ahead) {
+        // The stored newest cell starts `ahead × cell − into` after the read (`ahead ≥ 1`).
+        let lagging = |ahead: u64| ahead.saturating_mul(self.cell_nanos) - into <= self.max_lead;
+        if ahead != 0 && ahead <= tag_mask >> 1 && lagging(ahead) {
             // Written by a thread whose clock read later (within the lag horizon): decide in
             // that newer cell.
             return View {
@@ -271,7 +273,7 @@ impl Algorithm for PackedSlidingWindow {
             tag,
             counts,
             leap,
-        } = self.view(state, now / self.cell_nanos);
+        } = self.view(state, now / self.cell_nanos, now % self.cell_nanos);
         let used: u64 = (0..self.cells).map(|age| self.count(counts, age)).sum();
         let cells = u64::from(self.cells);
         if used + n <= limit {
@@ -313,7 +315,9 @@ impl Algorithm for PackedSlidingWindow {
     }
 
     fn is_idle(&self, state: u64, now: u64) -> bool {
-        self.view(state, now / self.cell_nanos).counts == 0
+        self.view(state, now / self.cell_nanos, now % self.cell_nanos)
+            .counts
+            == 0
     }
 
     fn set_limit(&self, limit: u32, _now: u64) -> Result<(), ConfigError> {
@@ -349,7 +353,7 @@ mod tests {
             // A cell later the full count moves to age 1 and the tag to 1.
             let later = w.decide(full, 15, 1);
             assert!(!later.decision.is_allowed());
-            let view = w.view(full, 1);
+            let view = w.view(full, 1, 0);
             assert_eq!(
                 (view.newest, view.tag, w.count(view.counts, 1)),
                 (1, 1, w.limit())
@@ -363,7 +367,7 @@ mod tests {
         let state = w.decide(0, 100, 2).next.unwrap(); // cell 10
         let lagging = w.decide(state, 85, 1); // cell 8: decided in cell 10
         assert!(lagging.decision.is_allowed());
-        assert_eq!(w.view(lagging.next.unwrap(), 10).counts, 3);
+        assert_eq!(w.view(lagging.next.unwrap(), 10, 0).counts, 3);
         assert!(!w.is_idle(lagging.next.unwrap(), 85));
         assert!(w.is_idle(lagging.next.unwrap(), 130));
     }
@@ -371,8 +375,9 @@ mod tests {
     #[test]
     fn a_state_beyond_the_lag_horizon_is_folded_not_forgotten() {
         let w = window(3, 3); // 10 ns cells
-        let cells_ahead = w.max_ahead;
-        assert_eq!(cells_ahead, MAX_CLOCK_LAG_NANOS / 10 + 1);
+        // A cell starting `H` after the read: the most a lagging read sees.
+        let cells_ahead = w.max_lead / 10;
+        assert_eq!(cells_ahead, MAX_CLOCK_LAG_NANOS / 10);
         let at = 2 * cells_ahead; // the writer's cell
         let state = w.decide(0, at * 10, 3).next.unwrap(); // full
         // Ahead by exactly the horizon: a lagging clock, decided in the writer's cell.
@@ -385,7 +390,7 @@ mod tests {
         let folded = w.decide(state, reader * 10, 1);
         assert!(folded.is_after_leap() && !folded.decision.is_allowed());
         let repaired = folded.next.unwrap();
-        assert_eq!(w.view(repaired, reader).tag, reader & w.tag_mask());
+        assert_eq!(w.view(repaired, reader, 0).tag, reader & w.tag_mask());
         assert!(!w.is_idle(state, reader * 10));
         // The folded word is an ordinary state: it leaves the window one window later.
         assert!(

@@ -42,7 +42,8 @@ pub(crate) const END_OF_TIME: u64 = (1 << GENERATION_SHIFT) - 1;
 /// # Reconfiguration
 /// A change (rate, capacity) is validated as a whole new snapshot under the setter lock and
 /// takes effect at an instant `t` (the setter's clock). A bucket's debt at `t` is kept in
-/// *permits*: `D = (tat − t) / T_old` (0 if full), and with the capacity change
+/// *permits*: `D = (tat − t) / T_old` (0 if full; measured no earlier than `tat − C_old·T_old`,
+/// its writer's earliest time, see [`convert`]), and with the capacity change
 /// `D' = max(0, D + C_new − C_old)`, i.e. the tokens `C − D` are kept, capped at the new
 /// capacity. So no reconfiguration ever makes permits available that were not available just
 /// before; afterwards they accrue at the new rate. A fresh bucket (state `0`: a new limiter, a
@@ -77,6 +78,16 @@ struct Settle {
 /// Converts a time word written under `(prev_interval, prev_capacity)` across a change at `at`
 /// to `(interval, capacity)`: the debt in permits is kept, and the tokens are capped at the new
 /// capacity (`D' = max(0, D + C_new − C_old)`); rounded toward more debt.
+///
+/// The debt is measured at `at`, or later for a word more than a full bucket (`tau_old`) ahead
+/// of `at`: its writer decided at `tat − tau_old` or later (a word is at most `tau` ahead of its
+/// writer's time), under the old configuration, on a clock read ahead of the change instant
+/// (another core's, within `H`). That lead is kept as time, not counted as debt at the new rate:
+/// counted as debt, `H` of lead became `H × T_new / T_old` of debt at each change, and the
+/// settle bound of the words four generations old (converted here too) held every word of a
+/// bucket whose rate was lowered 500-fold for 10,000 s (`tests/time_setters.rs`). Measuring later
+/// only keeps more debt when the rate rises, and keeps at least the debt measured at the writer's
+/// own time when it falls. Non-decreasing in `tat`, so a bound converts to a bound.
 #[inline]
 pub(crate) fn convert(
     tat: u64,
@@ -86,6 +97,8 @@ pub(crate) fn convert(
     interval: u64,
     capacity: u64,
 ) -> u64 {
+    // `prev_capacity × prev_interval` ≤ 2^62 (validated by every setter).
+    let at = at.max(tat.saturating_sub(prev_capacity * prev_interval));
     let debt_old = u128::from(tat.saturating_sub(at));
     let prev = u128::from(prev_interval.max(1));
     let scaled = (debt_old * u128::from(interval)).div_ceil(prev);
@@ -794,10 +807,18 @@ macro_rules! time_word_algorithm {
         }
 
         impl $ty {
-            /// Changes the rate live at `now` (nanoseconds on the limiter's clock, e.g.
-            /// `limiter.clock().now_nanos()`); the capacity stays. The debt booked so far is
-            /// kept in permits: a drained bucket stays drained and refills at the new rate, so
-            /// lowering the rate never frees permits.
+            /// Changes the rate live at `now` (nanoseconds on the limiter's clock: take it from
+            /// [`AtomicLimiter::change_instant`](crate::AtomicLimiter::change_instant) or
+            /// [`Keyed::change_instant`](crate::Keyed::change_instant)); the capacity stays. The
+            /// debt booked so far is kept in permits: a drained bucket stays drained and refills
+            /// at the new rate, so lowering the rate never frees permits.
+            ///
+            /// The debt is measured at `now`: a `now` earlier than a decision already published
+            /// (a raw clock read on a core whose clock trails, or a read taken before the
+            /// setter was preempted) applies the change from `now`, so a raise from `r` to `r'`
+            /// frees up to min(capacity, δ × (r' − r)) permits for a `now` δ early.
+            /// `change_instant` raises the read to the limiter's time floor; a stall between it
+            /// and this call is still δ (`tests/time_setters.rs`).
             ///
             /// # Errors
             /// As the constructor's rate checks; the old rate then stays.
@@ -826,6 +847,9 @@ macro_rules! time_word_algorithm {
             /// [`Limiter::set_limit`](crate::Limiter::set_limit) does. The tokens held are kept,
             /// capped at the new capacity: raising it frees nothing at once, the new room fills at
             /// the rate. A fresh bucket (never used, or reset) starts full at the capacity in force.
+            /// `now` as for [`set_rate`](Self::set_rate): a `now` δ earlier than a decision
+            /// already published lets the new room fill from it, up to min(raise, δ × rate)
+            /// permits at once.
             ///
             /// # Errors
             /// [`ConfigError::ZeroLimit`](crate::ConfigError::ZeroLimit), or

@@ -257,17 +257,23 @@ where
         self.map.remove(key, &self.clock, &self.rules)
     }
 
-    pub(crate) fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+    /// A clock read raised to the map's time floor: no earlier than any decision already
+    /// published on any key (as `AtomicLimiter::change_instant`). A bucket's reconfiguration
+    /// keeps the debt measured at its change instant, so an instant trailing the writers' (a
+    /// setter on a core whose clock lags) would refill every key for the span it trails.
+    pub(crate) fn change_instant(&self) -> u64 {
         let now = self.clock.now_nanos();
-        // As `AtomicLimiter::set_limit`: the change instant is a past clock read no earlier than
-        // any decision published (the map's time floor), so a setter on a lagging core does not
-        // back-date the change and let the buckets accrue the new configuration over its lag.
-        let now = if A::NEEDS_TIME_FLOOR {
+        if A::NEEDS_TIME_FLOOR {
             read_at_floor(now, self.map.floor())
         } else {
             now
-        };
-        self.rules.algorithm.set_limit(limit, now)?;
+        }
+    }
+
+    pub(crate) fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.rules
+            .algorithm
+            .set_limit(limit, self.change_instant())?;
         // A new configuration may bring idle times forward: let the next inserts sweep.
         self.map.forget_idle_bounds();
         Ok(())

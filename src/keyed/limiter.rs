@@ -346,6 +346,25 @@ where
         &self.facade.rules().algorithm
     }
 
+    /// The `now` to give a bucket's live reconfiguration (`keyed.algorithm().set_rate(rate,
+    /// keyed.change_instant())`, or `set_capacity`): the clock read raised to the map's time
+    /// floor, so no earlier than any decision already published on any key. A change at an
+    /// earlier instant applies from it: a drained key would be repaid at the new rate for the
+    /// span it trails (see [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)).
+    /// [`set_limit`](Self::set_limit) reads its instant this way.
+    ///
+    /// ```
+    /// use floodgate::{Keyed, ManualClock, Rate, TokenBucket};
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(TokenBucket::new(Rate::per_second(1), 10)?)
+    ///     .clock(ManualClock::starting_at(7)).build()?;
+    /// keyed.algorithm().set_rate(Rate::per_second(10), keyed.change_instant())?;
+    /// assert_eq!(keyed.change_instant(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn change_instant(&self) -> u64 {
+        self.facade.change_instant()
+    }
+
     /// The clock.
     ///
     /// ```

@@ -344,6 +344,26 @@ where
         &self.facade.rules().algorithm
     }
 
+    /// The `now` to give a bucket's live reconfiguration (`keyed.algorithm().set_rate(rate,
+    /// keyed.change_instant())`, or `set_capacity`), as
+    /// [`Keyed::change_instant`](crate::Keyed::change_instant): the clock read raised to the
+    /// map's time floor, no earlier than any decision already published.
+    ///
+    /// ```
+    /// use floodgate::{Keyed, ManualClock, PenaltyBox, Rate, TokenBucket};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(1), 10)?)
+    ///     .clock(ManualClock::starting_at(7))
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// keyed.algorithm().set_rate(Rate::per_second(10), keyed.change_instant())?;
+    /// assert_eq!(keyed.change_instant(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn change_instant(&self) -> u64 {
+        self.facade.change_instant()
+    }
+
     /// The clock.
     ///
     /// ```

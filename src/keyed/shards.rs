@@ -467,6 +467,12 @@ impl<K, S> ShardedMap<K, S> {
         self.shard_cap * self.shard_count()
     }
 
+    /// The map's time floor (see the field), for a read that writes no key: a setter's change
+    /// instant.
+    pub(crate) fn floor(&self) -> &AtomicU64 {
+        &self.floor
+    }
+
     /// Shard `index`'s table cell.
     #[inline]
     fn cell(&self, index: usize) -> &TableCell<K, S> {

@@ -151,6 +151,32 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
         self.words.state.store(0, Ordering::Release);
     }
 
+    /// The `now` to give a bucket's live reconfiguration (`limiter.algorithm().set_rate(rate,
+    /// limiter.change_instant())`, or `set_capacity`): the clock read raised to the time floor,
+    /// so no earlier than any decision already published. A change at an earlier instant
+    /// applies from it: a bucket's debt is kept as measured there, so a drained bucket would be
+    /// repaid at the new rate for the span the instant trails (see
+    /// [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)). [`Limiter::set_limit`] reads
+    /// its instant this way.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Limiter, ManualClock, Rate, TokenBucket};
+    /// let clock = ManualClock::starting_at(5_000);
+    /// let b = AtomicLimiter::with_clock(TokenBucket::new(Rate::per_second(1), 10)?, clock);
+    /// assert!(b.try_acquire(10)?.is_allowed());
+    /// b.algorithm().set_rate(Rate::per_second(10), b.change_instant())?;
+    /// assert_eq!(b.available(), 0); // the 10 permits of debt are kept
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn change_instant(&self) -> u64 {
+        let now = self.now();
+        if A::NEEDS_TIME_FLOOR {
+            read_at_floor(now, &self.words.floor)
+        } else {
+            now
+        }
+    }
+
     #[inline]
     fn now(&self) -> u64 {
         self.clock.now_nanos()
@@ -220,14 +246,9 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
     }
 
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        let now = if A::NEEDS_TIME_FLOOR {
-            // A past clock read, as in `peek`: the change takes effect no earlier than any
-            // decision already published.
-            read_at_floor(self.now(), &self.words.floor)
-        } else {
-            self.now()
-        };
-        self.algorithm.set_limit(limit, now)
+        // A past clock read, as in `peek`: the change takes effect no earlier than any decision
+        // already published.
+        self.algorithm.set_limit(limit, self.change_instant())
     }
 
     fn limit(&self) -> u64 {

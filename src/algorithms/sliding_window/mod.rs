@@ -40,6 +40,14 @@
 //!   limit), and (b) the leaped era's admissions (the leaper's own request, `n ≤ limit`). A
 //!   window-long span around the leap holds at most `limit + a + b ≤ 2 × limit + n`; spans whose
 //!   cells all come after the last cell used before the leap hold at most the limit, as always.
+//! * **A leap within the horizon** (a read at most `h` cells ahead: for a window longer than `H`,
+//!   up to one window) is taken for a lagging read: callers follow `head` into the leaper's cell
+//!   and are decided there until real time reaches it, so a window full there refuses them until
+//!   the leaper's cell leaves it: for up to the lead plus one window (two windows; the fixed and
+//!   packed windows, which judge a lead in time, stop at one window plus `H`). `h` is not
+//!   smaller than the window because a leaper less than a window ahead seals the present's own
+//!   cell in its crossing, and a rewound caller that finds its cell sealed walks forward to the
+//!   leaper's cell again (`tests/time_long_windows.rs`, ignored).
 //! * **A persistent leaper** (a core whose clock runs more than `H` ahead) is outside this model:
 //!   each of its calls is a new leap and costs what one leap costs, so while it lasts the limit
 //!   does not hold (up to `limit + n` more per leaping call); it never freezes the limiter.
