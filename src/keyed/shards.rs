@@ -555,11 +555,6 @@ where
         }
     }
 
-    /// The map's time floor (see the `floor` field).
-    pub(crate) fn floor(&self) -> &AtomicU64 {
-        &self.floor
-    }
-
     /// The hash `key` is found by (for [`get`](Self::get) and [`insert`](Self::insert)).
     #[inline(always)]
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
