@@ -43,6 +43,25 @@ fn raising_the_rate_on_a_lagging_clock_keeps_the_debt() {
     assert_eq!(b.available(), 1);
 }
 
+/// A rate raise through `AtomicLimiter::set_rate`, which takes its instant at the floor itself,
+/// called on the lagging core, on a half-drained bucket: its 5 permits of debt stay (with the
+/// setter's own read as the instant, 5 s before the drain, it was refilled at once).
+#[test]
+fn atomic_limiter_set_rate_on_a_lagging_clock_keeps_the_debt() {
+    let (b, clock) = lagging_bucket(10, 1);
+    assert!(b.try_acquire(5).unwrap().is_allowed());
+    LAG.set(5 * SEC);
+    b.set_rate(Rate::per_second(10)).unwrap();
+    LAG.set(0);
+    assert_eq!(
+        b.available(),
+        5,
+        "a half-drained bucket was refilled by a rate change"
+    );
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(b.available(), 6);
+}
+
 /// The capacity raised from 3 to 13 on a bucket holding its 3 tokens, by a setter whose clock
 /// trails by 5 s (`set_limit`, which reads its instant at the floor): the 10 new tokens fill at
 /// the rate from the change, not at once (given the setter's own read, `set_capacity` freed 8).

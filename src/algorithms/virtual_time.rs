@@ -809,7 +809,9 @@ macro_rules! time_word_algorithm {
         impl $ty {
             /// Changes the rate live at `now` (nanoseconds on the limiter's clock: take it from
             /// [`AtomicLimiter::change_instant`](crate::AtomicLimiter::change_instant) or
-            /// [`Keyed::change_instant`](crate::Keyed::change_instant)); the capacity stays. The
+            /// [`Keyed::change_instant`](crate::Keyed::change_instant), or call
+            /// [`AtomicLimiter::set_rate`](crate::AtomicLimiter::set_rate), which does); the
+            /// capacity stays. The
             /// debt booked so far is kept in permits: a drained bucket stays drained and refills
             /// at the new rate, so lowering the rate never frees permits.
             ///

@@ -226,6 +226,53 @@ pub(crate) struct Written {
     pub(crate) now: u64,
 }
 
+/// A bucket's live reconfiguration at its [`change_instant`](AtomicLimiter::change_instant):
+/// the safe form of `limiter.algorithm().set_rate(rate, now)`, which cannot be given an instant
+/// that trails a decision already published.
+impl<C: Clock> AtomicLimiter<crate::Gcra, C> {
+    /// Changes the rate live, at [`change_instant`](Self::change_instant) (see
+    /// [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)): the debt held is kept, now
+    /// repaid at the new rate, so a drained bucket stays drained.
+    ///
+    /// # Errors
+    /// As [`TokenBucket::set_rate`](crate::TokenBucket::set_rate); the old rate then stays.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Limiter, ManualClock, Rate, TokenBucket};
+    /// let b = AtomicLimiter::with_clock(TokenBucket::new(Rate::per_second(1), 10)?, ManualClock::new());
+    /// assert!(b.try_acquire(10)?.is_allowed());
+    /// b.set_rate(Rate::per_second(10))?;
+    /// assert_eq!(b.available(), 0); // the 10 permits of debt are kept
+    /// assert_eq!(b.algorithm().rate(), Rate::per_second(10));
+    /// assert!(b.set_rate(Rate::per_second(0)).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_rate(&self, rate: crate::Rate) -> Result<(), ConfigError> {
+        self.algorithm().set_rate(rate, self.change_instant())
+    }
+
+    /// Changes the capacity (burst) live, at [`change_instant`](Self::change_instant) (see
+    /// [`TokenBucket::set_capacity`](crate::TokenBucket::set_capacity)): the tokens held are
+    /// kept, capped at the new capacity; the new room fills at the rate.
+    ///
+    /// # Errors
+    /// As [`TokenBucket::set_capacity`](crate::TokenBucket::set_capacity).
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Limiter, ManualClock, Rate, TokenBucket};
+    /// let b = AtomicLimiter::with_clock(TokenBucket::new(Rate::per_second(1), 10)?, ManualClock::new());
+    /// assert!(b.try_acquire(10)?.is_allowed());
+    /// b.set_capacity(20)?;
+    /// assert_eq!(b.available(), 0); // raising the capacity frees nothing at once
+    /// assert_eq!(b.algorithm().capacity(), 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_capacity(&self, capacity: u32) -> Result<(), ConfigError> {
+        self.algorithm()
+            .set_capacity(capacity, self.change_instant())
+    }
+}
+
 impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
