@@ -185,6 +185,33 @@ fn keyed_set_limit_on_a_lagging_clock_frees_nothing_at_once() {
     }
 }
 
+/// `Keyed::set_rate` takes its instant at the map's floor: a rate raise from 1/s to 10/s by a
+/// setter whose core reads 5 s behind the writers keeps each half-drained key's debt (with the
+/// setter's raw read as the instant, every key was refilled at once).
+#[test]
+fn keyed_set_rate_on_a_lagging_clock_keeps_the_debt() {
+    let base = ManualClock::starting_at(100 * SEC);
+    let keyed: Keyed<u32, TokenBucket, LaggingClock> =
+        Keyed::builder(TokenBucket::new(Rate::per_second(1), 10).unwrap())
+            .max_keys(64)
+            .clock(LaggingClock(base.clone()))
+            .build()
+            .unwrap();
+    for key in 0..4 {
+        assert!(keyed.try_acquire(&key, 5).unwrap().is_allowed());
+    }
+    LAG.set(5 * SEC);
+    keyed.set_rate(Rate::per_second(10)).unwrap();
+    LAG.set(0);
+    for key in 0..4 {
+        assert!(
+            !keyed.try_acquire(&key, 6).unwrap().is_allowed(),
+            "key {key}: a rate raise refilled a half-drained key"
+        );
+        assert!(keyed.try_acquire(&key, 5).unwrap().is_allowed());
+    }
+}
+
 /// Four rate changes in a row (within the lag horizon) make every word read as at least the
 /// settle bound of the words four generations old (their generation bits alias). That bound
 /// counts the writers' clock lead `H` as debt and scales it with each change's rate ratio: here

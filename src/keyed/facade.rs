@@ -271,9 +271,15 @@ where
     }
 
     pub(crate) fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-        self.rules
-            .algorithm
-            .set_limit(limit, self.change_instant())?;
+        self.reconfigure(|algorithm, now| algorithm.set_limit(limit, now))
+    }
+
+    /// Applies a live change to the algorithm at [`change_instant`](Self::change_instant).
+    pub(crate) fn reconfigure(
+        &self,
+        change: impl FnOnce(&A, u64) -> Result<(), ConfigError>,
+    ) -> Result<(), ConfigError> {
+        change(&self.rules.algorithm, self.change_instant())?;
         // A new configuration may bring idle times forward: let the next inserts sweep.
         self.map.forget_idle_bounds();
         Ok(())

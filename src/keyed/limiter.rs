@@ -380,6 +380,57 @@ where
     }
 }
 
+/// Every key's bucket reconfigured live at the map's
+/// [`change_instant`](Keyed::change_instant): the safe form of
+/// `keyed.algorithm().set_rate(rate, now)`, which also lets the next inserts sweep keys the new
+/// configuration makes idle sooner.
+impl<K, C> Keyed<K, crate::Gcra, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Changes every key's rate live (see
+    /// [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)): each key's debt is kept, now
+    /// repaid at the new rate.
+    ///
+    /// # Errors
+    /// As [`TokenBucket::set_rate`](crate::TokenBucket::set_rate); the old rate then stays.
+    ///
+    /// ```
+    /// use floodgate::{Keyed, ManualClock, Rate, TokenBucket};
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(TokenBucket::new(Rate::per_second(1), 10)?)
+    ///     .clock(ManualClock::new()).build()?;
+    /// assert!(keyed.try_acquire(&1, 10)?.is_allowed());
+    /// keyed.set_rate(Rate::per_second(10))?;
+    /// assert!(!keyed.try_acquire(&1, 1)?.is_allowed()); // the debt is kept
+    /// assert_eq!(keyed.algorithm().rate(), Rate::per_second(10));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_rate(&self, rate: crate::Rate) -> Result<(), ConfigError> {
+        self.facade
+            .reconfigure(|bucket, now| bucket.set_rate(rate, now))
+    }
+
+    /// Changes every key's capacity live (see
+    /// [`TokenBucket::set_capacity`](crate::TokenBucket::set_capacity)).
+    ///
+    /// # Errors
+    /// As [`TokenBucket::set_capacity`](crate::TokenBucket::set_capacity).
+    ///
+    /// ```
+    /// use floodgate::{Keyed, ManualClock, Rate, TokenBucket};
+    /// let keyed: Keyed<u8, _, _> = Keyed::builder(TokenBucket::new(Rate::per_second(1), 10)?)
+    ///     .clock(ManualClock::new()).build()?;
+    /// keyed.set_capacity(2)?;
+    /// assert_eq!(keyed.try_acquire(&1, 3).is_err(), true); // more than the capacity
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_capacity(&self, capacity: u32) -> Result<(), ConfigError> {
+        self.facade
+            .reconfigure(|bucket, now| bucket.set_capacity(capacity, now))
+    }
+}
+
 impl<K, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.facade.debug("Keyed", f)
