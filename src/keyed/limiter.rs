@@ -422,7 +422,7 @@ where
     /// let keyed: Keyed<u8, _, _> = Keyed::builder(TokenBucket::new(Rate::per_second(1), 10)?)
     ///     .clock(ManualClock::new()).build()?;
     /// keyed.set_capacity(2)?;
-    /// assert_eq!(keyed.try_acquire(&1, 3).is_err(), true); // more than the capacity
+    /// assert!(keyed.try_acquire(&1, 3).is_err()); // more than the capacity
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_capacity(&self, capacity: u32) -> Result<(), ConfigError> {

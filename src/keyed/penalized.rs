@@ -381,6 +381,58 @@ where
     }
 }
 
+/// Every key's bucket reconfigured live at the map's
+/// [`change_instant`](PenalizedKeyed::change_instant), as
+/// [`Keyed::set_rate`](crate::Keyed::set_rate) does (the penalty box is unchanged).
+impl<K, C> PenalizedKeyed<K, crate::Gcra, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Changes every key's rate live, as [`Keyed::set_rate`](crate::Keyed::set_rate).
+    ///
+    /// # Errors
+    /// As [`TokenBucket::set_rate`](crate::TokenBucket::set_rate); the old rate then stays.
+    ///
+    /// ```
+    /// use floodgate::{Keyed, ManualClock, PenaltyBox, Rate, TokenBucket};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(1), 10)?)
+    ///     .clock(ManualClock::new())
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// assert!(keyed.try_acquire(&1, 10)?.is_allowed());
+    /// keyed.set_rate(Rate::per_second(10))?;
+    /// assert!(!keyed.try_acquire(&1, 1)?.is_allowed()); // the debt is kept
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_rate(&self, rate: crate::Rate) -> Result<(), ConfigError> {
+        self.facade
+            .reconfigure(|bucket, now| bucket.set_rate(rate, now))
+    }
+
+    /// Changes every key's capacity live, as [`Keyed::set_capacity`](crate::Keyed::set_capacity).
+    ///
+    /// # Errors
+    /// As [`TokenBucket::set_capacity`](crate::TokenBucket::set_capacity).
+    ///
+    /// ```
+    /// use floodgate::{Keyed, ManualClock, PenaltyBox, Rate, TokenBucket};
+    /// use std::time::Duration;
+    /// let penalty = PenaltyBox::new(4, Duration::from_secs(10), Duration::from_secs(60))?;
+    /// let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(1), 10)?)
+    ///     .clock(ManualClock::new())
+    ///     .build_with_penalty::<u8>(penalty)?;
+    /// keyed.set_capacity(2)?;
+    /// assert!(keyed.try_acquire(&1, 3).is_err()); // more than the capacity
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_capacity(&self, capacity: u32) -> Result<(), ConfigError> {
+        self.facade
+            .reconfigure(|bucket, now| bucket.set_capacity(capacity, now))
+    }
+}
+
 impl<K, A: std::fmt::Debug, C> std::fmt::Debug for PenalizedKeyed<K, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.facade.debug("PenalizedKeyed", f)
