@@ -208,6 +208,56 @@ fn a_far_future_change_instant_does_not_freeze_the_bucket_four_changes_later() {
     assert!(b.try_acquire(1).unwrap().is_allowed());
 }
 
+/// A change made at one leaping clock read (a day ahead) must not drain the bucket at once
+/// either (README, time model: a leaping setter "freezes nothing"). The words of the generation
+/// before it were converted at the leaped instant: even a full word then read as a day in debt,
+/// beyond the lag horizon, so as a leap ("empty now"), and the next request was refused and the
+/// word emptied for a refill, on every word of the limiter (every key of a map). Found in review
+/// (time model, setters); the debt a word holds is still kept.
+#[test]
+fn a_far_future_change_instant_does_not_drain_the_bucket() {
+    let (b, clock) = bucket(5, 10); // tau = 500 ms
+    assert!(b.try_acquire(1).unwrap().is_allowed()); // a word in use (a fresh one is full)
+    clock.set(2 * SEC); // full again
+    clock.set(2 * SEC + 86_400 * SEC); // one read a day ahead
+    b.set_limit(6).unwrap();
+    clock.set(2 * SEC); // back to the present
+    let d = b.try_acquire(5).unwrap();
+    assert!(
+        d.is_allowed(),
+        "a leaped change instant drained a full bucket: {d:?}"
+    );
+    // The debt just booked is kept across a second leaped change.
+    clock.set(2 * SEC + 86_400 * SEC);
+    b.algorithm()
+        .set_rate(Rate::per_second(1_000), now(&clock))
+        .unwrap();
+    clock.set(2 * SEC);
+    assert_eq!(b.available(), 0, "a leaped change freed the debt");
+
+    // Keyed: every key.
+    let clock = ManualClock::starting_at(SEC);
+    let keyed: Keyed<u32, TokenBucket, ManualClock> =
+        Keyed::builder(TokenBucket::new(Rate::per_second(10), 5).unwrap())
+            .max_keys(64)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+    for key in 0..4 {
+        assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+    }
+    clock.set(2 * SEC + 86_400 * SEC);
+    keyed.set_limit(6).unwrap();
+    clock.set(2 * SEC);
+    for key in 0..4 {
+        let d = keyed.try_acquire(&key, 5).unwrap();
+        assert!(
+            d.is_allowed(),
+            "key {key}: drained by a leaped change: {d:?}"
+        );
+    }
+}
+
 /// One step of the property test.
 #[derive(Clone, Debug)]
 enum Op {

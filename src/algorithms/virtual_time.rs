@@ -679,7 +679,7 @@ impl VirtualTime {
         let behind = generation.wrapping_sub(state >> GENERATION_SHIFT) & GENERATION_MASK;
         let mut tat = state & END_OF_TIME;
         if behind != 0 {
-            tat = self.convert_from(current, tat, behind)?;
+            tat = self.convert_from(current, tat, behind, now)?;
         }
         // A settle bound computed at a change instant beyond the lag horizon came from a leaping
         // clock read (as `since_change` judges a change instant): not obeyed, so one leaped
@@ -693,9 +693,16 @@ impl VirtualTime {
         Some(tat)
     }
 
-    /// Converts a word written `behind` (1..=3) generations ago through every change since.
+    /// Converts a word written `behind` (1..=3) generations ago through every change since, for
+    /// a decision at `now`.
+    ///
+    /// A change instant more than the lag horizon ahead of `now` came from a leaping clock read
+    /// (as [`since_change`] judges it): the word is converted at `now` instead, so its debt in
+    /// permits is kept as it stands now. Converted at the leaped instant, every word, a full one
+    /// too, would read as in debt until that instant, beyond the horizon: a leap, so "empty now",
+    /// and one leaped setter read would drain every word (every key of a map) for a refill.
     #[cold]
-    fn convert_from(&self, current: &Snapshot, mut tat: u64, behind: u64) -> Option<u64> {
+    fn convert_from(&self, current: &Snapshot, mut tat: u64, behind: u64, now: u64) -> Option<u64> {
         let Some(first) = current.generation.checked_sub(behind) else {
             // Cannot happen (a word is never from a generation before 0): read it as settled.
             return Some(current.settled_at);
@@ -706,9 +713,13 @@ impl VirtualTime {
                 true => *current,
                 false => self.store.read(generation)?,
             };
+            let at = match next.changed_at <= now.saturating_add(MAX_CLOCK_LAG_NANOS) {
+                true => next.changed_at,
+                false => now,
+            };
             tat = convert(
                 tat,
-                next.changed_at,
+                at,
                 prev.interval,
                 prev.capacity,
                 next.interval,
