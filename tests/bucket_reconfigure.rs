@@ -258,6 +258,25 @@ fn a_far_future_change_instant_does_not_drain_the_bucket() {
     }
 }
 
+/// The same leaped change followed by a change at a present instant (a rate cut): a word written
+/// before both and left untouched for an hour must still read as the full bucket it is, not as
+/// an hour of debt (converted at the reader's time across the leaped change, then measured back
+/// to the later change's earlier instant at the cut rate: ten hours of debt, a leap, "empty").
+#[test]
+fn a_far_future_change_instant_then_a_present_one_keeps_an_idle_word_full() {
+    let (b, clock) = bucket(5, 10);
+    assert!(b.try_acquire(1).unwrap().is_allowed());
+    clock.set(2 * SEC + 86_400 * SEC);
+    b.set_limit(6).unwrap();
+    clock.set(2 * SEC);
+    b.algorithm()
+        .set_rate(Rate::per_second(1), b.change_instant())
+        .unwrap();
+    clock.set(2 * SEC + 3_600 * SEC);
+    let d = b.try_acquire(5).unwrap();
+    assert!(d.is_allowed(), "an idle word read as in debt: {d:?}");
+}
+
 /// One step of the property test.
 #[derive(Clone, Debug)]
 enum Op {

@@ -697,10 +697,13 @@ impl VirtualTime {
     /// a decision at `now`.
     ///
     /// A change instant more than the lag horizon ahead of `now` came from a leaping clock read
-    /// (as [`since_change`] judges it): the word is converted at `now` instead, so its debt in
-    /// permits is kept as it stands now. Converted at the leaped instant, every word, a full one
-    /// too, would read as in debt until that instant, beyond the horizon: a leap, so "empty now",
-    /// and one leaped setter read would drain every word (every key of a map) for a refill.
+    /// (as [`since_change`] judges it): the word is converted across that change at the next
+    /// change's instant, or at `now` across the last one, so its debt in permits is kept as it
+    /// stands then. Converted at the leaped instant, every word, a full one too, would read as
+    /// in debt until that instant, beyond the horizon: a leap, so "empty now", and one leaped
+    /// setter read would drain every word (every key of a map) for a refill; converted at `now`
+    /// and then measured back to a later change's earlier instant, an idle word would read the
+    /// span between them as debt.
     #[cold]
     fn convert_from(&self, current: &Snapshot, mut tat: u64, behind: u64, now: u64) -> Option<u64> {
         let Some(first) = current.generation.checked_sub(behind) else {
@@ -708,24 +711,33 @@ impl VirtualTime {
             return Some(current.settled_at);
         };
         let mut prev = self.store.read(first)?;
-        for generation in first + 1..=current.generation {
-            let next = match generation == current.generation {
-                true => *current,
-                false => self.store.read(generation)?,
-            };
-            let at = match next.changed_at <= now.saturating_add(MAX_CLOCK_LAG_NANOS) {
-                true => next.changed_at,
-                false => now,
-            };
+        // The changes since, oldest first (`behind` ≤ 3 of them), and the instant each is
+        // converted at, chosen from the newest back.
+        let mut changes = [*current; GENERATION_MASK as usize];
+        let changes = &mut changes[..behind as usize];
+        for (change, generation) in changes.iter_mut().zip(first + 1..current.generation) {
+            *change = self.store.read(generation)?;
+        }
+        let mut instants = [0; GENERATION_MASK as usize];
+        let mut next = now;
+        for (instant, change) in instants.iter_mut().zip(changes.iter()).rev() {
+            if change.changed_at <= now.saturating_add(MAX_CLOCK_LAG_NANOS) {
+                next = change.changed_at;
+            } else {
+                next = next.min(now);
+            }
+            *instant = next;
+        }
+        for (change, at) in changes.iter().zip(instants) {
             tat = convert(
                 tat,
                 at,
                 prev.interval,
                 prev.capacity,
-                next.interval,
-                next.capacity,
+                change.interval,
+                change.capacity,
             );
-            prev = next;
+            prev = *change;
         }
         Some(tat)
     }
