@@ -277,6 +277,39 @@ fn a_far_future_change_instant_then_a_present_one_keeps_an_idle_word_full() {
     assert!(d.is_allowed(), "an idle word read as in debt: {d:?}");
 }
 
+/// One leaped setter read must not turn the settle bounds off for every later change until
+/// real time reaches it. `settled_by` is the running maximum of the change instants the settle
+/// bound was computed at, so once a leaped instant (a day ahead) entered it, every later bound,
+/// computed at present instants too, read as "from a leaping read" and was ignored. Four quick
+/// rate changes 100 s later then read a word drained before them (four generations old, its
+/// generation bits aliasing the one in force) in the new units as it is: 10 ms of debt at 1/s
+/// instead of 10 s, and the drained bucket admitted 10 at once (without the leaped read, the
+/// same changes keep the debt). The next setter now replaces a bound computed at an instant
+/// beyond its horizon. Found in review (time model, setters).
+#[test]
+fn a_far_future_change_instant_does_not_turn_off_later_settle_bounds() {
+    let clock = ManualClock::starting_at(100 * SEC);
+    let b = AtomicLimiter::with_clock(
+        TokenBucket::new(Rate::per_second(1_000), 10).unwrap(),
+        clock.clone(),
+    );
+    assert!(b.try_acquire(1).unwrap().is_allowed());
+    clock.set(100 * SEC + 86_400 * SEC); // one read a day ahead
+    b.set_limit(11).unwrap();
+    clock.set(200 * SEC); // back to the present
+    assert!(b.try_acquire(10).unwrap().is_allowed()); // drained
+    for per_second in [500, 1_000, 500, 1] {
+        b.algorithm()
+            .set_rate(Rate::per_second(per_second), b.change_instant())
+            .unwrap();
+    }
+    let d = b.try_acquire(1).unwrap();
+    assert!(
+        !d.is_allowed(),
+        "four changes freed a drained bucket: {d:?}"
+    );
+}
+
 /// One step of the property test.
 #[derive(Clone, Debug)]
 enum Op {

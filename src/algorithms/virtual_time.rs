@@ -319,11 +319,24 @@ impl VirtualTime {
             let ending = at
                 .saturating_add(MAX_CLOCK_LAG_NANOS)
                 .saturating_add(current.capacity * current.interval);
-            let [g3, g2, g1] = settle.recent;
-            let [b3, b2, b1] = settle.recent_by;
-            let settled_at = conv(current.settled_at.max(g3));
+            // A bound computed at an instant beyond this change's horizon came from a leaping
+            // read (readers ignore it): replaced by `ending`, which bounds every word of an older
+            // generation too (converted at instants no later than `at + H`, each word's debt in
+            // permits at most a capacity on its writer's time). Kept, its instant would stay in
+            // `settled_by` (a running maximum) and turn every later bound off with it until real
+            // time reached the leap.
+            let leaped = |by: u64| by > at.saturating_add(MAX_CLOCK_LAG_NANOS);
+            let repair = |bound: u64, by: u64| match leaped(by) {
+                true => (ending, at),
+                false => (bound, by),
+            };
+            let [(g3, b3), (g2, b2), (g1, b1)] =
+                [0, 1, 2].map(|i| repair(settle.recent[i], settle.recent_by[i]));
+            let (current_settled_at, current_settled_by) =
+                repair(current.settled_at, current.settled_by);
+            let settled_at = conv(current_settled_at.max(g3));
             // Each bound converted now was also computed at `at`.
-            let settled_by = current.settled_by.max(b3).max(at);
+            let settled_by = current_settled_by.max(b3).max(at);
             settle.recent = [conv(g2), conv(g1), conv(ending)];
             settle.recent_by = [b2.max(at), b1.max(at), at];
             Ok(Some(Snapshot {
