@@ -208,6 +208,108 @@ fn a_far_future_change_instant_does_not_freeze_the_bucket_four_changes_later() {
     assert!(b.try_acquire(1).unwrap().is_allowed());
 }
 
+/// A change made at one leaping clock read (a day ahead) must not drain the bucket at once
+/// either (README, time model: a leaping setter "freezes nothing"). The words of the generation
+/// before it were converted at the leaped instant: even a full word then read as a day in debt,
+/// beyond the lag horizon, so as a leap ("empty now"), and the next request was refused and the
+/// word emptied for a refill, on every word of the limiter (every key of a map). Found in review
+/// (time model, setters); the debt a word holds is still kept.
+#[test]
+fn a_far_future_change_instant_does_not_drain_the_bucket() {
+    let (b, clock) = bucket(5, 10); // tau = 500 ms
+    assert!(b.try_acquire(1).unwrap().is_allowed()); // a word in use (a fresh one is full)
+    clock.set(2 * SEC); // full again
+    clock.set(2 * SEC + 86_400 * SEC); // one read a day ahead
+    b.set_limit(6).unwrap();
+    clock.set(2 * SEC); // back to the present
+    let d = b.try_acquire(5).unwrap();
+    assert!(
+        d.is_allowed(),
+        "a leaped change instant drained a full bucket: {d:?}"
+    );
+    // The debt just booked is kept across a second leaped change.
+    clock.set(2 * SEC + 86_400 * SEC);
+    b.algorithm()
+        .set_rate(Rate::per_second(1_000), now(&clock))
+        .unwrap();
+    clock.set(2 * SEC);
+    assert_eq!(b.available(), 0, "a leaped change freed the debt");
+
+    // Keyed: every key.
+    let clock = ManualClock::starting_at(SEC);
+    let keyed: Keyed<u32, TokenBucket, ManualClock> =
+        Keyed::builder(TokenBucket::new(Rate::per_second(10), 5).unwrap())
+            .max_keys(64)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+    for key in 0..4 {
+        assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+    }
+    clock.set(2 * SEC + 86_400 * SEC);
+    keyed.set_limit(6).unwrap();
+    clock.set(2 * SEC);
+    for key in 0..4 {
+        let d = keyed.try_acquire(&key, 5).unwrap();
+        assert!(
+            d.is_allowed(),
+            "key {key}: drained by a leaped change: {d:?}"
+        );
+    }
+}
+
+/// The same leaped change followed by a change at a present instant (a rate cut): a word written
+/// before both and left untouched for an hour must still read as the full bucket it is, not as
+/// an hour of debt (converted at the reader's time across the leaped change, then measured back
+/// to the later change's earlier instant at the cut rate: ten hours of debt, a leap, "empty").
+#[test]
+fn a_far_future_change_instant_then_a_present_one_keeps_an_idle_word_full() {
+    let (b, clock) = bucket(5, 10);
+    assert!(b.try_acquire(1).unwrap().is_allowed());
+    clock.set(2 * SEC + 86_400 * SEC);
+    b.set_limit(6).unwrap();
+    clock.set(2 * SEC);
+    b.algorithm()
+        .set_rate(Rate::per_second(1), b.change_instant())
+        .unwrap();
+    clock.set(2 * SEC + 3_600 * SEC);
+    let d = b.try_acquire(5).unwrap();
+    assert!(d.is_allowed(), "an idle word read as in debt: {d:?}");
+}
+
+/// One leaped setter read must not turn the settle bounds off for every later change until
+/// real time reaches it. `settled_by` is the running maximum of the change instants the settle
+/// bound was computed at, so once a leaped instant (a day ahead) entered it, every later bound,
+/// computed at present instants too, read as "from a leaping read" and was ignored. Four quick
+/// rate changes 100 s later then read a word drained before them (four generations old, its
+/// generation bits aliasing the one in force) in the new units as it is: 10 ms of debt at 1/s
+/// instead of 10 s, and the drained bucket admitted 10 at once (without the leaped read, the
+/// same changes keep the debt). The next setter now replaces a bound computed at an instant
+/// beyond its horizon. Found in review (time model, setters).
+#[test]
+fn a_far_future_change_instant_does_not_turn_off_later_settle_bounds() {
+    let clock = ManualClock::starting_at(100 * SEC);
+    let b = AtomicLimiter::with_clock(
+        TokenBucket::new(Rate::per_second(1_000), 10).unwrap(),
+        clock.clone(),
+    );
+    assert!(b.try_acquire(1).unwrap().is_allowed());
+    clock.set(100 * SEC + 86_400 * SEC); // one read a day ahead
+    b.set_limit(11).unwrap();
+    clock.set(200 * SEC); // back to the present
+    assert!(b.try_acquire(10).unwrap().is_allowed()); // drained
+    for per_second in [500, 1_000, 500, 1] {
+        b.algorithm()
+            .set_rate(Rate::per_second(per_second), b.change_instant())
+            .unwrap();
+    }
+    let d = b.try_acquire(1).unwrap();
+    assert!(
+        !d.is_allowed(),
+        "four changes freed a drained bucket: {d:?}"
+    );
+}
+
 /// One step of the property test.
 #[derive(Clone, Debug)]
 enum Op {

@@ -237,3 +237,32 @@ fn four_quick_rate_changes_hold_a_bucket_for_at_most_a_refill_and_the_horizon() 
         Duration::from_secs(30)
     );
 }
+
+/// Not fixed (documented instead): `change_instant` reads the time floor, which a decision
+/// raises only once it passes the floor by its grain (`clock::FLOOR_GRAIN_NANOS`, 1,024 ns), so
+/// the instant can trail a published decision by up to a grain, and a rate raise then frees what
+/// the grain accrues at the new rate. At one permit per µs raised to one per ns, a bucket of 1,000
+/// half drained 1,023 ns after the floor was set is full again at once (500 permits of debt
+/// freed), where the instant was promised to be "no earlier than any decision already
+/// published". Found in review (time model, setters).
+#[test]
+#[ignore = "known: change_instant trails the last decision by up to the floor's grain (1,024 ns); \
+            a raise frees up to ⌈grain × (r' − r)⌉ permits (documented on change_instant)"]
+fn a_change_instant_within_the_floor_grain_keeps_the_debt() {
+    let clock = ManualClock::starting_at(1_000 * SEC);
+    let b = AtomicLimiter::with_clock(
+        TokenBucket::new(Rate::per_second(1_000_000), 1_000).unwrap(),
+        LaggingClock(clock.clone()),
+    );
+    assert!(b.try_acquire(1).unwrap().is_allowed()); // raises the floor to 1,000 s
+    clock.advance(Duration::from_nanos(1_023));
+    assert!(b.try_acquire(500).unwrap().is_allowed()); // within the grain: the floor stays
+    LAG.set(5 * SEC);
+    let at = b.change_instant();
+    LAG.set(0);
+    let before = b.available();
+    b.algorithm()
+        .set_rate(Rate::per_second(1_000_000_000), at)
+        .unwrap();
+    assert_eq!(b.available(), before, "a rate raise freed debt");
+}

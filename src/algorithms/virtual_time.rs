@@ -319,11 +319,24 @@ impl VirtualTime {
             let ending = at
                 .saturating_add(MAX_CLOCK_LAG_NANOS)
                 .saturating_add(current.capacity * current.interval);
-            let [g3, g2, g1] = settle.recent;
-            let [b3, b2, b1] = settle.recent_by;
-            let settled_at = conv(current.settled_at.max(g3));
+            // A bound computed at an instant beyond this change's horizon came from a leaping
+            // read (readers ignore it): replaced by `ending`, which bounds every word of an older
+            // generation too (converted at instants no later than `at + H`, each word's debt in
+            // permits at most a capacity on its writer's time). Kept, its instant would stay in
+            // `settled_by` (a running maximum) and turn every later bound off with it until real
+            // time reached the leap.
+            let leaped = |by: u64| by > at.saturating_add(MAX_CLOCK_LAG_NANOS);
+            let repair = |bound: u64, by: u64| match leaped(by) {
+                true => (ending, at),
+                false => (bound, by),
+            };
+            let [(g3, b3), (g2, b2), (g1, b1)] =
+                [0, 1, 2].map(|i| repair(settle.recent[i], settle.recent_by[i]));
+            let (current_settled_at, current_settled_by) =
+                repair(current.settled_at, current.settled_by);
+            let settled_at = conv(current_settled_at.max(g3));
             // Each bound converted now was also computed at `at`.
-            let settled_by = current.settled_by.max(b3).max(at);
+            let settled_by = current_settled_by.max(b3).max(at);
             settle.recent = [conv(g2), conv(g1), conv(ending)];
             settle.recent_by = [b2.max(at), b1.max(at), at];
             Ok(Some(Snapshot {
@@ -679,7 +692,7 @@ impl VirtualTime {
         let behind = generation.wrapping_sub(state >> GENERATION_SHIFT) & GENERATION_MASK;
         let mut tat = state & END_OF_TIME;
         if behind != 0 {
-            tat = self.convert_from(current, tat, behind)?;
+            tat = self.convert_from(current, tat, behind, now)?;
         }
         // A settle bound computed at a change instant beyond the lag horizon came from a leaping
         // clock read (as `since_change` judges a change instant): not obeyed, so one leaped
@@ -693,28 +706,51 @@ impl VirtualTime {
         Some(tat)
     }
 
-    /// Converts a word written `behind` (1..=3) generations ago through every change since.
+    /// Converts a word written `behind` (1..=3) generations ago through every change since, for
+    /// a decision at `now`.
+    ///
+    /// A change instant more than the lag horizon ahead of `now` came from a leaping clock read
+    /// (as [`since_change`] judges it): the word is converted across that change at the next
+    /// change's instant, or at `now` across the last one, so its debt in permits is kept as it
+    /// stands then. Converted at the leaped instant, every word, a full one too, would read as
+    /// in debt until that instant, beyond the horizon: a leap, so "empty now", and one leaped
+    /// setter read would drain every word (every key of a map) for a refill; converted at `now`
+    /// and then measured back to a later change's earlier instant, an idle word would read the
+    /// span between them as debt.
     #[cold]
-    fn convert_from(&self, current: &Snapshot, mut tat: u64, behind: u64) -> Option<u64> {
+    fn convert_from(&self, current: &Snapshot, mut tat: u64, behind: u64, now: u64) -> Option<u64> {
         let Some(first) = current.generation.checked_sub(behind) else {
             // Cannot happen (a word is never from a generation before 0): read it as settled.
             return Some(current.settled_at);
         };
         let mut prev = self.store.read(first)?;
-        for generation in first + 1..=current.generation {
-            let next = match generation == current.generation {
-                true => *current,
-                false => self.store.read(generation)?,
-            };
+        // The changes since, oldest first (`behind` ≤ 3 of them), and the instant each is
+        // converted at, chosen from the newest back.
+        let mut changes = [*current; GENERATION_MASK as usize];
+        let changes = &mut changes[..behind as usize];
+        for (change, generation) in changes.iter_mut().zip(first + 1..current.generation) {
+            *change = self.store.read(generation)?;
+        }
+        let mut instants = [0; GENERATION_MASK as usize];
+        let mut next = now;
+        for (instant, change) in instants.iter_mut().zip(changes.iter()).rev() {
+            if change.changed_at <= now.saturating_add(MAX_CLOCK_LAG_NANOS) {
+                next = change.changed_at;
+            } else {
+                next = next.min(now);
+            }
+            *instant = next;
+        }
+        for (change, at) in changes.iter().zip(instants) {
             tat = convert(
                 tat,
-                next.changed_at,
+                at,
                 prev.interval,
                 prev.capacity,
-                next.interval,
-                next.capacity,
+                change.interval,
+                change.capacity,
             );
-            prev = next;
+            prev = *change;
         }
         Some(tat)
     }

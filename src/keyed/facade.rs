@@ -258,7 +258,7 @@ where
     }
 
     /// A clock read raised to the map's time floor: no earlier than any decision already
-    /// published on any key (as `AtomicLimiter::change_instant`). A bucket's reconfiguration
+    /// published on any key, less the floor's grain (as `AtomicLimiter::change_instant`). A bucket's reconfiguration
     /// keeps the debt measured at its change instant, so an instant trailing the writers' (a
     /// setter on a core whose clock lags) would refill every key for the span it trails.
     pub(crate) fn change_instant(&self) -> u64 {

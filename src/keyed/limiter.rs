@@ -348,7 +348,8 @@ where
 
     /// The `now` to give a bucket's live reconfiguration (`keyed.algorithm().set_rate(rate,
     /// keyed.change_instant())`, or `set_capacity`): the clock read raised to the map's time
-    /// floor, so no earlier than any decision already published on any key. A change at an
+    /// floor, so no earlier than any decision already published on any key, less the floor's
+    /// grain (as [`AtomicLimiter::change_instant`](crate::AtomicLimiter::change_instant)). A change at an
     /// earlier instant applies from it: a drained key would be repaid at the new rate for the
     /// span it trails (see [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)).
     /// [`set_limit`](Self::set_limit) reads its instant this way.

@@ -347,7 +347,7 @@ where
     /// The `now` to give a bucket's live reconfiguration (`keyed.algorithm().set_rate(rate,
     /// keyed.change_instant())`, or `set_capacity`), as
     /// [`Keyed::change_instant`](crate::Keyed::change_instant): the clock read raised to the
-    /// map's time floor, no earlier than any decision already published.
+    /// map's time floor, no earlier than any decision already published, less the floor's grain.
     ///
     /// ```
     /// use floodgate::{Keyed, ManualClock, PenaltyBox, Rate, TokenBucket};

@@ -153,11 +153,15 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
 
     /// The `now` to give a bucket's live reconfiguration (`limiter.algorithm().set_rate(rate,
     /// limiter.change_instant())`, or `set_capacity`): the clock read raised to the time floor,
-    /// so no earlier than any decision already published. A change at an earlier instant
-    /// applies from it: a bucket's debt is kept as measured there, so a drained bucket would be
-    /// repaid at the new rate for the span the instant trails (see
-    /// [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)). [`Limiter::set_limit`] reads
-    /// its instant this way.
+    /// so no earlier than any decision already published, less the floor's grain
+    /// ([`FLOOR_GRAIN_NANOS`](crate::clock::FLOOR_GRAIN_NANOS): a decision less than a grain
+    /// past the floor does not raise it). A change at an earlier instant applies from it: a
+    /// bucket's debt is kept as measured there, so a drained bucket would be repaid at the new
+    /// rate for the span the instant trails (see
+    /// [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)): through this instant, a raise
+    /// from `r` to `r'` frees at most what that grain accrues, ⌈1,024 ns × (r' − r)⌉ permits
+    /// (at most one below about 10^6 per second, up to a thousand at one per nanosecond).
+    /// [`Limiter::set_limit`] reads its instant this way.
     ///
     /// ```
     /// use floodgate::{AtomicLimiter, Limiter, ManualClock, Rate, TokenBucket};
@@ -294,7 +298,7 @@ impl<A: Algorithm, C: Clock> Limiter for AtomicLimiter<A, C> {
 
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
         // A past clock read, as in `peek`: the change takes effect no earlier than any decision
-        // already published.
+        // already published, less the floor's grain.
         self.algorithm.set_limit(limit, self.change_instant())
     }
 
