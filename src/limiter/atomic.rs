@@ -232,7 +232,8 @@ pub(crate) struct Written {
 
 /// A bucket's live reconfiguration at its [`change_instant`](AtomicLimiter::change_instant):
 /// the safe form of `limiter.algorithm().set_rate(rate, now)`, which cannot be given an instant
-/// that trails a decision already published.
+/// trailing the decisions already published by more than the floor's grain (a raw read on a
+/// core whose clock trails, see [`change_instant`](AtomicLimiter::change_instant)).
 impl<C: Clock> AtomicLimiter<crate::Gcra, C> {
     /// Changes the rate live, at [`change_instant`](Self::change_instant) (see
     /// [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)): the debt held is kept, now
