@@ -709,6 +709,7 @@ mod tests {
         let make = |words: [u64; 2], hint: u64| {
             let s = Sharded::with_clock(LIMIT, Duration::from_nanos(window), 2, clock.clone());
             let s = s.unwrap();
+            // Relaxed: single-threaded test setup and inspection (no other thread sees `s`).
             for (stripe, word) in s.stripes.iter().zip(words) {
                 stripe.word.store(word, Ordering::Relaxed);
             }
@@ -716,6 +717,7 @@ mod tests {
             s
         };
         let state = |s: &Sharded<crate::ManualClock>| {
+            // Relaxed: as in `make`.
             let words = s.stripes.iter().map(|st| st.word.load(Ordering::Relaxed));
             (
                 words.collect::<Vec<_>>(),
@@ -827,6 +829,7 @@ mod tests {
                 );
                 assert_eq!(at.until_end, window - now % window, "{window} {now}");
             }
+            // Relaxed: single-threaded test (as in `make` above); the cache pairs with nothing.
             let recent = s.recent.load(Ordering::Relaxed);
             assert_eq!(recent, if cached { u64::MAX / window } else { 0 });
         }
@@ -845,6 +848,7 @@ mod tests {
         let s = Sharded::with_clock(1_000, Duration::from_nanos(window), 2, clock.clone());
         let s = s.unwrap();
         assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        // Relaxed: single-threaded test; the cache pairs with nothing.
         assert_eq!(s.recent.load(Ordering::Relaxed), now / window);
         clock.set(now + 86_400_000_000_000); // a one-day leap, read once
         let _ = s.try_acquire_on(0, 1).unwrap();

@@ -108,30 +108,35 @@ impl HotView<'_> {
     /// Permits the bucket holds.
     #[inline(always)]
     pub(crate) fn capacity(self) -> u64 {
+        // Relaxed: as in `interval` (validated by `recheck`).
         self.slot.capacity.load(Ordering::Relaxed)
     }
 
     /// `capacity × interval`.
     #[inline(always)]
     pub(crate) fn tau(self) -> u64 {
+        // Relaxed: as in `interval` (validated by `recheck`).
         self.slot.tau.load(Ordering::Relaxed)
     }
 
     /// `tau + H`: a word further ahead of `now` is a leaping clock's.
     #[inline(always)]
     pub(crate) fn reach(self) -> u64 {
+        // Relaxed: as in `interval` (validated by `recheck`).
         self.slot.reach.load(Ordering::Relaxed)
     }
 
     /// The first time served (see [`Hot`]); 0 for generation 0.
     #[inline(always)]
     pub(crate) fn fast_from(self) -> u64 {
+        // Relaxed: as in `interval` (validated by `recheck`).
         self.slot.fast_from.load(Ordering::Relaxed)
     }
 
     /// How many times from `fast_from` on are served (see [`Hot`]).
     #[inline(always)]
     pub(crate) fn fast_len(self) -> u64 {
+        // Relaxed: as in `interval` (validated by `recheck`).
         self.slot.fast_len.load(Ordering::Relaxed)
     }
 }
@@ -215,8 +220,8 @@ impl ConfigStore {
     /// The generation in force.
     #[inline(always)]
     pub(crate) fn generation(&self) -> u64 {
-        // Acquire: pairs with the Release store in `publish`, so the slot written before it is
-        // visible to the reads that follow.
+        // Acquire: pairs with the Release store of `current` in `replace`, so the slot written
+        // before it is visible to the reads that follow.
         self.current.load(Ordering::Acquire)
     }
 
@@ -343,7 +348,11 @@ impl ConfigStore {
         hot_slot.reach.store(hot.reach, Ordering::Relaxed);
         hot_slot.fast_from.store(hot.fast_from, Ordering::Relaxed);
         hot_slot.fast_len.store(hot.fast_len, Ordering::Relaxed);
-        // Release: pairs with the Acquire load of `current` (which follows it) in readers.
+        // Release: pairs with nothing on its own: readers load the stamp Relaxed, after their
+        // Acquire fence (`read`), and see the fields through the Acquire load of `current`, which
+        // pairs with the Release store that follows this one in `replace` (generation 0: the
+        // store is shared only after `new`). Kept Release so the stamp is never seen before the
+        // fields it vouches for.
         slot.stamp.store(snapshot.generation, Ordering::Release);
     }
 }

@@ -235,6 +235,9 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // floor (see `Step::leap`): it stands only on a word that is still current.
         let mut refused_beyond = false;
         let written = loop {
+            // AcqRel / Acquire: as the engine's compare-exchange (`update`): Release publishes
+            // the floor raised below with the word; Acquire pairs with the previous writer's
+            // Release, so the floor loaded in the closure is at least the one it published.
             let written =
                 self.words
                     .state
