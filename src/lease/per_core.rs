@@ -369,7 +369,10 @@ impl<S: LeaseSource> PerCore<S> {
                 checked = true;
             }
             let mut read = *clock_now.get_or_insert_with(|| self.source.clock().now_nanos());
-            // Relaxed: ordered after the Acquire load (or failed compare-exchange) of `state`.
+            // Relaxed: ordered after the Acquire load (or failed compare-exchange) of `state`,
+            // which pairs with the Release store of `publish` (this lease's fields or a later
+            // one's); a later lease's fail the compare-exchange below, whose Release on success
+            // keeps these loads from reading a lease published after it.
             let taken_at = stripe.taken_at.load(Ordering::Relaxed);
             let expires_at = stripe.expires_at.load(Ordering::Relaxed);
             // A lease decided more than the lag horizon after this read (on a read taken after
@@ -386,12 +389,18 @@ impl<S: LeaseSource> PerCore<S> {
             let now = read.max(taken_at);
             let live = !leaped && now < expires_at;
             if live && left >= need {
-                // Relaxed on success: a serve publishes nothing (the count is the promise);
-                // Acquire on failure, as the load above.
+                // Release on success: pairs with the Acquire claim of the next replacer (which
+                // reads this serve's word, or a later one in its release sequence), so the field
+                // loads above happen before that replacer's field stores and cannot read them.
+                // Relaxed, a serve could (in the memory model, not on hardware that keeps the
+                // control dependency) read the next lease's `expires_at` being written after a
+                // claim that follows this compare-exchange, and serve an expired lease's permits.
+                // `LeaseSlot::serve` gets the same guarantee from its Acquire load of
+                // `expires_at`. Acquire on failure, as the load above.
                 match stripe.state.compare_exchange_weak(
                     state,
                     state - need,
-                    Ordering::Relaxed,
+                    Ordering::Release,
                     Ordering::Acquire,
                 ) {
                     Ok(_) => return Ok(self.served(stripe, left - need, now)),
@@ -508,6 +517,7 @@ impl<S: LeaseSource> PerCore<S> {
         stripe
             .size
             .store(size.min(self.max_lease), Ordering::Relaxed);
+        // Relaxed: a hint, as in `exact` (which may write it without holding the stripe).
         let budget = stripe.source_left.load(Ordering::Relaxed) / self.budget_share();
         let want = u64::from(size).min(budget).max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
