@@ -68,7 +68,10 @@ fn permits(admitted: &[Admitted]) -> u64 {
     admitted.iter().map(|a| a.n).sum()
 }
 
-fn for_each_bucket(run: fn(fn(&ModelClock) -> Box<dyn BucketLimiter>)) {
+/// Builds one bucket limiter on a model clock.
+type MakeBucket = fn(&ModelClock) -> Box<dyn BucketLimiter>;
+
+fn for_each_bucket(run: fn(MakeBucket)) {
     run(|c| Box::new(limiter::<Gcra>(c)));
 }
 
