@@ -488,3 +488,97 @@ fn a_sliding_lease_expires_with_the_cell_it_was_counted_in() {
         "the window c..c+3 admitted {admitted_in_c_to_c3}"
     );
 }
+
+/// A fixed window whose window outlasts the lease lifetime (a 1 s window, the default 1 ms
+/// leases): a stripe whose lease expires part-served, after another stripe took from the window
+/// (so its refund is not exact), strands the rest in the window; it then leases again in the same
+/// window. The module docs bound the under-admission to `stranded_bound` per window. Here one
+/// stripe grows its lease by using it up quickly, leaves most of it unserved, and lets it expire,
+/// over and over in one window; then both stripes drain the window on a still clock.
+#[test]
+fn a_fixed_window_strands_at_most_the_stranded_bound_per_window() {
+    const MS: u64 = 1_000_000;
+    let limit = 10_000u32;
+    let clock = ManualClock::starting_at(0);
+    let source = AtomicLimiter::with_clock(
+        FixedWindow::aligned(limit, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    let leased = PerCore::with_stripes(source, 2).unwrap();
+    let mut admitted = 0u64;
+    let mut take = |stripe: usize| {
+        let allowed = leased.try_acquire_on(stripe, 1).unwrap().is_allowed();
+        admitted += u64::from(allowed);
+        allowed
+    };
+    for _ in 0..20 {
+        // Quick use: each lease runs out before it expires, so the next one doubles.
+        for _ in 0..100 {
+            take(0);
+        }
+        take(1); // another stripe writes the window after stripe 0's last lease
+        clock.advance(Duration::from_nanos(2 * MS)); // stripe 0's lease expires part-served
+    }
+    // Drain what is left of the window (the clock stands still: nothing more expires).
+    let mut denied_in_a_row = 0;
+    let mut turn = 0;
+    while denied_in_a_row < 2 {
+        if take(turn % 2) {
+            denied_in_a_row = 0;
+        } else {
+            denied_in_a_row += 1;
+        }
+        turn += 1;
+    }
+    assert!(clock.now_nanos() < 1_000 * MS, "all in one window");
+    let stranded = u64::from(limit) - admitted;
+    assert!(
+        stranded <= leased.stranded_bound(),
+        "{stranded} permits stranded in one window, bound {}",
+        leased.stranded_bound()
+    );
+}
+
+/// The same pattern on a sliding window (one 1 s cell of a 4 s window): a sliding window never
+/// takes a refund, so each lease that expires part-served within its cell strands the rest
+/// there, up to `max_lease − 1` per lease: far more than `stranded_bound` in one cell.
+#[test]
+#[ignore = "sliding-window leases are never refunded: bounding what a short lifetime strands per cell needs a refund in the sliding ring (a redesign); the module docs now state the real bound"]
+fn a_sliding_window_strands_at_most_the_stranded_bound_per_cell() {
+    const MS: u64 = 1_000_000;
+    let limit = 10_000u32;
+    let clock = ManualClock::starting_at(0);
+    let source =
+        SlidingWindowLimiter::with_clock(limit, Duration::from_secs(4), 4, clock.clone()).unwrap();
+    let leased = PerCore::with_stripes(source, 2).unwrap();
+    let mut admitted = 0u64;
+    let mut take = |stripe: usize| {
+        let allowed = leased.try_acquire_on(stripe, 1).unwrap().is_allowed();
+        admitted += u64::from(allowed);
+        allowed
+    };
+    for _ in 0..20 {
+        for _ in 0..100 {
+            take(0);
+        }
+        take(1);
+        clock.advance(Duration::from_nanos(2 * MS));
+    }
+    let mut denied_in_a_row = 0;
+    let mut turn = 0;
+    while denied_in_a_row < 2 {
+        if take(turn % 2) {
+            denied_in_a_row = 0;
+        } else {
+            denied_in_a_row += 1;
+        }
+        turn += 1;
+    }
+    assert!(clock.now_nanos() < 1_000 * MS, "all in one cell");
+    let stranded = u64::from(limit) - admitted;
+    assert!(
+        stranded <= leased.stranded_bound(),
+        "{stranded} permits stranded in one cell, bound {}",
+        leased.stranded_bound()
+    );
+}
