@@ -586,3 +586,24 @@ fn a_sliding_window_strands_at_most_the_stranded_bound_per_cell() {
         leased.stranded_bound()
     );
 }
+
+/// A fixed window takes a lease's refund while the window is the lease's, whatever was counted
+/// since (a count is a sum), and not once the window has ended.
+#[test]
+fn a_fixed_window_refund_lands_while_its_window_is_open() {
+    let clock = ManualClock::starting_at(0);
+    let window = AtomicLimiter::with_clock(
+        FixedWindow::aligned(10, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    let first = window.take(1, 4, u64::MAX).unwrap();
+    assert!(window.try_acquire(3).unwrap().is_allowed());
+    assert!(
+        window.give_back(&first, 3),
+        "the same window: as if it had been of 1"
+    );
+    assert_eq!(window.available(), 6);
+    let second = window.take(1, 4, u64::MAX).unwrap();
+    clock.advance(Duration::from_secs(1));
+    assert!(!window.give_back(&second, 4), "its window has ended");
+}

@@ -91,6 +91,15 @@ impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
         if unused == 0 || unused > lease.granted() {
             return false;
         }
+        // Only while the lease's window is open (an allowed decision's `reset_after` is the time
+        // to its end): past it a refund changes nothing a decision reads, and a word whose tag
+        // has wrapped around (2^40 tag units on) must not take it.
+        let window_end = lease
+            .taken_at()
+            .saturating_add(duration_to_nanos(lease.decision().reset_after()));
+        if Limiter::clock(self).now_nanos() >= window_end {
+            return false;
+        }
         let (tag, _) = unpack_window(lease.receipt()[0]);
         self.refund_word(|word| {
             let (current, count) = unpack_window(word);
