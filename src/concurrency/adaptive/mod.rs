@@ -260,25 +260,30 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
     }
 
     /// Puts the newest state's whole-number limit in force. Racing samples may apply their
-    /// limits out of order, so each one that changed the whole-number limit applies the state
-    /// it reads *now*, and again until the state is unchanged after its `set_limit`: the last
-    /// `set_limit` of all is then the limit of a state no later change of the whole-number
-    /// limit has replaced (such a change would be followed by its own, later, `set_limit`).
+    /// limits out of order, so each one that changed the whole-number limit applies the limit
+    /// of the state it reads *now*, and again until the state's limit is unchanged after its
+    /// `set_limit`: the last `set_limit` of all is then the limit of the newest state (a later
+    /// change of the whole-number limit would be followed by its own, later, `set_limit`).
     fn apply_newest_limit(&self) {
         // Acquire: as the state's updates in `apply`.
-        let mut state = self.state.load(Ordering::Acquire);
+        let mut limit = self
+            .algorithm
+            .limit_of(self.state.load(Ordering::Acquire))
+            .max(1);
         loop {
-            let limit = self.algorithm.limit_of(state).max(1);
             if self.in_flight.limit() != limit {
                 // Bounds were checked at construction.
                 let _ = self.in_flight.set_limit(limit);
             }
             // Acquire: as above.
-            let now = self.state.load(Ordering::Acquire);
-            if now == state {
+            let newest = self
+                .algorithm
+                .limit_of(self.state.load(Ordering::Acquire))
+                .max(1);
+            if newest == limit {
                 return;
             }
-            state = now;
+            limit = newest;
         }
     }
 
