@@ -39,3 +39,31 @@ fn racing_samples_leave_the_newest_limit_in_force() {
         );
     });
 }
+
+/// AIMD from 3: a success at the limit (+1) races a drop (× 0.9, floored). Either order ends
+/// at 3 (3 → 4 → 3, or 3 → 2 → 3), and so must the limit in force, not the 4 or the 2 of the
+/// slower thread's `set_limit`.
+#[test]
+fn a_raise_racing_a_back_off_leaves_the_newest_limit_in_force() {
+    model(None, || {
+        let limiter = Arc::new(
+            AdaptiveInFlight::with_clock(Aimd::new(3, 1, 10).unwrap(), ManualClock::new())
+                .window(None),
+        );
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.record(&DROP))
+        };
+        limiter.record(&Sample {
+            in_flight: 3,
+            dropped: false,
+            ..DROP
+        });
+        other.join().unwrap();
+        assert_eq!(
+            limiter.limit(),
+            3,
+            "the limit in force trails the algorithm's"
+        );
+    });
+}
