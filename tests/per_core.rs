@@ -156,22 +156,26 @@ proptest! {
     }
 
     /// Any interleaving: a fixed window served by leases never admits more than its limit in a
-    /// window (leases die with their window).
+    /// window (leases die with their window), with leases that outlive the window or expire
+    /// (and are refunded into it) well within it.
     #[test]
     fn a_leased_fixed_window_is_never_over_its_limit(steps in steps(3_000, 4)) {
         let window = 10_000u64;
-        let clock = ManualClock::starting_at(1_000_000);
-        let source = AtomicLimiter::with_clock(
-            FixedWindow::aligned(C, Duration::from_nanos(window)).unwrap(),
-            clock.clone(),
-        );
-        let leased = per_core(source, 4).with_lifetime(Duration::from_secs(1)).unwrap();
-        let admitted = run(&clock, &steps, |s, n| leased.try_acquire_on(s, n).unwrap().is_allowed());
-        let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
-        for (time, n) in admitted {
-            *per_window.entry(time / window).or_default() += n;
+        for lifetime in [Duration::from_secs(1), Duration::from_nanos(L)] {
+            let clock = ManualClock::starting_at(1_000_000);
+            let source = AtomicLimiter::with_clock(
+                FixedWindow::aligned(C, Duration::from_nanos(window)).unwrap(),
+                clock.clone(),
+            );
+            let leased = per_core(source, 4).with_lifetime(lifetime).unwrap();
+            let admitted =
+                run(&clock, &steps, |s, n| leased.try_acquire_on(s, n).unwrap().is_allowed());
+            let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+            for (time, n) in admitted {
+                *per_window.entry(time / window).or_default() += n;
+            }
+            prop_assert!(per_window.values().all(|&n| n <= u64::from(C)), "{:?}", per_window);
         }
-        prop_assert!(per_window.values().all(|&n| n <= u64::from(C)), "{:?}", per_window);
     }
 
     /// Any interleaving: a sliding window served by leases never admits more than its limit in
@@ -487,4 +491,119 @@ fn a_sliding_lease_expires_with_the_cell_it_was_counted_in() {
         admitted_in_c_to_c3 <= 10,
         "the window c..c+3 admitted {admitted_in_c_to_c3}"
     );
+}
+
+/// A fixed window whose window outlasts the lease lifetime (a 1 s window, the default 1 ms
+/// leases): a stripe whose lease expires part-served, after another stripe took from the window
+/// (so its refund is not exact), strands the rest in the window; it then leases again in the same
+/// window. The module docs bound the under-admission to `stranded_bound` per window. Here one
+/// stripe grows its lease by using it up quickly, leaves most of it unserved, and lets it expire,
+/// over and over in one window; then both stripes drain the window on a still clock.
+#[test]
+fn a_fixed_window_strands_at_most_the_stranded_bound_per_window() {
+    const MS: u64 = 1_000_000;
+    let limit = 10_000u32;
+    let clock = ManualClock::starting_at(0);
+    let source = AtomicLimiter::with_clock(
+        FixedWindow::aligned(limit, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    let leased = PerCore::with_stripes(source, 2).unwrap();
+    let mut admitted = 0u64;
+    let mut take = |stripe: usize| {
+        let allowed = leased.try_acquire_on(stripe, 1).unwrap().is_allowed();
+        admitted += u64::from(allowed);
+        allowed
+    };
+    for _ in 0..20 {
+        // Quick use: each lease runs out before it expires, so the next one doubles.
+        for _ in 0..100 {
+            take(0);
+        }
+        take(1); // another stripe writes the window after stripe 0's last lease
+        clock.advance(Duration::from_nanos(2 * MS)); // stripe 0's lease expires part-served
+    }
+    // Drain what is left of the window (the clock stands still: nothing more expires).
+    let mut denied_in_a_row = 0;
+    let mut turn = 0;
+    while denied_in_a_row < 2 {
+        if take(turn % 2) {
+            denied_in_a_row = 0;
+        } else {
+            denied_in_a_row += 1;
+        }
+        turn += 1;
+    }
+    assert!(clock.now_nanos() < 1_000 * MS, "all in one window");
+    let stranded = u64::from(limit) - admitted;
+    assert!(
+        stranded <= leased.stranded_bound(),
+        "{stranded} permits stranded in one window, bound {}",
+        leased.stranded_bound()
+    );
+}
+
+/// The same pattern on a sliding window (one 1 s cell of a 4 s window): a sliding window never
+/// takes a refund, so each lease that expires part-served within its cell strands the rest
+/// there, up to `max_lease − 1` per lease: far more than `stranded_bound` in one cell.
+#[test]
+#[ignore = "sliding-window leases are never refunded: bounding what a short lifetime strands per cell needs a refund in the sliding ring (a redesign); the module docs now state the real bound"]
+fn a_sliding_window_strands_at_most_the_stranded_bound_per_cell() {
+    const MS: u64 = 1_000_000;
+    let limit = 10_000u32;
+    let clock = ManualClock::starting_at(0);
+    let source =
+        SlidingWindowLimiter::with_clock(limit, Duration::from_secs(4), 4, clock.clone()).unwrap();
+    let leased = PerCore::with_stripes(source, 2).unwrap();
+    let mut admitted = 0u64;
+    let mut take = |stripe: usize| {
+        let allowed = leased.try_acquire_on(stripe, 1).unwrap().is_allowed();
+        admitted += u64::from(allowed);
+        allowed
+    };
+    for _ in 0..20 {
+        for _ in 0..100 {
+            take(0);
+        }
+        take(1);
+        clock.advance(Duration::from_nanos(2 * MS));
+    }
+    let mut denied_in_a_row = 0;
+    let mut turn = 0;
+    while denied_in_a_row < 2 {
+        if take(turn % 2) {
+            denied_in_a_row = 0;
+        } else {
+            denied_in_a_row += 1;
+        }
+        turn += 1;
+    }
+    assert!(clock.now_nanos() < 1_000 * MS, "all in one cell");
+    let stranded = u64::from(limit) - admitted;
+    assert!(
+        stranded <= leased.stranded_bound(),
+        "{stranded} permits stranded in one cell, bound {}",
+        leased.stranded_bound()
+    );
+}
+
+/// A fixed window takes a lease's refund while the window is the lease's, whatever was counted
+/// since (a count is a sum), and not once the window has ended.
+#[test]
+fn a_fixed_window_refund_lands_while_its_window_is_open() {
+    let clock = ManualClock::starting_at(0);
+    let window = AtomicLimiter::with_clock(
+        FixedWindow::aligned(10, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    let first = window.take(1, 4, u64::MAX).unwrap();
+    assert!(window.try_acquire(3).unwrap().is_allowed());
+    assert!(
+        window.give_back(&first, 3),
+        "the same window: as if it had been of 1"
+    );
+    assert_eq!(window.available(), 6);
+    let second = window.take(1, 4, u64::MAX).unwrap();
+    clock.advance(Duration::from_secs(1));
+    assert!(!window.give_back(&second, 4), "its window has ended");
 }

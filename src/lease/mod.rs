@@ -21,8 +21,8 @@
 //!
 //! | parent | over-admission | under-admission |
 //! |---|---|---|
-//! | [`FixedWindow`](crate::FixedWindow) | **none**: a lease expires with the window it was counted in, so every permit served is counted in the window it is served in, and the window's count never passes its limit | at most `S` per window (held, then dead with the window unless refunded exactly) |
-//! | [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) | **none**: a lease expires with the cell it was counted in | as the fixed window, per cell |
+//! | [`FixedWindow`](crate::FixedWindow) | **none**: a lease expires with the window it was counted in, so every permit served is counted in the window it is served in, and the window's count never passes its limit | at most `S` per window (held, then dead with the window; a lease replaced within its window gives its unused permits back to it) |
+//! | [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) | **none**: a lease expires with the cell it was counted in | never refunded: what a lease leaves unserved stays counted in its cell, at most `max_lease − 1` per lease; at most `S` held at any time, so at most `S` per cell while leases live as long as a cell, but a stripe replacing leases within a cell (a lifetime shorter than the cell, or requests larger than what is left) strands up to `max_lease − 1` each time |
 //! | [`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket) | in any span of length `d`, at most what the exact bucket may grant in `d + L` (`L` the lease lifetime): `C + ⌊(d + L) / T⌋` permits instead of `C + ⌊d / T⌋`: at most `⌈L / T⌉` above the exact bucket in any span, and at most `S` | at most `S` held at any time; held permits are refunded when the parent's word is still the lease's, else they die at expiry |
 //!
 //! The same rules hold for a lease from a Redis key (`redis::LeasedKey`, feature `redis`): the
@@ -48,7 +48,8 @@
 //! are served until they expire, and a refund across a change of a bucket's configuration does
 //! not happen. One case escapes rule 2: a parent word moved back (a bucket's leap repair, a fixed
 //! window's count folded back from a leaped window, or
-//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come back to a lease's exact word;
+//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come back to a lease's exact word
+//! (a fixed window's: to the lease's window);
 //! a refund landing then may give back up to that lease's unused permits (at most `S` once per
 //! leap or reset, on top of what the leap or reset itself forgets; a window's "none" above
 //! holds outside leaps and resets).
@@ -107,15 +108,17 @@ pub trait LeaseSource: Send + Sync {
     /// ```
     /// use floodgate::lease::LeaseSource;
     /// use floodgate::{AtomicLimiter, FixedWindow, ManualClock};
-    /// let window = AtomicLimiter::with_clock(
-    ///     FixedWindow::aligned(10, std::time::Duration::from_secs(1))?,
-    ///     ManualClock::new(),
-    /// );
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let window =
+    ///     AtomicLimiter::with_clock(FixedWindow::aligned(10, Duration::from_secs(1))?, clock.clone());
     /// let first = window.take(1, 5, u64::MAX)?;
     /// let second = window.take(1, 5, u64::MAX)?;
-    /// assert!(!window.give_back(&first, 2)); // not the word `first` wrote any more
-    /// assert!(window.give_back(&second, 2)); // still exact
+    /// assert!(window.give_back(&first, 2)); // the same window: as if `first` had been of 3
     /// assert_eq!(window.take(1, 10, u64::MAX)?.granted(), 2);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(window.take(1, 10, u64::MAX)?.granted(), 10); // a new window
+    /// assert!(!window.give_back(&second, 2)); // its window has ended: nothing to give back
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn give_back(&self, lease: &Lease, unused: u32) -> bool;

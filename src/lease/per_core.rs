@@ -490,11 +490,18 @@ impl<S: LeaseSource> PerCore<S> {
     ) -> Result<Decision, AcquireError> {
         // Relaxed: this thread owns the fields since its Acquire claim.
         let old_granted = stripe.granted.load(Ordering::Relaxed);
+        let taken_at = stripe.taken_at.load(Ordering::Relaxed);
+        // The source's decision as far as a refund reads it: when its limit is whole again (a
+        // fixed window's end).
+        let reset_after = stripe
+            .reset_at
+            .load(Ordering::Relaxed)
+            .saturating_sub(taken_at);
         let old = Lease::new(
             old_granted,
-            stripe.taken_at.load(Ordering::Relaxed),
+            taken_at,
             stripe.expires_at.load(Ordering::Relaxed),
-            Decision::allow(0, 0, 0),
+            Decision::allow(0, 0, reset_after),
         )
         .with_receipt([
             stripe.receipt[0].load(Ordering::Relaxed),

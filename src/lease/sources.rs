@@ -67,9 +67,11 @@ impl<C: Clock> LeaseSource for AtomicLimiter<Gcra, C> {
 }
 
 /// Leases from a fixed window: valid until the end of the window they were counted in (or
-/// `lifetime`, if sooner); refunded by lowering the count, only from the exact word the lease
-/// wrote (a word's count only grows within its window, and only a lease's own refund lowers
-/// it, so the window is then exactly as if the lease had been smaller).
+/// `lifetime`, if sooner); refunded by lowering the count while the word is still in the window
+/// the lease wrote (a window's count is a sum: lowering it by the unused permits leaves the
+/// window exactly as if the lease had been smaller, whatever was counted after it). Refusing a
+/// refund because another request wrote the window since would strand the permits in it: with
+/// leases shorter than the window, a stripe could strand a lease's worth every lifetime.
 impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
     fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
         check_permits(min, Limiter::limit(self))?;
@@ -89,12 +91,21 @@ impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
         if unused == 0 || unused > lease.granted() {
             return false;
         }
-        let word = lease.receipt()[0];
-        let (tag, count) = unpack_window(word);
-        match count.checked_sub(u64::from(unused)) {
-            Some(count) => self.replace_word(word, pack_window(tag, count)),
-            None => false,
+        // Only while the lease's window is open (an allowed decision's `reset_after` is the time
+        // to its end): past it a refund changes nothing a decision reads, and a word whose tag
+        // has wrapped around (2^40 tag units on) must not take it.
+        let window_end = lease
+            .taken_at()
+            .saturating_add(duration_to_nanos(lease.decision().reset_after()));
+        if Limiter::clock(self).now_nanos() >= window_end {
+            return false;
         }
+        let (tag, _) = unpack_window(lease.receipt()[0]);
+        self.refund_word(|word| {
+            let (current, count) = unpack_window(word);
+            let count = count.checked_sub(u64::from(unused))?;
+            (current == tag).then(|| pack_window(tag, count))
+        })
     }
 
     #[inline(always)]

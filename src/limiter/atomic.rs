@@ -219,6 +219,17 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
             .compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
+
+    /// Replaces the state word by `refund(word)` while that is `Some`, from whatever word is
+    /// current (a compare-exchange loop): a lease's refund that is exact on any word `refund`
+    /// accepts. Returns whether it was replaced.
+    pub(crate) fn refund_word(&self, refund: impl Fn(u64) -> Option<u64>) -> bool {
+        // AcqRel / Acquire: as in `update` (a refund is one more write of the state word).
+        self.words
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, refund)
+            .is_ok()
+    }
 }
 
 /// What a recorded decision ([`AtomicLimiter::take_recorded`]) saw.

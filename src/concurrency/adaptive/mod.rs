@@ -254,11 +254,36 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
             return;
         };
         let new = self.algorithm.on_sample(old, sample);
-        let limit = self.algorithm.limit_of(new).max(1);
-        if limit != self.algorithm.limit_of(old).max(1) {
-            // Racing samples may apply their limits out of order; the next change of the
-            // whole-number limit puts the newest one back. Bounds were checked at construction.
-            let _ = self.in_flight.set_limit(limit);
+        if self.algorithm.limit_of(new).max(1) != self.algorithm.limit_of(old).max(1) {
+            self.apply_newest_limit();
+        }
+    }
+
+    /// Puts the newest state's whole-number limit in force. Racing samples may apply their
+    /// limits out of order, so each one that changed the whole-number limit applies the limit
+    /// of the state it reads *now*, and again until the state's limit is unchanged after its
+    /// `set_limit`: the last `set_limit` of all is then the limit of the newest state (a later
+    /// change of the whole-number limit would be followed by its own, later, `set_limit`).
+    fn apply_newest_limit(&self) {
+        // Acquire: as the state's updates in `apply`.
+        let mut limit = self
+            .algorithm
+            .limit_of(self.state.load(Ordering::Acquire))
+            .max(1);
+        loop {
+            if self.in_flight.limit() != limit {
+                // Bounds were checked at construction.
+                let _ = self.in_flight.set_limit(limit);
+            }
+            // Acquire: as above.
+            let newest = self
+                .algorithm
+                .limit_of(self.state.load(Ordering::Acquire))
+                .max(1);
+            if newest == limit {
+                return;
+            }
+            limit = newest;
         }
     }
 
