@@ -489,3 +489,37 @@ fn redis_failures_are_counted_by_kind() {
         .collect::<BTreeMap<_, _>>();
     assert_eq!(recorded(&snapshotter), by_kind);
 }
+
+/// A key too long for memcached (a client-controlled header read by a `KeyFn`) is a 500, and the
+/// one log line says so: it used to name a permit count above the limit ("lowered by
+/// set_limit?"), a cause the operator would look for in vain.
+#[cfg(feature = "memcached")]
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_too_long_for_memcached_is_a_500_logged_with_its_cause() {
+    use floodgate::backend::FailurePolicy;
+    use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+
+    let captured = Captured::default();
+    let _subscriber = tracing::subscriber::set_default(captured.clone());
+    let addr = format!("127.0.0.1:{}", refused_port());
+    let backend = MemcachedBackend::connect(MemcachedConfig::new(&addr).timeout(TIMEOUT)).unwrap();
+    let window = floodgate::SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
+    let limiter = MemcachedLimiter::new(&backend, "user", window, FailurePolicy::FailOpen).unwrap();
+    let user = KeyFn(|r: &Request<()>| Some(r.headers().get("x-user")?.to_str().ok()?.to_owned()));
+    let service = RateLimitLayer::with_key(limiter, user)
+        .policy(Policy::new("per-user").unwrap())
+        .layer(ok());
+    let mut request = get(Some("192.0.2.1:1000"), Method::GET, "/");
+    request
+        .headers_mut()
+        .insert("x-user", "u".repeat(300).parse().unwrap());
+    assert_eq!(status(&service, request).await, 500);
+    let events = captured.take();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, tracing::Level::ERROR);
+    assert!(
+        events[0].1.contains("too long for the limiter's store")
+            && !events[0].1.contains("set_limit"),
+        "{events:?}"
+    );
+}

@@ -202,6 +202,14 @@ pub enum AcquireError {
         /// The wait announced.
         wait: Duration,
     },
+    /// The key is too long for the store behind the limiter (memcached's 250-byte keys, as a
+    /// keyed limiter of the HTTP layer reports it): no request with it can be decided.
+    KeyTooLong {
+        /// Bytes of the longest store key it would make.
+        len: u64,
+        /// The store's maximum.
+        max: u64,
+    },
 }
 
 impl fmt::Display for AcquireError {
@@ -228,6 +236,11 @@ impl fmt::Display for AcquireError {
                 f,
                 "the wait passes the end of the clock's timeline: {wait:?} from {now_nanos} ns \
                  goes past u64::MAX ns"
+            ),
+            AcquireError::KeyTooLong { len, max } => write!(
+                f,
+                "the key is too long for the limiter's store: its keys would be {len} bytes \
+                 (max {max})"
             ),
         }
     }

@@ -183,13 +183,17 @@ where
     }
 }
 
-/// A request a remote limiter refused to send: bad permits as they are; anything else (a key too
-/// long for memcached, a call outside a runtime) is a request the layer can never grant, which
-/// it answers with a 500.
+/// A request a remote limiter refused to send: bad permits as they are, a key too long for
+/// memcached as [`AcquireError::KeyTooLong`]; anything else (a call outside a runtime) is a
+/// request the layer can never grant. The layer answers each with a 500 and logs the error.
 #[cfg(any(feature = "memcached", feature = "redis"))]
 fn request_error(limit: u64, n: u32, error: crate::backend::RequestError) -> AcquireError {
     match error {
         crate::backend::RequestError::Permits(error) => error,
+        crate::backend::RequestError::KeyTooLong { len, max } => AcquireError::KeyTooLong {
+            len: len as u64,
+            max: max as u64,
+        },
         _ => AcquireError::ExceedsCapacity {
             requested: u64::from(n),
             capacity: limit,

@@ -27,6 +27,19 @@ pub(super) const NEVER_GRANTED: &str = "floodgate::middleware: a request costs m
     limiter's limit (lowered by set_limit?), so it can never be granted; answered 500. \
     (Logged once per layer.)";
 
+/// The once-per-layer line for a request the limiter refused with an error: [`NEVER_GRANTED`]
+/// for more permits than the limit, else the error itself (a key too long for memcached is not
+/// a permit count to look for).
+pub(super) fn never_granted(error: &AcquireError) -> std::borrow::Cow<'static, str> {
+    match error {
+        AcquireError::ExceedsCapacity { .. } => std::borrow::Cow::Borrowed(NEVER_GRANTED),
+        error => std::borrow::Cow::Owned(format!(
+            "floodgate::middleware: a request can never be granted ({error}); answered 500. \
+             (Logged once per layer.)"
+        )),
+    }
+}
+
 /// Writes a setup error to standard error (and, with the `tracing` feature, as an `ERROR`
 /// event), the first time only: a misconfigured server logs one line, not one per request, and
 /// the client sees a bare 500.
@@ -185,9 +198,13 @@ where
         observer.decided(timer);
         let decision = match checked {
             Ok(decision) => decision,
-            Err(_) => {
+            Err(error) => {
                 observer.ended(RequestOutcome::NeverGranted);
-                log_once(&self.shared.logged_never_granted, settings, NEVER_GRANTED);
+                log_once(
+                    &self.shared.logged_never_granted,
+                    settings,
+                    &never_granted(&error),
+                );
                 return ResponseFuture::answered(server_error());
             }
         };
@@ -281,9 +298,13 @@ impl<S, L, X> RateLimit<S, L, X> {
                         None,
                     ))
                 }
-                Err(_) => {
+                Err(error) => {
                     settings.observer.ended(RequestOutcome::NeverGranted);
-                    log_once(&shared.logged_never_granted, &settings, NEVER_GRANTED);
+                    log_once(
+                        &shared.logged_never_granted,
+                        &settings,
+                        &never_granted(&error),
+                    );
                     Ok(server_error())
                 }
             }
@@ -331,10 +352,17 @@ impl<S, L, X> RateLimit<S, L, X> {
             let checked = decision.await;
             let observer = &settings.observer;
             observer.decided(timer);
-            let Ok(decision) = checked else {
-                observer.ended(RequestOutcome::NeverGranted);
-                log_once(&shared.logged_never_granted, &settings, NEVER_GRANTED);
-                return Ok(server_error());
+            let decision = match checked {
+                Ok(decision) => decision,
+                Err(error) => {
+                    observer.ended(RequestOutcome::NeverGranted);
+                    log_once(
+                        &shared.logged_never_granted,
+                        &settings,
+                        &never_granted(&error),
+                    );
+                    return Ok(server_error());
+                }
             };
             let pk = settings
                 .policy
