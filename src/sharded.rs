@@ -424,6 +424,9 @@ impl<C: Clock> Sharded<C> {
             return Ok(self.global(first.decision));
         }
         let mut remaining = first.decision.remaining();
+        // The window is back to full capacity once every stripe is: the latest stripe reset
+        // (the home stripe's alone is 0 when it is empty, e.g. for a request above its share).
+        let mut reset = first.decision.reset_after();
         let mut all_in_window = home_in_window;
         for step in 1..self.stripes.len() {
             let taken = self.take((home + step) & mask, now, n);
@@ -431,6 +434,7 @@ impl<C: Clock> Sharded<C> {
                 return Ok(self.global(taken.decision));
             }
             remaining += taken.decision.remaining();
+            reset = reset.max(taken.decision.reset_after());
             all_in_window &= at.decided_in(now, &taken);
         }
         // Set only by a scan that found every stripe full in the read's window (none holding a
@@ -444,7 +448,7 @@ impl<C: Clock> Sharded<C> {
             self.limit(),
             remaining,
             duration_to_nanos(first.retry_after()),
-            duration_to_nanos(first.reset_after()),
+            duration_to_nanos(reset),
         );
         Ok(d)
     }

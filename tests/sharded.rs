@@ -256,3 +256,20 @@ fn a_caller_stalled_past_the_horizon_borrows_without_reopening_a_stripe() {
         );
     }
 }
+
+#[test]
+fn a_denial_whose_home_stripe_is_empty_still_reports_the_windows_reset() {
+    // Shares 3, 3, 2, 2. Stripes 0 and 1 are spent; a request of 3 coming home to stripe 2
+    // (share 2, empty) is denied by every stripe. The window holds 6 permits until it ends, so
+    // the limiter is not back to full capacity before then: reset_after is the window's end
+    // (it was the empty home stripe's own reset, 0).
+    let (limiter, clock) = sharded(10, 4);
+    assert!(limiter.try_acquire_on(0, 3).unwrap().is_allowed());
+    assert!(limiter.try_acquire_on(1, 3).unwrap().is_allowed());
+    clock.advance(Duration::from_millis(100));
+    let denied = limiter.try_acquire_on(2, 3).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.remaining(), 4);
+    assert_eq!(denied.retry_after(), Duration::from_millis(900));
+    assert_eq!(denied.reset_after(), Duration::from_millis(900));
+}
