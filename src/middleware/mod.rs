@@ -60,9 +60,11 @@
 //! reverse proxies, [`ClientIp::behind_proxies`] reads `X-Forwarded-For` or `Forwarded`,
 //! counting a configured number of trusted hops from the right.
 //!
-//! Observability: with the feature `metrics`, each layer counts its requests by outcome and
-//! times its decisions under its policy's name; with `tracing`, each 429 is a `DEBUG` event and
-//! each setup `500` an `ERROR` one (see `floodgate::observe`, and `examples/prometheus.rs`).
+//! Observability: with the feature `metrics`, each [`RateLimitLayer`] counts its requests by
+//! outcome and times its decisions under its policy's name; with `tracing`, each 429 is a
+//! `DEBUG` event and each setup `500` an `ERROR` one (see `floodgate::observe`, and
+//! `examples/prometheus.rs`). An [`InFlightLayer`] records no metrics and no `DEBUG` events for
+//! its denials; its setup `500`s are `ERROR` events as well.
 //!
 //! Requests in progress: [`InFlightLayer`] limits how many requests run at once, globally (an
 //! [`InFlight`](crate::concurrency::InFlight), optionally queueing a bounded number of waiters
