@@ -282,29 +282,6 @@ async fn an_aligned_window_refund_is_exact_and_an_anchored_one_never_happens() {
     assert!(limiter.try_acquire("k", 92).await.unwrap().is_allowed());
 }
 
-/// An aligned window's refund lands after other decisions counted in the same window (a
-/// window's count is a sum): the window ends as if the lease had been smaller. Before, it was
-/// refused whenever anything else had written the window since, so processes sharing a key
-/// stranded each other's unused permits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_aligned_window_refund_lands_after_other_decisions_in_its_window() {
-    let server = RedisServer::start();
-    let backend = backend(&server).await;
-    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
-    let policy = FailurePolicy::FailClosed;
-    let limiter = Arc::new(RedisLimiter::new(&backend, "leasew2", aligned, policy).unwrap());
-    let leased = LeasedKey::new(limiter.clone(), "k");
-    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
-    // Another process's decision in the same window.
-    assert!(limiter.try_acquire("k", 10).await.unwrap().is_allowed());
-    assert_eq!(leased.release().await.unwrap(), 7);
-    let counts = leased.counts();
-    assert_eq!((counts.refunded, counts.stranded), (7, 0));
-    // 100 - 1 served - 10 = 89 left, not one more.
-    assert!(!limiter.try_acquire("k", 90).await.unwrap().is_allowed());
-    assert!(limiter.try_acquire("k", 89).await.unwrap().is_allowed());
-}
-
 /// A window's lease ends with its window, as the server reported it: `reset_after`, the time from
 /// the script's `TIME` read to the counter's `PEXPIRETIME`, counted on the (frozen) limiter
 /// clock from the read taken before the request. That is not exactly 60 s: Redis 7.0 counts

@@ -20,8 +20,7 @@ static GCRA_LEASE: LazyLock<Script> = lua_script!("exact.lua", "gcra_lease.lua")
 static GCRA_REFUND: LazyLock<Script> = lua_script!("gcra_refund.lua");
 static WINDOW_LEASE: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_lease.lua");
 static ALIGNED_LEASE: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_aligned_lease.lua");
-static ALIGNED_REFUND: LazyLock<Script> =
-    lua_script!("exact.lua", "fixed_window_aligned_refund.lua");
+static ALIGNED_REFUND: LazyLock<Script> = lua_script!("fixed_window_aligned_refund.lua");
 
 pub(crate) mod sealed {
     /// What a leasing algorithm adds to its per-call script: its lease and refund scripts.
@@ -85,9 +84,8 @@ impl sealed::LeaseScript for Gcra {
 impl LeaseAlgorithm for Gcra {}
 
 /// A lease is counted in the current window and ends with it. An aligned window's lease is
-/// refunded while the key still holds the window index it was counted in (whatever else was
-/// counted there since: a window's count is a sum); an anchored window's is never refunded (its
-/// counter does not say which window it counts: its permits die with the window).
+/// refunded only from the exact window index and count it wrote; an anchored window's is never
+/// refunded (a new window's counter can reach the same count: its permits die with the window).
 impl sealed::LeaseScript for FixedWindow {
     fn lease_script(&self) -> &'static redis::Script {
         match self.anchor() {
