@@ -210,6 +210,10 @@ pub enum AcquireError {
         /// The store's maximum.
         max: u64,
     },
+    /// The call cannot run on this thread (a Redis or memcached limiter's async call outside a
+    /// tokio runtime, or a `blocking_*` one inside it, as a keyed limiter of the HTTP layer
+    /// reports it): the text says which, and what to call instead.
+    Runtime(&'static str),
 }
 
 impl fmt::Display for AcquireError {
@@ -242,6 +246,7 @@ impl fmt::Display for AcquireError {
                 "the key is too long for the limiter's store: its keys would be {len} bytes \
                  (max {max})"
             ),
+            AcquireError::Runtime(why) => f.write_str(why),
         }
     }
 }

@@ -104,7 +104,7 @@ where
     /// Blocks the calling thread (the layer calls [`decide`](KeyedLimiter::decide) instead).
     fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
         self.blocking_try_acquire(&key.to_string(), n)
-            .map_err(|error| request_error(u64::from(self.window().limit()), n, error))
+            .map_err(request_error)
     }
 
     fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
@@ -119,10 +119,7 @@ where
         let limiter = Arc::clone(self);
         let key = key.to_string();
         Decided::Later(Box::pin(async move {
-            limiter
-                .try_acquire(&key, n)
-                .await
-                .map_err(|error| request_error(u64::from(limiter.window().limit()), n, error))
+            limiter.try_acquire(&key, n).await.map_err(request_error)
         }))
     }
 }
@@ -154,9 +151,8 @@ where
 {
     /// Blocks the calling thread (the layer calls [`decide`](KeyedLimiter::decide) instead).
     fn try_acquire(&self, key: &K, n: u32) -> Result<Decision, AcquireError> {
-        let limit = crate::redis::RedisAlgorithm::limit(self.algorithm());
         self.blocking_try_acquire(&key.to_string(), n)
-            .map_err(|error| request_error(limit, n, error))
+            .map_err(request_error)
     }
 
     fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
@@ -173,31 +169,25 @@ where
     fn decide(self: &Arc<Self>, key: &K, n: u32) -> Decided {
         let limiter = Arc::clone(self);
         let key = key.to_string();
-        let limit = crate::redis::RedisAlgorithm::limit(limiter.algorithm());
         Decided::Later(Box::pin(async move {
-            limiter
-                .try_acquire(&key, n)
-                .await
-                .map_err(|error| request_error(limit, n, error))
+            limiter.try_acquire(&key, n).await.map_err(request_error)
         }))
     }
 }
 
 /// A request a remote limiter refused to send: bad permits as they are, a key too long for
-/// memcached as [`AcquireError::KeyTooLong`]; anything else (a call outside a runtime) is a
-/// request the layer can never grant. The layer answers each with a 500 and logs the error.
+/// memcached as [`AcquireError::KeyTooLong`], a call outside a runtime as
+/// [`AcquireError::Runtime`]: each a request the layer can never grant, which it answers with a
+/// 500, logging the error.
 #[cfg(any(feature = "memcached", feature = "redis"))]
-fn request_error(limit: u64, n: u32, error: crate::backend::RequestError) -> AcquireError {
+fn request_error(error: crate::backend::RequestError) -> AcquireError {
     match error {
         crate::backend::RequestError::Permits(error) => error,
         crate::backend::RequestError::KeyTooLong { len, max } => AcquireError::KeyTooLong {
             len: len as u64,
             max: max as u64,
         },
-        _ => AcquireError::ExceedsCapacity {
-            requested: u64::from(n),
-            capacity: limit,
-        },
+        crate::backend::RequestError::Runtime(why) => AcquireError::Runtime(why),
     }
 }
 
@@ -228,3 +218,19 @@ macro_rules! keyed_limiter {
 
 keyed_limiter!(Keyed);
 keyed_limiter!(PenalizedKeyed);
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::request_error;
+    use crate::backend::RequestError;
+    use crate::middleware::service::never_granted;
+
+    /// A remote limiter's call outside a tokio runtime (the layer polled on another executor) is
+    /// a 500 whose one log line names that cause, not "more permits than the limit".
+    #[test]
+    fn a_call_outside_a_runtime_is_logged_as_itself() {
+        let why = "RedisLimiter::try_acquire needs a tokio runtime";
+        let line = never_granted(&request_error(RequestError::Runtime(why)));
+        assert!(line.contains(why) && !line.contains("set_limit"), "{line}");
+    }
+}
