@@ -86,6 +86,10 @@ impl LeaseAlgorithm for Gcra {}
 /// A lease is counted in the current window and ends with it. An aligned window's lease is
 /// refunded only from the exact window index and count it wrote; an anchored window's is never
 /// refunded (a new window's counter can reach the same count: its permits die with the window).
+/// A refund by window index alone (whatever was counted since) would strand less, but it is
+/// not idempotent (a refund re-sent after a lost reply, as the cluster client does, would lower
+/// the count twice) and would land in a key lost and re-created in the same window: both
+/// over-admit, where the exact refund can only under-admit (tried and reverted in session 29).
 impl sealed::LeaseScript for FixedWindow {
     fn lease_script(&self) -> &'static redis::Script {
         match self.anchor() {
