@@ -596,3 +596,22 @@ fn bad_input_is_an_error_never_a_panic() {
     assert_eq!(flat.reserve(1).unwrap(), Duration::from_millis(200));
     assert_eq!(flat.snapshot().stored_permits, 0.0);
 }
+
+/// A grant that waited (`try_acquire_for` sleeps until the previous booking is paid) reports its
+/// `reset_after` from after the sleep, as every decision counts from when it is returned: at
+/// 10/s (1 s of stored permits), a booking 100 ms ahead waited for, then 100 ms of debt and 1 s
+/// of permits to accrue: 1.1 s, not the 1.2 s seen before the sleep.
+#[test]
+fn a_waited_grant_reports_its_reset_from_after_the_wait() {
+    let clock = ManualClock::new();
+    let limiter = SmoothBursty::create_with_clock(10.0, clock.clone()).unwrap();
+    assert!(limiter.try_acquire(1).unwrap().is_allowed());
+    let granted = limiter.try_acquire_for(1, Duration::from_secs(1)).unwrap();
+    assert_eq!(clock.now_nanos(), 100_000_000, "slept 100 ms");
+    assert!(granted.is_allowed());
+    assert_eq!(
+        granted.reset_after(),
+        Duration::from_millis(1_100),
+        "counted from before the sleep"
+    );
+}

@@ -255,7 +255,9 @@ fn replay(
                 } else if model.stable_interval > 0.0 {
                     let debt = (model.next_free - now).max(0) as f64;
                     let missing = model.max_permits - model.stored_permits;
-                    let reset = debt + (missing * model.cool_down()).max(0.0);
+                    // Counted from when the grant is returned, after the call's sleep.
+                    let slept = (clock.now_nanos() - before) as f64 / 1_000.0;
+                    let reset = (debt + (missing * model.cool_down()).max(0.0) - slept).max(0.0);
                     let ours_reset = ours.reset_after().as_micros() as f64;
                     prop_assert!(
                         (ours_reset - reset).abs() <= NOISE_MICROS as f64 + 1.0,

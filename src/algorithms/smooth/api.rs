@@ -179,6 +179,14 @@ macro_rules! smooth_limiter_api {
                     let wait = std::time::Duration::from_micros(outcome.wait_micros as u64);
                     $crate::limiter::check_wait_ends(&self.clock, wait)?;
                     self.clock.sleep(wait);
+                    // The grant was decided before the sleep: its reset counts from after it.
+                    let granted = outcome.decision;
+                    let reset = granted.reset_after().saturating_sub(wait);
+                    return Ok($crate::Decision::allow(
+                        granted.limit(),
+                        granted.remaining(),
+                        u64::try_from(reset.as_nanos()).unwrap_or(u64::MAX),
+                    ));
                 }
                 Ok(outcome.decision)
             }
