@@ -15,22 +15,28 @@ const DROP: Sample = Sample {
     dropped: true,
 };
 
-/// AIMD from 3 (bounds 1..=10), every sample to the algorithm: two racing drops take the limit
-/// 3 → 2 → 1, in whichever order their `set_limit`s land; a third drop keeps the algorithm at
-/// its floor, 1. The limit in force must then be 1, not a stale 2 left by the slower thread.
+/// AIMD from 3 (bounds 1..=10), every sample to the algorithm: `sample` recorded on this
+/// thread races a drop recorded on another; returns the limiter once both are in.
+fn racing_a_drop(sample: Sample) -> Arc<AdaptiveInFlight<Aimd, ManualClock>> {
+    let limiter = Arc::new(
+        AdaptiveInFlight::with_clock(Aimd::new(3, 1, 10).unwrap(), ManualClock::new()).window(None),
+    );
+    let other = {
+        let limiter = Arc::clone(&limiter);
+        thread::spawn(move || limiter.record(&DROP))
+    };
+    limiter.record(&sample);
+    other.join().unwrap();
+    limiter
+}
+
+/// Two racing drops take the limit 3 → 2 → 1, in whichever order their `set_limit`s land; a
+/// third drop keeps the algorithm at its floor, 1. The limit in force must then be 1, not a
+/// stale 2 left by the slower thread.
 #[test]
 fn racing_samples_leave_the_newest_limit_in_force() {
     model(None, || {
-        let limiter = Arc::new(
-            AdaptiveInFlight::with_clock(Aimd::new(3, 1, 10).unwrap(), ManualClock::new())
-                .window(None),
-        );
-        let other = {
-            let limiter = Arc::clone(&limiter);
-            thread::spawn(move || limiter.record(&DROP))
-        };
-        limiter.record(&DROP);
-        other.join().unwrap();
+        let limiter = racing_a_drop(DROP);
         limiter.record(&DROP);
         assert_eq!(
             limiter.limit(),
@@ -40,26 +46,17 @@ fn racing_samples_leave_the_newest_limit_in_force() {
     });
 }
 
-/// AIMD from 3: a success at the limit (+1) races a drop (× 0.9, floored). Either order ends
-/// at 3 (3 → 4 → 3, or 3 → 2 → 3), and so must the limit in force, not the 4 or the 2 of the
-/// slower thread's `set_limit`.
+/// A success at the limit (+1) races a drop (× 0.9, floored). Either order ends at 3
+/// (3 → 4 → 3, or 3 → 2 → 3), and so must the limit in force, not the 4 or the 2 of the slower
+/// thread's `set_limit`.
 #[test]
 fn a_raise_racing_a_back_off_leaves_the_newest_limit_in_force() {
     model(None, || {
-        let limiter = Arc::new(
-            AdaptiveInFlight::with_clock(Aimd::new(3, 1, 10).unwrap(), ManualClock::new())
-                .window(None),
-        );
-        let other = {
-            let limiter = Arc::clone(&limiter);
-            thread::spawn(move || limiter.record(&DROP))
-        };
-        limiter.record(&Sample {
+        let limiter = racing_a_drop(Sample {
             in_flight: 3,
             dropped: false,
             ..DROP
         });
-        other.join().unwrap();
         assert_eq!(
             limiter.limit(),
             3,

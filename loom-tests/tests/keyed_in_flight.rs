@@ -5,44 +5,21 @@
 //! must never be dropped: a dropped key's next taker would start from a fresh counter and be
 //! admitted past the limit.
 
-use std::time::Duration;
-
-use floodgate::Clock;
 use floodgate::concurrency::KeyedInFlight;
+use floodgate_loom_tests::{ModelClock, model};
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 
-/// A manual clock on a loom atomic.
-#[derive(Clone)]
-struct LoomClock(Arc<AtomicU64>);
-
-impl Clock for LoomClock {
-    fn now_nanos(&self) -> u64 {
-        // SeqCst: a test clock; the simplest ordering.
-        self.0.load(Ordering::SeqCst)
-    }
-    fn sleep(&self, _: Duration) {}
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    let bound = std::env::var("LOOM_MAX_PREEMPTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    builder.preemption_bound = Some(bound.unwrap_or(3));
-    builder.check(f);
-}
+/// Real time past the sweep backoff, so a full shard sweeps at once.
+const NOW: u64 = 1_000_000_000;
 
 /// One permit per key, room for one key. A takes key 1's permit and holds it; B takes key 2's
 /// (a new key in a full map: the sweep may drop key 1 only if it is idle), drops it, and takes
 /// key 1's. Never do A and B hold key 1's permit at once, and key 1's count stays exact.
 fn held_key_model(preinsert: bool) {
-    model(move || {
-        // Past the sweep backoff, so a full shard sweeps at once.
-        let clock = LoomClock(Arc::new(AtomicU64::new(1_000_000_000)));
-        let keyed: Arc<KeyedInFlight<u32, LoomClock>> =
-            Arc::new(KeyedInFlight::with_clock(1, 1, clock).unwrap());
+    model(None, move || {
+        let keyed: Arc<KeyedInFlight<u32, ModelClock>> =
+            Arc::new(KeyedInFlight::with_clock(1, 1, ModelClock::starting_at(NOW)).unwrap());
         if preinsert {
             // Key 1 in the map, idle: A finds it lock-free while B's sweep may drop it.
             drop(keyed.try_acquire(&1, 1).unwrap().unwrap());
@@ -85,10 +62,9 @@ fn a_key_taken_during_a_sweep_is_never_dropped() {
 /// Key 1 is in the map: A and B take its one permit at once (the counter's CAS loop).
 #[test]
 fn two_takers_of_one_key_never_both_get_its_last_permit() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(1_000_000_000)));
-        let keyed: Arc<KeyedInFlight<u32, LoomClock>> =
-            Arc::new(KeyedInFlight::with_clock(1, 4, clock).unwrap());
+    model(None, || {
+        let keyed: Arc<KeyedInFlight<u32, ModelClock>> =
+            Arc::new(KeyedInFlight::with_clock(1, 4, ModelClock::starting_at(NOW)).unwrap());
         drop(keyed.try_acquire(&1, 1).unwrap().unwrap());
         let take = || {
             let keyed = keyed.clone();
