@@ -205,6 +205,19 @@ impl FixedWindow {
         self.anchor
     }
 
+    /// The stored window `tag` (holding `count`), starting `lead` nanoseconds after `now`: a
+    /// later clock read's, kept, while it starts at most `max_lead` after `now` (`H`: a lagging
+    /// read's lag); further ahead, `None`: a leaping clock's.
+    #[inline(always)]
+    fn ahead(&self, tag: u64, count: u64, lead: u64, window: u64) -> Option<Current> {
+        (lead <= self.max_lead).then(|| Current {
+            tag,
+            count,
+            until_end: lead.saturating_add(window),
+            leap: false,
+        })
+    }
+
     /// Always inlined: out of line (as a binary with many limiters compiled it), the returned
     /// `Current` goes through memory, a call and a store-to-load chain on every decision.
     ///
@@ -255,15 +268,9 @@ impl FixedWindow {
                         // The stored window starts `lead` after `now`.
                         TagDistance::Ahead(k) => {
                             let lead = (k - 1).saturating_mul(window).saturating_add(until_end);
-                            if lead > self.max_lead {
-                                leap = true;
-                            } else {
-                                return Current {
-                                    tag,
-                                    count,
-                                    until_end: lead.saturating_add(window),
-                                    leap,
-                                };
+                            match self.ahead(tag, count, lead, window) {
+                                Some(kept) => return kept,
+                                None => leap = true,
                             }
                         }
                         TagDistance::Behind(_) => {}
@@ -335,15 +342,9 @@ impl FixedWindow {
                             // `k` units on from `now`'s unit, past `now`.)
                             TagDistance::Ahead(k) => {
                                 let lead = k.saturating_mul(self.unit) - into_unit;
-                                if lead > self.max_lead {
-                                    leap = true;
-                                } else {
-                                    return Current {
-                                        tag,
-                                        count,
-                                        until_end: window.saturating_add(lead),
-                                        leap,
-                                    };
+                                match self.ahead(tag, count, lead, window) {
+                                    Some(kept) => return kept,
+                                    None => leap = true,
                                 }
                             }
                             // Closed (`Same` is the case above).
