@@ -223,14 +223,14 @@ keyed_limiter!(PenalizedKeyed);
 mod tests {
     use super::request_error;
     use crate::backend::RequestError;
-    use crate::middleware::service::never_granted;
+    use crate::middleware::service::NeverGranted;
 
     /// A remote limiter's call outside a tokio runtime (the layer polled on another executor) is
     /// a 500 whose one log line names that cause, not "more permits than the limit".
     #[test]
     fn a_call_outside_a_runtime_is_logged_as_itself() {
         let why = "RedisLimiter::try_acquire needs a tokio runtime";
-        let line = never_granted(&request_error(RequestError::Runtime(why)));
+        let line = NeverGranted(request_error(RequestError::Runtime(why))).to_string();
         assert!(line.contains(why) && !line.contains("set_limit"), "{line}");
     }
 }

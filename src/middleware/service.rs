@@ -29,27 +29,34 @@ pub(super) const NEVER_GRANTED: &str = "floodgate::middleware: a request costs m
 
 /// The once-per-layer line for a request the limiter refused with an error: [`NEVER_GRANTED`]
 /// for more permits than the limit, else the error itself (a key too long for memcached is not
-/// a permit count to look for).
-pub(super) fn never_granted(error: &AcquireError) -> std::borrow::Cow<'static, str> {
-    match error {
-        AcquireError::ExceedsCapacity { .. } => std::borrow::Cow::Borrowed(NEVER_GRANTED),
-        error => std::borrow::Cow::Owned(format!(
-            "floodgate::middleware: a request can never be granted ({error}); answered 500. \
-             (Logged once per layer.)"
-        )),
+/// a permit count to look for). Formatted only when [`log_once`] logs it, not on every such
+/// request.
+pub(super) struct NeverGranted(pub(super) AcquireError);
+
+impl std::fmt::Display for NeverGranted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            AcquireError::ExceedsCapacity { .. } => f.write_str(NEVER_GRANTED),
+            error => write!(
+                f,
+                "floodgate::middleware: a request can never be granted ({error}); answered \
+                 500. (Logged once per layer.)"
+            ),
+        }
     }
 }
 
 /// Writes a setup error to standard error (and, with the `tracing` feature, as an `ERROR`
 /// event), the first time only: a misconfigured server logs one line, not one per request, and
-/// the client sees a bare 500.
-pub(super) fn log_once(logged: &AtomicBool, settings: &Settings, message: &str) {
+/// the client sees a bare 500. The message is formatted then only.
+pub(super) fn log_once(logged: &AtomicBool, settings: &Settings, message: impl std::fmt::Display) {
     // Relaxed: the flag guards no other memory; the swap alone decides which call logs.
     if !logged.load(Ordering::Relaxed) && !logged.swap(true, Ordering::Relaxed) {
+        let message = message.to_string();
         eprintln!("{message}");
         settings
             .observer
-            .setup_error(settings.policy.name(), message);
+            .setup_error(settings.policy.name(), &message);
     }
 }
 
@@ -203,7 +210,7 @@ where
                 log_once(
                     &self.shared.logged_never_granted,
                     settings,
-                    &never_granted(&error),
+                    NeverGranted(error),
                 );
                 return ResponseFuture::answered(server_error());
             }
@@ -300,11 +307,7 @@ impl<S, L, X> RateLimit<S, L, X> {
                 }
                 Err(error) => {
                     settings.observer.ended(RequestOutcome::NeverGranted);
-                    log_once(
-                        &shared.logged_never_granted,
-                        &settings,
-                        &never_granted(&error),
-                    );
+                    log_once(&shared.logged_never_granted, &settings, NeverGranted(error));
                     Ok(server_error())
                 }
             }
@@ -356,11 +359,7 @@ impl<S, L, X> RateLimit<S, L, X> {
                 Ok(decision) => decision,
                 Err(error) => {
                     observer.ended(RequestOutcome::NeverGranted);
-                    log_once(
-                        &shared.logged_never_granted,
-                        &settings,
-                        &never_granted(&error),
-                    );
+                    log_once(&shared.logged_never_granted, &settings, NeverGranted(error));
                     return Ok(server_error());
                 }
             };
