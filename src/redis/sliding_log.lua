@@ -29,7 +29,8 @@ if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 local stored_seq = redis.call('GET', seq)
 local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')[2]
 local newest_score = tonumber(top)
-if stored_seq and not (exact(stored_seq) and exact(stored_seq) + n < 2^53) then
+local stored_last = stored_seq and exact(stored_seq)
+if stored_seq and not (stored_last and stored_last + n < 2^53) then
   return redis.error_reply('floodgate: ' .. seq .. ' does not hold a sliding log sequence')
 end
 if top and not (newest_score and newest_score == math.floor(newest_score)
