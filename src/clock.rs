@@ -36,15 +36,25 @@ use crate::decision::ConfigError;
 /// ```
 pub const MAX_CLOCK_LAG_NANOS: u64 = 10_000_000_000;
 
-/// The grain of the time floor (1,024 ns): a writer raises the floor only once its time has
-/// passed it by this much, so the floor costs a second atomic operation once per microsecond of
-/// a limiter's time, not on every admission. A reader whose clock lags the last writer's is
-/// decided at most this much before the writer's time.
+/// The grain of the time floor (16,384 ns): a writer raises the floor only once its time has
+/// passed it by this much, so the floor is written at most about 61,000 times a second,
+/// whatever the number of threads, not on every admission. A reader whose clock lags the last
+/// writer's is decided at most this much before the writer's time.
+///
+/// The floor is one cache line that every check of a limiter or of a whole [`Keyed`](crate::Keyed)
+/// map reads, so each raise costs every core that reads it a miss. With a grain of 1,024 ns a
+/// keyed map was raised about once per microsecond and stopped scaling at 8 cores: 1,024 keys
+/// round robin on 16 cores ran 16-17 M checks a second against governor's 42-44 M; with
+/// 8,192 ns it ran 74 M, with 65,536 ns 83 M (the contention report's `keyed/1k` row, one run
+/// of each build on a 16-core Xeon, issue 16). The price of a coarser grain shows only where
+/// clock reads disagree: a lagging reader may be decided up to one grain before the writer's
+/// time, and a change instant may trail the last decision by up to one grain (see
+/// [`AtomicLimiter::change_instant`](crate::AtomicLimiter::change_instant)).
 ///
 /// ```
-/// assert_eq!(floodgate::clock::FLOOR_GRAIN_NANOS, 1_024);
+/// assert_eq!(floodgate::clock::FLOOR_GRAIN_NANOS, 16_384);
 /// ```
-pub const FLOOR_GRAIN_NANOS: u64 = 1 << 10;
+pub const FLOOR_GRAIN_NANOS: u64 = 1 << 14;
 
 /// A source of time for limiters.
 ///

@@ -239,14 +239,14 @@ fn four_quick_rate_changes_hold_a_bucket_for_at_most_a_refill_and_the_horizon() 
 }
 
 /// Not fixed (documented instead): `change_instant` reads the time floor, which a decision
-/// raises only once it passes the floor by its grain (`clock::FLOOR_GRAIN_NANOS`, 1,024 ns), so
+/// raises only once it passes the floor by its grain (`clock::FLOOR_GRAIN_NANOS`, 16,384 ns), so
 /// the instant can trail a published decision by up to a grain, and a rate raise then frees what
 /// the grain accrues at the new rate. At one permit per µs raised to one per ns, a bucket of 1,000
 /// half drained 1,023 ns after the floor was set is full again at once (500 permits of debt
 /// freed), where the instant was promised to be "no earlier than any decision already
 /// published". Found in review (time model, setters).
 #[test]
-#[ignore = "known: change_instant trails the last decision by up to the floor's grain (1,024 ns); \
+#[ignore = "known: change_instant trails the last decision by up to the floor's grain (16,384 ns); \
             a raise frees up to ⌈grain × (r' − r)⌉ permits (documented on change_instant)"]
 fn a_change_instant_within_the_floor_grain_keeps_the_debt() {
     let clock = ManualClock::starting_at(1_000 * SEC);

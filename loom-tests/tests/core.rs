@@ -94,8 +94,8 @@ fn fixed_window_edge_never_goes_back() {
 #[test]
 fn gcra_lagging_reader_is_decided_at_the_writers_time() {
     // B's clock reads 3 ns behind A's. Without the time floor, B would be refused when A wrote
-    // first (0.97 of a token at 9,997); with it, both fit in the burst under every interleaving.
-    // (A's time is past the floor's grain, 1,024 ns, so A raises the floor.)
+    // first (0.97 of a token at 109,997); with it, both fit in the burst under every interleaving.
+    // (A's time is past the floor's grain, 16,384 ns, so A raises the floor.)
     model(|| {
         let algorithm = Arc::new(Gcra::new(Rate::new(1, Duration::from_nanos(100)), 2).unwrap());
         let word = Arc::new(AtomicU64::new(0));
@@ -105,7 +105,7 @@ fn gcra_lagging_reader_is_decided_at_the_writers_time() {
             update_at(
                 &b_word,
                 &b_floor,
-                || 9_997,
+                || 109_997,
                 |s, now| b_alg.decide(s, now, 1),
             )
             .is_allowed()
@@ -113,7 +113,7 @@ fn gcra_lagging_reader_is_decided_at_the_writers_time() {
         let a_allowed = update_at(
             &word,
             &floor,
-            || 10_000,
+            || 110_000,
             |s, now| algorithm.decide(s, now, 1),
         )
         .is_allowed();
@@ -123,11 +123,11 @@ fn gcra_lagging_reader_is_decided_at_the_writers_time() {
         );
         let tat = word.load(loom::sync::atomic::Ordering::SeqCst);
         assert!(
-            tat == 10_197 || tat == 10_200,
+            tat == 110_197 || tat == 110_200,
             "tat {tat}: both bookings, none lost"
         );
         assert!(
-            floor.load(loom::sync::atomic::Ordering::SeqCst) <= 10_000,
+            floor.load(loom::sync::atomic::Ordering::SeqCst) <= 110_000,
             "the floor is a real clock read"
         );
     });

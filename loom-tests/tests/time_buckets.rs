@@ -26,11 +26,11 @@ const T: u64 = 100;
 /// Bucket capacity.
 const C: u32 = 2;
 /// Real time at the start of every bucket model: past the time floor's grain
-/// (`FLOOR_GRAIN_NANOS`, 1,024 ns), so the first admission raises the floor to its clock read and
+/// (`FLOOR_GRAIN_NANOS`, 16,384 ns), so the first admission raises the floor to its clock read and
 /// a reader lagging it by less than a grain is decided at the writer's time exactly. (A floor
 /// already raised within the last grain lets a lagging reader be decided up to one grain early:
-/// the documented price of raising it once per microsecond.)
-const START: u64 = 10_000;
+/// the documented price of raising it at most once per grain.)
+const START: u64 = 100_000;
 
 /// The live setters of the time-word bucket (`Gcra`, alias `TokenBucket` and `LeakyBucket`).
 trait Bucket: Algorithm {

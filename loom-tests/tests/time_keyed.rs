@@ -230,9 +230,9 @@ fn a_lagging_reader_never_finds_a_reinserted_key_before_its_first_decision() {
 }
 
 /// The map-wide time floor's reach across shards (README, "Time model"): GCRA keys, burst 2 at
-/// one per 1,000 ns, in a map of two shards of one key each, so keys A and B are in different
+/// one per 16,000 ns, in a map of two shards of one key each, so keys A and B are in different
 /// shards (the hasher is seeded under loom: the same placement in every execution). B is drained
-/// at real time 10,000. L admits A on a clock read `LEAD` = 1,500 ns ahead (more than the floor's
+/// at real time 100,000. L admits A on a clock read `LEAD` = 24,000 ns ahead (more than the floor's
 /// grain, within H); M checks B at real time, racing it; after both, B is checked twice more
 /// with no time passing. The stated bound: B may be decided up to `LEAD` ahead of real time, so
 /// its admissions obey the bucket bound over their real spans widened by `LEAD`, which here is
@@ -240,10 +240,10 @@ fn a_lagging_reader_never_finds_a_reinserted_key_before_its_first_decision() {
 /// instant) over M's check and the two after, whatever the order.
 #[test]
 fn a_lead_on_one_key_lifts_a_key_of_another_shard_by_at_most_what_accrues_in_it() {
-    const LEAD: u64 = 1_500;
-    const INTERVAL: u64 = 1_000;
+    const LEAD: u64 = 24_000;
+    const INTERVAL: u64 = 16_000;
     model(None, || {
-        let clock = ModelClock::starting_at(10_000);
+        let clock = ModelClock::starting_at(100_000);
         let gcra = Gcra::new(Rate::new(1, Duration::from_nanos(INTERVAL)), 2).unwrap();
         let k = Arc::new(
             Keyed::builder(gcra)
@@ -264,8 +264,8 @@ fn a_lead_on_one_key_lifts_a_key_of_another_shard_by_at_most_what_accrues_in_it(
         assert_eq!(k.stats().keys, 2, "A and B are held, one per shard");
         let drained = Admitted::at(
             Span {
-                before: 10_000,
-                after: 10_000,
+                before: 100_000,
+                after: 100_000,
             },
             2,
         );

@@ -31,7 +31,7 @@ const C: u32 = 8;
 /// Lease lifetime: one interval.
 const L: u64 = T;
 /// Real time at the start: past the floor's grain (see `time_buckets.rs`).
-const START: u64 = 10_000;
+const START: u64 = 100_000;
 /// Long enough for a lease to expire and the bucket to refill completely.
 const LATER: u64 = 20 * T;
 

@@ -39,7 +39,7 @@ use crate::limiter::Algorithm;
 /// The time-word algorithms ([`Gcra`](crate::Gcra), `TokenBucket` and `LeakyBucket`, and any
 /// [`Algorithm`] with [`NEEDS_TIME_FLOOR`](Algorithm::NEEDS_TIME_FLOOR)) decide at
 /// `max(clock read, floor)`, the floor being the latest clock read that an admission on **any
-/// key of the map** published (to within 1,024 ns, [`FLOOR_GRAIN_NANOS`](crate::clock::FLOOR_GRAIN_NANOS);
+/// key of the map** published (to within 16,384 ns, [`FLOOR_GRAIN_NANOS`](crate::clock::FLOOR_GRAIN_NANOS);
 /// a floor more than `H` = [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS) ahead of a
 /// read is ignored), so a core whose clock lags another's is not refused permits that have
 /// accrued. On a clock monotonic across threads the floor is never ahead of a read and changes

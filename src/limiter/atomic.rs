@@ -159,8 +159,8 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     /// bucket's debt is kept as measured there, so a drained bucket would be repaid at the new
     /// rate for the span the instant trails (see
     /// [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)): through this instant, a raise
-    /// from `r` to `r'` frees at most what that grain accrues, ⌈1,024 ns × (r' − r)⌉ permits
-    /// (at most one below about 10^6 per second, up to a thousand at one per nanosecond).
+    /// from `r` to `r'` frees at most what that grain accrues, ⌈16,384 ns × (r' − r)⌉ permits
+    /// (at most one below about 61,000 per second, up to 16,384 at one per nanosecond).
     /// [`Limiter::set_limit`] reads its instant this way.
     ///
     /// ```
