@@ -10,7 +10,8 @@
 //! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
 //! (100,000 keys so, each key's line cold at its turn), `keys-1m` (2^20 keys held, each checked in
-//! a scattered order). Each loop walks a cycle of the workload's keys computed before it starts
+//! a scattered order), `insert-1m` (the keys of `keys-1m` in the same order into an empty map:
+//! with `CALLS` = 1048576, every call inserts its key, the tables growing as they do). Each loop walks a cycle of the workload's keys computed before it starts
 //! (one load and a wrap-around per call, the same harness for every limiter). Counts move by a
 //! few instructions with how the compiler lays out a binary (governor's keyed loop: 155 to 183
 //! in builds of this file that differ only in harness): compare rows of one binary.
@@ -48,6 +49,7 @@ enum Workload {
     Churn1k,
     Churn100k,
     Keys1m,
+    Insert1m,
 }
 
 impl Workload {
@@ -58,6 +60,7 @@ impl Workload {
             "churn-1k" => Workload::Churn1k,
             "churn-100k" => Workload::Churn100k,
             "keys-1m" => Workload::Keys1m,
+            "insert-1m" => Workload::Insert1m,
             _ => panic!("unknown workload {name}"),
         }
     }
@@ -73,7 +76,7 @@ impl Workload {
             // One permit per 10 µs, burst 1: idle again long before the key's next turn.
             Workload::Churn1k | Workload::Churn100k => (100_000, 1),
             // Every key admitted: a big burst, nothing comes back.
-            Workload::Keys1m => (1, 1_000_000),
+            Workload::Keys1m | Workload::Insert1m => (1, 1_000_000),
         }
     }
 
@@ -83,7 +86,9 @@ impl Workload {
             Workload::HotAllow | Workload::HotDeny => 0,
             Workload::Churn1k => (i + thread * 512) % 1024,
             Workload::Churn100k => (i + thread * (KEYS_100K / 2)) % KEYS_100K,
-            Workload::Keys1m => (i + thread * 7919).wrapping_mul(0x9E37_79B9) % KEYS_1M,
+            Workload::Keys1m | Workload::Insert1m => {
+                (i + thread * 7919).wrapping_mul(0x9E37_79B9) % KEYS_1M
+            }
         }
     }
 
@@ -94,7 +99,7 @@ impl Workload {
     /// 15 instructions of harness, laid out differently in each limiter's loop.)
     fn cycle(self, thread: u64) -> Vec<u64> {
         let len = match self {
-            Workload::Keys1m => KEYS_1M,
+            Workload::Keys1m | Workload::Insert1m => KEYS_1M,
             other => other.held(),
         };
         (0..len).map(|i| self.key(thread, i)).collect()
@@ -106,6 +111,7 @@ impl Workload {
             Workload::Churn1k => 1024,
             Workload::Churn100k => KEYS_100K,
             Workload::Keys1m => KEYS_1M,
+            Workload::Insert1m => 0,
         }
     }
 }
@@ -233,6 +239,13 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args[1] == "time" {
         let workload = Workload::parse(&args[2]);
+        if workload == Workload::Insert1m {
+            // One map for every round: only the first would insert.
+            eprintln!(
+                "insert-1m is for instruction counts (one pass over an empty map), not `time`"
+            );
+            std::process::exit(2);
+        }
         let threads: u64 = args[3].parse().unwrap();
         let rounds: usize = args[4].parse().unwrap();
         let calls: u64 = args[5].parse().unwrap();
