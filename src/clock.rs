@@ -37,9 +37,11 @@ use crate::decision::ConfigError;
 pub const MAX_CLOCK_LAG_NANOS: u64 = 10_000_000_000;
 
 /// The grain of the time floor (16,384 ns): a writer raises the floor only once its time has
-/// passed it by this much, so the floor is written at most about 61,000 times a second,
-/// whatever the number of threads, not on every admission. A reader whose clock lags the last
-/// writer's is decided at most this much before the writer's time.
+/// passed it by this much, so the floor is raised about once per grain of the limiter's time
+/// (about 61,000 times a second), not on every admission; writers that pass the same grain at
+/// once may each raise it (a compare-exchange, then `fetch_max` if another moved it), so up to
+/// one raise per racing writer per grain. A reader whose clock lags the last writer's is decided
+/// at most this much before the writer's time.
 ///
 /// The floor is one cache line that every check of a limiter or of a whole [`Keyed`](crate::Keyed)
 /// map reads, so each raise costs every core that reads it a miss. With a grain of 1,024 ns a

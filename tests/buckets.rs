@@ -194,6 +194,34 @@ fn a_lagging_clock_read_is_not_refused_for_the_lag() {
     assert!(!take(&b, 1).0);
 }
 
+/// The price of the floor's grain (README, "Time model": a lagging read is never refused for
+/// more than one grain of its lag). The floor is raised only when a writer's time passed it by
+/// `clock::FLOOR_GRAIN_NANOS`, so after an admission less than a grain past the floor, a read
+/// lagging that writer by less than a grain is decided at its own read: a GCRA of 2 at one per
+/// µs, full again at `t1`, admits 1 at `t1`; a read half a grain behind `t1` is refused the
+/// permit left at `t1`, which a read at `t1` gets. (With the former grain, 1,024 ns, the
+/// admission at `t1` raised the floor to `t1` and the same lagging read was admitted.)
+#[test]
+fn a_lagging_read_may_be_refused_for_up_to_one_grain_of_its_lag() {
+    use floodgate::clock::FLOOR_GRAIN_NANOS as GRAIN;
+    let t0 = 10 * SEC;
+    let (g, clock) = on_clock(
+        Gcra::new(Rate::new(1, Duration::from_micros(1)), 2).unwrap(),
+        t0,
+    );
+    assert!(take(&g, 1).0); // raises the floor to t0
+    let t1 = t0 + GRAIN - 1; // within the grain: the floor stays at t0
+    clock.set(t1);
+    assert!(take(&g, 1).0); // one permit left at t1
+    clock.set(t1 - GRAIN / 2);
+    assert!(
+        !take(&g, 1).0,
+        "a read within a grain of the writer's is decided at its own read"
+    );
+    clock.set(t1);
+    assert!(take(&g, 1).0, "the permit is there at the writer's time");
+}
+
 #[test]
 fn the_end_of_the_timeline_denies_instead_of_wrapping() {
     // Times are stored in the low 62 bits (the top 2 carry the configuration generation): the

@@ -127,7 +127,9 @@ fn buckets_clock_moves_between_steps() {
 
 /// S takes 1 and may stall right after its clock read while the driver moves time on by more
 /// than the 10 s lag horizon and drains the bucket; after S, the driver takes once more at the
-/// same real time. S's stale read must not refill anything: it is decided at the time floor.
+/// same real time. S's stale read must not refill anything: the state (and the floor) more than
+/// `H` ahead of it, it reads the clock again and decides at the present (the model passes with
+/// the floor never raised).
 fn stalled_reader(make: Make) {
     model(None, move || {
         let clock = ModelClock::starting_at(START);

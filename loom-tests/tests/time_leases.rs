@@ -30,7 +30,9 @@ const T: u64 = 100;
 const C: u32 = 8;
 /// Lease lifetime: one interval.
 const L: u64 = T;
-/// Real time at the start: past the floor's grain (see `time_buckets.rs`).
+/// Real time at the start: past the floor's grain, as in `time_buckets.rs`. These models assert
+/// upper bounds only, which the floor does not affect (it only keeps a lagging read from being
+/// refused): they pass with the exact bucket's floor never raised.
 const START: u64 = 100_000;
 /// Long enough for a lease to expire and the bucket to refill completely.
 const LATER: u64 = 20 * T;

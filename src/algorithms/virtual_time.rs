@@ -1022,7 +1022,8 @@ mod tests {
             ],
             floor_offset in prop_oneof![
                 Just(0i64),
-                -5_000i64..5_000,
+                // Within a few grains either way: raised or not, led or lagged.
+                -4 * FLOOR_GRAIN_NANOS as i64..4 * FLOOR_GRAIN_NANOS as i64,
                 -20_000_000_000i64..20_000_000_000,
             ],
             floor_at_grain in any::<bool>(),
