@@ -205,14 +205,29 @@ impl<K, S> Table<K, S> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
+        match self.probe(key, hash)? {
+            Ok(slot) => Some(&slot.value),
+            Err(_) => None,
+        }
+    }
+
+    /// `key`'s slot (`Ok`), or the index of the first empty slot of its probe sequence (`Err`),
+    /// where an insert puts it: one walk serves an insert's lookup and its placement (the
+    /// inserter holds the shard's mutex, under which no other key is set). `None` only for the
+    /// placeholder (no slots).
+    #[inline(always)]
+    fn probe<Q>(&self, key: &Q, hash: u64) -> Option<Result<&Slot<K, S>, usize>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let slots = &self.slots[..];
         let mut i = home(hash, slots.len());
         loop {
-            // `None` only for the placeholder (no slots).
             let slot = slots.get(i)?;
             match slot.key.get() {
-                None => return None,
-                Some(held) if held.borrow() == key => return Some(&slot.value),
+                None => return Some(Err(i)),
+                Some(held) if held.borrow() == key => return Some(Ok(slot)),
                 Some(_) => {}
             }
             i += 1;
@@ -664,14 +679,18 @@ where
             repair(shard, &mut meta);
             table = shard.table.load();
         }
-        if let Some(slot) = table.find(key, hash) {
+        // Where the key goes if this table stays: the first empty slot of its probe sequence.
+        let mut vacant = match table.probe(key, hash) {
             // Inserted by another thread, or a rebuild was under way.
-            return Ok(run(slot, now, &self.floor));
-        }
+            Some(Ok(slot)) => return Ok(run(&slot.value, now, &self.floor)),
+            Some(Err(i)) => Some(i),
+            None => None,
+        };
         if self.needs_room(&meta) {
             drop(table);
             self.make_room(shard, &mut meta, rules, now, clock)?;
             table = shard.table.load();
+            vacant = None;
         }
         // A fresh slot is decided no earlier than the latest drop in this shard: the key may be
         // one that was dropped as idle on a clock ahead of ours. A drop time beyond the lag
@@ -681,7 +700,10 @@ where
         } else {
             now
         };
-        let slot = table.vacant(hash);
+        let slot = match vacant {
+            Some(i) => &table.slots[i],
+            None => table.vacant(hash),
+        };
         // Decided before the key is published: a reader finds the key only with this decision's
         // word, so one whose clock lags the drop time never decides the fresh word at its own,
         // earlier time (the floor above guards this decision only). The key is published when
