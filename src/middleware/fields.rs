@@ -396,8 +396,10 @@ pub(super) fn write_fields(
     let retry_after = (!decision.is_allowed()).then(|| quota.retry_after(decision));
     // Seconds until the quota is whole again: a time for requests per window; none for
     // requests in progress (a slot frees when a request ends).
+    // A denial's quota is not whole before the denied request could pass: the reset is never
+    // earlier than `Retry-After` (a limiter failing closed reports no reset time at all).
     let reset = match quota {
-        Quota::Requests => Some(ceil_seconds(decision.reset_after())),
+        Quota::Requests => Some(ceil_seconds(decision.reset_after()).max(retry_after.unwrap_or(0))),
         Quota::ConcurrentRequests { .. } => None,
     };
     match style {
@@ -554,6 +556,26 @@ mod tests {
             headers[RATELIMIT],
             "\"default\";r=999999999999999;t=18446744074"
         );
+    }
+
+    /// A denial whose decision has no reset time (a backend failing closed reports 0): the
+    /// reset fields must not say the quota is back before `Retry-After`.
+    #[test]
+    fn a_denial_never_resets_before_retry_after() {
+        for style in [HeaderStyle::Draft06, HeaderStyle::XRateLimit] {
+            let mut headers = HeaderMap::new();
+            style.write(
+                &mut headers,
+                &Policy::default(),
+                Decision::deny(10, 0, 1_500_000_000, 0),
+            );
+            let reset = match style {
+                HeaderStyle::Draft06 => RATELIMIT_RESET,
+                _ => X_RATELIMIT_RESET,
+            };
+            assert_eq!(headers[RETRY_AFTER], "2", "{style:?}");
+            assert_eq!(headers[reset], "2", "{style:?}");
+        }
     }
 
     #[test]
