@@ -253,3 +253,34 @@ mod redis_down {
         );
     }
 }
+
+/// The application's own policies, on two field lines (RFC 9110 §5.3: the same as one line
+/// joined by commas): the layer adds its item and keeps both of the application's.
+#[tokio::test]
+async fn the_applications_items_on_several_lines_are_all_kept() {
+    let app = tower::service_fn(|_request: Request<Body>| async {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"hello")));
+        let headers = response.headers_mut();
+        for (policy, state) in [
+            (r#""app-a";q=5"#, r#""app-a";r=4;t=1"#),
+            (r#""app-b";q=7"#, r#""app-b";r=6;t=1"#),
+        ] {
+            headers.append("ratelimit-policy", policy.parse().unwrap());
+            headers.append("ratelimit", state.parse().unwrap());
+        }
+        Ok::<_, Infallible>(response)
+    });
+    let per_ip = Keyed::builder(FixedWindow::new(3, Duration::from_secs(10)).unwrap())
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::per_ip(per_ip).layer(app);
+    let (status, headers) = call(&service, from_peer("192.0.2.1:1")).await;
+    assert_eq!(status, 200);
+    let (policy, state) = checked_fields(&headers).unwrap();
+    assert_eq!(policy, r#""app-a";q=5, "app-b";q=7, "default";q=3"#);
+    assert_eq!(
+        state,
+        r#""app-a";r=4;t=1, "app-b";r=6;t=1, "default";r=2;t=10"#
+    );
+}

@@ -457,13 +457,26 @@ pub(super) fn write_fields(
     }
 }
 
-/// Adds `item` to the structured-field List in `name`: appended to the value already there
-/// (one line, items joined by `", "`), or as the only item.
+/// Adds `item` to the structured-field List in `name`: appended to the values already there
+/// (every line, in order: several lines are one List, RFC 9110 section 5.3), all on one line,
+/// items joined by `", "`; or as the only item.
 fn append_list_item(headers: &mut HeaderMap, name: HeaderName, item: String) {
-    let joined = match headers.get(&name).and_then(|v| v.to_str().ok()) {
-        Some(existing) if !existing.trim().is_empty() => format!("{existing}, {item}"),
-        _ => item,
-    };
+    if !headers.contains_key(&name) {
+        // The common case (no inner layer, no application fields): the item as it is.
+        if let Ok(value) = HeaderValue::try_from(item) {
+            headers.insert(name, value);
+        }
+        return;
+    }
+    let mut joined = String::new();
+    for existing in headers.get_all(&name) {
+        let existing = existing.to_str().map(str::trim).unwrap_or("");
+        if !existing.is_empty() {
+            joined.push_str(existing);
+            joined.push_str(", ");
+        }
+    }
+    joined.push_str(&item);
     // Printable ASCII only (names are checked, the rest are digits and base64): always valid.
     if let Ok(value) = HeaderValue::try_from(joined) {
         headers.insert(name, value);
