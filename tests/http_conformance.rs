@@ -284,3 +284,27 @@ async fn the_applications_items_on_several_lines_are_all_kept() {
         r#""app-a";r=4;t=1, "app-b";r=6;t=1, "default";r=2;t=10"#
     );
 }
+
+/// A handler that panics (in its future): the task unwinds, and the in-flight permit it held
+/// comes back with it.
+#[tokio::test]
+async fn a_panicking_handler_gives_its_in_flight_permit_back() {
+    use floodgate::concurrency::InFlight;
+    use floodgate::middleware::InFlightLayer;
+    let panics = tower::service_fn(|request: Request<Body>| async move {
+        if request.uri().path() == "/panic" {
+            panic!("handler panic (expected by the test)");
+        }
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+    });
+    let layer = InFlightLayer::global(InFlight::new(1).unwrap());
+    let limit = std::sync::Arc::clone(layer.limiter());
+    let service = layer.layer(panics);
+    let mut request = Request::new(Body::default());
+    *request.uri_mut() = "/panic".parse().unwrap();
+    let task = tokio::spawn(service.clone().oneshot(request));
+    assert!(task.await.unwrap_err().is_panic());
+    assert_eq!(limit.available(), 1);
+    let response = service.clone().oneshot(Request::new(Body::default())).await;
+    assert_eq!(response.unwrap().status(), 200);
+}

@@ -295,25 +295,26 @@ async fn a_closure_picks_the_key_and_requests_can_cost_more() {
             .body(Body::default())
             .unwrap()
     };
-    let policy = r#""per-user";q=5;w=10"#;
-    assert_eq!(
-        answer(&service, as_user("ann")).await.1,
-        f(policy, r#""per-user";r=3;t=10"#, None)
-    );
+    // Requests cost 2 permits of 5: the fields count whole requests (the draft's default unit).
+    let policy = r#""per-user";q=2;w=10"#;
     assert_eq!(
         answer(&service, as_user("ann")).await.1,
         f(policy, r#""per-user";r=1;t=10"#, None)
     );
-    // One permit left, the request costs two: denied until the window ends.
+    assert_eq!(
+        answer(&service, as_user("ann")).await.1,
+        f(policy, r#""per-user";r=0;t=10"#, None)
+    );
+    // One permit left, the request costs two: no request left, denied until the window ends.
     let (status, fields, body) = answer(&service, as_user("ann")).await;
     assert_eq!(
         (status, fields),
-        (429, f(policy, r#""per-user";r=1;t=10"#, Some(10)))
+        (429, f(policy, r#""per-user";r=0;t=10"#, Some(10)))
     );
     assert_eq!(body, problem("per-user"));
     assert_eq!(
         answer(&service, as_user("bob")).await.1,
-        f(policy, r#""per-user";r=3;t=10"#, None)
+        f(policy, r#""per-user";r=1;t=10"#, None)
     );
     // The limit lowered below the cost of a request: it can never be granted, a bare 500.
     per_user.set_limit(1).unwrap();

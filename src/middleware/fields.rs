@@ -48,7 +48,9 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 /// per field: the outermost layer's replaces the inner ones.
 ///
 /// ## `t` and `Retry-After`
-/// `r` is the permits left after this request. `t` is whole seconds, rounded up: on an allowed
+/// `r` is the permits left after this request. With [`RateLimitLayer::permits_per_request`](super::RateLimitLayer::permits_per_request)
+/// `n` > 1, `q`, `r` and the limit and remaining fields of the other styles count whole requests
+/// (permits / `n`, rounded down), the draft's default quota unit. `t` is whole seconds, rounded up: on an allowed
 /// response, the time until the client's quota is whole again if it takes nothing more (what
 /// [`Decision::reset_after`] reports); on a denial, the `Retry-After` value (the time until the
 /// denied request could pass), so `Retry-After` is never earlier than `t`. Per algorithm:

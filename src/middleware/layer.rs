@@ -220,7 +220,9 @@ impl<L, X> RateLimitLayer<L, X> {
         }
     }
 
-    /// Permits each request takes (default 1).
+    /// Permits each request takes (default 1). The header fields then count whole requests:
+    /// with 2 permits a request and a limit of 10, `q=5`, and `r` is the requests left (permits
+    /// left / 2, rounded down).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] when the limiter could never grant `n` (zero, or above its

@@ -35,7 +35,7 @@ impl Stamp {
         let inner_retry_after = headers
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        let fields = (decision, settings.quota);
+        let fields = (in_requests(decision, settings.permits), settings.quota);
         write_fields(settings.style, headers, &settings.policy, fields, self.pk);
         if let Some(inner) = inner_retry_after {
             if decision.is_allowed() && decision.remaining() < u64::from(settings.permits) {
@@ -43,6 +43,23 @@ impl Stamp {
                 headers.insert(RETRY_AFTER, HeaderValue::from(inner.max(ours)));
             }
         }
+    }
+}
+/// `decision` counted in requests of `permits` permits each, as the draft's default quota unit
+/// (`requests`) says `q` and `r` are: with 2 permits a request, a limit of 5 is 2 requests, and
+/// 1 permit left is no request left (the next one is denied). Times are unchanged.
+fn in_requests(decision: Decision, permits: u32) -> Decision {
+    if permits <= 1 {
+        return decision;
+    }
+    let n = u64::from(permits);
+    let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let (limit, remaining) = (decision.limit() / n, decision.remaining() / n);
+    let reset = nanos(decision.reset_after());
+    if decision.is_allowed() {
+        Decision::allow(limit, remaining, reset)
+    } else {
+        Decision::deny(limit, remaining, nanos(decision.retry_after()), reset)
     }
 }
 
