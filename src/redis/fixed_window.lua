@@ -15,7 +15,7 @@ local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local deadline = ARGV[5] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
+if deadline > 0 and now > deadline then return string.format('2 0 0 0 0 %d', now) end
 
 local stored = redis.call('GET', key)
 local count = 0
@@ -42,7 +42,7 @@ if count + n <= limit then
     redis.call('PEXPIRE', key, ARGV[2])
     ttl_ms = window_ms
   end
-  return decided(1, limit, limit - taken, 0, ttl_ms * 1000, now)
+  return string.format('1 %d %d 0 %d %d', limit, limit - taken, ttl_ms * 1000, now)
 end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end
