@@ -7,15 +7,15 @@
 -- to repair a counter found without a TTL, which would otherwise stick forever).
 -- Stored values are read with exact_count(): exact.lua, prepended to this script.
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local window_ms = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
+local limit = ARGV[1] + 0
+local window_ms = ARGV[2] + 0
+local n = ARGV[3] + 0
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
+if deadline > 0 and now > deadline then return string.format('2 0 0 0 0 %d', now) end
 
 local stored = redis.call('GET', key)
 local count = 0
@@ -28,7 +28,7 @@ end
 local ttl_ms = redis.call('PTTL', key)
 if ttl_ms == -1 then
   -- Found without a TTL: its window is taken to start now.
-  redis.call('PEXPIRE', key, window_ms)
+  redis.call('PEXPIRE', key, ARGV[2])
   ttl_ms = window_ms
 elseif ttl_ms < 0 then
   -- No counter: a window would open now.
@@ -37,12 +37,12 @@ elseif ttl_ms < 0 then
 end
 
 if count + n <= limit then
-  local taken = redis.call('INCRBY', key, n)
+  local taken = redis.call('INCRBY', key, ARGV[3])
   if taken == n then
-    redis.call('PEXPIRE', key, window_ms)
+    redis.call('PEXPIRE', key, ARGV[2])
     ttl_ms = window_ms
   end
-  return decided(1, limit, limit - taken, 0, ttl_ms * 1000, now)
+  return string.format('1 %d %d 0 %d %d', limit, limit - taken, ttl_ms * 1000, now)
 end
 local remaining = limit - count
 if remaining < 0 then remaining = 0 end

@@ -7,17 +7,17 @@
 -- freezes expiry time during a script) is never taken for the next window's count.
 -- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
+local limit = ARGV[1] + 0
+local window = ARGV[2] + 0
+local n = ARGV[3] + 0
 
 local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
+if deadline > 0 and now > deadline then return string.format('2 0 0 0 0 %d', now) end
 local index = math.floor(now / window)
 if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
 
@@ -42,7 +42,7 @@ local window_end = (index + 1) * window
 if count + n <= limit then
   redis.call('HSET', key, 'i', int(index), 'c', int(count + n))
   redis.call('PEXPIREAT', key, int(window_end / 1000))
-  return decided(1, limit, limit - count - n, 0, window_end - now, now)
+  return string.format('1 %d %d 0 %d %d', limit, limit - count - n, window_end - now, now)
 end
 if redis.call('PTTL', key) == -1 then
   redis.call('PEXPIREAT', key, int(window_end / 1000))

@@ -10,8 +10,8 @@
 -- messages: a key of another type, or a field that is not an exact integer (see corrupt).
 -- Each key is read once; its decisions are then worked out here and written once at the end.
 -- Stored values are read with exact() and corrupt(): exact.lua.
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
+local limit = ARGV[1] + 0
+local window = ARGV[2] + 0
 
 local current = math.floor(now / window)
 if current * window > now then current = current - 1 elseif (current + 1) * window <= now then current = current + 1 end

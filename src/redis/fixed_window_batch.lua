@@ -10,8 +10,8 @@
 -- Each key is read once, when its first decision in time comes; its decisions are then worked
 -- out here and written once at the end (INCRBY of what they took, PEXPIRE if the window opened).
 -- Stored values are read with exact_count(): exact.lua.
-local limit = tonumber(ARGV[1])
-local window_ms = tonumber(ARGV[2])
+local limit = ARGV[1] + 0
+local window_ms = ARGV[2] + 0
 local counts = {}
 local taken = {}
 local opened = {}

@@ -7,17 +7,17 @@
 -- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
 -- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
-local interval = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
+local interval = ARGV[1] + 0
+local capacity = ARGV[2] + 0
+local n = ARGV[3] + 0
 
 local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
-if deadline > 0 and now > deadline then return decided(2, 0, 0, 0, 0, now) end
+if deadline > 0 and now > deadline then return string.format('2 0 0 0 0 %d', now) end
 local stored = redis.call('GET', key)
 local tat = now
 if stored then
@@ -32,7 +32,8 @@ local base = math.max(tat, now)
 local new_tat = base + n * interval
 if new_tat <= horizon then
   redis.call('SET', key, int(new_tat), 'PX', int(math.ceil((new_tat - now) / 1000)))
-  return decided(1, capacity, math.floor((horizon - new_tat) / interval), 0, new_tat - now, now)
+  local remaining = math.floor((horizon - new_tat) / interval)
+  return string.format('1 %d %d 0 %d %d', capacity, remaining, new_tat - now, now)
 end
 if stored and redis.call('PTTL', key) == -1 then
   if base > now then

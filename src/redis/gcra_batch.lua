@@ -9,8 +9,8 @@
 -- Each key is read once; its decisions are then worked out here and its TAT written once at the
 -- end (SET ... PX, as one call would leave it).
 -- Stored values are read with exact(): exact.lua.
-local interval = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
+local interval = ARGV[1] + 0
+local capacity = ARGV[2] + 0
 local horizon = now + capacity * interval
 local state = {}
 each_decision(function(k, n)

@@ -8,15 +8,15 @@
 -- the deadline, nothing changed.
 local log = KEYS[1]
 local seq = KEYS[2]
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
+local limit = ARGV[1] + 0
+local window = ARGV[2] + 0
+local n = ARGV[3] + 0
 
 local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 

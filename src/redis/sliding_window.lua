@@ -7,16 +7,16 @@
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
 -- the deadline, nothing changed.
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local cell = tonumber(ARGV[2])
-local cells = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
+local limit = ARGV[1] + 0
+local cell = ARGV[2] + 0
+local cells = ARGV[3] + 0
+local n = ARGV[4] + 0
 
 local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 local current = math.floor(now / cell)

@@ -9,7 +9,7 @@
 -- never read); the number of decisions past their deadline, their indices (from 1); the error
 -- messages.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 local out = {now}
 for k = 1, #KEYS do out[k * 3 - 1] = 0; out[k * 3] = 0; out[k * 3 + 1] = 0 end
 local errors = {}
@@ -21,15 +21,15 @@ local function int(x) return string.format('%d', x) end
 -- except those past their deadline, which are only counted late. Only when the earliest
 -- deadline has passed is each decision's own looked at.
 local function each_decision(decide)
-  local count = tonumber(ARGV[3])
-  local earliest = tonumber(ARGV[4])
+  local count = ARGV[3] + 0
+  local earliest = ARGV[4] + 0
   local check = earliest > 0 and now > earliest
   local multi = #KEYS > 1
   for i = 1, count do
     local arg = ARGV[4 + i]
-    local n = arg == '1' and 1 or tonumber(arg)
-    local k = multi and tonumber(ARGV[4 + 2 * count + i]) or 1
-    local deadline = check and tonumber(ARGV[4 + count + i]) or 0
+    local n = arg == '1' and 1 or arg + 0
+    local k = multi and ARGV[4 + 2 * count + i] + 0 or 1
+    local deadline = check and ARGV[4 + count + i] + 0 or 0
     if deadline > 0 and now > deadline then
       late[#late + 1] = i
     else
