@@ -307,7 +307,7 @@ impl<C: Clock> SmoothBursty<C> {
                 // engine judges it (`Step::after_leap`); the stale read would refuse a request
                 // whose booking has long been paid (`tests/smooth_stalled_read.rs`). So the clock
                 // is read again, after the word's load (one more read for such a refusal; the
-                // engine took ~280 instructions more). A read at most the floor's grain (1 µs)
+                // engine took ~280 instructions more). A read at most the floor's grain (16 µs)
                 // after the first lets the refusal stand as decided on the first, at most that
                 // much early: the staleness the floor already grants a lagging reader. Any other
                 // read decides the same word again, by a whole pass on a read taken after its
