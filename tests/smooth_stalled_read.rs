@@ -94,3 +94,33 @@ fn short_path_admit_stalled_past_a_long_booking_is_decided_as_the_engine() {
 fn engine_stalled_past_a_long_booking_admits() {
     stalled_reader(|l| l.try_acquire_for(1, Duration::ZERO).unwrap().is_allowed());
 }
+
+/// A stalled refusal stands on its first read only while a fresh read is within the floor's
+/// grain (16 µs) of it: its `retry_after`, counted from the read it was decided on, is at most
+/// one grain longer than one counted from the fresh read. B's booking (0.01/s: 100 s) is paid
+/// at 101 s; A's first read is at 2 s, the clock then reads `stall` later.
+fn stalled_refusal_retry(stall_micros: u64) -> Duration {
+    let clock = HookClock::default();
+    clock.set(SECOND);
+    let limiter = SmoothBursty::create_with_clock(0.01, clock.clone()).unwrap();
+    assert!(limiter.try_acquire(1).unwrap().is_allowed(), "B's booking");
+    clock.set(2 * SECOND);
+    let later = 2 * SECOND + stall_micros * 1_000;
+    let c = clock.clone();
+    clock.arm(Box::new(move || c.set(later)));
+    let refused = limiter.try_acquire(1).unwrap();
+    assert!(!refused.is_allowed(), "{refused:?}");
+    refused.retry_after()
+}
+
+#[test]
+fn a_stalled_refusal_is_at_most_one_grain_stale() {
+    for stall in [0, 1, 15, 16, 17, 1_000, 5_000_000] {
+        let retry = stalled_refusal_retry(stall);
+        let fresh = Duration::from_secs(99) - Duration::from_micros(stall);
+        assert!(
+            retry >= fresh && retry - fresh <= Duration::from_micros(16),
+            "stalled {stall} µs: retry_after {retry:?}, {fresh:?} from the fresh read"
+        );
+    }
+}
