@@ -8,7 +8,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -30,20 +29,9 @@ use tower::{Layer, Service, ServiceExt};
 mod ratelimit_fields;
 use ratelimit_fields::{checked_fields, parse_list};
 
-type Body = Full<Bytes>;
-
-fn hello() -> impl Service<
-    Request<Body>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = impl Send + 'static,
-> + Clone
-+ Send
-+ 'static {
-    tower::service_fn(|_request: Request<Body>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
-    })
-}
+#[path = "support/http_service.rs"]
+mod http_service;
+use http_service::{Body, from_peer, hello};
 
 /// An inner service whose requests stay in progress until the test adds a permit to `gate`
 /// (one per request to let through).
@@ -65,14 +53,6 @@ fn gated(
             Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
         }
     })
-}
-
-fn from_peer(peer: &str) -> Request<Body> {
-    let mut request = Request::new(Body::default());
-    request
-        .extensions_mut()
-        .insert(peer.parse::<SocketAddr>().unwrap());
-    request
 }
 
 /// Polls `future` once, with a waker that does nothing: the test decides when to look again.

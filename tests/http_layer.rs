@@ -28,28 +28,9 @@ use tower::{Layer, Service, ServiceExt};
 mod ratelimit_fields;
 use ratelimit_fields::{checked_fields, parse_list};
 
-type Body = Full<Bytes>;
-
-fn hello() -> impl Service<
-    Request<Body>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = impl Send + 'static,
-> + Clone
-+ Send
-+ 'static {
-    tower::service_fn(|_request: Request<Body>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
-    })
-}
-
-fn from_peer(peer: &str) -> Request<Body> {
-    let mut request = Request::new(Body::default());
-    request
-        .extensions_mut()
-        .insert(peer.parse::<SocketAddr>().unwrap());
-    request
-}
+#[path = "support/http_service.rs"]
+mod http_service;
+use http_service::{Body, from_peer, hello};
 
 /// The header fields a test checks: `RateLimit-Policy`, `RateLimit` (both checked by the
 /// structured-field parser first) and `Retry-After`.

@@ -1,0 +1,36 @@
+//! What the in-process HTTP layer tests share: the body type, an inner service that answers
+//! "hello", and a request from a given peer address (the key the layer's default `KeyFn` reads).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use tower::Service;
+
+/// The body of every request and response in these tests.
+pub type Body = Full<Bytes>;
+
+/// An inner service that answers every request with "hello".
+pub fn hello() -> impl Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(|_request: Request<Body>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+    })
+}
+
+/// A request whose peer address is `peer` (`ip:port`), as a server puts it in the extensions.
+pub fn from_peer(peer: &str) -> Request<Body> {
+    let mut request = Request::new(Body::default());
+    request
+        .extensions_mut()
+        .insert(peer.parse::<SocketAddr>().unwrap());
+    request
+}
