@@ -539,3 +539,31 @@ fn a_bad_permit_count_is_an_error_on_every_path_and_inserts_nothing() {
         Duration::from_secs(30)
     );
 }
+
+#[test]
+fn a_blocked_key_whose_limiter_is_idle_is_still_evicted_last() {
+    // README: "Blocked keys are evicted last." A block outlives the limiter's own state (here
+    // a bucket full again after 1 s, a block of 60 s): the key must not become the first
+    // eviction candidate then, or any new key lifts the block by evicting it.
+    let clock = ManualClock::new();
+    let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(1), 2).unwrap())
+        .clock(clock.clone())
+        .max_keys(3)
+        .shards(1)
+        .when_full(WhenFull::EvictLeastUsed)
+        .build_with_penalty::<&'static str>(
+            PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(60)).unwrap(),
+        )
+        .unwrap();
+    assert!(keyed.try_acquire(&"attacker", 2).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&"attacker", 1).unwrap().is_allowed()); // blocked for 60 s
+    clock.set(5 * SEC); // the bucket is full again; the block has 55 s left
+    assert!(keyed.is_blocked(&"attacker"));
+    assert!(keyed.try_acquire(&"a", 2).unwrap().is_allowed()); // 2 permits held
+    assert!(keyed.try_acquire(&"b", 2).unwrap().is_allowed()); // 2 permits held
+    // Full of live keys: a new key evicts the one holding the fewest permits, not the blocked one.
+    assert!(keyed.try_acquire(&"new", 1).unwrap().is_allowed());
+    assert_eq!(keyed.stats().evicted_live, 1);
+    assert!(keyed.is_blocked(&"attacker"), "the block was lifted by an eviction");
+    assert!(!keyed.try_acquire(&"attacker", 1).unwrap().is_allowed());
+}

@@ -207,17 +207,18 @@ impl<A: Algorithm> KeySlot<Rules<A, PenaltyBox>> for JailedSlot {
         let state = self.state.load(Ordering::Relaxed);
         let jail = self.jail.load(Ordering::Relaxed);
         let jailed = rules.extra.liveness(jail, now);
+        // A blocked key goes last, whatever its limiter holds (a block commonly outlives the
+        // limiter's state): forgetting it would lift the block.
+        let blocked = PenaltyBox::blocked_for(jail, now).is_some();
         match (word_liveness(&rules.algorithm, state, now), jailed) {
             (Liveness::Idle, None) => Liveness::Idle,
-            (Liveness::Idle, Some(idle_in)) => Liveness::Live { used: 1, idle_in },
+            (Liveness::Idle, Some(idle_in)) => Liveness::Live {
+                used: if blocked { u64::MAX } else { 1 },
+                idle_in,
+            },
             (live, None) => live,
             (Liveness::Live { used, idle_in }, Some(jail_in)) => Liveness::Live {
-                // A blocked key goes last: forgetting it would lift the block.
-                used: if PenaltyBox::blocked_for(jail, now).is_some() {
-                    u64::MAX
-                } else {
-                    used
-                },
+                used: if blocked { u64::MAX } else { used },
                 idle_in: idle_in.max(jail_in),
             },
         }
