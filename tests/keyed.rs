@@ -567,3 +567,30 @@ fn a_blocked_key_whose_limiter_is_idle_is_still_evicted_last() {
     assert!(keyed.is_blocked(&"attacker"), "the block was lifted by an eviction");
     assert!(!keyed.try_acquire(&"attacker", 1).unwrap().is_allowed());
 }
+
+#[test]
+fn a_block_shorter_than_the_span_does_not_keep_new_keys_out_after_it_ends() {
+    // A strike that starts a block brings the key's idle time forward (from the span's end to
+    // the block's): a full shard must not go on refusing new keys until the span's end.
+    let clock = ManualClock::new();
+    let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .clock(clock.clone())
+        .max_keys(1)
+        .shards(1)
+        .build_with_penalty::<u8>(
+            PenaltyBox::new(2, Duration::from_secs(600), Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap();
+    assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&1, 1).unwrap().is_allowed()); // strike 1: the span runs to 600 s
+    clock.set(SEC);
+    // Full of a live key (its strike is recorded until 600 s): refused.
+    assert!(!keyed.try_acquire(&2, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&1, 1).unwrap().is_allowed()); // strike 2: blocked to 2 s
+    assert!(keyed.is_blocked(&1));
+    clock.set(3 * SEC); // block over, window over, record clean: key 1 is idle
+    assert!(!keyed.is_blocked(&1));
+    let new = keyed.try_acquire(&2, 1).unwrap();
+    assert!(new.is_allowed(), "refused a new key for {:?}", new.retry_after());
+}

@@ -153,15 +153,27 @@ impl PenaltyBox {
         (marker == BLOCKED && now < until).then(|| until - now)
     }
 
-    /// Idle (a fresh word would behave the same from `now` on), or when it turns idle.
+    /// Idle (a fresh word would behave the same from `now` on), or a lower bound of when it
+    /// turns idle.
+    ///
+    /// The bound must hold whatever strikes come next, since the map schedules its sweeps by it
+    /// and refuses new keys until then: a strike that starts a block replaces the span's end by
+    /// the block's, which comes earlier when the block is shorter than what is left of the span.
+    /// A counting word therefore turns idle no sooner than the span's end or a block's length,
+    /// whichever comes first.
     pub(crate) fn liveness(&self, word: u64, now: u64) -> Option<u64> {
         let (marker, time) = unpack(word);
-        let ends = match marker {
-            0 => return None,
-            BLOCKED => time_nanos(time),
-            _ => time_nanos(time).saturating_add(self.span_nanos),
-        };
-        (now < ends).then(|| ends - now)
+        match marker {
+            0 => None,
+            BLOCKED => {
+                let ends = time_nanos(time);
+                (now < ends).then(|| ends - now)
+            }
+            _ => {
+                let ends = time_nanos(time).saturating_add(self.span_nanos);
+                (now < ends).then(|| (ends - now).min(self.block_nanos))
+            }
+        }
     }
 }
 
@@ -322,6 +334,20 @@ mod tests {
             PenaltyBox::blocked_for(end.next.unwrap(), u64::MAX - 3),
             None
         );
+    }
+
+    #[test]
+    fn a_counting_words_idle_time_is_a_bound_no_strike_can_bring_forward() {
+        // Span 600 ms, block 10 ms: the next strike may end the record at its block's end.
+        let penalty =
+            PenaltyBox::new(2, Duration::from_millis(600), Duration::from_millis(10)).unwrap();
+        let s1 = penalty.strike(0, 0, denial()).next.unwrap();
+        assert_eq!(penalty.liveness(s1, MS), Some(10 * MS));
+        let block = penalty.strike(s1, MS, denial()).next.unwrap();
+        assert_eq!(penalty.liveness(block, MS), Some(10 * MS));
+        assert_eq!(penalty.liveness(block, 11 * MS), None);
+        // Near the span's end the span's end is the bound.
+        assert_eq!(penalty.liveness(s1, 595 * MS), Some(5 * MS));
     }
 
     #[test]
