@@ -564,7 +564,10 @@ fn a_blocked_key_whose_limiter_is_idle_is_still_evicted_last() {
     // Full of live keys: a new key evicts the one holding the fewest permits, not the blocked one.
     assert!(keyed.try_acquire(&"new", 1).unwrap().is_allowed());
     assert_eq!(keyed.stats().evicted_live, 1);
-    assert!(keyed.is_blocked(&"attacker"), "the block was lifted by an eviction");
+    assert!(
+        keyed.is_blocked(&"attacker"),
+        "the block was lifted by an eviction"
+    );
     assert!(!keyed.try_acquire(&"attacker", 1).unwrap().is_allowed());
 }
 
@@ -592,5 +595,9 @@ fn a_block_shorter_than_the_span_does_not_keep_new_keys_out_after_it_ends() {
     clock.set(3 * SEC); // block over, window over, record clean: key 1 is idle
     assert!(!keyed.is_blocked(&1));
     let new = keyed.try_acquire(&2, 1).unwrap();
-    assert!(new.is_allowed(), "refused a new key for {:?}", new.retry_after());
+    assert!(
+        new.is_allowed(),
+        "refused a new key for {:?}",
+        new.retry_after()
+    );
 }

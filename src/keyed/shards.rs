@@ -115,7 +115,10 @@ pub(crate) enum Liveness {
     Live {
         /// Permits the slot holds (what forgetting it would hand back); the eviction order.
         used: u64,
-        /// Nanoseconds until it becomes idle if nobody touches it (`Decision::reset_after`).
+        /// Nanoseconds until it becomes idle if nobody touches it (`Decision::reset_after`), or
+        /// earlier where a later check can bring that moment forward (a penalty box's block
+        /// shorter than its span): the sweep schedule and a refusal's `retry_after` take it as
+        /// the first moment the key can be idle.
         idle_in: u64,
     },
 }

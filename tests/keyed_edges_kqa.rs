@@ -1,0 +1,120 @@
+//! Edge inputs (times at the end of the clock, odd caps) for the keyed maps: no panic, no hang.
+
+use std::time::Duration;
+
+use floodgate::concurrency::KeyedInFlight;
+use floodgate::keyed::WhenFull;
+use floodgate::{FixedWindow, Gcra, Keyed, ManualClock, PenaltyBox, Rate, TokenBucket};
+
+#[test]
+fn times_at_the_end_of_the_clock_do_not_panic() {
+    for when_full in [WhenFull::DenyNewKeys, WhenFull::EvictLeastUsed] {
+        for t in [u64::MAX, u64::MAX - 1, u64::MAX - 64, u64::MAX / 2, 1 << 62] {
+            let clock = ManualClock::new();
+            clock.set(t);
+            let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(1), 2).unwrap())
+                .clock(clock.clone())
+                .max_keys(4)
+                .shards(1)
+                .when_full(when_full)
+                .build_with_penalty::<u32>(
+                    PenaltyBox::new(2, Duration::MAX, Duration::MAX).unwrap(),
+                )
+                .unwrap();
+            for k in 0..20u32 {
+                for _ in 0..4 {
+                    let _ = keyed.try_acquire(&k, 1).unwrap();
+                }
+                let _ = keyed.try_acquire(&k, 2).unwrap();
+                assert!(keyed.try_acquire(&k, 3).is_err());
+            }
+            assert!(keyed.len() <= 4);
+            keyed.retain_recent();
+            keyed.shrink();
+            let g = Keyed::builder(Gcra::new(Rate::per_second(1), 3).unwrap())
+                .clock(clock.clone())
+                .max_keys(2)
+                .shards(2)
+                .when_full(when_full)
+                .build::<u32>()
+                .unwrap();
+            for k in 0..10u32 {
+                let _ = g.try_acquire(&k, 3).unwrap();
+                let _ = g.peek(&k, 1).unwrap();
+            }
+            assert!(g.len() <= 2);
+            let f = Keyed::builder(FixedWindow::new(1, Duration::from_nanos(u64::MAX)).unwrap())
+                .clock(clock.clone())
+                .max_keys(1)
+                .when_full(when_full)
+                .build::<u32>()
+                .unwrap();
+            for k in 0..5u32 {
+                let _ = f.try_acquire(&k, 1).unwrap();
+            }
+            let flight: KeyedInFlight<u32, _> =
+                KeyedInFlight::with_clock(2, 1, clock.clone()).unwrap();
+            let p = flight.try_acquire(&1, 2).unwrap();
+            assert!(p.is_some());
+            assert!(flight.try_acquire(&2, 1).unwrap().is_none());
+            drop(p);
+            clock.set(u64::MAX);
+            let _ = flight.try_acquire(&2, 1).unwrap();
+        }
+    }
+}
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+#[test]
+fn a_capped_penalized_map_decides_as_an_unbounded_one_for_every_key_it_admits() {
+    const MS: u64 = 1_000_000;
+    for seed in 0..300u64 {
+        let mut rng = Lcg(seed * 7919 + 1);
+        let strikes = 1 + (rng.next() % 3) as u32;
+        let span = Duration::from_millis(1 + rng.next() % 3000);
+        let block = Duration::from_millis(1 + rng.next() % 3000);
+        let penalty = PenaltyBox::new(strikes, span, block).unwrap();
+        let clock = ManualClock::new();
+        let algorithm = || TokenBucket::new(Rate::per_second(2), 3).unwrap();
+        let capped = Keyed::builder(algorithm())
+            .clock(clock.clone())
+            .max_keys(3)
+            .shards(1)
+            .build_with_penalty::<u8>(penalty)
+            .unwrap();
+        let unbounded = Keyed::builder(algorithm())
+            .clock(clock.clone())
+            .max_keys(1000)
+            .shards(1)
+            .build_with_penalty::<u8>(penalty)
+            .unwrap();
+        let mut now = 0;
+        for step in 0..400 {
+            now += (rng.next() % 5) * (rng.next() % 300) * MS;
+            clock.set(now);
+            let key = (rng.next() % 6) as u8;
+            let n = 1 + (rng.next() % 3) as u32;
+            let refused = capped.stats().refused_new_keys;
+            let got = capped.try_acquire(&key, n).unwrap();
+            if capped.stats().refused_new_keys != refused {
+                continue;
+            }
+            let want = unbounded.try_acquire(&key, n).unwrap();
+            assert_eq!(
+                got, want,
+                "seed {seed} step {step} at {now} key {key} n {n} ({penalty:?})"
+            );
+            assert_eq!(capped.is_blocked(&key), unbounded.is_blocked(&key));
+        }
+    }
+}
