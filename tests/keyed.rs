@@ -601,3 +601,25 @@ fn a_block_shorter_than_the_span_does_not_keep_new_keys_out_after_it_ends() {
         new.retry_after()
     );
 }
+
+#[test]
+fn a_blocked_keys_reset_after_covers_its_limiter_refilling() {
+    // `reset_after` is when the limiter is back to full capacity: the strike that starts a block
+    // says so (the later of the block's end and the bucket's refill); later denials during the
+    // block must not say less.
+    let clock = ManualClock::new();
+    let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(1), 100).unwrap())
+        .clock(clock.clone())
+        .build_with_penalty::<u8>(
+            PenaltyBox::new(1, Duration::from_secs(10), Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap();
+    assert!(keyed.try_acquire(&1, 100).unwrap().is_allowed());
+    let blocking = keyed.try_acquire(&1, 1).unwrap();
+    assert_eq!(blocking.retry_after(), Duration::from_secs(1));
+    assert_eq!(blocking.reset_after(), Duration::from_secs(100));
+    clock.set(500 * MS);
+    let blocked = keyed.try_acquire(&1, 1).unwrap();
+    assert_eq!(blocked.retry_after(), Duration::from_millis(500));
+    assert_eq!(blocked.reset_after(), Duration::from_millis(99_500));
+}

@@ -125,7 +125,12 @@ impl PenaltyBox {
     /// starting the block retries its CAS on the block word and must not count over it.
     pub(crate) fn strike(&self, word: u64, now: u64, denial: Decision) -> Step {
         if let Some(left) = Self::blocked_for(word, now) {
-            return Step::deny(Decision::deny(denial.limit(), 0, left, left));
+            return Step::deny(Decision::deny(
+                denial.limit(),
+                0,
+                left,
+                left.max(denial_reset(denial)),
+            ));
         }
         let (marker, time) = unpack(word);
         let counted = match marker {
@@ -261,7 +266,12 @@ impl<A: Algorithm> LimiterSlot<A, PenaltyBox> for JailedSlot {
         if let Some(left) = self.blocked_for(now) {
             // `n` is checked here too: the map's lock-free path leaves it to the slot.
             algorithm.check_permits(n)?;
-            return Ok(Decision::deny(algorithm.limit(), 0, left, left));
+            // The limiter is back to full when the block is over and its word has reset, as the
+            // strike that started the block said (a read: a blocked key's denials write nothing).
+            // Relaxed: a snapshot of one self-contained word, for the report only.
+            let state = self.state.load(Ordering::Relaxed);
+            let reset = duration_to_nanos(algorithm.decide(state, now, n).decision.reset_after());
+            return Ok(Decision::deny(algorithm.limit(), 0, left, left.max(reset)));
         }
         let decision = decide_word(algorithm, &self.state, floor, now, clock, n)?;
         if decision.is_allowed() {
