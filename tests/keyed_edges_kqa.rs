@@ -118,3 +118,76 @@ fn a_capped_penalized_map_decides_as_an_unbounded_one_for_every_key_it_admits() 
         }
     }
 }
+
+#[test]
+fn a_full_shard_never_refuses_a_new_key_while_it_holds_an_idle_one() {
+    const MS: u64 = 1_000_000;
+    for seed in 0..300u64 {
+        let mut rng = Lcg(seed * 104_729 + 3);
+        let strikes = 1 + (rng.next() % 3) as u32;
+        let span = Duration::from_millis(1 + rng.next() % 3000);
+        let block = Duration::from_millis(1 + rng.next() % 3000);
+        let penalty = PenaltyBox::new(strikes, span, block).unwrap();
+        let clock = ManualClock::new();
+        let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(2), 3).unwrap())
+            .clock(clock.clone())
+            .max_keys(3)
+            .shards(1)
+            .build_with_penalty::<u8>(penalty)
+            .unwrap();
+        let mut now = 0;
+        for step in 0..400 {
+            now += (rng.next() % 5) * (rng.next() % 300) * MS;
+            clock.set(now);
+            let key = (rng.next() % 6) as u8;
+            let n = 1 + (rng.next() % 3) as u32;
+            let refused = keyed.stats().refused_new_keys;
+            let got = keyed.try_acquire(&key, n).unwrap();
+            if keyed.stats().refused_new_keys != refused {
+                assert_eq!(
+                    keyed.retain_recent(),
+                    0,
+                    "seed {seed} step {step} at {now}: refused {got:?} with an idle key held ({penalty:?})"
+                );
+            }
+        }
+    }
+}
+
+fn never_refuses_with_an_idle_key<A: floodgate::Algorithm>(algorithm: impl Fn() -> A) {
+    const MS: u64 = 1_000_000;
+    for seed in 0..300u64 {
+        let mut rng = Lcg(seed * 15_485_863 + 5);
+        let clock = ManualClock::new();
+        let keyed = Keyed::builder(algorithm())
+            .clock(clock.clone())
+            .max_keys(3)
+            .shards(1)
+            .build::<u8>()
+            .unwrap();
+        let mut now = 0;
+        for step in 0..400 {
+            now += (rng.next() % 5) * (rng.next() % 300) * MS;
+            clock.set(now);
+            let key = (rng.next() % 6) as u8;
+            let n = 1 + (rng.next() % 3) as u32;
+            let refused = keyed.stats().refused_new_keys;
+            let got = keyed.try_acquire(&key, n).unwrap();
+            if keyed.stats().refused_new_keys != refused {
+                assert_eq!(
+                    keyed.retain_recent(),
+                    0,
+                    "seed {seed} step {step} at {now}: refused {got:?} with an idle key held"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_shard_of_plain_keys_never_refuses_a_new_key_while_it_holds_an_idle_one() {
+    never_refuses_with_an_idle_key(|| TokenBucket::new(Rate::per_second(2), 3).unwrap());
+    never_refuses_with_an_idle_key(|| Gcra::new(Rate::per_second(2), 3).unwrap());
+    never_refuses_with_an_idle_key(|| FixedWindow::new(3, Duration::from_millis(700)).unwrap());
+    never_refuses_with_an_idle_key(|| floodgate::LeakyBucket::new(Rate::per_second(2), 3).unwrap());
+}
