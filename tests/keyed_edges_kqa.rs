@@ -191,3 +191,42 @@ fn a_full_shard_of_plain_keys_never_refuses_a_new_key_while_it_holds_an_idle_one
     never_refuses_with_an_idle_key(|| FixedWindow::new(3, Duration::from_millis(700)).unwrap());
     never_refuses_with_an_idle_key(|| floodgate::LeakyBucket::new(Rate::per_second(2), 3).unwrap());
 }
+
+#[test]
+fn evicting_a_live_key_never_takes_a_blocked_one_while_another_is_not_blocked() {
+    const MS: u64 = 1_000_000;
+    for seed in 0..300u64 {
+        let mut rng = Lcg(seed * 32_452_843 + 7);
+        let strikes = 1 + (rng.next() % 2) as u32;
+        let span = Duration::from_millis(1 + rng.next() % 3000);
+        let block = Duration::from_millis(1 + rng.next() % 5000);
+        let penalty = PenaltyBox::new(strikes, span, block).unwrap();
+        let clock = ManualClock::new();
+        let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(2), 3).unwrap())
+            .clock(clock.clone())
+            .max_keys(3)
+            .shards(1)
+            .when_full(WhenFull::EvictLeastUsed)
+            .build_with_penalty::<u8>(penalty)
+            .unwrap();
+        let mut now = 0;
+        for step in 0..400 {
+            now += (rng.next() % 5) * (rng.next() % 300) * MS;
+            clock.set(now);
+            let key = (rng.next() % 8) as u8;
+            let n = 1 + (rng.next() % 3) as u32;
+            let blocked: Vec<u8> = (0..8).filter(|k| keyed.is_blocked(k)).collect();
+            let held = keyed.len();
+            let evicted = keyed.stats().evicted_live;
+            let _ = keyed.try_acquire(&key, n).unwrap();
+            if keyed.stats().evicted_live != evicted && blocked.len() < held {
+                for k in &blocked {
+                    assert!(
+                        keyed.is_blocked(k),
+                        "seed {seed} step {step}: blocked key {k} evicted ({penalty:?})"
+                    );
+                }
+            }
+        }
+    }
+}
