@@ -73,17 +73,32 @@ impl Lcg {
             .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
+
+    /// A penalty box of 1 to `strikes` strikes, a span of 1 ms to 3 s and a block of 1 ms to
+    /// `block_ms`.
+    fn penalty(&mut self, strikes: u64, block_ms: u64) -> PenaltyBox {
+        let strikes = 1 + (self.next() % strikes) as u32;
+        let span = Duration::from_millis(1 + self.next() % 3000);
+        let block = Duration::from_millis(1 + self.next() % block_ms);
+        PenaltyBox::new(strikes, span, block).unwrap()
+    }
+
+    /// One step of a random walk: `now` moved on by 0 to 1.2 s (set on `clock`), then a key of
+    /// `0..keys` and a count of 1 to 3.
+    fn step(&mut self, now: &mut u64, clock: &ManualClock, keys: u64) -> (u8, u32) {
+        *now += (self.next() % 5) * (self.next() % 300) * MS;
+        clock.set(*now);
+        ((self.next() % keys) as u8, 1 + (self.next() % 3) as u32)
+    }
 }
+
+const MS: u64 = 1_000_000;
 
 #[test]
 fn a_capped_penalized_map_decides_as_an_unbounded_one_for_every_key_it_admits() {
-    const MS: u64 = 1_000_000;
     for seed in 0..300u64 {
         let mut rng = Lcg(seed * 7919 + 1);
-        let strikes = 1 + (rng.next() % 3) as u32;
-        let span = Duration::from_millis(1 + rng.next() % 3000);
-        let block = Duration::from_millis(1 + rng.next() % 3000);
-        let penalty = PenaltyBox::new(strikes, span, block).unwrap();
+        let penalty = rng.penalty(3, 3000);
         let clock = ManualClock::new();
         let algorithm = || TokenBucket::new(Rate::per_second(2), 3).unwrap();
         let capped = Keyed::builder(algorithm())
@@ -100,10 +115,7 @@ fn a_capped_penalized_map_decides_as_an_unbounded_one_for_every_key_it_admits() 
             .unwrap();
         let mut now = 0;
         for step in 0..400 {
-            now += (rng.next() % 5) * (rng.next() % 300) * MS;
-            clock.set(now);
-            let key = (rng.next() % 6) as u8;
-            let n = 1 + (rng.next() % 3) as u32;
+            let (key, n) = rng.step(&mut now, &clock, 6);
             let refused = capped.stats().refused_new_keys;
             let got = capped.try_acquire(&key, n).unwrap();
             if capped.stats().refused_new_keys != refused {
@@ -121,13 +133,9 @@ fn a_capped_penalized_map_decides_as_an_unbounded_one_for_every_key_it_admits() 
 
 #[test]
 fn a_full_shard_never_refuses_a_new_key_while_it_holds_an_idle_one() {
-    const MS: u64 = 1_000_000;
     for seed in 0..300u64 {
         let mut rng = Lcg(seed * 104_729 + 3);
-        let strikes = 1 + (rng.next() % 3) as u32;
-        let span = Duration::from_millis(1 + rng.next() % 3000);
-        let block = Duration::from_millis(1 + rng.next() % 3000);
-        let penalty = PenaltyBox::new(strikes, span, block).unwrap();
+        let penalty = rng.penalty(3, 3000);
         let clock = ManualClock::new();
         let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(2), 3).unwrap())
             .clock(clock.clone())
@@ -137,10 +145,7 @@ fn a_full_shard_never_refuses_a_new_key_while_it_holds_an_idle_one() {
             .unwrap();
         let mut now = 0;
         for step in 0..400 {
-            now += (rng.next() % 5) * (rng.next() % 300) * MS;
-            clock.set(now);
-            let key = (rng.next() % 6) as u8;
-            let n = 1 + (rng.next() % 3) as u32;
+            let (key, n) = rng.step(&mut now, &clock, 6);
             let refused = keyed.stats().refused_new_keys;
             let got = keyed.try_acquire(&key, n).unwrap();
             if keyed.stats().refused_new_keys != refused {
@@ -155,7 +160,6 @@ fn a_full_shard_never_refuses_a_new_key_while_it_holds_an_idle_one() {
 }
 
 fn never_refuses_with_an_idle_key<A: floodgate::Algorithm>(algorithm: impl Fn() -> A) {
-    const MS: u64 = 1_000_000;
     for seed in 0..300u64 {
         let mut rng = Lcg(seed * 15_485_863 + 5);
         let clock = ManualClock::new();
@@ -167,10 +171,7 @@ fn never_refuses_with_an_idle_key<A: floodgate::Algorithm>(algorithm: impl Fn() 
             .unwrap();
         let mut now = 0;
         for step in 0..400 {
-            now += (rng.next() % 5) * (rng.next() % 300) * MS;
-            clock.set(now);
-            let key = (rng.next() % 6) as u8;
-            let n = 1 + (rng.next() % 3) as u32;
+            let (key, n) = rng.step(&mut now, &clock, 6);
             let refused = keyed.stats().refused_new_keys;
             let got = keyed.try_acquire(&key, n).unwrap();
             if keyed.stats().refused_new_keys != refused {
@@ -194,13 +195,9 @@ fn a_full_shard_of_plain_keys_never_refuses_a_new_key_while_it_holds_an_idle_one
 
 #[test]
 fn evicting_a_live_key_never_takes_a_blocked_one_while_another_is_not_blocked() {
-    const MS: u64 = 1_000_000;
     for seed in 0..300u64 {
         let mut rng = Lcg(seed * 32_452_843 + 7);
-        let strikes = 1 + (rng.next() % 2) as u32;
-        let span = Duration::from_millis(1 + rng.next() % 3000);
-        let block = Duration::from_millis(1 + rng.next() % 5000);
-        let penalty = PenaltyBox::new(strikes, span, block).unwrap();
+        let penalty = rng.penalty(2, 5000);
         let clock = ManualClock::new();
         let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(2), 3).unwrap())
             .clock(clock.clone())
@@ -211,10 +208,7 @@ fn evicting_a_live_key_never_takes_a_blocked_one_while_another_is_not_blocked() 
             .unwrap();
         let mut now = 0;
         for step in 0..400 {
-            now += (rng.next() % 5) * (rng.next() % 300) * MS;
-            clock.set(now);
-            let key = (rng.next() % 8) as u8;
-            let n = 1 + (rng.next() % 3) as u32;
+            let (key, n) = rng.step(&mut now, &clock, 8);
             let blocked: Vec<u8> = (0..8).filter(|k| keyed.is_blocked(k)).collect();
             let held = keyed.len();
             let evicted = keyed.stats().evicted_live;
