@@ -143,16 +143,42 @@ fn a_full_shard_never_refuses_a_new_key_while_it_holds_an_idle_one() {
             .shards(1)
             .build_with_penalty::<u8>(penalty)
             .unwrap();
+        let map = Walked {
+            acquire: |key, n| keyed.try_acquire(&key, n).unwrap(),
+            refused: || keyed.stats().refused_new_keys,
+            retain: || keyed.retain_recent(),
+        };
+        map.never_refuses_with_an_idle_key(&mut rng, &clock, &format!("seed {seed} ({penalty:?})"));
+    }
+}
+
+/// A map as the "refused while an idle key is held" walk drives it: `Keyed` and
+/// `PenalizedKeyed` alike.
+struct Walked<T, R, D> {
+    acquire: T,
+    refused: R,
+    retain: D,
+}
+
+impl<T, R, D> Walked<T, R, D>
+where
+    T: Fn(u8, u32) -> floodgate::Decision,
+    R: Fn() -> u64,
+    D: Fn() -> usize,
+{
+    /// 400 random steps over keys `0..6` on `clock`: whenever a request is refused as a new key
+    /// (`refused_new_keys` moved), the map held no idle key (`retain_recent` drops nothing).
+    fn never_refuses_with_an_idle_key(&self, rng: &mut Lcg, clock: &ManualClock, what: &str) {
         let mut now = 0;
         for step in 0..400 {
-            let (key, n) = rng.step(&mut now, &clock, 6);
-            let refused = keyed.stats().refused_new_keys;
-            let got = keyed.try_acquire(&key, n).unwrap();
-            if keyed.stats().refused_new_keys != refused {
+            let (key, n) = rng.step(&mut now, clock, 6);
+            let refused = (self.refused)();
+            let got = (self.acquire)(key, n);
+            if (self.refused)() != refused {
                 assert_eq!(
-                    keyed.retain_recent(),
+                    (self.retain)(),
                     0,
-                    "seed {seed} step {step} at {now}: refused {got:?} with an idle key held ({penalty:?})"
+                    "{what} step {step} at {now}: refused {got:?} with an idle key held"
                 );
             }
         }
@@ -169,19 +195,12 @@ fn never_refuses_with_an_idle_key<A: floodgate::Algorithm>(algorithm: impl Fn() 
             .shards(1)
             .build::<u8>()
             .unwrap();
-        let mut now = 0;
-        for step in 0..400 {
-            let (key, n) = rng.step(&mut now, &clock, 6);
-            let refused = keyed.stats().refused_new_keys;
-            let got = keyed.try_acquire(&key, n).unwrap();
-            if keyed.stats().refused_new_keys != refused {
-                assert_eq!(
-                    keyed.retain_recent(),
-                    0,
-                    "seed {seed} step {step} at {now}: refused {got:?} with an idle key held"
-                );
-            }
-        }
+        let map = Walked {
+            acquire: |key, n| keyed.try_acquire(&key, n).unwrap(),
+            refused: || keyed.stats().refused_new_keys,
+            retain: || keyed.retain_recent(),
+        };
+        map.never_refuses_with_an_idle_key(&mut rng, &clock, &format!("seed {seed}"));
     }
 }
 
