@@ -11,6 +11,15 @@ use super::Step;
 /// The one CAS loop: load the word, decide, publish with one compare-exchange against the exact
 /// word the decision was computed from, retry on conflict. A step without `next` (a denial)
 /// returns without writing, so a limiter under attack keeps its cache line shared.
+///
+/// A lost compare-exchange retries at once, with no backoff (session 31, issue 17). A pause of
+/// 32-128 spin-loop hints after each loss, in this loop and the algorithms' short paths, made
+/// the contention report's 2-thread GCRA 1.7-2.1x governor instead of 1.1x, but by starving
+/// one thread: with each call timed, one thread made 0.26-0.86 M calls/s while the other made
+/// 5-5.5 M (without the pause 3.6-3.9 M each), and 23-47 of its calls took over 100 us in 300
+/// ms. Pausing once per call, or reloading the word after the pause, kept both threads
+/// progressing, but with work between calls the pair made fewer calls than with no pause. The
+/// report's batches of 64 calls hide such a starved thread in their percentiles.
 #[inline]
 pub(crate) fn update(word: &AtomicU64, mut decide: impl FnMut(u64) -> Step) -> Decision {
     // Acquire: a state word comes with everything its writer did before publishing it (the time
