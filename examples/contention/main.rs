@@ -8,7 +8,8 @@
 //! cargo run --release --example contention -- --limiters governor,gcra --threads 1,2 --repeat 7 \
 //!     --interleave 10ms --duration 250ms          # the paired measure for a busy machine
 //! ```
-//! Prints a table (aggregate Mops/s, ns per call p50/p99, throughput relative to governor,
+//! Prints a table (aggregate Mops/s, ns per call p50/p99, the slowest thread's share of the
+//! calls, throughput relative to governor,
 //! admitted vs the algorithm's bound; with `--repeat K`, per-cell medians over K paired rounds
 //! and the spread of the ratio; with `--interleave T`, each limiter measured in turns of T
 //! with governor inside its cell) and writes `report.csv` and `report.svg` under
@@ -389,6 +390,7 @@ fn main() -> ExitCode {
                             mops: m.mops(),
                             p50_ns: m.latency.quantile(0.50),
                             p99_ns: m.latency.quantile(0.99),
+                            fairness: m.fairness(),
                             vs_governor: pair_reference.map(|(_, g)| m.mops() / g),
                             spread: None,
                         });
@@ -408,7 +410,8 @@ fn main() -> ExitCode {
     println!("{}", output::table(&cells_shown, &options.workloads));
     println!(
         "Mops/s: calls by all threads per second. p50/p99: per-call time seen by one thread \
-         (batches of {}). ×gov: throughput / governor's in the same cell (with --clock coarse: \
+         (batches of {}). fair: the slowest thread's calls over an even share (1 = even; a \
+         starved thread shows here, not in p99, over several rounds the lowest). ×gov: throughput / governor's in the same cell (with --clock coarse: \
          governor-coarse's, where the run has it). bound: the most the \
          algorithm may admit over the measured time.",
         measure::BATCH

@@ -75,6 +75,9 @@ pub struct Measured {
     /// The time this limiter was called in: the whole span, or its turns ([`run_interleaved`]).
     pub active_nanos: u64,
     pub latency: Histogram,
+    /// The calls of the thread that made the fewest.
+    pub slowest_thread_calls: u64,
+    pub threads: usize,
 }
 
 impl Measured {
@@ -86,11 +89,24 @@ impl Measured {
             span: Span { start: 0, end: 0 },
             active_nanos: 0,
             latency: Histogram::new(),
+            slowest_thread_calls: u64::MAX,
+            threads: 0,
         }
     }
 
     pub fn mops(&self) -> f64 {
         self.calls as f64 / self.active_nanos.max(1) as f64 * 1e3
+    }
+
+    /// The slowest thread's calls over an even share of all calls: 1 when every thread made as
+    /// many calls, near 0 when one thread was starved (by a limiter whose compare-exchange
+    /// loop lets one thread win over and over). The latency quantiles cannot show a starved
+    /// thread: it makes few batches, so few samples.
+    pub fn fairness(&self) -> f64 {
+        match self.calls {
+            0 => 1.0,
+            calls => self.slowest_thread_calls as f64 * self.threads as f64 / calls as f64,
+        }
     }
 }
 
@@ -157,6 +173,8 @@ pub fn run_interleaved(
             m.admitted += r.admitted;
             m.errors += r.errors;
             m.latency.merge(&r.latency);
+            m.slowest_thread_calls = m.slowest_thread_calls.min(r.calls);
+            m.threads += 1;
         }
         measured.push(m);
     }

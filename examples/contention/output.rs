@@ -23,6 +23,9 @@ pub struct Row {
     pub mops: f64,
     pub p50_ns: f64,
     pub p99_ns: f64,
+    /// [`Measured::fairness`](crate::measure::Measured::fairness): the slowest thread's share of
+    /// the calls, 1 for an even split (over several rounds: the lowest round's).
+    pub fairness: f64,
     /// Throughput divided by governor's in the same (threads, workload) cell of this run.
     pub vs_governor: Option<f64>,
     /// Over several rounds: the lowest and the highest round's `vs_governor`.
@@ -104,6 +107,10 @@ pub fn medians(rows: &[Row]) -> Vec<Row> {
             mops: of(|r| r.mops),
             p50_ns: of(|r| r.p50_ns),
             p99_ns: of(|r| r.p99_ns),
+            fairness: same
+                .iter()
+                .map(|r| r.fairness)
+                .fold(f64::INFINITY, f64::min),
             vs_governor: (!ratios.is_empty()).then(|| median(ratios.clone())),
             spread: (!ratios.is_empty()).then(|| {
                 let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
@@ -174,12 +181,13 @@ pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
         let _ = writeln!(out, "\n{}", workload.name());
         let _ = writeln!(
             out,
-            "{:<22} {:>3}  {:>8}  {:>8} {:>8}  {:>6}{}  {:>13}  {:>13}  {:>16}  accuracy",
+            "{:<22} {:>3}  {:>8}  {:>8} {:>8}  {:>5}  {:>6}{}  {:>13}  {:>13}  {:>16}  accuracy",
             "limiter",
             "thr",
             "Mops/s",
             "p50 ns",
             "p99 ns",
+            "fair",
             "×gov",
             if spreads {
                 format!("  {:>11}", "spread")
@@ -211,12 +219,13 @@ pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
             };
             let _ = writeln!(
                 out,
-                "{:<22} {:>3}  {:>8.2}  {:>8} {:>8}  {:>6}{}  {:>13}  {:>13}  {:>16}  {}   ({})",
+                "{:<22} {:>3}  {:>8.2}  {:>8} {:>8}  {:>5.2}  {:>6}{}  {:>13}  {:>13}  {:>16}  {}   ({})",
                 r.limiter,
                 r.threads,
                 r.mops,
                 ns(r.p50_ns),
                 ns(r.p99_ns),
+                r.fairness,
                 ratio,
                 spread,
                 r.calls,
@@ -232,12 +241,12 @@ pub fn table(rows: &[Row], workloads: &[Workload]) -> String {
 
 pub fn write_csv(rows: &[Row], clock: &str, path: &Path) -> io::Result<()> {
     let mut out = String::from(
-        "limiter,clock,threads,workload,limit,period_ns,seconds,calls,admitted,bound,bound_ok,errors,mops,ns_p50,ns_p99,throughput_vs_governor,round\n",
+        "limiter,clock,threads,workload,limit,period_ns,seconds,calls,admitted,bound,bound_ok,errors,mops,ns_p50,ns_p99,fairness,throughput_vs_governor,round\n",
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.6},{},{},{},{},{},{:.4},{:.2},{:.2},{},{}",
+            "{},{},{},{},{},{},{:.6},{},{},{},{},{},{:.4},{:.2},{:.2},{:.3},{},{}",
             r.limiter,
             clock,
             r.threads,
@@ -253,6 +262,7 @@ pub fn write_csv(rows: &[Row], clock: &str, path: &Path) -> io::Result<()> {
             r.mops,
             r.p50_ns,
             r.p99_ns,
+            r.fairness,
             r.vs_governor.map_or(String::new(), |x| format!("{x:.4}")),
             r.round + 1,
         );
