@@ -18,7 +18,12 @@ fn times_at_the_end_of_the_clock_do_not_panic() {
                 .shards(1)
                 .when_full(when_full)
                 .build_with_penalty::<u32>(
-                    PenaltyBox::new(2, Duration::MAX, Duration::MAX).unwrap(),
+                    PenaltyBox::new(
+                        2,
+                        Duration::from_nanos(u64::MAX),
+                        Duration::from_nanos(u64::MAX),
+                    )
+                    .unwrap(),
                 )
                 .unwrap();
             for k in 0..20u32 {
