@@ -228,6 +228,46 @@ fn idle_keys_go_before_live_ones_and_the_least_used_live_key_goes_first() {
     assert_eq!(keyed.len(), 3);
 }
 
+/// `stats().sweeps` counts every pass that judges each key of a shard and drops the idle ones,
+/// once: the sweep an eviction's rebuild runs (it judges every key to pick the live ones to
+/// evict, and drops any idle one first) as much as one run because a key could be idle, or by
+/// `retain_recent`. The eviction's went uncounted.
+#[test]
+fn a_sweep_inside_an_eviction_rebuild_is_counted_once() {
+    let clock = ManualClock::new();
+    let one_per_10s = TokenBucket::new(Rate::new(1, Duration::from_secs(10)), 1).unwrap();
+    let keyed: Keyed<u32, _, _> = Keyed::builder(one_per_10s)
+        .clock(clock.clone())
+        .max_keys(2)
+        .shards(1)
+        .when_full(WhenFull::EvictLeastUsed)
+        .build()
+        .unwrap();
+    assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
+    assert_eq!(keyed.stats().sweeps, 0, "no pass over the keys yet");
+    // Full of live keys (idle from 10 s): no sweep is due, but the eviction judges both keys.
+    clock.set(SEC);
+    assert!(keyed.try_acquire(&3, 1).unwrap().is_allowed());
+    let stats = keyed.stats();
+    assert_eq!(
+        (stats.evicted_live, stats.evicted_idle, stats.sweeps),
+        (1, 0, 1),
+        "the eviction's pass is a sweep"
+    );
+    // At 11 s every key is idle: one due sweep with an eviction planned drops them, counted once.
+    clock.set(11 * SEC);
+    assert!(keyed.try_acquire(&4, 1).unwrap().is_allowed());
+    let stats = keyed.stats();
+    assert_eq!(
+        (stats.evicted_live, stats.evicted_idle, stats.sweeps),
+        (1, 2, 2)
+    );
+    // `retain_recent` sweeps each shard once.
+    assert_eq!(keyed.retain_recent(), 0);
+    assert_eq!(keyed.stats().sweeps, 3);
+}
+
 #[test]
 fn retain_recent_and_shrink_drop_only_idle_keys() {
     let clock = ManualClock::new();

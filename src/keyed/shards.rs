@@ -951,7 +951,10 @@ where
         if judge {
             meta.next_idle_at = next_idle_at;
         }
-        if plan.sweep {
+        // A pass that judged every key and dropped the idle ones is a sweep, whether a sweep was
+        // due (`plan.sweep`) or an eviction needed the judging (it drops idle keys first): one
+        // count per pass.
+        if judge {
             meta.sweeps += 1;
         }
         if idle + evicted + forgotten > 0 {
