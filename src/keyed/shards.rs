@@ -44,8 +44,10 @@
 //!   twice its keys, within the cap), when it is full and a sweep is due (some key can be idle:
 //!   `next_idle_at`), and in batches of evictions. Each rebuild sizes the table to twice the keys
 //!   it keeps, so a flood of keys gone idle hands its memory back at the next sweep, with no
-//!   explicit `shrink()`. Below the cap idle keys are kept: a key used again after going idle is
-//!   found in place, not re-inserted.
+//!   explicit `shrink()`: in a shard it filled to the cap, when the next new key arrives there.
+//!   Below the cap idle keys are kept (a growth rebuild judges nothing): a key used again after
+//!   going idle is found in place, not re-inserted, and a shard grown but not filled keeps its
+//!   table until `retain_recent()` or `shrink()`.
 //!
 //! Why a check takes the `ArcSwap` guard (measured against a thread-local table cache, issue 16;
 //! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA; governor keyed with ahash:
