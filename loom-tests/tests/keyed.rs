@@ -285,7 +285,10 @@ fn peek_of_an_absent_key_racing_a_forget_that_makes_room() {
         let room = keyed.peek(&3, 1).unwrap().is_allowed();
         a.join().unwrap();
         if saw_forget {
-            assert!(room, "peek refused a new key in a shard it knew below its cap");
+            assert!(
+                room,
+                "peek refused a new key in a shard it knew below its cap"
+            );
         }
         assert!(keyed.peek(&3, 1).unwrap().is_allowed());
         assert!(keyed.try_acquire(&3, 1).unwrap().is_allowed());
