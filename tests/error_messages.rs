@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use floodgate::backend::FailurePolicy;
 use floodgate::{
-    ConfigError, FixedWindow, ManualClock, SlidingLog, SlidingWindow, SmoothWarmingUp,
+    ConfigError, FixedWindow, ManualClock, PenaltyBox, SlidingLog, SlidingWindow, SmoothWarmingUp,
 };
 
 fn message(error: ConfigError) -> String {
@@ -67,6 +67,61 @@ fn a_window_past_u64_nanoseconds_names_the_window_and_the_range() {
             "{text}"
         );
     }
+}
+
+/// A penalty box's span or block past `u64` nanoseconds is refused as a window is, naming the
+/// setting, the range and the value; it was clamped to 584 years without a word.
+#[test]
+fn a_penalty_span_or_block_past_u64_nanoseconds_names_the_setting_and_the_range() {
+    let secs = Duration::from_secs;
+    let longest = Duration::from_nanos(u64::MAX);
+    let beyond = longest + Duration::from_nanos(1);
+    for (what, value, error) in [
+        (
+            "penalty span",
+            Duration::MAX,
+            PenaltyBox::new(3, Duration::MAX, secs(60)).err(),
+        ),
+        (
+            "penalty block",
+            Duration::MAX,
+            PenaltyBox::new(3, secs(10), Duration::MAX).err(),
+        ),
+        (
+            "penalty span",
+            beyond,
+            PenaltyBox::new(3, beyond, secs(60)).err(),
+        ),
+        (
+            "penalty block",
+            beyond,
+            PenaltyBox::new(3, secs(10), beyond).err(),
+        ),
+    ] {
+        let error = error.unwrap_or_else(|| panic!("{what} {value:?} accepted"));
+        assert_eq!(
+            error,
+            ConfigError::DurationOutOfRange {
+                what,
+                value,
+                min: Duration::from_nanos(1),
+                max: longest,
+            }
+        );
+        let text = message(error);
+        assert!(
+            text.starts_with(&format!("{what} must be within"))
+                && text.contains(&format!("{value:?}")),
+            "{text}"
+        );
+    }
+    // The longest accepted is kept exactly.
+    let penalty = PenaltyBox::new(3, longest, longest).unwrap();
+    assert_eq!((penalty.span(), penalty.block()), (longest, longest));
+    assert_eq!(
+        PenaltyBox::new(3, Duration::ZERO, secs(60)),
+        Err(ConfigError::ZeroPeriod)
+    );
 }
 
 #[cfg(feature = "redis")]

@@ -1,6 +1,8 @@
 //! Keyed limiting on a ManualClock: exact per-key decisions, the cap, the eviction order, the
 //! penalty box, IP keys.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use floodgate::keyed::WhenFull;
@@ -226,6 +228,46 @@ fn idle_keys_go_before_live_ones_and_the_least_used_live_key_goes_first() {
         Decision::allow(10, 7, 3 * SEC)
     );
     assert_eq!(keyed.len(), 3);
+}
+
+/// `stats().sweeps` counts every pass that judges each key of a shard and drops the idle ones,
+/// once: the sweep an eviction's rebuild runs (it judges every key to pick the live ones to
+/// evict, and drops any idle one first) as much as one run because a key could be idle, or by
+/// `retain_recent`. The eviction's went uncounted.
+#[test]
+fn a_sweep_inside_an_eviction_rebuild_is_counted_once() {
+    let clock = ManualClock::new();
+    let one_per_10s = TokenBucket::new(Rate::new(1, Duration::from_secs(10)), 1).unwrap();
+    let keyed: Keyed<u32, _, _> = Keyed::builder(one_per_10s)
+        .clock(clock.clone())
+        .max_keys(2)
+        .shards(1)
+        .when_full(WhenFull::EvictLeastUsed)
+        .build()
+        .unwrap();
+    assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
+    assert_eq!(keyed.stats().sweeps, 0, "no pass over the keys yet");
+    // Full of live keys (idle from 10 s): no sweep is due, but the eviction judges both keys.
+    clock.set(SEC);
+    assert!(keyed.try_acquire(&3, 1).unwrap().is_allowed());
+    let stats = keyed.stats();
+    assert_eq!(
+        (stats.evicted_live, stats.evicted_idle, stats.sweeps),
+        (1, 0, 1),
+        "the eviction's pass is a sweep"
+    );
+    // At 11 s every key is idle: one due sweep with an eviction planned drops them, counted once.
+    clock.set(11 * SEC);
+    assert!(keyed.try_acquire(&4, 1).unwrap().is_allowed());
+    let stats = keyed.stats();
+    assert_eq!(
+        (stats.evicted_live, stats.evicted_idle, stats.sweeps),
+        (1, 2, 2)
+    );
+    // `retain_recent` sweeps each shard once.
+    assert_eq!(keyed.retain_recent(), 0);
+    assert_eq!(keyed.stats().sweeps, 3);
 }
 
 #[test]
@@ -622,4 +664,72 @@ fn a_blocked_keys_reset_after_covers_its_limiter_refilling() {
     let blocked = keyed.try_acquire(&1, 1).unwrap();
     assert_eq!(blocked.retry_after(), Duration::from_millis(500));
     assert_eq!(blocked.reset_after(), Duration::from_millis(99_500));
+}
+
+/// A key whose `Clone` (the copy an insert stores, made under the shard's mutex) stops for key 99
+/// until the test says go: it holds its shard's mutex meanwhile.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct HeldKey(u32);
+
+/// For key 99's clone: says "inside" on the first channel, then waits (bounded) for the second.
+/// Whether the go came in time is left in `PEEKED_IN_TIME`.
+static HOLD: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>> =
+    std::sync::Mutex::new(None);
+static PEEKED_IN_TIME: AtomicBool = AtomicBool::new(false);
+
+impl Clone for HeldKey {
+    fn clone(&self) -> Self {
+        if self.0 == 99
+            && let Some((inside, go)) = HOLD.lock().unwrap().take()
+        {
+            inside.send(()).unwrap();
+            // A bound on the wait so a peek that takes the mutex fails the test instead of
+            // hanging it: that peek can only return after this clone does.
+            let in_time = go.recv_timeout(Duration::from_secs(10)).is_ok();
+            PEEKED_IN_TIME.store(in_time, Ordering::SeqCst);
+        }
+        HeldKey(self.0)
+    }
+}
+
+/// Issue 16: the read path takes no lock. `peek` on a key the map does not hold, in a shard below
+/// its cap, answers while another thread holds the shard's mutex (inserting a key); it used to
+/// wait for the mutex to read the shard's key count.
+#[test]
+fn peek_on_an_absent_key_below_the_cap_takes_no_lock() {
+    let keyed: Keyed<HeldKey, _, _> =
+        Keyed::builder(TokenBucket::new(Rate::per_second(1), 2).unwrap())
+            .clock(ManualClock::new())
+            .max_keys(4)
+            .shards(1)
+            .build()
+            .unwrap();
+    assert!(keyed.try_acquire(&HeldKey(1), 1).unwrap().is_allowed());
+    let (inside_tx, inside) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *HOLD.lock().unwrap() = Some((inside_tx, go_rx));
+    std::thread::scope(|scope| {
+        let inserter = scope.spawn(|| keyed.try_acquire(&HeldKey(99), 1).unwrap());
+        inside.recv().unwrap(); // the inserter holds the shard's mutex now
+        let peeked = keyed.peek(&HeldKey(5), 2).unwrap();
+        let _ = go.send(());
+        assert!(inserter.join().unwrap().is_allowed());
+        assert_eq!(
+            peeked,
+            Decision::allow(2, 0, 2 * SEC),
+            "room: a fresh key's answer"
+        );
+    });
+    assert!(
+        PEEKED_IN_TIME.load(Ordering::SeqCst),
+        "peek on an absent key waited for the shard's mutex"
+    );
+    // At the cap the same peek refuses, as the next try does.
+    for key in [2, 3] {
+        assert!(keyed.try_acquire(&HeldKey(key), 1).unwrap().is_allowed());
+    }
+    assert_eq!(keyed.len(), 4);
+    let peeked = keyed.peek(&HeldKey(5), 1).unwrap();
+    assert!(!peeked.is_allowed(), "{peeked:?}");
+    assert_eq!(keyed.try_acquire(&HeldKey(5), 1).unwrap(), peeked);
 }

@@ -18,7 +18,12 @@ fn times_at_the_end_of_the_clock_do_not_panic() {
                 .shards(1)
                 .when_full(when_full)
                 .build_with_penalty::<u32>(
-                    PenaltyBox::new(2, Duration::MAX, Duration::MAX).unwrap(),
+                    PenaltyBox::new(
+                        2,
+                        Duration::from_nanos(u64::MAX),
+                        Duration::from_nanos(u64::MAX),
+                    )
+                    .unwrap(),
                 )
                 .unwrap();
             for k in 0..20u32 {
@@ -239,6 +244,56 @@ fn evicting_a_live_key_never_takes_a_blocked_one_while_another_is_not_blocked() 
                         "seed {seed} step {step}: blocked key {k} evicted ({penalty:?})"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// `Keyed::peek` answers as the next `try_acquire` on the same key does, for keys the map holds
+/// and keys it does not, at and below the cap, through inserts, sweeps, `forget`,
+/// `retain_recent` and `shrink` (each changes a shard's key count, which a peek on an absent key
+/// reads without the shard's lock when the shard is below its cap). One shard of 4 and two
+/// shards of 2, a key space of 8, `WhenFull::DenyNewKeys`.
+#[test]
+fn peek_on_any_key_agrees_with_the_next_try_through_every_change_of_the_key_count() {
+    for shards in [1, 2] {
+        for seed in 0..200u64 {
+            let mut rng = Lcg(seed * 49_979_687 + 11);
+            let clock = ManualClock::new();
+            let keyed = Keyed::builder(TokenBucket::new(Rate::per_second(2), 3).unwrap())
+                .clock(clock.clone())
+                .max_keys(4)
+                .shards(shards)
+                .build::<u8>()
+                .unwrap();
+            let (mut now, mut refusals) = (0, 0);
+            for step in 0..300 {
+                let (key, n) = rng.step(&mut now, &clock, 8);
+                match rng.next() % 16 {
+                    0 => {
+                        keyed.forget(&key);
+                    }
+                    1 => {
+                        keyed.retain_recent();
+                    }
+                    2 => {
+                        keyed.shrink();
+                    }
+                    _ => {}
+                }
+                let held = keyed.len();
+                let peeked = keyed.peek(&key, n).unwrap();
+                let refused = keyed.stats().refused_new_keys;
+                let got = keyed.try_acquire(&key, n).unwrap();
+                let what = format!("{shards} shards, seed {seed} step {step} at {now}: key {key}");
+                assert_eq!(peeked, got, "{what}, {held} keys held");
+                if keyed.stats().refused_new_keys != refused {
+                    refusals += 1;
+                }
+            }
+            // The walks reach full shards: the refusal path is exercised, not only the room one.
+            if seed == 0 {
+                assert!(refusals > 0, "{shards} shards: no new key was ever refused");
             }
         }
     }

@@ -2,14 +2,16 @@
 //! loom models of the keyed map's protocol beyond the CAS loop: a lock-free check racing the
 //! insert, the sweep, the eviction or the forgetting of its key or of another key (a rebuild
 //! waits for every check on the old table before it reads the clock, judges and moves the
-//! words), a growing rebuild, and two penalty-box strikes racing into a block.
+//! words), a growing rebuild, two penalty-box strikes racing into a block, and a `peek` on an
+//! absent key (which reads the shard's key count without the mutex) racing a change of the
+//! count.
 
 use std::time::Duration;
 
 use floodgate::keyed::WhenFull;
 use floodgate::{Clock, FixedWindow, Keyed, ManualClock, PenaltyBox};
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use loom::thread;
 
 /// A manual clock on a loom atomic, so loom explores where its reads fall.
@@ -225,5 +227,70 @@ fn forget_racing_a_check_of_another_key_keeps_its_admission() {
         assert!(b.join().unwrap());
         assert!(!keyed.try_acquire(&1, 1).unwrap().is_allowed());
         assert_eq!(keyed.len(), 1);
+    });
+}
+
+/// `peek` on a key the map does not hold reads its shard's key count without the mutex while the
+/// shard is below its cap. Racing the insert that fills the shard (A), it answers as before the
+/// insert (room) or after it (refused: the shard is full of live keys until 10), never hangs;
+/// once it has seen the insert return (a flag A raises after it), it answers as after.
+#[test]
+fn peek_of_an_absent_key_racing_the_insert_that_fills_its_shard() {
+    model(|| {
+        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+        let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
+        assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+        let done = Arc::new(AtomicBool::new(false));
+        let a = {
+            let (keyed, done) = (keyed.clone(), done.clone());
+            thread::spawn(move || {
+                assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
+                // Release: pairs with the Acquire load below.
+                done.store(true, Ordering::Release);
+            })
+        };
+        // Acquire: pairs with A's Release store.
+        let saw_insert = done.load(Ordering::Acquire);
+        let room = keyed.peek(&3, 1).unwrap().is_allowed();
+        a.join().unwrap();
+        if saw_insert {
+            assert!(!room, "peek saw room in a shard it knew full");
+        }
+        assert!(!keyed.peek(&3, 1).unwrap().is_allowed());
+        assert!(!keyed.try_acquire(&3, 1).unwrap().is_allowed());
+    });
+}
+
+/// The other way: a `forget` takes a full shard (of live keys) below its cap, by a rebuild
+/// (whose placeholder sends a racing peek to the mutex). The peek answers refused (before) or
+/// room (after), never hangs; once it has seen the forget return, room.
+#[test]
+fn peek_of_an_absent_key_racing_a_forget_that_makes_room() {
+    model(|| {
+        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+        let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
+        assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
+        let done = Arc::new(AtomicBool::new(false));
+        let a = {
+            let (keyed, done) = (keyed.clone(), done.clone());
+            thread::spawn(move || {
+                assert!(keyed.forget(&1));
+                // Release: pairs with the Acquire load below.
+                done.store(true, Ordering::Release);
+            })
+        };
+        // Acquire: pairs with A's Release store.
+        let saw_forget = done.load(Ordering::Acquire);
+        let room = keyed.peek(&3, 1).unwrap().is_allowed();
+        a.join().unwrap();
+        if saw_forget {
+            assert!(
+                room,
+                "peek refused a new key in a shard it knew below its cap"
+            );
+        }
+        assert!(keyed.peek(&3, 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&3, 1).unwrap().is_allowed());
     });
 }

@@ -157,7 +157,11 @@ where
     }
 
     /// [`try_acquire`](Self::try_acquire) with its decision: the key's limit and the permits
-    /// left for it after this take (a new key refused by a shard full of busy keys: none left).
+    /// left for it after this take. A new key refused by a shard full of busy keys: none left,
+    /// and a `retry_after` of the time until the map next looks for a drained key (at most
+    /// [`KEYED_SWEEP_BACKOFF_NANOS`]), before which it refuses the key again whatever the busy
+    /// keys do (as [`Keyed`](crate::Keyed) with [`WhenFull::DenyNewKeys`] answers with the first
+    /// moment a slot can free up). No reset: a count frees when a request ends, not at a time.
     pub(crate) fn take<Q>(
         &self,
         key: &Q,
@@ -179,7 +183,12 @@ where
             });
             (decision, permit)
         });
-        Ok(taken.unwrap_or((Decision::deny(u64::from(limit), 0, 1, 0), None)))
+        Ok(taken.unwrap_or_else(|refused| {
+            (
+                Decision::deny(u64::from(limit), 0, refused.retry_after, 0),
+                None,
+            )
+        }))
     }
 
     /// Permits in flight for `key` now (0 for a key not held).
@@ -340,5 +349,45 @@ impl Drop for KeyedPermit {
         self.count
             .in_flight
             .fetch_sub(u64::from(self.permits), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    const MS: u64 = 1_000_000;
+
+    /// A new key refused by a shard full of busy keys is told to come back when the map will next
+    /// look for a drained key (its sweep back-off), not in 1 ns: before that moment the map
+    /// refuses it whatever the busy keys do, so an earlier retry is refused again.
+    #[test]
+    fn a_refused_new_key_is_told_when_the_map_next_looks_for_room() {
+        let clock = ManualClock::new();
+        let keyed: KeyedInFlight<u32, _> = KeyedInFlight::with_clock(1, 1, clock.clone()).unwrap();
+        let busy = keyed.take(&1, 1).unwrap().1.expect("room");
+        let (refused, none) = keyed.take(&2, 1).unwrap();
+        assert!(none.is_none());
+        assert_eq!(refused, Decision::deny(1, 0, KEYED_SWEEP_BACKOFF_NANOS, 0));
+        clock.set(400_000);
+        drop(busy); // drained, but the map looks only at the back-off's end
+        let (refused, none) = keyed.take(&2, 1).unwrap();
+        assert!(none.is_none());
+        assert_eq!(refused.retry_after().as_nanos(), 600_000);
+        clock.set(MS - 1);
+        assert_eq!(keyed.take(&2, 1).unwrap().0.retry_after().as_nanos(), 1);
+        clock.set(MS);
+        assert!(
+            keyed.take(&2, 1).unwrap().1.is_some(),
+            "told 1 ms: room at 1 ms"
+        );
+        // A sweep that finds every key busy schedules the next one a back-off later.
+        let (refused, _) = keyed.take(&3, 1).unwrap();
+        assert_eq!(
+            refused.retry_after().as_nanos(),
+            u128::from(KEYED_SWEEP_BACKOFF_NANOS)
+        );
+        assert_eq!(keyed.stats().refused_new_keys, 4);
     }
 }

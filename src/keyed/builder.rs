@@ -278,8 +278,10 @@ where
 /// ```
 pub const MAX_SHARDS: usize = 1 << 16;
 
-/// Shards: 4 per core, at least enough that no shard holds more than
-/// [`KEYS_PER_SHARD_TARGET`] keys (bounding a sweep), at most one per 8 keys of the cap.
+/// Shards: 4 per core, or enough that no shard holds more than [`KEYS_PER_SHARD_TARGET`] keys
+/// (bounding a sweep) if that is more, rounded up to a power of two; then at most
+/// [`MAX_SHARDS`] (so from 2^28 + 2^16 keys on a shard holds more) and at most one per 8 keys of the cap
+/// (at least 1). The README's "Keyed limiting" section says the same.
 fn default_shards(max_keys: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
     let wanted = (cores * 4)

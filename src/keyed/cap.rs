@@ -49,6 +49,9 @@ pub struct KeyedStats {
     pub evicted_live: u64,
     /// Requests from new keys denied for lack of room ([`WhenFull::DenyNewKeys`]).
     pub refused_new_keys: u64,
-    /// Shard sweeps run.
+    /// Shard sweeps run: passes that judge every key of one shard and drop the idle ones, each
+    /// counted once, whether run because some key could be idle, to pick the live keys an
+    /// eviction batch takes ([`WhenFull::EvictLeastUsed`]; such a pass drops idle keys first), or
+    /// by [`Keyed::retain_recent`](crate::Keyed::retain_recent) (one per shard).
     pub sweeps: u64,
 }

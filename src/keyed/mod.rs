@@ -13,7 +13,9 @@
 //! once some key can be idle), or on demand by [`Keyed::retain_recent`]; below the cap they are
 //! kept, so a key used again after going idle is found in place. A sweep sizes the shard's table
 //! to twice the keys it keeps, so the memory of a flood gone idle comes back without
-//! [`Keyed::shrink`]. No background thread is needed.
+//! [`Keyed::shrink`] in the shards the flood filled to their cap, at their next sweep (a new key
+//! for the shard once some key can be idle). A shard grown but not filled keeps its table and its
+//! idle keys until [`Keyed::retain_recent`] or [`Keyed::shrink`]. No background thread is needed.
 //!
 //! When a shard is full and **every** key in it is live, [`WhenFull`] decides: refuse the new key
 //! (the default; counted in [`KeyedStats::refused_new_keys`]) or evict the live keys holding the

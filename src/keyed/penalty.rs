@@ -20,7 +20,7 @@ use std::time::Duration;
 use super::shards::{KeySlot, Liveness};
 use super::slot::{LimiterSlot, Rules, decide_word, word_liveness};
 use crate::clock::{Clock, duration_to_nanos};
-use crate::decision::{AcquireError, ConfigError, Decision};
+use crate::decision::{AcquireError, ConfigError, Decision, window_nanos};
 use crate::limiter::{Algorithm, Step, update};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -55,7 +55,8 @@ impl PenaltyBox {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for `strikes` outside `1..=62`, [`ConfigError::ZeroPeriod`] for a
-    /// zero span or block.
+    /// zero span or block, [`ConfigError::DurationOutOfRange`] (`what`: `"penalty span"` or
+    /// `"penalty block"`) for one beyond `u64` nanoseconds (584 years), as a window.
     ///
     /// ```
     /// use floodgate::{ConfigError, PenaltyBox};
@@ -64,6 +65,10 @@ impl PenaltyBox {
     /// assert!(PenaltyBox::new(3, secs(10), secs(60)).is_ok());
     /// assert_eq!(PenaltyBox::new(3, Duration::ZERO, secs(60)), Err(ConfigError::ZeroPeriod));
     /// assert!(PenaltyBox::new(63, secs(10), secs(60)).is_err()); // at most 62 strikes
+    /// assert!(matches!(
+    ///     PenaltyBox::new(3, secs(10), Duration::MAX),
+    ///     Err(ConfigError::DurationOutOfRange { what: "penalty block", .. })
+    /// ));
     /// ```
     pub fn new(strikes: u32, span: Duration, block: Duration) -> Result<Self, ConfigError> {
         if !(1..=MAX_STRIKES).contains(&strikes) {
@@ -72,13 +77,10 @@ impl PenaltyBox {
                 why: "must be in 1..=62",
             });
         }
-        if span.is_zero() || block.is_zero() {
-            return Err(ConfigError::ZeroPeriod);
-        }
         Ok(PenaltyBox {
             strikes,
-            span_nanos: duration_to_nanos(span),
-            block_nanos: duration_to_nanos(block),
+            span_nanos: window_nanos("penalty span", span)?,
+            block_nanos: window_nanos("penalty block", block)?,
         })
     }
 

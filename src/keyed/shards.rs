@@ -9,6 +9,10 @@
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
 //!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
+//! - A look at a key the map does not hold (`Keyed::peek`) takes no lock either while its
+//!   shard is below its cap: whether a new key would be refused reads a mirror of the shard's
+//!   key count (an atomic written only under the mutex, before the table or key it counts is
+//!   published); only a shard at its cap takes the mutex, to read its sweep schedule.
 //! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
 //!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
 //!   it from then on, never with the fresh word (see `insert`).
@@ -40,8 +44,10 @@
 //!   twice its keys, within the cap), when it is full and a sweep is due (some key can be idle:
 //!   `next_idle_at`), and in batches of evictions. Each rebuild sizes the table to twice the keys
 //!   it keeps, so a flood of keys gone idle hands its memory back at the next sweep, with no
-//!   explicit `shrink()`. Below the cap idle keys are kept: a key used again after going idle is
-//!   found in place, not re-inserted.
+//!   explicit `shrink()`: in a shard it filled to the cap, when the next new key arrives there.
+//!   Below the cap idle keys are kept (a growth rebuild judges nothing): a key used again after
+//!   going idle is found in place, not re-inserted, and a shard grown but not filled keeps its
+//!   table until `retain_recent()` or `shrink()`.
 //!
 //! Why a check takes the `ArcSwap` guard (measured against a thread-local table cache, issue 16;
 //! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA; governor keyed with ahash:
@@ -97,7 +103,7 @@ use crossbeam_utils::CachePadded;
 
 use super::cap::{KeyedStats, WhenFull};
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
-use crate::sync::{AtomicU64, Mutex, MutexGuard};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// Most keys a shard holds when the shard count is chosen automatically: bounds the cost of one
 /// sweep (a sweep looks at every key of one shard).
@@ -390,7 +396,8 @@ const PAD_CELLS: usize = 0;
 
 /// A shard's bookkeeping, under its mutex.
 struct Meta {
-    /// Keys in the current table.
+    /// Keys in the current table; written only through [`set_len`], which mirrors it in
+    /// [`ShardMeta::keys`].
     len: usize,
     /// Slots of the current table.
     slots: usize,
@@ -410,11 +417,24 @@ struct Meta {
     dropped_at: u64,
 }
 
+/// A shard's mutex and bookkeeping, and the mirror of its key count that a read takes without
+/// the mutex.
+struct ShardMeta {
+    lock: Mutex<Meta>,
+    /// `Meta::len`, written with it under the mutex (only by [`set_len`]), before the table or
+    /// key it counts is published; read without the mutex by
+    /// [`refuses_new_key`](ShardedMap::refuses_new_key), so a `peek` on an absent key in a shard
+    /// below its cap takes no lock. A `u64` for the loom shim's atomics.
+    keys: AtomicU64,
+}
+
 /// One shard, as the map's two arrays hold it: its table, which every check reads, and its
 /// mutex and bookkeeping, which inserts write.
 struct Shard<'a, K, S> {
     table: &'a TableCell<K, S>,
     meta: &'a Mutex<Meta>,
+    /// The mirror of `meta.len` ([`ShardMeta::keys`]).
+    keys: &'a AtomicU64,
 }
 
 impl<K, S> Clone for Shard<'_, K, S> {
@@ -449,9 +469,9 @@ pub(crate) struct ShardedMap<K, S> {
     /// [`PAD_CELLS`] unused cells at either end, so the array shares no cache line holding a
     /// shard's cell with another allocation.
     tables: Box<[TableCell<K, S>]>,
-    /// Each shard's mutex and bookkeeping, a cache line or two of its own (inserts write it),
-    /// off the lines checks read.
-    metas: Box<[CachePadded<Mutex<Meta>>]>,
+    /// Each shard's mutex and bookkeeping (and the mirror of its key count), a cache line or
+    /// two of its own (inserts write it), off the lines checks read.
+    metas: Box<[CachePadded<ShardMeta>]>,
     /// The time floor of every key's state words (see
     /// [`limiter::update_at`](crate::limiter::update_at)), one for the whole map, beside the
     /// fields every check reads. A floor per shard was raised by nearly every admission once
@@ -506,9 +526,11 @@ impl<K, S> ShardedMap<K, S> {
 
     /// Shard `index`'s table cell and mutex.
     fn shard_at(&self, index: usize) -> Shard<'_, K, S> {
+        let meta = &self.metas[index];
         Shard {
             table: self.cell(index),
-            meta: &self.metas[index],
+            meta: &meta.lock,
+            keys: &meta.keys,
         }
     }
 
@@ -544,16 +566,19 @@ where
             .collect();
         let metas = (0..shards)
             .map(|_| {
-                CachePadded::new(Mutex::new(Meta {
-                    len: 0,
-                    slots: first,
-                    next_idle_at: u64::MAX,
-                    evicted_idle: 0,
-                    evicted_live: 0,
-                    refused_new_keys: 0,
-                    sweeps: 0,
-                    dropped_at: 0,
-                }))
+                CachePadded::new(ShardMeta {
+                    lock: Mutex::new(Meta {
+                        len: 0,
+                        slots: first,
+                        next_idle_at: u64::MAX,
+                        evicted_idle: 0,
+                        evicted_live: 0,
+                        refused_new_keys: 0,
+                        sweeps: 0,
+                        dropped_at: 0,
+                    }),
+                    keys: AtomicU64::new(0),
+                })
             })
             .collect();
         // Under loom, fixed seeds: a table's layout decides which slot's (loom) atomic a new key
@@ -716,7 +741,8 @@ where
             key: &slot.key,
             owned: Some(key.to_owned()),
         };
-        meta.len += 1;
+        let len = meta.len + 1;
+        set_len(shard, &mut meta, len);
         let result = run(&slot.value, now, &self.floor);
         drop(publish);
         // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
@@ -766,6 +792,12 @@ where
     /// keys (the `retry_after` an insert would report), `None` when there is room (or some key
     /// is idle, so a sweep would make room). Scans the shard only when it is full and a sweep
     /// would run; for [`peek`](crate::Keyed::peek) on a key the map does not hold.
+    ///
+    /// Takes no lock while the shard is below its cap (the common case): it reads the mirror of
+    /// the shard's key count. Only a shard at its cap takes the mutex, to read its sweep schedule
+    /// (and scan it). A shard whose rebuild is under way reads the count from before it, which
+    /// is no lower than after (a rebuild keeps or drops keys; an interrupted one's repair leaves
+    /// none), so the fast answer, room, stands.
     pub(crate) fn refuses_new_key<R>(&self, hash: u64, rules: &R, now: u64) -> Option<u64>
     where
         S: KeySlot<R>,
@@ -774,6 +806,13 @@ where
             return None;
         }
         let shard = self.shard(hash);
+        // Acquire: pairs with the Release store in `set_len`. That store precedes the publication
+        // of the table (a rebuild's) or key (an insert's) it counts, so a caller that loaded that
+        // table, or found that key, before this call reads this count or a later one.
+        let keys = shard.keys.load(Ordering::Acquire);
+        if keys < self.shard_cap as u64 {
+            return None;
+        }
         let mut meta = lock(shard.meta);
         repair(shard, &mut meta);
         if meta.len < self.shard_cap {
@@ -944,14 +983,17 @@ where
             }
         }
         meta.slots = next.slots.len();
-        meta.len = kept;
+        set_len(shard, meta, kept);
         shard.table.store(next);
         meta.evicted_idle += idle as u64;
         meta.evicted_live += evicted as u64;
         if judge {
             meta.next_idle_at = next_idle_at;
         }
-        if plan.sweep {
+        // A pass that judged every key and dropped the idle ones is a sweep, whether a sweep was
+        // due (`plan.sweep`) or an eviction needed the judging (it drops idle keys first): one
+        // count per pass.
+        if judge {
             meta.sweeps += 1;
         }
         if idle + evicted + forgotten > 0 {
@@ -1100,6 +1142,15 @@ impl<K, S> Drop for Restore<'_, K, S> {
     }
 }
 
+/// Sets the shard's key count to `len`: `meta.len` and its mirror [`ShardMeta::keys`]. Called
+/// under the mutex, before the table or key the count includes is published (see
+/// [`refuses_new_key`](ShardedMap::refuses_new_key)).
+fn set_len<K, S>(shard: Shard<'_, K, S>, meta: &mut Meta, len: usize) {
+    meta.len = len;
+    // Release: pairs with the Acquire load in `refuses_new_key`.
+    shard.keys.store(len as u64, Ordering::Release);
+}
+
 /// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
 /// one back (a panic in a user's `Drop` of a key): its keys are lost, as a `forget` of each
 /// would lose them.
@@ -1107,7 +1158,7 @@ fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
         meta.slots = table.slots.len();
-        meta.len = 0;
+        set_len(shard, meta, 0);
         shard.table.store(table);
     }
 }
