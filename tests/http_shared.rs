@@ -419,3 +419,59 @@ async fn two_layers_on_one_redis_admit_exactly_the_limit_and_429s_carry_its_deci
     check!("fixed", fixed.clone());
     check!("gcra", gcra.clone());
 }
+
+/// A limiter failing open has no idea of the client's state: the allowed response must not
+/// claim the quota is whole again at once (`t=0`, `RateLimit-Reset: 0`), which invites a client
+/// to send more exactly while the store is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_open_decision_claims_no_reset_time() {
+    use floodgate::middleware::{HeaderStyle, LayerSettings};
+    use http_service::{from_peer, hello};
+    use tower::{Layer, ServiceExt};
+    // Nothing listens there: every call is refused at once, and the policy decides.
+    let addr = format!("127.0.0.1:{}", server::free_port());
+    let backend =
+        MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(Duration::from_millis(1)))
+            .unwrap();
+    let window = SlidingWindow::new(LIMIT, Duration::from_secs(60), 60).unwrap();
+    let limiter =
+        || MemcachedLimiter::new(&backend, "api", window.clone(), FailurePolicy::FailOpen).unwrap();
+    let policy = Policy::new("api").unwrap();
+    let draft11 = RateLimitLayer::per_ip(limiter())
+        .policy(policy.clone())
+        .layer(hello());
+    let draft06 = RateLimitLayer::per_ip(limiter())
+        .header_style(HeaderStyle::Draft06)
+        .layer(hello());
+    let xratelimit = RateLimitLayer::per_ip(limiter())
+        .header_style(HeaderStyle::XRateLimit)
+        .layer(hello());
+    for _ in 0..2 * LIMIT {
+        let response = draft11
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let line = header(response.headers(), "ratelimit");
+        assert_eq!(line, format!(r#""api";r={}"#, LIMIT - 1));
+        let response = draft06
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            header(response.headers(), "ratelimit-limit"),
+            LIMIT.to_string()
+        );
+        assert!(!response.headers().contains_key("ratelimit-reset"));
+        let response = xratelimit
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(!response.headers().contains_key("x-ratelimit-reset"));
+    }
+}
