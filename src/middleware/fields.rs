@@ -44,7 +44,8 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 /// per-day policy), each adds its own item to the same field, inner layer first:
 /// `RateLimit: "per-second";r=4;t=1, "per-day";r=990;t=80000`. Give each layer its own
 /// [`Policy`] name. When an inner layer denies and an outer one has no permits left for the next
-/// request, the outer layer raises `Retry-After` to its own `t`. The other styles have one value
+/// request, the outer layer raises `Retry-After` to its own `t` (an inner value later than that,
+/// in delta-seconds or as an HTTP-date, stands as written). The other styles have one value
 /// per field: the outermost layer's replaces the inner ones.
 ///
 /// ## `t` and `Retry-After`
