@@ -475,3 +475,49 @@ async fn a_fail_open_decision_claims_no_reset_time() {
         assert!(!response.headers().contains_key("x-ratelimit-reset"));
     }
 }
+
+/// Shaping (`.shape(max_delay, max_waiting)`) on a layer whose limiter decides on Redis: a
+/// denied request whose wait fits `max_delay` waits and is served, as with a local limiter (it
+/// was answered 429 at once: shaping silently applied only to local limiters); one whose wait
+/// does not fit is refused at once.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shaping_delays_a_request_denied_by_redis() {
+    use floodgate::FixedWindow;
+    use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    use http_service::{from_peer, hello};
+    use tower::{Layer, ServiceExt};
+    let redis = redis_server::RedisServer::start();
+    let backend =
+        RedisBackend::connect(RedisConfig::single(redis.url()).timeout(Duration::from_secs(30)))
+            .await
+            .unwrap();
+    let limiter = |name, window| {
+        let window = FixedWindow::new(1, window).unwrap();
+        RedisLimiter::new(&backend, name, window, FailurePolicy::FailClosed).unwrap()
+    };
+    // One a quarter second: the second request waits for the window's end (on Redis's clock).
+    let shaped = RateLimitLayer::per_ip(limiter("shaped", Duration::from_millis(250)))
+        .shape(Duration::from_secs(30), 10)
+        .layer(hello());
+    let start = std::time::Instant::now();
+    for _ in 0..3 {
+        let response = shaped
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    // The second and the third each waited for the end of the window before them.
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    // A wait longer than max_delay: refused at once.
+    let long = RateLimitLayer::per_ip(limiter("long", Duration::from_secs(600)))
+        .shape(Duration::from_secs(1), 10)
+        .layer(hello());
+    let first = long.clone().oneshot(from_peer("192.0.2.7:4000")).await;
+    assert_eq!(first.unwrap().status(), StatusCode::OK);
+    let second = long.oneshot(from_peer("192.0.2.7:4000")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}
