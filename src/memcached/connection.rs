@@ -135,6 +135,22 @@ impl Transport for Connection {
     }
 }
 
+/// A connection failure: as it is before any byte of the reply, which a pooled connection
+/// retries on a fresh one (the server may have closed it while idle); after (`replied`), as a
+/// protocol error, never retried: the request was carried out, and sending it again would count
+/// its permits twice.
+pub(crate) fn cut(replied: bool, error: MemcachedError) -> CallError {
+    match error {
+        MemcachedError::Io(error) if replied => {
+            CallError::Failed(MemcachedError::Protocol(format!(
+                "the connection was cut mid-reply ({error}); the request was carried out, so \
+                 it is not sent again"
+            )))
+        }
+        error => CallError::Failed(error),
+    }
+}
+
 /// Completes a future that never waits (an exchange over the blocking [`Connection`]).
 pub(crate) fn run_blocking<T>(future: impl std::future::Future<Output = T>) -> T {
     let mut future = std::pin::pin!(future);
@@ -157,6 +173,9 @@ pub(crate) struct Connection {
     broken: bool,
     /// Whether the socket is in non-blocking mode (the last stretch before a deadline).
     nonblocking: bool,
+    /// Whether the server has sent a byte since the last request: if the connection fails
+    /// then, the request was carried out, and must not be sent again.
+    replied: bool,
 }
 
 impl Connection {
@@ -176,6 +195,7 @@ impl Connection {
             start: 0,
             broken: false,
             nonblocking: false,
+            replied: false,
         })
     }
 
@@ -243,19 +263,25 @@ impl Connection {
             self.start = 0;
         }
         let mut chunk = [0u8; 4096];
-        match self.before_deadline(deadline, true, |s| s.read(&mut chunk))? {
-            0 => Err(CallError::Failed(MemcachedError::Io(
-                io::ErrorKind::UnexpectedEof.into(),
-            ))),
-            read => {
+        let read = self.before_deadline(deadline, true, |s| s.read(&mut chunk));
+        match read {
+            Ok(0) => Err(cut(
+                self.replied,
+                MemcachedError::Io(io::ErrorKind::UnexpectedEof.into()),
+            )),
+            Ok(read) => {
+                self.replied = true;
                 self.buffer.extend_from_slice(&chunk[..read]);
                 Ok(())
             }
+            Err(CallError::Failed(error)) => Err(cut(self.replied, error)),
+            Err(timeout) => Err(timeout),
         }
     }
 
     /// Sends `request` whole, before `deadline`.
     pub(crate) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
+        self.replied = false;
         let result = self.send_inner(request, deadline);
         self.broken |= result.is_err();
         result
