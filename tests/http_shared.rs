@@ -435,7 +435,7 @@ async fn a_fail_open_decision_claims_no_reset_time() {
             .unwrap();
     let window = SlidingWindow::new(LIMIT, Duration::from_secs(60), 60).unwrap();
     let limiter =
-        || MemcachedLimiter::new(&backend, "api", window.clone(), FailurePolicy::FailOpen).unwrap();
+        || MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen).unwrap();
     let policy = Policy::new("api").unwrap();
     let draft11 = RateLimitLayer::per_ip(limiter())
         .policy(policy.clone())
