@@ -386,3 +386,25 @@ fn a_connection_cut_mid_reply_is_not_retried() {
         "async: the cut request was sent again"
     );
 }
+
+/// memcached at its connection limit greets a new connection with `ERROR Too many open
+/// connections` and closes it: the error names that, not "a count was expected".
+#[test]
+fn a_server_out_of_connections_is_named_as_such() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let full = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let _ = socket.write_all(b"ERROR Too many open connections\r\n");
+    });
+    let clock = ManualClock::starting_at(T0);
+    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
+    let (decision, error) = timed(&closed, "k");
+    assert!(!decision.is_allowed());
+    let error = error.expect("decided by the policy").to_string();
+    assert!(
+        error.contains("memcached replied ERROR Too many open connections"),
+        "{error}"
+    );
+    full.join().unwrap();
+}
