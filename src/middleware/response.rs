@@ -36,7 +36,7 @@ impl Stamp {
         // no client can read counts as none (0), so it is raised too.
         let inner_retry_after = headers
             .get(RETRY_AFTER)
-            .map(|v| v.to_str().ok().and_then(retry_after_seconds).unwrap_or(0));
+            .map(|v| v.to_str().ok().and_then(seconds_until_retry).unwrap_or(0));
         let fields = (in_requests(decision, settings.permits), settings.quota);
         write_fields(settings.style, headers, &settings.policy, fields, self.pk);
         if let Some(inner) = inner_retry_after {
@@ -52,7 +52,7 @@ impl Stamp {
 }
 /// A `Retry-After` value as whole seconds from now: delta-seconds, or an HTTP-date in any of
 /// RFC 9110's three forms (a date already past is 0); `None` for anything else.
-fn retry_after_seconds(value: &str) -> Option<u64> {
+fn seconds_until_retry(value: &str) -> Option<u64> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // More digits than a u64 holds is still "a very long time".
@@ -311,7 +311,7 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::{http_date, retry_after_seconds};
+    use super::{http_date, seconds_until_retry};
 
     #[test]
     fn http_dates_in_their_three_forms() {
@@ -349,18 +349,18 @@ mod tests {
 
     #[test]
     fn retry_after_values_as_seconds_from_now() {
-        assert_eq!(retry_after_seconds("120"), Some(120));
-        assert_eq!(retry_after_seconds(" 7 "), Some(7));
+        assert_eq!(seconds_until_retry("120"), Some(120));
+        assert_eq!(seconds_until_retry(" 7 "), Some(7));
         assert_eq!(
-            retry_after_seconds("99999999999999999999999"),
+            seconds_until_retry("99999999999999999999999"),
             Some(u64::MAX)
         );
         assert_eq!(
-            retry_after_seconds("Sun, 06 Nov 1994 08:49:37 GMT"),
+            seconds_until_retry("Sun, 06 Nov 1994 08:49:37 GMT"),
             Some(0)
         );
-        assert!(retry_after_seconds("Fri, 31 Dec 9999 23:59:59 GMT").unwrap() > 200_000_000_000);
-        assert_eq!(retry_after_seconds("-1"), None);
-        assert_eq!(retry_after_seconds("1.5"), None);
+        assert!(seconds_until_retry("Fri, 31 Dec 9999 23:59:59 GMT").unwrap() > 200_000_000_000);
+        assert_eq!(seconds_until_retry("-1"), None);
+        assert_eq!(seconds_until_retry("1.5"), None);
     }
 }
