@@ -204,7 +204,9 @@ mod redis_down {
         for _ in 0..3 {
             let (status, headers) = call(&open, from_peer("192.0.2.1:1")).await;
             assert_eq!(status, 200, "{headers:?}");
-            checked_fields(&headers).unwrap();
+            let (_, state) = checked_fields(&headers).unwrap();
+            // Redis's state is unknown: no reset time is claimed (not `t=0`, "whole again now").
+            assert_eq!(state, r#""default";r=9"#);
         }
         let closed =
             layer_over_dead_redis(FailurePolicy::FailClosed, HeaderStyle::Draft11, 1).await;

@@ -851,3 +851,53 @@ async fn per_route_layers_with_their_own_policies() {
         )
     );
 }
+
+/// An application (or an inner layer) that answers `503` with `Retry-After` given as an
+/// HTTP-date (RFC 9110 allows either form): when the outer layer has no permits left for the next
+/// request, it raises `Retry-After` to its own `t` as it does for delta-seconds; a date later
+/// than its `t` is left as the application wrote it.
+#[tokio::test]
+async fn an_inner_retry_after_given_as_a_date_is_raised_to_the_outer_t_too() {
+    let unavailable_until = |date: &'static str| {
+        tower::service_fn(move |_request: Request<Body>| async move {
+            let mut response = Response::new(Full::new(Bytes::from_static(b"later")));
+            *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+            response
+                .headers_mut()
+                .insert("retry-after", http::HeaderValue::from_static(date));
+            Ok::<_, Infallible>(response)
+        })
+    };
+    // The three forms of an HTTP-date, each long past, and a bare value no client can read.
+    for past in [
+        "Sun, 06 Nov 1994 08:49:37 GMT",
+        "Sunday, 06-Nov-94 08:49:37 GMT",
+        "Sun Nov  6 08:49:37 1994",
+        "soon",
+    ] {
+        let clock = ManualClock::new();
+        let layer = RateLimitLayer::per_ip(fixed_window(1, 600, &clock)).policy(policy("p", 600));
+        let service = layer.layer(unavailable_until(past));
+        let (status, fields, _) = answer(&service, from_peer("192.0.2.1:1000")).await;
+        assert_eq!(status, 503, "{past}");
+        // This layer's quota is spent for 600 s: retrying earlier is pointless.
+        assert_eq!(
+            fields,
+            f(r#""p";q=1;w=600"#, r#""p";r=0;t=600"#, Some(600)),
+            "{past}"
+        );
+    }
+    // A date after this layer's t stands, as written.
+    let far = "Fri, 31 Dec 9999 23:59:59 GMT";
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::per_ip(fixed_window(1, 600, &clock)).policy(policy("p", 600));
+    let (status, headers, _) = full_answer(
+        &layer.layer(unavailable_until(far)),
+        from_peer("192.0.2.1:1000"),
+    )
+    .await;
+    assert_eq!(
+        (status, headers["retry-after"].to_str().unwrap()),
+        (503, far)
+    );
+}

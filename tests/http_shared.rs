@@ -227,3 +227,297 @@ async fn two_servers_share_one_per_ip_limit_on_redis_exactly() {
     let other = HttpClient::from("127.0.0.2".parse().unwrap(), b);
     assert_eq!(other.get().await.status, StatusCode::OK);
 }
+
+// In-process: two tower services, each with its own layer over its own limiter (the same name
+// and configuration, the same server), interleaved. What the 429 says is checked against the
+// backend's own decision for the next request.
+
+#[path = "support/http_service.rs"]
+mod http_service;
+
+/// Whole seconds, rounded up, as `Retry-After` and `t` are written.
+fn ceil_secs(duration: Duration) -> u64 {
+    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+}
+
+/// A header value as text (the test fails if it is missing).
+fn header(headers: &http::HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} in {headers:?}"))
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_layers_on_one_memcached_admit_exactly_the_limit_and_429s_carry_its_decision() {
+    use http_service::{from_peer, hello};
+    use tower::{Layer, ServiceExt};
+    let memcached = MemcachedServer::start();
+    let clock = ManualClock::starting_at(1_700_000_000_500_000_000);
+    let minute = Duration::from_secs(60);
+    let limiter = || {
+        let backend = MemcachedBackend::connect(
+            MemcachedConfig::new(memcached.addr()).timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+        let window = SlidingWindow::new(LIMIT, minute, 60).unwrap();
+        MemcachedLimiter::with_clock(
+            &backend,
+            "api",
+            window,
+            FailurePolicy::FailClosed,
+            clock.clone(),
+        )
+        .unwrap()
+    };
+    let policy = Policy::new("api").unwrap().window(minute).unwrap();
+    let services = [
+        RateLimitLayer::per_ip(limiter())
+            .policy(policy.clone())
+            .layer(hello()),
+        RateLimitLayer::per_ip(limiter())
+            .policy(policy.clone())
+            .layer(hello()),
+    ];
+    let mut admitted = 0;
+    let mut denials = Vec::new();
+    for i in 0..3 * LIMIT as usize {
+        let response = services[i % 2]
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        match response.status() {
+            StatusCode::OK => {
+                admitted += 1;
+                let expected = format!(r#""api";r={};t=60"#, LIMIT - admitted);
+                assert_eq!(header(response.headers(), "ratelimit"), expected);
+            }
+            status => {
+                assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+                denials.push(response.headers().clone());
+            }
+        }
+    }
+    assert_eq!(admitted, LIMIT, "two layers on one memcached");
+    // memcached's decision for the next request (a denial takes its permits back).
+    let decision = limiter().try_acquire("192.0.2.7", 1).await.unwrap();
+    assert!(!decision.is_allowed());
+    assert_eq!(decision.retry_after(), Duration::from_millis(59_500));
+    let retry = ceil_secs(decision.retry_after());
+    assert_eq!(denials.len(), 2 * LIMIT as usize);
+    for headers in &denials {
+        assert_eq!(header(headers, "retry-after"), retry.to_string());
+        assert_eq!(
+            header(headers, "ratelimit"),
+            format!(r#""api";r={};t={retry}"#, decision.remaining())
+        );
+        assert_eq!(
+            header(headers, "ratelimit-policy"),
+            format!(r#""api";q={LIMIT};w=60"#)
+        );
+    }
+    // Once every admission has slid out of the window, either layer admits again.
+    clock.advance(minute);
+    for service in services {
+        let response = service.oneshot(from_peer("192.0.2.7:4000")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_layers_on_one_redis_admit_exactly_the_limit_and_429s_carry_its_decision() {
+    use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    use floodgate::{FixedWindow, Gcra, Rate};
+    use http_service::{from_peer, hello};
+    use std::time::Instant;
+    use tower::{Layer, ServiceExt};
+    let redis = redis_server::RedisServer::start();
+    let ten_minutes = Duration::from_secs(600);
+    let backend = || async {
+        RedisBackend::connect(RedisConfig::single(redis.url()).timeout(Duration::from_secs(30)))
+            .await
+            .unwrap()
+    };
+    // A fixed window of ten minutes and a bucket refilling one permit in ten minutes: neither
+    // gives anything back during the test (Redis decides on its own clock).
+    let fixed = FixedWindow::new(LIMIT, ten_minutes).unwrap();
+    let gcra = Gcra::new(Rate::new(1, ten_minutes), LIMIT).unwrap();
+    macro_rules! check {
+        ($name:literal, $algorithm:expr) => {{
+            let limiter = || async {
+                RedisLimiter::new(
+                    &backend().await,
+                    $name,
+                    $algorithm,
+                    FailurePolicy::FailClosed,
+                )
+                .unwrap()
+            };
+            let policy = Policy::new($name).unwrap();
+            let services = [
+                RateLimitLayer::per_ip(limiter().await)
+                    .policy(policy.clone())
+                    .layer(hello()),
+                RateLimitLayer::per_ip(limiter().await)
+                    .policy(policy.clone())
+                    .layer(hello()),
+            ];
+            let mut admitted = 0;
+            let mut denials = Vec::new();
+            // The second round of denials comes from each layer's deny cache.
+            for i in 0..3 * LIMIT as usize {
+                let response = services[i % 2]
+                    .clone()
+                    .oneshot(from_peer("192.0.2.7:4000"))
+                    .await
+                    .unwrap();
+                match response.status() {
+                    StatusCode::OK => {
+                        admitted += 1;
+                        let line = header(response.headers(), "ratelimit");
+                        let expected = format!(r#""{}";r={};t="#, $name, LIMIT - admitted);
+                        assert!(line.starts_with(&expected), "{line}");
+                    }
+                    status => {
+                        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+                        denials.push((Instant::now(), response.headers().clone()));
+                    }
+                }
+            }
+            assert_eq!(admitted, LIMIT, "{}: two layers on one Redis", $name);
+            // Redis's own decision for the next request (a denial changes nothing there).
+            let decision = limiter().await.try_acquire("192.0.2.7", 1).await.unwrap();
+            let asked = Instant::now();
+            assert!(!decision.is_allowed());
+            assert_eq!(denials.len(), 2 * LIMIT as usize);
+            for (at, headers) in &denials {
+                // Each 429 came earlier than Redis's decision: its wait is no shorter, and
+                // longer by at most the time between them (and the rounding up).
+                let low = ceil_secs(decision.retry_after());
+                let high = ceil_secs(decision.retry_after() + asked.duration_since(*at)) + 1;
+                let retry: u64 = header(headers, "retry-after").parse().unwrap();
+                assert!(
+                    (low..=high).contains(&retry),
+                    "{}: {retry} not in {low}..={high}",
+                    $name
+                );
+                assert_eq!(
+                    header(headers, "ratelimit"),
+                    format!(r#""{}";r=0;t={retry}"#, $name)
+                );
+                assert_eq!(
+                    header(headers, "ratelimit-policy"),
+                    format!(r#""{}";q={LIMIT}"#, $name)
+                );
+            }
+        }};
+    }
+    check!("fixed", fixed.clone());
+    check!("gcra", gcra.clone());
+}
+
+/// A limiter failing open has no idea of the client's state: the allowed response must not
+/// claim the quota is whole again at once (`t=0`, `RateLimit-Reset: 0`), which invites a client
+/// to send more exactly while the store is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_open_decision_claims_no_reset_time() {
+    use floodgate::middleware::{HeaderStyle, LayerSettings};
+    use http_service::{from_peer, hello};
+    use tower::{Layer, ServiceExt};
+    // Nothing listens there: every call is refused at once, and the policy decides.
+    let addr = format!("127.0.0.1:{}", server::free_port());
+    let backend =
+        MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(Duration::from_millis(1)))
+            .unwrap();
+    let window = SlidingWindow::new(LIMIT, Duration::from_secs(60), 60).unwrap();
+    let limiter =
+        || MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen).unwrap();
+    let policy = Policy::new("api").unwrap();
+    let draft11 = RateLimitLayer::per_ip(limiter())
+        .policy(policy.clone())
+        .layer(hello());
+    let draft06 = RateLimitLayer::per_ip(limiter())
+        .header_style(HeaderStyle::Draft06)
+        .layer(hello());
+    let xratelimit = RateLimitLayer::per_ip(limiter())
+        .header_style(HeaderStyle::XRateLimit)
+        .layer(hello());
+    for _ in 0..2 * LIMIT {
+        let response = draft11
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let line = header(response.headers(), "ratelimit");
+        assert_eq!(line, format!(r#""api";r={}"#, LIMIT - 1));
+        let response = draft06
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            header(response.headers(), "ratelimit-limit"),
+            LIMIT.to_string()
+        );
+        assert!(!response.headers().contains_key("ratelimit-reset"));
+        let response = xratelimit
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(!response.headers().contains_key("x-ratelimit-reset"));
+    }
+}
+
+/// Shaping (`.shape(max_delay, max_waiting)`) on a layer whose limiter decides on Redis: a
+/// denied request whose wait fits `max_delay` waits and is served, as with a local limiter (it
+/// was answered 429 at once: shaping silently applied only to local limiters); one whose wait
+/// does not fit is refused at once.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shaping_delays_a_request_denied_by_redis() {
+    use floodgate::FixedWindow;
+    use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+    use http_service::{from_peer, hello};
+    use tower::{Layer, ServiceExt};
+    let redis = redis_server::RedisServer::start();
+    let backend =
+        RedisBackend::connect(RedisConfig::single(redis.url()).timeout(Duration::from_secs(30)))
+            .await
+            .unwrap();
+    let limiter = |name, window| {
+        let window = FixedWindow::new(1, window).unwrap();
+        RedisLimiter::new(&backend, name, window, FailurePolicy::FailClosed).unwrap()
+    };
+    // One a quarter second: the second request waits for the window's end (on Redis's clock).
+    let shaped = RateLimitLayer::per_ip(limiter("shaped", Duration::from_millis(250)))
+        .shape(Duration::from_secs(30), 10)
+        .layer(hello());
+    let start = std::time::Instant::now();
+    for _ in 0..3 {
+        let response = shaped
+            .clone()
+            .oneshot(from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    // The second and the third each waited for the end of the window before them.
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    // A wait longer than max_delay: refused at once.
+    let long = RateLimitLayer::per_ip(limiter("long", Duration::from_secs(600)))
+        .shape(Duration::from_secs(1), 10)
+        .layer(hello());
+    let first = long.clone().oneshot(from_peer("192.0.2.7:4000")).await;
+    assert_eq!(first.unwrap().status(), StatusCode::OK);
+    let second = long.oneshot(from_peer("192.0.2.7:4000")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}

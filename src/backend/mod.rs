@@ -57,7 +57,8 @@ pub(crate) use turns::Turns;
 #[non_exhaustive]
 pub enum FailurePolicy {
     /// Admit every request (availability first). The decision reports the full limit with
-    /// `remaining = limit - n`.
+    /// `remaining = limit - n` and no reset time (`reset_after` zero: the store's state is
+    /// unknown); the HTTP layer then writes no `t` (or reset field) rather than `0`.
     FailOpen,
     /// Deny every request (protection first). `retry_after` is the backend's timeout.
     FailClosed,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::connection::Transport;
+use super::connection::{Transport, cut};
 use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::Parsed;
 
@@ -21,6 +21,9 @@ pub(crate) struct AsyncConnection {
     start: usize,
     /// Set by any failed send or read, or a reply that made no sense: never reused.
     broken: bool,
+    /// Whether the server has sent a byte since the last request (see the blocking
+    /// connection's field of that name).
+    replied: bool,
 }
 
 impl AsyncConnection {
@@ -35,6 +38,7 @@ impl AsyncConnection {
             buffer: Vec::with_capacity(4096),
             start: 0,
             broken: false,
+            replied: false,
         })
     }
 
@@ -50,20 +54,25 @@ impl AsyncConnection {
             self.start = 0;
         }
         let mut chunk = [0u8; 4096];
-        match self.stream.read(&mut chunk).await.map_err(io_error)? {
-            0 => Err(CallError::Failed(MemcachedError::Io(
-                std::io::ErrorKind::UnexpectedEof.into(),
-            ))),
-            read => {
+        match self.stream.read(&mut chunk).await.map_err(io_error) {
+            Ok(0) => Err(cut(
+                self.replied,
+                MemcachedError::Io(std::io::ErrorKind::UnexpectedEof.into()),
+            )),
+            Ok(read) => {
+                self.replied = true;
                 self.buffer.extend_from_slice(&chunk[..read]);
                 Ok(())
             }
+            Err(CallError::Failed(error)) => Err(cut(self.replied, error)),
+            Err(timeout) => Err(timeout),
         }
     }
 }
 
 impl Transport for AsyncConnection {
     async fn send(&mut self, request: &[u8], _deadline: Instant) -> Result<(), CallError> {
+        self.replied = false;
         let result = self.stream.write_all(request).await.map_err(io_error);
         self.broken |= result.is_err();
         result

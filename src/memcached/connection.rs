@@ -9,7 +9,7 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::async_connection::AsyncConnection;
@@ -17,8 +17,15 @@ use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::Parsed;
 use crate::backend::{BackendError, until_deadline};
 
-/// Idle connections kept for reuse; more concurrent callers open more, closed after use.
+/// Idle connections kept for reuse; more concurrent callers open more (up to [`MAX_OPEN`]),
+/// closed after use.
 const MAX_IDLE: usize = 64;
+
+/// Connections in use at once, per backend and per path (blocking, async): more concurrent
+/// callers wait for one, within their deadline. Without a bound a flood of concurrent calls
+/// opened one each and ran memcached out of connections (1,024 by default), turning the flood
+/// into failures decided by the policy.
+const MAX_OPEN: usize = 128;
 
 /// Where the memcached backend connects, and how long a decision may take.
 ///
@@ -135,6 +142,22 @@ impl Transport for Connection {
     }
 }
 
+/// A connection failure: as it is before any byte of the reply, which a pooled connection
+/// retries on a fresh one (the server may have closed it while idle); after (`replied`), as a
+/// protocol error, never retried: the request was carried out, and sending it again would count
+/// its permits twice.
+pub(crate) fn cut(replied: bool, error: MemcachedError) -> CallError {
+    match error {
+        MemcachedError::Io(error) if replied => {
+            CallError::Failed(MemcachedError::Protocol(format!(
+                "the connection was cut mid-reply ({error}); the request was carried out, so \
+                 it is not sent again"
+            )))
+        }
+        error => CallError::Failed(error),
+    }
+}
+
 /// Completes a future that never waits (an exchange over the blocking [`Connection`]).
 pub(crate) fn run_blocking<T>(future: impl std::future::Future<Output = T>) -> T {
     let mut future = std::pin::pin!(future);
@@ -157,6 +180,9 @@ pub(crate) struct Connection {
     broken: bool,
     /// Whether the socket is in non-blocking mode (the last stretch before a deadline).
     nonblocking: bool,
+    /// Whether the server has sent a byte since the last request: if the connection fails
+    /// then, the request was carried out, and must not be sent again.
+    replied: bool,
 }
 
 impl Connection {
@@ -176,6 +202,7 @@ impl Connection {
             start: 0,
             broken: false,
             nonblocking: false,
+            replied: false,
         })
     }
 
@@ -243,19 +270,25 @@ impl Connection {
             self.start = 0;
         }
         let mut chunk = [0u8; 4096];
-        match self.before_deadline(deadline, true, |s| s.read(&mut chunk))? {
-            0 => Err(CallError::Failed(MemcachedError::Io(
-                io::ErrorKind::UnexpectedEof.into(),
-            ))),
-            read => {
+        let read = self.before_deadline(deadline, true, |s| s.read(&mut chunk));
+        match read {
+            Ok(0) => Err(cut(
+                self.replied,
+                MemcachedError::Io(io::ErrorKind::UnexpectedEof.into()),
+            )),
+            Ok(read) => {
+                self.replied = true;
                 self.buffer.extend_from_slice(&chunk[..read]);
                 Ok(())
             }
+            Err(CallError::Failed(error)) => Err(cut(self.replied, error)),
+            Err(timeout) => Err(timeout),
         }
     }
 
     /// Sends `request` whole, before `deadline`.
     pub(crate) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
+        self.replied = false;
         let result = self.send_inner(request, deadline);
         self.broken |= result.is_err();
         result
@@ -321,6 +354,64 @@ struct Shared {
     idle: Mutex<Vec<Connection>>,
     /// Idle async connections: registered with the runtime that opened them.
     idle_async: Mutex<Vec<AsyncConnection>>,
+    /// Blocking calls under way (at most [`MAX_OPEN`]), and the signal that one ended.
+    busy: Mutex<usize>,
+    freed: Condvar,
+    /// Places for async calls under way ([`MAX_OPEN`]).
+    busy_async: tokio::sync::Semaphore,
+}
+
+/// A blocking call's place among the [`MAX_OPEN`], given back on drop.
+struct Place<'a>(&'a Shared);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .busy
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+impl Shared {
+    /// Waits, until `deadline`, for one of the [`MAX_OPEN`] places of blocking calls.
+    fn place(&self, deadline: Instant) -> Result<Place<'_>, BackendError> {
+        let mut busy = self
+            .busy
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        while *busy >= MAX_OPEN {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.all_busy());
+            }
+            busy = self
+                .freed
+                .wait_timeout(busy, left)
+                .unwrap_or_else(|poison| poison.into_inner())
+                .0;
+        }
+        *busy += 1;
+        Ok(Place(self))
+    }
+
+    /// The error of a call that found every connection busy until its deadline.
+    fn all_busy(&self) -> BackendError {
+        BackendError::at(
+            crate::backend::FailureKind::Timeout,
+            self.addr.to_string(),
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "all {MAX_OPEN} connections of this backend were busy until the timeout \
+                     ({:?})",
+                    self.timeout
+                ),
+            ),
+        )
+    }
 }
 
 impl fmt::Debug for Shared {
@@ -366,6 +457,9 @@ impl MemcachedBackend {
                 timeout: config.timeout,
                 idle: Mutex::new(Vec::new()),
                 idle_async: Mutex::new(Vec::new()),
+                busy: Mutex::new(0),
+                freed: Condvar::new(),
+                busy_async: tokio::sync::Semaphore::new(MAX_OPEN),
             }),
         })
     }
@@ -405,6 +499,7 @@ impl MemcachedBackend {
         exchange: impl Fn(&mut Connection, Instant) -> Result<T, CallError>,
     ) -> Result<T, BackendError> {
         let deadline = Instant::now() + self.shared.timeout;
+        let _place = self.shared.place(deadline)?;
         let pooled = self.lock_idle().pop();
         let from_pool = pooled.is_some();
         let run = |connection: Option<Connection>| {
@@ -467,6 +562,11 @@ impl MemcachedBackend {
         F: std::future::Future<Output = Result<(T, AsyncConnection), CallError>>,
     {
         let deadline = Instant::now() + self.shared.timeout;
+        // Never closed: a place comes, or the deadline.
+        let Ok(Ok(_place)) = until_deadline(self.shared.busy_async.acquire(), deadline).await
+        else {
+            return Err(self.shared.all_busy());
+        };
         let run = |connection: Option<AsyncConnection>| async {
             let connection = match connection {
                 Some(connection) => connection,
@@ -501,5 +601,32 @@ impl MemcachedBackend {
             }),
             Ok(Err(CallError::Failed(error))) => Err(BackendError::failed(error)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With every place of the blocking path taken, a call waits until its deadline, then gets
+    /// a timeout that names the cause; a place given back is taken by the next call.
+    #[test]
+    fn a_call_finding_every_connection_busy_times_out_saying_so() {
+        let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(5));
+        let backend = MemcachedBackend::connect(config).unwrap();
+        let shared = &*backend.shared;
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut places: Vec<Place<'_>> =
+            (0..MAX_OPEN).map(|_| shared.place(far).unwrap()).collect();
+        let error = shared.place(Instant::now()).err().expect("no place left");
+        assert!(error.is_timeout(), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("all 128 connections of this backend were busy"),
+            "{error}"
+        );
+        places.pop();
+        assert!(shared.place(Instant::now()).is_ok());
     }
 }

@@ -68,8 +68,13 @@ pub(crate) fn take_back_request(prefix: &str, current: u64, n: u32) -> Vec<u8> {
 
 /// A line that reports an error, as an error; `None` for any other line.
 fn error_line(line: &str) -> Option<CallError> {
-    (line == "ERROR" || line.starts_with("CLIENT_ERROR") || line.starts_with("SERVER_ERROR"))
-        .then(|| MemcachedError::Server(line.to_owned()).into())
+    // `ERROR` alone answers an unknown command; `ERROR <why>` is a refusal with its reason
+    // (`ERROR Too many open connections`, sent to a connection past memcached's limit).
+    (line == "ERROR"
+        || line.starts_with("ERROR ")
+        || line.starts_with("CLIENT_ERROR")
+        || line.starts_with("SERVER_ERROR"))
+    .then(|| MemcachedError::Server(line.to_owned()).into())
 }
 
 fn protocol(what: String) -> CallError {

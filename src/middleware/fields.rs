@@ -44,7 +44,8 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 /// per-day policy), each adds its own item to the same field, inner layer first:
 /// `RateLimit: "per-second";r=4;t=1, "per-day";r=990;t=80000`. Give each layer its own
 /// [`Policy`] name. When an inner layer denies and an outer one has no permits left for the next
-/// request, the outer layer raises `Retry-After` to its own `t`. The other styles have one value
+/// request, the outer layer raises `Retry-After` to its own `t` (an inner value later than that,
+/// in delta-seconds or as an HTTP-date, stands as written). The other styles have one value
 /// per field: the outermost layer's replaces the inner ones.
 ///
 /// ## `t` and `Retry-After`
@@ -69,6 +70,11 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 /// So for all but the fixed window a client that spreads `r` requests over `t` seconds is
 /// never throttled but under-uses its quota; the draft allows this (a client must not assume
 /// the whole quota is back after `t`, and more may come back sooner).
+///
+/// An allowed decision with no reset time (`reset_after` zero: what a Redis or memcached
+/// limiter's [`FailurePolicy::FailOpen`](crate::backend::FailurePolicy::FailOpen) reports, as
+/// it cannot know the client's state) gets no `t` and no reset field, rather than `0` ("the
+/// quota is whole again now", which invites a client to send more while the store is down).
 ///
 /// ```
 /// use floodgate::Decision;
@@ -400,7 +406,10 @@ pub(super) fn write_fields(
     // requests in progress (a slot frees when a request ends).
     // A denial's quota is not whole before the denied request could pass: the reset is never
     // earlier than `Retry-After` (a limiter failing closed reports no reset time at all).
+    // An allowed decision without a reset time (a backend failing open, which cannot know the
+    // client's state) has none: no `t`, no reset field, rather than "whole again now" (`0`).
     let reset = match quota {
+        Quota::Requests if decision.is_allowed() && decision.reset_after().is_zero() => None,
         Quota::Requests => Some(ceil_seconds(decision.reset_after()).max(retry_after.unwrap_or(0))),
         Quota::ConcurrentRequests { .. } => None,
     };
@@ -591,6 +600,29 @@ mod tests {
             assert_eq!(headers[RETRY_AFTER], "2", "{style:?}");
             assert_eq!(headers[reset], "2", "{style:?}");
         }
+    }
+
+    /// An allowed decision without a reset time (a backend failing open) claims none: no `t`,
+    /// no reset field, rather than `0` (the quota whole again at once).
+    #[test]
+    fn an_allowed_decision_without_a_reset_time_claims_none() {
+        let fail_open = Decision::allow(10, 9, 0);
+        let mut headers = HeaderMap::new();
+        HeaderStyle::Draft11.write(&mut headers, &Policy::default(), fail_open);
+        assert_eq!(headers[RATELIMIT], "\"default\";r=9");
+        for (style, reset) in [
+            (HeaderStyle::Draft06, RATELIMIT_RESET),
+            (HeaderStyle::XRateLimit, X_RATELIMIT_RESET),
+        ] {
+            let mut headers = HeaderMap::new();
+            style.write(&mut headers, &Policy::default(), fail_open);
+            assert!(!headers.contains_key(&reset), "{style:?}: {headers:?}");
+            assert!(!headers.contains_key(RETRY_AFTER), "{style:?}");
+        }
+        // A sub-second reset is still a reset: rounded up to 1.
+        let mut headers = HeaderMap::new();
+        HeaderStyle::Draft11.write(&mut headers, &Policy::default(), Decision::allow(10, 9, 1));
+        assert_eq!(headers[RATELIMIT], "\"default\";r=9;t=1");
     }
 
     #[test]

@@ -63,13 +63,14 @@ pub trait KeyedLimiter<K>: Send + Sync + 'static {
     /// As [`try_acquire`](Self::try_acquire).
     fn check_permits(&self, n: u32) -> Result<(), AcquireError>;
 
-    /// The clock the limiter reads (shaped requests measure their wait on it).
+    /// The clock the limiter reads (shaped requests decided now measure their wait on it;
+    /// those decided [`Later`](Decided::Later) on tokio's).
     fn clock(&self) -> &dyn Clock;
 
     /// The decision the layer acts on. By default [`try_acquire`](Self::try_acquire), now (no
     /// allocation). A limiter whose state is remote (memcached) returns [`Decided::Later`]
-    /// instead: the layer awaits it without blocking the runtime. Shaping applies only to
-    /// decisions made now.
+    /// instead: the layer awaits it without blocking the runtime (and, shaping, sleeps out a
+    /// denial on tokio's timer, then asks again).
     fn decide(self: &Arc<Self>, key: &K, n: u32) -> Decided
     where
         Self: Sized,
@@ -159,8 +160,8 @@ where
         crate::decision::check_permits(n, crate::redis::RedisAlgorithm::limit(self.algorithm()))
     }
 
-    /// Redis decides on its own clock; this one only measures shaped waits, which the layer
-    /// does not do for decisions awaited from Redis.
+    /// Redis decides on its own clock; the layer measures shaped waits for decisions awaited
+    /// from Redis on tokio's clock, not on this one.
     fn clock(&self) -> &dyn Clock {
         static CLOCK: std::sync::OnceLock<crate::clock::QuantaClock> = std::sync::OnceLock::new();
         CLOCK.get_or_init(crate::clock::QuantaClock::new)

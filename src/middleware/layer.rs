@@ -264,7 +264,8 @@ impl<L, X> RateLimitLayer<L, X> {
     /// up without bound. A waiting request that is cancelled (client gone) consumes nothing. Waits
     /// are not queued: after a wait, waiters race for the permits, and one that loses waits again
     /// while the total stays within `max_delay`, then gets its 429. With a [`PenalizedKeyed`](crate::PenalizedKeyed)
-    /// limiter each lost race counts as a strike.
+    /// limiter each lost race counts as a strike. With a Redis or memcached limiter each attempt
+    /// is a round trip, and the wait is measured on tokio's clock.
     ///
     /// ```
     /// use floodgate::middleware::RateLimitLayer;

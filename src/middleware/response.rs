@@ -32,19 +32,131 @@ impl Stamp {
         // A response that already says `Retry-After` was denied further in (an inner layer, or
         // the application). If this layer allowed it but has no permits left for the next
         // request, retrying before this policy's `t` is pointless: raise `Retry-After` to it.
+        // Delta-seconds or an HTTP-date (RFC 9110 allows both), as seconds from now; a value
+        // no client can read counts as none (0), so it is raised too.
         let inner_retry_after = headers
             .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            .map(|v| v.to_str().ok().and_then(seconds_until_retry).unwrap_or(0));
         let fields = (in_requests(decision, settings.permits), settings.quota);
         write_fields(settings.style, headers, &settings.policy, fields, self.pk);
         if let Some(inner) = inner_retry_after {
             if decision.is_allowed() && decision.remaining() < u64::from(settings.permits) {
                 let ours = ceil_seconds(decision.reset_after());
-                headers.insert(RETRY_AFTER, HeaderValue::from(inner.max(ours)));
+                // A later inner value stands as it was written (a date stays a date).
+                if ours > inner {
+                    headers.insert(RETRY_AFTER, HeaderValue::from(ours));
+                }
             }
         }
     }
 }
+/// A `Retry-After` value as whole seconds from now: delta-seconds, or an HTTP-date in any of
+/// RFC 9110's three forms (a date already past is 0); `None` for anything else.
+fn seconds_until_retry(value: &str) -> Option<u64> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // More digits than a u64 holds is still "a very long time".
+        return Some(value.parse().unwrap_or(u64::MAX));
+    }
+    let date = http_date(value)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    Some(date.saturating_sub(now))
+}
+
+/// An HTTP-date (RFC 9110 section 5.6.7) as Unix seconds: `Sun, 06 Nov 1994 08:49:37 GMT`
+/// (IMF-fixdate), `Sunday, 06-Nov-94 08:49:37 GMT` (RFC 850) or `Sun Nov  6 08:49:37 1994`
+/// (asctime). The day name is not checked against the date.
+fn http_date(value: &str) -> Option<u64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month_of = |name: &str| MONTHS.iter().position(|&m| m == name).map(|m| m as u64 + 1);
+    let number = |text: &str, digits: std::ops::RangeInclusive<usize>| {
+        (digits.contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+    };
+    let words: Vec<&str> = value.split_ascii_whitespace().collect();
+    let (day, month, year, time) = match words[..] {
+        // IMF-fixdate.
+        [weekday, day, month, year, time, "GMT"] if weekday.ends_with(',') => (
+            number(day, 2..=2)?,
+            month_of(month)?,
+            number(year, 4..=4)?,
+            time,
+        ),
+        // RFC 850: a two-digit year, taken as the latest year with those digits that is not
+        // more than 50 years ahead (RFC 9110).
+        [weekday, date, time, "GMT"] if weekday.ends_with(',') => {
+            let mut parts = date.split('-');
+            let (Some(day), Some(month), Some(yy), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return None;
+            };
+            let yy = number(yy, 2..=2)?;
+            let this_year = 1970
+                + std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| since.as_secs())
+                    / 31_556_952;
+            let mut year = this_year - this_year % 100 + yy;
+            if year > this_year + 50 {
+                year -= 100;
+            }
+            (number(day, 2..=2)?, month_of(month)?, year, time)
+        }
+        // asctime: the day is space-padded, not zero-padded.
+        [_weekday, month, day, time, year] => (
+            number(day, 1..=2)?,
+            month_of(month)?,
+            number(year, 4..=4)?,
+            time,
+        ),
+        _ => return None,
+    };
+    let mut clock = time.split(':');
+    let (Some(h), Some(m), Some(s), None) =
+        (clock.next(), clock.next(), clock.next(), clock.next())
+    else {
+        return None;
+    };
+    let (h, m, s) = (number(h, 2..=2)?, number(m, 2..=2)?, number(s, 2..=2)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if year < 1970 || day == 0 || day > month_days[month as usize - 1] || h > 23 || m > 59 || s > 60
+    {
+        return None;
+    }
+    // Days since 1970-01-01 of the civil date (H. Hinnant's days_from_civil).
+    let (y, mp) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(days * 86_400 + h * 3_600 + m * 60 + s)
+}
+
 /// `decision` counted in requests of `permits` permits each, as the draft's default quota unit
 /// (`requests`) says `q` and `r` are: with 2 permits a request, a limit of 5 is 2 requests, and
 /// 1 permit left is no request left (the next one is denied). Times are unchanged.
@@ -194,5 +306,61 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
                 SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{http_date, seconds_until_retry};
+
+    #[test]
+    fn http_dates_in_their_three_forms() {
+        // RFC 9110's example instant, 784111777 in Unix seconds, in each form.
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(http_date(form), Some(784_111_777), "{form}");
+        }
+        assert_eq!(
+            http_date("Tue, 29 Feb 2000 00:00:00 GMT"),
+            Some(951_782_400)
+        );
+        assert_eq!(
+            http_date("Fri, 31 Dec 9999 23:59:59 GMT"),
+            Some(253_402_300_799)
+        );
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        for bad in [
+            "Thu, 29 Feb 2001 00:00:00 GMT", // not a leap year
+            "Sun, 6 Nov 1994 08:49:37 GMT",  // IMF-fixdate pads the day
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+            "Wed, 31 Dec 1969 23:59:59 GMT",
+            "Sunday, 06-Nov-1994 08:49:37 GMT",
+            "",
+            "soon",
+        ] {
+            assert_eq!(http_date(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn retry_after_values_as_seconds_from_now() {
+        assert_eq!(seconds_until_retry("120"), Some(120));
+        assert_eq!(seconds_until_retry(" 7 "), Some(7));
+        assert_eq!(
+            seconds_until_retry("99999999999999999999999"),
+            Some(u64::MAX)
+        );
+        assert_eq!(
+            seconds_until_retry("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(0)
+        );
+        assert!(seconds_until_retry("Fri, 31 Dec 9999 23:59:59 GMT").unwrap() > 200_000_000_000);
+        assert_eq!(seconds_until_retry("-1"), None);
+        assert_eq!(seconds_until_retry("1.5"), None);
     }
 }

@@ -328,8 +328,9 @@ fn event_path<B>(request: &Request<B>) -> String {
 }
 
 impl<S, L, X> RateLimit<S, L, X> {
-    /// Awaits a decision a round trip away ([`Decided::Later`]), then calls the inner service or
-    /// answers 429 (no shaping), as for a decision made at once.
+    /// Awaits a decision a round trip away ([`Decided::Later`]), then calls the inner service,
+    /// waits (shaping) or answers 429, as for a decision made at once. A shaped wait is measured
+    /// on tokio's clock: the store decides on its own (Redis) or on the limiter's clock.
     fn decide_later<ReqBody, ResBody>(
         &mut self,
         decision: Pin<Box<dyn Future<Output = Result<Decision, AcquireError>> + Send>>,
@@ -344,10 +345,12 @@ impl<S, L, X> RateLimit<S, L, X> {
         ReqBody: Send + 'static,
         ResBody: Send + 'static,
         X: KeyExtractor<ReqBody>,
+        L: KeyedLimiter<X::Key>,
     {
         // As in `shape`: the ready service stays for the next call; the clone is made ready
         // once the decision is in.
         let mut inner = self.inner.clone();
+        let limiter = Arc::clone(&self.limiter);
         let settings = Arc::clone(&self.settings);
         let shared = Arc::clone(&self.shared);
         let path = event_path(&request);
@@ -355,14 +358,43 @@ impl<S, L, X> RateLimit<S, L, X> {
             let checked = decision.await;
             let observer = &settings.observer;
             observer.decided(timer);
-            let decision = match checked {
-                Ok(decision) => decision,
-                Err(error) => {
-                    observer.ended(RequestOutcome::NeverGranted);
-                    log_once(&shared.logged_never_granted, &settings, NeverGranted(error));
-                    return Ok(server_error());
-                }
+            let never_granted = |error| {
+                observer.ended(RequestOutcome::NeverGranted);
+                log_once(&shared.logged_never_granted, &settings, NeverGranted(error));
+                Ok(server_error())
             };
+            let mut decision = match checked {
+                Ok(decision) => decision,
+                Err(error) => return never_granted(error),
+            };
+            let mut delayed = false;
+            let shaping = settings.shaping.filter(|shaping| {
+                !decision.is_allowed() && decision.retry_after() <= shaping.max_delay
+            });
+            if let Some(shaping) = shaping {
+                if let Some(slot) = WaitingSlot::take(&shared, shaping.max_waiting) {
+                    let start = tokio::time::Instant::now();
+                    // A denial's retry_after is at least 1 ns and tokio rounds a sleep up to its
+                    // next millisecond: each round lets time pass, and the budget ends the loop.
+                    while !decision.is_allowed()
+                        && decision.retry_after()
+                            <= shaping.max_delay.saturating_sub(start.elapsed())
+                    {
+                        tokio::time::sleep(decision.retry_after()).await;
+                        let checked = match limiter.decide(&key, settings.permits) {
+                            Decided::Now(checked) => checked,
+                            Decided::Later(future) => future.await,
+                        };
+                        decision = match checked {
+                            Ok(decision) => decision,
+                            Err(error) => return never_granted(error),
+                        };
+                    }
+                    // The waiting is over: the place is free for the next shaped request.
+                    drop(slot);
+                    delayed = true;
+                }
+            }
             let pk = settings
                 .policy
                 .has_partition_key()
@@ -377,7 +409,11 @@ impl<S, L, X> RateLimit<S, L, X> {
                 observer.denied(settings.policy.name(), &path, decision);
                 return Ok(denied(&stamp));
             }
-            observer.ended(RequestOutcome::Allowed);
+            observer.ended(if delayed {
+                RequestOutcome::Delayed
+            } else {
+                RequestOutcome::Allowed
+            });
             let stamp = settings.headers_on_allowed.then_some(stamp);
             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
             Ok(pass_through(

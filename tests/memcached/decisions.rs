@@ -123,3 +123,45 @@ fn names_and_windows_are_validated() {
     // A share of the limit the local fallback cannot hold is refused at construction.
     assert!(FailurePolicy::local_fallback(0.0).is_err());
 }
+
+/// The largest request memcached is sent: 1,024 cells (the most a window may have) of the
+/// longest key, so one `get` of 1,025 keys of 250 bytes (about 257 KB on one line), and the
+/// largest limit a `SlidingWindow` takes. Decided exactly, nothing lost or counted twice.
+#[test]
+fn the_widest_window_of_the_longest_keys_and_a_huge_limit() {
+    let server = MemcachedServer::start();
+    let backend = backend(&server);
+    let clock = ManualClock::starting_at(1_700_000_000 * SEC);
+    let limit = (1 << 24) - 1;
+    let window = SlidingWindow::new(limit, Duration::from_secs(1024), 1024).unwrap();
+    let limiter = MemcachedLimiter::with_clock(
+        &backend,
+        "wide",
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap();
+    let key = "k".repeat(250 - "wide:".len() - 1 - 20);
+    let big = limit - 1;
+    assert_eq!(
+        decide(&limiter, &key, big),
+        Decision::allow(u64::from(limit), 1, 1024 * SEC)
+    );
+    // Spread over many cells: each decision reads all 1,025.
+    for _ in 0..3 {
+        clock.advance(100 * S);
+        let d = decide(&limiter, &key, 1);
+        assert!(!d.is_allowed() || d.remaining() == 0, "{d:?}");
+    }
+    // Exactly one more fitted; the rest were taken back.
+    let first = limiter.cell_index(1_700_000_000 * SEC);
+    let counted: u64 = (first..=first + 300)
+        .map(|i| server.count(&limiter.cell_key(&key, i).unwrap()))
+        .sum();
+    assert_eq!(counted, u64::from(limit));
+    // A big request that cannot fit is denied until the first cell leaves the window.
+    let d = decide(&limiter, &key, big);
+    assert!(!d.is_allowed());
+    assert_eq!(d.retry_after(), Duration::from_secs(1024 - 300));
+}

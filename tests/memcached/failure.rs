@@ -293,3 +293,118 @@ fn a_cell_that_wraps_on_increment_is_a_counted_error_not_a_count() {
     assert!(!decision.is_allowed(), "fail closed: {decision:?}");
     assert_eq!(closed.failures().errors, 1);
 }
+
+/// A "server" that answers its first decision on a connection whole, and cuts the connection
+/// after the first line of the second (the `incr`'s count: that request was carried out). It
+/// counts the decision requests it receives, on every connection.
+fn server_closing_mid_reply() -> (String, std::sync::Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let requests = std::sync::Arc::new(AtomicU64::new(0));
+    let counted = std::sync::Arc::clone(&requests);
+    std::thread::spawn(move || {
+        for socket in listener.incoming() {
+            let Ok(mut socket) = socket else { return };
+            let requests = std::sync::Arc::clone(&counted);
+            std::thread::spawn(move || {
+                let mut pending = Vec::new();
+                let mut chunk = [0u8; 4096];
+                for answered in 1.. {
+                    // One decision: `add … noreply`, its data line, `incr`, then `get`.
+                    while !(String::from_utf8_lossy(&pending).contains("\r\nget ")
+                        && pending.ends_with(b"\r\n"))
+                    {
+                        match socket.read(&mut chunk) {
+                            Ok(read) if read > 0 => pending.extend_from_slice(&chunk[..read]),
+                            _ => return,
+                        }
+                    }
+                    requests.fetch_add(1, Ordering::SeqCst);
+                    let text = String::from_utf8_lossy(&pending).into_owned();
+                    pending.clear();
+                    let cell = text
+                        .split("\r\n")
+                        .find_map(|line| line.strip_prefix("incr "))
+                        .and_then(|rest| rest.split(' ').next())
+                        .unwrap()
+                        .to_owned();
+                    if answered == 1 {
+                        let reply = format!("1\r\nVALUE {cell} 0 1\r\n1\r\nEND\r\n");
+                        let _ = socket.write_all(reply.as_bytes());
+                    } else {
+                        let _ = socket.write_all(b"2\r\n");
+                        let _ = socket.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, requests)
+}
+
+/// A pooled connection that the server closes mid-reply: the request was carried out (its
+/// increment was answered), so it is not sent again on a fresh connection, which would count
+/// its permits twice. The call is decided by the policy, with the cut named. Blocking and async.
+#[test]
+fn a_connection_cut_mid_reply_is_not_retried() {
+    let clock = ManualClock::starting_at(T0);
+    let (addr, requests) = server_closing_mid_reply();
+    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
+    assert!(timed(&closed, "k").0.is_allowed());
+    let (decision, error) = timed(&closed, "k");
+    assert!(!decision.is_allowed());
+    let error = error.expect("decided by the policy").to_string();
+    assert!(error.contains("mid-reply"), "{error}");
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        2,
+        "the cut request was sent again"
+    );
+
+    let (addr, requests) = server_closing_mid_reply();
+    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let first = closed.try_acquire_outcome("k", 1).await.unwrap();
+        assert!(first.decision().is_allowed(), "{:?}", first.failure());
+        let (decision, error) = closed
+            .try_acquire_outcome("k", 1)
+            .await
+            .unwrap()
+            .into_parts();
+        assert!(!decision.is_allowed());
+        let error = error.expect("decided by the policy").to_string();
+        assert!(error.contains("mid-reply"), "{error}");
+    });
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        2,
+        "async: the cut request was sent again"
+    );
+}
+
+/// memcached at its connection limit greets a new connection with `ERROR Too many open
+/// connections` and closes it: the error names that, not "a count was expected".
+#[test]
+fn a_server_out_of_connections_is_named_as_such() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let full = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let _ = socket.write_all(b"ERROR Too many open connections\r\n");
+    });
+    let clock = ManualClock::starting_at(T0);
+    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
+    let (decision, error) = timed(&closed, "k");
+    assert!(!decision.is_allowed());
+    let error = error.expect("decided by the policy").to_string();
+    assert!(
+        error.contains("memcached replied ERROR Too many open connections"),
+        "{error}"
+    );
+    full.join().unwrap();
+}

@@ -589,3 +589,71 @@ fn a_sliding_log_admission_keeps_entries_ahead_of_a_clock_stepped_back() {
     // And the log still holds all three entries.
     assert_eq!(server.cli(&["ZCARD", &keys[0]]), "3");
 }
+
+/// Each algorithm at the largest limit it takes (a `SlidingWindow` / `FixedWindow` limit of
+/// 2^24 - 1, a GCRA burst whose whole refill is just under Redis's 2^51 µs), and keys with the
+/// bytes that mean something to Redis or to its cluster (hash-tag braces, the separator,
+/// spaces, CR LF, NUL, a 100 kB key): a request for the whole limit fits once, then nothing
+/// more; each key counts apart.
+#[test]
+fn the_largest_limits_and_odd_keys_decide_exactly() {
+    let server = RedisServer::start();
+    let b = backend(RedisConfig::single(server.url()));
+    let minute = Duration::from_secs(60);
+    let max = (1 << 24) - 1;
+    // 1 permit a second: a burst of 2^51 µs / 1 s.
+    let burst = ((1u64 << 51) / 1_000_000) as u32;
+    let huge: [(u32, Box<dyn super::Acquire>); 3] = [
+        (
+            max,
+            Box::new(limiter(&b, "big", FixedWindow::new(max, minute).unwrap())),
+        ),
+        (
+            max,
+            Box::new(limiter(
+                &b,
+                "big",
+                SlidingWindow::new(max, minute, 6).unwrap(),
+            )),
+        ),
+        (
+            burst,
+            Box::new(limiter(
+                &b,
+                "big",
+                Gcra::new(Rate::per_second(1), burst).unwrap(),
+            )),
+        ),
+    ];
+    for (i, (limit, limiter)) in huge.iter().enumerate() {
+        let key = i.to_string();
+        let all = limiter.try_acquire(&key, *limit);
+        assert!(all.failure().is_none(), "{limit}: {:?}", all.failure());
+        let d = all.decision();
+        assert!(d.is_allowed() && d.remaining() == 0, "{limit}: {d:?}");
+        assert_eq!(d.limit(), u64::from(*limit));
+        let d = limiter.try_acquire(&key, 1).decision();
+        assert!(
+            !d.is_allowed() && !d.retry_after().is_zero(),
+            "{limit}: {d:?}"
+        );
+    }
+    let log = limiter(&b, "odd", SlidingLog::new(1, minute).unwrap());
+    let fw = limiter(&b, "odd", FixedWindow::new(1, minute).unwrap());
+    let long = "k".repeat(100_000);
+    let keys = [
+        "", "{", "}", "{}", "}{", "a}b", "a}c", "{odd:a}", ":", "a:b", "a b", "a\r\nb", "a\nb",
+        "\0", &long,
+    ];
+    for limiter in [&log as &dyn super::Acquire, &fw] {
+        for key in keys {
+            let first = limiter.try_acquire(key, 1);
+            assert!(first.failure().is_none(), "{key:?}: {:?}", first.failure());
+            assert!(first.decision().is_allowed(), "{key:?} shares a count");
+            assert!(
+                !limiter.try_acquire(key, 1).decision().is_allowed(),
+                "{key:?}"
+            );
+        }
+    }
+}

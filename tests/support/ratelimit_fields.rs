@@ -60,7 +60,8 @@ fn single_line(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// The `RateLimit-Policy` and `RateLimit` lines of `headers` (`None` when neither is there),
 /// after checking them: both Lists parse; they name the same policies in the same order; each
-/// policy has `q` (and optionally `w` > 0), each state `r` ≤ `q` and `t`, nothing else but the
+/// policy has `q` (and optionally `w` > 0), each state `r` ≤ `q` and `t` (which only an allowed
+/// response without a reset time leaves out), nothing else but the
 /// same `pk` in both; and on a 429 `Retry-After` is at least every `t` of an exhausted policy.
 /// A policy in the quota unit `concurrent-requests` (the only `qu` floodgate writes) has no `w`
 /// and its state no `t`.
@@ -102,8 +103,11 @@ pub fn checked_fields(headers: &HeaderMap) -> Option<(String, String)> {
             "{policy}: w must be positive"
         );
         let keys: Vec<&str> = s.ints.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["r", "t"], "{state}");
-        let (r, t) = (s.ints[0].1, s.ints[1].1);
+        // `t` is left out only where no reset time is known (a backend failing open), and
+        // never on a denial.
+        let denied = headers.contains_key("retry-after");
+        assert!(keys == ["r", "t"] || (keys == ["r"] && !denied), "{state}");
+        let (r, t) = (s.ints[0].1, s.ints.get(1).map_or(0, |&(_, t)| t));
         assert!(0 <= r && r <= p.ints[0].1, "{state}: r above q");
         assert!(t >= 0, "{state}");
         if let Some(retry_after) = headers.get("retry-after") {
