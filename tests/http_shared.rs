@@ -250,6 +250,43 @@ fn header(headers: &http::HeaderMap, name: &str) -> String {
         .to_owned()
 }
 
+/// Sends `3 × LIMIT` requests from one peer, alternately to the two `services`; checks each
+/// admitted response's `RateLimit` line with `admitted_line(line, admitted so far)`. Returns
+/// the admissions and each 429's headers, with when it came.
+async fn drive_two_layers<S, B>(
+    services: &[S; 2],
+    admitted_line: impl Fn(&str, u32),
+) -> (u32, Vec<(std::time::Instant, http::HeaderMap)>)
+where
+    S: tower::Service<
+            http::Request<http_body_util::Full<bytes::Bytes>>,
+            Response = http::Response<B>,
+        > + Clone,
+    S::Error: std::fmt::Debug,
+{
+    use tower::ServiceExt;
+    let mut admitted = 0;
+    let mut denials = Vec::new();
+    for i in 0..3 * LIMIT as usize {
+        let response = services[i % 2]
+            .clone()
+            .oneshot(http_service::from_peer("192.0.2.7:4000"))
+            .await
+            .unwrap();
+        match response.status() {
+            StatusCode::OK => {
+                admitted += 1;
+                admitted_line(&header(response.headers(), "ratelimit"), admitted);
+            }
+            status => {
+                assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+                denials.push((std::time::Instant::now(), response.headers().clone()));
+            }
+        }
+    }
+    (admitted, denials)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_layers_on_one_memcached_admit_exactly_the_limit_and_429s_carry_its_decision() {
     use http_service::{from_peer, hello};
@@ -281,26 +318,10 @@ async fn two_layers_on_one_memcached_admit_exactly_the_limit_and_429s_carry_its_
             .policy(policy.clone())
             .layer(hello()),
     ];
-    let mut admitted = 0;
-    let mut denials = Vec::new();
-    for i in 0..3 * LIMIT as usize {
-        let response = services[i % 2]
-            .clone()
-            .oneshot(from_peer("192.0.2.7:4000"))
-            .await
-            .unwrap();
-        match response.status() {
-            StatusCode::OK => {
-                admitted += 1;
-                let expected = format!(r#""api";r={};t=60"#, LIMIT - admitted);
-                assert_eq!(header(response.headers(), "ratelimit"), expected);
-            }
-            status => {
-                assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-                denials.push(response.headers().clone());
-            }
-        }
-    }
+    let (admitted, denials) = drive_two_layers(&services, |line, admitted| {
+        assert_eq!(line, format!(r#""api";r={};t=60"#, LIMIT - admitted));
+    })
+    .await;
     assert_eq!(admitted, LIMIT, "two layers on one memcached");
     // memcached's decision for the next request (a denial takes its permits back).
     let decision = limiter().try_acquire("192.0.2.7", 1).await.unwrap();
@@ -308,7 +329,7 @@ async fn two_layers_on_one_memcached_admit_exactly_the_limit_and_429s_carry_its_
     assert_eq!(decision.retry_after(), Duration::from_millis(59_500));
     let retry = ceil_secs(decision.retry_after());
     assert_eq!(denials.len(), 2 * LIMIT as usize);
-    for headers in &denials {
+    for (_, headers) in &denials {
         assert_eq!(header(headers, "retry-after"), retry.to_string());
         assert_eq!(
             header(headers, "ratelimit"),
@@ -332,9 +353,9 @@ async fn two_layers_on_one_memcached_admit_exactly_the_limit_and_429s_carry_its_
 async fn two_layers_on_one_redis_admit_exactly_the_limit_and_429s_carry_its_decision() {
     use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     use floodgate::{FixedWindow, Gcra, Rate};
-    use http_service::{from_peer, hello};
+    use http_service::hello;
     use std::time::Instant;
-    use tower::{Layer, ServiceExt};
+    use tower::Layer;
     let redis = redis_server::RedisServer::start();
     let ten_minutes = Duration::from_secs(600);
     let backend = || async {
@@ -366,28 +387,12 @@ async fn two_layers_on_one_redis_admit_exactly_the_limit_and_429s_carry_its_deci
                     .policy(policy.clone())
                     .layer(hello()),
             ];
-            let mut admitted = 0;
-            let mut denials = Vec::new();
             // The second round of denials comes from each layer's deny cache.
-            for i in 0..3 * LIMIT as usize {
-                let response = services[i % 2]
-                    .clone()
-                    .oneshot(from_peer("192.0.2.7:4000"))
-                    .await
-                    .unwrap();
-                match response.status() {
-                    StatusCode::OK => {
-                        admitted += 1;
-                        let line = header(response.headers(), "ratelimit");
-                        let expected = format!(r#""{}";r={};t="#, $name, LIMIT - admitted);
-                        assert!(line.starts_with(&expected), "{line}");
-                    }
-                    status => {
-                        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-                        denials.push((Instant::now(), response.headers().clone()));
-                    }
-                }
-            }
+            let (admitted, denials) = drive_two_layers(&services, |line, admitted| {
+                let expected = format!(r#""{}";r={};t="#, $name, LIMIT - admitted);
+                assert!(line.starts_with(&expected), "{line}");
+            })
+            .await;
             assert_eq!(admitted, LIMIT, "{}: two layers on one Redis", $name);
             // Redis's own decision for the next request (a denial changes nothing there).
             let decision = limiter().await.try_acquire("192.0.2.7", 1).await.unwrap();
