@@ -133,6 +133,18 @@ pub trait Limiter: Send + Sync {
     /// As [`try_acquire`](Limiter::try_acquire): a request that could never be granted returns
     /// at once instead of waiting forever; [`AcquireError::PastEndOfTime`] when a wait would end
     /// past the end of the clock's `u64` timeline.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Clock, FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let window = AtomicLimiter::with_clock(FixedWindow::new(1, Duration::from_secs(1))?, clock.clone());
+    /// assert_eq!(window.acquire(1)?, Duration::ZERO);
+    /// assert_eq!(window.acquire(1)?, Duration::from_secs(1)); // until the next window
+    /// assert_eq!(clock.now_nanos(), 1_000_000_000);
+    /// assert!(window.acquire(2).is_err()); // above the limit: never, so no wait
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn acquire(&self, n: u32) -> Result<Duration, AcquireError> {
         let mut waited = Waited::default();
         loop {
@@ -156,6 +168,21 @@ pub trait Limiter: Send + Sync {
     ///
     /// # Errors
     /// As [`acquire`](Limiter::acquire).
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Clock, Gcra, Limiter, ManualClock, Rate};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let gcra = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 1)?, clock.clone());
+    /// assert!(gcra.try_acquire_for(1, Duration::ZERO)?.is_allowed());
+    /// // The next permit is 100 ms away: more than 50 ms, so no wait and nothing taken.
+    /// let refused = gcra.try_acquire_for(1, Duration::from_millis(50))?;
+    /// assert_eq!(refused.retry_after(), Duration::from_millis(100));
+    /// assert_eq!(clock.now_nanos(), 0);
+    /// assert!(gcra.try_acquire_for(1, Duration::MAX)?.is_allowed()); // slept 100 ms
+    /// assert_eq!(clock.now_nanos(), 100_000_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn try_acquire_for(&self, n: u32, timeout: Duration) -> Result<Decision, AcquireError> {
         let mut waited = Waited::default();
         loop {
