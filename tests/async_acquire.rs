@@ -415,3 +415,62 @@ async fn a_fair_request_that_can_never_be_granted_fails_at_once() {
     ));
     assert_eq!(fair.waiting(), 0);
 }
+
+/// `n = 0` is never a valid request: behind a line of waiters it fails at once with the error
+/// that names it, instead of waiting its turn (here 1 s behind a request for 10) to be told.
+#[tokio::test(start_paused = true)]
+async fn a_fair_request_for_zero_permits_fails_at_once_even_behind_a_line() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let start = Instant::now();
+    let head = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { fair.acquire_async(10).await })
+    };
+    tokio::task::yield_now().await; // the request for 10 is at the head, 1 s from its grant
+    assert_eq!(fair.waiting(), 1);
+    let zero = tokio::time::timeout(Duration::from_secs(60), fair.acquire_async(0)).await;
+    assert_eq!(zero, Ok(Err(AcquireError::ZeroPermits)));
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "waited in line to learn n = 0 is invalid"
+    );
+    assert_eq!(fair.waiting(), 1);
+    assert_eq!(head.await.unwrap(), Ok(Duration::from_secs(1)));
+}
+
+/// A waiter cancelled in the middle of the line gives up its place: the one behind it moves up
+/// and is served when the head is done, and nothing is left in line.
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_cancelled_mid_line_passes_its_place_on() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let start = Instant::now();
+    let spawn = |n: u32| {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move {
+            let waited = fair.acquire_async(n).await.unwrap();
+            (waited, start.elapsed())
+        })
+    };
+    let head = spawn(10);
+    tokio::task::yield_now().await;
+    let middle = spawn(5);
+    tokio::task::yield_now().await;
+    let last = spawn(2);
+    tokio::task::yield_now().await;
+    assert_eq!(fair.waiting(), 3);
+    tokio::time::sleep(300 * MS).await;
+    middle.abort();
+    assert!(middle.await.unwrap_err().is_cancelled());
+    assert_eq!(fair.waiting(), 2);
+    // The head at 1 s (a full bucket), then the last one 2 tokens later, at 1.2 s.
+    assert_eq!(
+        head.await.unwrap(),
+        (Duration::from_secs(1), Duration::from_secs(1))
+    );
+    let served = tokio::time::timeout(Duration::from_secs(60), last).await;
+    assert_eq!(served.unwrap().unwrap(), (1_200 * MS, 1_200 * MS));
+    assert_eq!(fair.waiting(), 0);
+    // The served times show the cancelled request took nothing; and nothing was granted twice.
+    assert!(!fair.limiter().try_acquire(1).unwrap().is_allowed());
+}
