@@ -28,10 +28,11 @@ use crate::limiter::Limiter;
 /// **What it covers.** Only calls made through this `Fair` queue. Calls made on the limiter
 /// itself (`fair.limiter().try_acquire(..)`) still race the head. A request for zero permits
 /// fails at once; one above the capacity fails when it reaches the head of the line (the
-/// capacity in force then decides), at once if nobody waits. Dropping the future (a timeout, a `select!`) gives up its place, and
-/// the head's place passes to the next waiter; a dropped future has taken nothing. Wrap it in
-/// `tokio::time::timeout` to bound the wait. One line per `Fair`: for a [`Keyed`](crate::Keyed)
-/// limiter the line would be shared by all keys, so `Fair` takes single limiters only.
+/// capacity in force then decides), at once if nobody waits. Dropping the future (a timeout, a
+/// `select!`) gives up its place, and the head's place passes to the next waiter; a dropped
+/// future has taken nothing. Wrap it in `tokio::time::timeout` to bound the wait. One line per
+/// `Fair`: for a [`Keyed`](crate::Keyed) limiter the line would be shared by all keys, so `Fair`
+/// takes single limiters only.
 ///
 /// ```
 /// use floodgate::async_acquire::Fair;
