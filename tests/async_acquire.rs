@@ -474,3 +474,46 @@ async fn a_fair_waiter_cancelled_mid_line_passes_its_place_on() {
     // The served times show the cancelled request took nothing; and nothing was granted twice.
     assert!(!fair.limiter().try_acquire(1).unwrap().is_allowed());
 }
+
+/// The capacity lowered below the head's request while it waits: the head fails with the error
+/// naming the new capacity at its next try (it never waits for what can no longer fit), and the
+/// line moves on to the next waiter, served from what the bucket holds then.
+#[tokio::test(start_paused = true)]
+async fn a_fair_head_whose_request_no_longer_fits_fails_and_the_line_moves_on() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let start = Instant::now();
+    let head = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { fair.acquire_async(10).await })
+    };
+    tokio::task::yield_now().await; // at the head: 10 tokens in 1 s
+    let next = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { fair.acquire_async(3).await })
+    };
+    tokio::task::yield_now().await;
+    fair.limiter().set_limit(5).unwrap(); // the capacity: 10 can never fit now
+    let failed = tokio::time::timeout(Duration::from_secs(60), head).await;
+    assert_eq!(
+        failed.unwrap().unwrap(),
+        Err(AcquireError::ExceedsCapacity {
+            requested: 10,
+            capacity: 5
+        })
+    );
+    // No later than its next try, at the end of the wait it had been announced.
+    let failed_at = start.elapsed();
+    assert!(failed_at <= Duration::from_secs(1), "{failed_at:?}");
+    // Then the next request is served from what the bucket holds (at most its new capacity).
+    let waited = next.await.unwrap().unwrap();
+    assert!(waited <= Duration::from_secs(1), "{waited:?}");
+    assert_eq!(fair.waiting(), 0);
+    // 3 of the tokens the bucket held when the line moved on were taken, and no more.
+    let held = u32::try_from(start.elapsed().as_millis() / 100)
+        .unwrap()
+        .min(5);
+    if held > 3 {
+        assert!(fair.limiter().try_acquire(held - 3).unwrap().is_allowed());
+    }
+    assert!(!fair.limiter().try_acquire(1).unwrap().is_allowed());
+}
