@@ -415,3 +415,105 @@ async fn a_fair_request_that_can_never_be_granted_fails_at_once() {
     ));
     assert_eq!(fair.waiting(), 0);
 }
+
+/// `n = 0` is never a valid request: behind a line of waiters it fails at once with the error
+/// that names it, instead of waiting its turn (here 1 s behind a request for 10) to be told.
+#[tokio::test(start_paused = true)]
+async fn a_fair_request_for_zero_permits_fails_at_once_even_behind_a_line() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let start = Instant::now();
+    let head = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { fair.acquire_async(10).await })
+    };
+    tokio::task::yield_now().await; // the request for 10 is at the head, 1 s from its grant
+    assert_eq!(fair.waiting(), 1);
+    let zero = tokio::time::timeout(Duration::from_secs(60), fair.acquire_async(0)).await;
+    assert_eq!(zero, Ok(Err(AcquireError::ZeroPermits)));
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "waited in line to learn n = 0 is invalid"
+    );
+    assert_eq!(fair.waiting(), 1);
+    assert_eq!(head.await.unwrap(), Ok(Duration::from_secs(1)));
+}
+
+/// A waiter cancelled in the middle of the line gives up its place: the one behind it moves up
+/// and is served when the head is done, and nothing is left in line.
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_cancelled_mid_line_passes_its_place_on() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let start = Instant::now();
+    let spawn = |n: u32| {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move {
+            let waited = fair.acquire_async(n).await.unwrap();
+            (waited, start.elapsed())
+        })
+    };
+    let head = spawn(10);
+    tokio::task::yield_now().await;
+    let middle = spawn(5);
+    tokio::task::yield_now().await;
+    let last = spawn(2);
+    tokio::task::yield_now().await;
+    assert_eq!(fair.waiting(), 3);
+    tokio::time::sleep(300 * MS).await;
+    middle.abort();
+    assert!(middle.await.unwrap_err().is_cancelled());
+    assert_eq!(fair.waiting(), 2);
+    // The head at 1 s (a full bucket), then the last one 2 tokens later, at 1.2 s.
+    assert_eq!(
+        head.await.unwrap(),
+        (Duration::from_secs(1), Duration::from_secs(1))
+    );
+    let served = tokio::time::timeout(Duration::from_secs(60), last).await;
+    assert_eq!(served.unwrap().unwrap(), (1_200 * MS, 1_200 * MS));
+    assert_eq!(fair.waiting(), 0);
+    // The served times show the cancelled request took nothing; and nothing was granted twice.
+    assert!(!fair.limiter().try_acquire(1).unwrap().is_allowed());
+}
+
+/// The capacity lowered below the head's request while it waits: the head fails with the error
+/// naming the new capacity at its next try (it never waits for what can no longer fit), and the
+/// line moves on to the next waiter, served from what the bucket holds then.
+#[tokio::test(start_paused = true)]
+async fn a_fair_head_whose_request_no_longer_fits_fails_and_the_line_moves_on() {
+    let fair = Arc::new(Fair::new(empty_bucket().await));
+    let start = Instant::now();
+    let head = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { fair.acquire_async(10).await })
+    };
+    tokio::task::yield_now().await; // at the head: 10 tokens in 1 s
+    let next = {
+        let fair = Arc::clone(&fair);
+        tokio::spawn(async move { fair.acquire_async(3).await })
+    };
+    tokio::task::yield_now().await;
+    fair.limiter().set_limit(5).unwrap(); // the capacity: 10 can never fit now
+    let failed = tokio::time::timeout(Duration::from_secs(60), head).await;
+    assert_eq!(
+        failed.unwrap().unwrap(),
+        Err(AcquireError::ExceedsCapacity {
+            requested: 10,
+            capacity: 5
+        })
+    );
+    // No later than its next try, at the end of the wait it had been announced.
+    let failed_at = start.elapsed();
+    assert!(failed_at <= Duration::from_secs(1), "{failed_at:?}");
+    // Then the next request is served from what the bucket holds (at most its new capacity).
+    let waited = next.await.unwrap().unwrap();
+    assert!(waited <= Duration::from_secs(1), "{waited:?}");
+    assert_eq!(fair.waiting(), 0);
+    // 3 of the tokens the bucket held when the line moved on were taken, and no more.
+    let held = u32::try_from(start.elapsed().as_millis() / 100)
+        .unwrap()
+        .min(5);
+    if held > 3 {
+        assert!(fair.limiter().try_acquire(held - 3).unwrap().is_allowed());
+    }
+    assert!(!fair.limiter().try_acquire(1).unwrap().is_allowed());
+}

@@ -127,3 +127,37 @@ fn a_far_future_stamp_on_a_sliding_window_never_hangs_acquire() {
         }
     });
 }
+
+/// A smooth limiter's `acquire` and `try_acquire_for` book before they sleep (Guava's model):
+/// one whose wait would end past the end of the clock's timeline must fail without booking, or
+/// each failed call would keep a permit it never handed out, pushing every later caller back
+/// (here by the permit's cost per failed call).
+#[test]
+fn a_smooth_call_that_would_wait_past_the_end_of_time_books_nothing() {
+    within_hang_guard(|| {
+        let clock = ManualClock::starting_at(u64::MAX - SECOND / 2);
+        let bursty = SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap();
+        let warming =
+            SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(1), clock.clone()).unwrap();
+        let limiters: [&dyn Limiter; 2] = [&bursty, &warming];
+        for limiter in limiters {
+            assert!(limiter.try_acquire(1).unwrap().is_allowed());
+            // A zero-timeout try refuses without writing: the wait for the next permit.
+            let next = || {
+                let refused = limiter.try_acquire_for(1, Duration::ZERO).unwrap();
+                assert!(!refused.is_allowed());
+                refused.retry_after()
+            };
+            let before = next();
+            assert!(before > Duration::from_nanos(SECOND / 2), "{before:?}");
+            for _ in 0..3 {
+                let err = limiter.acquire(1).unwrap_err();
+                assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+                let err = limiter.try_acquire_for(1, Duration::MAX).unwrap_err();
+                assert!(matches!(err, AcquireError::PastEndOfTime { .. }), "{err:?}");
+            }
+            assert_eq!(next(), before, "failed calls booked permits");
+            assert!(clock.sleeps().is_empty());
+        }
+    });
+}

@@ -26,12 +26,13 @@ use crate::limiter::Limiter;
 /// returns at once if granted; otherwise it joins the line.
 ///
 /// **What it covers.** Only calls made through this `Fair` queue. Calls made on the limiter
-/// itself (`fair.limiter().try_acquire(..)`) still race the head. A request that can never be
-/// granted (zero permits, or above the capacity) fails when it reaches the head of the line, at
-/// once if nobody waits. Dropping the future (a timeout, a `select!`) gives up its place, and
-/// the head's place passes to the next waiter; a dropped future has taken nothing. Wrap it in
-/// `tokio::time::timeout` to bound the wait. One line per `Fair`: for a [`Keyed`](crate::Keyed)
-/// limiter the line would be shared by all keys, so `Fair` takes single limiters only.
+/// itself (`fair.limiter().try_acquire(..)`) still race the head. A request for zero permits
+/// fails at once; one above the capacity fails when it reaches the head of the line (the
+/// capacity in force then decides), at once if nobody waits. Dropping the future (a timeout, a
+/// `select!`) gives up its place, and the head's place passes to the next waiter; a dropped
+/// future has taken nothing. Wrap it in `tokio::time::timeout` to bound the wait. One line per
+/// `Fair`: for a [`Keyed`](crate::Keyed) limiter the line would be shared by all keys, so `Fair`
+/// takes single limiters only.
 ///
 /// ```
 /// use floodgate::async_acquire::Fair;
@@ -93,8 +94,9 @@ impl<L: Limiter> Fair<L> {
     /// long it waited, on the limiter's clock (zero when granted at once).
     ///
     /// # Errors
-    /// As [`Limiter::try_acquire`], once the call is at the head of the line (at once if
-    /// nobody waits): a request that could never be granted never waits for permits.
+    /// [`AcquireError::ZeroPermits`] at once for `n = 0`; otherwise as [`Limiter::try_acquire`],
+    /// once the call is at the head of the line (at once if nobody waits): a request that could
+    /// never be granted never waits for permits.
     ///
     /// ```
     /// use floodgate::async_acquire::Fair;
@@ -110,6 +112,10 @@ impl<L: Limiter> Fair<L> {
     /// # Ok(()) }
     /// ```
     pub async fn acquire_async(&self, n: u32) -> Result<Duration, AcquireError> {
+        if n == 0 {
+            // Invalid for every limiter: no need to wait in line to be told.
+            return Err(AcquireError::ZeroPermits);
+        }
         let clock = self.limiter.clock();
         let start = clock.now_nanos();
         // Nobody in line (or at its head): try at once.

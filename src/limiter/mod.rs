@@ -125,42 +125,111 @@ pub trait Limiter: Send + Sync {
     /// [`set_limit`](Limiter::set_limit)).
     fn limit(&self) -> u64;
 
-    /// Takes `n` permits, sleeping on the clock until they are granted. Returns how long it slept.
+    /// Takes `n` permits, sleeping on the clock until they are granted. Returns how long it
+    /// waited: the time that passed on the limiter's clock from its first denial to the grant (at
+    /// least the sleeps it took; a sleep that ends late counts in full), zero when granted at once.
     ///
     /// # Errors
     /// As [`try_acquire`](Limiter::try_acquire): a request that could never be granted returns
     /// at once instead of waiting forever; [`AcquireError::PastEndOfTime`] when a wait would end
     /// past the end of the clock's `u64` timeline.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Clock, FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let window = AtomicLimiter::with_clock(FixedWindow::new(1, Duration::from_secs(1))?, clock.clone());
+    /// assert_eq!(window.acquire(1)?, Duration::ZERO);
+    /// assert_eq!(window.acquire(1)?, Duration::from_secs(1)); // until the next window
+    /// assert_eq!(clock.now_nanos(), 1_000_000_000);
+    /// assert!(window.acquire(2).is_err()); // above the limit: never, so no wait
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn acquire(&self, n: u32) -> Result<Duration, AcquireError> {
-        let mut waited = Duration::ZERO;
+        let mut waited = Waited::default();
         loop {
             let decision = self.try_acquire(n)?;
             if decision.is_allowed() {
-                return Ok(waited);
+                return Ok(waited.so_far(self.clock()));
             }
             let wait = decision.retry_after();
+            waited.start(self.clock());
             check_wait_ends(self.clock(), wait)?;
             self.clock().sleep(wait);
-            waited = waited.saturating_add(wait);
+            waited.slept(wait);
         }
     }
 
     /// Takes `n` permits if they can be had within `timeout`: sleeps only while the announced wait
     /// fits in what is left of the timeout, otherwise returns the denial at once, consuming nothing.
+    /// What is left is measured on the limiter's clock (at least the sleeps taken so far), so a
+    /// sleep that ends late, or a retry lost to other callers, never stretches the call past
+    /// `timeout` by another sleep.
     ///
     /// # Errors
     /// As [`acquire`](Limiter::acquire).
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Clock, Gcra, Limiter, ManualClock, Rate};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let gcra = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 1)?, clock.clone());
+    /// assert!(gcra.try_acquire_for(1, Duration::ZERO)?.is_allowed());
+    /// // The next permit is 100 ms away: more than 50 ms, so no wait and nothing taken.
+    /// let refused = gcra.try_acquire_for(1, Duration::from_millis(50))?;
+    /// assert_eq!(refused.retry_after(), Duration::from_millis(100));
+    /// assert_eq!(clock.now_nanos(), 0);
+    /// assert!(gcra.try_acquire_for(1, Duration::MAX)?.is_allowed()); // slept 100 ms
+    /// assert_eq!(clock.now_nanos(), 100_000_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn try_acquire_for(&self, n: u32, timeout: Duration) -> Result<Decision, AcquireError> {
-        let mut left = timeout;
+        let mut waited = Waited::default();
         loop {
             let decision = self.try_acquire(n)?;
             let wait = decision.retry_after();
-            if decision.is_allowed() || wait > left {
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            waited.start(self.clock());
+            if wait > timeout.saturating_sub(waited.so_far(self.clock())) {
                 return Ok(decision);
             }
             check_wait_ends(self.clock(), wait)?;
             self.clock().sleep(wait);
-            left -= wait;
+            waited.slept(wait);
+        }
+    }
+}
+
+/// How long a blocking call has waited: the time passed on the limiter's clock since its first
+/// denial, and never less than the sleeps it took (a clock read that lags, as a coarse clock's
+/// can, does not shorten the wait below what was slept).
+#[derive(Default)]
+struct Waited {
+    /// The clock's reading at the first denial; `None` before it (no clock read on a grant at
+    /// once).
+    since: Option<u64>,
+    slept: Duration,
+}
+
+impl Waited {
+    fn start(&mut self, clock: &dyn Clock) {
+        if self.since.is_none() {
+            self.since = Some(clock.now_nanos());
+        }
+    }
+
+    fn slept(&mut self, wait: Duration) {
+        self.slept = self.slept.saturating_add(wait);
+    }
+
+    fn so_far(&self, clock: &dyn Clock) -> Duration {
+        match self.since {
+            None => Duration::ZERO,
+            Some(since) => self.slept.max(Duration::from_nanos(
+                clock.now_nanos().saturating_sub(since),
+            )),
         }
     }
 }

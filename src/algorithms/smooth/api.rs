@@ -9,6 +9,22 @@
 macro_rules! smooth_limiter_api {
     ($ty:ident, $make:literal) => {
         impl<C: $crate::Clock> $ty<C> {
+            /// The µs from `now` (µs since creation) to the last whole µs whose wait, added to
+            /// any clock read within that µs, still ends on the clock's `u64` nanosecond
+            /// timeline (one µs short of its end, for the read's sub-µs part).
+            fn micros_to_the_end(&self, now: i64) -> i64 {
+                let end = $crate::algorithms::smooth::micros_since(u64::MAX, self.origin_nanos);
+                end.saturating_sub(1).saturating_sub(now).max(0)
+            }
+
+            /// [`AcquireError::PastEndOfTime`](crate::AcquireError) for a wait of `wait` from now.
+            fn past_end_of_time(&self, wait: std::time::Duration) -> $crate::AcquireError {
+                $crate::AcquireError::PastEndOfTime {
+                    now_nanos: $crate::Clock::now_nanos(&self.clock),
+                    wait,
+                }
+            }
+
             #[doc = concat!(
                 "Books `permits` like [`acquire`](crate::Limiter::acquire) but does not ",
                 "sleep: returns how long the caller must wait before using them (for async ",
@@ -151,9 +167,21 @@ macro_rules! smooth_limiter_api {
                 }
             }
 
-            /// Guava's `acquire`: books at once, sleeps until the previous booking is paid.
+            /// Guava's `acquire`: books at once, sleeps until the previous booking is paid. A
+            /// wait that would end past the end of the clock's timeline books nothing.
             fn acquire(&self, n: u32) -> Result<std::time::Duration, $crate::AcquireError> {
-                let wait = self.reserve(n)?;
+                if n == 0 {
+                    return Err($crate::AcquireError::ZeroPermits);
+                }
+                let now = self.now_micros();
+                // Guava's `canAcquire` with the time left on the clock as the timeout: a
+                // booking whose wait would end past the clock's end is refused, writing nothing.
+                let outcome = self.decide_at(n, now, Some(self.micros_to_the_end(now)));
+                outcome.check_booking(n)?;
+                if !outcome.decision.is_allowed() {
+                    return Err(self.past_end_of_time(outcome.decision.retry_after()));
+                }
+                let wait = std::time::Duration::from_micros(outcome.wait_micros as u64);
                 $crate::limiter::check_wait_ends(&self.clock, wait)?;
                 if !wait.is_zero() {
                     self.clock.sleep(wait);
@@ -173,8 +201,19 @@ macro_rules! smooth_limiter_api {
                     return Err($crate::AcquireError::ZeroPermits);
                 }
                 let timeout = $crate::algorithms::smooth::timeout_micros(timeout);
-                let outcome = self.decide_at(n, self.now_micros(), Some(timeout));
+                let now = self.now_micros();
+                // The time left on the clock caps the timeout, so that a wait that would end
+                // past the clock's end is refused, writing nothing (as `acquire`).
+                let to_the_end = self.micros_to_the_end(now);
+                let outcome = self.decide_at(n, now, Some(timeout.min(to_the_end)));
                 outcome.check_booking(n)?;
+                if !outcome.decision.is_allowed()
+                    && timeout > to_the_end
+                    && outcome.decision.retry_after().as_micros() <= timeout as u128
+                {
+                    // Refused by the clock's end, not by the caller's timeout.
+                    return Err(self.past_end_of_time(outcome.decision.retry_after()));
+                }
                 if outcome.wait_micros > 0 {
                     let wait = std::time::Duration::from_micros(outcome.wait_micros as u64);
                     $crate::limiter::check_wait_ends(&self.clock, wait)?;
