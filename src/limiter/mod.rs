@@ -191,10 +191,16 @@ pub trait Limiter: Send + Sync {
             if decision.is_allowed() {
                 return Ok(decision);
             }
-            waited.start(self.clock());
-            if wait > timeout.saturating_sub(waited.so_far(self.clock())) {
+            // Before any sleep nothing has passed yet: a wait longer than the timeout is
+            // refused without reading the clock (the common fail-fast call pays no extra read).
+            let left = match waited.since {
+                None => timeout,
+                Some(_) => timeout.saturating_sub(waited.so_far(self.clock())),
+            };
+            if wait > left {
                 return Ok(decision);
             }
+            waited.start(self.clock());
             check_wait_ends(self.clock(), wait)?;
             self.clock().sleep(wait);
             waited.slept(wait);
