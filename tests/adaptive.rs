@@ -313,3 +313,35 @@ fn limits_stay_within_bounds() {
         assert!(min >= 5.0 && max <= 20.0, "{aimd:?}");
     }
 }
+
+/// A storm of drops that fail fast (the downstream rejects at once, faster than it serves) is
+/// congestion: Gradient2 must not grow on it. It ignored `dropped` (as Netflix's Gradient2
+/// does) and read the short RTTs as "latency fell", so each window of drops with the limit in
+/// use added its queue allowance.
+#[test]
+fn a_storm_of_fast_drops_never_grows_gradient2() {
+    let g = Gradient2::new(100, 1, 1_000).unwrap();
+    let mut state = g.initial_state();
+    for _ in 0..20 {
+        let ok = Sample {
+            rtt_nanos: BASE,
+            in_flight: 100,
+            dropped: false,
+        };
+        state = g.on_sample(state, &ok);
+    }
+    let mut limits = vec![g.limit_of(state)];
+    for _ in 0..20 {
+        let fast_drop = Sample {
+            rtt_nanos: BASE / 10,
+            in_flight: g.limit_of(state),
+            dropped: true,
+        };
+        state = g.on_sample(state, &fast_drop);
+        limits.push(g.limit_of(state));
+    }
+    assert!(
+        limits.windows(2).all(|w| w[1] <= w[0]) && limits[20] < limits[0] / 2,
+        "the limit under a storm of drops: {limits:?}"
+    );
+}

@@ -151,7 +151,10 @@ impl AdaptiveAlgorithm for Aimd {
 /// sample's RTT, with a tolerance of 1.5 and a queue allowance of 4, smoothed by 0.2. Under an
 /// [`AdaptiveInFlight`](super::AdaptiveInFlight) a sample is a whole window's average RTT by
 /// default (Netflix recalculates the limit "every sampling window"). It settles where the RTT
-/// is the tolerance × the long-term RTT: see [`rtt_tolerance`](Self::rtt_tolerance).
+/// is the tolerance × the long-term RTT: see [`rtt_tolerance`](Self::rtt_tolerance). A dropped
+/// sample shrinks the limit as far as one sample can (gradient 0.5: about × 0.9), whatever its
+/// RTT and however much of the limit was in use; Netflix's Gradient2 ignores drops, so there a
+/// storm of drops that fail fast reads as falling latency and grows the limit.
 ///
 /// ```
 /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Gradient2, Sample};
@@ -252,11 +255,17 @@ impl AdaptiveAlgorithm for Gradient2 {
             long *= 0.95;
         }
         let extra = (u64::from((long as f32).to_bits()) << 32) | u64::from(count);
-        // Application-limited: no evidence to grow on.
-        if f64::from(sample.in_flight) < limit / 2.0 {
+        // A drop is congestion whatever its RTT (one that failed fast reads as latency falling):
+        // the strongest shrink, 0.5, however much of the limit was in use. Netflix's Gradient2
+        // ignores drops, so a storm of fast drops grew its limit.
+        let gradient = if sample.dropped {
+            0.5
+        } else if f64::from(sample.in_flight) < limit / 2.0 {
+            // Application-limited: no evidence to grow on.
             return pack(limit, extra);
-        }
-        let gradient = (self.tolerance * long / short).clamp(0.5, 1.0);
+        } else {
+            (self.tolerance * long / short).clamp(0.5, 1.0)
+        };
         let target = limit * gradient + self.queue_size;
         let next = limit * (1.0 - self.smoothing) + target * self.smoothing;
         pack(clamp(next, self.min, self.max), extra)
