@@ -345,3 +345,43 @@ fn a_storm_of_fast_drops_never_grows_gradient2() {
         "the limit under a storm of drops: {limits:?}"
     );
 }
+
+/// Vegas: a drop is a back-off whatever its RTT. A drop that failed faster than any request
+/// was served took the no-load RTT's place and changed nothing (as in Netflix's Vegas), so a
+/// storm of fast drops first went unanswered, then left a no-load RTT that every normal request
+/// after it read as a queue of 90 % of the limit: the limit sank after the storm and stayed low.
+#[test]
+fn a_storm_of_fast_drops_backs_vegas_off_and_leaves_its_no_load_rtt_alone() {
+    let v = Vegas::new(100, 1, 1_000).unwrap();
+    let ok = |in_flight| Sample {
+        rtt_nanos: BASE,
+        in_flight,
+        dropped: false,
+    };
+    let mut state = v.on_sample(v.initial_state(), &ok(100));
+    let fast_drop = |in_flight| Sample {
+        rtt_nanos: BASE / 10,
+        in_flight,
+        dropped: true,
+    };
+    let next = v.on_sample(state, &fast_drop(100));
+    assert!(
+        v.limit_of(next) < v.limit_of(state),
+        "the first fast drop left the limit at {}",
+        v.limit_of(next)
+    );
+    state = next;
+    for _ in 0..5 {
+        state = v.on_sample(state, &fast_drop(v.limit_of(state)));
+    }
+    let after_storm = v.limit_of(state);
+    // The storm is over: requests are served at the base latency again, with no queue.
+    for _ in 0..5 {
+        state = v.on_sample(state, &ok(v.limit_of(state)));
+    }
+    assert!(
+        v.limit_of(state) > after_storm,
+        "no queue, yet the limit went {after_storm} -> {}",
+        v.limit_of(state)
+    );
+}

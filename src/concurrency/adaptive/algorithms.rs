@@ -278,7 +278,9 @@ impl AdaptiveAlgorithm for Gradient2 {
 
 /// Vegas: estimates the queue from the lowest RTT seen (`rtt_noload`) and the sample's,
 /// `queue = limit × (1 − rtt_noload / rtt)`, and grows the limit while the queue is below
-/// `alpha = 3·log10(limit)`, shrinks it above `beta = 6·log10(limit)` or on a drop.
+/// `alpha = 3·log10(limit)`, shrinks it above `beta = 6·log10(limit)` or on a drop. A drop
+/// shrinks it whatever its RTT and never becomes `rtt_noload` (Netflix's Vegas takes a drop
+/// faster than any request served as the new no-load RTT and does not shrink).
 ///
 /// ```
 /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Sample, Vegas};
@@ -323,14 +325,19 @@ impl AdaptiveAlgorithm for Vegas {
     fn on_sample(&self, state: u128, sample: &Sample) -> u128 {
         let (limit, rtt_noload) = unpack(state);
         let rtt = sample.rtt_nanos.max(1);
+        let step = log10_step(limit);
+        // A drop backs off whatever its RTT, and its RTT is no no-load RTT: one that failed
+        // faster than any request was served would otherwise take `rtt_noload`'s place (as in
+        // Netflix's Vegas, which checks for a new minimum first) and change nothing, and then
+        // make every normal request after it read as a long queue.
+        if sample.dropped {
+            return pack(clamp(limit - step, self.min, self.max), rtt_noload);
+        }
         if rtt_noload == 0 || rtt < rtt_noload {
             return pack(limit, rtt);
         }
         let queue = (limit * (1.0 - rtt_noload as f64 / rtt as f64)).ceil();
-        let step = log10_step(limit);
-        let next = if sample.dropped {
-            limit - step
-        } else if f64::from(sample.in_flight) * 2.0 < limit {
+        let next = if f64::from(sample.in_flight) * 2.0 < limit {
             limit
         } else if queue <= step {
             limit + 6.0 * step
