@@ -385,3 +385,33 @@ fn a_storm_of_fast_drops_backs_vegas_off_and_leaves_its_no_load_rtt_alone() {
         v.limit_of(state)
     );
 }
+
+/// A huge RTT (a sample recorded with `u64::MAX` for "no answer", say) saturates its window's
+/// RTT sum; it must not shut the rest of the window out. It did: every later sample of the
+/// window would have overflowed the sum and was left out, drops included, so the window held one
+/// sample, fell short of `min_samples` and was discarded, and the drops never backed the limit
+/// off.
+#[test]
+fn a_huge_rtt_does_not_shut_the_rest_of_its_window_out() {
+    let clock = ManualClock::new();
+    let limiter = AdaptiveInFlight::with_clock(Aimd::new(100, 1, 1_000).unwrap(), clock.clone())
+        .window(Some(
+            SampleWindow::new(Duration::from_millis(100), 3).unwrap(),
+        ));
+    limiter.record(&Sample {
+        rtt_nanos: u64::MAX,
+        in_flight: 100,
+        dropped: false,
+    });
+    let drop = Sample {
+        rtt_nanos: BASE,
+        in_flight: 100,
+        dropped: true,
+    };
+    for _ in 0..5 {
+        limiter.record(&drop);
+    }
+    clock.advance(Duration::from_millis(100));
+    limiter.record(&drop); // closes the window: 7 samples, drops among them
+    assert_eq!(limiter.limit(), 90);
+}
