@@ -166,6 +166,7 @@ fn aimd() -> Aimd {
     Aimd::new(10, 1, 1_000)
         .unwrap()
         .timeout(Duration::from_nanos(BASE * 6 / 5))
+        .unwrap()
 }
 
 #[test]
@@ -414,4 +415,45 @@ fn a_huge_rtt_does_not_shut_the_rest_of_its_window_out() {
     clock.advance(Duration::from_millis(100));
     limiter.record(&drop); // closes the window: 7 samples, drops among them
     assert_eq!(limiter.limit(), 90);
+}
+
+/// AIMD's timeout must be longer than zero (Netflix's checks it). Zero was taken: every RTT
+/// above it counted as a drop, so a success at the limit backed AIMD off (10 -> 9) and the limit
+/// sank to its floor, silently (a user who meant "no timeout" got the opposite).
+#[test]
+fn a_zero_aimd_timeout_is_a_clear_error() {
+    let error = Aimd::new(10, 1, 100)
+        .unwrap()
+        .timeout(Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid AIMD timeout: must be longer than zero (an RTT above it counts as a drop)"
+    );
+    let aimd = Aimd::new(10, 1, 100)
+        .unwrap()
+        .timeout(Duration::from_nanos(1))
+        .unwrap();
+    let at = |rtt_nanos| Sample {
+        rtt_nanos,
+        in_flight: 10,
+        dropped: false,
+    };
+    assert_eq!(
+        aimd.limit_of(aimd.on_sample(aimd.initial_state(), &at(1))),
+        11
+    );
+    assert_eq!(
+        aimd.limit_of(aimd.on_sample(aimd.initial_state(), &at(2))),
+        9
+    );
+    // The longest timeout: no RTT is above it.
+    let never = Aimd::new(10, 1, 100)
+        .unwrap()
+        .timeout(Duration::MAX)
+        .unwrap();
+    assert_eq!(
+        never.limit_of(never.on_sample(never.initial_state(), &at(u64::MAX))),
+        11
+    );
 }

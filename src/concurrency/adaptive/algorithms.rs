@@ -112,16 +112,28 @@ impl Aimd {
         Ok(self)
     }
 
-    /// An RTT above `timeout` counts as a drop.
+    /// An RTT above `timeout` counts as a drop (default 5 s). Longer than `u64::MAX` ns
+    /// (`Duration::MAX`): no RTT counts as one.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for zero (every RTT would count as a drop).
     ///
     /// ```
     /// use floodgate::concurrency::adaptive::Aimd;
-    /// let aimd = Aimd::new(20, 1, 200)?.timeout(std::time::Duration::from_secs(1));
+    /// use std::time::Duration;
+    /// let aimd = Aimd::new(20, 1, 200)?.timeout(Duration::from_secs(1))?;
+    /// assert!(Aimd::new(20, 1, 200)?.timeout(Duration::ZERO).is_err());
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        if timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                what: "AIMD timeout",
+                why: "must be longer than zero (an RTT above it counts as a drop)",
+            });
+        }
         self.timeout_nanos = duration_to_nanos(timeout);
-        self
+        Ok(self)
     }
 }
 
