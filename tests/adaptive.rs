@@ -457,3 +457,36 @@ fn a_zero_aimd_timeout_is_a_clear_error() {
         11
     );
 }
+
+/// An algorithm of the user's whose limit outgrows what an `InFlight` holds is held at
+/// `MAX_IN_FLIGHT_LIMIT`, as at construction. Its new limit was refused by `set_limit` and the
+/// error dropped, so the old limit stayed in force, silently.
+#[test]
+fn a_limit_above_the_largest_is_held_at_the_largest() {
+    use floodgate::concurrency::MAX_IN_FLIGHT_LIMIT;
+    /// The limit is the last sample's in-flight count.
+    struct Echo;
+    impl AdaptiveAlgorithm for Echo {
+        fn initial_state(&self) -> u128 {
+            10
+        }
+        fn on_sample(&self, _: u128, sample: &Sample) -> u128 {
+            u128::from(sample.in_flight)
+        }
+        fn limit_of(&self, state: u128) -> u32 {
+            state as u32
+        }
+    }
+    let limiter = AdaptiveInFlight::with_clock(Echo, ManualClock::new()).window(None);
+    let at = |in_flight| Sample {
+        rtt_nanos: BASE,
+        in_flight,
+        dropped: false,
+    };
+    limiter.record(&at(20));
+    assert_eq!(limiter.limit(), 20);
+    limiter.record(&at(u32::MAX));
+    assert_eq!(limiter.limit(), MAX_IN_FLIGHT_LIMIT);
+    limiter.record(&at(0));
+    assert_eq!(limiter.limit(), 1);
+}
