@@ -490,3 +490,37 @@ fn a_limit_above_the_largest_is_held_at_the_largest() {
     limiter.record(&at(0));
     assert_eq!(limiter.limit(), 1);
 }
+
+/// An RTT of zero (a clock that did not move between a request's start and end: a coarse clock,
+/// a reading on another core a hair behind) measures nothing. Vegas took it as a no-load RTT of
+/// 1 ns, and from then on every request served at the normal latency read as a queue of the
+/// whole limit: the limit sank to a handful and stayed there (Netflix's Vegas refuses an RTT of
+/// zero; its windows drop RTTs under 100 µs). Gradient2 read it as latency falling to nothing
+/// and grew.
+#[test]
+fn an_rtt_of_zero_moves_no_limit() {
+    let at = |rtt_nanos, in_flight| Sample {
+        rtt_nanos,
+        in_flight,
+        dropped: false,
+    };
+    let v = Vegas::new(100, 1, 1_000).unwrap();
+    let mut state = v.on_sample(v.initial_state(), &at(BASE, 100));
+    state = v.on_sample(state, &at(0, 100));
+    assert_eq!(v.limit_of(state), 100);
+    let mut limits = vec![];
+    for _ in 0..20 {
+        state = v.on_sample(state, &at(BASE, v.limit_of(state)));
+        limits.push(v.limit_of(state));
+    }
+    assert!(
+        limits.windows(2).all(|w| w[1] >= w[0]) && limits[19] > 100,
+        "Vegas served with no queue after one RTT of zero: {limits:?}"
+    );
+    let g = Gradient2::new(100, 1, 1_000).unwrap();
+    let mut state = g.initial_state();
+    for _ in 0..20 {
+        state = g.on_sample(state, &at(BASE, 100));
+    }
+    assert_eq!(g.on_sample(state, &at(0, 200)), state);
+}

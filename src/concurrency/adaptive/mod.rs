@@ -49,7 +49,8 @@ use window::Windows;
 /// What one finished request reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
-    /// Its round-trip time in nanoseconds.
+    /// Its round-trip time in nanoseconds; 0 measures nothing (a clock that did not move):
+    /// [`Gradient2`] and [`Vegas`] then learn from its drop only.
     pub rtt_nanos: u64,
     /// Requests in flight when it started (itself included).
     pub in_flight: u32,
