@@ -166,6 +166,7 @@ fn aimd() -> Aimd {
     Aimd::new(10, 1, 1_000)
         .unwrap()
         .timeout(Duration::from_nanos(BASE * 6 / 5))
+        .unwrap()
 }
 
 #[test]
@@ -312,4 +313,214 @@ fn limits_stay_within_bounds() {
         let (min, max) = scaled(phase, capacity);
         assert!(min >= 5.0 && max <= 20.0, "{aimd:?}");
     }
+}
+
+/// A storm of drops that fail fast (the downstream rejects at once, faster than it serves) is
+/// congestion: Gradient2 must not grow on it. It ignored `dropped` (as Netflix's Gradient2
+/// does) and read the short RTTs as "latency fell", so each window of drops with the limit in
+/// use added its queue allowance.
+#[test]
+fn a_storm_of_fast_drops_never_grows_gradient2() {
+    let g = Gradient2::new(100, 1, 1_000).unwrap();
+    let mut state = g.initial_state();
+    for _ in 0..20 {
+        let ok = Sample {
+            rtt_nanos: BASE,
+            in_flight: 100,
+            dropped: false,
+        };
+        state = g.on_sample(state, &ok);
+    }
+    let mut limits = vec![g.limit_of(state)];
+    for _ in 0..20 {
+        let fast_drop = Sample {
+            rtt_nanos: BASE / 10,
+            in_flight: g.limit_of(state),
+            dropped: true,
+        };
+        state = g.on_sample(state, &fast_drop);
+        limits.push(g.limit_of(state));
+    }
+    assert!(
+        limits.windows(2).all(|w| w[1] <= w[0]) && limits[20] < limits[0] / 2,
+        "the limit under a storm of drops: {limits:?}"
+    );
+}
+
+/// Vegas: a drop is a back-off whatever its RTT. A drop that failed faster than any request
+/// was served took the no-load RTT's place and changed nothing (as in Netflix's Vegas), so a
+/// storm of fast drops first went unanswered, then left a no-load RTT that every normal request
+/// after it read as a queue of 90 % of the limit: the limit sank after the storm and stayed low.
+#[test]
+fn a_storm_of_fast_drops_backs_vegas_off_and_leaves_its_no_load_rtt_alone() {
+    let v = Vegas::new(100, 1, 1_000).unwrap();
+    let ok = |in_flight| Sample {
+        rtt_nanos: BASE,
+        in_flight,
+        dropped: false,
+    };
+    let mut state = v.on_sample(v.initial_state(), &ok(100));
+    let fast_drop = |in_flight| Sample {
+        rtt_nanos: BASE / 10,
+        in_flight,
+        dropped: true,
+    };
+    let next = v.on_sample(state, &fast_drop(100));
+    assert!(
+        v.limit_of(next) < v.limit_of(state),
+        "the first fast drop left the limit at {}",
+        v.limit_of(next)
+    );
+    state = next;
+    for _ in 0..5 {
+        state = v.on_sample(state, &fast_drop(v.limit_of(state)));
+    }
+    let after_storm = v.limit_of(state);
+    // The storm is over: requests are served at the base latency again, with no queue.
+    for _ in 0..5 {
+        state = v.on_sample(state, &ok(v.limit_of(state)));
+    }
+    assert!(
+        v.limit_of(state) > after_storm,
+        "no queue, yet the limit went {after_storm} -> {}",
+        v.limit_of(state)
+    );
+}
+
+/// A huge RTT (a sample recorded with `u64::MAX` for "no answer", say) saturates its window's
+/// RTT sum; it must not shut the rest of the window out. It did: every later sample of the
+/// window would have overflowed the sum and was left out, drops included, so the window held one
+/// sample, fell short of `min_samples` and was discarded, and the drops never backed the limit
+/// off.
+#[test]
+fn a_huge_rtt_does_not_shut_the_rest_of_its_window_out() {
+    let clock = ManualClock::new();
+    let limiter = AdaptiveInFlight::with_clock(Aimd::new(100, 1, 1_000).unwrap(), clock.clone())
+        .window(Some(
+            SampleWindow::new(Duration::from_millis(100), 3).unwrap(),
+        ));
+    limiter.record(&Sample {
+        rtt_nanos: u64::MAX,
+        in_flight: 100,
+        dropped: false,
+    });
+    let drop = Sample {
+        rtt_nanos: BASE,
+        in_flight: 100,
+        dropped: true,
+    };
+    for _ in 0..5 {
+        limiter.record(&drop);
+    }
+    clock.advance(Duration::from_millis(100));
+    limiter.record(&drop); // closes the window: 7 samples, drops among them
+    assert_eq!(limiter.limit(), 90);
+}
+
+/// AIMD's timeout must be longer than zero (Netflix's checks it). Zero was taken: every RTT
+/// above it counted as a drop, so a success at the limit backed AIMD off (10 -> 9) and the limit
+/// sank to its floor, silently (a user who meant "no timeout" got the opposite).
+#[test]
+fn a_zero_aimd_timeout_is_a_clear_error() {
+    let error = Aimd::new(10, 1, 100)
+        .unwrap()
+        .timeout(Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid AIMD timeout: must be longer than zero (an RTT above it counts as a drop)"
+    );
+    let aimd = Aimd::new(10, 1, 100)
+        .unwrap()
+        .timeout(Duration::from_nanos(1))
+        .unwrap();
+    let at = |rtt_nanos| Sample {
+        rtt_nanos,
+        in_flight: 10,
+        dropped: false,
+    };
+    assert_eq!(
+        aimd.limit_of(aimd.on_sample(aimd.initial_state(), &at(1))),
+        11
+    );
+    assert_eq!(
+        aimd.limit_of(aimd.on_sample(aimd.initial_state(), &at(2))),
+        9
+    );
+    // The longest timeout: no RTT is above it.
+    let never = Aimd::new(10, 1, 100)
+        .unwrap()
+        .timeout(Duration::MAX)
+        .unwrap();
+    assert_eq!(
+        never.limit_of(never.on_sample(never.initial_state(), &at(u64::MAX))),
+        11
+    );
+}
+
+/// An algorithm of the user's whose limit outgrows what an `InFlight` holds is held at
+/// `MAX_IN_FLIGHT_LIMIT`, as at construction. Its new limit was refused by `set_limit` and the
+/// error dropped, so the old limit stayed in force, silently.
+#[test]
+fn a_limit_above_the_largest_is_held_at_the_largest() {
+    use floodgate::concurrency::MAX_IN_FLIGHT_LIMIT;
+    /// The limit is the last sample's in-flight count.
+    struct Echo;
+    impl AdaptiveAlgorithm for Echo {
+        fn initial_state(&self) -> u128 {
+            10
+        }
+        fn on_sample(&self, _: u128, sample: &Sample) -> u128 {
+            u128::from(sample.in_flight)
+        }
+        fn limit_of(&self, state: u128) -> u32 {
+            state as u32
+        }
+    }
+    let limiter = AdaptiveInFlight::with_clock(Echo, ManualClock::new()).window(None);
+    let at = |in_flight| Sample {
+        rtt_nanos: BASE,
+        in_flight,
+        dropped: false,
+    };
+    limiter.record(&at(20));
+    assert_eq!(limiter.limit(), 20);
+    limiter.record(&at(u32::MAX));
+    assert_eq!(limiter.limit(), MAX_IN_FLIGHT_LIMIT);
+    limiter.record(&at(0));
+    assert_eq!(limiter.limit(), 1);
+}
+
+/// An RTT of zero (a clock that did not move between a request's start and end: a coarse clock,
+/// a reading on another core a hair behind) measures nothing. Vegas took it as a no-load RTT of
+/// 1 ns, and from then on every request served at the normal latency read as a queue of the
+/// whole limit: the limit sank to a handful and stayed there (Netflix's Vegas refuses an RTT of
+/// zero; its windows drop RTTs under 100 µs). Gradient2 read it as latency falling to nothing
+/// and grew.
+#[test]
+fn an_rtt_of_zero_moves_no_limit() {
+    let at = |rtt_nanos, in_flight| Sample {
+        rtt_nanos,
+        in_flight,
+        dropped: false,
+    };
+    let v = Vegas::new(100, 1, 1_000).unwrap();
+    let mut state = v.on_sample(v.initial_state(), &at(BASE, 100));
+    state = v.on_sample(state, &at(0, 100));
+    assert_eq!(v.limit_of(state), 100);
+    let mut limits = vec![];
+    for _ in 0..20 {
+        state = v.on_sample(state, &at(BASE, v.limit_of(state)));
+        limits.push(v.limit_of(state));
+    }
+    assert!(
+        limits.windows(2).all(|w| w[1] >= w[0]) && limits[19] > 100,
+        "Vegas served with no queue after one RTT of zero: {limits:?}"
+    );
+    let g = Gradient2::new(100, 1, 1_000).unwrap();
+    let mut state = g.initial_state();
+    for _ in 0..20 {
+        state = g.on_sample(state, &at(BASE, 100));
+    }
+    assert_eq!(g.on_sample(state, &at(0, 200)), state);
 }

@@ -112,16 +112,28 @@ impl Aimd {
         Ok(self)
     }
 
-    /// An RTT above `timeout` counts as a drop.
+    /// An RTT above `timeout` counts as a drop (default 5 s). Longer than `u64::MAX` ns
+    /// (`Duration::MAX`): no RTT counts as one.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for zero (every RTT would count as a drop).
     ///
     /// ```
     /// use floodgate::concurrency::adaptive::Aimd;
-    /// let aimd = Aimd::new(20, 1, 200)?.timeout(std::time::Duration::from_secs(1));
+    /// use std::time::Duration;
+    /// let aimd = Aimd::new(20, 1, 200)?.timeout(Duration::from_secs(1))?;
+    /// assert!(Aimd::new(20, 1, 200)?.timeout(Duration::ZERO).is_err());
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        if timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                what: "AIMD timeout",
+                why: "must be longer than zero (an RTT above it counts as a drop)",
+            });
+        }
         self.timeout_nanos = duration_to_nanos(timeout);
-        self
+        Ok(self)
     }
 }
 
@@ -151,7 +163,11 @@ impl AdaptiveAlgorithm for Aimd {
 /// sample's RTT, with a tolerance of 1.5 and a queue allowance of 4, smoothed by 0.2. Under an
 /// [`AdaptiveInFlight`](super::AdaptiveInFlight) a sample is a whole window's average RTT by
 /// default (Netflix recalculates the limit "every sampling window"). It settles where the RTT
-/// is the tolerance × the long-term RTT: see [`rtt_tolerance`](Self::rtt_tolerance).
+/// is the tolerance × the long-term RTT: see [`rtt_tolerance`](Self::rtt_tolerance). A dropped
+/// sample shrinks the limit as far as one sample can (gradient 0.5: about × 0.9), whatever its
+/// RTT and however much of the limit was in use; Netflix's Gradient2 ignores drops, so there a
+/// storm of drops that fail fast reads as falling latency and grows the limit. An RTT of zero
+/// (the clock did not move) is no measurement: such a sample changes nothing unless dropped.
 ///
 /// ```
 /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Gradient2, Sample};
@@ -229,6 +245,25 @@ impl Gradient2 {
     }
 }
 
+impl Gradient2 {
+    /// The limit after a sample of `gradient`, smoothed, within the bounds.
+    fn next_limit(&self, limit: f64, gradient: f64) -> f64 {
+        let target = limit * gradient + self.queue_size;
+        clamp(
+            limit * (1.0 - self.smoothing) + target * self.smoothing,
+            self.min,
+            self.max,
+        )
+    }
+
+    /// The limit after a drop: congestion whatever its RTT (one that failed fast reads as
+    /// latency falling), so the strongest shrink, gradient 0.5, however much of the limit was
+    /// in use. Netflix's Gradient2 ignores drops, so a storm of fast drops grew its limit.
+    fn shrunk(&self, limit: f64) -> f64 {
+        self.next_limit(limit, 0.5)
+    }
+}
+
 impl AdaptiveAlgorithm for Gradient2 {
     fn initial_state(&self) -> u128 {
         pack(f64::from(self.initial), 0)
@@ -237,8 +272,17 @@ impl AdaptiveAlgorithm for Gradient2 {
     /// `extra` packs the long RTT (`f32` bits, ns, high half) and the samples seen (low half).
     fn on_sample(&self, state: u128, sample: &Sample) -> u128 {
         let (limit, extra) = unpack(state);
+        if sample.rtt_nanos == 0 {
+            // An RTT of zero (the clock did not move) measures nothing: it is no "latency
+            // fell to nothing" to grow on, nor a term of the long average. A drop still counts.
+            return if sample.dropped {
+                pack(self.shrunk(limit), extra)
+            } else {
+                state
+            };
+        }
         let (long_bits, count) = ((extra >> 32) as u32, extra as u32);
-        let short = (sample.rtt_nanos.max(1)) as f64;
+        let short = sample.rtt_nanos as f64;
         let old_long = f64::from(f32::from_bits(long_bits));
         let count = count.saturating_add(1);
         let mut long = if count <= GRADIENT2_WARMUP {
@@ -252,14 +296,15 @@ impl AdaptiveAlgorithm for Gradient2 {
             long *= 0.95;
         }
         let extra = (u64::from((long as f32).to_bits()) << 32) | u64::from(count);
-        // Application-limited: no evidence to grow on.
+        if sample.dropped {
+            return pack(self.shrunk(limit), extra);
+        }
         if f64::from(sample.in_flight) < limit / 2.0 {
+            // Application-limited: no evidence to grow on.
             return pack(limit, extra);
         }
         let gradient = (self.tolerance * long / short).clamp(0.5, 1.0);
-        let target = limit * gradient + self.queue_size;
-        let next = limit * (1.0 - self.smoothing) + target * self.smoothing;
-        pack(clamp(next, self.min, self.max), extra)
+        pack(self.next_limit(limit, gradient), extra)
     }
 
     fn limit_of(&self, state: u128) -> u32 {
@@ -269,7 +314,10 @@ impl AdaptiveAlgorithm for Gradient2 {
 
 /// Vegas: estimates the queue from the lowest RTT seen (`rtt_noload`) and the sample's,
 /// `queue = limit × (1 − rtt_noload / rtt)`, and grows the limit while the queue is below
-/// `alpha = 3·log10(limit)`, shrinks it above `beta = 6·log10(limit)` or on a drop.
+/// `alpha = 3·log10(limit)`, shrinks it above `beta = 6·log10(limit)` or on a drop. A drop
+/// shrinks it whatever its RTT and never becomes `rtt_noload` (Netflix's Vegas takes a drop
+/// faster than any request served as the new no-load RTT and does not shrink). An RTT of zero
+/// (the clock did not move) is no measurement: such a sample changes nothing unless dropped.
 ///
 /// ```
 /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Sample, Vegas};
@@ -313,15 +361,26 @@ impl AdaptiveAlgorithm for Vegas {
     /// `extra` is `rtt_noload` in ns (0: none yet).
     fn on_sample(&self, state: u128, sample: &Sample) -> u128 {
         let (limit, rtt_noload) = unpack(state);
-        let rtt = sample.rtt_nanos.max(1);
+        let rtt = sample.rtt_nanos;
+        let step = log10_step(limit);
+        // A drop backs off whatever its RTT, and its RTT is no no-load RTT: one that failed
+        // faster than any request was served would otherwise take `rtt_noload`'s place (as in
+        // Netflix's Vegas, which checks for a new minimum first) and change nothing, and then
+        // make every normal request after it read as a long queue.
+        if sample.dropped {
+            return pack(clamp(limit - step, self.min, self.max), rtt_noload);
+        }
+        if rtt == 0 {
+            // The clock did not move: no measurement. As a no-load RTT of 1 ns it would make
+            // every later request read as a queue of the whole limit (Netflix's Vegas refuses
+            // an RTT of zero).
+            return state;
+        }
         if rtt_noload == 0 || rtt < rtt_noload {
             return pack(limit, rtt);
         }
         let queue = (limit * (1.0 - rtt_noload as f64 / rtt as f64)).ceil();
-        let step = log10_step(limit);
-        let next = if sample.dropped {
-            limit - step
-        } else if f64::from(sample.in_flight) * 2.0 < limit {
+        let next = if f64::from(sample.in_flight) * 2.0 < limit {
             limit
         } else if queue <= step {
             limit + 6.0 * step

@@ -49,7 +49,8 @@ use window::Windows;
 /// What one finished request reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
-    /// Its round-trip time in nanoseconds.
+    /// Its round-trip time in nanoseconds; 0 measures nothing (a clock that did not move):
+    /// [`Gradient2`] and [`Vegas`] then learn from its drop only.
     pub rtt_nanos: u64,
     /// Requests in flight when it started (itself included).
     pub in_flight: u32,
@@ -71,6 +72,7 @@ pub trait AdaptiveAlgorithm: Send + Sync + 'static {
     /// The state after `sample`. Pure: it reads its arguments and the configuration only.
     fn on_sample(&self, state: u128, sample: &Sample) -> u128;
     /// The whole-number limit a state stands for (within the algorithm's bounds).
+    /// [`AdaptiveInFlight`] holds it within `1..=`[`MAX_IN_FLIGHT_LIMIT`](crate::concurrency::MAX_IN_FLIGHT_LIMIT).
     fn limit_of(&self, state: u128) -> u32;
 
     /// The sample window an [`AdaptiveInFlight`] groups this algorithm's samples in by
@@ -142,11 +144,8 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
     /// ```
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         let state = algorithm.initial_state();
-        // The algorithms' constructors checked their bounds against `InFlight`'s.
-        let limit = algorithm.limit_of(state).max(1);
-        let in_flight = InFlight::new(limit).unwrap_or_else(|_| {
-            InFlight::new(super::MAX_IN_FLIGHT_LIMIT).expect("the largest limit is valid")
-        });
+        let in_flight = InFlight::new(in_flight_limit(&algorithm, state))
+            .expect("in_flight_limit is within 1..=MAX_IN_FLIGHT_LIMIT");
         let windows = algorithm
             .default_window()
             .map(|window| Windows::new(window, clock.now_nanos()));
@@ -254,7 +253,7 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
             return;
         };
         let new = self.algorithm.on_sample(old, sample);
-        if self.algorithm.limit_of(new).max(1) != self.algorithm.limit_of(old).max(1) {
+        if in_flight_limit(&self.algorithm, new) != in_flight_limit(&self.algorithm, old) {
             self.apply_newest_limit();
         }
     }
@@ -266,20 +265,14 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
     /// change of the whole-number limit would be followed by its own, later, `set_limit`).
     fn apply_newest_limit(&self) {
         // Acquire: as the state's updates in `apply`.
-        let mut limit = self
-            .algorithm
-            .limit_of(self.state.load(Ordering::Acquire))
-            .max(1);
+        let mut limit = in_flight_limit(&self.algorithm, self.state.load(Ordering::Acquire));
         loop {
             if self.in_flight.limit() != limit {
-                // Bounds were checked at construction.
+                // Within 1..=MAX_IN_FLIGHT_LIMIT (`in_flight_limit`): never refused.
                 let _ = self.in_flight.set_limit(limit);
             }
             // Acquire: as above.
-            let newest = self
-                .algorithm
-                .limit_of(self.state.load(Ordering::Acquire))
-                .max(1);
+            let newest = in_flight_limit(&self.algorithm, self.state.load(Ordering::Acquire));
             if newest == limit {
                 return;
             }
@@ -322,6 +315,15 @@ impl<A: AdaptiveAlgorithm, C: Clock> AdaptiveInFlight<A, C> {
     pub fn algorithm(&self) -> &A {
         &self.algorithm
     }
+}
+
+/// The limit an [`InFlight`] holds for `state`: the algorithm's, within
+/// `1..=`[`MAX_IN_FLIGHT_LIMIT`](super::MAX_IN_FLIGHT_LIMIT) (an algorithm of the user's may
+/// return any `u32`).
+fn in_flight_limit<A: AdaptiveAlgorithm>(algorithm: &A, state: u128) -> u32 {
+    algorithm
+        .limit_of(state)
+        .clamp(1, super::MAX_IN_FLIGHT_LIMIT)
 }
 
 /// A permit of an [`AdaptiveInFlight`]; report the outcome with [`success`](Self::success) or

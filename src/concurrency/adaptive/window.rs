@@ -13,9 +13,10 @@
 //! | 96..127 | `max_in_flight` | 31 bits | `0..=MAX_IN_FLIGHT_LIMIT` |
 //! | 127     | `dropped`    | 1 bit   | a sample in the window was dropped |
 //!
-//! **Overflow.** A sample that would carry `rtt_sum` or `count` past its width is left out of
-//! the window (584 years of summed RTT, or 2³² samples, in one window: never in practice);
-//! nothing wraps. In-flight counts above [`MAX_IN_FLIGHT_LIMIT`] (no limit is that high) are
+//! **Overflow.** `rtt_sum` and `count` saturate: nothing wraps, and a sample is never left out
+//! (its drop and in-flight count always count). A window whose RTTs sum past 584 years (a
+//! sample recorded with a huge RTT) averages to at least 584 years ÷ its count: huge, as it
+//! should read; one of more than 2³² − 1 samples averages a little high. In-flight counts above [`MAX_IN_FLIGHT_LIMIT`] (no limit is that high) are
 //! recorded as that maximum.
 //!
 //! # Closing a window
@@ -180,7 +181,7 @@ impl Windows {
         let _ = self
             .open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                add(open, sample)
+                Some(add(open, sample))
             });
         // Acquire: pairs with the AcqRel compare-exchange that moved the end.
         let end = self.end.load(Ordering::Acquire);
@@ -238,20 +239,19 @@ impl Fields {
     }
 }
 
-/// The window word with `sample` added; `None` (leave it out) if a field would overflow.
-fn add(window: u128, sample: &Sample) -> Option<u128> {
+/// The window word with `sample` added. The RTT sum and the count saturate (a huge RTT keeps
+/// the window's average huge; the later samples still count, their drops too).
+fn add(window: u128, sample: &Sample) -> u128 {
     let fields = Fields::unpack(window);
-    Some(
-        Fields {
-            rtt_sum: fields.rtt_sum.checked_add(sample.rtt_nanos)?,
-            count: fields.count.checked_add(1)?,
-            max_in_flight: fields
-                .max_in_flight
-                .max(sample.in_flight.min(MAX_IN_FLIGHT_LIMIT)),
-            dropped: fields.dropped || sample.dropped,
-        }
-        .pack(),
-    )
+    Fields {
+        rtt_sum: fields.rtt_sum.saturating_add(sample.rtt_nanos),
+        count: fields.count.saturating_add(1),
+        max_in_flight: fields
+            .max_in_flight
+            .max(sample.in_flight.min(MAX_IN_FLIGHT_LIMIT)),
+        dropped: fields.dropped || sample.dropped,
+    }
+    .pack()
 }
 
 #[cfg(test)]
@@ -295,22 +295,28 @@ mod tests {
             sample(20, 9, true),
             sample(30, 2, false),
         ] {
-            word = add(word, &s).unwrap();
+            word = add(word, &s);
         }
         assert_eq!(window.aggregate(word), Some(sample(20, 9, true)));
         // Too few samples: no verdict.
-        let two = add(
-            add(EMPTY, &sample(10, 1, false)).unwrap(),
-            &sample(10, 1, false),
-        );
-        assert_eq!(window.aggregate(two.unwrap()), None);
+        let two = add(add(EMPTY, &sample(10, 1, false)), &sample(10, 1, false));
+        assert_eq!(window.aggregate(two), None);
     }
 
     #[test]
-    fn a_sample_that_would_overflow_is_left_out_and_in_flight_is_capped() {
-        let full = add(EMPTY, &sample(u64::MAX, 1, false)).unwrap();
-        assert_eq!(add(full, &sample(1, 1, false)), None);
-        let capped = add(EMPTY, &sample(1, u32::MAX, false)).unwrap();
+    fn a_sample_that_would_overflow_saturates_and_in_flight_is_capped() {
+        let full = add(EMPTY, &sample(u64::MAX, 1, false));
+        let after = Fields::unpack(add(full, &sample(1, 7, true)));
+        assert_eq!(
+            after,
+            Fields {
+                rtt_sum: u64::MAX,
+                count: 2,
+                max_in_flight: 7,
+                dropped: true
+            }
+        );
+        let capped = add(EMPTY, &sample(1, u32::MAX, false));
         assert_eq!(Fields::unpack(capped).max_in_flight, MAX_IN_FLIGHT_LIMIT);
         assert!(!Fields::unpack(capped).dropped);
     }
