@@ -56,7 +56,8 @@ use redis::Script;
 use tokio::sync::oneshot;
 
 use super::RedisBackend;
-use super::connection::Request;
+use super::connection::{Fields6, Request};
+use super::limiter::reply_fields;
 use super::limiter::sealed::Batch;
 use crate::algorithms::MAX_SLIDING_LOG_CAPACITY;
 use crate::backend::{BackendError, FailureKind, Turns, until_deadline};
@@ -124,8 +125,9 @@ pub(crate) fn batch_source(source: &str) -> String {
     )
 }
 
-/// A decision's result, as [`RedisBackend::eval`] returns it.
-type Answer = Result<Vec<i64>, BackendError>;
+/// A decision's result: its reply's fields (as [`RedisBackend::eval`] returns them, checked
+/// to be six), inline.
+type Answer = Result<Fields6, BackendError>;
 
 /// Where a queued decision's result goes: its answer, and the [`Baton`] of its batch.
 type Reply = oneshot::Sender<(Answer, Baton)>;
@@ -275,18 +277,11 @@ impl Coalescer {
     /// Decides `request` on the server: at once if no call is out, else in the next batch.
     /// `entries`: the sorted-set entries it may touch (0 for constant work), which bound a
     /// batch with [`MAX_BATCH_ENTRIES`]. Must run inside a tokio runtime (checked by the caller).
-    pub(crate) async fn eval(
-        self: &Arc<Self>,
-        request: Request,
-        entries: u64,
-    ) -> Result<Vec<i64>, BackendError> {
+    pub(crate) async fn eval(self: &Arc<Self>, request: Request, entries: u64) -> Answer {
         if self.turns.take(1) {
             // Hands the queue on even if this future is dropped while the call is out.
             let _turn = Turn(Arc::clone(self));
-            return self
-                .backend
-                .eval(self.script, &request.keys, request.args, request.deadline)
-                .await;
+            return self.eval_one(request).await;
         }
         let started = Instant::now();
         let deadline = request.deadline;
@@ -321,6 +316,15 @@ impl Coalescer {
                 .backend
                 .timeout_error(deadline.saturating_duration_since(started), "deciding")),
         }
+    }
+
+    /// One plain script call for `request`.
+    async fn eval_one(&self, request: Request) -> Answer {
+        let reply = self
+            .backend
+            .eval(self.script, &request.keys, request.args, request.deadline)
+            .await?;
+        reply_fields(&reply, self.backend.server())
     }
 
     fn backend_server(&self) -> Arc<str> {
@@ -389,7 +393,10 @@ impl Coalescer {
     /// would overflow it is left in `carried` (the queue cannot take it back at its head).
     /// Empty only if `carried` was empty and the queue held no live decision.
     fn take_batch(&self, carried: &mut Option<Pending>) -> Vec<Pending> {
-        let mut batch = Vec::new();
+        // Sized once (not grown 4, 8, 16, … as it fills): the queue's length now, give or take
+        // the decisions pushed meanwhile.
+        let queued = self.queue.len() + usize::from(carried.is_some());
+        let mut batch = Vec::with_capacity(queued.min(MAX_BATCH));
         let mut entries = 0u64;
         while batch.len() < MAX_BATCH {
             let Some(pending) = carried.take().or_else(|| self.queue.pop()) else {
@@ -453,10 +460,7 @@ impl Coalescer {
     async fn send_group(&self, mut group: Vec<Pending>) -> Option<Answers> {
         if group.len() == 1 {
             let Pending { request, reply, .. } = group.pop().expect("one");
-            let result = self
-                .backend
-                .eval(self.script, &request.keys, request.args, request.deadline)
-                .await;
+            let result = self.eval_one(request).await;
             let _ = reply.send((result, Baton(None))); // a caller gone meanwhile drops its result
             return None;
         }
@@ -560,7 +564,7 @@ mod tests {
     fn queue(coalescer: &Coalescer, n: u64, entries: u64) -> oneshot::Receiver<(Answer, Baton)> {
         let (reply, answer) = oneshot::channel();
         let request = Request {
-            keys: vec!["k".into()],
+            keys: super::super::connection::Keys::One("k".into()),
             args: [4_096, 60_000_000, n, 0],
             deadline: Instant::now() + Duration::from_secs(60),
         };
@@ -617,7 +621,7 @@ mod tests {
         let receivers = (0..n)
             .map(|i| {
                 let (reply, answer) = oneshot::channel();
-                answers.push((reply, Ok(vec![i])));
+                answers.push((reply, Ok([i, 0, 0, 0, 0, 0])));
                 answer
             })
             .collect();

@@ -647,7 +647,7 @@ impl RedisBackend {
         batch: &'static Script,
         n_slot: usize,
         requests: &[&Request],
-    ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
+    ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
         let shared = &*self.shared;
         let now = Instant::now();
         let Some(first) = requests.first() else {
@@ -665,7 +665,7 @@ impl RedisBackend {
         for request in requests {
             let (index, new) = distinct_index(&mut distinct, request);
             if new {
-                for key in &request.keys {
+                for key in request.keys.iter() {
                     invocation.key(key);
                 }
             }
@@ -690,9 +690,10 @@ impl RedisBackend {
                 if decision[0] == BATCH_ERROR {
                     return Err(self.batch_script_error(errors, decision[1], decision));
                 }
-                let mut reply = decision.to_vec();
-                reply.push(server_now);
-                self.past_deadline(reply)
+                let [allowed, limit, remaining, retry, reset] = decision else {
+                    unreachable!("chunks of 5")
+                };
+                self.past_deadline([*allowed, *limit, *remaining, *retry, *reset, server_now])
             })
             .collect())
     }
@@ -718,7 +719,7 @@ impl RedisBackend {
         replay: Replay,
         n_slot: usize,
         requests: &[&Request],
-    ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
+    ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
         let shared = &*self.shared;
         let now = Instant::now();
         let Some(first) = requests.first() else {
@@ -796,7 +797,7 @@ impl RedisBackend {
             .enumerate()
             .map(|(i, (request, index))| {
                 if late.next_if(|&l| l == i as i64 + 1).is_some() {
-                    return self.past_deadline(vec![PAST_DEADLINE]);
+                    return Err(self.deadline_error());
                 }
                 let (error, state) = &mut states[index];
                 if *error != 0 {
@@ -809,14 +810,11 @@ impl RedisBackend {
                 let fields = exact
                     .then(|| replay(state, request.args, server_now, request.args[n_slot]))
                     .flatten();
-                let Some(fields) = fields else {
+                let Some([allowed, limit, remaining, retry, reset]) = fields else {
                     let what = format!("a key's state {state:?} (at most 2^53 - 1 either way)");
                     return Err(self.batch_protocol(requests.len(), &what));
                 };
-                let mut reply = Vec::with_capacity(fields.len() + 1);
-                reply.extend_from_slice(&fields);
-                reply.push(server_now);
-                Ok(reply)
+                Ok([allowed, limit, remaining, retry, reset, server_now])
             })
             .collect())
     }
@@ -887,28 +885,56 @@ impl RedisBackend {
     }
 
     /// `reply`, or a timeout if the script refused it past its deadline ([`PAST_DEADLINE`]).
-    fn past_deadline(&self, reply: Vec<i64>) -> Result<Vec<i64>, BackendError> {
-        if reply.first() == Some(&PAST_DEADLINE) {
-            return Err(BackendError::at(
-                FailureKind::Timeout,
-                self.shared.server.clone(),
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the request reached the server after its deadline; nothing was taken",
-                ),
-            ));
+    fn past_deadline<R: AsRef<[i64]>>(&self, reply: R) -> Result<R, BackendError> {
+        if reply.as_ref().first() == Some(&PAST_DEADLINE) {
+            return Err(self.deadline_error());
         }
         Ok(reply)
     }
+
+    /// The error of a request the script refused past its deadline ([`PAST_DEADLINE`]).
+    fn deadline_error(&self) -> BackendError {
+        BackendError::at(
+            FailureKind::Timeout,
+            self.shared.server.clone(),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the request reached the server after its deadline; nothing was taken",
+            ),
+        )
+    }
 }
+
+/// A decision's reply fields, `{allowed, limit, remaining, retry_after_us, reset_after_us,
+/// now_us}`, inline: a batch's decisions allocate nothing each for their replies.
+pub(crate) type Fields6 = [i64; 6];
 
 /// One decision to run: the Redis keys, the script's `args` (`ARGV[1..=4]`), and when the
 /// caller gives up.
 #[derive(Debug)]
 pub(crate) struct Request {
-    pub(crate) keys: Vec<String>,
+    pub(crate) keys: Keys,
     pub(crate) args: [u64; 4],
     pub(crate) deadline: Instant,
+}
+
+/// A decision's Redis keys: one (the fixed windows, GCRA), held without a `Vec` (one allocation
+/// less per decision), or several. Reads as the slice of them.
+#[derive(Debug)]
+pub(crate) enum Keys {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl std::ops::Deref for Keys {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        match self {
+            Keys::One(key) => std::slice::from_ref(key),
+            Keys::Many(keys) => keys,
+        }
+    }
 }
 
 /// An `EVALSHA` of `script` with `keys` keys, to which the caller adds the keys, then about

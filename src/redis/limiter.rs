@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::RedisBackend;
 use super::coalesce::Coalescer;
-use super::connection::Request;
+use super::connection::{Fields6, Keys, Request};
 
 pub(crate) mod sealed {
     use crate::decision::ConfigError;
@@ -402,15 +402,26 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         self.algorithm
             .key_suffixes()
             .iter()
-            .map(|suffix| {
-                // Pushed, not format!ted: this runs for every decision (~800 instructions less).
-                let mut redis_key = String::with_capacity(self.name.len() + key.len() + 8);
-                for part in ["{", &self.name, ":", key, "}:", suffix] {
-                    redis_key.push_str(part);
-                }
-                redis_key
-            })
+            .map(|suffix| self.redis_key(key, suffix))
             .collect()
+    }
+
+    /// `key`'s Redis key with `suffix`.
+    fn redis_key(&self, key: &str, suffix: &str) -> String {
+        // Pushed, not format!ted: this runs for every decision (~800 instructions less).
+        let mut redis_key = String::with_capacity(self.name.len() + key.len() + 4 + suffix.len());
+        for part in ["{", &self.name, ":", key, "}:", suffix] {
+            redis_key.push_str(part);
+        }
+        redis_key
+    }
+
+    /// [`redis_keys`](Self::redis_keys) for a request: one key without a `Vec` around it.
+    fn request_keys(&self, key: &str) -> Keys {
+        match self.algorithm.key_suffixes() {
+            [suffix] => Keys::One(self.redis_key(key, suffix)),
+            _ => Keys::Many(self.redis_keys(key)),
+        }
     }
 
     /// Takes `n` permits for `key` if the shared limit has them: one script call on the
@@ -699,7 +710,7 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         }
         let store = || async {
             let request = Request {
-                keys: self.redis_keys(key),
+                keys: self.request_keys(key),
                 args: self.algorithm.args(n),
                 deadline,
             };
@@ -733,13 +744,7 @@ fn far_future() -> Instant {
 /// (`now_us` is read by the backend).
 pub(super) fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decision, BackendError> {
     let &[allowed, limit, remaining, retry_us, reset_us, _now] = reply else {
-        return Err(BackendError::at(
-            FailureKind::Protocol,
-            server,
-            std::io::Error::other(format!(
-                "unexpected reply from a floodgate script: {reply:?}"
-            )),
-        ));
+        return Err(unexpected_reply(reply, server));
     };
     let count = |v: i64| u64::try_from(v).unwrap_or(0);
     let nanos = |us: i64| count(us).saturating_mul(1_000);
@@ -753,6 +758,22 @@ pub(super) fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decisio
             nanos(reset_us),
         )
     })
+}
+
+/// A one-decision script's reply as its six fields (see [`decision_from_reply`]); another
+/// length is the same protocol error as there.
+pub(super) fn reply_fields(reply: &[i64], server: &str) -> Result<Fields6, BackendError> {
+    Fields6::try_from(reply).map_err(|_| unexpected_reply(reply, server))
+}
+
+fn unexpected_reply(reply: &[i64], server: &str) -> BackendError {
+    BackendError::at(
+        FailureKind::Protocol,
+        server,
+        std::io::Error::other(format!(
+            "unexpected reply from a floodgate script: {reply:?}"
+        )),
+    )
 }
 
 /// Whole milliseconds of `window` (Redis expiries have millisecond resolution), within
