@@ -160,6 +160,38 @@ fn bad_requests_and_settings() {
     assert_eq!(g.limit(), 5, "a refused setting leaves the old one");
 }
 
+/// A rate above one permit per nanosecond is `RateTooHigh` (the finest step, as `Gcra::new`
+/// documents), also where rounding to 1 ns would stay within a factor of two (0.5 to 1 ns per
+/// permit): it was reported as `RateRounding` ("cannot be kept within 0.1%"), which names a
+/// rounding problem instead of the step. A live `set_rate` gets the same answer and keeps the
+/// old rate. A rate within 0.1% of one per nanosecond is still kept as 1 ns.
+#[test]
+fn a_rate_finer_than_one_nanosecond_is_rate_too_high() {
+    let finest = ConfigError::RateTooHigh {
+        finest: Duration::from_nanos(1),
+    };
+    let clock = ManualClock::new();
+    let bucket = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 5).unwrap(), clock);
+    for rate in [
+        Rate::new(2, Duration::from_nanos(1)),
+        Rate::new(3, Duration::from_nanos(2)),
+        Rate::new(1_999, Duration::from_nanos(1_000)),
+        Rate::per_second(1_500_000_000),
+        Rate::per_second(u32::MAX),
+    ] {
+        assert_eq!(rate.nanos_per_permit(), Err(finest.clone()), "{rate:?}");
+        assert_eq!(Gcra::new(rate, 1).unwrap_err(), finest, "{rate:?}");
+        assert_eq!(bucket.set_rate(rate), Err(finest.clone()), "{rate:?}");
+        assert_eq!(bucket.algorithm().rate(), Rate::per_second(10));
+    }
+    // One permit per nanosecond within 0.1%: kept as 1 ns; just past 0.1%: a rounding error.
+    assert_eq!(Rate::new(1_001, Duration::from_nanos(1_000)).nanos_per_permit(), Ok(1));
+    assert!(matches!(
+        Rate::new(1_000, Duration::from_nanos(999)).nanos_per_permit(),
+        Err(ConfigError::RateTooHigh { .. })
+    ));
+}
+
 #[test]
 fn a_lagging_clock_read_never_moves_state_back() {
     let (g, clock) = on_clock(Gcra::new(Rate::per_second(10), 5).unwrap(), 10 * SEC);
