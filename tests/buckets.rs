@@ -184,8 +184,11 @@ fn a_rate_finer_than_one_nanosecond_is_rate_too_high() {
         assert_eq!(bucket.set_rate(rate), Err(finest.clone()), "{rate:?}");
         assert_eq!(bucket.algorithm().rate(), Rate::per_second(10));
     }
-    // One permit per nanosecond within 0.1%: kept as 1 ns; just past 0.1%: a rounding error.
-    assert_eq!(Rate::new(1_001, Duration::from_nanos(1_000)).nanos_per_permit(), Ok(1));
+    // One permit per nanosecond within 0.1%: kept as 1 ns; finer by just past 0.1%: too high.
+    assert_eq!(
+        Rate::new(1_001, Duration::from_nanos(1_000)).nanos_per_permit(),
+        Ok(1)
+    );
     assert!(matches!(
         Rate::new(1_000, Duration::from_nanos(999)).nanos_per_permit(),
         Err(ConfigError::RateTooHigh { .. })
