@@ -179,9 +179,9 @@ fn a_rate_finer_than_one_nanosecond_is_rate_too_high() {
         Rate::per_second(1_500_000_000),
         Rate::per_second(u32::MAX),
     ] {
-        assert_eq!(rate.nanos_per_permit(), Err(finest.clone()), "{rate:?}");
+        assert_eq!(rate.nanos_per_permit(), Err(finest), "{rate:?}");
         assert_eq!(Gcra::new(rate, 1).unwrap_err(), finest, "{rate:?}");
-        assert_eq!(bucket.set_rate(rate), Err(finest.clone()), "{rate:?}");
+        assert_eq!(bucket.set_rate(rate), Err(finest), "{rate:?}");
         assert_eq!(bucket.algorithm().rate(), Rate::per_second(10));
     }
     // One permit per nanosecond within 0.1%: kept as 1 ns; finer by just past 0.1%: too high.
