@@ -152,12 +152,97 @@ fn bad_requests_and_settings() {
         Gcra::new(Rate::new(1, Duration::MAX), 1).unwrap_err(),
         ConfigError::DurationOverflow
     );
-    assert_eq!(
+    assert!(matches!(
         TokenBucket::new(Rate::per_hour(1), u32::MAX).unwrap_err(),
-        ConfigError::DurationOverflow
-    );
+        ConfigError::DurationOutOfRange { .. }
+    ));
     assert_eq!(g.set_limit(0), Err(ConfigError::ZeroLimit));
     assert_eq!(g.limit(), 5, "a refused setting leaves the old one");
+}
+
+/// A rate above one permit per nanosecond is `RateTooHigh` (the finest step, as `Gcra::new`
+/// documents), also where rounding to 1 ns would stay within a factor of two (0.5 to 1 ns per
+/// permit): it was reported as `RateRounding` ("cannot be kept within 0.1%"), which names a
+/// rounding problem instead of the step. A live `set_rate` gets the same answer and keeps the
+/// old rate. A rate within 0.1% of one per nanosecond is still kept as 1 ns.
+#[test]
+fn a_rate_finer_than_one_nanosecond_is_rate_too_high() {
+    let finest = ConfigError::RateTooHigh {
+        finest: Duration::from_nanos(1),
+    };
+    let clock = ManualClock::new();
+    let bucket = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 5).unwrap(), clock);
+    for rate in [
+        Rate::new(2, Duration::from_nanos(1)),
+        Rate::new(3, Duration::from_nanos(2)),
+        Rate::new(1_999, Duration::from_nanos(1_000)),
+        Rate::per_second(1_500_000_000),
+        Rate::per_second(u32::MAX),
+    ] {
+        assert_eq!(rate.nanos_per_permit(), Err(finest), "{rate:?}");
+        assert_eq!(Gcra::new(rate, 1).unwrap_err(), finest, "{rate:?}");
+        assert_eq!(bucket.set_rate(rate), Err(finest), "{rate:?}");
+        assert_eq!(bucket.algorithm().rate(), Rate::per_second(10));
+    }
+    // One permit per nanosecond within 0.1%: kept as 1 ns; finer by just past 0.1%: too high.
+    assert_eq!(
+        Rate::new(1_001, Duration::from_nanos(1_000)).nanos_per_permit(),
+        Ok(1)
+    );
+    assert!(matches!(
+        Rate::new(1_000, Duration::from_nanos(999)).nanos_per_permit(),
+        Err(ConfigError::RateTooHigh { .. })
+    ));
+}
+
+/// A burst window (`capacity × interval per permit`) past 2^62 ns is refused naming the burst,
+/// its value and the bound, at construction and by `set_capacity` / `set_rate` / `set_limit`
+/// (the old setting stays). It was `DurationOverflow`, "duration overflows u64 nanoseconds
+/// arithmetic", also for a burst that fits in `u64` (100,000,000 permits at one per minute:
+/// 6 × 10^18 ns, above 2^62 ≈ 4.6 × 10^18, below 2^64): the message named neither the bound
+/// nor the setting.
+#[test]
+fn a_burst_window_past_2_to_the_62_nanoseconds_names_the_bound() {
+    let bound = Duration::from_nanos(1 << 62);
+    let is_burst_error = |err: ConfigError, value: Duration| {
+        let message = err.to_string();
+        assert!(
+            matches!(err, ConfigError::DurationOutOfRange { what, value: v, max, .. }
+                if what.contains("capacity") && v == value && max == bound),
+            "{err:?}"
+        );
+        assert!(message.contains("capacity"), "{message}");
+    };
+    let per_minute = Duration::from_secs(60);
+    is_burst_error(
+        TokenBucket::new(Rate::per_minute(1), 100_000_000).unwrap_err(),
+        per_minute * 100_000_000,
+    );
+    // Past u64 nanoseconds too: the value is still the burst's.
+    is_burst_error(
+        TokenBucket::new(Rate::per_hour(1), u32::MAX).unwrap_err(),
+        Duration::from_secs(3_600) * u32::MAX,
+    );
+    let clock = ManualClock::new();
+    let bucket = AtomicLimiter::with_clock(Gcra::new(Rate::per_minute(1), 10).unwrap(), clock);
+    is_burst_error(
+        bucket.set_capacity(100_000_000).unwrap_err(),
+        per_minute * 100_000_000,
+    );
+    is_burst_error(
+        bucket.set_limit(100_000_000).unwrap_err(),
+        per_minute * 100_000_000,
+    );
+    // 10 permits at one per 2^60 ns: 10 × 2^60 ns.
+    let slow = Rate::new(1, Duration::from_nanos(1 << 60));
+    is_burst_error(
+        bucket.set_rate(slow).unwrap_err(),
+        Duration::from_nanos(1 << 60) * 10,
+    );
+    assert_eq!(bucket.algorithm().capacity(), 10);
+    assert_eq!(bucket.algorithm().rate(), Rate::per_minute(1));
+    // The bound itself is accepted.
+    assert!(TokenBucket::new(Rate::new(1, Duration::from_nanos(1 << 61)), 2).is_ok());
 }
 
 #[test]

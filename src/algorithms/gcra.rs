@@ -89,7 +89,8 @@ impl Gcra {
     /// [`ConfigError::RateTooHigh`] above one permit per nanosecond,
     /// [`ConfigError::RateRounding`] for a rate that whole nanoseconds per permit cannot keep
     /// within 0.1% ([`Rate::nanos_per_permit`]), [`ConfigError::DurationOverflow`] for a period
-    /// beyond `u64` nanoseconds or when the whole burst is worth over 2^62 ns.
+    /// beyond `u64` nanoseconds, [`ConfigError::DurationOutOfRange`] when the whole burst
+    /// (`burst` × the interval per permit) is worth over 2^62 ns.
     ///
     /// ```
     /// use floodgate::{Gcra, Rate};

@@ -770,10 +770,21 @@ fn validate(interval: u64, capacity: u64) -> Result<(), ConfigError> {
             max: u64::from(u32::MAX),
         });
     }
-    match interval.checked_mul(capacity) {
-        Some(tau) if tau <= MAX_TAU_NANOS => Ok(()),
-        _ => Err(ConfigError::DurationOverflow),
+    // At most (2^64 − 1) × (2^32 − 1): fits in u128.
+    let tau = u128::from(interval) * u128::from(capacity);
+    if tau <= u128::from(MAX_TAU_NANOS) {
+        return Ok(());
     }
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    let value = u64::try_from(tau / NANOS_PER_SEC).map_or(Duration::MAX, |secs| {
+        Duration::new(secs, (tau % NANOS_PER_SEC) as u32)
+    });
+    Err(ConfigError::DurationOutOfRange {
+        what: "bucket burst window (capacity × interval per permit)",
+        value,
+        min: Duration::from_nanos(1),
+        max: Duration::from_nanos(MAX_TAU_NANOS),
+    })
 }
 
 /// Implements [`Algorithm`](crate::Algorithm) and the shared setters for a wrapper around
@@ -891,8 +902,9 @@ macro_rules! time_word_algorithm {
             ///
             /// # Errors
             /// [`ConfigError::ZeroLimit`](crate::ConfigError::ZeroLimit), or
-            /// [`ConfigError::DurationOverflow`](crate::ConfigError::DurationOverflow) when
-            /// capacity × interval passes 2^62 ns.
+            /// [`ConfigError::DurationOutOfRange`](crate::ConfigError::DurationOutOfRange) when
+            /// capacity × interval passes 2^62 ns (naming the burst window, its value and the
+            /// bound).
             ///
             /// ```
             /// use floodgate::{ConfigError, Rate, TokenBucket};
@@ -1133,9 +1145,19 @@ mod tests {
 
     #[test]
     fn capacity_times_interval_is_bounded() {
+        // A period past u64 nanoseconds is the period's error.
         assert_eq!(
-            VirtualTime::new(Rate::new(1, Duration::from_secs(1 << 40)), 1 << 31).unwrap_err(),
+            VirtualTime::new(Rate::new(1, Duration::from_secs(1 << 40)), 1).unwrap_err(),
             ConfigError::DurationOverflow
+        );
+        assert_eq!(
+            VirtualTime::new(Rate::new(1, Duration::from_secs(1 << 30)), 1 << 31).unwrap_err(),
+            ConfigError::DurationOutOfRange {
+                what: "bucket burst window (capacity × interval per permit)",
+                value: Duration::from_secs(1 << 61),
+                min: Duration::from_nanos(1),
+                max: Duration::from_nanos(MAX_TAU_NANOS),
+            }
         );
     }
 }

@@ -90,7 +90,8 @@ impl Rate {
     ///
     /// # Errors
     /// [`ConfigError::ZeroLimit`] for a zero amount, [`ConfigError::ZeroPeriod`] for a zero
-    /// period, [`ConfigError::RateTooHigh`] when one permit would be worth less than 1 ns,
+    /// period, [`ConfigError::RateTooHigh`] when one permit would be worth less than 1 ns (and
+    /// 1 ns would not keep the rate within 0.1%),
     /// [`ConfigError::RateRounding`] when whole nanoseconds cannot keep the rate within 0.1%,
     /// [`ConfigError::DurationOverflow`] for a period beyond `u64` nanoseconds.
     ///
@@ -99,6 +100,11 @@ impl Rate {
     /// use std::time::Duration;
     /// assert_eq!(Rate::new(3, Duration::from_micros(10)).nanos_per_permit(), Ok(3_333)); // −0.01%
     /// assert_eq!(Rate::per_second(0).nanos_per_permit(), Err(ConfigError::ZeroLimit));
+    /// // 2 per ns is finer than the 1 ns step.
+    /// assert!(matches!(
+    ///     Rate::new(2, Duration::from_nanos(1)).nanos_per_permit(),
+    ///     Err(ConfigError::RateTooHigh { .. })
+    /// ));
     /// // 3 per 4 ns would become 1 per ns (+33%): refused.
     /// assert!(matches!(
     ///     Rate::new(3, Duration::from_nanos(4)).nanos_per_permit(),
@@ -116,15 +122,21 @@ impl Rate {
             u64::try_from(self.period.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
         let amount = u64::from(self.amount);
         let interval = period / amount + u64::from(period % amount >= amount.div_ceil(2));
+        let too_high = ConfigError::RateTooHigh {
+            finest: Duration::from_nanos(1),
+        };
         if interval == 0 {
-            return Err(ConfigError::RateTooHigh {
-                finest: Duration::from_nanos(1),
-            });
+            return Err(too_high);
         }
         // |interval·amount − period| ≤ period / 1000, in u128 (no overflow).
         let kept = u128::from(interval) * u128::from(amount);
         let error = kept.abs_diff(u128::from(period));
         if error * 1000 > u128::from(period) * u128::from(MAX_RATE_ROUNDING_PER_MILLE) {
+            // Finer than one permit per nanosecond (and not within 0.1% of it): the step is the
+            // constraint, not the rounding (0.5 to 1 ns per permit rounds up to 1 ns).
+            if period < amount {
+                return Err(too_high);
+            }
             return Err(ConfigError::RateRounding {
                 amount: self.amount,
                 period: self.period,
