@@ -585,3 +585,41 @@ fn a_fixed_window_refund_lands_while_its_window_is_open() {
     clock.advance(Duration::from_secs(1));
     assert!(!window.give_back(&second, 4), "its window has ended");
 }
+
+/// A stripe's allowed decision never reports more permits remaining than the limit in force.
+/// After the source's limit is lowered, a stripe still serves the lease it holds (as the module
+/// docs say), but its decisions added what the source reported at the lease, before the change:
+/// `remaining: 987` of a `limit: 10` (a header `RateLimit-Remaining: 987` on a limit of 10).
+/// Found by QA.
+#[test]
+fn a_stripe_never_reports_more_remaining_than_the_limit_in_force() {
+    fn check<S: LeaseSource>(per_core: PerCore<S>) {
+        let first = per_core.try_acquire_on(0, 1).unwrap();
+        assert!(
+            first.is_allowed() && first.remaining() <= 1_000,
+            "{first:?}"
+        );
+        per_core.set_limit(10).unwrap();
+        // The clock stands still: the held lease is live and serves these.
+        for _ in 0..3 {
+            let d = per_core.try_acquire_on(0, 1).unwrap();
+            assert!(d.is_allowed(), "{d:?}");
+            assert_eq!(d.limit(), 10);
+            assert!(d.remaining() <= d.limit(), "{d:?}");
+        }
+    }
+    let clock = ManualClock::starting_at(1_000_000_000);
+    let gcra = AtomicLimiter::with_clock(
+        Gcra::new(Rate::per_second(1_000), 1_000).unwrap(),
+        clock.clone(),
+    );
+    check(PerCore::with_stripes(gcra, 1).unwrap());
+    let window = AtomicLimiter::with_clock(
+        FixedWindow::aligned(1_000, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    check(PerCore::with_stripes(window, 1).unwrap());
+    let sliding =
+        SlidingWindowLimiter::with_clock(1_000, Duration::from_secs(1), 4, clock.clone()).unwrap();
+    check(PerCore::with_stripes(sliding, 1).unwrap());
+}

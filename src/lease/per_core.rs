@@ -72,7 +72,8 @@ const SEQ_ONE: u64 = 1 << 33;
 /// # Decisions
 /// An allowed decision's `remaining` is the serving stripe's unserved permits plus what the
 /// source reported left at that stripe's lease (other stripes' holdings are not counted:
-/// reading them would share their lines); `reset_after` is the source's, from that lease. A
+/// reading them would share their lines), and never more than the limit in force (a lease taken
+/// before the limit was lowered is still served); `reset_after` is the source's, from that lease. A
 /// denial is the source's own decision for the `n` permits (decided while another thread
 /// replaces the stripe's lease, with that stripe's unserved permits added to `remaining`).
 ///
@@ -432,9 +433,11 @@ impl<S: LeaseSource> PerCore<S> {
         // estimate either way).
         let source_left = stripe.source_left.load(Ordering::Relaxed);
         let reset_at = stripe.reset_at.load(Ordering::Relaxed);
+        // At most the limit in force: the source's report may predate a lowered limit.
+        let limit = self.source.limit();
         Decision::allow(
-            self.source.limit(),
-            left.saturating_add(source_left),
+            limit,
+            left.saturating_add(source_left).min(limit),
             reset_at.saturating_sub(now),
         )
     }
