@@ -221,8 +221,8 @@ impl<S: LeaseSource> PerCore<S> {
     /// with its window). A bucket's over-admission is at most `lifetime`'s worth of its rate.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroPeriod`] for zero, [`ConfigError::DurationOverflow`] beyond `u64`
-    /// nanoseconds.
+    /// [`ConfigError::DurationOutOfRange`] (`what: "lease lifetime"`) for zero or beyond
+    /// `u64` nanoseconds.
     ///
     /// ```
     /// use floodgate::lease::PerCore;
@@ -231,15 +231,12 @@ impl<S: LeaseSource> PerCore<S> {
     /// let gcra = || AtomicLimiter::new(Gcra::new(Rate::per_second(10), 10).unwrap());
     /// let per_core = PerCore::with_stripes(gcra(), 2)?.with_lifetime(Duration::from_micros(100))?;
     /// assert_eq!(per_core.lifetime(), Duration::from_micros(100));
-    /// assert!(PerCore::with_stripes(gcra(), 2)?.with_lifetime(Duration::ZERO).is_err());
+    /// let zero = PerCore::with_stripes(gcra(), 2)?.with_lifetime(Duration::ZERO).unwrap_err();
+    /// assert!(zero.to_string().starts_with("lease lifetime must be within 1ns..="));
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn with_lifetime(self, lifetime: Duration) -> Result<Self, ConfigError> {
-        let lifetime_nanos =
-            u64::try_from(lifetime.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
-        if lifetime_nanos == 0 {
-            return Err(ConfigError::ZeroPeriod);
-        }
+        let lifetime_nanos = crate::lease::lifetime_nanos(lifetime)?;
         Ok(PerCore {
             lifetime_nanos,
             ..self
