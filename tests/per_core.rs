@@ -648,3 +648,45 @@ fn a_bad_lease_lifetime_names_the_lifetime_and_its_range() {
         );
     }
 }
+
+/// A lease is served up to the last nanosecond before its expiry and not at it: its lifetime's
+/// end, or its window's end, whichever comes first. Served from the lease, a request leaves the
+/// source alone; at the expiry the stripe goes back to the source.
+#[test]
+fn a_lease_is_served_until_the_nanosecond_before_its_expiry() {
+    const WINDOW: u64 = 1_000_000;
+    for (lifetime, start) in [(1_000, 0), (u64::MAX, WINDOW - 1_000)] {
+        let clock = ManualClock::starting_at(10 * WINDOW + start);
+        let source = AtomicLimiter::with_clock(
+            FixedWindow::aligned(100, Duration::from_nanos(WINDOW)).unwrap(),
+            clock.clone(),
+        );
+        let per_core = PerCore::with_stripes(source, 1)
+            .unwrap()
+            .with_max_lease(8)
+            .unwrap()
+            .with_lifetime(Duration::from_nanos(lifetime))
+            .unwrap();
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        let lease = per_core.source().available();
+        assert!(
+            lease < 99,
+            "a lease of more than one permit ({})",
+            100 - lease
+        );
+        clock.advance(Duration::from_nanos(999));
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert_eq!(
+            per_core.source().available(),
+            lease,
+            "served from the lease, 1 ns before its expiry (lifetime {lifetime})"
+        );
+        clock.advance(Duration::from_nanos(1));
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert_ne!(
+            per_core.source().available(),
+            lease,
+            "at its expiry the lease is not served (lifetime {lifetime})"
+        );
+    }
+}
