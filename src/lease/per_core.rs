@@ -74,8 +74,9 @@ const SEQ_ONE: u64 = 1 << 33;
 /// source reported left at that stripe's lease (other stripes' holdings are not counted:
 /// reading them would share their lines), and never more than the limit in force (a lease taken
 /// before the limit was lowered is still served); `reset_after` is the source's, from that lease. A
-/// denial is the source's own decision for the `n` permits (decided while another thread
-/// replaces the stripe's lease, with that stripe's unserved permits added to `remaining`).
+/// denial is the source's own decision for the `n` permits (also one decided while another
+/// thread replaces the stripe's lease: the stripe then holds nothing, its unserved permits are
+/// being given back).
 ///
 /// ```
 /// use floodgate::lease::PerCore;
@@ -346,7 +347,7 @@ impl<S: LeaseSource> PerCore<S> {
         let mut state = stripe.state.load(Ordering::Acquire);
         loop {
             if state & BUSY != 0 {
-                return self.direct(n, state & LEFT);
+                return self.direct(n);
             }
             let left = state & LEFT;
             if left == 0 {
@@ -440,10 +441,10 @@ impl<S: LeaseSource> PerCore<S> {
     }
 
     /// `n` permits decided by the source alone (while another thread replaces the lease of the
-    /// caller's stripe, which holds `held`).
+    /// caller's stripe: its claim cleared the permits left, so the stripe holds none).
     #[cold]
-    fn direct(&self, n: u32, held: u64) -> Result<Decision, AcquireError> {
-        Ok(with_held(self.source.take_exact(n)?, held))
+    fn direct(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.source.take_exact(n)
     }
 
     /// `n` permits decided by the source alone, for a stripe without permits whose budget is too
@@ -580,22 +581,6 @@ impl<S: LeaseSource> PerCore<S> {
         // Release: pairs with the Acquire loads (and failed compare-exchanges) of the serves and
         // the next claim, which then read these fields.
         stripe.state.store(sequence | left, Ordering::Release);
-    }
-}
-
-/// `decision` with `held` more permits reported remaining.
-fn with_held(decision: Decision, held: u64) -> Decision {
-    let (limit, remaining) = (decision.limit(), decision.remaining().saturating_add(held));
-    let reset = duration_to_nanos(decision.reset_after());
-    if decision.is_allowed() {
-        Decision::allow(limit, remaining, reset)
-    } else {
-        Decision::deny(
-            limit,
-            remaining,
-            duration_to_nanos(decision.retry_after()),
-            reset,
-        )
     }
 }
 
