@@ -543,9 +543,11 @@ impl<S: LeaseSource> PerCore<S> {
         }
         let left = u64::from(lease.granted() - n);
         self.publish(stripe, sequence, Some((&lease, left)));
+        // At most the limit in force, as `served` (a `set_limit` may land after the grant).
+        let limit = self.source.limit();
         Ok(Decision::allow(
-            self.source.limit(),
-            left.saturating_add(decision.remaining()),
+            limit,
+            left.saturating_add(decision.remaining()).min(limit),
             duration_to_nanos(decision.reset_after()),
         ))
     }
