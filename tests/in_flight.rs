@@ -93,7 +93,7 @@ fn bad_limits_and_requests_are_clear_errors() {
     assert_eq!(polled.poll().map(|r| r.err()), Poll::Ready(Some(too_many)));
     assert_eq!(
         too_many.to_string(),
-        "4 permits can never be granted: the capacity is 3"
+        "4 permits can never be granted: one request can take at most 3"
     );
     assert_eq!(limit.set_limit(0).unwrap_err(), ConfigError::ZeroLimit);
     assert_eq!(limit.limit(), 3);

@@ -351,20 +351,17 @@ fn bad_input_is_refused_with_the_constraint() {
             ..
         })
     ));
-    assert_eq!(
-        PerCore::with_stripes(make(), 1)
-            .unwrap()
-            .with_lifetime(Duration::ZERO)
-            .unwrap_err(),
-        ConfigError::ZeroPeriod
-    );
-    assert_eq!(
-        PerCore::with_stripes(make(), 1)
-            .unwrap()
-            .with_lifetime(Duration::MAX)
-            .unwrap_err(),
-        ConfigError::DurationOverflow
-    );
+    for lifetime in [Duration::ZERO, Duration::MAX] {
+        assert!(matches!(
+            PerCore::with_stripes(make(), 1)
+                .unwrap()
+                .with_lifetime(lifetime),
+            Err(ConfigError::DurationOutOfRange {
+                what: "lease lifetime",
+                ..
+            })
+        ));
+    }
 }
 
 /// `set_limit` reaches the source; `limit` and every decision report it.
@@ -584,4 +581,155 @@ fn a_fixed_window_refund_lands_while_its_window_is_open() {
     let second = window.take(1, 4, u64::MAX).unwrap();
     clock.advance(Duration::from_secs(1));
     assert!(!window.give_back(&second, 4), "its window has ended");
+}
+
+/// A stripe's allowed decision never reports more permits remaining than the limit in force.
+/// After the source's limit is lowered, a stripe still serves the lease it holds (as the module
+/// docs say), but its decisions added what the source reported at the lease, before the change:
+/// `remaining: 987` of a `limit: 10` (a header `RateLimit-Remaining: 987` on a limit of 10).
+/// Found by QA.
+#[test]
+fn a_stripe_never_reports_more_remaining_than_the_limit_in_force() {
+    fn check<S: LeaseSource>(per_core: PerCore<S>) {
+        let first = per_core.try_acquire_on(0, 1).unwrap();
+        assert!(
+            first.is_allowed() && first.remaining() <= 1_000,
+            "{first:?}"
+        );
+        per_core.set_limit(10).unwrap();
+        // The clock stands still: the held lease is live and serves these.
+        for _ in 0..3 {
+            let d = per_core.try_acquire_on(0, 1).unwrap();
+            assert!(d.is_allowed(), "{d:?}");
+            assert_eq!(d.limit(), 10);
+            assert!(d.remaining() <= d.limit(), "{d:?}");
+        }
+    }
+    let clock = ManualClock::starting_at(1_000_000_000);
+    let gcra = AtomicLimiter::with_clock(
+        Gcra::new(Rate::per_second(1_000), 1_000).unwrap(),
+        clock.clone(),
+    );
+    check(PerCore::with_stripes(gcra, 1).unwrap());
+    let window = AtomicLimiter::with_clock(
+        FixedWindow::aligned(1_000, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    check(PerCore::with_stripes(window, 1).unwrap());
+    let sliding =
+        SlidingWindowLimiter::with_clock(1_000, Duration::from_secs(1), 4, clock.clone()).unwrap();
+    check(PerCore::with_stripes(sliding, 1).unwrap());
+}
+
+/// A lease lifetime of zero or beyond `u64` nanoseconds is refused with an error that names the
+/// lifetime and its range: it said "window or period must be longer than zero" and "duration
+/// overflows u64 nanoseconds arithmetic", naming neither. Found by QA.
+#[test]
+fn a_bad_lease_lifetime_names_the_lifetime_and_its_range() {
+    let clock = ManualClock::new();
+    for lifetime in [Duration::ZERO, Duration::MAX] {
+        let error = PerCore::with_stripes(bucket(Gcra::new, &clock), 1)
+            .unwrap()
+            .with_lifetime(lifetime)
+            .unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::DurationOutOfRange {
+                what: "lease lifetime",
+                value: lifetime,
+                min: Duration::from_nanos(1),
+                max: Duration::from_nanos(u64::MAX),
+            }
+        );
+        let text = error.to_string();
+        assert!(
+            text.starts_with("lease lifetime must be within 1ns..="),
+            "{text}"
+        );
+    }
+}
+
+/// A lease is served up to the last nanosecond before its expiry and not at it: its lifetime's
+/// end, or its window's end, whichever comes first. Served from the lease, a request leaves the
+/// source alone; at the expiry the stripe goes back to the source.
+#[test]
+fn a_lease_is_served_until_the_nanosecond_before_its_expiry() {
+    const WINDOW: u64 = 1_000_000;
+    for (lifetime, start) in [(1_000, 0), (u64::MAX, WINDOW - 1_000)] {
+        let clock = ManualClock::starting_at(10 * WINDOW + start);
+        let source = AtomicLimiter::with_clock(
+            FixedWindow::aligned(100, Duration::from_nanos(WINDOW)).unwrap(),
+            clock.clone(),
+        );
+        let per_core = PerCore::with_stripes(source, 1)
+            .unwrap()
+            .with_max_lease(8)
+            .unwrap()
+            .with_lifetime(Duration::from_nanos(lifetime))
+            .unwrap();
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        let lease = per_core.source().available();
+        assert!(
+            lease < 99,
+            "a lease of more than one permit ({})",
+            100 - lease
+        );
+        clock.advance(Duration::from_nanos(999));
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert_eq!(
+            per_core.source().available(),
+            lease,
+            "served from the lease, 1 ns before its expiry (lifetime {lifetime})"
+        );
+        clock.advance(Duration::from_nanos(1));
+        assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert_ne!(
+            per_core.source().available(),
+            lease,
+            "at its expiry the lease is not served (lifetime {lifetime})"
+        );
+    }
+}
+
+/// A source whose limit is lowered (by another thread, here by the source itself) right after
+/// it granted a lease: the stripe's decision for that lease reports at most the limit in force
+/// when it returns, as its later serves do. The lowering lands between the grant and the
+/// decision, where a concurrent `set_limit` can.
+#[test]
+fn a_lease_granted_just_before_a_lowered_limit_reports_at_most_the_new_limit() {
+    struct LowersAfterTake<S>(S);
+    impl<S: LeaseSource> LeaseSource for LowersAfterTake<S> {
+        fn take(
+            &self,
+            min: u32,
+            max: u32,
+            lifetime_nanos: u64,
+        ) -> Result<floodgate::lease::Lease, AcquireError> {
+            let lease = self.0.take(min, max, lifetime_nanos)?;
+            self.0.set_limit(10).unwrap();
+            Ok(lease)
+        }
+        fn give_back(&self, lease: &floodgate::lease::Lease, unused: u32) -> bool {
+            self.0.give_back(lease, unused)
+        }
+        fn clock(&self) -> &dyn Clock {
+            self.0.clock()
+        }
+        fn limit(&self) -> u64 {
+            self.0.limit()
+        }
+        fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+            self.0.set_limit(limit)
+        }
+    }
+    let clock = ManualClock::starting_at(1_000_000_000);
+    let window = AtomicLimiter::with_clock(
+        FixedWindow::aligned(1_000, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    let per_core = PerCore::with_stripes(LowersAfterTake(window), 1).unwrap();
+    let d = per_core.try_acquire_on(0, 1).unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert_eq!(d.limit(), 10);
+    assert!(d.remaining() <= d.limit(), "{d:?}");
 }

@@ -273,3 +273,26 @@ fn a_denial_whose_home_stripe_is_empty_still_reports_the_windows_reset() {
     assert_eq!(denied.retry_after(), Duration::from_millis(900));
     assert_eq!(denied.reset_after(), Duration::from_millis(900));
 }
+
+/// A request above `max_request` (the largest stripe share) is refused with a message that
+/// names what one request can take: the limit (4 here) is not what the request exceeded, so
+/// "the capacity is 2" read as a contradiction of `limit()`. Found by QA.
+#[test]
+fn a_request_above_max_request_says_what_one_request_can_take() {
+    let (limiter, _clock) = sharded(4, 2);
+    assert_eq!((limiter.limit(), limiter.max_request()), (4, 2));
+    let error = limiter.try_acquire(3).unwrap_err();
+    assert_eq!(
+        error,
+        AcquireError::ExceedsCapacity {
+            requested: 3,
+            capacity: 2
+        }
+    );
+    let text = error.to_string();
+    assert_eq!(
+        text,
+        "3 permits can never be granted: one request can take at most 2"
+    );
+    assert!(!text.contains("capacity is"), "{text}");
+}

@@ -169,13 +169,19 @@ impl std::error::Error for ConfigError {}
 ///     bucket.try_acquire(6).unwrap_err(),
 ///     AcquireError::ExceedsCapacity { requested: 6, capacity: 5 }
 /// );
+/// assert_eq!(
+///     bucket.try_acquire(6).unwrap_err().to_string(),
+///     "6 permits can never be granted: one request can take at most 5"
+/// );
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AcquireError {
     /// `n = 0`: a request for nothing is almost certainly a bug at the call site.
     ZeroPermits,
-    /// `n` is above the limit or burst capacity: no amount of waiting would admit it.
+    /// `n` is above the most one request can take (the limit or burst capacity; for a
+    /// [`Sharded`](crate::Sharded) limiter, its [`max_request`](crate::Sharded::max_request),
+    /// below its limit): no amount of waiting would admit it.
     ExceedsCapacity {
         /// Permits asked for.
         requested: u64,
@@ -225,7 +231,7 @@ impl fmt::Display for AcquireError {
                 capacity,
             } => write!(
                 f,
-                "{requested} permits can never be granted: the capacity is {capacity}"
+                "{requested} permits can never be granted: one request can take at most {capacity}"
             ),
             AcquireError::BookingTooLong {
                 requested,

@@ -63,6 +63,8 @@ pub use per_core::{DEFAULT_LIFETIME, DEFAULT_MAX_LEASE, PerCore};
 #[cfg_attr(not(feature = "redis"), allow(unused_imports))]
 pub(crate) use slot::LeaseSlot;
 
+use std::time::Duration;
+
 use crate::clock::Clock;
 use crate::decision::{AcquireError, ConfigError, Decision};
 
@@ -257,6 +259,21 @@ impl Lease {
     /// ```
     pub const fn receipt(&self) -> [u64; 2] {
         self.receipt
+    }
+}
+
+/// A lease lifetime in nanoseconds: at least 1 ns and at most `u64::MAX` ns, else
+/// [`ConfigError::DurationOutOfRange`] naming the lifetime and that range (the check of
+/// [`PerCore::with_lifetime`] and `redis::LeasedKey::with_lifetime`).
+pub(crate) fn lifetime_nanos(lifetime: Duration) -> Result<u64, ConfigError> {
+    match u64::try_from(lifetime.as_nanos()) {
+        Ok(nanos) if nanos > 0 => Ok(nanos),
+        _ => Err(ConfigError::DurationOutOfRange {
+            what: "lease lifetime",
+            value: lifetime,
+            min: Duration::from_nanos(1),
+            max: Duration::from_nanos(u64::MAX),
+        }),
     }
 }
 

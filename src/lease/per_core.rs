@@ -72,9 +72,11 @@ const SEQ_ONE: u64 = 1 << 33;
 /// # Decisions
 /// An allowed decision's `remaining` is the serving stripe's unserved permits plus what the
 /// source reported left at that stripe's lease (other stripes' holdings are not counted:
-/// reading them would share their lines); `reset_after` is the source's, from that lease. A
-/// denial is the source's own decision for the `n` permits (decided while another thread
-/// replaces the stripe's lease, with that stripe's unserved permits added to `remaining`).
+/// reading them would share their lines), and never more than the limit in force (a lease taken
+/// before the limit was lowered is still served); `reset_after` is the source's, from that lease. A
+/// denial is the source's own decision for the `n` permits (also one decided while another
+/// thread replaces the stripe's lease: the stripe then holds nothing, its unserved permits are
+/// being given back).
 ///
 /// ```
 /// use floodgate::lease::PerCore;
@@ -220,8 +222,8 @@ impl<S: LeaseSource> PerCore<S> {
     /// with its window). A bucket's over-admission is at most `lifetime`'s worth of its rate.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroPeriod`] for zero, [`ConfigError::DurationOverflow`] beyond `u64`
-    /// nanoseconds.
+    /// [`ConfigError::DurationOutOfRange`] (`what: "lease lifetime"`) for zero or beyond
+    /// `u64` nanoseconds.
     ///
     /// ```
     /// use floodgate::lease::PerCore;
@@ -230,15 +232,12 @@ impl<S: LeaseSource> PerCore<S> {
     /// let gcra = || AtomicLimiter::new(Gcra::new(Rate::per_second(10), 10).unwrap());
     /// let per_core = PerCore::with_stripes(gcra(), 2)?.with_lifetime(Duration::from_micros(100))?;
     /// assert_eq!(per_core.lifetime(), Duration::from_micros(100));
-    /// assert!(PerCore::with_stripes(gcra(), 2)?.with_lifetime(Duration::ZERO).is_err());
+    /// let zero = PerCore::with_stripes(gcra(), 2)?.with_lifetime(Duration::ZERO).unwrap_err();
+    /// assert!(zero.to_string().starts_with("lease lifetime must be within 1ns..="));
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn with_lifetime(self, lifetime: Duration) -> Result<Self, ConfigError> {
-        let lifetime_nanos =
-            u64::try_from(lifetime.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
-        if lifetime_nanos == 0 {
-            return Err(ConfigError::ZeroPeriod);
-        }
+        let lifetime_nanos = crate::lease::lifetime_nanos(lifetime)?;
         Ok(PerCore {
             lifetime_nanos,
             ..self
@@ -348,7 +347,7 @@ impl<S: LeaseSource> PerCore<S> {
         let mut state = stripe.state.load(Ordering::Acquire);
         loop {
             if state & BUSY != 0 {
-                return self.direct(n, state & LEFT);
+                return self.direct(n);
             }
             let left = state & LEFT;
             if left == 0 {
@@ -432,18 +431,20 @@ impl<S: LeaseSource> PerCore<S> {
         // estimate either way).
         let source_left = stripe.source_left.load(Ordering::Relaxed);
         let reset_at = stripe.reset_at.load(Ordering::Relaxed);
+        // At most the limit in force: the source's report may predate a lowered limit.
+        let limit = self.source.limit();
         Decision::allow(
-            self.source.limit(),
-            left.saturating_add(source_left),
+            limit,
+            left.saturating_add(source_left).min(limit),
             reset_at.saturating_sub(now),
         )
     }
 
     /// `n` permits decided by the source alone (while another thread replaces the lease of the
-    /// caller's stripe, which holds `held`).
+    /// caller's stripe: its claim cleared the permits left, so the stripe holds none).
     #[cold]
-    fn direct(&self, n: u32, held: u64) -> Result<Decision, AcquireError> {
-        Ok(with_held(self.source.take_exact(n)?, held))
+    fn direct(&self, n: u32) -> Result<Decision, AcquireError> {
+        self.source.take_exact(n)
     }
 
     /// `n` permits decided by the source alone, for a stripe without permits whose budget is too
@@ -542,9 +543,11 @@ impl<S: LeaseSource> PerCore<S> {
         }
         let left = u64::from(lease.granted() - n);
         self.publish(stripe, sequence, Some((&lease, left)));
+        // At most the limit in force, as `served` (a `set_limit` may land after the grant).
+        let limit = self.source.limit();
         Ok(Decision::allow(
-            self.source.limit(),
-            left.saturating_add(decision.remaining()),
+            limit,
+            left.saturating_add(decision.remaining()).min(limit),
             duration_to_nanos(decision.reset_after()),
         ))
     }
@@ -580,22 +583,6 @@ impl<S: LeaseSource> PerCore<S> {
         // Release: pairs with the Acquire loads (and failed compare-exchanges) of the serves and
         // the next claim, which then read these fields.
         stripe.state.store(sequence | left, Ordering::Release);
-    }
-}
-
-/// `decision` with `held` more permits reported remaining.
-fn with_held(decision: Decision, held: u64) -> Decision {
-    let (limit, remaining) = (decision.limit(), decision.remaining().saturating_add(held));
-    let reset = duration_to_nanos(decision.reset_after());
-    if decision.is_allowed() {
-        Decision::allow(limit, remaining, reset)
-    } else {
-        Decision::deny(
-            limit,
-            remaining,
-            duration_to_nanos(decision.retry_after()),
-            reset,
-        )
     }
 }
 

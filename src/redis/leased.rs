@@ -406,8 +406,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// `lifetime`'s worth of the rate; a lifetime shorter than a round trip wastes every lease.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroPeriod`] for zero, [`ConfigError::DurationOverflow`] beyond `u64`
-    /// nanoseconds.
+    /// [`ConfigError::DurationOutOfRange`] (`what: "lease lifetime"`) for zero or beyond
+    /// `u64` nanoseconds.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
@@ -420,15 +420,11 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// let short = LeasedKey::new(limiter.clone(), "k").with_lifetime(Duration::from_millis(5))?;
     /// assert_eq!(short.lifetime(), Duration::from_millis(5));
     /// let zero = LeasedKey::new(limiter, "k").with_lifetime(Duration::ZERO);
-    /// assert!(matches!(zero, Err(ConfigError::ZeroPeriod)));
+    /// assert!(matches!(zero, Err(ConfigError::DurationOutOfRange { what: "lease lifetime", .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_lifetime(self, lifetime: Duration) -> Result<Self, ConfigError> {
-        let lifetime_nanos =
-            u64::try_from(lifetime.as_nanos()).map_err(|_| ConfigError::DurationOverflow)?;
-        if lifetime_nanos == 0 {
-            return Err(ConfigError::ZeroPeriod);
-        }
+        let lifetime_nanos = crate::lease::lifetime_nanos(lifetime)?;
         Ok(LeasedKey {
             lifetime_nanos,
             ..self
