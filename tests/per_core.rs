@@ -733,3 +733,52 @@ fn a_lease_granted_just_before_a_lowered_limit_reports_at_most_the_new_limit() {
     assert_eq!(d.limit(), 10);
     assert!(d.remaining() <= d.limit(), "{d:?}");
 }
+
+/// A `LeaseSource` that breaks `take`'s contract, granting fewer than `min` (here one permit
+/// whatever is asked, taken for real; its `take_exact` is the window's own): a stripe never serves from such a lease (it computed
+/// `granted − n`, which panicked in debug builds and wrapped to about 2^32 permits in release).
+/// The short grant is given back and the source decides the request alone, so the count stays
+/// exact.
+#[test]
+fn a_source_granting_fewer_than_asked_is_not_served_from() {
+    struct GrantsOne<S>(S);
+    impl<S: LeaseSource> LeaseSource for GrantsOne<S> {
+        fn take(
+            &self,
+            _min: u32,
+            _max: u32,
+            lifetime_nanos: u64,
+        ) -> Result<floodgate::lease::Lease, AcquireError> {
+            self.0.take(1, 1, lifetime_nanos)
+        }
+        fn take_exact(&self, n: u32) -> Result<floodgate::Decision, AcquireError> {
+            self.0.take_exact(n)
+        }
+        fn give_back(&self, lease: &floodgate::lease::Lease, unused: u32) -> bool {
+            self.0.give_back(lease, unused)
+        }
+        fn clock(&self) -> &dyn Clock {
+            self.0.clock()
+        }
+        fn limit(&self) -> u64 {
+            self.0.limit()
+        }
+        fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+            self.0.set_limit(limit)
+        }
+    }
+    let clock = ManualClock::starting_at(1_000_000_000);
+    let window = AtomicLimiter::with_clock(
+        FixedWindow::aligned(10, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    let per_core = PerCore::with_stripes(GrantsOne(window), 1).unwrap();
+    let mut admitted = 0;
+    for _ in 0..10 {
+        let d = per_core.try_acquire_on(0, 3).unwrap();
+        assert!(d.remaining() <= 10, "{d:?}");
+        admitted += if d.is_allowed() { 3 } else { 0 };
+    }
+    assert_eq!(admitted, 9, "three requests for 3 fit a window of 10");
+    assert_eq!(per_core.source().0.available(), 1);
+}

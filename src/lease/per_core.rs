@@ -541,7 +541,15 @@ impl<S: LeaseSource> PerCore<S> {
             self.publish(stripe, sequence, Some((&lease, 0)));
             return Ok(decision);
         }
-        let left = u64::from(lease.granted() - n);
+        // A source that broke `take`'s contract (granted 1 to n − 1 of a request for at least n)
+        // has its grant given back where it can be, and `n` is decided by the source alone:
+        // served from such a lease, `granted − n` would wrap (about 2^32 permits).
+        let Some(left) = lease.granted().checked_sub(n) else {
+            self.source.give_back(&lease, lease.granted());
+            self.publish(stripe, sequence, None);
+            return self.source.take_exact(n);
+        };
+        let left = u64::from(left);
         self.publish(stripe, sequence, Some((&lease, left)));
         // At most the limit in force, as `served` (a `set_limit` may land after the grant).
         let limit = self.source.limit();
