@@ -40,11 +40,15 @@ const MAX_OPEN: usize = 128;
 pub struct MemcachedConfig {
     server: String,
     timeout: Duration,
+    grace: Duration,
 }
 
 impl MemcachedConfig {
     /// The timeout unless set: 200 ms.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
+
+    /// The grace unless set: 1 s.
+    pub const DEFAULT_GRACE: Duration = Duration::from_secs(1);
 
     /// One memcached server, `host:port`.
     ///
@@ -57,6 +61,7 @@ impl MemcachedConfig {
         MemcachedConfig {
             server: server.into(),
             timeout: Self::DEFAULT_TIMEOUT,
+            grace: Self::DEFAULT_GRACE,
         }
     }
 
@@ -83,6 +88,37 @@ impl MemcachedConfig {
     /// ```
     pub fn get_timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// How long past its caller's deadline an async exchange may still run to finish once its
+    /// request is written: its caller gone (the future dropped, or the timeout passed), it reads
+    /// memcached's reply and takes back (`decr`) the increment its caller never got, a denial's
+    /// as always and an admission's too. An exchange that cannot finish within the grace is
+    /// dropped, its connection closed, and its permits may stay counted until their cell leaves
+    /// the window (counted in [`MemcachedLimiter::reclaims`](super::MemcachedLimiter::reclaims)).
+    /// Meanwhile it holds its connection, one of the backend's 128. The caller never waits for
+    /// the grace: it gets its answer, or its timeout, within the timeout.
+    ///
+    /// ```
+    /// use floodgate::memcached::MemcachedConfig;
+    /// use std::time::Duration;
+    /// let config = MemcachedConfig::new("127.0.0.1:11211").grace(Duration::from_secs(5));
+    /// assert_eq!(config.get_grace(), Duration::from_secs(5));
+    /// ```
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The grace in force (see [`grace`](Self::grace)).
+    ///
+    /// ```
+    /// use floodgate::memcached::MemcachedConfig;
+    /// use std::time::Duration;
+    /// assert_eq!(MemcachedConfig::new("localhost:11211").get_grace(), Duration::from_secs(1));
+    /// ```
+    pub fn get_grace(&self) -> Duration {
+        self.grace
     }
 }
 
@@ -351,14 +387,16 @@ pub struct MemcachedBackend {
 struct Shared {
     addr: SocketAddr,
     timeout: Duration,
+    grace: Duration,
     idle: Mutex<Vec<Connection>>,
     /// Idle async connections: registered with the runtime that opened them.
     idle_async: Mutex<Vec<AsyncConnection>>,
     /// Blocking calls under way (at most [`MAX_OPEN`]), and the signal that one ended.
     busy: Mutex<usize>,
     freed: Condvar,
-    /// Places for async calls under way ([`MAX_OPEN`]).
-    busy_async: tokio::sync::Semaphore,
+    /// Places for async calls under way ([`MAX_OPEN`]), each held until its exchange ends
+    /// (past its caller, when the caller is gone).
+    busy_async: Arc<tokio::sync::Semaphore>,
 }
 
 /// A blocking call's place among the [`MAX_OPEN`], given back on drop.
@@ -455,11 +493,12 @@ impl MemcachedBackend {
             shared: Arc::new(Shared {
                 addr,
                 timeout: config.timeout,
+                grace: config.grace,
                 idle: Mutex::new(Vec::new()),
                 idle_async: Mutex::new(Vec::new()),
                 busy: Mutex::new(0),
                 freed: Condvar::new(),
-                busy_async: tokio::sync::Semaphore::new(MAX_OPEN),
+                busy_async: Arc::new(tokio::sync::Semaphore::new(MAX_OPEN)),
             }),
         })
     }
@@ -549,57 +588,42 @@ impl MemcachedBackend {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// As [`call`](Self::call), on the caller's tokio runtime: `exchange` gets a pooled (or
-    /// new) async connection and hands it back with its value. The whole call, connecting
-    /// included, runs under one deadline ([`until_deadline`]); when it runs out, or the caller
-    /// drops the future, the connection is dropped (closed) wherever it was, and a request not
-    /// yet written is never sent.
-    pub(crate) async fn call_async<T, F>(
+    /// The grace of async exchanges whose caller is gone ([`MemcachedConfig::grace`]).
+    pub(crate) fn grace(&self) -> Duration {
+        self.shared.grace
+    }
+
+    /// Waits, until `deadline`, for one of the [`MAX_OPEN`] places of async calls; the place is
+    /// owned, so it can outlive its caller (a detached exchange holds it until it ends).
+    pub(crate) async fn async_place(
         &self,
-        exchange: impl Fn(AsyncConnection, Instant) -> F,
-    ) -> Result<T, BackendError>
-    where
-        F: std::future::Future<Output = Result<(T, AsyncConnection), CallError>>,
-    {
-        let deadline = Instant::now() + self.shared.timeout;
+        deadline: Instant,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, BackendError> {
+        let places = Arc::clone(&self.shared.busy_async);
         // Never closed: a place comes, or the deadline.
-        let Ok(Ok(_place)) = until_deadline(self.shared.busy_async.acquire(), deadline).await
-        else {
-            return Err(self.shared.all_busy());
-        };
-        let run = |connection: Option<AsyncConnection>| async {
-            let connection = match connection {
-                Some(connection) => connection,
-                None => AsyncConnection::open(self.shared.addr).await?,
-            };
-            exchange(connection, deadline).await
-        };
-        let attempt = async {
-            let pooled = self.lock_idle_async().pop();
-            let from_pool = pooled.is_some();
-            match run(pooled).await {
-                Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
-                    // Every idle connection predates the break: drop them all.
-                    self.lock_idle_async().clear();
-                    run(None).await
-                }
-                other => other,
+        match until_deadline(places.acquire_owned(), deadline).await {
+            Ok(Ok(place)) => Ok(place),
+            _ => Err(self.shared.all_busy()),
+        }
+    }
+
+    /// An idle async connection, if any.
+    pub(crate) fn pop_idle_async(&self) -> Option<AsyncConnection> {
+        self.lock_idle_async().pop()
+    }
+
+    /// Drops every idle async connection (one was found broken: they all predate the break).
+    pub(crate) fn clear_idle_async(&self) {
+        self.lock_idle_async().clear();
+    }
+
+    /// Keeps `connection` for reuse if it is in step and there is room; closes it otherwise.
+    pub(crate) fn pool_async(&self, connection: AsyncConnection) {
+        if connection.is_reusable() {
+            let mut idle = self.lock_idle_async();
+            if idle.len() < MAX_IDLE {
+                idle.push(connection);
             }
-        };
-        match until_deadline(attempt, deadline).await {
-            Ok(Ok((value, connection))) => {
-                if connection.is_reusable() {
-                    let mut idle = self.lock_idle_async();
-                    if idle.len() < MAX_IDLE {
-                        idle.push(connection);
-                    }
-                }
-                Ok(value)
-            }
-            Ok(Err(CallError::Timeout)) | Err(()) => Err(BackendError::Timeout {
-                after: self.shared.timeout,
-            }),
-            Ok(Err(CallError::Failed(error))) => Err(BackendError::failed(error)),
         }
     }
 }

@@ -1,9 +1,12 @@
 //! [`MemcachedLimiter`]: the sliding window of cells on memcached, increment first, under a
 //! [`FailurePolicy`].
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::connection::{MemcachedBackend, Transport, run_blocking};
+use super::detached::{Job, ReclaimCounts, Reclaims, decide_async};
 use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
 use super::sliding_window::Cells;
@@ -64,6 +67,7 @@ pub struct MemcachedLimiter<C: Clock + Clone = QuantaClock> {
     window: Cells,
     clock: C,
     failures: FailureHandler<FixedWindow, C>,
+    reclaims: Arc<Reclaims>,
 }
 
 impl MemcachedLimiter<QuantaClock> {
@@ -158,6 +162,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             window,
             clock,
             failures,
+            reclaims: Arc::default(),
         })
     }
 
@@ -210,6 +215,27 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     pub fn failures(&self) -> FailureCounts {
         self.failures.counts()
+    }
+
+    /// Requests memcached counted whose permits did not reach their caller: given back, or
+    /// possibly left counted until their cell leaves the window (see [`ReclaimCounts`]). An
+    /// async call given up after its request was written (its future dropped, or its timeout
+    /// passed) is finished in a task of its own: a denial is taken back as always, an
+    /// admission given back (`given_back`). A blocking call cannot be finished past its
+    /// timeout: one that times out after its write may leave its permits counted
+    /// (`left_counted`).
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
+    /// assert_eq!(limiter.reclaims(), ReclaimCounts::default());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reclaims(&self) -> ReclaimCounts {
+        self.reclaims.counts()
     }
 
     /// Sets the circuit breaker: `Some(config)` replaces the default one, `None` turns it off
@@ -428,17 +454,13 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
-        let store = || {
-            self.backend.call_async(|mut connection, deadline| {
-                let prefix = &prefix;
-                async move {
-                    let decision = self
-                        .exchange(&mut connection, deadline, prefix, now, n)
-                        .await?;
-                    Ok((decision, connection))
-                }
-            })
+        let job = Job {
+            window: self.window,
+            prefix,
+            now,
+            n,
         };
+        let store = || decide_async(&self.backend, job, &self.reclaims);
         Ok(self.failures.run_async(key, n, store).await)
     }
 
@@ -486,63 +508,106 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
         Ok(self.failures.run(key, n, || {
-            self.backend.call(|connection, deadline| {
-                run_blocking(self.exchange(connection, deadline, &prefix, now, n))
-            })
+            let sent = AtomicBool::new(false);
+            let waiting = || {
+                sent.store(true, Ordering::SeqCst);
+                true
+            };
+            let result = self.backend.call(|connection, deadline| {
+                run_blocking(async {
+                    let decision = decide(
+                        &self.window,
+                        connection,
+                        deadline,
+                        &prefix,
+                        now,
+                        n,
+                        &waiting,
+                    )
+                    .await?;
+                    if !decision.is_allowed() {
+                        // The denial stands whatever happens to the take-back.
+                        let cell = self.window.cell_index(now);
+                        if take_back(connection, deadline, &prefix, cell, n)
+                            .await
+                            .is_err()
+                        {
+                            self.reclaims.left_counted();
+                        }
+                    }
+                    Ok(decision)
+                })
+            });
+            if result.is_err() && sent.load(Ordering::SeqCst) {
+                // Written, then timed out or failed: the increment may stay.
+                self.reclaims.left_counted();
+            }
+            result
         }))
     }
+}
 
-    /// One decision on one connection: increment, read the window, decide; on a denial, take the
-    /// permits back.
-    async fn exchange<T: Transport>(
-        &self,
-        connection: &mut T,
-        deadline: Instant,
-        prefix: &str,
-        now: u64,
-        n: u32,
-    ) -> Result<Decision, CallError> {
-        let current = self.window.cell_index(now);
-        let cells = self.window.read_cells(current);
-        let request =
-            protocol::decision_request(prefix, current, cells.clone(), self.window.ttl_secs(), n);
-        // A cell can vanish between the add and the incr, or the incr and the get (evicted, or
-        // `flush_all`): the increment is then lost, so one more try cannot count it twice.
-        for _ in 0..2 {
-            connection.send(&request, deadline).await?;
-            let added = protocol::read_counter(connection, deadline).await?;
-            let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
-            // `incr` wraps at 2^64: a count below the request's own n after adding it means the
-            // cell held a value near 2^64 that no limiter wrote, and its count is meaningless.
-            if let Some(added) = added.filter(|&added| added < u64::from(n)) {
-                return Err(MemcachedError::Protocol(format!(
-                    "cell {prefix}{current} wrapped past 2^64 on incr (it read {added} after \
-                     adding {n}): it held a value no limiter writes"
-                ))
-                .into());
-            }
-            if added.is_none() || !counts.iter().any(|&(index, _)| index == current) {
-                continue;
-            }
-            let decision = self.window.decide(now, current, n, &counts);
-            if !decision.is_allowed() {
-                // The denial stands whatever happens to the take-back; a failed one leaves the
-                // permits counted until their cell leaves the window (never an over-admission),
-                // and closes the connection (its reply may still come).
-                let take_back = protocol::take_back_request(prefix, current, n);
-                let taken_back = match connection.send(&take_back, deadline).await {
-                    Ok(()) => protocol::read_counter(connection, deadline).await.map(drop),
-                    Err(error) => Err(error),
-                };
-                if taken_back.is_err() {
-                    connection.set_broken();
-                }
-            }
-            return Ok(decision);
+/// Adds `n` to the current cell and reads the window, on one connection: the decision (a denial
+/// still counted: the caller takes it back with [`take_back`]). Each request is written only
+/// if `waiting()` says its caller still waits for it (else a timeout).
+pub(crate) async fn decide<T: Transport>(
+    window: &Cells,
+    connection: &mut T,
+    deadline: Instant,
+    prefix: &str,
+    now: u64,
+    n: u32,
+    waiting: &impl Fn() -> bool,
+) -> Result<Decision, CallError> {
+    let current = window.cell_index(now);
+    let cells = window.read_cells(current);
+    let request = protocol::decision_request(prefix, current, cells.clone(), window.ttl_secs(), n);
+    // A cell can vanish between the add and the incr, or the incr and the get (evicted, or
+    // `flush_all`): the increment is then lost, so one more try cannot count it twice.
+    for _ in 0..2 {
+        if !waiting() {
+            return Err(CallError::Timeout);
         }
-        Err(MemcachedError::Protocol(format!(
-            "cell {prefix}{current} vanished right after it was written, twice (memcached evicting?)"
-        ))
-        .into())
+        connection.send(&request, deadline).await?;
+        let added = protocol::read_counter(connection, deadline).await?;
+        let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
+        // `incr` wraps at 2^64: a count below the request's own n after adding it means the
+        // cell held a value near 2^64 that no limiter wrote, and its count is meaningless.
+        if let Some(added) = added.filter(|&added| added < u64::from(n)) {
+            return Err(MemcachedError::Protocol(format!(
+                "cell {prefix}{current} wrapped past 2^64 on incr (it read {added} after \
+                 adding {n}): it held a value no limiter writes"
+            ))
+            .into());
+        }
+        if added.is_none() || !counts.iter().any(|&(index, _)| index == current) {
+            continue;
+        }
+        return Ok(window.decide(now, current, n, &counts));
     }
+    Err(MemcachedError::Protocol(format!(
+        "cell {prefix}{current} vanished right after it was written, twice (memcached evicting?)"
+    ))
+    .into())
+}
+
+/// Takes `n` permits back from cell `cell` (`decr`): a denial's, or an admission its caller
+/// never got. A failed take-back leaves the permits counted until their cell leaves the window
+/// (never an over-admission) and marks the connection out of step (its reply may still come).
+pub(crate) async fn take_back<T: Transport>(
+    connection: &mut T,
+    deadline: Instant,
+    prefix: &str,
+    cell: u64,
+    n: u32,
+) -> Result<(), CallError> {
+    let request = protocol::take_back_request(prefix, cell, n);
+    let result = match connection.send(&request, deadline).await {
+        Ok(()) => protocol::read_counter(connection, deadline).await.map(drop),
+        Err(error) => Err(error),
+    };
+    if result.is_err() {
+        connection.set_broken();
+    }
+    result
 }

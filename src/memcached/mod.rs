@@ -84,12 +84,14 @@
 
 mod async_connection;
 mod connection;
+mod detached;
 mod error;
 mod limiter;
 mod protocol;
 mod sliding_window;
 
 pub use connection::{MemcachedBackend, MemcachedConfig};
+pub use detached::ReclaimCounts;
 pub use error::MemcachedError;
 pub use limiter::MemcachedLimiter;
 pub use protocol::MAX_KEY_LEN;

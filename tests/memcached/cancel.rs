@@ -1,0 +1,263 @@
+//! Calls given up after their request was written: a dropped future, a timeout. memcached
+//! increments first and decides after, so such a call's increment is on the server before its
+//! caller can know the answer; it must not stay there unless its permits were handed out.
+//!
+//! A proxy between the limiter and memcached forwards requests at once and holds the replies
+//! until the test releases them, and reports what passes: the test knows, without timing, that
+//! memcached applied the increment (its reply came) while the caller has not read it.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use floodgate::ManualClock;
+use floodgate::backend::FailurePolicy;
+use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+use floodgate::{Decision, SlidingWindow};
+use tokio::sync::mpsc;
+
+use super::server::MemcachedServer;
+use super::{T0, TIMEOUT, backend, decide, limiter, stored_sum};
+
+/// A hang bound on waiting for the proxy's next report, never reached by a working limiter.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// What passed through the proxy.
+#[derive(Debug)]
+enum Event {
+    /// Bytes from the limiter to memcached.
+    Request(String),
+    /// Bytes from memcached to the limiter (forwarded once released).
+    Reply,
+    /// The limiter closed a connection.
+    Closed,
+}
+
+/// Forwards requests to memcached at once; holds replies while `held`.
+struct Proxy {
+    addr: String,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+    events: mpsc::UnboundedReceiver<Event>,
+}
+
+impl Proxy {
+    fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let (tx, events) = mpsc::unbounded_channel();
+        let held = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            while let Ok((client, _)) = listener.accept() {
+                let server = TcpStream::connect(&upstream).unwrap();
+                let (client_in, server_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let up = tx.clone();
+                std::thread::spawn(move || {
+                    pipe(client_in, server_out, |bytes| {
+                        let _ = up.send(if bytes.is_empty() {
+                            Event::Closed
+                        } else {
+                            Event::Request(String::from_utf8_lossy(bytes).into_owned())
+                        });
+                    })
+                });
+                let (down, held) = (tx.clone(), Arc::clone(&held));
+                std::thread::spawn(move || {
+                    pipe(server, client, |bytes| {
+                        if bytes.is_empty() {
+                            return;
+                        }
+                        let _ = down.send(Event::Reply);
+                        let (lock, released) = &*held;
+                        let mut held = lock.lock().unwrap();
+                        while *held {
+                            held = released.wait(held).unwrap();
+                        }
+                    })
+                });
+            }
+        });
+        Proxy { addr, gate, events }
+    }
+
+    fn hold(&self, held: bool) {
+        let (lock, released) = &*self.gate;
+        *lock.lock().unwrap() = held;
+        released.notify_all();
+    }
+
+    async fn next(&mut self) -> Event {
+        tokio::time::timeout(BOUND, self.events.recv())
+            .await
+            .expect("the proxy saw nothing for a minute")
+            .expect("the proxy runs")
+    }
+
+    /// Waits for the first reply from memcached: it applied the increment.
+    async fn until_reply(&mut self) {
+        while !matches!(self.next().await, Event::Reply) {}
+    }
+
+    /// Waits until the permits of the call given up were taken back (a `decr` went out and
+    /// memcached answered it), or its connection closed without one; says which.
+    async fn take_back_or_close(&mut self) -> bool {
+        let mut decr = false;
+        loop {
+            match self.next().await {
+                Event::Request(request) if request.starts_with("decr ") => decr = true,
+                Event::Reply if decr => return true,
+                Event::Closed if !decr => return false,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Copies `from` to `to`, calling `seen` with each chunk before writing it (and with an empty
+/// chunk at the end).
+fn pipe(mut from: TcpStream, mut to: TcpStream, mut seen: impl FnMut(&[u8])) {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match from.read(&mut chunk) {
+            Ok(0) | Err(_) => {
+                seen(&[]);
+                let _ = to.shutdown(Shutdown::Write);
+                return;
+            }
+            Ok(read) => {
+                seen(&chunk[..read]);
+                if to.write_all(&chunk[..read]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A limit of 10 per 10 s with 9 taken (directly on memcached), and a limiter of the same name
+/// through a proxy, its backend built by `config`.
+fn nine_of_ten(
+    server: &MemcachedServer,
+    clock: &ManualClock,
+    config: impl FnOnce(MemcachedConfig) -> MemcachedConfig,
+) -> (Proxy, MemcachedLimiter<ManualClock>) {
+    let direct = limiter(&backend(server), "cancel", 10, 10, clock);
+    for _ in 0..9 {
+        assert!(decide(&direct, "k", 1).is_allowed());
+    }
+    let proxy = Proxy::start(server.addr());
+    let backend = MemcachedBackend::connect(config(MemcachedConfig::new(&proxy.addr))).unwrap();
+    let window = SlidingWindow::new(10, Duration::from_secs(10), 10).unwrap();
+    let through = MemcachedLimiter::with_clock(
+        &backend,
+        "cancel",
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap();
+    (proxy, through)
+}
+
+/// A decision memcached made, on the async path.
+async fn decided(limiter: &MemcachedLimiter<ManualClock>, n: u32) -> Decision {
+    let outcome = limiter.try_acquire_outcome("k", n).await.unwrap();
+    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    outcome.decision()
+}
+
+/// 9 of 10 taken; a call for 5 (memcached would deny it) is dropped once memcached applied its
+/// increment, before its reply is read. Before: the dropped future closed its connection, the
+/// 5 stayed in the cell, and a call for 1 was denied until the cell left the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_whose_increment_was_written_leaves_nothing_counted() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT));
+    proxy.hold(true);
+    {
+        let call = through.try_acquire_outcome("k", 5);
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            outcome = &mut call => panic!("answered though its reply is held: {outcome:?}"),
+            () = proxy.until_reply() => {}
+        }
+    } // dropped: memcached holds its increment, its reply is unread
+    proxy.hold(false);
+    let taken_back = proxy.take_back_or_close().await;
+    let current = through.cell_index(T0);
+    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    assert!(
+        taken_back && counted == 9,
+        "taken back: {taken_back}, counted: {counted}"
+    );
+    assert!(decided(&through, 1).await.is_allowed());
+    assert_eq!(through.reclaims().left_counted, 0);
+}
+
+/// The same with an admitted call (9 of 10 taken, a call for 1): its permit was never handed
+/// out, so it is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_that_memcached_admitted_gives_its_permits_back() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT));
+    proxy.hold(true);
+    {
+        let call = through.try_acquire_outcome("k", 1);
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            outcome = &mut call => panic!("answered though its reply is held: {outcome:?}"),
+            () = proxy.until_reply() => {}
+        }
+    }
+    proxy.hold(false);
+    let given_back = proxy.take_back_or_close().await;
+    let current = through.cell_index(T0);
+    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    assert!(
+        given_back && counted == 9,
+        "given back: {given_back}, counted: {counted}"
+    );
+    assert_eq!(through.reclaims().given_back, 1);
+    assert!(decided(&through, 1).await.is_allowed());
+    assert!(!decided(&through, 1).await.is_allowed());
+}
+
+/// 9 of 10 taken; a call for 5 whose reply is held past its timeout gets its timeout in time
+/// (decided by the policy), and its increment is taken back once the reply comes (within the
+/// grace, here a hang bound). Before: the timeout closed the connection, the 5 stayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_times_out_after_its_write_leaves_nothing_counted() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    // Long enough that the request is written before it (checked below), short for a test.
+    let timeout = Duration::from_secs(3);
+    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(BOUND));
+    proxy.hold(true);
+    let call = through.try_acquire_outcome("k", 5);
+    tokio::pin!(call);
+    tokio::select! {
+        biased;
+        outcome = &mut call => panic!("decided before its request was written: {outcome:?}"),
+        () = proxy.until_reply() => {}
+    }
+    let started = std::time::Instant::now();
+    let outcome = call.await.unwrap();
+    assert!(started.elapsed() < BOUND);
+    assert!(outcome.failure().expect("the policy decided").is_timeout());
+    assert!(!outcome.decision().is_allowed()); // fail closed
+    proxy.hold(false);
+    let taken_back = proxy.take_back_or_close().await;
+    let current = through.cell_index(T0);
+    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    assert!(
+        taken_back && counted == 9,
+        "taken back: {taken_back}, counted: {counted}"
+    );
+    assert!(decided(&through, 1).await.is_allowed());
+}
