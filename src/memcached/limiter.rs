@@ -399,8 +399,15 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
 
     /// Takes `n` permits for `key` if the shared window has them, on the caller's tokio runtime
     /// (no thread hop), in at most the backend's timeout. A memcached failure is decided by the
-    /// policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it). Dropping the
-    /// future closes its connection; a request not yet written is never sent.
+    /// policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    ///
+    /// **Cancellation**: the exchange runs in a task of its own (spawned on the runtime), so a
+    /// caller that drops the future, or reaches its timeout, only loses its answer. A request not
+    /// yet written when the caller gives up is never sent; one already written is finished
+    /// within the timeout plus the backend's [grace](super::MemcachedConfig::grace): a denial is
+    /// taken back, an admission its caller never got is given back (`decr` of the same cell and
+    /// `n`), so the call consumes nothing; one that cannot be finished is counted in
+    /// [`reclaims`](Self::reclaims) (`left_counted`).
     ///
     /// # Errors
     /// [`RequestError`] for `n = 0`, `n` above the limit, or a key too long for memcached.

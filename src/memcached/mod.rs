@@ -35,8 +35,26 @@
 //!   exactly the sliding window of cells. `remaining` and `retry_after` are computed from the same
 //!   counts, so under contention they err on the cautious side.
 //! * A take-back that fails (timeout, lost connection) leaves the permits counted until their cell
-//!   leaves the window: fewer admissions, never more. So does a call that times out after its
-//!   increment.
+//!   leaves the window: fewer admissions, never more.
+//!
+//! # Cancellation and timeouts
+//! Once a request is written, memcached has counted it before its caller knows the answer. An
+//! **async** call's exchange runs in a task of its own (`tokio::spawn`), holding its connection
+//! and its place among the backend's connections until it ends, so a caller that drops its
+//! future or reaches its timeout only loses its answer:
+//! * a request not yet written when its caller gives up is never sent;
+//! * one already written is finished within the caller's deadline plus the backend's
+//!   [grace](MemcachedConfig::grace) (default 1 s): a denial is taken back as always, and an
+//!   admission its caller never got is given back (`decr` of the same cell and `n`, exactly:
+//!   the answer is either received by its caller or returned to the exchange, never both), so
+//!   the call consumes nothing ([`MemcachedLimiter::reclaims`] counts it in `given_back`);
+//! * an exchange that cannot be finished (the grace runs out, the connection fails, the
+//!   runtime shuts down) closes its connection, and its permits may stay counted until their
+//!   cell leaves the window (`left_counted`, except for a runtime shutting down).
+//!
+//! A **blocking** call cannot outlive its caller: one whose timeout passes after its request
+//! was written, or whose take-back fails, may leave its permits counted until their cell leaves
+//! the window, counted in `left_counted`.
 //!
 //! # Time and clock skew
 //! memcached has no clock command, so cells are keyed by the **caller's** clock (any [`Clock`](

@@ -261,3 +261,62 @@ async fn a_call_that_times_out_after_its_write_leaves_nothing_counted() {
     );
     assert!(decided(&through, 1).await.is_allowed());
 }
+
+/// A call dropped before its request was written sends nothing: on a current-thread runtime
+/// its exchange's task runs only after the drop, connects, finds its caller gone, and closes
+/// the connection without a byte.
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_dropped_before_its_write_sends_nothing() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT));
+    {
+        let call = through.try_acquire_outcome("k", 1);
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
+            () = std::future::ready(()) => {}
+        }
+    }
+    match proxy.next().await {
+        Event::Closed => {}
+        event => panic!("a call dropped before its write sent {event:?}"),
+    }
+    let current = through.cell_index(T0);
+    assert_eq!(
+        stored_sum(&server, &through, "k", current - 9..=current + 1),
+        9
+    );
+    assert_eq!(through.reclaims(), Default::default());
+    assert!(decided(&through, 1).await.is_allowed());
+}
+
+/// What is still consumed, and counted: a blocking call cannot outlive its caller, so one
+/// whose timeout passes after its write closes its connection with its increment in place
+/// (9 of 10 taken, a call for 5: the window reads 14 until the cell leaves it), counted in
+/// `reclaims().left_counted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_call_that_times_out_after_its_write_is_counted_as_left() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let timeout = Duration::from_secs(3);
+    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(timeout));
+    let through = Arc::new(through);
+    proxy.hold(true);
+    let call = {
+        let through = Arc::clone(&through);
+        tokio::task::spawn_blocking(move || through.blocking_try_acquire_outcome("k", 5))
+    };
+    proxy.until_reply().await; // memcached applied the increment
+    let outcome = call.await.unwrap().unwrap();
+    assert!(outcome.failure().expect("the policy decided").is_timeout());
+    proxy.hold(false);
+    assert_eq!(through.reclaims().left_counted, 1);
+    assert_eq!(through.reclaims().given_back, 0);
+    let current = through.cell_index(T0);
+    assert_eq!(
+        stored_sum(&server, &through, "k", current - 9..=current + 1),
+        14
+    );
+}
