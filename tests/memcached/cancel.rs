@@ -161,6 +161,17 @@ fn nine_of_ten(
     (proxy, through)
 }
 
+/// Waits until every task spawned on the runtime ended (the exchanges, and the give-backs of
+/// dropped admissions), yielding to them; bounded by [`BOUND`] against a hang.
+async fn settled() {
+    let runtime = tokio::runtime::Handle::current();
+    let started = std::time::Instant::now();
+    while runtime.metrics().num_alive_tasks() > 0 {
+        assert!(started.elapsed() < BOUND, "an exchange never ended");
+        tokio::task::yield_now().await;
+    }
+}
+
 /// A decision memcached made, on the async path.
 async fn decided(limiter: &MemcachedLimiter<ManualClock>, n: u32) -> Decision {
     let outcome = limiter.try_acquire_outcome("k", n).await.unwrap();
@@ -188,6 +199,7 @@ async fn a_dropped_call_whose_increment_was_written_leaves_nothing_counted() {
     } // dropped: memcached holds its increment, its reply is unread
     proxy.hold(false);
     let taken_back = proxy.take_back_or_close().await;
+    settled().await; // the exchange counted what it did
     let current = through.cell_index(T0);
     let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
     assert!(
@@ -217,6 +229,7 @@ async fn a_dropped_call_that_memcached_admitted_gives_its_permits_back() {
     }
     proxy.hold(false);
     let given_back = proxy.take_back_or_close().await;
+    settled().await; // the exchange counted what it did
     let current = through.cell_index(T0);
     let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
     assert!(
@@ -253,6 +266,7 @@ async fn a_call_that_times_out_after_its_write_leaves_nothing_counted() {
     assert!(!outcome.decision().is_allowed()); // fail closed
     proxy.hold(false);
     let taken_back = proxy.take_back_or_close().await;
+    settled().await; // the exchange counted what it did
     let current = through.cell_index(T0);
     let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
     assert!(
@@ -319,4 +333,36 @@ async fn a_blocking_call_that_times_out_after_its_write_is_counted_as_left() {
         stored_sum(&server, &through, "k", current - 9..=current + 1),
         14
     );
+}
+
+/// An admission that reached the caller's end but was never returned (the future dropped
+/// between the answer's arrival and its next poll) is given back too. On a current-thread
+/// runtime the test runs the exchange's task to its end without polling the call again, then
+/// drops the call with the answer waiting in it.
+#[tokio::test(flavor = "current_thread")]
+async fn an_admission_dropped_unread_gives_its_permits_back() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT));
+    {
+        let call = through.try_acquire_outcome("k", 1);
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
+            () = std::future::ready(()) => {}
+        }
+        // The exchange's task runs (and ends) while the call is not polled.
+        settled().await;
+    } // dropped with the admission unread
+    let given_back = proxy.take_back_or_close().await;
+    settled().await; // the exchange counted what it did
+    let current = through.cell_index(T0);
+    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    assert!(
+        given_back && counted == 9,
+        "given back: {given_back}, counted: {counted}"
+    );
+    assert_eq!(through.reclaims().given_back, 1);
+    assert!(decided(&through, 1).await.is_allowed());
 }
