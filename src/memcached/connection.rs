@@ -90,8 +90,9 @@ impl MemcachedConfig {
         self.timeout
     }
 
-    /// How long past its caller's deadline an async exchange may still run to finish once its
-    /// request is written: its caller gone (the future dropped, or the timeout passed), it reads
+    /// How long past its caller's deadline an exchange may still run to finish once its
+    /// request is written: its caller gone (an async future dropped, or the timeout passed, on
+    /// either path: a blocking call hands its connection to a thread of its own), it reads
     /// memcached's reply and takes back (`decr`) the increment its caller never got, a denial's
     /// as always and an admission's too. An exchange that cannot finish within the grace is
     /// dropped, its connection closed, and its permits may stay counted until their cell leaves
@@ -158,7 +159,28 @@ pub(crate) trait Transport {
     ) -> Result<T, CallError>;
     /// Marks the connection out of step: never reused.
     fn set_broken(&mut self);
+    /// Records which replies of a written request are still unread, for finishing the
+    /// exchange after its caller's timeout (blocking connections; the async path finishes
+    /// in its own task instead).
+    fn set_pending(&mut self, _pending: Pending) {}
 }
+
+/// Where a blocking exchange stands with replies still unread: what a [`Finisher`] must read
+/// (and undo) once its caller has timed out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// Every reply read.
+    #[default]
+    Nothing,
+    /// The decision request is (being) written; `added` is the `incr`'s reply once read.
+    Decision { added: Option<Option<u64>> },
+    /// The take-back is (being) written, its reply unread.
+    TakeBack,
+}
+
+/// Finishes a blocking exchange its caller timed out of (on a thread of its own), before the
+/// deadline it is given.
+pub(crate) type Finisher = Box<dyn FnOnce(&mut Connection, Pending, Instant) + Send>;
 
 impl Transport for Connection {
     async fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
@@ -175,6 +197,10 @@ impl Transport for Connection {
 
     fn set_broken(&mut self) {
         Connection::set_broken(self);
+    }
+
+    fn set_pending(&mut self, pending: Pending) {
+        self.pending = pending;
     }
 }
 
@@ -219,6 +245,8 @@ pub(crate) struct Connection {
     /// Whether the server has sent a byte since the last request: if the connection fails
     /// then, the request was carried out, and must not be sent again.
     replied: bool,
+    /// Replies of a written request still unread.
+    pending: Pending,
 }
 
 impl Connection {
@@ -239,6 +267,7 @@ impl Connection {
             broken: false,
             nonblocking: false,
             replied: false,
+            pending: Pending::Nothing,
         })
     }
 
@@ -399,10 +428,11 @@ struct Shared {
     busy_async: Arc<tokio::sync::Semaphore>,
 }
 
-/// A blocking call's place among the [`MAX_OPEN`], given back on drop.
-struct Place<'a>(&'a Shared);
+/// A blocking call's place among the [`MAX_OPEN`], given back on drop (owned: a finisher thread
+/// holds it until the exchange ends).
+struct Place(Arc<Shared>);
 
-impl Drop for Place<'_> {
+impl Drop for Place {
     fn drop(&mut self) {
         *self
             .0
@@ -415,7 +445,7 @@ impl Drop for Place<'_> {
 
 impl Shared {
     /// Waits, until `deadline`, for one of the [`MAX_OPEN`] places of blocking calls.
-    fn place(&self, deadline: Instant) -> Result<Place<'_>, BackendError> {
+    fn place(self: &Arc<Self>, deadline: Instant) -> Result<Place, BackendError> {
         let mut busy = self
             .busy
             .lock()
@@ -432,7 +462,7 @@ impl Shared {
                 .0;
         }
         *busy += 1;
-        Ok(Place(self))
+        Ok(Place(Arc::clone(self)))
     }
 
     /// The error of a call that found every connection busy until its deadline.
@@ -532,41 +562,60 @@ impl MemcachedBackend {
     /// Runs `exchange` on a pooled (or new) connection, all of it before one deadline `timeout`
     /// from now. The connection goes back to the pool only if the exchange succeeded and left
     /// nothing unread. A pooled connection found broken (the server restarted since it was last
-    /// used) is replaced by a fresh one once, within the same deadline.
+    /// used) is replaced by a fresh one once, within the same deadline. An exchange that ends
+    /// with a written request's replies unread ([`Pending`]: its timeout passed, say) is handed,
+    /// with its connection and its place, to the [`Finisher`] that `finisher` makes, on a thread
+    /// of its own, until the deadline plus the grace; the caller returns at once.
     pub(crate) fn call<T>(
         &self,
         exchange: impl Fn(&mut Connection, Instant) -> Result<T, CallError>,
+        finisher: impl FnOnce() -> Finisher,
     ) -> Result<T, BackendError> {
         let deadline = Instant::now() + self.shared.timeout;
-        let _place = self.shared.place(deadline)?;
+        let place = self.shared.place(deadline)?;
         let pooled = self.lock_idle().pop();
         let from_pool = pooled.is_some();
         let run = |connection: Option<Connection>| {
             let mut connection = match connection {
                 Some(connection) => connection,
-                None => Connection::open(self.shared.addr, deadline)?,
+                None => match Connection::open(self.shared.addr, deadline) {
+                    Ok(connection) => connection,
+                    Err(error) => return (Err(error), None),
+                },
             };
-            let value = exchange(&mut connection, deadline)?;
-            Ok((value, connection))
+            let value = exchange(&mut connection, deadline);
+            (value, Some(connection))
         };
-        let result = match run(pooled) {
-            Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
+        let (result, connection) = match run(pooled) {
+            (Err(CallError::Failed(MemcachedError::Io(_))), _) if from_pool => {
                 // Every idle connection predates the break: drop them all.
                 self.lock_idle().clear();
                 run(None)
             }
             other => other,
         };
-        match result {
-            Ok((value, connection)) => {
-                if connection.is_reusable() {
-                    let mut idle = self.lock_idle();
-                    if idle.len() < MAX_IDLE {
-                        idle.push(connection);
-                    }
+        if let Some(mut connection) = connection {
+            let pending = std::mem::take(&mut connection.pending);
+            if pending != Pending::Nothing {
+                let finish = finisher();
+                let finish_by = deadline.checked_add(self.shared.grace).unwrap_or(deadline);
+                // A thread that cannot be started drops the exchange (its permits may stay).
+                let _ = std::thread::Builder::new()
+                    .name("floodgate-memcached-finish".into())
+                    .spawn(move || {
+                        finish(&mut connection, pending, finish_by);
+                        drop(connection);
+                        drop(place);
+                    });
+            } else if result.is_ok() && connection.is_reusable() {
+                let mut idle = self.lock_idle();
+                if idle.len() < MAX_IDLE {
+                    idle.push(connection);
                 }
-                Ok(value)
             }
+        }
+        match result {
+            Ok(value) => Ok(value),
             Err(CallError::Timeout) => Err(BackendError::Timeout {
                 after: self.shared.timeout,
             }),
@@ -638,10 +687,9 @@ mod tests {
     fn a_call_finding_every_connection_busy_times_out_saying_so() {
         let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(5));
         let backend = MemcachedBackend::connect(config).unwrap();
-        let shared = &*backend.shared;
+        let shared = &backend.shared;
         let far = Instant::now() + Duration::from_secs(3600);
-        let mut places: Vec<Place<'_>> =
-            (0..MAX_OPEN).map(|_| shared.place(far).unwrap()).collect();
+        let mut places: Vec<Place> = (0..MAX_OPEN).map(|_| shared.place(far).unwrap()).collect();
         let error = shared.place(Instant::now()).err().expect("no place left");
         assert!(error.is_timeout(), "{error}");
         assert!(

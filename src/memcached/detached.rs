@@ -45,13 +45,14 @@ use crate::decision::Decision;
 #[non_exhaustive]
 pub struct ReclaimCounts {
     /// Admissions whose caller was gone (its future dropped, or its timeout passed) before it
-    /// got them, whose permits were given back (`decr`): they consume nothing.
+    /// got them, whose permits were given back (`decr`): they consume nothing. (Denials whose
+    /// caller was gone are taken back as every denial is, and not counted.)
     pub given_back: u64,
     /// Requests written to memcached whose increment may stay counted, never handed out, until
     /// its cell leaves the window: a denial's take-back or a give-back that failed or ran out of
-    /// time, an exchange that failed or ran out of time after its write (async: the timeout
-    /// plus the grace; blocking: the timeout), an admission left unread by a future dropped
-    /// outside a runtime. Each costs admissions (never adds any) for at most one window.
+    /// time, an exchange that failed or ran out of time after its write (the timeout plus the
+    /// grace), an admission left unread by a future dropped outside a runtime. Each costs
+    /// admissions (never adds any) for at most one window.
     pub left_counted: u64,
 }
 

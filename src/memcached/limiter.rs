@@ -2,10 +2,9 @@
 //! [`FailurePolicy`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use super::connection::{MemcachedBackend, Transport, run_blocking};
+use super::connection::{Connection, Finisher, MemcachedBackend, Pending, Transport, run_blocking};
 use super::detached::{Job, ReclaimCounts, Reclaims, decide_async};
 use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
@@ -221,9 +220,8 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// possibly left counted until their cell leaves the window (see [`ReclaimCounts`]). An
     /// async call given up after its request was written (its future dropped, or its timeout
     /// passed) is finished in a task of its own: a denial is taken back as always, an
-    /// admission given back (`given_back`). A blocking call cannot be finished past its
-    /// timeout: one that times out after its write may leave its permits counted
-    /// (`left_counted`).
+    /// admission given back (`given_back`). A blocking call that times out after its write is
+    /// finished the same way on a thread of its own.
     ///
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
@@ -328,6 +326,43 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// Finishes a blocking exchange whose caller timed out (or whose connection failed) with a
+    /// written request's replies unread: reads them and takes back an increment that was
+    /// applied, counting an admission given back, or what may stay.
+    fn finisher(&self, prefix: &str, now: u64, n: u32) -> Finisher {
+        let (window, prefix, reclaims) =
+            (self.window, prefix.to_owned(), Arc::clone(&self.reclaims));
+        Box::new(move |connection: &mut Connection, pending, finish_by| {
+            let cell = window.cell_index(now);
+            let cells = window.read_cells(cell);
+            let finished = run_blocking(async {
+                let added = match pending {
+                    Pending::Nothing => return Ok(false),
+                    Pending::TakeBack => {
+                        protocol::read_counter(connection, finish_by).await?;
+                        return Ok(false);
+                    }
+                    Pending::Decision { added: Some(added) } => added,
+                    Pending::Decision { added: None } => {
+                        protocol::read_counter(connection, finish_by).await?
+                    }
+                };
+                let counts = protocol::read_counts(connection, finish_by, &prefix, &cells).await?;
+                if added.is_none() {
+                    return Ok(false); // the cell vanished: nothing was added
+                }
+                let admitted = window.decide(now, cell, n, &counts).is_allowed();
+                take_back(connection, finish_by, &prefix, cell, n).await?;
+                Ok::<_, CallError>(admitted)
+            });
+            match finished {
+                Ok(true) => reclaims.given_back(),
+                Ok(false) => {}
+                Err(_) => reclaims.left_counted(),
+            }
+        })
     }
 
     /// `name:encoded key:`, checked to leave room for any cell index.
@@ -515,41 +550,25 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
         Ok(self.failures.run(key, n, || {
-            let sent = AtomicBool::new(false);
-            let waiting = || {
-                sent.store(true, Ordering::SeqCst);
-                true
-            };
-            let result = self.backend.call(|connection, deadline| {
-                run_blocking(async {
-                    let decision = decide(
-                        &self.window,
-                        connection,
-                        deadline,
-                        &prefix,
-                        now,
-                        n,
-                        &waiting,
-                    )
-                    .await?;
-                    if !decision.is_allowed() {
-                        // The denial stands whatever happens to the take-back.
-                        let cell = self.window.cell_index(now);
-                        if take_back(connection, deadline, &prefix, cell, n)
-                            .await
-                            .is_err()
-                        {
-                            self.reclaims.left_counted();
+            self.backend.call(
+                |connection, deadline| {
+                    run_blocking(async {
+                        let decision =
+                            decide(&self.window, connection, deadline, &prefix, now, n, &|| {
+                                true
+                            })
+                            .await?;
+                        if !decision.is_allowed() {
+                            // The denial stands whatever happens to the take-back (one cut
+                            // short is finished by the finisher).
+                            let cell = self.window.cell_index(now);
+                            let _ = take_back(connection, deadline, &prefix, cell, n).await;
                         }
-                    }
-                    Ok(decision)
-                })
-            });
-            if result.is_err() && sent.load(Ordering::SeqCst) {
-                // Written, then timed out or failed: the increment may stay.
-                self.reclaims.left_counted();
-            }
-            result
+                        Ok(decision)
+                    })
+                },
+                || self.finisher(&prefix, now, n),
+            )
         }))
     }
 }
@@ -575,9 +594,12 @@ pub(crate) async fn decide<T: Transport>(
         if !waiting() {
             return Err(CallError::Timeout);
         }
+        connection.set_pending(Pending::Decision { added: None });
         connection.send(&request, deadline).await?;
         let added = protocol::read_counter(connection, deadline).await?;
+        connection.set_pending(Pending::Decision { added: Some(added) });
         let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
+        connection.set_pending(Pending::Nothing);
         // `incr` wraps at 2^64: a count below the request's own n after adding it means the
         // cell held a value near 2^64 that no limiter wrote, and its count is meaningless.
         if let Some(added) = added.filter(|&added| added < u64::from(n)) {
@@ -609,11 +631,14 @@ pub(crate) async fn take_back<T: Transport>(
     n: u32,
 ) -> Result<(), CallError> {
     let request = protocol::take_back_request(prefix, cell, n);
+    connection.set_pending(Pending::TakeBack);
     let result = match connection.send(&request, deadline).await {
         Ok(()) => protocol::read_counter(connection, deadline).await.map(drop),
         Err(error) => Err(error),
     };
-    if result.is_err() {
+    if result.is_ok() {
+        connection.set_pending(Pending::Nothing);
+    } else {
         connection.set_broken();
     }
     result

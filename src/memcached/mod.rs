@@ -52,9 +52,11 @@
 //!   runtime shuts down) closes its connection, and its permits may stay counted until their
 //!   cell leaves the window (`left_counted`, except for a runtime shutting down).
 //!
-//! A **blocking** call cannot outlive its caller: one whose timeout passes after its request
-//! was written, or whose take-back fails, may leave its permits counted until their cell leaves
-//! the window, counted in `left_counted`.
+//! A **blocking** call whose exchange ends with replies unread (its timeout passed after the
+//! write, or during a take-back) returns its timeout at once and hands its connection, and its
+//! place, to a thread of its own that reads the replies until the deadline plus the grace and
+//! takes back an increment that was applied (an admission so given back is counted in
+//! `given_back`); what that thread cannot finish is counted in `left_counted`.
 //!
 //! # Time and clock skew
 //! memcached has no clock command, so cells are keyed by the **caller's** clock (any [`Clock`](

@@ -306,33 +306,39 @@ async fn a_call_dropped_before_its_write_sends_nothing() {
     assert!(decided(&through, 1).await.is_allowed());
 }
 
-/// What is still consumed, and counted: a blocking call cannot outlive its caller, so one
-/// whose timeout passes after its write closes its connection with its increment in place
-/// (9 of 10 taken, a call for 5: the window reads 14 until the cell leaves it), counted in
-/// `reclaims().left_counted`.
+/// The blocking path: a call whose timeout passes after its write returns its timeout in time,
+/// and hands its connection to a thread that reads the reply and takes the increment back
+/// (9 of 10 taken, a call for 5, or for 1 that memcached admitted: given back). Before: the
+/// caller closed the connection with the increment in place (the window read 14, or 10, until
+/// the cell left it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocking_call_that_times_out_after_its_write_is_counted_as_left() {
-    let server = MemcachedServer::start();
-    let clock = ManualClock::starting_at(T0);
-    let timeout = Duration::from_secs(3);
-    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(timeout));
-    let through = Arc::new(through);
-    proxy.hold(true);
-    let call = {
-        let through = Arc::clone(&through);
-        tokio::task::spawn_blocking(move || through.blocking_try_acquire_outcome("k", 5))
-    };
-    proxy.until_reply().await; // memcached applied the increment
-    let outcome = call.await.unwrap().unwrap();
-    assert!(outcome.failure().expect("the policy decided").is_timeout());
-    proxy.hold(false);
-    assert_eq!(through.reclaims().left_counted, 1);
-    assert_eq!(through.reclaims().given_back, 0);
-    let current = through.cell_index(T0);
-    assert_eq!(
-        stored_sum(&server, &through, "k", current - 9..=current + 1),
-        14
-    );
+async fn a_blocking_call_that_times_out_after_its_write_leaves_nothing_counted() {
+    for (n, given_back) in [(5, 0), (1, 1)] {
+        let server = MemcachedServer::start();
+        let clock = ManualClock::starting_at(T0);
+        let timeout = Duration::from_secs(3);
+        let (mut proxy, through) =
+            nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(BOUND));
+        let through = Arc::new(through);
+        proxy.hold(true);
+        let call = {
+            let through = Arc::clone(&through);
+            tokio::task::spawn_blocking(move || through.blocking_try_acquire_outcome("k", n))
+        };
+        proxy.until_reply().await; // memcached applied the increment
+        let outcome = call.await.unwrap().unwrap();
+        assert!(outcome.failure().expect("the policy decided").is_timeout());
+        proxy.hold(false);
+        assert!(proxy.take_back_or_close().await, "n = {n}: no take-back");
+        // The finisher counts, then closes its connection.
+        while !matches!(proxy.next().await, Event::Closed) {}
+        assert_eq!(through.reclaims().given_back, given_back, "n = {n}");
+        assert_eq!(through.reclaims().left_counted, 0, "n = {n}");
+        let current = through.cell_index(T0);
+        let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+        assert_eq!(counted, 9, "n = {n}");
+        assert!(decided(&through, 1).await.is_allowed());
+    }
 }
 
 /// An admission that reached the caller's end but was never returned (the future dropped
