@@ -17,8 +17,9 @@ use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::Parsed;
 use crate::backend::{BackendError, until_deadline};
 
-/// Idle connections kept for reuse; more concurrent callers open more (up to [`MAX_OPEN`]),
-/// closed after use.
+/// Idle blocking connections kept for reuse; more concurrent callers open more (up to
+/// [`MAX_OPEN`]), closed after use. (The async pool keeps up to [`MAX_OPEN`]: see
+/// [`MemcachedBackend::pool_async`].)
 const MAX_IDLE: usize = 64;
 
 /// Connections in use at once, per backend and per path (blocking, async): more concurrent
@@ -666,11 +667,16 @@ impl MemcachedBackend {
         self.lock_idle_async().clear();
     }
 
-    /// Keeps `connection` for reuse if it is in step and there is room; closes it otherwise.
+    /// Keeps `connection` for reuse if it is in step; closes it otherwise. The async pool has
+    /// room for every connection the places allow ([`MAX_OPEN`], not [`MAX_IDLE`]): an exchange
+    /// runs in a task of its own, so between a place given back and the next caller taking a
+    /// connection with it, other exchanges may end and pool theirs; with room for only 64 the
+    /// rest were closed and reopened (a flood of 3,000 calls opened 150-280 connections, not
+    /// 130).
     pub(crate) fn pool_async(&self, connection: AsyncConnection) {
         if connection.is_reusable() {
             let mut idle = self.lock_idle_async();
-            if idle.len() < MAX_IDLE {
+            if idle.len() < MAX_OPEN {
                 idle.push(connection);
             }
         }

@@ -145,6 +145,9 @@ pub(crate) async fn decide_async(
 ) -> Result<Decision, BackendError> {
     let deadline = Instant::now() + backend.timeout();
     let place = backend.async_place(deadline).await?;
+    // Taken here, with the place (no await in between): a place given back finds the
+    // connection given back with it, as when the exchange ran in the caller's task.
+    let pooled = backend.pop_idle_async();
     let (sender, answer) = oneshot::channel();
     let job = Arc::new(job);
     let mut awaiting = Awaiting {
@@ -157,6 +160,7 @@ pub(crate) async fn decide_async(
     drop(tokio::spawn(exchange(
         backend.clone(),
         place,
+        pooled,
         job,
         sender,
         deadline,
@@ -188,6 +192,7 @@ pub(crate) async fn decide_async(
 async fn exchange(
     backend: MemcachedBackend,
     place: OwnedSemaphorePermit,
+    pooled: Option<AsyncConnection>,
     job: Arc<Job>,
     sender: oneshot::Sender<Answer>,
     deadline: Instant,
@@ -222,7 +227,6 @@ async fn exchange(
         Ok((decision, connection))
     };
     let attempt = async {
-        let pooled = backend.pop_idle_async();
         let from_pool = pooled.is_some();
         match run(pooled).await {
             Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
