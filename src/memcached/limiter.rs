@@ -350,8 +350,10 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
                     }
                 };
                 let counts = protocol::read_counts(connection, finish_by, &prefix, &cells).await?;
-                if added.is_none() {
-                    return Ok(false); // the cell vanished: nothing was added
+                if added.is_none() || !counts.iter().any(|&(index, _)| index == cell) {
+                    // The cell vanished: the increment is lost, and a `decr` could take
+                    // permits from a cell recreated by others.
+                    return Ok(false);
                 }
                 let admitted = window.decide(now, cell, n, &counts).is_allowed();
                 take_back(connection, finish_by, &prefix, cell, n).await?;
