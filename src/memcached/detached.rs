@@ -9,9 +9,9 @@
 //!   caller's deadline not passed): a caller gone before the write sends nothing. Once written,
 //!   the exchange runs on, bounded by the caller's deadline plus the backend's
 //!   [grace](super::MemcachedConfig::grace).
-//! * A denial is answered once its take-back is done (a serial caller's next request must not
-//!   find its permits); a caller whose deadline comes first times out, and the take-back runs
-//!   on in the task.
+//! * A denial is answered at once, and its caller waits for its take-back until its deadline
+//!   (a serial caller's next request must not find its permits), never past it: the denial
+//!   stands whatever happens to the take-back, which runs on in the task.
 //! * An admission is handed over with its connection: the caller that receives it pools the
 //!   connection; a caller gone before it was sent, or dropped with it unread (the channel is
 //!   closed first, so a send either reaches the caller or fails), gives the permits back
@@ -104,6 +104,9 @@ struct Held {
 /// or to give the permits back on), or a failure.
 enum Answer {
     Decided(Decision, Option<Held>),
+    /// A denial whose take-back is under way: `taken_back` ends (a value, or closed) once it is
+    /// done or given up.
+    Denied(Decision, oneshot::Receiver<()>),
     Failed(CallError),
 }
 
@@ -175,6 +178,14 @@ pub(crate) async fn decide_async(
                 backend.pool_async(connection);
                 drop(place);
             }
+            Ok(decision)
+        }
+        Ok(Ok(Answer::Denied(decision, taken_back))) => {
+            // The denial stands whatever happens to its take-back (as on the blocking path): the
+            // caller waits for it until its deadline (a serial caller's next request must not
+            // find its permits), never past it, so a take-back that outlasts the deadline is no
+            // timeout for the policy to decide (FailOpen would admit what memcached denied).
+            let _ = until_deadline(taken_back, deadline).await;
             Ok(decision)
         }
         Ok(Ok(Answer::Failed(CallError::Timeout))) | Err(()) => Err(timeout),
@@ -249,9 +260,12 @@ async fn exchange(
             }
         }
         Ok((decision, mut connection)) => {
-            // Answered once the take-back is done (or failed), as on the blocking path: a serial
-            // caller's next request must not find the permits of its last denial. A caller
-            // whose deadline comes first times out; the take-back runs on until `finish_by`.
+            // The denial stands whatever happens to the take-back: answered at once, with word
+            // of the take-back's end, which its caller waits for until its deadline (a serial
+            // caller's next request must not find the permits of its last denial); the
+            // take-back runs on until `finish_by`.
+            let (done, taken_back) = oneshot::channel();
+            let _ = sender.send(Answer::Denied(decision, taken_back));
             let taking = take_back(&mut connection, finish_by, &job.prefix, job.cell(), job.n);
             if let Ok(Ok(())) = until_deadline(taking, finish_by).await {
                 backend.pool_async(connection);
@@ -259,8 +273,7 @@ async fn exchange(
                 reclaims.left_counted();
             }
             drop(place);
-            // The denial stands whatever happened to the take-back.
-            let _ = sender.send(Answer::Decided(decision, None));
+            let _ = done.send(());
         }
         Err(error) => {
             if sent.load(Ordering::SeqCst) {

@@ -8,6 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -38,6 +39,8 @@ enum Event {
 struct Proxy {
     addr: String,
     gate: Arc<(Mutex<bool>, Condvar)>,
+    /// Whether a take-back (`decr`) closes the gate before it is forwarded: its reply is held.
+    hold_take_backs: Arc<AtomicBool>,
     events: mpsc::UnboundedReceiver<Event>,
 }
 
@@ -48,14 +51,22 @@ impl Proxy {
         let gate = Arc::new((Mutex::new(false), Condvar::new()));
         let (tx, events) = mpsc::unbounded_channel();
         let held = Arc::clone(&gate);
+        let hold_take_backs = Arc::new(AtomicBool::new(false));
+        let holding_take_backs = Arc::clone(&hold_take_backs);
         std::thread::spawn(move || {
             while let Ok((client, _)) = listener.accept() {
                 let server = TcpStream::connect(&upstream).unwrap();
                 let (client_in, server_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let up = tx.clone();
+                let (gate, holding) = (Arc::clone(&held), Arc::clone(&holding_take_backs));
                 std::thread::spawn(move || {
                     pipe(client_in, server_out, |bytes| {
+                        // SeqCst: a flag set before the call, read here; the gate's mutex
+                        // orders the rest.
+                        if bytes.starts_with(b"decr ") && holding.load(Ordering::SeqCst) {
+                            *gate.0.lock().unwrap() = true;
+                        }
                         let _ = up.send(if bytes.is_empty() {
                             Event::Closed
                         } else {
@@ -79,7 +90,12 @@ impl Proxy {
                 });
             }
         });
-        Proxy { addr, gate, events }
+        Proxy {
+            addr,
+            gate,
+            hold_take_backs,
+            events,
+        }
     }
 
     fn hold(&self, held: bool) {
@@ -143,6 +159,16 @@ fn nine_of_ten(
     clock: &ManualClock,
     config: impl FnOnce(MemcachedConfig) -> MemcachedConfig,
 ) -> (Proxy, MemcachedLimiter<ManualClock>) {
+    nine_of_ten_under(server, clock, config, FailurePolicy::FailClosed)
+}
+
+/// As [`nine_of_ten`], the limiter through the proxy under `policy`.
+fn nine_of_ten_under(
+    server: &MemcachedServer,
+    clock: &ManualClock,
+    config: impl FnOnce(MemcachedConfig) -> MemcachedConfig,
+    policy: FailurePolicy,
+) -> (Proxy, MemcachedLimiter<ManualClock>) {
     let direct = limiter(&backend(server), "cancel", 10, 10, clock);
     for _ in 0..9 {
         assert!(decide(&direct, "k", 1).is_allowed());
@@ -150,14 +176,8 @@ fn nine_of_ten(
     let proxy = Proxy::start(server.addr());
     let backend = MemcachedBackend::connect(config(MemcachedConfig::new(&proxy.addr))).unwrap();
     let window = SlidingWindow::new(10, Duration::from_secs(10), 10).unwrap();
-    let through = MemcachedLimiter::with_clock(
-        &backend,
-        "cancel",
-        window,
-        FailurePolicy::FailClosed,
-        clock.clone(),
-    )
-    .unwrap();
+    let through =
+        MemcachedLimiter::with_clock(&backend, "cancel", window, policy, clock.clone()).unwrap();
     (proxy, through)
 }
 
@@ -370,5 +390,38 @@ async fn an_admission_dropped_unread_gives_its_permits_back() {
         "given back: {given_back}, counted: {counted}"
     );
     assert_eq!(through.reclaims().given_back, 1);
+    assert!(decided(&through, 1).await.is_allowed());
+}
+
+/// 9 of 10 taken; a call for 5, which memcached denies, whose take-back's reply is held past
+/// the caller's timeout: the caller gets memcached's denial (at its deadline at the latest),
+/// not a timeout the policy decides, and the take-back finishes once its reply comes, as on
+/// the blocking path. Before: the async caller waited for the take-back, timed out, and a
+/// FailOpen policy admitted the call memcached had denied (and the breaker counted a failure).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_whose_take_back_outlasts_the_timeout_is_still_a_denial() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    // Long enough for the decision itself, short for a test: the caller waits until it.
+    let timeout = Duration::from_secs(5);
+    let (mut proxy, through) = nine_of_ten_under(
+        &server,
+        &clock,
+        |c| c.timeout(timeout).grace(BOUND),
+        FailurePolicy::FailOpen,
+    );
+    proxy.hold_take_backs.store(true, Ordering::SeqCst);
+    let outcome = through.try_acquire_outcome("k", 5).await.unwrap();
+    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    assert!(!outcome.decision().is_allowed());
+    assert_eq!(through.failures().total(), 0);
+    proxy.hold_take_backs.store(false, Ordering::SeqCst);
+    proxy.hold(false);
+    assert!(proxy.take_back_or_close().await, "no take-back");
+    settled().await; // the exchange counted what it did
+    let current = through.cell_index(T0);
+    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    assert_eq!(counted, 9);
+    assert_eq!(through.reclaims().left_counted, 0);
     assert!(decided(&through, 1).await.is_allowed());
 }
