@@ -314,16 +314,20 @@ impl Connection {
         }
     }
 
-    fn send_inner(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
-        let mut written = 0;
-        while written < request.len() {
-            match self.before_deadline(deadline, false, |s| s.write(&request[written..]))? {
+    fn send_inner(
+        &mut self,
+        request: &[u8],
+        deadline: Instant,
+        written: &mut usize,
+    ) -> Result<(), CallError> {
+        while *written < request.len() {
+            match self.before_deadline(deadline, false, |s| s.write(&request[*written..]))? {
                 0 => {
                     return Err(CallError::Failed(MemcachedError::Io(
                         io::ErrorKind::WriteZero.into(),
                     )));
                 }
-                sent => written += sent,
+                sent => *written += sent,
             }
         }
         Ok(())
@@ -352,11 +356,18 @@ impl Connection {
         }
     }
 
-    /// Sends `request` whole, before `deadline`.
+    /// Sends `request` whole, before `deadline`. One that failed before its first byte was
+    /// written leaves no reply pending (its [`Pending`] is cleared: nothing to finish).
     pub(crate) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
         self.replied = false;
-        let result = self.send_inner(request, deadline);
-        self.broken |= result.is_err();
+        let mut written = 0;
+        let result = self.send_inner(request, deadline, &mut written);
+        if result.is_err() {
+            self.broken = true;
+            if written == 0 {
+                self.pending = Pending::Nothing;
+            }
+        }
         result
     }
 
@@ -382,6 +393,11 @@ impl Connection {
         };
         self.broken |= result.is_err();
         result
+    }
+
+    /// Replies of a written request still unread.
+    pub(crate) fn pending(&self) -> Pending {
+        self.pending
     }
 
     /// Marks the connection out of step (a reply that made no sense).
@@ -706,5 +722,31 @@ mod tests {
         );
         places.pop();
         assert!(shared.place(Instant::now()).is_ok());
+    }
+
+    /// A request whose send failed before its first byte was written leaves no reply to read:
+    /// no finisher is started for it (one would wait the whole grace, holding a place, for a
+    /// reply that never comes, and count the request as left counted). Before: the exchange's
+    /// pending decision stayed, and a finisher was made.
+    #[test]
+    fn a_request_never_written_is_not_handed_to_a_finisher() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let config = MemcachedConfig::new(listener.local_addr().unwrap().to_string())
+            .timeout(Duration::from_secs(30));
+        let backend = MemcachedBackend::connect(config).unwrap();
+        let finisher_made = std::sync::atomic::AtomicBool::new(false);
+        let result = backend.call(
+            |connection, _| {
+                connection.set_pending(Pending::Decision { added: None });
+                // Its deadline passed before the send: nothing is written.
+                Connection::send(connection, b"incr k 1\r\n", Instant::now())
+            },
+            || -> Finisher {
+                finisher_made.store(true, std::sync::atomic::Ordering::SeqCst);
+                Box::new(|_, _, _| {})
+            },
+        );
+        assert!(result.unwrap_err().is_timeout());
+        assert!(!finisher_made.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

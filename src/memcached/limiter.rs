@@ -564,7 +564,12 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
                             // The denial stands whatever happens to the take-back (one cut
                             // short is finished by the finisher).
                             let cell = self.window.cell_index(now);
-                            let _ = take_back(connection, deadline, &prefix, cell, n).await;
+                            let taken_back =
+                                take_back(connection, deadline, &prefix, cell, n).await;
+                            if taken_back.is_err() && connection.pending() == Pending::Nothing {
+                                // Not written: no finisher will take the permits back.
+                                self.reclaims.left_counted();
+                            }
                         }
                         Ok(decision)
                     })
