@@ -136,6 +136,14 @@ const TICK_SLACK: Duration = Duration::from_millis(12);
 const POLL_STEP: Duration = Duration::from_micros(100);
 
 /// The time left until `deadline`, or a timeout.
+/// `at + by`, or, where that overflows `Instant`, as late as it goes within about 136 years of
+/// `at`: a grace of `Duration::MAX` means no end, not none (nor a panic).
+pub(crate) fn later_by(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by)
+        .or_else(|| at.checked_add(Duration::from_secs(u64::from(u32::MAX))))
+        .unwrap_or(at)
+}
+
 fn remaining(deadline: Instant) -> Result<Duration, CallError> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -615,7 +623,7 @@ impl MemcachedBackend {
             let pending = std::mem::take(&mut connection.pending);
             if pending != Pending::Nothing {
                 let finish = finisher();
-                let finish_by = deadline.checked_add(self.shared.grace).unwrap_or(deadline);
+                let finish_by = later_by(deadline, self.shared.grace);
                 // A thread that cannot be started drops the exchange (its permits may stay).
                 let _ = std::thread::Builder::new()
                     .name("floodgate-memcached-finish".into())

@@ -26,7 +26,7 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use super::async_connection::AsyncConnection;
-use super::connection::MemcachedBackend;
+use super::connection::{MemcachedBackend, later_by};
 use super::error::{CallError, MemcachedError};
 use super::limiter::{decide, take_back};
 use super::sliding_window::Cells;
@@ -124,7 +124,10 @@ impl Drop for Awaiting {
         // value sent before is still here.
         self.answer.close();
         if let Ok(Answer::Decided(_, Some(held))) = self.answer.try_recv() {
-            let finish_by = Instant::now() + self.backend.timeout() + self.backend.grace();
+            let finish_by = later_by(
+                later_by(Instant::now(), self.backend.timeout()),
+                self.backend.grace(),
+            );
             let give = give_back(
                 held,
                 self.backend.clone(),
@@ -209,7 +212,7 @@ async fn exchange(
     deadline: Instant,
     reclaims: Arc<Reclaims>,
 ) {
-    let finish_by = deadline.checked_add(backend.grace()).unwrap_or(deadline);
+    let finish_by = later_by(deadline, backend.grace());
     let sent = AtomicBool::new(false);
     let waiting = || {
         let waiting = !sender.is_closed() && Instant::now() < deadline;

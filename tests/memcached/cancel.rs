@@ -425,3 +425,60 @@ async fn a_denial_whose_take_back_outlasts_the_timeout_is_still_a_denial() {
     assert_eq!(through.reclaims().left_counted, 0);
     assert!(decided(&through, 1).await.is_allowed());
 }
+
+/// A grace of `Duration::MAX` (no end) is a grace, not none, nor a panic: an admission dropped
+/// unread is given back (before: `now + timeout + grace` overflowed in the future's drop, a
+/// panic), and a call that times out after its write is finished after its deadline (before:
+/// the deadline plus the grace overflowed to the deadline itself, no grace at all: the
+/// increment stayed, left counted).
+#[tokio::test(flavor = "current_thread")]
+async fn a_grace_without_end_gives_an_admission_dropped_unread_back() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let (mut proxy, through) =
+        nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT).grace(Duration::MAX));
+    {
+        let call = through.try_acquire_outcome("k", 1);
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
+            () = std::future::ready(()) => {}
+        }
+        settled().await;
+    } // dropped with the admission unread
+    assert!(proxy.take_back_or_close().await, "not given back");
+    settled().await;
+    assert_eq!(through.reclaims().given_back, 1);
+    assert!(decided(&through, 1).await.is_allowed());
+}
+
+/// See [`a_grace_without_end_gives_an_admission_dropped_unread_back`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grace_without_end_finishes_a_call_that_timed_out_after_its_write() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let timeout = Duration::from_secs(3);
+    let (mut proxy, through) =
+        nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(Duration::MAX));
+    proxy.hold(true);
+    let call = through.try_acquire_outcome("k", 5);
+    tokio::pin!(call);
+    tokio::select! {
+        biased;
+        outcome = &mut call => panic!("decided before its request was written: {outcome:?}"),
+        () = proxy.until_reply() => {}
+    }
+    assert!(
+        call.await
+            .unwrap()
+            .failure()
+            .expect("timed out")
+            .is_timeout()
+    );
+    proxy.hold(false);
+    assert!(proxy.take_back_or_close().await, "not taken back");
+    settled().await;
+    assert_eq!(through.reclaims().left_counted, 0);
+    assert!(decided(&through, 1).await.is_allowed());
+}
