@@ -27,8 +27,8 @@ const BOUND: Duration = Duration::from_secs(60);
 /// What passed through the proxy.
 #[derive(Debug)]
 enum Event {
-    /// Bytes from the limiter to memcached.
-    Request(String),
+    /// Bytes from the limiter to memcached, and when they came.
+    Request(String, std::time::Instant),
     /// Bytes from memcached to the limiter (forwarded once released).
     Reply,
     /// The limiter closed a connection.
@@ -70,7 +70,10 @@ impl Proxy {
                         let _ = up.send(if bytes.is_empty() {
                             Event::Closed
                         } else {
-                            Event::Request(String::from_utf8_lossy(bytes).into_owned())
+                            Event::Request(
+                                String::from_utf8_lossy(bytes).into_owned(),
+                                std::time::Instant::now(),
+                            )
                         });
                     })
                 });
@@ -122,7 +125,7 @@ impl Proxy {
         let mut decr = false;
         loop {
             match self.next().await {
-                Event::Request(request) if request.starts_with("decr ") => decr = true,
+                Event::Request(request, _) if request.starts_with("decr ") => decr = true,
                 Event::Reply if decr => return true,
                 Event::Closed if !decr => return false,
                 _ => {}
@@ -261,39 +264,63 @@ async fn a_dropped_call_that_memcached_admitted_gives_its_permits_back() {
     assert!(!decided(&through, 1).await.is_allowed());
 }
 
+/// Timeouts tried in turn by a test whose call must time out after its request was written: a
+/// machine stalled past a short one times the call out before memcached answers (legitimately),
+/// and the test tries again, on a fresh server, with a longer one.
+const TIMEOUTS: [Duration; 3] = [
+    Duration::from_secs(3),
+    Duration::from_secs(15),
+    Duration::from_secs(60),
+];
+
+/// 9 of 10 taken; a call for 5 whose reply is held past its timeout gets its timeout in time
+/// (decided by the policy), and its increment is taken back once the reply comes (within
+/// `grace`).
+async fn timed_out_after_its_write_leaves_nothing_counted(grace: Duration) {
+    for timeout in TIMEOUTS {
+        let server = MemcachedServer::start();
+        let clock = ManualClock::starting_at(T0);
+        let (mut proxy, through) =
+            nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(grace));
+        proxy.hold(true);
+        let call = through.try_acquire_outcome("k", 5);
+        tokio::pin!(call);
+        let early = tokio::select! {
+            biased;
+            outcome = &mut call => Some(outcome),
+            () = proxy.until_reply() => None,
+        };
+        if let Some(outcome) = early {
+            // Timed out before memcached answered: try a longer timeout.
+            assert!(outcome.unwrap().failure().expect("timed out").is_timeout());
+            proxy.hold(false);
+            continue;
+        }
+        let outcome = call.await.unwrap();
+        assert!(outcome.failure().expect("the policy decided").is_timeout());
+        assert!(!outcome.decision().is_allowed()); // fail closed
+        proxy.hold(false);
+        let taken_back = proxy.take_back_or_close().await;
+        settled().await; // the exchange counted what it did
+        let current = through.cell_index(T0);
+        let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+        assert!(
+            taken_back && counted == 9,
+            "taken back: {taken_back}, counted: {counted}"
+        );
+        assert_eq!(through.reclaims().left_counted, 0);
+        assert!(decided(&through, 1).await.is_allowed());
+        return;
+    }
+    panic!("memcached never answered a call before its timeout (up to {TIMEOUTS:?})");
+}
+
 /// 9 of 10 taken; a call for 5 whose reply is held past its timeout gets its timeout in time
 /// (decided by the policy), and its increment is taken back once the reply comes (within the
 /// grace, here a hang bound). Before: the timeout closed the connection, the 5 stayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_times_out_after_its_write_leaves_nothing_counted() {
-    let server = MemcachedServer::start();
-    let clock = ManualClock::starting_at(T0);
-    // Long enough that the request is written before it (checked below), short for a test.
-    let timeout = Duration::from_secs(3);
-    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(BOUND));
-    proxy.hold(true);
-    let call = through.try_acquire_outcome("k", 5);
-    tokio::pin!(call);
-    tokio::select! {
-        biased;
-        outcome = &mut call => panic!("decided before its request was written: {outcome:?}"),
-        () = proxy.until_reply() => {}
-    }
-    let started = std::time::Instant::now();
-    let outcome = call.await.unwrap();
-    assert!(started.elapsed() < BOUND);
-    assert!(outcome.failure().expect("the policy decided").is_timeout());
-    assert!(!outcome.decision().is_allowed()); // fail closed
-    proxy.hold(false);
-    let taken_back = proxy.take_back_or_close().await;
-    settled().await; // the exchange counted what it did
-    let current = through.cell_index(T0);
-    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
-    assert!(
-        taken_back && counted == 9,
-        "taken back: {taken_back}, counted: {counted}"
-    );
-    assert!(decided(&through, 1).await.is_allowed());
+    timed_out_after_its_write_leaves_nothing_counted(BOUND).await;
 }
 
 /// A call dropped before its request was written sends nothing: on a current-thread runtime
@@ -333,31 +360,46 @@ async fn a_call_dropped_before_its_write_sends_nothing() {
 /// the cell left it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_call_that_times_out_after_its_write_leaves_nothing_counted() {
-    for (n, given_back) in [(5, 0), (1, 1)] {
-        let server = MemcachedServer::start();
-        let clock = ManualClock::starting_at(T0);
-        let timeout = Duration::from_secs(3);
-        let (mut proxy, through) =
-            nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(BOUND));
-        let through = Arc::new(through);
-        proxy.hold(true);
-        let call = {
-            let through = Arc::clone(&through);
-            tokio::task::spawn_blocking(move || through.blocking_try_acquire_outcome("k", n))
-        };
-        proxy.until_reply().await; // memcached applied the increment
-        let outcome = call.await.unwrap().unwrap();
-        assert!(outcome.failure().expect("the policy decided").is_timeout());
-        proxy.hold(false);
-        assert!(proxy.take_back_or_close().await, "n = {n}: no take-back");
-        // The finisher counts, then closes its connection.
-        while !matches!(proxy.next().await, Event::Closed) {}
-        assert_eq!(through.reclaims().given_back, given_back, "n = {n}");
-        assert_eq!(through.reclaims().left_counted, 0, "n = {n}");
-        let current = through.cell_index(T0);
-        let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
-        assert_eq!(counted, 9, "n = {n}");
-        assert!(decided(&through, 1).await.is_allowed());
+    'n: for (n, given_back) in [(5, 0), (1, 1)] {
+        for timeout in TIMEOUTS {
+            let server = MemcachedServer::start();
+            let clock = ManualClock::starting_at(T0);
+            let (mut proxy, through) =
+                nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(BOUND));
+            let through = Arc::new(through);
+            proxy.hold(true);
+            let call = {
+                let through = Arc::clone(&through);
+                tokio::task::spawn_blocking(move || through.blocking_try_acquire_outcome("k", n))
+            };
+            tokio::pin!(call);
+            let early = tokio::select! {
+                biased;
+                outcome = &mut call => Some(outcome),
+                () = proxy.until_reply() => None, // memcached applied the increment
+            };
+            if let Some(outcome) = early {
+                // Timed out before memcached answered: try a longer timeout.
+                let outcome = outcome.unwrap().unwrap();
+                assert!(outcome.failure().expect("timed out").is_timeout());
+                proxy.hold(false);
+                continue;
+            }
+            let outcome = call.await.unwrap().unwrap();
+            assert!(outcome.failure().expect("the policy decided").is_timeout());
+            proxy.hold(false);
+            assert!(proxy.take_back_or_close().await, "n = {n}: no take-back");
+            // The finisher counts, then closes its connection.
+            while !matches!(proxy.next().await, Event::Closed) {}
+            assert_eq!(through.reclaims().given_back, given_back, "n = {n}");
+            assert_eq!(through.reclaims().left_counted, 0, "n = {n}");
+            let current = through.cell_index(T0);
+            let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+            assert_eq!(counted, 9, "n = {n}");
+            assert!(decided(&through, 1).await.is_allowed());
+            continue 'n;
+        }
+        panic!("memcached never answered a call before its timeout (up to {TIMEOUTS:?})");
     }
 }
 
@@ -400,30 +442,50 @@ async fn an_admission_dropped_unread_gives_its_permits_back() {
 /// FailOpen policy admitted the call memcached had denied (and the breaker counted a failure).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_whose_take_back_outlasts_the_timeout_is_still_a_denial() {
-    let server = MemcachedServer::start();
-    let clock = ManualClock::starting_at(T0);
-    // Long enough for the decision itself, short for a test: the caller waits until it.
-    let timeout = Duration::from_secs(5);
-    let (mut proxy, through) = nine_of_ten_under(
-        &server,
-        &clock,
-        |c| c.timeout(timeout).grace(BOUND),
-        FailurePolicy::FailOpen,
-    );
-    proxy.hold_take_backs.store(true, Ordering::SeqCst);
-    let outcome = through.try_acquire_outcome("k", 5).await.unwrap();
-    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
-    assert!(!outcome.decision().is_allowed());
-    assert_eq!(through.failures().total(), 0);
-    proxy.hold_take_backs.store(false, Ordering::SeqCst);
-    proxy.hold(false);
-    assert!(proxy.take_back_or_close().await, "no take-back");
-    settled().await; // the exchange counted what it did
-    let current = through.cell_index(T0);
-    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
-    assert_eq!(counted, 9);
-    assert_eq!(through.reclaims().left_counted, 0);
-    assert!(decided(&through, 1).await.is_allowed());
+    for timeout in TIMEOUTS {
+        let server = MemcachedServer::start();
+        let clock = ManualClock::starting_at(T0);
+        let (mut proxy, through) = nine_of_ten_under(
+            &server,
+            &clock,
+            |c| c.timeout(timeout).grace(BOUND),
+            FailurePolicy::FailOpen,
+        );
+        proxy.hold_take_backs.store(true, Ordering::SeqCst);
+        let started = std::time::Instant::now(); // the call's deadline is `timeout` after
+        let outcome = through.try_acquire_outcome("k", 5).await.unwrap();
+        if outcome.failure().is_some_and(|f| f.is_timeout()) {
+            // Legitimate only if memcached's decision came after the deadline: the take-back,
+            // sent right after it, went out after `started + timeout`.
+            let decr_at = loop {
+                match proxy.next().await {
+                    Event::Request(request, at) if request.starts_with("decr ") => break at,
+                    _ => {}
+                }
+            };
+            assert!(
+                decr_at >= started + timeout,
+                "memcached denied the call {:?} before its deadline, yet it timed out",
+                started + timeout - decr_at
+            );
+            proxy.hold(false);
+            continue; // try a longer timeout
+        }
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert!(!outcome.decision().is_allowed());
+        assert_eq!(through.failures().total(), 0);
+        proxy.hold_take_backs.store(false, Ordering::SeqCst);
+        proxy.hold(false);
+        assert!(proxy.take_back_or_close().await, "no take-back");
+        settled().await; // the exchange counted what it did
+        let current = through.cell_index(T0);
+        let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+        assert_eq!(counted, 9);
+        assert_eq!(through.reclaims().left_counted, 0);
+        assert!(decided(&through, 1).await.is_allowed());
+        return;
+    }
+    panic!("memcached never decided a call before its timeout (up to {TIMEOUTS:?})");
 }
 
 /// A grace of `Duration::MAX` (no end) is a grace, not none, nor a panic: an admission dropped
@@ -456,29 +518,5 @@ async fn a_grace_without_end_gives_an_admission_dropped_unread_back() {
 /// See [`a_grace_without_end_gives_an_admission_dropped_unread_back`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grace_without_end_finishes_a_call_that_timed_out_after_its_write() {
-    let server = MemcachedServer::start();
-    let clock = ManualClock::starting_at(T0);
-    let timeout = Duration::from_secs(3);
-    let (mut proxy, through) =
-        nine_of_ten(&server, &clock, |c| c.timeout(timeout).grace(Duration::MAX));
-    proxy.hold(true);
-    let call = through.try_acquire_outcome("k", 5);
-    tokio::pin!(call);
-    tokio::select! {
-        biased;
-        outcome = &mut call => panic!("decided before its request was written: {outcome:?}"),
-        () = proxy.until_reply() => {}
-    }
-    assert!(
-        call.await
-            .unwrap()
-            .failure()
-            .expect("timed out")
-            .is_timeout()
-    );
-    proxy.hold(false);
-    assert!(proxy.take_back_or_close().await, "not taken back");
-    settled().await;
-    assert_eq!(through.reclaims().left_counted, 0);
-    assert!(decided(&through, 1).await.is_allowed());
+    timed_out_after_its_write_leaves_nothing_counted(Duration::MAX).await;
 }
