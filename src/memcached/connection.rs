@@ -99,7 +99,8 @@ impl MemcachedConfig {
     /// dropped, its connection closed, and its permits may stay counted until their cell leaves
     /// the window (counted in [`MemcachedLimiter::reclaims`](super::MemcachedLimiter::reclaims)).
     /// Meanwhile it holds its connection, one of the backend's 128. The caller never waits for
-    /// the grace: it gets its answer, or its timeout, within the timeout.
+    /// the grace: it gets its answer, or its timeout, within the timeout. `Duration::MAX` means
+    /// no end (an exchange then runs until memcached answers or its connection fails).
     ///
     /// ```
     /// use floodgate::memcached::MemcachedConfig;
@@ -624,7 +625,8 @@ impl MemcachedBackend {
             if pending != Pending::Nothing {
                 let finish = finisher();
                 let finish_by = later_by(deadline, self.shared.grace);
-                // A thread that cannot be started drops the exchange (its permits may stay).
+                // A thread that cannot be started drops the exchange (its permits may stay:
+                // the finisher, dropped unrun, counts it left counted).
                 let _ = std::thread::Builder::new()
                     .name("floodgate-memcached-finish".into())
                     .spawn(move || {

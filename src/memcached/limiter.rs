@@ -334,7 +334,11 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     fn finisher(&self, prefix: &str, now: u64, n: u32) -> Finisher {
         let (window, prefix, reclaims) =
             (self.window, prefix.to_owned(), Arc::clone(&self.reclaims));
+        // Dropped unrun (its thread could not be started), it counts what it left.
+        let unrun = Unrun(Some(Arc::clone(&reclaims)));
         Box::new(move |connection: &mut Connection, pending, finish_by| {
+            let mut unrun = unrun;
+            unrun.0 = None;
             let cell = window.cell_index(now);
             let cells = window.read_cells(cell);
             let finished = run_blocking(async {
@@ -580,6 +584,17 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     }
 }
 
+/// A finisher's: counts its exchange left counted if dropped before it ran.
+struct Unrun(Option<Arc<Reclaims>>);
+
+impl Drop for Unrun {
+    fn drop(&mut self) {
+        if let Some(reclaims) = self.0.take() {
+            reclaims.left_counted();
+        }
+    }
+}
+
 /// Adds `n` to the current cell and reads the window, on one connection: the decision (a denial
 /// still counted: the caller takes it back with [`take_back`]). Each request is written only
 /// if `waiting()` says its caller still waits for it (else a timeout).
@@ -649,4 +664,30 @@ pub(crate) async fn take_back<T: Transport>(
         connection.set_broken();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::time::Duration;
+
+    /// A finisher dropped without running (its thread could not be started) counts its
+    /// exchange in `left_counted`: its increment may stay. Before: it counted nothing.
+    #[test]
+    fn a_finisher_that_never_runs_counts_its_exchange_left_counted() {
+        let backend =
+            MemcachedBackend::connect(super::super::MemcachedConfig::new("127.0.0.1:1")).unwrap();
+        let window = SlidingWindow::new(10, Duration::from_secs(10), 10).unwrap();
+        let limiter = MemcachedLimiter::with_clock(
+            &backend,
+            "fin",
+            window,
+            FailurePolicy::FailClosed,
+            ManualClock::new(),
+        )
+        .unwrap();
+        drop(limiter.finisher("fin:k:", 0, 1));
+        assert_eq!(limiter.reclaims().left_counted, 1);
+    }
 }
