@@ -7,6 +7,8 @@
 
 #[path = "memcached/async_path.rs"]
 mod async_path;
+#[path = "memcached/cancel.rs"]
+mod cancel;
 #[path = "memcached/concurrency.rs"]
 mod concurrency;
 #[path = "memcached/decisions.rs"]

@@ -17,8 +17,9 @@ use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::Parsed;
 use crate::backend::{BackendError, until_deadline};
 
-/// Idle connections kept for reuse; more concurrent callers open more (up to [`MAX_OPEN`]),
-/// closed after use.
+/// Idle blocking connections kept for reuse; more concurrent callers open more (up to
+/// [`MAX_OPEN`]), closed after use. (The async pool keeps up to [`MAX_OPEN`]: see
+/// [`MemcachedBackend::pool_async`].)
 const MAX_IDLE: usize = 64;
 
 /// Connections in use at once, per backend and per path (blocking, async): more concurrent
@@ -40,11 +41,15 @@ const MAX_OPEN: usize = 128;
 pub struct MemcachedConfig {
     server: String,
     timeout: Duration,
+    grace: Duration,
 }
 
 impl MemcachedConfig {
     /// The timeout unless set: 200 ms.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
+
+    /// The grace unless set: 1 s.
+    pub const DEFAULT_GRACE: Duration = Duration::from_secs(1);
 
     /// One memcached server, `host:port`.
     ///
@@ -57,6 +62,7 @@ impl MemcachedConfig {
         MemcachedConfig {
             server: server.into(),
             timeout: Self::DEFAULT_TIMEOUT,
+            grace: Self::DEFAULT_GRACE,
         }
     }
 
@@ -84,6 +90,39 @@ impl MemcachedConfig {
     pub fn get_timeout(&self) -> Duration {
         self.timeout
     }
+
+    /// How long past its caller's deadline an exchange may still run to finish once its
+    /// request is written: its caller gone (an async future dropped, or the timeout passed, on
+    /// either path: a blocking call hands its connection to a thread of its own), it reads
+    /// memcached's reply and takes back (`decr`) the increment its caller never got, a denial's
+    /// as always and an admission's too. An exchange that cannot finish within the grace is
+    /// dropped, its connection closed, and its permits may stay counted until their cell leaves
+    /// the window (counted in [`MemcachedLimiter::reclaims`](super::MemcachedLimiter::reclaims)).
+    /// Meanwhile it holds its connection, one of the backend's 128. The caller never waits for
+    /// the grace: it gets its answer, or its timeout, within the timeout. `Duration::MAX` means
+    /// no end (an exchange then runs until memcached answers or its connection fails).
+    ///
+    /// ```
+    /// use floodgate::memcached::MemcachedConfig;
+    /// use std::time::Duration;
+    /// let config = MemcachedConfig::new("127.0.0.1:11211").grace(Duration::from_secs(5));
+    /// assert_eq!(config.get_grace(), Duration::from_secs(5));
+    /// ```
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The grace in force (see [`grace`](Self::grace)).
+    ///
+    /// ```
+    /// use floodgate::memcached::MemcachedConfig;
+    /// use std::time::Duration;
+    /// assert_eq!(MemcachedConfig::new("localhost:11211").get_grace(), Duration::from_secs(1));
+    /// ```
+    pub fn get_grace(&self) -> Duration {
+        self.grace
+    }
 }
 
 /// How much shorter than the time left a socket timeout is set. Linux rounds `SO_RCVTIMEO` /
@@ -98,6 +137,14 @@ const TICK_SLACK: Duration = Duration::from_millis(12);
 const POLL_STEP: Duration = Duration::from_micros(100);
 
 /// The time left until `deadline`, or a timeout.
+/// `at + by`, or, where that overflows `Instant`, as late as it goes within about 136 years of
+/// `at`: a grace of `Duration::MAX` means no end, not none (nor a panic).
+pub(crate) fn later_by(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by)
+        .or_else(|| at.checked_add(Duration::from_secs(u64::from(u32::MAX))))
+        .unwrap_or(at)
+}
+
 fn remaining(deadline: Instant) -> Result<Duration, CallError> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -122,7 +169,28 @@ pub(crate) trait Transport {
     ) -> Result<T, CallError>;
     /// Marks the connection out of step: never reused.
     fn set_broken(&mut self);
+    /// Records which replies of a written request are still unread, for finishing the
+    /// exchange after its caller's timeout (blocking connections; the async path finishes
+    /// in its own task instead).
+    fn set_pending(&mut self, _pending: Pending) {}
 }
+
+/// Where a blocking exchange stands with replies still unread: what a [`Finisher`] must read
+/// (and undo) once its caller has timed out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// Every reply read.
+    #[default]
+    Nothing,
+    /// The decision request is (being) written; `added` is the `incr`'s reply once read.
+    Decision { added: Option<Option<u64>> },
+    /// The take-back is (being) written, its reply unread.
+    TakeBack,
+}
+
+/// Finishes a blocking exchange its caller timed out of (on a thread of its own), before the
+/// deadline it is given.
+pub(crate) type Finisher = Box<dyn FnOnce(&mut Connection, Pending, Instant) + Send>;
 
 impl Transport for Connection {
     async fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
@@ -139,6 +207,10 @@ impl Transport for Connection {
 
     fn set_broken(&mut self) {
         Connection::set_broken(self);
+    }
+
+    fn set_pending(&mut self, pending: Pending) {
+        self.pending = pending;
     }
 }
 
@@ -183,6 +255,8 @@ pub(crate) struct Connection {
     /// Whether the server has sent a byte since the last request: if the connection fails
     /// then, the request was carried out, and must not be sent again.
     replied: bool,
+    /// Replies of a written request still unread.
+    pending: Pending,
 }
 
 impl Connection {
@@ -203,6 +277,7 @@ impl Connection {
             broken: false,
             nonblocking: false,
             replied: false,
+            pending: Pending::Nothing,
         })
     }
 
@@ -248,16 +323,20 @@ impl Connection {
         }
     }
 
-    fn send_inner(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
-        let mut written = 0;
-        while written < request.len() {
-            match self.before_deadline(deadline, false, |s| s.write(&request[written..]))? {
+    fn send_inner(
+        &mut self,
+        request: &[u8],
+        deadline: Instant,
+        written: &mut usize,
+    ) -> Result<(), CallError> {
+        while *written < request.len() {
+            match self.before_deadline(deadline, false, |s| s.write(&request[*written..]))? {
                 0 => {
                     return Err(CallError::Failed(MemcachedError::Io(
                         io::ErrorKind::WriteZero.into(),
                     )));
                 }
-                sent => written += sent,
+                sent => *written += sent,
             }
         }
         Ok(())
@@ -286,11 +365,18 @@ impl Connection {
         }
     }
 
-    /// Sends `request` whole, before `deadline`.
+    /// Sends `request` whole, before `deadline`. One that failed before its first byte was
+    /// written leaves no reply pending (its [`Pending`] is cleared: nothing to finish).
     pub(crate) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
         self.replied = false;
-        let result = self.send_inner(request, deadline);
-        self.broken |= result.is_err();
+        let mut written = 0;
+        let result = self.send_inner(request, deadline, &mut written);
+        if result.is_err() {
+            self.broken = true;
+            if written == 0 {
+                self.pending = Pending::Nothing;
+            }
+        }
         result
     }
 
@@ -316,6 +402,11 @@ impl Connection {
         };
         self.broken |= result.is_err();
         result
+    }
+
+    /// Replies of a written request still unread.
+    pub(crate) fn pending(&self) -> Pending {
+        self.pending
     }
 
     /// Marks the connection out of step (a reply that made no sense).
@@ -351,20 +442,23 @@ pub struct MemcachedBackend {
 struct Shared {
     addr: SocketAddr,
     timeout: Duration,
+    grace: Duration,
     idle: Mutex<Vec<Connection>>,
     /// Idle async connections: registered with the runtime that opened them.
     idle_async: Mutex<Vec<AsyncConnection>>,
     /// Blocking calls under way (at most [`MAX_OPEN`]), and the signal that one ended.
     busy: Mutex<usize>,
     freed: Condvar,
-    /// Places for async calls under way ([`MAX_OPEN`]).
-    busy_async: tokio::sync::Semaphore,
+    /// Places for async calls under way ([`MAX_OPEN`]), each held until its exchange ends
+    /// (past its caller, when the caller is gone).
+    busy_async: Arc<tokio::sync::Semaphore>,
 }
 
-/// A blocking call's place among the [`MAX_OPEN`], given back on drop.
-struct Place<'a>(&'a Shared);
+/// A blocking call's place among the [`MAX_OPEN`], given back on drop (owned: a finisher thread
+/// holds it until the exchange ends).
+struct Place(Arc<Shared>);
 
-impl Drop for Place<'_> {
+impl Drop for Place {
     fn drop(&mut self) {
         *self
             .0
@@ -377,7 +471,7 @@ impl Drop for Place<'_> {
 
 impl Shared {
     /// Waits, until `deadline`, for one of the [`MAX_OPEN`] places of blocking calls.
-    fn place(&self, deadline: Instant) -> Result<Place<'_>, BackendError> {
+    fn place(self: &Arc<Self>, deadline: Instant) -> Result<Place, BackendError> {
         let mut busy = self
             .busy
             .lock()
@@ -394,7 +488,7 @@ impl Shared {
                 .0;
         }
         *busy += 1;
-        Ok(Place(self))
+        Ok(Place(Arc::clone(self)))
     }
 
     /// The error of a call that found every connection busy until its deadline.
@@ -455,11 +549,12 @@ impl MemcachedBackend {
             shared: Arc::new(Shared {
                 addr,
                 timeout: config.timeout,
+                grace: config.grace,
                 idle: Mutex::new(Vec::new()),
                 idle_async: Mutex::new(Vec::new()),
                 busy: Mutex::new(0),
                 freed: Condvar::new(),
-                busy_async: tokio::sync::Semaphore::new(MAX_OPEN),
+                busy_async: Arc::new(tokio::sync::Semaphore::new(MAX_OPEN)),
             }),
         })
     }
@@ -493,41 +588,61 @@ impl MemcachedBackend {
     /// Runs `exchange` on a pooled (or new) connection, all of it before one deadline `timeout`
     /// from now. The connection goes back to the pool only if the exchange succeeded and left
     /// nothing unread. A pooled connection found broken (the server restarted since it was last
-    /// used) is replaced by a fresh one once, within the same deadline.
+    /// used) is replaced by a fresh one once, within the same deadline. An exchange that ends
+    /// with a written request's replies unread ([`Pending`]: its timeout passed, say) is handed,
+    /// with its connection and its place, to the [`Finisher`] that `finisher` makes, on a thread
+    /// of its own, until the deadline plus the grace; the caller returns at once.
     pub(crate) fn call<T>(
         &self,
         exchange: impl Fn(&mut Connection, Instant) -> Result<T, CallError>,
+        finisher: impl FnOnce() -> Finisher,
     ) -> Result<T, BackendError> {
         let deadline = Instant::now() + self.shared.timeout;
-        let _place = self.shared.place(deadline)?;
+        let place = self.shared.place(deadline)?;
         let pooled = self.lock_idle().pop();
         let from_pool = pooled.is_some();
         let run = |connection: Option<Connection>| {
             let mut connection = match connection {
                 Some(connection) => connection,
-                None => Connection::open(self.shared.addr, deadline)?,
+                None => match Connection::open(self.shared.addr, deadline) {
+                    Ok(connection) => connection,
+                    Err(error) => return (Err(error), None),
+                },
             };
-            let value = exchange(&mut connection, deadline)?;
-            Ok((value, connection))
+            let value = exchange(&mut connection, deadline);
+            (value, Some(connection))
         };
-        let result = match run(pooled) {
-            Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
+        let (result, connection) = match run(pooled) {
+            (Err(CallError::Failed(MemcachedError::Io(_))), _) if from_pool => {
                 // Every idle connection predates the break: drop them all.
                 self.lock_idle().clear();
                 run(None)
             }
             other => other,
         };
-        match result {
-            Ok((value, connection)) => {
-                if connection.is_reusable() {
-                    let mut idle = self.lock_idle();
-                    if idle.len() < MAX_IDLE {
-                        idle.push(connection);
-                    }
+        if let Some(mut connection) = connection {
+            let pending = std::mem::take(&mut connection.pending);
+            if pending != Pending::Nothing {
+                let finish = finisher();
+                let finish_by = later_by(deadline, self.shared.grace);
+                // A thread that cannot be started drops the exchange (its permits may stay:
+                // the finisher, dropped unrun, counts it left counted).
+                let _ = std::thread::Builder::new()
+                    .name("floodgate-memcached-finish".into())
+                    .spawn(move || {
+                        finish(&mut connection, pending, finish_by);
+                        drop(connection);
+                        drop(place);
+                    });
+            } else if result.is_ok() && connection.is_reusable() {
+                let mut idle = self.lock_idle();
+                if idle.len() < MAX_IDLE {
+                    idle.push(connection);
                 }
-                Ok(value)
             }
+        }
+        match result {
+            Ok(value) => Ok(value),
             Err(CallError::Timeout) => Err(BackendError::Timeout {
                 after: self.shared.timeout,
             }),
@@ -549,57 +664,47 @@ impl MemcachedBackend {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// As [`call`](Self::call), on the caller's tokio runtime: `exchange` gets a pooled (or
-    /// new) async connection and hands it back with its value. The whole call, connecting
-    /// included, runs under one deadline ([`until_deadline`]); when it runs out, or the caller
-    /// drops the future, the connection is dropped (closed) wherever it was, and a request not
-    /// yet written is never sent.
-    pub(crate) async fn call_async<T, F>(
+    /// The grace of async exchanges whose caller is gone ([`MemcachedConfig::grace`]).
+    pub(crate) fn grace(&self) -> Duration {
+        self.shared.grace
+    }
+
+    /// Waits, until `deadline`, for one of the [`MAX_OPEN`] places of async calls; the place is
+    /// owned, so it can outlive its caller (a detached exchange holds it until it ends).
+    pub(crate) async fn async_place(
         &self,
-        exchange: impl Fn(AsyncConnection, Instant) -> F,
-    ) -> Result<T, BackendError>
-    where
-        F: std::future::Future<Output = Result<(T, AsyncConnection), CallError>>,
-    {
-        let deadline = Instant::now() + self.shared.timeout;
+        deadline: Instant,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, BackendError> {
+        let places = Arc::clone(&self.shared.busy_async);
         // Never closed: a place comes, or the deadline.
-        let Ok(Ok(_place)) = until_deadline(self.shared.busy_async.acquire(), deadline).await
-        else {
-            return Err(self.shared.all_busy());
-        };
-        let run = |connection: Option<AsyncConnection>| async {
-            let connection = match connection {
-                Some(connection) => connection,
-                None => AsyncConnection::open(self.shared.addr).await?,
-            };
-            exchange(connection, deadline).await
-        };
-        let attempt = async {
-            let pooled = self.lock_idle_async().pop();
-            let from_pool = pooled.is_some();
-            match run(pooled).await {
-                Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
-                    // Every idle connection predates the break: drop them all.
-                    self.lock_idle_async().clear();
-                    run(None).await
-                }
-                other => other,
+        match until_deadline(places.acquire_owned(), deadline).await {
+            Ok(Ok(place)) => Ok(place),
+            _ => Err(self.shared.all_busy()),
+        }
+    }
+
+    /// An idle async connection, if any.
+    pub(crate) fn pop_idle_async(&self) -> Option<AsyncConnection> {
+        self.lock_idle_async().pop()
+    }
+
+    /// Drops every idle async connection (one was found broken: they all predate the break).
+    pub(crate) fn clear_idle_async(&self) {
+        self.lock_idle_async().clear();
+    }
+
+    /// Keeps `connection` for reuse if it is in step; closes it otherwise. The async pool has
+    /// room for every connection the places allow ([`MAX_OPEN`], not [`MAX_IDLE`]): an exchange
+    /// runs in a task of its own, so between a place given back and the next caller taking a
+    /// connection with it, other exchanges may end and pool theirs; with room for only 64 the
+    /// rest were closed and reopened (a flood of 3,000 calls opened 150-280 connections, not
+    /// 130).
+    pub(crate) fn pool_async(&self, connection: AsyncConnection) {
+        if connection.is_reusable() {
+            let mut idle = self.lock_idle_async();
+            if idle.len() < MAX_OPEN {
+                idle.push(connection);
             }
-        };
-        match until_deadline(attempt, deadline).await {
-            Ok(Ok((value, connection))) => {
-                if connection.is_reusable() {
-                    let mut idle = self.lock_idle_async();
-                    if idle.len() < MAX_IDLE {
-                        idle.push(connection);
-                    }
-                }
-                Ok(value)
-            }
-            Ok(Err(CallError::Timeout)) | Err(()) => Err(BackendError::Timeout {
-                after: self.shared.timeout,
-            }),
-            Ok(Err(CallError::Failed(error))) => Err(BackendError::failed(error)),
         }
     }
 }
@@ -614,10 +719,9 @@ mod tests {
     fn a_call_finding_every_connection_busy_times_out_saying_so() {
         let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(5));
         let backend = MemcachedBackend::connect(config).unwrap();
-        let shared = &*backend.shared;
+        let shared = &backend.shared;
         let far = Instant::now() + Duration::from_secs(3600);
-        let mut places: Vec<Place<'_>> =
-            (0..MAX_OPEN).map(|_| shared.place(far).unwrap()).collect();
+        let mut places: Vec<Place> = (0..MAX_OPEN).map(|_| shared.place(far).unwrap()).collect();
         let error = shared.place(Instant::now()).err().expect("no place left");
         assert!(error.is_timeout(), "{error}");
         assert!(
@@ -628,5 +732,31 @@ mod tests {
         );
         places.pop();
         assert!(shared.place(Instant::now()).is_ok());
+    }
+
+    /// A request whose send failed before its first byte was written leaves no reply to read:
+    /// no finisher is started for it (one would wait the whole grace, holding a place, for a
+    /// reply that never comes, and count the request as left counted). Before: the exchange's
+    /// pending decision stayed, and a finisher was made.
+    #[test]
+    fn a_request_never_written_is_not_handed_to_a_finisher() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let config = MemcachedConfig::new(listener.local_addr().unwrap().to_string())
+            .timeout(Duration::from_secs(30));
+        let backend = MemcachedBackend::connect(config).unwrap();
+        let finisher_made = std::sync::atomic::AtomicBool::new(false);
+        let result = backend.call(
+            |connection, _| {
+                connection.set_pending(Pending::Decision { added: None });
+                // Its deadline passed before the send: nothing is written.
+                Connection::send(connection, b"incr k 1\r\n", Instant::now())
+            },
+            || -> Finisher {
+                finisher_made.store(true, std::sync::atomic::Ordering::SeqCst);
+                Box::new(|_, _, _| {})
+            },
+        );
+        assert!(result.unwrap_err().is_timeout());
+        assert!(!finisher_made.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

@@ -1,9 +1,11 @@
 //! [`MemcachedLimiter`]: the sliding window of cells on memcached, increment first, under a
 //! [`FailurePolicy`].
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::connection::{MemcachedBackend, Transport, run_blocking};
+use super::connection::{Connection, Finisher, MemcachedBackend, Pending, Transport, run_blocking};
+use super::detached::{Job, ReclaimCounts, Reclaims, decide_async};
 use super::error::{CallError, MemcachedError};
 use super::protocol::{self, MAX_INDEX_DIGITS, MAX_KEY_LEN};
 use super::sliding_window::Cells;
@@ -64,6 +66,7 @@ pub struct MemcachedLimiter<C: Clock + Clone = QuantaClock> {
     window: Cells,
     clock: C,
     failures: FailureHandler<FixedWindow, C>,
+    reclaims: Arc<Reclaims>,
 }
 
 impl MemcachedLimiter<QuantaClock> {
@@ -158,6 +161,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             window,
             clock,
             failures,
+            reclaims: Arc::default(),
         })
     }
 
@@ -210,6 +214,26 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     pub fn failures(&self) -> FailureCounts {
         self.failures.counts()
+    }
+
+    /// Requests memcached counted whose permits did not reach their caller: given back, or
+    /// possibly left counted until their cell leaves the window (see [`ReclaimCounts`]). An
+    /// async call given up after its request was written (its future dropped, or its timeout
+    /// passed) is finished in a task of its own: a denial is taken back as always, an
+    /// admission given back (`given_back`). A blocking call that times out after its write is
+    /// finished the same way on a thread of its own.
+    ///
+    /// ```
+    /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
+    /// # use std::time::Duration;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
+    /// assert_eq!(limiter.reclaims(), ReclaimCounts::default());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reclaims(&self) -> ReclaimCounts {
+        self.reclaims.counts()
     }
 
     /// Sets the circuit breaker: `Some(config)` replaces the default one, `None` turns it off
@@ -304,6 +328,49 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         &self.clock
     }
 
+    /// Finishes a blocking exchange whose caller timed out (or whose connection failed) with a
+    /// written request's replies unread: reads them and takes back an increment that was
+    /// applied, counting an admission given back, or what may stay.
+    fn finisher(&self, prefix: &str, now: u64, n: u32) -> Finisher {
+        let (window, prefix, reclaims) =
+            (self.window, prefix.to_owned(), Arc::clone(&self.reclaims));
+        // Dropped unrun (its thread could not be started), it counts what it left.
+        let unrun = Unrun(Some(Arc::clone(&reclaims)));
+        Box::new(move |connection: &mut Connection, pending, finish_by| {
+            let mut unrun = unrun;
+            unrun.0 = None;
+            let cell = window.cell_index(now);
+            let cells = window.read_cells(cell);
+            let finished = run_blocking(async {
+                let added = match pending {
+                    Pending::Nothing => return Ok(false),
+                    Pending::TakeBack => {
+                        protocol::read_counter(connection, finish_by).await?;
+                        return Ok(false);
+                    }
+                    Pending::Decision { added: Some(added) } => added,
+                    Pending::Decision { added: None } => {
+                        protocol::read_counter(connection, finish_by).await?
+                    }
+                };
+                let counts = protocol::read_counts(connection, finish_by, &prefix, &cells).await?;
+                if added.is_none() || !counts.iter().any(|&(index, _)| index == cell) {
+                    // The cell vanished: the increment is lost, and a `decr` could take
+                    // permits from a cell recreated by others.
+                    return Ok(false);
+                }
+                let admitted = window.decide(now, cell, n, &counts).is_allowed();
+                take_back(connection, finish_by, &prefix, cell, n).await?;
+                Ok::<_, CallError>(admitted)
+            });
+            match finished {
+                Ok(true) => reclaims.given_back(),
+                Ok(false) => {}
+                Err(_) => reclaims.left_counted(),
+            }
+        })
+    }
+
     /// `name:encoded key:`, checked to leave room for any cell index.
     fn key_prefix(&self, key: &str) -> Result<String, RequestError> {
         let mut prefix = String::with_capacity(self.name.len() + key.len() + 2);
@@ -373,8 +440,15 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
 
     /// Takes `n` permits for `key` if the shared window has them, on the caller's tokio runtime
     /// (no thread hop), in at most the backend's timeout. A memcached failure is decided by the
-    /// policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it). Dropping the
-    /// future closes its connection; a request not yet written is never sent.
+    /// policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
+    ///
+    /// **Cancellation**: the exchange runs in a task of its own (spawned on the runtime), so a
+    /// caller that drops the future, or reaches its timeout, only loses its answer. A request not
+    /// yet written when the caller gives up is never sent; one already written is finished
+    /// within the timeout plus the backend's [grace](super::MemcachedConfig::grace): a denial is
+    /// taken back, an admission its caller never got is given back (`decr` of the same cell and
+    /// `n`), so the call consumes nothing; one that cannot be finished is counted in
+    /// [`reclaims`](Self::reclaims) (`left_counted`).
     ///
     /// # Errors
     /// [`RequestError`] for `n = 0`, `n` above the limit, or a key too long for memcached.
@@ -428,17 +502,13 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
-        let store = || {
-            self.backend.call_async(|mut connection, deadline| {
-                let prefix = &prefix;
-                async move {
-                    let decision = self
-                        .exchange(&mut connection, deadline, prefix, now, n)
-                        .await?;
-                    Ok((decision, connection))
-                }
-            })
+        let job = Job {
+            window: self.window,
+            prefix,
+            now,
+            n,
         };
+        let store = || decide_async(&self.backend, job, &self.reclaims);
         Ok(self.failures.run_async(key, n, store).await)
     }
 
@@ -486,63 +556,138 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
         Ok(self.failures.run(key, n, || {
-            self.backend.call(|connection, deadline| {
-                run_blocking(self.exchange(connection, deadline, &prefix, now, n))
-            })
+            self.backend.call(
+                |connection, deadline| {
+                    run_blocking(async {
+                        let decision =
+                            decide(&self.window, connection, deadline, &prefix, now, n, &|| {
+                                true
+                            })
+                            .await?;
+                        if !decision.is_allowed() {
+                            // The denial stands whatever happens to the take-back (one cut
+                            // short is finished by the finisher).
+                            let cell = self.window.cell_index(now);
+                            let taken_back =
+                                take_back(connection, deadline, &prefix, cell, n).await;
+                            if taken_back.is_err() && connection.pending() == Pending::Nothing {
+                                // Not written: no finisher will take the permits back.
+                                self.reclaims.left_counted();
+                            }
+                        }
+                        Ok(decision)
+                    })
+                },
+                || self.finisher(&prefix, now, n),
+            )
         }))
     }
+}
 
-    /// One decision on one connection: increment, read the window, decide; on a denial, take the
-    /// permits back.
-    async fn exchange<T: Transport>(
-        &self,
-        connection: &mut T,
-        deadline: Instant,
-        prefix: &str,
-        now: u64,
-        n: u32,
-    ) -> Result<Decision, CallError> {
-        let current = self.window.cell_index(now);
-        let cells = self.window.read_cells(current);
-        let request =
-            protocol::decision_request(prefix, current, cells.clone(), self.window.ttl_secs(), n);
-        // A cell can vanish between the add and the incr, or the incr and the get (evicted, or
-        // `flush_all`): the increment is then lost, so one more try cannot count it twice.
-        for _ in 0..2 {
-            connection.send(&request, deadline).await?;
-            let added = protocol::read_counter(connection, deadline).await?;
-            let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
-            // `incr` wraps at 2^64: a count below the request's own n after adding it means the
-            // cell held a value near 2^64 that no limiter wrote, and its count is meaningless.
-            if let Some(added) = added.filter(|&added| added < u64::from(n)) {
-                return Err(MemcachedError::Protocol(format!(
-                    "cell {prefix}{current} wrapped past 2^64 on incr (it read {added} after \
-                     adding {n}): it held a value no limiter writes"
-                ))
-                .into());
-            }
-            if added.is_none() || !counts.iter().any(|&(index, _)| index == current) {
-                continue;
-            }
-            let decision = self.window.decide(now, current, n, &counts);
-            if !decision.is_allowed() {
-                // The denial stands whatever happens to the take-back; a failed one leaves the
-                // permits counted until their cell leaves the window (never an over-admission),
-                // and closes the connection (its reply may still come).
-                let take_back = protocol::take_back_request(prefix, current, n);
-                let taken_back = match connection.send(&take_back, deadline).await {
-                    Ok(()) => protocol::read_counter(connection, deadline).await.map(drop),
-                    Err(error) => Err(error),
-                };
-                if taken_back.is_err() {
-                    connection.set_broken();
-                }
-            }
-            return Ok(decision);
+/// A finisher's: counts its exchange left counted if dropped before it ran.
+struct Unrun(Option<Arc<Reclaims>>);
+
+impl Drop for Unrun {
+    fn drop(&mut self) {
+        if let Some(reclaims) = self.0.take() {
+            reclaims.left_counted();
         }
-        Err(MemcachedError::Protocol(format!(
-            "cell {prefix}{current} vanished right after it was written, twice (memcached evicting?)"
-        ))
-        .into())
+    }
+}
+
+/// Adds `n` to the current cell and reads the window, on one connection: the decision (a denial
+/// still counted: the caller takes it back with [`take_back`]). Each request is written only
+/// if `waiting()` says its caller still waits for it (else a timeout).
+pub(crate) async fn decide<T: Transport>(
+    window: &Cells,
+    connection: &mut T,
+    deadline: Instant,
+    prefix: &str,
+    now: u64,
+    n: u32,
+    waiting: &impl Fn() -> bool,
+) -> Result<Decision, CallError> {
+    let current = window.cell_index(now);
+    let cells = window.read_cells(current);
+    let request = protocol::decision_request(prefix, current, cells.clone(), window.ttl_secs(), n);
+    // A cell can vanish between the add and the incr, or the incr and the get (evicted, or
+    // `flush_all`): the increment is then lost, so one more try cannot count it twice.
+    for _ in 0..2 {
+        if !waiting() {
+            return Err(CallError::Timeout);
+        }
+        connection.set_pending(Pending::Decision { added: None });
+        connection.send(&request, deadline).await?;
+        let added = protocol::read_counter(connection, deadline).await?;
+        connection.set_pending(Pending::Decision { added: Some(added) });
+        let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
+        connection.set_pending(Pending::Nothing);
+        // `incr` wraps at 2^64: a count below the request's own n after adding it means the
+        // cell held a value near 2^64 that no limiter wrote, and its count is meaningless.
+        if let Some(added) = added.filter(|&added| added < u64::from(n)) {
+            return Err(MemcachedError::Protocol(format!(
+                "cell {prefix}{current} wrapped past 2^64 on incr (it read {added} after \
+                 adding {n}): it held a value no limiter writes"
+            ))
+            .into());
+        }
+        if added.is_none() || !counts.iter().any(|&(index, _)| index == current) {
+            continue;
+        }
+        return Ok(window.decide(now, current, n, &counts));
+    }
+    Err(MemcachedError::Protocol(format!(
+        "cell {prefix}{current} vanished right after it was written, twice (memcached evicting?)"
+    ))
+    .into())
+}
+
+/// Takes `n` permits back from cell `cell` (`decr`): a denial's, or an admission its caller
+/// never got. A failed take-back leaves the permits counted until their cell leaves the window
+/// (never an over-admission) and marks the connection out of step (its reply may still come).
+pub(crate) async fn take_back<T: Transport>(
+    connection: &mut T,
+    deadline: Instant,
+    prefix: &str,
+    cell: u64,
+    n: u32,
+) -> Result<(), CallError> {
+    let request = protocol::take_back_request(prefix, cell, n);
+    connection.set_pending(Pending::TakeBack);
+    let result = match connection.send(&request, deadline).await {
+        Ok(()) => protocol::read_counter(connection, deadline).await.map(drop),
+        Err(error) => Err(error),
+    };
+    if result.is_ok() {
+        connection.set_pending(Pending::Nothing);
+    } else {
+        connection.set_broken();
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use std::time::Duration;
+
+    /// A finisher dropped without running (its thread could not be started) counts its
+    /// exchange in `left_counted`: its increment may stay. Before: it counted nothing.
+    #[test]
+    fn a_finisher_that_never_runs_counts_its_exchange_left_counted() {
+        let backend =
+            MemcachedBackend::connect(super::super::MemcachedConfig::new("127.0.0.1:1")).unwrap();
+        let window = SlidingWindow::new(10, Duration::from_secs(10), 10).unwrap();
+        let limiter = MemcachedLimiter::with_clock(
+            &backend,
+            "fin",
+            window,
+            FailurePolicy::FailClosed,
+            ManualClock::new(),
+        )
+        .unwrap();
+        drop(limiter.finisher("fin:k:", 0, 1));
+        assert_eq!(limiter.reclaims().left_counted, 1);
     }
 }

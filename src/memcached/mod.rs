@@ -35,8 +35,28 @@
 //!   exactly the sliding window of cells. `remaining` and `retry_after` are computed from the same
 //!   counts, so under contention they err on the cautious side.
 //! * A take-back that fails (timeout, lost connection) leaves the permits counted until their cell
-//!   leaves the window: fewer admissions, never more. So does a call that times out after its
-//!   increment.
+//!   leaves the window: fewer admissions, never more.
+//!
+//! # Cancellation and timeouts
+//! Once a request is written, memcached has counted it before its caller knows the answer. An
+//! **async** call's exchange runs in a task of its own (`tokio::spawn`), holding its connection
+//! and its place among the backend's connections until it ends, so a caller that drops its
+//! future or reaches its timeout only loses its answer:
+//! * a request not yet written when its caller gives up is never sent;
+//! * one already written is finished within the caller's deadline plus the backend's
+//!   [grace](MemcachedConfig::grace) (default 1 s): a denial is taken back as always, and an
+//!   admission its caller never got is given back (`decr` of the same cell and `n`, exactly:
+//!   the answer is either received by its caller or returned to the exchange, never both), so
+//!   the call consumes nothing ([`MemcachedLimiter::reclaims`] counts it in `given_back`);
+//! * an exchange that cannot be finished (the grace runs out, the connection fails, the
+//!   runtime shuts down) closes its connection, and its permits may stay counted until their
+//!   cell leaves the window (`left_counted`, except for a runtime shutting down).
+//!
+//! A **blocking** call whose exchange ends with replies unread (its timeout passed after the
+//! write, or during a take-back) returns its timeout at once and hands its connection, and its
+//! place, to a thread of its own that reads the replies until the deadline plus the grace and
+//! takes back an increment that was applied (an admission so given back is counted in
+//! `given_back`); what that thread cannot finish is counted in `left_counted`.
 //!
 //! # Time and clock skew
 //! memcached has no clock command, so cells are keyed by the **caller's** clock (any [`Clock`](
@@ -84,12 +104,14 @@
 
 mod async_connection;
 mod connection;
+mod detached;
 mod error;
 mod limiter;
 mod protocol;
 mod sliding_window;
 
 pub use connection::{MemcachedBackend, MemcachedConfig};
+pub use detached::ReclaimCounts;
 pub use error::MemcachedError;
 pub use limiter::MemcachedLimiter;
 pub use protocol::MAX_KEY_LEN;

@@ -1,0 +1,311 @@
+//! The async path's exchange, run in a task of its own so that a caller who gives up (drops its
+//! future, or reaches its timeout) after the request was written only loses its answer: the
+//! exchange still reads memcached's reply and takes the increment back unless its permits were
+//! handed out.
+//!
+//! * The caller waits for a connection place, then spawns the exchange ([`tokio::spawn`]) with
+//!   the place, and awaits its answer on a oneshot channel within its timeout.
+//! * The exchange writes a request only while its caller waits (the channel open and the
+//!   caller's deadline not passed): a caller gone before the write sends nothing. Once written,
+//!   the exchange runs on, bounded by the caller's deadline plus the backend's
+//!   [grace](super::MemcachedConfig::grace).
+//! * A denial is answered at once, and its caller waits for its take-back until its deadline
+//!   (a serial caller's next request must not find its permits), never past it: the denial
+//!   stands whatever happens to the take-back, which runs on in the task.
+//! * An admission is handed over with its connection: the caller that receives it pools the
+//!   connection; a caller gone before it was sent, or dropped with it unread (the channel is
+//!   closed first, so a send either reaches the caller or fails), gives the permits back
+//!   (`decr` of the same cell and `n`) on that connection, exactly.
+//! * Whatever cannot be taken back (the grace ran out, the connection failed) may stay counted
+//!   until its cell leaves the window, and is counted in [`ReclaimCounts::left_counted`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+
+use super::async_connection::AsyncConnection;
+use super::connection::{MemcachedBackend, later_by};
+use super::error::{CallError, MemcachedError};
+use super::limiter::{decide, take_back};
+use super::sliding_window::Cells;
+use crate::backend::{BackendError, until_deadline};
+use crate::decision::Decision;
+
+/// What became of requests whose permits were not handed out to their caller although
+/// memcached counted them: given back, or possibly left counted (see
+/// [`MemcachedLimiter::reclaims`](super::MemcachedLimiter::reclaims)).
+///
+/// ```
+/// let counts = floodgate::memcached::ReclaimCounts::default();
+/// assert_eq!((counts.given_back, counts.left_counted), (0, 0));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReclaimCounts {
+    /// Admissions whose caller was gone (its future dropped, or its timeout passed) before it
+    /// got them, whose permits were given back (`decr`): they consume nothing. (Denials whose
+    /// caller was gone are taken back as every denial is, and not counted.)
+    pub given_back: u64,
+    /// Requests written to memcached whose increment may stay counted, never handed out, until
+    /// its cell leaves the window: a denial's take-back or a give-back that failed or ran out of
+    /// time, an exchange that failed or ran out of time after its write (the timeout plus the
+    /// grace), an admission left unread by a future dropped outside a runtime. Each costs
+    /// admissions (never adds any) for at most one window.
+    pub left_counted: u64,
+}
+
+/// The counters behind [`ReclaimCounts`], shared with detached exchanges.
+#[derive(Debug, Default)]
+pub(crate) struct Reclaims {
+    given_back: AtomicU64,
+    left_counted: AtomicU64,
+}
+
+impl Reclaims {
+    pub(crate) fn given_back(&self) {
+        self.given_back.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn left_counted(&self) {
+        self.left_counted.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn counts(&self) -> ReclaimCounts {
+        ReclaimCounts {
+            given_back: self.given_back.load(Ordering::SeqCst),
+            left_counted: self.left_counted.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// One decision to make: `n` permits at `now` for the key whose cells start with `prefix`.
+pub(crate) struct Job {
+    pub(crate) window: Cells,
+    pub(crate) prefix: String,
+    pub(crate) now: u64,
+    pub(crate) n: u32,
+}
+
+impl Job {
+    fn cell(&self) -> u64 {
+        self.window.cell_index(self.now)
+    }
+}
+
+/// A connection with its place among the backend's async places.
+struct Held {
+    connection: AsyncConnection,
+    place: OwnedSemaphorePermit,
+}
+
+/// What the exchange sends its caller: a decision (an admission with its connection, to pool
+/// or to give the permits back on), or a failure.
+enum Answer {
+    Decided(Decision, Option<Held>),
+    /// A denial whose take-back is under way: `taken_back` ends (a value, or closed) once it is
+    /// done or given up.
+    Denied(Decision, oneshot::Receiver<()>),
+    Failed(CallError),
+}
+
+/// The caller's end. Dropped with an admission unread, it gives the permits back.
+struct Awaiting {
+    answer: oneshot::Receiver<Answer>,
+    backend: MemcachedBackend,
+    job: Arc<Job>,
+    reclaims: Arc<Reclaims>,
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        // After `close`, a send fails (the exchange then gives the permits back itself); a
+        // value sent before is still here.
+        self.answer.close();
+        if let Ok(Answer::Decided(_, Some(held))) = self.answer.try_recv() {
+            let finish_by = later_by(
+                later_by(Instant::now(), self.backend.timeout()),
+                self.backend.grace(),
+            );
+            let give = give_back(
+                held,
+                self.backend.clone(),
+                Arc::clone(&self.job),
+                finish_by,
+                Arc::clone(&self.reclaims),
+            );
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(give)),
+                Err(_) => self.reclaims.left_counted(),
+            }
+        }
+    }
+}
+
+/// Decides `job` on memcached, on the caller's runtime, within the backend's timeout.
+pub(crate) async fn decide_async(
+    backend: &MemcachedBackend,
+    job: Job,
+    reclaims: &Arc<Reclaims>,
+) -> Result<Decision, BackendError> {
+    let deadline = Instant::now() + backend.timeout();
+    let place = backend.async_place(deadline).await?;
+    // Taken here, with the place (no await in between): a place given back finds the
+    // connection given back with it, as when the exchange ran in the caller's task.
+    let pooled = backend.pop_idle_async();
+    let (sender, answer) = oneshot::channel();
+    let job = Arc::new(job);
+    let mut awaiting = Awaiting {
+        answer,
+        backend: backend.clone(),
+        job: Arc::clone(&job),
+        reclaims: Arc::clone(reclaims),
+    };
+    // The task runs on even if its handle is dropped.
+    drop(tokio::spawn(exchange(
+        backend.clone(),
+        place,
+        pooled,
+        job,
+        sender,
+        deadline,
+        Arc::clone(reclaims),
+    )));
+    let timeout = BackendError::Timeout {
+        after: backend.timeout(),
+    };
+    match until_deadline(&mut awaiting.answer, deadline).await {
+        Ok(Ok(Answer::Decided(decision, held))) => {
+            if let Some(Held { connection, place }) = held {
+                backend.pool_async(connection);
+                drop(place);
+            }
+            Ok(decision)
+        }
+        Ok(Ok(Answer::Denied(decision, taken_back))) => {
+            // The denial stands whatever happens to its take-back (as on the blocking path): the
+            // caller waits for it until its deadline (a serial caller's next request must not
+            // find its permits), never past it, so a take-back that outlasts the deadline is no
+            // timeout for the policy to decide (FailOpen would admit what memcached denied).
+            let _ = until_deadline(taken_back, deadline).await;
+            Ok(decision)
+        }
+        Ok(Ok(Answer::Failed(CallError::Timeout))) | Err(()) => Err(timeout),
+        Ok(Ok(Answer::Failed(CallError::Failed(error)))) => Err(BackendError::failed(error)),
+        Ok(Err(_)) => Err(BackendError::failed(MemcachedError::Io(
+            std::io::Error::other(
+                "the exchange's task ended without an answer (its runtime shutting down?)",
+            ),
+        ))),
+    }
+}
+
+/// The exchange, in its own task: sends the request only while the caller waits, then finishes
+/// whatever becomes of the caller.
+async fn exchange(
+    backend: MemcachedBackend,
+    place: OwnedSemaphorePermit,
+    pooled: Option<AsyncConnection>,
+    job: Arc<Job>,
+    sender: oneshot::Sender<Answer>,
+    deadline: Instant,
+    reclaims: Arc<Reclaims>,
+) {
+    let finish_by = later_by(deadline, backend.grace());
+    let sent = AtomicBool::new(false);
+    let waiting = || {
+        let waiting = !sender.is_closed() && Instant::now() < deadline;
+        if waiting {
+            sent.store(true, Ordering::SeqCst);
+        }
+        waiting
+    };
+    let run = |connection: Option<AsyncConnection>| async {
+        let mut connection = match connection {
+            Some(connection) => connection,
+            None => until_deadline(AsyncConnection::open(backend.addr()), deadline)
+                .await
+                .unwrap_or(Err(CallError::Timeout))?,
+        };
+        let decision = decide(
+            &job.window,
+            &mut connection,
+            finish_by,
+            &job.prefix,
+            job.now,
+            job.n,
+            &waiting,
+        )
+        .await?;
+        Ok((decision, connection))
+    };
+    let attempt = async {
+        let from_pool = pooled.is_some();
+        match run(pooled).await {
+            Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
+                backend.clear_idle_async();
+                run(None).await
+            }
+            other => other,
+        }
+    };
+    let result = until_deadline(attempt, finish_by)
+        .await
+        .unwrap_or(Err(CallError::Timeout));
+    match result {
+        Ok((decision, connection)) if decision.is_allowed() => {
+            let held = Held { connection, place };
+            if let Err(Answer::Decided(_, Some(held))) =
+                sender.send(Answer::Decided(decision, Some(held)))
+            {
+                give_back(held, backend, job, finish_by, reclaims).await;
+            }
+        }
+        Ok((decision, mut connection)) => {
+            // The denial stands whatever happens to the take-back: answered at once, with word
+            // of the take-back's end, which its caller waits for until its deadline (a serial
+            // caller's next request must not find the permits of its last denial); the
+            // take-back runs on until `finish_by`.
+            let (done, taken_back) = oneshot::channel();
+            let _ = sender.send(Answer::Denied(decision, taken_back));
+            let taking = take_back(&mut connection, finish_by, &job.prefix, job.cell(), job.n);
+            if let Ok(Ok(())) = until_deadline(taking, finish_by).await {
+                backend.pool_async(connection);
+            } else {
+                reclaims.left_counted();
+            }
+            drop(place);
+            let _ = done.send(());
+        }
+        Err(error) => {
+            if sent.load(Ordering::SeqCst) {
+                reclaims.left_counted();
+            }
+            let _ = sender.send(Answer::Failed(error));
+        }
+    }
+}
+
+/// Takes back the permits of an admission its caller never got: `decr` of the same cell and
+/// `n`, on the connection of the exchange.
+async fn give_back(
+    held: Held,
+    backend: MemcachedBackend,
+    job: Arc<Job>,
+    finish_by: Instant,
+    reclaims: Arc<Reclaims>,
+) {
+    let Held {
+        mut connection,
+        place,
+    } = held;
+    let taking = take_back(&mut connection, finish_by, &job.prefix, job.cell(), job.n);
+    if let Ok(Ok(())) = until_deadline(taking, finish_by).await {
+        reclaims.given_back();
+        backend.pool_async(connection);
+    } else {
+        reclaims.left_counted();
+    }
+    drop(place);
+}
