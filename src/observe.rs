@@ -21,7 +21,9 @@
 //! In the HTTP layer `limiter` is the layer's [`Policy`](crate::middleware::Policy) name; for
 //! Redis and memcached it is the limiter's name. Skipped requests
 //! ([`skip_method`](crate::middleware::LayerSettings::skip_method),
-//! [`skip_path`](crate::middleware::LayerSettings::skip_path)) are not counted.
+//! [`skip_path`](crate::middleware::LayerSettings::skip_path)) are not counted. The in-flight
+//! layer ([`InFlightLayer`](crate::middleware::InFlightLayer)) records none of these metrics and
+//! no `DEBUG` event for its refusals; of the events below it writes only the setup `ERROR`.
 //!
 //! A keyed map keeps its counts under its shard locks and has no name, so it is not recorded
 //! on every request: record it where you read it, typically when metrics are scraped, with
