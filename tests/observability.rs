@@ -523,3 +523,53 @@ async fn a_key_too_long_for_memcached_is_a_500_logged_with_its_cause() {
         "{events:?}"
     );
 }
+
+/// A shaped request whose caller goes away while it waits (a client disconnect drops the
+/// response future) was decided (its latency is recorded) but ended in no outcome: the outcomes
+/// summed to fewer requests than the decisions. It ends as `cancelled`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_shaped_request_dropped_while_it_waits_counts_as_cancelled() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .clock(TokioClock::starting_at(0))
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::per_ip(per_ip)
+        .shape(Duration::from_millis(1500), 1)
+        .layer(ok());
+    let a = || get(Some("192.0.2.1:1000"), Method::GET, "/");
+    assert_eq!(status(&service, a()).await, 200);
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), status(&service, a())).await;
+    assert!(
+        gave_up.is_err(),
+        "the shaped request waits for the next window"
+    );
+    assert_eq!(
+        recorded(&snapshotter),
+        expected(&[
+            ("floodgate_decision_seconds{limiter=default}", 2),
+            (
+                "floodgate_requests_total{limiter=default,outcome=allowed}",
+                1
+            ),
+            (
+                "floodgate_requests_total{limiter=default,outcome=cancelled}",
+                1
+            ),
+        ])
+    );
+    // The place it held is free: the next one waits and is served.
+    assert_eq!(status(&service, a()).await, 200);
+    assert_eq!(
+        recorded(&snapshotter),
+        expected(&[
+            ("floodgate_decision_seconds{limiter=default}", 1),
+            (
+                "floodgate_requests_total{limiter=default,outcome=delayed}",
+                1
+            ),
+        ])
+    );
+}
