@@ -11,7 +11,7 @@
 //!
 //! | name | kind | labels | counts |
 //! |---|---|---|---|
-//! | [`REQUESTS`] `floodgate_requests_total` | counter | `limiter`, `outcome` | requests the HTTP layer decided; `outcome` is `allowed`, `delayed` (shaped, then allowed), `denied` (429), `no_key` (no key: a 500, or unlimited under [`MissingKey::Allow`](crate::middleware::MissingKey)) or `never_granted` (a cost the limiter can never grant: a 500) |
+//! | [`REQUESTS`] `floodgate_requests_total` | counter | `limiter`, `outcome` | requests the HTTP layer decided; `outcome` is `allowed`, `delayed` (shaped, then allowed), `denied` (429), `no_key` (no key: a 500, or unlimited under [`MissingKey::Allow`](crate::middleware::MissingKey)), `never_granted` (a cost the limiter can never grant: a 500) or `cancelled` (dropped while it waited to be shaped, e.g. the client went away) |
 //! | [`DECISION_SECONDS`] `floodgate_decision_seconds` | histogram | `limiter` | the layer's time to decide one request: key extraction and the limiter's check (not a shaping wait, not the inner service) |
 //! | [`BACKEND_FAILURES`] `floodgate_backend_failures_total` | counter | `backend` (`redis`, `memcached`), `limiter`, `kind` (`timeout`, `error`) | calls the [`FailurePolicy`](crate::backend::FailurePolicy) decided because the store gave no answer (as [`FailureCounts`](crate::backend::FailureCounts)) |
 //! | [`KEYED_KEYS`] `floodgate_keyed_keys` | gauge | `limiter` | keys a [`Keyed`](crate::Keyed) map holds |
@@ -21,7 +21,9 @@
 //! In the HTTP layer `limiter` is the layer's [`Policy`](crate::middleware::Policy) name; for
 //! Redis and memcached it is the limiter's name. Skipped requests
 //! ([`skip_method`](crate::middleware::LayerSettings::skip_method),
-//! [`skip_path`](crate::middleware::LayerSettings::skip_path)) are not counted.
+//! [`skip_path`](crate::middleware::LayerSettings::skip_path)) are not counted. The in-flight
+//! layer ([`InFlightLayer`](crate::middleware::InFlightLayer)) records none of these metrics and
+//! no `DEBUG` event for its refusals; of the events below it writes only the setup `ERROR`.
 //!
 //! A keyed map keeps its counts under its shard locks and has no name, so it is not recorded
 //! on every request: record it where you read it, typically when metrics are scraped, with
@@ -129,7 +131,7 @@ pub fn describe() {
         REQUESTS,
         Unit::Count,
         "Requests the floodgate HTTP layer decided, by limiter (policy name) and outcome \
-         (allowed, delayed, denied, no_key, never_granted)."
+         (allowed, delayed, denied, no_key, never_granted, cancelled)."
     );
     describe_histogram!(
         DECISION_SECONDS,
@@ -228,15 +230,17 @@ pub(crate) enum RequestOutcome {
     Denied,
     NoKey,
     NeverGranted,
+    Cancelled,
 }
 
 #[cfg(feature = "metrics")]
-const OUTCOMES: [(RequestOutcome, &str); 5] = [
+const OUTCOMES: [(RequestOutcome, &str); 6] = [
     (RequestOutcome::Allowed, "allowed"),
     (RequestOutcome::Delayed, "delayed"),
     (RequestOutcome::Denied, "denied"),
     (RequestOutcome::NoKey, "no_key"),
     (RequestOutcome::NeverGranted, "never_granted"),
+    (RequestOutcome::Cancelled, "cancelled"),
 ];
 
 /// The start of a decision, for [`DECISION_SECONDS`]; nothing without the `metrics` feature.
@@ -269,7 +273,7 @@ pub(crate) struct LayerObserver {
 #[derive(Debug)]
 struct LayerKeys {
     /// [`REQUESTS`], in the order of [`OUTCOMES`].
-    requests: [Key; 5],
+    requests: [Key; 6],
     decision_seconds: Key,
 }
 
@@ -333,6 +337,35 @@ impl LayerObserver {
     pub(crate) fn setup_error(&self, limiter: &str, reason: &str) {
         #[cfg(feature = "tracing")]
         tracing::error!(limiter, "{reason}");
+    }
+}
+
+/// A request the HTTP layer decided but has not ended yet (it waits to be shaped): ends as
+/// [`RequestOutcome::Cancelled`] if dropped before [`end`](Self::end), so that every decided
+/// request ends in exactly one outcome.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) struct Unended(Option<LayerObserver>);
+
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+impl Unended {
+    /// A request of the layer observed by `observer` that has yet to end.
+    pub(crate) fn new(observer: &LayerObserver) -> Self {
+        Unended(Some(observer.clone()))
+    }
+
+    /// Ends the request in `outcome`.
+    pub(crate) fn end(mut self, outcome: RequestOutcome) {
+        if let Some(observer) = self.0.take() {
+            observer.ended(outcome);
+        }
+    }
+}
+
+impl Drop for Unended {
+    fn drop(&mut self) {
+        if let Some(observer) = self.0.take() {
+            observer.ended(RequestOutcome::Cancelled);
+        }
     }
 }
 

@@ -581,10 +581,6 @@ fn bad_input_is_an_error_never_a_panic() {
     for bad in [f64::NAN, -1.0, f64::INFINITY, 1e9] {
         assert!(SmoothBursty::with_max_burst(1.0, bad, clock.clone()).is_err());
     }
-    assert_eq!(
-        SmoothWarmingUp::create_with_clock(1.0, Duration::MAX, clock.clone()).unwrap_err(),
-        ConfigError::DurationOverflow
-    );
     assert!(matches!(
         SmoothWarmingUp::create_with_clock(1e307, Duration::from_secs(1000), clock.clone()),
         Err(ConfigError::Invalid { .. })
@@ -614,4 +610,42 @@ fn a_waited_grant_reports_its_reset_from_after_the_wait() {
         Duration::from_millis(1_100),
         "counted from before the sleep"
     );
+}
+
+/// Guava takes any warm-up up to `Long.MAX_VALUE` µs; floodgate takes up to 2^52 µs (142 years),
+/// and a longer one is refused naming the warm-up and that bound, not as "duration overflows u64
+/// nanoseconds arithmetic", which is false for a warm-up of 500 years (1.6 × 10^19 ns fits in a
+/// `u64`).
+#[test]
+fn a_warm_up_past_2_to_the_52_micros_names_the_bound() {
+    let clock = ManualClock::new();
+    let max = Duration::from_micros(1 << 52);
+    let just_fits = SmoothWarmingUp::create_with_clock(2.0, max, clock.clone()).unwrap();
+    assert_eq!(just_fits.rate(), 2.0);
+    let five_hundred_years = Duration::from_secs(500 * 365 * 86_400);
+    for value in [
+        max + Duration::from_micros(1),
+        five_hundred_years,
+        Duration::MAX,
+    ] {
+        let expected = ConfigError::DurationOutOfRange {
+            what: "warm-up",
+            value,
+            min: Duration::ZERO,
+            max,
+        };
+        assert_eq!(
+            SmoothWarmingUp::create_with_clock(2.0, value, clock.clone()).unwrap_err(),
+            expected
+        );
+        assert_eq!(
+            SmoothWarmingUp::with_cold_factor(2.0, value, 3.0, clock.clone()).unwrap_err(),
+            expected
+        );
+        let message = expected.to_string();
+        assert!(
+            message.starts_with("warm-up must be within 0ns..="),
+            "{message}"
+        );
+    }
 }

@@ -523,3 +523,137 @@ async fn a_key_too_long_for_memcached_is_a_500_logged_with_its_cause() {
         "{events:?}"
     );
 }
+
+/// A shaped request whose caller goes away while it waits (a client disconnect drops the
+/// response future) was decided (its latency is recorded) but ended in no outcome: the outcomes
+/// summed to fewer requests than the decisions. It ends as `cancelled`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_shaped_request_dropped_while_it_waits_counts_as_cancelled() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .clock(TokioClock::starting_at(0))
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::per_ip(per_ip)
+        .shape(Duration::from_millis(1500), 1)
+        .layer(ok());
+    let a = || get(Some("192.0.2.1:1000"), Method::GET, "/");
+    assert_eq!(status(&service, a()).await, 200);
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), status(&service, a())).await;
+    assert!(
+        gave_up.is_err(),
+        "the shaped request waits for the next window"
+    );
+    assert_eq!(
+        recorded(&snapshotter),
+        expected(&[
+            ("floodgate_decision_seconds{limiter=default}", 2),
+            (
+                "floodgate_requests_total{limiter=default,outcome=allowed}",
+                1
+            ),
+            (
+                "floodgate_requests_total{limiter=default,outcome=cancelled}",
+                1
+            ),
+        ])
+    );
+    // The place it held is free: the next one waits and is served.
+    assert_eq!(status(&service, a()).await, 200);
+    assert_eq!(
+        recorded(&snapshotter),
+        expected(&[
+            ("floodgate_decision_seconds{limiter=default}", 1),
+            (
+                "floodgate_requests_total{limiter=default,outcome=delayed}",
+                1
+            ),
+        ])
+    );
+}
+
+/// A limiter whose decisions are a round trip away ([`Decided::Later`], as memcached's): the
+/// layer awaits them, and shapes a denial on tokio's timer.
+struct Remote(Keyed<floodgate::IpKey, FixedWindow, TokioClock>);
+
+impl floodgate::middleware::KeyedLimiter<floodgate::IpKey> for Remote {
+    fn try_acquire(
+        &self,
+        key: &floodgate::IpKey,
+        n: u32,
+    ) -> Result<floodgate::Decision, floodgate::AcquireError> {
+        self.0.try_acquire(key, n)
+    }
+
+    fn check_permits(&self, n: u32) -> Result<(), floodgate::AcquireError> {
+        floodgate::middleware::KeyedLimiter::check_permits(&self.0, n)
+    }
+
+    fn clock(&self) -> &dyn floodgate::Clock {
+        floodgate::middleware::KeyedLimiter::clock(&self.0)
+    }
+
+    fn decide(self: &Arc<Self>, key: &floodgate::IpKey, n: u32) -> floodgate::middleware::Decided {
+        let decided = self.0.try_acquire(key, n);
+        floodgate::middleware::Decided::Later(Box::pin(async move {
+            tokio::task::yield_now().await;
+            decided
+        }))
+    }
+}
+
+/// As above, for a decision made a round trip away: dropped while it waits to be shaped, it
+/// ends as `cancelled`; dropped before its decision came back, it was never decided and counts
+/// nowhere.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_remote_decision_dropped_while_it_waits_counts_as_cancelled() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .clock(TokioClock::starting_at(0))
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::per_ip(Remote(per_ip))
+        .shape(Duration::from_millis(1500), 1)
+        .layer(ok());
+    let a = || get(Some("192.0.2.1:1000"), Method::GET, "/");
+    assert_eq!(status(&service, a()).await, 200);
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), status(&service, a())).await;
+    assert!(
+        gave_up.is_err(),
+        "the shaped request waits for the next window"
+    );
+    assert_eq!(
+        recorded(&snapshotter),
+        expected(&[
+            ("floodgate_decision_seconds{limiter=default}", 2),
+            (
+                "floodgate_requests_total{limiter=default,outcome=allowed}",
+                1
+            ),
+            (
+                "floodgate_requests_total{limiter=default,outcome=cancelled}",
+                1
+            ),
+        ])
+    );
+    // Dropped before the round trip ends: not decided, not counted.
+    let mut pending = Box::pin(service.clone().oneshot(a()));
+    assert!(futures_poll_once(pending.as_mut()).await.is_none());
+    drop(pending);
+    assert_eq!(recorded(&snapshotter), expected(&[]));
+}
+
+/// Polls `future` once: its output if it was ready.
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut future: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut future).poll(cx) {
+            std::task::Poll::Ready(output) => Some(output),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}

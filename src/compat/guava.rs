@@ -44,16 +44,24 @@ pub trait GuavaRateLimiter: Limiter + sealed::Smooth {
     /// The permits are granted at once whatever their number; the next caller pays for them.
     ///
     /// # Errors
-    /// [`AcquireError::ZeroPermits`] for `permits = 0` (Guava: `IllegalArgumentException`).
+    /// [`AcquireError::ZeroPermits`] for `permits = 0` (Guava: `IllegalArgumentException`);
+    /// [`AcquireError::BookingTooLong`] for a booking of more than a year (Guava books it);
+    /// [`AcquireError::PastEndOfTime`] for a wait that would end past the end of the clock's
+    /// timeline (Guava sleeps until `Long.MAX_VALUE` µs, as after a `Double.MIN_VALUE` rate).
+    /// Nothing is booked on an error.
     ///
     /// ```
     /// use floodgate::compat::guava::GuavaRateLimiter;
-    /// use floodgate::{ManualClock, SmoothWarmingUp};
+    /// use floodgate::{AcquireError, ManualClock, SmoothBursty, SmoothWarmingUp};
     /// use std::time::Duration;
     /// let clock = ManualClock::new();
     /// let limiter = SmoothWarmingUp::create_with_clock(2.0, Duration::from_secs(4), clock)?;
     /// assert_eq!(limiter.acquire_permits(1)?, 0.0);
     /// assert!(limiter.acquire_permits(1)? > 0.5); // cold: slower than 1 / 2.0
+    /// assert!(matches!(limiter.acquire_permits(u32::MAX), Err(AcquireError::BookingTooLong { .. })));
+    /// let never = SmoothBursty::create_with_clock(f64::MIN_POSITIVE, ManualClock::new())?;
+    /// assert_eq!(never.acquire_permits(1)?, 0.0); // free, then never again
+    /// assert!(matches!(never.acquire_permits(1), Err(AcquireError::PastEndOfTime { .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn acquire_permits(&self, permits: u32) -> Result<f64, AcquireError> {
@@ -66,16 +74,27 @@ pub trait GuavaRateLimiter: Limiter + sealed::Smooth {
     /// returns `false` at once and changes nothing.
     ///
     /// # Errors
-    /// [`AcquireError::ZeroPermits`] for `permits = 0`.
+    /// [`AcquireError::ZeroPermits`] for `permits = 0` (Guava: `IllegalArgumentException`);
+    /// [`AcquireError::BookingTooLong`] for a booking of more than a year;
+    /// [`AcquireError::PastEndOfTime`] when the limiter is free within `timeout` only after the
+    /// end of the clock's timeline (a `false` would say the timeout was too short). Nothing is
+    /// booked on an error.
     ///
     /// ```
     /// use floodgate::compat::guava::GuavaRateLimiter;
-    /// use floodgate::{ManualClock, SmoothBursty};
+    /// use floodgate::{AcquireError, ManualClock, SmoothBursty};
     /// use std::time::Duration;
     /// let limiter = SmoothBursty::create_with_clock(5.0, ManualClock::new())?;
     /// assert!(limiter.try_acquire_timeout(1, Duration::ZERO)?);
     /// assert!(!limiter.try_acquire_timeout(1, Duration::ZERO)?);
     /// assert!(limiter.try_acquire_timeout(1, Duration::from_millis(200))?);
+    /// let never = SmoothBursty::create_with_clock(f64::MIN_POSITIVE, ManualClock::new())?;
+    /// assert!(never.try_acquire_timeout(1, Duration::ZERO)?);
+    /// assert!(!never.try_acquire_timeout(1, Duration::from_secs(3600))?);
+    /// assert!(matches!(
+    ///     never.try_acquire_timeout(1, Duration::MAX),
+    ///     Err(AcquireError::PastEndOfTime { .. })
+    /// ));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn try_acquire_timeout(&self, permits: u32, timeout: Duration) -> Result<bool, AcquireError> {

@@ -16,7 +16,7 @@ use super::response::{Hold, RateLimitBody, Stamp, denied, pass_through, server_e
 use super::{Decided, KeyExtractor, KeyedLimiter, MissingKey};
 use crate::async_acquire::wait_for_grant;
 use crate::decision::{AcquireError, Decision};
-use crate::observe::{RequestOutcome, Timer};
+use crate::observe::{RequestOutcome, Timer, Unended};
 
 pub(super) const NO_KEY: &str = "floodgate::middleware: a request had no rate-limit key and was answered \
     500 (MissingKey::Reject). For per-IP limits the server must record peer addresses: serve \
@@ -274,6 +274,8 @@ impl<S, L, X> RateLimit<S, L, X> {
         let shared = Arc::clone(&self.shared);
         let max_delay = settings.shaping.map(|s| s.max_delay);
         let path = event_path(&request);
+        // Decided, not yet ended: `cancelled` if this future is dropped while it waits.
+        let unended = Unended::new(&settings.observer);
         Box::pin(async move {
             let waited = wait_for_grant(limiter.clock(), max_delay, denial, || {
                 limiter.try_acquire(&key, settings.permits)
@@ -292,11 +294,11 @@ impl<S, L, X> RateLimit<S, L, X> {
                     };
                     let observer = &stamp.settings.observer;
                     if !allowed {
-                        observer.ended(RequestOutcome::Denied);
+                        unended.end(RequestOutcome::Denied);
                         observer.denied(stamp.settings.policy.name(), &path, stamp.decision);
                         return Ok(denied(&stamp));
                     }
-                    observer.ended(RequestOutcome::Delayed);
+                    unended.end(RequestOutcome::Delayed);
                     let stamp = stamp.settings.headers_on_allowed.then_some(stamp);
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     Ok(pass_through(
@@ -306,7 +308,7 @@ impl<S, L, X> RateLimit<S, L, X> {
                     ))
                 }
                 Err(error) => {
-                    settings.observer.ended(RequestOutcome::NeverGranted);
+                    unended.end(RequestOutcome::NeverGranted);
                     log_once(&shared.logged_never_granted, &settings, NeverGranted(error));
                     Ok(server_error())
                 }
@@ -358,14 +360,16 @@ impl<S, L, X> RateLimit<S, L, X> {
             let checked = decision.await;
             let observer = &settings.observer;
             observer.decided(timer);
-            let never_granted = |error| {
-                observer.ended(RequestOutcome::NeverGranted);
+            // Decided, not yet ended: `cancelled` if this future is dropped while it waits.
+            let unended = Unended::new(observer);
+            let never_granted = |unended: Unended, error| {
+                unended.end(RequestOutcome::NeverGranted);
                 log_once(&shared.logged_never_granted, &settings, NeverGranted(error));
                 Ok(server_error())
             };
             let mut decision = match checked {
                 Ok(decision) => decision,
-                Err(error) => return never_granted(error),
+                Err(error) => return never_granted(unended, error),
             };
             let mut delayed = false;
             let shaping = settings.shaping.filter(|shaping| {
@@ -387,7 +391,7 @@ impl<S, L, X> RateLimit<S, L, X> {
                         };
                         decision = match checked {
                             Ok(decision) => decision,
-                            Err(error) => return never_granted(error),
+                            Err(error) => return never_granted(unended, error),
                         };
                     }
                     // The waiting is over: the place is free for the next shaped request.
@@ -405,11 +409,11 @@ impl<S, L, X> RateLimit<S, L, X> {
                 pk,
             };
             if !decision.is_allowed() {
-                observer.ended(RequestOutcome::Denied);
+                unended.end(RequestOutcome::Denied);
                 observer.denied(settings.policy.name(), &path, decision);
                 return Ok(denied(&stamp));
             }
-            observer.ended(if delayed {
+            unended.end(if delayed {
                 RequestOutcome::Delayed
             } else {
                 RequestOutcome::Allowed

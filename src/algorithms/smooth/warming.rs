@@ -77,7 +77,8 @@ impl SmoothWarmingUp<QuantaClock> {
     ///
     /// # Errors
     /// [`ConfigError::InvalidNumber`] for a rate that is zero, negative or NaN;
-    /// [`ConfigError::DurationOverflow`] for a warm-up above 2⁵² µs;
+    /// [`ConfigError::DurationOutOfRange`] (`what: "warm-up"`) for a warm-up above 2⁵² µs
+    /// (142 years);
     /// [`ConfigError::Invalid`] for a finite rate so high that the warm-up would hold more than
     /// `f64::MAX` permits.
     ///
@@ -85,6 +86,8 @@ impl SmoothWarmingUp<QuantaClock> {
     /// use std::time::Duration;
     /// let limiter = floodgate::SmoothWarmingUp::create(5.0, Duration::from_secs(5)).unwrap();
     /// assert_eq!(limiter.rate(), 5.0);
+    /// let err = floodgate::SmoothWarmingUp::create(5.0, Duration::MAX).unwrap_err();
+    /// assert!(matches!(err, floodgate::ConfigError::DurationOutOfRange { what: "warm-up", .. }));
     /// ```
     pub fn create(permits_per_second: f64, warmup: Duration) -> Result<Self, ConfigError> {
         Self::create_with_clock(permits_per_second, warmup, QuantaClock::new())
@@ -140,11 +143,16 @@ impl<C: Clock> SmoothWarmingUp<C> {
                 expected: "finite and at least 1",
             });
         }
-        let warmup = warmup.as_micros();
-        if warmup > MAX_WARMUP_MICROS {
-            return Err(ConfigError::DurationOverflow);
+        let warmup_micros = warmup.as_micros();
+        if warmup_micros > MAX_WARMUP_MICROS {
+            return Err(ConfigError::DurationOutOfRange {
+                what: "warm-up",
+                value: warmup,
+                min: Duration::ZERO,
+                max: Duration::from_micros(MAX_WARMUP_MICROS as u64),
+            });
         }
-        let warmup_micros = warmup as f64;
+        let warmup_micros = warmup_micros as f64;
         let setting = check_warming(parse_rate(permits_per_second)?, warmup_micros, cold_factor)?;
         let (interval, infinite) = match setting {
             RateSetting::Finite(interval) => (interval, false),
