@@ -637,3 +637,44 @@ async fn a_window_lease_on_a_count_below_zero_fails_and_grants_nothing() {
     let aligned = FixedWindow::aligned(10, Duration::from_secs(60)).unwrap();
     a_lease_on_a_bad_value_fails(&server, aligned, count, &negative, what).await;
 }
+
+/// An aligned window's key lost during a lease (deleted, evicted under `maxmemory`, a failover
+/// to a replica that missed the write, a restart without persistence) and counted up again in
+/// the same window to the very count the lease wrote: the old lease's refund must not land in
+/// the new key, which never counted its permits. Landing, it lowered the new key's count by 7
+/// permits it had handed out (by another process's lease, or per call), and the window admitted
+/// 7 more than the limit on top of what the new key counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aligned_window_refund_never_lands_in_a_key_lost_and_counted_up_again() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let policy = FailurePolicy::FailClosed;
+    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "leasel", aligned, policy).unwrap());
+    let key = limiter.redis_keys("k")[0].clone();
+
+    // Re-created per call: 8 permits, the count the lease wrote.
+    let first = LeasedKey::new(limiter.clone(), "k");
+    assert!(first.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(first.counts().held, 7);
+    server.cli(&["DEL", &key]);
+    assert!(limiter.try_acquire("k", 8).await.unwrap().is_allowed());
+    assert_eq!(first.release().await.unwrap(), 0, "refunded into a new key");
+    assert_eq!(first.counts().stranded, 7);
+    // The new key counted 8: 92 left, not 99.
+    assert!(!limiter.try_acquire("k", 93).await.unwrap().is_allowed());
+    assert!(limiter.try_acquire("k", 92).await.unwrap().is_allowed());
+
+    // Re-created by another process's lease (another `LeasedKey`) of the same size.
+    server.cli(&["DEL", &key]);
+    let one = LeasedKey::new(limiter.clone(), "k");
+    let other = LeasedKey::new(limiter.clone(), "k");
+    assert!(one.try_acquire(1).await.unwrap().is_allowed());
+    server.cli(&["DEL", &key]);
+    assert!(other.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(one.release().await.unwrap(), 0, "refunded into a new key");
+    // The other lease's own refund still lands: nothing was decided on its key since.
+    assert_eq!(other.release().await.unwrap(), 7);
+    assert!(!limiter.try_acquire("k", 100).await.unwrap().is_allowed());
+    assert!(limiter.try_acquire("k", 99).await.unwrap().is_allowed());
+}
