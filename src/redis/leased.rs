@@ -84,8 +84,10 @@ impl sealed::LeaseScript for Gcra {
 impl LeaseAlgorithm for Gcra {}
 
 /// A lease is counted in the current window and ends with it. An aligned window's lease is
-/// refunded only from the exact window index and count it wrote; an anchored window's is never
-/// refunded (a new window's counter can reach the same count: its permits die with the window).
+/// refunded only from the exact window index, count and stamp it wrote (the grant's server
+/// time, kept in the hash: a hash lost and counted up again in the same window to the same
+/// count has no stamp, or another lease's); an anchored window's is never refunded (a new
+/// window's counter can reach the same count: its permits die with the window).
 /// A refund by window index alone (whatever was counted since) would strand less, but it is
 /// not idempotent (a refund re-sent after a lost reply, as the cluster client does, would lower
 /// the count twice) and would land in a key lost and re-created in the same window: both
@@ -106,7 +108,8 @@ impl sealed::LeaseScript for FixedWindow {
     }
 
     fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4] {
-        [receipt[1], receipt[0], unused, 0]
+        // The lease's stamp and count, and the window in µs (as the per-call script gets it).
+        [receipt[1], receipt[0], unused, self.args(1)[1]]
     }
 
     fn ends_with_window(&self) -> bool {
@@ -944,7 +947,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             reset,
             granted,
             word,
-            index,
+            stamp,
             now,
         ] = reply.as_slice()
         else {
@@ -957,7 +960,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let granted = u32::try_from(granted).map_err(|_| protocol())?;
         let receipt = [
             u64::try_from(word).map_err(|_| protocol())?,
-            u64::try_from(index).map_err(|_| protocol())?,
+            u64::try_from(stamp).map_err(|_| protocol())?,
         ];
         if decision.is_allowed() != (granted > 0) || (granted > 0 && !(n..=want).contains(&granted))
         {
