@@ -679,3 +679,78 @@ async fn an_aligned_window_refund_never_lands_in_a_key_lost_and_counted_up_again
     assert!(limiter.try_acquire("j", 99).await.unwrap().is_allowed());
     assert!(!limiter.try_acquire("j", 1).await.unwrap().is_allowed());
 }
+
+/// Three `LeasedKey`s ("processes": leases of at most 1, 5 and the default) and per-call
+/// decisions share one key, with requests of 1 to 12 permits (above the smaller lease sizes):
+/// a frozen bucket and a window no run straddles are never passed, and every permit Redis no
+/// longer holds was handed to a caller or is counted as stranded, exactly. A `LeasedKey` of
+/// `max_lease` 1 decides every call per call.
+async fn mixed_requests_on_one_key<A: LeaseAlgorithm>(server: &RedisServer, algorithm: A) {
+    const LIMIT: u32 = 600;
+    let backend = backend(server).await;
+    let policy = FailurePolicy::FailClosed;
+    // The probe at the end asks Redis, not this process's deny cache.
+    let probe = RedisLimiter::new(&backend, "mixed", algorithm.clone(), policy).unwrap();
+    let probe = probe.with_deny_cache(None).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "mixed", algorithm, policy).unwrap());
+    let keys: Vec<_> = [1, 5, LeasedKey::<A>::DEFAULT_MAX_LEASE]
+        .into_iter()
+        .map(|max| {
+            let leased = LeasedKey::new(limiter.clone(), "k").with_max_lease(max);
+            Arc::new(leased.unwrap())
+        })
+        .collect();
+    let tasks: Vec<_> = (0..6u32)
+        .map(|t| {
+            let leased = Arc::clone(&keys[t as usize % 3]);
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for i in 0..150u32 {
+                    let n = 1 + (t * 7 + i * 5) % 12;
+                    let decision = if i % 10 == 9 {
+                        limiter.try_acquire("k", n).await.unwrap()
+                    } else {
+                        leased.try_acquire(n).await.unwrap()
+                    };
+                    if decision.is_allowed() {
+                        admitted += u64::from(n);
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    let mut stranded = 0;
+    for leased in &keys {
+        leased.release().await.unwrap();
+        stranded += leased.counts().stranded;
+    }
+    let single = keys[0].counts();
+    assert_eq!((single.leases, single.stranded), (0, 0), "{single:?}");
+    assert!(single.exact > 0, "{single:?}");
+    assert_eq!(limiter.failures().total(), 0);
+    assert!(admitted <= u64::from(LIMIT), "over the limit: {admitted}");
+    // 5,400 permits asked of 600: the limit was reached (every permit taken).
+    let probe = probe.try_acquire_outcome("k", LIMIT).await.unwrap();
+    assert!(!probe.decision().is_allowed(), "{probe:?}");
+    let taken = u64::from(LIMIT) - probe.decision().remaining();
+    println!("admitted {admitted}, stranded {stranded}, taken {taken}: {:?}", keys[2].counts());
+    assert_eq!(
+        taken,
+        admitted + stranded,
+        "Redis lost {taken}; admitted {admitted}, stranded {stranded}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_leased_keys_with_requests_above_the_lease_never_pass_the_limit() {
+    let server = RedisServer::start();
+    mixed_requests_on_one_key(&server, Gcra::new(Rate::per_hour(1), 600).unwrap()).await;
+    let server = RedisServer::start();
+    mixed_requests_on_one_key(&server, FixedWindow::aligned(600, FIFTY_YEARS).unwrap()).await;
+}
