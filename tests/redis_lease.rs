@@ -754,3 +754,36 @@ async fn several_leased_keys_with_requests_above_the_lease_never_pass_the_limit(
     let server = RedisServer::start();
     mixed_requests_on_one_key(&server, FixedWindow::aligned(600, FIFTY_YEARS).unwrap()).await;
 }
+
+/// A refund that finds its key gone (expired, deleted, evicted) gives nothing back and creates
+/// no key (none without a TTL, none at all); one that lands leaves the key's TTL in place.
+async fn a_refund_to_a_gone_key_creates_nothing<A: LeaseAlgorithm>(
+    server: &RedisServer,
+    algorithm: A,
+) {
+    let backend = backend(server).await;
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "gone", algorithm, policy).unwrap());
+    let key = limiter.redis_keys("k")[0].clone();
+    let leased = LeasedKey::new(limiter.clone(), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    server.cli(&["DEL", &key]);
+    assert_eq!(leased.release().await.unwrap(), 0);
+    assert_eq!(server.cli(&["EXISTS", &key]), "0", "a refund created {key}");
+    assert_eq!(leased.counts().stranded, 7);
+    // Landing: the key keeps a TTL.
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.release().await.unwrap(), 7);
+    let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
+    assert!(ttl > 0, "{key} left with PTTL {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_to_a_gone_key_gives_nothing_and_creates_no_key() {
+    let server = RedisServer::start();
+    a_refund_to_a_gone_key_creates_nothing(&server, Gcra::new(Rate::per_hour(1), 100).unwrap())
+        .await;
+    let server = RedisServer::start();
+    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    a_refund_to_a_gone_key_creates_nothing(&server, aligned).await;
+}
