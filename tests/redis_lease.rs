@@ -787,3 +787,34 @@ async fn a_refund_to_a_gone_key_gives_nothing_and_creates_no_key() {
     let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
     a_refund_to_a_gone_key_creates_nothing(&server, aligned).await;
 }
+
+/// `stranded_bound` bounds the permits a `LeasedKey` holds at once, not the under-admission it
+/// leaves behind: each lease whose refund cannot land (another process decided on the key
+/// first) strands its unserved permits, which stay taken until the bucket's time passes them.
+/// Three leases expiring unused, each after another process's decision, strand 7 + 3 + 1
+/// permits of a bound of 7, and Redis still counts them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stranded_permits_add_up_past_the_stranded_bound() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let clock = ManualClock::new();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "strand", gcra, policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap());
+    let leased = LeasedKey::new(limiter.clone(), "k").with_max_lease(8).unwrap();
+    assert_eq!(leased.stranded_bound(), 7);
+    for _ in 0..3 {
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+        // Another process decides on the key: the lease's refund can no longer be exact.
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+        clock.advance(leased.lifetime());
+    }
+    assert_eq!(leased.release().await.unwrap(), 0);
+    let counts = leased.counts();
+    assert_eq!((counts.leased, counts.held, counts.stranded), (14, 0, 11));
+    assert!(counts.stranded > leased.stranded_bound(), "{counts:?}");
+    // Redis counts 3 served, 3 per call and the 11 stranded: 83 left.
+    let last = limiter.try_acquire_outcome("k", 100).await.unwrap();
+    assert_eq!(last.decision().remaining(), 83, "{last:?}");
+}

@@ -509,9 +509,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
 
     /// The most permits this key holds in its lease at once, taken from Redis and not yet
     /// served: [`max_lease`](Self::max_lease) − 1 (a lease serves its first request at once;
-    /// `max_lease` is at most the limit). It bounds this
-    /// process's share of the under-admission at any time, and of the over-admission in any
-    /// span (see [the bound](Self#the-bound)).
+    /// `max_lease` is at most the limit). It bounds this process's share of the over-admission
+    /// in any span (see [the bound](Self#the-bound)), and the permits it holds at any time.
+    ///
+    /// It does **not** bound [`counts`](Self::counts)`().stranded`, nor the under-admission this
+    /// key leaves behind: each lease whose unserved permits could not be given back (another
+    /// decision on the key came first, or the refund failed) strands them, and they stay taken
+    /// (a bucket's until its time passes them, a window's until it ends); leases stranded one
+    /// after another add up past this bound.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
