@@ -818,3 +818,27 @@ async fn stranded_permits_add_up_past_the_stranded_bound() {
     let last = limiter.try_acquire_outcome("k", 100).await.unwrap();
     assert_eq!(last.decision().remaining(), 83, "{last:?}");
 }
+
+/// An aligned window's refund that arrives after its window rolled over (on the server) never
+/// lands in the next window, even where the next window's count reached the lease's count and
+/// the hash still holds the lease's stamp (a per-call decision rolling the window rewrites only
+/// the index and the count). The roll-over is written into the hash by hand: the next window
+/// of a 50-year window cannot be waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aligned_window_refund_never_lands_in_the_next_window() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let policy = FailurePolicy::FailClosed;
+    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "leaser", aligned, policy).unwrap());
+    let key = limiter.redis_keys("k")[0].clone();
+    let leased = LeasedKey::new(limiter.clone(), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let index: u64 = server.cli(&["HGET", &key, "i"]).parse().unwrap();
+    assert_eq!(server.cli(&["HGET", &key, "c"]), "8");
+    let next = (index + 1).to_string();
+    server.cli(&["HSET", &key, "i", &next]);
+    assert_eq!(leased.release().await.unwrap(), 0, "refunded into the next window");
+    assert_eq!(server.cli(&["HGET", &key, "c"]), "8");
+    assert_eq!(server.cli(&["HGET", &key, "i"]), next);
+}
