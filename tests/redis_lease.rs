@@ -842,3 +842,24 @@ async fn an_aligned_window_refund_never_lands_in_the_next_window() {
     assert_eq!(server.cli(&["HGET", &key, "c"]), "8");
     assert_eq!(server.cli(&["HGET", &key, "i"]), next);
 }
+
+/// A `LeasedKey` dropped holding permits gives nothing back (dropping sends nothing): Redis
+/// still counts the whole lease; `release` first gives the unserved permits back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_leased_key_gives_nothing_back_release_does() {
+    let server = RedisServer::start();
+    let limiter = frozen_still(&backend(&server).await, 100);
+    let dropped = LeasedKey::new(limiter.clone(), "k");
+    assert!(dropped.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(dropped.counts().held, 7);
+    drop(dropped);
+    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
+    assert_eq!(probe.decision().remaining(), 92, "{probe:?}");
+
+    let released = LeasedKey::new(limiter.clone(), "j");
+    assert!(released.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(released.release().await.unwrap(), 7);
+    drop(released);
+    let probe = limiter.try_acquire_outcome("j", 100).await.unwrap();
+    assert_eq!(probe.decision().remaining(), 99, "{probe:?}");
+}

@@ -662,8 +662,10 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
 
     /// Gives the unserved permits of the current lease back to Redis (exactly, or not at all:
     /// see [`LeasedKey`]) and drops the lease; the next call takes a new one. Returns the
-    /// permits given back. Call it before the process stops serving the key; a lease not
-    /// released expires with its [`lifetime`](Self::lifetime).
+    /// permits given back. Call it before the process stops serving the key (before a
+    /// `LeasedKey` holding permits is dropped): dropping one sends nothing, so the unserved
+    /// permits of its lease are not given back. They stay taken in Redis (a bucket's until its
+    /// time passes them, a window's until the window ends), and no count reports them.
     ///
     /// # Errors
     /// [`RequestError::Runtime`] outside a tokio runtime.
