@@ -739,7 +739,10 @@ async fn mixed_requests_on_one_key<A: LeaseAlgorithm>(server: &RedisServer, algo
     let probe = probe.try_acquire_outcome("k", LIMIT).await.unwrap();
     assert!(!probe.decision().is_allowed(), "{probe:?}");
     let taken = u64::from(LIMIT) - probe.decision().remaining();
-    println!("admitted {admitted}, stranded {stranded}, taken {taken}: {:?}", keys[2].counts());
+    println!(
+        "admitted {admitted}, stranded {stranded}, taken {taken}: {:?}",
+        keys[2].counts()
+    );
     assert_eq!(
         taken,
         admitted + stranded,
@@ -802,7 +805,9 @@ async fn stranded_permits_add_up_past_the_stranded_bound() {
     let policy = FailurePolicy::FailClosed;
     let limiter = RedisLimiter::with_clock(&backend, "strand", gcra, policy, clock.clone());
     let limiter = Arc::new(limiter.unwrap());
-    let leased = LeasedKey::new(limiter.clone(), "k").with_max_lease(8).unwrap();
+    let leased = LeasedKey::new(limiter.clone(), "k")
+        .with_max_lease(8)
+        .unwrap();
     assert_eq!(leased.stranded_bound(), 7);
     for _ in 0..3 {
         assert!(leased.try_acquire(1).await.unwrap().is_allowed());
@@ -838,7 +843,11 @@ async fn an_aligned_window_refund_never_lands_in_the_next_window() {
     assert_eq!(server.cli(&["HGET", &key, "c"]), "8");
     let next = (index + 1).to_string();
     server.cli(&["HSET", &key, "i", &next]);
-    assert_eq!(leased.release().await.unwrap(), 0, "refunded into the next window");
+    assert_eq!(
+        leased.release().await.unwrap(),
+        0,
+        "refunded into the next window"
+    );
     assert_eq!(server.cli(&["HGET", &key, "c"]), "8");
     assert_eq!(server.cli(&["HGET", &key, "i"]), next);
 }

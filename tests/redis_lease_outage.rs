@@ -198,7 +198,8 @@ async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_ne
     let clock = ManualClock::new();
     let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
     let policy = FailurePolicy::FailClosed;
-    let limiter = RedisLimiter::with_clock(&backend, "restart", gcra.clone(), policy, clock.clone());
+    let limiter =
+        RedisLimiter::with_clock(&backend, "restart", gcra.clone(), policy, clock.clone());
     let limiter = Arc::new(limiter.unwrap().with_breaker(None));
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
@@ -224,7 +225,13 @@ async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_ne
     let ready = RedisLimiter::new(&backend, "ready", gcra, FailurePolicy::FailClosed).unwrap();
     let ready = ready.with_breaker(None);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while ready.try_acquire_outcome("k", 1).await.unwrap().failure().is_some() {
+    while ready
+        .try_acquire_outcome("k", 1)
+        .await
+        .unwrap()
+        .failure()
+        .is_some()
+    {
         assert!(Instant::now() < deadline, "Redis never answered again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
