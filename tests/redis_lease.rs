@@ -637,3 +637,238 @@ async fn a_window_lease_on_a_count_below_zero_fails_and_grants_nothing() {
     let aligned = FixedWindow::aligned(10, Duration::from_secs(60)).unwrap();
     a_lease_on_a_bad_value_fails(&server, aligned, count, &negative, what).await;
 }
+
+/// An aligned window's key lost during a lease (deleted, evicted under `maxmemory`, a failover
+/// to a replica that missed the write, a restart without persistence) and counted up again in
+/// the same window to the very count the lease wrote: the old lease's refund must not land in
+/// the new key, which never counted its permits. Landing, it lowered the new key's count by 7
+/// permits it had handed out (by another process's lease, or per call), and the window admitted
+/// 7 more than the limit on top of what the new key counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aligned_window_refund_never_lands_in_a_key_lost_and_counted_up_again() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let policy = FailurePolicy::FailClosed;
+    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "leasel", aligned, policy).unwrap());
+    let key = limiter.redis_keys("k")[0].clone();
+
+    // Re-created per call: 8 permits, the count the lease wrote.
+    let first = LeasedKey::new(limiter.clone(), "k");
+    assert!(first.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(first.counts().held, 7);
+    server.cli(&["DEL", &key]);
+    assert!(limiter.try_acquire("k", 8).await.unwrap().is_allowed());
+    assert_eq!(first.release().await.unwrap(), 0, "refunded into a new key");
+    assert_eq!(first.counts().stranded, 7);
+    // The new key counted 8: 92 left, not 99.
+    assert!(!limiter.try_acquire("k", 93).await.unwrap().is_allowed());
+    assert!(limiter.try_acquire("k", 92).await.unwrap().is_allowed());
+
+    // Re-created by another process's lease (another `LeasedKey`) of the same size (another
+    // limiter key: the deny cache holds the denial of 93 above).
+    let key = limiter.redis_keys("j")[0].clone();
+    let one = LeasedKey::new(limiter.clone(), "j");
+    let other = LeasedKey::new(limiter.clone(), "j");
+    assert!(one.try_acquire(1).await.unwrap().is_allowed());
+    server.cli(&["DEL", &key]);
+    assert!(other.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(one.release().await.unwrap(), 0, "refunded into a new key");
+    // The other lease's own refund still lands: nothing was decided on its key since.
+    assert_eq!(other.release().await.unwrap(), 7);
+    assert!(limiter.try_acquire("j", 99).await.unwrap().is_allowed());
+    assert!(!limiter.try_acquire("j", 1).await.unwrap().is_allowed());
+}
+
+/// Three `LeasedKey`s ("processes": leases of at most 1, 5 and the default) and per-call
+/// decisions share one key, with requests of 1 to 12 permits (above the smaller lease sizes):
+/// a frozen bucket and a window no run straddles are never passed, and every permit Redis no
+/// longer holds was handed to a caller or is counted as stranded, exactly. A `LeasedKey` of
+/// `max_lease` 1 decides every call per call.
+async fn mixed_requests_on_one_key<A: LeaseAlgorithm>(server: &RedisServer, algorithm: A) {
+    const LIMIT: u32 = 600;
+    let backend = backend(server).await;
+    let policy = FailurePolicy::FailClosed;
+    // The probe at the end asks Redis, not this process's deny cache.
+    let probe = RedisLimiter::new(&backend, "mixed", algorithm.clone(), policy).unwrap();
+    let probe = probe.with_deny_cache(None).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "mixed", algorithm, policy).unwrap());
+    let keys: Vec<_> = [1, 5, LeasedKey::<A>::DEFAULT_MAX_LEASE]
+        .into_iter()
+        .map(|max| {
+            let leased = LeasedKey::new(limiter.clone(), "k").with_max_lease(max);
+            Arc::new(leased.unwrap())
+        })
+        .collect();
+    let tasks: Vec<_> = (0..6u32)
+        .map(|t| {
+            let leased = Arc::clone(&keys[t as usize % 3]);
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for i in 0..150u32 {
+                    let n = 1 + (t * 7 + i * 5) % 12;
+                    let decision = if i % 10 == 9 {
+                        limiter.try_acquire("k", n).await.unwrap()
+                    } else {
+                        leased.try_acquire(n).await.unwrap()
+                    };
+                    if decision.is_allowed() {
+                        admitted += u64::from(n);
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    let mut stranded = 0;
+    for leased in &keys {
+        leased.release().await.unwrap();
+        stranded += leased.counts().stranded;
+    }
+    let single = keys[0].counts();
+    assert_eq!((single.leases, single.stranded), (0, 0), "{single:?}");
+    assert!(single.exact > 0, "{single:?}");
+    assert_eq!(limiter.failures().total(), 0);
+    assert!(admitted <= u64::from(LIMIT), "over the limit: {admitted}");
+    // 5,400 permits asked of 600: the limit was reached (every permit taken).
+    let probe = probe.try_acquire_outcome("k", LIMIT).await.unwrap();
+    assert!(!probe.decision().is_allowed(), "{probe:?}");
+    let taken = u64::from(LIMIT) - probe.decision().remaining();
+    println!(
+        "admitted {admitted}, stranded {stranded}, taken {taken}: {:?}",
+        keys[2].counts()
+    );
+    assert_eq!(
+        taken,
+        admitted + stranded,
+        "Redis lost {taken}; admitted {admitted}, stranded {stranded}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_leased_keys_with_requests_above_the_lease_never_pass_the_limit() {
+    let server = RedisServer::start();
+    mixed_requests_on_one_key(&server, Gcra::new(Rate::per_hour(1), 600).unwrap()).await;
+    let server = RedisServer::start();
+    mixed_requests_on_one_key(&server, FixedWindow::aligned(600, FIFTY_YEARS).unwrap()).await;
+}
+
+/// A refund that finds its key gone (expired, deleted, evicted) gives nothing back and creates
+/// no key (none without a TTL, none at all); one that lands leaves the key's TTL in place.
+async fn a_refund_to_a_gone_key_creates_nothing<A: LeaseAlgorithm>(
+    server: &RedisServer,
+    algorithm: A,
+) {
+    let backend = backend(server).await;
+    let policy = FailurePolicy::FailClosed;
+    let limiter = Arc::new(RedisLimiter::new(&backend, "gone", algorithm, policy).unwrap());
+    let key = limiter.redis_keys("k")[0].clone();
+    let leased = LeasedKey::new(limiter.clone(), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    server.cli(&["DEL", &key]);
+    assert_eq!(leased.release().await.unwrap(), 0);
+    assert_eq!(server.cli(&["EXISTS", &key]), "0", "a refund created {key}");
+    assert_eq!(leased.counts().stranded, 7);
+    // Landing: the key keeps a TTL.
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.release().await.unwrap(), 7);
+    let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
+    assert!(ttl > 0, "{key} left with PTTL {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_to_a_gone_key_gives_nothing_and_creates_no_key() {
+    let server = RedisServer::start();
+    a_refund_to_a_gone_key_creates_nothing(&server, Gcra::new(Rate::per_hour(1), 100).unwrap())
+        .await;
+    let server = RedisServer::start();
+    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    a_refund_to_a_gone_key_creates_nothing(&server, aligned).await;
+}
+
+/// `stranded_bound` bounds the permits a `LeasedKey` holds at once, not the under-admission it
+/// leaves behind: each lease whose refund cannot land (another process decided on the key
+/// first) strands its unserved permits, which stay taken until the bucket's time passes them.
+/// Three leases expiring unused, each after another process's decision, strand 7 + 3 + 1
+/// permits of a bound of 7, and Redis still counts them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stranded_permits_add_up_past_the_stranded_bound() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let clock = ManualClock::new();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "strand", gcra, policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap());
+    let leased = LeasedKey::new(limiter.clone(), "k")
+        .with_max_lease(8)
+        .unwrap();
+    assert_eq!(leased.stranded_bound(), 7);
+    for _ in 0..3 {
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+        // Another process decides on the key: the lease's refund can no longer be exact.
+        assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+        clock.advance(leased.lifetime());
+    }
+    assert_eq!(leased.release().await.unwrap(), 0);
+    let counts = leased.counts();
+    assert_eq!((counts.leased, counts.held, counts.stranded), (14, 0, 11));
+    assert!(counts.stranded > leased.stranded_bound(), "{counts:?}");
+    // Redis counts 3 served, 3 per call and the 11 stranded: 83 left.
+    let last = limiter.try_acquire_outcome("k", 100).await.unwrap();
+    assert_eq!(last.decision().remaining(), 83, "{last:?}");
+}
+
+/// An aligned window's refund that arrives after its window rolled over (on the server) never
+/// lands in the next window, even where the next window's count reached the lease's count and
+/// the hash still holds the lease's stamp (a per-call decision rolling the window rewrites only
+/// the index and the count). The roll-over is written into the hash by hand: the next window
+/// of a 50-year window cannot be waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aligned_window_refund_never_lands_in_the_next_window() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let policy = FailurePolicy::FailClosed;
+    let aligned = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let limiter = Arc::new(RedisLimiter::new(&backend, "leaser", aligned, policy).unwrap());
+    let key = limiter.redis_keys("k")[0].clone();
+    let leased = LeasedKey::new(limiter.clone(), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let index: u64 = server.cli(&["HGET", &key, "i"]).parse().unwrap();
+    assert_eq!(server.cli(&["HGET", &key, "c"]), "8");
+    let next = (index + 1).to_string();
+    server.cli(&["HSET", &key, "i", &next]);
+    assert_eq!(
+        leased.release().await.unwrap(),
+        0,
+        "refunded into the next window"
+    );
+    assert_eq!(server.cli(&["HGET", &key, "c"]), "8");
+    assert_eq!(server.cli(&["HGET", &key, "i"]), next);
+}
+
+/// A `LeasedKey` dropped holding permits gives nothing back (dropping sends nothing): Redis
+/// still counts the whole lease; `release` first gives the unserved permits back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_leased_key_gives_nothing_back_release_does() {
+    let server = RedisServer::start();
+    let limiter = frozen_still(&backend(&server).await, 100);
+    let dropped = LeasedKey::new(limiter.clone(), "k");
+    assert!(dropped.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(dropped.counts().held, 7);
+    drop(dropped);
+    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
+    assert_eq!(probe.decision().remaining(), 92, "{probe:?}");
+
+    let released = LeasedKey::new(limiter.clone(), "j");
+    assert!(released.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(released.release().await.unwrap(), 7);
+    drop(released);
+    let probe = limiter.try_acquire_outcome("j", 100).await.unwrap();
+    assert_eq!(probe.decision().remaining(), 99, "{probe:?}");
+}

@@ -183,3 +183,66 @@ async fn every_permit_taken_from_redis_is_handed_out_or_counted_stranded() {
         "Redis lost {taken}; admitted {admitted}: {counts:?}"
     );
 }
+
+/// Redis dies while a lease is held and comes back empty (a restart without persistence): the
+/// held permits are still served (Redis granted them), the refill during the outage is the
+/// policy's (one failure; the unserved permits it retired counted stranded, none given back),
+/// and after the restart the next lease comes from the new, empty key: nothing counted twice,
+/// no refund into the new key. Waits only for the restarted server to answer (a readiness
+/// poll, bounded as a hang guard); no outcome depends on time passing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_new_key() {
+    let mut server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter =
+        RedisLimiter::with_clock(&backend, "restart", gcra.clone(), policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap().with_breaker(None));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+
+    server.kill();
+    for _ in 0..3 {
+        let outcome = leased.try_acquire_outcome(1).await.unwrap();
+        assert!(outcome.decision().is_allowed() && outcome.failure().is_none());
+    }
+    // Five of the 4 left: a refill, which fails; the policy (fail closed) denies.
+    let outcome = leased.try_acquire_outcome(5).await.unwrap();
+    assert!(!outcome.decision().is_allowed() && outcome.failure().is_some());
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.leases, counts.held, counts.refunded, counts.stranded),
+        (1, 0, 0, 4)
+    );
+    assert_eq!(counts.served(), 4);
+    assert_eq!(limiter.failures().total(), 1);
+
+    server.restart();
+    let ready = RedisLimiter::new(&backend, "ready", gcra, FailurePolicy::FailClosed).unwrap();
+    let ready = ready.with_breaker(None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ready
+        .try_acquire_outcome("k", 1)
+        .await
+        .unwrap()
+        .failure()
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "Redis never answered again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = leased.try_acquire(1).await.unwrap();
+    assert!(next.is_allowed());
+    let counts = leased.counts();
+    assert_eq!((counts.leases, counts.stranded), (2, 4), "{counts:?}");
+    // The new key counts only the new lease.
+    let new_lease = counts.leased - 8;
+    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
+    assert!(probe.failure().is_none(), "{probe:?}");
+    assert_eq!(probe.decision().remaining(), 100 - new_lease, "{counts:?}");
+    assert_eq!(next.remaining(), 100 - 1, "{next:?}");
+}

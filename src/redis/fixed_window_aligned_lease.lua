@@ -4,9 +4,12 @@
 -- k = min(max, fit), count += k (as fixed_window_aligned.lua for n = k); else a denial for min.
 -- KEYS[1] hash {i = window index, c = count}. ARGV: limit, window in us, min, max.
 -- ARGV[5]: deadline in us on the server's clock (0: none).
--- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, count, index,
--- now_us}; allowed = 2: past the deadline, nothing changed. (count, index) is the lease's
--- receipt: what a refund (fixed_window_aligned_refund.lua) must still find.
+-- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, granted, count, now_us,
+-- now_us}; allowed = 2: past the deadline, nothing changed. (count, now_us) is the lease's
+-- receipt: what a refund (fixed_window_aligned_refund.lua) must still find. A grant stamps the
+-- hash with its own time (field l): a hash lost (deleted, evicted, a failover, a restart) and
+-- counted up again in the same window to the same count holds no stamp, or another lease's,
+-- so no refund of a lease it never counted lands in it.
 -- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
@@ -43,9 +46,9 @@ local window_end = (index + 1) * window
 local fit = limit - count
 if fit >= min then
   local k = math.min(max, fit)
-  redis.call('HSET', key, 'i', int(index), 'c', int(count + k))
+  redis.call('HSET', key, 'i', int(index), 'c', int(count + k), 'l', int(now))
   redis.call('PEXPIREAT', key, int(window_end / 1000))
-  return {1, limit, fit - k, 0, window_end - now, k, count + k, index, now}
+  return {1, limit, fit - k, 0, window_end - now, k, count + k, now, now}
 end
 if redis.call('PTTL', key) == -1 then
   redis.call('PEXPIREAT', key, int(window_end / 1000))

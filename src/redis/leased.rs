@@ -84,8 +84,10 @@ impl sealed::LeaseScript for Gcra {
 impl LeaseAlgorithm for Gcra {}
 
 /// A lease is counted in the current window and ends with it. An aligned window's lease is
-/// refunded only from the exact window index and count it wrote; an anchored window's is never
-/// refunded (a new window's counter can reach the same count: its permits die with the window).
+/// refunded only from the exact window index, count and stamp it wrote (the grant's server
+/// time, kept in the hash: a hash lost and counted up again in the same window to the same
+/// count has no stamp, or another lease's); an anchored window's is never refunded (a new
+/// window's counter can reach the same count: its permits die with the window).
 /// A refund by window index alone (whatever was counted since) would strand less, but it is
 /// not idempotent (a refund re-sent after a lost reply, as the cluster client does, would lower
 /// the count twice) and would land in a key lost and re-created in the same window: both
@@ -106,7 +108,8 @@ impl sealed::LeaseScript for FixedWindow {
     }
 
     fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4] {
-        [receipt[1], receipt[0], unused, 0]
+        // The lease's stamp and count, and the window in µs (as the per-call script gets it).
+        [receipt[1], receipt[0], unused, self.args(1)[1]]
     }
 
     fn ends_with_window(&self) -> bool {
@@ -502,9 +505,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
 
     /// The most permits this key holds in its lease at once, taken from Redis and not yet
     /// served: [`max_lease`](Self::max_lease) − 1 (a lease serves its first request at once;
-    /// `max_lease` is at most the limit). It bounds this
-    /// process's share of the under-admission at any time, and of the over-admission in any
-    /// span (see [the bound](Self#the-bound)).
+    /// `max_lease` is at most the limit). It bounds this process's share of the over-admission
+    /// in any span (see [the bound](Self#the-bound)), and the permits it holds at any time.
+    ///
+    /// It does **not** bound [`counts`](Self::counts)`().stranded`, nor the under-admission this
+    /// key leaves behind: each lease whose unserved permits could not be given back (another
+    /// decision on the key came first, or the refund failed) strands them, and they stay taken
+    /// (a bucket's until its time passes them, a window's until it ends); leases stranded one
+    /// after another add up past this bound.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
@@ -650,8 +658,10 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
 
     /// Gives the unserved permits of the current lease back to Redis (exactly, or not at all:
     /// see [`LeasedKey`]) and drops the lease; the next call takes a new one. Returns the
-    /// permits given back. Call it before the process stops serving the key; a lease not
-    /// released expires with its [`lifetime`](Self::lifetime).
+    /// permits given back. Call it before the process stops serving the key (before a
+    /// `LeasedKey` holding permits is dropped): dropping one sends nothing, so the unserved
+    /// permits of its lease are not given back. They stay taken in Redis (a bucket's until its
+    /// time passes them, a window's until the window ends), and no count reports them.
     ///
     /// # Errors
     /// [`RequestError::Runtime`] outside a tokio runtime.
@@ -940,7 +950,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             reset,
             granted,
             word,
-            index,
+            stamp,
             now,
         ] = reply.as_slice()
         else {
@@ -953,7 +963,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let granted = u32::try_from(granted).map_err(|_| protocol())?;
         let receipt = [
             u64::try_from(word).map_err(|_| protocol())?,
-            u64::try_from(index).map_err(|_| protocol())?,
+            u64::try_from(stamp).map_err(|_| protocol())?,
         ];
         if decision.is_allowed() != (granted > 0) || (granted > 0 && !(n..=want).contains(&granted))
         {
