@@ -691,43 +691,63 @@ fn a_lease_is_served_until_the_nanosecond_before_its_expiry() {
     }
 }
 
+/// A source `S` whose `take` is `F` (given the source and `take`'s arguments); the rest is the
+/// source's own: for sources that misbehave on purpose.
+struct Wrapped<S, F>(S, F);
+
+impl<S, F> LeaseSource for Wrapped<S, F>
+where
+    S: LeaseSource,
+    F: Fn(&S, u32, u32, u64) -> Result<floodgate::lease::Lease, AcquireError> + Send + Sync,
+{
+    fn take(
+        &self,
+        min: u32,
+        max: u32,
+        lifetime_nanos: u64,
+    ) -> Result<floodgate::lease::Lease, AcquireError> {
+        (self.1)(&self.0, min, max, lifetime_nanos)
+    }
+    fn take_exact(&self, n: u32) -> Result<floodgate::Decision, AcquireError> {
+        self.0.take_exact(n)
+    }
+    fn give_back(&self, lease: &floodgate::lease::Lease, unused: u32) -> bool {
+        self.0.give_back(lease, unused)
+    }
+    fn clock(&self) -> &dyn Clock {
+        self.0.clock()
+    }
+    fn limit(&self) -> u64 {
+        self.0.limit()
+    }
+    fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.0.set_limit(limit)
+    }
+}
+
 /// A source whose limit is lowered (by another thread, here by the source itself) right after
 /// it granted a lease: the stripe's decision for that lease reports at most the limit in force
 /// when it returns, as its later serves do. The lowering lands between the grant and the
 /// decision, where a concurrent `set_limit` can.
 #[test]
 fn a_lease_granted_just_before_a_lowered_limit_reports_at_most_the_new_limit() {
-    struct LowersAfterTake<S>(S);
-    impl<S: LeaseSource> LeaseSource for LowersAfterTake<S> {
-        fn take(
-            &self,
-            min: u32,
-            max: u32,
-            lifetime_nanos: u64,
-        ) -> Result<floodgate::lease::Lease, AcquireError> {
-            let lease = self.0.take(min, max, lifetime_nanos)?;
-            self.0.set_limit(10).unwrap();
-            Ok(lease)
-        }
-        fn give_back(&self, lease: &floodgate::lease::Lease, unused: u32) -> bool {
-            self.0.give_back(lease, unused)
-        }
-        fn clock(&self) -> &dyn Clock {
-            self.0.clock()
-        }
-        fn limit(&self) -> u64 {
-            self.0.limit()
-        }
-        fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-            self.0.set_limit(limit)
-        }
-    }
     let clock = ManualClock::starting_at(1_000_000_000);
     let window = AtomicLimiter::with_clock(
         FixedWindow::aligned(1_000, Duration::from_secs(1)).unwrap(),
         clock.clone(),
     );
-    let per_core = PerCore::with_stripes(LowersAfterTake(window), 1).unwrap();
+    let per_core = PerCore::with_stripes(
+        Wrapped(
+            window,
+            |source: &AtomicLimiter<FixedWindow, ManualClock>, min, max, life| {
+                let lease = source.take(min, max, life)?;
+                LeaseSource::set_limit(source, 10).unwrap();
+                Ok(lease)
+            },
+        ),
+        1,
+    )
+    .unwrap();
     let d = per_core.try_acquire_on(0, 1).unwrap();
     assert!(d.is_allowed(), "{d:?}");
     assert_eq!(d.limit(), 10);
@@ -741,38 +761,19 @@ fn a_lease_granted_just_before_a_lowered_limit_reports_at_most_the_new_limit() {
 /// exact.
 #[test]
 fn a_source_granting_fewer_than_asked_is_not_served_from() {
-    struct GrantsOne<S>(S);
-    impl<S: LeaseSource> LeaseSource for GrantsOne<S> {
-        fn take(
-            &self,
-            _min: u32,
-            _max: u32,
-            lifetime_nanos: u64,
-        ) -> Result<floodgate::lease::Lease, AcquireError> {
-            self.0.take(1, 1, lifetime_nanos)
-        }
-        fn take_exact(&self, n: u32) -> Result<floodgate::Decision, AcquireError> {
-            self.0.take_exact(n)
-        }
-        fn give_back(&self, lease: &floodgate::lease::Lease, unused: u32) -> bool {
-            self.0.give_back(lease, unused)
-        }
-        fn clock(&self) -> &dyn Clock {
-            self.0.clock()
-        }
-        fn limit(&self) -> u64 {
-            self.0.limit()
-        }
-        fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-            self.0.set_limit(limit)
-        }
-    }
     let clock = ManualClock::starting_at(1_000_000_000);
     let window = AtomicLimiter::with_clock(
         FixedWindow::aligned(10, Duration::from_secs(1)).unwrap(),
         clock.clone(),
     );
-    let per_core = PerCore::with_stripes(GrantsOne(window), 1).unwrap();
+    let per_core = PerCore::with_stripes(
+        Wrapped(
+            window,
+            |source: &AtomicLimiter<FixedWindow, ManualClock>, _, _, life| source.take(1, 1, life),
+        ),
+        1,
+    )
+    .unwrap();
     let mut admitted = 0;
     for _ in 0..10 {
         let d = per_core.try_acquire_on(0, 3).unwrap();

@@ -195,6 +195,26 @@ async fn settled() {
     }
 }
 
+/// What memcached counts for "k" in the window at `T0` (its cells and the one after).
+fn counted_at_t0(server: &MemcachedServer, through: &MemcachedLimiter<ManualClock>) -> u64 {
+    let current = through.cell_index(T0);
+    stored_sum(server, through, "k", current - 9..=current + 1)
+}
+
+/// Polls `call` until the proxy has seen memcached's reply to it (memcached applied its
+/// increment), then drops it unanswered.
+async fn drop_once_applied<F: std::future::Future>(proxy: &mut Proxy, call: F)
+where
+    F::Output: std::fmt::Debug,
+{
+    tokio::pin!(call);
+    tokio::select! {
+        biased;
+        outcome = &mut call => panic!("answered though its reply is held: {outcome:?}"),
+        () = proxy.until_reply() => {}
+    }
+}
+
 /// A decision memcached made, on the async path.
 async fn decided(limiter: &MemcachedLimiter<ManualClock>, n: u32) -> Decision {
     let outcome = limiter.try_acquire_outcome("k", n).await.unwrap();
@@ -211,20 +231,11 @@ async fn a_dropped_call_whose_increment_was_written_leaves_nothing_counted() {
     let clock = ManualClock::starting_at(T0);
     let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT));
     proxy.hold(true);
-    {
-        let call = through.try_acquire_outcome("k", 5);
-        tokio::pin!(call);
-        tokio::select! {
-            biased;
-            outcome = &mut call => panic!("answered though its reply is held: {outcome:?}"),
-            () = proxy.until_reply() => {}
-        }
-    } // dropped: memcached holds its increment, its reply is unread
+    drop_once_applied(&mut proxy, through.try_acquire_outcome("k", 5)).await; // dropped: memcached holds its increment, its reply is unread
     proxy.hold(false);
     let taken_back = proxy.take_back_or_close().await;
     settled().await; // the exchange counted what it did
-    let current = through.cell_index(T0);
-    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    let counted = counted_at_t0(&server, &through);
     assert!(
         taken_back && counted == 9,
         "taken back: {taken_back}, counted: {counted}"
@@ -241,20 +252,11 @@ async fn a_dropped_call_that_memcached_admitted_gives_its_permits_back() {
     let clock = ManualClock::starting_at(T0);
     let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT));
     proxy.hold(true);
-    {
-        let call = through.try_acquire_outcome("k", 1);
-        tokio::pin!(call);
-        tokio::select! {
-            biased;
-            outcome = &mut call => panic!("answered though its reply is held: {outcome:?}"),
-            () = proxy.until_reply() => {}
-        }
-    }
+    drop_once_applied(&mut proxy, through.try_acquire_outcome("k", 1)).await;
     proxy.hold(false);
     let given_back = proxy.take_back_or_close().await;
     settled().await; // the exchange counted what it did
-    let current = through.cell_index(T0);
-    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    let counted = counted_at_t0(&server, &through);
     assert!(
         given_back && counted == 9,
         "given back: {given_back}, counted: {counted}"
@@ -302,8 +304,7 @@ async fn timed_out_after_its_write_leaves_nothing_counted(grace: Duration) {
         proxy.hold(false);
         let taken_back = proxy.take_back_or_close().await;
         settled().await; // the exchange counted what it did
-        let current = through.cell_index(T0);
-        let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+        let counted = counted_at_t0(&server, &through);
         assert!(
             taken_back && counted == 9,
             "taken back: {taken_back}, counted: {counted}"
@@ -393,8 +394,7 @@ async fn a_blocking_call_that_times_out_after_its_write_leaves_nothing_counted()
             while !matches!(proxy.next().await, Event::Closed) {}
             assert_eq!(through.reclaims().given_back, given_back, "n = {n}");
             assert_eq!(through.reclaims().left_counted, 0, "n = {n}");
-            let current = through.cell_index(T0);
-            let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+            let counted = counted_at_t0(&server, &through);
             assert_eq!(counted, 9, "n = {n}");
             assert!(decided(&through, 1).await.is_allowed());
             continue 'n;
@@ -425,8 +425,7 @@ async fn an_admission_dropped_unread_gives_its_permits_back() {
     } // dropped with the admission unread
     let given_back = proxy.take_back_or_close().await;
     settled().await; // the exchange counted what it did
-    let current = through.cell_index(T0);
-    let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+    let counted = counted_at_t0(&server, &through);
     assert!(
         given_back && counted == 9,
         "given back: {given_back}, counted: {counted}"
@@ -478,8 +477,7 @@ async fn a_denial_whose_take_back_outlasts_the_timeout_is_still_a_denial() {
         proxy.hold(false);
         assert!(proxy.take_back_or_close().await, "no take-back");
         settled().await; // the exchange counted what it did
-        let current = through.cell_index(T0);
-        let counted = stored_sum(&server, &through, "k", current - 9..=current + 1);
+        let counted = counted_at_t0(&server, &through);
         assert_eq!(counted, 9);
         assert_eq!(through.reclaims().left_counted, 0);
         assert!(decided(&through, 1).await.is_allowed());
