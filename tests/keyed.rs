@@ -693,8 +693,8 @@ impl Clone for HeldKey {
 }
 
 /// Issue 16: the read path takes no lock. `peek` on a key the map does not hold, in a shard below
-/// its cap, answers while another thread holds the shard's mutex (inserting a key); it used to
-/// wait for the mutex to read the shard's key count.
+/// its cap, and `len`, answer while another thread holds the shard's mutex (inserting a key);
+/// they used to wait for the mutex to read the shard's key count.
 #[test]
 fn peek_on_an_absent_key_below_the_cap_takes_no_lock() {
     let keyed: Keyed<HeldKey, _, _> =
@@ -712,7 +712,10 @@ fn peek_on_an_absent_key_below_the_cap_takes_no_lock() {
         let inserter = scope.spawn(|| keyed.try_acquire(&HeldKey(99), 1).unwrap());
         inside.recv().unwrap(); // the inserter holds the shard's mutex now
         let peeked = keyed.peek(&HeldKey(5), 2).unwrap();
+        // `len` takes no lock either (it read every shard's count under its mutex).
+        let held = keyed.len();
         let _ = go.send(());
+        assert_eq!(held, 1, "the key being inserted is not counted yet");
         assert!(inserter.join().unwrap().is_allowed());
         assert_eq!(
             peeked,

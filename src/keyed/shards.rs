@@ -1072,7 +1072,12 @@ where
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.all_shards().map(|shard| lock(shard.meta).len).sum()
+        // No lock: each shard's key-count mirror. Acquire: pairs with the Release store in
+        // `set_len`, as in `refuses_new_key`. A snapshot, as a count taken shard by shard under
+        // each lock was (the shards are not frozen together either way).
+        self.all_shards()
+            .map(|shard| shard.keys.load(Ordering::Acquire) as usize)
+            .sum()
     }
 
     /// Slots the shards' tables have (their memory, in keys).
