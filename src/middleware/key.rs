@@ -204,13 +204,19 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// A key from a closure over the request (an API key header, a user id a previous layer put in
 /// the extensions).
 ///
+/// A key the client writes (a header value) is as long as the client likes, up to the server's
+/// header size limit, and a keyed map holds one per client it has seen: key such values by a
+/// [`HashedKey`](crate::keyed::HashedKey) (16 bytes, whatever the value's length), not by the
+/// bytes themselves, or 100,000 keys of 8 KiB each hold 800 MiB.
+///
 /// ```
+/// use floodgate::keyed::HashedKey;
 /// use floodgate::middleware::{KeyExtractor, KeyFn};
 /// let api_key = KeyFn(|request: &http::Request<()>| {
-///     request.headers().get("x-api-key").map(|value| value.as_bytes().to_vec())
+///     request.headers().get("x-api-key").map(|value| HashedKey::new(value.as_bytes()))
 /// });
 /// let request = http::Request::builder().header("x-api-key", "k1").body(())?;
-/// assert_eq!(api_key.extract(&request), Some(b"k1".to_vec()));
+/// assert_eq!(api_key.extract(&request), Some(HashedKey::new(b"k1")));
 /// # Ok::<(), http::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
