@@ -3,7 +3,7 @@
 //! client rotating through its prefix stays one key, unusable entries fall back to the peer, and
 //! a flood of distinct clients stays within the keyed map's cap.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use floodgate::middleware::{ClientIp, KeyExtractor, ProxyHeader, RateLimitLayer};
