@@ -275,3 +275,42 @@ async fn a_flood_of_distinct_clients_stays_within_the_cap_and_spoofing_makes_no_
         assert!(limiter.len() <= 64, "{} keys after {i}", limiter.len());
     }
 }
+
+/// RFC 7239 §6: a node is an address with an optional port, and the port may be obfuscated
+/// (`_` and letters, digits, `.`, `_`, `-`) while the address is not. The address is the client.
+#[test]
+fn a_forwarded_node_with_an_obfuscated_port_is_still_its_address() {
+    let fwd = behind(ProxyHeader::Forwarded, 1);
+    for (element, client) in [
+        (
+            &b"for=\"[2001:db8:cafe::17]:_hidden\""[..],
+            "2001:db8:cafe::17",
+        ),
+        (b"for=\"192.0.2.43:_p-1.x\";proto=https", "192.0.2.43"),
+        (b"for=192.0.2.43:_port", "192.0.2.43"),
+    ] {
+        let request = via_proxy("forwarded", &[element]);
+        assert_eq!(
+            fwd.client_ip(&request),
+            Some(ip(client)),
+            "{:?}",
+            String::from_utf8_lossy(element)
+        );
+    }
+    // Not a port, obfuscated or not: no address (the peer).
+    for element in [
+        &b"for=\"[2001:db8::1]:_\""[..],
+        b"for=\"[2001:db8::1]:_a b\"",
+        b"for=\"[2001:db8::1]:x\"",
+        b"for=\"192.0.2.43:_a:_b\"",
+        b"for=\"_hidden:_port\"",
+    ] {
+        let request = via_proxy("forwarded", &[element]);
+        assert_eq!(
+            fwd.client_ip(&request),
+            Some(ip("10.0.0.1")),
+            "{:?}",
+            String::from_utf8_lossy(element)
+        );
+    }
+}
