@@ -314,3 +314,53 @@ fn a_forwarded_node_with_an_obfuscated_port_is_still_its_address() {
         );
     }
 }
+
+/// The trap in another form: a server also reachable directly (a published container port, a
+/// load balancer that can be bypassed). A client that connects itself writes the whole header;
+/// with the proxies' network given, only a peer in it is believed, and any other is its own key.
+#[test]
+fn a_peer_outside_the_trusted_proxies_is_keyed_by_its_own_address() {
+    let trusting = behind(ProxyHeader::XForwardedFor, 1)
+        .trusted_proxies("10.0.0.0".parse().unwrap(), 8)
+        .unwrap();
+    let from = |peer: &str, xff: &str| {
+        let mut request = from_peer(peer);
+        request
+            .headers_mut()
+            .insert("x-forwarded-for", HeaderValue::from_str(xff).unwrap());
+        request
+    };
+    // Through the proxy: the entry it wrote.
+    let request = from("10.0.0.1:50000", "6.6.6.6, 198.51.100.1");
+    assert_eq!(trusting.client_ip(&request), Some(ip("198.51.100.1")));
+    let request = from("[::ffff:10.1.2.3]:50000", "198.51.100.1");
+    assert_eq!(trusting.client_ip(&request), Some(ip("198.51.100.1")));
+    // Directly: whatever it wrote, its own address; every spoof is the same key.
+    for spoof in ["6.6.6.6", "10.0.0.1", "1.1.1.1, 2.2.2.2", "198.51.100.1"] {
+        let request = from("203.0.113.66:40000", spoof);
+        assert_eq!(trusting.client_ip(&request), Some(ip("203.0.113.66")));
+        let key = trusting.extract(&request).unwrap();
+        assert_eq!(key.to_string(), "203.0.113.66");
+    }
+    let request = from("[2001:db8::66]:40000", "6.6.6.6");
+    assert_eq!(trusting.client_ip(&request), Some(ip("2001:db8::66")));
+    // No peer: nothing vouches for the header, so no key.
+    let mut request = Request::new(Body::default());
+    request
+        .headers_mut()
+        .insert("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
+    assert_eq!(trusting.client_ip(&request), None);
+    // IPv6 proxies, and a setting that cannot be a network.
+    let v6 = behind(ProxyHeader::Forwarded, 1)
+        .trusted_proxies("2001:db8:aa::".parse().unwrap(), 48)
+        .unwrap();
+    let mut request = from_peer("[2001:db8:aa:1::5]:1");
+    request
+        .headers_mut()
+        .insert("forwarded", HeaderValue::from_static("for=192.0.2.9"));
+    assert_eq!(v6.client_ip(&request), Some(ip("192.0.2.9")));
+    let ipv4 = ClientIp::default().trusted_proxies("10.0.0.0".parse().unwrap(), 33);
+    assert!(ipv4.is_err());
+    let ipv6 = ClientIp::default().trusted_proxies("2001:db8::".parse().unwrap(), 129);
+    assert!(ipv6.is_err());
+}
