@@ -52,6 +52,15 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
 pub struct ClientIp {
     keyer: IpKeyer,
     proxies: Option<Proxies>,
+    trusted: Option<Network>,
+}
+
+/// The network the trusted proxies connect from: a peer is in it when masking the peer with
+/// `mask` gives `network`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Network {
+    mask: IpKeyer,
+    network: IpKey,
 }
 
 /// Trusted proxies: which header they write, and how many of them there are.
@@ -94,6 +103,7 @@ impl ClientIp {
         ClientIp {
             keyer,
             proxies: None,
+            trusted: None,
         }
     }
 
@@ -109,8 +119,9 @@ impl ClientIp {
     /// its peer address.
     ///
     /// This is only as sound as `hops`: the server must be reachable only through the proxies
-    /// (a client that connects directly can write the whole header), and `hops` must be the
-    /// number of proxies that append to the header.
+    /// (a client that connects directly can write the whole header; name the proxies' network
+    /// with [`trusted_proxies`](Self::trusted_proxies) and such a client is keyed by its own
+    /// address), and `hops` must be the number of proxies that append to the header.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for `hops` = 0 (with no proxy in front, use the peer address:
@@ -144,9 +155,57 @@ impl ClientIp {
         })
     }
 
+    /// Believes the proxies' header ([`behind_proxies`](Self::behind_proxies)) only on requests
+    /// whose peer is in `network`/`prefix` (the addresses your proxies connect from); a request
+    /// from any other peer is keyed by its peer address, whatever its header says, and a request
+    /// without a peer address has no key. Without it, every peer is believed: a server that can
+    /// also be reached directly (a published container port, a bypassable load balancer) lets
+    /// any client that connects itself write the header and pick its own key.
+    ///
+    /// An IPv4-mapped peer (`::ffff:10.0.0.1`) is in an IPv4 network. One network; for proxies in
+    /// several, implement [`KeyExtractor`] over [`client_ip`](Self::client_ip) and
+    /// [`peer_ip`](Self::peer_ip).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a prefix above 32 (IPv4) or 128 (IPv6).
+    ///
+    /// ```
+    /// use floodgate::middleware::{ClientIp, ProxyHeader};
+    /// use std::net::SocketAddr;
+    /// let client_ip = ClientIp::default()
+    ///     .behind_proxies(ProxyHeader::XForwardedFor, 1)?
+    ///     .trusted_proxies("10.0.0.0".parse()?, 8)?;
+    /// let from = |peer: &str| -> Result<_, Box<dyn std::error::Error>> {
+    ///     let mut request = http::Request::builder()
+    ///         .header("x-forwarded-for", "6.6.6.6, 198.51.100.23")
+    ///         .body(())?;
+    ///     request.extensions_mut().insert(peer.parse::<SocketAddr>()?);
+    ///     Ok(request)
+    /// };
+    /// // Through the proxy: the address it recorded.
+    /// assert_eq!(client_ip.client_ip(&from("10.0.0.2:41000")?), Some("198.51.100.23".parse()?));
+    /// // Straight from a client: its own address, not the header it wrote.
+    /// assert_eq!(client_ip.client_ip(&from("203.0.113.66:41000")?), Some("203.0.113.66".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trusted_proxies(self, network: IpAddr, prefix: u8) -> Result<Self, ConfigError> {
+        let mask = match network.to_canonical() {
+            IpAddr::V4(_) => IpKeyer::new().with_ipv4_prefix(prefix)?,
+            IpAddr::V6(_) => IpKeyer::new().with_ipv6_prefix(prefix)?,
+        };
+        Ok(ClientIp {
+            trusted: Some(Network {
+                mask,
+                network: mask.key(network),
+            }),
+            ..self
+        })
+    }
+
     /// The address the key is made from: the client address recorded by the trusted proxies
-    /// when [`behind_proxies`](Self::behind_proxies) is set and the request has one, otherwise
-    /// the peer address.
+    /// when [`behind_proxies`](Self::behind_proxies) is set, the peer is one of them (see
+    /// [`trusted_proxies`](Self::trusted_proxies)) and the request has one, otherwise the peer
+    /// address.
     ///
     /// ```
     /// use floodgate::middleware::{ClientIp, ProxyHeader};
@@ -161,9 +220,16 @@ impl ClientIp {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn client_ip<B>(&self, request: &Request<B>) -> Option<IpAddr> {
+        let peer = Self::peer_ip(request);
+        if let Some(trusted) = self.trusted {
+            let peer = peer?;
+            if trusted.mask.key(peer) != trusted.network {
+                return Some(peer);
+            }
+        }
         self.proxies
             .and_then(|p| nth_from_right(request.headers(), p.header, p.hops))
-            .or_else(|| Self::peer_ip(request))
+            .or(peer)
     }
 
     /// The peer address of `request`, from its extensions (see the type docs).
