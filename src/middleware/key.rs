@@ -162,9 +162,10 @@ impl ClientIp {
     /// also be reached directly (a published container port, a bypassable load balancer) lets
     /// any client that connects itself write the header and pick its own key.
     ///
-    /// An IPv4-mapped peer (`::ffff:10.0.0.1`) is in an IPv4 network. One network; for proxies in
-    /// several, implement [`KeyExtractor`] over [`client_ip`](Self::client_ip) and
-    /// [`peer_ip`](Self::peer_ip).
+    /// Only the peer (the nearest proxy) is checked: with `hops` above 1, the proxies further out
+    /// must still be the only way to the nearest one. An IPv4-mapped peer (`::ffff:10.0.0.1`) is
+    /// in an IPv4 network. One network; for proxies in several, implement [`KeyExtractor`] over
+    /// [`client_ip`](Self::client_ip) and [`peer_ip`](Self::peer_ip).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a prefix above 32 (IPv4) or 128 (IPv6).
