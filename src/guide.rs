@@ -97,15 +97,18 @@
 //! ```
 //!
 //! Over HTTP, a [`KeyFn`] picks the key from the request (a header, or a user id an
-//! authentication layer put in the extensions):
+//! authentication layer put in the extensions). Hash what the client writes
+//! ([`HashedKey`](crate::keyed::HashedKey), 16 bytes a key): a `Vec<u8>` of the header's bytes
+//! is as long as the client makes it, for each of the 100,000 keys:
 //!
 //! ```
 //! # #[cfg(feature = "tower")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use floodgate::keyed::HashedKey;
 //! use floodgate::middleware::{KeyFn, MissingKey, Policy, RateLimitLayer};
 //! use floodgate::{Keyed, Rate, TokenBucket};
-//! let per_key: Keyed<Vec<u8>, _> = Keyed::new(TokenBucket::new(Rate::per_second(5), 20)?, 100_000)?;
-//! let api_key = KeyFn(|r: &http::Request<()>| Some(r.headers().get("x-api-key")?.as_bytes().to_vec()));
+//! let per_key: Keyed<HashedKey, _> = Keyed::new(TokenBucket::new(Rate::per_second(5), 20)?, 100_000)?;
+//! let api_key = KeyFn(|r: &http::Request<()>| Some(HashedKey::new(r.headers().get("x-api-key")?.as_bytes())));
 //! let layer = RateLimitLayer::with_key(per_key, api_key).policy(Policy::new("per-key")?);
 //! let layer = layer.on_missing_key(MissingKey::Allow); // no key: unlimited (default: 500)
 //! # let _ = layer; Ok(()) }

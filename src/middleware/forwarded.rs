@@ -7,7 +7,7 @@
 //! entry asked for is parsed: nothing the client wrote (invalid UTF-8, an unbalanced quote, a
 //! thousand entries) can shift, hide or replace it.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use http::HeaderMap;
 use http::header::{FORWARDED, HeaderName};
@@ -150,7 +150,8 @@ fn unquote(value: &str) -> Option<String> {
     Some(out)
 }
 
-/// A node: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:80`.
+/// A node: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:80`;
+/// the port may be obfuscated (`192.0.2.1:_p`, `[2001:db8::1]:_p`, RFC 7239 §6.3).
 fn parse_node(node: impl AsRef<[u8]>) -> Option<IpAddr> {
     let node = std::str::from_utf8(node.as_ref()).ok()?.trim();
     if let Some(bracketed) = node.strip_prefix('[') {
@@ -160,13 +161,27 @@ fn parse_node(node: impl AsRef<[u8]>) -> Option<IpAddr> {
         }
         return ip.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
     }
-    node.parse::<IpAddr>()
-        .ok()
-        .or_else(|| node.parse::<SocketAddr>().ok().map(|s| s.ip()))
+    node.parse::<IpAddr>().ok().or_else(|| {
+        // An IPv4 address and a port (a bare IPv6 address has more than one colon and parsed).
+        let (ip, port) = node.split_once(':')?;
+        if !is_port(port) {
+            return None;
+        }
+        ip.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+    })
 }
 
+/// A port number, or an obfuscated port: `_` and then letters, digits, `.`, `_` or `-`.
 fn is_port(port: &str) -> bool {
-    port.parse::<u16>().is_ok()
+    match port.strip_prefix('_') {
+        Some(obfuscated) => {
+            !obfuscated.is_empty()
+                && obfuscated
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        }
+        None => port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok(),
+    }
 }
 
 #[cfg(test)]
@@ -252,6 +267,13 @@ mod tests {
         assert_eq!(parse_node("[2001:db8::1]"), ip("2001:db8::1"));
         assert_eq!(parse_node("[2001:db8::1]:80"), ip("2001:db8::1"));
         assert_eq!(parse_node("[2001:db8::1]:x"), None);
+        assert_eq!(parse_node("[2001:db8::1]:+80"), None);
+        assert_eq!(parse_node("192.0.2.1:+80"), None);
+        assert_eq!(parse_node("192.0.2.1:65536"), None);
+        assert_eq!(parse_node("[2001:db8::1]:_p.1-x_"), ip("2001:db8::1"));
+        assert_eq!(parse_node("192.0.2.1:_p"), ip("192.0.2.1"));
+        assert_eq!(parse_node("192.0.2.1:_"), None);
+        assert_eq!(parse_node("_hidden:_p"), None);
         assert_eq!(parse_node("[192.0.2.1]"), None);
         assert_eq!(parse_node("unknown"), None);
         assert_eq!(unquote(r#""a\"b""#).as_deref(), Some("a\"b"));

@@ -178,6 +178,7 @@ impl<K, C, X> InFlightLayer<KeyedInFlight<K, C>, X> {
     ///
     /// ```
     /// use floodgate::concurrency::KeyedInFlight;
+    /// use floodgate::keyed::HashedKey;
     /// use floodgate::middleware::{InFlightLayer, KeyFn};
     /// use tower::{Layer, ServiceExt};
     /// # #[tokio::main(flavor = "current_thread")]
@@ -185,7 +186,7 @@ impl<K, C, X> InFlightLayer<KeyedInFlight<K, C>, X> {
     /// # let ok = tower::service_fn(|_: http::Request<()>| async {
     /// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
     /// # });
-    /// let api_key = KeyFn(|r: &http::Request<()>| Some(r.headers().get("x-api-key")?.as_bytes().to_vec()));
+    /// let api_key = KeyFn(|r: &http::Request<()>| Some(HashedKey::new(r.headers().get("x-api-key")?.as_bytes())));
     /// let service = InFlightLayer::with_key(KeyedInFlight::new(20, 10_000)?, api_key).layer(ok);
     /// let request = http::Request::builder().header("x-api-key", "k1").body(())?;
     /// let response = service.oneshot(request).await?;

@@ -52,6 +52,15 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
 pub struct ClientIp {
     keyer: IpKeyer,
     proxies: Option<Proxies>,
+    trusted: Option<Network>,
+}
+
+/// The network the trusted proxies connect from: a peer is in it when masking the peer with
+/// `mask` gives `network`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Network {
+    mask: IpKeyer,
+    network: IpKey,
 }
 
 /// Trusted proxies: which header they write, and how many of them there are.
@@ -94,6 +103,7 @@ impl ClientIp {
         ClientIp {
             keyer,
             proxies: None,
+            trusted: None,
         }
     }
 
@@ -109,8 +119,9 @@ impl ClientIp {
     /// its peer address.
     ///
     /// This is only as sound as `hops`: the server must be reachable only through the proxies
-    /// (a client that connects directly can write the whole header), and `hops` must be the
-    /// number of proxies that append to the header.
+    /// (a client that connects directly can write the whole header; name the proxies' network
+    /// with [`trusted_proxies`](Self::trusted_proxies) and such a client is keyed by its own
+    /// address), and `hops` must be the number of proxies that append to the header.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for `hops` = 0 (with no proxy in front, use the peer address:
@@ -144,9 +155,58 @@ impl ClientIp {
         })
     }
 
+    /// Believes the proxies' header ([`behind_proxies`](Self::behind_proxies)) only on requests
+    /// whose peer is in `network`/`prefix` (the addresses your proxies connect from); a request
+    /// from any other peer is keyed by its peer address, whatever its header says, and a request
+    /// without a peer address has no key. Without it, every peer is believed: a server that can
+    /// also be reached directly (a published container port, a bypassable load balancer) lets
+    /// any client that connects itself write the header and pick its own key.
+    ///
+    /// Only the peer (the nearest proxy) is checked: with `hops` above 1, the proxies further out
+    /// must still be the only way to the nearest one. An IPv4-mapped peer (`::ffff:10.0.0.1`) is
+    /// in an IPv4 network. One network; for proxies in several, implement [`KeyExtractor`] over
+    /// [`client_ip`](Self::client_ip) and [`peer_ip`](Self::peer_ip).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a prefix above 32 (IPv4) or 128 (IPv6).
+    ///
+    /// ```
+    /// use floodgate::middleware::{ClientIp, ProxyHeader};
+    /// use std::net::SocketAddr;
+    /// let client_ip = ClientIp::default()
+    ///     .behind_proxies(ProxyHeader::XForwardedFor, 1)?
+    ///     .trusted_proxies("10.0.0.0".parse()?, 8)?;
+    /// let from = |peer: &str| -> Result<_, Box<dyn std::error::Error>> {
+    ///     let mut request = http::Request::builder()
+    ///         .header("x-forwarded-for", "6.6.6.6, 198.51.100.23")
+    ///         .body(())?;
+    ///     request.extensions_mut().insert(peer.parse::<SocketAddr>()?);
+    ///     Ok(request)
+    /// };
+    /// // Through the proxy: the address it recorded.
+    /// assert_eq!(client_ip.client_ip(&from("10.0.0.2:41000")?), Some("198.51.100.23".parse()?));
+    /// // Straight from a client: its own address, not the header it wrote.
+    /// assert_eq!(client_ip.client_ip(&from("203.0.113.66:41000")?), Some("203.0.113.66".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trusted_proxies(self, network: IpAddr, prefix: u8) -> Result<Self, ConfigError> {
+        let mask = match network.to_canonical() {
+            IpAddr::V4(_) => IpKeyer::new().with_ipv4_prefix(prefix)?,
+            IpAddr::V6(_) => IpKeyer::new().with_ipv6_prefix(prefix)?,
+        };
+        Ok(ClientIp {
+            trusted: Some(Network {
+                mask,
+                network: mask.key(network),
+            }),
+            ..self
+        })
+    }
+
     /// The address the key is made from: the client address recorded by the trusted proxies
-    /// when [`behind_proxies`](Self::behind_proxies) is set and the request has one, otherwise
-    /// the peer address.
+    /// when [`behind_proxies`](Self::behind_proxies) is set, the peer is one of them (see
+    /// [`trusted_proxies`](Self::trusted_proxies)) and the request has one, otherwise the peer
+    /// address.
     ///
     /// ```
     /// use floodgate::middleware::{ClientIp, ProxyHeader};
@@ -161,9 +221,16 @@ impl ClientIp {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn client_ip<B>(&self, request: &Request<B>) -> Option<IpAddr> {
+        let peer = Self::peer_ip(request);
+        if let Some(trusted) = self.trusted {
+            let peer = peer?;
+            if trusted.mask.key(peer) != trusted.network {
+                return Some(peer);
+            }
+        }
         self.proxies
             .and_then(|p| nth_from_right(request.headers(), p.header, p.hops))
-            .or_else(|| Self::peer_ip(request))
+            .or(peer)
     }
 
     /// The peer address of `request`, from its extensions (see the type docs).
@@ -204,13 +271,19 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// A key from a closure over the request (an API key header, a user id a previous layer put in
 /// the extensions).
 ///
+/// A key the client writes (a header value) is as long as the client likes, up to the server's
+/// header size limit, and a keyed map holds one per client it has seen: key such values by a
+/// [`HashedKey`](crate::keyed::HashedKey) (16 bytes, whatever the value's length), not by the
+/// bytes themselves, or 100,000 keys of 8 KiB each hold 800 MiB.
+///
 /// ```
+/// use floodgate::keyed::HashedKey;
 /// use floodgate::middleware::{KeyExtractor, KeyFn};
 /// let api_key = KeyFn(|request: &http::Request<()>| {
-///     request.headers().get("x-api-key").map(|value| value.as_bytes().to_vec())
+///     request.headers().get("x-api-key").map(|value| HashedKey::new(value.as_bytes()))
 /// });
 /// let request = http::Request::builder().header("x-api-key", "k1").body(())?;
-/// assert_eq!(api_key.extract(&request), Some(b"k1".to_vec()));
+/// assert_eq!(api_key.extract(&request), Some(HashedKey::new(b"k1")));
 /// # Ok::<(), http::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug)]

@@ -112,15 +112,17 @@ pub(crate) struct Shared {
 /// A tower [`Layer`] that rate-limits per key. See the [module docs](crate::middleware).
 ///
 /// ```
+/// use floodgate::keyed::HashedKey;
 /// use floodgate::middleware::{KeyFn, LayerSettings, MissingKey, RateLimitLayer};
 /// use floodgate::{Gcra, Keyed, Rate};
 /// use std::time::Duration;
-/// // Per API key, 2 permits a request, delay up to 500 ms (at most 100 requests waiting) rather
-/// // than reject, no headers on allowed responses, requests without a key pass.
-/// let per_api_key: Keyed<Vec<u8>, _> = Keyed::new(Gcra::new(Rate::per_second(10), 10)?, 10_000)?;
+/// // Per API key (hashed: the client picks its length), 2 permits a request, delay up to 500 ms
+/// // (at most 100 requests waiting) rather than reject, no headers on allowed responses,
+/// // requests without a key pass.
+/// let per_api_key: Keyed<HashedKey, _> = Keyed::new(Gcra::new(Rate::per_second(10), 10)?, 10_000)?;
 /// let layer = RateLimitLayer::with_key(
 ///     per_api_key,
-///     KeyFn(|req: &http::Request<()>| req.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())),
+///     KeyFn(|req: &http::Request<()>| req.headers().get("x-api-key").map(|v| HashedKey::new(v.as_bytes()))),
 /// )
 /// .permits_per_request(2)?
 /// .shape(Duration::from_millis(500), 100)

@@ -58,7 +58,8 @@
 //!
 //! Client IPs: [`ClientIp`] keys by the peer address, IPv4 by address and IPv6 by /56; behind
 //! reverse proxies, [`ClientIp::behind_proxies`] reads `X-Forwarded-For` or `Forwarded`,
-//! counting a configured number of trusted hops from the right.
+//! counting a configured number of trusted hops from the right, and
+//! [`ClientIp::trusted_proxies`] believes the header only from the proxies' own network.
 //!
 //! Observability: with the feature `metrics`, each [`RateLimitLayer`] counts its requests by
 //! outcome and times its decisions under its policy's name; with `tracing`, each 429 is a
