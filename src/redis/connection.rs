@@ -1068,7 +1068,9 @@ fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
 
 /// A redis-rs error, classified, naming the server.
 fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
-    let kind = if error.is_timeout() {
+    let kind = if let Some(kind) = wrapped_kind(&error) {
+        kind
+    } else if error.is_timeout() {
         FailureKind::Timeout
     } else if error.is_connection_refusal() {
         FailureKind::Refused
@@ -1085,6 +1087,26 @@ fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
         }
     };
     BackendError::at(kind, server.clone(), error)
+}
+
+/// The kind of an error redis-rs wrapped as text: a cluster that reached none of its initial
+/// nodes reports the last node's error only as the detail of an `Io` error ("Failed to create
+/// initial connections - Io: Connection refused (os error 111)"), which would otherwise read as
+/// a connection error whatever the cause.
+fn wrapped_kind(error: &RedisError) -> Option<FailureKind> {
+    if error.kind() != ErrorKind::Io {
+        return None;
+    }
+    let detail = error.detail()?;
+    if detail.contains("Connection refused") {
+        Some(FailureKind::Refused)
+    } else if detail.contains("Parse error") {
+        Some(FailureKind::Protocol)
+    } else if detail.contains("timed out") || detail.contains("Timeout") {
+        Some(FailureKind::Timeout)
+    } else {
+        None
+    }
 }
 
 /// The error for a Redis URL (or cluster node list) redis-rs refuses: names the URL, with any
