@@ -2,8 +2,11 @@
 //! in one slot.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use floodgate::redis::RedisConfig;
+use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, ManualClock};
 
 use super::server::RedisCluster;
 use super::{Acquire, backend, for_each_algorithm, hammer};
@@ -63,4 +66,114 @@ fn limiters_run_unchanged_on_a_three_master_cluster() {
             "{what}"
         );
     });
+}
+
+/// One limiter key whose Redis keys live on `node`: the node that owns a key's slot answers
+/// for it without a `MOVED` redirect.
+fn key_on(
+    cluster: &RedisCluster,
+    limiter: &RedisLimiter<FixedWindow, ManualClock>,
+    node: usize,
+    prefix: &str,
+) -> String {
+    (0..1_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|key| {
+            !cluster.nodes[node]
+                .cli_unchecked(&["GET", &limiter.redis_keys(key)[0]])
+                .contains("MOVED")
+        })
+        .unwrap_or_else(|| panic!("no key on node {node}"))
+}
+
+/// One master frozen (SIGSTOP): its keys time out, decided by the policy, while keys on the
+/// other masters are still decided by Redis. The breaker is per limiter, not per node: once the
+/// frozen master's failures open it, every key of the limiter is decided by the policy (as the
+/// README says), so a cluster that must ride out one master's outage turns it off.
+#[test]
+fn a_frozen_master_fails_only_its_own_keys() {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        // Without it the whole cluster refuses queries once the frozen master is marked failed.
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    // Long enough that a live master's answer never misses it on a loaded machine.
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let make = |breaker: Option<BreakerConfig>| {
+        RedisLimiter::with_clock(
+            &backend,
+            if breaker.is_some() {
+                "broken"
+            } else {
+                "frozen"
+            },
+            FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+            FailurePolicy::FailClosed,
+            // The breaker's back-off passes only when the test says: never.
+            ManualClock::new(),
+        )
+        .unwrap()
+        .with_breaker(breaker)
+    };
+    let plain = make(None);
+    let breaker = BreakerConfig::new(1, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+    let guarded = make(Some(breaker));
+    let on_frozen = key_on(&cluster, &plain, 0, "a");
+    let on_live = key_on(&cluster, &plain, 1, "b");
+    let guarded_on_frozen = key_on(&cluster, &guarded, 0, "a");
+    let guarded_on_live = key_on(&cluster, &guarded, 1, "b");
+    for (limiter, key) in [
+        (&plain, &on_frozen),
+        (&plain, &on_live),
+        (&guarded, &guarded_on_frozen),
+        (&guarded, &guarded_on_live),
+    ] {
+        let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+        assert!(
+            outcome.failure().is_none(),
+            "{key}: {:?}",
+            outcome.failure()
+        );
+    }
+    cluster.nodes[0].freeze();
+    let started = Instant::now();
+    let outcome = plain.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    assert!(!outcome.decision().is_allowed());
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::Timeout)
+    );
+    for i in 0..3 {
+        let started = Instant::now();
+        let outcome = plain.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(60), "hung");
+        assert!(
+            outcome.failure().is_none(),
+            "call {i}: a live master's key decided by the policy: {:?}",
+            outcome.failure()
+        );
+        assert!(outcome.decision().is_allowed());
+    }
+
+    // One failure (the breaker's threshold here) on the frozen master opens it for every key.
+    let outcome = guarded
+        .blocking_try_acquire_outcome(&guarded_on_frozen, 1)
+        .unwrap();
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::Timeout)
+    );
+    let outcome = guarded
+        .blocking_try_acquire_outcome(&guarded_on_live, 1)
+        .unwrap();
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::CircuitOpen),
+        "the breaker is per limiter"
+    );
+    cluster.nodes[0].thaw();
 }
