@@ -177,3 +177,62 @@ fn a_frozen_master_fails_only_its_own_keys() {
     );
     cluster.nodes[0].thaw();
 }
+
+/// A limiter key's slot moved to another master mid-run (`CLUSTER SETSLOT` and `MIGRATE`, as a
+/// reshard does): the next decisions follow the `MOVED` redirect to the new owner, with the
+/// count moved along, so the limit stays exact.
+#[test]
+fn a_slot_moved_to_another_master_keeps_its_count() {
+    let cluster = RedisCluster::start();
+    let backend = super::backend(RedisConfig::cluster(cluster.urls()));
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "moved",
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap();
+    let key = key_on(&cluster, &limiter, 0, "m");
+    for _ in 0..4 {
+        let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert!(outcome.decision().is_allowed());
+    }
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let redis_keys = limiter.redis_keys(&key);
+    let slot = from.cli(&["CLUSTER", "KEYSLOT", &redis_keys[0]]);
+    let id = |node: &super::server::RedisServer| node.cli(&["CLUSTER", "MYID"]);
+    let (from_id, to_id) = (id(from), id(to));
+    assert_eq!(
+        to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "OK"
+    );
+    let port = to.port.to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    migrate.extend(redis_keys.iter().map(String::as_str));
+    assert_eq!(from.cli(&migrate), "OK");
+    for node in &cluster.nodes {
+        assert_eq!(
+            node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]),
+            "OK"
+        );
+    }
+    assert_eq!(cluster.holders(&redis_keys[0]), 1);
+    assert!(
+        !to.cli_unchecked(&["GET", &redis_keys[0]]).contains("MOVED"),
+        "the slot did not move"
+    );
+    let admitted = (0..10)
+        .filter(|_| {
+            let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+            assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+            outcome.decision().is_allowed()
+        })
+        .count();
+    assert_eq!(admitted, 6);
+}
