@@ -176,6 +176,25 @@ fn a_frozen_master_fails_only_its_own_keys() {
         "the breaker is per limiter"
     );
     cluster.nodes[0].thaw();
+
+    // Killed, not frozen: the same (its keys fail by the policy, the others' are decided). The
+    // dead master's calls wait out the timeout while redis-rs retries it, and read as timeouts
+    // naming every configured node: not asserted, as neither is a promise.
+    let mut cluster = cluster;
+    cluster.nodes[0].kill();
+    let started = Instant::now();
+    let outcome = plain.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    assert!(!outcome.decision().is_allowed());
+    assert!(outcome.failure().is_some(), "decided by a dead master?");
+    for i in 0..3 {
+        let outcome = plain.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(
+            outcome.failure().is_none(),
+            "call {i} after the kill: a live master's key decided by the policy: {:?}",
+            outcome.failure()
+        );
+    }
 }
 
 /// A limiter key's slot moved to another master mid-run (`CLUSTER SETSLOT` and `MIGRATE`, as a
