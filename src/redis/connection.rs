@@ -1214,6 +1214,21 @@ mod tests {
         );
         let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
         assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
+        // A cluster that reached none of its nodes: the cause survives only as text.
+        let initial = |detail: &str| {
+            let error = RedisError::from((
+                ErrorKind::Io,
+                "Failed to create initial connections",
+                detail.to_owned(),
+            ));
+            classify(&server, error).kind()
+        };
+        let refused = initial("Io: Connection refused (os error 111)");
+        assert_eq!(refused, FailureKind::Refused);
+        let garbage = initial("Io: Incompatible type - Parse error at 1");
+        assert_eq!(garbage, FailureKind::Protocol);
+        let reset = initial("Io: Connection reset by peer (os error 104)");
+        assert_eq!(reset, FailureKind::Connection);
         let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
         assert!(timeout.is_timeout());
         assert_eq!(
