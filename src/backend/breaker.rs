@@ -439,10 +439,10 @@ impl<C: Clock> CircuitBreaker<C> {
 
     fn succeeded(&self, seen: u64) {
         match mode(seen) {
-            // The healthy path: nothing to reset, nothing written.
-            CLOSED if count(seen) == 0 => {}
-            // Closed with failures: reset them, unless the word moved on (a trip, or another
-            // reset): a success does not re-close a breaker that opened meanwhile.
+            // Closed: reset a run of failures, whenever this call was admitted (failures that
+            // completed while it was out are broken up by its success all the same), unless
+            // the word moved on to a trip: a success does not re-close a breaker that opened
+            // meanwhile. The healthy path (no failures) reads the word and writes nothing.
             CLOSED => {
                 // Relaxed: as in `admit`.
                 let mut word = self.word.load(Ordering::Relaxed);
@@ -589,6 +589,23 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Open);
         assert!(b.admit().is_none());
         assert_eq!(b.short_circuited(), 1);
+    }
+
+    #[test]
+    fn a_success_admitted_before_the_failures_still_breaks_their_run() {
+        let (b, _) = breaker(2);
+        // Admitted while the breaker had no failures, answered after one failed.
+        let early = b.admit().expect("closed");
+        fail(&b);
+        early.succeeded();
+        fail(&b);
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "opened on two failures with a success between them"
+        );
+        fail(&b);
+        assert_eq!(b.state(), BreakerState::Open);
     }
 
     #[test]

@@ -95,8 +95,19 @@ impl Share {
     /// assert_eq!(share.of(1), 1);
     /// ```
     pub fn of(self, limit: u32) -> u32 {
-        // The product is at most `limit` (share <= 1), so the cast cannot overflow.
-        ((f64::from(limit) * self.0).floor() as u32).max(1)
+        let product = f64::from(limit) * self.0;
+        // A decimal share is stored to within half an ulp and the product rounds once more, so
+        // an exact product such as 100 × 0.29 = 29 can read 28.999999999999996: a product
+        // within a few ulps of an integer is that integer (a share would need 15 significant
+        // digits to mean a product that close), anything else is rounded down.
+        let nearest = product.round();
+        let product = if (product - nearest).abs() <= nearest * 4.0 * f64::EPSILON {
+            nearest
+        } else {
+            product.floor()
+        };
+        // At most `limit` (share <= 1), so the cast cannot overflow.
+        (product as u32).clamp(1, limit.max(1))
     }
 }
 
@@ -517,3 +528,46 @@ impl fmt::Display for RequestError {
 }
 
 impl std::error::Error for RequestError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decimal_share_of_a_limit_is_its_exact_product() {
+        let of = |share: f64, limit: u32| {
+            let FailurePolicy::LocalFallback(share) = FailurePolicy::local_fallback(share).unwrap()
+            else {
+                unreachable!()
+            };
+            share.of(limit)
+        };
+        // 100 × 0.29 is 28.999999999999996 in f64: rounded down, a share of 29 became 28.
+        for (share, limit, expected) in [
+            (0.29, 100, 29),
+            (0.57, 100, 57),
+            (0.58, 100, 58),
+            (0.07, 100, 7),
+            (0.1, 30, 3),
+            (1.0 / 3.0, 300, 100),
+            (0.5, 9, 4),
+            (0.999, 1_000, 999),
+            (0.9999999, u32::MAX, 4_294_966_865),
+            (1.0, u32::MAX, u32::MAX),
+            (1e-9, 10, 1),
+        ] {
+            assert_eq!(of(share, limit), expected, "{share} of {limit}");
+        }
+        // Every share of a hundredth, of every limit a multiple of 100 up to 10,000.
+        for hundredths in 1..=100u32 {
+            let share = f64::from(hundredths) / 100.0;
+            for limit in (100..=10_000u32).step_by(100) {
+                assert_eq!(
+                    of(share, limit),
+                    limit / 100 * hundredths,
+                    "{share} of {limit}"
+                );
+            }
+        }
+    }
+}

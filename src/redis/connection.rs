@@ -1068,7 +1068,9 @@ fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
 
 /// A redis-rs error, classified, naming the server.
 fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
-    let kind = if error.is_timeout() {
+    let kind = if let Some(kind) = wrapped_kind(&error) {
+        kind
+    } else if error.is_timeout() {
         FailureKind::Timeout
     } else if error.is_connection_refusal() {
         FailureKind::Refused
@@ -1085,6 +1087,26 @@ fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
         }
     };
     BackendError::at(kind, server.clone(), error)
+}
+
+/// The kind of an error redis-rs wrapped as text: a cluster that reached none of its initial
+/// nodes reports the last node's error only as the detail of an `Io` error ("Failed to create
+/// initial connections - Io: Connection refused (os error 111)"), which would otherwise read as
+/// a connection error whatever the cause.
+fn wrapped_kind(error: &RedisError) -> Option<FailureKind> {
+    if error.kind() != ErrorKind::Io {
+        return None;
+    }
+    let detail = error.detail()?;
+    if detail.contains("Connection refused") {
+        Some(FailureKind::Refused)
+    } else if detail.contains("Parse error") {
+        Some(FailureKind::Protocol)
+    } else if detail.contains("timed out") || detail.contains("Timeout") {
+        Some(FailureKind::Timeout)
+    } else {
+        None
+    }
 }
 
 /// The error for a Redis URL (or cluster node list) redis-rs refuses: names the URL, with any
@@ -1192,6 +1214,21 @@ mod tests {
         );
         let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
         assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
+        // A cluster that reached none of its nodes: the cause survives only as text.
+        let initial = |detail: &str| {
+            let error = RedisError::from((
+                ErrorKind::Io,
+                "Failed to create initial connections",
+                detail.to_owned(),
+            ));
+            classify(&server, error).kind()
+        };
+        let refused = initial("Io: Connection refused (os error 111)");
+        assert_eq!(refused, FailureKind::Refused);
+        let garbage = initial("Io: Incompatible type - Parse error at 1");
+        assert_eq!(garbage, FailureKind::Protocol);
+        let reset = initial("Io: Connection reset by peer (os error 104)");
+        assert_eq!(reset, FailureKind::Connection);
         let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
         assert!(timeout.is_timeout());
         assert_eq!(

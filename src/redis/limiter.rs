@@ -299,6 +299,10 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// Sets the circuit breaker: `Some(config)` replaces the default one, `None` turns it off
     /// (every call then waits for Redis or its timeout).
     ///
+    /// The breaker is one per limiter, not one per node: on a Redis Cluster, the failures of one
+    /// master open it for the limiter's keys on every master. Where one master's outage must
+    /// not stop the keys on the others, turn it off.
+    ///
     /// ```
     /// use floodgate::backend::{BreakerConfig, FailurePolicy};
     /// use floodgate::FixedWindow;

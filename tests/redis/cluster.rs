@@ -2,8 +2,11 @@
 //! in one slot.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use floodgate::redis::RedisConfig;
+use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, ManualClock};
 
 use super::server::RedisCluster;
 use super::{Acquire, backend, for_each_algorithm, hammer};
@@ -63,4 +66,192 @@ fn limiters_run_unchanged_on_a_three_master_cluster() {
             "{what}"
         );
     });
+}
+
+/// One limiter key whose Redis keys live on `node`: the node that owns a key's slot answers
+/// for it without a `MOVED` redirect.
+fn key_on(
+    cluster: &RedisCluster,
+    limiter: &RedisLimiter<FixedWindow, ManualClock>,
+    node: usize,
+    prefix: &str,
+) -> String {
+    (0..1_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|key| {
+            !cluster.nodes[node]
+                .cli_unchecked(&["GET", &limiter.redis_keys(key)[0]])
+                .contains("MOVED")
+        })
+        .unwrap_or_else(|| panic!("no key on node {node}"))
+}
+
+/// One master frozen (SIGSTOP): its keys time out, decided by the policy, while keys on the
+/// other masters are still decided by Redis. The breaker is per limiter, not per node: once the
+/// frozen master's failures open it, every key of the limiter is decided by the policy (as the
+/// README says), so a cluster that must ride out one master's outage turns it off.
+#[test]
+fn a_frozen_master_fails_only_its_own_keys() {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        // Without it the whole cluster refuses queries once the frozen master is marked failed.
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    // Long enough that a live master's answer never misses it on a loaded machine.
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let make = |breaker: Option<BreakerConfig>| {
+        RedisLimiter::with_clock(
+            &backend,
+            if breaker.is_some() {
+                "broken"
+            } else {
+                "frozen"
+            },
+            FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+            FailurePolicy::FailClosed,
+            // The breaker's back-off passes only when the test says: never.
+            ManualClock::new(),
+        )
+        .unwrap()
+        .with_breaker(breaker)
+    };
+    let plain = make(None);
+    let breaker = BreakerConfig::new(1, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+    let guarded = make(Some(breaker));
+    let on_frozen = key_on(&cluster, &plain, 0, "a");
+    let on_live = key_on(&cluster, &plain, 1, "b");
+    let guarded_on_frozen = key_on(&cluster, &guarded, 0, "a");
+    let guarded_on_live = key_on(&cluster, &guarded, 1, "b");
+    for (limiter, key) in [
+        (&plain, &on_frozen),
+        (&plain, &on_live),
+        (&guarded, &guarded_on_frozen),
+        (&guarded, &guarded_on_live),
+    ] {
+        let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+        assert!(
+            outcome.failure().is_none(),
+            "{key}: {:?}",
+            outcome.failure()
+        );
+    }
+    cluster.nodes[0].freeze();
+    let started = Instant::now();
+    let outcome = plain.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    assert!(!outcome.decision().is_allowed());
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::Timeout)
+    );
+    for i in 0..3 {
+        let started = Instant::now();
+        let outcome = plain.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(60), "hung");
+        assert!(
+            outcome.failure().is_none(),
+            "call {i}: a live master's key decided by the policy: {:?}",
+            outcome.failure()
+        );
+        assert!(outcome.decision().is_allowed());
+    }
+
+    // One failure (the breaker's threshold here) on the frozen master opens it for every key.
+    let outcome = guarded
+        .blocking_try_acquire_outcome(&guarded_on_frozen, 1)
+        .unwrap();
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::Timeout)
+    );
+    let outcome = guarded
+        .blocking_try_acquire_outcome(&guarded_on_live, 1)
+        .unwrap();
+    assert_eq!(
+        outcome.failure().map(|e| e.kind()),
+        Some(FailureKind::CircuitOpen),
+        "the breaker is per limiter"
+    );
+    cluster.nodes[0].thaw();
+
+    // Killed, not frozen: the same (its keys fail by the policy, the others' are decided). The
+    // dead master's calls wait out the timeout while redis-rs retries it, and read as timeouts
+    // naming every configured node: not asserted, as neither is a promise.
+    let mut cluster = cluster;
+    cluster.nodes[0].kill();
+    let started = Instant::now();
+    let outcome = plain.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    assert!(!outcome.decision().is_allowed());
+    assert!(outcome.failure().is_some(), "decided by a dead master?");
+    for i in 0..3 {
+        let outcome = plain.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(
+            outcome.failure().is_none(),
+            "call {i} after the kill: a live master's key decided by the policy: {:?}",
+            outcome.failure()
+        );
+    }
+}
+
+/// A limiter key's slot moved to another master mid-run (`CLUSTER SETSLOT` and `MIGRATE`, as a
+/// reshard does): the next decisions follow the `MOVED` redirect to the new owner, with the
+/// count moved along, so the limit stays exact.
+#[test]
+fn a_slot_moved_to_another_master_keeps_its_count() {
+    let cluster = RedisCluster::start();
+    let backend = super::backend(RedisConfig::cluster(cluster.urls()));
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "moved",
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap();
+    let key = key_on(&cluster, &limiter, 0, "m");
+    for _ in 0..4 {
+        let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert!(outcome.decision().is_allowed());
+    }
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let redis_keys = limiter.redis_keys(&key);
+    let slot = from.cli(&["CLUSTER", "KEYSLOT", &redis_keys[0]]);
+    let id = |node: &super::server::RedisServer| node.cli(&["CLUSTER", "MYID"]);
+    let (from_id, to_id) = (id(from), id(to));
+    assert_eq!(
+        to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "OK"
+    );
+    let port = to.port.to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    migrate.extend(redis_keys.iter().map(String::as_str));
+    assert_eq!(from.cli(&migrate), "OK");
+    for node in &cluster.nodes {
+        assert_eq!(
+            node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]),
+            "OK"
+        );
+    }
+    assert_eq!(cluster.holders(&redis_keys[0]), 1);
+    assert!(
+        !to.cli_unchecked(&["GET", &redis_keys[0]]).contains("MOVED"),
+        "the slot did not move"
+    );
+    let admitted = (0..10)
+        .filter(|_| {
+            let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+            assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+            outcome.decision().is_allowed()
+        })
+        .count();
+    assert_eq!(admitted, 6);
 }

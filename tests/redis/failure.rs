@@ -277,3 +277,122 @@ fn backend_timeouts_of_zero_or_past_an_hour_are_refused() {
         assert!(RedisBackend::blocking_connect(config).is_err(), "{bad:?}");
     }
 }
+
+/// A server that accepts connections and answers every read with bytes that are not RESP,
+/// until dropped.
+struct GarbageServer {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GarbageServer {
+    fn start() -> Self {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held: Vec<std::net::TcpStream> = Vec::new();
+            // SeqCst: a test flag, checked every few milliseconds.
+            while !flag.load(Ordering::SeqCst) {
+                if let Ok((socket, _)) = listener.accept() {
+                    socket.set_nonblocking(true).unwrap();
+                    held.push(socket);
+                }
+                for socket in &mut held {
+                    let mut buffer = [0u8; 4096];
+                    if let Ok(read) = socket.read(&mut buffer)
+                        && read > 0
+                    {
+                        let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        GarbageServer {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for GarbageServer {
+    fn drop(&mut self) {
+        // SeqCst: as above.
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Eager connect to a server that accepts TCP and never answers: a timeout within the
+/// configured timeout (the bound only catches a hang), naming the server, single and cluster.
+#[test]
+fn eager_connect_to_a_silent_server_times_out_naming_it() {
+    let silent = SilentServer::start();
+    let url = format!("redis://127.0.0.1:{}", silent.port);
+    for config in [RedisConfig::single(&url), RedisConfig::cluster([&url])] {
+        let started = Instant::now();
+        let error = RedisBackend::blocking_connect(config.clone().timeout(SHORT)).unwrap_err();
+        assert!(started.elapsed() < CALL_BOUND, "{:?}", started.elapsed());
+        assert_eq!(error.kind(), FailureKind::Timeout, "{config:?}: {error}");
+        assert_eq!(error.server_address(), Some(url.as_str()), "{error}");
+        assert!(error.to_string().contains(&url), "{error}");
+    }
+}
+
+/// A server that answers with bytes that are not RESP: a protocol error naming the server at
+/// eager connect (single and cluster; the cluster's read as a connection error), and a lazy
+/// backend's decisions are decided by the policy.
+#[test]
+fn a_server_answering_garbage_is_a_protocol_error_naming_it() {
+    let garbage = GarbageServer::start();
+    let url = format!("redis://127.0.0.1:{}", garbage.port);
+    for config in [RedisConfig::single(&url), RedisConfig::cluster([&url])] {
+        let started = Instant::now();
+        let error = RedisBackend::blocking_connect(config.clone().timeout(SHORT)).unwrap_err();
+        assert!(started.elapsed() < CALL_BOUND, "{:?}", started.elapsed());
+        assert_eq!(error.kind(), FailureKind::Protocol, "{config:?}: {error}");
+        assert_eq!(error.server_address(), Some(url.as_str()), "{error}");
+    }
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(&url).timeout(SHORT).lazy()).unwrap();
+    let closed = limiter(&backend, FailurePolicy::FailClosed);
+    let started = Instant::now();
+    let outcome = closed.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert!(started.elapsed() < CALL_BOUND, "{:?}", started.elapsed());
+    assert!(!outcome.decision().is_allowed());
+    let error = outcome.failure().expect("decided by the policy");
+    // Lazy: the connection retries with back-off in the background, so the call may time out
+    // first (as for a refused one above).
+    assert!(
+        [FailureKind::Protocol, FailureKind::Timeout].contains(&error.kind()),
+        "{error}"
+    );
+    assert_eq!(error.server_address(), Some(url.as_str()), "{error}");
+}
+
+/// A cluster node list where nothing listens: refused at eager connect, naming the node (it
+/// read as a connection error: redis-rs reports the cause only as text).
+#[test]
+fn eager_cluster_connect_to_a_closed_port_is_refused_naming_it() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let started = Instant::now();
+    let error =
+        RedisBackend::blocking_connect(RedisConfig::cluster([&url]).timeout(SHORT)).unwrap_err();
+    assert!(started.elapsed() < CALL_BOUND, "{:?}", started.elapsed());
+    assert_eq!(error.kind(), FailureKind::Refused, "{error}");
+    assert_eq!(error.server_address(), Some(url.as_str()), "{error}");
+}
