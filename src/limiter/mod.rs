@@ -152,11 +152,7 @@ pub trait Limiter: Send + Sync {
             if decision.is_allowed() {
                 return Ok(waited.so_far(self.clock()));
             }
-            let wait = decision.retry_after();
-            waited.start(self.clock());
-            check_wait_ends(self.clock(), wait)?;
-            self.clock().sleep(wait);
-            waited.slept(wait);
+            waited.sleep(self.clock(), decision.retry_after())?;
         }
     }
 
@@ -191,19 +187,12 @@ pub trait Limiter: Send + Sync {
             if decision.is_allowed() {
                 return Ok(decision);
             }
-            // Before any sleep nothing has passed yet: a wait longer than the timeout is
-            // refused without reading the clock (the common fail-fast call pays no extra read).
-            let left = match waited.since {
-                None => timeout,
-                Some(_) => timeout.saturating_sub(waited.so_far(self.clock())),
-            };
-            if wait > left {
+            // Before any sleep `so_far` is zero without a clock read: a wait longer than the
+            // timeout is refused at once (the common fail-fast call pays no extra read).
+            if wait > timeout.saturating_sub(waited.so_far(self.clock())) {
                 return Ok(decision);
             }
-            waited.start(self.clock());
-            check_wait_ends(self.clock(), wait)?;
-            self.clock().sleep(wait);
-            waited.slept(wait);
+            waited.sleep(self.clock(), wait)?;
         }
     }
 }
@@ -213,21 +202,23 @@ pub trait Limiter: Send + Sync {
 /// can, does not shorten the wait below what was slept).
 #[derive(Default)]
 struct Waited {
-    /// The clock's reading at the first denial; `None` before it (no clock read on a grant at
-    /// once).
+    /// The clock's reading at the first denial that slept; `None` before it (no clock read on a
+    /// grant at once, nor on a refusal before any sleep).
     since: Option<u64>,
     slept: Duration,
 }
 
 impl Waited {
-    fn start(&mut self, clock: &dyn Clock) {
+    /// Sleeps `wait` on `clock` (noting the clock's reading first if this is the first wait),
+    /// unless the wait could never end ([`check_wait_ends`]).
+    fn sleep(&mut self, clock: &dyn Clock, wait: Duration) -> Result<(), AcquireError> {
         if self.since.is_none() {
             self.since = Some(clock.now_nanos());
         }
-    }
-
-    fn slept(&mut self, wait: Duration) {
+        check_wait_ends(clock, wait)?;
+        clock.sleep(wait);
         self.slept = self.slept.saturating_add(wait);
+        Ok(())
     }
 
     fn so_far(&self, clock: &dyn Clock) -> Duration {
