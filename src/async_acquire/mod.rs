@@ -135,7 +135,9 @@ pub(crate) async fn wait_for_grant(
     mut attempt: impl FnMut() -> Result<Decision, AcquireError>,
 ) -> Result<Waited, AcquireError> {
     let mut decision = first;
-    if decision.is_allowed() {
+    // Granted at once, or a first wait that does not fit the budget: nothing waited, and no
+    // clock read (the common fail-fast call pays none).
+    if decision.is_allowed() || budget.is_some_and(|budget| decision.retry_after() > budget) {
         return Ok(Waited {
             decision,
             waited: Duration::ZERO,
