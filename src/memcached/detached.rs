@@ -100,10 +100,10 @@ struct Held {
     place: OwnedSemaphorePermit,
 }
 
-/// What the exchange sends its caller: a decision (an admission with its connection, to pool
-/// or to give the permits back on), or a failure.
+/// What the exchange sends its caller: an admission with its connection (to pool, or to give
+/// the permits back on), a denial, or a failure.
 enum Answer {
-    Decided(Decision, Option<Held>),
+    Decided(Decision, Held),
     /// A denial whose take-back is under way: `taken_back` ends (a value, or closed) once it is
     /// done or given up.
     Denied(Decision, oneshot::Receiver<()>),
@@ -123,7 +123,7 @@ impl Drop for Awaiting {
         // After `close`, a send fails (the exchange then gives the permits back itself); a
         // value sent before is still here.
         self.answer.close();
-        if let Ok(Answer::Decided(_, Some(held))) = self.answer.try_recv() {
+        if let Ok(Answer::Decided(_, held)) = self.answer.try_recv() {
             let finish_by = later_by(
                 later_by(Instant::now(), self.backend.timeout()),
                 self.backend.grace(),
@@ -176,11 +176,9 @@ pub(crate) async fn decide_async(
         after: backend.timeout(),
     };
     match until_deadline(&mut awaiting.answer, deadline).await {
-        Ok(Ok(Answer::Decided(decision, held))) => {
-            if let Some(Held { connection, place }) = held {
-                backend.pool_async(connection);
-                drop(place);
-            }
+        Ok(Ok(Answer::Decided(decision, Held { connection, place }))) => {
+            backend.pool_async(connection);
+            drop(place);
             Ok(decision)
         }
         Ok(Ok(Answer::Denied(decision, taken_back))) => {
@@ -256,26 +254,19 @@ async fn exchange(
     match result {
         Ok((decision, connection)) if decision.is_allowed() => {
             let held = Held { connection, place };
-            if let Err(Answer::Decided(_, Some(held))) =
-                sender.send(Answer::Decided(decision, Some(held)))
-            {
+            if let Err(Answer::Decided(_, held)) = sender.send(Answer::Decided(decision, held)) {
                 give_back(held, backend, job, finish_by, reclaims).await;
             }
         }
-        Ok((decision, mut connection)) => {
+        Ok((decision, connection)) => {
             // The denial stands whatever happens to the take-back: answered at once, with word
             // of the take-back's end, which its caller waits for until its deadline (a serial
             // caller's next request must not find the permits of its last denial); the
             // take-back runs on until `finish_by`.
             let (done, taken_back) = oneshot::channel();
             let _ = sender.send(Answer::Denied(decision, taken_back));
-            let taking = take_back(&mut connection, finish_by, &job.prefix, job.cell(), job.n);
-            if let Ok(Ok(())) = until_deadline(taking, finish_by).await {
-                backend.pool_async(connection);
-            } else {
-                reclaims.left_counted();
-            }
-            drop(place);
+            let held = Held { connection, place };
+            take_back_held(held, &backend, &job, finish_by, &reclaims).await;
             let _ = done.send(());
         }
         Err(error) => {
@@ -296,16 +287,32 @@ async fn give_back(
     finish_by: Instant,
     reclaims: Arc<Reclaims>,
 ) {
+    if take_back_held(held, &backend, &job, finish_by, &reclaims).await {
+        reclaims.given_back();
+    }
+}
+
+/// `job`'s permits taken back (`decr`) on `held`'s connection by `finish_by`: the connection
+/// pooled if it did, counted in `left_counted` if not; the place given back either way.
+/// Returns whether the take-back landed.
+async fn take_back_held(
+    held: Held,
+    backend: &MemcachedBackend,
+    job: &Job,
+    finish_by: Instant,
+    reclaims: &Reclaims,
+) -> bool {
     let Held {
         mut connection,
         place,
     } = held;
     let taking = take_back(&mut connection, finish_by, &job.prefix, job.cell(), job.n);
-    if let Ok(Ok(())) = until_deadline(taking, finish_by).await {
-        reclaims.given_back();
+    let landed = matches!(until_deadline(taking, finish_by).await, Ok(Ok(())));
+    if landed {
         backend.pool_async(connection);
     } else {
         reclaims.left_counted();
     }
     drop(place);
+    landed
 }
