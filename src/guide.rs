@@ -6,12 +6,12 @@
 //!
 //! | you want | type | crate feature |
 //! |---|---|---|
-//! | [one limit for the whole process](#a-global-limit) | [`AtomicLimiter`]`<`[`Gcra`]`>` (or any algorithm) | — |
+//! | [one limit for the whole process](#a-global-limit) | [`AtomicLimiter`]`<`[`Gcra`]`>` (or any one-word algorithm) | — |
 //! | [a limit per client IP on an axum server](#per-ip-http-axum) | [`RateLimitLayer::per_ip`] over a [`Keyed`]`<`[`IpKey`]`, _>` | `axum` |
 //! | [a limit per user or API key](#per-user-or-api-key) | [`Keyed`]`<String, _>`; over HTTP [`RateLimitLayer::with_key`] + [`KeyFn`] | — / `tower` |
 //! | [a port of Guava's `RateLimiter`](#guava-port-smoothbursty-smoothwarmingup) | [`SmoothBursty`], [`SmoothWarmingUp`] | — |
 //! | [one limit shared by many processes](#shared-via-redis) | [`RedisLimiter`] | `redis` |
-//! | [an HTTP limit shared by many processes](#http--redis) | an axum middleware over [`RedisLimiter`] and [`HeaderStyle`] | `axum`, `redis` |
+//! | [an HTTP limit shared by many processes](#http--redis-or-memcached) | [`RateLimitLayer::per_ip`] over a [`RedisLimiter`] (or a [`MemcachedLimiter`](crate::memcached::MemcachedLimiter)) | `axum`, `redis` / `memcached` |
 //! | [metrics and logs](#observability) | [`observe`](crate::observe) | `metrics`, `tracing` |
 //! | [to replace tower_governor](#from-tower_governor-to-floodgate) | the table at the end | `axum` |
 //!
@@ -63,7 +63,9 @@
 //! answered a bare `500` while the reason is written once to the server's standard error.
 //!
 //! Next knobs, all on [`RateLimitLayer`]: behind a reverse proxy, key by the address the proxy
-//! recorded, counted from the right (the leftmost entry is whatever the client wrote):
+//! recorded, counted from the right (the leftmost entry is whatever the client wrote; if clients
+//! can also reach the server directly, name the proxies' network with
+//! [`ClientIp::trusted_proxies`](crate::middleware::ClientIp::trusted_proxies)):
 //!
 //! ```
 //! # #[cfg(feature = "tower")]
@@ -296,5 +298,4 @@
 //! [`KeyFn`]: crate::middleware::KeyFn
 //! [`ClientIp`]: crate::middleware::ClientIp
 //! [`ClientIp::behind_proxies`]: crate::middleware::ClientIp::behind_proxies
-//! [`HeaderStyle`]: crate::middleware::HeaderStyle
 //! [`HeaderStyle::XRateLimit`]: crate::middleware::HeaderStyle::XRateLimit

@@ -13,9 +13,10 @@
 //!
 //! # When to pick it over [`SlidingWindow`](super::SlidingWindow)
 //! The sliding window is cell-approximate (a window-long span that starts inside a cell may hold
-//! up to the limit plus that cell's admissions) and costs 8 bytes per cell; the log is exact and
-//! costs 16 bytes per permit of capacity, so it suits small strict limits (5 login attempts per
-//! 15 minutes), up to [`MAX_SLIDING_LOG_CAPACITY`] permits.
+//! up to the limit plus that cell's admissions) and costs 16 bytes per ring slot (`cells + future`
+//! rounded up to a power of two) whatever the limit; the log is exact and costs 16 bytes per
+//! permit of capacity, so it suits small strict limits (5 login attempts per 15 minutes), up to
+//! [`MAX_SLIDING_LOG_CAPACITY`] permits.
 //!
 //! # Time
 //! The log runs on a time floor (see [`update_at`](crate::limiter::update_at)) raised on every
