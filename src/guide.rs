@@ -87,7 +87,7 @@
 //! ## Per user or API key
 //!
 //! A [`Keyed`] map holds one limiter word per key, with a cap on the keys it holds (idle ones are
-//! dropped as it goes, no background task):
+//! dropped by the calls that find their shard full, no background task):
 //!
 //! ```
 //! use floodgate::{Keyed, Rate, TokenBucket};

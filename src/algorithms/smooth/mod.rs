@@ -78,7 +78,7 @@
 //!
 //! # Rates above Guava's precision
 //! Guava books every cost as `(long)` whole microseconds, truncated. At high rates this admits
-//! far more than the rate (1.11× at 300,000/s, 1.41× at 700,000/s, unlimited above 10⁶/s).
+//! far more than the rate (1.11× at 300,000/s, 1.43× at 700,000/s, unlimited above 10⁶/s).
 //! floodgate keeps the truncation only where it provably costs at most 0.1% of the rate: each
 //! request loses less than 1 µs per truncation (bursty: one, plus < 2⁻¹¹ µs of stored-time
 //! rounding; warming: up to three) against a cost of at least one stable interval `I`, so
