@@ -1,5 +1,6 @@
 //! Distributed limiting on memcached (feature `memcached`): the seeds' sliding window of
-//! `precision`-long cells, without their check-then-increment race.
+//! cells ([`SlidingWindow::cell`](crate::SlidingWindow::cell) long), without their
+//! check-then-increment race.
 //!
 //! The seeds read the window's cells, summed them, and incremented the current cell if the sum
 //! was under the limit. Read-then-increment is not atomic: callers that read the same sum all
@@ -22,7 +23,7 @@
 //! (plus, perhaps, permits of denied requests not yet taken back, which only add), and `R` was
 //! admitted only because that sum fit the limit. This needs `R` to have read `R'`'s cell: it
 //! reads the window ending at its own cell and one cell after, which holds whenever `R'` read its
-//! clock less than one `precision` after `R` did (the skew tolerance below).
+//! clock less than one cell after `R` did (the skew tolerance below).
 //!
 //! # The cost
 //! * An admitted request costs **one round trip**; a denied one **two** (the `decr`).
@@ -63,16 +64,16 @@
 //! crate::Clock); [`QuantaClock`](crate::QuantaClock), the default, reads Unix time, so processes
 //! on NTP-synced hosts share cell numbers). Tolerance: the guarantee holds while, for any two
 //! requests, the one whose increment reaches memcached later read its clock less than one
-//! `precision` before the other; enough is **clock skew between callers + the time from a clock
-//! read to its increment (at most the timeout) < `precision`**. Reading the cell *after* the
+//! cell before the other; enough is **clock skew between callers + the time from a clock read
+//! to its increment (at most the timeout) < one cell**. Reading the cell *after* the
 //! current one is what buys this: a caller whose clock runs ahead writes there, and the others
 //! count it. Beyond the tolerance the bound weakens: permits written two or more cells ahead are
 //! invisible to the others until their clocks catch up.
 //!
-//! Expiry is memcached's, on real time, in whole seconds: each cell gets `window + precision`,
+//! Expiry is memcached's, on real time, in whole seconds: each cell gets `window + cell`,
 //! rounded up, plus 1 s (memcached's clock ticks once a second, so an expiry of `T` can fire
 //! after `T - 1`). A cell is read while some caller's clock is within a window of it; with skew
-//! under one `precision` that is less than `window + precision` after it was created. Expiry only
+//! under one cell that is less than `window + cell` after it was created. Expiry only
 //! frees memory: cells older than the window are never read.
 //!
 //! # Limits

@@ -59,7 +59,7 @@ impl Cells {
         let max_lifetime = Duration::from_secs(MAX_RELATIVE_TTL_SECS - 1);
         if lifetime > max_lifetime {
             return Err(ConfigError::DurationOutOfRange {
-                what: "memcached window + precision (a cell's lifetime)",
+                what: "memcached window + one cell (a cell key's lifetime)",
                 value: lifetime,
                 min: Duration::from_nanos(2),
                 max: max_lifetime,
@@ -213,7 +213,7 @@ mod tests {
             assert_eq!(
                 Cells::new(5, window, precision).unwrap_err(),
                 ConfigError::DurationOutOfRange {
-                    what: "memcached window + precision (a cell's lifetime)",
+                    what: "memcached window + one cell (a cell key's lifetime)",
                     value: Duration::MAX,
                     min: Duration::from_nanos(2),
                     max,
@@ -228,6 +228,23 @@ mod tests {
         let w = Cells::new(5, Duration::from_millis(500), Duration::from_millis(250)).unwrap();
         assert_eq!((w.cells(), w.ttl_secs()), (2, 2));
         assert_eq!(window(5).ttl_secs(), 12);
+    }
+
+    /// The lifetime error names what the caller configured (`SlidingWindow::new(limit, window,
+    /// cells)`: a window and its cells), not the seeds' word "precision", which no public
+    /// parameter uses.
+    #[test]
+    fn a_lifetime_too_long_for_memcached_names_the_window_and_its_cell() {
+        let config = crate::SlidingWindow::new(5, Duration::from_secs(31 * 86_400), 31).unwrap();
+        assert_eq!(
+            Cells::of(&config).unwrap_err(),
+            ConfigError::DurationOutOfRange {
+                what: "memcached window + one cell (a cell key's lifetime)",
+                value: Duration::from_secs(32 * 86_400),
+                min: Duration::from_nanos(2),
+                max: Duration::from_secs(MAX_RELATIVE_TTL_SECS - 1),
+            }
+        );
     }
 
     #[test]
