@@ -17,9 +17,13 @@
 //!
 //! Which algorithm: [`FixedWindow`] for "N per minute" with a reset (aligned to the wall clock
 //! with [`FixedWindow::aligned`]); [`SlidingWindow`](crate::SlidingWindow) for "N in any
-//! minute"; [`Gcra`] for a rate with bursts ([`TokenBucket`] and
+//! minute" counted in cells (a minute that starts inside a cell can also hold what that cell
+//! admitted; [`SlidingLog`](crate::SlidingLog) is exact over any span, up to
+//! [`MAX_SLIDING_LOG_CAPACITY`](crate::algorithms::MAX_SLIDING_LOG_CAPACITY) permits);
+//! [`Gcra`] for a rate with bursts ([`TokenBucket`] and
 //! [`LeakyBucket`](crate::LeakyBucket) are the same type under the names you may know). Each is
-//! one configuration value, the same for the local engine, Redis and memcached; a local limiter
+//! one configuration value, the same for the local engine and Redis (memcached runs
+//! [`SlidingWindow`](crate::SlidingWindow)); a local limiter
 //! is `config.into_limiter()` ([`IntoLimiter`](crate::IntoLimiter)), or `AtomicLimiter::new(config)`
 //! for the one-word algorithms. No lock, and a denial writes nothing.
 //!
