@@ -60,8 +60,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Every response then carries `RateLimit-Policy: "per-ip";q=60;w=60` and
-//! `RateLimit: "per-ip";r=59;t=60` (draft-ietf-httpapi-ratelimit-headers-11); past the limit the
+//! Every response then carries `RateLimit-Policy: "per-ip";q=60;w=60` and, on a client's first,
+//! `RateLimit: "per-ip";r=59;t=61` (draft-ietf-httpapi-ratelimit-headers-11; `t` is rounded up,
+//! and the window opens at the first 2^19 ns unit at or after the request); past the limit the
 //! answer is `429` with `Retry-After` and an `application/problem+json` body. Serve with
 //! `into_make_service_with_connect_info`: without it no request has a peer address, and each is
 //! answered a bare `500` while the reason is written once to the server's standard error.
