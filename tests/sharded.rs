@@ -387,3 +387,84 @@ fn raising_after_lowering_in_one_window_keeps_the_charge_until_the_window_ends()
     clock.advance(SECOND);
     assert_eq!(drain(&limiter), 16);
 }
+
+/// What [`HookClock`] runs at its first sleep.
+type SleepHook = std::sync::Arc<std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
+/// A clock that runs a hook (once) when a caller sleeps on it, before the sleep moves time: a
+/// reconfiguration that lands while a caller waits in `acquire`, without threads or sleeps.
+#[derive(Clone)]
+struct HookClock {
+    time: ManualClock,
+    on_sleep: SleepHook,
+}
+
+impl floodgate::Clock for HookClock {
+    fn now_nanos(&self) -> u64 {
+        self.time.now_nanos()
+    }
+    fn sleep(&self, duration: Duration) {
+        let hook = self.on_sleep.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        self.time.sleep(duration);
+    }
+}
+
+/// `limit` over `stripes` on a [`HookClock`] at 10 s, with `reconfigure` run at the first sleep.
+fn sharded_with_hook(
+    limit: u32,
+    stripes: usize,
+    reconfigure: impl FnOnce(&Sharded<HookClock>) + Send + 'static,
+) -> std::sync::Arc<Sharded<HookClock>> {
+    let clock = HookClock {
+        time: ManualClock::starting_at(10_000_000_000),
+        on_sleep: Default::default(),
+    };
+    let limiter =
+        std::sync::Arc::new(Sharded::with_clock(limit, SECOND, stripes, clock.clone()).unwrap());
+    let weak = std::sync::Arc::downgrade(&limiter);
+    *clock.on_sleep.lock().unwrap() = Some(Box::new(move || reconfigure(&weak.upgrade().unwrap())));
+    assert_eq!(limiter.clock().now_nanos(), 10_000_000_000);
+    limiter
+}
+
+/// `set_limit` while a caller waits in `acquire` for the next window: lowered below its request,
+/// the caller gets `ExceedsCapacity` when it wakes (never a wait forever, never permits past the
+/// new limit); lowered but still within it, or raised, it is served in the next window, which
+/// has the new limit.
+#[test]
+fn set_limit_while_a_caller_waits_in_acquire() {
+    // 8 over 2 stripes (4 + 4), all taken; acquire(4) waits; the limit drops to 4 (2 + 2).
+    let limiter = sharded_with_hook(8, 2, |l| l.set_limit(4).unwrap());
+    assert!(limiter.try_acquire_on(0, 4).unwrap().is_allowed());
+    assert!(limiter.try_acquire_on(1, 4).unwrap().is_allowed());
+    assert_eq!(
+        limiter.acquire(4).unwrap_err(),
+        AcquireError::ExceedsCapacity {
+            requested: 4,
+            capacity: 2
+        }
+    );
+    // acquire(2) waits; the limit drops to 4: served in the next window, which then has 2 left.
+    let limiter = sharded_with_hook(8, 2, |l| l.set_limit(4).unwrap());
+    assert!(limiter.try_acquire_on(0, 4).unwrap().is_allowed());
+    assert!(limiter.try_acquire_on(1, 4).unwrap().is_allowed());
+    assert_eq!(limiter.acquire(2).unwrap(), SECOND);
+    let mut more = 0;
+    for home in 0..2 {
+        while limiter.try_acquire_on(home, 1).unwrap().is_allowed() {
+            more += 1;
+        }
+    }
+    assert_eq!(more, 2);
+    // Raised while it waits: served at the window's end (the wait announced), with the new
+    // limit in that window.
+    let limiter = sharded_with_hook(4, 2, |l| l.set_limit(16).unwrap());
+    assert!(limiter.try_acquire_on(0, 2).unwrap().is_allowed());
+    assert!(limiter.try_acquire_on(1, 2).unwrap().is_allowed());
+    assert_eq!(limiter.acquire(2).unwrap(), SECOND);
+    assert_eq!(limiter.max_request(), 8);
+    assert!(limiter.try_acquire_on(0, 6).unwrap().is_allowed());
+}
