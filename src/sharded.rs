@@ -35,7 +35,8 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 /// A stripe's count only grows within a window, so a stripe seen without room stays without room.
 /// * Requests of one permit are **never denied early**, however unbalanced the load: a denial
 ///   means every stripe was full in the window the request was decided in, i.e. all `limit`
-///   permits of that window were taken. (A caller whose clock read lags decides on a stripe
+///   permits of that window were taken (or, after a lowering `set_limit` in that window, charged
+///   against the excess the window had already admitted). (A caller whose clock read lags decides on a stripe
 ///   holding a newer window in that newer window, as [`FixedWindow`] does, and is denied only if
 ///   it is full.) Unbalanced load costs speed (borrowers write other cores' cache lines), not
 ///   admissions.
