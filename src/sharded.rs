@@ -10,8 +10,10 @@ use crate::algorithms::FixedWindow;
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, ConfigError, Decision, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
-use crate::packed::{Divisor, MAX_COUNT, TAG_MASK, pack_window, unpack_window};
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::packed::{
+    Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
+};
+use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// A fixed-window limit of `limit` permits per wall-clock-aligned window, split across
 /// `stripes` words, each on its own cache line.
@@ -33,7 +35,8 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 /// A stripe's count only grows within a window, so a stripe seen without room stays without room.
 /// * Requests of one permit are **never denied early**, however unbalanced the load: a denial
 ///   means every stripe was full in the window the request was decided in, i.e. all `limit`
-///   permits of that window were taken. (A caller whose clock read lags decides on a stripe
+///   permits of that window were taken (or, after a lowering `set_limit` in that window, charged
+///   against the excess the window had already admitted). (A caller whose clock read lags decides on a stripe
 ///   holding a newer window in that newer window, as [`FixedWindow`] does, and is denied only if
 ///   it is full.) Unbalanced load costs speed (borrowers write other cores' cache lines), not
 ///   admissions.
@@ -43,6 +46,9 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 ///   [`AcquireError::ExceedsCapacity`].
 /// * After [`set_limit`](Limiter::set_limit) raises the limit, a caller that saw every stripe full
 ///   just before may still deny until the window ends (the "all full" hint is advisory).
+/// * After [`set_limit`](Limiter::set_limit) lowers the limit, the window in progress admits at
+///   most the larger of what it had admitted and the new limit (a stripe's excess over its new
+///   share is charged to the others for that window), as [`FixedWindow`] would.
 ///
 /// `remaining` in an allowing [`Decision`] is the serving stripe's remaining share (a lower bound
 /// of the window's); in a denial it is the sum of what the stripes showed when scanned.
@@ -78,6 +84,8 @@ pub struct Sharded<C = QuantaClock> {
     /// clock's), and only for windows of at least [`CACHED_WINDOW_NANOS`].
     recent: CachePadded<AtomicU64>,
     limit: AtomicU32,
+    /// Held by [`set_limit`](Limiter::set_limit) only: one split of the limit at a time.
+    reconfigure: Mutex<()>,
     /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
     window: Divisor,
     clock: C,
@@ -166,6 +174,7 @@ impl<C: Clock> Sharded<C> {
             all_full: CachePadded::new(AtomicU64::new(0)),
             recent: CachePadded::new(AtomicU64::new(0)),
             limit: AtomicU32::new(limit),
+            reconfigure: Mutex::new(()),
             window: window_divisor,
             clock,
         })
@@ -473,6 +482,94 @@ impl<C: Clock> Sharded<C> {
         }
     }
 
+    /// After [`set_limit`](Limiter::set_limit) stored the new shares (read at `now`): settles
+    /// the windows in progress so that each admits at most the larger of what it had admitted
+    /// and the new limit. A stripe holding more than its new share keeps its count (permits
+    /// taken stay taken) and admits nothing more; its excess over the share is charged to the
+    /// stripes below theirs, as permits of that window that nobody may take. Without it, every
+    /// other stripe would still admit its whole new share: 16 over 4 stripes, 4 taken on one,
+    /// lowered to 4, admitted 3 more.
+    ///
+    /// The windows settled are `now`'s and each window a stripe holds ahead of it within the lag
+    /// horizon (another core's later read; its admissions were made before this call). A stripe
+    /// holding an older window than the one settled is charged in the settled one (a reader in
+    /// its older window then decides in the newer one, as [`FixedWindow`] keeps a window ahead).
+    /// Charges land by compare-exchange: an admission racing them is decided again on the
+    /// charged word. An admission racing the whole call may still use an old share.
+    fn charge_excess(&self, now: u64) {
+        let at = self.window_at(now);
+        let window = self.window.get();
+        // The windows to settle, as windows ahead of `now`'s: 0 for `now`'s own, and each
+        // `k ≥ 1` a stripe holds within the lag horizon (the window `k` ahead starts
+        // `(k − 1) × window + until_end` after `now`, as `FixedWindow` measures a lead).
+        let mut leads: Vec<u64> = vec![0];
+        for stripe in self.stripes.iter() {
+            // Acquire: as the engine's load (`update`), pairs with the admitting
+            // compare-exchanges' release.
+            let (tag, count) = unpack_window(stripe.word.load(Ordering::Acquire));
+            if let TagDistance::Ahead(k) = tag_distance(tag, at.tag) {
+                let lead = (k - 1).saturating_mul(window).saturating_add(at.until_end);
+                if count > 0 && lead <= MAX_CLOCK_LAG_NANOS && !leads.contains(&k) {
+                    leads.push(k);
+                }
+            }
+        }
+        leads.sort_unstable();
+        for k in leads {
+            self.charge_window(at.tag.wrapping_add(k) & TAG_MASK);
+        }
+    }
+
+    /// [`charge_excess`](Self::charge_excess) for the window `tag`.
+    fn charge_window(&self, tag: u64) {
+        let mut excess = 0u64;
+        for stripe in self.stripes.iter() {
+            // Acquire: as in `charge_excess`.
+            let (stored, count) = unpack_window(stripe.word.load(Ordering::Acquire));
+            if stored == tag {
+                excess += count.saturating_sub(stripe.window.limit());
+            }
+        }
+        for stripe in self.stripes.iter() {
+            if excess == 0 {
+                return;
+            }
+            let share = stripe.window.limit();
+            // Acquire: as in `charge_excess`.
+            let mut current = stripe.word.load(Ordering::Acquire);
+            loop {
+                let (stored, count) = unpack_window(current);
+                let count = match tag_distance(stored, tag) {
+                    TagDistance::Same => count,
+                    // An older window, or none: `tag`'s count is zero.
+                    TagDistance::Behind(_) => 0,
+                    // A newer window (taken since the scan): not this one's to settle.
+                    TagDistance::Ahead(_) if count == 0 => 0,
+                    TagDistance::Ahead(_) => break,
+                };
+                if count >= share {
+                    break;
+                }
+                let charge = excess.min(share - count);
+                // AcqRel / Acquire: as the engine's compare-exchange (`update`); pairs with the
+                // admitting compare-exchanges, which then decide again on the charged word (and,
+                // having acquired it, with the new share stored before it).
+                match stripe.word.compare_exchange(
+                    current,
+                    pack_window(tag, count + charge),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        excess -= charge;
+                        break;
+                    }
+                    Err(actual) => current = actual,
+                }
+            }
+        }
+    }
+
     /// A stripe's decision restated with the global limit.
     #[inline]
     fn global(&self, d: Decision) -> Decision {
@@ -598,8 +695,14 @@ impl<C: Clock> Limiter for Sharded<C> {
         &self.clock
     }
 
-    /// Splits the new limit across the stripes, one stripe at a time: while it runs, a window may
-    /// admit up to the larger of the old and the new limit. Counts already taken stay taken.
+    /// Splits the new limit across the stripes. While it runs, a racing admission may still use
+    /// its stripe's old share. Once it has returned, the window in progress admits at most the
+    /// larger of what it had admitted and the new limit, in total: counts already taken stay
+    /// taken, a stripe above its new share admits nothing more, and its excess is charged to the
+    /// stripes below theirs for the rest of that window (also to a window a stripe holds ahead,
+    /// within the lag horizon). A raise in the same window does not give the charge back: that
+    /// window admits up to the raised limit less the charge; the next has all of it. Calls of
+    /// `set_limit` run one at a time (a lock, taken by nothing else).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a limit below the number of stripes (each needs a share of
@@ -621,12 +724,20 @@ impl<C: Clock> Limiter for Sharded<C> {
                 max: MAX_COUNT * count as u64,
             });
         }
+        // One reconfiguration at a time: two interleaved splits would leave shares from both,
+        // summing to neither limit. A poisoned lock guards nothing broken (no panic can happen
+        // while it is held, and the shares are rewritten in full): its guard is taken anyway.
+        let _one_at_a_time = self
+            .reconfigure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = self.clock.now_nanos();
         for (index, stripe) in self.stripes.iter().enumerate() {
             stripe.window.set_limit(share(limit, count, index), now)?;
         }
         // Relaxed: a self-contained config value, as FixedWindow's limit.
         self.limit.store(limit, Ordering::Relaxed);
+        self.charge_excess(now);
         // Relaxed: forget the "all full" hint; see the type's docs for the race this leaves.
         self.all_full.store(0, Ordering::Relaxed);
         Ok(())

@@ -296,3 +296,175 @@ fn a_request_above_max_request_says_what_one_request_can_take() {
     );
     assert!(!text.contains("capacity is"), "{text}");
 }
+
+/// Every permit the window still admits, one at a time, from each home stripe in turn.
+fn drain(limiter: &Sharded<ManualClock>) -> u64 {
+    let mut more = 0;
+    for home in 0..limiter.stripes() {
+        while limiter.try_acquire_on(home, 1).unwrap().is_allowed() {
+            more += 1;
+        }
+    }
+    more
+}
+
+/// Lowering the limit mid-window: once `set_limit` has returned, the window admits no more than
+/// max(what it had admitted, the new limit) in total, whichever stripes took the permits
+/// already taken (before the fix, a stripe over its new share kept its excess while every other
+/// stripe still admitted its whole new share: 16 over 4 stripes, 4 taken on stripe 0, lowered
+/// to 4, admitted 3 more).
+#[test]
+fn lowering_the_limit_caps_the_window_at_the_larger_of_taken_and_new() {
+    // (limit, stripes, permits taken on each stripe before the change, new limit)
+    let cases: [(u32, usize, &[u64], u32); 7] = [
+        (16, 4, &[4, 0, 0, 0], 4),
+        (16, 4, &[3, 1, 0, 0], 8),
+        (16, 4, &[4, 4, 0, 0], 4),
+        (16, 4, &[1, 1, 1, 1], 8),
+        (16, 4, &[4, 4, 4, 4], 4),
+        (
+            10,
+            2,
+            &[5, 0],
+            3, /* below the stripes' count is refused; 3 ≥ 2 */
+        ),
+        (1000, 8, &[125, 125, 125, 0, 0, 0, 0, 0], 100),
+    ];
+    for (limit, stripes, taken, lower) in cases {
+        let (limiter, clock) = sharded(limit, stripes);
+        assert_eq!(limiter.stripes(), stripes);
+        for (home, &count) in taken.iter().enumerate() {
+            for _ in 0..count {
+                assert!(limiter.try_acquire_on(home, 1).unwrap().is_allowed());
+            }
+        }
+        let before: u64 = taken.iter().sum();
+        limiter.set_limit(lower).unwrap();
+        assert_eq!(limiter.limit(), u64::from(lower));
+        let more = drain(&limiter);
+        let case = format!("{limit} over {stripes}, taken {taken:?}, lowered to {lower}");
+        assert_eq!(before + more, before.max(u64::from(lower)), "{case}");
+        // The next window has the new limit, all of it.
+        clock.advance(SECOND);
+        assert_eq!(drain(&limiter), u64::from(lower), "{case}: next window");
+    }
+}
+
+/// A stripe holding the next window (a caller whose clock read later took permits there) when
+/// `set_limit` reads the clock in the window before: that window is settled too, so the next
+/// window admits no more than max(what it had admitted, the new limit).
+#[test]
+fn lowering_the_limit_settles_a_window_a_stripe_holds_ahead() {
+    let (limiter, clock) = sharded(16, 4);
+    clock.set(11_000_000_000); // window 11, as a later core reads it
+    for _ in 0..4 {
+        assert!(limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+    }
+    clock.set(10_500_000_000); // set_limit's read lags, in window 10
+    limiter.set_limit(4).unwrap();
+    clock.set(11_000_000_000);
+    assert_eq!(
+        drain(&limiter),
+        0,
+        "window 11 already holds 4 ≥ the new limit"
+    );
+    clock.advance(SECOND);
+    assert_eq!(drain(&limiter), 4);
+}
+
+/// Raising the limit after lowering it in the same window: the window admits up to the raised
+/// limit less what the lowering charged (the charged permits are counts, like taken ones), and
+/// the next window the whole raised limit.
+#[test]
+fn raising_after_lowering_in_one_window_keeps_the_charge_until_the_window_ends() {
+    let (limiter, clock) = sharded(16, 4);
+    for _ in 0..4 {
+        assert!(limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+    }
+    limiter.set_limit(4).unwrap(); // charges 3: one on each other stripe
+    limiter.set_limit(16).unwrap();
+    assert_eq!(drain(&limiter), 16 - 4 - 3);
+    clock.advance(SECOND);
+    assert_eq!(drain(&limiter), 16);
+}
+
+/// What [`HookClock`] runs at its first sleep.
+type SleepHook = std::sync::Arc<std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
+/// A clock that runs a hook (once) when a caller sleeps on it, before the sleep moves time: a
+/// reconfiguration that lands while a caller waits in `acquire`, without threads or sleeps.
+#[derive(Clone)]
+struct HookClock {
+    time: ManualClock,
+    on_sleep: SleepHook,
+}
+
+impl floodgate::Clock for HookClock {
+    fn now_nanos(&self) -> u64 {
+        self.time.now_nanos()
+    }
+    fn sleep(&self, duration: Duration) {
+        let hook = self.on_sleep.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        self.time.sleep(duration);
+    }
+}
+
+/// `limit` over `stripes` on a [`HookClock`] at 10 s, with `reconfigure` run at the first sleep.
+fn sharded_with_hook(
+    limit: u32,
+    stripes: usize,
+    reconfigure: impl FnOnce(&Sharded<HookClock>) + Send + 'static,
+) -> std::sync::Arc<Sharded<HookClock>> {
+    let clock = HookClock {
+        time: ManualClock::starting_at(10_000_000_000),
+        on_sleep: Default::default(),
+    };
+    let limiter =
+        std::sync::Arc::new(Sharded::with_clock(limit, SECOND, stripes, clock.clone()).unwrap());
+    let weak = std::sync::Arc::downgrade(&limiter);
+    *clock.on_sleep.lock().unwrap() = Some(Box::new(move || reconfigure(&weak.upgrade().unwrap())));
+    assert_eq!(limiter.clock().now_nanos(), 10_000_000_000);
+    limiter
+}
+
+/// `set_limit` while a caller waits in `acquire` for the next window: lowered below its request,
+/// the caller gets `ExceedsCapacity` when it wakes (never a wait forever, never permits past the
+/// new limit); lowered but still within it, or raised, it is served in the next window, which
+/// has the new limit.
+#[test]
+fn set_limit_while_a_caller_waits_in_acquire() {
+    // 8 over 2 stripes (4 + 4), all taken; acquire(4) waits; the limit drops to 4 (2 + 2).
+    let limiter = sharded_with_hook(8, 2, |l| l.set_limit(4).unwrap());
+    assert!(limiter.try_acquire_on(0, 4).unwrap().is_allowed());
+    assert!(limiter.try_acquire_on(1, 4).unwrap().is_allowed());
+    assert_eq!(
+        limiter.acquire(4).unwrap_err(),
+        AcquireError::ExceedsCapacity {
+            requested: 4,
+            capacity: 2
+        }
+    );
+    // acquire(2) waits; the limit drops to 4: served in the next window, which then has 2 left.
+    let limiter = sharded_with_hook(8, 2, |l| l.set_limit(4).unwrap());
+    assert!(limiter.try_acquire_on(0, 4).unwrap().is_allowed());
+    assert!(limiter.try_acquire_on(1, 4).unwrap().is_allowed());
+    assert_eq!(limiter.acquire(2).unwrap(), SECOND);
+    let mut more = 0;
+    for home in 0..2 {
+        while limiter.try_acquire_on(home, 1).unwrap().is_allowed() {
+            more += 1;
+        }
+    }
+    assert_eq!(more, 2);
+    // Raised while it waits: served at the window's end (the wait announced), with the new
+    // limit in that window.
+    let limiter = sharded_with_hook(4, 2, |l| l.set_limit(16).unwrap());
+    assert!(limiter.try_acquire_on(0, 2).unwrap().is_allowed());
+    assert!(limiter.try_acquire_on(1, 2).unwrap().is_allowed());
+    assert_eq!(limiter.acquire(2).unwrap(), SECOND);
+    assert_eq!(limiter.max_request(), 8);
+    assert!(limiter.try_acquire_on(0, 6).unwrap().is_allowed());
+}

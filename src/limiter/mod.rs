@@ -105,7 +105,8 @@ pub trait Limiter: Send + Sync {
     /// `limit` of every [`Decision`] report `limit`. One meaning for every limiter: the most
     /// permits one instant can grant, i.e. the window limit of a window, the capacity (burst)
     /// of a token bucket, leaky bucket or GCRA (their rate is changed with `set_rate`), and
-    /// for the smooth limiters, whose `limit` is their rate, permits per second. Permits
+    /// for the smooth limiters, whose `limit` is their rate in whole permits per second (rounded
+    /// half up, at least 1; `set_limit` keeps a rate that already reports `limit`). Permits
     /// already taken stay taken; a bucket keeps its tokens, capped at the new capacity.
     ///
     /// # Errors

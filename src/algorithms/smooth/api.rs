@@ -150,15 +150,28 @@ macro_rules! smooth_limiter_api {
                 &self.clock
             }
 
-            /// Sets the rate to `limit` permits per second ([`set_rate`](Self::set_rate)).
+            /// Sets the rate to `limit` permits per second ([`set_rate`](Self::set_rate)),
+            /// unless [`limit`](crate::Limiter::limit) already reports `limit`: the rate is then
+            /// kept exactly, so `set_limit(limit())` changes nothing (a 0.3/s limiter, which
+            /// reports 1, stays at 0.3/s; use `set_rate(1.0)` for exactly 1/s).
+            ///
+            /// # Errors
+            /// [`ConfigError::ZeroLimit`](crate::ConfigError) for 0; otherwise as
+            /// [`set_rate`](Self::set_rate). The old rate then stays.
             fn set_limit(&self, limit: u32) -> Result<(), $crate::ConfigError> {
                 if limit == 0 {
                     return Err($crate::ConfigError::ZeroLimit);
                 }
+                if $crate::Limiter::limit(self) == u64::from(limit) {
+                    return Ok(());
+                }
                 self.set_rate(f64::from(limit))
             }
 
-            /// The rate rounded to whole permits per second (`u64::MAX` for ∞).
+            /// The rate rounded half up to whole permits per second, at least 1 (a rate below
+            /// 0.5/s still admits), saturating at `u64::MAX`; `u64::MAX` for ∞. The
+            /// `limit` of every [`Decision`](crate::Decision) it answers, and what the HTTP
+            /// fields publish as the quota (`q`).
             fn limit(&self) -> u64 {
                 if self.infinite() {
                     u64::MAX

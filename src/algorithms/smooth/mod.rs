@@ -67,8 +67,12 @@
 //! call that leaves ∞ (the final rate is then one of the racing calls', never a torn value).
 //!
 //! # Mapping onto [`Decision`]
-//! * `limit`: the rate rounded to whole permits per second (`u64::MAX` for ∞); it is what
-//!   [`Limiter::set_limit`](crate::Limiter::set_limit) sets.
+//! * `limit`: the rate rounded half up to whole permits per second, **at least 1** (a rate below
+//!   0.5/s still admits: a free limiter grants a request at once), `u64::MAX` for ∞ and for
+//!   rates of 2⁶⁴/s and more. It is what [`Limiter::limit`](crate::Limiter::limit) reports and
+//!   what [`Limiter::set_limit`](crate::Limiter::set_limit) sets: `set_limit(n)` keeps the rate
+//!   exactly when it already reports `n` (so writing the reported limit back changes nothing),
+//!   and otherwise sets it to `n` permits per second. `rate()` and `set_rate` are exact.
 //! * `remaining`: whole stored permits that the next request could spend without booking new
 //!   debt, if the limiter is free now (`nf ≤ now`), else 0. (A free limiter grants a request of
 //!   *any* size at once: that is pre-consumption.)
@@ -413,11 +417,14 @@ pub(crate) fn refill_micros(full_time: f64, stored_time: f64) -> i64 {
     }
 }
 
-/// The rate as whole permits per second (Decision's `limit`).
+/// The rate as whole permits per second (Decision's `limit`): rounded half up, at least 1 (a
+/// rate below 0.5/s still admits: a free limiter grants a request at once, so 0 would be
+/// false), saturating at `u64::MAX`.
 #[inline]
 pub(crate) fn limit_of(interval: f64) -> u64 {
-    // Round half up without a libm call; saturating (∞ → u64::MAX, NaN → 0).
-    f64_to_u64(1e6 / interval + 0.5)
+    // Round half up without a libm call; saturating (∞ → u64::MAX). The interval of a valid
+    // rate is positive (+∞ for a subnormal rate: 0 before the floor), never NaN.
+    f64_to_u64(1e6 / interval + 0.5).max(1)
 }
 
 /// `x as u64` (truncating, saturating, NaN → 0), in fewer instructions on x86-64 for the values
@@ -746,6 +753,9 @@ mod tests {
         assert_eq!(timeout_micros(Duration::MAX), i64::MAX);
         assert_eq!(timeout_micros(Duration::from_nanos(1999)), 1);
         assert_eq!(micros_since(5, 10), 0);
-        assert_eq!(limit_of(f64::INFINITY), 0);
+        // A subnormal rate's interval: it admits one permit, so its limit is 1, never 0.
+        assert_eq!(limit_of(f64::INFINITY), 1);
+        assert_eq!(limit_of(3e6), 1); // 0.33/s
+        assert_eq!(limit_of(1e6 / f64::MAX), u64::MAX);
     }
 }

@@ -1,0 +1,77 @@
+#![cfg(floodgate_loom)]
+//! loom models of `Sharded::set_limit` (issue 17's reconfiguration fixes): a lowering racing an
+//! admission on another stripe must leave the window at most the larger of what it admitted and
+//! the new limit (the excess of a stripe over its new share is charged to the others by
+//! compare-exchange), and two racing `set_limit` calls must leave shares that sum to the limit
+//! in force.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::{Limiter, ManualClock, Sharded};
+use loom::thread;
+
+fn builder() -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    let bound = std::env::var("LOOM_MAX_PREEMPTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    builder.preemption_bound = Some(bound);
+    builder
+}
+
+/// Every permit the window still admits, one at a time, from each home stripe in turn.
+fn drain(limiter: &Sharded<ManualClock>) -> u64 {
+    let mut more = 0;
+    for home in 0..limiter.stripes() {
+        while limiter.try_acquire_on(home, 1).unwrap().is_allowed() {
+            more += 1;
+        }
+    }
+    more
+}
+
+/// Limit 8 over two stripes (4 + 4); stripe 0's 4 are taken. `set_limit(4)` (shares 2 + 2,
+/// stripe 0 two over) races one take on stripe 1. Afterwards the window admits nothing more
+/// than max(admitted, 4): before the fix, stripe 1 still had its whole new share (6 in all).
+#[test]
+fn a_lowering_racing_a_take_caps_the_window() {
+    builder().check(|| {
+        let limiter = Arc::new(
+            Sharded::with_clock(8, Duration::from_secs(1), 2, ManualClock::new()).unwrap(),
+        );
+        for _ in 0..4 {
+            assert!(limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+        }
+        let setter = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.set_limit(4).unwrap())
+        };
+        let raced = u64::from(limiter.try_acquire_on(1, 1).unwrap().is_allowed());
+        setter.join().unwrap();
+        let admitted = 4 + raced;
+        let more = drain(&limiter);
+        assert_eq!(admitted + more, admitted.max(4), "raced {raced}");
+    });
+}
+
+/// Two `set_limit` calls race (to 2 and to 6, from 4, over two stripes). Whichever lands last,
+/// the next window admits exactly the limit then in force: the shares are one call's split,
+/// never a mix of both (1 + 3 or 3 + 1 sums to neither 2 nor 6).
+#[test]
+fn racing_set_limits_leave_one_split() {
+    builder().check(|| {
+        let clock = ManualClock::new();
+        let limiter =
+            Arc::new(Sharded::with_clock(4, Duration::from_secs(1), 2, clock.clone()).unwrap());
+        let other = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.set_limit(2).unwrap())
+        };
+        limiter.set_limit(6).unwrap();
+        other.join().unwrap();
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(drain(&limiter), limiter.limit());
+    });
+}

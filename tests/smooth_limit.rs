@@ -1,0 +1,124 @@
+//! What `Limiter::limit` reports for the smooth limiters, and `set_limit(limit())` round trips:
+//! the rate rounded to whole permits per second, never 0 for a limiter that admits (a rate below
+//! 0.5/s reported 0 while admitting, and 0 was what the RateLimit fields published), saturating at
+//! `u64::MAX`; and writing the reported limit back keeps the rate exactly.
+
+use std::time::Duration;
+
+use floodgate::{ConfigError, Limiter, ManualClock, SmoothBursty, SmoothWarmingUp};
+
+/// Rates across the range: far below one a second, around the rounding edges, whole, large,
+/// and near the largest `f64`.
+const RATES: [f64; 14] = [
+    1e-300,
+    1e-6,
+    0.001,
+    0.3,
+    0.499,
+    0.5,
+    1.0,
+    1.49,
+    2.4,
+    7.0,
+    1e6,
+    3e9,
+    1e20,
+    f64::MAX,
+];
+
+fn bursty(rate: f64) -> SmoothBursty<ManualClock> {
+    SmoothBursty::create_with_clock(rate, ManualClock::new()).unwrap()
+}
+
+fn warming(rate: f64) -> SmoothWarmingUp<ManualClock> {
+    SmoothWarmingUp::create_with_clock(rate, Duration::from_secs(2), ManualClock::new()).unwrap()
+}
+
+/// The limit `limit()` must report for a finite rate: the rate rounded half up, at least 1,
+/// saturating.
+fn expected(rate: f64) -> u64 {
+    if rate >= 18_446_744_073_709_551_615.0 {
+        u64::MAX
+    } else {
+        ((rate + 0.5).floor() as u64).max(1)
+    }
+}
+
+#[test]
+fn a_slow_limiter_that_admits_reports_a_limit_of_at_least_one() {
+    for rate in [0.001, 0.3, 0.499] {
+        let limiter = bursty(rate);
+        let granted = limiter.try_acquire(1).unwrap();
+        assert!(granted.is_allowed(), "{rate}/s admits");
+        assert_eq!(limiter.limit(), 1, "bursty {rate}/s");
+        assert_eq!(granted.limit(), 1, "bursty {rate}/s: the decision's limit");
+        let denied = limiter.try_acquire(1).unwrap();
+        assert!(!denied.is_allowed());
+        assert_eq!(denied.limit(), 1, "bursty {rate}/s: a denial's limit");
+        let limiter = warming(rate);
+        let granted = limiter.try_acquire(1).unwrap();
+        assert!(granted.is_allowed());
+        assert_eq!(
+            (limiter.limit(), granted.limit()),
+            (1, 1),
+            "warming {rate}/s"
+        );
+    }
+}
+
+#[test]
+fn the_reported_limit_is_the_rate_rounded_at_least_one_and_saturating() {
+    for rate in RATES {
+        assert_eq!(bursty(rate).limit(), expected(rate), "bursty {rate}");
+        // (1e-300/s: one permit books more than a year, refused as `BookingTooLong`.)
+        if rate >= 1e-6 {
+            assert_eq!(bursty(rate).try_acquire(1).unwrap().limit(), expected(rate));
+        }
+    }
+    // Warming refuses rates whose warm-up would hold more than f64::MAX permits.
+    for rate in RATES.into_iter().filter(|&r| r < 1e20) {
+        assert_eq!(warming(rate).limit(), expected(rate), "warming {rate}");
+    }
+    // A subnormal rate: a stable interval of +∞, Guava's "one permit, then never".
+    let subnormal = bursty(f64::from_bits(1));
+    assert!(subnormal.try_acquire(1).unwrap().is_allowed());
+    assert_eq!(subnormal.limit(), 1);
+    assert_eq!(bursty(f64::INFINITY).limit(), u64::MAX);
+    assert_eq!(warming(f64::INFINITY).limit(), u64::MAX);
+}
+
+/// `set_limit(limit())` keeps the rate exactly, wherever the limit fits a `u32` (a larger one
+/// cannot be written back; `u32::MAX` is then a lower rate, set as asked).
+#[test]
+fn writing_the_reported_limit_back_keeps_the_rate() {
+    for rate in RATES {
+        let limiter = bursty(rate);
+        let before = limiter.rate();
+        if let Ok(limit) = u32::try_from(limiter.limit()) {
+            limiter.set_limit(limit).unwrap();
+            assert_eq!(limiter.rate(), before, "bursty {rate}");
+            assert_eq!(limiter.limit(), u64::from(limit));
+        }
+        if rate < 1e20 {
+            let limiter = warming(rate);
+            let before = limiter.rate();
+            if let Ok(limit) = u32::try_from(limiter.limit()) {
+                limiter.set_limit(limit).unwrap();
+                assert_eq!(limiter.rate(), before, "warming {rate}");
+            }
+        }
+    }
+    // Another limit sets the rate to exactly that many permits per second.
+    let limiter = bursty(2.4);
+    limiter.set_limit(3).unwrap();
+    assert_eq!((limiter.rate(), limiter.limit()), (3.0, 3));
+    let limiter = bursty(f64::INFINITY);
+    limiter.set_limit(u32::MAX).unwrap();
+    assert_eq!(limiter.rate(), f64::from(u32::MAX));
+    assert_eq!(limiter.set_limit(0).unwrap_err(), ConfigError::ZeroLimit);
+    assert_eq!(
+        limiter.rate(),
+        f64::from(u32::MAX),
+        "a refused limit changes nothing"
+    );
+}
