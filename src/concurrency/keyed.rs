@@ -281,7 +281,8 @@ where
         self.len() == 0
     }
 
-    /// The map's counters (keys held, idle keys dropped, new keys refused, sweeps).
+    /// The map's counters (keys held, idle keys dropped, new keys refused, sweeps). Takes no lock
+    /// (see [`KeyedStats`] for what a scrape concurrent with inserts reads).
     ///
     /// ```
     /// use floodgate::ManualClock;

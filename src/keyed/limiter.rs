@@ -316,7 +316,8 @@ where
         self.facade.shards()
     }
 
-    /// Counters: keys held, evictions, refusals, sweeps.
+    /// Counters: keys held, evictions, refusals, sweeps. Takes no lock (see [`KeyedStats`] for
+    /// what a scrape concurrent with inserts reads).
     ///
     /// ```
     /// use floodgate::{FixedWindow, Keyed, ManualClock};

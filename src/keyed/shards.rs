@@ -3,7 +3,8 @@
 //! immutable-layout open-addressing table published through [`arc_swap::ArcSwap`], a mutex for
 //! inserts and rebuilds, the cap, the sweeps and the eviction order.
 //!
-//! Protocol (what the loom models in `loom-tests/tests/keyed.rs` and `time_keyed.rs` check):
+//! Protocol (what the loom models in `loom-tests/tests/keyed.rs`, `time_keyed.rs` and
+//! `kstats.rs` check):
 //! - A table never moves or removes a slot: a slot's key is set once (an `OnceLock`) and its
 //!   state word(s) live in it for the table's life. A check on a key that exists loads the
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
@@ -13,6 +14,10 @@
 //!   shard is below its cap: whether a new key would be refused reads a mirror of the shard's
 //!   key count (an atomic written only under the mutex, before the table or key it counts is
 //!   published); only a shard at its cap takes the mutex, to read its sweep schedule.
+//! - `len()` and `stats()` take no lock either: each shard's key count and counters are atomics
+//!   written only under its mutex (the counters after the key count, with Release stores) and
+//!   read without it (the counters before the key count, with Acquire loads), so a scrape
+//!   never waits on an insert (see `stats` for what a concurrent scrape reads).
 //! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
 //!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
 //!   it from then on, never with the fresh word (see `insert`).
@@ -405,10 +410,6 @@ struct Meta {
     /// and by inserts once the shard is within an eighth of its cap, see `insert`): before it, a
     /// sweep would free nothing. Read only when the shard is full.
     next_idle_at: u64,
-    evicted_idle: u64,
-    evicted_live: u64,
-    refused_new_keys: u64,
-    sweeps: u64,
     /// The latest clock read at which a sweep or an eviction dropped a key of this shard. A key
     /// inserted afterwards is first decided no earlier than this (within the lag horizon): a
     /// dropped key was idle at the dropper's time, so a checker whose clock lags the dropper's
@@ -417,15 +418,28 @@ struct Meta {
     dropped_at: u64,
 }
 
-/// A shard's mutex and bookkeeping, and the mirror of its key count that a read takes without
-/// the mutex.
+/// A shard's mutex and bookkeeping, and what a read takes without the mutex: the mirror of its
+/// key count and its counters.
 struct ShardMeta {
     lock: Mutex<Meta>,
     /// `Meta::len`, written with it under the mutex (only by [`set_len`]), before the table or
     /// key it counts is published; read without the mutex by
     /// [`refuses_new_key`](ShardedMap::refuses_new_key), so a `peek` on an absent key in a shard
-    /// below its cap takes no lock. A `u64` for the loom shim's atomics.
+    /// below its cap takes no lock, and by [`len`](ShardedMap::len) and
+    /// [`stats`](ShardedMap::stats). A `u64` for the loom shim's atomics.
     keys: AtomicU64,
+    counters: Counters,
+}
+
+/// The shard's counters behind [`KeyedStats`]: written only under the shard's mutex (by
+/// [`add`]), read without it by [`stats`](ShardedMap::stats), so a metrics scrape neither
+/// waits on an insert nor delays one.
+#[derive(Default)]
+struct Counters {
+    evicted_idle: AtomicU64,
+    evicted_live: AtomicU64,
+    refused_new_keys: AtomicU64,
+    sweeps: AtomicU64,
 }
 
 /// One shard, as the map's two arrays hold it: its table, which every check reads, and its
@@ -435,6 +449,8 @@ struct Shard<'a, K, S> {
     meta: &'a Mutex<Meta>,
     /// The mirror of `meta.len` ([`ShardMeta::keys`]).
     keys: &'a AtomicU64,
+    /// The counters ([`ShardMeta::counters`]), written under `meta`.
+    counters: &'a Counters,
 }
 
 impl<K, S> Clone for Shard<'_, K, S> {
@@ -531,6 +547,7 @@ impl<K, S> ShardedMap<K, S> {
             table: self.cell(index),
             meta: &meta.lock,
             keys: &meta.keys,
+            counters: &meta.counters,
         }
     }
 
@@ -571,13 +588,10 @@ where
                         len: 0,
                         slots: first,
                         next_idle_at: u64::MAX,
-                        evicted_idle: 0,
-                        evicted_live: 0,
-                        refused_new_keys: 0,
-                        sweeps: 0,
                         dropped_at: 0,
                     }),
                     keys: AtomicU64::new(0),
+                    counters: Counters::default(),
                 })
             })
             .collect();
@@ -888,7 +902,7 @@ where
         if meta.len < self.shard_cap {
             return Ok(());
         }
-        meta.refused_new_keys += 1;
+        add(&shard.counters.refused_new_keys, 1);
         Err(Refused {
             retry_after: meta.next_idle_at.saturating_sub(now).max(1),
         })
@@ -985,8 +999,10 @@ where
         meta.slots = next.slots.len();
         set_len(shard, meta, kept);
         shard.table.store(next);
-        meta.evicted_idle += idle as u64;
-        meta.evicted_live += evicted as u64;
+        // After `set_len`: a scrape that counts these drops reads the key count without them
+        // (see `stats`).
+        add(&shard.counters.evicted_idle, idle as u64);
+        add(&shard.counters.evicted_live, evicted as u64);
         if judge {
             meta.next_idle_at = next_idle_at;
         }
@@ -994,7 +1010,7 @@ where
         // due (`plan.sweep`) or an eviction needed the judging (it drops idle keys first): one
         // count per pass.
         if judge {
-            meta.sweeps += 1;
+            add(&shard.counters.sweeps, 1);
         }
         if idle + evicted + forgotten > 0 {
             meta.dropped_at = latest_drop(meta.dropped_at, now);
@@ -1086,6 +1102,17 @@ where
         self.all_shards().map(|shard| lock(shard.meta).slots).sum()
     }
 
+    /// The counters summed over the shards, taking no lock (each shard's counters and key count
+    /// are atomics written under its mutex). What a scrape concurrent with inserts sees:
+    /// - each field is a sum of per-shard values read one after the other, not a snapshot of
+    ///   the map at one moment (as the sum taken shard by shard under each mutex was not);
+    /// - each counter never goes back: a later scrape (on any thread, ordered after this one)
+    ///   reads each shard's counter at this value or a later one;
+    /// - an event that happened before the scrape (on this thread, or ordered before it by a
+    ///   synchronisation) is counted;
+    /// - within a shard, a key a sweep or an eviction dropped is never counted both in `keys`
+    ///   and as dropped: the counters are read before the key count, and a rebuild sets the
+    ///   count before it adds its drops.
     pub(crate) fn stats(&self) -> KeyedStats {
         let mut stats = KeyedStats {
             keys: 0,
@@ -1096,12 +1123,15 @@ where
             sweeps: 0,
         };
         for shard in self.all_shards() {
-            let meta = lock(shard.meta);
-            stats.keys += meta.len;
-            stats.evicted_idle += meta.evicted_idle;
-            stats.evicted_live += meta.evicted_live;
-            stats.refused_new_keys += meta.refused_new_keys;
-            stats.sweeps += meta.sweeps;
+            let counters = shard.counters;
+            // Acquire: pairs with the Release store in `add`.
+            stats.evicted_idle += counters.evicted_idle.load(Ordering::Acquire);
+            stats.evicted_live += counters.evicted_live.load(Ordering::Acquire);
+            stats.refused_new_keys += counters.refused_new_keys.load(Ordering::Acquire);
+            stats.sweeps += counters.sweeps.load(Ordering::Acquire);
+            // Acquire: pairs with the Release store in `set_len`. Read after the counters, so a
+            // rebuild whose drops they include has its key count (set before them) read here.
+            stats.keys += shard.keys.load(Ordering::Acquire) as usize;
         }
         stats
     }
@@ -1154,6 +1184,17 @@ fn set_len<K, S>(shard: Shard<'_, K, S>, meta: &mut Meta, len: usize) {
     meta.len = len;
     // Release: pairs with the Acquire load in `refuses_new_key`.
     shard.keys.store(len as u64, Ordering::Release);
+}
+
+/// Adds `n` to one of the shard's [`Counters`]. Called under the shard's mutex, the only place
+/// a counter is written, so a load and a store suffice (no read-modify-write).
+fn add(counter: &AtomicU64, n: u64) {
+    // Relaxed: the previous store to this counter (this function, by the mutex's previous
+    // holder) happens before this load through the mutex, so the load reads it.
+    let count = counter.load(Ordering::Relaxed);
+    // Release: pairs with the Acquire loads in `stats`, which see the writes made before this
+    // one under the mutex (the key count `set_len` stored).
+    counter.store(count.saturating_add(n), Ordering::Release);
 }
 
 /// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
