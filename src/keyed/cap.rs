@@ -60,6 +60,8 @@ pub struct KeyedStats {
     /// Shard sweeps run: passes that judge every key of one shard and drop the idle ones, each
     /// counted once, whether run because some key could be idle, to pick the live keys an
     /// eviction batch takes ([`WhenFull::EvictLeastUsed`]; such a pass drops idle keys first), or
-    /// by [`Keyed::retain_recent`](crate::Keyed::retain_recent) (one per shard).
+    /// by [`Keyed::retain_recent`](crate::Keyed::retain_recent) (one per shard). Also the
+    /// judging passes a new key's insert runs on a shard below its cap, whether they drop the
+    /// idle keys (at most a quarter of the keys live) or keep them all.
     pub sweeps: u64,
 }

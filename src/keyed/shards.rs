@@ -47,12 +47,22 @@
 //!   `time_keyed.rs` (`a_lead_on_one_key_lifts_a_key_of_another_shard…`).
 //! - Rebuilds are amortized: a shard rebuilds when its table is three-quarters full (growing to
 //!   twice its keys, within the cap), when it is full and a sweep is due (some key can be idle:
-//!   `next_idle_at`), and in batches of evictions. Each rebuild sizes the table to twice the keys
-//!   it keeps, so a flood of keys gone idle hands its memory back at the next sweep, with no
-//!   explicit `shrink()`: in a shard it filled to the cap, when the next new key arrives there.
-//!   Below the cap idle keys are kept (a growth rebuild judges nothing): a key used again after
-//!   going idle is found in place, not re-inserted, and a shard grown but not filled keeps its
-//!   table until `retain_recent()` or `shrink()`.
+//!   `next_idle_at`), in batches of evictions, and when a judging pass finds a shard below its
+//!   cap well over its live keys (below). Each rebuild sizes the table to twice the keys it
+//!   keeps, so a flood of keys gone idle hands its memory back with no explicit `shrink()`: in a
+//!   shard it filled to the cap, at its next sweep (the next new key there once some key can be
+//!   idle); in a shard it grew but did not fill, at its next judging pass. A growth rebuild
+//!   judges nothing.
+//! - Below the cap, an insert of a new key (under the mutex, never a check of a present key)
+//!   judges the shard when its table has room for more than `JUDGE_MIN_KEYS` (64), at least
+//!   `slots / 8` new keys came since the last pass (so a pass, one look at every slot, costs
+//!   O(1) amortized per insert), and some key live at the last pass can be idle by now
+//!   (`next_judge_at`). If at most a quarter of its keys are live, the shard is rebuilt to twice
+//!   its live keys, dropping the idle ones (a sweep, under the rebuild protocol above);
+//!   otherwise it drops nothing, so a shard in steady use keeps its idle keys and a key used
+//!   again after going idle is found in place, not re-inserted. Each pass counts in
+//!   `stats().sweeps`. A shard no new key reaches keeps its table until `retain_recent()` or
+//!   `shrink()`.
 //!
 //! Why a check takes the `ArcSwap` guard (measured against a thread-local table cache, issue 16;
 //! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA; governor keyed with ahash:
@@ -116,6 +126,10 @@ pub(crate) const KEYS_PER_SHARD_TARGET: usize = 4096;
 
 /// Keys a shard's first table has room for (it grows by doubling).
 const MIN_KEYS: usize = 4;
+
+/// A shard below its cap whose table has room for at most this many keys is never judged for a
+/// shrink on insert (see [`ShardedMap::judge_due`]): about 2 KiB of `u64` slots.
+const JUDGE_MIN_KEYS: usize = 64;
 
 /// Whether forgetting a slot at a given time would change a later decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -416,6 +430,13 @@ struct Meta {
     /// must not start it afresh at its own, earlier time (where the old state may still have been
     /// live).
     dropped_at: u64,
+    /// No shrink judging (see [`judge_due`](ShardedMap::judge_due)) runs before this time: the
+    /// earliest moment a key live at the last judging pass can be idle (a lower bound while
+    /// checks only move a key's idle time later).
+    next_judge_at: u64,
+    /// New keys inserted since the last judging pass: a pass runs only after `slots / 8` of
+    /// them, which keeps its cost (one look at every slot) O(1) amortized per insert.
+    inserts_since_judge: usize,
 }
 
 /// A shard's mutex and bookkeeping, and what a read takes without the mutex: the mirror of its
@@ -589,6 +610,8 @@ where
                         slots: first,
                         next_idle_at: u64::MAX,
                         dropped_at: 0,
+                        next_judge_at: 0,
+                        inserts_since_judge: 0,
                     }),
                     keys: AtomicU64::new(0),
                     counters: Counters::default(),
@@ -728,6 +751,26 @@ where
             Some(Err(i)) => Some(i),
             None => None,
         };
+        // A table well over its live keys hands its memory back (see `judge_due`): judged here,
+        // on the insert of a new key, never on a check of a present one.
+        meta.inserts_since_judge = meta.inserts_since_judge.saturating_add(1);
+        if self.judge_due(&meta, now) && self.judge(shard, &mut meta, &table, rules, now, clock) {
+            drop(table);
+            let plan = Plan {
+                sweep: true,
+                evict: 0,
+                tight: false,
+            };
+            self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
+            // The kept keys' earliest idle time, or, with none kept, the next insert credit.
+            meta.next_judge_at = if meta.next_idle_at == u64::MAX {
+                now
+            } else {
+                meta.next_idle_at
+            };
+            table = shard.table.load();
+            vacant = None;
+        }
         if self.needs_room(&meta) {
             drop(table);
             self.make_room(shard, &mut meta, rules, now, clock)?;
@@ -842,6 +885,57 @@ where
         (next_idle_at > now).then(|| next_idle_at - now)
     }
 
+    /// Whether an insert into a shard below its cap judges whether the shard is well over its live
+    /// keys ([`judge`](Self::judge)): its table has room for more than [`JUDGE_MIN_KEYS`], at
+    /// least `slots / 8` new keys came since the last pass, and some key live at that pass can be
+    /// idle by now (`next_judge_at`). So a pass runs at most once per idle horizon of the shard's
+    /// earliest live key, and costs O(1) amortized per insert. A shard at its cap sweeps on its
+    /// own schedule ([`make_room`](Self::make_room)).
+    fn judge_due(&self, meta: &Meta, now: u64) -> bool {
+        meta.len < self.shard_cap
+            && room_of(meta.slots) > JUDGE_MIN_KEYS
+            && meta.inserts_since_judge >= meta.slots / 8
+            && now >= meta.next_judge_at
+    }
+
+    /// A judging pass over the current table (read without waiting for checks: it only loads
+    /// words): whether at most a quarter of the shard's keys are live at `now` (read again, see
+    /// [`judge_time`]), so the caller rebuilds the table to twice the live keys, dropping the
+    /// idle ones (a sweep, counted by the rebuild). Otherwise it drops nothing, so a shard in
+    /// steady use keeps its idle keys, counts the pass in `sweeps`, and schedules the next one.
+    fn judge<R>(
+        &self,
+        shard: Shard<'_, K, S>,
+        meta: &mut Meta,
+        table: &Table<K, S>,
+        rules: &R,
+        now: u64,
+        clock: &impl Clock,
+    ) -> bool
+    where
+        S: KeySlot<R>,
+    {
+        let now = judge_time(now, clock);
+        meta.inserts_since_judge = 0;
+        let mut live = 0usize;
+        let mut next_idle_at = u64::MAX;
+        for slot in table.slots.iter() {
+            if slot.key.get().is_none() {
+                continue;
+            }
+            if let Liveness::Live { idle_in, .. } = slot.value.liveness(rules, now) {
+                live += 1;
+                next_idle_at = next_idle_at.min(now.saturating_add(idle_in));
+            }
+        }
+        if live.saturating_mul(4) <= meta.len {
+            return true;
+        }
+        add(&shard.counters.sweeps, 1);
+        meta.next_judge_at = next_idle_at;
+        false
+    }
+
     /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table
     /// three-quarters full.
     fn needs_room(&self, meta: &Meta) -> bool {
@@ -869,7 +963,8 @@ where
         if !full {
             // Below the cap a table grows and keeps its idle keys: dropping them would only
             // re-insert them on their next use (a key used every minute by a rate of one a
-            // second is idle between uses). Idle keys go when the cap needs their room, or on
+            // second is idle between uses). Idle keys go when the cap needs their room, when a
+            // judging pass finds at most a quarter of the keys live (`judge`), or on
             // `retain_recent`.
             let plan = Plan {
                 sweep: false,
@@ -1083,7 +1178,9 @@ where
     /// bring idle times forward).
     pub(crate) fn forget_idle_bounds(&self) {
         for shard in self.all_shards() {
-            lock(shard.meta).next_idle_at = 0;
+            let mut meta = lock(shard.meta);
+            meta.next_idle_at = 0;
+            meta.next_judge_at = 0;
         }
     }
 
