@@ -32,7 +32,14 @@ impl Clock for LoomClock {
 }
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_with_branches(1_000, f);
+}
+
+/// `model` allowing `max_branches` branches an execution (loom's default: 1,000), for a model
+/// whose single-threaded setup makes many atomic accesses.
+fn model_with_branches(max_branches: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
+    builder.max_branches = max_branches;
     let bound = std::env::var("LOOM_MAX_PREEMPTIONS")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -131,5 +138,53 @@ fn a_scrape_ordered_after_a_refusal_counts_it() {
         assert!(scrape.refused_new_keys <= 1);
         assert_eq!(scrape.keys, 2);
         assert_eq!(keyed.stats().refused_new_keys, 1);
+    });
+}
+
+/// The judging pass a new key's insert runs on a shard below its cap (issue 16): 120 keys, all
+/// idle at 10, so B's insert of key 1,000 finds at most a quarter of them live and rebuilds the
+/// shard to twice its live keys, dropping the idle ones, while A checks key 1 (idle at 10, so
+/// the rebuild may drop it). A's admission in [10, 20) is never lost nor counted twice: the
+/// rebuild waits for the check on the old table, and a check on the new table starts a fresh
+/// word no earlier than the drop. The shard's memory comes back without `shrink()`.
+#[test]
+fn a_check_racing_a_judging_shrink_keeps_its_admission() {
+    // The 120 inserts of the setup make a few thousand branches.
+    model_with_branches(100_000, || {
+        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+        let keyed = Arc::new(
+            Keyed::builder(FixedWindow::aligned(1, Duration::from_nanos(10)).unwrap())
+                .clock(clock.clone())
+                .max_keys(1_000)
+                .shards(1)
+                .build()
+                .unwrap(),
+        );
+        for key in 1..=120 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        clock.set(10);
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&1_000, 1).unwrap().is_allowed())
+        };
+        assert!(a.join().unwrap(), "key 1 has a permit in [10, 20)");
+        assert!(b.join().unwrap());
+        assert!(
+            !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
+            "the permit of [10, 20) was taken"
+        );
+        let stats = keyed.stats();
+        assert_eq!(stats.keys, 2, "{stats:?}");
+        // Every idle key dropped: key 1 too when the rebuild judged it before A's check (A then
+        // inserted it afresh).
+        assert!(
+            (119..=120).contains(&stats.evicted_idle),
+            "the judging pass dropped the idle keys: {stats:?}"
+        );
     });
 }
