@@ -736,3 +736,74 @@ fn peek_on_an_absent_key_below_the_cap_takes_no_lock() {
     assert!(!peeked.is_allowed(), "{peeked:?}");
     assert_eq!(keyed.try_acquire(&HeldKey(5), 1).unwrap(), peeked);
 }
+
+/// A key whose `Hash` stops for key 99 until the test says go, while an insert of it holds its
+/// shard's mutex (an insert hashes the key again under the mutex when its table is rebuilt, and
+/// its `Clone` runs there: this type stops in `Clone`, as `HeldKey`, with its own channels).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ScrapedKey(u32);
+
+static SCRAPE_HOLD: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>> =
+    std::sync::Mutex::new(None);
+static SCRAPED_IN_TIME: AtomicBool = AtomicBool::new(false);
+
+impl Clone for ScrapedKey {
+    fn clone(&self) -> Self {
+        if self.0 == 99
+            && let Some((inside, go)) = SCRAPE_HOLD.lock().unwrap().take()
+        {
+            inside.send(()).unwrap();
+            // Bounded, so a `stats` that takes the mutex fails the test instead of hanging it.
+            let in_time = go.recv_timeout(Duration::from_secs(10)).is_ok();
+            SCRAPED_IN_TIME.store(in_time, Ordering::SeqCst);
+        }
+        ScrapedKey(self.0)
+    }
+}
+
+/// Issue 16: `stats()` takes no lock. A metrics scrape answers while another thread holds the
+/// shard's mutex (inserting a key), with the counts as they were before that insert; it used to
+/// lock every shard's mutex, so it waited on inserts and delayed them.
+#[test]
+fn stats_answers_while_an_insert_holds_the_shards_mutex() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<ScrapedKey, _, _> =
+        Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(2)
+            .shards(1)
+            .build()
+            .unwrap();
+    // Counters that are not zero: a refused new key, then a sweep that drops an idle key.
+    assert!(keyed.try_acquire(&ScrapedKey(1), 1).unwrap().is_allowed());
+    assert!(keyed.try_acquire(&ScrapedKey(2), 1).unwrap().is_allowed());
+    assert!(!keyed.try_acquire(&ScrapedKey(3), 1).unwrap().is_allowed());
+    clock.set(SEC); // both keys idle: the next new key sweeps them
+    assert!(keyed.try_acquire(&ScrapedKey(3), 1).unwrap().is_allowed());
+    let before = keyed.stats();
+    assert_eq!(
+        (
+            before.keys,
+            before.evicted_idle,
+            before.refused_new_keys,
+            before.sweeps
+        ),
+        (1, 2, 1, 1)
+    );
+    let (inside_tx, inside) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel();
+    *SCRAPE_HOLD.lock().unwrap() = Some((inside_tx, go_rx));
+    std::thread::scope(|scope| {
+        let inserter = scope.spawn(|| keyed.try_acquire(&ScrapedKey(99), 1).unwrap());
+        inside.recv().unwrap(); // the inserter holds the shard's mutex now
+        let scraped = keyed.stats();
+        let _ = go.send(());
+        assert!(inserter.join().unwrap().is_allowed());
+        assert!(
+            SCRAPED_IN_TIME.load(Ordering::SeqCst),
+            "stats() waited for the shard's mutex"
+        );
+        assert_eq!(scraped, before, "the key being inserted is not counted yet");
+    });
+    assert_eq!(keyed.stats().keys, 2);
+}

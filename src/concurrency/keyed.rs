@@ -39,7 +39,9 @@ impl KeySlot<()> for KeySlotArc {
     fn liveness(&self, _: &(), _now: u64) -> Liveness {
         // Relaxed: judged by a rebuild that owns the table (every taker that found this key in it
         // has finished adding; see keyed/shards.rs, whose `take` Acquires their guards' drops),
-        // so every add is seen, and a zero means every permit came back.
+        // so every add is seen, and a zero means every permit came back. An insert's passes
+        // over the live table (`judge`, `idle_bound`) may read a stale count: they only decide
+        // whether to rebuild (which judges again) and when to sweep, never drop a key.
         match self.0.in_flight.load(Ordering::Relaxed) {
             0 => Liveness::Idle,
             used => Liveness::Live {
@@ -281,7 +283,8 @@ where
         self.len() == 0
     }
 
-    /// The map's counters (keys held, idle keys dropped, new keys refused, sweeps).
+    /// The map's counters (keys held, idle keys dropped, new keys refused, sweeps). Takes no lock
+    /// (see [`KeyedStats`] for what a scrape concurrent with inserts reads).
     ///
     /// ```
     /// use floodgate::ManualClock;

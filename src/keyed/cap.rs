@@ -23,6 +23,14 @@ pub enum WhenFull {
 
 /// Counters of a keyed limiter, summed over its shards.
 ///
+/// `stats()` takes no lock: each shard's counters and key count are atomics written under the
+/// shard's mutex and read without it, so a metrics scrape neither waits on inserts nor delays
+/// them. A scrape concurrent with inserts reads the shards one after the other: its fields are
+/// not a snapshot of the map at one moment, but each counter never goes back from one scrape to
+/// a later one, an event that happened before the scrape (on its thread, or ordered before it)
+/// is counted, and within a shard a key a sweep or an eviction dropped is never counted both in
+/// `keys` and as dropped.
+///
 /// ```
 /// use floodgate::{FixedWindow, Keyed, ManualClock};
 /// use std::time::Duration;
@@ -52,6 +60,8 @@ pub struct KeyedStats {
     /// Shard sweeps run: passes that judge every key of one shard and drop the idle ones, each
     /// counted once, whether run because some key could be idle, to pick the live keys an
     /// eviction batch takes ([`WhenFull::EvictLeastUsed`]; such a pass drops idle keys first), or
-    /// by [`Keyed::retain_recent`](crate::Keyed::retain_recent) (one per shard).
+    /// by [`Keyed::retain_recent`](crate::Keyed::retain_recent) (one per shard). Also the
+    /// judging passes a new key's insert runs on a shard below its cap, whether they drop the
+    /// idle keys (at most a quarter of the keys live) or keep them all.
     pub sweeps: u64,
 }

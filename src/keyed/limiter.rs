@@ -316,7 +316,8 @@ where
         self.facade.shards()
     }
 
-    /// Counters: keys held, evictions, refusals, sweeps.
+    /// Counters: keys held, evictions, refusals, sweeps. Takes no lock (see [`KeyedStats`] for
+    /// what a scrape concurrent with inserts reads).
     ///
     /// ```
     /// use floodgate::{FixedWindow, Keyed, ManualClock};
@@ -478,7 +479,7 @@ mod tests {
 
     /// A flood that fills the map to its cap and goes idle: the next new keys sweep their full
     /// shards, which shrink to twice the keys they keep, with no `retain_recent` or `shrink()`.
-    /// Below the cap idle keys stay (a key used again is not re-inserted).
+    /// Below the cap idle keys of a small shard stay (a key used again is not re-inserted).
     #[test]
     fn new_keys_after_a_flood_gone_idle_hand_its_memory_back() {
         let clock = ManualClock::new();
@@ -507,12 +508,87 @@ mod tests {
             keyed.facade.map().capacity()
         );
         assert_eq!(keyed.stats().evicted_idle, 40_000);
-        // Below the cap, keys gone idle are kept and found again in place.
+        // Below the cap, in shards too small to be judged (room for at most 64 keys), keys gone
+        // idle are kept and found again in place.
         clock.advance(Duration::from_secs(2));
         for key in 60_000..60_100u64 {
             assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
         }
         let stats = keyed.stats();
         assert_eq!((stats.keys, stats.evicted_idle), (100, 40_000));
+    }
+
+    /// Issue 16: a flood that grows shards below their cap and goes idle hands its memory back
+    /// with no `retain_recent()` or `shrink()`: the next new keys of each shard judge it (at most
+    /// a quarter of its keys live) and rebuild it to twice its live keys. Shards grown but not
+    /// filled kept their tables and idle keys until an explicit call.
+    #[test]
+    fn new_keys_after_a_flood_below_the_cap_gone_idle_hand_its_memory_back() {
+        let clock = ManualClock::new();
+        let keyed: Keyed<u64, _, _> =
+            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+                .clock(clock.clone())
+                .max_keys(100_000)
+                .shards(4)
+                .build()
+                .unwrap();
+        // 20,000 keys: about 5,000 a shard, a fifth of its cap of 25,000.
+        for key in 0..20_000u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        let flooded = keyed.facade.map().capacity();
+        assert!(flooded >= 20_000);
+        clock.advance(Duration::from_secs(2)); // every window over: every key idle
+        for key in 20_000..20_100u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        let stats = keyed.stats();
+        assert_eq!(
+            (stats.keys, stats.evicted_idle),
+            (100, 20_000),
+            "the idle flood was dropped"
+        );
+        assert!(
+            keyed.facade.map().capacity() < 1_000,
+            "{} slots kept of {flooded}",
+            keyed.facade.map().capacity()
+        );
+    }
+
+    /// The other side: a shard below its cap in steady use (more than a quarter of its keys live)
+    /// keeps its idle keys when a new key judges it, so a key used again after going idle is
+    /// found in place, not re-inserted. The judging pass counts as a sweep, and runs once: the
+    /// next new keys do not judge again until more keys came (an eighth of the table's slots).
+    #[test]
+    fn a_shard_in_steady_use_keeps_its_idle_keys() {
+        let clock = ManualClock::new();
+        let keyed: Keyed<u64, _, _> =
+            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+                .clock(clock.clone())
+                .max_keys(10_000)
+                .shards(1)
+                .build()
+                .unwrap();
+        for key in 0..400u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        let slots = keyed.facade.map().capacity();
+        clock.advance(Duration::from_secs(2)); // every key idle
+        for key in 0..200u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed()); // found in place: live again
+        }
+        let before = keyed.stats();
+        assert_eq!((before.keys, before.evicted_idle), (400, 0));
+        // 200 of 410 keys live: more than a quarter, nothing is dropped.
+        for key in 400..410u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        let stats = keyed.stats();
+        assert_eq!((stats.keys, stats.evicted_idle), (410, 0));
+        assert_eq!(stats.sweeps, before.sweeps + 1, "one judging pass");
+        assert_eq!(keyed.facade.map().capacity(), slots, "the table kept");
+        // An idle key used again is found in place.
+        assert!(keyed.try_acquire(&300, 1).unwrap().is_allowed());
+        assert_eq!(keyed.len(), 410);
     }
 }

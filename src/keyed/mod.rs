@@ -10,12 +10,15 @@
 //! At most `max_keys` keys are held (split evenly across the shards). A key whose word is
 //! [idle](crate::Algorithm::is_idle) decides exactly as a fresh key would, so dropping it changes no
 //! decision; such keys are dropped by sweeps run inside calls when a shard is full (and only
-//! once some key can be idle), or on demand by [`Keyed::retain_recent`]; below the cap they are
-//! kept, so a key used again after going idle is found in place. A sweep sizes the shard's table
-//! to twice the keys it keeps, so the memory of a flood gone idle comes back without
-//! [`Keyed::shrink`] in the shards the flood filled to their cap, at their next sweep (a new key
-//! for the shard once some key can be idle). A shard grown but not filled keeps its table and its
-//! idle keys until [`Keyed::retain_recent`] or [`Keyed::shrink`]. No background thread is needed.
+//! once some key can be idle), or on demand by [`Keyed::retain_recent`]. Below the cap a new
+//! key's insert judges its shard now and then (when its table has room for more than 64 keys,
+//! after an eighth of its slots' worth of new keys, and once some key live at the last judging
+//! can be idle): if at most a quarter of its keys are live, the idle ones are dropped; otherwise
+//! they are kept, so in a shard in steady use a key used again after going idle is found in
+//! place. A sweep sizes the shard's table to twice the keys it keeps, so the memory of a flood
+//! gone idle comes back without [`Keyed::shrink`] when the next new keys reach its shards. A
+//! shard no new key reaches keeps its table and its idle keys until [`Keyed::retain_recent`] or
+//! [`Keyed::shrink`]. No background thread is needed.
 //!
 //! When a shard is full and **every** key in it is live, [`WhenFull`] decides: refuse the new key
 //! (the default; counted in [`KeyedStats::refused_new_keys`]) or evict the live keys holding the

@@ -297,7 +297,8 @@ where
         self.len() == 0
     }
 
-    /// Counters: keys held, evictions, refusals, sweeps.
+    /// Counters: keys held, evictions, refusals, sweeps. Takes no lock (see [`KeyedStats`] for
+    /// what a scrape concurrent with inserts reads).
     ///
     /// ```
     /// use floodgate::{FixedWindow, Keyed, PenaltyBox};

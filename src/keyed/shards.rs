@@ -3,7 +3,8 @@
 //! immutable-layout open-addressing table published through [`arc_swap::ArcSwap`], a mutex for
 //! inserts and rebuilds, the cap, the sweeps and the eviction order.
 //!
-//! Protocol (what the loom models in `loom-tests/tests/keyed.rs` and `time_keyed.rs` check):
+//! Protocol (what the loom models in `loom-tests/tests/keyed.rs`, `time_keyed.rs` and
+//! `kstats.rs` check):
 //! - A table never moves or removes a slot: a slot's key is set once (an `OnceLock`) and its
 //!   state word(s) live in it for the table's life. A check on a key that exists loads the
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
@@ -13,6 +14,10 @@
 //!   shard is below its cap: whether a new key would be refused reads a mirror of the shard's
 //!   key count (an atomic written only under the mutex, before the table or key it counts is
 //!   published); only a shard at its cap takes the mutex, to read its sweep schedule.
+//! - `len()` and `stats()` take no lock either: each shard's key count and counters are atomics
+//!   written only under its mutex (the counters after the key count, with Release stores) and
+//!   read without it (the counters before the key count, with Acquire loads), so a scrape
+//!   never waits on an insert (see `stats` for what a concurrent scrape reads).
 //! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
 //!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
 //!   it from then on, never with the fresh word (see `insert`).
@@ -42,12 +47,22 @@
 //!   `time_keyed.rs` (`a_lead_on_one_key_lifts_a_key_of_another_shard…`).
 //! - Rebuilds are amortized: a shard rebuilds when its table is three-quarters full (growing to
 //!   twice its keys, within the cap), when it is full and a sweep is due (some key can be idle:
-//!   `next_idle_at`), and in batches of evictions. Each rebuild sizes the table to twice the keys
-//!   it keeps, so a flood of keys gone idle hands its memory back at the next sweep, with no
-//!   explicit `shrink()`: in a shard it filled to the cap, when the next new key arrives there.
-//!   Below the cap idle keys are kept (a growth rebuild judges nothing): a key used again after
-//!   going idle is found in place, not re-inserted, and a shard grown but not filled keeps its
-//!   table until `retain_recent()` or `shrink()`.
+//!   `next_idle_at`), in batches of evictions, and when a judging pass finds a shard below its
+//!   cap well over its live keys (below). Each rebuild sizes the table to twice the keys it
+//!   keeps, so a flood of keys gone idle hands its memory back with no explicit `shrink()`: in a
+//!   shard it filled to the cap, at its next sweep (the next new key there once some key can be
+//!   idle); in a shard it grew but did not fill, at its next judging pass. A growth rebuild
+//!   judges nothing.
+//! - Below the cap, an insert of a new key (under the mutex, never a check of a present key)
+//!   judges the shard when its table has room for more than `JUDGE_MIN_KEYS` (64), at least
+//!   `slots / 8` new keys came since the last pass (so a pass, one look at every slot, costs
+//!   O(1) amortized per insert), and some key live at the last pass can be idle by now
+//!   (`next_judge_at`). If at most a quarter of its keys are live, the shard is rebuilt to twice
+//!   its live keys, dropping the idle ones (a sweep, under the rebuild protocol above);
+//!   otherwise it drops nothing, so a shard in steady use keeps its idle keys and a key used
+//!   again after going idle is found in place, not re-inserted. Each pass counts in
+//!   `stats().sweeps`. A shard no new key reaches keeps its table until `retain_recent()` or
+//!   `shrink()`.
 //!
 //! Why a check takes the `ArcSwap` guard (measured against a thread-local table cache, issue 16;
 //! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA; governor keyed with ahash:
@@ -111,6 +126,10 @@ pub(crate) const KEYS_PER_SHARD_TARGET: usize = 4096;
 
 /// Keys a shard's first table has room for (it grows by doubling).
 const MIN_KEYS: usize = 4;
+
+/// A shard below its cap whose table has room for at most this many keys is never judged for a
+/// shrink on insert (see [`ShardedMap::judge_due`]): about 2 KiB of `u64` slots.
+const JUDGE_MIN_KEYS: usize = 64;
 
 /// Whether forgetting a slot at a given time would change a later decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -405,27 +424,43 @@ struct Meta {
     /// and by inserts once the shard is within an eighth of its cap, see `insert`): before it, a
     /// sweep would free nothing. Read only when the shard is full.
     next_idle_at: u64,
-    evicted_idle: u64,
-    evicted_live: u64,
-    refused_new_keys: u64,
-    sweeps: u64,
     /// The latest clock read at which a sweep or an eviction dropped a key of this shard. A key
     /// inserted afterwards is first decided no earlier than this (within the lag horizon): a
     /// dropped key was idle at the dropper's time, so a checker whose clock lags the dropper's
     /// must not start it afresh at its own, earlier time (where the old state may still have been
     /// live).
     dropped_at: u64,
+    /// No shrink judging (see [`judge_due`](ShardedMap::judge_due)) runs before this time: the
+    /// earliest moment a key live at the last judging pass can be idle (a lower bound while
+    /// checks only move a key's idle time later).
+    next_judge_at: u64,
+    /// New keys inserted since the last judging pass: a pass runs only after `slots / 8` of
+    /// them, which keeps its cost (one look at every slot) O(1) amortized per insert.
+    inserts_since_judge: usize,
 }
 
-/// A shard's mutex and bookkeeping, and the mirror of its key count that a read takes without
-/// the mutex.
+/// A shard's mutex and bookkeeping, and what a read takes without the mutex: the mirror of its
+/// key count and its counters.
 struct ShardMeta {
     lock: Mutex<Meta>,
     /// `Meta::len`, written with it under the mutex (only by [`set_len`]), before the table or
     /// key it counts is published; read without the mutex by
     /// [`refuses_new_key`](ShardedMap::refuses_new_key), so a `peek` on an absent key in a shard
-    /// below its cap takes no lock. A `u64` for the loom shim's atomics.
+    /// below its cap takes no lock, and by [`len`](ShardedMap::len) and
+    /// [`stats`](ShardedMap::stats). A `u64` for the loom shim's atomics.
     keys: AtomicU64,
+    counters: Counters,
+}
+
+/// The shard's counters behind [`KeyedStats`]: written only under the shard's mutex (by
+/// [`add`]), read without it by [`stats`](ShardedMap::stats), so a metrics scrape neither
+/// waits on an insert nor delays one.
+#[derive(Default)]
+struct Counters {
+    evicted_idle: AtomicU64,
+    evicted_live: AtomicU64,
+    refused_new_keys: AtomicU64,
+    sweeps: AtomicU64,
 }
 
 /// One shard, as the map's two arrays hold it: its table, which every check reads, and its
@@ -435,6 +470,8 @@ struct Shard<'a, K, S> {
     meta: &'a Mutex<Meta>,
     /// The mirror of `meta.len` ([`ShardMeta::keys`]).
     keys: &'a AtomicU64,
+    /// The counters ([`ShardMeta::counters`]), written under `meta`.
+    counters: &'a Counters,
 }
 
 impl<K, S> Clone for Shard<'_, K, S> {
@@ -531,6 +568,7 @@ impl<K, S> ShardedMap<K, S> {
             table: self.cell(index),
             meta: &meta.lock,
             keys: &meta.keys,
+            counters: &meta.counters,
         }
     }
 
@@ -571,13 +609,12 @@ where
                         len: 0,
                         slots: first,
                         next_idle_at: u64::MAX,
-                        evicted_idle: 0,
-                        evicted_live: 0,
-                        refused_new_keys: 0,
-                        sweeps: 0,
                         dropped_at: 0,
+                        next_judge_at: 0,
+                        inserts_since_judge: 0,
                     }),
                     keys: AtomicU64::new(0),
+                    counters: Counters::default(),
                 })
             })
             .collect();
@@ -714,6 +751,26 @@ where
             Some(Err(i)) => Some(i),
             None => None,
         };
+        // A table well over its live keys hands its memory back (see `judge_due`): judged here,
+        // on the insert of a new key, never on a check of a present one.
+        meta.inserts_since_judge = meta.inserts_since_judge.saturating_add(1);
+        if self.judge_due(&meta, now) && self.judge(shard, &mut meta, &table, rules, now, clock) {
+            drop(table);
+            let plan = Plan {
+                sweep: true,
+                evict: 0,
+                tight: false,
+            };
+            self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
+            // The kept keys' earliest idle time, or, with none kept, the next insert credit.
+            meta.next_judge_at = if meta.next_idle_at == u64::MAX {
+                now
+            } else {
+                meta.next_idle_at
+            };
+            table = shard.table.load();
+            vacant = None;
+        }
         if self.needs_room(&meta) {
             drop(table);
             self.make_room(shard, &mut meta, rules, now, clock)?;
@@ -828,6 +885,57 @@ where
         (next_idle_at > now).then(|| next_idle_at - now)
     }
 
+    /// Whether an insert into a shard below its cap judges whether the shard is well over its live
+    /// keys ([`judge`](Self::judge)): its table has room for more than [`JUDGE_MIN_KEYS`], at
+    /// least `slots / 8` new keys came since the last pass, and some key live at that pass can be
+    /// idle by now (`next_judge_at`). So a pass runs at most once per idle horizon of the shard's
+    /// earliest live key, and costs O(1) amortized per insert. A shard at its cap sweeps on its
+    /// own schedule ([`make_room`](Self::make_room)).
+    fn judge_due(&self, meta: &Meta, now: u64) -> bool {
+        meta.len < self.shard_cap
+            && room_of(meta.slots) > JUDGE_MIN_KEYS
+            && meta.inserts_since_judge >= meta.slots / 8
+            && now >= meta.next_judge_at
+    }
+
+    /// A judging pass over the current table (read without waiting for checks: it only loads
+    /// words): whether at most a quarter of the shard's keys are live at `now` (read again, see
+    /// [`judge_time`]), so the caller rebuilds the table to twice the live keys, dropping the
+    /// idle ones (a sweep, counted by the rebuild). Otherwise it drops nothing, so a shard in
+    /// steady use keeps its idle keys, counts the pass in `sweeps`, and schedules the next one.
+    fn judge<R>(
+        &self,
+        shard: Shard<'_, K, S>,
+        meta: &mut Meta,
+        table: &Table<K, S>,
+        rules: &R,
+        now: u64,
+        clock: &impl Clock,
+    ) -> bool
+    where
+        S: KeySlot<R>,
+    {
+        let now = judge_time(now, clock);
+        meta.inserts_since_judge = 0;
+        let mut live = 0usize;
+        let mut next_idle_at = u64::MAX;
+        for slot in table.slots.iter() {
+            if slot.key.get().is_none() {
+                continue;
+            }
+            if let Liveness::Live { idle_in, .. } = slot.value.liveness(rules, now) {
+                live += 1;
+                next_idle_at = next_idle_at.min(now.saturating_add(idle_in));
+            }
+        }
+        if live.saturating_mul(4) <= meta.len {
+            return true;
+        }
+        add(&shard.counters.sweeps, 1);
+        meta.next_judge_at = next_idle_at;
+        false
+    }
+
     /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table
     /// three-quarters full.
     fn needs_room(&self, meta: &Meta) -> bool {
@@ -855,7 +963,8 @@ where
         if !full {
             // Below the cap a table grows and keeps its idle keys: dropping them would only
             // re-insert them on their next use (a key used every minute by a rate of one a
-            // second is idle between uses). Idle keys go when the cap needs their room, or on
+            // second is idle between uses). Idle keys go when the cap needs their room, when a
+            // judging pass finds at most a quarter of the keys live (`judge`), or on
             // `retain_recent`.
             let plan = Plan {
                 sweep: false,
@@ -888,7 +997,7 @@ where
         if meta.len < self.shard_cap {
             return Ok(());
         }
-        meta.refused_new_keys += 1;
+        add(&shard.counters.refused_new_keys, 1);
         Err(Refused {
             retry_after: meta.next_idle_at.saturating_sub(now).max(1),
         })
@@ -985,8 +1094,10 @@ where
         meta.slots = next.slots.len();
         set_len(shard, meta, kept);
         shard.table.store(next);
-        meta.evicted_idle += idle as u64;
-        meta.evicted_live += evicted as u64;
+        // After `set_len`: a scrape that counts these drops reads the key count without them
+        // (see `stats`).
+        add(&shard.counters.evicted_idle, idle as u64);
+        add(&shard.counters.evicted_live, evicted as u64);
         if judge {
             meta.next_idle_at = next_idle_at;
         }
@@ -994,7 +1105,7 @@ where
         // due (`plan.sweep`) or an eviction needed the judging (it drops idle keys first): one
         // count per pass.
         if judge {
-            meta.sweeps += 1;
+            add(&shard.counters.sweeps, 1);
         }
         if idle + evicted + forgotten > 0 {
             meta.dropped_at = latest_drop(meta.dropped_at, now);
@@ -1067,7 +1178,9 @@ where
     /// bring idle times forward).
     pub(crate) fn forget_idle_bounds(&self) {
         for shard in self.all_shards() {
-            lock(shard.meta).next_idle_at = 0;
+            let mut meta = lock(shard.meta);
+            meta.next_idle_at = 0;
+            meta.next_judge_at = 0;
         }
     }
 
@@ -1086,6 +1199,17 @@ where
         self.all_shards().map(|shard| lock(shard.meta).slots).sum()
     }
 
+    /// The counters summed over the shards, taking no lock (each shard's counters and key count
+    /// are atomics written under its mutex). What a scrape concurrent with inserts sees:
+    /// - each field is a sum of per-shard values read one after the other, not a snapshot of
+    ///   the map at one moment (as the sum taken shard by shard under each mutex was not);
+    /// - each counter never goes back: a later scrape (on any thread, ordered after this one)
+    ///   reads each shard's counter at this value or a later one;
+    /// - an event that happened before the scrape (on this thread, or ordered before it by a
+    ///   synchronisation) is counted;
+    /// - within a shard, a key a sweep or an eviction dropped is never counted both in `keys`
+    ///   and as dropped: the counters are read before the key count, and a rebuild sets the
+    ///   count before it adds its drops.
     pub(crate) fn stats(&self) -> KeyedStats {
         let mut stats = KeyedStats {
             keys: 0,
@@ -1096,12 +1220,15 @@ where
             sweeps: 0,
         };
         for shard in self.all_shards() {
-            let meta = lock(shard.meta);
-            stats.keys += meta.len;
-            stats.evicted_idle += meta.evicted_idle;
-            stats.evicted_live += meta.evicted_live;
-            stats.refused_new_keys += meta.refused_new_keys;
-            stats.sweeps += meta.sweeps;
+            let counters = shard.counters;
+            // Acquire: pairs with the Release store in `add`.
+            stats.evicted_idle += counters.evicted_idle.load(Ordering::Acquire);
+            stats.evicted_live += counters.evicted_live.load(Ordering::Acquire);
+            stats.refused_new_keys += counters.refused_new_keys.load(Ordering::Acquire);
+            stats.sweeps += counters.sweeps.load(Ordering::Acquire);
+            // Acquire: pairs with the Release store in `set_len`. Read after the counters, so a
+            // rebuild whose drops they include has its key count (set before them) read here.
+            stats.keys += shard.keys.load(Ordering::Acquire) as usize;
         }
         stats
     }
@@ -1154,6 +1281,17 @@ fn set_len<K, S>(shard: Shard<'_, K, S>, meta: &mut Meta, len: usize) {
     meta.len = len;
     // Release: pairs with the Acquire load in `refuses_new_key`.
     shard.keys.store(len as u64, Ordering::Release);
+}
+
+/// Adds `n` to one of the shard's [`Counters`]. Called under the shard's mutex, the only place
+/// a counter is written, so a load and a store suffice (no read-modify-write).
+fn add(counter: &AtomicU64, n: u64) {
+    // Relaxed: the previous store to this counter (this function, by the mutex's previous
+    // holder) happens before this load through the mutex, so the load reads it.
+    let count = counter.load(Ordering::Relaxed);
+    // Release: pairs with the Acquire loads in `stats`, which see the writes made before this
+    // one under the mutex (the key count `set_len` stored).
+    counter.store(count.saturating_add(n), Ordering::Release);
 }
 
 /// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old

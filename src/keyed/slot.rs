@@ -80,7 +80,8 @@ pub(crate) fn word_liveness<A: Algorithm>(algorithm: &A, state: u64, now: u64) -
 impl<A: Algorithm> KeySlot<Rules<A>> for WordSlot {
     fn liveness(&self, rules: &Rules<A>, now: u64) -> Liveness {
         // Relaxed: a snapshot of one self-contained word, taken by a rebuild that owns the table
-        // (every check on it has finished) or by the inserter (a lower bound of its idle time).
+        // (every check on it has finished) or by the inserter (a lower bound of its idle time;
+        // or a judging pass, which drops nothing itself: the rebuild it asks for judges again).
         word_liveness(&rules.algorithm, self.state.load(Ordering::Relaxed), now)
     }
 }
