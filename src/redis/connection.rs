@@ -305,7 +305,13 @@ impl RedisBackend {
     /// A [`BackendError`] naming the server (password redacted) for an invalid URL, an empty
     /// node list, a timeout of zero or over an hour, no tokio runtime, and (eager only) a server
     /// that refuses the connection or does not answer within the timeout
-    /// ([`BackendError::kind`] says which).
+    /// ([`BackendError::kind`] says which), or whose cluster mode does not match the
+    /// configuration ([`FailureKind::Other`]): [`RedisConfig::cluster`] at a server with cluster
+    /// mode off ("not in cluster mode"), or [`RedisConfig::single`] at a cluster node
+    /// (`INFO cluster` says `cluster_enabled:1`). A lazy single-server backend at a cluster node
+    /// fails each call for a key on another master with the same kind, naming the node that
+    /// owns the key's slot; a lazy cluster backend at a standalone server fails each call as a
+    /// [`FailureKind::Connection`] ("No nodes found": redis-rs logs the cause and keeps no node).
     ///
     /// ```
     /// use floodgate::backend::FailureKind;
@@ -420,7 +426,7 @@ impl RedisBackend {
                         .get_async_connection_with_config(cluster_config)
                         .await
                         .map(Connection::Cluster)
-                        .map_err(|error| classify(&server, error))
+                        .map_err(|error| classify(&server, true, error))
                 }
             } else {
                 let client = redis::Client::open(config.nodes[0].as_str())
@@ -438,7 +444,7 @@ impl RedisBackend {
                 if config.lazy {
                     ConnectionManager::new_lazy_with_config(client, manager_config)
                         .map(Connection::Single)
-                        .map_err(|error| classify(&server, error))
+                        .map_err(|error| classify(&server, false, error))
                 } else {
                     // One plain attempt first: the manager retries with back-off, which would
                     // turn a refused connection into a timeout.
@@ -448,11 +454,11 @@ impl RedisBackend {
                     client
                         .get_multiplexed_async_connection_with_config(&probe)
                         .await
-                        .map_err(|error| classify(&server, error))?;
+                        .map_err(|error| classify(&server, false, error))?;
                     ConnectionManager::new_with_config(client, manager_config)
                         .await
                         .map(Connection::Single)
-                        .map_err(|error| classify(&server, error))
+                        .map_err(|error| classify(&server, false, error))
                 }
             }
         };
@@ -474,6 +480,10 @@ impl RedisBackend {
         if !config.lazy {
             let left = timeout.saturating_sub(started.elapsed());
             backend.read_server_clock(left).await?;
+            if !config.cluster {
+                let left = timeout.saturating_sub(started.elapsed());
+                backend.refuse_a_cluster_node(left).await?;
+            }
         }
         Ok(backend)
     }
@@ -490,13 +500,47 @@ impl RedisBackend {
                 self.shared.clock.sample(server, sent, Instant::now());
                 Ok(())
             }
-            Ok(Err(error)) => Err(classify(&self.shared.server, error)),
+            Ok(Err(error)) => Err(self.classify(error)),
             Err(_) => Err(timed_out(
                 &self.shared.server,
                 self.shared.timeout,
                 "reading its clock",
             )),
         }
+    }
+
+    /// Eager single-server connect: refuses a Redis Cluster node (`INFO cluster` says
+    /// `cluster_enabled:1`), which would answer each decision for a key of another master's
+    /// slots with a `MOVED` error. A server whose `INFO` fails (a renamed or forbidden command)
+    /// is taken as it is.
+    async fn refuse_a_cluster_node(&self, within: Duration) -> Result<(), BackendError> {
+        let mut connection = self.shared.connection.clone();
+        let info = redis::cmd("INFO").arg("cluster").to_owned();
+        let reply = info.query_async::<String>(&mut connection);
+        match until_deadline(reply, Instant::now() + within).await {
+            Ok(Ok(info)) if info.lines().any(|l| l.trim() == "cluster_enabled:1") => {
+                Err(BackendError::at(
+                    FailureKind::Other,
+                    self.shared.server.clone(),
+                    std::io::Error::other(
+                        "the server is a Redis Cluster node (INFO: cluster_enabled:1), and a \
+                         single-server connection gets MOVED for every key on another master's \
+                         slots: use RedisConfig::cluster",
+                    ),
+                ))
+            }
+            Ok(_) => Ok(()),
+            Err(_) => Err(timed_out(
+                &self.shared.server,
+                self.shared.timeout,
+                "checking its cluster mode",
+            )),
+        }
+    }
+
+    /// A redis-rs error of a call on this backend's connection, classified, naming the server.
+    fn classify(&self, error: RedisError) -> BackendError {
+        classify(&self.shared.server, self.is_cluster(), error)
     }
 
     /// The longest a decision may take.
@@ -617,7 +661,7 @@ impl RedisBackend {
         let call = query_script::<Fields>(script, &command, &mut connection);
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
-            Ok(Err(error)) => return Err(classify(&shared.server, error)),
+            Ok(Err(error)) => return Err(self.classify(error)),
             Err(_) => {
                 let budget = deadline.saturating_duration_since(now);
                 return Err(timed_out(&shared.server, budget, "deciding"));
@@ -831,7 +875,7 @@ impl RedisBackend {
         match until_deadline(call, latest).await {
             Ok(Ok(Value::Array(items))) => Ok((items, Instant::now())),
             Ok(Ok(other)) => Err(self.batch_protocol(decisions, &other)),
-            Ok(Err(error)) => Err(classify(&shared.server, error)),
+            Ok(Err(error)) => Err(self.classify(error)),
             Err(_) => {
                 let budget = latest.saturating_duration_since(now);
                 Err(timed_out(&shared.server, budget, "deciding"))
@@ -1066,8 +1110,11 @@ fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
     )
 }
 
-/// A redis-rs error, classified, naming the server.
-fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
+/// A redis-rs error of a `cluster` or single-server connection, classified, naming the server.
+fn classify(server: &Arc<str>, cluster: bool, error: RedisError) -> BackendError {
+    if let Some(mismatch) = mode_mismatch(server, cluster, &error) {
+        return mismatch;
+    }
     let kind = if let Some(kind) = wrapped_kind(&error) {
         kind
     } else if error.is_timeout() {
@@ -1087,6 +1134,40 @@ fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
         }
     };
     BackendError::at(kind, server.clone(), error)
+}
+
+/// The configuration error for a server whose cluster mode does not match the connection's,
+/// if `error` says so: a cluster connection to a server with cluster mode off ("ERR This
+/// instance has cluster support disabled", from the `CLUSTER SLOTS` redis-rs sends at connect),
+/// or a single-server connection to a cluster node (a `MOVED` redirect, which only a cluster
+/// connection follows). Of [`FailureKind::Other`]: retrying does not help, and it is not the
+/// script's error.
+fn mode_mismatch(server: &Arc<str>, cluster: bool, error: &RedisError) -> Option<BackendError> {
+    let message = if cluster {
+        let disabled = error.kind() == ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+            && error.to_string().contains("cluster support disabled");
+        if !disabled {
+            return None;
+        }
+        format!(
+            "the server is not in cluster mode ({error}): use RedisConfig::single for a \
+             standalone server"
+        )
+    } else {
+        if error.kind() != ErrorKind::Server(redis::ServerErrorKind::Moved) {
+            return None;
+        }
+        let (node, slot) = error.redirect_node()?;
+        format!(
+            "the key's slot {slot} lives on another node, {node}: the server is a Redis Cluster \
+             node, which a single-server connection cannot follow; use RedisConfig::cluster"
+        )
+    };
+    Some(BackendError::at(
+        FailureKind::Other,
+        server.clone(),
+        std::io::Error::other(message),
+    ))
 }
 
 /// The kind of an error redis-rs wrapped as text: a cluster that reached none of its initial
@@ -1201,19 +1282,22 @@ mod tests {
         let server: Arc<str> = "redis://127.0.0.1:6379".into();
         let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
         assert_eq!(
-            classify(&server, io(std::io::ErrorKind::ConnectionRefused)).kind(),
+            classify(&server, false, io(std::io::ErrorKind::ConnectionRefused)).kind(),
             FailureKind::Refused
         );
         assert_eq!(
-            classify(&server, io(std::io::ErrorKind::TimedOut)).kind(),
+            classify(&server, false, io(std::io::ErrorKind::TimedOut)).kind(),
             FailureKind::Timeout
         );
         assert_eq!(
-            classify(&server, io(std::io::ErrorKind::ConnectionReset)).kind(),
+            classify(&server, false, io(std::io::ErrorKind::ConnectionReset)).kind(),
             FailureKind::Connection
         );
         let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
-        assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
+        assert_eq!(
+            classify(&server, false, parse).kind(),
+            FailureKind::Protocol
+        );
         // A cluster that reached none of its nodes: the cause survives only as text.
         let initial = |detail: &str| {
             let error = RedisError::from((
@@ -1221,7 +1305,7 @@ mod tests {
                 "Failed to create initial connections",
                 detail.to_owned(),
             ));
-            classify(&server, error).kind()
+            classify(&server, true, error).kind()
         };
         let refused = initial("Io: Connection refused (os error 111)");
         assert_eq!(refused, FailureKind::Refused);
@@ -1229,6 +1313,40 @@ mod tests {
         assert_eq!(garbage, FailureKind::Protocol);
         let reset = initial("Io: Connection reset by peer (os error 104)");
         assert_eq!(reset, FailureKind::Connection);
+        // A server whose cluster mode does not match the connection's: a configuration error
+        // saying so, not the script's error.
+        let moved = RedisError::from((
+            ErrorKind::Server(redis::ServerErrorKind::Moved),
+            "An error was signalled by the server",
+            "10096 127.0.0.1:7001".to_owned(),
+        ));
+        let on_single = classify(&server, false, moved.clone());
+        assert_eq!(on_single.kind(), FailureKind::Other);
+        let text = on_single.to_string();
+        assert!(
+            text.contains("slot 10096 lives on another node, 127.0.0.1:7001"),
+            "{text}"
+        );
+        assert!(text.contains("use RedisConfig::cluster"), "{text}");
+        // A cluster connection follows MOVED itself: one it gives up on is the server's error.
+        assert_eq!(classify(&server, true, moved).kind(), FailureKind::Script);
+        let disabled = || {
+            RedisError::from((
+                ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "An error was signalled by the server",
+                "This instance has cluster support disabled".to_owned(),
+            ))
+        };
+        let on_cluster = classify(&server, true, disabled());
+        assert_eq!(on_cluster.kind(), FailureKind::Other);
+        assert!(
+            on_cluster.to_string().contains("not in cluster mode"),
+            "{on_cluster}"
+        );
+        assert_eq!(
+            classify(&server, false, disabled()).kind(),
+            FailureKind::Script
+        );
         let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
         assert!(timeout.is_timeout());
         assert_eq!(

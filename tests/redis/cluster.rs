@@ -8,7 +8,7 @@ use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy};
 use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, ManualClock};
 
-use super::server::RedisCluster;
+use super::server::{RedisCluster, RedisServer};
 use super::{Acquire, backend, for_each_algorithm, hammer};
 
 #[test]
@@ -254,4 +254,84 @@ fn a_slot_moved_to_another_master_keeps_its_count() {
         })
         .count();
     assert_eq!(admitted, 6);
+}
+
+/// `RedisConfig::cluster` pointed at a standalone server (cluster mode off): a configuration
+/// error naming the server and saying it is not in cluster mode, at eager connect (it read as a
+/// "script error"); a lazy backend's calls fail as connection errors.
+#[test]
+fn a_cluster_config_at_a_standalone_server_says_it_is_not_in_cluster_mode() {
+    let server = RedisServer::start();
+    let config = RedisConfig::cluster([server.url()]).timeout(Duration::from_secs(10));
+    let started = Instant::now();
+    let error = RedisBackend::blocking_connect(config.clone()).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    assert_eq!(error.kind(), FailureKind::Other, "{error}");
+    assert_eq!(error.server_address(), Some(server.url().as_str()));
+    assert!(
+        error.to_string().contains("not in cluster mode")
+            && error.to_string().contains("RedisConfig::single"),
+        "{error}"
+    );
+
+    let lazy = RedisBackend::blocking_connect(config.lazy()).unwrap();
+    let limiter = RedisLimiter::new(
+        &lazy,
+        "standalone",
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+    )
+    .unwrap()
+    .with_breaker(None);
+    let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert!(!outcome.decision().is_allowed());
+    let failure = outcome.failure().expect("decided by the policy");
+    // A lazy cluster connection whose first `CLUSTER SLOTS` failed has no node to send to:
+    // redis-rs reports that ("No nodes found", a connection error) and keeps the cause in its
+    // log only, so the call cannot say "not in cluster mode"; it is no "script error" either.
+    assert_eq!(failure.kind(), FailureKind::Connection, "{failure}");
+}
+
+/// The opposite mistake: `RedisConfig::single` pointed at a cluster node. Eager connect refuses
+/// it (`INFO cluster`: `cluster_enabled:1`), saying to use `RedisConfig::cluster`; a lazy
+/// backend's calls for keys on other masters fail saying which node owns the key's slot (each
+/// read as a "script error", `Moved: 10096 127.0.0.1:43527`).
+#[test]
+fn a_single_config_at_a_cluster_node_says_to_use_the_cluster_config() {
+    let cluster = RedisCluster::start();
+    let url = cluster.nodes[0].url();
+    let config = RedisConfig::single(url.clone()).timeout(Duration::from_secs(10));
+    let error = RedisBackend::blocking_connect(config.clone()).unwrap_err();
+    assert_eq!(error.kind(), FailureKind::Other, "{error}");
+    assert_eq!(error.server_address(), Some(url.as_str()));
+    assert!(
+        error.to_string().contains("Redis Cluster node")
+            && error.to_string().contains("RedisConfig::cluster"),
+        "{error}"
+    );
+
+    let lazy = RedisBackend::blocking_connect(config.lazy()).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &lazy,
+        "moved",
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    let key = key_on(&cluster, &limiter, 1, "elsewhere");
+    let owner = format!("127.0.0.1:{}", cluster.nodes[1].port);
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    let failure = outcome.failure().expect("decided by the policy");
+    assert_eq!(failure.kind(), FailureKind::Other, "{failure}");
+    assert!(
+        failure.to_string().contains(&owner)
+            && failure.to_string().contains("RedisConfig::cluster"),
+        "{failure}"
+    );
+    // A key on the node itself is decided there.
+    let home = key_on(&cluster, &limiter, 0, "home");
+    let outcome = limiter.blocking_try_acquire_outcome(&home, 1).unwrap();
+    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
 }
