@@ -14,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use super::limiter::sealed::Replay;
+use super::slot_owners::{SlotOwners, slot_of};
 use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset, until_deadline};
 
 /// Where the Redis backend connects, and how long a decision may take.
@@ -183,6 +184,11 @@ struct Shared {
     /// The configured address(es), passwords redacted, for error messages.
     server: Arc<str>,
     clock: ServerClock,
+    /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
+    /// one server).
+    owners: Arc<SlotOwners>,
+    /// `redis` or `rediss`, the scheme the owners' addresses are written with.
+    scheme: &'static str,
     /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
     /// multi-thread runtime that `connect` ran on; `None` for a current-thread runtime.
     blocking: Option<BlockingRuntime>,
@@ -472,6 +478,12 @@ impl RedisBackend {
                 timeout,
                 server,
                 clock: ServerClock::new(),
+                owners: Arc::default(),
+                scheme: if config.nodes[0].starts_with("rediss://") {
+                    "rediss"
+                } else {
+                    "redis"
+                },
                 blocking,
                 // `connect_on` runs on the runtime that builds the connection.
                 runtime: tokio::runtime::Handle::current(),
@@ -480,8 +492,10 @@ impl RedisBackend {
         if !config.lazy {
             let left = timeout.saturating_sub(started.elapsed());
             backend.read_server_clock(left).await?;
-            if !config.cluster {
-                let left = timeout.saturating_sub(started.elapsed());
+            let left = timeout.saturating_sub(started.elapsed());
+            if config.cluster {
+                backend.read_slot_owners(left).await;
+            } else {
                 backend.refuse_a_cluster_node(left).await?;
             }
         }
@@ -543,6 +557,53 @@ impl RedisBackend {
         classify(&self.shared.server, self.is_cluster(), error)
     }
 
+    /// Reads a cluster's slot owners (`CLUSTER SLOTS`, to whichever node redis-rs picks) within
+    /// `within`, for naming the node of a failed call; a failed or late read changes nothing.
+    async fn read_slot_owners(&self, within: Duration) {
+        let reply = read_slot_owners(self.shared.connection.clone(), within).await;
+        if let Some(reply) = reply {
+            self.shared.owners.update(&reply, self.shared.scheme);
+        }
+    }
+
+    /// The server to name in the error of a call on `keys` that failed: one server's address;
+    /// on a cluster, the owner of the keys' slot as last read (see
+    /// [`slot_owners`](super::slot_owners)), or, when not known, the configured nodes and a
+    /// word that the node is not known. On a cluster it also starts a read of the slot owners
+    /// in the background, unless one is in flight, so a moved slot is named right after the
+    /// next failure.
+    fn failed_at(&self, keys: &[String]) -> Arc<str> {
+        let shared = &*self.shared;
+        if !self.is_cluster() {
+            return shared.server.clone();
+        }
+        if shared.owners.start_read() {
+            let (connection, owners, scheme) = (
+                shared.connection.clone(),
+                Arc::clone(&shared.owners),
+                shared.scheme,
+            );
+            let within = shared.timeout;
+            shared.runtime.spawn(async move {
+                if let Some(reply) = read_slot_owners(connection, within).await {
+                    owners.update(&reply, scheme);
+                }
+                owners.read_done();
+            });
+        }
+        let Some(key) = keys.first() else {
+            return shared.server.clone();
+        };
+        let slot = slot_of(key.as_bytes());
+        shared.owners.owner(slot).unwrap_or_else(|| {
+            format!(
+                "{} (a node of this cluster: the owner of slot {slot} is not known)",
+                shared.server
+            )
+            .into()
+        })
+    }
+
     /// The longest a decision may take.
     ///
     /// ```
@@ -558,7 +619,11 @@ impl RedisBackend {
     }
 
     /// The server's address as configured (the nodes, for a cluster), passwords redacted: the
-    /// name its errors carry.
+    /// name its errors carry, but for a cluster call's error, which names the node that owns
+    /// the call's key's slot when the backend knows it (its copy of the slot map, read with
+    /// `CLUSTER SLOTS` at eager connect and again in the background after a failed call; after
+    /// a slot moved, the old owner until that read lands), else these nodes and a word that
+    /// the owner is not known.
     ///
     /// ```
     /// use floodgate::redis::{RedisBackend, RedisConfig};
@@ -661,10 +726,13 @@ impl RedisBackend {
         let call = query_script::<Fields>(script, &command, &mut connection);
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
-            Ok(Err(error)) => return Err(self.classify(error)),
+            Ok(Err(error)) => {
+                let server = self.failed_at(keys);
+                return Err(classify(&server, self.is_cluster(), error));
+            }
             Err(_) => {
                 let budget = deadline.saturating_duration_since(now);
-                return Err(timed_out(&shared.server, budget, "deciding"));
+                return Err(timed_out(&self.failed_at(keys), budget, "deciding"));
             }
         };
         self.decided(reply, now, Instant::now())
@@ -720,7 +788,9 @@ impl RedisBackend {
         }
         let mut connection = shared.connection.clone();
         let call = invocation.invoke_async::<Value>(&mut connection);
-        let (items, received) = self.batch_reply(call, now, latest, requests.len()).await?;
+        let (items, received) = self
+            .batch_reply(call, now, latest, requests.len(), &first.keys)
+            .await?;
         let fields = 1 + 5 * requests.len();
         let Some(numbers) = integers(items.get(..fields)) else {
             return Err(self.batch_protocol(requests.len(), &items));
@@ -810,7 +880,9 @@ impl RedisBackend {
         }
         let mut connection = shared.connection.clone();
         let call = query_script::<Value>(batch, &command, &mut connection);
-        let (items, received) = self.batch_reply(call, now, latest, requests.len()).await?;
+        let (items, received) = self
+            .batch_reply(call, now, latest, requests.len(), &first.keys)
+            .await?;
         // The time, three integers per key, the count of late decisions, then those and the
         // error messages.
         let head = 2 + 3 * distinct.len();
@@ -864,21 +936,23 @@ impl RedisBackend {
     }
 
     /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came.
+    /// `keys` are the first decision's (on a cluster, a batch's keys share one slot), to name
+    /// the node in an error.
     async fn batch_reply(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<Value>>,
         now: Instant,
         latest: Instant,
         decisions: usize,
+        keys: &[String],
     ) -> Result<(Vec<Value>, Instant), BackendError> {
-        let shared = &*self.shared;
         match until_deadline(call, latest).await {
             Ok(Ok(Value::Array(items))) => Ok((items, Instant::now())),
             Ok(Ok(other)) => Err(self.batch_protocol(decisions, &other)),
-            Ok(Err(error)) => Err(self.classify(error)),
+            Ok(Err(error)) => Err(classify(&self.failed_at(keys), self.is_cluster(), error)),
             Err(_) => {
                 let budget = latest.saturating_duration_since(now);
-                Err(timed_out(&shared.server, budget, "deciding"))
+                Err(timed_out(&self.failed_at(keys), budget, "deciding"))
             }
         }
     }
@@ -1098,6 +1172,16 @@ const EXACT: u64 = 1 << 53;
 
 /// The first reply field of a script that refused a request past its deadline.
 pub(crate) const PAST_DEADLINE: i64 = 2;
+
+/// `CLUSTER SLOTS` on `connection` (to whichever node redis-rs routes it), within `within`.
+async fn read_slot_owners(mut connection: Connection, within: Duration) -> Option<Value> {
+    let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+    let reply = slots.query_async::<Value>(&mut connection);
+    match until_deadline(reply, Instant::now() + within).await {
+        Ok(Ok(reply)) => Some(reply),
+        _ => None,
+    }
+}
 
 fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
     BackendError::at(

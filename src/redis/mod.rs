@@ -108,6 +108,7 @@ mod leased;
 mod limiter;
 mod sliding_log;
 mod sliding_window;
+mod slot_owners;
 
 pub use connection::{RedisBackend, RedisConfig};
 pub use leased::{LeaseAlgorithm, LeaseCounts, LeasedKey};

@@ -178,8 +178,9 @@ fn a_frozen_master_fails_only_its_own_keys() {
     cluster.nodes[0].thaw();
 
     // Killed, not frozen: the same (its keys fail by the policy, the others' are decided). The
-    // dead master's calls wait out the timeout while redis-rs retries it, and read as timeouts
-    // naming every configured node: not asserted, as neither is a promise.
+    // dead master's calls wait out the timeout while redis-rs retries it; the error's kind is
+    // not asserted, as it is no promise (the node it names is:
+    // `a_failed_call_names_the_master_that_owns_its_key`).
     let mut cluster = cluster;
     cluster.nodes[0].kill();
     let started = Instant::now();
@@ -334,4 +335,48 @@ fn a_single_config_at_a_cluster_node_says_to_use_the_cluster_config() {
     let home = key_on(&cluster, &limiter, 0, "home");
     let outcome = limiter.blocking_try_acquire_outcome(&home, 1).unwrap();
     assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+}
+
+/// A call's error names the master the failing request went to (the owner of its key's slot),
+/// not the configured node list: frozen (SIGSTOP, a timeout) and then killed.
+#[test]
+fn a_failed_call_names_the_master_that_owns_its_key() {
+    let mut cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "named",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    // The node given first is not the one that fails: the list's head is no answer.
+    let key = key_on(&cluster, &limiter, 2, "n");
+    let owner = cluster.nodes[2].url();
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+
+    cluster.nodes[2].freeze();
+    let started = Instant::now();
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let failure = outcome.failure().expect("decided by the policy");
+    assert_eq!(failure.kind(), FailureKind::Timeout, "{failure}");
+    assert_eq!(failure.server_address(), Some(owner.as_str()), "{failure}");
+    cluster.nodes[2].thaw();
+
+    cluster.nodes[2].kill();
+    let started = Instant::now();
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let failure = outcome.failure().expect("decided by a dead master?");
+    assert_eq!(failure.server_address(), Some(owner.as_str()), "{failure}");
 }
