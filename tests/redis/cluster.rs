@@ -380,3 +380,56 @@ fn a_failed_call_names_the_master_that_owns_its_key() {
     let failure = outcome.failure().expect("decided by a dead master?");
     assert_eq!(failure.server_address(), Some(owner.as_str()), "{failure}");
 }
+
+/// The other side of a breaker per limiter: while calls on healthy masters succeed between
+/// the frozen master's failures, the run of failures restarts and the breaker stays closed, so
+/// each call for the frozen master's key waits out the timeout (documented at `with_breaker`).
+#[test]
+fn successes_on_healthy_masters_keep_the_breaker_closed_for_a_frozen_one() {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let breaker = BreakerConfig::new(2, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "mixed",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    let on_frozen = key_on(&cluster, &limiter, 0, "f");
+    let on_live = key_on(&cluster, &limiter, 1, "l");
+    // Each master runs the script once first: loading it (SCRIPT LOAD) goes to every master,
+    // which a frozen one never answers.
+    for key in [&on_frozen, &on_live] {
+        let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    }
+    cluster.nodes[0].freeze();
+    for round in 0..3 {
+        let outcome = limiter.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
+        assert_eq!(
+            outcome.failure().map(|e| e.kind()),
+            Some(FailureKind::Timeout),
+            "round {round}: the frozen master was called"
+        );
+        let outcome = limiter.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(
+            outcome.failure().is_none(),
+            "round {round}: {:?}",
+            outcome.failure()
+        );
+    }
+    assert_eq!(
+        limiter.breaker().unwrap().state(),
+        floodgate::backend::BreakerState::Closed
+    );
+    cluster.nodes[0].thaw();
+}
