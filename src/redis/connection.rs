@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use super::limiter::sealed::Replay;
+use super::lua_script::LuaScript;
 use super::slot_owners::{SlotOwners, slot_of};
 use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset, until_deadline};
 
@@ -316,8 +318,8 @@ impl RedisBackend {
     /// mode off ("not in cluster mode"), or [`RedisConfig::single`] at a cluster node
     /// (`INFO cluster` says `cluster_enabled:1`). A lazy single-server backend at a cluster node
     /// fails each call for a key on another master with the same kind, naming the node that
-    /// owns the key's slot; a lazy cluster backend at a standalone server fails each call as a
-    /// [`FailureKind::Connection`] ("No nodes found": redis-rs logs the cause and keeps no node).
+    /// owns the key's slot; a lazy cluster backend at a standalone server knows no slot's
+    /// owner, and redis-rs sends each call to the one node it reached, which decides it.
     ///
     /// ```
     /// use floodgate::backend::FailureKind;
@@ -705,7 +707,7 @@ impl RedisBackend {
     /// offset; a reply whose first field is [`PAST_DEADLINE`] is a timeout.
     pub(crate) async fn eval(
         &self,
-        script: &'static Script,
+        script: &'static LuaScript,
         keys: &[String],
         args: [u64; 4],
         deadline: Instant,
@@ -723,7 +725,8 @@ impl RedisBackend {
         }
         command.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
-        let call = query_script::<Fields>(script, &command, &mut connection);
+        let key = keys.first().map(String::as_str);
+        let call = query_script::<Fields>(script, key, &command, &mut connection);
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
             Ok(Err(error)) => {
@@ -756,7 +759,7 @@ impl RedisBackend {
     ///   raised the error its second field numbers (from 1).
     pub(crate) async fn eval_batch(
         &self,
-        batch: &'static Script,
+        batch: &'static LuaScript,
         n_slot: usize,
         requests: &[&Request],
     ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
@@ -765,29 +768,45 @@ impl RedisBackend {
         let Some(first) = requests.first() else {
             return Ok(Vec::new());
         };
-        let mut invocation = batch.prepare_invoke();
-        invocation.arg(first.keys.len());
-        for arg in first.args {
-            invocation.arg(arg);
-        }
-        invocation.arg(n_slot + 1);
-        // Distinct limiter keys, by their first key: a batch holds a few (often one).
+        // Distinct limiter keys, by their first key: a batch holds a few (often one); each
+        // with the request that used it first, whose keys go into `KEYS`.
         let mut distinct: Vec<&str> = Vec::new();
+        let mut first_users: Vec<&Request> = Vec::new();
+        let mut indices = Vec::with_capacity(requests.len());
         let mut latest = now;
         for request in requests {
             let (index, new) = distinct_index(&mut distinct, request);
             if new {
-                for key in request.keys.iter() {
-                    invocation.key(key);
-                }
+                first_users.push(request);
             }
-            invocation.arg(index + 1);
-            invocation.arg(request.args[n_slot]);
-            invocation.arg(self.server_deadline(request.deadline, now));
+            indices.push(index);
             latest = latest.max(request.deadline);
         }
+        let per = first.keys.len();
+        let mut command = evalsha(
+            batch,
+            per * first_users.len(),
+            6 + 3 * requests.len(),
+            24 * requests.len(),
+        );
+        for request in &first_users {
+            for key in request.keys.iter() {
+                command.arg(key.as_str());
+            }
+        }
+        command.arg(per);
+        for arg in first.args {
+            command.arg(arg);
+        }
+        command.arg(n_slot + 1);
+        for (request, index) in requests.iter().zip(indices) {
+            command.arg(index + 1);
+            command.arg(request.args[n_slot]);
+            command.arg(self.server_deadline(request.deadline, now));
+        }
         let mut connection = shared.connection.clone();
-        let call = invocation.invoke_async::<Value>(&mut connection);
+        let key = first.keys.first().map(String::as_str);
+        let call = query_script::<Value>(batch, key, &command, &mut connection);
         let (items, received) = self
             .batch_reply(call, now, latest, requests.len(), &first.keys)
             .await?;
@@ -829,7 +848,7 @@ impl RedisBackend {
     ///   decisions refused past their deadline and their indices (from 1); the error messages.
     pub(crate) async fn eval_tally(
         &self,
-        batch: &'static Script,
+        batch: &'static LuaScript,
         replay: Replay,
         n_slot: usize,
         requests: &[&Request],
@@ -879,7 +898,8 @@ impl RedisBackend {
             }
         }
         let mut connection = shared.connection.clone();
-        let call = query_script::<Value>(batch, &command, &mut connection);
+        let key = first.keys.first().map(String::as_str);
+        let call = query_script::<Value>(batch, key, &command, &mut connection);
         let (items, received) = self
             .batch_reply(call, now, latest, requests.len(), &first.keys)
             .await?;
@@ -1063,16 +1083,35 @@ fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
     command
 }
 
-/// Runs `command`, an [`evalsha`] of `script`, loading the script first if the server does not
-/// know it (a restarted server, a failover).
+/// Runs `command`, an [`evalsha`] of `script` whose first key is `key`, loading the script
+/// first if the server does not know it (a restarted server, a failover, a master's first use).
+/// On a cluster the script is loaded on the master that owns `key`'s slot only: redis-rs sends
+/// a plain `SCRIPT LOAD` to every master and waits for all, so one frozen master would fail
+/// the load for keys on the others.
 async fn query_script<T: redis::FromRedisValue>(
-    script: &Script,
+    script: &LuaScript,
+    key: Option<&str>,
     command: &Cmd,
     connection: &mut Connection,
 ) -> redis::RedisResult<T> {
     match command.query_async::<T>(connection).await {
         Err(error) if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(connection).await?;
+            match (&mut *connection, key) {
+                (Connection::Cluster(cluster), Some(key)) => {
+                    let owner = Route::with_key(key, SlotAddr::Master);
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(owner));
+                    cluster
+                        .route_command(script.load_command(), route)
+                        .await?
+                        .extract_error()?;
+                }
+                _ => {
+                    script
+                        .load_command()
+                        .query_async::<String>(&mut *connection)
+                        .await?;
+                }
+            }
             command.query_async::<T>(connection).await
         }
         reply => reply,

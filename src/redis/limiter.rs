@@ -29,10 +29,10 @@ pub(crate) mod sealed {
     pub enum Batch {
         /// Five fields per decision, as the one-decision script's reply (the format of
         /// `RedisBackend::eval_batch`, made by `batch_source`).
-        Each(&'static redis::Script),
+        Each(&'static crate::redis::lua_script::LuaScript),
         /// The tally format of `RedisBackend::eval_tally`: each key's state as the script read
         /// it, from which the client replays the decisions with the [`Replay`].
-        Tally(&'static redis::Script, Replay),
+        Tally(&'static crate::redis::lua_script::LuaScript, Replay),
     }
 
     /// One decision of a tally batch replayed on the client, exactly as the batch script
@@ -53,7 +53,7 @@ pub(crate) mod sealed {
         fn validate(&self) -> Result<(), ConfigError>;
         /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us,
         /// now_us}`, as an array or (fixed windows, GCRA) one string of them, space-separated.
-        fn script(&self) -> &'static redis::Script;
+        fn script(&self) -> &'static crate::redis::lua_script::LuaScript;
         /// The script deciding a batch in order: [`batch_source`](crate::redis::coalesce::batch_source)
         /// of the one-decision script, or a hand-written one in the tally format.
         fn batch_script(&self) -> Batch;

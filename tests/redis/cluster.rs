@@ -259,7 +259,7 @@ fn a_slot_moved_to_another_master_keeps_its_count() {
 
 /// `RedisConfig::cluster` pointed at a standalone server (cluster mode off): a configuration
 /// error naming the server and saying it is not in cluster mode, at eager connect (it read as a
-/// "script error"); a lazy backend's calls fail as connection errors.
+/// "script error"); a lazy backend's calls go to that server.
 #[test]
 fn a_cluster_config_at_a_standalone_server_says_it_is_not_in_cluster_mode() {
     let server = RedisServer::start();
@@ -284,13 +284,15 @@ fn a_cluster_config_at_a_standalone_server_says_it_is_not_in_cluster_mode() {
     )
     .unwrap()
     .with_breaker(None);
-    let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
-    assert!(!outcome.decision().is_allowed());
-    let failure = outcome.failure().expect("decided by the policy");
-    // A lazy cluster connection whose first `CLUSTER SLOTS` failed has no node to send to:
-    // redis-rs reports that ("No nodes found", a connection error) and keeps the cause in its
-    // log only, so the call cannot say "not in cluster mode"; it is no "script error" either.
-    assert_eq!(failure.kind(), FailureKind::Connection, "{failure}");
+    // A lazy cluster connection whose `CLUSTER SLOTS` failed knows no slot's owner, and redis-rs
+    // sends each call to a node it is connected to: this one, which decides it as a
+    // single-server backend would (the script loaded there on first use).
+    for _ in 0..2 {
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert!(outcome.decision().is_allowed());
+    }
+    assert_eq!(server.calls("evalsha"), 3, "NOSCRIPT, then two decisions");
 }
 
 /// The opposite mistake: `RedisConfig::single` pointed at a cluster node. Eager connect refuses
@@ -406,8 +408,7 @@ fn successes_on_healthy_masters_keep_the_breaker_closed_for_a_frozen_one() {
     .with_breaker(Some(breaker));
     let on_frozen = key_on(&cluster, &limiter, 0, "f");
     let on_live = key_on(&cluster, &limiter, 1, "l");
-    // Each master runs the script once first: loading it (SCRIPT LOAD) goes to every master,
-    // which a frozen one never answers.
+    // Both keys decided by Redis before the freeze, so the later failures are the freeze's.
     for key in [&on_frozen, &on_live] {
         let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
         assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
@@ -431,5 +432,47 @@ fn successes_on_healthy_masters_keep_the_breaker_closed_for_a_frozen_one() {
         limiter.breaker().unwrap().state(),
         floodgate::backend::BreakerState::Closed
     );
+    cluster.nodes[0].thaw();
+}
+
+/// A master that has not run a limiter's script yet loads it while another master is frozen:
+/// the script is loaded on the master that owns the key, not on every master (`SCRIPT LOAD`
+/// through redis-rs's cluster connection goes to all of them, and waited for the frozen one,
+/// so the healthy master's key timed out).
+#[test]
+fn a_frozen_master_does_not_stop_loading_the_script_on_a_live_one() {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "load",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    let on_live = key_on(&cluster, &limiter, 1, "l");
+    for node in &cluster.nodes {
+        assert_eq!(node.cli(&["SCRIPT", "FLUSH"]), "OK");
+    }
+    cluster.nodes[0].freeze();
+    for i in 0..2 {
+        let started = Instant::now();
+        let outcome = limiter.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(60), "hung");
+        assert!(
+            outcome.failure().is_none(),
+            "call {i}: a live master's key failed: {:?}",
+            outcome.failure()
+        );
+        assert!(outcome.decision().is_allowed());
+    }
     cluster.nodes[0].thaw();
 }
