@@ -204,7 +204,9 @@ pub enum FailureKind {
     Protocol,
     /// The server answered with an error (a script error, a key of the wrong type, OOM, …).
     Script,
-    /// Anything else (a configuration the client refused, an unclassified error).
+    /// Anything else: a configuration the client refused or the server does not match (a
+    /// Redis Cluster configuration at a server with cluster mode off, or the reverse), an
+    /// unclassified error.
     Other,
     /// The store was not called: the circuit breaker is open after repeated failures.
     CircuitOpen,

@@ -51,8 +51,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::lua_script::LuaScript;
 use crossbeam_queue::SegQueue;
-use redis::Script;
 use tokio::sync::oneshot;
 
 use super::RedisBackend;
@@ -239,7 +239,7 @@ struct Pending {
 /// The coalescing sender of one limiter (one script). See the module docs.
 pub(crate) struct Coalescer {
     backend: RedisBackend,
-    script: &'static Script,
+    script: &'static LuaScript,
     batch: Batch,
     /// Which of the script's four arguments is `n` (the others are the same for every decision).
     n_slot: usize,
@@ -260,7 +260,7 @@ impl std::fmt::Debug for Coalescer {
 impl Coalescer {
     pub(crate) fn new(
         backend: RedisBackend,
-        script: &'static Script,
+        script: &'static LuaScript,
         batch: Batch,
         n_slot: usize,
     ) -> Self {

@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use super::limiter::sealed::Replay;
+use super::lua_script::LuaScript;
+use super::slot_owners::{SlotOwners, slot_of};
 use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset, until_deadline};
 
 /// Where the Redis backend connects, and how long a decision may take.
@@ -183,6 +186,11 @@ struct Shared {
     /// The configured address(es), passwords redacted, for error messages.
     server: Arc<str>,
     clock: ServerClock,
+    /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
+    /// one server).
+    owners: Arc<SlotOwners>,
+    /// `redis` or `rediss`, the scheme the owners' addresses are written with.
+    scheme: &'static str,
     /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
     /// multi-thread runtime that `connect` ran on; `None` for a current-thread runtime.
     blocking: Option<BlockingRuntime>,
@@ -305,7 +313,13 @@ impl RedisBackend {
     /// A [`BackendError`] naming the server (password redacted) for an invalid URL, an empty
     /// node list, a timeout of zero or over an hour, no tokio runtime, and (eager only) a server
     /// that refuses the connection or does not answer within the timeout
-    /// ([`BackendError::kind`] says which).
+    /// ([`BackendError::kind`] says which), or whose cluster mode does not match the
+    /// configuration ([`FailureKind::Other`]): [`RedisConfig::cluster`] at a server with cluster
+    /// mode off ("not in cluster mode"), or [`RedisConfig::single`] at a cluster node
+    /// (`INFO cluster` says `cluster_enabled:1`). A lazy single-server backend at a cluster node
+    /// fails each call for a key on another master with the same kind, naming the node that
+    /// owns the key's slot; a lazy cluster backend at a standalone server knows no slot's
+    /// owner, and redis-rs sends each call to the one node it reached, which decides it.
     ///
     /// ```
     /// use floodgate::backend::FailureKind;
@@ -420,7 +434,7 @@ impl RedisBackend {
                         .get_async_connection_with_config(cluster_config)
                         .await
                         .map(Connection::Cluster)
-                        .map_err(|error| classify(&server, error))
+                        .map_err(|error| classify(&server, true, error))
                 }
             } else {
                 let client = redis::Client::open(config.nodes[0].as_str())
@@ -438,7 +452,7 @@ impl RedisBackend {
                 if config.lazy {
                     ConnectionManager::new_lazy_with_config(client, manager_config)
                         .map(Connection::Single)
-                        .map_err(|error| classify(&server, error))
+                        .map_err(|error| classify(&server, false, error))
                 } else {
                     // One plain attempt first: the manager retries with back-off, which would
                     // turn a refused connection into a timeout.
@@ -448,11 +462,11 @@ impl RedisBackend {
                     client
                         .get_multiplexed_async_connection_with_config(&probe)
                         .await
-                        .map_err(|error| classify(&server, error))?;
+                        .map_err(|error| classify(&server, false, error))?;
                     ConnectionManager::new_with_config(client, manager_config)
                         .await
                         .map(Connection::Single)
-                        .map_err(|error| classify(&server, error))
+                        .map_err(|error| classify(&server, false, error))
                 }
             }
         };
@@ -466,6 +480,12 @@ impl RedisBackend {
                 timeout,
                 server,
                 clock: ServerClock::new(),
+                owners: Arc::default(),
+                scheme: if config.nodes[0].starts_with("rediss://") {
+                    "rediss"
+                } else {
+                    "redis"
+                },
                 blocking,
                 // `connect_on` runs on the runtime that builds the connection.
                 runtime: tokio::runtime::Handle::current(),
@@ -474,6 +494,12 @@ impl RedisBackend {
         if !config.lazy {
             let left = timeout.saturating_sub(started.elapsed());
             backend.read_server_clock(left).await?;
+            let left = timeout.saturating_sub(started.elapsed());
+            if config.cluster {
+                backend.read_slot_owners(left).await;
+            } else {
+                backend.refuse_a_cluster_node(left).await?;
+            }
         }
         Ok(backend)
     }
@@ -490,13 +516,94 @@ impl RedisBackend {
                 self.shared.clock.sample(server, sent, Instant::now());
                 Ok(())
             }
-            Ok(Err(error)) => Err(classify(&self.shared.server, error)),
+            Ok(Err(error)) => Err(self.classify(error)),
             Err(_) => Err(timed_out(
                 &self.shared.server,
                 self.shared.timeout,
                 "reading its clock",
             )),
         }
+    }
+
+    /// Eager single-server connect: refuses a Redis Cluster node (`INFO cluster` says
+    /// `cluster_enabled:1`), which would answer each decision for a key of another master's
+    /// slots with a `MOVED` error. A server whose `INFO` fails (a renamed or forbidden command)
+    /// is taken as it is.
+    async fn refuse_a_cluster_node(&self, within: Duration) -> Result<(), BackendError> {
+        let mut connection = self.shared.connection.clone();
+        let info = redis::cmd("INFO").arg("cluster").to_owned();
+        let reply = info.query_async::<String>(&mut connection);
+        match until_deadline(reply, Instant::now() + within).await {
+            Ok(Ok(info)) if info.lines().any(|l| l.trim() == "cluster_enabled:1") => {
+                Err(BackendError::at(
+                    FailureKind::Other,
+                    self.shared.server.clone(),
+                    std::io::Error::other(
+                        "the server is a Redis Cluster node (INFO: cluster_enabled:1), and a \
+                         single-server connection gets MOVED for every key on another master's \
+                         slots: use RedisConfig::cluster",
+                    ),
+                ))
+            }
+            Ok(_) => Ok(()),
+            Err(_) => Err(timed_out(
+                &self.shared.server,
+                self.shared.timeout,
+                "checking its cluster mode",
+            )),
+        }
+    }
+
+    /// A redis-rs error of a call on this backend's connection, classified, naming the server.
+    fn classify(&self, error: RedisError) -> BackendError {
+        classify(&self.shared.server, self.is_cluster(), error)
+    }
+
+    /// Reads a cluster's slot owners (`CLUSTER SLOTS`, to whichever node redis-rs picks) within
+    /// `within`, for naming the node of a failed call; a failed or late read changes nothing.
+    async fn read_slot_owners(&self, within: Duration) {
+        let reply = read_slot_owners(self.shared.connection.clone(), within).await;
+        if let Some(reply) = reply {
+            self.shared.owners.update(&reply, self.shared.scheme);
+        }
+    }
+
+    /// The server to name in the error of a call on `keys` that failed: one server's address;
+    /// on a cluster, the owner of the keys' slot as last read (see
+    /// [`slot_owners`](super::slot_owners)), or, when not known, the configured nodes and a
+    /// word that the node is not known. On a cluster it also starts a read of the slot owners
+    /// in the background, unless one is in flight, so a moved slot is named right after the
+    /// next failure.
+    fn failed_at(&self, keys: &[String]) -> Arc<str> {
+        let shared = &*self.shared;
+        if !self.is_cluster() {
+            return shared.server.clone();
+        }
+        if shared.owners.start_read() {
+            let (connection, owners, scheme) = (
+                shared.connection.clone(),
+                Arc::clone(&shared.owners),
+                shared.scheme,
+            );
+            let within = shared.timeout;
+            shared.runtime.spawn(async move {
+                if let Some(reply) = read_slot_owners(connection, within).await {
+                    owners.update(&reply, scheme);
+                }
+                owners.read_done();
+            });
+        }
+        let Some(key) = keys.first() else {
+            return shared.server.clone();
+        };
+        let slot = slot_of(key.as_bytes());
+        shared.owners.owner(slot).unwrap_or_else(|| {
+            format!(
+                "{} (a node of this cluster: the owner of slot {slot} is not known)",
+                shared.server
+            )
+            .into()
+        })
     }
 
     /// The longest a decision may take.
@@ -514,7 +621,11 @@ impl RedisBackend {
     }
 
     /// The server's address as configured (the nodes, for a cluster), passwords redacted: the
-    /// name its errors carry.
+    /// name its errors carry, but for a cluster call's error, which names the node that owns
+    /// the call's key's slot when the backend knows it (its copy of the slot map, read with
+    /// `CLUSTER SLOTS` at eager connect and again in the background after a failed call; after
+    /// a slot moved, the old owner until that read lands), else these nodes and a word that
+    /// the owner is not known.
     ///
     /// ```
     /// use floodgate::redis::{RedisBackend, RedisConfig};
@@ -596,7 +707,7 @@ impl RedisBackend {
     /// offset; a reply whose first field is [`PAST_DEADLINE`] is a timeout.
     pub(crate) async fn eval(
         &self,
-        script: &'static Script,
+        script: &'static LuaScript,
         keys: &[String],
         args: [u64; 4],
         deadline: Instant,
@@ -614,13 +725,17 @@ impl RedisBackend {
         }
         command.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
-        let call = query_script::<Fields>(script, &command, &mut connection);
+        let key = keys.first().map(String::as_str);
+        let call = query_script::<Fields>(script, key, &command, &mut connection);
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
-            Ok(Err(error)) => return Err(classify(&shared.server, error)),
+            Ok(Err(error)) => {
+                let server = self.failed_at(keys);
+                return Err(classify(&server, self.is_cluster(), error));
+            }
             Err(_) => {
                 let budget = deadline.saturating_duration_since(now);
-                return Err(timed_out(&shared.server, budget, "deciding"));
+                return Err(timed_out(&self.failed_at(keys), budget, "deciding"));
             }
         };
         self.decided(reply, now, Instant::now())
@@ -644,7 +759,7 @@ impl RedisBackend {
     ///   raised the error its second field numbers (from 1).
     pub(crate) async fn eval_batch(
         &self,
-        batch: &'static Script,
+        batch: &'static LuaScript,
         n_slot: usize,
         requests: &[&Request],
     ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
@@ -653,30 +768,48 @@ impl RedisBackend {
         let Some(first) = requests.first() else {
             return Ok(Vec::new());
         };
-        let mut invocation = batch.prepare_invoke();
-        invocation.arg(first.keys.len());
-        for arg in first.args {
-            invocation.arg(arg);
-        }
-        invocation.arg(n_slot + 1);
-        // Distinct limiter keys, by their first key: a batch holds a few (often one).
+        // Distinct limiter keys, by their first key: a batch holds a few (often one); each
+        // with the request that used it first, whose keys go into `KEYS`.
         let mut distinct: Vec<&str> = Vec::new();
+        let mut first_users: Vec<&Request> = Vec::new();
+        let mut indices = Vec::with_capacity(requests.len());
         let mut latest = now;
         for request in requests {
             let (index, new) = distinct_index(&mut distinct, request);
             if new {
-                for key in request.keys.iter() {
-                    invocation.key(key);
-                }
+                first_users.push(request);
             }
-            invocation.arg(index + 1);
-            invocation.arg(request.args[n_slot]);
-            invocation.arg(self.server_deadline(request.deadline, now));
+            indices.push(index);
             latest = latest.max(request.deadline);
         }
+        let per = first.keys.len();
+        let mut command = evalsha(
+            batch,
+            per * first_users.len(),
+            6 + 3 * requests.len(),
+            24 * requests.len(),
+        );
+        for request in &first_users {
+            for key in request.keys.iter() {
+                command.arg(key.as_str());
+            }
+        }
+        command.arg(per);
+        for arg in first.args {
+            command.arg(arg);
+        }
+        command.arg(n_slot + 1);
+        for (request, index) in requests.iter().zip(indices) {
+            command.arg(index + 1);
+            command.arg(request.args[n_slot]);
+            command.arg(self.server_deadline(request.deadline, now));
+        }
         let mut connection = shared.connection.clone();
-        let call = invocation.invoke_async::<Value>(&mut connection);
-        let (items, received) = self.batch_reply(call, now, latest, requests.len()).await?;
+        let key = first.keys.first().map(String::as_str);
+        let call = query_script::<Value>(batch, key, &command, &mut connection);
+        let (items, received) = self
+            .batch_reply(call, now, latest, requests.len(), &first.keys)
+            .await?;
         let fields = 1 + 5 * requests.len();
         let Some(numbers) = integers(items.get(..fields)) else {
             return Err(self.batch_protocol(requests.len(), &items));
@@ -715,7 +848,7 @@ impl RedisBackend {
     ///   decisions refused past their deadline and their indices (from 1); the error messages.
     pub(crate) async fn eval_tally(
         &self,
-        batch: &'static Script,
+        batch: &'static LuaScript,
         replay: Replay,
         n_slot: usize,
         requests: &[&Request],
@@ -765,8 +898,11 @@ impl RedisBackend {
             }
         }
         let mut connection = shared.connection.clone();
-        let call = query_script::<Value>(batch, &command, &mut connection);
-        let (items, received) = self.batch_reply(call, now, latest, requests.len()).await?;
+        let key = first.keys.first().map(String::as_str);
+        let call = query_script::<Value>(batch, key, &command, &mut connection);
+        let (items, received) = self
+            .batch_reply(call, now, latest, requests.len(), &first.keys)
+            .await?;
         // The time, three integers per key, the count of late decisions, then those and the
         // error messages.
         let head = 2 + 3 * distinct.len();
@@ -820,21 +956,23 @@ impl RedisBackend {
     }
 
     /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came.
+    /// `keys` are the first decision's (on a cluster, a batch's keys share one slot), to name
+    /// the node in an error.
     async fn batch_reply(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<Value>>,
         now: Instant,
         latest: Instant,
         decisions: usize,
+        keys: &[String],
     ) -> Result<(Vec<Value>, Instant), BackendError> {
-        let shared = &*self.shared;
         match until_deadline(call, latest).await {
             Ok(Ok(Value::Array(items))) => Ok((items, Instant::now())),
             Ok(Ok(other)) => Err(self.batch_protocol(decisions, &other)),
-            Ok(Err(error)) => Err(classify(&shared.server, error)),
+            Ok(Err(error)) => Err(classify(&self.failed_at(keys), self.is_cluster(), error)),
             Err(_) => {
                 let budget = latest.saturating_duration_since(now);
-                Err(timed_out(&shared.server, budget, "deciding"))
+                Err(timed_out(&self.failed_at(keys), budget, "deciding"))
             }
         }
     }
@@ -945,16 +1083,35 @@ fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
     command
 }
 
-/// Runs `command`, an [`evalsha`] of `script`, loading the script first if the server does not
-/// know it (a restarted server, a failover).
+/// Runs `command`, an [`evalsha`] of `script` whose first key is `key`, loading the script
+/// first if the server does not know it (a restarted server, a failover, a master's first use).
+/// On a cluster the script is loaded on the master that owns `key`'s slot only: redis-rs sends
+/// a plain `SCRIPT LOAD` to every master and waits for all, so one frozen master would fail
+/// the load for keys on the others.
 async fn query_script<T: redis::FromRedisValue>(
-    script: &Script,
+    script: &LuaScript,
+    key: Option<&str>,
     command: &Cmd,
     connection: &mut Connection,
 ) -> redis::RedisResult<T> {
     match command.query_async::<T>(connection).await {
         Err(error) if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(connection).await?;
+            match (&mut *connection, key) {
+                (Connection::Cluster(cluster), Some(key)) => {
+                    let owner = Route::with_key(key, SlotAddr::Master);
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(owner));
+                    cluster
+                        .route_command(script.load_command(), route)
+                        .await?
+                        .extract_error()?;
+                }
+                _ => {
+                    script
+                        .load_command()
+                        .query_async::<String>(&mut *connection)
+                        .await?;
+                }
+            }
             command.query_async::<T>(connection).await
         }
         reply => reply,
@@ -1055,6 +1212,16 @@ const EXACT: u64 = 1 << 53;
 /// The first reply field of a script that refused a request past its deadline.
 pub(crate) const PAST_DEADLINE: i64 = 2;
 
+/// `CLUSTER SLOTS` on `connection` (to whichever node redis-rs routes it), within `within`.
+async fn read_slot_owners(mut connection: Connection, within: Duration) -> Option<Value> {
+    let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+    let reply = slots.query_async::<Value>(&mut connection);
+    match until_deadline(reply, Instant::now() + within).await {
+        Ok(Ok(reply)) => Some(reply),
+        _ => None,
+    }
+}
+
 fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
     BackendError::at(
         FailureKind::Timeout,
@@ -1066,8 +1233,11 @@ fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
     )
 }
 
-/// A redis-rs error, classified, naming the server.
-fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
+/// A redis-rs error of a `cluster` or single-server connection, classified, naming the server.
+fn classify(server: &Arc<str>, cluster: bool, error: RedisError) -> BackendError {
+    if let Some(mismatch) = mode_mismatch(server, cluster, &error) {
+        return mismatch;
+    }
     let kind = if let Some(kind) = wrapped_kind(&error) {
         kind
     } else if error.is_timeout() {
@@ -1087,6 +1257,40 @@ fn classify(server: &Arc<str>, error: RedisError) -> BackendError {
         }
     };
     BackendError::at(kind, server.clone(), error)
+}
+
+/// The configuration error for a server whose cluster mode does not match the connection's,
+/// if `error` says so: a cluster connection to a server with cluster mode off ("ERR This
+/// instance has cluster support disabled", from the `CLUSTER SLOTS` redis-rs sends at connect),
+/// or a single-server connection to a cluster node (a `MOVED` redirect, which only a cluster
+/// connection follows). Of [`FailureKind::Other`]: retrying does not help, and it is not the
+/// script's error.
+fn mode_mismatch(server: &Arc<str>, cluster: bool, error: &RedisError) -> Option<BackendError> {
+    let message = if cluster {
+        let disabled = error.kind() == ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+            && error.to_string().contains("cluster support disabled");
+        if !disabled {
+            return None;
+        }
+        format!(
+            "the server is not in cluster mode ({error}): use RedisConfig::single for a \
+             standalone server"
+        )
+    } else {
+        if error.kind() != ErrorKind::Server(redis::ServerErrorKind::Moved) {
+            return None;
+        }
+        let (node, slot) = error.redirect_node()?;
+        format!(
+            "the key's slot {slot} lives on another node, {node}: the server is a Redis Cluster \
+             node, which a single-server connection cannot follow; use RedisConfig::cluster"
+        )
+    };
+    Some(BackendError::at(
+        FailureKind::Other,
+        server.clone(),
+        std::io::Error::other(message),
+    ))
 }
 
 /// The kind of an error redis-rs wrapped as text: a cluster that reached none of its initial
@@ -1201,19 +1405,22 @@ mod tests {
         let server: Arc<str> = "redis://127.0.0.1:6379".into();
         let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
         assert_eq!(
-            classify(&server, io(std::io::ErrorKind::ConnectionRefused)).kind(),
+            classify(&server, false, io(std::io::ErrorKind::ConnectionRefused)).kind(),
             FailureKind::Refused
         );
         assert_eq!(
-            classify(&server, io(std::io::ErrorKind::TimedOut)).kind(),
+            classify(&server, false, io(std::io::ErrorKind::TimedOut)).kind(),
             FailureKind::Timeout
         );
         assert_eq!(
-            classify(&server, io(std::io::ErrorKind::ConnectionReset)).kind(),
+            classify(&server, false, io(std::io::ErrorKind::ConnectionReset)).kind(),
             FailureKind::Connection
         );
         let parse = RedisError::from((ErrorKind::Parse, "bad frame"));
-        assert_eq!(classify(&server, parse).kind(), FailureKind::Protocol);
+        assert_eq!(
+            classify(&server, false, parse).kind(),
+            FailureKind::Protocol
+        );
         // A cluster that reached none of its nodes: the cause survives only as text.
         let initial = |detail: &str| {
             let error = RedisError::from((
@@ -1221,7 +1428,7 @@ mod tests {
                 "Failed to create initial connections",
                 detail.to_owned(),
             ));
-            classify(&server, error).kind()
+            classify(&server, true, error).kind()
         };
         let refused = initial("Io: Connection refused (os error 111)");
         assert_eq!(refused, FailureKind::Refused);
@@ -1229,6 +1436,40 @@ mod tests {
         assert_eq!(garbage, FailureKind::Protocol);
         let reset = initial("Io: Connection reset by peer (os error 104)");
         assert_eq!(reset, FailureKind::Connection);
+        // A server whose cluster mode does not match the connection's: a configuration error
+        // saying so, not the script's error.
+        let moved = RedisError::from((
+            ErrorKind::Server(redis::ServerErrorKind::Moved),
+            "An error was signalled by the server",
+            "10096 127.0.0.1:7001".to_owned(),
+        ));
+        let on_single = classify(&server, false, moved.clone());
+        assert_eq!(on_single.kind(), FailureKind::Other);
+        let text = on_single.to_string();
+        assert!(
+            text.contains("slot 10096 lives on another node, 127.0.0.1:7001"),
+            "{text}"
+        );
+        assert!(text.contains("use RedisConfig::cluster"), "{text}");
+        // A cluster connection follows MOVED itself: one it gives up on is the server's error.
+        assert_eq!(classify(&server, true, moved).kind(), FailureKind::Script);
+        let disabled = || {
+            RedisError::from((
+                ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "An error was signalled by the server",
+                "This instance has cluster support disabled".to_owned(),
+            ))
+        };
+        let on_cluster = classify(&server, true, disabled());
+        assert_eq!(on_cluster.kind(), FailureKind::Other);
+        assert!(
+            on_cluster.to_string().contains("not in cluster mode"),
+            "{on_cluster}"
+        );
+        assert_eq!(
+            classify(&server, false, disabled()).kind(),
+            FailureKind::Script
+        );
         let timeout = timed_out(&server, Duration::from_millis(5), "deciding");
         assert!(timeout.is_timeout());
         assert_eq!(

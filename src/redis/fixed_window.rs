@@ -10,19 +10,19 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use super::lua_script::LuaScript;
 
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::Anchor;
 use crate::algorithms::FixedWindow;
 use crate::decision::ConfigError;
 
-static ANCHORED: LazyLock<Script> = lua_script!("exact.lua", "fixed_window.lua");
+static ANCHORED: LazyLock<LuaScript> = lua_script!("exact.lua", "fixed_window.lua");
 /// Reads each key once for the whole batch: the hot-key case costs little more than one call.
-static ANCHORED_BATCH: LazyLock<Script> =
+static ANCHORED_BATCH: LazyLock<LuaScript> =
     lua_script!("exact.lua", "tally.lua", "fixed_window_batch.lua");
-static ALIGNED: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_aligned.lua");
-static ALIGNED_BATCH: LazyLock<Script> =
+static ALIGNED: LazyLock<LuaScript> = lua_script!("exact.lua", "fixed_window_aligned.lua");
+static ALIGNED_BATCH: LazyLock<LuaScript> =
     lua_script!("exact.lua", "tally.lua", "fixed_window_aligned_batch.lua");
 
 /// The window in milliseconds (validated whole when the limiter was built).
@@ -96,7 +96,7 @@ impl sealed::Script for FixedWindow {
         whole_millis(self.window(), "Redis fixed window").map(|_| ())
     }
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static LuaScript {
         match self.anchor() {
             Anchor::FirstRequest => &ANCHORED,
             Anchor::WallClock => &ALIGNED,

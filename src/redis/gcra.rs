@@ -7,7 +7,7 @@
 //! interval per permit is the rate rounded to whole microseconds: rates up to 1,000,000 per
 //! second, checked when the limiter is built.
 
-use redis::Script;
+use super::lua_script::LuaScript;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -15,9 +15,9 @@ use super::limiter::{MAX_WINDOW_MILLIS, RedisAlgorithm, sealed};
 use crate::algorithms::Gcra;
 use crate::decision::{ConfigError, Rate};
 
-static SCRIPT: LazyLock<Script> = lua_script!("exact.lua", "gcra.lua");
+static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "gcra.lua");
 /// Reads each key once for the whole batch: the hot-key case costs little more than one call.
-static BATCH: LazyLock<Script> = lua_script!("exact.lua", "tally.lua", "gcra_batch.lua");
+static BATCH: LazyLock<LuaScript> = lua_script!("exact.lua", "tally.lua", "gcra_batch.lua");
 
 /// The interval per permit in whole microseconds, rounded to nearest (at least 1).
 fn interval_micros(gcra: &Gcra) -> u64 {
@@ -97,7 +97,7 @@ impl sealed::Script for Gcra {
         validate(self)
     }
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static LuaScript {
         &SCRIPT
     }
 

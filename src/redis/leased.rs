@@ -4,7 +4,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use redis::Script;
+use super::lua_script::LuaScript;
 
 use super::limiter::decision_from_reply;
 use super::limiter::sealed::Script as _;
@@ -16,11 +16,12 @@ use crate::decision::{ConfigError, Decision};
 use crate::lease::{Lease, LeaseSlot};
 use crate::sync::{AtomicU64, Ordering};
 
-static GCRA_LEASE: LazyLock<Script> = lua_script!("exact.lua", "gcra_lease.lua");
-static GCRA_REFUND: LazyLock<Script> = lua_script!("gcra_refund.lua");
-static WINDOW_LEASE: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_lease.lua");
-static ALIGNED_LEASE: LazyLock<Script> = lua_script!("exact.lua", "fixed_window_aligned_lease.lua");
-static ALIGNED_REFUND: LazyLock<Script> = lua_script!("fixed_window_aligned_refund.lua");
+static GCRA_LEASE: LazyLock<LuaScript> = lua_script!("exact.lua", "gcra_lease.lua");
+static GCRA_REFUND: LazyLock<LuaScript> = lua_script!("gcra_refund.lua");
+static WINDOW_LEASE: LazyLock<LuaScript> = lua_script!("exact.lua", "fixed_window_lease.lua");
+static ALIGNED_LEASE: LazyLock<LuaScript> =
+    lua_script!("exact.lua", "fixed_window_aligned_lease.lua");
+static ALIGNED_REFUND: LazyLock<LuaScript> = lua_script!("fixed_window_aligned_refund.lua");
 
 pub(crate) mod sealed {
     /// What a leasing algorithm adds to its per-call script: its lease and refund scripts.
@@ -29,9 +30,9 @@ pub(crate) mod sealed {
         /// Takes between `ARGV[3]` and `ARGV[4]` permits (the per-call `ARGV` otherwise);
         /// replies `{allowed, limit, remaining, retry_after_us, reset_after_us, granted,
         /// receipt0, receipt1, now_us}`.
-        fn lease_script(&self) -> &'static redis::Script;
+        fn lease_script(&self) -> &'static crate::redis::lua_script::LuaScript;
         /// The refund script, `None` where a lease is never given back.
-        fn refund_script(&self) -> Option<&'static redis::Script>;
+        fn refund_script(&self) -> Option<&'static crate::redis::lua_script::LuaScript>;
         /// `ARGV` of a refund of `unused` permits of a lease with `receipt`.
         fn refund_args(&self, receipt: [u64; 2], unused: u64) -> [u64; 4];
         /// Whether a lease also ends with the window that counted it (a grant's `reset_after`).
@@ -62,11 +63,11 @@ pub trait LeaseAlgorithm: RedisAlgorithm + sealed::LeaseScript {}
 /// A lease advances the theoretical arrival time by its permits; a refund moves it back, only
 /// from the exact time the lease wrote.
 impl sealed::LeaseScript for Gcra {
-    fn lease_script(&self) -> &'static redis::Script {
+    fn lease_script(&self) -> &'static crate::redis::lua_script::LuaScript {
         &GCRA_LEASE
     }
 
-    fn refund_script(&self) -> Option<&'static redis::Script> {
+    fn refund_script(&self) -> Option<&'static crate::redis::lua_script::LuaScript> {
         Some(&GCRA_REFUND)
     }
 
@@ -93,14 +94,14 @@ impl LeaseAlgorithm for Gcra {}
 /// the count twice) and would land in a key lost and re-created in the same window: both
 /// over-admit, where the exact refund can only under-admit (tried and reverted in session 29).
 impl sealed::LeaseScript for FixedWindow {
-    fn lease_script(&self) -> &'static redis::Script {
+    fn lease_script(&self) -> &'static crate::redis::lua_script::LuaScript {
         match self.anchor() {
             Anchor::FirstRequest => &WINDOW_LEASE,
             Anchor::WallClock => &ALIGNED_LEASE,
         }
     }
 
-    fn refund_script(&self) -> Option<&'static redis::Script> {
+    fn refund_script(&self) -> Option<&'static crate::redis::lua_script::LuaScript> {
         match self.anchor() {
             Anchor::FirstRequest => None,
             Anchor::WallClock => Some(&ALIGNED_REFUND),

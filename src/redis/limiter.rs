@@ -29,10 +29,10 @@ pub(crate) mod sealed {
     pub enum Batch {
         /// Five fields per decision, as the one-decision script's reply (the format of
         /// `RedisBackend::eval_batch`, made by `batch_source`).
-        Each(&'static redis::Script),
+        Each(&'static crate::redis::lua_script::LuaScript),
         /// The tally format of `RedisBackend::eval_tally`: each key's state as the script read
         /// it, from which the client replays the decisions with the [`Replay`].
-        Tally(&'static redis::Script, Replay),
+        Tally(&'static crate::redis::lua_script::LuaScript, Replay),
     }
 
     /// One decision of a tally batch replayed on the client, exactly as the batch script
@@ -53,7 +53,7 @@ pub(crate) mod sealed {
         fn validate(&self) -> Result<(), ConfigError>;
         /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us,
         /// now_us}`, as an array or (fixed windows, GCRA) one string of them, space-separated.
-        fn script(&self) -> &'static redis::Script;
+        fn script(&self) -> &'static crate::redis::lua_script::LuaScript;
         /// The script deciding a batch in order: [`batch_source`](crate::redis::coalesce::batch_source)
         /// of the one-decision script, or a hand-written one in the tally format.
         fn batch_script(&self) -> Batch;
@@ -299,9 +299,20 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// Sets the circuit breaker: `Some(config)` replaces the default one, `None` turns it off
     /// (every call then waits for Redis or its timeout).
     ///
-    /// The breaker is one per limiter, not one per node: on a Redis Cluster, the failures of one
-    /// master open it for the limiter's keys on every master. Where one master's outage must
-    /// not stop the keys on the others, turn it off.
+    /// The breaker is one per limiter, not one per node. On a Redis Cluster that cuts both
+    /// ways: `failures` consecutive failures on one master open it for the limiter's keys on
+    /// every master; and while calls to the healthy masters succeed between them (a success
+    /// resets the run), it stays closed and each call for a key on the down master waits out
+    /// the timeout. Where one master's outage must not stop the keys on the others, turn it off.
+    ///
+    /// Not per node, though the backend keeps a copy of the slot map (which names the node in
+    /// a cluster call's error, see [`RedisBackend::server`]): the breaker belongs to the
+    /// store-neutral [`FailureHandler`](crate::backend::FailureHandler) and is admitted before
+    /// the call's node is looked at, [`breaker`](Self::breaker) returns the one breaker, and a
+    /// breaker per node must also stay right across a slot's move: with a master's breaker
+    /// open, no call for its slots is sent, so no failure re-reads the slot map, and a slot
+    /// moved to a live master stays short-circuited until that breaker's probe (which redis-rs
+    /// sends to the new owner) closes it.
     ///
     /// ```
     /// use floodgate::backend::{BreakerConfig, FailurePolicy};

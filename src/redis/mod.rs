@@ -13,8 +13,8 @@
 //!
 //! Every decision:
 //! * is **one round trip**: `EVALSHA` (redis-rs [`Script`](redis::Script); on `NOSCRIPT`, after a
-//!   restart or `SCRIPT FLUSH`, it loads the script and runs it again), **shared** with the
-//!   limiter's concurrent decisions (below);
+//!   restart or `SCRIPT FLUSH`, it loads the script, on a cluster on the key's master only, and
+//!   runs it again), **shared** with the limiter's concurrent decisions (below);
 //! * is **atomic**: check and update happen inside the script, so no two callers can both take the
 //!   last permit;
 //! * reads time from the **server** (`TIME`, or the key's TTL), never from the client's clock, so
@@ -93,10 +93,10 @@
 //! ```
 
 /// A script built once from Lua sources in this folder, concatenated in order (a prelude such as
-/// `exact.lua` first): `static S: LazyLock<Script> = lua_script!("exact.lua", "gcra.lua");`.
+/// `exact.lua` first): `static S: LazyLock<LuaScript> = lua_script!("exact.lua", "gcra.lua");`.
 macro_rules! lua_script {
     ($($file:literal),+ $(,)?) => {
-        std::sync::LazyLock::new(|| redis::Script::new(concat!($(include_str!($file)),+)))
+        std::sync::LazyLock::new(|| $crate::redis::lua_script::LuaScript::new(concat!($(include_str!($file)),+)))
     };
 }
 
@@ -106,8 +106,10 @@ mod fixed_window;
 mod gcra;
 mod leased;
 mod limiter;
+mod lua_script;
 mod sliding_log;
 mod sliding_window;
+mod slot_owners;
 
 pub use connection::{RedisBackend, RedisConfig};
 pub use leased::{LeaseAlgorithm, LeaseCounts, LeasedKey};

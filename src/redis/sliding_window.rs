@@ -9,16 +9,16 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use super::lua_script::LuaScript;
 
 use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingWindow;
 use crate::decision::ConfigError;
 
-static SCRIPT: LazyLock<Script> = lua_script!("exact.lua", "sliding_window.lua");
-static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&batch_source(concat!(
+static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_window.lua");
+static BATCH: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(&batch_source(concat!(
         include_str!("exact.lua"),
         include_str!("sliding_window.lua")
     )))
@@ -53,7 +53,7 @@ impl sealed::Script for SlidingWindow {
         Ok(())
     }
 
-    fn script(&self) -> &'static Script {
+    fn script(&self) -> &'static LuaScript {
         &SCRIPT
     }
 

@@ -8,7 +8,7 @@ use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy};
 use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, ManualClock};
 
-use super::server::RedisCluster;
+use super::server::{RedisCluster, RedisServer};
 use super::{Acquire, backend, for_each_algorithm, hammer};
 
 #[test]
@@ -178,8 +178,9 @@ fn a_frozen_master_fails_only_its_own_keys() {
     cluster.nodes[0].thaw();
 
     // Killed, not frozen: the same (its keys fail by the policy, the others' are decided). The
-    // dead master's calls wait out the timeout while redis-rs retries it, and read as timeouts
-    // naming every configured node: not asserted, as neither is a promise.
+    // dead master's calls wait out the timeout while redis-rs retries it; the error's kind is
+    // not asserted, as it is no promise (the node it names is:
+    // `a_failed_call_names_the_master_that_owns_its_key`).
     let mut cluster = cluster;
     cluster.nodes[0].kill();
     let started = Instant::now();
@@ -254,4 +255,224 @@ fn a_slot_moved_to_another_master_keeps_its_count() {
         })
         .count();
     assert_eq!(admitted, 6);
+}
+
+/// `RedisConfig::cluster` pointed at a standalone server (cluster mode off): a configuration
+/// error naming the server and saying it is not in cluster mode, at eager connect (it read as a
+/// "script error"); a lazy backend's calls go to that server.
+#[test]
+fn a_cluster_config_at_a_standalone_server_says_it_is_not_in_cluster_mode() {
+    let server = RedisServer::start();
+    let config = RedisConfig::cluster([server.url()]).timeout(Duration::from_secs(10));
+    let started = Instant::now();
+    let error = RedisBackend::blocking_connect(config.clone()).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    assert_eq!(error.kind(), FailureKind::Other, "{error}");
+    assert_eq!(error.server_address(), Some(server.url().as_str()));
+    assert!(
+        error.to_string().contains("not in cluster mode")
+            && error.to_string().contains("RedisConfig::single"),
+        "{error}"
+    );
+
+    let lazy = RedisBackend::blocking_connect(config.lazy()).unwrap();
+    let limiter = RedisLimiter::new(
+        &lazy,
+        "standalone",
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+    )
+    .unwrap()
+    .with_breaker(None);
+    // A lazy cluster connection whose `CLUSTER SLOTS` failed knows no slot's owner, and redis-rs
+    // sends each call to a node it is connected to: this one, which decides it as a
+    // single-server backend would (the script loaded there on first use).
+    for _ in 0..2 {
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert!(outcome.decision().is_allowed());
+    }
+    assert_eq!(server.calls("evalsha"), 3, "NOSCRIPT, then two decisions");
+}
+
+/// The opposite mistake: `RedisConfig::single` pointed at a cluster node. Eager connect refuses
+/// it (`INFO cluster`: `cluster_enabled:1`), saying to use `RedisConfig::cluster`; a lazy
+/// backend's calls for keys on other masters fail saying which node owns the key's slot (each
+/// read as a "script error", `Moved: 10096 127.0.0.1:43527`).
+#[test]
+fn a_single_config_at_a_cluster_node_says_to_use_the_cluster_config() {
+    let cluster = RedisCluster::start();
+    let url = cluster.nodes[0].url();
+    let config = RedisConfig::single(url.clone()).timeout(Duration::from_secs(10));
+    let error = RedisBackend::blocking_connect(config.clone()).unwrap_err();
+    assert_eq!(error.kind(), FailureKind::Other, "{error}");
+    assert_eq!(error.server_address(), Some(url.as_str()));
+    assert!(
+        error.to_string().contains("Redis Cluster node")
+            && error.to_string().contains("RedisConfig::cluster"),
+        "{error}"
+    );
+
+    let lazy = RedisBackend::blocking_connect(config.lazy()).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &lazy,
+        "moved",
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    let key = key_on(&cluster, &limiter, 1, "elsewhere");
+    let owner = format!("127.0.0.1:{}", cluster.nodes[1].port);
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    let failure = outcome.failure().expect("decided by the policy");
+    assert_eq!(failure.kind(), FailureKind::Other, "{failure}");
+    assert!(
+        failure.to_string().contains(&owner)
+            && failure.to_string().contains("RedisConfig::cluster"),
+        "{failure}"
+    );
+    // A key on the node itself is decided there.
+    let home = key_on(&cluster, &limiter, 0, "home");
+    let outcome = limiter.blocking_try_acquire_outcome(&home, 1).unwrap();
+    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+}
+
+/// A call's error names the master the failing request went to (the owner of its key's slot),
+/// not the configured node list: frozen (SIGSTOP, a timeout) and then killed.
+#[test]
+fn a_failed_call_names_the_master_that_owns_its_key() {
+    let mut cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "named",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    // The node given first is not the one that fails: the list's head is no answer.
+    let key = key_on(&cluster, &limiter, 2, "n");
+    let owner = cluster.nodes[2].url();
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+
+    cluster.nodes[2].freeze();
+    let started = Instant::now();
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let failure = outcome.failure().expect("decided by the policy");
+    assert_eq!(failure.kind(), FailureKind::Timeout, "{failure}");
+    assert_eq!(failure.server_address(), Some(owner.as_str()), "{failure}");
+    cluster.nodes[2].thaw();
+
+    cluster.nodes[2].kill();
+    let started = Instant::now();
+    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let failure = outcome.failure().expect("decided by a dead master?");
+    assert_eq!(failure.server_address(), Some(owner.as_str()), "{failure}");
+}
+
+/// The other side of a breaker per limiter: while calls on healthy masters succeed between
+/// the frozen master's failures, the run of failures restarts and the breaker stays closed, so
+/// each call for the frozen master's key waits out the timeout (documented at `with_breaker`).
+#[test]
+fn successes_on_healthy_masters_keep_the_breaker_closed_for_a_frozen_one() {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let breaker = BreakerConfig::new(2, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "mixed",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    let on_frozen = key_on(&cluster, &limiter, 0, "f");
+    let on_live = key_on(&cluster, &limiter, 1, "l");
+    // Both keys decided by Redis before the freeze, so the later failures are the freeze's.
+    for key in [&on_frozen, &on_live] {
+        let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    }
+    cluster.nodes[0].freeze();
+    for round in 0..3 {
+        let outcome = limiter.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
+        assert_eq!(
+            outcome.failure().map(|e| e.kind()),
+            Some(FailureKind::Timeout),
+            "round {round}: the frozen master was called"
+        );
+        let outcome = limiter.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(
+            outcome.failure().is_none(),
+            "round {round}: {:?}",
+            outcome.failure()
+        );
+    }
+    assert_eq!(
+        limiter.breaker().unwrap().state(),
+        floodgate::backend::BreakerState::Closed
+    );
+    cluster.nodes[0].thaw();
+}
+
+/// A master that has not run a limiter's script yet loads it while another master is frozen:
+/// the script is loaded on the master that owns the key, not on every master (`SCRIPT LOAD`
+/// through redis-rs's cluster connection goes to all of them, and waited for the frozen one,
+/// so the healthy master's key timed out).
+#[test]
+fn a_frozen_master_does_not_stop_loading_the_script_on_a_live_one() {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "load",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    let on_live = key_on(&cluster, &limiter, 1, "l");
+    for node in &cluster.nodes {
+        assert_eq!(node.cli(&["SCRIPT", "FLUSH"]), "OK");
+    }
+    cluster.nodes[0].freeze();
+    for i in 0..2 {
+        let started = Instant::now();
+        let outcome = limiter.blocking_try_acquire_outcome(&on_live, 1).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(60), "hung");
+        assert!(
+            outcome.failure().is_none(),
+            "call {i}: a live master's key failed: {:?}",
+            outcome.failure()
+        );
+        assert!(outcome.decision().is_allowed());
+    }
+    cluster.nodes[0].thaw();
 }

@@ -1,0 +1,200 @@
+//! Which node of a Redis Cluster owns each hash slot, as last read from `CLUSTER SLOTS`: only to
+//! name, in a failed call's error, the node the call went to.
+//!
+//! redis-rs routes each request by its own slot map and does not say, in an error, which node
+//! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
+//! background after a failed call (at most one read in flight per backend, bounded by the
+//! backend's timeout). A call's error names the owner of its key's slot in that copy; after a
+//! slot moved, the name is stale until the next read lands (a call that fails reads it again).
+//! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
+//! names the configured node list and says that the node is not known.
+//!
+//! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
+//! two `u16`s and a shared address; a read replaces the whole copy.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use redis::Value;
+
+/// The number of hash slots of a Redis Cluster.
+const SLOTS: u16 = 16_384;
+
+/// A slot range's first and last slot and the address of the master that owns it.
+type Range = (u16, u16, Arc<str>);
+
+/// The copy of the slot map, and whether a read of it is in flight.
+#[derive(Debug, Default)]
+pub(super) struct SlotOwners {
+    /// Slot ranges `(first, last, address)`, sorted by `first`, not overlapping.
+    ranges: Mutex<Arc<[Range]>>,
+    /// Set by the one caller that starts a read, cleared when it ends.
+    reading: AtomicBool,
+}
+
+impl SlotOwners {
+    /// The address of the node owning `slot`, if the copy has one.
+    pub(super) fn owner(&self, slot: u16) -> Option<Arc<str>> {
+        let ranges = Arc::clone(&self.ranges.lock().unwrap_or_else(|e| e.into_inner()));
+        let at = ranges.partition_point(|&(first, _, _)| first <= slot);
+        let (first, last, address) = ranges.get(at.checked_sub(1)?)?;
+        (*first <= slot && slot <= *last).then(|| Arc::clone(address))
+    }
+
+    /// Replaces the copy with the ranges of a `CLUSTER SLOTS` `reply`, each node written as
+    /// `scheme://host:port`; a reply of another shape leaves the copy as it was.
+    pub(super) fn update(&self, reply: &Value, scheme: &str) {
+        if let Some(ranges) = parse(reply, scheme) {
+            *self.ranges.lock().unwrap_or_else(|e| e.into_inner()) = ranges.into();
+        }
+    }
+
+    /// Whether the caller may start a read: true for one caller until [`read_done`](Self::read_done).
+    pub(super) fn start_read(&self) -> bool {
+        // SeqCst: a flag read and written only on the error path; no ordering subtlety to save.
+        !self.reading.swap(true, Ordering::SeqCst)
+    }
+
+    /// Ends the read [`start_read`](Self::start_read) allowed.
+    pub(super) fn read_done(&self) {
+        // SeqCst: as in `start_read`.
+        self.reading.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The ranges of a `CLUSTER SLOTS` reply (`[[first, last, [host, port, id, …], replicas…], …]`),
+/// sorted; `None` unless every range is well formed. A range whose master has an empty or `?`
+/// host (the node answering did not know its address) is left out.
+fn parse(reply: &Value, scheme: &str) -> Option<Vec<Range>> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut parsed = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return None;
+        };
+        let slot = |value: Option<&Value>| match value {
+            Some(Value::Int(slot)) => u16::try_from(*slot).ok().filter(|s| *s < SLOTS),
+            _ => None,
+        };
+        let (first, last) = (slot(fields.first())?, slot(fields.get(1))?);
+        let Some(Value::Array(master)) = fields.get(2) else {
+            return None;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => return None,
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            return None;
+        };
+        if first > last || host.is_empty() || host == "?" {
+            continue;
+        }
+        let host = if host.contains(':') {
+            format!("[{host}]") // IPv6
+        } else {
+            host
+        };
+        parsed.push((first, last, format!("{scheme}://{host}:{port}").into()));
+    }
+    parsed.sort_by_key(|&(first, _, _)| first);
+    Some(parsed)
+}
+
+/// The hash slot of a Redis `key`: CRC16 (XMODEM) of its hash tag (the bytes between the first
+/// `{` and the next `}`, when not empty) or of the whole key, modulo 16,384, as Redis computes
+/// it.
+pub(super) fn slot_of(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_redis_key_slots() {
+        // `CLUSTER KEYSLOT` of each, from a Redis 7 server.
+        assert_eq!(slot_of(b"foo"), 12_182);
+        assert_eq!(slot_of(b"123456789"), 12_739); // the CRC16/XMODEM check value, 0x31C3
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar")); // empty first tag: the whole key
+        assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
+        assert_eq!(slot_of(b""), 0);
+    }
+
+    #[test]
+    fn owners_are_looked_up_by_range_and_a_bad_reply_changes_nothing() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |first: i64, last: i64, master: Value| {
+            Value::Array(vec![Value::Int(first), Value::Int(last), master])
+        };
+        let reply = Value::Array(vec![
+            range(10_923, 16_383, node("127.0.0.1", 7002)),
+            range(0, 5_460, node("127.0.0.1", 7000)),
+            range(5_461, 10_922, node("", 7001)), // host unknown to the node answering
+        ]);
+        let owners = SlotOwners::default();
+        assert_eq!(owners.owner(0), None, "nothing read yet");
+        owners.update(&reply, "redis");
+        assert_eq!(owners.owner(0).as_deref(), Some("redis://127.0.0.1:7000"));
+        assert_eq!(
+            owners.owner(5_460).as_deref(),
+            Some("redis://127.0.0.1:7000")
+        );
+        assert_eq!(owners.owner(5_461), None);
+        assert_eq!(
+            owners.owner(10_923).as_deref(),
+            Some("redis://127.0.0.1:7002")
+        );
+        assert_eq!(
+            owners.owner(16_383).as_deref(),
+            Some("redis://127.0.0.1:7002")
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![range(0, 16_384, node("h", 1))]),
+            Value::Array(vec![Value::Array(vec![Value::Int(0)])]),
+        ] {
+            owners.update(&bad, "redis");
+            assert_eq!(owners.owner(0).as_deref(), Some("redis://127.0.0.1:7000"));
+        }
+        owners.update(&Value::Array(vec![range(0, 0, node("::1", 7))]), "rediss");
+        assert_eq!(owners.owner(0).as_deref(), Some("rediss://[::1]:7"));
+        assert_eq!(owners.owner(1), None);
+
+        assert!(owners.start_read());
+        assert!(!owners.start_read(), "one read at a time");
+        owners.read_done();
+        assert!(owners.start_read());
+    }
+}
