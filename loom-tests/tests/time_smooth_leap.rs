@@ -96,6 +96,9 @@ fn warming(clock: &ModelClock) -> Arc<dyn Limiter> {
 enum Caller {
     Acquire,
     TryAcquire,
+    /// `admit(1)`: a `bool`, whose refusal by a booking beyond the horizon skips the second
+    /// clock read when its time is a grain past the floor (the re-check of the word stays).
+    Admit,
 }
 
 fn leap_repair_race(flavour: &'static Flavour, caller: Caller) {
@@ -145,6 +148,14 @@ fn leap_repair_race(flavour: &'static Flavour, caller: Caller) {
                 );
                 admitted
             }
+            Caller::Admit => {
+                let (span, allowed) = clock.timed(|| limiter.admit(1).unwrap());
+                if allowed {
+                    vec![Admitted::at(span, 1)]
+                } else {
+                    Vec::new()
+                }
+            }
         };
         admitted.push(leaper.join().unwrap());
         admitted.push(repairer.join().unwrap());
@@ -186,6 +197,11 @@ fn assert_decided_at_real_time(
 #[test]
 fn bursty_leap_repair_races_a_try_acquire() {
     leap_repair_race(&BURSTY, Caller::TryAcquire);
+}
+
+#[test]
+fn bursty_leap_repair_races_an_admit() {
+    leap_repair_race(&BURSTY, Caller::Admit);
 }
 
 #[test]

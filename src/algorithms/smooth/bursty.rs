@@ -189,7 +189,9 @@ impl<C: Clock> SmoothBursty<C> {
     /// the read (no leap), a word that is not *never*. A refusal by a booking beyond the lag
     /// horizon is trusted only on a read taken after the word's load (the engine reads the
     /// clock again before it trusts such a booking: a thread stalled between its read and its
-    /// load must not be refused by a booking paid since): the clock is read again, and unless
+    /// load must not be refused by a booking paid since), or, answering a `bool`, on a read at
+    /// least the floor's grain past the floor (the booking was then decided before the read):
+    /// otherwise the clock is read again, and unless
     /// that read is within the floor's grain of the first, the word is decided again on it
     /// (`short_retry`); the refusal then stands only on a word still current (a repair may
     /// have replaced a leaped word and lowered the floor, as in
@@ -282,10 +284,10 @@ impl<C: Clock> SmoothBursty<C> {
         };
         let codec = &self.codec;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
-        let terms = Terms::memo(self.interval.load());
+        let terms = || Terms::memo(self.interval.load());
         // A word at rate ∞ (bit 63) or *never* is above `now_fixed` (≤ 2⁶³ − 2¹³): decided here
         // as a refusal, it goes to the engine below.
-        let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), &terms);
+        let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), terms);
         // A booking longer than a year (from a free limiter: never beyond the horizon).
         outcome.check_booking(n)?;
         let decision = outcome.decision;
@@ -312,7 +314,22 @@ impl<C: Clock> SmoothBursty<C> {
                 // much early: the staleness the floor already grants a lagging reader. Any other
                 // read decides the same word again, by a whole pass on a read taken after its
                 // load (`short_retry`).
-                if !fresh {
+                //
+                // A `bool` answer skips that read when this call's time is at least a grain past
+                // the floor loaded after the word: the word's writer raised the floor to within a
+                // grain of its own time before publishing the word (`limiter::update_floored`),
+                // so the booking was decided at a time before this read and the refusal is
+                // Guava's answer at this read. A read again would change a `bool` only for a
+                // thread stalled between its read and its load, whose refusal is then as old as
+                // that of a thread stalled after its load; a `Decision` reads again, its
+                // `retry_after` being counted from the read it stands on
+                // (`a_stalled_refusal_is_at_most_one_grain_stale`). A booking decided within a
+                // grain of this read may have landed after it: read again (`stalled_reader`).
+                // Issue 17: the read was 27 of a `bool` refusal's 87 instructions
+                // (`instructions_smooth`).
+                let booked_before_the_read =
+                    !A::REPORTS_TERMS && now as u64 >= floor_now + MICROS_FLOOR.grain;
+                if !fresh && !booked_before_the_read {
                     let later = self.short_micros();
                     if later.wrapping_sub(clock_now) as u64 > MICROS_FLOOR.grain {
                         return self
@@ -424,8 +441,8 @@ impl<C: Clock> SmoothBursty<C> {
                     .map_next(|t| self.codec.encode(t, infinite))
             } else {
                 let (now, now_fixed) = self.codec.fixed_now(now);
-                let terms = Terms::memo(self.interval.load());
-                decide_finite(&self.codec, value, now, now_fixed, permits, timeout, &terms)
+                let terms = || Terms::memo(self.interval.load());
+                decide_finite(&self.codec, value, now, now_fixed, permits, timeout, terms)
             };
             let step = Step::new(outcome.next.or(repair), outcome.decision);
             // A booking beyond the horizon is judged on a fresh read, and a refusal by one under
@@ -696,6 +713,65 @@ mod tests {
                 last = now;
             }
         }
+    }
+
+    /// A [`ManualClock`] that counts its reads.
+    #[derive(Clone, Default)]
+    struct CountingClock {
+        clock: ManualClock,
+        reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl CountingClock {
+        fn reads(&self) -> u64 {
+            self.reads.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    impl Clock for CountingClock {
+        fn now_nanos(&self) -> u64 {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.clock.now_nanos()
+        }
+        fn sleep(&self, duration: Duration) {
+            self.clock.sleep(duration);
+        }
+    }
+
+    /// Issue 17: a refusal by a booking beyond the lag horizon, booked before the read (the
+    /// read is at least a grain past the floor), answered as a `bool`, reads the clock once;
+    /// the `Decision` reads it again (its `retry_after` counts from a fresh read), and so does a
+    /// `bool` whose booking may have landed after its read (within a grain of the floor).
+    #[test]
+    fn a_bool_refusal_by_a_booking_before_the_read_reads_the_clock_once() {
+        let clock = CountingClock::default();
+        // 0.01 per second: one permit books 100 s, beyond the 10 s horizon.
+        let limiter = SmoothBursty::create_with_clock(0.01, clock.clone()).unwrap();
+        clock.clock.advance(Duration::from_secs(1));
+        assert_eq!(limiter.admit(1), Ok(true), "the booking, at 1 s");
+        // Within a grain of the booking's time (the floor): the booking may have landed after
+        // the read, which is confirmed by a second.
+        let before = clock.reads();
+        assert_eq!(limiter.admit(1), Ok(false));
+        assert_eq!(clock.reads() - before, 2, "within a grain of the floor");
+        clock
+            .clock
+            .advance(Duration::from_micros(MICROS_FLOOR.grain));
+        for (admit, reads) in [(true, 1), (false, 2)] {
+            let before = clock.reads();
+            let allowed = if admit {
+                limiter.admit(1).unwrap()
+            } else {
+                limiter.try_acquire(1).unwrap().is_allowed()
+            };
+            assert!(!allowed, "refused: the booking is paid at 101 s");
+            assert_eq!(clock.reads() - before, reads, "admit {admit}");
+        }
+        // Paid: admitted, with one read.
+        clock.clock.advance(Duration::from_secs(100));
+        let before = clock.reads();
+        assert_eq!(limiter.admit(1), Ok(true));
+        assert_eq!(clock.reads() - before, 1);
     }
 
     #[test]

@@ -162,6 +162,10 @@ impl Terms {
 /// finite word `value` (below [`NEVER`], rate finite) at `now` (µs, `0..=max_micros`), whose
 /// fixed point `(now + offset) · 2¹²` is `now_fixed`. The outcome's `next` is the value to
 /// publish (no ∞ bit); `None` for a denial or a booking refused for its length.
+///
+/// `terms` gives the interval's [`Terms`] (loading the interval after the word): called only
+/// where the answer needs them, so a refusal answered as a `bool` loads none (issue 17: the
+/// interval's load and the memo's check were 5 of a refusal's instructions).
 #[inline(always)]
 pub(super) fn decide_finite<A: Answer>(
     codec: &BurstyCodec,
@@ -170,7 +174,7 @@ pub(super) fn decide_finite<A: Answer>(
     now_fixed: u64,
     n: u32,
     timeout: Option<i64>,
-    terms: &Terms,
+    terms: impl FnOnce() -> Terms,
 ) -> Outcome<u64, A> {
     if value > now_fixed {
         // In debt: `nf − now` whole µs (`V` is whole µs unless a lagging clock read it: rounded
@@ -183,17 +187,20 @@ pub(super) fn decide_finite<A: Answer>(
             // a whole refill, `⌈W⌉ = offset`. The nanoseconds cannot overflow (< 2⁵² µs).
             let retry = debt as u64;
             let reset = retry + codec.offset as u64;
+            let limit = if A::REPORTS_TERMS { terms().limit } else { 0 };
             return Outcome {
                 next: None,
-                decision: A::denied(terms.limit, 0, 1, at_least_one(retry * 1000), reset * 1000),
+                decision: A::denied(limit, 0, 1, at_least_one(retry * 1000), reset * 1000),
                 wait_micros: 0,
                 refused_booking: None,
             };
         }
         // Every permit fresh, booked after the debt: Guava's `(long)(n · I)`.
+        let terms = terms();
         let cost = f64::from(n) * terms.interval;
-        return book(codec, now, debt, terms.micros(cost), terms);
+        return book(codec, now, debt, terms.micros(cost), &terms);
     }
+    let terms = terms();
     // Free: `nf = now` after the resync, `stored` the idle time (capped).
     let stored = (now_fixed - value).min(codec.full_fixed);
     // A product past `u64` is more than any stored time (< 2⁶³).
@@ -218,7 +225,7 @@ pub(super) fn decide_finite<A: Answer>(
     // of a negative cost would hand back stored time.
     let stored_time = stored as i64 as f64 / (1u64 << FRACTION_BITS) as f64;
     let fresh = (f64::from(n) - stored_time / terms.interval).max(0.0);
-    book(codec, now, 0, terms.micros(fresh * terms.interval), terms)
+    book(codec, now, 0, terms.micros(fresh * terms.interval), &terms)
 }
 
 /// A booking of `wait` µs after a debt of `debt` µs (`nf = now + debt`): the word, and the
@@ -337,23 +344,24 @@ mod tests {
         let now = 3_000_000;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
         let word = (codec.offset as u64) << FRACTION_BITS;
-        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 2, Some(0), &terms);
+        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 2, Some(0), || terms);
         assert_eq!(out.decision, Decision::allow(5, 3, 400_000_000));
         assert_eq!(out.next, Some(now_fixed - (600_000 << FRACTION_BITS)));
         assert_eq!(out.wait_micros, 0);
         // 3 stored, 4 asked: granted (pre-consumption), 1 fresh permit booked: nf = now + 0.2 s.
         let word = out.next.unwrap();
-        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 4, Some(0), &terms);
+        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 4, Some(0), || terms);
         assert_eq!(out.next, Some(now_fixed + (200_000 << FRACTION_BITS)));
         assert_eq!(out.decision, Decision::allow(5, 0, 1_200_000_000));
         // In debt: refused for 0.2 s without a write; granted with a timeout that covers it.
         let word = out.next.unwrap();
-        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(0), &terms);
+        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(0), || terms);
         assert_eq!(
             (out.next, out.decision.retry_after().as_micros()),
             (None, 200_000)
         );
-        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(200_000), &terms);
+        let out =
+            decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(200_000), || terms);
         assert_eq!(out.next, Some(now_fixed + (400_000 << FRACTION_BITS)));
         assert_eq!(out.wait_micros, 200_000);
     }
@@ -397,7 +405,7 @@ mod tests {
             let span = (codec.full_fixed as f64 * 1.5 + 1e9) * offset_share;
             let word = (now_fixed as f64 + span).clamp(0.0, (NEVER - 1) as f64) as u64;
             let terms = Terms::of(interval);
-            let ours = decide_finite::<Decision>(&codec, word, now, now_fixed, n, timeout, &terms);
+            let ours = decide_finite::<Decision>(&codec, word, now, now_fixed, n, timeout, || terms);
             let (ticket, _) = codec.decode(word, now);
             let model = BurstyMath { interval, full_time: codec.full_time };
             let theirs = decide(ticket, now, n, timeout, Some(&model));
