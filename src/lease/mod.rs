@@ -199,8 +199,8 @@ impl Lease {
     }
 
     /// The same lease with the source's own receipt (what its
-    /// [`give_back`](LeaseSource::give_back) needs: the word the lease wrote, a lease id on a
-    /// server).
+    /// [`give_back`](LeaseSource::give_back) needs: the word the lease wrote, the index of the
+    /// sliding-window cell it was counted in, a lease id on a server).
     ///
     /// ```
     /// use floodgate::{Decision, lease::Lease};
