@@ -506,11 +506,12 @@ fn a_fixed_window_strands_at_most_the_stranded_bound_per_window() {
     assert_strands_at_most_the_bound(PerCore::with_stripes(source, 2).unwrap(), &clock);
 }
 
-/// The same pattern on a sliding window (one 1 s cell of a 4 s window): a sliding window never
-/// takes a refund, so each lease that expires part-served within its cell strands the rest
-/// there, up to `max_lease − 1` per lease: far more than `stranded_bound` in one cell.
+/// The same pattern on a sliding window (one 1 s cell of a 4 s window): a lease replaced while
+/// the cell it was counted in is open gives its unused permits back to that cell, so what stays
+/// stranded in one cell is at most what the stripes hold when it is sealed. Failed before the
+/// sliding window took refunds: each lease that expired part-served stranded the rest in its
+/// cell, up to `max_lease − 1` per lease (1,171 here, bound 126).
 #[test]
-#[ignore = "sliding-window leases are never refunded: bounding what a short lifetime strands per cell needs a refund in the sliding ring (a redesign); the module docs now state the real bound"]
 fn a_sliding_window_strands_at_most_the_stranded_bound_per_cell() {
     let clock = ManualClock::starting_at(0);
     let source =
@@ -581,6 +582,136 @@ fn a_fixed_window_refund_lands_while_its_window_is_open() {
     let second = window.take(1, 4, u64::MAX).unwrap();
     clock.advance(Duration::from_secs(1));
     assert!(!window.give_back(&second, 4), "its window has ended");
+}
+
+/// A sliding window's stripe leases, serves part of its lease, and replaces it (expired) within
+/// the cell the lease was counted in, after another stripe wrote that cell: the unserved permits
+/// go back to the cell, and the window then admits exactly its limit. Failed before the sliding
+/// window took refunds: it admitted 86, the limit less the 7 unserved permits of each stripe's
+/// first lease.
+#[test]
+fn a_sliding_window_stripe_gives_back_and_the_window_admits_exactly_its_limit() {
+    const MS: u64 = 1_000_000;
+    let clock = ManualClock::starting_at(0);
+    let source =
+        SlidingWindowLimiter::with_clock(100, Duration::from_secs(1), 4, clock.clone()).unwrap();
+    // Leases of 8 (the first size) living the default 1 ms; the cells are 250 ms.
+    let leased = PerCore::with_stripes(source, 2).unwrap();
+    let mut admitted = 0u32;
+    let mut take = |stripe: usize| {
+        let allowed = leased.try_acquire_on(stripe, 1).unwrap().is_allowed();
+        admitted += u32::from(allowed);
+        allowed
+    };
+    assert!(take(0), "stripe 0 leases 8 and serves 1 of them");
+    assert!(take(1), "stripe 1 leases 8 in the same cell after it");
+    clock.advance(Duration::from_nanos(2 * MS)); // both leases expire with 7 unserved
+    assert!(
+        take(0),
+        "stripe 0 gives 7 back and leases again, in the same cell"
+    );
+    // Drain the window on a still clock (nothing more expires; leases shrink near the limit).
+    let mut denied_in_a_row = 0;
+    let mut turn = 0;
+    while denied_in_a_row < 2 {
+        if take(turn % 2) {
+            denied_in_a_row = 0;
+        } else {
+            denied_in_a_row += 1;
+        }
+        turn += 1;
+    }
+    assert!(clock.now_nanos() < 250 * MS, "all in one cell");
+    assert_eq!(admitted, 100, "the window admits exactly its limit");
+}
+
+/// A sliding window takes a lease's refund while the cell the lease was counted in is open
+/// (whatever was counted in it since, and after the cell's time has passed if nobody has crossed
+/// past it yet), as if the lease had been smaller. Once a crossing has sealed the cell (its count
+/// is then in the published sums), or its slot holds a later cell, the refund is refused and
+/// changes nothing.
+#[test]
+fn a_sliding_window_refund_lands_only_while_its_cell_is_open() {
+    const MS: u64 = 1_000_000;
+    // 10 per second in 4 cells of 250 ms: a ring of 8 slots (4 cells + 1 future, rounded up).
+    let fresh = || {
+        let clock = ManualClock::starting_at(0);
+        let window =
+            SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, clock.clone()).unwrap();
+        (clock, window)
+    };
+    let remaining =
+        |window: &SlidingWindowLimiter<ManualClock>| window.peek(1).unwrap().remaining();
+
+    // The lease's cell, written since: lands, as if the lease had been of 1.
+    let (_clock, window) = fresh();
+    let lease = window.take(1, 4, u64::MAX).unwrap();
+    assert_eq!(lease.granted(), 4);
+    assert!(window.try_acquire(3).unwrap().is_allowed());
+    assert!(window.give_back(&lease, 3), "the lease's cell, open");
+    assert_eq!(remaining(&window), 10 - 1 - 3 - 1);
+    assert!(!window.give_back(&lease, 0), "nothing to give back");
+
+    // The cell's time has passed, but nobody crossed past it: still open, lands.
+    let (clock, window) = fresh();
+    let lease = window.take(1, 4, u64::MAX).unwrap();
+    clock.set(300 * MS);
+    assert!(window.give_back(&lease, 3), "cell 0 is not sealed yet");
+    assert_eq!(remaining(&window), 10 - 1 - 1);
+
+    // Sealed by a crossing into the next cell: refused, and the window is unchanged.
+    let (clock, window) = fresh();
+    let lease = window.take(1, 4, u64::MAX).unwrap();
+    clock.set(300 * MS);
+    assert!(window.try_acquire(1).unwrap().is_allowed()); // crosses into cell 1, seals cell 0
+    let before = window.peek(1).unwrap();
+    assert!(!window.give_back(&lease, 3), "cell 0 is sealed");
+    assert_eq!(window.peek(1).unwrap(), before);
+    let more = (0..10)
+        .filter(|_| window.try_acquire(1).unwrap().is_allowed())
+        .count();
+    assert_eq!(more, 10 - 4 - 1, "the lease's 4 stay counted");
+
+    // The lease's slot reused by a later cell (8 cells on: the same slot, the next round), not
+    // sealed: refused, and that cell keeps its count.
+    let (clock, window) = fresh();
+    let lease = window.take(1, 4, u64::MAX).unwrap();
+    clock.set(8 * 250 * MS);
+    assert!(window.try_acquire(5).unwrap().is_allowed());
+    let before = window.peek(1).unwrap();
+    assert!(!window.give_back(&lease, 3), "the slot holds cell 8");
+    assert_eq!(window.peek(1).unwrap(), before);
+    assert_eq!(before.remaining(), 10 - 5 - 1);
+
+    // More than the lease granted, or a denial's lease: refused.
+    let (_clock, window) = fresh();
+    let lease = window.take(1, 4, u64::MAX).unwrap();
+    assert!(!window.give_back(&lease, 5));
+    let denied = window.take(7, 7, u64::MAX).unwrap();
+    assert_eq!(denied.granted(), 0);
+    assert!(!window.give_back(&denied, 1));
+    assert_eq!(remaining(&window), 10 - 4 - 1);
+}
+
+/// A slot's round tag wraps: 2^39 rounds of an 8-slot ring (2^42 cells of 1 ns, about 73 minutes)
+/// after a lease, the lease's slot holds the same tag for another cell. A refund that late is
+/// refused: it would take permits out of a count the lease was never part of.
+#[test]
+fn a_sliding_window_refund_is_refused_once_its_slot_tag_can_have_wrapped() {
+    // 4 cells of 1 ns plus 1 future cell: 8 slots.
+    let clock = ManualClock::starting_at(0);
+    let window =
+        SlidingWindowLimiter::with_clock(10, Duration::from_nanos(4), 4, clock.clone()).unwrap();
+    let lease = window.take(1, 4, u64::MAX).unwrap();
+    assert_eq!(lease.granted(), 4);
+    clock.set(8); // cell 8: slot 0, the next round (the old count is reset)
+    assert!(window.try_acquire(1).unwrap().is_allowed());
+    clock.set(1 << 42); // cell 2^42: slot 0, round 2^39, whose 39-bit tag is cell 0's
+    assert!(window.try_acquire(5).unwrap().is_allowed());
+    let before = window.peek(1).unwrap();
+    assert_eq!(before.remaining(), 10 - 5 - 1);
+    assert!(!window.give_back(&lease, 3), "the tag may have wrapped");
+    assert_eq!(window.peek(1).unwrap(), before);
 }
 
 /// A stripe's allowed decision never reports more permits remaining than the limit in force.

@@ -128,21 +128,28 @@ impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
 
 /// Leases from a sliding window: valid until the end of the cell the window counted the lease
 /// in (the source says which: its own clock read may trail one taken before, on another core),
-/// or `lifetime` after a clock read taken before the lease was decided, if sooner. Never
-/// refunded: the permits die with the cell.
+/// or `lifetime` after a clock read taken before the lease was decided, if sooner. Refunded by
+/// lowering that cell's count while the cell is open, its slot still holding it (the receipt is
+/// the cell's index): an open cell's count is a sum that nothing published has read yet, so the
+/// window is then exactly as if the lease had been smaller, whatever was counted in the cell
+/// since. Once a crossing into a later cell has sealed it (its count is then in the published
+/// sums), the refund does not happen (see `SlidingWindowLimiter::refund`).
 impl<C: Clock> LeaseSource for SlidingWindowLimiter<C> {
     fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
         check_permits(min, Limiter::limit(self))?;
         let max = capped(max, Limiter::limit(self));
         let before = Limiter::clock(self).now_nanos();
-        let (granted, decision, cell_end) =
+        let (granted, decision, (cell, cell_end)) =
             take_between(min, max, |n| self.try_acquire_counted(n))?;
         let expires_at = cell_end.min(before.saturating_add(lifetime_nanos));
-        Ok(Lease::new(granted, before, expires_at, decision))
+        Ok(Lease::new(granted, before, expires_at, decision).with_receipt([cell, 0]))
     }
 
-    fn give_back(&self, _lease: &Lease, _unused: u32) -> bool {
-        false
+    fn give_back(&self, lease: &Lease, unused: u32) -> bool {
+        if unused == 0 || unused > lease.granted() {
+            return false;
+        }
+        self.refund(lease.receipt()[0], u64::from(unused))
     }
 
     #[inline(always)]

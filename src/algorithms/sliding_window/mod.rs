@@ -107,11 +107,41 @@
 //!   published crossing, open) costs O(1), the loads it was decided on.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
+//!
+//! # Leases
+//! As a [`LeaseSource`](crate::lease::LeaseSource), the window leases permits in batches, each
+//! counted in one cell, and takes a lease's unused permits back **only into that cell, while it
+//! is open**: one compare-exchange on its slot that checks the cell's round and the open flag
+//! and lowers the count. An open cell's count is read live by every reader and is in no published
+//! sum, so the window is then exactly as if the lease had been smaller. A sealed cell's count is
+//! in `base` and its block's marks, which one compare-exchange cannot correct together: once a
+//! crossing has sealed the cell (or its slot holds another cell), the refund is refused and the
+//! permits stay counted until the cell leaves the window. A refund is also refused once the clock
+//! is half a round-tag period (`2^38 × slots` cells) past the cell: the slot may then hold the
+//! lease's tag for another cell. The bound this gives a [`PerCore`](crate::lease::PerCore) is in
+//! the [lease module's table](crate::lease#the-bound).
+//!
+//! ```
+//! use floodgate::lease::LeaseSource;
+//! use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
+//! use std::time::Duration;
+//! let clock = ManualClock::new();
+//! let window = SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, clock.clone())?;
+//! let first = window.take(1, 4, u64::MAX)?; // 4 permits, counted in cell 0
+//! assert!(window.give_back(&first, 3)); // cell 0 is open: as if `first` had been of 1
+//! let second = window.take(1, 4, u64::MAX)?;
+//! clock.advance(Duration::from_millis(250));
+//! assert!(window.try_acquire(1)?.is_allowed()); // crosses into cell 1, sealing cell 0
+//! assert!(!window.give_back(&second, 4)); // cell 0 is sealed: its 4 stay counted
+//! assert_eq!(window.peek(1)?.remaining(), 3); // 10 − 1 − 4 − 1, less the one peeked
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod config;
 mod horizon;
 mod marks;
 mod protocol;
+mod refund;
 
 pub use config::SlidingWindow;
 
@@ -475,15 +505,22 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         Ok(self.acquire_at(u64::from(n), limit, now, None))
     }
 
-    /// [`Limiter::try_acquire`], with the end of the cell the call was decided in (where an
-    /// allowed call's permits are counted): a lease is served only until then. The cell can
-    /// be earlier than that of a clock read taken before the call, on a core whose clock trails.
-    pub(crate) fn try_acquire_counted(&self, n: u32) -> Result<(Decision, u64), AcquireError> {
+    /// [`Limiter::try_acquire`], with the cell the call was decided in (where an allowed call's
+    /// permits are counted, and a lease's refund goes: [`refund`](Self::refund)) and that cell's
+    /// end (a lease is served only until then). The cell can be earlier than that of a clock
+    /// read taken before the call, on a core whose clock trails.
+    pub(crate) fn try_acquire_counted(
+        &self,
+        n: u32,
+    ) -> Result<(Decision, (u64, u64)), AcquireError> {
         let limit = self.current_limit();
         check_permits(n, limit)?;
         let now = self.clock.now_nanos();
         let (decision, cell) = self.acquire_counted(u64::from(n), limit, now, Some(&self.clock));
-        Ok((decision, self.geometry.start_of(cell.saturating_add(1))))
+        Ok((
+            decision,
+            (cell, self.geometry.start_of(cell.saturating_add(1))),
+        ))
     }
 
     /// A call at `now`, which may re-read `clock` (the explicit-time API passes none: its `now`

@@ -1,0 +1,61 @@
+//! A lease's refund: giving permits back to the cell a lease was counted in, exactly or not at
+//! all (the rule of [`crate::lease`]).
+//!
+//! A cell's count is a sum, and while the cell is open (not sealed) nothing derived from it has
+//! been published: `base`'s sum and the marks are computed only from sealed cells, by the
+//! crossing that seals them, and every other reader (an admission, a denial's or a peek's reading
+//! of the open cell) loads the count live. So lowering an open cell's count by a lease's unused
+//! permits leaves the ring exactly as if the lease had asked for that many fewer, whatever was
+//! counted in the cell since. Once the cell is sealed, its count is in published sums (`base`,
+//! the marks of its block) that one compare-exchange cannot correct together: the refund does
+//! not happen. The rule is therefore: **a refund lands only in the lease's own cell, open**: its
+//! slot holds the cell's round, unsealed, with at least the refunded count, checked in the same
+//! compare-exchange as the decrement. A crossing that seals the cell and a refund are two
+//! compare-exchanges on the one slot word: whichever comes second sees the other's word (the
+//! seal then counts the refunded count; the refund then finds the cell sealed).
+//!
+//! A slot's round tag is 39 bits: `2^39 × slots` cells after the lease the slot can hold the
+//! lease's tag for another cell, whose count the lease was never part of. A refund is refused
+//! once the clock has moved half that far past the lease's cell (at least `2^39` cells: 9
+//! minutes of 1 ns cells; a lagging read trails by at most the lag horizon, far less).
+
+use super::{ROUND_BITS, SlidingWindowLimiter, open_count, pack_cell};
+use crate::clock::Clock;
+use crate::sync::Ordering;
+
+impl<C: Clock> SlidingWindowLimiter<C> {
+    /// Takes `unused` permits out of the count of cell `cell` (the cell a lease was counted in)
+    /// if that cell is open and its slot still holds it (see the [module docs](self)); returns
+    /// whether they were taken out. Refused when the count is below `unused` (not this lease's
+    /// cell), and once the clock is half a tag period past `cell` (the tag may have wrapped).
+    pub(crate) fn refund(&self, cell: u64, unused: u64) -> bool {
+        let half_period = (self.slot_mask + 1) << (ROUND_BITS - 1);
+        let now = self.geometry.cell_of(self.clock.now_nanos());
+        if unused == 0 || now.saturating_sub(cell) >= half_period {
+            return false;
+        }
+        let (slot, round) = self.place(cell);
+        // Acquire: as every slot load (pairs with the Release of the slot's writers: the
+        // admissions, seals and stamps); the refund needs only the word itself.
+        let mut word = slot.load(Ordering::Acquire);
+        loop {
+            // The lease's cell, open, holding at least the permits given back.
+            let Some(left) = open_count(word, round).and_then(|count| count.checked_sub(unused))
+            else {
+                return false;
+            };
+            // AcqRel: as the admission's compare-exchange on the slot (`acquire_general`): the
+            // refund publishes only the count it writes, read by the slot's next Acquire loader
+            // (an admission, or the seal that then counts it). Acquire on failure, as the load.
+            match slot.compare_exchange_weak(
+                word,
+                pack_cell(round, false, left),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}
