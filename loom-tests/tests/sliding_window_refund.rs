@@ -10,7 +10,7 @@
 //! * **the window's promise**: the permits of admissions (the lease's served one included) lying
 //!   inside any closed real span of `window − cell − 1` = 9 ns are at most the limit.
 //!
-//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test slidelease -- --test-threads=1`
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test sliding_window_refund -- --test-threads=1`
 #![cfg(floodgate_loom)]
 
 use std::sync::Arc;
