@@ -70,8 +70,23 @@ pub const FLOOR_GRAIN_NANOS: u64 = 1 << 14;
 /// ```
 pub trait Clock: Send + Sync + 'static {
     /// The current time in nanoseconds on this clock's timeline.
+    ///
+    /// ```
+    /// use floodgate::{Clock, QuantaClock};
+    /// let clock = QuantaClock::new();
+    /// let (a, b) = (clock.now_nanos(), clock.now_nanos());
+    /// assert!(b >= a); // monotonic
+    /// ```
     fn now_nanos(&self) -> u64;
     /// Blocks the calling thread for `duration` (a [`ManualClock`] advances itself instead).
+    ///
+    /// ```
+    /// use floodgate::{Clock, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// clock.sleep(Duration::from_millis(3));
+    /// assert_eq!(clock.now_nanos(), 3_000_000);
+    /// ```
     fn sleep(&self, duration: Duration);
 }
 

@@ -14,6 +14,24 @@ use crate::packed::{
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Where windows start.
+///
+/// ```
+/// use floodgate::algorithms::{Anchor, FixedWindow};
+/// use floodgate::{AtomicLimiter, Limiter, ManualClock};
+/// use std::time::Duration;
+/// let minute = Duration::from_secs(60);
+/// assert_eq!(FixedWindow::new(1, minute)?.anchor(), Anchor::FirstRequest);
+/// assert_eq!(FixedWindow::aligned(1, minute)?.anchor(), Anchor::WallClock);
+/// // Aligned: the first request at 0:30 opens the window 0:00–1:00, which ends at 1:00.
+/// let clock = ManualClock::new();
+/// clock.advance(Duration::from_secs(30));
+/// let limiter = AtomicLimiter::with_clock(
+///     FixedWindow::with_anchor(1, minute, Anchor::WallClock)?,
+///     clock.clone(),
+/// );
+/// assert_eq!(limiter.try_acquire(1)?.reset_after(), Duration::from_secs(30));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Anchor {
     /// A window opens at the first request after the previous one ended (the classic counter:

@@ -82,6 +82,20 @@ pub trait AsyncLimiter: Limiter {
     ///
     /// # Errors
     /// As [`Limiter::try_acquire`]: a request that could never be granted returns at once.
+    ///
+    /// ```
+    /// use floodgate::async_acquire::AsyncLimiter;
+    /// use floodgate::{AtomicLimiter, Gcra, Rate, TokioClock};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let gcra = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 1)?, TokioClock::new());
+    /// assert_eq!(gcra.acquire_async(1).await?, Duration::ZERO);
+    /// // Spent: it waits (on tokio's paused time) one interval for the next permit.
+    /// assert_eq!(gcra.acquire_async(1).await?, Duration::from_millis(100));
+    /// assert!(gcra.acquire_async(2).await.is_err()); // above the capacity: at once
+    /// # Ok(()) }
+    /// ```
     fn acquire_async(&self, n: u32) -> impl Future<Output = Result<Duration, AcquireError>> + Send;
 
     /// Takes `n` permits if they can be had within `timeout`: waits only while the announced wait
@@ -90,6 +104,22 @@ pub trait AsyncLimiter: Limiter {
     ///
     /// # Errors
     /// As [`Limiter::try_acquire`].
+    ///
+    /// ```
+    /// use floodgate::async_acquire::AsyncLimiter;
+    /// use floodgate::{AtomicLimiter, Gcra, Rate, TokioClock};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let gcra = AtomicLimiter::with_clock(Gcra::new(Rate::per_second(10), 1)?, TokioClock::new());
+    /// let ms = Duration::from_millis;
+    /// assert!(gcra.try_acquire_for_async(1, Duration::ZERO).await?.is_allowed());
+    /// // The next permit is 100 ms away: a shorter timeout is denied at once (consuming nothing),
+    /// // a longer one waits for it.
+    /// assert!(!gcra.try_acquire_for_async(1, ms(50)).await?.is_allowed());
+    /// assert!(gcra.try_acquire_for_async(1, ms(200)).await?.is_allowed());
+    /// # Ok(()) }
+    /// ```
     fn try_acquire_for_async(
         &self,
         n: u32,

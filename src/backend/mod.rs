@@ -68,7 +68,19 @@ pub enum FailurePolicy {
     LocalFallback(Share),
 }
 
-/// A share of a limit in `(0, 1]`, for [`FailurePolicy::LocalFallback`].
+/// A share of a limit in `(0, 1]`, for [`FailurePolicy::LocalFallback`]; made by
+/// [`FailurePolicy::local_fallback`], which refuses a share outside that range.
+///
+/// ```
+/// use floodgate::backend::FailurePolicy;
+/// let FailurePolicy::LocalFallback(share) = FailurePolicy::local_fallback(0.25)? else {
+///     unreachable!()
+/// };
+/// assert_eq!(share.of(100), 25);
+/// assert!(FailurePolicy::local_fallback(0.0).is_err());
+/// assert!(FailurePolicy::local_fallback(1.5).is_err());
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Share(f64);
 

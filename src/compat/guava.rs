@@ -37,6 +37,16 @@ impl<C: Clock> sealed::Smooth for SmoothBursty<C> {}
 impl<C: Clock> sealed::Smooth for SmoothWarmingUp<C> {}
 
 /// Guava's `RateLimiter` method shapes on [`SmoothBursty`] and [`SmoothWarmingUp`]. Sealed.
+///
+/// ```
+/// use floodgate::compat::guava::GuavaRateLimiter;
+/// use floodgate::{ManualClock, SmoothBursty};
+/// let clock = ManualClock::new();
+/// let limiter = SmoothBursty::create_with_clock(2.0, clock.clone())?;
+/// assert_eq!(limiter.acquire_permits(1)?, 0.0); // the first request is free
+/// assert_eq!(limiter.acquire_permits(1)?, 0.5); // and the next pays for it: 1 / 2.0 s
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait GuavaRateLimiter: Limiter + sealed::Smooth {
     /// Guava's `acquire(permits)`: books `permits`, sleeps on the clock until the previous
     /// booking is paid, and returns the seconds slept (microsecond precision, as Guava).

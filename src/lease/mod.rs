@@ -102,6 +102,19 @@ pub trait LeaseSource: Send + Sync {
     /// # Errors
     /// [`AcquireError`] when `min` is zero or above the limit. `max` below `min` is read as `min`;
     /// `max` above the limit is read as the limit.
+    ///
+    /// ```
+    /// use floodgate::lease::LeaseSource;
+    /// use floodgate::{AtomicLimiter, FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// let window =
+    ///     AtomicLimiter::with_clock(FixedWindow::new(5, Duration::from_secs(1))?, ManualClock::new());
+    /// assert_eq!(window.take(1, 3, u64::MAX)?.granted(), 3);
+    /// assert_eq!(window.take(1, 3, u64::MAX)?.granted(), 2); // as many as fit
+    /// assert_eq!(window.take(1, 3, u64::MAX)?.granted(), 0); // a denial
+    /// assert!(window.take(0, 3, u64::MAX).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError>;
 
     /// Gives `unused` permits of `lease` back, if that can be done exactly (the parent then is
@@ -147,15 +160,49 @@ pub trait LeaseSource: Send + Sync {
     }
 
     /// The clock the source decides on (and its leases expire on).
+    ///
+    /// ```
+    /// use floodgate::lease::LeaseSource;
+    /// use floodgate::{AtomicLimiter, Clock, FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let window = AtomicLimiter::with_clock(FixedWindow::new(5, Duration::from_secs(1))?, clock.clone());
+    /// clock.advance(Duration::from_millis(7));
+    /// assert_eq!(LeaseSource::clock(&window).now_nanos(), 7_000_000);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     fn clock(&self) -> &dyn Clock;
 
     /// The limit in force (as [`Limiter::limit`](crate::Limiter::limit)): no lease is larger.
+    ///
+    /// ```
+    /// use floodgate::lease::LeaseSource;
+    /// use floodgate::{AtomicLimiter, FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// let window =
+    ///     AtomicLimiter::with_clock(FixedWindow::new(5, Duration::from_secs(1))?, ManualClock::new());
+    /// assert_eq!(LeaseSource::limit(&window), 5);
+    /// assert_eq!(window.take(1, 100, u64::MAX)?.granted(), 5); // no lease above the limit
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn limit(&self) -> u64;
 
     /// Changes the limit (as [`Limiter::set_limit`](crate::Limiter::set_limit)).
     ///
     /// # Errors
     /// As the source's `Limiter::set_limit`.
+    ///
+    /// ```
+    /// use floodgate::lease::LeaseSource;
+    /// use floodgate::{AtomicLimiter, FixedWindow, ManualClock};
+    /// use std::time::Duration;
+    /// let window =
+    ///     AtomicLimiter::with_clock(FixedWindow::new(5, Duration::from_secs(1))?, ManualClock::new());
+    /// LeaseSource::set_limit(&window, 2)?;
+    /// assert_eq!(window.take(1, 5, u64::MAX)?.granted(), 2);
+    /// assert!(LeaseSource::set_limit(&window, 0).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn set_limit(&self, limit: u32) -> Result<(), ConfigError>;
 }
 

@@ -8,6 +8,21 @@ use super::engine::{update_at, update_timed};
 
 /// The outcome of one pure decision: the [`Decision`], and the state word to publish
 /// (`None` when nothing changes, which is always the case for an ordinary denial).
+///
+/// ```
+/// use floodgate::limiter::{Algorithm, Step};
+/// use floodgate::{Decision, FixedWindow};
+/// use std::time::Duration;
+/// let window = FixedWindow::new(1, Duration::from_secs(1))?;
+/// let first = window.decide(0, 1_000, 1); // fresh state word 0, at t = 1 µs
+/// assert!(first.decision.is_allowed());
+/// let word = first.next.expect("an admission writes the word");
+/// let second = window.decide(word, 2_000, 1);
+/// assert!(!second.decision.is_allowed());
+/// assert_eq!(second.next, None); // a denial writes nothing
+/// assert_eq!(Step::deny(second.decision).next, None);
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
     /// The state word to compare-exchange in, or `None` to return without writing.

@@ -53,6 +53,21 @@ pub trait Limiter: Send + Sync {
     ///
     /// # Errors
     /// [`AcquireError`] when `n` is zero or above the capacity (no wait would ever admit it).
+    ///
+    /// ```
+    /// use floodgate::{AcquireError, AtomicLimiter, FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    /// let window = FixedWindow::new(3, Duration::from_secs(1))?;
+    /// let limiter = AtomicLimiter::with_clock(window, ManualClock::new());
+    /// let d = limiter.try_acquire(2)?;
+    /// assert!(d.is_allowed());
+    /// assert_eq!(d.remaining(), 1);
+    /// assert!(!limiter.try_acquire(2)?.is_allowed()); // 2 > 1 left: denied, nothing taken
+    /// assert!(limiter.try_acquire(1)?.is_allowed());
+    /// assert!(matches!(limiter.try_acquire(0), Err(AcquireError::ZeroPermits)));
+    /// assert!(limiter.try_acquire(4).is_err()); // above the limit: never admitted
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError>;
 
     /// [`try_acquire`](Limiter::try_acquire) answering only whether the permits were taken:
@@ -99,6 +114,16 @@ pub trait Limiter: Send + Sync {
     }
 
     /// The clock this limiter reads and sleeps on.
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, Clock, FixedWindow, Limiter, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let limiter = AtomicLimiter::with_clock(FixedWindow::new(1, Duration::from_secs(1))?, clock.clone());
+    /// clock.advance(Duration::from_millis(5));
+    /// assert_eq!(limiter.clock().now_nanos(), clock.now_nanos());
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     fn clock(&self) -> &dyn Clock;
 
     /// Changes the limit live, from any thread: afterwards [`limit`](Limiter::limit) and the
@@ -124,6 +149,17 @@ pub trait Limiter: Send + Sync {
 
     /// The limit in force: the `limit` of every [`Decision`] (see
     /// [`set_limit`](Limiter::set_limit)).
+    ///
+    /// ```
+    /// use floodgate::{AtomicLimiter, FixedWindow, Limiter};
+    /// use std::time::Duration;
+    /// let limiter = AtomicLimiter::new(FixedWindow::new(10, Duration::from_secs(1))?);
+    /// assert_eq!(limiter.limit(), 10);
+    /// limiter.set_limit(4)?;
+    /// assert_eq!(limiter.limit(), 4);
+    /// assert_eq!(limiter.try_acquire(1)?.limit(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn limit(&self) -> u64;
 
     /// Takes `n` permits, sleeping on the clock until they are granted. Returns how long it

@@ -47,6 +47,19 @@ use crate::sync::Ordering;
 use window::Windows;
 
 /// What one finished request reports.
+///
+/// ```
+/// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Aimd, Sample};
+/// let aimd = Aimd::new(10, 1, 100)?;
+/// let state = aimd.initial_state();
+/// // A drop multiplies the limit by the backoff (0.9 unless set), rounded down.
+/// let dropped = Sample { rtt_nanos: 1_000_000, in_flight: 10, dropped: true };
+/// assert_eq!(aimd.limit_of(aimd.on_sample(state, &dropped)), 9);
+/// // A success with the limit at least half in use adds one.
+/// let busy = Sample { rtt_nanos: 1_000_000, in_flight: 5, dropped: false };
+/// assert_eq!(aimd.limit_of(aimd.on_sample(state, &busy)), 11);
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
     /// Its round-trip time in nanoseconds; 0 measures nothing (a clock that did not move):
@@ -68,11 +81,38 @@ pub struct Sample {
 /// ```
 pub trait AdaptiveAlgorithm: Send + Sync + 'static {
     /// The state before any sample.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Vegas};
+    /// let vegas = Vegas::new(12, 1, 100)?;
+    /// assert_eq!(vegas.limit_of(vegas.initial_state()), 12);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     fn initial_state(&self) -> u128;
     /// The state after `sample`. Pure: it reads its arguments and the configuration only.
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Aimd, Sample};
+    /// let aimd = Aimd::new(10, 1, 100)?;
+    /// let state = aimd.initial_state();
+    /// let drop = Sample { rtt_nanos: 0, in_flight: 10, dropped: true };
+    /// let after = aimd.on_sample(state, &drop);
+    /// assert_eq!(aimd.limit_of(after), 9);
+    /// assert_eq!(aimd.on_sample(state, &drop), after); // pure: same input, same state
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     fn on_sample(&self, state: u128, sample: &Sample) -> u128;
     /// The whole-number limit a state stands for (within the algorithm's bounds).
     /// [`AdaptiveInFlight`] holds it within `1..=`[`MAX_IN_FLIGHT_LIMIT`](crate::concurrency::MAX_IN_FLIGHT_LIMIT).
+    ///
+    /// ```
+    /// use floodgate::concurrency::adaptive::{AdaptiveAlgorithm, Aimd, Sample};
+    /// let aimd = Aimd::new(2, 2, 8)?;
+    /// let drop = Sample { rtt_nanos: 0, in_flight: 2, dropped: true };
+    /// // 2 × 0.9 rounds down to 1, below the minimum: held at 2.
+    /// assert_eq!(aimd.limit_of(aimd.on_sample(aimd.initial_state(), &drop)), 2);
+    /// # Ok::<(), floodgate::ConfigError>(())
+    /// ```
     fn limit_of(&self, state: u128) -> u32;
 
     /// The sample window an [`AdaptiveInFlight`] groups this algorithm's samples in by
