@@ -15,7 +15,7 @@
 //! its read (START is past the floor's grain), so a reader lagging it by less than a grain is
 //! decided at the writer's time.
 //!
-//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test audit`
+//! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test peek_floor`
 #![cfg(floodgate_loom)]
 
 use std::sync::Arc;
