@@ -392,7 +392,11 @@ fn a_charge_for_a_window_ahead_keeps_the_count_of_the_window_in_progress() {
     }
     clock.set(10_600_000_000); // back in window 10 (a lag of 0.4 s, within the horizon)
     limiter.set_limit(8).unwrap(); // window 10 had admitted 8; window 11, 3 (1 over its share)
-    assert_eq!(drain(&limiter), 0, "window 10 already admitted the new limit");
+    assert_eq!(
+        drain(&limiter),
+        0,
+        "window 10 already admitted the new limit"
+    );
     clock.set(11_000_000_000);
     let window_11 = 3 + drain(&limiter);
     assert!(window_11 <= 8, "window 11 admitted {window_11}");
