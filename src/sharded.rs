@@ -493,7 +493,9 @@ impl<C: Clock> Sharded<C> {
     /// The windows settled are `now`'s and each window a stripe holds ahead of it within the lag
     /// horizon (another core's later read; its admissions were made before this call). A stripe
     /// holding an older window than the one settled is charged in the settled one (a reader in
-    /// its older window then decides in the newer one, as [`FixedWindow`] keeps a window ahead).
+    /// its older window then decides in the newer one, as [`FixedWindow`] keeps a window ahead);
+    /// if the window it holds is `now`'s or later, the charged word keeps at least its count, so
+    /// that window's readers, now deciding on the charged word, are not handed back its permits.
     /// Charges land by compare-exchange: an admission racing them is decided again on the
     /// charged word. An admission racing the whole call may still use an old share.
     fn charge_excess(&self, now: u64) {
@@ -516,12 +518,13 @@ impl<C: Clock> Sharded<C> {
         }
         leads.sort_unstable();
         for k in leads {
-            self.charge_window(at.tag.wrapping_add(k) & TAG_MASK);
+            self.charge_window(at.tag.wrapping_add(k) & TAG_MASK, at.tag);
         }
     }
 
-    /// [`charge_excess`](Self::charge_excess) for the window `tag`.
-    fn charge_window(&self, tag: u64) {
+    /// [`charge_excess`](Self::charge_excess) for the window `tag`, `k ≥ 0` windows ahead of
+    /// `now`'s (`base`).
+    fn charge_window(&self, tag: u64, base: u64) {
         let mut excess = 0u64;
         for stripe in self.stripes.iter() {
             // Acquire: as in `charge_excess`.
@@ -538,30 +541,39 @@ impl<C: Clock> Sharded<C> {
             // Acquire: as in `charge_excess`.
             let mut current = stripe.word.load(Ordering::Acquire);
             loop {
-                let (stored, count) = unpack_window(current);
-                let count = match tag_distance(stored, tag) {
-                    TagDistance::Same => count,
-                    // An older window, or none: `tag`'s count is zero.
-                    TagDistance::Behind(_) => 0,
+                let (stored, held) = unpack_window(current);
+                let (count, kept) = match tag_distance(stored, tag) {
+                    TagDistance::Same => (held, held),
+                    // An older window, or none: `tag`'s count is zero. If it is `now`'s window
+                    // or a later one (between `base` and `tag`), its readers decide in `tag`
+                    // once charged: the charged word keeps its count, or they would take its
+                    // permits again.
+                    TagDistance::Behind(_) => match tag_distance(stored, base) {
+                        TagDistance::Behind(_) => (0, 0),
+                        TagDistance::Same | TagDistance::Ahead(_) => (0, held),
+                    },
                     // A newer window (taken since the scan): not this one's to settle.
-                    TagDistance::Ahead(_) if count == 0 => 0,
+                    TagDistance::Ahead(_) if held == 0 => (0, 0),
                     TagDistance::Ahead(_) => break,
                 };
                 if count >= share {
                     break;
                 }
-                let charge = excess.min(share - count);
+                // `kept ≤ MAX_COUNT` (a count the word held): so is the new count.
+                let charged = (count + excess.min(share - count)).max(kept);
+                // The part of `tag`'s room the new count takes (it may exceed the share).
+                let charge = charged.min(share) - count;
                 // AcqRel / Acquire: as the engine's compare-exchange (`update`); pairs with the
                 // admitting compare-exchanges, which then decide again on the charged word (and,
                 // having acquired it, with the new share stored before it).
                 match stripe.word.compare_exchange(
                     current,
-                    pack_window(tag, count + charge),
+                    pack_window(tag, charged),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
-                        excess -= charge;
+                        excess = excess.saturating_sub(charge);
                         break;
                     }
                     Err(actual) => current = actual,

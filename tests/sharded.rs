@@ -372,6 +372,38 @@ fn lowering_the_limit_settles_a_window_a_stripe_holds_ahead() {
     assert_eq!(drain(&limiter), 4);
 }
 
+/// A stripe charged for a window ahead (one another stripe holds, read by a later core) keeps the
+/// count it holds for the window in progress: readers there decide in the charged window, and the
+/// window in progress admits no more than max(what it had admitted, the new limit). Before the
+/// fix the charge replaced stripe 0's two permits of window 10 with one of window 11, and window
+/// 10 admitted a ninth permit after being lowered to 8 with 8 taken.
+#[test]
+fn a_charge_for_a_window_ahead_keeps_the_count_of_the_window_in_progress() {
+    let (limiter, clock) = sharded(16, 4);
+    clock.set(10_500_000_000); // window 10
+    for home in 0..4 {
+        for _ in 0..2 {
+            assert!(limiter.try_acquire_on(home, 1).unwrap().is_allowed());
+        }
+    }
+    clock.set(11_000_000_000); // a later core's read, in window 11
+    for _ in 0..3 {
+        assert!(limiter.try_acquire_on(3, 1).unwrap().is_allowed());
+    }
+    clock.set(10_600_000_000); // back in window 10 (a lag of 0.4 s, within the horizon)
+    limiter.set_limit(8).unwrap(); // window 10 had admitted 8; window 11, 3 (1 over its share)
+    assert_eq!(
+        drain(&limiter),
+        0,
+        "window 10 already admitted the new limit"
+    );
+    clock.set(11_000_000_000);
+    let window_11 = 3 + drain(&limiter);
+    assert!(window_11 <= 8, "window 11 admitted {window_11}");
+    clock.set(12_000_000_000);
+    assert_eq!(drain(&limiter), 8);
+}
+
 /// Raising the limit after lowering it in the same window: the window admits up to the raised
 /// limit less what the lowering charged (the charged permits are counts, like taken ones), and
 /// the next window the whole raised limit.
