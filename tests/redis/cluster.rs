@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy};
-use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, ManualClock};
 
 use super::server::{RedisCluster, RedisServer};
@@ -475,4 +475,124 @@ fn a_frozen_master_does_not_stop_loading_the_script_on_a_live_one() {
         assert!(outcome.decision().is_allowed());
     }
     cluster.nodes[0].thaw();
+}
+
+/// A 3-master cluster whose third master is frozen (SIGSTOP) once `prepare` ran, a limiter
+/// (fixed window, fail closed, no breaker) on it, and a key on that master: each `callers`
+/// outcome, run concurrently, and the frozen master's address.
+fn frozen_owner_outcomes(
+    prepare: impl FnOnce(&Arc<RedisLimiter<FixedWindow, ManualClock>>, &str),
+    callers: impl FnOnce(
+        &Arc<RedisLimiter<FixedWindow, ManualClock>>,
+        &str,
+    ) -> Vec<tokio::task::JoinHandle<floodgate::backend::Outcome>>,
+) -> (Vec<floodgate::backend::Outcome>, String) {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = Arc::new(
+        RedisLimiter::with_clock(
+            &backend,
+            "queued",
+            FixedWindow::new(100_000, Duration::from_secs(60)).unwrap(),
+            FailurePolicy::FailClosed,
+            ManualClock::new(),
+        )
+        .unwrap()
+        .with_breaker(None),
+    );
+    // Not the node given first: the list's head is no answer.
+    let key = key_on(&cluster, &limiter, 2, "q");
+    let owner = cluster.nodes[2].url();
+    prepare(&limiter, &key);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    cluster.nodes[2].freeze();
+    let started = Instant::now();
+    let outcomes = runtime.block_on(async {
+        let mut outcomes = Vec::new();
+        for task in callers(&limiter, &key) {
+            outcomes.push(task.await.unwrap());
+        }
+        outcomes
+    });
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    cluster.nodes[2].thaw();
+    (outcomes, owner)
+}
+
+/// Each failure of `outcomes` is a timeout naming `owner` alone.
+fn assert_all_name(outcomes: &[floodgate::backend::Outcome], owner: &str) {
+    let wrong: Vec<String> = outcomes
+        .iter()
+        .map(|outcome| outcome.failure().expect("decided by the policy"))
+        .filter(|f| f.kind() != FailureKind::Timeout || f.server_address() != Some(owner))
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {}, not naming {owner}: {wrong:#?}",
+        wrong.len(),
+        outcomes.len()
+    );
+}
+
+/// Concurrent callers of one key on a frozen master all name that master: the first call,
+/// the batches the others are sent in, and the callers still queued at their deadline (whose
+/// timeout named the configured node list).
+#[test]
+fn coalesced_callers_of_a_frozen_master_name_it() {
+    let (outcomes, owner) = frozen_owner_outcomes(
+        |limiter, key| {
+            let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+            assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        },
+        |limiter, key| {
+            (0..64)
+                .map(|_| {
+                    let (limiter, key) = (Arc::clone(limiter), key.to_owned());
+                    tokio::spawn(async move { limiter.try_acquire_outcome(&key, 1).await.unwrap() })
+                })
+                .collect()
+        },
+    );
+    assert_all_name(&outcomes, &owner);
+}
+
+/// A leased key whose leases are of one permit decides each request with a per-call decision
+/// (queued in the limiter like any other): its concurrent callers on a frozen master all name
+/// that master too.
+#[test]
+fn per_call_decisions_of_a_leased_key_on_a_frozen_master_name_it() {
+    let leased = std::sync::OnceLock::new();
+    let (outcomes, owner) = frozen_owner_outcomes(
+        |limiter, key| {
+            let key = LeasedKey::new(Arc::clone(limiter), key)
+                .with_max_lease(1)
+                .unwrap();
+            assert!(key.blocking_try_acquire(1).unwrap().is_allowed());
+            leased.set(Arc::new(key)).ok().unwrap();
+        },
+        |_, _| {
+            (0..16)
+                .map(|_| {
+                    let leased = Arc::clone(leased.get().unwrap());
+                    tokio::spawn(async move { leased.try_acquire_outcome(1).await.unwrap() })
+                })
+                .collect()
+        },
+    );
+    assert!(
+        leased.get().unwrap().counts().exact > 0,
+        "per-call decisions were made"
+    );
+    assert_all_name(&outcomes, &owner);
 }
