@@ -477,11 +477,12 @@ fn a_frozen_master_does_not_stop_loading_the_script_on_a_live_one() {
     cluster.nodes[0].thaw();
 }
 
-/// A 3-master cluster whose third master is frozen (SIGSTOP) once `prepare` ran, a limiter
-/// (fixed window, fail closed, no breaker) on it, and a key on that master: each `callers`
-/// outcome, run concurrently, and the frozen master's address.
-fn frozen_owner_outcomes(
-    prepare: impl FnOnce(&Arc<RedisLimiter<FixedWindow, ManualClock>>, &str),
+/// A 3-master cluster, a limiter (fixed window, fail closed, no breaker) on it, and a key on
+/// its third master, frozen (SIGSTOP) once `prepare` ran if `freeze`: each `callers` outcome,
+/// run concurrently, and that master's address.
+fn third_master_outcomes(
+    freeze: bool,
+    prepare: impl FnOnce(&RedisCluster, &Arc<RedisLimiter<FixedWindow, ManualClock>>, &str),
     callers: impl FnOnce(
         &Arc<RedisLimiter<FixedWindow, ManualClock>>,
         &str,
@@ -509,13 +510,15 @@ fn frozen_owner_outcomes(
     // Not the node given first: the list's head is no answer.
     let key = key_on(&cluster, &limiter, 2, "q");
     let owner = cluster.nodes[2].url();
-    prepare(&limiter, &key);
+    prepare(&cluster, &limiter, &key);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    cluster.nodes[2].freeze();
+    if freeze {
+        cluster.nodes[2].freeze();
+    }
     let started = Instant::now();
     let outcomes = runtime.block_on(async {
         let mut outcomes = Vec::new();
@@ -525,16 +528,18 @@ fn frozen_owner_outcomes(
         outcomes
     });
     assert!(started.elapsed() < Duration::from_secs(60), "hung");
-    cluster.nodes[2].thaw();
+    if freeze {
+        cluster.nodes[2].thaw();
+    }
     (outcomes, owner)
 }
 
-/// Each failure of `outcomes` is a timeout naming `owner` alone.
-fn assert_all_name(outcomes: &[floodgate::backend::Outcome], owner: &str) {
+/// Each of `outcomes` is a failure of `kind` naming `owner` alone.
+fn assert_all_name(outcomes: &[floodgate::backend::Outcome], kind: FailureKind, owner: &str) {
     let wrong: Vec<String> = outcomes
         .iter()
         .map(|outcome| outcome.failure().expect("decided by the policy"))
-        .filter(|f| f.kind() != FailureKind::Timeout || f.server_address() != Some(owner))
+        .filter(|f| f.kind() != kind || f.server_address() != Some(owner))
         .map(ToString::to_string)
         .collect();
     assert!(
@@ -550,8 +555,9 @@ fn assert_all_name(outcomes: &[floodgate::backend::Outcome], owner: &str) {
 /// timeout named the configured node list).
 #[test]
 fn coalesced_callers_of_a_frozen_master_name_it() {
-    let (outcomes, owner) = frozen_owner_outcomes(
-        |limiter, key| {
+    let (outcomes, owner) = third_master_outcomes(
+        true,
+        |_, limiter, key| {
             let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
             assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
         },
@@ -564,7 +570,7 @@ fn coalesced_callers_of_a_frozen_master_name_it() {
                 .collect()
         },
     );
-    assert_all_name(&outcomes, &owner);
+    assert_all_name(&outcomes, FailureKind::Timeout, &owner);
 }
 
 /// A leased key whose leases are of one permit decides each request with a per-call decision
@@ -573,8 +579,9 @@ fn coalesced_callers_of_a_frozen_master_name_it() {
 #[test]
 fn per_call_decisions_of_a_leased_key_on_a_frozen_master_name_it() {
     let leased = std::sync::OnceLock::new();
-    let (outcomes, owner) = frozen_owner_outcomes(
-        |limiter, key| {
+    let (outcomes, owner) = third_master_outcomes(
+        true,
+        |_, limiter, key| {
             let key = LeasedKey::new(Arc::clone(limiter), key)
                 .with_max_lease(1)
                 .unwrap();
@@ -594,5 +601,36 @@ fn per_call_decisions_of_a_leased_key_on_a_frozen_master_name_it() {
         leased.get().unwrap().counts().exact > 0,
         "per-call decisions were made"
     );
-    assert_all_name(&outcomes, &owner);
+    assert_all_name(&outcomes, FailureKind::Timeout, &owner);
+}
+
+/// Concurrent callers of one key whose Redis key holds no counter (a count below zero, which
+/// the scripts never write): each decision is the script's error, also those sent in a batch
+/// (whose error named the configured node list), naming the master that owns the key.
+#[test]
+fn batched_script_errors_on_a_cluster_name_the_keys_master() {
+    let (outcomes, owner) = third_master_outcomes(
+        false,
+        |cluster, limiter, key| {
+            let redis_key = &limiter.redis_keys(key)[0];
+            assert_eq!(cluster.nodes[2].cli(&["SET", redis_key, "-5"]), "OK");
+        },
+        |limiter, key| {
+            (0..64)
+                .map(|_| {
+                    let (limiter, key) = (Arc::clone(limiter), key.to_owned());
+                    tokio::spawn(async move { limiter.try_acquire_outcome(&key, 1).await.unwrap() })
+                })
+                .collect()
+        },
+    );
+    assert_all_name(&outcomes, FailureKind::Script, &owner);
+    let texts: Vec<String> = outcomes
+        .iter()
+        .map(|o| o.failure().unwrap().to_string())
+        .collect();
+    assert!(
+        texts.iter().all(|t| t.contains("does not hold a counter")),
+        "{texts:#?}"
+    );
 }
