@@ -144,6 +144,26 @@ mod tests {
         assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar")); // empty first tag: the whole key
         assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
         assert_eq!(slot_of(b""), 0);
+        // Hash-tag edge cases, each against `CLUSTER KEYSLOT` of a Redis 7 cluster node.
+        for (key, slot) in [
+            ("{}", 15_257),
+            ("{}foo", 9_500),
+            ("foo{}", 5_542),
+            ("foo{}{bar}", 8_363),
+            ("foo{{bar}}zap", 4_015),
+            ("foo{bar}{zap}", 5_061),
+            ("{bar", 4_015),
+            ("bar}", 6_624),
+            ("}{bar}", 5_061),
+            ("{{}}", 4_092),
+            ("{a}{b}", 15_495),
+            ("a{b", 13_340),
+            ("{user1000}.following", 3_443),
+            ("{ }", 9_314),
+            ("\u{e9}{\u{fc}}", 9_552),
+        ] {
+            assert_eq!(slot_of(key.as_bytes()), slot, "{key:?}");
+        }
     }
 
     #[test]
