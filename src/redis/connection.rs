@@ -572,14 +572,14 @@ impl RedisBackend {
     /// on a cluster, the owner of the keys' slot as last read (see
     /// [`slot_owners`](super::slot_owners)), or, when not known, the configured nodes and a
     /// word that the node is not known. On a cluster it also starts a read of the slot owners
-    /// in the background, unless one is in flight, so a moved slot is named right after the
-    /// next failure.
+    /// in the background, unless one is in flight or one started less than the backend's
+    /// timeout ago, so a moved slot is named after the next failure past that.
     pub(crate) fn failed_at(&self, keys: &[String]) -> Arc<str> {
         let shared = &*self.shared;
         if !self.is_cluster() {
             return shared.server.clone();
         }
-        if shared.owners.start_read() {
+        if shared.owners.start_read(Instant::now(), shared.timeout) {
             let (connection, owners, scheme) = (
                 shared.connection.clone(),
                 Arc::clone(&shared.owners),

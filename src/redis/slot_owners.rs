@@ -4,8 +4,10 @@
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
 //! background after a failed call (at most one read in flight per backend, bounded by the
-//! backend's timeout). A call's error names the owner of its key's slot in that copy; after a
-//! slot moved, the name is stale until the next read lands (a call that fails reads it again).
+//! backend's timeout, and at most one started per timeout, so a steady stream of failures does
+//! not add a `CLUSTER SLOTS` per failure). A call's error names the owner of its key's slot in
+//! that copy; after a slot moved, the name is stale until the next read lands (a call that
+//! fails at least a timeout after the last read started reads it again).
 //! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
 //! names the configured node list and says that the node is not known.
 //!
@@ -14,6 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -30,6 +33,8 @@ pub(super) struct SlotOwners {
     ranges: Mutex<Arc<[Range]>>,
     /// Set by the one caller that starts a read, cleared when it ends.
     reading: AtomicBool,
+    /// When the last read started after a failure (`None`: none yet).
+    last_start: Mutex<Option<Instant>>,
 }
 
 impl SlotOwners {
@@ -49,10 +54,20 @@ impl SlotOwners {
         }
     }
 
-    /// Whether the caller may start a read: true for one caller until [`read_done`](Self::read_done).
-    pub(super) fn start_read(&self) -> bool {
+    /// Whether the caller may start a read at `now`: true for one caller until
+    /// [`read_done`](Self::read_done), and only once `every` has passed since the last read
+    /// started (a clock read that lags the last start counts as no time passed).
+    pub(super) fn start_read(&self, now: Instant, every: Duration) -> bool {
+        let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
+            return false;
+        }
         // SeqCst: a flag read and written only on the error path; no ordering subtlety to save.
-        !self.reading.swap(true, Ordering::SeqCst)
+        if self.reading.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     /// Ends the read [`start_read`](Self::start_read) allowed.
@@ -212,9 +227,17 @@ mod tests {
         assert_eq!(owners.owner(0).as_deref(), Some("rediss://[::1]:7"));
         assert_eq!(owners.owner(1), None);
 
-        assert!(owners.start_read());
-        assert!(!owners.start_read(), "one read at a time");
+        let (t0, every) = (Instant::now(), Duration::from_millis(200));
+        assert!(owners.start_read(t0, every));
+        assert!(!owners.start_read(t0 + every, every), "one read at a time");
         owners.read_done();
-        assert!(owners.start_read());
+        let early = t0 + every - Duration::from_nanos(1);
+        assert!(!owners.start_read(early, every), "one read per `every`");
+        assert!(
+            !owners.start_read(t0, every),
+            "a lagging clock read is no time passed"
+        );
+        assert!(owners.start_read(t0 + every, every));
+        owners.read_done();
     }
 }

@@ -634,3 +634,42 @@ fn batched_script_errors_on_a_cluster_name_the_keys_master() {
         "{texts:#?}"
     );
 }
+
+/// A steady stream of failed calls (here each the script's error for a key holding no
+/// counter) re-reads the slot map at most once per backend timeout, not once per failure: a
+/// `CLUSTER SLOTS` per failed decision doubled the cluster's requests and rebuilt the whole
+/// map each time.
+#[test]
+fn failures_re_read_the_slot_map_at_most_once_per_timeout() {
+    let cluster = RedisCluster::start();
+    // Long, so that the whole run falls within one timeout however slow the machine.
+    let timeout = Duration::from_secs(60);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "reread",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    let key = key_on(&cluster, &limiter, 2, "r");
+    let redis_key = &limiter.redis_keys(&key)[0];
+    assert_eq!(cluster.nodes[2].cli(&["SET", redis_key, "-5"]), "OK");
+    let reads = || -> u64 { cluster.nodes.iter().map(|n| n.calls("cluster|slots")).sum() };
+    let before = reads();
+    for i in 0..40 {
+        let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+        let failure = outcome.failure().expect("the script's error");
+        assert_eq!(failure.kind(), FailureKind::Script, "call {i}: {failure}");
+    }
+    let after = reads();
+    assert!(
+        after - before <= 1,
+        "{} slot map reads for 40 failures",
+        after - before
+    );
+}
