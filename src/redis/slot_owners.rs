@@ -78,8 +78,9 @@ impl SlotOwners {
 }
 
 /// The ranges of a `CLUSTER SLOTS` reply (`[[first, last, [host, port, id, …], replicas…], …]`),
-/// sorted; `None` unless every range is well formed. A range whose master has an empty or `?`
-/// host (the node answering did not know its address) is left out.
+/// sorted; `None` unless every range is well formed and no two overlap (so at most one per
+/// slot). A range whose master has an empty or `?` host (the node answering did not know its
+/// address) is left out.
 fn parse(reply: &Value, scheme: &str) -> Option<Vec<Range>> {
     let Value::Array(ranges) = reply else {
         return None;
@@ -116,7 +117,8 @@ fn parse(reply: &Value, scheme: &str) -> Option<Vec<Range>> {
         parsed.push((first, last, format!("{scheme}://{host}:{port}").into()));
     }
     parsed.sort_by_key(|&(first, _, _)| first);
-    Some(parsed)
+    let overlap = parsed.windows(2).any(|pair| pair[0].1 >= pair[1].0);
+    (!overlap).then_some(parsed)
 }
 
 /// The hash slot of a Redis `key`: CRC16 (XMODEM) of its hash tag (the bytes between the first
@@ -218,6 +220,13 @@ mod tests {
         for bad in [
             Value::Nil,
             Value::Array(vec![range(0, 16_384, node("h", 1))]),
+            // Overlapping ranges (no Redis replies them): which owner is meant is unknown,
+            // and repeated ranges would lift the copy past one entry per slot.
+            Value::Array(vec![
+                range(0, 10, node("h", 1)),
+                range(10, 20, node("h", 2)),
+            ]),
+            Value::Array(vec![range(0, 0, node("h", 1)), range(0, 0, node("h", 1))]),
             Value::Array(vec![Value::Array(vec![Value::Int(0)])]),
         ] {
             owners.update(&bad, "redis");
