@@ -189,7 +189,7 @@ struct Shared {
     /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
     /// one server).
     owners: Arc<SlotOwners>,
-    /// `redis` or `rediss`, the scheme the owners' addresses are written with.
+    /// The scheme the owners' addresses are written with: the first node's ([`owner_scheme`]).
     scheme: &'static str,
     /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
     /// multi-thread runtime that `connect` ran on; `None` for a current-thread runtime.
@@ -481,11 +481,7 @@ impl RedisBackend {
                 server,
                 clock: ServerClock::new(),
                 owners: Arc::default(),
-                scheme: if config.nodes[0].starts_with("rediss://") {
-                    "rediss"
-                } else {
-                    "redis"
-                },
+                scheme: owner_scheme(&config.nodes[0]),
                 blocking,
                 // `connect_on` runs on the runtime that builds the connection.
                 runtime: tokio::runtime::Handle::current(),
@@ -1348,6 +1344,19 @@ fn bad_url(url: &str, error: &redis::RedisError) -> BackendError {
     )))
 }
 
+/// The scheme to write a cluster's slot owners with: the first configured node's, as redis-rs
+/// reads it (case-insensitive: `redis`, `rediss`, `valkey`, `valkeys`), so a TLS cluster's
+/// owners read as TLS; `redis` for anything else.
+fn owner_scheme(first_node: &str) -> &'static str {
+    let scheme = first_node
+        .split_once("://")
+        .map_or("", |(scheme, _)| scheme);
+    ["redis", "rediss", "valkey", "valkeys"]
+        .into_iter()
+        .find(|known| known.eq_ignore_ascii_case(scheme))
+        .unwrap_or("redis")
+}
+
 /// `url` with the password of its user-info part (`scheme://user:password@host`) replaced.
 fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -1424,6 +1433,20 @@ mod tests {
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
         clock.sample(-5, at, at); // nonsense from a server is ignored
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
+    }
+
+    #[test]
+    fn slot_owners_are_written_with_the_first_nodes_scheme() {
+        for (node, scheme) in [
+            ("redis://h:7000", "redis"),
+            ("rediss://h:7000", "rediss"),
+            ("REDISS://h:7000", "rediss"),
+            ("valkey://h:7000", "valkey"),
+            ("valkeys://u:pw@h:7000", "valkeys"),
+            ("h:7000", "redis"),
+        ] {
+            assert_eq!(owner_scheme(node), scheme, "{node}");
+        }
     }
 
     #[test]
