@@ -56,7 +56,7 @@ use crossbeam_queue::SegQueue;
 use tokio::sync::oneshot;
 
 use super::RedisBackend;
-use super::connection::{Fields6, Request};
+use super::connection::{Fields6, Keys, Request};
 use super::limiter::reply_fields;
 use super::limiter::sealed::Batch;
 use crate::algorithms::MAX_SLIDING_LOG_CAPACITY;
@@ -276,8 +276,16 @@ impl Coalescer {
 
     /// Decides `request` on the server: at once if no call is out, else in the next batch.
     /// `entries`: the sorted-set entries it may touch (0 for constant work), which bound a
-    /// batch with [`MAX_BATCH_ENTRIES`]. Must run inside a tokio runtime (checked by the caller).
-    pub(crate) async fn eval(self: &Arc<Self>, request: Request, entries: u64) -> Answer {
+    /// batch with [`MAX_BATCH_ENTRIES`]. `keys` makes the request's keys again, only to name
+    /// the node in the error of a caller still queued at its deadline (the request went to the
+    /// queue; on a cluster the node is the owner of the keys' slot). Must run inside a tokio
+    /// runtime (checked by the caller).
+    pub(crate) async fn eval(
+        self: &Arc<Self>,
+        request: Request,
+        entries: u64,
+        keys: impl FnOnce() -> Keys,
+    ) -> Answer {
         if self.turns.take(1) {
             // Hands the queue on even if this future is dropped while the call is out.
             let _turn = Turn(Arc::clone(self));
@@ -312,9 +320,11 @@ impl Coalescer {
                      decisions) shut down before this decision was answered",
                 ),
             )),
-            Err(_) => Err(self
-                .backend
-                .timeout_error(deadline.saturating_duration_since(started), "deciding")),
+            Err(_) => Err(self.backend.timeout_error(
+                &keys(),
+                deadline.saturating_duration_since(started),
+                "deciding",
+            )),
         }
     }
 
@@ -324,7 +334,7 @@ impl Coalescer {
             .backend
             .eval(self.script, &request.keys, request.args, request.deadline)
             .await?;
-        reply_fields(&reply, self.backend.server())
+        reply_fields(&reply, || self.backend.failed_at(&request.keys))
     }
 
     fn backend_server(&self) -> Arc<str> {

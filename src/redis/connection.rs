@@ -189,7 +189,7 @@ struct Shared {
     /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
     /// one server).
     owners: Arc<SlotOwners>,
-    /// `redis` or `rediss`, the scheme the owners' addresses are written with.
+    /// The scheme the owners' addresses are written with: the first node's ([`owner_scheme`]).
     scheme: &'static str,
     /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
     /// multi-thread runtime that `connect` ran on; `None` for a current-thread runtime.
@@ -481,11 +481,7 @@ impl RedisBackend {
                 server,
                 clock: ServerClock::new(),
                 owners: Arc::default(),
-                scheme: if config.nodes[0].starts_with("rediss://") {
-                    "rediss"
-                } else {
-                    "redis"
-                },
+                scheme: owner_scheme(&config.nodes[0]),
                 blocking,
                 // `connect_on` runs on the runtime that builds the connection.
                 runtime: tokio::runtime::Handle::current(),
@@ -572,14 +568,14 @@ impl RedisBackend {
     /// on a cluster, the owner of the keys' slot as last read (see
     /// [`slot_owners`](super::slot_owners)), or, when not known, the configured nodes and a
     /// word that the node is not known. On a cluster it also starts a read of the slot owners
-    /// in the background, unless one is in flight, so a moved slot is named right after the
-    /// next failure.
-    fn failed_at(&self, keys: &[String]) -> Arc<str> {
+    /// in the background, unless one is in flight or one started less than the backend's
+    /// timeout ago, so a moved slot is named after the next failure past that.
+    pub(crate) fn failed_at(&self, keys: &[String]) -> Arc<str> {
         let shared = &*self.shared;
         if !self.is_cluster() {
             return shared.server.clone();
         }
-        if shared.owners.start_read() {
+        if shared.owners.start_read(Instant::now(), shared.timeout) {
             let (connection, owners, scheme) = (
                 shared.connection.clone(),
                 Arc::clone(&shared.owners),
@@ -696,9 +692,15 @@ impl RedisBackend {
             .server_micros(deadline.checked_sub(budget / 8).unwrap_or(now))
     }
 
-    /// The error of a call given up after `after`, naming the server.
-    pub(crate) fn timeout_error(&self, after: Duration, doing: &str) -> BackendError {
-        timed_out(&self.shared.server, after, doing)
+    /// The error of a call on `keys` given up after `after`, naming the server (on a cluster,
+    /// the owner of the keys' slot: [`failed_at`](Self::failed_at)).
+    pub(crate) fn timeout_error(
+        &self,
+        keys: &[String],
+        after: Duration,
+        doing: &str,
+    ) -> BackendError {
+        timed_out(&self.failed_at(keys), after, doing)
     }
 
     /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again) on the caller's
@@ -738,7 +740,7 @@ impl RedisBackend {
                 return Err(timed_out(&self.failed_at(keys), budget, "deciding"));
             }
         };
-        self.decided(reply, now, Instant::now())
+        self.decided(reply, keys, now, Instant::now())
     }
 
     /// Runs `requests` in order in one call of `batch`, a batch script made by
@@ -812,7 +814,7 @@ impl RedisBackend {
             .await?;
         let fields = 1 + 5 * requests.len();
         let Some(numbers) = integers(items.get(..fields)) else {
-            return Err(self.batch_protocol(requests.len(), &items));
+            return Err(self.batch_protocol(&first.keys, requests.len(), &items));
         };
         let server_now = numbers[0];
         shared.clock.sample(server_now, now, received);
@@ -821,12 +823,14 @@ impl RedisBackend {
             .chunks_exact(5)
             .map(|decision| {
                 if decision[0] == BATCH_ERROR {
-                    return Err(self.batch_script_error(errors, decision[1], decision));
+                    let error = self.batch_script_error(&first.keys, errors, decision[1], decision);
+                    return Err(error);
                 }
                 let [allowed, limit, remaining, retry, reset] = decision else {
                     unreachable!("chunks of 5")
                 };
-                self.past_deadline([*allowed, *limit, *remaining, *retry, *reset, server_now])
+                let fields = [*allowed, *limit, *remaining, *retry, *reset, server_now];
+                self.past_deadline(fields, &first.keys)
             })
             .collect())
     }
@@ -907,19 +911,19 @@ impl RedisBackend {
         // error messages.
         let head = 2 + 3 * distinct.len();
         let Some(numbers) = integers(items.get(..head)) else {
-            return Err(self.batch_protocol(requests.len(), &items));
+            return Err(self.batch_protocol(&first.keys, requests.len(), &items));
         };
         let late_count = usize::try_from(numbers[head - 1]).unwrap_or(usize::MAX);
         let late = head
             .checked_add(late_count)
             .and_then(|end| integers(items.get(head..end)));
         let Some(late) = late else {
-            return Err(self.batch_protocol(requests.len(), &items));
+            return Err(self.batch_protocol(&first.keys, requests.len(), &items));
         };
         let errors = &items[head + late_count..];
         let server_now = numbers[0];
         if server_now.unsigned_abs() >= EXACT {
-            return Err(self.batch_protocol(requests.len(), &items));
+            return Err(self.batch_protocol(&first.keys, requests.len(), &items));
         }
         shared.clock.sample(server_now, now, received);
         let mut states: Vec<(i64, [i64; 2])> = numbers[1..head - 1]
@@ -933,11 +937,12 @@ impl RedisBackend {
             .enumerate()
             .map(|(i, (request, index))| {
                 if late.next_if(|&l| l == i as i64 + 1).is_some() {
-                    return Err(self.deadline_error());
+                    return Err(self.deadline_error(&request.keys));
                 }
                 let (error, state) = &mut states[index];
                 if *error != 0 {
-                    return Err(self.batch_script_error(errors, *error, &[*error]));
+                    let error = self.batch_script_error(&request.keys, errors, *error, &[*error]);
+                    return Err(error);
                 }
                 // The scripts read only integers within Lua's exact ones, and reply them as
                 // read: a state beyond is not their reply (as a float past 2^63 arrives as
@@ -948,7 +953,7 @@ impl RedisBackend {
                     .flatten();
                 let Some([allowed, limit, remaining, retry, reset]) = fields else {
                     let what = format!("a key's state {state:?} (at most 2^53 - 1 either way)");
-                    return Err(self.batch_protocol(requests.len(), &what));
+                    return Err(self.batch_protocol(&request.keys, requests.len(), &what));
                 };
                 Ok([allowed, limit, remaining, retry, reset, server_now])
             })
@@ -968,7 +973,7 @@ impl RedisBackend {
     ) -> Result<(Vec<Value>, Instant), BackendError> {
         match until_deadline(call, latest).await {
             Ok(Ok(Value::Array(items))) => Ok((items, Instant::now())),
-            Ok(Ok(other)) => Err(self.batch_protocol(decisions, &other)),
+            Ok(Ok(other)) => Err(self.batch_protocol(keys, decisions, &other)),
             Ok(Err(error)) => Err(classify(&self.failed_at(keys), self.is_cluster(), error)),
             Err(_) => {
                 let budget = latest.saturating_duration_since(now);
@@ -977,20 +982,33 @@ impl RedisBackend {
         }
     }
 
-    /// The error for a batch reply of an unexpected shape.
-    fn batch_protocol(&self, decisions: usize, what: &dyn std::fmt::Debug) -> BackendError {
+    /// The error for a batch reply of an unexpected shape, for a decision on `keys` (naming
+    /// the owner of their slot on a cluster).
+    fn batch_protocol(
+        &self,
+        keys: &[String],
+        decisions: usize,
+        what: &dyn std::fmt::Debug,
+    ) -> BackendError {
         BackendError::at(
             FailureKind::Protocol,
-            self.shared.server.clone(),
+            self.failed_at(keys),
             std::io::Error::other(format!(
                 "unexpected reply from a floodgate batch of {decisions}: {what:?}"
             )),
         )
     }
 
-    /// The error a batch script raised for a decision: message `number` (from 1) of `errors`,
-    /// or the decision's fields if there is none such.
-    fn batch_script_error(&self, errors: &[Value], number: i64, fields: &[i64]) -> BackendError {
+    /// The error a batch script raised for a decision on `keys`: message `number` (from 1) of
+    /// `errors`, or the decision's fields if there is none such; naming the owner of the keys'
+    /// slot on a cluster.
+    fn batch_script_error(
+        &self,
+        keys: &[String],
+        errors: &[Value],
+        number: i64,
+        fields: &[i64],
+    ) -> BackendError {
         let message = usize::try_from(number - 1)
             .ok()
             .and_then(|i| errors.get(i))
@@ -1003,38 +1021,42 @@ impl RedisBackend {
             );
         BackendError::at(
             FailureKind::Script,
-            self.shared.server.clone(),
+            self.failed_at(keys),
             std::io::Error::other(message),
         )
     }
 
-    /// A script's reply for a request sent at `sent`, received at `received`: refreshes the
-    /// offset from the server's time (last field); [`PAST_DEADLINE`] becomes a timeout.
+    /// A script's reply for a request on `keys` sent at `sent`, received at `received`:
+    /// refreshes the offset from the server's time (last field); [`PAST_DEADLINE`] becomes a
+    /// timeout.
     fn decided(
         &self,
         reply: Vec<i64>,
+        keys: &[String],
         sent: Instant,
         received: Instant,
     ) -> Result<Vec<i64>, BackendError> {
         if let Some(&server_now) = reply.last() {
             self.shared.clock.sample(server_now, sent, received);
         }
-        self.past_deadline(reply)
+        self.past_deadline(reply, keys)
     }
 
-    /// `reply`, or a timeout if the script refused it past its deadline ([`PAST_DEADLINE`]).
-    fn past_deadline<R: AsRef<[i64]>>(&self, reply: R) -> Result<R, BackendError> {
+    /// `reply` of a request on `keys`, or a timeout if the script refused it past its deadline
+    /// ([`PAST_DEADLINE`]).
+    fn past_deadline<R: AsRef<[i64]>>(&self, reply: R, keys: &[String]) -> Result<R, BackendError> {
         if reply.as_ref().first() == Some(&PAST_DEADLINE) {
-            return Err(self.deadline_error());
+            return Err(self.deadline_error(keys));
         }
         Ok(reply)
     }
 
-    /// The error of a request the script refused past its deadline ([`PAST_DEADLINE`]).
-    fn deadline_error(&self) -> BackendError {
+    /// The error of a request on `keys` the script refused past its deadline
+    /// ([`PAST_DEADLINE`]), naming the owner of the keys' slot on a cluster.
+    fn deadline_error(&self, keys: &[String]) -> BackendError {
         BackendError::at(
             FailureKind::Timeout,
-            self.shared.server.clone(),
+            self.failed_at(keys),
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "the request reached the server after its deadline; nothing was taken",
@@ -1322,6 +1344,19 @@ fn bad_url(url: &str, error: &redis::RedisError) -> BackendError {
     )))
 }
 
+/// The scheme to write a cluster's slot owners with: the first configured node's, as redis-rs
+/// reads it (case-insensitive: `redis`, `rediss`, `valkey`, `valkeys`), so a TLS cluster's
+/// owners read as TLS; `redis` for anything else.
+fn owner_scheme(first_node: &str) -> &'static str {
+    let scheme = first_node
+        .split_once("://")
+        .map_or("", |(scheme, _)| scheme);
+    ["redis", "rediss", "valkey", "valkeys"]
+        .into_iter()
+        .find(|known| known.eq_ignore_ascii_case(scheme))
+        .unwrap_or("redis")
+}
+
 /// `url` with the password of its user-info part (`scheme://user:password@host`) replaced.
 fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -1398,6 +1433,20 @@ mod tests {
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
         clock.sample(-5, at, at); // nonsense from a server is ignored
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
+    }
+
+    #[test]
+    fn slot_owners_are_written_with_the_first_nodes_scheme() {
+        for (node, scheme) in [
+            ("redis://h:7000", "redis"),
+            ("rediss://h:7000", "rediss"),
+            ("REDISS://h:7000", "rediss"),
+            ("valkey://h:7000", "valkey"),
+            ("valkeys://u:pw@h:7000", "valkeys"),
+            ("h:7000", "redis"),
+        ] {
+            assert_eq!(owner_scheme(node), scheme, "{node}");
+        }
     }
 
     #[test]

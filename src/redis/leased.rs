@@ -727,7 +727,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let timeout = self.limiter.backend().timeout();
         let error = BackendError::at(
             FailureKind::Timeout,
-            self.limiter.backend().server(),
+            self.limiter.backend().failed_at(&self.redis_keys),
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!(
@@ -937,7 +937,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let protocol = || {
             BackendError::at(
                 FailureKind::Protocol,
-                backend.server(),
+                backend.failed_at(&self.redis_keys),
                 std::io::Error::other(format!(
                     "unexpected reply from floodgate's lease script: {reply:?}"
                 )),

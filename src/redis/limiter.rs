@@ -730,7 +730,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
                 deadline,
             };
             let entries = self.algorithm.entries(n);
-            let reply = self.coalescer.eval(request, entries).await;
+            let keys = || self.request_keys(key);
+            let reply = self.coalescer.eval(request, entries, keys).await;
             reply.and_then(|r| decision_from_reply(&r, self.backend.server()))
         };
         // A try cut short by the caller's own deadline (sooner than the backend's timeout, from
@@ -776,9 +777,12 @@ pub(super) fn decision_from_reply(reply: &[i64], server: &str) -> Result<Decisio
 }
 
 /// A one-decision script's reply as its six fields (see [`decision_from_reply`]); another
-/// length is the same protocol error as there.
-pub(super) fn reply_fields(reply: &[i64], server: &str) -> Result<Fields6, BackendError> {
-    Fields6::try_from(reply).map_err(|_| unexpected_reply(reply, server))
+/// length is the same protocol error as there, naming `server()` (called only then).
+pub(super) fn reply_fields(
+    reply: &[i64],
+    server: impl FnOnce() -> Arc<str>,
+) -> Result<Fields6, BackendError> {
+    Fields6::try_from(reply).map_err(|_| unexpected_reply(reply, &server()))
 }
 
 fn unexpected_reply(reply: &[i64], server: &str) -> BackendError {

@@ -4,8 +4,10 @@
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
 //! background after a failed call (at most one read in flight per backend, bounded by the
-//! backend's timeout). A call's error names the owner of its key's slot in that copy; after a
-//! slot moved, the name is stale until the next read lands (a call that fails reads it again).
+//! backend's timeout, and at most one started per timeout, so a steady stream of failures does
+//! not add a `CLUSTER SLOTS` per failure). A call's error names the owner of its key's slot in
+//! that copy; after a slot moved, the name is stale until the next read lands (a call that
+//! fails at least a timeout after the last read started reads it again).
 //! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
 //! names the configured node list and says that the node is not known.
 //!
@@ -14,6 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -30,6 +33,8 @@ pub(super) struct SlotOwners {
     ranges: Mutex<Arc<[Range]>>,
     /// Set by the one caller that starts a read, cleared when it ends.
     reading: AtomicBool,
+    /// When the last read started after a failure (`None`: none yet).
+    last_start: Mutex<Option<Instant>>,
 }
 
 impl SlotOwners {
@@ -49,10 +54,20 @@ impl SlotOwners {
         }
     }
 
-    /// Whether the caller may start a read: true for one caller until [`read_done`](Self::read_done).
-    pub(super) fn start_read(&self) -> bool {
+    /// Whether the caller may start a read at `now`: true for one caller until
+    /// [`read_done`](Self::read_done), and only once `every` has passed since the last read
+    /// started (a clock read that lags the last start counts as no time passed).
+    pub(super) fn start_read(&self, now: Instant, every: Duration) -> bool {
+        let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
+            return false;
+        }
         // SeqCst: a flag read and written only on the error path; no ordering subtlety to save.
-        !self.reading.swap(true, Ordering::SeqCst)
+        if self.reading.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     /// Ends the read [`start_read`](Self::start_read) allowed.
@@ -63,8 +78,9 @@ impl SlotOwners {
 }
 
 /// The ranges of a `CLUSTER SLOTS` reply (`[[first, last, [host, port, id, …], replicas…], …]`),
-/// sorted; `None` unless every range is well formed. A range whose master has an empty or `?`
-/// host (the node answering did not know its address) is left out.
+/// sorted; `None` unless every range is well formed and no two overlap (so at most one per
+/// slot). A range whose master has an empty or `?` host (the node answering did not know its
+/// address) is left out.
 fn parse(reply: &Value, scheme: &str) -> Option<Vec<Range>> {
     let Value::Array(ranges) = reply else {
         return None;
@@ -101,7 +117,8 @@ fn parse(reply: &Value, scheme: &str) -> Option<Vec<Range>> {
         parsed.push((first, last, format!("{scheme}://{host}:{port}").into()));
     }
     parsed.sort_by_key(|&(first, _, _)| first);
-    Some(parsed)
+    let overlap = parsed.windows(2).any(|pair| pair[0].1 >= pair[1].0);
+    (!overlap).then_some(parsed)
 }
 
 /// The hash slot of a Redis `key`: CRC16 (XMODEM) of its hash tag (the bytes between the first
@@ -144,6 +161,26 @@ mod tests {
         assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar")); // empty first tag: the whole key
         assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
         assert_eq!(slot_of(b""), 0);
+        // Hash-tag edge cases, each against `CLUSTER KEYSLOT` of a Redis 7 cluster node.
+        for (key, slot) in [
+            ("{}", 15_257),
+            ("{}foo", 9_500),
+            ("foo{}", 5_542),
+            ("foo{}{bar}", 8_363),
+            ("foo{{bar}}zap", 4_015),
+            ("foo{bar}{zap}", 5_061),
+            ("{bar", 4_015),
+            ("bar}", 6_624),
+            ("}{bar}", 5_061),
+            ("{{}}", 4_092),
+            ("{a}{b}", 15_495),
+            ("a{b", 13_340),
+            ("{user1000}.following", 3_443),
+            ("{ }", 9_314),
+            ("\u{e9}{\u{fc}}", 9_552),
+        ] {
+            assert_eq!(slot_of(key.as_bytes()), slot, "{key:?}");
+        }
     }
 
     #[test]
@@ -183,6 +220,13 @@ mod tests {
         for bad in [
             Value::Nil,
             Value::Array(vec![range(0, 16_384, node("h", 1))]),
+            // Overlapping ranges (no Redis replies them): which owner is meant is unknown,
+            // and repeated ranges would lift the copy past one entry per slot.
+            Value::Array(vec![
+                range(0, 10, node("h", 1)),
+                range(10, 20, node("h", 2)),
+            ]),
+            Value::Array(vec![range(0, 0, node("h", 1)), range(0, 0, node("h", 1))]),
             Value::Array(vec![Value::Array(vec![Value::Int(0)])]),
         ] {
             owners.update(&bad, "redis");
@@ -192,9 +236,17 @@ mod tests {
         assert_eq!(owners.owner(0).as_deref(), Some("rediss://[::1]:7"));
         assert_eq!(owners.owner(1), None);
 
-        assert!(owners.start_read());
-        assert!(!owners.start_read(), "one read at a time");
+        let (t0, every) = (Instant::now(), Duration::from_millis(200));
+        assert!(owners.start_read(t0, every));
+        assert!(!owners.start_read(t0 + every, every), "one read at a time");
         owners.read_done();
-        assert!(owners.start_read());
+        let early = t0 + every - Duration::from_nanos(1);
+        assert!(!owners.start_read(early, every), "one read per `every`");
+        assert!(
+            !owners.start_read(t0, every),
+            "a lagging clock read is no time passed"
+        );
+        assert!(owners.start_read(t0 + every, every));
+        owners.read_done();
     }
 }

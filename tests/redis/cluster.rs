@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy};
-use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, ManualClock};
 
 use super::server::{RedisCluster, RedisServer};
@@ -475,4 +475,201 @@ fn a_frozen_master_does_not_stop_loading_the_script_on_a_live_one() {
         assert!(outcome.decision().is_allowed());
     }
     cluster.nodes[0].thaw();
+}
+
+/// A 3-master cluster, a limiter (fixed window, fail closed, no breaker) on it, and a key on
+/// its third master, frozen (SIGSTOP) once `prepare` ran if `freeze`: each `callers` outcome,
+/// run concurrently, and that master's address.
+fn third_master_outcomes(
+    freeze: bool,
+    prepare: impl FnOnce(&RedisCluster, &Arc<RedisLimiter<FixedWindow, ManualClock>>, &str),
+    callers: impl FnOnce(
+        &Arc<RedisLimiter<FixedWindow, ManualClock>>,
+        &str,
+    ) -> Vec<tokio::task::JoinHandle<floodgate::backend::Outcome>>,
+) -> (Vec<floodgate::backend::Outcome>, String) {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let timeout = Duration::from_secs(2);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = Arc::new(
+        RedisLimiter::with_clock(
+            &backend,
+            "queued",
+            FixedWindow::new(100_000, Duration::from_secs(60)).unwrap(),
+            FailurePolicy::FailClosed,
+            ManualClock::new(),
+        )
+        .unwrap()
+        .with_breaker(None),
+    );
+    // Not the node given first: the list's head is no answer.
+    let key = key_on(&cluster, &limiter, 2, "q");
+    let owner = cluster.nodes[2].url();
+    prepare(&cluster, &limiter, &key);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if freeze {
+        cluster.nodes[2].freeze();
+    }
+    let started = Instant::now();
+    let outcomes = runtime.block_on(async {
+        let mut outcomes = Vec::new();
+        for task in callers(&limiter, &key) {
+            outcomes.push(task.await.unwrap());
+        }
+        outcomes
+    });
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    if freeze {
+        cluster.nodes[2].thaw();
+    }
+    (outcomes, owner)
+}
+
+/// Each of `outcomes` is a failure of `kind` naming `owner` alone.
+fn assert_all_name(outcomes: &[floodgate::backend::Outcome], kind: FailureKind, owner: &str) {
+    let wrong: Vec<String> = outcomes
+        .iter()
+        .map(|outcome| outcome.failure().expect("decided by the policy"))
+        .filter(|f| f.kind() != kind || f.server_address() != Some(owner))
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {}, not naming {owner}: {wrong:#?}",
+        wrong.len(),
+        outcomes.len()
+    );
+}
+
+/// Concurrent callers of one key on a frozen master all name that master: the first call,
+/// the batches the others are sent in, and the callers still queued at their deadline (whose
+/// timeout named the configured node list).
+#[test]
+fn coalesced_callers_of_a_frozen_master_name_it() {
+    let (outcomes, owner) = third_master_outcomes(
+        true,
+        |_, limiter, key| {
+            let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+            assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        },
+        |limiter, key| {
+            (0..64)
+                .map(|_| {
+                    let (limiter, key) = (Arc::clone(limiter), key.to_owned());
+                    tokio::spawn(async move { limiter.try_acquire_outcome(&key, 1).await.unwrap() })
+                })
+                .collect()
+        },
+    );
+    assert_all_name(&outcomes, FailureKind::Timeout, &owner);
+}
+
+/// A leased key whose leases are of one permit decides each request with a per-call decision
+/// (queued in the limiter like any other): its concurrent callers on a frozen master all name
+/// that master too.
+#[test]
+fn per_call_decisions_of_a_leased_key_on_a_frozen_master_name_it() {
+    let leased = std::sync::OnceLock::new();
+    let (outcomes, owner) = third_master_outcomes(
+        true,
+        |_, limiter, key| {
+            let key = LeasedKey::new(Arc::clone(limiter), key)
+                .with_max_lease(1)
+                .unwrap();
+            assert!(key.blocking_try_acquire(1).unwrap().is_allowed());
+            leased.set(Arc::new(key)).ok().unwrap();
+        },
+        |_, _| {
+            (0..16)
+                .map(|_| {
+                    let leased = Arc::clone(leased.get().unwrap());
+                    tokio::spawn(async move { leased.try_acquire_outcome(1).await.unwrap() })
+                })
+                .collect()
+        },
+    );
+    assert!(
+        leased.get().unwrap().counts().exact > 0,
+        "per-call decisions were made"
+    );
+    assert_all_name(&outcomes, FailureKind::Timeout, &owner);
+}
+
+/// Concurrent callers of one key whose Redis key holds no counter (a count below zero, which
+/// the scripts never write): each decision is the script's error, also those sent in a batch
+/// (whose error named the configured node list), naming the master that owns the key.
+#[test]
+fn batched_script_errors_on_a_cluster_name_the_keys_master() {
+    let (outcomes, owner) = third_master_outcomes(
+        false,
+        |cluster, limiter, key| {
+            let redis_key = &limiter.redis_keys(key)[0];
+            assert_eq!(cluster.nodes[2].cli(&["SET", redis_key, "-5"]), "OK");
+        },
+        |limiter, key| {
+            (0..64)
+                .map(|_| {
+                    let (limiter, key) = (Arc::clone(limiter), key.to_owned());
+                    tokio::spawn(async move { limiter.try_acquire_outcome(&key, 1).await.unwrap() })
+                })
+                .collect()
+        },
+    );
+    assert_all_name(&outcomes, FailureKind::Script, &owner);
+    let texts: Vec<String> = outcomes
+        .iter()
+        .map(|o| o.failure().unwrap().to_string())
+        .collect();
+    assert!(
+        texts.iter().all(|t| t.contains("does not hold a counter")),
+        "{texts:#?}"
+    );
+}
+
+/// A steady stream of failed calls (here each the script's error for a key holding no
+/// counter) re-reads the slot map at most once per backend timeout, not once per failure: a
+/// `CLUSTER SLOTS` per failed decision doubled the cluster's requests and rebuilt the whole
+/// map each time.
+#[test]
+fn failures_re_read_the_slot_map_at_most_once_per_timeout() {
+    let cluster = RedisCluster::start();
+    // Long, so that the whole run falls within one timeout however slow the machine.
+    let timeout = Duration::from_secs(60);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
+            .unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "reread",
+        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    let key = key_on(&cluster, &limiter, 2, "r");
+    let redis_key = &limiter.redis_keys(&key)[0];
+    assert_eq!(cluster.nodes[2].cli(&["SET", redis_key, "-5"]), "OK");
+    let reads = || -> u64 { cluster.nodes.iter().map(|n| n.calls("cluster|slots")).sum() };
+    let before = reads();
+    for i in 0..40 {
+        let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+        let failure = outcome.failure().expect("the script's error");
+        assert_eq!(failure.kind(), FailureKind::Script, "call {i}: {failure}");
+    }
+    let after = reads();
+    assert!(
+        after - before <= 1,
+        "{} slot map reads for 40 failures",
+        after - before
+    );
 }
