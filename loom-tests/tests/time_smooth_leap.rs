@@ -214,6 +214,14 @@ fn warming_leap_repair_races_a_try_acquire() {
     leap_repair_race(&WARMING, Caller::TryAcquire);
 }
 
+/// `admit`, whose refusal computes none of the `Decision`'s terms. (The promises asserted here
+/// judge a `bool` by the admissions alone: this model passes without the refusal's re-check of
+/// the word too.)
+#[test]
+fn warming_leap_repair_races_an_admit() {
+    leap_repair_race(&WARMING, Caller::Admit);
+}
+
 #[test]
 fn warming_leap_repair_races_an_acquire() {
     leap_repair_race(&WARMING, Caller::Acquire);

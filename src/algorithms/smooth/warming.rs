@@ -451,6 +451,33 @@ fn unpack(word: u128) -> (Ticket, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Limiter;
+    use crate::clock::ManualClock;
+
+    /// Issue 17: an `admit` refusal computes no terms; it refuses exactly where `try_acquire`
+    /// does, in debt beyond the lag horizon and within it, until the booking is paid.
+    #[test]
+    fn admit_refuses_where_try_acquire_refuses() {
+        let clock = ManualClock::new();
+        // 0.05 per second (20 s a permit), warm-up 10 s: the first permit books 25 s (10 s for
+        // the stored half permit spent at up to the cold interval, 15 s fresh), more than the
+        // 10 s horizon ahead; refused every 0.5 s until then.
+        let limiter =
+            SmoothWarmingUp::create_with_clock(0.05, Duration::from_secs(10), clock.clone())
+                .unwrap();
+        assert_eq!(limiter.admit(1), Ok(true));
+        let mut refusals = 0;
+        for _ in 0..200 {
+            clock.advance(Duration::from_millis(500));
+            let decision = limiter.try_acquire(1).unwrap();
+            if decision.is_allowed() {
+                break;
+            }
+            refusals += 1;
+            assert_eq!(limiter.admit(1), Ok(false), "at {} ns", clock.now_nanos());
+        }
+        assert_eq!(refusals, 49, "refused until the booking is paid at 25 s");
+    }
 
     #[test]
     fn pack_round_trips_and_keeps_the_flag_apart() {
