@@ -565,7 +565,10 @@ impl<C: Clock> Sharded<C> {
                 let charge = charged.min(share) - count;
                 // AcqRel / Acquire: as the engine's compare-exchange (`update`); pairs with the
                 // admitting compare-exchanges, which then decide again on the charged word (and,
-                // having acquired it, with the new share stored before it).
+                // having acquired it, with the new share stored before it). The loom models of
+                // `sharded_set_limit.rs` count a take racing the charge as admitted either way
+                // (a take racing the whole call may use its old share), so they pass with this
+                // weakened to Relaxed: the pairing is argued here, not model-checked.
                 match stripe.word.compare_exchange(
                     current,
                     pack_window(tag, charged),
