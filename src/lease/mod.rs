@@ -47,10 +47,10 @@
 //! reconfiguration (`set_limit`, `set_rate`) applies to the parent at once; leases already held
 //! are served until they expire, and a refund across a change of a bucket's configuration does
 //! not happen. One case escapes rule 2: a parent word moved back (a bucket's leap repair, a fixed
-//! window's count folded back from a leaped window, a sliding window's ring rewound after a leap
-//! into the lease's own cell, or [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come
-//! back to a lease's exact word (a fixed window's: to the lease's window; a sliding window's: to
-//! the lease's cell, restarted open at zero);
+//! window's count folded back from a leaped window, or
+//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come back to a lease's exact word
+//! (a fixed window's: to the lease's window); a sliding window refuses a refund once its ring
+//! has begun a rewind since the lease (a rewind can re-open the lease's cell at zero);
 //! a refund landing then may give back up to that lease's unused permits (at most `S` once per
 //! leap or reset, on top of what the leap or reset itself forgets; a window's "none" above
 //! holds outside leaps and resets).
