@@ -87,3 +87,43 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::clock::ManualClock;
+    use crate::lease::LeaseSource;
+    use crate::sync::Ordering;
+    use crate::{Limiter, SlidingWindowLimiter};
+
+    /// A lease counted while a rewind of the ring is under way (begun, its compare-exchange on
+    /// `head` not yet ended) gets no refund: the rewind may re-open its cell afresh after it was
+    /// counted. A lease counted before a rewind began has its refund refused once one has begun.
+    /// (A real rewind is `tests/per_core.rs`
+    /// `a_sliding_window_refund_is_refused_after_a_leap_and_rewind_reopened_its_cell`; here the
+    /// counters stand in for a rewinder stalled at its compare-exchange.)
+    #[test]
+    fn a_lease_counted_during_a_rewind_or_before_one_gets_no_refund() {
+        let w = SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, ManualClock::new())
+            .unwrap();
+        // A rewind begun, not ended: the lease is counted, but gets no refund.
+        w.rewinds_begun.fetch_add(1, Ordering::SeqCst);
+        let lease = w.take(1, 4, u64::MAX).unwrap();
+        assert_eq!(lease.granted(), 4);
+        assert!(
+            !w.give_back(&lease, 3),
+            "counted while a rewind was under way"
+        );
+        w.rewinds_ended.fetch_add(1, Ordering::SeqCst);
+        assert!(!w.give_back(&lease, 3), "the rewind has ended since");
+        assert_eq!(w.peek(1).unwrap().remaining(), 10 - 4 - 1);
+        // No rewind under way: the refund lands, until a rewind begins.
+        let lease = w.take(1, 4, u64::MAX).unwrap();
+        assert!(w.give_back(&lease, 1));
+        w.rewinds_begun.fetch_add(1, Ordering::SeqCst);
+        assert!(!w.give_back(&lease, 1), "a rewind began since the lease");
+        assert_eq!(w.peek(1).unwrap().remaining(), 10 - 4 - 3 - 1);
+        assert!(w.try_acquire(2).unwrap().is_allowed());
+    }
+}
