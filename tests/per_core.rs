@@ -714,6 +714,39 @@ fn a_sliding_window_refund_is_refused_once_its_slot_tag_can_have_wrapped() {
     assert_eq!(window.peek(1).unwrap(), before);
 }
 
+/// A leaping clock's crossing overwrites the lease's slot (the leaped window's seal), and the
+/// rewind that follows re-opens the lease's cell afresh: the same index and round tag, open, but
+/// counting only what was admitted after the rewind (the lease's permits are among what the leap
+/// forgot). A refund there took the lease's unused permits out of those later admissions: the
+/// window then admitted 4 more than its limit in the cell. Found by review: the refund is refused
+/// once the ring has been rewound since the lease.
+#[test]
+fn a_sliding_window_refund_is_refused_after_a_leap_and_rewind_reopened_its_cell() {
+    const MS: u64 = 1_000_000;
+    // 10 per second in 4 cells of 250 ms: 8 slots; the lag horizon is 40 cells (10 s).
+    let clock = ManualClock::starting_at(0);
+    let window =
+        SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, clock.clone()).unwrap();
+    let lease = window.take(1, 4, u64::MAX).unwrap(); // counted in cell 0 (slot 0)
+    assert_eq!(lease.granted(), 4);
+    // A leap to cell 801: its crossing seals cell 800 (slot 0), resetting cell 0's count.
+    clock.set(801 * 250 * MS);
+    assert!(window.try_acquire(1).unwrap().is_allowed());
+    // Back in cell 0: the ring is rewound to it and cell 0 re-opened, empty; 4 admitted in it.
+    clock.set(100 * MS);
+    assert!(window.try_acquire(4).unwrap().is_allowed());
+    assert_eq!(window.peek(1).unwrap().remaining(), 10 - 4 - 1);
+    assert!(
+        !window.give_back(&lease, 4),
+        "cell 0 was re-opened by a rewind: its count is not the lease's"
+    );
+    assert_eq!(window.peek(1).unwrap().remaining(), 10 - 4 - 1);
+    let more = (0..10)
+        .filter(|_| window.try_acquire(1).unwrap().is_allowed())
+        .count();
+    assert_eq!(more, 10 - 4, "the cell admits its limit, no more");
+}
+
 /// A stripe's allowed decision never reports more permits remaining than the limit in force.
 /// After the source's limit is lowered, a stripe still serves the lease it holds (as the module
 /// docs say), but its decisions added what the source reported at the lease, before the change:

@@ -1,7 +1,8 @@
 //! Sliding-window lease refunds under the time model (`floodgate_loom_tests::ModelClock`): a
 //! lease's `give_back` races an admission and a cell rotation (the crossing that seals the
-//! lease's cell), or the reuse of the lease's slot by a later cell. The ring is the one of
-//! `time_rings.rs`: 2 cells of 10 ns plus 2 future cells (4 slots). Every model asserts:
+//! lease's cell), the reuse of the lease's slot by a later cell, or a rewind after a leap that
+//! re-opens the lease's cell. The ring is the one of `time_rings.rs`: 2 cells of 10 ns plus 2
+//! future cells (4 slots). Every model asserts:
 //! * **exactness** (the lease module's rule 2): once every thread is done, the window counts
 //!   exactly the permits admitted plus the lease's, less the unused ones if and only if
 //!   `give_back` said it took them back (a refund into a sealed cell would leave `base`'s
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::lease::LeaseSource;
-use floodgate::{Decision, SlidingWindowLimiter};
+use floodgate::{Decision, Limiter, SlidingWindowLimiter};
 use floodgate_loom_tests::{Admitted, ModelClock, join_all, max_in_span, model, take};
 use loom::thread;
 
@@ -109,6 +110,41 @@ fn a_refund_races_the_reuse_of_its_slot() {
         );
         r.join().unwrap();
         // Real time 45 (cell 4): the window (cells 3 and 4) holds only the driver's permit.
+        let peek = w.peek(1).unwrap();
+        assert_eq!(counted(peek), 1, "{peek:?}");
+    });
+}
+
+/// The lease (2 at real time 5, in cell 0, slot 0) is forgotten by a leap: the driver's next
+/// read is in cell `LEAPED` (slot 0, another round), whose crossing stamps slot 0 for that cell.
+/// Then R, at real time 5, finds the leaped head, rewinds the ring to cell 0 (re-opening it at
+/// zero) and takes 1, while G gives the lease's 1 unused permit back. The refund never lands:
+/// before the rewind the slot holds the leaped cell, after it the rewind has begun since the
+/// lease. Before that check, the refund after R took R's permit out of cell 0 (counted 0).
+#[test]
+fn a_refund_races_a_rewind_that_reopens_its_cell() {
+    // More than the horizon (10 s, 10^9 cells of 10 ns) ahead, a multiple of the 4 slots.
+    const LEAPED: u64 = 1_000_000_004;
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
+        let w = window(&clock);
+        let lease = w.take(1, 2, u64::MAX).unwrap();
+        assert_eq!(lease.granted(), 2);
+        ModelClock::leap_next_read(LEAPED * CELL + 2 - 5);
+        assert!(w.try_acquire(1).unwrap().is_allowed(), "the leaper's own");
+        let g = {
+            let w = w.clone();
+            thread::spawn(move || w.give_back(&lease, 1))
+        };
+        let r = {
+            let (w, clock) = (w.clone(), clock.clone());
+            thread::spawn(move || take(&*w, &clock, 1, (0, 0)))
+        };
+        let refunded = g.join().unwrap();
+        let admitted = join_all(vec![r], Vec::new());
+        assert_eq!(admitted.len(), 1, "cell 0, re-opened, holds R's permit");
+        assert!(!refunded, "the lease's count was forgotten by the leap");
+        // Real time 5 (cell 0): the window counts R's permit.
         let peek = w.peek(1).unwrap();
         assert_eq!(counted(peek), 1, "{peek:?}");
     });

@@ -22,7 +22,7 @@
 //! | parent | over-admission | under-admission |
 //! |---|---|---|
 //! | [`FixedWindow`](crate::FixedWindow) | **none**: a lease expires with the window it was counted in, so every permit served is counted in the window it is served in, and the window's count never passes its limit | at most `S` per window (held, then dead with the window; a lease replaced within its window gives its unused permits back to it) |
-//! | [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) | **none**: a lease expires with the cell it was counted in | at most `S` per cell: a lease's unused permits are refunded to its cell while the cell is open (until a crossing into a later cell seals it), whatever was counted in it since; what the stripes hold when the cell is sealed stays counted in it until it leaves the window (so at most `cells × S` in one window) |
+//! | [`SlidingWindowLimiter`](crate::SlidingWindowLimiter) | **none**: a lease expires with the cell it was counted in | at most `S` per cell: a lease's unused permits are refunded to its cell while the cell is open (until a crossing into a later cell seals it), whatever was counted in it since; what the stripes hold when the cell is sealed stays counted in it until it leaves the window (so at most `cells × S` in one window), and so does what they held when a rewind of the ring began (after a leap: at most `S` more, once per leap) |
 //! | [`Gcra`](crate::Gcra), [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket) | in any span of length `d`, at most what the exact bucket may grant in `d + L` (`L` the lease lifetime): `C + ⌊(d + L) / T⌋` permits instead of `C + ⌊d / T⌋`: at most `⌈L / T⌉` above the exact bucket in any span, and at most `S` | at most `S` held at any time; held permits are refunded when the parent's word is still the lease's, else they die at expiry |
 //!
 //! The same rules hold for a lease from a Redis key (`redis::LeasedKey`, feature `redis`): the
@@ -47,13 +47,13 @@
 //! reconfiguration (`set_limit`, `set_rate`) applies to the parent at once; leases already held
 //! are served until they expire, and a refund across a change of a bucket's configuration does
 //! not happen. One case escapes rule 2: a parent word moved back (a bucket's leap repair, a fixed
-//! window's count folded back from a leaped window, a sliding window's ring rewound after a leap
-//! into the lease's own cell, or [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come
-//! back to a lease's exact word (a fixed window's: to the lease's window; a sliding window's: to
-//! the lease's cell, restarted open at zero);
-//! a refund landing then may give back up to that lease's unused permits (at most `S` once per
-//! leap or reset, on top of what the leap or reset itself forgets; a window's "none" above
-//! holds outside leaps and resets).
+//! window's count folded back from a leaped window, or
+//! [`AtomicLimiter::reset`](crate::AtomicLimiter::reset)) can come back to a lease's exact word
+//! (a fixed window's: to the lease's window); a refund landing then may give back up to that
+//! lease's unused permits (at most `S` once per leap or reset, on top of what the leap or reset
+//! itself forgets; a window's "none" above holds outside leaps and resets). A sliding window
+//! does not escape: its refund is refused once its ring has begun a rewind since the lease (a
+//! rewind can re-open the lease's cell at zero).
 
 mod per_core;
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]

@@ -11,7 +11,8 @@ use crate::lease::{Lease, LeaseSource, take_between};
 use crate::limiter::{AtomicLimiter, Limiter};
 use crate::packed::{pack_window, unpack_window};
 
-/// A receipt generation that no refund accepts (the configuration changed during the lease).
+/// A receipt generation that no refund accepts (a bucket's configuration changed during the
+/// lease; a sliding window's ring was being rewound when the lease was taken).
 const NO_REFUND: u64 = u64::MAX;
 
 /// `max` capped at the limit in force (a lease is never larger than the limit).
@@ -129,27 +130,31 @@ impl<C: Clock> LeaseSource for AtomicLimiter<FixedWindow, C> {
 /// Leases from a sliding window: valid until the end of the cell the window counted the lease
 /// in (the source says which: its own clock read may trail one taken before, on another core),
 /// or `lifetime` after a clock read taken before the lease was decided, if sooner. Refunded by
-/// lowering that cell's count while the cell is open, its slot still holding it (the receipt is
-/// the cell's index): an open cell's count is a sum that nothing published has read yet, so the
-/// window is then exactly as if the lease had been smaller, whatever was counted in the cell
-/// since. Once a crossing into a later cell has sealed it (its count is then in the published
+/// lowering that cell's count while the cell is open, its slot still holding it, and no rewind
+/// of the ring has begun since the lease (the receipt is the cell's index and the rewinds begun
+/// before it, or `NO_REFUND` if one was under way): an open cell's count is a sum that nothing
+/// published has read yet, so the window is then exactly as if the lease had been smaller,
+/// whatever was counted in the cell since. Once a crossing into a later cell has sealed it (its count is then in the published
 /// sums), the refund does not happen (see `SlidingWindowLimiter::refund`).
 impl<C: Clock> LeaseSource for SlidingWindowLimiter<C> {
     fn take(&self, min: u32, max: u32, lifetime_nanos: u64) -> Result<Lease, AcquireError> {
         check_permits(min, Limiter::limit(self))?;
         let max = capped(max, Limiter::limit(self));
         let before = Limiter::clock(self).now_nanos();
+        // Read before the lease is counted: a rewind begun since refuses its refund.
+        let rewinds = self.rewinds().unwrap_or(NO_REFUND);
         let (granted, decision, (cell, cell_end)) =
             take_between(min, max, |n| self.try_acquire_counted(n))?;
         let expires_at = cell_end.min(before.saturating_add(lifetime_nanos));
-        Ok(Lease::new(granted, before, expires_at, decision).with_receipt([cell, 0]))
+        Ok(Lease::new(granted, before, expires_at, decision).with_receipt([cell, rewinds]))
     }
 
     fn give_back(&self, lease: &Lease, unused: u32) -> bool {
-        if unused == 0 || unused > lease.granted() {
+        let [cell, rewinds] = lease.receipt();
+        if unused == 0 || unused > lease.granted() || rewinds == NO_REFUND {
             return false;
         }
-        self.refund(lease.receipt()[0], u64::from(unused))
+        self.refund(cell, rewinds, u64::from(unused))
     }
 
     #[inline(always)]

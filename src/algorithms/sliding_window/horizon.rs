@@ -101,12 +101,16 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     }
                     continue;
                 }
+                // Begun before head moves back (so before any slot write that follows the
+                // rewind) and ended after: see `SlidingWindowLimiter::refund`.
+                self.rewinds_begun.fetch_add(1, Ordering::SeqCst);
                 // AcqRel: Release orders the rewind before our crossing's seals and stamps (a
                 // reader that sees those re-reads head); Acquire as every head load.
-                match self
-                    .head
-                    .compare_exchange(head, me.own, Ordering::AcqRel, Ordering::Acquire)
-                {
+                let moved =
+                    self.head
+                        .compare_exchange(head, me.own, Ordering::AcqRel, Ordering::Acquire);
+                self.rewinds_ended.fetch_add(1, Ordering::SeqCst);
+                match moved {
                     Ok(_) => {
                         me.seen = me.own;
                         return (me.own, true);

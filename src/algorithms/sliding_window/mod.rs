@@ -116,8 +116,9 @@
 //! sum, so the window is then exactly as if the lease had been smaller. A sealed cell's count is
 //! in `base` and its block's marks, which one compare-exchange cannot correct together: once a
 //! crossing has sealed the cell (or its slot holds another cell), the refund is refused and the
-//! permits stay counted until the cell leaves the window. A refund is also refused once the clock
-//! is half a round-tag period (`2^38 × slots` cells) past the cell: the slot may then hold the
+//! permits stay counted until the cell leaves the window. A refund is also refused once the ring
+//! has begun a rewind ([Time](#time)) since the lease (the rewind can re-open the lease's cell
+//! afresh, at zero), and once the clock is half a round-tag period (`2^38 × slots` cells) past the cell: the slot may then hold the
 //! lease's tag for another cell. The bound this gives a [`PerCore`](crate::lease::PerCore) is in
 //! the [lease module's table](crate::lease#the-bound).
 //!
@@ -272,6 +273,12 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// [Marks](self#marks)): `(round, suffix, sum)` in [`pack_cell`]'s layout. A separate array,
     /// so the admission's slot index stays a scaled 8-byte offset.
     marks: Box<[AtomicU64]>,
+    /// Attempts to move `head` back (a rewind after a leap, [Time](self#time)) begun, counted
+    /// before each attempt's compare-exchange, and ended, counted after it: a lease records
+    /// them, and its refund is refused once a rewind has begun since (a rewind can re-open the
+    /// lease's cell afresh, see [`refund`](Self::refund)).
+    rewinds_begun: AtomicU64,
+    rewinds_ended: AtomicU64,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
     horizon: u64,
@@ -459,6 +466,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }),
             slots,
             marks,
+            rewinds_begun: AtomicU64::new(0),
+            rewinds_ended: AtomicU64::new(0),
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         }
