@@ -136,8 +136,8 @@ const JUDGE_MIN_KEYS: usize = 64;
 /// `JUDGE_EVERY` slot looks per insert, amortized. With 8 (a pass every eighth of the slots) a
 /// flood of unique keys that go idle between passes cost 1,598 instructions an insert instead of
 /// 808 before judging existed (callgrind, `examples/keyed_instructions insert-1m`), 650 of them
-/// in the passes' liveness checks; 2 cuts that part to a quarter, and a flood's memory comes
-/// back after half a table of new keys instead of an eighth.
+/// in the passes' liveness checks; with 2, 1,067 (that part cut to a quarter), and a flood's
+/// memory comes back after half a table of new keys instead of an eighth.
 const JUDGE_EVERY: usize = 2;
 
 /// Whether forgetting a slot at a given time would change a later decision.
