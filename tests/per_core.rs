@@ -216,18 +216,27 @@ fn taking_turns_on_a_still_clock_gets_exactly_the_capacity() {
     );
     let leased = PerCore::with_stripes(source, 2).unwrap();
     let mut admitted = 0;
+    drain_taking_turns(|stripe| {
+        let allowed = leased.try_acquire_on(stripe, 1).unwrap().is_allowed();
+        admitted += u32::from(allowed);
+        allowed
+    });
+    assert_eq!(admitted, 1_000);
+}
+
+/// Stripes 0 and 1 take one permit in turn through `take` (true: admitted) until two are denied
+/// in a row: on a still clock, what both stripes and the source hold is drained.
+fn drain_taking_turns(mut take: impl FnMut(usize) -> bool) {
     let mut denied_in_a_row = 0;
     let mut turn = 0;
     while denied_in_a_row < 2 {
-        if leased.try_acquire_on(turn, 1).unwrap().is_allowed() {
-            admitted += 1;
+        if take(turn % 2) {
             denied_in_a_row = 0;
         } else {
             denied_in_a_row += 1;
         }
         turn += 1;
     }
-    assert_eq!(admitted, 1_000);
 }
 
 /// A stripe that keeps using its leases grows them (fewer trips to the source), but holds no
@@ -544,16 +553,7 @@ fn assert_strands_at_most_the_bound<S: LeaseSource>(leased: PerCore<S>, clock: &
         clock.advance(Duration::from_nanos(2 * MS)); // stripe 0's lease expires part-served
     }
     // Drain what is left (the clock stands still: nothing more expires).
-    let mut denied_in_a_row = 0;
-    let mut turn = 0;
-    while denied_in_a_row < 2 {
-        if take(turn % 2) {
-            denied_in_a_row = 0;
-        } else {
-            denied_in_a_row += 1;
-        }
-        turn += 1;
-    }
+    drain_taking_turns(&mut take);
     assert!(clock.now_nanos() < 1_000 * MS, "all in one window (cell)");
     let stranded = u64::from(STRAND_LIMIT) - admitted;
     assert!(
@@ -611,16 +611,7 @@ fn a_sliding_window_stripe_gives_back_and_the_window_admits_exactly_its_limit() 
         "stripe 0 gives 7 back and leases again, in the same cell"
     );
     // Drain the window on a still clock (nothing more expires; leases shrink near the limit).
-    let mut denied_in_a_row = 0;
-    let mut turn = 0;
-    while denied_in_a_row < 2 {
-        if take(turn % 2) {
-            denied_in_a_row = 0;
-        } else {
-            denied_in_a_row += 1;
-        }
-        turn += 1;
-    }
+    drain_taking_turns(&mut take);
     assert!(clock.now_nanos() < 250 * MS, "all in one cell");
     assert_eq!(admitted, 100, "the window admits exactly its limit");
 }

@@ -7,48 +7,14 @@
 use std::time::Duration;
 
 use floodgate::keyed::{KeyedStats, WhenFull};
-use floodgate::{Clock, FixedWindow, Keyed};
+use floodgate::{FixedWindow, Keyed};
+use floodgate_loom_tests::{ModelClock, model};
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 
-/// A manual clock on a loom atomic.
-#[derive(Clone)]
-struct LoomClock(Arc<AtomicU64>);
-
-impl LoomClock {
-    fn set(&self, nanos: u64) {
-        // SeqCst: a test clock; the simplest ordering.
-        self.0.store(nanos, Ordering::SeqCst);
-    }
-}
-
-impl Clock for LoomClock {
-    fn now_nanos(&self) -> u64 {
-        // SeqCst: as set.
-        self.0.load(Ordering::SeqCst)
-    }
-    fn sleep(&self, _: Duration) {}
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    model_with_branches(1_000, f);
-}
-
-/// `model` allowing `max_branches` branches an execution (loom's default: 1,000), for a model
-/// whose single-threaded setup makes many atomic accesses.
-fn model_with_branches(max_branches: usize, f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.max_branches = max_branches;
-    let bound = std::env::var("LOOM_MAX_PREEMPTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    builder.preemption_bound = Some(bound.unwrap_or(3));
-    builder.check(f);
-}
-
 /// One permit per aligned 10 ns window, two keys in one shard, refusing new keys when full.
-fn full_shard(clock: &LoomClock) -> Arc<Keyed<u32, FixedWindow, LoomClock>> {
+fn full_shard(clock: &ModelClock) -> Arc<Keyed<u32, FixedWindow, ModelClock>> {
     let keyed = Arc::new(
         Keyed::builder(FixedWindow::aligned(1, Duration::from_nanos(10)).unwrap())
             .clock(clock.clone())
@@ -79,10 +45,10 @@ fn counters(stats: &KeyedStats) -> [u64; 4] {
 /// are exact.
 #[test]
 fn a_scrape_racing_a_sweep_counts_no_key_twice_and_never_goes_back() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = full_shard(&clock);
-        clock.set(10);
+        clock.advance(5); // real time 10
         let a = {
             let keyed = keyed.clone();
             thread::spawn(move || assert!(keyed.try_acquire(&3, 1).unwrap().is_allowed()))
@@ -116,8 +82,8 @@ fn a_scrape_racing_a_sweep_counts_no_key_twice_and_never_goes_back() {
 /// that saw the flag counts the refusal.
 #[test]
 fn a_scrape_ordered_after_a_refusal_counts_it() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = full_shard(&clock);
         let done = Arc::new(AtomicBool::new(false));
         let a = {
@@ -150,8 +116,8 @@ fn a_scrape_ordered_after_a_refusal_counts_it() {
 #[test]
 fn a_check_racing_a_judging_shrink_keeps_its_admission() {
     // The 120 inserts of the setup make a few thousand branches.
-    model_with_branches(100_000, || {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(Some(100_000), || {
+        let clock = ModelClock::starting_at(5);
         let keyed = Arc::new(
             Keyed::builder(FixedWindow::aligned(1, Duration::from_nanos(10)).unwrap())
                 .clock(clock.clone())
@@ -163,7 +129,7 @@ fn a_check_racing_a_judging_shrink_keeps_its_admission() {
         for key in 1..=120 {
             assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
         }
-        clock.set(10);
+        clock.advance(5); // real time 10
         let a = {
             let keyed = keyed.clone();
             thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())

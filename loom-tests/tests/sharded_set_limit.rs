@@ -9,17 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::{Limiter, ManualClock, Sharded};
+use floodgate_loom_tests::model;
 use loom::thread;
-
-fn builder() -> loom::model::Builder {
-    let mut builder = loom::model::Builder::new();
-    let bound = std::env::var("LOOM_MAX_PREEMPTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    builder.preemption_bound = Some(bound);
-    builder
-}
 
 /// Every permit the window still admits, one at a time, from each home stripe in turn.
 fn drain(limiter: &Sharded<ManualClock>) -> u64 {
@@ -37,7 +28,7 @@ fn drain(limiter: &Sharded<ManualClock>) -> u64 {
 /// than max(admitted, 4): before the fix, stripe 1 still had its whole new share (6 in all).
 #[test]
 fn a_lowering_racing_a_take_caps_the_window() {
-    builder().check(|| {
+    model(None, || {
         let limiter = Arc::new(
             Sharded::with_clock(8, Duration::from_secs(1), 2, ManualClock::new()).unwrap(),
         );
@@ -61,7 +52,7 @@ fn a_lowering_racing_a_take_caps_the_window() {
 /// never a mix of both (1 + 3 or 3 + 1 sums to neither 2 nor 6).
 #[test]
 fn racing_set_limits_leave_one_split() {
-    builder().check(|| {
+    model(None, || {
         let clock = ManualClock::new();
         let limiter =
             Arc::new(Sharded::with_clock(4, Duration::from_secs(1), 2, clock.clone()).unwrap());

@@ -445,21 +445,39 @@ mod tests {
     use crate::{FixedWindow, ManualClock};
     use std::time::Duration;
 
+    /// A keyed fixed window of 5 a second per key on `clock`, for at most `max_keys` keys in
+    /// `shards` shards.
+    fn five_a_second(
+        clock: &ManualClock,
+        max_keys: usize,
+        shards: usize,
+    ) -> Keyed<u64, FixedWindow, ManualClock> {
+        Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(max_keys)
+            .shards(shards)
+            .build()
+            .unwrap()
+    }
+
+    /// One permit for each of `keys`, each admitted.
+    #[track_caller]
+    fn admit_each(keyed: &Keyed<u64, FixedWindow, ManualClock>, keys: std::ops::Range<u64>) {
+        for key in keys {
+            assert!(
+                keyed.try_acquire(&key, 1).unwrap().is_allowed(),
+                "key {key}"
+            );
+        }
+    }
+
     /// A flood of keys that goes idle gives its memory back at the next sweep, with no explicit
     /// `shrink()`: the shards follow their keys down.
     #[test]
     fn a_sweep_hands_back_the_memory_of_a_flood_gone_idle() {
         let clock = ManualClock::new();
-        let keyed: Keyed<u64, _, _> =
-            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
-                .clock(clock.clone())
-                .max_keys(100_000)
-                .shards(4)
-                .build()
-                .unwrap();
-        for key in 0..40_000u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
-        }
+        let keyed = five_a_second(&clock, 100_000, 4);
+        admit_each(&keyed, 0..40_000);
         assert!(keyed.facade.map().capacity() >= 40_000);
         clock.advance(Duration::from_secs(2)); // every window over: every key idle
         assert_eq!(keyed.retain_recent(), 40_000);
@@ -469,9 +487,7 @@ mod tests {
             keyed.facade.map().capacity()
         );
         // A shard that still holds keys keeps room for them (no shrink below twice its keys).
-        for key in 0..1_000u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
-        }
+        admit_each(&keyed, 0..1_000);
         clock.advance(Duration::from_millis(500));
         assert_eq!(keyed.retain_recent(), 0);
         assert!(keyed.facade.map().capacity() >= 1_000);
@@ -483,13 +499,7 @@ mod tests {
     #[test]
     fn new_keys_after_a_flood_gone_idle_hand_its_memory_back() {
         let clock = ManualClock::new();
-        let keyed: Keyed<u64, _, _> =
-            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
-                .clock(clock.clone())
-                .max_keys(40_000)
-                .shards(4)
-                .build()
-                .unwrap();
+        let keyed = five_a_second(&clock, 40_000, 4);
         // More keys than the cap: every shard fills up, the rest are refused.
         for key in 0..60_000u64 {
             keyed.try_acquire(&key, 1).unwrap();
@@ -498,9 +508,7 @@ mod tests {
         let flooded = keyed.facade.map().capacity();
         assert!(flooded >= 40_000);
         clock.advance(Duration::from_secs(2)); // every window over: every key idle
-        for key in 60_000..60_100u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
-        }
+        admit_each(&keyed, 60_000..60_100);
         assert_eq!(keyed.len(), 100, "the idle flood was swept");
         assert!(
             keyed.facade.map().capacity() < 1_000,
@@ -511,9 +519,7 @@ mod tests {
         // Below the cap, in shards too small to be judged (room for at most 64 keys), keys gone
         // idle are kept and found again in place.
         clock.advance(Duration::from_secs(2));
-        for key in 60_000..60_100u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
-        }
+        admit_each(&keyed, 60_000..60_100);
         let stats = keyed.stats();
         assert_eq!((stats.keys, stats.evicted_idle), (100, 40_000));
     }
@@ -525,23 +531,13 @@ mod tests {
     #[test]
     fn new_keys_after_a_flood_below_the_cap_gone_idle_hand_its_memory_back() {
         let clock = ManualClock::new();
-        let keyed: Keyed<u64, _, _> =
-            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
-                .clock(clock.clone())
-                .max_keys(100_000)
-                .shards(4)
-                .build()
-                .unwrap();
+        let keyed = five_a_second(&clock, 100_000, 4);
         // 20,000 keys: about 5,000 a shard, a fifth of its cap of 25,000.
-        for key in 0..20_000u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
-        }
+        admit_each(&keyed, 0..20_000);
         let flooded = keyed.facade.map().capacity();
         assert!(flooded >= 20_000);
         clock.advance(Duration::from_secs(2)); // every window over: every key idle
-        for key in 20_000..20_100u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
-        }
+        admit_each(&keyed, 20_000..20_100);
         let stats = keyed.stats();
         assert_eq!(
             (stats.keys, stats.evicted_idle),
@@ -562,21 +558,11 @@ mod tests {
     #[test]
     fn a_shard_in_steady_use_keeps_its_idle_keys() {
         let clock = ManualClock::new();
-        let keyed: Keyed<u64, _, _> =
-            Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
-                .clock(clock.clone())
-                .max_keys(10_000)
-                .shards(1)
-                .build()
-                .unwrap();
-        for key in 0..400u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
-        }
+        let keyed = five_a_second(&clock, 10_000, 1);
+        admit_each(&keyed, 0..400);
         let slots = keyed.facade.map().capacity();
         clock.advance(Duration::from_secs(2)); // every key idle
-        for key in 0..200u64 {
-            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed()); // found in place: live again
-        }
+        admit_each(&keyed, 0..200); // found in place: live again
         let before = keyed.stats();
         assert_eq!((before.keys, before.evicted_idle), (400, 0));
         // New keys until one judges the shard: 200 + m of 400 + m keys live, more than a

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy};
+use floodgate::backend::{BreakerConfig, FailureKind, FailurePolicy, Outcome};
 use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, ManualClock};
+use tokio::task::JoinHandle;
 
 use super::server::{RedisCluster, RedisServer};
 use super::{Acquire, backend, for_each_algorithm, hammer};
@@ -68,6 +69,64 @@ fn limiters_run_unchanged_on_a_three_master_cluster() {
     });
 }
 
+/// A 3-master cluster whose live masters keep answering for their slots while another master
+/// is frozen or killed: without `cluster-require-full-coverage no` the whole cluster refuses
+/// queries once the frozen master is marked failed.
+fn partitionable_cluster() -> RedisCluster {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    cluster
+}
+
+/// An eagerly connected backend on `cluster` whose calls time out after `timeout`.
+fn cluster_backend(cluster: &RedisCluster, timeout: Duration) -> RedisBackend {
+    RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout)).unwrap()
+}
+
+/// A fixed window of `limit` per minute named `name`, failing closed, with the default breaker,
+/// on a `ManualClock` that never moves (a breaker's back-off never passes).
+fn fixed_window(
+    backend: &RedisBackend,
+    name: &str,
+    limit: u32,
+) -> RedisLimiter<FixedWindow, ManualClock> {
+    RedisLimiter::with_clock(
+        backend,
+        name,
+        FixedWindow::new(limit, Duration::from_secs(60)).unwrap(),
+        FailurePolicy::FailClosed,
+        ManualClock::new(),
+    )
+    .unwrap()
+}
+
+/// One blocking decision of one permit for `key`; a call still running after a minute (far past
+/// any backend timeout here) fails the test as hung.
+fn call(limiter: &RedisLimiter<FixedWindow, ManualClock>, key: &str) -> Outcome {
+    let started = Instant::now();
+    let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60), "hung: {key}");
+    outcome
+}
+
+/// `outcome` was decided by Redis, not by the failure policy; `context` leads the message.
+#[track_caller]
+fn assert_decided(outcome: &Outcome, context: impl std::fmt::Display) {
+    assert!(
+        outcome.failure().is_none(),
+        "{context}: decided by the policy: {:?}",
+        outcome.failure()
+    );
+}
+
+/// `outcome` was decided by the policy after a failure of `kind`.
+#[track_caller]
+fn assert_failed(outcome: &Outcome, kind: FailureKind) {
+    assert_eq!(outcome.failure().map(|e| e.kind()), Some(kind));
+}
+
 /// One limiter key whose Redis keys live on `node`: the node that owns a key's slot answers
 /// for it without a `MOVED` redirect.
 fn key_on(
@@ -92,35 +151,12 @@ fn key_on(
 /// README says), so a cluster that must ride out one master's outage turns it off.
 #[test]
 fn a_frozen_master_fails_only_its_own_keys() {
-    let cluster = RedisCluster::start();
-    for node in &cluster.nodes {
-        // Without it the whole cluster refuses queries once the frozen master is marked failed.
-        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
-    }
+    let cluster = partitionable_cluster();
     // Long enough that a live master's answer never misses it on a loaded machine.
-    let timeout = Duration::from_secs(2);
-    let backend =
-        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
-            .unwrap();
-    let make = |breaker: Option<BreakerConfig>| {
-        RedisLimiter::with_clock(
-            &backend,
-            if breaker.is_some() {
-                "broken"
-            } else {
-                "frozen"
-            },
-            FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
-            FailurePolicy::FailClosed,
-            // The breaker's back-off passes only when the test says: never.
-            ManualClock::new(),
-        )
-        .unwrap()
-        .with_breaker(breaker)
-    };
-    let plain = make(None);
+    let backend = cluster_backend(&cluster, Duration::from_secs(2));
+    let plain = fixed_window(&backend, "frozen", 1_000).with_breaker(None);
     let breaker = BreakerConfig::new(1, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
-    let guarded = make(Some(breaker));
+    let guarded = fixed_window(&backend, "broken", 1_000).with_breaker(Some(breaker));
     let on_frozen = key_on(&cluster, &plain, 0, "a");
     let on_live = key_on(&cluster, &plain, 1, "b");
     let guarded_on_frozen = key_on(&cluster, &guarded, 0, "a");
@@ -131,45 +167,21 @@ fn a_frozen_master_fails_only_its_own_keys() {
         (&guarded, &guarded_on_frozen),
         (&guarded, &guarded_on_live),
     ] {
-        let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
-        assert!(
-            outcome.failure().is_none(),
-            "{key}: {:?}",
-            outcome.failure()
-        );
+        assert_decided(&call(limiter, key), key);
     }
     cluster.nodes[0].freeze();
-    let started = Instant::now();
-    let outcome = plain.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let outcome = call(&plain, &on_frozen);
     assert!(!outcome.decision().is_allowed());
-    assert_eq!(
-        outcome.failure().map(|e| e.kind()),
-        Some(FailureKind::Timeout)
-    );
+    assert_failed(&outcome, FailureKind::Timeout);
     for i in 0..3 {
-        let started = Instant::now();
-        let outcome = plain.blocking_try_acquire_outcome(&on_live, 1).unwrap();
-        assert!(started.elapsed() < Duration::from_secs(60), "hung");
-        assert!(
-            outcome.failure().is_none(),
-            "call {i}: a live master's key decided by the policy: {:?}",
-            outcome.failure()
-        );
+        let outcome = call(&plain, &on_live);
+        assert_decided(&outcome, format_args!("call {i}: a live master's key"));
         assert!(outcome.decision().is_allowed());
     }
 
     // One failure (the breaker's threshold here) on the frozen master opens it for every key.
-    let outcome = guarded
-        .blocking_try_acquire_outcome(&guarded_on_frozen, 1)
-        .unwrap();
-    assert_eq!(
-        outcome.failure().map(|e| e.kind()),
-        Some(FailureKind::Timeout)
-    );
-    let outcome = guarded
-        .blocking_try_acquire_outcome(&guarded_on_live, 1)
-        .unwrap();
+    assert_failed(&call(&guarded, &guarded_on_frozen), FailureKind::Timeout);
+    let outcome = call(&guarded, &guarded_on_live);
     assert_eq!(
         outcome.failure().map(|e| e.kind()),
         Some(FailureKind::CircuitOpen),
@@ -183,17 +195,13 @@ fn a_frozen_master_fails_only_its_own_keys() {
     // `a_failed_call_names_the_master_that_owns_its_key`).
     let mut cluster = cluster;
     cluster.nodes[0].kill();
-    let started = Instant::now();
-    let outcome = plain.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let outcome = call(&plain, &on_frozen);
     assert!(!outcome.decision().is_allowed());
     assert!(outcome.failure().is_some(), "decided by a dead master?");
     for i in 0..3 {
-        let outcome = plain.blocking_try_acquire_outcome(&on_live, 1).unwrap();
-        assert!(
-            outcome.failure().is_none(),
-            "call {i} after the kill: a live master's key decided by the policy: {:?}",
-            outcome.failure()
+        assert_decided(
+            &call(&plain, &on_live),
+            format_args!("call {i} after the kill: a live master's key"),
         );
     }
 }
@@ -205,18 +213,11 @@ fn a_frozen_master_fails_only_its_own_keys() {
 fn a_slot_moved_to_another_master_keeps_its_count() {
     let cluster = RedisCluster::start();
     let backend = super::backend(RedisConfig::cluster(cluster.urls()));
-    let limiter = RedisLimiter::with_clock(
-        &backend,
-        "moved",
-        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
-        FailurePolicy::FailClosed,
-        ManualClock::new(),
-    )
-    .unwrap();
+    let limiter = fixed_window(&backend, "moved", 10);
     let key = key_on(&cluster, &limiter, 0, "m");
-    for _ in 0..4 {
-        let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
-        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    for i in 0..4 {
+        let outcome = call(&limiter, &key);
+        assert_decided(&outcome, format_args!("call {i}"));
         assert!(outcome.decision().is_allowed());
     }
     let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
@@ -248,9 +249,9 @@ fn a_slot_moved_to_another_master_keeps_its_count() {
         "the slot did not move"
     );
     let admitted = (0..10)
-        .filter(|_| {
-            let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
-            assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        .filter(|i| {
+            let outcome = call(&limiter, &key);
+            assert_decided(&outcome, format_args!("call {i} after the move"));
             outcome.decision().is_allowed()
         })
         .count();
@@ -276,20 +277,13 @@ fn a_cluster_config_at_a_standalone_server_says_it_is_not_in_cluster_mode() {
     );
 
     let lazy = RedisBackend::blocking_connect(config.lazy()).unwrap();
-    let limiter = RedisLimiter::new(
-        &lazy,
-        "standalone",
-        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
-        FailurePolicy::FailClosed,
-    )
-    .unwrap()
-    .with_breaker(None);
+    let limiter = fixed_window(&lazy, "standalone", 10).with_breaker(None);
     // A lazy cluster connection whose `CLUSTER SLOTS` failed knows no slot's owner, and redis-rs
     // sends each call to a node it is connected to: this one, which decides it as a
     // single-server backend would (the script loaded there on first use).
-    for _ in 0..2 {
-        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
-        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    for i in 0..2 {
+        let outcome = call(&limiter, "k");
+        assert_decided(&outcome, format_args!("call {i}"));
         assert!(outcome.decision().is_allowed());
     }
     assert_eq!(server.calls("evalsha"), 3, "NOSCRIPT, then two decisions");
@@ -314,18 +308,10 @@ fn a_single_config_at_a_cluster_node_says_to_use_the_cluster_config() {
     );
 
     let lazy = RedisBackend::blocking_connect(config.lazy()).unwrap();
-    let limiter = RedisLimiter::with_clock(
-        &lazy,
-        "moved",
-        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
-        FailurePolicy::FailClosed,
-        ManualClock::new(),
-    )
-    .unwrap()
-    .with_breaker(None);
+    let limiter = fixed_window(&lazy, "moved", 10).with_breaker(None);
     let key = key_on(&cluster, &limiter, 1, "elsewhere");
     let owner = format!("127.0.0.1:{}", cluster.nodes[1].port);
-    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
+    let outcome = call(&limiter, &key);
     let failure = outcome.failure().expect("decided by the policy");
     assert_eq!(failure.kind(), FailureKind::Other, "{failure}");
     assert!(
@@ -335,50 +321,30 @@ fn a_single_config_at_a_cluster_node_says_to_use_the_cluster_config() {
     );
     // A key on the node itself is decided there.
     let home = key_on(&cluster, &limiter, 0, "home");
-    let outcome = limiter.blocking_try_acquire_outcome(&home, 1).unwrap();
-    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    assert_decided(&call(&limiter, &home), &home);
 }
 
 /// A call's error names the master the failing request went to (the owner of its key's slot),
 /// not the configured node list: frozen (SIGSTOP, a timeout) and then killed.
 #[test]
 fn a_failed_call_names_the_master_that_owns_its_key() {
-    let mut cluster = RedisCluster::start();
-    for node in &cluster.nodes {
-        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
-    }
-    let timeout = Duration::from_secs(2);
-    let backend =
-        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
-            .unwrap();
-    let limiter = RedisLimiter::with_clock(
-        &backend,
-        "named",
-        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
-        FailurePolicy::FailClosed,
-        ManualClock::new(),
-    )
-    .unwrap()
-    .with_breaker(None);
+    let mut cluster = partitionable_cluster();
+    let backend = cluster_backend(&cluster, Duration::from_secs(2));
+    let limiter = fixed_window(&backend, "named", 1_000).with_breaker(None);
     // The node given first is not the one that fails: the list's head is no answer.
     let key = key_on(&cluster, &limiter, 2, "n");
     let owner = cluster.nodes[2].url();
-    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
-    assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+    assert_decided(&call(&limiter, &key), &key);
 
     cluster.nodes[2].freeze();
-    let started = Instant::now();
-    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let outcome = call(&limiter, &key);
     let failure = outcome.failure().expect("decided by the policy");
     assert_eq!(failure.kind(), FailureKind::Timeout, "{failure}");
     assert_eq!(failure.server_address(), Some(owner.as_str()), "{failure}");
     cluster.nodes[2].thaw();
 
     cluster.nodes[2].kill();
-    let started = Instant::now();
-    let outcome = limiter.blocking_try_acquire_outcome(&key, 1).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+    let outcome = call(&limiter, &key);
     let failure = outcome.failure().expect("decided by a dead master?");
     assert_eq!(failure.server_address(), Some(owner.as_str()), "{failure}");
 }
@@ -388,45 +354,25 @@ fn a_failed_call_names_the_master_that_owns_its_key() {
 /// each call for the frozen master's key waits out the timeout (documented at `with_breaker`).
 #[test]
 fn successes_on_healthy_masters_keep_the_breaker_closed_for_a_frozen_one() {
-    let cluster = RedisCluster::start();
-    for node in &cluster.nodes {
-        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
-    }
-    let timeout = Duration::from_secs(2);
-    let backend =
-        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
-            .unwrap();
+    let cluster = partitionable_cluster();
+    let backend = cluster_backend(&cluster, Duration::from_secs(2));
     let breaker = BreakerConfig::new(2, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
-    let limiter = RedisLimiter::with_clock(
-        &backend,
-        "mixed",
-        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
-        FailurePolicy::FailClosed,
-        ManualClock::new(),
-    )
-    .unwrap()
-    .with_breaker(Some(breaker));
+    let limiter = fixed_window(&backend, "mixed", 1_000).with_breaker(Some(breaker));
     let on_frozen = key_on(&cluster, &limiter, 0, "f");
     let on_live = key_on(&cluster, &limiter, 1, "l");
     // Both keys decided by Redis before the freeze, so the later failures are the freeze's.
     for key in [&on_frozen, &on_live] {
-        let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
-        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert_decided(&call(&limiter, key), key);
     }
     cluster.nodes[0].freeze();
     for round in 0..3 {
-        let outcome = limiter.blocking_try_acquire_outcome(&on_frozen, 1).unwrap();
+        let outcome = call(&limiter, &on_frozen);
         assert_eq!(
             outcome.failure().map(|e| e.kind()),
             Some(FailureKind::Timeout),
             "round {round}: the frozen master was called"
         );
-        let outcome = limiter.blocking_try_acquire_outcome(&on_live, 1).unwrap();
-        assert!(
-            outcome.failure().is_none(),
-            "round {round}: {:?}",
-            outcome.failure()
-        );
+        assert_decided(&call(&limiter, &on_live), format_args!("round {round}"));
     }
     assert_eq!(
         limiter.breaker().unwrap().state(),
@@ -441,37 +387,17 @@ fn successes_on_healthy_masters_keep_the_breaker_closed_for_a_frozen_one() {
 /// so the healthy master's key timed out).
 #[test]
 fn a_frozen_master_does_not_stop_loading_the_script_on_a_live_one() {
-    let cluster = RedisCluster::start();
-    for node in &cluster.nodes {
-        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
-    }
-    let timeout = Duration::from_secs(2);
-    let backend =
-        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
-            .unwrap();
-    let limiter = RedisLimiter::with_clock(
-        &backend,
-        "load",
-        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
-        FailurePolicy::FailClosed,
-        ManualClock::new(),
-    )
-    .unwrap()
-    .with_breaker(None);
+    let cluster = partitionable_cluster();
+    let backend = cluster_backend(&cluster, Duration::from_secs(2));
+    let limiter = fixed_window(&backend, "load", 1_000).with_breaker(None);
     let on_live = key_on(&cluster, &limiter, 1, "l");
     for node in &cluster.nodes {
         assert_eq!(node.cli(&["SCRIPT", "FLUSH"]), "OK");
     }
     cluster.nodes[0].freeze();
     for i in 0..2 {
-        let started = Instant::now();
-        let outcome = limiter.blocking_try_acquire_outcome(&on_live, 1).unwrap();
-        assert!(started.elapsed() < Duration::from_secs(60), "hung");
-        assert!(
-            outcome.failure().is_none(),
-            "call {i}: a live master's key failed: {:?}",
-            outcome.failure()
-        );
+        let outcome = call(&limiter, &on_live);
+        assert_decided(&outcome, format_args!("call {i}: a live master's key"));
         assert!(outcome.decision().is_allowed());
     }
     cluster.nodes[0].thaw();
@@ -483,30 +409,11 @@ fn a_frozen_master_does_not_stop_loading_the_script_on_a_live_one() {
 fn third_master_outcomes(
     freeze: bool,
     prepare: impl FnOnce(&RedisCluster, &Arc<RedisLimiter<FixedWindow, ManualClock>>, &str),
-    callers: impl FnOnce(
-        &Arc<RedisLimiter<FixedWindow, ManualClock>>,
-        &str,
-    ) -> Vec<tokio::task::JoinHandle<floodgate::backend::Outcome>>,
-) -> (Vec<floodgate::backend::Outcome>, String) {
-    let cluster = RedisCluster::start();
-    for node in &cluster.nodes {
-        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
-    }
-    let timeout = Duration::from_secs(2);
-    let backend =
-        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
-            .unwrap();
-    let limiter = Arc::new(
-        RedisLimiter::with_clock(
-            &backend,
-            "queued",
-            FixedWindow::new(100_000, Duration::from_secs(60)).unwrap(),
-            FailurePolicy::FailClosed,
-            ManualClock::new(),
-        )
-        .unwrap()
-        .with_breaker(None),
-    );
+    callers: impl FnOnce(&Arc<RedisLimiter<FixedWindow, ManualClock>>, &str) -> Vec<JoinHandle<Outcome>>,
+) -> (Vec<Outcome>, String) {
+    let cluster = partitionable_cluster();
+    let backend = cluster_backend(&cluster, Duration::from_secs(2));
+    let limiter = Arc::new(fixed_window(&backend, "queued", 100_000).with_breaker(None));
     // Not the node given first: the list's head is no answer.
     let key = key_on(&cluster, &limiter, 2, "q");
     let owner = cluster.nodes[2].url();
@@ -534,8 +441,21 @@ fn third_master_outcomes(
     (outcomes, owner)
 }
 
+/// 64 concurrent tasks, each one async decision of one permit for `key` on `limiter`.
+fn sixty_four_callers(
+    limiter: &Arc<RedisLimiter<FixedWindow, ManualClock>>,
+    key: &str,
+) -> Vec<JoinHandle<Outcome>> {
+    (0..64)
+        .map(|_| {
+            let (limiter, key) = (Arc::clone(limiter), key.to_owned());
+            tokio::spawn(async move { limiter.try_acquire_outcome(&key, 1).await.unwrap() })
+        })
+        .collect()
+}
+
 /// Each of `outcomes` is a failure of `kind` naming `owner` alone.
-fn assert_all_name(outcomes: &[floodgate::backend::Outcome], kind: FailureKind, owner: &str) {
+fn assert_all_name(outcomes: &[Outcome], kind: FailureKind, owner: &str) {
     let wrong: Vec<String> = outcomes
         .iter()
         .map(|outcome| outcome.failure().expect("decided by the policy"))
@@ -550,6 +470,17 @@ fn assert_all_name(outcomes: &[floodgate::backend::Outcome], kind: FailureKind, 
     );
 }
 
+/// Makes the counter of `key`'s Redis key, on the third master that owns it, negative: a value
+/// the scripts never write, so each decision for it is the script's error.
+fn break_counter_on_third_master(
+    cluster: &RedisCluster,
+    limiter: &RedisLimiter<FixedWindow, ManualClock>,
+    key: &str,
+) {
+    let redis_key = &limiter.redis_keys(key)[0];
+    assert_eq!(cluster.nodes[2].cli(&["SET", redis_key, "-5"]), "OK");
+}
+
 /// Concurrent callers of one key on a frozen master all name that master: the first call,
 /// the batches the others are sent in, and the callers still queued at their deadline (whose
 /// timeout named the configured node list).
@@ -557,18 +488,8 @@ fn assert_all_name(outcomes: &[floodgate::backend::Outcome], kind: FailureKind, 
 fn coalesced_callers_of_a_frozen_master_name_it() {
     let (outcomes, owner) = third_master_outcomes(
         true,
-        |_, limiter, key| {
-            let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
-            assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
-        },
-        |limiter, key| {
-            (0..64)
-                .map(|_| {
-                    let (limiter, key) = (Arc::clone(limiter), key.to_owned());
-                    tokio::spawn(async move { limiter.try_acquire_outcome(&key, 1).await.unwrap() })
-                })
-                .collect()
-        },
+        |_, limiter, key| assert_decided(&call(limiter, key), key),
+        sixty_four_callers,
     );
     assert_all_name(&outcomes, FailureKind::Timeout, &owner);
 }
@@ -611,18 +532,8 @@ fn per_call_decisions_of_a_leased_key_on_a_frozen_master_name_it() {
 fn batched_script_errors_on_a_cluster_name_the_keys_master() {
     let (outcomes, owner) = third_master_outcomes(
         false,
-        |cluster, limiter, key| {
-            let redis_key = &limiter.redis_keys(key)[0];
-            assert_eq!(cluster.nodes[2].cli(&["SET", redis_key, "-5"]), "OK");
-        },
-        |limiter, key| {
-            (0..64)
-                .map(|_| {
-                    let (limiter, key) = (Arc::clone(limiter), key.to_owned());
-                    tokio::spawn(async move { limiter.try_acquire_outcome(&key, 1).await.unwrap() })
-                })
-                .collect()
-        },
+        |cluster, limiter, key| break_counter_on_third_master(cluster, limiter, key),
+        sixty_four_callers,
     );
     assert_all_name(&outcomes, FailureKind::Script, &owner);
     let texts: Vec<String> = outcomes
@@ -643,22 +554,10 @@ fn batched_script_errors_on_a_cluster_name_the_keys_master() {
 fn failures_re_read_the_slot_map_at_most_once_per_timeout() {
     let cluster = RedisCluster::start();
     // Long, so that the whole run falls within one timeout however slow the machine.
-    let timeout = Duration::from_secs(60);
-    let backend =
-        RedisBackend::blocking_connect(RedisConfig::cluster(cluster.urls()).timeout(timeout))
-            .unwrap();
-    let limiter = RedisLimiter::with_clock(
-        &backend,
-        "reread",
-        FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
-        FailurePolicy::FailClosed,
-        ManualClock::new(),
-    )
-    .unwrap()
-    .with_breaker(None);
+    let backend = cluster_backend(&cluster, Duration::from_secs(60));
+    let limiter = fixed_window(&backend, "reread", 1_000).with_breaker(None);
     let key = key_on(&cluster, &limiter, 2, "r");
-    let redis_key = &limiter.redis_keys(&key)[0];
-    assert_eq!(cluster.nodes[2].cli(&["SET", redis_key, "-5"]), "OK");
+    break_counter_on_third_master(&cluster, &limiter, &key);
     let reads = || -> u64 { cluster.nodes.iter().map(|n| n.calls("cluster|slots")).sum() };
     let before = reads();
     for i in 0..40 {
