@@ -98,21 +98,12 @@ impl MemcachedServer {
     /// Freezes the server (SIGSTOP): connections still open (the kernel accepts them), nothing
     /// is answered.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        self.process.signal_and_wait("STOP");
     }
 
     /// Thaws a server frozen by [`pause`](Self::pause) (SIGCONT).
     pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.process.pid().expect("the server runs");
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} {pid}");
+        self.process.signal_and_wait("CONT");
     }
 
     /// Starts the server again on the same port (empty: memcached keeps nothing).

@@ -138,24 +138,15 @@ impl RedisServer {
         retry_until_started(|| self.spawn());
     }
 
-    /// Sends `signal` (`STOP`, `CONT`) to the server with `kill(1)`.
-    fn signal(&self, signal: &str) {
-        let pid = self.process.id().expect("server running").to_string();
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-
-    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered. Returns once
+    /// every thread of the server is stopped.
     pub fn freeze(&self) {
-        self.signal("STOP");
+        self.process.signal_and_wait("STOP");
     }
 
     /// Resumes a frozen server (SIGCONT): it then runs what queued up meanwhile.
     pub fn thaw(&self) {
-        self.signal("CONT");
+        self.process.signal_and_wait("CONT");
     }
 
     /// How many times the server has run `command` (`INFO commandstats`), e.g. `"evalsha"`.

@@ -51,6 +51,31 @@ impl ServerProcess {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends `signal` (`STOP` or `CONT`) with `kill(1)` and waits until every thread of the
+    /// process is stopped (`STOP`) or none is (`CONT`), as `/proc/PID/task/*/stat` says. `kill`
+    /// returns once the signal is queued: a thread running on another core may still answer a
+    /// request or two before it stops, and on a loaded machine a test's next call could be one
+    /// of them. Polls every millisecond; panics after 60 s (a hang guard).
+    #[allow(dead_code)] // not every test binary stops its servers
+    pub fn signal_and_wait(&self, signal: &str) {
+        let pid = self.pid().expect("the server runs");
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+        let want_stopped = signal == "STOP";
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while stopped_threads(pid) != Some(want_stopped) {
+            assert!(
+                Instant::now() < deadline,
+                "process {pid} not {} 60 s after SIG{signal}",
+                if want_stopped { "stopped" } else { "running" }
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Kills the process (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -76,5 +101,28 @@ pub fn retry_until_started(mut attempt: impl FnMut() -> Result<(), String>) {
             Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
+    }
+}
+
+/// `Some(true)` when every thread of process `pid` is stopped (state `T`), `Some(false)` when
+/// none is, `None` while some are and some are not (or `/proc` cannot be read).
+#[allow(dead_code)] // not every test binary stops its servers
+fn stopped_threads(pid: u32) -> Option<bool> {
+    let mut all = true;
+    let mut none = true;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+        // `tid (comm) S ...`: the state follows the last ')' (comm may hold one).
+        let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+        let stopped = state == 'T';
+        all &= stopped;
+        none &= !stopped;
+    }
+    if all {
+        Some(true)
+    } else if none {
+        Some(false)
+    } else {
+        None
     }
 }
