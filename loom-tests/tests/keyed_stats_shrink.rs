@@ -107,19 +107,25 @@ fn a_scrape_ordered_after_a_refusal_counts_it() {
     });
 }
 
-/// Keys the judging model inserts before time moves, so that B's insert judges the shard: the
-/// setup's one judging pass (all keys live, at the 63rd insert) must be followed by at least
-/// half the table's slots of new keys (`JUDGE_EVERY` in `src/keyed/shards.rs`). With the growth
-/// rule of that file, 317 to 383 keys do (511 slots); 120 and 240 do not. The model fails, not
-/// passes, when no pass runs (it asserts the idle keys were dropped).
+/// Keys the judging model inserts before time moves, so that B's insert judges the shard: a pass
+/// runs only after half the table's slots of new keys since the last one (`JUDGE_EVERY` in
+/// `src/keyed/shards.rs`; none runs during the setup, within the judging interval of the first
+/// insert). With the growth rule of that file the setup's table has 511 slots, so 256 keys or
+/// more do; 120 and 240 do not. The model fails, not passes, when no pass runs (it asserts the
+/// idle keys were dropped).
 const SETUP_KEYS: u64 = 350;
 
+/// `JUDGE_INTERVAL_NANOS` in `src/keyed/shards.rs`: a shard is judged no earlier than this after
+/// its first insert.
+const JUDGE_INTERVAL_NANOS: u64 = 10_000_000_000;
+
 /// The judging pass a new key's insert runs on a shard below its cap (issue 16): `SETUP_KEYS`
-/// keys, all idle at 10, so B's insert of key 1,000 finds at most a quarter of them live and rebuilds the
-/// shard to twice its live keys, dropping the idle ones, while A checks key 1 (idle at 10, so
-/// the rebuild may drop it). A's admission in [10, 20) is never lost nor counted twice: the
-/// rebuild waits for the check on the old table, and a check on the new table starts a fresh
-/// word no earlier than the drop. The shard's memory comes back without `shrink()`.
+/// keys inserted at 5, all idle at `T` (the judging interval later, a multiple of 10), so B's
+/// insert of key 1,000 finds at most a quarter of them live and rebuilds the shard to twice its
+/// live keys, dropping the idle ones, while A checks key 1 (idle at `T`, so the rebuild may drop
+/// it). A's admission in [T, T + 10) is never lost nor counted twice: the rebuild waits for the
+/// check on the old table, and a check on the new table starts a fresh word no earlier than the
+/// drop. The shard's memory comes back without `shrink()`.
 #[test]
 fn a_check_racing_a_judging_shrink_keeps_its_admission() {
     // The inserts of the setup make a few thousand branches.
@@ -136,7 +142,7 @@ fn a_check_racing_a_judging_shrink_keeps_its_admission() {
         for key in 1..=SETUP_KEYS {
             assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
         }
-        clock.advance(5); // real time 10
+        clock.advance(JUDGE_INTERVAL_NANOS + 5); // real time T = 10^10 + 10
         let a = {
             let keyed = keyed.clone();
             thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
@@ -145,11 +151,11 @@ fn a_check_racing_a_judging_shrink_keeps_its_admission() {
             let keyed = keyed.clone();
             thread::spawn(move || keyed.try_acquire(&1_000, 1).unwrap().is_allowed())
         };
-        assert!(a.join().unwrap(), "key 1 has a permit in [10, 20)");
+        assert!(a.join().unwrap(), "key 1 has a permit in [T, T + 10)");
         assert!(b.join().unwrap());
         assert!(
             !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
-            "the permit of [10, 20) was taken"
+            "the permit of [T, T + 10) was taken"
         );
         let stats = keyed.stats();
         assert_eq!(stats.keys, 2, "{stats:?}");

@@ -442,6 +442,7 @@ impl<K, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keyed::shards::JUDGE_INTERVAL_NANOS;
     use crate::{FixedWindow, ManualClock};
     use std::time::Duration;
 
@@ -537,17 +538,64 @@ mod tests {
         let flooded = keyed.facade.map().capacity();
         assert!(flooded >= 20_000);
         clock.advance(Duration::from_secs(2)); // every window over: every key idle
+        // Within the judging interval of the shards' first inserts: nothing is judged yet.
         admit_each(&keyed, 20_000..20_100);
+        assert_eq!(keyed.stats().evicted_idle, 0);
+        clock.advance(Duration::from_nanos(JUDGE_INTERVAL_NANOS));
+        admit_each(&keyed, 20_100..20_200);
         let stats = keyed.stats();
         assert_eq!(
             (stats.keys, stats.evicted_idle),
-            (100, 20_000),
+            (100, 20_100),
             "the idle flood was dropped"
         );
         assert!(
             keyed.facade.map().capacity() < 1_000,
             "{} slots kept of {flooded}",
             keyed.facade.map().capacity()
+        );
+    }
+
+    /// Issue 16: keys walked round robin, each idle between its uses (a 1 ms window, used every
+    /// 10 ms) are found in place, not dropped and re-inserted. A judging pass on insert judged
+    /// a shard whose keys were still being inserted (the walk's first round): at most a quarter
+    /// live, so it dropped the idle ones, whose next use re-inserted them, which judged again:
+    /// keyed churn over 100,000 keys ran 3.2x slower than before judging existed. Now a shard is
+    /// judged at most once per `JUDGE_INTERVAL_NANOS` (10 s), the first time that long after its
+    /// first insert: a walk of 25 s drops each key at most twice.
+    #[test]
+    fn keys_used_round_robin_and_idle_between_uses_are_not_reinserted() {
+        let clock = ManualClock::new();
+        let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_millis(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(10_000)
+            .shards(1)
+            .build::<u64>()
+            .unwrap();
+        let keys = 400u64;
+        let step = Duration::from_micros(25); // a round of 400 keys: 10 ms
+        let mut walk = |rounds: u64| {
+            for _ in 0..rounds {
+                for key in 0..keys {
+                    clock.advance(step);
+                    assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+                }
+            }
+        };
+        walk(20); // 200 ms
+        let stats = keyed.stats();
+        assert_eq!(
+            (stats.keys, stats.evicted_idle),
+            (keys as usize, 0),
+            "keys in use were dropped"
+        );
+        walk(2_480); // to 25 s
+        let stats = keyed.stats();
+        assert_eq!(stats.keys, keys as usize);
+        assert!(
+            stats.evicted_idle <= 2 * keys,
+            "{} drops: more than one per key per judging interval",
+            stats.evicted_idle
         );
     }
 
@@ -561,7 +609,8 @@ mod tests {
         let keyed = five_a_second(&clock, 10_000, 1);
         admit_each(&keyed, 0..400);
         let slots = keyed.facade.map().capacity();
-        clock.advance(Duration::from_secs(2)); // every key idle
+        // Every key idle, and past the judging interval.
+        clock.advance(Duration::from_nanos(JUDGE_INTERVAL_NANOS) + Duration::from_secs(2));
         admit_each(&keyed, 0..200); // found in place: live again
         let before = keyed.stats();
         assert_eq!((before.keys, before.evicted_idle), (400, 0));

@@ -12,10 +12,12 @@
 //! decision; such keys are dropped by sweeps run inside calls when a shard is full (and only
 //! once some key can be idle), or on demand by [`Keyed::retain_recent`]. Below the cap a new
 //! key's insert judges its shard now and then (when its table has room for more than 64 keys,
-//! after an eighth of its slots' worth of new keys, and once some key live at the last judging
-//! can be idle): if at most a quarter of its keys are live, the idle ones are dropped; otherwise
-//! they are kept, so in a shard in steady use a key used again after going idle is found in
-//! place. A sweep sizes the shard's table to twice the keys it keeps, so the memory of a flood
+//! after half its slots' worth of new keys, once some key live at the last judging can be idle,
+//! and at most once per 10 s, the first time 10 s after the shard's first insert): if at most a
+//! quarter of its keys are live, the idle ones are dropped; otherwise they are kept, so in a
+//! shard in steady use a key used again after going idle is found in place. (A judging cannot
+//! tell a flood gone idle from keys in use that are idle between their uses: the 10 s bound keeps
+//! a key in use from being re-inserted more than once per 10 s.) A sweep sizes the shard's table to twice the keys it keeps, so the memory of a flood
 //! gone idle comes back without [`Keyed::shrink`] when the next new keys reach its shards. A
 //! shard no new key reaches keeps its table and its idle keys until [`Keyed::retain_recent`] or
 //! [`Keyed::shrink`]. No background thread is needed.

@@ -56,13 +56,16 @@
 //! - Below the cap, an insert of a new key (under the mutex, never a check of a present key)
 //!   judges the shard when its table has room for more than `JUDGE_MIN_KEYS` (64), at least
 //!   `slots / JUDGE_EVERY` (half its slots) new keys came since the last pass (so a pass, one
-//!   look at every slot, costs at most two slot looks per insert, amortized), and some key live at the last pass can be idle by now
-//!   (`next_judge_at`). If at most a quarter of its keys are live, the shard is rebuilt to twice
-//!   its live keys, dropping the idle ones (a sweep, under the rebuild protocol above);
-//!   otherwise it drops nothing, so a shard in steady use keeps its idle keys and a key used
-//!   again after going idle is found in place, not re-inserted. Each pass counts in
-//!   `stats().sweeps`. A shard no new key reaches keeps its table until `retain_recent()` or
-//!   `shrink()`.
+//!   look at every slot, costs at most two slot looks per insert, amortized), some key live at
+//!   the last pass can be idle by now, and `JUDGE_INTERVAL_NANOS` (10 s) passed since the last
+//!   pass (since the shard's first insert, before the first): `next_judge_at`. If at most a
+//!   quarter of its keys are live, the shard is rebuilt to twice its live keys, dropping the
+//!   idle ones (a sweep, under the rebuild protocol above); otherwise it drops nothing, so a
+//!   shard in steady use keeps its idle keys. A pass cannot tell a flood gone idle from keys
+//!   in use that are idle between their uses; the interval bounds what it costs the second
+//!   kind: a key used again after going idle is found in place, and re-inserted at most once
+//!   per interval. Each pass counts in `stats().sweeps`. A shard no new key reaches keeps its
+//!   table until `retain_recent()` or `shrink()`.
 //!
 //! Why a check takes the `ArcSwap` guard (measured against a thread-local table cache, issue 16;
 //! `examples/keyed_instructions.rs`, callgrind, one hot key, GCRA; governor keyed with ahash:
@@ -139,6 +142,18 @@ const JUDGE_MIN_KEYS: usize = 64;
 /// in the passes' liveness checks; with 2, 1,067 (that part cut to a quarter), and a flood's
 /// memory comes back after half a table of new keys instead of an eighth.
 const JUDGE_EVERY: usize = 2;
+
+/// A shard below its cap is judged (see [`ShardedMap::judge_due`]) at most once per this many
+/// nanoseconds (10 s), the first time that long after its first insert. A pass cannot tell a
+/// flood gone idle from keys in steady use that are idle between their uses (a key limited to
+/// a few requests a millisecond and used every 10 ms is idle most of the time): both are
+/// mostly idle at any instant. Dropping the second kind only re-inserts them on their next use,
+/// and before this interval existed a walk over 100,000 keys did so all the time (a pass during
+/// the walk's first round dropped the keys inserted so far, whose re-inserts brought the next
+/// pass): 3.2x slower than without judging (`examples/keyed_instructions time churn-100k`).
+/// With it, a key in steady use is dropped and re-inserted at most once per interval, and a
+/// flood's memory comes back at the first new key that much after its last pass.
+pub(crate) const JUDGE_INTERVAL_NANOS: u64 = 10_000_000_000;
 
 /// Whether forgetting a slot at a given time would change a later decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -440,8 +455,9 @@ struct Meta {
     /// live).
     dropped_at: u64,
     /// No shrink judging (see [`judge_due`](ShardedMap::judge_due)) runs before this time: the
-    /// earliest moment a key live at the last judging pass can be idle (a lower bound while
-    /// checks only move a key's idle time later).
+    /// later of the earliest moment a key live at the last judging pass can be idle (a lower
+    /// bound while checks only move a key's idle time later) and [`JUDGE_INTERVAL_NANOS`] after
+    /// that pass. 0 until the shard's first insert sets it to that interval after the insert.
     next_judge_at: u64,
     /// New keys inserted since the last judging pass: a pass runs only after
     /// `slots / JUDGE_EVERY` of them, which keeps its cost (one look at every slot) O(1)
@@ -764,6 +780,9 @@ where
         // A table well over its live keys hands its memory back (see `judge_due`): judged here,
         // on the insert of a new key, never on a check of a present one.
         meta.inserts_since_judge = meta.inserts_since_judge.saturating_add(1);
+        if meta.next_judge_at == 0 {
+            meta.next_judge_at = now.saturating_add(JUDGE_INTERVAL_NANOS);
+        }
         if self.judge_due(&meta, now) && self.judge(shard, &mut meta, &table, rules, now, clock) {
             drop(table);
             let plan = Plan {
@@ -772,12 +791,14 @@ where
                 tight: false,
             };
             self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
-            // The kept keys' earliest idle time, or, with none kept, the next insert credit.
-            meta.next_judge_at = if meta.next_idle_at == u64::MAX {
+            // The kept keys' earliest idle time (none kept: at once), and not within the
+            // interval.
+            let idle_at = if meta.next_idle_at == u64::MAX {
                 now
             } else {
                 meta.next_idle_at
             };
+            meta.next_judge_at = idle_at.max(now.saturating_add(JUDGE_INTERVAL_NANOS));
             table = shard.table.load();
             vacant = None;
         }
@@ -897,10 +918,12 @@ where
 
     /// Whether an insert into a shard below its cap judges whether the shard is well over its live
     /// keys ([`judge`](Self::judge)): its table has room for more than [`JUDGE_MIN_KEYS`], at
-    /// least `slots / JUDGE_EVERY` new keys came since the last pass, and some key live at that pass can be
-    /// idle by now (`next_judge_at`). So a pass runs at most once per idle horizon of the shard's
-    /// earliest live key, and costs O(1) amortized per insert. A shard at its cap sweeps on its
-    /// own schedule ([`make_room`](Self::make_room)).
+    /// least `slots / JUDGE_EVERY` new keys came since the last pass, and `next_judge_at` has
+    /// come: some key live at that pass can be idle by now, and [`JUDGE_INTERVAL_NANOS`] have
+    /// passed since it (since the shard's first insert, before its first pass). So a pass runs
+    /// at most once per interval and per idle horizon of the shard's earliest live key, and
+    /// costs O(1) amortized per insert. A shard at its cap sweeps on its own schedule
+    /// ([`make_room`](Self::make_room)).
     fn judge_due(&self, meta: &Meta, now: u64) -> bool {
         meta.len < self.shard_cap
             && room_of(meta.slots) > JUDGE_MIN_KEYS
@@ -942,7 +965,7 @@ where
             return true;
         }
         add(&shard.counters.sweeps, 1);
-        meta.next_judge_at = next_idle_at;
+        meta.next_judge_at = next_idle_at.max(now.saturating_add(JUDGE_INTERVAL_NANOS));
         false
     }
 
