@@ -574,7 +574,7 @@ mod tests {
             .unwrap();
         let keys = 400u64;
         let step = Duration::from_micros(25); // a round of 400 keys: 10 ms
-        let mut walk = |rounds: u64| {
+        let walk = |rounds: u64| {
             for _ in 0..rounds {
                 for key in 0..keys {
                     clock.advance(step);
