@@ -9,45 +9,18 @@
 use std::time::Duration;
 
 use floodgate::keyed::WhenFull;
-use floodgate::{Clock, FixedWindow, Keyed, ManualClock, PenaltyBox};
+use floodgate::{FixedWindow, Keyed, ManualClock, PenaltyBox};
+use floodgate_loom_tests::{ModelClock, model};
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
-
-/// A manual clock on a loom atomic, so loom explores where its reads fall.
-#[derive(Clone)]
-struct LoomClock(Arc<AtomicU64>);
-
-impl LoomClock {
-    fn set(&self, nanos: u64) {
-        // SeqCst: a test clock; the simplest ordering.
-        self.0.store(nanos, Ordering::SeqCst);
-    }
-}
-
-impl Clock for LoomClock {
-    fn now_nanos(&self) -> u64 {
-        // SeqCst: as set.
-        self.0.load(Ordering::SeqCst)
-    }
-    fn sleep(&self, _: Duration) {}
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    let bound = std::env::var("LOOM_MAX_PREEMPTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    builder.preemption_bound = Some(bound.unwrap_or(3));
-    builder.check(f);
-}
 
 /// One permit per aligned 10 ns window, `cap` keys in one shard.
 fn keyed(
-    clock: &LoomClock,
+    clock: &ModelClock,
     cap: usize,
     when_full: WhenFull,
-) -> Arc<Keyed<u32, FixedWindow, LoomClock>> {
+) -> Arc<Keyed<u32, FixedWindow, ModelClock>> {
     Arc::new(
         Keyed::builder(FixedWindow::aligned(1, Duration::from_nanos(10)).unwrap())
             .clock(clock.clone())
@@ -64,8 +37,8 @@ fn keyed(
 /// never admitted in window [0, 10): if allowed, it is in [10, 20).
 #[test]
 fn eviction_racing_a_check_never_readmits_in_the_old_window() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = keyed(&clock, 1, WhenFull::EvictLeastUsed);
         assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
         let a = {
@@ -76,7 +49,7 @@ fn eviction_racing_a_check_never_readmits_in_the_old_window() {
             let keyed = keyed.clone();
             let clock = clock.clone();
             thread::spawn(move || {
-                clock.set(10);
+                clock.advance(5);
                 keyed.try_acquire(&2, 1).unwrap()
             })
         };
@@ -97,8 +70,8 @@ fn eviction_racing_a_check_never_readmits_in_the_old_window() {
 /// Two threads bring the same new key at once: one insert, one admission.
 #[test]
 fn racing_inserts_of_one_key_admit_once() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(0)));
+    model(None, || {
+        let clock = ModelClock::starting_at(0);
         let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
         let threads: Vec<_> = (0..2)
             .map(|_| {
@@ -120,11 +93,11 @@ fn racing_inserts_of_one_key_admit_once() {
 /// the key only before the check, which then starts it fresh).
 #[test]
 fn sweep_racing_a_check_loses_no_admission() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
         assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
-        clock.set(10); // key 1 is idle now
+        clock.advance(5); // key 1 is idle now
         let a = {
             let keyed = keyed.clone();
             thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
@@ -146,7 +119,7 @@ fn sweep_racing_a_check_loses_no_admission() {
 /// failed against the block the first one wrote) must leave the block in place.
 #[test]
 fn a_racing_strike_never_lifts_a_fresh_block() {
-    model(|| {
+    model(None, || {
         let keyed = Arc::new(
             Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
                 .clock(ManualClock::starting_at(1_000))
@@ -179,14 +152,14 @@ fn a_racing_strike_never_lifts_a_fresh_block() {
 /// rebuild's placeholder waits on the shard's mutex and finds the key in the new table.
 #[test]
 fn a_growing_rebuild_racing_a_check_keeps_its_admission() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = keyed(&clock, 16, WhenFull::DenyNewKeys);
         // A shard's first table (7 slots) takes 5 keys: the sixth key rebuilds it.
         for key in 1..=5 {
             assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
         }
-        clock.set(10); // key 1's next window: one more permit
+        clock.advance(5); // key 1's next window: one more permit
         let a = {
             let keyed = keyed.clone();
             thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
@@ -209,12 +182,12 @@ fn a_growing_rebuild_racing_a_check_keeps_its_admission() {
 /// the forgotten key moves the other one's word with its admission.
 #[test]
 fn forget_racing_a_check_of_another_key_keeps_its_admission() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = keyed(&clock, 4, WhenFull::DenyNewKeys);
         assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
         assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
-        clock.set(10);
+        clock.advance(5);
         let a = {
             let keyed = keyed.clone();
             thread::spawn(move || keyed.try_acquire(&1, 1).unwrap().is_allowed())
@@ -236,8 +209,8 @@ fn forget_racing_a_check_of_another_key_keeps_its_admission() {
 /// once it has seen the insert return (a flag A raises after it), it answers as after.
 #[test]
 fn peek_of_an_absent_key_racing_the_insert_that_fills_its_shard() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
         assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
         let done = Arc::new(AtomicBool::new(false));
@@ -266,8 +239,8 @@ fn peek_of_an_absent_key_racing_the_insert_that_fills_its_shard() {
 /// room (after), never hangs; once it has seen the forget return, room.
 #[test]
 fn peek_of_an_absent_key_racing_a_forget_that_makes_room() {
-    model(|| {
-        let clock = LoomClock(Arc::new(AtomicU64::new(5)));
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
         let keyed = keyed(&clock, 2, WhenFull::DenyNewKeys);
         assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
         assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
