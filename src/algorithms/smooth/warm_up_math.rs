@@ -78,11 +78,17 @@ impl WarmingMath {
     /// `interval` has its bits, else [`memo`](Self::memo)'s.
     #[inline(always)]
     pub(super) fn for_interval(base: &Self, interval: f64, cold_factor: f64) -> Self {
-        if interval.to_bits() == base.interval.to_bits() {
+        if base.is_for(interval) {
             *base
         } else {
             Self::memo(interval, base.warmup_micros, cold_factor)
         }
+    }
+
+    /// Whether this is the math of `interval` (its bits).
+    #[inline(always)]
+    pub(super) fn is_for(&self, interval: f64) -> bool {
+        interval.to_bits() == self.interval.to_bits()
     }
 
     /// [`new`](Self::new), remembered per thread for the last `(interval, W, cold factor)` asked
@@ -170,7 +176,7 @@ impl StoredPermits for WarmingMath {
     /// truncations), so it books to the bit what [`reserve_general`] books
     /// (`one_permit_books_as_the_general_path`); a permit that straddles the threshold goes
     /// there.
-    #[inline]
+    #[inline(always)]
     fn reserve_one(&self, ticket: Ticket, now: i64) -> (Ticket, i64) {
         let synced = resync(ticket, now, self.warmup_micros);
         let stored_time = synced.stored_time;
@@ -185,7 +191,16 @@ impl StoredPermits for WarmingMath {
                 if 1.0 >= stored {
                     0.0
                 } else {
-                    self.time_of(stored - 1.0).clamp(0.0, self.warmup_micros)
+                    // `clamp(0.0, W)` without its assertion that `0 ≤ W` (a branch and a
+                    // panic path per admission).
+                    let time = self.time_of(stored - 1.0);
+                    if time < 0.0 {
+                        0.0
+                    } else if time > self.warmup_micros {
+                        self.warmup_micros
+                    } else {
+                        time
+                    }
                 }
             };
             if above_threshold >= 1.0 {
