@@ -204,6 +204,15 @@ pub(crate) trait StoredPermits {
     fn micros(&self, cost: f64) -> i64 {
         round_micros(cost, self.interval() >= Self::GUAVA_MIN_INTERVAL)
     }
+    /// [`reserve_general`] of one permit, the same new state and old next free ticket to the
+    /// bit; a flavour may decide its common states with fewer steps.
+    #[inline]
+    fn reserve_one(&self, ticket: Ticket, now: i64) -> (Ticket, i64)
+    where
+        Self: Sized,
+    {
+        reserve_general(ticket, now, 1, self)
+    }
 }
 
 /// `cost` in whole µs: truncated like Java's `(long)` if `truncate`, else rounded up. `as`
@@ -238,9 +247,25 @@ pub(crate) fn resync(ticket: Ticket, now: i64, full_time: f64) -> Ticket {
     }
 }
 
-/// Guava's `reserveEarliestAvailable`: returns the new state and the OLD next free ticket.
+/// Guava's `reserveEarliestAvailable`: returns the new state and the OLD next free ticket. One
+/// permit goes through the flavour's [`StoredPermits::reserve_one`].
 #[inline]
 pub(crate) fn reserve<K: StoredPermits>(
+    ticket: Ticket,
+    now: i64,
+    permits: u32,
+    math: &K,
+) -> (Ticket, i64) {
+    if permits == 1 {
+        math.reserve_one(ticket, now)
+    } else {
+        reserve_general(ticket, now, permits, math)
+    }
+}
+
+/// [`reserve`] for any count, step by step as Guava's `reserveEarliestAvailable`.
+#[inline]
+pub(crate) fn reserve_general<K: StoredPermits>(
     ticket: Ticket,
     now: i64,
     permits: u32,

@@ -1,60 +1,116 @@
 //! Guava's `SmoothWarmingUp` math for [`SmoothWarmingUp`](super::SmoothWarmingUp): the
 //! interval function and its integral, from the stable interval, warm-up and cold factor.
+//!
+//! # The derived constants are computed once per stable interval
+//! Guava's `doSetRate` derives `thresholdPermits`, `maxPermits`, the slope and
+//! `coolDownInterval = W / maxPermits` from the stable interval (four divisions), and the
+//! [`Decision`](crate::Decision)'s `limit` is one more. They are a pure function of the bits of
+//! `(interval, W, cold factor)`, so [`WarmingMath::new`] computes them and a limiter keeps them:
+//! for its interval at construction ([`WarmingMath::for_interval`] checks the live interval's
+//! bits against them), and per thread for the last other interval asked about
+//! ([`WarmingMath::memo`]: a rate changed by `set_rate`). A decision uses the same `f64` values
+//! as if it had derived them itself, so a live `set_rate` stays exact whichever copy it reads.
 
-use std::cell::OnceCell;
+use std::cell::Cell;
 
-use super::StoredPermits;
-use super::bursty_fixed::Terms;
+use super::{StoredPermits, Ticket, limit_of, reserve_general, resync};
 
-/// Guava's `SmoothWarmingUp.doSetRate` quantities for one stable interval. The derived ones
-/// (three divisions) are computed on first use: a refusal, or a warm limiter with nothing
-/// stored, never needs them.
-#[derive(Clone, Debug)]
+std::thread_local! {
+    /// [`WarmingMath::memo`]'s last math, keyed by the bits of its interval, warm-up and cold
+    /// factor; starts with an interval of bits no interval has (a NaN).
+    static LAST: Cell<(u64, u64, WarmingMath)> = const {
+        Cell::new((0, 0, WarmingMath {
+            interval: f64::from_bits(u64::MAX),
+            warmup_micros: 0.0,
+            threshold_permits: 0.0,
+            max_permits: 0.0,
+            slope: 0.0,
+            cool_down: 0.0,
+            limit: 1,
+            one_micros: 0,
+        }))
+    };
+}
+
+/// Guava's `SmoothWarmingUp.doSetRate` quantities for one stable interval, all derived at
+/// [`new`](Self::new) (a decision divides only where Guava's integral itself does).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct WarmingMath {
     interval: f64,
     warmup_micros: f64,
-    cold_factor: f64,
-    derived: OnceCell<Derived>,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Derived {
     pub(super) threshold_permits: f64,
     pub(super) max_permits: f64,
     slope: f64,
+    /// Guava's `coolDownInterval = W / maxPermits`: stored time per stored permit.
+    cool_down: f64,
+    /// The rate as whole permits per second ([`limit_of`]).
+    limit: u64,
+    /// One stable interval as booked ([`StoredPermits::micros`]): the cost of one permit below
+    /// the threshold.
+    one_micros: i64,
 }
 
 impl WarmingMath {
-    #[inline]
+    /// Guava's `doSetRate` for a stable interval (µs per permit), warm-up `W` (µs) and cold
+    /// factor.
     pub(super) fn new(interval: f64, warmup_micros: f64, cold_factor: f64) -> Self {
-        WarmingMath {
+        let cold_interval = interval * cold_factor;
+        let threshold_permits = 0.5 * warmup_micros / interval;
+        let max_permits = threshold_permits + 2.0 * warmup_micros / (interval + cold_interval);
+        let slope = (cold_interval - interval) / (max_permits - threshold_permits);
+        let math = WarmingMath {
             interval,
             warmup_micros,
-            cold_factor,
-            derived: OnceCell::new(),
+            threshold_permits,
+            max_permits,
+            slope,
+            cool_down: warmup_micros / max_permits,
+            limit: limit_of(interval),
+            one_micros: 0,
+        };
+        WarmingMath {
+            one_micros: math.micros(interval),
+            ..math
         }
     }
 
-    #[inline]
-    pub(super) fn derived(&self) -> Derived {
-        *self.derived.get_or_init(|| {
-            let interval = self.interval;
-            let cold_interval = interval * self.cold_factor;
-            let threshold_permits = 0.5 * self.warmup_micros / interval;
-            let max_permits =
-                threshold_permits + 2.0 * self.warmup_micros / (interval + cold_interval);
-            let slope = (cold_interval - interval) / (max_permits - threshold_permits);
-            Derived {
-                threshold_permits,
-                max_permits,
-                slope,
+    /// The math of the live `interval`: `base` (a limiter's math, derived at construction) when
+    /// `interval` has its bits, else [`memo`](Self::memo)'s.
+    #[inline(always)]
+    pub(super) fn for_interval(base: &Self, interval: f64, cold_factor: f64) -> Self {
+        if base.is_for(interval) {
+            *base
+        } else {
+            Self::memo(interval, base.warmup_micros, cold_factor)
+        }
+    }
+
+    /// Whether this is the math of `interval` (its bits).
+    #[inline(always)]
+    pub(super) fn is_for(&self, interval: f64) -> bool {
+        interval.to_bits() == self.interval.to_bits()
+    }
+
+    /// [`new`](Self::new), remembered per thread for the last `(interval, W, cold factor)` asked
+    /// about: exact whoever changed the rate since (a new interval is a miss), no shared write.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn memo(interval: f64, warmup_micros: f64, cold_factor: f64) -> Self {
+        let (warmup_bits, cold_bits) = (warmup_micros.to_bits(), cold_factor.to_bits());
+        LAST.with(|last| {
+            let (w, c, math) = last.get();
+            if math.interval.to_bits() == interval.to_bits() && w == warmup_bits && c == cold_bits {
+                return math;
             }
+            let math = Self::new(interval, warmup_micros, cold_factor);
+            last.set((warmup_bits, cold_bits, math));
+            math
         })
     }
 
     #[inline]
-    fn permits_to_time(&self, permits: f64, slope: f64) -> f64 {
-        self.interval + permits * slope
+    fn permits_to_time(&self, permits: f64) -> f64 {
+        self.interval + permits * self.slope
     }
 }
 
@@ -63,10 +119,9 @@ impl StoredPermits for WarmingMath {
     fn interval(&self) -> f64 {
         self.interval
     }
-    /// Remembered per thread (`Terms::memo`): no division per decision.
     #[inline]
     fn limit(&self) -> u64 {
-        Terms::memo(self.interval).limit
+        self.limit
     }
     #[inline]
     fn full_time(&self) -> f64 {
@@ -79,20 +134,19 @@ impl StoredPermits for WarmingMath {
         if stored_time <= 0.0 {
             0.0
         } else if stored_time >= self.warmup_micros {
-            self.derived().max_permits
+            self.max_permits
         } else {
-            stored_time / (self.warmup_micros / self.derived().max_permits)
+            stored_time / self.cool_down
         }
     }
     #[inline]
     fn time_of(&self, permits: f64) -> f64 {
-        let max_permits = self.derived().max_permits;
-        if permits >= max_permits {
+        if permits >= self.max_permits {
             self.warmup_micros
         } else if permits <= 0.0 {
             0.0
         } else {
-            permits * (self.warmup_micros / max_permits)
+            permits * self.cool_down
         }
     }
     /// Guava's `storedPermitsToWaitTime`: the area under the interval function between
@@ -104,20 +158,74 @@ impl StoredPermits for WarmingMath {
         if stored_permits <= 0.0 {
             return self.micros(self.interval * take);
         }
-        let Derived {
-            threshold_permits,
-            slope,
-            ..
-        } = self.derived();
-        let above_threshold = stored_permits - threshold_permits;
+        let above_threshold = stored_permits - self.threshold_permits;
         if above_threshold > 0.0 {
             let take_above = above_threshold.min(take);
-            let length = self.permits_to_time(above_threshold, slope)
-                + self.permits_to_time(above_threshold - take_above, slope);
+            let length = self.permits_to_time(above_threshold)
+                + self.permits_to_time(above_threshold - take_above);
             micros = self.micros(take_above * length / 2.0);
             take -= take_above;
         }
         micros.saturating_add(self.micros(self.interval * take))
+    }
+    /// One permit, in the states a limiter is in: nothing stored (a limiter kept at its rate
+    /// and booked ahead), less than one permit stored below the threshold (a busy limiter: the
+    /// idle µs since the last booking fell due), one whole permit below the threshold, or one
+    /// whole permit above it (a cold limiter). Each takes the general path's steps with the
+    /// ones that add or multiply by 0 or 1 left out (the same `f64` operations, the same
+    /// truncations), so it books to the bit what [`reserve_general`] books
+    /// (`one_permit_books_as_the_general_path`); a permit that straddles the threshold goes
+    /// there.
+    #[inline(always)]
+    fn reserve_one(&self, ticket: Ticket, now: i64) -> (Ticket, i64) {
+        let synced = resync(ticket, now, self.warmup_micros);
+        let stored_time = synced.stored_time;
+        let (wait, stored_time) = if stored_time <= 0.0 {
+            // One fresh permit (the stored part, `micros(I × 0)`, is 0).
+            (self.one_micros, 0.0)
+        } else {
+            let stored = self.permits_of(stored_time);
+            let above_threshold = stored - self.threshold_permits;
+            // Spending one whole stored permit leaves `stored − 1` (none if that was all).
+            let left = || {
+                if 1.0 >= stored {
+                    0.0
+                } else {
+                    // `clamp(0.0, W)` without its assertion that `0 ≤ W` (a branch and a
+                    // panic path per admission).
+                    let time = self.time_of(stored - 1.0);
+                    if time < 0.0 {
+                        0.0
+                    } else if time > self.warmup_micros {
+                        self.warmup_micros
+                    } else {
+                        time
+                    }
+                }
+            };
+            if above_threshold >= 1.0 {
+                // The trapezoid of one permit above the threshold (`take_above = 1`).
+                let length = self.permits_to_time(above_threshold)
+                    + self.permits_to_time(above_threshold - 1.0);
+                (self.micros(length / 2.0), left())
+            } else if above_threshold > 0.0 {
+                return reserve_general(ticket, now, 1, self);
+            } else if stored >= 1.0 {
+                // The rectangle of one stored permit: one stable interval.
+                (self.one_micros, left())
+            } else {
+                // `stored` (< 1) from stored time, the rest fresh: two truncations, as Guava.
+                let wait = self
+                    .micros(self.interval * stored)
+                    .saturating_add(self.micros((1.0 - stored) * self.interval));
+                (wait, 0.0)
+            }
+        };
+        let next = Ticket {
+            next_free: synced.next_free.saturating_add(wait),
+            stored_time,
+        };
+        (next, synced.next_free)
     }
     /// Up to three truncations of < 1 µs per request (above the threshold, below it, fresh)
     /// against a cost of at least one stable interval: `I / (I − 3) ≤ 1.001` from `I = 3004` µs
@@ -128,15 +236,16 @@ impl StoredPermits for WarmingMath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn guava_worked_example() {
         // rate 2/s, warm-up 4 s, cold factor 3 (reference A.0).
         let m = WarmingMath::new(500_000.0, 4e6, 3.0);
-        let d = m.derived();
-        assert_eq!(d.threshold_permits, 4.0);
-        assert_eq!(d.max_permits, 8.0);
-        assert_eq!(d.slope, 250_000.0);
+        assert_eq!(m.threshold_permits, 4.0);
+        assert_eq!(m.max_permits, 8.0);
+        assert_eq!(m.slope, 250_000.0);
+        assert_eq!((m.cool_down, m.limit), (500_000.0, 2));
         // 8 → 4 takes the warm-up period, 4 → 0 takes 2 s.
         assert_eq!(m.wait_for_stored(8.0, 4.0), 4_000_000);
         assert_eq!(m.wait_for_stored(4.0, 4.0), 2_000_000);
@@ -150,7 +259,99 @@ mod tests {
         assert_eq!(zero.permits_of(0.0), 0.0);
         assert_eq!(zero.wait_for_stored(0.0, 0.0), 0);
         let tiny = WarmingMath::new(f64::INFINITY, 4e6, 3.0);
-        assert_eq!(tiny.derived().max_permits, 0.0);
+        assert_eq!(tiny.max_permits, 0.0);
         assert_eq!(tiny.permits_of(4e6), 0.0);
+    }
+
+    /// The math a limiter uses for a live interval is the one derived from that interval's
+    /// bits, whichever copy answers: the construction-time `base`, the thread's memo (hit or
+    /// miss), across limiters with other warm-ups and cold factors.
+    #[test]
+    fn every_copy_of_the_math_is_the_derived_one() {
+        let base = WarmingMath::new(500_000.0, 4e6, 3.0);
+        for (interval, warmup, cold) in [
+            (500_000.0, 4e6, 3.0),
+            (250_000.0, 4e6, 3.0),
+            (250_000.0, 4e6, 3.0),
+            (250_000.0, 1e6, 3.0),
+            (250_000.0, 4e6, 2.5),
+            (0.001, 4e6, 3.0),
+            (f64::INFINITY, 4e6, 3.0),
+        ] {
+            let base = WarmingMath {
+                warmup_micros: warmup,
+                ..base
+            };
+            let fresh = WarmingMath::new(interval, warmup, cold);
+            let used = WarmingMath::for_interval(&base, interval, cold);
+            // Debug: equal floats print alike, and a NaN slope (interval +∞) prints as NaN.
+            let fresh = format!("{fresh:?}");
+            assert_eq!(format!("{used:?}"), fresh, "{interval} {warmup} {cold}");
+            let memo = WarmingMath::memo(interval, warmup, cold);
+            assert_eq!(format!("{memo:?}"), fresh);
+        }
+    }
+
+    /// The stored time of a state: empty, full, a fraction of a permit, whole permits near the
+    /// threshold, or anywhere in between.
+    fn stored_time(math: WarmingMath) -> impl Strategy<Value = f64> {
+        let (w, cool_down, threshold) =
+            (math.warmup_micros, math.cool_down, math.threshold_permits);
+        prop_oneof![
+            Just(0.0),
+            Just(w),
+            (0.0f64..1.0).prop_map(move |f| f * w),
+            (0.0f64..1.0).prop_map(move |f| (f * cool_down).min(w)),
+            (-3i32..4, 0.0f64..1.0)
+                .prop_map(move |(k, f)| { (threshold + f64::from(k) + f) * cool_down }),
+        ]
+        // In `0..=W` (a warm-up of 0 has a NaN cool-down and holds nothing).
+        .prop_map(move |t| if t >= 0.0 { t.min(w) } else { 0.0 })
+    }
+
+    /// A math and a state: rates from 0.5/s to 10⁹/s (both sides of Guava's truncation),
+    /// warm-ups from 0 to 10 s, cold factors 1 to 10, at or below the threshold included.
+    fn math_and_state() -> impl Strategy<Value = (WarmingMath, Ticket, i64)> {
+        let rate = prop_oneof![Just(2.0), Just(1e9), 0.5f64..400.0, 400.0f64..1e9];
+        let warmup = prop_oneof![Just(0.0), Just(4e6), 1.0f64..1e7].prop_map(f64::floor);
+        let cold = prop_oneof![Just(3.0), Just(1.0), 1.0f64..10.0];
+        (rate, warmup, cold)
+            .prop_map(|(rate, warmup, cold)| WarmingMath::new(1e6 / rate, warmup, cold))
+            .prop_flat_map(|math| {
+                let ticket =
+                    (0i64..1 << 40, stored_time(math)).prop_map(|(next_free, stored_time)| {
+                        Ticket {
+                            next_free,
+                            stored_time,
+                        }
+                    });
+                // Now: before the booking (in debt), at it, or after it by up to 2 W.
+                let lead = prop_oneof![
+                    Just(0i64),
+                    -(1i64 << 30)..0,
+                    0i64..=(2.0 * math.warmup_micros) as i64 + 2
+                ];
+                (Just(math), ticket, lead)
+            })
+            .prop_map(|(math, ticket, lead)| (math, ticket, ticket.next_free + lead))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+        /// `reserve_one` books to the bit what the general path books for one permit, in every
+        /// state: empty, a fraction below the threshold, whole permits below it, straddling it,
+        /// above it, full, and in debt (no resync).
+        #[test]
+        fn one_permit_books_as_the_general_path((math, ticket, now) in math_and_state()) {
+            let (one, start) = math.reserve_one(ticket, now);
+            let (general, general_start) = reserve_general(ticket, now, 1, &math);
+            prop_assert_eq!(start, general_start);
+            prop_assert_eq!(one.next_free, general.next_free, "{:?} {:?} at {}", math, ticket, now);
+            prop_assert_eq!(
+                one.stored_time.to_bits(),
+                general.stored_time.to_bits(),
+                "{:?} {:?} at {}", math, ticket, now
+            );
+        }
     }
 }

@@ -65,6 +65,9 @@ pub struct SmoothWarmingUp<C = QuantaClock> {
     /// touches no second line).
     words: CachePadded<Words>,
     interval: IntervalCell,
+    /// Guava's derived quantities for the interval at construction (a decision on another
+    /// interval derives its own: [`WarmingMath::for_interval`]).
+    base: WarmingMath,
     warmup_micros: f64,
     cold_factor: f64,
     clock: C,
@@ -170,6 +173,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
                 floor: AtomicU64::new(0),
             }),
             interval: IntervalCell::new(interval),
+            base: WarmingMath::new(interval, warmup_micros, cold_factor),
             warmup_micros,
             cold_factor,
             origin_nanos: clock.now_nanos(),
@@ -215,8 +219,9 @@ impl<C: Clock> SmoothWarmingUp<C> {
         self.interval.load()
     }
 
+    #[inline]
     fn math(&self) -> WarmingMath {
-        WarmingMath::new(self.interval.load(), self.warmup_micros, self.cold_factor)
+        WarmingMath::for_interval(&self.base, self.interval.load(), self.cold_factor)
     }
 
     /// One decision at `now`, published with one 128-bit CAS (retried on conflict).
@@ -421,8 +426,8 @@ fn check_warming(
     cold_factor: f64,
 ) -> Result<RateSetting, ConfigError> {
     if let RateSetting::Finite(interval) = setting {
-        let derived = WarmingMath::new(interval, warmup_micros, cold_factor).derived();
-        if !(derived.max_permits.is_finite() && derived.threshold_permits.is_finite()) {
+        let math = WarmingMath::new(interval, warmup_micros, cold_factor);
+        if !(math.max_permits.is_finite() && math.threshold_permits.is_finite()) {
             return Err(ConfigError::Invalid {
                 what: "permits_per_second",
                 why: "too high for this warm-up period: the warm-up would hold more than f64::MAX permits",

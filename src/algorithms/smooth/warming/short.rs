@@ -3,6 +3,7 @@
 use std::num::NonZeroU64;
 
 use super::{SmoothWarmingUp, pack, unpack};
+use crate::algorithms::smooth::warm_up_math::WarmingMath;
 use crate::algorithms::smooth::{decide, refusal};
 use crate::clock::Clock;
 use crate::decision::{AcquireError, Answer};
@@ -71,15 +72,24 @@ impl<C: Clock> SmoothWarmingUp<C> {
             }
             return Ok(A::denied(0, 0, 1, NonZeroU64::MIN, 0));
         }
-        let math = self.math();
-        if let Some(refused) = refusal(ticket, now as i64, 0, Some(&math)) {
+        // The limiter's own math by reference where the interval is still the one it was
+        // created with (a copy was 8 instructions an admission, `instructions_smooth`).
+        let interval = self.interval.load();
+        let memo;
+        let math = if self.base.is_for(interval) {
+            &self.base
+        } else {
+            memo = WarmingMath::memo(interval, self.warmup_micros, self.cold_factor);
+            &memo
+        };
+        if let Some(refused) = refusal(ticket, now as i64, 0, Some(math)) {
             if let Err(again) = still(word, beyond_horizon) {
                 return again;
             }
             return Ok(A::of(refused.decision));
         }
         // Granted (Guava's `canAcquire` passed): booked as `reserve` books.
-        let outcome = decide(ticket, now as i64, n, None, Some(&math));
+        let outcome = decide(ticket, now as i64, n, None, Some(math));
         outcome.check_booking(n)?;
         let next = outcome
             .next
