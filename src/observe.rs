@@ -28,7 +28,8 @@
 //! A keyed map keeps its counts under its shard locks and has no name, so it is not recorded
 //! on every request: record it where you read it, typically when metrics are scraped, with
 //! [`KeyedStats::record`](crate::keyed::KeyedStats::record) (the counts are the map's own:
-//! totals since it was built, written as absolute values).
+//! totals since it was built, written as absolute values), under a name no other map is
+//! recorded under: two maps under one name overwrite each other's values silently.
 //!
 //! # Tracing events (feature `tracing`)
 //!
@@ -183,6 +184,10 @@ impl KeyedStats {
     /// [`KEYED_KEYS`] (gauge), [`KEYED_EVICTIONS`] (idle and live) and [`KEYED_REFUSED`]
     /// (counters, set to these totals). Call it where you read the stats, typically when metrics
     /// are scraped: it costs the map nothing beyond [`Keyed::stats`](crate::Keyed::stats).
+    ///
+    /// `limiter` must name one map. The stats carry no identity of the map they came from, so
+    /// two maps recorded under the same name write the same gauge and counters: each call
+    /// overwrites the other's values (the last call wins) and nothing reports the collision.
     ///
     /// ```
     /// use floodgate::{FixedWindow, Keyed};

@@ -490,40 +490,71 @@ impl<C: Clock> Sharded<C> {
     /// other stripe would still admit its whole new share: 16 over 4 stripes, 4 taken on one,
     /// lowered to 4, admitted 3 more.
     ///
-    /// The windows settled are `now`'s and each window a stripe holds ahead of it within the lag
-    /// horizon (another core's later read; its admissions were made before this call). A stripe
-    /// holding an older window than the one settled is charged in the settled one (a reader in
-    /// its older window then decides in the newer one, as [`FixedWindow`] keeps a window ahead);
-    /// if the window it holds is `now`'s or later, the charged word keeps at least its count, so
-    /// that window's readers, now deciding on the charged word, are not handed back its permits.
-    /// Charges land by compare-exchange: an admission racing them is decided again on the
-    /// charged word. An admission racing the whole call may still use an old share.
+    /// The windows settled are `now`'s and each window a stripe holds (with a count) that a
+    /// reader within the lag horizon of `now` may still decide in: one ahead of `now`'s whose
+    /// start is at most [`MAX_CLOCK_LAG_NANOS`] after `now` (another core's later read; its
+    /// admissions were made before this call), and one behind whose end is less than
+    /// [`MAX_CLOCK_LAG_NANOS`] before `now` (other cores whose reads lag this one's are still
+    /// deciding in it: `now` may be past a window's end while they are not). They are settled
+    /// oldest first. A stripe holding an older window than the one settled is charged in the
+    /// settled one (a reader in its older window then decides in the newer one, as
+    /// [`FixedWindow`] keeps a window ahead); if the window it holds is `now`'s or later, the
+    /// charged word keeps at least its count, so that window's readers, now deciding on the
+    /// charged word, are not handed back its permits. Charges land by compare-exchange: an
+    /// admission racing them is decided again on the charged word. An admission racing the
+    /// whole call may still use an old share.
+    ///
+    /// No list of windows is kept: each pass scans the stripes for the nearest window after the
+    /// last one settled. The number of windows within the horizon has no small bound (a 1 ns
+    /// window fits 2 × 10¹⁰ times in the 10 s either side of `now`), but a window to settle
+    /// other than `now`'s is one some stripe holds, and a stripe holds one window: one scan of
+    /// the stripes sees at most `stripes` windows, so `stripes + 1` passes settle every window
+    /// held when the call began. The passes stop there: a window first written during the call
+    /// belongs to admissions racing it.
     fn charge_excess(&self, now: u64) {
         let at = self.window_at(now);
         let window = self.window.get();
-        // The windows to settle, as windows ahead of `now`'s: 0 for `now`'s own, and each
-        // `k ≥ 1` a stripe holds within the lag horizon (the window `k` ahead starts
-        // `(k − 1) × window + until_end` after `now`, as `FixedWindow` measures a lead).
-        let mut leads: Vec<u64> = vec![0];
-        for stripe in self.stripes.iter() {
-            // Acquire: as the engine's load (`update`), pairs with the admitting
-            // compare-exchanges' release.
-            let (tag, count) = unpack_window(stripe.word.load(Ordering::Acquire));
-            if let TagDistance::Ahead(k) = tag_distance(tag, at.tag) {
+        let into = window - at.until_end;
+        // The window `tag` as windows after `now`'s (negative: before it), if a reader within
+        // the lag horizon may decide in it. The window `k ≥ 1` ahead starts
+        // `(k − 1) × window + until_end` after `now`, as `FixedWindow` measures a lead; the
+        // window `k` behind ends `(k − 1) × window + into` before `now`. `k < 2³⁹`: an `i64`.
+        let offset = |tag: u64| match tag_distance(tag, at.tag) {
+            TagDistance::Same => Some(0),
+            TagDistance::Ahead(k) => {
                 let lead = (k - 1).saturating_mul(window).saturating_add(at.until_end);
-                if count > 0 && lead <= MAX_CLOCK_LAG_NANOS && !leads.contains(&k) {
-                    leads.push(k);
+                (lead <= MAX_CLOCK_LAG_NANOS).then_some(k as i64)
+            }
+            TagDistance::Behind(k) => {
+                let ended = (k - 1).saturating_mul(window).saturating_add(into);
+                (ended < MAX_CLOCK_LAG_NANOS).then_some(-(k as i64))
+            }
+        };
+        // Every window at or before `settled` (as an offset) is settled.
+        let mut settled = i64::MIN;
+        for _ in 0..=self.stripes.len() {
+            // The nearest window after `settled`: `now`'s, or one a stripe holds.
+            let mut next = (settled < 0).then_some(0);
+            for stripe in self.stripes.iter() {
+                // Acquire: as the engine's load (`update`), pairs with the admitting
+                // compare-exchanges' release.
+                let (tag, count) = unpack_window(stripe.word.load(Ordering::Acquire));
+                if count == 0 {
+                    continue;
+                }
+                match offset(tag) {
+                    Some(k) if k > settled && next.is_none_or(|next| k < next) => next = Some(k),
+                    _ => {}
                 }
             }
-        }
-        leads.sort_unstable();
-        for k in leads {
-            self.charge_window(at.tag.wrapping_add(k) & TAG_MASK, at.tag);
+            let Some(k) = next else { return };
+            self.charge_window(at.tag.wrapping_add_signed(k) & TAG_MASK, at.tag);
+            settled = k;
         }
     }
 
-    /// [`charge_excess`](Self::charge_excess) for the window `tag`, `k ≥ 0` windows ahead of
-    /// `now`'s (`base`).
+    /// [`charge_excess`](Self::charge_excess) for the window `tag`, `now`'s (`base`), one ahead
+    /// of it, or one behind it.
     fn charge_window(&self, tag: u64, base: u64) {
         let mut excess = 0u64;
         for stripe in self.stripes.iter() {
@@ -714,8 +745,9 @@ impl<C: Clock> Limiter for Sharded<C> {
     /// its stripe's old share. Once it has returned, the window in progress admits at most the
     /// larger of what it had admitted and the new limit, in total: counts already taken stay
     /// taken, a stripe above its new share admits nothing more, and its excess is charged to the
-    /// stripes below theirs for the rest of that window (also to a window a stripe holds ahead,
-    /// within the lag horizon). A raise in the same window does not give the charge back: that
+    /// stripes below theirs for the rest of that window (also in a window a stripe holds ahead
+    /// or behind, within the lag horizon: the window other cores' reads may still be in when
+    /// `set_limit`'s read is past its end). A raise in the same window does not give the charge back: that
     /// window admits up to the raised limit less the charge; the next has all of it. Calls of
     /// `set_limit` run one at a time (a lock, taken by nothing else).
     ///

@@ -372,6 +372,32 @@ fn lowering_the_limit_settles_a_window_a_stripe_holds_ahead() {
     assert_eq!(drain(&limiter), 4);
 }
 
+/// `set_limit`'s clock read already in the next window while other cores still decide in the
+/// window before (their reads lag, within the horizon): that window is settled too, so it admits
+/// no more than max(what it had admitted, the new limit). Before the fix only `set_limit`'s own
+/// window and windows ahead of it were settled: window 10, lowered to 4 with 4 taken, admitted 3
+/// more to the lagging readers (stripes 1 to 3's new shares).
+#[test]
+fn lowering_the_limit_settles_the_window_lagging_readers_are_still_in() {
+    let (limiter, clock) = sharded(16, 4);
+    clock.set(10_900_000_000); // window 10
+    for _ in 0..4 {
+        assert!(limiter.try_acquire_on(0, 1).unwrap().is_allowed());
+    }
+    clock.set(11_100_000_000); // set_limit's read leads, in window 11
+    limiter.set_limit(4).unwrap();
+    clock.set(10_950_000_000); // other cores' reads, 0.15 s behind: still window 10
+    assert_eq!(
+        drain(&limiter),
+        0,
+        "window 10 already admitted 4 = the new limit"
+    );
+    clock.set(11_100_000_000);
+    assert_eq!(drain(&limiter), 4, "window 11 has the new limit, all of it");
+    clock.set(12_000_000_000);
+    assert_eq!(drain(&limiter), 4);
+}
+
 /// A stripe charged for a window ahead (one another stripe holds, read by a later core) keeps the
 /// count it holds for the window in progress: readers there decide in the charged window, and the
 /// window in progress admits no more than max(what it had admitted, the new limit). Before the

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use floodgate::{ConfigError, Limiter, ManualClock, SmoothBursty, SmoothWarmingUp};
 
-/// Rates across the range: far below one a second, around the rounding edges, whole, large,
+/// Rates across the range: far below one a second (one permit in 116 days), around the rounding edges, whole, large,
 /// and near the largest `f64`.
 const RATES: [f64; 14] = [
-    1e-300,
+    1e-7,
     1e-6,
     0.001,
     0.3,
@@ -70,10 +70,7 @@ fn a_slow_limiter_that_admits_reports_a_limit_of_at_least_one() {
 fn the_reported_limit_is_the_rate_rounded_at_least_one_and_saturating() {
     for rate in RATES {
         assert_eq!(bursty(rate).limit(), expected(rate), "bursty {rate}");
-        // (1e-300/s: one permit books more than a year, refused as `BookingTooLong`.)
-        if rate >= 1e-6 {
-            assert_eq!(bursty(rate).try_acquire(1).unwrap().limit(), expected(rate));
-        }
+        assert_eq!(bursty(rate).try_acquire(1).unwrap().limit(), expected(rate));
     }
     // Warming refuses rates whose warm-up would hold more than f64::MAX permits.
     for rate in RATES.into_iter().filter(|&r| r < 1e20) {
@@ -120,5 +117,108 @@ fn writing_the_reported_limit_back_keeps_the_rate() {
         limiter.rate(),
         f64::from(u32::MAX),
         "a refused limit changes nothing"
+    );
+}
+
+/// One request may book at most a year (`AcquireError::BookingTooLong`'s `max`): 31,536,000 s.
+const YEAR_MICROS: f64 = 31_536_000_000_000.0;
+
+/// A rate at which even one permit books more than a year was accepted, and every request was
+/// then refused with `BookingTooLong`. Now it is a `ConfigError` at construction and at
+/// `set_rate` (the old rate stays), and the slowest rate accepted admits one permit: new, after
+/// its debt is paid, and (warming) cold after idling past the warm-up.
+#[test]
+fn a_rate_whose_one_permit_books_more_than_a_year_is_a_config_error() {
+    use floodgate::compat::guava::GuavaRateLimiter;
+    // Bursty: one permit costs its stable interval, truncated to whole µs (Guava's `(long)`).
+    let too_slow = 1e6 / (YEAR_MICROS + 1.5);
+    for rate in [too_slow, 1e-9, 1e-300] {
+        let refused = SmoothBursty::create_with_clock(rate, ManualClock::new()).unwrap_err();
+        assert!(
+            matches!(refused, ConfigError::InvalidNumber { what: "permits_per_second", value, .. } if value == rate),
+            "{rate}: {refused:?}"
+        );
+        assert!(refused.to_string().contains("a year"), "{refused}");
+        assert!(SmoothBursty::with_max_burst(rate, 0.0, ManualClock::new()).is_err());
+        let limiter = bursty(1.0);
+        assert!(limiter.set_rate(rate).is_err(), "{rate}");
+        assert_eq!(limiter.rate(), 1.0, "the old rate stays");
+        for cold_factor in [1.0, 3.0] {
+            let warm = SmoothWarmingUp::with_cold_factor(
+                rate,
+                Duration::from_secs(2),
+                cold_factor,
+                ManualClock::new(),
+            );
+            assert!(warm.is_err(), "warming {rate}");
+        }
+        let limiter = warming(1.0);
+        assert!(limiter.set_rate(rate).is_err(), "warming {rate}");
+        assert_eq!(limiter.rate(), 1.0);
+    }
+    // The slowest bursty rate: its interval truncates to a year exactly.
+    let slowest = 1e6 / YEAR_MICROS;
+    let clock = ManualClock::new();
+    let limiter = SmoothBursty::with_max_burst(slowest, 0.0, clock.clone()).unwrap();
+    assert_eq!(limiter.acquire_permits(1), Ok(0.0));
+    // The first permit booked a year, the second another: both paid, one more is admitted.
+    let booked = limiter.reserve(1).unwrap();
+    assert!(
+        booked >= Duration::from_secs(365 * 86_400 - 1),
+        "{booked:?}"
+    );
+    clock.advance(booked * 2);
+    assert!(
+        limiter.try_acquire(1).unwrap().is_allowed(),
+        "paid: one more"
+    );
+    assert!(bursty(1.0).set_rate(slowest).is_ok());
+    // Warming: the permits stored above the threshold cost up to `cold_factor` intervals, so
+    // the slowest rate depends on the warm-up and cold factor. Whatever is accepted admits one
+    // permit new (nothing stored) and cold (after idling the warm-up), and books one more.
+    let warmups = [0, 2, 86_400 * 365, 86_400 * 365 * 100];
+    let mut refused_above_bursty = 0;
+    for warmup in warmups.map(Duration::from_secs) {
+        for cold_factor in [1.0, 3.0, 10.0] {
+            for step in 0..=40 {
+                let rate = slowest * 1.1f64.powi(step);
+                let clock = ManualClock::new();
+                let Ok(limiter) =
+                    SmoothWarmingUp::with_cold_factor(rate, warmup, cold_factor, clock.clone())
+                else {
+                    assert!(bursty(1.0).set_rate(rate).is_ok(), "bursty accepts {rate}");
+                    let other = SmoothWarmingUp::with_cold_factor(
+                        1.0,
+                        warmup,
+                        cold_factor,
+                        ManualClock::new(),
+                    )
+                    .unwrap();
+                    assert!(other.set_rate(rate).is_err(), "set_rate refuses {rate} too");
+                    refused_above_bursty += 1;
+                    continue;
+                };
+                assert!(limiter.try_acquire(1).unwrap().is_allowed(), "new {rate}");
+                assert!(limiter.reserve(1).is_ok(), "in debt {rate} {warmup:?}");
+                let clock = ManualClock::new();
+                let limiter =
+                    SmoothWarmingUp::with_cold_factor(rate, warmup, cold_factor, clock.clone())
+                        .unwrap();
+                clock.advance(warmup + Duration::from_secs(1));
+                assert!(limiter.try_acquire(1).unwrap().is_allowed(), "cold {rate}");
+                assert!(
+                    limiter.reserve(1).is_ok(),
+                    "cold, in debt {rate} {warmup:?}"
+                );
+                let other =
+                    SmoothWarmingUp::with_cold_factor(1.0, warmup, cold_factor, ManualClock::new())
+                        .unwrap();
+                assert!(other.set_rate(rate).is_ok(), "set_rate accepts {rate} too");
+            }
+        }
+    }
+    assert!(
+        refused_above_bursty > 0,
+        "stored permits cost more than the interval"
     );
 }

@@ -466,13 +466,16 @@ impl<C: Clock> SlidingLogLimiter<C> {
                     self.stamp(head, n, now);
                     if leaped {
                         // Put a leaping clock's floor back to this fresh read, once this
-                        // admission landed (as `update_floored_leap` does). SeqCst: as above.
-                        let _ = words.floor.compare_exchange(
-                            floor_now,
-                            now,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        );
+                        // admission landed (as `update_floored_leap` does); if another thread
+                        // moved it meanwhile (another repair, to its own earlier read), raise it
+                        // to this read, as `update_floored_leap` does. SeqCst: as above.
+                        if words
+                            .floor
+                            .compare_exchange(floor_now, now, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_err()
+                        {
+                            words.floor.fetch_max(now, Ordering::SeqCst);
+                        }
                     }
                     return decision;
                 }

@@ -55,7 +55,8 @@ pub trait GuavaRateLimiter: Limiter + sealed::Smooth {
     ///
     /// # Errors
     /// [`AcquireError::ZeroPermits`] for `permits = 0` (Guava: `IllegalArgumentException`);
-    /// [`AcquireError::BookingTooLong`] for a booking of more than a year (Guava books it);
+    /// [`AcquireError::BookingTooLong`] for a booking of more than a year (Guava books it; a
+    /// rate the limiter accepted books one permit within a year, so only `permits > 1` can be);
     /// [`AcquireError::PastEndOfTime`] for a wait that would end past the end of the clock's
     /// timeline (Guava sleeps until `Long.MAX_VALUE` µs, as after a `Double.MIN_VALUE` rate).
     /// Nothing is booked on an error.
@@ -85,7 +86,8 @@ pub trait GuavaRateLimiter: Limiter + sealed::Smooth {
     ///
     /// # Errors
     /// [`AcquireError::ZeroPermits`] for `permits = 0` (Guava: `IllegalArgumentException`);
-    /// [`AcquireError::BookingTooLong`] for a booking of more than a year;
+    /// [`AcquireError::BookingTooLong`] for a booking of more than a year (`permits > 1` only,
+    /// as for [`acquire_permits`](GuavaRateLimiter::acquire_permits));
     /// [`AcquireError::PastEndOfTime`] when the limiter is free within `timeout` only after the
     /// end of the clock's timeline (a `false` would say the timeout was too short). Nothing is
     /// booked on an error.

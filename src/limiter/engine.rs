@@ -164,8 +164,11 @@ pub(crate) fn read_at_floor(clock_now: u64, floor: &AtomicU64) -> u64 {
 /// **Bounded**: a floor more than [`MAX_CLOCK_LAG_NANOS`] ahead of a clock read is never obeyed.
 /// The clock is read again (a stale read, preempted since, becomes fresh); a floor still that far
 /// ahead of a fresh read was published by a leaping clock: the decision runs at the fresh read,
-/// and a writing step puts the floor back to it. So one far-future read costs at most one
-/// extra clock read per call until the next write, never a frozen limiter.
+/// and a writing step puts the floor back to it, after its word has landed (so until that store,
+/// a reader that sees the repaired word may still load the leaped floor, and re-reads its clock).
+/// Repairs racing each other leave the floor at the latest of their reads, so the one-grain bound
+/// above holds again once their floor stores have landed. So one far-future read costs at most
+/// one extra clock read per call until the next write, never a frozen limiter.
 /// A denial writes nothing; raising the floor is the admission's second atomic operation only
 /// once per grain of time.
 #[inline]
@@ -286,15 +289,23 @@ fn floored_loop(
                     // back in range) has landed: until then every reader still sees the leaped
                     // floor and judges the leaped word as a leap too. A reader that sees the old
                     // floor with a repaired word only re-reads its clock (the repaired word is in
-                    // range); if another thread moved the floor meanwhile, its value stands.
-                    // Release: pairs with the Acquire fence of a refusal that loaded the leaped
-                    // word before this repair and this floor after it (above).
-                    let _ = floor.compare_exchange(
-                        floor_now,
-                        now,
-                        Ordering::Release,
-                        Ordering::Relaxed,
-                    );
+                    // range). If another thread moved the floor meanwhile (another repair put it
+                    // back to its own read, or a writer raised it), the floor is raised to this
+                    // read: this thread's word is published and decided at `now`, and a floor
+                    // left at an earlier repairer's read would be more than a grain behind it
+                    // (found by `loom-tests/tests/time_floor_repair.rs`). A higher value (a later
+                    // writer's, or a new leap's) stands. Until this store lands, a reader that
+                    // sees this word may still load the other repairer's floor: the bound of
+                    // `update_at` holds once every repair's floor store has landed.
+                    // Release (both): pairs with the Acquire fence of a refusal that loaded the
+                    // leaped word before this repair and this floor after it (above). Relaxed
+                    // failure load: only compared, `fetch_max` then reads the floor again.
+                    if floor
+                        .compare_exchange(floor_now, now, Ordering::Release, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        floor.fetch_max(now, Ordering::Release);
+                    }
                 }
                 return step.decision;
             }

@@ -80,12 +80,17 @@ impl SmoothBursty<QuantaClock> {
     /// unused permits is saved. `f64::INFINITY` is accepted (every request free).
     ///
     /// # Errors
-    /// [`ConfigError::InvalidNumber`] for a rate that is zero, negative or NaN.
+    /// [`ConfigError::InvalidNumber`] for a rate that is zero, negative or NaN, or below one
+    /// permit a year (`1e6 / rate` µs of at least a year and a µs: one permit would book more
+    /// than a year, which every request would be refused as
+    /// [`AcquireError::BookingTooLong`]). A rate below about 5.6·10⁻³⁰³ (Guava's
+    /// `Double.MIN_VALUE`) is accepted: one permit, then never.
     ///
     /// ```
     /// let limiter = floodgate::SmoothBursty::create(100.0).unwrap();
     /// assert_eq!(limiter.rate(), 100.0);
     /// assert!(floodgate::SmoothBursty::create(0.0).is_err());
+    /// assert!(floodgate::SmoothBursty::create(1.0 / (400.0 * 86_400.0)).is_err()); // 400 days
     /// ```
     pub fn create(permits_per_second: f64) -> Result<Self, ConfigError> {
         Self::create_with_clock(permits_per_second, QuantaClock::new())

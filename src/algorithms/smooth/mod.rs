@@ -99,6 +99,10 @@
 //! booked, `try_acquire(u32::MAX)` at 1/s would push the limiter past its 71-year range, after
 //! which it refuses forever and no `set_rate` can repair it. The one exception is a stable
 //! interval of `+∞` (Guava's `Double.MIN_VALUE`): one permit, then never, as Guava documents.
+//! A finite rate at which a single permit would book more than a year (bursty: a stable
+//! interval of a year and a µs or more, rates below one permit a year; warming: one permit
+//! spent from a cold limiter, which depends on the warm-up and cold factor) is refused with a
+//! [`ConfigError`] at creation and at `set_rate`: such a limiter could only refuse.
 //!
 //! # Deviations from Guava, all documented edge cases
 //! * Warm-up 0: Guava computes `coolDown = 0/0 = NaN` and, after any idle time, grants every
@@ -493,7 +497,20 @@ pub(crate) enum RateSetting {
     Infinite,
 }
 
-/// Guava's `checkArgument(permitsPerSecond > 0.0 && !Double.isNaN(permitsPerSecond))`.
+/// The stable interval (µs) from which one fresh permit books more than
+/// [`MAX_BOOKING_MICROS`]: its cost is the interval truncated to whole µs (a finite interval
+/// this long is past [`round_micros`]' rounding-up range), so `MAX_BOOKING_MICROS + 1` and
+/// above. The number is exact in an `f64` (below 2⁵³).
+const FIRST_UNBOOKABLE_INTERVAL: f64 = (MAX_BOOKING_MICROS + 1) as f64;
+
+/// Guava's `checkArgument(permitsPerSecond > 0.0 && !Double.isNaN(permitsPerSecond))`, and a
+/// finite rate slow enough that one permit would book more than a year is refused: such a
+/// limiter could only answer [`AcquireError::BookingTooLong`](crate::AcquireError). The bound
+/// is on the stable interval `1e6 / rate`: below `MAX_BOOKING_MICROS + 1` µs (rates from about
+/// 3.17·10⁻⁸ per second, one permit a year). A rate whose interval overflows to `+∞` (below
+/// about 5.6·10⁻³⁰³ per second: Guava's `Double.MIN_VALUE`) keeps Guava's "one permit, then
+/// never". A warming limiter's stored permits cost more than the interval: `check_warming` in
+/// `warming.rs` bounds those.
 pub(crate) fn parse_rate(permits_per_second: f64) -> Result<RateSetting, ConfigError> {
     if permits_per_second.is_nan() || permits_per_second <= 0.0 {
         return Err(ConfigError::InvalidNumber {
@@ -503,10 +520,19 @@ pub(crate) fn parse_rate(permits_per_second: f64) -> Result<RateSetting, ConfigE
         });
     }
     if permits_per_second == f64::INFINITY {
-        Ok(RateSetting::Infinite)
-    } else {
-        Ok(RateSetting::Finite(1e6 / permits_per_second))
+        return Ok(RateSetting::Infinite);
     }
+    let interval = 1e6 / permits_per_second;
+    if interval.is_finite() && interval >= FIRST_UNBOOKABLE_INTERVAL {
+        return Err(ConfigError::InvalidNumber {
+            what: "permits_per_second",
+            value: permits_per_second,
+            expected: "at least one permit a year (1/31536000 per second; one request books \
+                       at most a year), or below about 5.6e-303 (Guava's Double.MIN_VALUE: \
+                       one permit, then never)",
+        });
+    }
+    Ok(RateSetting::Finite(interval))
 }
 
 /// The live stable interval (µs per permit, `f64` bits) of a finite rate. Infinity is a flag in

@@ -27,8 +27,8 @@ mod short;
 use super::warm_up_math::WarmingMath;
 use super::wide::AtomicWide;
 use super::{
-    IntervalCell, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket, decide,
-    micros_since, parse_rate, resync,
+    IntervalCell, MAX_BOOKING_MICROS, Outcome, RateSetting, SmoothSnapshot, StoredPermits, Ticket,
+    decide, micros_since, parse_rate, reserve, resync,
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::ConfigError;
@@ -79,11 +79,14 @@ impl SmoothWarmingUp<QuantaClock> {
     /// default clock.
     ///
     /// # Errors
-    /// [`ConfigError::InvalidNumber`] for a rate that is zero, negative or NaN;
+    /// [`ConfigError::InvalidNumber`] for a rate that is zero, negative or NaN, or below one
+    /// permit a year (as [`SmoothBursty::create`](crate::SmoothBursty::create));
     /// [`ConfigError::DurationOutOfRange`] (`what: "warm-up"`) for a warm-up above 2⁵² µs
     /// (142 years);
     /// [`ConfigError::Invalid`] for a finite rate so high that the warm-up would hold more than
-    /// `f64::MAX` permits.
+    /// `f64::MAX` permits, or so low that one permit spent from a cold limiter (up to
+    /// `cold_factor` stable intervals) would book more than a year: every request would be
+    /// refused as [`AcquireError::BookingTooLong`](crate::AcquireError::BookingTooLong).
     ///
     /// ```
     /// use std::time::Duration;
@@ -91,6 +94,11 @@ impl SmoothWarmingUp<QuantaClock> {
     /// assert_eq!(limiter.rate(), 5.0);
     /// let err = floodgate::SmoothWarmingUp::create(5.0, Duration::MAX).unwrap_err();
     /// assert!(matches!(err, floodgate::ConfigError::DurationOutOfRange { what: "warm-up", .. }));
+    /// // 1 permit in 200 days: after a 10-year warm-up, a cold permit (up to 3 intervals) books
+    /// // more than a year.
+    /// let slow = 1.0 / (200.0 * 86_400.0);
+    /// let err = floodgate::SmoothWarmingUp::create(slow, Duration::from_secs(315_360_000));
+    /// assert!(matches!(err, Err(floodgate::ConfigError::Invalid { what: "permits_per_second", .. })));
     /// ```
     pub fn create(permits_per_second: f64, warmup: Duration) -> Result<Self, ConfigError> {
         Self::create_with_clock(permits_per_second, warmup, QuantaClock::new())
@@ -419,7 +427,13 @@ struct Words {
     floor: AtomicU64,
 }
 
-/// Rejects finite rates whose warm-up would hold a non-finite number of permits.
+/// Rejects finite rates whose warm-up would hold a non-finite number of permits, and finite
+/// rates at which one permit would book more than [`MAX_BOOKING_MICROS`] (a limiter that could
+/// only refuse). The costliest single permit is the one spent from a full (cold) limiter: the
+/// interval function rises with the stored permits, so the top permit costs the most, and a
+/// limiter storing less than one permit pays the rest at the stable interval, which a stored
+/// permit never undercuts. Both that and one fresh permit (nothing stored) are booked here
+/// through [`reserve`], the decision's own arithmetic, so the bound is the one `decide` applies.
 fn check_warming(
     setting: RateSetting,
     warmup_micros: f64,
@@ -431,6 +445,23 @@ fn check_warming(
             return Err(ConfigError::Invalid {
                 what: "permits_per_second",
                 why: "too high for this warm-up period: the warm-up would hold more than f64::MAX permits",
+            });
+        }
+        let one_permit = |stored_time: f64| {
+            let from = Ticket {
+                next_free: 0,
+                stored_time,
+            };
+            reserve(from, 0, 1, &math).0.next_free
+        };
+        // A subnormal rate's interval is +∞: Guava's "one permit, then never", kept.
+        if interval.is_finite()
+            && one_permit(warmup_micros).max(one_permit(0.0)) > MAX_BOOKING_MICROS
+        {
+            return Err(ConfigError::Invalid {
+                what: "permits_per_second",
+                why: "too low for this warm-up and cold factor: one cold permit would book \
+                      more than a year, the most one request may book",
             });
         }
     }
