@@ -7,6 +7,15 @@
 //! valgrind --tool=callgrind --toggle-collect='*measured_loop*' \
 //!     target/release/examples/keyed_instructions floodgate hot-allow 1000000
 //! ```
+//! A run under callgrind takes longer than floodgate's judging interval (10 s of real time, see
+//! `JUDGE_INTERVAL_NANOS` in `src/keyed/shards.rs`), so whether a judging pass runs within an
+//! `insert-1m` loop, and sweeps keys whose one permit came back after a second, depends on how
+//! long the run takes. `--toggle-collect='*judge_pass*'` added to the command leaves the passes
+//! out of the count (collection toggles off inside one), for a count that does not depend on
+//! timing. Only for `insert-1m`: in a workload with held keys a pass can run while they are
+//! inserted, before the measured loop, where the toggle would switch collection on; and a
+//! `keys-1m` run whose insertion took more than 10 s re-inserts in its loop the keys a pass
+//! dropped (look for `ShardedMap::insert` in its profile).
 //! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
 //! (100,000 keys so, each key's line cold at its turn), `keys-1m` (2^20 keys held, each checked in

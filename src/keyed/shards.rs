@@ -427,7 +427,7 @@ mod cell {
     }
 }
 
-use cell::TableCell;
+use cell::{TableCell, TableGuard};
 
 /// Unused table cells at each end of the map's array of cells: 128 bytes (two 64-byte cache
 /// lines, the pair the adjacent-line prefetcher fetches together), so no other heap object
@@ -521,6 +521,23 @@ struct Plan {
     evict: usize,
     /// Size the table to exactly the keys kept (an explicit shrink), not twice them.
     tight: bool,
+}
+
+/// What pass 2 of a rebuild does with a slot of the old table (see
+/// [`rebuild`](ShardedMap::rebuild)).
+#[derive(Clone, Copy)]
+enum Fate {
+    /// No key, or a key dropped in pass 1 (idle, or forgotten): nothing to move.
+    Empty,
+    /// A kept key: moved, with the next of pass 1's hashes.
+    Keep,
+    /// A key pass 1 kept and an eviction then chose: dropped, its hash skipped.
+    Evict,
+}
+
+/// The `forget` of a rebuild that forgets no key by name.
+fn no_forget<K>() -> Option<fn(&K) -> bool> {
+    None
 }
 
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
@@ -790,22 +807,12 @@ where
             // until real time reaches it.
             meta.judged_at = Some(judge_time(now, clock));
         }
-        if self.judge_due(&meta, now) && self.judge(shard, &mut meta, &table, rules, now, clock) {
-            drop(table);
-            let plan = Plan {
-                sweep: true,
-                evict: 0,
-                tight: false,
-            };
-            self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
-            // The kept keys' earliest idle time, or, with none kept, the next insert credit.
-            meta.next_judge_at = if meta.next_idle_at == u64::MAX {
-                now
-            } else {
-                meta.next_idle_at
-            };
-            table = shard.table.load();
-            vacant = None;
+        if self.judge_due(&meta, now) {
+            let swept;
+            (table, swept) = self.judge_pass(shard, &mut meta, table, rules, now, clock);
+            if swept {
+                vacant = None;
+            }
         }
         if self.needs_room(&meta) {
             drop(table);
@@ -939,6 +946,44 @@ where
                 .is_some_and(|at| now >= at.saturating_add(JUDGE_INTERVAL_NANOS))
     }
 
+    /// A judging pass ([`judge`](Self::judge)) and, when it finds the shard well over its live
+    /// keys, the sweep that drops its idle keys. Takes the table the caller loaded and returns
+    /// the current one, with whether it changed (a sweep). Not inlined into `insert`: a pass is
+    /// rare, and `examples/keyed_instructions` can leave it out of an insert's count
+    /// (callgrind `--toggle-collect`), since whether one runs depends on wall time.
+    #[inline(never)]
+    fn judge_pass<R>(
+        &self,
+        shard: Shard<'_, K, S>,
+        meta: &mut Meta,
+        table: TableGuard<K, S>,
+        rules: &R,
+        now: u64,
+        clock: &impl Clock,
+    ) -> (TableGuard<K, S>, bool)
+    where
+        S: KeySlot<R>,
+    {
+        if !self.judge(shard, meta, &table, rules, now, clock) {
+            return (table, false);
+        }
+        // The rebuild waits until no check holds the old table: this thread's guard included.
+        drop(table);
+        let plan = Plan {
+            sweep: true,
+            evict: 0,
+            tight: false,
+        };
+        self.rebuild(shard, meta, rules, clock, plan, no_forget());
+        // The kept keys' earliest idle time, or, with none kept, the next insert credit.
+        meta.next_judge_at = if meta.next_idle_at == u64::MAX {
+            now
+        } else {
+            meta.next_idle_at
+        };
+        (shard.table.load(), true)
+    }
+
     /// A judging pass over the current table (read without waiting for checks: it only loads
     /// words): whether at most a quarter of the shard's keys are live at `now` (read again, see
     /// [`judge_time`]), so the caller rebuilds the table to twice the live keys, dropping the
@@ -1013,7 +1058,7 @@ where
                 evict: 0,
                 tight: false,
             };
-            self.rebuild(shard, meta, rules, clock, plan, |_| false);
+            self.rebuild(shard, meta, rules, clock, plan, no_forget());
             return Ok(());
         }
         // Dropping a key judges it idle at `now`: a second read guards that judgement against a
@@ -1034,7 +1079,7 @@ where
                 evict,
                 tight: false,
             };
-            self.rebuild(shard, meta, rules, clock, plan, |_| false);
+            self.rebuild(shard, meta, rules, clock, plan, no_forget());
         }
         if meta.len < self.shard_cap {
             return Ok(());
@@ -1056,13 +1101,15 @@ where
         rules: &R,
         clock: &impl Clock,
         plan: Plan,
-        forget: impl Fn(&K) -> bool,
+        forget: Option<impl Fn(&K) -> bool>,
     ) -> usize
     where
         S: KeySlot<R>,
     {
         // Pass 1 runs all of the user's code a rebuild runs (`Eq` in `forget`, `Hash`): a panic
-        // there puts the old table back, so it loses nothing (pass 2 only moves words).
+        // there puts the old table back, so it loses nothing (pass 2 only moves words). So a
+        // growth hashes its keys before it moves them, into a vector of the keys' hashes, not
+        // while moving them.
         let restore = Restore {
             cell: shard.table,
             table: Some(shard.table.take()),
@@ -1073,9 +1120,16 @@ where
         // Read after every check on the old table has committed (`take` waited for them).
         let now = judge_time(clock.now_nanos(), clock);
         let judge = plan.sweep || plan.evict > 0;
-        // Pass 1: what stays, and the kept keys' hashes.
-        let mut keep = vec![false; old.slots.len()];
-        let mut hashes = vec![0u64; old.slots.len()];
+        // Each slot's fate, only where a key can be dropped: a growth (or a shrink to fit)
+        // moves every key, and pass 2 tells the keys from the empty slots as pass 1 did.
+        let mut fates = if judge || forget.is_some() {
+            vec![Fate::Empty; old.slots.len()]
+        } else {
+            Vec::new()
+        };
+        // Pass 1: what stays, and the hashes of the keys it keeps, in slot order (pass 2 moves
+        // them in that order).
+        let mut hashes = Vec::with_capacity(meta.len);
         let mut kept = 0;
         let mut idle = 0;
         let mut forgotten = 0;
@@ -1083,7 +1137,7 @@ where
         let mut candidates: Vec<(u64, usize)> = Vec::new();
         for (i, slot) in old.slots.iter().enumerate() {
             let Some(key) = slot.key.get() else { continue };
-            if forget(key) {
+            if forget.as_ref().is_some_and(|forget| forget(key)) {
                 forgotten += 1;
                 continue;
             }
@@ -1101,8 +1155,10 @@ where
                     }
                 }
             }
-            keep[i] = true;
-            hashes[i] = self.hasher.hash_one(key);
+            if let Some(fate) = fates.get_mut(i) {
+                *fate = Fate::Keep;
+            }
+            hashes.push(self.hasher.hash_one(key));
             kept += 1;
         }
         let old = restore.disarm();
@@ -1113,7 +1169,7 @@ where
                 candidates.select_nth_unstable_by_key(batch, |&(used, _)| used);
             }
             for &(_, i) in &candidates[..batch] {
-                keep[i] = false;
+                fates[i] = Fate::Evict;
             }
             evicted = batch;
             kept -= batch;
@@ -1127,10 +1183,25 @@ where
         };
         let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
         let mut next = Table::new(slots_for(keys));
-        // Only slots holding a key are kept.
-        for ((slot, keep), hash) in old.slots.into_vec().into_iter().zip(keep).zip(hashes) {
-            if keep {
-                next.put(slot.key, slot.value, hash);
+        let mut hashes = hashes.into_iter();
+        for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
+            let fate = match fates.get(i) {
+                Some(&fate) => fate,
+                None if slot.key.get().is_some() => Fate::Keep,
+                None => Fate::Empty,
+            };
+            // A key pass 1 kept has its hash next in `hashes`, an evicted one too (it was kept
+            // before the batch was chosen); only slots holding a key are kept.
+            match fate {
+                Fate::Keep => {
+                    if let Some(hash) = hashes.next() {
+                        next.put(slot.key, slot.value, hash);
+                    }
+                }
+                Fate::Evict => {
+                    hashes.next();
+                }
+                Fate::Empty => {}
             }
         }
         meta.slots = next.slots.len();
@@ -1169,7 +1240,7 @@ where
                     evict: 0,
                     tight: false,
                 };
-                self.rebuild(shard, &mut meta, rules, clock, plan, |_| false)
+                self.rebuild(shard, &mut meta, rules, clock, plan, no_forget())
             })
             .sum()
     }
@@ -1187,7 +1258,7 @@ where
                 evict: 0,
                 tight: true,
             };
-            self.rebuild(shard, &mut meta, rules, clock, plan, |_| false);
+            self.rebuild(shard, &mut meta, rules, clock, plan, no_forget());
         }
     }
 
@@ -1210,9 +1281,14 @@ where
             evict: 0,
             tight: false,
         };
-        self.rebuild(shard, &mut meta, rules, clock, plan, |held| {
-            held.borrow() == key
-        });
+        self.rebuild(
+            shard,
+            &mut meta,
+            rules,
+            clock,
+            plan,
+            Some(|held: &K| held.borrow() == key),
+        );
         true
     }
 
