@@ -575,18 +575,20 @@ impl RedisBackend {
         if !self.is_cluster() {
             return shared.server.clone();
         }
-        if shared.owners.start_read(Instant::now(), shared.timeout) {
+        if let Some(read) = shared.owners.start_read(Instant::now(), shared.timeout) {
             let (connection, owners, scheme) = (
                 shared.connection.clone(),
                 Arc::clone(&shared.owners),
                 shared.scheme,
             );
             let within = shared.timeout;
+            // `read` moves into the task: dropped when the read ends, or with the task if its
+            // runtime goes first, so the next read can start either way.
             shared.runtime.spawn(async move {
                 if let Some(reply) = read_slot_owners(connection, within).await {
                     owners.update(&reply, scheme);
                 }
-                owners.read_done();
+                drop(read);
             });
         }
         let Some(key) = keys.first() else {

@@ -31,7 +31,7 @@ type Range = (u16, u16, Arc<str>);
 pub(super) struct SlotOwners {
     /// Slot ranges `(first, last, address)`, sorted by `first`, not overlapping.
     ranges: Mutex<Arc<[Range]>>,
-    /// Set by the one caller that starts a read, cleared when it ends.
+    /// Set by the one caller that starts a read, cleared when its [`ReadInFlight`] drops.
     reading: AtomicBool,
     /// When the last read started after a failure (`None`: none yet).
     last_start: Mutex<Option<Instant>>,
@@ -54,26 +54,37 @@ impl SlotOwners {
         }
     }
 
-    /// Whether the caller may start a read at `now`: true for one caller until
-    /// [`read_done`](Self::read_done), and only once `every` has passed since the last read
-    /// started (a clock read that lags the last start counts as no time passed).
-    pub(super) fn start_read(&self, now: Instant, every: Duration) -> bool {
+    /// A read the caller may start at `now`: `Some` for one caller at a time (until the
+    /// returned [`ReadInFlight`] is dropped), and only once `every` has passed since the last
+    /// read started (a clock read that lags the last start counts as no time passed).
+    pub(super) fn start_read(
+        self: &Arc<Self>,
+        now: Instant,
+        every: Duration,
+    ) -> Option<ReadInFlight> {
         let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
-            return false;
+            return None;
         }
         // SeqCst: a flag read and written only on the error path; no ordering subtlety to save.
         if self.reading.swap(true, Ordering::SeqCst) {
-            return false;
+            return None;
         }
         *last = Some(now);
-        true
+        Some(ReadInFlight(Arc::clone(self)))
     }
+}
 
-    /// Ends the read [`start_read`](Self::start_read) allowed.
-    pub(super) fn read_done(&self) {
+/// The one read of the slot map in flight, allowed by [`SlotOwners::start_read`]: dropping it
+/// lets the next read start, whether the read ended or its task was dropped unfinished (with
+/// the runtime it ran on).
+#[derive(Debug)]
+pub(super) struct ReadInFlight(Arc<SlotOwners>);
+
+impl Drop for ReadInFlight {
+    fn drop(&mut self) {
         // SeqCst: as in `start_read`.
-        self.reading.store(false, Ordering::SeqCst);
+        self.0.reading.store(false, Ordering::SeqCst);
     }
 }
 
@@ -200,7 +211,7 @@ mod tests {
             range(0, 5_460, node("127.0.0.1", 7000)),
             range(5_461, 10_922, node("", 7001)), // host unknown to the node answering
         ]);
-        let owners = SlotOwners::default();
+        let owners = Arc::new(SlotOwners::default());
         assert_eq!(owners.owner(0), None, "nothing read yet");
         owners.update(&reply, "redis");
         assert_eq!(owners.owner(0).as_deref(), Some("redis://127.0.0.1:7000"));
@@ -237,16 +248,44 @@ mod tests {
         assert_eq!(owners.owner(1), None);
 
         let (t0, every) = (Instant::now(), Duration::from_millis(200));
-        assert!(owners.start_read(t0, every));
-        assert!(!owners.start_read(t0 + every, every), "one read at a time");
-        owners.read_done();
-        let early = t0 + every - Duration::from_nanos(1);
-        assert!(!owners.start_read(early, every), "one read per `every`");
+        let read = owners.start_read(t0, every).expect("the first read");
         assert!(
-            !owners.start_read(t0, every),
+            owners.start_read(t0 + every, every).is_none(),
+            "one read at a time"
+        );
+        drop(read);
+        let early = t0 + every - Duration::from_nanos(1);
+        assert!(
+            owners.start_read(early, every).is_none(),
+            "one read per `every`"
+        );
+        assert!(
+            owners.start_read(t0, every).is_none(),
             "a lagging clock read is no time passed"
         );
-        assert!(owners.start_read(t0 + every, every));
-        owners.read_done();
+        assert!(owners.start_read(t0 + every, every).is_some());
+    }
+
+    /// The read task is spawned on the runtime that built the connection; a runtime dropped
+    /// before the task ends drops the task with it, and the "read in flight" flag must clear
+    /// then too, or no read would ever start again.
+    #[test]
+    fn a_read_dropped_with_its_runtime_lets_the_next_one_start() {
+        let owners = Arc::new(SlotOwners::default());
+        let (t0, every) = (Instant::now(), Duration::from_millis(200));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let read = owners.start_read(t0, every).expect("the first read");
+        runtime.spawn(async move {
+            std::future::pending::<()>().await; // a read that never answers
+            drop(read);
+        });
+        drop(runtime);
+        assert!(
+            owners.start_read(t0 + every, every).is_some(),
+            "the flag of a read dropped unfinished stayed set"
+        );
     }
 }
