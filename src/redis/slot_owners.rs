@@ -29,8 +29,9 @@ type Range = (u16, u16, Arc<str>);
 /// The copy of the slot map, and whether a read of it is in flight.
 #[derive(Debug, Default)]
 pub(super) struct SlotOwners {
-    /// Slot ranges `(first, last, address)`, sorted by `first`, not overlapping.
-    ranges: Mutex<Arc<[Range]>>,
+    /// Slot ranges `(first, last, address)`, sorted by `first`, not overlapping. Read on every
+    /// cluster call (its node picks its breaker): a load, no lock.
+    ranges: arc_swap::ArcSwap<Vec<Range>>,
     /// Set by the one caller that starts a read, cleared when its [`ReadInFlight`] drops.
     reading: AtomicBool,
     /// When the last read started after a failure (`None`: none yet).
@@ -40,7 +41,7 @@ pub(super) struct SlotOwners {
 impl SlotOwners {
     /// The address of the node owning `slot`, if the copy has one.
     pub(super) fn owner(&self, slot: u16) -> Option<Arc<str>> {
-        let ranges = Arc::clone(&self.ranges.lock().unwrap_or_else(|e| e.into_inner()));
+        let ranges = self.ranges.load();
         let at = ranges.partition_point(|&(first, _, _)| first <= slot);
         let (first, last, address) = ranges.get(at.checked_sub(1)?)?;
         (*first <= slot && slot <= *last).then(|| Arc::clone(address))
@@ -50,7 +51,7 @@ impl SlotOwners {
     /// `scheme://host:port`; a reply of another shape leaves the copy as it was.
     pub(super) fn update(&self, reply: &Value, scheme: &str) {
         if let Some(ranges) = parse(reply, scheme) {
-            *self.ranges.lock().unwrap_or_else(|e| e.into_inner()) = ranges.into();
+            self.ranges.store(Arc::new(ranges));
         }
     }
 
