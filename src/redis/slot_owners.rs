@@ -1,15 +1,18 @@
-//! Which node of a Redis Cluster owns each hash slot, as last read from `CLUSTER SLOTS`: only to
-//! name, in a failed call's error, the node the call went to.
+//! Which node of a Redis Cluster owns each hash slot, as last read from `CLUSTER SLOTS`: to
+//! name, in a failed call's error, the node the call went to, and to pick the circuit breaker
+//! a call goes through (one per master, see `RedisLimiter::with_breaker`).
 //!
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
-//! background after a failed call (at most one read in flight per backend, bounded by the
-//! backend's timeout, and at most one started per timeout, so a steady stream of failures does
-//! not add a `CLUSTER SLOTS` per failure). A call's error names the owner of its key's slot in
-//! that copy; after a slot moved, the name is stale until the next read lands (a call that
-//! fails at least a timeout after the last read started reads it again).
+//! background after a failed call or a call short-circuited by an open breaker (at most one
+//! read in flight per backend, bounded by the backend's timeout, and at most one started per
+//! timeout, so a steady stream of failures does not add a `CLUSTER SLOTS` per failure). A
+//! call's error and breaker are those of the owner of its key's slot in that copy; after a slot
+//! moved, the owner is stale until the next read lands (a call that fails, or is
+//! short-circuited, at least a timeout after the last read started reads it again).
 //! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
-//! names the configured node list and says that the node is not known.
+//! names the configured node list and says that the node is not known, and its calls share one
+//! breaker.
 //!
 //! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
 //! two `u16`s and a shared address; a read replaces the whole copy.
