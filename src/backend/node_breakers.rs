@@ -26,7 +26,8 @@ use crate::clock::{Clock, QuantaClock};
 /// 1,000 nodes).
 pub const MAX_NODE_BREAKERS: usize = 4_096;
 
-type ByNode<C> = HashMap<Arc<str>, Arc<CircuitBreaker<C>>>;
+/// Node addresses are the cluster's own (from `CLUSTER SLOTS`), not callers' input: ahash.
+type ByNode<C> = HashMap<Arc<str>, Arc<CircuitBreaker<C>>, ahash::RandomState>;
 
 /// One [`CircuitBreaker`] per node, all of one [`BreakerConfig`] and clock: a node's failures
 /// open its own breaker, and a success on one node does not reset another's run of failures.
@@ -98,7 +99,7 @@ impl<C: Clock + Clone> NodeBreakers<C> {
             config,
             shared: Arc::new(CircuitBreaker::with_clock(config, clock.clone())),
             clock,
-            by_node: arc_swap::ArcSwap::from_pointee(HashMap::new()),
+            by_node: arc_swap::ArcSwap::from_pointee(HashMap::default()),
             adding: Mutex::new(()),
             dropped_short_circuited: AtomicU64::new(0),
         }
