@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -64,7 +65,7 @@ pub struct FailureHandler<A, C = QuantaClock> {
 /// What [`FailureHandler::before`] found: a decision without the store, or a call to make.
 enum Before<'a, C: Clock> {
     Decided(Outcome),
-    Call(Option<BreakerPermit<'a, C>>, u64),
+    Call(Option<BreakerPermit<'a, C>>),
 }
 
 /// The breaker of one call, if the handler has breakers.
@@ -327,10 +328,14 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         n: u32,
         store: impl FnOnce() -> Result<Decision, BackendError>,
     ) -> Outcome {
+        let asked_at = match self.cached_denial(key, n) {
+            Ok(asked_at) => asked_at,
+            Err(denial) => return denial,
+        };
         let breaker = self.call_breaker(None);
         match self.before(key, n, &breaker) {
             Before::Decided(outcome) => outcome,
-            Before::Call(permit, asked_at) => self.after(key, n, permit, asked_at, store()),
+            Before::Call(permit) => self.after(key, n, permit, asked_at, store()),
         }
     }
 
@@ -354,30 +359,36 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     where
         F: Future<Output = Result<Decision, BackendError>>,
     {
-        self.run_async_excusing(key, n, None, store, |_| false)
+        self.run_async_excusing(key, n, || None, store, |_| false)
             .await
     }
 
     /// As [`run_async`](Self::run_async), except that a failure for which `excused` is true is
     /// not reported to the breaker (it is still decided by the policy and counted): for a call
     /// cut short by the caller's own deadline rather than by the store. The call goes through
-    /// the breaker of `node` (the store's node it goes to; `None`: the shared breaker).
+    /// the breaker of the node `node()` names (the store's node it goes to; `None`: the shared
+    /// breaker), asked only when the deny cache did not answer.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) async fn run_async_excusing<F>(
         &self,
         key: &str,
         n: u32,
-        node: Option<&str>,
+        node: impl FnOnce() -> Option<Arc<str>>,
         store: impl FnOnce() -> F,
         excused: impl FnOnce(&BackendError) -> bool,
     ) -> Outcome
     where
         F: Future<Output = Result<Decision, BackendError>>,
     {
-        let breaker = self.call_breaker(node);
+        let asked_at = match self.cached_denial(key, n) {
+            Ok(asked_at) => asked_at,
+            Err(denial) => return denial,
+        };
+        let node = node();
+        let breaker = self.call_breaker(node.as_deref());
         match self.before(key, n, &breaker) {
             Before::Decided(outcome) => outcome,
-            Before::Call(permit, asked_at) => {
+            Before::Call(permit) => {
                 let result = store().await;
                 // Dropping the permit unreported leaves the breaker as if the call never happened.
                 let permit = match &result {
@@ -397,18 +408,22 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             .map(|breakers| breakers.for_call(node))
     }
 
-    /// The deny cache and `breaker`, before a store call.
+    /// The deny cache, before a store call: its denial, or the time the call is asked at
+    /// (for [`after`](Self::after) to record a denial from).
+    #[inline]
+    fn cached_denial(&self, key: &str, n: u32) -> Result<u64, Outcome> {
+        match &self.denials {
+            Some(cache) => match cache.check(key, n, self.limit) {
+                Some(denial) => Err(Outcome::from_backend(denial)),
+                None => Ok(cache.now()),
+            },
+            None => Ok(0),
+        }
+    }
+
+    /// `breaker`, before a store call (once the deny cache passed it).
     #[inline]
     fn before<'a>(&self, key: &str, n: u32, breaker: &'a CallBreaker<'_, C>) -> Before<'a, C> {
-        let asked_at = match &self.denials {
-            Some(cache) => {
-                if let Some(denial) = cache.check(key, n, self.limit) {
-                    return Before::Decided(Outcome::from_backend(denial));
-                }
-                cache.now()
-            }
-            None => 0,
-        };
         let permit = match breaker {
             Some(breaker) => match breaker.admit() {
                 Some(permit) => Some(permit),
@@ -425,7 +440,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             },
             None => None,
         };
-        Before::Call(permit, asked_at)
+        Before::Call(permit)
     }
 
     /// Reports the store call's result to the breaker and the deny cache.
@@ -629,11 +644,12 @@ mod tests {
             BreakerConfig::new(1, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
         let h = handler(FailurePolicy::FailClosed, ManualClock::new()).with_breaker(config);
         let outcome =
-            poll_once(h.run_async_excusing("k", 1, None, || async { Err(error()) }, |_| true));
+            poll_once(h.run_async_excusing("k", 1, || None, || async { Err(error()) }, |_| true));
         assert!(!outcome.decision().is_allowed());
         assert_eq!(h.counts().errors, 1);
         assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);
-        let _ = poll_once(h.run_async_excusing("k", 1, None, || async { Err(error()) }, |_| false));
+        let _ =
+            poll_once(h.run_async_excusing("k", 1, || None, || async { Err(error()) }, |_| false));
         assert_eq!(h.breaker().unwrap().state(), BreakerState::Open);
     }
 

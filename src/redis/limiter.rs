@@ -740,10 +740,10 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         // A try cut short by the caller's own deadline (sooner than the backend's timeout, from
         // try_acquire_for) says nothing about Redis: the breaker does not count it.
         let excused = |error: &BackendError| callers_deadline && error.is_timeout();
-        let node = self.node_of(key);
+        let node = || self.node_of(key);
         let outcome = self
             .failures
-            .run_async_excusing(key, n, node.as_deref(), store, excused)
+            .run_async_excusing(key, n, node, store, excused)
             .await;
         self.after_short_circuit(&outcome);
         Ok(outcome)
