@@ -3,12 +3,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::node_breakers::NodeBreaker;
 use super::{
     BackendError, BreakerConfig, BreakerPermit, BreakerState, CircuitBreaker, DenyCache,
-    FailureCounts, FailurePolicy, Outcome,
+    FailureCounts, FailurePolicy, NodeBreakers, Outcome,
 };
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
@@ -54,15 +56,20 @@ pub struct FailureHandler<A, C = QuantaClock> {
     /// Reports each failure to `metrics` and `tracing` (features of those names).
     observer: BackendObserver,
     clock: C,
-    breaker: Option<CircuitBreaker<C>>,
+    /// The breakers: one per node the calls name, and one shared by calls that name none
+    /// ([`run`](Self::run), [`run_async`](Self::run_async)).
+    breaker: Option<NodeBreakers<C>>,
     denials: Option<DenyCache<C>>,
 }
 
 /// What [`FailureHandler::before`] found: a decision without the store, or a call to make.
 enum Before<'a, C: Clock> {
     Decided(Outcome),
-    Call(Option<BreakerPermit<'a, C>>, u64),
+    Call(Option<BreakerPermit<'a, C>>),
 }
+
+/// The breaker of one call, if the handler has breakers.
+type CallBreaker<'a, C> = Option<NodeBreaker<'a, C>>;
 
 struct LocalLimiters<A, C> {
     local_limit: u32,
@@ -96,7 +103,9 @@ impl<A, C> FailureHandler<A, C> {
     }
 
     /// The circuit breaker [`run`](FailureHandler::run) consults, if one was set with
-    /// [`with_breaker`](FailureHandler::with_breaker).
+    /// [`with_breaker`](FailureHandler::with_breaker) (the breakers of the calls that name a
+    /// node, made by the crate's Redis limiter on a cluster, are
+    /// [`NodeBreakers::node`]'s; this one is [`NodeBreakers::shared`]).
     ///
     /// ```
     /// use floodgate::backend::{FailureHandler, FailurePolicy};
@@ -108,6 +117,12 @@ impl<A, C> FailureHandler<A, C> {
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn breaker(&self) -> Option<&CircuitBreaker<C>> {
+        self.breaker.as_ref().map(NodeBreakers::shared)
+    }
+
+    /// Every breaker: the shared one and one per node the calls named.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn node_breakers(&self) -> Option<&NodeBreakers<C>> {
         self.breaker.as_ref()
     }
 
@@ -280,7 +295,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
 
     /// Replaces (or, with `None`, removes) the breaker.
     pub(crate) fn set_breaker(&mut self, config: Option<BreakerConfig>) {
-        self.breaker = config.map(|config| CircuitBreaker::with_clock(config, self.clock.clone()));
+        self.breaker = config.map(|config| NodeBreakers::with_clock(config, self.clock.clone()));
     }
 
     /// Replaces (or, with `None`, removes) the deny cache.
@@ -313,9 +328,14 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         n: u32,
         store: impl FnOnce() -> Result<Decision, BackendError>,
     ) -> Outcome {
-        match self.before(key, n) {
+        let asked_at = match self.cached_denial(key, n) {
+            Ok(asked_at) => asked_at,
+            Err(denial) => return denial,
+        };
+        let breaker = self.call_breaker(None);
+        match self.before(key, n, &breaker) {
             Before::Decided(outcome) => outcome,
-            Before::Call(permit, asked_at) => self.after(key, n, permit, asked_at, store()),
+            Before::Call(permit) => self.after(key, n, permit, asked_at, store()),
         }
     }
 
@@ -339,26 +359,36 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     where
         F: Future<Output = Result<Decision, BackendError>>,
     {
-        self.run_async_excusing(key, n, store, |_| false).await
+        self.run_async_excusing(key, n, || None, store, |_| false)
+            .await
     }
 
     /// As [`run_async`](Self::run_async), except that a failure for which `excused` is true is
     /// not reported to the breaker (it is still decided by the policy and counted): for a call
-    /// cut short by the caller's own deadline rather than by the store.
+    /// cut short by the caller's own deadline rather than by the store. The call goes through
+    /// the breaker of the node `node()` names (the store's node it goes to; `None`: the shared
+    /// breaker), asked only when the deny cache did not answer.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) async fn run_async_excusing<F>(
         &self,
         key: &str,
         n: u32,
+        node: impl FnOnce() -> Option<Arc<str>>,
         store: impl FnOnce() -> F,
         excused: impl FnOnce(&BackendError) -> bool,
     ) -> Outcome
     where
         F: Future<Output = Result<Decision, BackendError>>,
     {
-        match self.before(key, n) {
+        let asked_at = match self.cached_denial(key, n) {
+            Ok(asked_at) => asked_at,
+            Err(denial) => return denial,
+        };
+        let node = node();
+        let breaker = self.call_breaker(node.as_deref());
+        match self.before(key, n, &breaker) {
             Before::Decided(outcome) => outcome,
-            Before::Call(permit, asked_at) => {
+            Before::Call(permit) => {
                 let result = store().await;
                 // Dropping the permit unreported leaves the breaker as if the call never happened.
                 let permit = match &result {
@@ -370,19 +400,31 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         }
     }
 
-    /// The deny cache and the breaker, before a store call.
+    /// The breaker a call on `node` goes through (`None`: the shared one), if any.
     #[inline]
-    fn before(&self, key: &str, n: u32) -> Before<'_, C> {
-        let asked_at = match &self.denials {
-            Some(cache) => {
-                if let Some(denial) = cache.check(key, n, self.limit) {
-                    return Before::Decided(Outcome::from_backend(denial));
-                }
-                cache.now()
-            }
-            None => 0,
-        };
-        let permit = match &self.breaker {
+    fn call_breaker(&self, node: Option<&str>) -> CallBreaker<'_, C> {
+        self.breaker
+            .as_ref()
+            .map(|breakers| breakers.for_call(node))
+    }
+
+    /// The deny cache, before a store call: its denial, or the time the call is asked at
+    /// (for [`after`](Self::after) to record a denial from).
+    #[inline]
+    fn cached_denial(&self, key: &str, n: u32) -> Result<u64, Outcome> {
+        match &self.denials {
+            Some(cache) => match cache.check(key, n, self.limit) {
+                Some(denial) => Err(Outcome::from_backend(denial)),
+                None => Ok(cache.now()),
+            },
+            None => Ok(0),
+        }
+    }
+
+    /// `breaker`, before a store call (once the deny cache passed it).
+    #[inline]
+    fn before<'a>(&self, key: &str, n: u32, breaker: &'a CallBreaker<'_, C>) -> Before<'a, C> {
+        let permit = match breaker {
             Some(breaker) => match breaker.admit() {
                 Some(permit) => Some(permit),
                 None => {
@@ -398,7 +440,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             },
             None => None,
         };
-        Before::Call(permit, asked_at)
+        Before::Call(permit)
     }
 
     /// Reports the store call's result to the breaker and the deny cache.
@@ -601,11 +643,13 @@ mod tests {
         let config =
             BreakerConfig::new(1, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
         let h = handler(FailurePolicy::FailClosed, ManualClock::new()).with_breaker(config);
-        let outcome = poll_once(h.run_async_excusing("k", 1, || async { Err(error()) }, |_| true));
+        let outcome =
+            poll_once(h.run_async_excusing("k", 1, || None, || async { Err(error()) }, |_| true));
         assert!(!outcome.decision().is_allowed());
         assert_eq!(h.counts().errors, 1);
         assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);
-        let _ = poll_once(h.run_async_excusing("k", 1, || async { Err(error()) }, |_| false));
+        let _ =
+            poll_once(h.run_async_excusing("k", 1, || None, || async { Err(error()) }, |_| false));
         assert_eq!(h.breaker().unwrap().state(), BreakerState::Open);
     }
 

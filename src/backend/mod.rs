@@ -27,6 +27,7 @@ mod breaker;
 mod deadline;
 mod deny_cache;
 mod handler;
+mod node_breakers;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
 mod server_clock;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
@@ -39,6 +40,7 @@ pub use breaker::{
 pub(crate) use deadline::until_deadline;
 pub use deny_cache::{DENY_CACHE_MAX_KEYS, DenyCache};
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
+pub use node_breakers::{MAX_NODE_BREAKERS, NodeBreakers};
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
 pub(crate) use server_clock::ServerOffset;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]

@@ -189,6 +189,8 @@ struct Shared {
     /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
     /// one server).
     owners: Arc<SlotOwners>,
+    /// The script loads in flight, shared by concurrent `NOSCRIPT` replies.
+    loads: ScriptLoads,
     /// The scheme the owners' addresses are written with: the first node's ([`owner_scheme`]).
     scheme: &'static str,
     /// What drives the `blocking_*` calls: the backend's own runtime, or the caller's
@@ -481,6 +483,7 @@ impl RedisBackend {
                 server,
                 clock: ServerClock::new(),
                 owners: Arc::default(),
+                loads: ScriptLoads::default(),
                 scheme: owner_scheme(&config.nodes[0]),
                 blocking,
                 // `connect_on` runs on the runtime that builds the connection.
@@ -564,6 +567,44 @@ impl RedisBackend {
         }
     }
 
+    /// On a cluster, starts a read of the slot owners in the background, unless one is in
+    /// flight or one started less than the backend's timeout ago: after a failed call (see
+    /// [`failed_at`](Self::failed_at)), and for a call short-circuited by its node's open
+    /// breaker, which sends nothing that could fail, so that a slot moved off a down master is
+    /// soon looked up under its new owner (whose breaker is its own).
+    pub(crate) fn reread_slot_owners(&self) {
+        let shared = &*self.shared;
+        if !self.is_cluster() {
+            return;
+        }
+        if let Some(read) = shared.owners.start_read(Instant::now(), shared.timeout) {
+            let (connection, owners, scheme) = (
+                shared.connection.clone(),
+                Arc::clone(&shared.owners),
+                shared.scheme,
+            );
+            let within = shared.timeout;
+            // `read` moves into the task: dropped when the read ends, or with the task if its
+            // runtime goes first, so the next read can start either way.
+            shared.runtime.spawn(async move {
+                if let Some(reply) = read_slot_owners(connection, within).await {
+                    owners.update(&reply, scheme);
+                }
+                drop(read);
+            });
+        }
+    }
+
+    /// The node a call on `redis_key` goes to, as the breaker knows it: on a cluster, the
+    /// owner of its slot in the backend's copy of the slot map (`None` while not known); `None`
+    /// for one server (its calls share one breaker).
+    pub(crate) fn node_of(&self, redis_key: &str) -> Option<Arc<str>> {
+        if !self.is_cluster() {
+            return None;
+        }
+        self.shared.owners.owner(slot_of(redis_key.as_bytes()))
+    }
+
     /// The server to name in the error of a call on `keys` that failed: one server's address;
     /// on a cluster, the owner of the keys' slot as last read (see
     /// [`slot_owners`](super::slot_owners)), or, when not known, the configured nodes and a
@@ -575,20 +616,7 @@ impl RedisBackend {
         if !self.is_cluster() {
             return shared.server.clone();
         }
-        if shared.owners.start_read(Instant::now(), shared.timeout) {
-            let (connection, owners, scheme) = (
-                shared.connection.clone(),
-                Arc::clone(&shared.owners),
-                shared.scheme,
-            );
-            let within = shared.timeout;
-            shared.runtime.spawn(async move {
-                if let Some(reply) = read_slot_owners(connection, within).await {
-                    owners.update(&reply, scheme);
-                }
-                owners.read_done();
-            });
-        }
+        self.reread_slot_owners();
         let Some(key) = keys.first() else {
             return shared.server.clone();
         };
@@ -728,7 +756,7 @@ impl RedisBackend {
         command.arg(self.server_deadline(deadline, now));
         let mut connection = shared.connection.clone();
         let key = keys.first().map(String::as_str);
-        let call = query_script::<Fields>(script, key, &command, &mut connection);
+        let call = query_script::<Fields>(shared, script, key, &command, &mut connection);
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
             Ok(Err(error)) => {
@@ -808,7 +836,7 @@ impl RedisBackend {
         }
         let mut connection = shared.connection.clone();
         let key = first.keys.first().map(String::as_str);
-        let call = query_script::<Value>(batch, key, &command, &mut connection);
+        let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
         let (items, received) = self
             .batch_reply(call, now, latest, requests.len(), &first.keys)
             .await?;
@@ -903,7 +931,7 @@ impl RedisBackend {
         }
         let mut connection = shared.connection.clone();
         let key = first.keys.first().map(String::as_str);
-        let call = query_script::<Value>(batch, key, &command, &mut connection);
+        let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
         let (items, received) = self
             .batch_reply(call, now, latest, requests.len(), &first.keys)
             .await?;
@@ -1109,34 +1137,122 @@ fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
 /// first if the server does not know it (a restarted server, a failover, a master's first use).
 /// On a cluster the script is loaded on the master that owns `key`'s slot only: redis-rs sends
 /// a plain `SCRIPT LOAD` to every master and waits for all, so one frozen master would fail
-/// the load for keys on the others.
+/// the load for keys on the others. Concurrent calls that get `NOSCRIPT` share one load per
+/// node and script ([`ScriptLoads`]); the node is the slot's owner in the backend's copy of
+/// the slot map, which redis-rs may route otherwise (a slot that moved since the copy was
+/// read): a call that gets `NOSCRIPT` again after a shared load loads the script itself, on
+/// the node redis-rs routes its key to, and tries once more.
 async fn query_script<T: redis::FromRedisValue>(
+    shared: &Shared,
     script: &LuaScript,
     key: Option<&str>,
     command: &Cmd,
     connection: &mut Connection,
 ) -> redis::RedisResult<T> {
+    let no_script =
+        |error: &RedisError| error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript);
     match command.query_async::<T>(connection).await {
-        Err(error) if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            match (&mut *connection, key) {
-                (Connection::Cluster(cluster), Some(key)) => {
-                    let owner = Route::with_key(key, SlotAddr::Master);
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(owner));
-                    cluster
-                        .route_command(script.load_command(), route)
-                        .await?
-                        .extract_error()?;
+        Err(error) if no_script(&error) => {
+            let node: Arc<str> = match (&*connection, key) {
+                (Connection::Cluster(_), Some(key)) => {
+                    let slot = slot_of(key.as_bytes());
+                    shared
+                        .owners
+                        .owner(slot)
+                        .unwrap_or_else(|| format!("slot {slot}").into())
                 }
-                _ => {
-                    script
-                        .load_command()
-                        .query_async::<String>(&mut *connection)
-                        .await?;
+                _ => Arc::clone(&shared.server),
+            };
+            let mut load_connection = connection.clone();
+            let load = || async move { load_script(script, key, &mut load_connection).await };
+            shared.loads.load(node, script.get_hash(), load).await?;
+            match command.query_async::<T>(connection).await {
+                // The shared load went to another node than this call's.
+                Err(error) if no_script(&error) => {
+                    load_script(script, key, &mut connection.clone()).await?;
+                    command.query_async::<T>(connection).await
                 }
+                reply => reply,
             }
-            command.query_async::<T>(connection).await
         }
         reply => reply,
+    }
+}
+
+/// `SCRIPT LOAD` of `script` on the node that runs a call on `key` (see [`query_script`]).
+async fn load_script(
+    script: &LuaScript,
+    key: Option<&str>,
+    connection: &mut Connection,
+) -> redis::RedisResult<()> {
+    match (&mut *connection, key) {
+        (Connection::Cluster(cluster), Some(key)) => {
+            let owner = Route::with_key(key, SlotAddr::Master);
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(owner));
+            cluster
+                .route_command(script.load_command(), route)
+                .await?
+                .extract_error()?;
+        }
+        _ => {
+            script
+                .load_command()
+                .query_async::<String>(&mut *connection)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The script loads in flight, one per (node, script hash): concurrent calls that all get
+/// `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or a failover) send one `SCRIPT LOAD`, and the
+/// others wait for it, each within its own call's deadline (the caller's `until_deadline`
+/// around the whole call). The node is a cluster slot's owner as the backend's copy of the slot
+/// map names it (the slot itself while not known), or the server.
+///
+/// A load that fails or whose caller gives up is not shared: the next waiter sends its own.
+/// An entry is removed by the first caller to see its load done; a call that gets `NOSCRIPT`
+/// after that loads again.
+#[derive(Debug, Default)]
+pub(super) struct ScriptLoads {
+    in_flight: std::sync::Mutex<std::collections::HashMap<LoadKey, Arc<LoadCell>>>,
+}
+
+/// A load's node and script hash.
+type LoadKey = (Arc<str>, String);
+
+type LoadCell = tokio::sync::OnceCell<()>;
+
+impl ScriptLoads {
+    /// Runs `load` for (`node`, `hash`) unless a load of that pair is in flight, else waits for
+    /// that one (and runs `load` if it failed or was dropped unfinished).
+    async fn load<F, L>(&self, node: Arc<str>, hash: &str, load: L) -> redis::RedisResult<()>
+    where
+        L: FnOnce() -> F,
+        F: std::future::Future<Output = redis::RedisResult<()>>,
+    {
+        let key = (node, hash.to_owned());
+        let cell = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(in_flight.entry(key.clone()).or_default())
+        };
+        let result = cell.get_or_try_init(load).await.map(|_| ());
+        if result.is_ok() {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+            if in_flight.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                in_flight.remove(&key);
+            }
+        }
+        result
+    }
+
+    /// Loads in flight (or not yet removed).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 }
 
@@ -1433,6 +1549,162 @@ mod tests {
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
         clock.sample(-5, at, at); // nonsense from a server is ignored
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
+    }
+
+    /// A `CLUSTER SLOTS` reply giving every slot to `port` but `slot`, given to `slot_port`.
+    fn slot_map(slot: u16, slot_port: i64, port: i64) -> Value {
+        let range = |first: u16, last: u16, port: i64| {
+            let master = Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+            ]);
+            Value::Array(vec![
+                Value::Int(i64::from(first)),
+                Value::Int(i64::from(last)),
+                master,
+            ])
+        };
+        let mut ranges = vec![range(slot, slot, slot_port)];
+        if slot > 0 {
+            ranges.push(range(0, slot - 1, port));
+        }
+        if slot < 16_383 {
+            ranges.push(range(slot + 1, 16_383, port));
+        }
+        Value::Array(ranges)
+    }
+
+    /// A key's calls go through the breaker of its slot's owner in the backend's copy of the
+    /// slot map. With that master's breaker open, a call is short-circuited and starts a re-read
+    /// of the map (no call was sent, so no failure would); once the copy names the slot's new
+    /// owner, the key's calls go through the new owner's closed breaker.
+    #[test]
+    fn a_slot_moved_off_a_master_with_an_open_breaker_leaves_that_breaker() {
+        use crate::backend::{BreakerConfig, BreakerState, FailurePolicy};
+        use crate::redis::RedisLimiter;
+        use crate::{FixedWindow, ManualClock};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _inside = runtime.enter();
+        // Nothing listens on port 1: a call that goes out fails (never short-circuited).
+        let config =
+            RedisConfig::cluster(["redis://127.0.0.1:1"]).timeout(Duration::from_millis(50));
+        let backend = runtime
+            .block_on(RedisBackend::connect(config.lazy()))
+            .unwrap();
+        let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+        let breaker =
+            BreakerConfig::new(1, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+        let limiter = RedisLimiter::with_clock(
+            &backend,
+            "moved",
+            window,
+            FailurePolicy::FailClosed,
+            ManualClock::new(),
+        )
+        .unwrap()
+        .with_breaker(Some(breaker));
+        let slot = slot_of(limiter.redis_keys("k")[0].as_bytes());
+        let (old, new) = ("redis://127.0.0.1:7000", "redis://127.0.0.1:7001");
+        let owners = &backend.shared.owners;
+        assert_eq!(limiter.node_of("k"), None, "no slot map read yet");
+        owners.update(&slot_map(slot, 7000, 7001), "redis");
+        assert_eq!(limiter.node_of("k").as_deref(), Some(old));
+        let breakers = limiter.breaker().unwrap();
+        breakers.node(old).admit().unwrap().failed();
+        let outcome = runtime
+            .block_on(limiter.try_acquire_outcome("k", 1))
+            .unwrap();
+        assert!(outcome.failure().is_some_and(BackendError::is_circuit_open));
+        assert!(
+            owners.start_read(Instant::now(), Duration::ZERO).is_none(),
+            "the short-circuited call started no re-read of the slot map"
+        );
+        // The re-read's answer (simulated): the slot moved to the other master.
+        owners.update(&slot_map(slot, 7001, 7000), "redis");
+        assert_eq!(limiter.node_of("k").as_deref(), Some(new));
+        let outcome = runtime
+            .block_on(limiter.try_acquire_outcome("k", 1))
+            .unwrap();
+        let failure = outcome.failure().expect("nothing listens");
+        assert!(!failure.is_circuit_open(), "{failure}");
+        assert_eq!(breakers.get(old).unwrap().state(), BreakerState::Open);
+        assert!(
+            breakers.get(new).is_some(),
+            "the new owner's breaker took the call"
+        );
+    }
+
+    #[test]
+    fn concurrent_script_loads_of_one_node_and_script_share_one() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let loads = ScriptLoads::default();
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        let (release, released) = tokio::sync::watch::channel(false);
+        let load = || async {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut released = released.clone();
+            let _ = released.wait_for(|r| *r).await;
+            Ok(())
+        };
+        runtime.block_on(async {
+            let waiting = async {
+                let calls = (0..8).map(|_| loads.load("".into(), "hash", load));
+                let other = loads.load("7".into(), "hash", load);
+                let (results, other) = tokio::join!(join_all(calls), other);
+                assert!(results.iter().chain([&other]).all(Result::is_ok));
+            };
+            let releasing = async {
+                tokio::task::yield_now().await;
+                release.send(true).unwrap();
+            };
+            tokio::join!(waiting, releasing);
+        });
+        assert_eq!(sent.into_inner(), 2, "one load per node and script");
+        assert_eq!(loads.len(), 0, "finished loads are removed");
+        // A failed load is not shared: the next waiter sends its own.
+        let failures = std::sync::atomic::AtomicUsize::new(0);
+        let failing = || async {
+            failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err(RedisError::from(std::io::Error::other("refused")))
+        };
+        runtime.block_on(async {
+            let calls = (0..3).map(|_| loads.load("".into(), "hash", failing));
+            assert!(join_all(calls).await.iter().all(Result::is_err));
+        });
+        assert_eq!(failures.into_inner(), 3);
+    }
+
+    /// Awaits every future of `futures` concurrently on this task.
+    async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+        let mut set = Vec::new();
+        for future in futures {
+            set.push(Box::pin(future));
+        }
+        let mut outputs: Vec<Option<F::Output>> = set.iter().map(|_| None).collect();
+        std::future::poll_fn(|cx| {
+            let mut pending = false;
+            for (future, output) in set.iter_mut().zip(outputs.iter_mut()) {
+                if output.is_none() {
+                    match future.as_mut().poll(cx) {
+                        std::task::Poll::Ready(value) => *output = Some(value),
+                        std::task::Poll::Pending => pending = true,
+                    }
+                }
+            }
+            if pending {
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(())
+            }
+        })
+        .await;
+        outputs.into_iter().map(Option::unwrap).collect()
     }
 
     #[test]

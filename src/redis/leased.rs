@@ -882,11 +882,13 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         };
         // A timeout of a call shortened by the wait for the owner says nothing about Redis.
         let excused = |error: &BackendError| waited && error.is_timeout();
+        let node = || self.limiter.node_of(&self.key);
         let outcome = self
             .limiter
             .handler()
-            .run_async_excusing(&self.key, n, store, excused)
+            .run_async_excusing(&self.key, n, node, store, excused)
             .await;
+        self.limiter.after_short_circuit(&outcome);
         owner.failed = outcome
             .failure()
             .filter(|error| !error.is_circuit_open())

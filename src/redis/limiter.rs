@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
 
 use crate::backend::{
-    BackendError, BreakerConfig, CircuitBreaker, DENY_CACHE_MAX_KEYS, DenyCache, FailureCounts,
-    FailureHandler, FailureKind, FailurePolicy, Outcome, RequestError,
+    BackendError, BreakerConfig, DENY_CACHE_MAX_KEYS, DenyCache, FailureCounts, FailureHandler,
+    FailureKind, FailurePolicy, NodeBreakers, Outcome, RequestError,
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
@@ -103,11 +103,12 @@ pub trait RedisAlgorithm: sealed::Script {
 /// Keys look like `{name:key}:suffix`: every key of one limiter key shares the hash tag
 /// `{name:key}`, so a script only touches one Redis Cluster slot.
 ///
-/// **Outages.** A [`CircuitBreaker`] ([`BreakerConfig::default`], see
-/// [`with_breaker`](Self::with_breaker)) stops calling a failing Redis after that many
-/// consecutive failures: the policy then decides at once, without waiting for the timeout
-/// (counted in [`FailureCounts::short_circuited`]; a fail-closed denial's `retry_after` is the
-/// time until the breaker's next probe), until a probe succeeds.
+/// **Outages.** A circuit breaker ([`BreakerConfig::default`], see
+/// [`with_breaker`](Self::with_breaker)), one per master on a Redis Cluster, stops calling a
+/// failing Redis (master) after that many consecutive failures: the policy then decides at
+/// once, without waiting for the timeout (counted in [`FailureCounts::short_circuited`]; a
+/// fail-closed denial's `retry_after` is the time until the breaker's next probe), until a
+/// probe succeeds.
 ///
 /// **Deny cache, on by default.** A [`DenyCache`] of [`DENY_CACHE_MAX_KEYS`] keys (see
 /// [`with_deny_cache`](Self::with_deny_cache)): once Redis denies `n` permits for a key with a
@@ -296,23 +297,22 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         self.failures.counts()
     }
 
-    /// Sets the circuit breaker: `Some(config)` replaces the default one, `None` turns it off
-    /// (every call then waits for Redis or its timeout).
+    /// Sets the circuit breakers: `Some(config)` replaces the default configuration, `None`
+    /// turns them off (every call then waits for Redis or its timeout).
     ///
-    /// The breaker is one per limiter, not one per node. On a Redis Cluster that cuts both
-    /// ways: `failures` consecutive failures on one master open it for the limiter's keys on
-    /// every master; and while calls to the healthy masters succeed between them (a success
-    /// resets the run), it stays closed and each call for a key on the down master waits out
-    /// the timeout. Where one master's outage must not stop the keys on the others, turn it off.
+    /// On a Redis Cluster there is one breaker per master: a call goes through the breaker of
+    /// the master that owns its key's slot in the backend's copy of the slot map (see
+    /// [`RedisBackend::server`]), so `failures` consecutive failures on one master open it for
+    /// that master's keys only, and successes on the other masters do not reset its run. Keys
+    /// whose master is not known yet (a lazy backend before its first read of the slot map)
+    /// share one breaker, as on one server.
     ///
-    /// Not per node, though the backend keeps a copy of the slot map (which names the node in
-    /// a cluster call's error, see [`RedisBackend::server`]): the breaker belongs to the
-    /// store-neutral [`FailureHandler`](crate::backend::FailureHandler) and is admitted before
-    /// the call's node is looked at, [`breaker`](Self::breaker) returns the one breaker, and a
-    /// breaker per node must also stay right across a slot's move: with a master's breaker
-    /// open, no call for its slots is sent, so no failure re-reads the slot map, and a slot
-    /// moved to a live master stays short-circuited until that breaker's probe (which redis-rs
-    /// sends to the new owner) closes it.
+    /// A slot's move: while a master's breaker is open, no call for its slots is sent, so no
+    /// failure re-reads the slot map; each short-circuited call starts a re-read instead (in
+    /// the background, at most one per backend timeout, as after a failure). Once the copy
+    /// names the slot's new owner, its calls go through that master's breaker; until then they
+    /// stay short-circuited, and the old master's probe (a call for any of its slots, routed by
+    /// redis-rs's own slot map) may fail and back off again.
     ///
     /// ```
     /// use floodgate::backend::{BreakerConfig, FailurePolicy};
@@ -358,7 +358,10 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         Ok(self)
     }
 
-    /// The circuit breaker in front of Redis, if on.
+    /// The circuit breakers in front of Redis, if on: on a Redis Cluster one per master
+    /// ([`NodeBreakers::node`], by the address its errors name), and a shared one for keys
+    /// whose master is not known yet; on one server, only the shared one
+    /// ([`NodeBreakers::shared`]). [`NodeBreakers::state`] is the most open of them.
     ///
     /// ```
     /// use floodgate::backend::{BreakerState, FailurePolicy};
@@ -371,8 +374,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn breaker(&self) -> Option<&CircuitBreaker<C>> {
-        self.failures.breaker()
+    pub fn breaker(&self) -> Option<&NodeBreakers<C>> {
+        self.failures.node_breakers()
     }
 
     /// The local cache of Redis's denials, if on ([`DenyCache::denied_locally`] counts the
@@ -737,10 +740,33 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         // A try cut short by the caller's own deadline (sooner than the backend's timeout, from
         // try_acquire_for) says nothing about Redis: the breaker does not count it.
         let excused = |error: &BackendError| callers_deadline && error.is_timeout();
-        Ok(self
+        let node = || self.node_of(key);
+        let outcome = self
             .failures
-            .run_async_excusing(key, n, store, excused)
-            .await)
+            .run_async_excusing(key, n, node, store, excused)
+            .await;
+        self.after_short_circuit(&outcome);
+        Ok(outcome)
+    }
+
+    /// The node whose breaker a call for `key` goes through: on a cluster, the master that
+    /// owns the key's slot by the backend's copy of the slot map (`None`, the shared breaker,
+    /// while not known, and on one server).
+    pub(super) fn node_of(&self, key: &str) -> Option<Arc<str>> {
+        if !self.backend.is_cluster() {
+            return None;
+        }
+        let suffix = self.algorithm.key_suffixes().first().copied().unwrap_or("");
+        self.backend.node_of(&self.redis_key(key, suffix))
+    }
+
+    /// A call short-circuited by its node's open breaker sent nothing, so no failure re-reads
+    /// the slot map: it starts a re-read itself (at most one per backend timeout), so that a
+    /// slot that moved to a live master leaves the down master's breaker.
+    pub(super) fn after_short_circuit(&self, outcome: &Outcome) {
+        if outcome.failure().is_some_and(BackendError::is_circuit_open) {
+            self.backend.reread_slot_owners();
+        }
     }
 }
 

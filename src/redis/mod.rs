@@ -60,8 +60,9 @@
 //! fail closed, or a local limiter with a share of the limit), counts the failure, and reports
 //! it, classified ([`FailureKind`](crate::backend::FailureKind)) and naming the server, to
 //! callers that use [`RedisLimiter::try_acquire_outcome`]. After repeated failures a circuit
-//! breaker ([`RedisLimiter::with_breaker`], on by default) stops calling Redis for a back-off:
-//! the policy decides at once until a probe succeeds. A key Redis denied is denied locally until
+//! breaker ([`RedisLimiter::with_breaker`], on by default; one per master on a Redis Cluster)
+//! stops calling Redis (that master) for a back-off: the policy decides at once until a probe
+//! succeeds. A key Redis denied is denied locally until
 //! its `retry_after`, without a round trip ([`RedisLimiter::with_deny_cache`], on by default:
 //! Redis's `retry_after` is exact).
 //!

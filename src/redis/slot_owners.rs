@@ -1,15 +1,18 @@
-//! Which node of a Redis Cluster owns each hash slot, as last read from `CLUSTER SLOTS`: only to
-//! name, in a failed call's error, the node the call went to.
+//! Which node of a Redis Cluster owns each hash slot, as last read from `CLUSTER SLOTS`: to
+//! name, in a failed call's error, the node the call went to, and to pick the circuit breaker
+//! a call goes through (one per master, see `RedisLimiter::with_breaker`).
 //!
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
-//! background after a failed call (at most one read in flight per backend, bounded by the
-//! backend's timeout, and at most one started per timeout, so a steady stream of failures does
-//! not add a `CLUSTER SLOTS` per failure). A call's error names the owner of its key's slot in
-//! that copy; after a slot moved, the name is stale until the next read lands (a call that
-//! fails at least a timeout after the last read started reads it again).
+//! background after a failed call or a call short-circuited by an open breaker (at most one
+//! read in flight per backend, bounded by the backend's timeout, and at most one started per
+//! timeout, so a steady stream of failures does not add a `CLUSTER SLOTS` per failure). A
+//! call's error and breaker are those of the owner of its key's slot in that copy; after a slot
+//! moved, the owner is stale until the next read lands (a call that fails, or is
+//! short-circuited, at least a timeout after the last read started reads it again).
 //! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
-//! names the configured node list and says that the node is not known.
+//! names the configured node list and says that the node is not known, and its calls share one
+//! breaker.
 //!
 //! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
 //! two `u16`s and a shared address; a read replaces the whole copy.
@@ -29,9 +32,10 @@ type Range = (u16, u16, Arc<str>);
 /// The copy of the slot map, and whether a read of it is in flight.
 #[derive(Debug, Default)]
 pub(super) struct SlotOwners {
-    /// Slot ranges `(first, last, address)`, sorted by `first`, not overlapping.
-    ranges: Mutex<Arc<[Range]>>,
-    /// Set by the one caller that starts a read, cleared when it ends.
+    /// Slot ranges `(first, last, address)`, sorted by `first`, not overlapping. Read on every
+    /// cluster call (its node picks its breaker): a load, no lock.
+    ranges: arc_swap::ArcSwap<Vec<Range>>,
+    /// Set by the one caller that starts a read, cleared when its [`ReadInFlight`] drops.
     reading: AtomicBool,
     /// When the last read started after a failure (`None`: none yet).
     last_start: Mutex<Option<Instant>>,
@@ -40,7 +44,7 @@ pub(super) struct SlotOwners {
 impl SlotOwners {
     /// The address of the node owning `slot`, if the copy has one.
     pub(super) fn owner(&self, slot: u16) -> Option<Arc<str>> {
-        let ranges = Arc::clone(&self.ranges.lock().unwrap_or_else(|e| e.into_inner()));
+        let ranges = self.ranges.load();
         let at = ranges.partition_point(|&(first, _, _)| first <= slot);
         let (first, last, address) = ranges.get(at.checked_sub(1)?)?;
         (*first <= slot && slot <= *last).then(|| Arc::clone(address))
@@ -50,30 +54,41 @@ impl SlotOwners {
     /// `scheme://host:port`; a reply of another shape leaves the copy as it was.
     pub(super) fn update(&self, reply: &Value, scheme: &str) {
         if let Some(ranges) = parse(reply, scheme) {
-            *self.ranges.lock().unwrap_or_else(|e| e.into_inner()) = ranges.into();
+            self.ranges.store(Arc::new(ranges));
         }
     }
 
-    /// Whether the caller may start a read at `now`: true for one caller until
-    /// [`read_done`](Self::read_done), and only once `every` has passed since the last read
-    /// started (a clock read that lags the last start counts as no time passed).
-    pub(super) fn start_read(&self, now: Instant, every: Duration) -> bool {
+    /// A read the caller may start at `now`: `Some` for one caller at a time (until the
+    /// returned [`ReadInFlight`] is dropped), and only once `every` has passed since the last
+    /// read started (a clock read that lags the last start counts as no time passed).
+    pub(super) fn start_read(
+        self: &Arc<Self>,
+        now: Instant,
+        every: Duration,
+    ) -> Option<ReadInFlight> {
         let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
-            return false;
+            return None;
         }
         // SeqCst: a flag read and written only on the error path; no ordering subtlety to save.
         if self.reading.swap(true, Ordering::SeqCst) {
-            return false;
+            return None;
         }
         *last = Some(now);
-        true
+        Some(ReadInFlight(Arc::clone(self)))
     }
+}
 
-    /// Ends the read [`start_read`](Self::start_read) allowed.
-    pub(super) fn read_done(&self) {
+/// The one read of the slot map in flight, allowed by [`SlotOwners::start_read`]: dropping it
+/// lets the next read start, whether the read ended or its task was dropped unfinished (with
+/// the runtime it ran on).
+#[derive(Debug)]
+pub(super) struct ReadInFlight(Arc<SlotOwners>);
+
+impl Drop for ReadInFlight {
+    fn drop(&mut self) {
         // SeqCst: as in `start_read`.
-        self.reading.store(false, Ordering::SeqCst);
+        self.0.reading.store(false, Ordering::SeqCst);
     }
 }
 
@@ -200,7 +215,7 @@ mod tests {
             range(0, 5_460, node("127.0.0.1", 7000)),
             range(5_461, 10_922, node("", 7001)), // host unknown to the node answering
         ]);
-        let owners = SlotOwners::default();
+        let owners = Arc::new(SlotOwners::default());
         assert_eq!(owners.owner(0), None, "nothing read yet");
         owners.update(&reply, "redis");
         assert_eq!(owners.owner(0).as_deref(), Some("redis://127.0.0.1:7000"));
@@ -237,16 +252,44 @@ mod tests {
         assert_eq!(owners.owner(1), None);
 
         let (t0, every) = (Instant::now(), Duration::from_millis(200));
-        assert!(owners.start_read(t0, every));
-        assert!(!owners.start_read(t0 + every, every), "one read at a time");
-        owners.read_done();
-        let early = t0 + every - Duration::from_nanos(1);
-        assert!(!owners.start_read(early, every), "one read per `every`");
+        let read = owners.start_read(t0, every).expect("the first read");
         assert!(
-            !owners.start_read(t0, every),
+            owners.start_read(t0 + every, every).is_none(),
+            "one read at a time"
+        );
+        drop(read);
+        let early = t0 + every - Duration::from_nanos(1);
+        assert!(
+            owners.start_read(early, every).is_none(),
+            "one read per `every`"
+        );
+        assert!(
+            owners.start_read(t0, every).is_none(),
             "a lagging clock read is no time passed"
         );
-        assert!(owners.start_read(t0 + every, every));
-        owners.read_done();
+        assert!(owners.start_read(t0 + every, every).is_some());
+    }
+
+    /// The read task is spawned on the runtime that built the connection; a runtime dropped
+    /// before the task ends drops the task with it, and the "read in flight" flag must clear
+    /// then too, or no read would ever start again.
+    #[test]
+    fn a_read_dropped_with_its_runtime_lets_the_next_one_start() {
+        let owners = Arc::new(SlotOwners::default());
+        let (t0, every) = (Instant::now(), Duration::from_millis(200));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let read = owners.start_read(t0, every).expect("the first read");
+        runtime.spawn(async move {
+            std::future::pending::<()>().await; // a read that never answers
+            drop(read);
+        });
+        drop(runtime);
+        assert!(
+            owners.start_read(t0 + every, every).is_some(),
+            "the flag of a read dropped unfinished stayed set"
+        );
     }
 }

@@ -343,6 +343,60 @@ fn script_flush_is_survived() {
     });
 }
 
+/// After `SCRIPT FLUSH`, 16 concurrent calls (each a lone call of its own limiter, so each sends
+/// its own `EVALSHA` of the one script) all get `NOSCRIPT`: one `SCRIPT LOAD` goes out and the
+/// others wait for it (each sent its own before). On one current-thread runtime, every task
+/// writes its `EVALSHA` before the connection's driver task runs, so all 16 reach the server
+/// before any load.
+#[test]
+fn concurrent_noscript_replies_load_the_script_once() {
+    const CALLERS: usize = 16;
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    runtime.block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(super::TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiters: Vec<_> = (0..CALLERS)
+            .map(|i| {
+                let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+                Arc::new(limiter(&backend, &format!("noscript{i}"), window))
+            })
+            .collect();
+        let first = limiters[0].try_acquire_outcome("k", 1).await.unwrap();
+        assert!(first.failure().is_none(), "{:?}", first.failure());
+        assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
+        let loads_before = server.calls("script|load");
+        let noscript_before = server.calls("evalsha");
+        let tasks: Vec<_> = limiters
+            .iter()
+            .map(|l| {
+                let l = Arc::clone(l);
+                tokio::spawn(async move { l.try_acquire_outcome("k", 1).await.unwrap() })
+            })
+            .collect();
+        for task in tasks {
+            let outcome = task.await.unwrap();
+            assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+            assert!(outcome.decision().is_allowed());
+        }
+        // Each call's EVALSHA, then its retry after the load.
+        assert_eq!(
+            server.calls("evalsha") - noscript_before,
+            2 * CALLERS as u64
+        );
+        assert_eq!(
+            server.calls("script|load") - loads_before,
+            1,
+            "one SCRIPT LOAD for {CALLERS} concurrent NOSCRIPT replies"
+        );
+    });
+    assert!(started.elapsed() < Duration::from_secs(60), "hung");
+}
+
 #[test]
 fn blocking_calls_inside_a_runtime_are_refused_and_drops_there_neither_panic_nor_deadlock() {
     let server = RedisServer::start();
