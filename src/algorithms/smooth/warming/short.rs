@@ -56,12 +56,17 @@ impl<C: Clock> SmoothWarmingUp<C> {
         } else {
             clock
         };
-        let (ticket, infinite) = unpack(word);
-        // Rate ∞ or *never*: the general engine.
-        if infinite || ticket.next_free == i64::MAX {
+        // Rate ∞ or *never*: the general engine. One comparison of the word's high half for
+        // both: with the ∞ bit (63) set it is at least 2⁶³, and *never* is `nf = i64::MAX`
+        // (2⁶³ − 1); every other word is below (issue 17: the two tests were 3 instructions
+        // more a call, `instructions_smooth`; `never_or_infinite_is_one_comparison`).
+        if never_or_infinite(word) {
             return general();
         }
-        let beyond_horizon = ticket.next_free as u64 > now.saturating_add(MICROS_FLOOR.horizon);
+        let (ticket, _) = unpack(word);
+        // No overflow: `now` is a read of `now_micros` or a floor (at most `i64::MAX`), the
+        // horizon 10⁷ µs.
+        let beyond_horizon = ticket.next_free as u64 > now + MICROS_FLOOR.horizon;
         // Guava's `canAcquire` with no timeout fails (`nf > now`, as in `refusal`): a `bool`
         // carries no terms, so its refusal loads no interval and computes neither the limit (a
         // per-thread memo) nor the reset (the refill's float arithmetic). Issue 17: 91 -> 80
@@ -115,6 +120,42 @@ impl<C: Clock> SmoothWarmingUp<C> {
         ) {
             Ok(_) => Ok(A::of(outcome.decision)),
             Err(_) => general(),
+        }
+    }
+}
+
+/// Whether `word` is at rate ∞ (bit 127) or *never* (`nf = i64::MAX`): its high half is at
+/// least `i64::MAX` (see `pack`).
+#[inline(always)]
+fn never_or_infinite(word: u128) -> bool {
+    (word >> 64) as u64 >= i64::MAX as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::smooth::Ticket;
+
+    /// The one comparison is the two tests it replaced (`infinite || nf == i64::MAX`) on the
+    /// words at and around both edges.
+    #[test]
+    fn never_or_infinite_is_one_comparison() {
+        for next_free in [0, 1, 25_000_000, i64::MAX - 1, i64::MAX] {
+            for stored_time in [0.0, 0.5, 4e6] {
+                for infinite in [false, true] {
+                    let ticket = Ticket {
+                        next_free,
+                        stored_time,
+                    };
+                    let word = pack(ticket, infinite);
+                    let (unpacked, inf) = unpack(word);
+                    assert_eq!(
+                        never_or_infinite(word),
+                        inf || unpacked.next_free == i64::MAX,
+                        "nf {next_free}, stored {stored_time}, ∞ {infinite}"
+                    );
+                }
+            }
         }
     }
 }
