@@ -556,6 +556,68 @@ mod tests {
         );
     }
 
+    /// A `ManualClock` whose next read, once armed, is `leap` ahead (a one-shot TSC glitch).
+    #[derive(Clone)]
+    struct LeapOnce {
+        base: ManualClock,
+        leap: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl crate::Clock for LeapOnce {
+        fn now_nanos(&self) -> u64 {
+            let leap = self.leap.swap(0, std::sync::atomic::Ordering::SeqCst);
+            self.base.now_nanos() + leap
+        }
+        fn sleep(&self, duration: Duration) {
+            self.base.sleep(duration);
+        }
+    }
+
+    /// Review: the judging interval is counted on a fresh read, not on an insert's one leaping
+    /// read. A shard's first insert at 0, a flood gone idle by 2 s: an insert at 2 s whose read
+    /// leaped 10 s ahead found the interval over and ran the pass (its liveness on the fresh
+    /// read), dropping the 20,000 keys 8 s before the interval allows (a key in steady use is
+    /// dropped this way more than once per interval).
+    #[test]
+    fn a_leaping_read_does_not_judge_a_shard_within_the_interval() {
+        let base = ManualClock::new();
+        let clock = LeapOnce {
+            base: base.clone(),
+            leap: std::sync::Arc::default(),
+        };
+        let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(100_000)
+            .shards(1)
+            .build::<u64>()
+            .unwrap();
+        for key in 0..20_000u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        base.advance(Duration::from_secs(2)); // every window over: every key idle
+        clock
+            .leap
+            .store(JUDGE_INTERVAL_NANOS, std::sync::atomic::Ordering::SeqCst);
+        assert!(keyed.try_acquire(&20_000, 1).unwrap().is_allowed());
+        assert_eq!(
+            clock.leap.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the insert read the leap"
+        );
+        let stats = keyed.stats();
+        assert_eq!(
+            (stats.keys, stats.evicted_idle),
+            (20_001, 0),
+            "judged 2 s after the shard's first insert"
+        );
+        // The interval over on the clock: the next new key judges the shard and drops the
+        // flood (key 20,000 was decided at its leaping read, in the window now in progress).
+        base.advance(Duration::from_nanos(JUDGE_INTERVAL_NANOS));
+        assert!(keyed.try_acquire(&20_001, 1).unwrap().is_allowed());
+        let stats = keyed.stats();
+        assert_eq!((stats.keys, stats.evicted_idle), (2, 20_000));
+    }
+
     /// Issue 16: keys walked round robin, each idle between its uses (a 1 ms window, used every
     /// 10 ms) are found in place, not dropped and re-inserted. A judging pass on insert judged
     /// a shard whose keys were still being inserted (the walk's first round): at most a quarter

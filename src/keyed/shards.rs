@@ -947,7 +947,8 @@ where
     }
 
     /// A judging pass ([`judge`](Self::judge)) and, when it finds the shard well over its live
-    /// keys, the sweep that drops its idle keys. Takes the table the caller loaded and returns
+    /// keys, the sweep that drops its idle keys; none when the pass is not due on a second
+    /// clock read ([`judge_time`]). Takes the table the caller loaded and returns
     /// the current one, with whether it changed (a sweep). Not inlined into `insert`: a pass is
     /// rare, and `examples/keyed_instructions` can leave it out of an insert's count
     /// (callgrind `--toggle-collect`), since whether one runs depends on wall time.
@@ -964,6 +965,12 @@ where
     where
         S: KeySlot<R>,
     {
+        // Due on a second read too (as `judge` reads): an insert's one leaping read must not
+        // judge the shard before the interval (or the idle bound) is over on the clock.
+        let now = judge_time(now, clock);
+        if !self.judge_due(meta, now) {
+            return (table, false);
+        }
         if !self.judge(shard, meta, &table, rules, now, clock) {
             return (table, false);
         }
