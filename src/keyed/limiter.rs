@@ -556,6 +556,70 @@ mod tests {
         );
     }
 
+    /// Review: rebuilds of every kind (growth, judging sweep, sweep at the cap, `forget`,
+    /// `retain_recent`, `shrink`) interleaved at random lose no key that holds state and keep
+    /// no key twice: a key admitted within its window is refused a second permit whatever
+    /// rebuilt its shard since, and right after `retain_recent` the key count is exactly the
+    /// keys still in their windows.
+    #[test]
+    fn random_rebuilds_lose_and_duplicate_no_key() {
+        let clock = ManualClock::new();
+        let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(512)
+            .shards(2)
+            .when_full(crate::keyed::WhenFull::DenyNewKeys)
+            .build::<u64>()
+            .unwrap();
+        let mut admitted: std::collections::HashMap<u64, u64> = Default::default();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut forgets, mut retains, mut shrinks) = (0, 0, 0);
+        for _ in 0..40_000 {
+            let now = clock.now_nanos();
+            let live = |at: &u64| now < at + 1_000_000_000;
+            match next() % 20 {
+                0..=13 => {
+                    let key = next() % 700;
+                    let held = admitted.get(&key).is_some_and(live);
+                    match keyed.try_acquire(&key, 1) {
+                        Ok(d) if d.is_allowed() => {
+                            assert!(!held, "key {key} admitted twice in its window");
+                            admitted.insert(key, now);
+                        }
+                        _ => {}
+                    }
+                }
+                14 => {
+                    let key = next() % 700;
+                    keyed.forget(&key);
+                    admitted.remove(&key);
+                    forgets += 1;
+                }
+                15 => {
+                    keyed.retain_recent();
+                    let holding = admitted.values().filter(|at| live(at)).count();
+                    assert_eq!(keyed.stats().keys, holding, "keys after retain_recent");
+                    retains += 1;
+                }
+                16 => {
+                    keyed.shrink();
+                    shrinks += 1;
+                }
+                17 => clock.advance(Duration::from_nanos(JUDGE_INTERVAL_NANOS + next() % 1_000)),
+                _ => clock.advance(Duration::from_nanos(next() % 300_000_000)),
+            }
+        }
+        let stats = keyed.stats();
+        assert!(forgets > 1_000 && retains > 1_000 && shrinks > 1_000);
+        assert!(stats.sweeps > 0 && stats.evicted_idle > 0, "{stats:?}");
+    }
+
     /// A `ManualClock` whose next read, once armed, is `leap` ahead (a one-shot TSC glitch).
     #[derive(Clone)]
     struct LeapOnce {
