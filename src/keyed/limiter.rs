@@ -556,6 +556,132 @@ mod tests {
         );
     }
 
+    /// Review: rebuilds of every kind (growth, judging sweep, sweep at the cap, `forget`,
+    /// `retain_recent`, `shrink`) interleaved at random lose no key that holds state and keep
+    /// no key twice: a key admitted within its window is refused a second permit whatever
+    /// rebuilt its shard since, and right after `retain_recent` the key count is exactly the
+    /// keys still in their windows.
+    #[test]
+    fn random_rebuilds_lose_and_duplicate_no_key() {
+        let clock = ManualClock::new();
+        let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(512)
+            .shards(2)
+            .when_full(crate::keyed::WhenFull::DenyNewKeys)
+            .build::<u64>()
+            .unwrap();
+        let mut admitted: std::collections::HashMap<u64, u64> = Default::default();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut forgets, mut retains, mut shrinks) = (0, 0, 0);
+        for _ in 0..40_000 {
+            let now = clock.now_nanos();
+            let live = |at: &u64| now < at + 1_000_000_000;
+            match next() % 20 {
+                0..=13 => {
+                    let key = next() % 700;
+                    let held = admitted.get(&key).is_some_and(live);
+                    match keyed.try_acquire(&key, 1) {
+                        Ok(d) if d.is_allowed() => {
+                            assert!(!held, "key {key} admitted twice in its window");
+                            admitted.insert(key, now);
+                        }
+                        _ => {}
+                    }
+                }
+                14 => {
+                    let key = next() % 700;
+                    keyed.forget(&key);
+                    admitted.remove(&key);
+                    forgets += 1;
+                }
+                15 => {
+                    keyed.retain_recent();
+                    let holding = admitted.values().filter(|at| live(at)).count();
+                    assert_eq!(keyed.stats().keys, holding, "keys after retain_recent");
+                    retains += 1;
+                }
+                16 => {
+                    keyed.shrink();
+                    shrinks += 1;
+                }
+                17 => clock.advance(Duration::from_nanos(JUDGE_INTERVAL_NANOS + next() % 1_000)),
+                _ => clock.advance(Duration::from_nanos(next() % 300_000_000)),
+            }
+        }
+        let stats = keyed.stats();
+        assert!(forgets > 1_000 && retains > 1_000 && shrinks > 1_000);
+        assert!(stats.sweeps > 0 && stats.evicted_idle > 0, "{stats:?}");
+    }
+
+    /// A `ManualClock` whose next read, once armed, is `leap` ahead (a one-shot TSC glitch).
+    #[derive(Clone)]
+    struct LeapOnce {
+        base: ManualClock,
+        leap: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl crate::Clock for LeapOnce {
+        fn now_nanos(&self) -> u64 {
+            let leap = self.leap.swap(0, std::sync::atomic::Ordering::SeqCst);
+            self.base.now_nanos() + leap
+        }
+        fn sleep(&self, duration: Duration) {
+            self.base.sleep(duration);
+        }
+    }
+
+    /// Review: the judging interval is counted on a fresh read, not on an insert's one leaping
+    /// read. A shard's first insert at 0, a flood gone idle by 2 s: an insert at 2 s whose read
+    /// leaped 10 s ahead found the interval over and ran the pass (its liveness on the fresh
+    /// read), dropping the 20,000 keys 8 s before the interval allows (a key in steady use is
+    /// dropped this way more than once per interval).
+    #[test]
+    fn a_leaping_read_does_not_judge_a_shard_within_the_interval() {
+        let base = ManualClock::new();
+        let clock = LeapOnce {
+            base: base.clone(),
+            leap: std::sync::Arc::default(),
+        };
+        let keyed = Keyed::builder(FixedWindow::new(5, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .max_keys(100_000)
+            .shards(1)
+            .build::<u64>()
+            .unwrap();
+        for key in 0..20_000u64 {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        base.advance(Duration::from_secs(2)); // every window over: every key idle
+        clock
+            .leap
+            .store(JUDGE_INTERVAL_NANOS, std::sync::atomic::Ordering::SeqCst);
+        assert!(keyed.try_acquire(&20_000, 1).unwrap().is_allowed());
+        assert_eq!(
+            clock.leap.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the insert read the leap"
+        );
+        let stats = keyed.stats();
+        assert_eq!(
+            (stats.keys, stats.evicted_idle),
+            (20_001, 0),
+            "judged 2 s after the shard's first insert"
+        );
+        // The interval over on the clock: the next new key judges the shard and drops the
+        // flood (key 20,000 was decided at its leaping read, in the window now in progress).
+        base.advance(Duration::from_nanos(JUDGE_INTERVAL_NANOS));
+        assert!(keyed.try_acquire(&20_001, 1).unwrap().is_allowed());
+        let stats = keyed.stats();
+        assert_eq!((stats.keys, stats.evicted_idle), (2, 20_000));
+    }
+
     /// Issue 16: keys walked round robin, each idle between its uses (a 1 ms window, used every
     /// 10 ms) are found in place, not dropped and re-inserted. A judging pass on insert judged
     /// a shard whose keys were still being inserted (the walk's first round): at most a quarter

@@ -153,8 +153,11 @@ const JUDGE_EVERY: usize = 2;
 /// and before this interval existed a walk over 100,000 keys did so all the time (a pass during
 /// the walk's first round dropped the keys inserted so far, whose re-inserts brought the next
 /// pass): 3.2x slower than without judging (`examples/keyed_instructions time churn-100k`).
-/// With it, a key in steady use is dropped and re-inserted at most once per interval, and a
-/// flood's memory comes back at the first new key that much after its last pass.
+/// With it, a key in steady use of a shard below its cap is dropped and re-inserted at most
+/// once per interval (at its cap a shard sweeps when full, [`make_room`](ShardedMap::make_room)),
+/// and a flood's memory comes back at the first new key that much after its last pass that
+/// finds the rest of [`judge_due`](ShardedMap::judge_due) met (half a table of new keys since
+/// that pass, and the idle bound).
 pub(crate) const JUDGE_INTERVAL_NANOS: u64 = 10_000_000_000;
 
 /// Whether forgetting a slot at a given time would change a later decision.
@@ -947,7 +950,8 @@ where
     }
 
     /// A judging pass ([`judge`](Self::judge)) and, when it finds the shard well over its live
-    /// keys, the sweep that drops its idle keys. Takes the table the caller loaded and returns
+    /// keys, the sweep that drops its idle keys; none when the pass is not due on a second
+    /// clock read ([`judge_time`]). Takes the table the caller loaded and returns
     /// the current one, with whether it changed (a sweep). Not inlined into `insert`: a pass is
     /// rare, and `examples/keyed_instructions` can leave it out of an insert's count
     /// (callgrind `--toggle-collect`), since whether one runs depends on wall time.
@@ -964,6 +968,12 @@ where
     where
         S: KeySlot<R>,
     {
+        // Due on a second read too (as `judge` reads): an insert's one leaping read must not
+        // judge the shard before the interval (or the idle bound) is over on the clock.
+        let now = judge_time(now, clock);
+        if !self.judge_due(meta, now) {
+            return (table, false);
+        }
         if !self.judge(shard, meta, &table, rules, now, clock) {
             return (table, false);
         }

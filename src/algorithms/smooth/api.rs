@@ -60,7 +60,7 @@ macro_rules! smooth_limiter_api {
                 "year* in the module docs); for a warming limiter, ",
                 "[`ConfigError::Invalid`](crate::ConfigError) for a finite rate so high that its ",
                 "warm-up would hold more than `f64::MAX` permits, or so low that one cold permit ",
-                "would book more than a year. The old rate then stays.\n\n```\n",
+                "would book more than a year (less 2 µs with a warm-up above 0). The old rate then stays.\n\n```\n",
                 "use floodgate::*;\nlet clock = ManualClock::new();\nlet limiter = ", $make,
                 ";\nlimiter.set_rate(10.0).unwrap();\nassert_eq!(limiter.rate(), 10.0);\n",
                 "assert!(limiter.set_rate(0.0).is_err() && limiter.set_rate(f64::NAN).is_err());\n```"

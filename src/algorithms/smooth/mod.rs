@@ -101,8 +101,10 @@
 //! interval of `+∞` (Guava's `Double.MIN_VALUE`): one permit, then never, as Guava documents.
 //! A finite rate at which a single permit would book more than a year (bursty: a stable
 //! interval of a year and a µs or more, rates below one permit a year; warming: one permit
-//! spent from a cold limiter, which depends on the warm-up and cold factor) is refused with a
-//! [`ConfigError`] at creation and at `set_rate`: such a limiter could only refuse.
+//! spent from a cold limiter, which depends on the warm-up and cold factor, or from an empty
+//! one, with 2 µs to spare when the warm-up is above 0, for a permit booked in truncated parts)
+//! is refused with a [`ConfigError`] at creation and at `set_rate`: such a limiter could only
+//! refuse.
 //!
 //! # Deviations from Guava, all documented edge cases
 //! * Warm-up 0: Guava computes `coolDown = 0/0 = NaN` and, after any idle time, grants every

@@ -336,6 +336,75 @@ mod tests {
             .prop_map(|(math, ticket, lead)| (math, ticket, ticket.next_free + lead))
     }
 
+    /// Review sweep: `reserve_one` books what the general path books at edge values the
+    /// proptest's ranges leave out: intervals from a subnormal rate's `+∞` down to 10⁻³⁰⁰ µs
+    /// and either side of Guava's truncation bound and of a year, warm-ups up to 2⁵² µs, cold
+    /// factors 1 to 10⁶, stored times at 0, a subnormal, one ulp either side of the threshold
+    /// and of the whole permits around it, at `W` and just below, and `now` far behind or
+    /// far past the booking.
+    #[test]
+    fn one_permit_books_as_the_general_path_at_edge_values() {
+        let intervals = [
+            f64::INFINITY,
+            1e300,
+            3.2e13,
+            31_536_000_000_001.0,
+            31_536_000_000_000.0,
+            3004.0,
+            3_003.999_999_999_999_5,
+            1.0,
+            0.5,
+            1e-300,
+        ];
+        let warmups = [0.0, 1.0, 3.0, 4e6, 1e13, (1u64 << 52) as f64];
+        let colds = [1.0, 1.000_000_000_000_000_2, 3.0, 10.0, 1e6];
+        let starts = [0i64, 1 << 40, -(1 << 40), i64::MAX];
+        let leads = [0i64, 1, -1, 1 << 20, -(1 << 20), 1 << 50, -(1 << 50)];
+        let mut compared = 0u64;
+        for interval in intervals {
+            for warmup in warmups {
+                for cold in colds {
+                    let math = WarmingMath::new(interval, warmup, cold);
+                    let (w, cd, th) = (math.warmup_micros, math.cool_down, math.threshold_permits);
+                    let mut times = vec![0.0, f64::from_bits(1), w, w.next_down(), w * 0.5];
+                    for k in -2i32..3 {
+                        let t = (th + f64::from(k)) * cd;
+                        times.extend([t, t.next_up(), t.next_down()]);
+                    }
+                    for t in times {
+                        if !(t >= 0.0 && t <= w) {
+                            continue;
+                        }
+                        for start in starts {
+                            for lead in leads {
+                                let ticket = Ticket {
+                                    next_free: start,
+                                    stored_time: t,
+                                };
+                                let Some(now) = start.checked_add(lead) else {
+                                    continue;
+                                };
+                                let (one, one_start) = math.reserve_one(ticket, now);
+                                let (general, general_start) =
+                                    reserve_general(ticket, now, 1, &math);
+                                let case = format!("{math:?} {ticket:?} at {now}");
+                                assert_eq!(one_start, general_start, "{case}");
+                                assert_eq!(one.next_free, general.next_free, "{case}");
+                                assert_eq!(
+                                    one.stored_time.to_bits(),
+                                    general.stored_time.to_bits(),
+                                    "{case}"
+                                );
+                                compared += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(compared > 10_000, "{compared} states compared");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(20_000))]
         /// `reserve_one` books to the bit what the general path books for one permit, in every

@@ -85,8 +85,11 @@ impl SmoothWarmingUp<QuantaClock> {
     /// (142 years);
     /// [`ConfigError::Invalid`] for a finite rate so high that the warm-up would hold more than
     /// `f64::MAX` permits, or so low that one permit spent from a cold limiter (up to
-    /// `cold_factor` stable intervals) would book more than a year: every request would be
-    /// refused as [`AcquireError::BookingTooLong`](crate::AcquireError::BookingTooLong).
+    /// `cold_factor` stable intervals) would book more than a year less 2 µs (with a warm-up
+    /// above 0: a permit booked partly stored and partly fresh is the sum of truncated parts,
+    /// which can book a µs more than a cold or an empty limiter's permit); beyond a year every
+    /// request would be refused as
+    /// [`AcquireError::BookingTooLong`](crate::AcquireError::BookingTooLong).
     ///
     /// ```
     /// use std::time::Duration;
@@ -427,13 +430,21 @@ struct Words {
     floor: AtomicU64,
 }
 
+/// How far below [`MAX_BOOKING_MICROS`] [`check_warming`] keeps the bookings of one permit from
+/// a full and an empty limiter, when the warm-up stores anything: a permit split between stored
+/// and fresh time, or across the threshold, is the sum of up to three truncated products, each
+/// of which may round up past its exact value, so it can book a µs more than either.
+const SPLIT_PERMIT_SLACK_MICROS: i64 = 2;
+
 /// Rejects finite rates whose warm-up would hold a non-finite number of permits, and finite
 /// rates at which one permit would book more than [`MAX_BOOKING_MICROS`] (a limiter that could
 /// only refuse). The costliest single permit is the one spent from a full (cold) limiter: the
 /// interval function rises with the stored permits, so the top permit costs the most, and a
 /// limiter storing less than one permit pays the rest at the stable interval, which a stored
 /// permit never undercuts. Both that and one fresh permit (nothing stored) are booked here
-/// through [`reserve`], the decision's own arithmetic, so the bound is the one `decide` applies.
+/// through [`reserve`], the decision's own arithmetic; with a warm-up above 0 they must book at
+/// most [`MAX_BOOKING_MICROS`] less [`SPLIT_PERMIT_SLACK_MICROS`], so a permit split across
+/// states (booked in truncated parts) stays within the bound `decide` applies.
 fn check_warming(
     setting: RateSetting,
     warmup_micros: f64,
@@ -454,10 +465,17 @@ fn check_warming(
             };
             reserve(from, 0, 1, &math).0.next_free
         };
+        // A permit split between stored and fresh, or across the threshold, is booked as two
+        // or three truncated products whose sum can exceed the full or empty state's booking
+        // by a µs (`the_slowest_accepted_warming_rate_books_one_permit_from_every_state`): with
+        // anything to store, those bookings must leave that much room.
+        let bound = if warmup_micros > 0.0 {
+            MAX_BOOKING_MICROS - SPLIT_PERMIT_SLACK_MICROS
+        } else {
+            MAX_BOOKING_MICROS
+        };
         // A subnormal rate's interval is +∞: Guava's "one permit, then never", kept.
-        if interval.is_finite()
-            && one_permit(warmup_micros).max(one_permit(0.0)) > MAX_BOOKING_MICROS
-        {
+        if interval.is_finite() && one_permit(warmup_micros).max(one_permit(0.0)) > bound {
             return Err(ConfigError::Invalid {
                 what: "permits_per_second",
                 why: "too low for this warm-up and cold factor: one cold permit would book \
@@ -489,6 +507,63 @@ mod tests {
     use super::*;
     use crate::Limiter;
     use crate::clock::ManualClock;
+
+    /// Review: at the slowest interval `check_warming` accepts (found by bisection on the
+    /// interval's bits), one permit books at most a year from every stored time near the ones
+    /// it checks (full, empty, and the ulps below full, where `permits_of` divides) and across
+    /// `0..=W`; one ulp slower is refused.
+    #[test]
+    fn the_slowest_accepted_warming_rate_books_one_permit_from_every_state() {
+        let mut over = Vec::new();
+        for (warmup, cold) in [
+            (4e6, 3.0),
+            (1e13, 3.0),
+            (3e13, 1.0),
+            (1e14, 7.5),
+            ((1u64 << 52) as f64, 3.0),
+            (123_456_789.0, 1.5),
+            (2e13, 3.0),
+            (1e13, 1.0),
+            (5e12, 1.2),
+        ] {
+            let accepts =
+                |interval: f64| check_warming(RateSetting::Finite(interval), warmup, cold).is_ok();
+            let (mut lo, mut hi) = (1.0f64.to_bits(), 1e300f64.to_bits());
+            assert!(accepts(f64::from_bits(lo)) && !accepts(f64::from_bits(hi)));
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if accepts(f64::from_bits(mid)) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            let interval = f64::from_bits(lo);
+            let math = WarmingMath::new(interval, warmup, cold);
+            let mut times = vec![0.0, warmup];
+            let mut t = warmup;
+            for _ in 0..64 {
+                t = t.next_down();
+                times.push(t);
+            }
+            times.extend((0..=10_000).map(|i| warmup * f64::from(i) / 10_000.0));
+            for stored_time in times {
+                let from = Ticket {
+                    next_free: 0,
+                    stored_time,
+                };
+                let (next, start) = super::super::reserve(from, 0, 1, &math);
+                let cost = next.next_free - start;
+                if cost > MAX_BOOKING_MICROS {
+                    over.push(format!(
+                        "W {warmup}, cold {cold}, I {interval}: {stored_time} books {cost}"
+                    ));
+                    break;
+                }
+            }
+        }
+        assert!(over.is_empty(), "{over:#?}");
+    }
 
     /// Issue 17: an `admit` refusal computes no terms; it refuses exactly where `try_acquire`
     /// does, in debt beyond the lag horizon and within it, until the booking is paid.
