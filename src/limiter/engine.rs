@@ -299,7 +299,11 @@ fn floored_loop(
                     // `update_at` holds once every repair's floor store has landed.
                     // Release (both): pairs with the Acquire fence of a refusal that loaded the
                     // leaped word before this repair and this floor after it (above). Relaxed
-                    // failure load: only compared, `fetch_max` then reads the floor again.
+                    // failure load: only compared, `fetch_max` then reads the floor again. The
+                    // `fetch_max`'s Release is not pinned by a model: `time_floor_repair.rs`
+                    // passes with it weakened to Relaxed (review, session 33), as its two
+                    // repairers' reader reads a floor the compare-exchange of the other repair
+                    // released; a model with a refusing reader that reads this store is open.
                     if floor
                         .compare_exchange(floor_now, now, Ordering::Release, Ordering::Relaxed)
                         .is_err()
