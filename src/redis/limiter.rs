@@ -756,6 +756,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         if !self.backend.is_cluster() {
             return None;
         }
+        if let Some(breakers) = self.breaker() {
+            self.backend.drop_unnamed_nodes(breakers);
+        }
         let suffix = self.algorithm.key_suffixes().first().copied().unwrap_or("");
         self.backend.node_of(&self.redis_key(key, suffix))
     }
