@@ -1823,6 +1823,48 @@ mod tests {
         assert_eq!(loads.len(), 0, "dropped loads left their entries");
     }
 
+    /// A caller waiting on another's load is not stranded when that caller is dropped
+    /// mid-load: it sends its own load, and returns with it.
+    #[test]
+    fn a_waiter_on_a_load_whose_caller_is_dropped_sends_its_own() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let loads = ScriptLoads::default();
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        let never = || async {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending::<redis::RedisResult<()>>().await
+        };
+        let answers = || async {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        };
+        let waited = runtime.block_on(async {
+            let mut first = Box::pin(loads.load("n".into(), "hash", never));
+            let mut second = Box::pin(loads.load("n".into(), "hash", answers));
+            // Both polled once: the first is loading, the second waits for it.
+            assert!(pending_once(&mut first).await, "the first loads");
+            assert!(pending_once(&mut second).await, "the second waits");
+            assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
+            drop(first);
+            // Bounded so that a stranded waiter fails the test instead of hanging it.
+            tokio::time::timeout(Duration::from_secs(60), second).await
+        });
+        assert!(waited.is_ok_and(|r| r.is_ok()), "the waiter was stranded");
+        assert_eq!(sent.into_inner(), 2, "the waiter sent its own load");
+        assert_eq!(loads.len(), 0);
+    }
+
+    /// Polls `future` once: whether it was pending.
+    async fn pending_once<F: std::future::Future + Unpin>(future: &mut F) -> bool {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx).is_pending())
+        })
+        .await
+    }
+
     /// Awaits every future of `futures` concurrently on this task.
     async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
         let mut set = Vec::new();
