@@ -257,8 +257,13 @@ impl<C: Clock> NodeBreakers<C> {
     /// Drops the breakers of the nodes `named` no longer names, once per `generation` of the
     /// node list (a Redis Cluster's slot map as last read): no call goes to such a node, so its
     /// breaker, if open, would never be probed and would keep [`state`](Self::state) open.
-    /// A node named again later gets a new breaker on its first call.
-    pub(crate) fn drop_unnamed(&self, generation: u64, named: impl Fn(&str) -> bool) {
+    /// A node named again later gets a new breaker on its first call. `names` makes the test
+    /// of whether a node is named, only when the generation is new.
+    pub(crate) fn drop_unnamed<N: Fn(&str) -> bool>(
+        &self,
+        generation: u64,
+        names: impl FnOnce() -> N,
+    ) {
         // SeqCst: off the hot path's critical work (one load per call); no ordering to save.
         if self.named_generation.load(Ordering::SeqCst) == generation {
             return;
@@ -269,6 +274,10 @@ impl<C: Clock> NodeBreakers<C> {
             return;
         }
         let current = self.by_node.load_full();
+        if current.is_empty() {
+            return;
+        }
+        let named = names();
         if current.keys().all(|node| named(node)) {
             return;
         }

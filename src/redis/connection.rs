@@ -616,7 +616,10 @@ impl RedisBackend {
             return;
         }
         let owners = &self.shared.owners;
-        breakers.drop_unnamed(owners.generation(), |node| owners.names(node));
+        breakers.drop_unnamed(owners.generation(), || {
+            let named = owners.named();
+            move |node: &str| named.contains(node)
+        });
     }
 
     /// The server to name in the error of a call on `keys` that failed: one server's address;

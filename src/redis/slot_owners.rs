@@ -70,12 +70,13 @@ impl SlotOwners {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// Whether the copy names `node` as the owner of some slot.
-    pub(super) fn names(&self, node: &str) -> bool {
+    /// The nodes the copy names as the owner of some slot.
+    pub(super) fn named(&self) -> std::collections::HashSet<Arc<str>> {
         self.ranges
             .load()
             .iter()
-            .any(|(_, _, owner)| &**owner == node)
+            .map(|(_, _, owner)| Arc::clone(owner))
+            .collect()
     }
 
     /// A read the caller may start at `now`: `Some` for one caller at a time (until the
