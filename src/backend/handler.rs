@@ -654,6 +654,40 @@ mod tests {
     }
 
     /// Polls a future that never waits (the stores above answer at once) to completion.
+    /// The deny cache answers before the call's node (a cluster key's master, and its
+    /// breaker) is looked up: a locally denied call asks for neither.
+    #[test]
+    fn a_cached_denial_looks_up_no_node() {
+        let config =
+            BreakerConfig::new(2, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
+        let h = handler(FailurePolicy::FailClosed, ManualClock::new())
+            .with_breaker(config)
+            .with_deny_cache(16)
+            .unwrap();
+        let looked_up = std::cell::Cell::new(0);
+        let node = || {
+            looked_up.set(looked_up.get() + 1);
+            Some(Arc::<str>::from("redis://10.0.0.1:7000"))
+        };
+        let denied = || async { Ok(Decision::deny(8, 0, 5_000_000_000, 5_000_000_000)) };
+        let first = poll_once(h.run_async_excusing("k", 1, node, denied, |_| false));
+        assert!(!first.decision().is_allowed());
+        assert_eq!(
+            looked_up.get(),
+            1,
+            "the call to the store looked its node up"
+        );
+        let mut called = false;
+        let store = || {
+            called = true;
+            async { Err(error()) }
+        };
+        let cached = poll_once(h.run_async_excusing("k", 1, node, store, |_| false));
+        assert!(!cached.decision().is_allowed() && !called);
+        assert_eq!(looked_up.get(), 1, "the cached denial looked its node up");
+        assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);
+    }
+
     fn poll_once<F: Future>(future: F) -> F::Output {
         let mut future = std::pin::pin!(future);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

@@ -8,10 +8,12 @@
 //! Lookup: the map is published through an [`arc_swap::ArcSwap`], so a call's lookup takes a
 //! read guard (a thread-local debt slot), a hash lookup and an `Arc` clone of its node's breaker
 //! (held until the call reports). Adding a node copies the map under a mutex, re-checking first,
-//! so concurrent first calls of one node get the one breaker. At most [`MAX_NODE_BREAKERS`]
-//! nodes are kept: a node past that first drops the closed breakers (the nodes that failed over
-//! away stay in the map until then), and if none is closed it shares the breaker of calls that
-//! name no node.
+//! so concurrent first calls of one node get the one breaker. A Redis limiter drops the
+//! breakers of the nodes its backend's copy of the slot map no longer names (a master failed
+//! over, its slots all moved) at its first call after each read of the map: no call goes to
+//! such a node, so its open breaker would never be probed. At most [`MAX_NODE_BREAKERS`]
+//! nodes are kept: a node past that first drops the closed breakers, and if none is closed it
+//! shares the breaker of calls that name no node.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -59,6 +61,8 @@ pub struct NodeBreakers<C = QuantaClock> {
     adding: Mutex<()>,
     /// Short-circuited calls of breakers dropped from the map.
     dropped_short_circuited: AtomicU64,
+    /// The generation of the node list [`drop_unnamed`](Self::drop_unnamed) last kept to.
+    named_generation: AtomicU64,
 }
 
 impl<C: Clock> fmt::Debug for NodeBreakers<C> {
@@ -102,6 +106,7 @@ impl<C: Clock + Clone> NodeBreakers<C> {
             by_node: arc_swap::ArcSwap::from_pointee(HashMap::default()),
             adding: Mutex::new(()),
             dropped_short_circuited: AtomicU64::new(0),
+            named_generation: AtomicU64::new(0),
         }
     }
 
@@ -245,6 +250,48 @@ impl<C: Clock> NodeBreakers<C> {
             self.shared.short_circuited().wrapping_add(dropped),
             u64::wrapping_add,
         )
+    }
+}
+
+impl<C: Clock> NodeBreakers<C> {
+    /// Drops the breakers of the nodes `named` no longer names, once per `generation` of the
+    /// node list (a Redis Cluster's slot map as last read): no call goes to such a node, so its
+    /// breaker, if open, would never be probed and would keep [`state`](Self::state) open.
+    /// A node named again later gets a new breaker on its first call. `names` makes the test
+    /// of whether a node is named, only when the generation is new.
+    pub(crate) fn drop_unnamed<N: Fn(&str) -> bool>(
+        &self,
+        generation: u64,
+        names: impl FnOnce() -> N,
+    ) {
+        // SeqCst: off the hot path's critical work (one load per call); no ordering to save.
+        if self.named_generation.load(Ordering::SeqCst) == generation {
+            return;
+        }
+        let _adding = self.adding.lock().unwrap_or_else(|e| e.into_inner());
+        // SeqCst: as above.
+        if self.named_generation.swap(generation, Ordering::SeqCst) == generation {
+            return;
+        }
+        let current = self.by_node.load_full();
+        if current.is_empty() {
+            return;
+        }
+        let named = names();
+        if current.keys().all(|node| named(node)) {
+            return;
+        }
+        let mut next: ByNode<C> = (*current).clone();
+        next.retain(|node, breaker| {
+            let keep = named(node);
+            if !keep {
+                // SeqCst: a statistics counter off the hot path.
+                self.dropped_short_circuited
+                    .fetch_add(breaker.short_circuited(), Ordering::SeqCst);
+            }
+            keep
+        });
+        self.by_node.store(Arc::new(next));
     }
 }
 

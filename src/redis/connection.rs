@@ -605,6 +605,23 @@ impl RedisBackend {
         self.shared.owners.owner(slot_of(redis_key.as_bytes()))
     }
 
+    /// Drops from `breakers` the nodes the backend's copy of the slot map no longer names (a
+    /// master failed over, its slots all moved), once per read of the map: no call goes to
+    /// them, so an open breaker of theirs would never be probed. On one server, nothing.
+    pub(crate) fn drop_unnamed_nodes<C: crate::clock::Clock>(
+        &self,
+        breakers: &crate::backend::NodeBreakers<C>,
+    ) {
+        if !self.is_cluster() {
+            return;
+        }
+        let owners = &self.shared.owners;
+        breakers.drop_unnamed(owners.generation(), || {
+            let named = owners.named();
+            move |node: &str| named.contains(node)
+        });
+    }
+
     /// The server to name in the error of a call on `keys` that failed: one server's address;
     /// on a cluster, the owner of the keys' slot as last read (see
     /// [`slot_owners`](super::slot_owners)), or, when not known, the configured nodes and a
@@ -1211,8 +1228,9 @@ async fn load_script(
 /// map names it (the slot itself while not known), or the server.
 ///
 /// A load that fails or whose caller gives up is not shared: the next waiter sends its own.
-/// An entry is removed by the first caller to see its load done; a call that gets `NOSCRIPT`
-/// after that loads again.
+/// An entry is removed by the first caller to see its load done, or by the last caller of a
+/// load that failed or was given up ([`LoadWaiter`]); a call that gets `NOSCRIPT` after that
+/// loads again.
 #[derive(Debug, Default)]
 pub(super) struct ScriptLoads {
     in_flight: std::sync::Mutex<std::collections::HashMap<LoadKey, Arc<LoadCell>>>,
@@ -1220,6 +1238,40 @@ pub(super) struct ScriptLoads {
 
 /// A load's node and script hash.
 type LoadKey = (Arc<str>, String);
+
+/// One caller's hold on a load's cell, from the map lookup until it returns or is dropped
+/// (its deadline, a dropped future): it removes the entry once the load is done, or when it
+/// is the cell's last caller (a failed or abandoned load, which no one else waits for).
+struct LoadWaiter<'a> {
+    loads: &'a ScriptLoads,
+    key: LoadKey,
+    /// Taken in `drop`, under the map's lock, so that every caller's count on the cell drops
+    /// under the lock and the last one sees itself the last.
+    cell: Option<Arc<LoadCell>>,
+}
+
+impl Drop for LoadWaiter<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self
+            .loads
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(cell) = self.cell.take() else {
+            return;
+        };
+        // The map's reference and this caller's: no one else waits on the cell.
+        let last = Arc::strong_count(&cell) == 2;
+        if (cell.initialized() || last)
+            && in_flight
+                .get(&self.key)
+                .is_some_and(|c| Arc::ptr_eq(c, &cell))
+        {
+            in_flight.remove(&self.key);
+        }
+        drop(cell);
+    }
+}
 
 type LoadCell = tokio::sync::OnceCell<()>;
 
@@ -1236,14 +1288,13 @@ impl ScriptLoads {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
             Arc::clone(in_flight.entry(key.clone()).or_default())
         };
-        let result = cell.get_or_try_init(load).await.map(|_| ());
-        if result.is_ok() {
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-            if in_flight.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                in_flight.remove(&key);
-            }
-        }
-        result
+        let waiting = LoadWaiter {
+            loads: self,
+            key,
+            cell: Some(cell),
+        };
+        let cell = waiting.cell.as_deref().expect("set above");
+        cell.get_or_try_init(load).await.map(|_| ())
     }
 
     /// Loads in flight (or not yet removed).
@@ -1637,6 +1688,70 @@ mod tests {
         );
     }
 
+    /// A master the slot map no longer names (failed over, its slots all moved) gets no call,
+    /// so its open breaker is never probed: it must not stay listed, nor keep
+    /// `NodeBreakers::state` open, once the copy of the map no longer names it.
+    #[test]
+    fn an_open_breaker_of_a_master_the_slot_map_no_longer_names_is_dropped() {
+        use crate::backend::{BreakerConfig, BreakerState, FailurePolicy};
+        use crate::redis::RedisLimiter;
+        use crate::{FixedWindow, ManualClock};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _inside = runtime.enter();
+        let config =
+            RedisConfig::cluster(["redis://127.0.0.1:1"]).timeout(Duration::from_millis(50));
+        let backend = runtime
+            .block_on(RedisBackend::connect(config.lazy()))
+            .unwrap();
+        let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+        let breaker =
+            BreakerConfig::new(2, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+        let clock = ManualClock::new();
+        let limiter = RedisLimiter::with_clock(
+            &backend,
+            "orphan",
+            window,
+            FailurePolicy::FailClosed,
+            clock.clone(),
+        )
+        .unwrap()
+        .with_breaker(Some(breaker));
+        let slot = slot_of(limiter.redis_keys("k")[0].as_bytes());
+        let (old, new) = ("redis://127.0.0.1:7000", "redis://127.0.0.1:7001");
+        let owners = &backend.shared.owners;
+        owners.update(&slot_map(slot, 7000, 7001), "redis");
+        let breakers = limiter.breaker().unwrap();
+        for _ in 0..2 {
+            breakers.node(old).admit().unwrap().failed();
+        }
+        assert_eq!(breakers.node(old).state(), BreakerState::Open);
+        // The failover: every slot is on the other master now.
+        owners.update(&slot_map(slot, 7001, 7001), "redis");
+        assert_eq!(limiter.node_of("k").as_deref(), Some(new));
+        // A call on the new master (nothing listens: one failure of two, still closed).
+        let outcome = runtime
+            .block_on(limiter.try_acquire_outcome("k", 1))
+            .unwrap();
+        assert!(outcome.failure().is_some_and(|e| !e.is_circuit_open()));
+        // No call names the old master, so however long passes, nothing probes its breaker.
+        clock.advance(Duration::from_secs(3_600));
+        assert!(
+            breakers.get(old).is_none(),
+            "the breaker of a master no slot names is still kept: {:?}",
+            breakers.nodes()
+        );
+        assert_ne!(
+            breakers.state(),
+            BreakerState::Open,
+            "an unnamed master's breaker, never probed, keeps the state open: {:?}",
+            breakers.nodes()
+        );
+        assert_eq!(breakers.short_circuited(), 0);
+    }
+
     #[test]
     fn concurrent_script_loads_of_one_node_and_script_share_one() {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -1678,6 +1793,79 @@ mod tests {
             assert!(join_all(calls).await.iter().all(Result::is_err));
         });
         assert_eq!(failures.into_inner(), 3);
+    }
+
+    /// A load that fails, or whose caller gives up mid-load (its deadline, a dropped future),
+    /// must not leave its entry behind: the key is a node or, while the slot's owner is not
+    /// known, a slot, so entries left by failures would pile up to 16,384 per script.
+    #[test]
+    fn failed_and_dropped_script_loads_leave_no_entry() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let loads = ScriptLoads::default();
+        let failing = || async { Err::<(), _>(RedisError::from(std::io::Error::other("refused"))) };
+        runtime.block_on(async {
+            for slot in 0..100 {
+                let node: Arc<str> = format!("slot {slot}").into();
+                assert!(loads.load(node, "hash", failing).await.is_err());
+            }
+        });
+        assert_eq!(loads.len(), 0, "failed loads left their entries");
+        // A caller that gives up mid-load (dropped after its first poll).
+        let never = || std::future::pending::<redis::RedisResult<()>>();
+        runtime.block_on(async {
+            for slot in 0..100 {
+                let node: Arc<str> = format!("slot {slot}").into();
+                let load = loads.load(node, "hash", never);
+                let given_up = tokio::time::timeout(Duration::ZERO, load).await;
+                assert!(given_up.is_err());
+            }
+        });
+        assert_eq!(loads.len(), 0, "dropped loads left their entries");
+    }
+
+    /// A caller waiting on another's load is not stranded when that caller is dropped
+    /// mid-load: it sends its own load, and returns with it.
+    #[test]
+    fn a_waiter_on_a_load_whose_caller_is_dropped_sends_its_own() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let loads = ScriptLoads::default();
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        let never = || async {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending::<redis::RedisResult<()>>().await
+        };
+        let answers = || async {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        };
+        let waited = runtime.block_on(async {
+            let mut first = Box::pin(loads.load("n".into(), "hash", never));
+            let mut second = Box::pin(loads.load("n".into(), "hash", answers));
+            // Both polled once: the first is loading, the second waits for it.
+            assert!(pending_once(&mut first).await, "the first loads");
+            assert!(pending_once(&mut second).await, "the second waits");
+            assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
+            drop(first);
+            // Bounded so that a stranded waiter fails the test instead of hanging it.
+            tokio::time::timeout(Duration::from_secs(60), second).await
+        });
+        assert!(waited.is_ok_and(|r| r.is_ok()), "the waiter was stranded");
+        assert_eq!(sent.into_inner(), 2, "the waiter sent its own load");
+        assert_eq!(loads.len(), 0);
+    }
+
+    /// Polls `future` once: whether it was pending.
+    async fn pending_once<F: std::future::Future + Unpin>(future: &mut F) -> bool {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx).is_pending())
+        })
+        .await
     }
 
     /// Awaits every future of `futures` concurrently on this task.

@@ -312,7 +312,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// the background, at most one per backend timeout, as after a failure). Once the copy
     /// names the slot's new owner, its calls go through that master's breaker; until then they
     /// stay short-circuited, and the old master's probe (a call for any of its slots, routed by
-    /// redis-rs's own slot map) may fail and back off again.
+    /// redis-rs's own slot map) may fail and back off again. A master the copy no longer
+    /// names at all (failed over, its slots all moved) gets no call, so its breaker would
+    /// never be probed: the limiter drops it at its first call after that read of the map.
     ///
     /// ```
     /// use floodgate::backend::{BreakerConfig, FailurePolicy};
@@ -755,6 +757,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     pub(super) fn node_of(&self, key: &str) -> Option<Arc<str>> {
         if !self.backend.is_cluster() {
             return None;
+        }
+        if let Some(breakers) = self.breaker() {
+            self.backend.drop_unnamed_nodes(breakers);
         }
         let suffix = self.algorithm.key_suffixes().first().copied().unwrap_or("");
         self.backend.node_of(&self.redis_key(key, suffix))

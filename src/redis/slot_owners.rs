@@ -17,7 +17,7 @@
 //! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
 //! two `u16`s and a shared address; a read replaces the whole copy.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,8 @@ pub(super) struct SlotOwners {
     reading: AtomicBool,
     /// When the last read started after a failure (`None`: none yet).
     last_start: Mutex<Option<Instant>>,
+    /// How many times the copy was replaced (0: never read).
+    generation: AtomicU64,
 }
 
 impl SlotOwners {
@@ -55,7 +57,26 @@ impl SlotOwners {
     pub(super) fn update(&self, reply: &Value, scheme: &str) {
         if let Some(ranges) = parse(reply, scheme) {
             self.ranges.store(Arc::new(ranges));
+            // SeqCst: read once per cluster call, after the ranges are stored; no ordering
+            // subtlety to save.
+            self.generation.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// How many times the copy was replaced (0: never read): changes when the nodes it names
+    /// may have.
+    pub(super) fn generation(&self) -> u64 {
+        // SeqCst: as in `update`.
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The nodes the copy names as the owner of some slot.
+    pub(super) fn named(&self) -> std::collections::HashSet<Arc<str>> {
+        self.ranges
+            .load()
+            .iter()
+            .map(|(_, _, owner)| Arc::clone(owner))
+            .collect()
     }
 
     /// A read the caller may start at `now`: `Some` for one caller at a time (until the
