@@ -1625,38 +1625,53 @@ mod tests {
         Value::Array(ranges)
     }
 
+    /// A limiter named `name` on a lazy cluster backend whose seed nothing listens on (a call
+    /// that goes out fails, 50 ms timeout), fail-closed, on `clock`, with a breaker that opens
+    /// after `failures`; inside a current-thread runtime the caller keeps entered.
+    fn limiter_on_a_dead_cluster(
+        name: &str,
+        failures: u32,
+        clock: crate::ManualClock,
+    ) -> (
+        tokio::runtime::Runtime,
+        RedisBackend,
+        crate::redis::RedisLimiter<crate::FixedWindow, crate::ManualClock>,
+    ) {
+        use crate::backend::{BreakerConfig, FailurePolicy};
+        use crate::redis::RedisLimiter;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Nothing listens on port 1: a call that goes out fails (never short-circuited).
+        let config =
+            RedisConfig::cluster(["redis://127.0.0.1:1"]).timeout(Duration::from_millis(50));
+        let backend = {
+            let _inside = runtime.enter();
+            runtime
+                .block_on(RedisBackend::connect(config.lazy()))
+                .unwrap()
+        };
+        let window = crate::FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+        let breaker =
+            BreakerConfig::new(failures, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+        let limiter =
+            RedisLimiter::with_clock(&backend, name, window, FailurePolicy::FailClosed, clock)
+                .unwrap()
+                .with_breaker(Some(breaker));
+        (runtime, backend, limiter)
+    }
+
     /// A key's calls go through the breaker of its slot's owner in the backend's copy of the
     /// slot map. With that master's breaker open, a call is short-circuited and starts a re-read
     /// of the map (no call was sent, so no failure would); once the copy names the slot's new
     /// owner, the key's calls go through the new owner's closed breaker.
     #[test]
     fn a_slot_moved_off_a_master_with_an_open_breaker_leaves_that_breaker() {
-        use crate::backend::{BreakerConfig, BreakerState, FailurePolicy};
-        use crate::redis::RedisLimiter;
-        use crate::{FixedWindow, ManualClock};
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        use crate::backend::BreakerState;
+        let (runtime, backend, limiter) =
+            limiter_on_a_dead_cluster("moved", 1, crate::ManualClock::new());
         let _inside = runtime.enter();
-        // Nothing listens on port 1: a call that goes out fails (never short-circuited).
-        let config =
-            RedisConfig::cluster(["redis://127.0.0.1:1"]).timeout(Duration::from_millis(50));
-        let backend = runtime
-            .block_on(RedisBackend::connect(config.lazy()))
-            .unwrap();
-        let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
-        let breaker =
-            BreakerConfig::new(1, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
-        let limiter = RedisLimiter::with_clock(
-            &backend,
-            "moved",
-            window,
-            FailurePolicy::FailClosed,
-            ManualClock::new(),
-        )
-        .unwrap()
-        .with_breaker(Some(breaker));
         let slot = slot_of(limiter.redis_keys("k")[0].as_bytes());
         let (old, new) = ("redis://127.0.0.1:7000", "redis://127.0.0.1:7001");
         let owners = &backend.shared.owners;
@@ -1693,32 +1708,10 @@ mod tests {
     /// `NodeBreakers::state` open, once the copy of the map no longer names it.
     #[test]
     fn an_open_breaker_of_a_master_the_slot_map_no_longer_names_is_dropped() {
-        use crate::backend::{BreakerConfig, BreakerState, FailurePolicy};
-        use crate::redis::RedisLimiter;
-        use crate::{FixedWindow, ManualClock};
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        use crate::backend::BreakerState;
+        let clock = crate::ManualClock::new();
+        let (runtime, backend, limiter) = limiter_on_a_dead_cluster("orphan", 2, clock.clone());
         let _inside = runtime.enter();
-        let config =
-            RedisConfig::cluster(["redis://127.0.0.1:1"]).timeout(Duration::from_millis(50));
-        let backend = runtime
-            .block_on(RedisBackend::connect(config.lazy()))
-            .unwrap();
-        let window = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
-        let breaker =
-            BreakerConfig::new(2, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
-        let clock = ManualClock::new();
-        let limiter = RedisLimiter::with_clock(
-            &backend,
-            "orphan",
-            window,
-            FailurePolicy::FailClosed,
-            clock.clone(),
-        )
-        .unwrap()
-        .with_breaker(Some(breaker));
         let slot = slot_of(limiter.redis_keys("k")[0].as_bytes());
         let (old, new) = ("redis://127.0.0.1:7000", "redis://127.0.0.1:7001");
         let owners = &backend.shared.owners;
