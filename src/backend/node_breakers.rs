@@ -62,6 +62,7 @@ pub struct NodeBreakers<C = QuantaClock> {
     /// Short-circuited calls of breakers dropped from the map.
     dropped_short_circuited: AtomicU64,
     /// The generation of the node list [`drop_unnamed`](Self::drop_unnamed) last kept to.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     named_generation: AtomicU64,
 }
 
@@ -259,6 +260,7 @@ impl<C: Clock> NodeBreakers<C> {
     /// breaker, if open, would never be probed and would keep [`state`](Self::state) open.
     /// A node named again later gets a new breaker on its first call. `names` makes the test
     /// of whether a node is named, only when the generation is new.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn drop_unnamed<N: Fn(&str) -> bool>(
         &self,
         generation: u64,
