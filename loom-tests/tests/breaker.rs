@@ -1,6 +1,6 @@
 //! loom models of `backend::CircuitBreaker`: one probe at a time when a probe falls due (with
 //! success closing, failure re-opening, and an abandoned probe handing over), no lost failure
-//! on the closed path, and a success racing the trip never re-closing an open breaker.
+//! on the closed path (calls out together count once), and a success racing the trip never re-closing an open breaker.
 #![cfg(floodgate_loom)]
 
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use floodgate::backend::{BreakerConfig, BreakerState, CircuitBreaker};
 use floodgate_loom_tests::{ModelClock, model};
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
 const MS: u64 = 1_000_000;
@@ -99,24 +99,39 @@ fn failed_and_abandoned_probes_never_overlap_and_never_close() {
     });
 }
 
-/// Closed path: two concurrent failures reach a threshold of 2 (no lost increment), and a
-/// success admitted before the trip, reported after it, does not re-close it.
+/// Closed path (threshold 2): a failure whose call was admitted after another failure was
+/// counted is never lost (the two trip the breaker), calls out together count once (one more
+/// failure, admitted after both, always trips it), and a success admitted before the trip,
+/// reported after it, does not re-close it.
 #[test]
 fn concurrent_failures_trip_and_a_late_success_does_not_reclose() {
     model(None, || {
         let clock = ModelClock::starting_at(0);
         let b = Arc::new(breaker(2, &clock));
         let early = b.admit().unwrap();
-        let fail = |b: Arc<CircuitBreaker<ModelClock>>| {
+        let first_counted = Arc::new(AtomicBool::new(false));
+        let first = {
+            let (b, counted) = (b.clone(), first_counted.clone());
             thread::spawn(move || {
-                if let Some(permit) = b.admit() {
-                    permit.failed();
-                }
+                b.admit().unwrap().failed();
+                // SeqCst: the model's own flag; the simplest ordering.
+                counted.store(true, Ordering::SeqCst);
             })
         };
-        let (one, two) = (fail(b.clone()), fail(b.clone()));
-        one.join().unwrap();
-        two.join().unwrap();
+        // SeqCst: as the store.
+        let after_first = first_counted.load(Ordering::SeqCst);
+        b.admit().expect("one failure cannot trip").failed();
+        first.join().unwrap();
+        if after_first {
+            assert_eq!(
+                b.state(),
+                BreakerState::Open,
+                "a failure admitted after the first was counted was lost"
+            );
+        }
+        if let Some(permit) = b.admit() {
+            permit.failed();
+        }
         assert_eq!(b.state(), BreakerState::Open);
         early.succeeded();
         assert_eq!(b.state(), BreakerState::Open);

@@ -6,8 +6,10 @@
 //! time in whole milliseconds since the breaker was made:
 //!
 //! * **Closed** `(failures)`: every call goes to the store. [`CircuitBreaker::admit`] is one
-//!   atomic load. A failure CAS-increments `failures`; the one that reaches the threshold CASes
-//!   the word to Open. A success resets a non-zero `failures` with one CAS (no store at all when
+//!   atomic load. A failure CAS-increments `failures` if it is still what the call's admission
+//!   loaded (calls out together that fail together, such as one coalesced round trip's callers,
+//!   count once: the first to report); the one that reaches the threshold CASes the word to
+//!   Open. A success resets a non-zero `failures` with one CAS (no store at all when
 //!   the word it saw had none: the healthy path is that single load).
 //! * **Open** `(trips, until)`: calls before `until` are short-circuited (no store call; the
 //!   failure policy decides). The first call at or after `until` CASes the word to HalfOpen: it
@@ -209,7 +211,9 @@ pub enum BreakerState {
 
 /// A lock-free circuit breaker for any backend (its protocol is described in
 /// `src/backend/breaker.rs` and model-checked in `loom-tests/tests/breaker.rs`):
-/// after [`BreakerConfig::failures`] consecutive failures it **opens**, and calls are
+/// after [`BreakerConfig::failures`] consecutive failures (calls out together that fail
+/// together count once: a failure counts only if no other was counted since its call was
+/// admitted) it **opens**, and calls are
 /// short-circuited (the caller decides by its failure policy, without calling the store) for a
 /// back-off that doubles on each failed probe; then it lets **one probe** through, and closes on
 /// its success. While closed, [`admit`](Self::admit) costs one atomic load.
@@ -489,6 +493,14 @@ impl<C: Clock> CircuitBreaker<C> {
         // Relaxed: as in `admit`.
         let mut word = self.word.load(Ordering::Relaxed);
         while mode(word) == CLOSED {
+            // A call admitted before another failure was counted (or a success reset the run)
+            // overlapped that call: the stall or the round trip that failed them both is one
+            // failure of the run, counted by the first to report (a coalesced batch's callers,
+            // or every call in flight when a server froze). So `failures` consecutive failures
+            // are that many calls each admitted after the previous failure counted.
+            if count(word) != count(seen) {
+                return;
+            }
             let failures = count(word) + 1;
             let next = if failures >= u64::from(self.config.failures) {
                 let until = self.now_ms().saturating_add(self.config.open_ms_for(1));
@@ -589,6 +601,26 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Open);
         assert!(b.admit().is_none());
         assert_eq!(b.short_circuited(), 1);
+    }
+
+    /// Calls out at once that fail together (one coalesced round trip, or one stall seen by
+    /// every call in flight) are one failure of the run, not one each: a run of `failures`
+    /// needs that many failures each admitted after the one before was counted. Before, five
+    /// callers of one timed-out batch opened a breaker of the default threshold (5) at once.
+    #[test]
+    fn failures_of_calls_out_together_count_once() {
+        let (b, _) = breaker(2);
+        let out: Vec<_> = (0..5).map(|_| b.admit().expect("closed")).collect();
+        for permit in out {
+            permit.failed();
+        }
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "five overlapping failures: one"
+        );
+        fail(&b); // admitted after that failure was counted: the second of the run
+        assert_eq!(b.state(), BreakerState::Open);
     }
 
     #[test]
