@@ -46,7 +46,7 @@ use crossbeam_utils::CachePadded;
 use super::smooth::wide::AtomicWide;
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
-use crate::limiter::{FloorUnits, Limiter, floored};
+use crate::limiter::{FloorUnits, Limiter, floored, move_floor};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The largest capacity (and so limit) of a [`SlidingLogLimiter`]: 4,096 permits (64 KiB of stamps).
@@ -469,13 +469,13 @@ impl<C: Clock> SlidingLogLimiter<C> {
                         // admission landed (as `update_floored_leap` does); if another thread
                         // moved it meanwhile (another repair, to its own earlier read), raise it
                         // to this read, as `update_floored_leap` does. SeqCst: as above.
-                        if words
-                            .floor
-                            .compare_exchange(floor_now, now, Ordering::SeqCst, Ordering::SeqCst)
-                            .is_err()
-                        {
-                            words.floor.fetch_max(now, Ordering::SeqCst);
-                        }
+                        move_floor(
+                            &words.floor,
+                            floor_now,
+                            now,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
                     }
                     return decision;
                 }

@@ -134,12 +134,24 @@ pub(crate) fn floored(clock_now: u64, floor_now: u64, units: FloorUnits) -> Opti
 #[inline]
 pub(crate) fn raise_floor(floor: &AtomicU64, seen: u64, now: u64) {
     // Relaxed / Relaxed: see above.
-    if floor
-        .compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
-        .is_err()
-    {
-        // Relaxed: see above.
-        floor.fetch_max(now, Ordering::Relaxed);
+    move_floor(floor, seen, now, Ordering::Relaxed, Ordering::Relaxed);
+}
+
+/// Moves the time floor from `seen` (the value this thread loaded) to `now`: one
+/// compare-exchange (`success` / `failure`) when nobody moved the floor since, else `fetch_max`
+/// (`success`), so a floor another thread moved meanwhile ends at the later of its value and
+/// `now`. The compare-exchange may lower the floor (a leap repair puts a leaped floor back to a
+/// fresh read); the `fetch_max` never does. Each caller names what its orderings pair with.
+#[inline(always)]
+pub(crate) fn move_floor(
+    floor: &AtomicU64,
+    seen: u64,
+    now: u64,
+    success: Ordering,
+    failure: Ordering,
+) {
+    if floor.compare_exchange(seen, now, success, failure).is_err() {
+        floor.fetch_max(now, success);
     }
 }
 
@@ -304,12 +316,7 @@ fn floored_loop(
                     // passes with it weakened to Relaxed (review, session 33), as its two
                     // repairers' reader reads a floor the compare-exchange of the other repair
                     // released; a model with a refusing reader that reads this store is open.
-                    if floor
-                        .compare_exchange(floor_now, now, Ordering::Release, Ordering::Relaxed)
-                        .is_err()
-                    {
-                        floor.fetch_max(now, Ordering::Release);
-                    }
+                    move_floor(floor, floor_now, now, Ordering::Release, Ordering::Relaxed);
                 }
                 return step.decision;
             }
