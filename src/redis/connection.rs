@@ -1625,6 +1625,14 @@ mod tests {
         Value::Array(ranges)
     }
 
+    /// A current-thread runtime with time and I/O, for the tests that drive futures here.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     /// A limiter named `name` on a lazy cluster backend whose seed nothing listens on (a call
     /// that goes out fails, 50 ms timeout), fail-closed, on `clock`, with a breaker that opens
     /// after `failures`; inside a current-thread runtime the caller keeps entered.
@@ -1639,10 +1647,7 @@ mod tests {
     ) {
         use crate::backend::{BreakerConfig, FailurePolicy};
         use crate::redis::RedisLimiter;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         // Nothing listens on port 1: a call that goes out fails (never short-circuited).
         let config =
             RedisConfig::cluster(["redis://127.0.0.1:1"]).timeout(Duration::from_millis(50));
@@ -1747,10 +1752,7 @@ mod tests {
 
     #[test]
     fn concurrent_script_loads_of_one_node_and_script_share_one() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let loads = ScriptLoads::default();
         let sent = std::sync::atomic::AtomicUsize::new(0);
         let (release, released) = tokio::sync::watch::channel(false);
@@ -1793,10 +1795,7 @@ mod tests {
     /// known, a slot, so entries left by failures would pile up to 16,384 per script.
     #[test]
     fn failed_and_dropped_script_loads_leave_no_entry() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let loads = ScriptLoads::default();
         let failing = || async { Err::<(), _>(RedisError::from(std::io::Error::other("refused"))) };
         runtime.block_on(async {
@@ -1823,10 +1822,7 @@ mod tests {
     /// mid-load: it sends its own load, and returns with it.
     #[test]
     fn a_waiter_on_a_load_whose_caller_is_dropped_sends_its_own() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         let loads = ScriptLoads::default();
         let sent = std::sync::atomic::AtomicUsize::new(0);
         let never = || async {
