@@ -7,23 +7,42 @@
 //! valgrind --tool=callgrind --toggle-collect='*measured_loop*' \
 //!     target/release/examples/keyed_instructions floodgate hot-allow 1000000
 //! ```
-//! A run under callgrind takes longer than floodgate's judging interval (10 s of real time, see
-//! `JUDGE_INTERVAL_NANOS` in `src/keyed/shards.rs`), so whether a judging pass runs within an
-//! `insert-1m` loop, and sweeps keys whose one permit came back after a second, depends on how
-//! long the run takes. `--toggle-collect='*judge_pass*'` added to the command leaves the passes
-//! out of the count (collection toggles off inside one), for a count that does not depend on
-//! timing. Only for `insert-1m`: in a workload with held keys a pass can run while they are
-//! inserted, before the measured loop, where the toggle would switch collection on; and a
-//! `keys-1m` run whose insertion took more than 10 s re-inserts in its loop the keys a pass
-//! dropped (look for `ShardedMap::insert` in its profile).
+//! Time: both limiters decide on a `PacedClock` of this file, not on a real clock. It starts at
+//! `START_NANOS` and the harness moves it `NANOS_PER_CALL` (100 ns) forward before every call,
+//! in the measured loops and in the setup that fills a map alike: a nominal rate of 10 million
+//! calls a second. So what a run decides depends only on its arguments, not on how long it
+//! takes: a callgrind run (some 50 times slower than a plain one) decides the same calls,
+//! expires the same permits and runs the same judging passes (`JUDGE_INTERVAL_NANOS` in
+//! `src/keyed/shards.rs`, 10 s of the map's time) as every other run with those arguments. (On
+//! the real clock a callgrind run outlasted that interval and ran judging passes while
+//! measured: `keys-1m` 1,033M to 1,142M Ir in such runs against 201M in a run with none; and
+//! `hot-deny` got 3 of its 1,000,000 calls allowed, a permit a second coming back.) At 100 ns a
+//! call no workload here reaches a judging pass: `insert-1m`, and the filling of `keys-1m`, span
+//! 0.1 s of the map's time. Each read of a `PacedClock` also reads the limiter's own real clock
+//! and discards the reading (floodgate's `QuantaClock`, governor's default `QuantaClock`), so a
+//! call costs the instructions and time of a production clock read; the tick adds a load and a
+//! store a call, the same on both sides. In a `time` run thread 0 ticks the limiter's clock and
+//! every other thread a word of its own (the same work, one writer to a clock): with 1 thread
+//! the clock advances 100 ns a call, with more 100 ns per call of thread 0, whose store the
+//! other threads' clock reads then miss on, one more shared line per call on both sides.
+//!
+//! What still differs between runs is the hashing: both maps seed ahash at random (floodgate
+//! offers no seed), so which keys collide, and the probes and table layouts that follow, change
+//! from run to run. The hot-key workloads count the same in every run; the others moved by up
+//! to 0.2% between two runs (`insert-1m`: 844.9M and 846.2M Ir for floodgate, 313.10M and
+//! 313.24M for governor), and by none in two runs of a build with floodgate's seeds fixed.
+//!
 //! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
 //! (100,000 keys so, each key's line cold at its turn), `keys-1m` (2^20 keys held, each checked in
 //! a scattered order), `insert-1m` (the keys of `keys-1m` in the same order into an empty map:
-//! with `CALLS` = 1048576, every call inserts its key, the tables growing as they do). Each loop walks a cycle of the workload's keys computed before it starts
+//! with `CALLS` = 1048576, every call inserts its key, the tables growing as they do). Each loop
+//! walks a cycle of the workload's keys computed before it starts
 //! (one load and a wrap-around per call, the same harness for every limiter). Counts move by a
 //! few instructions with how the compiler lays out a binary (governor's keyed loop: 155 to 183
-//! in builds of this file that differ only in harness): compare rows of one binary.
+//! in builds of this file that differ only in harness, and 189 on `hot-allow` with the paced
+//! clock, where rustc no longer inlines governor's `measure_and_replace` into the loop, against
+//! 165 before it): compare rows of one binary.
 //!
 //! `floodgate-admit` in place of `floodgate` measures `Keyed::admit` (a bool) instead of
 //! `Keyed::check` (a `Decision`). governor's `check_key` answers a denial with `NotUntil` (its
@@ -37,16 +56,92 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use floodgate::{Gcra, Keyed, Rate};
-use governor::clock::DefaultClock;
+use floodgate::{Clock, Gcra, Keyed, QuantaClock, Rate};
+use governor::clock::{QuantaInstant, Reference};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
-type Governor = RateLimiter<u64, DashMapStateStore<u64, ahash::RandomState>, DefaultClock>;
-type Floodgate = Keyed<u64, Gcra>;
+/// Nanoseconds the limiters' clocks move forward per call (per thread calling): see the module
+/// docs.
+const NANOS_PER_CALL: u64 = 100;
+
+/// Where the limiters' clocks start: 2023-11-14T22:13:20Z as Unix nanoseconds, a reading of the
+/// size floodgate's real clocks give (theirs count from the Unix epoch).
+const START_NANOS: u64 = 1_700_000_000_000_000_000;
+
+/// The clock both limiters read: one word of paced time, which [`tick`] moves forward (the
+/// harness, once per call of thread 0) and `sleep` (which nothing here calls).
+/// Clones share the word. A read also reads the limiter's own real clock and discards it
+/// (floodgate's [`QuantaClock`], governor's default `QuantaClock`), so a call costs the
+/// instructions and time of a real clock read as it does in production.
+#[derive(Clone, Debug)]
+struct PacedClock {
+    paced: Arc<AtomicU64>,
+    floodgate_real: QuantaClock,
+    governor_real: governor::clock::QuantaClock,
+}
+
+impl PacedClock {
+    fn new() -> Self {
+        PacedClock {
+            paced: Arc::new(AtomicU64::new(START_NANOS)),
+            floodgate_real: QuantaClock::new(),
+            governor_real: governor::clock::QuantaClock::default(),
+        }
+    }
+
+    /// The word `tick` moves.
+    fn word(&self) -> &AtomicU64 {
+        &self.paced
+    }
+
+    #[inline(always)]
+    fn paced(&self) -> u64 {
+        // Relaxed: pairs with the store of `tick`; see there.
+        self.paced.load(Ordering::Relaxed)
+    }
+}
+
+impl Clock for PacedClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        black_box(self.floodgate_real.now_nanos());
+        self.paced()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        // SeqCst: not on any measured path.
+        self.paced.fetch_add(nanos, Ordering::SeqCst);
+    }
+}
+
+impl governor::clock::Clock for PacedClock {
+    type Instant = QuantaInstant;
+
+    /// The paced time as governor's own clock's instant type, so governor runs the code it runs
+    /// on its default clock: its instant 0 (any reading less a longer span saturates to it) plus
+    /// the paced nanoseconds.
+    #[inline]
+    fn now(&self) -> QuantaInstant {
+        let real = black_box(governor::clock::Clock::now(&self.governor_real));
+        real.saturating_sub(Nanos::from(u64::MAX)) + Nanos::from(self.paced())
+    }
+}
+
+type Governor = RateLimiter<
+    u64,
+    DashMapStateStore<u64, ahash::RandomState>,
+    PacedClock,
+    NoOpMiddleware<QuantaInstant>,
+>;
+type Floodgate = Keyed<u64, Gcra, PacedClock>;
 
 const KEYS_1M: u64 = 1 << 20;
 const KEYS_100K: u64 = 100_000;
@@ -79,8 +174,8 @@ impl Workload {
         match self {
             // Always allowed: a nanosecond per permit.
             Workload::HotAllow => (1_000_000_000, 1_000),
-            // Drained before measuring; one permit a second back (none within a run: 0 of
-            // 1,000,000 allowed, under callgrind too).
+            // Drained before measuring; one permit a second back, none within a run (1,000,000
+            // calls are 0.1 s of the paced clock).
             Workload::HotDeny => (1, 1),
             // One permit per 10 µs, burst 1: idle again long before the key's next turn.
             Workload::Churn1k | Workload::Churn100k => (100_000, 1),
@@ -125,10 +220,31 @@ impl Workload {
     }
 }
 
-fn floodgate(workload: Workload) -> Floodgate {
+/// One call's worth of time, [`NANOS_PER_CALL`], on `word`: a clock's ([`PacedClock::word`]) or,
+/// on the threads of a `time` run other than thread 0, a word of the thread's own, so every
+/// thread does the same work and one thread ticks a clock. With one writer a load and a store
+/// suffice: no locked instruction (a fence on x86, which would keep one call's cache misses
+/// from overlapping the next call's).
+#[inline(always)]
+fn tick(word: &AtomicU64) {
+    // Relaxed (load and store): the word publishes nothing but itself; its one writer's stores
+    // are in order, and the readers (`PacedClock::paced`, Relaxed) need only that.
+    let now = word.load(Ordering::Relaxed);
+    word.store(now + NANOS_PER_CALL, Ordering::Relaxed);
+}
+
+/// A limiter under test and the clock it reads, which the harness ticks.
+struct Paced<L> {
+    limiter: L,
+    clock: PacedClock,
+}
+
+fn floodgate(workload: Workload) -> Paced<Floodgate> {
     let (rate, burst) = workload.quota();
+    let clock = PacedClock::new();
     let keyed: Floodgate = Keyed::builder(Gcra::new(Rate::per_second(rate), burst).unwrap())
         .max_keys(2 * KEYS_1M as usize)
+        .clock(clock.clone())
         .build()
         .unwrap();
     for key in 0..workload.held() {
@@ -137,35 +253,43 @@ fn floodgate(workload: Workload) -> Floodgate {
         } else {
             key
         };
+        tick(clock.word());
         keyed.try_acquire(&key, 1).unwrap();
     }
     if workload == Workload::HotDeny {
+        tick(clock.word());
         assert!(!keyed.try_acquire(&0, 1).unwrap().is_allowed());
     }
-    keyed
+    Paced {
+        limiter: keyed,
+        clock,
+    }
 }
 
-fn governor(workload: Workload) -> Governor {
+fn governor(workload: Workload) -> Paced<Governor> {
     let (rate, burst) = workload.quota();
     let quota = Quota::per_second(NonZeroU32::new(rate).unwrap())
         .allow_burst(NonZeroU32::new(burst).unwrap());
-    let keyed = RateLimiter::dashmap_with_clock_and_hasher(
-        quota,
-        DefaultClock::default(),
-        ahash::RandomState::new(),
-    );
+    let clock = PacedClock::new();
+    let keyed =
+        RateLimiter::dashmap_with_clock_and_hasher(quota, clock.clone(), ahash::RandomState::new());
     for key in 0..workload.held() {
         let key = if workload == Workload::Keys1m {
             workload.key(0, key)
         } else {
             key
         };
+        tick(clock.word());
         let _ = keyed.check_key(&key);
     }
     if workload == Workload::HotDeny {
+        tick(clock.word());
         assert!(keyed.check_key(&0).is_err());
     }
-    keyed
+    Paced {
+        limiter: keyed,
+        clock,
+    }
 }
 
 /// The next key of `keys` (a cycle of [`Workload::cycle`]), `at` its place.
@@ -180,10 +304,11 @@ fn next(keys: &[u64], at: &mut usize) -> u64 {
 }
 
 #[inline(never)]
-fn measured_loop_floodgate(keyed: &Floodgate, keys: &[u64], calls: u64) -> u64 {
+fn measured_loop_floodgate(keyed: &Floodgate, ticked: &AtomicU64, keys: &[u64], calls: u64) -> u64 {
     let (mut allowed, mut at) = (0, 0);
     for _ in 0..calls {
         let key = next(keys, &mut at);
+        tick(ticked);
         allowed += u64::from(black_box(keyed.check(&key)).is_allowed());
     }
     allowed
@@ -192,27 +317,35 @@ fn measured_loop_floodgate(keyed: &Floodgate, keys: &[u64], calls: u64) -> u64 {
 /// The loop of `measured_loop_floodgate` through `Keyed::admit` (a bool, as governor's
 /// `check_key` answers `Ok(())` on an admission; on a denial governor builds `NotUntil`).
 #[inline(never)]
-fn measured_loop_floodgate_admit(keyed: &Floodgate, keys: &[u64], calls: u64) -> u64 {
+fn measured_loop_floodgate_admit(
+    keyed: &Floodgate,
+    ticked: &AtomicU64,
+    keys: &[u64],
+    calls: u64,
+) -> u64 {
     let (mut allowed, mut at) = (0, 0);
     for _ in 0..calls {
         let key = next(keys, &mut at);
+        tick(ticked);
         allowed += u64::from(black_box(keyed.admit(&key, 1)).unwrap_or(false));
     }
     allowed
 }
 
 #[inline(never)]
-fn measured_loop_governor(keyed: &Governor, keys: &[u64], calls: u64) -> u64 {
+fn measured_loop_governor(keyed: &Governor, ticked: &AtomicU64, keys: &[u64], calls: u64) -> u64 {
     let (mut allowed, mut at) = (0, 0);
     for _ in 0..calls {
         let key = next(keys, &mut at);
+        tick(ticked);
         allowed += u64::from(black_box(keyed.check_key(&key)).is_ok());
     }
     allowed
 }
 
-/// A measured loop over a thread's keys.
-type Run = Arc<dyn Fn(&[u64], u64) -> u64 + Send + Sync>;
+/// A measured loop over a thread's keys; `true` for the thread that ticks the limiter's clock
+/// (thread 0; see [`tick`]).
+type Run = Arc<dyn Fn(&[u64], u64, bool) -> u64 + Send + Sync>;
 
 /// Nanoseconds per call per thread, `threads` threads running `run` at once, each over its own
 /// cycle of `workload`'s keys (computed before the clock starts).
@@ -225,7 +358,7 @@ fn timed(workload: Workload, threads: u64, calls: u64, run: Run) -> f64 {
                 let keys = workload.cycle(thread);
                 start.wait();
                 let begin = Instant::now();
-                black_box(run(&keys, calls));
+                black_box(run(&keys, calls, thread == 0));
                 begin.elapsed()
             })
         })
@@ -262,12 +395,28 @@ fn main() {
         let admit = args.get(6).is_some_and(|mode| mode == "admit");
         let ours = floodgate(workload);
         let theirs = governor(workload);
+        // The word a thread ticks: the limiter's clock on thread 0, its own on the others.
+        fn ticked<'a>(clock: &'a PacedClock, own: &'a AtomicU64, ticks: bool) -> &'a AtomicU64 {
+            if ticks { clock.word() } else { own }
+        }
         let ours: Run = if admit {
-            Arc::new(move |keys, n| measured_loop_floodgate_admit(&ours, keys, n))
+            Arc::new(move |keys, n, ticks| {
+                let own = AtomicU64::new(START_NANOS);
+                let ticked = ticked(&ours.clock, &own, ticks);
+                measured_loop_floodgate_admit(&ours.limiter, ticked, keys, n)
+            })
         } else {
-            Arc::new(move |keys, n| measured_loop_floodgate(&ours, keys, n))
+            Arc::new(move |keys, n, ticks| {
+                let own = AtomicU64::new(START_NANOS);
+                let ticked = ticked(&ours.clock, &own, ticks);
+                measured_loop_floodgate(&ours.limiter, ticked, keys, n)
+            })
         };
-        let theirs: Run = Arc::new(move |keys, n| measured_loop_governor(&theirs, keys, n));
+        let theirs: Run = Arc::new(move |keys, n, ticks| {
+            let own = AtomicU64::new(START_NANOS);
+            let ticked = ticked(&theirs.clock, &own, ticks);
+            measured_loop_governor(&theirs.limiter, ticked, keys, n)
+        });
         let time = |run: &Run| timed(workload, threads, calls, Arc::clone(run));
         let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
@@ -295,12 +444,20 @@ fn main() {
     }
     let workload = Workload::parse(&args[2]);
     let calls: u64 = args[3].parse().unwrap();
+    let keys = workload.cycle(0);
     let allowed = match args[1].as_str() {
-        "floodgate" => measured_loop_floodgate(&floodgate(workload), &workload.cycle(0), calls),
-        "floodgate-admit" => {
-            measured_loop_floodgate_admit(&floodgate(workload), &workload.cycle(0), calls)
+        "floodgate" => {
+            let paced = floodgate(workload);
+            measured_loop_floodgate(&paced.limiter, paced.clock.word(), &keys, calls)
         }
-        "governor" => measured_loop_governor(&governor(workload), &workload.cycle(0), calls),
+        "floodgate-admit" => {
+            let paced = floodgate(workload);
+            measured_loop_floodgate_admit(&paced.limiter, paced.clock.word(), &keys, calls)
+        }
+        "governor" => {
+            let paced = governor(workload);
+            measured_loop_governor(&paced.limiter, paced.clock.word(), &keys, calls)
+        }
         other => panic!("unknown limiter {other}"),
     };
     println!("{allowed} of {calls} allowed");
