@@ -67,8 +67,8 @@ use governor::nanos::Nanos;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
-/// Nanoseconds the limiters' clocks move forward per call (per thread calling): see the module
-/// docs.
+/// Nanoseconds the limiters' clocks move forward per call (per call of thread 0 in a `time` run
+/// of several threads): see the module docs.
 const NANOS_PER_CALL: u64 = 100;
 
 /// Where the limiters' clocks start: 2023-11-14T22:13:20Z as Unix nanoseconds, a reading of the

@@ -953,8 +953,8 @@ where
     /// keys, the sweep that drops its idle keys; none when the pass is not due on a second
     /// clock read ([`judge_time`]). Takes the table the caller loaded and returns
     /// the current one, with whether it changed (a sweep). Not inlined into `insert`: a pass is
-    /// rare, and `examples/keyed_instructions` can leave it out of an insert's count
-    /// (callgrind `--toggle-collect`), since whether one runs depends on wall time.
+    /// rare, and a profile shows it apart (callgrind `--toggle-collect='*judge_pass*'` leaves it
+    /// out of a count).
     #[inline(never)]
     fn judge_pass<R>(
         &self,
