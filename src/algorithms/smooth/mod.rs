@@ -287,6 +287,34 @@ pub(crate) fn reserve_general<K: StoredPermits>(
     permits: u32,
     math: &K,
 ) -> (Ticket, i64) {
+    (
+        book_general(ticket, now, permits, math),
+        resynced_next_free(ticket, now),
+    )
+}
+
+/// The next free ticket of `ticket` resynced at `now` ([`resync`]'s, without the stored time):
+/// the old next free ticket [`reserve`] returns.
+#[inline(always)]
+fn resynced_next_free(ticket: Ticket, now: i64) -> i64 {
+    if now > ticket.next_free {
+        now
+    } else {
+        ticket.next_free
+    }
+}
+
+/// [`reserve_general`]'s new state alone. Out of line, a [`Ticket`] comes back in two registers
+/// where `(Ticket, i64)` comes back through memory: a caller that calls it on a rare branch
+/// (a permit straddling the warming threshold) keeps its common branches' results in
+/// registers (issue 17, `instructions_warming_states`).
+#[inline]
+pub(crate) fn book_general<K: StoredPermits>(
+    ticket: Ticket,
+    now: i64,
+    permits: u32,
+    math: &K,
+) -> Ticket {
     let ticket = resync(ticket, now, math.full_time());
     let required = f64::from(permits);
     let stored = math.permits_of(ticket.stored_time);
@@ -301,11 +329,10 @@ pub(crate) fn reserve_general<K: StoredPermits>(
     } else {
         math.time_of(stored - spend).clamp(0.0, math.full_time())
     };
-    let next = Ticket {
+    Ticket {
         next_free: ticket.next_free.saturating_add(wait),
         stored_time,
-    };
-    (next, ticket.next_free)
+    }
 }
 
 /// What one decision produced: the state to publish (`None`: no write; a [`Ticket`], or a

@@ -13,7 +13,7 @@
 
 use std::cell::Cell;
 
-use super::{StoredPermits, Ticket, limit_of, reserve_general, resync, round_micros};
+use super::{StoredPermits, Ticket, book_general, limit_of, resync, round_micros};
 
 std::thread_local! {
     /// [`WarmingMath::memo`]'s last math, keyed by the bits of its interval, warm-up and cold
@@ -184,7 +184,7 @@ impl StoredPermits for WarmingMath {
     /// idle µs since the last booking fell due), one whole permit below the threshold, or one
     /// whole permit above it (a cold limiter). Each takes the general path's steps with the
     /// ones that add or multiply by 0 or 1 left out (the same `f64` operations, the same
-    /// truncations), so it books to the bit what [`reserve_general`] books
+    /// truncations), so it books to the bit what [`reserve_general`](super::reserve_general) books
     /// (`one_permit_books_as_the_general_path`); a permit that straddles the threshold goes
     /// there.
     #[inline(always)]
@@ -220,7 +220,7 @@ impl StoredPermits for WarmingMath {
                     + self.permits_to_time(above_threshold - 1.0);
                 (self.micros(length / 2.0), left())
             } else if above_threshold > 0.0 {
-                return reserve_general(ticket, now, 1, self);
+                return (book_general(ticket, now, 1, self), synced.next_free);
             } else if stored >= 1.0 {
                 // The rectangle of one stored permit: one stable interval.
                 (self.one_micros, left())
@@ -247,6 +247,7 @@ impl StoredPermits for WarmingMath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::smooth::reserve_general;
     use proptest::prelude::*;
 
     #[test]
