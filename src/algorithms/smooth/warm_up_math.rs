@@ -13,7 +13,7 @@
 
 use std::cell::Cell;
 
-use super::{StoredPermits, Ticket, limit_of, reserve_general, resync};
+use super::{StoredPermits, Ticket, book_general, limit_of, resync, round_micros};
 
 std::thread_local! {
     /// [`WarmingMath::memo`]'s last math, keyed by the bits of its interval, warm-up and cold
@@ -28,6 +28,7 @@ std::thread_local! {
             cool_down: 0.0,
             limit: 1,
             one_micros: 0,
+            truncate: false,
         }))
     };
 }
@@ -48,6 +49,9 @@ pub(super) struct WarmingMath {
     /// One stable interval as booked ([`StoredPermits::micros`]): the cost of one permit below
     /// the threshold.
     one_micros: i64,
+    /// Whether costs are truncated as Guava's (`interval ≥ GUAVA_MIN_INTERVAL`), else rounded
+    /// up: the test `StoredPermits::micros` makes, once per interval instead of per cost.
+    truncate: bool,
 }
 
 impl WarmingMath {
@@ -67,6 +71,7 @@ impl WarmingMath {
             cool_down: warmup_micros / max_permits,
             limit: limit_of(interval),
             one_micros: 0,
+            truncate: interval >= Self::GUAVA_MIN_INTERVAL,
         };
         WarmingMath {
             one_micros: math.micros(interval),
@@ -127,6 +132,12 @@ impl StoredPermits for WarmingMath {
     fn full_time(&self) -> f64 {
         self.warmup_micros
     }
+    /// The default's rounding, with its interval test made once in [`WarmingMath::new`]
+    /// (`micros_rounds_as_the_interval_test`).
+    #[inline]
+    fn micros(&self, cost: f64) -> i64 {
+        round_micros(cost, self.truncate)
+    }
     /// Through Guava's own `coolDownInterval = W / maxPermits` double, which follows Guava's
     /// rounding more closely than `stored_time × max / W`.
     #[inline]
@@ -173,7 +184,7 @@ impl StoredPermits for WarmingMath {
     /// idle µs since the last booking fell due), one whole permit below the threshold, or one
     /// whole permit above it (a cold limiter). Each takes the general path's steps with the
     /// ones that add or multiply by 0 or 1 left out (the same `f64` operations, the same
-    /// truncations), so it books to the bit what [`reserve_general`] books
+    /// truncations), so it books to the bit what [`reserve_general`](super::reserve_general) books
     /// (`one_permit_books_as_the_general_path`); a permit that straddles the threshold goes
     /// there.
     #[inline(always)]
@@ -209,7 +220,7 @@ impl StoredPermits for WarmingMath {
                     + self.permits_to_time(above_threshold - 1.0);
                 (self.micros(length / 2.0), left())
             } else if above_threshold > 0.0 {
-                return reserve_general(ticket, now, 1, self);
+                return (book_general(ticket, now, 1, self), synced.next_free);
             } else if stored >= 1.0 {
                 // The rectangle of one stored permit: one stable interval.
                 (self.one_micros, left())
@@ -236,6 +247,7 @@ impl StoredPermits for WarmingMath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::smooth::reserve_general;
     use proptest::prelude::*;
 
     #[test]
@@ -251,6 +263,47 @@ mod tests {
         assert_eq!(m.wait_for_stored(4.0, 4.0), 2_000_000);
         assert_eq!(m.permits_of(4e6), 8.0);
         assert_eq!(m.time_of(5.0), 2.5e6);
+    }
+
+    /// The rounding with the interval test made once is the default's, which tests the
+    /// interval per cost, either side of `GUAVA_MIN_INTERVAL` and at the intervals' ends.
+    #[test]
+    fn micros_rounds_as_the_interval_test() {
+        let intervals = [
+            f64::INFINITY,
+            1e300,
+            3004.0_f64.next_up(),
+            3004.0,
+            3004.0_f64.next_down(),
+            1.0,
+            1e-300,
+        ];
+        let costs = [
+            0.0,
+            0.5,
+            1.0,
+            3.5,
+            3004.0,
+            1e18,
+            9.3e18,
+            f64::INFINITY,
+            f64::NAN,
+            -1.5,
+        ];
+        let mut truncated = 0;
+        for interval in intervals {
+            let math = WarmingMath::new(interval, 4e6, 3.0);
+            let truncate = interval >= WarmingMath::GUAVA_MIN_INTERVAL;
+            truncated += usize::from(truncate);
+            for cost in costs {
+                assert_eq!(
+                    math.micros(cost),
+                    round_micros(cost, truncate),
+                    "{interval} {cost}"
+                );
+            }
+        }
+        assert_eq!(truncated, 4);
     }
 
     #[test]
