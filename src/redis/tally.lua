@@ -2,8 +2,13 @@
 -- (anchored and aligned) and GCRA: the frame they share. Tally format (see
 -- RedisBackend::eval_tally):
 -- KEYS: each limiter key once. ARGV: two shared arguments (read by each script), D (decisions),
--- the earliest deadline in us on the server's clock (0: none has one); then D n's; then D
--- deadlines (0: none); then, only when KEYS holds more than one key, D indices into KEYS.
+-- the earliest deadline in us on the server's clock (0: none has one); then the n's: one number
+-- when every decision asks the same n, else the D n's separated by spaces; then the D deadlines
+-- (0: none), separated by spaces, in one argument; then, only when KEYS holds more than one key,
+-- the D indices into KEYS, separated by spaces, in one argument. (An argument costs the server
+-- more than a decision's arithmetic: Redis makes an object of it and Lua interns it as a
+-- string, about 860 instructions. Lists are split here only when read: the deadlines only once
+-- the earliest has passed.)
 -- Reply (tally_reply): now_us; per key three integers as the script sets them in out (the index
 -- in errors of the error its read raised, 0: none; then its state as first read; 0, 0, 0:
 -- never read); the number of decisions past their deadline, their indices (from 1); the error
@@ -24,12 +29,16 @@ local function each_decision(decide)
   local count = ARGV[3] + 0
   local earliest = ARGV[4] + 0
   local check = earliest > 0 and now > earliest
-  local multi = #KEYS > 1
+  local ns = ARGV[5]
+  -- One n for all (no space), else the next of the list for each decision.
+  local n = not ns:find(' ', 1, true) and ns + 0
+  local next_n = not n and ns:gmatch('%d+')
+  local next_deadline = check and ARGV[6]:gmatch('%d+')
+  local next_k = #KEYS > 1 and ARGV[7]:gmatch('%d+')
   for i = 1, count do
-    local arg = ARGV[4 + i]
-    local n = arg == '1' and 1 or arg + 0
-    local k = multi and ARGV[4 + 2 * count + i] + 0 or 1
-    local deadline = check and ARGV[4 + count + i] + 0 or 0
+    if next_n then n = next_n() + 0 end
+    local k = next_k and next_k() + 0 or 1
+    local deadline = next_deadline and next_deadline() + 0 or 0
     if deadline > 0 and now > deadline then
       late[#late + 1] = i
     else
