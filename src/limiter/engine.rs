@@ -325,15 +325,15 @@ fn floored_loop(
                     // matters only for a leaped word landed between the other repair's word and
                     // its lowering: a second leap within a grain of the leaped floor, the
                     // freeze of `time_smooth_leap.rs` `bursty_second_leaper_lands_between_a_repair_and_its_floor_lowering`
-                    // (ignored). Tried on `SmoothBursty` (session 34): the driver leaps, leaps
-                    // again once the first repairer has read the clock after loading the leaped
-                    // floor, then reads lagging; a second repairer is gated to load the second
-                    // leaper's word before the first repair's lowering and to write after it.
-                    // At LOOM_MAX_PREEMPTIONS=2 (109 s) its outcomes (each thread's answer, the
-                    // reader's `retry_after`) are the same with the `fetch_max` Relaxed as with
-                    // Release: the reader is refused for the whole leap (11 s) in both, by
-                    // that freeze, so no assertion on answers tells the two apart. Kept
-                    // Release (the same instruction as Relaxed on x86-64).
+                    // (ignored). Tried on `SmoothBursty`: the driver leaps, leaps again once the
+                    // first repairer has read the clock after loading the leaped floor, then
+                    // reads lagging; a second repairer is gated to load the second leaper's
+                    // word before the first repair's lowering and to write after it.
+                    // At LOOM_MAX_PREEMPTIONS=2 (109 s) the set of its outcomes (each thread's
+                    // answer, the reader's `retry_after`) is the same with the `fetch_max`
+                    // Relaxed as with Release: the reader is refused for about the whole leap
+                    // (10.9 or 11 s) in both, by that freeze, so no assertion on answers tells
+                    // the two apart. Kept Release (the same instructions as Relaxed on x86-64).
                     move_floor(floor, floor_now, now, Ordering::Release, Ordering::Relaxed);
                 }
                 return step.decision;
