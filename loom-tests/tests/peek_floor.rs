@@ -4,12 +4,12 @@
 //! reads the time floor the take raised before it, so that a lagging peek is decided at the
 //! taker's time.
 //!
-//! What the model pins: a lagging peek answers as before or after the take (a peek that ignored
-//! the floor answers 0 after it: checked without loom, a take at 10 µs, below the floor's grain,
-//! leaves the floor unraised and a peek 50 ns behind reads 0). What it does not pin: with the
-//! peek's Acquire weakened to Relaxed the model still passes (checked when it was added), so
-//! that ordering rests on its comment and `time_buckets`' models of the engine's identical
-//! load-then-floor pattern.
+//! What the model pins: a lagging peek answers as before or after the take. With the peek's
+//! Acquire weakened to Relaxed it fails (`available() read 0, neither before (2) nor after (1)
+//! the take`): the peek sees the take's word with the floor's initial 0 and decides at its
+//! lagging read. The peek runs on a model thread of its own: run on the thread that built the
+//! limiter, as this model first did, loom explored one execution only (the peek before the
+//! take), so the model passed with Relaxed too.
 //!
 //! Gcra: capacity 2, one permit per 100 ns. The first take of a model raises the time floor to
 //! its read (START is past the floor's grain), so a reader lagging it by less than a grain is
@@ -40,12 +40,12 @@ fn limiter(clock: &ModelClock) -> Arc<AtomicLimiter<Gcra, ModelClock>> {
     ))
 }
 
-/// A takes 1 (the first take: it raises the floor to START) while the driver, whose reads lag
-/// half an interval, asks `available()`. The answer is the count before the take (2) or after it
-/// (1): a peek that sees the take's word also sees the floor the take raised (Acquire on the
-/// word, then the floor), so its lagging read is raised to the take's time. A peek that paired
-/// the new word with the old floor would judge it half an interval early: 0 available, a permit
-/// refused because of the reader's lag.
+/// A takes 1 (the first take: it raises the floor to START) while B, whose reads lag half an
+/// interval, asks `available()`. The answer is the count before the take (2) or after it (1): a
+/// peek that sees the take's word also sees the floor the take raised (Acquire on the word, then
+/// the floor), so its lagging read is raised to the take's time. A peek that paired the new word
+/// with the old floor would judge it half an interval early: 0 available, a permit refused
+/// because of the reader's lag.
 #[test]
 fn a_lagging_peek_racing_the_first_take_sees_before_or_after_it() {
     model(None, || {
@@ -55,12 +55,19 @@ fn a_lagging_peek_racing_the_first_take_sees_before_or_after_it() {
             let l = l.clone();
             thread::spawn(move || l.try_acquire(1).unwrap().is_allowed())
         };
-        ModelClock::set_thread_lag(T / 2);
-        let seen = l.available();
+        // B is spawned, not the driver: see the module docs.
+        let b = {
+            let l = l.clone();
+            thread::spawn(move || {
+                ModelClock::set_thread_lag(T / 2);
+                l.available()
+            })
+        };
         assert!(
             a.join().unwrap(),
             "the first take of a full bucket is allowed"
         );
+        let seen = b.join().unwrap();
         assert!(
             seen == 2 || seen == 1,
             "available() read {seen}, neither before (2) nor after (1) the take"

@@ -216,7 +216,7 @@ fn warming_leap_repair_races_a_try_acquire() {
 
 /// `admit`, whose refusal computes none of the `Decision`'s terms. (The promises asserted here
 /// judge a `bool` by the admissions alone: this model passes without the refusal's re-check of
-/// the word too.)
+/// the word too; `time_smooth_admit_repair.rs` pins that re-check.)
 #[test]
 fn warming_leap_repair_races_an_admit() {
     leap_repair_race(&WARMING, Caller::Admit);

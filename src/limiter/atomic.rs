@@ -103,7 +103,8 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
     /// ```
     pub fn peek(&self, n: u32) -> Result<Decision, AcquireError> {
         self.algorithm.check_permits(n)?;
-        // Acquire: pairs with the Release CAS, so the floor read below is the writer's or later.
+        // Acquire: pairs with the Release CAS, so the floor read below is the writer's or later
+        // (loom `peek_floor.rs` fails with it Relaxed).
         let state = self.words.state.load(Ordering::Acquire);
         // Read after the load: a peek judges the state on a clock read newer than it.
         let now = self.now();

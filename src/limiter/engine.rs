@@ -311,11 +311,29 @@ fn floored_loop(
                     // `update_at` holds once every repair's floor store has landed.
                     // Release (both): pairs with the Acquire fence of a refusal that loaded the
                     // leaped word before this repair and this floor after it (above). Relaxed
-                    // failure load: only compared, `fetch_max` then reads the floor again. The
-                    // `fetch_max`'s Release is not pinned by a model: `time_floor_repair.rs`
-                    // passes with it weakened to Relaxed (review, session 33), as its two
-                    // repairers' reader reads a floor the compare-exchange of the other repair
-                    // released; a model with a refusing reader that reads this store is open.
+                    // failure load: only compared, `fetch_max` then reads the floor again.
+                    // The `fetch_max`'s Release is not pinned by a model (`time_floor_repair.rs`
+                    // passes with it Relaxed), and what it adds is narrow. It runs only when
+                    // the floor's value changed since this thread loaded the leaped floor: a
+                    // raise (then it writes that higher value, and a reader deciding at it finds
+                    // a word this repair replaced within the horizon: no refusal takes the fence
+                    // path), or another repair's lowering compare-exchange, a Release. Every
+                    // store to the floor is a read-modify-write, so that lowering heads a release
+                    // sequence holding this store: a Relaxed `fetch_max` still gives a refusal's
+                    // fence the other repair's word (loom models release sequences of
+                    // read-modify-writes too). The Release adds this thread's word, which
+                    // matters only for a leaped word landed between the other repair's word and
+                    // its lowering: a second leap within a grain of the leaped floor, the
+                    // freeze of `time_smooth_leap.rs` `bursty_second_leaper_lands_between_a_repair_and_its_floor_lowering`
+                    // (ignored). Tried on `SmoothBursty`: the driver leaps, leaps again once the
+                    // first repairer has read the clock after loading the leaped floor, then
+                    // reads lagging; a second repairer is gated to load the second leaper's
+                    // word before the first repair's lowering and to write after it.
+                    // At LOOM_MAX_PREEMPTIONS=2 (109 s) the set of its outcomes (each thread's
+                    // answer, the reader's `retry_after`) is the same with the `fetch_max`
+                    // Relaxed as with Release: the reader is refused for about the whole leap
+                    // (10.9 or 11 s) in both, by that freeze, so no assertion on answers tells
+                    // the two apart. Kept Release (the same instructions as Relaxed on x86-64).
                     move_floor(floor, floor_now, now, Ordering::Release, Ordering::Relaxed);
                 }
                 return step.decision;

@@ -34,7 +34,8 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // A decision that writes nothing, by a booking beyond the horizon, stands only on a word
         // that is still current: it may be a leaped one that a repair has replaced since,
         // lowering the floor this call loaded. Acquire fence: pairs with the Release of that
-        // lowering (`decide_at`); the load then sees the repair. `Err`: decide again.
+        // lowering (`decide_at`); the load then sees the repair. `Err`: decide again. The
+        // `bool` refusal's re-check is pinned by loom `time_smooth_admit_repair.rs`.
         let still = |word, beyond_horizon| {
             if beyond_horizon {
                 fence(Ordering::Acquire);
