@@ -8,29 +8,35 @@
 //!     target/release/examples/keyed_instructions floodgate hot-allow 1000000
 //! ```
 //! Time: both limiters decide on a `PacedClock` of this file, not on a real clock. It starts at
-//! `START_NANOS` and the harness moves it `NANOS_PER_CALL` (100 ns) forward before every call,
-//! in the measured loops and in the setup that fills a map alike: a nominal rate of 10 million
-//! calls a second. So what a run decides depends only on its arguments, not on how long it
-//! takes: a callgrind run (some 50 times slower than a plain one) decides the same calls,
-//! expires the same permits and runs the same judging passes (`JUDGE_INTERVAL_NANOS` in
-//! `src/keyed/shards.rs`, 10 s of the map's time) as every other run with those arguments. (On
-//! the real clock a callgrind run outlasted that interval and ran judging passes while
-//! measured: `keys-1m` 1,033M to 1,142M Ir in such runs against 201M in a run with none; and
-//! `hot-deny` got 3 of its 1,000,000 calls allowed, a permit a second coming back.) At 100 ns a
-//! call no workload here reaches a judging pass: `insert-1m`, and the filling of `keys-1m`, span
-//! 0.1 s of the map's time. Each read of a `PacedClock` also reads the limiter's own real clock
-//! and discards the reading (floodgate's `QuantaClock`, governor's default `QuantaClock`), so a
-//! call costs the instructions and time of a production clock read; the tick adds a load and a
-//! store a call, the same on both sides. In a `time` run thread 0 ticks the limiter's clock and
-//! every other thread a word of its own (the same work, one writer to a clock): with 1 thread
-//! the clock advances 100 ns a call, with more 100 ns per call of thread 0, whose store the
-//! other threads' clock reads then miss on, one more shared line per call on both sides.
+//! `START_NANOS` and the harness moves it `NANOS_PER_CALL` (100 ns) forward before every call, in
+//! the measured loops and in the setup that fills a map alike: a nominal rate of 10 million calls a
+//! second. So what a run of one thread decides depends only on its arguments, not on how long it
+//! takes: a callgrind run (some 50 times slower than a plain one) decides the same calls, expires
+//! the same permits and runs the same judging passes (`JUDGE_INTERVAL_NANOS` in
+//! `src/keyed/shards.rs`, 10 s of the map's time) as every other run with those arguments. (On the
+//! real clock a callgrind run outlasted that interval and ran judging passes while measured:
+//! `keys-1m` 1,033M to 1,142M Ir in such runs against 201M in a run with none; and `hot-deny` got 3
+//! of its 1,000,000 calls allowed, a permit a second coming back.) At 100 ns a call no map reaches
+//! a judging pass before 10^8 ticks of its clock (10 s), setup and every round of a `time` run
+//! counted: `insert-1m`, and the filling of `keys-1m`, span 0.1 s of the map's time, `time keys-1m
+//! 1 7 1000000` 0.8 s. (A `time` run past 10^8 ticks can run floodgate's passes in its rounds,
+//! where governor's side has none to run.) Each read of a `PacedClock` also reads the limiter's own
+//! real clock and discards the reading (floodgate's `QuantaClock`, governor's default
+//! `QuantaClock`), so a call costs the instructions and time of a production clock read; the tick
+//! adds a load and a store a call, the same on both sides. In a `time` run thread 0 ticks the
+//! limiter's clock and every other thread a word of its own (the same work, one writer to a clock):
+//! with 1 thread the clock advances 100 ns a call, with more 100 ns per call of thread 0, whose
+//! store the other threads' clock reads then miss on, one more shared line per call on both sides.
+//! With more than one thread what a run decides depends on how the threads interleave: while thread
+//! 0 is descheduled the others' clock stands still, so a `churn-*` key can come round again before
+//! its permit has, and be refused, on whichever limiter is running then.
 //!
 //! What still differs between runs is the hashing: both maps seed ahash at random (floodgate
 //! offers no seed), so which keys collide, and the probes and table layouts that follow, change
 //! from run to run. The hot-key workloads count the same in every run; the others moved by up
-//! to 0.2% between two runs (`insert-1m`: 844.9M and 846.2M Ir for floodgate, 313.10M and
-//! 313.24M for governor), and by none in two runs of a build with floodgate's seeds fixed.
+//! to 0.2% between two runs (`insert-1m`: 863.4M, 863.0M and 864.0M Ir for floodgate, 343.60M,
+//! 343.60M and 343.59M for governor, three runs of one build), and by none in two runs of a
+//! build with floodgate's seeds fixed.
 //!
 //! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
