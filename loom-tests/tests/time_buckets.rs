@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use floodgate::clock::FLOOR_GRAIN_NANOS;
 use floodgate::{Algorithm, AtomicLimiter, Gcra, Limiter, Rate, SmoothBursty};
 use floodgate_loom_tests::{
     Admitted, MAX_LAG, ModelClock, assert_bucket_bound, join_all, model, take,
@@ -153,21 +154,33 @@ fn buckets_stalled_reader() {
 // ---------------------------------------------------------------------------------------------
 // (c) A lagging reader.
 
-/// L's reads lag half an interval. The driver takes 1 and L takes 1 on a full bucket: both fit,
-/// both are admitted (the lag refuses nothing). Then the driver drains what is left and tries
-/// once more: L's booking was not moved back in time, so the bound holds.
+/// L's reads lag one floor grain and half an interval. A writer W takes 1 and L takes 1 on a
+/// full bucket: both fit, both are admitted (a lag beyond a grain refuses nothing: L's own floor
+/// raise leaves W's time a grain or more above it, so W raises the floor too). Then the driver
+/// drains what is left and tries once more: L's booking was not moved back in time, so the bound
+/// holds. W runs on a model thread of its own: run on the thread that built the limiter, loom
+/// explored 27 executions of this model and passed with the Acquire load of the word in
+/// `floored_loop` weakened to Relaxed. With a lag below a grain (half an interval, as the model
+/// first had) L may be refused, as `update_at`'s docs allow: L raises the floor to its lagging
+/// read before W, whose read is then less than a grain above it and raises nothing, and L's
+/// retry after W's word is decided at that floor.
 fn lagging_reader(make: Make) {
+    const LAG: u64 = FLOOR_GRAIN_NANOS + T / 2;
     model(None, move || {
         let clock = ModelClock::starting_at(START);
         let l: Arc<dyn BucketLimiter> = Arc::from(make(&clock));
         let lagging = {
             let (l, clock) = (l.clone(), clock.clone());
             thread::spawn(move || {
-                ModelClock::set_thread_lag(T / 2);
-                take(&*l, &clock, 1, (T / 2, 0))
+                ModelClock::set_thread_lag(LAG);
+                take(&*l, &clock, 1, (LAG, 0))
             })
         };
-        let mut admitted = join_all(vec![lagging], take(&*l, &clock, 1, (0, 0)));
+        let writer = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
+        };
+        let mut admitted = join_all(vec![lagging, writer], Vec::new());
         assert_eq!(
             admitted.len(),
             2,
@@ -186,8 +199,9 @@ fn buckets_lagging_reader() {
 // ---------------------------------------------------------------------------------------------
 // (d) A leaping reader.
 
-/// P's one read leaps 10 s + 1 µs (beyond the lag bound) while the driver takes 1. Then, at the
-/// same real time, the driver asks for the whole capacity (it may be denied: the leap may have
+/// P's one read leaps 10 s + 1 µs (beyond the lag bound) while a writer W takes 1 (on a model
+/// thread of its own: run on the thread that built the limiter, loom explored 27 executions of
+/// this model, now 204). Then, at the same real time, the driver asks for the whole capacity (it may be denied: the leap may have
 /// been taken for "the bucket is empty now"), and one refill τ = C·T later must be admitted:
 /// a leap freezes a bucket for at most τ. The bound holds with P widened by its lead.
 ///
@@ -206,7 +220,11 @@ fn leaping_reader(make: Make) {
                 take(&*l, &clock, 1, (0, lead))
             })
         };
-        let mut admitted = join_all(vec![leaper], take(&*l, &clock, 1, (0, 0)));
+        let writer = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
+        };
+        let mut admitted = join_all(vec![leaper, writer], Vec::new());
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         clock.advance(u64::from(C) * T);
         let again = take(&*l, &clock, 1, (0, 0));
@@ -360,8 +378,9 @@ fn bursty_stalled_reader() {
     });
 }
 
-/// L lags `lag` and takes 1 while the driver takes 1, with 2 stored: both are admitted in every
-/// interleaving; then the driver takes `later` more, and the bound holds with L widened by its
+/// L lags `lag` and takes 1 while a writer W takes 1, with 2 stored: both are admitted in every
+/// interleaving (W on a model thread of its own: run on the thread that built the limiter, loom
+/// explored 27 executions of each model, now 168); then the driver takes `later` more, and the bound holds with L widened by its
 /// lag.
 fn bursty_lagging_reader_races_a_take(lag: u64, later: usize) {
     model(None, move || {
@@ -374,7 +393,11 @@ fn bursty_lagging_reader_races_a_take(lag: u64, later: usize) {
                 take(&*l, &clock, 1, (lag, 0))
             })
         };
-        let mut admitted = join_all(vec![lagging], take(&*l, &clock, 1, (0, 0)));
+        let writer = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
+        };
+        let mut admitted = join_all(vec![lagging, writer], Vec::new());
         assert_eq!(admitted.len(), 2, "a lagging read refused a stored permit");
         for _ in 0..later {
             admitted.extend(take(&*l, &clock, 1, (0, 0)));
@@ -383,7 +406,7 @@ fn bursty_lagging_reader_races_a_take(lag: u64, later: usize) {
     });
 }
 
-/// (c) L lags half an interval. The driver takes 1 and L takes 1 with 2 stored: both are free
+/// (c) L lags half an interval. W takes 1 and L takes 1 with 2 stored: both are free
 /// and admitted; then the driver takes twice more: the bound holds with L widened by its lag.
 /// Half an interval is covered by the stored permits at L's own time too: this model passes
 /// with the smooth floor never raised (review build); (c') is the one that needs it.
@@ -392,9 +415,9 @@ fn bursty_lagging_reader() {
     bursty_lagging_reader_races_a_take(SMOOTH_T / 2, 2);
 }
 
-/// (c') L lags two intervals (more than the one stored permit the driver leaves): read first,
-/// it may load the word before the driver's take lands and lose its compare-exchange to it. The
-/// retry must decide on the driver's word at the driver's time (the floor loaded again), where
+/// (c') L lags two intervals (more than the one stored permit W leaves): read first, it may
+/// load the word before W's take lands and lose its compare-exchange to it. The retry must
+/// decide on W's word at W's time (the floor loaded again), where
 /// one permit is still stored: decided at its own read, two intervals earlier, that word is in
 /// debt and L would be refused. Both are admitted in every interleaving.
 #[test]
@@ -402,7 +425,8 @@ fn bursty_lagging_reader_that_loses_its_race() {
     bursty_lagging_reader_races_a_take(2 * SMOOTH_T, 0);
 }
 
-/// (d) P's one read leaps 10 s + 1 ms while the driver takes 1; then the driver takes twice at
+/// (d) P's one read leaps 10 s + 1 ms while W takes 1 (a model thread of its own: 27
+/// executions on the thread that built the limiter, now 228); then the driver takes twice at
 /// the same real time (any answer) and must be admitted again 0.3 s later (max burst + one
 /// interval): a leap freezes the limiter for a bounded time. On today's code the floor stays at
 /// the leapt time and the limiter refuses for 10 s.
@@ -419,7 +443,11 @@ fn bursty_leaping_reader() {
                 take(&*l, &clock, 1, (0, lead))
             })
         };
-        let mut admitted = join_all(vec![leaper], take(&*l, &clock, 1, (0, 0)));
+        let writer = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
+        };
+        let mut admitted = join_all(vec![leaper, writer], Vec::new());
         admitted.extend(take(&*l, &clock, 2, (0, 0)));
         clock.advance(3 * SMOOTH_T);
         let again = take(&*l, &clock, 1, (0, 0));
