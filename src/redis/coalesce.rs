@@ -243,6 +243,8 @@ pub(crate) struct Coalescer {
     batch: Batch,
     /// Which of the script's four arguments is `n` (the others are the same for every decision).
     n_slot: usize,
+    /// How many of the four the one-decision script reads (sent before its deadline).
+    script_args: usize,
     queue: SegQueue<Pending>,
     /// Calls out (see [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass it to
     /// a flusher (queue not empty) or give it back and look at the queue again.
@@ -263,12 +265,14 @@ impl Coalescer {
         script: &'static LuaScript,
         batch: Batch,
         n_slot: usize,
+        script_args: usize,
     ) -> Self {
         Coalescer {
             backend,
             script,
             batch,
             n_slot,
+            script_args,
             queue: SegQueue::new(),
             turns: Turns::new(MAX_SENDERS),
         }
@@ -332,7 +336,12 @@ impl Coalescer {
     async fn eval_one(&self, request: Request) -> Answer {
         let reply = self
             .backend
-            .eval(self.script, &request.keys, request.args, request.deadline)
+            .eval(
+                self.script,
+                &request.keys,
+                &request.args[..self.script_args],
+                request.deadline,
+            )
             .await?;
         reply_fields(&reply, || self.backend.failed_at(&request.keys))
     }
@@ -567,7 +576,7 @@ mod tests {
         let config = RedisConfig::single("redis://127.0.0.1:1").lazy();
         let backend = RedisBackend::blocking_connect(config).unwrap();
         let log = crate::SlidingLog::new(4_096, Duration::from_secs(60)).unwrap();
-        Coalescer::new(backend, log.script(), log.batch_script(), 2)
+        Coalescer::new(backend, log.script(), log.batch_script(), 2, 4)
     }
 
     /// Queues a decision touching `entries`; its answer's receiver (dropping it gives up).

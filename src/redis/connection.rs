@@ -751,13 +751,13 @@ impl RedisBackend {
 
     /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again) on the caller's
     /// runtime, giving up at `deadline`. The script gets `args` then the server-clock deadline
-    /// (`ARGV[5]`, 0 for none) and replies with the server's time last, which refreshes the
+    /// (`ARGV[args.len() + 1]`, 0 for none) and replies with the server's time last, which refreshes the
     /// offset; a reply whose first field is [`PAST_DEADLINE`] is a timeout.
     pub(crate) async fn eval(
         &self,
         script: &'static LuaScript,
         keys: &[String],
-        args: [u64; 4],
+        args: &[u64],
         deadline: Instant,
     ) -> Result<Vec<i64>, BackendError> {
         let shared = &*self.shared;
@@ -768,7 +768,7 @@ impl RedisBackend {
         for key in keys {
             command.arg(key.as_str());
         }
-        for arg in args {
+        for &arg in args {
             command.arg(arg);
         }
         command.arg(self.server_deadline(deadline, now));

@@ -934,7 +934,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let mut args = algorithm.args(n);
         args[3] = u64::from(want);
         let reply = backend
-            .eval(algorithm.lease_script(), &self.redis_keys, args, deadline)
+            .eval(algorithm.lease_script(), &self.redis_keys, &args, deadline)
             .await?;
         let protocol = || {
             BackendError::at(
@@ -992,7 +992,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         };
         let args = algorithm.refund_args(lease.receipt(), unused);
         let refunded = backend
-            .eval(script, &self.redis_keys, args, deadline)
+            .eval(script, &self.redis_keys, &args, deadline)
             .await
             .is_ok_and(|reply| reply.first() == Some(&1));
         if refunded {

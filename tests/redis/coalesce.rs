@@ -918,6 +918,62 @@ fn each_decision_in_a_batch_keeps_its_own_deadline() {
     each_decision_keeps_its_own_deadline([1, 1, 1]);
 }
 
+/// A one-decision fixed-window (anchored, aligned) or GCRA call sends the three arguments its
+/// script reads (the configuration's two, `n`), then its deadline: no unused fourth argument
+/// (Redis makes an object of each, about 860 instructions). The script reads the deadline where
+/// it is sent: run again with a deadline long past, it refuses (allowed = 2) and takes nothing.
+#[test]
+fn a_one_decision_call_sends_only_what_its_script_reads() {
+    let server = RedisServer::start();
+    let window = Duration::from_secs(600);
+    runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let anchored = FixedWindow::new(1_000, window).unwrap();
+        sends_only_what_its_script_reads(&server, &backend, "anchored", anchored).await;
+        let aligned = FixedWindow::aligned(1_000, window).unwrap();
+        sends_only_what_its_script_reads(&server, &backend, "aligned", aligned).await;
+        let gcra = Gcra::new(Rate::per_hour(1), 1_000).unwrap();
+        sends_only_what_its_script_reads(&server, &backend, "gcra", gcra).await;
+    });
+}
+
+async fn sends_only_what_its_script_reads<A: RedisAlgorithm>(
+    server: &RedisServer,
+    backend: &RedisBackend,
+    name: &'static str,
+    algorithm: A,
+) {
+    let limiter = RedisLimiter::new(backend, name, algorithm, FailurePolicy::FailClosed).unwrap();
+    let key = limiter.redis_keys("k")[0].clone();
+    server.log_script_calls();
+    assert!(limiter.try_acquire("k", 3).await.unwrap().is_allowed());
+    let calls = server.script_calls();
+    let call = calls.last().expect("a script call");
+    assert_eq!(call.keys, std::slice::from_ref(&key), "{name}: {calls:?}");
+    assert_eq!(
+        call.args.len(),
+        4,
+        "{name}: the configuration's two, n, the deadline: {calls:?}"
+    );
+    assert_eq!(call.args[2], "3", "{name}: n: {calls:?}");
+    let deadline: u64 = call.args[3].parse().unwrap();
+    assert!(
+        deadline > server.time_micros(),
+        "{name}: the deadline: {calls:?}"
+    );
+    let before = server.cli(&["DUMP", &key]);
+    let mut words: Vec<&str> = vec!["EVALSHA", &call.sha, "1", &key];
+    words.extend(call.args[..3].iter().map(String::as_str));
+    words.push("1");
+    let reply = server.cli(&words);
+    assert!(
+        reply.starts_with("2 0 0 0 0 "),
+        "{name}: refused past its deadline: {reply}"
+    );
+    assert_eq!(server.cli(&["DUMP", &key]), before, "{name}: took nothing");
+}
+
 /// Three decisions queued behind a call to a frozen server, asking `[second, short, long]`
 /// permits; `short` gives up after 300 ms, the others wait out the freeze.
 fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
