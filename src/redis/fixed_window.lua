@@ -2,10 +2,10 @@
 -- KEYS[1] counter (string). ARGV: limit, window in ms, n.
 -- ARGV[4]: deadline in us on the server's clock (0: none).
 -- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
--- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
+-- (decided(): decided.lua); allowed = 2: past the deadline, nothing changed.
 -- Time is the server's: the window is the counter's TTL. A denial only reads (it writes just
 -- to repair a counter found without a TTL, which would otherwise stick forever).
--- Stored values are read with exact_count(): exact.lua, prepended to this script.
+-- Stored values are read with exact_count(): exact.lua and count.lua, prepended.
 local key = KEYS[1]
 local limit = ARGV[1] + 0
 local window_ms = ARGV[2] + 0

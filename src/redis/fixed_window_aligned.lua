@@ -2,10 +2,10 @@
 -- KEYS[1] hash {i = window index, c = count}. ARGV: limit, window in us, n.
 -- ARGV[4]: deadline in us on the server's clock (0: none).
 -- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
--- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
+-- (decided(): decided.lua); allowed = 2: past the deadline, nothing changed.
 -- The window index is stored with the count, so a key read a moment before its expiry (Redis
 -- freezes expiry time during a script) is never taken for the next window's count.
--- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
+-- Stored values are read with exact() and corrupt(): exact.lua and aligned.lua, prepended.
 local key = KEYS[1]
 local limit = ARGV[1] + 0
 local window = ARGV[2] + 0

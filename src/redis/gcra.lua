@@ -4,7 +4,7 @@
 -- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, capacity, n.
 -- ARGV[4]: deadline in us on the server's clock (0: none).
 -- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
--- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
+-- (decided(): decided.lua); allowed = 2: past the deadline, nothing changed.
 -- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local interval = ARGV[1] + 0

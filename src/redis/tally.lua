@@ -20,8 +20,6 @@ for k = 1, #KEYS do out[k * 3 - 1] = 0; out[k * 3] = 0; out[k * 3 + 1] = 0 end
 local errors = {}
 local late = {}
 
-local function int(x) return string.format('%d', x) end
-
 -- Calls decide(k, n) for each decision in order (k: its key's index in KEYS, n: its permits),
 -- except those past their deadline, which are only counted late. Only when the earliest
 -- deadline has passed is each decision's own looked at.
