@@ -108,12 +108,15 @@ pub(crate) fn batch_source(source: &str) -> String {
          local out = {{tonumber(t[1]) * 1000000 + tonumber(t[2])}}\n\
          local errors = {{}}\n\
          local d = 0\n\
-         for i = 7, #ARGV, 3 do\n  \
-           local g = tonumber(ARGV[i]) - 1\n  \
+         local n = not ARGV[7]:find(' ', 1, true) and ARGV[7]\n\
+         local next_n = not n and ARGV[7]:gmatch('%d+')\n\
+         local next_g = #KEYS > per and ARGV[9]:gmatch('%d+')\n\
+         for deadline in ARGV[8]:gmatch('%d+') do\n  \
+           local g = next_g and next_g() - 1 or 0\n  \
            local keys = {{}}\n  \
            for j = 1, per do keys[j] = KEYS[g * per + j] end\n  \
-           local argv = {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[i + 2]}}\n  \
-           argv[slot] = ARGV[i + 1]\n  \
+           local argv = {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], deadline}}\n  \
+           argv[slot] = next_n and next_n() or n\n  \
            local ok, r = pcall(decide, keys, argv, t)\n  \
            if type(r) == 'table' and r.err then errors[#errors + 1] = r.err; r = {{3, #errors, 0, 0, 0}}\n  \
            elseif not ok then errors[#errors + 1] = tostring(r); r = {{3, #errors, 0, 0, 0}} end\n  \

@@ -1059,6 +1059,13 @@ fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
 /// timeout failure, and the resumed server, past their deadlines, takes nothing.
 #[test]
 fn a_sliding_log_batch_to_a_frozen_server_times_out() {
+    // Different n's (sent as a list of them) and one n for all (sent once).
+    sliding_log_batch_to_a_frozen_server_times_out([2, 3]);
+    sliding_log_batch_to_a_frozen_server_times_out([2, 2]);
+}
+
+/// Two decisions of `ns` permits queued behind a call to a frozen server.
+fn sliding_log_batch_to_a_frozen_server_times_out(ns: [u32; 2]) {
     const SHORT: Duration = Duration::from_millis(300);
     let server = RedisServer::start();
     let runtime = runtime();
@@ -1079,10 +1086,7 @@ fn a_sliding_log_batch_to_a_frozen_server_times_out() {
         // 1 is sent at once; 2 and 3 queue behind it. The sender is cancelled: a flusher takes
         // the queue and sends it, in one batch call, to the frozen server.
         let first = started(call(&limiter, "k", 1));
-        let queued = [
-            started(call(&limiter, "k", 2)),
-            started(call(&limiter, "k", 3)),
-        ];
+        let queued = ns.map(|n| started(call(&limiter, "k", n)));
         drop(first);
         let queued = queued.map(tokio::spawn);
         for call in queued {
@@ -1103,28 +1107,44 @@ fn a_sliding_log_batch_to_a_frozen_server_times_out() {
         .expect("no hang")
         .unwrap();
     assert_eq!(next.remaining(), 100 - 2, "the late requests took nothing");
-    // The batch did reach the server: a sliding-log batch call of 2 and 3.
+    // The batch did reach the server: a sliding-log batch call of `ns`, one n sent once when
+    // both ask the same.
     let calls = server.script_calls();
     assert!(
         calls
             .iter()
-            .any(|c| log_batch_permits(c) == Some(vec![2, 3])),
-        "no batch of 2, 3 on the server: {calls:?}"
+            .any(|c| log_batch_permits(c) == Some(ns.map(u64::from).to_vec())),
+        "no batch of {ns:?} on the server: {calls:?}"
     );
+    if ns[0] == ns[1] {
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.args.len() == 8 && c.args[6] == ns[0].to_string()),
+            "one n for all is sent once: {calls:?}"
+        );
+    }
 }
 
-/// The `n` of each decision of a batch call made from a one-decision script (`None` for any
-/// other call): `per` keys each, the four shared arguments, the slot of `n` + 1, then three per
-/// decision: its key's index, `n`, its deadline.
+/// The `n` of each decision of a sliding-log batch call made from its one-decision script
+/// (`None` for any other call): `per` (2 for the log), the four shared arguments, the slot of
+/// `n` + 1, then the `n`s (one number when all ask the same, else one per decision, separated by
+/// spaces), the deadlines separated by spaces (one per decision), and the key indices so when
+/// the call has more than one limiter key.
 fn log_batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
-    let args: Vec<u64> = call
-        .args
-        .iter()
-        .map(|a| a.parse().ok())
-        .collect::<Option<_>>()?;
-    let decisions = args.len().checked_sub(6)? / 3;
-    (decisions > 0 && args.len() == 6 + 3 * decisions && args[0] == 2)
-        .then(|| (0..decisions).map(|d| args[6 + 3 * d + 1]).collect())
+    let list =
+        |arg: &String| -> Option<Vec<u64>> { arg.split(' ').map(|n| n.parse().ok()).collect() };
+    let arguments = if call.numkeys > 2 { 9 } else { 8 };
+    if call.args.len() != arguments || call.args[0] != "2" {
+        return None;
+    }
+    let deadlines = list(&call.args[7])?.len();
+    let ns = list(&call.args[6])?;
+    match ns.len() {
+        1 => Some(vec![ns[0]; deadlines]),
+        len if len == deadlines => Some(ns),
+        _ => None,
+    }
 }
 
 /// The `n` of each decision of a fixed-window batch call (`None` for a one-decision call): the
