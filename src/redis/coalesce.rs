@@ -108,12 +108,15 @@ pub(crate) fn batch_source(source: &str) -> String {
          local out = {{tonumber(t[1]) * 1000000 + tonumber(t[2])}}\n\
          local errors = {{}}\n\
          local d = 0\n\
-         for i = 7, #ARGV, 3 do\n  \
-           local g = tonumber(ARGV[i]) - 1\n  \
+         local n = not ARGV[7]:find(' ', 1, true) and ARGV[7]\n\
+         local next_n = not n and ARGV[7]:gmatch('%d+')\n\
+         local next_g = #KEYS > per and ARGV[9]:gmatch('%d+')\n\
+         for deadline in ARGV[8]:gmatch('%d+') do\n  \
+           local g = next_g and next_g() - 1 or 0\n  \
            local keys = {{}}\n  \
            for j = 1, per do keys[j] = KEYS[g * per + j] end\n  \
-           local argv = {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[i + 2]}}\n  \
-           argv[slot] = ARGV[i + 1]\n  \
+           local argv = {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], deadline}}\n  \
+           argv[slot] = next_n and next_n() or n\n  \
            local ok, r = pcall(decide, keys, argv, t)\n  \
            if type(r) == 'table' and r.err then errors[#errors + 1] = r.err; r = {{3, #errors, 0, 0, 0}}\n  \
            elseif not ok then errors[#errors + 1] = tostring(r); r = {{3, #errors, 0, 0, 0}} end\n  \
@@ -243,6 +246,8 @@ pub(crate) struct Coalescer {
     batch: Batch,
     /// Which of the script's four arguments is `n` (the others are the same for every decision).
     n_slot: usize,
+    /// How many of the four the one-decision script reads (sent before its deadline).
+    script_args: usize,
     queue: SegQueue<Pending>,
     /// Calls out (see [`MAX_SENDERS`]): whoever holds a turn must, when done, either pass it to
     /// a flusher (queue not empty) or give it back and look at the queue again.
@@ -263,12 +268,14 @@ impl Coalescer {
         script: &'static LuaScript,
         batch: Batch,
         n_slot: usize,
+        script_args: usize,
     ) -> Self {
         Coalescer {
             backend,
             script,
             batch,
             n_slot,
+            script_args,
             queue: SegQueue::new(),
             turns: Turns::new(MAX_SENDERS),
         }
@@ -332,7 +339,12 @@ impl Coalescer {
     async fn eval_one(&self, request: Request) -> Answer {
         let reply = self
             .backend
-            .eval(self.script, &request.keys, request.args, request.deadline)
+            .eval(
+                self.script,
+                &request.keys,
+                &request.args[..self.script_args],
+                request.deadline,
+            )
             .await?;
         reply_fields(&reply, || self.backend.failed_at(&request.keys))
     }
@@ -567,7 +579,7 @@ mod tests {
         let config = RedisConfig::single("redis://127.0.0.1:1").lazy();
         let backend = RedisBackend::blocking_connect(config).unwrap();
         let log = crate::SlidingLog::new(4_096, Duration::from_secs(60)).unwrap();
-        Coalescer::new(backend, log.script(), log.batch_script(), 2)
+        Coalescer::new(backend, log.script(), log.batch_script(), 2, 4)
     }
 
     /// Queues a decision touching `entries`; its answer's receiver (dropping it gives up).

@@ -751,13 +751,13 @@ impl RedisBackend {
 
     /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again) on the caller's
     /// runtime, giving up at `deadline`. The script gets `args` then the server-clock deadline
-    /// (`ARGV[5]`, 0 for none) and replies with the server's time last, which refreshes the
+    /// (`ARGV[args.len() + 1]`, 0 for none) and replies with the server's time last, which refreshes the
     /// offset; a reply whose first field is [`PAST_DEADLINE`] is a timeout.
     pub(crate) async fn eval(
         &self,
         script: &'static LuaScript,
         keys: &[String],
-        args: [u64; 4],
+        args: &[u64],
         deadline: Instant,
     ) -> Result<Vec<i64>, BackendError> {
         let shared = &*self.shared;
@@ -768,7 +768,7 @@ impl RedisBackend {
         for key in keys {
             command.arg(key.as_str());
         }
-        for arg in args {
+        for &arg in args {
             command.arg(arg);
         }
         command.arg(self.server_deadline(deadline, now));
@@ -799,9 +799,11 @@ impl RedisBackend {
     /// The requests share their arguments but `n` (`args[n_slot]`). Batch format, compact so
     /// that a decision costs the server (and this client) little more than its arithmetic:
     /// * `KEYS`: each distinct limiter key's keys once (`per` keys each), in order of first use;
-    /// * `ARGV`: `per`, the four shared arguments, `n_slot + 1`, then three per decision: its
-    ///   key's index in `KEYS` (counted in limiter keys, from 1), `n`, and its deadline on the
-    ///   server's clock (0: none);
+    /// * `ARGV`: `per`, the four shared arguments, `n_slot + 1`, then the `n`s (one number when
+    ///   all are the same, else one per decision), the deadlines on the server's clock (0:
+    ///   none), and, only when `KEYS` holds more than one limiter key, each decision's key's
+    ///   index in `KEYS` (counted in limiter keys, from 1); each list is one argument, its
+    ///   numbers separated by spaces ([`spaced`]), as in [`eval_tally`](Self::eval_tally);
     /// * reply: the server's time, five fields per decision (a one-decision reply without the
     ///   time), then the error messages: a decision whose first field is [`BATCH_ERROR`]
     ///   raised the error its second field numbers (from 1).
@@ -831,12 +833,9 @@ impl RedisBackend {
             latest = latest.max(request.deadline);
         }
         let per = first.keys.len();
-        let mut command = evalsha(
-            batch,
-            per * first_users.len(),
-            6 + 3 * requests.len(),
-            24 * requests.len(),
-        );
+        // The lists take up to ~24 bytes per decision (an n of a few digits, a 16-digit
+        // deadline, an index, each with its space).
+        let mut command = evalsha(batch, per * first_users.len(), 9, 24 * requests.len());
         for request in &first_users {
             for key in request.keys.iter() {
                 command.arg(key.as_str());
@@ -847,10 +846,23 @@ impl RedisBackend {
             command.arg(arg);
         }
         command.arg(n_slot + 1);
-        for (request, index) in requests.iter().zip(indices) {
-            command.arg(index + 1);
-            command.arg(request.args[n_slot]);
-            command.arg(self.server_deadline(request.deadline, now));
+        let n = first.args[n_slot];
+        if requests.iter().all(|request| request.args[n_slot] == n) {
+            command.arg(n);
+        } else {
+            spaced(
+                &mut command,
+                requests.iter().map(|request| request.args[n_slot]),
+            );
+        }
+        spaced(
+            &mut command,
+            requests
+                .iter()
+                .map(|request| self.server_deadline(request.deadline, now)),
+        );
+        if first_users.len() > 1 {
+            spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
         }
         let mut connection = shared.connection.clone();
         let key = first.keys.first().map(String::as_str);

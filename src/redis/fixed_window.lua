@@ -1,11 +1,11 @@
 -- floodgate: fixed window anchored at the first request (INCRBY + PEXPIRE on the first hit).
 -- KEYS[1] counter (string). ARGV: limit, window in ms, n.
--- ARGV[5]: deadline in us on the server's clock (0: none).
+-- ARGV[4]: deadline in us on the server's clock (0: none).
 -- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
--- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
+-- (decided(): decided.lua); allowed = 2: past the deadline, nothing changed.
 -- Time is the server's: the window is the counter's TTL. A denial only reads (it writes just
 -- to repair a counter found without a TTL, which would otherwise stick forever).
--- Stored values are read with exact_count(): exact.lua, prepended to this script.
+-- Stored values are read with exact_count(): exact.lua and count.lua, prepended.
 local key = KEYS[1]
 local limit = ARGV[1] + 0
 local window_ms = ARGV[2] + 0
@@ -13,7 +13,7 @@ local n = ARGV[3] + 0
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local deadline = ARGV[5] + 0
+local deadline = ARGV[4] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return string.format('2 0 0 0 0 %d', now) end
 

@@ -17,13 +17,29 @@ use crate::algorithms::Anchor;
 use crate::algorithms::FixedWindow;
 use crate::decision::ConfigError;
 
-static ANCHORED: LazyLock<LuaScript> = lua_script!("exact.lua", "fixed_window.lua");
+pub(super) static ANCHORED: LazyLock<LuaScript> =
+    lua_script!("exact.lua", "count.lua", "decided.lua", "fixed_window.lua");
 /// Reads each key once for the whole batch: the hot-key case costs little more than one call.
-static ANCHORED_BATCH: LazyLock<LuaScript> =
-    lua_script!("exact.lua", "tally.lua", "fixed_window_batch.lua");
-static ALIGNED: LazyLock<LuaScript> = lua_script!("exact.lua", "fixed_window_aligned.lua");
-static ALIGNED_BATCH: LazyLock<LuaScript> =
-    lua_script!("exact.lua", "tally.lua", "fixed_window_aligned_batch.lua");
+pub(super) static ANCHORED_BATCH: LazyLock<LuaScript> = lua_script!(
+    "exact.lua",
+    "count.lua",
+    "tally.lua",
+    "fixed_window_batch.lua"
+);
+pub(super) static ALIGNED: LazyLock<LuaScript> = lua_script!(
+    "exact.lua",
+    "count.lua",
+    "aligned.lua",
+    "decided.lua",
+    "fixed_window_aligned.lua"
+);
+pub(super) static ALIGNED_BATCH: LazyLock<LuaScript> = lua_script!(
+    "exact.lua",
+    "count.lua",
+    "aligned.lua",
+    "tally.lua",
+    "fixed_window_aligned_batch.lua"
+);
 
 /// The window in milliseconds (validated whole when the limiter was built).
 fn window_millis(window: &FixedWindow) -> u64 {
@@ -115,6 +131,11 @@ impl sealed::Script for FixedWindow {
             Anchor::FirstRequest => &["fw"],
             Anchor::WallClock => &["fwa"],
         }
+    }
+
+    /// The fourth argument is an unused 0: the one-decision script reads three.
+    fn script_args(&self) -> usize {
+        3
     }
 
     fn args(&self, n: u32) -> [u64; 4] {

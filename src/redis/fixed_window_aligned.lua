@@ -1,11 +1,11 @@
 -- floodgate: fixed window aligned to the server's clock (PEXPIREAT at the window's end).
 -- KEYS[1] hash {i = window index, c = count}. ARGV: limit, window in us, n.
--- ARGV[5]: deadline in us on the server's clock (0: none).
+-- ARGV[4]: deadline in us on the server's clock (0: none).
 -- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
--- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
+-- (decided(): decided.lua); allowed = 2: past the deadline, nothing changed.
 -- The window index is stored with the count, so a key read a moment before its expiry (Redis
 -- freezes expiry time during a script) is never taken for the next window's count.
--- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
+-- Stored values are read with exact() and corrupt(): exact.lua and aligned.lua, prepended.
 local key = KEYS[1]
 local limit = ARGV[1] + 0
 local window = ARGV[2] + 0
@@ -15,7 +15,7 @@ local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local deadline = ARGV[5] + 0
+local deadline = ARGV[4] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return string.format('2 0 0 0 0 %d', now) end
 local index = math.floor(now / window)

@@ -9,7 +9,8 @@
 -- Per key in the reply: {error index (0: none), window index, count} as read; the error
 -- messages: a key of another type, or a field that is not an exact integer (see corrupt).
 -- Each key is read once; its decisions are then worked out here and written once at the end.
--- Stored values are read with exact() and corrupt(): exact.lua.
+-- Stored values are read with exact() and corrupt(): exact.lua and aligned.lua.
+local function int(x) return string.format('%d', x) end
 local limit = ARGV[1] + 0
 local window = ARGV[2] + 0
 

@@ -10,7 +10,7 @@
 -- hash with its own time (field l): a hash lost (deleted, evicted, a failover, a restart) and
 -- counted up again in the same window to the same count holds no stamp, or another lease's,
 -- so no refund of a lease it never counted lands in it.
--- Stored values are read with exact() and corrupt(): exact.lua, prepended to this script.
+-- Stored values are read with exact() and corrupt(): exact.lua and aligned.lua, prepended.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])

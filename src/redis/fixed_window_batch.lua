@@ -9,7 +9,7 @@
 -- Per key in the reply: {error index (0: none), count, ttl_ms} as read.
 -- Each key is read once, when its first decision in time comes; its decisions are then worked
 -- out here and written once at the end (INCRBY of what they took, PEXPIRE if the window opened).
--- Stored values are read with exact_count(): exact.lua.
+-- Stored values are read with exact_count(): exact.lua and count.lua.
 local limit = ARGV[1] + 0
 local window_ms = ARGV[2] + 0
 local counts = {}

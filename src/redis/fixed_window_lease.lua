@@ -12,7 +12,7 @@
 -- a new window opens ("never over the limit"): PEXPIRETIME (Redis 7.0+) gives the expiry to the
 -- millisecond, exactly; PTTL (older servers) counts from a millisecond-truncated time no earlier
 -- than the millisecond `now` falls in, and overstates the time left by up to 1 ms: 1 ms less.
--- Stored values are read with exact_count(): exact.lua, prepended to this script.
+-- Stored values are read with exact_count(): exact.lua and count.lua, prepended.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])

@@ -2,9 +2,9 @@
 -- the server's clock:  base = max(tat, now); new_tat = base + n*T; allowed iff
 -- new_tat <= now + capacity*T. The key expires when the bucket is full again.
 -- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, capacity, n.
--- ARGV[5]: deadline in us on the server's clock (0: none).
+-- ARGV[4]: deadline in us on the server's clock (0: none).
 -- Reply: allowed, limit, remaining, retry_after_us, reset_after_us, now_us, as one string
--- (decided(): exact.lua); allowed = 2: past the deadline, nothing changed.
+-- (decided(): decided.lua); allowed = 2: past the deadline, nothing changed.
 -- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
 local interval = ARGV[1] + 0
@@ -15,7 +15,7 @@ local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local deadline = ARGV[5] + 0
+local deadline = ARGV[4] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return string.format('2 0 0 0 0 %d', now) end
 local stored = redis.call('GET', key)

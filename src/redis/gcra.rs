@@ -15,9 +15,10 @@ use super::limiter::{MAX_WINDOW_MILLIS, RedisAlgorithm, sealed};
 use crate::algorithms::Gcra;
 use crate::decision::{ConfigError, Rate};
 
-static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "gcra.lua");
+pub(super) static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "decided.lua", "gcra.lua");
 /// Reads each key once for the whole batch: the hot-key case costs little more than one call.
-static BATCH: LazyLock<LuaScript> = lua_script!("exact.lua", "tally.lua", "gcra_batch.lua");
+pub(super) static BATCH: LazyLock<LuaScript> =
+    lua_script!("exact.lua", "tally.lua", "gcra_batch.lua");
 
 /// The interval per permit in whole microseconds, rounded to nearest (at least 1).
 fn interval_micros(gcra: &Gcra) -> u64 {
@@ -107,6 +108,11 @@ impl sealed::Script for Gcra {
 
     fn key_suffixes(&self) -> &'static [&'static str] {
         &["gcra"]
+    }
+
+    /// The fourth argument is an unused 0: the one-decision script reads three.
+    fn script_args(&self) -> usize {
+        3
     }
 
     fn args(&self, n: u32) -> [u64; 4] {

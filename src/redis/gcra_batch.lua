@@ -9,6 +9,7 @@
 -- Each key is read once; its decisions are then worked out here and its TAT written once at the
 -- end (SET ... PX, as one call would leave it).
 -- Stored values are read with exact(): exact.lua.
+local function int(x) return string.format('%d', x) end
 local interval = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 local horizon = now + capacity * interval

@@ -16,12 +16,18 @@ use crate::decision::{ConfigError, Decision};
 use crate::lease::{Lease, LeaseSlot};
 use crate::sync::{AtomicU64, Ordering};
 
-static GCRA_LEASE: LazyLock<LuaScript> = lua_script!("exact.lua", "gcra_lease.lua");
-static GCRA_REFUND: LazyLock<LuaScript> = lua_script!("gcra_refund.lua");
-static WINDOW_LEASE: LazyLock<LuaScript> = lua_script!("exact.lua", "fixed_window_lease.lua");
-static ALIGNED_LEASE: LazyLock<LuaScript> =
-    lua_script!("exact.lua", "fixed_window_aligned_lease.lua");
-static ALIGNED_REFUND: LazyLock<LuaScript> = lua_script!("fixed_window_aligned_refund.lua");
+pub(super) static GCRA_LEASE: LazyLock<LuaScript> = lua_script!("exact.lua", "gcra_lease.lua");
+pub(super) static GCRA_REFUND: LazyLock<LuaScript> = lua_script!("gcra_refund.lua");
+pub(super) static WINDOW_LEASE: LazyLock<LuaScript> =
+    lua_script!("exact.lua", "count.lua", "fixed_window_lease.lua");
+pub(super) static ALIGNED_LEASE: LazyLock<LuaScript> = lua_script!(
+    "exact.lua",
+    "count.lua",
+    "aligned.lua",
+    "fixed_window_aligned_lease.lua"
+);
+pub(super) static ALIGNED_REFUND: LazyLock<LuaScript> =
+    lua_script!("fixed_window_aligned_refund.lua");
 
 pub(crate) mod sealed {
     /// What a leasing algorithm adds to its per-call script: its lease and refund scripts.
@@ -934,7 +940,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let mut args = algorithm.args(n);
         args[3] = u64::from(want);
         let reply = backend
-            .eval(algorithm.lease_script(), &self.redis_keys, args, deadline)
+            .eval(algorithm.lease_script(), &self.redis_keys, &args, deadline)
             .await?;
         let protocol = || {
             BackendError::at(
@@ -992,7 +998,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         };
         let args = algorithm.refund_args(lease.receipt(), unused);
         let refunded = backend
-            .eval(script, &self.redis_keys, args, deadline)
+            .eval(script, &self.redis_keys, &args, deadline)
             .await
             .is_ok_and(|reply| reply.first() == Some(&1));
         if refunded {

@@ -61,6 +61,12 @@ pub(crate) mod sealed {
         fn key_suffixes(&self) -> &'static [&'static str];
         /// `ARGV` for a request of `n` permits.
         fn args(&self, n: u32) -> [u64; 4];
+        /// How many of [`args`](Self::args) the one-decision script reads (its deadline is sent
+        /// after them): 4 (the default), or 3 where the fourth is an unused 0 (fixed windows,
+        /// GCRA; an argument sent costs the server an object, about 860 instructions).
+        fn script_args(&self) -> usize {
+            4
+        }
         /// The limit, for the local share.
         fn limit_u32(&self) -> u32;
         /// The sorted-set entries a decision of `n` permits may touch on the server, for an
@@ -239,6 +245,7 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
                 algorithm.script(),
                 algorithm.batch_script(),
                 n_slot(&algorithm),
+                algorithm.script_args(),
             )),
             name: name.to_owned(),
             algorithm,

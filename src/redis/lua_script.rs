@@ -19,6 +19,12 @@ impl LuaScript {
         }
     }
 
+    /// The Lua source.
+    #[cfg(test)]
+    pub(crate) fn source(&self) -> &str {
+        &self.source
+    }
+
     /// `SCRIPT LOAD` of the source.
     pub(crate) fn load_command(&self) -> redis::Cmd {
         let mut command = redis::cmd("SCRIPT");
@@ -46,5 +52,67 @@ mod tests {
         let packed = script.load_command().get_packed_command();
         let text = String::from_utf8_lossy(&packed);
         assert!(text.contains("SCRIPT") && text.contains("LOAD") && text.contains("return 1"));
+    }
+
+    /// The names of the `local function`s `source` defines that it never calls (a call: the
+    /// name followed by `(` outside comments, other than the definition).
+    fn uncalled(source: &str) -> Vec<String> {
+        let code: String = source
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let calls = |name: &str| {
+            code.match_indices(name)
+                .filter(|&(at, _)| {
+                    let before = code[..at].chars().next_back();
+                    let after = code[at + name.len()..].trim_start();
+                    let called = after.starts_with('(') || code[..at].ends_with("pcall(");
+                    !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && called
+                })
+                .count()
+        };
+        code.split("local function ")
+            .skip(1)
+            .filter_map(|rest| rest.split('(').next())
+            .filter(|name| calls(name) < 2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn uncalled_finds_a_function_defined_and_never_called() {
+        let source = "local function f(x) return x end\nlocal function g() end -- g()\nreturn f(1)";
+        assert_eq!(uncalled(source), ["g"]);
+    }
+
+    /// Each `local function` a script defines is a closure Lua builds on every call of the
+    /// script (its preludes' too): none is built that the script never calls.
+    #[test]
+    fn no_script_defines_a_function_it_never_calls() {
+        use crate::redis::{fixed_window, gcra, leased, sliding_log, sliding_window};
+        let scripts: [(&str, &LuaScript); 15] = [
+            ("fixed window", &fixed_window::ANCHORED),
+            ("fixed window batch", &fixed_window::ANCHORED_BATCH),
+            ("aligned window", &fixed_window::ALIGNED),
+            ("aligned window batch", &fixed_window::ALIGNED_BATCH),
+            ("gcra", &gcra::SCRIPT),
+            ("gcra batch", &gcra::BATCH),
+            ("gcra lease", &leased::GCRA_LEASE),
+            ("gcra refund", &leased::GCRA_REFUND),
+            ("window lease", &leased::WINDOW_LEASE),
+            ("aligned lease", &leased::ALIGNED_LEASE),
+            ("aligned refund", &leased::ALIGNED_REFUND),
+            ("sliding log", &sliding_log::SCRIPT),
+            ("sliding log batch", &sliding_log::BATCH),
+            ("sliding window", &sliding_window::SCRIPT),
+            ("sliding window batch", &sliding_window::BATCH),
+        ];
+        let found: Vec<(&str, Vec<String>)> = scripts
+            .iter()
+            .map(|&(name, script)| (name, uncalled(script.source())))
+            .filter(|(_, uncalled)| !uncalled.is_empty())
+            .collect();
+        assert!(found.is_empty(), "defined, never called: {found:?}");
     }
 }

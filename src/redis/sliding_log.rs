@@ -15,8 +15,8 @@ use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingLog;
 use crate::decision::ConfigError;
 
-static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_log.lua");
-static BATCH: LazyLock<LuaScript> = LazyLock::new(|| {
+pub(super) static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_log.lua");
+pub(super) static BATCH: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(&batch_source(concat!(
         include_str!("exact.lua"),
         include_str!("sliding_log.lua")

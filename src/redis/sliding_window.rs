@@ -16,8 +16,8 @@ use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingWindow;
 use crate::decision::ConfigError;
 
-static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_window.lua");
-static BATCH: LazyLock<LuaScript> = LazyLock::new(|| {
+pub(super) static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_window.lua");
+pub(super) static BATCH: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(&batch_source(concat!(
         include_str!("exact.lua"),
         include_str!("sliding_window.lua")

@@ -15,12 +15,17 @@
 -- messages.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local out = {now}
-for k = 1, #KEYS do out[k * 3 - 1] = 0; out[k * 3] = 0; out[k * 3 + 1] = 0 end
+-- Built at its size for one key (the common batch), with the late count's slot: the table
+-- constructor sizes it once, where filling it slot by slot regrows it (rehash) on the way.
+local out
+if #KEYS == 1 then
+  out = {now, 0, 0, 0, 0}
+else
+  out = {now}
+  for k = 1, #KEYS do out[k * 3 - 1] = 0; out[k * 3] = 0; out[k * 3 + 1] = 0 end
+end
 local errors = {}
 local late = {}
-
-local function int(x) return string.format('%d', x) end
 
 -- Calls decide(k, n) for each decision in order (k: its key's index in KEYS, n: its permits),
 -- except those past their deadline, which are only counted late. Only when the earliest
@@ -49,7 +54,7 @@ end
 
 -- The reply: out, then the decisions past their deadline, then the error messages.
 local function tally_reply()
-  out[#out + 1] = #late
+  out[#KEYS * 3 + 2] = #late
   for _, i in ipairs(late) do out[#out + 1] = i end
   for _, e in ipairs(errors) do out[#out + 1] = e end
   return out

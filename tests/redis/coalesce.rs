@@ -918,6 +918,62 @@ fn each_decision_in_a_batch_keeps_its_own_deadline() {
     each_decision_keeps_its_own_deadline([1, 1, 1]);
 }
 
+/// A one-decision fixed-window (anchored, aligned) or GCRA call sends the three arguments its
+/// script reads (the configuration's two, `n`), then its deadline: no unused fourth argument
+/// (Redis makes an object of each, about 860 instructions). The script reads the deadline where
+/// it is sent: run again with a deadline long past, it refuses (allowed = 2) and takes nothing.
+#[test]
+fn a_one_decision_call_sends_only_what_its_script_reads() {
+    let server = RedisServer::start();
+    let window = Duration::from_secs(600);
+    runtime().block_on(async {
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let anchored = FixedWindow::new(1_000, window).unwrap();
+        sends_only_what_its_script_reads(&server, &backend, "anchored", anchored).await;
+        let aligned = FixedWindow::aligned(1_000, window).unwrap();
+        sends_only_what_its_script_reads(&server, &backend, "aligned", aligned).await;
+        let gcra = Gcra::new(Rate::per_hour(1), 1_000).unwrap();
+        sends_only_what_its_script_reads(&server, &backend, "gcra", gcra).await;
+    });
+}
+
+async fn sends_only_what_its_script_reads<A: RedisAlgorithm>(
+    server: &RedisServer,
+    backend: &RedisBackend,
+    name: &'static str,
+    algorithm: A,
+) {
+    let limiter = RedisLimiter::new(backend, name, algorithm, FailurePolicy::FailClosed).unwrap();
+    let key = limiter.redis_keys("k")[0].clone();
+    server.log_script_calls();
+    assert!(limiter.try_acquire("k", 3).await.unwrap().is_allowed());
+    let calls = server.script_calls();
+    let call = calls.last().expect("a script call");
+    assert_eq!(call.keys, std::slice::from_ref(&key), "{name}: {calls:?}");
+    assert_eq!(
+        call.args.len(),
+        4,
+        "{name}: the configuration's two, n, the deadline: {calls:?}"
+    );
+    assert_eq!(call.args[2], "3", "{name}: n: {calls:?}");
+    let deadline: u64 = call.args[3].parse().unwrap();
+    assert!(
+        deadline > server.time_micros(),
+        "{name}: the deadline: {calls:?}"
+    );
+    let before = server.cli(&["DUMP", &key]);
+    let mut words: Vec<&str> = vec!["EVALSHA", &call.sha, "1", &key];
+    words.extend(call.args[..3].iter().map(String::as_str));
+    words.push("1");
+    let reply = server.cli(&words);
+    assert!(
+        reply.starts_with("2 0 0 0 0 "),
+        "{name}: refused past its deadline: {reply}"
+    );
+    assert_eq!(server.cli(&["DUMP", &key]), before, "{name}: took nothing");
+}
+
 /// Three decisions queued behind a call to a frozen server, asking `[second, short, long]`
 /// permits; `short` gives up after 300 ms, the others wait out the freeze.
 fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
@@ -1003,6 +1059,13 @@ fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
 /// timeout failure, and the resumed server, past their deadlines, takes nothing.
 #[test]
 fn a_sliding_log_batch_to_a_frozen_server_times_out() {
+    // Different n's (sent as a list of them) and one n for all (sent once).
+    sliding_log_batch_to_a_frozen_server_times_out([2, 3]);
+    sliding_log_batch_to_a_frozen_server_times_out([2, 2]);
+}
+
+/// Two decisions of `ns` permits queued behind a call to a frozen server.
+fn sliding_log_batch_to_a_frozen_server_times_out(ns: [u32; 2]) {
     const SHORT: Duration = Duration::from_millis(300);
     let server = RedisServer::start();
     let runtime = runtime();
@@ -1023,10 +1086,7 @@ fn a_sliding_log_batch_to_a_frozen_server_times_out() {
         // 1 is sent at once; 2 and 3 queue behind it. The sender is cancelled: a flusher takes
         // the queue and sends it, in one batch call, to the frozen server.
         let first = started(call(&limiter, "k", 1));
-        let queued = [
-            started(call(&limiter, "k", 2)),
-            started(call(&limiter, "k", 3)),
-        ];
+        let queued = ns.map(|n| started(call(&limiter, "k", n)));
         drop(first);
         let queued = queued.map(tokio::spawn);
         for call in queued {
@@ -1047,28 +1107,44 @@ fn a_sliding_log_batch_to_a_frozen_server_times_out() {
         .expect("no hang")
         .unwrap();
     assert_eq!(next.remaining(), 100 - 2, "the late requests took nothing");
-    // The batch did reach the server: a sliding-log batch call of 2 and 3.
+    // The batch did reach the server: a sliding-log batch call of `ns`, one n sent once when
+    // both ask the same.
     let calls = server.script_calls();
     assert!(
         calls
             .iter()
-            .any(|c| log_batch_permits(c) == Some(vec![2, 3])),
-        "no batch of 2, 3 on the server: {calls:?}"
+            .any(|c| log_batch_permits(c) == Some(ns.map(u64::from).to_vec())),
+        "no batch of {ns:?} on the server: {calls:?}"
     );
+    if ns[0] == ns[1] {
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.args.len() == 8 && c.args[6] == ns[0].to_string()),
+            "one n for all is sent once: {calls:?}"
+        );
+    }
 }
 
-/// The `n` of each decision of a batch call made from a one-decision script (`None` for any
-/// other call): `per` keys each, the four shared arguments, the slot of `n` + 1, then three per
-/// decision: its key's index, `n`, its deadline.
+/// The `n` of each decision of a sliding-log batch call made from its one-decision script
+/// (`None` for any other call): `per` (2 for the log), the four shared arguments, the slot of
+/// `n` + 1, then the `n`s (one number when all ask the same, else one per decision, separated by
+/// spaces), the deadlines separated by spaces (one per decision), and the key indices so when
+/// the call has more than one limiter key.
 fn log_batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
-    let args: Vec<u64> = call
-        .args
-        .iter()
-        .map(|a| a.parse().ok())
-        .collect::<Option<_>>()?;
-    let decisions = args.len().checked_sub(6)? / 3;
-    (decisions > 0 && args.len() == 6 + 3 * decisions && args[0] == 2)
-        .then(|| (0..decisions).map(|d| args[6 + 3 * d + 1]).collect())
+    let list =
+        |arg: &String| -> Option<Vec<u64>> { arg.split(' ').map(|n| n.parse().ok()).collect() };
+    let arguments = if call.numkeys > 2 { 9 } else { 8 };
+    if call.args.len() != arguments || call.args[0] != "2" {
+        return None;
+    }
+    let deadlines = list(&call.args[7])?.len();
+    let ns = list(&call.args[6])?;
+    match ns.len() {
+        1 => Some(vec![ns[0]; deadlines]),
+        len if len == deadlines => Some(ns),
+        _ => None,
+    }
 }
 
 /// The `n` of each decision of a fixed-window batch call (`None` for a one-decision call): the

@@ -225,6 +225,7 @@ impl RedisServer {
                 .collect();
             let split = numkeys.min(words.len());
             calls.push(ScriptCall {
+                sha: lines[i + 1].to_owned(),
                 numkeys,
                 keys: words[..split].to_vec(),
                 args: words[split..].to_vec(),
@@ -245,6 +246,8 @@ impl RedisServer {
 /// One `EVALSHA` from `SLOWLOG` ([`RedisServer::script_calls`]).
 #[derive(Debug)]
 pub struct ScriptCall {
+    /// The script's SHA1, as EVALSHA named it.
+    pub sha: String,
     pub numkeys: usize,
     pub keys: Vec<String>,
     pub args: Vec<String>,
