@@ -846,15 +846,7 @@ impl RedisBackend {
             command.arg(arg);
         }
         command.arg(n_slot + 1);
-        let n = first.args[n_slot];
-        if requests.iter().all(|request| request.args[n_slot] == n) {
-            command.arg(n);
-        } else {
-            spaced(
-                &mut command,
-                requests.iter().map(|request| request.args[n_slot]),
-            );
-        }
+        n_list(&mut command, requests, n_slot);
         spaced(
             &mut command,
             requests
@@ -949,15 +941,7 @@ impl RedisBackend {
         }
         command.arg(first.args[0]).arg(first.args[1]);
         command.arg(requests.len()).arg(earliest);
-        let n = first.args[n_slot];
-        if requests.iter().all(|request| request.args[n_slot] == n) {
-            command.arg(n);
-        } else {
-            spaced(
-                &mut command,
-                requests.iter().map(|request| request.args[n_slot]),
-            );
-        }
+        n_list(&mut command, requests, n_slot);
         spaced(&mut command, deadlines.iter().copied());
         if distinct.len() > 1 {
             spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
@@ -1155,6 +1139,17 @@ impl std::ops::Deref for Keys {
             Keys::One(key) => std::slice::from_ref(key),
             Keys::Many(keys) => keys,
         }
+    }
+}
+
+/// A batch's n's, as its script reads them: one number when every request asks the same
+/// `args[n_slot]`, else the list of them, [`spaced`].
+fn n_list(command: &mut Cmd, requests: &[&Request], n_slot: usize) {
+    let n = requests[0].args[n_slot];
+    if requests.iter().all(|request| request.args[n_slot] == n) {
+        command.arg(n);
+    } else {
+        spaced(command, requests.iter().map(|request| request.args[n_slot]));
     }
 }
 
