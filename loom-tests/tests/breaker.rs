@@ -147,10 +147,18 @@ fn a_success_racing_a_failure_resets_the_run() {
         let clock = ModelClock::starting_at(0);
         let b = Arc::new(breaker(3, &clock));
         b.admit().unwrap().failed();
-        let b2 = b.clone();
-        let succeed = thread::spawn(move || b2.admit().unwrap().succeeded());
-        b.admit().unwrap().failed();
+        let succeed = {
+            let b = b.clone();
+            thread::spawn(move || b.admit().unwrap().succeeded())
+        };
+        // The failure runs on a model thread of its own: run on the thread that built the
+        // breaker, loom explored 11 executions of this race.
+        let fail = {
+            let b = b.clone();
+            thread::spawn(move || b.admit().unwrap().failed())
+        };
         succeed.join().unwrap();
+        fail.join().unwrap();
         b.admit().unwrap().failed();
         assert_eq!(b.state(), BreakerState::Closed);
     });
