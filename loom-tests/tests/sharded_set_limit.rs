@@ -56,12 +56,18 @@ fn racing_set_limits_leave_one_split() {
         let clock = ManualClock::new();
         let limiter =
             Arc::new(Sharded::with_clock(4, Duration::from_secs(1), 2, clock.clone()).unwrap());
-        let other = {
-            let limiter = limiter.clone();
-            thread::spawn(move || limiter.set_limit(2).unwrap())
-        };
-        limiter.set_limit(6).unwrap();
-        other.join().unwrap();
+        // Both calls run on model threads of their own: with the set to 6 run on the thread that
+        // built the limiter, loom explored 7 executions of this race.
+        let setters: Vec<_> = [2, 6]
+            .into_iter()
+            .map(|limit| {
+                let limiter = limiter.clone();
+                thread::spawn(move || limiter.set_limit(limit).unwrap())
+            })
+            .collect();
+        for setter in setters {
+            setter.join().unwrap();
+        }
         clock.advance(Duration::from_secs(1));
         assert_eq!(drain(&limiter), limiter.limit());
     });
