@@ -15,18 +15,24 @@ const DROP: Sample = Sample {
     dropped: true,
 };
 
-/// AIMD from 3 (bounds 1..=10), every sample to the algorithm: `sample` recorded on this
-/// thread races a drop recorded on another; returns the limiter once both are in.
+/// AIMD from 3 (bounds 1..=10), every sample to the algorithm: `sample` recorded on one model
+/// thread races a drop recorded on another; returns the limiter once both are in. Both run on
+/// model threads of their own: with `sample` recorded on the thread that built the limiter,
+/// loom explored 261 and 140 executions of the two models.
 fn racing_a_drop(sample: Sample) -> Arc<AdaptiveInFlight<Aimd, ManualClock>> {
     let limiter = Arc::new(
         AdaptiveInFlight::with_clock(Aimd::new(3, 1, 10).unwrap(), ManualClock::new()).window(None),
     );
-    let other = {
-        let limiter = Arc::clone(&limiter);
-        thread::spawn(move || limiter.record(&DROP))
-    };
-    limiter.record(&sample);
-    other.join().unwrap();
+    let recorders: Vec<_> = [DROP, sample]
+        .into_iter()
+        .map(|sample| {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.record(&sample))
+        })
+        .collect();
+    for recorder in recorders {
+        recorder.join().unwrap();
+    }
     limiter
 }
 
