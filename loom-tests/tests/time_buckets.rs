@@ -15,7 +15,10 @@
 use std::time::Duration;
 
 use floodgate::clock::FLOOR_GRAIN_NANOS;
-use floodgate::{Algorithm, AtomicLimiter, Gcra, Limiter, Rate, SmoothBursty};
+use floodgate::limiter::Step;
+use floodgate::{
+    AcquireError, Algorithm, AtomicLimiter, ConfigError, Gcra, Limiter, Rate, SmoothBursty,
+};
 use floodgate_loom_tests::{
     Admitted, MAX_LAG, ModelClock, assert_bucket_bound, join_all, model, take,
 };
@@ -56,6 +59,43 @@ macro_rules! bucket {
     };
 }
 bucket!(Gcra, Gcra::new);
+
+/// `Gcra` decided by the general engine: `Algorithm`'s default `acquire_word` (`update_at`, the
+/// loop of `limiter::engine::floored_loop`) over `Gcra::decide`. `Gcra` itself serves these
+/// models on its short path (`VirtualTime::short`), which loads the word itself and hands over
+/// to the engine only off its common case (a leap, a far word, a time before a change).
+struct EngineGcra(Gcra);
+
+impl Algorithm for EngineGcra {
+    const NEEDS_TIME_FLOOR: bool = true;
+    fn check_permits(&self, n: u32) -> Result<(), AcquireError> {
+        self.0.check_permits(n)
+    }
+    fn decide(&self, state: u64, now: u64, n: u32) -> Step {
+        self.0.decide(state, now, n)
+    }
+    fn is_idle(&self, state: u64, now: u64) -> bool {
+        self.0.is_idle(state, now)
+    }
+    fn set_limit(&self, limit: u32, now: u64) -> Result<(), ConfigError> {
+        self.0.set_limit(limit, now)
+    }
+    fn limit(&self) -> u64 {
+        self.0.limit()
+    }
+}
+
+impl Bucket for EngineGcra {
+    fn make(capacity: u32, rate: Rate) -> Self {
+        EngineGcra(Gcra::new(rate, capacity).unwrap())
+    }
+    fn change_rate(&self, rate: Rate, now: u64) {
+        self.0.set_rate(rate, now).unwrap()
+    }
+    fn change_capacity(&self, capacity: u32, now: u64) {
+        self.0.set_capacity(capacity, now).unwrap()
+    }
+}
 
 type Lim<B> = AtomicLimiter<B, ModelClock>;
 
@@ -159,8 +199,9 @@ fn buckets_stalled_reader() {
 /// raise leaves W's time a grain or more above it, so W raises the floor too). Then the driver
 /// drains what is left and tries once more: L's booking was not moved back in time, so the bound
 /// holds. W runs on a model thread of its own: run on the thread that built the limiter, loom
-/// explored 27 executions of this model and passed with the Acquire load of the word in
-/// `floored_loop` weakened to Relaxed. With a lag below a grain (half an interval, as the model
+/// explored 27 executions of this model. On `Gcra` every take here runs its short path, whose
+/// Acquire load of the word this model pins; `buckets_lagging_reader_on_the_engine` runs the
+/// same model on the general engine (`floored_loop`'s Acquire load). With a lag below a grain (half an interval, as the model
 /// first had) L may be refused, as `update_at`'s docs allow: L raises the floor to its lagging
 /// read before W, whose read is then less than a grain above it and raises nothing, and L's
 /// retry after W's word is decided at that floor.
@@ -194,6 +235,16 @@ fn lagging_reader(make: Make) {
 #[test]
 fn buckets_lagging_reader() {
     for_each_bucket(lagging_reader);
+}
+
+/// The lagging reader on the general engine (`EngineGcra`). `buckets_lagging_reader` runs
+/// `Gcra`'s short path, whose own Acquire load of the word it pins (it fails with that load
+/// Relaxed), and never reaches the engine's: it passed with the Acquire load of the word in
+/// `floored_loop` weakened to Relaxed. This one fails with it (L loads W's word without its
+/// floor raise, and is refused at its lagging read).
+#[test]
+fn buckets_lagging_reader_on_the_engine() {
+    lagging_reader(|c| Box::new(limiter::<EngineGcra>(c)));
 }
 
 // ---------------------------------------------------------------------------------------------
