@@ -88,8 +88,8 @@ fn assert_leased_bucket_bound(admitted: &[Admitted]) {
 // ---------------------------------------------------------------------------------------------
 // (a) Serving and replacing one stripe's lease while the clock moves.
 
-/// The driver's first take leases 4 on the one stripe (3 left). A takes 2 twice while the
-/// driver moves time on past the lease's expiry and asks for the whole capacity: A's serves race
+/// The driver's first take leases 4 on the one stripe (3 left). A takes 2 twice while B
+/// moves time on past the lease's expiry and asks for the whole capacity: A's serves race
 /// the replacement of the lease (its refund, a new take) and the source's direct path. A served
 /// permit of the expired lease, or one served twice, would put `C + 2` in one instant.
 #[test]
@@ -107,9 +107,16 @@ fn one_stripe_serves_race_a_replacement() {
                 got
             })
         };
-        clock.advance(LATER);
-        admitted.extend(take(&me, &clock, C, (0, 0)));
-        let admitted = join_all(vec![a], admitted);
+        // B runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 4,954 executions of this race.
+        let b = {
+            let (me, clock) = (pinned(&limiter, 0), clock.clone());
+            thread::spawn(move || {
+                clock.advance(LATER);
+                take(&me, &clock, C, (0, 0))
+            })
+        };
+        let admitted = join_all(vec![a, b], admitted);
         assert_leased_bucket_bound(&admitted);
     });
 }
@@ -131,9 +138,16 @@ fn two_stripes_share_the_exact_bucket() {
                 got
             })
         };
-        clock.advance(LATER);
-        admitted.extend(take(&me, &clock, C, (0, 0)));
-        let admitted = join_all(vec![a], admitted);
+        // B runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 260 executions of this race.
+        let b = {
+            let (me, clock) = (pinned(&limiter, 1), clock.clone());
+            thread::spawn(move || {
+                clock.advance(LATER);
+                take(&me, &clock, C, (0, 0))
+            })
+        };
+        let admitted = join_all(vec![a, b], admitted);
         assert_leased_bucket_bound(&admitted);
     });
 }
@@ -141,7 +155,7 @@ fn two_stripes_share_the_exact_bucket() {
 // ---------------------------------------------------------------------------------------------
 // (b) A stalled reader and a lagging reader.
 
-/// S may stall between its clock read and its serve while the driver moves time on past the
+/// S may stall between its clock read and its serve while B moves time on past the
 /// lease's expiry and asks for the whole capacity on the same stripe: a stale read serves only
 /// what the lease held when S read (its interval spans the stall), never a permit of the expired
 /// lease on a fresh read.
@@ -156,15 +170,22 @@ fn a_stalled_reader_serves_no_expired_lease() {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
             thread::spawn(move || take(&me, &clock, 2, (0, 0)))
         };
-        clock.advance(LATER);
-        admitted.extend(take(&me, &clock, C, (0, 0)));
-        let admitted = join_all(vec![s], admitted);
+        // B runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 1,977 executions of this race.
+        let b = {
+            let (me, clock) = (pinned(&limiter, 0), clock.clone());
+            thread::spawn(move || {
+                clock.advance(LATER);
+                take(&me, &clock, C, (0, 0))
+            })
+        };
+        let admitted = join_all(vec![s, b], admitted);
         assert_leased_bucket_bound(&admitted);
     });
 }
 
-/// A's reads lag half an interval; it serves from the stripe the driver leased on while the
-/// driver moves time on and drains the bucket. A lagging read is decided at the lease's time,
+/// A's reads lag half an interval; it serves from the stripe the driver leased on while B
+/// moves time on and drains the bucket. A lagging read is decided at the lease's time,
 /// never earlier: the bound holds with A's interval widened by its lag.
 #[test]
 fn a_lagging_reader_is_decided_at_the_lease_time() {
@@ -180,9 +201,16 @@ fn a_lagging_reader_is_decided_at_the_lease_time() {
                 take(&me, &clock, 2, (T / 2, 0))
             })
         };
-        clock.advance(LATER);
-        admitted.extend(take(&me, &clock, C, (0, 0)));
-        let admitted = join_all(vec![lagging], admitted);
+        // B runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 1,977 executions of this race.
+        let b = {
+            let (me, clock) = (pinned(&limiter, 0), clock.clone());
+            thread::spawn(move || {
+                clock.advance(LATER);
+                take(&me, &clock, C, (0, 0))
+            })
+        };
+        let admitted = join_all(vec![lagging, b], admitted);
         assert_leased_bucket_bound(&admitted);
     });
 }
@@ -190,9 +218,9 @@ fn a_lagging_reader_is_decided_at_the_lease_time() {
 // ---------------------------------------------------------------------------------------------
 // (c) A rate change racing a lease's refund.
 
-/// The driver lowers the rate (one permit per 2T) while A replaces the stripe's lease after it
+/// A setter thread lowers the rate (one permit per 2T) while A replaces the stripe's lease after it
 /// expired (refunding its 3 unused permits). A refund across the change does not land; the bound
-/// with the old, faster rate holds either way, and the driver's take of the whole capacity
+/// with the old, faster rate holds either way, and the setter's take of the whole capacity
 /// afterwards cannot see refunded permits twice.
 #[test]
 fn set_rate_races_a_refund() {
@@ -206,13 +234,20 @@ fn set_rate_races_a_refund() {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
             thread::spawn(move || take(&me, &clock, 2, (0, 0)))
         };
-        limiter
-            .source()
-            .algorithm()
-            .set_rate(Rate::new(1, Duration::from_nanos(2 * T)), clock.now_nanos())
-            .unwrap();
-        admitted.extend(take(&me, &clock, C, (0, 0)));
-        let admitted = join_all(vec![a], admitted);
+        // The setter (then its take) runs on a model thread of its own: run on the thread that
+        // built the limiter, loom explored 4,225 executions of this race.
+        let setter = {
+            let (limiter, clock) = (limiter.clone(), clock.clone());
+            thread::spawn(move || {
+                limiter
+                    .source()
+                    .algorithm()
+                    .set_rate(Rate::new(1, Duration::from_nanos(2 * T)), clock.now_nanos())
+                    .unwrap();
+                take(&pinned(&limiter, 0), &clock, C, (0, 0))
+            })
+        };
+        let admitted = join_all(vec![a, setter], admitted);
         assert_leased_bucket_bound(&admitted);
     });
 }
@@ -221,7 +256,7 @@ fn set_rate_races_a_refund() {
 // (d) A fixed window: leases die with their window.
 
 /// Limit 4 per window of 1,000 ns, one stripe: the driver leases 2 (1 left) in one window; A
-/// takes 1 twice while the clock crosses into the next window and the driver takes the whole
+/// takes 1 twice while B moves the clock into the next window and takes the whole
 /// limit there. Never more than 4 admitted in one window, whoever holds which lease.
 #[test]
 fn a_leased_fixed_window_is_never_over_its_limit() {
@@ -245,9 +280,16 @@ fn a_leased_fixed_window_is_never_over_its_limit() {
                 got
             })
         };
-        clock.advance(WINDOW);
-        admitted.extend(take(&me, &clock, 4, (0, 0)));
-        let admitted = join_all(vec![a], admitted);
+        // B runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 2,386 executions of this race.
+        let b = {
+            let (me, clock) = (pinned(&limiter, 0), clock.clone());
+            thread::spawn(move || {
+                clock.advance(WINDOW);
+                take(&me, &clock, 4, (0, 0))
+            })
+        };
+        let admitted = join_all(vec![a, b], admitted);
         let (most, index) = max_in_aligned_window(&admitted, WINDOW);
         assert!(most <= 4, "{most} admitted in window {index}: {admitted:?}");
     });
