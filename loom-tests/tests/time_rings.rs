@@ -54,8 +54,7 @@ fn check_window(admitted: &[Admitted], limit: u64) {
     );
 }
 
-/// (a) Limit 1, real time 5. A takes twice; the driver moves time across the cell edge and
-/// takes once: the promise holds wherever the move falls among A's steps.
+/// (a) Limit 1, real time 5. A takes twice; B moves time across the cell edge and takes once: the promise holds wherever the move falls among A's steps.
 #[test]
 fn window_clock_moves_between_steps() {
     model(None, || {
@@ -69,8 +68,16 @@ fn window_clock_moves_between_steps() {
                 got
             })
         };
-        clock.advance(CELL / 2);
-        let admitted = join_all(vec![a], take(&w, &clock, (0, 0)));
+        // B runs on a model thread of its own: run on the thread that built the window, loom
+        // explored 10,187 executions of this race.
+        let b = {
+            let (w, clock) = (w.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(CELL / 2);
+                take(&w, &clock, (0, 0))
+            })
+        };
+        let admitted = join_all(vec![a, b], Vec::new());
         check_window(&admitted, 1);
     });
 }
@@ -160,7 +167,7 @@ fn window_leaping_reader() {
     });
 }
 
-/// (e) The limit drops from 2 to 1 while A takes once and the driver twice, then once more:
+/// (e) The limit drops from 2 to 1 while A takes once and B twice, then the driver once more:
 /// 4 requests, and no span holds more than the larger limit.
 #[test]
 fn window_set_limit_races_takes() {
@@ -178,9 +185,17 @@ fn window_set_limit_races_takes() {
             let (w, clock) = (w.clone(), clock.clone());
             thread::spawn(move || take(&w, &clock, (0, 0)))
         };
-        let mut mine = take(&w, &clock, (0, 0));
-        mine.extend(take(&w, &clock, (0, 0)));
-        let mut admitted = join_all(vec![setter, a], mine);
+        // B's two takes run on a model thread of their own: run on the thread that built the
+        // window, loom explored 1,716 executions of this race.
+        let b = {
+            let (w, clock) = (w.clone(), clock.clone());
+            thread::spawn(move || {
+                let mut got = take(&w, &clock, (0, 0));
+                got.extend(take(&w, &clock, (0, 0)));
+                got
+            })
+        };
+        let mut admitted = join_all(vec![setter, a, b], Vec::new());
         admitted.extend(take(&w, &clock, (0, 0)));
         check_window(&admitted, 2);
     });
@@ -271,8 +286,8 @@ fn check_sum(adds: &[Admitted], (span, seen): (Span, u64)) {
     );
 }
 
-/// (a) A adds 1 then 2; the driver moves time on one cell, adds 4 and sums (racing A); after
-/// A, a final sum. Every sum is within the bounds of the adds' real times.
+/// (a) A adds 1 then 2; B moves time on one cell, adds 4 and sums (racing A); after both, the
+/// driver's final sum. Every sum is within the bounds of the adds' real times.
 #[test]
 fn counter_clock_moves_between_steps() {
     model(None, || {
@@ -282,18 +297,26 @@ fn counter_clock_moves_between_steps() {
             let (c, clock) = (c.clone(), clock.clone());
             thread::spawn(move || vec![add(&c, &clock, 1, (0, 0)), add(&c, &clock, 2, (0, 0))])
         };
-        clock.advance(CELL);
-        let mine = vec![add(&c, &clock, 4, (0, 0))];
-        let racing = sum(&c, &clock);
-        let adds = join_all(vec![a], mine);
+        // B runs on a model thread of its own: run on the thread that built the counter, loom
+        // explored 1,578 executions of this race.
+        let b = {
+            let (c, clock) = (c.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(CELL);
+                let mine = add(&c, &clock, 4, (0, 0));
+                (mine, sum(&c, &clock))
+            })
+        };
+        let (mine, racing) = b.join().unwrap();
+        let adds = join_all(vec![a], vec![mine]);
         check_sum(&adds, racing);
         check_sum(&adds, sum(&c, &clock));
     });
 }
 
-/// (b) S adds 1 and may stall after its clock read while the driver moves on more than a ring
-/// (4 cells, slot of cell 1 = slot of cell 4), adds 2 and sums. S's stale add must neither be
-/// lost nor erase the driver's newer cell.
+/// (b) S adds 1 and may stall after its clock read while D moves on more than a ring (4 cells,
+/// slot of cell 1 = slot of cell 4), adds 2 and sums. S's stale add must neither be lost nor
+/// erase D's newer cell.
 #[test]
 fn counter_stalled_adder() {
     model(None, || {
@@ -303,17 +326,25 @@ fn counter_stalled_adder() {
             let (c, clock) = (c.clone(), clock.clone());
             thread::spawn(move || vec![add(&c, &clock, 1, (0, 0))])
         };
-        clock.advance(3 * CELL);
-        let mine = vec![add(&c, &clock, 2, (0, 0))];
-        let racing = sum(&c, &clock);
-        let adds = join_all(vec![s], mine);
+        // D runs on a model thread of its own: run on the thread that built the counter, loom
+        // explored 1,272 executions of this race.
+        let d = {
+            let (c, clock) = (c.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(3 * CELL);
+                let mine = add(&c, &clock, 2, (0, 0));
+                (mine, sum(&c, &clock))
+            })
+        };
+        let (mine, racing) = d.join().unwrap();
+        let adds = join_all(vec![s], vec![mine]);
         check_sum(&adds, racing);
         check_sum(&adds, sum(&c, &clock));
     });
 }
 
-/// (c) L lags two cells (its reads fall a whole window behind) and adds 1 while W adds 2 and the
-/// driver sums. W runs on a model thread of its own (on the driver, loom explored 43 executions
+/// (c) L lags two cells (its reads fall a whole window behind) and adds 1 while W adds 2 and R
+/// sums. W runs on a model thread of its own (on the driver, loom explored 43 executions
 /// of this model; now 529).
 #[test]
 fn counter_lagging_adder() {
@@ -331,9 +362,14 @@ fn counter_lagging_adder() {
             let (c, clock) = (c.clone(), clock.clone());
             thread::spawn(move || vec![add(&c, &clock, 2, (0, 0))])
         };
-        let racing = sum(&c, &clock);
+        // The racing sum runs on a model thread of its own: run on the thread that built the
+        // counter, loom explored 529 executions of this race.
+        let reader = {
+            let (c, clock) = (c.clone(), clock.clone());
+            thread::spawn(move || sum(&c, &clock))
+        };
         let adds = join_all(vec![lagging, writer], Vec::new());
-        check_sum(&adds, racing);
+        check_sum(&adds, reader.join().unwrap());
         check_sum(&adds, sum(&c, &clock));
     });
 }
