@@ -312,28 +312,44 @@ fn floored_loop(
                     // Release (both): pairs with the Acquire fence of a refusal that loaded the
                     // leaped word before this repair and this floor after it (above). Relaxed
                     // failure load: only compared, `fetch_max` then reads the floor again.
-                    // The `fetch_max`'s Release is not pinned by a model (`time_floor_repair.rs`
-                    // passes with it Relaxed), and what it adds is narrow. It runs only when
-                    // the floor's value changed since this thread loaded the leaped floor: a
-                    // raise (then it writes that higher value, and a reader deciding at it finds
-                    // a word this repair replaced within the horizon: no refusal takes the fence
-                    // path), or another repair's lowering compare-exchange, a Release. Every
-                    // store to the floor is a read-modify-write, so that lowering heads a release
-                    // sequence holding this store: a Relaxed `fetch_max` still gives a refusal's
-                    // fence the other repair's word (loom models release sequences of
-                    // read-modify-writes too). The Release adds this thread's word, which
-                    // matters only for a leaped word landed between the other repair's word and
-                    // its lowering: a second leap within a grain of the leaped floor, the
-                    // freeze of `time_smooth_leap.rs` `bursty_second_leaper_lands_between_a_repair_and_its_floor_lowering`
-                    // (ignored). Tried on `SmoothBursty`: the driver leaps, leaps again once the
-                    // first repairer has read the clock after loading the leaped floor, then
-                    // reads lagging; a second repairer is gated to load the second leaper's
-                    // word before the first repair's lowering and to write after it.
-                    // At LOOM_MAX_PREEMPTIONS=2 (109 s) the set of its outcomes (each thread's
-                    // answer, the reader's `retry_after`) is the same with the `fetch_max`
-                    // Relaxed as with Release: the reader is refused for about the whole leap
-                    // (10.9 or 11 s) in both, by that freeze, so no assertion on answers tells
-                    // the two apart. Kept Release (the same instructions as Relaxed on x86-64).
+                    // The `fetch_max`'s Release is pinned by no model, and a model asserting
+                    // which calls are admitted cannot pin it (`time_floor_repair.rs`,
+                    // `time_smooth_leap.rs` and `time_smooth_admit_repair.rs` pass with it
+                    // Relaxed). The only acquire of the floor is the Acquire fence above, taken
+                    // by a refusal by a word beyond the horizon under an in-range floor (the
+                    // smooth limiters'; a bucket repairs such a word by compare-exchange). This
+                    // `fetch_max` runs only when the floor changed since this thread loaded the
+                    // leaped floor: a raise (then it writes that higher value, and a reader
+                    // deciding at it finds a word this repair replaced within the horizon: no
+                    // refusal takes the fence path), or another repair's lowering
+                    // compare-exchange, a Release. Every store to the floor is a
+                    // read-modify-write, so that lowering heads a release sequence holding this
+                    // store: a refusal whose floor load reads this store or a later one
+                    // synchronizes with that repair with the `fetch_max` Relaxed too, and its
+                    // word reload returns that repair's word or a later one. The Release adds
+                    // this thread's word. That changes an answer only for a refusal whose word is
+                    // a leaped booking landed after the other repair's word (a second leap within
+                    // a grain of the leaped floor, which raised nothing) and replaced by this
+                    // thread: with Release its reload returns this thread's word and it decides
+                    // again; with Relaxed the reload may return the leaped word, and it is
+                    // refused for the leap at `max(its read, this store's value)`. With Release
+                    // the same call is refused by the same word when its floor loads come just
+                    // before this store (they read the other repair's value): the freeze of
+                    // `time_smooth_leap.rs`
+                    // `bursty_second_leaper_lands_between_a_repair_and_its_floor_lowering`
+                    // (ignored). So both orderings admit and refuse the same calls; they can
+                    // differ only in the instant such a refusal is decided at (its
+                    // `retry_after`), by at most how far this thread's read is ahead of the
+                    // refused call's, in a refusal that freeze already makes wrong by the whole
+                    // leap. A model pinning the Release would assert that instant. The model
+                    // tried (on `SmoothBursty`: the driver leaps, leaps again once the first
+                    // repairer has read the clock after loading the leaped floor, then reads
+                    // lagging; a second repairer is gated to load the second leaper's word before
+                    // the first repair's lowering and to write after it) gave, at
+                    // LOOM_MAX_PREEMPTIONS=2 (109 s), the same outcomes (each thread's answer,
+                    // the reader's `retry_after`) with the `fetch_max` Relaxed as with Release:
+                    // the reader refused for about the whole leap (10.9 or 11 s) in both. Kept
+                    // Release (the same instructions as Relaxed on x86-64).
                     move_floor(floor, floor_now, now, Ordering::Release, Ordering::Relaxed);
                 }
                 return step.decision;
