@@ -98,7 +98,7 @@ fn one_stripe_serves_race_a_replacement() {
         let clock = ModelClock::starting_at(START);
         let limiter = bucket(&clock, 1);
         let me = pinned(&limiter, 0);
-        let mut admitted = take(&me, &clock, 1, (0, 0));
+        let admitted = take(&me, &clock, 1, (0, 0));
         let a = {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
             thread::spawn(move || {
@@ -129,7 +129,7 @@ fn two_stripes_share_the_exact_bucket() {
         let clock = ModelClock::starting_at(START);
         let limiter = bucket(&clock, 2);
         let me = pinned(&limiter, 1);
-        let mut admitted = take(&me, &clock, 1, (0, 0));
+        let admitted = take(&me, &clock, 1, (0, 0));
         let a = {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
             thread::spawn(move || {
@@ -165,7 +165,7 @@ fn a_stalled_reader_serves_no_expired_lease() {
         let clock = ModelClock::starting_at(START);
         let limiter = bucket(&clock, 1);
         let me = pinned(&limiter, 0);
-        let mut admitted = take(&me, &clock, 1, (0, 0)); // the stripe holds 3
+        let admitted = take(&me, &clock, 1, (0, 0)); // the stripe holds 3
         let s = {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
             thread::spawn(move || take(&me, &clock, 2, (0, 0)))
@@ -193,7 +193,7 @@ fn a_lagging_reader_is_decided_at_the_lease_time() {
         let clock = ModelClock::starting_at(START);
         let limiter = bucket(&clock, 1);
         let me = pinned(&limiter, 0);
-        let mut admitted = take(&me, &clock, 1, (0, 0));
+        let admitted = take(&me, &clock, 1, (0, 0));
         let lagging = {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
             thread::spawn(move || {
@@ -228,7 +228,7 @@ fn set_rate_races_a_refund() {
         let clock = ModelClock::starting_at(START);
         let limiter = bucket(&clock, 1);
         let me = pinned(&limiter, 0);
-        let mut admitted = take(&me, &clock, 1, (0, 0));
+        let admitted = take(&me, &clock, 1, (0, 0));
         clock.advance(2 * T);
         let a = {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
@@ -271,7 +271,7 @@ fn a_leased_fixed_window_is_never_over_its_limit() {
                 .unwrap(),
         );
         let me = pinned(&limiter, 0);
-        let mut admitted = take(&me, &clock, 1, (0, 0));
+        let admitted = take(&me, &clock, 1, (0, 0));
         let a = {
             let (me, clock) = (pinned(&limiter, 0), clock.clone());
             thread::spawn(move || {
