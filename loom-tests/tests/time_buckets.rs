@@ -137,8 +137,8 @@ type Make = fn(&ModelClock) -> Box<dyn BucketLimiter>;
 // ---------------------------------------------------------------------------------------------
 // (a) The clock moves between any two steps while two threads take.
 
-/// A takes 2; the driver (main) moves time on by one interval and takes 1: 3 requests where
-/// capacity + refill allow at most 2 + 1 over the whole run, fewer over shorter spans.
+/// A takes 2; B moves time on by one interval and takes 1; then the driver takes 1: 4 requests
+/// where capacity + refill allow at most 2 + 1 over the whole run, fewer over shorter spans.
 fn clock_moves_between_steps(make: Make) {
     model(None, move || {
         let clock = ModelClock::starting_at(START);
@@ -151,8 +151,16 @@ fn clock_moves_between_steps(make: Make) {
                 got
             })
         };
-        clock.advance(T);
-        let mut admitted = join_all(vec![a], take(&*l, &clock, 1, (0, 0)));
+        // B runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 677 executions of this race.
+        let b = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(T);
+                take(&*l, &clock, 1, (0, 0))
+            })
+        };
+        let mut admitted = join_all(vec![a, b], Vec::new());
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         assert_bucket_bound(&admitted, u64::from(C), T);
     });
@@ -166,9 +174,9 @@ fn buckets_clock_moves_between_steps() {
 // ---------------------------------------------------------------------------------------------
 // (b) A thread stalled between its clock read and its commit.
 
-/// S takes 1 and may stall right after its clock read while the driver moves time on by more
-/// than the 10 s lag horizon and drains the bucket; after S, the driver takes once more at the
-/// same real time. S's stale read must not refill anything: the state (and the floor) more than
+/// S takes 1 and may stall right after its clock read while D moves time on by more than the
+/// 10 s lag horizon and drains the bucket; after both, the driver takes once more at the same
+/// real time. S's stale read must not refill anything: the state (and the floor) more than
 /// `H` ahead of it, it reads the clock again and decides at the present (the model passes with
 /// the floor never raised).
 fn stalled_reader(make: Make) {
@@ -179,8 +187,16 @@ fn stalled_reader(make: Make) {
             let (l, clock) = (l.clone(), clock.clone());
             thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
         };
-        clock.advance(MAX_LAG + 2 * T);
-        let mut admitted = join_all(vec![s], take(&*l, &clock, C, (0, 0)));
+        // D runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 208 executions of this race.
+        let d = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(MAX_LAG + 2 * T);
+                take(&*l, &clock, C, (0, 0))
+            })
+        };
+        let mut admitted = join_all(vec![s, d], Vec::new());
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         assert_bucket_bound(&admitted, u64::from(C), T);
     });
@@ -393,7 +409,7 @@ fn bursty(clock: &ModelClock) -> SmoothBursty<ModelClock> {
     limiter
 }
 
-/// (a) A takes twice, the driver moves time on by one interval and takes twice: 4 requests
+/// (a) A takes twice, B moves time on by one interval and takes once, then the driver once: 4 requests
 /// against a bound of 3 over any span shorter than one interval.
 #[test]
 fn bursty_clock_moves_between_steps() {
@@ -408,15 +424,23 @@ fn bursty_clock_moves_between_steps() {
                 got
             })
         };
-        clock.advance(SMOOTH_T);
-        let mut admitted = join_all(vec![a], take(&*l, &clock, 1, (0, 0)));
+        // B runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 189 executions of this race.
+        let b = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(SMOOTH_T);
+                take(&*l, &clock, 1, (0, 0))
+            })
+        };
+        let mut admitted = join_all(vec![a, b], Vec::new());
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         assert_bucket_bound(&admitted, SMOOTH_C, SMOOTH_T);
     });
 }
 
-/// (b) S may stall right after its clock read while the driver moves on 2 s and takes 3
-/// (stored + one in debt); then the driver takes once more. S is decided at the floor; the
+/// (b) S may stall right after its clock read while D moves on 2 s and takes 3 (stored + one in
+/// debt); then the driver takes once more. S is decided at the floor; the
 /// model asserts the upper bound only, which a stale read (refusing more, never admitting more)
 /// keeps anyway: it passes with the smooth floor never raised (review build).
 #[test]
@@ -428,10 +452,18 @@ fn bursty_stalled_reader() {
             let (l, clock) = (l.clone(), clock.clone());
             thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
         };
-        clock.advance(20 * SMOOTH_T);
-        let mut mine = take(&*l, &clock, 2, (0, 0));
-        mine.extend(take(&*l, &clock, 1, (0, 0)));
-        let mut admitted = join_all(vec![s], mine);
+        // D runs on a model thread of its own: run on the thread that built the limiter, loom
+        // explored 146 executions of this race.
+        let d = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.advance(20 * SMOOTH_T);
+                let mut got = take(&*l, &clock, 2, (0, 0));
+                got.extend(take(&*l, &clock, 1, (0, 0)));
+                got
+            })
+        };
+        let mut admitted = join_all(vec![s, d], Vec::new());
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         assert_bucket_bound(&admitted, SMOOTH_C, SMOOTH_T);
     });
