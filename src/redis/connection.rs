@@ -1155,19 +1155,27 @@ fn n_list(command: &mut Cmd, requests: &[&Request], n_slot: usize) {
 
 /// Adds `values` to `command` as one argument: their decimal digits, separated by spaces (a
 /// list of the tally format, see [`RedisBackend::eval_tally`]).
+///
+/// Two digits a step ([`DIGIT_PAIRS`]): a batch's list holds a 16-digit deadline per
+/// decision, and one digit a step took ~250 instructions a decision (callgrind, 16 callers).
 fn spaced(command: &mut Cmd, values: impl Iterator<Item = u64>) {
     let mut argument = command.writer_for_next_arg();
     for (i, mut value) in values.enumerate() {
         // u64::MAX has 20 digits; one byte more for the space before all but the first.
         let mut text = [0u8; 21];
         let mut start = text.len();
-        loop {
+        while value >= 100 {
+            start -= 2;
+            // Below 100: in bounds.
+            text[start..start + 2].copy_from_slice(&DIGIT_PAIRS[(value % 100) as usize]);
+            value /= 100;
+        }
+        if value >= 10 {
+            start -= 2;
+            text[start..start + 2].copy_from_slice(&DIGIT_PAIRS[value as usize]);
+        } else {
             start -= 1;
-            text[start] = b'0' + (value % 10) as u8;
-            value /= 10;
-            if value == 0 {
-                break;
-            }
+            text[start] = b'0' + value as u8;
         }
         if i > 0 {
             start -= 1;
@@ -1177,6 +1185,17 @@ fn spaced(command: &mut Cmd, values: impl Iterator<Item = u64>) {
         let _ = argument.write_all(&text[start..]);
     }
 }
+
+/// The two decimal digits of each number below 100, for [`spaced`].
+const DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut pairs = [[0u8; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    pairs
+};
 
 /// An `EVALSHA` of `script` with `keys` keys, to which the caller adds the keys, then about
 /// `args` arguments taking about `bytes` bytes.
@@ -1632,6 +1651,26 @@ mod tests {
         assert_eq!(
             String::from_utf8(packed).unwrap(),
             "*2\r\n$24\r\n7 0 18446744073709551615\r\n$2\r\n42\r\n"
+        );
+    }
+
+    #[test]
+    fn spaced_writes_every_number_as_its_decimal_digits() {
+        // Each digit count's ends, odd and even lengths, and a server-clock deadline.
+        let mut values = vec![u64::MAX, u64::MAX - 1, 1_764_000_000_123_456];
+        let mut power = 1u64;
+        for _ in 0..20 {
+            values.extend([power - 1, power, power + 1, power.saturating_mul(10) - 1]);
+            power = power.saturating_mul(10);
+        }
+        let mut command = Cmd::new();
+        spaced(&mut command, values.iter().copied());
+        let expected = values.iter().map(u64::to_string).collect::<Vec<_>>();
+        let expected = expected.join(" ");
+        let packed = String::from_utf8(command.get_packed_command()).unwrap();
+        assert_eq!(
+            packed,
+            format!("*1\r\n${}\r\n{expected}\r\n", expected.len())
         );
     }
 
