@@ -202,12 +202,19 @@ impl StoredPermits for WarmingMath {
                 if 1.0 >= stored {
                     0.0
                 } else {
-                    // `clamp(0.0, W)` without its assertion that `0 ≤ W` (a branch and a
-                    // panic path per admission).
-                    let time = self.time_of(stored - 1.0);
-                    if time < 0.0 {
-                        0.0
-                    } else if time > self.warmup_micros {
+                    // `time_of(stored − 1).clamp(0.0, W)` without the steps that cannot apply
+                    // (6 instructions, issue 17): `stored − 1` is above 0 (`stored > 1`), so
+                    // `time_of`'s `≤ 0` branch never runs, and its product of a positive count
+                    // and the cool-down (`W / maxPermits`, not negative) is not below 0, so
+                    // the clamp's lower bound never applies (a NaN passes both unchanged, as
+                    // through the clamp's comparisons). Nor the clamp's assertion that `0 ≤ W`.
+                    let permits = stored - 1.0;
+                    let time = if permits >= self.max_permits {
+                        self.warmup_micros
+                    } else {
+                        permits * self.cool_down
+                    };
+                    if time > self.warmup_micros {
                         self.warmup_micros
                     } else {
                         time
