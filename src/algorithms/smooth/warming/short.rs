@@ -116,7 +116,9 @@ impl<C: Clock> SmoothWarmingUp<C> {
             }
             return Ok(A::of(outcome.decision));
         };
-        if now >= floor_now.saturating_add(MICROS_FLOOR.grain) {
+        // `now − floor ≥ grain`: `now` is `max(clock, floor)`, so the difference cannot wrap
+        // (a saturating `floor + grain` was 3 instructions more an admission, issue 17).
+        if now - floor_now >= MICROS_FLOOR.grain {
             // Published by the Release compare-exchange below, as in `decide_at`.
             raise_floor(&self.words.floor, floor_now, now);
         }
