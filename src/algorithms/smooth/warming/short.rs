@@ -106,11 +106,14 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // Granted (Guava's `canAcquire` passed): booked as `reserve` books.
         let outcome = decide(ticket, now as i64, n, None, Some(math));
         outcome.check_booking(n)?;
-        let next = outcome
-            .next
-            .map(|ticket| pack(ticket, false))
-            .filter(|&next| next != word);
-        let Some(next) = next else {
+        // Not compared with `word` (issue 17: 7 to 9 instructions an admission,
+        // `instructions_warming_states`): a grant here starts at `max(nf, now)` with `nf ≤ now`
+        // and moves the next free ticket on by its cost, at least 1 µs (costs are truncated as
+        // Guava's only from a stable interval of 3004 µs, rounded up below), so the new word
+        // differs. Were it the same, the compare-exchange below would write the word it found:
+        // nothing would change, and its success would confirm the word the decision stands on.
+        let Some(next) = outcome.next.map(|ticket| pack(ticket, false)) else {
+            // Not reached: `decide` books every grant that `check_booking` passes.
             if let Err(again) = still(beyond_horizon) {
                 return again;
             }
