@@ -1,17 +1,19 @@
 //! `SmoothWarmingUp::admit` racing a leap repair, under the time model
-//! (`floodgate_loom_tests::ModelClock`): the re-check of the word on the short path's `bool`
-//! refusal by a booking beyond the lag horizon (`warming/short.rs`, `still`).
+//! (`floodgate_loom_tests::ModelClock`): the re-check on the short path's `bool` refusal by a
+//! booking beyond the lag horizon (`warming/short.rs`, `still`).
 //!
 //! A refusal writes nothing, so no compare-exchange checks the word it was decided on. A caller
 //! that loads a leaped booking before a repair replaced it, and the floor the repair lowered
 //! after, finds the floor in range and the booking beyond the horizon: a long booking, or a
-//! stale leaped one. It tells them apart by loading the word again after an Acquire fence,
-//! which pairs with the repair's Release floor store. `time_smooth_leap.rs` races the same
-//! repair with an `admit`, but judges a `bool` by the admissions alone, and a refusal is always
-//! allowed there: it passes with the re-check removed. Under loom the 128-bit word is a loom
-//! mutex (`smooth/wide.rs`), so a load after the repair's word landed always sees it: the model
-//! pins the re-check (the second load), not the fence before it, whose pairing is argued at its
-//! site.
+//! stale leaped one. It tells them apart by the count of leap repairs, which a repair raises
+//! before it lowers the floor: the caller loads it before the word and again after an Acquire
+//! fence that pairs with the repair's Release floor store, and decides again in the engine when
+//! it changed. `time_smooth_leap.rs` races the same repair with an `admit`, but judges a `bool`
+//! by the admissions alone, and a refusal is always allowed there: it passes with the re-check
+//! removed. The count is a loom atomic, so loom checks the fence's pairing and the count's
+//! orderings against the floor; the 128-bit word is a loom mutex (`smooth/wide.rs`), whose
+//! loads follow the model's schedule, so the Acquire load of the count before the word (a
+//! caller that sees a repair's count loads its repaired word) is argued at its site.
 //!
 //! Here a refusal is checked against the limiter's own next answer: real time stays at `START`
 //! from the leap on and nothing is released, so a refusal at real time `START` must stand for a
@@ -28,13 +30,12 @@
 //!   with the leaped floor it repairs itself, and is then refused (debt counted from `START`),
 //!   and the repairer, on that word, is refused without writing: both refusals stand.
 //!
-//! Checked when written: with the `bool` refusal's `still(word, beyond_horizon)` in
-//! `try_acquire_now` removed, the model fails (the caller refused by the leaped word under the
-//! repairer's lowered floor, a present `try_acquire` after it admitted). The repairer's read must
-//! be after the creation: a read before it counts as the creation instant (`micros_since`
-//! saturates), and with the limiter
-//! created at `START` the repaired booking was not yet paid at `START`, so the model passed with
-//! the re-check removed.
+//! Checked when written, and again with the count of repairs (issue 17): with the `bool`
+//! refusal's `still(..)` in `try_acquire_now` removed, the model fails (the caller refused by
+//! the leaped word under the repairer's lowered floor, a present `try_acquire` after it
+//! admitted). The repairer's read must be after the creation: a read before it counts as the
+//! creation instant (`micros_since` saturates), and with the limiter created at `START` the
+//! repaired booking was not yet paid at `START`, so the model passed with the re-check removed.
 //!
 //! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_smooth_admit_repair`
 #![cfg(floodgate_loom)]

@@ -413,7 +413,10 @@ pub(crate) fn decide<K: StoredPermits>(
         };
     };
     let (next, start) = reserve(ticket, now, permits, math);
-    let cost = next.next_free.saturating_sub(start);
+    // No overflow, so no saturation (7 instructions, issue 17): `start` is `max(nf, now)`, at
+    // least `now`, a µs count since the limiter's creation (never negative), and `next` is
+    // `start.saturating_add(wait)`, so `next − start` is `wait` or `i64::MAX − start`.
+    let cost = next.next_free - start;
     if cost > MAX_BOOKING_MICROS && math.interval().is_finite() {
         // One request may not book more than a year: beyond it, a single call could push the
         // limiter past its time range (never again) and no `set_rate` could repair it.

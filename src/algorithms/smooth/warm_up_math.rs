@@ -202,12 +202,19 @@ impl StoredPermits for WarmingMath {
                 if 1.0 >= stored {
                     0.0
                 } else {
-                    // `clamp(0.0, W)` without its assertion that `0 ≤ W` (a branch and a
-                    // panic path per admission).
-                    let time = self.time_of(stored - 1.0);
-                    if time < 0.0 {
-                        0.0
-                    } else if time > self.warmup_micros {
+                    // `time_of(stored − 1).clamp(0.0, W)` without the steps that cannot apply
+                    // (6 instructions, issue 17): `stored − 1` is above 0 (`stored > 1`), so
+                    // `time_of`'s `≤ 0` branch never runs, and its product of a positive count
+                    // and the cool-down (`W / maxPermits`, not negative) is not below 0, so
+                    // the clamp's lower bound never applies (a NaN passes both unchanged, as
+                    // through the clamp's comparisons). Nor the clamp's assertion that `0 ≤ W`.
+                    let permits = stored - 1.0;
+                    let time = if permits >= self.max_permits {
+                        self.warmup_micros
+                    } else {
+                        permits * self.cool_down
+                    };
+                    if time > self.warmup_micros {
                         self.warmup_micros
                     } else {
                         time
@@ -226,14 +233,15 @@ impl StoredPermits for WarmingMath {
                 (self.one_micros, left())
             } else {
                 // `stored` (< 1) from stored time, the rest fresh: two truncations, as Guava.
-                let wait = self
-                    .micros(self.interval * stored)
-                    .saturating_add(self.micros((1.0 - stored) * self.interval));
+                let wait = add_waits(
+                    self.micros(self.interval * stored),
+                    self.micros((1.0 - stored) * self.interval),
+                );
                 (wait, 0.0)
             }
         };
         let next = Ticket {
-            next_free: synced.next_free.saturating_add(wait),
+            next_free: add_waits(synced.next_free, wait),
             stored_time,
         };
         (next, synced.next_free)
@@ -244,10 +252,42 @@ impl StoredPermits for WarmingMath {
     const GUAVA_MIN_INTERVAL: f64 = 3004.0;
 }
 
+/// `a.saturating_add(wait)` for a `wait` that is not negative (every wait is a cost in whole
+/// µs: `micros` of a cost that is not negative, or NaN → 0): only the upper end can overflow,
+/// so one overflow test (3 instructions an admission fewer than `saturating_add`'s two-sided
+/// one, issue 17). The same value as `saturating_add` whenever `wait ≥ 0`
+/// (`add_waits_is_saturating_add_for_waits_that_are_not_negative`).
+#[inline(always)]
+fn add_waits(a: i64, wait: i64) -> i64 {
+    a.checked_add(wait).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algorithms::smooth::reserve_general;
+
+    /// `add_waits` is `saturating_add` for every wait that is not negative, at the ends of the
+    /// range and around the overflow.
+    #[test]
+    fn add_waits_is_saturating_add_for_waits_that_are_not_negative() {
+        let values = [
+            i64::MIN,
+            i64::MIN + 1,
+            -(1 << 40),
+            -1,
+            0,
+            1,
+            1 << 40,
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        for a in values {
+            for wait in values.into_iter().filter(|&w| w >= 0) {
+                assert_eq!(add_waits(a, wait), a.saturating_add(wait), "{a} + {wait}");
+            }
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -182,6 +182,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
             words: CachePadded::new(Words {
                 state: AtomicWide::new(pack(cold, infinite)),
                 floor: AtomicU64::new(0),
+                repairs: AtomicU64::new(0),
             }),
             interval: IntervalCell::new(interval),
             base: WarmingMath::new(interval, warmup_micros, cold_factor),
@@ -336,10 +337,16 @@ impl<C: Clock> SmoothWarmingUp<C> {
             break written;
         };
         if let (Ok(_), Some((seen, read))) = (written, lower) {
+            // Counted before the floor is lowered, for the short path's refusal (`short.rs`),
+            // which loads this count before the word and again after the floor. Release: pairs
+            // with the Acquire load of the count before the word (a caller that sees this count
+            // loads the repaired word or a later one); the floor's Release below orders it
+            // before the lowering (a caller that sees the lowered floor sees this count).
+            self.words.repairs.fetch_add(1, Ordering::Release);
             // A reader that sees the old floor with this booking only re-reads its clock (the
             // booking is in range); another thread's newer floor stands. Release: pairs with the
             // Acquire fence of a refusal that loaded the leaped word before this booking and
-            // this floor after it (above).
+            // this floor after it (above, and `short.rs`).
             let _ =
                 self.words
                     .floor
@@ -428,6 +435,11 @@ struct Words {
     /// The time floor of `limiter::update_at` (µs since `origin_nanos`): a request whose clock
     /// read lags the last booking's is decided at that booking's time.
     floor: AtomicU64,
+    /// How many leap repairs have lowered (or tried to lower) `floor`, counted before each
+    /// lowering; wraps around. The short path's refusal by a booking beyond the horizon
+    /// compares it with the count it loaded before the word instead of loading the 128-bit word
+    /// again (`warming/short.rs`).
+    repairs: AtomicU64,
 }
 
 /// How far below [`MAX_BOOKING_MICROS`] [`check_warming`] keeps the bookings of one permit from

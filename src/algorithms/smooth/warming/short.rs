@@ -19,11 +19,15 @@ impl<C: Clock> SmoothWarmingUp<C> {
     /// (the engine's second read, which it takes before it trusts a booking beyond the lag
     /// horizon, is never needed). Served here: a finite rate, a word that is not *never*, a floor
     /// within the horizon of the read (no leap); a refusal by a booking beyond the horizon
-    /// re-checks the word (a repair may have replaced it and lowered the floor, as in
-    /// `decide_at`). A refusal answered as a `bool` computes no terms. A lost compare-exchange and every other case go to the general engine,
+    /// re-checks the count of leap repairs (a repair may have replaced the word and lowered the
+    /// floor since, as in `decide_at`). A refusal answered as a `bool` computes no terms. A lost compare-exchange and every other case go to the general engine,
     /// which decides them from scratch.
     #[inline(always)]
     pub(super) fn try_acquire_now<A: Answer>(&self, n: u32) -> Result<A, AcquireError> {
+        // The leap repairs counted so far, loaded before the word. Acquire: pairs with the
+        // Release increment in `decide_at`, which follows the repair's compare-exchange: a
+        // caller that sees a repair's count loads its repaired word (or a later one).
+        let repairs = self.words.repairs.load(Ordering::Acquire);
         // Acquire: as in `decide_at` (a word comes with the interval and the floor its writer
         // saw).
         let word = self.load_word();
@@ -32,14 +36,19 @@ impl<C: Clock> SmoothWarmingUp<C> {
         let clock_now = self.now_micros();
         let general = || self.try_acquire_general(n, clock_now).map(A::of);
         // A decision that writes nothing, by a booking beyond the horizon, stands only on a word
-        // that is still current: it may be a leaped one that a repair has replaced since,
-        // lowering the floor this call loaded. Acquire fence: pairs with the Release of that
-        // lowering (`decide_at`); the load then sees the repair. `Err`: decide again. The
-        // `bool` refusal's re-check is pinned by loom `time_smooth_admit_repair.rs`.
-        let still = |word, beyond_horizon| {
+        // that no repair replaced before the floor this call loaded was lowered: the word may
+        // be a leaped one that a repair has replaced since, lowering that floor. A repair
+        // counts itself before it lowers the floor (`decide_at`), so a count unchanged since
+        // before the word rules it out, without loading the 128-bit word again: had the floor
+        // load seen a lowering, the Acquire fence (pairing with the lowering's Release) would
+        // make its count visible to the second load; had the first count load seen it, the
+        // word loaded after it would be the repaired one. `Err`: decide again, in the engine.
+        // The `bool` refusal's re-check is pinned by loom `time_smooth_admit_repair.rs`.
+        let still = |beyond_horizon| {
             if beyond_horizon {
                 fence(Ordering::Acquire);
-                if self.load_word() != word {
+                // Relaxed: ordered by the fence above.
+                if self.words.repairs.load(Ordering::Relaxed) != repairs {
                     return Err(general());
                 }
             }
@@ -73,7 +82,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // per-thread memo) nor the reset (the refill's float arithmetic). Issue 17: 91 -> 80
         // instructions per `admit` refusal (`instructions_smooth`).
         if !A::REPORTS_TERMS && ticket.next_free > now as i64 {
-            if let Err(again) = still(word, beyond_horizon) {
+            if let Err(again) = still(beyond_horizon) {
                 return again;
             }
             return Ok(A::denied(0, 0, 1, NonZeroU64::MIN, 0));
@@ -89,7 +98,7 @@ impl<C: Clock> SmoothWarmingUp<C> {
             &memo
         };
         if let Some(refused) = refusal(ticket, now as i64, 0, Some(math)) {
-            if let Err(again) = still(word, beyond_horizon) {
+            if let Err(again) = still(beyond_horizon) {
                 return again;
             }
             return Ok(A::of(refused.decision));
@@ -97,17 +106,22 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // Granted (Guava's `canAcquire` passed): booked as `reserve` books.
         let outcome = decide(ticket, now as i64, n, None, Some(math));
         outcome.check_booking(n)?;
-        let next = outcome
-            .next
-            .map(|ticket| pack(ticket, false))
-            .filter(|&next| next != word);
-        let Some(next) = next else {
-            if let Err(again) = still(word, beyond_horizon) {
+        // Not compared with `word` (issue 17: 7 to 9 instructions an admission,
+        // `instructions_warming_states`): a grant here starts at `max(nf, now)` with `nf ≤ now`
+        // and moves the next free ticket on by its cost, at least 1 µs (costs are truncated as
+        // Guava's only from a stable interval of 3004 µs, rounded up below), so the new word
+        // differs. Were it the same, the compare-exchange below would write the word it found:
+        // nothing would change, and its success would confirm the word the decision stands on.
+        let Some(next) = outcome.next.map(|ticket| pack(ticket, false)) else {
+            // Not reached: `decide` books every grant that `check_booking` passes.
+            if let Err(again) = still(beyond_horizon) {
                 return again;
             }
             return Ok(A::of(outcome.decision));
         };
-        if now >= floor_now.saturating_add(MICROS_FLOOR.grain) {
+        // `now − floor ≥ grain`: `now` is `max(clock, floor)`, so the difference cannot wrap
+        // (a saturating `floor + grain` was 3 instructions more an admission, issue 17).
+        if now - floor_now >= MICROS_FLOOR.grain {
             // Published by the Release compare-exchange below, as in `decide_at`.
             raise_floor(&self.words.floor, floor_now, now);
         }
