@@ -329,18 +329,33 @@ impl<K, S> Table<K, S> {
 /// Where a shard publishes its table: `ArcSwap` normally, so a reader's load writes only its
 /// own thread's debt slot; under loom a mutex and a reader count loom can see (the protocol
 /// above is what the models check, not `ArcSwap`'s internals).
+///
+/// The table is published cache-padded (`CachePadded<Table>`, 128 bytes aligned to 128): every
+/// check reads its header (the slots' address and length), and `Arc::new` would otherwise place
+/// it right after the slots' allocation, within the 128 bytes (the pair of lines the
+/// adjacent-line prefetcher fetches together) of the table's last slots and of the next
+/// allocation, often another shard's first slots; an admission on a key there then made every
+/// other core's next check miss the header (the test
+/// `a_tables_header_shares_no_line_with_its_slots`).
 #[cfg(not(floodgate_loom))]
 mod cell {
     use super::Table;
+    use crossbeam_utils::CachePadded;
     use std::sync::Arc;
 
-    pub(super) struct TableCell<K, S>(arc_swap::ArcSwap<Table<K, S>>);
+    pub(super) struct TableCell<K, S>(arc_swap::ArcSwap<CachePadded<Table<K, S>>>);
 
-    pub(super) type TableGuard<K, S> = arc_swap::Guard<Arc<Table<K, S>>>;
+    pub(super) type TableGuard<K, S> = arc_swap::Guard<Arc<CachePadded<Table<K, S>>>>;
 
     impl<K, S> TableCell<K, S> {
         pub(super) fn new(table: Table<K, S>) -> Self {
-            TableCell(arc_swap::ArcSwap::from_pointee(table))
+            TableCell(arc_swap::ArcSwap::from_pointee(CachePadded::new(table)))
+        }
+
+        /// A cell holding the table this one holds (the map's unused end cells share one
+        /// placeholder).
+        pub(super) fn sharing(&self) -> Self {
+            TableCell(arc_swap::ArcSwap::new(self.0.load_full()))
         }
 
         #[inline]
@@ -349,7 +364,7 @@ mod cell {
         }
 
         pub(super) fn store(&self, table: Table<K, S>) {
-            self.0.store(Arc::new(table));
+            self.0.store(Arc::new(CachePadded::new(table)));
         }
 
         /// Publishes the placeholder and returns the old table once no reader holds it. The
@@ -358,10 +373,12 @@ mod cell {
         /// Acquire pairs with the Release decrement of each reader's guard drop, so every word
         /// they wrote is visible here.
         pub(super) fn take(&self) -> Table<K, S> {
-            let mut old = self.0.swap(Arc::new(Table::placeholder()));
+            let mut old = self
+                .0
+                .swap(Arc::new(CachePadded::new(Table::placeholder())));
             loop {
                 match Arc::try_unwrap(old) {
-                    Ok(table) => return table,
+                    Ok(table) => return CachePadded::into_inner(table),
                     Err(shared) => {
                         old = shared;
                         std::thread::yield_now();
@@ -401,6 +418,10 @@ mod cell {
             TableCell(Mutex::new(Arc::new(table)))
         }
 
+        pub(super) fn sharing(&self) -> Self {
+            TableCell(Mutex::new(Arc::clone(&self.0.lock().unwrap())))
+        }
+
         pub(super) fn load(&self) -> TableGuard<K, S> {
             let current = self.0.lock().unwrap();
             let table = Arc::clone(&current);
@@ -435,7 +456,7 @@ use cell::{TableCell, TableGuard};
 /// Unused table cells at each end of the map's array of cells: 128 bytes (two 64-byte cache
 /// lines, the pair the adjacent-line prefetcher fetches together), so no other heap object
 /// shares a line with a shard's cell (a write to such a neighbour would make every check on
-/// those shards miss its cell). They hold the empty placeholder table and are never read. Under
+/// those shards miss its cell). They share one empty placeholder table and are never read. Under
 /// loom, where a cell is a loom mutex, none: the models make no cells beyond their shards.
 #[cfg(not(floodgate_loom))]
 const PAD_CELLS: usize = 128 / size_of::<usize>();
@@ -643,14 +664,20 @@ where
         debug_assert!(shards.is_power_of_two() && shards <= max_keys);
         let shard_cap = max_keys / shards;
         let first = slots_for(MIN_KEYS.min(shard_cap));
-        let tables = (0..PAD_CELLS + shards + PAD_CELLS)
-            .map(|i| {
-                TableCell::new(if (PAD_CELLS..PAD_CELLS + shards).contains(&i) {
-                    Table::new(first)
-                } else {
-                    Table::placeholder()
-                })
-            })
+        // The unused end cells share one placeholder: they are never read or written. (None
+        // under loom, which has no end cells: the models make no objects beyond their shards.)
+        #[cfg(not(floodgate_loom))]
+        let unused = Some(TableCell::new(Table::placeholder()));
+        #[cfg(floodgate_loom)]
+        let unused: Option<TableCell<K, S>> = None;
+        let pads = || {
+            unused
+                .iter()
+                .flat_map(|unused| (0..PAD_CELLS).map(|_| unused.sharing()))
+        };
+        let tables = pads()
+            .chain((0..shards).map(|_| TableCell::new(Table::new(first))))
+            .chain(pads())
             .collect();
         let metas = (0..shards)
             .map(|_| {
@@ -1521,6 +1548,32 @@ mod tests {
                 assert!(
                     cell >= start + pad && cell + size <= end - pad,
                     "{shards} shards"
+                );
+            }
+        }
+    }
+
+    /// A check reads its table's header (the slots' address and length) on every call, and a
+    /// hot key's word is written on every admission: the header shares no 128-byte block (the
+    /// pair of lines the adjacent-line prefetcher fetches together) with any slot of its own
+    /// table. Before, `Arc::new` put the header right after the slots' allocation, in the block
+    /// of the last slots, so an admission on a key there made every other core's next check
+    /// miss the header too.
+    #[cfg(not(floodgate_loom))]
+    #[test]
+    fn a_tables_header_shares_no_line_with_its_slots() {
+        for shards in [1, 2, 16] {
+            let map = ShardedMap::<u64, AtomicU64>::new(4096, shards, WhenFull::DenyNewKeys);
+            for i in 0..shards {
+                let table = map.cell(i).load();
+                let header = std::ptr::from_ref::<Table<u64, AtomicU64>>(&table) as usize;
+                let start = table.slots.as_ptr() as usize;
+                let end = start + size_of_val(&*table.slots);
+                let block = header / 128;
+                let apart = end <= block * 128 || start >= (block + 1) * 128;
+                assert!(
+                    header % 128 == 0 && apart,
+                    "{shards} shards: slots {start:#x}..{end:#x}, header at {header:#x}"
                 );
             }
         }
