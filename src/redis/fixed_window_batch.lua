@@ -18,15 +18,19 @@ local window_ms = ARGV[2] + 0
 local function read(k)
   local key = KEYS[k]
   local stored = redis.pcall('GET', key)
-  local c
+  local c = 0
   if type(stored) == 'table' and stored.err then
     errors[#errors + 1] = stored.err
     c = false
-  elseif stored and not exact_count(stored) then
-    errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a counter'
-    c = false
-  else
-    c = stored and exact_count(stored) or 0
+  elseif stored then
+    -- Read once: exact_count() is a pattern match and a conversion.
+    c = exact_count(stored)
+    if not c then
+      errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a counter'
+      c = false
+    end
+  end
+  if c then
     local ttl_ms = redis.call('PTTL', key)
     if ttl_ms == -1 then
       -- Found without a TTL: its window is taken to start now.

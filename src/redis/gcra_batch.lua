@@ -24,12 +24,17 @@ local function read(k)
     errors[#errors + 1] = stored.err
     out[k * 3 - 1] = #errors
     return {err = true}
-  elseif stored and not exact(stored) then
-    errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a time'
-    out[k * 3 - 1] = #errors
-    return {err = true}
   end
-  local tat = stored and exact(stored) or now
+  -- Read once: exact() is a pattern match and a conversion.
+  local tat = now
+  if stored then
+    tat = exact(stored)
+    if not tat then
+      errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a time'
+      out[k * 3 - 1] = #errors
+      return {err = true}
+    end
+  end
   out[k * 3] = tat
   return {tat = tat, stored = stored and true or false, dirty = false, checked = false}
 end
