@@ -31,14 +31,16 @@ local function read(k)
     end
   end
   if c then
-    local ttl_ms = redis.call('PTTL', key)
-    if ttl_ms == -1 then
-      -- Found without a TTL: its window is taken to start now.
-      redis.call('PEXPIRE', key, window_ms)
-      ttl_ms = window_ms
-    elseif ttl_ms < 0 then
-      c = 0
-      ttl_ms = window_ms
+    -- No counter: a window would open now (no PTTL to ask: time stands still in a script,
+    -- so it would read -2).
+    local ttl_ms = window_ms
+    if stored then
+      ttl_ms = redis.call('PTTL', key)
+      if ttl_ms == -1 then
+        -- Found without a TTL: its window is taken to start now.
+        redis.call('PEXPIRE', key, window_ms)
+        ttl_ms = window_ms
+      end
     end
     out[k * 3] = c
     out[k * 3 + 1] = ttl_ms
