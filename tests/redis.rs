@@ -17,6 +17,8 @@ mod outage;
 mod server;
 #[path = "redis/single.rs"]
 mod single;
+#[path = "redis/uniform_batch.rs"]
+mod uniform_batch;
 
 use std::sync::Arc;
 use std::time::Duration;

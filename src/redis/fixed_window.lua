@@ -8,8 +8,9 @@
 -- Stored values are read with exact_count(): exact.lua and count.lua, prepended.
 local key = KEYS[1]
 local limit = ARGV[1] + 0
-local window_ms = ARGV[2] + 0
 local n = ARGV[3] + 0
+-- The window in ms (ARGV[2]) is converted only where a window opens or is repaired: a
+-- conversion is a strtod on the server, and the common call (an open window) needs none.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -25,22 +26,25 @@ if stored then
     return redis.error_reply('floodgate: ' .. key .. ' does not hold a counter')
   end
 end
-local ttl_ms = redis.call('PTTL', key)
-if ttl_ms == -1 then
-  -- Found without a TTL: its window is taken to start now.
-  redis.call('PEXPIRE', key, ARGV[2])
-  ttl_ms = window_ms
-elseif ttl_ms < 0 then
-  -- No counter: a window would open now.
-  count = 0
-  ttl_ms = window_ms
+local ttl_ms
+if stored then
+  ttl_ms = redis.call('PTTL', key)
+  if ttl_ms == -1 then
+    -- Found without a TTL: its window is taken to start now.
+    redis.call('PEXPIRE', key, ARGV[2])
+    ttl_ms = ARGV[2] + 0
+  end
+else
+  -- No counter (no PTTL to ask: time stands still in a script, so it would read -2): a window
+  -- would open now.
+  ttl_ms = ARGV[2] + 0
 end
 
 if count + n <= limit then
   local taken = redis.call('INCRBY', key, ARGV[3])
   if taken == n then
     redis.call('PEXPIRE', key, ARGV[2])
-    ttl_ms = window_ms
+    ttl_ms = ARGV[2] + 0
   end
   return string.format('1 %d %d 0 %d %d', limit, limit - taken, ttl_ms * 1000, now)
 end

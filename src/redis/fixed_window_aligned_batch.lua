@@ -17,50 +17,69 @@ local window = ARGV[2] + 0
 local current = math.floor(now / window)
 if current * window > now then current = current - 1 elseif (current + 1) * window <= now then current = current + 1 end
 
+-- Reads key k into out: its state {index, count, taken, denied} (the current window and 0 for
+-- a missing or older one), or {err = true} (the error recorded; nothing to write) if it holds
+-- no counter.
+local function read(k)
+  local stored = redis.pcall('HMGET', KEYS[k], 'i', 'c')
+  local err = stored.err
+  if not err and corrupt(stored, window) then
+    err = 'floodgate: ' .. KEYS[k] .. ' does not hold a counter'
+  end
+  if err then
+    errors[#errors + 1] = err
+    out[k * 3 - 1] = #errors
+    return {err = true, index = current}
+  end
+  local s = {index = current, count = 0, taken = false, denied = false}
+  local stored_index = exact(stored[1])
+  local stored_count = exact(stored[2])
+  if stored_index and stored_count then
+    if stored_index == current then
+      s.count = stored_count
+    elseif stored_index > current then
+      -- Written when the server's clock read later (a failover, a clock step): never go back.
+      s.index = stored_index
+      s.count = stored_count
+    end
+  end
+  out[k * 3] = s.index
+  out[k * 3 + 1] = s.count
+  return s
+end
+
 local state = {}
-each_decision(function(k, n)
-  local s = state[k]
-  if not s then
-    local stored = redis.pcall('HMGET', KEYS[k], 'i', 'c')
-    s = {index = current, count = 0, taken = false, denied = false}
-    local err = stored.err
-    if not err and corrupt(stored, window) then
-      err = 'floodgate: ' .. KEYS[k] .. ' does not hold a counter'
+local d, n = uniform()
+if d then
+  -- One key, one n (tally.lua's uniform()): the first floor(room / n) decisions, at most d.
+  local s = read(1)
+  state[1] = s
+  if not s.err then
+    local allowed = math.floor((limit - s.count) / n)
+    if allowed > d then allowed = d end
+    if allowed > 0 then
+      s.count = s.count + allowed * n
+      s.taken = true
     end
-    if err then
-      errors[#errors + 1] = err
-      s.err = true
-      out[k * 3 - 1] = #errors
-      stored = {}
+    s.denied = allowed < d
+  end
+else
+  each_decision(function(k, n)
+    local s = state[k]
+    if not s then
+      s = read(k)
+      state[k] = s
     end
-    local stored_index = exact(stored[1])
-    local stored_count = exact(stored[2])
     if s.err then
-      -- Its decisions fail with the error.
-    elseif stored_index and stored_count then
-      if stored_index == current then
-        s.count = stored_count
-      elseif stored_index > current then
-        -- Written when the server's clock read later (a failover, a clock step): never go back.
-        s.index = stored_index
-        s.count = stored_count
-      end
+      -- Decided by the client as the error.
+    elseif s.count + n <= limit then
+      s.count = s.count + n
+      s.taken = true
+    else
+      s.denied = true
     end
-    if not s.err then
-      out[k * 3] = s.index
-      out[k * 3 + 1] = s.count
-    end
-    state[k] = s
-  end
-  if s.err then
-    -- Decided by the client as the error.
-  elseif s.count + n <= limit then
-    s.count = s.count + n
-    s.taken = true
-  else
-    s.denied = true
-  end
-end)
+  end)
+end
 for k, s in pairs(state) do
   local window_end = (s.index + 1) * window
   if s.taken then

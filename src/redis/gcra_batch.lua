@@ -13,50 +13,88 @@ local function int(x) return string.format('%d', x) end
 local interval = ARGV[1] + 0
 local capacity = ARGV[2] + 0
 local horizon = now + capacity * interval
-local state = {}
-each_decision(function(k, n)
-  local s = state[k]
-  if not s then
-    local key = KEYS[k]
-    local stored = redis.pcall('GET', key)
-    if type(stored) == 'table' and stored.err then
-      errors[#errors + 1] = stored.err
-      s = {err = true}
-      out[k * 3 - 1] = #errors
-    elseif stored and not exact(stored) then
-      errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a time'
-      s = {err = true}
-      out[k * 3 - 1] = #errors
-    else
-      -- stored: the key exists; checked: its TTL was looked at (or it was written here).
-      s = {tat = stored and exact(stored) or now, stored = stored and true or false, dirty = false, checked = false}
-      out[k * 3] = s.tat
-    end
-    state[k] = s
+
+-- Reads key k into out: its state {tat (now if none), stored (the key exists), dirty (to be
+-- written), checked (its TTL was looked at, or it is to be written)}, or {err = true} (the
+-- error recorded) if it holds no time.
+local function read(k)
+  local key = KEYS[k]
+  local stored = redis.pcall('GET', key)
+  if type(stored) == 'table' and stored.err then
+    errors[#errors + 1] = stored.err
+    out[k * 3 - 1] = #errors
+    return {err = true}
   end
-  if not s.err then
-    local base = math.max(s.tat, now)
-    local new_tat = base + n * interval
-    if new_tat <= horizon then
-      s.tat = new_tat
-      s.stored = true
-      s.dirty = true
-      s.checked = true
-    elseif s.stored and not s.checked then
-      -- As gcra.lua: a key found without a TTL is given one (or removed if full again).
-      s.checked = true
-      if redis.call('PTTL', KEYS[k]) == -1 then
-        if base > now then
-          redis.call('PEXPIRE', KEYS[k], int(math.ceil((base - now) / 1000)))
-        else
-          redis.call('DEL', KEYS[k])
-          s.stored = false
-          s.tat = now
-        end
+  -- Read once: exact() is a pattern match and a conversion.
+  local tat = now
+  if stored then
+    tat = exact(stored)
+    if not tat then
+      errors[#errors + 1] = 'floodgate: ' .. key .. ' does not hold a time'
+      out[k * 3 - 1] = #errors
+      return {err = true}
+    end
+  end
+  out[k * 3] = tat
+  return {tat = tat, stored = stored and true or false, dirty = false, checked = false}
+end
+
+-- A denial of s (key k) at base = max(tat, now), as gcra.lua's: a key found without a TTL is
+-- given one (or removed if full again), once.
+local function denied(k, s, base)
+  if s.stored and not s.checked then
+    s.checked = true
+    if redis.call('PTTL', KEYS[k]) == -1 then
+      if base > now then
+        redis.call('PEXPIRE', KEYS[k], int(math.ceil((base - now) / 1000)))
+      else
+        redis.call('DEL', KEYS[k])
+        s.stored = false
+        s.tat = now
       end
     end
   end
-end)
+end
+
+local state = {}
+local d, n = uniform()
+if d then
+  -- One key, one n (tally.lua's uniform()): each allowed decision moves the TAT on by n*T from
+  -- max(tat, now), so the first floor((horizon - base) / (n*T)) are allowed, at most d.
+  local s = read(1)
+  state[1] = s
+  if not s.err then
+    local base = math.max(s.tat, now)
+    local allowed = math.floor((horizon - base) / (n * interval))
+    if allowed > d then allowed = d end
+    if allowed > 0 then
+      s.tat = base + allowed * n * interval
+      s.dirty = true
+    else
+      denied(1, s, base)
+    end
+  end
+else
+  each_decision(function(k, n)
+    local s = state[k]
+    if not s then
+      s = read(k)
+      state[k] = s
+    end
+    if not s.err then
+      local base = math.max(s.tat, now)
+      local new_tat = base + n * interval
+      if new_tat <= horizon then
+        s.tat = new_tat
+        s.stored = true
+        s.dirty = true
+        s.checked = true
+      else
+        denied(k, s, base)
+      end
+    end
+  end)
+end
 for k, s in pairs(state) do
   if s.dirty then
     redis.call('SET', KEYS[k], int(s.tat), 'PX', int(math.ceil((s.tat - now) / 1000)))

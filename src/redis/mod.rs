@@ -47,7 +47,9 @@
 //! sorted-set entries as one call at the per-call cap (so a batch holds the server no longer
 //! than the costliest single call). The fixed window (anchored and aligned) and GCRA batch scripts read
 //! each key once per batch and reply each key's state as read (the client replays the
-//! decisions from it), so a hot key costs Redis little more per batch than per decision.
+//! decisions from it), so a hot key costs Redis little more per batch than per decision; a
+//! batch on one key whose decisions all ask the same `n` (none past its deadline) is decided
+//! by arithmetic, with no step per decision on the server.
 //! A queued caller whose future is dropped before its batch is taken sends nothing; the batch
 //! is sent by a task on the runtime that built the connection (the one that runs the
 //! connection itself), not by any one caller nor on a caller's runtime, so no cancelled caller,

@@ -52,6 +52,22 @@ local function each_decision(decide)
   end
 end
 
+-- D and n when the batch's decisions are uniform: at least one, on one key, one n of at least 1,
+-- and the earliest deadline not passed (so none is); else nil. On one key, decisions of one n are
+-- allowed while they fit and denied after (a denial changes nothing), so such a batch is
+-- decided without a step per decision: the first min(D, floor(room / n)) are allowed.
+local function uniform()
+  local earliest = ARGV[4] + 0
+  if #KEYS > 1 or (earliest > 0 and now > earliest) or ARGV[5]:find(' ', 1, true) then
+    return nil
+  end
+  local n = ARGV[5] + 0
+  local d = ARGV[3] + 0
+  -- (The client sends no empty batch; the loop decides one as nothing.)
+  if n < 1 or d < 1 then return nil end
+  return d, n
+end
+
 -- The reply: out, then the decisions past their deadline, then the error messages.
 local function tally_reply()
   out[#KEYS * 3 + 2] = #late

@@ -19,11 +19,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// A hang guard only: every wait below ends long before it unless something is stuck.
 const HANG: Duration = Duration::from_secs(60);
 
-type Call = Pin<Box<dyn Future<Output = Result<Outcome, RequestError>> + Send>>;
+pub(super) type Call = Pin<Box<dyn Future<Output = Result<Outcome, RequestError>> + Send>>;
 
 /// One thread: the connection's task runs only when the test's task waits, so a first poll
 /// only sends or queues a request (it cannot also be answered within that poll).
-fn runtime() -> tokio::runtime::Runtime {
+pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -40,7 +40,7 @@ fn poll_once(call: &mut Call) {
 
 /// Polls every call once, in order (each is sent, or queued behind the calls out), then runs
 /// them all to the end; their outcomes in the same order.
-async fn all_queued_then_run(mut calls: Vec<Call>) -> Vec<Outcome> {
+pub(super) async fn all_queued_then_run(mut calls: Vec<Call>) -> Vec<Outcome> {
     for call in &mut calls {
         poll_once(call);
     }
@@ -53,7 +53,11 @@ async fn all_queued_then_run(mut calls: Vec<Call>) -> Vec<Outcome> {
     outcomes
 }
 
-fn call<A: RedisAlgorithm>(limiter: &Arc<RedisLimiter<A>>, key: &'static str, n: u32) -> Call {
+pub(super) fn call<A: RedisAlgorithm>(
+    limiter: &Arc<RedisLimiter<A>>,
+    key: &'static str,
+    n: u32,
+) -> Call {
     let limiter = Arc::clone(limiter);
     Box::pin(async move { limiter.try_acquire_outcome(key, n).await })
 }
