@@ -196,3 +196,37 @@ fn a_denied_batch_of_one_n_only_repairs_a_missing_ttl() {
     let ttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
     assert!(ttl > 0 && ttl <= 600_000, "repaired: TTL {ttl}");
 }
+
+/// The same for GCRA: a TAT found without a TTL and far enough ahead that every decision of
+/// the batch is denied keeps its value and gets the TTL one call would give it (the time until
+/// the TAT, in whole ms rounded up).
+#[test]
+fn a_denied_gcra_batch_of_one_n_only_repairs_a_missing_ttl() {
+    let server = RedisServer::start();
+    // One permit an hour, 40 at once: a TAT 40 hours ahead leaves no room.
+    let gcra = Gcra::new(Rate::per_hour(1), 40).unwrap();
+    let key = "{uniform-gcra-repair:k}:gcra";
+    let ahead = 40 * 3_600_000_000;
+    let tat = server.time_micros() + ahead;
+    server.cli(&["SET", key, &tat.to_string()]);
+    assert_eq!(server.cli(&["PTTL", key]), "-1");
+    let outcomes = one_n_on_one_key(
+        &server,
+        "uniform-gcra-repair",
+        gcra,
+        40,
+        40,
+        (0, 1, 8),
+        |key| {
+            let stored = integer(&server, key);
+            (stored - server.time_micros()) / 3_600_000_000 + 1
+        },
+    );
+    assert!(outcomes.iter().all(|o| !o.decision().is_allowed()));
+    assert_eq!(integer(&server, key), tat, "a denial takes nothing");
+    let ttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+    assert!(
+        ttl > 0 && ttl as u64 <= ahead / 1000 + 1,
+        "repaired: TTL {ttl}"
+    );
+}
