@@ -2,7 +2,7 @@
 -- lease: see their `lua_script!`), so that each reads a stored counter, window index or time
 -- the same way. What only some of them call is in its own file, prepended to those alone (each
 -- `local function` is a closure built on every call of the script): exact_count() in count.lua,
--- corrupt() in aligned.lua, decided() in decided.lua.
+-- read_stored() in aligned.lua, decided() in decided.lua.
 -- The per-call scripts (one decision and batch, of every algorithm) read the arguments and
 -- TIME by arithmetic (`ARGV[1] + 0`, `t[1] * 1000000`), not tonumber(): the same conversion
 -- (Lua 5.1's luaO_str2d), done once, where tonumber() does it twice (lua_isnumber, then

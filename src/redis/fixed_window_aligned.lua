@@ -5,7 +5,7 @@
 -- (decided(): decided.lua); allowed = 2: past the deadline, nothing changed.
 -- The window index is stored with the count, so a key read a moment before its expiry (Redis
 -- freezes expiry time during a script) is never taken for the next window's count.
--- Stored values are read with exact() and corrupt(): exact.lua and aligned.lua, prepended.
+-- Stored values are read with read_stored(): exact.lua and aligned.lua, prepended.
 local key = KEYS[1]
 local limit = ARGV[1] + 0
 local window = ARGV[2] + 0
@@ -22,12 +22,11 @@ local index = math.floor(now / window)
 if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
 
 local stored = redis.call('HMGET', key, 'i', 'c')
-if corrupt(stored, window) then
+local corrupt, stored_index, stored_count = read_stored(stored, window)
+if corrupt then
   return redis.error_reply('floodgate: ' .. key .. ' does not hold a counter')
 end
 local count = 0
-local stored_index = exact(stored[1])
-local stored_count = exact(stored[2])
 if stored_index and stored_count then
   if stored_index == index then
     count = stored_count

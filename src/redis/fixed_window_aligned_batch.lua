@@ -7,9 +7,9 @@
 -- KEYS: each limiter key's hash {i = window index, c = count}. ARGV: limit, window in us, then
 -- the frame's (tally.lua).
 -- Per key in the reply: {error index (0: none), window index, count} as read; the error
--- messages: a key of another type, or a field that is not an exact integer (see corrupt).
+-- messages: a key of another type, or a field that is not an exact integer (see read_stored).
 -- Each key is read once; its decisions are then worked out here and written once at the end.
--- Stored values are read with exact() and corrupt(): exact.lua and aligned.lua.
+-- Stored values are read with read_stored(): exact.lua, count.lua and aligned.lua.
 local function int(x) return string.format('%d', x) end
 local limit = ARGV[1] + 0
 local window = ARGV[2] + 0
@@ -23,8 +23,12 @@ if current * window > now then current = current - 1 elseif (current + 1) * wind
 local function read(k)
   local stored = redis.pcall('HMGET', KEYS[k], 'i', 'c')
   local err = stored.err
-  if not err and corrupt(stored, window) then
-    err = 'floodgate: ' .. KEYS[k] .. ' does not hold a counter'
+  local corrupt, stored_index, stored_count
+  if not err then
+    corrupt, stored_index, stored_count = read_stored(stored, window)
+    if corrupt then
+      err = 'floodgate: ' .. KEYS[k] .. ' does not hold a counter'
+    end
   end
   if err then
     errors[#errors + 1] = err
@@ -32,8 +36,6 @@ local function read(k)
     return {err = true, index = current}
   end
   local s = {index = current, count = 0, taken = false, denied = false}
-  local stored_index = exact(stored[1])
-  local stored_count = exact(stored[2])
   if stored_index and stored_count then
     if stored_index == current then
       s.count = stored_count

@@ -10,7 +10,7 @@
 -- hash with its own time (field l): a hash lost (deleted, evicted, a failover, a restart) and
 -- counted up again in the same window to the same count holds no stamp, or another lease's,
 -- so no refund of a lease it never counted lands in it.
--- Stored values are read with exact() and corrupt(): exact.lua and aligned.lua, prepended.
+-- Stored values are read with read_stored(): exact.lua and aligned.lua, prepended.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -27,12 +27,11 @@ local index = math.floor(now / window)
 if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end
 
 local stored = redis.call('HMGET', key, 'i', 'c')
-if corrupt(stored, window) then
+local corrupt, stored_index, stored_count = read_stored(stored, window)
+if corrupt then
   return redis.error_reply('floodgate: ' .. key .. ' does not hold a counter')
 end
 local count = 0
-local stored_index = exact(stored[1])
-local stored_count = exact(stored[2])
 if stored_index and stored_count then
   if stored_index == index then
     count = stored_count
