@@ -12,7 +12,7 @@ use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS, QuantaClock, duration_to_nanos};
 use crate::decision::{AcquireError, Answer, ConfigError, Decision, at_least_one, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
 use crate::packed::{
-    Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
+    COUNT_BITS, Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
 };
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
@@ -375,6 +375,8 @@ impl<C: Clock> Sharded<C> {
         }
         WindowAt {
             tag: index & TAG_MASK,
+            // Shifting out the index's top bits reduces it modulo 2^40, as the tag.
+            tagged: index << COUNT_BITS,
             until_end: window - into,
             index,
         }
@@ -623,16 +625,21 @@ impl<C: Clock> Sharded<C> {
 fn take_short(stripe: &Stripe, share: u64, at: &WindowAt, n: u64) -> Take {
     // Acquire: as the engine's load (`update`); the word is the only state decided on.
     let current = stripe.word.load(Ordering::Acquire);
-    let (stored, count) = unpack_window(current);
-    // The stored window's count if it is `at`'s; zero if it is older (up to 2^39 windows
-    // behind, as `tag_distance` reads it) or empty; a window ahead goes to the engine.
-    let behind = at.tag.wrapping_sub(stored) & TAG_MASK;
-    let count = if behind == 0 {
-        count
-    } else if count == 0 || behind <= TAG_MASK >> 1 {
-        0
-    } else {
-        return Take::Engine;
+    // A word of `at`'s window is `at.tagged + count` (`count ≤ MAX_COUNT` below the tag), so
+    // one subtraction gives its count, and any other word is more than `MAX_COUNT` away from
+    // `at.tagged` (wrapping). For those: zero if the stored window is older (up to 2^39
+    // windows behind, as `tag_distance` reads it) or empty; a window ahead goes to the engine.
+    let count = match current.wrapping_sub(at.tagged) {
+        count if count <= MAX_COUNT => count,
+        _ => {
+            let (stored, count) = unpack_window(current);
+            let behind = at.tag.wrapping_sub(stored) & TAG_MASK;
+            if count == 0 || behind <= TAG_MASK >> 1 {
+                0
+            } else {
+                return Take::Engine;
+            }
+        }
     };
     let taken = count + n;
     if taken > share {
@@ -640,10 +647,12 @@ fn take_short(stripe: &Stripe, share: u64, at: &WindowAt, n: u64) -> Take {
             left: share.saturating_sub(count),
         };
     }
+    // The new word is `pack_window(at.tag, taken)`: `taken ≤ share ≤ MAX_COUNT`.
+    debug_assert!(taken <= MAX_COUNT);
     // AcqRel / Acquire: as the engine's compare-exchange (`update`).
     match stripe.word.compare_exchange(
         current,
-        pack_window(at.tag, taken),
+        at.tagged | taken,
         Ordering::AcqRel,
         Ordering::Acquire,
     ) {
@@ -658,6 +667,8 @@ fn take_short(stripe: &Stripe, share: u64, at: &WindowAt, n: u64) -> Take {
 struct WindowAt {
     /// The window's tag (its index modulo 2^40), as the stripes' words hold it.
     tag: u64,
+    /// `pack_window(tag, 0)`: the word of this window with a count of 0.
+    tagged: u64,
     /// Nanoseconds from the read to the window's end.
     until_end: u64,
     /// The window's index (`now / window`).
