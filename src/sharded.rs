@@ -2,16 +2,17 @@
 //! traffic from many cores does not bounce a single cache line.
 
 use std::cell::Cell;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::algorithms::FixedWindow;
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS, QuantaClock, duration_to_nanos};
-use crate::decision::{AcquireError, ConfigError, Decision, validate_limit};
+use crate::decision::{AcquireError, Answer, ConfigError, Decision, at_least_one, validate_limit};
 use crate::limiter::{Algorithm, Limiter, reads_after, update_timed};
 use crate::packed::{
-    Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
+    COUNT_BITS, Divisor, MAX_COUNT, TAG_MASK, TagDistance, pack_window, tag_distance, unpack_window,
 };
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
@@ -244,6 +245,12 @@ impl<C: Clock> Sharded<C> {
         self.try_acquire_at(home & (self.stripes.len() - 1), now, n)
     }
 
+    /// [`acquire_at`](Self::acquire_at) answering a whole [`Decision`].
+    #[inline(always)]
+    fn try_acquire_at(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+        self.acquire_at(home, now, n)
+    }
+
     /// The common cases in one pass each, without the engine, deciding exactly as
     /// [`try_acquire_general`](Self::try_acquire_general) does there (`FixedWindow::decide` on
     /// an aligned window, through the same borrowing; the tests compare the two): the home
@@ -255,36 +262,60 @@ impl<C: Clock> Sharded<C> {
     /// which starts over from the same clock read: zero permits or more than the home stripe's
     /// share, a stripe holding a window ahead of `now` (another core's later read, or a leaping
     /// clock's), a lost compare-exchange.
+    ///
+    /// Both parts answer plain numbers ([`Found`]); the answer `A` (a [`Decision`], or the
+    /// `bool` of [`admit`](Limiter::admit)) is built once, after they join, so the inlined part
+    /// hands its numbers over in registers and a `bool` caller computes none of a `Decision`'s
+    /// terms (nor loads the limit it reports).
     #[inline(always)]
-    fn try_acquire_at(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
-        match self.home(home, now, n) {
-            Home::Done(decision) => Ok(decision),
+    fn acquire_at<A: Answer>(&self, home: usize, now: u64, n: u32) -> Result<A, AcquireError> {
+        let found = match self.home(home, now, n) {
+            Home::Done(found) => found,
             // One out-of-line call for the rest, which looks at the home stripe again.
-            Home::Borrow { .. } | Home::Engine => self.after_home(home, now, n),
+            Home::Borrow { .. } | Home::Engine => self.after_home(home, now, n)?,
+        };
+        Ok(self.answer(found))
+    }
+
+    /// The answer `A` of what a decision found, with the limit in force.
+    #[inline(always)]
+    fn answer<A: Answer>(&self, found: Found) -> A {
+        // The limit is loaded only for an answer that reports it.
+        let limit = if A::REPORTS_TERMS { self.limit() } else { 0 };
+        match found {
+            Found::Allowed { left, reset } => A::allowed(limit, left, 1, reset),
+            Found::Denied {
+                remaining,
+                retry,
+                reset,
+            } => A::denied(limit, remaining, 1, retry, reset),
         }
     }
 
-    /// The home stripe's part of [`try_acquire_at`](Self::try_acquire_at).
+    /// The home stripe's part of [`acquire_at`](Self::acquire_at).
     #[inline(always)]
     fn home(&self, home: usize, now: u64, n: u32) -> Home {
         let permits = u64::from(n);
-        let share = self.stripes[home].window.limit();
+        let stripe = &self.stripes[home];
+        let share = stripe.window.limit();
         // n in 1..=share: not zero, and within `max_request` (no share exceeds it).
         if permits.wrapping_sub(1) >= share {
             return Home::Engine;
         }
         let at = self.window_at(now);
-        match self.take_short(home, share, &at, permits) {
-            Take::Taken { left } => Home::Done(Decision::allow(self.limit(), left, at.until_end)),
+        match take_short(stripe, share, &at, permits) {
+            Take::Taken { left } => Home::Done(Found::Allowed {
+                left,
+                reset: at.until_end,
+            }),
             // `count > 0` here (n ≤ share), so the home stripe's reset is the window's end.
             // Relaxed: an advisory hint, as in `try_acquire_general`.
             Take::Full { left } if self.all_full.load(Ordering::Relaxed) == at.mark() => {
-                Home::Done(Decision::deny(
-                    self.limit(),
-                    left,
-                    at.until_end,
-                    at.until_end,
-                ))
+                Home::Done(Found::Denied {
+                    remaining: left,
+                    retry: at_least_one(at.until_end),
+                    reset: at.until_end,
+                })
             }
             Take::Full { left } => Home::Borrow { left, at },
             Take::Engine => Home::Engine,
@@ -296,35 +327,36 @@ impl<C: Clock> Sharded<C> {
     /// set, the other stripes in turn, as the general path borrows; the general path for
     /// anything the short path does not serve.
     #[inline(never)]
-    fn after_home(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
+    fn after_home(&self, home: usize, now: u64, n: u32) -> Result<Found, AcquireError> {
         let (mut remaining, at) = match self.home(home, now, n) {
-            Home::Done(decision) => return Ok(decision),
+            Home::Done(found) => return Ok(found),
             Home::Borrow { left, at } => (left, at),
-            Home::Engine => return self.try_acquire_general(home, now, n),
+            Home::Engine => return self.try_acquire_general(home, now, n).map(Found::of),
         };
         let permits = u64::from(n);
         let mask = self.stripes.len() - 1;
         for step in 1..self.stripes.len() {
-            let index = (home + step) & mask;
-            let share = self.stripes[index].window.limit();
-            match self.take_short(index, share, &at, permits) {
+            let stripe = &self.stripes[(home + step) & mask];
+            match take_short(stripe, stripe.window.limit(), &at, permits) {
                 Take::Taken { left } => {
-                    return Ok(Decision::allow(self.limit(), left, at.until_end));
+                    return Ok(Found::Allowed {
+                        left,
+                        reset: at.until_end,
+                    });
                 }
                 Take::Full { left } => remaining += left,
-                Take::Engine => return self.try_acquire_general(home, now, n),
+                Take::Engine => return self.try_acquire_general(home, now, n).map(Found::of),
             }
         }
         if remaining == 0 {
             // Relaxed: as in `try_acquire_general`.
             self.all_full.store(at.mark(), Ordering::Relaxed);
         }
-        Ok(Decision::deny(
-            self.limit(),
+        Ok(Found::Denied {
             remaining,
-            at.until_end,
-            at.until_end,
-        ))
+            retry: at_least_one(at.until_end),
+            reset: at.until_end,
+        })
     }
 
     /// The aligned window `now` falls in.
@@ -343,6 +375,8 @@ impl<C: Clock> Sharded<C> {
         }
         WindowAt {
             tag: index & TAG_MASK,
+            // Shifting out the index's top bits reduces it modulo 2^40, as the tag.
+            tagged: index << COUNT_BITS,
             until_end: window - into,
             index,
         }
@@ -369,45 +403,6 @@ impl<C: Clock> Sharded<C> {
             }
         }
         index
-    }
-
-    /// One stripe (`share`: its limit, as loaded by the caller) for `n ≥ 1` permits at `at`,
-    /// as `FixedWindow::decide` on an aligned window, when the stripe's word holds `at`'s
-    /// window, an older one, or nothing.
-    #[inline(always)]
-    fn take_short(&self, index: usize, share: u64, at: &WindowAt, n: u64) -> Take {
-        let stripe = &self.stripes[index];
-        // Acquire: as the engine's load (`update`); the word is the only state decided on.
-        let current = stripe.word.load(Ordering::Acquire);
-        let (stored, count) = unpack_window(current);
-        // The stored window's count if it is `at`'s; zero if it is older (up to 2^39 windows
-        // behind, as `tag_distance` reads it) or empty; a window ahead goes to the engine.
-        let behind = at.tag.wrapping_sub(stored) & TAG_MASK;
-        let count = if behind == 0 {
-            count
-        } else if count == 0 || behind <= TAG_MASK >> 1 {
-            0
-        } else {
-            return Take::Engine;
-        };
-        let taken = count + n;
-        if taken > share {
-            return Take::Full {
-                left: share.saturating_sub(count),
-            };
-        }
-        // AcqRel / Acquire: as the engine's compare-exchange (`update`).
-        match stripe.word.compare_exchange(
-            current,
-            pack_window(at.tag, taken),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => Take::Taken {
-                left: share - taken,
-            },
-            Err(_) => Take::Engine,
-        }
     }
 
     /// Everything [`try_acquire_at`](Self::try_acquire_at) does not serve: the permit check,
@@ -623,10 +618,57 @@ impl<C: Clock> Sharded<C> {
     }
 }
 
+/// One stripe (`share`: its limit, as loaded by the caller) for `n ≥ 1` permits at `at`,
+/// as `FixedWindow::decide` on an aligned window, when the stripe's word holds `at`'s
+/// window, an older one, or nothing.
+#[inline(always)]
+fn take_short(stripe: &Stripe, share: u64, at: &WindowAt, n: u64) -> Take {
+    // Acquire: as the engine's load (`update`); the word is the only state decided on.
+    let current = stripe.word.load(Ordering::Acquire);
+    // A word of `at`'s window is `at.tagged + count` (`count ≤ MAX_COUNT` below the tag), so
+    // one subtraction gives its count, and any other word is more than `MAX_COUNT` away from
+    // `at.tagged` (wrapping). For those: zero if the stored window is older (up to 2^39
+    // windows behind, as `tag_distance` reads it) or empty; a window ahead goes to the engine.
+    let count = match current.wrapping_sub(at.tagged) {
+        count if count <= MAX_COUNT => count,
+        _ => {
+            let (stored, count) = unpack_window(current);
+            let behind = at.tag.wrapping_sub(stored) & TAG_MASK;
+            if count == 0 || behind <= TAG_MASK >> 1 {
+                0
+            } else {
+                return Take::Engine;
+            }
+        }
+    };
+    let taken = count + n;
+    if taken > share {
+        return Take::Full {
+            left: share.saturating_sub(count),
+        };
+    }
+    // The new word is `pack_window(at.tag, taken)`: `taken ≤ share ≤ MAX_COUNT`.
+    debug_assert!(taken <= MAX_COUNT);
+    // AcqRel / Acquire: as the engine's compare-exchange (`update`).
+    match stripe.word.compare_exchange(
+        current,
+        at.tagged | taken,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => Take::Taken {
+            left: share - taken,
+        },
+        Err(_) => Take::Engine,
+    }
+}
+
 /// The aligned window a clock read falls in, as the short path uses it.
 struct WindowAt {
     /// The window's tag (its index modulo 2^40), as the stripes' words hold it.
     tag: u64,
+    /// `pack_window(tag, 0)`: the word of this window with a count of 0.
+    tagged: u64,
     /// Nanoseconds from the read to the window's end.
     until_end: u64,
     /// The window's index (`now / window`).
@@ -669,10 +711,44 @@ enum Take {
     Engine,
 }
 
+/// What a decision found, as plain numbers: the inlined and the out-of-line parts of
+/// [`Sharded::acquire_at`] join on these, and the answer is built once, after the join.
+#[derive(Clone, Copy)]
+enum Found {
+    /// Admitted: `left`, what the serving stripe has left; `reset`, nanoseconds to the
+    /// window's end.
+    Allowed { left: u64, reset: u64 },
+    /// Denied: the `remaining` reported, the retry and the reset, in nanoseconds.
+    Denied {
+        remaining: u64,
+        retry: NonZeroU64,
+        reset: u64,
+    },
+}
+
+impl Found {
+    /// What the general path's `decision` found (its limit is the global one, restated when
+    /// the answer is built).
+    fn of(decision: Decision) -> Self {
+        let reset = duration_to_nanos(decision.reset_after());
+        match decision.is_allowed() {
+            true => Found::Allowed {
+                left: decision.remaining(),
+                reset,
+            },
+            false => Found::Denied {
+                remaining: decision.remaining(),
+                retry: at_least_one(duration_to_nanos(decision.retry_after())),
+                reset,
+            },
+        }
+    }
+}
+
 /// What the short path made of the home stripe.
 enum Home {
     /// Admitted there, or denied by the "all full" hint.
-    Done(Decision),
+    Done(Found),
     /// Full (`left`: what it has left), no hint: the other stripes are tried, at `at`.
     Borrow { left: u64, at: WindowAt },
     /// Not the short path's case: the general path.
@@ -735,6 +811,27 @@ impl<C: Clock> Limiter for Sharded<C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
         self.try_acquire_on(home_stripe(), n)
+    }
+
+    /// The same decision and writes as [`try_acquire`](Limiter::try_acquire), answering only
+    /// whether the permits were taken: the short path computes none of a `Decision`'s terms.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Limiter::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::{Limiter, ManualClock, Sharded};
+    /// use std::time::Duration;
+    /// let s = Sharded::with_clock(2, Duration::from_secs(1), 2, ManualClock::new()).unwrap();
+    /// assert_eq!(s.admit(1), Ok(true));
+    /// assert_eq!(s.admit(1), Ok(true)); // borrowed from the other stripe
+    /// assert_eq!(s.admit(1), Ok(false)); // a denial takes nothing
+    /// assert!(s.admit(0).is_err());
+    /// ```
+    #[inline]
+    fn admit(&self, n: u32) -> Result<bool, AcquireError> {
+        let now = self.clock.now_nanos();
+        self.acquire_at(home_stripe() & (self.stripes.len() - 1), now, n)
     }
 
     fn clock(&self) -> &dyn Clock {
@@ -856,7 +953,8 @@ mod tests {
     /// older ones, ahead near and far, 2^39 windows either way, across the tag's wrap), counts
     /// up to past the share, request sizes from 0 to past the shares (3 and 2: unequal), either
     /// home, at a window's first, middle and last nanosecond, with the "all full" hint set or
-    /// not; and it serves every case it is there for.
+    /// not; and it serves every case it is there for. The `bool` form (`admit`'s) answers
+    /// whether the general path admits, with the same writes, in every case.
     #[test]
     fn the_short_path_decides_as_the_general_one() {
         // Below and at the length from which the window index is cached.
@@ -913,6 +1011,10 @@ mod tests {
                             words[other] =
                                 pack_window(index.wrapping_sub(other_delta), other_count);
                             let (short, general) = (make(words, hint), make(words, hint));
+                            // `admit`'s answer: whether the general path admits, with the
+                            // same writes, served or not.
+                            let admit = make(words, hint);
+                            let admitted = admit.acquire_at::<bool>(home, now, n);
                             let calls = GENERAL_CALLS.get();
                             let fast = short.try_acquire_at(home, now, n);
                             let fast = (GENERAL_CALLS.get() == calls).then(|| fast.unwrap());
@@ -928,14 +1030,22 @@ mod tests {
                             {
                                 assert!(fast.is_some(), "{home_delta} {home_count} {n}: unserved");
                             }
-                            let Some(fast) = fast else { continue };
-                            let slow = general.try_acquire_general(home, now, n).unwrap();
+                            let slow = general.try_acquire_general(home, now, n);
+                            assert_eq!(admitted, slow.map(|d| d.is_allowed()));
+                            let Some(fast) = fast else {
+                                if slow.is_ok() {
+                                    assert_eq!(state(&admit), state(&general));
+                                }
+                                continue;
+                            };
+                            let slow = slow.unwrap();
                             let case = format!(
                                 "now {now} home {home} deltas {home_delta} {other_delta} \
                                  counts {home_count} {other_count} hint {hint} n {n}"
                             );
                             assert_eq!(fast, slow, "{case}");
                             assert_eq!(state(&short), state(&general), "{case}");
+                            assert_eq!(state(&admit), state(&general), "{case}");
                             if !fast.is_allowed() {
                                 denied += 1;
                             } else if home_full {

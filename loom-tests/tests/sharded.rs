@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::{ManualClock, Sharded};
+use floodgate::{Limiter, ManualClock, Sharded};
 use loom::thread;
 
 fn builder() -> loom::model::Builder {
@@ -53,5 +53,37 @@ fn unbalanced_borrowing_never_denies_early() {
     // Limit 3 over two stripes (2 + 1): three requests all from stripe 0's side get all three.
     builder().check(|| {
         assert_eq!(admitted(3, &[&[0, 0], &[0]]), 3);
+    });
+}
+
+#[test]
+fn admit_racing_try_acquire_admits_exactly_the_limit() {
+    // `admit` runs the same short path as `try_acquire`, answering a bool (issue 17). Its home
+    // is the calling thread's stripe; loom runs every model thread on one OS thread, so all
+    // `admit` callers share one home and borrow from the other stripe, racing an owner there.
+    // Limit 2 = one permit per stripe; four requests: exactly two admitted.
+    builder().check(|| {
+        let limiter = Arc::new(
+            Sharded::with_clock(2, Duration::from_secs(1), 2, ManualClock::new()).unwrap(),
+        );
+        let admitting: Vec<_> = [2usize, 1]
+            .into_iter()
+            .map(|requests| {
+                let limiter = limiter.clone();
+                thread::spawn(move || {
+                    (0..requests).filter(|_| limiter.admit(1).unwrap()).count() as u64
+                })
+            })
+            .collect();
+        let owner = {
+            let limiter = limiter.clone();
+            thread::spawn(move || u64::from(limiter.try_acquire_on(1, 1).unwrap().is_allowed()))
+        };
+        let admitted: u64 = admitting
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum::<u64>()
+            + owner.join().unwrap();
+        assert_eq!(admitted, 2);
     });
 }

@@ -78,7 +78,7 @@ pub trait Limiter: Send + Sync {
     /// the [`Decision`]: the time-word buckets ([`Gcra`](crate::Gcra),
     /// [`TokenBucket`](crate::TokenBucket), [`LeakyBucket`](crate::LeakyBucket)),
     /// [`FixedWindow`](crate::FixedWindow) and the sliding window answer from a short path that
-    /// computes none of its terms.
+    /// computes none of its terms, as does [`Sharded`](crate::Sharded).
     ///
     /// # Errors
     /// As [`try_acquire`](Limiter::try_acquire).
