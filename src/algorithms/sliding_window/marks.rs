@@ -42,7 +42,7 @@
 //! it again, or did not change because of a newer crossing (after a leap), that one call reads
 //! the cells one by one, as every call did before the marks. Never a wait on another thread.
 
-use super::{ROUND_MASK, SlidingWindowLimiter, pack_cell, unpack_cell, visit};
+use super::{SEALED, SlidingWindowLimiter, count_if_above, pack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::MAX_COUNT;
@@ -100,48 +100,29 @@ struct Levels<'a, C> {
     ring: &'a SlidingWindowLimiter<C>,
     /// The crossing's block start.
     block: u64,
-    /// A cell at or before every cell whose mark is read (`from − 1` for levels read from
-    /// `from` on, less than `cells` cells before the crossing), and its slot and round: the
-    /// slot of a cell up to `cells` after it is found without a division.
-    origin: u64,
-    origin_slot: usize,
-    origin_round: u64,
 }
 
 impl<'a, C: Clock> Levels<'a, C> {
-    /// The levels of the crossing into `crossing`, read at `from` (in its window) and after.
-    fn new(ring: &'a SlidingWindowLimiter<C>, crossing: u64, from: u64) -> Self {
-        let origin = from.saturating_sub(1);
-        let (_, origin_slot, origin_round) = ring.place_of(origin);
+    /// The levels of the crossing into `crossing`.
+    fn new(ring: &'a SlidingWindowLimiter<C>, crossing: u64) -> Self {
         Levels {
             ring,
             block: ring.block_start(crossing),
-            origin,
-            origin_slot,
-            origin_round,
         }
     }
 
-    /// `L(x)` for `x` in `[from, crossing]`; `None` when the mark read is not the one this
-    /// crossing published (the marks changed under the reader).
+    /// `L(x)` for `x` in the crossing's window or `x` the crossing; `None` when the mark read is
+    /// not the one this crossing published (the marks changed under the reader).
+    #[inline(always)]
     fn at(&self, x: u64) -> Option<i64> {
         if x == self.block {
             return Some(0);
         }
-        let (index, kind) = if x > self.block {
-            (x - 1, Kind::Prefix)
-        } else {
-            (x, Kind::Suffix)
-        };
-        // `index − origin` ≤ `cells` < `slots`: at most one wrap of the ring.
-        let mut slot = self.origin_slot + (index - self.origin) as usize;
-        let mut round = self.origin_round;
-        if slot >= self.ring.marks.len() {
-            slot -= self.ring.marks.len();
-            round += 1;
-        }
-        let value = i64::try_from(self.ring.read_mark_in(slot, round, kind)?).ok()?;
-        Some(if kind == Kind::Prefix { value } else { -value })
+        let suffix = x < self.block;
+        let index = if suffix { x } else { x - 1 };
+        // A mark's value is at most `MAX_COUNT` (< 2^24): it fits an `i64`.
+        let value = self.ring.mark_value(index, suffix)? as i64;
+        Some(if suffix { -value } else { value })
     }
 
     /// The oldest cell `i` in `[from, crossing)` with `sum([from, i]) >= x`, and that sum, where
@@ -210,23 +191,32 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
     pub(super) fn read_mark(&self, index: u64, kind: Kind) -> Option<u64> {
-        let (_, slot, round) = self.place_of(index);
-        self.read_mark_in(slot, round, kind)
+        self.mark_value(index, kind == Kind::Suffix)
     }
 
-    /// [`read_mark`](Self::read_mark) of the cell in slot `slot`, round `round` (unreduced).
-    fn read_mark_in(&self, slot: usize, round: u64, kind: Kind) -> Option<u64> {
+    /// [`read_mark`](Self::read_mark), the kind given as the sealed bit it is packed in
+    /// (`suffix`): one load, and one subtraction and one comparison that check the round and
+    /// the kind together ([`pack_cell`]'s layout: the round above the bit, the value below).
+    #[inline(always)]
+    fn mark_value(&self, index: u64, suffix: bool) -> Option<u64> {
         visit();
+        let (_, slot, round) = self.place_of(index);
         // Acquire: pairs with the Release of `write_mark`'s compare-exchange (and, through the
         // reader's Acquire load of `base`, with every mark of the window it names).
-        let (mark_round, suffix, value) = unpack_cell(self.marks[slot].load(Ordering::Acquire));
-        (mark_round == round & ROUND_MASK && suffix == (kind == Kind::Suffix)).then_some(value)
+        let mark = self.marks[slot].load(Ordering::Acquire);
+        // `(round, suffix)` as the bits from the sealed bit up (the round reduced modulo 2^39
+        // by the shift, as `pack_cell` reduces it).
+        count_if_above(
+            mark,
+            (round << 1) | u64::from(suffix),
+            SEALED.trailing_zeros(),
+        )
     }
 
     /// The sum of the closed cells `[from, crossing)` read through the marks of the published
     /// crossing into `crossing` (`from` at or after its window start); `None` if they changed.
     pub(super) fn marked_sum(&self, crossing: u64, from: u64) -> Option<u64> {
-        let levels = Levels::new(self, crossing, from);
+        let levels = Levels::new(self, crossing);
         u64::try_from(levels.at(crossing)? - levels.at(from)?).ok()
     }
 
@@ -365,7 +355,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         if !search_retry && !search_newest {
             return Some((retry_cell, newest_used));
         }
-        let levels = Levels::new(self, closed.crossing, closed.from);
+        let levels = Levels::new(self, closed.crossing);
         let from = (closed.from, levels.at(closed.from)?);
         let crossing = (closed.crossing, levels.at(closed.crossing)?);
         // The marks must add up to the sum the decision used (they do, unless they changed).
