@@ -34,7 +34,9 @@
 //! With `L(x)` = `prefix(x − 1)` for `x > bs`, `0` for `x = bs`, and `−suffix(x)` for `x < bs`,
 //! the sum of the closed cells `[a, b)` of a window is `L(b) − L(a)`, one mark read per end. The
 //! oldest cell by which the window has taken `x` is then found by binary search over `L`:
-//! O(log cells) mark reads. Every mark read is checked against the cell's round and the kind the
+//! O(log cells) mark reads, in the block whose part of the window holds it (`L(bs)` = 0 picks
+//! it without a read), with splits that reach the newest cell in fewer reads than halving does
+//! and never take more (`first_reaching`). Every mark read is checked against the cell's round and the kind the
 //! reader expects, and the marks must add up to the sum the decision used. A mismatch means a
 //! newer crossing (into a new block, or a whole ring later) changed the marks under the reader:
 //! the call is decided again, once, from a fresh `base` (a decision in a cell that a newer
@@ -128,19 +130,46 @@ impl<'a, C: Clock> Levels<'a, C> {
     /// The oldest cell `i` in `[from, crossing)` with `sum([from, i]) >= x`, and that sum, where
     /// `from_level` is `L(from)`, `crossing_level` is `L(crossing)` and the cells
     /// `[from, crossing)` hold at least `x`: a binary search over `L`.
+    ///
+    /// `L(block)` is 0 without a read, so the search first picks the block the cell is in by
+    /// one comparison, then searches that block's part of the window, `m` cells, in at most
+    /// `k = ⌈log2 m⌉` mark reads (as many as halving needs), splitting each range as high as
+    /// that bound allows. The newest closed cell, the answer in the attack of issue 17 (the
+    /// whole limit spent at the end of the cell before), is then found in
+    /// `k − ⌊log2 (2^k − m + 1)⌋` reads (for `m` = 59: 4, halving 6; 5,999: 2, halving 13;
+    /// 33: 1, halving 6).
+    #[inline(always)]
     fn first_reaching(
         &self,
         (from, from_level): (u64, i64),
         (crossing, crossing_level): (u64, i64),
         x: u64,
     ) -> Option<(u64, u64)> {
-        let x = i64::try_from(x).ok()?;
-        // The least `y` in (from, crossing] with L(y) − L(from) >= x; the cell is y − 1.
-        let (mut low, mut high, mut high_level) = (from + 1, crossing, crossing_level);
+        // The least `y` in (from, crossing] with L(y) >= L(from) + x; the cell is y − 1.
+        let target = from_level + i64::try_from(x).ok()?;
+        // In the older block's part (from, block] when L(block) = 0 reaches the target, else in
+        // the newer block's (block, crossing]; `from` ≤ `block` ≤ `crossing` (the window is
+        // shorter than a block).
+        let suffix = target <= 0;
+        let (mut low, mut high, mut high_level) = if suffix {
+            (from + 1, self.block, 0)
+        } else {
+            (self.block + 1, crossing, crossing_level)
+        };
+        // Reads left: the `high − low + 1` candidates never outnumber `2^reads`.
+        let mut reads = (high + 1 - low).next_power_of_two().trailing_zeros();
         while low < high {
-            let mid = low + (high - low) / 2;
-            let level = self.at(mid)?;
-            if level - from_level >= x {
+            // The lower part `[low, mid]` as large as the reads left after this one can search,
+            // short of the whole range: the rest, `(mid, high]`, is as small as it can be.
+            reads -= 1;
+            let mid = low + (high - low).min(1 << reads) - 1;
+            // L(mid): −suffix(mid) below the block, prefix(mid − 1) above it.
+            let level = if suffix {
+                -(self.ring.mark_value(mid, true)? as i64)
+            } else {
+                self.ring.mark_value(mid - 1, false)? as i64
+            };
+            if level >= target {
                 (high, high_level) = (mid, level);
             } else {
                 low = mid + 1;
