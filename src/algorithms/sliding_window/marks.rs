@@ -302,6 +302,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The denial for `n` in `cell` (`count` taken in it) given the window's closed cells, read
     /// through the marks; `None` when they changed under the reader.
+    #[inline(always)]
     pub(super) fn denial(
         &self,
         cell: u64,
