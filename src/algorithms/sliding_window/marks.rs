@@ -34,7 +34,9 @@
 //! With `L(x)` = `prefix(x − 1)` for `x > bs`, `0` for `x = bs`, and `−suffix(x)` for `x < bs`,
 //! the sum of the closed cells `[a, b)` of a window is `L(b) − L(a)`, one mark read per end. The
 //! oldest cell by which the window has taken `x` is then found by binary search over `L`:
-//! O(log cells) mark reads. Every mark read is checked against the cell's round and the kind the
+//! O(log cells) mark reads, in the block whose part of the window holds it (`L(bs)` = 0 picks
+//! it without a read), with splits that reach the newest cell in fewer reads than halving does
+//! and never take more (`first_reaching`). Every mark read is checked against the cell's round and the kind the
 //! reader expects, and the marks must add up to the sum the decision used. A mismatch means a
 //! newer crossing (into a new block, or a whole ring later) changed the marks under the reader:
 //! the call is decided again, once, from a fresh `base` (a decision in a cell that a newer
@@ -42,7 +44,7 @@
 //! it again, or did not change because of a newer crossing (after a leap), that one call reads
 //! the cells one by one, as every call did before the marks. Never a wait on another thread.
 
-use super::{ROUND_MASK, SlidingWindowLimiter, pack_cell, unpack_cell, visit};
+use super::{SEALED, SlidingWindowLimiter, count_if_above, pack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::MAX_COUNT;
@@ -100,66 +102,74 @@ struct Levels<'a, C> {
     ring: &'a SlidingWindowLimiter<C>,
     /// The crossing's block start.
     block: u64,
-    /// A cell at or before every cell whose mark is read (`from − 1` for levels read from
-    /// `from` on, less than `cells` cells before the crossing), and its slot and round: the
-    /// slot of a cell up to `cells` after it is found without a division.
-    origin: u64,
-    origin_slot: usize,
-    origin_round: u64,
 }
 
 impl<'a, C: Clock> Levels<'a, C> {
-    /// The levels of the crossing into `crossing`, read at `from` (in its window) and after.
-    fn new(ring: &'a SlidingWindowLimiter<C>, crossing: u64, from: u64) -> Self {
-        let origin = from.saturating_sub(1);
-        let (_, origin_slot, origin_round) = ring.place_of(origin);
+    /// The levels of the crossing into `crossing`.
+    fn new(ring: &'a SlidingWindowLimiter<C>, crossing: u64) -> Self {
         Levels {
             ring,
             block: ring.block_start(crossing),
-            origin,
-            origin_slot,
-            origin_round,
         }
     }
 
-    /// `L(x)` for `x` in `[from, crossing]`; `None` when the mark read is not the one this
-    /// crossing published (the marks changed under the reader).
+    /// `L(x)` for `x` in the crossing's window or `x` the crossing; `None` when the mark read is
+    /// not the one this crossing published (the marks changed under the reader).
+    #[inline(always)]
     fn at(&self, x: u64) -> Option<i64> {
         if x == self.block {
             return Some(0);
         }
-        let (index, kind) = if x > self.block {
-            (x - 1, Kind::Prefix)
-        } else {
-            (x, Kind::Suffix)
-        };
-        // `index − origin` ≤ `cells` < `slots`: at most one wrap of the ring.
-        let mut slot = self.origin_slot + (index - self.origin) as usize;
-        let mut round = self.origin_round;
-        if slot >= self.ring.marks.len() {
-            slot -= self.ring.marks.len();
-            round += 1;
-        }
-        let value = i64::try_from(self.ring.read_mark_in(slot, round, kind)?).ok()?;
-        Some(if kind == Kind::Prefix { value } else { -value })
+        let suffix = x < self.block;
+        let index = if suffix { x } else { x - 1 };
+        // A mark's value is at most `MAX_COUNT` (< 2^24): it fits an `i64`.
+        let value = self.ring.mark_value(index, suffix)? as i64;
+        Some(if suffix { -value } else { value })
     }
 
     /// The oldest cell `i` in `[from, crossing)` with `sum([from, i]) >= x`, and that sum, where
     /// `from_level` is `L(from)`, `crossing_level` is `L(crossing)` and the cells
     /// `[from, crossing)` hold at least `x`: a binary search over `L`.
+    ///
+    /// `L(block)` is 0 without a read, so the search first picks the block the cell is in by
+    /// one comparison, then searches that block's part of the window, `m` cells, in at most
+    /// `k = ⌈log2 m⌉` mark reads (as many as halving needs), splitting each range as high as
+    /// that bound allows. The newest closed cell, the answer in the attack of issue 17 (the
+    /// whole limit spent at the end of the cell before), is then found in
+    /// `k − ⌊log2 (2^k − m + 1)⌋` reads (for `m` = 59: 4, halving 6; 5,999: 2, halving 13;
+    /// 33: 1, halving 6).
+    #[inline(always)]
     fn first_reaching(
         &self,
         (from, from_level): (u64, i64),
         (crossing, crossing_level): (u64, i64),
         x: u64,
     ) -> Option<(u64, u64)> {
-        let x = i64::try_from(x).ok()?;
-        // The least `y` in (from, crossing] with L(y) − L(from) >= x; the cell is y − 1.
-        let (mut low, mut high, mut high_level) = (from + 1, crossing, crossing_level);
+        // The least `y` in (from, crossing] with L(y) >= L(from) + x; the cell is y − 1.
+        let target = from_level + i64::try_from(x).ok()?;
+        // In the older block's part (from, block] when L(block) = 0 reaches the target, else in
+        // the newer block's (block, crossing]; `from` ≤ `block` ≤ `crossing` (the window is
+        // shorter than a block).
+        let suffix = target <= 0;
+        let (mut low, mut high, mut high_level) = if suffix {
+            (from + 1, self.block, 0)
+        } else {
+            (self.block + 1, crossing, crossing_level)
+        };
+        // Reads left: the `high − low + 1` candidates never outnumber `2^reads`.
+        let mut reads = (high + 1 - low).next_power_of_two().trailing_zeros();
         while low < high {
-            let mid = low + (high - low) / 2;
-            let level = self.at(mid)?;
-            if level - from_level >= x {
+            // The lower part `[low, mid]` as large as the reads left after this one can search,
+            // short of the whole range: the rest, `(mid, high]`, is as small as it can be.
+            reads -= 1;
+            let mid = low + (high - low).min(1 << reads) - 1;
+            // L(mid): −suffix(mid) below the block, prefix(mid − 1) above it.
+            let level = if suffix {
+                -(self.ring.mark_value(mid, true)? as i64)
+            } else {
+                self.ring.mark_value(mid - 1, false)? as i64
+            };
+            if level >= target {
                 (high, high_level) = (mid, level);
             } else {
                 low = mid + 1;
@@ -210,23 +220,32 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
     pub(super) fn read_mark(&self, index: u64, kind: Kind) -> Option<u64> {
-        let (_, slot, round) = self.place_of(index);
-        self.read_mark_in(slot, round, kind)
+        self.mark_value(index, kind == Kind::Suffix)
     }
 
-    /// [`read_mark`](Self::read_mark) of the cell in slot `slot`, round `round` (unreduced).
-    fn read_mark_in(&self, slot: usize, round: u64, kind: Kind) -> Option<u64> {
+    /// [`read_mark`](Self::read_mark), the kind given as the sealed bit it is packed in
+    /// (`suffix`): one load, and one subtraction and one comparison that check the round and
+    /// the kind together ([`pack_cell`]'s layout: the round above the bit, the value below).
+    #[inline(always)]
+    fn mark_value(&self, index: u64, suffix: bool) -> Option<u64> {
         visit();
+        let (_, slot, round) = self.place_of(index);
         // Acquire: pairs with the Release of `write_mark`'s compare-exchange (and, through the
         // reader's Acquire load of `base`, with every mark of the window it names).
-        let (mark_round, suffix, value) = unpack_cell(self.marks[slot].load(Ordering::Acquire));
-        (mark_round == round & ROUND_MASK && suffix == (kind == Kind::Suffix)).then_some(value)
+        let mark = self.marks[slot].load(Ordering::Acquire);
+        // `(round, suffix)` as the bits from the sealed bit up (the round reduced modulo 2^39
+        // by the shift, as `pack_cell` reduces it).
+        count_if_above(
+            mark,
+            (round << 1) | u64::from(suffix),
+            SEALED.trailing_zeros(),
+        )
     }
 
     /// The sum of the closed cells `[from, crossing)` read through the marks of the published
     /// crossing into `crossing` (`from` at or after its window start); `None` if they changed.
     pub(super) fn marked_sum(&self, crossing: u64, from: u64) -> Option<u64> {
-        let levels = Levels::new(self, crossing, from);
+        let levels = Levels::new(self, crossing);
         u64::try_from(levels.at(crossing)? - levels.at(from)?).ok()
     }
 
@@ -283,6 +302,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The denial for `n` in `cell` (`count` taken in it) given the window's closed cells, read
     /// through the marks; `None` when they changed under the reader.
+    #[inline(always)]
     pub(super) fn denial(
         &self,
         cell: u64,
@@ -365,7 +385,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         if !search_retry && !search_newest {
             return Some((retry_cell, newest_used));
         }
-        let levels = Levels::new(self, closed.crossing, closed.from);
+        let levels = Levels::new(self, closed.crossing);
         let from = (closed.from, levels.at(closed.from)?);
         let crossing = (closed.crossing, levels.at(closed.crossing)?);
         // The marks must add up to the sum the decision used (they do, unless they changed).

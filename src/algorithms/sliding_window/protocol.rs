@@ -36,9 +36,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// call's permits are counted in it): a lease's expiry is that cell's end.
     ///
     /// The common case is [`short`](Self::short)'s; a refusal there is answered as a burst
-    /// (reading nothing) or through the marks by the general path (one call site keeps this path
-    /// short). Everything else (a crossing, a sealed or stale slot, marks that changed under a
-    /// denial, a lost compare-exchange) is decided from scratch by
+    /// (reading nothing) or through the marks by [`after_short`](Self::after_short) (one call
+    /// site keeps this path short). Everything else (a crossing, a sealed or stale slot, marks
+    /// that changed under a denial, a lost compare-exchange) is decided from scratch by
     /// [`acquire_general`](Self::acquire_general).
     #[inline(always)]
     pub(super) fn acquire_counted(
@@ -60,7 +60,32 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
             Short::General => None,
         };
-        self.acquire_general(n, limit, now, cell, clock, refused)
+        self.after_short(n, limit, now, cell, clock, refused)
+    }
+
+    /// What [`short`](Self::short) left undecided: `refused`, the short path refused the call in
+    /// `own` on `(prev, count)` (the published crossing's sum and the cell's count) and the
+    /// closed cells must free some of it: the denial read through the marks, as the general
+    /// loop's first round would read it, in a frame smaller than that loop's; else (or when the
+    /// marks changed under it) [`acquire_general`](Self::acquire_general).
+    #[inline(never)]
+    fn after_short(
+        &self,
+        n: u64,
+        limit: u64,
+        now: u64,
+        own: u64,
+        clock: Option<&C>,
+        refused: Option<(u64, u64)>,
+    ) -> (Decision, u64) {
+        if let Some((prev, count)) = refused {
+            // As `marked_denial`, inlined here.
+            let closed = Closed::of_crossing(own, self.geometry.window_start(own), prev);
+            if let Some(denied) = self.denial(own, now, closed, count, n, limit) {
+                return (denied, own);
+            }
+        }
+        self.acquire_general(n, limit, now, own, clock, refused)
     }
 
     /// [`acquire_at`](Self::acquire_at) answering only whether the permits were taken
@@ -183,9 +208,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The general loop of [`acquire_counted`](Self::acquire_counted): crossings, stale and
     /// sealed slots, lagging and leaping reads, denials through the marks, lost races.
-    /// `refused`: the short path refused the call in `own` on `(prev, count)` (the published
-    /// crossing's sum and the cell's count), and the closed cells must free some of it: the
-    /// denial is read through the marks first, as the loop's first round would.
+    /// `changed`: the short path refused the call in `own` on `(prev, count)` (the published
+    /// crossing's sum and the cell's count), and the denial read through the marks found them
+    /// changed under it ([`after_short`](Self::after_short)): the loop's first round from there.
     #[inline(never)]
     fn acquire_general(
         &self,
@@ -194,7 +219,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         now: u64,
         own: u64,
         clock: Option<&C>,
-        refused: Option<(u64, u64)>,
+        changed: Option<(u64, u64)>,
     ) -> (Decision, u64) {
         let mut me = Caller::new(now, own, clock);
         let mut cell = me.own;
@@ -202,11 +227,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let mut cross = false;
         // Whether a denial already found the marks changed under it once (`marks_changed`).
         let mut again = false;
-        if let Some((prev, count)) = refused {
-            // The loop's first round, from the refusal on (the burst case was the short path's).
-            if let Some(denied) = self.marked_denial(cell, now, prev, count, n, limit) {
-                return (denied, cell);
-            }
+        if let Some((prev, count)) = changed {
+            // The loop's first round, from the marks found changed on.
             let asked = (prev, count, n, limit);
             if let Some(denied) = self.marks_changed(cell, now, asked, &mut again) {
                 return (denied, cell);

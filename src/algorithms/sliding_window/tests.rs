@@ -235,3 +235,165 @@ proptest::proptest! {
         proptest::prop_assert_eq!(named_sum(word, cell), named.then_some(sum));
     }
 }
+
+/// Reads a search over `m` cells needs to reach the newest one when each split is as high as
+/// `k = ⌈log2 m⌉` reads in all allow: `k − ⌊log2 (2^k − m + 1)⌋` (halving needs about `k`).
+fn newest_reads(m: u64) -> u64 {
+    let k = m.next_power_of_two().trailing_zeros();
+    u64::from(k - ((1u64 << k) - m + 1).ilog2())
+}
+
+/// The attack's first cell (issue 17, the "spent" column of BENCHMARKS.md): the whole limit
+/// taken at the very end of the cell before. A denial reads the two levels the marks are
+/// checked with, then searches the part of the window in the newest closed cell's block (`m`
+/// cells) for it in [`newest_reads`]`(m)` reads; a halving search over the whole window read
+/// about `⌈log2 (cells − 1)⌉` (here 7 at 60 cells, where this bound is 6).
+#[test]
+fn a_denial_after_the_limit_was_spent_at_the_previous_cell_s_end_searches_from_the_newest() {
+    for cells in [60u32, 6_000, 60_000] {
+        let limit = 10;
+        let block = u64::from(cells);
+        // The spent cell in the middle of a block (the window spans two blocks), at a block's
+        // last cell (the crossing is the next block's first: its level is 0, read from no mark)
+        // and at a block's first cell.
+        for spent in [block + block / 2, block - 1, block] {
+            let crossing = spent + 1;
+            let (from, start) = (crossing + 1 - block, crossing - crossing % block);
+            let m = if spent >= start {
+                crossing - start
+            } else {
+                start - from
+            };
+            let w = ring(limit, cells);
+            assert!(
+                w.try_acquire_at(limit, crossing * CELL - 1)
+                    .unwrap()
+                    .is_allowed()
+            );
+            let now = crossing * CELL + 7;
+            let leaves = (spent + block) * CELL - now;
+            let want = Decision::deny(u64::from(limit), 0, leaves, leaves);
+            // The first call crosses into the cell.
+            assert_eq!(w.try_acquire_at(1, now).unwrap(), want);
+            let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+            assert_eq!(d, want, "{cells} cells, spent in cell {spent}");
+            let bound = 2 + newest_reads(m);
+            assert!(
+                read <= bound,
+                "{cells} cells, spent in cell {spent}: a denial read {read} > {bound}"
+            );
+            // A peek reads its cell's count besides.
+            let (read, d) = visits(|| w.peek_at(1, now).unwrap());
+            assert_eq!(d, want);
+            assert!(
+                read <= bound + 1,
+                "{cells} cells, spent in cell {spent}: a peek read {read} > {}",
+                bound + 1
+            );
+        }
+    }
+    // The figures of `first_reaching`'s docs.
+    assert_eq!(
+        [59, 5_999, 33, 1].map(newest_reads),
+        [4, 2, 1, 0],
+        "reads to the newest of m cells"
+    );
+}
+
+/// A random history of admissions over a window of many cells (two blocks of marks), then
+/// every denial in a cell crossed into (`denial`, through the marks) and a peek some cells past
+/// that crossing (through its marks and the live cell) against the same denial read from the
+/// cells one by one (`denial_by_scan`, the path every denial took before the marks).
+fn marks_match_the_scan(
+    cells: u32,
+    limit: u32,
+    history: &[(u64, u64, u32)],
+    gap: u64,
+    later: u64,
+    inside: u64,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let w = ring(limit, cells);
+    let mut cell = 0;
+    for &(skip, at, n) in history {
+        cell += skip;
+        // `at`: nanoseconds into the cell (its last one included).
+        let _ = w.try_acquire_at(n.min(limit), cell * CELL + at % CELL);
+    }
+    let limit = u64::from(limit);
+    // The scan's view of the window of `cell`: (sum of its closed cells, its own count).
+    let scanned = |cell: u64| {
+        let from = w.geometry.window_start(cell);
+        (
+            (from..cell).map(|i| w.count_of(i)).sum::<u64>(),
+            w.count_of(cell),
+        )
+    };
+    // A crossing into `cell` (the sweep's), then a denial of every size there.
+    let cell = cell + gap;
+    let now = cell * CELL + inside % CELL;
+    w.sweep_at(now);
+    let (prev, count) = scanned(cell);
+    let from = w.geometry.window_start(cell);
+    for n in 1..=limit {
+        if prev + count + n <= limit {
+            continue;
+        }
+        let closed = Closed::of_crossing(cell, from, prev);
+        proptest::prop_assert_eq!(
+            w.denial(cell, now, closed, count, n, limit),
+            Some(w.denial_by_scan(cell, now, prev, count, n, limit)),
+            "denial of {} in cell {}",
+            n,
+            cell
+        );
+        proptest::prop_assert_eq!(
+            w.try_acquire_at(n as u32, now).unwrap(),
+            w.denial_by_scan(cell, now, prev, count, n, limit)
+        );
+    }
+    // A peek in a later cell of the same window, nobody having crossed into it.
+    let peeked = cell + later;
+    let now = peeked * CELL + inside % CELL;
+    let (prev, count) = scanned(peeked);
+    for n in 1..=limit {
+        let got = w.peek_at(n as u32, now).unwrap();
+        if prev + count + n <= limit {
+            proptest::prop_assert!(got.is_allowed());
+        } else {
+            proptest::prop_assert_eq!(
+                got,
+                w.denial_by_scan(peeked, now, prev, count, n, limit),
+                "peek of {} in cell {} (crossing {})",
+                n,
+                peeked,
+                cell
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+    /// [`marks_match_the_scan`] on histories dense and sparse, the permits often at a cell's
+    /// last nanosecond (the attack's shape).
+    #[test]
+    fn a_denial_through_the_marks_is_the_scan_s(
+        cells in proptest::prop_oneof![2u32..=9, 10u32..=70],
+        limit in 1u32..=20,
+        history in proptest::collection::vec(
+            (
+                proptest::prop_oneof![3 => 0u64..=2, 1 => 0u64..=80],
+                proptest::prop_oneof![CELL - 1..CELL, 0..CELL],
+                1u32..=20,
+            ),
+            0..40,
+        ),
+        gap in proptest::prop_oneof![0u64..=3, 0u64..=80],
+        later in 0u64..=8,
+        inside in 0..CELL,
+    ) {
+        marks_match_the_scan(cells, limit, &history, gap, later.min(u64::from(cells) - 1), inside)?;
+    }
+}

@@ -1,0 +1,110 @@
+//! Instruction counts of the sliding window's denial after the limit was spent at the very end of
+//! the previous cell (`examples/instructions`'s `spent` workload), at a chosen place of the
+//! current cell in its block of marks, on a `ManualClock` (so a run is the same whenever it
+//! runs: on the quanta clock the place, and with it the search, moves with the wall clock):
+//!
+//! ```text
+//! cargo build --release --example instructions_spent
+//! valgrind --tool=callgrind --toggle-collect='*measured_spent*' --callgrind-out-file=/tmp/cg.out \
+//!     target/release/examples/instructions_spent 60 try 17 10000
+//! ```
+//! Arguments: CELLS, `try` (`try_acquire(1)`, using `retry_after` as a 429 does) or `peek`
+//! (`peek(1)`), the current cell's place in its block (0 to CELLS − 1, or `all`: every place in
+//! turn, CALLS each), CALLS. Ir / calls = instructions per call (with `all`, the mean over the
+//! places). One-minute cells, limit 1, window CELLS minutes.
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
+
+const CELL: u64 = 60_000_000_000;
+
+/// `try_acquire(1)` `calls` times, using what a 429 needs of the denial.
+#[inline(never)]
+fn measured_spent_try(ring: &SlidingWindowLimiter<ManualClock>, calls: u64) -> u64 {
+    (0..calls)
+        .map(|_| match ring.try_acquire(black_box(1)) {
+            Ok(d) if d.is_allowed() => 1,
+            Ok(d) => {
+                black_box(d.retry_after());
+                0
+            }
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// `peek(1)` `calls` times, using `retry_after`.
+#[inline(never)]
+fn measured_spent_peek(ring: &SlidingWindowLimiter<ManualClock>, calls: u64) -> u64 {
+    (0..calls)
+        .map(|_| match ring.peek(black_box(1)) {
+            Ok(d) if d.is_allowed() => 1,
+            Ok(d) => {
+                black_box(d.retry_after());
+                0
+            }
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// A ring of `cells` one-minute cells, limit 1, whose current cell is at `place` in its block
+/// (the third block, so the window spans two blocks), the permit taken one nanosecond before
+/// that cell starts, and the crossing into it done (by one denied call).
+fn spent(cells: u64, place: u64) -> Option<SlidingWindowLimiter<ManualClock>> {
+    let cell = 2 * cells + place;
+    let clock = ManualClock::starting_at((cell * CELL).checked_sub(1)?);
+    let window = Duration::from_secs(60 * cells);
+    let cells = u32::try_from(cells).ok()?;
+    let ring = SlidingWindowLimiter::with_clock(1, window, cells, clock.clone()).ok()?;
+    ring.try_acquire(1).ok()?.is_allowed().then_some(())?;
+    clock.advance_nanos(1 + CELL / 2);
+    (!ring.try_acquire(1).ok()?.is_allowed()).then_some(ring)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let parsed = match args.as_slice() {
+        [cells, call, place, calls] => cells
+            .parse::<u64>()
+            .ok()
+            .filter(|&c| c >= 2)
+            .zip(calls.parse::<u64>().ok())
+            .map(|(cells, calls)| (cells, call.as_str(), place.as_str(), calls)),
+        _ => None,
+    };
+    let Some((cells, call, place, calls)) = parsed else {
+        eprintln!("usage: instructions_spent CELLS try|peek PLACE|all CALLS");
+        return ExitCode::FAILURE;
+    };
+    let places: Vec<u64> = match place {
+        "all" => (0..cells).collect(),
+        one => match one.parse() {
+            Ok(p) if p < cells => vec![p],
+            _ => {
+                eprintln!("PLACE: 0 to {} or `all`", cells - 1);
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let mut admitted = 0;
+    for place in places {
+        let Some(ring) = spent(cells, place) else {
+            eprintln!("could not set up {cells} cells at place {place}");
+            return ExitCode::FAILURE;
+        };
+        admitted += match call {
+            "try" => measured_spent_try(&ring, calls),
+            "peek" => measured_spent_peek(&ring, calls),
+            _ => {
+                eprintln!("call: try or peek");
+                return ExitCode::FAILURE;
+            }
+        };
+    }
+    println!("admitted {admitted}");
+    ExitCode::SUCCESS
+}
