@@ -584,8 +584,11 @@ struct Meta {
     /// Keys in the current table; written only through [`set_len`], which mirrors it in
     /// [`ShardMeta::keys`].
     len: usize,
-    /// Slots of the current table.
+    /// Slots of the current table; written only through [`Meta::set_slots`].
     slots: usize,
+    /// The most keys the current table takes (`room_of(slots)`), kept with `slots`: read on
+    /// every insert, which would otherwise compute it twice.
+    room: usize,
     /// No key of this shard becomes idle before this time (a lower bound, kept by every sweep
     /// and by inserts once the shard is within an eighth of its cap, see `insert`): before it, a
     /// sweep would free nothing. Read only when the shard is full.
@@ -607,6 +610,14 @@ struct Meta {
     /// `slots / JUDGE_EVERY` of them, which keeps its cost (one look at every slot) O(1)
     /// amortized per insert.
     inserts_since_judge: usize,
+}
+
+impl Meta {
+    /// Records the current table's slot count, and the keys it takes.
+    fn set_slots(&mut self, slots: usize) {
+        self.slots = slots;
+        self.room = room_of(slots);
+    }
 }
 
 /// A shard's mutex and bookkeeping, and what a read takes without the mutex: the mirror of its
@@ -801,6 +812,7 @@ where
                     lock: Mutex::new(Meta {
                         len: 0,
                         slots: first,
+                        room: room_of(first),
                         next_idle_at: u64::MAX,
                         dropped_at: 0,
                         next_judge_at: 0,
@@ -1085,7 +1097,7 @@ where
     /// ([`make_room`](Self::make_room)).
     fn judge_due(&self, meta: &Meta, now: u64) -> bool {
         meta.len < self.shard_cap
-            && room_of(meta.slots) > JUDGE_MIN_KEYS
+            && meta.room > JUDGE_MIN_KEYS
             && meta.inserts_since_judge >= meta.slots / JUDGE_EVERY
             && now >= meta.next_judge_at
             && meta
@@ -1180,7 +1192,7 @@ where
     /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table
     /// three-quarters full.
     fn needs_room(&self, meta: &Meta) -> bool {
-        meta.len >= self.shard_cap || meta.len >= room_of(meta.slots)
+        meta.len >= self.shard_cap || meta.len >= meta.room
     }
 
     /// Makes room for one more key: grows a table three-quarters full; in a full shard, sweeps
@@ -1358,7 +1370,7 @@ where
                 Fate::Empty => {}
             }
         }
-        meta.slots = next.slots.len();
+        meta.set_slots(next.slots.len());
         set_len(shard, meta, kept);
         shard.table.store(next);
         // After `set_len`: a scrape that counts these drops reads the key count without them
@@ -1579,7 +1591,7 @@ fn add(counter: &AtomicU64, n: u64) {
 fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
-        meta.slots = table.slots.len();
+        meta.set_slots(table.slots.len());
         set_len(shard, meta, 0);
         shard.table.store(table);
     }
