@@ -25,7 +25,9 @@
 //!   than the placeholder is then the current one, since a rebuild replacing it would still
 //!   hold the mutex, waiting for this reader); otherwise the lookup's table is let go before
 //!   waiting for the mutex (its holder may be a rebuild waiting for that table) and loaded
-//!   again under it.
+//!   again under it. In a kept table the empty slot where the lookup's search ended is the
+//!   key's slot if it is still empty (a key is only ever added into the first empty slot of its
+//!   probe sequence), so the insert does not search again.
 //! - Removing keys (a sweep of idle keys, an eviction, `forget`) and resizing rebuild the table
 //!   under the mutex: the rebuild swaps in an empty placeholder (readers that load it go to the
 //!   mutex and wait for the rebuild), then **waits until no reader holds the old table** (its
@@ -295,6 +297,32 @@ impl<K, S> Table<K, S> {
             match slot.key.get() {
                 None => return Some(Err(i)),
                 Some(held) if held.borrow() == key => return Some(Ok(slot)),
+                Some(_) => {}
+            }
+            i += 1;
+            if i == slots.len() {
+                i = 0;
+            }
+        }
+    }
+
+    /// [`probe`](Self::probe) for the lock-free lookup: `key`'s slot, or the index of the first
+    /// empty slot of its probe sequence (for the placeholder, 0, which holds no slot).
+    #[inline(always)]
+    fn search<Q>(&self, key: &Q, hash: u64) -> Result<&Slot<K, S>, usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let slots = &self.slots[..];
+        let mut i = home(hash, slots.len());
+        loop {
+            let Some(slot) = slots.get(i) else {
+                return Err(i);
+            };
+            match slot.key.get() {
+                None => return Err(i),
+                Some(held) if held.borrow() == key => return Ok(slot),
                 Some(_) => {}
             }
             i += 1;
@@ -893,9 +921,9 @@ where
     {
         // The table cell alone: the lock-free path never touches the shard's mutex.
         let table = self.cell(self.shard_index(hash)).load();
-        match table.find(key, hash) {
-            Some(slot) => run(slot, clock.now_nanos(), &self.floor),
-            None => missing(Missed { table }),
+        match table.search(key, hash) {
+            Ok(slot) => run(&slot.value, clock.now_nanos(), &self.floor),
+            Err(vacant) => missing(Missed { table, vacant }),
         }
     }
 
@@ -928,9 +956,9 @@ where
     {
         let shard = self.shard(hash);
         let (mut meta, kept) = match shard.meta.try_lock() {
-            Ok(meta) => (meta, Some(missed.table)),
+            Ok(meta) => (meta, Some(missed)),
             // A panic in a user's Hash/Eq poisons the mutex (as in `lock`): taken all the same.
-            Err(TryLockError::Poisoned(poison)) => (poison.into_inner(), Some(missed.table)),
+            Err(TryLockError::Poisoned(poison)) => (poison.into_inner(), Some(missed)),
             Err(TryLockError::WouldBlock) => {
                 drop(missed);
                 (lock(shard.meta), None)
@@ -940,9 +968,9 @@ where
         // One table serves the lookup and, when no rebuild is needed, the insert: under the mutex
         // the table changes only by this thread's rebuild, which must not run while this thread
         // holds the old table (a rebuild waits until no check holds it).
-        let mut table = match kept {
-            Some(table) => table,
-            None => shard.table.load(),
+        let (mut table, mut searched) = match kept {
+            Some(missed) => (missed.table, missed.vacant),
+            None => (shard.table.load(), usize::MAX),
         };
         // The placeholder: a rebuild was under way when the table was loaded (the lookup's, which
         // then got the mutex after the rebuild let it go), or one was interrupted.
@@ -950,13 +978,28 @@ where
             drop(table);
             repair(shard, &mut meta);
             table = shard.table.load();
+            // Where the search ended says nothing of this table.
+            searched = usize::MAX;
         }
         // Where the key goes if this table stays: the first empty slot of its probe sequence.
-        let mut vacant = match table.probe(key, hash) {
-            // Inserted by another thread, or a rebuild was under way.
-            Some(Ok(slot)) => return Ok(run(&slot.value, now, &self.floor)),
-            Some(Err(i)) => Some(i),
-            None => None,
+        // Where the lookup's search of this table ended, if that slot is still empty: keys are
+        // only added (under the mutex, into the first empty slot of their probe sequence) and
+        // never moved or removed, so the slots the search passed still hold other keys, and the
+        // key, had another thread inserted it since, would be in that slot. (`searched` is
+        // `usize::MAX`, no slot, for a table loaded here.)
+        let seen = table
+            .slots
+            .get(searched)
+            .is_some_and(|slot| slot.key.get().is_none());
+        let mut vacant = if seen {
+            Some(searched)
+        } else {
+            match table.probe(key, hash) {
+                // Inserted by another thread, or a rebuild was under way.
+                Some(Ok(slot)) => return Ok(run(&slot.value, now, &self.floor)),
+                Some(Err(i)) => Some(i),
+                None => None,
+            }
         };
         // A table well over its live keys hands its memory back (see `judge_due`): judged here,
         // on the insert of a new key, never on a check of a present one.
@@ -1520,9 +1563,12 @@ where
 
 /// What a lookup that did not find its key ([`get_or`](ShardedMap::get_or)) hands on to
 /// [`insert`](ShardedMap::insert): the table it searched, still held, which `insert` uses
-/// instead of loading the table again when it gets the shard's mutex at once.
+/// instead of loading the table again when it gets the shard's mutex at once, and where the
+/// search ended.
 pub(crate) struct Missed<K, S> {
     table: TableGuard<K, S>,
+    /// The empty slot the search ended at (0 for the placeholder, which has none).
+    vacant: usize,
 }
 
 /// A key to publish in its slot when this drops (see `insert`).
