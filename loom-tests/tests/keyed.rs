@@ -4,7 +4,8 @@
 //! waits for every check on the old table before it reads the clock, judges and moves the
 //! words), a growing rebuild, two penalty-box strikes racing into a block, and a `peek` on an
 //! absent key (which reads the shard's key count without the mutex) racing a change of the
-//! count.
+//! count, and the insert of a new key (which may keep its failed lookup's table) racing a
+//! rebuild.
 
 use std::time::Duration;
 
@@ -174,6 +175,45 @@ fn a_growing_rebuild_racing_a_check_keeps_its_admission() {
         assert!(
             !keyed.try_acquire(&1, 1).unwrap().is_allowed(),
             "the permit of [10, 20) was taken: the move kept it"
+        );
+    });
+}
+
+/// The insert of a new key racing a rebuild (a `forget` of another key) of its shard. The
+/// insert keeps the table its failed lookup searched only when it gets the shard's mutex at once
+/// and that table is not the rebuild's placeholder: then no rebuild can have replaced it (one
+/// would still be waiting for the lookup's guard, holding the mutex). The new key lands in the
+/// table that stays, with its admission: whatever the interleaving, it is allowed once, the map
+/// holds keys 1 and 3, and key 3's window has no permit left. Without the placeholder check,
+/// an insert whose lookup met the placeholder would put its key into it (a panic: it has no
+/// slots); waiting for the mutex while still holding the table would deadlock with the
+/// rebuild, which waits for that table's readers.
+#[test]
+fn a_new_key_racing_a_rebuild_lands_in_the_table_that_stays() {
+    model(None, || {
+        let clock = ModelClock::starting_at(5);
+        let keyed = keyed(&clock, 4, WhenFull::DenyNewKeys);
+        assert!(keyed.try_acquire(&1, 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&2, 1).unwrap().is_allowed());
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&3, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.forget(&2))
+        };
+        assert!(a.join().unwrap(), "a new key has its window's permit");
+        assert!(b.join().unwrap());
+        assert_eq!(keyed.len(), 2);
+        assert!(
+            !keyed.try_acquire(&3, 1).unwrap().is_allowed(),
+            "key 3's admission was kept: it is in the table that stayed"
+        );
+        assert!(!keyed.try_acquire(&1, 1).unwrap().is_allowed());
+        assert!(
+            keyed.try_acquire(&2, 1).unwrap().is_allowed(),
+            "key 2 forgotten"
         );
     });
 }

@@ -8,7 +8,7 @@ use std::fmt;
 use std::hash::Hash;
 
 use super::cap::KeyedStats;
-use super::shards::ShardedMap;
+use super::shards::{Missed, ShardedMap};
 use super::slot::{LimiterSlot, Rules};
 use crate::clock::Clock;
 use crate::decision::{AcquireError, ConfigError, Decision};
@@ -156,8 +156,8 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.map.hash(key);
-        self.map.get_or(key, hash, &self.clock, decide, || {
-            self.insert(key, hash, n, decide, denied)
+        self.map.get_or(key, hash, &self.clock, decide, |missed| {
+            self.insert(key, hash, n, decide, denied, missed)
                 .unwrap_or_else(failed)
         })
     }
@@ -174,6 +174,7 @@ where
         n: u32,
         decide: impl FnOnce(&S, u64, &AtomicU64) -> T,
         denied: impl FnOnce(Decision) -> T,
+        missed: Missed<K, S>,
     ) -> Result<T, AcquireError>
     where
         K: Borrow<Q>,
@@ -181,7 +182,9 @@ where
     {
         let algorithm = &self.rules.algorithm;
         algorithm.check_permits(n)?;
-        let decided = self.map.insert(key, hash, &self.clock, &self.rules, decide);
+        let decided = self
+            .map
+            .insert(key, hash, &self.clock, &self.rules, decide, missed);
         Ok(decided.unwrap_or_else(|refused| {
             denied(Decision::deny(
                 algorithm.limit(),

@@ -20,7 +20,14 @@
 //!   never waits on an insert (see `stats` for what a concurrent scrape reads).
 //! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
 //!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
-//!   it from then on, never with the fresh word (see `insert`).
+//!   it from then on, never with the fresh word (see `insert`). The table the failed lock-free
+//!   lookup loaded serves the insert when the mutex is free at once (`try_lock`; a table other
+//!   than the placeholder is then the current one, since a rebuild replacing it would still
+//!   hold the mutex, waiting for this reader); otherwise the lookup's table is let go before
+//!   waiting for the mutex (its holder may be a rebuild waiting for that table) and loaded
+//!   again under it. In a kept table the empty slot where the lookup's search ended is the
+//!   key's slot if it is still empty (a key is only ever added into the first empty slot of its
+//!   probe sequence), so the insert does not search again.
 //! - Removing keys (a sweep of idle keys, an eviction, `forget`) and resizing rebuild the table
 //!   under the mutex: the rebuild swaps in an empty placeholder (readers that load it go to the
 //!   mutex and wait for the rebuild), then **waits until no reader holds the old table** (its
@@ -121,7 +128,12 @@ use crossbeam_utils::CachePadded;
 
 use super::cap::{KeyedStats, WhenFull};
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
-use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU64, Ordering};
+#[cfg(not(floodgate_loom))]
+use crate::sync::{Mutex, MutexGuard};
+#[cfg(floodgate_loom)]
+use meta_lock::{Mutex, MutexGuard};
+use std::sync::TryLockError;
 
 /// Most keys a shard holds when the shard count is chosen automatically: bounds the cost of one
 /// sweep (a sweep looks at every key of one shard).
@@ -294,6 +306,32 @@ impl<K, S> Table<K, S> {
         }
     }
 
+    /// [`probe`](Self::probe) for the lock-free lookup: `key`'s slot, or the index of the first
+    /// empty slot of its probe sequence (for the placeholder, 0, which holds no slot).
+    #[inline(always)]
+    fn search<Q>(&self, key: &Q, hash: u64) -> Result<&Slot<K, S>, usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let slots = &self.slots[..];
+        let mut i = home(hash, slots.len());
+        loop {
+            let Some(slot) = slots.get(i) else {
+                return Err(i);
+            };
+            match slot.key.get() {
+                None => return Err(i),
+                Some(held) if held.borrow() == key => return Ok(slot),
+                Some(_) => {}
+            }
+            i += 1;
+            if i == slots.len() {
+                i = 0;
+            }
+        }
+    }
+
     /// The first empty slot of `hash`'s probe sequence, where its key goes (the caller holds the
     /// shard's mutex, knows the key is absent and that the table has room). Keys are set only
     /// under the mutex: the slot stays empty, and no reader finds it, until the caller sets it.
@@ -454,6 +492,111 @@ mod cell {
 
 use cell::{TableCell, TableGuard};
 
+/// The shard's mutex under loom: a lock flag behind loom's `Mutex` and `Condvar` (a waiter
+/// blocks, as on a real mutex, instead of spinning), the data behind a second loom `Mutex` taken
+/// only by the flag's holder, so that `try_lock` is modelled as std's is: one attempt that never
+/// waits for the holder. loom 0.7's own `try_lock` can leave the trying thread blocked when
+/// another thread takes the mutex at that step (tokio-rs/loom#376), a deadlock no real mutex
+/// has: `insert`'s `try_lock` while it holds a table would then hang a rebuild waiting for that
+/// table.
+#[cfg(floodgate_loom)]
+mod meta_lock {
+    use loom::sync::Condvar;
+    use std::ops::{Deref, DerefMut};
+    use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
+
+    pub(super) struct Mutex<T> {
+        /// Whether a guard is out; held by loom's mutex only for these bookkeeping steps.
+        held: loom::sync::Mutex<bool>,
+        freed: Condvar,
+        data: loom::sync::Mutex<T>,
+    }
+
+    pub(super) struct MutexGuard<'a, T> {
+        /// `None` only while dropping: the data is let go before the flag.
+        data: Option<loom::sync::MutexGuard<'a, T>>,
+        lock: &'a Mutex<T>,
+    }
+
+    impl<T> Mutex<T> {
+        pub(super) fn new(data: T) -> Self {
+            Mutex {
+                held: loom::sync::Mutex::new(false),
+                freed: Condvar::new(),
+                data: loom::sync::Mutex::new(data),
+            }
+        }
+
+        pub(super) fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
+            let mut held = self.flag();
+            while *held {
+                held = self
+                    .freed
+                    .wait(held)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            *held = true;
+            drop(held);
+            self.guard()
+        }
+
+        pub(super) fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
+            let mut held = self.flag();
+            if *held {
+                return Err(TryLockError::WouldBlock);
+            }
+            *held = true;
+            drop(held);
+            Ok(self.guard()?)
+        }
+
+        fn flag(&self) -> loom::sync::MutexGuard<'_, bool> {
+            self.held.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// The data, free whenever the flag is (only the flag's holder takes it).
+        fn guard(&self) -> LockResult<MutexGuard<'_, T>> {
+            match self.data.lock() {
+                Ok(data) => Ok(MutexGuard {
+                    data: Some(data),
+                    lock: self,
+                }),
+                Err(poison) => Err(PoisonError::new(MutexGuard {
+                    data: Some(poison.into_inner()),
+                    lock: self,
+                })),
+            }
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            match &self.data {
+                Some(data) => data,
+                None => unreachable!("taken only in drop"),
+            }
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            match &mut self.data {
+                Some(data) => data,
+                None => unreachable!("taken only in drop"),
+            }
+        }
+    }
+
+    impl<T> Drop for MutexGuard<'_, T> {
+        fn drop(&mut self) {
+            drop(self.data.take());
+            *self.lock.flag() = false;
+            self.lock.freed.notify_one();
+        }
+    }
+}
+
 /// Unused table cells at each end of the map's array of cells: 128 bytes (two 64-byte cache
 /// lines, the pair the adjacent-line prefetcher fetches together), so no other heap object
 /// shares a line with a shard's cell (a write to such a neighbour would make every check on
@@ -469,8 +612,11 @@ struct Meta {
     /// Keys in the current table; written only through [`set_len`], which mirrors it in
     /// [`ShardMeta::keys`].
     len: usize,
-    /// Slots of the current table.
+    /// Slots of the current table; written only through [`Meta::set_slots`].
     slots: usize,
+    /// The most keys the current table takes (`room_of(slots)`), kept with `slots`: read on
+    /// every insert, which would otherwise compute it twice.
+    room: usize,
     /// No key of this shard becomes idle before this time (a lower bound, kept by every sweep
     /// and by inserts once the shard is within an eighth of its cap, see `insert`): before it, a
     /// sweep would free nothing. Read only when the shard is full.
@@ -492,6 +638,14 @@ struct Meta {
     /// `slots / JUDGE_EVERY` of them, which keeps its cost (one look at every slot) O(1)
     /// amortized per insert.
     inserts_since_judge: usize,
+}
+
+impl Meta {
+    /// Records the current table's slot count, and the keys it takes.
+    fn set_slots(&mut self, slots: usize) {
+        self.slots = slots;
+        self.room = room_of(slots);
+    }
 }
 
 /// A shard's mutex and bookkeeping, and what a read takes without the mutex: the mirror of its
@@ -686,6 +840,7 @@ where
                     lock: Mutex::new(Meta {
                         len: 0,
                         slots: first,
+                        room: room_of(first),
                         next_idle_at: u64::MAX,
                         dropped_at: 0,
                         next_judge_at: 0,
@@ -714,7 +869,7 @@ where
         }
     }
 
-    /// The hash `key` is found by (for [`get`](Self::get) and [`insert`](Self::insert)).
+    /// The hash `key` is found by (for [`get_or`](Self::get_or) and [`insert`](Self::insert)).
     #[inline(always)]
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         self.hasher.hash_one(key)
@@ -737,40 +892,20 @@ where
         S: KeySlot<R>,
     {
         let hash = self.hash(key);
-        match self.get(key, hash, clock, &run) {
-            Some(found) => Ok(found),
-            None => self.insert(key, hash, clock, rules, run),
-        }
-    }
-
-    /// The lock-free path of [`access`](Self::access): runs `run(slot, now, floor)` on `key`'s
-    /// slot if the shard's current table holds it (`hash` from [`hash`](Self::hash)); `None`
-    /// otherwise (the key is absent, or a rebuild is under way: [`insert`](Self::insert) waits
-    /// for it). Reads the clock once if found.
-    #[inline(always)]
-    pub(crate) fn get<Q, T>(
-        &self,
-        key: &Q,
-        hash: u64,
-        clock: &impl Clock,
-        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
-    ) -> Option<T>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
         self.get_or(
             key,
             hash,
             clock,
-            |slot, now, floor| Some(run(slot, now, floor)),
-            || None,
+            |slot, now, floor| Ok(run(slot, now, floor)),
+            |missed| self.insert(key, hash, clock, rules, &run, missed),
         )
     }
 
-    /// [`get`](Self::get) with `missing()` (run after the table is let go) for a key it does not
-    /// find: no `Option` around the result, which the hot path would otherwise copy across the
-    /// table guard's drop.
+    /// The lock-free path of [`access`](Self::access): runs `run(slot, now, floor)` on `key`'s
+    /// slot if the shard's current table holds it (`hash` from [`hash`](Self::hash)), reading
+    /// the clock once; otherwise (the key is absent, or a rebuild is under way:
+    /// [`insert`](Self::insert) waits for it) runs `missing` with the table it searched, which
+    /// `insert` reuses when it can (see [`Missed`]).
     #[inline(always)]
     pub(crate) fn get_or<Q, T>(
         &self,
@@ -778,7 +913,7 @@ where
         hash: u64,
         clock: &impl Clock,
         run: impl FnOnce(&S, u64, &AtomicU64) -> T,
-        missing: impl FnOnce() -> T,
+        missing: impl FnOnce(Missed<K, S>) -> T,
     ) -> T
     where
         K: Borrow<Q>,
@@ -786,17 +921,24 @@ where
     {
         // The table cell alone: the lock-free path never touches the shard's mutex.
         let table = self.cell(self.shard_index(hash)).load();
-        match table.find(key, hash) {
-            Some(slot) => run(slot, clock.now_nanos(), &self.floor),
-            None => {
-                drop(table);
-                missing()
-            }
+        match table.search(key, hash) {
+            Ok(slot) => run(&slot.value, clock.now_nanos(), &self.floor),
+            Err(vacant) => missing(Missed { table, vacant }),
         }
     }
 
-    /// [`access`](Self::access) for a key [`get`](Self::get) did not find: under the shard's
+    /// [`access`](Self::access) for a key [`get_or`](Self::get_or) did not find: under the shard's
     /// mutex, inserting it if it is still absent and there is room.
+    ///
+    /// `missed` is the failed lookup's table. It is kept, and not loaded again, when the mutex is
+    /// free at once (`try_lock`): unless it is a rebuild's placeholder (then loaded again as
+    /// below), it is then the shard's current table, and stays so while this thread holds the
+    /// mutex. A table other than the placeholder is replaced only by a rebuild (under the
+    /// mutex), which waits until no reader holds it (see `take`): one that replaced this table
+    /// after the lookup loaded it would still be waiting for this thread's guard, so would still
+    /// hold the mutex. When the mutex is taken, the guard is let go before waiting for it (the
+    /// holder may be a rebuild waiting for this very table), and the table is loaded again under
+    /// the mutex. (loom model `a_new_key_racing_a_rebuild_lands_in_the_table_that_stays`.)
     #[inline(never)]
     pub(crate) fn insert<Q, R, T>(
         &self,
@@ -805,6 +947,7 @@ where
         clock: &impl Clock,
         rules: &R,
         run: impl FnOnce(&S, u64, &AtomicU64) -> T,
+        missed: Missed<K, S>,
     ) -> Result<T, Refused>
     where
         K: Borrow<Q>,
@@ -812,23 +955,51 @@ where
         S: KeySlot<R>,
     {
         let shard = self.shard(hash);
-        let mut meta = lock(shard.meta);
+        let (mut meta, kept) = match shard.meta.try_lock() {
+            Ok(meta) => (meta, Some(missed)),
+            // A panic in a user's Hash/Eq poisons the mutex (as in `lock`): taken all the same.
+            Err(TryLockError::Poisoned(poison)) => (poison.into_inner(), Some(missed)),
+            Err(TryLockError::WouldBlock) => {
+                drop(missed);
+                (lock(shard.meta), None)
+            }
+        };
         let now = clock.now_nanos();
-        // One load serves the lookup and, when no rebuild is needed, the insert: under the mutex
+        // One table serves the lookup and, when no rebuild is needed, the insert: under the mutex
         // the table changes only by this thread's rebuild, which must not run while this thread
         // holds the old table (a rebuild waits until no check holds it).
-        let mut table = shard.table.load();
+        let (mut table, mut searched) = match kept {
+            Some(missed) => (missed.table, missed.vacant),
+            None => (shard.table.load(), usize::MAX),
+        };
+        // The placeholder: a rebuild was under way when the table was loaded (the lookup's, which
+        // then got the mutex after the rebuild let it go), or one was interrupted.
         if table.is_placeholder() {
             drop(table);
             repair(shard, &mut meta);
             table = shard.table.load();
+            // Where the search ended says nothing of this table.
+            searched = usize::MAX;
         }
         // Where the key goes if this table stays: the first empty slot of its probe sequence.
-        let mut vacant = match table.probe(key, hash) {
-            // Inserted by another thread, or a rebuild was under way.
-            Some(Ok(slot)) => return Ok(run(&slot.value, now, &self.floor)),
-            Some(Err(i)) => Some(i),
-            None => None,
+        // Where the lookup's search of this table ended, if that slot is still empty: keys are
+        // only added (under the mutex, into the first empty slot of their probe sequence) and
+        // never moved or removed, so the slots the search passed still hold other keys, and the
+        // key, had another thread inserted it since, would be in that slot. (`searched` is
+        // `usize::MAX`, no slot, for a table loaded here.)
+        let seen = table
+            .slots
+            .get(searched)
+            .is_some_and(|slot| slot.key.get().is_none());
+        let mut vacant = if seen {
+            Some(searched)
+        } else {
+            match table.probe(key, hash) {
+                // Inserted by another thread, or a rebuild was under way.
+                Some(Ok(slot)) => return Ok(run(&slot.value, now, &self.floor)),
+                Some(Err(i)) => Some(i),
+                None => None,
+            }
         };
         // A table well over its live keys hands its memory back (see `judge_due`): judged here,
         // on the insert of a new key, never on a check of a present one.
@@ -969,7 +1140,7 @@ where
     /// ([`make_room`](Self::make_room)).
     fn judge_due(&self, meta: &Meta, now: u64) -> bool {
         meta.len < self.shard_cap
-            && room_of(meta.slots) > JUDGE_MIN_KEYS
+            && meta.room > JUDGE_MIN_KEYS
             && meta.inserts_since_judge >= meta.slots / JUDGE_EVERY
             && now >= meta.next_judge_at
             && meta
@@ -1064,7 +1235,7 @@ where
     /// Whether one more key needs [`make_room`](Self::make_room): the shard is full, or its table
     /// three-quarters full.
     fn needs_room(&self, meta: &Meta) -> bool {
-        meta.len >= self.shard_cap || meta.len >= room_of(meta.slots)
+        meta.len >= self.shard_cap || meta.len >= meta.room
     }
 
     /// Makes room for one more key: grows a table three-quarters full; in a full shard, sweeps
@@ -1242,7 +1413,7 @@ where
                 Fate::Empty => {}
             }
         }
-        meta.slots = next.slots.len();
+        meta.set_slots(next.slots.len());
         set_len(shard, meta, kept);
         shard.table.store(next);
         // After `set_len`: a scrape that counts these drops reads the key count without them
@@ -1390,6 +1561,16 @@ where
     }
 }
 
+/// What a lookup that did not find its key ([`get_or`](ShardedMap::get_or)) hands on to
+/// [`insert`](ShardedMap::insert): the table it searched, still held, which `insert` uses
+/// instead of loading the table again when it gets the shard's mutex at once, and where the
+/// search ended.
+pub(crate) struct Missed<K, S> {
+    table: TableGuard<K, S>,
+    /// The empty slot the search ended at (0 for the placeholder, which has none).
+    vacant: usize,
+}
+
 /// A key to publish in its slot when this drops (see `insert`).
 struct Publish<'a, K> {
     key: &'a OnceLock<K>,
@@ -1456,7 +1637,7 @@ fn add(counter: &AtomicU64, n: u64) {
 fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
-        meta.slots = table.slots.len();
+        meta.set_slots(table.slots.len());
         set_len(shard, meta, 0);
         shard.table.store(table);
     }
