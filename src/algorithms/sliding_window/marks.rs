@@ -148,13 +148,14 @@ impl<'a, C: Clock> Levels<'a, C> {
         // The least `y` in (from, crossing] with L(y) >= L(from) + x; the cell is y − 1.
         let target = from_level + i64::try_from(x).ok()?;
         // In the older block's part (from, block] when L(block) = 0 reaches the target, else in
-        // the newer block's (block, crossing]; `from` ≤ `block` ≤ `crossing` (the window is
-        // shorter than a block).
+        // the newer block's (max(from, block), crossing]. `block` ≤ `crossing`; `from` is after
+        // `block` for a peek past the crossing whose window starts in the crossing's block (then
+        // `L(from)` ≥ 0 and `x` ≥ 1 put the answer in the newer part, past `from`).
         let suffix = target <= 0;
         let (mut low, mut high, mut high_level) = if suffix {
             (from + 1, self.block, 0)
         } else {
-            (self.block + 1, crossing, crossing_level)
+            (self.block.max(from) + 1, crossing, crossing_level)
         };
         // Reads left: the `high − low + 1` candidates never outnumber `2^reads`.
         let mut reads = (high + 1 - low).next_power_of_two().trailing_zeros();
