@@ -348,7 +348,7 @@ impl<C: Clock> Sharded<C> {
                 Take::Engine => return self.try_acquire_general(home, now, n).map(Found::of),
             }
         }
-        if remaining == 0 {
+        if remaining == 0 && at.names_alone() {
             // Relaxed: as in `try_acquire_general`.
             self.all_full.store(at.mark(), Ordering::Relaxed);
         }
@@ -443,7 +443,7 @@ impl<C: Clock> Sharded<C> {
         }
         // Set only by a scan that found every stripe full in the read's window (none holding a
         // window ahead): the hint then says that all `limit` permits of that window are taken.
-        if remaining == 0 && all_in_window {
+        if remaining == 0 && all_in_window && at.names_alone() {
             // Relaxed: as the load above.
             self.all_full.store(at.mark(), Ordering::Relaxed);
         }
@@ -676,10 +676,20 @@ struct WindowAt {
 }
 
 impl WindowAt {
-    /// The "all full" hint's value for this window: its index + 1.
+    /// The "all full" hint's value for this window: its index + 1 (0 is no window's).
     #[inline(always)]
     fn mark(&self) -> u64 {
         self.index.saturating_add(1)
+    }
+
+    /// Whether [`mark`](Self::mark) names this window alone, so that the hint may be set to it:
+    /// all but the last two windows of time (indices `u64::MAX − 1` and `u64::MAX`, reachable
+    /// with 1 ns windows, share the saturated mark `u64::MAX`; a hint set in the first would
+    /// deny in the second without borrowing). Checked where the hint is set (a denial's scan),
+    /// not where it is read (the short path's every full home stripe).
+    #[inline(always)]
+    fn names_alone(&self) -> bool {
+        self.index < u64::MAX - 1
     }
 
     /// Whether `taken`, a stripe's denial on the read `now` this window was computed from, was
@@ -1062,6 +1072,46 @@ mod tests {
             allowed > 100 && denied > 100 && borrowed > 100,
             "{allowed} {denied} {borrowed}"
         );
+    }
+
+    /// The "all full" hint names a window by its index + 1, which saturates: with 1 ns windows
+    /// the last two windows of time (indices `u64::MAX − 1` and `u64::MAX`) would share the
+    /// mark `u64::MAX`. A hint set in the first of them must not deny in the second: the short
+    /// path (which trusts the hint without the general path's check that the denial's window
+    /// ends within `u64`) borrowed nothing there: it denied the window's second permit, which
+    /// the general path takes from stripe 1.
+    #[test]
+    fn the_all_full_hint_of_the_second_last_window_of_time_does_not_deny_in_the_last() {
+        let clock = crate::ManualClock::new();
+        let s = Sharded::with_clock(2, Duration::from_nanos(1), 2, clock.clone()).unwrap();
+        // Window u64::MAX − 1: both permits, then a denial that finds every stripe full.
+        clock.set(u64::MAX - 1);
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert!(!s.try_acquire_on(0, 1).unwrap().is_allowed());
+        // Window u64::MAX: two permits again, the second borrowed from stripe 1.
+        clock.set(u64::MAX);
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        let second = s.try_acquire_on(0, 1).unwrap();
+        assert!(second.is_allowed(), "{second:?}");
+        assert!(!s.try_acquire_on(0, 1).unwrap().is_allowed());
+        // The same through `admit`, and on the general path, on fresh limiters.
+        for general in [false, true] {
+            let s = Sharded::with_clock(2, Duration::from_nanos(1), 2, clock.clone()).unwrap();
+            let take = |now: u64| match general {
+                true => s.try_acquire_general(0, now, 1).unwrap().is_allowed(),
+                false => s.acquire_at::<bool>(0, now, 1).unwrap(),
+            };
+            assert_eq!(
+                [take(u64::MAX - 1), take(u64::MAX - 1), take(u64::MAX - 1)],
+                [true, true, false]
+            );
+            assert_eq!(
+                [take(u64::MAX), take(u64::MAX), take(u64::MAX)],
+                [true, true, false],
+                "general {general}"
+            );
+        }
     }
 
     /// The cached window index is used only while a read lies in its window: every read gets
