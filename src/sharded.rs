@@ -348,7 +348,7 @@ impl<C: Clock> Sharded<C> {
                 Take::Engine => return self.try_acquire_general(home, now, n).map(Found::of),
             }
         }
-        if remaining == 0 {
+        if remaining == 0 && at.hintable(now) {
             // Relaxed: as in `try_acquire_general`.
             self.all_full.store(at.mark(), Ordering::Relaxed);
         }
@@ -443,7 +443,7 @@ impl<C: Clock> Sharded<C> {
         }
         // Set only by a scan that found every stripe full in the read's window (none holding a
         // window ahead): the hint then says that all `limit` permits of that window are taken.
-        if remaining == 0 && all_in_window {
+        if remaining == 0 && all_in_window && at.hintable(now) {
             // Relaxed: as the load above.
             self.all_full.store(at.mark(), Ordering::Relaxed);
         }
@@ -676,10 +676,22 @@ struct WindowAt {
 }
 
 impl WindowAt {
-    /// The "all full" hint's value for this window: its index + 1.
+    /// The "all full" hint's value for this window: its index + 1 (0 is no window's).
     #[inline(always)]
     fn mark(&self) -> u64 {
         self.index.saturating_add(1)
+    }
+
+    /// Whether the hint may be set to [`mark`](Self::mark) by a scan at the read `now` (of this
+    /// window): the mark names this window alone (all but the last two windows of time, indices
+    /// `u64::MAX − 1` and `u64::MAX`, reachable with 1 ns windows, which share the saturated
+    /// mark `u64::MAX`: a hint set in the first would deny in the second without borrowing),
+    /// and the window ends within a `u64`, as [`decided_in`](Self::decided_in) requires on the
+    /// general path (so both paths write the same hint). Checked where the hint is set (a
+    /// denial's scan), not where it is read (the short path's every full home stripe).
+    #[inline(always)]
+    fn hintable(&self, now: u64) -> bool {
+        self.index < u64::MAX - 1 && now.checked_add(self.until_end).is_some()
     }
 
     /// Whether `taken`, a stripe's denial on the read `now` this window was computed from, was
@@ -1062,6 +1074,137 @@ mod tests {
             allowed > 100 && denied > 100 && borrowed > 100,
             "{allowed} {denied} {borrowed}"
         );
+    }
+
+    /// [`the_short_path_decides_as_the_general_one`] at the extremes: the largest limit
+    /// (shares 8,388,608 and 8,388,607, counts up to `MAX_COUNT`), 1 ns and 3 ns windows with
+    /// indices at the tag's wrap and at the end of time, requests of 0, 1, around each share
+    /// and `u32::MAX`. The `Decision`, the `bool` and the words written are the general path's.
+    #[test]
+    fn the_short_path_decides_as_the_general_one_at_the_extremes() {
+        let limit = MAX_COUNT as u32;
+        let clock = crate::ManualClock::new();
+        let make = |window: u64, words: [u64; 2], hint: u64| {
+            let s = Sharded::with_clock(limit, Duration::from_nanos(window), 2, clock.clone());
+            let s = s.unwrap();
+            // Relaxed: single-threaded test setup and inspection (no other thread sees `s`).
+            for (stripe, word) in s.stripes.iter().zip(words) {
+                stripe.word.store(word, Ordering::Relaxed);
+            }
+            s.all_full.store(hint, Ordering::Relaxed);
+            s
+        };
+        let state = |s: &Sharded<crate::ManualClock>| {
+            // Relaxed: as in `make`.
+            let words = s.stripes.iter().map(|st| st.word.load(Ordering::Relaxed));
+            (
+                words.collect::<Vec<_>>(),
+                s.all_full.load(Ordering::Relaxed),
+            )
+        };
+        let half = 1u64 << 39;
+        let (s0, s1) = (u64::from(share(limit, 2, 0)), u64::from(share(limit, 2, 1)));
+        let counts = [0, 1, s1 - 1, s1, s0, MAX_COUNT];
+        let sizes = [0, 1, 2, s1 - 1, s1, s0, s0 + 1, u64::from(u32::MAX)].map(|n| n as u32);
+        let mut served = 0u64;
+        for (window, index) in [1u64, 3].into_iter().flat_map(|window| {
+            let last = u64::MAX / window;
+            [TAG_MASK, TAG_MASK + 1, last - 2, last - 1, last].map(move |i| (window, i))
+        }) {
+            for offset in (0..window).filter(|o| {
+                index
+                    .checked_mul(window)
+                    .and_then(|start| start.checked_add(*o))
+                    .is_some()
+            }) {
+                let now = index * window + offset;
+                clock.set(now);
+                for (home_delta, other_delta) in [0, 1, half, TAG_MASK]
+                    .into_iter()
+                    .flat_map(|h| [0, 1, half, TAG_MASK].map(move |o| (h, o)))
+                {
+                    for (home_count, other_count) in
+                        counts.into_iter().flat_map(|h| counts.map(move |o| (h, o)))
+                    {
+                        for (home, hint, n) in (0..2).flat_map(|home| {
+                            // The hint as a denial's scan may set it (never to the last two
+                            // windows' shared mark, `hintable`), in a window whose end fits
+                            // a `u64` (in the last one, the general path does not trust it:
+                            // there it is set only with every stripe full, which it says).
+                            let end = index.checked_add(1).and_then(|i| i.checked_mul(window));
+                            [0].into_iter()
+                                .chain(
+                                    end.and(index.checked_add(1))
+                                        .filter(|_| index < u64::MAX - 1),
+                                )
+                                .flat_map(move |hint| sizes.map(move |n| (home, hint, n)))
+                        }) {
+                            let mut words = [0; 2];
+                            words[home] = pack_window(index.wrapping_sub(home_delta), home_count);
+                            words[1 - home] =
+                                pack_window(index.wrapping_sub(other_delta), other_count);
+                            let short = make(window, words, hint);
+                            let general = make(window, words, hint);
+                            let admit = make(window, words, hint);
+                            let calls = GENERAL_CALLS.get();
+                            let fast = short.try_acquire_at(home, now, n);
+                            served += u64::from(GENERAL_CALLS.get() == calls);
+                            let slow = general.try_acquire_general(home, now, n);
+                            let admitted = admit.acquire_at::<bool>(home, now, n);
+                            let case = format!(
+                                "window {window} now {now} home {home} deltas {home_delta} \
+                                 {other_delta} counts {home_count} {other_count} hint {hint} n {n}"
+                            );
+                            assert_eq!(fast, slow, "{case}");
+                            assert_eq!(admitted, slow.map(|d| d.is_allowed()), "{case}");
+                            assert_eq!(state(&short), state(&general), "{case}");
+                            assert_eq!(state(&admit), state(&general), "{case}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(served > 10_000, "{served}");
+    }
+
+    /// The "all full" hint names a window by its index + 1, which saturates: with 1 ns windows
+    /// the last two windows of time (indices `u64::MAX − 1` and `u64::MAX`) would share the
+    /// mark `u64::MAX`. A hint set in the first of them must not deny in the second: the short
+    /// path (which trusts the hint without the general path's check that the denial's window
+    /// ends within `u64`) borrowed nothing there: it denied the window's second permit, which
+    /// the general path takes from stripe 1.
+    #[test]
+    fn the_all_full_hint_of_the_second_last_window_of_time_does_not_deny_in_the_last() {
+        let clock = crate::ManualClock::new();
+        let s = Sharded::with_clock(2, Duration::from_nanos(1), 2, clock.clone()).unwrap();
+        // Window u64::MAX − 1: both permits, then a denial that finds every stripe full.
+        clock.set(u64::MAX - 1);
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        assert!(!s.try_acquire_on(0, 1).unwrap().is_allowed());
+        // Window u64::MAX: two permits again, the second borrowed from stripe 1.
+        clock.set(u64::MAX);
+        assert!(s.try_acquire_on(0, 1).unwrap().is_allowed());
+        let second = s.try_acquire_on(0, 1).unwrap();
+        assert!(second.is_allowed(), "{second:?}");
+        assert!(!s.try_acquire_on(0, 1).unwrap().is_allowed());
+        // The same through `admit`, and on the general path, on fresh limiters.
+        for general in [false, true] {
+            let s = Sharded::with_clock(2, Duration::from_nanos(1), 2, clock.clone()).unwrap();
+            let take = |now: u64| match general {
+                true => s.try_acquire_general(0, now, 1).unwrap().is_allowed(),
+                false => s.acquire_at::<bool>(0, now, 1).unwrap(),
+            };
+            assert_eq!(
+                [take(u64::MAX - 1), take(u64::MAX - 1), take(u64::MAX - 1)],
+                [true, true, false]
+            );
+            assert_eq!(
+                [take(u64::MAX), take(u64::MAX), take(u64::MAX)],
+                [true, true, false],
+                "general {general}"
+            );
+        }
     }
 
     /// The cached window index is used only while a read lies in its window: every read gets

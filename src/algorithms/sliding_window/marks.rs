@@ -36,8 +36,8 @@
 //! oldest cell by which the window has taken `x` is then found by binary search over `L`:
 //! O(log cells) mark reads, in the block whose part of the window holds it (`L(bs)` = 0 picks
 //! it without a read), with splits that reach the newest cell in fewer reads than halving does
-//! and never take more (`first_reaching`). Every mark read is checked against the cell's round and the kind the
-//! reader expects, and the marks must add up to the sum the decision used. A mismatch means a
+//! (`first_reaching`; never more for a denial, see there for a peek past the crossing). Every
+//! mark read is checked against the cell's round and the kind the reader expects, and the marks must add up to the sum the decision used. A mismatch means a
 //! newer crossing (into a new block, or a whole ring later) changed the marks under the reader:
 //! the call is decided again, once, from a fresh `base` (a decision in a cell that a newer
 //! crossing has sealed follows head into the newer cell, as always). If the marks changed under
@@ -134,7 +134,14 @@ impl<'a, C: Clock> Levels<'a, C> {
     /// `L(block)` is 0 without a read, so the search first picks the block the cell is in by
     /// one comparison, then searches that block's part of the window, `m` cells, in at most
     /// `k = ⌈log2 m⌉` mark reads (as many as halving needs), splitting each range as high as
-    /// that bound allows. The newest closed cell, the answer in the attack of issue 17 (the
+    /// that bound allows. A peek past the crossing whose window starts after the block start
+    /// (`from > block`) searches the newer block's cells from the block start on,
+    /// `(block, crossing]`, not from `from`: the same answer (the levels up to `from` are below
+    /// the target), in up to `⌈log2 (crossing − block)⌉` reads, more than halving
+    /// `(from, crossing]` takes when `from` is well past the block start. Starting it at `from`
+    /// costs the denial's search (where `from ≤ block` always): measured on
+    /// `examples/instructions_spent`, 1.5 to 2 instructions more a spent denial with that case
+    /// out of line, 19 to 19.5 as a `max` (the review of issue 17). The newest closed cell, the answer in the attack of issue 17 (the
     /// whole limit spent at the end of the cell before), is then found in
     /// `k − ⌊log2 (2^k − m + 1)⌋` reads (for `m` = 59: 4, halving 6; 5,999: 2, halving 13;
     /// 33: 1, halving 6).
@@ -148,8 +155,10 @@ impl<'a, C: Clock> Levels<'a, C> {
         // The least `y` in (from, crossing] with L(y) >= L(from) + x; the cell is y − 1.
         let target = from_level + i64::try_from(x).ok()?;
         // In the older block's part (from, block] when L(block) = 0 reaches the target, else in
-        // the newer block's (block, crossing]; `from` ≤ `block` ≤ `crossing` (the window is
-        // shorter than a block).
+        // the newer block's (block, crossing]. `block` ≤ `crossing`; `from` ≤ `block` for a
+        // denial (`crossing` is its cell: its window is no longer than a block); for a peek past
+        // the crossing `from` may be past `block`, then `L(from)` ≥ 0 and `x` ≥ 1 put the answer
+        // in the newer part, past `from` (the cells `(block, from]` never reach the target).
         let suffix = target <= 0;
         let (mut low, mut high, mut high_level) = if suffix {
             (from + 1, self.block, 0)

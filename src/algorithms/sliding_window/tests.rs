@@ -397,3 +397,48 @@ proptest::proptest! {
         marks_match_the_scan(cells, limit, &history, gap, later.min(u64::from(cells) - 1), inside)?;
     }
 }
+
+/// A peek past the newest crossing whose window starts after that crossing's block start
+/// (`from > block`): it answers as the scan, and its searches for the retry and the newest used
+/// cells read at most `⌈log2 (crossing − block)⌉` marks each, as `first_reaching`'s docs say
+/// (the newer block's cells are searched from the block start: up to 14 reads where halving
+/// `(from, crossing]` takes 12, at 40 cells past a crossing at 64 cells).
+#[test]
+fn a_peek_whose_window_starts_after_the_crossing_s_block_answers_as_the_scan_in_log_reads() {
+    let (cells, limit) = (64u32, 10u32);
+    let block = u64::from(cells);
+    // The crossing: the last cell of block 1 (cells 64..128).
+    let crossing = 2 * block - 1;
+    for later in [10u64, 30, 40, 50] {
+        let w = ring(limit, cells);
+        let peeked = crossing + later;
+        let from = w.geometry.window_start(peeked);
+        assert!(from > block && from < crossing - 10, "{later}");
+        // The limit, one permit a cell, in the closed cells from `from` on.
+        for cell in from + 1..=from + u64::from(limit) {
+            assert!(w.try_acquire_at(1, cell * CELL).unwrap().is_allowed());
+        }
+        w.sweep_at(crossing * CELL);
+        let now = peeked * CELL + 3;
+        let (prev, count, n) = (u64::from(limit), 0, 1);
+        let want = w.denial_by_scan(peeked, now, prev, count, n, u64::from(limit));
+        assert_eq!(w.peek_at(1, now).unwrap(), want, "{later}");
+        let closed = Closed {
+            crossing,
+            from,
+            marked: prev,
+            live: 0,
+            scan: false,
+        };
+        let (read, d) = visits(|| w.denial(peeked, now, closed, count, n, u64::from(limit)));
+        assert_eq!(d, Some(want), "{later}");
+        // The two levels the marks are checked with, then two searches (the retry's cell and
+        // the newest used one) over the newer block's `crossing − block` cells.
+        let reads = (crossing - block).next_power_of_two().trailing_zeros();
+        let bound = 2 + 2 * u64::from(reads);
+        assert!(
+            read <= bound,
+            "peek {later} cells past the crossing: {read} > {bound} reads"
+        );
+    }
+}
