@@ -347,7 +347,7 @@ impl<K, S> Table<K, S> {
         &slots[i]
     }
 
-    /// [`insert`](Self::insert) into a table this thread owns: `key` is the cell of a slot of
+    /// [`insert`](ShardedMap::insert) into a table this thread owns: `key` is the cell of a slot of
     /// the old table, moved as it is (re-setting a fresh `OnceLock` would run its `Once` again).
     fn put(&mut self, key: OnceLock<K>, value: S, hash: u64) {
         let len = self.slots.len();
