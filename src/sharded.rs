@@ -975,27 +975,39 @@ mod tests {
         }
     }
 
+    /// Two stripes of `limit` over `window` ns on `clock`, with the stripes' words and the
+    /// all-full hint set as given.
+    fn with_words(
+        limit: u32,
+        window: u64,
+        clock: &crate::ManualClock,
+        words: [u64; 2],
+        hint: u64,
+    ) -> Sharded<crate::ManualClock> {
+        let s = Sharded::with_clock(limit, Duration::from_nanos(window), 2, clock.clone());
+        let s = s.unwrap();
+        // Relaxed: single-threaded test setup and inspection (no other thread sees `s`).
+        for (stripe, word) in s.stripes.iter().zip(words) {
+            stripe.word.store(word, Ordering::Relaxed);
+        }
+        s.all_full.store(hint, Ordering::Relaxed);
+        s
+    }
+
+    /// The stripes' words and the all-full hint.
+    fn state(s: &Sharded<crate::ManualClock>) -> (Vec<u64>, u64) {
+        // Relaxed: as in `with_words`.
+        let words = s.stripes.iter().map(|st| st.word.load(Ordering::Relaxed));
+        (
+            words.collect::<Vec<_>>(),
+            s.all_full.load(Ordering::Relaxed),
+        )
+    }
+
     fn short_path_decides_as_the_general_one(window: u64) {
         const LIMIT: u32 = 5;
         let clock = crate::ManualClock::new();
-        let make = |words: [u64; 2], hint: u64| {
-            let s = Sharded::with_clock(LIMIT, Duration::from_nanos(window), 2, clock.clone());
-            let s = s.unwrap();
-            // Relaxed: single-threaded test setup and inspection (no other thread sees `s`).
-            for (stripe, word) in s.stripes.iter().zip(words) {
-                stripe.word.store(word, Ordering::Relaxed);
-            }
-            s.all_full.store(hint, Ordering::Relaxed);
-            s
-        };
-        let state = |s: &Sharded<crate::ManualClock>| {
-            // Relaxed: as in `make`.
-            let words = s.stripes.iter().map(|st| st.word.load(Ordering::Relaxed));
-            (
-                words.collect::<Vec<_>>(),
-                s.all_full.load(Ordering::Relaxed),
-            )
-        };
+        let make = |words: [u64; 2], hint: u64| with_words(LIMIT, window, &clock, words, hint);
         let half = 1u64 << 39;
         // How far the stored window is behind `now`'s (wrapping: 2^40 - 1 is 1 ahead).
         let deltas = [0, 1, 3, 1 << 20, half - 1, half, half + 1, TAG_MASK];
@@ -1085,22 +1097,7 @@ mod tests {
         let limit = MAX_COUNT as u32;
         let clock = crate::ManualClock::new();
         let make = |window: u64, words: [u64; 2], hint: u64| {
-            let s = Sharded::with_clock(limit, Duration::from_nanos(window), 2, clock.clone());
-            let s = s.unwrap();
-            // Relaxed: single-threaded test setup and inspection (no other thread sees `s`).
-            for (stripe, word) in s.stripes.iter().zip(words) {
-                stripe.word.store(word, Ordering::Relaxed);
-            }
-            s.all_full.store(hint, Ordering::Relaxed);
-            s
-        };
-        let state = |s: &Sharded<crate::ManualClock>| {
-            // Relaxed: as in `make`.
-            let words = s.stripes.iter().map(|st| st.word.load(Ordering::Relaxed));
-            (
-                words.collect::<Vec<_>>(),
-                s.all_full.load(Ordering::Relaxed),
-            )
+            with_words(limit, window, &clock, words, hint)
         };
         let half = 1u64 << 39;
         let (s0, s1) = (u64::from(share(limit, 2, 0)), u64::from(share(limit, 2, 1)));
