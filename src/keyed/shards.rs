@@ -290,24 +290,17 @@ impl<K, S> Table<K, S> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let slots = &self.slots[..];
-        let mut i = home(hash, slots.len());
-        loop {
-            let slot = slots.get(i)?;
-            match slot.key.get() {
-                None => return Some(Err(i)),
-                Some(held) if held.borrow() == key => return Some(Ok(slot)),
-                Some(_) => {}
-            }
-            i += 1;
-            if i == slots.len() {
-                i = 0;
-            }
+        match self.search(key, hash) {
+            Ok(slot) => Some(Ok(slot)),
+            // A table with slots always has an empty one (`room_of`), where the search ends.
+            Err(i) if i < self.slots.len() => Some(Err(i)),
+            Err(_) => None,
         }
     }
 
-    /// [`probe`](Self::probe) for the lock-free lookup: `key`'s slot, or the index of the first
-    /// empty slot of its probe sequence (for the placeholder, 0, which holds no slot).
+    /// The walk of `key`'s probe sequence, for the lock-free lookup (and [`probe`](Self::probe)):
+    /// `key`'s slot, or the index of the first empty slot of the sequence (for the placeholder,
+    /// 0, which holds no slot).
     #[inline(always)]
     fn search<Q>(&self, key: &Q, hash: u64) -> Result<&Slot<K, S>, usize>
     where
