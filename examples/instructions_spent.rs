@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
+use floodgate::{AcquireError, Decision, Limiter, ManualClock, SlidingWindowLimiter};
 
 const CELL: u64 = 60_000_000_000;
 
@@ -25,30 +25,27 @@ const CELL: u64 = 60_000_000_000;
 #[inline(never)]
 fn measured_spent_try(ring: &SlidingWindowLimiter<ManualClock>, calls: u64) -> u64 {
     (0..calls)
-        .map(|_| match ring.try_acquire(black_box(1)) {
-            Ok(d) if d.is_allowed() => 1,
-            Ok(d) => {
-                black_box(d.retry_after());
-                0
-            }
-            Err(_) => 0,
-        })
+        .map(|_| used(ring.try_acquire(black_box(1))))
         .sum()
 }
 
 /// `peek(1)` `calls` times, using `retry_after`.
 #[inline(never)]
 fn measured_spent_peek(ring: &SlidingWindowLimiter<ManualClock>, calls: u64) -> u64 {
-    (0..calls)
-        .map(|_| match ring.peek(black_box(1)) {
-            Ok(d) if d.is_allowed() => 1,
-            Ok(d) => {
-                black_box(d.retry_after());
-                0
-            }
-            Err(_) => 0,
-        })
-        .sum()
+    (0..calls).map(|_| used(ring.peek(black_box(1)))).sum()
+}
+
+/// 1 for an admission; a denial's `retry_after` is used (what a 429 needs), 0.
+#[inline(always)]
+fn used(answer: Result<Decision, AcquireError>) -> u64 {
+    match answer {
+        Ok(d) if d.is_allowed() => 1,
+        Ok(d) => {
+            black_box(d.retry_after());
+            0
+        }
+        Err(_) => 0,
+    }
 }
 
 /// A ring of `cells` one-minute cells, limit 1, whose current cell is at `place` in its block
