@@ -540,6 +540,50 @@ fn a_panic_in_hash_during_a_rebuild_keeps_every_key() {
     assert_eq!(keyed.len(), 8);
 }
 
+/// After a rebuild that unwound (its shard's mutex poisoned, its table put back), a new key is
+/// inserted through the poisoned mutex into the table that stayed: the insert that gets the
+/// mutex at once (`try_lock` answering `Poisoned`) keeps its lookup's table and the empty slot
+/// the lookup's search ended at. The key is admitted once in its window and counted; the keys
+/// held before keep their admissions.
+#[test]
+fn a_new_key_after_a_rebuild_that_unwound_lands_in_the_table_that_stayed() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<Touchy, _, _> =
+        Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .shards(1)
+            .max_keys(64)
+            .build()
+            .unwrap();
+    for key in 101..=108 {
+        assert!(keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed());
+    }
+    PANIC_HASHING.store(105, std::sync::atomic::Ordering::SeqCst);
+    let unwound =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keyed.forget(&Touchy(101))));
+    PANIC_HASHING.store(0, std::sync::atomic::Ordering::SeqCst);
+    assert!(unwound.is_err(), "the rebuild hashes key 105");
+    for key in 109..=112 {
+        assert!(
+            keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed(),
+            "new key {key} admitted through the poisoned mutex"
+        );
+        assert!(
+            !keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed(),
+            "new key {key} found again with its admission"
+        );
+    }
+    for key in 101..=108 {
+        assert!(!keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed());
+    }
+    assert_eq!(keyed.len(), 12);
+    assert!(
+        keyed.forget(&Touchy(101)),
+        "a rebuild runs after the poisoning"
+    );
+    assert_eq!(keyed.len(), 11);
+}
+
 #[test]
 fn a_bad_permit_count_is_an_error_on_every_path_and_inserts_nothing() {
     // The lock-free path of a held key leaves the check of `n` to the key's slot; a new key is
