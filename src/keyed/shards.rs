@@ -747,8 +747,11 @@ pub(crate) struct ShardedMap<K, S> {
 }
 
 fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
-    // A panic in a user's Hash/Eq poisons the mutex; the bookkeeping is never left half-updated
-    // in a way that breaks a later call (a rebuild interrupted by one puts its table back).
+    // A panic in user code run under the mutex (a key's Hash, Eq, Clone or Drop, the clock, the
+    // algorithm) poisons it; the bookkeeping is never left half-updated in a way that breaks a
+    // later call. A rebuild interrupted in its first pass (Hash, Eq) puts its table back; one
+    // interrupted in its second (a dropped key's Drop) leaves the placeholder, which `repair`
+    // replaces with an empty table: that shard's keys start over.
     meta.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
@@ -950,7 +953,7 @@ where
         let shard = self.shard(hash);
         let (mut meta, kept) = match shard.meta.try_lock() {
             Ok(meta) => (meta, Some(missed)),
-            // A panic in a user's Hash/Eq poisons the mutex (as in `lock`): taken all the same.
+            // A panic in user code under the mutex poisons it (see `lock`): taken all the same.
             Err(TryLockError::Poisoned(poison)) => (poison.into_inner(), Some(missed)),
             Err(TryLockError::WouldBlock) => {
                 drop(missed);
