@@ -509,28 +509,38 @@ impl std::hash::Hash for Touchy {
     }
 }
 
+/// A one-shard map of one-permit windows holding `keys` (each admitted once), after a `forget`
+/// of `forgotten` whose rebuild unwound on hashing `panicking` (its shard's mutex poisoned).
+fn after_an_unwound_rebuild(
+    keys: std::ops::RangeInclusive<u64>,
+    forgotten: u64,
+    panicking: u64,
+) -> Keyed<Touchy, FixedWindow, ManualClock> {
+    let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .clock(ManualClock::new())
+        .shards(1)
+        .max_keys(64)
+        .build()
+        .unwrap();
+    for key in keys {
+        assert!(keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed());
+    }
+    PANIC_HASHING.store(panicking, std::sync::atomic::Ordering::SeqCst);
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        keyed.forget(&Touchy(forgotten))
+    }));
+    PANIC_HASHING.store(0, std::sync::atomic::Ordering::SeqCst);
+    assert!(unwound.is_err(), "the rebuild hashes key {panicking}");
+    keyed
+}
+
 /// A panic in a user's `Hash` while a rebuild moves keys (here `forget` of another key) loses no
 /// key's state: the shard keeps its table. Found by review: the rebuild re-hashed the kept keys
 /// after taking the old table apart, so the panic left the shard empty and every key of it was
 /// admitted afresh (a lost admission per key).
 #[test]
 fn a_panic_in_hash_during_a_rebuild_keeps_every_key() {
-    let clock = ManualClock::new();
-    let keyed: Keyed<Touchy, _, _> =
-        Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
-            .clock(clock.clone())
-            .shards(1)
-            .max_keys(64)
-            .build()
-            .unwrap();
-    for key in 1..=8 {
-        assert!(keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed());
-    }
-    PANIC_HASHING.store(5, std::sync::atomic::Ordering::SeqCst);
-    let unwound =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keyed.forget(&Touchy(1))));
-    PANIC_HASHING.store(0, std::sync::atomic::Ordering::SeqCst);
-    assert!(unwound.is_err(), "the rebuild hashes key 5");
+    let keyed = after_an_unwound_rebuild(1..=8, 1, 5);
     for key in 1..=8 {
         assert!(
             !keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed(),
@@ -547,22 +557,7 @@ fn a_panic_in_hash_during_a_rebuild_keeps_every_key() {
 /// held before keep their admissions.
 #[test]
 fn a_new_key_after_a_rebuild_that_unwound_lands_in_the_table_that_stayed() {
-    let clock = ManualClock::new();
-    let keyed: Keyed<Touchy, _, _> =
-        Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
-            .clock(clock.clone())
-            .shards(1)
-            .max_keys(64)
-            .build()
-            .unwrap();
-    for key in 101..=108 {
-        assert!(keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed());
-    }
-    PANIC_HASHING.store(105, std::sync::atomic::Ordering::SeqCst);
-    let unwound =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keyed.forget(&Touchy(101))));
-    PANIC_HASHING.store(0, std::sync::atomic::Ordering::SeqCst);
-    assert!(unwound.is_err(), "the rebuild hashes key 105");
+    let keyed = after_an_unwound_rebuild(101..=108, 101, 105);
     for key in 109..=112 {
         assert!(
             keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed(),
