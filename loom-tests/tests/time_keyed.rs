@@ -57,6 +57,17 @@ fn check<A: Algorithm>(
     }
 }
 
+/// A model thread running a sweep (`retain_recent`) of `k`; it admits nothing.
+fn sweeping<A: Algorithm + 'static>(
+    k: &Arc<Keyed<u32, A, ModelClock>>,
+) -> thread::JoinHandle<Vec<Admitted>> {
+    let k = k.clone();
+    thread::spawn(move || {
+        k.retain_recent();
+        Vec::new()
+    })
+}
+
 fn check_window(admitted: &[Admitted]) {
     let (most, k) = max_in_aligned_window(admitted, W);
     assert!(
@@ -117,13 +128,7 @@ fn eviction_and_sweep_race_a_check_while_time_moves() {
         };
         // The sweep runs on a model thread of its own: run on the thread that built the map,
         // loom explored 24,611 executions of this race (now SWEEP_EVICTION).
-        let sweep = {
-            let k = k.clone();
-            thread::spawn(move || {
-                k.retain_recent();
-                Vec::new()
-            })
-        };
+        let sweep = sweeping(&k);
         let mut admitted = join_all(vec![a, b, sweep], first);
         // One more check of key 1, unless a live key was evicted to make room (documented to
         // change decisions: a full map of live keys under `EvictLeastUsed`).
@@ -230,13 +235,7 @@ fn a_growing_rebuild_and_a_sweep_race_a_check_while_time_moves() {
         };
         // The sweep runs on a model thread of its own: run on the thread that built the map,
         // loom explored 15,630 executions of this race (now SWEEP_REBUILD).
-        let sweep = {
-            let k = k.clone();
-            thread::spawn(move || {
-                k.retain_recent();
-                Vec::new()
-            })
-        };
+        let sweep = sweeping(&k);
         let mut admitted = join_all(vec![a, b, sweep], first);
         admitted.extend(check(&k, &clock, 1, 1));
         check_window(&admitted);
