@@ -274,10 +274,7 @@ impl<K, S> Table<K, S> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        match self.probe(key, hash)? {
-            Ok(slot) => Some(&slot.value),
-            Err(_) => None,
-        }
+        self.search(key, hash).ok().map(|slot| &slot.value)
     }
 
     /// `key`'s slot (`Ok`), or the index of the first empty slot of its probe sequence (`Err`),
