@@ -579,6 +579,66 @@ fn a_new_key_after_a_rebuild_that_unwound_lands_in_the_table_that_stayed() {
     assert_eq!(keyed.len(), 11);
 }
 
+/// Set to a key's value to make the next drop of that key panic, once (see [`Brittle`]).
+static PANIC_DROPPING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A key whose `Drop` panics once when [`PANIC_DROPPING`] names it (a user's faulty `Drop`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+struct Brittle(u64);
+
+impl Drop for Brittle {
+    fn drop(&mut self) {
+        let once = PANIC_DROPPING.compare_exchange(
+            self.0,
+            0,
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        if once.is_ok() {
+            panic!("dropping key {} failed", self.0);
+        }
+    }
+}
+
+/// A panic in a user's `Drop` of a key a rebuild drops (here the key `forget` names) loses no
+/// other key's state: the rebuild publishes the new table before it drops the keys it let go.
+/// Before, the drop ran while the keys were being moved, and the panic left the placeholder
+/// table, which the next call replaced with an empty one: every key of the shard was admitted
+/// afresh (a lost admission per key).
+#[test]
+fn a_panic_in_a_dropped_keys_drop_during_a_rebuild_keeps_every_other_key() {
+    let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+        .clock(ManualClock::new())
+        .shards(1)
+        .max_keys(64)
+        .build()
+        .unwrap();
+    for key in 1..=8 {
+        assert!(keyed.try_acquire(&Brittle(key), 1).unwrap().is_allowed());
+    }
+    PANIC_DROPPING.store(3, std::sync::atomic::Ordering::SeqCst);
+    let unwound =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keyed.forget(&Brittle(3))));
+    assert!(unwound.is_err(), "the forgotten key's drop panics");
+    assert_eq!(
+        PANIC_DROPPING.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the panicking drop ran"
+    );
+    assert_eq!(keyed.len(), 7, "only the forgotten key is gone");
+    for key in (1..=8).filter(|&key| key != 3) {
+        assert!(
+            !keyed.try_acquire(&Brittle(key), 1).unwrap().is_allowed(),
+            "key {key} admitted twice in its window"
+        );
+    }
+    assert!(
+        keyed.try_acquire(&Brittle(3), 1).unwrap().is_allowed(),
+        "the forgotten key starts over"
+    );
+    assert_eq!(keyed.len(), 8);
+}
+
 #[test]
 fn a_bad_permit_count_is_an_error_on_every_path_and_inserts_nothing() {
     // The lock-free path of a held key leaves the check of `n` to the key's slot; a new key is

@@ -746,9 +746,9 @@ pub(crate) struct ShardedMap<K, S> {
 fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
     // A panic in user code run under the mutex (a key's Hash, Eq, Clone or Drop, the clock, the
     // algorithm) poisons it; the bookkeeping is never left half-updated in a way that breaks a
-    // later call. A rebuild interrupted in its first pass (Hash, Eq) puts its table back; one
-    // interrupted in its second (a dropped key's Drop) leaves the placeholder, which `repair`
-    // replaces with an empty table: that shard's keys start over.
+    // later call. A rebuild interrupted in its first pass (Hash, Eq) puts its table back; the
+    // keys it drops are dropped (their Drop run) only after the new table is published and
+    // counted, so a panic there loses nothing else.
     meta.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
@@ -1363,7 +1363,7 @@ where
             hashes.push(self.hasher.hash_one(key));
             kept += 1;
         }
-        let old = restore.disarm();
+        let mut old = restore.disarm();
         let mut evicted = 0;
         if plan.evict > 0 && kept >= self.shard_cap {
             let batch = plan.evict.min(candidates.len());
@@ -1385,8 +1385,12 @@ where
         };
         let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
         let mut next = Table::new(slots_for(keys));
+        // The kept keys are taken out of the old table; the keys it lets go stay there until the
+        // new table is published and counted. Their `Drop` is user code: one that panics then
+        // loses nothing (before, keys were dropped while the kept ones moved, and such a panic
+        // left the placeholder, so `repair` started the shard over empty).
         let mut hashes = hashes.into_iter();
-        for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
+        for (i, slot) in old.slots.iter_mut().enumerate() {
             let fate = match fates.get(i) {
                 Some(&fate) => fate,
                 None if slot.key.get().is_some() => Fate::Keep,
@@ -1397,7 +1401,11 @@ where
             match fate {
                 Fate::Keep => {
                     if let Some(hash) = hashes.next() {
-                        next.put(slot.key, slot.value, hash);
+                        next.put(
+                            std::mem::take(&mut slot.key),
+                            std::mem::take(&mut slot.value),
+                            hash,
+                        );
                     }
                 }
                 Fate::Evict => {
@@ -1425,6 +1433,8 @@ where
         if idle + evicted + forgotten > 0 {
             meta.dropped_at = latest_drop(meta.dropped_at, now);
         }
+        // Last: the dropped keys' `Drop` (see pass 2).
+        drop(old);
         idle
     }
 
@@ -1625,8 +1635,10 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 /// Puts an empty table in if a rebuild was interrupted where [`Restore`] could not put the old
-/// one back (a panic in a user's `Drop` of a key): its keys are lost, as a `forget` of each
-/// would lose them.
+/// one back: between pass 2's start and the new table's store no user code runs (a dropped
+/// key's `Drop` runs after the store), so only a panic of the rebuild's own (an allocation
+/// failure built to unwind) gets here. Its keys are then lost, as a `forget` of each would
+/// lose them; the shard is not left on the placeholder.
 fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
