@@ -696,11 +696,14 @@ struct Plan {
 /// [`rebuild`](ShardedMap::rebuild)).
 #[derive(Clone, Copy)]
 enum Fate {
-    /// No key, or a key dropped in pass 1 (idle, or forgotten): nothing to move.
+    /// No key: nothing to move.
     Empty,
+    /// A key pass 1 let go (idle, or forgotten): dropped after the new table is published.
+    Drop,
     /// A kept key: moved, with the next of pass 1's hashes.
     Keep,
-    /// A key pass 1 kept and an eviction then chose: dropped, its hash skipped.
+    /// A key pass 1 kept and an eviction then chose: its hash skipped, dropped after the new
+    /// table is published.
     Evict,
 }
 
@@ -1341,12 +1344,14 @@ where
             let Some(key) = slot.key.get() else { continue };
             if forget.as_ref().is_some_and(|forget| forget(key)) {
                 forgotten += 1;
+                fates[i] = Fate::Drop;
                 continue;
             }
             if judge {
                 match slot.value.liveness(rules, now) {
                     Liveness::Idle => {
                         idle += 1;
+                        fates[i] = Fate::Drop;
                         continue;
                     }
                     Liveness::Live { used, idle_in } => {
@@ -1363,7 +1368,7 @@ where
             hashes.push(self.hasher.hash_one(key));
             kept += 1;
         }
-        let mut old = restore.disarm();
+        let old = restore.disarm();
         let mut evicted = 0;
         if plan.evict > 0 && kept >= self.shard_cap {
             let batch = plan.evict.min(candidates.len());
@@ -1385,12 +1390,13 @@ where
         };
         let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
         let mut next = Table::new(slots_for(keys));
-        // The kept keys are taken out of the old table; the keys it lets go stay there until the
-        // new table is published and counted. Their `Drop` is user code: one that panics then
-        // loses nothing (before, keys were dropped while the kept ones moved, and such a panic
-        // left the placeholder, so `repair` started the shard over empty).
+        // The keys the rebuild lets go are set aside until the new table is published and
+        // counted. Their `Drop` is user code: one that panics then loses nothing (before, keys
+        // were dropped while the kept ones moved, and such a panic left the placeholder, so
+        // `repair` started the shard over empty). A growth lets no key go.
         let mut hashes = hashes.into_iter();
-        for (i, slot) in old.slots.iter_mut().enumerate() {
+        let mut dropped = Vec::with_capacity(idle + forgotten + evicted);
+        for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
             let fate = match fates.get(i) {
                 Some(&fate) => fate,
                 None if slot.key.get().is_some() => Fate::Keep,
@@ -1401,16 +1407,14 @@ where
             match fate {
                 Fate::Keep => {
                     if let Some(hash) = hashes.next() {
-                        next.put(
-                            std::mem::take(&mut slot.key),
-                            std::mem::take(&mut slot.value),
-                            hash,
-                        );
+                        next.put(slot.key, slot.value, hash);
                     }
                 }
                 Fate::Evict => {
                     hashes.next();
+                    dropped.push(slot);
                 }
+                Fate::Drop => dropped.push(slot),
                 Fate::Empty => {}
             }
         }
@@ -1434,7 +1438,7 @@ where
             meta.dropped_at = latest_drop(meta.dropped_at, now);
         }
         // Last: the dropped keys' `Drop` (see pass 2).
-        drop(old);
+        drop(dropped);
         idle
     }
 
