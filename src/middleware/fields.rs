@@ -25,7 +25,8 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const X_RATELIMIT_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-after");
+/// `X-RateLimit-After`: the wait of a denial in whole seconds, as `Retry-After`.
+pub(super) const X_RATELIMIT_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-after");
 
 /// The largest structured-field Integer (RFC 9651: at most 15 digits); larger values are capped.
 const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
@@ -45,8 +46,9 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 /// `RateLimit: "per-second";r=4;t=1, "per-day";r=990;t=80000`. Give each layer its own
 /// [`Policy`] name. When an inner layer denies and an outer one has no permits left for the next
 /// request, the outer layer raises `Retry-After` to its own `t` (an inner value later than that,
-/// in delta-seconds or as an HTTP-date, stands as written). The other styles have one value
-/// per field: the outermost layer's replaces the inner ones.
+/// in delta-seconds or as an HTTP-date, stands as written), and an inner `X-RateLimit-After`
+/// with it. The other styles have one value per field: the outermost layer's replaces the inner
+/// ones.
 ///
 /// ## `t` and `Retry-After`
 /// `r` is the permits left after this request. With [`RateLimitLayer::permits_per_request`](super::RateLimitLayer::permits_per_request)

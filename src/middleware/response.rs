@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::denial::{Denial, content};
-use super::fields::{ceil_seconds, write_fields};
+use super::fields::{X_RATELIMIT_AFTER, ceil_seconds, write_fields};
 use super::layer::Settings;
 use crate::concurrency::{KeyedPermit, OwnedInFlightPermit};
 use crate::decision::Decision;
@@ -45,6 +45,17 @@ impl Stamp {
                 // A later inner value stands as it was written (a date stays a date).
                 if ours > inner {
                     headers.insert(RETRY_AFTER, HeaderValue::from(ours));
+                    // An inner layer's `X-RateLimit-After` (style `XRateLimit`) is the same wait
+                    // in seconds: raised with it, or its readers come back too early.
+                    let after = headers.get(X_RATELIMIT_AFTER).map(|v| {
+                        v.to_str()
+                            .ok()
+                            .and_then(|v| v.trim().parse::<u64>().ok())
+                            .unwrap_or(0)
+                    });
+                    if after.is_some_and(|after| after < ours) {
+                        headers.insert(X_RATELIMIT_AFTER, HeaderValue::from(ours));
+                    }
                 }
             }
         }

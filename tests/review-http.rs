@@ -1,0 +1,48 @@
+//! Defects found in an adversarial review of the HTTP edge (feature `tower`), each pinned by the
+//! test that failed before its fix. Limiters run on a `ManualClock`: every value is exact.
+
+use std::time::Duration;
+
+use floodgate::middleware::{HeaderStyle, LayerSettings, RateLimitLayer};
+use floodgate::{FixedWindow, IpKey, Keyed, ManualClock};
+use tower::{Layer, ServiceExt};
+
+#[path = "support/http_service.rs"]
+mod http_service;
+use http_service::{from_peer, hello};
+
+fn fixed_window(
+    limit: u32,
+    window_secs: u64,
+    clock: &ManualClock,
+) -> Keyed<IpKey, FixedWindow, ManualClock> {
+    Keyed::builder(FixedWindow::new(limit, Duration::from_secs(window_secs)).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// `X-RateLimit-After` is the wait of a 429 in seconds, as `Retry-After` (tower_governor's
+/// clients read it instead). When an inner layer denies and the outer one, which allowed, has no
+/// permits left, the outer raises `Retry-After` to its own reset: `X-RateLimit-After` must say
+/// the same, or a client that honours it comes back in 1 s and is refused by the outer limit.
+#[tokio::test]
+async fn x_ratelimit_after_is_raised_with_retry_after_by_an_outer_layer() {
+    let clock = ManualClock::new();
+    let per_second =
+        RateLimitLayer::per_ip(fixed_window(1, 1, &clock)).header_style(HeaderStyle::XRateLimit);
+    let per_day = RateLimitLayer::per_ip(fixed_window(2, 86_400, &clock))
+        .header_style(HeaderStyle::XRateLimit);
+    let service = per_day.layer(per_second.layer(hello()));
+    let peer = "192.0.2.1:1000";
+    let first = service.clone().oneshot(from_peer(peer)).await.unwrap();
+    assert_eq!(first.status(), 200);
+    // The second's limit denies; the day's last permit went on the way in.
+    let denied = service.clone().oneshot(from_peer(peer)).await.unwrap();
+    assert_eq!(denied.status(), 429);
+    let header = |name: &str| denied.headers()[name].to_str().unwrap().to_owned();
+    assert_eq!(header("retry-after"), "86400");
+    assert_eq!(header("x-ratelimit-reset"), "86400");
+    assert_eq!(header("x-ratelimit-remaining"), "0");
+    assert_eq!(header("x-ratelimit-after"), header("retry-after"));
+}
