@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use floodgate::middleware::{HeaderStyle, LayerSettings, RateLimitLayer};
+use floodgate::middleware::{HeaderStyle, LayerSettings, Policy, RateLimitLayer};
 use floodgate::{FixedWindow, IpKey, Keyed, ManualClock};
 use tower::{Layer, ServiceExt};
 
@@ -45,4 +45,28 @@ async fn x_ratelimit_after_is_raised_with_retry_after_by_an_outer_layer() {
     assert_eq!(header("x-ratelimit-reset"), "86400");
     assert_eq!(header("x-ratelimit-remaining"), "0");
     assert_eq!(header("x-ratelimit-after"), header("retry-after"));
+}
+
+/// The module docs of `floodgate::middleware` said a client's first response under
+/// `FixedWindow::new(100, 60 s)` carries `RateLimit: "per-ip";r=99;t=60`. Its window opens at the
+/// first 2^19 ns unit at or after the request (never earlier), so unless the request lands on
+/// such a unit, the window ends a fraction of a millisecond more than 60 s later and `t`, rounded
+/// up, is 61 (as the guide and the README say).
+#[tokio::test]
+async fn a_client_s_first_fixed_window_response_says_t_61() {
+    let clock = ManualClock::new();
+    clock.set(1_000_000_000); // 1 s: not a multiple of 2^19 ns, as almost every real reading
+    let policy = Policy::new("per-ip")
+        .unwrap()
+        .window(Duration::from_secs(60))
+        .unwrap();
+    let service = RateLimitLayer::per_ip(fixed_window(100, 60, &clock))
+        .policy(policy)
+        .layer(hello());
+    let first = service.oneshot(from_peer("192.0.2.1:1000")).await.unwrap();
+    assert_eq!(
+        first.headers()["ratelimit-policy"],
+        r#""per-ip";q=100;w=60"#
+    );
+    assert_eq!(first.headers()["ratelimit"], r#""per-ip";r=99;t=61"#);
 }
