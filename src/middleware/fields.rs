@@ -227,11 +227,18 @@ impl Policy {
         Ok(self)
     }
 
-    /// Adds a partition key `pk` to both fields: the first 8 bytes of the 64-bit FNV-1a hash of
-    /// the request's key (as its `Hash` impl feeds it), as a structured-field Byte Sequence. It
-    /// tells a client which of its quotas it is consuming without revealing the key (an API
-    /// key stays secret); the same key gives the same `pk` on every server built with the same
-    /// floodgate version. Off by default.
+    /// Adds a partition key `pk` to both fields: the 8 bytes (big-endian) of the 64-bit FNV-1a
+    /// hash of what the request key's `Hash` impl feeds a hasher, as a structured-field Byte
+    /// Sequence. It tells a client which of its quotas it is consuming without showing the key
+    /// itself. Off by default.
+    ///
+    /// The same key gives the same `pk` on every server of the same floodgate version and byte
+    /// order only when its `Hash` is a function of the key alone: an [`IpKey`](crate::IpKey)
+    /// (two `u64`s), a `String`, an integer. A [`HashedKey`](crate::keyed::HashedKey) (what
+    /// [`KeyFn`](super::KeyFn) recommends for API keys) holds hashes seeded at random per
+    /// process, so its `pk` differs between servers and after each restart: a client behind a
+    /// load balancer sees one key's quota under several `pk`s. And a hash of a guessable key is
+    /// no secret: an IPv4 key's `pk` is found by trying the 2^32 addresses.
     ///
     /// ```
     /// let policy = floodgate::middleware::Policy::default().partition_key(true);
