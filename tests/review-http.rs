@@ -100,3 +100,41 @@ async fn an_ip_key_s_partition_key_is_fnv1a_of_its_hash_bytes_in_every_process()
     }
     assert_eq!(items[0].pk.as_deref(), Some(&hash.to_be_bytes()[..]));
 }
+
+/// An outer layer with `headers_on_allowed(false)` still knows, when an inner layer denies, that
+/// it has no permits left for the next request: `Retry-After` must point at its reset (as with
+/// the fields on), not at the inner wait, or the client comes back in 1 s to a 429 for a day.
+/// Turning the fields off on allowed responses is about the fields, not about `Retry-After`.
+#[tokio::test]
+async fn an_outer_layer_without_fields_on_allowed_still_raises_an_inner_retry_after() {
+    let clock = ManualClock::new();
+    let per_second = RateLimitLayer::per_ip(fixed_window(1, 1, &clock));
+    let per_day = RateLimitLayer::per_ip(fixed_window(2, 86_400, &clock)).headers_on_allowed(false);
+    let service = per_day.layer(per_second.layer(hello()));
+    let peer = "192.0.2.1:1000";
+    let first = service.clone().oneshot(from_peer(peer)).await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["ratelimit"], r#""default";r=0;t=1"#); // the inner's only
+    let denied = service.clone().oneshot(from_peer(peer)).await.unwrap();
+    assert_eq!(denied.status(), 429);
+    assert_eq!(denied.headers()["retry-after"], "86400");
+    // The outer adds no item: its fields stay off on a response it allowed.
+    assert_eq!(denied.headers()["ratelimit"], r#""default";r=0;t=1"#);
+    // With permits left for the next request, the inner wait stands.
+    clock.advance(Duration::from_secs(86_400));
+    let service = RateLimitLayer::per_ip(fixed_window(3, 86_400, &clock))
+        .headers_on_allowed(false)
+        .layer(RateLimitLayer::per_ip(fixed_window(1, 1, &clock)).layer(hello()));
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(from_peer(peer))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let denied = service.oneshot(from_peer(peer)).await.unwrap();
+    assert_eq!(denied.status(), 429);
+    assert_eq!(denied.headers()["retry-after"], "1");
+}

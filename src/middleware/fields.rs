@@ -47,7 +47,7 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 /// [`Policy`] name. When an inner layer denies and an outer one has no permits left for the next
 /// request, the outer layer raises `Retry-After` to its own `t` (an inner value later than that,
 /// in delta-seconds or as an HTTP-date, stands as written), and an inner `X-RateLimit-After`
-/// with it. The other styles have one value per field: the outermost layer's replaces the inner
+/// with it, also with [`headers_on_allowed`](super::LayerSettings::headers_on_allowed) off. The other styles have one value per field: the outermost layer's replaces the inner
 /// ones.
 ///
 /// ## `t` and `Retry-After`
