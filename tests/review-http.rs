@@ -138,3 +138,33 @@ async fn an_outer_layer_without_fields_on_allowed_still_raises_an_inner_retry_af
     assert_eq!(denied.status(), 429);
     assert_eq!(denied.headers()["retry-after"], "1");
 }
+
+/// The in-flight layer's docs: "if the inner service fails ... the permit is given back then".
+/// It was given back only when the response future was dropped: a caller that keeps the
+/// completed future (a `select!` arm, a join set that outlives it) held the permit on.
+#[tokio::test]
+async fn a_failed_handler_s_in_flight_permit_comes_back_when_its_error_is_returned() {
+    use floodgate::concurrency::InFlight;
+    use floodgate::middleware::InFlightLayer;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tower::Service;
+    let failing = tower::service_fn(|_request: http::Request<http_service::Body>| async {
+        Err::<http::Response<http_service::Body>, &'static str>("handler failed")
+    });
+    let mut service = InFlightLayer::global(InFlight::new(1).unwrap()).layer(failing);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(service.poll_ready(&mut cx).is_ready());
+    let mut future = Box::pin(service.call(http::Request::default()));
+    assert_eq!(service.limiter().in_flight(), 1);
+    let Poll::Ready(result) = future.as_mut().poll(&mut cx) else {
+        panic!("the handler fails at once");
+    };
+    assert_eq!(result.unwrap_err(), "handler failed");
+    assert_eq!(
+        service.limiter().in_flight(),
+        0,
+        "held by a finished future"
+    );
+    drop(future);
+}

@@ -516,9 +516,17 @@ where
                 stamp,
                 hold,
             } => {
-                // An error drops the future, and the permits of `hold` with it.
-                let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(pass_through(response, stamp.as_ref(), hold.take())))
+                match ready!(future.poll(cx)) {
+                    Ok(response) => {
+                        Poll::Ready(Ok(pass_through(response, stamp.as_ref(), hold.take())))
+                    }
+                    Err(error) => {
+                        // The request has ended: its permits go back now, not when this
+                        // (finished) future is dropped.
+                        drop(hold.take());
+                        Poll::Ready(Err(error))
+                    }
+                }
             }
             StateProjection::Answered { response } => Poll::Ready(Ok(response
                 .take()
