@@ -11,6 +11,9 @@ use tower::{Layer, ServiceExt};
 mod ratelimit_fields;
 use ratelimit_fields::{checked_fields, parse_list};
 
+#[path = "support/http_client.rs"]
+mod http_client;
+
 #[path = "support/http_service.rs"]
 mod http_service;
 use http_service::{from_peer, hello};
@@ -167,4 +170,39 @@ async fn a_failed_handler_s_in_flight_permit_comes_back_when_its_error_is_return
         "held by a finished future"
     );
     drop(future);
+}
+
+/// The brief's trap (tower's own `RateLimit` is per service clone, so under axum, which clones
+/// the router for each connection, 5 a second let 1,500 through): checked and found sound. Six
+/// requests from one IP, each on a new connection (a new pool, so a new router clone on the
+/// server), get exactly the limit of 3 through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_limit_holds_across_axum_s_per_connection_clones() {
+    use axum::{Router, routing::get};
+    use http_client::HttpClient;
+    use std::net::SocketAddr;
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::per_ip(fixed_window(3, 60, &clock));
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        let client = HttpClient::from("127.0.0.1".parse().unwrap(), server_addr);
+        let answer = client.get().await;
+        answers.push((answer.status.as_u16(), answer.body.starts_with("hello")));
+    }
+    let ok = (200, true);
+    let denied = (429, false);
+    assert_eq!(answers, [ok, ok, ok, denied, denied, denied]);
+    server.abort();
 }
