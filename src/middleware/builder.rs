@@ -106,7 +106,9 @@ pub trait LayerSettings: sealed::HasSettings + Sized {
     }
 
     /// Whether allowed responses also get the rate-limit header fields (default `true`; denials
-    /// always get them).
+    /// always get them). Off, a [`RateLimitLayer`] still raises the `Retry-After` of a request
+    /// an inner layer denied to its own reset when it has no permits left for the next request
+    /// (see [`HeaderStyle`]): that is no field, but when the client may come back.
     ///
     /// ```
     /// use floodgate::middleware::LayerSettings;

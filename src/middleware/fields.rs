@@ -25,7 +25,8 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const X_RATELIMIT_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-after");
+/// `X-RateLimit-After`: the wait of a denial in whole seconds, as `Retry-After`.
+pub(super) const X_RATELIMIT_AFTER: HeaderName = HeaderName::from_static("x-ratelimit-after");
 
 /// The largest structured-field Integer (RFC 9651: at most 15 digits); larger values are capped.
 const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
@@ -45,8 +46,9 @@ const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 /// `RateLimit: "per-second";r=4;t=1, "per-day";r=990;t=80000`. Give each layer its own
 /// [`Policy`] name. When an inner layer denies and an outer one has no permits left for the next
 /// request, the outer layer raises `Retry-After` to its own `t` (an inner value later than that,
-/// in delta-seconds or as an HTTP-date, stands as written). The other styles have one value
-/// per field: the outermost layer's replaces the inner ones.
+/// in delta-seconds or as an HTTP-date, stands as written), and an inner `X-RateLimit-After`
+/// with it, also with [`headers_on_allowed`](super::LayerSettings::headers_on_allowed) off. The other styles have one value per field: the outermost layer's replaces the inner
+/// ones.
 ///
 /// ## `t` and `Retry-After`
 /// `r` is the permits left after this request. With [`RateLimitLayer::permits_per_request`](super::RateLimitLayer::permits_per_request)
@@ -225,11 +227,18 @@ impl Policy {
         Ok(self)
     }
 
-    /// Adds a partition key `pk` to both fields: the first 8 bytes of the 64-bit FNV-1a hash of
-    /// the request's key (as its `Hash` impl feeds it), as a structured-field Byte Sequence. It
-    /// tells a client which of its quotas it is consuming without revealing the key (an API
-    /// key stays secret); the same key gives the same `pk` on every server built with the same
-    /// floodgate version. Off by default.
+    /// Adds a partition key `pk` to both fields: the 8 bytes (big-endian) of the 64-bit FNV-1a
+    /// hash of what the request key's `Hash` impl feeds a hasher, as a structured-field Byte
+    /// Sequence. It tells a client which of its quotas it is consuming without showing the key
+    /// itself. Off by default.
+    ///
+    /// The same key gives the same `pk` on every server of the same floodgate version and byte
+    /// order only when its `Hash` is a function of the key alone: an [`IpKey`](crate::IpKey)
+    /// (two `u64`s), a `String`, an integer. A [`HashedKey`](crate::keyed::HashedKey) (what
+    /// [`KeyFn`](super::KeyFn) recommends for API keys) holds hashes seeded at random per
+    /// process, so its `pk` differs between servers and after each restart: a client behind a
+    /// load balancer sees one key's quota under several `pk`s. And a hash of a guessable key is
+    /// no secret: an IPv4 key's `pk` is found by trying the 2^32 addresses.
     ///
     /// ```
     /// let policy = floodgate::middleware::Policy::default().partition_key(true);

@@ -29,8 +29,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A response then carries `RateLimit-Policy: "per-ip";q=100;w=60` and
-//! `RateLimit: "per-ip";r=99;t=60`.
+//! A response then carries `RateLimit-Policy: "per-ip";q=100;w=60` and, on a client's first,
+//! `RateLimit: "per-ip";r=99;t=61`: the window opens at the first 2^19 ns unit at or after the
+//! request, so it ends a fraction of a millisecond more than 60 s later, and `t` rounds up.
 //!
 //! | situation | response |
 //! |---|---|

@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::denial::{Denial, content};
-use super::fields::{ceil_seconds, write_fields};
+use super::fields::{X_RATELIMIT_AFTER, ceil_seconds, write_fields};
 use super::layer::Settings;
 use crate::concurrency::{KeyedPermit, OwnedInFlightPermit};
 use crate::decision::Decision;
@@ -26,6 +26,32 @@ pub(super) struct Stamp {
 }
 
 impl Stamp {
+    /// What a rate-limit layer writes on a response it allowed: its fields when
+    /// `headers_on_allowed` is on; and whether or not they are, when it has no permits left for
+    /// the next request, the raise of an inner denial's `Retry-After` to its reset (see
+    /// `write`). `None` when there is nothing to write (no `Arc` clone on that path).
+    pub(super) fn on_allowed(
+        settings: &Arc<Settings>,
+        decision: Decision,
+        pk: Option<u64>,
+    ) -> Option<Stamp> {
+        Self::needed(settings, decision).then(|| Stamp {
+            settings: Arc::clone(settings),
+            decision,
+            pk,
+        })
+    }
+
+    /// This stamp of an allowed decision, if it has anything to write (see
+    /// [`on_allowed`](Self::on_allowed)).
+    pub(super) fn if_needed(self) -> Option<Stamp> {
+        Self::needed(&self.settings, self.decision).then_some(self)
+    }
+
+    fn needed(settings: &Settings, decision: Decision) -> bool {
+        settings.headers_on_allowed || decision.remaining() < u64::from(settings.permits)
+    }
+
     fn write(&self, headers: &mut http::HeaderMap) {
         let settings = &self.settings;
         let decision = self.decision;
@@ -37,14 +63,27 @@ impl Stamp {
         let inner_retry_after = headers
             .get(RETRY_AFTER)
             .map(|v| v.to_str().ok().and_then(seconds_until_retry).unwrap_or(0));
-        let fields = (in_requests(decision, settings.permits), settings.quota);
-        write_fields(settings.style, headers, &settings.policy, fields, self.pk);
+        if !decision.is_allowed() || settings.headers_on_allowed {
+            let fields = (in_requests(decision, settings.permits), settings.quota);
+            write_fields(settings.style, headers, &settings.policy, fields, self.pk);
+        }
         if let Some(inner) = inner_retry_after {
             if decision.is_allowed() && decision.remaining() < u64::from(settings.permits) {
                 let ours = ceil_seconds(decision.reset_after());
                 // A later inner value stands as it was written (a date stays a date).
                 if ours > inner {
                     headers.insert(RETRY_AFTER, HeaderValue::from(ours));
+                    // An inner layer's `X-RateLimit-After` (style `XRateLimit`) is the same wait
+                    // in seconds: raised with it, or its readers come back too early.
+                    let after = headers.get(X_RATELIMIT_AFTER).map(|v| {
+                        v.to_str()
+                            .ok()
+                            .and_then(|v| v.trim().parse::<u64>().ok())
+                            .unwrap_or(0)
+                    });
+                    if after.is_some_and(|after| after < ours) {
+                        headers.insert(X_RATELIMIT_AFTER, HeaderValue::from(ours));
+                    }
                 }
             }
         }

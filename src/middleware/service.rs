@@ -221,11 +221,7 @@ where
             .then(|| partition_key(&key));
         if decision.is_allowed() {
             observer.ended(RequestOutcome::Allowed);
-            let stamp = settings.headers_on_allowed.then(|| Stamp {
-                settings: Arc::clone(settings),
-                decision,
-                pk,
-            });
+            let stamp = Stamp::on_allowed(settings, decision, pk);
             return ResponseFuture::called(self.inner.call(request), stamp, None);
         }
         if let Some(shaping) = settings.shaping {
@@ -299,7 +295,7 @@ impl<S, L, X> RateLimit<S, L, X> {
                         return Ok(denied(&stamp));
                     }
                     unended.end(RequestOutcome::Delayed);
-                    let stamp = stamp.settings.headers_on_allowed.then_some(stamp);
+                    let stamp = stamp.if_needed();
                     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                     Ok(pass_through(
                         inner.call(request).await?,
@@ -418,7 +414,7 @@ impl<S, L, X> RateLimit<S, L, X> {
             } else {
                 RequestOutcome::Allowed
             });
-            let stamp = settings.headers_on_allowed.then_some(stamp);
+            let stamp = stamp.if_needed();
             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
             Ok(pass_through(
                 inner.call(request).await?,
@@ -520,9 +516,17 @@ where
                 stamp,
                 hold,
             } => {
-                // An error drops the future, and the permits of `hold` with it.
-                let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(pass_through(response, stamp.as_ref(), hold.take())))
+                match ready!(future.poll(cx)) {
+                    Ok(response) => {
+                        Poll::Ready(Ok(pass_through(response, stamp.as_ref(), hold.take())))
+                    }
+                    Err(error) => {
+                        // The request has ended: its permits go back now, not when this
+                        // (finished) future is dropped.
+                        drop(hold.take());
+                        Poll::Ready(Err(error))
+                    }
+                }
             }
             StateProjection::Answered { response } => Poll::Ready(Ok(response
                 .take()

@@ -5,9 +5,15 @@
 //! Samples are grouped in [`SampleWindow`]s (Netflix's `WindowedLimit`): the algorithm sees
 //! one sample per window (average RTT, largest in-flight count, any drop), so the limit moves,
 //! and backs off, at most once per window. In a simulated queueing server (`tests/adaptive.rs`)
-//! all three then settle within 0.6–1.3 × its capacity and follow a step of it; fed every
-//! sample instead ([`AdaptiveInFlight::window`] with `None`), AIMD backs off once per request
-//! of an overshoot and sinks to ~0.4 × capacity, and Vegas swings between 0.1 × and 2 ×.
+//! all three then settle within 0.6–1.3 × its capacity and follow a step of it, when told what
+//! latency is too much: Vegas with its defaults, AIMD with a [`timeout`](Aimd::timeout) of
+//! 1.2 × the unloaded latency, Gradient2 with an [`rtt_tolerance`](Gradient2::rtt_tolerance) of
+//! 1.0. At their defaults the other two settle higher: AIMD's 5 s timeout is far above such a
+//! server's latencies, so it backs off on drops only (1.84, 2.74, 2.72 × capacity in the three
+//! phases), and Gradient2's tolerance of 1.5 lets latency reach 1.5 × the long-term RTT (1.49
+//! ×, then 2.38 and 2.63 × as the long-term RTT follows the queue up). Fed every sample instead
+//! ([`AdaptiveInFlight::window`] with `None`), AIMD backs off once per request of an overshoot
+//! and sinks to ~0.4 × capacity, and Vegas swings between 0.1 × and 2 ×.
 //!
 //! The request path stays lock-free: a sample is one compare-exchange loop on the 128-bit open
 //! window; once per window (per sample, unwindowed) one more on the algorithm's 128-bit state
