@@ -109,7 +109,8 @@ impl InFlightLayer<InFlight, ()> {
     /// (the [`InFlight`] queue: freed permits are handed to the longest waiting first), at most
     /// `max_waiting` of them at once; more are rejected. A waiting request that is cancelled
     /// (client gone) gives up its place and takes nothing. A waiting request has no deadline
-    /// of its own: put a timeout layer outside this one to bound the wait.
+    /// of its own: put a timeout layer outside this one to bound the wait. `queue(0)` is the
+    /// layer without a queue: no request waits, as if `queue` were not called.
     ///
     /// ```
     /// use floodgate::concurrency::InFlight;

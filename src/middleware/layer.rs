@@ -267,7 +267,8 @@ impl<L, X> RateLimitLayer<L, X> {
     /// are not queued: after a wait, waiters race for the permits, and one that loses waits again
     /// while the total stays within `max_delay`, then gets its 429. With a [`PenalizedKeyed`](crate::PenalizedKeyed)
     /// limiter each lost race counts as a strike. With a Redis or memcached limiter each attempt
-    /// is a round trip, and the wait is measured on tokio's clock.
+    /// is a round trip, and the wait is measured on tokio's clock. A `max_delay` of zero or a
+    /// `max_waiting` of 0 turns shaping off in effect: a denied request gets its 429 at once.
     ///
     /// ```
     /// use floodgate::middleware::RateLimitLayer;

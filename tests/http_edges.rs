@@ -1,5 +1,6 @@
-//! Defects found in an adversarial review of the HTTP edge (feature `tower`), each pinned by the
-//! test that failed before its fix. Limiters run on a `ManualClock`: every value is exact.
+//! Edge cases of the HTTP layers (feature `tower`): stacked layers raising an inner denial's
+//! waits, fields off on allowed responses, in-flight permits on errors, axum's per-connection
+//! clones. Limiters run on a `ManualClock`: every value is exact.
 
 use std::time::Duration;
 
@@ -205,4 +206,61 @@ async fn one_limit_holds_across_axum_s_per_connection_clones() {
     let denied = (429, false);
     assert_eq!(answers, [ok, ok, ok, denied, denied, denied]);
     server.abort();
+}
+
+/// `shape` with a zero `max_delay` or a `max_waiting` of 0 is shaping off in effect: a denied
+/// request gets its 429 at once (tokio's paused clock does not move), as `shape`'s docs say.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn shaping_with_no_delay_or_no_place_rejects_at_once() {
+    for (max_delay, max_waiting) in [(Duration::ZERO, 10), (Duration::from_secs(2), 0)] {
+        let per_ip = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+            .clock(floodgate::TokioClock::starting_at(0))
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::per_ip(per_ip)
+            .shape(max_delay, max_waiting)
+            .layer(hello());
+        let peer = "192.0.2.1:1000";
+        let start = tokio::time::Instant::now();
+        let first = service.clone().oneshot(from_peer(peer)).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let denied = service.clone().oneshot(from_peer(peer)).await.unwrap();
+        assert_eq!(denied.status(), 429, "{max_delay:?}, {max_waiting}");
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "{max_delay:?}, {max_waiting}"
+        );
+    }
+}
+
+/// `InFlightLayer::queue(0)` is the layer without a queue, as its docs say: with the one permit
+/// held, the next request is rejected at once (503), not left waiting.
+#[tokio::test]
+async fn an_in_flight_queue_of_no_place_rejects_at_once() {
+    use floodgate::concurrency::InFlight;
+    use floodgate::middleware::InFlightLayer;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let service = InFlightLayer::global(InFlight::new(1).unwrap())
+        .queue(0)
+        .layer(hello());
+    let first = service
+        .clone()
+        .oneshot(http::Request::new(Default::default()))
+        .await
+        .unwrap(); // its body holds the permit
+    let mut second = Box::pin(
+        service
+            .clone()
+            .oneshot(http::Request::new(Default::default())),
+    );
+    match second
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(response) => assert_eq!(response.unwrap().status(), 503),
+        Poll::Pending => panic!("queue(0) left a request waiting"),
+    }
+    drop(first);
 }
