@@ -163,7 +163,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   for the owner, the refund and the lease request share that one deadline. A caller whose
 ///   deadline passes while another caller's refill is out gets a timeout, and one that waited
 ///   through a refill that failed gets that refill's failure, both decided by the policy
-///   (without a call of its own).
+///   (without a call of its own). While the key's circuit breaker is open or half-open, a
+///   caller does not wait for another's refill (it may be the breaker's probe, out for the
+///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
+///   the probe is out, as a [`RedisLimiter`] call is.
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left, or
 ///   [`max_lease`](Self::max_lease), is at most `n`), the call
@@ -771,6 +774,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         self.refill(n, asked, deadline).await
     }
 
+    /// Whether this key's breaker (its node's, on a cluster) is closed, or there is none.
+    fn breaker_closed(&self) -> bool {
+        let node = self.limiter.node_of(&self.key);
+        self.limiter.handler().breaker_closed(node.as_deref())
+    }
+
     /// Whether a lease of more than `n` is ruled out: by the budget Redis last reported, or by
     /// the largest lease.
     fn exact_suffices(&self, n: u32) -> bool {
@@ -818,8 +827,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ) -> Result<Outcome, RequestError> {
         let (mut owner, waited) = match self.owner.try_lock() {
             Ok(owner) => (owner, false),
-            // Another caller is replacing the lease: wait for it, but not past this call's own
-            // deadline (its Redis call may take the whole timeout).
+            // Another caller is replacing the lease. While the key's breaker is open or
+            // half-open, its call may be the breaker's probe, out for up to the timeout on a
+            // server that does not answer: this call is the limiter's per-call decision
+            // instead, which the breaker short-circuits at once while its probe is out (or
+            // which is the probe, when one is due), as for any other caller.
+            Err(_) if !self.breaker_closed() => return self.exact(n, deadline, false).await,
+            // Otherwise wait for it, but not past this call's own deadline (its Redis call may
+            // take the whole timeout).
             Err(_) => match until_deadline(self.owner.lock(), deadline).await {
                 Ok(owner) => (owner, true),
                 Err(_) => return Ok(self.waited_out(n)),
