@@ -29,7 +29,12 @@
 //!   replaced) changes nothing.
 //!
 //! Times are the breaker's [`Clock`]: a lagging read only short-circuits a little longer, a
-//! leaping read can start a probe early — still one probe at a time.
+//! leaping read can start a probe early, and one that leaps past a probe's expiry
+//! (`max_open_for` after the probe went out; leaps of up to
+//! [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS), 10 s, are in the time model, and
+//! the default `max_open_for` is 10 s) takes the probe over while it is still out: two probes
+//! are out then, and only the later one's report counts (the earlier one's word no longer
+//! stands).
 
 use std::fmt;
 use std::time::Duration;
@@ -785,6 +790,34 @@ mod tests {
         fail(&b);
         assert_eq!(b.state(), BreakerState::Open);
     }
+
+    /// The limit of "one probe at a time" stated in the module docs: a read that leaps past a
+    /// probe's expiry takes it over while it is out, and the first probe's report is then
+    /// ignored (it would otherwise close a breaker whose current probe has not answered).
+    #[test]
+    fn a_read_leaping_past_a_probes_expiry_takes_it_over_and_the_first_report_is_ignored() {
+        let (b, clock) = breaker(1);
+        fail(&b);
+        clock.advance(Duration::from_millis(100));
+        let first = b.admit().expect("the probe");
+        let now = clock.now_nanos();
+        clock.set(now + 1_000 * MS_NANOS); // one read leaps by max_open_for
+        let second = b
+            .admit()
+            .expect("a probe out for max_open_for is presumed lost");
+        clock.set(now);
+        assert!(b.admit().is_none(), "a third probe");
+        first.succeeded();
+        assert_eq!(
+            b.state(),
+            BreakerState::HalfOpen,
+            "closed by the superseded probe"
+        );
+        second.failed();
+        assert_eq!(b.state(), BreakerState::Open);
+    }
+
+    const MS_NANOS: u64 = 1_000_000;
 
     #[test]
     fn configuration_errors_name_the_value() {
