@@ -218,8 +218,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// * **Under-admission** (both): the permits held in leases ([`stranded_bound`](Self::stranded_bound)
 ///   per `LeasedKey`, at any time), plus the permits of leases whose unserved part
 ///   could not be given back (another decision came first: they stay taken until the bucket's
-///   time passes them) or whose reply was lost (a timeout, or a dropped future, after the
-///   script ran: at most one lease each). [`counts`](Self::counts) reports them.
+///   time passes them), whose refund was not sent (the refill was answered without Redis: by
+///   the deny cache, or by the breaker while it is open) or whose reply was lost (a timeout, or
+///   a dropped future, after the script ran: at most one lease each).
+///   [`counts`](Self::counts) reports them.
 ///
 /// A refund can give permits back after Redis announced a denial's `retry_after` to some
 /// caller: a [`DenyCache`](crate::backend::DenyCache) then denies until that time, a little
@@ -523,7 +525,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ///
     /// It does **not** bound [`counts`](Self::counts)`().stranded`, nor the under-admission this
     /// key leaves behind: each lease whose unserved permits could not be given back (another
-    /// decision on the key came first, or the refund failed) strands them, and they stay taken
+    /// decision on the key came first, the refund failed, or it was not sent because the
+    /// refill was answered by the deny cache or an open breaker) strands them, and they stay taken
     /// (a bucket's until its time passes them, a window's until it ends); leases stranded one
     /// after another add up past this bound.
     ///
