@@ -12,7 +12,7 @@ mod server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::backend::FailurePolicy;
+use floodgate::backend::{BreakerState, FailurePolicy};
 use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{Gcra, ManualClock, Rate};
 use server::RedisServer;
@@ -245,4 +245,58 @@ async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_ne
     assert!(probe.failure().is_none(), "{probe:?}");
     assert_eq!(probe.decision().remaining(), 100 - new_lease, "{counts:?}");
     assert_eq!(next.remaining(), 100 - 1, "{next:?}");
+}
+
+/// The breaker is half-open and its probe is a lease refill of this `LeasedKey` (its owner):
+/// the probe waits on a frozen Redis for up to the timeout while holding the owner's mutex.
+/// Another caller of the key must be short-circuited at once, as a per-call decision is while
+/// a probe is out ("calls during an outage return within 1 ms"), not wait behind the probe for
+/// the timeout and then take its failure. The probe cannot end before `TIMEOUT` (30 s: a
+/// frozen server never answers, and timers never fire early), so the second caller returning
+/// while it is still out, short-circuited, is no race on any machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_waiting_on_a_half_open_probe_is_short_circuited_at_once() {
+    const TIMEOUT: Duration = Duration::from_secs(30);
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "probe", gcra, policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap());
+    let leased = Arc::new(LeasedKey::new(Arc::clone(&limiter), "k"));
+    // Open the breaker (5 consecutive failures by default) and let its back-off pass.
+    let breaker = limiter.breaker().unwrap().shared();
+    while breaker.state() == BreakerState::Closed {
+        breaker.admit().expect("closed").failed();
+    }
+    clock.advance(breaker.retry_in());
+
+    server.freeze();
+    let probe = {
+        let leased = Arc::clone(&leased);
+        tokio::spawn(async move { leased.try_acquire_outcome(1).await.unwrap() })
+    };
+    // The refill holds the owner and has become the probe (a hang guard, not a timing).
+    let guard = Instant::now() + Duration::from_secs(60);
+    while breaker.state() != BreakerState::HalfOpen {
+        assert!(Instant::now() < guard, "the refill never became the probe");
+        tokio::task::yield_now().await;
+    }
+    let other = leased.try_acquire_outcome(1).await.unwrap();
+    let probe_still_out = !probe.is_finished();
+    server.thaw();
+    let probed = probe.await.unwrap();
+    assert!(
+        other.failure().is_some_and(|e| e.is_circuit_open()) && probe_still_out,
+        "a caller waited for the half-open probe (still out: {probe_still_out}): {other:?}"
+    );
+    assert!(!other.decision().is_allowed(), "{other:?}");
+    // The probe reached Redis once it was thawed: the breaker closes.
+    assert!(
+        probed.failure().is_none() && probed.decision().is_allowed(),
+        "{probed:?}"
+    );
+    assert_eq!(breaker.state(), BreakerState::Closed);
 }

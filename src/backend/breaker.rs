@@ -2,15 +2,20 @@
 //! (capped) back-off, then let one probe through.
 //!
 //! # Protocol (one `AtomicU64`; the loom model is `loom-tests/tests/breaker.rs`)
-//! The word packs a mode, the consecutive failures (closed) or trips (open, half-open), and a
-//! time in whole milliseconds since the breaker was made:
+//! The word packs a mode, the consecutive failures (closed) or trips (open, half-open), an
+//! *epoch*, and (open, half-open) a time in whole milliseconds since the breaker was made:
 //!
-//! * **Closed** `(failures)`: every call goes to the store. [`CircuitBreaker::admit`] is one
-//!   atomic load. A failure CAS-increments `failures` if it is still what the call's admission
-//!   loaded (calls out together that fail together, such as one coalesced round trip's callers,
-//!   count once: the first to report); the one that reaches the threshold CASes the word to
-//!   Open. A success resets a non-zero `failures` with one CAS (no store at all when
-//!   the word it saw had none: the healthy path is that single load).
+//! * **Closed** `(failures, epoch)`: every call goes to the store. [`CircuitBreaker::admit`] is
+//!   one atomic load. A failure CASes the word from exactly the word the call's admission
+//!   loaded to `failures + 1` (calls out together that fail together, such as one coalesced
+//!   round trip's callers, count once: the first to report); the one that reaches the threshold
+//!   CASes the word to Open. A success resets a non-zero `failures` with one CAS (no store at
+//!   all when the word it saw had none: the healthy path is that single load). Every change of
+//!   the closed word (a counted failure, a reset, a close after a probe) moves the epoch on, so
+//!   a call's word stands only while no failure was counted and no success reset the run since
+//!   its admission, across trips too: the epoch goes through Open and HalfOpen with the trips
+//!   (16 bits, wrapping: a call out through 65,536 changes of the word is the one case this does
+//!   not catch).
 //! * **Open** `(trips, until)`: calls before `until` are short-circuited (no store call; the
 //!   failure policy decides). The first call at or after `until` CASes the word to HalfOpen: it
 //!   alone is the **probe**.
@@ -24,7 +29,12 @@
 //!   replaced) changes nothing.
 //!
 //! Times are the breaker's [`Clock`]: a lagging read only short-circuits a little longer, a
-//! leaping read can start a probe early — still one probe at a time.
+//! leaping read can start a probe early, and one that leaps past a probe's expiry
+//! (`max_open_for` after the probe went out; leaps of up to
+//! [`MAX_CLOCK_LAG_NANOS`](crate::clock::MAX_CLOCK_LAG_NANOS), 10 s, are in the time model, and
+//! the default `max_open_for` is 10 s) takes the probe over while it is still out: two probes
+//! are out then, and only the later one's report counts (the earlier one's word no longer
+//! stands).
 
 use std::fmt;
 use std::time::Duration;
@@ -41,6 +51,12 @@ const COUNT_SHIFT: u32 = MODE_BITS;
 const COUNT_BITS: u32 = 22;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 const TIME_SHIFT: u32 = COUNT_SHIFT + COUNT_BITS;
+/// Open and half-open words hold the trips in the low bits of the count (at most 63: the
+/// back-off stops doubling long before) and the epoch above them.
+const TRIPS_BITS: u32 = 6;
+const TRIPS_MASK: u64 = (1 << TRIPS_BITS) - 1;
+/// The epoch: 16 bits (the count's bits above the trips; a closed word's time bits).
+const EPOCH_MASK: u64 = (1 << (COUNT_BITS - TRIPS_BITS)) - 1;
 /// 40 bits of milliseconds: 34 years after the breaker was made (later times saturate).
 const TIME_MAX: u64 = (1 << (64 - TIME_SHIFT)) - 1;
 const NANOS_PER_MS: u64 = 1_000_000;
@@ -65,6 +81,35 @@ fn count(word: u64) -> u64 {
 
 fn time_ms(word: u64) -> u64 {
     word >> TIME_SHIFT
+}
+
+/// A closed word: `failures` consecutive failures counted in `epoch`.
+fn closed(failures: u64, epoch: u64) -> u64 {
+    pack(CLOSED, failures, epoch & EPOCH_MASK)
+}
+
+/// An open or half-open word: `trips` (at most 63), the epoch carried from the closed word that
+/// tripped, and `ms` (open: when a probe is due; half-open: when the probe is presumed lost).
+fn tripped(mode: u64, trips: u64, epoch: u64, ms: u64) -> u64 {
+    pack(
+        mode,
+        trips.min(TRIPS_MASK) | ((epoch & EPOCH_MASK) << TRIPS_BITS),
+        ms,
+    )
+}
+
+/// The trips of an open or half-open word.
+fn trips(word: u64) -> u64 {
+    count(word) & TRIPS_MASK
+}
+
+/// The epoch of any word.
+fn epoch(word: u64) -> u64 {
+    if mode(word) == CLOSED {
+        time_ms(word) & EPOCH_MASK
+    } else {
+        count(word) >> TRIPS_BITS
+    }
 }
 
 /// When a [`CircuitBreaker`] opens and for how long.
@@ -212,8 +257,8 @@ pub enum BreakerState {
 /// A lock-free circuit breaker for any backend (its protocol is described in
 /// `src/backend/breaker.rs` and model-checked in `loom-tests/tests/breaker.rs`):
 /// after [`BreakerConfig::failures`] consecutive failures (calls out together that fail
-/// together count once: a failure counts only if no other was counted since its call was
-/// admitted) it **opens**, and calls are
+/// together count once: a failure counts only if, since its call was admitted, no other was
+/// counted, no success reset the run and the breaker did not trip) it **opens**, and calls are
 /// short-circuited (the caller decides by its failure policy, without calling the store) for a
 /// back-off that doubles on each failed probe; then it lets **one probe** through, and closes on
 /// its success. While closed, [`admit`](Self::admit) costs one atomic load.
@@ -339,11 +384,11 @@ impl<C: Clock> Drop for BreakerPermit<'_, C> {
     fn drop(&mut self) {
         if !self.reported && self.is_probe() {
             // An abandoned probe: open again, due now, so the next call probes.
-            let trips = count(self.word);
             let now = self.breaker.now_ms();
+            let open = tripped(OPEN, trips(self.word), epoch(self.word), now);
             let _ = self.breaker.word.compare_exchange(
                 self.word,
-                pack(OPEN, trips, now),
+                open,
                 // SeqCst: the breaker's word is read and written only by its own CASes and
                 // loads; SeqCst keeps the model simple, and this path is off the hot path.
                 Ordering::SeqCst,
@@ -365,7 +410,7 @@ impl<C: Clock> CircuitBreaker<C> {
     pub fn with_clock(config: BreakerConfig, clock: C) -> Self {
         let base = clock.now_nanos();
         CircuitBreaker {
-            word: AtomicU64::new(pack(CLOSED, 0, 0)),
+            word: AtomicU64::new(closed(0, 0)),
             short_circuited: AtomicU64::new(0),
             config,
             clock,
@@ -420,9 +465,9 @@ impl<C: Clock> CircuitBreaker<C> {
             }
             // Due (open), or a probe out for longer than `max_open_for` (half-open), presumed
             // lost: this call probes.
-            let trips = count(word).max(1);
+            let trips = trips(word).max(1);
             let expires = now.saturating_add(self.config.max_open_ms);
-            let probe = pack(HALF_OPEN, trips, expires);
+            let probe = tripped(HALF_OPEN, trips, epoch(word), expires);
             // SeqCst: see `BreakerPermit::drop`; only one CAS from a given word wins, so only
             // one probe is out per word.
             match self
@@ -454,7 +499,7 @@ impl<C: Clock> CircuitBreaker<C> {
                     // SeqCst: see `BreakerPermit::drop`.
                     match self.word.compare_exchange(
                         word,
-                        pack(CLOSED, 0, 0),
+                        closed(0, epoch(word) + 1),
                         Ordering::SeqCst,
                         Ordering::SeqCst,
                     ) {
@@ -463,12 +508,13 @@ impl<C: Clock> CircuitBreaker<C> {
                     }
                 }
             }
-            // The probe: close, if its word still stands.
+            // The probe: close, if its word still stands, in the epoch after the one that
+            // tripped (no call admitted before the trip finds its word again).
             _ => {
                 // SeqCst: see `BreakerPermit::drop`.
                 let _ = self.word.compare_exchange(
                     seen,
-                    pack(CLOSED, 0, 0),
+                    closed(0, epoch(seen) + 1),
                     Ordering::SeqCst,
                     Ordering::SeqCst,
                 );
@@ -479,45 +525,41 @@ impl<C: Clock> CircuitBreaker<C> {
     fn failed(&self, seen: u64) {
         if mode(seen) == HALF_OPEN {
             // The probe failed: open again, for a longer back-off.
-            let trips = count(seen).saturating_add(1).min(63);
+            let trips = (trips(seen) + 1).min(TRIPS_MASK);
             let until = self.now_ms().saturating_add(self.config.open_ms_for(trips));
             // SeqCst: see `BreakerPermit::drop`.
             let _ = self.word.compare_exchange(
                 seen,
-                pack(OPEN, trips, until),
+                tripped(OPEN, trips, epoch(seen), until),
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             );
             return;
         }
-        // Relaxed: as in `admit`.
-        let mut word = self.word.load(Ordering::Relaxed);
-        while mode(word) == CLOSED {
-            // A call admitted before another failure was counted (or a success reset the run)
-            // overlapped that call: the stall or the round trip that failed them both is one
-            // failure of the run, counted by the first to report (a coalesced batch's callers,
-            // or every call in flight when a server froze). So `failures` consecutive failures
-            // are that many calls each admitted after the previous failure counted.
-            if count(word) != count(seen) {
-                return;
-            }
-            let failures = count(word) + 1;
-            let next = if failures >= u64::from(self.config.failures) {
-                let until = self.now_ms().saturating_add(self.config.open_ms_for(1));
-                pack(OPEN, 1, until)
-            } else {
-                pack(CLOSED, failures, 0)
-            };
-            // SeqCst: see `BreakerPermit::drop`.
-            match self
-                .word
-                .compare_exchange(word, next, Ordering::SeqCst, Ordering::SeqCst)
-            {
-                Ok(_) => return,
-                Err(current) => word = current,
-            }
+        // Counted only from the very word the call was admitted on. A call admitted before
+        // another failure was counted (or a success reset the run, or the breaker tripped and
+        // closed again) overlapped that failure: the stall or the round trip that failed them
+        // both is one failure of the run, counted by the first to report (a coalesced batch's
+        // callers, or every call in flight when a server froze). So `failures` consecutive
+        // failures are that many calls each admitted after the previous failure counted. A
+        // word moved on to a trip, or probing, is not the call's either: a late failure of a
+        // call admitted while closed adds nothing to it.
+        // Relaxed: as in `admit` (the compare-exchange below decides; this spares a moved-on
+        // word the clock read).
+        if self.word.load(Ordering::Relaxed) != seen {
+            return;
         }
-        // Already open or probing: a late failure of a call admitted while closed adds nothing.
+        let failures = count(seen) + 1;
+        let next = if failures >= u64::from(self.config.failures) {
+            let until = self.now_ms().saturating_add(self.config.open_ms_for(1));
+            tripped(OPEN, 1, epoch(seen) + 1, until)
+        } else {
+            closed(failures, epoch(seen) + 1)
+        };
+        // SeqCst: see `BreakerPermit::drop`.
+        let _ = self
+            .word
+            .compare_exchange(seen, next, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Where the breaker stands now.
@@ -709,6 +751,73 @@ mod tests {
         b.succeeded(stale);
         assert_eq!(b.state(), BreakerState::Open);
     }
+
+    /// A call admitted while closed, still out when the breaker tripped (its failure or the
+    /// trip's: one stall) and answered only after a probe closed the breaker again, belongs to
+    /// the run before the trip: a failure was counted since its admission (the one that
+    /// tripped), so its late failure is not one of the new run. Before, the closed word after
+    /// the probe was the same as the one it was admitted on (no failures), and with a threshold
+    /// of 1 its failure opened the breaker again right after the probe had closed it.
+    #[test]
+    fn a_late_failure_from_before_a_trip_does_not_count_after_the_probe_closes() {
+        let (b, clock) = breaker(1);
+        let stale = b.admit().expect("closed");
+        fail(&b);
+        clock.advance(Duration::from_millis(100));
+        b.admit().expect("the probe").succeeded();
+        assert_eq!(b.state(), BreakerState::Closed);
+        stale.failed();
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "re-opened by a stale failure"
+        );
+        fail(&b); // a call admitted after the close: the new run's first failure
+        assert_eq!(b.state(), BreakerState::Open);
+        // The same after a run broken by a success: a failure of a call admitted before the
+        // failure that the success reset was already counted with it.
+        let (b, _) = breaker(2);
+        let overlapping = b.admit().expect("closed");
+        fail(&b);
+        b.admit().expect("closed").succeeded();
+        overlapping.failed();
+        fail(&b);
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "two failures of one run of one"
+        );
+        fail(&b);
+        assert_eq!(b.state(), BreakerState::Open);
+    }
+
+    /// The limit of "one probe at a time" stated in the module docs: a read that leaps past a
+    /// probe's expiry takes it over while it is out, and the first probe's report is then
+    /// ignored (it would otherwise close a breaker whose current probe has not answered).
+    #[test]
+    fn a_read_leaping_past_a_probes_expiry_takes_it_over_and_the_first_report_is_ignored() {
+        let (b, clock) = breaker(1);
+        fail(&b);
+        clock.advance(Duration::from_millis(100));
+        let first = b.admit().expect("the probe");
+        let now = clock.now_nanos();
+        clock.set(now + 1_000 * MS_NANOS); // one read leaps by max_open_for
+        let second = b
+            .admit()
+            .expect("a probe out for max_open_for is presumed lost");
+        clock.set(now);
+        assert!(b.admit().is_none(), "a third probe");
+        first.succeeded();
+        assert_eq!(
+            b.state(),
+            BreakerState::HalfOpen,
+            "closed by the superseded probe"
+        );
+        second.failed();
+        assert_eq!(b.state(), BreakerState::Open);
+    }
+
+    const MS_NANOS: u64 = 1_000_000;
 
     #[test]
     fn configuration_errors_name_the_value() {

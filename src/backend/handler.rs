@@ -408,6 +408,17 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             .map(|breakers| breakers.for_call(node))
     }
 
+    /// Whether a call on `node` (`None`: the shared breaker) finds its breaker closed, or no
+    /// breaker at all (a snapshot): a caller that would wait for another caller's store call
+    /// checks it, since while the breaker is not closed that call may be its half-open probe,
+    /// out for up to the store's timeout.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn breaker_closed(&self, node: Option<&str>) -> bool {
+        self.breaker
+            .as_ref()
+            .is_none_or(|breakers| breakers.for_call(node).state() == BreakerState::Closed)
+    }
+
     /// The deny cache, before a store call: its denial, or the time the call is asked at
     /// (for [`after`](Self::after) to record a denial from).
     #[inline]

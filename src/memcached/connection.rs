@@ -495,7 +495,7 @@ impl Shared {
     fn all_busy(&self) -> BackendError {
         BackendError::at(
             crate::backend::FailureKind::Timeout,
-            self.addr.to_string(),
+            format!("memcached://{}", self.addr),
             io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
@@ -641,12 +641,23 @@ impl MemcachedBackend {
                 }
             }
         }
-        match result {
-            Ok(value) => Ok(value),
-            Err(CallError::Timeout) => Err(BackendError::Timeout {
-                after: self.shared.timeout,
-            }),
-            Err(CallError::Failed(error)) => Err(BackendError::failed(error)),
+        result.map_err(|error| self.call_failed(error))
+    }
+
+    /// The error of a call that failed: classified by its kind, at this server
+    /// (`memcached://host:port`), as the Redis backend reports its own.
+    pub(crate) fn call_failed(&self, error: CallError) -> BackendError {
+        let server = format!("memcached://{}", self.shared.addr);
+        match error {
+            CallError::Timeout => BackendError::at(
+                crate::backend::FailureKind::Timeout,
+                server,
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", self.shared.timeout),
+                ),
+            ),
+            CallError::Failed(error) => BackendError::at(error.kind(), server, error),
         }
     }
 

@@ -172,9 +172,6 @@ pub(crate) async fn decide_async(
         deadline,
         Arc::clone(reclaims),
     )));
-    let timeout = BackendError::Timeout {
-        after: backend.timeout(),
-    };
     match until_deadline(&mut awaiting.answer, deadline).await {
         Ok(Ok(Answer::Decided(decision, Held { connection, place }))) => {
             backend.pool_async(connection);
@@ -189,13 +186,15 @@ pub(crate) async fn decide_async(
             let _ = until_deadline(taken_back, deadline).await;
             Ok(decision)
         }
-        Ok(Ok(Answer::Failed(CallError::Timeout))) | Err(()) => Err(timeout),
-        Ok(Ok(Answer::Failed(CallError::Failed(error)))) => Err(BackendError::failed(error)),
-        Ok(Err(_)) => Err(BackendError::failed(MemcachedError::Io(
+        Ok(Ok(Answer::Failed(CallError::Timeout))) | Err(()) => {
+            Err(backend.call_failed(CallError::Timeout))
+        }
+        Ok(Ok(Answer::Failed(error))) => Err(backend.call_failed(error)),
+        Ok(Err(_)) => Err(backend.call_failed(CallError::Failed(MemcachedError::Io(
             std::io::Error::other(
                 "the exchange's task ended without an answer (its runtime shutting down?)",
             ),
-        ))),
+        )))),
     }
 }
 

@@ -4,7 +4,8 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 
-/// Why a memcached call failed (inside [`BackendError::Failed`](crate::backend::BackendError::Failed)).
+/// Why a memcached call failed (inside [`BackendError::Server`](crate::backend::BackendError::Server),
+/// with its [`FailureKind`](crate::backend::FailureKind) and the server, `memcached://host:port`).
 ///
 /// ```
 /// use floodgate::memcached::MemcachedError;
@@ -62,6 +63,25 @@ pub(crate) enum CallError {
 impl From<MemcachedError> for CallError {
     fn from(error: MemcachedError) -> Self {
         CallError::Failed(error)
+    }
+}
+
+impl MemcachedError {
+    /// The kind of failure, as the Redis backend classifies its own: a refused connection,
+    /// another connection failure, a reply the protocol does not promise, or the server's own
+    /// error line (`ERROR`, `CLIENT_ERROR …`, `SERVER_ERROR …`, as Redis's error replies).
+    pub(crate) fn kind(&self) -> crate::backend::FailureKind {
+        use crate::backend::FailureKind;
+        match self {
+            MemcachedError::Unreachable { source, .. }
+                if source.kind() == io::ErrorKind::ConnectionRefused =>
+            {
+                FailureKind::Refused
+            }
+            MemcachedError::Unreachable { .. } | MemcachedError::Io(_) => FailureKind::Connection,
+            MemcachedError::Server(_) => FailureKind::Script,
+            MemcachedError::Protocol(_) => FailureKind::Protocol,
+        }
     }
 }
 

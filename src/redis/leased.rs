@@ -163,7 +163,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   for the owner, the refund and the lease request share that one deadline. A caller whose
 ///   deadline passes while another caller's refill is out gets a timeout, and one that waited
 ///   through a refill that failed gets that refill's failure, both decided by the policy
-///   (without a call of its own).
+///   (without a call of its own). While the key's circuit breaker is open or half-open, a
+///   caller does not wait for another's refill (it may be the breaker's probe, out for the
+///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
+///   the probe is out, as a [`RedisLimiter`] call is.
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left, or
 ///   [`max_lease`](Self::max_lease), is at most `n`), the call
@@ -215,8 +218,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// * **Under-admission** (both): the permits held in leases ([`stranded_bound`](Self::stranded_bound)
 ///   per `LeasedKey`, at any time), plus the permits of leases whose unserved part
 ///   could not be given back (another decision came first: they stay taken until the bucket's
-///   time passes them) or whose reply was lost (a timeout, or a dropped future, after the
-///   script ran: at most one lease each). [`counts`](Self::counts) reports them.
+///   time passes them), whose refund was not sent (the refill was answered without Redis: by
+///   the deny cache, or by the breaker while it is open) or whose reply was lost (a timeout, or
+///   a dropped future, after the script ran: at most one lease each).
+///   [`counts`](Self::counts) reports them.
 ///
 /// A refund can give permits back after Redis announced a denial's `retry_after` to some
 /// caller: a [`DenyCache`](crate::backend::DenyCache) then denies until that time, a little
@@ -297,8 +302,11 @@ pub struct LeaseCounts {
     pub held: u64,
     /// Unserved permits of retired leases given back to Redis (refunds confirmed).
     pub refunded: u64,
-    /// Unserved permits of retired leases not given back: taken from the limit, handed to no
-    /// caller (under-admission; they stay taken until the bucket's time passes them).
+    /// Unserved permits of retired leases not confirmed given back: taken from the limit,
+    /// handed to no caller (under-admission; they stay taken until the bucket's time passes
+    /// them). A refund whose reply was lost (its call's future dropped while it was out, or a
+    /// reply that came after the call's deadline to a script that ran just before it) is
+    /// counted here, though it may have landed: then `served()` reads that many low.
     pub stranded: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
@@ -517,7 +525,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ///
     /// It does **not** bound [`counts`](Self::counts)`().stranded`, nor the under-admission this
     /// key leaves behind: each lease whose unserved permits could not be given back (another
-    /// decision on the key came first, or the refund failed) strands them, and they stay taken
+    /// decision on the key came first, the refund failed, or it was not sent because the
+    /// refill was answered by the deny cache or an open breaker) strands them, and they stay taken
     /// (a bucket's until its time passes them, a window's until it ends); leases stranded one
     /// after another add up past this bound.
     ///
@@ -771,6 +780,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         self.refill(n, asked, deadline).await
     }
 
+    /// Whether this key's breaker (its node's, on a cluster) is closed, or there is none.
+    fn breaker_closed(&self) -> bool {
+        let node = self.limiter.node_of(&self.key);
+        self.limiter.handler().breaker_closed(node.as_deref())
+    }
+
     /// Whether a lease of more than `n` is ruled out: by the budget Redis last reported, or by
     /// the largest lease.
     fn exact_suffices(&self, n: u32) -> bool {
@@ -818,8 +833,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ) -> Result<Outcome, RequestError> {
         let (mut owner, waited) = match self.owner.try_lock() {
             Ok(owner) => (owner, false),
-            // Another caller is replacing the lease: wait for it, but not past this call's own
-            // deadline (its Redis call may take the whole timeout).
+            // Another caller is replacing the lease. While the key's breaker is open or
+            // half-open, its call may be the breaker's probe, out for up to the timeout on a
+            // server that does not answer: this call is the limiter's per-call decision
+            // instead, which the breaker short-circuits at once while its probe is out (or
+            // which is the probe, when one is due), as for any other caller.
+            Err(_) if !self.breaker_closed() => return self.exact(n, deadline, false).await,
+            // Otherwise wait for it, but not past this call's own deadline (its Redis call may
+            // take the whole timeout).
             Err(_) => match until_deadline(self.owner.lock(), deadline).await {
                 Ok(owner) => (owner, true),
                 Err(_) => return Ok(self.waited_out(n)),

@@ -148,6 +148,67 @@ fn a_server_that_is_not_there_is_a_clear_error_within_the_timeout() {
     );
 }
 
+/// Issue 18: failures classified (timeout, refused, protocol), naming the server, as the Redis
+/// backend's are: one error type across the backends. Before, every memcached failure but a
+/// timeout was `FailureKind::Other` with no server, and a timeout named none either.
+#[test]
+fn failures_are_classified_and_name_the_server() {
+    use floodgate::backend::FailureKind;
+    let clock = ManualClock::starting_at(T0);
+    let server_of = |addr: &str| format!("memcached://{addr}");
+    let check = |error: &BackendError, kind: FailureKind, addr: &str| {
+        assert_eq!(error.kind(), kind, "{error}");
+        assert_eq!(error.server_address(), Some(&*server_of(addr)), "{error}");
+        assert!(error.to_string().contains(addr), "{error}");
+    };
+    // Nothing listens: refused.
+    let addr = format!("127.0.0.1:{}", free_port());
+    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock).with_breaker(None);
+    let error = timed(&closed, "k").1.expect("decided by the policy");
+    check(&error, FailureKind::Refused, &addr);
+    // A server that never answers: a timeout.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let silent = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut sink = [0u8; 4096];
+        while socket.read(&mut sink).is_ok_and(|n| n > 0) {}
+    });
+    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let error = timed(&open, "k").1.expect("decided by the policy");
+    check(&error, FailureKind::Timeout, &addr);
+    drop(open);
+    silent.join().unwrap();
+    // A reply memcached never sends: a protocol error.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let liar = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = socket.read(&mut request);
+        let _ = socket.write_all(b"HELLO THERE\r\n");
+    });
+    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let error = timed(&open, "k").1.expect("decided by the policy");
+    check(&error, FailureKind::Protocol, &addr);
+    liar.join().unwrap();
+    // The async path classifies the same.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock).with_breaker(None);
+    let outcome = runtime
+        .block_on(closed.try_acquire_outcome("k", 1))
+        .unwrap();
+    check(
+        outcome.failure().expect("decided by the policy"),
+        FailureKind::Refused,
+        &addr,
+    );
+}
+
 #[test]
 fn a_server_that_never_answers_times_out() {
     // Accepts connections and reads requests, but never replies.
