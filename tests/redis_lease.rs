@@ -872,3 +872,64 @@ async fn a_dropped_leased_key_gives_nothing_back_release_does() {
     let probe = limiter.try_acquire_outcome("j", 100).await.unwrap();
     assert_eq!(probe.decision().remaining(), 99, "{probe:?}");
 }
+
+/// A manual clock whose next read, once armed, is `leap` ahead (a one-shot TSC leap).
+#[derive(Clone)]
+struct LeapOnce {
+    base: ManualClock,
+    leap: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl floodgate::Clock for LeapOnce {
+    fn now_nanos(&self) -> u64 {
+        let leap = self.leap.swap(0, std::sync::atomic::Ordering::SeqCst);
+        self.base.now_nanos().saturating_add(leap)
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.base.sleep(duration);
+    }
+}
+
+/// A window's lease counts its life from a clock read taken before its request: one that leaps
+/// (by 5 s here, within the time model's 10 s horizon) must not keep the lease served for the
+/// leap past the window the server counted it in, where its permits would be served in the
+/// next window on top of that window's limit. The lease's start is the earlier of two reads,
+/// so a one-shot leap is not its start. Before, the lease was still served 5 s into the next
+/// window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaping_read_before_the_request_does_not_stretch_a_window_lease() {
+    let server = RedisServer::start();
+    let backend = backend(&server).await;
+    let base = ManualClock::new();
+    let clock = LeapOnce {
+        base: base.clone(),
+        leap: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    };
+    let window = FixedWindow::new(100, Duration::from_secs(60)).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "leasel", window, policy, clock.clone());
+    let leased = LeasedKey::new(Arc::new(limiter.unwrap()), "k")
+        .with_lifetime(Duration::from_secs(3_600))
+        .unwrap();
+    clock
+        .leap
+        .store(5_000_000_000, std::sync::atomic::Ordering::SeqCst);
+    let first = leased.try_acquire(1).await.unwrap();
+    assert!(first.is_allowed());
+    assert_eq!(
+        clock.leap.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the leaping read was taken"
+    );
+    let end = first.reset_after();
+    assert!(end > Duration::from_secs(59), "{end:?}");
+    // At the window's end (on the clock that did not leap) the lease is over: a new lease.
+    base.advance(end);
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(
+        leased.counts().leases,
+        2,
+        "the first lease was served past its window's end"
+    );
+}

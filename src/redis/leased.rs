@@ -196,9 +196,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// The two rules of [`crate::lease`]: a permit is served at most once, only from a lease Redis
 /// granted, on a clock read taken after the lease was received and before it expired; a refund
 /// is exact or does not happen. A lease's lifetime `L` ([`lifetime`](Self::lifetime)) is counted
-/// on this process's clock from a read taken **before its request was sent**, so it ends at
-/// most `L` after Redis decided it, in real time, whatever the offset between the clocks (only
-/// their rates must agree; a clock read that lags across cores adds its lag). A window's lease
+/// on this process's clock from a read taken **before its request was sent** (the earlier of
+/// two reads, so one read that leaps ahead is not its start), so it ends at most `L` after Redis
+/// decided it, in real time, whatever the offset between the clocks (only their rates must
+/// agree; a serving read that lags across cores adds its lag). A window's lease
 /// also ends with the window that counted it, counted the same way: `reset_after` from that
 /// read, where the script's `reset_after` is at most the time from its own clock read to the
 /// window's end on the server (the aligned window's end, kept to the microsecond; the anchored
@@ -859,8 +860,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         if let Some((_, error)) = failed_meanwhile {
             return Ok(self.limiter.handler().decide(&self.key, n, error.clone()));
         }
-        // Before anything is sent: the new lease's lifetime counts from here.
-        let sent = self.clock().now_nanos();
+        // Before anything is sent: the new lease's lifetime counts from here. The earlier of
+        // two reads: a one-shot leaping read (up to the lag horizon ahead) would otherwise
+        // stretch the lease's life by the leap, and a window's lease past the window the
+        // server counted it in (the serving reads after it do not leap).
+        let sent = {
+            let clock = self.clock();
+            clock.now_nanos().min(clock.now_nanos())
+        };
         let old = std::mem::replace(&mut owner.lease, NO_LEASE);
         let unused = self.retire(&mut owner);
         if old.granted() > 0 {
