@@ -42,3 +42,27 @@ fn check_reports_a_request_that_can_never_be_granted_as_never() {
     assert_eq!(denied.retry_after(), Duration::from_nanos(u64::MAX));
     assert_eq!(denied.reset_after(), Duration::from_nanos(u64::MAX));
 }
+
+/// A bucket's debt is kept in permits across a change of capacity (the tokens are kept, capped
+/// at the new capacity), "rounded toward more debt". Near the end of a bucket's timeline
+/// (2^62 ns) a raise that pushed the debt past it was cut to the end, so the debt beyond was
+/// forgotten: raising the capacity of an empty bucket, then lowering it back, at one instant,
+/// freed permits that were never available.
+#[test]
+fn a_raise_and_a_lowering_of_capacity_near_the_end_of_a_buckets_time_free_nothing() {
+    use floodgate::{AtomicLimiter, Gcra, Rate};
+    const END: u64 = (1 << 62) - 1;
+    let clock = ManualClock::starting_at(END - 5_000_000_000);
+    let bucket =
+        AtomicLimiter::with_clock(Gcra::new(Rate::per_second(1), 1).unwrap(), clock.clone());
+    assert!(bucket.try_acquire(1).unwrap().is_allowed());
+    assert!(!bucket.try_acquire(1).unwrap().is_allowed());
+    // Empty: the raise keeps its 0 tokens (10 permits of debt, 10 s: past the end).
+    bucket.set_capacity(10).unwrap();
+    assert!(!bucket.try_acquire(1).unwrap().is_allowed());
+    // Still 0 tokens, capped at 5.
+    bucket.set_capacity(5).unwrap();
+    let after = bucket.try_acquire(1).unwrap();
+    assert!(!after.is_allowed(), "{after:?}");
+    assert_eq!(bucket.available(), 0);
+}
