@@ -66,3 +66,49 @@ fn a_raise_and_a_lowering_of_capacity_near_the_end_of_a_buckets_time_free_nothin
     assert!(!after.is_allowed(), "{after:?}");
     assert_eq!(bucket.available(), 0);
 }
+
+/// A clock whose every sleep ends `LATE` after the time asked (a loaded machine's), moving only
+/// when slept on: no real sleep.
+#[derive(Clone, Default)]
+struct LateClock {
+    now: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+const LATE: Duration = Duration::from_millis(3);
+
+impl Clock for LateClock {
+    fn now_nanos(&self) -> u64 {
+        self.now.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn sleep(&self, duration: Duration) {
+        let nanos = u64::try_from((duration + LATE).as_nanos()).unwrap();
+        self.now
+            .fetch_add(nanos, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `Limiter::acquire` returns the time it waited on the limiter's clock, "a sleep that ends
+/// late counts in full": the packed-word limiters did; the smooth limiters returned the sleep
+/// they asked for.
+#[test]
+fn acquire_counts_a_sleep_that_ends_late_in_full() {
+    use floodgate::{AtomicLimiter, Gcra, Rate, SmoothBursty, SmoothWarmingUp};
+    let clocks: [LateClock; 3] = Default::default();
+    let gcra = AtomicLimiter::with_clock(
+        Gcra::new(Rate::per_second(10), 1).unwrap(),
+        clocks[0].clone(),
+    );
+    let bursty = SmoothBursty::create_with_clock(10.0, clocks[1].clone()).unwrap();
+    let warming =
+        SmoothWarmingUp::create_with_clock(10.0, Duration::ZERO, clocks[2].clone()).unwrap();
+    let limiters: [(&str, &dyn Limiter); 3] =
+        [("gcra", &gcra), ("bursty", &bursty), ("warming", &warming)];
+    for ((name, limiter), clock) in limiters.into_iter().zip(&clocks) {
+        assert_eq!(limiter.acquire(1).unwrap(), Duration::ZERO, "{name}");
+        let before = clock.now_nanos();
+        let waited = limiter.acquire(1).unwrap();
+        let passed = Duration::from_nanos(clock.now_nanos() - before);
+        assert!(passed > LATE, "{name}: slept {passed:?}");
+        assert_eq!(waited, passed, "{name}");
+    }
+}
