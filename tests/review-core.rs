@@ -112,3 +112,47 @@ fn acquire_counts_a_sleep_that_ends_late_in_full() {
         assert_eq!(waited, passed, "{name}");
     }
 }
+
+/// `Sharded::set_limit` lowering the limit charges a stripe's excess over its new share to the
+/// other stripes for the rest of the window, even when the window as a whole admitted no more
+/// than the new limit (the excess is per stripe). A raise later in the same window keeps that
+/// charge: one-permit requests are then denied before the window's `limit` permits are taken.
+/// The docs said one-permit requests are never denied early except for the all-full hint after
+/// a raise and charges "against the excess the window had already admitted" (asserting 7 here
+/// failed: 6).
+#[test]
+fn a_sharded_charge_made_by_a_lowering_outlives_a_raise_in_the_same_window() {
+    use floodgate::{AtomicLimiter, FixedWindow, Sharded};
+    let clock = ManualClock::new();
+    let window = Duration::from_secs(1);
+    let sharded = Sharded::with_clock(12, window, 2, clock.clone()).unwrap();
+    let fixed = AtomicLimiter::with_clock(FixedWindow::aligned(12, window).unwrap(), clock.clone());
+    // Shares 6 / 6: stripe 0 takes 4, stripe 1 takes 5 (9 in the window).
+    for home in [0, 0, 0, 0, 1, 1, 1, 1, 1] {
+        assert!(sharded.try_acquire_on(home, 1).unwrap().is_allowed());
+        assert!(fixed.try_acquire(1).unwrap().is_allowed());
+    }
+    // Shares 5 / 4: the window holds 9, the new limit, but stripe 1 holds one more than its
+    // share: that one is charged to stripe 0.
+    sharded.set_limit(9).unwrap();
+    fixed.set_limit(9).unwrap();
+    assert!(!sharded.try_acquire_on(0, 1).unwrap().is_allowed());
+    assert!(!fixed.try_acquire(1).unwrap().is_allowed());
+    // Shares 8 / 8: 7 more permits in this window for the fixed window, 6 for the sharded one.
+    sharded.set_limit(16).unwrap();
+    fixed.set_limit(16).unwrap();
+    let fixed_admitted = (0..16)
+        .filter(|_| fixed.try_acquire(1).unwrap().is_allowed())
+        .count();
+    let sharded_admitted = (0..16)
+        .filter(|i| sharded.try_acquire_on(i % 2, 1).unwrap().is_allowed())
+        .count();
+    assert_eq!(fixed_admitted, 7);
+    // The charge (1) stays until the window ends, as the docs now say.
+    assert_eq!(sharded_admitted, 6);
+    clock.advance(window);
+    let next_window = (0..17)
+        .filter(|i| sharded.try_acquire_on(i % 2, 1).unwrap().is_allowed())
+        .count();
+    assert_eq!(next_window, 16);
+}
