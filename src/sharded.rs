@@ -36,8 +36,8 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 /// A stripe's count only grows within a window, so a stripe seen without room stays without room.
 /// * Requests of one permit are **never denied early**, however unbalanced the load: a denial
 ///   means every stripe was full in the window the request was decided in, i.e. all `limit`
-///   permits of that window were taken (or, after a lowering `set_limit` in that window, charged
-///   against the excess the window had already admitted). (A caller whose clock read lags decides on a stripe
+///   permits of that window were taken or charged by a lowering `set_limit` in that window (see
+///   the last two points). (A caller whose clock read lags decides on a stripe
 ///   holding a newer window in that newer window, as [`FixedWindow`] does, and is denied only if
 ///   it is full.) Unbalanced load costs speed (borrowers write other cores' cache lines), not
 ///   admissions.
@@ -47,6 +47,12 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 ///   [`AcquireError::ExceedsCapacity`].
 /// * After [`set_limit`](Limiter::set_limit) raises the limit, a caller that saw every stripe full
 ///   just before may still deny until the window ends (the "all full" hint is advisory).
+/// * A lowering charges each stripe's excess over its new share to the other stripes for the
+///   rest of the window, also when the window as a whole admitted no more than the new limit
+///   (the excess is per stripe: counts 4 and 5 under new shares 5 and 4 charge 1). A raise later
+///   in the same window keeps those charges: until the window ends, up to the permits charged
+///   are denied early (lowered from 12 to 9 and raised to 16 with 9 taken, the window admits 6
+///   more, where [`FixedWindow`] admits 7).
 /// * After [`set_limit`](Limiter::set_limit) lowers the limit, the window in progress admits at
 ///   most the larger of what it had admitted and the new limit (a stripe's excess over its new
 ///   share is charged to the others for that window), as [`FixedWindow`] would.

@@ -88,6 +88,12 @@ struct Settle {
 /// bucket whose rate was lowered 500-fold for 10,000 s (`tests/time_setters.rs`). Measuring later
 /// only keeps more debt when the rate rises, and keeps at least the debt measured at the writer's
 /// own time when it falls. Non-decreasing in `tat`, so a bound converts to a bound.
+///
+/// A debt that would end past [`END_OF_TIME`] is cut there, and a word at `END_OF_TIME` stays
+/// there: it may stand for more debt than the word can hold, so converting it as a time would
+/// read the debt cut off as tokens (a raise of capacity near the end of time, then a lowering,
+/// freed permits an empty bucket never had). Such a bucket refuses until the end of time, as it
+/// would have refused a booking past it.
 #[inline]
 pub(crate) fn convert(
     tat: u64,
@@ -97,6 +103,9 @@ pub(crate) fn convert(
     interval: u64,
     capacity: u64,
 ) -> u64 {
+    if tat >= END_OF_TIME {
+        return END_OF_TIME;
+    }
     // `prev_capacity × prev_interval` ≤ 2^62 (validated by every setter).
     let at = at.max(tat.saturating_sub(prev_capacity * prev_interval));
     let debt_old = u128::from(tat.saturating_sub(at));

@@ -96,10 +96,13 @@ pub trait Limiter: Send + Sync {
     }
 
     /// One permit, now, without a `Result`: [`try_acquire(1)`](Limiter::try_acquire), the
-    /// common case (governor's `check`). One permit is a valid request for every limit; the
-    /// rare configuration that can never grant even one (a smooth limiter whose single permit
-    /// would book more than a year) is reported as a denial whose `retry_after` is
-    /// `Duration::MAX`: `try_acquire` names the reason.
+    /// common case (governor's `check`). One permit is a valid request for every limit
+    /// floodgate's own limiters accept (a configuration that could never grant one, such as a
+    /// smooth rate whose single permit would book more than a year, is refused when it is set);
+    /// a limiter whose `try_acquire(1)` errs all the same is reported as a denial whose
+    /// `retry_after` and `reset_after` are `u64::MAX` nanoseconds (about 584 years: never; a
+    /// [`Decision`] holds whole nanoseconds, so not `Duration::MAX`): `try_acquire` names the
+    /// reason.
     ///
     /// ```
     /// use floodgate::{AtomicLimiter, Gcra, Limiter, Rate};
