@@ -1,5 +1,7 @@
-//! Review of the algorithms' time-model and bad-input claims (review-core): one regression test
-//! per defect found, each on a `ManualClock` (no sleeps).
+//! Claims of the algorithms' docs at their edges (the end of a bucket's time, a sleep that ends
+//! late, a reconfigured `Sharded`, a check that can never be granted), each pinned by the test
+//! that failed against the docs or the code before; every test on a `ManualClock` or a clock of
+//! its own (no sleeps).
 
 use std::time::Duration;
 
