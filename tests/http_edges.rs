@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use floodgate::middleware::{HeaderStyle, LayerSettings, Policy, RateLimitLayer};
-use floodgate::{FixedWindow, IpKey, Keyed, ManualClock};
+use floodgate::{FixedWindow, Keyed, ManualClock};
 use tower::{Layer, ServiceExt};
 
 #[path = "support/ratelimit_fields.rs"]
@@ -17,18 +17,7 @@ mod http_client;
 
 #[path = "support/http_service.rs"]
 mod http_service;
-use http_service::{from_peer, hello};
-
-fn fixed_window(
-    limit: u32,
-    window_secs: u64,
-    clock: &ManualClock,
-) -> Keyed<IpKey, FixedWindow, ManualClock> {
-    Keyed::builder(FixedWindow::new(limit, Duration::from_secs(window_secs)).unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap()
-}
+use http_service::{fixed_window, from_peer, hello};
 
 /// `X-RateLimit-After` is the wait of a 429 in seconds, as `Retry-After` (tower_governor's
 /// clients read it instead). When an inner layer denies and the outer one, which allowed, has no

@@ -30,7 +30,7 @@ use ratelimit_fields::{checked_fields, parse_list};
 
 #[path = "support/http_service.rs"]
 mod http_service;
-use http_service::{Body, from_peer, hello};
+use http_service::{Body, fixed_window, from_peer, hello};
 
 /// The header fields a test checks: `RateLimit-Policy`, `RateLimit` (both checked by the
 /// structured-field parser first) and `Retry-After`.
@@ -432,17 +432,6 @@ async fn a_shaped_request_frees_its_waiting_place_once_it_is_served() {
     for handle in [first, second, third] {
         assert_eq!(handle.await.unwrap(), 200);
     }
-}
-
-fn fixed_window(
-    limit: u32,
-    window_secs: u64,
-    clock: &ManualClock,
-) -> Keyed<IpKey, FixedWindow, ManualClock> {
-    Keyed::builder(FixedWindow::new(limit, Duration::from_secs(window_secs)).unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap()
 }
 
 fn policy(name: &str, window_secs: u64) -> Policy {

@@ -34,3 +34,18 @@ pub fn from_peer(peer: &str) -> Request<Body> {
         .insert(peer.parse::<SocketAddr>().unwrap());
     request
 }
+
+/// A per-IP fixed window of `limit` requests per `window_secs` seconds on `clock`.
+#[allow(dead_code)] // not every test binary limits by a fixed window
+pub fn fixed_window(
+    limit: u32,
+    window_secs: u64,
+    clock: &floodgate::ManualClock,
+) -> floodgate::Keyed<floodgate::IpKey, floodgate::FixedWindow, floodgate::ManualClock> {
+    floodgate::Keyed::builder(
+        floodgate::FixedWindow::new(limit, std::time::Duration::from_secs(window_secs)).unwrap(),
+    )
+    .clock(clock.clone())
+    .build()
+    .unwrap()
+}
