@@ -3,8 +3,9 @@
 -- RedisBackend::eval_tally):
 -- KEYS: each limiter key once. ARGV: two shared arguments (read by each script), D (decisions),
 -- the earliest deadline in us on the server's clock (0: none has one); then the n's: one number
--- when every decision asks the same n, else the D n's separated by spaces; then the D deadlines
--- (0: none), separated by spaces, in one argument; then, only when KEYS holds more than one key,
+-- when every decision asks the same n, else the D n's separated by spaces; then the D deadlines,
+-- each as its distance from the earliest plus 1 (0: none; a distance takes fewer digits than a
+-- deadline), separated by spaces, in one argument; then, only when KEYS holds more than one key,
 -- the D indices into KEYS, separated by spaces, in one argument. (An argument costs the server
 -- more than a decision's arithmetic: Redis makes an object of it and Lua interns it as a
 -- string, about 860 instructions. Lists are split here only when read: the deadlines only once
@@ -44,6 +45,7 @@ local function each_decision(decide)
     if next_n then n = next_n() + 0 end
     local k = next_k and next_k() + 0 or 1
     local deadline = next_deadline and next_deadline() + 0 or 0
+    if deadline > 0 then deadline = earliest + deadline - 1 end
     if deadline > 0 and now > deadline then
       late[#late + 1] = i
     else

@@ -1042,12 +1042,28 @@ fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
     // The short decision reached the server in the batch (so it was refused there, on the
     // server's clock, not skipped by the client).
     let calls = server.script_calls();
-    assert!(
-        calls
-            .iter()
-            .any(|c| batch_permits(c) == Some(vec![second_n, short_n, long_n])),
-        "no batch of {second_n}, {short_n}, {long_n} on the server: {calls:?}"
-    );
+    let batch = calls
+        .iter()
+        .find(|c| batch_permits(c) == Some(vec![second_n, short_n, long_n]));
+    let batch = batch.unwrap_or_else(|| {
+        panic!("no batch of {second_n}, {short_n}, {long_n} on the server: {calls:?}")
+    });
+    // Its deadlines go as distances from the earliest (the short one's), plus 1: the short
+    // decision's is 1, the others' about 7/8 of their 30 s more (each deadline is sent an
+    // eighth of its budget early), not deadlines of 16 digits.
+    let earliest: u64 = batch.args[3].parse().unwrap();
+    assert!(earliest > 1_000_000_000_000_000, "{batch:?}");
+    let distances: Vec<u64> = batch.args[5]
+        .split(' ')
+        .map(|d| d.parse().unwrap())
+        .collect();
+    assert_eq!(distances[1], 1, "the short decision's: {batch:?}");
+    for distance in [distances[0], distances[2]] {
+        assert!(
+            (20_000_000..=30_000_000).contains(&distance),
+            "about 26 s from the earliest: {batch:?}"
+        );
+    }
     if second_n == short_n && short_n == long_n {
         assert!(
             calls
