@@ -186,7 +186,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The denial of `n` in `cell` when this cell's own count (`count`) already leaves no room
     /// for it: only this cell leaving frees enough, and it is the newest used one, so nothing is
-    /// read (the usual denial under attack). `None` otherwise.
+    /// read (the usual denial under attack). `None` otherwise. Every caller has checked
+    /// `n ≤ limit` (`check_permits`, on the limit it passes), so `count + n > limit` means
+    /// `count ≥ 1`: this cell is used, and no test of `count > 0` is needed (3 instructions a
+    /// denial, `examples/instructions sliding-window-60 deny`).
     #[inline(always)]
     fn burst_denial(
         &self,
@@ -197,7 +200,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
-        (count > 0 && count + n > limit).then(|| {
+        debug_assert!(
+            n <= limit,
+            "callers check the permits against the limit first"
+        );
+        (count + n > limit).then(|| {
             let leaves = self
                 .geometry
                 .until_start(cell.saturating_add(self.geometry.cells), now);
