@@ -292,6 +292,37 @@ fn ring_matches_model_from(start: u64, cells: u32, future: u32) {
     }
 }
 
+/// A burst denial (the call's own cell holds the limit) in the last cells of the `u64` timeline,
+/// where its cell leaves the window past the end of it: both waits are exact, computed past
+/// the end (in `u128`), as a denial earlier in the timeline computes them.
+#[test]
+fn a_burst_denial_whose_window_ends_past_the_timeline_waits_exactly() {
+    for cells in [1u32, 4, 60] {
+        // In the last (partial) cell, in the whole cell before it, and two cells earlier.
+        for back in [1, SECOND / 2, SECOND + 5, 2 * SECOND + 3] {
+            let now = u64::MAX - back;
+            let window = Duration::from_secs(u64::from(cells));
+            let ring =
+                SlidingWindowLimiter::with_clock(2, window, cells, ManualClock::starting_at(now))
+                    .unwrap();
+            assert!(ring.try_acquire(2).unwrap().is_allowed());
+            let denied = ring.try_acquire(1).unwrap();
+            let leaves = (u128::from(now / SECOND) + u128::from(cells)) * u128::from(SECOND)
+                - u128::from(now);
+            let leaves = Duration::from_nanos(u64::try_from(leaves).unwrap_or(u64::MAX));
+            assert_eq!(
+                (
+                    denied.is_allowed(),
+                    denied.retry_after(),
+                    denied.reset_after()
+                ),
+                (false, leaves, leaves),
+                "{cells} cells, {back} ns before the end"
+            );
+        }
+    }
+}
+
 #[test]
 fn epoch_tags_wrap() {
     // Cells of 1 ns, so the 39-bit round tag (index / slots) and the 40-bit base tag wrap at

@@ -370,6 +370,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// when all the closed cells together cannot free enough: a burst in this cell, the usual
     /// case under attack, which reads nothing); the window is back to full capacity when the
     /// newest used cell leaves. `None` when the marks changed under the reader.
+    ///
+    /// Inlined into its callers (`denial`, itself inlined into `after_short` and `peek`): out of
+    /// line, its frame, the `Closed` passed through memory and the answer returned through it
+    /// cost a spent denial 54 instructions more (`examples/instructions_spent 60 try all 2000`:
+    /// 442.1, inlined 388.0).
+    #[inline(always)]
     fn departures(
         &self,
         cell: u64,

@@ -261,6 +261,9 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     slot_bits: u32,
     /// `slots − 1`: a cell's slot is its index's bits under this mask.
     slot_mask: u64,
+    /// The window in nanoseconds, `cells × cell_nanos`: a cell whose start the call has in hand
+    /// leaves the window at that start plus this ([`until_leaves`](Self::until_leaves)).
+    window_nanos: u64,
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into.
     head: CachePadded<AtomicU64>,
@@ -457,6 +460,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             geometry,
             slot_bits: geometry.slots.trailing_zeros(),
             slot_mask: geometry.slots - 1,
+            window_nanos: geometry.window_nanos(),
             limit: AtomicU32::new(config.limit),
             head: CachePadded::new(AtomicU64::new(0)),
             // Cell 0 has no closed cells before it.

@@ -52,7 +52,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let refused = match short {
             Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
             Short::Refused { prev, count } => {
-                match self.burst_denial(cell, now, prev, count, n, limit) {
+                // `cell` is the cell of `now` (`short` located it), so its start is at most
+                // `now`: the product cannot overflow.
+                let start = cell.wrapping_mul(self.geometry.cell_nanos);
+                match self.burst_denial((cell, start), now, prev, count, n, limit) {
                     Some(denied) => return (denied, cell),
                     // The closed cells must free some of it: read through the marks.
                     None => Some((prev, count)),
@@ -165,6 +168,22 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         self.place_of(self.geometry.cell_of(now))
     }
 
+    /// Nanoseconds from `now` until cell `cell` leaves the window (the start of cell
+    /// `cell + cells`), given `start`: the cell's start, or any value at which `start + window`
+    /// overflows (`u64::MAX`, as `RingGeometry::start_of`
+    /// saturates). One addition where the caller has the start in hand; where it overflows, the
+    /// exact `RingGeometry::until_start` of that cell.
+    #[inline(always)]
+    fn until_leaves(&self, cell: u64, start: u64, now: u64) -> u64 {
+        match start.checked_add(self.window_nanos) {
+            // `start + window` is `(cell + cells) × cell_nanos`, in range.
+            Some(end) => end.saturating_sub(now),
+            None => self
+                .geometry
+                .until_start(cell.saturating_add(self.geometry.cells), now),
+        }
+    }
+
     /// `(cell, slot, round)` of cell `cell` (round unreduced): its index's low bits and the rest.
     #[inline(always)]
     pub(super) fn place_of(&self, cell: u64) -> (u64, usize, u64) {
@@ -186,21 +205,27 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The denial of `n` in `cell` when this cell's own count (`count`) already leaves no room
     /// for it: only this cell leaving frees enough, and it is the newest used one, so nothing is
-    /// read (the usual denial under attack). `None` otherwise.
+    /// read (the usual denial under attack). `None` otherwise. `start` is the cell's start, or
+    /// `u64::MAX` (see [`until_leaves`](Self::until_leaves)). Every caller has checked
+    /// `n ≤ limit` (`check_permits`, on the limit it passes), so `count + n > limit` means
+    /// `count ≥ 1`: this cell is used, and no test of `count > 0` is needed (3 instructions a
+    /// denial, `examples/instructions sliding-window-60 deny`).
     #[inline(always)]
     fn burst_denial(
         &self,
-        cell: u64,
+        (cell, start): (u64, u64),
         now: u64,
         prev: u64,
         count: u64,
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
-        (count > 0 && count + n > limit).then(|| {
-            let leaves = self
-                .geometry
-                .until_start(cell.saturating_add(self.geometry.cells), now);
+        debug_assert!(
+            n <= limit,
+            "callers check the permits against the limit first"
+        );
+        (count + n > limit).then(|| {
+            let leaves = self.until_leaves(cell, start, now);
             let remaining = limit.saturating_sub(prev + count);
             Decision::deny(limit, remaining, leaves, leaves)
         })
@@ -313,7 +338,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
-        match self.burst_denial(cell, now, prev, count, n, limit) {
+        let start = self.geometry.start_of(cell);
+        match self.burst_denial((cell, start), now, prev, count, n, limit) {
             Some(denied) => Some(denied),
             None => self.marked_denial(cell, now, prev, count, n, limit),
         }
