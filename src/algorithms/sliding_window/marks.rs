@@ -160,13 +160,16 @@ impl<'a, C: Clock> Levels<'a, C> {
         // the crossing `from` may be past `block`, then `L(from)` ≥ 0 and `x` ≥ 1 put the answer
         // in the newer part, past `from` (the cells `(block, from]` never reach the target).
         let suffix = target <= 0;
+        // At the end of the `u64` timeline (cells of a few ns) `from` or `block` can be the last
+        // index: no mark to search then (`None`: the caller scans).
         let (mut low, mut high, mut high_level) = if suffix {
-            (from + 1, self.block, 0)
+            (from.checked_add(1)?, self.block, 0)
         } else {
-            (self.block + 1, crossing, crossing_level)
+            (self.block.checked_add(1)?, crossing, crossing_level)
         };
-        // Reads left: the `high − low + 1` candidates never outnumber `2^reads`.
-        let mut reads = (high + 1 - low).next_power_of_two().trailing_zeros();
+        // Reads left: the `high − low + 1` candidates never outnumber `2^reads` (`low` ≥ 1 and
+        // `high` ≥ `low − 1`, so the count is in range even for `high` the last index).
+        let mut reads = (high - (low - 1)).next_power_of_two().trailing_zeros();
         while low < high {
             // The lower part `[low, mid]` as large as the reads left after this one can search,
             // short of the whole range: the rest, `(mid, high]`, is as small as it can be.
