@@ -1,14 +1,16 @@
 //! loom models of `backend::CircuitBreaker`: one probe at a time when a probe falls due (with
 //! success closing, failure re-opening, and an abandoned probe handing over), no lost failure
-//! on the closed path (calls out together count once), and a success racing the trip never re-closing an open breaker.
+//! on the closed path (calls out together count once), a success racing the trip never
+//! re-closing an open breaker, and a failure of a call admitted before a trip never counting
+//! across the probe that closes it again (the closed word's epoch).
 #![cfg(floodgate_loom)]
 
 use std::time::Duration;
 
 use floodgate::backend::{BreakerConfig, BreakerState, CircuitBreaker};
 use floodgate_loom_tests::{ModelClock, model};
-use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::{Arc, Notify};
 use loom::thread;
 
 const MS: u64 = 1_000_000;
@@ -161,5 +163,41 @@ fn a_success_racing_a_failure_resets_the_run() {
         fail.join().unwrap();
         b.admit().unwrap().failed();
         assert_eq!(b.state(), BreakerState::Closed);
+    });
+}
+
+/// A call admitted while closed, out across a trip (another failure tripped the breaker,
+/// threshold 1), reports its failure racing the probe that closes the breaker again: its
+/// failure overlapped the one that tripped, so it never counts, whenever it lands (while open,
+/// while the probe is out, or after the close). The epoch is what tells its word from the
+/// closed word after the probe: with neither the trip nor the close moving the epoch, a report
+/// landing after the close re-opened the breaker.
+#[test]
+fn a_failure_from_before_a_trip_never_counts_across_the_probe_that_closes() {
+    model(None, || {
+        let clock = ModelClock::starting_at(0);
+        let b = Arc::new(breaker(1, &clock));
+        let (admitted, tripped) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let late = {
+            let (b, admitted, tripped) = (b.clone(), admitted.clone(), tripped.clone());
+            thread::spawn(move || {
+                let stale = b.admit().expect("closed");
+                admitted.notify();
+                tripped.wait();
+                stale.failed();
+            })
+        };
+        admitted.wait();
+        b.admit().expect("closed").failed();
+        assert_eq!(b.state(), BreakerState::Open);
+        tripped.notify();
+        clock.advance(MS);
+        b.admit().expect("the probe is due").succeeded();
+        late.join().unwrap();
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "a failure admitted before the trip re-opened the breaker"
+        );
     });
 }
