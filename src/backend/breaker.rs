@@ -25,8 +25,8 @@
 //!   dropped unreported (a cancelled future) CASes its word back to Open, due now, so the next
 //!   call probes; a probe forgotten entirely (`mem::forget`) expires after `max_open_for` and
 //!   the next call takes over (so keep `max_open_for` above the store's timeout: then a probe
-//!   still out that long cannot be a live call). A report whose CAS fails (its word was
-//!   replaced) changes nothing.
+//!   still out that long cannot be a live call), moving the epoch on, so the superseded probe's
+//!   word never comes back. A report whose CAS fails (its word was replaced) changes nothing.
 //!
 //! Times are the breaker's [`Clock`]: a lagging read only short-circuits a little longer, a
 //! leaping read can start a probe early, and one that leaps past a probe's expiry
@@ -467,7 +467,12 @@ impl<C: Clock> CircuitBreaker<C> {
             // lost: this call probes.
             let trips = trips(word).max(1);
             let expires = now.saturating_add(self.config.max_open_ms);
-            let probe = tripped(HALF_OPEN, trips, epoch(word), expires);
+            // A probe taking over one presumed lost moves the epoch on: the superseded probe
+            // may still be out, and its word must not come back (a drop of this probe opens the
+            // breaker due at this call's time, and the next probe in the superseded one's
+            // millisecond would otherwise install that very word again).
+            let epoch = epoch(word) + u64::from(mode(word) == HALF_OPEN);
+            let probe = tripped(HALF_OPEN, trips, epoch, expires);
             // SeqCst: see `BreakerPermit::drop`; only one CAS from a given word wins, so only
             // one probe is out per word.
             match self
@@ -815,6 +820,33 @@ mod tests {
         );
         second.failed();
         assert_eq!(b.state(), BreakerState::Open);
+    }
+
+    /// The superseded probe's word must not come back: a read leaping past the first probe's
+    /// expiry takes it over, the second probe is dropped (open again, due at the unleaped
+    /// time), and a third call probes in the same millisecond as the first. Before, the third
+    /// probe's word was the first's bit for bit, so the first's report (it is still out)
+    /// counted again: it closed the breaker while the current probe had not answered.
+    #[test]
+    fn a_superseded_probe_s_word_does_not_come_back_with_a_later_probe() {
+        let (b, clock) = breaker(1);
+        fail(&b);
+        clock.advance(Duration::from_millis(100));
+        let first = b.admit().expect("the probe");
+        let now = clock.now_nanos();
+        clock.set(now + 1_000 * MS_NANOS); // one read leaps by max_open_for
+        let second = b.admit().expect("takes the probe over");
+        clock.set(now);
+        drop(second); // abandoned: open, due now
+        let third = b.admit().expect("the next call probes");
+        first.succeeded();
+        assert_eq!(
+            b.state(),
+            BreakerState::HalfOpen,
+            "closed by the superseded probe while the current one is out"
+        );
+        third.succeeded();
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     const MS_NANOS: u64 = 1_000_000;
