@@ -170,6 +170,7 @@ impl Terms {
 /// where the answer needs them, so a refusal answered as a `bool` loads none (issue 17: the
 /// interval's load and the memo's check were 5 of a refusal's instructions).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // each a plain value the callers hold; a struct would be built per call
 pub(super) fn decide_finite<A: Answer>(
     codec: &BurstyCodec,
     value: u64,
