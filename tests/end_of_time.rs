@@ -161,3 +161,62 @@ fn a_smooth_call_that_would_wait_past_the_end_of_time_books_nothing() {
         }
     });
 }
+
+/// The last time a time-word bucket (GCRA, token bucket, leaky bucket) can book: 2^62 − 1 ns on
+/// the clock's timeline. A booking past it is refused.
+const BUCKET_END_OF_TIME: u64 = (1 << 62) - 1;
+
+/// Near the end of a bucket's timeline fewer permits can be booked than its tokens: a
+/// `Decision`'s `remaining` and `available()` must count the bookable ones, never promise a
+/// permit a request would be refused (issue 17). Every offset from the end, with capacity 10 at
+/// one permit a second: each decision's `remaining` is exactly what a peek admits, and the
+/// permits admitted in all are the bookable ones.
+#[test]
+fn a_bucket_near_the_end_of_time_never_reports_permits_it_would_refuse() {
+    let capacity = 10u32;
+    for seconds_left in 0..=12u64 {
+        let clock = ManualClock::starting_at(BUCKET_END_OF_TIME - seconds_left * SECOND);
+        let buckets = [
+            Gcra::new(Rate::per_second(1), capacity).unwrap(),
+            TokenBucket::new(Rate::per_second(1), capacity).unwrap(),
+            LeakyBucket::new(Rate::per_second(1), capacity).unwrap(),
+        ];
+        for bucket in buckets {
+            let limiter = AtomicLimiter::with_clock(bucket, clock.clone());
+            // Bookable: up to the capacity, and no booking past the end of time.
+            let bookable = seconds_left.min(u64::from(capacity));
+            // Exactly `promised` more can be taken at once, and not one more.
+            let check = |promised: u64, what: &str| {
+                let n = u32::try_from(promised).unwrap();
+                if n > 0 {
+                    let peek = limiter.peek(n).unwrap();
+                    assert!(
+                        peek.is_allowed(),
+                        "{seconds_left} s left: {what} promised {promised}, a peek of them is refused"
+                    );
+                }
+                if n < capacity {
+                    assert!(
+                        !limiter.peek(n + 1).unwrap().is_allowed(),
+                        "{seconds_left} s left: {what} promised {promised}, {} are admitted",
+                        n + 1
+                    );
+                }
+            };
+            check(limiter.available(), "available()");
+            assert_eq!(limiter.available(), bookable, "{seconds_left} s left");
+            let mut admitted = 0;
+            loop {
+                let decision = limiter.try_acquire(1).unwrap();
+                check(decision.remaining(), &format!("{decision:?}"));
+                check(limiter.available(), "available()");
+                if !decision.is_allowed() {
+                    break;
+                }
+                admitted += 1;
+                assert!(admitted <= capacity, "{seconds_left} s left: never refused");
+            }
+            assert_eq!(u64::from(admitted), bookable, "{seconds_left} s left");
+        }
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use floodgate::{ConfigError, Limiter, ManualClock, SmoothBursty, SmoothWarmingUp};
+use floodgate::{AcquireError, ConfigError, Limiter, ManualClock, SmoothBursty, SmoothWarmingUp};
 
 /// Rates across the range: far below one a second (one permit in 116 days), around the rounding edges, whole, large,
 /// and near the largest `f64`.
@@ -221,4 +221,86 @@ fn a_rate_whose_one_permit_books_more_than_a_year_is_a_config_error() {
         refused_above_bursty > 0,
         "stored permits cost more than the interval"
     );
+}
+
+/// A request whose booking is longer than a year is `BookingTooLong` on a free limiter; on a
+/// busy one it was refused first (`Ok`, denied, with a `retry_after`) and a caller who waited
+/// that out then got the error (issue 17). Now a refusal's request is judged as it would be
+/// booked when its `retry_after` ends: too long then, it is the error at once. `u32::MAX` at
+/// 1/s is too long in every state (fresh, busy, just paid, idle); for every count, a refusal's
+/// `retry_after` waited out admits the same request.
+#[test]
+fn a_booking_too_long_is_the_error_whatever_the_state() {
+    let too_long = |result: Result<floodgate::Decision, AcquireError>, what: &str| match result {
+        Err(AcquireError::BookingTooLong { requested, .. }) => {
+            assert_eq!(requested, u64::from(u32::MAX), "{what}")
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    for flavour in ["bursty", "warming"] {
+        let clock = ManualClock::new();
+        let limiter: Box<dyn Limiter> = match flavour {
+            "bursty" => Box::new(SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap()),
+            _ => Box::new(
+                SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(2), clock.clone())
+                    .unwrap(),
+            ),
+        };
+        let all_forms = |state: &str| {
+            too_long(limiter.try_acquire(u32::MAX), &format!("{flavour} {state}"));
+            too_long(
+                limiter.try_acquire_for(u32::MAX, Duration::ZERO),
+                &format!("{flavour} {state}, try_acquire_for"),
+            );
+            match limiter.admit(u32::MAX) {
+                Err(AcquireError::BookingTooLong { .. }) => {}
+                other => panic!("{flavour} {state}, admit: {other:?}"),
+            }
+        };
+        all_forms("fresh");
+        assert!(limiter.try_acquire(1).unwrap().is_allowed());
+        all_forms("busy");
+        clock.advance(Duration::from_secs(5));
+        all_forms("paid");
+        clock.advance(Duration::from_secs(100));
+        all_forms("idle");
+    }
+    // Around the year (31,536,000 permits at 1/s), and far beyond it: from a busy limiter, a
+    // refusal's wait ends where the same request is admitted.
+    for n in [
+        2,
+        1_000,
+        31_535_999,
+        31_536_000,
+        31_536_001,
+        31_536_002,
+        40_000_000,
+        u32::MAX,
+    ] {
+        for flavour in ["bursty", "warming"] {
+            let clock = ManualClock::new();
+            let limiter: Box<dyn Limiter> = match flavour {
+                "bursty" => Box::new(SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap()),
+                _ => Box::new(
+                    SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(2), clock.clone())
+                        .unwrap(),
+                ),
+            };
+            assert!(limiter.try_acquire(1).unwrap().is_allowed());
+            match limiter.try_acquire(n) {
+                Err(AcquireError::BookingTooLong { .. }) => {}
+                Ok(refused) => {
+                    assert!(!refused.is_allowed(), "{flavour} {n}: busy, yet admitted");
+                    clock.advance(refused.retry_after());
+                    let again = limiter.try_acquire(n);
+                    assert!(
+                        again.as_ref().is_ok_and(|d| d.is_allowed()),
+                        "{flavour} {n}: refused for {:?}, then {again:?}",
+                        refused.retry_after()
+                    );
+                }
+                Err(other) => panic!("{flavour} {n}: {other:?}"),
+            }
+        }
+    }
 }

@@ -169,10 +169,12 @@ impl Terms {
 ///
 /// ```text
 /// tau      = C·T
-/// tat      > now + tau + H  →  now + tau   a leap (see below); the repaired word is written
+/// horizon  = min(now + tau, END_OF_TIME)   END_OF_TIME = 2^62 − 1: no booking passes it
+/// tat      > horizon + H    →  horizon     a leap (see below); the repaired word is written
 /// base     = max(tat, now)                 never moves back when `now` lags
-/// new_tat  = base + n·T                    (past END_OF_TIME, 2^62 − 1: denied)
-/// allowed  ⇔ new_tat ≤ now + tau            stored exactly, the generation in the top 2 bits
+/// new_tat  = base + n·T
+/// allowed  ⇔ new_tat ≤ horizon             stored exactly, the generation in the top 2 bits
+/// remaining = (horizon − new_tat) / T  (allowed), (horizon − base) / T  (denied)
 /// ```
 ///
 /// A legitimate word is at most `tau` ahead of its writer's clock, and a writer's clock at most
@@ -190,7 +192,11 @@ pub(crate) fn decide_tat(tat: u64, now: u64, terms: &Terms) -> Step {
         ..
     } = *terms;
     let (interval, capacity) = (snapshot.interval, snapshot.capacity);
-    let horizon = now.saturating_add(tau);
+    // Capped at the end of time: no booking passes it, so the room a decision reports (its
+    // `remaining`, and `available()`) is the room up to it, never tokens no request could take
+    // (issue 17: 2^62 − 1 − now ns short of it, a full bucket reported `C` permits and refused
+    // every request). A word is never past the cap, so the leap test is the same with it.
+    let horizon = now.saturating_add(tau).min(END_OF_TIME);
     let stamp = |time: u64| time | ((snapshot.generation & GENERATION_MASK) << GENERATION_SHIFT);
     let leaped = tat > horizon.saturating_add(MAX_CLOCK_LAG_NANOS);
     let tat = if leaped { horizon } else { tat };
@@ -210,7 +216,7 @@ pub(crate) fn decide_tat(tat: u64, now: u64, terms: &Terms) -> Step {
                 base - now,
             );
             match leaped {
-                true => Step::repair(stamp(horizon.min(END_OF_TIME)), decision),
+                true => Step::repair(stamp(horizon), decision),
                 false => Step::deny(decision),
             }
         }

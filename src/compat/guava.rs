@@ -88,7 +88,8 @@ pub trait GuavaRateLimiter: Limiter + sealed::Smooth {
     /// # Errors
     /// [`AcquireError::ZeroPermits`] for `permits = 0` (Guava: `IllegalArgumentException`);
     /// [`AcquireError::BookingTooLong`] for a booking of more than a year (`permits > 1` only,
-    /// as for [`acquire_permits`](GuavaRateLimiter::acquire_permits));
+    /// as for [`acquire_permits`](GuavaRateLimiter::acquire_permits)), also when the limiter is
+    /// not free within `timeout`: the request is judged as booked when it would be free;
     /// [`AcquireError::PastEndOfTime`] when the limiter is free within `timeout` only after the
     /// end of the clock's timeline (a `false` would say the timeout was too short). Nothing is
     /// booked on an error.

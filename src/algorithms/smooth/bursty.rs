@@ -292,7 +292,7 @@ impl<C: Clock> SmoothBursty<C> {
         let terms = || Terms::memo(self.interval.load());
         // A word at rate ∞ (bit 63) or *never* is above `now_fixed` (≤ 2⁶³ − 2¹³): decided here
         // as a refusal, it goes to the engine below.
-        let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), terms);
+        let outcome = decide_finite::<A>(codec, word, now, now_fixed, n, Some(0), false, terms);
         // A booking longer than a year (from a free limiter: never beyond the horizon).
         outcome.check_booking(n)?;
         let decision = outcome.decision;
@@ -301,6 +301,11 @@ impl<C: Clock> SmoothBursty<C> {
             // the range, `now_fixed` plus the horizon reaches 2⁶³ − 1 and such a word is not
             // beyond it.
             if word >= NEVER {
+                return general();
+            }
+            // More than one permit: the engine judges the refusal (`decide_finite`'s
+            // `judge_many`: a booking longer than a year when the debt is paid is the error).
+            if n != 1 {
                 return general();
             }
             // A booking `nf` beyond the lag horizon: a refusal that stands only on a word that
@@ -447,7 +452,16 @@ impl<C: Clock> SmoothBursty<C> {
             } else {
                 let (now, now_fixed) = self.codec.fixed_now(now);
                 let terms = || Terms::memo(self.interval.load());
-                decide_finite(&self.codec, value, now, now_fixed, permits, timeout, terms)
+                decide_finite(
+                    &self.codec,
+                    value,
+                    now,
+                    now_fixed,
+                    permits,
+                    timeout,
+                    true,
+                    terms,
+                )
             };
             let step = Step::new(outcome.next.or(repair), outcome.decision);
             // A booking beyond the horizon is judged on a fresh read, and a refusal by one under

@@ -163,10 +163,14 @@ impl Terms {
 /// fixed point `(now + offset) · 2¹²` is `now_fixed`. The outcome's `next` is the value to
 /// publish (no ∞ bit); `None` for a denial or a booking refused for its length.
 ///
+/// `judge_many`: a refusal in debt of `n > 1` permits is judged as booked when the debt is paid
+/// ([`refusal_of_many`]); a caller passing `false` must not answer such a refusal itself.
+///
 /// `terms` gives the interval's [`Terms`] (loading the interval after the word): called only
 /// where the answer needs them, so a refusal answered as a `bool` loads none (issue 17: the
 /// interval's load and the memo's check were 5 of a refusal's instructions).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // each a plain value the callers hold; a struct would be built per call
 pub(super) fn decide_finite<A: Answer>(
     codec: &BurstyCodec,
     value: u64,
@@ -174,6 +178,7 @@ pub(super) fn decide_finite<A: Answer>(
     now_fixed: u64,
     n: u32,
     timeout: Option<i64>,
+    judge_many: bool,
     terms: impl FnOnce() -> Terms,
 ) -> Outcome<u64, A> {
     if value > now_fixed {
@@ -183,6 +188,14 @@ pub(super) fn decide_finite<A: Answer>(
         // looks at the bit: a refusal it then discards).
         let debt = (((value - now_fixed - 1) >> FRACTION_BITS) + 1) as i64;
         if timeout.is_some_and(|timeout| debt > timeout) {
+            // A request of more than one permit is judged first as it would be booked when
+            // the wait ends, as `refusal` does (one permit never books more than a year), unless
+            // the caller does not `judge_many` (the short path, which sends such a refusal to
+            // the engine: the check here cost its `try_acquire` 39 to 45 instructions a call,
+            // `instructions_smooth`). Not on a word at rate ∞ or *never*.
+            if judge_many && n != 1 && value < NEVER {
+                return refusal_of_many(codec, debt, n, terms());
+            }
             // Guava's `canAcquire` fails (`nf − timeout > now`): nothing written. The reset adds
             // a whole refill, `⌈W⌉ = offset`. The nanoseconds cannot overflow (< 2⁵² µs).
             let retry = debt as u64;
@@ -226,6 +239,39 @@ pub(super) fn decide_finite<A: Answer>(
     let stored_time = stored as i64 as f64 / (1u64 << FRACTION_BITS) as f64;
     let fresh = (f64::from(n) - stored_time / terms.interval).max(0.0);
     book(codec, now, 0, terms.micros(fresh * terms.interval), &terms)
+}
+
+/// [`decide_finite`]'s refusal in debt (`debt` µs) of `n > 1` permits: as booked when the debt
+/// is paid (every permit fresh, Guava's `(long)(n · I)`), a booking longer than a year is the
+/// refusal for its length, as [`refusal`](super::refusal) judges it (issue 17: it was a
+/// `retry_after` after which the same request got the error); otherwise the plain refusal.
+#[cold]
+#[inline(never)]
+fn refusal_of_many<A: Answer>(
+    codec: &BurstyCodec,
+    debt: i64,
+    n: u32,
+    terms: Terms,
+) -> Outcome<u64, A> {
+    let wait = terms.micros(f64::from(n) * terms.interval);
+    if wait > MAX_BOOKING_MICROS && terms.interval.is_finite() {
+        // As `book` refuses it: `wait` > a year, so the nanoseconds are at least 1.
+        let cost = micros_to_nanos(wait);
+        return Outcome {
+            next: None,
+            decision: A::denied(terms.limit, 0, 1, at_least_one(cost), cost),
+            wait_micros: 0,
+            refused_booking: Some(wait),
+        };
+    }
+    let retry = debt as u64;
+    let reset = retry + codec.offset as u64;
+    Outcome {
+        next: None,
+        decision: A::denied(terms.limit, 0, 1, at_least_one(retry * 1000), reset * 1000),
+        wait_micros: 0,
+        refused_booking: None,
+    }
 }
 
 /// A booking of `wait` µs after a debt of `debt` µs (`nf = now + debt`): the word, and the
@@ -344,24 +390,29 @@ mod tests {
         let now = 3_000_000;
         let now_fixed = ((now + codec.offset) as u64) << FRACTION_BITS;
         let word = (codec.offset as u64) << FRACTION_BITS;
-        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 2, Some(0), || terms);
+        let out =
+            decide_finite::<Decision>(&codec, word, now, now_fixed, 2, Some(0), true, || terms);
         assert_eq!(out.decision, Decision::allow(5, 3, 400_000_000));
         assert_eq!(out.next, Some(now_fixed - (600_000 << FRACTION_BITS)));
         assert_eq!(out.wait_micros, 0);
         // 3 stored, 4 asked: granted (pre-consumption), 1 fresh permit booked: nf = now + 0.2 s.
         let word = out.next.unwrap();
-        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 4, Some(0), || terms);
+        let out =
+            decide_finite::<Decision>(&codec, word, now, now_fixed, 4, Some(0), true, || terms);
         assert_eq!(out.next, Some(now_fixed + (200_000 << FRACTION_BITS)));
         assert_eq!(out.decision, Decision::allow(5, 0, 1_200_000_000));
         // In debt: refused for 0.2 s without a write; granted with a timeout that covers it.
         let word = out.next.unwrap();
-        let out = decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(0), || terms);
+        let out =
+            decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(0), true, || terms);
         assert_eq!(
             (out.next, out.decision.retry_after().as_micros()),
             (None, 200_000)
         );
         let out =
-            decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(200_000), || terms);
+            decide_finite::<Decision>(&codec, word, now, now_fixed, 1, Some(200_000), true, || {
+                terms
+            });
         assert_eq!(out.next, Some(now_fixed + (400_000 << FRACTION_BITS)));
         assert_eq!(out.wait_micros, 200_000);
     }
@@ -405,7 +456,7 @@ mod tests {
             let span = (codec.full_fixed as f64 * 1.5 + 1e9) * offset_share;
             let word = (now_fixed as f64 + span).clamp(0.0, (NEVER - 1) as f64) as u64;
             let terms = Terms::of(interval);
-            let ours = decide_finite::<Decision>(&codec, word, now, now_fixed, n, timeout, || terms);
+            let ours = decide_finite::<Decision>(&codec, word, now, now_fixed, n, timeout, true, || terms);
             let (ticket, _) = codec.decode(word, now);
             let model = BurstyMath { interval, full_time: codec.full_time };
             let theirs = decide(ticket, now, n, timeout, Some(&model));

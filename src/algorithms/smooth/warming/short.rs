@@ -4,7 +4,7 @@ use std::num::NonZeroU64;
 
 use super::{SmoothWarmingUp, pack, unpack};
 use crate::algorithms::smooth::warm_up_math::WarmingMath;
-use crate::algorithms::smooth::{decide, refusal};
+use crate::algorithms::smooth::{decide, wait_refusal};
 use crate::clock::Clock;
 use crate::decision::{AcquireError, Answer};
 use crate::limiter::{MICROS_FLOOR, raise_floor};
@@ -82,6 +82,11 @@ impl<C: Clock> SmoothWarmingUp<C> {
         // per-thread memo) nor the reset (the refill's float arithmetic). Issue 17: 91 -> 80
         // instructions per `admit` refusal (`instructions_smooth`).
         if !A::REPORTS_TERMS && ticket.next_free > now as i64 {
+            // More than one permit: the engine judges the request as booked when the wait
+            // ends (`refusal`: a booking longer than a year is the error, not a refusal).
+            if n != 1 {
+                return general();
+            }
             if let Err(again) = still(beyond_horizon) {
                 return again;
             }
@@ -97,7 +102,11 @@ impl<C: Clock> SmoothWarmingUp<C> {
             memo = WarmingMath::memo(interval, self.warmup_micros, self.cold_factor);
             &memo
         };
-        if let Some(refused) = refusal(ticket, now as i64, 0, Some(math)) {
+        if let Some(refused) = wait_refusal(ticket, now as i64, 0, Some(math)) {
+            // More than one permit: to the engine, as above.
+            if n != 1 {
+                return general();
+            }
             if let Err(again) = still(beyond_horizon) {
                 return again;
             }
