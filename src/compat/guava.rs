@@ -49,8 +49,8 @@ impl<C: Clock> sealed::Smooth for SmoothWarmingUp<C> {}
 /// ```
 pub trait GuavaRateLimiter: Limiter + sealed::Smooth {
     /// Guava's `acquire(permits)`: books `permits`, sleeps on the clock until the previous
-    /// booking is paid, and returns the seconds slept (microsecond precision, as Guava; a sleep
-    /// that ends late counts in full, where Guava returns the sleep it asked for).
+    /// booking is paid, and returns the seconds it asked to sleep (microsecond precision, as
+    /// Guava).
     ///
     /// The permits are granted at once whatever their number; the next caller pays for them.
     ///

@@ -168,6 +168,9 @@ pub trait Limiter: Send + Sync {
     /// Takes `n` permits, sleeping on the clock until they are granted. Returns how long it
     /// waited: the time that passed on the limiter's clock from its first denial to the grant (at
     /// least the sleeps it took; a sleep that ends late counts in full), zero when granted at once.
+    /// The smooth limiters ([`SmoothBursty`](crate::SmoothBursty),
+    /// [`SmoothWarmingUp`](crate::SmoothWarmingUp)) answer as Guava's `acquire` does: the sleep
+    /// they asked for, which a sleep that ends late exceeds.
     ///
     /// # Errors
     /// As [`try_acquire`](Limiter::try_acquire): a request that could never be granted returns
