@@ -223,6 +223,18 @@ fn a_rate_whose_one_permit_books_more_than_a_year_is_a_config_error() {
     );
 }
 
+/// A smooth limiter of 1 permit a second on a manual clock: `"bursty"`, or warming up over 2 s.
+fn one_per_second(flavour: &str) -> (Box<dyn Limiter>, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter: Box<dyn Limiter> = match flavour {
+        "bursty" => Box::new(SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap()),
+        _ => Box::new(
+            SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(2), clock.clone()).unwrap(),
+        ),
+    };
+    (limiter, clock)
+}
+
 /// A request whose booking is longer than a year is `BookingTooLong` on a free limiter; on a
 /// busy one it was refused first (`Ok`, denied, with a `retry_after`) and a caller who waited
 /// that out then got the error (issue 17). Now a refusal's request is judged as it would be
@@ -238,14 +250,7 @@ fn a_booking_too_long_is_the_error_whatever_the_state() {
         other => panic!("{what}: {other:?}"),
     };
     for flavour in ["bursty", "warming"] {
-        let clock = ManualClock::new();
-        let limiter: Box<dyn Limiter> = match flavour {
-            "bursty" => Box::new(SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap()),
-            _ => Box::new(
-                SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(2), clock.clone())
-                    .unwrap(),
-            ),
-        };
+        let (limiter, clock) = one_per_second(flavour);
         let all_forms = |state: &str| {
             too_long(limiter.try_acquire(u32::MAX), &format!("{flavour} {state}"));
             too_long(
@@ -278,14 +283,7 @@ fn a_booking_too_long_is_the_error_whatever_the_state() {
         u32::MAX,
     ] {
         for flavour in ["bursty", "warming"] {
-            let clock = ManualClock::new();
-            let limiter: Box<dyn Limiter> = match flavour {
-                "bursty" => Box::new(SmoothBursty::create_with_clock(1.0, clock.clone()).unwrap()),
-                _ => Box::new(
-                    SmoothWarmingUp::create_with_clock(1.0, Duration::from_secs(2), clock.clone())
-                        .unwrap(),
-                ),
-            };
+            let (limiter, clock) = one_per_second(flavour);
             assert!(limiter.try_acquire(1).unwrap().is_allowed());
             match limiter.try_acquire(n) {
                 Err(AcquireError::BookingTooLong { .. }) => {}

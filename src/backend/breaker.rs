@@ -796,13 +796,16 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Open);
     }
 
-    /// The limit of "one probe at a time" stated in the module docs: a read that leaps past a
-    /// probe's expiry takes it over while it is out, and the first probe's report is then
-    /// ignored (it would otherwise close a breaker whose current probe has not answered).
-    #[test]
-    fn a_read_leaping_past_a_probes_expiry_takes_it_over_and_the_first_report_is_ignored() {
-        let (b, clock) = breaker(1);
-        fail(&b);
+    /// A breaker of threshold 1 tripped, its first probe out, and a second probe that took it
+    /// over on one read leaping by `max_open_for` (the clock back at the first's time after).
+    fn a_probe_taken_over<'b>(
+        b: &'b CircuitBreaker<ManualClock>,
+        clock: &ManualClock,
+    ) -> (
+        BreakerPermit<'b, ManualClock>,
+        BreakerPermit<'b, ManualClock>,
+    ) {
+        fail(b);
         clock.advance(Duration::from_millis(100));
         let first = b.admit().expect("the probe");
         let now = clock.now_nanos();
@@ -811,6 +814,16 @@ mod tests {
             .admit()
             .expect("a probe out for max_open_for is presumed lost");
         clock.set(now);
+        (first, second)
+    }
+
+    /// The limit of "one probe at a time" stated in the module docs: a read that leaps past a
+    /// probe's expiry takes it over while it is out, and the first probe's report is then
+    /// ignored (it would otherwise close a breaker whose current probe has not answered).
+    #[test]
+    fn a_read_leaping_past_a_probes_expiry_takes_it_over_and_the_first_report_is_ignored() {
+        let (b, clock) = breaker(1);
+        let (first, second) = a_probe_taken_over(&b, &clock);
         assert!(b.admit().is_none(), "a third probe");
         first.succeeded();
         assert_eq!(
@@ -830,13 +843,7 @@ mod tests {
     #[test]
     fn a_superseded_probe_s_word_does_not_come_back_with_a_later_probe() {
         let (b, clock) = breaker(1);
-        fail(&b);
-        clock.advance(Duration::from_millis(100));
-        let first = b.admit().expect("the probe");
-        let now = clock.now_nanos();
-        clock.set(now + 1_000 * MS_NANOS); // one read leaps by max_open_for
-        let second = b.admit().expect("takes the probe over");
-        clock.set(now);
+        let (first, second) = a_probe_taken_over(&b, &clock);
         drop(second); // abandoned: open, due now
         let third = b.admit().expect("the next call probes");
         first.succeeded();
