@@ -170,21 +170,12 @@ async fn a_failed_handler_s_in_flight_permit_comes_back_when_its_error_is_return
 async fn one_limit_holds_across_axum_s_per_connection_clones() {
     use axum::{Router, routing::get};
     use http_client::HttpClient;
-    use std::net::SocketAddr;
     let clock = ManualClock::new();
     let layer = RateLimitLayer::per_ip(fixed_window(3, 60, &clock));
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server_addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (server_addr, server) = http_client::serve(app).await;
     let mut answers = Vec::new();
     for _ in 0..6 {
         let client = HttpClient::from("127.0.0.1".parse().unwrap(), server_addr);

@@ -17,7 +17,6 @@ use http_client::{Answer, HttpClient};
 #[allow(dead_code)] // the example's `main` is not used here
 mod example;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,15 +45,7 @@ async fn per_ip_limit_over_loopback() {
     let layer = example::per_ip_layer(example::per_ip_limiter(3, clock.clone()).unwrap()).unwrap();
     let per_ip = Arc::clone(layer.limiter());
     let app = example::app(Some(layer));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server_addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (server_addr, server) = http_client::serve(app).await;
 
     let first = HttpClient::from("127.0.0.1".parse().unwrap(), server_addr);
     let second = HttpClient::from("127.0.0.2".parse().unwrap(), server_addr);
@@ -110,15 +101,7 @@ async fn per_ip_limit_over_loopback() {
 #[tokio::test]
 async fn without_the_layer_nothing_is_limited() {
     let app = example::app::<floodgate::Keyed<floodgate::IpKey, floodgate::FixedWindow>>(None);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server_addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (server_addr, server) = http_client::serve(app).await;
     let client = HttpClient::from("127.0.0.1".parse().unwrap(), server_addr);
     for _ in 0..2 {
         let answer = client.get().await;

@@ -51,15 +51,7 @@ async fn serve(memcached: &MemcachedServer, clock: &ManualClock) -> SocketAddr {
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::per_ip(per_ip).policy(Policy::new("per-ip").unwrap()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (addr, _server) = http_client::serve(app).await;
     addr
 }
 
@@ -157,15 +149,7 @@ async fn serve_on_redis(redis: &redis_server::RedisServer) -> SocketAddr {
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::per_ip(per_ip).policy(Policy::new("per-ip").unwrap()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (addr, _server) = http_client::serve(app).await;
     addr
 }
 

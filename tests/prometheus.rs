@@ -13,8 +13,6 @@ use http_client::HttpClient;
 #[allow(dead_code)] // the example's `main` is not used here
 mod example;
 
-use std::net::SocketAddr;
-
 use floodgate::ManualClock;
 use hyper::StatusCode;
 
@@ -34,15 +32,7 @@ async fn counters_move_under_a_real_client_and_render_as_prometheus_text() {
     floodgate::observe::describe();
 
     let app = example::app(2, ManualClock::new(), move || handle.render()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server_addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let (server_addr, _server) = http_client::serve(app).await;
     let client = HttpClient::from("127.0.0.1".parse().unwrap(), server_addr);
 
     // 2 per minute: two 200s and a 429.

@@ -63,3 +63,22 @@ impl HttpClient {
         }
     }
 }
+
+/// Serves `app` on a free loopback port with each connection's peer address (axum's
+/// `ConnectInfo<SocketAddr>`, what the per-IP layers read): the server's address and its task
+/// (abort it to stop the server).
+#[allow(dead_code)] // not every test binary serves an app
+pub async fn serve(
+    app: axum::Router,
+) -> (SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    (addr, server)
+}
