@@ -51,8 +51,7 @@ async fn serve(memcached: &MemcachedServer, clock: &ManualClock) -> SocketAddr {
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::per_ip(per_ip).policy(Policy::new("per-ip").unwrap()));
-    let (addr, _server) = http_client::serve(app).await;
-    addr
+    http_client::serve(app).await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,8 +148,7 @@ async fn serve_on_redis(redis: &redis_server::RedisServer) -> SocketAddr {
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::per_ip(per_ip).policy(Policy::new("per-ip").unwrap()));
-    let (addr, _server) = http_client::serve(app).await;
-    addr
+    http_client::serve(app).await.0
 }
 
 #[cfg(feature = "redis")]

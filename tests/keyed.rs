@@ -509,13 +509,11 @@ impl std::hash::Hash for Touchy {
     }
 }
 
-/// A one-shard map of one-permit windows holding `keys` (each admitted once), after a `forget`
-/// of `forgotten` whose rebuild unwound on hashing `panicking` (its shard's mutex poisoned).
-fn after_an_unwound_rebuild(
-    keys: std::ops::RangeInclusive<u64>,
-    forgotten: u64,
-    panicking: u64,
-) -> Keyed<Touchy, FixedWindow, ManualClock> {
+/// A one-shard map (room for 64 keys) of one-permit windows on a manual clock, holding `keys`,
+/// each admitted once.
+fn one_shard_holding<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static>(
+    keys: impl IntoIterator<Item = K>,
+) -> Keyed<K, FixedWindow, ManualClock> {
     let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
         .clock(ManualClock::new())
         .shards(1)
@@ -523,8 +521,19 @@ fn after_an_unwound_rebuild(
         .build()
         .unwrap();
     for key in keys {
-        assert!(keyed.try_acquire(&Touchy(key), 1).unwrap().is_allowed());
+        assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
     }
+    keyed
+}
+
+/// A one-shard map of one-permit windows holding `keys` (each admitted once), after a `forget`
+/// of `forgotten` whose rebuild unwound on hashing `panicking` (its shard's mutex poisoned).
+fn after_an_unwound_rebuild(
+    keys: std::ops::RangeInclusive<u64>,
+    forgotten: u64,
+    panicking: u64,
+) -> Keyed<Touchy, FixedWindow, ManualClock> {
+    let keyed = one_shard_holding(keys.map(Touchy));
     PANIC_HASHING.store(panicking, std::sync::atomic::Ordering::SeqCst);
     let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         keyed.forget(&Touchy(forgotten))
@@ -607,15 +616,7 @@ impl Drop for Brittle {
 /// afresh (a lost admission per key).
 #[test]
 fn a_panic_in_a_dropped_keys_drop_during_a_rebuild_keeps_every_other_key() {
-    let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
-        .clock(ManualClock::new())
-        .shards(1)
-        .max_keys(64)
-        .build()
-        .unwrap();
-    for key in 1..=8 {
-        assert!(keyed.try_acquire(&Brittle(key), 1).unwrap().is_allowed());
-    }
+    let keyed = one_shard_holding((1..=8).map(Brittle));
     PANIC_DROPPING.store(3, std::sync::atomic::Ordering::SeqCst);
     let unwound =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keyed.forget(&Brittle(3))));
