@@ -148,6 +148,34 @@ fn a_server_that_is_not_there_is_a_clear_error_within_the_timeout() {
     );
 }
 
+/// A "server" on a free loopback port that accepts one connection, reads its requests and never
+/// replies; `closed` runs when the client closes the connection. Its address and its thread.
+fn silent_server(closed: impl FnOnce() + Send + 'static) -> (String, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let silent = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut sink = [0u8; 4096];
+        while socket.read(&mut sink).is_ok_and(|n| n > 0) {}
+        closed();
+    });
+    (addr, silent)
+}
+
+/// A "server" on a free loopback port that accepts one connection, reads a request and answers
+/// `reply` (a line memcached never sends, for the tests). Its address and its thread.
+fn one_line_server(reply: &'static [u8]) -> (String, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let liar = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = socket.read(&mut request);
+        let _ = socket.write_all(reply);
+    });
+    (addr, liar)
+}
+
 /// Issue 18: failures classified (timeout, refused, protocol), naming the server, as the Redis
 /// backend's are: one error type across the backends. Before, every memcached failure but a
 /// timeout was `FailureKind::Other` with no server, and a timeout named none either.
@@ -167,27 +195,14 @@ fn failures_are_classified_and_name_the_server() {
     let error = timed(&closed, "k").1.expect("decided by the policy");
     check(&error, FailureKind::Refused, &addr);
     // A server that never answers: a timeout.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let silent = std::thread::spawn(move || {
-        let (mut socket, _) = listener.accept().unwrap();
-        let mut sink = [0u8; 4096];
-        while socket.read(&mut sink).is_ok_and(|n| n > 0) {}
-    });
+    let (addr, silent) = silent_server(|| {});
     let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
     let error = timed(&open, "k").1.expect("decided by the policy");
     check(&error, FailureKind::Timeout, &addr);
     drop(open);
     silent.join().unwrap();
     // A reply memcached never sends: a protocol error.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let liar = std::thread::spawn(move || {
-        let (mut socket, _) = listener.accept().unwrap();
-        let mut request = [0u8; 4096];
-        let _ = socket.read(&mut request);
-        let _ = socket.write_all(b"HELLO THERE\r\n");
-    });
+    let (addr, liar) = one_line_server(b"HELLO THERE\r\n");
     let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
     let error = timed(&open, "k").1.expect("decided by the policy");
     check(&error, FailureKind::Protocol, &addr);
@@ -212,13 +227,8 @@ fn failures_are_classified_and_name_the_server() {
 #[test]
 fn a_server_that_never_answers_times_out() {
     // Accepts connections and reads requests, but never replies.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let (closed_tx, closed_rx) = std::sync::mpsc::channel();
-    let silent = std::thread::spawn(move || {
-        let (mut socket, _) = listener.accept().unwrap();
-        let mut sink = [0u8; 4096];
-        while socket.read(&mut sink).is_ok_and(|n| n > 0) {}
+    let (addr, silent) = silent_server(move || {
         let _ = closed_tx.send(());
     });
     let clock = ManualClock::starting_at(T0);
@@ -242,14 +252,7 @@ fn a_server_that_never_answers_times_out() {
 #[test]
 fn nonsense_replies_and_foreign_values_are_counted_errors() {
     // A "server" that greets every request with a line memcached never sends.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let liar = std::thread::spawn(move || {
-        let (mut socket, _) = listener.accept().unwrap();
-        let mut request = [0u8; 4096];
-        let _ = socket.read(&mut request);
-        let _ = socket.write_all(b"HELLO THERE\r\n");
-    });
+    let (addr, liar) = one_line_server(b"HELLO THERE\r\n");
     let clock = ManualClock::starting_at(T0);
     let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
     let (decision, error) = timed(&open, "k");
