@@ -19,19 +19,34 @@ use server::RedisServer;
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
+/// GCRA of 1 permit an hour with a burst of 100: no permit comes back during a test.
+fn hourly_gcra() -> Gcra {
+    Gcra::new(Rate::per_hour(1), 100).unwrap()
+}
+
+/// A fail-closed [`hourly_gcra`] limiter named `name` on `server` with `timeout`, on a manual
+/// clock: its backend, the limiter and the clock.
+async fn hourly(
+    server: &RedisServer,
+    timeout: Duration,
+    name: &str,
+) -> (RedisBackend, RedisLimiter<Gcra, ManualClock>, ManualClock) {
+    let config = RedisConfig::single(server.url()).timeout(timeout);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, name, hourly_gcra(), policy, clock.clone());
+    (backend, limiter.unwrap(), clock)
+}
+
 /// A lease expired with permits unserved, then Redis freezes: the next call gives the old
 /// lease back (one script, up to `TIMEOUT`) and only then asks for a new one (another, up to a
 /// fresh `TIMEOUT`): it returns after two timeouts, not one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refill_during_an_outage_returns_within_the_timeout() {
     let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::connect(config).await.unwrap();
-    let clock = ManualClock::new();
-    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
-    let policy = FailurePolicy::FailClosed;
-    let limiter = RedisLimiter::with_clock(&backend, "review", gcra, policy, clock.clone());
-    let leased = LeasedKey::new(Arc::new(limiter.unwrap()), "k");
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "review").await;
+    let leased = LeasedKey::new(Arc::new(limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
     assert_eq!(leased.counts().held, 7);
     clock.advance(leased.lifetime());
@@ -61,8 +76,8 @@ async fn concurrent_refills_during_an_outage_each_return_within_the_timeout() {
     let server = RedisServer::start();
     let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
     let backend = RedisBackend::connect(config).await.unwrap();
-    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
-    let limiter = RedisLimiter::new(&backend, "review", gcra, FailurePolicy::FailOpen).unwrap();
+    let limiter =
+        RedisLimiter::new(&backend, "review", hourly_gcra(), FailurePolicy::FailOpen).unwrap();
     let leased = Arc::new(LeasedKey::new(Arc::new(limiter), "k"));
 
     server.freeze();
@@ -193,14 +208,8 @@ async fn every_permit_taken_from_redis_is_handed_out_or_counted_stranded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_new_key() {
     let mut server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::connect(config).await.unwrap();
-    let clock = ManualClock::new();
-    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
-    let policy = FailurePolicy::FailClosed;
-    let limiter =
-        RedisLimiter::with_clock(&backend, "restart", gcra.clone(), policy, clock.clone());
-    let limiter = Arc::new(limiter.unwrap().with_breaker(None));
+    let (backend, limiter, _) = hourly(&server, TIMEOUT, "restart").await;
+    let limiter = Arc::new(limiter.with_breaker(None));
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
     assert_eq!(leased.counts().held, 7);
@@ -222,7 +231,8 @@ async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_ne
     assert_eq!(limiter.failures().total(), 1);
 
     server.restart();
-    let ready = RedisLimiter::new(&backend, "ready", gcra, FailurePolicy::FailClosed).unwrap();
+    let ready =
+        RedisLimiter::new(&backend, "ready", hourly_gcra(), FailurePolicy::FailClosed).unwrap();
     let ready = ready.with_breaker(None);
     let deadline = Instant::now() + Duration::from_secs(30);
     while ready
@@ -258,13 +268,8 @@ async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_ne
 async fn a_caller_waiting_on_a_half_open_probe_is_short_circuited_at_once() {
     const TIMEOUT: Duration = Duration::from_secs(30);
     let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::connect(config).await.unwrap();
-    let clock = ManualClock::new();
-    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
-    let policy = FailurePolicy::FailClosed;
-    let limiter = RedisLimiter::with_clock(&backend, "probe", gcra, policy, clock.clone());
-    let limiter = Arc::new(limiter.unwrap());
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "probe").await;
+    let limiter = Arc::new(limiter);
     let leased = Arc::new(LeasedKey::new(Arc::clone(&limiter), "k"));
     // Open the breaker (5 consecutive failures by default) and let its back-off pass.
     let breaker = limiter.breaker().unwrap().shared();
