@@ -194,7 +194,7 @@ pub(super) fn decide_finite<A: Answer>(
             // the engine: the check here cost its `try_acquire` 39 to 45 instructions a call,
             // `instructions_smooth`). Not on a word at rate ∞ or *never*.
             if judge_many && n != 1 && value < NEVER {
-                return refusal_of_many(codec, debt, n, terms());
+                return refusal_of_many(codec, now, debt, n, terms());
             }
             // Guava's `canAcquire` fails (`nf − timeout > now`): nothing written. The reset adds
             // a whole refill, `⌈W⌉ = offset`. The nanoseconds cannot overflow (< 2⁵² µs).
@@ -249,20 +249,22 @@ pub(super) fn decide_finite<A: Answer>(
 #[inline(never)]
 fn refusal_of_many<A: Answer>(
     codec: &BurstyCodec,
+    now: i64,
     debt: i64,
     n: u32,
     terms: Terms,
 ) -> Outcome<u64, A> {
-    let wait = terms.micros(f64::from(n) * terms.interval);
-    if wait > MAX_BOOKING_MICROS && terms.interval.is_finite() {
-        // As `book` refuses it: `wait` > a year, so the nanoseconds are at least 1.
-        let cost = micros_to_nanos(wait);
-        return Outcome {
-            next: None,
-            decision: A::denied(terms.limit, 0, 1, at_least_one(cost), cost),
-            wait_micros: 0,
-            refused_booking: Some(wait),
-        };
+    // Booked as `decide_finite` books it after the debt under a covering timeout: only its
+    // refusal for its length is kept (the word it would write is not).
+    let booked = book(
+        codec,
+        now,
+        debt,
+        terms.micros(f64::from(n) * terms.interval),
+        &terms,
+    );
+    if booked.refused_booking.is_some() {
+        return booked;
     }
     let retry = debt as u64;
     let reset = retry + codec.offset as u64;
