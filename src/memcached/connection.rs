@@ -470,6 +470,11 @@ impl Drop for Place {
 }
 
 impl Shared {
+    /// The server as the errors name it: `memcached://host:port`.
+    fn server(&self) -> String {
+        format!("memcached://{}", self.addr)
+    }
+
     /// Waits, until `deadline`, for one of the [`MAX_OPEN`] places of blocking calls.
     fn place(self: &Arc<Self>, deadline: Instant) -> Result<Place, BackendError> {
         let mut busy = self
@@ -495,7 +500,7 @@ impl Shared {
     fn all_busy(&self) -> BackendError {
         BackendError::at(
             crate::backend::FailureKind::Timeout,
-            format!("memcached://{}", self.addr),
+            self.server(),
             io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
@@ -647,7 +652,7 @@ impl MemcachedBackend {
     /// The error of a call that failed: classified by its kind, at this server
     /// (`memcached://host:port`), as the Redis backend reports its own.
     pub(crate) fn call_failed(&self, error: CallError) -> BackendError {
-        let server = format!("memcached://{}", self.shared.addr);
+        let server = self.shared.server();
         match error {
             CallError::Timeout => BackendError::at(
                 crate::backend::FailureKind::Timeout,
