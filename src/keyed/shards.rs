@@ -104,11 +104,24 @@
 //! `check` 191 allowing and 182 denying, `admit` 192.5 and 185, governor 183 and 184, one
 //! binary; after the cell array's padding (1 instruction a check in a paired build) and the
 //! example's time mode alternating its order (which moved floodgate's loops, not governor's),
-//! `check` 187 and 177, `admit` 188 and 180, governor 183 and 184. A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
+//! `check` 187 and 177, `admit` 188 and 180, governor 183 and 184. Issue 16, with the
+//! example's paced clock (one binary, `--dump-instr=yes`): `check` 189.0 allowing and 181.0
+//! denying, `admit` 188.0 and 183.0, governor 189.0 and 190.0. The guard is about 55 of the 189
+//! (41 in `LocalNode::with`, about 5 for the call and the guard's spill, 9 for its drop with the
+//! debt's `lock cmpxchg`), so the same path reading the table with no protection would take
+//! about 135 allowing and 127 denying: the issue's 0.9× of governor (170 allowing, 171
+//! denying) leaves about 35 and 44 instructions for protecting the table, under what
+//! `ArcSwap::load` costs and under what the thread-local caches above cost. Nothing else on
+//! the path comes near that: the hash 11, the shard's cell 10 (its bounds check included), the
+//! probe 14 (`OnceLock` state included), the clock read about 19 (the example's paced clock
+//! and a discarded real read), GCRA with the floor and the decision's words about 45, the
+//! loop, the tick and the `black_box` of the answer the rest (about 34). A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
 //! (linear-probing collisions, about 2 instructions): no floor, sweep-schedule or key-compare
 //! work of its own. At 100,000 keys the probes average 1.67 and the slot's line misses the L2
 //! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
-//! 0.64 misses a call): 24-byte slots against hashbrown's 16-byte buckets at up to 7/8. A
+//! 0.64 misses a call; issue 16, with a 64 KiB first level: 1.28 against 0.77, 1.06 of
+//! floodgate's at the slot's first load, 0.64 of governor's at its bucket's key): 24-byte
+//! slots against hashbrown's 16-byte buckets at up to 7/8. A
 //! growth rebuild sizes the table to `slots_for(2 × kept)`, about 2.67 slots a key kept, so the
 //! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 32 to 64 bytes a live key
 //! below the cap (a counting allocator on `Keyed<u64, Gcra>`: about 50 to 55 bytes a key at
