@@ -3,6 +3,8 @@
 //! test binary started again as workers) hammering one key. Run with
 //! `cargo test --features redis --test redis_lease -- --nocapture` to see the measured figures.
 
+#[path = "support/lossy_proxy.rs"]
+mod lossy_proxy;
 #[path = "redis/server.rs"]
 mod server;
 
@@ -15,6 +17,7 @@ use floodgate::redis::{
     LeaseAlgorithm, LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter,
 };
 use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
+use lossy_proxy::LossyProxy;
 use server::RedisServer;
 
 /// Generous: a loaded machine must not turn into policy decisions in the exactness tests.
@@ -932,4 +935,180 @@ async fn a_leaping_read_before_the_request_does_not_stretch_a_window_lease() {
         2,
         "the first lease was served past its window's end"
     );
+}
+
+/// A refund whose reply is lost (the server ran it; the connection closed before its reply came
+/// back) on a cluster connection, which redis-rs re-sends on a new connection: another process
+/// brought the key back to the lease's very word in between (a decision of as many permits as
+/// were refunded), so the copy found the word it compares with. It must not land again: that
+/// would give the other process's permits back (over-admission). GCRA: the TAT the lease wrote.
+#[test]
+fn a_refund_re_sent_after_a_lost_reply_lands_once() {
+    let (node, proxy) = proxied_cluster();
+    let config = || RedisConfig::cluster([proxy.url()]);
+    let bucket = || Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let (returned, refunds) = refund_with_a_lost_reply(&node, &proxy, config, bucket, "GET");
+    assert_eq!(refunds, 2, "redis-rs's cluster client re-sent the refund");
+    assert_eq!(returned, 7, "the copy reports the refund that landed");
+}
+
+/// The same for an aligned window's lease: a per-call decision leaves the lease's stamp, so one
+/// of 7 brings the hash back to the lease's own index, count and stamp.
+#[test]
+fn an_aligned_window_refund_re_sent_after_a_lost_reply_lands_once() {
+    let (node, proxy) = proxied_cluster();
+    let config = || RedisConfig::cluster([proxy.url()]);
+    let window = || FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let (returned, refunds) = refund_with_a_lost_reply(&node, &proxy, config, window, "HGETALL");
+    assert_eq!(refunds, 2, "redis-rs's cluster client re-sent the refund");
+    assert_eq!(returned, 7, "the copy reports the refund that landed");
+}
+
+/// The same on one server: redis-rs's `ConnectionManager` does not re-send a request whose
+/// connection dropped (it reconnects for the next one), so the refund is sent once; its reply
+/// lost, the client counts it stranded.
+#[test]
+fn a_refund_whose_reply_is_lost_is_not_re_sent_to_a_single_server() {
+    let server = RedisServer::start();
+    let proxy = LossyProxy::forward(LossyProxy::listener(), server.port);
+    let config = || RedisConfig::single(proxy.url());
+    let bucket = || Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let (returned, refunds) = refund_with_a_lost_reply(&server, &proxy, config, bucket, "GET");
+    assert_eq!(refunds, 1, "sent once");
+    assert_eq!(returned, 0, "its reply lost: not known to be refunded");
+}
+
+/// A one-master cluster reached only through a [`LossyProxy`] (it announces the proxy's port).
+fn proxied_cluster() -> (RedisServer, LossyProxy) {
+    let listener = LossyProxy::listener();
+    let announced = listener.local_addr().unwrap().port();
+    let node = RedisServer::start_cluster_announcing(announced);
+    let proxy = LossyProxy::forward(listener, node.port);
+    (node, proxy)
+}
+
+/// A lease of 8 of 100 (7 held; limiters on a clock that never moves, so it never expires)
+/// given back through `proxy` (to `server`) with its reply lost; meanwhile another process, on
+/// a connection of its own, decides 7 on the key, which brings it back to the lease's word.
+/// Checks that the key then holds that word (read with `read`: the refund landed once, the
+/// other's 7 stay taken); returns what `release` returned and how many refund requests went
+/// through the proxy.
+fn refund_with_a_lost_reply<A: LeaseAlgorithm>(
+    server: &RedisServer,
+    proxy: &LossyProxy,
+    config: impl Fn() -> RedisConfig,
+    algorithm: impl Fn() -> A,
+    read: &str,
+) -> (u64, usize) {
+    let policy = FailurePolicy::FailClosed;
+    let clock = ManualClock::new();
+    let other = RedisBackend::blocking_connect(config().timeout(TIMEOUT)).unwrap();
+    let other = RedisLimiter::with_clock(&other, "lost", algorithm(), policy, clock.clone());
+    let other = Arc::new(other.unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The scripts loaded now, on another key (the server's script cache is shared): the lost
+    // reply below is the refund's own, not a NOSCRIPT, and the other's decision is one call.
+    assert!(other.blocking_try_acquire("warm", 1).unwrap().is_allowed());
+    let warm = LeasedKey::new(Arc::clone(&other), "warm");
+    assert!(warm.blocking_try_acquire(1).unwrap().is_allowed());
+    assert!(runtime.block_on(warm.release()).unwrap() > 0, "a refund");
+    runtime.block_on(async {
+        let backend = RedisBackend::connect(config().timeout(TIMEOUT))
+            .await
+            .unwrap();
+        let limiter = RedisLimiter::with_clock(&backend, "lost", algorithm(), policy, clock);
+        let limiter = Arc::new(limiter.unwrap());
+        let leased = LeasedKey::new(limiter.clone(), "k");
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+        assert_eq!(leased.counts().held, 7);
+        let key = limiter.redis_keys("k")[0].clone();
+        let word = server.cli(&[read, &key]);
+        assert!(!word.is_empty(), "{key}");
+        let decided = Arc::new(std::sync::Mutex::new(None));
+        let hook_decided = Arc::clone(&decided);
+        let before = proxy.script_requests();
+        proxy.lose_next_reply(move || {
+            let decision = other.blocking_try_acquire("k", 7).map(|d| d.is_allowed());
+            *hook_decided.lock().unwrap() = Some(decision);
+        });
+        let returned = leased.release().await.unwrap();
+        assert!(proxy.lost(), "the refund's reply was lost");
+        let decided = decided.lock().unwrap().take();
+        assert!(
+            matches!(decided, Some(Ok(true))),
+            "the other process's decision: {decided:?}"
+        );
+        assert_eq!(
+            server.cli(&[read, &key]),
+            word,
+            "the refund landed once: the other's 7 stay taken"
+        );
+        // Less the other's decision, which went through the proxy too.
+        (returned, proxy.script_requests() - before - 1)
+    })
+}
+
+/// The GCRA refund script itself: a refund with no deadline (the server's clock offset unknown:
+/// its mark could be given no end) gives nothing back and leaves no mark; one whose mark is
+/// there (a copy of a refund that landed) replies that it landed and changes nothing; one that
+/// lands leaves its mark, ending just after its deadline.
+#[test]
+fn a_refund_lands_only_with_a_deadline_and_only_once() {
+    let server = RedisServer::start();
+    let sha = server.cli(&[
+        "SCRIPT",
+        "LOAD",
+        include_str!("../src/redis/gcra_refund.lua"),
+    ]);
+    let hour = 3_600_000_000u64;
+    let now = server.time_micros();
+    let word = (now + 8 * hour).to_string();
+    let (key, mark) = ("{t:k}:g", "{t:k}:g:refund:1.0");
+    server.cli(&["SET", key, &word, "PX", "86400000"]);
+    let refund = |deadline: &str| {
+        let args = [
+            "EVALSHA",
+            &sha,
+            "2",
+            key,
+            mark,
+            &hour.to_string(),
+            &word,
+            "7",
+            "0",
+        ];
+        let mut args = args.to_vec();
+        args.push(deadline);
+        server.cli(&args)
+    };
+    let refused = refund("0");
+    assert!(
+        refused.starts_with("0\n"),
+        "no deadline, no refund: {refused}"
+    );
+    assert_eq!(server.cli(&["GET", key]), word);
+    assert_eq!(server.cli(&["EXISTS", mark]), "0", "no mark");
+    let deadline = server.time_micros() + 60_000_000;
+    let landed = refund(&deadline.to_string());
+    assert!(landed.starts_with("1\n"), "{landed}");
+    let refunded = (now + hour).to_string();
+    assert_eq!(server.cli(&["GET", key]), refunded);
+    let ends = server.cli(&["PEXPIRETIME", mark]);
+    let after = (deadline / 1_000 + 1).to_string();
+    assert_eq!(
+        ends, after,
+        "marked until the millisecond after its deadline"
+    );
+    // Brought back to the word (as a decision of 7 would), the copy still does not land.
+    server.cli(&["SET", key, &word, "PX", "86400000"]);
+    let copy = refund(&deadline.to_string());
+    assert!(
+        copy.starts_with("1\n"),
+        "the copy reports the landing: {copy}"
+    );
+    assert_eq!(server.cli(&["GET", key]), word, "and changes nothing");
 }

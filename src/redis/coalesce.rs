@@ -92,39 +92,18 @@ const MAX_SENDERS: u32 = 2;
 const SECOND_SENDER_QUEUE: usize = 16;
 
 /// The batch form of a one-decision script `source`: the script's code becomes a function of
-/// `(KEYS, ARGV, t)`, run once per decision in order, with the server's `TIME` read once for
-/// the call (as if the decisions arrived together). The arguments and the reply are the batch
-/// format of [`RedisBackend::eval_batch`](super::RedisBackend::eval_batch); a decision that
-/// raises an error is reported as such and the others still run.
+/// `(KEYS, ARGV, t)`, run once per decision in order by `each_batch.lua`, with the server's
+/// `TIME` read once for the call (as if the decisions arrived together). The arguments and the
+/// reply are the batch format of [`RedisBackend::eval_batch`](super::RedisBackend::eval_batch);
+/// a decision that raises an error is reported as such and the others still run.
+/// (`scripts/redis-instructions` assembles the same text, to count its instructions.)
 pub(crate) fn batch_source(source: &str) -> String {
     const TIME: &str = "local t = redis.call('TIME')";
     debug_assert_eq!(source.matches(TIME).count(), 1, "{source}");
     let body = source.replacen(TIME, "", 1);
     format!(
-        "local function decide(KEYS, ARGV, t)\n{body}\nend\n\
-         local t = redis.call('TIME')\n\
-         local per = tonumber(ARGV[1])\n\
-         local slot = tonumber(ARGV[6])\n\
-         local out = {{tonumber(t[1]) * 1000000 + tonumber(t[2])}}\n\
-         local errors = {{}}\n\
-         local d = 0\n\
-         local n = not ARGV[7]:find(' ', 1, true) and ARGV[7]\n\
-         local next_n = not n and ARGV[7]:gmatch('%d+')\n\
-         local next_g = #KEYS > per and ARGV[9]:gmatch('%d+')\n\
-         for deadline in ARGV[8]:gmatch('%d+') do\n  \
-           local g = next_g and next_g() - 1 or 0\n  \
-           local keys = {{}}\n  \
-           for j = 1, per do keys[j] = KEYS[g * per + j] end\n  \
-           local argv = {{ARGV[2], ARGV[3], ARGV[4], ARGV[5], deadline}}\n  \
-           argv[slot] = next_n and next_n() or n\n  \
-           local ok, r = pcall(decide, keys, argv, t)\n  \
-           if type(r) == 'table' and r.err then errors[#errors + 1] = r.err; r = {{3, #errors, 0, 0, 0}}\n  \
-           elseif not ok then errors[#errors + 1] = tostring(r); r = {{3, #errors, 0, 0, 0}} end\n  \
-           for f = 1, 5 do out[1 + d * 5 + f] = r[f] end\n  \
-           d = d + 1\n\
-         end\n\
-         for _, e in ipairs(errors) do out[#out + 1] = e end\n\
-         return out\n"
+        "local function decide(KEYS, ARGV, t)\n{body}\nend\n{}",
+        include_str!("each_batch.lua")
     )
 }
 

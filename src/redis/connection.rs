@@ -800,10 +800,12 @@ impl RedisBackend {
     /// that a decision costs the server (and this client) little more than its arithmetic:
     /// * `KEYS`: each distinct limiter key's keys once (`per` keys each), in order of first use;
     /// * `ARGV`: `per`, the four shared arguments, `n_slot + 1`, then the `n`s (one number when
-    ///   all are the same, else one per decision), the deadlines on the server's clock (0:
-    ///   none), and, only when `KEYS` holds more than one limiter key, each decision's key's
-    ///   index in `KEYS` (counted in limiter keys, from 1); each list is one argument, its
-    ///   numbers separated by spaces ([`spaced`]), as in [`eval_tally`](Self::eval_tally);
+    ///   all are the same, else one per decision), the earliest of the deadlines on the
+    ///   server's clock (0: none has one), the deadlines, each as its distance from the earliest
+    ///   plus 1 (0: none; [`distances`], as in [`eval_tally`](Self::eval_tally): the script
+    ///   reads them only once the earliest has passed), and, only when `KEYS` holds more than
+    ///   one limiter key, each decision's key's index in `KEYS` (counted in limiter keys, from
+    ///   1); each list is one argument, its numbers separated by spaces ([`spaced`]);
     /// * reply: the server's time, five fields per decision (a one-decision reply without the
     ///   time), then the error messages: a decision whose first field is [`BATCH_ERROR`]
     ///   raised the error its second field numbers (from 1).
@@ -823,19 +825,25 @@ impl RedisBackend {
         let mut distinct: Vec<&str> = Vec::new();
         let mut first_users: Vec<&Request> = Vec::new();
         let mut indices = Vec::with_capacity(requests.len());
-        let mut latest = now;
+        let mut deadlines = Vec::with_capacity(requests.len());
+        let (mut latest, mut earliest) = (now, 0);
         for request in requests {
             let (index, new) = distinct_index(&mut distinct, request);
             if new {
                 first_users.push(request);
             }
             indices.push(index);
+            let deadline = self.server_deadline(request.deadline, now);
+            if deadline > 0 && (earliest == 0 || deadline < earliest) {
+                earliest = deadline;
+            }
+            deadlines.push(deadline);
             latest = latest.max(request.deadline);
         }
         let per = first.keys.len();
-        // The lists take up to ~24 bytes per decision (an n of a few digits, a 16-digit
-        // deadline, an index, each with its space).
-        let mut command = evalsha(batch, per * first_users.len(), 9, 24 * requests.len());
+        // The lists take up to ~24 bytes per decision (an n of a few digits, a deadline's
+        // distance, an index, each with its space).
+        let mut command = evalsha(batch, per * first_users.len(), 10, 24 * requests.len());
         for request in &first_users {
             for key in request.keys.iter() {
                 command.arg(key.as_str());
@@ -847,12 +855,8 @@ impl RedisBackend {
         }
         command.arg(n_slot + 1);
         n_list(&mut command, requests, n_slot);
-        spaced(
-            &mut command,
-            requests
-                .iter()
-                .map(|request| self.server_deadline(request.deadline, now)),
-        );
+        command.arg(earliest);
+        distances(&mut command, &deadlines, earliest);
         if first_users.len() > 1 {
             spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
         }
@@ -936,7 +940,7 @@ impl RedisBackend {
             latest = latest.max(request.deadline);
         }
         // EVALSHA, the hash, the key count, the keys, and up to seven arguments, the lists
-        // taking up to ~24 bytes per decision (an n of a few digits, a 16-digit deadline, an
+        // taking up to ~24 bytes per decision (an n of a few digits, a deadline's distance, an
         // index, each with its space).
         let mut command = evalsha(batch, distinct.len(), 7, 24 * requests.len());
         for key in &distinct {
@@ -945,15 +949,7 @@ impl RedisBackend {
         command.arg(first.args[0]).arg(first.args[1]);
         command.arg(requests.len()).arg(earliest);
         n_list(&mut command, requests, n_slot);
-        // Each deadline's distance from the earliest, plus 1 (0: none): `earliest` is the
-        // least of those not 0, so none underflows.
-        spaced(
-            &mut command,
-            deadlines.iter().map(|&deadline| match deadline {
-                0 => 0,
-                deadline => deadline - earliest + 1,
-            }),
-        );
+        distances(&mut command, &deadlines, earliest);
         if distinct.len() > 1 {
             spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
         }
@@ -1168,7 +1164,7 @@ fn n_list(command: &mut Cmd, requests: &[&Request], n_slot: usize) {
 /// list of the tally format, see [`RedisBackend::eval_tally`]).
 ///
 /// Formatted with `itoa` (what redis-rs formats an integer argument with): a batch's list
-/// holds a 16-digit deadline per decision, and formatting one digit a step took ~250
+/// held a 16-digit deadline per decision when measured, and formatting one digit a step took ~250
 /// instructions a decision (callgrind, 16 callers).
 fn spaced(command: &mut Cmd, values: impl Iterator<Item = u64>) {
     let mut argument = command.writer_for_next_arg();
@@ -1180,6 +1176,18 @@ fn spaced(command: &mut Cmd, values: impl Iterator<Item = u64>) {
         }
         let _ = argument.write_all(digits.format(value).as_bytes());
     }
+}
+
+/// `deadlines` on the server's clock (0: none), each as its distance from `earliest` (the least
+/// of those not 0; 0 when all are) plus 1, 0 for none: one argument, as [`spaced`] writes it.
+/// The batch scripts add `earliest` back (`tally.lua`, `each_batch.lua`).
+fn distances(command: &mut Cmd, deadlines: &[u64], earliest: u64) {
+    // `earliest` is the least of those not 0, so none underflows.
+    let distance = |&deadline: &u64| match deadline {
+        0 => 0,
+        deadline => deadline - earliest + 1,
+    };
+    spaced(command, deadlines.iter().map(distance));
 }
 
 /// An `EVALSHA` of `script` with `keys` keys, to which the caller adds the keys, then about

@@ -3,8 +3,14 @@
 -- since, and it has not expired) is the TAT moved back by unused*T: the key is then exactly as
 -- if the lease had asked for `unused` fewer permits. Otherwise nothing changes (the permits stay
 -- taken until the TAT passes them: under-admission, never over-admission).
--- KEYS[1] TAT (string). ARGV: T (interval per permit) in us, the lease's word, unused, 0.
--- ARGV[5]: deadline in us on the server's clock (0: none).
+-- Once: a copy of this refund (redis-rs's cluster client re-sends a request whose connection
+-- dropped before its reply came) does not land again, even where decisions since brought the key
+-- back to the lease's very word (a refund, then a decision of as many permits): it finds the mark
+-- the first landing left (KEYS[2]) and replies that the refund landed.
+-- KEYS[1] TAT (string), KEYS[2] this refund's mark (a name no other refund has, in KEYS[1]'s
+-- slot). ARGV: T (interval per permit) in us, the lease's word, unused, 0.
+-- ARGV[5]: deadline in us on the server's clock (0: none, and then nothing is refunded: the mark
+-- lives until the deadline has passed, after which every copy is refused as late).
 -- Reply: {refunded (1/0), 0, 0, 0, 0, now_us}; 2 first: past the deadline, nothing changed.
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
@@ -17,10 +23,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local deadline = tonumber(ARGV[5])
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {1, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)
-if not stored or tonumber(stored) ~= word or unused < 1 then
+if deadline == 0 or not stored or tonumber(stored) ~= word or unused < 1 then
   return {0, 0, 0, 0, 0, now}
 end
+-- Marked until past the deadline: to the millisecond after the deadline's, on the server's
+-- clock (at an absolute time, not one counted from Redis's cached clock read).
+redis.call('SET', KEYS[2], '1')
+redis.call('PEXPIREAT', KEYS[2], int(math.floor(deadline / 1000) + 1))
 local tat = word - unused * interval
 if tat > now then
   redis.call('SET', key, int(tat), 'PX', int(math.ceil((tat - now) / 1000)))

@@ -99,6 +99,10 @@ impl LeaseAlgorithm for Gcra {}
 /// not idempotent (a refund re-sent after a lost reply, as the cluster client does, would lower
 /// the count twice) and would land in a key lost and re-created in the same window: both
 /// over-admit, where the exact refund can only under-admit (tried and reverted in session 29).
+/// The exact refund alone was not idempotent either: a per-call decision leaves the stamp, so
+/// one of as many permits as were refunded brings the hash back to the lease's own index,
+/// count and stamp, where a re-sent copy landed again; each refund now marks its own name when
+/// it lands, and a copy that finds the mark does not land.
 impl sealed::LeaseScript for FixedWindow {
     fn lease_script(&self) -> &'static crate::redis::lua_script::LuaScript {
         match self.anchor() {
@@ -195,7 +199,9 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// # The bound
 /// The two rules of [`crate::lease`]: a permit is served at most once, only from a lease Redis
 /// granted, on a clock read taken after the lease was received and before it expired; a refund
-/// is exact or does not happen. A lease's lifetime `L` ([`lifetime`](Self::lifetime)) is counted
+/// is exact or does not happen, and lands at most once (a copy the cluster client re-sends after
+/// a lost reply finds the refund's own mark and does not land again, even where decisions since
+/// brought the key back to the lease's word). A lease's lifetime `L` ([`lifetime`](Self::lifetime)) is counted
 /// on this process's clock from a read taken **before its request was sent** (the earlier of
 /// two reads, so one read that leaps ahead is not its start), so it ends at most `L` after Redis
 /// decided it, in real time, whatever the offset between the clocks (only their rates must
@@ -1025,8 +1031,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             return false;
         };
         let args = algorithm.refund_args(lease.receipt(), unused);
+        // The key's, then this refund's mark (in the key's slot: its name starts with the
+        // key's, hash tag and all).
+        let mut keys = self.redis_keys.clone();
+        keys.push(format!("{}:refund:{}", self.redis_keys[0], refund_token()));
         let refunded = backend
-            .eval(script, &self.redis_keys, &args, deadline)
+            .eval(script, &keys, &args, deadline)
             .await
             .is_ok_and(|reply| reply.first() == Some(&1));
         if refunded {
@@ -1057,6 +1067,21 @@ fn lease_at_most(max_lease: u32, limit: u64) -> u32 {
     max_lease
         .min(u32::try_from(limit).unwrap_or(u32::MAX))
         .max(1)
+}
+
+/// A name no other refund has: a number drawn once per process (64 random bits, so two
+/// processes share it with odds of 2^-64), then this process's count of refunds. A refund script
+/// marks the refund's name when it lands, so a copy of it re-sent by the client lands nowhere.
+fn refund_token() -> String {
+    static PROCESS: LazyLock<u64> = LazyLock::new(|| {
+        use std::hash::{BuildHasher, Hasher};
+        // Randomly keyed per process (std's hash seed, from the OS).
+        std::hash::RandomState::new().build_hasher().finish()
+    });
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // SeqCst: only that each refund takes its own number matters (any ordering gives that).
+    let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("{:x}.{count:x}", *PROCESS)
 }
 
 /// A call's deadline: `timeout` from now (the backend validated it to at most an hour).

@@ -918,8 +918,30 @@ fn queued_decisions_fail_at_once_when_the_connections_runtime_has_shut_down() {
 #[test]
 fn each_decision_in_a_batch_keeps_its_own_deadline() {
     // Different n's (sent as a list of them) and one n for all (sent once).
-    each_decision_keeps_its_own_deadline([4, 8, 16]);
-    each_decision_keeps_its_own_deadline([1, 1, 1]);
+    let window = FixedWindow::new(1_000, Duration::from_secs(600)).unwrap();
+    for ns in [[4, 8, 16], [1, 1, 1]] {
+        each_decision_keeps_its_own_deadline(window.clone(), ns, integer_held, tally_batch);
+    }
+}
+
+/// The same for the sliding window's batch (its one-decision script run per decision,
+/// `eval_batch`): its deadlines go as distances too, and the one past its deadline takes
+/// nothing.
+#[test]
+fn each_decision_in_a_sliding_window_batch_keeps_its_own_deadline() {
+    let window = SlidingWindow::new(1_000, Duration::from_secs(600), 60).unwrap();
+    for ns in [[4, 8, 16], [1, 1, 1]] {
+        each_decision_keeps_its_own_deadline(window, ns, cells_held, each_batch::<1>);
+    }
+}
+
+/// The same for the sliding log's batch.
+#[test]
+fn each_decision_in_a_sliding_log_batch_keeps_its_own_deadline() {
+    let log = SlidingLog::new(1_000, Duration::from_secs(600)).unwrap();
+    for ns in [[4, 8, 16], [1, 1, 1]] {
+        each_decision_keeps_its_own_deadline(log, ns, entries_held, each_batch::<2>);
+    }
 }
 
 /// A one-decision fixed-window (anchored, aligned) or GCRA call sends the three arguments its
@@ -978,13 +1000,24 @@ async fn sends_only_what_its_script_reads<A: RedisAlgorithm>(
     assert_eq!(server.cli(&["DUMP", &key]), before, "{name}: took nothing");
 }
 
-/// Three decisions queued behind a call to a frozen server, asking `[second, short, long]`
-/// permits; `short` gives up after 300 ms, the others wait out the freeze.
-fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
+/// Three decisions of `algorithm` (1,000 permits a window) queued behind a call to a frozen
+/// server, asking `[second, short, long]` permits; `short` gives up after 300 ms, the others
+/// wait out the freeze. `held` reads the permits the key's Redis keys hold; `batch` reads a
+/// batch call of the algorithm's format (`None` for any other call).
+fn each_decision_keeps_its_own_deadline<A: RedisAlgorithm>(
+    algorithm: A,
+    [second_n, short_n, long_n]: [u32; 3],
+    held: fn(&RedisServer, &[String]) -> u64,
+    batch: fn(&ScriptCall) -> Option<BatchCall>,
+) {
     let server = RedisServer::start();
     runtime().block_on(async {
-        let limiter = thousand_per_window(&server, "deadlines").await;
-        let key = limiter.redis_keys("k")[0].clone();
+        let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter =
+            RedisLimiter::new(&backend, "deadlines", algorithm, FailurePolicy::FailClosed);
+        let limiter = Arc::new(limiter.unwrap());
+        let keys = limiter.redis_keys("k");
         assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
         server.log_script_calls();
         server.freeze();
@@ -1033,7 +1066,7 @@ fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
         }
         // The dropped first call (2 permits) may have run too, once the server was thawed.
         let taken = u64::from(second_n + long_n);
-        let held = integer(&server, &key) - 1;
+        let held = held(&server, &keys) - 1;
         assert!(
             held == taken || held == taken + 2,
             "the decision past its deadline took nothing: {held} held, {taken} taken"
@@ -1042,36 +1075,110 @@ fn each_decision_keeps_its_own_deadline([second_n, short_n, long_n]: [u32; 3]) {
     // The short decision reached the server in the batch (so it was refused there, on the
     // server's clock, not skipped by the client).
     let calls = server.script_calls();
-    let batch = calls
+    let found = calls
         .iter()
-        .find(|c| batch_permits(c) == Some(vec![second_n, short_n, long_n]));
-    let batch = batch.unwrap_or_else(|| {
+        .find_map(|c| batch(c).filter(|b| b.ns == [second_n, short_n, long_n].map(u64::from)));
+    let Some(found) = found else {
         panic!("no batch of {second_n}, {short_n}, {long_n} on the server: {calls:?}")
-    });
+    };
     // Its deadlines go as distances from the earliest (the short one's), plus 1: the short
     // decision's is 1, the others' about 7/8 of their 30 s more (each deadline is sent an
     // eighth of its budget early), not deadlines of 16 digits.
-    let earliest: u64 = batch.args[3].parse().unwrap();
-    assert!(earliest > 1_000_000_000_000_000, "{batch:?}");
-    let distances: Vec<u64> = batch.args[5]
-        .split(' ')
-        .map(|d| d.parse().unwrap())
-        .collect();
-    assert_eq!(distances[1], 1, "the short decision's: {batch:?}");
-    for distance in [distances[0], distances[2]] {
+    assert!(found.earliest > 1_000_000_000_000_000, "{found:?}");
+    assert_eq!(found.distances[1], 1, "the short decision's: {found:?}");
+    for distance in [found.distances[0], found.distances[2]] {
         assert!(
             (20_000_000..=30_000_000).contains(&distance),
-            "about 26 s from the earliest: {batch:?}"
+            "about 26 s from the earliest: {found:?}"
         );
     }
     if second_n == short_n && short_n == long_n {
-        assert!(
-            calls
-                .iter()
-                .any(|c| c.args.get(4) == Some(&second_n.to_string())),
-            "one n for all is sent once: {calls:?}"
-        );
+        assert_eq!(found.ns_sent, 1, "one n for all is sent once: {found:?}");
     }
+}
+
+/// What a batch call sent: each decision's `n`, how many numbers its list of `n`s held, the
+/// earliest deadline on the server's clock, and each decision's distance from it plus 1.
+#[derive(Debug)]
+struct BatchCall {
+    ns: Vec<u64>,
+    ns_sent: usize,
+    earliest: u64,
+    distances: Vec<u64>,
+}
+
+/// The numbers of a list argument, separated by spaces.
+fn numbers(arg: &str) -> Option<Vec<u64>> {
+    arg.split(' ').map(|n| n.parse().ok()).collect()
+}
+
+/// `ns`, one number when all `decisions` ask the same, else one per decision.
+fn each_n(ns: Vec<u64>, decisions: usize) -> Option<Vec<u64>> {
+    match ns.len() {
+        1 => Some(vec![ns[0]; decisions]),
+        len if len == decisions => Some(ns),
+        _ => None,
+    }
+}
+
+/// A batch call in the tally format (fixed windows, GCRA; `None` for a one-decision call):
+/// the two shared arguments, the number of decisions `D`, the earliest deadline, the `n`s (one
+/// number when all `D` ask the same, else `D`), the `D` distances (and the `D` key indices
+/// when the call has more than one key).
+fn tally_batch(call: &ScriptCall) -> Option<BatchCall> {
+    let decisions: usize = call.args.get(2)?.parse().ok()?;
+    let arguments = if call.numkeys > 1 { 7 } else { 6 };
+    if decisions == 0 || call.args.len() != arguments {
+        return None;
+    }
+    let distances = numbers(&call.args[5])?;
+    let sent = numbers(&call.args[4])?;
+    (distances.len() == decisions).then_some(())?;
+    Some(BatchCall {
+        ns_sent: sent.len(),
+        ns: each_n(sent, decisions)?,
+        earliest: call.args[3].parse().ok()?,
+        distances,
+    })
+}
+
+/// A batch call made from a one-decision script of `PER` Redis keys a limiter key (sliding
+/// window 1, sliding log 2; `None` for any other call): `per`, the four shared arguments, the
+/// slot of `n` + 1, the `n`s (one number when all ask the same, else one per decision), the
+/// earliest deadline, the distances (one per decision), and the key indices so when the call
+/// has more than one limiter key.
+fn each_batch<const PER: usize>(call: &ScriptCall) -> Option<BatchCall> {
+    let arguments = if call.numkeys > PER { 10 } else { 9 };
+    if call.args.len() != arguments || call.args[0] != PER.to_string() {
+        return None;
+    }
+    let distances = numbers(&call.args[8])?;
+    let sent = numbers(&call.args[6])?;
+    Some(BatchCall {
+        ns_sent: sent.len(),
+        ns: each_n(sent, distances.len())?,
+        earliest: call.args[7].parse().ok()?,
+        distances,
+    })
+}
+
+/// The permits a fixed window's counter holds.
+fn integer_held(server: &RedisServer, keys: &[String]) -> u64 {
+    integer(server, &keys[0])
+}
+
+/// The permits a sliding window's cells hold.
+fn cells_held(server: &RedisServer, keys: &[String]) -> u64 {
+    let cells = server.cli(&["HVALS", &keys[0]]);
+    cells
+        .lines()
+        .map(|c| c.trim().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// The permits a sliding log holds (one entry each).
+fn entries_held(server: &RedisServer, keys: &[String]) -> u64 {
+    server.cli(&["ZCARD", &keys[0]]).parse().unwrap()
 }
 
 /// A sliding-log batch (its one-decision script run per decision, `eval_batch`) sent to a frozen
@@ -1130,61 +1237,13 @@ fn sliding_log_batch_to_a_frozen_server_times_out(ns: [u32; 2]) {
     // The batch did reach the server: a sliding-log batch call of `ns`, one n sent once when
     // both ask the same.
     let calls = server.script_calls();
-    assert!(
-        calls
-            .iter()
-            .any(|c| log_batch_permits(c) == Some(ns.map(u64::from).to_vec())),
-        "no batch of {ns:?} on the server: {calls:?}"
-    );
+    let batch = calls
+        .iter()
+        .find_map(|c| each_batch::<2>(c).filter(|b| b.ns == ns.map(u64::from)));
+    let Some(batch) = batch else {
+        panic!("no batch of {ns:?} on the server: {calls:?}")
+    };
     if ns[0] == ns[1] {
-        assert!(
-            calls
-                .iter()
-                .any(|c| c.args.len() == 8 && c.args[6] == ns[0].to_string()),
-            "one n for all is sent once: {calls:?}"
-        );
-    }
-}
-
-/// The `n` of each decision of a sliding-log batch call made from its one-decision script
-/// (`None` for any other call): `per` (2 for the log), the four shared arguments, the slot of
-/// `n` + 1, then the `n`s (one number when all ask the same, else one per decision, separated by
-/// spaces), the deadlines separated by spaces (one per decision), and the key indices so when
-/// the call has more than one limiter key.
-fn log_batch_permits(call: &ScriptCall) -> Option<Vec<u64>> {
-    let list =
-        |arg: &String| -> Option<Vec<u64>> { arg.split(' ').map(|n| n.parse().ok()).collect() };
-    let arguments = if call.numkeys > 2 { 9 } else { 8 };
-    if call.args.len() != arguments || call.args[0] != "2" {
-        return None;
-    }
-    let deadlines = list(&call.args[7])?.len();
-    let ns = list(&call.args[6])?;
-    match ns.len() {
-        1 => Some(vec![ns[0]; deadlines]),
-        len if len == deadlines => Some(ns),
-        _ => None,
-    }
-}
-
-/// The `n` of each decision of a fixed-window batch call (`None` for a one-decision call): the
-/// tally format's arguments are the limit, the window, the number of decisions `D`, the
-/// earliest deadline, then the `n`s (one number when all `D` ask the same, else `D` numbers
-/// separated by spaces), the `D` deadlines separated by spaces (and the `D` key indices so when
-/// the call has more than one key).
-fn batch_permits(call: &ScriptCall) -> Option<Vec<u32>> {
-    let decisions: usize = call.args.get(2)?.parse().ok()?;
-    let list =
-        |arg: &String| -> Option<Vec<u32>> { arg.split(' ').map(|n| n.parse().ok()).collect() };
-    let arguments = if call.numkeys > 1 { 7 } else { 6 };
-    if decisions == 0 || call.args.len() != arguments {
-        return None;
-    }
-    let deadlines = call.args[5].split(' ').count();
-    let ns = list(&call.args[4])?;
-    match ns.len() {
-        1 if deadlines == decisions => Some(vec![ns[0]; decisions]),
-        len if len == decisions && deadlines == decisions => Some(ns),
-        _ => None,
+        assert_eq!(batch.ns_sent, 1, "one n for all is sent once: {batch:?}");
     }
 }

@@ -127,6 +127,25 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A Redis Cluster of one master owning every slot, which announces itself at
+    /// 127.0.0.1:`announced` (`CLUSTER SLOTS` names that port, not its own): a cluster client
+    /// reaches it only there (a proxy in front of it).
+    pub fn start_cluster_announcing(announced: u16) -> Self {
+        let node = Self::start_node(true);
+        let port = announced.to_string();
+        node.cli(&["CONFIG", "SET", "cluster-announce-ip", "127.0.0.1"]);
+        node.cli(&["CONFIG", "SET", "cluster-announce-port", &port]);
+        node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+            || !node.cli(&["CLUSTER", "SLOTS"]).contains(&port)
+        {
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        node
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
         self.process.kill();

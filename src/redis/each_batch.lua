@@ -1,0 +1,42 @@
+-- floodgate: the batch form of a one-decision script (batch_source, which puts this after the
+-- script's code made `local function decide(KEYS, ARGV, t)`, its own TIME call taken out):
+-- runs decide once per decision, in order, with the server's TIME read once for the call (as if
+-- the decisions arrived together). Format (RedisBackend::eval_batch):
+-- KEYS: each limiter key's keys once (`per` each). ARGV: per, the four shared arguments, the
+-- slot of n + 1, the n's (one number when all are the same, else one per decision, separated
+-- by spaces), the earliest deadline in us on the server's clock (0: none has one), the
+-- deadlines, each as its distance from the earliest plus 1 (0: none; a distance takes fewer
+-- digits than a deadline), separated by spaces, then, only when KEYS holds more than one
+-- limiter key, each decision's limiter key's index (from 1), separated by spaces.
+-- Reply: the server's time; five fields per decision (decide's reply without the time; a
+-- decision that raised an error: 3, the error's index in the messages); the error messages.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local per = tonumber(ARGV[1])
+local slot = tonumber(ARGV[6])
+local out = {now}
+local errors = {}
+local d = 0
+local n = not ARGV[7]:find(' ', 1, true) and ARGV[7]
+local next_n = not n and ARGV[7]:gmatch('%d+')
+-- Each decision's own deadline is needed only once the earliest has passed: until then none
+-- has, and every decision is decided as one without (0).
+local earliest = tonumber(ARGV[8])
+local check = earliest > 0 and now > earliest
+local next_g = #KEYS > per and ARGV[10]:gmatch('%d+')
+for distance in ARGV[9]:gmatch('%d+') do
+  local g = next_g and next_g() - 1 or 0
+  local keys = {}
+  for j = 1, per do keys[j] = KEYS[g * per + j] end
+  local deadline = 0
+  if check and distance ~= '0' then deadline = earliest + distance - 1 end
+  local argv = {ARGV[2], ARGV[3], ARGV[4], ARGV[5], deadline}
+  argv[slot] = next_n and next_n() or n
+  local ok, r = pcall(decide, keys, argv, t)
+  if type(r) == 'table' and r.err then errors[#errors + 1] = r.err; r = {3, #errors, 0, 0, 0}
+  elseif not ok then errors[#errors + 1] = tostring(r); r = {3, #errors, 0, 0, 0} end
+  for f = 1, 5 do out[1 + d * 5 + f] = r[f] end
+  d = d + 1
+end
+for _, e in ipairs(errors) do out[#out + 1] = e end
+return out
