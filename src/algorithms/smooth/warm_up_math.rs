@@ -29,6 +29,9 @@ std::thread_local! {
             limit: 1,
             one_micros: 0,
             truncate: false,
+            full_from: f64::INFINITY,
+            full_wait: 0,
+            full_left: 0.0,
         }))
     };
 }
@@ -52,6 +55,16 @@ pub(super) struct WarmingMath {
     /// Whether costs are truncated as Guava's (`interval ≥ GUAVA_MIN_INTERVAL`), else rounded
     /// up: the test `StoredPermits::micros` makes, once per interval instead of per cost.
     truncate: bool,
+    /// The stored time from which [`reserve_one`](StoredPermits::reserve_one) books the
+    /// precomputed permit of a full limiter (`full_wait`, `full_left`): `W` where that permit
+    /// is one of [`one_stored`](Self::one_stored)'s states, `+∞` (never: a stored time is at
+    /// most `W`) where it is not (a warm-up of 0, or a full store that straddles the threshold).
+    full_from: f64,
+    /// [`one_stored`](Self::one_stored)`(W)`'s wait: one permit spent from a full (cold)
+    /// limiter, in whole µs.
+    full_wait: i64,
+    /// [`one_stored`](Self::one_stored)`(W)`'s stored time left.
+    full_left: f64,
 }
 
 impl WarmingMath {
@@ -72,10 +85,25 @@ impl WarmingMath {
             limit: limit_of(interval),
             one_micros: 0,
             truncate: interval >= Self::GUAVA_MIN_INTERVAL,
+            full_from: f64::INFINITY,
+            full_wait: 0,
+            full_left: 0.0,
         };
-        WarmingMath {
+        let math = WarmingMath {
             one_micros: math.micros(interval),
             ..math
+        };
+        // A full limiter's permit, booked once per interval by the steps `reserve_one` takes
+        // for any stored time (issue 17: the trapezoid and the stored time left were about
+        // 50 instructions of a cold admission, `instructions_warming_states cold`).
+        match math.one_stored(warmup_micros) {
+            Some((full_wait, full_left)) if warmup_micros > 0.0 => WarmingMath {
+                full_from: warmup_micros,
+                full_wait,
+                full_left,
+                ..math
+            },
+            _ => math,
         }
     }
 
@@ -116,6 +144,57 @@ impl WarmingMath {
     #[inline]
     fn permits_to_time(&self, permits: f64) -> f64 {
         self.interval + permits * self.slope
+    }
+
+    /// One permit spent from a stored time above 0 (resynced): its wait in whole µs and the
+    /// stored time left, in the states [`reserve_one`](StoredPermits::reserve_one) books itself
+    /// (`None`: a permit that straddles the threshold, booked by the general path).
+    #[inline(always)]
+    fn one_stored(&self, stored_time: f64) -> Option<(i64, f64)> {
+        let stored = self.permits_of(stored_time);
+        let above_threshold = stored - self.threshold_permits;
+        // Spending one whole stored permit leaves `stored − 1` (none if that was all).
+        let left = || {
+            if 1.0 >= stored {
+                0.0
+            } else {
+                // `time_of(stored − 1).clamp(0.0, W)` without the steps that cannot apply
+                // (6 instructions, issue 17): `stored − 1` is above 0 (`stored > 1`), so
+                // `time_of`'s `≤ 0` branch never runs, and its product of a positive count
+                // and the cool-down (`W / maxPermits`, not negative) is not below 0, so
+                // the clamp's lower bound never applies (a NaN passes both unchanged, as
+                // through the clamp's comparisons). Nor the clamp's assertion that `0 ≤ W`.
+                let permits = stored - 1.0;
+                let time = if permits >= self.max_permits {
+                    self.warmup_micros
+                } else {
+                    permits * self.cool_down
+                };
+                if time > self.warmup_micros {
+                    self.warmup_micros
+                } else {
+                    time
+                }
+            }
+        };
+        Some(if above_threshold >= 1.0 {
+            // The trapezoid of one permit above the threshold (`take_above = 1`).
+            let length =
+                self.permits_to_time(above_threshold) + self.permits_to_time(above_threshold - 1.0);
+            (self.micros(length / 2.0), left())
+        } else if above_threshold > 0.0 {
+            return None;
+        } else if stored >= 1.0 {
+            // The rectangle of one stored permit: one stable interval.
+            (self.one_micros, left())
+        } else {
+            // `stored` (< 1) from stored time, the rest fresh: two truncations, as Guava.
+            let wait = add_waits(
+                self.micros(self.interval * stored),
+                self.micros((1.0 - stored) * self.interval),
+            );
+            (wait, 0.0)
+        })
     }
 }
 
@@ -186,7 +265,9 @@ impl StoredPermits for WarmingMath {
     /// ones that add or multiply by 0 or 1 left out (the same `f64` operations, the same
     /// truncations), so it books to the bit what [`reserve_general`](super::reserve_general) books
     /// (`one_permit_books_as_the_general_path`); a permit that straddles the threshold goes
-    /// there.
+    /// there. A full limiter's permit is [`one_stored`](Self::one_stored)`(W)`, booked once per
+    /// interval in [`new`](WarmingMath::new) (a stored time at or above `W` is `maxPermits`
+    /// permits, so the steps book the same from all of them).
     #[inline(always)]
     fn reserve_one(&self, ticket: Ticket, now: i64) -> (Ticket, i64) {
         let synced = resync(ticket, now, self.warmup_micros);
@@ -194,50 +275,14 @@ impl StoredPermits for WarmingMath {
         let (wait, stored_time) = if stored_time <= 0.0 {
             // One fresh permit (the stored part, `micros(I × 0)`, is 0).
             (self.one_micros, 0.0)
+        } else if stored_time >= self.full_from {
+            // A full limiter (a stored time is at most `W`, so this one is `W`): the permit
+            // `one_stored(W)` books, booked once in `new`.
+            (self.full_wait, self.full_left)
         } else {
-            let stored = self.permits_of(stored_time);
-            let above_threshold = stored - self.threshold_permits;
-            // Spending one whole stored permit leaves `stored − 1` (none if that was all).
-            let left = || {
-                if 1.0 >= stored {
-                    0.0
-                } else {
-                    // `time_of(stored − 1).clamp(0.0, W)` without the steps that cannot apply
-                    // (6 instructions, issue 17): `stored − 1` is above 0 (`stored > 1`), so
-                    // `time_of`'s `≤ 0` branch never runs, and its product of a positive count
-                    // and the cool-down (`W / maxPermits`, not negative) is not below 0, so
-                    // the clamp's lower bound never applies (a NaN passes both unchanged, as
-                    // through the clamp's comparisons). Nor the clamp's assertion that `0 ≤ W`.
-                    let permits = stored - 1.0;
-                    let time = if permits >= self.max_permits {
-                        self.warmup_micros
-                    } else {
-                        permits * self.cool_down
-                    };
-                    if time > self.warmup_micros {
-                        self.warmup_micros
-                    } else {
-                        time
-                    }
-                }
-            };
-            if above_threshold >= 1.0 {
-                // The trapezoid of one permit above the threshold (`take_above = 1`).
-                let length = self.permits_to_time(above_threshold)
-                    + self.permits_to_time(above_threshold - 1.0);
-                (self.micros(length / 2.0), left())
-            } else if above_threshold > 0.0 {
-                return (book_general(ticket, now, 1, self), synced.next_free);
-            } else if stored >= 1.0 {
-                // The rectangle of one stored permit: one stable interval.
-                (self.one_micros, left())
-            } else {
-                // `stored` (< 1) from stored time, the rest fresh: two truncations, as Guava.
-                let wait = add_waits(
-                    self.micros(self.interval * stored),
-                    self.micros((1.0 - stored) * self.interval),
-                );
-                (wait, 0.0)
+            match self.one_stored(stored_time) {
+                Some(booked) => booked,
+                None => return (book_general(ticket, now, 1, self), synced.next_free),
             }
         };
         let next = Ticket {
@@ -354,6 +399,53 @@ mod tests {
         let tiny = WarmingMath::new(f64::INFINITY, 4e6, 3.0);
         assert_eq!(tiny.max_permits, 0.0);
         assert_eq!(tiny.permits_of(4e6), 0.0);
+    }
+
+    /// Issue 17: a full limiter's permit, booked once in `new`, is what `one_stored(W)` books
+    /// (the steps `reserve_one` takes for any other stored time) and what the general path books
+    /// from a full store, to the bit; it is in use wherever a full store holds one whole permit
+    /// above the threshold (a cold limiter at its usual settings), and never where the steps
+    /// would not book it themselves (a warm-up of 0, a full store straddling the threshold).
+    #[test]
+    fn a_full_limiter_s_permit_is_booked_once_as_the_steps_book_it() {
+        // (interval, W, cold factor, whether the full store's permit is precomputed)
+        for (interval, warmup, cold, precomputed) in [
+            (10_000.0, 1e6, 3.0, true),      // instructions_warming_states: 100/s, 1 s
+            (0.001, 10_000.0, 3.0, true),    // instructions_smooth allow: 10⁹/s, 10 ms
+            (500_000.0, 4e6, 3.0, true),     // Guava's worked example
+            (200_000.0, 4e6, 1.0, true),     // a flat limiter
+            (1e6, 5e5, 1.0, false),          // full: 0.75 permits, 0.5 above the threshold
+            (200_000.0, 0.0, 3.0, false),    // nothing to store
+            (f64::INFINITY, 4e6, 3.0, true), // Guava's Double.MIN_VALUE: nothing above
+        ] {
+            let math = WarmingMath::new(interval, warmup, cold);
+            let case = format!("{math:?}");
+            assert_eq!(math.full_from.is_finite(), precomputed, "{case}");
+            if precomputed {
+                assert_eq!(math.full_from, warmup, "{case}");
+                let (wait, left) = math.one_stored(warmup).expect("not a straddle");
+                assert_eq!(
+                    (math.full_wait, math.full_left.to_bits()),
+                    (wait, left.to_bits()),
+                    "{case}"
+                );
+            }
+            for now in [0, 1, 1 << 30] {
+                let full = Ticket {
+                    next_free: 0,
+                    stored_time: warmup,
+                };
+                let (one, start) = math.reserve_one(full, now);
+                let (general, general_start) = reserve_general(full, now, 1, &math);
+                assert_eq!(start, general_start, "{case} at {now}");
+                assert_eq!(one.next_free, general.next_free, "{case} at {now}");
+                assert_eq!(
+                    one.stored_time.to_bits(),
+                    general.stored_time.to_bits(),
+                    "{case} at {now}"
+                );
+            }
+        }
     }
 
     /// The math a limiter uses for a live interval is the one derived from that interval's
