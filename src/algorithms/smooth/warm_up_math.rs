@@ -32,6 +32,7 @@ std::thread_local! {
             full_from: f64::INFINITY,
             full_wait: 0,
             full_left: 0.0,
+            top_wait: None,
         }))
     };
 }
@@ -65,6 +66,9 @@ pub(super) struct WarmingMath {
     full_wait: i64,
     /// [`one_stored`](Self::one_stored)`(W)`'s stored time left.
     full_left: f64,
+    /// The wait of every whole permit above the threshold, where they all book the same whole
+    /// µs ([`top_wait_of`](Self::top_wait_of)): the trapezoid need not be computed.
+    top_wait: Option<i64>,
 }
 
 impl WarmingMath {
@@ -88,9 +92,14 @@ impl WarmingMath {
             full_from: f64::INFINITY,
             full_wait: 0,
             full_left: 0.0,
+            top_wait: None,
         };
         let math = WarmingMath {
             one_micros: math.micros(interval),
+            ..math
+        };
+        let math = WarmingMath {
+            top_wait: math.top_wait_of(),
             ..math
         };
         // A full limiter's permit, booked once per interval by the steps `reserve_one` takes
@@ -146,6 +155,46 @@ impl WarmingMath {
         self.interval + permits * self.slope
     }
 
+    /// The cost of one whole permit `above` permits above the threshold (`above ≥ 1`): Guava's
+    /// trapezoid with `take_above = 1`, unrounded.
+    #[inline(always)]
+    fn top_cost(&self, above: f64) -> f64 {
+        let length = self.permits_to_time(above) + self.permits_to_time(above - 1.0);
+        length / 2.0
+    }
+
+    /// The whole µs that every permit spent above the threshold books, if they all book the
+    /// same: at rates where a cold permit costs less than a µs, rounded up to one (from about
+    /// 3·10⁶ per second with a cold factor of 3), and with a cold factor of 1 (every permit
+    /// costs one stable interval); never at Guava's own rates with a cold factor above 1 (the
+    /// trapezoid then spans `I..cold × I` µs, at least 3004 µs).
+    ///
+    /// Exact: [`top_cost`](Self::top_cost) is non-decreasing in `above` (a product by a slope
+    /// that is not negative, sums and a halving, each rounded to nearest, a monotone rounding),
+    /// and so is [`micros`](StoredPermits::micros) (a truncation or a rounding up). `above` is
+    /// at least 1 (the branch that spends a whole permit above the threshold) and at most
+    /// `S − threshold` (rounded), `S` the most stored permits a stored time of `0..=W` decodes
+    /// to: `maxPermits` for `W`, `W / coolDown` rounded for the times below it (a division by a
+    /// positive cool-down, also monotone). Where the bounds' costs round to the same whole µs,
+    /// every cost between them does (`top_wait_is_every_top_permit_s_wait`).
+    fn top_wait_of(&self) -> Option<i64> {
+        let below_full = self.warmup_micros / self.cool_down;
+        let most_stored = if below_full > self.max_permits {
+            below_full
+        } else {
+            self.max_permits
+        };
+        let most_above = most_stored - self.threshold_permits;
+        let (low, high) = (self.top_cost(1.0), self.top_cost(most_above));
+        let exact = self.slope >= 0.0
+            && self.slope.is_finite()
+            && most_above >= 1.0
+            && low.is_finite()
+            && high.is_finite();
+        let wait = self.micros(low);
+        (exact && self.micros(high) == wait).then_some(wait)
+    }
+
     /// One permit spent from a stored time above 0 (resynced): its wait in whole µs and the
     /// stored time left, in the states [`reserve_one`](StoredPermits::reserve_one) books itself
     /// (`None`: a permit that straddles the threshold, booked by the general path).
@@ -179,9 +228,11 @@ impl WarmingMath {
         };
         Some(if above_threshold >= 1.0 {
             // The trapezoid of one permit above the threshold (`take_above = 1`).
-            let length =
-                self.permits_to_time(above_threshold) + self.permits_to_time(above_threshold - 1.0);
-            (self.micros(length / 2.0), left())
+            let wait = match self.top_wait {
+                Some(wait) => wait,
+                None => self.micros(self.top_cost(above_threshold)),
+            };
+            (wait, left())
         } else if above_threshold > 0.0 {
             return None;
         } else if stored >= 1.0 {
@@ -588,6 +639,61 @@ mod tests {
             }
         }
         assert!(compared > 10_000, "{compared} states compared");
+    }
+
+    /// Issue 17: where `top_wait_of` answers, it is the wait of every whole permit above the
+    /// threshold: at the bounds of the proof and at random stored times above the threshold, at
+    /// rates around the one from which a cold permit costs under a µs; it answers for the
+    /// allow row of `instructions_smooth` (10⁹/s, 10 ms) and a flat limiter, not at Guava's
+    /// rates with a cold factor above 1.
+    #[test]
+    fn top_wait_is_every_top_permit_s_wait() {
+        assert_eq!(WarmingMath::new(0.001, 10_000.0, 3.0).top_wait, Some(1));
+        assert_eq!(WarmingMath::new(10_000.0, 1e6, 3.0).top_wait, None);
+        // A flat limiter (cold factor 1): every permit costs one stable interval.
+        assert_eq!(WarmingMath::new(3004.0, 1e6, 1.0).top_wait, Some(3004));
+        let mut seed = 17u64;
+        let mut unit = || {
+            seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut answered, mut checked) = (0, 0);
+        for _ in 0..3_000 {
+            // Intervals from 10⁻³ to 1 µs (rates 10⁶ to 10⁹ per second), warm-ups from 1 µs to
+            // 10 s, cold factors 1 to 10.
+            let interval = 10f64.powf(-3.0 * unit());
+            let warmup = (1.0 + 1e7 * unit()).floor();
+            let cold = 1.0 + 9.0 * unit();
+            let math = WarmingMath::new(interval, warmup, cold);
+            let Some(wait) = math.top_wait else { continue };
+            answered += 1;
+            let mut times = vec![warmup, warmup.next_down()];
+            let first_above = (math.threshold_permits + 1.0) * math.cool_down;
+            times.extend([first_above, first_above.next_up(), first_above.next_down()]);
+            times.extend((0..20).map(|_| first_above + (warmup - first_above) * unit()));
+            for stored_time in times {
+                if !(stored_time > 0.0 && stored_time <= warmup) {
+                    continue;
+                }
+                let above = math.permits_of(stored_time) - math.threshold_permits;
+                if above >= 1.0 {
+                    let case = format!("{math:?} at {stored_time}");
+                    assert_eq!(math.micros(math.top_cost(above)), wait, "{case}");
+                    let full = Ticket {
+                        next_free: 5,
+                        stored_time,
+                    };
+                    let (one, _) = math.reserve_one(full, 5);
+                    let (general, _) = reserve_general(full, 5, 1, &math);
+                    assert_eq!(one.next_free, general.next_free, "{case}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(answered > 500 && checked > 10_000, "{answered} {checked}");
     }
 
     proptest! {
