@@ -29,7 +29,6 @@ std::thread_local! {
             limit: 1,
             one_micros: 0,
             truncate: false,
-            full_from: f64::INFINITY,
             full_wait: 0,
             full_left: 0.0,
             top_wait: None,
@@ -56,15 +55,12 @@ pub(super) struct WarmingMath {
     /// Whether costs are truncated as Guava's (`interval ≥ GUAVA_MIN_INTERVAL`), else rounded
     /// up: the test `StoredPermits::micros` makes, once per interval instead of per cost.
     truncate: bool,
-    /// The stored time from which [`reserve_one`](StoredPermits::reserve_one) books the
-    /// precomputed permit of a full limiter (`full_wait`, `full_left`): `W` where that permit
-    /// is one of [`one_stored`](Self::one_stored)'s states, `+∞` (never: a stored time is at
-    /// most `W`) where it is not (a warm-up of 0, or a full store that straddles the threshold).
-    full_from: f64,
-    /// [`one_stored`](Self::one_stored)`(W)`'s wait: one permit spent from a full (cold)
-    /// limiter, in whole µs.
+    /// The wait of one permit spent from a full (cold) limiter, in whole µs, booked in
+    /// [`new`](Self::new) by the steps [`reserve_one`](StoredPermits::reserve_one) would take
+    /// ([`one_stored`](Self::one_stored), or the general path for a full store that straddles
+    /// the threshold). Unused with a warm-up of 0 (nothing is ever stored).
     full_wait: i64,
-    /// [`one_stored`](Self::one_stored)`(W)`'s stored time left.
+    /// The stored time left after that permit.
     full_left: f64,
     /// The wait of every whole permit above the threshold, where they all book the same whole
     /// µs ([`top_wait_of`](Self::top_wait_of)): the trapezoid need not be computed.
@@ -89,7 +85,6 @@ impl WarmingMath {
             limit: limit_of(interval),
             one_micros: 0,
             truncate: interval >= Self::GUAVA_MIN_INTERVAL,
-            full_from: f64::INFINITY,
             full_wait: 0,
             full_left: 0.0,
             top_wait: None,
@@ -102,17 +97,24 @@ impl WarmingMath {
             top_wait: math.top_wait_of(),
             ..math
         };
-        // A full limiter's permit, booked once per interval by the steps `reserve_one` takes
-        // for any stored time (issue 17: the trapezoid and the stored time left were about
-        // 50 instructions of a cold admission, `instructions_warming_states cold`).
-        match math.one_stored(warmup_micros) {
-            Some((full_wait, full_left)) if warmup_micros > 0.0 => WarmingMath {
-                full_from: warmup_micros,
-                full_wait,
-                full_left,
-                ..math
-            },
-            _ => math,
+        // A full limiter's permit, booked once per interval by the steps `reserve_one` would
+        // take from a full store (issue 17: the trapezoid and the stored time left were about
+        // 50 instructions of a cold admission, `instructions_warming_states cold`). Booked
+        // from `nf = now = 0` (no resync), the general path's next free ticket is its wait.
+        let (full_wait, full_left) = math
+            .one_stored(math.permits_of(warmup_micros))
+            .unwrap_or_else(|| {
+                let full = Ticket {
+                    next_free: 0,
+                    stored_time: warmup_micros,
+                };
+                let booked = book_general(full, 0, 1, &math);
+                (booked.next_free, booked.stored_time)
+            });
+        WarmingMath {
+            full_wait,
+            full_left,
+            ..math
         }
     }
 
@@ -195,12 +197,12 @@ impl WarmingMath {
         (exact && self.micros(high) == wait).then_some(wait)
     }
 
-    /// One permit spent from a stored time above 0 (resynced): its wait in whole µs and the
-    /// stored time left, in the states [`reserve_one`](StoredPermits::reserve_one) books itself
-    /// (`None`: a permit that straddles the threshold, booked by the general path).
+    /// One permit spent from `stored` permits (those of a stored time above 0, resynced):
+    /// its wait in whole µs and the stored time left, in the states
+    /// [`reserve_one`](StoredPermits::reserve_one) books itself (`None`: a permit that
+    /// straddles the threshold, booked by the general path).
     #[inline(always)]
-    fn one_stored(&self, stored_time: f64) -> Option<(i64, f64)> {
-        let stored = self.permits_of(stored_time);
+    fn one_stored(&self, stored: f64) -> Option<(i64, f64)> {
         let above_threshold = stored - self.threshold_permits;
         // Spending one whole stored permit leaves `stored − 1` (none if that was all).
         let left = || {
@@ -316,9 +318,9 @@ impl StoredPermits for WarmingMath {
     /// ones that add or multiply by 0 or 1 left out (the same `f64` operations, the same
     /// truncations), so it books to the bit what [`reserve_general`](super::reserve_general) books
     /// (`one_permit_books_as_the_general_path`); a permit that straddles the threshold goes
-    /// there. A full limiter's permit is [`one_stored`](Self::one_stored)`(W)`, booked once per
-    /// interval in [`new`](WarmingMath::new) (a stored time at or above `W` is `maxPermits`
-    /// permits, so the steps book the same from all of them).
+    /// there. A full limiter's permit is booked once per interval in [`new`](WarmingMath::new)
+    /// (a stored time at or above `W` is `maxPermits` permits, so the steps book the same from
+    /// all of them); below `W`, `permits_of` is the division alone.
     #[inline(always)]
     fn reserve_one(&self, ticket: Ticket, now: i64) -> (Ticket, i64) {
         let synced = resync(ticket, now, self.warmup_micros);
@@ -326,12 +328,14 @@ impl StoredPermits for WarmingMath {
         let (wait, stored_time) = if stored_time <= 0.0 {
             // One fresh permit (the stored part, `micros(I × 0)`, is 0).
             (self.one_micros, 0.0)
-        } else if stored_time >= self.full_from {
+        } else if stored_time >= self.warmup_micros {
             // A full limiter (a stored time is at most `W`, so this one is `W`): the permit
-            // `one_stored(W)` books, booked once in `new`.
+            // booked once in `new`.
             (self.full_wait, self.full_left)
         } else {
-            match self.one_stored(stored_time) {
+            // `permits_of` of a stored time in `0 < t < W` (issue 17: its test of `W` again
+            // was 2 instructions of every other admission with anything stored).
+            match self.one_stored(stored_time / self.cool_down) {
                 Some(booked) => booked,
                 None => return (book_general(ticket, now, 1, self), synced.next_free),
             }
@@ -452,40 +456,41 @@ mod tests {
         assert_eq!(tiny.permits_of(4e6), 0.0);
     }
 
-    /// Issue 17: a full limiter's permit, booked once in `new`, is what `one_stored(W)` books
-    /// (the steps `reserve_one` takes for any other stored time) and what the general path books
-    /// from a full store, to the bit; it is in use wherever a full store holds one whole permit
-    /// above the threshold (a cold limiter at its usual settings), and never where the steps
-    /// would not book it themselves (a warm-up of 0, a full store straddling the threshold).
+    /// Issue 17: a full limiter's permit, booked once in `new`, is what the general path books
+    /// from a full store, to the bit, whichever steps booked it (`one_stored`, or the general
+    /// path for a full store straddling the threshold); and `reserve_one` from a full store
+    /// books it.
     #[test]
     fn a_full_limiter_s_permit_is_booked_once_as_the_steps_book_it() {
-        // (interval, W, cold factor, whether the full store's permit is precomputed)
-        for (interval, warmup, cold, precomputed) in [
-            (10_000.0, 1e6, 3.0, true),      // instructions_warming_states: 100/s, 1 s
-            (0.001, 10_000.0, 3.0, true),    // instructions_smooth allow: 10⁹/s, 10 ms
-            (500_000.0, 4e6, 3.0, true),     // Guava's worked example
-            (200_000.0, 4e6, 1.0, true),     // a flat limiter
-            (1e6, 5e5, 1.0, false),          // full: 0.75 permits, 0.5 above the threshold
-            (200_000.0, 0.0, 3.0, false),    // nothing to store
-            (f64::INFINITY, 4e6, 3.0, true), // Guava's Double.MIN_VALUE: nothing above
+        // (interval, W, cold factor, whether the full store straddles the threshold)
+        for (interval, warmup, cold, straddles) in [
+            (10_000.0, 1e6, 3.0, false),   // instructions_warming_states: 100/s, 1 s
+            (0.001, 10_000.0, 3.0, false), // instructions_smooth allow: 10⁹/s, 10 ms
+            (500_000.0, 4e6, 3.0, false),  // Guava's worked example
+            (200_000.0, 4e6, 1.0, false),  // a flat limiter
+            (1e6, 5e5, 1.0, true),         // full: 0.75 permits, 0.5 above the threshold
+            (1e6, 1.5e6, 3.0, true),       // full: 1.5 permits, 0.75 above the threshold
+            (200_000.0, 0.0, 3.0, false),  // nothing to store (its full permit unused)
+            (f64::INFINITY, 4e6, 3.0, false), // Guava's Double.MIN_VALUE: nothing above
         ] {
             let math = WarmingMath::new(interval, warmup, cold);
             let case = format!("{math:?}");
-            assert_eq!(math.full_from.is_finite(), precomputed, "{case}");
-            if precomputed {
-                assert_eq!(math.full_from, warmup, "{case}");
-                let (wait, left) = math.one_stored(warmup).expect("not a straddle");
-                assert_eq!(
-                    (math.full_wait, math.full_left.to_bits()),
-                    (wait, left.to_bits()),
-                    "{case}"
-                );
-            }
+            assert_eq!(
+                math.one_stored(math.max_permits).is_none(),
+                straddles,
+                "{case}"
+            );
+            let full = Ticket {
+                next_free: 0,
+                stored_time: warmup,
+            };
+            let booked = book_general(full, 0, 1, &math);
+            assert_eq!(
+                (math.full_wait, math.full_left.to_bits()),
+                (booked.next_free, booked.stored_time.to_bits()),
+                "{case}"
+            );
             for now in [0, 1, 1 << 30] {
-                let full = Ticket {
-                    next_free: 0,
-                    stored_time: warmup,
-                };
                 let (one, start) = math.reserve_one(full, now);
                 let (general, general_start) = reserve_general(full, now, 1, &math);
                 assert_eq!(start, general_start, "{case} at {now}");
