@@ -166,10 +166,11 @@ impl WarmingMath {
     }
 
     /// The whole µs that every permit spent above the threshold books, if they all book the
-    /// same: at rates where a cold permit costs less than a µs, rounded up to one (from about
-    /// 3·10⁶ per second with a cold factor of 3), and with a cold factor of 1 (every permit
-    /// costs one stable interval); never at Guava's own rates with a cold factor above 1 (the
-    /// trapezoid then spans `I..cold × I` µs, at least 3004 µs).
+    /// same: where their costs (from `I` to `cold × I`) round up to one whole µs (with a cold
+    /// factor of 3, from about 3·10⁶ permits per second, where each costs under a µs and books
+    /// 1), and with a cold factor of 1 (every permit costs one stable interval); never at
+    /// Guava's own rates with a cold factor above 1 (the trapezoid then spans thousands of µs
+    /// from `I ≥ 3004`).
     ///
     /// Exact: [`top_cost`](Self::top_cost) is non-decreasing in `above` (a product by a slope
     /// that is not negative, sums and a halving, each rounded to nearest, a monotone rounding),
