@@ -29,6 +29,9 @@ std::thread_local! {
             limit: 1,
             one_micros: 0,
             truncate: false,
+            full_wait: 0,
+            full_left: 0.0,
+            top_wait: None,
         }))
     };
 }
@@ -52,6 +55,16 @@ pub(super) struct WarmingMath {
     /// Whether costs are truncated as Guava's (`interval ≥ GUAVA_MIN_INTERVAL`), else rounded
     /// up: the test `StoredPermits::micros` makes, once per interval instead of per cost.
     truncate: bool,
+    /// The wait of one permit spent from a full (cold) limiter, in whole µs, booked in
+    /// [`new`](Self::new) by the steps [`reserve_one`](StoredPermits::reserve_one) would take
+    /// ([`one_stored`](Self::one_stored), or the general path for a full store that straddles
+    /// the threshold). Unused with a warm-up of 0 (nothing is ever stored).
+    full_wait: i64,
+    /// The stored time left after that permit.
+    full_left: f64,
+    /// The wait of every whole permit above the threshold, where they all book the same whole
+    /// µs ([`top_wait_of`](Self::top_wait_of)): the trapezoid need not be computed.
+    top_wait: Option<i64>,
 }
 
 impl WarmingMath {
@@ -72,9 +85,35 @@ impl WarmingMath {
             limit: limit_of(interval),
             one_micros: 0,
             truncate: interval >= Self::GUAVA_MIN_INTERVAL,
+            full_wait: 0,
+            full_left: 0.0,
+            top_wait: None,
         };
-        WarmingMath {
+        let math = WarmingMath {
             one_micros: math.micros(interval),
+            ..math
+        };
+        let math = WarmingMath {
+            top_wait: math.top_wait_of(),
+            ..math
+        };
+        // A full limiter's permit, booked once per interval by the steps `reserve_one` would
+        // take from a full store (issue 17: the trapezoid and the stored time left were about
+        // 50 instructions of a cold admission, `instructions_warming_states cold`). Booked
+        // from `nf = now = 0` (no resync), the general path's next free ticket is its wait.
+        let (full_wait, full_left) = math
+            .one_stored(math.permits_of(warmup_micros))
+            .unwrap_or_else(|| {
+                let full = Ticket {
+                    next_free: 0,
+                    stored_time: warmup_micros,
+                };
+                let booked = book_general(full, 0, 1, &math);
+                (booked.next_free, booked.stored_time)
+            });
+        WarmingMath {
+            full_wait,
+            full_left,
             ..math
         }
     }
@@ -116,6 +155,100 @@ impl WarmingMath {
     #[inline]
     fn permits_to_time(&self, permits: f64) -> f64 {
         self.interval + permits * self.slope
+    }
+
+    /// The cost of one whole permit `above` permits above the threshold (`above ≥ 1`): Guava's
+    /// trapezoid with `take_above = 1`, unrounded.
+    #[inline(always)]
+    fn top_cost(&self, above: f64) -> f64 {
+        let length = self.permits_to_time(above) + self.permits_to_time(above - 1.0);
+        length / 2.0
+    }
+
+    /// The whole µs that every permit spent above the threshold books, if they all book the
+    /// same: where their costs (from `I` to `cold × I`) round up to one whole µs (with a cold
+    /// factor of 3, from about 3·10⁶ permits per second, where each costs under a µs and books
+    /// 1), and with a cold factor of 1 (every permit costs one stable interval); never at
+    /// Guava's own rates with a cold factor above 1 (the trapezoid then spans thousands of µs
+    /// from `I ≥ 3004`).
+    ///
+    /// Exact: [`top_cost`](Self::top_cost) is non-decreasing in `above` (a product by a slope
+    /// that is not negative, sums and a halving, each rounded to nearest, a monotone rounding),
+    /// and so is [`micros`](StoredPermits::micros) (a truncation or a rounding up). `above` is
+    /// at least 1 (the branch that spends a whole permit above the threshold) and at most
+    /// `S − threshold` (rounded), `S` the most stored permits a stored time of `0..=W` decodes
+    /// to: `maxPermits` for `W`, `W / coolDown` rounded for the times below it (a division by a
+    /// positive cool-down, also monotone). Where the bounds' costs round to the same whole µs,
+    /// every cost between them does (`top_wait_is_every_top_permit_s_wait`).
+    fn top_wait_of(&self) -> Option<i64> {
+        let below_full = self.warmup_micros / self.cool_down;
+        let most_stored = if below_full > self.max_permits {
+            below_full
+        } else {
+            self.max_permits
+        };
+        let most_above = most_stored - self.threshold_permits;
+        let (low, high) = (self.top_cost(1.0), self.top_cost(most_above));
+        let exact = self.slope >= 0.0
+            && self.slope.is_finite()
+            && most_above >= 1.0
+            && low.is_finite()
+            && high.is_finite();
+        let wait = self.micros(low);
+        (exact && self.micros(high) == wait).then_some(wait)
+    }
+
+    /// One permit spent from `stored` permits (those of a stored time above 0, resynced):
+    /// its wait in whole µs and the stored time left, in the states
+    /// [`reserve_one`](StoredPermits::reserve_one) books itself (`None`: a permit that
+    /// straddles the threshold, booked by the general path).
+    #[inline(always)]
+    fn one_stored(&self, stored: f64) -> Option<(i64, f64)> {
+        let above_threshold = stored - self.threshold_permits;
+        // Spending one whole stored permit leaves `stored − 1` (none if that was all).
+        let left = || {
+            if 1.0 >= stored {
+                0.0
+            } else {
+                // `time_of(stored − 1).clamp(0.0, W)` without the steps that cannot apply
+                // (6 instructions, issue 17): `stored − 1` is above 0 (`stored > 1`), so
+                // `time_of`'s `≤ 0` branch never runs, and its product of a positive count
+                // and the cool-down (`W / maxPermits`, not negative) is not below 0, so
+                // the clamp's lower bound never applies (a NaN passes both unchanged, as
+                // through the clamp's comparisons). Nor the clamp's assertion that `0 ≤ W`.
+                let permits = stored - 1.0;
+                let time = if permits >= self.max_permits {
+                    self.warmup_micros
+                } else {
+                    permits * self.cool_down
+                };
+                if time > self.warmup_micros {
+                    self.warmup_micros
+                } else {
+                    time
+                }
+            }
+        };
+        Some(if above_threshold >= 1.0 {
+            // The trapezoid of one permit above the threshold (`take_above = 1`).
+            let wait = match self.top_wait {
+                Some(wait) => wait,
+                None => self.micros(self.top_cost(above_threshold)),
+            };
+            (wait, left())
+        } else if above_threshold > 0.0 {
+            return None;
+        } else if stored >= 1.0 {
+            // The rectangle of one stored permit: one stable interval.
+            (self.one_micros, left())
+        } else {
+            // `stored` (< 1) from stored time, the rest fresh: two truncations, as Guava.
+            let wait = add_waits(
+                self.micros(self.interval * stored),
+                self.micros((1.0 - stored) * self.interval),
+            );
+            (wait, 0.0)
+        })
     }
 }
 
@@ -186,7 +319,9 @@ impl StoredPermits for WarmingMath {
     /// ones that add or multiply by 0 or 1 left out (the same `f64` operations, the same
     /// truncations), so it books to the bit what [`reserve_general`](super::reserve_general) books
     /// (`one_permit_books_as_the_general_path`); a permit that straddles the threshold goes
-    /// there.
+    /// there. A full limiter's permit is booked once per interval in [`new`](WarmingMath::new)
+    /// (a stored time at or above `W` is `maxPermits` permits, so the steps book the same from
+    /// all of them); below `W`, `permits_of` is the division alone.
     #[inline(always)]
     fn reserve_one(&self, ticket: Ticket, now: i64) -> (Ticket, i64) {
         let synced = resync(ticket, now, self.warmup_micros);
@@ -194,50 +329,16 @@ impl StoredPermits for WarmingMath {
         let (wait, stored_time) = if stored_time <= 0.0 {
             // One fresh permit (the stored part, `micros(I × 0)`, is 0).
             (self.one_micros, 0.0)
+        } else if stored_time >= self.warmup_micros {
+            // A full limiter (a stored time is at most `W`, so this one is `W`): the permit
+            // booked once in `new`.
+            (self.full_wait, self.full_left)
         } else {
-            let stored = self.permits_of(stored_time);
-            let above_threshold = stored - self.threshold_permits;
-            // Spending one whole stored permit leaves `stored − 1` (none if that was all).
-            let left = || {
-                if 1.0 >= stored {
-                    0.0
-                } else {
-                    // `time_of(stored − 1).clamp(0.0, W)` without the steps that cannot apply
-                    // (6 instructions, issue 17): `stored − 1` is above 0 (`stored > 1`), so
-                    // `time_of`'s `≤ 0` branch never runs, and its product of a positive count
-                    // and the cool-down (`W / maxPermits`, not negative) is not below 0, so
-                    // the clamp's lower bound never applies (a NaN passes both unchanged, as
-                    // through the clamp's comparisons). Nor the clamp's assertion that `0 ≤ W`.
-                    let permits = stored - 1.0;
-                    let time = if permits >= self.max_permits {
-                        self.warmup_micros
-                    } else {
-                        permits * self.cool_down
-                    };
-                    if time > self.warmup_micros {
-                        self.warmup_micros
-                    } else {
-                        time
-                    }
-                }
-            };
-            if above_threshold >= 1.0 {
-                // The trapezoid of one permit above the threshold (`take_above = 1`).
-                let length = self.permits_to_time(above_threshold)
-                    + self.permits_to_time(above_threshold - 1.0);
-                (self.micros(length / 2.0), left())
-            } else if above_threshold > 0.0 {
-                return (book_general(ticket, now, 1, self), synced.next_free);
-            } else if stored >= 1.0 {
-                // The rectangle of one stored permit: one stable interval.
-                (self.one_micros, left())
-            } else {
-                // `stored` (< 1) from stored time, the rest fresh: two truncations, as Guava.
-                let wait = add_waits(
-                    self.micros(self.interval * stored),
-                    self.micros((1.0 - stored) * self.interval),
-                );
-                (wait, 0.0)
+            // `permits_of` of a stored time in `0 < t < W` (issue 17: its test of `W` again
+            // was 2 instructions of every other admission with anything stored).
+            match self.one_stored(stored_time / self.cool_down) {
+                Some(booked) => booked,
+                None => return (book_general(ticket, now, 1, self), synced.next_free),
             }
         };
         let next = Ticket {
@@ -354,6 +455,54 @@ mod tests {
         let tiny = WarmingMath::new(f64::INFINITY, 4e6, 3.0);
         assert_eq!(tiny.max_permits, 0.0);
         assert_eq!(tiny.permits_of(4e6), 0.0);
+    }
+
+    /// Issue 17: a full limiter's permit, booked once in `new`, is what the general path books
+    /// from a full store, to the bit, whichever steps booked it (`one_stored`, or the general
+    /// path for a full store straddling the threshold); and `reserve_one` from a full store
+    /// books it.
+    #[test]
+    fn a_full_limiter_s_permit_is_booked_once_as_the_steps_book_it() {
+        // (interval, W, cold factor, whether the full store straddles the threshold)
+        for (interval, warmup, cold, straddles) in [
+            (10_000.0, 1e6, 3.0, false),   // instructions_warming_states: 100/s, 1 s
+            (0.001, 10_000.0, 3.0, false), // instructions_smooth allow: 10⁹/s, 10 ms
+            (500_000.0, 4e6, 3.0, false),  // Guava's worked example
+            (200_000.0, 4e6, 1.0, false),  // a flat limiter
+            (1e6, 5e5, 1.0, true),         // full: 0.75 permits, 0.5 above the threshold
+            (1e6, 1.5e6, 3.0, true),       // full: 1.5 permits, 0.75 above the threshold
+            (200_000.0, 0.0, 3.0, false),  // nothing to store (its full permit unused)
+            (f64::INFINITY, 4e6, 3.0, false), // Guava's Double.MIN_VALUE: nothing above
+        ] {
+            let math = WarmingMath::new(interval, warmup, cold);
+            let case = format!("{math:?}");
+            assert_eq!(
+                math.one_stored(math.max_permits).is_none(),
+                straddles,
+                "{case}"
+            );
+            let full = Ticket {
+                next_free: 0,
+                stored_time: warmup,
+            };
+            let booked = book_general(full, 0, 1, &math);
+            assert_eq!(
+                (math.full_wait, math.full_left.to_bits()),
+                (booked.next_free, booked.stored_time.to_bits()),
+                "{case}"
+            );
+            for now in [0, 1, 1 << 30] {
+                let (one, start) = math.reserve_one(full, now);
+                let (general, general_start) = reserve_general(full, now, 1, &math);
+                assert_eq!(start, general_start, "{case} at {now}");
+                assert_eq!(one.next_free, general.next_free, "{case} at {now}");
+                assert_eq!(
+                    one.stored_time.to_bits(),
+                    general.stored_time.to_bits(),
+                    "{case} at {now}"
+                );
+            }
+        }
     }
 
     /// The math a limiter uses for a live interval is the one derived from that interval's
@@ -496,6 +645,61 @@ mod tests {
             }
         }
         assert!(compared > 10_000, "{compared} states compared");
+    }
+
+    /// Issue 17: where `top_wait_of` answers, it is the wait of every whole permit above the
+    /// threshold: at the bounds of the proof and at random stored times above the threshold, at
+    /// rates around the one from which a cold permit costs under a µs; it answers for the
+    /// allow row of `instructions_smooth` (10⁹/s, 10 ms) and a flat limiter, not at Guava's
+    /// rates with a cold factor above 1.
+    #[test]
+    fn top_wait_is_every_top_permit_s_wait() {
+        assert_eq!(WarmingMath::new(0.001, 10_000.0, 3.0).top_wait, Some(1));
+        assert_eq!(WarmingMath::new(10_000.0, 1e6, 3.0).top_wait, None);
+        // A flat limiter (cold factor 1): every permit costs one stable interval.
+        assert_eq!(WarmingMath::new(3004.0, 1e6, 1.0).top_wait, Some(3004));
+        let mut seed = 17u64;
+        let mut unit = || {
+            seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut answered, mut checked) = (0, 0);
+        for _ in 0..3_000 {
+            // Intervals from 10⁻³ to 1 µs (rates 10⁶ to 10⁹ per second), warm-ups from 1 µs to
+            // 10 s, cold factors 1 to 10.
+            let interval = 10f64.powf(-3.0 * unit());
+            let warmup = (1.0 + 1e7 * unit()).floor();
+            let cold = 1.0 + 9.0 * unit();
+            let math = WarmingMath::new(interval, warmup, cold);
+            let Some(wait) = math.top_wait else { continue };
+            answered += 1;
+            let mut times = vec![warmup, warmup.next_down()];
+            let first_above = (math.threshold_permits + 1.0) * math.cool_down;
+            times.extend([first_above, first_above.next_up(), first_above.next_down()]);
+            times.extend((0..20).map(|_| first_above + (warmup - first_above) * unit()));
+            for stored_time in times {
+                if !(stored_time > 0.0 && stored_time <= warmup) {
+                    continue;
+                }
+                let above = math.permits_of(stored_time) - math.threshold_permits;
+                if above >= 1.0 {
+                    let case = format!("{math:?} at {stored_time}");
+                    assert_eq!(math.micros(math.top_cost(above)), wait, "{case}");
+                    let full = Ticket {
+                        next_free: 5,
+                        stored_time,
+                    };
+                    let (one, _) = math.reserve_one(full, 5);
+                    let (general, _) = reserve_general(full, 5, 1, &math);
+                    assert_eq!(one.next_free, general.next_free, "{case}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(answered > 500 && checked > 10_000, "{answered} {checked}");
     }
 
     proptest! {
