@@ -1112,3 +1112,77 @@ fn a_refund_lands_only_with_a_deadline_and_only_once() {
     );
     assert_eq!(server.cli(&["GET", key]), word, "and changes nothing");
 }
+
+/// A per-call decision whose reply is lost on a cluster connection: redis-rs's cluster client
+/// re-sends it on a new connection and the server, before the call's deadline, decides it
+/// again, so it takes its `n` twice (under-admission of `n` per copy; `RedisBackend`'s docs,
+/// "What can still be consumed"). The caller gets the copy's decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_call_decision_re_sent_after_a_lost_reply_takes_its_permits_twice() {
+    let (node, proxy) = proxied_cluster();
+    let config = RedisConfig::cluster([proxy.url()]).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let window = FixedWindow::aligned(10, FIFTY_YEARS).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::new(&backend, "resent", window, policy).unwrap();
+    // The script loaded now, on another key: the lost reply below is the decision's own.
+    assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+    let before = proxy.script_requests();
+    proxy.lose_next_reply(|| {});
+    let decision = limiter.try_acquire("k", 3).await.unwrap();
+    assert!(proxy.lost(), "the decision's reply was lost");
+    assert_eq!(proxy.script_requests() - before, 2, "re-sent once");
+    assert!(decision.is_allowed());
+    assert_eq!(decision.remaining(), 4, "the copy's decision: 10 − 3 − 3");
+    let key = limiter.redis_keys("k")[0].clone();
+    assert_eq!(node.cli(&["HGET", &key, "c"]), "6", "taken twice");
+}
+
+/// A lease request whose reply is lost on a cluster connection: the copy grants a second lease,
+/// which the client serves; the first grant's permits stay taken and are in none of
+/// [`LeasedKey::counts`] (under-admission of one lease per copy; `LeasedKey`'s docs, "The
+/// bound"). The second lease's refund still lands exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_re_sent_after_a_lost_reply_strands_the_first_grant_uncounted() {
+    let (node, proxy) = proxied_cluster();
+    let config = RedisConfig::cluster([proxy.url()]).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let window = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "resent", window, policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap());
+    // The lease and refund scripts loaded now, on another key.
+    let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+    assert!(warm.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(warm.release().await.unwrap(), 7);
+    let before = proxy.script_requests();
+    proxy.lose_next_reply(|| {});
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert!(proxy.lost(), "the lease's reply was lost");
+    assert_eq!(proxy.script_requests() - before, 2, "re-sent once");
+    let key = limiter.redis_keys("k")[0].clone();
+    assert_eq!(
+        node.cli(&["HGET", &key, "c"]),
+        "16",
+        "two leases of 8 taken"
+    );
+    let counts = leased.counts();
+    assert_eq!((counts.leases, counts.leased, counts.held), (1, 8, 7));
+    assert_eq!(
+        leased.release().await.unwrap(),
+        7,
+        "the second lease's refund"
+    );
+    assert_eq!(
+        node.cli(&["HGET", &key, "c"]),
+        "9",
+        "the first grant's 8 stay taken"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.refunded, counts.stranded),
+        (7, 0),
+        "and are counted nowhere"
+    );
+}
