@@ -316,9 +316,11 @@ pub struct LeaseCounts {
     pub refunded: u64,
     /// Unserved permits of retired leases not confirmed given back: taken from the limit,
     /// handed to no caller (under-admission; they stay taken until the bucket's time passes
-    /// them). A refund whose reply was lost (its call's future dropped while it was out, or a
-    /// reply that came after the call's deadline to a script that ran just before it) is
-    /// counted here, though it may have landed: then `served()` reads that many low.
+    /// them). A refund whose reply was lost (its call's future dropped while it was out, a
+    /// reply that came after the call's deadline to a script that ran just before it, or, on a
+    /// Redis Cluster, a copy re-sent after the reply was lost that reached the server after the
+    /// deadline and was refused as late) is counted here, though it may have landed: then
+    /// `served()` reads that many low.
     pub stranded: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
