@@ -1318,3 +1318,71 @@ fn an_aligned_refund_lands_only_with_a_deadline_and_only_once() {
     assert!(late.starts_with("2\n"), "late: {late}");
     assert_eq!(count(), "8", "nothing given back");
 }
+
+/// A refund that landed, whose reply was lost, and whose copy (re-sent by the cluster client)
+/// reached the server only after the refund's deadline: the copy is refused as late, so the
+/// client sees a timeout and counts the refund's permits stranded, though they were given back
+/// (`LeaseCounts::stranded`'s docs). The hook holds the lost reply until the server's clock is
+/// past the deadline: at most 7/8 of the timeout after the refund was sent (its deadline is an
+/// eighth of the timeout before the client gives up, on an offset that is never ahead of the
+/// server's clock), which leaves the copy that eighth (3.75 s) to go out before the client
+/// gives up.
+#[test]
+fn a_re_sent_refund_refused_as_late_is_counted_stranded_though_it_landed() {
+    let (node, proxy) = proxied_cluster();
+    let port = node.port;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = RedisConfig::cluster([proxy.url()]).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let window = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+        let policy = FailurePolicy::FailClosed;
+        let limiter =
+            RedisLimiter::with_clock(&backend, "late", window, policy, ManualClock::new());
+        let limiter = Arc::new(limiter.unwrap());
+        // The lease and refund scripts loaded now, on another key.
+        let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+        assert!(warm.try_acquire(1).await.unwrap().is_allowed());
+        assert_eq!(warm.release().await.unwrap(), 7);
+        let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+        let key = limiter.redis_keys("k")[0].clone();
+        assert_eq!(node.cli(&["HGET", &key, "c"]), "8");
+        let before = proxy.script_requests();
+        let time = move || {
+            let time = std::process::Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "TIME"])
+                .output()
+                .unwrap();
+            let time = String::from_utf8_lossy(&time.stdout).into_owned();
+            let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
+            parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
+        };
+        let late_by = u64::try_from((TIMEOUT - TIMEOUT / 8).as_micros()).unwrap() + 10_000;
+        proxy.lose_next_reply(move || {
+            // Gated on the server's clock, not a sleep: waits until the deadline has passed.
+            let past = time() + late_by;
+            while time() <= past {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        assert_eq!(
+            leased.release().await.unwrap(),
+            0,
+            "not known to be refunded"
+        );
+        assert!(proxy.lost(), "the refund's reply was lost");
+        assert_eq!(
+            proxy.script_requests() - before,
+            2,
+            "the copy reached the server"
+        );
+        assert_eq!(node.cli(&["HGET", &key, "c"]), "1", "the first copy landed");
+        let counts = leased.counts();
+        assert_eq!((counts.refunded, counts.stranded), (0, 7), "{counts:?}");
+    });
+}
