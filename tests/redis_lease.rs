@@ -18,7 +18,7 @@ use floodgate::redis::{
 };
 use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use lossy_proxy::LossyProxy;
-use server::RedisServer;
+use server::{RedisCluster, RedisServer};
 
 /// Generous: a loaded machine must not turn into policy decisions in the exactness tests.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -1111,4 +1111,278 @@ fn a_refund_lands_only_with_a_deadline_and_only_once() {
         "the copy reports the landing: {copy}"
     );
     assert_eq!(server.cli(&["GET", key]), word, "and changes nothing");
+}
+
+/// A per-call decision whose reply is lost on a cluster connection: redis-rs's cluster client
+/// re-sends it on a new connection and the server, before the call's deadline, decides it
+/// again, so it takes its `n` twice (under-admission of `n` per copy; `RedisBackend`'s docs,
+/// "What can still be consumed"). The caller gets the copy's decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_call_decision_re_sent_after_a_lost_reply_takes_its_permits_twice() {
+    let (node, proxy) = proxied_cluster();
+    let config = RedisConfig::cluster([proxy.url()]).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let window = FixedWindow::aligned(10, FIFTY_YEARS).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::new(&backend, "resent", window, policy).unwrap();
+    // The script loaded now, on another key: the lost reply below is the decision's own.
+    assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+    let before = proxy.script_requests();
+    proxy.lose_next_reply(|| {});
+    let decision = limiter.try_acquire("k", 3).await.unwrap();
+    assert!(proxy.lost(), "the decision's reply was lost");
+    assert_eq!(proxy.script_requests() - before, 2, "re-sent once");
+    assert!(decision.is_allowed());
+    assert_eq!(decision.remaining(), 4, "the copy's decision: 10 − 3 − 3");
+    let key = limiter.redis_keys("k")[0].clone();
+    assert_eq!(node.cli(&["HGET", &key, "c"]), "6", "taken twice");
+}
+
+/// A lease request whose reply is lost on a cluster connection: the copy grants a second lease,
+/// which the client serves; the first grant's permits stay taken and are in none of
+/// [`LeasedKey::counts`] (under-admission of one lease per copy; `LeasedKey`'s docs, "The
+/// bound"). The second lease's refund still lands exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_re_sent_after_a_lost_reply_strands_the_first_grant_uncounted() {
+    let (node, proxy) = proxied_cluster();
+    let config = RedisConfig::cluster([proxy.url()]).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let window = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "resent", window, policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap());
+    // The lease and refund scripts loaded now, on another key.
+    let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+    assert!(warm.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(warm.release().await.unwrap(), 7);
+    let before = proxy.script_requests();
+    proxy.lose_next_reply(|| {});
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert!(proxy.lost(), "the lease's reply was lost");
+    assert_eq!(proxy.script_requests() - before, 2, "re-sent once");
+    let key = limiter.redis_keys("k")[0].clone();
+    assert_eq!(
+        node.cli(&["HGET", &key, "c"]),
+        "16",
+        "two leases of 8 taken"
+    );
+    let counts = leased.counts();
+    assert_eq!((counts.leases, counts.leased, counts.held), (1, 8, 7));
+    assert_eq!(
+        leased.release().await.unwrap(),
+        7,
+        "the second lease's refund"
+    );
+    assert_eq!(
+        node.cli(&["HGET", &key, "c"]),
+        "9",
+        "the first grant's 8 stay taken"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.refunded, counts.stranded),
+        (7, 0),
+        "and are counted nowhere"
+    );
+}
+
+/// A refund's mark is named after the limiter key (`{name:key}:suffix:refund:…`), so it shares
+/// the key's hash tag and slot whatever the user key holds (`{`, `}`, `:`; the limiter's name
+/// holds none): on a three-master cluster each refund lands (a mark in another slot would fail
+/// the script with `CROSSSLOT`, and `release` would return 0), and its mark is on the key's
+/// master, in the key's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_mark_shares_the_keys_slot_whatever_the_user_key_holds() {
+    let cluster = RedisCluster::start();
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "slots", gcra, policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap());
+    let users = [
+        "plain", "a{b}c", "{b}", "}{", "{", "}", "{}", "a:b:c", ":", "x}y",
+    ];
+    let mut slots = std::collections::HashSet::new();
+    for user in users {
+        let leased = LeasedKey::new(Arc::clone(&limiter), user);
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed(), "{user}");
+        assert_eq!(
+            leased.release().await.unwrap(),
+            7,
+            "{user}: the refund landed"
+        );
+        let key = limiter.redis_keys(user)[0].clone();
+        let prefix = format!("{key}:refund:");
+        let slot = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", &key]);
+        slots.insert(slot.clone());
+        let marks: Vec<(usize, String)> = (0..cluster.nodes.len())
+            .flat_map(|i| {
+                let keys = cluster.nodes[i].cli(&["KEYS", "*"]);
+                let keys: Vec<String> = keys.lines().map(str::to_owned).collect();
+                keys.into_iter()
+                    .filter(|k| k.starts_with(&prefix))
+                    .map(move |k| (i, k))
+            })
+            .collect();
+        assert_eq!(marks.len(), 1, "{user}: one mark, {marks:?}");
+        let (holder, mark) = &marks[0];
+        assert_eq!(cluster.nodes[*holder].cli(&["EXISTS", &key]), "1", "{user}");
+        let mark_slot = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", mark]);
+        assert_eq!(mark_slot, slot, "{user}: {mark} in {key}'s slot");
+    }
+    assert!(slots.len() > 1, "the keys spread over slots: {slots:?}");
+}
+
+/// A refund's deadline is 0 only while the backend's server-clock offset is unknown (a lazy
+/// backend before its first reply), and the refund script then gives nothing back; but every
+/// refund follows its lease's reply, which taught the offset: a lazy backend's first lease is
+/// refunded as an eager one's is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_backends_first_lease_is_refunded_its_reply_taught_the_offset() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT).lazy();
+    let backend = RedisBackend::connect(config).await.unwrap();
+    assert_eq!(backend.server_offset(), None, "nothing learnt yet");
+    let leased = LeasedKey::new(frozen_still(&backend, 100), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert!(backend.server_offset().is_some(), "the lease's reply");
+    assert_eq!(leased.release().await.unwrap(), 7, "the refund landed");
+    assert_eq!(leased.counts().refunded, 7);
+}
+
+/// The aligned window's refund script itself (as `a_refund_lands_only_with_a_deadline_and_only_once`
+/// for GCRA's): no deadline, no refund and no mark; a landing leaves a mark ending the
+/// millisecond after its deadline's, whether the deadline ends a millisecond (`…999` µs) or
+/// starts one (`…000` µs); a copy finding the mark changes nothing; a copy that arrives after
+/// its deadline, its mark gone, is refused as late and changes nothing.
+#[test]
+fn an_aligned_refund_lands_only_with_a_deadline_and_only_once() {
+    let server = RedisServer::start();
+    let source = include_str!("../src/redis/fixed_window_aligned_refund.lua");
+    let sha = server.cli(&["SCRIPT", "LOAD", source]);
+    let window = 3_600_000_000u64; // an hour, in µs
+    let stamp = server.time_micros();
+    let (stamp_arg, window_arg) = (stamp.to_string(), window.to_string());
+    let key = "{t:k}:fwa";
+    // The hash a lease of 8 wrote at `stamp`.
+    let leased = || {
+        let index = (stamp / window).to_string();
+        server.cli(&["HSET", key, "i", &index, "c", "8", "l", &stamp_arg]);
+        server.cli(&["PEXPIRE", key, "86400000"]);
+    };
+    let refund = |mark: &str, deadline: u64| {
+        let deadline = deadline.to_string();
+        let args = ["2", key, mark, &stamp_arg, "8", "7", &window_arg, &deadline];
+        let mut command = vec!["EVALSHA", sha.as_str()];
+        command.extend(args);
+        server.cli(&command)
+    };
+    let count = || server.cli(&["HGET", key, "c"]);
+    leased();
+    let refused = refund("{t:k}:fwa:refund:1.0", 0);
+    assert!(refused.starts_with("0\n"), "no deadline: {refused}");
+    assert_eq!(count(), "8", "nothing given back");
+    assert_eq!(
+        server.cli(&["EXISTS", "{t:k}:fwa:refund:1.0"]),
+        "0",
+        "no mark"
+    );
+    let ms = server.time_micros() / 1_000 + 60_000;
+    for (token, deadline) in [("1.1", ms * 1_000 + 999), ("1.2", ms * 1_000)] {
+        let mark = format!("{{t:k}}:fwa:refund:{token}");
+        leased();
+        let landed = refund(&mark, deadline);
+        assert!(landed.starts_with("1\n"), "{landed}");
+        assert_eq!(count(), "1", "7 of 8 given back");
+        let ends = server.cli(&["PEXPIRETIME", &mark]);
+        assert_eq!(
+            ends,
+            (ms + 1).to_string(),
+            "{deadline}: to the next millisecond"
+        );
+        // Brought back to the lease's index, count and stamp (as a per-call decision of 7
+        // would), the copy does not land again.
+        leased();
+        let copy = refund(&mark, deadline);
+        assert!(
+            copy.starts_with("1\n"),
+            "the copy reports the landing: {copy}"
+        );
+        assert_eq!(count(), "8", "and changes nothing");
+    }
+    // A copy after its deadline finds no mark (gone: as once it has expired) and is refused.
+    server.cli(&["DEL", "{t:k}:fwa:refund:1.1"]);
+    let late = refund("{t:k}:fwa:refund:1.1", server.time_micros() - 1_000_000);
+    assert!(late.starts_with("2\n"), "late: {late}");
+    assert_eq!(count(), "8", "nothing given back");
+}
+
+/// A refund that landed, whose reply was lost, and whose copy (re-sent by the cluster client)
+/// reached the server only after the refund's deadline: the copy is refused as late, so the
+/// client sees a timeout and counts the refund's permits stranded, though they were given back
+/// (`LeaseCounts::stranded`'s docs). The hook holds the lost reply until the server's clock is
+/// past the deadline: at most 7/8 of the timeout after the refund was sent (its deadline is an
+/// eighth of the timeout before the client gives up, on an offset that is never ahead of the
+/// server's clock), which leaves the copy that eighth (3.75 s) to go out before the client
+/// gives up.
+#[test]
+fn a_re_sent_refund_refused_as_late_is_counted_stranded_though_it_landed() {
+    let (node, proxy) = proxied_cluster();
+    let port = node.port;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = RedisConfig::cluster([proxy.url()]).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let window = FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
+        let policy = FailurePolicy::FailClosed;
+        let limiter =
+            RedisLimiter::with_clock(&backend, "late", window, policy, ManualClock::new());
+        let limiter = Arc::new(limiter.unwrap());
+        // The lease and refund scripts loaded now, on another key.
+        let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+        assert!(warm.try_acquire(1).await.unwrap().is_allowed());
+        assert_eq!(warm.release().await.unwrap(), 7);
+        let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+        let key = limiter.redis_keys("k")[0].clone();
+        assert_eq!(node.cli(&["HGET", &key, "c"]), "8");
+        let before = proxy.script_requests();
+        let time = move || {
+            let time = std::process::Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "TIME"])
+                .output()
+                .unwrap();
+            let time = String::from_utf8_lossy(&time.stdout).into_owned();
+            let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
+            parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
+        };
+        let late_by = u64::try_from((TIMEOUT - TIMEOUT / 8).as_micros()).unwrap() + 10_000;
+        proxy.lose_next_reply(move || {
+            // Gated on the server's clock, not a sleep: waits until the deadline has passed.
+            let past = time() + late_by;
+            while time() <= past {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        assert_eq!(
+            leased.release().await.unwrap(),
+            0,
+            "not known to be refunded"
+        );
+        assert!(proxy.lost(), "the refund's reply was lost");
+        assert_eq!(
+            proxy.script_requests() - before,
+            2,
+            "the copy reached the server"
+        );
+        assert_eq!(node.cli(&["HGET", &key, "c"]), "1", "the first copy landed");
+        let counts = leased.counts();
+        assert_eq!((counts.refunded, counts.stranded), (0, 7), "{counts:?}");
+    });
 }

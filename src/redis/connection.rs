@@ -160,7 +160,19 @@ impl RedisConfig {
 ///   script ran);
 /// * with a [`lazy`](RedisConfig::lazy) backend, decisions sent before the first reply, which
 ///   carry no deadline; and after the server's clock steps back by `d`, deadlines are late by at
-///   most `d`, and by at most the way out (request to server) of the fastest call since.
+///   most `d`, and by at most the way out (request to server) of the fastest call since;
+/// * on a Redis Cluster ([`RedisConfig::cluster`]), a request whose connection dropped after
+///   the script ran and before its reply came back: redis-rs's cluster client sends it again on
+///   a new connection (up to 16 times a request), and the server decides again each copy that
+///   reaches it before the deadline. A decision (each decision of a batch) takes its `n` once
+///   more and its caller gets the last copy's decision; a [`LeasedKey`](super::LeasedKey)'s
+///   lease request is granted once more, and the earlier grant's permits stay taken, in none
+///   of its [`counts`](super::LeasedKey::counts). So at most what the request asked, per
+///   connection dropped that way while it was out; a copy that reaches the server after the
+///   deadline takes nothing. A lease's refund lands at most once (each carries a mark, see
+///   [`LeasedKey`](super::LeasedKey)). One server ([`RedisConfig::single`]) does not re-send:
+///   the caller gets the connection's error (decided by the policy) and what the script took
+///   stays taken, as in the points above.
 ///
 /// The async calls need a tokio runtime (with time enabled); the connection's background task,
 /// and the tasks that send the decisions each limiter coalesces, live on the runtime that built

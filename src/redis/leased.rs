@@ -228,7 +228,12 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   time passes them), whose refund was not sent (the refill was answered without Redis: by
 ///   the deny cache, or by the breaker while it is open) or whose reply was lost (a timeout, or
 ///   a dropped future, after the script ran: at most one lease each).
-///   [`counts`](Self::counts) reports them.
+///   [`counts`](Self::counts) reports them. On a Redis Cluster also the leases granted to a
+///   request whose connection dropped before its reply came: redis-rs's cluster client sends
+///   it again and Redis grants the copy (before the request's deadline) a lease more; the
+///   client serves the last copy's, and the earlier grants' permits stay taken, in none of
+///   the counts: at most one lease per connection dropped so while a request was out (see
+///   [`RedisBackend`](super::RedisBackend), "What can still be consumed").
 ///
 /// A refund can give permits back after Redis announced a denial's `retry_after` to some
 /// caller: a [`DenyCache`](crate::backend::DenyCache) then denies until that time, a little
@@ -311,9 +316,11 @@ pub struct LeaseCounts {
     pub refunded: u64,
     /// Unserved permits of retired leases not confirmed given back: taken from the limit,
     /// handed to no caller (under-admission; they stay taken until the bucket's time passes
-    /// them). A refund whose reply was lost (its call's future dropped while it was out, or a
-    /// reply that came after the call's deadline to a script that ran just before it) is
-    /// counted here, though it may have landed: then `served()` reads that many low.
+    /// them). A refund whose reply was lost (its call's future dropped while it was out, a
+    /// reply that came after the call's deadline to a script that ran just before it, or, on a
+    /// Redis Cluster, a copy re-sent after the reply was lost that reached the server after the
+    /// deadline and was refused as late) is counted here, though it may have landed: then
+    /// `served()` reads that many low.
     pub stranded: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
@@ -554,7 +561,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// What this key took from Redis and what became of it. `served()` counts permits handed
-    /// out from leases; a lease whose reply was lost is in none of the counts.
+    /// out from leases; a lease whose reply was lost is in none of the counts (nor is one
+    /// granted to a request the cluster client then sent again: only the copy's lease is).
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;

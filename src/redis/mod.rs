@@ -57,7 +57,11 @@
 //! runtime shuts down, the queued callers get a connection error at once. On a Redis Cluster a batch
 //! holds one limiter key (one hash tag, one slot); batches for different keys are pipelined.
 //! Each request carries a deadline on the server's clock and the script refuses it, taking
-//! nothing, once that is past (see [`RedisBackend`]). When Redis does not answer within the
+//! nothing, once that is past (see [`RedisBackend`]). On a Redis Cluster, a request whose
+//! connection drops after the script ran and before its reply came is sent again by redis-rs's
+//! cluster client and decided again if it arrives before that deadline: it takes what it asked
+//! once more per copy (under-admission; a lease's refund lands at most once; see
+//! [`RedisBackend`], "What can still be consumed"). When Redis does not answer within the
 //! timeout, the limiter's [`FailurePolicy`](crate::backend::FailurePolicy) decides (fail open,
 //! fail closed, or a local limiter with a share of the limit), counts the failure, and reports
 //! it, classified ([`FailureKind`](crate::backend::FailureKind)) and naming the server, to

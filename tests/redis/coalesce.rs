@@ -1247,3 +1247,79 @@ fn sliding_log_batch_to_a_frozen_server_times_out(ns: [u32; 2]) {
         assert_eq!(batch.ns_sent, 1, "one n for all is sent once: {batch:?}");
     }
 }
+
+/// The batch loop itself (`each_batch.lua` after the sliding window's script, assembled as
+/// `batch_source` does), by `redis-cli`, one key of 100 permits: no deadline at all (earliest
+/// 0); deadlines mixed with none, the earliest past (the past one refused and taking nothing,
+/// the one without decided, the later one decided: the earliest is added back); the earliest
+/// not yet passed (none read); a single decision past its deadline; and an error inside a
+/// batch (a key of the wrong type: that decision reports it, the others are decided).
+#[test]
+fn the_batch_loop_reads_each_deadline_only_once_the_earliest_has_passed() {
+    let server = RedisServer::start();
+    const TIME: &str = "local t = redis.call('TIME')";
+    let one = concat!(
+        include_str!("../../src/redis/exact.lua"),
+        include_str!("../../src/redis/sliding_window.lua")
+    );
+    assert_eq!(one.matches(TIME).count(), 1);
+    let body = one.replacen(TIME, "", 1);
+    let each = include_str!("../../src/redis/each_batch.lua");
+    let source = format!("local function decide(KEYS, ARGV, t)\n{body}\nend\n{each}");
+    let sha = server.cli(&["SCRIPT", "LOAD", &source]);
+    let (key, wrong) = ("{t:k}:sw", "{t:w}:sw");
+    server.cli(&["SET", wrong, "a string"]);
+    // ARGV: per, limit, cell (60 s), cells, n (replaced), n's slot, the n's, the earliest, the
+    // distances, then each decision's key index when there are two keys. Replies each
+    // decision's `allowed` (3: an error), and the errors.
+    let batch = |keys: &[&str], ns: &str, earliest: u64, distances: &str, indices: &str| {
+        let (count, earliest) = (keys.len().to_string(), earliest.to_string());
+        let mut command = vec!["EVALSHA", sha.as_str(), count.as_str()];
+        command.extend(keys);
+        command.extend([
+            "1", "100", "60000000", "10", "0", "4", ns, &earliest, distances,
+        ]);
+        if !indices.is_empty() {
+            command.push(indices);
+        }
+        let reply = server.cli(&command);
+        let lines: Vec<String> = reply.lines().map(str::to_owned).collect();
+        let decisions = (lines.len() - 1) / 5;
+        let allowed: Vec<String> = (0..decisions).map(|d| lines[1 + d * 5].clone()).collect();
+        (allowed, lines[1 + decisions * 5..].to_vec())
+    };
+    let held = || -> u64 {
+        let values = server.cli(&["HVALS", key]);
+        values.lines().map(|v| v.parse::<u64>().unwrap()).sum()
+    };
+    let s = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+    // No deadline at all.
+    let (allowed, errors) = batch(&[key], "1 2 4", 0, "0 0 0", "");
+    assert_eq!((allowed, errors), (s(&["1", "1", "1"]), s(&[])));
+    assert_eq!(held(), 7);
+    // The earliest a second past; one without; one 120 s after the earliest.
+    let past = server.time_micros() - 1_000_000;
+    let (allowed, _) = batch(&[key], "1 2 4", past, "1 0 120000001", "");
+    assert_eq!(
+        allowed,
+        s(&["2", "1", "1"]),
+        "past: refused; none; later: decided"
+    );
+    assert_eq!(held(), 13, "the refused one took nothing");
+    // The earliest not passed: no deadline is read (the second's, 0 + 1 - 1, would be past).
+    let future = server.time_micros() + 60_000_000;
+    let (allowed, _) = batch(&[key], "1", future, "1 1", "");
+    assert_eq!(allowed, s(&["1", "1"]));
+    assert_eq!(held(), 15);
+    // A single decision past its deadline.
+    let past = server.time_micros() - 1_000_000;
+    let (allowed, _) = batch(&[key], "5", past, "1", "");
+    assert_eq!(allowed, s(&["2"]));
+    assert_eq!(held(), 15, "took nothing");
+    // An error inside a batch: the wrong key's decision reports it, the others are decided.
+    let (allowed, errors) = batch(&[key, wrong], "1", 0, "0 0 0", "1 2 1");
+    assert_eq!(allowed, s(&["1", "3", "1"]));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("WRONGTYPE"), "{errors:?}");
+    assert_eq!(held(), 17);
+}
