@@ -304,8 +304,11 @@ impl<C: Clock> Sharded<C> {
         let permits = u64::from(n);
         let stripe = &self.stripes[home];
         let share = stripe.window.limit();
-        // n in 1..=share: not zero, and within `max_request` (no share exceeds it).
-        if permits.wrapping_sub(1) >= share {
+        // n in 1..=share: not zero, and within `max_request` (no share exceeds it). `n = 1`
+        // always is (every share is at least 1: the constructor's `FixedWindow::aligned` and
+        // `set_limit` refuse a limit below the number of stripes), so a caller's literal 1
+        // checks nothing, and a 1 known only at run time in one comparison (issue 17).
+        if permits != 1 && permits.wrapping_sub(1) >= share {
             return Home::Engine;
         }
         let at = self.window_at(now);
