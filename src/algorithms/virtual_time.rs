@@ -484,10 +484,10 @@ impl VirtualTime {
                 outcome => outcome,
             },
             false => {
+                // The word loaded above (before the generation, as `recheck` requires). It was
+                // loaded again here, for generation 0's registers, when this branch was marked
+                // cold; unmarked, keeping it costs that copy nothing (issue 17).
                 let generation = self.store.generation();
-                // Acquire: as above. Loaded again rather than kept: a fresh bucket's copy then
-                // has the register (measured: 2 to 3 instructions fewer on its path).
-                let current = word.load(Ordering::Acquire);
                 self.short_again::<A>(word, floor, clock_now, n, current, generation)
             }
         };
