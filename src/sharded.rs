@@ -79,8 +79,8 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 #[derive(Debug)]
 pub struct Sharded<C = QuantaClock> {
     stripes: Box<[CachePadded<Stripe>]>,
-    /// `window index + 1` of a window in which some caller, reading the clock in that window,
-    /// saw every stripe full in it (none holding a window ahead); 0 for none. Trusted only by a
+    /// The index of a window in which some caller, reading the clock in that window, saw every
+    /// stripe full in it (none holding a window ahead); [`NO_HINT`] for none. Trusted only by a
     /// caller whose home stripe denied it in that same window: counts only grow within a
     /// window, so its `limit` permits are all taken.
     all_full: CachePadded<AtomicU64>,
@@ -178,7 +178,7 @@ impl<C: Clock> Sharded<C> {
             .collect::<Result<Box<[_]>, ConfigError>>()?;
         Ok(Sharded {
             stripes,
-            all_full: CachePadded::new(AtomicU64::new(0)),
+            all_full: CachePadded::new(AtomicU64::new(NO_HINT)),
             recent: CachePadded::new(AtomicU64::new(0)),
             limit: AtomicU32::new(limit),
             reconfigure: Mutex::new(()),
@@ -304,8 +304,11 @@ impl<C: Clock> Sharded<C> {
         let permits = u64::from(n);
         let stripe = &self.stripes[home];
         let share = stripe.window.limit();
-        // n in 1..=share: not zero, and within `max_request` (no share exceeds it).
-        if permits.wrapping_sub(1) >= share {
+        // n in 1..=share: not zero, and within `max_request` (no share exceeds it). `n = 1`
+        // always is (every share is at least 1: the constructor's `FixedWindow::aligned` and
+        // `set_limit` refuse a limit below the number of stripes), so a caller's literal 1
+        // checks nothing, and a 1 known only at run time in one comparison (issue 17).
+        if permits != 1 && permits.wrapping_sub(1) >= share {
             return Home::Engine;
         }
         let at = self.window_at(now);
@@ -373,19 +376,33 @@ impl<C: Clock> Sharded<C> {
         // `window_index`); the value is used only once `now` is checked to lie in its window.
         // It was a quotient of a clock read by `window` (or 0): the product cannot overflow.
         let recent = self.recent.load(Ordering::Relaxed);
-        let mut into = now.wrapping_sub(recent * window);
-        let mut index = recent;
-        if into >= window {
-            index = self.window_index(now);
-            into = now - index * window;
-        }
+        let into = now.wrapping_sub(recent * window);
+        // Each branch gives the window's word with a count of 0 and its mark, so no value of
+        // the index is kept beside them (a copy of the cached index in another register cost the
+        // admission an instruction). Shifting out the index's top bits reduces it modulo 2^40,
+        // as the tag.
+        let (into, tagged, mark) = match into < window {
+            // The cached index is below `u64::MAX − 1` (0, or a quotient by a window of at
+            // least `CACHED_WINDOW_NANOS`): its own mark.
+            true => (into, recent << COUNT_BITS, recent),
+            false => self.window_divided(now),
+        };
         WindowAt {
-            tag: index & TAG_MASK,
-            // Shifting out the index's top bits reduces it modulo 2^40, as the tag.
-            tagged: index << COUNT_BITS,
+            tagged,
             until_end: window - into,
-            index,
+            mark,
         }
+    }
+
+    /// [`window_at`](Self::window_at)'s terms when the cached index is not `now`'s window:
+    /// the time into the window, its word with a count of 0 and its mark, all computed out of
+    /// line (an index returned, the caller kept it in a register of its own beside the mark).
+    #[cold]
+    #[inline(never)]
+    fn window_divided(&self, now: u64) -> (u64, u64, u64) {
+        let index = self.window_index(now);
+        let into = now - index * self.window.get();
+        (into, index << COUNT_BITS, index.min(u64::MAX - 1))
     }
 
     /// `now / window`, by division, cached for the next callers of
@@ -520,7 +537,7 @@ impl<C: Clock> Sharded<C> {
         // the lag horizon may decide in it. The window `k ≥ 1` ahead starts
         // `(k − 1) × window + until_end` after `now`, as `FixedWindow` measures a lead; the
         // window `k` behind ends `(k − 1) × window + into` before `now`. `k < 2³⁹`: an `i64`.
-        let offset = |tag: u64| match tag_distance(tag, at.tag) {
+        let offset = |tag: u64| match tag_distance(tag, at.tag()) {
             TagDistance::Same => Some(0),
             TagDistance::Ahead(k) => {
                 let lead = (k - 1).saturating_mul(window).saturating_add(at.until_end);
@@ -549,7 +566,7 @@ impl<C: Clock> Sharded<C> {
                 }
             }
             let Some(k) = next else { return };
-            self.charge_window(at.tag.wrapping_add_signed(k) & TAG_MASK, at.tag);
+            self.charge_window(at.tag().wrapping_add_signed(k) & TAG_MASK, at.tag());
             settled = k;
         }
     }
@@ -639,7 +656,7 @@ fn take_short(stripe: &Stripe, share: u64, at: &WindowAt, n: u64) -> Take {
         count if count <= MAX_COUNT => count,
         _ => {
             let (stored, count) = unpack_window(current);
-            let behind = at.tag.wrapping_sub(stored) & TAG_MASK;
+            let behind = at.tag().wrapping_sub(stored) & TAG_MASK;
             if count == 0 || behind <= TAG_MASK >> 1 {
                 0
             } else {
@@ -653,7 +670,7 @@ fn take_short(stripe: &Stripe, share: u64, at: &WindowAt, n: u64) -> Take {
             left: share.saturating_sub(count),
         };
     }
-    // The new word is `pack_window(at.tag, taken)`: `taken ≤ share ≤ MAX_COUNT`.
+    // The new word is `pack_window(at.tag(), taken)`: `taken ≤ share ≤ MAX_COUNT`.
     debug_assert!(taken <= MAX_COUNT);
     // AcqRel / Acquire: as the engine's compare-exchange (`update`).
     match stripe.word.compare_exchange(
@@ -671,33 +688,47 @@ fn take_short(stripe: &Stripe, share: u64, at: &WindowAt, n: u64) -> Take {
 
 /// The aligned window a clock read falls in, as the short path uses it.
 struct WindowAt {
-    /// The window's tag (its index modulo 2^40), as the stripes' words hold it.
-    tag: u64,
-    /// `pack_window(tag, 0)`: the word of this window with a count of 0.
+    /// `pack_window(tag, 0)`: the word of this window with a count of 0 (see
+    /// [`tag`](Self::tag)).
     tagged: u64,
     /// Nanoseconds from the read to the window's end.
     until_end: u64,
-    /// The window's index (`now / window`).
-    index: u64,
+    /// The "all full" hint's value for this window (see [`mark`](Self::mark)).
+    mark: u64,
 }
 
 impl WindowAt {
-    /// The "all full" hint's value for this window: its index + 1 (0 is no window's).
+    /// The window's tag (its index modulo 2^40), as the stripes' words hold it: the top 40 bits
+    /// of [`tagged`](Self::tagged).
+    #[inline(always)]
+    fn tag(&self) -> u64 {
+        self.tagged >> COUNT_BITS
+    }
+
+    /// The "all full" hint's value for this window: its index, except that the last two
+    /// windows of time (indices `u64::MAX − 1` and `u64::MAX`, reachable with 1 ns windows only)
+    /// share the mark `u64::MAX − 1`, so that no window's mark is [`NO_HINT`]. Kept in the
+    /// struct, computed by [`window_at`](Sharded::window_at): on its common branch (the cached
+    /// index, of a window of at least [`CACHED_WINDOW_NANOS`], or window 0) the index is never
+    /// either, and the mark is the index itself, with no arithmetic (the hint was `index + 1`
+    /// with 0 for none: the saturating addition cost every full home stripe three instructions,
+    /// issue 17).
     #[inline(always)]
     fn mark(&self) -> u64 {
-        self.index.saturating_add(1)
+        self.mark
     }
 
     /// Whether the hint may be set to [`mark`](Self::mark) by a scan at the read `now` (of this
-    /// window): the mark names this window alone (all but the last two windows of time, indices
-    /// `u64::MAX − 1` and `u64::MAX`, reachable with 1 ns windows, which share the saturated
-    /// mark `u64::MAX`: a hint set in the first would deny in the second without borrowing),
-    /// and the window ends within a `u64`, as [`decided_in`](Self::decided_in) requires on the
+    /// window): the mark names this window alone (all but the last two windows of time, which
+    /// share theirs: a hint set in the first would deny in the second without borrowing), and
+    /// the window ends within a `u64`, as [`decided_in`](Self::decided_in) requires on the
     /// general path (so both paths write the same hint). Checked where the hint is set (a
-    /// denial's scan), not where it is read (the short path's every full home stripe).
+    /// denial's scan), not where it is read (the short path's every full home stripe). So the
+    /// hint is never set to the last two windows' shared mark: there it is never trusted.
     #[inline(always)]
     fn hintable(&self, now: u64) -> bool {
-        self.index < u64::MAX - 1 && now.checked_add(self.until_end).is_some()
+        // `mark < u64::MAX − 1` is `index < u64::MAX − 1`: the mark is the index below it.
+        self.mark < u64::MAX - 1 && now.checked_add(self.until_end).is_some()
     }
 
     /// Whether `taken`, a stripe's denial on the read `now` this window was computed from, was
@@ -772,6 +803,10 @@ enum Home {
     /// Not the short path's case: the general path.
     Engine,
 }
+
+/// The "all full" hint of no window (see [`Sharded`]'s `all_full`): `u64::MAX`, no window's
+/// [`mark`](WindowAt::mark).
+const NO_HINT: u64 = u64::MAX;
 
 /// The shortest window [`Sharded`] caches (`recent`): shorter ones would have every caller
 /// rewrite the cache's line at every window.
@@ -901,7 +936,7 @@ impl<C: Clock> Limiter for Sharded<C> {
         self.limit.store(limit, Ordering::Relaxed);
         self.charge_excess(now);
         // Relaxed: forget the "all full" hint; see the type's docs for the race this leaves.
-        self.all_full.store(0, Ordering::Relaxed);
+        self.all_full.store(NO_HINT, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1031,7 +1066,8 @@ mod tests {
                         (0..=4).flat_map(|h| (0..=3).map(move |o| (h, o)))
                     {
                         for (home, hint, n) in (0..2).flat_map(|home| {
-                            [0, index + 1]
+                            // None, this window's, and the window before's (stale).
+                            [NO_HINT, index, index - 1]
                                 .into_iter()
                                 .flat_map(move |hint| (0..=5).map(move |n| (home, hint, n)))
                         }) {
@@ -1056,7 +1092,7 @@ mod tests {
                                 > u64::from(home_share);
                             if (1..=home_share).contains(&n)
                                 && open(home_delta, home_count)
-                                && (!home_full || hint != 0 || open(other_delta, other_count))
+                                && (!home_full || hint == index || open(other_delta, other_count))
                             {
                                 assert!(fast.is_some(), "{home_delta} {home_count} {n}: unserved");
                             }
@@ -1134,12 +1170,11 @@ mod tests {
                             // windows' shared mark, `hintable`), in a window whose end fits
                             // a `u64` (in the last one, the general path does not trust it:
                             // there it is set only with every stripe full, which it says).
+                            // `NO_HINT` is the index of the last 1 ns window: never its mark.
                             let end = index.checked_add(1).and_then(|i| i.checked_mul(window));
-                            [0].into_iter()
-                                .chain(
-                                    end.and(index.checked_add(1))
-                                        .filter(|_| index < u64::MAX - 1),
-                                )
+                            [NO_HINT]
+                                .into_iter()
+                                .chain(end.and(Some(index)).filter(|_| index < u64::MAX - 1))
                                 .flat_map(move |hint| sizes.map(move |n| (home, hint, n)))
                         }) {
                             let mut words = [0; 2];
@@ -1241,8 +1276,12 @@ mod tests {
                 let at = s.window_at(now);
                 let index = now / window;
                 assert_eq!(
-                    (at.index, at.tag),
-                    (index, index & TAG_MASK),
+                    (at.mark, at.tag(), at.tagged),
+                    (
+                        index.min(u64::MAX - 1),
+                        index & TAG_MASK,
+                        index << COUNT_BITS
+                    ),
                     "{window} {now}"
                 );
                 assert_eq!(at.until_end, window - now % window, "{window} {now}");

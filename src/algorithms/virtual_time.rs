@@ -455,8 +455,10 @@ impl VirtualTime {
     /// is loaded first and tells which copy to try: a word with stamp bits 0 runs generation 0's
     /// copy without loading the generation (the load that validates its reads, the seqlock
     /// check needed anyway, tells whether generation 0 is in force, and if not, which one is);
-    /// any other word loads the generation in force and runs its own copy (the branch marked
-    /// cold, so a fresh bucket's copy gets the layout and the registers). A reconfigured bucket
+    /// any other word loads the generation in force and runs its own copy. (That branch is not
+    /// marked cold: a call to an empty `#[cold]` function marked it, and cost a reconfigured
+    /// bucket's every call the call, its return and a register saved around them, 3 to 4
+    /// instructions, for no gain on generation 0's copy; issue 17.) A reconfigured bucket
     /// thus pays generation 0's try only in generations 4, 8, ... (stamp bits 0 again) or on a
     /// word of an older generation. `gcra-reconf` in `scripts/instructions` counts it.
     #[inline(always)]
@@ -475,7 +477,6 @@ impl VirtualTime {
         let outcome = match current <= END_OF_TIME {
             true => match self.short_in::<A, true>(word, floor, clock_now, n, current, 0) {
                 Outcome::Moved(generation) => {
-                    reconfigured();
                     // Acquire: as above; a fresh load (the word may have been rewritten since).
                     let current = word.load(Ordering::Acquire);
                     self.short_again::<A>(word, floor, clock_now, n, current, generation)
@@ -483,11 +484,10 @@ impl VirtualTime {
                 outcome => outcome,
             },
             false => {
-                reconfigured();
+                // The word loaded above (before the generation, as `recheck` requires). It was
+                // loaded again here, for generation 0's registers, when this branch was marked
+                // cold; unmarked, keeping it costs that copy nothing (issue 17).
                 let generation = self.store.generation();
-                // Acquire: as above. Loaded again rather than kept: a fresh bucket's copy then
-                // has the register (measured: 2 to 3 instructions fewer on its path).
-                let current = word.load(Ordering::Acquire);
                 self.short_again::<A>(word, floor, clock_now, n, current, generation)
             }
         };
@@ -991,13 +991,6 @@ macro_rules! time_word_algorithm {
     };
 }
 pub(crate) use time_word_algorithm;
-
-/// Marks the branch that calls it as rare, so the compiler lays out the short path and
-/// allocates its registers for the other one: a fresh bucket's (generation 0's copy) before a
-/// reconfigured one's. (`std::hint::cold_path` is newer than the crate's minimum Rust.)
-#[cold]
-#[inline(never)]
-fn reconfigured() {}
 
 #[cfg(test)]
 mod tests {
