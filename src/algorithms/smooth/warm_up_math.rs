@@ -542,7 +542,12 @@ mod tests {
         prop_oneof![
             Just(0.0),
             Just(w),
+            // One ulp below full: divided, not the kept full permit.
+            Just(w.next_down()),
             (0.0f64..1.0).prop_map(move |f| f * w),
+            // Exactly whole permits around the threshold (`threshold + 1`: the least stored
+            // count whose permit is booked above it).
+            (-3i32..4).prop_map(move |k| (threshold + f64::from(k)) * cool_down),
             (0.0f64..1.0).prop_map(move |f| (f * cool_down).min(w)),
             (-3i32..4, 0.0f64..1.0)
                 .prop_map(move |(k, f)| { (threshold + f64::from(k) + f) * cool_down }),
@@ -551,12 +556,28 @@ mod tests {
         .prop_map(move |t| if t >= 0.0 { t.min(w) } else { 0.0 })
     }
 
-    /// A math and a state: rates from 0.5/s to 10⁹/s (both sides of Guava's truncation),
-    /// warm-ups from 0 to 10 s, cold factors 1 to 10, at or below the threshold included.
+    /// A math and a state: rates from 10⁻³/s to 10¹²/s (both sides of Guava's truncation),
+    /// warm-ups from 0 to 10 s (a few µs included: a full store below one permit), cold factors
+    /// 1 to 10 and within 10⁻³ of 1 (at a truncating rate, where every permit above the
+    /// threshold can book the same whole µs with a slope above 0: `top_wait`), at or below
+    /// the threshold included.
     fn math_and_state() -> impl Strategy<Value = (WarmingMath, Ticket, i64)> {
-        let rate = prop_oneof![Just(2.0), Just(1e9), 0.5f64..400.0, 400.0f64..1e9];
-        let warmup = prop_oneof![Just(0.0), Just(4e6), 1.0f64..1e7].prop_map(f64::floor);
-        let cold = prop_oneof![Just(3.0), Just(1.0), 1.0f64..10.0];
+        let rate = prop_oneof![
+            Just(2.0),
+            Just(1e9),
+            1e-3f64..0.5,
+            0.5f64..400.0,
+            400.0f64..1e9,
+            1e9f64..1e12
+        ];
+        let warmup =
+            prop_oneof![Just(0.0), Just(4e6), 1.0f64..10.0, 1.0f64..1e7].prop_map(f64::floor);
+        let cold = prop_oneof![
+            Just(3.0),
+            Just(1.0),
+            1.0f64..10.0,
+            (0.0f64..1e-3).prop_map(|d| 1.0 + d)
+        ];
         (rate, warmup, cold)
             .prop_map(|(rate, warmup, cold)| WarmingMath::new(1e6 / rate, warmup, cold))
             .prop_flat_map(|math| {
