@@ -47,10 +47,8 @@ fn compare(
     let window = Duration::from_nanos(window_nanos);
     let clock = ManualClock::starting_at(start);
     let sharded = Sharded::with_clock(limit, window, stripes, clock.clone()).unwrap();
-    let model = AtomicLimiter::with_clock(
-        FixedWindow::aligned(limit, window).unwrap(),
-        clock.clone(),
-    );
+    let model =
+        AtomicLimiter::with_clock(FixedWindow::aligned(limit, window).unwrap(), clock.clone());
     let mut rng = Mix(seed);
     // Permits admitted by `Sharded` in each window index (`now / window`).
     let mut admitted: HashMap<u64, u64> = HashMap::new();
@@ -147,16 +145,32 @@ fn sharded_reaches_the_last_two_windows_of_time_with_1_ns_windows() {
     // The last two 1 ns windows (indices u64::MAX − 1 and u64::MAX) share the hint's mark: the
     // hint is never set there, so a full home stripe in the last window still borrows. Limit 2
     // over 2 stripes, one request per stripe's home in each window, home 0 only.
-    let clock = ManualClock::starting_at(u64::MAX - 3);
-    let sharded = Sharded::with_clock(2, Duration::from_nanos(1), 2, clock.clone()).unwrap();
-    for now in u64::MAX - 3..=u64::MAX {
-        clock.set(now);
-        // Both permits from home 0 (the second borrowed from stripe 1), then a denial.
-        assert!(sharded.try_acquire_on(0, 1).unwrap().is_allowed(), "{now}");
-        assert!(sharded.try_acquire_on(0, 1).unwrap().is_allowed(), "{now}");
-        let denied = sharded.try_acquire_on(0, 1).unwrap();
-        assert!(!denied.is_allowed(), "{now}");
-        assert!(!sharded.admit(1).unwrap(), "{now}");
+    // Started at each of the last windows (a fresh limiter's hint is `NO_HINT`, `u64::MAX`, the
+    // last window's index), and once more after `set_limit` (which resets the hint to it).
+    for start in [u64::MAX - 3, u64::MAX - 1, u64::MAX] {
+        for reset in [false, true] {
+            let clock = ManualClock::starting_at(start);
+            let sharded =
+                Sharded::with_clock(2, Duration::from_nanos(1), 2, clock.clone()).unwrap();
+            for now in start..=u64::MAX {
+                clock.set(now);
+                if reset {
+                    sharded.set_limit(2).unwrap();
+                }
+                // Both permits from home 0 (the second borrowed from stripe 1), then a denial.
+                assert!(
+                    sharded.try_acquire_on(0, 1).unwrap().is_allowed(),
+                    "{start} {now}"
+                );
+                assert!(
+                    sharded.try_acquire_on(0, 1).unwrap().is_allowed(),
+                    "{start} {now}"
+                );
+                let denied = sharded.try_acquire_on(0, 1).unwrap();
+                assert!(!denied.is_allowed(), "{start} {now}");
+                assert!(!sharded.admit(1).unwrap(), "{start} {now}");
+            }
+        }
     }
 }
 
@@ -176,7 +190,10 @@ fn every_split_and_resplit_serves_exactly_the_limit_one_permit_at_a_time() {
             for new in [0u32, 1, 2, 3, 5, 8, 16, 17] {
                 let old = sharded.limit();
                 match sharded.set_limit(new) {
-                    Ok(()) => assert_eq!(sharded.limit(), u64::from(new)),
+                    Ok(()) => {
+                        assert!(new as usize >= count, "{new} over {count} accepted");
+                        assert_eq!(sharded.limit(), u64::from(new));
+                    }
                     Err(_) => {
                         assert!((new as usize) < count, "{new} over {count} refused");
                         assert_eq!(sharded.limit(), old);

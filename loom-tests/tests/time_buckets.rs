@@ -381,7 +381,11 @@ fn lowering_the_rate_races_a_take_on_a_reconfigured_bucket(make: Make) {
         admitted = join_all(vec![setter, b], admitted);
         admitted.extend(take(&*l, &clock, 1, (0, 0)));
         assert_bucket_bound(&admitted, u64::from(C), T);
-        assert_eq!(permits(&admitted), u64::from(C), "no time passed after the drain");
+        assert_eq!(
+            permits(&admitted),
+            u64::from(C),
+            "no time passed after the drain"
+        );
     });
 }
 
