@@ -305,9 +305,11 @@ impl<C: Clock> Sharded<C> {
         let stripe = &self.stripes[home];
         let share = stripe.window.limit();
         // n in 1..=share: not zero, and within `max_request` (no share exceeds it). `n = 1`
-        // always is (every share is at least 1: the constructor's `FixedWindow::aligned` and
-        // `set_limit` refuse a limit below the number of stripes), so a caller's literal 1
-        // checks nothing, and a 1 known only at run time in one comparison (issue 17).
+        // always is (every share is at least 1: the constructor makes no more stripes than the
+        // limit, and `set_limit` refuses a limit below the number of stripes; each stripe's
+        // `FixedWindow` refuses a share of 0 besides), so a caller's literal 1 checks nothing,
+        // and a 1 known only at run time in one comparison (issue 17). A share of 0 would still
+        // admit nothing here: `take_short` finds `count + 1 > 0` full.
         if permits != 1 && permits.wrapping_sub(1) >= share {
             return Home::Engine;
         }

@@ -354,6 +354,46 @@ fn buckets_set_limit_races_a_take() {
     for_each_bucket(|make| lowering_the_rate_races_a_take(make, true));
 }
 
+/// As [`lowering_the_rate_races_a_take`], on a bucket already reconfigured: the driver first
+/// lowers the rate to one permit per `2·T` (generation 1, whose words carry stamp bits 1) and
+/// drains it, so B's take loads a word of other stamp bits than generation 0's and runs the
+/// short path's other copy with that word kept (`VirtualTime::short`'s second branch, which
+/// loads the generation after the word, as `recheck` requires) while R lowers the rate again
+/// (generation 2). No time passes after the drain: nothing more may be admitted.
+fn lowering_the_rate_races_a_take_on_a_reconfigured_bucket(make: Make) {
+    model(None, move || {
+        let clock = ModelClock::starting_at(START);
+        let l: Arc<dyn BucketLimiter> = Arc::from(make(&clock));
+        l.change_rate(Rate::new(1, Duration::from_nanos(2 * T)));
+        let mut admitted = take(&*l, &clock, C, (0, 0));
+        assert_eq!(permits(&admitted), u64::from(C), "the drain is admitted");
+        let setter = {
+            let l = l.clone();
+            thread::spawn(move || {
+                l.change_rate(Rate::new(1, Duration::from_nanos(4 * T)));
+                Vec::new()
+            })
+        };
+        let b = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
+        };
+        admitted = join_all(vec![setter, b], admitted);
+        admitted.extend(take(&*l, &clock, 1, (0, 0)));
+        assert_bucket_bound(&admitted, u64::from(C), T);
+        assert_eq!(
+            permits(&admitted),
+            u64::from(C),
+            "no time passed after the drain"
+        );
+    });
+}
+
+#[test]
+fn buckets_set_rate_races_a_take_on_a_reconfigured_bucket() {
+    for_each_bucket(lowering_the_rate_races_a_take_on_a_reconfigured_bucket);
+}
+
 /// The capacity drops from 2 to 1 while two threads take on a full bucket (A once, B
 /// twice): the bound at the larger capacity holds, and after the change a drained bucket stays
 /// drained (no time passes).

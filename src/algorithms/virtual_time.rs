@@ -484,9 +484,16 @@ impl VirtualTime {
                 outcome => outcome,
             },
             false => {
-                // The word loaded above (before the generation, as `recheck` requires). It was
-                // loaded again here, for generation 0's registers, when this branch was marked
-                // cold; unmarked, keeping it costs that copy nothing (issue 17).
+                // The word loaded above, before the generation: it was written in that
+                // generation or an older one (`recheck` needs only that it be loaded before its
+                // own load of the generation, as the reload this replaced also was). A word of
+                // other stamp bits is rejected by the stamp; one four or more generations old
+                // with the same bits is read as it is, as `effective` reads it in the fast range
+                // (which starts at `settled_at`). It was loaded again here, for generation 0's
+                // registers, when this branch was marked cold; unmarked, keeping it costs that
+                // copy nothing (issue 17). The loom model
+                // `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs)
+                // races a setter with this branch.
                 let generation = self.store.generation();
                 self.short_again::<A>(word, floor, clock_now, n, current, generation)
             }
