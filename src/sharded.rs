@@ -31,6 +31,11 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 /// stripe, and no stripe ever admits past its share. So the permits admitted in one window never
 /// exceed the sum of the shares: **at most `limit` per window, exactly, under any interleaving**,
 /// like [`FixedWindow::aligned`] (including its `2 × limit` across a window edge).
+/// The bound holds for clock reads within the lag horizon of each other ([`MAX_CLOCK_LAG_NANOS`],
+/// DESIGN.md's clock model). A read further behind a window a stripe holds is taken for a
+/// leaping clock's, as [`FixedWindow`] takes it: the stripe's count is folded into the read's
+/// window, and the later window opens afresh when reads reach it again, so that window may admit
+/// up to `limit` more.
 ///
 /// # How early it may deny
 /// A stripe's count only grows within a window, so a stripe seen without room stays without room.

@@ -1,4 +1,4 @@
-//! Issue 17's review of the `Sharded` cuts (the "all full" hint holding the window's index,
+//! `Sharded` near the end of time and across splits (issue 17's review of its cuts: the "all full" hint holding the window's index,
 //! `NO_HINT = u64::MAX`, the last two windows sharing the mark `u64::MAX − 1`; one permit
 //! skipping the share check): `Sharded` against `FixedWindow::aligned` as a model, on a manual
 //! clock, over random sequences near the end of time, with 1 ns, short, cached (at least 2^20 ns)
