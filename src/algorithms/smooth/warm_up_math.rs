@@ -461,6 +461,20 @@ mod tests {
     /// from a full store, to the bit, whichever steps booked it (`one_stored`, or the general
     /// path for a full store straddling the threshold); and `reserve_one` from a full store
     /// books it.
+    /// `reserve_one` books one permit from `ticket` at `now` as the general path (Guava's
+    /// steps) books it, to the bit: the start, the next free ticket and the stored time left.
+    fn assert_books_as_the_general_path(math: &WarmingMath, ticket: Ticket, now: i64, case: &str) {
+        let (one, one_start) = math.reserve_one(ticket, now);
+        let (general, general_start) = reserve_general(ticket, now, 1, math);
+        assert_eq!(one_start, general_start, "{case}");
+        assert_eq!(one.next_free, general.next_free, "{case}");
+        assert_eq!(
+            one.stored_time.to_bits(),
+            general.stored_time.to_bits(),
+            "{case}"
+        );
+    }
+
     #[test]
     fn a_full_limiter_s_permit_is_booked_once_as_the_steps_book_it() {
         // (interval, W, cold factor, whether the full store straddles the threshold)
@@ -492,15 +506,7 @@ mod tests {
                 "{case}"
             );
             for now in [0, 1, 1 << 30] {
-                let (one, start) = math.reserve_one(full, now);
-                let (general, general_start) = reserve_general(full, now, 1, &math);
-                assert_eq!(start, general_start, "{case} at {now}");
-                assert_eq!(one.next_free, general.next_free, "{case} at {now}");
-                assert_eq!(
-                    one.stored_time.to_bits(),
-                    general.stored_time.to_bits(),
-                    "{case} at {now}"
-                );
+                assert_books_as_the_general_path(&math, full, now, &format!("{case} at {now}"));
             }
         }
     }
@@ -647,17 +653,8 @@ mod tests {
                                 let Some(now) = start.checked_add(lead) else {
                                     continue;
                                 };
-                                let (one, one_start) = math.reserve_one(ticket, now);
-                                let (general, general_start) =
-                                    reserve_general(ticket, now, 1, &math);
                                 let case = format!("{math:?} {ticket:?} at {now}");
-                                assert_eq!(one_start, general_start, "{case}");
-                                assert_eq!(one.next_free, general.next_free, "{case}");
-                                assert_eq!(
-                                    one.stored_time.to_bits(),
-                                    general.stored_time.to_bits(),
-                                    "{case}"
-                                );
+                                assert_books_as_the_general_path(&math, ticket, now, &case);
                                 compared += 1;
                             }
                         }
