@@ -136,13 +136,10 @@ impl RedisServer {
         node.cli(&["CONFIG", "SET", "cluster-announce-ip", "127.0.0.1"]);
         node.cli(&["CONFIG", "SET", "cluster-announce-port", &port]);
         node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
-            || !node.cli(&["CLUSTER", "SLOTS"]).contains(&port)
-        {
-            assert!(Instant::now() < deadline, "cluster did not become ok");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_cluster_ok(|| {
+            node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                && node.cli(&["CLUSTER", "SLOTS"]).contains(&port)
+        });
         node
     }
 
@@ -279,6 +276,16 @@ impl Drop for RedisServer {
     }
 }
 
+/// Polls `ok` every 50 ms until it holds: a cluster's nodes agreeing on their slots. The 20 s
+/// bound only turns a hang into a failure (a local cluster settles within a second or two).
+fn wait_until_cluster_ok(ok: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ok() {
+        assert!(Instant::now() < deadline, "cluster did not become ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A Redis Cluster of three masters (no replicas), created with `redis-cli --cluster create`.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
@@ -304,16 +311,14 @@ impl RedisCluster {
             String::from_utf8_lossy(&output.stdout)
         );
         let cluster = RedisCluster { nodes };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster.nodes.iter().all(|n| {
-            let info = n.cli(&["CLUSTER", "INFO"]);
-            info.contains("cluster_state:ok")
-                && info.contains("cluster_slots_ok:16384")
-                && info.contains("cluster_known_nodes:3")
-        }) {
-            assert!(Instant::now() < deadline, "cluster did not become ok");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_cluster_ok(|| {
+            cluster.nodes.iter().all(|n| {
+                let info = n.cli(&["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_ok:16384")
+                    && info.contains("cluster_known_nodes:3")
+            })
+        });
         cluster
     }
 
