@@ -5,6 +5,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use super::lua_script::LuaScript;
+use super::refund_name::refund_name;
 
 use super::limiter::decision_from_reply;
 use super::limiter::sealed::Script as _;
@@ -1042,7 +1043,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         // The key's, then this refund's mark (in the key's slot: its name starts with the
         // key's, hash tag and all).
         let mut keys = self.redis_keys.clone();
-        keys.push(format!("{}:refund:{}", self.redis_keys[0], refund_token()));
+        keys.push(format!("{}:refund:{}", self.redis_keys[0], refund_name()));
         let refunded = backend
             .eval(script, &keys, &args, deadline)
             .await
@@ -1075,21 +1076,6 @@ fn lease_at_most(max_lease: u32, limit: u64) -> u32 {
     max_lease
         .min(u32::try_from(limit).unwrap_or(u32::MAX))
         .max(1)
-}
-
-/// A name no other refund has: a number drawn once per process (64 random bits, so two
-/// processes share it with odds of 2^-64), then this process's count of refunds. A refund script
-/// marks the refund's name when it lands, so a copy of it re-sent by the client lands nowhere.
-fn refund_token() -> String {
-    static PROCESS: LazyLock<u64> = LazyLock::new(|| {
-        use std::hash::{BuildHasher, Hasher};
-        // Randomly keyed per process (std's hash seed, from the OS).
-        std::hash::RandomState::new().build_hasher().finish()
-    });
-    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    // SeqCst: only that each refund takes its own number matters (any ordering gives that).
-    let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    format!("{:x}.{count:x}", *PROCESS)
 }
 
 /// A call's deadline: `timeout` from now (the backend validated it to at most an hour).

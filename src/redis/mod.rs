@@ -114,6 +114,7 @@ mod gcra;
 mod leased;
 mod limiter;
 mod lua_script;
+mod refund_name;
 mod sliding_log;
 mod sliding_window;
 mod slot_owners;
