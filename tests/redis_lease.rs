@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use floodgate::backend::{BreakerConfig, FailurePolicy};
 use floodgate::redis::{
-    LeaseAlgorithm, LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter,
+    LeaseAlgorithm, LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError,
 };
 use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use lossy_proxy::LossyProxy;
@@ -115,6 +115,7 @@ async fn an_expired_lease_is_refunded_beside_the_next_one() {
             held: 3,
             refunded: 7,
             stranded: 0,
+            failed_refunds: 0,
             exact: 0
         }
     );
@@ -949,7 +950,11 @@ fn a_refund_re_sent_after_a_lost_reply_lands_once() {
     let bucket = || Gcra::new(Rate::per_hour(1), 100).unwrap();
     let (returned, refunds) = refund_with_a_lost_reply(&node, &proxy, config, bucket, "GET");
     assert_eq!(refunds, 2, "redis-rs's cluster client re-sent the refund");
-    assert_eq!(returned, 7, "the copy reports the refund that landed");
+    assert_eq!(
+        returned.unwrap(),
+        7,
+        "the copy reports the refund that landed"
+    );
 }
 
 /// The same for an aligned window's lease: a per-call decision leaves the lease's stamp, so one
@@ -961,12 +966,17 @@ fn an_aligned_window_refund_re_sent_after_a_lost_reply_lands_once() {
     let window = || FixedWindow::aligned(100, FIFTY_YEARS).unwrap();
     let (returned, refunds) = refund_with_a_lost_reply(&node, &proxy, config, window, "HGETALL");
     assert_eq!(refunds, 2, "redis-rs's cluster client re-sent the refund");
-    assert_eq!(returned, 7, "the copy reports the refund that landed");
+    assert_eq!(
+        returned.unwrap(),
+        7,
+        "the copy reports the refund that landed"
+    );
 }
 
 /// The same on one server: redis-rs's `ConnectionManager` does not re-send a request whose
 /// connection dropped (it reconnects for the next one), so the refund is sent once; its reply
-/// lost, the client counts it stranded.
+/// lost, `release` returns the call's failure, naming the server (the proxy, as configured),
+/// and the client counts the permits stranded and the refund failed.
 #[test]
 fn a_refund_whose_reply_is_lost_is_not_re_sent_to_a_single_server() {
     let server = RedisServer::start();
@@ -975,7 +985,16 @@ fn a_refund_whose_reply_is_lost_is_not_re_sent_to_a_single_server() {
     let bucket = || Gcra::new(Rate::per_hour(1), 100).unwrap();
     let (returned, refunds) = refund_with_a_lost_reply(&server, &proxy, config, bucket, "GET");
     assert_eq!(refunds, 1, "sent once");
-    assert_eq!(returned, 0, "its reply lost: not known to be refunded");
+    match returned {
+        Err(ReleaseError::Refund { permits: 7, error }) => {
+            assert_eq!(
+                error.server_address(),
+                Some(proxy.url().as_str()),
+                "{error}"
+            );
+        }
+        other => panic!("its reply lost, not known to be refunded: {other:?}"),
+    }
 }
 
 /// A one-master cluster reached only through a [`LossyProxy`] (it announces the proxy's port).
@@ -991,15 +1010,16 @@ fn proxied_cluster() -> (RedisServer, LossyProxy) {
 /// given back through `proxy` (to `server`) with its reply lost; meanwhile another process, on
 /// a connection of its own, decides 7 on the key, which brings it back to the lease's word.
 /// Checks that the key then holds that word (read with `read`: the refund landed once, the
-/// other's 7 stay taken); returns what `release` returned and how many refund requests went
-/// through the proxy.
+/// other's 7 stay taken) and that the counts agree with what `release` returned (7 refunded,
+/// or 7 stranded and one failed refund); returns what `release` returned and how many refund
+/// requests went through the proxy.
 fn refund_with_a_lost_reply<A: LeaseAlgorithm>(
     server: &RedisServer,
     proxy: &LossyProxy,
     config: impl Fn() -> RedisConfig,
     algorithm: impl Fn() -> A,
     read: &str,
-) -> (u64, usize) {
+) -> (Result<u64, ReleaseError>, usize) {
     let policy = FailurePolicy::FailClosed;
     let clock = ManualClock::new();
     let other = RedisBackend::blocking_connect(config().timeout(TIMEOUT)).unwrap();
@@ -1035,8 +1055,15 @@ fn refund_with_a_lost_reply<A: LeaseAlgorithm>(
             let decision = other.blocking_try_acquire("k", 7).map(|d| d.is_allowed());
             *hook_decided.lock().unwrap() = Some(decision);
         });
-        let returned = leased.release().await.unwrap();
+        let returned = leased.release().await;
         assert!(proxy.lost(), "the refund's reply was lost");
+        let counts = leased.counts();
+        let (refunded, failed) = if returned.is_ok() { (7, 0) } else { (0, 1) };
+        assert_eq!(
+            (counts.refunded, counts.stranded, counts.failed_refunds),
+            (refunded, 7 - refunded, failed),
+            "{returned:?}"
+        );
         let decided = decided.lock().unwrap().take();
         assert!(
             matches!(decided, Some(Ok(true))),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floodgate::backend::{BreakerState, FailurePolicy};
-use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError};
 use floodgate::{Gcra, ManualClock, Rate};
 use server::RedisServer;
 
@@ -223,9 +223,16 @@ async fn a_lease_held_through_a_restart_is_served_and_never_refunded_into_the_ne
     let outcome = leased.try_acquire_outcome(5).await.unwrap();
     assert!(!outcome.decision().is_allowed() && outcome.failure().is_some());
     let counts = leased.counts();
+    // The refill gave the 4 back first: that refund's call failed too (counted, not returned).
     assert_eq!(
-        (counts.leases, counts.held, counts.refunded, counts.stranded),
-        (1, 0, 0, 4)
+        (
+            counts.leases,
+            counts.held,
+            counts.refunded,
+            counts.stranded,
+            counts.failed_refunds
+        ),
+        (1, 0, 0, 4, 1)
     );
     assert_eq!(counts.served(), 4);
     assert_eq!(limiter.failures().total(), 1);
@@ -304,4 +311,103 @@ async fn a_caller_waiting_on_a_half_open_probe_is_short_circuited_at_once() {
         "{probed:?}"
     );
     assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
+/// A lease of 8 served once (7 held): its key's backend, limiter (shared) and `LeasedKey`.
+async fn seven_held(
+    server: &RedisServer,
+    name: &str,
+) -> (
+    RedisBackend,
+    Arc<RedisLimiter<Gcra, ManualClock>>,
+    LeasedKey<Gcra, ManualClock>,
+) {
+    let (backend, limiter, _) = hourly(server, TIMEOUT, name).await;
+    let limiter = Arc::new(limiter);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    (backend, limiter, leased)
+}
+
+/// Redis is down when the process gives its lease back: `release` fails, naming the server,
+/// and does not say "nothing to give back" (`Ok(0)`, which a refund the server refused
+/// returns); the 7 permits are counted stranded. The time bound guards a hang only (a killed
+/// server fails the call at once or after the 1 s timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_redis_is_down_fails_naming_the_server() {
+    let mut server = RedisServer::start();
+    let (_, _, leased) = seven_held(&server, "down").await;
+    server.kill();
+    let started = Instant::now();
+    let released = leased.release().await;
+    assert!(started.elapsed() < 10 * TIMEOUT, "hung: {released:?}");
+    let (permits, error) = match released {
+        Err(ReleaseError::Refund { permits, error }) => (permits, error),
+        other => panic!("not the refund's failure: {other:?}"),
+    };
+    assert_eq!(permits, 7);
+    assert!(error.to_string().contains(&server.url()), "{error}");
+    assert_eq!(
+        error.server_address(),
+        Some(server.url().as_str()),
+        "{error}"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            counts.held,
+            counts.refunded,
+            counts.stranded,
+            counts.failed_refunds
+        ),
+        (0, 0, 7, 1),
+        "{counts:?}"
+    );
+}
+
+/// Redis is frozen (SIGSTOP) when the process gives its lease back: `release` times out after
+/// the backend's timeout and says so, naming the server (the refund may have run: the 7 are
+/// counted stranded). Timers never fire early, so the call cannot return before `TIMEOUT`; the
+/// upper bound guards a hang only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_redis_is_frozen_times_out_naming_the_server() {
+    let server = RedisServer::start();
+    let (_, _, leased) = seven_held(&server, "frozen").await;
+    server.freeze();
+    let started = Instant::now();
+    let released = leased.release().await;
+    let waited = started.elapsed();
+    server.thaw();
+    assert!(waited < 10 * TIMEOUT, "hung: {released:?}");
+    let (permits, error) = match released {
+        Err(ReleaseError::Refund { permits, error }) => (permits, error),
+        other => panic!("not the refund's failure: {other:?}"),
+    };
+    assert!(permits == 7 && error.is_timeout(), "{error}");
+    assert!(error.to_string().contains(&server.url()), "{error}");
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.stranded, counts.failed_refunds),
+        (7, 1),
+        "{counts:?}"
+    );
+}
+
+/// A decision on the key came after the lease: the refund script finds another word and
+/// refuses; `release` returns `Ok(0)` (nothing given back, nothing failed) and the 7 are
+/// counted stranded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_key_moved_on_gives_back_nothing_and_is_no_failure() {
+    let server = RedisServer::start();
+    let (_, limiter, leased) = seven_held(&server, "moved").await;
+    assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
+    assert_eq!(leased.release().await.unwrap(), 0);
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.refunded, counts.stranded, counts.failed_refunds),
+        (0, 7, 0),
+        "{counts:?}"
+    );
+    assert_eq!(limiter.failures().total(), 0);
 }

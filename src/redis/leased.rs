@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::lua_script::LuaScript;
 use super::refund_name::refund_name;
+use super::release_error::ReleaseError;
 
 use super::limiter::decision_from_reply;
 use super::limiter::sealed::Script as _;
@@ -227,7 +228,8 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   per `LeasedKey`, at any time), plus the permits of leases whose unserved part
 ///   could not be given back (another decision came first: they stay taken until the bucket's
 ///   time passes them), whose refund was not sent (the refill was answered without Redis: by
-///   the deny cache, or by the breaker while it is open) or whose reply was lost (a timeout, or
+///   the deny cache, or by the breaker while it is open), whose refund's call failed (Redis
+///   unreachable: [`release`](Self::release) returns the failure) or whose reply was lost (a timeout, or
 ///   a dropped future, after the script ran: at most one lease each).
 ///   [`counts`](Self::counts) reports them. On a Redis Cluster also the leases granted to a
 ///   request whose connection dropped before its reply came: redis-rs's cluster client sends
@@ -295,6 +297,7 @@ struct Counters {
     leased: AtomicU64,
     returned: AtomicU64,
     refunded: AtomicU64,
+    failed_refunds: AtomicU64,
     exact: AtomicU64,
 }
 
@@ -302,7 +305,15 @@ struct Counters {
 ///
 /// ```
 /// use floodgate::redis::LeaseCounts;
-/// let counts = LeaseCounts { leases: 2, leased: 100, held: 10, refunded: 20, stranded: 5, exact: 0 };
+/// let counts = LeaseCounts {
+///     leases: 2,
+///     leased: 100,
+///     held: 10,
+///     refunded: 20,
+///     stranded: 5,
+///     failed_refunds: 1,
+///     exact: 0,
+/// };
 /// assert_eq!(counts.served(), 65);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -317,12 +328,19 @@ pub struct LeaseCounts {
     pub refunded: u64,
     /// Unserved permits of retired leases not confirmed given back: taken from the limit,
     /// handed to no caller (under-admission; they stay taken until the bucket's time passes
-    /// them). A refund whose reply was lost (its call's future dropped while it was out, a
+    /// them): the server refused the refund (a decision on the key came first), it was not
+    /// sent, or its call failed (counted in [`failed_refunds`](Self::failed_refunds) too). A
+    /// refund whose reply was lost (its call's future dropped while it was out, a
     /// reply that came after the call's deadline to a script that ran just before it, or, on a
     /// Redis Cluster, a copy re-sent after the reply was lost that reached the server after the
     /// deadline and was refused as late) is counted here, though it may have landed: then
     /// `served()` reads that many low.
     pub stranded: u64,
+    /// Refunds whose call failed (Redis unreachable, no answer within the timeout, an
+    /// unexpected reply), in [`release`](LeasedKey::release) (which returns the failure) or
+    /// when a refill gave an old lease back (the refill goes on): one per refund, its permits
+    /// in `stranded`. A refund the server refused is not one.
+    pub failed_refunds: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
 }
@@ -587,6 +605,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             held: self.slot.left(),
             refunded,
             stranded: returned.saturating_sub(refunded),
+            failed_refunds: load(&c.failed_refunds),
             exact: load(&c.exact),
         }
     }
@@ -690,13 +709,20 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
 
     /// Gives the unserved permits of the current lease back to Redis (exactly, or not at all:
     /// see [`LeasedKey`]) and drops the lease; the next call takes a new one. Returns the
-    /// permits given back. Call it before the process stops serving the key (before a
-    /// `LeasedKey` holding permits is dropped): dropping one sends nothing, so the unserved
-    /// permits of its lease are not given back. They stay taken in Redis (a bucket's until its
-    /// time passes them, a window's until the window ends), and no count reports them.
+    /// permits given back: 0 when there is no lease or nothing unserved, or when Redis refused
+    /// the refund (a decision on the key came after the lease; an anchored window's lease is
+    /// never given back), the permits then counted `stranded` in [`counts`](Self::counts).
+    /// Call it before the process stops serving the key (before a `LeasedKey` holding permits
+    /// is dropped): dropping one sends nothing, so the unserved permits of its lease are not
+    /// given back. They stay taken in Redis (a bucket's until its time passes them, a window's
+    /// until the window ends), and no count reports them.
     ///
     /// # Errors
-    /// [`RequestError::Runtime`] outside a tokio runtime.
+    /// [`ReleaseError::Runtime`] outside a tokio runtime (nothing sent, the lease kept);
+    /// [`ReleaseError::Refund`] when the refund's call failed (Redis unreachable, no answer
+    /// within the backend's timeout, an unexpected reply), naming the server: the lease is
+    /// dropped and its permits counted `stranded` (and the refund in `failed_refunds`), though
+    /// after a timeout the refund may have landed.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;
@@ -711,9 +737,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// assert_eq!(LeasedKey::new(limiter, "alice").release().await?, 0); // no lease yet
     /// # Ok(()) }
     /// ```
-    pub async fn release(&self) -> Result<u64, RequestError> {
+    pub async fn release(&self) -> Result<u64, ReleaseError> {
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(RequestError::Runtime(
+            return Err(ReleaseError::Runtime(
                 "LeasedKey::release needs a tokio runtime",
             ));
         }
@@ -724,11 +750,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             return Ok(0);
         }
         let timeout = self.limiter.backend().timeout();
-        Ok(if self.refund(old, unused, deadline(timeout)).await {
-            unused
-        } else {
-            0
-        })
+        match self.refund(old, unused, deadline(timeout)).await {
+            Ok(true) => Ok(unused),
+            Ok(false) => Ok(0),
+            Err(error) => Err(ReleaseError::Refund {
+                permits: unused,
+                error,
+            }),
+        }
     }
 
     /// The clock leases expire on (the limiter's).
@@ -913,7 +942,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             // Near the limit: the lease would be the request. The old lease's refund, then the
             // exact per-call decision (not holding the lease: there is none to serve).
             if let Some(refund) = refund {
-                refund.await;
+                // Counted either way (refunded, or stranded); the call goes on.
+                _ = refund.await;
             }
             drop(owner);
             return self.exact(n, deadline, waited).await;
@@ -923,7 +953,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let store = move || async move {
             let take = self.take(n, want, sent, deadline);
             if let Some(refund) = refund {
-                refund.await;
+                // Counted either way (refunded, or stranded); the call goes on.
+                _ = refund.await;
             }
             let lease = take.await?;
             *slot = Some(lease);
@@ -1032,27 +1063,49 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// Gives `unused` permits of `lease` back if the key still holds the word it wrote, giving
-    /// up at `deadline`.
-    async fn refund(&self, lease: Lease, unused: u64, deadline: Instant) -> bool {
+    /// up at `deadline`: `Ok(true)` when they were given back, `Ok(false)` when the server
+    /// refused (another decision on the key came first) or the algorithm gives nothing back
+    /// (an anchored window), and the call's failure (counted in `failed_refunds`) when it
+    /// failed: unreachable, timed out (perhaps after the script ran), or an unexpected reply.
+    async fn refund(
+        &self,
+        lease: Lease,
+        unused: u64,
+        deadline: Instant,
+    ) -> Result<bool, BackendError> {
         let backend = self.limiter.backend();
         let algorithm = self.limiter.algorithm();
         let Some(script) = algorithm.refund_script() else {
-            return false;
+            return Ok(false);
         };
         let args = algorithm.refund_args(lease.receipt(), unused);
         // The key's, then this refund's mark (in the key's slot: its name starts with the
         // key's, hash tag and all).
         let mut keys = self.redis_keys.clone();
         keys.push(format!("{}:refund:{}", self.redis_keys[0], refund_name()));
-        let refunded = backend
-            .eval(script, &keys, &args, deadline)
-            .await
-            .is_ok_and(|reply| reply.first() == Some(&1));
-        if refunded {
-            // Relaxed: a statistics counter; no other memory depends on it.
-            self.counters.refunded.fetch_add(unused, Ordering::Relaxed);
+        // A reply past the deadline (first field 2) is the backend's timeout error.
+        let landed =
+            backend
+                .eval(script, &keys, &args, deadline)
+                .await
+                .and_then(|reply| match reply.first() {
+                    Some(1) => Ok(true),
+                    Some(0) => Ok(false),
+                    _ => Err(BackendError::at(
+                        FailureKind::Protocol,
+                        backend.failed_at(&keys),
+                        std::io::Error::other(format!(
+                            "unexpected reply from floodgate's refund script: {reply:?}"
+                        )),
+                    )),
+                });
+        // Relaxed: statistics counters; no other memory depends on them.
+        match landed {
+            Ok(true) => _ = self.counters.refunded.fetch_add(unused, Ordering::Relaxed),
+            Ok(false) => {}
+            Err(_) => _ = self.counters.failed_refunds.fetch_add(1, Ordering::Relaxed),
         }
-        refunded
+        landed
     }
 }
 

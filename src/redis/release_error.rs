@@ -1,0 +1,66 @@
+//! [`ReleaseError`]: why [`LeasedKey::release`](super::LeasedKey::release) could not say what
+//! it gave back.
+
+use std::fmt;
+
+use crate::backend::BackendError;
+
+/// Why [`LeasedKey::release`](super::LeasedKey::release) could not say what it gave back: it
+/// was called outside a tokio runtime (nothing was sent, the lease is kept), or the refund's
+/// call failed. A refund the server refused (a decision on the key came after the lease) is no
+/// error: `release` returns `Ok(0)`.
+///
+/// ```
+/// use floodgate::backend::{BackendError, FailureKind};
+/// use floodgate::redis::ReleaseError;
+/// use std::error::Error as _;
+/// let down = BackendError::at(FailureKind::Refused, "redis://10.0.0.7:6379", std::io::Error::other("no"));
+/// let e = ReleaseError::Refund { permits: 7, error: down };
+/// assert_eq!(
+///     e.to_string(),
+///     "the refund of 7 leased permits failed (counted stranded): \
+///      connection refused at redis://10.0.0.7:6379: no"
+/// );
+/// assert!(e.source().is_some());
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum ReleaseError {
+    /// Called outside a tokio runtime: nothing was sent and the lease is kept. The text says
+    /// what to do instead.
+    Runtime(&'static str),
+    /// The refund's call failed: the server could not be reached, did not answer within the
+    /// backend's timeout, or replied what the refund script cannot reply. The lease is dropped
+    /// and its unserved permits are counted in [`LeaseCounts`](super::LeaseCounts)'s
+    /// `stranded` (and the refund in its `failed_refunds`). A refund that was sent (a timeout,
+    /// a connection that dropped before the reply) may have run and given them back, or may
+    /// still run (until its deadline on the server's clock; then it is refused as late): the
+    /// count is then that many high.
+    Refund {
+        /// The unserved permits the refund would have given back.
+        permits: u64,
+        /// The call's failure, naming the server (on a Redis Cluster, the key's master).
+        error: BackendError,
+    },
+}
+
+impl fmt::Display for ReleaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReleaseError::Runtime(why) => f.write_str(why),
+            ReleaseError::Refund { permits, error } => write!(
+                f,
+                "the refund of {permits} leased permits failed (counted stranded): {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReleaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReleaseError::Runtime(_) => None,
+            ReleaseError::Refund { error, .. } => Some(error),
+        }
+    }
+}
