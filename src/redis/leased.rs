@@ -229,8 +229,8 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   could not be given back (another decision came first: they stay taken until the bucket's
 ///   time passes them), whose refund was not sent (the refill was answered without Redis: by
 ///   the deny cache, or by the breaker while it is open), whose refund's call failed (Redis
-///   unreachable: [`release`](Self::release) returns the failure) or whose reply was lost (a timeout, or
-///   a dropped future, after the script ran: at most one lease each).
+///   unreachable: [`release`](Self::release) returns the failure) or whose reply was lost (a
+///   timeout, or a dropped future, after the script ran: at most one lease each).
 ///   [`counts`](Self::counts) reports them. On a Redis Cluster also the leases granted to a
 ///   request whose connection dropped before its reply came: redis-rs's cluster client sends
 ///   it again and Redis grants the copy (before the request's deadline) a lease more; the
@@ -1084,21 +1084,18 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let mut keys = self.redis_keys.clone();
         keys.push(format!("{}:refund:{}", self.redis_keys[0], refund_name()));
         // A reply past the deadline (first field 2) is the backend's timeout error.
-        let landed =
-            backend
-                .eval(script, &keys, &args, deadline)
-                .await
-                .and_then(|reply| match reply.first() {
-                    Some(1) => Ok(true),
-                    Some(0) => Ok(false),
-                    _ => Err(BackendError::at(
-                        FailureKind::Protocol,
-                        backend.failed_at(&keys),
-                        std::io::Error::other(format!(
-                            "unexpected reply from floodgate's refund script: {reply:?}"
-                        )),
-                    )),
-                });
+        let landed = match backend.eval(script, &keys, &args, deadline).await {
+            Ok(reply) if reply.first() == Some(&1) => Ok(true),
+            Ok(reply) if reply.first() == Some(&0) => Ok(false),
+            Ok(reply) => Err(BackendError::at(
+                FailureKind::Protocol,
+                backend.failed_at(&keys),
+                std::io::Error::other(format!(
+                    "unexpected reply from floodgate's refund script: {reply:?}"
+                )),
+            )),
+            Err(error) => Err(error),
+        };
         // Relaxed: statistics counters; no other memory depends on them.
         match landed {
             Ok(true) => _ = self.counters.refunded.fetch_add(unused, Ordering::Relaxed),
