@@ -27,7 +27,7 @@ if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 -- written by this script. A score is Redis's text of a double, not the script's: a whole one
 -- may read "1.795887e+15" (Redis 7.2 writes the shortest form), so it is compared as a number.
 local stored_seq = redis.call('GET', seq)
-local top = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')[2]
+local top = redis.call('ZRANGE', log, '-1', '-1', 'WITHSCORES')[2]
 local newest_score = tonumber(top)
 local stored_last = stored_seq and exact(stored_seq)
 if stored_seq and not (stored_last and stored_last + n < 2^53) then
@@ -42,7 +42,7 @@ local count = redis.call('ZCOUNT', log, since, '+inf')
 
 if count + n <= limit then
   redis.call('ZREMRANGEBYSCORE', log, '-inf', int(now - window))
-  local last = redis.call('INCRBY', seq, n)
+  local last = redis.call('INCRBY', seq, int(n))
   local score = int(now)
   local entries = {}
   for i = last - n + 1, last do
@@ -76,9 +76,9 @@ local function leaves(entry) return tonumber(entry[2]) + window - now end
 local needed = count + n - limit
 local retry = window
 local reset = 0
-local blocking = redis.call('ZRANGEBYSCORE', log, since, '+inf', 'WITHSCORES', 'LIMIT', needed - 1, 1)
+local blocking = redis.call('ZRANGEBYSCORE', log, since, '+inf', 'WITHSCORES', 'LIMIT', int(needed - 1), '1')
 if #blocking == 2 then retry = leaves(blocking) end
-local newest = redis.call('ZREVRANGEBYSCORE', log, '+inf', since, 'WITHSCORES', 'LIMIT', 0, 1)
+local newest = redis.call('ZREVRANGEBYSCORE', log, '+inf', since, 'WITHSCORES', 'LIMIT', '0', '1')
 if #newest == 2 then
   reset = leaves(newest)
   if redis.call('PTTL', log) == -1 then
