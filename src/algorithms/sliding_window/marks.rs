@@ -44,11 +44,18 @@
 //! it again, or did not change because of a newer crossing (after a leap), that one call reads
 //! the cells one by one, as every call did before the marks. Never a wait on another thread.
 
-use super::{SEALED, SlidingWindowLimiter, count_if_above, pack_cell, visit};
+use super::{SEALED, SlidingWindowLimiter, count_if_above, named_sum, pack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::packed::MAX_COUNT;
-use crate::sync::Ordering;
+use crate::packed::{MAX_COUNT, TAG_MASK, pack_window};
+use crate::sync::{AtomicU64, Ordering};
+
+/// Bits of the oldest end's payload below its offset: the oldest used cell's count, capped at
+/// [`END_COUNT_MAX`].
+const END_COUNT_BITS: u32 = 8;
+/// The largest oldest-cell count an end carries (a larger count is carried as this: a denial
+/// that needs more searches the marks).
+const END_COUNT_MAX: u64 = (1 << END_COUNT_BITS) - 1;
 
 /// The kind of a mark: a prefix mark (a cell of the newest block of a window) or a suffix mark
 /// (a cell of the block before it).
@@ -95,6 +102,13 @@ impl Closed {
     pub(super) fn sum(&self) -> u64 {
         self.marked + self.live
     }
+}
+
+/// The used cells of a run of cells a crossing sealed: the oldest and its count, the newest.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Used {
+    oldest: (u64, u64),
+    newest: u64,
 }
 
 /// `L`, the levels of one published crossing's marks (see the module docs).
@@ -210,24 +224,191 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         visit();
         let (slot, round) = self.place_mark(index);
         let want = pack_cell(round, kind == Kind::Suffix, value.min(MAX_COUNT));
+        self.write_at_head(slot, cell, want)
+    }
+
+    /// Writes `want` into `word` (a mark, or one of the ends) for the crossing into `cell`,
+    /// by compare-exchange and only while head is `cell`, unless it is there already;
+    /// `Err(head)` when head is no longer `cell` (as a seal: the crossing is void).
+    fn write_at_head(&self, word: &AtomicU64, cell: u64, want: u64) -> Result<(), u64> {
         // Acquire: pairs with the Release of the compare-exchange below by another crosser; a
-        // mark found in place comes with the seals its writer read, like a seal found in place.
-        let mut mark = slot.load(Ordering::Acquire);
-        while mark != want {
+        // mark (or end) found in place comes with the seals its writer read, like a seal found
+        // in place.
+        let mut current = word.load(Ordering::Acquire);
+        while current != want {
             // Acquire: as in `seal`; a head other than `cell` is a newer crossing (or a rewind)
             // that owns the marks now.
             let head = self.head.load(Ordering::Acquire);
             if head != cell {
                 return Err(head);
             }
-            // AcqRel: Release publishes the mark before our `base` compare-exchange publishes
-            // the window (readers Acquire `base`); Acquire on failure as the load above.
-            match slot.compare_exchange(mark, want, Ordering::AcqRel, Ordering::Acquire) {
+            // AcqRel: Release publishes the mark (or end) before our `base` compare-exchange
+            // publishes the window (readers Acquire `base`); Acquire on failure as the load
+            // above.
+            match word.compare_exchange(current, want, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
-                Err(actual) => mark = actual,
+                Err(actual) => current = actual,
             }
         }
         Ok(())
+    }
+
+    /// The ends of the crossing into `cell` (see [Ends](super#ends)), whose closed cells sum
+    /// to `sum` and whose marks are written: `(oldest, newest)`, the payloads of
+    /// [`BaseLine::oldest`](super::BaseLine::oldest) and `newest`. `None` when no closed cell
+    /// is used, or the marks do not add up to `sum` (a newer crossing changed them, or they
+    /// saturated): nothing is published then, and readers search the marks. Two searches over
+    /// the marks, once per crossing: O(log cells).
+    pub(super) fn ends_of(&self, cell: u64, sum: u64) -> Option<(u64, u64)> {
+        if sum == 0 {
+            return None;
+        }
+        let levels = Levels::new(self, cell);
+        let from = self.geometry.window_start(cell);
+        let from = (from, levels.at(from)?);
+        let crossing = (cell, levels.at(cell)?);
+        if u64::try_from(crossing.1 - from.1).ok()? != sum {
+            return None;
+        }
+        // The oldest cell by which the window holds 1 is the oldest used one, and what it holds
+        // then is that cell's count (the cells before it are empty).
+        let (oldest, first) = levels.first_reaching(from, crossing, 1)?;
+        let newest = if first == sum {
+            oldest
+        } else {
+            levels.first_reaching(from, crossing, sum)?.0
+        };
+        Some((
+            ((cell - oldest) << END_COUNT_BITS) | first.min(END_COUNT_MAX),
+            cell - newest,
+        ))
+    }
+
+    /// The ends of an incremental crossing into `cell` from the published crossing `p` (in
+    /// `cell`'s block, before it; `p_sum` its `base` sum), whose newly sealed cells `[p, cell)`
+    /// used `new`: from `p`'s ends, in O(1) (one cell read when `p`'s oldest used cell has left
+    /// the window: the window's first cell, if used). `None` when that does not settle them
+    /// (`p`'s ends not published, or the new oldest used cell further in): the caller searches
+    /// ([`ends_of`](Self::ends_of)).
+    fn ends_after(
+        &self,
+        (p, p_sum): (u64, u64),
+        cell: u64,
+        sum: u64,
+        new: Option<Used>,
+    ) -> Option<(u64, u64)> {
+        if sum == 0 {
+            return None;
+        }
+        let end = |(oldest, first): (u64, u64), newest: u64| {
+            (
+                ((cell - oldest) << END_COUNT_BITS) | first.min(END_COUNT_MAX),
+                cell - newest,
+            )
+        };
+        if p_sum == 0 {
+            // `p`'s window held nothing: the used cells are the new ones.
+            return new.map(|new| end(new.oldest, new.newest));
+        }
+        // Acquire: pairs with `write_at_head`'s Release; the crosser loaded `base` naming `p`
+        // (Acquire) before, so these are `p`'s ends or a newer crossing's (another name).
+        let oldest = named_sum(self.base.oldest.load(Ordering::Acquire), p)?;
+        let newest = named_sum(self.base.newest.load(Ordering::Acquire), p)?;
+        if oldest >> END_COUNT_BITS == 0 || newest == 0 {
+            return None; // none published for `p`
+        }
+        let from = self.geometry.window_start(cell);
+        let p_newest = p.checked_sub(newest)?;
+        let newest = match new {
+            Some(new) => new.newest,
+            None if p_newest >= from => p_newest,
+            None => return None,
+        };
+        let p_oldest = p.checked_sub(oldest >> END_COUNT_BITS)?;
+        let (oldest, first) = if p_oldest >= from {
+            (p_oldest, oldest & END_COUNT_MAX)
+        } else {
+            // `p`'s oldest used cell left: the window's first cell (sealed by `p`'s crossing,
+            // or this one's) is the oldest if used; else search.
+            let count = self.count_of(from);
+            if count == 0 {
+                return None;
+            }
+            (from, count)
+        };
+        Some(end((oldest, first), newest))
+    }
+
+    /// Publishes the ends of the crossing into `cell` (`sum`: its closed cells' sum), before its
+    /// `base`: from the previous crossing's (`incremental`: that crossing and the newest used
+    /// of the cells sealed since) where they settle them, else by searching the marks.
+    /// `Err(head)` as [`write_mark`](Self::write_mark).
+    pub(super) fn publish_ends(
+        &self,
+        cell: u64,
+        sum: u64,
+        incremental: Option<((u64, u64), Option<Used>)>,
+    ) -> Result<(), u64> {
+        let ends = incremental
+            .and_then(|(p, new)| self.ends_after(p, cell, sum, new))
+            .or_else(|| self.ends_of(cell, sum));
+        // None published is `(cell, 0)` (offset 0): the ends then still name the newest
+        // crossing, so no older crossing of the same cell (before a leap) is taken for it.
+        let (oldest, newest) = ends.unwrap_or((0, 0));
+        let tag = cell & TAG_MASK;
+        self.write_at_head(&self.base.oldest, cell, pack_window(tag, oldest))?;
+        self.write_at_head(&self.base.newest, cell, pack_window(tag, newest))?;
+        Ok(())
+    }
+
+    /// The denial of `n` in `cell`, the published crossing (`prev` its `base` sum, `count` taken
+    /// in it; `prev + count + n > limit`), from its published ends, reading no mark: when the
+    /// oldest used closed cell frees enough (`need` at most its count, as always for `n = 1`).
+    /// `None` when it does not, or the ends are not `cell`'s (not published, or a newer
+    /// crossing's): the caller searches the marks.
+    #[inline(always)]
+    pub(super) fn published_denial(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<Decision> {
+        // Acquire: pairs with the Release of `write_at_head`'s compare-exchange; the caller
+        // loaded `base` naming `cell` before this (Acquire), so the ends read are `cell`'s
+        // crossing's or newer, and a newer crossing's name another cell.
+        let end = named_sum(self.base.oldest.load(Ordering::Acquire), cell)?;
+        let need = (prev + count + n).saturating_sub(limit);
+        let first = end & END_COUNT_MAX;
+        // `first ≥ 1` for a published end (a used cell), so `need` 0 never passes; `first` is
+        // at most `prev` for the window `base` names.
+        if need > first || first > prev || need == 0 {
+            return None;
+        }
+        let cells = self.geometry.cells;
+        let back = end >> END_COUNT_BITS;
+        let oldest = cell.checked_sub(back)?;
+        let newest = if count > 0 {
+            cell
+        } else {
+            // Acquire: as `oldest` above.
+            let newest = named_sum(self.base.newest.load(Ordering::Acquire), cell)?;
+            // Published with `oldest` (1 to `back` cells back), unless none was.
+            if newest == 0 || newest > back {
+                return None;
+            }
+            cell - newest
+        };
+        let retry = self.geometry.until_start(oldest.saturating_add(cells), now);
+        let reset = self.geometry.until_start(newest.saturating_add(cells), now);
+        Some(Decision::deny(
+            limit,
+            limit.saturating_sub(prev + count),
+            retry,
+            reset,
+        ))
     }
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
@@ -266,7 +447,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// Returns `(suffix(ws), prefix(cell − 1))`.
     pub(super) fn walk_window(&self, cell: u64) -> Result<(u64, u64), u64> {
         let block = self.block_start(cell);
-        let prefix = self.walk_prefix(block, block, cell, 0)?;
+        let (prefix, _) = self.walk_prefix(block, block, cell, 0)?;
         let mut suffix = 0;
         for index in (self.geometry.window_start(cell)..block).rev() {
             suffix = (suffix + self.seal(index, cell)?).min(MAX_COUNT);
@@ -276,20 +457,35 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     }
 
     /// Seals and prefix-marks cells `[start, cell)` of the block starting at `block`, going on
-    /// from `prefix` = the sum of `[block, start)`. Returns the sum of `[block, cell)`.
+    /// from `prefix` = the sum of `[block, start)`. Returns the sum of `[block, cell)`, and the
+    /// used cells of `[start, cell)`, if any.
     pub(super) fn walk_prefix(
         &self,
         block: u64,
         start: u64,
         cell: u64,
         mut prefix: u64,
-    ) -> Result<u64, u64> {
+    ) -> Result<(u64, Option<Used>), u64> {
         debug_assert!(block <= start);
+        let mut used: Option<Used> = None;
         for index in start..cell {
-            prefix = (prefix + self.seal(index, cell)?).min(MAX_COUNT);
+            let count = self.seal(index, cell)?;
+            if count > 0 {
+                used = Some(match used {
+                    Some(used) => Used {
+                        newest: index,
+                        ..used
+                    },
+                    None => Used {
+                        oldest: (index, count),
+                        newest: index,
+                    },
+                });
+            }
+            prefix = (prefix + count).min(MAX_COUNT);
             self.write_mark(index, cell, Kind::Prefix, prefix)?;
         }
-        Ok(prefix)
+        Ok((prefix, used))
     }
 
     /// What an incremental crossing into `cell` starts from, when the newest published crossing

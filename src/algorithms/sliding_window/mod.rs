@@ -94,7 +94,8 @@
 //!   the cells after it are new, and the window's sum is one older-block mark plus one newer-block
 //!   mark; it pre-stamps only the future cells the previous crossing did not. The first crossing
 //!   into a block walks its window: O(cells), once per block.
-//! * **a denial and a peek cost O(log cells)**: the sum of any run of closed cells is the
+//! * **a denial and a peek cost O(log cells)** (O(1) when the published [ends](#ends)
+//!   settle them, always for `n = 1` in a cell the crossing published): the sum of any run of closed cells is the
 //!   difference of two marks, so when enough of the window leaves (the retry time) and when the
 //!   newest used cell leaves (the reset time) are two binary searches over the marks. A denial
 //!   still writes nothing. A reader checks every mark it reads against the cell's round and the
@@ -107,6 +108,28 @@
 //!   published crossing, open) costs O(1), the loads it was decided on.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
+//!
+//! # Ends
+//! Beside `base`, on its cache line, the crossing also publishes the window's *ends*: its oldest
+//! used closed cell with that cell's count (capped at 255), and its newest used closed cell, each
+//! as a distance back from the crossed cell in a word named by the cell as `base` is
+//! (`(cell tag, payload)`). They are written like the marks (by compare-exchange, only while
+//! `head` is the crosser's cell, before `base`), and every crosser of a cell computes the same
+//! ends (from sealed counts). An incremental crossing finds them in O(1) from the previous
+//! crossing's ends and the cells it seals (and one cell read, the window's first, when the
+//! previous oldest used cell leaves); where that does not settle them (the first oldest used
+//! cell further in, a crossing that walks its window), two searches over the marks, O(log cells)
+//! once per crossing.
+//!
+//! A denial whose window is short of `need` permits frees them, oldest first, and the oldest used
+//! closed cell frees its count when it leaves: so when `need` is at most that count (always for
+//! `n = 1`: a window at the limit is short of exactly 1), the retry time is when that cell leaves,
+//! and the reset time is when the current cell leaves (it holds permits) or else the newest used
+//! closed cell: a denial after the short path then reads two words of `base`'s line and no mark,
+//! whatever the cells (`examples/instructions_spent`). Ends that name another cell (a newer
+//! crossing's, or none published) are not used: the denial searches the marks, as above. After a
+//! leap, a denial racing the rewind's crossing into its own cell may take its times from that
+//! crossing's ends, as the scan would read that crossing's cells.
 //!
 //! # Leases
 //! As a [`LeaseSource`](crate::lease::LeaseSource), the window leases permits in batches, each
@@ -235,7 +258,7 @@ fn named_sum(word: u64, cell: u64) -> Option<u64> {
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
 /// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
 ///
-/// Memory: two cache-padded lines (`head`; `base` and its hint) plus 16 bytes per slot (a cell
+/// Memory: two cache-padded lines (`head`; `base`, its hint and the window's ends) plus 16 bytes per slot (a cell
 /// word and its mark; `cells + future` rounded up to a power of two, so a cell's slot and round
 /// are a mask and a shift of its index), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
 ///
@@ -288,7 +311,8 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     clock: C,
 }
 
-/// `base` and the hint beside it, on one cache line (a call reads both).
+/// `base`, the hint beside it and the window's ends, on one cache line (a call reads `base` and
+/// the hint, a denial that needs an old cell to leave the ends).
 struct BaseLine {
     /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
     word: AtomicU64,
@@ -299,6 +323,13 @@ struct BaseLine {
     /// it was written; any other value (stale, not yet written, garbage) is ignored and the call
     /// divides.
     hint: AtomicU64,
+    /// The window's *ends* for the newest crossed cell, published by its crossing before
+    /// `base` (see [Ends](self#ends)): `(cell index mod 2^40, e)` in `base`'s layout, where `e`
+    /// is `oldest offset << 8 | min(oldest count, 255)`, the oldest used closed cell's distance
+    /// back from the crossed cell and its count.
+    oldest: AtomicU64,
+    /// As `oldest`, `e` the newest used closed cell's distance back from the crossed cell.
+    newest: AtomicU64,
 }
 
 /// The local ring's geometry for `config`'s: its slots, `cells + future`, rounded up to a power
@@ -467,6 +498,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             base: CachePadded::new(BaseLine {
                 word: AtomicU64::new(pack_window(0, 0)),
                 hint: AtomicU64::new(0),
+                // Cell 0 has no used closed cell: offset 0 is none (a reader falls back).
+                oldest: AtomicU64::new(pack_window(0, 0)),
+                newest: AtomicU64::new(pack_window(0, 0)),
             }),
             slots,
             marks,
@@ -600,6 +634,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     .geometry
                     .until_start(cell.saturating_add(self.geometry.cells), now);
                 return Ok(Decision::allow(limit, limit - prev - count - n, reset));
+            }
+            // Where `base` names this cell, its ends first (no mark read, see `ends`).
+            if closed.crossing == cell && !closed.scan {
+                if let Some(denied) = self.published_denial(cell, now, prev, count, n, limit) {
+                    return Ok(denied);
+                }
             }
             match self.denial(cell, now, closed, count, n, limit) {
                 Some(denied) => return Ok(denied),

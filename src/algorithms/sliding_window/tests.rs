@@ -442,3 +442,58 @@ fn a_peek_whose_window_starts_after_the_crossing_s_block_answers_as_the_scan_in_
         );
     }
 }
+
+/// The denials that need an old cell to leave, answered from the crossing's published ends
+/// (the oldest and newest used closed cells, see [Ends](super#ends)) without reading a mark or a
+/// cell, whatever the cells: the limit spent at the previous cell's end (issue 17's attack,
+/// `count = 0`: the reset from the newest end), and a window at the limit with permits in the
+/// current cell (the at-limit workload's denial, `need = 1`: the oldest end). Before the ends
+/// both searched the marks: `2 + newest_reads(m)` and more slot words.
+#[test]
+fn a_denial_needing_an_old_cell_to_leave_reads_no_slot_word() {
+    for cells in [60u32, 6_000, 60_000] {
+        let limit = 10;
+        let block = u64::from(cells);
+        for spent in [block + block / 2, block - 1, block] {
+            let crossing = spent + 1;
+            let w = ring(limit, cells);
+            // 7 at the very end of `spent`, 3 at the start of the crossing's cell.
+            assert!(
+                w.try_acquire_at(7, crossing * CELL - 1)
+                    .unwrap()
+                    .is_allowed()
+            );
+            let now = crossing * CELL + 7;
+            // Limit spent at the previous cell's end, nothing in this cell: the crossing (by a
+            // denial of 4), then a denial of 4 that reads nothing.
+            let leaves = (spent + block) * CELL - now;
+            let want = Decision::deny(u64::from(limit), 3, leaves, leaves);
+            assert_eq!(w.try_acquire_at(4, now).unwrap(), want);
+            let (read, d) = visits(|| w.try_acquire_at(4, now).unwrap());
+            assert_eq!(d, want, "{cells} cells, spent in cell {spent}");
+            assert_eq!(read, 0, "{cells} cells, spent in cell {spent}: denial");
+            let (read, d) = visits(|| w.peek_at(4, now).unwrap());
+            assert_eq!(d, want);
+            assert_eq!(
+                read, 1,
+                "{cells} cells, spent in cell {spent}: peek (its count)"
+            );
+            // At the limit with 3 in this cell: 1 more waits for `spent` to leave, and the
+            // window is back to full when this cell leaves.
+            assert!(w.try_acquire_at(3, now).unwrap().is_allowed());
+            let want = Decision::deny(u64::from(limit), 0, leaves, (crossing + block) * CELL - now);
+            let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+            assert_eq!(d, want, "{cells} cells, spent in cell {spent}");
+            assert_eq!(
+                read, 0,
+                "{cells} cells, spent in cell {spent}: at-limit denial"
+            );
+            // 8 more need more than the oldest used cell frees: through the marks, as before.
+            let (_, d) = visits(|| w.try_acquire_at(8, now).unwrap());
+            assert_eq!(
+                d,
+                w.denial_by_scan(crossing, now, 7, 3, 8, u64::from(limit))
+            );
+        }
+    }
+}
