@@ -111,6 +111,27 @@ pub(super) struct Used {
     newest: u64,
 }
 
+impl Used {
+    /// The ends' payloads `(oldest, newest)` for the crossing into `cell`, whose window these are.
+    fn ends(self, cell: u64) -> (u64, u64) {
+        let (oldest, first) = self.oldest;
+        (
+            ((cell - oldest) << END_COUNT_BITS) | first.min(END_COUNT_MAX),
+            cell - self.newest,
+        )
+    }
+}
+
+/// What a crossing walked, for its ends.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Walk {
+    /// An incremental crossing from the published crossing `(p, its sum)`, and the used cells
+    /// of the cells it sealed.
+    From((u64, u64), Option<Used>),
+    /// The whole window, and its used cells.
+    Whole(Option<Used>),
+}
+
 /// `L`, the levels of one published crossing's marks (see the module docs).
 struct Levels<'a, C> {
     ring: &'a SlidingWindowLimiter<C>,
@@ -300,15 +321,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         if sum == 0 {
             return None;
         }
-        let end = |(oldest, first): (u64, u64), newest: u64| {
-            (
-                ((cell - oldest) << END_COUNT_BITS) | first.min(END_COUNT_MAX),
-                cell - newest,
-            )
-        };
         if p_sum == 0 {
             // `p`'s window held nothing: the used cells are the new ones.
-            return new.map(|new| end(new.oldest, new.newest));
+            return new.map(|new| new.ends(cell));
         }
         // Acquire: pairs with `write_at_head`'s Release; the crosser loaded `base` naming `p`
         // (Acquire) before, so these are `p`'s ends or a newer crossing's (another name).
@@ -336,22 +351,26 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
             (from, count)
         };
-        Some(end((oldest, first), newest))
+        Some(
+            Used {
+                oldest: (oldest, first),
+                newest,
+            }
+            .ends(cell),
+        )
     }
 
     /// Publishes the ends of the crossing into `cell` (`sum`: its closed cells' sum), before its
     /// `base`: from the previous crossing's (`incremental`: that crossing and the newest used
     /// of the cells sealed since) where they settle them, else by searching the marks.
     /// `Err(head)` as [`write_mark`](Self::write_mark).
-    pub(super) fn publish_ends(
-        &self,
-        cell: u64,
-        sum: u64,
-        incremental: Option<((u64, u64), Option<Used>)>,
-    ) -> Result<(), u64> {
-        let ends = incremental
-            .and_then(|(p, new)| self.ends_after(p, cell, sum, new))
-            .or_else(|| self.ends_of(cell, sum));
+    pub(super) fn publish_ends(&self, cell: u64, sum: u64, walked: Walk) -> Result<(), u64> {
+        let ends = match walked {
+            Walk::From(p, new) => self.ends_after(p, cell, sum, new),
+            // The whole window walked: its used cells are the window's (when they add up).
+            Walk::Whole(used) => used.filter(|_| sum > 0).map(|used| used.ends(cell)),
+        }
+        .or_else(|| self.ends_of(cell, sum));
         // None published is `(cell, 0)` (offset 0): the ends then still name the newest
         // crossing, so no older crossing of the same cell (before a leap) is taken for it.
         let (oldest, newest) = ends.unwrap_or((0, 0));
@@ -444,16 +463,25 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The crossing's walk over its window `[ws, cell)`: seals every cell and marks it, the newer
     /// block's cells oldest first (prefix marks), the older block's newest first (suffix marks).
-    /// Returns `(suffix(ws), prefix(cell − 1))`.
-    pub(super) fn walk_window(&self, cell: u64) -> Result<(u64, u64), u64> {
+    /// Returns `(suffix(ws), prefix(cell − 1), the window's used cells)`.
+    pub(super) fn walk_window(&self, cell: u64) -> Result<(u64, u64, Option<Used>), u64> {
         let block = self.block_start(cell);
-        let (prefix, _) = self.walk_prefix(block, block, cell, 0)?;
+        let (prefix, mut used) = self.walk_prefix(block, block, cell, 0)?;
         let mut suffix = 0;
         for index in (self.geometry.window_start(cell)..block).rev() {
-            suffix = (suffix + self.seal(index, cell)?).min(MAX_COUNT);
+            let count = self.seal(index, cell)?;
+            if count > 0 {
+                // Newest first: each used cell is the oldest so far, the first the newest
+                // unless the newer block's part has one.
+                used = Some(Used {
+                    oldest: (index, count),
+                    newest: used.map_or(index, |used| used.newest),
+                });
+            }
+            suffix = (suffix + count).min(MAX_COUNT);
             self.write_mark(index, cell, Kind::Suffix, suffix)?;
         }
-        Ok((suffix, prefix))
+        Ok((suffix, prefix, used))
     }
 
     /// Seals and prefix-marks cells `[start, cell)` of the block starting at `block`, going on

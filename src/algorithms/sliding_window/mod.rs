@@ -115,11 +115,11 @@
 //! as a distance back from the crossed cell in a word named by the cell as `base` is
 //! (`(cell tag, payload)`). They are written like the marks (by compare-exchange, only while
 //! `head` is the crosser's cell, before `base`), and every crosser of a cell computes the same
-//! ends (from sealed counts). An incremental crossing finds them in O(1) from the previous
-//! crossing's ends and the cells it seals (and one cell read, the window's first, when the
-//! previous oldest used cell leaves); where that does not settle them (the first oldest used
-//! cell further in, a crossing that walks its window), two searches over the marks, O(log cells)
-//! once per crossing.
+//! ends (from sealed counts). A crossing that walks its window finds them in the walk; an
+//! incremental one in O(1) from the previous crossing's ends and the cells it seals (and one
+//! cell read, the window's first, when the previous oldest used cell leaves); where that does
+//! not settle them (the new oldest used cell further in, or the previous ends not published),
+//! two searches over the marks, O(log cells) once per crossing.
 //!
 //! A denial whose window is short of `need` permits frees them, oldest first, and the oldest used
 //! closed cell frees its count when it leaves: so when `need` is at most that count (always for

@@ -3,7 +3,7 @@
 //! retry/reset search are in `marks`.
 
 use super::horizon::Caller;
-use super::marks::{Closed, Used};
+use super::marks::{Closed, Walk};
 use super::{
     ROUND_MASK, SEALED, SlidingWindowLimiter, named_sum, open_count, pack_cell, unpack_cell, visit,
 };
@@ -12,9 +12,8 @@ use crate::decision::{AcquireError, Decision, check_permits};
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
 
-/// A crossing's walk: `(suffix, prefix, stamp from, incremental)`, the last the previous
-/// crossing `(p, its sum)` and the used cells sealed since, for an incremental crossing.
-type Walked = (u64, u64, u64, Option<((u64, u64), Option<Used>)>);
+/// A crossing's walk: `(suffix, prefix, stamp from, what it walked)`.
+type Walked = (u64, u64, u64, Walk);
 
 /// What [`short`](SlidingWindowLimiter::short) found.
 enum Short {
@@ -435,7 +434,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let published = cell.checked_sub(cell.wrapping_sub(unpack_window(current).0) & TAG_MASK);
         let block = self.block_start(cell);
         let future = self.geometry.future;
-        let (suffix, prefix, stamp_from, incremental) = match published {
+        let (suffix, prefix, stamp_from, walked) = match published {
             // Published by another crosser (who got here first: the usual race of a cell's first
             // callers): done, unless a leap overwrote the window's marks; then the window is
             // walked again (and the published sum kept: a rewind only ever
@@ -447,8 +446,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 Some((suffix, prefix)) => {
                     let (prefix, newest) = self.walk_prefix(block, p, cell, prefix)?;
                     let p_sum = unpack_window(current).1;
-                    let incremental = Some(((p, p_sum), newest));
-                    (suffix, prefix, p.saturating_add(future + 1), incremental)
+                    let walked = Walk::From((p, p_sum), newest);
+                    (suffix, prefix, p.saturating_add(future + 1), walked)
                 }
                 None => self.whole_window(cell)?,
             },
@@ -456,7 +455,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             _ => self.whole_window(cell)?,
         };
         let sum = (suffix + prefix).min(MAX_COUNT);
-        self.publish_ends(cell, sum, incremental)?;
+        self.publish_ends(cell, sum, walked)?;
         let want = pack_window(cell & TAG_MASK, sum);
         loop {
             if unpack_window(current).0 == cell & TAG_MASK {
@@ -485,11 +484,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         Ok(())
     }
 
-    /// The crossing's walk over the whole window of `cell`: `(suffix, prefix, stamp from, no
-    /// previous crossing to publish its ends from)`.
+    /// The crossing's walk over the whole window of `cell`: `(suffix, prefix, stamp from, the
+    /// window's used cells)`.
     fn whole_window(&self, cell: u64) -> Result<Walked, u64> {
-        let (suffix, prefix) = self.walk_window(cell)?;
-        Ok((suffix, prefix, cell.saturating_add(1), None))
+        let (suffix, prefix, used) = self.walk_window(cell)?;
+        Ok((suffix, prefix, cell.saturating_add(1), Walk::Whole(used)))
     }
 
     /// Seals closed cell `index` (seen from `cell`) and returns its final count.
