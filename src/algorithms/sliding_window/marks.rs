@@ -48,7 +48,7 @@ use super::{SEALED, SlidingWindowLimiter, count_if_above, named_sum, pack_cell, 
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 
 /// Bits of the oldest end's payload below its offset: the oldest used cell's count, capped at
 /// [`END_COUNT_MAX`].
@@ -245,30 +245,21 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         visit();
         let (slot, round) = self.place_mark(index);
         let want = pack_cell(round, kind == Kind::Suffix, value.min(MAX_COUNT));
-        self.write_at_head(slot, cell, want)
-    }
-
-    /// Writes `want` into `word` (a mark, or one of the ends) for the crossing into `cell`,
-    /// by compare-exchange and only while head is `cell`, unless it is there already;
-    /// `Err(head)` when head is no longer `cell` (as a seal: the crossing is void).
-    fn write_at_head(&self, word: &AtomicU64, cell: u64, want: u64) -> Result<(), u64> {
         // Acquire: pairs with the Release of the compare-exchange below by another crosser; a
-        // mark (or end) found in place comes with the seals its writer read, like a seal found
-        // in place.
-        let mut current = word.load(Ordering::Acquire);
-        while current != want {
+        // mark found in place comes with the seals its writer read, like a seal found in place.
+        let mut mark = slot.load(Ordering::Acquire);
+        while mark != want {
             // Acquire: as in `seal`; a head other than `cell` is a newer crossing (or a rewind)
             // that owns the marks now.
             let head = self.head.load(Ordering::Acquire);
             if head != cell {
                 return Err(head);
             }
-            // AcqRel: Release publishes the mark (or end) before our `base` compare-exchange
-            // publishes the window (readers Acquire `base`); Acquire on failure as the load
-            // above.
-            match word.compare_exchange(current, want, Ordering::AcqRel, Ordering::Acquire) {
+            // AcqRel: Release publishes the mark before our `base` compare-exchange publishes
+            // the window (readers Acquire `base`); Acquire on failure as the load above.
+            match slot.compare_exchange(mark, want, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
-                Err(actual) => current = actual,
+                Err(actual) => mark = actual,
             }
         }
         Ok(())
@@ -325,19 +316,25 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             // `p`'s window held nothing: the used cells are the new ones.
             return new.map(|new| new.ends(cell));
         }
-        // Acquire: pairs with `write_at_head`'s Release; the crosser loaded `base` naming `p`
-        // (Acquire) before, so these are `p`'s ends or a newer crossing's (another name).
+        // Acquire: pairs with the Release store of `publish_ends` (`p`'s crossing's, or a
+        // newer one's, which names another cell): the `newest` word it stored before comes
+        // with it. The words are self-contained: nothing else is read on their strength.
         let oldest = named_sum(self.base.oldest.load(Ordering::Acquire), p)?;
-        let newest = named_sum(self.base.newest.load(Ordering::Acquire), p)?;
-        if oldest >> END_COUNT_BITS == 0 || newest == 0 {
+        if oldest >> END_COUNT_BITS == 0 {
             return None; // none published for `p`
         }
         let from = self.geometry.window_start(cell);
-        let p_newest = p.checked_sub(newest)?;
         let newest = match new {
             Some(new) => new.newest,
-            None if p_newest >= from => p_newest,
-            None => return None,
+            None => {
+                // Relaxed: ordered after `p`'s `newest` store by the Acquire above (stored
+                // before `oldest`); a later store names another cell.
+                let newest = named_sum(self.base.newest.load(Ordering::Relaxed), p)?;
+                match p.checked_sub(newest) {
+                    Some(p_newest) if newest > 0 && p_newest >= from => p_newest,
+                    _ => return None,
+                }
+            }
         };
         let p_oldest = p.checked_sub(oldest >> END_COUNT_BITS)?;
         let (oldest, first) = if p_oldest >= from {
@@ -360,24 +357,47 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         )
     }
 
-    /// Publishes the ends of the crossing into `cell` (`sum`: its closed cells' sum), before its
-    /// `base`: from the previous crossing's (`incremental`: that crossing and the newest used
-    /// of the cells sealed since) where they settle them, else by searching the marks.
-    /// `Err(head)` as [`write_mark`](Self::write_mark).
-    pub(super) fn publish_ends(&self, cell: u64, sum: u64, walked: Walk) -> Result<(), u64> {
+    /// Publishes the ends of the crossing into `cell` (`sum`: its closed cells' sum), by the
+    /// crosser whose compare-exchange published its `base`, after it: from the previous
+    /// crossing's (`walked`: that crossing and the used cells sealed since) where they settle
+    /// them, else by searching the marks; nothing when there are none (no used closed cell, or
+    /// the marks changed under it): the words then name an older crossing, which readers do
+    /// not use. Plain stores: each word is self-validating (named by the cell, and every
+    /// crossing of the cell since the ring last moved back computes the same ends from sealed
+    /// counts), so a late store is right whenever it is read, and a stale one (an older
+    /// crossing's, after a newer one's) only makes readers search the marks.
+    pub(super) fn publish_ends(&self, cell: u64, sum: u64, walked: Walk) {
         let ends = match walked {
             Walk::From(p, new) => self.ends_after(p, cell, sum, new),
             // The whole window walked: its used cells are the window's (when they add up).
             Walk::Whole(used) => used.filter(|_| sum > 0).map(|used| used.ends(cell)),
         }
         .or_else(|| self.ends_of(cell, sum));
-        // None published is `(cell, 0)` (offset 0): the ends then still name the newest
-        // crossing, so no older crossing of the same cell (before a leap) is taken for it.
-        let (oldest, newest) = ends.unwrap_or((0, 0));
-        let tag = cell & TAG_MASK;
-        self.write_at_head(&self.base.oldest, cell, pack_window(tag, oldest))?;
-        self.write_at_head(&self.base.newest, cell, pack_window(tag, newest))?;
-        Ok(())
+        if let Some((oldest, newest)) = ends {
+            let tag = cell & TAG_MASK;
+            // Relaxed: made visible with `oldest` by its Release store next (a reader reads
+            // `newest` only after an Acquire load of `oldest` naming this cell).
+            self.base
+                .newest
+                .store(pack_window(tag, newest), Ordering::Relaxed);
+            // Release: pairs with the Acquire loads of `oldest` in `published_denial` and
+            // `ends_after`, and carries the `newest` store above to them.
+            self.base
+                .oldest
+                .store(pack_window(tag, oldest), Ordering::Release);
+        }
+    }
+
+    /// Marks the ends as none for cell `cell`, before a rewind moves `head` back to it (see
+    /// [Ends](super#ends)): no crossing of the ring after the rewind reads ends published
+    /// before it, even for the same cell (whose window may hold other counts then).
+    pub(super) fn clear_ends(&self, cell: u64) {
+        // Relaxed: ordered before the rewind's compare-exchange on `head` (its Release), which
+        // every later crossing loads (Acquire) before its `base`, which every reader loads
+        // (Acquire) before the ends.
+        self.base
+            .oldest
+            .store(pack_window(cell & TAG_MASK, 0), Ordering::Relaxed);
     }
 
     /// The denial of `n` in `cell`, the published crossing (`prev` its `base` sum, `count` taken
@@ -395,9 +415,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
-        // Acquire: pairs with the Release of `write_at_head`'s compare-exchange; the caller
-        // loaded `base` naming `cell` before this (Acquire), so the ends read are `cell`'s
-        // crossing's or newer, and a newer crossing's name another cell.
+        // Acquire: pairs with the Release store of `publish_ends`, and brings the `newest`
+        // stored before it. The caller loaded `base` naming `cell` before this (Acquire), so
+        // the ends read are at least as new as the last rewind's `clear_ends`: ends named
+        // `cell` are its crossing's (a newer crossing's name another cell). Self-contained:
+        // nothing else is read on their strength.
         let end = named_sum(self.base.oldest.load(Ordering::Acquire), cell)?;
         let need = (prev + count + n).saturating_sub(limit);
         let first = end & END_COUNT_MAX;
@@ -412,8 +434,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let newest = if count > 0 {
             cell
         } else {
-            // Acquire: as `oldest` above.
-            let newest = named_sum(self.base.newest.load(Ordering::Acquire), cell)?;
+            // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
+            // above (stored before it); a later store names another cell.
+            let newest = named_sum(self.base.newest.load(Ordering::Relaxed), cell)?;
             // Published with `oldest` (1 to `back` cells back), unless none was.
             if newest == 0 || newest > back {
                 return None;

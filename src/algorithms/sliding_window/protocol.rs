@@ -455,7 +455,6 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             _ => self.whole_window(cell)?,
         };
         let sum = (suffix + prefix).min(MAX_COUNT);
-        self.publish_ends(cell, sum, walked)?;
         let want = pack_window(cell & TAG_MASK, sum);
         loop {
             if unpack_window(current).0 == cell & TAG_MASK {
@@ -474,7 +473,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => break,
+                Ok(_) => {
+                    // Only the crosser that published `base` publishes the ends, after it (see
+                    // [Ends](super#ends)): the other crossers of the cell do no work for them.
+                    self.publish_ends(cell, sum, walked);
+                    break;
+                }
                 Err(actual) => current = actual,
             }
         }
