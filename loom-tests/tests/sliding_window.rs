@@ -433,14 +433,18 @@ fn an_incremental_crossing_races_the_next_blocks_crossing() {
 }
 
 /// The published ends (the oldest and newest used closed cells beside `base`, which a denial
-/// needing an old cell to leave reads instead of the marks) race the next crossing's. Cells 2
-/// and 3 hold 1 and 2 (limit 3), so cell 4's window {2, 3, 4} is full with nothing in cell 4:
-/// A's denial there reads cell 4's ends (1 more when cell 2 leaves, at 50; empty when cell 3
-/// leaves, at 60) while B's crossing into cell 5 (incremental, same block: cell 2, the oldest
-/// used, leaves, so its ends come from cell 3's count) publishes cell 5's ends and `base`, and B
-/// takes 1 there. Whichever ends A reads (cell 4's, cell 5's: another name, so the marks), and
-/// whether A is decided in cell 4 or follows head into cell 5, its answers are exact, exactly
-/// one of A and B gets the permit cell 5 frees, and a denial after both reads cell 5's ends.
+/// needing an old cell to leave reads instead of the marks) race the next crossing's late
+/// publication. Cells 2 and 3 hold 1 and 2 (limit 3), so cell 4's window {2, 3, 4} is full with
+/// nothing in cell 4: A's denial there reads cell 4's ends (1 more when cell 2 leaves, at 50;
+/// empty when cell 3 leaves, at 60) while B crosses into cell 5 (incremental, same block: cell
+/// 2, the oldest used, leaves, so its ends come from cell 4's and cell 3's count), publishes
+/// cell 5's `base` and only then, by plain stores, its ends, and takes 1 there. A, following
+/// head into cell 5 (denied there after B's permit), may load cell 5's `base` before B's ends
+/// (cell 4's in place, another name: the marks), between B's two stores, or after them (cell
+/// 5's ends); and B, the only crosser into cell 5, reads cell 4's ends after its `base`. Whichever
+/// ends A reads, and whether A is decided in cell 4 or follows head into cell 5, its answers are
+/// exact, exactly one of A and B gets the permit cell 5 frees, and a denial after both reads cell
+/// 5's ends.
 #[test]
 fn a_denial_reads_the_published_ends_while_the_next_cell_is_crossed() {
     model(|| {

@@ -113,13 +113,30 @@
 //! Beside `base`, on its cache line, the crossing also publishes the window's *ends*: its oldest
 //! used closed cell with that cell's count (capped at 255), and its newest used closed cell, each
 //! as a distance back from the crossed cell in a word named by the cell as `base` is
-//! (`(cell tag, payload)`). They are written like the marks (by compare-exchange, only while
-//! `head` is the crosser's cell, before `base`), and every crosser of a cell computes the same
-//! ends (from sealed counts). A crossing that walks its window finds them in the walk; an
-//! incremental one in O(1) from the previous crossing's ends and the cells it seals (and one
-//! cell read, the window's first, when the previous oldest used cell leaves); where that does
-//! not settle them (the new oldest used cell further in, or the previous ends not published),
-//! two searches over the marks, O(log cells) once per crossing.
+//! (`(cell tag, payload)`). Only the crosser whose compare-exchange published `base` publishes
+//! them, right after it, by two plain stores (`newest`, then `oldest`, which a reader loads
+//! first); the other crossers of the cell do nothing for them. A crossing that walks its window
+//! finds them in the walk; an incremental one in O(1) from the previous crossing's ends and the
+//! cells it seals (and one cell read, the window's first, when the previous oldest used cell
+//! leaves); where that does not settle them (the new oldest used cell further in, or the
+//! previous ends not published yet), two searches over the marks, O(log cells) once per
+//! crossing. A window with no used closed cell publishes nothing.
+//!
+//! The words are *self-validating*: a reader uses them only when they name the cell its `base`
+//! names, and every crossing of that cell since the ring last moved back computes the same ends
+//! from sealed (final) counts. So a word named by a cell holds that cell's ends whenever and by
+//! whomever it was stored: ends not stored yet (a reader between the winner's `base` and its
+//! ends) and a stale store (a stalled winner's, after a newer crossing's) name another cell,
+//! and the reader searches the marks instead. A rewind ([Time](#time)) moves the ring back to a
+//! cell that may have been crossed before, with other counts (the leaped era reset some of its
+//! window's slots); so before moving `head` back it stores "none" named by that cell (offset
+//! 0). Every crossing after the rewind loads `head` after that store, and every reader loads
+//! such a crossing's `base` before the ends, so no one reads ends stored before the rewind.
+//! What this does not exclude: a winner stalled between its `base` and its ends across a whole
+//! leap, the rewind and a new crossing of the same cell, whose late store is then named by the
+//! cell `base` names: a denial may take its retry and reset times from that earlier crossing's
+//! window (cells of the same window, so times within it); its decision and `remaining` come from
+//! `base` and the cell, as always.
 //!
 //! A denial whose window is short of `need` permits frees them, oldest first, and the oldest used
 //! closed cell frees its count when it leaves: so when `need` is at most that count (always for
@@ -127,9 +144,7 @@
 //! and the reset time is when the current cell leaves (it holds permits) or else the newest used
 //! closed cell: a denial after the short path then reads two words of `base`'s line and no mark,
 //! whatever the cells (`examples/instructions_spent`). Ends that name another cell (a newer
-//! crossing's, or none published) are not used: the denial searches the marks, as above. After a
-//! leap, a denial racing the rewind's crossing into its own cell may take its times from that
-//! crossing's ends, as the scan would read that crossing's cells.
+//! crossing's, or none published) are not used: the denial searches the marks, as above.
 //!
 //! # Leases
 //! As a [`LeaseSource`](crate::lease::LeaseSource), the window leases permits in batches, each
@@ -323,10 +338,10 @@ struct BaseLine {
     /// it was written; any other value (stale, not yet written, garbage) is ignored and the call
     /// divides.
     hint: AtomicU64,
-    /// The window's *ends* for the newest crossed cell, published by its crossing before
-    /// `base` (see [Ends](self#ends)): `(cell index mod 2^40, e)` in `base`'s layout, where `e`
-    /// is `oldest offset << 8 | min(oldest count, 255)`, the oldest used closed cell's distance
-    /// back from the crossed cell and its count.
+    /// The window's *ends* for a crossed cell, published by the crosser that published its
+    /// `base`, after it (see [Ends](self#ends)): `(cell index mod 2^40, e)` in `base`'s layout,
+    /// where `e` is `oldest offset << 8 | min(oldest count, 255)`, the oldest used closed cell's
+    /// distance back from the crossed cell and its count; `e = 0` is none (stored by a rewind).
     oldest: AtomicU64,
     /// As `oldest`, `e` the newest used closed cell's distance back from the crossed cell.
     newest: AtomicU64,
