@@ -62,10 +62,11 @@
 //! sweep): it raises `head` (the newest cell index, a full `u64`), *seals* the window's closed
 //! cells that are not sealed yet (a sealed cell never changes again: a writer that finds its cell
 //! sealed moves to the newer cell), *marks* them (a running sum of sealed counts published next to
-//! each cell, see [Marks](#marks)), and publishes their sum in `base` as `(cell tag, sum)`. It then
-//! pre-stamps the `future` cells ahead with their round and a zero count, and leaves beside `base`
-//! a *hint* of where that cell lives, so a call in it finds its cell and slot without dividing
-//! (a hint is checked before use: any value is safe). Every other call is: load `base` and the
+//! each cell, see [Marks](#marks)), and publishes their sum in `base` as `(cell tag, sum)`.
+//! The crosser whose compare-exchange published it (the cell's other crossers stop there) then
+//! pre-stamps the `future` cells ahead with their round and a zero count, and leaves beside
+//! `base` a *hint* of where that cell lives, so a call in it finds its cell and slot without
+//! dividing (a hint is checked before use: any value is safe). Every other call is: load `base` and the
 //! hint, load the current cell, and one compare-exchange that adds `n` iff
 //! `base sum + count + n ≤ limit`. The check and the add are one atomic step on the only cell that
 //! is still open, and the rest of the window is frozen, so the check is exact. A denial writes

@@ -458,7 +458,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let want = pack_window(cell & TAG_MASK, sum);
         loop {
             if unpack_window(current).0 == cell & TAG_MASK {
-                break; // published by another crosser: the same sum, sealed cells are final
+                // Published by another crosser (the same sum: sealed cells are final), who
+                // publishes the ends, pre-stamps and leaves the hint: nothing is left to do.
+                return Ok(());
             }
             // Acquire: a newer base was published after its head raise. A head below `cell` was
             // rewound under us (a leap judged by a fresher clock): our crossing is void.
@@ -473,15 +475,15 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    // Only the crosser that published `base` publishes the ends, after it (see
-                    // [Ends](super#ends)): the other crossers of the cell do no work for them.
-                    self.publish_ends(cell, sum, walked);
-                    break;
-                }
+                Ok(_) => break,
                 Err(actual) => current = actual,
             }
         }
+        // Only the crosser that published `base` goes on, after it: the ends (see
+        // [Ends](super#ends)), the pre-stamps and the hint. The other crossers of the cell do
+        // none of it (each is only ever an optimisation, so a stalled winner's costs a writer
+        // one compare-exchange at most, or a reader a search of the marks).
+        self.publish_ends(cell, sum, walked);
         self.pre_stamp(cell, stamp_from);
         // Relaxed: a hint, checked by every reader (see `BaseLine::hint`).
         self.base.hint.store(cell, Ordering::Relaxed);
