@@ -707,7 +707,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// Prepares the current cell ahead of callers: the crossing work (sealing the window's closed
     /// cells and publishing their sum) if nobody has done it yet, and pre-stamping the future
-    /// cells. Callers do the same work inline when it has not been done, so calling this is only
+    /// cells (left to the caller whose crossing published the cell when the sweep raced one
+    /// and lost). Callers do the same work inline when it has not been done, so calling this is only
     /// ever an optimisation; see [`Maintenance`](super::Maintenance) to run it from a thread.
     ///
     /// ```
