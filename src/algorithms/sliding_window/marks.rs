@@ -50,12 +50,15 @@ use crate::decision::Decision;
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window};
 use crate::sync::Ordering;
 
-/// Bits of the oldest end's payload below its offset: the oldest used cell's count, capped at
-/// [`END_COUNT_MAX`].
+/// Bits of the oldest end's payload below its offset: [`END_SOLE`] and the oldest used cell's
+/// count, capped at [`END_COUNT_MAX`].
 const END_COUNT_BITS: u32 = 8;
+/// The oldest end's flag that the oldest used closed cell is the only one (so it is the newest
+/// too): its crossing then stores no `newest` word, and a reader loads none.
+const END_SOLE: u64 = 1 << (END_COUNT_BITS - 1);
 /// The largest oldest-cell count an end carries (a larger count is carried as this: a denial
 /// that needs more searches the marks).
-const END_COUNT_MAX: u64 = (1 << END_COUNT_BITS) - 1;
+const END_COUNT_MAX: u64 = END_SOLE - 1;
 
 /// The kind of a mark: a prefix mark (a cell of the newest block of a window) or a suffix mark
 /// (a cell of the block before it).
@@ -112,13 +115,15 @@ pub(super) struct Used {
 }
 
 impl Used {
-    /// The ends' payloads `(oldest, newest)` for the crossing into `cell`, whose window these are.
-    fn ends(self, cell: u64) -> (u64, u64) {
+    /// The ends' payloads `(oldest, newest)` for the crossing into `cell`, whose window these
+    /// are: no `newest` when the oldest used cell is the only one ([`END_SOLE`]).
+    fn ends(self, cell: u64) -> (u64, Option<u64>) {
         let (oldest, first) = self.oldest;
-        (
-            ((cell - oldest) << END_COUNT_BITS) | first.min(END_COUNT_MAX),
-            cell - self.newest,
-        )
+        let sole = self.newest == oldest;
+        let end = ((cell - oldest) << END_COUNT_BITS)
+            | if sole { END_SOLE } else { 0 }
+            | first.min(END_COUNT_MAX);
+        (end, (!sole).then(|| cell - self.newest))
     }
 }
 
@@ -271,7 +276,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// is used, or the marks do not add up to `sum` (a newer crossing changed them, or they
     /// saturated): nothing is published then, and readers search the marks. Two searches over
     /// the marks, once per crossing: O(log cells).
-    pub(super) fn ends_of(&self, cell: u64, sum: u64) -> Option<(u64, u64)> {
+    pub(super) fn ends_of(&self, cell: u64, sum: u64) -> Option<(u64, Option<u64>)> {
         if sum == 0 {
             return None;
         }
@@ -290,10 +295,13 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         } else {
             levels.first_reaching(from, crossing, sum)?.0
         };
-        Some((
-            ((cell - oldest) << END_COUNT_BITS) | first.min(END_COUNT_MAX),
-            cell - newest,
-        ))
+        Some(
+            Used {
+                oldest: (oldest, first),
+                newest,
+            }
+            .ends(cell),
+        )
     }
 
     /// The ends of an incremental crossing into `cell` from the published crossing `p` (in
@@ -308,7 +316,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         cell: u64,
         sum: u64,
         new: Option<Used>,
-    ) -> Option<(u64, u64)> {
+    ) -> Option<(u64, Option<u64>)> {
         if sum == 0 {
             return None;
         }
@@ -324,19 +332,27 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             return None; // none published for `p`
         }
         let from = self.geometry.window_start(cell);
+        let p_oldest = p.checked_sub(oldest >> END_COUNT_BITS)?;
         let newest = match new {
             Some(new) => new.newest,
             None => {
-                // Relaxed: ordered after `p`'s `newest` store by the Acquire above (stored
-                // before `oldest`); a later store names another cell.
-                let newest = named_sum(self.base.newest.load(Ordering::Relaxed), p)?;
-                match p.checked_sub(newest) {
-                    Some(p_newest) if newest > 0 && p_newest >= from => p_newest,
-                    _ => return None,
+                let p_newest = if oldest & END_SOLE != 0 {
+                    p_oldest
+                } else {
+                    // Relaxed: ordered after `p`'s `newest` store by the Acquire above (stored
+                    // before `oldest`); a later store names another cell.
+                    let newest = named_sum(self.base.newest.load(Ordering::Relaxed), p)?;
+                    if newest == 0 {
+                        return None;
+                    }
+                    p.checked_sub(newest)?
+                };
+                if p_newest < from {
+                    return None;
                 }
+                p_newest
             }
         };
-        let p_oldest = p.checked_sub(oldest >> END_COUNT_BITS)?;
         let (oldest, first) = if p_oldest >= from {
             (p_oldest, oldest & END_COUNT_MAX)
         } else {
@@ -375,11 +391,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         .or_else(|| self.ends_of(cell, sum));
         if let Some((oldest, newest)) = ends {
             let tag = cell & TAG_MASK;
-            // Relaxed: made visible with `oldest` by its Release store next (a reader reads
-            // `newest` only after an Acquire load of `oldest` naming this cell).
-            self.base
-                .newest
-                .store(pack_window(tag, newest), Ordering::Relaxed);
+            if let Some(newest) = newest {
+                // Relaxed: made visible with `oldest` by its Release store next (a reader
+                // reads `newest` only after an Acquire load of `oldest` naming this cell,
+                // without `END_SOLE`).
+                self.base
+                    .newest
+                    .store(pack_window(tag, newest), Ordering::Relaxed);
+            }
             // Release: pairs with the Acquire loads of `oldest` in `published_denial` and
             // `ends_after`, and carries the `newest` store above to them.
             self.base
@@ -433,6 +452,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let oldest = cell.checked_sub(back)?;
         let newest = if count > 0 {
             cell
+        } else if end & END_SOLE != 0 {
+            oldest
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.

@@ -112,11 +112,12 @@
 //!
 //! # Ends
 //! Beside `base`, on its cache line, the crossing also publishes the window's *ends*: its oldest
-//! used closed cell with that cell's count (capped at 255), and its newest used closed cell, each
+//! used closed cell with that cell's count (capped at 127), and its newest used closed cell, each
 //! as a distance back from the crossed cell in a word named by the cell as `base` is
 //! (`(cell tag, payload)`). Only the crosser whose compare-exchange published `base` publishes
-//! them, right after it, by two plain stores (`newest`, then `oldest`, which a reader loads
-//! first); the other crossers of the cell do nothing for them. A crossing that walks its window
+//! them, right after it, by plain stores (`newest`, then `oldest`, which a reader loads first;
+//! when the oldest used cell is the only one, `oldest` alone, flagged so); the other crossers of
+//! the cell do nothing for them. A crossing that walks its window
 //! finds them in the walk; an incremental one in O(1) from the previous crossing's ends and the
 //! cells it seals (and one cell read, the window's first, when the previous oldest used cell
 //! leaves); where that does not settle them (the new oldest used cell further in, or the
@@ -341,8 +342,10 @@ struct BaseLine {
     hint: AtomicU64,
     /// The window's *ends* for a crossed cell, published by the crosser that published its
     /// `base`, after it (see [Ends](self#ends)): `(cell index mod 2^40, e)` in `base`'s layout,
-    /// where `e` is `oldest offset << 8 | min(oldest count, 255)`, the oldest used closed cell's
-    /// distance back from the crossed cell and its count; `e = 0` is none (stored by a rewind).
+    /// where `e` is `oldest offset << 8 | sole << 7 | min(oldest count, 127)`: the oldest used
+    /// closed cell's distance back from the crossed cell, whether it is the only used one (then
+    /// it is the newest too, and `newest` is not stored), and its count; `e = 0` is none
+    /// (stored by a rewind).
     oldest: AtomicU64,
     /// As `oldest`, `e` the newest used closed cell's distance back from the crossed cell.
     newest: AtomicU64,
