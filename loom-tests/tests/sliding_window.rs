@@ -431,3 +431,67 @@ fn an_incremental_crossing_races_the_next_blocks_crossing() {
         assert_eq!(d, Decision::deny(3, 0, 4, reset), "a_in_5: {a_in_5}");
     });
 }
+
+/// The published ends (the oldest and newest used closed cells beside `base`, which a denial
+/// needing an old cell to leave reads instead of the marks) race the next crossing's late
+/// publication. Cells 2 and 3 hold 1 and 2 (limit 3), so cell 4's window {2, 3, 4} is full with
+/// nothing in cell 4: A's denial there reads cell 4's ends (1 more when cell 2 leaves, at 50;
+/// empty when cell 3 leaves, at 60) while B crosses into cell 5 (incremental, same block: cell
+/// 2, the oldest used, leaves, so its ends come from cell 4's and cell 3's count), publishes
+/// cell 5's `base` and only then, by plain stores, its ends, and takes 1 there. A, following
+/// head into cell 5 (denied there after B's permit), may load cell 5's `base` before B's ends
+/// (cell 4's in place, another name: the marks), between B's two stores, or after them (cell
+/// 5's ends); and B, the only crosser into cell 5, reads cell 4's ends after its `base`. Whichever
+/// ends A reads, and whether A is decided in cell 4 or follows head into cell 5, its answers are
+/// exact, exactly one of A and B gets the permit cell 5 frees, and a denial after both reads cell
+/// 5's ends.
+#[test]
+fn a_denial_reads_the_published_ends_while_the_next_cell_is_crossed() {
+    model(|| {
+        let w = window3(3);
+        assert!(w.try_acquire_at(1, 2 * CELL + 9).unwrap().is_allowed());
+        assert!(w.try_acquire_at(2, 3 * CELL + 9).unwrap().is_allowed());
+        // The crossing into cell 4, by a denial.
+        let in_4 = Decision::deny(3, 0, 5, 15);
+        assert_eq!(w.try_acquire_at(1, 4 * CELL + 5).unwrap(), in_4);
+        let a = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let a = w.try_acquire_at(1, 4 * CELL + 5).unwrap();
+                (a, w.peek_at(1, 4 * CELL + 5).unwrap())
+            })
+        };
+        let b = {
+            let w = w.clone();
+            thread::spawn(move || w.try_acquire_at(1, 5 * CELL + 1).unwrap())
+        };
+        let ((a, peeked), b) = (a.join().unwrap(), b.join().unwrap());
+        // A in cell 4: denied as above. Followed into cell 5 (cells {3, 4, 5} hold 2; A's time
+        // stays 45): admitted (the window resets at 80), or denied after B's permit there: 1
+        // more when cell 3 leaves (60), empty when cell 5 does (80). The peek likewise.
+        let a_in_5 = Decision::allow(3, 0, 35);
+        let a_after_b = Decision::deny(3, 0, 15, 35);
+        assert!(a == in_4 || a == a_in_5 || a == a_after_b, "A: {a:?}");
+        assert!(
+            peeked == in_4 || peeked == a_in_5 || peeked == a_after_b,
+            "the peek: {peeked:?}"
+        );
+        // Exactly one of A and B takes cell 5's permit.
+        assert_eq!(
+            usize::from(a.is_allowed()) + usize::from(b.is_allowed()),
+            1,
+            "A: {a:?}, B: {b:?}"
+        );
+        let b_want = if a.is_allowed() {
+            Decision::deny(3, 0, 9, 29)
+        } else {
+            Decision::allow(3, 0, 29)
+        };
+        assert_eq!(b, b_want);
+        // After both: cells {3, 4, 5} hold 3; 1 more when cell 3 leaves, empty when 5 does.
+        assert_eq!(
+            w.try_acquire_at(1, 5 * CELL + 6).unwrap(),
+            Decision::deny(3, 0, 4, 24)
+        );
+    });
+}

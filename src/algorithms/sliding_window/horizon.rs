@@ -104,6 +104,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // Begun before head moves back (so before any slot write that follows the
                 // rewind) and ended after: see `SlidingWindowLimiter::refund`.
                 self.rewinds_begun.fetch_add(1, Ordering::SeqCst);
+                // Before head moves back: no crossing after the rewind reads the ends of one
+                // before it (see [Ends](super#ends)).
+                self.clear_ends(me.own);
                 // AcqRel: Release orders the rewind before our crossing's seals and stamps (a
                 // reader that sees those re-reads head); Acquire as every head load.
                 let moved =

@@ -44,11 +44,21 @@
 //! it again, or did not change because of a newer crossing (after a leap), that one call reads
 //! the cells one by one, as every call did before the marks. Never a wait on another thread.
 
-use super::{SEALED, SlidingWindowLimiter, count_if_above, pack_cell, visit};
+use super::{SEALED, SlidingWindowLimiter, count_if_above, named_sum, pack_cell, visit};
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::packed::MAX_COUNT;
+use crate::packed::{MAX_COUNT, TAG_MASK, pack_window};
 use crate::sync::Ordering;
+
+/// Bits of the oldest end's payload below its offset: [`END_SOLE`] and the oldest used cell's
+/// count, capped at [`END_COUNT_MAX`].
+const END_COUNT_BITS: u32 = 8;
+/// The oldest end's flag that the oldest used closed cell is the only one (so it is the newest
+/// too): its crossing then stores no `newest` word, and a reader loads none.
+const END_SOLE: u64 = 1 << (END_COUNT_BITS - 1);
+/// The largest oldest-cell count an end carries (a larger count is carried as this: a denial
+/// that needs more searches the marks).
+const END_COUNT_MAX: u64 = END_SOLE - 1;
 
 /// The kind of a mark: a prefix mark (a cell of the newest block of a window) or a suffix mark
 /// (a cell of the block before it).
@@ -95,6 +105,36 @@ impl Closed {
     pub(super) fn sum(&self) -> u64 {
         self.marked + self.live
     }
+}
+
+/// The used cells of a run of cells a crossing sealed: the oldest and its count, the newest.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Used {
+    oldest: (u64, u64),
+    newest: u64,
+}
+
+impl Used {
+    /// The ends' payloads `(oldest, newest)` for the crossing into `cell`, whose window these
+    /// are: no `newest` when the oldest used cell is the only one ([`END_SOLE`]).
+    fn ends(self, cell: u64) -> (u64, Option<u64>) {
+        let (oldest, first) = self.oldest;
+        let sole = self.newest == oldest;
+        let end = ((cell - oldest) << END_COUNT_BITS)
+            | if sole { END_SOLE } else { 0 }
+            | first.min(END_COUNT_MAX);
+        (end, (!sole).then(|| cell - self.newest))
+    }
+}
+
+/// What a crossing walked, for its ends.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Walk {
+    /// An incremental crossing from the published crossing `(p, its sum)`, and the used cells
+    /// of the cells it sealed.
+    From((u64, u64), Option<Used>),
+    /// The whole window, and its used cells.
+    Whole(Option<Used>),
 }
 
 /// `L`, the levels of one published crossing's marks (see the module docs).
@@ -230,6 +270,210 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         Ok(())
     }
 
+    /// The ends of the crossing into `cell` (see [Ends](super#ends)), whose closed cells sum
+    /// to `sum` and whose marks are written: `(oldest, newest)`, the payloads of
+    /// [`BaseLine::oldest`](super::BaseLine::oldest) and `newest`. `None` when no closed cell
+    /// is used, or the marks do not add up to `sum` (a newer crossing changed them, or they
+    /// saturated): nothing is published then, and readers search the marks. Two searches over
+    /// the marks, once per crossing: O(log cells).
+    pub(super) fn ends_of(&self, cell: u64, sum: u64) -> Option<(u64, Option<u64>)> {
+        if sum == 0 {
+            return None;
+        }
+        let levels = Levels::new(self, cell);
+        let from = self.geometry.window_start(cell);
+        let from = (from, levels.at(from)?);
+        let crossing = (cell, levels.at(cell)?);
+        if u64::try_from(crossing.1 - from.1).ok()? != sum {
+            return None;
+        }
+        // The oldest cell by which the window holds 1 is the oldest used one, and what it holds
+        // then is that cell's count (the cells before it are empty).
+        let (oldest, first) = levels.first_reaching(from, crossing, 1)?;
+        let newest = if first == sum {
+            oldest
+        } else {
+            levels.first_reaching(from, crossing, sum)?.0
+        };
+        Some(
+            Used {
+                oldest: (oldest, first),
+                newest,
+            }
+            .ends(cell),
+        )
+    }
+
+    /// The ends of an incremental crossing into `cell` from the published crossing `p` (in
+    /// `cell`'s block, before it; `p_sum` its `base` sum), whose newly sealed cells `[p, cell)`
+    /// used `new`: from `p`'s ends, in O(1) (one cell read when `p`'s oldest used cell has left
+    /// the window: the window's first cell, if used). `None` when that does not settle them
+    /// (`p`'s ends not published, or the new oldest used cell further in): the caller searches
+    /// ([`ends_of`](Self::ends_of)).
+    fn ends_after(
+        &self,
+        (p, p_sum): (u64, u64),
+        cell: u64,
+        sum: u64,
+        new: Option<Used>,
+    ) -> Option<(u64, Option<u64>)> {
+        if sum == 0 {
+            return None;
+        }
+        if p_sum == 0 {
+            // `p`'s window held nothing: the used cells are the new ones.
+            return new.map(|new| new.ends(cell));
+        }
+        // Acquire: pairs with the Release store of `publish_ends` (`p`'s crossing's, or a
+        // newer one's, which names another cell): the `newest` word it stored before comes
+        // with it. The words are self-contained: nothing else is read on their strength.
+        let oldest = named_sum(self.base.oldest.load(Ordering::Acquire), p)?;
+        if oldest >> END_COUNT_BITS == 0 {
+            return None; // none published for `p`
+        }
+        let from = self.geometry.window_start(cell);
+        let p_oldest = p.checked_sub(oldest >> END_COUNT_BITS)?;
+        let newest = match new {
+            Some(new) => new.newest,
+            None => {
+                let p_newest = if oldest & END_SOLE != 0 {
+                    p_oldest
+                } else {
+                    // Relaxed: ordered after `p`'s `newest` store by the Acquire above (stored
+                    // before `oldest`); a later store names another cell.
+                    let newest = named_sum(self.base.newest.load(Ordering::Relaxed), p)?;
+                    if newest == 0 {
+                        return None;
+                    }
+                    p.checked_sub(newest)?
+                };
+                if p_newest < from {
+                    return None;
+                }
+                p_newest
+            }
+        };
+        let (oldest, first) = if p_oldest >= from {
+            (p_oldest, oldest & END_COUNT_MAX)
+        } else {
+            // `p`'s oldest used cell left: the window's first cell (sealed by `p`'s crossing,
+            // or this one's) is the oldest if used; else search.
+            let count = self.count_of(from);
+            if count == 0 {
+                return None;
+            }
+            (from, count)
+        };
+        Some(
+            Used {
+                oldest: (oldest, first),
+                newest,
+            }
+            .ends(cell),
+        )
+    }
+
+    /// Publishes the ends of the crossing into `cell` (`sum`: its closed cells' sum), by the
+    /// crosser whose compare-exchange published its `base`, after it: from the previous
+    /// crossing's (`walked`: that crossing and the used cells sealed since) where they settle
+    /// them, else by searching the marks; nothing when there are none (no used closed cell, or
+    /// the marks changed under it): the words then name an older crossing, which readers do
+    /// not use. Plain stores: each word is self-validating (named by the cell, and every
+    /// crossing of the cell since the ring last moved back computes the same ends from sealed
+    /// counts), so a late store is right whenever it is read, and a stale one (an older
+    /// crossing's, after a newer one's) only makes readers search the marks.
+    pub(super) fn publish_ends(&self, cell: u64, sum: u64, walked: Walk) {
+        let ends = match walked {
+            Walk::From(p, new) => self.ends_after(p, cell, sum, new),
+            // The whole window walked: its used cells are the window's (when they add up).
+            Walk::Whole(used) => used.filter(|_| sum > 0).map(|used| used.ends(cell)),
+        }
+        .or_else(|| self.ends_of(cell, sum));
+        if let Some((oldest, newest)) = ends {
+            let tag = cell & TAG_MASK;
+            if let Some(newest) = newest {
+                // Relaxed: made visible with `oldest` by its Release store next (a reader
+                // reads `newest` only after an Acquire load of `oldest` naming this cell,
+                // without `END_SOLE`).
+                self.base
+                    .newest
+                    .store(pack_window(tag, newest), Ordering::Relaxed);
+            }
+            // Release: pairs with the Acquire loads of `oldest` in `published_denial` and
+            // `ends_after`, and carries the `newest` store above to them.
+            self.base
+                .oldest
+                .store(pack_window(tag, oldest), Ordering::Release);
+        }
+    }
+
+    /// Marks the ends as none for cell `cell`, before a rewind moves `head` back to it (see
+    /// [Ends](super#ends)): no crossing of the ring after the rewind reads ends published
+    /// before it, even for the same cell (whose window may hold other counts then).
+    pub(super) fn clear_ends(&self, cell: u64) {
+        // Relaxed: ordered before the rewind's compare-exchange on `head` (its Release), which
+        // every later crossing loads (Acquire) before its `base`, which every reader loads
+        // (Acquire) before the ends.
+        self.base
+            .oldest
+            .store(pack_window(cell & TAG_MASK, 0), Ordering::Relaxed);
+    }
+
+    /// The denial of `n` in `cell`, the published crossing (`prev` its `base` sum, `count` taken
+    /// in it; `prev + count + n > limit`), from its published ends, reading no mark: when the
+    /// oldest used closed cell frees enough (`need` at most its count, as always for `n = 1`).
+    /// `None` when it does not, or the ends are not `cell`'s (not published, or a newer
+    /// crossing's): the caller searches the marks.
+    #[inline(always)]
+    pub(super) fn published_denial(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        n: u64,
+        limit: u64,
+    ) -> Option<Decision> {
+        // Acquire: pairs with the Release store of `publish_ends`, and brings the `newest`
+        // stored before it. The caller loaded `base` naming `cell` before this (Acquire), so
+        // the ends read are at least as new as the last rewind's `clear_ends`: ends named
+        // `cell` are its crossing's (a newer crossing's name another cell). Self-contained:
+        // nothing else is read on their strength.
+        let end = named_sum(self.base.oldest.load(Ordering::Acquire), cell)?;
+        let need = (prev + count + n).saturating_sub(limit);
+        let first = end & END_COUNT_MAX;
+        // `first ≥ 1` for a published end (a used cell), so `need` 0 never passes; `first` is
+        // at most `prev` for the window `base` names.
+        if need > first || first > prev || need == 0 {
+            return None;
+        }
+        let cells = self.geometry.cells;
+        let back = end >> END_COUNT_BITS;
+        let oldest = cell.checked_sub(back)?;
+        let newest = if count > 0 {
+            cell
+        } else if end & END_SOLE != 0 {
+            oldest
+        } else {
+            // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
+            // above (stored before it); a later store names another cell.
+            let newest = named_sum(self.base.newest.load(Ordering::Relaxed), cell)?;
+            // Published with `oldest` (1 to `back` cells back), unless none was.
+            if newest == 0 || newest > back {
+                return None;
+            }
+            cell - newest
+        };
+        let retry = self.geometry.until_start(oldest.saturating_add(cells), now);
+        let reset = self.geometry.until_start(newest.saturating_add(cells), now);
+        Some(Decision::deny(
+            limit,
+            limit.saturating_sub(prev + count),
+            retry,
+            reset,
+        ))
+    }
+
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
     pub(super) fn read_mark(&self, index: u64, kind: Kind) -> Option<u64> {
         self.mark_value(index, kind == Kind::Suffix)
@@ -263,33 +507,57 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// The crossing's walk over its window `[ws, cell)`: seals every cell and marks it, the newer
     /// block's cells oldest first (prefix marks), the older block's newest first (suffix marks).
-    /// Returns `(suffix(ws), prefix(cell − 1))`.
-    pub(super) fn walk_window(&self, cell: u64) -> Result<(u64, u64), u64> {
+    /// Returns `(suffix(ws), prefix(cell − 1), the window's used cells)`.
+    pub(super) fn walk_window(&self, cell: u64) -> Result<(u64, u64, Option<Used>), u64> {
         let block = self.block_start(cell);
-        let prefix = self.walk_prefix(block, block, cell, 0)?;
+        let (prefix, mut used) = self.walk_prefix(block, block, cell, 0)?;
         let mut suffix = 0;
         for index in (self.geometry.window_start(cell)..block).rev() {
-            suffix = (suffix + self.seal(index, cell)?).min(MAX_COUNT);
+            let count = self.seal(index, cell)?;
+            if count > 0 {
+                // Newest first: each used cell is the oldest so far, the first the newest
+                // unless the newer block's part has one.
+                used = Some(Used {
+                    oldest: (index, count),
+                    newest: used.map_or(index, |used| used.newest),
+                });
+            }
+            suffix = (suffix + count).min(MAX_COUNT);
             self.write_mark(index, cell, Kind::Suffix, suffix)?;
         }
-        Ok((suffix, prefix))
+        Ok((suffix, prefix, used))
     }
 
     /// Seals and prefix-marks cells `[start, cell)` of the block starting at `block`, going on
-    /// from `prefix` = the sum of `[block, start)`. Returns the sum of `[block, cell)`.
+    /// from `prefix` = the sum of `[block, start)`. Returns the sum of `[block, cell)`, and the
+    /// used cells of `[start, cell)`, if any.
     pub(super) fn walk_prefix(
         &self,
         block: u64,
         start: u64,
         cell: u64,
         mut prefix: u64,
-    ) -> Result<u64, u64> {
+    ) -> Result<(u64, Option<Used>), u64> {
         debug_assert!(block <= start);
+        let mut used: Option<Used> = None;
         for index in start..cell {
-            prefix = (prefix + self.seal(index, cell)?).min(MAX_COUNT);
+            let count = self.seal(index, cell)?;
+            if count > 0 {
+                used = Some(match used {
+                    Some(used) => Used {
+                        newest: index,
+                        ..used
+                    },
+                    None => Used {
+                        oldest: (index, count),
+                        newest: index,
+                    },
+                });
+            }
+            prefix = (prefix + count).min(MAX_COUNT);
             self.write_mark(index, cell, Kind::Prefix, prefix)?;
         }
-        Ok(prefix)
+        Ok((prefix, used))
     }
 
     /// What an incremental crossing into `cell` starts from, when the newest published crossing

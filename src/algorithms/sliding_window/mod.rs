@@ -62,10 +62,11 @@
 //! sweep): it raises `head` (the newest cell index, a full `u64`), *seals* the window's closed
 //! cells that are not sealed yet (a sealed cell never changes again: a writer that finds its cell
 //! sealed moves to the newer cell), *marks* them (a running sum of sealed counts published next to
-//! each cell, see [Marks](#marks)), and publishes their sum in `base` as `(cell tag, sum)`. It then
-//! pre-stamps the `future` cells ahead with their round and a zero count, and leaves beside `base`
-//! a *hint* of where that cell lives, so a call in it finds its cell and slot without dividing
-//! (a hint is checked before use: any value is safe). Every other call is: load `base` and the
+//! each cell, see [Marks](#marks)), and publishes their sum in `base` as `(cell tag, sum)`.
+//! The crosser whose compare-exchange published it (the cell's other crossers stop there) then
+//! pre-stamps the `future` cells ahead with their round and a zero count, and leaves beside
+//! `base` a *hint* of where that cell lives, so a call in it finds its cell and slot without
+//! dividing (a hint is checked before use: any value is safe). Every other call is: load `base` and the
 //! hint, load the current cell, and one compare-exchange that adds `n` iff
 //! `base sum + count + n ≤ limit`. The check and the add are one atomic step on the only cell that
 //! is still open, and the rest of the window is frozen, so the check is exact. A denial writes
@@ -94,7 +95,8 @@
 //!   the cells after it are new, and the window's sum is one older-block mark plus one newer-block
 //!   mark; it pre-stamps only the future cells the previous crossing did not. The first crossing
 //!   into a block walks its window: O(cells), once per block.
-//! * **a denial and a peek cost O(log cells)**: the sum of any run of closed cells is the
+//! * **a denial and a peek cost O(log cells)** (O(1) when the published [ends](#ends)
+//!   settle them, always for `n = 1` in a cell the crossing published): the sum of any run of closed cells is the
 //!   difference of two marks, so when enough of the window leaves (the retry time) and when the
 //!   newest used cell leaves (the reset time) are two binary searches over the marks. A denial
 //!   still writes nothing. A reader checks every mark it reads against the cell's round and the
@@ -107,6 +109,44 @@
 //!   published crossing, open) costs O(1), the loads it was decided on.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
+//!
+//! # Ends
+//! Beside `base`, on its cache line, the crossing also publishes the window's *ends*: its oldest
+//! used closed cell with that cell's count (capped at 127), and its newest used closed cell, each
+//! as a distance back from the crossed cell in a word named by the cell as `base` is
+//! (`(cell tag, payload)`). Only the crosser whose compare-exchange published `base` publishes
+//! them, right after it, by plain stores (`newest`, then `oldest`, which a reader loads first;
+//! when the oldest used cell is the only one, `oldest` alone, flagged so); the other crossers of
+//! the cell do nothing for them. A crossing that walks its window
+//! finds them in the walk; an incremental one in O(1) from the previous crossing's ends and the
+//! cells it seals (and one cell read, the window's first, when the previous oldest used cell
+//! leaves); where that does not settle them (the new oldest used cell further in, or the
+//! previous ends not published yet), two searches over the marks, O(log cells) once per
+//! crossing. A window with no used closed cell publishes nothing.
+//!
+//! The words are *self-validating*: a reader uses them only when they name the cell its `base`
+//! names, and every crossing of that cell since the ring last moved back computes the same ends
+//! from sealed (final) counts. So a word named by a cell holds that cell's ends whenever and by
+//! whomever it was stored: ends not stored yet (a reader between the winner's `base` and its
+//! ends) and a stale store (a stalled winner's, after a newer crossing's) name another cell,
+//! and the reader searches the marks instead. A rewind ([Time](#time)) moves the ring back to a
+//! cell that may have been crossed before, with other counts (the leaped era reset some of its
+//! window's slots); so before moving `head` back it stores "none" named by that cell (offset
+//! 0). Every crossing after the rewind loads `head` after that store, and every reader loads
+//! such a crossing's `base` before the ends, so no one reads ends stored before the rewind.
+//! What this does not exclude: a winner stalled between its `base` and its ends across a whole
+//! leap, the rewind and a new crossing of the same cell, whose late store is then named by the
+//! cell `base` names: a denial may take its retry and reset times from that earlier crossing's
+//! window (cells of the same window, so times within it); its decision and `remaining` come from
+//! `base` and the cell, as always.
+//!
+//! A denial whose window is short of `need` permits frees them, oldest first, and the oldest used
+//! closed cell frees its count when it leaves: so when `need` is at most that count (always for
+//! `n = 1`: a window at the limit is short of exactly 1), the retry time is when that cell leaves,
+//! and the reset time is when the current cell leaves (it holds permits) or else the newest used
+//! closed cell: a denial after the short path then reads two words of `base`'s line and no mark,
+//! whatever the cells (`examples/instructions_spent`). Ends that name another cell (a newer
+//! crossing's, or none published) are not used: the denial searches the marks, as above.
 //!
 //! # Leases
 //! As a [`LeaseSource`](crate::lease::LeaseSource), the window leases permits in batches, each
@@ -235,7 +275,7 @@ fn named_sum(word: u64, cell: u64) -> Option<u64> {
 /// Sliding window limiter: at most `limit` permits in any `cells` consecutive cells of
 /// `window / cells` each (see the [module docs](self) for the exact guarantee and protocol).
 ///
-/// Memory: two cache-padded lines (`head`; `base` and its hint) plus 16 bytes per slot (a cell
+/// Memory: two cache-padded lines (`head`; `base`, its hint and the window's ends) plus 16 bytes per slot (a cell
 /// word and its mark; `cells + future` rounded up to a power of two, so a cell's slot and round
 /// are a mask and a shift of its index), see [`memory_bytes`](SlidingWindowLimiter::memory_bytes).
 ///
@@ -288,7 +328,8 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     clock: C,
 }
 
-/// `base` and the hint beside it, on one cache line (a call reads both).
+/// `base`, the hint beside it and the window's ends, on one cache line (a call reads `base` and
+/// the hint, a denial that needs an old cell to leave the ends).
 struct BaseLine {
     /// `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed cell.
     word: AtomicU64,
@@ -299,6 +340,15 @@ struct BaseLine {
     /// it was written; any other value (stale, not yet written, garbage) is ignored and the call
     /// divides.
     hint: AtomicU64,
+    /// The window's *ends* for a crossed cell, published by the crosser that published its
+    /// `base`, after it (see [Ends](self#ends)): `(cell index mod 2^40, e)` in `base`'s layout,
+    /// where `e` is `oldest offset << 8 | sole << 7 | min(oldest count, 127)`: the oldest used
+    /// closed cell's distance back from the crossed cell, whether it is the only used one (then
+    /// it is the newest too, and `newest` is not stored), and its count; `e = 0` is none
+    /// (stored by a rewind).
+    oldest: AtomicU64,
+    /// As `oldest`, `e` the newest used closed cell's distance back from the crossed cell.
+    newest: AtomicU64,
 }
 
 /// The local ring's geometry for `config`'s: its slots, `cells + future`, rounded up to a power
@@ -467,6 +517,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             base: CachePadded::new(BaseLine {
                 word: AtomicU64::new(pack_window(0, 0)),
                 hint: AtomicU64::new(0),
+                // Cell 0 has no used closed cell: offset 0 is none (a reader falls back).
+                oldest: AtomicU64::new(pack_window(0, 0)),
+                newest: AtomicU64::new(pack_window(0, 0)),
             }),
             slots,
             marks,
@@ -601,6 +654,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     .until_start(cell.saturating_add(self.geometry.cells), now);
                 return Ok(Decision::allow(limit, limit - prev - count - n, reset));
             }
+            // Where `base` names this cell, its ends first (no mark read, see `ends`).
+            if closed.crossing == cell && !closed.scan {
+                if let Some(denied) = self.published_denial(cell, now, prev, count, n, limit) {
+                    return Ok(denied);
+                }
+            }
             match self.denial(cell, now, closed, count, n, limit) {
                 Some(denied) => return Ok(denied),
                 None if !read_again => read_again = true,
@@ -651,7 +710,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// Prepares the current cell ahead of callers: the crossing work (sealing the window's closed
     /// cells and publishing their sum) if nobody has done it yet, and pre-stamping the future
-    /// cells. Callers do the same work inline when it has not been done, so calling this is only
+    /// cells (left to the caller whose crossing published the cell when the sweep raced one
+    /// and lost). Callers do the same work inline when it has not been done, so calling this is only
     /// ever an optimisation; see [`Maintenance`](super::Maintenance) to run it from a thread.
     ///
     /// ```

@@ -3,7 +3,7 @@
 //! retry/reset search are in `marks`.
 
 use super::horizon::Caller;
-use super::marks::Closed;
+use super::marks::{Closed, Walk};
 use super::{
     ROUND_MASK, SEALED, SlidingWindowLimiter, named_sum, open_count, pack_cell, unpack_cell, visit,
 };
@@ -11,6 +11,9 @@ use crate::clock::Clock;
 use crate::decision::{AcquireError, Decision, check_permits};
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
+
+/// A crossing's walk: `(suffix, prefix, stamp from, what it walked)`.
+type Walked = (u64, u64, u64, Walk);
 
 /// What [`short`](SlidingWindowLimiter::short) found.
 enum Short {
@@ -55,11 +58,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // `cell` is the cell of `now` (`short` located it), so its start is at most
                 // `now`: the product cannot overflow.
                 let start = cell.wrapping_mul(self.geometry.cell_nanos);
-                match self.burst_denial((cell, start), now, prev, count, n, limit) {
-                    Some(denied) => return (denied, cell),
-                    // The closed cells must free some of it: read through the marks.
-                    None => Some((prev, count)),
+                if let Some(denied) = self.burst_denial((cell, start), now, prev, count, n, limit) {
+                    return (denied, cell);
                 }
+                // The closed cells must free some of it: from the published ends when the
+                // oldest used closed cell frees enough (no mark read), else through the marks.
+                Some((prev, count))
             }
             Short::General => None,
         };
@@ -73,6 +77,29 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// marks changed under it) [`acquire_general`](Self::acquire_general).
     #[inline(never)]
     fn after_short(
+        &self,
+        n: u64,
+        limit: u64,
+        now: u64,
+        own: u64,
+        clock: Option<&C>,
+        refused: Option<(u64, u64)>,
+    ) -> (Decision, u64) {
+        if let Some((prev, count)) = refused {
+            // The published ends first: no mark read when the oldest used closed cell frees
+            // enough. In this small frame: inlined into the short path they cost the burst
+            // denial 36 instructions, and inside the search's frame a spent denial 30 more.
+            if let Some(denied) = self.published_denial(own, now, prev, count, n, limit) {
+                return (denied, own);
+            }
+        }
+        self.after_ends(n, limit, now, own, clock, refused)
+    }
+
+    /// [`after_short`](Self::after_short) when the published ends did not decide: the denial
+    /// through the marks, else the general loop.
+    #[inline(never)]
+    fn after_ends(
         &self,
         n: u64,
         limit: u64,
@@ -407,7 +434,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let published = cell.checked_sub(cell.wrapping_sub(unpack_window(current).0) & TAG_MASK);
         let block = self.block_start(cell);
         let future = self.geometry.future;
-        let (suffix, prefix, stamp_from) = match published {
+        let (suffix, prefix, stamp_from, walked) = match published {
             // Published by another crosser (who got here first: the usual race of a cell's first
             // callers): done, unless a leap overwrote the window's marks; then the window is
             // walked again (and the published sum kept: a rewind only ever
@@ -417,18 +444,23 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             // cells from it on are new. O(1) per cell crossed.
             Some(p) if p >= block && p < cell => match self.marks_of(p, cell) {
                 Some((suffix, prefix)) => {
-                    let prefix = self.walk_prefix(block, p, cell, prefix)?;
-                    (suffix, prefix, p.saturating_add(future + 1))
+                    let (prefix, newest) = self.walk_prefix(block, p, cell, prefix)?;
+                    let p_sum = unpack_window(current).1;
+                    let walked = Walk::From((p, p_sum), newest);
+                    (suffix, prefix, p.saturating_add(future + 1), walked)
                 }
                 None => self.whole_window(cell)?,
             },
             // The first crossing into a block, or after a gap or a leap: the whole window.
             _ => self.whole_window(cell)?,
         };
-        let want = pack_window(cell & TAG_MASK, (suffix + prefix).min(MAX_COUNT));
+        let sum = (suffix + prefix).min(MAX_COUNT);
+        let want = pack_window(cell & TAG_MASK, sum);
         loop {
             if unpack_window(current).0 == cell & TAG_MASK {
-                break; // published by another crosser: the same sum, sealed cells are final
+                // Published by another crosser (the same sum: sealed cells are final), who
+                // publishes the ends, pre-stamps and leaves the hint: nothing is left to do.
+                return Ok(());
             }
             // Acquire: a newer base was published after its head raise. A head below `cell` was
             // rewound under us (a leap judged by a fresher clock): our crossing is void.
@@ -447,16 +479,22 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 Err(actual) => current = actual,
             }
         }
+        // Only the crosser that published `base` goes on, after it: the ends (see
+        // [Ends](super#ends)), the pre-stamps and the hint. The other crossers of the cell do
+        // none of it (each is only ever an optimisation, so a stalled winner's costs a writer
+        // one compare-exchange at most, or a reader a search of the marks).
+        self.publish_ends(cell, sum, walked);
         self.pre_stamp(cell, stamp_from);
         // Relaxed: a hint, checked by every reader (see `BaseLine::hint`).
         self.base.hint.store(cell, Ordering::Relaxed);
         Ok(())
     }
 
-    /// The crossing's walk over the whole window of `cell`: `(suffix, prefix, stamp from)`.
-    fn whole_window(&self, cell: u64) -> Result<(u64, u64, u64), u64> {
-        let (suffix, prefix) = self.walk_window(cell)?;
-        Ok((suffix, prefix, cell.saturating_add(1)))
+    /// The crossing's walk over the whole window of `cell`: `(suffix, prefix, stamp from, the
+    /// window's used cells)`.
+    fn whole_window(&self, cell: u64) -> Result<Walked, u64> {
+        let (suffix, prefix, used) = self.walk_window(cell)?;
+        Ok((suffix, prefix, cell.saturating_add(1), Walk::Whole(used)))
     }
 
     /// Seals closed cell `index` (seen from `cell`) and returns its final count.

@@ -442,3 +442,152 @@ fn a_peek_whose_window_starts_after_the_crossing_s_block_answers_as_the_scan_in_
         );
     }
 }
+
+/// The denials that need an old cell to leave, answered from the crossing's published ends
+/// (the oldest and newest used closed cells, see [Ends](super#ends)) without reading a mark or a
+/// cell, whatever the cells: the limit spent at the previous cell's end (issue 17's attack,
+/// `count = 0`: the reset from the newest end), and a window at the limit with permits in the
+/// current cell (the at-limit workload's denial, `need = 1`: the oldest end). Before the ends
+/// both searched the marks: `2 + newest_reads(m)` and more slot words.
+#[test]
+fn a_denial_needing_an_old_cell_to_leave_reads_no_slot_word() {
+    for cells in [60u32, 6_000, 60_000] {
+        let limit = 10;
+        let block = u64::from(cells);
+        for spent in [block + block / 2, block - 1, block] {
+            let crossing = spent + 1;
+            let w = ring(limit, cells);
+            // 7 at the very end of `spent`, 3 at the start of the crossing's cell.
+            assert!(
+                w.try_acquire_at(7, crossing * CELL - 1)
+                    .unwrap()
+                    .is_allowed()
+            );
+            let now = crossing * CELL + 7;
+            // Limit spent at the previous cell's end, nothing in this cell: the crossing (by a
+            // denial of 4), then a denial of 4 that reads nothing.
+            let leaves = (spent + block) * CELL - now;
+            let want = Decision::deny(u64::from(limit), 3, leaves, leaves);
+            assert_eq!(w.try_acquire_at(4, now).unwrap(), want);
+            let (read, d) = visits(|| w.try_acquire_at(4, now).unwrap());
+            assert_eq!(d, want, "{cells} cells, spent in cell {spent}");
+            assert_eq!(read, 0, "{cells} cells, spent in cell {spent}: denial");
+            let (read, d) = visits(|| w.peek_at(4, now).unwrap());
+            assert_eq!(d, want);
+            assert_eq!(
+                read, 1,
+                "{cells} cells, spent in cell {spent}: peek (its count)"
+            );
+            // At the limit with 3 in this cell: 1 more waits for `spent` to leave, and the
+            // window is back to full when this cell leaves.
+            assert!(w.try_acquire_at(3, now).unwrap().is_allowed());
+            let want = Decision::deny(u64::from(limit), 0, leaves, (crossing + block) * CELL - now);
+            let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+            assert_eq!(d, want, "{cells} cells, spent in cell {spent}");
+            assert_eq!(
+                read, 0,
+                "{cells} cells, spent in cell {spent}: at-limit denial"
+            );
+            // 8 more need more than the oldest used cell frees: through the marks, as before.
+            let (_, d) = visits(|| w.try_acquire_at(8, now).unwrap());
+            assert_eq!(
+                d,
+                w.denial_by_scan(crossing, now, 7, 3, 8, u64::from(limit))
+            );
+        }
+    }
+}
+
+/// Cells 10, 20 and 30 of a 60-cell window hold 3, 4 and 3 (limit 10): the window of every
+/// cell from 31 to 69 is full, its oldest used cell 10 and its newest 30. Returns the ring, with
+/// the crossing into cell 31 made (by a denial).
+fn full_from_cell_10() -> SlidingWindowLimiter<ManualClock> {
+    let w = ring(10, 60);
+    for (cell, n) in [(10, 3), (20, 4), (30, 3)] {
+        assert!(
+            w.try_acquire_at(n, (cell + 1) * CELL - 1)
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    assert!(!w.try_acquire_at(1, 31 * CELL).unwrap().is_allowed());
+    w
+}
+
+/// The ends are published by the crossing that won `base`, after it, by plain stores: a winner
+/// stalled there can store its (older) cell's ends after a newer crossing's. Such a word names
+/// its own cell, so a denial in the newer cell ignores it and searches the marks (the scan's
+/// answer), and the next crossing, which starts from the ends of the crossing it follows,
+/// ignores it too. Used as they stand (the tag unchecked), the stale ends of cell 31 (oldest
+/// used cell 21 back) would put the retry of a denial in cell 32 at cell 11's departure, a
+/// cell late.
+#[test]
+fn stale_ends_of_an_older_cell_stored_late_are_ignored() {
+    let w = full_from_cell_10();
+    let stale = (
+        w.base.oldest.load(crate::sync::Ordering::SeqCst),
+        w.base.newest.load(crate::sync::Ordering::SeqCst),
+    );
+    assert_eq!(
+        named_sum(stale.0, 31).map(|e| e >> 8),
+        Some(21),
+        "cell 31's ends"
+    );
+    let now = 32 * CELL + 5;
+    assert!(!w.try_acquire_at(1, now).unwrap().is_allowed()); // the crossing into cell 32
+    // The stalled winner of cell 31 stores now.
+    w.base.oldest.store(stale.0, crate::sync::Ordering::SeqCst);
+    w.base.newest.store(stale.1, crate::sync::Ordering::SeqCst);
+    let scan = w.denial_by_scan(32, now, 10, 0, 1, 10);
+    assert_eq!(
+        scan,
+        Decision::deny(10, 0, 70 * CELL - now, 90 * CELL - now)
+    );
+    let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+    assert_eq!(d, scan, "a denial in cell 32 with cell 31's ends in place");
+    assert!(read > 0, "the marks are searched");
+    assert_eq!(w.peek_at(1, now).unwrap(), scan, "the peek");
+    // The crossing into cell 33 finds no ends of cell 32: it publishes its own, found in the
+    // marks, and a denial there reads them (no slot word) and answers as the scan.
+    let now = 33 * CELL + 5;
+    assert!(!w.try_acquire_at(1, now).unwrap().is_allowed());
+    let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+    assert_eq!(d, w.denial_by_scan(33, now, 10, 0, 1, 10));
+    assert_eq!(read, 0, "cell 33's own ends");
+}
+
+/// A rewind marks the ends none for the cell it moves `head` back to before moving it: a
+/// crossing after the rewind never finds the ends of one before it, even of the same cell (the
+/// window's counts may differ then). Here cell 31 is crossed (its ends: oldest used cell 10),
+/// a leap far past the horizon is crossed (its window empty: it publishes no ends, so cell 31's
+/// stay in place), and a call in cell 31 rewinds the ring to it: before its crossing publishes
+/// anything, the ends name cell 31 as none.
+#[test]
+fn a_rewind_marks_the_ends_none_before_moving_head_back() {
+    let w = full_from_cell_10();
+    let ends_of_31 = w.base.oldest.load(crate::sync::Ordering::SeqCst);
+    assert!(named_sum(ends_of_31, 31).is_some_and(|e| e & 0x7f == 3));
+    let leap = 31 + 2 * w.horizon;
+    assert!(w.try_acquire_at(1, leap * CELL).unwrap().is_allowed());
+    assert_eq!(
+        w.base.oldest.load(crate::sync::Ordering::SeqCst),
+        ends_of_31,
+        "the leap's crossing publishes no ends"
+    );
+    let mut me = super::horizon::Caller::new(31 * CELL + 5, 31, None);
+    assert_eq!(w.follow(leap, 31, false, &mut me), (31, true), "the rewind");
+    assert_eq!(
+        named_sum(w.base.oldest.load(crate::sync::Ordering::SeqCst), 31),
+        Some(0),
+        "none, for cell 31"
+    );
+    // The rewound call then crosses into cell 31 and is decided there, as the scan decides.
+    let now = 31 * CELL + 5;
+    let d = w.try_acquire_at(1, now).unwrap();
+    let prev = w.closed_by_scan(31).sum();
+    if d.is_allowed() {
+        assert!(prev < 10);
+    } else {
+        assert_eq!(d, w.denial_by_scan(31, now, prev, 0, 1, 10));
+    }
+}
