@@ -107,6 +107,18 @@ impl Closed {
     }
 }
 
+/// The name the ends of the crossing into `cell` carry in their tag (`base`'s layout): the cell,
+/// mixed with the number of rewinds begun when its crossing began (its *epoch*, see `advance`),
+/// so that ends a winner computed before a rewind never pass for those of a crossing of the
+/// same cell after it. Epoch 0 (no rewind yet) names the cell itself; two epochs name one cell
+/// alike only when they are equal modulo 2^40 (the factor is odd), and the names of two
+/// different cells in two epochs coincide in their 40-bit tags only by chance, as a cell
+/// 2^40 cells away does today.
+#[inline(always)]
+pub(super) fn ends_name(cell: u64, epoch: u64) -> u64 {
+    cell ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 /// The used cells of a run of cells a crossing sealed: the oldest and its count, the newest.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Used {
@@ -312,6 +324,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// ([`ends_of`](Self::ends_of)).
     fn ends_after(
         &self,
+        epoch: u64,
         (p, p_sum): (u64, u64),
         cell: u64,
         sum: u64,
@@ -327,7 +340,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // Acquire: pairs with the Release store of `publish_ends` (`p`'s crossing's, or a
         // newer one's, which names another cell): the `newest` word it stored before comes
         // with it. The words are self-contained: nothing else is read on their strength.
-        let oldest = named_sum(self.base.oldest.load(Ordering::Acquire), p)?;
+        let oldest = named_sum(
+            self.base.oldest.load(Ordering::Acquire),
+            ends_name(p, epoch),
+        )?;
         if oldest >> END_COUNT_BITS == 0 {
             return None; // none published for `p`
         }
@@ -341,7 +357,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 } else {
                     // Relaxed: ordered after `p`'s `newest` store by the Acquire above (stored
                     // before `oldest`); a later store names another cell.
-                    let newest = named_sum(self.base.newest.load(Ordering::Relaxed), p)?;
+                    let newest = named_sum(
+                        self.base.newest.load(Ordering::Relaxed),
+                        ends_name(p, epoch),
+                    )?;
                     if newest == 0 {
                         return None;
                     }
@@ -378,19 +397,23 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// crossing's (`walked`: that crossing and the used cells sealed since) where they settle
     /// them, else by searching the marks; nothing when there are none (no used closed cell, or
     /// the marks changed under it): the words then name an older crossing, which readers do
-    /// not use. Plain stores: each word is self-validating (named by the cell, and every
-    /// crossing of the cell since the ring last moved back computes the same ends from sealed
-    /// counts), so a late store is right whenever it is read, and a stale one (an older
-    /// crossing's, after a newer one's) only makes readers search the marks.
-    pub(super) fn publish_ends(&self, cell: u64, sum: u64, walked: Walk) {
+    /// not use; nothing either when `epoch` is `None` (the crossing raced a rewind, see
+    /// `advance`). Plain stores: each word is self-validating (named by the cell in the
+    /// crossing's epoch, [`ends_name`], and every crossing of the cell in one epoch computes
+    /// the same ends from sealed counts), so a late store is right whenever it is read, and a
+    /// stale one (an older crossing's, after a newer one's; or one from before a rewind) only
+    /// makes readers search the marks.
+    pub(super) fn publish_ends(&self, cell: u64, sum: u64, walked: Walk, epoch: Option<u64>) {
+        // A crossing that raced a rewind (see `advance`) publishes nothing.
+        let Some(epoch) = epoch else { return };
         let ends = match walked {
-            Walk::From(p, new) => self.ends_after(p, cell, sum, new),
+            Walk::From(p, new) => self.ends_after(epoch, p, cell, sum, new),
             // The whole window walked: its used cells are the window's (when they add up).
             Walk::Whole(used) => used.filter(|_| sum > 0).map(|used| used.ends(cell)),
         }
         .or_else(|| self.ends_of(cell, sum));
         if let Some((oldest, newest)) = ends {
-            let tag = cell & TAG_MASK;
+            let tag = ends_name(cell, epoch) & TAG_MASK;
             if let Some(newest) = newest {
                 // Relaxed: made visible with `oldest` by its Release store next (a reader
                 // reads `newest` only after an Acquire load of `oldest` naming this cell,
@@ -434,12 +457,17 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
+        // SeqCst: the rewinds begun, as `advance` reads them. The caller loaded `base` naming
+        // `cell` before this (Acquire); a rewind counts itself before it moves `head` back, and
+        // every crossing after it saw that `head` before its `base`, so this is at least the
+        // epoch of the crossing whose `base` was read: ends stored in an older epoch (a winner
+        // stalled across a rewind, whose cell may have been crossed again since) are named
+        // apart and not used (see [Ends](super#ends)).
+        let name = ends_name(cell, self.rewinds_begun.load(Ordering::SeqCst));
         // Acquire: pairs with the Release store of `publish_ends`, and brings the `newest`
-        // stored before it. The caller loaded `base` naming `cell` before this (Acquire), so
-        // the ends read are at least as new as the last rewind's `clear_ends`: ends named
-        // `cell` are its crossing's (a newer crossing's name another cell). Self-contained:
-        // nothing else is read on their strength.
-        let end = named_sum(self.base.oldest.load(Ordering::Acquire), cell)?;
+        // stored before it. Ends named `cell` in this epoch are its crossing's (a newer
+        // crossing's name another cell). Self-contained: nothing else is read on their strength.
+        let end = named_sum(self.base.oldest.load(Ordering::Acquire), name)?;
         let need = (prev + count + n).saturating_sub(limit);
         let first = end & END_COUNT_MAX;
         // `first ≥ 1` for a published end (a used cell), so `need` 0 never passes; `first` is
@@ -457,7 +485,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.
-            let newest = named_sum(self.base.newest.load(Ordering::Relaxed), cell)?;
+            let newest = named_sum(self.base.newest.load(Ordering::Relaxed), name)?;
             // Published with `oldest` (1 to `back` cells back), unless none was.
             if newest == 0 || newest > back {
                 return None;

@@ -124,21 +124,24 @@
 //! previous ends not published yet), two searches over the marks, O(log cells) once per
 //! crossing. A window with no used closed cell publishes nothing.
 //!
-//! The words are *self-validating*: a reader uses them only when they name the cell its `base`
-//! names, and every crossing of that cell since the ring last moved back computes the same ends
-//! from sealed (final) counts. So a word named by a cell holds that cell's ends whenever and by
-//! whomever it was stored: ends not stored yet (a reader between the winner's `base` and its
-//! ends) and a stale store (a stalled winner's, after a newer crossing's) name another cell,
-//! and the reader searches the marks instead. A rewind ([Time](#time)) moves the ring back to a
-//! cell that may have been crossed before, with other counts (the leaped era reset some of its
-//! window's slots); so before moving `head` back it stores "none" named by that cell (offset
-//! 0). Every crossing after the rewind loads `head` after that store, and every reader loads
-//! such a crossing's `base` before the ends, so no one reads ends stored before the rewind.
-//! What this does not exclude: a winner stalled between its `base` and its ends across a whole
-//! leap, the rewind and a new crossing of the same cell, whose late store is then named by the
-//! cell `base` names: a denial may take its retry and reset times from that earlier crossing's
-//! window (cells of the same window, so times within it); its decision and `remaining` come from
-//! `base` and the cell, as always.
+//! The words are *self-validating*: a word is named by its crossing's cell mixed with the
+//! crossing's *epoch* (the rewinds begun when it began, read before and after it looked at
+//! `head`: a crossing that raced a rewind publishes nothing), and a reader uses it only when it
+//! carries the name of the cell its `base` names in the epoch it reads after that `base`. Every
+//! crossing of a cell within one epoch computes the same ends from sealed (final) counts. So a
+//! word with that name holds that crossing's ends whenever and by whomever it was stored: ends
+//! not stored yet (a reader between the winner's `base` and its ends) and a stale store (a
+//! stalled winner's, after a newer crossing's) carry another name, and the reader searches the
+//! marks instead. A rewind ([Time](#time)) moves the ring back to a cell that may have been
+//! crossed before, with other counts (the leaped era reset some of its window's slots): it
+//! counts itself before it moves `head` back, every crossing after it reads that count after
+//! the `head` it goes on from, and every reader reads it after such a crossing's `base`; so ends
+//! stored before the rewind, even by a winner stalled across the whole leap, the rewind and a
+//! new crossing of its own cell, carry an older epoch's name and are not used
+//! (`ends_stored_by_a_winner_stalled_across_a_rewind_are_ignored`). The rewind also stores
+//! "none" named by its cell (offset 0) before moving `head` back. Names are 40-bit tags: two
+//! epochs name one cell alike only 2^40 rewinds apart, and two cells' names in two epochs
+//! coincide by chance, as a cell 2^40 cells away does without epochs.
 //!
 //! A denial whose window is short of `need` permits frees them, oldest first, and the oldest used
 //! closed cell frees its count when it leaves: so when `need` is at most that count (always for

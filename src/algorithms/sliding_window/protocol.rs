@@ -412,6 +412,13 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// already past `cell`, or when the ring was rewound under this call (head below one it
     /// saw): a call never raises head again after the ring was rewound under it.
     pub(super) fn advance(&self, cell: u64, me: &mut Caller<'_, C>) -> Result<(), u64> {
+        // SeqCst: the rewinds begun before this crossing looked at `head` (the epoch its ends
+        // are named in, see `ends_name`), read again after it: a rewind counts itself before
+        // it moves `head` back, so when both reads agree, no rewind began between them, and
+        // the `head` this crossing goes on from is of that epoch (a crossing that saw a rewound
+        // `head` reads the rewind's count after it). A crossing that raced a rewind publishes
+        // no ends (readers search the marks until the next crossing).
+        let epoch = self.rewinds_begun.load(Ordering::SeqCst);
         // Acquire: a head value comes with the stamps and seals made before it was raised.
         let head = self.head.load(Ordering::Acquire);
         if head > cell || me.rewound(head) {
@@ -425,6 +432,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 return Err(prior);
             }
         }
+        // SeqCst: as the first read of the epoch, above.
+        let epoch = (self.rewinds_begun.load(Ordering::SeqCst) == epoch).then_some(epoch);
         me.reached(cell);
         // Acquire: a base word comes with its crossing's seals and marks.
         let mut current = self.base.word.load(Ordering::Acquire);
@@ -483,7 +492,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // [Ends](super#ends)), the pre-stamps and the hint. The other crossers of the cell do
         // none of it (each is only ever an optimisation, so a stalled winner's costs a writer
         // one compare-exchange at most, or a reader a search of the marks).
-        self.publish_ends(cell, sum, walked);
+        self.publish_ends(cell, sum, walked, epoch);
         self.pre_stamp(cell, stamp_from);
         // Relaxed: a hint, checked by every reader (see `BaseLine::hint`).
         self.base.hint.store(cell, Ordering::Relaxed);

@@ -652,3 +652,55 @@ fn random_walks_deny_and_peek_as_the_scan() {
         "{by_ends} read no slot word, {by_marks} did"
     );
 }
+
+/// A winner stalled between its `base` and its ends across a whole leap, the rewind and a new
+/// crossing of its own cell (the review's case): 40 cells and 1 future cell in 64 slots, so the
+/// leap's crossing resets cell 10's slot and leaves cells 20's and 30's. Cells 10, 20 and 30
+/// hold 3, 4 and 3; W1 wins the crossing into cell 31 and stalls after `base`; the leap, the
+/// rewind to 31 and W2's crossing of 31 follow (the window now holds 7), then cell 31 takes 3;
+/// then W1 stores its ends (oldest used cell 10). Named as they were, W1's ends would put a
+/// denial's retry at cell 10's departure, 10 µs before the scan's (cell 20's): they were named
+/// in the epoch before the rewind, so the denial and the peek ignore them and answer as the scan.
+#[test]
+fn ends_stored_by_a_winner_stalled_across_a_rewind_are_ignored() {
+    let window = Duration::from_nanos(CELL * 40);
+    let config = super::SlidingWindow::with_parts(10, window, 40, 1).unwrap();
+    let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+    for (cell, n) in [(10, 3), (20, 4), (30, 3)] {
+        assert!(
+            w.try_acquire_at(n, (cell + 1) * CELL - 1)
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    assert!(!w.try_acquire_at(1, 31 * CELL).unwrap().is_allowed());
+    // W1's ends for cell 31, as its late stores will write them.
+    let stale = (
+        w.base.oldest.load(crate::sync::Ordering::SeqCst),
+        w.base.newest.load(crate::sync::Ordering::SeqCst),
+    );
+    assert_eq!(
+        named_sum(stale.0, 31).map(|e| e >> 8),
+        Some(21),
+        "W1's ends"
+    );
+    let mut leap = 31 + 2 * w.horizon;
+    leap += (12 + 64 - leap % 64) % 64; // cell 10's slot overwritten, 20's and 30's not
+    assert!(w.try_acquire_at(1, leap * CELL).unwrap().is_allowed());
+    let mut me = super::horizon::Caller::new(31 * CELL + 5, 31, None);
+    assert_eq!(w.follow(leap, 31, false, &mut me), (31, true), "the rewind");
+    let now = 31 * CELL + 5;
+    assert!(w.try_acquire_at(3, now).unwrap().is_allowed());
+    assert_eq!(w.closed_by_scan(31).sum(), 7);
+    let scan = w.denial_by_scan(31, now, 7, 3, 1, 10);
+    assert_eq!(
+        scan,
+        Decision::deny(10, 0, 60 * CELL - now, 71 * CELL - now)
+    );
+    assert_eq!(w.try_acquire_at(1, now).unwrap(), scan, "W2's ends");
+    // W1 resumes: its two plain stores.
+    w.base.oldest.store(stale.0, crate::sync::Ordering::SeqCst);
+    w.base.newest.store(stale.1, crate::sync::Ordering::SeqCst);
+    assert_eq!(w.try_acquire_at(1, now).unwrap(), scan);
+    assert_eq!(w.peek_at(1, now).unwrap(), scan);
+}
