@@ -492,13 +492,13 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
             cell - newest
         };
-        let retry = self.geometry.until_start(oldest.saturating_add(cells), now);
-        let reset = self.geometry.until_start(newest.saturating_add(cells), now);
-        Some(Decision::deny(
+        // The retry cell is when the oldest used cell leaves, the reset when the newest does.
+        Some(self.deny_until(
+            now,
+            prev,
+            count,
             limit,
-            limit.saturating_sub(prev + count),
-            retry,
-            reset,
+            (oldest.saturating_add(cells), Some(newest)),
         ))
     }
 
