@@ -116,6 +116,8 @@ async fn an_expired_lease_is_refunded_beside_the_next_one() {
             refunded: 7,
             stranded: 0,
             failed_refunds: 0,
+            resent_refunds: 0,
+            given_up_refunds: 0,
             exact: 0
         }
     );
@@ -1082,7 +1084,7 @@ fn refund_with_a_lost_reply<A: LeaseAlgorithm>(
 /// The GCRA refund script itself: a refund with no deadline (the server's clock offset unknown:
 /// its mark could be given no end) gives nothing back and leaves no mark; one whose mark is
 /// there (a copy of a refund that landed) replies that it landed and changes nothing; one that
-/// lands leaves its mark, ending just after its deadline.
+/// lands leaves its mark, ending just after its deadline or the word's time, whichever is later.
 #[test]
 fn a_refund_lands_only_with_a_deadline_and_only_once() {
     let server = RedisServer::start();
@@ -1124,11 +1126,13 @@ fn a_refund_lands_only_with_a_deadline_and_only_once() {
     assert!(landed.starts_with("1\n"), "{landed}");
     let refunded = (now + hour).to_string();
     assert_eq!(server.cli(&["GET", key]), refunded);
+    // The word's time (8 hours on) is past the deadline: a retry of this refund sent after the
+    // deadline, under its name, must still find the mark while the key can hold the word.
     let ends = server.cli(&["PEXPIRETIME", mark]);
-    let after = (deadline / 1_000 + 1).to_string();
+    let after = ((now + 8 * hour) / 1_000 + 1).to_string();
     assert_eq!(
         ends, after,
-        "marked until the millisecond after its deadline"
+        "marked until the millisecond after the word's time, the later of it and the deadline"
     );
     // Brought back to the word (as a decision of 7 would), the copy still does not land.
     server.cli(&["SET", key, &word, "PX", "86400000"]);
@@ -1281,15 +1285,17 @@ async fn a_lazy_backends_first_lease_is_refunded_its_reply_taught_the_offset() {
 
 /// The aligned window's refund script itself (as `a_refund_lands_only_with_a_deadline_and_only_once`
 /// for GCRA's): no deadline, no refund and no mark; a landing leaves a mark ending the
-/// millisecond after its deadline's, whether the deadline ends a millisecond (`…999` µs) or
-/// starts one (`…000` µs); a copy finding the mark changes nothing; a copy that arrives after
-/// its deadline, its mark gone, is refused as late and changes nothing.
+/// millisecond after its deadline's (its window ends before), whether the deadline ends a
+/// millisecond (`…999` µs) or starts one (`…000` µs); a copy finding the mark changes nothing;
+/// a copy that arrives after its deadline, its mark gone, is refused as late and changes
+/// nothing. A lease of a window that ends after the deadline is marked until the window ends:
+/// a retry under the same name sent after the deadline still finds the mark.
 #[test]
 fn an_aligned_refund_lands_only_with_a_deadline_and_only_once() {
     let server = RedisServer::start();
     let source = include_str!("../src/redis/fixed_window_aligned_refund.lua");
     let sha = server.cli(&["SCRIPT", "LOAD", source]);
-    let window = 3_600_000_000u64; // an hour, in µs
+    let window = 1_000_000u64; // a second, in µs: it ends before the deadlines below
     let stamp = server.time_micros();
     let (stamp_arg, window_arg) = (stamp.to_string(), window.to_string());
     let key = "{t:k}:fwa";
@@ -1344,4 +1350,25 @@ fn an_aligned_refund_lands_only_with_a_deadline_and_only_once() {
     let late = refund("{t:k}:fwa:refund:1.1", server.time_micros() - 1_000_000);
     assert!(late.starts_with("2\n"), "late: {late}");
     assert_eq!(count(), "8", "nothing given back");
+
+    // A window of 10^15 µs (about 31.7 years, ending in 2033): marked until it ends, long
+    // past the deadline (a minute).
+    let long = 1_000_000_000_000_000u64;
+    let long_arg = long.to_string();
+    let index = (stamp / long).to_string();
+    server.cli(&["HSET", key, "i", &index, "c", "8", "l", &stamp_arg]);
+    let deadline = (server.time_micros() + 60_000_000).to_string();
+    let mark = "{t:k}:fwa:refund:1.3";
+    let args = ["2", key, mark, &stamp_arg, "8", "7", &long_arg, &deadline];
+    let mut command = vec!["EVALSHA", sha.as_str()];
+    command.extend(args);
+    let landed = server.cli(&command);
+    assert!(landed.starts_with("1\n"), "{landed}");
+    assert_eq!(count(), "1", "7 of 8 given back");
+    let window_end = (stamp / long + 1) * long;
+    assert_eq!(
+        server.cli(&["PEXPIRETIME", mark]),
+        (window_end / 1_000 + 1).to_string(),
+        "marked until the window's end"
+    );
 }

@@ -6,16 +6,20 @@
 //! implementation (one timeout) a whole `TIMEOUT` of slack or more for a loaded machine.
 #![cfg(feature = "redis")]
 
+#[path = "support/lossy_proxy.rs"]
+mod lossy_proxy;
 #[path = "redis/server.rs"]
 mod server;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::backend::{BreakerState, FailurePolicy};
+use floodgate::backend::{BreakerConfig, BreakerState, FailureKind, FailurePolicy};
 use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError};
 use floodgate::{Gcra, ManualClock, Rate};
+use lossy_proxy::LossyProxy;
 use server::RedisServer;
+use std::future::Future as _;
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -31,7 +35,24 @@ async fn hourly(
     timeout: Duration,
     name: &str,
 ) -> (RedisBackend, RedisLimiter<Gcra, ManualClock>, ManualClock) {
-    let config = RedisConfig::single(server.url()).timeout(timeout);
+    hourly_on(&server.url(), timeout, name).await
+}
+
+/// [`hourly`] at `url` (a proxy's) with the 1 s timeout.
+async fn hourly_at(
+    url: &str,
+    name: &str,
+) -> (RedisBackend, RedisLimiter<Gcra, ManualClock>, ManualClock) {
+    hourly_on(url, TIMEOUT, name).await
+}
+
+/// [`hourly`] at `url`.
+async fn hourly_on(
+    url: &str,
+    timeout: Duration,
+    name: &str,
+) -> (RedisBackend, RedisLimiter<Gcra, ManualClock>, ManualClock) {
+    let config = RedisConfig::single(url).timeout(timeout);
     let backend = RedisBackend::connect(config).await.unwrap();
     let clock = ManualClock::new();
     let policy = FailurePolicy::FailClosed;
@@ -410,4 +431,315 @@ async fn a_release_after_the_key_moved_on_gives_back_nothing_and_is_no_failure()
         "{counts:?}"
     );
     assert_eq!(limiter.failures().total(), 0);
+}
+
+/// Redis is down when the process gives its lease back: the refund's failed call is a failure
+/// like any other Redis call's. It counts in the limiter's failures (an operator reading them
+/// sees the outage) and in the key's breaker, which a single failure opens here; a per-call
+/// decision after it is short-circuited without a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_release_counts_as_a_failure_and_opens_the_breaker() {
+    let mut server = RedisServer::start();
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "seen").await;
+    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+    let limiter = Arc::new(limiter.with_breaker(Some(one)));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    let breaker = limiter.breaker().unwrap().shared();
+    assert_eq!(breaker.state(), BreakerState::Closed);
+
+    server.kill();
+    let started = Instant::now();
+    let released = leased.release().await;
+    assert!(started.elapsed() < 10 * TIMEOUT, "hung: {released:?}");
+    assert!(
+        matches!(released, Err(ReleaseError::Refund { permits: 7, .. })),
+        "{released:?}"
+    );
+    let failures = limiter.failures();
+    assert_eq!(failures.timeouts + failures.errors, 1, "{failures:?}");
+    assert_eq!(breaker.state(), BreakerState::Open, "one failure opens it");
+    let after = limiter.try_acquire_outcome("k", 1).await.unwrap();
+    assert!(
+        after.failure().is_some_and(|e| e.is_circuit_open()),
+        "{after:?}"
+    );
+    assert_eq!(limiter.failures().short_circuited, 1);
+    drop(clock);
+}
+
+/// The same when a refill gives the old lease back: its refund's failure is the refill's (the
+/// request is decided by the policy with it, one failure counted, seen by the breaker), and no
+/// lease request follows it into a server that just failed (one timeout, not two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refill_whose_refund_fails_is_decided_by_that_failure() {
+    let mut server = RedisServer::start();
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "refill").await;
+    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+    let limiter = Arc::new(limiter.with_breaker(Some(one)));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    clock.advance(leased.lifetime());
+    server.kill();
+    let outcome = leased.try_acquire_outcome(1).await.unwrap();
+    let error = outcome.failure().expect("decided by the policy");
+    assert!(error.to_string().contains(&server.url()), "{error}");
+    assert!(!outcome.decision().is_allowed(), "fail closed: {outcome:?}");
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.stranded, counts.failed_refunds),
+        (7, 1),
+        "{counts:?}"
+    );
+    assert_eq!(limiter.failures().total(), 1);
+    let breaker = limiter.breaker().unwrap().shared();
+    assert_eq!(breaker.state(), BreakerState::Open);
+}
+
+/// What Redis has taken from the hourly bucket of `limiter`'s key "k" (nothing refills during a
+/// test): a per-call request for the whole capacity, whose denial reports exactly what is left.
+async fn taken(limiter: &RedisLimiter<Gcra, ManualClock>) -> u64 {
+    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
+    assert!(
+        probe.failure().is_none() && !probe.decision().is_allowed(),
+        "{probe:?}"
+    );
+    100 - probe.decision().remaining()
+}
+
+/// Redis is frozen when a refill gives an expired lease's 7 unserved permits back: the refund
+/// times out (the refill is decided by that failure), and is kept. Once Redis answers again
+/// the next refill sends it again, under its name, before asking for a lease: the 7 come back
+/// exactly once (Redis's own count says so: only the 2 permits served stay taken), though the
+/// first call also reached the server (when it thawed, past its deadline: refused as late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_that_timed_out_is_sent_again_and_lands_once() {
+    let server = RedisServer::start();
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "again").await;
+    let limiter = Arc::new(limiter);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    clock.advance(leased.lifetime());
+
+    server.freeze();
+    let failed = leased.try_acquire_outcome(1).await.unwrap();
+    server.thaw();
+    assert!(
+        failed.failure().is_some_and(|e| e.is_timeout()),
+        "{failed:?}"
+    );
+    assert!(!failed.decision().is_allowed(), "fail closed: {failed:?}");
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.leases, counts.stranded, counts.failed_refunds),
+        (1, 7, 1),
+        "{counts:?}"
+    );
+
+    let next = leased.try_acquire_outcome(1).await.unwrap();
+    assert!(
+        next.failure().is_none() && next.decision().is_allowed(),
+        "{next:?}"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            counts.leases,
+            counts.refunded,
+            counts.stranded,
+            counts.failed_refunds,
+            counts.resent_refunds,
+            counts.given_up_refunds
+        ),
+        (2, 7, 0, 1, 1, 0),
+        "{counts:?}"
+    );
+    let held = counts.held;
+    assert_eq!(leased.release().await.unwrap(), held, "the new lease's");
+    assert_eq!(
+        leased.release().await.unwrap(),
+        0,
+        "nothing more to give back"
+    );
+    assert_eq!(taken(&limiter).await, 2, "{:?}", leased.counts());
+    assert_eq!(leased.counts().served(), 2);
+}
+
+/// A refund's reply is lost (the proxy closes the connection after the server ran it: it
+/// landed) and meanwhile another process decides 7 on the key, which brings it back to the
+/// lease's word. `release` reports the failure; the next `release` sends the refund again
+/// under its name, which finds the first landing's mark: it reports the 7 given back and
+/// changes nothing (a refund under a new name would land a second time, giving 7 permits
+/// nobody returned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_sent_again_after_a_lost_reply_lands_once() {
+    let server = RedisServer::start();
+    let proxy = LossyProxy::forward(LossyProxy::listener(), server.port);
+    let proxied = proxy.url();
+    let (_, limiter, _clock) = hourly_at(&proxied, "lost").await;
+    let limiter = Arc::new(limiter);
+    // Every script loaded now, on another key: the lost reply below is the refund's own.
+    let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+    assert!(warm.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(warm.release().await.unwrap(), 7);
+
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let key = limiter.redis_keys("k")[0].clone();
+    let word = server.cli(&["GET", &key]);
+    // A backend that blocks (for the proxy's thread), made off the runtime.
+    let url = server.url();
+    let other =
+        std::thread::spawn(move || RedisBackend::blocking_connect(RedisConfig::single(url)))
+            .join()
+            .unwrap()
+            .unwrap();
+    let other =
+        RedisLimiter::new(&other, "lost", hourly_gcra(), FailurePolicy::FailClosed).unwrap();
+    let decided = Arc::new(std::sync::Mutex::new(None));
+    let hook_decided = Arc::clone(&decided);
+    proxy.lose_next_reply(move || {
+        let decision = other.blocking_try_acquire("k", 7).map(|d| d.is_allowed());
+        *hook_decided.lock().unwrap() = Some(decision);
+    });
+    let lost = leased.release().await;
+    assert!(proxy.lost(), "the refund's reply was lost");
+    assert!(
+        matches!(lost, Err(ReleaseError::Refund { permits: 7, .. })),
+        "{lost:?}"
+    );
+    let decided = decided.lock().unwrap().take();
+    assert!(matches!(decided, Some(Ok(true))), "{decided:?}");
+    assert_eq!(server.cli(&["GET", &key]), word, "back at the lease's word");
+
+    assert_eq!(leased.release().await.unwrap(), 7, "the mark: it landed");
+    assert_eq!(server.cli(&["GET", &key]), word, "and landed once");
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            counts.refunded,
+            counts.stranded,
+            counts.failed_refunds,
+            counts.resent_refunds
+        ),
+        (7, 0, 1, 1),
+        "{counts:?}"
+    );
+}
+
+/// A refund that failed is given up, unsent, once its lease's bucket time has passed on the
+/// key's clock (8 permits of 1 an hour: 8 hours): a refund then could give back permits the
+/// bucket has already made up. Counted; the 7 stay stranded, and Redis still holds them (the
+/// first call reached the server when it thawed, past its deadline: refused as late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_past_its_lease_s_time_is_given_up() {
+    let server = RedisServer::start();
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "late").await;
+    let limiter = Arc::new(limiter);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    server.freeze();
+    let released = leased.release().await;
+    server.thaw();
+    assert!(
+        matches!(&released, Err(ReleaseError::Refund { permits: 7, error }) if error.is_timeout()),
+        "{released:?}"
+    );
+    clock.advance(Duration::from_secs(8 * 3_600));
+    assert_eq!(leased.release().await.unwrap(), 0);
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            counts.refunded,
+            counts.stranded,
+            counts.failed_refunds,
+            counts.resent_refunds,
+            counts.given_up_refunds
+        ),
+        (0, 7, 1, 0, 1),
+        "{counts:?}"
+    );
+    assert_eq!(taken(&limiter).await, 8, "nothing given back");
+}
+
+/// The refund's reply is rewritten to one the refund script never sends (first field 7): the
+/// refund's failure is a protocol failure naming the server and the unexpected reply, counted
+/// in the limiter's errors. The refund had landed (the server replied 1): sent again under its
+/// name, it finds its mark and reports the 7 given back, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unexpected_refund_reply_is_a_protocol_failure() {
+    let server = RedisServer::start();
+    let proxy = LossyProxy::forward(LossyProxy::listener(), server.port);
+    let proxied = proxy.url();
+    let (_, limiter, _clock) = hourly_at(&proxied, "protocol").await;
+    let limiter = Arc::new(limiter);
+    let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+    assert!(warm.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(warm.release().await.unwrap(), 7);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+
+    let original = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&original);
+    proxy.rewrite_next_reply(move |reply| {
+        *seen.lock().unwrap() = reply.to_vec();
+        // `*6\r\n:1\r\n…`: the first field, 1 (landed), becomes 7.
+        let mut changed = reply.to_vec();
+        changed[5] = b'7';
+        changed
+    });
+    let released = leased.release().await;
+    assert!(proxy.rewritten());
+    assert!(
+        original.lock().unwrap().starts_with(b"*6\r\n:1\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&original.lock().unwrap())
+    );
+    let error = match released {
+        Err(ReleaseError::Refund { permits: 7, error }) => error,
+        other => panic!("not the refund's protocol failure: {other:?}"),
+    };
+    assert_eq!(error.kind(), FailureKind::Protocol, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("unexpected reply from floodgate's refund script") && text.contains("[7, 0"),
+        "{text}"
+    );
+    assert_eq!(error.server_address(), Some(proxied.as_str()), "{error}");
+    assert_eq!(limiter.failures().errors, 1);
+    assert_eq!(leased.counts().failed_refunds, 1);
+
+    assert_eq!(leased.release().await.unwrap(), 7, "its mark: it landed");
+    assert_eq!(taken(&limiter).await, 1, "the one served");
+}
+
+/// `release` outside a tokio runtime sends nothing and keeps the lease: `ReleaseError::Runtime`,
+/// at the first poll (no runtime to wait on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_outside_a_runtime_keeps_the_lease() {
+    let server = RedisServer::start();
+    let (_, limiter, _clock) = hourly(&server, TIMEOUT, "runtime").await;
+    let limiter = Arc::new(limiter);
+    let leased = Arc::new(LeasedKey::new(Arc::clone(&limiter), "k"));
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let outside = Arc::clone(&leased);
+    let polled = std::thread::spawn(move || {
+        let mut release = std::pin::pin!(outside.release());
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match release.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(result) => Some(result),
+            std::task::Poll::Pending => None,
+        }
+    })
+    .join()
+    .unwrap();
+    match polled {
+        Some(Err(ReleaseError::Runtime(why))) => assert!(why.contains("tokio runtime"), "{why}"),
+        other => panic!("not the runtime error: {other:?}"),
+    }
+    assert_eq!(leased.counts().held, 7, "the lease is kept");
+    assert_eq!(leased.release().await.unwrap(), 7);
+    assert_eq!(taken(&limiter).await, 1);
 }

@@ -400,6 +400,69 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         }
     }
 
+    /// A call made for no caller's decision (a lease's refund) through the breaker of the node
+    /// `node` names (`None`: the shared breaker): `None` when the breaker does not admit it
+    /// (open, or its half-open probe is out: nothing is sent), a [`BackendError::CircuitOpen`]
+    /// then (its `retry_in` as a short-circuited decision's); otherwise the call's result,
+    /// reported to the breaker unless `excused` (as in
+    /// [`run_async_excusing`](Self::run_async_excusing)). A failure is not counted here (no
+    /// caller's request is decided by it): [`decide`](Self::decide) counts it when a request
+    /// is decided by it, [`count_failure`](Self::count_failure) when none is. Dropping the
+    /// future while the call is out leaves the breaker as if it never happened.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) async fn run_aside<T, F>(
+        &self,
+        node: Option<&str>,
+        store: impl FnOnce() -> F,
+        excused: impl FnOnce(&BackendError) -> bool,
+    ) -> Result<T, BackendError>
+    where
+        F: Future<Output = Result<T, BackendError>>,
+    {
+        let breaker = self.call_breaker(node);
+        let permit = match &breaker {
+            Some(breaker) => match breaker.admit() {
+                Some(permit) => Some(permit),
+                None => {
+                    let retry_in = match breaker.state() {
+                        BreakerState::HalfOpen => breaker.retry_in().min(self.timeout),
+                        _ => breaker.retry_in(),
+                    };
+                    return Err(BackendError::CircuitOpen { retry_in });
+                }
+            },
+            None => None,
+        };
+        let result = store().await;
+        if let Some(permit) = permit {
+            match &result {
+                Ok(_) => permit.succeeded(),
+                Err(error) if excused(error) => {}
+                Err(_) => permit.failed(),
+            }
+        }
+        result
+    }
+
+    /// Counts `error` (a timeout, an error, or a short circuit) as
+    /// [`decide`](Self::decide) does, for a call whose failure decides no request.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn count_failure(&self, error: &BackendError) {
+        if error.is_circuit_open() {
+            // Relaxed: a statistics counter; no other memory depends on it.
+            self.short_circuited.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let counter = if error.is_timeout() {
+            &self.timeouts
+        } else {
+            &self.errors
+        };
+        // Relaxed: a statistics counter; no other memory depends on it.
+        let of_its_kind = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        self.observer.failed(error, of_its_kind);
+    }
+
     /// The breaker a call on `node` goes through (`None`: the shared one), if any.
     #[inline]
     fn call_breaker(&self, node: Option<&str>) -> CallBreaker<'_, C> {
@@ -523,20 +586,9 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     /// # Ok::<(), floodgate::ConfigError>(())
     /// ```
     pub fn decide(&self, key: &str, n: u32, error: BackendError) -> Outcome {
-        if error.is_circuit_open() {
-            // Relaxed: a statistics counter; no other memory depends on it. Not reported to the
-            // observer: the failures that opened the breaker were.
-            self.short_circuited.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let counter = if error.is_timeout() {
-                &self.timeouts
-            } else {
-                &self.errors
-            };
-            // Relaxed: a statistics counter; no other memory depends on it.
-            let of_its_kind = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-            self.observer.failed(&error, of_its_kind);
-        }
+        // A short circuit is not reported to the observer: the failures that opened the
+        // breaker were.
+        self.count_failure(&error);
         // A denial's retry: while the breaker is open, until its probe is due (no call before
         // then reaches the store); otherwise the store's timeout.
         let retry_nanos = match &error {

@@ -6,7 +6,8 @@
 -- Once: a copy of this refund (redis-rs's cluster client re-sends a request whose connection
 -- dropped before its reply came) does not land again, even where decisions since counted the
 -- window back up to the lease's count (a per-call decision leaves the stamp as it is): it finds
--- the mark the first landing left (KEYS[2]) and replies that the refund landed.
+-- the mark the first landing left (KEYS[2]) and replies that the refund landed. So does a retry
+-- the client sends under the same name after a failed call.
 -- KEYS[1] hash {i, c, l}, KEYS[2] this refund's mark (a name no other refund has, in KEYS[1]'s
 -- slot). ARGV: the lease's stamp (its server time in us, written as l; its window index is the
 -- one that time falls in), the lease's count, unused, the window in us.
@@ -36,8 +37,11 @@ if deadline == 0 or tonumber(stored[1]) ~= index or tonumber(stored[2]) ~= word
   return {0, 0, 0, 0, 0, now}
 end
 redis.call('HSET', key, 'c', int(word - unused))
--- Marked until past the deadline: to the millisecond after the deadline's, on the server's
--- clock (at an absolute time, not one counted from Redis's cached clock read).
+-- Marked until past the deadline and the lease's window, whichever ends later: to the
+-- millisecond after it, on the server's clock (at an absolute time, not one counted from Redis's
+-- cached clock read). A retry of this refund (same name, sent after a failed call, perhaps after
+-- this one's deadline) finds the mark for as long as the hash can hold the window's index; past
+-- the window's end a refund that lands changes nothing (a decision then counts a new window).
 redis.call('SET', KEYS[2], '1')
-redis.call('PEXPIREAT', KEYS[2], int(math.floor(deadline / 1000) + 1))
+redis.call('PEXPIREAT', KEYS[2], int(math.floor(math.max(deadline, (index + 1) * window) / 1000) + 1))
 return {1, 0, 0, 0, 0, now}

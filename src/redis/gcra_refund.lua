@@ -6,7 +6,8 @@
 -- Once: a copy of this refund (redis-rs's cluster client re-sends a request whose connection
 -- dropped before its reply came) does not land again, even where decisions since brought the key
 -- back to the lease's very word (a refund, then a decision of as many permits): it finds the mark
--- the first landing left (KEYS[2]) and replies that the refund landed.
+-- the first landing left (KEYS[2]) and replies that the refund landed. So does a retry the
+-- client sends under the same name after a failed call.
 -- KEYS[1] TAT (string), KEYS[2] this refund's mark (a name no other refund has, in KEYS[1]'s
 -- slot). ARGV: T (interval per permit) in us, the lease's word, unused, 0.
 -- ARGV[5]: deadline in us on the server's clock (0: none, and then nothing is refunded: the mark
@@ -28,10 +29,13 @@ local stored = redis.call('GET', key)
 if deadline == 0 or not stored or tonumber(stored) ~= word or unused < 1 then
   return {0, 0, 0, 0, 0, now}
 end
--- Marked until past the deadline: to the millisecond after the deadline's, on the server's
--- clock (at an absolute time, not one counted from Redis's cached clock read).
+-- Marked until past the deadline and the lease's word, whichever is later: to the millisecond
+-- after it, on the server's clock (at an absolute time, not one counted from Redis's cached clock
+-- read). A retry of this refund (same name, sent after a failed call, perhaps after this one's
+-- deadline) finds the mark for as long as the key can hold the word again; past the word's time
+-- a refund that lands changes nothing (the bucket is full at any TAT not after now).
 redis.call('SET', KEYS[2], '1')
-redis.call('PEXPIREAT', KEYS[2], int(math.floor(deadline / 1000) + 1))
+redis.call('PEXPIREAT', KEYS[2], int(math.floor(math.max(deadline, word) / 1000) + 1))
 local tat = word - unused * interval
 if tat > now then
   redis.call('SET', key, int(tat), 'PX', int(math.ceil((tat - now) / 1000)))

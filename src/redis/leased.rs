@@ -289,6 +289,41 @@ struct Owner {
     /// refill that reached Redis. A caller that waited for the owner while it failed takes
     /// this failure (decided by the policy) instead of sending a call of its own.
     failed: Option<(Instant, BackendError)>,
+    /// A refund whose call failed or was not sent (the breaker open), to be sent again, under
+    /// its own name, before the key's next call to Redis from this owner (a refill, or
+    /// [`LeasedKey::release`]). One is enough: a refund lands only on the word its lease
+    /// wrote, so once a later lease is granted on the key an older refund can no longer land
+    /// (it is given up then).
+    pending: Option<Refund>,
+}
+
+/// A refund of a retired lease's unserved permits: sent at once, and kept to be sent again
+/// while its call fails.
+#[derive(Debug)]
+struct Refund {
+    /// The lease's receipt: the word the refund must find.
+    receipt: [u64; 2],
+    /// The permits it gives back.
+    unused: u64,
+    /// Its name ([`refund_name`]): every copy and every retry carries it, so it lands at most
+    /// once (the script's mark; see the refund scripts).
+    name: String,
+    /// Until when (this key's clock, nanoseconds) it can still land: the lease's `reset_after`
+    /// from the read taken before its request (the bucket's time of the lease's word, the end
+    /// of the window that counted it), on or before the server's own end of it. Past this it
+    /// is given up, unsent.
+    until: u64,
+    /// Calls sent for it so far.
+    sent: u32,
+}
+
+/// What became of a refund's call.
+enum Refunded {
+    /// It landed (or a copy of it had: the mark was found): the permits are back.
+    Landed,
+    /// The server refused it (another decision on the key came first), or the algorithm gives
+    /// nothing back (an anchored window).
+    Refused,
 }
 
 #[derive(Debug, Default)]
@@ -298,6 +333,8 @@ struct Counters {
     returned: AtomicU64,
     refunded: AtomicU64,
     failed_refunds: AtomicU64,
+    resent_refunds: AtomicU64,
+    given_up_refunds: AtomicU64,
     exact: AtomicU64,
 }
 
@@ -312,6 +349,8 @@ struct Counters {
 ///     refunded: 20,
 ///     stranded: 5,
 ///     failed_refunds: 1,
+///     resent_refunds: 1,
+///     given_up_refunds: 0,
 ///     exact: 0,
 /// };
 /// assert_eq!(counts.served(), 65);
@@ -336,11 +375,24 @@ pub struct LeaseCounts {
     /// deadline and was refused as late) is counted here, though it may have landed: then
     /// `served()` reads that many low.
     pub stranded: u64,
-    /// Refunds whose call failed (Redis unreachable, no answer within the timeout, an
+    /// Refund calls that failed (Redis unreachable, no answer within the timeout, an
     /// unexpected reply), in [`release`](LeasedKey::release) (which returns the failure) or
-    /// when a refill gave an old lease back (the refill goes on): one per refund, its permits
-    /// in `stranded`. A refund the server refused is not one.
+    /// when a refill gave an old lease back (the refill is then decided by that failure): one
+    /// per call, a retry that fails again counted again. Each is also counted in the limiter's
+    /// [`failures`](super::RedisLimiter::failures) and reported to its breaker. The refund is
+    /// kept and sent again (see [`resent_refunds`](Self::resent_refunds)); its permits are in
+    /// `stranded` until a retry lands. A refund the server refused is not one.
     pub failed_refunds: u64,
+    /// Refunds sent again after their call failed (or was not sent: the breaker open), under
+    /// their own name, so that one lands at most once however many copies reach the server:
+    /// before the key's next refill or [`release`](LeasedKey::release). One that lands moves
+    /// its permits from `stranded` to `refunded`.
+    pub resent_refunds: u64,
+    /// Refunds dropped unsent (most of them kept after a failed call): past the end of the lease's
+    /// window or the bucket's time of its word (a refund then could no longer land as it was
+    /// taken), or a later lease was granted on the key first (the refund could no longer find
+    /// its word). Their permits stay in `stranded`.
+    pub given_up_refunds: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
 }
@@ -409,6 +461,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 lease: NO_LEASE,
                 size: INITIAL_LEASE.min(max_lease),
                 failed: None,
+                pending: None,
             }),
             budget: AtomicU64::new(limit),
             max_lease,
@@ -606,6 +659,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             refunded,
             stranded: returned.saturating_sub(refunded),
             failed_refunds: load(&c.failed_refunds),
+            resent_refunds: load(&c.resent_refunds),
+            given_up_refunds: load(&c.given_up_refunds),
             exact: load(&c.exact),
         }
     }
@@ -746,17 +801,18 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let mut owner = self.owner.lock().await;
         let unused = self.retire(&mut owner);
         let old = std::mem::replace(&mut owner.lease, NO_LEASE);
-        if unused == 0 || old.granted() == 0 {
-            return Ok(0);
-        }
+        let fresh = self.refund_of(&old, unused);
         let timeout = self.limiter.backend().timeout();
-        match self.refund(old, unused, deadline(timeout)).await {
-            Ok(true) => Ok(unused),
-            Ok(false) => Ok(0),
-            Err(error) => Err(ReleaseError::Refund {
-                permits: unused,
-                error,
-            }),
+        match self
+            .give_back(&mut owner, fresh, deadline(timeout), false)
+            .await
+        {
+            Ok(landed) => Ok(landed),
+            Err((permits, error)) => {
+                // No request is decided by this failure: counted here.
+                self.limiter.handler().count_failure(&error);
+                Err(ReleaseError::Refund { permits, error })
+            }
         }
     }
 
@@ -930,33 +986,36 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             .min(self.lease_cap())
             .max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
-        // The old lease's refund goes first (it must find the key as the old lease left it),
-        // within half of what is left of the call's time; the next request gets the rest: the
-        // call returns within its one timeout, even when neither is answered.
-        let refund = (unused > 0 && old.granted() > 0).then(|| {
+        // The old lease's refund (or one kept after a failed call) goes first (it must find
+        // the key as its lease left it), within half of what is left of the call's time; the
+        // next request gets the rest: the call returns within its one timeout, even when
+        // neither is answered. A refund whose call failed decides this call (by the policy,
+        // with that failure): no request follows it into a server that just failed. One the
+        // breaker did not let out is kept, and the request goes to the breaker as any other.
+        let fresh = self.refund_of(&old, unused);
+        if fresh.is_some() || owner.pending.is_some() {
             let now = Instant::now();
             let half = deadline.saturating_duration_since(now) / 2;
-            self.refund(old, unused, now.checked_add(half).unwrap_or(deadline))
-        });
-        if want <= n {
-            // Near the limit: the lease would be the request. The old lease's refund, then the
-            // exact per-call decision (not holding the lease: there is none to serve).
-            if let Some(refund) = refund {
-                // Counted either way (refunded, or stranded); the call goes on.
-                _ = refund.await;
+            let refund_deadline = now.checked_add(half).unwrap_or(deadline);
+            if let Err((_, error)) = self
+                .give_back(&mut owner, fresh, refund_deadline, waited)
+                .await
+                && !error.is_circuit_open()
+            {
+                owner.failed = Some((Instant::now(), error.clone()));
+                return Ok(self.limiter.handler().decide(&self.key, n, error));
             }
+        }
+        if want <= n {
+            // Near the limit: the lease would be the request: the exact per-call decision
+            // (not holding the lease: there is none to serve).
             drop(owner);
             return self.exact(n, deadline, waited).await;
         }
         let mut taken = None;
         let slot = &mut taken;
         let store = move || async move {
-            let take = self.take(n, want, sent, deadline);
-            if let Some(refund) = refund {
-                // Counted either way (refunded, or stranded); the call goes on.
-                _ = refund.await;
-            }
-            let lease = take.await?;
+            let lease = self.take(n, want, sent, deadline).await?;
             *slot = Some(lease);
             Ok(lease_decision(&lease, n))
         };
@@ -973,6 +1032,13 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             .failure()
             .filter(|error| !error.is_circuit_open())
             .map(|error| (Instant::now(), error.clone()));
+        if taken.is_some() && owner.pending.take().is_some() {
+            // A lease was granted on the key past a kept refund's word: it can no longer land.
+            // Relaxed: a statistics counter; no other memory depends on it.
+            self.counters
+                .given_up_refunds
+                .fetch_add(1, Ordering::Relaxed);
+        }
         match taken {
             Some(lease) if outcome.failure().is_none() => {
                 // Relaxed: a hint (see `exact_suffices`).
@@ -1062,44 +1128,137 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         Ok(Lease::new(granted, sent, expires_at, decision).with_receipt(receipt))
     }
 
-    /// Gives `unused` permits of `lease` back if the key still holds the word it wrote, giving
-    /// up at `deadline`: `Ok(true)` when they were given back, `Ok(false)` when the server
-    /// refused (another decision on the key came first) or the algorithm gives nothing back
-    /// (an anchored window), and the call's failure (counted in `failed_refunds`) when it
-    /// failed: unreachable, timed out (perhaps after the script ran), or an unexpected reply.
+    /// The refund of `unused` permits of the retired `lease`, if there is one to send: some
+    /// unserved, of a lease Redis granted, of an algorithm that gives leases back.
+    fn refund_of(&self, lease: &Lease, unused: u64) -> Option<Refund> {
+        self.limiter.algorithm().refund_script()?;
+        if unused == 0 || lease.granted() == 0 {
+            return None;
+        }
+        let reset = duration_to_nanos(lease.decision().reset_after());
+        Some(Refund {
+            receipt: lease.receipt(),
+            unused,
+            name: refund_name(),
+            until: lease.taken_at().saturating_add(reset),
+            sent: 0,
+        })
+    }
+
+    /// Gives back the refund kept after a failed call, or `fresh` (a retired lease's: it
+    /// replaces a kept one, which can no longer land once `fresh`'s lease was granted),
+    /// giving up at `deadline` (`excused`: a timeout then is not the breaker's to count).
+    /// `Ok`: the permits that landed (0: none to send, refused, or given up past its time).
+    /// `Err`: the permits and the failure of a refund kept to be sent again (a
+    /// [`BackendError::CircuitOpen`] when the breaker did not let it out), not counted in the
+    /// limiter's failures (the caller decides a request by it, or counts it).
+    async fn give_back(
+        &self,
+        owner: &mut Owner,
+        fresh: Option<Refund>,
+        deadline: Instant,
+        excused: bool,
+    ) -> Result<u64, (u64, BackendError)> {
+        // Relaxed throughout: statistics counters; no other memory depends on them.
+        if let Some(fresh) = fresh
+            && owner.pending.replace(fresh).is_some()
+        {
+            self.counters
+                .given_up_refunds
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        // Kept in the owner while its call is out: a future dropped meanwhile leaves it to be
+        // sent again, under its name.
+        let Some(refund) = owner.pending.as_mut() else {
+            return Ok(0);
+        };
+        // Past its time a refund could no longer land as it was taken: given up unsent.
+        if self.clock().now_nanos() >= refund.until {
+            owner.pending = None;
+            self.counters
+                .given_up_refunds
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(0);
+        }
+        let retry = refund.sent > 0;
+        refund.sent = refund.sent.saturating_add(1);
+        let permits = refund.unused;
+        let result = self.refund(refund, deadline, excused).await;
+        let let_out = !matches!(&result, Err(error) if error.is_circuit_open());
+        if retry && let_out {
+            self.counters.resent_refunds.fetch_add(1, Ordering::Relaxed);
+        }
+        match result {
+            Err(error) if !let_out => {
+                // Not sent: not a call.
+                if let Some(refund) = owner.pending.as_mut() {
+                    refund.sent -= 1;
+                }
+                Err((permits, error))
+            }
+            Ok(landed) => {
+                owner.pending = None;
+                Ok(match landed {
+                    Refunded::Landed => permits,
+                    Refunded::Refused => 0,
+                })
+            }
+            Err(error) => Err((permits, error)),
+        }
+    }
+
+    /// Sends `refund` (its unused permits back if the key still holds the word its lease
+    /// wrote) through the key's breaker, giving up at `deadline`: landed, refused (another
+    /// decision on the key came first), or the call's failure (counted in `failed_refunds`
+    /// and reported to the breaker unless `excused` and a timeout): unreachable, timed out
+    /// (perhaps after the script ran), an unexpected reply, or not sent (the breaker open).
     async fn refund(
         &self,
-        lease: Lease,
-        unused: u64,
+        refund: &Refund,
         deadline: Instant,
-    ) -> Result<bool, BackendError> {
+        excused: bool,
+    ) -> Result<Refunded, BackendError> {
         let backend = self.limiter.backend();
         let algorithm = self.limiter.algorithm();
         let Some(script) = algorithm.refund_script() else {
-            return Ok(false);
+            return Ok(Refunded::Refused);
         };
-        let args = algorithm.refund_args(lease.receipt(), unused);
+        let args = algorithm.refund_args(refund.receipt, refund.unused);
         // The key's, then this refund's mark (in the key's slot: its name starts with the
         // key's, hash tag and all).
         let mut keys = self.redis_keys.clone();
-        keys.push(format!("{}:refund:{}", self.redis_keys[0], refund_name()));
-        // A reply past the deadline (first field 2) is the backend's timeout error.
-        let landed = match backend.eval(script, &keys, &args, deadline).await {
-            Ok(reply) if reply.first() == Some(&1) => Ok(true),
-            Ok(reply) if reply.first() == Some(&0) => Ok(false),
-            Ok(reply) => Err(BackendError::at(
-                FailureKind::Protocol,
-                backend.failed_at(&keys),
-                std::io::Error::other(format!(
-                    "unexpected reply from floodgate's refund script: {reply:?}"
+        keys.push(format!("{}:refund:{}", self.redis_keys[0], refund.name));
+        let call = || async {
+            // A reply past the deadline (first field 2) is the backend's timeout error.
+            match backend.eval(script, &keys, &args, deadline).await? {
+                reply if reply.first() == Some(&1) => Ok(Refunded::Landed),
+                reply if reply.first() == Some(&0) => Ok(Refunded::Refused),
+                reply => Err(BackendError::at(
+                    FailureKind::Protocol,
+                    backend.failed_at(&keys),
+                    std::io::Error::other(format!(
+                        "unexpected reply from floodgate's refund script: {reply:?}"
+                    )),
                 )),
-            )),
-            Err(error) => Err(error),
+            }
         };
+        let node = self.limiter.node_of(&self.key);
+        let excused = |error: &BackendError| excused && error.is_timeout();
+        let landed = self
+            .limiter
+            .handler()
+            .run_aside(node.as_deref(), call, excused)
+            .await;
         // Relaxed: statistics counters; no other memory depends on them.
-        match landed {
-            Ok(true) => _ = self.counters.refunded.fetch_add(unused, Ordering::Relaxed),
-            Ok(false) => {}
+        match &landed {
+            Ok(Refunded::Landed) => {
+                _ = self
+                    .counters
+                    .refunded
+                    .fetch_add(refund.unused, Ordering::Relaxed);
+            }
+            Ok(Refunded::Refused) => {}
+            Err(error) if error.is_circuit_open() => {}
             Err(_) => _ = self.counters.failed_refunds.fetch_add(1, Ordering::Relaxed),
         }
         landed
