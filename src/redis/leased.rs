@@ -162,8 +162,21 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   given at most half of the call's time: see below), exactly or not at all: only
 ///   when the key still holds the word the old lease wrote (nothing was decided on the key
 ///   since) is the bucket's time moved back, or the aligned window's count lowered, by the
-///   unused permits, leaving the key exactly as if the lease had been smaller. An anchored window's lease is never given back (a later window's
-///   counter could hold the same count): its permits die with its window.
+///   unused permits, leaving the key exactly as if the lease had been smaller. An anchored
+///   window's lease is never given back (a later window's counter could hold the same
+///   count): its permits die with its window.
+/// * **A refund that fails is seen and sent again**: its failed call is reported to the key's
+///   circuit breaker and counted in the limiter's [`failures`](RedisLimiter::failures), as
+///   any call's; a refill whose refund failed is decided by that failure (through the policy),
+///   without asking for a lease from the server that just failed. The refund is kept (one per
+///   `LeasedKey`: a refund lands only on the word its lease wrote, so once a later lease is
+///   granted an older refund can no longer land, and is given up) and sent again, under its
+///   name, before the key's next refill or [`release`](Self::release): its permits come back
+///   when Redis answers again, once however many of its copies reach the server (the refund
+///   scripts keep each refund's mark until its lease's word, or window, can no longer be
+///   found). One whose time has passed (the lease's `reset_after`, counted from the read
+///   taken before its request) is given up unsent. A refund the breaker does not let out
+///   (open, or its probe out) is kept the same way.
 /// * **Within one timeout**: a call that must ask Redis returns within the backend's
 ///   [timeout](super::RedisConfig::timeout) from its start, whatever the others do: the wait
 ///   for the owner, the refund and the lease request share that one deadline. A caller whose
@@ -227,10 +240,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// * **Under-admission** (both): the permits held in leases ([`stranded_bound`](Self::stranded_bound)
 ///   per `LeasedKey`, at any time), plus the permits of leases whose unserved part
 ///   could not be given back (another decision came first: they stay taken until the bucket's
-///   time passes them), whose refund was not sent (the refill was answered without Redis: by
-///   the deny cache, or by the breaker while it is open), whose refund's call failed (Redis
-///   unreachable: [`release`](Self::release) returns the failure) or whose reply was lost (a
-///   timeout, or a dropped future, after the script ran: at most one lease each).
+///   time passes them), whose refund's call failed or was not let out by the breaker and was
+///   not sent again before a later lease was granted on the key or its time passed (given
+///   up), or whose reply was lost (a timeout, or a dropped future, after the script ran) and
+///   whose retry did not come (a retry finds the first landing's mark and reports it).
 ///   [`counts`](Self::counts) reports them. On a Redis Cluster also the leases granted to a
 ///   request whose connection dropped before its reply came: redis-rs's cluster client sends
 ///   it again and Redis grants the copy (before the request's deadline) a lease more; the
@@ -367,8 +380,10 @@ pub struct LeaseCounts {
     pub refunded: u64,
     /// Unserved permits of retired leases not confirmed given back: taken from the limit,
     /// handed to no caller (under-admission; they stay taken until the bucket's time passes
-    /// them): the server refused the refund (a decision on the key came first), it was not
-    /// sent, or its call failed (counted in [`failed_refunds`](Self::failed_refunds) too). A
+    /// them): the server refused the refund (a decision on the key came first), it was given
+    /// up, or its call failed and no retry has landed yet (counted in
+    /// [`failed_refunds`](Self::failed_refunds) too; a retry that lands moves them to
+    /// `refunded`). A
     /// refund whose reply was lost (its call's future dropped while it was out, a
     /// reply that came after the call's deadline to a script that ran just before it, or, on a
     /// Redis Cluster, a copy re-sent after the reply was lost that reached the server after the
@@ -611,8 +626,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ///
     /// It does **not** bound [`counts`](Self::counts)`().stranded`, nor the under-admission this
     /// key leaves behind: each lease whose unserved permits could not be given back (another
-    /// decision on the key came first, the refund failed, or it was not sent because the
-    /// refill was answered by the deny cache or an open breaker) strands them, and they stay taken
+    /// decision on the key came first, or the refund failed and was given up before a retry
+    /// landed) strands them, and they stay taken
     /// (a bucket's until its time passes them, a window's until it ends); leases stranded one
     /// after another add up past this bound.
     ///
@@ -775,9 +790,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// # Errors
     /// [`ReleaseError::Runtime`] outside a tokio runtime (nothing sent, the lease kept);
     /// [`ReleaseError::Refund`] when the refund's call failed (Redis unreachable, no answer
-    /// within the backend's timeout, an unexpected reply), naming the server: the lease is
-    /// dropped and its permits counted `stranded` (and the refund in `failed_refunds`), though
-    /// after a timeout the refund may have landed.
+    /// within the backend's timeout, an unexpected reply), naming the server, or the breaker
+    /// did not let it out ([`BackendError::CircuitOpen`]): the lease is dropped, its permits
+    /// counted `stranded` (and a failed call in `failed_refunds` and in the limiter's
+    /// [`failures`](RedisLimiter::failures), reported to the breaker), though after a timeout
+    /// the refund may have landed. The refund is kept: the next `release` (or refill) sends it
+    /// again under its name, so it lands at most once (a copy that finds it landed reports its
+    /// permits given back), until its lease's time has passed; it returns the permits a
+    /// retry gave back.
     ///
     /// ```
     /// use floodgate::backend::FailurePolicy;

@@ -7,8 +7,8 @@ use crate::backend::BackendError;
 
 /// Why [`LeasedKey::release`](super::LeasedKey::release) could not say what it gave back: it
 /// was called outside a tokio runtime (nothing was sent, the lease is kept), or the refund's
-/// call failed. A refund the server refused (a decision on the key came after the lease) is no
-/// error: `release` returns `Ok(0)`.
+/// call failed (the refund is kept and sent again). A refund the server refused (a decision on
+/// the key came after the lease) is no error: `release` returns `Ok(0)`.
 ///
 /// ```
 /// use floodgate::backend::{BackendError, FailureKind};
@@ -18,7 +18,7 @@ use crate::backend::BackendError;
 /// let e = ReleaseError::Refund { permits: 7, error: down };
 /// assert_eq!(
 ///     e.to_string(),
-///     "the refund of 7 leased permits failed (counted stranded): \
+///     "the refund of 7 leased permits failed (counted stranded; kept, to be sent again): \
 ///      connection refused at redis://10.0.0.7:6379: no"
 /// );
 /// assert!(e.source().is_some());
@@ -30,12 +30,17 @@ pub enum ReleaseError {
     /// what to do instead.
     Runtime(&'static str),
     /// The refund's call failed: the server could not be reached, did not answer within the
-    /// backend's timeout, or replied what the refund script cannot reply. The lease is dropped
-    /// and its unserved permits are counted in [`LeaseCounts`](super::LeaseCounts)'s
-    /// `stranded` (and the refund in its `failed_refunds`). A refund that was sent (a timeout,
-    /// a connection that dropped before the reply) may have run and given them back, or may
-    /// still run (until its deadline on the server's clock; then it is refused as late): the
-    /// count is then that many high.
+    /// backend's timeout, or replied what the refund script cannot reply (a
+    /// [`FailureKind::Protocol`](crate::backend::FailureKind::Protocol) failure); or the key's
+    /// breaker did not let it out ([`BackendError::CircuitOpen`]). The lease is dropped and its
+    /// unserved permits are counted in [`LeaseCounts`](super::LeaseCounts)'s `stranded` (and a
+    /// failed call in its `failed_refunds`, and in the limiter's failures). The refund is kept
+    /// and sent again, under its name, by the key's next `release` or refill, until its
+    /// lease's time has passed: a retry that lands (or finds that the refund had landed) moves
+    /// the permits to `refunded`. A refund that was sent (a timeout, a connection that dropped
+    /// before the reply) may have run and given them back, or may still run (until its
+    /// deadline on the server's clock; then it is refused as late): until a retry says so, the
+    /// `stranded` count is then that many high.
     Refund {
         /// The unserved permits the refund would have given back.
         permits: u64,
@@ -50,7 +55,8 @@ impl fmt::Display for ReleaseError {
             ReleaseError::Runtime(why) => f.write_str(why),
             ReleaseError::Refund { permits, error } => write!(
                 f,
-                "the refund of {permits} leased permits failed (counted stranded): {error}"
+                "the refund of {permits} leased permits failed (counted stranded; kept, to be \
+                 sent again): {error}"
             ),
         }
     }
