@@ -3,11 +3,11 @@
 -- the same way. What only some of them call is in its own file, prepended to those alone (each
 -- `local function` is a closure built on every call of the script): exact_count() in count.lua,
 -- read_stored() in aligned.lua, decided() in decided.lua.
--- The per-call scripts (one decision and batch, of every algorithm) read the arguments and
--- TIME by arithmetic (`ARGV[1] + 0`, `t[1] * 1000000`), not tonumber(): the same conversion
--- (Lua 5.1's luaO_str2d), done once, where tonumber() does it twice (lua_isnumber, then
--- lua_tonumber), each a strtod: ~9% of a one-decision script's instructions on the server
--- (callgrind). They all hold decimal integers (the client's, TIME's); a missing or
+-- The per-call scripts (one decision and batch, of every algorithm), the lease scripts and the
+-- refund scripts read the arguments and TIME by arithmetic (`ARGV[1] + 0`, `t[1] * 1000000`),
+-- not tonumber(): the same conversion (Lua 5.1's luaO_str2d), done once, where tonumber() does
+-- it twice (lua_isnumber, then lua_tonumber), each a strtod: ~9% of a one-decision script's
+-- instructions on the server, and of a lease's (callgrind). They all hold decimal integers (the client's, TIME's); a missing or
 -- non-numeric one is a script error either way. An argument passed on to a command as the
 -- client sent it (`INCRBY key ARGV[3]`) is not formatted back from a number (%.17g).
 

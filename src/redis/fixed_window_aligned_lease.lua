@@ -12,16 +12,16 @@
 -- so no refund of a lease it never counted lands in it.
 -- Stored values are read with read_stored(): exact.lua and aligned.lua, prepended.
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local min = tonumber(ARGV[3])
-local max = tonumber(ARGV[4])
+local limit = ARGV[1] + 0
+local window = ARGV[2] + 0
+local min = ARGV[3] + 0
+local max = ARGV[4] + 0
 
 local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, 0, now} end
 local index = math.floor(now / window)
 if index * window > now then index = index - 1 elseif (index + 1) * window <= now then index = index + 1 end

@@ -14,14 +14,14 @@
 -- than the millisecond `now` falls in, and overstates the time left by up to 1 ms: 1 ms less.
 -- Stored values are read with exact_count(): exact.lua and count.lua, prepended.
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local window_ms = tonumber(ARGV[2])
-local min = tonumber(ARGV[3])
-local max = tonumber(ARGV[4])
+local limit = ARGV[1] + 0
+local window_ms = ARGV[2] + 0
+local min = ARGV[3] + 0
+local max = ARGV[4] + 0
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, 0, now} end
 
 local stored = redis.call('GET', key)

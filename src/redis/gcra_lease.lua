@@ -11,16 +11,16 @@
 -- word a refund (gcra_refund.lua) must still find to give permits back.
 -- Stored values are read with exact(): exact.lua, prepended to this script.
 local key = KEYS[1]
-local interval = tonumber(ARGV[1])
-local capacity = tonumber(ARGV[2])
-local min = tonumber(ARGV[3])
-local max = tonumber(ARGV[4])
+local interval = ARGV[1] + 0
+local capacity = ARGV[2] + 0
+local min = ARGV[3] + 0
+local max = ARGV[4] + 0
 
 local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)

@@ -14,15 +14,15 @@
 -- lives until the deadline has passed, after which every copy is refused as late).
 -- Reply: {refunded (1/0), 0, 0, 0, 0, now_us}; 2 first: past the deadline, nothing changed.
 local key = KEYS[1]
-local interval = tonumber(ARGV[1])
-local word = tonumber(ARGV[2])
-local unused = tonumber(ARGV[3])
+local interval = ARGV[1] + 0
+local word = ARGV[2] + 0
+local unused = ARGV[3] + 0
 
 local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local deadline = tonumber(ARGV[5])
+local now = t[1] * 1000000 + t[2]
+local deadline = ARGV[5] + 0
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {1, 0, 0, 0, 0, now} end
 local stored = redis.call('GET', key)
