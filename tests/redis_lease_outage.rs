@@ -743,3 +743,53 @@ async fn a_release_outside_a_runtime_keeps_the_lease() {
     assert_eq!(leased.release().await.unwrap(), 7);
     assert_eq!(taken(&limiter).await, 1);
 }
+
+/// Near the limit a call is the exact per-call decision, straight to Redis, not through the
+/// lease's owner; but while a refund is kept after a failed call, such a call goes through the
+/// owner, which sends the refund first (the decision would move the key past the refund's
+/// word, and it could no longer land). A bucket of 12: a lease of 3 (a quarter of 12), one
+/// served, then Redis frozen while a refill gives the 2 back (kept); after the thaw a request
+/// of 2 finds a quarter of the 9 left at most 2: the exact decision, after the refund.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_refund_goes_before_a_call_near_the_limit() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let gcra = Gcra::new(Rate::per_hour(1), 12).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "near", gcra, policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap());
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 2, "{:?}", leased.counts());
+    clock.advance(leased.lifetime());
+    server.freeze();
+    let failed = leased.try_acquire_outcome(1).await.unwrap();
+    server.thaw();
+    assert!(
+        failed.failure().is_some_and(|e| e.is_timeout()),
+        "{failed:?}"
+    );
+
+    let near = leased.try_acquire_outcome(2).await.unwrap();
+    assert!(
+        near.failure().is_none() && near.decision().is_allowed(),
+        "{near:?}"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            counts.leases,
+            counts.exact,
+            counts.refunded,
+            counts.stranded,
+            counts.resent_refunds
+        ),
+        (1, 1, 2, 0, 1),
+        "{counts:?}"
+    );
+    let probe = limiter.try_acquire_outcome("k", 12).await.unwrap();
+    assert!(!probe.decision().is_allowed(), "{probe:?}");
+    assert_eq!(12 - probe.decision().remaining(), 3, "1 served, then 2");
+}

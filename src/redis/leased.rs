@@ -17,6 +17,7 @@ use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
 use crate::lease::{Lease, LeaseSlot};
 use crate::sync::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 
 pub(super) static GCRA_LEASE: LazyLock<LuaScript> = lua_script!("exact.lua", "gcra_lease.lua");
 pub(super) static GCRA_REFUND: LazyLock<LuaScript> = lua_script!("gcra_refund.lua");
@@ -176,7 +177,8 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   scripts keep each refund's mark until its lease's word, or window, can no longer be
 ///   found). One whose time has passed (the lease's `reset_after`, counted from the read
 ///   taken before its request) is given up unsent. A refund the breaker does not let out
-///   (open, or its probe out) is kept the same way.
+///   (open, or its probe out) is kept the same way. While one is kept, a call near the limit
+///   (below) goes through the owner, which sends the refund first.
 /// * **Within one timeout**: a call that must ask Redis returns within the backend's
 ///   [timeout](super::RedisConfig::timeout) from its start, whatever the others do: the wait
 ///   for the owner, the refund and the lease request share that one deadline. A caller whose
@@ -286,6 +288,10 @@ pub struct LeasedKey<A: LeaseAlgorithm = Gcra, C: Clock + Clone = QuantaClock> {
     /// What Redis said was left at the last decision (a lease's or a per-call one).
     budget: AtomicU64,
     owner: tokio::sync::Mutex<Owner>,
+    /// Whether the owner keeps a refund to send again (`Owner::pending` is `Some`): a request
+    /// near the limit then goes through the owner, which sends it first, instead of straight
+    /// to the exact per-call decision (which would move the key past the refund's word).
+    refund_kept: AtomicBool,
     max_lease: u32,
     lifetime_nanos: u64,
     counters: Counters,
@@ -478,6 +484,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 failed: None,
                 pending: None,
             }),
+            refund_kept: AtomicBool::new(false),
             budget: AtomicU64::new(limit),
             max_lease,
             lifetime_nanos: duration_to_nanos(Self::DEFAULT_LIFETIME),
@@ -895,7 +902,13 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let deadline = asked
             .checked_add(self.limiter.backend().timeout())
             .unwrap_or(asked);
-        if self.slot.left() == 0 && self.exact_suffices(n) {
+        // SeqCst: a hint, stored by the owner whenever its kept refund changes; a stale read
+        // either sends this call straight to the exact decision (as before the refund failed:
+        // it can then no longer land) or through the owner, which finds none to send.
+        if self.slot.left() == 0
+            && self.exact_suffices(n)
+            && !self.refund_kept.load(Ordering::SeqCst)
+        {
             return self.exact(n, deadline, false).await;
         }
         self.refill(n, asked, deadline).await
@@ -1054,6 +1067,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             .map(|error| (Instant::now(), error.clone()));
         if taken.is_some() && owner.pending.take().is_some() {
             // A lease was granted on the key past a kept refund's word: it can no longer land.
+            // SeqCst: see `unserved`.
+            self.refund_kept.store(false, Ordering::SeqCst);
             // Relaxed: a statistics counter; no other memory depends on it.
             self.counters
                 .given_up_refunds
@@ -1179,6 +1194,21 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         deadline: Instant,
         excused: bool,
     ) -> Result<u64, (u64, BackendError)> {
+        let given = self.give_back_kept(owner, fresh, deadline, excused).await;
+        // SeqCst: see `unserved`.
+        self.refund_kept
+            .store(owner.pending.is_some(), Ordering::SeqCst);
+        given
+    }
+
+    /// [`give_back`](Self::give_back), but for the hint of a kept refund.
+    async fn give_back_kept(
+        &self,
+        owner: &mut Owner,
+        fresh: Option<Refund>,
+        deadline: Instant,
+        excused: bool,
+    ) -> Result<u64, (u64, BackendError)> {
         // Relaxed throughout: statistics counters; no other memory depends on them.
         if let Some(fresh) = fresh
             && owner.pending.replace(fresh).is_some()
@@ -1187,6 +1217,10 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 .given_up_refunds
                 .fetch_add(1, Ordering::Relaxed);
         }
+        // SeqCst: see `unserved` (stored again when the call ends; a future dropped while the
+        // call is out leaves the refund kept, and this hint with it).
+        self.refund_kept
+            .store(owner.pending.is_some(), Ordering::SeqCst);
         // Kept in the owner while its call is out: a future dropped meanwhile leaves it to be
         // sent again, under its name.
         let Some(refund) = owner.pending.as_mut() else {
