@@ -1286,9 +1286,9 @@ async fn a_lazy_backends_first_lease_is_refunded_its_reply_taught_the_offset() {
 /// The aligned window's refund script itself (as `a_refund_lands_only_with_a_deadline_and_only_once`
 /// for GCRA's): no deadline, no refund and no mark; a landing leaves a mark ending the
 /// millisecond after its deadline's (its window ends before), whether the deadline ends a
-/// millisecond (`…999` µs) or starts one (`…000` µs); a copy finding the mark changes nothing;
-/// a copy that arrives after its deadline, its mark gone, is refused as late and changes
-/// nothing. A lease of a window that ends after the deadline is marked until the window ends:
+/// millisecond (`…999` µs) or starts one (`…000` µs); a copy finding the mark changes
+/// nothing; a copy that arrives after its deadline, its mark gone, is refused as late and
+/// changes nothing. A lease of a window that ends after the deadline is marked until the window ends:
 /// a retry under the same name sent after the deadline still finds the mark.
 #[test]
 fn an_aligned_refund_lands_only_with_a_deadline_and_only_once() {

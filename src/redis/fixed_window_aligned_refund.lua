@@ -43,5 +43,6 @@ redis.call('HSET', key, 'c', int(word - unused))
 -- this one's deadline) finds the mark for as long as the hash can hold the window's index; past
 -- the window's end a refund that lands changes nothing (a decision then counts a new window).
 redis.call('SET', KEYS[2], '1')
-redis.call('PEXPIREAT', KEYS[2], int(math.floor(math.max(deadline, (index + 1) * window) / 1000) + 1))
+local marked_until = math.max(deadline, (index + 1) * window)
+redis.call('PEXPIREAT', KEYS[2], int(math.floor(marked_until / 1000) + 1))
 return {1, 0, 0, 0, 0, now}

@@ -409,10 +409,10 @@ pub struct LeaseCounts {
     /// before the key's next refill or [`release`](LeasedKey::release). One that lands moves
     /// its permits from `stranded` to `refunded`.
     pub resent_refunds: u64,
-    /// Refunds dropped unsent (most of them kept after a failed call): past the end of the lease's
-    /// window or the bucket's time of its word (a refund then could no longer land as it was
-    /// taken), or a later lease was granted on the key first (the refund could no longer find
-    /// its word). Their permits stay in `stranded`.
+    /// Refunds dropped unsent (most of them kept after a failed call): past the end of the
+    /// lease's window or the bucket's time of its word (a refund then could no longer land as
+    /// it was taken), or a later lease was granted on the key first (the refund could no longer
+    /// find its word). Their permits stay in `stranded`.
     pub given_up_refunds: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
