@@ -7,7 +7,7 @@
 -- refund scripts read the arguments and TIME by arithmetic (`ARGV[1] + 0`, `t[1] * 1000000`),
 -- not tonumber(): the same conversion (Lua 5.1's luaO_str2d), done once, where tonumber() does
 -- it twice (lua_isnumber, then lua_tonumber), each a strtod: ~9% of a one-decision script's
--- instructions on the server, 8-9% of a lease's, 11-12% of a refund's (callgrind). They all hold
+-- instructions on the server, 7-9% of a lease's, 11-12% of a refund's (callgrind). They all hold
 -- decimal integers (the client's, TIME's); a missing or non-numeric one is a script error
 -- either way. An argument passed on to a command as the
 -- client sent it (`INCRBY key ARGV[3]`) is not formatted back from a number (%.17g).
