@@ -1,14 +1,13 @@
 //! What a request is limited by: [`KeyExtractor`], the client-IP default [`ClientIp`] (the
 //! peer, or the client behind trusted proxies), and [`KeyFn`] for a closure over the request.
 
-use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
 
 use super::forwarded::nth_from_right;
 use crate::decision::ConfigError;
-use crate::keyed::{IpKey, IpKeyer};
+use crate::keyed::{IpKey, IpKeyer, Key};
 
 /// Picks the key a request is limited by. `None` means the request has no key (see
 /// [`MissingKey`](super::MissingKey)).
@@ -22,7 +21,7 @@ use crate::keyed::{IpKey, IpKeyer};
 /// ```
 pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// The key type of the keyed limiter.
-    type Key: Hash + Eq + Clone + Send + Sync + 'static;
+    type Key: crate::keyed::Key;
 
     /// The key of `request`, if it has one.
     fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
@@ -292,7 +291,7 @@ pub struct KeyFn<F>(pub F);
 impl<F, B, K> KeyExtractor<B> for KeyFn<F>
 where
     F: Fn(&Request<B>) -> Option<K> + Clone + Send + Sync + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
 {
     type Key = K;
 
