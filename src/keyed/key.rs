@@ -235,7 +235,7 @@ macro_rules! word_keys {
             }
         }
         impl Key for $t {
-            type Cell = OnceLockCell<Self>;
+            type Cell = WordCell<Self>;
         }
     )*};
 }

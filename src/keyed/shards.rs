@@ -5,8 +5,9 @@
 //!
 //! Protocol (what the loom models in `loom-tests/tests/keyed.rs`, `time_keyed.rs` and
 //! `kstats.rs` check):
-//! - A table never moves or removes a slot: a slot's key is set once (an `OnceLock`) and its
-//!   state word(s) live in it for the table's life. A check on a key that exists loads the
+//! - A table never moves or removes a slot: a slot's key is set once (in the key type's cell,
+//!   [`Key::Cell`](super::Key::Cell): a word-sized key in one atomic word, any other in an
+//!   `OnceLock`) and its state word(s) live in it for the table's life. A check on a key that exists loads the
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
 //!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
@@ -19,8 +20,11 @@
 //!   read without it (the counters before the key count, with Acquire loads), so a scrape
 //!   never waits on an insert (see `stats` for what a concurrent scrape reads).
 //! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
-//!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
-//!   it from then on, never with the fresh word (see `insert`). The table the failed lock-free
+//!   first decision writes the slot's word, then the cell publishes the key (`OnceLock::set`, or
+//!   a Release store of the key's word; for the word key whose word is 0, which an empty slot
+//!   also reads, a Release store of the slot's index in the table's `zero` record, which a
+//!   reader of a word 0 loads with Acquire); readers find it from then on, never with the fresh
+//!   word (see `insert`). The table the failed lock-free
 //!   lookup loaded serves the insert when the mutex is free at once (`try_lock`; a table other
 //!   than the placeholder is then the current one, since a rebuild replacing it would still
 //!   hold the mutex, waiting for this reader); otherwise the lookup's table is let go before
@@ -1759,14 +1763,145 @@ mod tests {
             let slots = slots_for(keys);
             assert!(room_of(slots) >= keys, "{keys} keys, {slots} slots");
             assert!(room_of(slots) < slots);
-            // u64 keys: 24 bytes a slot, so at most 32 bytes a key in a table filled to size
-            // (beyond the smallest tables; a growth sizes for twice the keys kept, so up to 64
+            // u64 keys: 16 bytes a slot, so at most 22 bytes a key in a table filled to size
+            // (beyond the smallest tables; a growth sizes for twice the keys kept, so up to 43
             // bytes a live key below the cap).
             if keys >= 64 {
-                assert!(slots * 24 <= keys * 32 + 48, "{keys} keys, {slots} slots");
+                assert!(slots * 16 <= keys * 22 + 48, "{keys} keys, {slots} slots");
             }
         }
-        assert_eq!(size_of::<Slot<u64, AtomicU64>>(), 24);
+    }
+
+    /// A slot of a `Keyed<u64, _>` (or of any key that fits a word) with a one-word algorithm is
+    /// two words, so four share a 64-byte line and none straddles two (with an `OnceLock<u64>`,
+    /// 24 bytes: one slot in three straddled). Keys that do not fit a word keep the `OnceLock`.
+    #[test]
+    fn a_word_keys_slot_is_sixteen_bytes() {
+        use crate::keyed::slot::WordSlot;
+        assert_eq!(size_of::<Slot<u64, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<u64, AtomicU64>>(), 16);
+        assert_eq!(size_of::<Slot<u32, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<i64, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<std::net::Ipv4Addr, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<u128, WordSlot>>(), 48);
+    }
+
+    /// Publishes `key` in `table`'s first empty slot of `hash`'s probe sequence, its state word
+    /// set to `state` first (as `insert` does); returns the slot's index.
+    fn publish_at(table: &Table<u64, AtomicU64>, key: u64, hash: u64, state: u64) -> usize {
+        let index = table.vacant(hash);
+        table.slots[index].value.store(state, Ordering::Relaxed);
+        drop(Publish {
+            table,
+            index,
+            owned: Some(key),
+        });
+        index
+    }
+
+    /// The state word `key` is found with, if found.
+    fn state_of(table: &Table<u64, AtomicU64>, key: u64, hash: u64) -> Option<u64> {
+        table
+            .search(&key, hash)
+            .ok()
+            .map(|slot| slot.value.load(Ordering::Relaxed))
+    }
+
+    /// The key whose word is 0 (an empty word-cell slot's word too) in the probe sequence of
+    /// other keys, before and after a rebuild moves it: found, passed over, never taken for an
+    /// empty slot, and an empty slot never taken for it.
+    #[test]
+    fn the_zero_key_sits_in_other_keys_probe_sequences_like_any_key() {
+        let table = Table::<u64, AtomicU64>::new(8);
+        let hash = 0; // every key homes at slot 0
+        assert_eq!(
+            state_of(&table, 0, hash),
+            None,
+            "an empty slot is not key 0"
+        );
+        assert_eq!(publish_at(&table, 0, hash, 100), 0);
+        assert_eq!(publish_at(&table, 5, hash, 105), 1, "probes past key 0");
+        assert_eq!(publish_at(&table, u64::MAX, hash, 199), 2);
+        for (key, state) in [(0, 100), (5, 105), (u64::MAX, 199)] {
+            assert_eq!(state_of(&table, key, hash), Some(state), "key {key}");
+        }
+        assert_eq!(table.search(&7, hash).err(), Some(3));
+        // A key homed past key 0 and one homed before, wrapping round through it.
+        let before = u64::MAX; // home(u64::MAX, 8) == 7
+        assert_eq!(home(before, 8), 7);
+        assert_eq!(publish_at(&table, 9, before, 109), 7);
+        assert_eq!(
+            publish_at(&table, 11, before, 111),
+            3,
+            "wraps past 0, 5 and MAX"
+        );
+        assert_eq!(state_of(&table, 11, before), Some(111));
+        assert_eq!(
+            table.search(&7, before).err(),
+            Some(4),
+            "passes 9, 0, 5, MAX, 11"
+        );
+        // A rebuild moves the cells in the reverse order: key 0 lands last, off its old index.
+        let zero = table.zero.load(Ordering::Relaxed);
+        let held: Vec<bool> = (0..8).map(|i| table.is_set(i)).collect();
+        let homes = [hash, hash, hash, before, 0, 0, 0, before];
+        let mut next = Table::<u64, AtomicU64>::new(8);
+        for (i, slot) in table.slots.into_vec().into_iter().enumerate().rev() {
+            if held[i] {
+                next.put(slot.key, slot.value, homes[i], i == zero);
+            }
+        }
+        for (key, home_hash, state) in [
+            (0, hash, 100),
+            (5, hash, 105),
+            (u64::MAX, hash, 199),
+            (9, before, 109),
+            (11, before, 111),
+        ] {
+            assert_eq!(state_of(&next, key, home_hash), Some(state), "key {key}");
+        }
+        assert_eq!(state_of(&next, 7, hash), None);
+        assert_eq!((0..8).filter(|&i| next.is_set(i)).count(), 5);
+    }
+
+    /// Key 0 and a key homed at its slot, through a map: decided, grown past, forgotten.
+    #[test]
+    fn a_maps_zero_key_shares_its_probe_sequence_and_survives_growth() {
+        use crate::keyed::slot::{LimiterSlot, Rules, WordSlot};
+        use crate::{FixedWindow, ManualClock};
+        let rules = Rules {
+            algorithm: FixedWindow::new(2, std::time::Duration::from_secs(60)).unwrap(),
+            extra: (),
+        };
+        let clock = ManualClock::new();
+        let map = ShardedMap::<u64, WordSlot>::new(1024, 1, WhenFull::DenyNewKeys);
+        let slots = slots_for(MIN_KEYS);
+        let home0 = home(map.hash(&0u64), slots);
+        let other = (1u64..)
+            .find(|k| home(map.hash(k), slots) == home0)
+            .unwrap();
+        let take = |key: u64| {
+            map.access(&key, &clock, &rules, |slot, now, floor| {
+                slot.acquire(&rules, floor, now, &clock, 1)
+                    .unwrap()
+                    .is_allowed()
+            })
+            .unwrap()
+        };
+        assert!(take(0) && take(other) && take(0) && take(other));
+        assert!(!take(0) && !take(other), "each key's own window");
+        assert_eq!(map.len(), 2);
+        // Growth rebuilds move both.
+        for key in 1000..1100 {
+            assert!(take(key));
+        }
+        assert!(map.capacity() > slots);
+        assert!(!take(0) && !take(other), "moved with their words");
+        assert!(map.remove(&0, &clock, &rules));
+        assert!(!map.remove(&0, &clock, &rules));
+        assert!(take(0), "forgotten: fresh");
+        assert!(!take(other));
+        assert_eq!(map.len(), 102);
     }
 
     #[test]
