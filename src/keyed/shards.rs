@@ -125,12 +125,21 @@
 //! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
 //! 0.64 misses a call; issue 16, with a 64 KiB first level: 1.28 against 0.77, 1.06 of
 //! floodgate's at the slot's first load, 0.64 of governor's at its bucket's key): 24-byte
-//! slots against hashbrown's 16-byte buckets at up to 7/8. A
+//! slots against hashbrown's 16-byte buckets at up to 7/8. Since a word-sized key is held in
+//! its word ([`WordCell`](super::WordCell)), a slot of `Keyed<u64, Gcra>` is 16 bytes, four to
+//! a line, none straddling two: `churn-100k` with `--cache-sim=yes --D1=65536,8,64
+//! --LL=1048576,16,64` misses the last level 0.93 times a call (1.27 with 24-byte slots,
+//! governor 0.77) and the first 1.81 (2.17, governor 1.92). A key whose word is 0 (key 0) is
+//! told from an empty slot by the table's `zero` record: its lookups take one more load,
+//! compare and branch (`hot-allow` on key 0: 192 instructions, 189 on any other key, 188 with
+//! the `OnceLock`). A
 //! growth rebuild sizes the table to `slots_for(2 × kept)`, about 2.67 slots a key kept, so the
-//! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 32 to 64 bytes a live key
-//! below the cap (a counting allocator on `Keyed<u64, Gcra>`: about 50 to 55 bytes a key at
-//! 50,000 to 1,000,000 keys), and about 32 bytes a key of the cap at the cap (measured 32 to
-//! 33.6), where a table is sized to the cap, not to twice its keys. After a reconfiguration
+//! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 21 to 43 bytes a live
+//! `u64` key below the cap (16-byte slots; a counting allocator on `Keyed<u64, Gcra>`, the shards'
+//! fixed parts in: 37.3, 35.7 and 33.7 bytes a key at 50,000, 100,000 and 1,000,000 keys, 53.2,
+//! 52.0 and 50.5 with 24-byte slots; `tests/keyed_flood.rs`), and about 21.3 bytes a key of the
+//! cap at the cap (measured 21.7 to 21.8; 32 to 33.6 with 24-byte slots), where a table is
+//! sized to the cap, not to twice its keys. After a reconfiguration
 //! (`set_limit`), each key's first decision
 //! goes to the general engine, its word being stamped with an older generation; so does every
 //! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
