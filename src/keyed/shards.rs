@@ -314,7 +314,7 @@ impl<K: Key, S> Table<K, S> {
         self.with_key(index, |_| ()).is_some()
     }
 
-    /// The slots that hold keys, with their keys.
+    /// The slots that hold keys, with their indices.
     fn held(&self) -> impl Iterator<Item = (usize, &Slot<K, S>)> {
         self.slots
             .iter()

@@ -270,6 +270,10 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// A key from a closure over the request (an API key header, a user id a previous layer put in
 /// the extensions).
 ///
+/// The closure's key type is a [`Key`](crate::Key): the integers, strings, IP addresses,
+/// [`HashedKey`](crate::keyed::HashedKey), [`IpKey`] and pairs are; a type of your own needs one
+/// line (see [`Key`](crate::Key)).
+///
 /// A key the client writes (a header value) is as long as the client likes, up to the server's
 /// header size limit, and a keyed map holds one per client it has seen: key such values by a
 /// [`HashedKey`](crate::keyed::HashedKey) (16 bytes, whatever the value's length), not by the
