@@ -183,10 +183,12 @@ impl<K: Key + WordKey> sealed::CellOps<K> for WordCell<K> {
     fn publish(&self, zero: &AtomicUsize, index: usize, key: K) {
         let word = key.to_word();
         if word == 0 {
-            // Release: pairs with the Acquire load in `with_key`; the slot's state word was
-            // written before. The record is written only under the shard's mutex (here) or in
-            // a table no reader holds yet (`Table::put`), once per table.
+            // Relaxed: a check of this thread's own view; the record is written only under the
+            // shard's mutex (here), which this thread holds and which orders any earlier
+            // write, or in a table no reader holds yet (`Table::put`), once per table.
             debug_assert_eq!(zero.load(Ordering::Relaxed), usize::MAX);
+            // Release: pairs with the Acquire load in `with_key`; the slot's state word was
+            // written before.
             zero.store(index, Ordering::Release);
         } else {
             // Release: pairs with the Acquire load in `with_key`; the slot's state word was
