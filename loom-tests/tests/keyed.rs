@@ -387,3 +387,32 @@ fn a_lookup_of_the_zero_key_never_takes_another_keys_fresh_slot_for_it() {
         assert!(!keyed.try_acquire(&k, 1).unwrap().is_allowed());
     });
 }
+
+/// A `peek` that finds a key another thread is inserting sees the key's first decision: the
+/// key's word (key 7) or the zero key's record (key 0) is published with Release after the
+/// state word, and a lookup that reads it loads it with Acquire. One key fills the map (cap 1),
+/// so a `peek` that misses the key once B has seen it counted (`len`, which the insert sets
+/// before deciding) waits for the insert under the mutex and is refused: either way the
+/// permit A took shows. (A lookup that found the key and read the state word from before its
+/// first decision would answer "allowed": with the word's or the record's orderings weakened to
+/// Relaxed this model fails.)
+#[test]
+fn a_peek_that_finds_a_key_being_inserted_sees_its_first_decision() {
+    for key in [0u32, 7] {
+        model(None, move || {
+            let clock = ModelClock::starting_at(0);
+            let keyed = keyed(&clock, 1, WhenFull::DenyNewKeys);
+            let a = {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.try_acquire(&key, 1).unwrap().is_allowed())
+            };
+            if keyed.len() == 1 {
+                assert!(
+                    !keyed.peek(&key, 1).unwrap().is_allowed(),
+                    "key {key} found without its first decision"
+                );
+            }
+            assert!(a.join().unwrap());
+        });
+    }
+}
