@@ -28,9 +28,9 @@ const CAP: usize = 10_000;
 /// Heap bytes per key of the cap that a map of `u64` keys may use between calls, all overheads
 /// in: a slot is 16 bytes (the key's word and the algorithm's word) and a table is at most
 /// three quarters full, so a shard at its cap holds about 21.3 bytes a key (measured peaks:
-/// 21.4); the bound leaves room for the shards' fixed parts. (With the key in an `OnceLock`, 24
-/// bytes a slot, the peaks were 32.0 to 32.1 and the bound 36.) A rebuild holds the old table and
-/// the new one for its duration, inside a call.
+/// 21.72 to 21.81); the bound leaves room for the shards' fixed parts. (With the key in an
+/// `OnceLock`, 24 bytes a slot, the peaks printed 32 in whole bytes and the bound was 36.) A
+/// rebuild holds the old table and the new one for its duration, inside a call.
 const BYTES_PER_KEY_BOUND: isize = 24;
 
 fn flood_with_live_keys(when_full: WhenFull) {
