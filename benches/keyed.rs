@@ -5,7 +5,6 @@
 //!
 //! `cargo bench --bench keyed -- --warm-up-time 1 --measurement-time 2`
 
-use std::hash::Hash;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
@@ -46,7 +45,7 @@ fn quota() -> Quota {
     Quota::per_hour(NonZeroU32::new(1).unwrap()).allow_burst(NonZeroU32::new(BURST).unwrap())
 }
 
-fn floodgate_keyed<K: Hash + Eq + Clone + Send + Sync + 'static>() -> Keyed<K, Gcra> {
+fn floodgate_keyed<K: floodgate::Key>() -> Keyed<K, Gcra> {
     Keyed::builder(gcra())
         .max_keys(2 * MILLION as usize)
         .build()

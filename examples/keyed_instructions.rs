@@ -38,7 +38,7 @@
 //! 343.60M and 343.59M for governor, three runs of one build), and by none in two runs of a
 //! build with floodgate's seeds fixed.
 //!
-//! Workloads: `hot-allow`, `hot-deny` (one key, drained first), `churn-1k` (1,024 keys round
+//! Workloads: `hot-allow`, `hot-deny` (one key, 0 or `KEYED_HOT_KEY`, drained first), `churn-1k` (1,024 keys round
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
 //! (100,000 keys so, each key's line cold at its turn), `keys-1m` (2^20 keys held, each checked in
 //! a scattered order), `insert-1m` (the keys of `keys-1m` in the same order into an empty map:
@@ -193,7 +193,7 @@ impl Workload {
     #[inline(always)]
     fn key(self, thread: u64, i: u64) -> u64 {
         match self {
-            Workload::HotAllow | Workload::HotDeny => 0,
+            Workload::HotAllow | Workload::HotDeny => hot_key(),
             Workload::Churn1k => (i + thread * 512) % 1024,
             Workload::Churn100k => (i + thread * (KEYS_100K / 2)) % KEYS_100K,
             Workload::Keys1m | Workload::Insert1m => {
@@ -226,6 +226,18 @@ impl Workload {
     }
 }
 
+/// The hot workloads' key: 0, or `KEYED_HOT_KEY` (a `u64`). floodgate stores a word-sized key
+/// as its word, which for key 0 is an empty slot's too: a lookup that meets a word 0 loads the
+/// table's record of the zero key's slot (three more instructions, key 0 only; see
+/// `src/keyed/key.rs`), so `KEYED_HOT_KEY=1` measures the path every other key takes. Read when
+/// the keys are computed and the map filled, never in a measured loop.
+fn hot_key() -> u64 {
+    std::env::var("KEYED_HOT_KEY")
+        .ok()
+        .and_then(|key| key.parse().ok())
+        .unwrap_or(0)
+}
+
 /// One call's worth of time, [`NANOS_PER_CALL`], on `word`: a clock's ([`PacedClock::word`]) or,
 /// on the threads of a `time` run other than thread 0, a word of the thread's own, so every
 /// thread does the same work and one thread ticks a clock. With one writer a load and a store
@@ -254,7 +266,7 @@ fn floodgate(workload: Workload) -> Paced<Floodgate> {
         .build()
         .unwrap();
     for key in 0..workload.held() {
-        let key = if workload == Workload::Keys1m {
+        let key = if workload == Workload::Keys1m || workload.held() == 1 {
             workload.key(0, key)
         } else {
             key
@@ -264,7 +276,7 @@ fn floodgate(workload: Workload) -> Paced<Floodgate> {
     }
     if workload == Workload::HotDeny {
         tick(clock.word());
-        assert!(!keyed.try_acquire(&0, 1).unwrap().is_allowed());
+        assert!(!keyed.try_acquire(&hot_key(), 1).unwrap().is_allowed());
     }
     Paced {
         limiter: keyed,
@@ -280,7 +292,7 @@ fn governor(workload: Workload) -> Paced<Governor> {
     let keyed =
         RateLimiter::dashmap_with_clock_and_hasher(quota, clock.clone(), ahash::RandomState::new());
     for key in 0..workload.held() {
-        let key = if workload == Workload::Keys1m {
+        let key = if workload == Workload::Keys1m || workload.held() == 1 {
             workload.key(0, key)
         } else {
             key
@@ -290,7 +302,7 @@ fn governor(workload: Workload) -> Paced<Governor> {
     }
     if workload == Workload::HotDeny {
         tick(clock.word());
-        assert!(keyed.check_key(&0).is_err());
+        assert!(keyed.check_key(&hot_key()).is_err());
     }
     Paced {
         limiter: keyed,

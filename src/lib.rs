@@ -91,7 +91,7 @@ pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, QuantaClock};
 pub use concurrency::adaptive::{AdaptiveInFlight, Aimd, Gradient2, Vegas};
 pub use concurrency::{InFlight, InFlightPermit, KeyedInFlight, KeyedPermit, OwnedInFlightPermit};
 pub use decision::{AcquireError, ConfigError, Decision, Rate};
-pub use keyed::{IpKey, IpKeyer, Keyed, PenalizedKeyed, PenaltyBox};
+pub use keyed::{IpKey, IpKeyer, Key, Keyed, PenalizedKeyed, PenaltyBox};
 pub use lease::PerCore;
 pub use limiter::{Algorithm, AtomicLimiter, Limiter};
 

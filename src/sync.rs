@@ -8,9 +8,9 @@
 //! thread parking from here.
 
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(floodgate_loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 #[cfg(floodgate_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};

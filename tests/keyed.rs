@@ -500,6 +500,10 @@ static PANIC_HASHING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct Touchy(u64);
 
+impl floodgate::Key for Touchy {
+    type Cell = floodgate::keyed::OnceLockCell<Self>;
+}
+
 impl std::hash::Hash for Touchy {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         if PANIC_HASHING.load(std::sync::atomic::Ordering::SeqCst) == self.0 {
@@ -511,7 +515,7 @@ impl std::hash::Hash for Touchy {
 
 /// A one-shard map (room for 64 keys) of one-permit windows on a manual clock, holding `keys`,
 /// each admitted once.
-fn one_shard_holding<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static>(
+fn one_shard_holding<K: floodgate::Key>(
     keys: impl IntoIterator<Item = K>,
 ) -> Keyed<K, FixedWindow, ManualClock> {
     let keyed = Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
@@ -594,6 +598,10 @@ static PANIC_DROPPING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU
 /// A key whose `Drop` panics once when [`PANIC_DROPPING`] names it (a user's faulty `Drop`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 struct Brittle(u64);
+
+impl floodgate::Key for Brittle {
+    type Cell = floodgate::keyed::OnceLockCell<Self>;
+}
 
 impl Drop for Brittle {
     fn drop(&mut self) {
@@ -771,6 +779,10 @@ fn a_blocked_keys_reset_after_covers_its_limiter_refilling() {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct HeldKey(u32);
 
+impl floodgate::Key for HeldKey {
+    type Cell = floodgate::keyed::OnceLockCell<Self>;
+}
+
 /// For key 99's clone: says "inside" on the first channel, then waits (bounded) for the second.
 /// Whether the go came in time is left in `PEEKED_IN_TIME`.
 static HOLD: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>> =
@@ -842,6 +854,10 @@ fn peek_on_an_absent_key_below_the_cap_takes_no_lock() {
 /// its `Clone` runs there: this type stops in `Clone`, as `HeldKey`, with its own channels).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ScrapedKey(u32);
+
+impl floodgate::Key for ScrapedKey {
+    type Cell = floodgate::keyed::OnceLockCell<Self>;
+}
 
 static SCRAPE_HOLD: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>> =
     std::sync::Mutex::new(None);

@@ -307,3 +307,112 @@ fn peek_of_an_absent_key_racing_a_forget_that_makes_room() {
         assert!(keyed.try_acquire(&3, 1).unwrap().is_allowed());
     });
 }
+
+/// Slots of a shard's first table (four keys at three quarters full, plus the empty one).
+const FIRST_SLOTS: u128 = 7;
+
+/// The slot a `u32` key's probe starts at in a shard's first table, with the hasher the map
+/// takes under loom (fixed seeds), as `home` in `src/keyed/shards.rs` computes it.
+fn first_home(key: u32) -> u128 {
+    let hash = ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(key);
+    (u128::from(hash) * FIRST_SLOTS) >> 64
+}
+
+/// A key other than 0 whose probe starts where key 0's does.
+fn homed_with_zero() -> u32 {
+    (1..).find(|&k| first_home(k) == first_home(0)).unwrap()
+}
+
+/// Key 0's word is 0, as an empty slot's is: the table records its slot (Release, after its
+/// state word) and a reader of a word 0 loads that record (Acquire). While A inserts key 0 (into
+/// the slot after key `k`'s, in `k`'s probe sequence), B looks it up: B either misses it (and
+/// inserts or waits under the mutex) or finds it with A's word, never as a fresh slot: one
+/// admission in the window, and a `peek` that found A's permit taken is followed by a denial.
+#[test]
+fn a_lookup_racing_the_insert_of_the_zero_key_finds_it_with_its_word() {
+    let k = homed_with_zero();
+    model(None, move || {
+        let clock = ModelClock::starting_at(0);
+        let keyed = keyed(&clock, 4, WhenFull::DenyNewKeys);
+        assert!(keyed.try_acquire(&k, 1).unwrap().is_allowed());
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&0, 1).unwrap().is_allowed())
+        };
+        let (peeked, b) = {
+            let keyed = keyed.clone();
+            thread::spawn(move || {
+                let peeked = keyed.peek(&0, 1).unwrap().is_allowed();
+                (peeked, keyed.try_acquire(&0, 1).unwrap().is_allowed())
+            })
+        }
+        .join()
+        .unwrap();
+        let a = a.join().unwrap();
+        assert!(a != b, "one admission of key 0 in the window: A {a}, B {b}");
+        assert!(
+            peeked || !b,
+            "a peek that saw the permit taken is followed by a denial"
+        );
+        assert_eq!(keyed.len(), 2);
+        assert!(!keyed.try_acquire(&0, 1).unwrap().is_allowed());
+        assert!(!keyed.try_acquire(&k, 1).unwrap().is_allowed());
+    });
+}
+
+/// While A inserts key `k` into the slot where key 0's probe starts, B looks up key 0: the
+/// fresh slot (word 0 until `k`'s word is published) is never taken for key 0, so B's key 0
+/// and A's key `k` each get their own permit, and each is then spent.
+#[test]
+fn a_lookup_of_the_zero_key_never_takes_another_keys_fresh_slot_for_it() {
+    let k = homed_with_zero();
+    model(None, move || {
+        let clock = ModelClock::starting_at(0);
+        let keyed = keyed(&clock, 4, WhenFull::DenyNewKeys);
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&k, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || {
+                let peeked = keyed.peek(&0, 1).unwrap().is_allowed();
+                (peeked, keyed.try_acquire(&0, 1).unwrap().is_allowed())
+            })
+        };
+        assert!(a.join().unwrap());
+        assert_eq!(b.join().unwrap(), (true, true));
+        assert_eq!(keyed.len(), 2);
+        assert!(!keyed.try_acquire(&0, 1).unwrap().is_allowed());
+        assert!(!keyed.try_acquire(&k, 1).unwrap().is_allowed());
+    });
+}
+
+/// A `peek` that finds a key another thread is inserting sees the key's first decision: the
+/// key's word (key 7) or the zero key's record (key 0) is published with Release after the
+/// state word, and a lookup that reads it loads it with Acquire. One key fills the map (cap 1),
+/// so a `peek` that misses the key once B has seen it counted (`len`, which the insert sets
+/// before deciding) waits for the insert under the mutex and is refused: either way the
+/// permit A took shows. (A lookup that found the key and read the state word from before its
+/// first decision would answer "allowed": with the word's or the record's orderings weakened to
+/// Relaxed this model fails.)
+#[test]
+fn a_peek_that_finds_a_key_being_inserted_sees_its_first_decision() {
+    for key in [0u32, 7] {
+        model(None, move || {
+            let clock = ModelClock::starting_at(0);
+            let keyed = keyed(&clock, 1, WhenFull::DenyNewKeys);
+            let a = {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.try_acquire(&key, 1).unwrap().is_allowed())
+            };
+            if keyed.len() == 1 {
+                assert!(
+                    !keyed.peek(&key, 1).unwrap().is_allowed(),
+                    "key {key} found without its first decision"
+                );
+            }
+            assert!(a.join().unwrap());
+        });
+    }
+}

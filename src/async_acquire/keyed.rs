@@ -7,12 +7,12 @@ use std::time::Duration;
 use super::wait_for_grant;
 use crate::clock::Clock;
 use crate::decision::{AcquireError, Decision};
-use crate::keyed::Keyed;
+use crate::keyed::{Key, Keyed};
 use crate::limiter::Algorithm;
 
 impl<K, A, C> Keyed<K, A, C>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     A: Algorithm,
     C: Clock,
 {

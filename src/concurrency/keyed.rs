@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::word::MAX_IN_FLIGHT_LIMIT;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision, check_permits, validate_limit};
-use crate::keyed::{KeySlot, KeyedStats, Liveness, ShardedMap, WhenFull, sharded_map};
+use crate::keyed::{Key, KeySlot, KeyedStats, Liveness, ShardedMap, WhenFull, sharded_map};
 use crate::limiter::{Step, update};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -73,13 +73,13 @@ impl KeySlot<()> for KeySlotArc {
 /// # drop(b);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct KeyedInFlight<K, C = QuantaClock> {
+pub struct KeyedInFlight<K: Key, C = QuantaClock> {
     map: ShardedMap<K, KeySlotArc>,
     limit: AtomicU32,
     clock: C,
 }
 
-impl<K, C> fmt::Debug for KeyedInFlight<K, C> {
+impl<K: Key, C> fmt::Debug for KeyedInFlight<K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedInFlight")
             // Relaxed: a snapshot for display.
@@ -91,7 +91,7 @@ impl<K, C> fmt::Debug for KeyedInFlight<K, C> {
 
 impl<K> KeyedInFlight<K, QuantaClock>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
 {
     /// At most `limit` permits in flight per key, at most `max_keys` keys held.
     ///
@@ -112,7 +112,7 @@ where
 
 impl<K, C> KeyedInFlight<K, C>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     C: Clock,
 {
     /// As [`new`](KeyedInFlight::new), on `clock` (it only schedules the map's sweeps).

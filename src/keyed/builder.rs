@@ -1,9 +1,8 @@
 //! [`KeyedBuilder`]: the cap, the shards, the policy, the clock.
 
-use std::hash::Hash;
-
 use super::cap::WhenFull;
 use super::facade::KeyedFacade;
+use super::key::Key;
 use super::limiter::Keyed;
 use super::penalized::PenalizedKeyed;
 use super::penalty::PenaltyBox;
@@ -38,7 +37,7 @@ impl<A: Algorithm> Keyed<(), A, QuantaClock> {
 
 impl<K, A> Keyed<K, A, QuantaClock>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     A: Algorithm,
 {
     /// A keyed limiter holding at most `max_keys` keys, with the defaults of [`KeyedBuilder`].
@@ -165,7 +164,7 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     /// `build`s go through.
     fn facade<K, S, E>(self, extra: E) -> Result<KeyedFacade<K, S, A, E, C>, ConfigError>
     where
-        K: Hash + Eq + Clone + Send + Sync + 'static,
+        K: Key,
         S: LimiterSlot<A, E>,
     {
         let map = sharded_map(self.max_keys, self.shards, self.when_full)?;
@@ -193,7 +192,7 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     /// ```
     pub fn build<K>(self) -> Result<Keyed<K, A, C>, ConfigError>
     where
-        K: Hash + Eq + Clone + Send + Sync + 'static,
+        K: Key,
     {
         Ok(Keyed {
             facade: self.facade(())?,
@@ -221,7 +220,7 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
         penalty: PenaltyBox,
     ) -> Result<PenalizedKeyed<K, A, C>, ConfigError>
     where
-        K: Hash + Eq + Clone + Send + Sync + 'static,
+        K: Key,
     {
         Ok(PenalizedKeyed {
             facade: self.facade(penalty)?,
@@ -237,7 +236,7 @@ pub(crate) fn sharded_map<K, S>(
     when_full: WhenFull,
 ) -> Result<ShardedMap<K, S>, ConfigError>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     S: Default + Send + Sync + 'static,
 {
     if max_keys == 0 {

@@ -8,6 +8,7 @@ use std::fmt;
 use std::hash::Hash;
 
 use super::cap::KeyedStats;
+use super::key::Key;
 use super::shards::{Missed, ShardedMap};
 use super::slot::{LimiterSlot, Rules};
 use crate::clock::Clock;
@@ -16,13 +17,13 @@ use crate::limiter::{Algorithm, read_at_floor};
 use crate::sync::{AtomicU64, Ordering};
 
 /// A keyed limiter over slots of type `S`: the map, the rules its slots are read with, the clock.
-pub(crate) struct KeyedFacade<K, S, A, E, C> {
+pub(crate) struct KeyedFacade<K: Key, S, A, E, C> {
     map: ShardedMap<K, S>,
     rules: Rules<A, E>,
     clock: C,
 }
 
-impl<K, S, A, E, C> KeyedFacade<K, S, A, E, C> {
+impl<K: Key, S, A, E, C> KeyedFacade<K, S, A, E, C> {
     pub(crate) fn new(map: ShardedMap<K, S>, rules: Rules<A, E>, clock: C) -> Self {
         KeyedFacade { map, rules, clock }
     }
@@ -64,7 +65,7 @@ impl<K, S, A, E, C> KeyedFacade<K, S, A, E, C> {
 
 impl<K, S, A, E, C> KeyedFacade<K, S, A, E, C>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     S: LimiterSlot<A, E>,
     A: Algorithm,
     C: Clock,

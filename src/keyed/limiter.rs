@@ -6,6 +6,7 @@ use std::hash::Hash;
 
 use super::cap::KeyedStats;
 use super::facade::KeyedFacade;
+use super::key::Key;
 use super::slot::WordSlot;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
@@ -84,13 +85,13 @@ use crate::limiter::Algorithm;
 /// assert!(keyed.try_acquire("a", 1)?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Keyed<K, A, C = QuantaClock> {
+pub struct Keyed<K: Key, A, C = QuantaClock> {
     pub(super) facade: KeyedFacade<K, WordSlot, A, (), C>,
 }
 
 impl<K, A, C> Keyed<K, A, C>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     A: Algorithm,
     C: Clock,
 {
@@ -388,7 +389,7 @@ where
 /// configuration makes idle sooner.
 impl<K, C> Keyed<K, crate::Gcra, C>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     C: Clock,
 {
     /// Changes every key's rate live (see
@@ -433,7 +434,7 @@ where
     }
 }
 
-impl<K, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
+impl<K: Key, A: std::fmt::Debug, C> std::fmt::Debug for Keyed<K, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.facade.debug("Keyed", f)
     }

@@ -6,6 +6,7 @@ use std::hash::Hash;
 
 use super::cap::KeyedStats;
 use super::facade::KeyedFacade;
+use super::key::Key;
 use super::penalty::{JailedSlot, PenaltyBox};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
@@ -34,13 +35,13 @@ use crate::limiter::Algorithm;
 /// assert!(per_ip.try_acquire(&7, 1)?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct PenalizedKeyed<K, A, C = QuantaClock> {
+pub struct PenalizedKeyed<K: Key, A, C = QuantaClock> {
     pub(super) facade: KeyedFacade<K, JailedSlot, A, PenaltyBox, C>,
 }
 
 impl<K, A, C> PenalizedKeyed<K, A, C>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     A: Algorithm,
     C: Clock,
 {
@@ -387,7 +388,7 @@ where
 /// [`Keyed::set_rate`](crate::Keyed::set_rate) does (the penalty box is unchanged).
 impl<K, C> PenalizedKeyed<K, crate::Gcra, C>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     C: Clock,
 {
     /// Changes every key's rate live, as [`Keyed::set_rate`](crate::Keyed::set_rate).
@@ -434,7 +435,7 @@ where
     }
 }
 
-impl<K, A: std::fmt::Debug, C> std::fmt::Debug for PenalizedKeyed<K, A, C> {
+impl<K: Key, A: std::fmt::Debug, C> std::fmt::Debug for PenalizedKeyed<K, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.facade.debug("PenalizedKeyed", f)
     }

@@ -5,8 +5,9 @@
 //!
 //! Protocol (what the loom models in `loom-tests/tests/keyed.rs`, `time_keyed.rs` and
 //! `kstats.rs` check):
-//! - A table never moves or removes a slot: a slot's key is set once (an `OnceLock`) and its
-//!   state word(s) live in it for the table's life. A check on a key that exists loads the
+//! - A table never moves or removes a slot: a slot's key is set once (in the key type's cell,
+//!   [`Key::Cell`](super::Key::Cell): a word-sized key in one atomic word, any other in an
+//!   `OnceLock`) and its state word(s) live in it for the table's life. A check on a key that exists loads the
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
 //!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
@@ -19,8 +20,11 @@
 //!   read without it (the counters before the key count, with Acquire loads), so a scrape
 //!   never waits on an insert (see `stats` for what a concurrent scrape reads).
 //! - A new key is inserted under the shard's mutex into an empty slot of the current table: its
-//!   first decision writes the slot's word, then `OnceLock::set` publishes the key; readers find
-//!   it from then on, never with the fresh word (see `insert`). The table the failed lock-free
+//!   first decision writes the slot's word, then the cell publishes the key (`OnceLock::set`, or
+//!   a Release store of the key's word; for the word key whose word is 0, which an empty slot
+//!   also reads, a Release store of the slot's index in the table's `zero` record, which a
+//!   reader of a word 0 loads with Acquire); readers find it from then on, never with the fresh
+//!   word (see `insert`). The table the failed lock-free
 //!   lookup loaded serves the insert when the mutex is free at once (`try_lock`; a table other
 //!   than the placeholder is then the current one, since a rebuild replacing it would still
 //!   hold the mutex, waiting for this reader); otherwise the lookup's table is let go before
@@ -121,12 +125,21 @@
 //! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
 //! 0.64 misses a call; issue 16, with a 64 KiB first level: 1.28 against 0.77, 1.06 of
 //! floodgate's at the slot's first load, 0.64 of governor's at its bucket's key): 24-byte
-//! slots against hashbrown's 16-byte buckets at up to 7/8. A
+//! slots against hashbrown's 16-byte buckets at up to 7/8. Since a word-sized key is held in
+//! its word ([`WordCell`](super::WordCell)), a slot of `Keyed<u64, Gcra>` is 16 bytes, four to
+//! a line, none straddling two: `churn-100k` with `--cache-sim=yes --D1=65536,8,64
+//! --LL=1048576,16,64` misses the last level 0.93 times a call (1.27 with 24-byte slots,
+//! governor 0.77) and the first 1.81 (2.17, governor 1.92). A key whose word is 0 (key 0) is
+//! told from an empty slot by the table's `zero` record: its lookups take one more load,
+//! compare and branch (`hot-allow` on key 0: 192 instructions, 189 on any other key, 188 with
+//! the `OnceLock`). A
 //! growth rebuild sizes the table to `slots_for(2 × kept)`, about 2.67 slots a key kept, so the
-//! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 32 to 64 bytes a live key
-//! below the cap (a counting allocator on `Keyed<u64, Gcra>`: about 50 to 55 bytes a key at
-//! 50,000 to 1,000,000 keys), and about 32 bytes a key of the cap at the cap (measured 32 to
-//! 33.6), where a table is sized to the cap, not to twice its keys. After a reconfiguration
+//! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 21 to 43 bytes a live
+//! `u64` key below the cap (16-byte slots; a counting allocator on `Keyed<u64, Gcra>`, the shards'
+//! fixed parts in: 37.3, 35.7 and 33.7 bytes a key at 50,000, 100,000 and 1,000,000 keys, 53.2,
+//! 52.0 and 50.5 with 24-byte slots; `tests/keyed_flood.rs`), and about 21.3 bytes a key of the
+//! cap at the cap (measured 21.7 to 21.8; 32 to 33.6 with 24-byte slots), where a table is
+//! sized to the cap, not to twice its keys. After a reconfiguration
 //! (`set_limit`), each key's first decision
 //! goes to the general engine, its word being stamped with an older generation; so does every
 //! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
@@ -135,13 +148,14 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 
 use super::cap::{KeyedStats, WhenFull};
+use super::key::Key;
+use super::key::sealed::CellOps;
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(floodgate_loom))]
 use crate::sync::{Mutex, MutexGuard};
 #[cfg(floodgate_loom)]
@@ -217,9 +231,9 @@ pub(crate) struct Refused {
     pub(crate) retry_after: u64,
 }
 
-/// One slot of a table: a key set once, and its state.
-struct Slot<K, S> {
-    key: OnceLock<K>,
+/// One slot of a table: a key set once (in the key type's cell, see [`Key`]), and its state.
+struct Slot<K: Key, S> {
+    key: K::Cell,
     value: S,
 }
 
@@ -227,8 +241,13 @@ struct Slot<K, S> {
 /// (into empty slots, under the shard's mutex), never moved or removed; a rebuild makes a new
 /// table. At most three quarters of the slots hold keys, so a probe always ends at an empty slot.
 /// The table with no slots is the placeholder a rebuild publishes while it works.
-struct Table<K, S> {
+struct Table<K: Key, S> {
     slots: Box<[Slot<K, S>]>,
+    /// The slot holding the key whose word is 0 (a [`WordCell`](super::WordCell) key: its slot's
+    /// word reads as an empty slot's), `usize::MAX` when none: published once, with Release,
+    /// after that slot's state word (see the cell's `publish`). Beside the slots' address,
+    /// which every check loads, so a reader that reads a word 0 finds it on the same line.
+    zero: AtomicUsize,
     /// Readers holding this table (loom builds only: the grace period `ArcSwap` gives otherwise).
     #[cfg(floodgate_loom)]
     readers: AtomicU64,
@@ -252,25 +271,27 @@ fn home(hash: u64, slots: usize) -> usize {
     ((u128::from(hash) * slots as u128) >> 64) as usize
 }
 
-impl<K, S: Default> Table<K, S> {
+impl<K: Key, S: Default> Table<K, S> {
     fn new(slots: usize) -> Self {
         Table {
             slots: (0..slots)
                 .map(|_| Slot {
-                    key: OnceLock::new(),
+                    key: K::Cell::empty(),
                     value: S::default(),
                 })
                 .collect(),
+            zero: AtomicUsize::new(usize::MAX),
             #[cfg(floodgate_loom)]
             readers: AtomicU64::new(0),
         }
     }
 }
 
-impl<K, S> Table<K, S> {
+impl<K: Key, S> Table<K, S> {
     fn placeholder() -> Self {
         Table {
             slots: Box::new([]),
+            zero: AtomicUsize::new(usize::MAX),
             #[cfg(floodgate_loom)]
             readers: AtomicU64::new(0),
         }
@@ -278,6 +299,27 @@ impl<K, S> Table<K, S> {
 
     fn is_placeholder(&self) -> bool {
         self.slots.is_empty()
+    }
+
+    /// Runs `f` on the key slot `index` holds, `None` when it is empty (see the cell's
+    /// `with_key`).
+    #[inline(always)]
+    fn with_key<R>(&self, index: usize, f: impl FnOnce(&K) -> R) -> Option<R> {
+        self.slots[index].key.with_key(&self.zero, index, f)
+    }
+
+    /// Whether slot `index` holds a key.
+    #[inline(always)]
+    fn is_set(&self, index: usize) -> bool {
+        self.with_key(index, |_| ()).is_some()
+    }
+
+    /// The slots that hold keys, with their indices.
+    fn held(&self) -> impl Iterator<Item = (usize, &Slot<K, S>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| self.is_set(i))
     }
 
     /// The slot of `key`, if the table holds it (never for the placeholder).
@@ -323,10 +365,13 @@ impl<K, S> Table<K, S> {
             let Some(slot) = slots.get(i) else {
                 return Err(i);
             };
-            match slot.key.get() {
+            match slot
+                .key
+                .with_key(&self.zero, i, |held| held.borrow() == key)
+            {
                 None => return Err(i),
-                Some(held) if held.borrow() == key => return Ok(slot),
-                Some(_) => {}
+                Some(true) => return Ok(slot),
+                Some(false) => {}
             }
             i += 1;
             if i == slots.len() {
@@ -338,32 +383,34 @@ impl<K, S> Table<K, S> {
     /// The first empty slot of `hash`'s probe sequence, where its key goes (the caller holds the
     /// shard's mutex, knows the key is absent and that the table has room). Keys are set only
     /// under the mutex: the slot stays empty, and no reader finds it, until the caller sets it.
-    fn vacant(&self, hash: u64) -> &Slot<K, S> {
-        let slots = &self.slots[..];
-        let mut i = home(hash, slots.len());
-        while slots[i].key.get().is_some() {
-            i += 1;
-            if i == slots.len() {
-                i = 0;
-            }
-        }
-        &slots[i]
-    }
-
-    /// [`insert`](ShardedMap::insert) into a table this thread owns: `key` is the cell of a slot of
-    /// the old table, moved as it is (re-setting a fresh `OnceLock` would run its `Once` again).
-    fn put(&mut self, key: OnceLock<K>, value: S, hash: u64) {
+    /// Returns the slot's index.
+    fn vacant(&self, hash: u64) -> usize {
         let len = self.slots.len();
         let mut i = home(hash, len);
-        while self.slots[i].key.get().is_some() {
+        while self.is_set(i) {
             i += 1;
             if i == len {
                 i = 0;
             }
         }
+        i
+    }
+
+    /// [`insert`](ShardedMap::insert) into a table this thread owns: `key` is the cell of a slot of
+    /// the old table, moved as it is (re-setting a fresh `OnceLock` would run its `Once` again);
+    /// `zero_key` says whether it held the key whose word is 0 (the old table's record), which
+    /// this table then records at its new slot.
+    fn put(&mut self, key: K::Cell, value: S, hash: u64, zero_key: bool) {
+        let i = self.vacant(hash);
         let slot = &mut self.slots[i];
         slot.key = key;
         slot.value = value;
+        if zero_key {
+            // Relaxed: the table is this thread's until the rebuild publishes it (the cell's
+            // store, a Release the readers' load pairs with), and `vacant` above is this
+            // thread's own read.
+            self.zero.store(i, Ordering::Relaxed);
+        }
     }
 }
 
@@ -381,15 +428,15 @@ impl<K, S> Table<K, S> {
 /// `a_tables_header_shares_no_line_with_its_slots`, run on the targets padded to 128 or more).
 #[cfg(not(floodgate_loom))]
 mod cell {
-    use super::Table;
+    use super::{Key, Table};
     use crossbeam_utils::CachePadded;
     use std::sync::Arc;
 
-    pub(super) struct TableCell<K, S>(arc_swap::ArcSwap<CachePadded<Table<K, S>>>);
+    pub(super) struct TableCell<K: Key, S>(arc_swap::ArcSwap<CachePadded<Table<K, S>>>);
 
     pub(super) type TableGuard<K, S> = arc_swap::Guard<Arc<CachePadded<Table<K, S>>>>;
 
-    impl<K, S> TableCell<K, S> {
+    impl<K: Key, S> TableCell<K, S> {
         pub(super) fn new(table: Table<K, S>) -> Self {
             TableCell(arc_swap::ArcSwap::from_pointee(CachePadded::new(table)))
         }
@@ -433,29 +480,29 @@ mod cell {
 
 #[cfg(floodgate_loom)]
 mod cell {
-    use super::Table;
+    use super::{Key, Table};
     use crate::sync::{Mutex, Ordering, thread};
     use std::sync::Arc;
 
-    pub(super) struct TableCell<K, S>(Mutex<Arc<Table<K, S>>>);
+    pub(super) struct TableCell<K: Key, S>(Mutex<Arc<Table<K, S>>>);
 
-    pub(super) struct TableGuard<K, S>(Arc<Table<K, S>>);
+    pub(super) struct TableGuard<K: Key, S>(Arc<Table<K, S>>);
 
-    impl<K, S> std::ops::Deref for TableGuard<K, S> {
+    impl<K: Key, S> std::ops::Deref for TableGuard<K, S> {
         type Target = Table<K, S>;
         fn deref(&self) -> &Table<K, S> {
             &self.0
         }
     }
 
-    impl<K, S> Drop for TableGuard<K, S> {
+    impl<K: Key, S> Drop for TableGuard<K, S> {
         fn drop(&mut self) {
             // SeqCst: the model's grace period; pairs with the load in `take`.
             self.0.readers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    impl<K, S> TableCell<K, S> {
+    impl<K: Key, S> TableCell<K, S> {
         pub(super) fn new(table: Table<K, S>) -> Self {
             TableCell(Mutex::new(Arc::new(table)))
         }
@@ -677,7 +724,7 @@ struct Counters {
 
 /// One shard, as the map's two arrays hold it: its table, which every check reads, and its
 /// mutex and bookkeeping, which inserts write.
-struct Shard<'a, K, S> {
+struct Shard<'a, K: Key, S> {
     table: &'a TableCell<K, S>,
     meta: &'a Mutex<Meta>,
     /// The mirror of `meta.len` ([`ShardMeta::keys`]).
@@ -686,13 +733,13 @@ struct Shard<'a, K, S> {
     counters: &'a Counters,
 }
 
-impl<K, S> Clone for Shard<'_, K, S> {
+impl<K: Key, S> Clone for Shard<'_, K, S> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<K, S> Copy for Shard<'_, K, S> {}
+impl<K: Key, S> Copy for Shard<'_, K, S> {}
 
 /// What a rebuild does besides copying.
 #[derive(Clone, Copy)]
@@ -726,7 +773,7 @@ fn no_forget<K>() -> Option<fn(&K) -> bool> {
 }
 
 /// The sharded map. Rules (the algorithm, the penalty) are passed in by the owner.
-pub(crate) struct ShardedMap<K, S> {
+pub(crate) struct ShardedMap<K: Key, S> {
     /// Each shard's table cell (one pointer), side by side: a check reads only its shard's
     /// cell, and the cells of many shards share a cache line (64 shards in 512 bytes), which
     /// stays cached however many shards the keys in use spread over. A check's load writes
@@ -768,7 +815,7 @@ fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
     meta.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
-impl<K, S> ShardedMap<K, S> {
+impl<K: Key, S> ShardedMap<K, S> {
     pub(crate) fn shard_count(&self) -> usize {
         self.shard_mask + 1
     }
@@ -818,9 +865,8 @@ impl<K, S> ShardedMap<K, S> {
     }
 }
 
-impl<K, S> ShardedMap<K, S>
+impl<K: Key, S> ShardedMap<K, S>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
     S: Default + Send + Sync + 'static,
 {
     /// `shards` must be a power of two no larger than `max_keys` (checked by the builder).
@@ -996,10 +1042,7 @@ where
         // never moved or removed, so the slots the search passed still hold other keys, and the
         // key, had another thread inserted it since, would be in that slot. (`searched` is
         // `usize::MAX`, no slot, for a table loaded here.)
-        let seen = table
-            .slots
-            .get(searched)
-            .is_some_and(|slot| slot.key.get().is_none());
+        let seen = searched < table.slots.len() && !table.is_set(searched);
         let mut vacant = if seen {
             Some(searched)
         } else {
@@ -1039,17 +1082,19 @@ where
         } else {
             now
         };
-        let slot = match vacant {
-            Some(i) => &table.slots[i],
+        let index = match vacant {
+            Some(i) => i,
             None => table.vacant(hash),
         };
+        let slot = &table.slots[index];
         // Decided before the key is published: a reader finds the key only with this decision's
         // word, so one whose clock lags the drop time never decides the fresh word at its own,
         // earlier time (the floor above guards this decision only). The key is published when
         // `publish` drops, after the decision or while a panic in it unwinds (the slot's word is
         // then the key's, never left behind in an empty slot), and counted before.
         let publish = Publish {
-            key: &slot.key,
+            table: &table,
+            index,
             owned: Some(key.to_owned()),
         };
         let len = meta.len + 1;
@@ -1224,10 +1269,7 @@ where
         meta.judged_at = Some(now);
         let mut live = 0usize;
         let mut next_idle_at = u64::MAX;
-        for slot in table.slots.iter() {
-            if slot.key.get().is_none() {
-                continue;
-            }
+        for (_, slot) in table.held() {
             if let Liveness::Live { idle_in, .. } = slot.value.liveness(rules, now) {
                 live += 1;
                 next_idle_at = next_idle_at.min(now.saturating_add(idle_in));
@@ -1354,8 +1396,13 @@ where
         let mut next_idle_at = u64::MAX;
         let mut candidates: Vec<(u64, usize)> = Vec::new();
         for (i, slot) in old.slots.iter().enumerate() {
-            let Some(key) = slot.key.get() else { continue };
-            if forget.as_ref().is_some_and(|forget| forget(key)) {
+            // Whether `forget` names the key (a word key is rebuilt on the stack).
+            let Some(forgotten_key) =
+                old.with_key(i, |key| forget.as_ref().is_some_and(|forget| forget(key)))
+            else {
+                continue;
+            };
+            if forgotten_key {
                 forgotten += 1;
                 fates[i] = Fate::Drop;
                 continue;
@@ -1378,7 +1425,9 @@ where
             if let Some(fate) = fates.get_mut(i) {
                 *fate = Fate::Keep;
             }
-            hashes.push(self.hasher.hash_one(key));
+            if let Some(hash) = old.with_key(i, |key| self.hasher.hash_one(key)) {
+                hashes.push(hash);
+            }
             kept += 1;
         }
         let old = restore.disarm();
@@ -1409,10 +1458,12 @@ where
         // `repair` started the shard over empty). A growth lets no key go.
         let mut hashes = hashes.into_iter();
         let mut dropped = Vec::with_capacity(idle + forgotten + evicted);
+        // Relaxed: the old table is this thread's (no reader holds it: `take`).
+        let zero = old.zero.load(Ordering::Relaxed);
         for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
             let fate = match fates.get(i) {
                 Some(&fate) => fate,
-                None if slot.key.get().is_some() => Fate::Keep,
+                None if slot.key.with_key(&old.zero, i, |_| ()).is_some() => Fate::Keep,
                 None => Fate::Empty,
             };
             // A key pass 1 kept has its hash next in `hashes`, an evicted one too (it was kept
@@ -1420,7 +1471,7 @@ where
             match fate {
                 Fate::Keep => {
                     if let Some(hash) = hashes.next() {
-                        next.put(slot.key, slot.value, hash);
+                        next.put(slot.key, slot.value, hash, i == zero);
                     }
                 }
                 Fate::Evict => {
@@ -1585,35 +1636,38 @@ where
 /// [`insert`](ShardedMap::insert): the table it searched, still held, which `insert` uses
 /// instead of loading the table again when it gets the shard's mutex at once, and where the
 /// search ended.
-pub(crate) struct Missed<K, S> {
+pub(crate) struct Missed<K: Key, S> {
     table: TableGuard<K, S>,
     /// The empty slot the search ended at (0 for the placeholder, which has none).
     vacant: usize,
 }
 
-/// A key to publish in its slot when this drops (see `insert`).
-struct Publish<'a, K> {
-    key: &'a OnceLock<K>,
+/// A key to publish in its slot (`table`'s slot `index`) when this drops (see `insert`).
+struct Publish<'a, K: Key, S> {
+    table: &'a Table<K, S>,
+    index: usize,
     owned: Option<K>,
 }
 
-impl<K> Drop for Publish<'_, K> {
+impl<K: Key, S> Drop for Publish<'_, K, S> {
     fn drop(&mut self) {
         if let Some(key) = self.owned.take() {
-            let set = self.key.set(key);
-            debug_assert!(set.is_ok(), "an empty slot is set only under the mutex");
+            let table = self.table;
+            table.slots[self.index]
+                .key
+                .publish(&table.zero, self.index, key);
         }
     }
 }
 
 /// A table a rebuild took out of its cell: put back if the rebuild unwinds before
 /// [`disarm`](Restore::disarm) (a panic in a user's `Hash` or `Eq`).
-struct Restore<'a, K, S> {
+struct Restore<'a, K: Key, S> {
     cell: &'a TableCell<K, S>,
     table: Option<Table<K, S>>,
 }
 
-impl<K, S> Restore<'_, K, S> {
+impl<K: Key, S> Restore<'_, K, S> {
     /// The table, now the rebuild's to take apart.
     fn disarm(mut self) -> Table<K, S> {
         match self.table.take() {
@@ -1623,7 +1677,7 @@ impl<K, S> Restore<'_, K, S> {
     }
 }
 
-impl<K, S> Drop for Restore<'_, K, S> {
+impl<K: Key, S> Drop for Restore<'_, K, S> {
     fn drop(&mut self) {
         if let Some(table) = self.table.take() {
             self.cell.store(table);
@@ -1634,7 +1688,7 @@ impl<K, S> Drop for Restore<'_, K, S> {
 /// Sets the shard's key count to `len`: `meta.len` and its mirror [`ShardMeta::keys`]. Called
 /// under the mutex, before the table or key the count includes is published (see
 /// [`refuses_new_key`](ShardedMap::refuses_new_key)).
-fn set_len<K, S>(shard: Shard<'_, K, S>, meta: &mut Meta, len: usize) {
+fn set_len<K: Key, S>(shard: Shard<'_, K, S>, meta: &mut Meta, len: usize) {
     meta.len = len;
     // Release: pairs with the Acquire load in `refuses_new_key`.
     shard.keys.store(len as u64, Ordering::Release);
@@ -1656,7 +1710,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// key's `Drop` runs after the store), so only a panic of the rebuild's own (an allocation
 /// failure built to unwind) gets here. Its keys are then lost, as a `forget` of each would
 /// lose them; the shard is not left on the placeholder.
-fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
+fn repair<K: Key, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
     if shard.table.load().is_placeholder() {
         let table = Table::new(slots_for(MIN_KEYS));
         meta.set_slots(table.slots.len());
@@ -1669,12 +1723,10 @@ fn repair<K, S: Default>(shard: Shard<'_, K, S>, meta: &mut Meta) {
 /// idle already). It stays a lower bound while checks go on as long as a check only moves a
 /// key's idle time later (an algorithm's word); where a write can bring it forward, the sweep is
 /// only late, as with the insert's probe.
-fn idle_bound<K, S: KeySlot<R>, R>(table: &Table<K, S>, rules: &R, now: u64) -> u64 {
+fn idle_bound<K: Key, S: KeySlot<R>, R>(table: &Table<K, S>, rules: &R, now: u64) -> u64 {
     table
-        .slots
-        .iter()
-        .filter(|slot| slot.key.get().is_some())
-        .map(|slot| match slot.value.liveness(rules, now) {
+        .held()
+        .map(|(_, slot)| match slot.value.liveness(rules, now) {
             Liveness::Idle => now,
             Liveness::Live { idle_in, .. } => now.saturating_add(idle_in),
         })
@@ -1720,14 +1772,145 @@ mod tests {
             let slots = slots_for(keys);
             assert!(room_of(slots) >= keys, "{keys} keys, {slots} slots");
             assert!(room_of(slots) < slots);
-            // u64 keys: 24 bytes a slot, so at most 32 bytes a key in a table filled to size
-            // (beyond the smallest tables; a growth sizes for twice the keys kept, so up to 64
+            // u64 keys: 16 bytes a slot, so at most 22 bytes a key in a table filled to size
+            // (beyond the smallest tables; a growth sizes for twice the keys kept, so up to 43
             // bytes a live key below the cap).
             if keys >= 64 {
-                assert!(slots * 24 <= keys * 32 + 48, "{keys} keys, {slots} slots");
+                assert!(slots * 16 <= keys * 22 + 48, "{keys} keys, {slots} slots");
             }
         }
-        assert_eq!(size_of::<Slot<u64, AtomicU64>>(), 24);
+    }
+
+    /// A slot of a `Keyed<u64, _>` (or of any key that fits a word) with a one-word algorithm is
+    /// two words, so four share a 64-byte line and none straddles two (with an `OnceLock<u64>`,
+    /// 24 bytes: one slot in three straddled). Keys that do not fit a word keep the `OnceLock`.
+    #[test]
+    fn a_word_keys_slot_is_sixteen_bytes() {
+        use crate::keyed::slot::WordSlot;
+        assert_eq!(size_of::<Slot<u64, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<u64, AtomicU64>>(), 16);
+        assert_eq!(size_of::<Slot<u32, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<i64, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<std::net::Ipv4Addr, WordSlot>>(), 16);
+        assert_eq!(size_of::<Slot<u128, WordSlot>>(), 48);
+    }
+
+    /// Publishes `key` in `table`'s first empty slot of `hash`'s probe sequence, its state word
+    /// set to `state` first (as `insert` does); returns the slot's index.
+    fn publish_at(table: &Table<u64, AtomicU64>, key: u64, hash: u64, state: u64) -> usize {
+        let index = table.vacant(hash);
+        table.slots[index].value.store(state, Ordering::Relaxed);
+        drop(Publish {
+            table,
+            index,
+            owned: Some(key),
+        });
+        index
+    }
+
+    /// The state word `key` is found with, if found.
+    fn state_of(table: &Table<u64, AtomicU64>, key: u64, hash: u64) -> Option<u64> {
+        table
+            .search(&key, hash)
+            .ok()
+            .map(|slot| slot.value.load(Ordering::Relaxed))
+    }
+
+    /// The key whose word is 0 (an empty word-cell slot's word too) in the probe sequence of
+    /// other keys, before and after a rebuild moves it: found, passed over, never taken for an
+    /// empty slot, and an empty slot never taken for it.
+    #[test]
+    fn the_zero_key_sits_in_other_keys_probe_sequences_like_any_key() {
+        let table = Table::<u64, AtomicU64>::new(8);
+        let hash = 0; // every key homes at slot 0
+        assert_eq!(
+            state_of(&table, 0, hash),
+            None,
+            "an empty slot is not key 0"
+        );
+        assert_eq!(publish_at(&table, 0, hash, 100), 0);
+        assert_eq!(publish_at(&table, 5, hash, 105), 1, "probes past key 0");
+        assert_eq!(publish_at(&table, u64::MAX, hash, 199), 2);
+        for (key, state) in [(0, 100), (5, 105), (u64::MAX, 199)] {
+            assert_eq!(state_of(&table, key, hash), Some(state), "key {key}");
+        }
+        assert_eq!(table.search(&7, hash).err(), Some(3));
+        // A key homed past key 0 and one homed before, wrapping round through it.
+        let before = u64::MAX; // home(u64::MAX, 8) == 7
+        assert_eq!(home(before, 8), 7);
+        assert_eq!(publish_at(&table, 9, before, 109), 7);
+        assert_eq!(
+            publish_at(&table, 11, before, 111),
+            3,
+            "wraps past 0, 5 and MAX"
+        );
+        assert_eq!(state_of(&table, 11, before), Some(111));
+        assert_eq!(
+            table.search(&7, before).err(),
+            Some(4),
+            "passes 9, 0, 5, MAX, 11"
+        );
+        // A rebuild moves the cells in the reverse order: key 0 lands last, off its old index.
+        let zero = table.zero.load(Ordering::Relaxed);
+        let held: Vec<bool> = (0..8).map(|i| table.is_set(i)).collect();
+        let homes = [hash, hash, hash, before, 0, 0, 0, before];
+        let mut next = Table::<u64, AtomicU64>::new(8);
+        for (i, slot) in table.slots.into_vec().into_iter().enumerate().rev() {
+            if held[i] {
+                next.put(slot.key, slot.value, homes[i], i == zero);
+            }
+        }
+        for (key, home_hash, state) in [
+            (0, hash, 100),
+            (5, hash, 105),
+            (u64::MAX, hash, 199),
+            (9, before, 109),
+            (11, before, 111),
+        ] {
+            assert_eq!(state_of(&next, key, home_hash), Some(state), "key {key}");
+        }
+        assert_eq!(state_of(&next, 7, hash), None);
+        assert_eq!((0..8).filter(|&i| next.is_set(i)).count(), 5);
+    }
+
+    /// Key 0 and a key homed at its slot, through a map: decided, grown past, forgotten.
+    #[test]
+    fn a_maps_zero_key_shares_its_probe_sequence_and_survives_growth() {
+        use crate::keyed::slot::{LimiterSlot, Rules, WordSlot};
+        use crate::{FixedWindow, ManualClock};
+        let rules = Rules {
+            algorithm: FixedWindow::new(2, std::time::Duration::from_secs(60)).unwrap(),
+            extra: (),
+        };
+        let clock = ManualClock::new();
+        let map = ShardedMap::<u64, WordSlot>::new(1024, 1, WhenFull::DenyNewKeys);
+        let slots = slots_for(MIN_KEYS);
+        let home0 = home(map.hash(&0u64), slots);
+        let other = (1u64..)
+            .find(|k| home(map.hash(k), slots) == home0)
+            .unwrap();
+        let take = |key: u64| {
+            map.access(&key, &clock, &rules, |slot, now, floor| {
+                slot.acquire(&rules, floor, now, &clock, 1)
+                    .unwrap()
+                    .is_allowed()
+            })
+            .unwrap()
+        };
+        assert!(take(0) && take(other) && take(0) && take(other));
+        assert!(!take(0) && !take(other), "each key's own window");
+        assert_eq!(map.len(), 2);
+        // Growth rebuilds move both.
+        for key in 1000..1100 {
+            assert!(take(key));
+        }
+        assert!(map.capacity() > slots);
+        assert!(!take(0) && !take(other), "moved with their words");
+        assert!(map.remove(&0, &clock, &rules));
+        assert!(!map.remove(&0, &clock, &rules));
+        assert!(take(0), "forgotten: fresh");
+        assert!(!take(other));
+        assert_eq!(map.len(), 102);
     }
 
     #[test]

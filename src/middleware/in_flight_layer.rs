@@ -12,7 +12,7 @@ use super::{ClientIp, InFlightLimit, MissingKey, Policy};
 use crate::clock::Clock;
 use crate::concurrency::{InFlight, KeyedInFlight};
 use crate::decision::ConfigError;
-use crate::keyed::IpKey;
+use crate::keyed::{IpKey, Key};
 
 /// A tower [`Layer`] that limits how many requests are **in progress** at once: globally (one
 /// [`InFlight`]: "at most 100 requests in the handlers") or per key (a [`KeyedInFlight`]: "at
@@ -172,7 +172,7 @@ impl<C: Clock> InFlightLayer<KeyedInFlight<IpKey, C>, ClientIp> {
     }
 }
 
-impl<K, C, X> InFlightLayer<KeyedInFlight<K, C>, X> {
+impl<K: Key, C, X> InFlightLayer<KeyedInFlight<K, C>, X> {
     /// At most `limit.limit()` requests in progress per key, the key `extractor` picks
     /// ([`ClientIp`] with another keyer, a [`KeyFn`](super::KeyFn) closure, or your own
     /// [`KeyExtractor`](super::KeyExtractor)).

@@ -1,7 +1,6 @@
 //! [`InFlightLimit`], the service of an [`InFlightLayer`](super::InFlightLayer): takes a permit
 //! per request (globally or per key) and hands it to the response body.
 
-use std::hash::Hash;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -16,6 +15,7 @@ use super::{KeyExtractor, MissingKey};
 use crate::clock::Clock;
 use crate::concurrency::{InFlight, KeyedInFlight, Permit};
 use crate::decision::Decision;
+use crate::keyed::Key;
 
 /// The service made by [`InFlightLayer`](super::InFlightLayer): admits a request while a permit
 /// is free (globally, or for its key), and keeps the permit until the response body has ended.
@@ -221,7 +221,7 @@ where
     S::Error: 'static,
     ReqBody: Send + 'static,
     ResBody: Send + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
     C: Clock,
     X: KeyExtractor<ReqBody, Key = K>,
 {

@@ -1,14 +1,13 @@
 //! What a request is limited by: [`KeyExtractor`], the client-IP default [`ClientIp`] (the
 //! peer, or the client behind trusted proxies), and [`KeyFn`] for a closure over the request.
 
-use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
 
 use super::forwarded::nth_from_right;
 use crate::decision::ConfigError;
-use crate::keyed::{IpKey, IpKeyer};
+use crate::keyed::{IpKey, IpKeyer, Key};
 
 /// Picks the key a request is limited by. `None` means the request has no key (see
 /// [`MissingKey`](super::MissingKey)).
@@ -22,7 +21,7 @@ use crate::keyed::{IpKey, IpKeyer};
 /// ```
 pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// The key type of the keyed limiter.
-    type Key: Hash + Eq + Clone + Send + Sync + 'static;
+    type Key: crate::keyed::Key;
 
     /// The key of `request`, if it has one.
     fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
@@ -271,6 +270,10 @@ impl<B> KeyExtractor<B> for ClientIp {
 /// A key from a closure over the request (an API key header, a user id a previous layer put in
 /// the extensions).
 ///
+/// The closure's key type is a [`Key`](crate::Key): the integers, strings, IP addresses,
+/// [`HashedKey`](crate::keyed::HashedKey), [`IpKey`] and pairs are; a type of your own needs one
+/// line (see [`Key`](crate::Key)).
+///
 /// A key the client writes (a header value) is as long as the client likes, up to the server's
 /// header size limit, and a keyed map holds one per client it has seen: key such values by a
 /// [`HashedKey`](crate::keyed::HashedKey) (16 bytes, whatever the value's length), not by the
@@ -292,7 +295,7 @@ pub struct KeyFn<F>(pub F);
 impl<F, B, K> KeyExtractor<B> for KeyFn<F>
 where
     F: Fn(&Request<B>) -> Option<K> + Clone + Send + Sync + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Key,
 {
     type Key = K;
 

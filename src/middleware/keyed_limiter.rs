@@ -3,10 +3,9 @@
 
 use crate::clock::Clock;
 use crate::decision::{AcquireError, Decision};
-use crate::keyed::{Keyed, PenalizedKeyed};
+use crate::keyed::{Key, Keyed, PenalizedKeyed};
 use crate::limiter::Algorithm;
 use std::future::Future;
-use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -197,7 +196,7 @@ macro_rules! keyed_limiter {
     ($ty:ident) => {
         impl<K, A, C> KeyedLimiter<K> for $ty<K, A, C>
         where
-            K: Hash + Eq + Clone + Send + Sync + 'static,
+            K: Key,
             A: Algorithm,
             C: Clock,
         {
