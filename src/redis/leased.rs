@@ -1226,8 +1226,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let Some(refund) = owner.pending.as_mut() else {
             return Ok(0);
         };
-        // Past its time a refund could no longer land as it was taken: given up unsent.
-        if self.clock().now_nanos() >= refund.until {
+        // Past its time a refund could no longer land as it was taken: given up unsent. The
+        // earlier of two reads: a one-shot leaping read would give up (and strand) a refund
+        // that could still land (as `refill`'s `sent`).
+        let now = {
+            let clock = self.clock();
+            clock.now_nanos().min(clock.now_nanos())
+        };
+        if now >= refund.until {
             owner.pending = None;
             self.counters
                 .given_up_refunds
