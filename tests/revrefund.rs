@@ -12,9 +12,9 @@ mod server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::backend::FailurePolicy;
+use floodgate::backend::{BreakerConfig, BreakerState, FailurePolicy};
 use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError};
-use floodgate::{Gcra, Rate};
+use floodgate::{Gcra, ManualClock, Rate};
 use gated_clock::GatedClock;
 use server::RedisServer;
 
@@ -79,6 +79,60 @@ async fn a_leaping_clock_read_does_not_give_up_a_kept_refund() {
             counts.given_up_refunds
         ),
         (Some(7), 7, 0, 1, 0),
+        "{counts:?}"
+    );
+    assert_eq!(taken(&limiter).await, 1, "the one served");
+}
+
+/// A refund the breaker does not let out (open) is kept, and sent once the breaker lets it out:
+/// a kept refund sent again, which `LeaseCounts::resent_refunds` counts by its doc ("Refunds
+/// sent again after their call failed (or was not sent: the breaker open)"). Counted nowhere,
+/// such a refund is in none of `failed_refunds` (no call failed), `resent_refunds` and
+/// `given_up_refunds`: its 7 permits move from `stranded` to `refunded` with no count saying
+/// a kept refund went out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_the_breaker_held_is_counted_resent_when_it_goes_out() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let policy = FailurePolicy::FailClosed;
+    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(&backend, "held", hourly_gcra(), policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+
+    // A per-call decision on another key times out (the server frozen): the breaker opens.
+    server.freeze();
+    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
+    server.thaw();
+    assert!(
+        failed.failure().is_some_and(|e| e.is_timeout()),
+        "{failed:?}"
+    );
+    let breaker = limiter.breaker().unwrap().shared();
+    assert_eq!(breaker.state(), BreakerState::Open);
+    let held = leased.release().await;
+    assert!(
+        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
+        "{held:?}"
+    );
+
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(leased.release().await.unwrap(), 7, "sent as the probe");
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            counts.refunded,
+            counts.stranded,
+            counts.failed_refunds,
+            counts.resent_refunds,
+            counts.given_up_refunds
+        ),
+        (7, 0, 0, 1, 0),
         "{counts:?}"
     );
     assert_eq!(taken(&limiter).await, 1, "the one served");
