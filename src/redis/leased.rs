@@ -332,8 +332,9 @@ struct Refund {
     /// of the window that counted it), on or before the server's own end of it. Past this it
     /// is given up, unsent.
     until: u64,
-    /// Calls sent for it so far.
-    sent: u32,
+    /// Tries so far: calls sent for it, and tries the breaker did not let out (a kept refund
+    /// either way: its next call is counted in `resent_refunds`).
+    tries: u32,
 }
 
 /// What became of a refund's call.
@@ -1176,7 +1177,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             unused,
             name: refund_name(),
             until: lease.taken_at().saturating_add(reset),
-            sent: 0,
+            tries: 0,
         })
     }
 
@@ -1226,16 +1227,22 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         let Some(refund) = owner.pending.as_mut() else {
             return Ok(0);
         };
-        // Past its time a refund could no longer land as it was taken: given up unsent.
-        if self.clock().now_nanos() >= refund.until {
+        // Past its time a refund could no longer land as it was taken: given up unsent. The
+        // earlier of two reads: a one-shot leaping read would give up (and strand) a refund
+        // that could still land (as `refill`'s `sent`).
+        let now = {
+            let clock = self.clock();
+            clock.now_nanos().min(clock.now_nanos())
+        };
+        if now >= refund.until {
             owner.pending = None;
             self.counters
                 .given_up_refunds
                 .fetch_add(1, Ordering::Relaxed);
             return Ok(0);
         }
-        let retry = refund.sent > 0;
-        refund.sent = refund.sent.saturating_add(1);
+        let retry = refund.tries > 0;
+        refund.tries = refund.tries.saturating_add(1);
         let permits = refund.unused;
         let result = self.refund(refund, deadline, excused).await;
         let let_out = !matches!(&result, Err(error) if error.is_circuit_open());
@@ -1243,13 +1250,6 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             self.counters.resent_refunds.fetch_add(1, Ordering::Relaxed);
         }
         match result {
-            Err(error) if !let_out => {
-                // Not sent: not a call.
-                if let Some(refund) = owner.pending.as_mut() {
-                    refund.sent -= 1;
-                }
-                Err((permits, error))
-            }
             Ok(landed) => {
                 owner.pending = None;
                 Ok(match landed {
@@ -1257,6 +1257,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                     Refunded::Refused => 0,
                 })
             }
+            // Failed, or not let out by the breaker (no call failed): kept either way, and its
+            // next call is a resent refund.
             Err(error) => Err((permits, error)),
         }
     }

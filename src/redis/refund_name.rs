@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// with musl): one per refund, which is a Redis round trip anyway, and no `unsafe` hook on
 /// `fork`. Left: a process whose id is that of the ancestor whose state it inherited, so it
 /// does not draw again (the ancestor exited and its id came round again, and the two named the
-/// same count within one refund's mark life, at most the backend's timeout).
+/// same count on one key within one refund's mark life: since refunds are sent again after a
+/// failed call, the later of the refund's deadline and its lease's word (a bucket's, up to its
+/// burst × interval ahead) or window end, not just the backend's timeout).
 pub(super) struct RefundNames {
     /// The process that drew `draw` (0: nothing drawn yet; no process has id 0).
     pid: AtomicU32,

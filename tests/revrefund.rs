@@ -1,0 +1,140 @@
+//! Review of the lease refund retries (issue 18): `LeasedKey` keeps a refund whose call failed
+//! and sends it again, under its name, before the key's next refill or `release`, giving it up
+//! past its lease's time. Each test starts its own `redis-server`; clocks are manual or gated
+//! (real time only bounds a hang).
+#![cfg(feature = "redis")]
+
+#[allow(dead_code)] // its one-shot leap only, not its gate
+#[path = "support/gated_clock.rs"]
+mod gated_clock;
+#[path = "redis/server.rs"]
+mod server;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::backend::{BreakerConfig, BreakerState, FailurePolicy};
+use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError};
+use floodgate::{Gcra, ManualClock, Rate};
+use gated_clock::GatedClock;
+use server::RedisServer;
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+const HOUR_NANOS: u64 = 3_600 * 1_000_000_000;
+
+/// GCRA of 1 permit an hour with a burst of 100: no permit comes back during a test.
+fn hourly_gcra() -> Gcra {
+    Gcra::new(Rate::per_hour(1), 100).unwrap()
+}
+
+/// What Redis has taken from the hourly bucket of `limiter`'s key "k": a per-call request for
+/// the whole capacity, whose denial reports exactly what is left.
+async fn taken<C: floodgate::Clock + Clone + Send + Sync + 'static>(
+    limiter: &RedisLimiter<Gcra, C>,
+) -> u64 {
+    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
+    assert!(
+        probe.failure().is_none() && !probe.decision().is_allowed(),
+        "{probe:?}"
+    );
+    100 - probe.decision().remaining()
+}
+
+/// A kept refund is given up once the key's clock reads past its lease's time (here 8 hours
+/// on: 8 permits of 1 an hour). One clock read that leaps 9 hours ahead (a one-shot leaping
+/// read, as the serving reads' `min` of two reads guards against elsewhere) must not give up a
+/// refund whose lease is still minutes old: the refund would land, and giving it up strands
+/// its 7 permits (under-admission) on the strength of one bad read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaping_clock_read_does_not_give_up_a_kept_refund() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = GatedClock::starting_at(HOUR_NANOS);
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "leap", hourly_gcra(), policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap());
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+
+    // The refund's call times out (the server frozen past its deadline: when it thaws the
+    // call is refused as late, changing nothing): kept.
+    server.freeze();
+    let released = leased.release().await;
+    server.thaw();
+    assert!(
+        matches!(&released, Err(ReleaseError::Refund { permits: 7, error }) if error.is_timeout()),
+        "{released:?}"
+    );
+
+    clock.leap_next_read(9 * HOUR_NANOS);
+    let again = leased.release().await;
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            again.ok(),
+            counts.refunded,
+            counts.stranded,
+            counts.resent_refunds,
+            counts.given_up_refunds
+        ),
+        (Some(7), 7, 0, 1, 0),
+        "{counts:?}"
+    );
+    assert_eq!(taken(&limiter).await, 1, "the one served");
+}
+
+/// A refund the breaker does not let out (open) is kept, and sent once the breaker lets it out:
+/// a kept refund sent again, which `LeaseCounts::resent_refunds` counts by its doc ("Refunds
+/// sent again after their call failed (or was not sent: the breaker open)"). Counted nowhere,
+/// such a refund is in none of `failed_refunds` (no call failed), `resent_refunds` and
+/// `given_up_refunds`: its 7 permits move from `stranded` to `refunded` with no count saying
+/// a kept refund went out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_the_breaker_held_is_counted_resent_when_it_goes_out() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let policy = FailurePolicy::FailClosed;
+    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(&backend, "held", hourly_gcra(), policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+
+    // A per-call decision on another key times out (the server frozen): the breaker opens.
+    server.freeze();
+    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
+    server.thaw();
+    assert!(
+        failed.failure().is_some_and(|e| e.is_timeout()),
+        "{failed:?}"
+    );
+    let breaker = limiter.breaker().unwrap().shared();
+    assert_eq!(breaker.state(), BreakerState::Open);
+    let held = leased.release().await;
+    assert!(
+        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
+        "{held:?}"
+    );
+
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(leased.release().await.unwrap(), 7, "sent as the probe");
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    let counts = leased.counts();
+    assert_eq!(
+        (
+            counts.refunded,
+            counts.stranded,
+            counts.failed_refunds,
+            counts.resent_refunds,
+            counts.given_up_refunds
+        ),
+        (7, 0, 0, 1, 0),
+        "{counts:?}"
+    );
+    assert_eq!(taken(&limiter).await, 1, "the one served");
+}
