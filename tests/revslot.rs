@@ -230,3 +230,83 @@ fn a_from_word_that_panics_during_a_growth_loses_no_key() {
         assert_eq!(keyed.len(), held as usize, "call {panic_at} of {calls}");
     }
 }
+
+/// Key 0 through a judging pass (the sweep an insert runs when a shard is well over its live
+/// keys, below its cap): kept with its window while the idle keys around it go.
+#[test]
+fn the_zero_key_survives_a_judging_pass_with_its_window() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<u64, FixedWindow, ManualClock> =
+        Keyed::builder(FixedWindow::new(1, Duration::from_secs(60)).unwrap())
+            .clock(clock.clone())
+            .max_keys(1 << 16)
+            .shards(1)
+            .build()
+            .unwrap();
+    for key in 1..=1000u64 {
+        assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+    }
+    clock.advance(Duration::from_secs(61));
+    assert!(keyed.try_acquire(&0u64, 1).unwrap().is_allowed());
+    // New live keys until an insert judges the shard and drops the 1,000 idle ones.
+    let mut fresh = 0u64;
+    while keyed.len() as u64 == 1001 + fresh && fresh < 10_000 {
+        fresh += 1;
+        assert!(
+            keyed
+                .try_acquire(&(100_000 + fresh), 1)
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    assert_eq!(
+        keyed.len() as u64,
+        1 + fresh,
+        "a pass dropped the idle keys"
+    );
+    assert_eq!(keyed.stats().evicted_idle, 1000);
+    assert!(
+        !keyed.try_acquire(&0u64, 1).unwrap().is_allowed(),
+        "key 0 kept"
+    );
+    for key in 1..=fresh {
+        assert!(!keyed.try_acquire(&(100_000 + key), 1).unwrap().is_allowed());
+    }
+    assert_eq!(keyed.len() as u64, 1 + fresh);
+}
+
+/// Every built-in word key's word round-trips, and distinct keys of a type have distinct words
+/// (so no two keys share a slot), at the edges of each type's range.
+#[test]
+fn built_in_word_keys_round_trip_with_distinct_words() {
+    use std::collections::HashSet;
+    use std::net::Ipv4Addr;
+    fn check<K: WordKey + PartialEq + std::fmt::Debug>(keys: &[K]) {
+        let mut words = HashSet::new();
+        for &key in keys {
+            assert_eq!(K::from_word(key.to_word()), key);
+            assert!(words.insert(key.to_word()), "{key:?} shares its word");
+        }
+    }
+    check(&[0u64, 1, u64::MAX, u64::MAX - 1, 1 << 63]);
+    check(&[0i64, 1, -1, i64::MIN, i64::MAX, -2]);
+    check(&[0u32, 1, u32::MAX]);
+    check(&[0i32, 1, -1, i32::MIN, i32::MAX]);
+    check(&[0u16, u16::MAX]);
+    check(&[0i16, -1, i16::MIN, i16::MAX]);
+    check(&[0u8, 1, u8::MAX]);
+    check(&[0i8, -1, i8::MIN, i8::MAX]);
+    check(&[0usize, 1, usize::MAX]);
+    check(&[0isize, -1, isize::MIN, isize::MAX]);
+    check(&[false, true]);
+    check(&['\0', 'a', '\u{d7ff}', '\u{e000}', char::MAX]);
+    check(&[()]);
+    check(&[
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::new(1, 2, 3, 4),
+        Ipv4Addr::new(4, 3, 2, 1),
+        Ipv4Addr::BROADCAST,
+    ]);
+    // The word of an address is its number, most significant octet first.
+    assert_eq!(Ipv4Addr::new(1, 2, 3, 4).to_word(), 0x0102_0304);
+}
