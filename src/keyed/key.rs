@@ -59,7 +59,9 @@ pub trait KeyCell<K>: sealed::CellOps<K> {}
 /// A key that round-trips exactly through a `u64`, so a [`WordCell`] can hold it:
 /// `K::from_word(k.to_word()) == k` for every `k`, and two keys are equal exactly when their
 /// words are. A map calls `from_word` only on words `to_word` gave. An impl that breaks this
-/// gives wrong answers (a key found as another), never memory unsafety.
+/// gives wrong answers (a key found as another), never memory unsafety. A panic in `to_word` or
+/// `from_word` fails the call it happens in, as one in `Hash` or `Eq` does, and loses no key's
+/// state.
 ///
 /// ```
 /// use floodgate::keyed::{Key, WordCell, WordKey};
