@@ -59,7 +59,9 @@ pub trait KeyCell<K>: sealed::CellOps<K> {}
 /// A key that round-trips exactly through a `u64`, so a [`WordCell`] can hold it:
 /// `K::from_word(k.to_word()) == k` for every `k`, and two keys are equal exactly when their
 /// words are. A map calls `from_word` only on words `to_word` gave. An impl that breaks this
-/// gives wrong answers (a key found as another), never memory unsafety.
+/// gives wrong answers (a key found as another), never memory unsafety. A panic in `to_word` or
+/// `from_word` fails the call it happens in, as one in `Hash` or `Eq` does, and loses no key's
+/// state.
 ///
 /// ```
 /// use floodgate::keyed::{Key, WordCell, WordKey};
@@ -140,6 +142,9 @@ pub(crate) mod sealed {
         /// An empty cell.
         fn empty() -> Self;
 
+        /// What [`publish`](Self::publish) stores: the key, or its word.
+        type Staged;
+
         /// Runs `f` on the key the cell holds, `None` when it is empty. A key read here was
         /// published after its slot's state word was written (see [`publish`](Self::publish)),
         /// and that write is visible to the caller.
@@ -150,9 +155,37 @@ pub(crate) mod sealed {
             f: impl FnOnce(&K) -> R,
         ) -> Option<R>;
 
-        /// Publishes `key` in this empty cell (under the shard's mutex, after the slot's state
-        /// word is written).
-        fn publish(&self, zero: &AtomicUsize, index: usize, key: K);
+        /// Whether the cell holds a key, as [`with_key`](Self::with_key) tells it (with the same
+        /// orderings), without making the key: no user code runs (a rebuild's second pass and
+        /// an insert after its key is counted rely on it).
+        fn is_set(&self, zero: &AtomicUsize, index: usize) -> bool;
+
+        /// `key` made ready to publish: any user code it takes (a [`WordKey`](super::WordKey)'s
+        /// `to_word`) runs here, before the slot's first decision, so a panic in it leaves the
+        /// slot untouched.
+        fn stage(key: K) -> Self::Staged;
+
+        /// Publishes the staged key in this empty cell (under the shard's mutex, after the slot's
+        /// state word is written). Runs no user code.
+        fn publish(&self, zero: &AtomicUsize, index: usize, staged: Self::Staged);
+    }
+}
+
+impl<K> WordCell<K> {
+    /// The word of the key the cell holds, `None` when it is empty.
+    #[inline(always)]
+    fn held_word(&self, zero: &AtomicUsize, index: usize) -> Option<u64> {
+        // Acquire: pairs with the Release store of the word in `publish`, which follows the
+        // slot's state word: a reader that finds the key reads that state or a later one.
+        let word = self.word.load(Ordering::Acquire);
+        // Acquire: pairs with the Release store of the zero key's index in `publish`, which
+        // follows its slot's state word, as above. A word 0 is an empty slot's unless the table
+        // records this slot as the zero key's (a slot holding another key never reads 0 once
+        // that key's word is published; the zero key's slot keeps word 0 for the table's life).
+        if word == 0 && zero.load(Ordering::Acquire) != index {
+            return None;
+        }
+        Some(word)
     }
 }
 
@@ -165,23 +198,25 @@ impl<K: Key + WordKey> sealed::CellOps<K> for WordCell<K> {
         }
     }
 
+    type Staged = u64;
+
     #[inline(always)]
     fn with_key<R>(&self, zero: &AtomicUsize, index: usize, f: impl FnOnce(&K) -> R) -> Option<R> {
-        // Acquire: pairs with the Release store of the word in `publish`, which follows the
-        // slot's state word: a reader that finds the key reads that state or a later one.
-        let word = self.word.load(Ordering::Acquire);
-        // Acquire: pairs with the Release store of the zero key's index in `publish`, which
-        // follows its slot's state word, as above. A word 0 is an empty slot's unless the table
-        // records this slot as the zero key's (a slot holding another key never reads 0 once
-        // that key's word is published; the zero key's slot keeps word 0 for the table's life).
-        if word == 0 && zero.load(Ordering::Acquire) != index {
-            return None;
-        }
-        Some(f(&K::from_word(word)))
+        self.held_word(zero, index)
+            .map(|word| f(&K::from_word(word)))
     }
 
-    fn publish(&self, zero: &AtomicUsize, index: usize, key: K) {
-        let word = key.to_word();
+    #[inline(always)]
+    fn is_set(&self, zero: &AtomicUsize, index: usize) -> bool {
+        self.held_word(zero, index).is_some()
+    }
+
+    #[inline(always)]
+    fn stage(key: K) -> u64 {
+        key.to_word()
+    }
+
+    fn publish(&self, zero: &AtomicUsize, index: usize, word: u64) {
         if word == 0 {
             // Relaxed: a check of this thread's own view; the record is written only under the
             // shard's mutex (here), which this thread holds and which orders any earlier
@@ -199,6 +234,8 @@ impl<K: Key + WordKey> sealed::CellOps<K> for WordCell<K> {
 }
 
 impl<K: Key> sealed::CellOps<K> for OnceLockCell<K> {
+    type Staged = K;
+
     #[inline(always)]
     fn empty() -> Self {
         OnceLockCell(OnceLock::new())
@@ -214,6 +251,17 @@ impl<K: Key> sealed::CellOps<K> for OnceLockCell<K> {
         // `OnceLock::get` is an Acquire read of the state `set` completes with Release, after
         // the slot's state word was written.
         self.0.get().map(f)
+    }
+
+    #[inline(always)]
+    fn is_set(&self, _zero: &AtomicUsize, _index: usize) -> bool {
+        // As `with_key`.
+        self.0.get().is_some()
+    }
+
+    #[inline(always)]
+    fn stage(key: K) -> K {
+        key
     }
 
     fn publish(&self, _zero: &AtomicUsize, _index: usize, key: K) {

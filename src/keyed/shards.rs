@@ -308,10 +308,10 @@ impl<K: Key, S> Table<K, S> {
         self.slots[index].key.with_key(&self.zero, index, f)
     }
 
-    /// Whether slot `index` holds a key.
+    /// Whether slot `index` holds a key (running no user code: not the key's `from_word`).
     #[inline(always)]
     fn is_set(&self, index: usize) -> bool {
-        self.with_key(index, |_| ()).is_some()
+        self.slots[index].key.is_set(&self.zero, index)
     }
 
     /// The slots that hold keys, with their indices.
@@ -1091,11 +1091,13 @@ where
         // word, so one whose clock lags the drop time never decides the fresh word at its own,
         // earlier time (the floor above guards this decision only). The key is published when
         // `publish` drops, after the decision or while a panic in it unwinds (the slot's word is
-        // then the key's, never left behind in an empty slot), and counted before.
+        // then the key's, never left behind in an empty slot), and counted before. The key is
+        // cloned and staged (a word key's `to_word`) first: a panic in that user code leaves
+        // the slot and the count untouched.
         let publish = Publish {
             table: &table,
             index,
-            owned: Some(key.to_owned()),
+            owned: Some(K::Cell::stage(key.to_owned())),
         };
         let len = meta.len + 1;
         set_len(shard, &mut meta, len);
@@ -1463,7 +1465,7 @@ where
         for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
             let fate = match fates.get(i) {
                 Some(&fate) => fate,
-                None if slot.key.with_key(&old.zero, i, |_| ()).is_some() => Fate::Keep,
+                None if slot.key.is_set(&old.zero, i) => Fate::Keep,
                 None => Fate::Empty,
             };
             // A key pass 1 kept has its hash next in `hashes`, an evicted one too (it was kept
@@ -1646,7 +1648,8 @@ pub(crate) struct Missed<K: Key, S> {
 struct Publish<'a, K: Key, S> {
     table: &'a Table<K, S>,
     index: usize,
-    owned: Option<K>,
+    /// The key, staged before the slot's first decision (see the cell's `stage`).
+    owned: Option<<K::Cell as CellOps<K>>::Staged>,
 }
 
 impl<K: Key, S> Drop for Publish<'_, K, S> {
@@ -1803,7 +1806,7 @@ mod tests {
         drop(Publish {
             table,
             index,
-            owned: Some(key),
+            owned: Some(<u64 as Key>::Cell::stage(key)),
         });
         index
     }
