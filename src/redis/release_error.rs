@@ -47,9 +47,9 @@ pub enum ReleaseError {
     /// assert_eq!(
     ///     e.to_string(),
     ///     "nothing was sent (the lease is kept, to be given back later): \
-    ///      timed out at redis://10.0.0.7:6379: the lease was held"
+    ///      timeout at redis://10.0.0.7:6379: the lease was held"
     /// );
-    /// assert!(e.source().is_some_and(|s| s.to_string().contains("timed out")));
+    /// assert!(e.source().is_some_and(|s| s.to_string().contains("the lease was held")));
     /// ```
     Busy {
         /// A [`FailureKind::Timeout`](crate::backend::FailureKind::Timeout) naming the
