@@ -862,3 +862,50 @@ async fn a_release_while_a_refill_holds_the_lease_gives_up_at_its_deadline() {
     assert_eq!(leased.release().await.unwrap(), 7);
     assert_eq!(taken(&limiter).await, 1, "the one served");
 }
+
+/// While the key's breaker is half-open its probe may be a refill holding the lease, out for
+/// the whole timeout on a frozen server: `release` must not wait behind it ("calls during an
+/// outage return within 1 ms"; a refill's caller does not either). It returns at once, nothing
+/// sent, the lease kept, with the breaker's error. The probe cannot end before `TIMEOUT` (30 s:
+/// timers never fire early), so `release` returning while it is still out is no race; a
+/// `release` that waits for the probe returns only after it (or at its own deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_behind_a_half_open_probe_returns_at_once() {
+    const TIMEOUT: Duration = Duration::from_secs(30);
+    let server = RedisServer::start();
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "probe-release").await;
+    let limiter = Arc::new(limiter);
+    let leased = Arc::new(LeasedKey::new(Arc::clone(&limiter), "k"));
+    let breaker = limiter.breaker().unwrap().shared();
+    while breaker.state() == BreakerState::Closed {
+        breaker.admit().expect("closed").failed();
+    }
+    clock.advance(breaker.retry_in());
+
+    server.freeze();
+    let probe = {
+        let leased = Arc::clone(&leased);
+        tokio::spawn(async move { leased.try_acquire_outcome(1).await.unwrap() })
+    };
+    // The refill holds the owner and has become the probe (a hang guard, not a timing).
+    let guard = Instant::now() + Duration::from_secs(60);
+    while breaker.state() != BreakerState::HalfOpen {
+        assert!(Instant::now() < guard, "the refill never became the probe");
+        tokio::task::yield_now().await;
+    }
+    let released = leased.release().await;
+    let probe_still_out = !probe.is_finished();
+    server.thaw();
+    let probed = probe.await.unwrap();
+    match &released {
+        Err(ReleaseError::Busy { error }) if error.is_circuit_open() && probe_still_out => {}
+        other => panic!("release waited for the probe (still out: {probe_still_out}): {other:?}"),
+    }
+    assert_eq!(limiter.failures().total(), 0, "release sent nothing");
+    assert!(
+        probed.failure().is_none() && probed.decision().is_allowed(),
+        "{probed:?}"
+    );
+    // The probe's lease (8, one served) is there for the next release to give back.
+    assert_eq!(leased.release().await.unwrap(), 7);
+}

@@ -188,8 +188,9 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   caller does not wait for another's refill (it may be the breaker's probe, out for the
 ///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
 ///   the probe is out, as a [`RedisLimiter`] call is. [`release`](Self::release) keeps the
-///   same bound: one whose deadline passes while another caller holds the lease sends nothing,
-///   keeps the lease and says so ([`ReleaseError::Busy`]).
+///   same bound: one whose deadline passes while another caller holds the lease, or that finds
+///   it held while the breaker is open or half-open (at once), sends nothing, keeps the lease
+///   and says so ([`ReleaseError::Busy`]).
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left, or
 ///   [`max_lease`](Self::max_lease), is at most `n`), the call
@@ -803,8 +804,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ///
     /// # Errors
     /// [`ReleaseError::Runtime`] outside a tokio runtime (nothing sent, the lease kept);
-    /// [`ReleaseError::Busy`] when another caller held the lease until the deadline passed
-    /// (nothing sent, the lease kept; not counted as a failure);
+    /// [`ReleaseError::Busy`] when another caller held the lease until the deadline passed,
+    /// or held it while the key's breaker was open or half-open (then at once: it may be the
+    /// breaker's probe) (nothing sent, the lease kept; not counted as a failure);
     /// [`ReleaseError::Refund`] when the refund's call failed (Redis unreachable, no answer
     /// within the backend's timeout, an unexpected reply), naming the server, or the breaker
     /// did not let it out ([`BackendError::CircuitOpen`]): the lease is dropped, its permits
@@ -839,12 +841,21 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         // the refund share it.
         let timeout = self.limiter.backend().timeout();
         let deadline = deadline(timeout);
+        // Nothing retired, nothing sent when this call does not get the owner: the lease (or
+        // the holder's kept refund) stays for a later `release` or refill.
         let (mut owner, waited) = match self.owner.try_lock() {
             Ok(owner) => (owner, false),
+            // While the key's breaker is open or half-open, the holder's call may be the
+            // breaker's probe, out for up to the timeout on a server that does not answer (a
+            // refund sent now would be short-circuited): the breaker's error at once, as a
+            // refill's caller gets.
+            Err(_) if !self.breaker_closed() => {
+                let node = self.limiter.node_of(&self.key);
+                let error = self.limiter.handler().circuit_open(node.as_deref());
+                return Err(ReleaseError::Busy { error });
+            }
             Err(_) => match until_deadline(self.owner.lock(), deadline).await {
                 Ok(owner) => (owner, true),
-                // Nothing retired, nothing sent: the lease (or the holder's kept refund) stays
-                // for a later `release` or refill.
                 Err(()) => return Err(self.released_out(timeout)),
             },
         };

@@ -31,8 +31,10 @@ pub enum ReleaseError {
     /// what to do instead.
     Runtime(&'static str),
     /// Another caller (a refill replacing the key's lease, or another `release`) held the
-    /// lease until the backend's timeout from this call's start had passed: this call gave up
-    /// waiting for it, sent nothing and kept the lease (its unserved permits are given back by
+    /// lease until the backend's timeout from this call's start had passed, or held it while
+    /// the key's circuit breaker was open or half-open (its call may be the breaker's probe:
+    /// this call then returns at once): this call gave up waiting for it, sent nothing and
+    /// kept the lease (its unserved permits are given back by
     /// a later `release`, or by the refill that held it). Not a failure of the server: not
     /// counted in the limiter's [`failures`](super::RedisLimiter::failures) nor told to its
     /// breaker.
@@ -53,7 +55,8 @@ pub enum ReleaseError {
     /// ```
     Busy {
         /// A [`FailureKind::Timeout`](crate::backend::FailureKind::Timeout) naming the
-        /// key's server (on a Redis Cluster, its master) and the timeout.
+        /// key's server (on a Redis Cluster, its master) and the timeout, or the breaker's
+        /// [`BackendError::CircuitOpen`].
         error: BackendError,
     },
     /// The refund's call failed: the server could not be reached, did not answer within the
