@@ -847,8 +847,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             Ok(owner) => (owner, false),
             // While the key's breaker is open or half-open, the holder's call may be the
             // breaker's probe, out for up to the timeout on a server that does not answer (a
-            // refund sent now would be short-circuited): the breaker's error at once, as a
-            // refill's caller gets.
+            // refund sent while it is out would be short-circuited): the breaker's error at
+            // once, as a refill's caller gets its short-circuited per-call decision.
             Err(_) if !self.breaker_closed() => {
                 let node = self.limiter.node_of(&self.key);
                 let error = self.limiter.handler().circuit_open(node.as_deref());
