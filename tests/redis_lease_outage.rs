@@ -793,3 +793,119 @@ async fn a_kept_refund_goes_before_a_call_near_the_limit() {
     assert!(!probe.decision().is_allowed(), "{probe:?}");
     assert_eq!(12 - probe.decision().remaining(), 3, "1 served, then 2");
 }
+
+/// `release` must return within the backend's timeout from its start ("Within one timeout"),
+/// however long another caller holds the key's lease: here a refill whose refund is out on a
+/// frozen server, and whose future its caller stops polling, holds the owner for as long as
+/// the test likes. `release` started meanwhile gives up waiting at its deadline: nothing sent
+/// (no refund, no failure counted or told to the breaker), the lease's permits kept (the
+/// refill's kept refund), and an error that says so. A `release` that waits for the owner with
+/// no deadline never returns here: the 10-timeout guard fails on that hang only (the refill is
+/// never polled again before the guard, so no timing can free the owner).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_a_refill_holds_the_lease_gives_up_at_its_deadline() {
+    let server = RedisServer::start();
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "busy").await;
+    let limiter = Arc::new(limiter);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    clock.advance(leased.lifetime());
+
+    server.freeze();
+    // One poll: the expired lease is retired and its refund sent, under the owner, to the
+    // frozen server (the owner is taken before the first await: a `try_lock` that succeeds).
+    let mut refill = std::pin::pin!(leased.try_acquire_outcome(1));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(refill.as_mut().poll(&mut context).is_pending());
+
+    let guard = tokio::time::timeout(10 * TIMEOUT, leased.release()).await;
+    let released = guard.expect("release waited for the owner past its deadline (hung)");
+    let error = match released {
+        Err(ReleaseError::Busy { error }) => error,
+        other => panic!("not the busy owner's error: {other:?}"),
+    };
+    assert!(error.is_timeout(), "{error}");
+    assert_eq!(
+        error.server_address(),
+        Some(server.url().as_str()),
+        "{error}"
+    );
+    let text = ReleaseError::Busy {
+        error: error.clone(),
+    }
+    .to_string();
+    assert!(
+        text.contains("nothing was sent") && text.contains("kept"),
+        "{text}"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.refunded, counts.failed_refunds),
+        (0, 0),
+        "release sent nothing: {counts:?}"
+    );
+    assert_eq!(
+        limiter.failures().total(),
+        0,
+        "nothing sent, nothing failed"
+    );
+
+    // The refill, polled again after the thaw, finds its refund timed out (kept); the next
+    // `release` sends it again and the 7 come back.
+    server.thaw();
+    let refilled = refill.await.unwrap();
+    assert!(
+        refilled.failure().is_some_and(|e| e.is_timeout()),
+        "{refilled:?}"
+    );
+    assert_eq!(leased.release().await.unwrap(), 7);
+    assert_eq!(taken(&limiter).await, 1, "the one served");
+}
+
+/// While the key's breaker is half-open its probe may be a refill holding the lease, out for
+/// the whole timeout on a frozen server: `release` must not wait behind it ("calls during an
+/// outage return within 1 ms"; a refill's caller does not either). It returns at once, nothing
+/// sent, the lease kept, with the breaker's error. The probe cannot end before `TIMEOUT` (30 s:
+/// timers never fire early), so `release` returning while it is still out is no race; a
+/// `release` that waits for the probe returns only after it (or at its own deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_behind_a_half_open_probe_returns_at_once() {
+    const TIMEOUT: Duration = Duration::from_secs(30);
+    let server = RedisServer::start();
+    let (_, limiter, clock) = hourly(&server, TIMEOUT, "probe-release").await;
+    let limiter = Arc::new(limiter);
+    let leased = Arc::new(LeasedKey::new(Arc::clone(&limiter), "k"));
+    let breaker = limiter.breaker().unwrap().shared();
+    while breaker.state() == BreakerState::Closed {
+        breaker.admit().expect("closed").failed();
+    }
+    clock.advance(breaker.retry_in());
+
+    server.freeze();
+    let probe = {
+        let leased = Arc::clone(&leased);
+        tokio::spawn(async move { leased.try_acquire_outcome(1).await.unwrap() })
+    };
+    // The refill holds the owner and has become the probe (a hang guard, not a timing).
+    let guard = Instant::now() + Duration::from_secs(60);
+    while breaker.state() != BreakerState::HalfOpen {
+        assert!(Instant::now() < guard, "the refill never became the probe");
+        tokio::task::yield_now().await;
+    }
+    let released = leased.release().await;
+    let probe_still_out = !probe.is_finished();
+    server.thaw();
+    let probed = probe.await.unwrap();
+    match &released {
+        Err(ReleaseError::Busy { error }) if error.is_circuit_open() && probe_still_out => {}
+        other => panic!("release waited for the probe (still out: {probe_still_out}): {other:?}"),
+    }
+    assert_eq!(limiter.failures().total(), 0, "release sent nothing");
+    assert!(
+        probed.failure().is_none() && probed.decision().is_allowed(),
+        "{probed:?}"
+    );
+    // The probe's lease (8, one served) is there for the next release to give back.
+    assert_eq!(leased.release().await.unwrap(), 7);
+}

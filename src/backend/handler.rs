@@ -482,6 +482,22 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             .is_none_or(|breakers| breakers.for_call(node).state() == BreakerState::Closed)
     }
 
+    /// The error a call on `node` (`None`: the shared breaker) is short-circuited with while
+    /// its breaker is not closed, as [`run_aside`](Self::run_aside) builds it (without
+    /// admitting a call): for a caller that gives up waiting for another caller's call,
+    /// which may be the breaker's half-open probe.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn circuit_open(&self, node: Option<&str>) -> BackendError {
+        let retry_in = match self.call_breaker(node) {
+            Some(breaker) => match breaker.state() {
+                BreakerState::HalfOpen => breaker.retry_in().min(self.timeout),
+                _ => breaker.retry_in(),
+            },
+            None => Duration::ZERO,
+        };
+        BackendError::CircuitOpen { retry_in }
+    }
+
     /// The deny cache, before a store call: its denial, or the time the call is asked at
     /// (for [`after`](Self::after) to record a denial from).
     #[inline]

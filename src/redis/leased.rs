@@ -187,7 +187,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   (without a call of its own). While the key's circuit breaker is open or half-open, a
 ///   caller does not wait for another's refill (it may be the breaker's probe, out for the
 ///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
-///   the probe is out, as a [`RedisLimiter`] call is.
+///   the probe is out, as a [`RedisLimiter`] call is. [`release`](Self::release) keeps the
+///   same bound: one whose deadline passes while another caller holds the lease, or that finds
+///   it held while the breaker is open or half-open (at once), sends nothing, keeps the lease
+///   and says so ([`ReleaseError::Busy`]).
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left, or
 ///   [`max_lease`](Self::max_lease), is at most `n`), the call
@@ -795,8 +798,15 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// given back. They stay taken in Redis (a bucket's until its time passes them, a window's
     /// until the window ends), and no count reports them.
     ///
+    /// Returns within the backend's [timeout](super::RedisConfig::timeout) from its start: the
+    /// wait for another caller holding the lease (a refill) and the refund share that one
+    /// deadline.
+    ///
     /// # Errors
     /// [`ReleaseError::Runtime`] outside a tokio runtime (nothing sent, the lease kept);
+    /// [`ReleaseError::Busy`] when another caller held the lease until the deadline passed,
+    /// or held it while the key's breaker was open or half-open (then at once: it may be the
+    /// breaker's probe) (nothing sent, the lease kept; not counted as a failure);
     /// [`ReleaseError::Refund`] when the refund's call failed (Redis unreachable, no answer
     /// within the backend's timeout, an unexpected reply), naming the server, or the breaker
     /// did not let it out ([`BackendError::CircuitOpen`]): the lease is dropped, its permits
@@ -826,15 +836,35 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 "LeasedKey::release needs a tokio runtime",
             ));
         }
-        let mut owner = self.owner.lock().await;
+        // One deadline for the whole call: the wait for the owner (another caller's refill
+        // may hold it for its own whole timeout, or longer if its future is not polled) and
+        // the refund share it.
+        let timeout = self.limiter.backend().timeout();
+        let deadline = deadline(timeout);
+        // Nothing retired, nothing sent when this call does not get the owner: the lease (or
+        // the holder's kept refund) stays for a later `release` or refill.
+        let (mut owner, waited) = match self.owner.try_lock() {
+            Ok(owner) => (owner, false),
+            // While the key's breaker is open or half-open, the holder's call may be the
+            // breaker's probe, out for up to the timeout on a server that does not answer (a
+            // refund sent while it is out would be short-circuited): the breaker's error at
+            // once, as a refill's caller gets its short-circuited per-call decision.
+            Err(_) if !self.breaker_closed() => {
+                let node = self.limiter.node_of(&self.key);
+                let error = self.limiter.handler().circuit_open(node.as_deref());
+                return Err(ReleaseError::Busy { error });
+            }
+            Err(_) => match until_deadline(self.owner.lock(), deadline).await {
+                Ok(owner) => (owner, true),
+                Err(()) => return Err(self.released_out(timeout)),
+            },
+        };
         let unused = self.retire(&mut owner);
         let old = std::mem::replace(&mut owner.lease, NO_LEASE);
         let fresh = self.refund_of(&old, unused);
-        let timeout = self.limiter.backend().timeout();
-        match self
-            .give_back(&mut owner, fresh, deadline(timeout), false)
-            .await
-        {
+        // A timeout of a refund shortened by the wait for the owner says nothing about Redis
+        // (not told to the breaker, as a refill's).
+        match self.give_back(&mut owner, fresh, deadline, waited).await {
             Ok(landed) => Ok(landed),
             Err((permits, error)) => {
                 // No request is decided by this failure: counted here.
@@ -881,6 +911,25 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             ),
         );
         self.limiter.handler().decide(&self.key, n, error)
+    }
+
+    /// The error of a `release` whose deadline passed while another caller held the owner: a
+    /// timeout naming the key's server, not counted as a failure (the breaker is not told:
+    /// this call sent nothing).
+    #[cold]
+    fn released_out(&self, timeout: Duration) -> ReleaseError {
+        let error = BackendError::at(
+            FailureKind::Timeout,
+            self.limiter.backend().failed_at(&self.redis_keys),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no release within {timeout:?}: another caller held this key's lease (its \
+                     request for a lease, or its refund, was still out)"
+                ),
+            ),
+        );
+        ReleaseError::Busy { error }
     }
 
     /// Retires the published lease (the caller owns the slot): its unserved permits.

@@ -6,9 +6,10 @@ use std::fmt;
 use crate::backend::BackendError;
 
 /// Why [`LeasedKey::release`](super::LeasedKey::release) could not say what it gave back: it
-/// was called outside a tokio runtime (nothing was sent, the lease is kept), or the refund's
-/// call failed (the refund is kept and sent again). A refund the server refused (a decision on
-/// the key came after the lease) is no error: `release` returns `Ok(0)`.
+/// was called outside a tokio runtime, or another caller held the key's lease past the call's
+/// timeout (nothing was sent, the lease is kept, either way), or the refund's call failed (the
+/// refund is kept and sent again). A refund the server refused (a decision on the key came
+/// after the lease) is no error: `release` returns `Ok(0)`.
 ///
 /// ```
 /// use floodgate::backend::{BackendError, FailureKind};
@@ -29,6 +30,35 @@ pub enum ReleaseError {
     /// Called outside a tokio runtime: nothing was sent and the lease is kept. The text says
     /// what to do instead.
     Runtime(&'static str),
+    /// Another caller (a refill replacing the key's lease, or another `release`) held the
+    /// lease until the backend's timeout from this call's start had passed, or held it while
+    /// the key's circuit breaker was open or half-open (its call may be the breaker's probe:
+    /// this call then returns at once): this call gave up waiting for it, sent nothing and
+    /// kept the lease (its unserved permits are given back by
+    /// a later `release`, or by the refill that held it). Not a failure of the server: not
+    /// counted in the limiter's [`failures`](super::RedisLimiter::failures) nor told to its
+    /// breaker.
+    ///
+    /// ```
+    /// use floodgate::backend::{BackendError, FailureKind};
+    /// use floodgate::redis::ReleaseError;
+    /// use std::error::Error as _;
+    /// let late = std::io::Error::new(std::io::ErrorKind::TimedOut, "the lease was held");
+    /// let error = BackendError::at(FailureKind::Timeout, "redis://10.0.0.7:6379", late);
+    /// let e = ReleaseError::Busy { error };
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "nothing was sent (the lease is kept, to be given back later): \
+    ///      timeout at redis://10.0.0.7:6379: the lease was held"
+    /// );
+    /// assert!(e.source().is_some_and(|s| s.to_string().contains("the lease was held")));
+    /// ```
+    Busy {
+        /// A [`FailureKind::Timeout`](crate::backend::FailureKind::Timeout) naming the
+        /// key's server (on a Redis Cluster, its master) and the timeout, or the breaker's
+        /// [`BackendError::CircuitOpen`].
+        error: BackendError,
+    },
     /// The refund's call failed: the server could not be reached, did not answer within the
     /// backend's timeout, or replied what the refund script cannot reply (a
     /// [`FailureKind::Protocol`](crate::backend::FailureKind::Protocol) failure); or the key's
@@ -53,6 +83,10 @@ impl fmt::Display for ReleaseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ReleaseError::Runtime(why) => f.write_str(why),
+            ReleaseError::Busy { error } => write!(
+                f,
+                "nothing was sent (the lease is kept, to be given back later): {error}"
+            ),
             ReleaseError::Refund { permits, error } => write!(
                 f,
                 "the refund of {permits} leased permits failed (counted stranded; kept, to be \
@@ -66,7 +100,7 @@ impl std::error::Error for ReleaseError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ReleaseError::Runtime(_) => None,
-            ReleaseError::Refund { error, .. } => Some(error),
+            ReleaseError::Refund { error, .. } | ReleaseError::Busy { error } => Some(error),
         }
     }
 }
