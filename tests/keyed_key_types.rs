@@ -22,21 +22,36 @@ fn limits_two_keys_apart<K: Key + Debug>(a: K, b: K) {
         .max_keys(16)
         .build()
         .unwrap();
-    assert!(keyed.try_acquire(&a, 1).unwrap().is_allowed(), "{a:?} first");
-    assert!(!keyed.try_acquire(&a, 1).unwrap().is_allowed(), "{a:?} again");
-    assert!(keyed.try_acquire(&b, 1).unwrap().is_allowed(), "{b:?} first");
+    assert!(
+        keyed.try_acquire(&a, 1).unwrap().is_allowed(),
+        "{a:?} first"
+    );
+    assert!(
+        !keyed.try_acquire(&a, 1).unwrap().is_allowed(),
+        "{a:?} again"
+    );
+    assert!(
+        keyed.try_acquire(&b, 1).unwrap().is_allowed(),
+        "{b:?} first"
+    );
     assert!(!keyed.check(&b).is_allowed(), "{b:?} again");
     assert!(!keyed.check(&a).is_allowed(), "{a:?} still denied");
 
     let in_flight: KeyedInFlight<K, _> =
         KeyedInFlight::with_clock(1, 16, ManualClock::new()).unwrap();
     let held = in_flight.try_acquire(&a, 1).unwrap().expect("a is free");
-    assert!(in_flight.try_acquire(&a, 1).unwrap().is_none(), "{a:?} busy");
+    assert!(
+        in_flight.try_acquire(&a, 1).unwrap().is_none(),
+        "{a:?} busy"
+    );
     let other = in_flight.try_acquire(&b, 1).unwrap().expect("b is free");
     assert_eq!((in_flight.in_flight(&a), in_flight.in_flight(&b)), (1, 1));
     drop(held);
     assert_eq!(in_flight.in_flight(&a), 0);
-    assert!(in_flight.try_acquire(&a, 1).unwrap().is_some(), "{a:?} freed");
+    assert!(
+        in_flight.try_acquire(&a, 1).unwrap().is_some(),
+        "{a:?} freed"
+    );
     drop(other);
 }
 
@@ -106,7 +121,10 @@ struct Foreign {
 #[test]
 fn a_foreign_type_is_a_key_through_any_key() {
     limits_two_keys_apart(AnyKey(Foreign { id: 1 }), AnyKey(Foreign { id: 2 }));
-    limits_two_keys_apart(AnyKey::from(Foreign { id: 0 }), AnyKey::from(Foreign { id: 1 << 100 }));
+    limits_two_keys_apart(
+        AnyKey::from(Foreign { id: 0 }),
+        AnyKey::from(Foreign { id: 1 << 100 }),
+    );
 }
 
 #[test]
@@ -115,7 +133,10 @@ fn any_key_hashes_and_compares_as_its_inner_key() {
     let state = std::collections::hash_map::RandomState::new();
     for id in [0, 1, u128::MAX] {
         let inner = Foreign { id };
-        assert_eq!(state.hash_one(&AnyKey(inner.clone())), state.hash_one(&inner));
+        assert_eq!(
+            state.hash_one(AnyKey(inner.clone())),
+            state.hash_one(&inner)
+        );
     }
     assert_eq!(AnyKey(Foreign { id: 3 }), AnyKey(Foreign { id: 3 }));
     assert_ne!(AnyKey(Foreign { id: 3 }), AnyKey(Foreign { id: 4 }));
