@@ -2,10 +2,12 @@
 //! round-trips through a `u64` ([`WordKey`]) in one atomic word ([`WordCell`], a 16-byte slot
 //! with a one-word algorithm), any other key in a [`OnceLockCell`] (an `OnceLock<K>`).
 
+use std::borrow::Cow;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
@@ -15,12 +17,25 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 ///
 /// The cell is [`WordCell<Self>`](WordCell) for a key that round-trips exactly through a `u64`
 /// ([`WordKey`]: the integers up to 64 bits, `bool`, `char`, `()`, [`Ipv4Addr`]): the key is
-/// held in one atomic word, so a slot of a `Keyed<u64, Gcra>` is 16 bytes. Every other key
-/// (strings, byte vectors, [`IpAddr`], [`Ipv6Addr`], 128-bit integers,
-/// [`HashedKey`](super::HashedKey), [`IpKey`](super::IpKey), pairs and triples) is held in an
-/// [`OnceLockCell<Self>`](OnceLockCell).
+/// held in one atomic word, so a slot of a `Keyed<u64, Gcra>` is 16 bytes. Every other key is
+/// held in an [`OnceLockCell<Self>`](OnceLockCell):
 ///
-/// A key type of your own needs one line:
+/// - strings: `String`, `&'static str`, `Box<str>`, `Arc<str>`, `Arc<String>`,
+///   `Cow<'static, str>`;
+/// - bytes: `Vec<u8>`, `Box<[u8]>`, `&'static [u8]`, `Arc<[u8]>`, `Arc<Vec<u8>>`,
+///   `Cow<'static, [u8]>`;
+/// - `u128`, `i128`, [`Duration`], [`IpAddr`], [`Ipv6Addr`], [`SocketAddr`],
+///   [`SocketAddrV4`], [`SocketAddrV6`], [`HashedKey`](super::HashedKey),
+///   [`IpKey`](super::IpKey);
+/// - arrays `[T; N]`, `Option<T>` and tuples of two to six elements, of any
+///   `Hash + Eq + Clone + Send + Sync + 'static` parts (`[u8; 16]`, `Option<u64>`,
+///   `(String, u8, u8, u8)`);
+/// - [`AnyKey<K>`](AnyKey) for any `Hash + Eq + Clone + Send + Sync + 'static` `K`: the way to
+///   key on a type of another crate (`uuid::Uuid`, `bytes::Bytes`), which the orphan rule keeps
+///   you from giving a `Key` impl (see [`AnyKey`]).
+///
+/// A key type of your own crate needs one line,
+/// `impl Key for T { type Cell = OnceLockCell<Self>; }`:
 ///
 /// ```
 /// use floodgate::keyed::{Key, OnceLockCell};
@@ -330,23 +345,98 @@ once_lock_keys!(
     i128,
     IpAddr,
     Ipv6Addr,
+    SocketAddr,
+    SocketAddrV4,
+    SocketAddrV6,
+    Duration,
+    Cow<'static, str>,
+    Cow<'static, [u8]>,
+    Arc<[u8]>,
+    Arc<String>,
+    Arc<Vec<u8>>,
     super::HashedKey,
     super::IpKey,
 );
 
-impl<A, B> Key for (A, B)
+// Tuples of any keyable parts, up to six (pairs and triples as before).
+macro_rules! tuple_keys {
+    ($(($($t:ident),+))*) => {$(
+        impl<$($t),+> Key for ($($t,)+)
+        where
+            $($t: Hash + Eq + Clone + Send + Sync + 'static,)+
+        {
+            type Cell = OnceLockCell<Self>;
+        }
+    )*};
+}
+
+tuple_keys! {
+    (A, B)
+    (A, B, C)
+    (A, B, C, D)
+    (A, B, C, D, E)
+    (A, B, C, D, E, F)
+}
+
+impl<T, const N: usize> Key for [T; N]
 where
-    A: Hash + Eq + Clone + Send + Sync + 'static,
-    B: Hash + Eq + Clone + Send + Sync + 'static,
+    T: Hash + Eq + Clone + Send + Sync + 'static,
 {
     type Cell = OnceLockCell<Self>;
 }
 
-impl<A, B, C> Key for (A, B, C)
+impl<T> Key for Option<T>
 where
-    A: Hash + Eq + Clone + Send + Sync + 'static,
-    B: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Hash + Eq + Clone + Send + Sync + 'static,
+    T: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    type Cell = OnceLockCell<Self>;
+}
+
+/// Any `Hash + Eq + Clone + Send + Sync + 'static` type as a [`Key`], held in an
+/// [`OnceLockCell`]: the way to key a map on a type of another crate (`uuid::Uuid`,
+/// `bytes::Bytes`, ...), which cannot get a `Key` impl of its own in your crate (the orphan
+/// rule).
+///
+/// It hashes, compares and orders exactly as its inner key (a transparent newtype: its hash is
+/// the inner key's hash), so it costs nothing but the name. Look a key up by `&AnyKey(k)`: the
+/// maps' lookups take a `&Q` whose owned form is the key type (`Q: ToOwned<Owned = K>`), which
+/// the inner type's own `ToOwned` (itself) is not, so `map.check(&k)` does not compile even
+/// though `AnyKey<K>` could borrow as `K`.
+///
+/// ```
+/// use floodgate::keyed::AnyKey;
+/// use floodgate::{Gcra, Keyed, ManualClock, Rate};
+///
+/// // Stands in for a type of another crate, e.g. `uuid::Uuid`: no `Key` impl of its own.
+/// mod other_crate {
+///     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///     pub struct Uuid(pub u128);
+/// }
+/// use other_crate::Uuid;
+///
+/// let per_session: Keyed<AnyKey<Uuid>, _, _> =
+///     Keyed::builder(Gcra::new(Rate::per_second(1), 1)?)
+///         .clock(ManualClock::new())
+///         .build()?;
+/// let session = Uuid(0x1234);
+/// assert!(per_session.try_acquire(&AnyKey(session), 1)?.is_allowed());
+/// assert!(!per_session.try_acquire(&AnyKey(session), 1)?.is_allowed());
+/// assert!(per_session.check(&AnyKey::from(Uuid(0x5678))).is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(transparent)]
+pub struct AnyKey<K>(pub K);
+
+impl<K> From<K> for AnyKey<K> {
+    fn from(key: K) -> Self {
+        AnyKey(key)
+    }
+}
+
+impl<K> Key for AnyKey<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     type Cell = OnceLockCell<Self>;
 }
