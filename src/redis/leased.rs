@@ -899,18 +899,21 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     #[cold]
     fn waited_out(&self, n: u32) -> Outcome {
         let timeout = self.limiter.backend().timeout();
-        let error = BackendError::at(
+        let error = self.owner_busy(format!(
+            "no lease within {timeout:?}: another caller's request for a lease of this key was \
+             still out"
+        ));
+        self.limiter.handler().decide(&self.key, n, error)
+    }
+
+    /// A timeout naming the key's server, for a call whose deadline passed while another caller
+    /// held the owner; `message` says what the call could not do.
+    fn owner_busy(&self, message: String) -> BackendError {
+        BackendError::at(
             FailureKind::Timeout,
             self.limiter.backend().failed_at(&self.redis_keys),
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "no lease within {timeout:?}: another caller's request for a lease of this \
-                     key was still out"
-                ),
-            ),
-        );
-        self.limiter.handler().decide(&self.key, n, error)
+            std::io::Error::new(std::io::ErrorKind::TimedOut, message),
+        )
     }
 
     /// The error of a `release` whose deadline passed while another caller held the owner: a
@@ -918,17 +921,10 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// this call sent nothing).
     #[cold]
     fn released_out(&self, timeout: Duration) -> ReleaseError {
-        let error = BackendError::at(
-            FailureKind::Timeout,
-            self.limiter.backend().failed_at(&self.redis_keys),
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "no release within {timeout:?}: another caller held this key's lease (its \
-                     request for a lease, or its refund, was still out)"
-                ),
-            ),
-        );
+        let error = self.owner_busy(format!(
+            "no release within {timeout:?}: another caller held this key's lease (its request for \
+             a lease, or its refund, was still out)"
+        ));
         ReleaseError::Busy { error }
     }
 
