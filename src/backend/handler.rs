@@ -423,13 +423,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         let permit = match &breaker {
             Some(breaker) => match breaker.admit() {
                 Some(permit) => Some(permit),
-                None => {
-                    let retry_in = match breaker.state() {
-                        BreakerState::HalfOpen => breaker.retry_in().min(self.timeout),
-                        _ => breaker.retry_in(),
-                    };
-                    return Err(BackendError::CircuitOpen { retry_in });
-                }
+                None => return Err(self.short_circuited(breaker)),
             },
             None => None,
         };
@@ -488,12 +482,21 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     /// which may be the breaker's half-open probe.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn circuit_open(&self, node: Option<&str>) -> BackendError {
-        let retry_in = match self.call_breaker(node) {
-            Some(breaker) => match breaker.state() {
-                BreakerState::HalfOpen => breaker.retry_in().min(self.timeout),
-                _ => breaker.retry_in(),
+        match self.call_breaker(node) {
+            Some(breaker) => self.short_circuited(&breaker),
+            None => BackendError::CircuitOpen {
+                retry_in: Duration::ZERO,
             },
-            None => Duration::ZERO,
+        }
+    }
+
+    /// The error of a call `breaker` does not let out. Open: until the probe is due.
+    /// Half-open: the probe out answers within the store's timeout (the breaker's own expiry of
+    /// it is a lost probe's).
+    fn short_circuited(&self, breaker: &NodeBreaker<'_, C>) -> BackendError {
+        let retry_in = match breaker.state() {
+            BreakerState::HalfOpen => breaker.retry_in().min(self.timeout),
+            _ => breaker.retry_in(),
         };
         BackendError::CircuitOpen { retry_in }
     }
@@ -518,13 +521,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             Some(breaker) => match breaker.admit() {
                 Some(permit) => Some(permit),
                 None => {
-                    // Open: until the probe is due. Half-open: the probe out answers within the
-                    // store's timeout (the breaker's own expiry of it is a lost probe's).
-                    let retry_in = match breaker.state() {
-                        BreakerState::HalfOpen => breaker.retry_in().min(self.timeout),
-                        _ => breaker.retry_in(),
-                    };
-                    let error = BackendError::CircuitOpen { retry_in };
+                    let error = self.short_circuited(breaker);
                     return Before::Decided(self.decide(key, n, error));
                 }
             },
