@@ -10,6 +10,8 @@
 mod lossy_proxy;
 #[path = "redis/server.rs"]
 mod server;
+#[path = "redis/taken.rs"]
+mod taken;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +22,7 @@ use floodgate::{Gcra, ManualClock, Rate};
 use lossy_proxy::LossyProxy;
 use server::RedisServer;
 use std::future::Future as _;
+use taken::taken;
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -495,17 +498,6 @@ async fn a_refill_whose_refund_fails_is_decided_by_that_failure() {
     assert_eq!(limiter.failures().total(), 1);
     let breaker = limiter.breaker().unwrap().shared();
     assert_eq!(breaker.state(), BreakerState::Open);
-}
-
-/// What Redis has taken from the hourly bucket of `limiter`'s key "k" (nothing refills during a
-/// test): a per-call request for the whole capacity, whose denial reports exactly what is left.
-async fn taken(limiter: &RedisLimiter<Gcra, ManualClock>) -> u64 {
-    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
-    assert!(
-        probe.failure().is_none() && !probe.decision().is_allowed(),
-        "{probe:?}"
-    );
-    100 - probe.decision().remaining()
 }
 
 /// Redis is frozen when a refill gives an expired lease's 7 unserved permits back: the refund

@@ -9,6 +9,8 @@
 mod gated_clock;
 #[path = "redis/server.rs"]
 mod server;
+#[path = "redis/taken.rs"]
+mod taken;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +20,7 @@ use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter, Relea
 use floodgate::{Gcra, ManualClock, Rate};
 use gated_clock::GatedClock;
 use server::RedisServer;
+use taken::taken;
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 const HOUR_NANOS: u64 = 3_600 * 1_000_000_000;
@@ -25,19 +28,6 @@ const HOUR_NANOS: u64 = 3_600 * 1_000_000_000;
 /// GCRA of 1 permit an hour with a burst of 100: no permit comes back during a test.
 fn hourly_gcra() -> Gcra {
     Gcra::new(Rate::per_hour(1), 100).unwrap()
-}
-
-/// What Redis has taken from the hourly bucket of `limiter`'s key "k": a per-call request for
-/// the whole capacity, whose denial reports exactly what is left.
-async fn taken<C: floodgate::Clock + Clone + Send + Sync + 'static>(
-    limiter: &RedisLimiter<Gcra, C>,
-) -> u64 {
-    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
-    assert!(
-        probe.failure().is_none() && !probe.decision().is_allowed(),
-        "{probe:?}"
-    );
-    100 - probe.decision().remaining()
 }
 
 /// A kept refund is given up once the key's clock reads past its lease's time (here 8 hours

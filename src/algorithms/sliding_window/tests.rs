@@ -503,6 +503,13 @@ fn a_denial_needing_an_old_cell_to_leave_reads_no_slot_word() {
 /// the crossing into cell 31 made (by a denial).
 fn full_from_cell_10() -> SlidingWindowLimiter<ManualClock> {
     let w = ring(10, 60);
+    fill_cells_10_20_30(&w);
+    w
+}
+
+/// Takes 3, 4 and 3 at the ends of cells 10, 20 and 30 (a limit of 10: the window full from
+/// then on), then makes the crossing into cell 31 with a denial.
+fn fill_cells_10_20_30(w: &SlidingWindowLimiter<ManualClock>) {
     for (cell, n) in [(10, 3), (20, 4), (30, 3)] {
         assert!(
             w.try_acquire_at(n, (cell + 1) * CELL - 1)
@@ -511,7 +518,6 @@ fn full_from_cell_10() -> SlidingWindowLimiter<ManualClock> {
         );
     }
     assert!(!w.try_acquire_at(1, 31 * CELL).unwrap().is_allowed());
-    w
 }
 
 /// The ends are published by the crossing that won `base`, after it, by plain stores: a winner
@@ -666,14 +672,7 @@ fn ends_stored_by_a_winner_stalled_across_a_rewind_are_ignored() {
     let window = Duration::from_nanos(CELL * 40);
     let config = super::SlidingWindow::with_parts(10, window, 40, 1).unwrap();
     let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
-    for (cell, n) in [(10, 3), (20, 4), (30, 3)] {
-        assert!(
-            w.try_acquire_at(n, (cell + 1) * CELL - 1)
-                .unwrap()
-                .is_allowed()
-        );
-    }
-    assert!(!w.try_acquire_at(1, 31 * CELL).unwrap().is_allowed());
+    fill_cells_10_20_30(&w);
     // W1's ends for cell 31, as its late stores will write them.
     let stale = (
         w.base.oldest.load(crate::sync::Ordering::SeqCst),
