@@ -17,6 +17,8 @@ mod outage;
 mod server;
 #[path = "redis/single.rs"]
 mod single;
+#[path = "redis/sliding_log_batch.rs"]
+mod sliding_log_batch;
 #[path = "redis/uniform_batch.rs"]
 mod uniform_batch;
 

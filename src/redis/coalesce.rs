@@ -12,8 +12,10 @@
 //! one-decision script would one call after another at the same instant: the fixed windows'
 //! (anchored and aligned) and GCRA's batch scripts are written for it (each key read once, written once, and the
 //! reply carries each key's state as read instead of each decision's fields: the client
-//! replays the decisions from it, see [`RedisBackend::eval_tally`]), the others run the
-//! one-decision script's code once per decision ([`batch_source`]). So a batch of `N`
+//! replays the decisions from it, see [`RedisBackend::eval_tally`]); the sliding log's
+//! (`sliding_log_batch.lua`) reads each log once and writes a key's admissions at once before
+//! its first denial or at the end, with the one-decision script's replies; the sliding
+//! window's runs the one-decision script's code once per decision ([`batch_source`]). So a batch of `N`
 //! decisions on one key admits exactly what `N` sequential calls would, and each decision keeps
 //! its own deadline (checked by the script on the server's clock, as for one call). The flusher
 //! hands the batch's first caller its answer, and each caller hands on the next ([`Answers`]:

@@ -14,7 +14,8 @@ local t = redis.call('TIME')
 -- TIME's two fields and the shared arguments as numbers, once for the batch (decide reads
 -- each by arithmetic, `ARGV[1] + 0`, which on a number converts nothing): a string's
 -- conversion is a strtod, about 500 instructions, and decide made it once per decision. The
--- scripts run this way (sliding window, sliding log) use their arguments only as numbers.
+-- script run this way (the sliding window's; the sliding log has a batch script of its own)
+-- uses its arguments only as numbers.
 t = {t[1] + 0, t[2] + 0}
 local now = t[1] * 1000000 + t[2]
 local per = ARGV[1] + 0

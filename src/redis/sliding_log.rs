@@ -10,18 +10,14 @@ use std::sync::LazyLock;
 
 use super::lua_script::LuaScript;
 
-use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingLog;
 use crate::decision::ConfigError;
 
 pub(super) static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_log.lua");
-pub(super) static BATCH: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(&batch_source(concat!(
-        include_str!("exact.lua"),
-        include_str!("sliding_log.lua")
-    )))
-});
+/// The batch script: `sliding_log_batch.lua` decides a batch's decisions in order as
+/// `sliding_log.lua` would one call after another, reading each log once (not once per decision).
+pub(super) static BATCH: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_log_batch.lua");
 
 impl sealed::Script for SlidingLog {
     /// During an outage: a local fixed window of the same length (coarser, same bound per window).
