@@ -3,6 +3,8 @@
 //! `cargo test --features redis --test redis` (redis-server and redis-cli must be installed;
 //! `scripts/test` installs them).
 
+#[path = "redis/batch_scripts.rs"]
+mod batch_scripts;
 #[path = "redis/cluster.rs"]
 mod cluster;
 #[path = "redis/coalesce.rs"]
@@ -17,8 +19,6 @@ mod outage;
 mod server;
 #[path = "redis/single.rs"]
 mod single;
-#[path = "redis/sliding_log_batch.rs"]
-mod sliding_log_batch;
 #[path = "redis/uniform_batch.rs"]
 mod uniform_batch;
 

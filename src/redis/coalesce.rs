@@ -12,10 +12,11 @@
 //! one-decision script would one call after another at the same instant: the fixed windows'
 //! (anchored and aligned) and GCRA's batch scripts are written for it (each key read once, written once, and the
 //! reply carries each key's state as read instead of each decision's fields: the client
-//! replays the decisions from it, see [`RedisBackend::eval_tally`]); the sliding log's
-//! (`sliding_log_batch.lua`) reads each log once and writes a key's admissions at once before
-//! its first denial or at the end, with the one-decision script's replies; the sliding
-//! window's runs the one-decision script's code once per decision ([`batch_source`]). So a batch of `N`
+//! replays the decisions from it, see [`RedisBackend::eval_tally`]); the sliding windows' and
+//! sliding logs' (`sliding_window_batch.lua`, `sliding_log_batch.lua`) read each key once and
+//! reply with each decision's fields, as the one-decision script's replies (the sliding log
+//! writes a key's admissions at once before its first denial or at the end, the sliding window
+//! at the end). So a batch of `N`
 //! decisions on one key admits exactly what `N` sequential calls would, and each decision keeps
 //! its own deadline (checked by the script on the server's clock, as for one call). The flusher
 //! hands the batch's first caller its answer, and each caller hands on the next ([`Answers`]:
@@ -92,22 +93,6 @@ const MAX_SENDERS: u32 = 2;
 /// decision, fixed window); waiting for 16 kept one batch of ~15 (5.7 µs), with 4 or 8 no
 /// better than 1. At 128 callers the queue is long and two calls go out as before.
 const SECOND_SENDER_QUEUE: usize = 16;
-
-/// The batch form of a one-decision script `source`: the script's code becomes a function of
-/// `(KEYS, ARGV, t)`, run once per decision in order by `each_batch.lua`, with the server's
-/// `TIME` read once for the call (as if the decisions arrived together). The arguments and the
-/// reply are the batch format of [`RedisBackend::eval_batch`](super::RedisBackend::eval_batch);
-/// a decision that raises an error is reported as such and the others still run.
-/// (`scripts/redis-instructions` assembles the same text, to count its instructions.)
-pub(crate) fn batch_source(source: &str) -> String {
-    const TIME: &str = "local t = redis.call('TIME')";
-    debug_assert_eq!(source.matches(TIME).count(), 1, "{source}");
-    let body = source.replacen(TIME, "", 1);
-    format!(
-        "local function decide(KEYS, ARGV, t)\n{body}\nend\n{}",
-        include_str!("each_batch.lua")
-    )
-}
 
 /// A decision's result: its reply's fields (as [`RedisBackend::eval`] returns them, checked
 /// to be six), inline.

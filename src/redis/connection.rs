@@ -801,9 +801,9 @@ impl RedisBackend {
         self.decided(reply, keys, now, Instant::now())
     }
 
-    /// Runs `requests` in order in one call of `batch`, a batch script made by
-    /// [`batch_source`](super::coalesce::batch_source) from the one-decision script (the
-    /// hand-written ones use the tally format, [`eval_tally`](Self::eval_tally)). Gives
+    /// Runs `requests` in order in one call of `batch`, a batch script that replies per
+    /// decision (`sliding_window_batch.lua`, `sliding_log_batch.lua`; the fixed windows' and
+    /// GCRA's use the tally format, [`eval_tally`](Self::eval_tally)). Gives
     /// up at the latest of their deadlines (each caller waits only until its own). The outer
     /// error is the call's (every decision in it failed alike); the inner results are each
     /// decision's, as [`eval`](Self::eval) returns them.
@@ -1192,7 +1192,8 @@ fn spaced(command: &mut Cmd, values: impl Iterator<Item = u64>) {
 
 /// `deadlines` on the server's clock (0: none), each as its distance from `earliest` (the least
 /// of those not 0; 0 when all are) plus 1, 0 for none: one argument, as [`spaced`] writes it.
-/// The batch scripts add `earliest` back (`tally.lua`, `each_batch.lua`).
+/// The batch scripts add `earliest` back (`tally.lua`, `sliding_window_batch.lua`,
+/// `sliding_log_batch.lua`).
 fn distances(command: &mut Cmd, deadlines: &[u64], earliest: u64) {
     // `earliest` is the least of those not 0, so none underflows.
     let distance = |&deadline: &u64| match deadline {

@@ -28,7 +28,7 @@ pub(crate) mod sealed {
     #[derive(Clone, Copy, Debug)]
     pub enum Batch {
         /// Five fields per decision, as the one-decision script's reply (the format of
-        /// `RedisBackend::eval_batch`, made by `batch_source`).
+        /// `RedisBackend::eval_batch`: the sliding window's and sliding log's batch scripts).
         Each(&'static crate::redis::lua_script::LuaScript),
         /// The tally format of `RedisBackend::eval_tally`: each key's state as the script read
         /// it, from which the client replays the decisions with the [`Replay`].
@@ -54,8 +54,8 @@ pub(crate) mod sealed {
         /// The Lua script; it replies `{allowed, limit, remaining, retry_after_us, reset_after_us,
         /// now_us}`, as an array or (fixed windows, GCRA) one string of them, space-separated.
         fn script(&self) -> &'static crate::redis::lua_script::LuaScript;
-        /// The script deciding a batch in order: [`batch_source`](crate::redis::coalesce::batch_source)
-        /// of the one-decision script, or a hand-written one in the tally format.
+        /// The script deciding a batch in order, as the one-decision script would one call after
+        /// another at the same instant: replying per decision, or in the tally format.
         fn batch_script(&self) -> Batch;
         /// Suffixes of the Redis keys of one limiter key (`KEYS[1]`, `KEYS[2]`, …).
         fn key_suffixes(&self) -> &'static [&'static str];

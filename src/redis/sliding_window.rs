@@ -11,18 +11,15 @@ use std::sync::LazyLock;
 
 use super::lua_script::LuaScript;
 
-use super::coalesce::batch_source;
 use super::limiter::{RedisAlgorithm, sealed, whole_millis};
 use crate::algorithms::SlidingWindow;
 use crate::decision::ConfigError;
 
 pub(super) static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_window.lua");
-pub(super) static BATCH: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(&batch_source(concat!(
-        include_str!("exact.lua"),
-        include_str!("sliding_window.lua")
-    )))
-});
+/// The batch script: `sliding_window_batch.lua` decides a batch's decisions in order as
+/// `sliding_window.lua` would one call after another, reading each key's cells once (not once
+/// per decision).
+pub(super) static BATCH: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_window_batch.lua");
 
 /// Most cells per window on Redis (a decision reads every cell).
 ///

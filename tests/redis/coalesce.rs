@@ -1248,25 +1248,37 @@ fn sliding_log_batch_to_a_frozen_server_times_out(ns: [u32; 2]) {
     }
 }
 
-/// The batch loop itself (`each_batch.lua` after the sliding window's script, assembled as
-/// `batch_source` does), by `redis-cli`, one key of 100 permits: no deadline at all (earliest
+/// The batch loop itself (the sliding window's batch script, `sliding_window_batch.lua`, and the
+/// definition it is tested against, `each_batch.lua` after the one-decision script), by
+/// `redis-cli`, one key of 100 permits: no deadline at all (earliest
 /// 0); deadlines mixed with none, the earliest past (the past one refused and taking nothing,
 /// the one without decided, the later one decided: the earliest is added back); the earliest
 /// not yet passed (none read); a single decision past its deadline; and an error inside a
 /// batch (a key of the wrong type: that decision reports it, the others are decided).
 #[test]
 fn the_batch_loop_reads_each_deadline_only_once_the_earliest_has_passed() {
-    let server = RedisServer::start();
     const TIME: &str = "local t = redis.call('TIME')";
-    let one = concat!(
-        include_str!("../../src/redis/exact.lua"),
+    let exact = include_str!("../../src/redis/exact.lua");
+    let one = format!(
+        "{exact}{}",
         include_str!("../../src/redis/sliding_window.lua")
     );
     assert_eq!(one.matches(TIME).count(), 1);
     let body = one.replacen(TIME, "", 1);
-    let each = include_str!("../../src/redis/each_batch.lua");
-    let source = format!("local function decide(KEYS, ARGV, t)\n{body}\nend\n{each}");
-    let sha = server.cli(&["SCRIPT", "LOAD", &source]);
+    let each = include_str!("each_batch.lua");
+    let reference = format!("local function decide(KEYS, ARGV, t)\n{body}\nend\n{each}");
+    let batch = format!(
+        "{exact}{}",
+        include_str!("../../src/redis/sliding_window_batch.lua")
+    );
+    for source in [reference, batch] {
+        the_batch_loop_reads_each_deadline_only_once_the_earliest_has_passed_in(&source);
+    }
+}
+
+fn the_batch_loop_reads_each_deadline_only_once_the_earliest_has_passed_in(source: &str) {
+    let server = RedisServer::start();
+    let sha = server.cli(&["SCRIPT", "LOAD", source]);
     let (key, wrong) = ("{t:k}:sw", "{t:w}:sw");
     server.cli(&["SET", wrong, "a string"]);
     // ARGV: per, limit, cell (60 s), cells, n (replaced), n's slot, the n's, the earliest, the

@@ -1,7 +1,9 @@
--- floodgate: the batch form of a one-decision script (batch_source, which puts this after the
--- script's code made `local function decide(KEYS, ARGV, t)`, its own TIME call taken out):
--- runs decide once per decision, in order, with the server's TIME read once for the call (as if
--- the decisions arrived together). Format (RedisBackend::eval_batch):
+-- floodgate tests: the definition the batch scripts that reply per decision
+-- (src/redis/sliding_window_batch.lua, sliding_log_batch.lua) are tested against: a
+-- one-decision script made `local function decide(KEYS, ARGV, t)` (its own TIME call taken
+-- out; tests/redis/batch_scripts.rs assembles it), run once per decision, in order, with the
+-- server's TIME read once for the call (as if the decisions arrived together). Until those
+-- batch scripts, the crate sent this. Format (RedisBackend::eval_batch):
 -- KEYS: each limiter key's keys once (`per` each). ARGV: per, the four shared arguments, the
 -- slot of n + 1, the n's (one number when all are the same, else one per decision, separated
 -- by spaces), the earliest deadline in us on the server's clock (0: none has one), the
