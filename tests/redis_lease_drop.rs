@@ -12,8 +12,10 @@ mod server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::backend::FailurePolicy;
-use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError};
+use floodgate::backend::{BreakerConfig, BreakerState, FailurePolicy};
+use floodgate::redis::{
+    DroppedLeases, LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError,
+};
 use floodgate::{Gcra, ManualClock, Rate};
 use server::RedisServer;
 
@@ -29,7 +31,8 @@ fn hourly_gcra() -> Gcra {
 /// A fail-closed [`hourly_gcra`] limiter named `name` on `backend`, on a manual clock.
 fn hourly(backend: &RedisBackend, name: &str) -> Arc<RedisLimiter<Gcra, ManualClock>> {
     let policy = FailurePolicy::FailClosed;
-    let limiter = RedisLimiter::with_clock(backend, name, hourly_gcra(), policy, ManualClock::new());
+    let limiter =
+        RedisLimiter::with_clock(backend, name, hourly_gcra(), policy, ManualClock::new());
     Arc::new(limiter.unwrap())
 }
 
@@ -64,6 +67,19 @@ async fn taken_becomes(probe: &RedisLimiter<Gcra>, expected: u64) -> u64 {
     }
 }
 
+/// Polls `limiter`'s [`DroppedLeases`] until no dropped key's refund is out, at most [`HANG`]
+/// of real time; returns the last reading.
+async fn settled<C: floodgate::Clock + Clone>(limiter: &RedisLimiter<Gcra, C>) -> DroppedLeases {
+    let guard = Instant::now() + HANG;
+    loop {
+        let counts = limiter.dropped_leases();
+        if counts.in_flight() == 0 || Instant::now() > guard {
+            return counts;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn connect(server: &RedisServer) -> RedisBackend {
     let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
     RedisBackend::connect(config).await.unwrap()
@@ -86,9 +102,21 @@ async fn a_dropped_key_gives_its_unserved_permits_back() {
     assert_eq!(taken(&probe).await, 8);
 
     drop(leased);
-    assert_eq!(taken_becomes(&probe, 3).await, 3, "the 5 unserved came back");
+    assert_eq!(
+        taken_becomes(&probe, 3).await,
+        3,
+        "the 5 unserved came back"
+    );
     assert!(probe.try_acquire("k", 97).await.unwrap().is_allowed());
     assert!(!probe.try_acquire("k", 1).await.unwrap().is_allowed());
+    let counts = DroppedLeases {
+        refunds: 1,
+        permits: 5,
+        refunded: 5,
+        stranded: 0,
+    };
+    assert_eq!(settled(&limiter).await, counts);
+    assert_eq!(limiter.failures().total(), 0);
 }
 
 /// A refund kept after a failed call (Redis frozen past its timeout) is given back by the drop,
@@ -115,6 +143,13 @@ async fn a_dropped_key_gives_its_kept_refund_back() {
 
     drop(leased);
     assert_eq!(taken_becomes(&probe, 1).await, 1, "the kept 7 came back");
+    let counts = DroppedLeases {
+        refunds: 1,
+        permits: 7,
+        refunded: 7,
+        stranded: 0,
+    };
+    assert_eq!(settled(&limiter).await, counts);
 }
 
 /// A key dropped outside any runtime (a blocking caller, on a backend with its own runtime)
@@ -138,5 +173,135 @@ fn a_key_dropped_outside_a_runtime_gives_back_without_blocking() {
         std::thread::sleep(Duration::from_millis(5));
         left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
     }
-    assert_eq!(left.decision().remaining(), 99, "the 7 unserved came back: {left:?}");
+    assert_eq!(
+        left.decision().remaining(),
+        99,
+        "the 7 unserved came back: {left:?}"
+    );
+}
+
+/// A key whose `release` gave its permits back, and one that never took a lease, send nothing
+/// when dropped: counted at the drop (none), and the server runs no script for them. The
+/// server's count of scripts is checked after a third key's drop refund (one script) has
+/// come back: had either of the first two sent one, the count would be one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_key_and_one_holding_nothing_send_nothing_on_drop() {
+    let server = RedisServer::start();
+    let backend = connect(&server).await;
+    let limiter = hourly(&backend, "nothing");
+    let released = LeasedKey::new(Arc::clone(&limiter), "j");
+    assert!(released.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(released.release().await.unwrap(), 7);
+    let held = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(held.try_acquire(1).await.unwrap().is_allowed());
+    let scripts = server.calls("evalsha");
+
+    drop(released);
+    drop(LeasedKey::new(Arc::clone(&limiter), "never"));
+    assert_eq!(limiter.dropped_leases(), DroppedLeases::default());
+    drop(held);
+    let counts = DroppedLeases {
+        refunds: 1,
+        permits: 7,
+        refunded: 7,
+        stranded: 0,
+    };
+    assert_eq!(settled(&limiter).await, counts);
+    assert_eq!(
+        server.calls("evalsha"),
+        scripts + 1,
+        "only the held key's refund"
+    );
+}
+
+/// A drop's refund whose call fails (Redis frozen past the timeout) is not retried: its permits
+/// are counted stranded, the failure in the limiter's failures. (When the server thaws it
+/// refuses the refund as late: the 7 stay taken.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_refund_that_fails_is_counted_stranded_and_a_failure() {
+    let server = RedisServer::start();
+    let backend = connect(&server).await;
+    let limiter = hourly(&backend, "failed");
+    let probe = probe(&backend, "failed");
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+
+    server.freeze();
+    drop(leased);
+    let counts = settled(&limiter).await;
+    server.thaw();
+    assert_eq!(
+        counts,
+        DroppedLeases {
+            refunds: 1,
+            permits: 7,
+            refunded: 0,
+            stranded: 7
+        }
+    );
+    assert_eq!(limiter.failures().timeouts, 1, "{:?}", limiter.failures());
+    assert_eq!(taken(&probe).await, 8);
+}
+
+/// A drop's refund the breaker does not let out (open) is not sent: counted stranded and
+/// short-circuited, and the server runs no script for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_refund_the_breaker_holds_back_is_counted_stranded() {
+    let server = RedisServer::start();
+    let backend = connect(&server).await;
+    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter =
+        RedisLimiter::with_clock(&backend, "open", hourly_gcra(), policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    let breaker = limiter.breaker().unwrap().shared();
+    breaker.admit().expect("closed").failed();
+    assert_eq!(breaker.state(), BreakerState::Open);
+    let scripts = server.calls("evalsha");
+
+    drop(leased);
+    assert_eq!(
+        settled(&limiter).await,
+        DroppedLeases {
+            refunds: 1,
+            permits: 7,
+            refunded: 0,
+            stranded: 7
+        }
+    );
+    assert_eq!(limiter.failures().short_circuited, 1);
+    assert_eq!(server.calls("evalsha"), scripts, "nothing sent");
+}
+
+/// A key dropped on a current-thread runtime that is itself dropped before it runs the refund's
+/// task: the task is dropped unrun, its permits counted stranded (nothing hangs or panics).
+#[test]
+fn a_drop_refund_whose_runtime_shuts_down_first_is_counted_stranded() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = hourly(&backend, "shut");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    runtime.block_on(async {
+        assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    });
+    // Spawned on this runtime, which returns from `block_on` without running it.
+    runtime.block_on(async move { drop(leased) });
+    assert_eq!(limiter.dropped_leases().in_flight(), 7);
+    drop(runtime);
+    assert_eq!(
+        limiter.dropped_leases(),
+        DroppedLeases {
+            refunds: 1,
+            permits: 7,
+            refunded: 0,
+            stranded: 7
+        }
+    );
 }
