@@ -119,6 +119,7 @@ async fn an_expired_lease_is_refunded_beside_the_next_one() {
             failed_refunds: 0,
             resent_refunds: 0,
             given_up_refunds: 0,
+            busy_releases: 0,
             exact: 0
         }
     );

@@ -386,6 +386,7 @@ struct Counters {
     failed_refunds: AtomicU64,
     resent_refunds: AtomicU64,
     given_up_refunds: AtomicU64,
+    busy_releases: AtomicU64,
     exact: AtomicU64,
 }
 
@@ -402,6 +403,7 @@ struct Counters {
 ///     failed_refunds: 1,
 ///     resent_refunds: 1,
 ///     given_up_refunds: 0,
+///     busy_releases: 0,
 ///     exact: 0,
 /// };
 /// assert_eq!(counts.served(), 65);
@@ -446,6 +448,12 @@ pub struct LeaseCounts {
     /// it was taken), or a later lease was granted on the key first (the refund could no longer
     /// find its word). Their permits stay in `stranded`.
     pub given_up_refunds: u64,
+    /// [`release`](LeasedKey::release) calls that returned [`ReleaseError::Busy`]: another
+    /// caller held the lease until the call's deadline passed, or held it while the key's
+    /// breaker was open or half-open. Each sent nothing and kept the lease (its permits stay in
+    /// `held`, or a kept refund stays kept), so each is in none of the other counts nor in the
+    /// limiter's [`failures`](super::RedisLimiter::failures).
+    pub busy_releases: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
 }
@@ -712,6 +720,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             failed_refunds: load(&c.failed_refunds),
             resent_refunds: load(&c.resent_refunds),
             given_up_refunds: load(&c.given_up_refunds),
+            busy_releases: load(&c.busy_releases),
             exact: load(&c.exact),
         }
     }
@@ -830,7 +839,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// [`ReleaseError::Runtime`] outside a tokio runtime (nothing sent, the lease kept);
     /// [`ReleaseError::Busy`] when another caller held the lease until the deadline passed,
     /// or held it while the key's breaker was open or half-open (then at once: it may be the
-    /// breaker's probe) (nothing sent, the lease kept; not counted as a failure);
+    /// breaker's probe) (nothing sent, the lease kept; not counted as a failure, but in
+    /// [`LeaseCounts::busy_releases`]);
     /// [`ReleaseError::Refund`] when the refund's call failed (Redis unreachable, no answer
     /// within the backend's timeout, an unexpected reply), naming the server, or the breaker
     /// did not let it out ([`BackendError::CircuitOpen`]): the lease is dropped, its permits
@@ -876,7 +886,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             Err(_) if !self.breaker_closed() => {
                 let node = self.limiter.node_of(&self.key);
                 let error = self.limiter.handler().circuit_open(node.as_deref());
-                return Err(ReleaseError::Busy { error });
+                return Err(self.busy(error));
             }
             Err(_) => match until_deadline(self.owner.lock(), deadline).await {
                 Ok(owner) => (owner, true),
@@ -949,6 +959,15 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             "no release within {timeout:?}: another caller held this key's lease (its request for \
              a lease, or its refund, was still out)"
         ));
+        self.busy(error)
+    }
+
+    /// A `release` that sent nothing because another caller held the owner, with `error`:
+    /// counted in `busy_releases`.
+    #[cold]
+    fn busy(&self, error: BackendError) -> ReleaseError {
+        // Relaxed: a statistics counter; no other memory depends on it.
+        self.counters.busy_releases.fetch_add(1, Ordering::Relaxed);
         ReleaseError::Busy { error }
     }
 
