@@ -1144,9 +1144,9 @@ fn tally_batch(call: &ScriptCall) -> Option<BatchCall> {
 
 /// A batch call made from a one-decision script of `PER` Redis keys a limiter key (sliding
 /// window 1, sliding log 2; `None` for any other call): `per`, the three shared arguments (all
-/// four but `n`), the slot of `n` + 1, the `n`s (one number when all ask the same, else one per
-/// decision), the earliest deadline, the distances (one per decision), and the key indices so
-/// when the call has more than one limiter key.
+/// four but `n`), the slot of `n` + 1, the `n`s (one number when all ask the same, else one per decision), the
+/// earliest deadline, the distances (one per decision), and the key indices so when the call
+/// has more than one limiter key.
 fn each_batch<const PER: usize>(call: &ScriptCall) -> Option<BatchCall> {
     let arguments = if call.numkeys > PER { 9 } else { 8 };
     if call.args.len() != arguments || call.args[0] != PER.to_string() {
