@@ -811,14 +811,13 @@ impl RedisBackend {
     /// The requests share their arguments but `n` (`args[n_slot]`). Batch format, compact so
     /// that a decision costs the server (and this client) little more than its arithmetic:
     /// * `KEYS`: each distinct limiter key's keys once (`per` keys each), in order of first use;
-    /// * `ARGV`: `per`, the three shared arguments (`args` but `args[n_slot]`, in order: an
-    ///   argument not read still costs the server an object), `n_slot + 1`, then the `n`s (one
-    ///   number when all are the same, else one per decision), the earliest of the deadlines on the
+    /// * `ARGV`: `per`, the four shared arguments, `n_slot + 1`, then the `n`s (one number when
+    ///   all are the same, else one per decision), the earliest of the deadlines on the
     ///   server's clock (0: none has one), the deadlines, each as its distance from the earliest
-    ///   plus 1 (0: none; [`distances`], as in [`eval_tally`](Self::eval_tally): the script reads
-    ///   them only once the earliest has passed), and, only when `KEYS` holds more than one limiter
-    ///   key, each decision's key's index in `KEYS` (counted in limiter keys, from 1); each list is
-    ///   one argument, its numbers separated by spaces ([`spaced`]);
+    ///   plus 1 (0: none; [`distances`], as in [`eval_tally`](Self::eval_tally): the script
+    ///   reads them only once the earliest has passed), and, only when `KEYS` holds more than
+    ///   one limiter key, each decision's key's index in `KEYS` (counted in limiter keys, from
+    ///   1); each list is one argument, its numbers separated by spaces ([`spaced`]);
     /// * reply: the server's time, five fields per decision (a one-decision reply without the
     ///   time), then the error messages: a decision whose first field is [`BATCH_ERROR`]
     ///   raised the error its second field numbers (from 1).
@@ -856,18 +855,15 @@ impl RedisBackend {
         let per = first.keys.len();
         // The lists take up to ~24 bytes per decision (an n of a few digits, a deadline's
         // distance, an index, each with its space).
-        let mut command = evalsha(batch, per * first_users.len(), 9, 24 * requests.len());
+        let mut command = evalsha(batch, per * first_users.len(), 10, 24 * requests.len());
         for request in &first_users {
             for key in request.keys.iter() {
                 command.arg(key.as_str());
             }
         }
         command.arg(per);
-        // Not `n`'s slot: each decision's `n` goes there, from the list below.
-        for (i, arg) in first.args.iter().enumerate() {
-            if i != n_slot {
-                command.arg(arg);
-            }
+        for arg in first.args {
+            command.arg(arg);
         }
         command.arg(n_slot + 1);
         n_list(&mut command, requests, n_slot);

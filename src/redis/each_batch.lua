@@ -2,13 +2,12 @@
 -- script's code made `local function decide(KEYS, ARGV, t)`, its own TIME call taken out):
 -- runs decide once per decision, in order, with the server's TIME read once for the call (as if
 -- the decisions arrived together). Format (RedisBackend::eval_batch):
--- KEYS: each limiter key's keys once (`per` each). ARGV: per, the three shared arguments (the
--- one-decision script's four but n, in order), the slot of n among the four (from 1), the n's
--- (one number when all are the same, else one per decision, separated by spaces), the earliest
--- deadline in us on the server's clock (0: none has one), the deadlines, each as its distance
--- from the earliest plus 1 (0: none; a distance takes fewer digits than a deadline), separated
--- by spaces, then, only when KEYS holds more than one limiter key, each decision's limiter
--- key's index (from 1), separated by spaces.
+-- KEYS: each limiter key's keys once (`per` each). ARGV: per, the four shared arguments, the
+-- slot of n + 1, the n's (one number when all are the same, else one per decision, separated
+-- by spaces), the earliest deadline in us on the server's clock (0: none has one), the
+-- deadlines, each as its distance from the earliest plus 1 (0: none; a distance takes fewer
+-- digits than a deadline), separated by spaces, then, only when KEYS holds more than one
+-- limiter key, each decision's limiter key's index (from 1), separated by spaces.
 -- Reply: the server's time; five fields per decision (decide's reply without the time; a
 -- decision that raised an error: 3, the error's index in the messages); the error messages.
 local t = redis.call('TIME')
@@ -19,24 +18,23 @@ local t = redis.call('TIME')
 t = {t[1] + 0, t[2] + 0}
 local now = t[1] * 1000000 + t[2]
 local per = ARGV[1] + 0
-local slot = ARGV[5] + 0
+local slot = ARGV[6] + 0
 local shared = {}
-local a = 2
 for i = 1, 4 do
-  -- The slot of n is not sent (each decision's n goes there).
-  if i ~= slot then shared[i] = ARGV[a] + 0; a = a + 1 end
+  -- The slot of n is a placeholder (each decision's n goes there): not converted.
+  if i ~= slot then shared[i] = ARGV[i + 1] + 0 end
 end
 local out = {now}
 local errors = {}
 local d = 0
-local n = not ARGV[6]:find(' ', 1, true) and ARGV[6] + 0
-local next_n = not n and ARGV[6]:gmatch('%d+')
+local n = not ARGV[7]:find(' ', 1, true) and ARGV[7] + 0
+local next_n = not n and ARGV[7]:gmatch('%d+')
 -- Each decision's own deadline is needed only once the earliest has passed: until then none
 -- has, and every decision is decided as one without (0).
-local earliest = ARGV[7] + 0
+local earliest = ARGV[8] + 0
 local check = earliest > 0 and now > earliest
-local next_g = #KEYS > per and ARGV[9]:gmatch('%d+')
-for distance in ARGV[8]:gmatch('%d+') do
+local next_g = #KEYS > per and ARGV[10]:gmatch('%d+')
+for distance in ARGV[9]:gmatch('%d+') do
   local g = next_g and next_g() - 1 or 0
   local keys = {}
   for j = 1, per do keys[j] = KEYS[g * per + j] end

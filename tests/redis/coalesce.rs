@@ -1143,21 +1143,21 @@ fn tally_batch(call: &ScriptCall) -> Option<BatchCall> {
 }
 
 /// A batch call made from a one-decision script of `PER` Redis keys a limiter key (sliding
-/// window 1, sliding log 2; `None` for any other call): `per`, the three shared arguments (all
-/// four but `n`), the slot of `n` + 1, the `n`s (one number when all ask the same, else one per decision), the
+/// window 1, sliding log 2; `None` for any other call): `per`, the four shared arguments, the
+/// slot of `n` + 1, the `n`s (one number when all ask the same, else one per decision), the
 /// earliest deadline, the distances (one per decision), and the key indices so when the call
 /// has more than one limiter key.
 fn each_batch<const PER: usize>(call: &ScriptCall) -> Option<BatchCall> {
-    let arguments = if call.numkeys > PER { 9 } else { 8 };
+    let arguments = if call.numkeys > PER { 10 } else { 9 };
     if call.args.len() != arguments || call.args[0] != PER.to_string() {
         return None;
     }
-    let distances = numbers(&call.args[7])?;
-    let sent = numbers(&call.args[5])?;
+    let distances = numbers(&call.args[8])?;
+    let sent = numbers(&call.args[6])?;
     Some(BatchCall {
         ns_sent: sent.len(),
         ns: each_n(sent, distances.len())?,
-        earliest: call.args[6].parse().ok()?,
+        earliest: call.args[7].parse().ok()?,
         distances,
     })
 }
@@ -1269,14 +1269,16 @@ fn the_batch_loop_reads_each_deadline_only_once_the_earliest_has_passed() {
     let sha = server.cli(&["SCRIPT", "LOAD", &source]);
     let (key, wrong) = ("{t:k}:sw", "{t:w}:sw");
     server.cli(&["SET", wrong, "a string"]);
-    // ARGV: per, limit, cell (60 s), cells (the shared arguments: n is not sent), n's slot, the
-    // n's, the earliest, the distances, then each decision's key index when there are two keys.
-    // Replies each decision's `allowed` (3: an error), and the errors.
+    // ARGV: per, limit, cell (60 s), cells, n (replaced), n's slot, the n's, the earliest, the
+    // distances, then each decision's key index when there are two keys. Replies each
+    // decision's `allowed` (3: an error), and the errors.
     let batch = |keys: &[&str], ns: &str, earliest: u64, distances: &str, indices: &str| {
         let (count, earliest) = (keys.len().to_string(), earliest.to_string());
         let mut command = vec!["EVALSHA", sha.as_str(), count.as_str()];
         command.extend(keys);
-        command.extend(["1", "100", "60000000", "10", "4", ns, &earliest, distances]);
+        command.extend([
+            "1", "100", "60000000", "10", "0", "4", ns, &earliest, distances,
+        ]);
         if !indices.is_empty() {
             command.push(indices);
         }
