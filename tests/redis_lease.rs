@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use floodgate::backend::{BreakerConfig, FailurePolicy};
 use floodgate::redis::{
-    LeaseAlgorithm, LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError,
+    DroppedLeases, LeaseAlgorithm, LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter,
+    ReleaseError,
 };
 use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use lossy_proxy::LossyProxy;
@@ -118,6 +119,7 @@ async fn an_expired_lease_is_refunded_beside_the_next_one() {
             failed_refunds: 0,
             resent_refunds: 0,
             given_up_refunds: 0,
+            busy_releases: 0,
             exact: 0
         }
     );
@@ -858,25 +860,19 @@ async fn an_aligned_window_refund_never_lands_in_the_next_window() {
     assert_eq!(server.cli(&["HGET", &key, "i"]), next);
 }
 
-/// A `LeasedKey` dropped holding permits gives nothing back (dropping sends nothing): Redis
-/// still counts the whole lease; `release` first gives the unserved permits back.
+/// `release` gives the unserved permits back at once; the key, dropped after it, has nothing
+/// left to send (a key dropped holding permits gives them back: `tests/redis_lease_drop.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_leased_key_gives_nothing_back_release_does() {
+async fn a_released_key_has_nothing_to_give_back_when_dropped() {
     let server = RedisServer::start();
     let limiter = frozen_still(&backend(&server).await, 100);
-    let dropped = LeasedKey::new(limiter.clone(), "k");
-    assert!(dropped.try_acquire(1).await.unwrap().is_allowed());
-    assert_eq!(dropped.counts().held, 7);
-    drop(dropped);
-    let probe = limiter.try_acquire_outcome("k", 100).await.unwrap();
-    assert_eq!(probe.decision().remaining(), 92, "{probe:?}");
-
     let released = LeasedKey::new(limiter.clone(), "j");
     assert!(released.try_acquire(1).await.unwrap().is_allowed());
     assert_eq!(released.release().await.unwrap(), 7);
-    drop(released);
     let probe = limiter.try_acquire_outcome("j", 100).await.unwrap();
     assert_eq!(probe.decision().remaining(), 99, "{probe:?}");
+    drop(released);
+    assert_eq!(limiter.dropped_leases(), DroppedLeases::default());
 }
 
 /// A manual clock whose next read, once armed, is `leap` ahead (a one-shot TSC leap).

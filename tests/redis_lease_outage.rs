@@ -833,8 +833,8 @@ async fn a_release_while_a_refill_holds_the_lease_gives_up_at_its_deadline() {
     );
     let counts = leased.counts();
     assert_eq!(
-        (counts.refunded, counts.failed_refunds),
-        (0, 0),
+        (counts.refunded, counts.failed_refunds, counts.busy_releases),
+        (0, 0, 1),
         "release sent nothing: {counts:?}"
     );
     assert_eq!(
@@ -894,6 +894,7 @@ async fn a_release_behind_a_half_open_probe_returns_at_once() {
         other => panic!("release waited for the probe (still out: {probe_still_out}): {other:?}"),
     }
     assert_eq!(limiter.failures().total(), 0, "release sent nothing");
+    assert_eq!(leased.counts().busy_releases, 1, "{:?}", leased.counts());
     assert!(
         probed.failure().is_none() && probed.decision().is_allowed(),
         "{probed:?}"

@@ -207,6 +207,32 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// Share one `LeasedKey` per key among the tasks of a process (in an [`Arc`]): each
 /// `LeasedKey` holds its own lease, and the bounds below count per `LeasedKey`.
 ///
+/// # Drop
+/// A `LeasedKey` dropped holding permits gives them back in the background, as
+/// [`release`](Self::release) would: the current lease is retired, and its unserved permits (or,
+/// with no lease to give back, a refund kept after a failed call) are sent in one refund, exact
+/// or not at all, at most once, under its name, by the same scripts, through the key's circuit
+/// breaker and within one [timeout](super::RedisConfig::timeout). A `LeasedKey` that holds no
+/// lease, or whose unserved permits were [`release`](Self::release)d, sends nothing.
+///
+/// * **Where it runs:** a task spawned on the tokio runtime current at the drop; outside one (a
+///   blocking caller), on the runtime that built the backend's connection (the backend's own
+///   for [`RedisBackend::blocking_connect`](super::RedisBackend::blocking_connect), the caller's
+///   for [`connect`](super::RedisBackend::connect)). Spawning blocks neither the dropping thread
+///   nor the runtime; the drop never waits for Redis. The task holds an [`Arc`] of the limiter
+///   (and so the backend) until it ends.
+/// * **Not retried:** the key is gone, so a refund that fails (counted in the limiter's
+///   [`failures`](RedisLimiter::failures) and told to the breaker, as `release`'s), that the
+///   breaker does not let out, that the server refuses (a decision on the key came first), or
+///   whose lease's time has passed, is not sent again. Its permits stay taken (a bucket's until
+///   its time passes them, a window's until the window ends). So are an anchored window's (never
+///   given back), and a refund's whose task is dropped before it ends: the runtime shut down
+///   first (a current-thread runtime dropped before it ran the task; one that nothing drives
+///   any more never runs it), or while its call was out (it may then have landed).
+/// * **Counted** in the limiter, since a dropped key's own [`counts`](Self::counts) die with
+///   it: [`RedisLimiter::dropped_leases`] says how many permits dropped keys held, how many came
+///   back, how many did not, and how many are still out.
+///
 /// # Lease size
 /// Adapts to this key's rate in this process and to the budget left: starting at 8 (at most
 /// [`max_lease`](Self::max_lease)), the size doubles when a lease ran out before it expired and
@@ -249,7 +275,9 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   not sent again before a later lease was granted on the key or its time passed (given
 ///   up), or whose reply was lost (a timeout, or a dropped future, after the script ran) and
 ///   whose retry did not come (a retry finds the first landing's mark and reports it).
-///   [`counts`](Self::counts) reports them. On a Redis Cluster also the leases granted to a
+///   [`counts`](Self::counts) reports them. A dropped `LeasedKey` gives back what it holds
+///   (see [Drop](Self#drop)): only what its refund could not give back adds to this, counted in
+///   [`RedisLimiter::dropped_leases`] (`stranded`). On a Redis Cluster also the leases granted to a
 ///   request whose connection dropped before its reply came: redis-rs's cluster client sends
 ///   it again and Redis grants the copy (before the request's deadline) a lease more; the
 ///   client serves the last copy's, and the earlier grants' permits stay taken, in none of
@@ -358,6 +386,7 @@ struct Counters {
     failed_refunds: AtomicU64,
     resent_refunds: AtomicU64,
     given_up_refunds: AtomicU64,
+    busy_releases: AtomicU64,
     exact: AtomicU64,
 }
 
@@ -374,6 +403,7 @@ struct Counters {
 ///     failed_refunds: 1,
 ///     resent_refunds: 1,
 ///     given_up_refunds: 0,
+///     busy_releases: 0,
 ///     exact: 0,
 /// };
 /// assert_eq!(counts.served(), 65);
@@ -418,6 +448,12 @@ pub struct LeaseCounts {
     /// it was taken), or a later lease was granted on the key first (the refund could no longer
     /// find its word). Their permits stay in `stranded`.
     pub given_up_refunds: u64,
+    /// [`release`](LeasedKey::release) calls that returned [`ReleaseError::Busy`]: another
+    /// caller held the lease until the call's deadline passed, or held it while the key's
+    /// breaker was open or half-open. Each sent nothing and kept the lease (its permits stay in
+    /// `held`, or a kept refund stays kept), so each is in none of the other counts nor in the
+    /// limiter's [`failures`](super::RedisLimiter::failures).
+    pub busy_releases: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
 }
@@ -553,12 +589,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// assert!(matches!(zero, Err(ConfigError::DurationOutOfRange { what: "lease lifetime", .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_lifetime(self, lifetime: Duration) -> Result<Self, ConfigError> {
-        let lifetime_nanos = crate::lease::lifetime_nanos(lifetime)?;
-        Ok(LeasedKey {
-            lifetime_nanos,
-            ..self
-        })
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Result<Self, ConfigError> {
+        self.lifetime_nanos = crate::lease::lifetime_nanos(lifetime)?;
+        Ok(self)
     }
 
     /// The limiter whose key this is (its per-call decisions share the limit).
@@ -687,6 +720,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             failed_refunds: load(&c.failed_refunds),
             resent_refunds: load(&c.resent_refunds),
             given_up_refunds: load(&c.given_up_refunds),
+            busy_releases: load(&c.busy_releases),
             exact: load(&c.exact),
         }
     }
@@ -793,10 +827,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// permits given back: 0 when there is no lease or nothing unserved, or when Redis refused
     /// the refund (a decision on the key came after the lease; an anchored window's lease is
     /// never given back), the permits then counted `stranded` in [`counts`](Self::counts).
-    /// Call it before the process stops serving the key (before a `LeasedKey` holding permits
-    /// is dropped): dropping one sends nothing, so the unserved permits of its lease are not
-    /// given back. They stay taken in Redis (a bucket's until its time passes them, a window's
-    /// until the window ends), and no count reports them.
+    /// A `LeasedKey` dropped without it gives its unserved permits back in the background (see
+    /// [Drop](Self#drop)); `release` does it now, reports the outcome, and keeps a refund whose
+    /// call failed to send again (a drop's refund is not retried).
     ///
     /// Returns within the backend's [timeout](super::RedisConfig::timeout) from its start: the
     /// wait for another caller holding the lease (a refill) and the refund share that one
@@ -806,7 +839,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// [`ReleaseError::Runtime`] outside a tokio runtime (nothing sent, the lease kept);
     /// [`ReleaseError::Busy`] when another caller held the lease until the deadline passed,
     /// or held it while the key's breaker was open or half-open (then at once: it may be the
-    /// breaker's probe) (nothing sent, the lease kept; not counted as a failure);
+    /// breaker's probe) (nothing sent, the lease kept; not counted as a failure, but in
+    /// [`LeaseCounts::busy_releases`]);
     /// [`ReleaseError::Refund`] when the refund's call failed (Redis unreachable, no answer
     /// within the backend's timeout, an unexpected reply), naming the server, or the breaker
     /// did not let it out ([`BackendError::CircuitOpen`]): the lease is dropped, its permits
@@ -852,7 +886,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             Err(_) if !self.breaker_closed() => {
                 let node = self.limiter.node_of(&self.key);
                 let error = self.limiter.handler().circuit_open(node.as_deref());
-                return Err(ReleaseError::Busy { error });
+                return Err(self.busy(error));
             }
             Err(_) => match until_deadline(self.owner.lock(), deadline).await {
                 Ok(owner) => (owner, true),
@@ -925,6 +959,15 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             "no release within {timeout:?}: another caller held this key's lease (its request for \
              a lease, or its refund, was still out)"
         ));
+        self.busy(error)
+    }
+
+    /// A `release` that sent nothing because another caller held the owner, with `error`:
+    /// counted in `busy_releases`.
+    #[cold]
+    fn busy(&self, error: BackendError) -> ReleaseError {
+        // Relaxed: a statistics counter; no other memory depends on it.
+        self.counters.busy_releases.fetch_add(1, Ordering::Relaxed);
         ReleaseError::Busy { error }
     }
 
@@ -1309,47 +1352,23 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// Sends `refund` (its unused permits back if the key still holds the word its lease
-    /// wrote) through the key's breaker, giving up at `deadline`: landed, refused (another
-    /// decision on the key came first), or the call's failure (counted in `failed_refunds`
-    /// and reported to the breaker unless `excused` and a timeout): unreachable, timed out
-    /// (perhaps after the script ran), an unexpected reply, or not sent (the breaker open).
+    /// wrote) through the key's breaker, giving up at `deadline` ([`send_refund`]), counting
+    /// what became of it: landed, refused, or the call's failure (counted in `failed_refunds`).
     async fn refund(
         &self,
         refund: &Refund,
         deadline: Instant,
         excused: bool,
     ) -> Result<Refunded, BackendError> {
-        let backend = self.limiter.backend();
-        let algorithm = self.limiter.algorithm();
-        let Some(script) = algorithm.refund_script() else {
-            return Ok(Refunded::Refused);
-        };
-        let args = algorithm.refund_args(refund.receipt, refund.unused);
-        // The key's, then this refund's mark (in the key's slot: its name starts with the
-        // key's, hash tag and all).
-        let mut keys = self.redis_keys.clone();
-        keys.push(format!("{}:refund:{}", self.redis_keys[0], refund.name));
-        let call = || async {
-            // A reply past the deadline (first field 2) is the backend's timeout error.
-            match backend.eval(script, &keys, &args, deadline).await? {
-                reply if reply.first() == Some(&1) => Ok(Refunded::Landed),
-                reply if reply.first() == Some(&0) => Ok(Refunded::Refused),
-                reply => Err(BackendError::at(
-                    FailureKind::Protocol,
-                    backend.failed_at(&keys),
-                    std::io::Error::other(format!(
-                        "unexpected reply from floodgate's refund script: {reply:?}"
-                    )),
-                )),
-            }
-        };
-        let node = self.limiter.node_of(&self.key);
-        let excused = |error: &BackendError| excused && error.is_timeout();
-        let landed = self
-            .limiter
-            .handler()
-            .run_aside(node.as_deref(), call, excused)
-            .await;
+        let landed = send_refund(
+            &self.limiter,
+            &self.key,
+            &self.redis_keys,
+            refund,
+            deadline,
+            excused,
+        )
+        .await;
         // Relaxed: statistics counters; no other memory depends on them.
         match &landed {
             Ok(Refunded::Landed) => {
@@ -1363,6 +1382,252 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             Err(_) => _ = self.counters.failed_refunds.fetch_add(1, Ordering::Relaxed),
         }
         landed
+    }
+}
+
+/// Sends `refund` of `key` of `limiter` (its Redis keys `redis_keys`: its unused permits back if
+/// the key still holds the word its lease wrote) through the key's breaker, giving up at
+/// `deadline`: landed, refused (another decision on the key came first), or the call's failure
+/// (reported to the breaker unless `excused` and a timeout; not counted in the limiter's
+/// failures): unreachable, timed out (perhaps after the script ran), an unexpected reply, or not
+/// sent (the breaker open). A [`LeasedKey`]'s refunds, and a dropped one's (which has no `self`).
+async fn send_refund<A: LeaseAlgorithm, C: Clock + Clone>(
+    limiter: &RedisLimiter<A, C>,
+    key: &str,
+    redis_keys: &[String],
+    refund: &Refund,
+    deadline: Instant,
+    excused: bool,
+) -> Result<Refunded, BackendError> {
+    let backend = limiter.backend();
+    let algorithm = limiter.algorithm();
+    let Some(script) = algorithm.refund_script() else {
+        return Ok(Refunded::Refused);
+    };
+    let args = algorithm.refund_args(refund.receipt, refund.unused);
+    // The key's, then this refund's mark (in the key's slot: its name starts with the key's,
+    // hash tag and all).
+    let mut keys = redis_keys.to_vec();
+    keys.push(format!("{}:refund:{}", redis_keys[0], refund.name));
+    let call = || async {
+        // A reply past the deadline (first field 2) is the backend's timeout error.
+        match backend.eval(script, &keys, &args, deadline).await? {
+            reply if reply.first() == Some(&1) => Ok(Refunded::Landed),
+            reply if reply.first() == Some(&0) => Ok(Refunded::Refused),
+            reply => Err(BackendError::at(
+                FailureKind::Protocol,
+                backend.failed_at(&keys),
+                std::io::Error::other(format!(
+                    "unexpected reply from floodgate's refund script: {reply:?}"
+                )),
+            )),
+        }
+    };
+    let node = limiter.node_of(key);
+    let excused = |error: &BackendError| excused && error.is_timeout();
+    limiter
+        .handler()
+        .run_aside(node.as_deref(), call, excused)
+        .await
+}
+
+/// Gives back, in the background, the unserved permits of the current lease and a refund kept
+/// after a failed call (see [`LeasedKey`], "Drop").
+impl<A: LeaseAlgorithm, C: Clock + Clone> Drop for LeasedKey<A, C> {
+    fn drop(&mut self) {
+        // `&mut self`: no caller serves or holds the owner any more.
+        let owner = self.owner.get_mut();
+        let lease = std::mem::replace(&mut owner.lease, NO_LEASE);
+        let kept = owner.pending.take();
+        let unused = self.slot.retire();
+        let fresh = self.refund_of(&lease, unused);
+        let dropped = self.limiter.dropped();
+        // The retired lease's refund replaces a kept one (as in `release`: once its lease was
+        // granted, an older refund can no longer land). Not a case that arises: a kept refund
+        // is given up when a later lease is granted.
+        let refund = match (fresh, kept) {
+            (Some(fresh), kept) => {
+                if let Some(kept) = kept {
+                    dropped.held(kept.unused, false);
+                    dropped.stranded(kept.unused);
+                }
+                fresh
+            }
+            (None, Some(kept)) => {
+                if unused > 0 {
+                    // Unserved permits of a lease never given back (an anchored window's).
+                    dropped.held(unused, false);
+                    dropped.stranded(unused);
+                }
+                kept
+            }
+            (None, None) => {
+                if unused > 0 {
+                    dropped.held(unused, false);
+                    dropped.stranded(unused);
+                }
+                return;
+            }
+        };
+        dropped.held(refund.unused, true);
+        let task = DropRefund {
+            limiter: Arc::clone(&self.limiter),
+            key: std::mem::take(&mut self.key),
+            redis_keys: std::mem::take(&mut self.redis_keys),
+            refund,
+            settled: false,
+        };
+        // On the runtime current here; outside one (a blocking caller), on the runtime that
+        // built the backend's connection (its own for `blocking_connect`): spawning blocks
+        // neither. A runtime shut down drops the task at once (its refund counted stranded).
+        let runtime = tokio::runtime::Handle::try_current()
+            .unwrap_or_else(|_| self.limiter.backend().runtime().clone());
+        drop(runtime.spawn(task.send()));
+    }
+}
+
+/// What a dropped [`LeasedKey`] had to give back, sent by a task in the background (see
+/// [`LeasedKey`], "Drop"). Counted in its limiter's
+/// [`dropped_leases`](RedisLimiter::dropped_leases): `permits` when made, then `refunded` or
+/// `stranded` once, when the refund's fate is known, or when the task is dropped unfinished (a
+/// runtime shut down before it ran, or while its call was out: the refund may have landed).
+struct DropRefund<A: LeaseAlgorithm, C: Clock + Clone> {
+    limiter: Arc<RedisLimiter<A, C>>,
+    key: String,
+    redis_keys: Vec<String>,
+    refund: Refund,
+    /// Whether its outcome was counted.
+    settled: bool,
+}
+
+impl<A: LeaseAlgorithm, C: Clock + Clone> DropRefund<A, C> {
+    /// Sends the refund once, within one timeout from now, unless its time has passed; no
+    /// retry (there is no key left to keep it). A failed call is counted in the limiter's
+    /// failures (and told to the breaker), as [`LeasedKey::release`]'s is.
+    async fn send(mut self) {
+        // As `give_back_kept`: the earlier of two reads.
+        let now = {
+            let clock = self.limiter.handler().clock();
+            clock.now_nanos().min(clock.now_nanos())
+        };
+        if now < self.refund.until {
+            let deadline = deadline(self.limiter.backend().timeout());
+            let sent = send_refund(
+                &self.limiter,
+                &self.key,
+                &self.redis_keys,
+                &self.refund,
+                deadline,
+                false,
+            )
+            .await;
+            match sent {
+                Ok(Refunded::Landed) => {
+                    self.limiter.dropped().refunded(self.refund.unused);
+                    self.settled = true;
+                    return;
+                }
+                Ok(Refunded::Refused) => {}
+                // No request is decided by this failure: counted here.
+                Err(error) => self.limiter.handler().count_failure(&error),
+            }
+        }
+        // Refused, failed, not let out by the breaker, or past its time: not given back.
+        self.limiter.dropped().stranded(self.refund.unused);
+        self.settled = true;
+    }
+}
+
+impl<A: LeaseAlgorithm, C: Clock + Clone> Drop for DropRefund<A, C> {
+    fn drop(&mut self) {
+        if !self.settled {
+            // Dropped before its outcome was known (its runtime shut down).
+            self.limiter.dropped().stranded(self.refund.unused);
+        }
+    }
+}
+
+/// What the dropped [`LeasedKey`]s of one [`RedisLimiter`] held and what became of it
+/// ([`RedisLimiter::dropped_leases`]; see [`LeasedKey`], "Drop").
+///
+/// ```
+/// use floodgate::redis::DroppedLeases;
+/// let counts = DroppedLeases { refunds: 3, permits: 20, refunded: 12, stranded: 5 };
+/// assert_eq!(counts.in_flight(), 3);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DroppedLeases {
+    /// Refunds started in the background by dropped keys: one per key dropped holding unserved
+    /// permits of a lease that can be given back, or a refund kept after a failed call.
+    pub refunds: u64,
+    /// Unserved permits the dropped keys held: their current lease's and their kept refund's
+    /// (an anchored window's too, which are never given back).
+    pub permits: u64,
+    /// Of `permits`, given back to Redis (refunds confirmed).
+    pub refunded: u64,
+    /// Of `permits`, not given back (under-admission: they stay taken until the bucket's time
+    /// passes them, or the window ends): an anchored window's lease; a refund the server
+    /// refused (a decision on the key came first); one whose call failed (also counted in
+    /// [`failures`](RedisLimiter::failures) and told to the breaker) or that the breaker did not
+    /// let out, neither sent again; one past its lease's time; one whose task was dropped before
+    /// its outcome was known (its runtime shut down: if its call was out, it may have landed).
+    pub stranded: u64,
+}
+
+impl DroppedLeases {
+    /// Permits of refunds still out (or whose task has not run yet): `permits − refunded −
+    /// stranded`.
+    ///
+    /// ```
+    /// use floodgate::redis::DroppedLeases;
+    /// assert_eq!(DroppedLeases { refunds: 1, permits: 7, ..DroppedLeases::default() }.in_flight(), 7);
+    /// ```
+    pub fn in_flight(&self) -> u64 {
+        self.permits
+            .saturating_sub(self.refunded)
+            .saturating_sub(self.stranded)
+    }
+}
+
+/// The counters of [`DroppedLeases`], kept by the limiter (a dropped key's die with it). SeqCst
+/// throughout (rare: once or twice per dropped key): a reader that sees a refund's outcome sees
+/// its `permits` too (read after the outcomes), so `in_flight` never reads low.
+#[derive(Debug, Default)]
+pub(super) struct DropCounters {
+    refunds: AtomicU64,
+    permits: AtomicU64,
+    refunded: AtomicU64,
+    stranded: AtomicU64,
+}
+
+impl DropCounters {
+    /// A dropped key held `permits`; `refund`: a refund of them was started.
+    fn held(&self, permits: u64, refund: bool) {
+        if refund {
+            self.refunds.fetch_add(1, Ordering::SeqCst);
+        }
+        self.permits.fetch_add(permits, Ordering::SeqCst);
+    }
+
+    fn refunded(&self, permits: u64) {
+        self.refunded.fetch_add(permits, Ordering::SeqCst);
+    }
+
+    fn stranded(&self, permits: u64) {
+        self.stranded.fetch_add(permits, Ordering::SeqCst);
+    }
+
+    pub(super) fn counts(&self) -> DroppedLeases {
+        // The outcomes first: each was counted after its `permits` (in the dropping thread,
+        // before the task that counts the outcome was spawned).
+        let refunded = self.refunded.load(Ordering::SeqCst);
+        let stranded = self.stranded.load(Ordering::SeqCst);
+        DroppedLeases {
+            refunds: self.refunds.load(Ordering::SeqCst),
+            permits: self.permits.load(Ordering::SeqCst),
+            refunded,
+            stranded,
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use super::RedisBackend;
 use super::coalesce::Coalescer;
 use super::connection::{Fields6, Keys, Request};
+use super::leased::{DropCounters, DroppedLeases};
 
 pub(crate) mod sealed {
     use crate::decision::ConfigError;
@@ -158,6 +159,8 @@ pub struct RedisLimiter<A: RedisAlgorithm, C: Clock + Clone = QuantaClock> {
     name: String,
     algorithm: A,
     failures: FailureHandler<A::Local, C>,
+    /// What dropped [`LeasedKey`](super::LeasedKey)s of this limiter gave back, or could not.
+    dropped: DropCounters,
 }
 
 impl<A: RedisAlgorithm> RedisLimiter<A, QuantaClock> {
@@ -250,6 +253,7 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             name: name.to_owned(),
             algorithm,
             failures,
+            dropped: DropCounters::default(),
         })
     }
 
@@ -302,6 +306,32 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// ```
     pub fn failures(&self) -> FailureCounts {
         self.failures.counts()
+    }
+
+    /// What the [`LeasedKey`](super::LeasedKey)s of this limiter that were dropped holding
+    /// permits (their current lease's unserved ones, or a refund kept after a failed call) gave
+    /// back in the background, and what they could not (see [`LeasedKey`](super::LeasedKey),
+    /// "Drop"). A dropped key's own [`counts`](super::LeasedKey::counts) die with it.
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{DroppedLeases, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::sync::Arc;
+    /// let backend = RedisBackend::blocking_connect(RedisConfig::single("redis://127.0.0.1:6379").lazy())?; // lazy
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// drop(LeasedKey::new(Arc::clone(&limiter), "k")); // held nothing: sends nothing
+    /// assert_eq!(limiter.dropped_leases(), DroppedLeases::default());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn dropped_leases(&self) -> DroppedLeases {
+        self.dropped.counts()
+    }
+
+    /// The counters of [`dropped_leases`](Self::dropped_leases).
+    pub(super) fn dropped(&self) -> &DropCounters {
+        &self.dropped
     }
 
     /// Sets the circuit breakers: `Some(config)` replaces the default configuration, `None`

@@ -121,7 +121,7 @@ mod sliding_window;
 mod slot_owners;
 
 pub use connection::{RedisBackend, RedisConfig};
-pub use leased::{LeaseAlgorithm, LeaseCounts, LeasedKey};
+pub use leased::{DroppedLeases, LeaseAlgorithm, LeaseCounts, LeasedKey};
 pub use limiter::{RedisAlgorithm, RedisLimiter};
 pub use release_error::ReleaseError;
 pub use sliding_window::MAX_CELLS;
