@@ -1,6 +1,6 @@
 //! A dropped `LeasedKey` gives back what it holds (issue 18): the unserved permits of its
 //! current lease, and a refund it kept after a failed call, sent in the background on the
-//! runtime current at the drop (or the backend's, outside one). Each test starts its own
+//! runtime that built the backend's connection. Each test starts its own
 //! `redis-server`; the limiters' clocks are manual, so no lease expires during a test. The
 //! background refund is waited for by polling Redis's state until it changes, bounded by 10 s
 //! of real time: the bound fails a hang, it does not time the refund.
@@ -281,12 +281,13 @@ async fn a_drop_refund_the_breaker_holds_back_is_counted_stranded() {
 fn a_drop_refund_whose_runtime_shuts_down_first_is_counted_stranded() {
     let server = RedisServer::start();
     let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::blocking_connect(config).unwrap();
-    let limiter = hourly(&backend, "shut");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    // The connection is built on this runtime: the drop's task is spawned on it.
+    let backend = runtime.block_on(RedisBackend::connect(config)).unwrap();
+    let limiter = hourly(&backend, "shut");
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     runtime.block_on(async {
         assert!(leased.try_acquire(1).await.unwrap().is_allowed());
@@ -304,4 +305,42 @@ fn a_drop_refund_whose_runtime_shuts_down_first_is_counted_stranded() {
             stranded: 7
         }
     );
+}
+
+/// A key dropped on a runtime without timers (its task, spawned there, would panic at the
+/// refund's timeout) gives back on the runtime that built the backend's connection, which
+/// drives the connection and has them. Before, the refund's task ran on the dropping runtime,
+/// panicked, and the 7 permits were counted stranded.
+#[test]
+fn a_key_dropped_on_a_runtime_without_timers_gives_back_on_the_connections_runtime() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = hourly(&backend, "timerless");
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    let timerless = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    timerless.block_on(async move {
+        drop(leased);
+        // Lets a task spawned here run (and, before, panic).
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    });
+    let probe = probe(&backend, "timerless");
+    let guard = Instant::now() + HANG;
+    let mut left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
+    while left.decision().remaining() != 99 && Instant::now() < guard {
+        std::thread::sleep(Duration::from_millis(5));
+        left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
+    }
+    assert_eq!(left.decision().remaining(), 99, "the 7 came back: {left:?}");
+    let guard = Instant::now() + HANG;
+    while limiter.dropped_leases().in_flight() > 0 && Instant::now() < guard {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(limiter.dropped_leases().refunded, 7);
 }

@@ -215,12 +215,13 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// breaker and within one [timeout](super::RedisConfig::timeout). A `LeasedKey` that holds no
 /// lease, or whose unserved permits were [`release`](Self::release)d, sends nothing.
 ///
-/// * **Where it runs:** a task spawned on the tokio runtime current at the drop; outside one (a
-///   blocking caller), on the runtime that built the backend's connection (the backend's own
-///   for [`RedisBackend::blocking_connect`](super::RedisBackend::blocking_connect), the caller's
-///   for [`connect`](super::RedisBackend::connect)). Spawning blocks neither the dropping thread
-///   nor the runtime; the drop never waits for Redis. The task holds an [`Arc`] of the limiter
-///   (and so the backend) until it ends.
+/// * **Where it runs:** a task spawned on the runtime that built the backend's connection (the
+///   backend's own for [`RedisBackend::blocking_connect`](super::RedisBackend::blocking_connect),
+///   the caller's for [`connect`](super::RedisBackend::connect)), whichever runtime the drop
+///   happens on, or none: the runtime that drives the connection the refund goes through, with
+///   the timers its timeout needs (a runtime current at the drop may have none). Spawning blocks
+///   neither the dropping thread nor the runtime; the drop never waits for Redis. The task
+///   holds an [`Arc`] of the limiter (and so the backend) until it ends.
 /// * **Not retried:** the key is gone, so a refund that fails (counted in the limiter's
 ///   [`failures`](RedisLimiter::failures) and told to the breaker, as `release`'s), that the
 ///   breaker does not let out, that the server refuses (a decision on the key came first), or
@@ -1477,12 +1478,11 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> Drop for LeasedKey<A, C> {
             refund,
             settled: false,
         };
-        // On the runtime current here; outside one (a blocking caller), on the runtime that
-        // built the backend's connection (its own for `blocking_connect`): spawning blocks
-        // neither. A runtime shut down drops the task at once (its refund counted stranded).
-        let runtime = tokio::runtime::Handle::try_current()
-            .unwrap_or_else(|_| self.limiter.backend().runtime().clone());
-        drop(runtime.spawn(task.send()));
+        // On the runtime that built the backend's connection (its own for `blocking_connect`),
+        // wherever the drop runs: it drives the connection the refund goes through and has the
+        // timers its timeout needs (a runtime current here may have neither). Spawning blocks
+        // nothing. A runtime shut down drops the task at once (its refund counted stranded).
+        drop(self.limiter.backend().runtime().spawn(task.send()));
     }
 }
 
