@@ -66,7 +66,9 @@ use crate::algorithms::MAX_SLIDING_LOG_CAPACITY;
 use crate::backend::{BackendError, FailureKind, Turns, until_deadline};
 
 /// Most decisions in one script call: the server runs a call to its end before anything else,
-/// so this bounds how long one call holds it (a few µs per decision).
+/// so this bounds how long one call holds it: a few µs per decision, more for a sliding window
+/// of many cells (its cells are read and sorted once per key in a batch, each denial then a
+/// binary search) or a sliding log's entries (bounded by [`MAX_BATCH_ENTRIES`]).
 pub(crate) const MAX_BATCH: usize = 256;
 
 /// Most sorted-set entries the decisions of one batch may touch on the server (the sliding

@@ -45,9 +45,11 @@
 //! against the key's state in the order Redis runs the calls (not necessarily queue order). A
 //! batch holds at most 256 decisions, and sliding-log decisions touching at most as many
 //! sorted-set entries as one call at the per-call cap (so a batch holds the server no longer
-//! than the costliest single call). The fixed window (anchored and aligned) and GCRA batch scripts read
-//! each key once per batch and reply each key's state as read (the client replays the
-//! decisions from it), so a hot key costs Redis little more per batch than per decision; a
+//! than the costliest single call). Every batch script reads each key once per batch: the
+//! fixed window (anchored and aligned) and GCRA ones reply each key's state as read (the
+//! client replays the decisions from it), so a hot key costs Redis little more per batch than
+//! per decision; the sliding window and sliding log ones work out each decision in the script
+//! and write a key's admissions at once; a
 //! batch on one key whose decisions all ask the same `n` (none past its deadline) is decided
 //! by arithmetic, with no step per decision on the server.
 //! A queued caller whose future is dropped before its batch is taken sends nothing; the batch

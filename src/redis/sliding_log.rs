@@ -17,7 +17,12 @@ use crate::decision::ConfigError;
 pub(super) static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_log.lua");
 /// The batch script: `sliding_log_batch.lua` decides a batch's decisions in order as
 /// `sliding_log.lua` would one call after another, reading each log once (not once per decision).
-pub(super) static BATCH: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_log_batch.lua");
+pub(super) static BATCH: LazyLock<LuaScript> = lua_script!(
+    "exact.lua",
+    "batch_frame.lua",
+    "sliding_log_batch.lua",
+    "batch_run.lua"
+);
 
 impl sealed::Script for SlidingLog {
     /// During an outage: a local fixed window of the same length (coarser, same bound per window).

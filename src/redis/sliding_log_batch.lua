@@ -7,37 +7,20 @@
 -- sliding_log.lua makes; a later denial of the same n on the same key, with no admission between,
 -- is the same answer and reads nothing again.
 -- Stored values are read with exact(): exact.lua, prepended to this script.
--- Format: each_batch.lua's (RedisBackend::eval_batch). KEYS: each limiter key's two keys once
--- (the sorted set, the sequence). ARGV: per (2), the four shared arguments (limit, window in us,
--- the slot of n, 0), the slot of n (3), the n's, the earliest deadline, the deadlines' distances,
--- the decisions' limiter key indexes when KEYS holds more than one.
--- Reply: the server's time; five fields per decision ({allowed, limit, remaining,
--- retry_after_us, reset_after_us}; allowed = 2: past its deadline, nothing changed; 3: an error,
--- the message's index); the error messages.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local per = ARGV[1] + 0
+-- Between batch_frame.lua and batch_run.lua (their format), after exact.lua. KEYS: each
+-- limiter key's two keys (the sorted set, the sequence). Shared arguments: limit, window in us,
+-- n, 0.
 local limit = ARGV[2] + 0
 local window = ARGV[3] + 0
-local out = {now}
-local errors = {}
-local d = 0
-local uniform_n = not ARGV[7]:find(' ', 1, true) and ARGV[7] + 0
-local next_n = not uniform_n and ARGV[7]:gmatch('%d+')
-local earliest = ARGV[8] + 0
-local check = earliest > 0 and now > earliest
-local next_g = #KEYS > per and ARGV[10]:gmatch('%d+')
-
-local function int(x) return string.format('%d', x) end
 local since = '(' .. int(now - window)
 
 -- Key g's state, read at its first decision: {seq_bad (the sequence is not an exact integer),
--- top_bad (the newest score is not an exact time), last (the sequence, 0 if none), newest (the newest entry's score, nil if none), count (entries in the window, this batch's
--- admissions included), pending (permits admitted here not yet written), dirty (an admission
--- not yet written, n = 0 included), denied (n -> the reply of a denial since the last
--- admission)}. A read that raises (a key of another type) keeps nothing: the next decision on
--- the key reads it again, as a call of its own would.
-local state = {}
+-- top_bad (the newest score is not an exact time), last (the sequence, 0 if none), newest (the
+-- newest entry's score, nil if none), count (entries in the window, this batch's admissions
+-- included), pending (permits admitted here not yet written), dirty (an admission not yet
+-- written, n = 0 included), denied (n -> the reply of a denial since the last admission)}. A
+-- read that raises (a key of another type) keeps nothing: the next decision on the key reads
+-- it again, as a call of its own would.
 local function read(g)
   local log, seq = KEYS[g * 2 - 1], KEYS[g * 2]
   local stored_seq = redis.call('GET', seq)
@@ -58,8 +41,6 @@ end
 local function flush(g, s)
   local log, seq = KEYS[g * 2 - 1], KEYS[g * 2]
   local n = s.pending
-  s.pending = 0
-  s.dirty = false
   redis.call('ZREMRANGEBYSCORE', log, '-inf', int(now - window))
   local last = redis.call('INCRBY', seq, int(n))
   local score = int(now)
@@ -81,6 +62,9 @@ local function flush(g, s)
   local expire_at = int(math.ceil((lives_to + window) / 1000))
   redis.call('PEXPIREAT', log, expire_at)
   redis.call('PEXPIREAT', seq, expire_at)
+  -- Cleared once written: a write that raised (inside a denial's pcall) leaves them to the end.
+  s.pending = 0
+  s.dirty = false
   s.last = last
 end
 
@@ -107,9 +91,7 @@ local function deny(g, s, n)
   return {0, limit, remaining, retry, reset}
 end
 
-local function decide(g, n, deadline)
-  -- Past the caller's deadline (server clock): refused, nothing changed.
-  if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0} end
+local function decide(g, n)
   local s = state[g]
   if not s then
     s = read(g)
@@ -136,28 +118,3 @@ local function decide(g, n, deadline)
   s.denied[n] = r
   return r
 end
-
-for distance in ARGV[9]:gmatch('%d+') do
-  local g = next_g and next_g() + 0 or 1
-  local n = next_n and next_n() + 0 or uniform_n
-  local deadline = 0
-  if check and distance ~= '0' then deadline = earliest + distance - 1 end
-  local ok, r, message = pcall(decide, g, n, deadline)
-  if not ok then
-    errors[#errors + 1] = type(r) == 'table' and r.err or tostring(r)
-    r = {3, #errors, 0, 0, 0}
-  elseif not r then
-    errors[#errors + 1] = message
-    r = {3, #errors, 0, 0, 0}
-  end
-  for f = 1, 5 do out[1 + d * 5 + f] = r[f] end
-  d = d + 1
-end
--- Admissions not yet written (no denial followed them on their key). A write that raises here
--- (Redis out of memory) fails the whole call: its decisions reach no caller, and what was
--- written is only taken from the limit (under-admission), never handed out twice.
-for g, s in pairs(state) do
-  if s.dirty then flush(g, s) end
-end
-for _, e in ipairs(errors) do out[#out + 1] = e end
-return out

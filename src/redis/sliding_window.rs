@@ -19,7 +19,12 @@ pub(super) static SCRIPT: LazyLock<LuaScript> = lua_script!("exact.lua", "slidin
 /// The batch script: `sliding_window_batch.lua` decides a batch's decisions in order as
 /// `sliding_window.lua` would one call after another, reading each key's cells once (not once
 /// per decision).
-pub(super) static BATCH: LazyLock<LuaScript> = lua_script!("exact.lua", "sliding_window_batch.lua");
+pub(super) static BATCH: LazyLock<LuaScript> = lua_script!(
+    "exact.lua",
+    "batch_frame.lua",
+    "sliding_window_batch.lua",
+    "batch_run.lua"
+);
 
 /// Most cells per window on Redis (a decision reads every cell).
 ///

@@ -7,28 +7,11 @@
 -- sliding_window.lua makes; a later denial of the same n on the same key, with no admission
 -- between, is the same answer and is not worked out again.
 -- Stored values are read with exact(): exact.lua, prepended to this script.
--- Format: each_batch.lua's (RedisBackend::eval_batch). KEYS: each limiter key's hash once.
--- ARGV: per (1), the four shared arguments (limit, cell length in us, cells per window, the slot
--- of n), the slot of n (4), the n's, the earliest deadline, the deadlines' distances, the
--- decisions' key indexes when KEYS holds more than one.
--- Reply: the server's time; five fields per decision ({allowed, limit, remaining,
--- retry_after_us, reset_after_us}; allowed = 2: past its deadline, nothing changed; 3: an error,
--- the message's index); the error messages.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+-- Between batch_frame.lua and batch_run.lua (their format), after exact.lua. KEYS: each
+-- limiter key's hash. Shared arguments: limit, cell length in us, cells per window, n.
 local limit = ARGV[2] + 0
 local cell = ARGV[3] + 0
 local cells = ARGV[4] + 0
-local out = {now}
-local errors = {}
-local d = 0
-local uniform_n = not ARGV[7]:find(' ', 1, true) and ARGV[7] + 0
-local next_n = not uniform_n and ARGV[7]:gmatch('%d+')
-local earliest = ARGV[8] + 0
-local check = earliest > 0 and now > earliest
-local next_g = #KEYS > 1 and ARGV[10]:gmatch('%d+')
-
-local function int(x) return string.format('%d', x) end
 
 local current = math.floor(now / cell)
 if current * cell > now then current = current - 1 elseif (current + 1) * cell <= now then current = current + 1 end
@@ -42,9 +25,9 @@ local function leaves(index) return (index + cells) * cell - now end
 -- newest (the newest live index, at least the current one), pending (permits admitted here, not
 -- yet written), dirty (an admission not yet written, n = 0 included), ttl_checked (a denial
 -- looked at the expiry, or an admission will set it), denied (n -> the reply of a denial since
--- the last admission)}. A read that raises (a key of another type) keeps nothing: the next
--- decision on the key reads it again, as a call of its own would.
-local state = {}
+-- the last admission), order (built at the first denial, see sorted())}. A read that raises (a
+-- key of another type) keeps nothing: the next decision on the key reads it again, as a call of
+-- its own would.
 local function read(g)
   local fields = redis.call('HGETALL', KEYS[g])
   local s = {bad = false, live = {}, expired = {}, count = 0, newest = current, pending = 0,
@@ -69,34 +52,68 @@ local function read(g)
   return s
 end
 
--- Writes key g's admissions as sliding_window.lua's would have left the hash.
+-- Whether this call has written yet. Until it has, an admission writes its HINCRBY at once:
+-- a server out of memory refuses a script's first write that may grow memory (and none after
+-- it), so that admission fails alone, as sliding_window.lua's HINCRBY would, and the batch's
+-- other decisions are still decided (a denial writes at most an expiry, which Redis allows).
+local wrote = false
+
+-- Writes key g's admissions not yet written as sliding_window.lua's would have left the hash.
 local function flush(g, s)
   local key = KEYS[g]
-  redis.call('HINCRBY', key, int(current), s.pending)
+  redis.call('HINCRBY', key, int(current), int(s.pending))
   for i = 1, #s.expired, 1000 do
     redis.call('HDEL', key, unpack(s.expired, i, math.min(i + 999, #s.expired)))
   end
   redis.call('PEXPIREAT', key, int((s.newest + cells) * cell / 1000))
 end
 
--- A denial of n on key g: sliding_window.lua's, on the cells as they are now (this batch's
--- admissions counted in the current cell).
-local function deny(g, s, n)
-  local live = {}
-  for index, taken in pairs(s.live) do live[#live + 1] = {index, taken} end
-  table.sort(live, function(a, b) return a[1] < b[1] end)
-  local needed = s.count + n - limit
-  local freed = 0
-  local retry = 0
-  local reset = 0
-  for _, entry in ipairs(live) do
-    if entry[2] > 0 then
-      freed = freed + entry[2]
-      if retry == 0 and freed >= needed then retry = leaves(entry[1]) end
-      reset = leaves(entry[1])
-    end
+-- Key g's live cells in index order, once per key: {index[], prefix[] (permits up to and
+-- including each cell, as read, the current cell's as at the sort), at (the current cell's
+-- place), base (its count then), last (the last cell with permits other than the current)}.
+-- Admissions change only the current cell's count, so a denial finds its cell by a binary
+-- search on the prefix sums, the current cell's later admissions added from its place on.
+local function sorted(s)
+  if s.order then return s.order end
+  if not s.live[current] then s.live[current] = 0 end
+  local index = {}
+  for i in pairs(s.live) do index[#index + 1] = i end
+  table.sort(index)
+  local o = {index = index, prefix = {}, at = 0, base = s.live[current], last = 0}
+  local sum = 0
+  for k, i in ipairs(index) do
+    sum = sum + s.live[i]
+    o.prefix[k] = sum
+    if i == current then o.at = k elseif s.live[i] > 0 then o.last = k end
   end
-  if retry == 0 then retry = leaves(s.newest) end
+  s.order = o
+  return o
+end
+
+-- A denial of n on key g: sliding_window.lua's, on the cells as they are now (this batch's
+-- admissions counted in the current cell). Its wait: until the cells that free `needed`
+-- permits, oldest first, have left the window (the newest cell's end if they never do); the
+-- reset: until the last cell holding permits has.
+local function deny(g, s, n)
+  local o = sorted(s)
+  local added = s.live[current] - o.base
+  local function freed(k) return o.prefix[k] + (k >= o.at and added or 0) end
+  local needed = s.count + n - limit
+  local retry = leaves(s.newest)
+  local cells_held = #o.index
+  if cells_held > 0 and freed(cells_held) >= needed then
+    -- The first cell whose prefix reaches needed (needed > 0: it holds permits).
+    local lo, hi = 1, cells_held
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if freed(mid) >= needed then hi = mid else lo = mid + 1 end
+    end
+    retry = leaves(o.index[lo])
+  end
+  local last = o.last
+  if s.live[current] > 0 and o.at > last then last = o.at end
+  local reset = 0
+  if last > 0 then reset = leaves(o.index[last]) end
   -- sliding_window.lua repairs an expiry found missing; after an admission (written at the end,
   -- with its expiry) it finds one. Once looked at, it is there.
   if not s.ttl_checked then
@@ -110,9 +127,7 @@ local function deny(g, s, n)
   return {0, limit, remaining, retry, reset}
 end
 
-local function decide(g, n, deadline)
-  -- Past the caller's deadline (server clock): refused, nothing changed.
-  if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0} end
+local function decide(g, n)
   local s = state[g]
   if not s then
     s = read(g)
@@ -120,9 +135,15 @@ local function decide(g, n, deadline)
   end
   if s.bad then return nil, 'floodgate: ' .. KEYS[g] .. ' does not hold a sliding window' end
   if s.count + n <= limit then
+    if wrote then
+      s.pending = s.pending + n
+    else
+      -- Raises when the server is out of memory: this decision's error, nothing counted.
+      redis.call('HINCRBY', KEYS[g], int(current), int(n))
+      wrote = true
+    end
     s.count = s.count + n
     s.live[current] = (s.live[current] or 0) + n
-    s.pending = s.pending + n
     s.dirty = true
     s.ttl_checked = true
     s.denied = {}
@@ -134,28 +155,3 @@ local function decide(g, n, deadline)
   s.denied[n] = r
   return r
 end
-
-for distance in ARGV[9]:gmatch('%d+') do
-  local g = next_g and next_g() + 0 or 1
-  local n = next_n and next_n() + 0 or uniform_n
-  local deadline = 0
-  if check and distance ~= '0' then deadline = earliest + distance - 1 end
-  local ok, r, message = pcall(decide, g, n, deadline)
-  if not ok then
-    errors[#errors + 1] = type(r) == 'table' and r.err or tostring(r)
-    r = {3, #errors, 0, 0, 0}
-  elseif not r then
-    errors[#errors + 1] = message
-    r = {3, #errors, 0, 0, 0}
-  end
-  for f = 1, 5 do out[1 + d * 5 + f] = r[f] end
-  d = d + 1
-end
--- The admissions, written once per key. A write that raises here (Redis out of memory) fails
--- the whole call: its decisions reach no caller, and what was written is only taken from the
--- limit (under-admission), never handed out twice.
-for g, s in pairs(state) do
-  if s.dirty then flush(g, s) end
-end
-for _, e in ipairs(errors) do out[#out + 1] = e end
-return out

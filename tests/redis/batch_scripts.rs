@@ -22,6 +22,16 @@ fn reference_source(one: &str) -> String {
 
 const EXACT: &str = include_str!("../../src/redis/exact.lua");
 
+/// A batch script `script` as the crate assembles it (`lua_script!`): after `exact.lua` and
+/// `batch_frame.lua`, before `batch_run.lua`.
+pub(super) fn batch_source(script: &str) -> String {
+    format!(
+        "{EXACT}{}{script}{}",
+        include_str!("../../src/redis/batch_frame.lua"),
+        include_str!("../../src/redis/batch_run.lua")
+    )
+}
+
 /// xorshift64*: the cases are the same on every run.
 struct Rng(u64);
 
@@ -104,6 +114,10 @@ impl Requests {
 /// messages with the copies' key names (`r0`, `b0`) made alike.
 fn parsed(reply: &str, decisions: usize) -> (Vec<i64>, Vec<String>) {
     let lines: Vec<&str> = reply.lines().map(str::trim).collect();
+    assert!(
+        lines.len() > 5 * decisions,
+        "{decisions} decisions: {reply}"
+    );
     let (numbers, messages) = lines.split_at(1 + 5 * decisions);
     let numbers = numbers
         .iter()
@@ -240,10 +254,7 @@ fn tally(decided: &[[i64; 5]]) -> [usize; 4] {
 fn the_sliding_log_batch_script_decides_and_writes_as_the_one_decision_script_per_decision() {
     let server = RedisServer::start();
     let one = format!("{EXACT}{}", include_str!("../../src/redis/sliding_log.lua"));
-    let batch = format!(
-        "{EXACT}{}",
-        include_str!("../../src/redis/sliding_log_batch.lua")
-    );
+    let batch = batch_source(include_str!("../../src/redis/sliding_log_batch.lua"));
     let reference = server.cli(&["SCRIPT", "LOAD", &reference_source(&one)]);
     let batch = server.cli(&["SCRIPT", "LOAD", &batch]);
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -365,10 +376,7 @@ fn the_sliding_window_batch_script_decides_and_writes_as_the_one_decision_script
         "{EXACT}{}",
         include_str!("../../src/redis/sliding_window.lua")
     );
-    let batch = format!(
-        "{EXACT}{}",
-        include_str!("../../src/redis/sliding_window_batch.lua")
-    );
+    let batch = batch_source(include_str!("../../src/redis/sliding_window_batch.lua"));
     let reference = server.cli(&["SCRIPT", "LOAD", &reference_source(&one)]);
     let batch = server.cli(&["SCRIPT", "LOAD", &batch]);
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
@@ -386,7 +394,7 @@ fn the_sliding_window_batch_script_decides_and_writes_as_the_one_decision_script
             // Cells: live ones (the current and the 9 before), expired ones, one ahead (the
             // clock stepped back); now and then a value no script wrote, or no expiry.
             let mut fields = Vec::new();
-            for _ in 0..rng.below(7) {
+            for _ in 0..rng.below(12) {
                 let index = match rng.below(8) {
                     0 => current - CELLS - rng.below(20),
                     1 => current + 1,
@@ -453,4 +461,99 @@ fn the_sliding_window_batch_script_decides_and_writes_as_the_one_decision_script
         admitted > 200 && denied > 100 && late > 20 && failed > 10,
         "{seen:?}"
     );
+}
+
+/// A server out of memory refuses a script's first write that may grow memory (and none after
+/// it). Run per decision, the sliding window's admissions each fail alone (their `HINCRBY` is
+/// that first write) while its denials are still answered; the sliding log's first write is a
+/// trim, which Redis allows, so its admissions go through. The batch scripts must fail exactly
+/// the same decisions, not the whole call (under a fail-open policy a failed call admits its
+/// denials too).
+#[test]
+fn out_of_memory_fails_the_same_decisions_as_the_one_decision_scripts() {
+    let server = RedisServer::start();
+    let exact = |file: &str| format!("{EXACT}{file}");
+    let window = [
+        server.cli(&[
+            "SCRIPT",
+            "LOAD",
+            &reference_source(&exact(include_str!("../../src/redis/sliding_window.lua"))),
+        ]),
+        server.cli(&[
+            "SCRIPT",
+            "LOAD",
+            &batch_source(include_str!("../../src/redis/sliding_window_batch.lua")),
+        ]),
+    ];
+    let log = [
+        server.cli(&[
+            "SCRIPT",
+            "LOAD",
+            &reference_source(&exact(include_str!("../../src/redis/sliding_log.lua"))),
+        ]),
+        server.cli(&[
+            "SCRIPT",
+            "LOAD",
+            &batch_source(include_str!("../../src/redis/sliding_log_batch.lua")),
+        ]),
+    ];
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    // Two admissions and a request above what is left, then the same on a second key.
+    let requests = Requests {
+        ns: ["1", "1", "5", "1", "1", "5"].map(String::from).to_vec(),
+        keys: ["1", "1", "1", "2", "2", "2"].map(String::from).to_vec(),
+        earliest: "0",
+        distances: vec!["0".to_owned(); 6],
+    };
+    // The refusal's text, without the script and line it names.
+    let alike = |messages: &[String]| -> Vec<String> {
+        messages
+            .iter()
+            .map(|m| m.split(" script:").next().unwrap_or(m).to_owned())
+            .collect()
+    };
+    let at = |wait: i64, now: i64| if wait == 0 { 0 } else { now + wait };
+    let [r, b] = both(
+        &server,
+        [&window[0], &window[1]],
+        |side| vec![format!("{side}w0"), format!("{side}w1")],
+        &Layout {
+            per: 1,
+            config: [3, CELL_US, CELLS],
+            slot: 4,
+        },
+        &requests,
+        at,
+    );
+    let statuses = |d: &[[i64; 5]]| d.iter().map(|f| f[0]).collect::<Vec<_>>();
+    assert_eq!(statuses(&r.1), [3, 3, 0, 3, 3, 0], "per decision: {r:?}");
+    assert_eq!(statuses(&b.1), statuses(&r.1), "{b:?}");
+    assert_eq!(alike(&b.2), alike(&r.2));
+    assert!(r.2[0].contains("OOM"), "{r:?}");
+    let at = |wait: i64, now: i64| {
+        if wait == WINDOW_US as i64 || wait == 0 {
+            wait
+        } else {
+            now + wait
+        }
+    };
+    let [r, b] = both(
+        &server,
+        [&log[0], &log[1]],
+        |side| {
+            ["0", "1"]
+                .iter()
+                .flat_map(|g| [format!("{side}l{g}"), format!("{side}l{g}:seq")])
+                .collect()
+        },
+        &Layout {
+            per: 2,
+            config: [3, WINDOW_US, 0],
+            slot: 3,
+        },
+        &requests,
+        at,
+    );
+    assert_eq!(statuses(&r.1), [1, 1, 0, 1, 1, 0], "per decision: {r:?}");
+    assert_eq!((&b.1, alike(&b.2)), (&r.1, alike(&r.2)));
 }

@@ -1267,10 +1267,9 @@ fn the_batch_loop_reads_each_deadline_only_once_the_earliest_has_passed() {
     let body = one.replacen(TIME, "", 1);
     let each = include_str!("each_batch.lua");
     let reference = format!("local function decide(KEYS, ARGV, t)\n{body}\nend\n{each}");
-    let batch = format!(
-        "{exact}{}",
-        include_str!("../../src/redis/sliding_window_batch.lua")
-    );
+    let batch = super::batch_scripts::batch_source(include_str!(
+        "../../src/redis/sliding_window_batch.lua"
+    ));
     for source in [reference, batch] {
         the_batch_loop_reads_each_deadline_only_once_the_earliest_has_passed_in(&source);
     }
