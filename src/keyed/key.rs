@@ -425,11 +425,14 @@ impl<K> PairCell<K> {
         // a later publish's slot index, stored with Release under the mutex this publish
         // released after its words: either way, the Acquire load above synchronised with a
         // store that both words' stores happen-before, so the reload below reads the final word
-        // (0 only where the key's stored word is 0). Acquire: as the first loads.
+        // (0 only where the key's stored word is 0). Relaxed: that happens-before is the
+        // Acquire load of `inserting`'s (pairing as above), and the slot's state word was
+        // ordered before the word this reader read nonzero (its Acquire load in `held_pair`);
+        // the loom models pass with these reloads Relaxed or Acquire alike.
         Some(if high == 0 {
-            [self.words[0].load(Ordering::Acquire), low]
+            [self.words[0].load(Ordering::Relaxed), low]
         } else {
-            [high, self.words[1].load(Ordering::Acquire)]
+            [high, self.words[1].load(Ordering::Relaxed)]
         })
     }
 
