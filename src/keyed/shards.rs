@@ -1902,6 +1902,68 @@ mod tests {
         assert_eq!((0..8).filter(|&i| next.is_set(i)).count(), 5);
     }
 
+    /// Keys of a pair cell stored as (0, 0) (the table's zero record), (x, 0) and (0, y) (which
+    /// read like the half-written pair of the key stored (x, y)), and (x, y) itself, all in one
+    /// probe sequence, before and after a rebuild moves them: each found with its own state
+    /// word, passed over by the others, never taken for an empty slot, and the keys not held
+    /// (an alias of one, stored (0, x)) found absent at the sequence's first empty slot.
+    #[test]
+    fn pair_keys_with_stored_zero_words_sit_in_other_keys_probe_sequences_like_any_key() {
+        use crate::keyed::PairCell;
+        let [mh, ml] = PairCell::<u128>::MASKS;
+        let stored = |[h, l]: [u64; 2]| (u128::from(h ^ mh) << 64) | u128::from(l ^ ml);
+        let (x, y) = (5, 9);
+        let keys = [
+            (stored([x, y]), 100),
+            (stored([x, 0]), 101),
+            (stored([0, 0]), 102),
+            (stored([0, y]), 103),
+            (0, 104),
+            (u128::MAX, 105),
+        ];
+        let table = Table::<u128, AtomicU64>::new(8);
+        let hash = 0; // every key homes at slot 0
+        assert_eq!(table.search(&stored([0, 0]), hash).err(), Some(0));
+        for (i, &(key, state)) in keys.iter().enumerate() {
+            let index = table.vacant(hash);
+            assert_eq!(index, i);
+            table.slots[index].value.store(state, Ordering::Relaxed);
+            drop(Publish {
+                table: &table,
+                index,
+                owned: Some(<u128 as Key>::Cell::stage(key)),
+            });
+        }
+        let state_of = |table: &Table<u128, AtomicU64>, key: u128| {
+            table
+                .search(&key, hash)
+                .ok()
+                .map(|slot| slot.value.load(Ordering::Relaxed))
+        };
+        for &(key, state) in &keys {
+            assert_eq!(state_of(&table, key), Some(state), "{key:#x}");
+        }
+        assert_eq!(table.search(&stored([0, x]), hash).err(), Some(6));
+        assert_eq!(table.search(&stored([y, 0]), hash).err(), Some(6));
+        // A rebuild moves the cells in the reverse order: the zero-stored key off its index.
+        let zero = table.records.zero_owned();
+        assert_eq!(zero, 2);
+        let held: Vec<bool> = (0..8).map(|i| table.is_set(i)).collect();
+        assert_eq!(held.iter().filter(|&&h| h).count(), keys.len());
+        let mut next = Table::<u128, AtomicU64>::new(8);
+        for (i, slot) in table.slots.into_vec().into_iter().enumerate().rev() {
+            if held[i] {
+                next.put(slot.key, slot.value, hash, i == zero);
+            }
+        }
+        assert_eq!(next.records.zero_owned(), 3);
+        for &(key, state) in &keys {
+            assert_eq!(state_of(&next, key), Some(state), "{key:#x} moved");
+        }
+        assert_eq!(state_of(&next, stored([0, x])), None);
+        assert_eq!((0..8).filter(|&i| next.is_set(i)).count(), keys.len());
+    }
+
     /// Key 0 and a key homed at its slot, through a map: decided, grown past, forgotten.
     #[test]
     fn a_maps_zero_key_shares_its_probe_sequence_and_survives_growth() {
