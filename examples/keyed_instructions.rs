@@ -42,7 +42,10 @@
 //! robin, one permit per 10 µs each, so every key is idle between its uses), `churn-100k`
 //! (100,000 keys so, each key's line cold at its turn), `keys-1m` (2^20 keys held, each checked in
 //! a scattered order), `insert-1m` (the keys of `keys-1m` in the same order into an empty map:
-//! with `CALLS` = 1048576, every call inserts its key, the tables growing as they do). Each loop
+//! with `CALLS` = 1048576, every call inserts its key, the tables growing as they do). `ip-` before
+//! a workload's name (`ip-hot-allow`, `ip-churn-1k`, `ip-churn-100k`, ...) keys both limiters on
+//! `IpKey`s instead of `u64`s, made by `IpKeyer` from the same key numbers (`ip_of`: half IPv4
+//! addresses, half IPv6 /56 networks; the hot key's number 0 is an IPv4 address). Each loop
 //! walks a cycle of the workload's keys computed before it starts
 //! (one load and a wrap-around per call, the same harness for every limiter). Counts move by a
 //! few instructions with how the compiler lays out a binary (governor's keyed loop: 155 to 183
@@ -66,7 +69,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use floodgate::{Clock, Gcra, Keyed, QuantaClock, Rate};
+use std::hash::Hash;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use floodgate::{Clock, Gcra, IpKey, IpKeyer, Key, Keyed, QuantaClock, Rate};
 use governor::clock::{QuantaInstant, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -141,13 +147,48 @@ impl governor::clock::Clock for PacedClock {
     }
 }
 
-type Governor = RateLimiter<
-    u64,
-    DashMapStateStore<u64, ahash::RandomState>,
+type Governor<K> = RateLimiter<
+    K,
+    DashMapStateStore<K, ahash::RandomState>,
     PacedClock,
     NoOpMiddleware<QuantaInstant>,
 >;
-type Floodgate = Keyed<u64, Gcra, PacedClock>;
+type Floodgate<K> = Keyed<K, Gcra, PacedClock>;
+
+/// What a workload keys on: the `u64` of its key number, or (`ip-*` workloads) an [`IpKey`]
+/// made by [`IpKeyer`] from an address of its key number ([`ip_of`]).
+trait BenchKey: Key + Copy + Hash + Eq + Send + Sync {
+    fn of(number: u64) -> Self;
+}
+
+impl BenchKey for u64 {
+    #[inline(always)]
+    fn of(number: u64) -> u64 {
+        number
+    }
+}
+
+impl BenchKey for IpKey {
+    fn of(number: u64) -> IpKey {
+        ip_of(number)
+    }
+}
+
+/// The client network of key number `number`: even numbers an IPv4 address (10.0.0.0 up, its
+/// high word 0), odd ones an IPv6 address in a /56 of its own (2001:db8::/32 up, its low word 0
+/// once masked), keyed by the default [`IpKeyer`] (/32, /56): half the keys of a workload are
+/// each kind.
+fn ip_of(number: u64) -> IpKey {
+    let half = number / 2;
+    let ip = if number % 2 == 0 {
+        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + half as u32))
+    } else {
+        IpAddr::V6(Ipv6Addr::from_bits(
+            (0x2001_0db8u128 << 96) | (u128::from(half) << 72) | 0x1234,
+        ))
+    };
+    IpKeyer::new().key(ip)
+}
 
 const KEYS_1M: u64 = 1 << 20;
 const KEYS_100K: u64 = 100_000;
@@ -164,7 +205,7 @@ enum Workload {
 
 impl Workload {
     fn parse(name: &str) -> Workload {
-        match name {
+        match name.strip_prefix("ip-").unwrap_or(name) {
             "hot-allow" => Workload::HotAllow,
             "hot-deny" => Workload::HotDeny,
             "churn-1k" => Workload::Churn1k,
@@ -207,12 +248,12 @@ impl Workload {
     /// load and wrap-around whatever the workload. (Computing the key in the loop matched on
     /// the workload per call, computed every workload's key and jumped through a table: some
     /// 15 instructions of harness, laid out differently in each limiter's loop.)
-    fn cycle(self, thread: u64) -> Vec<u64> {
+    fn cycle<K: BenchKey>(self, thread: u64) -> Vec<K> {
         let len = match self {
             Workload::Keys1m | Workload::Insert1m => KEYS_1M,
             other => other.held(),
         };
-        (0..len).map(|i| self.key(thread, i)).collect()
+        (0..len).map(|i| K::of(self.key(thread, i))).collect()
     }
 
     fn held(self) -> u64 {
@@ -257,10 +298,10 @@ struct Paced<L> {
     clock: PacedClock,
 }
 
-fn floodgate(workload: Workload) -> Paced<Floodgate> {
+fn floodgate<K: BenchKey>(workload: Workload) -> Paced<Floodgate<K>> {
     let (rate, burst) = workload.quota();
     let clock = PacedClock::new();
-    let keyed: Floodgate = Keyed::builder(Gcra::new(Rate::per_second(rate), burst).unwrap())
+    let keyed: Floodgate<K> = Keyed::builder(Gcra::new(Rate::per_second(rate), burst).unwrap())
         .max_keys(2 * KEYS_1M as usize)
         .clock(clock.clone())
         .build()
@@ -272,11 +313,16 @@ fn floodgate(workload: Workload) -> Paced<Floodgate> {
             key
         };
         tick(clock.word());
-        keyed.try_acquire(&key, 1).unwrap();
+        keyed.try_acquire(&K::of(key), 1).unwrap();
     }
     if workload == Workload::HotDeny {
         tick(clock.word());
-        assert!(!keyed.try_acquire(&hot_key(), 1).unwrap().is_allowed());
+        assert!(
+            !keyed
+                .try_acquire(&K::of(hot_key()), 1)
+                .unwrap()
+                .is_allowed()
+        );
     }
     Paced {
         limiter: keyed,
@@ -284,7 +330,7 @@ fn floodgate(workload: Workload) -> Paced<Floodgate> {
     }
 }
 
-fn governor(workload: Workload) -> Paced<Governor> {
+fn governor<K: BenchKey>(workload: Workload) -> Paced<Governor<K>> {
     let (rate, burst) = workload.quota();
     let quota = Quota::per_second(NonZeroU32::new(rate).unwrap())
         .allow_burst(NonZeroU32::new(burst).unwrap());
@@ -298,11 +344,11 @@ fn governor(workload: Workload) -> Paced<Governor> {
             key
         };
         tick(clock.word());
-        let _ = keyed.check_key(&key);
+        let _ = keyed.check_key(&K::of(key));
     }
     if workload == Workload::HotDeny {
         tick(clock.word());
-        assert!(keyed.check_key(&hot_key()).is_err());
+        assert!(keyed.check_key(&K::of(hot_key())).is_err());
     }
     Paced {
         limiter: keyed,
@@ -312,7 +358,7 @@ fn governor(workload: Workload) -> Paced<Governor> {
 
 /// The next key of `keys` (a cycle of [`Workload::cycle`]), `at` its place.
 #[inline(always)]
-fn next(keys: &[u64], at: &mut usize) -> u64 {
+fn next<K: Copy>(keys: &[K], at: &mut usize) -> K {
     let key = keys[*at];
     *at += 1;
     if *at == keys.len() {
@@ -322,7 +368,12 @@ fn next(keys: &[u64], at: &mut usize) -> u64 {
 }
 
 #[inline(never)]
-fn measured_loop_floodgate(keyed: &Floodgate, ticked: &AtomicU64, keys: &[u64], calls: u64) -> u64 {
+fn measured_loop_floodgate<K: BenchKey>(
+    keyed: &Floodgate<K>,
+    ticked: &AtomicU64,
+    keys: &[K],
+    calls: u64,
+) -> u64 {
     let (mut allowed, mut at) = (0, 0);
     for _ in 0..calls {
         let key = next(keys, &mut at);
@@ -335,10 +386,10 @@ fn measured_loop_floodgate(keyed: &Floodgate, ticked: &AtomicU64, keys: &[u64], 
 /// The loop of `measured_loop_floodgate` through `Keyed::admit` (a bool, as governor's
 /// `check_key` answers `Ok(())` on an admission; on a denial governor builds `NotUntil`).
 #[inline(never)]
-fn measured_loop_floodgate_admit(
-    keyed: &Floodgate,
+fn measured_loop_floodgate_admit<K: BenchKey>(
+    keyed: &Floodgate<K>,
     ticked: &AtomicU64,
-    keys: &[u64],
+    keys: &[K],
     calls: u64,
 ) -> u64 {
     let (mut allowed, mut at) = (0, 0);
@@ -351,7 +402,12 @@ fn measured_loop_floodgate_admit(
 }
 
 #[inline(never)]
-fn measured_loop_governor(keyed: &Governor, ticked: &AtomicU64, keys: &[u64], calls: u64) -> u64 {
+fn measured_loop_governor<K: BenchKey>(
+    keyed: &Governor<K>,
+    ticked: &AtomicU64,
+    keys: &[K],
+    calls: u64,
+) -> u64 {
     let (mut allowed, mut at) = (0, 0);
     for _ in 0..calls {
         let key = next(keys, &mut at);
@@ -363,17 +419,17 @@ fn measured_loop_governor(keyed: &Governor, ticked: &AtomicU64, keys: &[u64], ca
 
 /// A measured loop over a thread's keys; `true` for the thread that ticks the limiter's clock
 /// (thread 0; see [`tick`]).
-type Run = Arc<dyn Fn(&[u64], u64, bool) -> u64 + Send + Sync>;
+type Run<K> = Arc<dyn Fn(&[K], u64, bool) -> u64 + Send + Sync>;
 
 /// Nanoseconds per call per thread, `threads` threads running `run` at once, each over its own
 /// cycle of `workload`'s keys (computed before the clock starts).
-fn timed(workload: Workload, threads: u64, calls: u64, run: Run) -> f64 {
+fn timed<K: BenchKey + 'static>(workload: Workload, threads: u64, calls: u64, run: Run<K>) -> f64 {
     let start = Arc::new(Barrier::new(threads as usize + 1));
     let handles: Vec<_> = (0..threads)
         .map(|thread| {
             let (run, start) = (Arc::clone(&run), Arc::clone(&start));
             std::thread::spawn(move || {
-                let keys = workload.cycle(thread);
+                let keys = workload.cycle::<K>(thread);
                 start.wait();
                 let begin = Instant::now();
                 black_box(run(&keys, calls, thread == 0));
@@ -397,6 +453,15 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // `ip-hot-allow`, `ip-churn-1k`, ...: the workload keyed on `IpKey`s (see `ip_of`).
+    if args[2].starts_with("ip-") {
+        run::<IpKey>(&args);
+    } else {
+        run::<u64>(&args);
+    }
+}
+
+fn run<K: BenchKey + 'static>(args: &[String]) {
     if args[1] == "time" {
         let workload = Workload::parse(&args[2]);
         if workload == Workload::Insert1m {
@@ -411,13 +476,13 @@ fn main() {
         let calls: u64 = args[5].parse().unwrap();
         // An optional sixth argument `admit` times `Keyed::admit` instead of `Keyed::check`.
         let admit = args.get(6).is_some_and(|mode| mode == "admit");
-        let ours = floodgate(workload);
-        let theirs = governor(workload);
+        let ours = floodgate::<K>(workload);
+        let theirs = governor::<K>(workload);
         // The word a thread ticks: the limiter's clock on thread 0, its own on the others.
         fn ticked<'a>(clock: &'a PacedClock, own: &'a AtomicU64, ticks: bool) -> &'a AtomicU64 {
             if ticks { clock.word() } else { own }
         }
-        let ours: Run = if admit {
+        let ours: Run<K> = if admit {
             Arc::new(move |keys, n, ticks| {
                 let own = AtomicU64::new(START_NANOS);
                 let ticked = ticked(&ours.clock, &own, ticks);
@@ -430,12 +495,12 @@ fn main() {
                 measured_loop_floodgate(&ours.limiter, ticked, keys, n)
             })
         };
-        let theirs: Run = Arc::new(move |keys, n, ticks| {
+        let theirs: Run<K> = Arc::new(move |keys, n, ticks| {
             let own = AtomicU64::new(START_NANOS);
             let ticked = ticked(&theirs.clock, &own, ticks);
             measured_loop_governor(&theirs.limiter, ticked, keys, n)
         });
-        let time = |run: &Run| timed(workload, threads, calls, Arc::clone(run));
+        let time = |run: &Run<K>| timed(workload, threads, calls, Arc::clone(run));
         let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
             // Who goes first alternates, so neither always runs on the caches (and the CPU
@@ -462,18 +527,18 @@ fn main() {
     }
     let workload = Workload::parse(&args[2]);
     let calls: u64 = args[3].parse().unwrap();
-    let keys = workload.cycle(0);
+    let keys = workload.cycle::<K>(0);
     let allowed = match args[1].as_str() {
         "floodgate" => {
-            let paced = floodgate(workload);
+            let paced = floodgate::<K>(workload);
             measured_loop_floodgate(&paced.limiter, paced.clock.word(), &keys, calls)
         }
         "floodgate-admit" => {
-            let paced = floodgate(workload);
+            let paced = floodgate::<K>(workload);
             measured_loop_floodgate_admit(&paced.limiter, paced.clock.word(), &keys, calls)
         }
         "governor" => {
-            let paced = governor(workload);
+            let paced = governor::<K>(workload);
             measured_loop_governor(&paced.limiter, paced.clock.word(), &keys, calls)
         }
         other => panic!("unknown limiter {other}"),

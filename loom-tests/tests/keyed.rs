@@ -416,3 +416,138 @@ fn a_peek_that_finds_a_key_being_inserted_sees_its_first_decision() {
         });
     }
 }
+
+/// One permit per aligned 10 ns window, `cap` keys of 128 bits (held in a `PairCell`, two words)
+/// in one shard.
+fn keyed_pairs(clock: &ModelClock, cap: usize) -> Arc<Keyed<u128, FixedWindow, ModelClock>> {
+    Arc::new(
+        Keyed::builder(FixedWindow::aligned(1, Duration::from_nanos(10)).unwrap())
+            .clock(clock.clone())
+            .max_keys(cap)
+            .shards(1)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// The `u128` key whose stored words (each word XOR its `PairCell::MASKS` constant) are
+/// `stored`.
+fn stored_as(stored: [u64; 2]) -> u128 {
+    let [high, low] = floodgate::keyed::PairCell::<u128>::MASKS;
+    (u128::from(stored[0] ^ high) << 64) | u128::from(stored[1] ^ low)
+}
+
+/// The slot a `u128` key's probe starts at in a shard's first table (as `first_home`).
+fn first_home_pair(key: u128) -> u128 {
+    let hash = ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(key);
+    (u128::from(hash) * FIRST_SLOTS) >> 64
+}
+
+/// A key stored as two nonzero words `(x, y)`, and the keys stored as `(x, 0)` and `(0, y)`
+/// (what a reader reads of it between its two stores, or before the first and after the
+/// second), all three starting their probes at the same slot.
+fn half_written_aliases() -> (u128, [u128; 2]) {
+    (1u64..)
+        .flat_map(|x| (1u64..64).map(move |y| (x, y)))
+        .map(|(x, y)| (stored_as([x, y]), [stored_as([x, 0]), stored_as([0, y])]))
+        .find(|&(key, aliases)| {
+            aliases
+                .iter()
+                .all(|&a| first_home_pair(a) == first_home_pair(key))
+        })
+        .unwrap()
+}
+
+/// A pair key's two words are stored one after the other, and a pair with one zero word is
+/// also the complete pair of another key. While A inserts the key stored as `(x, y)` into an
+/// empty table, B looks up the key stored as `(x, 0)` (or `(0, y)`), whose probe starts at
+/// the same slot: B never takes A's slot, caught half-written, for its key (the insert
+/// brackets its stores with the table's `inserting` record, which a reader of one zero word
+/// loads), so B's key gets its own permit and A's its own. With the `inserting` check removed
+/// (a reader of one zero word reads it again and takes what it reads) this model fails: B's
+/// `peek` finds A's slot with A's permit taken.
+#[test]
+fn a_lookup_never_takes_a_pair_caught_half_written_for_the_key_it_equals() {
+    let (key, aliases) = half_written_aliases();
+    for alias in aliases {
+        model(None, move || {
+            let clock = ModelClock::starting_at(0);
+            let keyed = keyed_pairs(&clock, 4);
+            let a = {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.try_acquire(&key, 1).unwrap().is_allowed())
+            };
+            let b = {
+                let keyed = keyed.clone();
+                thread::spawn(move || {
+                    let peeked = keyed.peek(&alias, 1).unwrap().is_allowed();
+                    (peeked, keyed.try_acquire(&alias, 1).unwrap().is_allowed())
+                })
+            };
+            assert!(a.join().unwrap());
+            assert_eq!(
+                b.join().unwrap(),
+                (true, true),
+                "{alias:#x} took {key:#x}'s slot"
+            );
+            assert_eq!(keyed.len(), 2);
+            assert!(!keyed.try_acquire(&alias, 1).unwrap().is_allowed());
+            assert!(!keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        });
+    }
+}
+
+/// A `peek` that finds a pair key another thread is inserting sees the key's first decision,
+/// for keys stored as `(x, y)`, `(x, 0)`, `(0, y)` (a zero word: the `inserting` record read,
+/// the zero word read again) and `(0, 0)` (the table's zero record), as
+/// `a_peek_that_finds_a_key_being_inserted_sees_its_first_decision` does for word keys.
+#[test]
+fn a_peek_that_finds_a_pair_key_being_inserted_sees_its_first_decision() {
+    let (key, [high_only, low_only]) = half_written_aliases();
+    for key in [key, high_only, low_only, stored_as([0, 0])] {
+        model(None, move || {
+            let clock = ModelClock::starting_at(0);
+            let keyed = keyed_pairs(&clock, 1);
+            let a = {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.try_acquire(&key, 1).unwrap().is_allowed())
+            };
+            if keyed.len() == 1 {
+                assert!(
+                    !keyed.peek(&key, 1).unwrap().is_allowed(),
+                    "key {key:#x} found without its first decision"
+                );
+            }
+            assert!(a.join().unwrap());
+        });
+    }
+}
+
+/// As `a_lookup_never_takes_a_pair_caught_half_written_for_the_key_it_equals`, with A inserting
+/// a second key (its own slot) after the first: B, reading one zero word of A's first key, may
+/// read the `inserting` record of that later insert, and must then read the first key's pair
+/// complete. That holds because the later insert's `inserting` store is a Release under the
+/// mutex the first insert released after its words: with it weakened to Relaxed this model
+/// fails (the first model cannot tell, having one insert).
+#[test]
+fn a_lookup_that_reads_a_later_inserts_record_reads_the_pair_complete() {
+    let (key, [alias, _]) = half_written_aliases();
+    let later = stored_as([7, 7]);
+    model(None, move || {
+        let clock = ModelClock::starting_at(0);
+        let keyed = keyed_pairs(&clock, 4);
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || {
+                keyed.try_acquire(&key, 1).unwrap().is_allowed()
+                    && keyed.try_acquire(&later, 1).unwrap().is_allowed()
+            })
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.peek(&alias, 1).unwrap().is_allowed())
+        };
+        assert!(a.join().unwrap());
+        assert!(b.join().unwrap(), "{alias:#x} took {key:#x}'s slot");
+    });
+}

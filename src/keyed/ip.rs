@@ -42,6 +42,24 @@ impl IpKey {
     }
 }
 
+/// The two halves as they are: a key of a keyed map is held in a
+/// [`PairCell`](super::PairCell), so a slot of a `Keyed<IpKey, Gcra>` is 24 bytes.
+impl super::PairKey for IpKey {
+    #[inline(always)]
+    fn to_pair(self) -> [u64; 2] {
+        [self.high, self.low]
+    }
+    #[inline(always)]
+    fn from_pair(pair: [u64; 2]) -> Self {
+        let [high, low] = pair;
+        IpKey { high, low }
+    }
+}
+
+impl super::Key for IpKey {
+    type Cell = super::PairCell<Self>;
+}
+
 impl fmt::Display for IpKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.network().fmt(f)

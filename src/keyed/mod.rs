@@ -75,7 +75,7 @@ pub use builder::{KeyedBuilder, MAX_SHARDS};
 pub use cap::{KeyedStats, WhenFull};
 pub use hashed::HashedKey;
 pub use ip::{IpKey, IpKeyer};
-pub use key::{AnyKey, Key, KeyCell, OnceLockCell, WordCell, WordKey};
+pub use key::{AnyKey, Key, KeyCell, OnceLockCell, PairCell, PairKey, WordCell, WordKey};
 pub use limiter::Keyed;
 pub use penalized::PenalizedKeyed;
 pub use penalty::PenaltyBox;

@@ -6,8 +6,9 @@
 //! Protocol (what the loom models in `loom-tests/tests/keyed.rs`, `time_keyed.rs` and
 //! `kstats.rs` check):
 //! - A table never moves or removes a slot: a slot's key is set once (in the key type's cell,
-//!   [`Key::Cell`](super::Key::Cell): a word-sized key in one atomic word, any other in an
-//!   `OnceLock`) and its state word(s) live in it for the table's life. A check on a key that exists loads the
+//!   [`Key::Cell`](super::Key::Cell): a word-sized key in one atomic word, a 128-bit key
+//!   (`IpKey`, `HashedKey`, `u128`, `i128`, `Ipv6Addr`) in two, any other in an `OnceLock`)
+//!   and its state word(s) live in it for the table's life. A check on a key that exists loads the
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
 //!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
@@ -23,8 +24,12 @@
 //!   first decision writes the slot's word, then the cell publishes the key (`OnceLock::set`, or
 //!   a Release store of the key's word; for the word key whose word is 0, which an empty slot
 //!   also reads, a Release store of the slot's index in the table's `zero` record, which a
-//!   reader of a word 0 loads with Acquire); readers find it from then on, never with the fresh
-//!   word (see `insert`). The table the failed lock-free
+//!   reader of a word 0 loads with Acquire; a pair key's two words, each XOR a constant, with
+//!   Release stores between a Release store of the slot's index in the table's `inserting`
+//!   record and one of `usize::MAX`: a reader that reads exactly one zero word loads that
+//!   record and reads a slot it names as empty, so a pair caught half-written is never taken
+//!   for the key whose complete pair it equals, see `PairCell`); readers find it from then
+//!   on, never with the fresh word (see `insert`). The table the failed lock-free
 //!   lookup loaded serves the insert when the mutex is free at once (`try_lock`; a table other
 //!   than the placeholder is then the current one, since a rebuild replacing it would still
 //!   hold the mutex, waiting for this reader); otherwise the lookup's table is let go before
@@ -132,7 +137,12 @@
 //! governor 0.77) and the first 1.81 (2.17, governor 1.92). A key whose word is 0 (key 0) is
 //! told from an empty slot by the table's `zero` record: its lookups take one more load,
 //! compare and branch (`hot-allow` on key 0: 192 instructions, 189 on any other key, 188 with
-//! the `OnceLock`). A
+//! the `OnceLock`). A 128-bit key (`IpKey`, `HashedKey`, `u128`, `i128`, `Ipv6Addr`) is held in
+//! two words ([`PairCell`](super::PairCell)): a slot of `Keyed<IpKey, Gcra>` is 24 bytes (32
+//! with the `OnceLock`), one in four straddling two lines; `ip-churn-100k` misses the last
+//! level 1.43 times a call (1.56 with the `OnceLock`, governor 1.22), and a lookup takes 14 to
+//! 17 instructions more than with the `OnceLock` (`ip-hot-allow` 212 against 198, governor
+//! 200); at the cap 32.4 bytes a live `IpKey` key (43.1 with the `OnceLock`). A
 //! growth rebuild sizes the table to `slots_for(2 × kept)`, about 2.67 slots a key kept, so the
 //! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 21 to 43 bytes a live
 //! `u64` key below the cap (16-byte slots; a counting allocator on `Keyed<u64, Gcra>`, the shards'
@@ -153,9 +163,9 @@ use crossbeam_utils::CachePadded;
 
 use super::cap::{KeyedStats, WhenFull};
 use super::key::Key;
-use super::key::sealed::CellOps;
+use super::key::sealed::{CellOps, Records};
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 #[cfg(not(floodgate_loom))]
 use crate::sync::{Mutex, MutexGuard};
 #[cfg(floodgate_loom)]
@@ -244,10 +254,11 @@ struct Slot<K: Key, S> {
 struct Table<K: Key, S> {
     slots: Box<[Slot<K, S>]>,
     /// The slot holding the key whose word is 0 (a [`WordCell`](super::WordCell) key: its slot's
-    /// word reads as an empty slot's), `usize::MAX` when none: published once, with Release,
-    /// after that slot's state word (see the cell's `publish`). Beside the slots' address,
-    /// which every check loads, so a reader that reads a word 0 finds it on the same line.
-    zero: AtomicUsize,
+    /// word reads as an empty slot's; a [`PairCell`](super::PairCell) key stored as two zero
+    /// words), and the slot whose `PairCell` is being published (see [`Records`]). Beside the
+    /// slots' address, which every check loads, so a reader that reads a zero word finds them on
+    /// the same line.
+    records: Records,
     /// Readers holding this table (loom builds only: the grace period `ArcSwap` gives otherwise).
     #[cfg(floodgate_loom)]
     readers: AtomicU64,
@@ -280,7 +291,7 @@ impl<K: Key, S: Default> Table<K, S> {
                     value: S::default(),
                 })
                 .collect(),
-            zero: AtomicUsize::new(usize::MAX),
+            records: Records::new(),
             #[cfg(floodgate_loom)]
             readers: AtomicU64::new(0),
         }
@@ -291,7 +302,7 @@ impl<K: Key, S> Table<K, S> {
     fn placeholder() -> Self {
         Table {
             slots: Box::new([]),
-            zero: AtomicUsize::new(usize::MAX),
+            records: Records::new(),
             #[cfg(floodgate_loom)]
             readers: AtomicU64::new(0),
         }
@@ -305,13 +316,13 @@ impl<K: Key, S> Table<K, S> {
     /// `with_key`).
     #[inline(always)]
     fn with_key<R>(&self, index: usize, f: impl FnOnce(&K) -> R) -> Option<R> {
-        self.slots[index].key.with_key(&self.zero, index, f)
+        self.slots[index].key.with_key(&self.records, index, f)
     }
 
     /// Whether slot `index` holds a key (running no user code: not the key's `from_word`).
     #[inline(always)]
     fn is_set(&self, index: usize) -> bool {
-        self.slots[index].key.is_set(&self.zero, index)
+        self.slots[index].key.is_set(&self.records, index)
     }
 
     /// The slots that hold keys, with their indices.
@@ -367,7 +378,7 @@ impl<K: Key, S> Table<K, S> {
             };
             match slot
                 .key
-                .with_key(&self.zero, i, |held| held.borrow() == key)
+                .with_key(&self.records, i, |held| held.borrow() == key)
             {
                 None => return Err(i),
                 Some(true) => return Ok(slot),
@@ -409,7 +420,7 @@ impl<K: Key, S> Table<K, S> {
             // Relaxed: the table is this thread's until the rebuild publishes it (the cell's
             // store, a Release the readers' load pairs with), and `vacant` above is this
             // thread's own read.
-            self.zero.store(i, Ordering::Relaxed);
+            self.records.zero.store(i, Ordering::Relaxed);
         }
     }
 }
@@ -1461,11 +1472,11 @@ where
         let mut hashes = hashes.into_iter();
         let mut dropped = Vec::with_capacity(idle + forgotten + evicted);
         // Relaxed: the old table is this thread's (no reader holds it: `take`).
-        let zero = old.zero.load(Ordering::Relaxed);
+        let zero = old.records.zero_owned();
         for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
             let fate = match fates.get(i) {
                 Some(&fate) => fate,
-                None if slot.key.is_set(&old.zero, i) => Fate::Keep,
+                None if slot.key.is_set(&old.records, i) => Fate::Keep,
                 None => Fate::Empty,
             };
             // A key pass 1 kept has its hash next in `hashes`, an evicted one too (it was kept
@@ -1658,7 +1669,7 @@ impl<K: Key, S> Drop for Publish<'_, K, S> {
             let table = self.table;
             table.slots[self.index]
                 .key
-                .publish(&table.zero, self.index, key);
+                .publish(&table.records, self.index, key);
         }
     }
 }
@@ -1795,7 +1806,22 @@ mod tests {
         assert_eq!(size_of::<Slot<u32, WordSlot>>(), 16);
         assert_eq!(size_of::<Slot<i64, WordSlot>>(), 16);
         assert_eq!(size_of::<Slot<std::net::Ipv4Addr, WordSlot>>(), 16);
-        assert_eq!(size_of::<Slot<u128, WordSlot>>(), 48);
+        assert_eq!(size_of::<Slot<String, WordSlot>>(), 40);
+    }
+
+    /// A slot of a map of 128-bit keys (`IpKey`, `HashedKey`, `u128`, `i128`, `Ipv6Addr`) with a
+    /// one-word algorithm is three words: the key in two atomic words (a `PairCell`) and the
+    /// state word (with an `OnceLock<IpKey>`, 20 bytes padded to 24, a slot was 32).
+    #[test]
+    fn a_pair_keys_slot_is_twenty_four_bytes() {
+        use crate::keyed::slot::WordSlot;
+        use crate::keyed::{HashedKey, IpKey};
+        assert_eq!(size_of::<Slot<IpKey, WordSlot>>(), 24);
+        assert_eq!(size_of::<Slot<HashedKey, WordSlot>>(), 24);
+        assert_eq!(size_of::<Slot<u128, WordSlot>>(), 24);
+        assert_eq!(size_of::<Slot<i128, WordSlot>>(), 24);
+        assert_eq!(size_of::<Slot<std::net::Ipv6Addr, WordSlot>>(), 24);
+        assert_eq!(size_of::<Slot<IpKey, AtomicU64>>(), 24);
     }
 
     /// Publishes `key` in `table`'s first empty slot of `hash`'s probe sequence, its state word
@@ -1854,7 +1880,7 @@ mod tests {
             "passes 9, 0, 5, MAX, 11"
         );
         // A rebuild moves the cells in the reverse order: key 0 lands last, off its old index.
-        let zero = table.zero.load(Ordering::Relaxed);
+        let zero = table.records.zero_owned();
         let held: Vec<bool> = (0..8).map(|i| table.is_set(i)).collect();
         let homes = [hash, hash, hash, before, 0, 0, 0, before];
         let mut next = Table::<u64, AtomicU64>::new(8);
@@ -1874,6 +1900,68 @@ mod tests {
         }
         assert_eq!(state_of(&next, 7, hash), None);
         assert_eq!((0..8).filter(|&i| next.is_set(i)).count(), 5);
+    }
+
+    /// Keys of a pair cell stored as (0, 0) (the table's zero record), (x, 0) and (0, y) (which
+    /// read like the half-written pair of the key stored (x, y)), and (x, y) itself, all in one
+    /// probe sequence, before and after a rebuild moves them: each found with its own state
+    /// word, passed over by the others, never taken for an empty slot, and the keys not held
+    /// (an alias of one, stored (0, x)) found absent at the sequence's first empty slot.
+    #[test]
+    fn pair_keys_with_stored_zero_words_sit_in_other_keys_probe_sequences_like_any_key() {
+        use crate::keyed::PairCell;
+        let [mh, ml] = PairCell::<u128>::MASKS;
+        let stored = |[h, l]: [u64; 2]| (u128::from(h ^ mh) << 64) | u128::from(l ^ ml);
+        let (x, y) = (5, 9);
+        let keys = [
+            (stored([x, y]), 100),
+            (stored([x, 0]), 101),
+            (stored([0, 0]), 102),
+            (stored([0, y]), 103),
+            (0, 104),
+            (u128::MAX, 105),
+        ];
+        let table = Table::<u128, AtomicU64>::new(8);
+        let hash = 0; // every key homes at slot 0
+        assert_eq!(table.search(&stored([0, 0]), hash).err(), Some(0));
+        for (i, &(key, state)) in keys.iter().enumerate() {
+            let index = table.vacant(hash);
+            assert_eq!(index, i);
+            table.slots[index].value.store(state, Ordering::Relaxed);
+            drop(Publish {
+                table: &table,
+                index,
+                owned: Some(<u128 as Key>::Cell::stage(key)),
+            });
+        }
+        let state_of = |table: &Table<u128, AtomicU64>, key: u128| {
+            table
+                .search(&key, hash)
+                .ok()
+                .map(|slot| slot.value.load(Ordering::Relaxed))
+        };
+        for &(key, state) in &keys {
+            assert_eq!(state_of(&table, key), Some(state), "{key:#x}");
+        }
+        assert_eq!(table.search(&stored([0, x]), hash).err(), Some(6));
+        assert_eq!(table.search(&stored([y, 0]), hash).err(), Some(6));
+        // A rebuild moves the cells in the reverse order: the zero-stored key off its index.
+        let zero = table.records.zero_owned();
+        assert_eq!(zero, 2);
+        let held: Vec<bool> = (0..8).map(|i| table.is_set(i)).collect();
+        assert_eq!(held.iter().filter(|&&h| h).count(), keys.len());
+        let mut next = Table::<u128, AtomicU64>::new(8);
+        for (i, slot) in table.slots.into_vec().into_iter().enumerate().rev() {
+            if held[i] {
+                next.put(slot.key, slot.value, hash, i == zero);
+            }
+        }
+        assert_eq!(next.records.zero_owned(), 3);
+        for &(key, state) in &keys {
+            assert_eq!(state_of(&next, key), Some(state), "{key:#x} moved");
+        }
+        assert_eq!(state_of(&next, stored([0, x])), None);
+        assert_eq!((0..8).filter(|&i| next.is_set(i)).count(), keys.len());
     }
 
     /// Key 0 and a key homed at its slot, through a map: decided, grown past, forgotten.
