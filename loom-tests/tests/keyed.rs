@@ -497,6 +497,35 @@ fn a_lookup_never_takes_a_pair_caught_half_written_for_the_key_it_equals() {
     }
 }
 
+/// Two threads bring the same new pair key, stored as two nonzero words, at once: a lock-free
+/// lookup may read the other's insert caught between its two stores, and must then neither
+/// take it for another key and probe on (the insert that follows would store the key twice) nor
+/// count it found. One insert, one admission, and the key found afterwards. (From a review of
+/// `PairCell`: a lookup that skipped comparing the settled words again passed the other pair
+/// models and failed this one.)
+#[test]
+fn racing_inserts_of_one_pair_key_admit_once() {
+    let (key, _) = half_written_aliases();
+    model(None, move || {
+        let clock = ModelClock::starting_at(0);
+        let keyed = keyed_pairs(&clock, 4);
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.try_acquire(&key, 1).unwrap().is_allowed())
+            })
+            .collect();
+        let admitted = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|&allowed| allowed)
+            .count();
+        assert_eq!(admitted, 1);
+        assert_eq!(keyed.len(), 1);
+        assert!(!keyed.try_acquire(&key, 1).unwrap().is_allowed());
+    });
+}
+
 /// A `peek` that finds a pair key another thread is inserting sees the key's first decision,
 /// for keys stored as `(x, y)`, `(x, 0)`, `(0, y)` (a zero word: the `inserting` record read,
 /// the zero word read again) and `(0, 0)` (the table's zero record), as

@@ -190,7 +190,8 @@ pub trait PairKey: Copy {
 ///
 /// Each word is stored XOR its constant of [`MASKS`](Self::MASKS), so that keys with a zero
 /// word (every IPv4 [`IpKey`](super::IpKey), every IPv6 network of a prefix up to /64, every
-/// `u128` below 2^64) store two nonzero words. An empty slot's words are 0. The key whose stored
+/// `u128` below 2^64) store two nonzero words, but for the one of each whose other word equals
+/// its constant (the `u128` `MASKS[1]`; the /64 network whose high word is `MASKS[0]`). An empty slot's words are 0. The key whose stored
 /// words are both 0 (its words equal to `MASKS`) is recorded by the table, as
 /// [`WordCell`]'s zero key is, and never written. A key with exactly one stored word 0 (a word
 /// equal to its constant) reads, while another key's two words are being published, like that
@@ -250,9 +251,14 @@ impl<K: Key> KeyCell<K> for OnceLockCell<K> {}
 
 pub(crate) mod sealed {
     use super::{AtomicUsize, Ordering};
+    use crossbeam_utils::CachePadded;
 
     /// A table's records of single slots, beside the slots' address in its header (which every
-    /// lookup loads).
+    /// lookup loads): the zero key's slot there (read whenever a probe meets an empty slot,
+    /// written once per table); the slot being published on a line of its own, allocated with
+    /// the table (written twice by every insert of a [`PairCell`](super::PairCell) key, read
+    /// only by a lookup that reads one zero word: beside the slots' address each insert would
+    /// take that line from every other core's checks).
     pub struct Records {
         /// The slot holding the key whose word is 0 ([`WordCell`](super::WordCell)) or whose
         /// stored words are both 0 ([`PairCell`](super::PairCell)), `usize::MAX` when none:
@@ -261,14 +267,14 @@ pub(crate) mod sealed {
         pub zero: AtomicUsize,
         /// The slot whose [`PairCell`](super::PairCell) words are being published, `usize::MAX`
         /// when none (see `PairCell`'s `publish`): written only under the shard's mutex.
-        pub inserting: AtomicUsize,
+        pub inserting: Box<CachePadded<AtomicUsize>>,
     }
 
     impl Records {
         pub(crate) fn new() -> Self {
             Records {
                 zero: AtomicUsize::new(usize::MAX),
-                inserting: AtomicUsize::new(usize::MAX),
+                inserting: Box::new(CachePadded::new(AtomicUsize::new(usize::MAX))),
             }
         }
 

@@ -2067,6 +2067,27 @@ mod tests {
         }
     }
 
+    /// The record of the pair being published, written twice by every pair-key insert, is on a
+    /// line of its own: not the header's, which every check of the shard loads, nor a slot's.
+    #[test]
+    fn the_inserting_record_shares_no_line_with_the_header_or_the_slots() {
+        let map = ShardedMap::<u128, AtomicU64>::new(4096, 2, WhenFull::DenyNewKeys);
+        for i in 0..2 {
+            let table = map.cell(i).load();
+            let header = std::ptr::from_ref::<Table<u128, AtomicU64>>(&table) as usize;
+            let record = std::ptr::from_ref(&**table.records.inserting) as usize;
+            let start = table.slots.as_ptr() as usize;
+            let end = start + size_of_val(&*table.slots);
+            let line = record / 128;
+            assert_eq!(record % 128, 0, "{record:#x}");
+            assert_ne!(line, header / 128, "header {header:#x}, record {record:#x}");
+            assert!(
+                end <= line * 128 || start >= (line + 1) * 128,
+                "{record:#x}"
+            );
+        }
+    }
+
     #[test]
     fn home_slots_cover_the_table() {
         assert_eq!(home(0, 7), 0);
