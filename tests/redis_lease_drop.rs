@@ -67,6 +67,22 @@ async fn taken_becomes(probe: &RedisLimiter<Gcra>, expected: u64) -> u64 {
     }
 }
 
+/// What is left of key "k" of `probe`'s bucket, read from a blocking caller (a request for the
+/// whole capacity, denied: it changes nothing), polled until it reads `expected`, at most
+/// [`HANG`] of real time; returns the last reading.
+fn blocking_left_becomes(probe: &RedisLimiter<Gcra>, expected: u64) -> u64 {
+    let guard = Instant::now() + HANG;
+    loop {
+        let left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
+        assert!(left.failure().is_none(), "{left:?}");
+        let left = left.decision().remaining();
+        if left == expected || Instant::now() > guard {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Polls `limiter`'s [`DroppedLeases`] until no dropped key's refund is out, at most [`HANG`]
 /// of real time; returns the last reading.
 async fn settled<C: floodgate::Clock + Clone>(limiter: &RedisLimiter<Gcra, C>) -> DroppedLeases {
@@ -167,16 +183,10 @@ fn a_key_dropped_outside_a_runtime_gives_back_without_blocking() {
 
     drop(leased);
     let probe = probe(&backend, "sync");
-    let guard = Instant::now() + HANG;
-    let mut left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
-    while left.decision().remaining() != 99 && Instant::now() < guard {
-        std::thread::sleep(Duration::from_millis(5));
-        left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
-    }
     assert_eq!(
-        left.decision().remaining(),
+        blocking_left_becomes(&probe, 99),
         99,
-        "the 7 unserved came back: {left:?}"
+        "the 7 unserved came back"
     );
 }
 
@@ -331,13 +341,7 @@ fn a_key_dropped_on_a_runtime_without_timers_gives_back_on_the_connections_runti
         }
     });
     let probe = probe(&backend, "timerless");
-    let guard = Instant::now() + HANG;
-    let mut left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
-    while left.decision().remaining() != 99 && Instant::now() < guard {
-        std::thread::sleep(Duration::from_millis(5));
-        left = probe.blocking_try_acquire_outcome("k", 100).unwrap();
-    }
-    assert_eq!(left.decision().remaining(), 99, "the 7 came back: {left:?}");
+    assert_eq!(blocking_left_becomes(&probe, 99), 99, "the 7 came back");
     let guard = Instant::now() + HANG;
     while limiter.dropped_leases().in_flight() > 0 && Instant::now() < guard {
         std::thread::sleep(Duration::from_millis(5));

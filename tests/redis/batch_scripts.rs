@@ -22,6 +22,16 @@ fn reference_source(one: &str) -> String {
 
 const EXACT: &str = include_str!("../../src/redis/exact.lua");
 
+/// Loads, on `server`, the definition (the one-decision script `one` per decision) and the
+/// batch script `batch`, in that order; returns their SHAs.
+fn load_both(server: &RedisServer, one: &str, batch: &str) -> [String; 2] {
+    [
+        reference_source(&format!("{EXACT}{one}")),
+        batch_source(batch),
+    ]
+    .map(|source| server.cli(&["SCRIPT", "LOAD", &source]))
+}
+
 /// A batch script `script` as the crate assembles it (`lua_script!`): after `exact.lua` and
 /// `batch_frame.lua`, before `batch_run.lua`.
 pub(super) fn batch_source(script: &str) -> String {
@@ -253,10 +263,11 @@ fn tally(decided: &[[i64; 5]]) -> [usize; 4] {
 #[test]
 fn the_sliding_log_batch_script_decides_and_writes_as_the_one_decision_script_per_decision() {
     let server = RedisServer::start();
-    let one = format!("{EXACT}{}", include_str!("../../src/redis/sliding_log.lua"));
-    let batch = batch_source(include_str!("../../src/redis/sliding_log_batch.lua"));
-    let reference = server.cli(&["SCRIPT", "LOAD", &reference_source(&one)]);
-    let batch = server.cli(&["SCRIPT", "LOAD", &batch]);
+    let [reference, batch] = load_both(
+        &server,
+        include_str!("../../src/redis/sliding_log.lua"),
+        include_str!("../../src/redis/sliding_log_batch.lua"),
+    );
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut seen = [0; 4];
     let mut several_added = 0;
@@ -372,13 +383,11 @@ const CELLS_HELD: &str = "local out = {} for i, key in ipairs(KEYS) do \
 #[test]
 fn the_sliding_window_batch_script_decides_and_writes_as_the_one_decision_script_per_decision() {
     let server = RedisServer::start();
-    let one = format!(
-        "{EXACT}{}",
-        include_str!("../../src/redis/sliding_window.lua")
+    let [reference, batch] = load_both(
+        &server,
+        include_str!("../../src/redis/sliding_window.lua"),
+        include_str!("../../src/redis/sliding_window_batch.lua"),
     );
-    let batch = batch_source(include_str!("../../src/redis/sliding_window_batch.lua"));
-    let reference = server.cli(&["SCRIPT", "LOAD", &reference_source(&one)]);
-    let batch = server.cli(&["SCRIPT", "LOAD", &batch]);
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let mut seen = [0; 4];
     let mut compared = 0;
@@ -472,31 +481,16 @@ fn the_sliding_window_batch_script_decides_and_writes_as_the_one_decision_script
 #[test]
 fn out_of_memory_fails_the_same_decisions_as_the_one_decision_scripts() {
     let server = RedisServer::start();
-    let exact = |file: &str| format!("{EXACT}{file}");
-    let window = [
-        server.cli(&[
-            "SCRIPT",
-            "LOAD",
-            &reference_source(&exact(include_str!("../../src/redis/sliding_window.lua"))),
-        ]),
-        server.cli(&[
-            "SCRIPT",
-            "LOAD",
-            &batch_source(include_str!("../../src/redis/sliding_window_batch.lua")),
-        ]),
-    ];
-    let log = [
-        server.cli(&[
-            "SCRIPT",
-            "LOAD",
-            &reference_source(&exact(include_str!("../../src/redis/sliding_log.lua"))),
-        ]),
-        server.cli(&[
-            "SCRIPT",
-            "LOAD",
-            &batch_source(include_str!("../../src/redis/sliding_log_batch.lua")),
-        ]),
-    ];
+    let window = load_both(
+        &server,
+        include_str!("../../src/redis/sliding_window.lua"),
+        include_str!("../../src/redis/sliding_window_batch.lua"),
+    );
+    let log = load_both(
+        &server,
+        include_str!("../../src/redis/sliding_log.lua"),
+        include_str!("../../src/redis/sliding_log_batch.lua"),
+    );
     server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
     // Two admissions and a request above what is left, then the same on a second key.
     let requests = Requests {
