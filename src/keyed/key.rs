@@ -215,8 +215,14 @@ pub struct PairCell<K> {
 }
 
 impl<K> PairCell<K> {
-    /// What each of a key's two words is XORed with before it is stored: the first 8 bytes of
-    /// the SHA-256 of `floodgate PairCell high` and of `floodgate PairCell low`, each made odd.
+    /// What each of a key's two words is XORed with before it is stored: the first 4 bytes of
+    /// the SHA-256 of `floodgate PairCell high` and of `floodgate PairCell low`, made odd, each
+    /// a sign-extended 32-bit value (an x86-64 instruction's immediate: no 64-bit constant is
+    /// loaded per lookup). The high word's is positive, the low word's negative, so an IPv4
+    /// [`IpKey`](super::IpKey) (high word 0, low word `0x0000_ffff_…`) and an IPv6 network's
+    /// zero low word store nonzero words. A key word equal to its constant (a high word
+    /// `0x5c9a_4633`, the unallocated network `0:0:5c9a:4633::/64`; a low word
+    /// `0xffff_ffff_fdf0_f61f`) costs one more load to find.
     /// The key whose words are these is held without being written (see [`PairCell`]), and a
     /// key with one word equal to its constant costs one more load to find.
     ///
@@ -231,7 +237,7 @@ impl<K> PairCell<K> {
     /// assert!(keyed.try_acquire(&(masked ^ 1), 1)?.is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub const MASKS: [u64; 2] = [0x5c9a_4633_c063_af5b, 0xfdf0_f61e_dec3_f1f9];
+    pub const MASKS: [u64; 2] = [0x0000_0000_5c9a_4633, 0xffff_ffff_fdf0_f61f];
 }
 
 /// A slot's key held in an [`OnceLock`], for any [`Key`]: the key type's size plus the
