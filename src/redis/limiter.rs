@@ -64,7 +64,7 @@ pub(crate) mod sealed {
         fn args(&self, n: u32) -> [u64; 4];
         /// How many of [`args`](Self::args) the one-decision script reads (its deadline is sent
         /// after them): 4 (the default), or 3 where the fourth is an unused 0 (fixed windows,
-        /// GCRA; an argument sent costs the server an object, about 860 instructions).
+        /// GCRA, sliding log; an argument sent costs the server an object, about 860 instructions).
         fn script_args(&self) -> usize {
             4
         }

@@ -3,7 +3,7 @@
 -- A denial adds nothing (it writes only to repair a log found without a TTL).
 -- The sequence is read with exact(): exact.lua, prepended to this script.
 -- KEYS[1] sorted set, KEYS[2] sequence counter (unique member names). ARGV: limit, window in us, n.
--- ARGV[5]: deadline in us on the server's clock (0: none).
+-- ARGV[4]: deadline in us on the server's clock (0: none).
 -- Reply: {allowed, limit, remaining, retry_after_us, reset_after_us, now_us}; allowed = 2: past
 -- the deadline, nothing changed.
 local log = KEYS[1]
@@ -16,7 +16,7 @@ local function int(x) return string.format('%d', x) end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local deadline = ARGV[5] + 0
+local deadline = ARGV[4] + 0
 -- Past the caller's deadline (server clock): refuse, changing nothing (the caller has given up).
 if deadline > 0 and now > deadline then return {2, 0, 0, 0, 0, now} end
 

@@ -45,6 +45,9 @@ for distance in ARGV[9]:gmatch('%d+') do
   if check and distance ~= '0' then deadline = earliest + distance - 1 end
   local argv = {shared[1], shared[2], shared[3], shared[4], deadline}
   argv[slot] = next_n and next_n() + 0 or n
+  -- The deadline also follows n: the sliding log's script reads three arguments, then the
+  -- deadline (ARGV[4], over its unused fourth shared argument); the window's reads it at 5.
+  argv[slot + 1] = deadline
   local ok, r = pcall(decide, keys, argv, t)
   if type(r) == 'table' and r.err then errors[#errors + 1] = r.err; r = {3, #errors, 0, 0, 0}
   elseif not ok then errors[#errors + 1] = tostring(r); r = {3, #errors, 0, 0, 0} end
