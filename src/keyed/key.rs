@@ -298,6 +298,11 @@ pub(crate) mod sealed {
         /// An empty cell.
         fn empty() -> Self;
 
+        /// Whether the lock-free lookup tests a key's home slot before its probe loop (see
+        /// `Table::search` in `shards.rs`): a code-layout choice, measured per cell type; the
+        /// same loads and tests either way.
+        const HOME_FIRST: bool = false;
+
         /// What [`publish`](Self::publish) stores: the key, or its word.
         type Staged;
 
@@ -466,6 +471,14 @@ impl<K: Key + PairKey> sealed::CellOps<K> for PairCell<K> {
 
     /// The stored words (the key's words XOR [`MASKS`](PairCell::MASKS)).
     type Staged = [u64; 2];
+
+    /// Measured (callgrind, `examples/keyed_instructions`, instructions a call): in the loop
+    /// a hot pair key's lookup jumped into it from its preheader and computed the slot's
+    /// address apart; with the home slot first, `ip-hot-allow` 210 -> 206, `ip-hot-deny` 202
+    /// -> 199, `ip-churn-1k` 212.9 -> 209.2, `ip-churn-100k` 223.2 -> 218.2. Word keys keep
+    /// the loop alone: for them the compiler merged the two again, and the hit path took 2
+    /// more (`hot-allow` 192 -> 194, `churn-1k` 191.7 -> 193.5).
+    const HOME_FIRST: bool = true;
 
     #[inline(always)]
     fn with_key<R>(&self, records: &Records, index: usize, f: impl FnOnce(&K) -> R) -> Option<R> {

@@ -140,9 +140,10 @@
 //! the `OnceLock`). A 128-bit key (`IpKey`, `HashedKey`, `u128`, `i128`, `Ipv6Addr`) is held in
 //! two words ([`PairCell`](super::PairCell)): a slot of `Keyed<IpKey, Gcra>` is 24 bytes (32
 //! with the `OnceLock`), one in four straddling two lines; `ip-churn-100k` misses the last
-//! level 1.43 times a call (1.56 with the `OnceLock`, governor 1.22), and a lookup takes 14 to
+//! level 1.43 times a call (1.56 with the `OnceLock`, governor 1.22), and a lookup took 14 to
 //! 17 instructions more than with the `OnceLock` (`ip-hot-allow` 212 against 198, governor
-//! 200); at the cap 32.4 bytes a live `IpKey` key (43.1 with the `OnceLock`). A
+//! 200; 206 since its constants fit an instruction and its home slot is tested before the
+//! probe loop, `CellOps::HOME_FIRST`); at the cap 32.4 bytes a live `IpKey` key (43.1 with the `OnceLock`). A
 //! growth rebuild sizes the table to `slots_for(2 × kept)`, about 2.67 slots a key kept, so the
 //! load runs from 3/8 (just after a growth) to 3/4 (the next growth): 21 to 43 bytes a live
 //! `u64` key below the cap (16-byte slots; a counting allocator on `Keyed<u64, Gcra>`, the shards'
@@ -372,6 +373,25 @@ impl<K: Key, S> Table<K, S> {
     {
         let slots = &self.slots[..];
         let mut i = home(hash, slots.len());
+        if K::Cell::HOME_FIRST {
+            // The home slot before the loop: the same loads and tests as the loop's first turn
+            // (see `CellOps::HOME_FIRST`).
+            let Some(slot) = slots.get(i) else {
+                return Err(i);
+            };
+            match slot
+                .key
+                .with_key(&self.records, i, |held| held.borrow() == key)
+            {
+                None => return Err(i),
+                Some(true) => return Ok(slot),
+                Some(false) => {}
+            }
+            i += 1;
+            if i == slots.len() {
+                i = 0;
+            }
+        }
         loop {
             let Some(slot) = slots.get(i) else {
                 return Err(i);
@@ -1962,6 +1982,40 @@ mod tests {
         }
         assert_eq!(state_of(&next, stored([0, x])), None);
         assert_eq!((0..8).filter(|&i| next.is_set(i)).count(), keys.len());
+    }
+
+    /// Pair keys (whose lookup tests the home slot before its probe loop, `HOME_FIRST`) homed
+    /// at a table's last slot: found there, and past it by wrapping round to slot 0; an absent
+    /// key's search ends at the first empty slot after the wrap; a placeholder's at 0.
+    #[test]
+    fn pair_keys_homed_at_the_last_slot_wrap_round_from_their_home_slot() {
+        const { assert!(<<u128 as Key>::Cell as CellOps<u128>>::HOME_FIRST) };
+        let table = Table::<u128, AtomicU64>::new(8);
+        let last = u64::MAX; // home(u64::MAX, 8) == 7
+        assert_eq!(home(last, 8), 7);
+        let keys = [(3u128, 103), (1 << 64, 104), (u128::MAX, 105)];
+        for (i, &(key, state)) in keys.iter().enumerate() {
+            let index = table.vacant(last);
+            assert_eq!(index, [7, 0, 1][i]);
+            table.slots[index].value.store(state, Ordering::Relaxed);
+            drop(Publish {
+                table: &table,
+                index,
+                owned: Some(<u128 as Key>::Cell::stage(key)),
+            });
+        }
+        for &(key, state) in &keys {
+            let found = table.search(&key, last).ok();
+            assert_eq!(
+                found.map(|slot| slot.value.load(Ordering::Relaxed)),
+                Some(state),
+                "{key:#x}"
+            );
+        }
+        assert_eq!(table.search(&7, last).err(), Some(2), "passes 7, 0 and 1");
+        assert_eq!(table.search(&7, 0).err(), Some(2), "home 0 holds 1 << 64");
+        let placeholder = Table::<u128, AtomicU64>::placeholder();
+        assert_eq!(placeholder.search(&3, last).err(), Some(0));
     }
 
     /// Key 0 and a key homed at its slot, through a map: decided, grown past, forgotten.
