@@ -669,8 +669,10 @@ fn the_largest_limits_and_odd_keys_decide_exactly() {
     let b = backend(RedisConfig::single(server.url()));
     let minute = Duration::from_secs(60);
     let max = (1 << 24) - 1;
-    // 1 permit a second: a burst of 2^51 µs / 1 s.
-    let burst = ((1u64 << 51) / 1_000_000) as u32;
+    // 1 permit a minute: a burst of 2^51 µs / 1 min (37,529,996). At 1 permit a second (a
+    // burst of 2,251,799,813) a stall of a second between taking the whole burst and the next
+    // request refilled a permit, and that request was admitted.
+    let burst = ((1u64 << 51) / 60_000_000) as u32;
     let huge: [(u32, Box<dyn super::Acquire>); 3] = [
         (
             max,
@@ -689,7 +691,7 @@ fn the_largest_limits_and_odd_keys_decide_exactly() {
             Box::new(limiter(
                 &b,
                 "big",
-                Gcra::new(Rate::per_second(1), burst).unwrap(),
+                Gcra::new(Rate::per_minute(1), burst).unwrap(),
             )),
         ),
     ];
