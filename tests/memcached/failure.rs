@@ -26,7 +26,16 @@ fn limiter(
     policy: FailurePolicy,
     clock: &ManualClock,
 ) -> MemcachedLimiter<ManualClock> {
-    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(SHORT)).unwrap();
+    limiter_timing_out_after(addr, policy, clock, SHORT)
+}
+
+fn limiter_timing_out_after(
+    addr: &str,
+    policy: FailurePolicy,
+    clock: &ManualClock,
+    timeout: Duration,
+) -> MemcachedLimiter<ManualClock> {
+    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(timeout)).unwrap();
     let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     MemcachedLimiter::with_clock(&backend, "policy", window, policy, clock.clone()).unwrap()
 }
@@ -48,14 +57,17 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
     let mut server = MemcachedServer::start();
     let clock = ManualClock::starting_at(T0);
     // The policies themselves, on every call: no circuit breaker (tests/memcached/shortcuts.rs).
-    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock).with_breaker(None);
-    let closed = limiter(&server.addr(), FailurePolicy::FailClosed, &clock).with_breaker(None);
-    let fallback = limiter(
-        &server.addr(),
-        FailurePolicy::local_fallback(0.5).unwrap(),
-        &clock,
-    )
-    .with_breaker(None);
+    // The generous timeout: calls to the killed server fail at once (refused, or the pooled
+    // connection closed), so no call here waits for it, and every call to the live server must
+    // be decided by memcached. With `SHORT` (150 ms), a warm-up call, a call before the kill
+    // (the kill then never came: the loop below ends at the first failure) or one after the
+    // restart that took 150 ms on a loaded machine failed the test.
+    let make = |policy| {
+        limiter_timing_out_after(&server.addr(), policy, &clock, super::TIMEOUT).with_breaker(None)
+    };
+    let open = make(FailurePolicy::FailOpen);
+    let closed = make(FailurePolicy::FailClosed);
+    let fallback = make(FailurePolicy::local_fallback(0.5).unwrap());
     for l in [&open, &closed, &fallback] {
         assert!(timed(l, "warm-up").1.is_none());
     }
@@ -100,7 +112,7 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
         assert!(decision.is_allowed() && error.is_some());
         let (decision, error) = timed(&closed, "k");
         assert!(!decision.is_allowed());
-        assert_eq!(decision.retry_after(), SHORT);
+        assert_eq!(decision.retry_after(), super::TIMEOUT);
         let error = error.expect("decided by the policy").to_string();
         assert!(error.contains("unreachable"), "{error}");
     }
