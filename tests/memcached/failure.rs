@@ -213,9 +213,10 @@ fn failures_are_classified_and_name_the_server() {
     check(&error, FailureKind::Timeout, &addr);
     drop(open);
     silent.join().unwrap();
-    // A reply memcached never sends: a protocol error.
+    // A reply memcached never sends: a protocol error. It comes at once: the generous timeout,
+    // so that a reply a loaded machine delayed past `SHORT` is not taken for a timeout.
     let (addr, liar) = one_line_server(b"HELLO THERE\r\n");
-    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let open = limiter_timing_out_after(&addr, FailurePolicy::FailOpen, &clock, super::TIMEOUT);
     let error = timed(&open, "k").1.expect("decided by the policy");
     check(&error, FailureKind::Protocol, &addr);
     liar.join().unwrap();
@@ -263,10 +264,15 @@ fn a_server_that_never_answers_times_out() {
 
 #[test]
 fn nonsense_replies_and_foreign_values_are_counted_errors() {
+    // Every reply here comes at once: the generous timeout, so that a reply a loaded machine
+    // delayed past `SHORT` (150 ms) is not a timeout where the test wants the reply's error.
+    let limiter = |addr: &str, clock: &ManualClock| {
+        limiter_timing_out_after(addr, FailurePolicy::FailOpen, clock, super::TIMEOUT)
+    };
     // A "server" that greets every request with a line memcached never sends.
     let (addr, liar) = one_line_server(b"HELLO THERE\r\n");
     let clock = ManualClock::starting_at(T0);
-    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let open = limiter(&addr, &clock);
     let (decision, error) = timed(&open, "k");
     assert!(decision.is_allowed());
     let error = error.expect("decided by the policy").to_string();
@@ -276,7 +282,7 @@ fn nonsense_replies_and_foreign_values_are_counted_errors() {
 
     // A cell that someone else filled with text.
     let server = MemcachedServer::start();
-    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock);
+    let open = limiter(&server.addr(), &clock);
     let cell = open.cell_key("k", open.cell_index(T0)).unwrap();
     server.set(&cell, "abc");
     let (decision, error) = timed(&open, "k");
