@@ -139,7 +139,9 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
 fn a_server_that_is_not_there_is_a_clear_error_within_the_timeout() {
     let addr = format!("127.0.0.1:{}", free_port());
     let clock = ManualClock::starting_at(T0);
-    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
+    // Refused at once: the generous timeout, so that a call a loaded machine delayed past
+    // `SHORT` is not a timeout where the test wants the refusal.
+    let closed = limiter_timing_out_after(&addr, FailurePolicy::FailClosed, &clock, super::TIMEOUT);
     for _ in 0..5 {
         let (decision, error) = timed(&closed, "k");
         assert!(!decision.is_allowed());
@@ -201,9 +203,14 @@ fn failures_are_classified_and_name_the_server() {
         assert_eq!(error.server_address(), Some(&*server_of(addr)), "{error}");
         assert!(error.to_string().contains(addr), "{error}");
     };
-    // Nothing listens: refused.
+    // Nothing listens: refused, at once (the generous timeout: not taken for a timeout when a
+    // loaded machine delays the call past `SHORT`).
+    let refusing = |addr: &str| {
+        limiter_timing_out_after(addr, FailurePolicy::FailClosed, &clock, super::TIMEOUT)
+            .with_breaker(None)
+    };
     let addr = format!("127.0.0.1:{}", free_port());
-    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock).with_breaker(None);
+    let closed = refusing(&addr);
     let error = timed(&closed, "k").1.expect("decided by the policy");
     check(&error, FailureKind::Refused, &addr);
     // A server that never answers: a timeout.
@@ -226,7 +233,7 @@ fn failures_are_classified_and_name_the_server() {
         .build()
         .unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock).with_breaker(None);
+    let closed = refusing(&addr);
     let outcome = runtime
         .block_on(closed.try_acquire_outcome("k", 1))
         .unwrap();
