@@ -26,7 +26,16 @@ fn limiter(
     policy: FailurePolicy,
     clock: &ManualClock,
 ) -> MemcachedLimiter<ManualClock> {
-    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(SHORT)).unwrap();
+    limiter_timing_out_after(addr, policy, clock, SHORT)
+}
+
+fn limiter_timing_out_after(
+    addr: &str,
+    policy: FailurePolicy,
+    clock: &ManualClock,
+    timeout: Duration,
+) -> MemcachedLimiter<ManualClock> {
+    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(timeout)).unwrap();
     let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     MemcachedLimiter::with_clock(&backend, "policy", window, policy, clock.clone()).unwrap()
 }
@@ -48,14 +57,17 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
     let mut server = MemcachedServer::start();
     let clock = ManualClock::starting_at(T0);
     // The policies themselves, on every call: no circuit breaker (tests/memcached/shortcuts.rs).
-    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock).with_breaker(None);
-    let closed = limiter(&server.addr(), FailurePolicy::FailClosed, &clock).with_breaker(None);
-    let fallback = limiter(
-        &server.addr(),
-        FailurePolicy::local_fallback(0.5).unwrap(),
-        &clock,
-    )
-    .with_breaker(None);
+    // The generous timeout: calls to the killed server fail at once (refused, or the pooled
+    // connection closed), so no call here waits for it, and every call to the live server must
+    // be decided by memcached. With `SHORT` (150 ms), a warm-up call, a call before the kill
+    // (the kill then never came: the loop below ends at the first failure) or one after the
+    // restart that took 150 ms on a loaded machine failed the test.
+    let make = |policy| {
+        limiter_timing_out_after(&server.addr(), policy, &clock, super::TIMEOUT).with_breaker(None)
+    };
+    let open = make(FailurePolicy::FailOpen);
+    let closed = make(FailurePolicy::FailClosed);
+    let fallback = make(FailurePolicy::local_fallback(0.5).unwrap());
     for l in [&open, &closed, &fallback] {
         assert!(timed(l, "warm-up").1.is_none());
     }
@@ -100,7 +112,7 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
         assert!(decision.is_allowed() && error.is_some());
         let (decision, error) = timed(&closed, "k");
         assert!(!decision.is_allowed());
-        assert_eq!(decision.retry_after(), SHORT);
+        assert_eq!(decision.retry_after(), super::TIMEOUT);
         let error = error.expect("decided by the policy").to_string();
         assert!(error.contains("unreachable"), "{error}");
     }
@@ -127,7 +139,9 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
 fn a_server_that_is_not_there_is_a_clear_error_within_the_timeout() {
     let addr = format!("127.0.0.1:{}", free_port());
     let clock = ManualClock::starting_at(T0);
-    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
+    // Refused at once: the generous timeout, so that a call a loaded machine delayed past
+    // `SHORT` is not a timeout where the test wants the refusal.
+    let closed = limiter_timing_out_after(&addr, FailurePolicy::FailClosed, &clock, super::TIMEOUT);
     for _ in 0..5 {
         let (decision, error) = timed(&closed, "k");
         assert!(!decision.is_allowed());
@@ -189,9 +203,14 @@ fn failures_are_classified_and_name_the_server() {
         assert_eq!(error.server_address(), Some(&*server_of(addr)), "{error}");
         assert!(error.to_string().contains(addr), "{error}");
     };
-    // Nothing listens: refused.
+    // Nothing listens: refused, at once (the generous timeout: not taken for a timeout when a
+    // loaded machine delays the call past `SHORT`).
+    let refusing = |addr: &str| {
+        limiter_timing_out_after(addr, FailurePolicy::FailClosed, &clock, super::TIMEOUT)
+            .with_breaker(None)
+    };
     let addr = format!("127.0.0.1:{}", free_port());
-    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock).with_breaker(None);
+    let closed = refusing(&addr);
     let error = timed(&closed, "k").1.expect("decided by the policy");
     check(&error, FailureKind::Refused, &addr);
     // A server that never answers: a timeout.
@@ -201,9 +220,10 @@ fn failures_are_classified_and_name_the_server() {
     check(&error, FailureKind::Timeout, &addr);
     drop(open);
     silent.join().unwrap();
-    // A reply memcached never sends: a protocol error.
+    // A reply memcached never sends: a protocol error. It comes at once: the generous timeout,
+    // so that a reply a loaded machine delayed past `SHORT` is not taken for a timeout.
     let (addr, liar) = one_line_server(b"HELLO THERE\r\n");
-    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let open = limiter_timing_out_after(&addr, FailurePolicy::FailOpen, &clock, super::TIMEOUT);
     let error = timed(&open, "k").1.expect("decided by the policy");
     check(&error, FailureKind::Protocol, &addr);
     liar.join().unwrap();
@@ -213,7 +233,7 @@ fn failures_are_classified_and_name_the_server() {
         .build()
         .unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let closed = limiter(&addr, FailurePolicy::FailClosed, &clock).with_breaker(None);
+    let closed = refusing(&addr);
     let outcome = runtime
         .block_on(closed.try_acquire_outcome("k", 1))
         .unwrap();
@@ -251,10 +271,15 @@ fn a_server_that_never_answers_times_out() {
 
 #[test]
 fn nonsense_replies_and_foreign_values_are_counted_errors() {
+    // Every reply here comes at once: the generous timeout, so that a reply a loaded machine
+    // delayed past `SHORT` (150 ms) is not a timeout where the test wants the reply's error.
+    let limiter = |addr: &str, clock: &ManualClock| {
+        limiter_timing_out_after(addr, FailurePolicy::FailOpen, clock, super::TIMEOUT)
+    };
     // A "server" that greets every request with a line memcached never sends.
     let (addr, liar) = one_line_server(b"HELLO THERE\r\n");
     let clock = ManualClock::starting_at(T0);
-    let open = limiter(&addr, FailurePolicy::FailOpen, &clock);
+    let open = limiter(&addr, &clock);
     let (decision, error) = timed(&open, "k");
     assert!(decision.is_allowed());
     let error = error.expect("decided by the policy").to_string();
@@ -264,7 +289,7 @@ fn nonsense_replies_and_foreign_values_are_counted_errors() {
 
     // A cell that someone else filled with text.
     let server = MemcachedServer::start();
-    let open = limiter(&server.addr(), FailurePolicy::FailOpen, &clock);
+    let open = limiter(&server.addr(), &clock);
     let cell = open.cell_key("k", open.cell_index(T0)).unwrap();
     server.set(&cell, "abc");
     let (decision, error) = timed(&open, "k");

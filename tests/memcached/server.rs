@@ -72,7 +72,11 @@ impl MemcachedServer {
         }
         self.process = ServerProcess::spawn(
             &mut command,
-            || self.request("version\r\n").starts_with("VERSION "),
+            // `stats` names the process: not another test's memcached that bound the port first.
+            |pid| {
+                self.request("stats\r\n")
+                    .contains(&format!("STAT pid {pid}\r\n"))
+            },
             |child| {
                 let mut stderr = String::new();
                 if let Some(mut pipe) = child.stderr.take() {
@@ -80,7 +84,7 @@ impl MemcachedServer {
                 }
                 stderr
             },
-            "VERSION",
+            "stats naming the child's process id",
         )?;
         Ok(())
     }

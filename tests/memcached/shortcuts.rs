@@ -27,7 +27,10 @@ fn incrs(server: &MemcachedServer) -> u64 {
 fn a_frozen_server_opens_the_breaker_then_calls_skip_it_and_a_probe_closes_it() {
     let server = MemcachedServer::start();
     let clock = ManualClock::starting_at(T0);
-    let timeout = Duration::from_millis(400);
+    // Long enough that the calls to the live server (the first, and the probe after the resume)
+    // are answered within it on a loaded machine, as the Redis cluster tests' 2 s; at 400 ms
+    // either could time out and fail the test. The four calls to the frozen server wait it out.
+    let timeout = Duration::from_secs(2);
     let backend =
         MemcachedBackend::connect(MemcachedConfig::new(server.addr()).timeout(timeout)).unwrap();
     let window = SlidingWindow::new(100, Duration::from_secs(60), 60).unwrap();

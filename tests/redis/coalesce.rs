@@ -18,6 +18,14 @@ use super::server::{RedisCluster, RedisServer, ScriptCall};
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// A hang guard only: every wait below ends long before it unless something is stuck.
 const HANG: Duration = Duration::from_secs(60);
+/// An aligned window no test run can straddle: its boundaries are forty years apart (the next
+/// in 2049). A test's decisions on one key must see one window: across a boundary the key's
+/// count starts again (and a 10-minute window's boundary could fall inside a test's run).
+const FORTY_YEARS: Duration = Duration::from_secs(40 * 365 * 86_400);
+/// The index of the aligned window of [`FORTY_YEARS`] that the server's clock is in.
+fn aligned_index(server: &RedisServer) -> String {
+    (server.time_micros() / FORTY_YEARS.as_micros() as u64).to_string()
+}
 
 pub(super) type Call = Pin<Box<dyn Future<Output = Result<Outcome, RequestError>> + Send>>;
 
@@ -363,11 +371,10 @@ fn a_fixed_window_counter_that_is_not_an_exact_integer_fails_only_its_own_decisi
 #[test]
 fn a_fixed_window_count_below_zero_fails_only_its_own_decisions() {
     fn aligned_count(server: &RedisServer, key: &str, value: &str) {
-        let index = (server.time_micros() / 600_000_000).to_string();
-        server.cli(&["HSET", key, "i", &index, "c", value]);
+        server.cli(&["HSET", key, "i", &aligned_index(server), "c", value]);
     }
     let anchored = FixedWindow::new(10, Duration::from_secs(600)).unwrap();
-    let aligned = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
+    let aligned = FixedWindow::aligned(10, FORTY_YEARS).unwrap();
     let what = "does not hold a counter";
     let negative = ["-5", "-1", "-9007199254740991"];
     a_bad_key_fails_only_its_own_decisions("neg-fw", anchored, set_string, &negative, what);
@@ -376,7 +383,7 @@ fn a_fixed_window_count_below_zero_fails_only_its_own_decisions() {
 
 #[test]
 fn an_aligned_window_batch_fails_only_the_decisions_on_a_key_of_another_type() {
-    let window = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
+    let window = FixedWindow::aligned(10, FORTY_YEARS).unwrap();
     a_bad_key_fails_only_its_own_decisions(
         "bad-fwa",
         window,
@@ -391,17 +398,18 @@ fn an_aligned_window_batch_fails_only_the_decisions_on_a_key_of_another_type() {
 #[test]
 fn an_aligned_window_count_or_index_that_is_not_an_exact_integer_fails_only_its_own_decisions() {
     fn count(server: &RedisServer, key: &str, value: &str) {
-        let index = (server.time_micros() / 600_000_000).to_string();
-        server.cli(&["HSET", key, "i", &index, "c", value]);
+        server.cli(&["HSET", key, "i", &aligned_index(server), "c", value]);
     }
     fn index(server: &RedisServer, key: &str, value: &str) {
         server.cli(&["HSET", key, "i", value, "c", "0"]);
     }
-    let window = FixedWindow::aligned(10, Duration::from_secs(600)).unwrap();
+    let window = FixedWindow::aligned(10, FORTY_YEARS).unwrap();
     let what = "does not hold a counter";
     a_bad_key_fails_only_its_own_decisions("bad-fwa-c", window.clone(), count, &NOT_EXACT, what);
-    // The window of index 15,011,998 (10 minutes each) ends past 2^53 µs; 15,011,997 within.
-    let indices: Vec<&str> = NOT_EXACT.iter().copied().chain(["15011998"]).collect();
+    // The window of index 7 (forty years each) ends past 2^53 µs; index 6's within.
+    const WINDOW_US: u128 = FORTY_YEARS.as_micros();
+    const { assert!(7 * WINDOW_US < 1 << 53 && 8 * WINDOW_US >= 1 << 53) };
+    let indices: Vec<&str> = NOT_EXACT.iter().copied().chain(["7"]).collect();
     a_bad_key_fails_only_its_own_decisions("bad-fwa-i", window, index, &indices, what);
 }
 
@@ -629,8 +637,7 @@ fn a_batch_on_a_sliding_window_decides_exactly_as_sequential_calls() {
 #[test]
 fn a_batch_on_an_aligned_window_decides_exactly_as_sequential_calls() {
     let server = RedisServer::start();
-    // Forty years, aligned to the server's clock: the next boundary is in 2049.
-    let window = Duration::from_secs(40 * 365 * 86_400);
+    let window = FORTY_YEARS;
     let decided = exact_in_order(
         RedisConfig::single(server.url()),
         "coalesce-aligned",
@@ -957,7 +964,7 @@ fn a_one_decision_call_sends_only_what_its_script_reads() {
         let backend = RedisBackend::connect(config).await.unwrap();
         let anchored = FixedWindow::new(1_000, window).unwrap();
         sends_only_what_its_script_reads(&server, &backend, "anchored", anchored).await;
-        let aligned = FixedWindow::aligned(1_000, window).unwrap();
+        let aligned = FixedWindow::aligned(1_000, FORTY_YEARS).unwrap();
         sends_only_what_its_script_reads(&server, &backend, "aligned", aligned).await;
         let gcra = Gcra::new(Rate::per_hour(1), 1_000).unwrap();
         sends_only_what_its_script_reads(&server, &backend, "gcra", gcra).await;
@@ -1207,7 +1214,9 @@ fn a_sliding_log_batch_to_a_frozen_server_times_out() {
 
 /// Two decisions of `ns` permits queued behind a call to a frozen server.
 fn sliding_log_batch_to_a_frozen_server_times_out(ns: [u32; 2]) {
-    const SHORT: Duration = Duration::from_millis(300);
+    // Long enough that the warm-up and the call after the thaw are answered within it on a
+    // loaded machine (at 300 ms either could time out and fail the test).
+    const SHORT: Duration = Duration::from_secs(2);
     let server = RedisServer::start();
     let runtime = runtime();
     let limiter = runtime.block_on(async {

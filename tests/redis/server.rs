@@ -104,22 +104,37 @@ impl RedisServer {
         let log = self.dir.join("redis.log");
         self.process = ServerProcess::spawn(
             &mut command,
-            || self.ping(),
+            |pid| self.answers_as(pid),
             |_| std::fs::read_to_string(&log).unwrap_or_default(),
-            "PONG",
+            "INFO server naming the child's process id",
         )?;
         Ok(())
     }
 
-    fn ping(&self) -> bool {
+    /// Whether the server on the port answers, and is process `pid` (`INFO server`'s
+    /// `process_id`), not another test's server that bound the port first.
+    fn answers_as(&self, pid: u32) -> bool {
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut reply = [0u8; 7];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG\r\n"
+        if stream.write_all(b"INFO server\r\n").is_err() {
+            return false;
+        }
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&reply);
+            if let Some(rest) = text.split("\r\nprocess_id:").nth(1)
+                && let Some((id, _)) = rest.split_once("\r\n")
+            {
+                return id == pid.to_string();
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return false,
+                Ok(read) => reply.extend_from_slice(&chunk[..read]),
+            }
+        }
     }
 
     /// `redis://127.0.0.1:port`.

@@ -15,19 +15,25 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Spawns `command` and waits until `ready()` holds. If the process exits first, the error
-    /// holds its status and `exit_detail` (its log or stderr); if the deadline passes, it is
-    /// killed and the error says `waiting_for` did not come.
+    /// Spawns `command` and waits until `ready(pid)` holds, `pid` being the child's: `ready`
+    /// must check that the server answering on the port is this child. The port was free when
+    /// it was picked, but another test (tests run in parallel) may have picked it too and bound
+    /// it first: this child then exits ("address in use"), and a plain ping answered by the
+    /// other test's server passed for this one, so two tests shared one server (and one's kill
+    /// or freeze hit the other's). If the process exits first, the error holds its status and
+    /// `exit_detail` (its log or stderr), and the caller may try another port; if the deadline
+    /// passes, it is killed and the error says `waiting_for` did not come.
     pub fn spawn(
         command: &mut Command,
-        ready: impl Fn() -> bool,
+        ready: impl Fn(u32) -> bool,
         exit_detail: impl FnOnce(&mut Child) -> String,
         waiting_for: &str,
     ) -> Result<Self, String> {
         let mut child = command.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let pid = child.id();
         let deadline = Instant::now() + START_DEADLINE;
         while Instant::now() < deadline {
-            if ready() {
+            if ready(pid) {
                 return Ok(ServerProcess { child: Some(child) });
             }
             if let Ok(Some(status)) = child.try_wait() {
