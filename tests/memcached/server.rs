@@ -181,12 +181,31 @@ impl MemcachedServer {
     }
 }
 
-/// Whether `reply` ends with a line that ends any reply the helpers ask for.
+/// Whether `reply` ends with a line that ends any reply the helpers ask for: `END` after a
+/// `get`'s values or `stats`' lines (which may come in several reads: a read that ends between
+/// two `STAT` lines is not the whole reply), else the first line.
 fn is_complete(reply: &[u8]) -> bool {
     let text = String::from_utf8_lossy(reply);
     let Some(body) = text.strip_suffix("\r\n") else {
         return false;
     };
     let last = body.rsplit("\r\n").next().unwrap_or("");
-    !body.starts_with("VALUE ") && !last.is_empty() || last == "END"
+    let ends_at_end = body.starts_with("VALUE ") || body.starts_with("STAT ");
+    !ends_at_end && !last.is_empty() || last == "END"
+}
+
+#[test]
+fn a_reply_read_in_parts_is_complete_only_at_its_end() {
+    // A `stats` reply cut between two lines (the failure seen once: "no time in" a reply that
+    // held `pid` and `uptime` only), and whole.
+    assert!(!is_complete(b"STAT pid 7\r\nSTAT uptime 5\r\n"));
+    assert!(is_complete(
+        b"STAT pid 7\r\nSTAT uptime 5\r\nSTAT time 9\r\nEND\r\n"
+    ));
+    assert!(!is_complete(b"VALUE k 0 1\r\n3\r\n"));
+    assert!(is_complete(b"VALUE k 0 1\r\n3\r\nEND\r\n"));
+    assert!(is_complete(b"END\r\n"));
+    assert!(is_complete(b"STORED\r\n"));
+    assert!(is_complete(b"HD t2\r\n"));
+    assert!(!is_complete(b"HD t2"));
 }
