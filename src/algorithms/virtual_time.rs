@@ -445,9 +445,10 @@ impl VirtualTime {
     /// force, a time within the horizon of the floor, after the last change and far from the
     /// end of time, no leap. It decides exactly as [`decide_tat`] does there (the tests compare
     /// the two) and writes nothing before its compare-exchange except the floor raise
-    /// `update_at` also makes. A lost compare-exchange decides again on the word that won, with
-    /// the same clock read and a fresh floor, as `update_at` retries; anything outside the common
-    /// case goes to the general engine, which starts over.
+    /// `update_at` also makes. In generation 0's copy a lost compare-exchange decides again on
+    /// the word that won, with the same clock read and a fresh floor, as `update_at` retries (in
+    /// the other copy it goes to the general engine); anything outside the common case goes to
+    /// the general engine, which starts over.
     ///
     /// Generation 0 (a bucket never reconfigured, the common case) runs its own copy of the path,
     /// compiled with the generation a constant: the slot's address and the stamp (0) are then
@@ -651,18 +652,15 @@ impl VirtualTime {
                             new_tat - stamped,
                         ]);
                     }
-                    // Another writer landed first: decide again on its word, as `update_at`
-                    // does (same clock read, the floor loaded again), if it has the same stamp
-                    // bits. One of other bits goes to the engine: higher ones would fail the
-                    // reach test, but lower ones (a writer still in an older generation) would
-                    // read as a time before `now`, a full bucket. Generation 0's copy needs no
-                    // test: any other bits are higher.
-                    Err(actual) => {
-                        if !FRESH && actual & !END_OF_TIME != stamp() {
-                            break;
-                        }
-                        current = actual;
-                    }
+                    // Another writer landed first. Generation 0's copy decides again on its
+                    // word, as `update_at` does (same clock read, the floor loaded again): a word
+                    // of other stamp bits is at least 2^62 and fails the reach test. The other
+                    // copy goes to the engine, which starts over: a word of lower stamp bits (a
+                    // writer still in an older generation) would read there as a time before
+                    // `now`, a full bucket; and with no second try the copy is no loop (its
+                    // loop head's alignment padding cost every call an instruction, issue 17).
+                    Err(actual) if FRESH => current = actual,
+                    Err(_) => break,
                 }
             }
         }
