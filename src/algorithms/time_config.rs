@@ -127,7 +127,7 @@ impl HotView<'_> {
     }
 
     /// The stamp bits of the slot's generations in place: `bits << 62` for the slot of stamp
-    /// bits `bits`, a constant of the slot (a plain field, no load to validate).
+    /// bits `bits`, a constant of the slot (stored at construction only: nothing to validate).
     #[inline(always)]
     pub(crate) fn stamp(self) -> u64 {
         // Relaxed: written once, before the store is shared (pairs with nothing).
