@@ -232,13 +232,14 @@ fn header(headers: &http::HeaderMap, name: &str) -> String {
         .to_owned()
 }
 
+/// What [`drive_two_layers`] saw: the admissions, each 429's headers with when its request
+/// was sent (read before it went out), and the longest any request took from that reading to
+/// its response.
+type Driven = (u32, Vec<(std::time::Instant, http::HeaderMap)>, Duration);
+
 /// Sends `3 × LIMIT` requests from one peer, alternately to the two `services`; checks each
-/// admitted response's `RateLimit` line with `admitted_line(line, admitted so far)`. Returns
-/// the admissions and each 429's headers, with when it came.
-async fn drive_two_layers<S, B>(
-    services: &[S; 2],
-    admitted_line: impl Fn(&str, u32),
-) -> (u32, Vec<(std::time::Instant, http::HeaderMap)>)
+/// admitted response's `RateLimit` line with `admitted_line(line, admitted so far)`.
+async fn drive_two_layers<S, B>(services: &[S; 2], admitted_line: impl Fn(&str, u32)) -> Driven
 where
     S: tower::Service<
             http::Request<http_body_util::Full<bytes::Bytes>>,
@@ -249,12 +250,15 @@ where
     use tower::ServiceExt;
     let mut admitted = 0;
     let mut denials = Vec::new();
+    let mut longest = Duration::ZERO;
     for i in 0..3 * LIMIT as usize {
+        let sent = std::time::Instant::now();
         let response = services[i % 2]
             .clone()
             .oneshot(http_service::from_peer("192.0.2.7:4000"))
             .await
             .unwrap();
+        longest = longest.max(sent.elapsed());
         match response.status() {
             StatusCode::OK => {
                 admitted += 1;
@@ -262,11 +266,11 @@ where
             }
             status => {
                 assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-                denials.push((std::time::Instant::now(), response.headers().clone()));
+                denials.push((sent, response.headers().clone()));
             }
         }
     }
-    (admitted, denials)
+    (admitted, denials, longest)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,7 +304,7 @@ async fn two_layers_on_one_memcached_admit_exactly_the_limit_and_429s_carry_its_
             .policy(policy.clone())
             .layer(hello()),
     ];
-    let (admitted, denials) = drive_two_layers(&services, |line, admitted| {
+    let (admitted, denials, _) = drive_two_layers(&services, |line, admitted| {
         assert_eq!(line, format!(r#""api";r={};t=60"#, LIMIT - admitted));
     })
     .await;
@@ -370,7 +374,7 @@ async fn two_layers_on_one_redis_admit_exactly_the_limit_and_429s_carry_its_deci
                     .layer(hello()),
             ];
             // The second round of denials comes from each layer's deny cache.
-            let (admitted, denials) = drive_two_layers(&services, |line, admitted| {
+            let (admitted, denials, longest) = drive_two_layers(&services, |line, admitted| {
                 let expected = format!(r#""{}";r={};t="#, $name, LIMIT - admitted);
                 assert!(line.starts_with(&expected), "{line}");
             })
@@ -382,9 +386,19 @@ async fn two_layers_on_one_redis_admit_exactly_the_limit_and_429s_carry_its_deci
             assert!(!decision.is_allowed());
             assert_eq!(denials.len(), 2 * LIMIT as usize);
             for (at, headers) in &denials {
-                // Each 429 came earlier than Redis's decision: its wait is no shorter, and
-                // longer by at most the time between them (and the rounding up).
-                let low = ceil_secs(decision.retry_after());
+                // Each 429's request was sent (`at`) before Redis's decision was asked for,
+                // and Redis decided it after `at`: its wait is longer than Redis's last by at
+                // most the time from `at` to `asked` (and the rounding up), however long a
+                // stall came between a decision and the test reading the time. A 429 from a
+                // layer's deny cache is no earlier than its cached denial's request, whose
+                // wait ran from when it was asked for, up to `longest` before Redis decided
+                // it: its wait may be that much shorter than Redis's (and 1 ms, its rounding
+                // down).
+                let low = ceil_secs(
+                    decision
+                        .retry_after()
+                        .saturating_sub(longest + Duration::from_millis(1)),
+                );
                 let high = ceil_secs(decision.retry_after() + asked.duration_since(*at)) + 1;
                 let retry: u64 = header(headers, "retry-after").parse().unwrap();
                 assert!(

@@ -1,9 +1,8 @@
 //! `LeasedKey` at its edges: during an outage a call must return within the
 //! backend's timeout, as a per-call decision does. A frozen server (SIGSTOP) never answers, so
-//! every Redis call a `LeasedKey` makes waits for its full timeout: the tests count how many of
-//! those a single caller waits through. Timers never fire early, so a call that waits through
-//! two timeouts takes at least `2 × TIMEOUT` on any machine; the bounds below leave a correct
-//! implementation (one timeout) a whole `TIMEOUT` of slack or more for a loaded machine.
+//! every Redis call a `LeasedKey` makes to it waits for its full timeout. The tests whose
+//! calls must time out use [`SHORT`]; the others the generous [`TIMEOUT`], which only a hang
+//! reaches.
 #![cfg(feature = "redis")]
 
 #[path = "support/lossy_proxy.rs"]
@@ -24,7 +23,15 @@ use server::RedisServer;
 use std::future::Future as _;
 use taken::taken;
 
-const TIMEOUT: Duration = Duration::from_secs(1);
+/// The backend's timeout where no call must time out: a live server's answer never misses it,
+/// however loaded the machine.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The backend's timeout where calls to a frozen server must time out (as the Redis cluster
+/// tests'): long enough that a live server's answer does not miss it on a loaded machine, short
+/// enough that the frozen calls' waits keep the tests quick.
+const SHORT: Duration = Duration::from_secs(2);
+/// The real-time bound on a call to a frozen server: only a hang reaches it.
+const HANG: Duration = Duration::from_secs(60);
 
 /// GCRA of 1 permit an hour with a burst of 100: no permit comes back during a test.
 fn hourly_gcra() -> Gcra {
@@ -41,7 +48,7 @@ async fn hourly(
     hourly_on(&server.url(), timeout, name).await
 }
 
-/// [`hourly`] at `url` (a proxy's) with the 1 s timeout.
+/// [`hourly`] at `url` (a proxy's) with the generous [`TIMEOUT`].
 async fn hourly_at(
     url: &str,
     name: &str,
@@ -64,67 +71,152 @@ async fn hourly_on(
 }
 
 /// A lease expired with permits unserved, then Redis freezes: the next call gives the old
-/// lease back (one script, up to `TIMEOUT`) and only then asks for a new one (another, up to a
-/// fresh `TIMEOUT`): it returns after two timeouts, not one.
+/// lease back, then (had the refund been answered) asks for a new one, both within the call's
+/// one timeout: the refund gets half of what is left of it, the request the rest, and a refund
+/// that failed decides the call (no request follows it). Before, the refund waited up to a
+/// whole timeout and the request up to a fresh one: two timeouts. The test bounded the call's
+/// real wait by `2 × SHORT`, which a stall of the test (a loaded machine) could pass; it now
+/// checks what the server was sent (`SLOWLOG`, read after the thaw once a later call on the
+/// same connection was answered, so everything sent before that call has run):
+/// * for the key, the refund and nothing after it;
+/// * the refund's deadline (its last argument, on the server's clock) is at least `7/16` of a
+///   timeout before the deadline of a per-call decision started after the refill's first poll.
+///   The client sends `deadline − budget / 8`, shifted by one offset (no reply changes it while
+///   the server is frozen): a refund given half of the call's timeout sends at most `7/16` of a
+///   timeout past the refill's start, the later decision at least `7/8` of one past its own, so
+///   no stall can bring them closer. A refund given the call's whole timeout sends `7/8` of one
+///   past the refill's start: within microseconds of the later decision's.
+///
+/// Real time only bounds a hang ([`HANG`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refill_during_an_outage_returns_within_the_timeout() {
     let server = RedisServer::start();
-    let (_, limiter, clock) = hourly(&server, TIMEOUT, "review").await;
-    let leased = LeasedKey::new(Arc::new(limiter), "k");
+    let (_, limiter, clock) = hourly(&server, SHORT, "review").await;
+    let limiter = Arc::new(limiter);
+    // The lease, refund and per-call scripts' SHAs, in that order (each loaded here).
+    server.log_script_calls();
+    let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+    assert!(warm.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(warm.release().await.unwrap(), 7);
+    assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+    let mut shas: Vec<String> = Vec::new();
+    for call in server.script_calls() {
+        if !shas.contains(&call.sha) {
+            shas.push(call.sha);
+        }
+    }
+    let [lease, refund, decision]: [String; 3] = shas.try_into().expect("three scripts");
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
     assert_eq!(leased.counts().held, 7);
     clock.advance(leased.lifetime());
 
+    server.log_script_calls();
     server.freeze();
-    let started = Instant::now();
-    let outcome = leased.try_acquire_outcome(1).await.unwrap();
-    let waited = started.elapsed();
+    // One poll: the expired lease is retired and its refund sent, its deadline set (before the
+    // first await that waits).
+    let mut refill = std::pin::pin!(leased.try_acquire_outcome(1));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(refill.as_mut().poll(&mut context).is_pending());
+    let later = limiter.try_acquire_outcome("other", 1);
+    let both = tokio::time::timeout(HANG, async { tokio::join!(refill, later) }).await;
     server.thaw();
+    let (outcome, later) = both.expect("the refill or the later decision hung");
+    let (outcome, later) = (outcome.unwrap(), later.unwrap());
     assert!(
         outcome.failure().is_some_and(|e| e.is_timeout()),
         "{outcome:?}"
     );
+    assert!(later.failure().is_some_and(|e| e.is_timeout()), "{later:?}");
+    let synced = limiter.try_acquire_outcome("sync", 1).await.unwrap();
+    assert!(synced.failure().is_none(), "{synced:?}");
+
+    let calls = server.script_calls();
+    let first_key = |key: &str| limiter.redis_keys(key)[0].clone();
+    let on = |key: &str| -> Vec<&str> {
+        let key = first_key(key);
+        let on_key = calls.iter().filter(|c| c.keys.first() == Some(&key));
+        on_key.map(|c| c.sha.as_str()).collect()
+    };
+    assert_eq!(
+        on("k"),
+        [refund.as_str()],
+        "the refund only, no request ({lease}) after it failed: {calls:?}"
+    );
+    assert_eq!(on("other"), [decision.as_str()], "{calls:?}");
+    let deadline = |key: &str| -> u64 {
+        let key = first_key(key);
+        let call = calls.iter().find(|c| c.keys.first() == Some(&key)).unwrap();
+        call.args.last().unwrap().parse().unwrap()
+    };
+    let (refunds_by, later_by) = (deadline("k"), deadline("other"));
+    // 2 µs: each side's shift to the server's clock truncates to the microsecond.
+    let half = u64::try_from((SHORT * 7 / 16).as_micros()).unwrap() - 2;
     assert!(
-        waited < 2 * TIMEOUT,
-        "one call waited {waited:?} with a timeout of {TIMEOUT:?} (refund, then take)"
+        refunds_by > 0 && later_by >= refunds_by + half,
+        "the refund's deadline {refunds_by} is not 7/16 of {SHORT:?} before a later call's \
+         {later_by} (µs, the server's clock)"
     );
 }
 
-/// Six tasks share one `LeasedKey` and Redis is frozen. Each refill takes the owner's async
-/// mutex and waits for its script's timeout while holding it; the tasks waiting on the mutex
-/// then send their own refill, one after another, each waiting a full timeout again, until the
-/// default breaker (5 failures) opens: the fifth task returns after five timeouts.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Six tasks share one `LeasedKey` and Redis is frozen. The first task's refill holds the
+/// owner while its request waits for its timeout; the others wait for the owner, each until
+/// its own deadline, and a refill that failed while they waited is their failure too: one
+/// request for the six, each returning within its own timeout. Before, each waiting task sent
+/// its own refill once it got the owner, one after another, each waiting a full timeout again,
+/// until the default breaker (5 failures) opened: the fifth returned after five timeouts. The
+/// test bounded the longest real wait by `3 × SHORT`, which a stall of the test could pass; it
+/// now checks that one script reached the server (`SLOWLOG`, read after the thaw once a later
+/// call on the same connection was answered). On a current-thread runtime the six tasks start,
+/// in spawn order, before the first is polled again: each has asked before the first refill
+/// can fail, however the test is stalled, so none may send a request of its own. Real time
+/// only bounds a hang ([`HANG`]).
+#[tokio::test(flavor = "current_thread")]
 async fn concurrent_refills_during_an_outage_each_return_within_the_timeout() {
     const TASKS: usize = 6;
     let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let config = RedisConfig::single(server.url()).timeout(SHORT);
     let backend = RedisBackend::connect(config).await.unwrap();
     let limiter =
         RedisLimiter::new(&backend, "review", hourly_gcra(), FailurePolicy::FailOpen).unwrap();
+    let key = limiter.redis_keys("k")[0].clone();
     let leased = Arc::new(LeasedKey::new(Arc::new(limiter), "k"));
+    // On the same connection, with no breaker to short-circuit it.
+    let sync = RedisLimiter::new(&backend, "sync", hourly_gcra(), FailurePolicy::FailClosed);
+    let sync = sync.unwrap().with_breaker(None);
 
+    server.log_script_calls();
     server.freeze();
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let leased = Arc::clone(&leased);
-            tokio::spawn(async move {
-                let started = Instant::now();
-                let outcome = leased.try_acquire_outcome(1).await.unwrap();
-                (started.elapsed(), outcome.failure().map(|e| e.kind()))
-            })
+            tokio::spawn(async move { leased.try_acquire_outcome(1).await.unwrap() })
         })
         .collect();
-    let mut results = Vec::new();
-    for task in tasks {
-        results.push(task.await.unwrap());
-    }
+    let joined = tokio::time::timeout(HANG, async {
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.unwrap());
+        }
+        outcomes
+    })
+    .await;
     server.thaw();
-    let longest = results.iter().map(|(waited, _)| *waited).max().unwrap();
-    assert!(
-        longest < 3 * TIMEOUT,
-        "a call waited {longest:?} with a timeout of {TIMEOUT:?}: {results:?}"
-    );
+    let outcomes = joined.expect("a refill hung");
+    for outcome in &outcomes {
+        assert!(
+            outcome.failure().is_some_and(|e| e.is_timeout()),
+            "{outcomes:?}"
+        );
+    }
+    let synced = sync.try_acquire_outcome("k", 1).await.unwrap();
+    assert!(synced.failure().is_none(), "{synced:?}");
+    let calls = server.script_calls();
+    let sent = calls
+        .iter()
+        .filter(|c| c.keys.first() == Some(&key))
+        .count();
+    assert_eq!(sent, 1, "one request for the six: {calls:?}");
 }
 
 /// An anchored window's lease must end by the time the window's counter expires on the server
@@ -337,16 +429,18 @@ async fn a_caller_waiting_on_a_half_open_probe_is_short_circuited_at_once() {
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
 
-/// A lease of 8 served once (7 held): its key's backend, limiter (shared) and `LeasedKey`.
+/// A lease of 8 served once (7 held), on a backend timing out after `timeout`: its key's
+/// backend, limiter (shared) and `LeasedKey`.
 async fn seven_held(
     server: &RedisServer,
+    timeout: Duration,
     name: &str,
 ) -> (
     RedisBackend,
     Arc<RedisLimiter<Gcra, ManualClock>>,
     LeasedKey<Gcra, ManualClock>,
 ) {
-    let (backend, limiter, _) = hourly(server, TIMEOUT, name).await;
+    let (backend, limiter, _) = hourly(server, timeout, name).await;
     let limiter = Arc::new(limiter);
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
@@ -357,11 +451,11 @@ async fn seven_held(
 /// Redis is down when the process gives its lease back: `release` fails, naming the server,
 /// and does not say "nothing to give back" (`Ok(0)`, which a refund the server refused
 /// returns); the 7 permits are counted stranded. The time bound guards a hang only (a killed
-/// server fails the call at once or after the 1 s timeout).
+/// server refuses the call at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_redis_is_down_fails_naming_the_server() {
     let mut server = RedisServer::start();
-    let (_, _, leased) = seven_held(&server, "down").await;
+    let (_, _, leased) = seven_held(&server, TIMEOUT, "down").await;
     server.kill();
     let started = Instant::now();
     let released = leased.release().await;
@@ -392,18 +486,18 @@ async fn a_release_while_redis_is_down_fails_naming_the_server() {
 
 /// Redis is frozen (SIGSTOP) when the process gives its lease back: `release` times out after
 /// the backend's timeout and says so, naming the server (the refund may have run: the 7 are
-/// counted stranded). Timers never fire early, so the call cannot return before `TIMEOUT`; the
+/// counted stranded). Timers never fire early, so the call cannot return before `SHORT`; the
 /// upper bound guards a hang only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_redis_is_frozen_times_out_naming_the_server() {
     let server = RedisServer::start();
-    let (_, _, leased) = seven_held(&server, "frozen").await;
+    let (_, _, leased) = seven_held(&server, SHORT, "frozen").await;
     server.freeze();
     let started = Instant::now();
     let released = leased.release().await;
     let waited = started.elapsed();
     server.thaw();
-    assert!(waited < 10 * TIMEOUT, "hung: {released:?}");
+    assert!(waited < 10 * SHORT, "hung: {released:?}");
     let (permits, error) = match released {
         Err(ReleaseError::Refund { permits, error }) => (permits, error),
         other => panic!("not the refund's failure: {other:?}"),
@@ -424,7 +518,7 @@ async fn a_release_while_redis_is_frozen_times_out_naming_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_after_the_key_moved_on_gives_back_nothing_and_is_no_failure() {
     let server = RedisServer::start();
-    let (_, limiter, leased) = seven_held(&server, "moved").await;
+    let (_, limiter, leased) = seven_held(&server, TIMEOUT, "moved").await;
     assert!(limiter.try_acquire("k", 1).await.unwrap().is_allowed());
     assert_eq!(leased.release().await.unwrap(), 0);
     let counts = leased.counts();
@@ -508,7 +602,7 @@ async fn a_refill_whose_refund_fails_is_decided_by_that_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_that_timed_out_is_sent_again_and_lands_once() {
     let server = RedisServer::start();
-    let (_, limiter, clock) = hourly(&server, TIMEOUT, "again").await;
+    let (_, limiter, clock) = hourly(&server, SHORT, "again").await;
     let limiter = Arc::new(limiter);
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
@@ -628,7 +722,7 @@ async fn a_refund_sent_again_after_a_lost_reply_lands_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_past_its_lease_s_time_is_given_up() {
     let server = RedisServer::start();
-    let (_, limiter, clock) = hourly(&server, TIMEOUT, "late").await;
+    let (_, limiter, clock) = hourly(&server, SHORT, "late").await;
     let limiter = Arc::new(limiter);
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
@@ -745,7 +839,7 @@ async fn a_release_outside_a_runtime_keeps_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_refund_goes_before_a_call_near_the_limit() {
     let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let config = RedisConfig::single(server.url()).timeout(SHORT);
     let backend = RedisBackend::connect(config).await.unwrap();
     let clock = ManualClock::new();
     let gcra = Gcra::new(Rate::per_hour(1), 12).unwrap();
@@ -797,7 +891,7 @@ async fn a_kept_refund_goes_before_a_call_near_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_a_refill_holds_the_lease_gives_up_at_its_deadline() {
     let server = RedisServer::start();
-    let (_, limiter, clock) = hourly(&server, TIMEOUT, "busy").await;
+    let (_, limiter, clock) = hourly(&server, SHORT, "busy").await;
     let limiter = Arc::new(limiter);
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
@@ -811,7 +905,7 @@ async fn a_release_while_a_refill_holds_the_lease_gives_up_at_its_deadline() {
     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
     assert!(refill.as_mut().poll(&mut context).is_pending());
 
-    let guard = tokio::time::timeout(10 * TIMEOUT, leased.release()).await;
+    let guard = tokio::time::timeout(10 * SHORT, leased.release()).await;
     let released = guard.expect("release waited for the owner past its deadline (hung)");
     let error = match released {
         Err(ReleaseError::Busy { error }) => error,

@@ -182,16 +182,25 @@ fn both(
 const WINDOW_S: u64 = 600;
 const WINDOW_US: u64 = WINDOW_S * 1_000_000;
 
+/// How long after the batch's `start` (the server's `TIME`, read before the case is written)
+/// every entry stays on its side of the window's edge and of the scripts' `now`: the case's
+/// three `redis-cli` calls (the setup, the reference, the batch script) may take up to this
+/// long, however loaded the machine, before an entry could be in the window for one script
+/// and out of it for the other.
+const MARGIN_S: u64 = WINDOW_S / 2;
+
 /// One key's log as it is before the batch: (score offsets from the batch's start in whole
-/// seconds, the sequence if any). Offsets are at least 2 s away from the window's edge, so
-/// the milliseconds between the two scripts' clocks change no entry's side of it.
+/// seconds, the sequence if any). An entry in the window is at most `WINDOW_S - MARGIN_S` old
+/// at `start`, one ahead is `MARGIN_S` ahead of it, one out of the window was out at `start`:
+/// each stays on its side for [`MARGIN_S`] (it was 2 s, which three `redis-cli` calls on a
+/// loaded machine could take).
 fn random_log(rng: &mut Rng) -> (Vec<i64>, Option<u64>) {
     let entries = rng.below(8) as usize;
     let offsets = (0..entries)
         .map(|_| match rng.below(10) {
-            0 => 30,                                             // ahead: the clock stepped back 30 s
+            0 => MARGIN_S as i64, // ahead: the clock stepped back
             1 => -(WINDOW_S as i64) - 2 - rng.below(100) as i64, // out of the window
-            _ => -2 - rng.below(WINDOW_S - 4) as i64,            // in the window
+            _ => -2 - rng.below(WINDOW_S - MARGIN_S - 2) as i64, // in the window
         })
         .collect();
     let seq = match rng.below(6) {
