@@ -472,7 +472,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// [`ends_waits`](Self::ends_waits) out of line, for the short path: small, its six
     /// arguments in registers and its answer in two (a `NonZeroU64` retry, so `None` takes no
-    /// third word), and no register saved, so the call costs the short path a few instructions
+    /// third word), and one register saved, so the call costs the short path a few instructions
     /// and the caller builds the `Decision` (see `acquire_counted`). Before, the ends were read
     /// in `after_short`'s frame (six registers saved, the refusal and the answer passed through
     /// memory: 185 instructions a spent denial, `examples/instructions sliding-window-60 spent`;
