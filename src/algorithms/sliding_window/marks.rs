@@ -521,10 +521,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let cells = self.geometry.cells;
         let back = end >> END_COUNT_BITS;
         let oldest = cell.checked_sub(back)?;
+        // The retry is when the oldest used cell leaves.
+        let retry = at_least_one(self.geometry.until_start(oldest.saturating_add(cells), now));
+        // The reset is when the newest used cell leaves: the oldest's when it is the only one
+        // and the current cell is empty (the spent denial: no second wait computed).
         let newest = if count > 0 {
             cell
         } else if end & END_SOLE != 0 {
-            oldest
+            return Some((retry, retry.get()));
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.
@@ -535,8 +539,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
             cell - newest
         };
-        // The retry cell is when the oldest used cell leaves, the reset when the newest does.
-        Some(self.waits_until(now, (oldest.saturating_add(cells), Some(newest))))
+        let reset = self.geometry.until_start(newest.saturating_add(cells), now);
+        Some((retry, reset))
     }
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
