@@ -55,7 +55,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         clock: Option<&C>,
     ) -> (Decision, u64) {
         let (short, cell) = self.short(n, limit, now);
-        let refused = match short {
+        match short {
             Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
             Short::Refused { prev, count } => {
                 // `cell` is the cell of `now` (`short` located it), so its start is at most
@@ -66,46 +66,53 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 }
                 // The closed cells must free some of it: from the published ends when the
                 // oldest used closed cell frees enough (no mark read, out of line and small:
-                // see `published_waits`), else through the marks. `short` refused on
-                // `prev + count + n > limit`: `need` is at least 1.
+                // see `published_waits`), else through the marks (`after_short`). `short`
+                // refused on `prev + count + n > limit`: `need` is at least 1.
                 let need = prev + count + n - limit;
                 if let Some((retry, reset)) = self.published_waits(cell, now, prev, count, need) {
                     let remaining = limit.saturating_sub(prev + count);
                     let denied = Decision::denied_in_units(limit, remaining, 1, retry, reset);
                     return (denied, cell);
                 }
+            }
+            Short::General => {}
+        }
+        self.after_short(n, limit, now, clock)
+    }
+
+    /// What [`short`](Self::short) and the published ends left undecided, decided again: the
+    /// short path once more (from fresh loads: the call is decided on the state it reads now,
+    /// as any call), then a refusal that the closed cells must free read through the marks, as
+    /// the general loop's first round would read it, in a frame smaller than that loop's; else
+    /// (or when the marks changed under it) [`acquire_general`](Self::acquire_general). Handed
+    /// only what the call was asked (`n`, the limit, `now`, the clock), so that the short path
+    /// keeps no more than that across its call of [`published_waits`](Self::published_waits):
+    /// handing it the refusal's `(cell, prev, count)` as well cost the short path's admission
+    /// and burst denial a register spilled (`self`) and 1 to 2 instructions a call, for some 25
+    /// (the short path read again) on this path (`CHANGELOG`).
+    #[cold]
+    #[inline(never)]
+    fn after_short(&self, n: u64, limit: u64, now: u64, clock: Option<&C>) -> (Decision, u64) {
+        let (short, cell) = self.short(n, limit, now);
+        let refused = match short {
+            Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
+            Short::Refused { prev, count } => {
+                let start = cell.wrapping_mul(self.geometry.cell_nanos);
+                if let Some(denied) = self.burst_denial((cell, start), now, prev, count, n, limit) {
+                    return (denied, cell);
+                }
                 Some((prev, count))
             }
             Short::General => None,
         };
-        self.after_short(n, limit, now, cell, clock, refused)
-    }
-
-    /// What [`short`](Self::short) and the published ends left undecided: `refused`, the short
-    /// path refused the call in `own` on `(prev, count)` (the published crossing's sum and the
-    /// cell's count), the closed cells must free some of it, and the ends did not settle it:
-    /// the denial read through the marks, as the general loop's first round would read it, in a
-    /// frame smaller than that loop's; else (or when the marks changed under it)
-    /// [`acquire_general`](Self::acquire_general).
-    #[cold]
-    #[inline(never)]
-    fn after_short(
-        &self,
-        n: u64,
-        limit: u64,
-        now: u64,
-        own: u64,
-        clock: Option<&C>,
-        refused: Option<(u64, u64)>,
-    ) -> (Decision, u64) {
         if let Some((prev, count)) = refused {
-            // As `marked_denial`, inlined here.
-            let closed = Closed::of_crossing(own, self.geometry.window_start(own), prev);
-            if let Some(denied) = self.denial(own, now, closed, count, n, limit) {
-                return (denied, own);
+            // As `marked_denial`, inlined here (one frame for this path).
+            let closed = Closed::of_crossing(cell, self.geometry.window_start(cell), prev);
+            if let Some(denied) = self.denial(cell, now, closed, count, n, limit) {
+                return (denied, cell);
             }
         }
-        self.acquire_general(n, limit, now, own, clock, refused)
+        self.acquire_general(n, limit, now, cell, clock, refused)
     }
 
     /// [`acquire_at`](Self::acquire_at) answering only whether the permits were taken
