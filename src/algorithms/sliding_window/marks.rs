@@ -476,8 +476,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// and the caller builds the `Decision` (see `acquire_counted`). Before, the ends were read
     /// in `after_short`'s frame (six registers saved, the refusal and the answer passed through
     /// memory: 185 instructions a spent denial, `examples/instructions sliding-window-60 spent`;
-    /// 150 so); inlined into the short path they cost the burst denial 36 instructions (an
-    /// earlier measure), and inside the search's frame a spent denial 30 more.
+    /// 150 so, 140 with the shared wait below and `after_short` handed less); inlined into the
+    /// short path they cost the burst denial 36 instructions (an earlier measure), and inside
+    /// the search's frame a spent denial 30 more.
     #[inline(never)]
     pub(super) fn published_waits(
         &self,
