@@ -46,9 +46,10 @@
 
 use super::{SEALED, SlidingWindowLimiter, count_if_above, named_sum, pack_cell, visit};
 use crate::clock::Clock;
-use crate::decision::Decision;
+use crate::decision::{Decision, at_least_one};
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window};
 use crate::sync::Ordering;
+use std::num::NonZeroU64;
 
 /// Bits of the oldest end's payload below its offset: [`END_SOLE`] and the oldest used cell's
 /// count, capped at [`END_COUNT_MAX`].
@@ -446,7 +447,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// in it; `prev + count + n > limit`), from its published ends, reading no mark: when the
     /// oldest used closed cell frees enough (`need` at most its count, as always for `n = 1`).
     /// `None` when it does not, or the ends are not `cell`'s (not published, or a newer
-    /// crossing's): the caller searches the marks.
+    /// crossing's): the caller searches the marks. [`published_waits`](Self::published_waits)
+    /// in a [`Decision`].
     #[inline(always)]
     pub(super) fn published_denial(
         &self,
@@ -457,6 +459,49 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         n: u64,
         limit: u64,
     ) -> Option<Decision> {
+        let need = (prev + count + n).saturating_sub(limit);
+        let (retry, reset) = self.ends_waits(cell, now, prev, count, need)?;
+        Some(Decision::denied_in_units(
+            limit,
+            limit.saturating_sub(prev + count),
+            1,
+            retry,
+            reset,
+        ))
+    }
+
+    /// [`ends_waits`](Self::ends_waits) out of line, for the short path: small, its six
+    /// arguments in registers and its answer in two (a `NonZeroU64` retry, so `None` takes no
+    /// third word), and one register saved, so the call costs the short path a few instructions
+    /// and the caller builds the `Decision` (see `acquire_counted`). Before, the ends were read
+    /// in `after_short`'s frame (six registers saved, the refusal and the answer passed through
+    /// memory: 185 instructions a spent denial, `examples/instructions sliding-window-60 spent`;
+    /// 150 so, 140 with the shared wait below and `after_short` handed less); inlined into the
+    /// short path they cost the burst denial 36 instructions (an earlier measure), and inside
+    /// the search's frame a spent denial 30 more.
+    #[inline(never)]
+    pub(super) fn published_waits(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        need: u64,
+    ) -> Option<(NonZeroU64, u64)> {
+        self.ends_waits(cell, now, prev, count, need)
+    }
+
+    /// The retry and reset waits of [`published_denial`](Self::published_denial), the window
+    /// short of `need` permits (`None` also for `need` 0: no denial).
+    #[inline(always)]
+    fn ends_waits(
+        &self,
+        cell: u64,
+        now: u64,
+        prev: u64,
+        count: u64,
+        need: u64,
+    ) -> Option<(NonZeroU64, u64)> {
         // SeqCst: the rewinds begun, as `advance` reads them. The caller loaded `base` naming
         // `cell` before this (Acquire); a rewind counts itself before it moves `head` back, and
         // every crossing after it saw that `head` before its `base`, so this is at least the
@@ -468,7 +513,6 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // stored before it. Ends named `cell` in this epoch are its crossing's (a newer
         // crossing's name another cell). Self-contained: nothing else is read on their strength.
         let end = named_sum(self.base.oldest.load(Ordering::Acquire), name)?;
-        let need = (prev + count + n).saturating_sub(limit);
         let first = end & END_COUNT_MAX;
         // `first ≥ 1` for a published end (a used cell), so `need` 0 never passes; `first` is
         // at most `prev` for the window `base` names.
@@ -478,10 +522,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let cells = self.geometry.cells;
         let back = end >> END_COUNT_BITS;
         let oldest = cell.checked_sub(back)?;
+        // The retry is when the oldest used cell leaves.
+        let retry = at_least_one(self.geometry.until_start(oldest.saturating_add(cells), now));
+        // The reset is when the newest used cell leaves: the oldest's when it is the only one
+        // and the current cell is empty (the spent denial: no second wait computed).
         let newest = if count > 0 {
             cell
         } else if end & END_SOLE != 0 {
-            oldest
+            return Some((retry, retry.get()));
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.
@@ -492,14 +540,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
             cell - newest
         };
-        // The retry cell is when the oldest used cell leaves, the reset when the newest does.
-        Some(self.deny_until(
-            now,
-            prev,
-            count,
-            limit,
-            (oldest.saturating_add(cells), Some(newest)),
-        ))
+        let reset = self.geometry.until_start(newest.saturating_add(cells), now);
+        Some((retry, reset))
     }
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.
@@ -653,14 +695,26 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         prev: u64,
         count: u64,
         limit: u64,
-        (retry_cell, newest_used): (u64, Option<u64>),
+        departures: (u64, Option<u64>),
     ) -> Decision {
+        let (retry, reset) = self.waits_until(now, departures);
+        Decision::denied_in_units(limit, limit.saturating_sub(prev + count), 1, retry, reset)
+    }
+
+    /// The retry wait (at least 1 ns, as [`Decision::deny`] makes it) and the reset wait given
+    /// `(retry cell, newest used cell)`.
+    #[inline(always)]
+    fn waits_until(
+        &self,
+        now: u64,
+        (retry_cell, newest_used): (u64, Option<u64>),
+    ) -> (NonZeroU64, u64) {
         let cells = self.geometry.cells;
         let reset = newest_used.map_or(0, |index| {
             self.geometry.until_start(index.saturating_add(cells), now)
         });
-        let retry = self.geometry.until_start(retry_cell, now);
-        Decision::deny(limit, limit.saturating_sub(prev + count), retry, reset)
+        let retry = at_least_one(self.geometry.until_start(retry_cell, now));
+        (retry, reset)
     }
 
     /// `(retry cell, newest used cell)` for a denial short of `need` in `cell`: closed cell `i`

@@ -39,10 +39,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// call's permits are counted in it): a lease's expiry is that cell's end.
     ///
     /// The common case is [`short`](Self::short)'s; a refusal there is answered as a burst
-    /// (reading nothing) or through the marks by [`after_short`](Self::after_short) (one call
-    /// site keeps this path short). Everything else (a crossing, a sealed or stale slot, marks
-    /// that changed under a denial, a lost compare-exchange) is decided from scratch by
-    /// [`acquire_general`](Self::acquire_general).
+    /// (reading nothing), from the published ends by
+    /// [`published_waits`](Self::published_waits) (a small call whose answer comes back in
+    /// registers, the `Decision` built here), or through the marks by
+    /// [`after_short`](Self::after_short) (cold; one call site keeps this path short), which
+    /// also takes everything else (a crossing, a sealed or stale slot, marks that changed under
+    /// a denial, a lost compare-exchange) to [`acquire_general`](Self::acquire_general).
     #[inline(always)]
     pub(super) fn acquire_counted(
         &self,
@@ -52,7 +54,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         clock: Option<&C>,
     ) -> (Decision, u64) {
         let (short, cell) = self.short(n, limit, now);
-        let refused = match short {
+        match short {
             Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
             Short::Refused { prev, count } => {
                 // `cell` is the cell of `now` (`short` located it), so its start is at most
@@ -62,60 +64,55 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     return (denied, cell);
                 }
                 // The closed cells must free some of it: from the published ends when the
-                // oldest used closed cell frees enough (no mark read), else through the marks.
+                // oldest used closed cell frees enough (no mark read, out of line and small:
+                // see `published_waits`), else through the marks (`after_short`). `short`
+                // refused on `prev + count + n > limit`: `need` is at least 1.
+                let need = prev + count + n - limit;
+                if let Some((retry, reset)) = self.published_waits(cell, now, prev, count, need) {
+                    let remaining = limit.saturating_sub(prev + count);
+                    let denied = Decision::denied_in_units(limit, remaining, 1, retry, reset);
+                    return (denied, cell);
+                }
+            }
+            Short::General => {}
+        }
+        self.after_short(n, limit, now, clock)
+    }
+
+    /// What [`short`](Self::short) and the published ends left undecided, decided again: the
+    /// short path once more (from fresh loads: the call is decided on the state it reads now,
+    /// as any call), then a refusal that the closed cells must free read through the marks, as
+    /// the general loop's first round would read it, in a frame smaller than that loop's; else
+    /// (or when the marks changed under it) [`acquire_general`](Self::acquire_general). Handed
+    /// only what the call was asked (`n`, the limit, `now`, the clock), so that the short path
+    /// keeps no more than that across its call of [`published_waits`](Self::published_waits):
+    /// handing it the refusal's `(cell, prev, count)` as well cost the short path's admission
+    /// and burst denial a register spilled (`self`) and 1 to 2 instructions a call. Reading the
+    /// short path again costs this path: a two-permit denial through the marks 392 -> 434
+    /// instructions, a crossing 787.6 -> 814.6 (a scratch measure, `CHANGELOG`).
+    #[cold]
+    #[inline(never)]
+    fn after_short(&self, n: u64, limit: u64, now: u64, clock: Option<&C>) -> (Decision, u64) {
+        let (short, cell) = self.short(n, limit, now);
+        let refused = match short {
+            Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
+            Short::Refused { prev, count } => {
+                let start = cell.wrapping_mul(self.geometry.cell_nanos);
+                if let Some(denied) = self.burst_denial((cell, start), now, prev, count, n, limit) {
+                    return (denied, cell);
+                }
                 Some((prev, count))
             }
             Short::General => None,
         };
-        self.after_short(n, limit, now, cell, clock, refused)
-    }
-
-    /// What [`short`](Self::short) left undecided: `refused`, the short path refused the call in
-    /// `own` on `(prev, count)` (the published crossing's sum and the cell's count) and the
-    /// closed cells must free some of it: the denial read through the marks, as the general
-    /// loop's first round would read it, in a frame smaller than that loop's; else (or when the
-    /// marks changed under it) [`acquire_general`](Self::acquire_general).
-    #[inline(never)]
-    fn after_short(
-        &self,
-        n: u64,
-        limit: u64,
-        now: u64,
-        own: u64,
-        clock: Option<&C>,
-        refused: Option<(u64, u64)>,
-    ) -> (Decision, u64) {
         if let Some((prev, count)) = refused {
-            // The published ends first: no mark read when the oldest used closed cell frees
-            // enough. In this small frame: inlined into the short path they cost the burst
-            // denial 36 instructions, and inside the search's frame a spent denial 30 more.
-            if let Some(denied) = self.published_denial(own, now, prev, count, n, limit) {
-                return (denied, own);
+            // As `marked_denial`, inlined here (one frame for this path).
+            let closed = Closed::of_crossing(cell, self.geometry.window_start(cell), prev);
+            if let Some(denied) = self.denial(cell, now, closed, count, n, limit) {
+                return (denied, cell);
             }
         }
-        self.after_ends(n, limit, now, own, clock, refused)
-    }
-
-    /// [`after_short`](Self::after_short) when the published ends did not decide: the denial
-    /// through the marks, else the general loop.
-    #[inline(never)]
-    fn after_ends(
-        &self,
-        n: u64,
-        limit: u64,
-        now: u64,
-        own: u64,
-        clock: Option<&C>,
-        refused: Option<(u64, u64)>,
-    ) -> (Decision, u64) {
-        if let Some((prev, count)) = refused {
-            // As `marked_denial`, inlined here.
-            let closed = Closed::of_crossing(own, self.geometry.window_start(own), prev);
-            if let Some(denied) = self.denial(own, now, closed, count, n, limit) {
-                return (denied, own);
-            }
-        }
-        self.acquire_general(n, limit, now, own, clock, refused)
+        self.acquire_general(n, limit, now, cell, clock, refused)
     }
 
     /// [`acquire_at`](Self::acquire_at) answering only whether the permits were taken
