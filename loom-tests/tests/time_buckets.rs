@@ -648,3 +648,37 @@ fn buckets_admit_races_try_acquire() {
         assert!(total >= u64::from(C), "admitted {total}");
     });
 }
+
+/// As `lowering_the_rate_races_a_take_on_a_reconfigured_bucket`, but the setter makes four
+/// changes (generations 2..=5), so generation 5 rewrites the hot slot of stamp bits 1 that B's
+/// take reads for its drained word of generation 1 (the other model's one change writes another
+/// slot, so it never races the slot's rewrite). The last change raises the capacity to 1000
+/// (tokens kept: none). No time passes: B admits nothing. A decision mixing generation 1's
+/// `fast_from` with generation 5's `tau` would admit: it does (`[Admitted { lo: 100000, hi:
+/// 100000, n: 1 }]`) with the slot's generation stored before its fields (42,941 executions).
+#[test]
+fn a_take_races_four_changes_that_rewrite_its_hot_slot() {
+    model(None, move || {
+        let clock = ModelClock::starting_at(START);
+        let l: Arc<dyn BucketLimiter> = Arc::new(limiter::<Gcra>(&clock));
+        l.change_rate(Rate::new(1, Duration::from_nanos(2 * T)));
+        let admitted = take(&*l, &clock, C, (0, 0));
+        assert_eq!(permits(&admitted), u64::from(C), "the drain is admitted");
+        let setter = {
+            let l = l.clone();
+            thread::spawn(move || {
+                l.change_capacity(3);
+                l.change_capacity(4);
+                l.change_capacity(5);
+                l.change_capacity(1000);
+                Vec::new()
+            })
+        };
+        let b = {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
+        };
+        let got = join_all(vec![setter, b], Vec::new());
+        assert_eq!(permits(&got), 0, "no time passed after the drain: {got:?}");
+    });
+}
