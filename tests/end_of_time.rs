@@ -220,3 +220,67 @@ fn a_bucket_near_the_end_of_time_never_reports_permits_it_would_refuse() {
         }
     }
 }
+
+/// 1 ns cells, 4 cells, limit 1: cell `u64::MAX - 1` takes the one permit; at `now = u64::MAX`
+/// (cell `u64::MAX`, empty) the window is spent and its only used closed cell is `u64::MAX - 1`.
+/// The same state and the same `now` give one answer: the first denial (the crossing's, through
+/// the marks), the second (the short path, from the crossing's published ends) and `peek`.
+/// Failed when the published ends answered a sole used cell's reset with the retry raised to
+/// 1 ns (reset 1 ns against the marks' 0).
+#[test]
+fn the_spent_denial_at_the_end_of_time_agrees_with_the_marks() {
+    let w = SlidingWindowLimiter::new(1, Duration::from_nanos(4), 4).unwrap();
+    assert!(w.try_acquire_at(1, u64::MAX - 1).unwrap().is_allowed());
+    let first = w.try_acquire_at(1, u64::MAX).unwrap();
+    let second = w.try_acquire_at(1, u64::MAX).unwrap();
+    let peeked = w.peek_at(1, u64::MAX).unwrap();
+    assert!(!first.is_allowed(), "{first:?}");
+    assert_eq!(first, second, "same state, same now, two answers");
+    assert_eq!(first, peeked);
+}
+
+/// Random small sliding windows (1–8 cells of 1–5 ns, limits 1–6), a quarter of them run at
+/// the end of time: each denial a crossing decides (the marks) equals the one the short path
+/// decides at once after it (the published ends), and `peek`'s at the same instant.
+#[test]
+fn published_and_marks_denials_agree_on_random_states() {
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut below = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    for case in 0..20_000 {
+        let cells = 1 + below(8) as u32;
+        let cell = 1 + below(5);
+        let limit = 1 + below(6) as u32;
+        let at_the_end = below(4) == 0;
+        let start = if at_the_end {
+            u64::MAX - below(40) * cell - 20 * cell
+        } else {
+            below(1000)
+        };
+        let window = Duration::from_nanos(cell * u64::from(cells));
+        let w = SlidingWindowLimiter::new(limit, window, cells).unwrap();
+        let mut now = start;
+        let mut log = vec![];
+        for _ in 0..(1 + below(12)) {
+            now = now.saturating_add(below(3 * cell));
+            let n = 1 + below(u64::from(limit)) as u32;
+            let first = w.try_acquire_at(n, now).unwrap();
+            let again = w.try_acquire_at(n, now).unwrap();
+            log.push((now, n, first.is_allowed(), again.is_allowed()));
+            if !first.is_allowed() {
+                assert_eq!(
+                    first, again,
+                    "case {case}: {cells} cells of {cell} ns, limit {limit}: {log:?}"
+                );
+            }
+            if !again.is_allowed() {
+                let peeked = w.peek_at(n, now).unwrap();
+                assert_eq!(again, peeked, "peek: case {case}: {log:?}");
+            }
+        }
+    }
+}

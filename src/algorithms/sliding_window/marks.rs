@@ -523,13 +523,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         let back = end >> END_COUNT_BITS;
         let oldest = cell.checked_sub(back)?;
         // The retry is when the oldest used cell leaves.
-        let retry = at_least_one(self.geometry.until_start(oldest.saturating_add(cells), now));
+        let leaves = self.geometry.until_start(oldest.saturating_add(cells), now);
+        let retry = at_least_one(leaves);
         // The reset is when the newest used cell leaves: the oldest's when it is the only one
         // and the current cell is empty (the spent denial: no second wait computed).
         let newest = if count > 0 {
             cell
         } else if end & END_SOLE != 0 {
-            return Some((retry, retry.get()));
+            return Some((retry, leaves));
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.
