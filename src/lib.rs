@@ -196,18 +196,10 @@ pub mod loom_internals {
             replaced.expect("the probe's snapshots are valid");
         }
 
-        /// The generation the hot slot of stamp bits `bits` (a generation modulo 4; only the
-        /// low two bits are used) holds, as the short path loads it before the slot's fields.
-        pub fn hot_generation(&self, bits: u64) -> u64 {
-            self.0.hot(bits).generation()
-        }
-
-        /// The short path's unchecked reads of the hot slot of stamp bits `bits`: `(interval,
-        /// capacity, tau)`, valid only if [`recheck`](Self::recheck) returns the generation
-        /// [`hot_generation`](Self::hot_generation) loaded before them (or 0, for generation
-        /// 0's copy, which loads none).
-        pub fn read_hot(&self, bits: u64) -> (u64, u64, u64) {
-            let hot = self.0.hot(bits);
+        /// The short path's unchecked reads of `generation`'s hot slot: `(interval, capacity,
+        /// tau)`, valid only if [`recheck`](Self::recheck) returns `generation` afterwards.
+        pub fn read_hot(&self, generation: u64) -> (u64, u64, u64) {
+            let hot = self.0.hot(generation);
             (hot.interval(), hot.capacity(), hot.tau())
         }
 

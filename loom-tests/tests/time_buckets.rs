@@ -650,14 +650,15 @@ fn buckets_admit_races_try_acquire() {
 }
 
 /// As `lowering_the_rate_races_a_take_on_a_reconfigured_bucket`, but the setter makes four
-/// changes (generations 2..=5), so generation 5 rewrites the hot slot of stamp bits 1 that B's
-/// take reads for its drained word of generation 1 (the other model's one change writes another
-/// slot, so it never races the slot's rewrite). The last change raises the capacity to 1000
-/// (tokens kept: none). No time passes: B admits nothing. A decision mixing generation 1's
-/// `fast_from` with generation 5's `tau` would admit: it does (`[Admitted { lo: 100000, hi:
-/// 100000, n: 1 }]`) with the slot's generation stored before its fields (42,941 executions).
+/// changes (generations 2..=5) while B takes from a drained word of generation 1; the last
+/// change raises the capacity to 1000 (tokens kept: none). No time passes: B admits nothing.
+/// Written for a reverted design (CHANGELOG: the reconfigured buckets' hot slots), where
+/// generation 5 rewrote the configuration slot B's short path read: with that slot's
+/// generation stored before its fields, a decision mixing generation 1's `fast_from` with
+/// generation 5's `tau` admitted (42,941 executions), which no other bucket model caught. It
+/// races any configuration store four changes deep with a take.
 #[test]
-fn a_take_races_four_changes_that_rewrite_its_hot_slot() {
+fn a_take_races_four_reconfigurations() {
     model(None, move || {
         let clock = ModelClock::starting_at(START);
         let l: Arc<dyn BucketLimiter> = Arc::new(limiter::<Gcra>(&clock));

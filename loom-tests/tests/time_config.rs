@@ -1,18 +1,13 @@
 //! loom model of the time-word buckets' configuration ring (`algorithms::time_config`) as the
 //! short path reads it: a hot slot's fields loaded unchecked, then validated by `recheck` (its
 //! Acquire fence and its Acquire load of the generation), against a setter that laps the ring
-//! (eight changes: the four hot slots, one per stamp bits, each rewritten twice; generation 4
-//! rewrites generation 0's). The reader does what `VirtualTime::short` does: generation 0's copy
-//! first, without a load of any generation before the fields, then, if `recheck` names another
-//! generation, the copy that finds the hot slot by that generation's stamp bits (as a state word
-//! written in it holds them), loads the generation the slot holds (Acquire), then its fields,
-//! validated by `recheck` naming that generation.
+//! (eight changes: generation 8 rewrites generation 0's slot). The reader does what
+//! `VirtualTime::short` does: generation 0's copy first, without a prior load of the generation,
+//! then, if `recheck` names another generation, that generation's copy, validated again.
 //!
 //! Each generation `g` has interval = capacity = `g + 1` (`ConfigProbe`), so a validated read
 //! that mixes generations, or reads a slot not yet visible (zeros), fails the model. It fails with
-//! `recheck`'s load of the generation weakened to Relaxed (checked when it was added), and with
-//! the hot slot's generation stored or loaded Relaxed (checked when the slots were indexed by
-//! stamp bits, issue 17).
+//! `recheck`'s load of the generation weakened to Relaxed (checked when it was added).
 //!
 //! Run: `RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom cargo test -p floodgate-loom-tests --release --test time_config`
 #![cfg(floodgate_loom)]
@@ -24,7 +19,7 @@ use floodgate_loom_tests::model;
 use loom::sync::Arc;
 use loom::thread;
 
-/// Changes the setter makes: one lap of the eight-slot ring, two of the four hot slots.
+/// Changes the setter makes: one lap of the eight-slot ring.
 const CHANGES: u64 = 8;
 
 /// Generation `g`'s hot fields: `(interval, capacity, tau)`.
@@ -58,16 +53,13 @@ fn short_path_reads_are_validated_across_a_lap() {
                 );
                 VALIDATED[0].fetch_add(1, Ordering::Relaxed);
             }
-            in_force => {
-                // The copy of a word written in `in_force`: its slot by its stamp bits, the
-                // generation that slot holds, then its fields.
-                let held = probe.hot_generation(in_force);
-                let again = probe.read_hot(in_force);
-                if probe.recheck() == held {
+            generation => {
+                let again = probe.read_hot(generation);
+                if probe.recheck() == generation {
                     assert_eq!(
                         again,
-                        hot_of(held),
-                        "generation {held}'s copy validated a torn read"
+                        hot_of(generation),
+                        "generation {generation}'s copy validated a torn read"
                     );
                     VALIDATED[1].fetch_add(1, Ordering::Relaxed);
                 }

@@ -15,9 +15,6 @@ use crate::sync::{AtomicU64, Ordering, fence};
 
 /// Slots in the ring; a reader needs the current one and the three before it.
 const SLOTS: usize = 8;
-/// Hot slots ([`HotSlots`]): one per value of a state word's stamp bits (the generation modulo
-/// 4), so the short path finds the hot slot of a word's generation from the word alone.
-const HOT_SLOTS: usize = 4;
 /// Stamp of a slot being written.
 const WRITING: u64 = u64::MAX;
 
@@ -56,32 +53,18 @@ struct Slot {
     settled_by: AtomicU64,
 }
 
-/// What the short decision path reads of the last four generations ([`Hot`]), derived when
-/// their slots are written: one array per field, indexed by a generation's stamp bits (the
-/// generation modulo 4), so that every field of generation `g` is found from its stamp bits by
-/// the load's own addressing (index × 8, where a 64-byte slot per generation cost a shift and two
-/// additions a call, issue 17). The arrays go two to a cache line: a generation's fields span
-/// four lines, read by deciders and written only by setters. Generation `g`'s are at index
-/// `g % 4`, rewritten by the setter of `g + 4`; `generation` names the generation in full (stored
-/// last, with Release), so a reader that knows only a state word's stamp bits learns which
-/// generation the fields are of, and [`ConfigStore::recheck`] tells whether that one is in force.
+/// What the short decision path reads of one generation ([`Hot`]), derived when the slot is
+/// written, on a cache line of its own: 64 bytes, so a generation's is found with one mask and
+/// one shift.
 #[derive(Debug)]
-#[repr(C, align(64))]
-struct HotSlots {
-    /// The generation whose fields each index holds ([`WRITING`] before its first write).
-    generation: [AtomicU64; HOT_SLOTS],
-    /// The stamp bits of every generation an index holds, in place (`index << 62`, see
-    /// `virtual_time`): set at construction, never written again (the same for every
-    /// generation the index holds), so never torn. Atomics loaded where they are used: a plain
-    /// field was loaded once before the short path's loop and kept in a register, and the
-    /// register it took spilled the caller's (3 instructions a call, issue 17).
-    stamp: [AtomicU64; HOT_SLOTS],
-    interval: [AtomicU64; HOT_SLOTS],
-    capacity: [AtomicU64; HOT_SLOTS],
-    tau: [AtomicU64; HOT_SLOTS],
-    reach: [AtomicU64; HOT_SLOTS],
-    fast_from: [AtomicU64; HOT_SLOTS],
-    fast_len: [AtomicU64; HOT_SLOTS],
+#[repr(align(64))]
+struct HotSlot {
+    interval: AtomicU64,
+    capacity: AtomicU64,
+    tau: AtomicU64,
+    reach: AtomicU64,
+    fast_from: AtomicU64,
+    fast_len: AtomicU64,
 }
 
 /// What the short decision path of a time-word bucket reads of one generation, derived from its
@@ -111,69 +94,50 @@ struct Hot {
 /// valid only if [`ConfigStore::recheck`] finds the generation still in force afterwards.
 #[derive(Clone, Copy)]
 pub(crate) struct HotView<'a> {
-    slots: &'a HotSlots,
-    /// The generation's stamp bits: below [`HOT_SLOTS`].
-    index: usize,
+    slot: &'a HotSlot,
 }
 
 impl HotView<'_> {
-    /// The generation the slot holds: its fields loaded after this are that generation's, or
-    /// a later writer's, which [`ConfigStore::recheck`] rejects (see there).
-    #[inline(always)]
-    pub(crate) fn generation(self) -> u64 {
-        // Acquire: pairs with the Release store of `generation` in `write_slot`, made after the
-        // slot's field stores, so the fields loaded after this are at least that write's.
-        self.slots.generation[self.index].load(Ordering::Acquire)
-    }
-
-    /// The stamp bits of the slot's generations in place: `bits << 62` for the slot of stamp
-    /// bits `bits`, a constant of the slot (stored at construction only: nothing to validate).
-    #[inline(always)]
-    pub(crate) fn stamp(self) -> u64 {
-        // Relaxed: written once, before the store is shared (pairs with nothing).
-        self.slots.stamp[self.index].load(Ordering::Relaxed)
-    }
-
     /// Nanoseconds one permit is worth.
     #[inline(always)]
     pub(crate) fn interval(self) -> u64 {
         // Relaxed: validated by `recheck` (seqlock reader without the stamp), as every field.
-        self.slots.interval[self.index].load(Ordering::Relaxed)
+        self.slot.interval.load(Ordering::Relaxed)
     }
 
     /// Permits the bucket holds.
     #[inline(always)]
     pub(crate) fn capacity(self) -> u64 {
         // Relaxed: as in `interval` (validated by `recheck`).
-        self.slots.capacity[self.index].load(Ordering::Relaxed)
+        self.slot.capacity.load(Ordering::Relaxed)
     }
 
     /// `capacity × interval`.
     #[inline(always)]
     pub(crate) fn tau(self) -> u64 {
         // Relaxed: as in `interval` (validated by `recheck`).
-        self.slots.tau[self.index].load(Ordering::Relaxed)
+        self.slot.tau.load(Ordering::Relaxed)
     }
 
     /// `tau + H`: a word further ahead of `now` is a leaping clock's.
     #[inline(always)]
     pub(crate) fn reach(self) -> u64 {
         // Relaxed: as in `interval` (validated by `recheck`).
-        self.slots.reach[self.index].load(Ordering::Relaxed)
+        self.slot.reach.load(Ordering::Relaxed)
     }
 
     /// The first time served (see [`Hot`]); 0 for generation 0.
     #[inline(always)]
     pub(crate) fn fast_from(self) -> u64 {
         // Relaxed: as in `interval` (validated by `recheck`).
-        self.slots.fast_from[self.index].load(Ordering::Relaxed)
+        self.slot.fast_from.load(Ordering::Relaxed)
     }
 
     /// How many times from `fast_from` on are served (see [`Hot`]).
     #[inline(always)]
     pub(crate) fn fast_len(self) -> u64 {
         // Relaxed: as in `interval` (validated by `recheck`).
-        self.slots.fast_len[self.index].load(Ordering::Relaxed)
+        self.slot.fast_len.load(Ordering::Relaxed)
     }
 }
 
@@ -206,9 +170,8 @@ impl Hot {
 pub(crate) struct ConfigStore {
     current: AtomicU64,
     slots: [Slot; SLOTS],
-    /// The short path's view of the last four generations, by stamp bits, written with their
-    /// slots.
-    hot: HotSlots,
+    /// The short path's view of each slot's generation, written with it.
+    hot: [HotSlot; SLOTS],
     /// Serializes setters; never taken on the decision path.
     setter: Mutex<()>,
 }
@@ -228,18 +191,14 @@ impl ConfigStore {
                 settled_at: AtomicU64::new(0),
                 settled_by: AtomicU64::new(0),
             }),
-            hot: HotSlots {
-                generation: std::array::from_fn(|_| AtomicU64::new(WRITING)),
-                stamp: std::array::from_fn(|index| {
-                    AtomicU64::new((index as u64) << super::virtual_time::GENERATION_SHIFT)
-                }),
-                interval: std::array::from_fn(|_| AtomicU64::new(0)),
-                capacity: std::array::from_fn(|_| AtomicU64::new(0)),
-                tau: std::array::from_fn(|_| AtomicU64::new(0)),
-                reach: std::array::from_fn(|_| AtomicU64::new(0)),
-                fast_from: std::array::from_fn(|_| AtomicU64::new(0)),
-                fast_len: std::array::from_fn(|_| AtomicU64::new(0)),
-            },
+            hot: std::array::from_fn(|_| HotSlot {
+                interval: AtomicU64::new(0),
+                capacity: AtomicU64::new(0),
+                tau: AtomicU64::new(0),
+                reach: AtomicU64::new(0),
+                fast_from: AtomicU64::new(0),
+                fast_len: AtomicU64::new(0),
+            }),
             setter: Mutex::new(()),
         };
         // Generation 0 is the configuration no change came before: it takes effect at time 0 and
@@ -299,18 +258,14 @@ impl ConfigStore {
         slot.capacity.load(Ordering::Relaxed)
     }
 
-    /// The short path's view of the hot slot of the generations with stamp bits `bits` (the
-    /// generation modulo 4, as a state word's top two bits hold it; only the low two bits of
-    /// `bits` are used), read without a stamp check: what it loads is valid only if
-    /// [`recheck`](Self::recheck) returns the generation it was of afterwards, which the slot's
-    /// [`generation`](HotView::generation), loaded first, names. Generation 0 needs no load of
-    /// it: its slot was written before the store was shared, and is rewritten only by the setter
-    /// of generation 4, which `recheck` detects.
+    /// The short path's view of `generation`'s slot, read without a stamp check: what it loads
+    /// is valid only if [`recheck`](Self::recheck) returns `generation` afterwards. Generation 0
+    /// needs no prior load of the generation: its slot was written before the store was shared,
+    /// and is rewritten only by the setter of generation 8, which `recheck` detects.
     #[inline(always)]
-    pub(crate) fn hot(&self, bits: u64) -> HotView<'_> {
+    pub(crate) fn hot(&self, generation: u64) -> HotView<'_> {
         HotView {
-            slots: &self.hot,
-            index: (bits % HOT_SLOTS as u64) as usize,
+            slot: &self.hot[(generation % SLOTS as u64) as usize],
         }
     }
 
@@ -319,15 +274,12 @@ impl ConfigStore {
     /// read of its slot were its own, and a state word loaded before this (with Acquire) was
     /// written in that generation or an older one.
     ///
-    /// The hot slot of `g` is rewritten only by the setter of `g + 4`, after `g + 3` was
-    /// published (setters are serialized). If a field load above saw any of that setter's
-    /// stores, the Release fence it issued before them synchronizes with the Acquire fence
-    /// here, so the load of `current` below sees `g + 3` or later: the check fails. The slot's
-    /// fields of `g` itself are seen whole by a reader that loaded `g` from its `generation`
-    /// (Acquire, pairing with the Release store that follows them), or knew `g` to be 0 (written
-    /// before the store was shared). A state word's writer loaded the generation it wrote in
-    /// before its Release compare-exchange; the caller's Acquire load of that word makes the
-    /// generation load here see that one or a later one.
+    /// The slot of `g` is rewritten only by the setter of `g + 8`, after `g + 7` was published
+    /// (setters are serialized). If a field load above saw any of that setter's stores, the
+    /// Release fence it issued before them synchronizes with the Acquire fence here, so the load
+    /// of `current` below sees `g + 7` or later: the check fails. A state word's writer loaded
+    /// the generation it wrote in before its Release compare-exchange; the caller's Acquire load
+    /// of that word makes the generation load here see that one or a later one.
     #[inline(always)]
     pub(crate) fn recheck(&self) -> u64 {
         // Acquire fence: pairs with the Release fence in `write_slot` (see above).
@@ -387,19 +339,15 @@ impl ConfigStore {
         slot.settled_by
             .store(snapshot.settled_by, Ordering::Relaxed);
         let hot = Hot::of(snapshot);
-        let (hot_slots, index) = (&self.hot, (snapshot.generation % HOT_SLOTS as u64) as usize);
+        let hot_slot = &self.hot[(snapshot.generation % SLOTS as u64) as usize];
         // Relaxed: as the field stores above, after the same Release fence; the short path
         // validates what it read with `recheck`, whose Acquire fence pairs with that fence.
-        hot_slots.interval[index].store(hot.interval, Ordering::Relaxed);
-        hot_slots.capacity[index].store(hot.capacity, Ordering::Relaxed);
-        hot_slots.tau[index].store(hot.tau, Ordering::Relaxed);
-        hot_slots.reach[index].store(hot.reach, Ordering::Relaxed);
-        hot_slots.fast_from[index].store(hot.fast_from, Ordering::Relaxed);
-        hot_slots.fast_len[index].store(hot.fast_len, Ordering::Relaxed);
-        // Release: pairs with the Acquire load in `HotView::generation`: a reader that loads
-        // this generation sees the fields stored above (or a later writer's, which `recheck`
-        // rejects).
-        hot_slots.generation[index].store(snapshot.generation, Ordering::Release);
+        hot_slot.interval.store(hot.interval, Ordering::Relaxed);
+        hot_slot.capacity.store(hot.capacity, Ordering::Relaxed);
+        hot_slot.tau.store(hot.tau, Ordering::Relaxed);
+        hot_slot.reach.store(hot.reach, Ordering::Relaxed);
+        hot_slot.fast_from.store(hot.fast_from, Ordering::Relaxed);
+        hot_slot.fast_len.store(hot.fast_len, Ordering::Relaxed);
         // Release: pairs with nothing on its own: readers load the stamp Relaxed, after their
         // Acquire fence (`read`), and see the fields through the Acquire load of `current`, which
         // pairs with the Release store that follows this one in `replace` (generation 0: the

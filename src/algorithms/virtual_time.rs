@@ -30,7 +30,7 @@ pub(crate) const MAX_TAU_NANOS: u64 = 1 << 62;
 
 /// The two top bits of a state word carry the generation (modulo 4) of the configuration it was
 /// written under; the 62 bits below them are the time, exact to the nanosecond.
-pub(crate) const GENERATION_SHIFT: u32 = 62;
+const GENERATION_SHIFT: u32 = 62;
 /// Generations are kept modulo 4.
 pub(crate) const GENERATION_MASK: u64 = 0b11;
 /// The time bits of a state word, and the last time a bucket can book: 2^62 − 1 ns (the year
@@ -138,8 +138,8 @@ enum Outcome {
     /// The terms (limit, room, unit, reset) and the retry.
     Denied([u64; 4], NonZeroU64),
     Engine,
-    /// The generation tried is not the one in force: try again on the word as it is now.
-    Moved,
+    /// The generation tried is not the one in force (this one is): try again in it.
+    Moved(u64),
 }
 
 /// One configuration's terms for a request of `n` permits: what [`decide_tat`] needs, computed
@@ -445,27 +445,22 @@ impl VirtualTime {
     /// force, a time within the horizon of the floor, after the last change and far from the
     /// end of time, no leap. It decides exactly as [`decide_tat`] does there (the tests compare
     /// the two) and writes nothing before its compare-exchange except the floor raise
-    /// `update_at` also makes. In generation 0's copy a lost compare-exchange decides again on
-    /// the word that won, with the same clock read and a fresh floor, as `update_at` retries (in
-    /// the other copy it goes to the general engine); anything outside the common case goes to
-    /// the general engine, which starts over.
+    /// `update_at` also makes. A lost compare-exchange decides again on the word that won, with
+    /// the same clock read and a fresh floor, as `update_at` retries; anything outside the common
+    /// case goes to the general engine, which starts over.
     ///
     /// Generation 0 (a bucket never reconfigured, the common case) runs its own copy of the path,
     /// compiled with the generation a constant: the slot's address and the stamp (0) are then
     /// known, with no arithmetic on the generation; the logic is the same code. The state word
     /// is loaded first and tells which copy to try: a word with stamp bits 0 runs generation 0's
     /// copy without loading the generation (the load that validates its reads, the seqlock
-    /// check needed anyway, tells whether generation 0 is in force); any other word runs the
-    /// other copy, which finds the hot slot by the word's stamp bits and learns the generation
-    /// that slot holds from the slot itself (one load on the line it reads anyway, where the
-    /// generation in force was loaded before: its load, the slot's address from it and the
-    /// stamp from it cost 8 instructions, issue 17), then decides on stamped times (see
-    /// [`short_in`](Self::short_in)). (That branch is not marked cold: a call to an empty
-    /// `#[cold]` function marked it, and cost a reconfigured bucket's every call the call, its
-    /// return and a register saved around them, 3 to 4 instructions, for no gain on generation
-    /// 0's copy; issue 17.) A reconfigured bucket thus pays generation 0's try only in
-    /// generations 4, 8, ... (stamp bits 0 again), then the other copy on the word loaded again,
-    /// or on a word of an older generation. `gcra-reconf` in `scripts/instructions` counts it.
+    /// check needed anyway, tells whether generation 0 is in force, and if not, which one is);
+    /// any other word loads the generation in force and runs its own copy. (That branch is not
+    /// marked cold: a call to an empty `#[cold]` function marked it, and cost a reconfigured
+    /// bucket's every call the call, its return and a register saved around them, 3 to 4
+    /// instructions, for no gain on generation 0's copy; issue 17.) A reconfigured bucket
+    /// thus pays generation 0's try only in generations 4, 8, ... (stamp bits 0 again) or on a
+    /// word of an older generation. `gcra-reconf` in `scripts/instructions` counts it.
     #[inline(always)]
     fn short<A: Answer>(
         &self,
@@ -477,25 +472,31 @@ impl VirtualTime {
         // The clock first: nothing read below has to survive the call.
         let clock_now = read_clock();
         // Acquire: as in `update`; the floor load is ordered after it (see `update_at`), and so
-        // are the loads of the hot slot's generation and, in `recheck`, of the generation in
-        // force (see there).
+        // is the load of the generation in `recheck` (see there).
         let current = word.load(Ordering::Acquire);
         let outcome = match current <= END_OF_TIME {
-            true => match self.short_in::<A, true>(word, floor, clock_now, n, current) {
-                Outcome::Moved => {
+            true => match self.short_in::<A, true>(word, floor, clock_now, n, current, 0) {
+                Outcome::Moved(generation) => {
                     // Acquire: as above; a fresh load (the word may have been rewritten since).
                     let current = word.load(Ordering::Acquire);
-                    self.short_again::<A>(word, floor, clock_now, n, current)
+                    self.short_again::<A>(word, floor, clock_now, n, current, generation)
                 }
                 outcome => outcome,
             },
-            // The word loaded above names its hot slot by its stamp bits, and the slot names its
-            // generation: no load of the generation in force before `recheck` (issue 17). A
-            // word four or more generations old with the same bits is read as it is, as
-            // `effective` reads it in the fast range (which starts at `settled_at`). The loom
-            // model `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs)
-            // races a setter with this branch.
-            false => self.short_again::<A>(word, floor, clock_now, n, current),
+            false => {
+                // The word loaded above, before the generation: it was written in that
+                // generation or an older one (`recheck` needs only that it be loaded before its
+                // own load of the generation, as the reload this replaced also was). A word of
+                // other stamp bits is rejected by the stamp; one four or more generations old
+                // with the same bits is read as it is, as `effective` reads it in the fast range
+                // (which starts at `settled_at`). It was loaded again here, for generation 0's
+                // registers, when this branch was marked cold; unmarked, keeping it costs that
+                // copy nothing (issue 17). The loom model
+                // `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs)
+                // races a setter with this branch.
+                let generation = self.store.generation();
+                self.short_again::<A>(word, floor, clock_now, n, current, generation)
+            }
         };
         match outcome {
             Outcome::Allowed([limit, room, unit, reset]) => {
@@ -504,16 +505,15 @@ impl VirtualTime {
             Outcome::Denied([limit, room, unit, reset], retry) => {
                 Ok(A::denied(limit, room, unit, retry, reset))
             }
-            Outcome::Engine | Outcome::Moved => {
+            Outcome::Engine | Outcome::Moved(_) => {
                 self.general(word, floor, reads_after(clock_now, read_clock), n)
             }
         }
     }
 
-    /// [`short_in`](Self::short_in) on `current` in the generation its hot slot holds: for a
-    /// word of stamp bits other than 0, or one loaded again after generation 0's copy found
-    /// another generation in force. A setter that races this try too (or a word of a generation
-    /// that is not in force) sends the call to the engine, which reads everything again.
+    /// [`short_in`](Self::short_in) in `generation`: the one generation 0's `recheck` named, or
+    /// the one loaded for a word of other stamp bits. A setter that races this try too sends the
+    /// call to the engine, which reads everything again.
     #[inline(always)]
     fn short_again<A: Answer>(
         &self,
@@ -522,26 +522,18 @@ impl VirtualTime {
         clock_now: u64,
         n: u32,
         current: u64,
+        generation: u64,
     ) -> Outcome {
-        match self.short_in::<A, false>(word, floor, clock_now, n, current) {
-            Outcome::Moved => Outcome::Engine,
+        match self.short_in::<A, false>(word, floor, clock_now, n, current, generation) {
+            Outcome::Moved(_) => Outcome::Engine,
             outcome => outcome,
         }
     }
 
-    /// [`short`](Self::short) on the word `current` at the clock read `clock_now`, in the
-    /// generation its stamp bits' hot slot holds: the answer's terms, built into the caller's
-    /// answer after the two copies join (so they join on plain numbers, not on a whole
-    /// `Decision`), or [`Outcome::Moved`] when that generation is not in force. `FRESH`: this
-    /// is generation 0's copy (`current`'s stamp bits are 0, and the generation tried is the
-    /// constant 0, with no load of the slot's).
-    ///
-    /// The times are compared and computed *stamped*, the stamp bits of `current` kept in place
-    /// (`now | stamp`, `current` as loaded, the new word as written): in the fast range every
-    /// time is below 2^62, so each sum, difference and comparison is the time's own, and the
-    /// stamp is neither removed from the word nor put back (issue 17: 2 instructions a call). A
-    /// word of other stamp bits is never decided on: the first is `current` itself, and a lost
-    /// compare-exchange's word of other bits goes to the engine.
+    /// [`short`](Self::short) in `generation` at the clock read `clock_now`: the answer's terms,
+    /// built into the caller's answer after the two copies join (so they join on plain numbers,
+    /// not on a whole `Decision`), or [`Outcome::Moved`] when `generation` is not in force.
+    /// `FRESH`: this is generation 0's copy (`generation` is the constant 0).
     #[inline(always)]
     fn short_in<A: Answer, const FRESH: bool>(
         &self,
@@ -550,13 +542,9 @@ impl VirtualTime {
         clock_now: u64,
         n: u32,
         mut current: u64,
+        generation: u64,
     ) -> Outcome {
-        let hot = self.store.hot(current >> GENERATION_SHIFT);
-        // `current`'s stamp bits in place, the slot's constant (its bits are `current`'s),
-        // loaded where used.
-        let stamp = || if FRESH { 0 } else { hot.stamp() };
-        // Loaded before the slot's fields (Acquire), validated by `recheck` with them.
-        let generation = if FRESH { 0 } else { hot.generation() };
+        let hot = self.store.hot(generation);
         // `n` in `1..=capacity`: `n = 1` always is (every capacity is at least 1), so a caller's
         // literal 1 checks nothing; any other `n` in one comparison (`n = 0` wraps to
         // `u32::MAX` ≥ any capacity). The capacity is loaded only for that check or an answer
@@ -565,6 +553,7 @@ impl VirtualTime {
             true => hot.capacity(),
             false => 0,
         };
+        let stamp = (generation & GENERATION_MASK) << GENERATION_SHIFT;
         if n == 1 || u64::from(n.wrapping_sub(1)) < capacity {
             loop {
                 // The slot's fields are loaded where they are used, and validated together by
@@ -593,33 +582,27 @@ impl VirtualTime {
                 if now.wrapping_sub(fast_from) >= hot.fast_len() {
                     break;
                 }
-                // `now` stamped: `now < 2^62` in the fast range, so `|` is `+`. `current` is
-                // `tat + stamp` (its stamp bits are `stamp`'s), so `current > stamped + reach`
-                // is `tat > now + reach`: a leaping clock's word (`now + 2·tau + H` < 2^62 in
-                // the fast range, so no sum below wraps).
-                let stamped = now | stamp();
-                if current > stamped.wrapping_add(hot.reach()) {
+                // The time word when `current` is of this generation; otherwise its generation
+                // bits differ and it is at least 2^62, beyond any `now + reach` served here
+                // (`now + 2·tau + H` < 2^62 in the fast range): one comparison rejects both a
+                // word of another generation and a leaping clock's word.
+                let tat = current ^ stamp;
+                if tat > now.wrapping_add(hot.reach()) {
                     break;
                 }
-                // `cost` ≤ tau when the fields are one generation's. `horizon`, `base` and
-                // `new_tat` are stamped as `current` is; their differences are the times'.
+                // `cost` ≤ tau when the fields are one generation's.
                 let interval = hot.interval();
                 let cost = u64::from(n).wrapping_mul(interval);
-                let horizon = stamped.wrapping_add(hot.tau());
-                let base = current.max(stamped);
+                let horizon = now.wrapping_add(hot.tau());
+                let base = tat.max(now);
                 let new_tat = base.wrapping_add(cost);
                 let in_force = self.store.recheck();
                 if in_force != generation {
-                    return Outcome::Moved;
+                    return Outcome::Moved(in_force);
                 }
                 if new_tat > horizon {
                     return Outcome::Denied(
-                        [
-                            capacity,
-                            horizon.saturating_sub(base),
-                            interval,
-                            base - stamped,
-                        ],
+                        [capacity, horizon.saturating_sub(base), interval, base - now],
                         // `new_tat - horizon`, written so the compiler sees it is not 0 here
                         // (`new_tat > horizon`): `at_least_one` costs nothing.
                         at_least_one(new_tat.saturating_sub(horizon)),
@@ -643,24 +626,23 @@ impl VirtualTime {
                     }
                 }
                 // AcqRel / Acquire: as in `update`.
-                match word.compare_exchange(current, new_tat, Ordering::AcqRel, Ordering::Acquire) {
+                match word.compare_exchange(
+                    current,
+                    new_tat | stamp,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     Ok(_) => {
                         return Outcome::Allowed([
                             capacity,
                             horizon - new_tat,
                             interval,
-                            new_tat - stamped,
+                            new_tat - now,
                         ]);
                     }
-                    // Another writer landed first. Generation 0's copy decides again on its
-                    // word, as `update_at` does (same clock read, the floor loaded again): a word
-                    // of other stamp bits is at least 2^62 and fails the reach test. The other
-                    // copy goes to the engine, which starts over: a word of lower stamp bits (a
-                    // writer still in an older generation) would read there as a time before
-                    // `now`, a full bucket; and with no second try the copy is no loop (its
-                    // loop head's alignment padding cost every call an instruction, issue 17).
-                    Err(actual) if FRESH => current = actual,
-                    Err(_) => break,
+                    // Another writer landed first: decide again on its word, as `update_at`
+                    // does (same clock read, the floor loaded again).
+                    Err(actual) => current = actual,
                 }
             }
         }
