@@ -133,11 +133,6 @@ impl sealed::Script for FixedWindow {
         }
     }
 
-    /// The fourth argument is an unused 0: the one-decision script reads three.
-    fn script_args(&self) -> usize {
-        3
-    }
-
     fn args(&self, n: u32) -> [u64; 4] {
         let millis = window_millis(self);
         let window = match self.anchor() {

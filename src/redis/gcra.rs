@@ -110,11 +110,6 @@ impl sealed::Script for Gcra {
         &["gcra"]
     }
 
-    /// The fourth argument is an unused 0: the one-decision script reads three.
-    fn script_args(&self) -> usize {
-        3
-    }
-
     fn args(&self, n: u32) -> [u64; 4] {
         [interval_micros(self), self.capacity(), u64::from(n), 0]
     }

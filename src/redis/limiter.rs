@@ -63,10 +63,11 @@ pub(crate) mod sealed {
         /// `ARGV` for a request of `n` permits.
         fn args(&self, n: u32) -> [u64; 4];
         /// How many of [`args`](Self::args) the one-decision script reads (its deadline is sent
-        /// after them): 4 (the default), or 3 where the fourth is an unused 0 (fixed windows,
-        /// GCRA, sliding log; an argument sent costs the server an object, about 860 instructions).
+        /// after them): 3 (the default: the fourth is an unused 0 for fixed windows, GCRA and
+        /// the sliding log, and an argument sent costs the server an object, about 860
+        /// instructions), or 4 (the sliding window, whose fourth is `n`).
         fn script_args(&self) -> usize {
-            4
+            3
         }
         /// The limit, for the local share.
         fn limit_u32(&self) -> u32;

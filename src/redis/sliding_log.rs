@@ -44,11 +44,6 @@ impl sealed::Script for SlidingLog {
         &["sl", "sl:seq"]
     }
 
-    /// The fourth argument is an unused 0: the one-decision script reads three.
-    fn script_args(&self) -> usize {
-        3
-    }
-
     fn args(&self, n: u32) -> [u64; 4] {
         let window_micros = u64::try_from(self.window().as_micros()).unwrap_or(u64::MAX);
         [u64::from(self.limit()), window_micros, u64::from(n), 0]

@@ -67,6 +67,11 @@ impl sealed::Script for SlidingWindow {
         &["sw"]
     }
 
+    /// The one-decision script reads all four arguments (`n` is the fourth).
+    fn script_args(&self) -> usize {
+        4
+    }
+
     fn args(&self, n: u32) -> [u64; 4] {
         [
             u64::from(self.limit()),
