@@ -1414,21 +1414,33 @@ where
         let now = judge_time(clock.now_nanos(), clock);
         let judge = plan.sweep || plan.evict > 0;
         // Each slot's fate, only where a key can be dropped: a growth (or a shrink to fit)
-        // moves every key, and pass 2 tells the keys from the empty slots as pass 1 did.
+        // moves every key, from the slots pass 1 lists.
         let mut fates = if judge || forget.is_some() {
             vec![Fate::Empty; old.slots.len()]
         } else {
             Vec::new()
         };
+        // A growth (or a shrink to fit) keeps every key: pass 1 reads each cell once, for the
+        // key's hash, and lists where the keys are; pass 2 moves them from there, never
+        // looking at an empty slot again.
+        let moves_all = fates.is_empty();
         // Pass 1: what stays, and the hashes of the keys it keeps, in slot order (pass 2 moves
-        // them in that order).
-        let mut hashes = Vec::with_capacity(meta.len);
+        // them in that order); with the keys' slots when `moves_all`.
+        let mut hashes = Vec::with_capacity(if moves_all { 0 } else { meta.len });
+        let mut held: Vec<(u64, usize)> = Vec::with_capacity(if moves_all { meta.len } else { 0 });
         let mut kept = 0;
         let mut idle = 0;
         let mut forgotten = 0;
         let mut next_idle_at = u64::MAX;
         let mut candidates: Vec<(u64, usize)> = Vec::new();
         for (i, slot) in old.slots.iter().enumerate() {
+            if moves_all {
+                if let Some(hash) = old.with_key(i, |key| self.hasher.hash_one(key)) {
+                    held.push((hash, i));
+                    kept += 1;
+                }
+                continue;
+            }
             // Whether `forget` names the key (a word key is rebuilt on the stack).
             let Some(forgotten_key) =
                 old.with_key(i, |key| forget.as_ref().is_some_and(|forget| forget(key)))
@@ -1493,12 +1505,28 @@ where
         let mut dropped = Vec::with_capacity(idle + forgotten + evicted);
         // Relaxed: the old table is this thread's (no reader holds it: `take`).
         let zero = old.records.zero_owned();
-        for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
-            let fate = match fates.get(i) {
-                Some(&fate) => fate,
-                None if slot.key.is_set(&old.records, i) => Fate::Keep,
-                None => Fate::Empty,
-            };
+        let mut old = old;
+        // Every key, from the slots pass 1 listed; each left empty in the old table, which is
+        // then dropped with no key in it.
+        for &(hash, i) in &held {
+            let slot = std::mem::replace(
+                &mut old.slots[i],
+                Slot {
+                    key: K::Cell::empty(),
+                    value: S::default(),
+                },
+            );
+            next.put(slot.key, slot.value, hash, i == zero);
+        }
+        // Otherwise each slot by its fate (`fates` has one for every slot of the old table).
+        let slots = if moves_all {
+            Vec::new()
+        } else {
+            std::mem::take(&mut old.slots).into_vec()
+        };
+        drop(old);
+        for (i, slot) in slots.into_iter().enumerate() {
+            let fate = fates.get(i).copied().unwrap_or(Fate::Empty);
             // A key pass 1 kept has its hash next in `hashes`, an evicted one too (it was kept
             // before the batch was chosen); only slots holding a key are kept.
             match fate {
