@@ -467,6 +467,16 @@ mod cell {
 
     pub(super) type TableGuard<K, S> = arc_swap::Guard<Arc<CachePadded<Table<K, S>>>>;
 
+    /// The placeholder every rebuild of the map's shards publishes (see `take`): one
+    /// allocation for the map, not one per rebuild. No slot, no record of it is ever written.
+    pub(super) struct Placeholder<K: Key, S>(Arc<CachePadded<Table<K, S>>>);
+
+    impl<K: Key, S> Placeholder<K, S> {
+        pub(super) fn new() -> Self {
+            Placeholder(Arc::new(CachePadded::new(Table::placeholder())))
+        }
+    }
+
     impl<K: Key, S> TableCell<K, S> {
         pub(super) fn new(table: Table<K, S>) -> Self {
             TableCell(arc_swap::ArcSwap::from_pointee(CachePadded::new(table)))
@@ -492,10 +502,8 @@ mod cell {
         /// is unique exactly when the last check that loaded it has finished; `try_unwrap`'s
         /// Acquire pairs with the Release decrement of each reader's guard drop, so every word
         /// they wrote is visible here.
-        pub(super) fn take(&self) -> Table<K, S> {
-            let mut old = self
-                .0
-                .swap(Arc::new(CachePadded::new(Table::placeholder())));
+        pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
+            let mut old = self.0.swap(Arc::clone(&placeholder.0));
             loop {
                 match Arc::try_unwrap(old) {
                     Ok(table) => return CachePadded::into_inner(table),
@@ -518,6 +526,16 @@ mod cell {
     pub(super) struct TableCell<K: Key, S>(Mutex<Arc<Table<K, S>>>);
 
     pub(super) struct TableGuard<K: Key, S>(Arc<Table<K, S>>);
+
+    /// Under loom each `take` makes its own placeholder (the models make the same objects in
+    /// every execution either way).
+    pub(super) struct Placeholder<K: Key, S>(std::marker::PhantomData<fn() -> (K, S)>);
+
+    impl<K: Key, S> Placeholder<K, S> {
+        pub(super) fn new() -> Self {
+            Placeholder(std::marker::PhantomData)
+        }
+    }
 
     impl<K: Key, S> std::ops::Deref for TableGuard<K, S> {
         type Target = Table<K, S>;
@@ -554,7 +572,7 @@ mod cell {
             *self.0.lock().unwrap() = Arc::new(table);
         }
 
-        pub(super) fn take(&self) -> Table<K, S> {
+        pub(super) fn take(&self, _placeholder: &Placeholder<K, S>) -> Table<K, S> {
             let mut old =
                 std::mem::replace(&mut *self.0.lock().unwrap(), Arc::new(Table::placeholder()));
             loop {
@@ -571,7 +589,7 @@ mod cell {
     }
 }
 
-use cell::{TableCell, TableGuard};
+use cell::{Placeholder, TableCell, TableGuard};
 
 /// The shard's mutex under loom: a lock flag behind loom's `Mutex` and `Condvar` (a waiter
 /// blocks, as on a real mutex, instead of spinning), the data behind a second loom `Mutex` taken
@@ -831,6 +849,8 @@ pub(crate) struct ShardedMap<K: Key, S> {
     /// another key's later read: one read `lead` (≤ the lag horizon) ahead lets each time-word
     /// key gain min(capacity, ⌈lead × rate⌉) permits early, once (see the module docs).
     floor: AtomicU64,
+    /// What a rebuild publishes while it works (shared by every shard's rebuilds).
+    placeholder: Placeholder<K, S>,
     hasher: ahash::RandomState,
     shard_mask: usize,
     shard_cap: usize,
@@ -948,6 +968,7 @@ where
             tables,
             metas,
             floor: AtomicU64::new(0),
+            placeholder: Placeholder::new(),
             hasher,
             shard_mask: shards - 1,
             shard_cap,
@@ -1405,7 +1426,7 @@ where
         // while moving them.
         let restore = Restore {
             cell: shard.table,
-            table: Some(shard.table.take()),
+            table: Some(shard.table.take(&self.placeholder)),
         };
         let Some(old) = restore.table.as_ref() else {
             unreachable!("set above")
