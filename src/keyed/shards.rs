@@ -854,6 +854,9 @@ pub(crate) struct ShardedMap<K: Key, S> {
     hasher: ahash::RandomState,
     shard_mask: usize,
     shard_cap: usize,
+    /// `shard_cap - shard_cap / 8`: the key count from which an insert keeps the sweep schedule
+    /// (`next_idle_at`, see `insert`), computed once, not on every insert.
+    mark: usize,
     when_full: WhenFull,
 }
 
@@ -972,6 +975,7 @@ where
             hasher,
             shard_mask: shards - 1,
             shard_cap,
+            mark: shard_cap - shard_cap / 8,
             when_full,
         }
     }
@@ -1160,7 +1164,7 @@ where
         // the shard to within an eighth of its cap judges every key once (`idle_bound`), and
         // later inserts keep the bound with the new key's probe. The judging pass runs again
         // only after a rebuild (itself a pass over the keys) took the shard back under the mark.
-        let mark = self.shard_cap - self.shard_cap / 8;
+        let mark = self.mark;
         if meta.len == mark {
             meta.next_idle_at = idle_bound(&table, rules, now);
         } else if meta.len > mark
@@ -1247,9 +1251,10 @@ where
     /// costs O(1) amortized per insert. A shard at its cap sweeps on its own schedule
     /// ([`make_room`](Self::make_room)).
     fn judge_due(&self, meta: &Meta, now: u64) -> bool {
-        meta.len < self.shard_cap
+        // The new keys' count first: it is what an insert finds short nearly every time.
+        meta.inserts_since_judge >= meta.slots / JUDGE_EVERY
+            && meta.len < self.shard_cap
             && meta.room > JUDGE_MIN_KEYS
-            && meta.inserts_since_judge >= meta.slots / JUDGE_EVERY
             && now >= meta.next_judge_at
             && meta
                 .judged_at
