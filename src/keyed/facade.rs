@@ -185,7 +185,7 @@ where
         algorithm.check_permits(n)?;
         let decided = self
             .map
-            .insert(key, hash, &self.clock, &self.rules, decide, missed);
+            .insert_inline(key, hash, &self.clock, &self.rules, decide, missed);
         Ok(decided.unwrap_or_else(|refused| {
             denied(Decision::deny(
                 algorithm.limit(),

@@ -467,6 +467,16 @@ mod cell {
 
     pub(super) type TableGuard<K, S> = arc_swap::Guard<Arc<CachePadded<Table<K, S>>>>;
 
+    /// The placeholder every rebuild of the map's shards publishes (see `take`): one
+    /// allocation for the map, not one per rebuild. No slot, no record of it is ever written.
+    pub(super) struct Placeholder<K: Key, S>(Arc<CachePadded<Table<K, S>>>);
+
+    impl<K: Key, S> Placeholder<K, S> {
+        pub(super) fn new() -> Self {
+            Placeholder(Arc::new(CachePadded::new(Table::placeholder())))
+        }
+    }
+
     impl<K: Key, S> TableCell<K, S> {
         pub(super) fn new(table: Table<K, S>) -> Self {
             TableCell(arc_swap::ArcSwap::from_pointee(CachePadded::new(table)))
@@ -492,10 +502,8 @@ mod cell {
         /// is unique exactly when the last check that loaded it has finished; `try_unwrap`'s
         /// Acquire pairs with the Release decrement of each reader's guard drop, so every word
         /// they wrote is visible here.
-        pub(super) fn take(&self) -> Table<K, S> {
-            let mut old = self
-                .0
-                .swap(Arc::new(CachePadded::new(Table::placeholder())));
+        pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
+            let mut old = self.0.swap(Arc::clone(&placeholder.0));
             loop {
                 match Arc::try_unwrap(old) {
                     Ok(table) => return CachePadded::into_inner(table),
@@ -518,6 +526,16 @@ mod cell {
     pub(super) struct TableCell<K: Key, S>(Mutex<Arc<Table<K, S>>>);
 
     pub(super) struct TableGuard<K: Key, S>(Arc<Table<K, S>>);
+
+    /// Under loom each `take` makes its own placeholder (the models make the same objects in
+    /// every execution either way).
+    pub(super) struct Placeholder<K: Key, S>(std::marker::PhantomData<fn() -> (K, S)>);
+
+    impl<K: Key, S> Placeholder<K, S> {
+        pub(super) fn new() -> Self {
+            Placeholder(std::marker::PhantomData)
+        }
+    }
 
     impl<K: Key, S> std::ops::Deref for TableGuard<K, S> {
         type Target = Table<K, S>;
@@ -554,7 +572,7 @@ mod cell {
             *self.0.lock().unwrap() = Arc::new(table);
         }
 
-        pub(super) fn take(&self) -> Table<K, S> {
+        pub(super) fn take(&self, _placeholder: &Placeholder<K, S>) -> Table<K, S> {
             let mut old =
                 std::mem::replace(&mut *self.0.lock().unwrap(), Arc::new(Table::placeholder()));
             loop {
@@ -571,7 +589,7 @@ mod cell {
     }
 }
 
-use cell::{TableCell, TableGuard};
+use cell::{Placeholder, TableCell, TableGuard};
 
 /// The shard's mutex under loom: a lock flag behind loom's `Mutex` and `Condvar` (a waiter
 /// blocks, as on a real mutex, instead of spinning), the data behind a second loom `Mutex` taken
@@ -831,9 +849,14 @@ pub(crate) struct ShardedMap<K: Key, S> {
     /// another key's later read: one read `lead` (≤ the lag horizon) ahead lets each time-word
     /// key gain min(capacity, ⌈lead × rate⌉) permits early, once (see the module docs).
     floor: AtomicU64,
+    /// What a rebuild publishes while it works (shared by every shard's rebuilds).
+    placeholder: Placeholder<K, S>,
     hasher: ahash::RandomState,
     shard_mask: usize,
     shard_cap: usize,
+    /// `shard_cap - shard_cap / 8`: the key count from which an insert keeps the sweep schedule
+    /// (`next_idle_at`, see `insert`), computed once, not on every insert.
+    mark: usize,
     when_full: WhenFull,
 }
 
@@ -948,9 +971,11 @@ where
             tables,
             metas,
             floor: AtomicU64::new(0),
+            placeholder: Placeholder::new(),
             hasher,
             shard_mask: shards - 1,
             shard_cap,
+            mark: shard_cap - shard_cap / 8,
             when_full,
         }
     }
@@ -1027,6 +1052,27 @@ where
     /// the mutex. (loom model `a_new_key_racing_a_rebuild_lands_in_the_table_that_stays`.)
     #[inline(never)]
     pub(crate) fn insert<Q, R, T>(
+        &self,
+        key: &Q,
+        hash: u64,
+        clock: &impl Clock,
+        rules: &R,
+        run: impl FnOnce(&S, u64, &AtomicU64) -> T,
+        missed: Missed<K, S>,
+    ) -> Result<T, Refused>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        S: KeySlot<R>,
+    {
+        self.insert_inline(key, hash, clock, rules, run, missed)
+    }
+
+    /// [`insert`](Self::insert), inlined into a caller that is itself off the lookup's path
+    /// (`KeyedFacade::insert`, not inlined): one call and one copy of the answer fewer per new
+    /// key than through `insert`.
+    #[inline(always)]
+    pub(crate) fn insert_inline<Q, R, T>(
         &self,
         key: &Q,
         hash: u64,
@@ -1139,7 +1185,7 @@ where
         // the shard to within an eighth of its cap judges every key once (`idle_bound`), and
         // later inserts keep the bound with the new key's probe. The judging pass runs again
         // only after a rebuild (itself a pass over the keys) took the shard back under the mark.
-        let mark = self.shard_cap - self.shard_cap / 8;
+        let mark = self.mark;
         if meta.len == mark {
             meta.next_idle_at = idle_bound(&table, rules, now);
         } else if meta.len > mark
@@ -1226,9 +1272,10 @@ where
     /// costs O(1) amortized per insert. A shard at its cap sweeps on its own schedule
     /// ([`make_room`](Self::make_room)).
     fn judge_due(&self, meta: &Meta, now: u64) -> bool {
-        meta.len < self.shard_cap
+        // The new keys' count first: it is what an insert finds short nearly every time.
+        meta.inserts_since_judge >= meta.slots / JUDGE_EVERY
+            && meta.len < self.shard_cap
             && meta.room > JUDGE_MIN_KEYS
-            && meta.inserts_since_judge >= meta.slots / JUDGE_EVERY
             && now >= meta.next_judge_at
             && meta
                 .judged_at
@@ -1405,7 +1452,7 @@ where
         // while moving them.
         let restore = Restore {
             cell: shard.table,
-            table: Some(shard.table.take()),
+            table: Some(shard.table.take(&self.placeholder)),
         };
         let Some(old) = restore.table.as_ref() else {
             unreachable!("set above")
@@ -1414,21 +1461,33 @@ where
         let now = judge_time(clock.now_nanos(), clock);
         let judge = plan.sweep || plan.evict > 0;
         // Each slot's fate, only where a key can be dropped: a growth (or a shrink to fit)
-        // moves every key, and pass 2 tells the keys from the empty slots as pass 1 did.
+        // moves every key, from the slots pass 1 lists.
         let mut fates = if judge || forget.is_some() {
             vec![Fate::Empty; old.slots.len()]
         } else {
             Vec::new()
         };
+        // A growth (or a shrink to fit) keeps every key: pass 1 reads each cell once, for the
+        // key's hash, and lists where the keys are; pass 2 moves them from there, never
+        // looking at an empty slot again.
+        let moves_all = fates.is_empty();
         // Pass 1: what stays, and the hashes of the keys it keeps, in slot order (pass 2 moves
-        // them in that order).
-        let mut hashes = Vec::with_capacity(meta.len);
+        // them in that order); with the keys' slots when `moves_all`.
+        let mut hashes = Vec::with_capacity(if moves_all { 0 } else { meta.len });
+        let mut held: Vec<(u64, usize)> = Vec::with_capacity(if moves_all { meta.len } else { 0 });
         let mut kept = 0;
         let mut idle = 0;
         let mut forgotten = 0;
         let mut next_idle_at = u64::MAX;
         let mut candidates: Vec<(u64, usize)> = Vec::new();
         for (i, slot) in old.slots.iter().enumerate() {
+            if moves_all {
+                if let Some(hash) = old.with_key(i, |key| self.hasher.hash_one(key)) {
+                    held.push((hash, i));
+                    kept += 1;
+                }
+                continue;
+            }
             // Whether `forget` names the key (a word key is rebuilt on the stack).
             let Some(forgotten_key) =
                 old.with_key(i, |key| forget.as_ref().is_some_and(|forget| forget(key)))
@@ -1493,12 +1552,28 @@ where
         let mut dropped = Vec::with_capacity(idle + forgotten + evicted);
         // Relaxed: the old table is this thread's (no reader holds it: `take`).
         let zero = old.records.zero_owned();
-        for (i, slot) in old.slots.into_vec().into_iter().enumerate() {
-            let fate = match fates.get(i) {
-                Some(&fate) => fate,
-                None if slot.key.is_set(&old.records, i) => Fate::Keep,
-                None => Fate::Empty,
-            };
+        let mut old = old;
+        // Every key, from the slots pass 1 listed; each left empty in the old table, which is
+        // then dropped with no key in it.
+        for &(hash, i) in &held {
+            let slot = std::mem::replace(
+                &mut old.slots[i],
+                Slot {
+                    key: K::Cell::empty(),
+                    value: S::default(),
+                },
+            );
+            next.put(slot.key, slot.value, hash, i == zero);
+        }
+        // Otherwise each slot by its fate (`fates` has one for every slot of the old table).
+        let slots = if moves_all {
+            Vec::new()
+        } else {
+            std::mem::take(&mut old.slots).into_vec()
+        };
+        drop(old);
+        for (i, slot) in slots.into_iter().enumerate() {
+            let fate = fates.get(i).copied().unwrap_or(Fate::Empty);
             // A key pass 1 kept has its hash next in `hashes`, an evicted one too (it was kept
             // before the batch was chosen); only slots holding a key are kept.
             match fate {
