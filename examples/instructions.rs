@@ -219,7 +219,11 @@ fn at_limit(name: &str, calls: u64) -> Option<u64> {
             clock.clone(),
         )
         .ok()?;
-        warm_up_paced(&ring, &clock, AT_LIMIT_WARM_QUARTERS * window / 4 / AT_LIMIT_STEP);
+        warm_up_paced(
+            &ring,
+            &clock,
+            AT_LIMIT_WARM_QUARTERS * window / 4 / AT_LIMIT_STEP,
+        );
         return Some(measured_loop_paced(&ring, &clock, calls));
     }
     let limit = u32::try_from(AT_LIMIT_PERIOD / AT_LIMIT_STEP / 2).ok()?;
