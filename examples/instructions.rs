@@ -18,8 +18,9 @@
 //! (55 -> 94 instructions per call with no change to governor's code). Workloads: allow (limit
 //! never reached), deny (exhausted after one permit), spent (sliding windows only: the whole
 //! limit was taken at the very end of the cell before the current one, so every call is a denial
-//! whose window holds a used closed cell: the denial an attacker makes every caller pay).
-//! Clocks: quanta, coarse. On the coarse clock, one call and a bounded wait come first (see
+//! whose window holds a used closed cell: the denial an attacker makes every caller pay),
+//! at-limit (the contention harness's `at-limit` call pattern, deterministic: clock `manual`
+//! only, see [`at_limit`]). Clocks: quanta, coarse, manual (at-limit only). On the coarse clock, one call and a bounded wait come first (see
 //! `settle`): the measured loop starts past the start of the window that call opened.
 
 use std::hint::black_box;
@@ -30,8 +31,8 @@ use std::time::Duration;
 mod measured_loops;
 
 use floodgate::{
-    AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, Limiter, QuantaClock, Rate, Sharded,
-    SlidingWindowLimiter, TokenBucket,
+    AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, Limiter, ManualClock, QuantaClock, Rate,
+    Sharded, SlidingWindowLimiter, TokenBucket,
 };
 use measured_loops::{measured_loop, measured_loop_admit};
 
@@ -142,6 +143,112 @@ enum Workload {
     Deny,
     /// Sliding windows: the limit was spent at the end of the previous cell.
     Spent,
+    /// About half the calls admitted, steadily (see [`at_limit`]).
+    AtLimit,
+}
+
+/// The at-limit pace: the clock advances this many nanoseconds before every call.
+const AT_LIMIT_STEP: u64 = 25;
+/// The at-limit window or period: the contention harness's 10 ms (a sliding window's rounded up
+/// to whole-nanosecond cells: 60 cells of 166,667 ns).
+const AT_LIMIT_PERIOD: u64 = 10_000_000;
+/// Windows called through (unmeasured) before the measured loop, in quarters: 4¼ windows. A
+/// sliding window paced from empty admits every call of the first half of each window and
+/// denies every call of the second (a cell's calls are all admitted or all denied: the counts
+/// stay where the first window put them), so the measured calls start in the middle of an
+/// admitting half: 1,000,000 calls (2.5 windows) are then half admitted, half denied.
+const AT_LIMIT_WARM_QUARTERS: u64 = 17;
+
+/// `try_acquire(1)` as [`measured_loop`] calls it, the clock advanced by [`AT_LIMIT_STEP`]
+/// before each call (`ManualClock::advance_nanos`, a load and a compare-exchange: the
+/// `clock at-limit manual` row counts it with one read, to subtract).
+#[inline(never)]
+fn measured_loop_paced<L: Limiter>(limiter: &L, clock: &ManualClock, calls: u64) -> u64 {
+    paced(limiter, clock, calls)
+}
+
+/// The calls of [`measured_loop_paced`], for the warm-up (not counted: another name).
+#[inline(always)]
+fn paced<L: Limiter>(limiter: &L, clock: &ManualClock, calls: u64) -> u64 {
+    (0..calls)
+        .map(|_| {
+            clock.advance_nanos(AT_LIMIT_STEP);
+            match limiter.try_acquire(black_box(1)) {
+                // Counted whatever `remaining` is (at the limit it is 0): the admitted calls.
+                Ok(d) if d.is_allowed() => {
+                    black_box(d.remaining());
+                    1
+                }
+                Ok(d) => {
+                    black_box(d.retry_after());
+                    0
+                }
+                Err(_) => 0,
+            }
+        })
+        .sum()
+}
+
+#[inline(never)]
+fn warm_up_paced<L: Limiter>(limiter: &L, clock: &ManualClock, calls: u64) -> u64 {
+    paced(limiter, clock, calls)
+}
+
+/// The contention harness's `at-limit` workload, deterministic: one thread calls
+/// `try_acquire(1)` at a steady pace, one call every [`AT_LIMIT_STEP`] ns of a `ManualClock`,
+/// against a limit of half the calls a window (or period) holds, so that about half the calls
+/// are admitted over whole windows (a sliding window: the first half of each window's cells
+/// admit every call, the second half deny every call, as the contention harness's turns do:
+/// each turn starts on an empty window, admits, then denies; a crossing every `cell / step`
+/// calls). [`AT_LIMIT_WARM_QUARTERS`] quarter windows are called through first. Limiters:
+/// `sliding-window-N` (N cells of `⌈10 ms / N⌉`), gcra (its `Rate` as the harness builds it),
+/// clock (the advance and one read alone). Returns the admitted calls (about `calls / 2`).
+fn at_limit(name: &str, calls: u64) -> Option<u64> {
+    let clock = ManualClock::starting_at(1_000_000_000);
+    if name == "clock" {
+        return Some(measured_loop_clock_paced(&clock, calls));
+    }
+    if let Some(cells) = name.strip_prefix("sliding-window-") {
+        let cells: u32 = cells.parse().ok()?;
+        let window = AT_LIMIT_PERIOD.div_ceil(u64::from(cells)) * u64::from(cells);
+        let limit = u32::try_from(window / AT_LIMIT_STEP / 2).ok()?;
+        let ring = SlidingWindowLimiter::with_clock(
+            limit,
+            Duration::from_nanos(window),
+            cells,
+            clock.clone(),
+        )
+        .ok()?;
+        warm_up_paced(
+            &ring,
+            &clock,
+            AT_LIMIT_WARM_QUARTERS * window / 4 / AT_LIMIT_STEP,
+        );
+        return Some(measured_loop_paced(&ring, &clock, calls));
+    }
+    let limit = u32::try_from(AT_LIMIT_PERIOD / AT_LIMIT_STEP / 2).ok()?;
+    let rate = Rate::new(limit, Duration::from_nanos(AT_LIMIT_PERIOD));
+    match name {
+        "gcra" => {
+            let gcra = AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock.clone());
+            warm_up_paced(
+                &gcra,
+                &clock,
+                AT_LIMIT_WARM_QUARTERS * AT_LIMIT_PERIOD / 4 / AT_LIMIT_STEP,
+            );
+            Some(measured_loop_paced(&gcra, &clock, calls))
+        }
+        _ => None,
+    }
+}
+
+/// The at-limit pace alone: the advance and one read of the clock a call makes.
+#[inline(never)]
+fn measured_loop_clock_paced(clock: &ManualClock, calls: u64) -> u64 {
+    (0..calls).fold(0, |acc, _| {
+        clock.advance_nanos(AT_LIMIT_STEP);
+        acc ^ black_box(clock.now_nanos())
+    })
 }
 
 /// A sliding window of `cells` cells: allow, 10^7 per minute (never reached; the whole-nanosecond
@@ -151,7 +258,9 @@ enum Workload {
 fn sliding<C: Clock>(workload: Workload, cells: u32, clock: C) -> Option<SlidingWindowLimiter<C>> {
     let (limit, window) = match workload {
         Workload::Allow => (10_000_000, Duration::from_secs(60)),
-        Workload::Deny | Workload::Spent => (1, Duration::from_secs(60 * u64::from(cells))),
+        Workload::Deny | Workload::Spent | Workload::AtLimit => {
+            (1, Duration::from_secs(60 * u64::from(cells)))
+        }
     };
     let ring = SlidingWindowLimiter::with_clock(limit, window, cells, clock).ok()?;
     if workload == Workload::Spent {
@@ -187,7 +296,7 @@ fn run_with<C: Clock + Clone>(
     let (limit, period) = match workload {
         Workload::Allow => (10_000_000, Duration::from_millis(10)),
         Workload::Deny => (1, Duration::from_secs(3600)),
-        Workload::Spent => return None,
+        Workload::Spent | Workload::AtLimit => return None,
     };
     let rate = Rate::new(limit, period);
     let how = How { call, tick, period };
@@ -235,7 +344,10 @@ fn run_with<C: Clock + Clone>(
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [name, workload, clock, calls] = args.as_slice() else {
-        eprintln!("usage: instructions LIMITER allow|deny|spent quanta|coarse CALLS");
+        eprintln!(
+            "usage: instructions LIMITER allow|deny|spent quanta|coarse CALLS, \
+             or instructions LIMITER at-limit manual CALLS"
+        );
         return ExitCode::from(2);
     };
     let (Ok(calls), Some(load)) = (
@@ -244,6 +356,7 @@ fn main() -> ExitCode {
             "allow" => Some(Workload::Allow),
             "deny" => Some(Workload::Deny),
             "spent" => Some(Workload::Spent),
+            "at-limit" => Some(Workload::AtLimit),
             _ => None,
         },
     ) else {
@@ -251,6 +364,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let admitted = match clock.as_str() {
+        "manual" if load == Workload::AtLimit => at_limit(name, calls),
+        _ if load == Workload::AtLimit => None,
         "quanta" => run_with(name, load, QuantaClock::new(), Tick::Free, calls),
         "coarse" => match CoarseClock::new() {
             Ok(c) => run_with(name, load, c, Tick::Coarse, calls),
@@ -268,7 +383,8 @@ fn main() -> ExitCode {
         }
         None => {
             eprintln!(
-                "unknown limiter `{name}` or clock `{clock}` (`spent`: sliding windows only)"
+                "unknown limiter `{name}` or clock `{clock}` (`spent`: sliding windows only; \
+                 `at-limit`: sliding windows, gcra and clock, on `manual` only)"
             );
             ExitCode::from(2)
         }

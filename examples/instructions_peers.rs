@@ -15,7 +15,9 @@
 //! as floodgate's `try_acquire` does: the remaining burst on an admission, the wait on a denial,
 //! which costs governor a second clock read), ratelimit (the `ratelimit` crate's token bucket on
 //! a quanta clock). Workloads as in `instructions`: allow (10^7 per 10 ms, never reached), deny
-//! (1 per hour, exhausted by the first call).
+//! (1 per hour, exhausted by the first call), at-limit (governor-state only, as `instructions`'
+//! at-limit rows: on governor's `FakeRelativeClock`, advanced 25 ns before every call, 200,000
+//! per 10 ms, so about half the calls pass; 4¼ periods called through first, not counted).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -64,6 +66,79 @@ fn measured_loop_governor_state(limiter: &GovernorState, calls: u64) -> u64 {
             }
         })
         .sum()
+}
+
+/// governor-state on a fake clock the at-limit loop advances.
+type GovernorPaced = governor::RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    governor::clock::FakeRelativeClock,
+    governor::middleware::StateInformationMiddleware,
+>;
+
+/// The at-limit pace: the fake clock advances this much before every call (as `instructions`).
+const AT_LIMIT_STEP: Duration = Duration::from_nanos(25);
+
+/// `measured_loop_governor_state`'s calls, the clock advanced by [`AT_LIMIT_STEP`] before each
+/// (governor's `FakeRelativeClock::advance`: a load and a compare-exchange, as floodgate's
+/// `ManualClock::advance_nanos` in `instructions`).
+#[inline(always)]
+fn paced_governor_state(
+    limiter: &GovernorPaced,
+    clock: &governor::clock::FakeRelativeClock,
+    calls: u64,
+) -> u64 {
+    use governor::clock::Clock as _;
+    (0..calls)
+        .map(|_| {
+            clock.advance(AT_LIMIT_STEP);
+            match limiter.check() {
+                // Counted whatever the remaining burst is (at the limit it is 0).
+                Ok(snapshot) => {
+                    black_box(snapshot.remaining_burst_capacity());
+                    1
+                }
+                Err(not_until) => {
+                    black_box(not_until.wait_time_from(limiter.clock().now()));
+                    0
+                }
+            }
+        })
+        .sum()
+}
+
+#[inline(never)]
+fn measured_loop_governor_paced(
+    limiter: &GovernorPaced,
+    clock: &governor::clock::FakeRelativeClock,
+    calls: u64,
+) -> u64 {
+    paced_governor_state(limiter, clock, calls)
+}
+
+#[inline(never)]
+fn warm_up_governor_paced(
+    limiter: &GovernorPaced,
+    clock: &governor::clock::FakeRelativeClock,
+    calls: u64,
+) -> u64 {
+    paced_governor_state(limiter, clock, calls)
+}
+
+/// governor-state at the limit (see the module docs).
+fn at_limit(name: &str, calls: u64) -> Option<u64> {
+    if name != "governor-state" {
+        return None;
+    }
+    let (limit, period) = (200_000u32, Duration::from_millis(10));
+    let quota = governor::Quota::with_period(period / limit)?.allow_burst(NonZeroU32::new(limit)?);
+    let clock = governor::clock::FakeRelativeClock::default();
+    clock.advance(Duration::from_secs(1));
+    let limiter = governor::RateLimiter::direct_with_clock(quota, clock.clone())
+        .with_middleware::<governor::middleware::StateInformationMiddleware>();
+    let warm = 17 * period.as_nanos() / 4 / AT_LIMIT_STEP.as_nanos();
+    warm_up_governor_paced(&limiter, &clock, u64::try_from(warm).ok()?);
+    Some(measured_loop_governor_paced(&limiter, &clock, calls))
 }
 
 /// quanta as `ratelimit`'s clock (time since creation).
@@ -127,15 +202,17 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [name, workload, calls] = args.as_slice() else {
         eprintln!(
-            "usage: instructions_peers governor|governor-n|governor-state|ratelimit allow|deny CALLS"
+            "usage: instructions_peers governor|governor-n|governor-state|ratelimit allow|deny CALLS, \
+             or instructions_peers governor-state at-limit CALLS"
         );
         return ExitCode::from(2);
     };
     let allow = match workload.as_str() {
-        "allow" => true,
-        "deny" => false,
+        "allow" => Some(true),
+        "deny" => Some(false),
+        "at-limit" => None,
         _ => {
-            eprintln!("bad workload `{workload}` (allow or deny)");
+            eprintln!("bad workload `{workload}` (allow, deny or at-limit)");
             return ExitCode::from(2);
         }
     };
@@ -143,7 +220,11 @@ fn main() -> ExitCode {
         eprintln!("bad call count `{calls}`");
         return ExitCode::from(2);
     };
-    match run(name, allow, calls) {
+    let answer = match allow {
+        Some(allow) => run(name, allow, calls),
+        None => at_limit(name, calls),
+    };
+    match answer {
         Some(admitted) => {
             println!("{name} {workload}: {calls} calls, result {admitted}");
             ExitCode::SUCCESS

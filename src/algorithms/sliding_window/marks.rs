@@ -45,6 +45,7 @@
 //! the cells one by one, as every call did before the marks. Never a wait on another thread.
 
 use super::{SEALED, SlidingWindowLimiter, count_if_above, named_sum, pack_cell, visit};
+use crate::algorithms::ring::RingGeometry;
 use crate::clock::Clock;
 use crate::decision::{Decision, at_least_one};
 use crate::packed::{MAX_COUNT, TAG_MASK, pack_window};
@@ -118,6 +119,55 @@ impl Closed {
 #[inline(always)]
 pub(super) fn ends_name(cell: u64, epoch: u64) -> u64 {
     cell ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The waits of a denial in `cell` at `now` from its published ends: until the cell `back` cells
+/// back leaves the window (the retry's, raw) and until the cell `newest` back does (the reset's),
+/// where `newest ≤ back ≤ cell`. Each is [`until_start`](RingGeometry::until_start) of that cell
+/// plus `cells`, computed from the end of `cell`'s own window, `(cell + cells) × cell_nanos`
+/// (`cell`'s start plus the window: one product and one sum, checked once): a cell `b` back
+/// leaves `b × cell_nanos` before that end (at most `cell × cell_nanos`: no overflow), so each
+/// wait is one product and one saturating subtraction from the time left until that end, where
+/// `until_start` adds with saturation, multiplies with a check and subtracts for each. Where
+/// that end is past the `u64` timeline, `until_start` itself ([`waits_back_past_the_end`]).
+#[inline(always)]
+pub(super) fn waits_back(
+    geometry: &RingGeometry,
+    window_nanos: u64,
+    cell: u64,
+    now: u64,
+    back: u64,
+    newest: u64,
+) -> (u64, u64) {
+    debug_assert!(newest <= back && back <= cell);
+    let cell_nanos = geometry.cell_nanos;
+    match cell
+        .checked_mul(cell_nanos)
+        .and_then(|start| start.checked_add(window_nanos))
+    {
+        Some(end) => {
+            let until_end = end.saturating_sub(now);
+            (
+                until_end.saturating_sub(back * cell_nanos),
+                until_end.saturating_sub(newest * cell_nanos),
+            )
+        }
+        None => waits_back_past_the_end(geometry, cell, now, back, newest),
+    }
+}
+
+/// [`waits_back`] where the end of `cell`'s window is past the `u64` timeline: each wait by
+/// `RingGeometry::until_start`, off the common path.
+#[cold]
+pub(super) fn waits_back_past_the_end(
+    geometry: &RingGeometry,
+    cell: u64,
+    now: u64,
+    back: u64,
+    newest: u64,
+) -> (u64, u64) {
+    let until = |b: u64| geometry.until_start((cell - b).saturating_add(geometry.cells), now);
+    (until(back), until(newest))
 }
 
 /// The used cells of a run of cells a crossing sealed: the oldest and its count, the newest.
@@ -519,18 +569,22 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         if need > first || first > prev || need == 0 {
             return None;
         }
-        let cells = self.geometry.cells;
         let back = end >> END_COUNT_BITS;
-        let oldest = cell.checked_sub(back)?;
-        // The retry is when the oldest used cell leaves.
-        let leaves = self.geometry.until_start(oldest.saturating_add(cells), now);
-        let retry = at_least_one(leaves);
-        // The reset is when the newest used cell leaves: the oldest's when it is the only one
-        // and the current cell is empty (the spent denial: no second wait computed).
+        if back > cell {
+            return None;
+        }
+        // The newest used cell's distance back: 0 (this cell) when the current cell is used.
         let newest = if count > 0 {
-            cell
+            0
         } else if end & END_SOLE != 0 {
-            return Some((retry, leaves));
+            // The oldest is the only used cell and the current cell is empty (the spent
+            // denial): one wait, the retry's (raw, it is the reset), by `until_start` (one
+            // product: cheaper here than `waits_back`'s two).
+            let oldest = cell - back;
+            let leaves = self
+                .geometry
+                .until_start(oldest.saturating_add(self.geometry.cells), now);
+            return Some((at_least_one(leaves), leaves));
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.
@@ -539,10 +593,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             if newest == 0 || newest > back {
                 return None;
             }
-            cell - newest
+            newest
         };
-        let reset = self.geometry.until_start(newest.saturating_add(cells), now);
-        Some((retry, reset))
+        // The retry is when the oldest used cell leaves; the reset when the newest does.
+        let (leaves, reset) =
+            waits_back(&self.geometry, self.window_nanos, cell, now, back, newest);
+        Some((at_least_one(leaves), reset))
     }
 
     /// The value of the `kind` mark of cell `index`, if that is what its slot holds.

@@ -703,3 +703,69 @@ fn ends_stored_by_a_winner_stalled_across_a_rewind_are_ignored() {
     assert_eq!(w.try_acquire_at(1, now).unwrap(), scan);
     assert_eq!(w.peek_at(1, now).unwrap(), scan);
 }
+
+/// `waits_back` (the published denial's waits from the end of the caller's window) against
+/// `until_start` of each cell plus `cells`, as the ends were read before it, on random
+/// geometries, cells, times and distances back: small and huge cells, windows that end near or
+/// past the end of the `u64` timeline (its cold path), times inside, before and after the cell.
+#[test]
+fn waits_back_agree_with_until_start_on_random_states() {
+    use super::marks::waits_back;
+    use crate::algorithms::ring::RingGeometry;
+    let mut state = 0x5EED_0017_u64;
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    // A value of up to `bits` random bits, the width itself random: small and huge alike.
+    let below = |max: u64, next: &mut dyn FnMut() -> u64| -> u64 {
+        let bits = next() % 65;
+        let v = if bits == 64 {
+            next()
+        } else {
+            next() & ((1u64 << bits) - 1)
+        };
+        if max == u64::MAX { v } else { v % (max + 1) }
+    };
+    let mut past_the_end = 0;
+    for case in 0..200_000 {
+        let cells = 1 + below(65_535, &mut next);
+        let cell_nanos = 1 + below(u64::MAX / cells - 1, &mut next);
+        let geometry = RingGeometry {
+            cell_nanos,
+            cells,
+            future: 0,
+            slots: cells,
+        };
+        let window = cell_nanos * cells;
+        let cell = below(u64::MAX / cell_nanos, &mut next);
+        let start = cell * cell_nanos;
+        // Mostly in the cell (the short path's callers), else anywhere (a peek's).
+        let now = if next() % 4 == 0 {
+            next()
+        } else {
+            start.saturating_add(below(cell_nanos - 1, &mut next))
+        };
+        let back = below(cell.min(cells + 2), &mut next);
+        let newest = below(back, &mut next);
+        let until = |b: u64| geometry.until_start((cell - b).saturating_add(cells), now);
+        let got = waits_back(&geometry, window, cell, now, back, newest);
+        assert_eq!(
+            got,
+            (until(back), until(newest)),
+            "case {case}: cells {cells}, cell {cell} of {cell_nanos} ns, now {now}, back \
+             {back}, newest {newest}"
+        );
+        if start.checked_add(window).is_none() {
+            past_the_end += 1;
+        }
+    }
+    assert!(
+        past_the_end > 1_000,
+        "the cold path ran {past_the_end} times"
+    );
+}
