@@ -580,3 +580,69 @@ fn a_lookup_that_reads_a_later_inserts_record_reads_the_pair_complete() {
         assert!(b.join().unwrap(), "{alias:#x} took {key:#x}'s slot");
     });
 }
+
+/// The shard a `u32` key falls in, of a map of two shards, with the hasher the map takes under
+/// loom (fixed seeds), as `shard_index` in `src/keyed/shards.rs` computes it.
+fn shard_of_two(key: u32) -> u64 {
+    (ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(key) >> 32) & 1
+}
+
+/// Two keys of each of a two-shard map's shards: `[shard 0's, shard 1's]`.
+fn two_keys_a_shard() -> [[u32; 2]; 2] {
+    let of = |shard| {
+        let mut keys = (1..).filter(|&k| shard_of_two(k) == shard);
+        [keys.next().unwrap(), keys.next().unwrap()]
+    };
+    [of(0), of(1)]
+}
+
+/// Both shards of a map rebuild at once (a `forget` in each), publishing the map's one shared
+/// placeholder, while a check of a key of shard 0 runs: it may load the placeholder from shard 0
+/// while shard 1's rebuild finishes (its store lets go of its hold on the same placeholder). The
+/// check is decided once, on the old table before the move or on the new one after it, and its
+/// admission is kept; each shard ends with its other key (review of 9d9afcd, whose sharing no
+/// model ran: under loom each rebuild made its own placeholder).
+#[test]
+fn two_shards_rebuilding_at_once_share_the_placeholder_and_keep_every_admission() {
+    let [[a1, a2], [b1, b2]] = two_keys_a_shard();
+    model(None, move || {
+        let clock = ModelClock::starting_at(5);
+        let keyed = Arc::new(
+            Keyed::builder(FixedWindow::aligned(1, Duration::from_nanos(10)).unwrap())
+                .clock(clock.clone())
+                .max_keys(8)
+                .shards(2)
+                .when_full(WhenFull::DenyNewKeys)
+                .build()
+                .unwrap(),
+        );
+        for key in [a1, a2, b1, b2] {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        clock.advance(5); // each key's next window: one more permit
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.forget(&a2))
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.forget(&b2))
+        };
+        assert!(
+            keyed.try_acquire(&a1, 1).unwrap().is_allowed(),
+            "{a1}: [10, 20)"
+        );
+        assert!(a.join().unwrap());
+        assert!(b.join().unwrap());
+        assert_eq!(keyed.len(), 2);
+        assert!(
+            !keyed.try_acquire(&a1, 1).unwrap().is_allowed(),
+            "{a1}'s admission moved with it"
+        );
+        assert!(
+            keyed.try_acquire(&b1, 1).unwrap().is_allowed(),
+            "{b1}: [10, 20)"
+        );
+        assert!(!keyed.try_acquire(&b1, 1).unwrap().is_allowed());
+    });
+}

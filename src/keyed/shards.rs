@@ -475,6 +475,12 @@ mod cell {
         pub(super) fn new() -> Self {
             Placeholder(Arc::new(CachePadded::new(Table::placeholder())))
         }
+
+        /// The placeholder's strong count: the map's own, plus one for each cell holding it.
+        #[cfg(test)]
+        pub(super) fn holders(&self) -> usize {
+            Arc::strong_count(&self.0)
+        }
     }
 
     impl<K: Key, S> TableCell<K, S> {
@@ -502,11 +508,20 @@ mod cell {
         /// is unique exactly when the last check that loaded it has finished; `try_unwrap`'s
         /// Acquire pairs with the Release decrement of each reader's guard drop, so every word
         /// they wrote is visible here.
+        ///
+        /// A cell that already held the placeholder (a rebuild that unwound after taking its
+        /// table apart; every caller runs `repair` first, so none does today) gives an empty
+        /// table at once: the shared placeholder is never unique (the map holds it), and waiting
+        /// for it would spin forever. Tested only once the `Arc` is found shared, off the
+        /// common path.
         pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
             let mut old = self.0.swap(Arc::clone(&placeholder.0));
             loop {
                 match Arc::try_unwrap(old) {
                     Ok(table) => return CachePadded::into_inner(table),
+                    Err(shared) if Arc::ptr_eq(&shared, &placeholder.0) => {
+                        return Table::placeholder();
+                    }
                     Err(shared) => {
                         old = shared;
                         std::thread::yield_now();
@@ -527,13 +542,14 @@ mod cell {
 
     pub(super) struct TableGuard<K: Key, S>(Arc<Table<K, S>>);
 
-    /// Under loom each `take` makes its own placeholder (the models make the same objects in
-    /// every execution either way).
-    pub(super) struct Placeholder<K: Key, S>(std::marker::PhantomData<fn() -> (K, S)>);
+    /// The map's one placeholder, as without loom: every `take` of every shard publishes it, so
+    /// the models run the sharing (its reader count moved by the readers of every shard that
+    /// load it, never waited on). Made with the map, inside the model.
+    pub(super) struct Placeholder<K: Key, S>(Arc<Table<K, S>>);
 
     impl<K: Key, S> Placeholder<K, S> {
         pub(super) fn new() -> Self {
-            Placeholder(std::marker::PhantomData)
+            Placeholder(Arc::new(Table::placeholder()))
         }
     }
 
@@ -572,10 +588,14 @@ mod cell {
             *self.0.lock().unwrap() = Arc::new(table);
         }
 
-        pub(super) fn take(&self, _placeholder: &Placeholder<K, S>) -> Table<K, S> {
+        pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
             let mut old =
-                std::mem::replace(&mut *self.0.lock().unwrap(), Arc::new(Table::placeholder()));
+                std::mem::replace(&mut *self.0.lock().unwrap(), Arc::clone(&placeholder.0));
             loop {
+                if Arc::ptr_eq(&old, &placeholder.0) {
+                    // As without loom: never waited on.
+                    return Table::placeholder();
+                }
                 // SeqCst: pairs with the readers' decrement.
                 if old.readers.load(Ordering::SeqCst) == 0 {
                     match Arc::try_unwrap(old) {
@@ -2214,6 +2234,80 @@ mod tests {
                 end <= line * 128 || start >= (line + 1) * 128,
                 "{record:#x}"
             );
+        }
+    }
+
+    /// A shard's cell left holding the map's shared placeholder (what a rebuild that unwound
+    /// after taking its table apart leaves: only a panic of the rebuild's own, an allocation's,
+    /// gets there). Taking it again answers at once with an empty table. Review of 9d9afcd: the
+    /// shared placeholder is never unique (the map holds it), and `take` spun forever waiting
+    /// for it to be; a per-rebuild placeholder was unique, and `take` gave it back.
+    #[cfg(not(floodgate_loom))]
+    #[test]
+    fn a_cell_left_on_the_shared_placeholder_is_taken_at_once() {
+        let map = ShardedMap::<u64, AtomicU64>::new(64, 1, WhenFull::DenyNewKeys);
+        assert_eq!(map.placeholder.holders(), 1);
+        let first = map.cell(0).take(&map.placeholder);
+        assert_eq!(first.slots.len(), slots_for(MIN_KEYS));
+        assert_eq!(map.placeholder.holders(), 2, "the cell holds it");
+        let again = map.cell(0).take(&map.placeholder);
+        assert!(again.is_placeholder());
+        assert!(map.cell(0).load().is_placeholder());
+        assert_eq!(map.placeholder.holders(), 2, "the cell holds it once");
+    }
+
+    /// Every entry point that rebuilds or inserts into a shard left on the shared placeholder
+    /// (see above) puts a table of its own in first (`repair`): the shard works again, empty
+    /// (its keys were lost with the unwound rebuild), and no cell holds the placeholder after.
+    #[cfg(not(floodgate_loom))]
+    #[test]
+    fn every_entry_point_repairs_a_shard_left_on_the_shared_placeholder() {
+        use crate::keyed::slot::{LimiterSlot, Rules, WordSlot};
+        use crate::{FixedWindow, ManualClock};
+        let rules = Rules {
+            algorithm: FixedWindow::new(1, std::time::Duration::from_secs(60)).unwrap(),
+            extra: (),
+        };
+        let clock = ManualClock::new();
+        let take = |map: &ShardedMap<u64, WordSlot>, key: u64| {
+            map.access(&key, &clock, &rules, |slot, now, floor| {
+                slot.acquire(&rules, floor, now, &clock, 1)
+                    .unwrap()
+                    .is_allowed()
+            })
+            .unwrap()
+        };
+        type Entry<'a> = &'a dyn Fn(&ShardedMap<u64, WordSlot>);
+        let entries: [(&str, Entry<'_>); 5] = [
+            ("insert", &|map| assert!(take(map, 7))),
+            ("peek", &|map| {
+                assert!(!map.peek(&1, &clock, |slot, _, _| slot.is_some()));
+            }),
+            ("remove", &|map| assert!(!map.remove(&1, &clock, &rules))),
+            ("retain_recent", &|map| {
+                assert_eq!(map.retain_recent(&clock, &rules), 0);
+            }),
+            ("shrink_to_fit", &|map| map.shrink_to_fit(&clock, &rules)),
+        ];
+        for (name, entry) in entries {
+            let map = ShardedMap::<u64, WordSlot>::new(64, 1, WhenFull::DenyNewKeys);
+            for key in 1..=10 {
+                assert!(take(&map, key), "{name}: key {key}");
+            }
+            drop(map.cell(0).take(&map.placeholder));
+            entry(&map);
+            assert!(!map.cell(0).load().is_placeholder(), "{name}");
+            assert_eq!(
+                map.placeholder.holders(),
+                1,
+                "{name}: a cell still holds it"
+            );
+            // The shard works again: new keys are decided and grow it.
+            for key in 100..120 {
+                assert!(take(&map, key), "{name}: key {key}");
+                assert!(!take(&map, key), "{name}: key {key} again");
+            }
+            assert!(map.remove(&100, &clock, &rules), "{name}");
         }
     }
 
