@@ -1,4 +1,4 @@
-//! Review of issue 16's insert cuts (branch h-insert): a growth rebuild reads each old cell once
+//! Issue 16's insert cuts, reviewed: a growth rebuild reads each old cell once
 //! (its key's hash, with the slot listed) and then moves the listed slots (358e5b8). A panic in
 //! the user's code it runs (`Hash`, a `PairKey`'s `from_pair`) at any call of the insert that
 //! grows a shard loses no key and leaves the count right, for pair keys stored as (0, 0)
