@@ -1109,6 +1109,145 @@ mod tests {
         }
     }
 
+    /// One step of a sequence (see `sequences_of_changes_decide_as_the_engine`).
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// `n` permits on the word `key`, `advance` ns later, on a clock read `lag` ns behind.
+        Take {
+            key: usize,
+            n: u32,
+            advance: u64,
+            lag: u64,
+        },
+        /// The rate set to one permit per `interval` ns, `advance` ns later.
+        Rate { interval: u64, advance: u64 },
+        /// The capacity set, `advance` ns later.
+        Capacity { capacity: u32, advance: u64 },
+    }
+
+    /// How far the manual clock moves before a step: not at all, within a refill, or past the
+    /// lag horizon (where every settle bound of the changes before has passed and a
+    /// reconfigured bucket's own copy of the short path serves).
+    fn advance() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            3 => Just(0u64),
+            3 => 1u64..100_000,
+            3 => 100_000u64..50_000_000,
+            2 => MAX_CLOCK_LAG_NANOS..3 * MAX_CLOCK_LAG_NANOS,
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let take = (
+            0usize..4,
+            prop_oneof![4 => 1u32..4, 1 => 0u32..40],
+            advance(),
+            prop_oneof![
+                3 => Just(0u64),
+                1 => 0u64..4 * FLOOR_GRAIN_NANOS,
+                1 => 0u64..MAX_CLOCK_LAG_NANOS,
+            ],
+        )
+            .prop_map(|(key, n, advance, lag)| Op::Take {
+                key,
+                n,
+                advance,
+                lag,
+            });
+        // The first configuration's rate and capacity among the others: a bucket set back to
+        // them is in a later generation, with the first one's numbers.
+        let rate = (
+            prop_oneof![
+                Just(FIRST_INTERVAL),
+                Just(2 * FIRST_INTERVAL),
+                Just(FIRST_INTERVAL - 1),
+                1u64..5_000_000,
+            ],
+            advance(),
+        )
+            .prop_map(|(interval, advance)| Op::Rate { interval, advance });
+        let capacity = (prop_oneof![Just(FIRST_CAPACITY), 1u32..30], advance())
+            .prop_map(|(capacity, advance)| Op::Capacity { capacity, advance });
+        prop_oneof![6 => take, 1 => rate, 1 => capacity]
+    }
+
+    const FIRST_INTERVAL: u64 = 1_000_000;
+    const FIRST_CAPACITY: u32 = 10;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+        /// Issue 17's review: on random sequences of rate and capacity changes (back to the first
+        /// configuration among them, many more than four, so the stamp bits wrap and the hot
+        /// slots are reused) interleaved with takes on four words (some left untouched for
+        /// several generations) at a manual clock, the short path (`acquire_word`, and the bool
+        /// form `admit_word`) decides every request exactly as the general engine (`update_at`
+        /// over `decider`) on its own copy of the words and floor: every field of the decision
+        /// (allowed, limit, remaining, retry_after, reset_after), and the same words and floor
+        /// after each step.
+        #[test]
+        fn sequences_of_changes_decide_as_the_engine(
+            start in 0u64..2_000_000_000,
+            ops in prop::collection::vec(op(), 1..80),
+        ) {
+            let core = VirtualTime::new(
+                Rate::new(1, Duration::from_nanos(FIRST_INTERVAL)),
+                FIRST_CAPACITY,
+            )
+            .unwrap();
+            // Per word: the short path's copy, the engine's and the bool form's; a floor each.
+            let words: [[AtomicU64; 3]; 4] =
+                std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0)));
+            let floors: [AtomicU64; 3] = std::array::from_fn(|_| AtomicU64::new(0));
+            let mut clock = start;
+            for (step, op) in ops.iter().enumerate() {
+                match *op {
+                    Op::Take { key, n, advance, lag } => {
+                        clock += advance;
+                        let read = clock.saturating_sub(lag);
+                        let [short_word, engine_word, bool_word] = &words[key];
+                        let short = core.acquire_word(short_word, &floors[0], || read, n);
+                        let general = core
+                            .decider(n)
+                            .map(|decide| update_at(engine_word, &floors[1], || read, decide));
+                        let admitted = core.admit_word(bool_word, &floors[2], || read, n);
+                        prop_assert_eq!(short, general, "step {} {:?} at {}", step, op, clock);
+                        prop_assert_eq!(
+                            admitted,
+                            general.map(|d| d.is_allowed()),
+                            "step {} {:?}",
+                            step,
+                            op
+                        );
+                    }
+                    Op::Rate { interval, advance } => {
+                        clock += advance;
+                        core.set_rate(Rate::new(1, Duration::from_nanos(interval)), clock)
+                            .unwrap();
+                    }
+                    Op::Capacity { capacity, advance } => {
+                        clock += advance;
+                        core.set_capacity(capacity, clock).unwrap();
+                    }
+                }
+                for (key, [short_word, engine_word, bool_word]) in words.iter().enumerate() {
+                    let engine = engine_word.load(Ordering::Relaxed);
+                    prop_assert_eq!(
+                        short_word.load(Ordering::Relaxed),
+                        engine,
+                        "word {} after step {} {:?}",
+                        key,
+                        step,
+                        op
+                    );
+                    prop_assert_eq!(bool_word.load(Ordering::Relaxed), engine);
+                }
+                let engine = floors[1].load(Ordering::Relaxed);
+                prop_assert_eq!(floors[0].load(Ordering::Relaxed), engine, "floor, step {}", step);
+                prop_assert_eq!(floors[2].load(Ordering::Relaxed), engine);
+            }
+        }
+    }
+
     /// A burst window `capacity × interval` of 2^61 or more (up to its bound 2^62): `now + 2·tau + H`
     /// passes the end of time for every `now`, so the short path must serve no time at all, not
     /// `now = 0` (a saturated `fast_until`). At 2^62 the engine denies a booking of 2^62 (past
