@@ -277,9 +277,19 @@ impl<C: Clock> Sharded<C> {
                 Home::Borrow { .. } | Home::Engine => self.after_home(index, now, n)?,
             }
         } else {
-            self.after_home(home_stripe() & (self.stripes.len() - 1), now, n)?
+            self.after_numbering(now, n)?
         };
         Ok(self.answer(found))
+    }
+
+    /// [`acquire_here`](Self::acquire_here) for a thread not numbered yet (or numbered past
+    /// 2^63): numbers it, then decides on its stripe as [`after_home`](Self::after_home) does.
+    /// Out of line, so that the inlined part keeps neither the thread's number nor the stripe
+    /// count for it.
+    #[cold]
+    #[inline(never)]
+    fn after_numbering(&self, now: u64, n: u32) -> Result<Found, AcquireError> {
+        self.after_home(home_stripe() & (self.stripes.len() - 1), now, n)
     }
 
     /// [`acquire_at`](Self::acquire_at) answering a whole [`Decision`].
