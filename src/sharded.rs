@@ -263,9 +263,9 @@ impl<C: Clock> Sharded<C> {
 
     /// [`acquire_at`](Self::acquire_at) on the calling thread's home stripe. The thread's
     /// number masked by `route` is its stripe when it is in range; otherwise (a first use, whose
-    /// number is still `usize::MAX`, or a number of 2^63 or more) the thread is numbered as
-    /// [`home_stripe`] numbers it, and the out-of-line [`after_home`](Self::after_home) decides
-    /// on its stripe. The same stripe as `home_stripe() & (stripes − 1)`, with no test of its
+    /// number is still `usize::MAX`, or a number of 2^63 or more) the out-of-line
+    /// [`after_home`](Self::after_home) numbers the thread as [`home_stripe`] numbers it and
+    /// decides on its stripe. The same stripe as `home_stripe() & (stripes − 1)`, with no test of its
     /// own for a first use: the bounds check is that test (issue 17). The two ways join on
     /// numbers ([`Found`]), as in `acquire_at`.
     #[inline(always)]
@@ -274,22 +274,25 @@ impl<C: Clock> Sharded<C> {
         let found = if index < self.stripes.len() {
             match self.home(index, now, n) {
                 Home::Done(found) => found,
-                Home::Borrow { .. } | Home::Engine => self.after_home(index, now, n)?,
+                // The stripe found again out of line: the inlined part keeps no index for it.
+                Home::Borrow { .. } | Home::Engine => self.after_home(now, THIS_THREAD, n)?,
             }
         } else {
-            self.after_numbering(now, n)?
+            self.after_home(now, THIS_THREAD, n)?
         };
         Ok(self.answer(found))
     }
 
-    /// [`acquire_here`](Self::acquire_here) for a thread not numbered yet (or numbered past
-    /// 2^63): numbers it, then decides on its stripe as [`after_home`](Self::after_home) does.
-    /// Out of line, so that the inlined part keeps neither the thread's number nor the stripe
-    /// count for it.
-    #[cold]
-    #[inline(never)]
-    fn after_numbering(&self, now: u64, n: u32) -> Result<Found, AcquireError> {
-        self.after_home(home_stripe() & (self.stripes.len() - 1), now, n)
+    /// The calling thread's home stripe, as [`acquire_here`](Self::acquire_here) finds it,
+    /// numbering the thread on its first use.
+    #[inline(always)]
+    fn thread_stripe(&self) -> usize {
+        let index = HOME.get() & self.route;
+        if index < self.stripes.len() {
+            index
+        } else {
+            home_stripe() & (self.stripes.len() - 1)
+        }
     }
 
     /// [`acquire_at`](Self::acquire_at) answering a whole [`Decision`].
@@ -319,7 +322,7 @@ impl<C: Clock> Sharded<C> {
         let found = match self.home(home, now, n) {
             Home::Done(found) => found,
             // One out-of-line call for the rest, which looks at the home stripe again.
-            Home::Borrow { .. } | Home::Engine => self.after_home(home, now, n)?,
+            Home::Borrow { .. } | Home::Engine => self.after_home(now, home, n)?,
         };
         Ok(self.answer(found))
     }
@@ -378,8 +381,17 @@ impl<C: Clock> Sharded<C> {
     /// look wrote nothing, so this is a fresh start), then, when it is full and the hint is not
     /// set, the other stripes in turn, as the general path borrows; the general path for
     /// anything the short path does not serve.
+    ///
+    /// `home` is a stripe's index, or [`THIS_THREAD`] for the calling thread's stripe (found
+    /// here, numbering the thread on its first use), so that the inlined part of
+    /// [`acquire_here`](Self::acquire_here) keeps no index, nor the thread's number, for this
+    /// call.
     #[inline(never)]
-    fn after_home(&self, home: usize, now: u64, n: u32) -> Result<Found, AcquireError> {
+    fn after_home(&self, now: u64, home: usize, n: u32) -> Result<Found, AcquireError> {
+        let home = match home {
+            THIS_THREAD => self.thread_stripe(),
+            home => home,
+        };
         let (mut remaining, at) = match self.home(home, now, n) {
             Home::Done(found) => return Ok(found),
             Home::Borrow { left, at } => (left, at),
@@ -850,6 +862,10 @@ enum Home {
 /// The "all full" hint of no window (see [`Sharded`]'s `all_full`): `u64::MAX`, no window's
 /// [`mark`](WindowAt::mark).
 const NO_HINT: u64 = u64::MAX;
+
+/// [`Sharded::after_home`]'s `home` for the calling thread's stripe: no stripe's index (there
+/// are at most [`MAX_STRIPES`]).
+const THIS_THREAD: usize = usize::MAX;
 
 /// The top bit of a `usize`, set in [`Sharded`]'s `route`.
 const TOP_BIT: usize = 1 << (usize::BITS - 1);
@@ -1370,24 +1386,33 @@ mod tests {
     /// `try_acquire` and `admit` find the thread's stripe through `route`: an unnumbered
     /// thread is numbered by its first call and served by `home_stripe() & (stripes − 1)`, as
     /// is a thread whose number has the top bit set (out of `route`'s range: reduced on the way
-    /// out of line, not renumbered), and a numbered thread by its number's stripe.
+    /// out of line, not renumbered), and a numbered thread by its number's stripe. With that
+    /// stripe full, the next call borrows from the next stripe in turn (`after_home` finds the
+    /// thread's stripe again).
     #[test]
     fn calls_take_from_the_thread_s_numbered_stripe() {
-        // The one stripe written (count 1) after one admission on a fresh limiter.
-        fn served(call: fn(&Sharded<crate::ManualClock>) -> bool) -> usize {
+        // The stripe each of two admissions wrote (count 1 each: shares of 1) on a fresh limiter.
+        fn served(call: fn(&Sharded<crate::ManualClock>) -> bool) -> [usize; 2] {
             let s = Sharded::with_clock(8, Duration::from_secs(1), 8, crate::ManualClock::new());
             let s = s.unwrap();
-            assert!(call(&s));
             // Relaxed: single-threaded.
-            let written: Vec<usize> = (0..s.stripes())
-                .filter(|&i| s.stripes[i].word.load(Ordering::Relaxed) != 0)
-                .collect();
+            let written = |s: &Sharded<crate::ManualClock>| -> Vec<usize> {
+                (0..s.stripes())
+                    .filter(|&i| s.stripes[i].word.load(Ordering::Relaxed) != 0)
+                    .collect()
+            };
+            assert!(call(&s));
+            let first = written(&s);
             assert_eq!(
-                written.len(),
+                first.len(),
                 1,
-                "one stripe served the one permit: {written:?}"
+                "one stripe served the one permit: {first:?}"
             );
-            written[0]
+            assert!(call(&s));
+            let both = written(&s);
+            assert_eq!(both.len(), 2, "another stripe served the second: {both:?}");
+            let second = both.iter().copied().find(|&i| i != first[0]).unwrap();
+            [first[0], second]
         }
         let calls: [fn(&Sharded<crate::ManualClock>) -> bool; 2] = [
             |s| s.try_acquire(1).unwrap().is_allowed(),
@@ -1395,26 +1420,27 @@ mod tests {
         ];
         for call in calls {
             // A fresh thread: unnumbered until the call.
-            let (stripe, number) = std::thread::spawn(move || {
+            let (stripes, number) = std::thread::spawn(move || {
                 assert_eq!(HOME.get(), usize::MAX);
-                let stripe = served(call);
-                (stripe, HOME.get())
+                let stripes = served(call);
+                (stripes, HOME.get())
             })
             .join()
             .unwrap();
             assert_ne!(number, usize::MAX, "the first call numbers the thread");
-            assert_eq!(stripe, number & 7);
+            assert_eq!(stripes, [number & 7, (number + 1) & 7]);
             // Numbered: every number's stripe, in and out of `route`'s range.
             for number in [0, 3, 5, 7, 8, 13, TOP_BIT | 6, TOP_BIT | 9, usize::MAX - 1] {
-                let stripe = std::thread::spawn(move || {
+                let stripes = std::thread::spawn(move || {
                     HOME.set(number);
-                    let stripe = served(call);
+                    let stripes = served(call);
                     assert_eq!(HOME.get(), number, "a numbered thread is not renumbered");
-                    stripe
+                    stripes
                 })
                 .join()
                 .unwrap();
-                assert_eq!(stripe, number & 7, "number {number:#x}");
+                let home = number & 7;
+                assert_eq!(stripes, [home, (home + 1) & 7], "number {number:#x}");
             }
         }
     }
