@@ -265,9 +265,9 @@ impl<C: Clock> Sharded<C> {
     /// number masked by `route` is its stripe when it is in range; otherwise (a first use, whose
     /// number is still `usize::MAX`, or a number of 2^63 or more) the out-of-line
     /// [`after_home`](Self::after_home) numbers the thread as [`home_stripe`] numbers it and
-    /// decides on its stripe. The same stripe as `home_stripe() & (stripes − 1)`, with no test of its
-    /// own for a first use: the bounds check is that test (issue 17). The two ways join on
-    /// numbers ([`Found`]), as in `acquire_at`.
+    /// decides on its stripe. The same stripe as `home_stripe() & (stripes − 1)`, with no test
+    /// of its own for a first use: the bounds check is that test (issue 17). The two ways join
+    /// on numbers ([`Found`]), as in `acquire_at`.
     #[inline(always)]
     fn acquire_here<A: Answer>(&self, now: u64, n: u32) -> Result<A, AcquireError> {
         let index = self.route & HOME.get();
