@@ -96,6 +96,10 @@ pub struct Sharded<C = QuantaClock> {
     /// clock's), and only for windows of at least [`CACHED_WINDOW_NANOS`].
     recent: CachePadded<AtomicU64>,
     limit: AtomicU32,
+    /// `stripes − 1` with the top bit set: a thread's number (below 2^63) masked by it is its
+    /// home stripe, and the unnumbered thread's `usize::MAX` falls outside the stripes, so one
+    /// bounds check both finds the stripe and catches a first use (issue 17).
+    route: usize,
     /// Held by [`set_limit`](Limiter::set_limit) only: one split of the limit at a time.
     reconfigure: Mutex<()>,
     /// The window length, as the stripes' own [`FixedWindow`]s divide by it.
@@ -186,6 +190,7 @@ impl<C: Clock> Sharded<C> {
             all_full: CachePadded::new(AtomicU64::new(NO_HINT)),
             recent: CachePadded::new(AtomicU64::new(0)),
             limit: AtomicU32::new(limit),
+            route: (count - 1) | TOP_BIT,
             reconfigure: Mutex::new(()),
             window: window_divisor,
             clock,
@@ -256,6 +261,40 @@ impl<C: Clock> Sharded<C> {
         self.try_acquire_at(home & (self.stripes.len() - 1), now, n)
     }
 
+    /// [`acquire_at`](Self::acquire_at) on the calling thread's home stripe. The thread's
+    /// number masked by `route` is its stripe when it is in range; otherwise (a first use, whose
+    /// number is still `usize::MAX`, or a number of 2^63 or more) the out-of-line
+    /// [`after_home`](Self::after_home) numbers the thread as [`home_stripe`] numbers it and
+    /// decides on its stripe. The same stripe as `home_stripe() & (stripes − 1)`, with no test
+    /// of its own for a first use: the bounds check is that test (issue 17). The two ways join
+    /// on numbers ([`Found`]), as in `acquire_at`.
+    #[inline(always)]
+    fn acquire_here<A: Answer>(&self, now: u64, n: u32) -> Result<A, AcquireError> {
+        let index = self.route & HOME.get();
+        let found = if index < self.stripes.len() {
+            match self.home(index, now, n) {
+                Home::Done(found) => found,
+                // The stripe found again out of line: the inlined part keeps no index for it.
+                Home::Borrow { .. } | Home::Engine => self.after_home(now, THIS_THREAD, n)?,
+            }
+        } else {
+            self.after_home(now, THIS_THREAD, n)?
+        };
+        Ok(self.answer(found))
+    }
+
+    /// The calling thread's home stripe, as [`acquire_here`](Self::acquire_here) finds it,
+    /// numbering the thread on its first use.
+    #[inline(always)]
+    fn thread_stripe(&self) -> usize {
+        let index = HOME.get() & self.route;
+        if index < self.stripes.len() {
+            index
+        } else {
+            home_stripe() & (self.stripes.len() - 1)
+        }
+    }
+
     /// [`acquire_at`](Self::acquire_at) answering a whole [`Decision`].
     #[inline(always)]
     fn try_acquire_at(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
@@ -283,7 +322,7 @@ impl<C: Clock> Sharded<C> {
         let found = match self.home(home, now, n) {
             Home::Done(found) => found,
             // One out-of-line call for the rest, which looks at the home stripe again.
-            Home::Borrow { .. } | Home::Engine => self.after_home(home, now, n)?,
+            Home::Borrow { .. } | Home::Engine => self.after_home(now, home, n)?,
         };
         Ok(self.answer(found))
     }
@@ -342,8 +381,17 @@ impl<C: Clock> Sharded<C> {
     /// look wrote nothing, so this is a fresh start), then, when it is full and the hint is not
     /// set, the other stripes in turn, as the general path borrows; the general path for
     /// anything the short path does not serve.
+    ///
+    /// `home` is a stripe's index, or [`THIS_THREAD`] for the calling thread's stripe (found
+    /// here, numbering the thread on its first use), so that the inlined part of
+    /// [`acquire_here`](Self::acquire_here) keeps no index, nor the thread's number, for this
+    /// call.
     #[inline(never)]
-    fn after_home(&self, home: usize, now: u64, n: u32) -> Result<Found, AcquireError> {
+    fn after_home(&self, now: u64, home: usize, n: u32) -> Result<Found, AcquireError> {
+        let home = match home {
+            THIS_THREAD => self.thread_stripe(),
+            home => home,
+        };
         let (mut remaining, at) = match self.home(home, now, n) {
             Home::Done(found) => return Ok(found),
             Home::Borrow { left, at } => (left, at),
@@ -815,6 +863,13 @@ enum Home {
 /// [`mark`](WindowAt::mark).
 const NO_HINT: u64 = u64::MAX;
 
+/// [`Sharded::after_home`]'s `home` for the calling thread's stripe: no stripe's index (there
+/// are at most [`MAX_STRIPES`]).
+const THIS_THREAD: usize = usize::MAX;
+
+/// The top bit of a `usize`, set in [`Sharded`]'s `route`.
+const TOP_BIT: usize = 1 << (usize::BITS - 1);
+
 /// The shortest window [`Sharded`] caches (`recent`): shorter ones would have every caller
 /// rewrite the cache's line at every window.
 const CACHED_WINDOW_NANOS: u64 = 1 << 20;
@@ -870,7 +925,8 @@ fn number_this_thread() -> usize {
 impl<C: Clock> Limiter for Sharded<C> {
     #[inline]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
-        self.try_acquire_on(home_stripe(), n)
+        let now = self.clock.now_nanos();
+        self.acquire_here(now, n)
     }
 
     /// The same decision and writes as [`try_acquire`](Limiter::try_acquire), answering only
@@ -891,7 +947,7 @@ impl<C: Clock> Limiter for Sharded<C> {
     #[inline]
     fn admit(&self, n: u32) -> Result<bool, AcquireError> {
         let now = self.clock.now_nanos();
-        self.acquire_at(home_stripe() & (self.stripes.len() - 1), now, n)
+        self.acquire_here(now, n)
     }
 
     fn clock(&self) -> &dyn Clock {
@@ -1325,6 +1381,68 @@ mod tests {
             (now + window) / window,
             "the cache still holds the leapt window: every call divides until real time gets there"
         );
+    }
+
+    /// `try_acquire` and `admit` find the thread's stripe through `route`: an unnumbered
+    /// thread is numbered by its first call and served by `home_stripe() & (stripes − 1)`, as
+    /// is a thread whose number has the top bit set (out of `route`'s range: reduced on the way
+    /// out of line, not renumbered), and a numbered thread by its number's stripe. With that
+    /// stripe full, the next call borrows from the next stripe in turn (`after_home` finds the
+    /// thread's stripe again).
+    #[test]
+    fn calls_take_from_the_thread_s_numbered_stripe() {
+        // The stripe each of two admissions wrote (count 1 each: shares of 1) on a fresh limiter.
+        fn served(call: fn(&Sharded<crate::ManualClock>) -> bool) -> [usize; 2] {
+            let s = Sharded::with_clock(8, Duration::from_secs(1), 8, crate::ManualClock::new());
+            let s = s.unwrap();
+            // Relaxed: single-threaded.
+            let written = |s: &Sharded<crate::ManualClock>| -> Vec<usize> {
+                (0..s.stripes())
+                    .filter(|&i| s.stripes[i].word.load(Ordering::Relaxed) != 0)
+                    .collect()
+            };
+            assert!(call(&s));
+            let first = written(&s);
+            assert_eq!(
+                first.len(),
+                1,
+                "one stripe served the one permit: {first:?}"
+            );
+            assert!(call(&s));
+            let both = written(&s);
+            assert_eq!(both.len(), 2, "another stripe served the second: {both:?}");
+            let second = both.iter().copied().find(|&i| i != first[0]).unwrap();
+            [first[0], second]
+        }
+        let calls: [fn(&Sharded<crate::ManualClock>) -> bool; 2] = [
+            |s| s.try_acquire(1).unwrap().is_allowed(),
+            |s| s.admit(1).unwrap(),
+        ];
+        for call in calls {
+            // A fresh thread: unnumbered until the call.
+            let (stripes, number) = std::thread::spawn(move || {
+                assert_eq!(HOME.get(), usize::MAX);
+                let stripes = served(call);
+                (stripes, HOME.get())
+            })
+            .join()
+            .unwrap();
+            assert_ne!(number, usize::MAX, "the first call numbers the thread");
+            assert_eq!(stripes, [number & 7, (number + 1) & 7]);
+            // Numbered: every number's stripe, in and out of `route`'s range.
+            for number in [0, 3, 5, 7, 8, 13, TOP_BIT | 6, TOP_BIT | 9, usize::MAX - 1] {
+                let stripes = std::thread::spawn(move || {
+                    HOME.set(number);
+                    let stripes = served(call);
+                    assert_eq!(HOME.get(), number, "a numbered thread is not renumbered");
+                    stripes
+                })
+                .join()
+                .unwrap();
+                let home = number & 7;
+                assert_eq!(stripes, [home, (home + 1) & 7], "number {number:#x}");
+            }
+        }
     }
 
     #[test]
