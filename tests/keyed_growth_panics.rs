@@ -9,10 +9,13 @@ use std::cell::Cell;
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::Duration;
 
 use floodgate::keyed::{Key, OnceLockCell, PairCell, PairKey};
 use floodgate::{FixedWindow, Keyed, ManualClock};
+
+#[path = "support/one_a_minute.rs"]
+mod one_a_minute;
+use one_a_minute::one_a_minute;
 
 thread_local! {
     /// Calls of the keys' user code (`Hash`, `from_pair`) on this thread; the call numbered
@@ -66,17 +69,6 @@ impl Hash for Boxed {
 
 impl Key for Boxed {
     type Cell = OnceLockCell<Self>;
-}
-
-/// One permit a minute per key, one shard of 64 keys, on a manual clock. Its first table (7
-/// slots) takes 5 keys: the sixth key's insert grows it.
-fn one_a_minute<K: Key>() -> Keyed<K, FixedWindow, ManualClock> {
-    Keyed::builder(FixedWindow::new(1, Duration::from_secs(60)).unwrap())
-        .clock(ManualClock::new())
-        .max_keys(64)
-        .shards(1)
-        .build()
-        .unwrap()
 }
 
 /// Holding `keys[..5]`, the insert of `keys[5]` grows the shard; a panic at each of the user

@@ -9,6 +9,10 @@ use std::time::Duration;
 use floodgate::keyed::{Key, WordCell, WordKey};
 use floodgate::{FixedWindow, Keyed, ManualClock};
 
+#[path = "support/one_a_minute.rs"]
+mod one_a_minute;
+use one_a_minute::one_a_minute;
+
 /// A word key of a user's own whose `to_word` panics on one value (13), and whose keys all hash
 /// alike, so each new key goes to the first empty slot of one probe sequence.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -30,16 +34,6 @@ impl WordKey for Picky {
 
 impl Key for Picky {
     type Cell = WordCell<Self>;
-}
-
-/// One permit a minute per key, one shard, on a manual clock.
-fn one_a_minute<K: Key>() -> Keyed<K, FixedWindow, ManualClock> {
-    Keyed::builder(FixedWindow::new(1, Duration::from_secs(60)).unwrap())
-        .clock(ManualClock::new())
-        .max_keys(64)
-        .shards(1)
-        .build()
-        .unwrap()
 }
 
 /// A panic in a user's `to_word` (user code, as `Hash` and `Eq` are) on a new key's insert
