@@ -283,18 +283,6 @@ impl<C: Clock> Sharded<C> {
         Ok(self.answer(found))
     }
 
-    /// The calling thread's home stripe, as [`acquire_here`](Self::acquire_here) finds it,
-    /// numbering the thread on its first use.
-    #[inline(always)]
-    fn thread_stripe(&self) -> usize {
-        let index = HOME.get() & self.route;
-        if index < self.stripes.len() {
-            index
-        } else {
-            home_stripe() & (self.stripes.len() - 1)
-        }
-    }
-
     /// [`acquire_at`](Self::acquire_at) answering a whole [`Decision`].
     #[inline(always)]
     fn try_acquire_at(&self, home: usize, now: u64, n: u32) -> Result<Decision, AcquireError> {
@@ -389,7 +377,8 @@ impl<C: Clock> Sharded<C> {
     #[inline(never)]
     fn after_home(&self, now: u64, home: usize, n: u32) -> Result<Found, AcquireError> {
         let home = match home {
-            THIS_THREAD => self.thread_stripe(),
+            // The stripe `acquire_here`'s mask finds, the thread numbered on its first use.
+            THIS_THREAD => home_stripe() & (self.stripes.len() - 1),
             home => home,
         };
         let (mut remaining, at) = match self.home(home, now, n) {
