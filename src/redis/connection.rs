@@ -1585,27 +1585,97 @@ fn owner_scheme(first_node: &str) -> &'static str {
         .unwrap_or("redis")
 }
 
-/// `url` with the password of its user-info part (`scheme://user:password@host`) replaced.
+/// `url` with its passwords replaced by `***`: the user-info part's
+/// (`scheme://user:password@host`), and a `pass` (or `password`) query parameter's, where
+/// redis-rs reads a Unix socket URL's password (`unix:///path?pass=password`).
 fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    match rest.rsplit_once('@') {
+    let rest = match rest.rsplit_once('@') {
         Some((user_info, host)) => {
             let user = user_info
                 .split_once(':')
                 .map_or(user_info, |(user, _)| user);
             let hidden = if user_info.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{host}")
+            format!("{user}{hidden}@{host}")
         }
-        None => url.to_owned(),
+        None => rest.to_owned(),
+    };
+    format!("{scheme}://{}", redact_query(&rest))
+}
+
+/// `rest` (a URL after its scheme) with the value of each query parameter named `pass` or
+/// `password` (any case, percent-encoded or not) replaced by `***`, up to the next `&` (a
+/// fragment after it included: the value may hold an unencoded `#`).
+fn redact_query(rest: &str) -> String {
+    let Some((before, query)) = rest.split_once('?') else {
+        return rest.to_owned();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if is_password_name(name) => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{before}?{}", pairs.join("&"))
+}
+
+/// Whether a query parameter's name, form-decoded (`%XX`, `+`), reads `pass` or `password`.
+fn is_password_name(name: &str) -> bool {
+    let mut decoded = Vec::with_capacity(name.len());
+    let mut bytes = name.bytes();
+    while let Some(byte) = bytes.next() {
+        decoded.push(match byte {
+            b'+' => b' ',
+            b'%' => {
+                let hex = [bytes.next(), bytes.next()];
+                let digits = hex.map(|b| b.and_then(|b| char::from(b).to_digit(16)));
+                match digits {
+                    [Some(high), Some(low)] => (high * 16 + low) as u8,
+                    _ => return false,
+                }
+            }
+            byte => byte,
+        });
     }
+    decoded.eq_ignore_ascii_case(b"pass") || decoded.eq_ignore_ascii_case(b"password")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use redis::FromRedisValue as _;
+
+    #[test]
+    fn passwords_are_redacted_from_the_user_info_and_the_query() {
+        for (url, shown) in [
+            ("redis://u:pw@h:6379/0", "redis://u:***@h:6379/0"),
+            ("redis://h:6379", "redis://h:6379"),
+            ("unix:///s.sock?pass=pw", "unix:///s.sock?pass=***"),
+            (
+                "unix:///s.sock?db=1&pass=p@w&user=u",
+                "unix:///s.sock?db=1&pass=***&user=u",
+            ),
+            (
+                "unix:///s.sock?user=u&pass=p:w@x",
+                "unix:///s.sock?user=u&pass=***",
+            ),
+            (
+                "unix:///s.sock?Password=pw#frag",
+                "unix:///s.sock?Password=***",
+            ),
+            (
+                "unix:///s.sock?pa%73s=pw&p+ss=x",
+                "unix:///s.sock?pa%73s=***&p+ss=x",
+            ),
+            ("redis://:a?pass=b@h", "redis://:***@h"),
+            ("unix:///s.sock?db=1", "unix:///s.sock?db=1"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
 
     #[test]
     fn integer_fields_read_as_luas_percent_d_writes_them_and_nothing_else() {

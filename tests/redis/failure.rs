@@ -406,3 +406,33 @@ fn eager_cluster_connect_to_a_closed_port_is_refused_naming_it() {
     assert_eq!(error.kind(), FailureKind::Refused, "{error}");
     assert_eq!(error.server_address(), Some(url.as_str()), "{error}");
 }
+
+/// A Unix-socket URL carries its password in the query (`?pass=`, as redis-rs reads it): the
+/// errors and `server()` must not show it, as they hide a `redis://user:password@` one.
+#[test]
+fn a_unix_socket_urls_password_is_never_shown() {
+    let dir = std::env::temp_dir().join(format!("floodgate-no-socket-{}", std::process::id()));
+    let url = format!("unix://{}/redis.sock?db=0&pass=hunter2", dir.display());
+    let started = Instant::now();
+    let error = RedisBackend::blocking_connect(RedisConfig::single(&url).timeout(SHORT))
+        .expect_err("no socket there");
+    assert!(started.elapsed() < CALL_BOUND, "{:?}", started.elapsed());
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+    let shown = error.server_address().expect("names the server");
+    assert!(
+        !shown.contains("hunter2") && shown.contains("pass=***"),
+        "{shown}"
+    );
+    let lazy =
+        RedisBackend::blocking_connect(RedisConfig::single(&url).timeout(SHORT).lazy()).unwrap();
+    assert!(!lazy.server().contains("hunter2"), "{}", lazy.server());
+    let outcome = limiter(&lazy, FailurePolicy::FailClosed)
+        .blocking_try_acquire_outcome("k", 1)
+        .unwrap();
+    let failure = outcome.failure().expect("decided by the policy");
+    assert!(!failure.to_string().contains("hunter2"), "{failure}");
+    // Nor in an invalid URL's error.
+    let bad = format!("unix://{}/redis.sock?db=x&pass=hunter2", dir.display());
+    let error = RedisBackend::blocking_connect(RedisConfig::single(&bad)).unwrap_err();
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+}
