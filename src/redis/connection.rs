@@ -146,9 +146,12 @@ impl RedisConfig {
 /// back, so each call brackets the offset: `server − received ≤ offset ≤ server − sent`. The
 /// backend keeps the largest lower end, pulled down only by a later call's upper end (a server
 /// clock that stepped back): a slow reply never lowers a good offset. The deadline sent is
-/// `call deadline − timeout / 8`, shifted by this offset: the script refuses early by at most
-/// the best call's round trip, never late (but after a step back, below), and it refuses at
-/// least `timeout / 8` before the caller gives up, so the reply of a script that ran has that
+/// `call deadline − left / 8`, `left` being the time the call has left when its request is
+/// built (the whole timeout for a call sent at once; less for a decision that waited in the
+/// queue for its batch, or a try of [`try_acquire_for`](super::RedisLimiter::try_acquire_for)
+/// cut to the caller's own deadline), shifted by this offset: the script refuses early by at
+/// most the best call's round trip, never late (but after a step back, below), and it refuses
+/// at least `left / 8` before the caller gives up, so the reply of a script that ran has that
 /// long to come back.
 ///
 /// What can still be consumed without being handed out, per call:
@@ -156,7 +159,7 @@ impl RedisConfig {
 ///   batch was taken from the queue), if the server runs the script before the deadline (a
 ///   future dropped before its first poll, before the request left, or while queued, sends
 ///   nothing);
-/// * a reply that takes longer than `timeout / 8` to come back (a connection cut just after the
+/// * a reply that takes longer than `left / 8` to come back (a connection cut just after the
 ///   script ran);
 /// * with a [`lazy`](RedisConfig::lazy) backend, decisions sent before the first reply, which
 ///   carry no deadline; and after the server's clock steps back by `d`, deadlines are late by at
