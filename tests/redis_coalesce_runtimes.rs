@@ -175,6 +175,41 @@ fn callers_completing_on_thread_local_runtimes_strand_no_queued_decision() {
     );
 }
 
+/// A caller whose own call went out and which is then never polled again, though its future
+/// is kept (a `Stream` its consumer stopped reading, a future stored for later, a task whose
+/// runtime nothing drives any more): its reply comes back, unseen. The limiter's other callers
+/// must still be decided by Redis, not queue behind it until their timeout (the policy then
+/// deciding each one while Redis is up, and their failures opening the breaker).
+#[test]
+fn a_caller_never_polled_after_its_own_call_went_out_does_not_hold_up_the_others() {
+    let server = RedisServer::start();
+    let limiter = warm_gcra_limiter(&server);
+
+    let idle = current_thread();
+    let before = server.calls("evalsha");
+    let mut stalled = Box::pin(limiter.try_acquire_outcome("k", 1));
+    assert!(poll_once(&idle, &mut stalled), "its call is out");
+    // Its request reached Redis (and was answered): it is no longer out at the server.
+    server.wait_for_calls("evalsha", before + 1);
+
+    let busy = one_worker();
+    let later = busy.block_on(async {
+        let mut outcomes = Vec::new();
+        for _ in 0..3 {
+            outcomes.push(limiter.try_acquire_outcome("k", 1).await.unwrap());
+        }
+        outcomes
+    });
+    for (i, outcome) in later.iter().enumerate() {
+        assert!(
+            outcome.failure().is_none() && outcome.decision().is_allowed(),
+            "Redis is up, yet call {i} after the stalled one got {outcome:?}"
+        );
+    }
+    drop(stalled);
+    drop(idle);
+}
+
 /// A batch is bounded by work, not only by count (256 capped SlidingLog decisions in one script
 /// call held the server 1.4-4.2 s): queued SlidingLog decisions on distinct keys, each at
 /// the per-call cap (`n` = limit = 4,096), each go to the server in a call of their own (a

@@ -51,6 +51,7 @@
 //! decisions of one limiter key (one hash tag, one slot); batches for different keys go out
 //! together, pipelined on the cluster connection.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -292,9 +293,19 @@ impl Coalescer {
         keys: impl FnOnce() -> Keys,
     ) -> Answer {
         if self.turns.take(1) {
-            // Hands the queue on even if this future is dropped while the call is out.
-            let _turn = Turn(Arc::clone(self));
-            return self.eval_one(request).await;
+            // Hands the queue on when the call's future is first woken (its reply came back,
+            // most likely), whether or not this caller is polled again, and at the latest
+            // when this future is done or dropped.
+            let turn = Arc::new(Turn::new(Arc::clone(self)));
+            let _hands_on = HandsOn(Arc::clone(&turn));
+            let waker = std::task::Waker::from(Arc::clone(&turn));
+            let mut call = std::pin::pin!(self.eval_one(request));
+            return std::future::poll_fn(|cx| {
+                turn.woken_by(cx.waker());
+                call.as_mut()
+                    .poll(&mut std::task::Context::from_waker(&waker))
+            })
+            .await;
         }
         let started = Instant::now();
         let deadline = request.deadline;
@@ -516,17 +527,82 @@ fn hash_tag(keys: &[String]) -> &str {
     first.find('}').map_or(first, |end| &first[..=end])
 }
 
-/// The turn of a caller sending its own call: when the call is done, or its future dropped,
-/// passed to a flusher if decisions were queued meanwhile, else given back.
-struct Turn(Arc<Coalescer>);
+/// The turn of a caller sending its own call: handed on once ([`hand_on`](Self::hand_on)),
+/// passed to a flusher if decisions were queued meanwhile, else given back. Handed on when the
+/// call's future is first woken (the reply came back, most likely: then the call is no longer
+/// out), or when the caller is done with the call or drops its future, whichever comes first.
+/// Not at the caller's next poll alone: a caller whose call went out and which is then never
+/// polled again, its future kept (a stream its consumer stopped reading, a task on a runtime
+/// that nothing drives any more), held the turn for as long as it kept the future, and every
+/// decision queued behind it waited for its timeout while Redis was up. A wake that comes
+/// before the reply (a reconnection, a timer) only lets the next call out early: more calls out
+/// at once than [`MAX_SENDERS`], each decision still decided once.
+struct Turn {
+    coalescer: Arc<Coalescer>,
+    handed_on: AtomicBool,
+    /// The caller's waker, as its last poll gave it.
+    caller: Mutex<Option<std::task::Waker>>,
+}
 
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if self.0.queue.is_empty() {
-            self.0.give_back();
-        } else {
-            self.0.spawn_flusher();
+impl Turn {
+    fn new(coalescer: Arc<Coalescer>) -> Self {
+        Turn {
+            coalescer,
+            handed_on: AtomicBool::new(false),
+            caller: Mutex::new(None),
         }
+    }
+
+    /// Keeps `caller`, the waker of the caller's latest poll, to wake when the call is woken.
+    fn woken_by(&self, caller: &std::task::Waker) {
+        // The lock is held for a comparison and a clone: nothing panics under it.
+        let mut kept = self.caller.lock().unwrap_or_else(PoisonError::into_inner);
+        if !kept.as_ref().is_some_and(|kept| kept.will_wake(caller)) {
+            *kept = Some(caller.clone());
+        }
+    }
+
+    /// Passes the turn to a flusher if decisions are queued, else gives it back: the first time
+    /// only.
+    fn hand_on(&self) {
+        // SeqCst: one flag read and written only by this swap; whoever swaps first hands the
+        // turn on, once (the turn's own accounting, `Turns`, orders the rest).
+        if self.handed_on.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if self.coalescer.queue.is_empty() {
+            self.coalescer.give_back();
+        } else {
+            self.coalescer.spawn_flusher();
+        }
+    }
+}
+
+impl std::task::Wake for Turn {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.hand_on();
+        // The lock is held for a clone: nothing panics under it.
+        let caller = self
+            .caller
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(caller) = caller {
+            caller.wake();
+        }
+    }
+}
+
+/// Hands its [`Turn`] on when dropped (the call done, or its future dropped), if not before.
+struct HandsOn(Arc<Turn>);
+
+impl Drop for HandsOn {
+    fn drop(&mut self) {
+        self.0.hand_on();
     }
 }
 

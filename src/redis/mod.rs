@@ -54,8 +54,10 @@
 //! by arithmetic, with no step per decision on the server.
 //! A queued caller whose future is dropped before its batch is taken sends nothing; the batch
 //! is sent by a task on the runtime that built the connection (the one that runs the
-//! connection itself), not by any one caller nor on a caller's runtime, so no cancelled caller,
-//! and no caller's runtime left idle or shut down, strands the others; if the connection's
+//! connection itself), not by any one caller nor on a caller's runtime, and a caller's own call
+//! lets the next one out when its reply comes, whether or not the caller is polled again, so no
+//! cancelled caller, no caller never polled again, and no caller's runtime left idle or shut
+//! down, strands the others; if the connection's
 //! runtime shuts down, the queued callers get a connection error at once. On a Redis Cluster a batch
 //! holds one limiter key (one hash tag, one slot); batches for different keys are pipelined.
 //! Each request carries a deadline on the server's clock and the script refuses it, taking
