@@ -439,7 +439,7 @@ impl RedisBackend {
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .build()
-                    .map_err(|error| bad_url(&config.nodes.join(", "), &error))?;
+                    .map_err(|error| bad_url(&config.nodes, &error))?;
                 let cluster_config = ClusterConfig::new()
                     .set_connection_timeout(timeout)
                     .set_response_timeout(timeout);
@@ -456,7 +456,7 @@ impl RedisBackend {
                 }
             } else {
                 let client = redis::Client::open(config.nodes[0].as_str())
-                    .map_err(|error| bad_url(&config.nodes[0], &error))?;
+                    .map_err(|error| bad_url(&config.nodes[..1], &error))?;
                 // No response timeout of redis-rs's own: every call made here is bounded by a
                 // timeout of ours (its caller's deadline; a batch's, the latest of its callers'),
                 // set before the call is sent, so it ends the call first: a second timer per
@@ -1568,10 +1568,12 @@ fn wrapped_kind(error: &RedisError) -> Option<FailureKind> {
 
 /// The error for a Redis URL (or cluster node list) redis-rs refuses: names the URL, with any
 /// password replaced by `***`, and redis-rs's reason.
-fn bad_url(url: &str, error: &redis::RedisError) -> BackendError {
+fn bad_url(urls: &[String], error: &redis::RedisError) -> BackendError {
+    // Each node redacted on its own: a later node's user-info must not swallow the ones before.
+    let shown: Vec<String> = urls.iter().map(|url| redact(url)).collect();
     BackendError::failed(std::io::Error::other(format!(
         "invalid Redis URL {:?}: {error}",
-        redact(url)
+        shown.join(", ")
     )))
 }
 

@@ -436,3 +436,19 @@ fn a_unix_socket_urls_password_is_never_shown() {
     let error = RedisBackend::blocking_connect(RedisConfig::single(&bad)).unwrap_err();
     assert!(!error.to_string().contains("hunter2"), "{error}");
 }
+
+/// A cluster node list redis-rs refuses (here the second node's port): the error names each
+/// node as configured, each password hidden. The list was redacted as one string, so a later
+/// node's user-info swallowed the nodes before it (`redis://127.0.0.1:7000, redis://u:pw@h2:x`
+/// read `redis://127.0.0.1:***@h2:x`, a node nobody configured).
+#[test]
+fn a_bad_cluster_node_list_names_each_node_with_its_password_hidden() {
+    let nodes = ["redis://127.0.0.1:7000", "redis://u:hunter2@h2:x"];
+    let error = RedisBackend::blocking_connect(RedisConfig::cluster(nodes)).unwrap_err();
+    let message = error.to_string();
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(
+        message.contains("redis://127.0.0.1:7000, redis://u:***@h2:x"),
+        "{message}"
+    );
+}
