@@ -1198,6 +1198,14 @@ where
         };
         let len = meta.len + 1;
         set_len(shard, &mut meta, len);
+        let mark = self.mark;
+        if len == mark {
+            // The sweep schedule is computed below, after the decision (`idle_bound`): until then
+            // a sweep is due at once, so a panic in the user's code there (the algorithm's
+            // decision or idle test) leaves the shard sweeping when full, not refusing new keys
+            // for good on a bound never set (`u64::MAX`).
+            meta.next_idle_at = now;
+        }
         let result = run(&slot.value, now, &self.floor);
         drop(publish);
         // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
@@ -1205,7 +1213,6 @@ where
         // the shard to within an eighth of its cap judges every key once (`idle_bound`), and
         // later inserts keep the bound with the new key's probe. The judging pass runs again
         // only after a rebuild (itself a pass over the keys) took the shard back under the mark.
-        let mark = self.mark;
         if meta.len == mark {
             meta.next_idle_at = idle_bound(&table, rules, now);
         } else if meta.len > mark
