@@ -6,7 +6,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use floodgate::limiter::Step;
-use floodgate::{AcquireError, Algorithm, ConfigError, FixedWindow, Keyed, ManualClock};
+use floodgate::{
+    AcquireError, Algorithm, ConfigError, FixedWindow, Gcra, Keyed, ManualClock, Rate,
+};
 
 thread_local! {
     /// Whether the next decision of a [`Fragile`] algorithm on this thread panics.
@@ -84,4 +86,37 @@ fn a_panic_in_the_decision_that_fills_a_small_shard_leaves_it_sweeping() {
     assert_eq!(keyed.stats().refused_new_keys, 1);
     // Key 4 was never admitted: fresh, as a key the map never held.
     assert!(keyed.check(&4).is_allowed());
+}
+
+/// The docs said a check on a key the map holds "writes nothing shared but the key's word"
+/// (`keyed/mod.rs`, the protocol in `shards.rs`, the README). For a time-word algorithm it also
+/// raises the map's time floor (at most about once per 16 µs grain): an admission on held key 2
+/// read 250 ms ahead lets key 1, drained, be decided at key 2's time. Passes before and after the
+/// docs were corrected: it pins what they now say.
+#[test]
+fn a_check_on_a_held_key_also_writes_the_maps_time_floor() {
+    const T: u64 = 1_000_000_000_000;
+    let clock = ManualClock::starting_at(T);
+    let keyed: Keyed<u32, _, _> = Keyed::builder(Gcra::new(Rate::per_second(10), 3).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(keyed.admit(&2, 1).unwrap(), "key 2 inserted");
+    let mut drained = 0;
+    while keyed.admit(&1, 1).unwrap() {
+        drained += 1;
+    }
+    assert_eq!(drained, 3, "key 1 drained at T");
+    assert_eq!(keyed.len(), 2);
+    clock.set(T + 250_000_000);
+    assert!(
+        keyed.admit(&2, 1).unwrap(),
+        "a check on held key 2, 250 ms ahead"
+    );
+    assert_eq!(keyed.len(), 2, "no insert");
+    clock.set(T);
+    // Back at T, key 1 is decided at key 2's time: the 2 whole permits of 250 ms, no more.
+    assert!(keyed.admit(&1, 1).unwrap() && keyed.admit(&1, 1).unwrap());
+    assert!(!keyed.admit(&1, 1).unwrap());
+    assert!(keyed.change_instant() >= T + 250_000_000 - floodgate::clock::FLOOR_GRAIN_NANOS);
 }

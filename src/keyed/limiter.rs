@@ -17,8 +17,9 @@ use crate::limiter::Algorithm;
 ///
 /// # Which algorithms
 /// Every [`Algorithm`]: its whole state is one `u64` word, decided by one CAS loop, which is what
-/// lets a check on a held key take no lock and write nothing but that word, and a rebuild judge
-/// and move a key by its word. That covers [`FixedWindow`](crate::FixedWindow) (up to 2^24 − 1
+/// lets a check on a held key take no lock and write nothing but that word (and, for the
+/// time-word algorithms, the map's time floor about once per grain: see "One time floor per
+/// map" below), and a rebuild judge and move a key by its word. That covers [`FixedWindow`](crate::FixedWindow) (up to 2^24 − 1
 /// per window), [`Gcra`](crate::Gcra) (= token / leaky bucket), and
 /// [`PackedSlidingWindow`](crate::PackedSlidingWindow), a sliding window whose ring of counts is
 /// packed into the word (2 cells up to 65,535 per window, 8 cells up to 15).

@@ -11,7 +11,10 @@
 //!   and its state word(s) live in it for the table's life. A check on a key that exists loads the
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
-//!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
+//!   takes no lock and writes nothing shared except the key's word and, for an algorithm with
+//!   a time floor (`NEEDS_TIME_FLOOR`: GCRA, token and leaky bucket), the map's floor, which an
+//!   admission raises when its read is `FLOOR_GRAIN_NANOS` past it (about once per grain, see
+//!   the field); a denial writes nothing.
 //! - A look at a key the map does not hold (`Keyed::peek`) takes no lock either while its
 //!   shard is below its cap: whether a new key would be refused reads a mirror of the shard's
 //!   key count (an atomic written only under the mutex, before the table or key it counts is
