@@ -120,3 +120,41 @@ fn a_check_on_a_held_key_also_writes_the_maps_time_floor() {
     assert!(!keyed.admit(&1, 1).unwrap());
     assert!(keyed.change_instant() >= T + 250_000_000 - floodgate::clock::FLOOR_GRAIN_NANOS);
 }
+
+/// The same panic in a shard whose cap is 8 or more, in the decision of a new key past the mark
+/// (`shard_cap - shard_cap / 8`, where each insert lowers the sweep schedule to its key's idle
+/// time after the decision): the key is held, idle (its decision never ran), and the schedule
+/// did not count it, so the full shard refused new keys while holding it, until the other keys'
+/// idle time (`keyed_edges.rs` pins that a full shard never refuses a new key while it holds an
+/// idle one). Now the schedule is a sweep due at once until the decision is in.
+#[test]
+fn a_panic_in_a_new_keys_decision_past_the_mark_leaves_no_idle_key_behind_a_refusal() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<u64, Fragile, ManualClock> = Keyed::builder(Fragile(
+        FixedWindow::new(1, Duration::from_secs(1)).unwrap(),
+    ))
+    .clock(clock.clone())
+    .max_keys(16)
+    .shards(1)
+    .build()
+    .unwrap();
+    // 14 = 16 - 16 / 8: the mark.
+    for key in 1..=14 {
+        assert!(keyed.check(&key).is_allowed(), "key {key}");
+    }
+    PANIC_NEXT.set(true);
+    let past = catch_unwind(AssertUnwindSafe(|| keyed.check(&15)));
+    assert!(past.is_err(), "the decision of key 15 panicked");
+    assert!(!PANIC_NEXT.get());
+    assert!(keyed.check(&16).is_allowed(), "fills the shard");
+    assert_eq!(keyed.len(), 16, "key 15 held, idle");
+    // Full, holding idle key 15: a sweep drops it and the new key gets its room.
+    let new = keyed.check(&17);
+    assert!(new.is_allowed(), "refused while key 15 is idle: {new:?}");
+    assert_eq!(keyed.stats().evicted_idle, 1);
+    assert_eq!(keyed.stats().refused_new_keys, 0);
+    // Full of live keys: refused until their windows end.
+    let refused = keyed.check(&18);
+    assert!(!refused.is_allowed());
+    assert_eq!(refused.retry_after(), Duration::from_secs(1));
+}

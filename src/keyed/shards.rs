@@ -1206,12 +1206,14 @@ where
         };
         let len = meta.len + 1;
         set_len(shard, &mut meta, len);
+        // From the mark on the sweep schedule counts the new key, after its decision (below):
+        // until then a sweep is due at once, so a panic in the user's code there (the
+        // algorithm's decision or idle test) leaves neither a bound never set (`u64::MAX`, which
+        // refused every new key of a full shard for good) nor one that misses the new key,
+        // idle when its decision never ran (a full shard refusing new keys while it holds it).
         let mark = self.mark;
-        if len == mark {
-            // The sweep schedule is computed below, after the decision (`idle_bound`): until then
-            // a sweep is due at once, so a panic in the user's code there (the algorithm's
-            // decision or idle test) leaves the shard sweeping when full, not refusing new keys
-            // for good on a bound never set (`u64::MAX`).
+        let bound = meta.next_idle_at;
+        if len >= mark {
             meta.next_idle_at = now;
         }
         let result = run(&slot.value, now, &self.floor);
@@ -1221,12 +1223,14 @@ where
         // the shard to within an eighth of its cap judges every key once (`idle_bound`), and
         // later inserts keep the bound with the new key's probe. The judging pass runs again
         // only after a rebuild (itself a pass over the keys) took the shard back under the mark.
-        if meta.len == mark {
+        if len == mark {
             meta.next_idle_at = idle_bound(&table, rules, now);
-        } else if meta.len > mark
-            && let Liveness::Live { idle_in, .. } = slot.value.liveness(rules, now)
-        {
-            meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
+        } else if len > mark {
+            let idle_at = match slot.value.liveness(rules, now) {
+                Liveness::Live { idle_in, .. } => now.saturating_add(idle_in),
+                Liveness::Idle => u64::MAX,
+            };
+            meta.next_idle_at = bound.min(idle_at);
         }
         Ok(result)
     }
