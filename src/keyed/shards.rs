@@ -765,6 +765,15 @@ struct Meta {
     /// `slots / JUDGE_EVERY` of them, which keeps its cost (one look at every slot) O(1)
     /// amortized per insert.
     inserts_since_judge: usize,
+    /// Inserts deciding their new key: one more while an insert runs the user's code for it (the
+    /// algorithm's decision, then its idle test for the sweep schedule), one fewer once the
+    /// schedule counts the key. A panic there leaves it above 0, when `next_idle_at` may miss
+    /// the key (idle: its decision never ran) or was never set (`u64::MAX` at the mark): a full
+    /// shard then sweeps at once ([`make_room`](ShardedMap::make_room)), and a sweep, which
+    /// judges every key, sets it back to 0. A count, not a flag: a later insert's own pair of
+    /// steps leaves an earlier panic's mark in place. (Costs an increment and a decrement of a
+    /// word of the mutex's line per insert, nothing kept in a register across the decision.)
+    deciding: usize,
 }
 
 impl Meta {
@@ -983,6 +992,7 @@ where
                         next_judge_at: 0,
                         judged_at: None,
                         inserts_since_judge: 0,
+                        deciding: 0,
                     }),
                     keys: AtomicU64::new(0),
                     counters: Counters::default(),
@@ -1207,15 +1217,12 @@ where
         let len = meta.len + 1;
         set_len(shard, &mut meta, len);
         // From the mark on the sweep schedule counts the new key, after its decision (below):
-        // until then a sweep is due at once, so a panic in the user's code there (the
-        // algorithm's decision or idle test) leaves neither a bound never set (`u64::MAX`, which
-        // refused every new key of a full shard for good) nor one that misses the new key,
-        // idle when its decision never ran (a full shard refusing new keys while it holds it).
-        let mark = self.mark;
-        let bound = meta.next_idle_at;
-        if len >= mark {
-            meta.next_idle_at = now;
-        }
+        // a panic in the user's code there (the algorithm's decision or idle test) leaves
+        // `deciding` above 0, so a full shard sweeps at once instead of trusting a bound never
+        // set (`u64::MAX`, which refused every new key of a full shard for good) or one that
+        // misses the new key, idle when its decision never ran (a full shard refusing new keys
+        // while it holds it).
+        meta.deciding += 1;
         let result = run(&slot.value, now, &self.floor);
         drop(publish);
         // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
@@ -1223,15 +1230,15 @@ where
         // the shard to within an eighth of its cap judges every key once (`idle_bound`), and
         // later inserts keep the bound with the new key's probe. The judging pass runs again
         // only after a rebuild (itself a pass over the keys) took the shard back under the mark.
-        if len == mark {
+        let mark = self.mark;
+        if meta.len == mark {
             meta.next_idle_at = idle_bound(&table, rules, now);
-        } else if len > mark {
-            let idle_at = match slot.value.liveness(rules, now) {
-                Liveness::Live { idle_in, .. } => now.saturating_add(idle_in),
-                Liveness::Idle => u64::MAX,
-            };
-            meta.next_idle_at = bound.min(idle_at);
+        } else if meta.len > mark
+            && let Liveness::Live { idle_in, .. } = slot.value.liveness(rules, now)
+        {
+            meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
         }
+        meta.deciding -= 1;
         Ok(result)
     }
 
@@ -1294,7 +1301,7 @@ where
         }
         // As `make_room`: before `next_idle_at` no key is idle and no sweep runs; from it on, a
         // sweep drops the idle keys, or finds none and schedules the next one.
-        let next_idle_at = if now >= meta.next_idle_at {
+        let next_idle_at = if now >= meta.next_idle_at || meta.deciding > 0 {
             idle_bound(&shard.table.load(), rules, now)
         } else {
             meta.next_idle_at
@@ -1445,7 +1452,7 @@ where
         let now = judge_time(now, clock);
         // Before `next_idle_at` no key is idle, so a sweep would find nothing: skipping it is
         // what keeps a flood of new keys against a full shard of live keys O(1) per call.
-        let sweep = now >= meta.next_idle_at;
+        let sweep = now >= meta.next_idle_at || meta.deciding > 0;
         let evict = match self.when_full {
             // A batch (an eighth of the shard, at most 1,024) per rebuild keeps evictions
             // O(1) amortized per new key.
@@ -1638,6 +1645,7 @@ where
         add(&shard.counters.evicted_live, evicted as u64);
         if judge {
             meta.next_idle_at = next_idle_at;
+            meta.deciding = 0;
         }
         // A pass that judged every key and dropped the idle ones is a sweep, whether a sweep was
         // due (`plan.sweep`) or an eviction needed the judging (it drops idle keys first): one
