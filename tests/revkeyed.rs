@@ -65,7 +65,9 @@ fn a_panic_in_the_decision_that_fills_a_small_shard_leaves_it_sweeping() {
     assert!(filled.is_err(), "the decision of key 4 panicked");
     assert!(!PANIC_NEXT.get());
     assert_eq!(keyed.len(), 4, "key 4 is held, fresh: idle");
-    // Full, with key 4 idle: a sweep drops it and the new key gets its room.
+    // Full, with key 4 idle: a sweep drops it and the new key gets its room (as `peek`, which
+    // takes nothing, says first).
+    assert!(keyed.peek(&5, 1).unwrap().is_allowed());
     let fifth = keyed.check(&5);
     assert!(
         fifth.is_allowed(),
