@@ -17,8 +17,9 @@ use crate::limiter::Algorithm;
 ///
 /// # Which algorithms
 /// Every [`Algorithm`]: its whole state is one `u64` word, decided by one CAS loop, which is what
-/// lets a check on a held key take no lock and write nothing but that word, and a rebuild judge
-/// and move a key by its word. That covers [`FixedWindow`](crate::FixedWindow) (up to 2^24 − 1
+/// lets a check on a held key take no lock and write nothing but that word (and, for the
+/// time-word algorithms, the map's time floor about once per grain: see "One time floor per
+/// map" below), and a rebuild judge and move a key by its word. That covers [`FixedWindow`](crate::FixedWindow) (up to 2^24 − 1
 /// per window), [`Gcra`](crate::Gcra) (= token / leaky bucket), and
 /// [`PackedSlidingWindow`](crate::PackedSlidingWindow), a sliding window whose ring of counts is
 /// packed into the word (2 cells up to 65,535 per window, 8 cells up to 15).
@@ -31,7 +32,9 @@ use crate::limiter::Algorithm;
 /// ring slot plus a 384-byte struct: for 60 one-second cells (15 future cells by default, 75
 /// slots rounded up to 128) 128 × 16 + 384 = 2,432 bytes in three allocations, against 16-byte
 /// slots for a `u64` key here (21 to 43 bytes a live key with the table's slack, the load running
-/// from 3/8 after a growth to 3/4; about 21.3 bytes a key of the cap at the cap; 24-byte slots
+/// from 3/8 after a growth to 3/4; about 21.3 bytes a key of the cap at the cap, plus each
+/// shard's fixed part, about 520 bytes shared by its keys, see
+/// [`KeyedBuilder::shards`](crate::keyed::KeyedBuilder::shards); 24-byte slots
 /// for a 128-bit key such as [`IpKey`](crate::IpKey)), some 57 to 114 times more: 243 MB
 /// instead of 2.1 to 4.3 MB for 100,000 `u64` keys. For a
 /// large per-key limit without the fixed window's edge burst, use `Gcra` (a smooth rate with a

@@ -3,7 +3,9 @@
 //! [`Keyed`] keeps one packed state word per key for any [`Algorithm`](crate::Algorithm), in an ahash-sharded map
 //! of open-addressing tables. A check on a key that exists takes no lock: it finds the key's
 //! slot in its shard's current table and updates the word with the one CAS loop
-//! (`crate::limiter::update`), writing nothing shared but that word (a denial writes nothing).
+//! (`crate::limiter::update`), writing nothing shared but that word and, for the time-word
+//! algorithms (GCRA, token and leaky bucket), the map's time floor, raised by an admission whose
+//! clock read is a grain (16,384 ns) past it, so about once per grain (a denial writes nothing).
 //! New keys, sweeps and evictions take the shard's mutex.
 //!
 //! # Bounded memory

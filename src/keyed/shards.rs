@@ -11,7 +11,10 @@
 //!   and its state word(s) live in it for the table's life. A check on a key that exists loads the
 //!   shard's table (`ArcSwap::load`: a thread-local debt slot, no shared write), finds the key by
 //!   linear probing, reads the clock, and updates the slot's word(s) with the one CAS loop. It
-//!   takes no lock and writes nothing shared except the key's word; a denial writes nothing.
+//!   takes no lock and writes nothing shared except the key's word and, for an algorithm with
+//!   a time floor (`NEEDS_TIME_FLOOR`: GCRA, token and leaky bucket), the map's floor, which an
+//!   admission raises when its read is `FLOOR_GRAIN_NANOS` past it (about once per grain, see
+//!   the field); a denial writes nothing.
 //! - A look at a key the map does not hold (`Keyed::peek`) takes no lock either while its
 //!   shard is below its cap: whether a new key would be refused reads a mirror of the shard's
 //!   key count (an atomic written only under the mutex, before the table or key it counts is
@@ -150,7 +153,12 @@
 //! fixed parts in: 37.3, 35.7 and 33.7 bytes a key at 50,000, 100,000 and 1,000,000 keys, 53.2,
 //! 52.0 and 50.5 with 24-byte slots; `tests/keyed_flood.rs`), and about 21.3 bytes a key of the
 //! cap at the cap (measured 21.7 to 21.8; 32 to 33.6 with 24-byte slots), where a table is
-//! sized to the cap, not to twice its keys. After a reconfiguration
+//! sized to the cap, not to twice its keys. Each shard adds a fixed part, about 520 bytes on
+//! x86-64 (its `ShardMeta`, the table's cache-padded header and `inserting` record, its cell;
+//! 630 with the 6 slots of the table it starts with, all allocated when the map is built),
+//! which its keys share: a `u64` key at the cap costs 21.5 bytes with 4,096 keys a shard, 23.5
+//! with 256, 29.9 with 64, 55.8 with 16, 89.5 with 8 (the fewest the default shard count gives;
+//! `tests/keyed_shard_bytes.rs`). After a reconfiguration
 //! (`set_limit`), each key's first decision
 //! goes to the general engine, its word being stamped with an older generation; so does every
 //! new key's while the generation is not a multiple of 4 (word 0 reads as generation 0's, and the
@@ -757,6 +765,15 @@ struct Meta {
     /// `slots / JUDGE_EVERY` of them, which keeps its cost (one look at every slot) O(1)
     /// amortized per insert.
     inserts_since_judge: usize,
+    /// Inserts deciding their new key: one more while an insert runs the user's code for it (the
+    /// algorithm's decision, then its idle test for the sweep schedule), one fewer once the
+    /// schedule counts the key. A panic there leaves it above 0, when `next_idle_at` may miss
+    /// the key (idle: its decision never ran) or was never set (`u64::MAX` at the mark): a full
+    /// shard then sweeps at once ([`make_room`](ShardedMap::make_room)), and a sweep, which
+    /// judges every key, sets it back to 0. A count, not a flag: a later insert's own pair of
+    /// steps leaves an earlier panic's mark in place. (Costs an increment and a decrement of a
+    /// word of the mutex's line per insert, nothing kept in a register across the decision.)
+    deciding: usize,
 }
 
 impl Meta {
@@ -975,6 +992,7 @@ where
                         next_judge_at: 0,
                         judged_at: None,
                         inserts_since_judge: 0,
+                        deciding: 0,
                     }),
                     keys: AtomicU64::new(0),
                     counters: Counters::default(),
@@ -1198,6 +1216,13 @@ where
         };
         let len = meta.len + 1;
         set_len(shard, &mut meta, len);
+        // From the mark on the sweep schedule counts the new key, after its decision (below):
+        // a panic in the user's code there (the algorithm's decision or idle test) leaves
+        // `deciding` above 0, so a full shard sweeps at once instead of trusting a bound never
+        // set (`u64::MAX`, which refused every new key of a full shard for good) or one that
+        // misses the new key, idle when its decision never ran (a full shard refusing new keys
+        // while it holds it).
+        meta.deciding += 1;
         let result = run(&slot.value, now, &self.floor);
         drop(publish);
         // The sweep schedule (`next_idle_at`) is read only when the shard is full. Far below the
@@ -1213,6 +1238,7 @@ where
         {
             meta.next_idle_at = meta.next_idle_at.min(now.saturating_add(idle_in));
         }
+        meta.deciding -= 1;
         Ok(result)
     }
 
@@ -1275,7 +1301,7 @@ where
         }
         // As `make_room`: before `next_idle_at` no key is idle and no sweep runs; from it on, a
         // sweep drops the idle keys, or finds none and schedules the next one.
-        let next_idle_at = if now >= meta.next_idle_at {
+        let next_idle_at = if now >= meta.next_idle_at || meta.deciding > 0 {
             idle_bound(&shard.table.load(), rules, now)
         } else {
             meta.next_idle_at
@@ -1426,7 +1452,7 @@ where
         let now = judge_time(now, clock);
         // Before `next_idle_at` no key is idle, so a sweep would find nothing: skipping it is
         // what keeps a flood of new keys against a full shard of live keys O(1) per call.
-        let sweep = now >= meta.next_idle_at;
+        let sweep = now >= meta.next_idle_at || meta.deciding > 0;
         let evict = match self.when_full {
             // A batch (an eighth of the shard, at most 1,024) per rebuild keeps evictions
             // O(1) amortized per new key.
@@ -1619,6 +1645,7 @@ where
         add(&shard.counters.evicted_live, evicted as u64);
         if judge {
             meta.next_idle_at = next_idle_at;
+            meta.deciding = 0;
         }
         // A pass that judged every key and dropped the idle ones is a sweep, whether a sweep was
         // due (`plan.sweep`) or an eviction needed the judging (it drops idle keys first): one
