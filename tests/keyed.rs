@@ -336,6 +336,22 @@ fn bad_configurations_are_errors() {
         big.shards() >= 256,
         "a sweep looks at no more than 4096 keys"
     );
+    // By default a shard holds at least 64 keys of the cap (one shard below 128), so its fixed
+    // part is shared by enough keys (tests/keyed_shard_bytes.rs measures the bytes).
+    for cap in [64, 100, 127, 128, 255, 256, 1000, 4096, 100_000] {
+        let keyed = Keyed::builder(window())
+            .max_keys(cap)
+            .build::<u8>()
+            .unwrap();
+        let per_shard = keyed.max_keys() / keyed.shards();
+        assert!(per_shard >= 64, "cap {cap}: {} shards", keyed.shards());
+        assert_eq!(keyed.max_keys() % keyed.shards(), 0);
+    }
+    let below = Keyed::builder(window())
+        .max_keys(127)
+        .build::<u8>()
+        .unwrap();
+    assert_eq!((below.max_keys(), below.shards()), (127, 1));
 }
 
 #[test]
