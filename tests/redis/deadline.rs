@@ -8,8 +8,8 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use floodgate::backend::{FailureCounts, FailureKind, FailurePolicy, Outcome};
-use floodgate::{Decision, Rate};
 use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{Decision, Rate};
 use floodgate::{FixedWindow, Gcra};
 
 use super::server::RedisServer;
@@ -457,7 +457,18 @@ fn tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure() {
         assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
         let mut zero = Vec::new();
         for _ in 0..20 {
-            zero.push(limiter.try_acquire_for("k", 1, Duration::ZERO).await.unwrap());
+            zero.push(
+                limiter
+                    .try_acquire_for("k", 1, Duration::ZERO)
+                    .await
+                    .unwrap(),
+            );
+        }
+        // Tiny budgets: one after another (some answered in time), then 40 at once (most of
+        // them queued behind one call out).
+        let mut tiny = Vec::new();
+        for budget in TINY_BUDGETS.repeat(5) {
+            tiny.push(limiter.try_acquire_for("k", 1, budget).await.unwrap());
         }
         let tasks: Vec<_> = (0..40)
             .map(|i| {
@@ -466,7 +477,6 @@ fn tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure() {
                 tokio::spawn(async move { limiter.try_acquire_for("k", 1, budget).await })
             })
             .collect();
-        let mut tiny = Vec::new();
         for task in tasks {
             tiny.push(bounded(task).await.unwrap().unwrap());
         }
@@ -484,7 +494,11 @@ fn tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure() {
         assert_eq!(decision.retry_after(), SHORT, "{decision:?}");
     }
     let admitted = zero_admitted + admitted_by_tries(&tiny, SHORT);
-    assert_eq!(limiter.failures(), FailureCounts::default(), "Redis is healthy");
+    assert_eq!(
+        limiter.failures(),
+        FailureCounts::default(),
+        "Redis is healthy"
+    );
     let taken = counter(&server, &key);
     assert!(
         admitted <= taken && taken <= OWN_BUDGET_LIMIT,
@@ -501,7 +515,12 @@ fn blocking_tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure(
         RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(SHORT)).unwrap();
     let limiter = Arc::new(fail_open_hourly(&backend, "own-budget-blocking"));
     let key = limiter.redis_keys("k")[0].clone();
-    assert!(limiter.blocking_try_acquire("warm", 1).unwrap().is_allowed());
+    assert!(
+        limiter
+            .blocking_try_acquire("warm", 1)
+            .unwrap()
+            .is_allowed()
+    );
     let zero: Vec<_> = (0..20)
         .map(|_| {
             limiter
@@ -533,7 +552,11 @@ fn blocking_tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure(
         .flat_map(|t| t.join().unwrap())
         .collect();
     let admitted = zero_admitted + admitted_by_tries(&tiny, SHORT);
-    assert_eq!(limiter.failures(), FailureCounts::default(), "Redis is healthy");
+    assert_eq!(
+        limiter.failures(),
+        FailureCounts::default(),
+        "Redis is healthy"
+    );
     let taken = counter(&server, &key);
     assert!(
         admitted <= taken && taken <= OWN_BUDGET_LIMIT,
@@ -593,7 +616,11 @@ fn a_permit_taken_by_a_try_whose_reply_came_too_late_for_its_caller_goes_to_nobo
             assert!(outcome.failure().is_none(), "{outcome:?}");
             admitted += u64::from(outcome.decision().is_allowed());
         }
-        assert_eq!(admitted, OWN_BUDGET_LIMIT - 1, "the late try's permit went to nobody");
+        assert_eq!(
+            admitted,
+            OWN_BUDGET_LIMIT - 1,
+            "the late try's permit went to nobody"
+        );
         assert_eq!(counter(&server, &key), OWN_BUDGET_LIMIT);
         assert_eq!(limiter.failures(), FailureCounts::default());
     });
