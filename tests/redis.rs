@@ -13,6 +13,8 @@ mod coalesce;
 mod deadline;
 #[path = "redis/failure.rs"]
 mod failure;
+#[path = "support/lossy_proxy.rs"]
+mod lossy_proxy;
 #[path = "redis/outage.rs"]
 mod outage;
 #[path = "redis/server.rs"]

@@ -62,6 +62,21 @@ pub struct FailureHandler<A, C = QuantaClock> {
     denials: Option<DenyCache<C>>,
 }
 
+/// How [`FailureHandler::run_async_excusing`] takes a failed store call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) enum Excuse {
+    /// The store's failure: reported to the breaker, decided by the policy and counted.
+    None,
+    /// A timeout of a call whose time a wait of its own cut (a lease's refill that first waited
+    /// for another caller's): not reported to the breaker; decided by the policy and counted.
+    Breaker,
+    /// A timeout at the caller's own deadline, sooner than the store's timeout: it says nothing
+    /// about the store. Not reported to the breaker, not counted (nor observed), not decided by
+    /// the policy: denied ([`FailureHandler::run_async_excusing`]).
+    Caller,
+}
+
 /// What [`FailureHandler::before`] found: a decision without the store, or a call to make.
 enum Before<'a, C: Clock> {
     Decided(Outcome),
@@ -359,15 +374,16 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     where
         F: Future<Output = Result<Decision, BackendError>>,
     {
-        self.run_async_excusing(key, n, || None, store, |_| false)
+        self.run_async_excusing(key, n, || None, store, |_| Excuse::None)
             .await
     }
 
-    /// As [`run_async`](Self::run_async), except that a failure for which `excused` is true is
-    /// not reported to the breaker (it is still decided by the policy and counted): for a call
-    /// cut short by the caller's own deadline rather than by the store. The call goes through
-    /// the breaker of the node `node()` names (the store's node it goes to; `None`: the shared
-    /// breaker), asked only when the deny cache did not answer.
+    /// As [`run_async`](Self::run_async), except that a failure is taken as `excuse` says
+    /// ([`Excuse`]): reported to the breaker, or not (a call cut short by a wait of its own, or
+    /// by its caller's own deadline, says nothing about the store), and decided by the policy
+    /// and counted, or (the caller's own deadline) denied and counted nowhere. The call goes
+    /// through the breaker of the node `node()` names (the store's node it goes to; `None`: the
+    /// shared breaker), asked only when the deny cache did not answer.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) async fn run_async_excusing<F>(
         &self,
@@ -375,7 +391,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         n: u32,
         node: impl FnOnce() -> Option<Arc<str>>,
         store: impl FnOnce() -> F,
-        excused: impl FnOnce(&BackendError) -> bool,
+        excuse: impl FnOnce(&BackendError) -> Excuse,
     ) -> Outcome
     where
         F: Future<Output = Result<Decision, BackendError>>,
@@ -390,14 +406,30 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             Before::Decided(outcome) => outcome,
             Before::Call(permit) => {
                 let result = store().await;
-                // Dropping the permit unreported leaves the breaker as if the call never happened.
-                let permit = match &result {
-                    Err(error) if excused(error) => None,
-                    _ => permit,
+                let excuse = match &result {
+                    Err(error) => excuse(error),
+                    Ok(_) => Excuse::None,
                 };
-                self.after(key, n, permit, asked_at, result)
+                match excuse {
+                    Excuse::None => self.after(key, n, permit, asked_at, result),
+                    // Dropping the permit unreported leaves the breaker as if the call never
+                    // happened.
+                    Excuse::Breaker => self.after(key, n, None, asked_at, result),
+                    Excuse::Caller => {
+                        drop(permit);
+                        Outcome::from_backend(self.out_of_callers_time())
+                    }
+                }
             }
         }
+    }
+
+    /// The answer to a call its caller's own deadline cut short ([`Excuse::Caller`]): a
+    /// denial of the distributed limit, `retry_after` the store's timeout (as fail-closed's
+    /// answer to a call the store did not answer; see `RedisLimiter::try_acquire_for`).
+    #[cold]
+    fn out_of_callers_time(&self) -> Decision {
+        Decision::deny(self.limit, 0, duration_to_nanos(self.timeout), 0)
     }
 
     /// A call made for no caller's decision (a lease's refund) through the breaker of the node
@@ -719,14 +751,63 @@ mod tests {
         let config =
             BreakerConfig::new(1, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
         let h = handler(FailurePolicy::FailClosed, ManualClock::new()).with_breaker(config);
-        let outcome =
-            poll_once(h.run_async_excusing("k", 1, || None, || async { Err(error()) }, |_| true));
+        let outcome = poll_once(h.run_async_excusing(
+            "k",
+            1,
+            || None,
+            || async { Err(error()) },
+            |_| Excuse::Breaker,
+        ));
         assert!(!outcome.decision().is_allowed());
         assert_eq!(h.counts().errors, 1);
         assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);
-        let _ =
-            poll_once(h.run_async_excusing("k", 1, || None, || async { Err(error()) }, |_| false));
+        let _ = poll_once(h.run_async_excusing(
+            "k",
+            1,
+            || None,
+            || async { Err(error()) },
+            |_| Excuse::None,
+        ));
         assert_eq!(h.breaker().unwrap().state(), BreakerState::Open);
+    }
+
+    #[test]
+    fn a_call_cut_short_by_its_callers_deadline_is_denied_whatever_the_policy_and_not_counted() {
+        let config =
+            BreakerConfig::new(1, Duration::from_secs(2), Duration::from_secs(60)).unwrap();
+        let timeout = || BackendError::Timeout {
+            after: Duration::from_millis(1),
+        };
+        for policy in [
+            FailurePolicy::FailOpen,
+            FailurePolicy::FailClosed,
+            FailurePolicy::local_fallback(0.5).unwrap(),
+        ] {
+            let h = handler(policy, ManualClock::new())
+                .with_breaker(config)
+                .with_deny_cache(16)
+                .unwrap();
+            let store = || async { Err(timeout()) };
+            let outcome =
+                poll_once(h.run_async_excusing("k", 3, || None, store, |_| Excuse::Caller));
+            assert!(outcome.failure().is_none(), "{policy:?}");
+            // The distributed limit, retry after the store's timeout (the handler's 250 ms).
+            let denial = Decision::deny(8, 0, 250_000_000, 0);
+            assert_eq!(outcome.decision(), denial, "{policy:?}");
+            assert_eq!(h.counts(), FailureCounts::default(), "{policy:?}");
+            assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);
+            // Nothing cached: the next call goes to the store, and a store's failure is the
+            // policy's to decide (and opens the breaker, at one failure).
+            let mut called = false;
+            let store = || {
+                called = true;
+                async { Err(timeout()) }
+            };
+            let next = poll_once(h.run_async_excusing("k", 3, || None, store, |_| Excuse::None));
+            assert!(called && next.failure().is_some(), "{policy:?}");
+            assert_eq!(h.counts().timeouts, 1, "{policy:?}");
+            assert_eq!(h.breaker().unwrap().state(), BreakerState::Open);
+        }
     }
 
     /// Polls a future that never waits (the stores above answer at once) to completion.
@@ -746,7 +827,7 @@ mod tests {
             Some(Arc::<str>::from("redis://10.0.0.1:7000"))
         };
         let denied = || async { Ok(Decision::deny(8, 0, 5_000_000_000, 5_000_000_000)) };
-        let first = poll_once(h.run_async_excusing("k", 1, node, denied, |_| false));
+        let first = poll_once(h.run_async_excusing("k", 1, node, denied, |_| Excuse::None));
         assert!(!first.decision().is_allowed());
         assert_eq!(
             looked_up.get(),
@@ -758,7 +839,7 @@ mod tests {
             called = true;
             async { Err(error()) }
         };
-        let cached = poll_once(h.run_async_excusing("k", 1, node, store, |_| false));
+        let cached = poll_once(h.run_async_excusing("k", 1, node, store, |_| Excuse::None));
         assert!(!cached.decision().is_allowed() && !called);
         assert_eq!(looked_up.get(), 1, "the cached denial looked its node up");
         assert_eq!(h.breaker().unwrap().state(), BreakerState::Closed);

@@ -39,6 +39,8 @@ pub use breaker::{
 #[cfg(any(feature = "redis", feature = "memcached"))]
 pub(crate) use deadline::until_deadline;
 pub use deny_cache::{DENY_CACHE_MAX_KEYS, DenyCache};
+#[cfg_attr(not(feature = "redis"), allow(unused_imports))]
+pub(crate) use handler::Excuse;
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
 pub use node_breakers::{MAX_NODE_BREAKERS, NodeBreakers};
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]

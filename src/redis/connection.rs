@@ -140,7 +140,8 @@ impl RedisConfig {
 /// # Deadlines on the server's clock
 /// Every decision carries a deadline in the server's clock, and the script refuses, without
 /// touching any state, a request that reaches it later (the caller then sees a timeout, decided
-/// by the policy). The client learns the offset between the server's `TIME` and its own
+/// by the policy; or, for a try of [`try_acquire_for`](super::RedisLimiter::try_acquire_for)
+/// cut short by its caller's own budget, a denial counted nowhere). The client learns the offset between the server's `TIME` and its own
 /// monotonic clock at connect, and refreshes it from every reply (each reply carries the
 /// server's time). The server read its clock after the request left and before the reply came
 /// back, so each call brackets the offset: `server − received ≤ offset ≤ server − sent`. The
@@ -160,7 +161,8 @@ impl RedisConfig {
 ///   future dropped before its first poll, before the request left, or while queued, sends
 ///   nothing);
 /// * a reply that takes longer than `left / 8` to come back (a connection cut just after the
-///   script ran);
+///   script ran, or a try of [`try_acquire_for`](super::RedisLimiter::try_acquire_for) given
+///   about a round trip or less: its caller is denied, though the script took its permits);
 /// * with a [`lazy`](RedisConfig::lazy) backend, decisions sent before the first reply, which
 ///   carry no deadline; and after the server's clock steps back by `d`, deadlines are late by at
 ///   most `d`, and by at most the way out (request to server) of the fastest call since;

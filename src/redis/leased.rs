@@ -12,7 +12,7 @@ use super::limiter::decision_from_reply;
 use super::limiter::sealed::Script as _;
 use super::{RedisAlgorithm, RedisLimiter};
 use crate::algorithms::{Anchor, FixedWindow, Gcra};
-use crate::backend::{BackendError, FailureKind, Outcome, RequestError, until_deadline};
+use crate::backend::{BackendError, Excuse, FailureKind, Outcome, RequestError, until_deadline};
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
 use crate::lease::{Lease, LeaseSlot};
@@ -1033,9 +1033,15 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         deadline: Instant,
         shortened: bool,
     ) -> Result<Outcome, RequestError> {
+        // A timeout of a call shortened by a wait for the owner is still within the call's one
+        // timeout (the backend's): decided by the policy, but not the breaker's to count.
+        let on_timeout = match shortened {
+            true => Excuse::Breaker,
+            false => Excuse::None,
+        };
         let outcome = self
             .limiter
-            .outcome_by(&self.key, n, deadline, shortened)
+            .outcome_by(&self.key, n, deadline, on_timeout)
             .await?;
         // Relaxed: a statistics counter; no other memory depends on it.
         self.counters.exact.fetch_add(1, Ordering::Relaxed);
@@ -1143,12 +1149,15 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             Ok(lease_decision(&lease, n))
         };
         // A timeout of a call shortened by the wait for the owner says nothing about Redis.
-        let excused = |error: &BackendError| waited && error.is_timeout();
+        let excuse = |error: &BackendError| match waited && error.is_timeout() {
+            true => Excuse::Breaker,
+            false => Excuse::None,
+        };
         let node = || self.limiter.node_of(&self.key);
         let outcome = self
             .limiter
             .handler()
-            .run_async_excusing(&self.key, n, node, store, excused)
+            .run_async_excusing(&self.key, n, node, store, excuse)
             .await;
         self.limiter.after_short_circuit(&outcome);
         owner.failed = outcome

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
 
 use crate::backend::{
-    BackendError, BreakerConfig, DENY_CACHE_MAX_KEYS, DenyCache, FailureCounts, FailureHandler,
-    FailureKind, FailurePolicy, NodeBreakers, Outcome, RequestError,
+    BackendError, BreakerConfig, DENY_CACHE_MAX_KEYS, DenyCache, Excuse, FailureCounts,
+    FailureHandler, FailureKind, FailurePolicy, NodeBreakers, Outcome, RequestError,
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{AcquireError, ConfigError, Decision};
@@ -544,7 +544,7 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         let deadline = Instant::now()
             .checked_add(self.backend.timeout())
             .unwrap_or_else(far_future);
-        self.outcome_by(key, n, deadline, false).await
+        self.outcome_by(key, n, deadline, Excuse::None).await
     }
 
     /// Takes `n` permits for `key`, sleeping (on the caller's runtime) until the shared limit
@@ -595,7 +595,31 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// consuming nothing (as [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)).
     /// Round trips count against it too: each try's deadline is the sooner of the backend's
     /// timeout and what is left of `timeout`, so the call returns within `timeout` (plus the
-    /// timer's resolution); a try cut short by it is a timeout, decided by the policy.
+    /// timer's resolution).
+    ///
+    /// **A try cut short by the caller's own budget is not an outage.** A try whose deadline is
+    /// the caller's (what is left of `timeout` is shorter than the backend's timeout) and that
+    /// gets no answer by then is denied, whatever the policy: `is_allowed()` false, `limit` the
+    /// limiter's, `remaining` 0, and `retry_after` the backend's timeout (what fail-closed
+    /// announces for a call Redis did not answer: the same budget tried again sooner is likely
+    /// cut short again, and each such try may take a permit, below). It is not counted in
+    /// [`failures`](Self::failures) nor reported to the metrics, nor told to the circuit
+    /// breaker: a budget shorter than a round trip says nothing about Redis, so it neither
+    /// admits (fail-open, or a local share) what Redis would have refused, nor makes a healthy
+    /// Redis look down. So this call never admits more than [`try_acquire`](Self::try_acquire)
+    /// would. Such a try's script may still have run on the server before its deadline there (an
+    /// eighth of what the try had left before the caller's) with its reply arriving too late:
+    /// its permits are then taken and handed to nobody (see [`RedisBackend`], "What can still be
+    /// consumed"); a try given no time at all takes nothing (its request, if sent, reaches the
+    /// server past its deadline; but see there for a lazy backend's first calls).
+    ///
+    /// A try that waits out the backend's own timeout (what is left of `timeout` is at least
+    /// that long) is an outage, as for [`try_acquire`](Self::try_acquire): decided by the
+    /// policy and counted; so is any other failure (a refused connection, an error reply),
+    /// whatever the try's deadline, and while the breaker is open the policy answers every try
+    /// at once. So while Redis does not answer at all, tries given less than the backend's
+    /// timeout are denied until failures of calls that wait for it (or fail otherwise) open the
+    /// breaker.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
@@ -607,14 +631,21 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // Nothing listens on port 1: fail-closed denies with retry_after = the 20 ms timeout,
-    /// // which does not fit in 10 ms, so the call returns the denial without sleeping.
+    /// // Nothing listens on port 1 (a lazy backend keeps trying to connect). A try given no time
+    /// // is cut short by the caller's own budget, not by Redis: denied even under FailOpen,
+    /// // retry after the backend's 20 ms timeout, and no failure counted.
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
     /// let backend = RedisBackend::connect(config.lazy()).await?;
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
-    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
-    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_millis(10)).await?;
+    /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailOpen)?;
+    /// let d = limiter.try_acquire_for("alice", 1, Duration::ZERO).await?;
     /// assert!(!d.is_allowed());
+    /// assert_eq!((d.limit(), d.retry_after()), (10, Duration::from_millis(20)));
+    /// assert_eq!(limiter.failures().total(), 0);
+    /// // Given the backend's whole timeout, a try that gets no answer is an outage: the policy
+    /// // (fail-open) admits, and the failure is counted.
+    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_secs(1)).await?;
+    /// assert!(d.is_allowed());
     /// assert_eq!(limiter.failures().total(), 1);
     /// # Ok(()) }
     /// ```
@@ -630,10 +661,15 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             let backend_deadline = now
                 .checked_add(self.backend.timeout())
                 .unwrap_or_else(far_future);
-            let callers_deadline = deadline.is_some_and(|d| d < backend_deadline);
+            // A try cut short by the caller's own deadline (sooner than the backend's timeout)
+            // says nothing about Redis: denied, and neither counted nor told to the breaker.
+            let on_timeout = match deadline.is_some_and(|d| d < backend_deadline) {
+                true => Excuse::Caller,
+                false => Excuse::None,
+            };
             let try_deadline = deadline.map_or(backend_deadline, |d| d.min(backend_deadline));
             let decision = self
-                .outcome_by(key, n, try_deadline, callers_deadline)
+                .outcome_by(key, n, try_deadline, on_timeout)
                 .await?
                 .decision();
             let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
@@ -721,7 +757,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         self.backend.block_on(self.acquire(key, n))?
     }
 
-    /// [`try_acquire_for`](Self::try_acquire_for), blocking the thread.
+    /// [`try_acquire_for`](Self::try_acquire_for), blocking the thread (a try cut short by the
+    /// caller's own budget is denied and not counted, as there).
     ///
     /// # Errors
     /// As [`blocking_try_acquire`](Self::blocking_try_acquire).
@@ -731,6 +768,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// use floodgate::FixedWindow;
     /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
+    /// // Nothing listens on port 1: denied, by fail-closed (a refused connection) or as a try
+    /// // cut short by its 10 ms (a lazy backend still trying to connect).
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
     /// let backend = RedisBackend::blocking_connect(config.lazy())?;
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
@@ -749,15 +788,18 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             .block_on(self.try_acquire_for(key, n, timeout))?
     }
 
-    /// One decision, giving up at `deadline`: the caller's own (`callers_deadline`, sooner than
-    /// the backend's timeout) or the backend's. (Also [`LeasedKey`](super::LeasedKey)'s
-    /// per-call decisions, within the deadline of the call they serve.)
+    /// One decision, giving up at `deadline`, a timeout then taken as `on_timeout` says
+    /// ([`Excuse`]): the backend's timeout ([`Excuse::None`]: an outage, decided by the policy),
+    /// the caller's own sooner deadline ([`Excuse::Caller`]: denied, not counted), or a deadline
+    /// a wait of the call's own shortened ([`Excuse::Breaker`]: decided by the policy, not told
+    /// to the breaker). (Also [`LeasedKey`](super::LeasedKey)'s per-call decisions, within the
+    /// deadline of the call they serve.)
     pub(super) async fn outcome_by(
         &self,
         key: &str,
         n: u32,
         deadline: Instant,
-        callers_deadline: bool,
+        on_timeout: Excuse,
     ) -> Result<Outcome, RequestError> {
         self.algorithm.check_permits(n)?;
         if tokio::runtime::Handle::try_current().is_err() {
@@ -777,13 +819,16 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             let reply = self.coalescer.eval(request, entries, keys).await;
             reply.and_then(|r| decision_from_reply(&r, self.backend.server()))
         };
-        // A try cut short by the caller's own deadline (sooner than the backend's timeout, from
-        // try_acquire_for) says nothing about Redis: the breaker does not count it.
-        let excused = |error: &BackendError| callers_deadline && error.is_timeout();
+        // Only a timeout is excused: any other failure (a refused connection, an error reply)
+        // is Redis's, whoever's deadline the call had.
+        let excuse = |error: &BackendError| match error.is_timeout() {
+            true => on_timeout,
+            false => Excuse::None,
+        };
         let node = || self.node_of(key);
         let outcome = self
             .failures
-            .run_async_excusing(key, n, node, store, excused)
+            .run_async_excusing(key, n, node, store, excuse)
             .await;
         self.after_short_circuit(&outcome);
         Ok(outcome)

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
-use floodgate::Rate;
-use floodgate::backend::{FailureKind, FailurePolicy, Outcome};
+use floodgate::backend::{FailureCounts, FailureKind, FailurePolicy, Outcome};
 use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{Decision, Rate};
 use floodgate::{FixedWindow, Gcra};
 
 use super::server::RedisServer;
+use crate::lossy_proxy::LossyProxy;
 
 /// Short, so the frozen calls give up quickly; long enough that a call to the live server (the
 /// warm-ups, the calls after a thaw) is answered within it on a loaded machine, as the cluster
@@ -395,4 +396,232 @@ fn a_reply_read_late_does_not_pull_the_learnt_offset_down() {
         "a late reply pulled the offset down by {:?}",
         learnt - offset
     );
+}
+
+/// The limit of the limiters of the own-budget tests below: a fixed window of an hour, so no
+/// permit comes back during a test.
+const OWN_BUDGET_LIMIT: u64 = 5;
+
+/// A fail-open limiter of [`OWN_BUDGET_LIMIT`] an hour on `backend`, named `name`.
+fn fail_open_hourly(backend: &RedisBackend, name: &str) -> RedisLimiter<FixedWindow> {
+    let window = FixedWindow::new(OWN_BUDGET_LIMIT as u32, Duration::from_secs(3600)).unwrap();
+    RedisLimiter::new(backend, name, window, FailurePolicy::FailOpen).unwrap()
+}
+
+/// How many of `decisions` (tries of `try_acquire_for` given less than the backend's
+/// `timeout`, on a healthy server) were admitted, having checked each: the limiter's limit,
+/// and a denial is either Redis's (or its deny cache's: the rest of the hour) or a try cut
+/// short by its caller's budget (`retry_after` = the backend's timeout).
+fn admitted_by_tries(decisions: &[Decision], timeout: Duration) -> u64 {
+    for decision in decisions {
+        assert_eq!(decision.limit(), OWN_BUDGET_LIMIT, "{decision:?}");
+        if !decision.is_allowed() {
+            let cut_short = decision.retry_after() == timeout;
+            let by_redis = decision.retry_after() > Duration::from_secs(3000);
+            assert!(cut_short || by_redis, "{decision:?}");
+        }
+    }
+    decisions.iter().filter(|d| d.is_allowed()).count() as u64
+}
+
+/// Tiny budgets, all far below the backend's timeout: a few µs (cut short before any reply can
+/// come), and a round trip or so (some answered, some not, as the machine's load has it).
+const TINY_BUDGETS: [Duration; 4] = [
+    Duration::from_nanos(1),
+    Duration::from_micros(100),
+    Duration::from_micros(500),
+    Duration::from_millis(2),
+];
+
+/// Issue 18: a try of `try_acquire_for` cut short by its caller's own budget (sooner than the
+/// backend's timeout) says nothing about Redis. Under `FailOpen`, with Redis healthy, 20 tries
+/// given no time at all were admitted by the policy (20 of 20 on a limit of 5, nothing counted
+/// on Redis) and counted as 20 Redis timeouts. Now each is denied, counted nowhere, and over
+/// the whole test the callers are admitted at most what Redis counted, which is at most the
+/// limit: Redis's count can be more than the admissions only by permits that tries whose
+/// script ran before its deadline on the server took though their replies came too late for
+/// their callers (consumed, handed to nobody: see `RedisBackend`, "What can still be consumed").
+#[test]
+fn tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let backend = runtime
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(server.url()).timeout(SHORT),
+        ))
+        .unwrap();
+    let limiter = Arc::new(fail_open_hourly(&backend, "own-budget"));
+    let key = limiter.redis_keys("k")[0].clone();
+    let (zero, tiny) = runtime.block_on(async {
+        // Loads the script, on another key.
+        assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+        let mut zero = Vec::new();
+        for _ in 0..20 {
+            zero.push(
+                limiter
+                    .try_acquire_for("k", 1, Duration::ZERO)
+                    .await
+                    .unwrap(),
+            );
+        }
+        // Tiny budgets: one after another (some answered in time), then 40 at once (most of
+        // them queued behind one call out).
+        let mut tiny = Vec::new();
+        for budget in TINY_BUDGETS.repeat(5) {
+            tiny.push(limiter.try_acquire_for("k", 1, budget).await.unwrap());
+        }
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let limiter = Arc::clone(&limiter);
+                let budget = TINY_BUDGETS[i % TINY_BUDGETS.len()];
+                tokio::spawn(async move { limiter.try_acquire_for("k", 1, budget).await })
+            })
+            .collect();
+        for task in tasks {
+            tiny.push(bounded(task).await.unwrap().unwrap());
+        }
+        (zero, tiny)
+    });
+    let zero_admitted = admitted_by_tries(&zero, SHORT);
+    assert_eq!(
+        (zero_admitted, limiter.failures()),
+        (0, FailureCounts::default()),
+        "20 tries given no time on a healthy Redis: admitted, failures"
+    );
+    // A try given no time is cut short before any reply can come, and its request (if sent)
+    // reaches the server past its deadline: nothing taken (the warm-up took its own key's).
+    for decision in &zero {
+        assert_eq!(decision.retry_after(), SHORT, "{decision:?}");
+    }
+    let admitted = zero_admitted + admitted_by_tries(&tiny, SHORT);
+    assert_eq!(
+        limiter.failures(),
+        FailureCounts::default(),
+        "Redis is healthy"
+    );
+    let taken = counter(&server, &key);
+    assert!(
+        admitted <= taken && taken <= OWN_BUDGET_LIMIT,
+        "{admitted} admitted, {taken} taken on Redis, limit {OWN_BUDGET_LIMIT}"
+    );
+}
+
+/// As [`tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure`], through
+/// `blocking_try_acquire_for`, from one thread and then from four at once.
+#[test]
+fn blocking_tries_cut_short_by_the_callers_own_budget_are_denied_and_no_failure() {
+    let server = RedisServer::start();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(SHORT)).unwrap();
+    let limiter = Arc::new(fail_open_hourly(&backend, "own-budget-blocking"));
+    let key = limiter.redis_keys("k")[0].clone();
+    assert!(
+        limiter
+            .blocking_try_acquire("warm", 1)
+            .unwrap()
+            .is_allowed()
+    );
+    let zero: Vec<_> = (0..20)
+        .map(|_| {
+            limiter
+                .blocking_try_acquire_for("k", 1, Duration::ZERO)
+                .unwrap()
+        })
+        .collect();
+    let zero_admitted = admitted_by_tries(&zero, SHORT);
+    assert_eq!(
+        (zero_admitted, limiter.failures()),
+        (0, FailureCounts::default()),
+        "20 blocking tries given no time on a healthy Redis: admitted, failures"
+    );
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|i| {
+                        let budget = TINY_BUDGETS[i % TINY_BUDGETS.len()];
+                        limiter.blocking_try_acquire_for("k", 1, budget).unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let tiny: Vec<_> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let admitted = zero_admitted + admitted_by_tries(&tiny, SHORT);
+    assert_eq!(
+        limiter.failures(),
+        FailureCounts::default(),
+        "Redis is healthy"
+    );
+    let taken = counter(&server, &key);
+    assert!(
+        admitted <= taken && taken <= OWN_BUDGET_LIMIT,
+        "{admitted} admitted, {taken} taken on Redis, limit {OWN_BUDGET_LIMIT}"
+    );
+}
+
+/// A try whose script ran before its deadline on the server's clock (an eighth of its budget
+/// before its caller's) but whose reply came after its caller's budget ran out: the caller is
+/// denied, nothing is counted as a failure, and the permit the script took stays taken, handed
+/// to nobody, ever: the key's next calls get the 4 others of 5. The reply is held back by a
+/// proxy until the caller has its answer (no timing decides it, but that the request reaches
+/// the server within 7/8 of the 3 s budget).
+#[test]
+fn a_permit_taken_by_a_try_whose_reply_came_too_late_for_its_caller_goes_to_nobody() {
+    let server = RedisServer::start();
+    let proxy = LossyProxy::forward(LossyProxy::listener(), server.port);
+    let runtime = runtime();
+    let timeout = Duration::from_secs(30);
+    let backend = runtime
+        .block_on(RedisBackend::connect(
+            RedisConfig::single(proxy.url()).timeout(timeout),
+        ))
+        .unwrap();
+    let limiter = fail_open_hourly(&backend, "late-reply");
+    let key = limiter.redis_keys("k")[0].clone();
+    let budget = Duration::from_secs(3);
+    runtime.block_on(async {
+        // Loads the script, on another key, so the held reply is the try's own.
+        assert!(limiter.try_acquire("warm", 1).await.unwrap().is_allowed());
+        let (reply_seen, seen) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        proxy.rewrite_next_reply(move |reply| {
+            reply_seen.send(reply.to_vec()).unwrap();
+            // Held until the caller has its answer (the hang bound only against a lost test).
+            let _ = released.recv_timeout(HANG);
+            reply.to_vec()
+        });
+        let decision = bounded(limiter.try_acquire_for("k", 1, budget))
+            .await
+            .unwrap();
+        assert!(!decision.is_allowed(), "{decision:?}");
+        assert_eq!(decision.limit(), OWN_BUDGET_LIMIT);
+        assert_eq!(decision.retry_after(), timeout, "{decision:?}");
+        assert_eq!(limiter.failures(), FailureCounts::default());
+        let reply = seen.recv_timeout(HANG).expect("the script replied");
+        release.send(()).unwrap();
+        assert_eq!(
+            counter(&server, &key),
+            1,
+            "the script ran in time and took its permit: {}",
+            String::from_utf8_lossy(&reply)
+        );
+        let mut admitted = 0;
+        for _ in 0..OWN_BUDGET_LIMIT + 1 {
+            let outcome = bounded(limiter.try_acquire_outcome("k", 1)).await.unwrap();
+            assert!(outcome.failure().is_none(), "{outcome:?}");
+            admitted += u64::from(outcome.decision().is_allowed());
+        }
+        assert_eq!(
+            admitted,
+            OWN_BUDGET_LIMIT - 1,
+            "the late try's permit went to nobody"
+        );
+        assert_eq!(counter(&server, &key), OWN_BUDGET_LIMIT);
+        assert_eq!(limiter.failures(), FailureCounts::default());
+    });
 }

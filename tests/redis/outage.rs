@@ -205,13 +205,15 @@ fn a_try_cut_short_by_the_callers_own_deadline_is_not_held_against_redis() {
     .with_breaker(Some(breaker));
     assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
     server.freeze();
-    // The caller's 20 ms run out long before the backend's timeout: a timeout, decided by the
-    // policy and counted, but the breaker (opening at one failure) stays closed.
+    // The caller's 20 ms run out long before the backend's timeout: the try says nothing
+    // about Redis (issue 18): denied, retry after the backend's timeout, counted nowhere, and
+    // the breaker (opening at one failure) stays closed.
     let d = limiter
         .blocking_try_acquire_for("k", 1, Duration::from_millis(20))
         .unwrap();
     assert!(!d.is_allowed());
-    assert_eq!(limiter.failures().timeouts, 1);
+    assert_eq!(d.retry_after(), TIMEOUT);
+    assert_eq!(limiter.failures().total(), 0);
     let breaker = limiter.breaker().unwrap();
     assert_eq!(breaker.state(), BreakerState::Closed);
     // A call that waits out the backend's own timeout does count: the breaker opens.
