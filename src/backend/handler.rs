@@ -400,6 +400,75 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         }
     }
 
+    /// As [`run`](Self::run), for one try of a call bounded by its caller's own budget
+    /// (`try_acquire_for`): a failure for which `cut_by_caller` is true (the try was cut short
+    /// by that budget, sooner than the store's timeout) says nothing about the store, so it is
+    /// neither reported to the breaker nor counted, and its answer is a plain denial
+    /// ([`budget_denial`](Self::budget_denial)), not the policy's. Any other failure is decided
+    /// by the policy as in `run`.
+    #[cfg_attr(not(feature = "memcached"), allow(dead_code))]
+    pub(crate) fn run_within(
+        &self,
+        key: &str,
+        n: u32,
+        store: impl FnOnce() -> Result<Decision, BackendError>,
+        cut_by_caller: impl FnOnce(&BackendError) -> bool,
+    ) -> Outcome {
+        let asked_at = match self.cached_denial(key, n) {
+            Ok(asked_at) => asked_at,
+            Err(denial) => return denial,
+        };
+        let breaker = self.call_breaker(None);
+        match self.before(key, n, &breaker) {
+            Before::Decided(outcome) => outcome,
+            Before::Call(permit) => match store() {
+                // Dropping the permit unreported leaves the breaker as if the call never happened.
+                Err(error) if cut_by_caller(&error) => self.budget_denial(),
+                result => self.after(key, n, permit, asked_at, result),
+            },
+        }
+    }
+
+    /// As [`run_within`](Self::run_within), awaiting the store's future.
+    #[cfg_attr(not(feature = "memcached"), allow(dead_code))]
+    pub(crate) async fn run_async_within<F>(
+        &self,
+        key: &str,
+        n: u32,
+        store: impl FnOnce() -> F,
+        cut_by_caller: impl FnOnce(&BackendError) -> bool,
+    ) -> Outcome
+    where
+        F: Future<Output = Result<Decision, BackendError>>,
+    {
+        let asked_at = match self.cached_denial(key, n) {
+            Ok(asked_at) => asked_at,
+            Err(denial) => return denial,
+        };
+        let breaker = self.call_breaker(None);
+        match self.before(key, n, &breaker) {
+            Before::Decided(outcome) => outcome,
+            Before::Call(permit) => match store().await {
+                // Dropping the permit unreported leaves the breaker as if the call never happened.
+                Err(error) if cut_by_caller(&error) => self.budget_denial(),
+                result => self.after(key, n, permit, asked_at, result),
+            },
+        }
+    }
+
+    /// The answer to a try cut short by its caller's own budget: a plain denial (no failure),
+    /// nothing remaining, `retry_after` the store's timeout (the try gave no news of when the
+    /// limit has room).
+    #[cfg_attr(not(feature = "memcached"), allow(dead_code))]
+    pub(crate) fn budget_denial(&self) -> Outcome {
+        Outcome::from_backend(Decision::deny(
+            self.limit,
+            0,
+            duration_to_nanos(self.timeout),
+            0,
+        ))
+    }
+
     /// A call made for no caller's decision (a lease's refund) through the breaker of the node
     /// `node` names (`None`: the shared breaker): `None` when the breaker does not admit it
     /// (open, or its half-open probe is out: nothing is sent), a [`BackendError::CircuitOpen`]
