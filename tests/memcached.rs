@@ -25,6 +25,8 @@ mod server;
 mod shortcuts;
 #[path = "memcached/skew.rs"]
 mod skew;
+#[path = "memcached/waits.rs"]
+mod waits;
 
 use std::time::Duration;
 
