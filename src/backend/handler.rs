@@ -717,6 +717,45 @@ mod tests {
         .unwrap()
     }
 
+    /// A try cut short by its caller's own budget (`try_acquire_for`) is a plain denial: not
+    /// the policy's answer (fail-open would admit), not counted, not reported to the breaker
+    /// (which opens on one failure here); any other failure is still the policy's.
+    #[test]
+    fn a_try_cut_short_by_its_callers_budget_is_a_plain_denial_not_counted_nor_reported() {
+        let breaker = BreakerConfig::new(1, Duration::from_secs(1), Duration::from_secs(8));
+        let handler =
+            handler(FailurePolicy::FailOpen, ManualClock::new()).with_breaker(breaker.unwrap());
+        let late = || {
+            Err(BackendError::Timeout {
+                after: Duration::from_millis(5),
+            })
+        };
+        for _ in 0..3 {
+            let outcome = handler.run_within("k", 1, late, |e| e.is_timeout());
+            assert!(!outcome.decision().is_allowed());
+            assert!(outcome.failure().is_none());
+            assert_eq!(outcome.decision().retry_after(), Duration::from_millis(250));
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(handler.run_async_within(
+            "k",
+            1,
+            || async { late() },
+            |e| e.is_timeout(),
+        ));
+        assert!(!outcome.decision().is_allowed() && outcome.failure().is_none());
+        assert_eq!(handler.counts().total(), 0);
+        assert_eq!(handler.breaker().unwrap().state(), BreakerState::Closed);
+        // Not excused: the policy decides (fail-open admits), counted, the breaker opens.
+        let outcome = handler.run_within("k", 1, late, |_| false);
+        assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
+        assert_eq!(handler.counts().timeouts, 1);
+        assert_eq!(handler.breaker().unwrap().state(), BreakerState::Open);
+    }
+
     #[test]
     fn fail_open_admits_and_counts() {
         let h = handler(FailurePolicy::FailOpen, ManualClock::new());
