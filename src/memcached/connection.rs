@@ -120,7 +120,7 @@ impl MemcachedConfig {
     /// policy) until it answers. For a service that must start while memcached is down (with
     /// [`FailurePolicy::FailOpen`](crate::backend::FailurePolicy) or a local share). Without it
     /// (the default), `connect` fails at startup on a closed port or a server that does not
-    /// answer, as [`RedisConfig::lazy`](crate::redis::RedisConfig::lazy) does for Redis.
+    /// answer, as `RedisConfig::lazy` does for Redis.
     ///
     /// ```
     /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
