@@ -679,10 +679,11 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         self.blocking_outcome_by(key, n, deadline, false)
     }
 
-    /// [`acquire`](Self::acquire), blocking the calling thread: the waits are slept on the
-    /// limiter's [`clock`](Self::clock) ([`Clock::sleep`]: a [`ManualClock`](crate::ManualClock)
-    /// advances itself instead), and the time waited is measured on it too (never less than the
-    /// real time the call took past its first try).
+    /// [`acquire`](Self::acquire), blocking the calling thread (std sockets; no runtime needed,
+    /// and not to be called on an async task): the waits are slept on the limiter's
+    /// [`clock`](Self::clock) ([`Clock::sleep`]: a [`ManualClock`](crate::ManualClock) advances
+    /// itself instead), and the time waited is measured on it too (never less than the real
+    /// time the call took).
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
