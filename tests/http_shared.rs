@@ -431,9 +431,12 @@ async fn a_fail_open_decision_claims_no_reset_time() {
     use tower::{Layer, ServiceExt};
     // Nothing listens there: every call is refused at once, and the policy decides.
     let addr = format!("127.0.0.1:{}", server::free_port());
-    let backend =
-        MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(Duration::from_millis(1)))
-            .unwrap();
+    let backend = MemcachedBackend::connect(
+        MemcachedConfig::new(addr)
+            .timeout(Duration::from_millis(1))
+            .lazy(),
+    )
+    .unwrap();
     let window = SlidingWindow::new(LIMIT, Duration::from_secs(60), 60).unwrap();
     let limiter =
         || MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen).unwrap();

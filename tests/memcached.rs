@@ -3,7 +3,9 @@
 //! memcached` (memcached must be installed; `scripts/test` installs it).
 //!
 //! Cells are keyed by a `ManualClock` that the tests move by hand, so the decisions are
-//! deterministic; only the expiry test waits (memcached expires keys on its own real clock).
+//! deterministic; only the expiry test waits (memcached expires keys on its own real clock), and
+//! the async `acquire` / `try_acquire_for` tests in `waits`, which sleep on tokio's timer on the
+//! real clock (at most a 1 s window's wait; their assertions are causal, never durations).
 
 #[path = "memcached/async_path.rs"]
 mod async_path;
@@ -25,6 +27,8 @@ mod server;
 mod shortcuts;
 #[path = "memcached/skew.rs"]
 mod skew;
+#[path = "memcached/waits.rs"]
+mod waits;
 
 use std::time::Duration;
 

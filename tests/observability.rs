@@ -405,7 +405,8 @@ fn memcached_failures_are_counted_by_kind_and_warned_at_powers_of_two() {
     let captured = Captured::default();
     let _subscriber = tracing::subscriber::set_default(captured.clone());
     let addr = format!("127.0.0.1:{}", refused_port());
-    let backend = MemcachedBackend::connect(MemcachedConfig::new(&addr).timeout(TIMEOUT)).unwrap();
+    let backend =
+        MemcachedBackend::connect(MemcachedConfig::new(&addr).timeout(TIMEOUT).lazy()).unwrap();
     let window = floodgate::SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     let limiter =
         MemcachedLimiter::new(&backend, "login", window, FailurePolicy::FailOpen).unwrap();
@@ -502,7 +503,8 @@ async fn a_key_too_long_for_memcached_is_a_500_logged_with_its_cause() {
     let captured = Captured::default();
     let _subscriber = tracing::subscriber::set_default(captured.clone());
     let addr = format!("127.0.0.1:{}", refused_port());
-    let backend = MemcachedBackend::connect(MemcachedConfig::new(&addr).timeout(TIMEOUT)).unwrap();
+    let backend =
+        MemcachedBackend::connect(MemcachedConfig::new(&addr).timeout(TIMEOUT).lazy()).unwrap();
     let window = floodgate::SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     let limiter = MemcachedLimiter::new(&backend, "user", window, FailurePolicy::FailOpen).unwrap();
     let user = KeyFn(|r: &Request<()>| Some(r.headers().get("x-user")?.to_str().ok()?.to_owned()));

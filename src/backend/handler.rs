@@ -432,6 +432,63 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         Decision::deny(self.limit, 0, duration_to_nanos(self.timeout), 0)
     }
 
+    /// As [`run`](Self::run), for one try of a call bounded by its caller's own budget
+    /// (`try_acquire_for`): a failure for which `cut_by_caller` is true (the try was cut short
+    /// by that budget, sooner than the store's timeout) says nothing about the store, so it is
+    /// neither reported to the breaker nor counted, and its answer is a plain denial
+    /// ([`Excuse::Caller`]'s), not the policy's. Any other failure is decided by the policy as
+    /// in `run`.
+    #[cfg_attr(not(feature = "memcached"), allow(dead_code))]
+    pub(crate) fn run_within(
+        &self,
+        key: &str,
+        n: u32,
+        store: impl FnOnce() -> Result<Decision, BackendError>,
+        cut_by_caller: impl FnOnce(&BackendError) -> bool,
+    ) -> Outcome {
+        let asked_at = match self.cached_denial(key, n) {
+            Ok(asked_at) => asked_at,
+            Err(denial) => return denial,
+        };
+        let breaker = self.call_breaker(None);
+        match self.before(key, n, &breaker) {
+            Before::Decided(outcome) => outcome,
+            Before::Call(permit) => match store() {
+                // Dropping the permit unreported leaves the breaker as if the call never happened.
+                Err(error) if cut_by_caller(&error) => {
+                    drop(permit);
+                    Outcome::from_backend(self.out_of_callers_time())
+                }
+                result => self.after(key, n, permit, asked_at, result),
+            },
+        }
+    }
+
+    /// As [`run_within`](Self::run_within), awaiting the store's future (through the shared
+    /// breaker: [`run_async_excusing`](Self::run_async_excusing) with [`Excuse::Caller`] for a
+    /// cut by the caller).
+    #[cfg_attr(not(feature = "memcached"), allow(dead_code))]
+    pub(crate) async fn run_async_within<F>(
+        &self,
+        key: &str,
+        n: u32,
+        store: impl FnOnce() -> F,
+        cut_by_caller: impl FnOnce(&BackendError) -> bool,
+    ) -> Outcome
+    where
+        F: Future<Output = Result<Decision, BackendError>>,
+    {
+        let excuse = |error: &BackendError| {
+            if cut_by_caller(error) {
+                Excuse::Caller
+            } else {
+                Excuse::None
+            }
+        };
+        self.run_async_excusing(key, n, || None, store, excuse)
+            .await
+    }
+
     /// A call made for no caller's decision (a lease's refund) through the breaker of the node
     /// `node` names (`None`: the shared breaker): `None` when the breaker does not admit it
     /// (open, or its half-open probe is out: nothing is sent), a [`BackendError::CircuitOpen`]
@@ -678,6 +735,45 @@ mod tests {
             clock,
         )
         .unwrap()
+    }
+
+    /// A try cut short by its caller's own budget (`try_acquire_for`) is a plain denial: not
+    /// the policy's answer (fail-open would admit), not counted, not reported to the breaker
+    /// (which opens on one failure here); any other failure is still the policy's.
+    #[test]
+    fn a_try_cut_short_by_its_callers_budget_is_a_plain_denial_not_counted_nor_reported() {
+        let breaker = BreakerConfig::new(1, Duration::from_secs(1), Duration::from_secs(8));
+        let handler =
+            handler(FailurePolicy::FailOpen, ManualClock::new()).with_breaker(breaker.unwrap());
+        let late = || {
+            Err(BackendError::Timeout {
+                after: Duration::from_millis(5),
+            })
+        };
+        for _ in 0..3 {
+            let outcome = handler.run_within("k", 1, late, |e| e.is_timeout());
+            assert!(!outcome.decision().is_allowed());
+            assert!(outcome.failure().is_none());
+            assert_eq!(outcome.decision().retry_after(), Duration::from_millis(250));
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(handler.run_async_within(
+            "k",
+            1,
+            || async { late() },
+            |e| e.is_timeout(),
+        ));
+        assert!(!outcome.decision().is_allowed() && outcome.failure().is_none());
+        assert_eq!(handler.counts().total(), 0);
+        assert_eq!(handler.breaker().unwrap().state(), BreakerState::Closed);
+        // Not excused: the policy decides (fail-open admits), counted, the breaker opens.
+        let outcome = handler.run_within("k", 1, late, |_| false);
+        assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
+        assert_eq!(handler.counts().timeouts, 1);
+        assert_eq!(handler.breaker().unwrap().state(), BreakerState::Open);
     }
 
     #[test]

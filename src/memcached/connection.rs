@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::async_connection::AsyncConnection;
 use super::error::{CallError, MemcachedError, io_error};
-use super::protocol::Parsed;
+use super::protocol::{self, Parsed};
 use crate::backend::{BackendError, until_deadline};
 
 /// Idle blocking connections kept for reuse; more concurrent callers open more (up to
@@ -42,6 +42,7 @@ pub struct MemcachedConfig {
     server: String,
     timeout: Duration,
     grace: Duration,
+    lazy: bool,
 }
 
 impl MemcachedConfig {
@@ -63,6 +64,7 @@ impl MemcachedConfig {
             server: server.into(),
             timeout: Self::DEFAULT_TIMEOUT,
             grace: Self::DEFAULT_GRACE,
+            lazy: false,
         }
     }
 
@@ -110,6 +112,27 @@ impl MemcachedConfig {
     /// ```
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// Connect at the first call instead of at [`MemcachedBackend::connect`]: the backend is
+    /// returned at once, whether or not the server is up, and decisions fail (decided by the
+    /// policy) until it answers. For a service that must start while memcached is down (with
+    /// [`FailurePolicy::FailOpen`](crate::backend::FailurePolicy) or a local share). Without it
+    /// (the default), `connect` fails at startup on a closed port or a server that does not
+    /// answer, as `RedisConfig::lazy` does for Redis.
+    ///
+    /// ```
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
+    /// // Nothing listens on port 1, yet the backend is made: calls fail until a server answers.
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:1").lazy())?;
+    /// assert_eq!(backend.addr().port(), 1);
+    /// // Eager (the default), the same address fails now:
+    /// assert!(MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:1")).is_err());
+    /// # Ok::<(), floodgate::backend::BackendError>(())
+    /// ```
+    pub fn lazy(mut self) -> Self {
+        self.lazy = true;
         self
     }
 
@@ -424,9 +447,13 @@ impl Connection {
 /// A connection to one memcached server shared by every limiter and thread that clones it: a pool
 /// of blocking TCP connections (one per concurrent caller, up to 64 kept idle).
 ///
-/// Connecting is lazy: `connect` only resolves the address, so a server that is down shows up as
-/// failures of the first decisions (handled by the limiter's policy) until it is back. A
-/// connection that saw any error or timeout is closed, never reused.
+/// Connecting is eager: `connect` opens a connection and checks that memcached answers
+/// (`version`) within the timeout, so a wrong port fails at startup with an error naming the
+/// server (refused: [`FailureKind::Refused`](crate::backend::FailureKind::Refused)); the
+/// connection is kept for the first call. With [`MemcachedConfig::lazy`] it only resolves the
+/// address, and a server that is down shows up as failures of the first decisions (handled by
+/// the limiter's policy) until it is back. A connection that saw any error or timeout is
+/// closed, never reused.
 ///
 /// ```no_run
 /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
@@ -523,14 +550,27 @@ impl fmt::Debug for Shared {
 }
 
 impl MemcachedBackend {
-    /// A backend for `config`. Resolves the server's address; opens no connection yet.
+    /// A backend for `config`: resolves the server's address, then (unless
+    /// [`MemcachedConfig::lazy`]) opens a connection and checks that memcached answers
+    /// (`version`) within the timeout, blocking the calling thread meanwhile; that connection
+    /// is kept for the first call.
     ///
     /// # Errors
-    /// [`BackendError::Failed`] for an address that does not resolve or a zero timeout.
+    /// [`BackendError::Failed`] for an address that does not resolve or a timeout of zero or
+    /// over an hour; and (eager only) a [`BackendError`] naming the server
+    /// (`memcached://host:port`) for a server that refuses the connection
+    /// ([`FailureKind::Refused`](crate::backend::FailureKind::Refused)), does not answer
+    /// within the timeout ([`FailureKind::Timeout`](crate::backend::FailureKind::Timeout)), or
+    /// answers something other than memcached's `VERSION` line.
     ///
     /// ```
+    /// use floodgate::backend::FailureKind;
     /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
     /// assert!(MemcachedBackend::connect(MemcachedConfig::new("no port")).is_err());
+    /// // Nothing listens on port 1: eager connecting fails now, naming the server.
+    /// let refused = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:1")).unwrap_err();
+    /// assert_eq!(refused.kind(), FailureKind::Refused);
+    /// assert!(refused.to_string().contains("memcached://127.0.0.1:1"), "{refused}");
     /// ```
     pub fn connect(config: MemcachedConfig) -> Result<Self, BackendError> {
         crate::backend::validate_timeout(config.timeout)?;
@@ -550,7 +590,7 @@ impl MemcachedBackend {
                     format!("memcached address {:?} resolves to nothing", config.server),
                 ))
             })?;
-        Ok(MemcachedBackend {
+        let backend = MemcachedBackend {
             shared: Arc::new(Shared {
                 addr,
                 timeout: config.timeout,
@@ -561,7 +601,23 @@ impl MemcachedBackend {
                 freed: Condvar::new(),
                 busy_async: Arc::new(tokio::sync::Semaphore::new(MAX_OPEN)),
             }),
-        })
+        };
+        if !config.lazy {
+            backend.check()?;
+        }
+        Ok(backend)
+    }
+
+    /// The startup check: `version` on a pooled (or new) connection within the timeout.
+    fn check(&self) -> Result<(), BackendError> {
+        let nothing_to_finish = || -> Finisher { Box::new(|_, _, _| {}) };
+        self.call(
+            |connection, deadline| {
+                connection.send(b"version\r\n", deadline)?;
+                connection.read_reply_blocking(deadline, protocol::parse_version)
+            },
+            nothing_to_finish,
+        )
     }
 
     /// The longest a decision may take.
@@ -570,7 +626,7 @@ impl MemcachedBackend {
     /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
     /// use std::time::Duration;
     /// let config = MemcachedConfig::new("127.0.0.1:11211").timeout(Duration::from_millis(50));
-    /// let backend = MemcachedBackend::connect(config)?; // lazy: no connection opened yet
+    /// let backend = MemcachedBackend::connect(config.lazy())?; // lazy: no connection opened yet
     /// assert_eq!(backend.timeout(), Duration::from_millis(50));
     /// # Ok::<(), floodgate::backend::BackendError>(())
     /// ```
@@ -582,7 +638,7 @@ impl MemcachedBackend {
     ///
     /// ```
     /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
-    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy
     /// assert_eq!(backend.addr(), "127.0.0.1:11211".parse::<std::net::SocketAddr>()?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -602,7 +658,16 @@ impl MemcachedBackend {
         exchange: impl Fn(&mut Connection, Instant) -> Result<T, CallError>,
         finisher: impl FnOnce() -> Finisher,
     ) -> Result<T, BackendError> {
-        let deadline = Instant::now() + self.shared.timeout;
+        self.call_by(Instant::now() + self.shared.timeout, exchange, finisher)
+    }
+
+    /// As [`call`](Self::call), before `deadline` (a caller's own, sooner than the timeout).
+    pub(crate) fn call_by<T>(
+        &self,
+        deadline: Instant,
+        exchange: impl Fn(&mut Connection, Instant) -> Result<T, CallError>,
+        finisher: impl FnOnce() -> Finisher,
+    ) -> Result<T, BackendError> {
         let place = self.shared.place(deadline)?;
         let pooled = self.lock_idle().pop();
         let from_pool = pooled.is_some();
@@ -734,7 +799,7 @@ mod tests {
     #[test]
     fn a_call_finding_every_connection_busy_times_out_saying_so() {
         let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(5));
-        let backend = MemcachedBackend::connect(config).unwrap();
+        let backend = MemcachedBackend::connect(config.lazy()).unwrap();
         let shared = &backend.shared;
         let far = Instant::now() + Duration::from_secs(3600);
         let mut places: Vec<Place> = (0..MAX_OPEN).map(|_| shared.place(far).unwrap()).collect();
@@ -759,7 +824,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let config = MemcachedConfig::new(listener.local_addr().unwrap().to_string())
             .timeout(Duration::from_secs(30));
-        let backend = MemcachedBackend::connect(config).unwrap();
+        let backend = MemcachedBackend::connect(config.lazy()).unwrap();
         let finisher_made = std::sync::atomic::AtomicBool::new(false);
         let result = backend.call(
             |connection, _| {

@@ -143,13 +143,14 @@ impl Drop for Awaiting {
     }
 }
 
-/// Decides `job` on memcached, on the caller's runtime, within the backend's timeout.
+/// Decides `job` on memcached, on the caller's runtime, before `deadline` (the backend's
+/// timeout from now, or a caller's own sooner deadline).
 pub(crate) async fn decide_async(
     backend: &MemcachedBackend,
     job: Job,
     reclaims: &Arc<Reclaims>,
+    deadline: Instant,
 ) -> Result<Decision, BackendError> {
-    let deadline = Instant::now() + backend.timeout();
     let place = backend.async_place(deadline).await?;
     // Taken here, with the place (no await in between): a place given back finds the
     // connection given back with it, as when the exchange ran in the caller's task.

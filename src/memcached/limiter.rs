@@ -2,7 +2,7 @@
 //! [`FailurePolicy`].
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::connection::{Connection, Finisher, MemcachedBackend, Pending, Transport, run_blocking};
 use super::detached::{Job, ReclaimCounts, Reclaims, decide_async};
@@ -13,8 +13,8 @@ use crate::algorithms::{FixedWindow, SlidingWindow};
 #[cfg(doc)]
 use crate::backend::DENY_CACHE_MAX_KEYS;
 use crate::backend::{
-    BreakerConfig, CircuitBreaker, DenyCache, FailureCounts, FailureHandler, FailurePolicy,
-    Outcome, RequestError,
+    BackendError, BreakerConfig, CircuitBreaker, DenyCache, FailureCounts, FailureHandler,
+    FailurePolicy, Outcome, RequestError,
 };
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{ConfigError, Decision, check_permits};
@@ -81,7 +81,7 @@ impl MemcachedLimiter<QuantaClock> {
     /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
     /// use floodgate::SlidingWindow;
     /// use std::time::Duration;
-    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(limiter.window().limit(), 100);
@@ -116,7 +116,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// use floodgate::SlidingWindow;
     /// use floodgate::ManualClock;
     /// use std::time::Duration;
-    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?;
     /// let window = SlidingWindow::new(10, Duration::from_secs(10), 10)?;
     /// let bad = MemcachedLimiter::with_clock(&backend, "a:b", window, FailurePolicy::FailOpen, ManualClock::new());
     /// assert!(bad.is_err());
@@ -170,7 +170,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(*limiter.window(), window);
@@ -186,7 +186,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let policy = FailurePolicy::local_fallback(0.5)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, policy)?;
@@ -204,7 +204,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
     /// // Nothing listens on port 1: each call fails at once and the policy decides.
-    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:1"))?;
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:1").lazy())?;
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// assert_eq!(limiter.failures().total(), 0);
@@ -226,7 +226,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
     /// assert_eq!(limiter.reclaims(), ReclaimCounts::default());
@@ -242,7 +242,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::{BreakerConfig, FailurePolicy}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?
     ///     .with_breaker(Some(BreakerConfig::new(3, Duration::from_millis(100), Duration::from_secs(5))?));
@@ -265,7 +265,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert!(limiter.deny_cache().is_none()); // off by default
@@ -284,7 +284,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::{BreakerState, FailurePolicy}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
@@ -300,7 +300,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(100, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?
     ///     .with_deny_cache(Some(10_000))?;
@@ -316,7 +316,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// # use floodgate::{Clock, ManualClock};
     /// let window = SlidingWindow::new(10, Duration::from_secs(10), 10)?;
     /// let clock = ManualClock::starting_at(7_500_000_000); // 7.5 s
@@ -393,7 +393,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(10, Duration::from_secs(10), 10)?; // 1 s cells
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(limiter.cell_index(2_999_999_999), 2);
@@ -410,7 +410,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// let window = SlidingWindow::new(10, Duration::from_secs(10), 20)?; // 500 ms cells
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// assert_eq!(limiter.ttl_secs(), 12); // 10.5 s rounded up to 11, plus 1
@@ -428,7 +428,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, ManualClock, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?;
     /// let window = SlidingWindow::new(5, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "login", window, FailurePolicy::FailClosed)?;
     /// assert_eq!(limiter.cell_key("bob smith", 1_700_000_000)?, "login:bob%20smith:1700000000");
@@ -461,7 +461,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// use floodgate::{AcquireError, backend::RequestError};
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
@@ -491,7 +491,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
     /// let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(50));
-    /// let backend = MemcachedBackend::connect(config)?;
+    /// let backend = MemcachedBackend::connect(config.lazy())?;
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// let outcome = limiter.try_acquire_outcome("alice", 1).await?;
@@ -499,6 +499,125 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # Ok(()) }
     /// ```
     pub async fn try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
+        let deadline = Instant::now() + self.backend.timeout();
+        self.outcome_by(key, n, deadline, false).await
+    }
+
+    /// Takes `n` permits for `key`, sleeping (on the caller's runtime: tokio's timer) until the
+    /// shared window grants them: each denial's `retry_after` is slept, then the request is
+    /// tried again, as [`Limiter::acquire`](crate::Limiter::acquire) does locally. Returns the
+    /// time actually waited, measured: zero when the first try is admitted, otherwise from the
+    /// call to the admission (sleeps and round trips). While memcached is down the policy
+    /// decides each try (under `FailClosed` that means waiting until memcached answers): use
+    /// [`try_acquire_for`](Self::try_acquire_for) for a bound.
+    ///
+    /// Cells are keyed by the limiter's [`clock`](Self::clock) while the sleeps are real: on a
+    /// [`ManualClock`](crate::ManualClock) nobody moves, a full window never frees (use the
+    /// blocking forms, which sleep on the limiter's clock).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire): a request that can never be granted returns at once.
+    ///
+    /// ```no_run
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+    /// use floodgate::SlidingWindow;
+    /// use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+    /// let window = SlidingWindow::new(1, Duration::from_secs(1), 10)?; // 100 ms cells
+    /// let limiter = MemcachedLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// limiter.acquire("alice", 1).await?;
+    /// let waited = limiter.acquire("alice", 1).await?; // until the first cell leaves the window
+    /// assert!(waited > Duration::ZERO);
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, key: &str, n: u32) -> Result<Duration, RequestError> {
+        let started = Instant::now();
+        let mut first = true;
+        loop {
+            let decision = self.try_acquire(key, n).await?;
+            if decision.is_allowed() {
+                return Ok(if first {
+                    Duration::ZERO
+                } else {
+                    started.elapsed()
+                });
+            }
+            first = false;
+            tokio::time::sleep(decision.retry_after().max(MIN_RETRY_SLEEP)).await;
+        }
+    }
+
+    /// Takes `n` permits for `key` if they can be had within `timeout`: sleeps (tokio's timer)
+    /// only while the announced wait fits in what is left of it, otherwise returns the denial
+    /// at once, consuming nothing (as
+    /// [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)). Round trips count
+    /// against it too: each try's deadline is the sooner of the backend's timeout and what is
+    /// left of `timeout`, so the call returns within `timeout` (plus the timer's resolution).
+    /// A try cut short by the backend's own timeout is an outage, decided by the policy; a try
+    /// cut short by `timeout` (shorter than the backend's) says nothing about memcached: it is
+    /// answered with a plain denial (no [`failure`](Outcome::failure)), neither counted in
+    /// [`failures`](Self::failures) nor reported to the breaker. A `timeout` too long for an
+    /// [`Instant`] is no bound.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+    /// use floodgate::SlidingWindow;
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Nothing listens on port 1: fail-closed denies with retry_after = the 20 ms timeout,
+    /// // which does not fit in 10 ms, so the call returns the denial without sleeping.
+    /// let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = MemcachedBackend::connect(config.lazy())?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_millis(10)).await?;
+    /// assert!(!d.is_allowed());
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_for(
+        &self,
+        key: &str,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Decision, RequestError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let backend_deadline = Instant::now() + self.backend.timeout();
+            let callers_deadline = deadline.is_some_and(|d| d < backend_deadline);
+            let try_deadline = deadline.map_or(backend_deadline, |d| d.min(backend_deadline));
+            let decision = self
+                .outcome_by(key, n, try_deadline, callers_deadline)
+                .await?
+                .decision();
+            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if decision.is_allowed() || wait > left {
+                return Ok(decision);
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// One async decision, given up at `deadline`: the caller's own (`callers_deadline`, sooner
+    /// than the backend's timeout: a try cut short by it is a plain denial, not counted) or the
+    /// backend's.
+    async fn outcome_by(
+        &self,
+        key: &str,
+        n: u32,
+        deadline: Instant,
+        callers_deadline: bool,
+    ) -> Result<Outcome, RequestError> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
@@ -508,8 +627,12 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             now,
             n,
         };
-        let store = || decide_async(&self.backend, job, &self.reclaims);
-        Ok(self.failures.run_async(key, n, store).await)
+        let store = || decide_async(&self.backend, job, &self.reclaims, deadline);
+        let cut_by_caller = |error: &BackendError| callers_deadline && error.is_timeout();
+        Ok(self
+            .failures
+            .run_async_within(key, n, store, cut_by_caller)
+            .await)
     }
 
     /// As [`try_acquire`](Self::try_acquire), blocking the calling thread (std sockets; no
@@ -521,7 +644,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// ```
     /// # use floodgate::{backend::{FailurePolicy, RequestError}, memcached::*, SlidingWindow};
     /// # use std::time::Duration;
-    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?; // lazy
+    /// # let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211").lazy())?; // lazy: no server needed
     /// use floodgate::AcquireError;
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailClosed)?;
@@ -544,7 +667,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # use std::time::Duration;
     /// // Nothing listens on port 1: the call fails within the timeout and the policy decides.
     /// let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(50));
-    /// let backend = MemcachedBackend::connect(config)?;
+    /// let backend = MemcachedBackend::connect(config.lazy())?;
     /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
     /// let limiter = MemcachedLimiter::new(&backend, "api", window, FailurePolicy::FailOpen)?;
     /// let outcome = limiter.blocking_try_acquire_outcome("alice", 1)?;
@@ -552,11 +675,112 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn blocking_try_acquire_outcome(&self, key: &str, n: u32) -> Result<Outcome, RequestError> {
+        let deadline = Instant::now() + self.backend.timeout();
+        self.blocking_outcome_by(key, n, deadline, false)
+    }
+
+    /// [`acquire`](Self::acquire), blocking the calling thread (std sockets; no runtime needed,
+    /// and not to be called on an async task): the waits are slept on the limiter's
+    /// [`clock`](Self::clock) ([`Clock::sleep`]: a [`ManualClock`](crate::ManualClock) advances
+    /// itself instead), and the time waited is measured on it too (never less than the real
+    /// time the call took).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```no_run
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+    /// use floodgate::SlidingWindow;
+    /// use std::time::Duration;
+    /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
+    /// let window = SlidingWindow::new(1, Duration::from_secs(1), 10)?; // 100 ms cells
+    /// let limiter = MemcachedLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// limiter.blocking_acquire("alice", 1)?;
+    /// let waited = limiter.blocking_acquire("alice", 1)?;
+    /// assert!(waited > Duration::ZERO);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_acquire(&self, key: &str, n: u32) -> Result<Duration, RequestError> {
+        let spent = Spent::start(&self.clock);
+        let mut first = true;
+        loop {
+            let decision = self.blocking_try_acquire(key, n)?;
+            if decision.is_allowed() {
+                return Ok(if first {
+                    Duration::ZERO
+                } else {
+                    spent.so_far(&self.clock)
+                });
+            }
+            first = false;
+            self.clock
+                .sleep(decision.retry_after().max(MIN_RETRY_SLEEP));
+        }
+    }
+
+    /// [`try_acquire_for`](Self::try_acquire_for), blocking the calling thread: the waits are
+    /// slept on the limiter's [`clock`](Self::clock), and what is left of `timeout` is measured
+    /// on it and in real time, whichever has passed more (round trips count against it, as
+    /// the sleeps do).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig, MemcachedLimiter};
+    /// use floodgate::SlidingWindow;
+    /// use std::time::Duration;
+    /// // Nothing listens on port 1: fail-closed denies with retry_after = the 20 ms timeout,
+    /// // which does not fit in 10 ms, so the call returns the denial without sleeping.
+    /// let config = MemcachedConfig::new("127.0.0.1:1").timeout(Duration::from_millis(20));
+    /// let backend = MemcachedBackend::connect(config.lazy())?;
+    /// let window = SlidingWindow::new(10, Duration::from_secs(60), 60)?;
+    /// let limiter = MemcachedLimiter::new(&backend, "doc", window, FailurePolicy::FailClosed)?;
+    /// let d = limiter.blocking_try_acquire_for("alice", 1, Duration::from_millis(10))?;
+    /// assert!(!d.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocking_try_acquire_for(
+        &self,
+        key: &str,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Decision, RequestError> {
+        let spent = Spent::start(&self.clock);
+        loop {
+            let left = timeout.saturating_sub(spent.so_far(&self.clock));
+            let backend_timeout = self.backend.timeout();
+            let callers_deadline = left < backend_timeout;
+            let deadline = Instant::now() + left.min(backend_timeout);
+            let decision = self
+                .blocking_outcome_by(key, n, deadline, callers_deadline)?
+                .decision();
+            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
+            let left = timeout.saturating_sub(spent.so_far(&self.clock));
+            if decision.is_allowed() || wait > left {
+                return Ok(decision);
+            }
+            self.clock.sleep(wait);
+        }
+    }
+
+    /// One blocking decision, given up at `deadline` (as [`outcome_by`](Self::outcome_by)).
+    fn blocking_outcome_by(
+        &self,
+        key: &str,
+        n: u32,
+        deadline: Instant,
+        callers_deadline: bool,
+    ) -> Result<Outcome, RequestError> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
-        Ok(self.failures.run(key, n, || {
-            self.backend.call(
+        let cut_by_caller = |error: &BackendError| callers_deadline && error.is_timeout();
+        let store = || {
+            self.backend.call_by(
+                deadline,
                 |connection, deadline| {
                     run_blocking(async {
                         let decision =
@@ -580,7 +804,34 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
                 },
                 || self.finisher(&prefix, now, n),
             )
-        }))
+        };
+        Ok(self.failures.run_within(key, n, store, cut_by_caller))
+    }
+}
+
+/// The shortest sleep between two tries of [`MemcachedLimiter::acquire`] and
+/// [`try_acquire_for`](MemcachedLimiter::try_acquire_for) (and their blocking forms): a denial
+/// announcing less would only hammer the server.
+const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
+
+/// How long a blocking call has spent: in real time and on the limiter's clock (which a
+/// [`ManualClock`](crate::ManualClock)'s sleeps move without time passing), whichever is more.
+struct Spent {
+    started: Instant,
+    clock_started: u64,
+}
+
+impl Spent {
+    fn start(clock: &impl Clock) -> Self {
+        Spent {
+            started: Instant::now(),
+            clock_started: clock.now_nanos(),
+        }
+    }
+
+    fn so_far(&self, clock: &impl Clock) -> Duration {
+        let on_clock = Duration::from_nanos(clock.now_nanos().saturating_sub(self.clock_started));
+        self.started.elapsed().max(on_clock)
     }
 }
 
@@ -670,14 +921,14 @@ pub(crate) async fn take_back<T: Transport>(
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use std::time::Duration;
 
     /// A finisher dropped without running (its thread could not be started) counts its
     /// exchange in `left_counted`: its increment may stay. Before: it counted nothing.
     #[test]
     fn a_finisher_that_never_runs_counts_its_exchange_left_counted() {
         let backend =
-            MemcachedBackend::connect(super::super::MemcachedConfig::new("127.0.0.1:1")).unwrap();
+            MemcachedBackend::connect(super::super::MemcachedConfig::new("127.0.0.1:1").lazy())
+                .unwrap();
         let window = SlidingWindow::new(10, Duration::from_secs(10), 10).unwrap();
         let limiter = MemcachedLimiter::with_clock(
             &backend,

@@ -123,6 +123,18 @@ pub(crate) fn parse_counter(buf: &[u8]) -> Parsed<Option<u64>> {
     Ok(Some((parse_counter_line(&line)?, used)))
 }
 
+/// The reply to `version` (`VERSION <version>`): the startup check's.
+pub(crate) fn parse_version(buf: &[u8]) -> Parsed<()> {
+    let Some((line, used)) = split_line(buf)? else {
+        return Ok(None);
+    };
+    if line.starts_with("VERSION ") {
+        return Ok(Some(((), used)));
+    }
+    Err(error_line(&line)
+        .unwrap_or_else(|| protocol(format!("{line:?} where VERSION <version> was expected"))))
+}
+
 /// Reads the reply to `incr`/`decr`.
 pub(crate) async fn read_counter<T: Transport>(
     connection: &mut T,

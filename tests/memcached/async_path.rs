@@ -71,7 +71,8 @@ fn silent_server() -> String {
 }
 
 fn silent_limiter(addr: &str, timeout: Duration) -> MemcachedLimiter<ManualClock> {
-    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(timeout)).unwrap();
+    let backend =
+        MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(timeout).lazy()).unwrap();
     let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     let clock = ManualClock::starting_at(T0);
     MemcachedLimiter::with_clock(&backend, "silent", window, FailurePolicy::FailOpen, clock)

@@ -177,7 +177,8 @@ fn nine_of_ten_under(
         assert!(decide(&direct, "k", 1).is_allowed());
     }
     let proxy = Proxy::start(server.addr());
-    let backend = MemcachedBackend::connect(config(MemcachedConfig::new(&proxy.addr))).unwrap();
+    let backend =
+        MemcachedBackend::connect(config(MemcachedConfig::new(&proxy.addr).lazy())).unwrap();
     let window = SlidingWindow::new(10, Duration::from_secs(10), 10).unwrap();
     let through =
         MemcachedLimiter::with_clock(&backend, "cancel", window, policy, clock.clone()).unwrap();

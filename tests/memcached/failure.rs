@@ -35,7 +35,9 @@ fn limiter_timing_out_after(
     clock: &ManualClock,
     timeout: Duration,
 ) -> MemcachedLimiter<ManualClock> {
-    let backend = MemcachedBackend::connect(MemcachedConfig::new(addr).timeout(timeout)).unwrap();
+    // Lazy: the address may be closed or frozen (eager connecting would fail there).
+    let config = MemcachedConfig::new(addr).timeout(timeout).lazy();
+    let backend = MemcachedBackend::connect(config).unwrap();
     let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
     MemcachedLimiter::with_clock(&backend, "policy", window, policy, clock.clone()).unwrap()
 }
