@@ -453,8 +453,10 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # Errors
     /// [`RequestError`] for `n = 0`, `n` above the limit, or a key too long for memcached.
     ///
+    /// [`RequestError::Runtime`] outside a tokio runtime (the `blocking_*` forms need none).
+    ///
     /// # Panics
-    /// Outside a tokio runtime with I/O and time enabled (as `#[tokio::main]` builds).
+    /// In a tokio runtime built without I/O or time enabled (`#[tokio::main]` enables both).
     ///
     /// ```
     /// # use floodgate::{backend::FailurePolicy, memcached::*, SlidingWindow};
@@ -620,6 +622,12 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     ) -> Result<Outcome, RequestError> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RequestError::Runtime(
+                "MemcachedLimiter's async calls need a tokio runtime: call them inside one, or \
+                 use the blocking_* forms",
+            ));
+        }
         let now = self.clock.now_nanos();
         let job = Job {
             window: self.window,

@@ -378,3 +378,40 @@ fn connect_fails_at_startup_on_a_stopped_server_or_one_that_is_not_memcached() {
         "{wrong}"
     );
 }
+
+/// Every async call outside a tokio runtime is a `RequestError::Runtime` naming what to do, as
+/// on Redis, not a panic (polled here by a plain executor: no runtime context).
+#[test]
+fn async_calls_outside_a_tokio_runtime_are_an_error_not_a_panic() {
+    let limiter = lazy_limiter("127.0.0.1:1", TIMEOUT, FailurePolicy::FailOpen);
+    let runtime_error = |result: Result<(), RequestError>| match result {
+        Err(RequestError::Runtime(why)) => assert!(why.contains("blocking_"), "{why}"),
+        other => panic!("expected a Runtime error, got {other:?}"),
+    };
+    runtime_error(block_on(limiter.try_acquire("k", 1)).map(drop));
+    runtime_error(block_on(limiter.try_acquire_outcome("k", 1)).map(drop));
+    runtime_error(block_on(limiter.acquire("k", 1)).map(drop));
+    runtime_error(block_on(limiter.try_acquire_for("k", 1, Duration::from_secs(1))).map(drop));
+}
+
+/// Polls `future` to completion on this thread, with no runtime context (a waker that unparks
+/// the thread).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    let started = Instant::now();
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        assert!(started.elapsed() < HANG, "hung");
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
