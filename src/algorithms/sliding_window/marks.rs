@@ -110,16 +110,26 @@ impl Closed {
 }
 
 /// The name the ends of the crossing into `cell` carry in their tag (`base`'s layout): the cell,
-/// mixed with the number of rewinds begun when its crossing began (its *epoch*, see `advance`),
-/// so that ends a winner computed before a rewind never pass for those of a crossing of the
-/// same cell after it. Epoch 0 (no rewind yet) names the cell itself; two epochs name one cell
-/// alike only when they are equal modulo 2^40 (the factor is odd), and the names of two
-/// different cells in two epochs coincide in their 40-bit tags only by chance, as a cell
-/// 2^40 cells away does today.
+/// mixed with the rewinds begun when its crossing began (its *epoch*, see `advance`), so that
+/// ends a winner computed before a rewind never pass for those of a crossing of the same cell
+/// after it. `epoch` is the counter `rewinds_begun` as read: it counts in steps of
+/// [`EPOCH_STEP`], so it is already the number of rewinds times that odd factor (modulo
+/// 2^64), and the name is one `xor` (no product on a denial: 2 instructions fewer than the
+/// product here cost). Epoch 0 (no rewind yet) names the cell itself; two epochs name one cell
+/// alike only when their rewind counts are equal modulo 2^40 (the factor is odd), and the
+/// names of two different cells in two epochs coincide in their 40-bit tags only by chance,
+/// as a cell 2^40 cells away does today.
 #[inline(always)]
 pub(super) fn ends_name(cell: u64, epoch: u64) -> u64 {
-    cell ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    cell ^ epoch
 }
+
+/// What one rewind adds to `rewinds_begun` and `rewinds_ended` (wrapping): an odd factor that
+/// spreads consecutive rewind counts over the 40-bit name ([`ends_name`]). The counters are
+/// only ever compared for equality (a lease's refund, the crossing's two reads of its epoch),
+/// so the step changes nothing else; the leases' `NO_REFUND` (`u64::MAX`) is reached after
+/// about 10^18 rewinds, where a step of 1 reached it after 2^64 − 1.
+pub(super) const EPOCH_STEP: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// The waits of a denial in `cell` at `now` from its published ends: until the cell `back` cells
 /// back leaves the window (the retry's, raw) and until the cell `newest` back does (the reset's),

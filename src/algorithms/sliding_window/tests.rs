@@ -769,3 +769,55 @@ fn waits_back_agree_with_until_start_on_random_states() {
         "the cold path ran {past_the_end} times"
     );
 }
+
+/// splitmix64 from `seed`: the randomized tests' generator.
+fn splitmix(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// The ends' name from the epoch counter as read (`rewinds_begun`, in steps of `EPOCH_STEP`:
+/// one `xor`) against the name as computed before, the cell mixed with the rewind count times
+/// the odd factor: on random cells and rewind counts, the counter advanced one rewind at a
+/// time as the rewinds' `fetch_add` advance it (wrapping), so the same 40-bit tag names the
+/// same crossing's ends as before. Then the property the name is for: within 2,000 rewinds,
+/// no two (cell, epoch) pairs of 4,096 neighbouring cells share a tag (with a step of 1, cell
+/// `c` in epoch 1 would be named as cell `c ^ 1` in epoch 0).
+#[test]
+fn ends_names_from_the_stepped_epoch_counter_agree_with_the_product() {
+    use super::marks::{EPOCH_STEP, ends_name};
+    use crate::packed::TAG_MASK;
+    let mut next = splitmix(0x5EED_0E90);
+    for case in 0..2_000 {
+        let cell = next() >> (next() % 64);
+        let rewinds = next() % 5_000;
+        let mut counter = 0u64;
+        for _ in 0..rewinds {
+            counter = counter.wrapping_add(EPOCH_STEP);
+        }
+        let before = cell ^ rewinds.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        assert_eq!(
+            ends_name(cell, counter) & TAG_MASK,
+            before & TAG_MASK,
+            "case {case}: cell {cell}, {rewinds} rewinds"
+        );
+    }
+    let base = next() & TAG_MASK;
+    let mut seen = std::collections::HashSet::new();
+    let mut counter = 0u64;
+    for rewinds in 0..2_000u64 {
+        for cell in base..base + 4_096 {
+            assert!(
+                seen.insert(ends_name(cell, counter) & TAG_MASK),
+                "cell {cell} after {rewinds} rewinds is named as another crossing"
+            );
+        }
+        counter = counter.wrapping_add(EPOCH_STEP);
+    }
+}
