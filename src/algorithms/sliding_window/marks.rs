@@ -131,6 +131,21 @@ pub(super) fn ends_name(cell: u64, epoch: u64) -> u64 {
 /// about 10^18 rewinds, where a step of 1 reached it after 2^64 − 1.
 pub(super) const EPOCH_STEP: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// The payload of `newest` word `word` if it carries the name `name` and lies in `1..=back`
+/// (`back` the oldest end's offset, below 2^16): `named_sum(word, name)` and that range in one
+/// subtraction and one comparison. `word − (name << 24)` is the payload when the names agree
+/// and above `MAX_COUNT` (or wrapped past it) when they do not (`named_sum`'s test); less one,
+/// it is below `back` exactly when it is a payload in `1..=back`, since `back ≤ MAX_COUNT`
+/// (4 instructions a published denial with the current cell empty, against the two tests).
+#[inline(always)]
+pub(super) fn newest_back(word: u64, name: u64, back: u64) -> Option<u64> {
+    debug_assert!(back <= MAX_COUNT);
+    let less_one = word
+        .wrapping_sub(name << crate::packed::COUNT_BITS)
+        .wrapping_sub(1);
+    (less_one < back).then(|| less_one + 1)
+}
+
 /// The waits of a denial in `cell` at `now` from its published ends: until the cell `back` cells
 /// back leaves the window (the retry's, raw) and until the cell `newest` back does (the reset's),
 /// where `newest ≤ back ≤ cell`. Each is [`until_start`](RingGeometry::until_start) of that cell
@@ -598,12 +613,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.
-            let newest = named_sum(self.base.newest.load(Ordering::Relaxed), name)?;
-            // Published with `oldest` (1 to `back` cells back), unless none was.
-            if newest == 0 || newest > back {
-                return None;
-            }
-            newest
+            // Published with `oldest` (1 to `back` cells back), unless none was: the name and
+            // the range checked at once ([`newest_back`]).
+            newest_back(self.base.newest.load(Ordering::Relaxed), name, back)?
         };
         // The retry is when the oldest used cell leaves; the reset when the newest does.
         let (leaves, reset) =

@@ -821,3 +821,46 @@ fn ends_names_from_the_stepped_epoch_counter_agree_with_the_product() {
         counter = counter.wrapping_add(EPOCH_STEP);
     }
 }
+
+/// `newest_back` (the `newest` word's name and range in one comparison) against the two tests
+/// it replaces, `named_sum` then `1 ≤ newest ≤ back`, on random words: names that agree, that
+/// differ in one bit of the tag (or only above it: the same tag), payloads around 0, `back`
+/// and `MAX_COUNT`, words that wrap below the name.
+#[test]
+fn newest_back_agrees_with_named_sum_and_the_range() {
+    use super::marks::newest_back;
+    use crate::packed::{COUNT_BITS, MAX_COUNT, TAG_MASK};
+    let mut next = splitmix(0x5EED_BAC4);
+    let mut agreed = 0;
+    for case in 0..1_000_000 {
+        let name = next();
+        let back = match next() % 4 {
+            0 => next() % 4,
+            _ => next() % (1 << 16),
+        };
+        let payload = match next() % 6 {
+            0 => next() % 3,
+            1 => back.saturating_sub(1) + next() % 3,
+            2 => MAX_COUNT - next() % 3,
+            _ => next() & MAX_COUNT,
+        };
+        let tag = match next() % 5 {
+            0 => name ^ (1 << (next() % 40)),
+            1 => name ^ (1 << (40 + next() % 24)),
+            2 => next(),
+            _ => name,
+        };
+        let word = match next() % 8 {
+            0 => next(),
+            _ => ((tag & TAG_MASK) << COUNT_BITS) | payload,
+        };
+        let before = named_sum(word, name).filter(|&newest| newest != 0 && newest <= back);
+        assert_eq!(
+            newest_back(word, name, back),
+            before,
+            "case {case}: word {word:#x}, name {name:#x}, back {back}"
+        );
+        agreed += usize::from(before.is_some());
+    }
+    assert!(agreed > 100_000, "{agreed} accepted words");
+}
