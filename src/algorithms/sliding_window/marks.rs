@@ -181,6 +181,38 @@ pub(super) fn waits_back(
     }
 }
 
+/// [`waits_back`] for a `now` in `cell` and `back` at most `cells − 1` (the oldest used closed
+/// cell lies in the window): then `now < end`, and the time left until the end, more than
+/// `window − cell_nanos`, exceeds `back × cell_nanos ≤ window − cell_nanos`, so neither
+/// subtraction saturates (and the retry is at least 1 ns): three saturating subtractions (3
+/// instructions each) are plain ones. The same waits as [`waits_back`] under those bounds.
+#[inline(always)]
+pub(super) fn waits_back_in_cell(
+    geometry: &RingGeometry,
+    window_nanos: u64,
+    cell: u64,
+    now: u64,
+    back: u64,
+    newest: u64,
+) -> (u64, u64) {
+    debug_assert!(newest <= back && back <= cell && back < geometry.cells);
+    let cell_nanos = geometry.cell_nanos;
+    match cell
+        .checked_mul(cell_nanos)
+        .and_then(|start| start.checked_add(window_nanos))
+    {
+        Some(end) => {
+            debug_assert!(end - window_nanos <= now && now - (end - window_nanos) < cell_nanos);
+            let until_end = end - now;
+            (
+                until_end - back * cell_nanos,
+                until_end - newest * cell_nanos,
+            )
+        }
+        None => waits_back_past_the_end(geometry, cell, now, back, newest),
+    }
+}
+
 /// [`waits_back`] where the end of `cell`'s window is past the `u64` timeline: each wait by
 /// `RingGeometry::until_start`, off the common path.
 #[cold]
@@ -535,7 +567,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         limit: u64,
     ) -> Option<Decision> {
         let need = (prev + count + n).saturating_sub(limit);
-        let (retry, reset) = self.ends_waits(cell, now, prev, count, need)?;
+        let (retry, reset) = self.ends_waits::<false>(cell, now, prev, count, need)?;
         Some(Decision::denied_in_units(
             limit,
             limit.saturating_sub(prev + count),
@@ -563,13 +595,15 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         count: u64,
         need: u64,
     ) -> Option<(NonZeroU64, u64)> {
-        self.ends_waits(cell, now, prev, count, need)
+        self.ends_waits::<true>(cell, now, prev, count, need)
     }
 
     /// The retry and reset waits of [`published_denial`](Self::published_denial), the window
-    /// short of `need` permits (`None` also for `need` 0: no denial).
+    /// short of `need` permits (`None` also for `need` 0: no denial). `IN_CELL`: `now` lies in
+    /// `cell` (the short path's call, which located `cell` from `now`), so the waits need no
+    /// saturation ([`waits_back_in_cell`]); a peek's `now` may lie before or after its cell.
     #[inline(always)]
-    fn ends_waits(
+    fn ends_waits<const IN_CELL: bool>(
         &self,
         cell: u64,
         now: u64,
@@ -618,8 +652,16 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             newest_back(self.base.newest.load(Ordering::Relaxed), name, back)?
         };
         // The retry is when the oldest used cell leaves; the reset when the newest does.
-        let (leaves, reset) =
-            waits_back(&self.geometry, self.window_nanos, cell, now, back, newest);
+        let (leaves, reset) = if IN_CELL {
+            // The oldest used closed cell lies in `cell`'s window, `[cell − cells + 1, cell)`:
+            // ends that say otherwise are no crossing's (a name that only collides).
+            if back >= self.geometry.cells {
+                return None;
+            }
+            waits_back_in_cell(&self.geometry, self.window_nanos, cell, now, back, newest)
+        } else {
+            waits_back(&self.geometry, self.window_nanos, cell, now, back, newest)
+        };
         Some((at_least_one(leaves), reset))
     }
 

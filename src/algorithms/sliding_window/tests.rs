@@ -864,3 +864,91 @@ fn newest_back_agrees_with_named_sum_and_the_range() {
     }
     assert!(agreed > 100_000, "{agreed} accepted words");
 }
+
+/// `waits_back_in_cell` (the short path's waits, plain subtractions) against `waits_back`
+/// (saturating) where the short path calls it: `now` in `cell`, the oldest used closed cell in
+/// the window (`back ≤ min(cell, cells − 1)`), `newest ≤ back`; random geometries from 1 ns
+/// cells to cells near the end of the timeline (the cold path past it), and every retry short
+/// of that end at least 1 ns (past it the index saturates, as `waits_back`'s, and the caller
+/// raises a 0 to 1 ns).
+#[test]
+fn waits_back_in_cell_agree_with_waits_back_on_random_states() {
+    use super::marks::{waits_back, waits_back_in_cell};
+    use crate::algorithms::ring::RingGeometry;
+    let mut next = splitmix(0x5EED_1CE1);
+    let mut past_the_end = 0;
+    for case in 0..500_000 {
+        let cells = 1 + next() % (1 + (next() >> (48 + next() % 16)));
+        let cell_nanos = 1 + (next() >> (next() % 64)) % (u64::MAX / cells);
+        let geometry = RingGeometry {
+            cell_nanos,
+            cells,
+            future: 0,
+            slots: cells,
+        };
+        let window = cell_nanos * cells;
+        let last = u64::MAX / cell_nanos;
+        let cell = match next() % 4 {
+            0 => last - (next() % (2 * cells)).min(last),
+            1 => (next() % (2 * cells)).min(last),
+            _ => next() % last.saturating_add(1),
+        };
+        let start = cell * cell_nanos;
+        // The cell's nanoseconds within the timeline (the last cell may be cut short).
+        let span = (u64::MAX - start).saturating_add(1).min(cell_nanos);
+        let now = start + next() % span;
+        if now / cell_nanos != cell {
+            continue;
+        }
+        let back = next() % (cell.min(cells - 1) + 1);
+        let newest = next() % (back + 1);
+        let got = waits_back_in_cell(&geometry, window, cell, now, back, newest);
+        let want = waits_back(&geometry, window, cell, now, back, newest);
+        assert_eq!(
+            got, want,
+            "case {case}: cells {cells}, cell {cell} of {cell_nanos} ns, now {now}, back \
+             {back}, newest {newest}"
+        );
+        let whole = start.checked_add(window).is_some();
+        assert!(
+            got.0 >= 1 || !whole,
+            "case {case}: a retry of 0: cells {cells}, cell {cell} of {cell_nanos} ns, now {now}, back {back}, newest {newest}"
+        );
+        past_the_end += usize::from(!whole);
+    }
+    assert!(
+        past_the_end > 1_000,
+        "the cold path ran {past_the_end} times"
+    );
+}
+
+/// Ends named by the current crossing whose oldest used cell lies before its window (`back ≥
+/// cells`: no crossing publishes that, only a name that collides could carry it) are not used
+/// by the short path, whose waits subtract without saturating (`waits_back_in_cell`): the
+/// denial searches the marks and answers as the scan. Used, they would put the retry before
+/// the call (a subtraction below 0: a panic in a debug build, a wrapped wait in a release one).
+#[test]
+fn ends_whose_oldest_cell_lies_before_the_window_are_not_used() {
+    use crate::packed::pack_window;
+    let w = full_from_cell_10();
+    let now = 65 * CELL + 5;
+    assert!(!w.try_acquire_at(1, now).unwrap().is_allowed()); // the crossing into cell 65
+    let scan = w.denial_by_scan(65, now, 10, 0, 1, 10);
+    assert_eq!(
+        w.try_acquire_at(1, now).unwrap(),
+        scan,
+        "cell 65's own ends"
+    );
+    // Named cell 65 (no rewind: the name is the cell), the oldest 60 back (cell 5, before the
+    // window's first cell 6) with 3, not the only one; the newest 35 back.
+    w.base
+        .newest
+        .store(pack_window(65, 35), crate::sync::Ordering::SeqCst);
+    w.base.oldest.store(
+        pack_window(65, (60 << 8) | 3),
+        crate::sync::Ordering::SeqCst,
+    );
+    let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+    assert_eq!(d, scan, "ends 60 back in a 60-cell window");
+    assert!(read > 0, "the marks are searched");
+}
