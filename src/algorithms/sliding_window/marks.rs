@@ -599,7 +599,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     }
 
     /// The retry and reset waits of [`published_denial`](Self::published_denial), the window
-    /// short of `need` permits (`None` also for `need` 0: no denial). `IN_CELL`: `now` lies in
+    /// short of `need` permits (at least 1: every caller has refused the call). `IN_CELL`: `now` lies in
     /// `cell` (the short path's call, which located `cell` from `now`), so the waits need no
     /// saturation ([`waits_back_in_cell`]); a peek's `now` may lie before or after its cell.
     #[inline(always)]
@@ -623,9 +623,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // crossing's name another cell). Self-contained: nothing else is read on their strength.
         let end = named_sum(self.base.oldest.load(Ordering::Acquire), name)?;
         let first = end & END_COUNT_MAX;
-        // `first ≥ 1` for a published end (a used cell), so `need` 0 never passes; `first` is
-        // at most `prev` for the window `base` names.
-        if need > first || first > prev || need == 0 {
+        // `first` is at most `prev` for the window `base` names. `need ≥ 1`: the short path
+        // and a peek call this only for a refusal (`prev + count + n > limit`), so it is not
+        // tested here (a test of 0 cost the denial its `dec` and a saved register).
+        debug_assert!(need > 0, "a published denial's need");
+        if need > first || first > prev {
             return None;
         }
         let back = end >> END_COUNT_BITS;
