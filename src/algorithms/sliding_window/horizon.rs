@@ -4,6 +4,7 @@
 //! cell. See the parent module's docs ("Time") for the bound.
 
 use super::SlidingWindowLimiter;
+use super::marks::EPOCH_STEP;
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
 use crate::packed::{TAG_MASK, unpack_window};
 use crate::sync::Ordering;
@@ -103,7 +104,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 }
                 // Begun before head moves back (so before any slot write that follows the
                 // rewind) and ended after: see `SlidingWindowLimiter::refund`.
-                self.rewinds_begun.fetch_add(1, Ordering::SeqCst);
+                self.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 // Before head moves back: no crossing after the rewind reads the ends of one
                 // before it (see [Ends](super#ends)).
                 self.clear_ends(me.own);
@@ -112,7 +113,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 let moved =
                     self.head
                         .compare_exchange(head, me.own, Ordering::AcqRel, Ordering::Acquire);
-                self.rewinds_ended.fetch_add(1, Ordering::SeqCst);
+                self.rewinds_ended.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 match moved {
                     Ok(_) => {
                         me.seen = me.own;

@@ -110,15 +110,40 @@ impl Closed {
 }
 
 /// The name the ends of the crossing into `cell` carry in their tag (`base`'s layout): the cell,
-/// mixed with the number of rewinds begun when its crossing began (its *epoch*, see `advance`),
-/// so that ends a winner computed before a rewind never pass for those of a crossing of the
-/// same cell after it. Epoch 0 (no rewind yet) names the cell itself; two epochs name one cell
-/// alike only when they are equal modulo 2^40 (the factor is odd), and the names of two
-/// different cells in two epochs coincide in their 40-bit tags only by chance, as a cell
-/// 2^40 cells away does today.
+/// mixed with the rewinds begun when its crossing began (its *epoch*, see `advance`), so that
+/// ends a winner computed before a rewind never pass for those of a crossing of the same cell
+/// after it. `epoch` is the counter `rewinds_begun` as read: it counts in steps of
+/// [`EPOCH_STEP`], so it is already the number of rewinds times that odd factor (modulo
+/// 2^64), and the name is one `xor` (no product on a denial: 2 instructions fewer than the
+/// product here cost). Epoch 0 (no rewind yet) names the cell itself; two epochs name one cell
+/// alike only when their rewind counts are equal modulo 2^40 (the factor is odd), and the
+/// names of two different cells in two epochs coincide in their 40-bit tags only by chance,
+/// as a cell 2^40 cells away does today.
 #[inline(always)]
 pub(super) fn ends_name(cell: u64, epoch: u64) -> u64 {
-    cell ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    cell ^ epoch
+}
+
+/// What one rewind adds to `rewinds_begun` and `rewinds_ended` (wrapping): an odd factor that
+/// spreads consecutive rewind counts over the 40-bit name ([`ends_name`]). The counters are
+/// only ever compared for equality (a lease's refund, the crossing's two reads of its epoch),
+/// so the step changes nothing else; the leases' `NO_REFUND` (`u64::MAX`) is reached after
+/// about 10^18 rewinds, where a step of 1 reached it after 2^64 − 1.
+pub(super) const EPOCH_STEP: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The payload of `newest` word `word` if it carries the name `name` and lies in `1..=back`
+/// (`back` the oldest end's offset, below 2^16): `named_sum(word, name)` and that range in one
+/// subtraction and one comparison. `word − (name << 24)` is the payload when the names agree
+/// and above `MAX_COUNT` (or wrapped past it) when they do not (`named_sum`'s test); less one,
+/// it is below `back` exactly when it is a payload in `1..=back`, since `back ≤ MAX_COUNT`
+/// (4 instructions a published denial with the current cell empty, against the two tests).
+#[inline(always)]
+pub(super) fn newest_back(word: u64, name: u64, back: u64) -> Option<u64> {
+    debug_assert!(back <= MAX_COUNT);
+    let less_one = word
+        .wrapping_sub(name << crate::packed::COUNT_BITS)
+        .wrapping_sub(1);
+    (less_one < back).then(|| less_one + 1)
 }
 
 /// The waits of a denial in `cell` at `now` from its published ends: until the cell `back` cells
@@ -150,6 +175,38 @@ pub(super) fn waits_back(
             (
                 until_end.saturating_sub(back * cell_nanos),
                 until_end.saturating_sub(newest * cell_nanos),
+            )
+        }
+        None => waits_back_past_the_end(geometry, cell, now, back, newest),
+    }
+}
+
+/// [`waits_back`] for a `now` in `cell` and `back` at most `cells − 1` (the oldest used closed
+/// cell lies in the window): then `now < end`, and the time left until the end, more than
+/// `window − cell_nanos`, exceeds `back × cell_nanos ≤ window − cell_nanos`, so neither
+/// subtraction saturates (and the retry is at least 1 ns): three saturating subtractions (3
+/// instructions each) are plain ones. The same waits as [`waits_back`] under those bounds.
+#[inline(always)]
+pub(super) fn waits_back_in_cell(
+    geometry: &RingGeometry,
+    window_nanos: u64,
+    cell: u64,
+    now: u64,
+    back: u64,
+    newest: u64,
+) -> (u64, u64) {
+    debug_assert!(newest <= back && back <= cell && back < geometry.cells);
+    let cell_nanos = geometry.cell_nanos;
+    match cell
+        .checked_mul(cell_nanos)
+        .and_then(|start| start.checked_add(window_nanos))
+    {
+        Some(end) => {
+            debug_assert!(end - window_nanos <= now && now - (end - window_nanos) < cell_nanos);
+            let until_end = end - now;
+            (
+                until_end - back * cell_nanos,
+                until_end - newest * cell_nanos,
             )
         }
         None => waits_back_past_the_end(geometry, cell, now, back, newest),
@@ -510,7 +567,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         limit: u64,
     ) -> Option<Decision> {
         let need = (prev + count + n).saturating_sub(limit);
-        let (retry, reset) = self.ends_waits(cell, now, prev, count, need)?;
+        let (retry, reset) = self.ends_waits::<false>(cell, now, prev, count, need)?;
         Some(Decision::denied_in_units(
             limit,
             limit.saturating_sub(prev + count),
@@ -538,13 +595,15 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         count: u64,
         need: u64,
     ) -> Option<(NonZeroU64, u64)> {
-        self.ends_waits(cell, now, prev, count, need)
+        self.ends_waits::<true>(cell, now, prev, count, need)
     }
 
     /// The retry and reset waits of [`published_denial`](Self::published_denial), the window
-    /// short of `need` permits (`None` also for `need` 0: no denial).
+    /// short of `need` permits (at least 1: every caller has refused the call). `IN_CELL`: `now` lies in
+    /// `cell` (the short path's call, which located `cell` from `now`), so the waits need no
+    /// saturation ([`waits_back_in_cell`]); a peek's `now` may lie before or after its cell.
     #[inline(always)]
-    fn ends_waits(
+    fn ends_waits<const IN_CELL: bool>(
         &self,
         cell: u64,
         now: u64,
@@ -564,9 +623,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // crossing's name another cell). Self-contained: nothing else is read on their strength.
         let end = named_sum(self.base.oldest.load(Ordering::Acquire), name)?;
         let first = end & END_COUNT_MAX;
-        // `first ≥ 1` for a published end (a used cell), so `need` 0 never passes; `first` is
-        // at most `prev` for the window `base` names.
-        if need > first || first > prev || need == 0 {
+        // `first` is at most `prev` for the window `base` names. `need ≥ 1`: the short path
+        // and a peek call this only for a refusal (`prev + count + n > limit`), so it is not
+        // tested here (a test of 0 cost the denial its `dec` and a saved register).
+        debug_assert!(need > 0, "a published denial's need");
+        if need > first || first > prev {
             return None;
         }
         let back = end >> END_COUNT_BITS;
@@ -588,16 +649,21 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         } else {
             // Relaxed: ordered after its crossing's store by the Acquire load of `oldest`
             // above (stored before it); a later store names another cell.
-            let newest = named_sum(self.base.newest.load(Ordering::Relaxed), name)?;
-            // Published with `oldest` (1 to `back` cells back), unless none was.
-            if newest == 0 || newest > back {
-                return None;
-            }
-            newest
+            // Published with `oldest` (1 to `back` cells back), unless none was: the name and
+            // the range checked at once ([`newest_back`]).
+            newest_back(self.base.newest.load(Ordering::Relaxed), name, back)?
         };
         // The retry is when the oldest used cell leaves; the reset when the newest does.
-        let (leaves, reset) =
-            waits_back(&self.geometry, self.window_nanos, cell, now, back, newest);
+        let (leaves, reset) = if IN_CELL {
+            // The oldest used closed cell lies in `cell`'s window, `[cell − cells + 1, cell)`:
+            // ends that say otherwise are no crossing's (a name that only collides).
+            if back >= self.geometry.cells {
+                return None;
+            }
+            waits_back_in_cell(&self.geometry, self.window_nanos, cell, now, back, newest)
+        } else {
+            waits_back(&self.geometry, self.window_nanos, cell, now, back, newest)
+        };
         Some((at_least_one(leaves), reset))
     }
 

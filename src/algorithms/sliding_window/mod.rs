@@ -322,7 +322,9 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// Attempts to move `head` back (a rewind after a leap, [Time](self#time)) begun, counted
     /// before each attempt's compare-exchange, and ended, counted after it: a lease records
     /// them, and its refund is refused once a rewind has begun since (a rewind can re-open the
-    /// lease's cell afresh, see [`refund`](Self::refund)).
+    /// lease's cell afresh, see [`refund`](Self::refund)). Each rewind adds
+    /// [`EPOCH_STEP`](marks::EPOCH_STEP) (wrapping), so the count read is an epoch's name
+    /// factor already ([`ends_name`](marks::ends_name)); only ever compared for equality.
     rewinds_begun: AtomicU64,
     rewinds_ended: AtomicU64,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:

@@ -17,10 +17,11 @@ type Walked = (u64, u64, u64, Walk);
 
 /// What [`short`](SlidingWindowLimiter::short) found.
 enum Short {
-    /// Admitted in the caller's cell, bringing its window to this many permits.
+    /// Admitted in the caller's cell, leaving this many permits in its window.
     Allowed(u64),
-    /// Refused on `base`'s sum `prev` and the open cell's `count`.
-    Refused { prev: u64, count: u64 },
+    /// Refused on `base`'s sum `prev` and the open cell's `count`; `short` is how far
+    /// `prev + count + n` is above the limit (at least 1).
+    Refused { prev: u64, count: u64, short: u64 },
     /// Not the common case: the general loop decides.
     General,
 }
@@ -55,8 +56,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     ) -> (Decision, u64) {
         let (short, cell) = self.short(n, limit, now);
         match short {
-            Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
-            Short::Refused { prev, count } => {
+            Short::Allowed(left) => return (self.allowed_left(cell, now, limit, left), cell),
+            Short::Refused { prev, count, short } => {
                 // `cell` is the cell of `now` (`short` located it), so its start is at most
                 // `now`: the product cannot overflow.
                 let start = cell.wrapping_mul(self.geometry.cell_nanos);
@@ -66,8 +67,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // The closed cells must free some of it: from the published ends when the
                 // oldest used closed cell frees enough (no mark read, out of line and small:
                 // see `published_waits`), else through the marks (`after_short`). `short`
-                // refused on `prev + count + n > limit`: `need` is at least 1.
-                let need = prev + count + n - limit;
+                // refused on `prev + count + n > limit` by that much: `need`, at least 1 (as
+                // the refusal computed it, negated: the sum is not added up again here).
+                let need = short;
+                debug_assert_eq!(need, prev + count + n - limit);
                 if let Some((retry, reset)) = self.published_waits(cell, now, prev, count, need) {
                     let remaining = limit.saturating_sub(prev + count);
                     let denied = Decision::denied_in_units(limit, remaining, 1, retry, reset);
@@ -95,8 +98,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     fn after_short(&self, n: u64, limit: u64, now: u64, clock: Option<&C>) -> (Decision, u64) {
         let (short, cell) = self.short(n, limit, now);
         let refused = match short {
-            Short::Allowed(taken) => return (self.allowed(cell, now, limit, taken), cell),
-            Short::Refused { prev, count } => {
+            Short::Allowed(left) => return (self.allowed_left(cell, now, limit, left), cell),
+            Short::Refused { prev, count, .. } => {
                 let start = cell.wrapping_mul(self.geometry.cell_nanos);
                 if let Some(denied) = self.burst_denial((cell, start), now, prev, count, n, limit) {
                     return (denied, cell);
@@ -169,12 +172,16 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             return (Short::General, cell);
         };
         let taken = prev + count + n;
+        // `limit − taken` (wrapping), the admission's `remaining` when it is not negative; the
+        // refusal hands on its negation, `taken − limit` (an admission keeps its registers).
+        let left = limit.wrapping_sub(taken);
         if taken > limit {
-            return (Short::Refused { prev, count }, cell);
+            let short = left.wrapping_neg();
+            return (Short::Refused { prev, count, short }, cell);
         }
         // AcqRel / Acquire: as in `acquire_general`.
         match slot.compare_exchange(word, word + n, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => (Short::Allowed(taken), cell),
+            Ok(_) => (Short::Allowed(left), cell),
             Err(_) => (Short::General, cell),
         }
     }
@@ -216,6 +223,15 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             (cell & self.slot_mask) as usize,
             cell >> self.slot_bits,
         )
+    }
+
+    /// The answer for an admission in `cell` that left `left` permits in the window.
+    #[inline(always)]
+    fn allowed_left(&self, cell: u64, now: u64, limit: u64, left: u64) -> Decision {
+        let reset = self
+            .geometry
+            .until_start(cell.saturating_add(self.geometry.cells), now);
+        Decision::allow(limit, left, reset)
     }
 
     /// The answer for an admission in `cell` that brought the window to `taken`.

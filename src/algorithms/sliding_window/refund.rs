@@ -92,6 +92,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 mod tests {
     use std::time::Duration;
 
+    use super::super::marks::EPOCH_STEP;
     use crate::clock::ManualClock;
     use crate::lease::LeaseSource;
     use crate::sync::Ordering;
@@ -108,20 +109,20 @@ mod tests {
         let w = SlidingWindowLimiter::with_clock(10, Duration::from_secs(1), 4, ManualClock::new())
             .unwrap();
         // A rewind begun, not ended: the lease is counted, but gets no refund.
-        w.rewinds_begun.fetch_add(1, Ordering::SeqCst);
+        w.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
         let lease = w.take(1, 4, u64::MAX).unwrap();
         assert_eq!(lease.granted(), 4);
         assert!(
             !w.give_back(&lease, 3),
             "counted while a rewind was under way"
         );
-        w.rewinds_ended.fetch_add(1, Ordering::SeqCst);
+        w.rewinds_ended.fetch_add(EPOCH_STEP, Ordering::SeqCst);
         assert!(!w.give_back(&lease, 3), "the rewind has ended since");
         assert_eq!(w.peek(1).unwrap().remaining(), 10 - 4 - 1);
         // No rewind under way: the refund lands, until a rewind begins.
         let lease = w.take(1, 4, u64::MAX).unwrap();
         assert!(w.give_back(&lease, 1));
-        w.rewinds_begun.fetch_add(1, Ordering::SeqCst);
+        w.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
         assert!(!w.give_back(&lease, 1), "a rewind began since the lease");
         assert_eq!(w.peek(1).unwrap().remaining(), 10 - 4 - 3 - 1);
         assert!(w.try_acquire(2).unwrap().is_allowed());

@@ -769,3 +769,186 @@ fn waits_back_agree_with_until_start_on_random_states() {
         "the cold path ran {past_the_end} times"
     );
 }
+
+/// splitmix64 from `seed`: the randomized tests' generator.
+fn splitmix(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// The ends' name from the epoch counter as read (`rewinds_begun`, in steps of `EPOCH_STEP`:
+/// one `xor`) against the name as computed before, the cell mixed with the rewind count times
+/// the odd factor: on random cells and rewind counts, the counter advanced one rewind at a
+/// time as the rewinds' `fetch_add` advance it (wrapping), so the same 40-bit tag names the
+/// same crossing's ends as before. Then the property the name is for: within 2,000 rewinds,
+/// no two (cell, epoch) pairs of 4,096 neighbouring cells share a tag (with a step of 1, cell
+/// `c` in epoch 1 would be named as cell `c ^ 1` in epoch 0).
+#[test]
+fn ends_names_from_the_stepped_epoch_counter_agree_with_the_product() {
+    use super::marks::{EPOCH_STEP, ends_name};
+    use crate::packed::TAG_MASK;
+    let mut next = splitmix(0x5EED_0E90);
+    for case in 0..2_000 {
+        let cell = next() >> (next() % 64);
+        let rewinds = next() % 5_000;
+        let mut counter = 0u64;
+        for _ in 0..rewinds {
+            counter = counter.wrapping_add(EPOCH_STEP);
+        }
+        let before = cell ^ rewinds.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        assert_eq!(
+            ends_name(cell, counter) & TAG_MASK,
+            before & TAG_MASK,
+            "case {case}: cell {cell}, {rewinds} rewinds"
+        );
+    }
+    let base = next() & TAG_MASK;
+    let mut seen = std::collections::HashSet::new();
+    let mut counter = 0u64;
+    for rewinds in 0..2_000u64 {
+        for cell in base..base + 4_096 {
+            assert!(
+                seen.insert(ends_name(cell, counter) & TAG_MASK),
+                "cell {cell} after {rewinds} rewinds is named as another crossing"
+            );
+        }
+        counter = counter.wrapping_add(EPOCH_STEP);
+    }
+}
+
+/// `newest_back` (the `newest` word's name and range in one comparison) against the two tests
+/// it replaces, `named_sum` then `1 ≤ newest ≤ back`, on random words: names that agree, that
+/// differ in one bit of the tag (or only above it: the same tag), payloads around 0, `back`
+/// and `MAX_COUNT`, words that wrap below the name.
+#[test]
+fn newest_back_agrees_with_named_sum_and_the_range() {
+    use super::marks::newest_back;
+    use crate::packed::{COUNT_BITS, MAX_COUNT, TAG_MASK};
+    let mut next = splitmix(0x5EED_BAC4);
+    let mut agreed = 0;
+    for case in 0..1_000_000 {
+        let name = next();
+        let back = match next() % 4 {
+            0 => next() % 4,
+            _ => next() % (1 << 16),
+        };
+        let payload = match next() % 6 {
+            0 => next() % 3,
+            1 => back.saturating_sub(1) + next() % 3,
+            2 => MAX_COUNT - next() % 3,
+            _ => next() & MAX_COUNT,
+        };
+        let tag = match next() % 5 {
+            0 => name ^ (1 << (next() % 40)),
+            1 => name ^ (1 << (40 + next() % 24)),
+            2 => next(),
+            _ => name,
+        };
+        let word = match next() % 8 {
+            0 => next(),
+            _ => ((tag & TAG_MASK) << COUNT_BITS) | payload,
+        };
+        let before = named_sum(word, name).filter(|&newest| newest != 0 && newest <= back);
+        assert_eq!(
+            newest_back(word, name, back),
+            before,
+            "case {case}: word {word:#x}, name {name:#x}, back {back}"
+        );
+        agreed += usize::from(before.is_some());
+    }
+    assert!(agreed > 100_000, "{agreed} accepted words");
+}
+
+/// `waits_back_in_cell` (the short path's waits, plain subtractions) against `waits_back`
+/// (saturating) where the short path calls it: `now` in `cell`, the oldest used closed cell in
+/// the window (`back ≤ min(cell, cells − 1)`), `newest ≤ back`; random geometries from 1 ns
+/// cells to cells near the end of the timeline (the cold path past it), and every retry short
+/// of that end at least 1 ns (past it the index saturates, as `waits_back`'s, and the caller
+/// raises a 0 to 1 ns).
+#[test]
+fn waits_back_in_cell_agree_with_waits_back_on_random_states() {
+    use super::marks::{waits_back, waits_back_in_cell};
+    use crate::algorithms::ring::RingGeometry;
+    let mut next = splitmix(0x5EED_1CE1);
+    let mut past_the_end = 0;
+    for case in 0..500_000 {
+        let cells = 1 + next() % (1 + (next() >> (48 + next() % 16)));
+        let cell_nanos = 1 + (next() >> (next() % 64)) % (u64::MAX / cells);
+        let geometry = RingGeometry {
+            cell_nanos,
+            cells,
+            future: 0,
+            slots: cells,
+        };
+        let window = cell_nanos * cells;
+        let last = u64::MAX / cell_nanos;
+        let cell = match next() % 4 {
+            0 => last - (next() % (2 * cells)).min(last),
+            1 => (next() % (2 * cells)).min(last),
+            _ => next() % last.saturating_add(1),
+        };
+        let start = cell * cell_nanos;
+        // The cell's nanoseconds within the timeline (the last cell may be cut short).
+        let span = (u64::MAX - start).saturating_add(1).min(cell_nanos);
+        let now = start + next() % span;
+        if now / cell_nanos != cell {
+            continue;
+        }
+        let back = next() % (cell.min(cells - 1) + 1);
+        let newest = next() % (back + 1);
+        let got = waits_back_in_cell(&geometry, window, cell, now, back, newest);
+        let want = waits_back(&geometry, window, cell, now, back, newest);
+        assert_eq!(
+            got, want,
+            "case {case}: cells {cells}, cell {cell} of {cell_nanos} ns, now {now}, back \
+             {back}, newest {newest}"
+        );
+        let whole = start.checked_add(window).is_some();
+        assert!(
+            got.0 >= 1 || !whole,
+            "case {case}: a retry of 0: cells {cells}, cell {cell} of {cell_nanos} ns, now {now}, back {back}, newest {newest}"
+        );
+        past_the_end += usize::from(!whole);
+    }
+    assert!(
+        past_the_end > 1_000,
+        "the cold path ran {past_the_end} times"
+    );
+}
+
+/// Ends named by the current crossing whose oldest used cell lies before its window (`back ≥
+/// cells`: no crossing publishes that, only a name that collides could carry it) are not used
+/// by the short path, whose waits subtract without saturating (`waits_back_in_cell`): the
+/// denial searches the marks and answers as the scan. Used, they would put the retry before
+/// the call (a subtraction below 0: a panic in a debug build, a wrapped wait in a release one).
+#[test]
+fn ends_whose_oldest_cell_lies_before_the_window_are_not_used() {
+    use crate::packed::pack_window;
+    let w = full_from_cell_10();
+    let now = 65 * CELL + 5;
+    assert!(!w.try_acquire_at(1, now).unwrap().is_allowed()); // the crossing into cell 65
+    let scan = w.denial_by_scan(65, now, 10, 0, 1, 10);
+    assert_eq!(
+        w.try_acquire_at(1, now).unwrap(),
+        scan,
+        "cell 65's own ends"
+    );
+    // Named cell 65 (no rewind: the name is the cell), the oldest 60 back (cell 5, before the
+    // window's first cell 6) with 3, not the only one; the newest 35 back.
+    w.base
+        .newest
+        .store(pack_window(65, 35), crate::sync::Ordering::SeqCst);
+    w.base.oldest.store(
+        pack_window(65, (60 << 8) | 3),
+        crate::sync::Ordering::SeqCst,
+    );
+    let (read, d) = visits(|| w.try_acquire_at(1, now).unwrap());
+    assert_eq!(d, scan, "ends 60 back in a 60-cell window");
+    assert!(read > 0, "the marks are searched");
+}
