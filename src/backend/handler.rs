@@ -343,15 +343,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         n: u32,
         store: impl FnOnce() -> Result<Decision, BackendError>,
     ) -> Outcome {
-        let asked_at = match self.cached_denial(key, n) {
-            Ok(asked_at) => asked_at,
-            Err(denial) => return denial,
-        };
-        let breaker = self.call_breaker(None);
-        match self.before(key, n, &breaker) {
-            Before::Decided(outcome) => outcome,
-            Before::Call(permit) => self.after(key, n, permit, asked_at, store()),
-        }
+        self.run_within(key, n, store, |_| false)
     }
 
     /// As [`run`](Self::run), awaiting the store's future. Dropping the returned future while
@@ -438,7 +430,6 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     /// neither reported to the breaker nor counted, and its answer is a plain denial
     /// ([`Excuse::Caller`]'s), not the policy's. Any other failure is decided by the policy as
     /// in `run`.
-    #[cfg_attr(not(feature = "memcached"), allow(dead_code))]
     pub(crate) fn run_within(
         &self,
         key: &str,
