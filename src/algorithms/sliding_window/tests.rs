@@ -962,9 +962,9 @@ fn ends_whose_oldest_cell_lies_before_the_window_are_not_used() {
 /// the stepped counter) and small steps back (lagging reads). Every denial, decided in the cell
 /// `acquire_counted` names, answers as the cell-by-cell scan of that cell (the same answers at
 /// `d80d784`, before the round). The peek before each call, where the call's time lies in that
-/// cell, answers alike until the walk's first rewind; after one it can differ (a peek that
-/// counts less than the window holds: found by this walk, the same at `d80d784`, left for its
-/// own issue), so it is not compared there.
+/// cell, answers alike (before `closed_for_peek` read the cells after a rewind, 18 peeks here
+/// took cells holding counts from before a leap for empty, at `d80d784` as at the round's end:
+/// `a_peek_after_a_rewind_counts_the_cells_the_leap_left`).
 #[test]
 fn random_walks_with_rewinds_deny_as_the_scan_on_small_windows_and_cells() {
     use crate::packed::MAX_COUNT;
@@ -1013,7 +1013,7 @@ fn random_walks_with_rewinds_deny_as_the_scan_on_small_windows_and_cells() {
                 "round {round}: {cells} cells of {cell_nanos} ns, limit {limit}, t {t}, n {n}, \
                  cell {cell}"
             );
-            if cell == t / cell_nanos && w.rewinds_begun.load(Ordering::SeqCst) == 0 {
+            if cell == t / cell_nanos {
                 assert_eq!(peek, d, "the peek before: {at}");
                 peeks += 1;
             }
@@ -1035,4 +1035,37 @@ fn random_walks_with_rewinds_deny_as_the_scan_on_small_windows_and_cells() {
         by_ends > 10_000 && by_marks > 5_000 && rewound > 500 && peeks > 20_000,
         "{by_ends} read no slot word, {by_marks} did; {rewound} walks rewound; {peeks} peeks"
     );
+}
+
+/// A peek after a rewind counts the cells after the rewound `head` that still hold counts
+/// from before the leap, as the call and the scan do. 2 cells of 1 µs (8 slots), limit 127:
+/// cell 2 takes 104, a leap far past the horizon takes 110 in a cell whose window and future
+/// leave cell 2's slot alone, a call at time 0 rewinds the ring to cell 0 and takes 1; then at
+/// 3.373 µs (cell 3, whose window holds cell 2's 104) a peek of 127 must be refused, as the
+/// call is (`retry` when cell 2 leaves). Before the fix the peek took the window for empty
+/// (`head`, cell 0, before the window: "every cell of the window is still empty") and answered
+/// allowed with 0 left. Found by the random walk above.
+#[test]
+fn a_peek_after_a_rewind_counts_the_cells_the_leap_left() {
+    let w = ring(127, 2);
+    assert!(w.try_acquire_at(104, 2_407).unwrap().is_allowed());
+    let leap = w.horizon + 4;
+    assert_eq!(
+        leap % 8,
+        4,
+        "the leap's window and future leave slot 2 alone"
+    );
+    assert!(w.try_acquire_at(110, leap * CELL).unwrap().is_allowed());
+    assert!(w.try_acquire_at(1, 0).unwrap().is_allowed()); // the rewind to cell 0
+    assert_ne!(w.rewinds_begun.load(crate::sync::Ordering::SeqCst), 0);
+    let now = 3 * CELL + 373;
+    assert_eq!(
+        w.closed_by_scan(3).sum(),
+        104,
+        "cell 2's count is still in the ring"
+    );
+    let want = Decision::deny(127, 23, 4 * CELL - now, 4 * CELL - now);
+    assert_eq!(w.peek_at(127, now).unwrap(), want, "the peek");
+    assert_eq!(w.peek_at(23, now).unwrap().remaining(), 0, "a peek of 23");
+    assert_eq!(w.try_acquire_at(127, now).unwrap(), want, "the call");
 }
