@@ -681,14 +681,26 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     ///   (`None` if they changed under the peek), and `p` with its live count;
     /// * a cell before `cell`'s window: every cell of the window is still empty;
     /// * past `cell` (a leaped head, read past): the cells are read one by one.
+    ///
+    /// "Nobody has written a cell after" the crossing holds only until the ring's first rewind
+    /// ([Time](self#time)): cells after a rewound `head` can still hold counts from before the
+    /// leap, which a call's crossing seals and counts. Once a rewind has begun, a peek whose
+    /// `base` is not its own cell's reads the cells one by one.
     fn closed_for_peek(&self, cell: u64, head: u64, tag: u64, base: u64) -> Option<Closed> {
         let from = self.geometry.window_start(cell);
+        // SeqCst: as every read of the rewinds begun (`advance`, `ends_waits`). Read only where
+        // the peek would take cells after the crossing for empty.
+        let rewound = || self.rewinds_begun.load(Ordering::SeqCst) != 0;
         let Some(published) = head.checked_sub(head.wrapping_sub(tag) & TAG_MASK) else {
-            return Some(Closed::of_crossing(cell, from, 0));
+            return Some(if rewound() {
+                self.closed_by_scan(cell)
+            } else {
+                Closed::of_crossing(cell, from, 0)
+            });
         };
         Some(if published == cell {
             Closed::of_crossing(cell, from, base)
-        } else if published > cell {
+        } else if published > cell || rewound() {
             self.closed_by_scan(cell)
         } else if published < from {
             Closed::of_crossing(cell, from, 0)

@@ -952,3 +952,120 @@ fn ends_whose_oldest_cell_lies_before_the_window_are_not_used() {
     assert_eq!(d, scan, "ends 60 back in a 60-cell window");
     assert!(read > 0, "the marks are searched");
 }
+
+/// The review of issue 17's third round (the stepped epoch, `newest_back`, the refusal's `need`
+/// handed on, `waits_back_in_cell`, no `need == 0` test): single-threaded random walks over
+/// the geometries and limits the earlier walk leaves out (1- and 2-cell windows, 1 ns and 7 ns
+/// cells, limits 1, 2, 127, 128 and `MAX_COUNT`, `n` 1, the limit or between), from cell 0,
+/// from just before the tags' period and from just before the end of the `u64` timeline, with
+/// leaps past the horizon and returns that rewind the ring (so ends named in later epochs, by
+/// the stepped counter) and small steps back (lagging reads). Every denial, decided in the cell
+/// `acquire_counted` names, answers as the cell-by-cell scan of that cell (the same answers at
+/// `d80d784`, before the round). The peek before each call, where the call's time lies in that
+/// cell, answers alike (before `closed_for_peek` read the cells after a rewind, 18 peeks here
+/// took cells holding counts from before a leap for empty, at `d80d784` as at the round's end:
+/// `a_peek_after_a_rewind_counts_the_cells_the_leap_left`).
+#[test]
+fn random_walks_with_rewinds_deny_as_the_scan_on_small_windows_and_cells() {
+    use crate::packed::MAX_COUNT;
+    use crate::sync::Ordering;
+    let mut next = splitmix(0x5EED_0017);
+    let (mut by_ends, mut by_marks, mut rewound, mut peeks) = (0u32, 0u32, 0u32, 0u32);
+    for round in 0..1_500 {
+        let cells = [1u64, 2, 3, 60][usize::try_from(next() % 4).unwrap()];
+        let cell_nanos = [1u64, 7, 1_000][usize::try_from(next() % 3).unwrap()];
+        let limit = [1u64, 2, 127, 128, MAX_COUNT][usize::try_from(next() % 5).unwrap()];
+        let window = Duration::from_nanos(cell_nanos * cells);
+        let config = super::SlidingWindow::with_parts(
+            u32::try_from(limit).unwrap(),
+            window,
+            u32::try_from(cells).unwrap(),
+            4,
+        )
+        .unwrap();
+        let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+        let last = u64::MAX / cell_nanos;
+        let mut t = match round % 3 {
+            0 => 0,
+            1 => ((1u64 << 40) - 2 * cells) * cell_nanos,
+            _ => (last - 3 * cells - 8) * cell_nanos,
+        };
+        let origin = t;
+        let leap = (w.horizon + 2 * cells) * cell_nanos;
+        for _ in 0..80 {
+            t = match next() % 16 {
+                0 => t.saturating_sub(next() % (2 * cell_nanos)), // a lagging read
+                1 if t < u64::MAX / 2 => t + leap,
+                2 => origin.max(t.saturating_sub(leap)), // back from a leap: a rewind
+                3..=5 => t.saturating_add(next() % cell_nanos),
+                6..=9 => t.saturating_add(next() % (3 * cell_nanos)),
+                _ => t.saturating_add(next() % (2 * cells * cell_nanos + 1)),
+            };
+            let n = match next() % 3 {
+                0 => 1,
+                1 => limit,
+                _ => 1 + next() % limit,
+            };
+            let permits = u32::try_from(n).unwrap();
+            let peek = w.peek_at(permits, t).unwrap();
+            let (read, (d, cell)) = visits(|| w.acquire_counted(n, limit, t, None));
+            let at = format!(
+                "round {round}: {cells} cells of {cell_nanos} ns, limit {limit}, t {t}, n {n}, \
+                 cell {cell}"
+            );
+            if cell == t / cell_nanos {
+                assert_eq!(peek, d, "the peek before: {at}");
+                peeks += 1;
+            }
+            if !d.is_allowed() {
+                let prev = w.closed_by_scan(cell).sum();
+                let count = w.count_of(cell);
+                let scan = w.denial_by_scan(cell, t, prev, count, n, limit);
+                assert_eq!(d, scan, "{at}");
+                if read == 0 {
+                    by_ends += 1;
+                } else {
+                    by_marks += 1;
+                }
+            }
+        }
+        rewound += u32::from(w.rewinds_begun.load(Ordering::SeqCst) != 0);
+    }
+    assert!(
+        by_ends > 10_000 && by_marks > 5_000 && rewound > 500 && peeks > 20_000,
+        "{by_ends} read no slot word, {by_marks} did; {rewound} walks rewound; {peeks} peeks"
+    );
+}
+
+/// A peek after a rewind counts the cells after the rewound `head` that still hold counts
+/// from before the leap, as the call and the scan do. 2 cells of 1 µs (8 slots), limit 127:
+/// cell 2 takes 104, a leap far past the horizon takes 110 in a cell whose window and future
+/// leave cell 2's slot alone, a call at time 0 rewinds the ring to cell 0 and takes 1; then at
+/// 3.373 µs (cell 3, whose window holds cell 2's 104) a peek of 127 must be refused, as the
+/// call is (`retry` when cell 2 leaves). Before the fix the peek took the window for empty
+/// (`head`, cell 0, before the window: "every cell of the window is still empty") and answered
+/// allowed with 0 left. Found by the random walk above.
+#[test]
+fn a_peek_after_a_rewind_counts_the_cells_the_leap_left() {
+    let w = ring(127, 2);
+    assert!(w.try_acquire_at(104, 2_407).unwrap().is_allowed());
+    let leap = w.horizon + 4;
+    assert_eq!(
+        leap % 8,
+        4,
+        "the leap's window and future leave slot 2 alone"
+    );
+    assert!(w.try_acquire_at(110, leap * CELL).unwrap().is_allowed());
+    assert!(w.try_acquire_at(1, 0).unwrap().is_allowed()); // the rewind to cell 0
+    assert_ne!(w.rewinds_begun.load(crate::sync::Ordering::SeqCst), 0);
+    let now = 3 * CELL + 373;
+    assert_eq!(
+        w.closed_by_scan(3).sum(),
+        104,
+        "cell 2's count is still in the ring"
+    );
+    let want = Decision::deny(127, 23, 4 * CELL - now, 4 * CELL - now);
+    assert_eq!(w.peek_at(127, now).unwrap(), want, "the peek");
+    assert_eq!(w.peek_at(23, now).unwrap().remaining(), 0, "a peek of 23");
+    assert_eq!(w.try_acquire_at(127, now).unwrap(), want, "the call");
+}
