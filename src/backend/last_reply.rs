@@ -4,16 +4,17 @@
 use crate::sync::{AtomicU64, Ordering};
 
 /// When a server last sent any reply, in µs of a monotonic client clock since some origin
-/// (`0`: never), written with one relaxed store on the reply path and read only when a call is
+/// (`0`: never), written with one store on the reply path and read only when a call is
 /// cut short by its caller's own deadline (`RedisLimiter::try_acquire_for`, issue 18).
 ///
-/// Orderings: the word is a self-contained timestamp: nothing else is published through it and
-/// nothing read after it depends on it, so its `Relaxed` store ([`record`](Self::record))
-/// pairs with the `Relaxed` load of [`answered_within`](Self::answered_within) only through
-/// the word itself: the load returns one of the times stored (never a torn or invented one:
-/// one word), and a thread that loads never sees it go back to a time older than one it has
-/// already read, nor older than one it stored itself (coherence). loom models it
-/// (`loom-tests/tests/last_reply.rs`).
+/// Ordering: `SeqCst`, store and load. The word is a self-contained timestamp: nothing else
+/// is published through it, and a stale read only makes the server look silent sooner (below),
+/// so `Relaxed` would do for the design; but loom's model of a non-`SeqCst` load let the main
+/// thread, after joining both writers, read a time its writer had overwritten (with
+/// `Relaxed` and with `Release`/`Acquire` alike: `loom-tests/tests/last_reply.rs`), so the
+/// model could not back a weaker ordering up. On x86-64 a `SeqCst` store is one `xchg` instead
+/// of a `mov` (the same instruction count), once per reply, next to a network round trip; the
+/// load is a plain `mov` either way and runs only when a call is cut short.
 ///
 /// Monotonic enough: each time stored is one a replying thread read from a monotonic clock
 /// (`Instant`), but two threads that read their times in one order may store them in the
@@ -22,8 +23,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// makes the server look quiet for longer than it was (a cut short call decided by the policy
 /// while the server answered within its timeout); it never makes a server that has not
 /// answered look alive: every time stored was a reply's. A store per reply costs a plain
-/// `mov`; `fetch_max` would keep the word monotonic at the price of a locked
-/// read-modify-write, contended by every replying thread, on every reply.
+/// instruction; `fetch_max` would keep the word monotonic at the price of a read-modify-write
+/// loop, contended by every replying thread, on every reply.
 #[derive(Debug, Default)]
 pub(crate) struct LastReply {
     /// µs since the clock's origin, plus 1 (`0`: no reply yet).
@@ -34,21 +35,28 @@ impl LastReply {
     /// A reply arrived at `micros` (the clock's µs since its origin).
     #[inline]
     pub(crate) fn record(&self, micros: u64) {
-        // Relaxed: pairs with the load in `answered_within` through this word alone (see the
-        // type's docs: no other memory is published with it).
+        // SeqCst: see the type's docs (pairs with the load in `answered_within`).
         self.micros
-            .store(micros.saturating_add(1), Ordering::Relaxed);
+            .store(micros.saturating_add(1), Ordering::SeqCst);
     }
 
     /// Whether a reply arrived less than `within_micros` before `now_micros` (or after it: a
     /// reply recorded by a thread whose clock read came later than this caller's). `false`
     /// when no reply ever came.
     pub(crate) fn answered_within(&self, now_micros: u64, within_micros: u64) -> bool {
-        // Relaxed: pairs with the store in `record` through this word alone (type's docs).
-        match self.micros.load(Ordering::Relaxed) {
+        // SeqCst: see the type's docs (pairs with the store in `record`).
+        match self.micros.load(Ordering::SeqCst) {
             0 => false,
             stored => now_micros.saturating_add(1).saturating_sub(stored) < within_micros,
         }
+    }
+
+    /// The time recorded (`None`: no reply yet), read with the same one load as
+    /// [`answered_within`](Self::answered_within): for the loom model.
+    #[cfg(floodgate_loom)]
+    pub(crate) fn last(&self) -> Option<u64> {
+        // SeqCst: as in `answered_within`.
+        self.micros.load(Ordering::SeqCst).checked_sub(1)
     }
 }
 

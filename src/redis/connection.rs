@@ -771,7 +771,7 @@ impl RedisBackend {
     }
 
     /// Records that the server replied at `received` (a reply of any kind, an error reply
-    /// too): one relaxed store ([`LastReply`]).
+    /// too): one store ([`LastReply`]).
     #[inline]
     fn replied(&self, received: Instant) {
         let shared = &*self.shared;
