@@ -314,14 +314,11 @@ impl ServerClock {
     }
 
     /// Records `server_micros`, read by the server after a request sent at `sent` and before its
-    /// reply arrived at `received`.
-    fn sample(&self, server_micros: i64, sent: Instant, received: Instant) {
+    /// reply arrived at `received_micros` (its [`client_micros`](Self::client_micros)).
+    fn sample(&self, server_micros: i64, sent: Instant, received_micros: u64) {
         if let Ok(server) = u64::try_from(server_micros) {
-            self.offset.sample(
-                server,
-                self.client_micros(sent),
-                self.client_micros(received),
-            );
+            self.offset
+                .sample(server, self.client_micros(sent), received_micros);
         }
     }
 
@@ -540,8 +537,7 @@ impl RedisBackend {
         match until_deadline(reply, sent + within).await {
             Ok(Ok((seconds, micros))) => {
                 let server = seconds.saturating_mul(1_000_000).saturating_add(micros);
-                let received = Instant::now();
-                self.replied(received);
+                let received = self.replied(Instant::now());
                 self.shared.clock.sample(server, sent, received);
                 Ok(())
             }
@@ -771,20 +767,21 @@ impl RedisBackend {
     }
 
     /// Records that the server replied at `received` (a reply of any kind, an error reply
-    /// too): one store ([`LastReply`]).
+    /// too): one store ([`LastReply`]). Returns `received` in the clock's client µs (for the
+    /// offset's sample).
     #[inline]
-    fn replied(&self, received: Instant) {
+    fn replied(&self, received: Instant) -> u64 {
         let shared = &*self.shared;
-        shared
-            .last_reply
-            .record(shared.clock.client_micros(received));
+        let micros = shared.clock.client_micros(received);
+        shared.last_reply.record(micros);
+        micros
     }
 
     /// Records a reply if `error` is one the server sent (an error reply), not the
     /// connection's (I/O, a dropped connection, a timeout).
     fn replied_with(&self, error: &RedisError) {
         if matches!(error.kind(), ErrorKind::Server(_)) {
-            self.replied(Instant::now());
+            let _ = self.replied(Instant::now());
         }
     }
 
@@ -1079,7 +1076,8 @@ impl RedisBackend {
             .collect())
     }
 
-    /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came.
+    /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came
+    /// (in the clock's client µs).
     /// `keys` are the first decision's (on a cluster, a batch's keys share one slot), to name
     /// the node in an error.
     async fn batch_reply(
@@ -1089,15 +1087,11 @@ impl RedisBackend {
         latest: Instant,
         decisions: usize,
         keys: &[String],
-    ) -> Result<(Vec<Value>, Instant), BackendError> {
+    ) -> Result<(Vec<Value>, u64), BackendError> {
         match until_deadline(call, latest).await {
-            Ok(Ok(Value::Array(items))) => {
-                let received = Instant::now();
-                self.replied(received);
-                Ok((items, received))
-            }
+            Ok(Ok(Value::Array(items))) => Ok((items, self.replied(Instant::now()))),
             Ok(Ok(other)) => {
-                self.replied(Instant::now());
+                let _ = self.replied(Instant::now());
                 Err(self.batch_protocol(keys, decisions, &other))
             }
             Ok(Err(error)) => {
@@ -1165,7 +1159,7 @@ impl RedisBackend {
         sent: Instant,
         received: Instant,
     ) -> Result<Vec<i64>, BackendError> {
-        self.replied(received);
+        let received = self.replied(received);
         if let Some(&server_now) = reply.last() {
             self.shared.clock.sample(server_now, sent, received);
         }
@@ -1826,10 +1820,10 @@ mod tests {
             0,
             "no deadline while unknown"
         );
-        clock.sample(1_700_000_000_000_000, clock.base, clock.base);
+        clock.sample(1_700_000_000_000_000, clock.base, 0);
         let at = clock.base + Duration::from_micros(2_500);
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
-        clock.sample(-5, at, at); // nonsense from a server is ignored
+        clock.sample(-5, at, clock.client_micros(at)); // nonsense from a server is ignored
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
     }
 
