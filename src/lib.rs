@@ -158,6 +158,28 @@ pub mod loom_internals {
             self.0.offset()
         }
     }
+    /// When the Redis backend last read a reply ([`crate::backend::LastReply`]), driven with
+    /// raw µs.
+    #[derive(Debug, Default)]
+    pub struct LastReplyProbe(crate::backend::LastReply);
+
+    impl LastReplyProbe {
+        /// A reply arrived at `micros`.
+        pub fn record(&self, micros: u64) {
+            self.0.record(micros);
+        }
+
+        /// Whether a reply arrived less than `within_micros` before `now_micros`.
+        pub fn answered_within(&self, now_micros: u64, within_micros: u64) -> bool {
+            self.0.answered_within(now_micros, within_micros)
+        }
+
+        /// The time recorded, in one load (`None`: no reply yet).
+        pub fn last(&self) -> Option<u64> {
+            self.0.last()
+        }
+    }
+
     /// The configuration ring of the time-word buckets
     /// ([`crate::algorithms::time_config::ConfigStore`]), driven directly: generation `g` has
     /// interval = capacity = `g + 1` (so tau = `(g + 1)²`), so a read mixing two generations'

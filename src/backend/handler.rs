@@ -71,8 +71,10 @@ pub(crate) enum Excuse {
     /// A timeout of a call whose time a wait of its own cut (a lease's refill that first waited
     /// for another caller's): not reported to the breaker; decided by the policy and counted.
     Breaker,
-    /// A timeout at the caller's own deadline, sooner than the store's timeout: it says nothing
-    /// about the store. Not reported to the breaker, not counted (nor observed), not decided by
+    /// A timeout at the caller's own deadline, sooner than the store's timeout, while the store
+    /// answers: it says nothing about the store. (Whoever picks the excuse says whether the
+    /// store answers: `RedisLimiter` takes such a cut as [`Excuse::Breaker`] once Redis has
+    /// sent no reply for a backend timeout.) Not reported to the breaker, not counted (nor observed), not decided by
     /// the policy: denied ([`FailureHandler::run_async_excusing`]).
     Caller,
 }

@@ -18,7 +18,9 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisWrite as _, 
 use super::limiter::sealed::Replay;
 use super::lua_script::LuaScript;
 use super::slot_owners::{SlotOwners, slot_of};
-use crate::backend::{BackendError, FailureKind, RequestError, ServerOffset, until_deadline};
+use crate::backend::{
+    BackendError, FailureKind, LastReply, RequestError, ServerOffset, until_deadline,
+};
 
 /// Where the Redis backend connects, and how long a decision may take.
 ///
@@ -141,7 +143,10 @@ impl RedisConfig {
 /// Every decision carries a deadline in the server's clock, and the script refuses, without
 /// touching any state, a request that reaches it later (the caller then sees a timeout, decided
 /// by the policy; or, for a try of [`try_acquire_for`](super::RedisLimiter::try_acquire_for)
-/// cut short by its caller's own budget, a denial counted nowhere). The client learns the offset between the server's `TIME` and its own
+/// cut short by its caller's own budget, a denial counted nowhere while the server answers:
+/// while the backend has read any reply from it within the last timeout; with none for a whole
+/// timeout, or none yet, such a try is decided by the policy and counted as a timeout, not told
+/// to the breaker). The client learns the offset between the server's `TIME` and its own
 /// monotonic clock at connect, and refreshes it from every reply (each reply carries the
 /// server's time). The server read its clock after the request left and before the reply came
 /// back, so each call brackets the offset: `server − received ≤ offset ≤ server − sent`. The
@@ -204,6 +209,10 @@ struct Shared {
     /// The configured address(es), passwords redacted, for error messages.
     server: Arc<str>,
     clock: ServerClock,
+    /// When the server last sent any reply, on `clock`'s client side: whether a call its
+    /// caller's own deadline cut short met a server that answers (see
+    /// [`RedisBackend::answered_within_timeout`]).
+    last_reply: LastReply,
     /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
     /// one server).
     owners: Arc<SlotOwners>,
@@ -305,14 +314,11 @@ impl ServerClock {
     }
 
     /// Records `server_micros`, read by the server after a request sent at `sent` and before its
-    /// reply arrived at `received`.
-    fn sample(&self, server_micros: i64, sent: Instant, received: Instant) {
+    /// reply arrived at `received_micros` (its [`client_micros`](Self::client_micros)).
+    fn sample(&self, server_micros: i64, sent: Instant, received_micros: u64) {
         if let Ok(server) = u64::try_from(server_micros) {
-            self.offset.sample(
-                server,
-                self.client_micros(sent),
-                self.client_micros(received),
-            );
+            self.offset
+                .sample(server, self.client_micros(sent), received_micros);
         }
     }
 
@@ -500,6 +506,7 @@ impl RedisBackend {
                 timeout,
                 server,
                 clock: ServerClock::new(),
+                last_reply: LastReply::default(),
                 owners: Arc::default(),
                 loads: ScriptLoads::default(),
                 scheme: owner_scheme(&config.nodes[0]),
@@ -530,10 +537,14 @@ impl RedisBackend {
         match until_deadline(reply, sent + within).await {
             Ok(Ok((seconds, micros))) => {
                 let server = seconds.saturating_mul(1_000_000).saturating_add(micros);
-                self.shared.clock.sample(server, sent, Instant::now());
+                let received = self.replied(Instant::now());
+                self.shared.clock.sample(server, sent, received);
                 Ok(())
             }
-            Ok(Err(error)) => Err(self.classify(error)),
+            Ok(Err(error)) => {
+                self.replied_with(&error);
+                Err(self.classify(error))
+            }
             Err(_) => Err(timed_out(
                 &self.shared.server,
                 self.shared.timeout,
@@ -755,6 +766,41 @@ impl RedisBackend {
             .server_micros(deadline.checked_sub(budget / 8).unwrap_or(now))
     }
 
+    /// Records that the server replied at `received` (a reply of any kind, an error reply
+    /// too): one store ([`LastReply`]). Returns `received` in the clock's client µs (for the
+    /// offset's sample).
+    #[inline]
+    fn replied(&self, received: Instant) -> u64 {
+        let shared = &*self.shared;
+        let micros = shared.clock.client_micros(received);
+        shared.last_reply.record(micros);
+        micros
+    }
+
+    /// Records a reply if `error` is one the server sent (an error reply), not the
+    /// connection's (I/O, a dropped connection, a timeout).
+    fn replied_with(&self, error: &RedisError) {
+        if matches!(error.kind(), ErrorKind::Server(_)) {
+            let _ = self.replied(Instant::now());
+        }
+    }
+
+    /// Whether the server sent any reply (to any call of this backend, whoever made it: an
+    /// error reply too) less than the backend's timeout ago. `false` for a backend that never
+    /// had one (a lazy backend before its first reply). A call cut short by its caller's own
+    /// deadline is the caller's matter only while this holds: otherwise the server looks
+    /// down (`RedisLimiter::try_acquire_for`, issue 18).
+    ///
+    /// Replies are timed on the monotonic clock the server-clock offset is kept on (`Instant`
+    /// since the backend was made), read after each reply arrived; see [`LastReply`] for how
+    /// stale the time kept may be (never later than a real reply).
+    pub(crate) fn answered_within_timeout(&self) -> bool {
+        let shared = &*self.shared;
+        let now = shared.clock.client_micros(Instant::now());
+        let timeout = u64::try_from(shared.timeout.as_micros()).unwrap_or(u64::MAX);
+        shared.last_reply.answered_within(now, timeout)
+    }
+
     /// The error of a call on `keys` given up after `after`, naming the server (on a cluster,
     /// the owner of the keys' slot: [`failed_at`](Self::failed_at)).
     pub(crate) fn timeout_error(
@@ -795,6 +841,7 @@ impl RedisBackend {
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
             Ok(Err(error)) => {
+                self.replied_with(&error);
                 let server = self.failed_at(keys);
                 return Err(classify(&server, self.is_cluster(), error));
             }
@@ -1029,7 +1076,8 @@ impl RedisBackend {
             .collect())
     }
 
-    /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came.
+    /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came
+    /// (in the clock's client µs).
     /// `keys` are the first decision's (on a cluster, a batch's keys share one slot), to name
     /// the node in an error.
     async fn batch_reply(
@@ -1039,11 +1087,17 @@ impl RedisBackend {
         latest: Instant,
         decisions: usize,
         keys: &[String],
-    ) -> Result<(Vec<Value>, Instant), BackendError> {
+    ) -> Result<(Vec<Value>, u64), BackendError> {
         match until_deadline(call, latest).await {
-            Ok(Ok(Value::Array(items))) => Ok((items, Instant::now())),
-            Ok(Ok(other)) => Err(self.batch_protocol(keys, decisions, &other)),
-            Ok(Err(error)) => Err(classify(&self.failed_at(keys), self.is_cluster(), error)),
+            Ok(Ok(Value::Array(items))) => Ok((items, self.replied(Instant::now()))),
+            Ok(Ok(other)) => {
+                let _ = self.replied(Instant::now());
+                Err(self.batch_protocol(keys, decisions, &other))
+            }
+            Ok(Err(error)) => {
+                self.replied_with(&error);
+                Err(classify(&self.failed_at(keys), self.is_cluster(), error))
+            }
             Err(_) => {
                 let budget = latest.saturating_duration_since(now);
                 Err(timed_out(&self.failed_at(keys), budget, "deciding"))
@@ -1105,6 +1159,7 @@ impl RedisBackend {
         sent: Instant,
         received: Instant,
     ) -> Result<Vec<i64>, BackendError> {
+        let received = self.replied(received);
         if let Some(&server_now) = reply.last() {
             self.shared.clock.sample(server_now, sent, received);
         }
@@ -1765,10 +1820,10 @@ mod tests {
             0,
             "no deadline while unknown"
         );
-        clock.sample(1_700_000_000_000_000, clock.base, clock.base);
+        clock.sample(1_700_000_000_000_000, clock.base, 0);
         let at = clock.base + Duration::from_micros(2_500);
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
-        clock.sample(-5, at, at); // nonsense from a server is ignored
+        clock.sample(-5, at, clock.client_micros(at)); // nonsense from a server is ignored
         assert_eq!(clock.server_micros(at), 1_700_000_000_002_500);
     }
 

@@ -597,29 +597,44 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// timeout and what is left of `timeout`, so the call returns within `timeout` (plus the
     /// timer's resolution).
     ///
-    /// **A try cut short by the caller's own budget is not an outage.** A try whose deadline is
-    /// the caller's (what is left of `timeout` is shorter than the backend's timeout) and that
-    /// gets no answer by then is denied, whatever the policy: `is_allowed()` false, `limit` the
-    /// limiter's, `remaining` 0, and `retry_after` the backend's timeout (what fail-closed
-    /// announces for a call Redis did not answer: the same budget tried again sooner is likely
-    /// cut short again, and each such try may take a permit, below). It is not counted in
-    /// [`failures`](Self::failures) nor reported to the metrics, nor told to the circuit
-    /// breaker: a budget shorter than a round trip says nothing about Redis, so it neither
-    /// admits (fail-open, or a local share) what Redis would have refused, nor makes a healthy
-    /// Redis look down. So this call never admits more than [`try_acquire`](Self::try_acquire)
-    /// would. Such a try's script may still have run on the server before its deadline there (an
-    /// eighth of what the try had left before the caller's) with its reply arriving too late:
-    /// its permits are then taken and handed to nobody (see [`RedisBackend`], "What can still be
-    /// consumed"); a try given no time at all takes nothing (its request, if sent, reaches the
-    /// server past its deadline; but see there for a lazy backend's first calls).
+    /// **A try cut short by the caller's own budget is not an outage while Redis answers.** A
+    /// try whose deadline is the caller's (what is left of `timeout` is shorter than the
+    /// backend's timeout) and that gets no answer by then is taken by what the backend last
+    /// heard from Redis, when the try gives up:
+    ///
+    /// * **Redis answering:** the backend read a reply from Redis (to any of its calls, any
+    ///   caller's, an error reply too) less than the backend's timeout before. The try is
+    ///   denied, whatever the policy: `is_allowed()` false, `limit` the limiter's, `remaining`
+    ///   0, and `retry_after` the backend's timeout (what fail-closed announces for a call Redis
+    ///   did not answer: the same budget tried again sooner is likely cut short again, and each
+    ///   such try may take a permit, below). It is not counted in [`failures`](Self::failures)
+    ///   nor reported to the metrics, nor told to the circuit breaker: a budget shorter than a
+    ///   round trip says nothing about a Redis that answers, so it neither admits (fail-open, or
+    ///   a local share) what Redis would have refused, nor makes a healthy Redis look down.
+    /// * **Redis silent:** no reply for a whole backend timeout, or none ever (a lazy backend
+    ///   before its first). Redis looks down, and the try is an outage: decided by the policy
+    ///   and counted as a timeout (in [`failures`](Self::failures) and the metrics), as a try
+    ///   given the whole timeout would be, but still not told to the breaker (a caller's cut
+    ///   alone proves nothing; calls that wait out the backend's timeout open it). So under
+    ///   `FailOpen` a server whose calls all have short budgets admits once Redis has said
+    ///   nothing for a backend timeout, and denies them only for at most that long after
+    ///   Redis's last reply.
+    ///
+    /// A reply counts when the backend reads it: one that comes after every caller of its call
+    /// gave up is not read (a cut try's own late reply counts only when its call was a batch
+    /// that another caller still waited for). While Redis answers, this call never admits more
+    /// than [`try_acquire`](Self::try_acquire) would. A try's script may still have run on the
+    /// server before its deadline there (an eighth of what the try had left before the
+    /// caller's) with its reply arriving too late: its permits are then taken and handed to
+    /// nobody (see [`RedisBackend`], "What can still be consumed"); a try given no time at all
+    /// takes nothing (its request, if sent, reaches the server past its deadline; but see there
+    /// for a lazy backend's first calls).
     ///
     /// A try that waits out the backend's own timeout (what is left of `timeout` is at least
     /// that long) is an outage, as for [`try_acquire`](Self::try_acquire): decided by the
-    /// policy and counted; so is any other failure (a refused connection, an error reply),
-    /// whatever the try's deadline, and while the breaker is open the policy answers every try
-    /// at once. So while Redis does not answer at all, tries given less than the backend's
-    /// timeout are denied until failures of calls that wait for it (or fail otherwise) open the
-    /// breaker.
+    /// policy, counted and told to the breaker; so is any other failure (a refused connection,
+    /// an error reply), whatever the try's deadline, and while the breaker is open the policy
+    /// answers every try at once.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
@@ -631,22 +646,22 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // Nothing listens on port 1 (a lazy backend keeps trying to connect). A try given no time
-    /// // is cut short by the caller's own budget, not by Redis: denied even under FailOpen,
-    /// // retry after the backend's 20 ms timeout, and no failure counted.
+    /// // Nothing listens on port 1 (a lazy backend keeps trying to connect): no reply ever came,
+    /// // so Redis looks down. A try given no time, cut short by the caller's own budget, is then
+    /// // an outage too: the policy (fail-open) admits, and the failure is counted. (With a reply
+    /// // from Redis within the last 20 ms, it would be denied, retry after 20 ms, not counted.)
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
     /// let backend = RedisBackend::connect(config.lazy()).await?;
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
     /// let limiter = RedisLimiter::new(&backend, "doc", window, FailurePolicy::FailOpen)?;
     /// let d = limiter.try_acquire_for("alice", 1, Duration::ZERO).await?;
-    /// assert!(!d.is_allowed());
-    /// assert_eq!((d.limit(), d.retry_after()), (10, Duration::from_millis(20)));
-    /// assert_eq!(limiter.failures().total(), 0);
-    /// // Given the backend's whole timeout, a try that gets no answer is an outage: the policy
-    /// // (fail-open) admits, and the failure is counted.
-    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_secs(1)).await?;
     /// assert!(d.is_allowed());
     /// assert_eq!(limiter.failures().total(), 1);
+    /// // Given the backend's whole timeout, a try that gets no answer is an outage whatever
+    /// // Redis last said: the policy admits, and the failure is counted.
+    /// let d = limiter.try_acquire_for("alice", 1, Duration::from_secs(1)).await?;
+    /// assert!(d.is_allowed());
+    /// assert_eq!(limiter.failures().total(), 2);
     /// # Ok(()) }
     /// ```
     pub async fn try_acquire_for(
@@ -758,7 +773,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     }
 
     /// [`try_acquire_for`](Self::try_acquire_for), blocking the thread (a try cut short by the
-    /// caller's own budget is denied and not counted, as there).
+    /// caller's own budget is denied and not counted while Redis answers, decided by the policy
+    /// and counted once it has not answered for a backend timeout, as there).
     ///
     /// # Errors
     /// As [`blocking_try_acquire`](Self::blocking_try_acquire).
@@ -768,8 +784,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// use floodgate::FixedWindow;
     /// use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
     /// use std::time::Duration;
-    /// // Nothing listens on port 1: denied, by fail-closed (a refused connection) or as a try
-    /// // cut short by its 10 ms (a lazy backend still trying to connect).
+    /// // Nothing listens on port 1 and no reply ever came: denied by fail-closed, whether the
+    /// // try saw a refused connection or was cut short by its 10 ms (a lazy backend still
+    /// // trying to connect: Redis looks down, so the policy decides that too).
     /// let config = RedisConfig::single("redis://127.0.0.1:1").timeout(Duration::from_millis(20));
     /// let backend = RedisBackend::blocking_connect(config.lazy())?;
     /// let window = FixedWindow::new(10, Duration::from_secs(1))?;
@@ -790,7 +807,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
 
     /// One decision, giving up at `deadline`, a timeout then taken as `on_timeout` says
     /// ([`Excuse`]): the backend's timeout ([`Excuse::None`]: an outage, decided by the policy),
-    /// the caller's own sooner deadline ([`Excuse::Caller`]: denied, not counted), or a deadline
+    /// the caller's own sooner deadline ([`Excuse::Caller`]: denied, not counted, while the
+    /// backend had a reply within its timeout; otherwise taken as [`Excuse::Breaker`]), or a deadline
     /// a wait of the call's own shortened ([`Excuse::Breaker`]: decided by the policy, not told
     /// to the breaker). (Also [`LeasedKey`](super::LeasedKey)'s per-call decisions, within the
     /// deadline of the call they serve.)
@@ -820,10 +838,15 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             reply.and_then(|r| decision_from_reply(&r, self.backend.server()))
         };
         // Only a timeout is excused: any other failure (a refused connection, an error reply)
-        // is Redis's, whoever's deadline the call had.
-        let excuse = |error: &BackendError| match error.is_timeout() {
-            true => on_timeout,
-            false => Excuse::None,
+        // is Redis's, whoever's deadline the call had. A timeout at the caller's own deadline
+        // is the caller's only while Redis answers (any reply within the backend's timeout);
+        // otherwise Redis looks down: decided by the policy and counted, but still not told to
+        // the breaker (a caller's cut alone proves nothing; calls given the whole timeout open
+        // it).
+        let excuse = |error: &BackendError| match (error.is_timeout(), on_timeout) {
+            (false, _) => Excuse::None,
+            (true, Excuse::Caller) if !self.backend.answered_within_timeout() => Excuse::Breaker,
+            (true, excuse) => excuse,
         };
         let node = || self.node_of(key);
         let outcome = self

@@ -190,6 +190,10 @@ fn a_denied_key_is_denied_locally_until_its_retry_after() {
 #[test]
 fn a_try_cut_short_by_the_callers_own_deadline_is_not_held_against_redis() {
     let server = RedisServer::start();
+    // Longer than `TIMEOUT`: the cut try below is the caller's matter only while Redis has
+    // replied within the backend's timeout (issue 18, refined), which no stall of a loaded
+    // machine between the warm-up's reply and the cut should outlast.
+    const TIMEOUT: Duration = Duration::from_secs(10);
     let backend =
         RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(TIMEOUT)).unwrap();
     let breaker = BreakerConfig::new(1, OPEN_FOR, Duration::from_secs(60)).unwrap();
@@ -223,5 +227,116 @@ fn a_try_cut_short_by_the_callers_own_deadline_is_not_held_against_redis() {
         Some(FailureKind::Timeout)
     );
     assert_eq!(breaker.state(), BreakerState::Open);
+    server.thaw();
+}
+
+/// The budget of the tries below: far shorter than the backend's timeout, so each is cut short
+/// by its caller's own deadline while the server is frozen.
+const CUT_BUDGET: Duration = Duration::from_millis(20);
+
+/// Issue 18, refined: a try cut short by its caller's own budget is the caller's matter only
+/// while Redis answers. A server whose calls all use short budgets denied everything while
+/// Redis was frozen, even under `FailOpen` (no full-timeout call fails to open the breaker,
+/// and the cuts were neither counted nor given to the policy). Now, once no reply has come
+/// for a backend timeout, such tries are an outage: decided by the policy (fail-open admits)
+/// and counted as timeouts, still not told to the breaker (opening at one failure, it stays
+/// closed). Tries are made one after another until one is admitted (bounded only against a
+/// hang); which of the first ones fall within the backend's timeout of the last reply is the
+/// machine's business, and each of those must be the caller's denial, counted nowhere.
+#[test]
+fn tries_cut_short_while_redis_has_not_answered_for_a_timeout_are_decided_by_the_policy() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(500);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(timeout)).unwrap();
+    let breaker = BreakerConfig::new(1, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let window = FixedWindow::new(5, Duration::from_secs(3600)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "cut-down",
+        window,
+        FailurePolicy::FailOpen,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    // The last reply comes after this instant.
+    let asked = Instant::now();
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    server.freeze();
+    let breaker = limiter.breaker().unwrap();
+    let mut denied = 0;
+    loop {
+        let d = limiter
+            .blocking_try_acquire_for("k", 1, CUT_BUDGET)
+            .unwrap();
+        if d.is_allowed() {
+            break;
+        }
+        // Within the backend's timeout of the last reply: the caller's cut, counted nowhere.
+        assert_eq!(d.retry_after(), timeout, "{d:?}");
+        assert_eq!(limiter.failures().total(), 0, "{d:?}");
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        denied += 1;
+        assert!(
+            asked.elapsed() < HANG_BOUND,
+            "{denied} tries cut short on a frozen Redis, none decided by the policy"
+        );
+    }
+    // Admitted by the policy only once a whole backend timeout had passed since the last reply.
+    assert!(
+        asked.elapsed() >= timeout,
+        "admitted after {:?}",
+        asked.elapsed()
+    );
+    let failures = limiter.failures();
+    assert_eq!(
+        (failures.timeouts, failures.total()),
+        (1, 1),
+        "{failures:?}"
+    );
+    // The next tries likewise, each counted; the breaker is told none of them.
+    for _ in 0..3 {
+        let d = limiter
+            .blocking_try_acquire_for("k", 1, CUT_BUDGET)
+            .unwrap();
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    assert_eq!(limiter.failures().timeouts, 4);
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    server.thaw();
+}
+
+/// A backend that never had a reply (lazy, its server frozen from the start) counts as down:
+/// a try cut short by its caller's budget is decided by the policy and counted, not denied as
+/// the caller's matter, and still not told to the breaker.
+#[test]
+fn a_try_cut_short_on_a_backend_that_never_had_a_reply_is_decided_by_the_policy() {
+    let server = RedisServer::start();
+    server.freeze();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let breaker = BreakerConfig::new(1, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let window = FixedWindow::new(5, Duration::from_secs(3600)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "never",
+        window,
+        FailurePolicy::FailOpen,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    let d = limiter
+        .blocking_try_acquire_for("k", 1, CUT_BUDGET)
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    let failures = limiter.failures();
+    assert_eq!(
+        (failures.timeouts, failures.total()),
+        (1, 1),
+        "{failures:?}"
+    );
+    assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
     server.thaw();
 }
