@@ -187,8 +187,12 @@ fn a_caller_never_polled_after_its_own_call_went_out_does_not_hold_up_the_others
 
     let idle = current_thread();
     let before = server.calls("evalsha");
+    // Frozen while the call goes out, so that its reply cannot come back within its first
+    // poll (on a loaded machine the poll, preempted after the send, found the reply there).
+    server.freeze();
     let mut stalled = Box::pin(limiter.try_acquire_outcome("k", 1));
     assert!(poll_once(&idle, &mut stalled), "its call is out");
+    server.thaw();
     // Its request reached Redis (and was answered): it is no longer out at the server.
     server.wait_for_calls("evalsha", before + 1);
 
