@@ -566,10 +566,10 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     ///
     /// Unlike `RedisLimiter::try_acquire_for` (the `redis` feature), which hands such a try to
     /// the policy once the server has not answered for a backend timeout, this does not yet
-    /// tell a caller's short budget from a memcached that stopped answering: while memcached is down, tries whose `timeout` is shorter than the backend's
-    /// are denied under every policy, `FailOpen` included, and do not open the breaker. Where
-    /// an outage must admit, give each try the backend's whole timeout (or use
-    /// [`try_acquire`](Self::try_acquire)).
+    /// tell a caller's short budget from a memcached that stopped answering: while memcached
+    /// is down, tries whose `timeout` is shorter than the backend's are denied under every
+    /// policy, `FailOpen` included, and do not open the breaker. Where an outage must admit,
+    /// give each try the backend's whole timeout (or use [`try_acquire`](Self::try_acquire)).
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
