@@ -345,7 +345,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         n: u32,
         store: impl FnOnce() -> Result<Decision, BackendError>,
     ) -> Outcome {
-        self.run_within(key, n, store, |_| false)
+        self.run_within(key, n, store, |_| Excuse::None)
     }
 
     /// As [`run`](Self::run), awaiting the store's future. Dropping the returned future while
@@ -427,17 +427,18 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     }
 
     /// As [`run`](Self::run), for one try of a call bounded by its caller's own budget
-    /// (`try_acquire_for`): a failure for which `cut_by_caller` is true (the try was cut short
-    /// by that budget, sooner than the store's timeout) says nothing about the store, so it is
-    /// neither reported to the breaker nor counted, and its answer is a plain denial
-    /// ([`Excuse::Caller`]'s), not the policy's. Any other failure is decided by the policy as
-    /// in `run`.
+    /// (`try_acquire_for`): a failure is taken as `excuse` says ([`Excuse`]), as in
+    /// [`run_async_excusing`](Self::run_async_excusing): [`Excuse::Caller`] (the try was cut
+    /// short by that budget, sooner than the store's timeout, while the store answers) is
+    /// neither reported to the breaker nor counted, and answered with a plain denial, not the
+    /// policy's; [`Excuse::Breaker`] is decided by the policy and counted, not reported to the
+    /// breaker; [`Excuse::None`] is decided by the policy as in `run`.
     pub(crate) fn run_within(
         &self,
         key: &str,
         n: u32,
         store: impl FnOnce() -> Result<Decision, BackendError>,
-        cut_by_caller: impl FnOnce(&BackendError) -> bool,
+        excuse: impl FnOnce(&BackendError) -> Excuse,
     ) -> Outcome {
         let asked_at = match self.cached_denial(key, n) {
             Ok(asked_at) => asked_at,
@@ -446,38 +447,39 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         let breaker = self.call_breaker(None);
         match self.before(key, n, &breaker) {
             Before::Decided(outcome) => outcome,
-            Before::Call(permit) => match store() {
-                // Dropping the permit unreported leaves the breaker as if the call never happened.
-                Err(error) if cut_by_caller(&error) => {
-                    drop(permit);
-                    Outcome::from_backend(self.out_of_callers_time())
+            Before::Call(permit) => {
+                let result = store();
+                let excuse = match &result {
+                    Err(error) => excuse(error),
+                    Ok(_) => Excuse::None,
+                };
+                match excuse {
+                    Excuse::None => self.after(key, n, permit, asked_at, result),
+                    // Dropping the permit unreported leaves the breaker as if the call never
+                    // happened.
+                    Excuse::Breaker => self.after(key, n, None, asked_at, result),
+                    Excuse::Caller => {
+                        drop(permit);
+                        Outcome::from_backend(self.out_of_callers_time())
+                    }
                 }
-                result => self.after(key, n, permit, asked_at, result),
-            },
+            }
         }
     }
 
     /// As [`run_within`](Self::run_within), awaiting the store's future (through the shared
-    /// breaker: [`run_async_excusing`](Self::run_async_excusing) with [`Excuse::Caller`] for a
-    /// cut by the caller).
+    /// breaker: [`run_async_excusing`](Self::run_async_excusing)).
     #[cfg_attr(not(feature = "memcached"), allow(dead_code))]
     pub(crate) async fn run_async_within<F>(
         &self,
         key: &str,
         n: u32,
         store: impl FnOnce() -> F,
-        cut_by_caller: impl FnOnce(&BackendError) -> bool,
+        excuse: impl FnOnce(&BackendError) -> Excuse,
     ) -> Outcome
     where
         F: Future<Output = Result<Decision, BackendError>>,
     {
-        let excuse = |error: &BackendError| {
-            if cut_by_caller(error) {
-                Excuse::Caller
-            } else {
-                Excuse::None
-            }
-        };
         self.run_async_excusing(key, n, || None, store, excuse)
             .await
     }
@@ -743,8 +745,15 @@ mod tests {
                 after: Duration::from_millis(5),
             })
         };
+        let caller = |e: &BackendError| {
+            if e.is_timeout() {
+                Excuse::Caller
+            } else {
+                Excuse::None
+            }
+        };
         for _ in 0..3 {
-            let outcome = handler.run_within("k", 1, late, |e| e.is_timeout());
+            let outcome = handler.run_within("k", 1, late, caller);
             assert!(!outcome.decision().is_allowed());
             assert!(outcome.failure().is_none());
             assert_eq!(outcome.decision().retry_after(), Duration::from_millis(250));
@@ -753,19 +762,21 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let outcome = runtime.block_on(handler.run_async_within(
-            "k",
-            1,
-            || async { late() },
-            |e| e.is_timeout(),
-        ));
+        let outcome =
+            runtime.block_on(handler.run_async_within("k", 1, || async { late() }, caller));
         assert!(!outcome.decision().is_allowed() && outcome.failure().is_none());
         assert_eq!(handler.counts().total(), 0);
         assert_eq!(handler.breaker().unwrap().state(), BreakerState::Closed);
-        // Not excused: the policy decides (fail-open admits), counted, the breaker opens.
-        let outcome = handler.run_within("k", 1, late, |_| false);
+        // The store looks down (`Excuse::Breaker`): the policy decides (fail-open admits),
+        // counted, the breaker not told.
+        let outcome = handler.run_within("k", 1, late, |_| Excuse::Breaker);
         assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
         assert_eq!(handler.counts().timeouts, 1);
+        assert_eq!(handler.breaker().unwrap().state(), BreakerState::Closed);
+        // Not excused: the policy decides (fail-open admits), counted, the breaker opens.
+        let outcome = handler.run_within("k", 1, late, |_| Excuse::None);
+        assert!(outcome.decision().is_allowed() && outcome.failure().is_some());
+        assert_eq!(handler.counts().timeouts, 2);
         assert_eq!(handler.breaker().unwrap().state(), BreakerState::Open);
     }
 

@@ -27,7 +27,10 @@ mod breaker;
 mod deadline;
 mod deny_cache;
 mod handler;
-#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "redis", feature = "memcached", floodgate_loom)),
+    allow(dead_code)
+)]
 mod last_reply;
 mod node_breakers;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
@@ -41,10 +44,16 @@ pub use breaker::{
 #[cfg(any(feature = "redis", feature = "memcached"))]
 pub(crate) use deadline::until_deadline;
 pub use deny_cache::{DENY_CACHE_MAX_KEYS, DenyCache};
-#[cfg_attr(not(feature = "redis"), allow(unused_imports))]
+#[cfg_attr(
+    not(any(feature = "redis", feature = "memcached")),
+    allow(unused_imports)
+)]
 pub(crate) use handler::Excuse;
 pub use handler::{FALLBACK_MAX_KEYS, FailureHandler};
-#[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]
+#[cfg_attr(
+    not(any(feature = "redis", feature = "memcached", floodgate_loom)),
+    allow(unused_imports)
+)]
 pub(crate) use last_reply::LastReply;
 pub use node_breakers::{MAX_NODE_BREAKERS, NodeBreakers};
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(unused_imports))]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::async_connection::AsyncConnection;
 use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::{self, Parsed};
-use crate::backend::{BackendError, until_deadline};
+use crate::backend::{BackendError, LastReply, until_deadline};
 
 /// Idle blocking connections kept for reuse; more concurrent callers open more (up to
 /// [`MAX_OPEN`]), closed after use. (The async pool keeps up to [`MAX_OPEN`]: see
@@ -166,6 +166,11 @@ pub(crate) fn later_by(at: Instant, by: Duration) -> Instant {
     at.checked_add(by)
         .or_else(|| at.checked_add(Duration::from_secs(u64::from(u32::MAX))))
         .unwrap_or(at)
+}
+
+/// µs from `origin` to `at` (0 for an `at` before it).
+fn micros_since(origin: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(origin).as_micros()).unwrap_or(u64::MAX)
 }
 
 fn remaining(deadline: Instant) -> Result<Duration, CallError> {
@@ -479,6 +484,10 @@ struct Shared {
     /// Places for async calls under way ([`MAX_OPEN`]), each held until its exchange ends
     /// (past its caller, when the caller is gone).
     busy_async: Arc<tokio::sync::Semaphore>,
+    /// When the backend was made: the origin of [`last_reply`](Self::last_reply)'s µs.
+    origin: Instant,
+    /// When memcached last answered a call of a caller (or the startup check).
+    last_reply: LastReply,
 }
 
 /// A blocking call's place among the [`MAX_OPEN`], given back on drop (owned: a finisher thread
@@ -600,12 +609,35 @@ impl MemcachedBackend {
                 busy: Mutex::new(0),
                 freed: Condvar::new(),
                 busy_async: Arc::new(tokio::sync::Semaphore::new(MAX_OPEN)),
+                origin: Instant::now(),
+                last_reply: LastReply::default(),
             }),
         };
         if !config.lazy {
             backend.check()?;
+            backend.replied();
         }
         Ok(backend)
+    }
+
+    /// Records that memcached answered a call just now ([`LastReply`]: one clock read and one
+    /// store, after a call's answer came back).
+    pub(crate) fn replied(&self) {
+        let shared = &*self.shared;
+        let micros = micros_since(shared.origin, Instant::now());
+        shared.last_reply.record(micros);
+    }
+
+    /// Whether memcached answered a call within the last backend timeout (`false` if it never
+    /// has: a lazy backend before its first answer). A try cut short by its caller's own
+    /// budget is the caller's matter only while this holds; otherwise memcached looks down
+    /// (`MemcachedLimiter::try_acquire_for`, issue 18). See [`LastReply`] for how stale the
+    /// time kept may be (never later than a real answer).
+    pub(crate) fn answered_within_timeout(&self) -> bool {
+        let shared = &*self.shared;
+        let now = micros_since(shared.origin, Instant::now());
+        let timeout = u64::try_from(shared.timeout.as_micros()).unwrap_or(u64::MAX);
+        shared.last_reply.answered_within(now, timeout)
     }
 
     /// The startup check: `version` on a pooled (or new) connection within the timeout.

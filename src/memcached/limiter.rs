@@ -13,7 +13,7 @@ use crate::algorithms::{FixedWindow, SlidingWindow};
 #[cfg(doc)]
 use crate::backend::DENY_CACHE_MAX_KEYS;
 use crate::backend::{
-    BackendError, BreakerConfig, CircuitBreaker, DenyCache, FailureCounts, FailureHandler,
+    BackendError, BreakerConfig, CircuitBreaker, DenyCache, Excuse, FailureCounts, FailureHandler,
     FailurePolicy, Outcome, RequestError,
 };
 use crate::clock::{Clock, QuantaClock};
@@ -558,18 +558,15 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// [`Limiter::try_acquire_for`](crate::Limiter::try_acquire_for)). Round trips count
     /// against it too: each try's deadline is the sooner of the backend's timeout and what is
     /// left of `timeout`, so the call returns within `timeout` (plus the timer's resolution).
-    /// A try cut short by the backend's own timeout is an outage, decided by the policy; a try
-    /// cut short by `timeout` (shorter than the backend's) says nothing about memcached: it is
-    /// answered with a plain denial (no [`failure`](Outcome::failure)), neither counted in
-    /// [`failures`](Self::failures) nor reported to the breaker. A `timeout` too long for an
-    /// [`Instant`] is no bound.
-    ///
-    /// Unlike `RedisLimiter::try_acquire_for` (the `redis` feature), which hands such a try to
-    /// the policy once the server has not answered for a backend timeout, this does not yet
-    /// tell a caller's short budget from a memcached that stopped answering: while memcached
-    /// is down, tries whose `timeout` is shorter than the backend's are denied under every
-    /// policy, `FailOpen` included, and do not open the breaker. Where an outage must admit,
-    /// give each try the backend's whole timeout (or use [`try_acquire`](Self::try_acquire)).
+    /// A try cut short by the backend's own timeout is an outage, decided by the policy. A try
+    /// cut short by `timeout` (shorter than the backend's) while memcached answered a call
+    /// within the last backend timeout says nothing about memcached: it is answered with a
+    /// plain denial (no [`failure`](Outcome::failure), `retry_after` the backend's timeout),
+    /// neither counted in [`failures`](Self::failures) nor reported to the breaker. Once
+    /// memcached has answered nothing for a backend timeout (or never has: a lazy backend
+    /// before its first answer), such a try is an outage as any other, decided by the policy
+    /// and counted as a timeout, but still not reported to the breaker (as on Redis). A
+    /// `timeout` too long for an [`Instant`] is no bound.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
@@ -642,12 +639,15 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             now,
             n,
         };
-        let store = || decide_async(&self.backend, job, &self.reclaims, deadline);
-        let cut_by_caller = |error: &BackendError| callers_deadline && error.is_timeout();
-        Ok(self
-            .failures
-            .run_async_within(key, n, store, cut_by_caller)
-            .await)
+        let store = || async move {
+            let result = decide_async(&self.backend, job, &self.reclaims, deadline).await;
+            if result.is_ok() {
+                self.backend.replied();
+            }
+            result
+        };
+        let excuse = |error: &BackendError| self.excuse(callers_deadline, error);
+        Ok(self.failures.run_async_within(key, n, store, excuse).await)
     }
 
     /// As [`try_acquire`](Self::try_acquire), blocking the calling thread (std sockets; no
@@ -792,7 +792,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         check_permits(n, u64::from(self.window.limit()))?;
         let prefix = self.key_prefix(key)?;
         let now = self.clock.now_nanos();
-        let cut_by_caller = |error: &BackendError| callers_deadline && error.is_timeout();
+        let excuse = |error: &BackendError| self.excuse(callers_deadline, error);
         let store = || {
             self.backend.call_by(
                 deadline,
@@ -820,7 +820,29 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
                 || self.finisher(&prefix, now, n),
             )
         };
-        Ok(self.failures.run_within(key, n, store, cut_by_caller))
+        let store = || {
+            let result = store();
+            if result.is_ok() {
+                self.backend.replied();
+            }
+            result
+        };
+        Ok(self.failures.run_within(key, n, store, excuse))
+    }
+
+    /// How a failed try is taken: a timeout at the caller's own deadline (`callers_deadline`:
+    /// sooner than the backend's) is the caller's matter ([`Excuse::Caller`]: a plain denial,
+    /// counted nowhere) while memcached answered a call within the last backend timeout;
+    /// otherwise memcached looks down and the policy decides it, counted as a timeout but not
+    /// reported to the breaker ([`Excuse::Breaker`]: a caller's cut proves nothing alone).
+    fn excuse(&self, callers_deadline: bool, error: &BackendError) -> Excuse {
+        if !(callers_deadline && error.is_timeout()) {
+            Excuse::None
+        } else if self.backend.answered_within_timeout() {
+            Excuse::Caller
+        } else {
+            Excuse::Breaker
+        }
     }
 }
 

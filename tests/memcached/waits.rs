@@ -287,6 +287,14 @@ fn a_try_cut_short_by_the_callers_budget_is_a_plain_denial_not_an_outage() {
         FailurePolicy::FailOpen,
     )
     .with_breaker(Some(breaker));
+    // memcached answers first: within the backend's timeout of that answer, a cut is the
+    // caller's (a backend that never had an answer looks down: the test below).
+    assert!(
+        limiter
+            .blocking_try_acquire("warm", 1)
+            .unwrap()
+            .is_allowed()
+    );
     server.pause();
     let budget = Duration::from_millis(200);
     let started = Instant::now();
@@ -314,6 +322,71 @@ fn a_try_cut_short_by_the_callers_budget_is_a_plain_denial_not_an_outage() {
     assert_eq!(limiter.failures().total(), 0, "no backend failure counted");
     let breaker = limiter.breaker().unwrap();
     assert_eq!(breaker.state(), BreakerState::Closed);
+    server.resume();
+}
+
+/// A try cut short by the caller's budget while memcached has not answered for a whole
+/// backend timeout (or never has: a lazy backend) is an outage as any other: decided by the
+/// policy (fail-open admits) and counted as a timeout, but not reported to the breaker (a
+/// caller's cut proves nothing alone), as on Redis.
+#[test]
+fn a_try_cut_short_while_memcached_has_not_answered_for_a_timeout_is_the_policys() {
+    let server = MemcachedServer::start();
+    let breaker = BreakerConfig::new(1, Duration::from_secs(1), Duration::from_secs(8)).unwrap();
+    let timeout = Duration::from_millis(300);
+    let budget = Duration::from_millis(20);
+    // Never answered (lazy, paused from the start): the policy's at once.
+    server.pause();
+    let never = lazy_limiter(
+        &server.addr(),
+        Duration::from_secs(60),
+        FailurePolicy::FailOpen,
+    )
+    .with_breaker(Some(breaker));
+    let d = never.blocking_try_acquire_for("k", 1, budget).unwrap();
+    assert!(d.is_allowed(), "fail-open's admission: {d:?}");
+    assert_eq!(never.failures().timeouts, 1);
+    assert_eq!(never.breaker().unwrap().state(), BreakerState::Closed);
+    server.resume();
+
+    // Answered, then paused: the caller's cut until a timeout has passed since the answer.
+    let limiter =
+        lazy_limiter(&server.addr(), timeout, FailurePolicy::FailOpen).with_breaker(Some(breaker));
+    let answered = Instant::now();
+    assert!(
+        limiter
+            .blocking_try_acquire("warm", 1)
+            .unwrap()
+            .is_allowed()
+    );
+    server.pause();
+    loop {
+        let d = limiter.blocking_try_acquire_for("k", 1, budget).unwrap();
+        if d.is_allowed() {
+            break;
+        }
+        assert_eq!(d.retry_after(), timeout, "the caller's cut: {d:?}");
+        assert_eq!(limiter.failures().total(), 0);
+        assert!(answered.elapsed() < HANG, "no try decided by the policy");
+    }
+    // Only once a whole backend timeout passed since the answer (a lower bound: load cannot
+    // fail it).
+    assert!(
+        answered.elapsed() >= timeout,
+        "after {:?}",
+        answered.elapsed()
+    );
+    assert_eq!(limiter.failures().timeouts, 1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let d = runtime
+        .block_on(limiter.try_acquire_for("k", 1, budget))
+        .unwrap();
+    assert!(d.is_allowed(), "async alike: {d:?}");
+    assert_eq!(limiter.failures().timeouts, 2);
+    assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
     server.resume();
 }
 
