@@ -37,6 +37,8 @@ mod node_breakers;
 mod server_clock;
 #[cfg_attr(not(any(feature = "redis", floodgate_loom)), allow(dead_code))]
 mod turns;
+#[cfg(any(feature = "redis", feature = "memcached"))]
+pub(crate) mod waits;
 
 pub use breaker::{
     BreakerConfig, BreakerPermit, BreakerState, CircuitBreaker, MAX_BREAKER_FAILURES, MAX_OPEN_FOR,

@@ -12,6 +12,7 @@ use super::sliding_window::Cells;
 use crate::algorithms::{FixedWindow, SlidingWindow};
 #[cfg(doc)]
 use crate::backend::DENY_CACHE_MAX_KEYS;
+use crate::backend::waits::{self, MIN_RETRY_SLEEP};
 use crate::backend::{
     BackendError, BreakerConfig, CircuitBreaker, DenyCache, Excuse, FailureCounts, FailureHandler,
     FailurePolicy, Outcome, RequestError,
@@ -536,20 +537,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, key: &str, n: u32) -> Result<Duration, RequestError> {
-        let started = Instant::now();
-        let mut first = true;
-        loop {
-            let decision = self.try_acquire(key, n).await?;
-            if decision.is_allowed() {
-                return Ok(if first {
-                    Duration::ZERO
-                } else {
-                    started.elapsed()
-                });
-            }
-            first = false;
-            tokio::time::sleep(decision.retry_after().max(MIN_RETRY_SLEEP)).await;
-        }
+        waits::acquire(|| self.try_acquire(key, n)).await
     }
 
     /// Takes `n` permits for `key` if they can be had within `timeout`: sleeps (tokio's timer)
@@ -594,24 +582,11 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         n: u32,
         timeout: Duration,
     ) -> Result<Decision, RequestError> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            let backend_deadline = Instant::now() + self.backend.timeout();
-            let callers_deadline = deadline.is_some_and(|d| d < backend_deadline);
-            let try_deadline = deadline.map_or(backend_deadline, |d| d.min(backend_deadline));
-            let decision = self
-                .outcome_by(key, n, try_deadline, callers_deadline)
-                .await?
-                .decision();
-            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
-            let left = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            if decision.is_allowed() || wait > left {
-                return Ok(decision);
-            }
-            tokio::time::sleep(wait).await;
-        }
+        let try_by = |deadline, callers| async move {
+            let outcome = self.outcome_by(key, n, deadline, callers).await?;
+            Ok(outcome.decision())
+        };
+        waits::try_acquire_for(timeout, self.backend.timeout(), try_by).await
     }
 
     /// One async decision, given up at `deadline`: the caller's own (`callers_deadline`, sooner
@@ -845,11 +820,6 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
         }
     }
 }
-
-/// The shortest sleep between two tries of [`MemcachedLimiter::acquire`] and
-/// [`try_acquire_for`](MemcachedLimiter::try_acquire_for) (and their blocking forms): a denial
-/// announcing less would only hammer the server.
-const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
 
 /// How long a blocking call has spent: in real time and on the limiter's clock (which a
 /// [`ManualClock`](crate::ManualClock)'s sleeps move without time passing), whichever is more.

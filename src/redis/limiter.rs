@@ -3,10 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-/// The shortest sleep between two tries of a blocking call: Redis keeps time in microseconds
-/// and TTLs in milliseconds, so a denial announcing less would only hammer the server.
-const MIN_RETRY_SLEEP: Duration = Duration::from_millis(1);
-
+use crate::backend::waits;
 use crate::backend::{
     BackendError, BreakerConfig, DENY_CACHE_MAX_KEYS, DenyCache, Excuse, FailureCounts,
     FailureHandler, FailureKind, FailurePolicy, NodeBreakers, Outcome, RequestError,
@@ -574,20 +571,7 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, key: &str, n: u32) -> Result<Duration, RequestError> {
-        let started = Instant::now();
-        let mut first = true;
-        loop {
-            let decision = self.try_acquire(key, n).await?;
-            if decision.is_allowed() {
-                return Ok(if first {
-                    Duration::ZERO
-                } else {
-                    started.elapsed()
-                });
-            }
-            first = false;
-            tokio::time::sleep(decision.retry_after().max(MIN_RETRY_SLEEP)).await;
-        }
+        waits::acquire(|| self.try_acquire(key, n)).await
     }
 
     /// Takes `n` permits for `key` if they can be had within `timeout`: sleeps only while the
@@ -670,32 +654,19 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         n: u32,
         timeout: Duration,
     ) -> Result<Decision, RequestError> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            let now = Instant::now();
-            let backend_deadline = now
-                .checked_add(self.backend.timeout())
-                .unwrap_or_else(far_future);
-            // A try cut short by the caller's own deadline (sooner than the backend's timeout)
-            // says nothing about Redis: denied, and neither counted nor told to the breaker.
-            let on_timeout = match deadline.is_some_and(|d| d < backend_deadline) {
-                true => Excuse::Caller,
-                false => Excuse::None,
+        // A try cut short by the caller's own deadline (sooner than the backend's timeout)
+        // says nothing about Redis while it answers: denied, and neither counted nor told to
+        // the breaker (`outcome_by` hands it to the policy once Redis looks down).
+        let try_by = |deadline, callers| async move {
+            let on_timeout = if callers {
+                Excuse::Caller
+            } else {
+                Excuse::None
             };
-            let try_deadline = deadline.map_or(backend_deadline, |d| d.min(backend_deadline));
-            let decision = self
-                .outcome_by(key, n, try_deadline, on_timeout)
-                .await?
-                .decision();
-            let wait = decision.retry_after().max(MIN_RETRY_SLEEP);
-            let left = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            if decision.is_allowed() || wait > left {
-                return Ok(decision);
-            }
-            tokio::time::sleep(wait).await;
-        }
+            let outcome = self.outcome_by(key, n, deadline, on_timeout).await?;
+            Ok(outcome.decision())
+        };
+        waits::try_acquire_for(timeout, self.backend.timeout(), try_by).await
     }
 
     /// [`try_acquire`](Self::try_acquire), blocking the thread (tokio's `blocking_*` naming).
