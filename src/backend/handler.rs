@@ -400,20 +400,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             Before::Decided(outcome) => outcome,
             Before::Call(permit) => {
                 let result = store().await;
-                let excuse = match &result {
-                    Err(error) => excuse(error),
-                    Ok(_) => Excuse::None,
-                };
-                match excuse {
-                    Excuse::None => self.after(key, n, permit, asked_at, result),
-                    // Dropping the permit unreported leaves the breaker as if the call never
-                    // happened.
-                    Excuse::Breaker => self.after(key, n, None, asked_at, result),
-                    Excuse::Caller => {
-                        drop(permit);
-                        Outcome::from_backend(self.out_of_callers_time())
-                    }
-                }
+                self.after_excusing(key, n, permit, asked_at, result, excuse)
             }
         }
     }
@@ -449,20 +436,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
             Before::Decided(outcome) => outcome,
             Before::Call(permit) => {
                 let result = store();
-                let excuse = match &result {
-                    Err(error) => excuse(error),
-                    Ok(_) => Excuse::None,
-                };
-                match excuse {
-                    Excuse::None => self.after(key, n, permit, asked_at, result),
-                    // Dropping the permit unreported leaves the breaker as if the call never
-                    // happened.
-                    Excuse::Breaker => self.after(key, n, None, asked_at, result),
-                    Excuse::Caller => {
-                        drop(permit);
-                        Outcome::from_backend(self.out_of_callers_time())
-                    }
-                }
+                self.after_excusing(key, n, permit, asked_at, result, excuse)
             }
         }
     }
@@ -616,6 +590,31 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
 
     /// Reports the store call's result to the breaker and the deny cache.
     #[inline]
+    /// [`after`](Self::after), a failure taken as `excuse` says ([`Excuse`]).
+    fn after_excusing(
+        &self,
+        key: &str,
+        n: u32,
+        permit: Option<BreakerPermit<'_, C>>,
+        asked_at: u64,
+        result: Result<Decision, BackendError>,
+        excuse: impl FnOnce(&BackendError) -> Excuse,
+    ) -> Outcome {
+        let excuse = match &result {
+            Err(error) => excuse(error),
+            Ok(_) => Excuse::None,
+        };
+        match excuse {
+            Excuse::None => self.after(key, n, permit, asked_at, result),
+            // Dropping the permit unreported leaves the breaker as if the call never happened.
+            Excuse::Breaker => self.after(key, n, None, asked_at, result),
+            Excuse::Caller => {
+                drop(permit);
+                Outcome::from_backend(self.out_of_callers_time())
+            }
+        }
+    }
+
     fn after(
         &self,
         key: &str,
