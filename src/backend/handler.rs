@@ -588,8 +588,6 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         Before::Call(permit)
     }
 
-    /// Reports the store call's result to the breaker and the deny cache.
-    #[inline]
     /// [`after`](Self::after), a failure taken as `excuse` says ([`Excuse`]).
     fn after_excusing(
         &self,
@@ -615,6 +613,8 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         }
     }
 
+    /// Reports the store call's result to the breaker and the deny cache.
+    #[inline]
     fn after(
         &self,
         key: &str,
