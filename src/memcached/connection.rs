@@ -615,13 +615,13 @@ impl MemcachedBackend {
         };
         if !config.lazy {
             backend.check()?;
-            backend.replied();
         }
         Ok(backend)
     }
 
     /// Records that memcached answered a call just now ([`LastReply`]: one clock read and one
-    /// store, after a call's answer came back).
+    /// store), where a call's answer is read: a blocking call ([`call_by`](Self::call_by): a
+    /// decision, the startup check) and an async decision (`decide_async`) that returns one.
     pub(crate) fn replied(&self) {
         let shared = &*self.shared;
         let micros = micros_since(shared.origin, Instant::now());
@@ -742,6 +742,9 @@ impl MemcachedBackend {
                     idle.push(connection);
                 }
             }
+        }
+        if result.is_ok() {
+            self.replied();
         }
         result.map_err(|error| self.call_failed(error))
     }

@@ -175,6 +175,7 @@ pub(crate) async fn decide_async(
     )));
     match until_deadline(&mut awaiting.answer, deadline).await {
         Ok(Ok(Answer::Decided(decision, Held { connection, place }))) => {
+            backend.replied();
             backend.pool_async(connection);
             drop(place);
             Ok(decision)
@@ -184,6 +185,7 @@ pub(crate) async fn decide_async(
             // caller waits for it until its deadline (a serial caller's next request must not
             // find its permits), never past it, so a take-back that outlasts the deadline is no
             // timeout for the policy to decide (FailOpen would admit what memcached denied).
+            backend.replied();
             let _ = until_deadline(taken_back, deadline).await;
             Ok(decision)
         }

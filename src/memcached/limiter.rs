@@ -614,13 +614,7 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
             now,
             n,
         };
-        let store = || async move {
-            let result = decide_async(&self.backend, job, &self.reclaims, deadline).await;
-            if result.is_ok() {
-                self.backend.replied();
-            }
-            result
-        };
+        let store = || decide_async(&self.backend, job, &self.reclaims, deadline);
         let excuse = |error: &BackendError| self.excuse(callers_deadline, error);
         Ok(self.failures.run_async_within(key, n, store, excuse).await)
     }
@@ -794,13 +788,6 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
                 },
                 || self.finisher(&prefix, now, n),
             )
-        };
-        let store = || {
-            let result = store();
-            if result.is_ok() {
-                self.backend.replied();
-            }
-            result
         };
         Ok(self.failures.run_within(key, n, store, excuse))
     }
