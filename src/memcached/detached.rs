@@ -12,10 +12,12 @@
 //! * A denial is answered at once, and its caller waits for its take-back until its deadline
 //!   (a serial caller's next request must not find its permits), never past it: the denial
 //!   stands whatever happens to the take-back, which runs on in the task.
-//! * An admission is handed over with its connection: the caller that receives it pools the
-//!   connection; a caller gone before it was sent, or dropped with it unread (the channel is
-//!   closed first, so a send either reaches the caller or fails), gives the permits back
-//!   (`decr` of the same cell and `n`) on that connection, exactly.
+//! * An admission is handed over alone: the exchange pools its connection and gives its place
+//!   back as it sends it, so a caller never polled again holds no place. A caller gone before
+//!   the exchange got its reply gets the permits given back (`decr` of the same cell and `n`) on
+//!   the exchange's connection; one gone after, or dropped with the admission unread (the
+//!   channel is closed first, so a send either reaches the caller or fails), gets them given
+//!   back on a connection of its own, taken with a place like any call's.
 //! * Whatever cannot be taken back (the grace ran out, the connection failed) may stay counted
 //!   until its cell leaves the window, and is counted in [`ReclaimCounts::left_counted`].
 
@@ -50,7 +52,8 @@ pub struct ReclaimCounts {
     pub given_back: u64,
     /// Requests written to memcached whose increment may stay counted, never handed out, until
     /// its cell leaves the window: a denial's take-back or a give-back that failed or ran out of
-    /// time, an exchange that failed or ran out of time after its write (the timeout plus the
+    /// time (an admission dropped unread included, whose give-back found no connection place or
+    /// connection before the backend's timeout), an exchange that failed or ran out of time after its write (the timeout plus the
     /// grace), an admission left unread by a future dropped outside a runtime. Each costs
     /// admissions (never adds any) for at most one window.
     pub left_counted: u64,
@@ -100,10 +103,9 @@ struct Held {
     place: OwnedSemaphorePermit,
 }
 
-/// What the exchange sends its caller: an admission with its connection (to pool, or to give
-/// the permits back on), a denial, or a failure.
+/// What the exchange sends its caller: an admission, a denial, or a failure.
 enum Answer {
-    Decided(Decision, Held),
+    Decided(Decision),
     /// A denial whose take-back is under way: `taken_back` ends (a value, or closed) once it is
     /// done or given up.
     Denied(Decision, oneshot::Receiver<()>),
@@ -123,16 +125,12 @@ impl Drop for Awaiting {
         // After `close`, a send fails (the exchange then gives the permits back itself); a
         // value sent before is still here.
         self.answer.close();
-        if let Ok(Answer::Decided(_, held)) = self.answer.try_recv() {
-            let finish_by = later_by(
-                later_by(Instant::now(), self.backend.timeout()),
-                self.backend.grace(),
-            );
-            let give = give_back(
-                held,
+        if let Ok(Answer::Decided(_)) = self.answer.try_recv() {
+            let deadline = later_by(Instant::now(), self.backend.timeout());
+            let give = give_back_unread(
                 self.backend.clone(),
                 Arc::clone(&self.job),
-                finish_by,
+                deadline,
                 Arc::clone(&self.reclaims),
             );
             match tokio::runtime::Handle::try_current() {
@@ -174,10 +172,8 @@ pub(crate) async fn decide_async(
         Arc::clone(reclaims),
     )));
     match until_deadline(&mut awaiting.answer, deadline).await {
-        Ok(Ok(Answer::Decided(decision, Held { connection, place }))) => {
+        Ok(Ok(Answer::Decided(decision))) => {
             backend.replied();
-            backend.pool_async(connection);
-            drop(place);
             Ok(decision)
         }
         Ok(Ok(Answer::Denied(decision, taken_back))) => {
@@ -256,8 +252,20 @@ async fn exchange(
     match result {
         Ok((decision, connection)) if decision.is_allowed() => {
             let held = Held { connection, place };
-            if let Err(Answer::Decided(_, held)) = sender.send(Answer::Decided(decision, held)) {
+            if sender.is_closed() {
+                // The caller is gone: its permits go back on this connection.
                 give_back(held, backend, job, finish_by, reclaims).await;
+                return;
+            }
+            // The connection and the place are no longer this call's, whether or not its
+            // caller is ever polled again; pooled before the answer goes, so that a serial
+            // caller's next call finds the connection.
+            backend.pool_async(held.connection);
+            drop(held.place);
+            if sender.send(Answer::Decided(decision)).is_err() {
+                // The caller went in between: its permits go back as an unread admission's.
+                let deadline = later_by(Instant::now(), backend.timeout());
+                give_back_unread(backend, job, deadline, reclaims).await;
             }
         }
         Ok((decision, connection)) => {
@@ -292,6 +300,42 @@ async fn give_back(
     if take_back_held(held, &backend, &job, finish_by, &reclaims).await {
         reclaims.given_back();
     }
+}
+
+/// Gives back the permits of an admission dropped unread at its caller's end: `decr` of the
+/// same cell and `n` on a connection taken with a place, as a call's, by `deadline` (the
+/// backend's timeout from the drop), its exchange bounded by `deadline` plus the grace.
+async fn give_back_unread(
+    backend: MemcachedBackend,
+    job: Arc<Job>,
+    deadline: Instant,
+    reclaims: Arc<Reclaims>,
+) {
+    let finish_by = later_by(deadline, backend.grace());
+    let Ok(place) = backend.async_place(deadline).await else {
+        reclaims.left_counted();
+        return;
+    };
+    let connection = match backend.pop_idle_async() {
+        Some(connection) => Some(connection),
+        None => until_deadline(AsyncConnection::open(backend.addr()), deadline)
+            .await
+            .ok()
+            .and_then(Result::ok),
+    };
+    let Some(connection) = connection else {
+        reclaims.left_counted();
+        drop(place);
+        return;
+    };
+    give_back(
+        Held { connection, place },
+        backend,
+        job,
+        finish_by,
+        reclaims,
+    )
+    .await;
 }
 
 /// `job`'s permits taken back (`decr`) on `held`'s connection by `finish_by`: the connection

@@ -519,3 +519,45 @@ async fn a_grace_without_end_gives_an_admission_dropped_unread_back() {
 async fn a_grace_without_end_finishes_a_call_that_timed_out_after_its_write() {
     timed_out_after_its_write_leaves_nothing_counted(Duration::MAX).await;
 }
+
+/// Admissions that reached their callers' ends while those callers were never polled again
+/// (their futures kept, not dropped) hold no connection place: the 128 places are free for the
+/// next call, and the admissions are still there when the calls are polled. Before: each such
+/// admission carried its connection and its place to the caller's end, so 128 of them took
+/// every place, and the next call waited its whole timeout for one and failed.
+#[tokio::test(flavor = "current_thread")]
+async fn admissions_waiting_for_callers_never_polled_again_hold_no_connection_place() {
+    const PLACES: usize = 128; // the backend's async connection places
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let through = limiter(&backend(&server), "unpolled", 1_000, 10, &clock);
+    let mut calls: Vec<_> = (0..PLACES)
+        .map(|_| Box::pin(through.try_acquire_outcome("k", 1)))
+        .collect();
+    for call in &mut calls {
+        tokio::select! {
+            biased;
+            outcome = call => panic!("answered on its first poll: {outcome:?}"),
+            () = std::future::ready(()) => {}
+        }
+    }
+    // Every exchange runs to its end (its admission sent) while no call is polled again.
+    settled().await;
+    let next = through.try_acquire_outcome("k", 1).await.unwrap();
+    assert!(next.failure().is_none(), "{:?}", next.failure());
+    assert!(next.decision().is_allowed());
+    for call in calls {
+        let outcome = call.await.unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert!(outcome.decision().is_allowed());
+    }
+    let current = through.cell_index(T0);
+    assert_eq!(
+        stored_sum(&server, &through, "k", current - 9..=current + 1),
+        PLACES as u64 + 1
+    );
+    assert_eq!(
+        through.reclaims(),
+        floodgate::memcached::ReclaimCounts::default()
+    );
+}
