@@ -303,7 +303,7 @@ async fn give_back(
 }
 
 /// Gives back the permits of an admission dropped unread at its caller's end: `decr` of the
-/// same cell and `n` on a connection taken with a place, as a call's, by `deadline` (the
+/// same cell and `n` on a new connection taken with a place, as a call's, by `deadline` (the
 /// backend's timeout from the drop), its exchange bounded by `deadline` plus the grace.
 async fn give_back_unread(
     backend: MemcachedBackend,
@@ -316,13 +316,14 @@ async fn give_back_unread(
         reclaims.left_counted();
         return;
     };
-    let connection = match backend.pop_idle_async() {
-        Some(connection) => Some(connection),
-        None => until_deadline(AsyncConnection::open(backend.addr()), deadline)
-            .await
-            .ok()
-            .and_then(Result::ok),
-    };
+    // A new connection, never a pooled one: a pooled connection memcached closed meanwhile
+    // (restarted, its `idle_timeout`) fails the `decr`, and trying again on another could
+    // decrement twice (the first may have landed), giving back permits handed out. The
+    // give-back of an unread admission is rare; a connect is its price.
+    let connection = until_deadline(AsyncConnection::open(backend.addr()), deadline)
+        .await
+        .ok()
+        .and_then(Result::ok);
     let Some(connection) = connection else {
         reclaims.left_counted();
         drop(place);

@@ -42,6 +42,8 @@ struct Proxy {
     /// Whether a take-back (`decr`) closes the gate before it is forwarded: its reply is held.
     hold_take_backs: Arc<AtomicBool>,
     events: mpsc::UnboundedReceiver<Event>,
+    /// The proxy's ends of the limiter's connections, to cut them ([`Proxy::cut`]).
+    clients: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
@@ -53,8 +55,11 @@ impl Proxy {
         let held = Arc::clone(&gate);
         let hold_take_backs = Arc::new(AtomicBool::new(false));
         let holding_take_backs = Arc::clone(&hold_take_backs);
+        let clients = Arc::new(Mutex::new(Vec::new()));
+        let accepted = Arc::clone(&clients);
         std::thread::spawn(move || {
             while let Ok((client, _)) = listener.accept() {
+                accepted.lock().unwrap().push(client.try_clone().unwrap());
                 let server = TcpStream::connect(&upstream).unwrap();
                 let (client_in, server_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -98,6 +103,16 @@ impl Proxy {
             gate,
             hold_take_backs,
             events,
+            clients,
+        }
+    }
+
+    /// Closes every connection the limiter opened so far, as a memcached that closed its
+    /// idle connections would (restarted, or its `idle_timeout` passed): the limiter sees an
+    /// end of stream at its next read.
+    fn cut(&self) {
+        for client in self.clients.lock().unwrap().drain(..) {
+            let _ = client.shutdown(Shutdown::Both);
         }
     }
 
@@ -560,4 +575,35 @@ async fn admissions_waiting_for_callers_never_polled_again_hold_no_connection_pl
         through.reclaims(),
         floodgate::memcached::ReclaimCounts::default()
     );
+}
+
+/// An admission dropped unread is given back although the pooled connection memcached closed
+/// meanwhile (its `idle_timeout`, a proxy's): 9 of 10 taken, a call for 1 admitted, its
+/// exchange ended (its connection pooled), then the proxy cuts every connection and the call
+/// is dropped. Before: the give-back took the stale pooled connection, its `decr` failed on
+/// the closed stream, and the permit stayed counted (`left_counted` 1, the window at 10, a
+/// call for 1 denied) though memcached was up the whole time.
+#[tokio::test(flavor = "current_thread")]
+async fn an_admission_dropped_unread_is_given_back_past_a_stale_pooled_connection() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let (mut proxy, through) = nine_of_ten(&server, &clock, |c| c.timeout(TIMEOUT));
+    {
+        let call = through.try_acquire_outcome("k", 1);
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
+            () = std::future::ready(()) => {}
+        }
+        // The exchange runs to its end (its connection pooled) while the call is not polled.
+        settled().await;
+        proxy.cut();
+        while !matches!(proxy.next().await, Event::Closed) {} // the proxy's side is closed
+    } // dropped with the admission unread
+    settled().await; // the give-back ended, counted
+    let reclaims = through.reclaims();
+    assert_eq!((reclaims.given_back, reclaims.left_counted), (1, 0));
+    assert_eq!(counted_at_t0(&server, &through), 9);
+    assert!(decided(&through, 1).await.is_allowed());
 }
