@@ -100,7 +100,9 @@ impl MemcachedConfig {
     /// as always and an admission's too. An exchange that cannot finish within the grace is
     /// dropped, its connection closed, and its permits may stay counted until their cell leaves
     /// the window (counted in [`MemcachedLimiter::reclaims`](super::MemcachedLimiter::reclaims)).
-    /// Meanwhile it holds its connection, one of the backend's 128. The caller never waits for
+    /// Meanwhile it holds its connection, one of the backend's 128. An async admission that
+    /// reached its caller's end but was dropped unread is given back on a new connection,
+    /// bounded by the timeout from the drop plus the grace. The caller never waits for
     /// the grace: it gets its answer, or its timeout, within the timeout. `Duration::MAX` means
     /// no end (an exchange then runs until memcached answers or its connection fails).
     ///

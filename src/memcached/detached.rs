@@ -8,16 +8,20 @@
 //! * The exchange writes a request only while its caller waits (the channel open and the
 //!   caller's deadline not passed): a caller gone before the write sends nothing. Once written,
 //!   the exchange runs on, bounded by the caller's deadline plus the backend's
-//!   [grace](super::MemcachedConfig::grace).
+//!   [grace](super::MemcachedConfig::grace) (an unread admission's give-back, below, by the
+//!   backend's timeout from the drop plus the grace).
 //! * A denial is answered at once, and its caller waits for its take-back until its deadline
 //!   (a serial caller's next request must not find its permits), never past it: the denial
 //!   stands whatever happens to the take-back, which runs on in the task.
 //! * An admission is handed over alone: the exchange pools its connection and gives its place
-//!   back as it sends it, so a caller never polled again holds no place. A caller gone before
-//!   the exchange got its reply gets the permits given back (`decr` of the same cell and `n`) on
-//!   the exchange's connection; one gone after, or dropped with the admission unread (the
-//!   channel is closed first, so a send either reaches the caller or fails), gets them given
-//!   back on a connection of its own, taken with a place like any call's.
+//!   back as it sends it, so a caller never polled again holds no place. A caller found gone
+//!   when the exchange has its reply gets the permits given back (`decr` of the same cell and
+//!   `n`) on the exchange's connection; one gone after that check, or dropped with the
+//!   admission unread (the channel is closed first, so a send either reaches the caller or
+//!   fails, and exactly one of the exchange and the drop gives back), gets them given back on a
+//!   new connection of its own (never a pooled one, which memcached may have closed), taken
+//!   with a place like any call's, within the backend's timeout from the drop; no place or no
+//!   connection by then counts it in [`ReclaimCounts::left_counted`].
 //! * Whatever cannot be taken back (the grace ran out, the connection failed) may stay counted
 //!   until its cell leaves the window, and is counted in [`ReclaimCounts::left_counted`].
 
@@ -53,9 +57,10 @@ pub struct ReclaimCounts {
     /// Requests written to memcached whose increment may stay counted, never handed out, until
     /// its cell leaves the window: a denial's take-back or a give-back that failed or ran out of
     /// time (an admission dropped unread included, whose give-back found no connection place or
-    /// connection before the backend's timeout), an exchange that failed or ran out of time after its write (the timeout plus the
-    /// grace), an admission left unread by a future dropped outside a runtime. Each costs
-    /// admissions (never adds any) for at most one window.
+    /// could not connect within the backend's timeout from the drop), an exchange that failed
+    /// or ran out of time after its write (the timeout plus the grace), an admission left
+    /// unread by a future dropped outside a runtime. Each costs admissions (never adds any) for
+    /// at most one window.
     pub left_counted: u64,
 }
 

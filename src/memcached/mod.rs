@@ -41,14 +41,18 @@
 //! # Cancellation and timeouts
 //! Once a request is written, memcached has counted it before its caller knows the answer. An
 //! **async** call's exchange runs in a task of its own (`tokio::spawn`), holding its connection
-//! and its place among the backend's connections until it ends, so a caller that drops its
-//! future or reaches its timeout only loses its answer:
+//! and its place among the backend's connections until it ends or sends an admission (it pools
+//! the connection and gives the place back as it sends: a caller never polled again holds
+//! neither), so a caller that drops its future or reaches its timeout only loses its answer:
 //! * a request not yet written when its caller gives up is never sent;
 //! * one already written is finished within the caller's deadline plus the backend's
 //!   [grace](MemcachedConfig::grace) (default 1 s): a denial is taken back as always, and an
 //!   admission its caller never got is given back (`decr` of the same cell and `n`, exactly:
-//!   the answer is either received by its caller or returned to the exchange, never both), so
-//!   the call consumes nothing ([`MemcachedLimiter::reclaims`] counts it in `given_back`);
+//!   the answer either reaches its caller or fails to, never both), so the call consumes
+//!   nothing ([`MemcachedLimiter::reclaims`] counts it in `given_back`); an admission that
+//!   reached its caller's end but was dropped unread is given back by the drop, on a new
+//!   connection with a place of its own, taken within the backend's timeout from the drop
+//!   (its `decr` bounded by that plus the grace), or counted in `left_counted`;
 //! * an exchange that cannot be finished (the grace runs out, the connection fails, the
 //!   runtime shuts down) closes its connection, and its permits may stay counted until their
 //!   cell leaves the window (`left_counted`, except for a runtime shutting down).
