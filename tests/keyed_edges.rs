@@ -298,3 +298,77 @@ fn peek_on_any_key_agrees_with_the_next_try_through_every_change_of_the_key_coun
         }
     }
 }
+
+std::thread_local! {
+    /// How many times a [`CountedIdle`] algorithm was asked whether a state is idle, on this thread.
+    static IDLE_TESTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A fixed window that counts its idle tests: how often the map judged a key's liveness.
+struct CountedIdle(FixedWindow);
+
+impl floodgate::Algorithm for CountedIdle {
+    fn check_permits(&self, n: u32) -> Result<(), floodgate::AcquireError> {
+        self.0.check_permits(n)
+    }
+    fn decide(&self, state: u64, now: u64, n: u32) -> floodgate::limiter::Step {
+        self.0.decide(state, now, n)
+    }
+    fn is_idle(&self, state: u64, now: u64) -> bool {
+        IDLE_TESTS.set(IDLE_TESTS.get() + 1);
+        self.0.is_idle(state, now)
+    }
+    fn set_limit(&self, limit: u32, now: u64) -> Result<(), floodgate::ConfigError> {
+        self.0.set_limit(limit, now)
+    }
+    fn limit(&self) -> u64 {
+        self.0.limit()
+    }
+}
+
+/// Peeks at new keys against a full shard of live keys whose sweep schedule has passed (every
+/// key used again since the schedule was set, so none is idle when it falls due) judge the
+/// shard's keys once, not on every peek: the first peek keeps the bound it found, as a sweep
+/// that finds no idle key does. Before: every such peek read every key's liveness under the
+/// shard's mutex (8 keys here: 80 idle tests for 10 peeks), until an insert swept.
+#[test]
+fn peeks_at_new_keys_against_a_full_shard_of_live_keys_judge_its_keys_once() {
+    const SEC: u64 = 1_000_000_000;
+    let clock = ManualClock::new();
+    let keyed: Keyed<u64, CountedIdle, ManualClock> = Keyed::builder(CountedIdle(
+        FixedWindow::new(1_000, Duration::from_secs(1)).unwrap(),
+    ))
+    .clock(clock.clone())
+    .max_keys(8)
+    .shards(1)
+    .when_full(WhenFull::DenyNewKeys)
+    .build()
+    .unwrap();
+    for key in 1..=8 {
+        assert!(keyed.check(&key).is_allowed(), "key {key}");
+    }
+    // The schedule fell due at 1 s; every key is live again, in a window of its own.
+    clock.set(SEC + SEC / 2);
+    for key in 1..=8 {
+        assert!(keyed.check(&key).is_allowed(), "key {key}");
+    }
+    IDLE_TESTS.set(0);
+    let first = keyed.peek(&100, 1).unwrap();
+    assert!(
+        !first.is_allowed(),
+        "room for a new key in a full shard: {first:?}"
+    );
+    for _ in 0..9 {
+        assert_eq!(keyed.peek(&100, 1).unwrap(), first);
+    }
+    let tests = IDLE_TESTS.get();
+    assert!(tests <= 8, "10 peeks judged {tests} keys' liveness");
+    // The insert agrees, with the same wait.
+    let refused = keyed.check(&100);
+    assert!(!refused.is_allowed());
+    assert_eq!(refused.retry_after(), first.retry_after());
+    // Once that wait is over every key is idle: the next peek and insert find room.
+    clock.advance(first.retry_after());
+    assert!(keyed.peek(&100, 1).unwrap().is_allowed());
+    assert!(keyed.check(&100).is_allowed());
+}

@@ -1272,7 +1272,9 @@ where
     /// nothing: `Some(retry_after)` when its shard is full of live keys and the policy refuses new
     /// keys (the `retry_after` an insert would report), `None` when there is room (or some key
     /// is idle, so a sweep would make room). Scans the shard only when it is full and a sweep
-    /// would run; for [`peek`](crate::Keyed::peek) on a key the map does not hold.
+    /// would run, and keeps the schedule it finds when no key is idle (as that sweep would), so
+    /// peeks against a full shard of live keys scan it once per schedule, not once each; for
+    /// [`peek`](crate::Keyed::peek) on a key the map does not hold.
     ///
     /// Takes no lock while the shard is below its cap (the common case): it reads the mirror of
     /// the shard's key count. Only a shard at its cap takes the mutex, to read its sweep schedule
@@ -1302,7 +1304,16 @@ where
         // As `make_room`: before `next_idle_at` no key is idle and no sweep runs; from it on, a
         // sweep drops the idle keys, or finds none and schedules the next one.
         let next_idle_at = if now >= meta.next_idle_at || meta.deciding > 0 {
-            idle_bound(&shard.table.load(), rules, now)
+            let bound = idle_bound(&shard.table.load(), rules, now);
+            // No key idle: the schedule a sweep finding none would set (the bound an insert at
+            // the mark sets, read the same way: a lower bound, since a check only puts a key's
+            // idle time later), kept so that later peeks and inserts do not judge every key
+            // again before it. Not while a decision is under way (`deciding`: its key may be
+            // missing from the bound); a bound at or before `now` (an idle key) is not kept.
+            if bound > now && meta.deciding == 0 {
+                meta.next_idle_at = bound;
+            }
+            bound
         } else {
             meta.next_idle_at
         };
