@@ -135,3 +135,54 @@ fn a_caller_never_polled_after_its_lease_request_went_out_does_not_hold_up_the_o
     assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
     drop(idle);
 }
+
+/// As above, but the stalled caller is dropped once another caller has taken in its reply:
+/// its request's permit (1) was taken from the limit with its lease, and goes to no one (as
+/// documented: at most the request's `n` per such refill), counted among the leased permits
+/// served; the rest of its lease was served to the others. Nothing else is lost: Redis holds
+/// exactly what the counts say was served (the dropped caller's permit among them) plus what
+/// the key holds.
+#[test]
+fn a_stalled_caller_dropped_after_its_reply_was_taken_in_loses_only_its_own_permits() {
+    let server = RedisServer::start();
+    let limiter = warm_limiter(&server);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+
+    let idle = current_thread();
+    let before = server.calls("evalsha");
+    server.freeze();
+    let mut stalled = Box::pin(leased.try_acquire_outcome(1));
+    assert!(poll_once(&idle, &mut stalled), "its lease request is out");
+    server.thaw();
+    server.wait_for_calls("evalsha", before + 1);
+
+    let busy = current_thread();
+    let later =
+        busy.block_on(async { tokio::time::timeout(HANG, leased.try_acquire_outcome(1)).await });
+    let later = later.expect("the call after the stalled one hung").unwrap();
+    assert!(
+        later.failure().is_none() && later.decision().is_allowed(),
+        "{later:?}"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.leases, counts.leased, counts.held),
+        (1, 8, 6),
+        "the stalled caller's lease, published and served once: {counts:?}"
+    );
+    drop(stalled);
+    assert_eq!(
+        counts.served(),
+        2,
+        "the dropped caller's 1 and the later call's 1"
+    );
+    let left = 100 - counts.served() - counts.held;
+    assert!(
+        limiter
+            .blocking_try_acquire("k", left as u32)
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    drop(idle);
+}
