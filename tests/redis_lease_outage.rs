@@ -881,15 +881,17 @@ async fn a_kept_refund_goes_before_a_call_near_the_limit() {
 }
 
 /// `release` must return within the backend's timeout from its start ("Within one timeout"),
-/// however long another caller holds the key's lease: here a refill whose refund is out on a
-/// frozen server, and whose future its caller stops polling, holds the owner for as long as
-/// the test likes. `release` started meanwhile gives up waiting at its deadline: nothing sent
-/// (no refund, no failure counted or told to the breaker), the lease's permits kept (the
-/// refill's kept refund), and an error that says so. A `release` that waits for the owner with
-/// no deadline never returns here: the 10-timeout guard fails on that hang only (the refill is
-/// never polled again before the guard, so no timing can free the owner).
+/// whatever another caller of the key does: here a refill whose refund is out on a frozen
+/// server, and whose future its caller stops polling. Before issue 18's fix that caller held
+/// the key's lease for as long as it kept its future, and `release` gave up at its deadline
+/// having sent nothing ([`ReleaseError::Busy`]). Now the refill's calls are the key's, not
+/// their caller's alone: `release` polls them until they end (the refund times out at its
+/// deadline, half of the refill's timeout, and decides the refill), then sends the kept refund
+/// again in what is left of its own timeout; the server still frozen, that times out too: a
+/// refund error naming the server, the 7 permits kept to send again. The 10-timeout guard
+/// fails on a hang only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_while_a_refill_holds_the_lease_gives_up_at_its_deadline() {
+async fn a_release_behind_a_stalled_refill_polls_its_calls_and_returns_within_the_timeout() {
     let server = RedisServer::start();
     let (_, limiter, clock) = hourly(&server, SHORT, "busy").await;
     let limiter = Arc::new(limiter);
@@ -899,46 +901,39 @@ async fn a_release_while_a_refill_holds_the_lease_gives_up_at_its_deadline() {
     clock.advance(leased.lifetime());
 
     server.freeze();
-    // One poll: the expired lease is retired and its refund sent, under the owner, to the
-    // frozen server (the owner is taken before the first await: a `try_lock` that succeeds).
+    // One poll: the expired lease is retired and its refund sent to the frozen server.
     let mut refill = std::pin::pin!(leased.try_acquire_outcome(1));
     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
     assert!(refill.as_mut().poll(&mut context).is_pending());
 
     let guard = tokio::time::timeout(10 * SHORT, leased.release()).await;
-    let released = guard.expect("release waited for the owner past its deadline (hung)");
-    let error = match released {
-        Err(ReleaseError::Busy { error }) => error,
-        other => panic!("not the busy owner's error: {other:?}"),
+    let released = guard.expect("release waited past its deadline (hung)");
+    let (permits, error) = match released {
+        Err(ReleaseError::Refund { permits, error }) => (permits, error),
+        other => panic!("not the resent refund's timeout: {other:?}"),
     };
+    assert_eq!(permits, 7);
     assert!(error.is_timeout(), "{error}");
     assert_eq!(
         error.server_address(),
         Some(server.url().as_str()),
         "{error}"
     );
-    let text = ReleaseError::Busy {
-        error: error.clone(),
-    }
-    .to_string();
-    assert!(
-        text.contains("nothing was sent") && text.contains("kept"),
-        "{text}"
-    );
     let counts = leased.counts();
     assert_eq!(
-        (counts.refunded, counts.failed_refunds, counts.busy_releases),
-        (0, 0, 1),
-        "release sent nothing: {counts:?}"
+        (
+            counts.refunded,
+            counts.failed_refunds,
+            counts.resent_refunds,
+            counts.busy_releases
+        ),
+        (0, 2, 1, 0),
+        "the refill's refund and release's retry both timed out: {counts:?}"
     );
-    assert_eq!(
-        limiter.failures().total(),
-        0,
-        "nothing sent, nothing failed"
-    );
+    assert_eq!(limiter.failures().total(), 2, "one for each");
 
-    // The refill, polled again after the thaw, finds its refund timed out (kept); the next
-    // `release` sends it again and the 7 come back.
+    // The refill, polled again after the thaw, has its outcome: decided by its refund's
+    // timeout. The next `release` sends the refund again and the 7 come back.
     server.thaw();
     let refilled = refill.await.unwrap();
     assert!(

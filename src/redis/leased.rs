@@ -1,8 +1,12 @@
 //! [`LeasedKey`]: one key of a Redis GCRA limit, served locally from leases taken with one
 //! script call each.
 
-use std::sync::{Arc, LazyLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+use futures_util::future::{FutureExt as _, Shared, WeakShared};
 
 use super::lua_script::LuaScript;
 use super::refund_name::refund_name;
@@ -154,8 +158,9 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// # How a call is decided
 /// * **From the lease** when it has `n` permits and has not expired: one clock read and one
 ///   compare-exchange.
-/// * Otherwise one caller (the others wait for it, on an async mutex that only this path
-///   takes) retires the lease, learning exactly how many permits were not served, and asks
+/// * Otherwise one caller (the others wait for its calls to Redis, polling them too: see
+///   [Cancellation](Self#cancellation-and-callers-not-polled)) retires the lease, learning
+///   exactly how many permits were not served, and asks
 ///   Redis, through the limiter's [`FailurePolicy`](crate::backend::FailurePolicy), circuit
 ///   breaker and deny cache, for a new lease of between `n` and the lease size permits, as
 ///   many as fit (one script call, `*_lease.lua`). Unserved permits of the old lease (it
@@ -206,6 +211,33 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///
 /// Share one `LeasedKey` per key among the tasks of a process (in an [`Arc`]): each
 /// `LeasedKey` holds its own lease, and the bounds below count per `LeasedKey`.
+///
+/// # Cancellation and callers not polled
+/// A refill's calls to Redis (the old lease's refund, then the request for a new lease) are
+/// made by one caller, but they are not its alone: the key's other callers wait for them by
+/// polling them too, so their reply is taken in (the refund's fate counted, the new lease
+/// published) by whichever caller polls first, not only by the one that sent them. A caller
+/// whose calls went out and which is then never polled again, its future kept (a stream its
+/// consumer stopped reading, a task on a runtime that nothing drives any more), holds up no
+/// one while Redis answers: the key's next caller takes in the reply, publishes the lease and
+/// is served from it. (Before, every later call on the key waited for its own timeout behind
+/// the stalled caller, and was decided by the policy.) [`release`](Self::release)'s refund is
+/// taken in the same way. What a refill reserves on Redis goes:
+/// * **the lease beyond the request**: served to the key's callers, given back when retired
+///   unserved, or left to expire, as any lease (see [the bound](Self#the-bound));
+/// * **the request's own `n` permits**: to the caller that asked, in its outcome when it is
+///   polled again. A caller dropped after another caller took in its reply never gets them:
+///   they are taken from the limit and handed to no one (at most that request's `n` per such
+///   refill; [`counts`](Self::counts) counts them among the leased permits served);
+/// * **calls dropped while out**: the calls go on as long as any caller polls them, and are
+///   dropped with the last future polling them (the caller that made them, and every waiting
+///   caller, dropped or timed out). Then nothing more is sent; a lease whose request was out is
+///   lost (at most one lease of under-admission, in none of the counts), and a refund whose
+///   call was out is kept and sent again, under its name, before the key's next refill or
+///   `release` (it lands at most once).
+///
+/// A caller waiting for another's calls gives up at its own deadline, as before (a timeout,
+/// decided by the policy); the calls keep the deadline their caller gave them.
 ///
 /// # Drop
 /// A `LeasedKey` dropped holding permits gives them back in the background, as
@@ -274,7 +306,8 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   could not be given back (another decision came first: they stay taken until the bucket's
 ///   time passes them), whose refund's call failed or was not let out by the breaker and was
 ///   not sent again before a later lease was granted on the key or its time passed (given
-///   up), or whose reply was lost (a timeout, or a dropped future, after the script ran) and
+///   up), or whose reply was lost (a timeout, or calls dropped by every caller polling them,
+///   after the script ran) and
 ///   whose retry did not come (a retry finds the first landing's mark and reports it).
 ///   [`counts`](Self::counts) reports them. A dropped `LeasedKey` gives back what it holds
 ///   (see [Drop](Self#drop)): only what its refund could not give back adds to this, counted in
@@ -319,7 +352,9 @@ pub struct LeasedKey<A: LeaseAlgorithm = Gcra, C: Clock + Clone = QuantaClock> {
     reset_at: AtomicU64,
     /// What Redis said was left at the last decision (a lease's or a per-call one).
     budget: AtomicU64,
-    owner: tokio::sync::Mutex<Owner>,
+    /// Held only between two awaits (never across one): a refill's calls are out with it
+    /// released, as [`Owner::in_flight`].
+    owner: Mutex<Owner>,
     /// Whether the owner keeps a refund to send again (`Owner::pending` is `Some`): a request
     /// near the limit then goes through the owner, which sends it first, instead of straight
     /// to the exact per-call decision (which would move the key past the refund's word).
@@ -346,11 +381,51 @@ struct Owner {
     /// wrote, so once a later lease is granted on the key an older refund can no longer land
     /// (it is given up then).
     pending: Option<Refund>,
+    /// The refill (or `release`) whose calls to Redis are out: the key's other callers wait
+    /// for it, and whichever of them (or its own caller) first finds its reply settles it (see
+    /// [`LeasedKey::settle`]). Weak: once every caller polling it has dropped its future, the
+    /// calls are dropped with them, and the next caller finds it gone.
+    in_flight: Option<InFlight>,
+}
+
+/// A refill's (or a `release`'s) calls to Redis: the refund of a retired lease (or a kept one),
+/// then the request for a new lease, in one future that any caller of the key may poll, so that
+/// the reply is taken in by whichever caller polls first, not only by the caller that sent it.
+type Calls = Shared<Pin<Box<dyn Future<Output = CallsReply> + Send>>>;
+
+/// What [`Calls`] got back.
+#[derive(Clone, Debug)]
+struct CallsReply {
+    /// The refund's call (`None`: none was sent).
+    refund: Option<Result<Refunded, BackendError>>,
+    /// The refill's request: its outcome (decided by the refund's failure when that failed),
+    /// and the lease it took, if any. `None`: no lease asked for (a `release`, or near the
+    /// limit: the request is then the exact per-call decision, made by its own caller).
+    take: Option<Taken>,
+}
+
+/// What became of a refill's request.
+#[derive(Clone, Debug)]
+struct Taken {
+    /// The request's outcome.
+    outcome: Outcome,
+    /// The lease Redis granted it (of which the request's `n` go to the request).
+    lease: Option<Lease>,
+    /// The permits the request asked for.
+    n: u32,
+}
+
+/// The [`Calls`] out, as [`Owner`] keeps them.
+#[derive(Debug)]
+struct InFlight {
+    calls: WeakShared<Pin<Box<dyn Future<Output = CallsReply> + Send>>>,
+    /// The refund's permits, and whether it was sent before (a kept refund's retry).
+    refund: Option<(u64, bool)>,
 }
 
 /// A refund of a retired lease's unserved permits: sent at once, and kept to be sent again
 /// while its call fails.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Refund {
     /// The lease's receipt: the word the refund must find.
     receipt: [u64; 2],
@@ -370,6 +445,7 @@ struct Refund {
 }
 
 /// What became of a refund's call.
+#[derive(Clone, Copy, Debug)]
 enum Refunded {
     /// It landed (or a copy of it had: the mark was found): the permits are back.
     Landed,
@@ -425,7 +501,8 @@ pub struct LeaseCounts {
     /// up, or its call failed and no retry has landed yet (counted in
     /// [`failed_refunds`](Self::failed_refunds) too; a retry that lands moves them to
     /// `refunded`). A
-    /// refund whose reply was lost (its call's future dropped while it was out, a
+    /// refund whose reply was lost (its call dropped while it was out by every caller polling
+    /// it, a
     /// reply that came after the call's deadline to a script that ran just before it, or, on a
     /// Redis Cluster, a copy re-sent after the reply was lost that reached the server after the
     /// deadline and was refused as late) is counted here, though it may have landed: then
@@ -519,11 +596,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             slot: LeaseSlot::new(),
             source_left: AtomicU64::new(0),
             reset_at: AtomicU64::new(0),
-            owner: tokio::sync::Mutex::new(Owner {
+            owner: Mutex::new(Owner {
                 lease: NO_LEASE,
                 size: INITIAL_LEASE.min(max_lease),
                 failed: None,
                 pending: None,
+                in_flight: None,
             }),
             refund_kept: AtomicBool::new(false),
             budget: AtomicU64::new(limit),
@@ -563,7 +641,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             });
         }
         let max_lease = lease_at_most(max_lease, RedisAlgorithm::limit(self.limiter.algorithm()));
-        self.owner.get_mut().size = INITIAL_LEASE.min(max_lease);
+        let owner = self.owner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        owner.size = INITIAL_LEASE.min(max_lease);
         self.max_lease = max_lease;
         Ok(self)
     }
@@ -730,8 +809,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     /// described [above](Self#how-a-call-is-decided). A Redis failure is decided by the
     /// limiter's policy (see [`try_acquire_outcome`](Self::try_acquire_outcome) to see it).
     ///
-    /// Dropping the future while it waits for a new lease sends nothing more; a lease whose
-    /// request was already sent is lost (at most one lease of under-admission).
+    /// A future dropped, or kept and never polled again, while its request for a lease is out
+    /// holds up none of the key's other callers; what its request reserved is served to them,
+    /// given back or lost as [Cancellation](Self#cancellation-and-callers-not-polled) says.
     ///
     /// # Errors
     /// [`RequestError::Permits`] for `n = 0` or `n` above the capacity;
@@ -871,42 +951,65 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 "LeasedKey::release needs a tokio runtime",
             ));
         }
-        // One deadline for the whole call: the wait for the owner (another caller's refill
-        // may hold it for its own whole timeout, or longer if its future is not polled) and
-        // the refund share it.
+        // One deadline for the whole call: the wait for another caller's calls (its refill may
+        // be out for its own whole timeout) and the refund share it.
         let timeout = self.limiter.backend().timeout();
         let deadline = deadline(timeout);
-        // Nothing retired, nothing sent when this call does not get the owner: the lease (or
-        // the holder's kept refund) stays for a later `release` or refill.
-        let (mut owner, waited) = match self.owner.try_lock() {
-            Ok(owner) => (owner, false),
-            // While the key's breaker is open or half-open, the holder's call may be the
-            // breaker's probe, out for up to the timeout on a server that does not answer (a
-            // refund sent while it is out would be short-circuited): the breaker's error at
-            // once, as a refill's caller gets its short-circuited per-call decision.
-            Err(_) if !self.breaker_closed() => {
-                let node = self.limiter.node_of(&self.key);
-                let error = self.limiter.handler().circuit_open(node.as_deref());
-                return Err(self.busy(error));
+        // Nothing retired, nothing sent while another caller's calls are out and this call's
+        // deadline passes: the lease (or the holder's kept refund) stays for a later `release`
+        // or refill.
+        let mut waited = false;
+        let (calls, permits) = loop {
+            match self.start_release(deadline, waited) {
+                Start::Sent(calls, permits) => break (calls, permits),
+                Start::Out(calls) => {
+                    if calls.peek().is_none() && !self.breaker_closed() {
+                        // While the key's breaker is open or half-open, the holder's call may
+                        // be the breaker's probe, out for up to the timeout on a server that
+                        // does not answer (a refund sent while it is out would be
+                        // short-circuited): the breaker's error at once, as a refill's caller
+                        // gets its short-circuited per-call decision.
+                        let node = self.limiter.node_of(&self.key);
+                        let error = self.limiter.handler().circuit_open(node.as_deref());
+                        return Err(self.busy(error));
+                    }
+                    match until_deadline(calls.clone(), deadline).await {
+                        Ok(reply) => self.settle(&calls, &reply),
+                        Err(()) => return Err(self.released_out(timeout)),
+                    }
+                    waited = true;
+                }
+                Start::Decided(_) | Start::Exact => return Ok(0),
             }
-            Err(_) => match until_deadline(self.owner.lock(), deadline).await {
-                Ok(owner) => (owner, true),
-                Err(()) => return Err(self.released_out(timeout)),
-            },
         };
+        let reply = calls.clone().await;
+        self.settle(&calls, &reply);
+        match reply.refund {
+            Some(Ok(Refunded::Landed)) => Ok(permits),
+            Some(Ok(Refunded::Refused)) | None => Ok(0),
+            // Counted in the limiter's failures by the calls (no request is decided by it).
+            Some(Err(error)) => Err(ReleaseError::Refund { permits, error }),
+        }
+    }
+
+    /// What `release` does next, decided under the owner's lock: wait for the calls out, or
+    /// retire the lease and send its refund (or a kept one; [`Start::Exact`]: none to send).
+    /// `waited`: it waited for another caller's calls (a timeout of the refund, shortened by
+    /// the wait, says nothing about Redis: not told to the breaker).
+    fn start_release(&self, deadline: Instant, waited: bool) -> Start<u64> {
+        let mut owner = self.lock_owner();
+        if let Some(calls) = self.calls_out(&owner) {
+            return Start::Out(calls);
+        }
         let unused = self.retire(&mut owner);
         let old = std::mem::replace(&mut owner.lease, NO_LEASE);
         let fresh = self.refund_of(&old, unused);
-        // A timeout of a refund shortened by the wait for the owner says nothing about Redis
-        // (not told to the breaker, as a refill's).
-        match self.give_back(&mut owner, fresh, deadline, waited).await {
-            Ok(landed) => Ok(landed),
-            Err((permits, error)) => {
-                // No request is decided by this failure: counted here.
-                self.limiter.handler().count_failure(&error);
-                Err(ReleaseError::Refund { permits, error })
-            }
-        }
+        let Some((refund, retry)) = self.refund_to_send(&mut owner, fresh) else {
+            return Start::Exact;
+        };
+        let permits = refund.unused;
+        let calls = self.send(&mut owner, Some((refund, deadline, waited, retry)), None);
+        Start::Sent(calls, permits)
     }
 
     /// The clock leases expire on (the limiter's).
@@ -1061,33 +1164,69 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         asked: Instant,
         deadline: Instant,
     ) -> Result<Outcome, RequestError> {
-        let (mut owner, waited) = match self.owner.try_lock() {
-            Ok(owner) => (owner, false),
-            // Another caller is replacing the lease. While the key's breaker is open or
-            // half-open, its call may be the breaker's probe, out for up to the timeout on a
-            // server that does not answer: this call is the limiter's per-call decision
-            // instead, which the breaker short-circuits at once while its probe is out (or
-            // which is the probe, when one is due), as for any other caller.
-            Err(_) if !self.breaker_closed() => return self.exact(n, deadline, false).await,
-            // Otherwise wait for it, but not past this call's own deadline (its Redis call may
-            // take the whole timeout).
-            Err(_) => match until_deadline(self.owner.lock(), deadline).await {
-                Ok(owner) => (owner, true),
-                Err(_) => return Ok(self.waited_out(n)),
-            },
-        };
+        let mut waited = false;
+        loop {
+            match self.start_refill(n, asked, deadline, waited) {
+                Start::Out(calls) => {
+                    // Another caller is replacing the lease. While the key's breaker is open
+                    // or half-open, its call may be the breaker's probe, out for up to the
+                    // timeout on a server that does not answer: this call is the limiter's
+                    // per-call decision instead, which the breaker short-circuits at once while
+                    // its probe is out (or which is the probe, when one is due), as for any
+                    // other caller. (Calls whose reply came are settled first: their lease may
+                    // serve this one.)
+                    if calls.peek().is_none() && !self.breaker_closed() {
+                        return self.exact(n, deadline, false).await;
+                    }
+                    // Otherwise wait for them, polling them (their reply is taken in by
+                    // whichever caller polls first), but not past this call's own deadline
+                    // (their Redis call may take the whole timeout).
+                    match until_deadline(calls.clone(), deadline).await {
+                        Ok(reply) => self.settle(&calls, &reply),
+                        Err(()) => return Ok(self.waited_out(n)),
+                    }
+                    waited = true;
+                }
+                Start::Decided(outcome) => return Ok(outcome),
+                Start::Exact => return self.exact(n, deadline, waited).await,
+                Start::Sent(calls, ()) => {
+                    let reply = calls.clone().await;
+                    self.settle(&calls, &reply);
+                    return match reply.take {
+                        Some(taken) => Ok(taken.outcome),
+                        // Near the limit: the exact per-call decision, after the refund.
+                        None => self.exact(n, deadline, waited).await,
+                    };
+                }
+            }
+        }
+    }
+
+    /// What a refill of a request of `n` (a call made at `asked`, to be decided by `deadline`;
+    /// `waited`: it waited for another caller's calls) does next, decided under the owner's
+    /// lock: wait for the calls out; serve from a lease published meanwhile, or take the
+    /// failure of a refill that failed meanwhile; or retire the lease and send its refund and
+    /// the request for a new one (near the limit, the exact per-call decision instead, after
+    /// the refund if there is one).
+    fn start_refill(&self, n: u32, asked: Instant, deadline: Instant, waited: bool) -> Start<()> {
+        let mut owner = self.lock_owner();
+        if let Some(calls) = self.calls_out(&owner) {
+            return Start::Out(calls);
+        }
         // Another caller may have published a lease while this one waited.
         if let Some((left, now)) = self.slot.serve(n, self.clock()) {
-            return Ok(Outcome::from_backend(self.served(left, now)));
+            return Start::Decided(Outcome::from_backend(self.served(left, now)));
         }
         // A refill that failed while this call waited: its failure is this call's too (one
         // failed call per outage and timeout, not one per waiting caller).
         let failed_meanwhile = owner
             .failed
             .as_ref()
-            .filter(|(at, _)| waited && *at >= asked);
-        if let Some((_, error)) = failed_meanwhile {
-            return Ok(self.limiter.handler().decide(&self.key, n, error.clone()));
+            .filter(|(at, _)| waited && *at >= asked)
+            .map(|(_, error)| error.clone());
+        if let Some(error) = failed_meanwhile {
+            drop(owner);
+            return Start::Decided(self.limiter.handler().decide(&self.key, n, error));
         }
         // Before anything is sent: the new lease's lifetime counts from here. The earlier of
         // two reads: a one-shot leaping read (up to the lag horizon ahead) would otherwise
@@ -1122,144 +1261,27 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         // with that failure): no request follows it into a server that just failed. One the
         // breaker did not let out is kept, and the request goes to the breaker as any other.
         let fresh = self.refund_of(&old, unused);
-        if fresh.is_some() || owner.pending.is_some() {
-            let now = Instant::now();
-            let half = deadline.saturating_duration_since(now) / 2;
-            let refund_deadline = now.checked_add(half).unwrap_or(deadline);
-            if let Err((_, error)) = self
-                .give_back(&mut owner, fresh, refund_deadline, waited)
-                .await
-                && !error.is_circuit_open()
-            {
-                owner.failed = Some((Instant::now(), error.clone()));
-                return Ok(self.limiter.handler().decide(&self.key, n, error));
-            }
+        let refund = self
+            .refund_to_send(&mut owner, fresh)
+            .map(|(refund, retry)| {
+                let now = Instant::now();
+                let half = deadline.saturating_duration_since(now) / 2;
+                let refund_deadline = now.checked_add(half).unwrap_or(deadline);
+                (refund, refund_deadline, waited, retry)
+            });
+        // Near the limit the lease would be the request: the exact per-call decision, made by
+        // this caller (not holding the owner: there is no lease to serve), after the refund.
+        if refund.is_none() && want <= n {
+            return Start::Exact;
         }
-        if want <= n {
-            // Near the limit: the lease would be the request: the exact per-call decision
-            // (not holding the lease: there is none to serve).
-            drop(owner);
-            return self.exact(n, deadline, waited).await;
-        }
-        let mut taken = None;
-        let slot = &mut taken;
-        let store = move || async move {
-            let lease = self.take(n, want, sent, deadline).await?;
-            *slot = Some(lease);
-            Ok(lease_decision(&lease, n))
+        let take = Take {
+            n,
+            want,
+            sent,
+            deadline,
+            waited,
         };
-        // A timeout of a call shortened by the wait for the owner says nothing about Redis.
-        let excuse = |error: &BackendError| match waited && error.is_timeout() {
-            true => Excuse::Breaker,
-            false => Excuse::None,
-        };
-        let node = || self.limiter.node_of(&self.key);
-        let outcome = self
-            .limiter
-            .handler()
-            .run_async_excusing(&self.key, n, node, store, excuse)
-            .await;
-        self.limiter.after_short_circuit(&outcome);
-        owner.failed = outcome
-            .failure()
-            .filter(|error| !error.is_circuit_open())
-            .map(|error| (Instant::now(), error.clone()));
-        if taken.is_some() && owner.pending.take().is_some() {
-            // A lease was granted on the key past a kept refund's word: it can no longer land.
-            // SeqCst: see `unserved`.
-            self.refund_kept.store(false, Ordering::SeqCst);
-            // Relaxed: a statistics counter; no other memory depends on it.
-            self.counters
-                .given_up_refunds
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        match taken {
-            Some(lease) if outcome.failure().is_none() => {
-                // Relaxed: a hint (see `exact_suffices`).
-                self.budget
-                    .store(lease.decision().remaining(), Ordering::Relaxed);
-                if lease.granted() > 0 {
-                    // Relaxed: statistics counters; no other memory depends on them.
-                    self.counters.leases.fetch_add(1, Ordering::Relaxed);
-                    self.counters
-                        .leased
-                        .fetch_add(u64::from(lease.granted()), Ordering::Relaxed);
-                    // Relaxed: published by the Release stores of `publish`.
-                    self.source_left
-                        .store(lease.decision().remaining(), Ordering::Relaxed);
-                    let reset = duration_to_nanos(lease.decision().reset_after());
-                    // Relaxed: as above.
-                    self.reset_at
-                        .store(sent.saturating_add(reset), Ordering::Relaxed);
-                    self.slot.publish(lease.granted() - n, lease.expires_at());
-                    owner.lease = lease;
-                }
-            }
-            _ => {}
-        }
-        Ok(outcome)
-    }
-
-    /// One lease script: between `n` and `want` permits, as many as fit; its lifetime counts
-    /// from `sent` (a clock read taken before the request).
-    async fn take(
-        &self,
-        n: u32,
-        want: u32,
-        sent: u64,
-        deadline: Instant,
-    ) -> Result<Lease, BackendError> {
-        let backend = self.limiter.backend();
-        let algorithm = self.limiter.algorithm();
-        let mut args = algorithm.args(n);
-        args[3] = u64::from(want);
-        let reply = backend
-            .eval(algorithm.lease_script(), &self.redis_keys, &args, deadline)
-            .await?;
-        let protocol = || {
-            BackendError::at(
-                FailureKind::Protocol,
-                backend.failed_at(&self.redis_keys),
-                std::io::Error::other(format!(
-                    "unexpected reply from floodgate's lease script: {reply:?}"
-                )),
-            )
-        };
-        let &[
-            allowed,
-            limit,
-            remaining,
-            retry,
-            reset,
-            granted,
-            word,
-            stamp,
-            now,
-        ] = reply.as_slice()
-        else {
-            return Err(protocol());
-        };
-        let decision = decision_from_reply(
-            &[allowed, limit, remaining, retry, reset, now],
-            backend.server(),
-        )?;
-        let granted = u32::try_from(granted).map_err(|_| protocol())?;
-        let receipt = [
-            u64::try_from(word).map_err(|_| protocol())?,
-            u64::try_from(stamp).map_err(|_| protocol())?,
-        ];
-        if decision.is_allowed() != (granted > 0) || (granted > 0 && !(n..=want).contains(&granted))
-        {
-            return Err(protocol());
-        }
-        let mut expires_at = sent.saturating_add(self.lifetime_nanos);
-        if algorithm.ends_with_window() {
-            // A grant's `reset_after` is the time from the script's clock read to the end of
-            // the window that counted it; `sent` came before that read.
-            let window_end = sent.saturating_add(duration_to_nanos(decision.reset_after()));
-            expires_at = expires_at.min(window_end);
-        }
-        Ok(Lease::new(granted, sent, expires_at, decision).with_receipt(receipt))
+        Start::Sent(self.send(&mut owner, refund, Some(take)), ())
     }
 
     /// The refund of `unused` permits of the retired `lease`, if there is one to send: some
@@ -1279,35 +1301,166 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         })
     }
 
-    /// Gives back the refund kept after a failed call, or `fresh` (a retired lease's: it
-    /// replaces a kept one, which can no longer land once `fresh`'s lease was granted),
-    /// giving up at `deadline` (`excused`: a timeout then is not the breaker's to count).
-    /// `Ok`: the permits that landed (0: none to send, refused, or given up past its time).
-    /// `Err`: the permits and the failure of a refund kept to be sent again (a
-    /// [`BackendError::CircuitOpen`] when the breaker did not let it out), not counted in the
-    /// limiter's failures (the caller decides a request by it, or counts it).
-    async fn give_back(
+    /// The owner's lock, held only between two awaits (nothing panics under it: a poisoned
+    /// lock still holds a consistent owner).
+    fn lock_owner(&self) -> MutexGuard<'_, Owner> {
+        self.owner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The calls out (another caller's refill or `release`), if any: forgets calls that every
+    /// caller polling them has dropped (their refund is kept in `pending`; a lease their
+    /// request took is lost, as a dropped call's reply).
+    fn calls_out(&self, owner: &Owner) -> Option<Calls> {
+        owner.in_flight.as_ref()?.calls.upgrade()
+    }
+
+    /// Makes the calls of a refill or a `release` (the refund given back, then the request for
+    /// a lease) and records them as out in `owner`; they go out when first polled. 'static:
+    /// whichever caller of the key polls first drives them, so the caller that made them need
+    /// not be polled again for the others to get on (its reply is settled by whoever finds
+    /// it first).
+    fn send(
         &self,
         owner: &mut Owner,
-        fresh: Option<Refund>,
-        deadline: Instant,
-        excused: bool,
-    ) -> Result<u64, (u64, BackendError)> {
-        let given = self.give_back_kept(owner, fresh, deadline, excused).await;
+        refund: Option<(Refund, Instant, bool, bool)>,
+        take: Option<Take>,
+    ) -> Calls {
+        let limiter = Arc::clone(&self.limiter);
+        let key = self.key.clone();
+        let redis_keys = self.redis_keys.clone();
+        let lifetime_nanos = self.lifetime_nanos;
+        let counted = refund
+            .as_ref()
+            .map(|(refund, _, _, retry)| (refund.unused, *retry));
+        let calls = async move {
+            let refund = match refund {
+                Some((refund, deadline, excused, _)) => {
+                    let sent = send_refund(&limiter, &key, &redis_keys, &refund, deadline, excused);
+                    Some(sent.await)
+                }
+                None => None,
+            };
+            let failed = match &refund {
+                Some(Err(error)) if !error.is_circuit_open() => Some(error.clone()),
+                _ => None,
+            };
+            let take = match (take, failed) {
+                // A refund whose call failed decides the request: no request follows it into a
+                // server that just failed.
+                (Some(take), Some(error)) => Some(Taken {
+                    outcome: limiter.handler().decide(&key, take.n, error),
+                    lease: None,
+                    n: take.n,
+                }),
+                (Some(take), None) if take.want > take.n => {
+                    Some(take_lease(&limiter, &key, &redis_keys, lifetime_nanos, take).await)
+                }
+                // Near the limit: the request is the exact per-call decision, its caller's.
+                (Some(_), None) => None,
+                // A `release`: no request is decided by its refund's failure: counted here.
+                (None, _) => {
+                    if let Some(Err(error)) = &refund {
+                        limiter.handler().count_failure(error);
+                    }
+                    None
+                }
+            };
+            CallsReply { refund, take }
+        };
+        let boxed: Pin<Box<dyn Future<Output = CallsReply> + Send>> = Box::pin(calls);
+        let calls = boxed.shared();
+        if let Some(weak) = calls.downgrade() {
+            owner.in_flight = Some(InFlight {
+                calls: weak,
+                refund: counted,
+            });
+        }
+        calls
+    }
+
+    /// Takes in the `reply` of `calls`, once, if they are still the calls out (whoever polled
+    /// them first; the others find them settled): what became of the refund, and the lease
+    /// published (to serve the key's callers, the one that asked for it or not).
+    fn settle(&self, calls: &Calls, reply: &CallsReply) {
+        let mut owner = self.lock_owner();
+        let ours = owner
+            .in_flight
+            .as_ref()
+            .and_then(|in_flight| in_flight.calls.upgrade())
+            .is_some_and(|out| out.ptr_eq(calls));
+        if !ours {
+            return;
+        }
+        let counted = owner
+            .in_flight
+            .take()
+            .and_then(|in_flight| in_flight.refund);
+        // Relaxed throughout: statistics counters and hints (see `exact_suffices`; the lease's
+        // hints are published by the Release stores of `publish`); no other memory depends on
+        // them.
+        if let (Some(result), Some((permits, retry))) = (&reply.refund, counted) {
+            let let_out = !matches!(result, Err(error) if error.is_circuit_open());
+            if retry && let_out {
+                self.counters.resent_refunds.fetch_add(1, Ordering::Relaxed);
+            }
+            match result {
+                Ok(Refunded::Landed) => {
+                    self.counters.refunded.fetch_add(permits, Ordering::Relaxed);
+                    owner.pending = None;
+                }
+                Ok(Refunded::Refused) => owner.pending = None,
+                // Not let out by the breaker (no call failed): kept.
+                Err(error) if error.is_circuit_open() => {}
+                // Failed: kept, and its next call is a resent refund.
+                Err(_) => _ = self.counters.failed_refunds.fetch_add(1, Ordering::Relaxed),
+            }
+        }
+        if let Some(Taken { outcome, lease, n }) = &reply.take {
+            owner.failed = outcome
+                .failure()
+                .filter(|error| !error.is_circuit_open())
+                .map(|error| (Instant::now(), error.clone()));
+            if lease.is_some() && owner.pending.take().is_some() {
+                // A lease was granted on the key past a kept refund's word: it can no longer
+                // land.
+                self.counters
+                    .given_up_refunds
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            match lease {
+                Some(lease) if outcome.failure().is_none() => {
+                    self.budget
+                        .store(lease.decision().remaining(), Ordering::Relaxed);
+                    if lease.granted() > 0 {
+                        self.counters.leases.fetch_add(1, Ordering::Relaxed);
+                        self.counters
+                            .leased
+                            .fetch_add(u64::from(lease.granted()), Ordering::Relaxed);
+                        self.source_left
+                            .store(lease.decision().remaining(), Ordering::Relaxed);
+                        let reset = duration_to_nanos(lease.decision().reset_after());
+                        self.reset_at
+                            .store(lease.taken_at().saturating_add(reset), Ordering::Relaxed);
+                        // The lease's first `n` went to the request that took it (in its
+                        // outcome, whoever settles it).
+                        self.slot.publish(lease.granted() - n, lease.expires_at());
+                        owner.lease = *lease;
+                    }
+                }
+                _ => {}
+            }
+        }
         // SeqCst: see `unserved`.
         self.refund_kept
             .store(owner.pending.is_some(), Ordering::SeqCst);
-        given
     }
 
-    /// [`give_back`](Self::give_back), but for the hint of a kept refund.
-    async fn give_back_kept(
-        &self,
-        owner: &mut Owner,
-        fresh: Option<Refund>,
-        deadline: Instant,
-        excused: bool,
-    ) -> Result<u64, (u64, BackendError)> {
+    /// The refund to send now, and whether it was sent before: the refund kept after a failed
+    /// call, or `fresh` (a retired lease's: it replaces a kept one, which can no longer land
+    /// once `fresh`'s lease was granted); `None` when there is none, or its time has passed
+    /// (given up, unsent). It stays kept in the owner while its call is out: calls dropped
+    /// meanwhile leave it to be sent again, under its name.
+    fn refund_to_send(&self, owner: &mut Owner, fresh: Option<Refund>) -> Option<(Refund, bool)> {
         // Relaxed throughout: statistics counters; no other memory depends on them.
         if let Some(fresh) = fresh
             && owner.pending.replace(fresh).is_some()
@@ -1316,15 +1469,6 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 .given_up_refunds
                 .fetch_add(1, Ordering::Relaxed);
         }
-        // SeqCst: see `unserved` (stored again when the call ends; a future dropped while the
-        // call is out leaves the refund kept, and this hint with it).
-        self.refund_kept
-            .store(owner.pending.is_some(), Ordering::SeqCst);
-        // Kept in the owner while its call is out: a future dropped meanwhile leaves it to be
-        // sent again, under its name.
-        let Some(refund) = owner.pending.as_mut() else {
-            return Ok(0);
-        };
         // Past its time a refund could no longer land as it was taken: given up unsent. The
         // earlier of two reads: a one-shot leaping read would give up (and strand) a refund
         // that could still land (as `refill`'s `sent`).
@@ -1332,67 +1476,153 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             let clock = self.clock();
             clock.now_nanos().min(clock.now_nanos())
         };
-        if now >= refund.until {
+        if owner
+            .pending
+            .as_ref()
+            .is_some_and(|refund| now >= refund.until)
+        {
             owner.pending = None;
             self.counters
                 .given_up_refunds
                 .fetch_add(1, Ordering::Relaxed);
-            return Ok(0);
         }
+        // SeqCst: see `unserved` (stored again when the calls are settled; calls dropped while
+        // out leave the refund kept, and this hint with it).
+        self.refund_kept
+            .store(owner.pending.is_some(), Ordering::SeqCst);
+        let refund = owner.pending.as_mut()?;
         let retry = refund.tries > 0;
         refund.tries = refund.tries.saturating_add(1);
-        let permits = refund.unused;
-        let result = self.refund(refund, deadline, excused).await;
-        let let_out = !matches!(&result, Err(error) if error.is_circuit_open());
-        if retry && let_out {
-            self.counters.resent_refunds.fetch_add(1, Ordering::Relaxed);
-        }
-        match result {
-            Ok(landed) => {
-                owner.pending = None;
-                Ok(match landed {
-                    Refunded::Landed => permits,
-                    Refunded::Refused => 0,
-                })
-            }
-            // Failed, or not let out by the breaker (no call failed): kept either way, and its
-            // next call is a resent refund.
-            Err(error) => Err((permits, error)),
-        }
+        Some((refund.clone(), retry))
     }
+}
 
-    /// Sends `refund` (its unused permits back if the key still holds the word its lease
-    /// wrote) through the key's breaker, giving up at `deadline` ([`send_refund`]), counting
-    /// what became of it: landed, refused, or the call's failure (counted in `failed_refunds`).
-    async fn refund(
-        &self,
-        refund: &Refund,
-        deadline: Instant,
-        excused: bool,
-    ) -> Result<Refunded, BackendError> {
-        let landed = send_refund(
-            &self.limiter,
-            &self.key,
-            &self.redis_keys,
-            refund,
-            deadline,
-            excused,
-        )
+/// What a refill or a `release` does next (decided under the owner's lock, released before it
+/// awaits anything).
+enum Start<T> {
+    /// Wait for another caller's calls, then look again.
+    Out(Calls),
+    /// Decided without a call of its own.
+    Decided(Outcome),
+    /// A refill: the exact per-call decision (near the limit). A `release`: nothing to send.
+    Exact,
+    /// Wait for its own calls, just made (a `release`'s: with the refund's permits).
+    Sent(Calls, T),
+}
+
+/// A refill's request for a lease: between `n` and `want` permits (none when `want` is at most
+/// `n`: the request is then the exact per-call decision, made by its caller after the refund),
+/// its lifetime counted from `sent`, by `deadline` (`waited`: part of the call's time went to
+/// waiting for another caller's calls, so a timeout is not the breaker's to count).
+#[derive(Clone, Copy, Debug)]
+struct Take {
+    n: u32,
+    want: u32,
+    sent: u64,
+    deadline: Instant,
+    waited: bool,
+}
+
+/// The request of `take` for a lease of `key` of `limiter` (its Redis keys `redis_keys`,
+/// leases lasting `lifetime_nanos`), through the limiter's deny cache, breaker and policy: its
+/// outcome, and the lease Redis granted (if any reply came).
+async fn take_lease<A: LeaseAlgorithm, C: Clock + Clone>(
+    limiter: &RedisLimiter<A, C>,
+    key: &str,
+    redis_keys: &[String],
+    lifetime_nanos: u64,
+    take: Take,
+) -> Taken {
+    let mut taken = None;
+    let slot = &mut taken;
+    let store = move || async move {
+        let lease = lease_script(limiter, redis_keys, lifetime_nanos, take).await?;
+        *slot = Some(lease);
+        Ok(lease_decision(&lease, take.n))
+    };
+    // A timeout of a call shortened by the wait for the owner says nothing about Redis.
+    let excuse = |error: &BackendError| match take.waited && error.is_timeout() {
+        true => Excuse::Breaker,
+        false => Excuse::None,
+    };
+    let node = || limiter.node_of(key);
+    let outcome = limiter
+        .handler()
+        .run_async_excusing(key, take.n, node, store, excuse)
         .await;
-        // Relaxed: statistics counters; no other memory depends on them.
-        match &landed {
-            Ok(Refunded::Landed) => {
-                _ = self
-                    .counters
-                    .refunded
-                    .fetch_add(refund.unused, Ordering::Relaxed);
-            }
-            Ok(Refunded::Refused) => {}
-            Err(error) if error.is_circuit_open() => {}
-            Err(_) => _ = self.counters.failed_refunds.fetch_add(1, Ordering::Relaxed),
-        }
-        landed
+    limiter.after_short_circuit(&outcome);
+    Taken {
+        outcome,
+        lease: taken,
+        n: take.n,
     }
+}
+
+/// One lease script: between `take.n` and `take.want` permits, as many as fit; its lifetime
+/// counts from `take.sent` (a clock read taken before the request).
+async fn lease_script<A: LeaseAlgorithm, C: Clock + Clone>(
+    limiter: &RedisLimiter<A, C>,
+    redis_keys: &[String],
+    lifetime_nanos: u64,
+    take: Take,
+) -> Result<Lease, BackendError> {
+    let Take {
+        n,
+        want,
+        sent,
+        deadline,
+        ..
+    } = take;
+    let backend = limiter.backend();
+    let algorithm = limiter.algorithm();
+    let mut args = algorithm.args(n);
+    args[3] = u64::from(want);
+    let reply = backend
+        .eval(algorithm.lease_script(), redis_keys, &args, deadline)
+        .await?;
+    let protocol = || {
+        BackendError::at(
+            FailureKind::Protocol,
+            backend.failed_at(redis_keys),
+            std::io::Error::other(format!(
+                "unexpected reply from floodgate's lease script: {reply:?}"
+            )),
+        )
+    };
+    let &[
+        allowed,
+        limit,
+        remaining,
+        retry,
+        reset,
+        granted,
+        word,
+        stamp,
+        now,
+    ] = reply.as_slice()
+    else {
+        return Err(protocol());
+    };
+    let decision = decision_from_reply(
+        &[allowed, limit, remaining, retry, reset, now],
+        backend.server(),
+    )?;
+    let granted = u32::try_from(granted).map_err(|_| protocol())?;
+    let receipt = [
+        u64::try_from(word).map_err(|_| protocol())?,
+        u64::try_from(stamp).map_err(|_| protocol())?,
+    ];
+    if decision.is_allowed() != (granted > 0) || (granted > 0 && !(n..=want).contains(&granted)) {
+        return Err(protocol());
+    }
+    let mut expires_at = sent.saturating_add(lifetime_nanos);
+    if algorithm.ends_with_window() {
+        // A grant's `reset_after` is the time from the script's clock read to the end of
+        // the window that counted it; `sent` came before that read.
+        let window_end = sent.saturating_add(duration_to_nanos(decision.reset_after()));
+        expires_at = expires_at.min(window_end);
+    }
+    Ok(Lease::new(granted, sent, expires_at, decision).with_receipt(receipt))
 }
 
 /// Sends `refund` of `key` of `limiter` (its Redis keys `redis_keys`: its unused permits back if
@@ -1445,8 +1675,9 @@ async fn send_refund<A: LeaseAlgorithm, C: Clock + Clone>(
 /// after a failed call (see [`LeasedKey`], "Drop").
 impl<A: LeaseAlgorithm, C: Clock + Clone> Drop for LeasedKey<A, C> {
     fn drop(&mut self) {
-        // `&mut self`: no caller serves or holds the owner any more.
-        let owner = self.owner.get_mut();
+        // `&mut self`: no caller serves or holds the owner any more (nor polls its calls: any
+        // still out were dropped with their callers' futures, their refund kept in `pending`).
+        let owner = self.owner.get_mut().unwrap_or_else(PoisonError::into_inner);
         let lease = std::mem::replace(&mut owner.lease, NO_LEASE);
         let kept = owner.pending.take();
         let unused = self.slot.retire();

@@ -1,0 +1,188 @@
+//! `LeasedKey` with a caller that stops being polled: a caller whose request for a lease went
+//! out and whose future is then kept but never polled again (a stream its consumer stopped
+//! reading, a task on a runtime that nothing drives any more) must not hold up the key's other
+//! callers while Redis answers (issue 18).
+#![cfg(feature = "redis")]
+
+#[path = "redis/server.rs"]
+mod server;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use floodgate::backend::FailurePolicy;
+use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{Gcra, ManualClock, Rate};
+use server::RedisServer;
+
+/// The backend's timeout: a live server's answer never misses it, however loaded the machine;
+/// a caller held up by the stalled one waits for all of it.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The real-time bound on the later calls, well under [`TIMEOUT`]: only a caller held up
+/// until its timeout reaches it.
+const HANG: Duration = Duration::from_secs(10);
+/// Calls made on the key after the stalled one.
+const LATER: usize = 12;
+
+/// A current-thread runtime, as sync code calling async code keeps one per thread.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Polls `future` once on `runtime` (which is then left idle, as a thread-local
+/// current-thread runtime is between two `block_on` calls); true when it is pending.
+fn poll_once<F: Future>(runtime: &tokio::runtime::Runtime, future: &mut Pin<Box<F>>) -> bool
+where
+    F::Output: std::fmt::Debug,
+{
+    runtime.block_on(std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+        Poll::Pending => Poll::Ready(true),
+        Poll::Ready(done) => panic!("done at the first poll: {done:?}"),
+    }))
+}
+
+/// A fail-closed GCRA limiter of 1 permit an hour with a burst of 100 (nothing refills during
+/// the test) on a clock that never moves (no lease expires), its scripts loaded and the server's
+/// clock known (a lease taken and given back on key "warm").
+fn warm_limiter(server: &RedisServer) -> Arc<RedisLimiter<Gcra, ManualClock>> {
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "stall", gcra, policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap());
+    let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+    assert!(warm.blocking_try_acquire(1).unwrap().is_allowed());
+    limiter
+}
+
+/// A caller is polled until its request for a lease is out (Redis frozen meanwhile, so that the
+/// reply cannot come back within that poll), then kept but never polled again. Redis answers
+/// it. Every later call on the key is then answered promptly, and allowed: the stalled caller's
+/// lease is served to them (not left unpublished behind it), and the next lease asked for.
+/// Before, each later call waited for the stalled caller's hold on the key's refill until its
+/// own timeout, and was denied by the policy with a timeout.
+///
+/// Then the stalled caller, polled again, gets its own permit, from the lease its request took;
+/// no permit was taken twice or lost (the counts add up, and Redis holds exactly what was
+/// served plus what the key still holds).
+#[test]
+fn a_caller_never_polled_after_its_lease_request_went_out_does_not_hold_up_the_others() {
+    let server = RedisServer::start();
+    let limiter = warm_limiter(&server);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+
+    let idle = current_thread();
+    let before = server.calls("evalsha");
+    server.freeze();
+    let mut stalled = Box::pin(leased.try_acquire_outcome(1));
+    assert!(poll_once(&idle, &mut stalled), "its lease request is out");
+    server.thaw();
+    // Its request reached Redis (and was answered): it is no longer out at the server.
+    server.wait_for_calls("evalsha", before + 1);
+
+    let busy = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let later = busy.block_on(async {
+        let calls = async {
+            let mut outcomes = Vec::new();
+            for _ in 0..LATER {
+                outcomes.push(leased.try_acquire_outcome(1).await.unwrap());
+            }
+            outcomes
+        };
+        tokio::time::timeout(HANG, calls).await
+    });
+    let later = later.unwrap_or_else(|_| {
+        panic!("{LATER} calls after the stalled one not answered within {HANG:?}, Redis up")
+    });
+    for (i, outcome) in later.iter().enumerate() {
+        assert!(
+            outcome.failure().is_none() && outcome.decision().is_allowed(),
+            "Redis is up, yet call {i} after the stalled one got {outcome:?}"
+        );
+    }
+
+    // The stalled caller, polled again, gets the permit its lease request took.
+    let own = busy.block_on(async { tokio::time::timeout(HANG, stalled).await });
+    let own = own
+        .expect("the stalled caller, polled again, hung")
+        .unwrap();
+    assert!(
+        own.failure().is_none() && own.decision().is_allowed(),
+        "{own:?}"
+    );
+    let counts = leased.counts();
+    assert_eq!(counts.served(), 1 + LATER as u64, "{counts:?}");
+    assert_eq!((counts.refunded, counts.stranded), (0, 0), "{counts:?}");
+    // Redis holds what was served and what the key holds: 100 − served − held left.
+    let left = 100 - counts.served() - counts.held;
+    assert!(
+        limiter
+            .blocking_try_acquire("k", left as u32)
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    drop(idle);
+}
+
+/// As above, but the stalled caller is dropped once another caller has taken in its reply:
+/// its request's permit (1) was taken from the limit with its lease, and goes to no one (as
+/// documented: at most the request's `n` per such refill), counted among the leased permits
+/// served; the rest of its lease was served to the others. Nothing else is lost: Redis holds
+/// exactly what the counts say was served (the dropped caller's permit among them) plus what
+/// the key holds.
+#[test]
+fn a_stalled_caller_dropped_after_its_reply_was_taken_in_loses_only_its_own_permits() {
+    let server = RedisServer::start();
+    let limiter = warm_limiter(&server);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+
+    let idle = current_thread();
+    let before = server.calls("evalsha");
+    server.freeze();
+    let mut stalled = Box::pin(leased.try_acquire_outcome(1));
+    assert!(poll_once(&idle, &mut stalled), "its lease request is out");
+    server.thaw();
+    server.wait_for_calls("evalsha", before + 1);
+
+    let busy = current_thread();
+    let later =
+        busy.block_on(async { tokio::time::timeout(HANG, leased.try_acquire_outcome(1)).await });
+    let later = later.expect("the call after the stalled one hung").unwrap();
+    assert!(
+        later.failure().is_none() && later.decision().is_allowed(),
+        "{later:?}"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.leases, counts.leased, counts.held),
+        (1, 8, 6),
+        "the stalled caller's lease, published and served once: {counts:?}"
+    );
+    drop(stalled);
+    assert_eq!(
+        counts.served(),
+        2,
+        "the dropped caller's 1 and the later call's 1"
+    );
+    let left = 100 - counts.served() - counts.held;
+    assert!(
+        limiter
+            .blocking_try_acquire("k", left as u32)
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    drop(idle);
+}
