@@ -8,10 +8,15 @@
 //! valgrind --tool=callgrind --toggle-collect='*measured_spent*' --callgrind-out-file=/tmp/cg.out \
 //!     target/release/examples/instructions_spent 60 try 17 10000
 //! ```
-//! Arguments: CELLS, `try` (`try_acquire(1)`, using `retry_after` as a 429 does) or `peek`
-//! (`peek(1)`), the current cell's place in its block (0 to CELLS − 1, or `all`: every place in
-//! turn, CALLS each), CALLS. Ir / calls = instructions per call (with `all`, the mean over the
+//! Arguments: CELLS, `try` (`try_acquire(1)`, using `retry_after` as a 429 does), `peek`
+//! (`peek(1)`), `peek-rewound` or `peek-quiet` (below), the current cell's place in its block
+//! (0 to CELLS − 1, or `all`: every place in turn, CALLS each), CALLS. Ir / calls = instructions per call (with `all`, the mean over the
 //! places). One-minute cells, limit 1, window CELLS minutes.
+//!
+//! `peek-rewound` (`peek(1)` after a leap and a rewind, [`rewound`]) and `peek-quiet` (the same
+//! history without them) measure an admitted peek two cells after the last crossing, the
+//! limit 1,000,000 and one permit in every earlier cell: the leap is two windows behind, so
+//! no cell it could have left counts in is in the peek's window.
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -62,6 +67,39 @@ fn spent(cells: u64, place: u64) -> Option<SlidingWindowLimiter<ManualClock>> {
     (!ring.try_acquire(1).ok()?.is_allowed()).then_some(ring)
 }
 
+/// A ring of `cells` one-minute cells, limit 1,000,000, where one call took a permit in every
+/// cell up to the last crossing, two cells before the clock's, whose place in its block is
+/// `place`. With `leap`, a call one window past the horizon took one first, and the next call
+/// (a window before that) rewound the ring: the last crossing is two windows past the leap.
+fn rewound(cells: u64, place: u64, leap: bool) -> Option<SlidingWindowLimiter<ManualClock>> {
+    let clock = ManualClock::starting_at(CELL);
+    let window = Duration::from_secs(60 * cells);
+    let ring = SlidingWindowLimiter::with_clock(
+        1_000_000,
+        window,
+        u32::try_from(cells).ok()?,
+        clock.clone(),
+    )
+    .ok()?;
+    let take = |cell: u64| {
+        clock.set(cell * CELL);
+        ring.try_acquire(1).ok().filter(|d| d.is_allowed())
+    };
+    take(1)?;
+    // The horizon is the window's cells (a minute is longer than the clock-lag bound).
+    let leaped = 2 + 2 * cells;
+    if leap {
+        take(leaped)?;
+    }
+    // From cell 2: with `leap`, this call rewinds the ring.
+    let last = (leaped + 2 * cells).next_multiple_of(cells) + place;
+    for cell in 2..=last {
+        take(cell)?;
+    }
+    clock.set((last + 2) * CELL + CELL / 2);
+    Some(ring)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parsed = match args.as_slice() {
@@ -74,7 +112,9 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some((cells, call, place, calls)) = parsed else {
-        eprintln!("usage: instructions_spent CELLS try|peek PLACE|all CALLS");
+        eprintln!(
+            "usage: instructions_spent CELLS try|peek|peek-rewound|peek-quiet PLACE|all CALLS"
+        );
         return ExitCode::FAILURE;
     };
     let places: Vec<u64> = match place {
@@ -89,15 +129,20 @@ fn main() -> ExitCode {
     };
     let mut admitted = 0;
     for place in places {
-        let Some(ring) = spent(cells, place) else {
+        let ring = match call {
+            "peek-rewound" => rewound(cells, place, true),
+            "peek-quiet" => rewound(cells, place, false),
+            _ => spent(cells, place),
+        };
+        let Some(ring) = ring else {
             eprintln!("could not set up {cells} cells at place {place}");
             return ExitCode::FAILURE;
         };
         admitted += match call {
             "try" => measured_spent_try(&ring, calls),
-            "peek" => measured_spent_peek(&ring, calls),
+            "peek" | "peek-rewound" | "peek-quiet" => measured_spent_peek(&ring, calls),
             _ => {
-                eprintln!("call: try or peek");
+                eprintln!("call: try, peek, peek-rewound or peek-quiet");
                 return ExitCode::FAILURE;
             }
         };

@@ -4,7 +4,8 @@
 //! and a denial searches) racing a crossing into the next block.
 //! Cells of 10 ns. The window's rings are tight (cells + future cells = slots, a power of two):
 //! 2 cells + 2 future cells (4 slots), and for the marks 3 cells + 1 future cell (4 slots;
-//! blocks of 3 cells, so a window spans two blocks); the leap model's ring is 2 + 1 (4 slots).
+//! blocks of 3 cells, so a window spans two blocks); the leap model's ring is 2 + 1 (4 slots),
+//! the rewind-and-peek model's 2 + 4 (8 slots, so a leap can leave a cell's slot alone).
 //! The counter's: 2 cells + 1 future cell (3 slots). Every interleaving of 2–3 threads is
 //! explored (preemptions bounded by `LOOM_MAX_PREEMPTIONS`, default 3).
 #![cfg(floodgate_loom)]
@@ -348,6 +349,54 @@ fn a_leaping_caller_races_a_present_caller() {
         assert!(span <= 2 * 2 + 1, "cells 0–1 admitted {span}");
         // One window later the limit is back in full.
         assert!(w.try_acquire_at(2, 3 * CELL + 5).unwrap().is_allowed());
+    });
+}
+
+/// A peek races a rewind that leaves counts in a cell after the rewound head (issue 17: a
+/// peek reads the cells it would take for empty only below the newest head a rewind moved back
+/// from). 2 cells + 4 future cells (8 slots), limit 3: cell 2 takes 2, a leap just past the
+/// lag horizon (10⁹ cells, so cell 10⁹ + 4, whose window and future leave cell 2's slot alone)
+/// takes 1; then R takes 1 at cell 0 (rewinding the ring there) while P peeks 2 in cell 3,
+/// whose window holds cell 2's 2. Wherever P falls (before the rewind: the leaped head is read
+/// past; between R's raise of the rewound-from head, its compare-exchange on `head` and its
+/// crossing; after), the peek is refused with 1 left until cell 2 leaves (40 ns), as the call
+/// is after both. A peek that took cell 2 for empty (a rewound head and `base` before the
+/// window, without the rewound-from head) would admit.
+#[test]
+fn a_peek_races_a_rewind_and_counts_the_cells_the_leap_left() {
+    const LEAP: u64 = 1_000_000_004;
+    model(|| {
+        let w = Arc::new(
+            SlidingWindowLimiter::with_clock(
+                3,
+                Duration::from_nanos(2 * CELL),
+                2,
+                ManualClock::new(),
+            )
+            .unwrap()
+            .with_future_cells(4)
+            .unwrap(),
+        );
+        assert!(w.try_acquire_at(2, 2 * CELL + 7).unwrap().is_allowed());
+        assert!(w.try_acquire_at(1, LEAP * CELL).unwrap().is_allowed());
+        let rewinder = take(&w, 5);
+        let peeker = {
+            let w = w.clone();
+            thread::spawn(move || w.peek_at(2, 3 * CELL + 3).unwrap())
+        };
+        let refused = Decision::deny(3, 1, 7, 7);
+        assert_eq!(peeker.join().unwrap(), refused, "the peek");
+        rewinder.join().unwrap();
+        assert_eq!(
+            w.peek_at(2, 3 * CELL + 3).unwrap(),
+            refused,
+            "a peek after both"
+        );
+        assert_eq!(
+            w.try_acquire_at(2, 3 * CELL + 3).unwrap(),
+            refused,
+            "the call"
+        );
     });
 }
 

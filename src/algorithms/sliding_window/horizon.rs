@@ -105,6 +105,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // Begun before head moves back (so before any slot write that follows the
                 // rewind) and ended after: see `SlidingWindowLimiter::refund`.
                 self.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
+                // Before head moves back: a peek that loads the rewound head (or a later one)
+                // reads the cells up to this one that it would take for empty
+                // (`closed_for_peek`). SeqCst, as the rewinds begun.
+                self.rewound_from
+                    .fetch_max(head.saturating_add(1), Ordering::SeqCst);
                 // Before head moves back: no crossing after the rewind reads the ends of one
                 // before it (see [Ends](super#ends)).
                 self.clear_ends(me.own);

@@ -107,6 +107,11 @@
 //!   did before. Never a wait on another thread. [`admit`](crate::Limiter::admit), which needs
 //!   no retry or reset time, reads no marks: its refusal in the common case (its cell is the
 //!   published crossing, open) costs O(1), the loads it was decided on.
+//! * **after a rewind** ([Time](#time)), cells between a rewound `head` and the head it moved
+//!   back from may hold counts no crossing since has sealed: a peek in a cell past the newest
+//!   crossing reads those of its window's cells it would take for empty (none once its window
+//!   starts past the newest head a rewind moved back from), and the whole window, one by one,
+//!   if one holds a count.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 //!
@@ -327,6 +332,12 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// factor already ([`ends_name`](marks::ends_name)); only ever compared for equality.
     rewinds_begun: AtomicU64,
     rewinds_ended: AtomicU64,
+    /// One past the newest `head` any rewind moved back from (raised before its compare-exchange,
+    /// so possibly one that then failed); 0 before the first rewind. Only cells below it can hold
+    /// counts that no crossing after the rewind has sealed and counted (a count is written only
+    /// in a cell `head` reached, and `head` is below this until it passes it), so a peek reads
+    /// the cells it would take for empty only below it ([`closed_for_peek`](Self::closed_for_peek)).
+    rewound_from: AtomicU64,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
     horizon: u64,
@@ -530,6 +541,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             marks,
             rewinds_begun: AtomicU64::new(0),
             rewinds_ended: AtomicU64::new(0),
+            rewound_from: AtomicU64::new(0),
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         }
@@ -682,17 +694,20 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// * a cell before `cell`'s window: every cell of the window is still empty;
     /// * past `cell` (a leaped head, read past): the cells are read one by one.
     ///
-    /// "Nobody has written a cell after" the crossing holds only until the ring's first rewind
-    /// ([Time](self#time)): cells after a rewound `head` can still hold counts from before the
-    /// leap, which a call's crossing seals and counts. Once a rewind has begun, a peek whose
-    /// `base` is not its own cell's reads the cells one by one.
+    /// "Nobody has written a cell after" the crossing holds only for cells past every head a
+    /// rewind moved back from ([Time](self#time)): cells after a rewound `head`, up to the head
+    /// it moved back from, can still hold counts from before the rewind (the leaped era's, or
+    /// those of cells past the cell it rewound to), which a call's crossing seals and counts.
+    /// So the cells the peek would take for empty that lie below
+    /// [`rewound_from`](Self::rewound_from) are read first: if one holds a count, the peek reads
+    /// the window's cells one by one. Once no such cell is in the window (a window after the
+    /// newest head ever rewound from, or a crossing past it), that costs one load; until then,
+    /// a read of each cell between the crossing and `cell` (one or none for a peek in a cell
+    /// crossed every cell).
     fn closed_for_peek(&self, cell: u64, head: u64, tag: u64, base: u64) -> Option<Closed> {
         let from = self.geometry.window_start(cell);
-        // SeqCst: as every read of the rewinds begun (`advance`, `ends_waits`). Read only where
-        // the peek would take cells after the crossing for empty.
-        let rewound = || self.rewinds_begun.load(Ordering::SeqCst) != 0;
         let Some(published) = head.checked_sub(head.wrapping_sub(tag) & TAG_MASK) else {
-            return Some(if rewound() {
+            return Some(if self.left_by_a_rewind(from, cell) {
                 self.closed_by_scan(cell)
             } else {
                 Closed::of_crossing(cell, from, 0)
@@ -700,7 +715,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         };
         Some(if published == cell {
             Closed::of_crossing(cell, from, base)
-        } else if published > cell || rewound() {
+        } else if published > cell || self.left_by_a_rewind(from.max(published + 1), cell) {
+            // (`published < cell` in the second test: no overflow.)
             self.closed_by_scan(cell)
         } else if published < from {
             Closed::of_crossing(cell, from, 0)
@@ -713,6 +729,26 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 scan: false,
             }
         })
+    }
+
+    /// Whether one of cells `[first, cell)`, which a peek would take for empty, holds a count a
+    /// rewind may have left: only cells below [`rewound_from`](Self::rewound_from) can, and
+    /// those are read.
+    #[inline(always)]
+    fn left_by_a_rewind(&self, first: u64, cell: u64) -> bool {
+        // SeqCst: as the rewinds begun (`follow` raises both before moving `head` back). The
+        // peek loaded `base` and `head` (Acquire) first: a crossing after the rewind read the
+        // rewound `head` (its Release) before publishing its `base`, and a raise of `head`
+        // after it read it too, so this load sees the rewind's raise.
+        let end = self.rewound_from.load(Ordering::SeqCst).min(cell);
+        first < end && self.holds_a_count(first, end)
+    }
+
+    /// Whether one of cells `[first, end)` holds a count (cells a rewind may have left counts
+    /// in: [`left_by_a_rewind`](Self::left_by_a_rewind)).
+    #[cold]
+    fn holds_a_count(&self, first: u64, end: u64) -> bool {
+        (first..end).any(|c| self.count_of(c) != 0)
     }
 
     /// The closed cells of the window of `cell`, read one by one.

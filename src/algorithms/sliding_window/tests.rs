@@ -1069,3 +1069,55 @@ fn a_peek_after_a_rewind_counts_the_cells_the_leap_left() {
     assert_eq!(w.peek_at(23, now).unwrap().remaining(), 0, "a peek of 23");
     assert_eq!(w.try_acquire_at(127, now).unwrap(), want, "the call");
 }
+
+/// Issue 17's goal for a peek after a rewind: once no cell a leap could have left counts in can
+/// be in a peek's window any more, the peek is back on the marks, O(log cells) slot words, not
+/// the cell-by-cell scan for the rest of the limiter's life. 60 and 6,000 cells of 1 s (the
+/// horizon is then the cells), limit 1,000,000: cell 1 takes 1, a leap just past the horizon
+/// and a window takes 1, a call in cell 2 rewinds the ring, then one call in every cell up to two
+/// windows past the leap's cell; a peek two cells after the last crossing (its `base` an older
+/// crossing's) answers as the scan and reads at most `2 log2(cells) + 4` slot words (before
+/// the fix: every closed cell and its own, 60 and 6,000).
+#[test]
+fn a_peek_a_window_past_a_rewound_leap_reads_o_log_cells_slot_words() {
+    const SECOND: u64 = 1_000_000_000;
+    for cells in [60u32, 6_000] {
+        let limit = 1_000_000;
+        let window = Duration::from_secs(u64::from(cells));
+        let config = super::SlidingWindow::with_parts(limit, window, cells, 4).unwrap();
+        let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+        assert_eq!(w.horizon, u64::from(cells));
+        assert!(w.try_acquire_at(1, SECOND).unwrap().is_allowed());
+        let leap = 2 + w.horizon + u64::from(cells);
+        assert!(w.try_acquire_at(1, leap * SECOND).unwrap().is_allowed());
+        assert!(w.try_acquire_at(1, 2 * SECOND).unwrap().is_allowed()); // the rewind to cell 2
+        assert_ne!(w.rewinds_begun.load(crate::sync::Ordering::SeqCst), 0);
+        let last = leap + 2 * u64::from(cells);
+        for cell in 3..=last {
+            assert!(w.try_acquire_at(1, cell * SECOND).unwrap().is_allowed());
+        }
+        let cell = last + 2;
+        let now = cell * SECOND + 7;
+        let closed = w.closed_by_scan(cell).sum();
+        assert_eq!(
+            closed,
+            u64::from(cells) - 2,
+            "one permit in each closed cell but the last"
+        );
+        let (read, peek) = visits(|| w.peek_at(1, now).unwrap());
+        let remaining = u64::from(limit) - closed - 1;
+        assert_eq!(
+            peek,
+            Decision::allow(
+                u64::from(limit),
+                remaining,
+                (cell + u64::from(cells)) * SECOND - now
+            ),
+            "{cells} cells"
+        );
+        assert!(
+            read <= 2 * log2(cells) + 4,
+            "{cells} cells: the peek read {read} slot words"
+        );
+    }
+}
