@@ -73,8 +73,9 @@ pub(crate) enum Excuse {
     Breaker,
     /// A timeout at the caller's own deadline, sooner than the store's timeout, while the store
     /// answers: it says nothing about the store. (Whoever picks the excuse says whether the
-    /// store answers: `RedisLimiter` takes such a cut as [`Excuse::Breaker`] once Redis has
-    /// sent no reply for a backend timeout.) Not reported to the breaker, not counted (nor observed), not decided by
+    /// store answers: `RedisLimiter` takes such a cut as [`Excuse::Breaker`] once the key's
+    /// Redis, on a cluster the master that owns its slot, has sent no reply for a backend
+    /// timeout.) Not reported to the breaker, not counted (nor observed), not decided by
     /// the policy: denied ([`FailureHandler::run_async_excusing`]).
     Caller,
 }

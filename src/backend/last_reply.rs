@@ -5,7 +5,9 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// When a server last sent any reply, in µs of a monotonic client clock since some origin
 /// (`0`: never), written with one store on the reply path and read only when a call is
-/// cut short by its caller's own deadline (`RedisLimiter::try_acquire_for`, issue 18).
+/// cut short by its caller's own deadline (`RedisLimiter::try_acquire_for`, issue 18). One per
+/// backend, and on a Redis Cluster also one per master (kept with the backend's copy of the
+/// slot map): each word is written and read alone, as below.
 ///
 /// Ordering: `SeqCst`, store and load. The word is a self-contained timestamp: nothing else
 /// is published through it, and a stale read only makes the server look silent sooner (below),

@@ -144,9 +144,10 @@ impl RedisConfig {
 /// touching any state, a request that reaches it later (the caller then sees a timeout, decided
 /// by the policy; or, for a try of [`try_acquire_for`](super::RedisLimiter::try_acquire_for)
 /// cut short by its caller's own budget, a denial counted nowhere while the server answers:
-/// while the backend has read any reply from it within the last timeout; with none for a whole
-/// timeout, or none yet, such a try is decided by the policy and counted as a timeout, not told
-/// to the breaker). The client learns the offset between the server's `TIME` and its own
+/// while the backend has read any reply from it within the last timeout, on a cluster from the
+/// master that owns the key's slot (per node: another master's replies do not count); with none
+/// for a whole timeout, or none yet, such a try is decided by the policy and counted as a
+/// timeout, not told to the breaker). The client learns the offset between the server's `TIME` and its own
 /// monotonic clock at connect, and refreshes it from every reply (each reply carries the
 /// server's time). The server read its clock after the request left and before the reply came
 /// back, so each call brackets the offset: `server − received ≤ offset ≤ server − sent`. The
@@ -211,7 +212,8 @@ struct Shared {
     clock: ServerClock,
     /// When the server last sent any reply, on `clock`'s client side: whether a call its
     /// caller's own deadline cut short met a server that answers (see
-    /// [`RedisBackend::answered_within_timeout`]).
+    /// [`RedisBackend::answered_within_timeout`]). On a cluster, any node's reply: read only
+    /// for a key whose slot's owner `owners` does not know (each master there keeps its own).
     last_reply: LastReply,
     /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
     /// one server).
@@ -537,12 +539,12 @@ impl RedisBackend {
         match until_deadline(reply, sent + within).await {
             Ok(Ok((seconds, micros))) => {
                 let server = seconds.saturating_mul(1_000_000).saturating_add(micros);
-                let received = self.replied(Instant::now());
+                let received = self.replied(Instant::now(), None);
                 self.shared.clock.sample(server, sent, received);
                 Ok(())
             }
             Ok(Err(error)) => {
-                self.replied_with(&error);
+                self.replied_with(&error, None);
                 Err(self.classify(error))
             }
             Err(_) => Err(timed_out(
@@ -767,38 +769,67 @@ impl RedisBackend {
     }
 
     /// Records that the server replied at `received` (a reply of any kind, an error reply
-    /// too): one store ([`LastReply`]). Returns `received` in the clock's client µs (for the
-    /// offset's sample).
+    /// too) to a call on `key` (`None`: a call on no key, such as `TIME`): one store
+    /// ([`LastReply`]); on a cluster, a second one as the reply of the master that owns
+    /// `key`'s slot in the backend's copy of the slot map, if it knows one. Returns
+    /// `received` in the clock's client µs (for the offset's sample).
     #[inline]
-    fn replied(&self, received: Instant) -> u64 {
+    fn replied(&self, received: Instant, key: Option<&str>) -> u64 {
         let shared = &*self.shared;
         let micros = shared.clock.client_micros(received);
         shared.last_reply.record(micros);
+        if let Some(key) = key.filter(|_| self.is_cluster()) {
+            self.master_replied(key, micros);
+        }
         micros
     }
 
-    /// Records a reply if `error` is one the server sent (an error reply), not the
-    /// connection's (I/O, a dropped connection, a timeout).
-    fn replied_with(&self, error: &RedisError) {
+    /// On a cluster, records a reply to a call on `key` at `micros` as the reply of the master
+    /// that owns its slot (if the copy of the slot map knows it). Not inlined: so that
+    /// [`replied`](Self::replied) stays small enough to be inlined where a single server's
+    /// reply is read (measured: with this inlined into it, `replied` was called, not inlined,
+    /// ~26 instructions a decision more on one server).
+    #[inline(never)]
+    fn master_replied(&self, key: &str, micros: u64) {
+        let slot = slot_of(key.as_bytes());
+        self.shared.owners.owner_replied(slot, micros);
+    }
+
+    /// Records a reply to a call on `key` if `error` is one the server sent (an error reply),
+    /// not the connection's (I/O, a dropped connection, a timeout).
+    fn replied_with(&self, error: &RedisError, key: Option<&str>) {
         if matches!(error.kind(), ErrorKind::Server(_)) {
-            let _ = self.replied(Instant::now());
+            let _ = self.replied(Instant::now(), key);
         }
     }
 
-    /// Whether the server sent any reply (to any call of this backend, whoever made it: an
-    /// error reply too) less than the backend's timeout ago. `false` for a backend that never
-    /// had one (a lazy backend before its first reply). A call cut short by its caller's own
-    /// deadline is the caller's matter only while this holds: otherwise the server looks
-    /// down (`RedisLimiter::try_acquire_for`, issue 18).
+    /// Whether the server that runs calls on `redis_key` sent any reply (to any call of this
+    /// backend that went to it, whoever made it: an error reply too) less than the backend's
+    /// timeout ago. That server is one server's, and on a cluster the master that owns the
+    /// key's slot in the backend's copy of the slot map (the one whose breaker the call goes
+    /// through): another master's replies do not count. On a cluster whose copy names no owner
+    /// for the slot (no map read yet), or for `None`, any reply counts. `false` for a server
+    /// that never had one (a lazy backend before its first reply; a master no call of this
+    /// backend has had a reply from since the copy first named it). A call cut short by its
+    /// caller's own deadline is the caller's matter only while this holds: otherwise its
+    /// server looks down (`RedisLimiter::try_acquire_for`, issue 18).
     ///
     /// Replies are timed on the monotonic clock the server-clock offset is kept on (`Instant`
     /// since the backend was made), read after each reply arrived; see [`LastReply`] for how
-    /// stale the time kept may be (never later than a real reply).
-    pub(crate) fn answered_within_timeout(&self) -> bool {
+    /// stale the time kept may be (never later than a real reply). A reply is the master's
+    /// that the copy names for the call's key when it is read: after a slot moved, the old
+    /// owner's until the next read of the map lands (as for the breakers).
+    pub(crate) fn answered_within_timeout(&self, redis_key: Option<&str>) -> bool {
         let shared = &*self.shared;
         let now = shared.clock.client_micros(Instant::now());
         let timeout = u64::try_from(shared.timeout.as_micros()).unwrap_or(u64::MAX);
-        shared.last_reply.answered_within(now, timeout)
+        redis_key
+            .filter(|_| self.is_cluster())
+            .and_then(|key| {
+                let slot = slot_of(key.as_bytes());
+                shared.owners.owner_answered_within(slot, now, timeout)
+            })
+            .unwrap_or_else(|| shared.last_reply.answered_within(now, timeout))
     }
 
     /// The error of a call on `keys` given up after `after`, naming the server (on a cluster,
@@ -841,7 +872,7 @@ impl RedisBackend {
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
             Ok(Err(error)) => {
-                self.replied_with(&error);
+                self.replied_with(&error, key);
                 let server = self.failed_at(keys);
                 return Err(classify(&server, self.is_cluster(), error));
             }
@@ -1088,14 +1119,15 @@ impl RedisBackend {
         decisions: usize,
         keys: &[String],
     ) -> Result<(Vec<Value>, u64), BackendError> {
+        let key = keys.first().map(String::as_str);
         match until_deadline(call, latest).await {
-            Ok(Ok(Value::Array(items))) => Ok((items, self.replied(Instant::now()))),
+            Ok(Ok(Value::Array(items))) => Ok((items, self.replied(Instant::now(), key))),
             Ok(Ok(other)) => {
-                let _ = self.replied(Instant::now());
+                let _ = self.replied(Instant::now(), key);
                 Err(self.batch_protocol(keys, decisions, &other))
             }
             Ok(Err(error)) => {
-                self.replied_with(&error);
+                self.replied_with(&error, key);
                 Err(classify(&self.failed_at(keys), self.is_cluster(), error))
             }
             Err(_) => {
@@ -1159,7 +1191,7 @@ impl RedisBackend {
         sent: Instant,
         received: Instant,
     ) -> Result<Vec<i64>, BackendError> {
-        let received = self.replied(received);
+        let received = self.replied(received, keys.first().map(String::as_str));
         if let Some(&server_now) = reply.last() {
             self.shared.clock.sample(server_now, sent, received);
         }

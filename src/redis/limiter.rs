@@ -584,10 +584,15 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// **A try cut short by the caller's own budget is not an outage while Redis answers.** A
     /// try whose deadline is the caller's (what is left of `timeout` is shorter than the
     /// backend's timeout) and that gets no answer by then is taken by what the backend last
-    /// heard from Redis, when the try gives up:
+    /// heard from the key's Redis, when the try gives up. That is the server for one server,
+    /// and **per node on a Redis Cluster**: the master that owns the key's slot by the
+    /// backend's copy of the slot map (the node whose breaker the call goes through), so
+    /// another master's replies do not make a frozen master look alive; while the copy names
+    /// no owner for the slot (no map read yet), any node's reply counts.
     ///
-    /// * **Redis answering:** the backend read a reply from Redis (to any of its calls, any
-    ///   caller's, an error reply too) less than the backend's timeout before. The try is
+    /// * **Redis answering:** the backend read a reply from the key's Redis (to any of its
+    ///   calls that went there, any caller's, an error reply too) less than the backend's
+    ///   timeout before. The try is
     ///   denied, whatever the policy: `is_allowed()` false, `limit` the limiter's, `remaining`
     ///   0, and `retry_after` the backend's timeout (what fail-closed announces for a call Redis
     ///   did not answer: the same budget tried again sooner is likely cut short again, and each
@@ -595,14 +600,16 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     ///   nor reported to the metrics, nor told to the circuit breaker: a budget shorter than a
     ///   round trip says nothing about a Redis that answers, so it neither admits (fail-open, or
     ///   a local share) what Redis would have refused, nor makes a healthy Redis look down.
-    /// * **Redis silent:** no reply for a whole backend timeout, or none ever (a lazy backend
-    ///   before its first). Redis looks down, and the try is an outage: decided by the policy
+    /// * **Redis silent:** no reply from the key's Redis for a whole backend timeout, or none
+    ///   ever (a lazy backend before its first; on a cluster, a master no call of this backend
+    ///   has had a reply from since the copy of the slot map first named it). Redis looks
+    ///   down, and the try is an outage: decided by the policy
     ///   and counted as a timeout (in [`failures`](Self::failures) and the metrics), as a try
     ///   given the whole timeout would be, but still not told to the breaker (a caller's cut
     ///   alone proves nothing; calls that wait out the backend's timeout open it). So under
-    ///   `FailOpen` a server whose calls all have short budgets admits once Redis has said
-    ///   nothing for a backend timeout, and denies them only for at most that long after
-    ///   Redis's last reply.
+    ///   `FailOpen` a server whose calls all have short budgets admits once Redis (on a
+    ///   cluster, the key's master) has said nothing for a backend timeout, and denies them
+    ///   only for at most that long after its last reply.
     ///
     /// A reply counts when the backend reads it: one that comes after every caller of its call
     /// gave up is not read (a cut try's own late reply counts only when its call was a batch
@@ -744,8 +751,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     }
 
     /// [`try_acquire_for`](Self::try_acquire_for), blocking the thread (a try cut short by the
-    /// caller's own budget is denied and not counted while Redis answers, decided by the policy
-    /// and counted once it has not answered for a backend timeout, as there).
+    /// caller's own budget is denied and not counted while the key's Redis answers (on a
+    /// cluster, the master that owns its slot), decided by the policy and counted once it has
+    /// not answered for a backend timeout, as there).
     ///
     /// # Errors
     /// As [`blocking_try_acquire`](Self::blocking_try_acquire).
@@ -779,7 +787,8 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// One decision, giving up at `deadline`, a timeout then taken as `on_timeout` says
     /// ([`Excuse`]): the backend's timeout ([`Excuse::None`]: an outage, decided by the policy),
     /// the caller's own sooner deadline ([`Excuse::Caller`]: denied, not counted, while the
-    /// backend had a reply within its timeout; otherwise taken as [`Excuse::Breaker`]), or a deadline
+    /// key's server, on a cluster its slot's master, had a reply within the backend's timeout;
+    /// otherwise taken as [`Excuse::Breaker`]), or a deadline
     /// a wait of the call's own shortened ([`Excuse::Breaker`]: decided by the policy, not told
     /// to the breaker). (Also [`LeasedKey`](super::LeasedKey)'s per-call decisions, within the
     /// deadline of the call they serve.)
@@ -810,13 +819,13 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
         };
         // Only a timeout is excused: any other failure (a refused connection, an error reply)
         // is Redis's, whoever's deadline the call had. A timeout at the caller's own deadline
-        // is the caller's only while Redis answers (any reply within the backend's timeout);
-        // otherwise Redis looks down: decided by the policy and counted, but still not told to
-        // the breaker (a caller's cut alone proves nothing; calls given the whole timeout open
-        // it).
+        // is the caller's only while the key's server answers (any reply within the backend's
+        // timeout; on a cluster, from the master that owns the key's slot); otherwise it looks
+        // down: decided by the policy and counted, but still not told to the breaker (a
+        // caller's cut alone proves nothing; calls given the whole timeout open it).
         let excuse = |error: &BackendError| match (error.is_timeout(), on_timeout) {
             (false, _) => Excuse::None,
-            (true, Excuse::Caller) if !self.backend.answered_within_timeout() => Excuse::Breaker,
+            (true, Excuse::Caller) if !self.answered_within_timeout(key) => Excuse::Breaker,
             (true, excuse) => excuse,
         };
         let node = || self.node_of(key);
@@ -826,6 +835,18 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
             .await;
         self.after_short_circuit(&outcome);
         Ok(outcome)
+    }
+
+    /// Whether the server of `key`'s calls replied within the backend's timeout
+    /// ([`RedisBackend::answered_within_timeout`]): on a cluster, the master that owns the key's
+    /// slot by the backend's copy of the slot map (the node [`node_of`](Self::node_of) names).
+    fn answered_within_timeout(&self, key: &str) -> bool {
+        if !self.backend.is_cluster() {
+            return self.backend.answered_within_timeout(None);
+        }
+        let suffix = self.algorithm.key_suffixes().first().copied().unwrap_or("");
+        self.backend
+            .answered_within_timeout(Some(&self.redis_key(key, suffix)))
     }
 
     /// The node whose breaker a call for `key` goes through: on a cluster, the master that

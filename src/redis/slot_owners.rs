@@ -14,26 +14,44 @@
 //! names the configured node list and says that the node is not known, and its calls share one
 //! breaker.
 //!
+//! Each master the copy names also keeps when it last replied ([`LastReply`]), recorded by the
+//! backend on each reply to a call on one of its slots: a try of `RedisLimiter::try_acquire_for`
+//! cut short by its caller's own budget is the caller's matter only while the master that owns
+//! its key's slot answers (issue 18). A master named again by a later read keeps its time.
+//!
 //! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
-//! two `u16`s and a shared address; a read replaces the whole copy.
+//! two `u16`s and a shared master (its address and its last reply); a read replaces the whole
+//! copy.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use crate::backend::LastReply;
+
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: u16 = 16_384;
 
-/// A slot range's first and last slot and the address of the master that owns it.
-type Range = (u16, u16, Arc<str>);
+/// A slot range's first and last slot and the master that owns it.
+type Range = (u16, u16, Arc<Master>);
+
+/// A master the copy names: its address, and when a call on one of its slots last got a reply
+/// (shared by its ranges, and kept by the next read of the map that still names it).
+#[derive(Debug)]
+struct Master {
+    address: Arc<str>,
+    last_reply: LastReply,
+}
 
 /// The copy of the slot map, and whether a read of it is in flight.
 #[derive(Debug, Default)]
 pub(super) struct SlotOwners {
-    /// Slot ranges `(first, last, address)`, sorted by `first`, not overlapping. Read on every
-    /// cluster call (its node picks its breaker): a load, no lock.
+    /// Slot ranges `(first, last, master)`, sorted by `first`, not overlapping. Read on every
+    /// cluster call (its node picks its breaker) and reply (its master's last reply): a load,
+    /// no lock.
     ranges: arc_swap::ArcSwap<Vec<Range>>,
     /// Set by the one caller that starts a read, cleared when its [`ReadInFlight`] drops.
     reading: AtomicBool,
@@ -44,19 +62,50 @@ pub(super) struct SlotOwners {
 }
 
 impl SlotOwners {
-    /// The address of the node owning `slot`, if the copy has one.
-    pub(super) fn owner(&self, slot: u16) -> Option<Arc<str>> {
+    /// `with` applied to the master owning `slot`, if the copy has one.
+    #[inline]
+    fn with_owner<R>(&self, slot: u16, with: impl FnOnce(&Master) -> R) -> Option<R> {
         let ranges = self.ranges.load();
         let at = ranges.partition_point(|&(first, _, _)| first <= slot);
-        let (first, last, address) = ranges.get(at.checked_sub(1)?)?;
-        (*first <= slot && slot <= *last).then(|| Arc::clone(address))
+        let (first, last, master) = ranges.get(at.checked_sub(1)?)?;
+        (*first <= slot && slot <= *last).then(|| with(master))
+    }
+
+    /// The address of the node owning `slot`, if the copy has one.
+    pub(super) fn owner(&self, slot: u16) -> Option<Arc<str>> {
+        self.with_owner(slot, |master| Arc::clone(&master.address))
+    }
+
+    /// Records a reply to a call on `slot`, read at `micros` (the backend's client µs), as its
+    /// owner's ([`LastReply::record`]); nothing if the copy has no owner for it.
+    #[inline]
+    pub(super) fn owner_replied(&self, slot: u16, micros: u64) {
+        self.with_owner(slot, |master| master.last_reply.record(micros));
+    }
+
+    /// Whether `slot`'s owner replied less than `within_micros` before `now_micros`
+    /// ([`LastReply::answered_within`]); `None` if the copy has no owner for it.
+    pub(super) fn owner_answered_within(
+        &self,
+        slot: u16,
+        now_micros: u64,
+        within_micros: u64,
+    ) -> Option<bool> {
+        self.with_owner(slot, |master| {
+            master.last_reply.answered_within(now_micros, within_micros)
+        })
     }
 
     /// Replaces the copy with the ranges of a `CLUSTER SLOTS` `reply`, each node written as
-    /// `scheme://host:port`; a reply of another shape leaves the copy as it was.
+    /// `scheme://host:port`; a reply of another shape leaves the copy as it was. A master the
+    /// copy named already keeps its last reply (the same [`Master`]); a new one has none yet.
     pub(super) fn update(&self, reply: &Value, scheme: &str) {
-        if let Some(ranges) = parse(reply, scheme) {
-            self.ranges.store(Arc::new(ranges));
+        if let Some(parsed) = parse(reply, scheme) {
+            // `rcu`: two updates at once (the eager connect's read and a background one) each
+            // carry over the masters of the copy they replace, so none loses a reply recorded
+            // in between.
+            self.ranges
+                .rcu(|current| Arc::new(with_masters(&parsed, current)));
             // SeqCst: read once per cluster call, after the ranges are stored; no ordering
             // subtlety to save.
             self.generation.fetch_add(1, Ordering::SeqCst);
@@ -75,7 +124,7 @@ impl SlotOwners {
         self.ranges
             .load()
             .iter()
-            .map(|(_, _, owner)| Arc::clone(owner))
+            .map(|(_, _, owner)| Arc::clone(&owner.address))
             .collect()
     }
 
@@ -113,11 +162,32 @@ impl Drop for ReadInFlight {
     }
 }
 
+/// `parsed` ranges, each with its master: the one `current` names at that address (so it keeps
+/// its last reply), else a new one; one per address, shared by its ranges.
+fn with_masters(parsed: &[(u16, u16, Arc<str>)], current: &[Range]) -> Vec<Range> {
+    let mut masters: HashMap<&str, Arc<Master>> = current
+        .iter()
+        .map(|(_, _, master)| (&*master.address, Arc::clone(master)))
+        .collect();
+    parsed
+        .iter()
+        .map(|(first, last, address)| {
+            let master = masters.entry(&**address).or_insert_with(|| {
+                Arc::new(Master {
+                    address: Arc::clone(address),
+                    last_reply: LastReply::default(),
+                })
+            });
+            (*first, *last, Arc::clone(master))
+        })
+        .collect()
+}
+
 /// The ranges of a `CLUSTER SLOTS` reply (`[[first, last, [host, port, id, …], replicas…], …]`),
 /// sorted; `None` unless every range is well formed and no two overlap (so at most one per
 /// slot). A range whose master has an empty or `?` host (the node answering did not know its
 /// address) is left out.
-fn parse(reply: &Value, scheme: &str) -> Option<Vec<Range>> {
+fn parse(reply: &Value, scheme: &str) -> Option<Vec<(u16, u16, Arc<str>)>> {
     let Value::Array(ranges) = reply else {
         return None;
     };
@@ -217,6 +287,45 @@ mod tests {
         ] {
             assert_eq!(slot_of(key.as_bytes()), slot, "{key:?}");
         }
+    }
+
+    #[test]
+    fn each_master_keeps_its_own_last_reply_across_reads_of_the_map() {
+        let node = |port: i64| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+            ])
+        };
+        let range = |first: i64, last: i64, port: i64| {
+            Value::Array(vec![Value::Int(first), Value::Int(last), node(port)])
+        };
+        let owners = SlotOwners::default();
+        assert_eq!(owners.owner_answered_within(0, 0, u64::MAX), None);
+        owners.owner_replied(0, 1_000); // no owner known: nothing to record
+        // 7000 owns two ranges, 7001 the one between.
+        let map = |last_port: i64| {
+            Value::Array(vec![
+                range(0, 99, 7000),
+                range(100, 199, 7001),
+                range(200, 16_383, last_port),
+            ])
+        };
+        owners.update(&map(7000), "redis");
+        let within = |slot| owners.owner_answered_within(slot, 1_050, 100);
+        assert_eq!(within(0), Some(false), "no reply yet");
+        owners.owner_replied(5, 1_000);
+        assert_eq!(within(0), Some(true));
+        assert_eq!(within(16_000), Some(true), "7000's other range");
+        assert_eq!(within(150), Some(false), "7001 has not replied");
+        // A read naming 7000 again keeps its reply; a master new to the map has none.
+        owners.update(&map(7002), "redis");
+        assert_eq!(within(0), Some(true));
+        assert_eq!(within(16_000), Some(false), "7002, new");
+        owners.owner_replied(16_000, 1_040);
+        assert_eq!(within(16_000), Some(true));
+        assert_eq!(within(150), Some(false));
+        assert_eq!(owners.owner_answered_within(0, 1_200, 100), Some(false));
     }
 
     #[test]

@@ -454,6 +454,110 @@ fn a_frozen_masters_breaker_opens_for_its_own_keys_only_and_its_probe_closes_it(
     assert_eq!(breakers.state(), BreakerState::Closed);
 }
 
+/// Issue 18 on a cluster: a try cut short by its caller's own budget is the caller's (a plain
+/// denial, counted nowhere) only while the master that owns its key answers, whatever the
+/// other masters do. One master frozen, another answering a call before each try: the frozen
+/// master's tries of 20 ms are denied only until a backend timeout has passed since that
+/// master's last reply; then fail-open admits them, each counted as a timeout and not told to
+/// the breaker. The same tries on the live master's key stay Redis's to decide. Before, the
+/// last reply was kept per backend: the live master's replies kept every cut on the frozen
+/// master's key a plain denial, until the hang bound.
+#[test]
+fn a_try_cut_short_on_a_frozen_masters_key_is_the_policys_while_other_masters_answer() {
+    // A wall-clock guard against a hang (never a speed check).
+    const HANG_BOUND: Duration = Duration::from_secs(60);
+    const CUT: Duration = Duration::from_millis(20);
+    let cluster = partitionable_cluster();
+    // Long enough that a live master's answer never misses it on a loaded machine.
+    let timeout = Duration::from_secs(2);
+    let backend = cluster_backend(&cluster, timeout);
+    let breaker = BreakerConfig::new(1, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "cut-node",
+        FixedWindow::new(100_000, Duration::from_secs(3600)).unwrap(),
+        FailurePolicy::FailOpen,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    let on_frozen = key_on(&cluster, &limiter, 0, "f");
+    let on_live = key_on(&cluster, &limiter, 1, "l");
+    assert_decided(&call(&limiter, &on_live), &on_live);
+    // The frozen master's last reply comes after this instant.
+    let asked = Instant::now();
+    assert_decided(&call(&limiter, &on_frozen), &on_frozen);
+    cluster.nodes[0].freeze();
+    let mut denied = 0;
+    loop {
+        // The other masters keep answering: a call on the live master's key before each try.
+        let outcome = call(&limiter, &on_live);
+        assert_decided(
+            &outcome,
+            format_args!("after {denied} denials: the live master"),
+        );
+        let d = limiter
+            .blocking_try_acquire_for(&on_frozen, 1, CUT)
+            .unwrap();
+        if d.is_allowed() {
+            break;
+        }
+        // Within the backend's timeout of the frozen master's last reply: the caller's cut.
+        assert_eq!(d.retry_after(), timeout, "{d:?}");
+        assert_eq!(limiter.failures().total(), 0, "{d:?}");
+        denied += 1;
+        assert!(
+            asked.elapsed() < HANG_BOUND,
+            "{denied} tries cut short on the frozen master's key, none decided by the policy \
+             while the live master answered"
+        );
+    }
+    assert!(
+        asked.elapsed() >= timeout,
+        "admitted after {:?}, within the frozen master's timeout",
+        asked.elapsed()
+    );
+    let failures = limiter.failures();
+    assert_eq!(
+        (failures.timeouts, failures.total()),
+        (1, 1),
+        "{failures:?}"
+    );
+    // The next tries likewise, each counted, the live master answering between them.
+    for i in 0..3 {
+        assert_decided(&call(&limiter, &on_live), format_args!("live, round {i}"));
+        let d = limiter
+            .blocking_try_acquire_for(&on_frozen, 1, CUT)
+            .unwrap();
+        assert!(d.is_allowed(), "round {i}: {d:?}");
+    }
+    assert_eq!(limiter.failures().timeouts, 4);
+    // The live master's key, under a budget shorter than the backend's timeout: Redis decides
+    // (the fail-open policy would admit too, but would count it).
+    let d = limiter
+        .blocking_try_acquire_for(&on_live, 1, timeout / 2)
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    // Cut short at once (no time given), right after the live master answered: the caller's
+    // denial, counted nowhere, unless this thread was held for a backend timeout in between.
+    let replied = Instant::now();
+    assert_decided(&call(&limiter, &on_live), "live, before the cut");
+    let d = limiter
+        .blocking_try_acquire_for(&on_live, 1, Duration::ZERO)
+        .unwrap();
+    if replied.elapsed() < timeout {
+        assert!(!d.is_allowed(), "{d:?}");
+        assert_eq!(d.retry_after(), timeout, "{d:?}");
+        assert_eq!(limiter.failures().timeouts, 4);
+    }
+    // Not told to the breaker: every master's is closed.
+    let breakers = limiter.breaker().unwrap();
+    for (node, state) in breakers.nodes() {
+        assert_eq!(state, BreakerState::Closed, "{node}");
+    }
+    cluster.nodes[0].thaw();
+}
+
 /// A master that has not run a limiter's script yet loads it while another master is frozen:
 /// the script is loaded on the master that owns the key, not on every master (`SCRIPT LOAD`
 /// through redis-rs's cluster connection goes to all of them, and waited for the frozen one,
