@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
-use crate::keyed::{KeySlot, Liveness, ShardedMap, WhenFull, sharded_map};
+use crate::keyed::{HashedKey, KeySlot, Liveness, ShardedMap, WhenFull, sharded_map};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Keys a [`DenyCache`] holds unless told otherwise.
@@ -68,7 +68,9 @@ impl KeySlot<Base> for DenySlot {
 /// the store's deadline (rounded down to the millisecond, measured from a clock read taken
 /// *before* the store call, so it never outlasts the store's). Memory is bounded: at most
 /// `max_keys` keys in a sharded map (no global lock; lookups take one shard's read lock);
-/// expired denials are dropped first, then any, when a shard is full. Each local denial is
+/// expired denials are dropped first, then any, when a shard is full. A key is held as its
+/// 128-bit hash ([`HashedKey`](crate::keyed::HashedKey)), so an entry costs the same bytes
+/// whatever the key's length. Each local denial is
 /// counted ([`denied_locally`](Self::denied_locally)).
 ///
 /// ```
@@ -90,7 +92,9 @@ impl KeySlot<Base> for DenySlot {
 /// # Ok::<(), floodgate::ConfigError>(())
 /// ```
 pub struct DenyCache<C = QuantaClock> {
-    map: ShardedMap<String, DenySlot>,
+    /// Keys held as 128-bit hashes ([`HashedKey`]): a key costs the same whatever its length
+    /// (a client controls it), and two keys share a denial only if both 64-bit halves collide.
+    map: ShardedMap<HashedKey, DenySlot>,
     base: Base,
     clock: C,
     denied_locally: AtomicU64,
@@ -164,19 +168,21 @@ impl<C: Clock> DenyCache<C> {
     /// ```
     #[inline]
     pub fn check(&self, key: &str, n: u32, limit: u64) -> Option<Decision> {
-        let denial = self.map.peek(key, &self.clock, |slot, now, _| {
-            // Relaxed: as in `liveness`.
-            let slot = slot?;
-            let word = slot.word.load(Ordering::Relaxed);
-            let denied_n = word & N_MASK;
-            let until = self.base.nanos(word >> N_BITS);
-            (denied_n != 0 && u64::from(n) >= denied_n && now < until).then(|| {
-                // Relaxed: as in `liveness`; see `DenySlot`.
-                let reset = self.base.nanos(slot.reset.load(Ordering::Relaxed));
-                let retry = until - now;
-                Decision::deny(limit, 0, retry, reset.saturating_sub(now).max(retry))
-            })
-        })?;
+        let denial = self
+            .map
+            .peek(&HashedKey::from(key), &self.clock, |slot, now, _| {
+                // Relaxed: as in `liveness`.
+                let slot = slot?;
+                let word = slot.word.load(Ordering::Relaxed);
+                let denied_n = word & N_MASK;
+                let until = self.base.nanos(word >> N_BITS);
+                (denied_n != 0 && u64::from(n) >= denied_n && now < until).then(|| {
+                    // Relaxed: as in `liveness`; see `DenySlot`.
+                    let reset = self.base.nanos(slot.reset.load(Ordering::Relaxed));
+                    let retry = until - now;
+                    Decision::deny(limit, 0, retry, reset.saturating_sub(now).max(retry))
+                })
+            })?;
         // Relaxed: a statistics counter; no other memory depends on it.
         self.denied_locally.fetch_add(1, Ordering::Relaxed);
         Some(denial)
@@ -210,12 +216,15 @@ impl<C: Clock> DenyCache<C> {
         let reset = self
             .base
             .ms(asked_at.saturating_add(duration_to_nanos(decision.reset_after())));
-        let _ = self.map.access(key, &self.clock, &self.base, |slot, _, _| {
-            // Relaxed: as in `liveness`. The latest denial wins: each was true when made.
-            slot.reset.store(reset, Ordering::Relaxed);
-            // Relaxed: as above.
-            slot.word.store(word, Ordering::Relaxed);
-        });
+        let key = HashedKey::from(key);
+        let _ = self
+            .map
+            .access(&key, &self.clock, &self.base, |slot, _, _| {
+                // Relaxed: as in `liveness`. The latest denial wins: each was true when made.
+                slot.reset.store(reset, Ordering::Relaxed);
+                // Relaxed: as above.
+                slot.word.store(word, Ordering::Relaxed);
+            });
     }
 
     /// A read of the cache's clock (for `record`'s `asked_at`).

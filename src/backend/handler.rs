@@ -14,7 +14,7 @@ use super::{
 };
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::decision::{ConfigError, Decision};
-use crate::keyed::Keyed;
+use crate::keyed::{HashedKey, Keyed};
 use crate::limiter::Algorithm;
 use crate::observe::BackendObserver;
 
@@ -92,8 +92,9 @@ type CallBreaker<'a, C> = Option<NodeBreaker<'a, C>>;
 struct LocalLimiters<A, C> {
     local_limit: u32,
     /// One local limiter word per key, bounded, with idle keys swept inside calls: floodgate's
-    /// own keyed map, so an outage's flood of keys costs O(1) per call, not a scan.
-    by_key: Keyed<String, A, C>,
+    /// own keyed map, so an outage's flood of keys costs O(1) per call, not a scan. Keys are
+    /// held as 128-bit hashes ([`HashedKey`]): an entry costs the same whatever the key's length.
+    by_key: Keyed<HashedKey, A, C>,
 }
 
 impl<A, C> FailureHandler<A, C> {
@@ -697,7 +698,7 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
                 Decision::allow(self.limit, self.limit.saturating_sub(u64::from(n)), 0)
             }
             (FailurePolicy::LocalFallback(_), Some(local)) => {
-                match local.by_key.try_acquire(key, n) {
+                match local.by_key.try_acquire(&HashedKey::from(key), n) {
                     Ok(decision) => decision,
                     // n fits the distributed limit but not the local share: a denial.
                     Err(_) => Decision::deny(u64::from(local.local_limit), 0, retry_nanos, 0),
