@@ -186,3 +186,70 @@ fn a_stalled_caller_dropped_after_its_reply_was_taken_in_loses_only_its_own_perm
     assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
     drop(idle);
 }
+
+/// A caller polled until its request for a lease is out (Redis frozen) on a runtime that is
+/// then shut down (a thread's current-thread runtime dropped with the thread), its future
+/// kept. The calls' deadline timer was armed on that runtime. The key's next caller polls the
+/// calls while Redis is still frozen: it must neither panic (a timer of a runtime that shut
+/// down panics when polled, and a `Shared` future that panicked panics for every later poller)
+/// nor hang: once Redis answers it is served, as are the calls after it. Before the fix, that
+/// caller's first poll panicked ("A Tokio 1.x context was found, but it is being shutdown"),
+/// and every later call on the key with it ("inner future panicked during poll") while the
+/// stalled future was kept.
+#[test]
+fn a_caller_stalled_on_a_runtime_that_shut_down_does_not_make_the_others_panic() {
+    let server = RedisServer::start();
+    let limiter = warm_limiter(&server);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+
+    let gone = current_thread();
+    let before = server.calls("evalsha");
+    server.freeze();
+    let mut stalled = Box::pin(leased.try_acquire_outcome(1));
+    assert!(poll_once(&gone, &mut stalled), "its lease request is out");
+    drop(gone);
+
+    let busy = current_thread();
+    let mut next = Box::pin(leased.try_acquire_outcome(1));
+    // Redis still frozen: the next caller polls the calls' timer too.
+    let first =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll_once(&busy, &mut next)));
+    server.thaw();
+    assert!(
+        matches!(first, Ok(true)),
+        "the next caller's first poll, Redis frozen, panicked or was answered"
+    );
+    server.wait_for_calls("evalsha", before + 1);
+    let next = busy.block_on(async { tokio::time::timeout(HANG, next).await });
+    let next = next.expect("the next caller hung, Redis up").unwrap();
+    assert!(
+        next.failure().is_none() && next.decision().is_allowed(),
+        "{next:?}"
+    );
+    let later = busy.block_on(async {
+        tokio::time::timeout(HANG, async {
+            let mut outcomes = Vec::new();
+            for _ in 0..LATER {
+                outcomes.push(leased.try_acquire_outcome(1).await.unwrap());
+            }
+            outcomes
+        })
+        .await
+    });
+    for outcome in later.expect("later calls hung, Redis up") {
+        assert!(
+            outcome.failure().is_none() && outcome.decision().is_allowed(),
+            "{outcome:?}"
+        );
+    }
+    let own = busy.block_on(async { tokio::time::timeout(HANG, stalled).await });
+    let own = own
+        .expect("the stalled caller, polled again, hung")
+        .unwrap();
+    assert!(
+        own.failure().is_none() && own.decision().is_allowed(),
+        "{own:?}"
+    );
+    let counts = leased.counts();
+    assert_eq!(counts.served(), 2 + LATER as u64, "{counts:?}");
+}

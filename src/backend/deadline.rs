@@ -18,13 +18,22 @@ pub(crate) async fn until_deadline<F: Future>(
     deadline: Instant,
 ) -> Result<F::Output, ()> {
     let wake_at = deadline.checked_sub(TIMER_SLACK).unwrap_or(deadline);
-    let mut sleep = std::pin::pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(
-        wake_at
-    )));
+    let wake_at = tokio::time::Instant::from_std(wake_at);
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(wake_at));
+    // The runtime whose timer `sleep` is on. A future shared between callers (a `LeasedKey`'s
+    // calls) may be polled from another runtime than the one that first polled it, which may
+    // be idle (its timer never fires) or shut down (its timer panics when polled): the timer is
+    // then set again on the runtime polling it.
+    let mut armed_on = runtime_id();
     let mut future = std::pin::pin!(future);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(output) = future.as_mut().poll(cx) {
             return Poll::Ready(Ok(output));
+        }
+        let polled_on = runtime_id();
+        if polled_on.is_some() && polled_on != armed_on {
+            sleep.set(tokio::time::sleep_until(wake_at));
+            armed_on = polled_on;
         }
         if sleep.as_mut().poll(cx).is_ready() {
             if Instant::now() >= deadline {
@@ -35,4 +44,11 @@ pub(crate) async fn until_deadline<F: Future>(
         Poll::Pending
     })
     .await
+}
+
+/// The runtime the calling thread is in, if any.
+fn runtime_id() -> Option<tokio::runtime::Id> {
+    tokio::runtime::Handle::try_current()
+        .ok()
+        .map(|handle| handle.id())
 }

@@ -221,8 +221,10 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 /// consumer stopped reading, a task on a runtime that nothing drives any more), holds up no
 /// one while Redis answers: the key's next caller takes in the reply, publishes the lease and
 /// is served from it. (Before, every later call on the key waited for its own timeout behind
-/// the stalled caller, and was decided by the policy.) [`release`](Self::release)'s refund is
-/// taken in the same way. What a refill reserves on Redis goes:
+/// the stalled caller, and was decided by the policy.) The calls' deadline is kept by
+/// whichever runtime polls them: the stalled caller's runtime, left idle or shut down, neither
+/// holds them out past it nor fails the callers polling them.
+/// [`release`](Self::release)'s refund is taken in the same way. What a refill reserves on Redis goes:
 /// * **the lease beyond the request**: served to the key's callers, given back when retired
 ///   unserved, or left to expire, as any lease (see [the bound](Self#the-bound));
 /// * **the request's own `n` permits**: to the caller that asked, in its outcome when it is
