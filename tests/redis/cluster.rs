@@ -533,22 +533,29 @@ fn a_try_cut_short_on_a_frozen_masters_key_is_the_policys_while_other_masters_an
     }
     assert_eq!(limiter.failures().timeouts, 4);
     // The live master's key, under a budget shorter than the backend's timeout: Redis decides
-    // (the fail-open policy would admit too, but would count it).
+    // (the fail-open policy would admit too, but would count it). On a loaded machine the
+    // answer may miss the budget: then it is the caller's cut (a denial, after the budget),
+    // or, held past a backend timeout, the policy's (admitted).
+    let trying = Instant::now();
     let d = limiter
         .blocking_try_acquire_for(&on_live, 1, timeout / 2)
         .unwrap();
-    assert!(d.is_allowed(), "{d:?}");
+    assert!(
+        d.is_allowed() || trying.elapsed() >= timeout / 2,
+        "denied within its budget: {d:?}"
+    );
     // Cut short at once (no time given), right after the live master answered: the caller's
     // denial, counted nowhere, unless this thread was held for a backend timeout in between.
     let replied = Instant::now();
     assert_decided(&call(&limiter, &on_live), "live, before the cut");
+    let counted = limiter.failures().timeouts;
     let d = limiter
         .blocking_try_acquire_for(&on_live, 1, Duration::ZERO)
         .unwrap();
     if replied.elapsed() < timeout {
         assert!(!d.is_allowed(), "{d:?}");
         assert_eq!(d.retry_after(), timeout, "{d:?}");
-        assert_eq!(limiter.failures().timeouts, 4);
+        assert_eq!(limiter.failures().timeouts, counted);
     }
     // Not told to the breaker: every master's is closed.
     let breakers = limiter.breaker().unwrap();
