@@ -594,7 +594,10 @@ impl RedisBackend {
     async fn read_slot_owners(&self, within: Duration) {
         let reply = read_slot_owners(self.shared.connection.clone(), within).await;
         if let Some(reply) = reply {
-            self.shared.owners.update(&reply, self.shared.scheme);
+            let read_at = self.shared.clock.client_micros(Instant::now());
+            self.shared
+                .owners
+                .update(&reply, self.shared.scheme, read_at);
         }
     }
 
@@ -609,17 +612,20 @@ impl RedisBackend {
             return;
         }
         if let Some(read) = shared.owners.start_read(Instant::now(), shared.timeout) {
-            let (connection, owners, scheme) = (
+            let (connection, owners, scheme, base) = (
                 shared.connection.clone(),
                 Arc::clone(&shared.owners),
                 shared.scheme,
+                shared.clock.base,
             );
             let within = shared.timeout;
             // `read` moves into the task: dropped when the read ends, or with the task if its
             // runtime goes first, so the next read can start either way.
             shared.runtime.spawn(async move {
                 if let Some(reply) = read_slot_owners(connection, within).await {
-                    owners.update(&reply, scheme);
+                    // The read's time on the clock's client side (`client_micros`).
+                    let read_at = Instant::now().saturating_duration_since(base).as_micros();
+                    owners.update(&reply, scheme, u64::try_from(read_at).unwrap_or(u64::MAX));
                 }
                 drop(read);
             });
@@ -809,8 +815,10 @@ impl RedisBackend {
     /// key's slot in the backend's copy of the slot map (the one whose breaker the call goes
     /// through): another master's replies do not count. On a cluster whose copy names no owner
     /// for the slot (no map read yet), or for `None`, any reply counts. `false` for a server
-    /// that never had one (a lazy backend before its first reply; a master no call of this
-    /// backend has had a reply from since the copy first named it). A call cut short by its
+    /// that never had one (a lazy backend before its first reply), and for a master the copy
+    /// named for the first time, once a timeout has passed since that read of the map with no
+    /// reply from it (a new master counts as having replied when the read naming it was read:
+    /// see `SlotOwners::update`). A call cut short by its
     /// caller's own deadline is the caller's matter only while this holds: otherwise its
     /// server looks down (`RedisLimiter::try_acquire_for`, issue 18).
     ///
@@ -1938,7 +1946,7 @@ mod tests {
         let (old, new) = ("redis://127.0.0.1:7000", "redis://127.0.0.1:7001");
         let owners = &backend.shared.owners;
         assert_eq!(limiter.node_of("k"), None, "no slot map read yet");
-        owners.update(&slot_map(slot, 7000, 7001), "redis");
+        owners.update(&slot_map(slot, 7000, 7001), "redis", 0);
         assert_eq!(limiter.node_of("k").as_deref(), Some(old));
         let breakers = limiter.breaker().unwrap();
         breakers.node(old).admit().unwrap().failed();
@@ -1951,7 +1959,7 @@ mod tests {
             "the short-circuited call started no re-read of the slot map"
         );
         // The re-read's answer (simulated): the slot moved to the other master.
-        owners.update(&slot_map(slot, 7001, 7000), "redis");
+        owners.update(&slot_map(slot, 7001, 7000), "redis", 0);
         assert_eq!(limiter.node_of("k").as_deref(), Some(new));
         let outcome = runtime
             .block_on(limiter.try_acquire_outcome("k", 1))
@@ -1977,14 +1985,14 @@ mod tests {
         let slot = slot_of(limiter.redis_keys("k")[0].as_bytes());
         let (old, new) = ("redis://127.0.0.1:7000", "redis://127.0.0.1:7001");
         let owners = &backend.shared.owners;
-        owners.update(&slot_map(slot, 7000, 7001), "redis");
+        owners.update(&slot_map(slot, 7000, 7001), "redis", 0);
         let breakers = limiter.breaker().unwrap();
         for _ in 0..2 {
             breakers.node(old).admit().unwrap().failed();
         }
         assert_eq!(breakers.node(old).state(), BreakerState::Open);
         // The failover: every slot is on the other master now.
-        owners.update(&slot_map(slot, 7001, 7001), "redis");
+        owners.update(&slot_map(slot, 7001, 7001), "redis", 0);
         assert_eq!(limiter.node_of("k").as_deref(), Some(new));
         // A call on the new master (nothing listens: one failure of two, still closed).
         let outcome = runtime

@@ -601,8 +601,10 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     ///   round trip says nothing about a Redis that answers, so it neither admits (fail-open, or
     ///   a local share) what Redis would have refused, nor makes a healthy Redis look down.
     /// * **Redis silent:** no reply from the key's Redis for a whole backend timeout, or none
-    ///   ever (a lazy backend before its first; on a cluster, a master no call of this backend
-    ///   has had a reply from since the copy of the slot map first named it). Redis looks
+    ///   ever (a lazy backend before its first; on a cluster, a master that has not answered a
+    ///   call of this backend for a timeout since the read of the slot map that first named it:
+    ///   a healthy master new to the map, at connect or after a failover, is not taken for
+    ///   silent before its first reply). Redis looks
     ///   down, and the try is an outage: decided by the policy
     ///   and counted as a timeout (in [`failures`](Self::failures) and the metrics), as a try
     ///   given the whole timeout would be, but still not told to the breaker (a caller's cut

@@ -17,7 +17,8 @@
 //! Each master the copy names also keeps when it last replied ([`LastReply`]), recorded by the
 //! backend on each reply to a call on one of its slots: a try of `RedisLimiter::try_acquire_for`
 //! cut short by its caller's own budget is the caller's matter only while the master that owns
-//! its key's slot answers (issue 18). A master named again by a later read keeps its time.
+//! its key's slot answers (issue 18). A master named again by a later read keeps its time; a
+//! master new to the copy starts as having replied when the read naming it was read.
 //!
 //! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
 //! two `u16`s and a shared master (its address and its last reply); a read replaces the whole
@@ -98,14 +99,19 @@ impl SlotOwners {
 
     /// Replaces the copy with the ranges of a `CLUSTER SLOTS` `reply`, each node written as
     /// `scheme://host:port`; a reply of another shape leaves the copy as it was. A master the
-    /// copy named already keeps its last reply (the same [`Master`]); a new one has none yet.
-    pub(super) fn update(&self, reply: &Value, scheme: &str) {
+    /// copy named already keeps its last reply (the same [`Master`]); a new one starts as if it
+    /// had replied at `read_at_micros` (when this reply was read, the backend's client µs): a
+    /// node of the cluster named it a master then, so a healthy master new to the copy (at
+    /// connect, after a failover) is not taken for silent before a call of this backend has
+    /// been answered by it, and a new master that never answers looks silent one backend
+    /// timeout after the read, as a known one does one timeout after its last reply.
+    pub(super) fn update(&self, reply: &Value, scheme: &str, read_at_micros: u64) {
         if let Some(parsed) = parse(reply, scheme) {
             // `rcu`: two updates at once (the eager connect's read and a background one) each
             // carry over the masters of the copy they replace, so none loses a reply recorded
             // in between.
             self.ranges
-                .rcu(|current| Arc::new(with_masters(&parsed, current)));
+                .rcu(|current| Arc::new(with_masters(&parsed, current, read_at_micros)));
             // SeqCst: read once per cluster call, after the ranges are stored; no ordering
             // subtlety to save.
             self.generation.fetch_add(1, Ordering::SeqCst);
@@ -163,8 +169,13 @@ impl Drop for ReadInFlight {
 }
 
 /// `parsed` ranges, each with its master: the one `current` names at that address (so it keeps
-/// its last reply), else a new one; one per address, shared by its ranges.
-fn with_masters(parsed: &[(u16, u16, Arc<str>)], current: &[Range]) -> Vec<Range> {
+/// its last reply), else a new one, taken as having replied at `read_at_micros`; one per
+/// address, shared by its ranges.
+fn with_masters(
+    parsed: &[(u16, u16, Arc<str>)],
+    current: &[Range],
+    read_at_micros: u64,
+) -> Vec<Range> {
     let mut masters: HashMap<&str, Arc<Master>> = current
         .iter()
         .map(|(_, _, master)| (&*master.address, Arc::clone(master)))
@@ -173,9 +184,11 @@ fn with_masters(parsed: &[(u16, u16, Arc<str>)], current: &[Range]) -> Vec<Range
         .iter()
         .map(|(first, last, address)| {
             let master = masters.entry(&**address).or_insert_with(|| {
+                let last_reply = LastReply::default();
+                last_reply.record(read_at_micros);
                 Arc::new(Master {
                     address: Arc::clone(address),
-                    last_reply: LastReply::default(),
+                    last_reply,
                 })
             });
             (*first, *last, Arc::clone(master))
@@ -311,21 +324,33 @@ mod tests {
                 range(200, 16_383, last_port),
             ])
         };
-        owners.update(&map(7000), "redis");
+        owners.update(&map(7000), "redis", 0);
         let within = |slot| owners.owner_answered_within(slot, 1_050, 100);
-        assert_eq!(within(0), Some(false), "no reply yet");
+        assert_eq!(within(0), Some(false), "no reply since the read at 0");
         owners.owner_replied(5, 1_000);
         assert_eq!(within(0), Some(true));
         assert_eq!(within(16_000), Some(true), "7000's other range");
         assert_eq!(within(150), Some(false), "7001 has not replied");
         // A read naming 7000 again keeps its reply; a master new to the map has none.
-        owners.update(&map(7002), "redis");
+        owners.update(&map(7002), "redis", 0);
         assert_eq!(within(0), Some(true));
         assert_eq!(within(16_000), Some(false), "7002, new");
         owners.owner_replied(16_000, 1_040);
         assert_eq!(within(16_000), Some(true));
         assert_eq!(within(150), Some(false));
         assert_eq!(owners.owner_answered_within(0, 1_200, 100), Some(false));
+        // A master new to a read is taken as having replied when the read was: for one window.
+        owners.update(&map(7003), "redis", 1_100);
+        assert_eq!(owners.owner_answered_within(16_000, 1_150, 100), Some(true));
+        assert_eq!(
+            owners.owner_answered_within(16_000, 1_200, 100),
+            Some(false)
+        );
+        assert_eq!(
+            owners.owner_answered_within(0, 1_150, 100),
+            Some(false),
+            "7000 keeps its own"
+        );
     }
 
     #[test]
@@ -347,7 +372,7 @@ mod tests {
         ]);
         let owners = Arc::new(SlotOwners::default());
         assert_eq!(owners.owner(0), None, "nothing read yet");
-        owners.update(&reply, "redis");
+        owners.update(&reply, "redis", 0);
         assert_eq!(owners.owner(0).as_deref(), Some("redis://127.0.0.1:7000"));
         assert_eq!(
             owners.owner(5_460).as_deref(),
@@ -374,10 +399,14 @@ mod tests {
             Value::Array(vec![range(0, 0, node("h", 1)), range(0, 0, node("h", 1))]),
             Value::Array(vec![Value::Array(vec![Value::Int(0)])]),
         ] {
-            owners.update(&bad, "redis");
+            owners.update(&bad, "redis", 0);
             assert_eq!(owners.owner(0).as_deref(), Some("redis://127.0.0.1:7000"));
         }
-        owners.update(&Value::Array(vec![range(0, 0, node("::1", 7))]), "rediss");
+        owners.update(
+            &Value::Array(vec![range(0, 0, node("::1", 7))]),
+            "rediss",
+            0,
+        );
         assert_eq!(owners.owner(0).as_deref(), Some("rediss://[::1]:7"));
         assert_eq!(owners.owner(1), None);
 
