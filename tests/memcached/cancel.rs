@@ -231,6 +231,18 @@ where
     }
 }
 
+/// Polls `call` once, which must not answer it yet (its exchange runs on in a task of its own).
+async fn polled_once<F: std::future::Future + Unpin>(call: &mut F)
+where
+    F::Output: std::fmt::Debug,
+{
+    tokio::select! {
+        biased;
+        outcome = call => panic!("answered on its first poll: {outcome:?}"),
+        () = std::future::ready(()) => {}
+    }
+}
+
 /// A decision memcached made, on the async path.
 async fn decided(limiter: &MemcachedLimiter<ManualClock>, n: u32) -> Decision {
     let outcome = limiter.try_acquire_outcome("k", n).await.unwrap();
@@ -351,11 +363,7 @@ async fn a_call_dropped_before_its_write_sends_nothing() {
     {
         let call = through.try_acquire_outcome("k", 1);
         tokio::pin!(call);
-        tokio::select! {
-            biased;
-            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
-            () = std::future::ready(()) => {}
-        }
+        polled_once(&mut call).await;
     }
     match proxy.next().await {
         Event::Closed => {}
@@ -431,11 +439,7 @@ async fn an_admission_dropped_unread_gives_its_permits_back() {
     {
         let call = through.try_acquire_outcome("k", 1);
         tokio::pin!(call);
-        tokio::select! {
-            biased;
-            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
-            () = std::future::ready(()) => {}
-        }
+        polled_once(&mut call).await;
         // The exchange's task runs (and ends) while the call is not polled.
         settled().await;
     } // dropped with the admission unread
@@ -516,11 +520,7 @@ async fn a_grace_without_end_gives_an_admission_dropped_unread_back() {
     {
         let call = through.try_acquire_outcome("k", 1);
         tokio::pin!(call);
-        tokio::select! {
-            biased;
-            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
-            () = std::future::ready(()) => {}
-        }
+        polled_once(&mut call).await;
         settled().await;
     } // dropped with the admission unread
     assert!(proxy.take_back_or_close().await, "not given back");
@@ -550,11 +550,7 @@ async fn admissions_waiting_for_callers_never_polled_again_hold_no_connection_pl
         .map(|_| Box::pin(through.try_acquire_outcome("k", 1)))
         .collect();
     for call in &mut calls {
-        tokio::select! {
-            biased;
-            outcome = call => panic!("answered on its first poll: {outcome:?}"),
-            () = std::future::ready(()) => {}
-        }
+        polled_once(call).await;
     }
     // Every exchange runs to its end (its admission sent) while no call is polled again.
     settled().await;
@@ -591,11 +587,7 @@ async fn an_admission_dropped_unread_is_given_back_past_a_stale_pooled_connectio
     {
         let call = through.try_acquire_outcome("k", 1);
         tokio::pin!(call);
-        tokio::select! {
-            biased;
-            outcome = &mut call => panic!("answered on its first poll: {outcome:?}"),
-            () = std::future::ready(()) => {}
-        }
+        polled_once(&mut call).await;
         // The exchange runs to its end (its connection pooled) while the call is not polled.
         settled().await;
         proxy.cut();
