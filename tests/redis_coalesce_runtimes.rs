@@ -2,11 +2,12 @@
 //! sent while Redis is up, whichever runtimes the other callers ran on.
 #![cfg(feature = "redis")]
 
+#[path = "support/poll_once.rs"]
+mod poll_once;
 #[path = "redis/server.rs"]
 mod server;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use floodgate::backend::FailurePolicy;
 use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{Gcra, Rate};
+use poll_once::poll_once;
 use server::RedisServer;
 
 /// Generous: Redis is up and answers in microseconds; only a stranded decision reaches it.
@@ -46,18 +48,6 @@ fn one_worker() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// Polls `future` once on `runtime` (which is then left idle, as a thread-local
-/// current-thread runtime is between two `block_on` calls).
-fn poll_once<F: Future>(runtime: &tokio::runtime::Runtime, future: &mut Pin<Box<F>>) -> bool
-where
-    F::Output: std::fmt::Debug,
-{
-    runtime.block_on(std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
-        Poll::Pending => Poll::Ready(true),
-        Poll::Ready(done) => panic!("done at the first poll: {done:?}"),
-    }))
 }
 
 /// Two callers on a current-thread runtime send their own calls (the two turns), a third caller

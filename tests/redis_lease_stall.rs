@@ -4,18 +4,18 @@
 //! callers while Redis answers (issue 18).
 #![cfg(feature = "redis")]
 
+#[path = "support/poll_once.rs"]
+mod poll_once;
 #[path = "redis/server.rs"]
 mod server;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use floodgate::backend::FailurePolicy;
 use floodgate::redis::{LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{Gcra, ManualClock, Rate};
+use poll_once::poll_once;
 use server::RedisServer;
 
 /// The backend's timeout: a live server's answer never misses it, however loaded the machine;
@@ -33,18 +33,6 @@ fn current_thread() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// Polls `future` once on `runtime` (which is then left idle, as a thread-local
-/// current-thread runtime is between two `block_on` calls); true when it is pending.
-fn poll_once<F: Future>(runtime: &tokio::runtime::Runtime, future: &mut Pin<Box<F>>) -> bool
-where
-    F::Output: std::fmt::Debug,
-{
-    runtime.block_on(std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
-        Poll::Pending => Poll::Ready(true),
-        Poll::Ready(done) => panic!("done at the first poll: {done:?}"),
-    }))
 }
 
 /// Redis holds for "k" exactly what `counts` says was served plus what the key holds: the rest
