@@ -243,3 +243,54 @@ async fn a_probe_due_right_after_a_held_refund_does_not_overtake_it() {
     assert_eq!(taken(&limiter).await, served_or_held, "{counts:?}");
     assert_eq!(counts.served(), 2, "{counts:?}");
 }
+
+/// A request decided by a refund the breaker held (above) is answered as the breaker's short
+/// circuit of its own call would be: the deny cache first. Here, near the limit (the request
+/// is the exact per-call decision after the refund), a request Redis just denied is denied
+/// again from the cache, not admitted by fail-open as a short circuit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_behind_a_held_refund_is_denied_by_the_deny_cache_first() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let policy = FailurePolicy::FailOpen;
+    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+    let limiter =
+        RedisLimiter::with_clock(&backend, "cached", hourly_gcra(), policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    // 92 left: Redis denies 93, and the deny cache keeps the denial.
+    let denied = limiter.try_acquire_outcome("k", 93).await.unwrap();
+    assert!(denied.failure().is_none() && !denied.decision().is_allowed());
+
+    server.freeze();
+    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
+    server.thaw();
+    assert!(
+        failed.failure().is_some_and(|e| e.is_timeout()),
+        "{failed:?}"
+    );
+    let held = leased.release().await;
+    assert!(
+        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
+        "{held:?}"
+    );
+
+    let near = leased.try_acquire_outcome(93).await.unwrap();
+    assert!(
+        near.failure().is_none() && !near.decision().is_allowed(),
+        "the deny cache's denial: {near:?}"
+    );
+
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(leased.release().await.unwrap(), 7, "sent as the probe");
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.refunded, counts.stranded, counts.given_up_refunds),
+        (7, 0, 0),
+        "{counts:?}"
+    );
+}

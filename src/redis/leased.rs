@@ -403,8 +403,8 @@ type Calls = Shared<Pin<Box<dyn Future<Output = CallsReply> + Send>>>;
 struct CallsReply {
     /// The refund's call (`None`: none was sent).
     refund: Option<Result<Refunded, BackendError>>,
-    /// The refill's request: its outcome (decided by the refund's failure, or short circuit, when it had one),
-    /// and the lease it took, if any. `None`: no lease asked for (a `release`, or near the
+    /// The refill's request: its outcome (decided by the refund's failure, or its short
+    /// circuit, when it had one), and the lease it took, if any. `None`: no lease asked for (a `release`, or near the
     /// limit: the request is then the exact per-call decision, made by its own caller).
     take: Option<Taken>,
 }
@@ -1360,7 +1360,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 // lease granted (or a per-call decision, near the limit) moves the key past the
                 // refund's word, so that the refund could never land (given up, stranded).
                 (Some(take), Some(error)) => {
-                    let outcome = limiter.handler().decide(&key, take.n, error);
+                    let handler = limiter.handler();
+                    let outcome = match error.is_circuit_open() {
+                        // The deny cache first, as for a request the breaker short-circuits.
+                        true => handler.decide_unsent(&key, take.n, error),
+                        false => handler.decide(&key, take.n, error),
+                    };
                     limiter.after_short_circuit(&outcome);
                     Some(Taken {
                         outcome,
