@@ -561,6 +561,18 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         BackendError::CircuitOpen { retry_in }
     }
 
+    /// Decides a request of `n` on `key` that sends no store call because a call it must
+    /// follow was short-circuited (`error`): as the breaker's short circuit of its own call
+    /// would, the deny cache's denial first if it has one, else [`decide`](Self::decide) with
+    /// `error`. (A `LeasedKey` request behind a refund the breaker held: see its `send`.)
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn decide_unsent(&self, key: &str, n: u32, error: BackendError) -> Outcome {
+        match self.cached_denial(key, n) {
+            Err(denial) => denial,
+            Ok(_) => self.decide(key, n, error),
+        }
+    }
+
     /// The deny cache, before a store call: its denial, or the time the call is asked at
     /// (for [`after`](Self::after) to record a denial from).
     #[inline]

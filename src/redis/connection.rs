@@ -802,16 +802,25 @@ impl RedisBackend {
     }
 
     /// Records a reply to a call on `key` if `error` is one the server sent (an error reply),
-    /// not the connection's (I/O, a dropped connection, a timeout).
+    /// not the connection's (I/O, a dropped connection, a timeout). On a cluster, it is the
+    /// reply of the master that owns `key`'s slot only if that master provably sent it
+    /// ([`sent_by_the_slots_node`]): redis-rs does not say which node an error came from, and
+    /// a redirect it gave up on, `CLUSTERDOWN` or `TRYAGAIN` may have come from another node
+    /// (the owner silent); such an error is the cluster's reply only (the backend-wide word),
+    /// no master's (not the node a redirect names either: naming it is not its reply).
     fn replied_with(&self, error: &RedisError, key: Option<&str>) {
-        if matches!(error.kind(), ErrorKind::Server(_)) {
-            let _ = self.replied(Instant::now(), key);
+        let kind = error.kind();
+        if !matches!(kind, ErrorKind::Server(_)) {
+            return;
         }
+        let key = key.filter(|_| sent_by_the_slots_node(kind));
+        let _ = self.replied(Instant::now(), key);
     }
 
     /// Whether the server that runs calls on `redis_key` sent any reply (to any call of this
-    /// backend that went to it, whoever made it: an error reply too) less than the backend's
-    /// timeout ago. That server is one server's, and on a cluster the master that owns the
+    /// backend that went to it, whoever made it: an error reply too, on a cluster only one
+    /// that master provably sent, see [`replied_with`](Self::replied_with)) less than the
+    /// backend's timeout ago. That server is one server's, and on a cluster the master that owns the
     /// key's slot in the backend's copy of the slot map (the one whose breaker the call goes
     /// through): another master's replies do not count. On a cluster whose copy names no owner
     /// for the slot (no map read yet), or for `None`, any reply counts. `false` for a server
@@ -1583,6 +1592,24 @@ fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
     )
 }
 
+/// Whether a server error of `kind`, to a call on a key of a Redis Cluster, was sent by a node
+/// that serves the key's slot (the master the call was routed to): one Redis replies only
+/// after its cluster check found the slot served by itself (`processCommand`: the command ran
+/// or was refused there), so no other node sends it for a keyed command (a node that does not
+/// serve the slot replies a redirect first): a script's error (`ERR`), `NOSCRIPT`, `LOADING`,
+/// `READONLY`, `EXECABORT`. Not: `MOVED` and `ASK` (a node that does not serve the slot, or no
+/// longer holds the key), `TRYAGAIN` (a node importing the slot, after an `ASK`), `CLUSTERDOWN`
+/// (any node that finds the cluster, or the slot, down), `CROSSSLOT` (any node), `MASTERDOWN`
+/// (a replica), `NOPERM` (checked before the slot, by any node), and codes redis-rs does not
+/// know (their origin unknown).
+fn sent_by_the_slots_node(kind: ErrorKind) -> bool {
+    use redis::ServerErrorKind::{BusyLoading, ExecAbort, NoScript, ReadOnly, ResponseError};
+    matches!(
+        kind,
+        ErrorKind::Server(ResponseError | NoScript | BusyLoading | ReadOnly | ExecAbort)
+    )
+}
+
 /// A redis-rs error of a `cluster` or single-server connection, classified, naming the server.
 fn classify(server: &Arc<str>, cluster: bool, error: RedisError) -> BackendError {
     if let Some(mismatch) = mode_mismatch(server, cluster, &error) {
@@ -2239,5 +2266,83 @@ mod tests {
             timeout.to_string(),
             "timeout at redis://127.0.0.1:6379: no answer within 5ms (deciding)"
         );
+    }
+
+    /// On a cluster, a server error is credited to the master the copy of the slot map names
+    /// for the call's key only when that master provably sent it: one Redis sends only once
+    /// the node found it serves the key's slot (a script's error, `NOSCRIPT`, `LOADING`,
+    /// `READONLY`, `EXECABORT`). A redirect (`MOVED`, `ASK`: from a node that does not serve
+    /// the slot, or not the key), `TRYAGAIN`, `CLUSTERDOWN`, `CROSSSLOT`, `MASTERDOWN` and
+    /// `NOPERM` (checked before the slot) may come from any node: redis-rs does not say which,
+    /// and crediting them would keep a master that does not answer looking alive. They count
+    /// as the cluster's reply only (the backend-wide word).
+    #[test]
+    fn a_cluster_error_reply_counts_as_the_masters_only_when_the_master_sent_it() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = RedisConfig::cluster(["redis://127.0.0.1:1"]).lazy();
+        let backend = runtime.block_on(RedisBackend::connect(config)).unwrap();
+        let node = Value::Array(vec![
+            Value::BulkString(b"127.0.0.1".to_vec()),
+            Value::Int(7000),
+        ]);
+        let map = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16_383),
+            node,
+        ])]);
+        // Read at a time no reply can have: the master's word then says whether any reply
+        // since was credited to it.
+        const READ_AT: u64 = u64::MAX - 1;
+        backend.shared.owners.update(&map, "redis", READ_AT);
+        let key = "{k}";
+        let slot = slot_of(key.as_bytes());
+        let error = |resp: &str| {
+            let value = redis::parse_redis_value(resp.as_bytes()).unwrap();
+            value.extract_error().unwrap_err()
+        };
+        for resp in [
+            "-MOVED 866 127.0.0.1:7001\r\n",
+            "-ASK 866 127.0.0.1:7001\r\n",
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+            "-CLUSTERDOWN Hash slot not served\r\n",
+            "-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+            "-MASTERDOWN Link with MASTER is down\r\n",
+            "-NOPERM this user has no permissions to run the 'evalsha' command\r\n",
+        ] {
+            let error = error(resp);
+            assert!(matches!(error.kind(), ErrorKind::Server(_)), "{resp:?}");
+            backend.replied_with(&error, Some(key));
+            assert_eq!(
+                backend.shared.owners.owner_last_reply(slot),
+                Some(READ_AT),
+                "{resp:?} was credited to the key's master"
+            );
+        }
+        assert!(
+            backend.shared.last_reply.answered_within(0, u64::MAX),
+            "a node of the cluster replied"
+        );
+        for resp in [
+            "-ERR user_script:1: Script attempted to access nonexistent global variable\r\n",
+            "-NOSCRIPT No matching script. Please use EVAL.\r\n",
+            "-LOADING Redis is loading the dataset in memory\r\n",
+            "-READONLY You can't write against a read only replica.\r\n",
+        ] {
+            backend.shared.owners.update(&map, "redis", READ_AT);
+            let error = error(resp);
+            let before = backend.shared.clock.client_micros(Instant::now());
+            backend.replied_with(&error, Some(key));
+            let credited = backend.shared.owners.owner_last_reply(slot);
+            assert!(
+                credited.is_some_and(|at| at >= before && at < READ_AT),
+                "{resp:?}: {credited:?}"
+            );
+        }
+        drop(backend);
+        drop(runtime);
     }
 }

@@ -182,8 +182,11 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   scripts keep each refund's mark until its lease's word, or window, can no longer be
 ///   found). One whose time has passed (the lease's `reset_after`, counted from the read
 ///   taken before its request) is given up unsent. A refund the breaker does not let out
-///   (open, or its probe out) is kept the same way. While one is kept, a call near the limit
-///   (below) goes through the owner, which sends the refund first.
+///   (open, or its probe out) is kept the same way, and the refill's request is decided by
+///   that short circuit (through the policy): a request sent past a kept refund (the
+///   breaker's probe falling due between the two) would move the key past the refund's word
+///   and strand it. While one is kept, a call near the limit (below) goes through the owner,
+///   which sends the refund first.
 /// * **Within one timeout**: a call that must ask Redis returns within the backend's
 ///   [timeout](super::RedisConfig::timeout) from its start, whatever the others do: the wait
 ///   for the owner, the refund and the lease request share that one deadline. A caller whose
@@ -400,8 +403,8 @@ type Calls = Shared<Pin<Box<dyn Future<Output = CallsReply> + Send>>>;
 struct CallsReply {
     /// The refund's call (`None`: none was sent).
     refund: Option<Result<Refunded, BackendError>>,
-    /// The refill's request: its outcome (decided by the refund's failure when that failed),
-    /// and the lease it took, if any. `None`: no lease asked for (a `release`, or near the
+    /// The refill's request: its outcome (decided by the refund's failure, or its short
+    /// circuit, when it had one), and the lease it took, if any. `None`: no lease asked for (a `release`, or near the
     /// limit: the request is then the exact per-call decision, made by its own caller).
     take: Option<Taken>,
 }
@@ -409,7 +412,8 @@ struct CallsReply {
 /// What became of a refill's request.
 #[derive(Clone, Debug)]
 struct Taken {
-    /// The request's outcome.
+    /// The request's outcome (decided by the refund's failure, or its short circuit, when
+    /// the refund did not land or get refused).
     outcome: Outcome,
     /// The lease Redis granted it (of which the request's `n` go to the request).
     lease: Option<Lease>,
@@ -1261,7 +1265,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         // next request gets the rest: the call returns within its one timeout, even when
         // neither is answered. A refund whose call failed decides this call (by the policy,
         // with that failure): no request follows it into a server that just failed. One the
-        // breaker did not let out is kept, and the request goes to the breaker as any other.
+        // breaker did not let out is kept, and decides this call as a short circuit: the
+        // request must not overtake it (see `send`).
         let fresh = self.refund_of(&old, unused);
         let refund = self
             .refund_to_send(&mut owner, fresh)
@@ -1343,17 +1348,31 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 None => None,
             };
             let failed = match &refund {
-                Some(Err(error)) if !error.is_circuit_open() => Some(error.clone()),
+                Some(Err(error)) => Some(error.clone()),
                 _ => None,
             };
             let take = match (take, failed) {
                 // A refund whose call failed decides the request: no request follows it into a
-                // server that just failed.
-                (Some(take), Some(error)) => Some(Taken {
-                    outcome: limiter.handler().decide(&key, take.n, error),
-                    lease: None,
-                    n: take.n,
-                }),
+                // server that just failed. One the breaker did not let out (kept) decides it
+                // too, as a short circuit: the request must not overtake it. The breaker's
+                // probe may fall due (or another call's probe close the breaker) between the
+                // refund's admission and the request's: the request would be let out, and a
+                // lease granted (or a per-call decision, near the limit) moves the key past the
+                // refund's word, so that the refund could never land (given up, stranded).
+                (Some(take), Some(error)) => {
+                    let handler = limiter.handler();
+                    let outcome = match error.is_circuit_open() {
+                        // The deny cache first, as for a request the breaker short-circuits.
+                        true => handler.decide_unsent(&key, take.n, error),
+                        false => handler.decide(&key, take.n, error),
+                    };
+                    limiter.after_short_circuit(&outcome);
+                    Some(Taken {
+                        outcome,
+                        lease: None,
+                        n: take.n,
+                    })
+                }
                 (Some(take), None) if take.want > take.n => {
                     Some(take_lease(&limiter, &key, &redis_keys, lifetime_nanos, take).await)
                 }

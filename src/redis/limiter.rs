@@ -591,8 +591,9 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// no owner for the slot (no map read yet), any node's reply counts.
     ///
     /// * **Redis answering:** the backend read a reply from the key's Redis (to any of its
-    ///   calls that went there, any caller's, an error reply too) less than the backend's
-    ///   timeout before. The try is
+    ///   calls that went there, any caller's, an error reply too; on a cluster only an error
+    ///   the master itself sent, not a redirect, `CLUSTERDOWN` or `TRYAGAIN`, which another
+    ///   node may have sent) less than the backend's timeout before. The try is
     ///   denied, whatever the policy: `is_allowed()` false, `limit` the limiter's, `remaining`
     ///   0, and `retry_after` the backend's timeout (what fail-closed announces for a call Redis
     ///   did not answer: the same budget tried again sooner is likely cut short again, and each

@@ -15,7 +15,9 @@
 //! breaker.
 //!
 //! Each master the copy names also keeps when it last replied ([`LastReply`]), recorded by the
-//! backend on each reply to a call on one of its slots: a try of `RedisLimiter::try_acquire_for`
+//! backend on each reply to a call on one of its slots (an error reply only when that master
+//! provably sent it: not a redirect redis-rs gave up on, `CLUSTERDOWN`, `TRYAGAIN`, which
+//! another node may have sent; see `RedisBackend::replied_with`): a try of `RedisLimiter::try_acquire_for`
 //! cut short by its caller's own budget is the caller's matter only while the master that owns
 //! its key's slot answers (issue 18). A master named again by a later read keeps its time; a
 //! master new to the copy starts as having replied when the read naming it was read.
@@ -95,6 +97,13 @@ impl SlotOwners {
         self.with_owner(slot, |master| {
             master.last_reply.answered_within(now_micros, within_micros)
         })
+    }
+
+    /// The time (client µs) `slot`'s owner last replied, as recorded (`None`: no owner known).
+    #[cfg(test)]
+    pub(super) fn owner_last_reply(&self, slot: u16) -> Option<u64> {
+        self.with_owner(slot, |master| master.last_reply.last())
+            .flatten()
     }
 
     /// Replaces the copy with the ranges of a `CLUSTER SLOTS` `reply`, each node written as
