@@ -1,6 +1,6 @@
 //! Keyed limiting: one limiter per key (client IP, user, API key) with bounded memory.
 //!
-//! [`Keyed`] keeps one packed state word per key for any [`Algorithm`](crate::Algorithm), in a foldhash-sharded map
+//! [`Keyed`] keeps one packed state word per key for any [`Algorithm`](crate::Algorithm), in an ahash-sharded map
 //! of open-addressing tables. A check on a key that exists takes no lock: it finds the key's
 //! slot in its shard's current table and updates the word with the one CAS loop
 //! (`crate::limiter::update`), writing nothing shared but that word and, for the time-word

@@ -127,11 +127,7 @@
 //! the path comes near that: the hash 11, the shard's cell 10 (its bounds check included), the
 //! probe 14 (`OnceLock` state included), the clock read about 19 (the example's paced clock
 //! and a discarded real read), GCRA with the floor and the decision's words about 45, the
-//! loop, the tick and the `black_box` of the answer the rest (about 34). (Since the hot-key pass of
-//! issue 16 the hash is foldhash's, `MapHasher`: 6 instructions for a `u64` key, one folded
-//! multiply, against ahash's 11; `check` 189 -> 184 allowing and 181 -> 176 denying on key 1,
-//! 192 -> 187 allowing on key 0, `ip-hot-allow` 206 -> 200 and `ip-hot-deny` 199 -> 193,
-//! governor 189 / 190 and 200 / 201 in the same binaries.) A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
+//! loop, the tick and the `black_box` of the answer the rest (about 34). A 1,024-key churn call costs what a hot-key call does plus 0.15 extra probe
 //! (linear-probing collisions, about 2 instructions): no floor, sweep-schedule or key-compare
 //! work of its own. At 100,000 keys the probes average 1.67 and the slot's line misses the L2
 //! cache more often than governor's bucket (callgrind with a 1 MiB last level: 1.17 against
@@ -170,7 +166,7 @@
 //! the short path: one engine call per key per reconfiguration, never on the steady path.
 
 use std::borrow::Borrow;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 
 use crossbeam_utils::CachePadded;
 
@@ -892,7 +888,7 @@ pub(crate) struct ShardedMap<K: Key, S> {
     floor: AtomicU64,
     /// What a rebuild publishes while it works (shared by every shard's rebuilds).
     placeholder: Placeholder<K, S>,
-    hasher: MapHasher,
+    hasher: ahash::RandomState,
     shard_mask: usize,
     shard_cap: usize,
     /// `shard_cap - shard_cap / 8`: the key count from which an insert keeps the sweep schedule
@@ -900,22 +896,6 @@ pub(crate) struct ShardedMap<K: Key, S> {
     mark: usize,
     when_full: WhenFull,
 }
-
-/// The hasher a map finds its keys' shards and slots by: foldhash's fast hasher, seeded at random
-/// per process (its global seed) and per map (its per-hasher seed), so no list of keys collides
-/// in every map. A word-sized key (`u64`) is one folded multiply, `folded_multiply(key ^ seed,
-/// seed')`, and a two-word one (`IpKey`, `u128`) one too, where ahash took two and three:
-/// issue 16, `examples/keyed_instructions` (callgrind, one hot key), 11 of a `u64` check's
-/// instructions were ahash's. Like ahash, it is a defence against keys chosen blind (a list of
-/// client addresses made to collide), not against an attacker who can recover the seeds from
-/// observed hashes or timings (foldhash's README, "HashDoS resistance"). Under loom, ahash with
-/// fixed seeds: the models compute where their keys land with it (`first_home` in
-/// `loom-tests/tests/keyed.rs`), and loom replays an execution only if every one places its keys
-/// alike; which hash function spreads the keys is no part of the protocol the models check.
-#[cfg(not(floodgate_loom))]
-type MapHasher = foldhash::fast::RandomState;
-#[cfg(floodgate_loom)]
-type MapHasher = ahash::RandomState;
 
 fn lock(meta: &Mutex<Meta>) -> MutexGuard<'_, Meta> {
     // A panic in user code run under the mutex (a key's Hash, Eq, Clone or Drop, the clock, the
@@ -1024,7 +1004,7 @@ where
         #[cfg(floodgate_loom)]
         let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
         #[cfg(not(floodgate_loom))]
-        let hasher = MapHasher::default();
+        let hasher = ahash::RandomState::new();
         ShardedMap {
             tables,
             metas,
@@ -1041,7 +1021,7 @@ where
     /// The hash `key` is found by (for [`get_or`](Self::get_or) and [`insert`](Self::insert)).
     #[inline(always)]
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
-        BuildHasher::hash_one(&self.hasher, key)
+        self.hasher.hash_one(key)
     }
 
     /// Runs `run(slot, now, floor)` on `key`'s slot, inserting a fresh slot if the key is new and
@@ -1273,7 +1253,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let hash = BuildHasher::hash_one(&self.hasher, key);
+        let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         {
             let table = shard.table.load();
@@ -1559,8 +1539,7 @@ where
         let mut candidates: Vec<(u64, usize)> = Vec::new();
         for (i, slot) in old.slots.iter().enumerate() {
             if moves_all {
-                if let Some(hash) = old.with_key(i, |key| BuildHasher::hash_one(&self.hasher, key))
-                {
+                if let Some(hash) = old.with_key(i, |key| self.hasher.hash_one(key)) {
                     held.push((hash, i));
                     kept += 1;
                 }
@@ -1595,7 +1574,7 @@ where
             if let Some(fate) = fates.get_mut(i) {
                 *fate = Fate::Keep;
             }
-            if let Some(hash) = old.with_key(i, |key| BuildHasher::hash_one(&self.hasher, key)) {
+            if let Some(hash) = old.with_key(i, |key| self.hasher.hash_one(key)) {
                 hashes.push(hash);
             }
             kept += 1;
@@ -1736,7 +1715,7 @@ where
         Q: Hash + Eq + ?Sized,
         S: KeySlot<R>,
     {
-        let hash = BuildHasher::hash_one(&self.hasher, key);
+        let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let mut meta = lock(shard.meta);
         repair(shard, &mut meta);
