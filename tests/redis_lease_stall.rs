@@ -252,9 +252,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// `busy_releases` (not a failure), the lease's refund untouched.
 ///
 /// The order, each step a poll, no sleep: a first `release` sends the lease's refund (the
-/// server frozen); a second `release`, then a refill, wait for it; the server runs the refund
-/// and is frozen again; the refill takes the reply in and sends its own request for a lease;
-/// the second `release`, polled again, finds the refill's calls out.
+/// server frozen); a second `release` waits for it; the server runs the refund and is frozen
+/// again; a refill takes the reply in and sends its own request for a lease; the second
+/// `release`, polled again, finds the refill's calls out.
 #[test]
 fn a_release_whose_deadline_passes_behind_a_later_refill_is_busy() {
     let server = RedisServer::start();
@@ -284,17 +284,16 @@ fn a_release_whose_deadline_passes_behind_a_later_refill_is_busy() {
         poll_once(&second_runtime, &mut second),
         "it waits for the refund"
     );
-    let mut refill = Box::pin(leased.try_acquire_outcome(1));
-    assert!(
-        poll_once(&refill_runtime, &mut refill),
-        "it waits for the refund"
-    );
     server.thaw();
     server.wait_for_calls("evalsha", before + 1); // the refund ran
     let refunded = server.calls("evalsha");
     server.freeze();
 
-    // The refill takes the refund's reply in (when it comes back), then sends its own request.
+    // A refill, first polled now (its deadline a thaw, a freeze and a few `INFO`s after the
+    // second `release`'s, not microseconds: at the second `release`'s deadline its calls
+    // must still be out, not timing out on the same tick of the timer), takes the refund's
+    // reply in (when it comes back), then sends its own request.
+    let mut refill = Box::pin(leased.try_acquire_outcome(1));
     let took_in = refill_runtime.block_on(async {
         let took_in = std::future::poll_fn(|cx| match refill.as_mut().poll(cx) {
             std::task::Poll::Ready(outcome) => panic!("answered, the server frozen: {outcome:?}"),
