@@ -21,6 +21,8 @@ mod expiry;
 mod failure;
 #[path = "memcached/naive.rs"]
 mod naive;
+#[path = "memcached/retry.rs"]
+mod retry;
 #[path = "memcached/server.rs"]
 mod server;
 #[path = "memcached/shortcuts.rs"]

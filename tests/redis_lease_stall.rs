@@ -1,7 +1,8 @@
 //! `LeasedKey` with a caller that stops being polled: a caller whose request for a lease went
 //! out and whose future is then kept but never polled again (a stream its consumer stopped
 //! reading, a task on a runtime that nothing drives any more) must not hold up the key's other
-//! callers while Redis answers (issue 18).
+//! callers while Redis answers (issue 18). And the other side of that: a `release` that waits
+//! for other callers' calls gives up at its own deadline, with `ReleaseError::Busy`.
 #![cfg(feature = "redis")]
 
 #[path = "support/poll_once.rs"]
@@ -13,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::backend::FailurePolicy;
-use floodgate::redis::{LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::redis::{
+    LeaseCounts, LeasedKey, RedisBackend, RedisConfig, RedisLimiter, ReleaseError,
+};
 use floodgate::{Gcra, ManualClock, Rate};
 use poll_once::poll_once;
 use server::RedisServer;
@@ -235,4 +238,110 @@ fn a_caller_stalled_on_a_runtime_that_shut_down_does_not_make_the_others_panic()
     );
     let counts = leased.counts();
     assert_eq!(counts.served(), 2 + LATER as u64, "{counts:?}");
+}
+
+/// The backend's timeout of [`a_release_whose_deadline_passes_behind_a_later_refill_is_busy`]:
+/// its `release` waits all of it; the steps before that wait must take less (a frozen server
+/// thawed and frozen again, one reply taken in): 5 s is a hundred times what they take.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `ReleaseError::Busy` at its deadline: a `release` that waits for another caller's calls
+/// and finds, when they end, the calls of a refill that began after it, still out on a frozen
+/// server; those end at their own deadline, after this `release`'s (their caller started
+/// later), so it gives up at its deadline having sent nothing: `Busy`, counted in
+/// `busy_releases` (not a failure), the lease's refund untouched.
+///
+/// The order, each step a poll, no sleep: a first `release` sends the lease's refund (the
+/// server frozen); a second `release` waits for it; the server runs the refund and is frozen
+/// again; a refill takes the reply in and sends its own request for a lease; the second
+/// `release`, polled again, finds the refill's calls out.
+#[test]
+fn a_release_whose_deadline_passes_behind_a_later_refill_is_busy() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(BUSY_TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "busy", gcra, policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap());
+    // The scripts loaded (a lease's and a refund's): each call below is one `EVALSHA`.
+    let warm = LeasedKey::new(Arc::clone(&limiter), "warm");
+    assert!(warm.blocking_try_acquire(1).unwrap().is_allowed());
+    assert!(current_thread().block_on(warm.release()).unwrap() > 0);
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    let held = leased.counts().held;
+    assert!(held > 0, "a lease with permits to give back");
+
+    let (first_runtime, second_runtime, refill_runtime) =
+        (current_thread(), current_thread(), current_thread());
+    let before = server.calls("evalsha");
+    server.freeze();
+    let mut first = Box::pin(leased.release());
+    assert!(poll_once(&first_runtime, &mut first), "its refund is out");
+    let mut second = Box::pin(leased.release());
+    assert!(
+        poll_once(&second_runtime, &mut second),
+        "it waits for the refund"
+    );
+    server.thaw();
+    server.wait_for_calls("evalsha", before + 1); // the refund ran
+    let refunded = server.calls("evalsha");
+    server.freeze();
+
+    // A refill, first polled now (its deadline a thaw, a freeze and a few `INFO`s after the
+    // second `release`'s, not microseconds: at the second `release`'s deadline its calls
+    // must still be out, not timing out on the same tick of the timer), takes the refund's
+    // reply in (when it comes back), then sends its own request.
+    let mut refill = Box::pin(leased.try_acquire_outcome(1));
+    let took_in = refill_runtime.block_on(async {
+        let took_in = std::future::poll_fn(|cx| match refill.as_mut().poll(cx) {
+            std::task::Poll::Ready(outcome) => panic!("answered, the server frozen: {outcome:?}"),
+            std::task::Poll::Pending if leased.counts().refunded > 0 => std::task::Poll::Ready(()),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        });
+        tokio::time::timeout(HANG, took_in).await
+    });
+    took_in.expect("the refund's reply never came back");
+    assert_eq!(leased.counts().refunded, held, "{:?}", leased.counts());
+
+    let released = second_runtime
+        .block_on(async { tokio::time::timeout(BUSY_TIMEOUT + HANG, second.as_mut()).await });
+    let error = match released.expect("release waited past its deadline (hung)") {
+        Err(ReleaseError::Busy { error }) => error,
+        other => panic!("not Busy: {other:?}"),
+    };
+    assert!(error.is_timeout(), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("another caller held this key's lease"),
+        "{error}"
+    );
+    let counts = leased.counts();
+    assert_eq!(
+        (counts.busy_releases, counts.refunded, counts.stranded),
+        (1, held, 0),
+        "{counts:?}"
+    );
+    assert_eq!(limiter.failures().total(), 0, "Busy is no failure");
+
+    // Thawed: the refill's request runs (the busy `release` sent nothing: one call since the
+    // refund, the refill's). It is taken, or, run past the refill's own deadline (which is
+    // close), refused: nothing taken, a timeout decided by the policy. The first `release`
+    // gets the permits its refund gave back.
+    server.thaw();
+    let own = refill_runtime.block_on(async { tokio::time::timeout(HANG, refill).await });
+    let own = own.expect("the refill hung, Redis up").unwrap();
+    match own.failure() {
+        None => assert!(own.decision().is_allowed(), "{own:?}"),
+        Some(error) => assert!(
+            error.is_timeout() && !own.decision().is_allowed(),
+            "{own:?}"
+        ),
+    }
+    assert_eq!(server.calls("evalsha"), refunded + 1);
+    let first = first_runtime.block_on(async { tokio::time::timeout(HANG, first).await });
+    assert_eq!(first.expect("the first release hung").unwrap(), held);
+    redis_holds_the_rest(&limiter, &leased.counts());
 }

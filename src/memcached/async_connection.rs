@@ -7,7 +7,7 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::connection::{Transport, cut};
+use super::connection::{Pending, Transport, cut};
 use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::Parsed;
 
@@ -24,6 +24,9 @@ pub(crate) struct AsyncConnection {
     /// Whether the server has sent a byte since the last request (see the blocking
     /// connection's field of that name).
     replied: bool,
+    /// Replies of a written request still unread: [`Pending::Nothing`] after a failed send
+    /// that wrote no byte (the exchange may then run again on a fresh connection).
+    pending: Pending,
 }
 
 impl AsyncConnection {
@@ -39,7 +42,28 @@ impl AsyncConnection {
             start: 0,
             broken: false,
             replied: false,
+            pending: Pending::Nothing,
         })
+    }
+
+    /// Replies of a written request still unread (see [`Pending`]).
+    pub(crate) fn pending(&self) -> Pending {
+        self.pending
+    }
+
+    /// Whether the server closed this idle connection, or it holds bytes no request asked
+    /// for: checked, without waiting, before a pooled connection is used (as the blocking
+    /// connection's `closed_while_idle`). A peek on the socket itself (non-blocking, as tokio
+    /// keeps it), not tokio's `try_read`: that reads only while tokio's cached readiness is
+    /// set, and a read that drained the socket cleared it, so a close that came since (seen
+    /// only when the runtime's driver next turns) read as "nothing yet", and the request went
+    /// out on a dead connection. A connection closed after the check fails its call, which is
+    /// never sent again: counted `left_counted`, never twice.
+    pub(crate) fn closed_while_idle(&self) -> bool {
+        let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+        let peeked = socket2::SockRef::from(&self.stream).peek(&mut byte);
+        // Anything but "nothing to read yet" (an end of stream, bytes, an error) is unusable.
+        !matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 
     /// Whether the connection can serve another call: nothing failed and every byte received
@@ -73,8 +97,28 @@ impl AsyncConnection {
 impl Transport for AsyncConnection {
     async fn send(&mut self, request: &[u8], _deadline: Instant) -> Result<(), CallError> {
         self.replied = false;
-        let result = self.stream.write_all(request).await.map_err(io_error);
-        self.broken |= result.is_err();
+        let mut written = 0;
+        let result = loop {
+            if written == request.len() {
+                break Ok(());
+            }
+            match self.stream.write(&request[written..]).await {
+                Ok(0) => {
+                    break Err(CallError::Failed(MemcachedError::Io(
+                        std::io::ErrorKind::WriteZero.into(),
+                    )));
+                }
+                Ok(sent) => written += sent,
+                Err(error) => break Err(io_error(error)),
+            }
+        };
+        if result.is_err() {
+            self.broken = true;
+            if written == 0 {
+                // Nothing reached the server: no reply to wait for.
+                self.pending = Pending::Nothing;
+            }
+        }
         result
     }
 
@@ -103,5 +147,9 @@ impl Transport for AsyncConnection {
 
     fn set_broken(&mut self) {
         self.broken = true;
+    }
+
+    fn set_pending(&mut self, pending: Pending) {
+        self.pending = pending;
     }
 }

@@ -244,10 +244,9 @@ impl Transport for Connection {
     }
 }
 
-/// A connection failure: as it is before any byte of the reply, which a pooled connection
-/// retries on a fresh one (the server may have closed it while idle); after (`replied`), as a
-/// protocol error, never retried: the request was carried out, and sending it again would count
-/// its permits twice.
+/// A connection failure: as it is before any byte of the reply; after (`replied`), as a
+/// protocol error naming the cut: the request was carried out. Neither is sent again (see
+/// [`MemcachedBackend::call`]: only a request never written is).
 pub(crate) fn cut(replied: bool, error: MemcachedError) -> CallError {
     match error {
         MemcachedError::Io(error) if replied => {
@@ -437,6 +436,22 @@ impl Connection {
     /// Replies of a written request still unread.
     pub(crate) fn pending(&self) -> Pending {
         self.pending
+    }
+
+    /// Whether the server closed this idle connection (restarted, its `idle_timeout`), or it
+    /// holds bytes no request asked for: checked, without waiting, before a pooled connection
+    /// is used (a peek: an end of stream, or a reset, is seen at once). A request is never
+    /// sent on a connection found so, so a fresh one can take it without counting it twice.
+    /// One closed after this check fails its call (decided by the policy), never retried.
+    fn closed_while_idle(&mut self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        // `before_deadline` puts the socket back in blocking mode for the exchange.
+        self.nonblocking = true;
+        let mut byte = [0u8; 1];
+        // Anything but "nothing to read yet" (an end of stream, bytes, an error) is unusable.
+        !matches!(self.stream.peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Marks the connection out of step (a reply that made no sense).
@@ -682,8 +697,13 @@ impl MemcachedBackend {
 
     /// Runs `exchange` on a pooled (or new) connection, all of it before one deadline `timeout`
     /// from now. The connection goes back to the pool only if the exchange succeeded and left
-    /// nothing unread. A pooled connection found broken (the server restarted since it was last
-    /// used) is replaced by a fresh one once, within the same deadline. An exchange that ends
+    /// nothing unread. A pooled connection found closed before use (the server restarted, or
+    /// closed it while idle) is replaced by a fresh one, within the same deadline, as is one
+    /// whose exchange failed on the connection before the first byte of its request was
+    /// written (nothing reached the server). Once a byte was written, a failure is never sent
+    /// again: the server may have counted the request (an `incr` carried out, its reply lost),
+    /// and a second copy would count it twice; it is finished, or counted `left_counted`, as
+    /// any exchange cut after its write (issue 18). An exchange that ends
     /// with a written request's replies unread ([`Pending`]: its timeout passed, say) is handed,
     /// with its connection and its place, to the [`Finisher`] that `finisher` makes, on a thread
     /// of its own, until the deadline plus the grace; the caller returns at once.
@@ -703,7 +723,12 @@ impl MemcachedBackend {
         finisher: impl FnOnce() -> Finisher,
     ) -> Result<T, BackendError> {
         let place = self.shared.place(deadline)?;
-        let pooled = self.lock_idle().pop();
+        let mut pooled = self.lock_idle().pop();
+        if pooled.as_mut().is_some_and(Connection::closed_while_idle) {
+            // Every idle connection predates the close: drop them all.
+            self.lock_idle().clear();
+            pooled = None;
+        }
         let from_pool = pooled.is_some();
         let run = |connection: Option<Connection>| {
             let mut connection = match connection {
@@ -717,7 +742,11 @@ impl MemcachedBackend {
             (value, Some(connection))
         };
         let (result, connection) = match run(pooled) {
-            (Err(CallError::Failed(MemcachedError::Io(_))), _) if from_pool => {
+            // Nothing of the failed request was written (a send that wrote no byte leaves no
+            // `Pending`): the server never saw it, so a fresh connection may send it.
+            (Err(CallError::Failed(MemcachedError::Io(_))), Some(connection))
+                if from_pool && connection.pending == Pending::Nothing =>
+            {
                 // Every idle connection predates the break: drop them all.
                 self.lock_idle().clear();
                 run(None)

@@ -32,7 +32,7 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use super::async_connection::AsyncConnection;
-use super::connection::{MemcachedBackend, later_by};
+use super::connection::{MemcachedBackend, Pending, later_by};
 use super::error::{CallError, MemcachedError};
 use super::limiter::{decide, take_back};
 use super::sliding_window::Cells;
@@ -222,14 +222,18 @@ async fn exchange(
         }
         waiting
     };
+    // A failure comes with whether nothing of the failed request was written (the server
+    // never saw it).
     let run = |connection: Option<AsyncConnection>| async {
         let mut connection = match connection {
             Some(connection) => connection,
-            None => until_deadline(AsyncConnection::open(backend.addr()), deadline)
-                .await
-                .unwrap_or(Err(CallError::Timeout))?,
+            None => match until_deadline(AsyncConnection::open(backend.addr()), deadline).await {
+                Ok(Ok(connection)) => connection,
+                Ok(Err(error)) => return Err((error, true)),
+                Err(()) => return Err((CallError::Timeout, true)),
+            },
         };
-        let decision = decide(
+        let decided = decide(
             &job.window,
             &mut connection,
             finish_by,
@@ -238,14 +242,30 @@ async fn exchange(
             job.n,
             &waiting,
         )
-        .await?;
-        Ok((decision, connection))
+        .await;
+        match decided {
+            Ok(decision) => Ok((decision, connection)),
+            Err(error) => Err((error, connection.pending() == Pending::Nothing)),
+        }
     };
     let attempt = async {
+        // A pooled connection found closed (memcached restarted, or closed it while idle) is
+        // replaced before anything is sent on it; one that fails before the first byte of its
+        // request is written, too. Once a byte was written, never again: memcached may have
+        // counted the request, and a second copy would count it twice (issue 18).
+        let pooled = match pooled {
+            Some(connection) if connection.closed_while_idle() => {
+                backend.clear_idle_async();
+                None
+            }
+            pooled => pooled,
+        };
         let from_pool = pooled.is_some();
         match run(pooled).await {
-            Err(CallError::Failed(MemcachedError::Io(_))) if from_pool => {
+            Err((CallError::Failed(MemcachedError::Io(_)), true)) if from_pool => {
                 backend.clear_idle_async();
+                // The first try wrote nothing: only the second can leave a count.
+                sent.store(false, Ordering::SeqCst);
                 run(None).await
             }
             other => other,
@@ -253,7 +273,7 @@ async fn exchange(
     };
     let result = until_deadline(attempt, finish_by)
         .await
-        .unwrap_or(Err(CallError::Timeout));
+        .unwrap_or(Err((CallError::Timeout, false)));
     match result {
         Ok((decision, connection)) if decision.is_allowed() => {
             let held = Held { connection, place };
@@ -284,8 +304,9 @@ async fn exchange(
             take_back_held(held, &backend, &job, finish_by, &reclaims).await;
             let _ = done.send(());
         }
-        Err(error) => {
-            if sent.load(Ordering::SeqCst) {
+        Err((error, unsent)) => {
+            // Written (a byte of it, at least): memcached may count it.
+            if sent.load(Ordering::SeqCst) && !unsent {
                 reclaims.left_counted();
             }
             let _ = sender.send(Answer::Failed(error));

@@ -57,6 +57,13 @@
 //!   runtime shuts down) closes its connection, and its permits may stay counted until their
 //!   cell leaves the window (`left_counted`, except for a runtime shutting down).
 //!
+//! A request is sent **at most once**. A pooled connection memcached closed while idle
+//! (restarted, its `idle_timeout`) is found closed before use (a peek, without waiting) and
+//! replaced by a fresh one; a request whose connection failed before any byte of it was written
+//! is sent on a fresh one too. One cut after its write (before or during its reply) is never
+//! sent again: memcached may have counted it, and a second copy would count it twice. The call
+//! is decided by the policy, and its increment counted in `left_counted` (both paths).
+//!
 //! A **blocking** call whose exchange ends with replies unread (its timeout passed after the
 //! write, or during a take-back) returns its timeout at once and hands its connection, and its
 //! place, to a thread of its own that reads the replies until the deadline plus the grace and
