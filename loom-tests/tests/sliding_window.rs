@@ -400,6 +400,46 @@ fn a_peek_races_a_rewind_and_counts_the_cells_the_leap_left() {
     });
 }
 
+/// A leap races the rewind that follows it (issue 17, a peek after a leap to the end of time):
+/// a rewind marks the cells between the head the leap raised `head` from and the leaped head as
+/// never reached, so a later peek skips them; it reads the head the raise started from in
+/// `raised_from`, which the raise records before its compare-exchange on `head`. 2 cells + 4
+/// future cells (8 slots), limit 3: cell 2 takes 2; then L sweeps at cell 10⁹ + 4 (raising
+/// `head` from 2 there, past the lag horizon) while R takes 1 at cell 0 (rewinding the ring if
+/// it loads the leaped head, else following head into cell 2). Then a peek of 2 in cell 3,
+/// whose window holds cell 2's count, answers as the call does (refused). A raise that
+/// recorded the head it left only after its compare-exchange (tried: the model fails) lets R
+/// read the record before it (0, from cell 2's raise), mark cells [1, 10⁹ + 4) as never reached
+/// and the peek take cell 2 for empty: allowed, where the call refuses.
+#[test]
+fn a_leap_races_its_rewind_and_a_later_peek_counts_the_cell_it_left() {
+    const LEAP: u64 = 1_000_000_004;
+    model(|| {
+        let w = Arc::new(
+            SlidingWindowLimiter::with_clock(
+                3,
+                Duration::from_nanos(2 * CELL),
+                2,
+                ManualClock::new(),
+            )
+            .unwrap()
+            .with_future_cells(4)
+            .unwrap(),
+        );
+        assert!(w.try_acquire_at(2, 2 * CELL + 7).unwrap().is_allowed());
+        let leaper = {
+            let w = w.clone();
+            thread::spawn(move || w.sweep_at(LEAP * CELL))
+        };
+        let rewinder = take(&w, 5);
+        leaper.join().unwrap();
+        assert!(rewinder.join().unwrap(), "cell 0 or cell 2 has room for 1");
+        let peek = w.peek_at(2, 3 * CELL + 3).unwrap();
+        assert!(!peek.is_allowed(), "the peek: {peek:?}");
+        assert_eq!(peek, w.try_acquire_at(2, 3 * CELL + 3).unwrap(), "the call");
+    });
+}
+
 /// A denial and a peek in cell 5 search the marks of cells {3, 4} (1 and 2 taken: prefix marks 1
 /// and 3) while B's crossing into cell 6 (the next block) seals cell 5 and rewrites cell 4's mark
 /// as a suffix mark (2). Whichever marks A reads (or, when they changed under it, the cells one

@@ -115,9 +115,17 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 self.clear_ends(me.own);
                 // AcqRel: Release orders the rewind before our crossing's seals and stamps (a
                 // reader that sees those re-reads head); Acquire as every head load.
-                let moved =
-                    self.head
-                        .compare_exchange(head, me.own, Ordering::AcqRel, Ordering::Acquire);
+                let moved = self.head.cell.compare_exchange(
+                    head,
+                    me.own,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                if moved.is_ok() {
+                    // Before the rewind ends: a peek skips the cells never reached only once
+                    // every rewind it may have seen has ended (`unreached_cells`).
+                    self.narrow_unreached(head);
+                }
                 self.rewinds_ended.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 match moved {
                     Ok(_) => {
@@ -138,6 +146,36 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         }
     }
 
+    /// After a rewind moved `head` back from `head` (its compare-exchange succeeded): narrows the
+    /// cells never reached, `[unreached_from, unreached_to)`, to those of
+    /// `[raised_from + 1, head)` in it.
+    ///
+    /// Why this is exact: a count is only ever written in a cell `head` has held (a writer
+    /// needs its cell's `base`, published after `head` reached the cell), so only cells `head`
+    /// held before a rewind can hold counts no crossing since has counted. Every raise records
+    /// the head it raises from before its compare-exchange ([`raise`](Self::raise)), and our
+    /// compare-exchange read the change that put `head` at `head`: a raise (so `raised_from` is
+    /// at least the head it raised from, and since the rewind before it, or the start, `head`
+    /// held no cell in between) or a rewind to `head` (then `head` held only `head` since).
+    /// So `(raised_from, head)` holds no cell `head` held since the previous rewind, and the
+    /// range as it stood, none held before it (by induction: it starts as every cell, and
+    /// only ever narrows, by these two read-modify-writes, which commute, so rewinds that race
+    /// narrow it by both). The other cells below
+    /// [`rewound_from`](SlidingWindowLimiter::rewound_from) are read by a peek as before.
+    /// Reading `raised_from` before our compare-exchange instead could miss a rewind and a raise
+    /// back to `head` in between; this read, after it, cannot. An empty range (`raised_from`
+    /// only grows, so after a far leap it may stay high) reads every cell below
+    /// `rewound_from`, as before.
+    fn narrow_unreached(&self, head: u64) {
+        // Relaxed: our compare-exchange on `head` (AcqRel) read the raise into `head`, whose
+        // record (`raise`, ordered before its Release) this load therefore sees, or a later one.
+        let below = self.head.raised_from.load(Ordering::Relaxed);
+        // SeqCst: as the rewinds ended, which a peek reads before these (`unreached_cells`).
+        self.unreached_from
+            .fetch_max(below.saturating_add(1), Ordering::SeqCst);
+        self.unreached_to.fetch_min(head, Ordering::SeqCst);
+    }
+
     /// A fresh clock read for a caller that has just loaded `head`.
     #[cold]
     fn reread(&self, me: &mut Caller<'_, C>, clock: &C, head: u64) {
@@ -151,7 +189,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     pub(super) fn peek_cell(&self, me: &mut Caller<'_, C>) -> (u64, u64) {
         loop {
             // Acquire: see `acquire_at`.
-            let head = self.head.load(Ordering::Acquire);
+            let head = self.head.cell.load(Ordering::Acquire);
             if head <= me.own.saturating_add(self.horizon) {
                 return (head.max(me.own), head);
             }

@@ -376,7 +376,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         while mark != want {
             // Acquire: as in `seal`; a head other than `cell` is a newer crossing (or a rewind)
             // that owns the marks now.
-            let head = self.head.load(Ordering::Acquire);
+            let head = self.head.cell.load(Ordering::Acquire);
             if head != cell {
                 return Err(head);
             }

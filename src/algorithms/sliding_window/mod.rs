@@ -111,7 +111,9 @@
 //!   back from may hold counts no crossing since has sealed: a peek in a cell past the newest
 //!   crossing reads those of its window's cells it would take for empty (none once its window
 //!   starts past the newest head a rewind moved back from), and the whole window, one by one,
-//!   if one holds a count.
+//!   if one holds a count. It skips the cells `head` never held before the newest rewind (a
+//!   rewind narrows them to those between the head its last raise started from and the head it
+//!   moved back from), so after a leap to the end of time and back a quiet peek reads none.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 //!
@@ -313,8 +315,9 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// leaves the window at that start plus this ([`until_leaves`](Self::until_leaves)).
     window_nanos: u64,
     limit: AtomicU32,
-    /// The newest cell index any caller or sweep has crossed into.
-    head: CachePadded<AtomicU64>,
+    /// The newest cell index any caller or sweep has crossed into, and beside it the highest
+    /// head a raise started from ([`HeadLine`]).
+    head: CachePadded<HeadLine>,
     /// `base`: `(cell index mod 2^40, sum of the window's closed cells)` for the newest crossed
     /// cell, and on its cache line the [`hint`](BaseLine::hint) of where that cell lives.
     base: CachePadded<BaseLine>,
@@ -338,10 +341,30 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// in a cell `head` reached, and `head` is below this until it passes it), so a peek reads
     /// the cells it would take for empty only below it ([`closed_for_peek`](Self::closed_for_peek)).
     rewound_from: AtomicU64,
+    /// `[unreached_from, unreached_to)`: cells `head` never held before the newest rewind
+    /// (every cell before the first), so cells no count can be left in; narrowed by every
+    /// rewind to the cells between the head the last raise started from and the head it moved
+    /// back from ([`narrow_unreached`](Self::narrow_unreached), which says why that is exact).
+    /// A peek skips them below [`rewound_from`](Self::rewound_from) once every rewind it may
+    /// have seen has ended ([`unreached_cells`](Self::unreached_cells)). Empty when
+    /// `unreached_from ≥ unreached_to`.
+    unreached_from: AtomicU64,
+    unreached_to: AtomicU64,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
     horizon: u64,
     clock: C,
+}
+
+/// `head` and the record beside it, on one cache line (a raise writes both).
+struct HeadLine {
+    /// The newest cell index any caller or sweep has crossed into (`head`).
+    cell: AtomicU64,
+    /// The highest head any raise of `head` started from (0 before the first): each raise
+    /// records it before its compare-exchange ([`raise`](SlidingWindowLimiter::raise)), so a
+    /// rewind that moves `head` back from a cell knows that `head` held no cell between this
+    /// and that one ([`narrow_unreached`](SlidingWindowLimiter::narrow_unreached)).
+    raised_from: AtomicU64,
 }
 
 /// `base`, the hint beside it and the window's ends, on one cache line (a call reads `base` and
@@ -528,7 +551,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             slot_mask: geometry.slots - 1,
             window_nanos: geometry.window_nanos(),
             limit: AtomicU32::new(config.limit),
-            head: CachePadded::new(AtomicU64::new(0)),
+            head: CachePadded::new(HeadLine {
+                cell: AtomicU64::new(0),
+                raised_from: AtomicU64::new(0),
+            }),
             // Cell 0 has no closed cells before it.
             base: CachePadded::new(BaseLine {
                 word: AtomicU64::new(pack_window(0, 0)),
@@ -542,6 +568,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             rewinds_begun: AtomicU64::new(0),
             rewinds_ended: AtomicU64::new(0),
             rewound_from: AtomicU64::new(0),
+            // Before the first rewind no cell can hold a count left by one.
+            unreached_from: AtomicU64::new(0),
+            unreached_to: AtomicU64::new(u64::MAX),
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         }
@@ -703,7 +732,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// the window's cells one by one. Once no such cell is in the window (a window after the
     /// newest head ever rewound from, or a crossing past it), that costs one load; until then,
     /// a read of each cell between the crossing and `cell` (one or none for a peek in a cell
-    /// crossed every cell).
+    /// crossed every cell), but none of the cells `head` never held before the newest rewind
+    /// ([`unreached_from`](Self::unreached_from)): after a leap to the end of time, a quiet
+    /// peek between the cell the leap left and the leaped cell reads none.
     fn closed_for_peek(&self, cell: u64, head: u64, tag: u64, base: u64) -> Option<Closed> {
         let from = self.geometry.window_start(cell);
         let Some(published) = head.checked_sub(head.wrapping_sub(tag) & TAG_MASK) else {
@@ -745,10 +776,37 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     }
 
     /// Whether one of cells `[first, end)` holds a count (cells a rewind may have left counts
-    /// in: [`left_by_a_rewind`](Self::left_by_a_rewind)).
+    /// in: [`left_by_a_rewind`](Self::left_by_a_rewind)); the cells `head` never held before
+    /// the newest rewind ([`unreached_cells`](Self::unreached_cells)) are skipped.
     #[cold]
     fn holds_a_count(&self, first: u64, end: u64) -> bool {
-        (first..end).any(|c| self.count_of(c) != 0)
+        let (from, to) = self.unreached_cells();
+        (first..end.min(from))
+            .chain(first.max(to)..end)
+            .any(|c| self.count_of(c) != 0)
+    }
+
+    /// `[from, to)`: cells no rewind can have left a count in
+    /// ([`unreached_from`](Self::unreached_from)), or `(u64::MAX, u64::MAX)` (none) while a
+    /// rewind is under way or the range is empty.
+    fn unreached_cells(&self) -> (u64, u64) {
+        // SeqCst, the rewinds ended before the rewinds begun: equal, every rewind begun before
+        // the second load had ended before the first (each ends after it begins), so every
+        // rewind whose move of `head` this peek loaded (after it began) has narrowed the
+        // range (`narrow_unreached`, before it ends) and these loads see it. One under way
+        // (between its compare-exchange and its narrowing the range still holds the cells
+        // that `head` held before it) leaves the range unused.
+        let ended = self.rewinds_ended.load(Ordering::SeqCst);
+        if self.rewinds_begun.load(Ordering::SeqCst) != ended {
+            return (u64::MAX, u64::MAX);
+        }
+        let from = self.unreached_from.load(Ordering::SeqCst);
+        let to = self.unreached_to.load(Ordering::SeqCst);
+        if from < to {
+            (from, to)
+        } else {
+            (u64::MAX, u64::MAX)
+        }
     }
 
     /// The closed cells of the window of `cell`, read one by one.

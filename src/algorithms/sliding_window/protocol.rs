@@ -318,7 +318,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     if sealed {
                         // Someone crossed past this cell: the request belongs to a newer one.
                         // Acquire: the sealer raised head before sealing.
-                        let head = self.head.load(Ordering::Acquire);
+                        let head = self.head.cell.load(Ordering::Acquire);
                         (cell, cross) = self.follow(head, cell, true, &mut me);
                         continue 'cell;
                     }
@@ -338,7 +338,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     // Another round: stale (reset it), unless a newer thread stamped it, or the
                     // ring was rewound below this cell.
                     // Acquire: pairs with the stamper's head raise, ordered before its stamp.
-                    let head = self.head.load(Ordering::Acquire);
+                    let head = self.head.cell.load(Ordering::Acquire);
                     if head != cell {
                         (cell, cross) = self.follow(head, cell, false, &mut me);
                         continue 'cell;
@@ -413,7 +413,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         decided_again: &mut bool,
     ) -> Option<Decision> {
         // Acquire: as every head load; a newer head means the call's cell is (being) sealed.
-        if !*decided_again && self.head.load(Ordering::Acquire) != cell {
+        if !*decided_again && self.head.cell.load(Ordering::Acquire) != cell {
             *decided_again = true;
             return None;
         }
@@ -433,17 +433,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // no ends (readers search the marks until the next crossing).
         let epoch = self.rewinds_begun.load(Ordering::SeqCst);
         // Acquire: a head value comes with the stamps and seals made before it was raised.
-        let head = self.head.load(Ordering::Acquire);
+        let head = self.head.cell.load(Ordering::Acquire);
         if head > cell || me.rewound(head) {
             return Err(head);
         }
         if head < cell {
-            // AcqRel: Release orders this raise before our seals and stamps (readers that see
-            // those re-read head); Acquire as the load above.
-            let prior = self.head.fetch_max(cell, Ordering::AcqRel);
-            if prior > cell {
-                return Err(prior);
-            }
+            self.raise(head, cell)?;
         }
         // SeqCst: as the first read of the epoch, above.
         let epoch = (self.rewinds_begun.load(Ordering::SeqCst) == epoch).then_some(epoch);
@@ -486,7 +481,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             }
             // Acquire: a newer base was published after its head raise. A head below `cell` was
             // rewound under us (a leap judged by a fresher clock): our crossing is void.
-            let head = self.head.load(Ordering::Acquire);
+            let head = self.head.cell.load(Ordering::Acquire);
             if head != cell {
                 return Err(head);
             }
@@ -512,6 +507,35 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         Ok(())
     }
 
+    /// Raises `head` from `from` (as loaded) to `cell`, as `fetch_max` would, recording first
+    /// the head it raises from in [`raised_from`](super::HeadLine::raised_from) (by compare-exchange,
+    /// so the recorded head is the one the raise replaces: no cell between the two is reached).
+    /// `Err(head)` when some thread is already past `cell`.
+    #[inline]
+    fn raise(&self, mut from: u64, cell: u64) -> Result<(), u64> {
+        loop {
+            // Relaxed: ordered before the compare-exchange below by its Release; a rewind whose
+            // compare-exchange on `head` reads this raise (Acquire) loads it after
+            // (`narrow_unreached`).
+            self.head.raised_from.fetch_max(from, Ordering::Relaxed);
+            // AcqRel: Release orders this raise (and the record above) before our seals and
+            // stamps (readers that see those re-read head) and before a rewind that reads it;
+            // Acquire as the load in `advance`.
+            match self
+                .head
+                .cell
+                .compare_exchange(from, cell, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(actual) if actual > cell => return Err(actual),
+                // Another crosser of the cell raised it.
+                Err(actual) if actual == cell => return Ok(()),
+                // Raised (or rewound) meanwhile, still below `cell`: raise from there.
+                Err(actual) => from = actual,
+            }
+        }
+    }
+
     /// The crossing's walk over the whole window of `cell`: `(suffix, prefix, stamp from, the
     /// window's used cells)`.
     fn whole_window(&self, cell: u64) -> Result<Walked, u64> {
@@ -535,7 +559,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             } else {
                 // Acquire: as in `acquire_at`; a newer round means we are the lagging one, and a
                 // head below `cell` that the ring was rewound under us.
-                let head = self.head.load(Ordering::Acquire);
+                let head = self.head.cell.load(Ordering::Acquire);
                 if head != cell {
                     return Err(head);
                 }
@@ -565,7 +589,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             while unpack_cell(word).0 != round {
                 // Acquire: a newer round in this slot means a newer sweep owns it; a head below
                 // `cell` that the ring was rewound under us.
-                if self.head.load(Ordering::Acquire) != cell {
+                if self.head.cell.load(Ordering::Acquire) != cell {
                     return;
                 }
                 // AcqRel: Release publishes the stamp after our head raise; Acquire on failure.
