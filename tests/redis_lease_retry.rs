@@ -14,9 +14,8 @@ mod server;
 #[path = "redis/taken.rs"]
 mod taken;
 
-use std::backtrace::Backtrace;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use floodgate::backend::{BreakerConfig, BreakerState, FailurePolicy};
@@ -137,26 +136,43 @@ async fn a_refund_the_breaker_held_is_counted_resent_when_it_goes_out() {
     assert_eq!(taken(&limiter).await, 1, "the one served");
 }
 
-/// A clock that moves on to `to` right after one read: the first read made inside the
-/// breaker's admission of a refund (`FailureHandler::run_aside`, found in the reading thread's
-/// backtrace) while armed. Exactly "the breaker's probe falls due between the refund's
-/// admission and the next call's", on demand and without sleeps.
+/// A clock that moves on to `to` once the breaker short-circuited a call since it was armed:
+/// the reads that follow the breaker's refusal to let a refund out (the first: its own
+/// `retry_in`) read the probe due. Exactly "the breaker's probe falls due between the
+/// refund's admission and the next call's", on demand, without sleeps, and found by what the
+/// breaker did, not by where the read is made (the backtrace it once searched for
+/// `run_aside` has no such frame in a binary without symbols, or where it is inlined).
 #[derive(Clone, Default)]
 struct AfterTheRefundsAdmission {
     now: Arc<AtomicU64>,
     /// 0: not armed.
     to: Arc<AtomicU64>,
+    /// The breaker's short circuits when armed.
+    armed_at: Arc<AtomicU64>,
+    /// The breaker's short circuits so far (set once the limiter is built: it holds the clock).
+    short_circuits: Arc<OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>>,
+}
+
+impl AfterTheRefundsAdmission {
+    fn arm(&self, to: u64) {
+        let so_far = self.short_circuits.get().expect("set")();
+        self.armed_at.store(so_far, Ordering::SeqCst);
+        self.to.store(to, Ordering::SeqCst);
+    }
 }
 
 impl Clock for AfterTheRefundsAdmission {
     fn now_nanos(&self) -> u64 {
-        let now = self.now.load(Ordering::SeqCst);
         let to = self.to.load(Ordering::SeqCst);
-        if to != 0 && Backtrace::force_capture().to_string().contains("run_aside") {
+        let refused = || {
+            let so_far = self.short_circuits.get().map_or(0, |count| count());
+            so_far > self.armed_at.load(Ordering::SeqCst)
+        };
+        if to != 0 && refused() {
             self.to.store(0, Ordering::SeqCst);
             self.now.store(to, Ordering::SeqCst);
         }
-        now
+        self.now.load(Ordering::SeqCst)
     }
 
     fn sleep(&self, duration: Duration) {
@@ -185,6 +201,13 @@ async fn a_probe_due_right_after_a_held_refund_does_not_overtake_it() {
     let one = BreakerConfig::new(1, open_for, open_for).unwrap();
     let limiter = RedisLimiter::with_clock(&backend, "probe", hourly_gcra(), policy, clock.clone());
     let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
+    let weak = Arc::downgrade(&limiter);
+    let count = move || {
+        weak.upgrade().map_or(0, |limiter| {
+            limiter.breaker().unwrap().shared().short_circuited()
+        })
+    };
+    assert!(clock.short_circuits.set(Box::new(count)).is_ok());
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
     assert_eq!(leased.counts().held, 7);
@@ -210,12 +233,12 @@ async fn a_probe_due_right_after_a_held_refund_does_not_overtake_it() {
     // then reads the probe due for the request that follows it in the same refill.
     let due = HOUR_NANOS + 60 * 1_000_000_000;
     clock.now.store(due - 1_000_000, Ordering::SeqCst);
-    clock.to.store(due + 1_000_000, Ordering::SeqCst);
+    clock.arm(due + 1_000_000);
     let first = leased.try_acquire_outcome(1).await.unwrap();
     assert_eq!(
         clock.to.load(Ordering::SeqCst),
         0,
-        "the refund was admitted"
+        "the breaker refused the refund (the clock moved on)"
     );
     let counts = leased.counts();
     assert_eq!(
@@ -469,6 +492,10 @@ async fn a_kept_refund_sent_by_a_stalled_caller_lands_for_the_next_caller() {
     let limiter = RedisLimiter::with_clock(&backend, "stall", hourly_gcra(), policy, clock.clone());
     let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    // A refund lands first: the refund script is loaded (a stalled call's `NOSCRIPT` would
+    // need another poll before its refund went out at all).
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.release().await.unwrap(), 7);
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
     assert_eq!(leased.counts().held, 7);
 
@@ -494,8 +521,11 @@ async fn a_kept_refund_sent_by_a_stalled_caller_lands_for_the_next_caller() {
         .build()
         .unwrap();
     let mut a = Box::pin(leased.try_acquire_outcome(1));
-    // Polled on a thread of its own: a runtime cannot be entered from this one's.
+    // Polled on a thread of its own (a runtime cannot be entered from this one's), Redis
+    // frozen meanwhile, so that no reply can come back within that poll.
+    server.freeze();
     let pending = std::thread::scope(|s| s.spawn(|| poll_once(&idle, &mut a)).join().unwrap());
+    server.thaw();
     assert!(pending, "A's calls are out");
     assert_eq!(
         breaker.state(),
@@ -523,7 +553,7 @@ async fn a_kept_refund_sent_by_a_stalled_caller_lands_for_the_next_caller() {
     let counts = leased.counts();
     assert_eq!(
         (counts.refunded, counts.stranded, counts.resent_refunds),
-        (7, 0, 1),
+        (14, 0, 1),
         "{counts:?}"
     );
     drop(a);
