@@ -444,6 +444,8 @@ async fn a_caller_behind_calls_out_does_not_overtake_their_kept_refund() {
         })
         .unwrap();
     clock.wait_until_held();
+    // Held before the breaker let the refund out (a hold after it would test nothing).
+    assert_eq!(breaker.state(), BreakerState::Open, "A held too late");
 
     // Caller B finds A's calls out and the breaker not closed.
     let b = leased.try_acquire_outcome(1).await.unwrap();
