@@ -195,7 +195,11 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   (without a call of its own). While the key's circuit breaker is open or half-open, a
 ///   caller does not wait for another's refill (it may be the breaker's probe, out for the
 ///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
-///   the probe is out, as a [`RedisLimiter`] call is. [`release`](Self::release) keeps the
+///   the probe is out, as a [`RedisLimiter`] call is; except behind a kept refund, which that
+///   per-call decision (the probe, once due) could overtake: the caller then polls the calls
+///   out once (taking in their reply if it came: their own caller may be stalled) and, while
+///   they are still out and the breaker not closed, is decided as a short circuit (the deny
+///   cache, then the policy) without a call of its own. [`release`](Self::release) keeps the
 ///   same bound: one whose deadline passes while another caller holds the lease, or that finds
 ///   it held while the breaker is open or half-open (at once), sends nothing, keeps the lease
 ///   and says so ([`ReleaseError::Busy`]).
@@ -1050,6 +1054,20 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         self.limiter.handler().decide(&self.key, n, error)
     }
 
+    /// The decision for a request of `n` that found another caller's calls out, carrying a
+    /// kept refund, while the key's breaker is not closed: a short circuit (the deny cache
+    /// first, then the policy), as the request behind a refund the breaker held is decided
+    /// (see `send`); no call of its own goes out ahead of the refund.
+    #[cold]
+    fn behind_a_kept_refund(&self, n: u32) -> Outcome {
+        let node = self.limiter.node_of(&self.key);
+        let handler = self.limiter.handler();
+        let error = handler.circuit_open(node.as_deref());
+        let outcome = handler.decide_unsent(&self.key, n, error);
+        self.limiter.after_short_circuit(&outcome);
+        outcome
+    }
+
     /// A timeout naming the key's server, for a call whose deadline passed while another caller
     /// held the owner; `message` says what the call could not do.
     fn owner_busy(&self, message: String) -> BackendError {
@@ -1182,7 +1200,26 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                     // other caller. (Calls whose reply came are settled first: their lease may
                     // serve this one.)
                     if calls.peek().is_none() && !self.breaker_closed() {
-                        return self.exact(n, deadline, false).await;
+                        // SeqCst: see `unserved`. Stored under the owner's lock before the
+                        // calls were made, so calls found out carry the refund it says is kept.
+                        if !self.refund_kept.load(Ordering::SeqCst) {
+                            return self.exact(n, deadline, false).await;
+                        }
+                        // The calls send a kept refund first, perhaps not let out yet (their
+                        // caller between making them and the breaker's admission of it). A
+                        // per-call decision now could be the breaker's probe, reach the key
+                        // first and move it past the refund's word (refused: stranded). This
+                        // call polls the calls once instead (their caller may be stalled, the
+                        // refund's reply waiting for a poller), and is decided as a short
+                        // circuit while they are out and the breaker is still not closed: the
+                        // refund is, or will be, the probe. Once it closed, wait as below.
+                        if let Some(reply) = calls.clone().now_or_never() {
+                            self.settle(&calls, &reply);
+                            continue;
+                        }
+                        if !self.breaker_closed() {
+                            return Ok(self.behind_a_kept_refund(n));
+                        }
                     }
                     // Otherwise wait for them, polling them (their reply is taken in by
                     // whichever caller polls first), but not past this call's own deadline
