@@ -114,15 +114,49 @@ impl CuttingProxy {
         self.armed.store(true, Ordering::SeqCst);
     }
 
-    /// Closes every connection the limiter opened so far (a FIN at once, on loopback).
+    /// Closes every connection the limiter opened so far, and returns once the kernel has
+    /// delivered each FIN to the limiter's end (its socket in CLOSE_WAIT): on loopback that
+    /// is usually done before `shutdown` returns, but a loaded machine can defer it to
+    /// ksoftirqd, and the limiter's peek would then find the connection still open.
     fn close_idle(&self) {
         for client in self.clients.lock().unwrap().drain(..) {
+            let ends = (client.peer_addr(), client.local_addr());
             let _ = client.shutdown(Shutdown::Both);
+            if let (Ok(limiter_end), Ok(proxy_end)) = ends {
+                await_close_wait(limiter_end.port(), proxy_end.port());
+            }
         }
     }
 
     fn decisions(&self) -> u64 {
         self.decisions.load(Ordering::SeqCst)
+    }
+}
+
+/// Waits, bounded by [`BOUND`] (a hang), until Linux's `/proc/net/tcp` shows the loopback
+/// socket from `local` to `remote` (ports) out of ESTABLISHED (in CLOSE_WAIT, state 08: its
+/// peer's FIN delivered). Where that file cannot be read (not Linux) it returns at once.
+fn await_close_wait(local: u16, remote: u16) {
+    let ends = format!("0100007F:{local:04X} 0100007F:{remote:04X} ");
+    let started = Instant::now();
+    loop {
+        let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+            return;
+        };
+        let state = table.lines().find_map(|line| {
+            let at = line.find(&ends)?;
+            line[at + ends.len()..].split_whitespace().next()
+        });
+        // ESTABLISHED (01): the FIN not delivered yet. CLOSE_WAIT, or any later state, or no
+        // such socket (the limiter closed its end itself): nothing left to wait for.
+        if state != Some("01") {
+            return;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "the FIN to {local} never arrived"
+        );
+        std::thread::yield_now();
     }
 }
 
