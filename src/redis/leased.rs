@@ -987,6 +987,14 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                         Ok(reply) => self.settle(&calls, &reply),
                         Err(()) => return Err(self.released_out(timeout)),
                     }
+                    if Instant::now() >= deadline {
+                        // The holder's calls ended, but only by this call's deadline or after
+                        // it (this task polled late: a loaded machine, a runtime busy
+                        // elsewhere): they held the lease until the deadline, and a refund
+                        // sent now would have no time left (a timeout that says nothing about
+                        // Redis). Nothing sent, as when the deadline is seen first.
+                        return Err(self.released_out(timeout));
+                    }
                     waited = true;
                 }
                 Start::Decided(_) | Start::Exact => return Ok(0),
