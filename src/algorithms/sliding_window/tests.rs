@@ -1271,3 +1271,37 @@ fn a_quiet_peek_after_two_leaped_calls_reads_o_log_cells_slot_words() {
         "(cells, peek's window start - 3 windows in s, slot words read, within): {reads:?}"
     );
 }
+
+/// Review of issue 17's fix: a call that rewinds the ring never returns (found by a review walk
+/// with 10 s cells, explicit times and leases; present before the fix too, on `a11a51a`). 8 cells
+/// of 10 s, limit 3, 1 future cell: 3 taken in cell 16, a refusal in cell 19, a lease asked for
+/// (and refused) on the clock at cell 10, a leap to cell 1,844,674,389 and a call in cell 8 that
+/// rewinds the ring (and walks forward to cell 14); then a call in cell 1, 13 cells behind
+/// `head` (more than the 8-cell horizon: a rewind), spins forever. Each call should return; the
+/// last does not within 10 s (a generous bound: the calls take microseconds). Not fixed (see
+/// the report).
+#[test]
+#[ignore = "review of issue 17: a rewind after a rewind that walked forward spins forever"]
+fn a_call_that_rewinds_after_a_walked_forward_rewind_returns() {
+    use crate::lease::LeaseSource;
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let clock = ManualClock::new();
+        let config = super::SlidingWindow::with_parts(3, Duration::from_secs(80), 8, 1).unwrap();
+        let w = SlidingWindowLimiter::from_config(&config, clock.clone());
+        assert!(w.try_acquire_at(3, 161_405_414_753).unwrap().is_allowed());
+        assert!(!w.try_acquire_at(3, 191_540_193_662).unwrap().is_allowed());
+        clock.set(109_085_858_983);
+        assert_eq!(w.take(2, 2, u64::MAX).unwrap().granted(), 0);
+        assert!(w
+            .try_acquire_at(2, 18_446_743_898_231_547_727)
+            .unwrap()
+            .is_allowed());
+        assert!(w.try_acquire_at(2, 89_575_380_630).unwrap().is_allowed());
+        assert_eq!(w.head.cell.load(crate::sync::Ordering::SeqCst), 14);
+        let last = w.try_acquire_at(3, 14_942_222_018).unwrap();
+        done.send(last).unwrap();
+    });
+    let last = finished.recv_timeout(std::time::Duration::from_secs(10));
+    assert!(last.is_ok(), "the call in cell 1 did not return: {last:?}");
+}
