@@ -1245,7 +1245,11 @@ fn a_quiet_peek_after_two_leaped_calls_reads_o_log_cells_slot_words() {
         let end = u64::MAX / SECOND - u64::from(cells);
         assert!(w.try_acquire_at(1, end * SECOND).unwrap().is_allowed());
         // The leaped clock's next call, one cell on: a raise from the leaped cell.
-        assert!(w.try_acquire_at(1, (end + 1) * SECOND).unwrap().is_allowed());
+        assert!(
+            w.try_acquire_at(1, (end + 1) * SECOND)
+                .unwrap()
+                .is_allowed()
+        );
         assert!(w.try_acquire_at(1, 2 * SECOND).unwrap().is_allowed()); // the rewind to cell 2
         assert_ne!(w.rewinds_begun.load(crate::sync::Ordering::SeqCst), 0);
         for start in [10 * u64::from(cells), YEAR] {
@@ -1293,10 +1297,11 @@ fn a_call_that_rewinds_after_a_walked_forward_rewind_returns() {
         assert!(!w.try_acquire_at(3, 191_540_193_662).unwrap().is_allowed());
         clock.set(109_085_858_983);
         assert_eq!(w.take(2, 2, u64::MAX).unwrap().granted(), 0);
-        assert!(w
-            .try_acquire_at(2, 18_446_743_898_231_547_727)
-            .unwrap()
-            .is_allowed());
+        assert!(
+            w.try_acquire_at(2, 18_446_743_898_231_547_727)
+                .unwrap()
+                .is_allowed()
+        );
         assert!(w.try_acquire_at(2, 89_575_380_630).unwrap().is_allowed());
         assert_eq!(w.head.cell.load(crate::sync::Ordering::SeqCst), 14);
         let last = w.try_acquire_at(3, 14_942_222_018).unwrap();
