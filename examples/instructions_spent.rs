@@ -13,6 +13,10 @@
 //! (0 to CELLS − 1, or `all`: every place in turn, CALLS each), CALLS. Ir / calls = instructions per call (with `all`, the mean over the
 //! places). One-minute cells, limit 1, window CELLS minutes.
 //!
+//! `cross` (`try_acquire(1)`, the clock a cell later before each call: every call is an
+//! admitted crossing into a new cell, limit 1,000,000, one permit in every cell; PLACE is
+//! ignored but must be valid) measures what a crossing costs, the clock's advance included.
+//!
 //! `peek-rewound` (`peek(1)` after a leap and a rewind, [`rewound`]) and `peek-quiet` (the same
 //! history without them) measure an admitted peek two cells after the last crossing, the
 //! limit 1,000,000 and one permit in every earlier cell: the leap is two windows behind, so
@@ -38,6 +42,22 @@ fn measured_spent_try(ring: &SlidingWindowLimiter<ManualClock>, calls: u64) -> u
 #[inline(never)]
 fn measured_spent_peek(ring: &SlidingWindowLimiter<ManualClock>, calls: u64) -> u64 {
     (0..calls).map(|_| used(ring.peek(black_box(1)))).sum()
+}
+
+/// `try_acquire(1)` `calls` times, the clock one cell later before each: every call crosses
+/// into a new cell (the `cross` row: a crossing's cost, the clock's advance included).
+#[inline(never)]
+fn measured_spent_cross(
+    ring: &SlidingWindowLimiter<ManualClock>,
+    clock: &ManualClock,
+    calls: u64,
+) -> u64 {
+    (0..calls)
+        .map(|_| {
+            clock.advance_nanos(CELL);
+            used(ring.try_acquire(black_box(1)))
+        })
+        .sum()
 }
 
 /// 1 for an admission; a denial's `retry_after` is used (what a 429 needs), 0.
@@ -113,7 +133,7 @@ fn main() -> ExitCode {
     };
     let Some((cells, call, place, calls)) = parsed else {
         eprintln!(
-            "usage: instructions_spent CELLS try|peek|peek-rewound|peek-quiet PLACE|all CALLS"
+            "usage: instructions_spent CELLS try|peek|peek-rewound|peek-quiet|cross PLACE|all CALLS"
         );
         return ExitCode::FAILURE;
     };
@@ -128,6 +148,21 @@ fn main() -> ExitCode {
         },
     };
     let mut admitted = 0;
+    if call == "cross" {
+        let clock = ManualClock::starting_at(CELL);
+        let Ok(ring) = SlidingWindowLimiter::with_clock(
+            1_000_000,
+            Duration::from_secs(60 * cells),
+            u32::try_from(cells).unwrap_or(u32::MAX),
+            clock.clone(),
+        ) else {
+            eprintln!("could not set up {cells} cells");
+            return ExitCode::FAILURE;
+        };
+        admitted = measured_spent_cross(&ring, &clock, calls);
+        println!("admitted {admitted}");
+        return ExitCode::SUCCESS;
+    }
     for place in places {
         let ring = match call {
             "peek-rewound" => rewound(cells, place, true),
