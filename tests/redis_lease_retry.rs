@@ -37,6 +37,30 @@ fn hourly_gcra() -> Gcra {
     Gcra::new(Rate::per_hour(1), 100).unwrap()
 }
 
+/// Opens `limiter`'s breaker (one failure opens it: a per-call decision on another key times
+/// out, the server frozen), then releases `leased`'s 7 held permits: the open breaker holds
+/// their refund, kept to be sent before the key's next request.
+async fn hold_the_refund<C: Clock + Clone + Send + Sync + 'static>(
+    server: &RedisServer,
+    limiter: &RedisLimiter<Gcra, C>,
+    leased: &LeasedKey<Gcra, C>,
+) {
+    server.freeze();
+    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
+    server.thaw();
+    assert!(
+        failed.failure().is_some_and(|e| e.is_timeout()),
+        "{failed:?}"
+    );
+    let breaker = limiter.breaker().unwrap().shared();
+    assert_eq!(breaker.state(), BreakerState::Open);
+    let held = leased.release().await;
+    assert!(
+        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
+        "{held:?}"
+    );
+}
+
 /// A kept refund is given up once the key's clock reads past its lease's time (here 8 hours
 /// on: 8 permits of 1 an hour). One clock read that leaps 9 hours ahead (a one-shot leaping
 /// read, as the serving reads' `min` of two reads guards against elsewhere) must not give up a
@@ -103,20 +127,8 @@ async fn a_refund_the_breaker_held_is_counted_resent_when_it_goes_out() {
     assert_eq!(leased.counts().held, 7);
 
     // A per-call decision on another key times out (the server frozen): the breaker opens.
-    server.freeze();
-    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
-    server.thaw();
-    assert!(
-        failed.failure().is_some_and(|e| e.is_timeout()),
-        "{failed:?}"
-    );
+    hold_the_refund(&server, &limiter, &leased).await;
     let breaker = limiter.breaker().unwrap().shared();
-    assert_eq!(breaker.state(), BreakerState::Open);
-    let held = leased.release().await;
-    assert!(
-        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
-        "{held:?}"
-    );
 
     clock.advance(Duration::from_secs(61));
     assert_eq!(leased.release().await.unwrap(), 7, "sent as the probe");
@@ -214,20 +226,8 @@ async fn a_probe_due_right_after_a_held_refund_does_not_overtake_it() {
 
     // A per-call decision on another key times out (the server frozen): the breaker opens,
     // its probe due a minute on; the refund is held by it, kept.
-    server.freeze();
-    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
-    server.thaw();
-    assert!(
-        failed.failure().is_some_and(|e| e.is_timeout()),
-        "{failed:?}"
-    );
+    hold_the_refund(&server, &limiter, &leased).await;
     let breaker = limiter.breaker().unwrap().shared();
-    assert_eq!(breaker.state(), BreakerState::Open);
-    let held = leased.release().await;
-    assert!(
-        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
-        "{held:?}"
-    );
 
     // A millisecond before the probe is due, the refund is admitted (held again); the clock
     // then reads the probe due for the request that follows it in the same refill.
@@ -292,18 +292,7 @@ async fn a_request_behind_a_held_refund_is_denied_by_the_deny_cache_first() {
     let denied = limiter.try_acquire_outcome("k", 93).await.unwrap();
     assert!(denied.failure().is_none() && !denied.decision().is_allowed());
 
-    server.freeze();
-    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
-    server.thaw();
-    assert!(
-        failed.failure().is_some_and(|e| e.is_timeout()),
-        "{failed:?}"
-    );
-    let held = leased.release().await;
-    assert!(
-        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
-        "{held:?}"
-    );
+    hold_the_refund(&server, &limiter, &leased).await;
 
     let near = leased.try_acquire_outcome(93).await.unwrap();
     assert!(
@@ -415,20 +404,8 @@ async fn a_caller_behind_calls_out_does_not_overtake_their_kept_refund() {
 
     // The breaker opens (a per-call decision on another key times out); the refund is held
     // by it, kept.
-    server.freeze();
-    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
-    server.thaw();
-    assert!(
-        failed.failure().is_some_and(|e| e.is_timeout()),
-        "{failed:?}"
-    );
+    hold_the_refund(&server, &limiter, &leased).await;
     let breaker = limiter.breaker().unwrap().shared();
-    assert_eq!(breaker.state(), BreakerState::Open);
-    let held = leased.release().await;
-    assert!(
-        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
-        "{held:?}"
-    );
 
     // The probe is due. Caller A's refill makes its calls (the kept refund, then the request
     // for a lease) and is held at its 5th clock read: the breaker's admission of the refund
@@ -501,19 +478,8 @@ async fn a_kept_refund_sent_by_a_stalled_caller_lands_for_the_next_caller() {
     assert!(leased.try_acquire(1).await.unwrap().is_allowed());
     assert_eq!(leased.counts().held, 7);
 
-    server.freeze();
-    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
-    server.thaw();
-    assert!(
-        failed.failure().is_some_and(|e| e.is_timeout()),
-        "{failed:?}"
-    );
+    hold_the_refund(&server, &limiter, &leased).await;
     let breaker = limiter.breaker().unwrap().shared();
-    let held = leased.release().await;
-    assert!(
-        matches!(&held, Err(ReleaseError::Refund { permits: 7, error }) if error.is_circuit_open()),
-        "{held:?}"
-    );
 
     // The probe is due: caller A's refill sends the kept refund as the probe, and A is never
     // polled again (its runtime left idle, its future kept).
