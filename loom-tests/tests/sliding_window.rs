@@ -40,6 +40,21 @@ fn window_on(limit: u32, clock: ManualClock) -> Arc<SlidingWindowLimiter<ManualC
     Arc::new(w)
 }
 
+/// [`window`] with 4 future cells (8 slots): a leap just past the lag horizon, to cell
+/// 10⁹ + 4, leaves cell 2's slot alone (the rewind models).
+fn window_with_4_future_cells(limit: u32) -> Arc<SlidingWindowLimiter<ManualClock>> {
+    let w = SlidingWindowLimiter::with_clock(
+        limit,
+        Duration::from_nanos(2 * CELL),
+        2,
+        ManualClock::new(),
+    )
+    .unwrap()
+    .with_future_cells(4)
+    .unwrap();
+    Arc::new(w)
+}
+
 fn counter() -> Arc<RollingCounter<ManualClock>> {
     let c = RollingCounter::with_clock(Duration::from_nanos(2 * CELL), 2, 1, ManualClock::new())
         .unwrap()
@@ -366,17 +381,7 @@ fn a_leaping_caller_races_a_present_caller() {
 fn a_peek_races_a_rewind_and_counts_the_cells_the_leap_left() {
     const LEAP: u64 = 1_000_000_004;
     model(|| {
-        let w = Arc::new(
-            SlidingWindowLimiter::with_clock(
-                3,
-                Duration::from_nanos(2 * CELL),
-                2,
-                ManualClock::new(),
-            )
-            .unwrap()
-            .with_future_cells(4)
-            .unwrap(),
-        );
+        let w = window_with_4_future_cells(3);
         assert!(w.try_acquire_at(2, 2 * CELL + 7).unwrap().is_allowed());
         assert!(w.try_acquire_at(1, LEAP * CELL).unwrap().is_allowed());
         let rewinder = take(&w, 5);
@@ -415,17 +420,7 @@ fn a_peek_races_a_rewind_and_counts_the_cells_the_leap_left() {
 fn a_leap_races_its_rewind_and_a_later_peek_counts_the_cell_it_left() {
     const LEAP: u64 = 1_000_000_004;
     model(|| {
-        let w = Arc::new(
-            SlidingWindowLimiter::with_clock(
-                3,
-                Duration::from_nanos(2 * CELL),
-                2,
-                ManualClock::new(),
-            )
-            .unwrap()
-            .with_future_cells(4)
-            .unwrap(),
-        );
+        let w = window_with_4_future_cells(3);
         assert!(w.try_acquire_at(2, 2 * CELL + 7).unwrap().is_allowed());
         let leaper = {
             let w = w.clone();
