@@ -76,7 +76,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     ///   loading it, a leaping clock's. Rewound by compare-exchange from that value to the
     ///   caller's cell; the crossing then resets the window (its slots hold the leaped rounds).
     /// * Otherwise the newer of `head` and the caller's own cell (a lagging read follows head;
-    ///   a caller never follows head beyond its own cell plus the horizon).
+    ///   a caller never follows head beyond its own cell plus the horizon, but a caller whose
+    ///   cell is sealed and is `head` walks on to the next cell, however far that is).
     pub(super) fn follow(
         &self,
         mut head: u64,
@@ -95,7 +96,17 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 me.seen = head;
             }
             me.seen = me.seen.max(head);
-            if head > me.own.saturating_add(self.horizon) {
+            // `past` with `head` at the caller's cell: the caller is walking forward over cells
+            // sealed before a rewind (it crossed into `cell` itself, or followed head there
+            // within the horizon, and found it sealed), so `head` is its own walk's, not a
+            // leaping clock's: it goes on to the next cell however far past `own + horizon`.
+            // Judging it a leap would rewind the ring to `own` and walk the same sealed cells
+            // again, forever. The walk ends at the first cell not sealed in its round; a cell
+            // is sealed only by a crossing into a later cell, so at most one step per cell
+            // between `own` and the newest head a crossing held (without new crossings by
+            // others, which only ever end it sooner or move head past `cell`).
+            let walking = past && head == cell;
+            if head > me.own.saturating_add(self.horizon) && !walking {
                 if !me.fresh(head) {
                     if let Some(clock) = me.clock {
                         self.reread(me, clock, head);

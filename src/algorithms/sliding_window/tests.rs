@@ -1258,11 +1258,12 @@ fn quiet_peeks_after_a_leap_to_the_end_of_time(leaped_calls: u64) -> Vec<(u32, u
 /// of 10 s, limit 3, 1 future cell: 3 taken in cell 16, a refusal in cell 19, a lease asked for
 /// (and refused) on the clock at cell 10, a leap to cell 1,844,674,389 and a call in cell 8 that
 /// rewinds the ring (and walks forward to cell 14); then a call in cell 1, 13 cells behind
-/// `head` (more than the 8-cell horizon: a rewind), spins forever. Each call should return; the
-/// last does not within 10 s (a generous bound: the calls take microseconds). Not fixed (see
-/// the report).
+/// `head` (more than the 8-cell horizon: a rewind), spun forever: it rewound the ring to cell 1,
+/// walked forward over cells 1..=10 (sealed before the rewinds) raising `head`, took its own
+/// head 10 (past cell 1 + the horizon) for a leap and rewound to cell 1 again. Each call must
+/// return (10 s: a generous bound, the calls take microseconds), and the last is decided where
+/// its walk ends: cell 14, whose 2 permits (the call in cell 8's) leave no room for 3.
 #[test]
-#[ignore = "review of issue 17: a rewind after a rewind that walked forward spins forever"]
 fn a_call_that_rewinds_after_a_walked_forward_rewind_returns() {
     use crate::lease::LeaseSource;
     let (done, finished) = std::sync::mpsc::channel();
@@ -1282,8 +1283,15 @@ fn a_call_that_rewinds_after_a_walked_forward_rewind_returns() {
         assert!(w.try_acquire_at(2, 89_575_380_630).unwrap().is_allowed());
         assert_eq!(w.head.cell.load(crate::sync::Ordering::SeqCst), 14);
         let last = w.try_acquire_at(3, 14_942_222_018).unwrap();
-        done.send(last).unwrap();
+        done.send((last, w.head.cell.load(crate::sync::Ordering::SeqCst)))
+            .unwrap();
     });
     let last = finished.recv_timeout(std::time::Duration::from_secs(10));
     assert!(last.is_ok(), "the call in cell 1 did not return: {last:?}");
+    let (last, head) = last.unwrap();
+    assert!(!last.is_allowed(), "3 more in cell 14's window: {last:?}");
+    assert_eq!(
+        head, 14,
+        "the walk ends in cell 14, the first cell not sealed"
+    );
 }
