@@ -312,7 +312,7 @@ impl ServerClock {
     }
 
     fn client_micros(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
+        micros_since(self.base, at)
     }
 
     /// Records `server_micros`, read by the server after a request sent at `sent` and before its
@@ -624,8 +624,7 @@ impl RedisBackend {
             shared.runtime.spawn(async move {
                 if let Some(reply) = read_slot_owners(connection, within).await {
                     // The read's time on the clock's client side (`client_micros`).
-                    let read_at = Instant::now().saturating_duration_since(base).as_micros();
-                    owners.update(&reply, scheme, u64::try_from(read_at).unwrap_or(u64::MAX));
+                    owners.update(&reply, scheme, micros_since(base, Instant::now()));
                 }
                 drop(read);
             });
@@ -1590,6 +1589,12 @@ fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
             format!("no answer within {after:?} ({doing})"),
         ),
     )
+}
+
+/// `at` in µs since `base` (0 before it, saturating at `u64::MAX`): a time on the server clock's
+/// client side ([`ServerClock::client_micros`]).
+fn micros_since(base: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(base).as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Whether a server error of `kind`, to a call on a key of a Redis Cluster, was sent by a node

@@ -30,10 +30,10 @@
 //!   by compare-exchange from the value it judged, and crosses into it: the window's slots hold
 //!   the leaped era's rounds, so they read as zero and are reset. A caller never follows `head`
 //!   past its own cell + `h` (it may walk past it itself, over cells sealed before the rewind,
-//!   up to the first cell not sealed: that head is its own walk's, never taken for a leap), and a call that saw the ring moved back under it never raises
-//!   `head` again (a clocked call re-reads its clock; an explicit `now` more than `h` ahead of the
-//!   moved-back head is decided in that head's cell), so a call in flight in the leaped cell
-//!   cannot re-leap the ring.
+//!   up to the first cell not sealed: that head is its own walk's, never taken for a leap), and
+//!   a call that saw the ring moved back under it never raises `head` again (a clocked call
+//!   re-reads its clock; an explicit `now` more than `h` ahead of the moved-back head is decided
+//!   in that head's cell), so a call in flight in the leaped cell cannot re-leap the ring.
 //! * **What a one-shot leap costs** (one read more than `h` cells ahead, every other within `H`):
 //!   no freeze at all: the first call with a fresh read after it rewinds the ring and is decided
 //!   in its own cell. What the ring forgets: (a) what was admitted in the window before the
