@@ -893,4 +893,6 @@ impl<C: Clock> super::Sweep for SlidingWindowLimiter<C> {
 }
 
 #[cfg(test)]
+mod hunt;
+#[cfg(test)]
 mod tests;
