@@ -475,3 +475,64 @@ fn a_peek_agrees_with_a_call_that_walks_over_sealed_cells() {
         assert_eq!(*peek, call, "the peek and the call after it");
     }
 }
+
+/// The re-walk left by the rewind-walk fix (issue 17), measured: after the history of
+/// `tests::a_call_that_rewinds_after_a_walked_forward_rewind_returns` (cells 1..=13 sealed,
+/// head 14), every call in cell 1 (13 cells behind head, past the 8-cell horizon) rewinds the
+/// ring and walks the 13 sealed cells again, one crossing each, until real time reaches them.
+/// The walk is bounded by the ring: a cell it walks over holds its own round, sealed, so it is
+/// less than `slots` (16) cells past the call's; and the rewind's crossing reseals the slots
+/// of its window's cells, so past cell `cells − 1` the walk is at most `slots − cells + 1`
+/// cells. Each such call also begins a rewind (refusing every earlier lease's refund).
+#[test]
+fn a_call_behind_a_walked_forward_rewind_rewalks_at_most_the_ring() {
+    let walks = returns(|| {
+        let clock = ScriptClock::default();
+        let parts = super::SlidingWindow::with_parts(3, Duration::from_secs(80), 8, 1).unwrap();
+        let w = SlidingWindowLimiter::from_config(&parts, clock.clone());
+        assert!(w.try_acquire_at(3, 161_405_414_753).unwrap().is_allowed());
+        assert!(!w.try_acquire_at(3, 191_540_193_662).unwrap().is_allowed());
+        clock.set(109_085_858_983);
+        assert_eq!(w.take(2, 2, u64::MAX).unwrap().granted(), 0);
+        assert!(
+            w.try_acquire_at(2, u64::MAX - 175_478_003_888)
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(w.try_acquire_at(2, 89_575_380_630).unwrap().is_allowed());
+        let mut walks = Vec::new();
+        // Real time in cell 1, then cells 2, 5 and 6: each call 1 permit.
+        for now in [
+            14_942_222_018,
+            14_942_222_019,
+            25_000_000_000,
+            55_000_000_000,
+            65e9 as u64,
+        ] {
+            let rewinds = w.rewinds_begun.load(Ordering::SeqCst);
+            let before = super::VISITS.with(std::cell::Cell::get);
+            let (d, c) = w.acquire_counted(1, 3, now, None);
+            let visits = super::VISITS.with(std::cell::Cell::get) - before;
+            let rewound = w.rewinds_begun.load(Ordering::SeqCst) != rewinds;
+            walks.push((now / 10_000_000_000, c, visits, rewound, d.is_allowed()));
+        }
+        walks
+    });
+    for &(own, cell, visits, rewound, _) in &walks {
+        println!("a call in cell {own}: decided in {cell}, {visits} slot words, rewound {rewound}");
+        assert!(cell - own < 16, "within the ring");
+    }
+    // Cell 1 (twice) and cell 2 walk to cell 14; from cell 5 (14 within its horizon) the call
+    // follows head.
+    let cells: Vec<_> = walks.iter().map(|w| (w.0, w.1, w.3)).collect();
+    assert_eq!(
+        cells,
+        [
+            (1, 14, true),
+            (1, 14, true),
+            (2, 14, true),
+            (5, 14, true),
+            (6, 14, false)
+        ]
+    );
+}
