@@ -4,7 +4,9 @@
 //! Time is cut into cells of `window / cells`, aligned to the clock's timeline. A request is
 //! attributed to one cell: the cell of its clock read, or a later one when its thread lagged behind
 //! a thread that had already moved on, by at most the lag horizon (state never moves back; see
-//! [Time](#time) for a head further ahead). Under every interleaving:
+//! [Time](#time) for a head further ahead), or, when its cell was sealed before a rewind, the
+//! first cell after it that was not (fewer than the ring's slots later). Under every
+//! interleaving:
 //!
 //! * **Aligned spans:** the permits attributed to any `cells` consecutive cells (one window-long
 //!   span aligned to cell boundaries) never exceed the limit.
