@@ -319,7 +319,18 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                         // Someone crossed past this cell: the request belongs to a newer one.
                         // Acquire: the sealer raised head before sealing.
                         let head = self.head.cell.load(Ordering::Acquire);
-                        (cell, cross) = self.follow(head, cell, true, &mut me);
+                        let (next, cross_next) = self.follow(head, cell, true, &mut me);
+                        if next == cell && !cross_next {
+                            // `follow` keeps a sealed cell only when there is no later one:
+                            // the last cell of time (1 ns cells), which no crossing can seal,
+                            // reads as sealed only through its round tag's wrap (the slot holds
+                            // a cell's 2^39 rounds before it, sealed). It stays so for every
+                            // call in it, and no clock read ever leaves it: refused, for good.
+                            let remaining = limit.saturating_sub(prev + count);
+                            let denied = Decision::deny(limit, remaining, u64::MAX, u64::MAX);
+                            return (denied, cell);
+                        }
+                        (cell, cross) = (next, cross_next);
                         continue 'cell;
                     }
                     let taken = prev + count + n;
