@@ -197,12 +197,12 @@ const MIN_CALL_SHARE: u32 = 16;
 ///   through a refill that failed gets that refill's failure, both decided by the policy
 ///   (without a call of its own). While the key's circuit breaker is open or half-open, a
 ///   caller does not wait for another's refill (it may be the breaker's probe, out for the
-///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
-///   the probe is out, as a [`RedisLimiter`] call is; except behind a kept refund, which that
-///   per-call decision (the probe, once due) could overtake: the caller then polls the calls
-///   out once (taking in their reply if it came: their own caller may be stalled) and, while
-///   they are still out and the breaker not closed, is decided as a short circuit (the deny
-///   cache, then the policy) without a call of its own. [`release`](Self::release) keeps the
+///   whole timeout): it polls the calls out once (taking in their reply if it came: their own
+///   caller may be stalled) and, while they are still out and the breaker not closed, takes
+///   the limiter's per-call decision, short-circuited at once while the probe is out, as a
+///   [`RedisLimiter`] call is; except behind a kept refund, which that per-call decision (the
+///   probe, once due) could overtake: it is then decided as a short circuit (the deny cache,
+///   then the policy) without a call of its own. [`release`](Self::release) keeps the
 ///   same bound: one whose deadline passes while another caller holds the lease, or that finds
 ///   it held while the breaker is open or half-open (polling the calls out once, as above: a
 ///   reply that came is taken in and the `release` goes on; still out, at once), sends
