@@ -166,6 +166,9 @@ enum Second {
     Refill,
     /// A second `release`.
     Release,
+    /// A request of 1 under fail-open, the key's bucket drained first and a denial of 1 by
+    /// Redis in the limiter's deny cache (a refill).
+    DeniedRefill,
 }
 
 /// What the second call returned.
@@ -178,11 +181,14 @@ enum Returned {
 /// What [`behind_a_refund_out_until_its_deadline`] hands its test.
 struct Behind {
     server: RedisServer,
-    limiter: Arc<RedisLimiter<Gcra, ManualClock>>,
     leased: LeasedKey<Gcra, ManualClock>,
     second: Returned,
     /// `EVALSHA` calls the server had run before the first `release`.
     before: u64,
+    /// The same Redis key's limiter without a deny cache, to ask Redis what it took.
+    probe: RedisLimiter<Gcra>,
+    /// What the per-call requests that drained the bucket took (`Second::DeniedRefill`).
+    drained: u64,
 }
 
 /// A key holding 7 gives them back with a first `release`, Redis frozen: its refund is out
@@ -195,17 +201,42 @@ fn behind_a_refund_out_until_its_deadline(second: Second) -> Behind {
     let server = RedisServer::start();
     let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
     let backend = RedisBackend::blocking_connect(config).unwrap();
-    let policy = FailurePolicy::FailClosed;
+    let policy = match second {
+        Second::DeniedRefill => FailurePolicy::FailOpen,
+        Second::Refill | Second::Release => FailurePolicy::FailClosed,
+    };
     let clock = ManualClock::new();
     let limiter = RedisLimiter::with_clock(&backend, "near", hourly_gcra(), policy, clock);
+    let probe = RedisLimiter::new(&backend, "near", hourly_gcra(), FailurePolicy::FailClosed);
+    let probe = probe.unwrap().with_deny_cache(None).unwrap();
     let limiter = Arc::new(limiter.unwrap());
     let leased = LeasedKey::new(Arc::clone(&limiter), "k");
     let (first_runtime, second_runtime) = (current_thread(), current_thread());
     // The scripts loaded, then a lease holding 7.
     assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
     assert_eq!(first_runtime.block_on(leased.release()).unwrap(), 7);
+    let mut drained = 0;
+    if let Second::DeniedRefill = second {
+        // Per-call requests take all but the next lease's 8 (before it: taken after the lease,
+        // they would move the key past the word the lease's refund must find).
+        let left = limiter.blocking_try_acquire("k", 100).unwrap();
+        assert!(!left.is_allowed(), "{left:?}");
+        drained = left.remaining() - 8;
+        let rest = u32::try_from(drained).unwrap();
+        assert!(
+            limiter
+                .blocking_try_acquire("k", rest)
+                .unwrap()
+                .is_allowed()
+        );
+    }
     assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
     assert_eq!(leased.counts().held, 7);
+    if let Second::DeniedRefill = second {
+        // Redis denies a per-call request of 1 (a denial writes nothing: the lease's word
+        // stays), and the deny cache keeps the denial (the manual clock never moves).
+        assert!(!limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    }
 
     let before = server.calls("evalsha");
     server.freeze();
@@ -214,9 +245,11 @@ fn behind_a_refund_out_until_its_deadline(second: Second) -> Behind {
     let returned = second_runtime.block_on(async {
         let bound = TIMEOUT + HANG;
         match second {
-            Second::Refill => tokio::time::timeout(bound, leased.try_acquire_outcome(1))
-                .await
-                .map(|outcome| Returned::Refill(outcome.unwrap())),
+            Second::Refill | Second::DeniedRefill => {
+                tokio::time::timeout(bound, leased.try_acquire_outcome(1))
+                    .await
+                    .map(|outcome| Returned::Refill(outcome.unwrap()))
+            }
             Second::Release => tokio::time::timeout(bound, leased.release())
                 .await
                 .map(Returned::Release),
@@ -233,10 +266,11 @@ fn behind_a_refund_out_until_its_deadline(second: Second) -> Behind {
     drop((first_runtime, second_runtime));
     Behind {
         server,
-        limiter,
         leased,
         second: returned,
         before,
+        probe,
+        drained,
     }
 }
 
@@ -245,9 +279,10 @@ fn behind_a_refund_out_until_its_deadline(second: Second) -> Behind {
 fn the_kept_refund_lands_once(behind: &Behind) {
     let Behind {
         server,
-        limiter,
         leased,
         before,
+        probe,
+        drained,
         ..
     } = behind;
     server.wait_for_calls("evalsha", before + 1);
@@ -270,8 +305,8 @@ fn the_kept_refund_lands_once(behind: &Behind) {
         (14, 0, 1, 1, 0),
         "{counts:?}"
     );
-    let taken = runtime.block_on(taken(limiter));
-    assert_eq!(taken, counts.served() + counts.held, "{counts:?}");
+    let taken = runtime.block_on(taken(probe));
+    assert_eq!(taken, counts.served() + counts.held + drained, "{counts:?}");
 }
 
 /// A refill behind the refund's call (above) has microseconds left when it ends, or none: it
@@ -407,4 +442,117 @@ async fn a_release_behind_a_stalled_probe_polls_it_and_is_not_busy() {
         counts.served() + counts.held,
         "{counts:?}"
     );
+}
+
+/// As above, but the caller finding the stalled probe's calls out is a refill (the key holds no
+/// lease, and no refund is kept): it used to go straight to the limiter's per-call decision,
+/// which the half-open breaker short-circuits while its probe is out (under fail-closed, a
+/// denial), as long as the prober stayed stalled, though the probe's reply (a lease) was
+/// waiting to be taken in. It now polls the calls once, as a `release` and a refill behind a
+/// kept refund do: the reply is taken in (the lease published, the breaker closed), and the
+/// refill is served from that lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refill_behind_a_stalled_probe_polls_it_and_is_served() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::connect(config).await.unwrap();
+    let clock = ManualClock::new();
+    let policy = FailurePolicy::FailClosed;
+    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(&backend, "probe", hourly_gcra(), policy, clock.clone());
+    let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    // The scripts loaded; the key holds no lease (and keeps no refund).
+    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
+    assert_eq!(leased.release().await.unwrap(), 7);
+
+    // A per-call decision on another key times out (the server frozen): the breaker opens.
+    server.freeze();
+    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
+    server.thaw();
+    assert!(
+        failed.failure().is_some_and(|e| e.is_timeout()),
+        "{failed:?}"
+    );
+    let breaker = limiter.breaker().unwrap().shared();
+    assert_eq!(breaker.state(), BreakerState::Open);
+
+    // The probe is due: A's request for a lease is the probe, and A is never polled again.
+    clock.advance(Duration::from_secs(61));
+    let idle = current_thread();
+    let mut a = Box::pin(leased.try_acquire_outcome(1));
+    server.freeze();
+    let pending = std::thread::scope(|s| s.spawn(|| poll_once(&idle, &mut a)).join().unwrap());
+    server.thaw();
+    assert!(pending, "A's request is out");
+    assert_eq!(
+        breaker.state(),
+        BreakerState::HalfOpen,
+        "A's request is the probe"
+    );
+    // A call on the same connection after A's request: once it is answered, so is A's.
+    let flushed = bystander(&backend)
+        .try_acquire_outcome("x", 1)
+        .await
+        .unwrap();
+    assert!(flushed.failure().is_none(), "{flushed:?}");
+    let before = server.calls("evalsha");
+
+    // B needs a refill: it finds A's calls out, the breaker half-open, no refund kept.
+    let b = tokio::time::timeout(HANG, leased.try_acquire_outcome(1)).await;
+    let b = b.expect("B hung, Redis up").unwrap();
+    let counts = leased.counts();
+    assert!(
+        b.failure().is_none() && b.decision().is_allowed(),
+        "B did not take A's reply in: {b:?}, {counts:?}"
+    );
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert_eq!(
+        server.calls("evalsha"),
+        before,
+        "B was served from A's lease: no call of its own"
+    );
+
+    // A, polled again, gets the permit its request took.
+    let a = tokio::time::timeout(HANG, a).await;
+    let a = a.expect("A, polled again, hung").unwrap();
+    assert!(a.failure().is_none() && a.decision().is_allowed(), "{a:?}");
+    idle_runtime(idle);
+    // Nothing lost or counted twice: Redis holds what was served and what the key holds.
+    let counts = leased.counts();
+    assert_eq!(
+        counts.served(),
+        3,
+        "the warm-up's 1, A's 1, B's 1: {counts:?}"
+    );
+    assert_eq!(
+        (counts.refunded, counts.stranded, counts.failed_refunds),
+        (7, 0, 0),
+        "{counts:?}"
+    );
+    assert_eq!(
+        taken(&limiter).await,
+        counts.served() + counts.held,
+        "{counts:?}"
+    );
+}
+
+/// As [`a_refill_left_microseconds_behind_a_refund_sends_nothing`], under fail-open, with the
+/// key's bucket drained and Redis's denial of 1 in the limiter's deny cache: the refill left
+/// too little time to send anything was decided by the policy straight away, so fail-open
+/// admitted it, though the deny cache (which answers a request before any call, and before the
+/// breaker's short circuit) holds Redis's denial. A request not sent for want of time is
+/// decided as one the breaker short-circuits: the deny cache first, then the policy.
+#[test]
+fn a_refill_left_no_time_asks_the_deny_cache_first() {
+    let behind = behind_a_refund_out_until_its_deadline(Second::DeniedRefill);
+    let Returned::Refill(outcome) = &behind.second else {
+        unreachable!()
+    };
+    assert!(
+        !outcome.decision().is_allowed() && outcome.failure().is_none(),
+        "the deny cache holds Redis's denial, yet: {outcome:?}"
+    );
+    assert_eq!(behind.leased.counts().failed_refunds, 1, "{outcome:?}");
+    the_kept_refund_lands_once(&behind);
 }

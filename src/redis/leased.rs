@@ -197,12 +197,12 @@ const MIN_CALL_SHARE: u32 = 16;
 ///   through a refill that failed gets that refill's failure, both decided by the policy
 ///   (without a call of its own). While the key's circuit breaker is open or half-open, a
 ///   caller does not wait for another's refill (it may be the breaker's probe, out for the
-///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
-///   the probe is out, as a [`RedisLimiter`] call is; except behind a kept refund, which that
-///   per-call decision (the probe, once due) could overtake: the caller then polls the calls
-///   out once (taking in their reply if it came: their own caller may be stalled) and, while
-///   they are still out and the breaker not closed, is decided as a short circuit (the deny
-///   cache, then the policy) without a call of its own. [`release`](Self::release) keeps the
+///   whole timeout): it polls the calls out once (taking in their reply if it came: their own
+///   caller may be stalled) and, while they are still out and the breaker not closed, takes
+///   the limiter's per-call decision, short-circuited at once while the probe is out, as a
+///   [`RedisLimiter`] call is; except behind a kept refund, which that per-call decision (the
+///   probe, once due) could overtake: it is then decided as a short circuit (the deny cache,
+///   then the policy) without a call of its own. [`release`](Self::release) keeps the
 ///   same bound: one whose deadline passes while another caller holds the lease, or that finds
 ///   it held while the breaker is open or half-open (polling the calls out once, as above: a
 ///   reply that came is taken in and the `release` goes on; still out, at once), sends
@@ -780,8 +780,10 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ///   refund gets half of what is left): one that waited for another caller's calls until
     ///   less was left (a refill starts with the whole timeout) sends nothing and touches
     ///   nothing (the lease stays published, a kept refund stays kept, counted `stranded` as
-    ///   one the breaker did not let out), and is a timeout decided by the policy (counted in
-    ///   the limiter's [`failures`](RedisLimiter::failures), not told to the breaker);
+    ///   one the breaker did not let out), and is a timeout decided as a request the breaker
+    ///   short-circuits: the deny cache's denial if it holds one for the key, else the policy
+    ///   (counted in the limiter's [`failures`](RedisLimiter::failures); not told to the
+    ///   breaker);
     /// * a refill's request for a lease whose calls are polled only when less than this is left
     ///   of its deadline (its caller stalled after its refund went out, say) is not sent: the
     ///   same timeout for the caller that asked, and not a failure for the callers waiting
@@ -1119,8 +1121,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// The decision for a request of `n` with less than `needed` left to its `deadline`: a
-    /// timeout (nothing sent, for `what`), decided by the policy and counted, not told to the
-    /// breaker; `None` with `needed` left.
+    /// timeout (nothing sent, for `what`), decided as a request the breaker short-circuits (the
+    /// deny cache's denial first, which a call would have met before anything was sent; else
+    /// the policy, counted), not told to the breaker; `None` with `needed` left.
     #[inline]
     fn out_of_time(
         &self,
@@ -1135,7 +1138,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         }
         let backend = self.limiter.backend();
         let error = not_sent(backend, &self.redis_keys, left, needed, what);
-        Some(self.limiter.handler().decide(&self.key, n, error))
+        Some(self.limiter.handler().decide_unsent(&self.key, n, error))
     }
 
     /// The decision for a request of `n` whose deadline passed while another caller's refill
@@ -1304,24 +1307,30 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                     // other caller. (Calls whose reply came are settled first: their lease may
                     // serve this one.)
                     if calls.peek().is_none() && !self.breaker_closed() {
-                        // SeqCst: see `unserved`. Stored under the owner's lock before the
-                        // calls were made, so calls found out carry the refund it says is kept.
-                        if !self.refund_kept.load(Ordering::SeqCst) {
-                            return self.exact(n, deadline, false).await;
-                        }
-                        // The calls send a kept refund first, perhaps not let out yet (their
-                        // caller between making them and the breaker's admission of it). A
-                        // per-call decision now could be the breaker's probe, reach the key
-                        // first and move it past the refund's word (refused: stranded). This
-                        // call polls the calls once instead (their caller may be stalled, the
-                        // refund's reply waiting for a poller), and is decided as a short
-                        // circuit while they are out and the breaker is still not closed: the
-                        // refund is, or will be, the probe. Once it closed, wait as below.
+                        // Polled once first, as `release` polls them: their own caller may be
+                        // stalled (never polled again) with their reply waiting, the probe
+                        // unreported, the breaker half-open (short-circuiting this call's
+                        // per-call decision) until it presumes the probe lost. A reply found is
+                        // taken in (the probe reported; its lease may serve this call), and
+                        // this call looks again. Once the breaker closed, wait as below.
                         if let Some(reply) = calls.clone().now_or_never() {
                             self.settle(&calls, &reply);
                             continue;
                         }
                         if !self.breaker_closed() {
+                            // SeqCst: see `unserved`. Stored under the owner's lock before the
+                            // calls were made, so calls found out carry the refund it says is
+                            // kept.
+                            if !self.refund_kept.load(Ordering::SeqCst) {
+                                return self.exact(n, deadline, false).await;
+                            }
+                            // The calls send a kept refund first, perhaps not let out yet
+                            // (their caller between making them and the breaker's admission of
+                            // it). A per-call decision now could be the breaker's probe, reach
+                            // the key first and move it past the refund's word (refused:
+                            // stranded). Decided as a short circuit instead while they are out
+                            // and the breaker is still not closed: the refund is, or will be,
+                            // the probe.
                             return Ok(self.behind_a_kept_refund(n));
                         }
                     }
@@ -1380,9 +1389,10 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         // to send the refill needs twice that. (Only after a long wait for another caller's
         // calls, or a thread held that long: a refill starts with the whole timeout.) With less,
         // nothing is sent and nothing is touched: the lease stays published (still served
-        // while it lasts), a kept refund stays kept, and the request is a timeout decided by
-        // the policy, not told to the breaker. Conservative: the permits left may all be
-        // served, or a kept refund given up, before the refund would be made.
+        // while it lasts), a kept refund stays kept, and the request is a timeout decided as a
+        // short circuit (the deny cache first, then the policy), not told to the breaker.
+        // Conservative: the permits left may all be served, or a kept refund given up, before
+        // the refund would be made.
         let refund_coming = owner.pending.is_some()
             || (self.limiter.algorithm().refund_script().is_some()
                 && owner.lease.granted() > 0
@@ -1724,13 +1734,14 @@ async fn take_lease<A: LeaseAlgorithm, C: Clock + Clone>(
     // Its calls polled late (their caller stalled, a runtime busy elsewhere): with less than
     // the least time a call is sent with left, the request would time out, after the server
     // granted (and took) a lease nobody receives where the script does not refuse it as late.
-    // Not sent: a timeout, decided by the policy, not told to the breaker.
+    // Not sent: a timeout, decided as a short circuit (the deny cache first, then the
+    // policy), not told to the breaker.
     let needed = min_call_time(limiter.backend().timeout());
     let left = take.deadline.saturating_duration_since(Instant::now());
     if left < needed {
         let error = not_sent(limiter.backend(), redis_keys, left, needed, "a lease");
         return Taken {
-            outcome: limiter.handler().decide(key, take.n, error),
+            outcome: limiter.handler().decide_unsent(key, take.n, error),
             lease: None,
             n: take.n,
             late: true,
@@ -1949,7 +1960,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> DropRefund<A, C> {
     /// retry (there is no key left to keep it). A failed call is counted in the limiter's
     /// failures (and told to the breaker), as [`LeasedKey::release`]'s is.
     async fn send(mut self) {
-        // As `give_back_kept`: the earlier of two reads.
+        // As `refund_to_send`: the earlier of two reads (a one-shot leaping read would give up,
+        // and strand, a refund that could still land).
         let now = {
             let clock = self.limiter.handler().clock();
             clock.now_nanos().min(clock.now_nanos())
