@@ -688,7 +688,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             let (cell, head) = self.peek_cell(&mut me);
             // The call goes on past a cell sealed in its round (sealed before a rewind: see
             // [Time](self#time)), to the first one that is not: so does the peek.
-            let (cell, count, last_sealed) = self.past_sealed(cell);
+            let (cell, count) = self.past_sealed(cell);
             let now = me.now;
             let closed = match self.closed_for_peek(cell, head, tag, base) {
                 Some(closed) => closed,
@@ -699,11 +699,6 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 None => self.closed_by_scan(cell),
             };
             let prev = closed.sum();
-            if last_sealed {
-                // As the call: no later cell to go on to (see `acquire_general`).
-                let remaining = limit.saturating_sub(prev + count);
-                return Ok(Decision::deny(limit, remaining, u64::MAX, u64::MAX));
-            }
             if prev + count + n <= limit {
                 let reset = self
                     .geometry
