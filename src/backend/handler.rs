@@ -491,7 +491,8 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         if let Some(permit) = permit {
             match &result {
                 Ok(_) => permit.succeeded(),
-                Err(error) if excused(error) => {}
+                // Not sent (its deadline passed before it was written): not the store's.
+                Err(error) if excused(error) || error.is_not_sent() => {}
                 Err(_) => permit.failed(),
             }
         }
@@ -648,7 +649,11 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
                 Outcome::from_backend(decision)
             }
             Err(error) => {
-                if let Some(permit) = permit {
+                // A request never sent (its deadline passed before it was written) says
+                // nothing about the store: the permit is dropped unreported, leaving the
+                // breaker as if the call never happened; the policy decides it and it is
+                // counted, as any timeout.
+                if let Some(permit) = permit.filter(|_| !error.is_not_sent()) {
                     permit.failed();
                 }
                 self.decide(key, n, error)
