@@ -148,6 +148,8 @@ struct Queued {
     server: RedisServer,
     /// The queued callers' outcomes.
     outcomes: Vec<Outcome>,
+    /// The outcomes of the decisions queued after the others' deadlines passed (in time).
+    live: Vec<Outcome>,
     /// `EVALSHA` calls the server ran from the freeze until a call after everything, answered.
     sent: u64,
     /// The breaker's state once the queued callers were decided.
@@ -162,9 +164,13 @@ struct Queued {
 /// machine, a runtime busy elsewhere; the one wait is a call on the frozen server timing out).
 /// The call out is then dropped, which hands the queue to a flusher: it takes the decisions,
 /// all past their deadline, their callers still there.
+///
+/// `live` more decisions (on keys "k" and "j" in turn) queue after those deadlines have
+/// passed: taken in the same batch, in time.
 fn queued_past_their_deadline<A: RedisAlgorithm + Send + Sync + 'static>(
     algorithm: A,
     queued: usize,
+    live: usize,
 ) -> Queued {
     let main = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -213,6 +219,12 @@ fn queued_past_their_deadline<A: RedisAlgorithm + Send + Sync + 'static>(
         waited.failure().is_some_and(|e| e.is_timeout()),
         "{waited:?}"
     );
+    let mut in_time: Vec<_> = (0..live)
+        .map(|i| Box::pin(limiter.try_acquire_outcome(if i % 2 == 0 { "k" } else { "j" }, 1)))
+        .collect();
+    for future in &mut in_time {
+        assert!(poll_once(&idle, future), "queued");
+    }
     // The call out dropped: a flusher takes the queue.
     drop(out);
     let outcomes: Vec<Outcome> = waiting
@@ -221,6 +233,10 @@ fn queued_past_their_deadline<A: RedisAlgorithm + Send + Sync + 'static>(
         .collect();
     let breaker = limiter.breaker().unwrap().shared().state();
     server.thaw();
+    let live: Vec<Outcome> = in_time
+        .iter_mut()
+        .map(|future| poll_until_done(&idle, future).unwrap())
+        .collect();
     // Answered after everything written before it on the connection ran.
     let flushed = main
         .block_on(bystander.try_acquire_outcome("z", 1))
@@ -230,7 +246,7 @@ fn queued_past_their_deadline<A: RedisAlgorithm + Send + Sync + 'static>(
     let after = main
         .block_on(limiter.try_acquire_outcome("after", 1))
         .unwrap();
-    drop(waiting);
+    drop((waiting, in_time));
     std::thread::spawn(move || drop(idle)).join().unwrap();
     drop(limiter);
     drop(bystander);
@@ -239,6 +255,7 @@ fn queued_past_their_deadline<A: RedisAlgorithm + Send + Sync + 'static>(
     Queued {
         server,
         outcomes,
+        live,
         sent,
         breaker,
         after,
@@ -261,8 +278,10 @@ fn nothing_sent_for(queued: &Queued) {
         );
     }
     assert_eq!(
-        queued.sent, 3,
-        "the call out, the timed-out call and the flushing call only"
+        queued.sent,
+        3 + 2 * u64::from(!queued.live.is_empty()),
+        "the call out, the timed-out call, the batch of those in time if any (twice: its \
+         script not loaded yet, NOSCRIPT, then sent again) and the flushing call only"
     );
     assert_eq!(
         queued.breaker,
@@ -284,7 +303,7 @@ fn nothing_sent_for(queued: &Queued) {
 /// was short-circuited.
 #[test]
 fn a_decision_queued_past_its_deadline_is_not_the_breakers_failure() {
-    nothing_sent_for(&queued_past_their_deadline(hourly_gcra(), 1));
+    nothing_sent_for(&queued_past_their_deadline(hourly_gcra(), 1, 0));
 }
 
 /// Decisions queued past their deadlines taken as one batch (GCRA's tally script): they were
@@ -292,12 +311,28 @@ fn a_decision_queued_past_its_deadline_is_not_the_breakers_failure() {
 /// is answered with a "not sent" timeout, and the batch, left empty, is not sent.
 #[test]
 fn a_tally_batch_past_its_deadlines_is_not_sent() {
-    nothing_sent_for(&queued_past_their_deadline(hourly_gcra(), 3));
+    nothing_sent_for(&queued_past_their_deadline(hourly_gcra(), 3, 0));
 }
 
 /// As above, a batch of the sliding window's (one reply per decision: `eval_batch`).
 #[test]
 fn a_batch_past_its_deadlines_is_not_sent() {
     let window = SlidingWindow::new(100, Duration::from_secs(3600), 10).unwrap();
-    nothing_sent_for(&queued_past_their_deadline(window, 3));
+    nothing_sent_for(&queued_past_their_deadline(window, 3, 0));
+}
+
+/// Decisions past their deadlines and decisions in time taken in one batch: those past are
+/// answered "not sent" and left out; those in time are sent and decided once, against a key
+/// the others took nothing from (each in-time decision is its key's first: 99 of 100 left).
+#[test]
+fn a_batch_sends_only_its_decisions_in_time() {
+    let queued = queued_past_their_deadline(hourly_gcra(), 3, 2);
+    nothing_sent_for(&queued);
+    for outcome in &queued.live {
+        assert!(
+            outcome.failure().is_none() && outcome.decision().is_allowed(),
+            "{outcome:?}"
+        );
+        assert_eq!(outcome.decision().remaining(), 99, "{outcome:?}");
+    }
 }
