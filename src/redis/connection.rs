@@ -162,8 +162,10 @@ impl RedisConfig {
 /// long to come back. A call whose deadline has passed before its request is written (its
 /// future first polled late: a thread held, a runtime busy elsewhere, a try given no time)
 /// sends nothing: a timeout saying "not sent", decided as any timeout (the policy, or a try's
-/// own budget as above), so that a lazy backend before its first reply (no deadline to send)
-/// takes nothing for a caller that has given up.
+/// own budget as above) but never told to the circuit breaker (it says nothing about Redis;
+/// so too a coalesced decision whose deadline passed while it was queued), so that a lazy
+/// backend before its first reply (no deadline to send) takes nothing for a caller that has
+/// given up.
 ///
 /// What can still be consumed without being handed out, per call:
 /// * a future dropped after its request was written (or, queued behind other calls, after its
