@@ -556,3 +556,96 @@ fn a_refill_left_no_time_asks_the_deny_cache_first() {
     assert_eq!(behind.leased.counts().failed_refunds, 1, "{outcome:?}");
     the_kept_refund_lands_once(&behind);
 }
+
+/// A request whose deadline passes while it waits for another caller's refill (its calls still
+/// out on a frozen server: they were made after this request, so their deadline is later) was
+/// decided by the policy straight away: under fail-open it was admitted, though the deny cache
+/// (which answers a request before any call) held Redis's denial of as many permits. Decided as
+/// a request the breaker short-circuits now: the deny cache first, then the policy.
+#[test]
+fn a_request_waited_out_behind_a_refill_asks_the_deny_cache_first() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let policy = FailurePolicy::FailOpen;
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "waited",
+        hourly_gcra(),
+        policy,
+        ManualClock::new(),
+    );
+    let limiter = Arc::new(limiter.unwrap());
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    let (first_runtime, second_runtime, refill_runtime) =
+        (current_thread(), current_thread(), current_thread());
+    // The scripts loaded, then a lease holding 7 (the budget Redis reported stays large: the
+    // drain below is the plain limiter's, which the lease does not see).
+    assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    assert_eq!(first_runtime.block_on(leased.release()).unwrap(), 7);
+    assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    // Per-call requests leave 3; Redis then denies 5, and the deny cache keeps the denial
+    // (the manual clock never moves): a request of 5 or more is denied without a call.
+    let left = limiter.blocking_try_acquire("k", 100).unwrap();
+    assert!(!left.is_allowed(), "{left:?}");
+    let rest = u32::try_from(left.remaining() - 3).unwrap();
+    assert!(
+        limiter
+            .blocking_try_acquire("k", rest)
+            .unwrap()
+            .is_allowed()
+    );
+    let five = limiter.blocking_try_acquire_outcome("k", 5).unwrap();
+    assert!(
+        five.failure().is_none() && !five.decision().is_allowed(),
+        "{five:?}"
+    );
+
+    // A `release` sends the lease's 7 back (frozen; refused once thawed, the key moved past
+    // the lease's word: stranded, which does not matter here); B, a request of 5, waits for it.
+    let before = server.calls("evalsha");
+    server.freeze();
+    let mut first = Box::pin(leased.release());
+    assert!(poll_once(&first_runtime, &mut first), "its refund is out");
+    let mut b = Box::pin(leased.try_acquire_outcome(5));
+    assert!(poll_once(&second_runtime, &mut b), "B waits for the refund");
+    server.thaw();
+    server.wait_for_calls("evalsha", before + 1); // the refund ran
+    server.freeze();
+    // C, a request of 1 first polled now (its deadline after B's), takes the refund's reply in
+    // and sends its own request for a lease (1 is below the cached denial's 5).
+    let mut c = Box::pin(leased.try_acquire_outcome(1));
+    let took_in = refill_runtime.block_on(async {
+        let took_in = std::future::poll_fn(|cx| match c.as_mut().poll(cx) {
+            std::task::Poll::Ready(outcome) => panic!("answered, the server frozen: {outcome:?}"),
+            std::task::Poll::Pending if settled(&leased) > 7 => std::task::Poll::Ready(()),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        });
+        tokio::time::timeout(HANG, took_in).await
+    });
+    took_in.expect("the refund's reply never came back");
+
+    // B, polled again, finds C's calls out and waits for them until its own deadline.
+    let b = second_runtime.block_on(async { tokio::time::timeout(TIMEOUT + HANG, b).await });
+    let b = b.expect("B waited past its deadline (hung)").unwrap();
+    server.thaw();
+    assert!(
+        !b.decision().is_allowed() && b.failure().is_none(),
+        "the deny cache holds Redis's denial of 5, yet B got {b:?}"
+    );
+    let c = refill_runtime.block_on(async { tokio::time::timeout(HANG, c).await });
+    let c = c.expect("C hung, Redis up").unwrap();
+    assert!(c.failure().is_none_or(|e| e.is_timeout()), "{c:?}");
+    let first = first_runtime.block_on(async { tokio::time::timeout(HANG, first).await });
+    // Its refund refused as stranded or landed, it returns (what it says is not this test's).
+    let _released = first.expect("the first release hung");
+    drop((first_runtime, second_runtime, refill_runtime));
+}
+
+/// The refunds whose reply was taken in: landed, or refused (stranded: the per-call requests
+/// after the lease moved the key past its word).
+fn settled(leased: &LeasedKey<Gcra, ManualClock>) -> u64 {
+    let counts = leased.counts();
+    counts.refunded + counts.stranded
+}

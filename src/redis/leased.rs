@@ -1142,8 +1142,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// The decision for a request of `n` whose deadline passed while another caller's refill
-    /// held the owner: a timeout, decided by the policy (the breaker is not told: this call
-    /// sent nothing).
+    /// held the owner: a timeout, decided as a request the breaker short-circuits (the deny
+    /// cache's denial first, which a call would have met before anything was sent; else the
+    /// policy, counted), as `out_of_time`; the breaker is not told: this call sent nothing.
     #[cold]
     fn waited_out(&self, n: u32) -> Outcome {
         let timeout = self.limiter.backend().timeout();
@@ -1151,7 +1152,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             "no lease within {timeout:?}: another caller's request for a lease of this key was \
              still out"
         ));
-        self.limiter.handler().decide(&self.key, n, error)
+        self.limiter.handler().decide_unsent(&self.key, n, error)
     }
 
     /// The decision for a request of `n` that found another caller's calls out, carrying a
