@@ -367,81 +367,7 @@ fn a_release_left_microseconds_behind_a_refund_is_busy() {
 /// breaker closed), and the `release` gives the lease's unserved permits back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_behind_a_stalled_probe_polls_it_and_is_not_busy() {
-    let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::connect(config).await.unwrap();
-    let clock = ManualClock::new();
-    let policy = FailurePolicy::FailClosed;
-    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
-    let limiter = RedisLimiter::with_clock(&backend, "probe", hourly_gcra(), policy, clock.clone());
-    let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
-    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
-    // The scripts loaded; the key holds no lease.
-    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
-    assert_eq!(leased.release().await.unwrap(), 7);
-
-    // A per-call decision on another key times out (the server frozen): the breaker opens.
-    server.freeze();
-    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
-    server.thaw();
-    assert!(
-        failed.failure().is_some_and(|e| e.is_timeout()),
-        "{failed:?}"
-    );
-    let breaker = limiter.breaker().unwrap().shared();
-    assert_eq!(breaker.state(), BreakerState::Open);
-
-    // The probe is due: A's request for a lease is the probe, and A is never polled again.
-    clock.advance(Duration::from_secs(61));
-    let idle = current_thread();
-    let mut a = Box::pin(leased.try_acquire_outcome(1));
-    server.freeze();
-    let pending = std::thread::scope(|s| s.spawn(|| poll_once(&idle, &mut a)).join().unwrap());
-    server.thaw();
-    assert!(pending, "A's request is out");
-    assert_eq!(
-        breaker.state(),
-        BreakerState::HalfOpen,
-        "A's request is the probe"
-    );
-    // A call on the same connection after A's request: once it is answered, so is A's.
-    let flushed = bystander(&backend)
-        .try_acquire_outcome("x", 1)
-        .await
-        .unwrap();
-    assert!(flushed.failure().is_none(), "{flushed:?}");
-
-    let released = tokio::time::timeout(HANG, leased.release()).await;
-    let released = released.expect("the release hung, Redis up");
-    let counts = leased.counts();
-    assert_eq!(
-        released.as_ref().ok(),
-        Some(&7),
-        "the release did not take A's reply in: {released:?}, {counts:?}"
-    );
-    assert_eq!(breaker.state(), BreakerState::Closed);
-    assert_eq!(
-        (
-            counts.busy_releases,
-            counts.refunded,
-            counts.stranded,
-            counts.held
-        ),
-        (0, 14, 0, 0),
-        "{counts:?}"
-    );
-
-    // A, polled again, gets the permit its request took.
-    let a = tokio::time::timeout(HANG, a).await;
-    let a = a.expect("A, polled again, hung").unwrap();
-    assert!(a.failure().is_none() && a.decision().is_allowed(), "{a:?}");
-    idle_runtime(idle);
-    assert_eq!(counts.served(), 2, "the warm-up's 1 and A's 1: {counts:?}");
-    assert_eq!(
-        taken(&limiter).await,
-        counts.served() + counts.held,
-        "{counts:?}"
-    );
+    behind_a_stalled_probe(Finder::Release).await;
 }
 
 /// As above, but the caller finding the stalled probe's calls out is a refill (the key holds no
@@ -453,6 +379,22 @@ async fn a_release_behind_a_stalled_probe_polls_it_and_is_not_busy() {
 /// refill is served from that lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refill_behind_a_stalled_probe_polls_it_and_is_served() {
+    behind_a_stalled_probe(Finder::Refill).await;
+}
+
+/// Who finds the stalled probe's calls out, in [`behind_a_stalled_probe`].
+enum Finder {
+    /// A `release`.
+    Release,
+    /// Caller B, whose request needs a refill.
+    Refill,
+}
+
+/// The history of the two tests above: the breaker opened, A's request for a lease sent as its
+/// probe and A never polled again, Redis's answer waiting; then `finder` finds A's calls out,
+/// must take the answer in (the breaker closed), and A, polled again, gets its permit. Nothing
+/// lost or counted twice: Redis holds what was served and what the key holds.
+async fn behind_a_stalled_probe(finder: Finder) {
     let server = RedisServer::start();
     let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
     let backend = RedisBackend::connect(config).await.unwrap();
@@ -496,45 +438,77 @@ async fn a_refill_behind_a_stalled_probe_polls_it_and_is_served() {
         .await
         .unwrap();
     assert!(flushed.failure().is_none(), "{flushed:?}");
-    let before = server.calls("evalsha");
 
-    // B needs a refill: it finds A's calls out, the breaker half-open, no refund kept.
-    let b = tokio::time::timeout(HANG, leased.try_acquire_outcome(1)).await;
-    let b = b.expect("B hung, Redis up").unwrap();
-    let counts = leased.counts();
-    assert!(
-        b.failure().is_none() && b.decision().is_allowed(),
-        "B did not take A's reply in: {b:?}, {counts:?}"
-    );
-    assert_eq!(breaker.state(), BreakerState::Closed);
-    assert_eq!(
-        server.calls("evalsha"),
-        before,
-        "B was served from A's lease: no call of its own"
-    );
+    match finder {
+        Finder::Release => {
+            let released = tokio::time::timeout(HANG, leased.release()).await;
+            let released = released.expect("the release hung, Redis up");
+            let counts = leased.counts();
+            assert_eq!(
+                released.as_ref().ok(),
+                Some(&7),
+                "the release did not take A's reply in: {released:?}, {counts:?}"
+            );
+            assert_eq!(breaker.state(), BreakerState::Closed);
+            assert_eq!(
+                (
+                    counts.busy_releases,
+                    counts.refunded,
+                    counts.stranded,
+                    counts.held
+                ),
+                (0, 14, 0, 0),
+                "{counts:?}"
+            );
+        }
+        Finder::Refill => {
+            let before = server.calls("evalsha");
+
+            // B needs a refill: it finds A's calls out, the breaker half-open, no refund kept.
+            let b = tokio::time::timeout(HANG, leased.try_acquire_outcome(1)).await;
+            let b = b.expect("B hung, Redis up").unwrap();
+            let counts = leased.counts();
+            assert!(
+                b.failure().is_none() && b.decision().is_allowed(),
+                "B did not take A's reply in: {b:?}, {counts:?}"
+            );
+            assert_eq!(breaker.state(), BreakerState::Closed);
+            assert_eq!(
+                server.calls("evalsha"),
+                before,
+                "B was served from A's lease: no call of its own"
+            );
+        }
+    }
 
     // A, polled again, gets the permit its request took.
     let a = tokio::time::timeout(HANG, a).await;
     let a = a.expect("A, polled again, hung").unwrap();
     assert!(a.failure().is_none() && a.decision().is_allowed(), "{a:?}");
     idle_runtime(idle);
-    // Nothing lost or counted twice: Redis holds what was served and what the key holds.
     let counts = leased.counts();
-    assert_eq!(
-        counts.served(),
-        3,
-        "the warm-up's 1, A's 1, B's 1: {counts:?}"
-    );
-    assert_eq!(
-        (counts.refunded, counts.stranded, counts.failed_refunds),
-        (7, 0, 0),
-        "{counts:?}"
-    );
     assert_eq!(
         taken(&limiter).await,
         counts.served() + counts.held,
         "{counts:?}"
     );
+    match finder {
+        Finder::Release => {
+            assert_eq!(counts.served(), 2, "the warm-up's 1 and A's 1: {counts:?}")
+        }
+        Finder::Refill => {
+            assert_eq!(
+                counts.served(),
+                3,
+                "the warm-up's 1, A's 1, B's 1: {counts:?}"
+            );
+            assert_eq!(
+                (counts.refunded, counts.stranded, counts.failed_refunds),
+                (7, 0, 0),
+                "{counts:?}"
+            );
+        }
+    }
 }
 
 /// As [`a_refill_left_microseconds_behind_a_refund_sends_nothing`], under fail-open, with the
