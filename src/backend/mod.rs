@@ -342,16 +342,17 @@ impl BackendError {
 }
 
 /// The cause of a timeout whose request was never sent: its deadline had passed before
-/// anything was written (a future first polled late, a decision queued past its deadline). It
-/// says nothing about the store, so [`FailureHandler`] does not report it to the breaker
-/// ([`BackendError::is_not_sent`]).
+/// anything was written (a future first polled late, a decision queued past its deadline), or
+/// too little of it was left to send it (`LeasedKey::min_call_time`). It says nothing about the
+/// store, so [`FailureHandler`] does not report it to the breaker
+/// ([`BackendError::is_not_sent`]). Holds the reason, as the error's message.
 #[derive(Debug)]
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) struct NotSent(pub(crate) &'static str);
+pub(crate) struct NotSent(pub(crate) std::borrow::Cow<'static, str>);
 
 impl fmt::Display for NotSent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
+        f.write_str(&self.0)
     }
 }
 

@@ -1248,17 +1248,26 @@ impl RedisBackend {
     }
 
     /// The error of a request on `keys` not sent because its deadline had passed before it
-    /// was written: a timeout naming the server (on a cluster, the owner of the keys' slot).
-    /// Not told to the circuit breaker ([`NotSent`]): it says nothing about Redis.
+    /// was written: [`not_sent_because`](Self::not_sent_because) that.
     #[cold]
     pub(crate) fn not_sent(&self, keys: &[String]) -> BackendError {
-        BackendError::at(
-            FailureKind::Timeout,
-            self.failed_at(keys),
-            NotSent(
-                "not sent: the request's deadline passed before it was written; nothing was taken",
-            ),
+        self.not_sent_because(
+            keys,
+            "not sent: the request's deadline passed before it was written; nothing was taken"
+                .into(),
         )
+    }
+
+    /// The error of a request on `keys` not sent, for `reason` (its message): a timeout naming
+    /// the server (on a cluster, the owner of the keys' slot). Not told to the circuit breaker
+    /// ([`NotSent`]): it says nothing about Redis.
+    #[cold]
+    pub(crate) fn not_sent_because(
+        &self,
+        keys: &[String],
+        reason: std::borrow::Cow<'static, str>,
+    ) -> BackendError {
+        BackendError::at(FailureKind::Timeout, self.failed_at(keys), NotSent(reason))
     }
 
     /// The error of a request on `keys` the script refused past its deadline

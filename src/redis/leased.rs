@@ -2117,7 +2117,8 @@ fn min_call_time(timeout: Duration) -> Duration {
 }
 
 /// The error of a call for `what` on `redis_keys` not sent to `backend` because only `left` of
-/// its time was left, under the `needed` it must have: a timeout naming the server.
+/// its time was left, under the `needed` it must have: a timeout naming the server, not told to
+/// the circuit breaker (`RedisBackend::not_sent_because`).
 fn not_sent(
     backend: &super::RedisBackend,
     redis_keys: &[String],
@@ -2125,17 +2126,11 @@ fn not_sent(
     needed: Duration,
     what: &str,
 ) -> BackendError {
-    BackendError::at(
-        FailureKind::Timeout,
-        backend.failed_at(redis_keys),
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "not sent: the call for {what} had {left:?} left of its time, under the \
-                 {needed:?} a call is sent with at least (LeasedKey::min_call_time)"
-            ),
-        ),
-    )
+    let reason = format!(
+        "not sent: the call for {what} had {left:?} left of its time, under the {needed:?} a \
+         call is sent with at least (LeasedKey::min_call_time)"
+    );
+    backend.not_sent_because(redis_keys, reason.into())
 }
 
 /// A call's deadline: `timeout` from now (the backend validated it to at most an hour).
