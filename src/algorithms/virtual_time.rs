@@ -138,8 +138,8 @@ enum Outcome {
     /// The terms (limit, room, unit, reset) and the retry.
     Denied([u64; 4], NonZeroU64),
     Engine,
-    /// The generation tried is not the one in force (this one is): try again in it.
-    Moved(u64),
+    /// The generation tried is not the one in force: try again in the one in force.
+    Moved,
 }
 
 /// One configuration's terms for a request of `n` permits: what [`decide_tat`] needs, computed
@@ -476,28 +476,32 @@ impl VirtualTime {
         let current = word.load(Ordering::Acquire);
         let outcome = match current <= END_OF_TIME {
             true => match self.short_in::<A, true>(word, floor, clock_now, n, current, 0) {
-                Outcome::Moved(generation) => {
+                Outcome::Moved => {
                     // Acquire: as above; a fresh load (the word may have been rewritten since).
                     let current = word.load(Ordering::Acquire);
-                    self.short_again::<A>(word, floor, clock_now, n, current, generation)
+                    return self.reconfigured(word, floor, clock_now, n, current, read_clock);
                 }
                 outcome => outcome,
             },
-            false => {
-                // The word loaded above, before the generation: it was written in that
-                // generation or an older one (`recheck` needs only that it be loaded before its
-                // own load of the generation, as the reload this replaced also was). A word of
-                // other stamp bits is rejected by the stamp; one four or more generations old
-                // with the same bits is read as it is, as `effective` reads it in the fast range
-                // (which starts at `settled_at`). It was loaded again here, for generation 0's
-                // registers, when this branch was marked cold; unmarked, keeping it costs that
-                // copy nothing (issue 17). The loom model
-                // `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs)
-                // races a setter with this branch.
-                let generation = self.store.generation();
-                self.short_again::<A>(word, floor, clock_now, n, current, generation)
-            }
+            // The word loaded above, before the generation `reconfigured` loads: it was written
+            // in that generation or an older one (see there).
+            false => return self.reconfigured(word, floor, clock_now, n, current, read_clock),
         };
+        self.answer(outcome, word, floor, clock_now, n, read_clock)
+    }
+
+    /// The answer to one request from what a short path found: the caller's answer built from
+    /// the terms, or the general engine's.
+    #[inline(always)]
+    fn answer<A: Answer>(
+        &self,
+        outcome: Outcome,
+        word: &AtomicU64,
+        floor: &AtomicU64,
+        clock_now: u64,
+        n: u32,
+        read_clock: impl FnMut() -> u64,
+    ) -> Result<A, AcquireError> {
         match outcome {
             Outcome::Allowed([limit, room, unit, reset]) => {
                 Ok(A::allowed(limit, room, unit, reset))
@@ -505,29 +509,44 @@ impl VirtualTime {
             Outcome::Denied([limit, room, unit, reset], retry) => {
                 Ok(A::denied(limit, room, unit, retry, reset))
             }
-            Outcome::Engine | Outcome::Moved(_) => {
+            Outcome::Engine | Outcome::Moved => {
                 self.general(word, floor, reads_after(clock_now, read_clock), n)
             }
         }
     }
 
-    /// [`short_in`](Self::short_in) in `generation`: the one generation 0's `recheck` named, or
-    /// the one loaded for a word of other stamp bits. A setter that races this try too sends the
-    /// call to the engine, which reads everything again.
-    #[inline(always)]
-    fn short_again<A: Answer>(
+    /// The short path of a reconfigured bucket (a word of other stamp bits than 0, or a word
+    /// generation 0's copy found moved on): [`short_in`](Self::short_in) in the generation in
+    /// force, loaded here, after `current` was loaded (Acquire) by the caller. The word was thus
+    /// written in that generation or an older one (`recheck` needs only that it be loaded before
+    /// its own load of the generation). A word of other stamp bits is rejected by the stamp; one
+    /// four or more generations old with the same bits is read as it is, as `effective` reads it
+    /// in the fast range (which starts at `settled_at`). A setter that races this try sends the
+    /// call to the engine, which reads everything again. The loom model
+    /// `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs) races a setter
+    /// with this path.
+    ///
+    /// Out of line, and not cold (issue 17): inlined, this copy changed the register allocation
+    /// of generation 0's copy in every caller (both were compiled into one function), which cost
+    /// never-reconfigured buckets 3-4% of their time; a reconfigured bucket's every call pays a
+    /// call instead.
+    #[inline(never)]
+    fn reconfigured<A: Answer>(
         &self,
         word: &AtomicU64,
         floor: &AtomicU64,
         clock_now: u64,
         n: u32,
         current: u64,
-        generation: u64,
-    ) -> Outcome {
-        match self.short_in::<A, false>(word, floor, clock_now, n, current, generation) {
-            Outcome::Moved(_) => Outcome::Engine,
-            outcome => outcome,
-        }
+        read_clock: impl FnMut() -> u64,
+    ) -> Result<A, AcquireError> {
+        let generation = self.store.generation();
+        let outcome =
+            match self.short_in::<A, false>(word, floor, clock_now, n, current, generation) {
+                Outcome::Moved => Outcome::Engine,
+                outcome => outcome,
+            };
+        self.answer(outcome, word, floor, clock_now, n, read_clock)
     }
 
     /// [`short`](Self::short) in `generation` at the clock read `clock_now`: the answer's terms,
@@ -598,7 +617,7 @@ impl VirtualTime {
                 let new_tat = base.wrapping_add(cost);
                 let in_force = self.store.recheck();
                 if in_force != generation {
-                    return Outcome::Moved(in_force);
+                    return Outcome::Moved;
                 }
                 if new_tat > horizon {
                     return Outcome::Denied(
@@ -640,9 +659,12 @@ impl VirtualTime {
                             new_tat - now,
                         ]);
                     }
-                    // Another writer landed first: decide again on its word, as `update_at`
-                    // does (same clock read, the floor loaded again).
-                    Err(actual) => current = actual,
+                    // Another writer landed first: generation 0's copy decides again on its
+                    // word, as `update_at` does (same clock read, the floor loaded again). The
+                    // reconfigured copy hands the call to the engine, which starts over: it is
+                    // then no loop (fewer live registers in its out-of-line function).
+                    Err(actual) if FRESH => current = actual,
+                    Err(_) => return Outcome::Engine,
                 }
             }
         }
