@@ -479,29 +479,14 @@ impl VirtualTime {
                 Outcome::Moved => {
                     // Acquire: as above; a fresh load (the word may have been rewritten since).
                     let current = word.load(Ordering::Acquire);
-                    return self.reconfigured(word, floor, clock_now, n, current, read_clock);
+                    self.reconfigured::<A>(word, floor, clock_now, n, current)
                 }
                 outcome => outcome,
             },
             // The word loaded above, before the generation `reconfigured` loads: it was written
             // in that generation or an older one (see there).
-            false => return self.reconfigured(word, floor, clock_now, n, current, read_clock),
+            false => self.reconfigured::<A>(word, floor, clock_now, n, current),
         };
-        self.answer(outcome, word, floor, clock_now, n, read_clock)
-    }
-
-    /// The answer to one request from what a short path found: the caller's answer built from
-    /// the terms, or the general engine's.
-    #[inline(always)]
-    fn answer<A: Answer>(
-        &self,
-        outcome: Outcome,
-        word: &AtomicU64,
-        floor: &AtomicU64,
-        clock_now: u64,
-        n: u32,
-        read_clock: impl FnMut() -> u64,
-    ) -> Result<A, AcquireError> {
         match outcome {
             Outcome::Allowed([limit, room, unit, reset]) => {
                 Ok(A::allowed(limit, room, unit, reset))
@@ -526,10 +511,7 @@ impl VirtualTime {
     /// `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs) races a setter
     /// with this path.
     ///
-    /// Out of line, and not cold (issue 17): inlined, this copy changed the register allocation
-    /// of generation 0's copy in every caller (both were compiled into one function), which cost
-    /// never-reconfigured buckets 3-4% of their time; a reconfigured bucket's every call pays a
-    /// call instead.
+    /// Out of line, and not cold (issue 17).
     #[inline(never)]
     fn reconfigured<A: Answer>(
         &self,
@@ -538,15 +520,12 @@ impl VirtualTime {
         clock_now: u64,
         n: u32,
         current: u64,
-        read_clock: impl FnMut() -> u64,
-    ) -> Result<A, AcquireError> {
+    ) -> Outcome {
         let generation = self.store.generation();
-        let outcome =
-            match self.short_in::<A, false>(word, floor, clock_now, n, current, generation) {
-                Outcome::Moved => Outcome::Engine,
-                outcome => outcome,
-            };
-        self.answer(outcome, word, floor, clock_now, n, read_clock)
+        match self.short_in::<A, false>(word, floor, clock_now, n, current, generation) {
+            Outcome::Moved => Outcome::Engine,
+            outcome => outcome,
+        }
     }
 
     /// [`short`](Self::short) in `generation` at the clock read `clock_now`: the answer's terms,
