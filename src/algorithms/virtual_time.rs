@@ -138,8 +138,8 @@ enum Outcome {
     /// The terms (limit, room, unit, reset) and the retry.
     Denied([u64; 4], NonZeroU64),
     Engine,
-    /// The generation tried is not the one in force: try again in the one in force.
-    Moved,
+    /// The generation tried is not the one in force (this one is): try again in it.
+    Moved(u64),
 }
 
 /// One configuration's terms for a request of `n` permits: what [`decide_tat`] needs, computed
@@ -476,16 +476,27 @@ impl VirtualTime {
         let current = word.load(Ordering::Acquire);
         let outcome = match current <= END_OF_TIME {
             true => match self.short_in::<A, true>(word, floor, clock_now, n, current, 0) {
-                Outcome::Moved => {
+                Outcome::Moved(generation) => {
                     // Acquire: as above; a fresh load (the word may have been rewritten since).
                     let current = word.load(Ordering::Acquire);
-                    self.reconfigured::<A>(word, floor, clock_now, n, current)
+                    self.short_again::<A>(word, floor, clock_now, n, current, generation)
                 }
                 outcome => outcome,
             },
-            // The word loaded above, before the generation `reconfigured` loads: it was written
-            // in that generation or an older one (see there).
-            false => self.reconfigured::<A>(word, floor, clock_now, n, current),
+            false => {
+                // The word loaded above, before the generation: it was written in that
+                // generation or an older one (`recheck` needs only that it be loaded before its
+                // own load of the generation, as the reload this replaced also was). A word of
+                // other stamp bits is rejected by the stamp; one four or more generations old
+                // with the same bits is read as it is, as `effective` reads it in the fast range
+                // (which starts at `settled_at`). It was loaded again here, for generation 0's
+                // registers, when this branch was marked cold; unmarked, keeping it costs that
+                // copy nothing (issue 17). The loom model
+                // `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs)
+                // races a setter with this branch.
+                let generation = self.store.generation();
+                self.short_again::<A>(word, floor, clock_now, n, current, generation)
+            }
         };
         match outcome {
             Outcome::Allowed([limit, room, unit, reset]) => {
@@ -494,36 +505,27 @@ impl VirtualTime {
             Outcome::Denied([limit, room, unit, reset], retry) => {
                 Ok(A::denied(limit, room, unit, retry, reset))
             }
-            Outcome::Engine | Outcome::Moved => {
+            Outcome::Engine | Outcome::Moved(_) => {
                 self.general(word, floor, reads_after(clock_now, read_clock), n)
             }
         }
     }
 
-    /// The short path of a reconfigured bucket (a word of other stamp bits than 0, or a word
-    /// generation 0's copy found moved on): [`short_in`](Self::short_in) in the generation in
-    /// force, loaded here, after `current` was loaded (Acquire) by the caller. The word was thus
-    /// written in that generation or an older one (`recheck` needs only that it be loaded before
-    /// its own load of the generation). A word of other stamp bits is rejected by the stamp; one
-    /// four or more generations old with the same bits is read as it is, as `effective` reads it
-    /// in the fast range (which starts at `settled_at`). A setter that races this try sends the
-    /// call to the engine, which reads everything again. The loom model
-    /// `buckets_set_rate_races_a_take_on_a_reconfigured_bucket` (time_buckets.rs) races a setter
-    /// with this path.
-    ///
-    /// Out of line, and not cold (issue 17).
-    #[inline(never)]
-    fn reconfigured<A: Answer>(
+    /// [`short_in`](Self::short_in) in `generation`: the one generation 0's `recheck` named, or
+    /// the one loaded for a word of other stamp bits. A setter that races this try too sends the
+    /// call to the engine, which reads everything again.
+    #[inline(always)]
+    fn short_again<A: Answer>(
         &self,
         word: &AtomicU64,
         floor: &AtomicU64,
         clock_now: u64,
         n: u32,
         current: u64,
+        generation: u64,
     ) -> Outcome {
-        let generation = self.store.generation();
         match self.short_in::<A, false>(word, floor, clock_now, n, current, generation) {
-            Outcome::Moved => Outcome::Engine,
+            Outcome::Moved(_) => Outcome::Engine,
             outcome => outcome,
         }
     }
@@ -596,7 +598,7 @@ impl VirtualTime {
                 let new_tat = base.wrapping_add(cost);
                 let in_force = self.store.recheck();
                 if in_force != generation {
-                    return Outcome::Moved;
+                    return Outcome::Moved(in_force);
                 }
                 if new_tat > horizon {
                     return Outcome::Denied(
@@ -638,12 +640,9 @@ impl VirtualTime {
                             new_tat - now,
                         ]);
                     }
-                    // Another writer landed first: generation 0's copy decides again on its
-                    // word, as `update_at` does (same clock read, the floor loaded again). The
-                    // reconfigured copy hands the call to the engine, which starts over: it is
-                    // then no loop (fewer live registers in its out-of-line function).
-                    Err(actual) if FRESH => current = actual,
-                    Err(_) => return Outcome::Engine,
+                    // Another writer landed first: decide again on its word, as `update_at`
+                    // does (same clock read, the floor loaded again).
+                    Err(actual) => current = actual,
                 }
             }
         }
