@@ -941,42 +941,25 @@ impl RedisBackend {
         requests: &[&Request],
     ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
         let shared = &*self.shared;
-        let now = Instant::now();
-        let Some(first) = requests.first() else {
+        let Some(plan) = self.plan_batch(requests)? else {
             return Ok(Vec::new());
         };
-        // Distinct limiter keys, by their first key: a batch holds a few (often one); each
-        // with the request that used it first, whose keys go into `KEYS`.
-        let mut distinct: Vec<&str> = Vec::new();
-        let mut first_users: Vec<&Request> = Vec::new();
-        let mut indices = Vec::with_capacity(requests.len());
-        let mut deadlines = Vec::with_capacity(requests.len());
-        let (mut latest, mut earliest) = (now, 0);
-        for request in requests {
-            let (index, new) = distinct_index(&mut distinct, request);
-            if new {
-                first_users.push(request);
-            }
-            indices.push(index);
-            let deadline = self.server_deadline(request.deadline, now);
-            if deadline > 0 && (earliest == 0 || deadline < earliest) {
-                earliest = deadline;
-            }
-            deadlines.push(deadline);
-            latest = latest.max(request.deadline);
-        }
-        // Every deadline passed before the request is written (the coalescer leaves out those
-        // past theirs when it takes the batch: this is the instant since): nothing is sent.
-        if latest <= now {
-            return Err(self.not_sent(&first.keys));
-        }
+        let BatchPlan {
+            first, now, latest, ..
+        } = plan;
         let per = first.keys.len();
         // The lists take up to ~24 bytes per decision (an n of a few digits, a deadline's
         // distance, an index, each with its space).
-        let mut command = evalsha(batch, per * first_users.len(), 10, 24 * requests.len());
-        for request in &first_users {
-            for key in request.keys.iter() {
-                command.arg(key.as_str());
+        let mut command = evalsha(batch, per * plan.distinct.len(), 10, 24 * requests.len());
+        // Each distinct limiter key's keys, from the request that used it first (the first
+        // request with each next index: indices are given in order of first use).
+        let mut next_new = 0;
+        for (request, &index) in requests.iter().zip(&plan.indices) {
+            if index == next_new {
+                next_new += 1;
+                for key in request.keys.iter() {
+                    command.arg(key.as_str());
+                }
             }
         }
         command.arg(per);
@@ -985,11 +968,8 @@ impl RedisBackend {
         }
         command.arg(n_slot + 1);
         n_list(&mut command, requests, n_slot);
-        command.arg(earliest);
-        distances(&mut command, &deadlines, earliest);
-        if first_users.len() > 1 {
-            spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
-        }
+        command.arg(plan.earliest);
+        plan.deadlines_and_indices(&mut command);
         let mut connection = shared.connection.clone();
         let key = first.keys.first().map(String::as_str);
         let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
@@ -1050,44 +1030,23 @@ impl RedisBackend {
         requests: &[&Request],
     ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
         let shared = &*self.shared;
-        let now = Instant::now();
-        let Some(first) = requests.first() else {
+        let Some(plan) = self.plan_batch(requests)? else {
             return Ok(Vec::new());
         };
-        // Distinct limiter keys: a batch holds a few (often one).
-        let mut distinct: Vec<&str> = Vec::new();
-        let mut indices = Vec::with_capacity(requests.len());
-        let mut deadlines = Vec::with_capacity(requests.len());
-        let (mut latest, mut earliest) = (now, 0);
-        for request in requests {
-            let (index, _) = distinct_index(&mut distinct, request);
-            indices.push(index);
-            let deadline = self.server_deadline(request.deadline, now);
-            if deadline > 0 && (earliest == 0 || deadline < earliest) {
-                earliest = deadline;
-            }
-            deadlines.push(deadline);
-            latest = latest.max(request.deadline);
-        }
-        // Every deadline passed before the request is written (the coalescer leaves out those
-        // past theirs when it takes the batch: this is the instant since): nothing is sent.
-        if latest <= now {
-            return Err(self.not_sent(&first.keys));
-        }
+        let BatchPlan {
+            first, now, latest, ..
+        } = plan;
         // EVALSHA, the hash, the key count, the keys, and up to seven arguments, the lists
         // taking up to ~24 bytes per decision (an n of a few digits, a deadline's distance, an
         // index, each with its space).
-        let mut command = evalsha(batch, distinct.len(), 7, 24 * requests.len());
-        for key in &distinct {
+        let mut command = evalsha(batch, plan.distinct.len(), 7, 24 * requests.len());
+        for key in &plan.distinct {
             command.arg(*key);
         }
         command.arg(first.args[0]).arg(first.args[1]);
-        command.arg(requests.len()).arg(earliest);
+        command.arg(requests.len()).arg(plan.earliest);
         n_list(&mut command, requests, n_slot);
-        distances(&mut command, &deadlines, earliest);
-        if distinct.len() > 1 {
-            spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
-        }
+        plan.deadlines_and_indices(&mut command);
         let mut connection = shared.connection.clone();
         let key = first.keys.first().map(String::as_str);
         let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
@@ -1096,7 +1055,7 @@ impl RedisBackend {
             .await?;
         // The time, three integers per key, the count of late decisions, then those and the
         // error messages.
-        let head = 2 + 3 * distinct.len();
+        let head = 2 + 3 * plan.distinct.len();
         let Some(numbers) = integers(items.get(..head)) else {
             return Err(self.batch_protocol(&first.keys, requests.len(), &items));
         };
@@ -1120,7 +1079,7 @@ impl RedisBackend {
         let mut late = late.into_iter().peekable();
         Ok(requests
             .iter()
-            .zip(indices)
+            .zip(plan.indices)
             .enumerate()
             .map(|(i, (request, index))| {
                 if late.next_if(|&l| l == i as i64 + 1).is_some() {
@@ -1145,6 +1104,47 @@ impl RedisBackend {
                 Ok([allowed, limit, remaining, retry, reset, server_now])
             })
             .collect())
+    }
+
+    /// What [`eval_batch`](Self::eval_batch) and [`eval_tally`](Self::eval_tally) work out
+    /// from a batch's `requests`, now, before building the call (`None`: no request): the
+    /// distinct limiter keys, each decision's index among them, the deadlines on the
+    /// server's clock and the earliest of them (0: none), and the latest deadline (the call's).
+    /// A batch whose every deadline passed before its request is written is not sent: the
+    /// error says so (the coalescer leaves out those past theirs when it takes the batch; this
+    /// is the instant since).
+    fn plan_batch<'r>(
+        &self,
+        requests: &[&'r Request],
+    ) -> Result<Option<BatchPlan<'r>>, BackendError> {
+        let now = Instant::now();
+        let Some(&first) = requests.first() else {
+            return Ok(None);
+        };
+        // Distinct limiter keys, by their first key: a batch holds a few (often one).
+        let mut plan = BatchPlan {
+            first,
+            now,
+            distinct: Vec::new(),
+            indices: Vec::with_capacity(requests.len()),
+            deadlines: Vec::with_capacity(requests.len()),
+            earliest: 0,
+            latest: now,
+        };
+        for request in requests {
+            let index = distinct_index(&mut plan.distinct, request);
+            plan.indices.push(index);
+            let deadline = self.server_deadline(request.deadline, now);
+            if deadline > 0 && (plan.earliest == 0 || deadline < plan.earliest) {
+                plan.earliest = deadline;
+            }
+            plan.deadlines.push(deadline);
+            plan.latest = plan.latest.max(request.deadline);
+        }
+        if plan.latest <= now {
+            return Err(self.not_sent(&first.keys));
+        }
+        Ok(Some(plan))
     }
 
     /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came
@@ -1524,15 +1524,45 @@ impl ScriptLoads {
 }
 
 /// The index of `request`'s limiter key (its first Redis key) among a batch's distinct limiter
-/// keys, `distinct` (in order of first use), and whether it is new there (then pushed): a batch
-/// holds a few (often one), so a scan.
-fn distinct_index<'a>(distinct: &mut Vec<&'a str>, request: &'a Request) -> (usize, bool) {
+/// keys, `distinct` (in order of first use; pushed there if new): a batch holds a few (often
+/// one), so a scan.
+fn distinct_index<'a>(distinct: &mut Vec<&'a str>, request: &'a Request) -> usize {
     let key = request.keys.first().map_or("", String::as_str);
     match distinct.iter().position(|k| *k == key) {
-        Some(index) => (index, false),
+        Some(index) => index,
         None => {
             distinct.push(key);
-            (distinct.len() - 1, true)
+            distinct.len() - 1
+        }
+    }
+}
+
+/// A batch's requests as [`RedisBackend::plan_batch`] works them out.
+struct BatchPlan<'r> {
+    /// The first request (its keys name the node in an error).
+    first: &'r Request,
+    /// When the batch was taken up (before its request is written).
+    now: Instant,
+    /// The distinct limiter keys (each by its first Redis key), in order of first use.
+    distinct: Vec<&'r str>,
+    /// Each decision's limiter key's index in `distinct`.
+    indices: Vec<usize>,
+    /// Each decision's deadline on the server's clock (0: none).
+    deadlines: Vec<u64>,
+    /// The earliest of `deadlines` (0: none has one).
+    earliest: u64,
+    /// The latest of the decisions' deadlines: the call's.
+    latest: Instant,
+}
+
+impl BatchPlan<'_> {
+    /// Adds the batch's last two arguments to `command`: the deadlines, each as its distance
+    /// from the earliest ([`distances`]), and, only when the batch holds more than one limiter
+    /// key, each decision's key's index among them, from 1 ([`spaced`]).
+    fn deadlines_and_indices(&self, command: &mut Cmd) {
+        distances(command, &self.deadlines, self.earliest);
+        if self.distinct.len() > 1 {
+            spaced(command, self.indices.iter().map(|&index| index as u64 + 1));
         }
     }
 }
