@@ -24,9 +24,10 @@ use crate::sync::{AtomicU64, Ordering};
 /// a thread is held between those two steps, until the next reply's store. That error only
 /// makes the server look quiet for longer than it was (a cut short call decided by the policy
 /// while the server answered within its timeout); it never makes a server that has not
-/// answered look alive: every time stored was a reply's. A store per reply costs a plain
-/// instruction; `fetch_max` would keep the word monotonic at the price of a read-modify-write
-/// loop, contended by every replying thread, on every reply.
+/// answered look alive: every time stored was a reply's (or, through
+/// [`record_if_later`](Self::record_if_later), an instant a reply of that server followed). A
+/// store per reply costs a plain instruction; `fetch_max` would keep the word monotonic at the
+/// price of a read-modify-write loop, contended by every replying thread, on every reply.
 #[derive(Debug, Default)]
 pub(crate) struct LastReply {
     /// µs since the clock's origin, plus 1 (`0`: no reply yet).
@@ -40,6 +41,23 @@ impl LastReply {
         // SeqCst: see the type's docs (pairs with the load in `answered_within`).
         self.micros
             .store(micros.saturating_add(1), Ordering::SeqCst);
+    }
+
+    /// As [`record`](Self::record), for a time that may be well before the reply that proves
+    /// it (a Redis Cluster master's, as of the instant its call was sent), so that a slow
+    /// call's time does not replace a quicker later call's: stores `micros` only if the word
+    /// holds an earlier time. A load then a store, not a read-modify-write loop: a store that
+    /// lands between the two can still be replaced by this earlier time, as a store of
+    /// `record` can by a preempted thread's (see the type's docs), which only makes the server
+    /// look quiet sooner.
+    #[inline]
+    pub(crate) fn record_if_later(&self, micros: u64) {
+        let stored = micros.saturating_add(1);
+        // SeqCst: see the type's docs (pairs with the other stores of `record` and here, and
+        // with the load in `answered_within`).
+        if self.micros.load(Ordering::SeqCst) < stored {
+            self.micros.store(stored, Ordering::SeqCst);
+        }
     }
 
     /// Whether a reply arrived less than `within_micros` before `now_micros` (or after it: a
@@ -95,5 +113,30 @@ mod tests {
         assert!(!last.answered_within(1, 1));
         last.record(u64::MAX);
         assert!(last.answered_within(u64::MAX, 1));
+    }
+
+    /// A time that may be well before its reply (a cluster master's, as of its call's send
+    /// instant) does not replace a later one: a slow call's send instant would make a master
+    /// that a quicker call just heard from look quiet.
+    #[test]
+    fn a_time_recorded_if_later_keeps_a_later_one() {
+        let last = LastReply::default();
+        last.record_if_later(1_000);
+        assert_eq!(last.last(), Some(1_000), "a first reply");
+        last.record_if_later(900);
+        assert_eq!(
+            last.last(),
+            Some(1_000),
+            "an earlier time replaced a later one"
+        );
+        last.record_if_later(1_200);
+        assert_eq!(last.last(), Some(1_200));
+        assert!(last.answered_within(1_250, 100));
+        last.record_if_later(u64::MAX);
+        assert_eq!(
+            last.last(),
+            Some(u64::MAX - 1),
+            "saturates as `record` does"
+        );
     }
 }

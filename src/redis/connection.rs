@@ -545,12 +545,12 @@ impl RedisBackend {
         match until_deadline(reply, sent + within).await {
             Ok(Ok((seconds, micros))) => {
                 let server = seconds.saturating_mul(1_000_000).saturating_add(micros);
-                let received = self.replied(Instant::now(), None);
+                let received = self.replied(sent, Instant::now(), None);
                 self.shared.clock.sample(server, sent, received);
                 Ok(())
             }
             Ok(Err(error)) => {
-                self.replied_with(&error, None);
+                self.replied_with(&error, None, sent);
                 Err(self.classify(error))
             }
             Err(_) => Err(timed_out(
@@ -780,29 +780,42 @@ impl RedisBackend {
     }
 
     /// Records that the server replied at `received` (a reply of any kind, an error reply
-    /// too) to a call on `key` (`None`: a call on no key, such as `TIME`): one store
-    /// ([`LastReply`]); on a cluster, a second one as the reply of the master that owns
-    /// `key`'s slot in the backend's copy of the slot map, if it knows one. Returns
-    /// `received` in the clock's client µs (for the offset's sample).
+    /// too) to a call on `key` sent at `sent` (`None`: a call on no key, such as `TIME`): one
+    /// store ([`LastReply`]); on a cluster, a second one as the reply of the master that owns
+    /// `key`'s slot in the backend's copy of the slot map, if it knows one, as of `sent`
+    /// ([`master_replied`](Self::master_replied)). Returns `received` in the clock's client µs
+    /// (for the offset's sample).
     #[inline]
-    fn replied(&self, received: Instant, key: Option<&str>) -> u64 {
+    fn replied(&self, sent: Instant, received: Instant, key: Option<&str>) -> u64 {
         let shared = &*self.shared;
         let micros = shared.clock.client_micros(received);
         shared.last_reply.record(micros);
         if let Some(key) = key.filter(|_| self.is_cluster()) {
-            self.master_replied(key, micros);
+            self.master_replied(key, sent);
         }
         micros
     }
 
-    /// On a cluster, records a reply to a call on `key` at `micros` as the reply of the master
-    /// that owns its slot (if the copy of the slot map knows it). Not inlined: so that
-    /// [`replied`](Self::replied) stays small enough to be inlined where a single server's
-    /// reply is read (measured: with this inlined into it, `replied` was called, not inlined,
-    /// ~26 instructions a decision more on one server).
+    /// On a cluster, records a reply to a call on `key` sent at `sent` as a reply of the master
+    /// that owns its slot (if the copy of the slot map knows it), as of `sent`: never later
+    /// than a reply that master sent itself. redis-rs does not say which node a reply came
+    /// from, and follows redirects unseen: after an `ASK` (the key's slot half-migrated, the key
+    /// not on its owner) the reply that arrives is the importing master's, which can come long
+    /// after the owner answered (the owner frozen or gone since). The owner did answer, though
+    /// (the `ASK`), after the call was sent: so the call counts as its reply as of the instant it
+    /// was sent, not as of the importing master's reply (which made a frozen owner look alive
+    /// for a timeout past it, issue 18). A reply that redis-rs routed as the copy does not (a
+    /// slot moved since the copy was read, `MOVED`) still counts as the copy's owner's until
+    /// the next read of the map lands (see
+    /// [`answered_within_timeout`](Self::answered_within_timeout)). A later time already
+    /// recorded is kept ([`LastReply::record_if_later`]): a slow call's send instant does not
+    /// hide a quicker call's. Not inlined: so that [`replied`](Self::replied) stays small enough
+    /// to be inlined where a single server's reply is read (measured: with this inlined into
+    /// it, `replied` was called, not inlined, ~26 instructions a decision more on one server).
     #[inline(never)]
-    fn master_replied(&self, key: &str, micros: u64) {
+    fn master_replied(&self, key: &str, sent: Instant) {
         let slot = slot_of(key.as_bytes());
+        let micros = self.shared.clock.client_micros(sent);
         self.shared.owners.owner_replied(slot, micros);
     }
 
@@ -812,14 +825,15 @@ impl RedisBackend {
     /// ([`sent_by_the_slots_node`]): redis-rs does not say which node an error came from, and
     /// a redirect it gave up on, `CLUSTERDOWN` or `TRYAGAIN` may have come from another node
     /// (the owner silent); such an error is the cluster's reply only (the backend-wide word),
-    /// no master's (not the node a redirect names either: naming it is not its reply).
-    fn replied_with(&self, error: &RedisError, key: Option<&str>) {
+    /// no master's (not the node a redirect names either: naming it is not its reply). A
+    /// master's is as of `sent`, when the call was sent ([`master_replied`](Self::master_replied)).
+    fn replied_with(&self, error: &RedisError, key: Option<&str>, sent: Instant) {
         let kind = error.kind();
         if !matches!(kind, ErrorKind::Server(_)) {
             return;
         }
         let key = key.filter(|_| sent_by_the_slots_node(kind));
-        let _ = self.replied(Instant::now(), key);
+        let _ = self.replied(sent, Instant::now(), key);
     }
 
     /// Whether the server that runs calls on `redis_key` sent any reply (to any call of this
@@ -837,7 +851,8 @@ impl RedisBackend {
     /// server looks down (`RedisLimiter::try_acquire_for`, issue 18).
     ///
     /// Replies are timed on the monotonic clock the server-clock offset is kept on (`Instant`
-    /// since the backend was made), read after each reply arrived; see [`LastReply`] for how
+    /// since the backend was made), read after each reply arrived (a master's: when its call
+    /// was sent, see [`master_replied`](Self::master_replied)); see [`LastReply`] for how
     /// stale the time kept may be (never later than a real reply). A reply is the master's
     /// that the copy names for the call's key when it is read: after a slot moved, the old
     /// owner's until the next read of the map lands (as for the breakers).
@@ -902,7 +917,7 @@ impl RedisBackend {
         let reply = match until_deadline(call, deadline).await {
             Ok(Ok(Fields(reply))) => reply,
             Ok(Err(error)) => {
-                self.replied_with(&error, key);
+                self.replied_with(&error, key, now);
                 let server = self.failed_at(keys);
                 return Err(classify(&server, self.is_cluster(), error));
             }
@@ -941,42 +956,25 @@ impl RedisBackend {
         requests: &[&Request],
     ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
         let shared = &*self.shared;
-        let now = Instant::now();
-        let Some(first) = requests.first() else {
+        let Some(plan) = self.plan_batch(requests)? else {
             return Ok(Vec::new());
         };
-        // Distinct limiter keys, by their first key: a batch holds a few (often one); each
-        // with the request that used it first, whose keys go into `KEYS`.
-        let mut distinct: Vec<&str> = Vec::new();
-        let mut first_users: Vec<&Request> = Vec::new();
-        let mut indices = Vec::with_capacity(requests.len());
-        let mut deadlines = Vec::with_capacity(requests.len());
-        let (mut latest, mut earliest) = (now, 0);
-        for request in requests {
-            let (index, new) = distinct_index(&mut distinct, request);
-            if new {
-                first_users.push(request);
-            }
-            indices.push(index);
-            let deadline = self.server_deadline(request.deadline, now);
-            if deadline > 0 && (earliest == 0 || deadline < earliest) {
-                earliest = deadline;
-            }
-            deadlines.push(deadline);
-            latest = latest.max(request.deadline);
-        }
-        // Every deadline passed before the request is written (the coalescer leaves out those
-        // past theirs when it takes the batch: this is the instant since): nothing is sent.
-        if latest <= now {
-            return Err(self.not_sent(&first.keys));
-        }
+        let BatchPlan {
+            first, now, latest, ..
+        } = plan;
         let per = first.keys.len();
         // The lists take up to ~24 bytes per decision (an n of a few digits, a deadline's
         // distance, an index, each with its space).
-        let mut command = evalsha(batch, per * first_users.len(), 10, 24 * requests.len());
-        for request in &first_users {
-            for key in request.keys.iter() {
-                command.arg(key.as_str());
+        let mut command = evalsha(batch, per * plan.distinct.len(), 10, 24 * requests.len());
+        // Each distinct limiter key's keys, from the request that used it first (the first
+        // request with each next index: indices are given in order of first use).
+        let mut next_new = 0;
+        for (request, &index) in requests.iter().zip(&plan.indices) {
+            if index == next_new {
+                next_new += 1;
+                for key in request.keys.iter() {
+                    command.arg(key.as_str());
+                }
             }
         }
         command.arg(per);
@@ -985,11 +983,8 @@ impl RedisBackend {
         }
         command.arg(n_slot + 1);
         n_list(&mut command, requests, n_slot);
-        command.arg(earliest);
-        distances(&mut command, &deadlines, earliest);
-        if first_users.len() > 1 {
-            spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
-        }
+        command.arg(plan.earliest);
+        plan.deadlines_and_indices(&mut command);
         let mut connection = shared.connection.clone();
         let key = first.keys.first().map(String::as_str);
         let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
@@ -1050,44 +1045,23 @@ impl RedisBackend {
         requests: &[&Request],
     ) -> Result<Vec<Result<Fields6, BackendError>>, BackendError> {
         let shared = &*self.shared;
-        let now = Instant::now();
-        let Some(first) = requests.first() else {
+        let Some(plan) = self.plan_batch(requests)? else {
             return Ok(Vec::new());
         };
-        // Distinct limiter keys: a batch holds a few (often one).
-        let mut distinct: Vec<&str> = Vec::new();
-        let mut indices = Vec::with_capacity(requests.len());
-        let mut deadlines = Vec::with_capacity(requests.len());
-        let (mut latest, mut earliest) = (now, 0);
-        for request in requests {
-            let (index, _) = distinct_index(&mut distinct, request);
-            indices.push(index);
-            let deadline = self.server_deadline(request.deadline, now);
-            if deadline > 0 && (earliest == 0 || deadline < earliest) {
-                earliest = deadline;
-            }
-            deadlines.push(deadline);
-            latest = latest.max(request.deadline);
-        }
-        // Every deadline passed before the request is written (the coalescer leaves out those
-        // past theirs when it takes the batch: this is the instant since): nothing is sent.
-        if latest <= now {
-            return Err(self.not_sent(&first.keys));
-        }
+        let BatchPlan {
+            first, now, latest, ..
+        } = plan;
         // EVALSHA, the hash, the key count, the keys, and up to seven arguments, the lists
         // taking up to ~24 bytes per decision (an n of a few digits, a deadline's distance, an
         // index, each with its space).
-        let mut command = evalsha(batch, distinct.len(), 7, 24 * requests.len());
-        for key in &distinct {
+        let mut command = evalsha(batch, plan.distinct.len(), 7, 24 * requests.len());
+        for key in &plan.distinct {
             command.arg(*key);
         }
         command.arg(first.args[0]).arg(first.args[1]);
-        command.arg(requests.len()).arg(earliest);
+        command.arg(requests.len()).arg(plan.earliest);
         n_list(&mut command, requests, n_slot);
-        distances(&mut command, &deadlines, earliest);
-        if distinct.len() > 1 {
-            spaced(&mut command, indices.iter().map(|&index| index as u64 + 1));
-        }
+        plan.deadlines_and_indices(&mut command);
         let mut connection = shared.connection.clone();
         let key = first.keys.first().map(String::as_str);
         let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
@@ -1096,7 +1070,7 @@ impl RedisBackend {
             .await?;
         // The time, three integers per key, the count of late decisions, then those and the
         // error messages.
-        let head = 2 + 3 * distinct.len();
+        let head = 2 + 3 * plan.distinct.len();
         let Some(numbers) = integers(items.get(..head)) else {
             return Err(self.batch_protocol(&first.keys, requests.len(), &items));
         };
@@ -1120,7 +1094,7 @@ impl RedisBackend {
         let mut late = late.into_iter().peekable();
         Ok(requests
             .iter()
-            .zip(indices)
+            .zip(plan.indices)
             .enumerate()
             .map(|(i, (request, index))| {
                 if late.next_if(|&l| l == i as i64 + 1).is_some() {
@@ -1147,6 +1121,47 @@ impl RedisBackend {
             .collect())
     }
 
+    /// What [`eval_batch`](Self::eval_batch) and [`eval_tally`](Self::eval_tally) work out
+    /// from a batch's `requests`, now, before building the call (`None`: no request): the
+    /// distinct limiter keys, each decision's index among them, the deadlines on the
+    /// server's clock and the earliest of them (0: none), and the latest deadline (the call's).
+    /// A batch whose every deadline passed before its request is written is not sent: the
+    /// error says so (the coalescer leaves out those past theirs when it takes the batch; this
+    /// is the instant since).
+    fn plan_batch<'r>(
+        &self,
+        requests: &[&'r Request],
+    ) -> Result<Option<BatchPlan<'r>>, BackendError> {
+        let now = Instant::now();
+        let Some(&first) = requests.first() else {
+            return Ok(None);
+        };
+        // Distinct limiter keys, by their first key: a batch holds a few (often one).
+        let mut plan = BatchPlan {
+            first,
+            now,
+            distinct: Vec::new(),
+            indices: Vec::with_capacity(requests.len()),
+            deadlines: Vec::with_capacity(requests.len()),
+            earliest: 0,
+            latest: now,
+        };
+        for request in requests {
+            let index = distinct_index(&mut plan.distinct, request);
+            plan.indices.push(index);
+            let deadline = self.server_deadline(request.deadline, now);
+            if deadline > 0 && (plan.earliest == 0 || deadline < plan.earliest) {
+                plan.earliest = deadline;
+            }
+            plan.deadlines.push(deadline);
+            plan.latest = plan.latest.max(request.deadline);
+        }
+        if plan.latest <= now {
+            return Err(self.not_sent(&first.keys));
+        }
+        Ok(Some(plan))
+    }
+
     /// Awaits a batch's `call` (sent at `now`) until `latest`: its reply's items and when it came
     /// (in the clock's client µs).
     /// `keys` are the first decision's (on a cluster, a batch's keys share one slot), to name
@@ -1161,13 +1176,13 @@ impl RedisBackend {
     ) -> Result<(Vec<Value>, u64), BackendError> {
         let key = keys.first().map(String::as_str);
         match until_deadline(call, latest).await {
-            Ok(Ok(Value::Array(items))) => Ok((items, self.replied(Instant::now(), key))),
+            Ok(Ok(Value::Array(items))) => Ok((items, self.replied(now, Instant::now(), key))),
             Ok(Ok(other)) => {
-                let _ = self.replied(Instant::now(), key);
+                let _ = self.replied(now, Instant::now(), key);
                 Err(self.batch_protocol(keys, decisions, &other))
             }
             Ok(Err(error)) => {
-                self.replied_with(&error, key);
+                self.replied_with(&error, key, now);
                 Err(classify(&self.failed_at(keys), self.is_cluster(), error))
             }
             Err(_) => {
@@ -1231,7 +1246,7 @@ impl RedisBackend {
         sent: Instant,
         received: Instant,
     ) -> Result<Vec<i64>, BackendError> {
-        let received = self.replied(received, keys.first().map(String::as_str));
+        let received = self.replied(sent, received, keys.first().map(String::as_str));
         if let Some(&server_now) = reply.last() {
             self.shared.clock.sample(server_now, sent, received);
         }
@@ -1524,15 +1539,45 @@ impl ScriptLoads {
 }
 
 /// The index of `request`'s limiter key (its first Redis key) among a batch's distinct limiter
-/// keys, `distinct` (in order of first use), and whether it is new there (then pushed): a batch
-/// holds a few (often one), so a scan.
-fn distinct_index<'a>(distinct: &mut Vec<&'a str>, request: &'a Request) -> (usize, bool) {
+/// keys, `distinct` (in order of first use; pushed there if new): a batch holds a few (often
+/// one), so a scan.
+fn distinct_index<'a>(distinct: &mut Vec<&'a str>, request: &'a Request) -> usize {
     let key = request.keys.first().map_or("", String::as_str);
     match distinct.iter().position(|k| *k == key) {
-        Some(index) => (index, false),
+        Some(index) => index,
         None => {
             distinct.push(key);
-            (distinct.len() - 1, true)
+            distinct.len() - 1
+        }
+    }
+}
+
+/// A batch's requests as [`RedisBackend::plan_batch`] works them out.
+struct BatchPlan<'r> {
+    /// The first request (its keys name the node in an error).
+    first: &'r Request,
+    /// When the batch was taken up (before its request is written).
+    now: Instant,
+    /// The distinct limiter keys (each by its first Redis key), in order of first use.
+    distinct: Vec<&'r str>,
+    /// Each decision's limiter key's index in `distinct`.
+    indices: Vec<usize>,
+    /// Each decision's deadline on the server's clock (0: none).
+    deadlines: Vec<u64>,
+    /// The earliest of `deadlines` (0: none has one).
+    earliest: u64,
+    /// The latest of the decisions' deadlines: the call's.
+    latest: Instant,
+}
+
+impl BatchPlan<'_> {
+    /// Adds the batch's last two arguments to `command`: the deadlines, each as its distance
+    /// from the earliest ([`distances`]), and, only when the batch holds more than one limiter
+    /// key, each decision's key's index among them, from 1 ([`spaced`]).
+    fn deadlines_and_indices(&self, command: &mut Cmd) {
+        distances(command, &self.deadlines, self.earliest);
+        if self.distinct.len() > 1 {
+            spaced(command, self.indices.iter().map(|&index| index as u64 + 1));
         }
     }
 }
@@ -1648,8 +1693,10 @@ fn micros_since(base: Instant, at: Instant) -> u64 {
 /// that serves the key's slot (the master the call was routed to): one Redis replies only
 /// after its cluster check found the slot served by itself (`processCommand`: the command ran
 /// or was refused there), so no other node sends it for a keyed command (a node that does not
-/// serve the slot replies a redirect first): a script's error (`ERR`), `NOSCRIPT`, `LOADING`,
-/// `READONLY`, `EXECABORT`. Not: `MOVED` and `ASK` (a node that does not serve the slot, or no
+/// serve the slot replies a redirect first) but the master importing the slot, after the
+/// owner's `ASK` (the owner replied, the `ASK`, after the call was sent: so the reply counts as
+/// the owner's only as of that instant, [`RedisBackend::master_replied`]): a script's error
+/// (`ERR`), `NOSCRIPT`, `LOADING`, `READONLY`, `EXECABORT`. Not: `MOVED` and `ASK` (a node that does not serve the slot, or no
 /// longer holds the key), `TRYAGAIN` (a node importing the slot, after an `ASK`), `CLUSTERDOWN`
 /// (any node that finds the cluster, or the slot, down), `CROSSSLOT` (any node), `MASTERDOWN`
 /// (a replica), `NOPERM` (checked before the slot, by any node), and codes redis-rs does not
@@ -2327,7 +2374,8 @@ mod tests {
     /// the slot, or not the key), `TRYAGAIN`, `CLUSTERDOWN`, `CROSSSLOT`, `MASTERDOWN` and
     /// `NOPERM` (checked before the slot) may come from any node: redis-rs does not say which,
     /// and crediting them would keep a master that does not answer looking alive. They count
-    /// as the cluster's reply only (the backend-wide word).
+    /// as the cluster's reply only (the backend-wide word). A master's reply counts as of the
+    /// instant its call was sent (`RedisBackend::master_replied`).
     #[test]
     fn a_cluster_error_reply_counts_as_the_masters_only_when_the_master_sent_it() {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -2336,19 +2384,22 @@ mod tests {
             .unwrap();
         let config = RedisConfig::cluster(["redis://127.0.0.1:1"]).lazy();
         let backend = runtime.block_on(RedisBackend::connect(config)).unwrap();
-        let node = Value::Array(vec![
-            Value::BulkString(b"127.0.0.1".to_vec()),
-            Value::Int(7000),
-        ]);
-        let map = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(16_383),
-            node,
-        ])]);
-        // Read at a time no reply can have: the master's word then says whether any reply
-        // since was credited to it.
-        const READ_AT: u64 = u64::MAX - 1;
-        backend.shared.owners.update(&map, "redis", READ_AT);
+        // One master owning every slot, at `port`.
+        let map = |port: i64| {
+            let node = Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+            ]);
+            Value::Array(vec![Value::Array(vec![
+                Value::Int(0),
+                Value::Int(16_383),
+                node,
+            ])])
+        };
+        // Read at the clock's origin, before any reply: the master's word then says whether
+        // any reply since was credited to it (a master's time is kept only if later).
+        const READ_AT: u64 = 0;
+        backend.shared.owners.update(&map(7000), "redis", READ_AT);
         let key = "{k}";
         let slot = slot_of(key.as_bytes());
         let error = |resp: &str| {
@@ -2367,7 +2418,7 @@ mod tests {
         ] {
             let error = error(resp);
             assert!(matches!(error.kind(), ErrorKind::Server(_)), "{resp:?}");
-            backend.replied_with(&error, Some(key));
+            backend.replied_with(&error, Some(key), Instant::now());
             assert_eq!(
                 backend.shared.owners.owner_last_reply(slot),
                 Some(READ_AT),
@@ -2378,21 +2429,23 @@ mod tests {
             backend.shared.last_reply.answered_within(0, u64::MAX),
             "a node of the cluster replied"
         );
-        for resp in [
+        for (resp, port) in [
             "-ERR user_script:1: Script attempted to access nonexistent global variable\r\n",
             "-NOSCRIPT No matching script. Please use EVAL.\r\n",
             "-LOADING Redis is loading the dataset in memory\r\n",
             "-READONLY You can't write against a read only replica.\r\n",
-        ] {
-            backend.shared.owners.update(&map, "redis", READ_AT);
+        ]
+        .into_iter()
+        .zip(7001..)
+        {
+            // A master new to the map, read at the origin.
+            backend.shared.owners.update(&map(port), "redis", READ_AT);
             let error = error(resp);
-            let before = backend.shared.clock.client_micros(Instant::now());
-            backend.replied_with(&error, Some(key));
+            let sent = Instant::now();
+            backend.replied_with(&error, Some(key), sent);
             let credited = backend.shared.owners.owner_last_reply(slot);
-            assert!(
-                credited.is_some_and(|at| at >= before && at < READ_AT),
-                "{resp:?}: {credited:?}"
-            );
+            let sent = backend.shared.clock.client_micros(sent);
+            assert_eq!(credited, Some(sent), "{resp:?}: as of the call's send");
         }
         drop(backend);
         drop(runtime);

@@ -79,11 +79,12 @@ impl SlotOwners {
         self.with_owner(slot, |master| Arc::clone(&master.address))
     }
 
-    /// Records a reply to a call on `slot`, read at `micros` (the backend's client µs), as its
-    /// owner's ([`LastReply::record`]); nothing if the copy has no owner for it.
+    /// Records a reply to a call on `slot` as its owner's, as of `micros` (the backend's client
+    /// µs: when the call was sent), unless a later one is recorded
+    /// ([`LastReply::record_if_later`]); nothing if the copy has no owner for it.
     #[inline]
     pub(super) fn owner_replied(&self, slot: u16, micros: u64) {
-        self.with_owner(slot, |master| master.last_reply.record(micros));
+        self.with_owner(slot, |master| master.last_reply.record_if_later(micros));
     }
 
     /// Whether `slot`'s owner replied less than `within_micros` before `now_micros`

@@ -1,0 +1,193 @@
+//! Issue 18 on a cluster: which replies count as the key's master's (the caller-budget rule,
+//! `RedisLimiter::try_acquire_for`: a try cut short by its caller's own deadline is a plain
+//! denial only while the master that owns its key, in the backend's copy of the slot map,
+//! answered within the backend's timeout). Starts its own 3-master cluster on free ports;
+//! progress is gated on the servers' own counters and on the rule itself; real time only bounds
+//! a hang, except where the rule under test is a span of real time (said where).
+#![cfg(feature = "redis")]
+
+#[path = "redis/server.rs"]
+mod server;
+
+use std::time::{Duration, Instant};
+
+use floodgate::backend::{FailurePolicy, Outcome};
+use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, ManualClock};
+use server::{RedisCluster, RedisServer};
+
+/// The backend's timeout: a live master's answer never misses it on a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(4);
+/// How long the importing master holds the redirected call: half a timeout, so that a reply
+/// credited as of the call and one credited as of its arrival are a second apart either way
+/// of the line the test draws between them.
+const HOLD: Duration = Duration::from_secs(2);
+/// How long a step may take before the test calls it a hang.
+const HANG: Duration = Duration::from_secs(60);
+
+type Limiter = RedisLimiter<FixedWindow, ManualClock>;
+
+/// A fixed window that never fills here, failing open (a try decided by the policy is
+/// admitted, and counted), on a `ManualClock` that never moves.
+fn limiter(backend: &RedisBackend) -> Limiter {
+    RedisLimiter::with_clock(
+        backend,
+        "credit",
+        FixedWindow::new(100_000, Duration::from_secs(3600)).unwrap(),
+        FailurePolicy::FailOpen,
+        ManualClock::new(),
+    )
+    .unwrap()
+}
+
+/// A limiter key whose Redis key hashes to a slot `node` owns (it answers a `GET` of it
+/// without a redirect).
+fn key_on(node: &RedisServer, limiter: &Limiter, prefix: &str) -> String {
+    (0..1_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|key| {
+            !node
+                .cli_unchecked(&["GET", &limiter.redis_keys(key)[0]])
+                .contains("MOVED")
+        })
+        .unwrap_or_else(|| panic!("no key on node {}", node.port))
+}
+
+/// One blocking decision of one permit for `key`, given the backend's whole timeout.
+fn call(limiter: &Limiter, key: &str) -> Outcome {
+    let started = Instant::now();
+    let outcome = limiter.blocking_try_acquire_outcome(key, 1).unwrap();
+    assert!(started.elapsed() < HANG, "hung: {key}");
+    outcome
+}
+
+#[track_caller]
+fn assert_decided(outcome: &Outcome, context: &str) {
+    assert!(
+        outcome.failure().is_none(),
+        "{context}: decided by the policy: {:?}",
+        outcome.failure()
+    );
+}
+
+/// A try on `key` given no time at all: it sends nothing and is decided by the rule alone.
+/// `true`: the policy's (admitted: the key's master looks down); `false`: the caller's denial
+/// (the master answered within the timeout).
+fn master_looks_down(limiter: &Limiter, key: &str) -> bool {
+    let decision = limiter
+        .blocking_try_acquire_for(key, 1, Duration::ZERO)
+        .unwrap();
+    if !decision.is_allowed() {
+        assert_eq!(decision.retry_after(), TIMEOUT, "{decision:?}");
+    }
+    decision.is_allowed()
+}
+
+/// Tries on `key` with no time until its master looks down; the instant it first did.
+fn until_master_looks_down(limiter: &Limiter, key: &str, since: Instant) -> Instant {
+    loop {
+        let asked = Instant::now();
+        if master_looks_down(limiter, key) {
+            return asked;
+        }
+        assert!(since.elapsed() < HANG, "{key}'s master never looked down");
+        std::thread::yield_now();
+    }
+}
+
+/// Defect (a): a call that the key's master answers with `ASK` (its slot half-migrated to
+/// another master, the key not on it) is followed by redis-rs to the importing master, whose
+/// reply is the one that arrives. It was credited to the master the copy of the slot map
+/// names, as of its arrival: so a master frozen right after its `ASK`, while the importing
+/// one took its time, looked alive for a whole timeout past that late reply.
+///
+/// The master did answer (the `ASK`), after the call was sent and before the reply arrived:
+/// so the call counts as its reply as of the instant it was sent, which is never later than
+/// its real answer. Here: the owner A looks down first (no reply for a timeout); the call is
+/// sent, A answers `ASK`, is frozen, and the importing master C (its writes paused) answers
+/// only after [`HOLD`]. A then looks down again one timeout after the call was sent, not
+/// one timeout after C's reply.
+#[test]
+fn a_reply_after_an_ask_redirect_counts_for_the_owner_only_as_of_the_call() {
+    let cluster = RedisCluster::start();
+    // The live masters keep serving their slots while A is frozen and marked failed.
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let (owner, importing) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let asked = key_on(owner, &limiter, "asked");
+    let beside = key_on(owner, &limiter, "beside");
+    let on_importing = key_on(importing, &limiter, "there");
+    let slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&asked)[0]]);
+    let beside_slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&beside)[0]]);
+    assert_ne!(slot, beside_slot, "two keys in one slot");
+    // The script loaded on C (the redirected call finds it there), and a reply from A.
+    assert_decided(&call(&limiter, &on_importing), "a key on C");
+    let started = Instant::now();
+    assert_decided(&call(&limiter, &beside), "a key on A");
+
+    // A's slot half-migrated to C: a key not on A is answered `ASK`, then by C.
+    let id = |node: &RedisServer| node.cli(&["CLUSTER", "MYID"]);
+    let (owner_id, importing_id) = (id(owner), id(importing));
+    let set = |node: &RedisServer, how, to: &str| {
+        assert_eq!(node.cli(&["CLUSTER", "SETSLOT", &slot, how, to]), "OK");
+    };
+    set(importing, "IMPORTING", &owner_id);
+    set(owner, "MIGRATING", &importing_id);
+
+    // Gate: no reply from A for a timeout (nothing is sent to it meanwhile).
+    until_master_looks_down(&limiter, &beside, started);
+
+    // C holds every write (a script call among them) until told.
+    importing.cli(&["CLIENT", "PAUSE", "60000", "WRITE"]);
+    let asking = importing.calls("asking");
+    let sent = Instant::now();
+    std::thread::scope(|scope| {
+        let pending = scope.spawn(|| call(&limiter, &asked));
+        // A answered `ASK` and redis-rs went on to C: the call was sent before `gate`.
+        importing.wait_for_calls("asking", asking + 1);
+        let gate = Instant::now();
+        owner.freeze();
+        // The span under test: C's reply comes `HOLD` after the call was sent (a wait on the
+        // clock the rule reads; the call's deadline is a whole timeout).
+        while sent.elapsed() < HOLD {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // C's reply arrives after this instant.
+        let unpaused = Instant::now();
+        importing.cli(&["CLIENT", "UNPAUSE"]);
+        let outcome = pending.join().unwrap();
+        assert_decided(&outcome, "the redirected call");
+        assert!(outcome.decision().is_allowed());
+        // The slot's one key is on C: C ran the call.
+        let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+        assert_eq!(keys_in_slot(importing), "1", "C ran the call");
+
+        // A answered the call's `ASK`: it looks alive again, for a timeout from the call
+        // (checked only where the check surely read its clock before that: a stalled test
+        // skips it rather than fail).
+        let down = master_looks_down(&limiter, &beside);
+        if Instant::now() < sent + TIMEOUT {
+            assert!(!down, "A's `ASK` was not credited to A");
+        }
+        // One timeout after `gate` (so after the call was sent), A, frozen since its `ASK`,
+        // looks down: its reply counts as of the call. Counted as of C's reply, which came
+        // after `unpaused`, A would look alive until `unpaused + TIMEOUT`, `HOLD` later; a
+        // check delayed that long by a stalled test loses that power, never fails wrongly.
+        while gate.elapsed() < TIMEOUT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let checked = Instant::now();
+        assert!(
+            master_looks_down(&limiter, &beside),
+            "A, frozen, looked alive for a timeout past C's reply (checked {:?} after the \
+             call was sent; C's reply came after {:?})",
+            checked - sent,
+            unpaused - sent
+        );
+    });
+    owner.thaw();
+}
