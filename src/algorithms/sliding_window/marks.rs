@@ -577,16 +577,18 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         ))
     }
 
-    /// [`ends_waits`](Self::ends_waits) out of line, for the short path: small, its six
-    /// arguments in registers and its answer in two (a `NonZeroU64` retry, so `None` takes no
-    /// third word), and one register saved, so the call costs the short path a few instructions
-    /// and the caller builds the `Decision` (see `acquire_counted`). Before, the ends were read
-    /// in `after_short`'s frame (six registers saved, the refusal and the answer passed through
-    /// memory: 185 instructions a spent denial, `examples/instructions sliding-window-60 spent`;
-    /// 150 so, 140 with the shared wait below and `after_short` handed less); inlined into the
-    /// short path they cost the burst denial 36 instructions (an earlier measure), and inside
-    /// the search's frame a spent denial 30 more.
-    #[inline(never)]
+    /// [`ends_waits`](Self::ends_waits) for the short path, inlined into it: its answer in two
+    /// registers (a `NonZeroU64` retry, so `None` takes no third word), the caller building the
+    /// `Decision` (see `acquire_counted`). Out of line (as it was from the spent denial's
+    /// out-of-line ends until issue 17's fourth round) its call, argument moves and saved
+    /// register cost a spent denial 16 instructions and an at-limit denial 12 (`examples/
+    /// instructions sliding-window-60 spent quanta` 129.0 -> 113.0, `at-limit manual` 104.55 ->
+    /// 98.55), and an admission and the burst denial 1 more (71.0 / 89.0 -> 70.0 / 88.0), where
+    /// an earlier short path with it inlined had cost the burst denial 36 (not measured again
+    /// which change since removed that cost). Before the out-of-line call, the ends were
+    /// read in `after_short`'s frame (six registers saved, the refusal and the answer passed
+    /// through memory: 185 instructions a spent denial).
+    #[inline(always)]
     pub(super) fn published_waits(
         &self,
         cell: u64,
