@@ -932,7 +932,7 @@ fn sole_wait_in_cell_agrees_with_until_start_on_random_states() {
     use super::marks::sole_wait_in_cell;
     use crate::algorithms::ring::RingGeometry;
     use crate::decision::at_least_one;
-    let mut next = splitmix(0x50_1E_CE11);
+    let mut next = splitmix(0x501E_CE11);
     let mut past_the_end = 0;
     for case in 0..500_000 {
         let cells = 1 + next() % (1 + (next() >> (48 + next() % 16)));
