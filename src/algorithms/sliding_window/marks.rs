@@ -195,7 +195,7 @@ pub(super) fn waits_back_in_cell(
     back: u64,
     newest: u64,
 ) -> (u64, u64) {
-    debug_assert!(newest <= back && back <= cell && back < geometry.cells);
+    debug_assert!(newest <= back && back < geometry.cells);
     let cell_nanos = geometry.cell_nanos;
     match cell
         .checked_mul(cell_nanos)
@@ -213,6 +213,48 @@ pub(super) fn waits_back_in_cell(
     }
 }
 
+/// The spent denial's retry and reset for a `now` in `cell` and `back` at most `cells − 1`:
+/// both the wait until the start of cell `cell + (cells − back)`, when the cell `back` cells
+/// back leaves the window (`until_start` of it, as a peek's sole-cell branch computes it: the
+/// same value wherever `back ≤ cell`), the retry at least 1 ns. That cell is at least `cell +
+/// 1`, which starts after `now`: within the timeline the wait is at least 1 ns, so it needs no
+/// saturating subtraction, and the sum before the product is checked, not saturated. Past the
+/// end of the timeline (a cold path), `until_start` of the saturated index, as the peek's
+/// branch: at the very end of time that wait can be 0 (the retry 1 ns, the reset 0, as the
+/// marks answer). `None` only where the plain subtraction gave 0, which these bounds exclude
+/// (the caller would then search the marks).
+#[inline(always)]
+pub(super) fn sole_wait_in_cell(
+    geometry: &RingGeometry,
+    cell: u64,
+    now: u64,
+    back: u64,
+) -> Option<(NonZeroU64, u64)> {
+    debug_assert!(back < geometry.cells);
+    let index = cell.checked_add(geometry.cells - back);
+    match index.and_then(|index| index.checked_mul(geometry.cell_nanos)) {
+        Some(start) => {
+            debug_assert!(start > now);
+            NonZeroU64::new(start.wrapping_sub(now)).map(|wait| (wait, wait.get()))
+        }
+        None => Some(sole_wait_past_the_end(geometry, cell, now, back)),
+    }
+}
+
+/// [`sole_wait_in_cell`] where that cell starts past the `u64` timeline (or its index is past
+/// `u64::MAX`): `until_start` of the saturated index, off the common path.
+#[cold]
+fn sole_wait_past_the_end(
+    geometry: &RingGeometry,
+    cell: u64,
+    now: u64,
+    back: u64,
+) -> (NonZeroU64, u64) {
+    let index = cell.saturating_add(geometry.cells - back);
+    let wait = geometry.until_start(index, now);
+    (at_least_one(wait), wait)
+}
+
 /// [`waits_back`] where the end of `cell`'s window is past the `u64` timeline: each wait by
 /// `RingGeometry::until_start`, off the common path.
 #[cold]
@@ -223,7 +265,10 @@ pub(super) fn waits_back_past_the_end(
     back: u64,
     newest: u64,
 ) -> (u64, u64) {
-    let until = |b: u64| geometry.until_start((cell - b).saturating_add(geometry.cells), now);
+    // (`cell − b` saturates only for ends of a colliding name in `waits_back_in_cell`, which
+    // does not test `b ≤ cell`.)
+    let until =
+        |b: u64| geometry.until_start(cell.saturating_sub(b).saturating_add(geometry.cells), now);
     (until(back), until(newest))
 }
 
@@ -577,16 +622,18 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         ))
     }
 
-    /// [`ends_waits`](Self::ends_waits) out of line, for the short path: small, its six
-    /// arguments in registers and its answer in two (a `NonZeroU64` retry, so `None` takes no
-    /// third word), and one register saved, so the call costs the short path a few instructions
-    /// and the caller builds the `Decision` (see `acquire_counted`). Before, the ends were read
-    /// in `after_short`'s frame (six registers saved, the refusal and the answer passed through
-    /// memory: 185 instructions a spent denial, `examples/instructions sliding-window-60 spent`;
-    /// 150 so, 140 with the shared wait below and `after_short` handed less); inlined into the
-    /// short path they cost the burst denial 36 instructions (an earlier measure), and inside
-    /// the search's frame a spent denial 30 more.
-    #[inline(never)]
+    /// [`ends_waits`](Self::ends_waits) for the short path, inlined into it: its answer in two
+    /// registers (a `NonZeroU64` retry, so `None` takes no third word), the caller building the
+    /// `Decision` (see `acquire_counted`). Out of line (as it was from the spent denial's
+    /// out-of-line ends until issue 17's fourth round) its call, argument moves and saved
+    /// register cost a spent denial 16 instructions and an at-limit denial 12 (`examples/
+    /// instructions sliding-window-60 spent quanta` 129.0 -> 113.0, `at-limit manual` 104.55 ->
+    /// 98.55), and an admission and the burst denial 1 more (71.0 / 89.0 -> 70.0 / 88.0), where
+    /// an earlier short path with it inlined had cost the burst denial 36 (not measured again
+    /// which change since removed that cost). Before the out-of-line call, the ends were
+    /// read in `after_short`'s frame (six registers saved, the refusal and the answer passed
+    /// through memory: 185 instructions a spent denial).
+    #[inline(always)]
     pub(super) fn published_waits(
         &self,
         cell: u64,
@@ -631,7 +678,18 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             return None;
         }
         let back = end >> END_COUNT_BITS;
-        if back > cell {
+        if IN_CELL {
+            // The oldest used closed cell lies in `cell`'s window, `[cell − cells + 1, cell)`:
+            // ends that say otherwise are no crossing's (a name that only collides). For the
+            // short path's waits `back < cells` is all the arithmetic needs (they are taken
+            // from `cell`'s own window's end, and `cell − back` is never formed), so `back ≤
+            // cell`, which a crossing's ends also meet (its oldest used cell is at or after cell
+            // 0), is not tested here: ends with a colliding name get a wait within the window
+            // either way (3 instructions a published denial).
+            if back >= self.geometry.cells {
+                return None;
+            }
+        } else if back > cell {
             return None;
         }
         // The newest used cell's distance back: 0 (this cell) when the current cell is used.
@@ -639,8 +697,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             0
         } else if end & END_SOLE != 0 {
             // The oldest is the only used cell and the current cell is empty (the spent
-            // denial): one wait, the retry's (raw, it is the reset), by `until_start` (one
-            // product: cheaper here than `waits_back`'s two).
+            // denial): one wait, the retry's (raw, it is the reset), until the start of the
+            // cell `back` cells before `cells` after this one (one product: cheaper here than
+            // `waits_back`'s two).
+            if IN_CELL {
+                return sole_wait_in_cell(&self.geometry, cell, now, back);
+            }
             let oldest = cell - back;
             let leaves = self
                 .geometry
@@ -655,11 +717,6 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         };
         // The retry is when the oldest used cell leaves; the reset when the newest does.
         let (leaves, reset) = if IN_CELL {
-            // The oldest used closed cell lies in `cell`'s window, `[cell − cells + 1, cell)`:
-            // ends that say otherwise are no crossing's (a name that only collides).
-            if back >= self.geometry.cells {
-                return None;
-            }
             waits_back_in_cell(&self.geometry, self.window_nanos, cell, now, back, newest)
         } else {
             waits_back(&self.geometry, self.window_nanos, cell, now, back, newest)

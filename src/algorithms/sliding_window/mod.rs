@@ -852,7 +852,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 }
 
 impl<C: Clock> Limiter for SlidingWindowLimiter<C> {
-    #[inline]
+    // Inlined into every caller (`inline(always)`): with a second caller in a program (a
+    // `PerCore`'s `take_exact` calls it), a plain `#[inline]` was left out of line, and the
+    // call, its six saved registers and its `Decision` copied through memory twice cost every
+    // call about 60 instructions more (`examples/instructions sliding-window-60`, CHANGELOG).
+    #[inline(always)]
     fn try_acquire(&self, n: u32) -> Result<Decision, AcquireError> {
         // The clock first: the limit and `n` are not kept across its read (fewer registers
         // saved around it; a call with bad permits reads the clock for nothing).

@@ -41,8 +41,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     ///
     /// The common case is [`short`](Self::short)'s; a refusal there is answered as a burst
     /// (reading nothing), from the published ends by
-    /// [`published_waits`](Self::published_waits) (a small call whose answer comes back in
-    /// registers, the `Decision` built here), or through the marks by
+    /// [`published_waits`](Self::published_waits) (inlined; its answer in two registers, the
+    /// `Decision` built here), or through the marks by
     /// [`after_short`](Self::after_short) (cold; one call site keeps this path short), which
     /// also takes everything else (a crossing, a sealed or stale slot, marks that changed under
     /// a denial, a lost compare-exchange) to [`acquire_general`](Self::acquire_general).
@@ -65,8 +65,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     return (denied, cell);
                 }
                 // The closed cells must free some of it: from the published ends when the
-                // oldest used closed cell frees enough (no mark read, out of line and small:
-                // see `published_waits`), else through the marks (`after_short`). `short`
+                // oldest used closed cell frees enough (no mark read, see
+                // `published_waits`), else through the marks (`after_short`). `short`
                 // refused on `prev + count + n > limit` by that much: `need`, at least 1 (as
                 // the refusal computed it, negated: the sum is not added up again here).
                 let need = short;
@@ -88,9 +88,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// the general loop's first round would read it, in a frame smaller than that loop's; else
     /// (or when the marks changed under it) [`acquire_general`](Self::acquire_general). Handed
     /// only what the call was asked (`n`, the limit, `now`, the clock), so that the short path
-    /// keeps no more than that across its call of [`published_waits`](Self::published_waits):
-    /// handing it the refusal's `(cell, prev, count)` as well cost the short path's admission
-    /// and burst denial a register spilled (`self`) and 1 to 2 instructions a call. Reading the
+    /// keeps no more than that across its call of [`published_waits`](Self::published_waits)
+    /// (then out of line): handing it the refusal's `(cell, prev, count)` as well cost the short
+    /// path's admission and burst denial a register spilled (`self`) and 1 to 2 instructions a
+    /// call. Reading the
     /// short path again costs this path: a two-permit denial through the marks 392 -> 434
     /// instructions, a crossing 787.6 -> 814.6 (a scratch measure, `CHANGELOG`).
     #[cold]

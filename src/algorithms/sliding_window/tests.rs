@@ -922,6 +922,91 @@ fn waits_back_in_cell_agree_with_waits_back_on_random_states() {
     );
 }
 
+/// The short path's spent-denial wait (`sole_wait_in_cell`: `cell + (cells − back)` with a
+/// checked sum and a plain subtraction) is the wait the peek's sole-cell branch computes,
+/// `until_start((cell − back).saturating_add(cells))`, for a `now` in `cell` and a `back` a
+/// crossing publishes (`back ≤ cell`, `back < cells`; 0 too), also where that cell starts past
+/// the end of the `u64` timeline (the cold path), the retry at least 1 ns and the reset raw.
+#[test]
+fn sole_wait_in_cell_agrees_with_until_start_on_random_states() {
+    use super::marks::sole_wait_in_cell;
+    use crate::algorithms::ring::RingGeometry;
+    use crate::decision::at_least_one;
+    let mut next = splitmix(0x501E_CE11);
+    let mut past_the_end = 0;
+    for case in 0..500_000 {
+        let cells = 1 + next() % (1 + (next() >> (48 + next() % 16)));
+        let cell_nanos = 1 + (next() >> (next() % 64)) % (u64::MAX / cells);
+        let geometry = RingGeometry {
+            cell_nanos,
+            cells,
+            future: 0,
+            slots: cells,
+        };
+        let last = u64::MAX / cell_nanos;
+        let cell = match next() % 4 {
+            0 => last - (next() % (2 * cells)).min(last),
+            1 => (next() % (2 * cells)).min(last),
+            _ => next() % last.saturating_add(1),
+        };
+        let start = cell * cell_nanos;
+        let span = (u64::MAX - start).saturating_add(1).min(cell_nanos);
+        let now = start + next() % span;
+        if now / cell_nanos != cell {
+            continue;
+        }
+        let back = next() % (cell.min(cells - 1) + 1);
+        let got = sole_wait_in_cell(&geometry, cell, now, back);
+        let want = geometry.until_start((cell - back).saturating_add(cells), now);
+        assert_eq!(
+            got,
+            Some((at_least_one(want), want)),
+            "case {case}: cells {cells}, cell {cell} of {cell_nanos} ns, now {now}, back {back}"
+        );
+        past_the_end += usize::from(
+            cell.checked_add(cells - back)
+                .and_then(|index| index.checked_mul(cell_nanos))
+                .is_none(),
+        );
+    }
+    assert!(
+        past_the_end > 1_000,
+        "the cold path ran {past_the_end} times"
+    );
+}
+
+/// Ends with a colliding name whose oldest used cell would lie before cell 0 (`back > cell`, in
+/// the first window of the timeline: no crossing publishes that) are not tested for it by the
+/// short path (`back < cells` is what its waits need): the denial answers a retry and a reset
+/// within the window, never 0, and the call after it is still decided as the scan decides it.
+#[test]
+fn ends_whose_oldest_cell_lies_before_cell_0_give_waits_within_the_window() {
+    use crate::packed::pack_window;
+    let w = ring(1, 60);
+    let window = 60 * CELL;
+    assert!(w.try_acquire_at(1, 5 * CELL - 1).unwrap().is_allowed()); // cell 4
+    let now = 7 * CELL + 5;
+    let scan = w.denial_by_scan(7, now, 1, 0, 1, 1);
+    assert_eq!(w.try_acquire_at(1, now).unwrap(), scan, "cell 7's own ends");
+    for sole in [true, false] {
+        // Named cell 7 (no rewind), the oldest 30 back (before cell 0) with 1; the newest 2 back.
+        w.base
+            .newest
+            .store(pack_window(7, 2), crate::sync::Ordering::SeqCst);
+        let payload = (30 << 8) | if sole { 1 << 7 } else { 0 } | 1;
+        w.base
+            .oldest
+            .store(pack_window(7, payload), crate::sync::Ordering::SeqCst);
+        let d = w.try_acquire_at(1, now).unwrap();
+        assert!(!d.is_allowed());
+        let (retry, reset) = (d.retry_after().as_nanos(), d.reset_after().as_nanos());
+        assert!(
+            (1..=u128::from(window)).contains(&retry) && reset <= u128::from(window),
+            "sole {sole}: retry {retry} ns, reset {reset} ns"
+        );
+    }
+}
+
 /// Ends named by the current crossing whose oldest used cell lies before its window (`back ≥
 /// cells`: no crossing publishes that, only a name that collides could carry it) are not used
 /// by the short path, whose waits subtract without saturating (`waits_back_in_cell`): the
