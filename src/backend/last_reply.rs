@@ -21,7 +21,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// Monotonic enough: each time stored is one a replying thread read from a monotonic clock
 /// (`Instant`), but two threads that read their times in one order may store them in the
 /// other (one preempted between its read and its store), so the word can go back by as long as
-/// a thread is held between those two steps, until the next reply's store. That error only
+/// a thread is held between those two steps, until the next reply's store (through
+/// [`record_if_later`](Self::record_if_later), by more: see there). That error only
 /// makes the server look quiet for longer than it was (a cut short call decided by the policy
 /// while the server answered within its timeout); it never makes a server that has not
 /// answered look alive: every time stored was a reply's (or, through
@@ -47,9 +48,12 @@ impl LastReply {
     /// it (a Redis Cluster master's, as of the instant its call was sent), so that a slow
     /// call's time does not replace a quicker later call's: stores `micros` only if the word
     /// holds an earlier time. A load then a store, not a read-modify-write loop: a store that
-    /// lands between the two can still be replaced by this earlier time, as a store of
-    /// `record` can by a preempted thread's (see the type's docs), which only makes the server
-    /// look quiet sooner.
+    /// lands between the two can still be replaced by this earlier time, which only makes the
+    /// server look quiet sooner. Unlike `record`'s error (see the type's docs), this one needs
+    /// no thread held: two threads' load-to-store steps need only overlap, and the word then
+    /// goes back by as much as this time is older than the one it replaced (a master's: up to
+    /// this call's whole duration, its send to its reply, bounded by its deadline), until a
+    /// reply to a call sent later is recorded.
     #[inline]
     pub(crate) fn record_if_later(&self, micros: u64) {
         let stored = micros.saturating_add(1);
