@@ -169,6 +169,12 @@ pub mod loom_internals {
             self.0.record(micros);
         }
 
+        /// A reply to a call sent at `micros` (a cluster master's), kept only if later than
+        /// the time held.
+        pub fn record_if_later(&self, micros: u64) {
+            self.0.record_if_later(micros);
+        }
+
         /// Whether a reply arrived less than `within_micros` before `now_micros`.
         pub fn answered_within(&self, now_micros: u64, within_micros: u64) -> bool {
             self.0.answered_within(now_micros, within_micros)

@@ -88,3 +88,39 @@ fn no_reply_is_never_within_the_window() {
         assert!(last.answered_within(5, TIMEOUT));
     });
 }
+
+/// A cluster master's time is the instant its call was sent (`record_if_later`): a slow call's
+/// earlier instant, stored after a quicker call's later one, would make the master look quiet
+/// for as long as the slow call took. Two writers with their instants in either order: the
+/// word ends at the later one, and a reader never sees it go back.
+#[test]
+fn times_recorded_if_later_never_go_back() {
+    model(None, || {
+        let last = Arc::new(LastReplyProbe::default());
+        let writers: Vec<_> = [10, 40]
+            .into_iter()
+            .map(|t| {
+                let last = last.clone();
+                thread::spawn(move || {
+                    last.record_if_later(t);
+                    // Its own time or a later one.
+                    assert!(last.last().is_some_and(|held| held >= t));
+                })
+            })
+            .collect();
+        let reader = {
+            let last = last.clone();
+            thread::spawn(move || {
+                let (first, second) = (last.last(), last.last());
+                if let (Some(a), Some(b)) = (first, second) {
+                    assert!(b >= a, "{a} then {b}");
+                }
+            })
+        };
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        reader.join().unwrap();
+        assert_eq!(last.last(), Some(40));
+    });
+}

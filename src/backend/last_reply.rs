@@ -21,8 +21,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// Monotonic enough: each time stored is one a replying thread read from a monotonic clock
 /// (`Instant`), but two threads that read their times in one order may store them in the
 /// other (one preempted between its read and its store), so the word can go back by as long as
-/// a thread is held between those two steps, until the next reply's store (through
-/// [`record_if_later`](Self::record_if_later), by more: see there). That error only
+/// a thread is held between those two steps, until the next reply's store
+/// ([`record_if_later`](Self::record_if_later) never goes back). That error only
 /// makes the server look quiet for longer than it was (a cut short call decided by the policy
 /// while the server answered within its timeout); it never makes a server that has not
 /// answered look alive: every time stored was a reply's (or, through
@@ -47,20 +47,29 @@ impl LastReply {
     /// As [`record`](Self::record), for a time that may be well before the reply that proves
     /// it (a Redis Cluster master's, as of the instant its call was sent), so that a slow
     /// call's time does not replace a quicker later call's: stores `micros` only if the word
-    /// holds an earlier time. A load then a store, not a read-modify-write loop: a store that
-    /// lands between the two can still be replaced by this earlier time, which only makes the
-    /// server look quiet sooner. Unlike `record`'s error (see the type's docs), this one needs
-    /// no thread held: two threads' load-to-store steps need only overlap, and the word then
-    /// goes back by as much as this time is older than the one it replaced (a master's: up to
-    /// this call's whole duration, its send to its reply, bounded by its deadline), until a
-    /// reply to a call sent later is recorded.
+    /// holds an earlier time, by compare-exchange, so the word never goes back (a load and a
+    /// store let two threads' steps overlap, and a slow call's instant then replaced a later
+    /// one: a master looked quiet for as long as that call took; loom model
+    /// `times_recorded_if_later_never_go_back`). The common case, a time no later than the
+    /// word's (a call sent before the last recorded one), is one load and no write; a later
+    /// time costs one locked instruction, as `record`'s `SeqCst` store does, and a retry only
+    /// when another reply was recorded in between.
     #[inline]
     pub(crate) fn record_if_later(&self, micros: u64) {
         let stored = micros.saturating_add(1);
         // SeqCst: see the type's docs (pairs with the other stores of `record` and here, and
         // with the load in `answered_within`).
-        if self.micros.load(Ordering::SeqCst) < stored {
-            self.micros.store(stored, Ordering::SeqCst);
+        let mut held = self.micros.load(Ordering::SeqCst);
+        while held < stored {
+            match self.micros.compare_exchange_weak(
+                held,
+                stored,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return,
+                Err(now) => held = now,
+            }
         }
     }
 
