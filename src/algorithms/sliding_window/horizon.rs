@@ -7,13 +7,44 @@ use super::SlidingWindowLimiter;
 use super::marks::EPOCH_STEP;
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
 use crate::packed::{TAG_MASK, unpack_window};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 
 /// The horizon in cells for cells of `cell_nanos`: `max(cells, ⌈H / cell⌉)`, where `H` is
 /// [`MAX_CLOCK_LAG_NANOS`]. Two correct clocks' reads (at most `H` apart) are at most
 /// `⌈H / cell⌉` cells apart.
 pub(super) fn horizon_cells(cells: u64, cell_nanos: u64) -> u64 {
     MAX_CLOCK_LAG_NANOS.div_ceil(cell_nanos).max(cells)
+}
+
+/// The widest raise of `head` past the horizon in one epoch (between two rewinds): what a
+/// rewind narrows the cells never reached to when the raise into the head it moves back from
+/// was not the leap (a leaping clock's later calls raise `head` from the leaped cell). Written
+/// by a raise after its compare-exchange ([`record_leap`](SlidingWindowLimiter::record_leap)),
+/// read by the rewind that ends its epoch
+/// ([`recorded_leap`](SlidingWindowLimiter::recorded_leap)); cold: only a raise past the
+/// horizon (a leap, or a crossing after that much idleness) writes it.
+pub(super) struct LeapRecord {
+    /// Even while the fields are stable; a writer claims it odd by compare-exchange, stores
+    /// the fields and releases it even, 2 more.
+    seq: AtomicU64,
+    /// The rewinds begun before the raise (the epoch it lies in).
+    epoch: AtomicU64,
+    /// The head the raise left, and the cell it raised `head` to: `(from, to)` held no cell in
+    /// that epoch. Both 0 at first: an empty gap, harmless in any epoch.
+    from: AtomicU64,
+    to: AtomicU64,
+}
+
+impl LeapRecord {
+    /// No leap recorded: sequence 0, the empty gap `(0, 0)` in epoch 0.
+    pub(super) fn new() -> Self {
+        LeapRecord {
+            seq: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            from: AtomicU64::new(0),
+            to: AtomicU64::new(0),
+        }
+    }
 }
 
 /// One call's view of time: its clock read, whether it may read the clock again, and the newest
@@ -115,7 +146,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 }
                 // Begun before head moves back (so before any slot write that follows the
                 // rewind) and ended after: see `SlidingWindowLimiter::refund`.
-                self.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
+                let epoch = self.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 // Before head moves back: a peek that loads the rewound head (or a later one)
                 // reads the cells up to this one that it would take for empty
                 // (`closed_for_peek`). SeqCst, as the rewinds begun.
@@ -135,7 +166,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 if moved.is_ok() {
                     // Before the rewind ends: a peek skips the cells never reached only once
                     // every rewind it may have seen has ended (`unreached_cells`).
-                    self.narrow_unreached(head);
+                    self.narrow_unreached(head, epoch);
                 }
                 self.rewinds_ended.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 match moved {
@@ -157,34 +188,133 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         }
     }
 
-    /// After a rewind moved `head` back from `head` (its compare-exchange succeeded): narrows the
-    /// cells never reached, `[unreached_from, unreached_to)`, to those of
-    /// `[raised_from + 1, head)` in it.
+    /// After a rewind moved `head` back from `head` (its compare-exchange succeeded; `epoch`:
+    /// the rewinds begun before it, as its `fetch_add` returned them): narrows the cells never
+    /// reached, `[unreached_from, unreached_to)`, to those of the wider of two gaps that `head`
+    /// held no cell of since the previous rewind: the top one, `(raised_from, head)`, and the
+    /// widest raise past the horizon recorded in this rewind's epoch
+    /// ([`recorded_leap`](Self::recorded_leap)), `(from, to)` of that raise. After a leaping
+    /// clock's calls in several cells the top gap is the last of them (empty); the recorded one
+    /// is the leap's, from the head it left to the leaped cell.
     ///
     /// Why this is exact: a count is only ever written in a cell `head` has held (a writer
     /// needs its cell's `base`, published after `head` reached the cell), so only cells `head`
-    /// held before a rewind can hold counts no crossing since has counted. Every raise records
-    /// the head it raises from before its compare-exchange ([`raise`](Self::raise)), and our
-    /// compare-exchange read the change that put `head` at `head`: a raise (so `raised_from` is
-    /// at least the head it raised from, and since the rewind before it, or the start, `head`
-    /// held no cell in between) or a rewind to `head` (then `head` held only `head` since).
-    /// So `(raised_from, head)` holds no cell `head` held since the previous rewind, and the
-    /// range as it stood, none held before it (by induction: it starts as every cell, and
-    /// only ever narrows, by these two read-modify-writes, which commute, so rewinds that race
-    /// narrow it by both). The other cells below
-    /// [`rewound_from`](SlidingWindowLimiter::rewound_from) are read by a peek as before.
-    /// Reading `raised_from` before our compare-exchange instead could miss a rewind and a raise
-    /// back to `head` in between; this read, after it, cannot. An empty range (`raised_from`
-    /// only grows, so after a far leap it may stay high) reads every cell below
+    /// held before a rewind can hold counts no crossing since has counted; and between two
+    /// rewinds `head` only rises, so a raise from `a` to `b` leaves `(a, b)` unheld in its epoch.
+    /// The top gap: every raise records the head it raises from before its compare-exchange
+    /// ([`raise`](Self::raise)), and our compare-exchange read the change that put `head` at
+    /// `head`: a raise (so `raised_from` is at least the head it raised from, and since the
+    /// rewind before it, or the start, `head` held no cell in between) or a rewind to `head`
+    /// (then `head` held only `head` since). Reading `raised_from` before our compare-exchange
+    /// instead could miss a rewind and a raise back to `head` in between; this read, after it,
+    /// cannot. The recorded gap: [`recorded_leap`](Self::recorded_leap) returns only a raise
+    /// that happened in the epoch this rewind ends (it says why). So either gap holds no cell
+    /// `head` held since the previous rewind, and the range as it stood, none held before it (by
+    /// induction: it starts as every cell, and only ever narrows, by these two
+    /// read-modify-writes, which commute, so rewinds that race narrow it by both). The other
+    /// cells below [`rewound_from`](SlidingWindowLimiter::rewound_from) are read by a peek as
+    /// before. An empty range (a narrowing only ever narrows it) reads every cell below
     /// `rewound_from`, as before.
-    fn narrow_unreached(&self, head: u64) {
+    fn narrow_unreached(&self, head: u64, epoch: u64) {
         // Relaxed: our compare-exchange on `head` (AcqRel) read the raise into `head`, whose
         // record (`raise`, ordered before its Release) this load therefore sees, or a later one.
         let below = self.head.raised_from.load(Ordering::Relaxed);
+        let (mut from, mut to) = (below, head);
+        if let Some((leap_from, leap_to)) = self.recorded_leap(epoch) {
+            if leap_to.saturating_sub(leap_from) > to.saturating_sub(from) {
+                (from, to) = (leap_from, leap_to);
+            }
+        }
         // SeqCst: as the rewinds ended, which a peek reads before these (`unreached_cells`).
         self.unreached_from
-            .fetch_max(below.saturating_add(1), Ordering::SeqCst);
-        self.unreached_to.fetch_min(head, Ordering::SeqCst);
+            .fetch_max(from.saturating_add(1), Ordering::SeqCst);
+        self.unreached_to.fetch_min(to, Ordering::SeqCst);
+    }
+
+    /// The rewinds' epoch before a raise of `head` past the horizon: the rewinds begun, if
+    /// every one begun had ended (read in that order: equal, every rewind begun before the
+    /// second load had ended before the first); `None` while one is under way. The raise
+    /// records its gap ([`record_leap`](Self::record_leap)) only with an epoch read before its
+    /// compare-exchange on `head`.
+    #[cold]
+    pub(super) fn quiet_epoch(&self) -> Option<u64> {
+        // SeqCst: as the rewinds' counters everywhere (`follow` adds to them around its
+        // compare-exchange on `head`).
+        let ended = self.rewinds_ended.load(Ordering::SeqCst);
+        (self.rewinds_begun.load(Ordering::SeqCst) == ended).then_some(ended)
+    }
+
+    /// Records the raise of `head` from `from` to `to` (its compare-exchange succeeded, past
+    /// the horizon) as its epoch's leap, read before that compare-exchange by
+    /// [`quiet_epoch`](Self::quiet_epoch), if no rewind has begun since and it is wider than
+    /// the epoch's leap recorded so far. The record is written under its sequence word (odd
+    /// while a writer stores): a writer that finds it odd, or loses the claim, records nothing
+    /// (a rewind then narrows by less; never a wait).
+    #[cold]
+    pub(super) fn record_leap(&self, epoch: u64, from: u64, to: u64) {
+        let leap = &self.leap;
+        // SeqCst (every access to the record and the rewinds' counters): the epoch's proof
+        // (`recorded_leap`) is an argument over their single total order.
+        if self.rewinds_begun.load(Ordering::SeqCst) != epoch {
+            return;
+        }
+        let seq = leap.seq.load(Ordering::SeqCst);
+        if seq % 2 == 1
+            || leap
+                .seq
+                .compare_exchange(seq, seq.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return;
+        }
+        let recorded = leap.epoch.load(Ordering::SeqCst) == epoch;
+        let width = leap
+            .to
+            .load(Ordering::SeqCst)
+            .saturating_sub(leap.from.load(Ordering::SeqCst));
+        if !recorded || to - from > width {
+            leap.epoch.store(epoch, Ordering::SeqCst);
+            leap.from.store(from, Ordering::SeqCst);
+            leap.to.store(to, Ordering::SeqCst);
+        }
+        leap.seq.store(seq.wrapping_add(2), Ordering::SeqCst);
+    }
+
+    /// For the rewind whose `fetch_add` on the rewinds begun returned `epoch` and whose
+    /// compare-exchange on `head` then succeeded: the widest raise past the horizon in the
+    /// epoch that compare-exchange ends, `(from, to)`, if one is recorded, no other rewind has
+    /// begun since this one and no writer is storing.
+    ///
+    /// Why the raise lies in that epoch (between the previous successful rewind and ours, in
+    /// `head`'s modification order), all loads SeqCst: the raise read the rewinds ended and
+    /// begun both `epoch` before its compare-exchange ([`quiet_epoch`](Self::quiet_epoch)), so
+    /// every rewind begun before ours had ended, its compare-exchange done, before the raise's
+    /// (each counts itself ended after it). It read the rewinds begun still `epoch` after its
+    /// compare-exchange ([`record_leap`](Self::record_leap)), before our `fetch_add`: had our
+    /// compare-exchange come first on `head`, the raise's (Acquire) would have read it or a
+    /// raise after it (every write of `head` is a read-modify-write) and so seen our count.
+    /// And we read the rewinds begun as we left them after our compare-exchange: a rewind begun
+    /// since cannot have moved `head` before us (ours would have read its move, and then its
+    /// count). So no rewind moved `head` between the raise and ours, and the raise's gap holds
+    /// no cell `head` held in our epoch. The record is one consistent write: its sequence word
+    /// read even and the same before and after the three fields (a writer's stores lie between
+    /// its odd claim and its even release).
+    fn recorded_leap(&self, epoch: u64) -> Option<(u64, u64)> {
+        let leap = &self.leap;
+        // SeqCst: as in `record_leap`.
+        if self.rewinds_begun.load(Ordering::SeqCst) != epoch.wrapping_add(EPOCH_STEP) {
+            return None;
+        }
+        let seq = leap.seq.load(Ordering::SeqCst);
+        if seq % 2 == 1 {
+            return None;
+        }
+        let recorded = leap.epoch.load(Ordering::SeqCst);
+        let (from, to) = (
+            leap.from.load(Ordering::SeqCst),
+            leap.to.load(Ordering::SeqCst),
+        );
+        (leap.seq.load(Ordering::SeqCst) == seq && recorded == epoch).then_some((from, to))
     }
 
     /// A fresh clock read for a caller that has just loaded `head`.

@@ -201,7 +201,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use self::horizon::{Caller, horizon_cells};
+use self::horizon::{Caller, LeapRecord, horizon_cells};
 use self::marks::Closed;
 use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
@@ -351,6 +351,10 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// `unreached_from ≥ unreached_to`.
     unreached_from: AtomicU64,
     unreached_to: AtomicU64,
+    /// The widest raise of `head` past the horizon since the last rewind, which a rewind
+    /// narrows `[unreached_from, unreached_to)` by when it is wider than the gap below the head
+    /// it moves back from ([`LeapRecord`]).
+    leap: LeapRecord,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
     horizon: u64,
@@ -572,6 +576,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             // Before the first rewind no cell can hold a count left by one.
             unreached_from: AtomicU64::new(0),
             unreached_to: AtomicU64::new(u64::MAX),
+            leap: LeapRecord::new(),
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         }
