@@ -113,8 +113,10 @@
 //!   crossing reads those of its window's cells it would take for empty (none once its window
 //!   starts past the newest head a rewind moved back from), and the whole window, one by one,
 //!   if one holds a count. It skips the cells `head` never held before the newest rewind (a
-//!   rewind narrows them to those between the head its last raise started from and the head it
-//!   moved back from), so after a leap to the end of time and back a quiet peek reads none.
+//!   rewind narrows them to a gap `head` jumped since the rewind before: the wider of the one
+//!   below the head it moved back from and the widest raise past the horizon, recorded by that
+//!   raise), so after a leap to the end of time and back, however many calls the leaped clock
+//!   made there, a quiet peek reads none.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 //!
@@ -344,16 +346,20 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     rewound_from: AtomicU64,
     /// `[unreached_from, unreached_to)`: cells `head` never held before the newest rewind
     /// (every cell before the first), so cells no count can be left in; narrowed by every
-    /// rewind to the cells between the head the last raise started from and the head it moved
-    /// back from ([`narrow_unreached`](Self::narrow_unreached), which says why that is exact).
+    /// rewind to a gap `head` jumped since the rewind before: the cells between the head the
+    /// last raise started from and the head it moved back from, or those of the widest raise
+    /// past the horizon recorded in its epoch ([`leap`](Self::leap)), whichever is wider
+    /// ([`narrow_unreached`](Self::narrow_unreached), which says why that is exact).
     /// A peek skips them below [`rewound_from`](Self::rewound_from) once every rewind it may
     /// have seen has ended ([`unreached_cells`](Self::unreached_cells)). Empty when
     /// `unreached_from ≥ unreached_to`.
     unreached_from: AtomicU64,
     unreached_to: AtomicU64,
-    /// The widest raise of `head` past the horizon since the last rewind, which a rewind
-    /// narrows `[unreached_from, unreached_to)` by when it is wider than the gap below the head
-    /// it moves back from ([`LeapRecord`]).
+    /// The widest raise of `head` past the horizon in the newest epoch that recorded one (the
+    /// rewinds begun before it), which the rewind ending that epoch narrows
+    /// `[unreached_from, unreached_to)` by when it is wider than the gap below the head it
+    /// moves back from ([`LeapRecord`]). Four words, off the hot lines; written only by a raise
+    /// past the horizon.
     leap: LeapRecord,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
