@@ -13,14 +13,17 @@
 //! Limiters: fixed-window (anchored), fixed-window-aligned, token-bucket, gcra, gcra-reconf (a
 //! gcra reconfigured once before the loop: generation 1's short path), sharded,
 //! sliding-window-60 and sliding-window-6000 (the ring with 60 or 6,000 cells), clock (the clock
-//! read alone). governor is counted in `examples/instructions_peers`, a binary of its own: here,
+//! read alone), and the per-core forms (`lease::PerCore`, 16 stripes, default leases; the loop
+//! runs on stripe 0): per-core/gcra, per-core/token-bucket, per-core/fixed-window (aligned),
+//! per-core/sliding-window-N. governor is counted in `examples/instructions_peers`, a binary of its own: here,
 //! the growing number of floodgate loops moved its calls across codegen units and out of line
 //! (55 -> 94 instructions per call with no change to governor's code). Workloads: allow (limit
 //! never reached), deny (exhausted after one permit), spent (sliding windows only: the whole
 //! limit was taken at the very end of the cell before the current one, so every call is a denial
 //! whose window holds a used closed cell: the denial an attacker makes every caller pay),
 //! at-limit (the contention harness's `at-limit` call pattern, deterministic: clock `manual`
-//! only, see [`at_limit`]). Clocks: quanta, coarse, manual (at-limit only). On the coarse clock, one call and a bounded wait come first (see
+//! only, see [`at_limit`]; gcra, token-bucket, fixed-window-aligned, the sliding windows and the
+//! per-core rows). Clocks: quanta, coarse, manual (at-limit only). On the coarse clock, one call and a bounded wait come first (see
 //! `settle`): the measured loop starts past the start of the window that call opened.
 
 use std::hint::black_box;
@@ -30,11 +33,23 @@ use std::time::Duration;
 #[path = "common/measured_loops.rs"]
 mod measured_loops;
 
+use floodgate::lease::PerCore;
 use floodgate::{
     AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, Limiter, ManualClock, QuantaClock, Rate,
     Sharded, SlidingWindowLimiter, TokenBucket,
 };
 use measured_loops::{measured_loop, measured_loop_admit};
+
+/// The stripes of the `per-core/...` rows: the contention report's 16-core machine's (a
+/// `PerCore` decides near the limit by its stripes' share, `remaining / (2 × stripes)`), fixed
+/// so the counts do not depend on the machine that takes them. The measured thread is the
+/// first to use a `PerCore`: stripe 0.
+const PER_CORE_STRIPES: usize = 16;
+
+/// `source`'s per-core form, [`PER_CORE_STRIPES`] stripes and the default leases.
+fn per_core<S: floodgate::lease::LeaseSource>(source: S) -> Option<PerCore<S>> {
+    PerCore::with_stripes(source, PER_CORE_STRIPES).ok()
+}
 
 /// The call the loop makes: `try_acquire` (a whole `Decision`) or `admit` (a bool).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -164,7 +179,9 @@ const AT_LIMIT_WARM_QUARTERS: u64 = 17;
 /// `clock at-limit manual` row counts it with one read, to subtract).
 #[inline(never)]
 fn measured_loop_paced<L: Limiter>(limiter: &L, clock: &ManualClock, calls: u64) -> u64 {
-    paced(limiter, clock, calls)
+    // `black_box`: a body of its own, which the compiler cannot fold into `warm_up_paced`'s
+    // (identical otherwise: folded, this loop's symbol is gone and callgrind counts nothing).
+    paced(limiter, clock, black_box(calls))
 }
 
 /// The calls of [`measured_loop_paced`], for the warm-up (not counted: another name).
@@ -202,7 +219,8 @@ fn warm_up_paced<L: Limiter>(limiter: &L, clock: &ManualClock, calls: u64) -> u6
 /// each turn starts on an empty window, admits, then denies; a crossing every `cell / step`
 /// calls). [`AT_LIMIT_WARM_QUARTERS`] quarter windows are called through first. Limiters:
 /// `sliding-window-N` (N cells of `⌈10 ms / N⌉`), gcra (its `Rate` as the harness builds it),
-/// clock (the advance and one read alone). Returns the admitted calls (about `calls / 2`).
+/// token-bucket, fixed-window-aligned, the per-core rows (the limit and period of gcra, or of
+/// `sliding-window-N`), clock (the advance and one read alone). Returns the admitted calls (about `calls / 2`).
 fn at_limit(name: &str, calls: u64) -> Option<u64> {
     let clock = ManualClock::starting_at(1_000_000_000);
     if name == "clock" {
@@ -226,19 +244,70 @@ fn at_limit(name: &str, calls: u64) -> Option<u64> {
         );
         return Some(measured_loop_paced(&ring, &clock, calls));
     }
+    if let Some(cells) = name.strip_prefix("per-core/sliding-window-") {
+        let cells: u32 = cells.parse().ok()?;
+        let window = AT_LIMIT_PERIOD.div_ceil(u64::from(cells)) * u64::from(cells);
+        let limit = u32::try_from(window / AT_LIMIT_STEP / 2).ok()?;
+        let ring = SlidingWindowLimiter::with_clock(
+            limit,
+            Duration::from_nanos(window),
+            cells,
+            clock.clone(),
+        )
+        .ok()?;
+        let ring = per_core(ring)?;
+        warm_up_paced(
+            &ring,
+            &clock,
+            AT_LIMIT_WARM_QUARTERS * window / 4 / AT_LIMIT_STEP,
+        );
+        return Some(measured_loop_paced(&ring, &clock, calls));
+    }
     let limit = u32::try_from(AT_LIMIT_PERIOD / AT_LIMIT_STEP / 2).ok()?;
-    let rate = Rate::new(limit, Duration::from_nanos(AT_LIMIT_PERIOD));
+    let period = Duration::from_nanos(AT_LIMIT_PERIOD);
+    let rate = Rate::new(limit, period);
+    let warm = AT_LIMIT_WARM_QUARTERS * AT_LIMIT_PERIOD / 4 / AT_LIMIT_STEP;
+    let paced = |limiter: &dyn PacedRow| limiter.run(&clock, warm, calls);
+    fn source<A: floodgate::Algorithm>(
+        algorithm: A,
+        clock: &ManualClock,
+    ) -> AtomicLimiter<A, ManualClock> {
+        AtomicLimiter::with_clock(algorithm, clock.clone())
+    }
     match name {
-        "gcra" => {
-            let gcra = AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock.clone());
-            warm_up_paced(
-                &gcra,
-                &clock,
-                AT_LIMIT_WARM_QUARTERS * AT_LIMIT_PERIOD / 4 / AT_LIMIT_STEP,
-            );
-            Some(measured_loop_paced(&gcra, &clock, calls))
-        }
+        "gcra" => Some(paced(&source(Gcra::new(rate, limit).ok()?, &clock))),
+        "token-bucket" => Some(paced(&source(TokenBucket::new(rate, limit).ok()?, &clock))),
+        "fixed-window-aligned" => Some(paced(&source(
+            FixedWindow::aligned(limit, period).ok()?,
+            &clock,
+        ))),
+        "per-core/gcra" => Some(paced(&per_core(source(
+            Gcra::new(rate, limit).ok()?,
+            &clock,
+        ))?)),
+        "per-core/token-bucket" => Some(paced(&per_core(source(
+            TokenBucket::new(rate, limit).ok()?,
+            &clock,
+        ))?)),
+        "per-core/fixed-window" => Some(paced(&per_core(source(
+            FixedWindow::aligned(limit, period).ok()?,
+            &clock,
+        ))?)),
         _ => None,
+    }
+}
+
+/// An at-limit row: its warm-up and its measured loop, each monomorphized for the limiter (a
+/// trait object only to pick the row, outside both loops).
+trait PacedRow {
+    fn run(&self, clock: &ManualClock, warm: u64, calls: u64) -> u64;
+}
+
+impl<L: Limiter> PacedRow for L {
+    #[inline(never)]
+    fn run(&self, clock: &ManualClock, warm: u64, calls: u64) -> u64 {
+        warm_up_paced(self, clock, warm);
+        measured_loop_paced(self, clock, calls)
     }
 }
 
@@ -282,6 +351,15 @@ fn run_with<C: Clock + Clone>(
         Some(name) => (name, Call::Admit),
         None => (name, Call::Decision),
     };
+    if let Some(cells) = name.strip_prefix("per-core/sliding-window-") {
+        let ring = per_core(sliding(workload, cells.parse().ok()?, clock)?)?;
+        let how = How {
+            call,
+            tick,
+            period: Duration::MAX,
+        };
+        return Some(measured(how, &ring, calls));
+    }
     if let Some(cells) = name.strip_prefix("sliding-window-") {
         let ring = sliding(workload, cells.parse().ok()?, clock)?;
         // No round-up to wait out: `Duration::MAX` leaves `settle` its one tick.
@@ -337,6 +415,30 @@ fn run_with<C: Clock + Clone>(
             &Sharded::with_clock(limit, period, 2, clock).ok()?,
             calls,
         ),
+        "per-core/gcra" => measured(
+            how,
+            &per_core(AtomicLimiter::with_clock(
+                Gcra::new(rate, limit).ok()?,
+                clock,
+            ))?,
+            calls,
+        ),
+        "per-core/token-bucket" => measured(
+            how,
+            &per_core(AtomicLimiter::with_clock(
+                TokenBucket::new(rate, limit).ok()?,
+                clock,
+            ))?,
+            calls,
+        ),
+        "per-core/fixed-window" => measured(
+            how,
+            &per_core(AtomicLimiter::with_clock(
+                FixedWindow::aligned(limit, period).ok()?,
+                clock,
+            ))?,
+            calls,
+        ),
         _ => return None,
     })
 }
@@ -384,7 +486,7 @@ fn main() -> ExitCode {
         None => {
             eprintln!(
                 "unknown limiter `{name}` or clock `{clock}` (`spent`: sliding windows only; \
-                 `at-limit`: sliding windows, gcra and clock, on `manual` only)"
+                 `at-limit`: on `manual` only)"
             );
             ExitCode::from(2)
         }

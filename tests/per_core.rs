@@ -938,3 +938,46 @@ fn a_source_granting_fewer_than_asked_is_not_served_from() {
     assert_eq!(admitted, 9, "three requests for 3 fit a window of 10");
     assert_eq!(per_core.source().0.available(), 1);
 }
+
+/// Near the limit a stripe without permits asks the source for the request alone, without a
+/// lease: exactly when the budget the source last reported is below `(n + 1) × 2 × stripes`
+/// (a lease would then be of `n` anyway). Pins the threshold at its boundary, for 4 stripes
+/// (8 shares) and `n = 1` (16): a window of 17 leaves 15 after the first lease (of
+/// `⌊17 / 8⌋ = 2`), below 16, so the third call is the source's own; a window of 18 leaves 16,
+/// so the third call takes a second lease (of `⌊16 / 8⌋ = 2`: one permit held by the stripe).
+#[test]
+fn a_stripe_asks_the_source_alone_exactly_below_its_share_of_the_budget() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    for (limit, leases, available) in [(17, 1, 14), (18, 2, 14)] {
+        let clock = ManualClock::starting_at(1_000_000_000);
+        let window = AtomicLimiter::with_clock(
+            FixedWindow::aligned(limit, Duration::from_secs(1)).unwrap(),
+            clock.clone(),
+        );
+        let takes = AtomicU32::new(0);
+        let per_core = PerCore::with_stripes(
+            Wrapped(
+                window,
+                |source: &AtomicLimiter<FixedWindow, ManualClock>, min, max, life| {
+                    takes.fetch_add(1, Ordering::Relaxed);
+                    source.take(min, max, life)
+                },
+            ),
+            4,
+        )
+        .unwrap();
+        for _ in 0..3 {
+            assert!(per_core.try_acquire_on(0, 1).unwrap().is_allowed());
+        }
+        assert_eq!(
+            takes.load(Ordering::Relaxed),
+            leases,
+            "window of {limit}: leases taken in three calls"
+        );
+        assert_eq!(
+            per_core.source().0.available(),
+            available,
+            "window of {limit}"
+        );
+    }
+}

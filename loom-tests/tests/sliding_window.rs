@@ -620,3 +620,41 @@ fn a_denial_reads_the_published_ends_while_the_next_cell_is_crossed() {
         );
     });
 }
+
+/// A peek races a call that walks forward over a cell sealed before a rewind (the peek's walk,
+/// `past_sealed`, issue 17 review). 2 cells + 4 future cells (8 slots), limit 3: cell 2 takes 2,
+/// a sweep into cell 3 seals it, a sweep leaps to cell 10⁹ + 4 (past the lag horizon, leaving
+/// cell 2's slot alone) and a call in cell 0 rewinds the ring there. Then W takes 1 in cell 2
+/// (it crosses into 2, finds it sealed, crosses into 3 and is admitted there, cell 2's 2 in its
+/// window: none left until 45 ns) while P peeks 1 in cell 2, walking over cell 2 as the call
+/// does. Wherever P falls (before W's crossings, between them, after W's admission), it answers
+/// as a peek alone before W's call (admitted, none left) or after it (refused until cell 2
+/// leaves, 40 ns).
+#[test]
+fn a_peek_races_a_call_walking_over_a_cell_sealed_before_a_rewind() {
+    const LEAP: u64 = 1_000_000_004;
+    const NOW: u64 = 2 * CELL + 5;
+    model(|| {
+        let w = window_with_4_future_cells(3);
+        assert!(w.try_acquire_at(2, 2 * CELL + 7).unwrap().is_allowed());
+        w.sweep_at(3 * CELL);
+        w.sweep_at(LEAP * CELL);
+        assert!(
+            w.try_acquire_at(1, 5).unwrap().is_allowed(),
+            "rewinds to cell 0"
+        );
+        let walker = {
+            let w = w.clone();
+            thread::spawn(move || w.try_acquire_at(1, NOW).unwrap())
+        };
+        let peeker = {
+            let w = w.clone();
+            thread::spawn(move || w.peek_at(1, NOW).unwrap())
+        };
+        let (before, after) = (Decision::allow(3, 0, 25), Decision::deny(3, 0, 15, 25));
+        let peek = peeker.join().unwrap();
+        assert_eq!(walker.join().unwrap(), before, "the call");
+        assert!(peek == before || peek == after, "the peek: {peek:?}");
+        assert_eq!(w.peek_at(1, NOW).unwrap(), after, "a peek after both");
+    });
+}

@@ -95,6 +95,10 @@ pub struct PerCore<S> {
     stripes: Box<[CachePadded<Stripe>]>,
     max_lease: u32,
     lifetime_nanos: u64,
+    /// `log2(2 × stripes)`: a stripe's share of the source's budget is `budget >> share_shift`
+    /// (`stripes` is a power of two of at most `MAX_STRIPES`, so the shift is at most 13 and
+    /// `(n + 1) << share_shift` cannot overflow).
+    share_shift: u32,
 }
 
 /// One stripe: its lease. The fields are written only by the thread that holds the stripe
@@ -166,7 +170,9 @@ impl<S: LeaseSource> PerCore<S> {
     /// `stripes` stripes, already validated.
     fn build(source: S, stripes: usize) -> Self {
         let limit = source.limit();
-        let stripes = (0..stripes.next_power_of_two())
+        let stripes = stripes.next_power_of_two();
+        let share_shift = stripes.trailing_zeros() + 1;
+        let stripes = (0..stripes)
             .map(|_| {
                 CachePadded::new(Stripe {
                     state: AtomicU64::new(0),
@@ -185,6 +191,7 @@ impl<S: LeaseSource> PerCore<S> {
             stripes,
             max_lease: DEFAULT_MAX_LEASE,
             lifetime_nanos: duration_to_nanos(DEFAULT_LIFETIME),
+            share_shift,
         }
     }
 
@@ -331,14 +338,16 @@ impl<S: LeaseSource> PerCore<S> {
     /// assert!(!per_core.try_acquire_on(0, 1)?.is_allowed()); // never over the window's 4
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn try_acquire_on(&self, home: usize, n: u32) -> Result<Decision, AcquireError> {
         let stripe = &self.stripes[home & (self.stripes.len() - 1)];
         let need = u64::from(n);
         // Read once, when first needed (a request the source decides alone reads the source's
         // clock there instead).
         let mut clock_now = None;
-        // Whether `n` was checked against the limit (the stripe serves only checked requests).
-        let mut checked = false;
+        // The limit in force, read when `n` is first checked against it (the stripe serves only
+        // checked requests; the decision reports at most this limit): `None` until then.
+        let mut checked = None;
         // Whether the clock was read again after a lease looked leaped (at most once a call).
         let mut reread = false;
         // Acquire: pairs with the Release store that published the lease (`publish`), so the
@@ -357,16 +366,20 @@ impl<S: LeaseSource> PerCore<S> {
                 // the stripe (near the limit, and on every denial while the limit is exhausted,
                 // this is the exact source's path). Relaxed: a hint (see `exact`).
                 let hint = stripe.source_left.load(Ordering::Relaxed);
-                let threshold = (need + 1).saturating_mul(self.budget_share());
+                let threshold = (need + 1) << self.share_shift;
                 if hint < threshold {
                     // The source checks `n` (zero, or above the limit) itself.
                     return self.exact(stripe, n, threshold);
                 }
             }
-            if !checked {
-                check_permits(n, self.source.limit())?;
-                checked = true;
-            }
+            let limit = match checked {
+                Some(limit) => limit,
+                None => {
+                    let limit = self.source.limit();
+                    check_permits(n, limit)?;
+                    *checked.insert(limit)
+                }
+            };
             let mut read = *clock_now.get_or_insert_with(|| self.source.clock().now_nanos());
             // Relaxed: ordered after the Acquire load (or failed compare-exchange) of `state`,
             // which pairs with the Release store of `publish` (this lease's fields or a later
@@ -402,7 +415,7 @@ impl<S: LeaseSource> PerCore<S> {
                     Ordering::Release,
                     Ordering::Acquire,
                 ) {
-                    Ok(_) => return Ok(self.served(stripe, left - need, now)),
+                    Ok(_) => return Ok(self.served(stripe, left - need, now, limit)),
                     Err(actual) => {
                         state = actual;
                         continue;
@@ -424,15 +437,15 @@ impl<S: LeaseSource> PerCore<S> {
         }
     }
 
-    /// The decision for `n` permits served by `stripe`, which has `left` after them.
+    /// The decision for `n` permits served by `stripe`, which has `left` after them, `limit`
+    /// being the limit in force (read by this call when it checked `n`).
     #[inline]
-    fn served(&self, stripe: &Stripe, left: u64, now: u64) -> Decision {
+    fn served(&self, stripe: &Stripe, left: u64, now: u64, limit: u64) -> Decision {
         // Relaxed: as the field loads of `try_acquire_on` (this lease's or a later one's: an
         // estimate either way).
         let source_left = stripe.source_left.load(Ordering::Relaxed);
         let reset_at = stripe.reset_at.load(Ordering::Relaxed);
         // At most the limit in force: the source's report may predate a lowered limit.
-        let limit = self.source.limit();
         Decision::allow(
             limit,
             left.saturating_add(source_left).min(limit),
@@ -469,12 +482,6 @@ impl<S: LeaseSource> PerCore<S> {
             }
         }
         result
-    }
-
-    /// The share of the source's remaining budget one stripe may lease: `2 × stripes`.
-    #[inline]
-    fn budget_share(&self) -> u64 {
-        2 * self.stripes.len() as u64
     }
 
     /// Replaces `stripe`'s lease (this thread holds it): gives back the `left` unused permits of
@@ -526,7 +533,8 @@ impl<S: LeaseSource> PerCore<S> {
             .size
             .store(size.min(self.max_lease), Ordering::Relaxed);
         // Relaxed: a hint, as in `exact` (which may write it without holding the stripe).
-        let budget = stripe.source_left.load(Ordering::Relaxed) / self.budget_share();
+        // The stripe's share of the budget: `source_left / (2 × stripes)`.
+        let budget = stripe.source_left.load(Ordering::Relaxed) >> self.share_shift;
         let want = u64::from(size).min(budget).max(u64::from(n));
         let want = u32::try_from(want).unwrap_or(u32::MAX);
         let lease = match self.source.take(n, want, self.lifetime_nanos) {

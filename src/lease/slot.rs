@@ -104,7 +104,9 @@ impl LeaseSlot {
 
     /// The permits the published lease has left (a snapshot).
     pub(crate) fn left(&self) -> u64 {
-        // Relaxed: a snapshot for statistics; no decision depends on it.
+        // Relaxed: a snapshot, for statistics and for `LeasedKey`'s guess whether a refill
+        // has a refund to send (read under the owner's lock, after the owner's own `publish`:
+        // never less than what serves have left, so a stale read only guesses "yes").
         self.state.load(Ordering::Relaxed) & LEFT
     }
 }

@@ -159,7 +159,11 @@ impl RedisConfig {
 /// cut to the caller's own deadline), shifted by this offset: the script refuses early by at
 /// most the best call's round trip, never late (but after a step back, below), and it refuses
 /// at least `left / 8` before the caller gives up, so the reply of a script that ran has that
-/// long to come back.
+/// long to come back. A call whose deadline has passed before its request is written (its
+/// future first polled late: a thread held, a runtime busy elsewhere, a try given no time)
+/// sends nothing: a timeout saying "not sent", decided as any timeout (the policy, or a try's
+/// own budget as above), so that a lazy backend before its first reply (no deadline to send)
+/// takes nothing for a caller that has given up.
 ///
 /// What can still be consumed without being handed out, per call:
 /// * a future dropped after its request was written (or, queued behind other calls, after its
@@ -862,7 +866,11 @@ impl RedisBackend {
     /// Runs `script` once (EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again) on the caller's
     /// runtime, giving up at `deadline`. The script gets `args` then the server-clock deadline
     /// (`ARGV[args.len() + 1]`, 0 for none) and replies with the server's time last, which refreshes the
-    /// offset; a reply whose first field is [`PAST_DEADLINE`] is a timeout.
+    /// offset; a reply whose first field is [`PAST_DEADLINE`] is a timeout. A call whose
+    /// `deadline` has passed before its request is written sends nothing: a timeout that says
+    /// so, decided as any other (the server would refuse it only while the clock offset is
+    /// known: a lazy backend before its first reply sends no deadline, and the script would
+    /// take its permits for a caller that has given up).
     pub(crate) async fn eval(
         &self,
         script: &'static LuaScript,
@@ -872,6 +880,10 @@ impl RedisBackend {
     ) -> Result<Vec<i64>, BackendError> {
         let shared = &*self.shared;
         let now = Instant::now();
+        // Before the first poll, which writes the request.
+        if now >= deadline {
+            return Err(self.not_sent(keys));
+        }
         // Built in place (a ScriptInvocation would allocate a buffer per argument, then copy
         // them into a command like this one).
         let mut command = evalsha(script, keys.len(), args.len() + 1, 64);
@@ -1221,6 +1233,20 @@ impl RedisBackend {
             return Err(self.deadline_error(keys));
         }
         Ok(reply)
+    }
+
+    /// The error of a request on `keys` not sent because its deadline had passed before it
+    /// was written: a timeout naming the server (on a cluster, the owner of the keys' slot).
+    #[cold]
+    fn not_sent(&self, keys: &[String]) -> BackendError {
+        BackendError::at(
+            FailureKind::Timeout,
+            self.failed_at(keys),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "not sent: the request's deadline passed before it was written; nothing was taken",
+            ),
+        )
     }
 
     /// The error of a request on `keys` the script refused past its deadline

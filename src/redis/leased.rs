@@ -144,6 +144,9 @@ const INITIAL_LEASE: u32 = 8;
 const BUDGET_SHARE: u64 = 4;
 /// No lease: nothing to serve or give back.
 const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
+/// A call to Redis is sent only with at least this share of the backend's timeout left to its
+/// deadline (see [`LeasedKey::min_call_time`]).
+const MIN_CALL_SHARE: u32 = 16;
 
 /// One key of a [`RedisLimiter`] over [`Gcra`] (and so [`TokenBucket`](crate::TokenBucket),
 /// [`LeakyBucket`](crate::LeakyBucket)) or [`FixedWindow`] (a [`LeaseAlgorithm`]) served from
@@ -194,15 +197,22 @@ const NO_LEASE: Lease = Lease::new(0, 0, 0, Decision::allow(0, 0, 0));
 ///   through a refill that failed gets that refill's failure, both decided by the policy
 ///   (without a call of its own). While the key's circuit breaker is open or half-open, a
 ///   caller does not wait for another's refill (it may be the breaker's probe, out for the
-///   whole timeout): it takes the limiter's per-call decision, short-circuited at once while
-///   the probe is out, as a [`RedisLimiter`] call is; except behind a kept refund, which that
-///   per-call decision (the probe, once due) could overtake: the caller then polls the calls
-///   out once (taking in their reply if it came: their own caller may be stalled) and, while
-///   they are still out and the breaker not closed, is decided as a short circuit (the deny
-///   cache, then the policy) without a call of its own. [`release`](Self::release) keeps the
+///   whole timeout): it polls the calls out once (taking in their reply if it came: their own
+///   caller may be stalled) and, while they are still out and the breaker not closed, takes
+///   the limiter's per-call decision, short-circuited at once while the probe is out, as a
+///   [`RedisLimiter`] call is; except behind a kept refund, which that per-call decision (the
+///   probe, once due) could overtake: it is then decided as a short circuit (the deny cache,
+///   then the policy) without a call of its own. [`release`](Self::release) keeps the
 ///   same bound: one whose deadline passes while another caller holds the lease, or that finds
-///   it held while the breaker is open or half-open (at once), sends nothing, keeps the lease
-///   and says so ([`ReleaseError::Busy`]).
+///   it held while the breaker is open or half-open (polling the calls out once, as above: a
+///   reply that came is taken in and the `release` goes on; still out, at once), sends
+///   nothing, keeps the lease and says so ([`ReleaseError::Busy`]). No call is sent with less
+///   than [`min_call_time`](Self::min_call_time) (a sixteenth of the timeout) left of its
+///   deadline: it would most likely time out, perhaps after the server ran it. A refill (or a
+///   `release`) left less than that by its wait is decided as above (a timeout, or `Busy`)
+///   without a call, leaving the lease and a kept refund as they were; a request for a lease
+///   whose calls are polled too late (their caller stalled after the refund went out) is
+///   not sent, a timeout for the caller that asked, not the key's failure for the others.
 /// * **Near the limit** the lease is the request: when the lease size would be `n` or less
 ///   (no permit held, and a quarter of what Redis last said was left, or
 ///   [`max_lease`](Self::max_lease), is at most `n`), the call
@@ -423,6 +433,10 @@ struct Taken {
     lease: Option<Lease>,
     /// The permits the request asked for.
     n: u32,
+    /// Not sent: less than [`LeasedKey::min_call_time`] was left to its deadline when it was
+    /// due (its calls polled late). Its timeout says nothing about Redis: not the key's
+    /// failure for the callers that waited for it (`Owner::failed` is left as it was).
+    late: bool,
 }
 
 /// The [`Calls`] out, as [`Owner`] keeps them.
@@ -537,10 +551,11 @@ pub struct LeaseCounts {
     /// find its word). Their permits stay in `stranded`.
     pub given_up_refunds: u64,
     /// [`release`](LeasedKey::release) calls that returned [`ReleaseError::Busy`]: another
-    /// caller held the lease until the call's deadline passed, or held it while the key's
-    /// breaker was open or half-open. Each sent nothing and kept the lease (its permits stay in
-    /// `held`, or a kept refund stays kept), so each is in none of the other counts nor in the
-    /// limiter's [`failures`](super::RedisLimiter::failures).
+    /// caller held the lease until less than [`min_call_time`](LeasedKey::min_call_time) was
+    /// left of the call's deadline, or held it (its calls still out once polled) while the
+    /// key's breaker was open or half-open. Each sent nothing and kept the lease (its permits
+    /// stay in `held`, or a kept refund stays kept), so each is in none of the other counts nor
+    /// in the limiter's [`failures`](super::RedisLimiter::failures).
     pub busy_releases: u64,
     /// Decisions made per call, exactly (near the limit).
     pub exact: u64,
@@ -753,6 +768,45 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         Duration::from_nanos(self.lifetime_nanos)
     }
 
+    /// The least time left to its deadline that a call of this key to Redis (a refund, a
+    /// request for a lease, the exact per-call decision) is sent with: a sixteenth of the
+    /// backend's [timeout](super::RedisConfig::timeout) (12.5 ms of the default 200 ms).
+    ///
+    /// A call sent with less would most likely time out, and may do so after the server ran it:
+    /// a refund that gave its permits back reported failed (its permits counted `stranded`
+    /// until a retry finds it landed), a lease granted (its permits taken) to a caller that has
+    /// given up. So a call that has less than this left when it is due is not sent:
+    /// * a refill sends its calls only with this left, or twice this with a refund to send (the
+    ///   refund gets half of what is left): one that waited for another caller's calls until
+    ///   less was left (a refill starts with the whole timeout) sends nothing and touches
+    ///   nothing (the lease stays published, a kept refund stays kept, counted `stranded` as
+    ///   one the breaker did not let out), and is a timeout decided as a request the breaker
+    ///   short-circuits: the deny cache's denial if it holds one for the key, else the policy
+    ///   (counted in the limiter's [`failures`](RedisLimiter::failures); not told to the
+    ///   breaker);
+    /// * a refill's request for a lease whose calls are polled only when less than this is left
+    ///   of its deadline (its caller stalled after its refund went out, say) is not sent: the
+    ///   same timeout for the caller that asked, and not a failure for the callers waiting
+    ///   for it (they ask Redis themselves);
+    /// * a [`release`](Self::release) that waited for another caller's calls until less than
+    ///   this was left sends nothing and keeps the lease ([`ReleaseError::Busy`]).
+    ///
+    /// ```
+    /// use floodgate::backend::FailurePolicy;
+    /// use floodgate::redis::{LeasedKey, RedisBackend, RedisConfig, RedisLimiter};
+    /// use floodgate::{Gcra, Rate};
+    /// use std::{sync::Arc, time::Duration};
+    /// let config = RedisConfig::single("redis://127.0.0.1:6379");
+    /// let backend = RedisBackend::blocking_connect(config.timeout(Duration::from_millis(80)).lazy())?;
+    /// let gcra = Gcra::new(Rate::per_second(1_000), 500)?;
+    /// let limiter = Arc::new(RedisLimiter::new(&backend, "api", gcra, FailurePolicy::FailOpen)?);
+    /// assert_eq!(LeasedKey::new(limiter, "k").min_call_time(), Duration::from_millis(5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn min_call_time(&self) -> Duration {
+        min_call_time(self.limiter.backend().timeout())
+    }
+
     /// The most permits this key holds in its lease at once, taken from Redis and not yet
     /// served: [`max_lease`](Self::max_lease) − 1 (a lease serves its first request at once;
     /// `max_lease` is at most the limit). It bounds this process's share of the over-admission
@@ -928,9 +982,12 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     ///
     /// # Errors
     /// [`ReleaseError::Runtime`] outside a tokio runtime (nothing sent, the lease kept);
-    /// [`ReleaseError::Busy`] when another caller held the lease until the deadline passed,
-    /// or held it while the key's breaker was open or half-open (then at once: it may be the
-    /// breaker's probe) (nothing sent, the lease kept; not counted as a failure, but in
+    /// [`ReleaseError::Busy`] when another caller held the lease until less than
+    /// [`min_call_time`](Self::min_call_time) was left of the deadline (a refund sent with less
+    /// would most likely time out, perhaps after it landed), or held it while the key's breaker
+    /// was open or half-open (then at once, once its calls, polled once, are still out: they
+    /// may be the breaker's probe; a reply that came is taken in, and the release goes on)
+    /// (nothing sent, the lease kept; not counted as a failure, but in
     /// [`LeaseCounts::busy_releases`]);
     /// [`ReleaseError::Refund`] when the refund's call failed (Redis unreachable, no answer
     /// within the backend's timeout, an unexpected reply), naming the server, or the breaker
@@ -977,22 +1034,36 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                         // While the key's breaker is open or half-open, the holder's call may
                         // be the breaker's probe, out for up to the timeout on a server that
                         // does not answer (a refund sent while it is out would be
-                        // short-circuited): the breaker's error at once, as a refill's caller
-                        // gets its short-circuited per-call decision.
-                        let node = self.limiter.node_of(&self.key);
-                        let error = self.limiter.handler().circuit_open(node.as_deref());
-                        return Err(self.busy(error));
+                        // short-circuited). Polled once first, as a refill's caller behind a
+                        // kept refund polls them: their own caller may be stalled (never
+                        // polled again) with their reply waiting, the probe unreported and
+                        // the breaker half-open for as long as it stays so. A reply found is
+                        // taken in (the probe reported), and this call looks again.
+                        if let Some(reply) = calls.clone().now_or_never() {
+                            self.settle(&calls, &reply);
+                            continue;
+                        }
+                        // Still out: the breaker's error at once, as a refill's caller gets
+                        // its short-circuited per-call decision (once it closed, wait below).
+                        if !self.breaker_closed() {
+                            let node = self.limiter.node_of(&self.key);
+                            let error = self.limiter.handler().circuit_open(node.as_deref());
+                            return Err(self.busy(error));
+                        }
                     }
                     match until_deadline(calls.clone(), deadline).await {
                         Ok(reply) => self.settle(&calls, &reply),
                         Err(()) => return Err(self.released_out(timeout)),
                     }
-                    if Instant::now() >= deadline {
-                        // The holder's calls ended, but only by this call's deadline or after
-                        // it (this task polled late: a loaded machine, a runtime busy
-                        // elsewhere): they held the lease until the deadline, and a refund
-                        // sent now would have no time left (a timeout that says nothing about
-                        // Redis). Nothing sent, as when the deadline is seen first.
+                    if deadline.saturating_duration_since(Instant::now()) < self.min_call_time() {
+                        // The holder's calls ended, but with less than the least time a call
+                        // is sent with left of this call's, or none (this task polled late: a
+                        // loaded machine, a runtime busy elsewhere; or they ended near this
+                        // call's deadline): they held the lease until then, and a refund sent
+                        // now would most likely time out, perhaps after the server applied
+                        // it (a failure that says nothing about Redis, the permits counted
+                        // stranded though given back). Nothing sent, as when the deadline is
+                        // seen first.
                         return Err(self.released_out(timeout));
                     }
                     waited = true;
@@ -1049,6 +1120,27 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         )
     }
 
+    /// The decision for a request of `n` with less than `needed` left to its `deadline`: a
+    /// timeout (nothing sent, for `what`), decided as a request the breaker short-circuits (the
+    /// deny cache's denial first, which a call would have met before anything was sent; else
+    /// the policy, counted), not told to the breaker; `None` with `needed` left.
+    #[inline]
+    fn out_of_time(
+        &self,
+        n: u32,
+        deadline: Instant,
+        needed: Duration,
+        what: &str,
+    ) -> Option<Outcome> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left >= needed {
+            return None;
+        }
+        let backend = self.limiter.backend();
+        let error = not_sent(backend, &self.redis_keys, left, needed, what);
+        Some(self.limiter.handler().decide_unsent(&self.key, n, error))
+    }
+
     /// The decision for a request of `n` whose deadline passed while another caller's refill
     /// held the owner: a timeout, decided by the policy (the breaker is not told: this call
     /// sent nothing).
@@ -1093,7 +1185,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     fn released_out(&self, timeout: Duration) -> ReleaseError {
         let error = self.owner_busy(format!(
             "no release within {timeout:?}: another caller held this key's lease (its request for \
-             a lease, or its refund, was still out)"
+             a lease, or its refund, was still out) until less than {:?} of this call's time \
+             was left (LeasedKey::min_call_time)",
+            self.min_call_time()
         ));
         self.busy(error)
     }
@@ -1168,6 +1262,11 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         deadline: Instant,
         shortened: bool,
     ) -> Result<Outcome, RequestError> {
+        // Less than the least time a call is sent with left (after a wait for the owner, or a
+        // refund): not sent.
+        if let Some(outcome) = self.out_of_time(n, deadline, self.min_call_time(), "a decision") {
+            return Ok(outcome);
+        }
         // A timeout of a call shortened by a wait for the owner is still within the call's one
         // timeout (the backend's): decided by the policy, but not the breaker's to count.
         let on_timeout = match shortened {
@@ -1208,24 +1307,30 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                     // other caller. (Calls whose reply came are settled first: their lease may
                     // serve this one.)
                     if calls.peek().is_none() && !self.breaker_closed() {
-                        // SeqCst: see `unserved`. Stored under the owner's lock before the
-                        // calls were made, so calls found out carry the refund it says is kept.
-                        if !self.refund_kept.load(Ordering::SeqCst) {
-                            return self.exact(n, deadline, false).await;
-                        }
-                        // The calls send a kept refund first, perhaps not let out yet (their
-                        // caller between making them and the breaker's admission of it). A
-                        // per-call decision now could be the breaker's probe, reach the key
-                        // first and move it past the refund's word (refused: stranded). This
-                        // call polls the calls once instead (their caller may be stalled, the
-                        // refund's reply waiting for a poller), and is decided as a short
-                        // circuit while they are out and the breaker is still not closed: the
-                        // refund is, or will be, the probe. Once it closed, wait as below.
+                        // Polled once first, as `release` polls them: their own caller may be
+                        // stalled (never polled again) with their reply waiting, the probe
+                        // unreported, the breaker half-open (short-circuiting this call's
+                        // per-call decision) until it presumes the probe lost. A reply found is
+                        // taken in (the probe reported; its lease may serve this call), and
+                        // this call looks again. Once the breaker closed, wait as below.
                         if let Some(reply) = calls.clone().now_or_never() {
                             self.settle(&calls, &reply);
                             continue;
                         }
                         if !self.breaker_closed() {
+                            // SeqCst: see `unserved`. Stored under the owner's lock before the
+                            // calls were made, so calls found out carry the refund it says is
+                            // kept.
+                            if !self.refund_kept.load(Ordering::SeqCst) {
+                                return self.exact(n, deadline, false).await;
+                            }
+                            // The calls send a kept refund first, perhaps not let out yet
+                            // (their caller between making them and the breaker's admission of
+                            // it). A per-call decision now could be the breaker's probe, reach
+                            // the key first and move it past the refund's word (refused:
+                            // stranded). Decided as a short circuit instead while they are out
+                            // and the breaker is still not closed: the refund is, or will be,
+                            // the probe.
                             return Ok(self.behind_a_kept_refund(n));
                         }
                     }
@@ -1278,6 +1383,24 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
         if let Some(error) = failed_meanwhile {
             drop(owner);
             return Start::Decided(self.limiter.handler().decide(&self.key, n, error));
+        }
+        // Each call goes out only with the least time a call is sent with left: a refund (a
+        // retired lease's unserved permits, or one kept) gets half of what is left, so with one
+        // to send the refill needs twice that. (Only after a long wait for another caller's
+        // calls, or a thread held that long: a refill starts with the whole timeout.) With less,
+        // nothing is sent and nothing is touched: the lease stays published (still served
+        // while it lasts), a kept refund stays kept, and the request is a timeout decided as a
+        // short circuit (the deny cache first, then the policy), not told to the breaker.
+        // Conservative: the permits left may all be served, or a kept refund given up, before
+        // the refund would be made.
+        let refund_coming = owner.pending.is_some()
+            || (self.limiter.algorithm().refund_script().is_some()
+                && owner.lease.granted() > 0
+                && self.slot.left() > 0);
+        let needed = self.min_call_time() * if refund_coming { 2 } else { 1 };
+        if let Some(outcome) = self.out_of_time(n, deadline, needed, "a lease") {
+            drop(owner);
+            return Start::Decided(outcome);
         }
         // Before anything is sent: the new lease's lifetime counts from here. The earlier of
         // two reads: a one-shot leaping read (up to the lag horizon ahead) would otherwise
@@ -1416,6 +1539,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                         outcome,
                         lease: None,
                         n: take.n,
+                        late: false,
                     })
                 }
                 (Some(take), None) if take.want > take.n => {
@@ -1481,11 +1605,19 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
                 Err(_) => _ = self.counters.failed_refunds.fetch_add(1, Ordering::Relaxed),
             }
         }
-        if let Some(Taken { outcome, lease, n }) = &reply.take {
-            owner.failed = outcome
-                .failure()
-                .filter(|error| !error.is_circuit_open())
-                .map(|error| (Instant::now(), error.clone()));
+        if let Some(Taken {
+            outcome,
+            lease,
+            n,
+            late,
+        }) = &reply.take
+        {
+            if !late {
+                owner.failed = outcome
+                    .failure()
+                    .filter(|error| !error.is_circuit_open())
+                    .map(|error| (Instant::now(), error.clone()));
+            }
             if lease.is_some() && owner.pending.take().is_some() {
                 // A lease was granted on the key past a kept refund's word: it can no longer
                 // land.
@@ -1599,6 +1731,22 @@ async fn take_lease<A: LeaseAlgorithm, C: Clock + Clone>(
     lifetime_nanos: u64,
     take: Take,
 ) -> Taken {
+    // Its calls polled late (their caller stalled, a runtime busy elsewhere): with less than
+    // the least time a call is sent with left, the request would time out, after the server
+    // granted (and took) a lease nobody receives where the script does not refuse it as late.
+    // Not sent: a timeout, decided as a short circuit (the deny cache first, then the
+    // policy), not told to the breaker.
+    let needed = min_call_time(limiter.backend().timeout());
+    let left = take.deadline.saturating_duration_since(Instant::now());
+    if left < needed {
+        let error = not_sent(limiter.backend(), redis_keys, left, needed, "a lease");
+        return Taken {
+            outcome: limiter.handler().decide_unsent(key, take.n, error),
+            lease: None,
+            n: take.n,
+            late: true,
+        };
+    }
     let mut taken = None;
     let slot = &mut taken;
     let store = move || async move {
@@ -1621,6 +1769,7 @@ async fn take_lease<A: LeaseAlgorithm, C: Clock + Clone>(
         outcome,
         lease: taken,
         n: take.n,
+        late: false,
     }
 }
 
@@ -1811,7 +1960,8 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> DropRefund<A, C> {
     /// retry (there is no key left to keep it). A failed call is counted in the limiter's
     /// failures (and told to the breaker), as [`LeasedKey::release`]'s is.
     async fn send(mut self) {
-        // As `give_back_kept`: the earlier of two reads.
+        // As `refund_to_send`: the earlier of two reads (a one-shot leaping read would give up,
+        // and strand, a refund that could still land).
         let now = {
             let clock = self.limiter.handler().clock();
             clock.now_nanos().min(clock.now_nanos())
@@ -1957,6 +2107,34 @@ fn lease_at_most(max_lease: u32, limit: u64) -> u32 {
     max_lease
         .min(u32::try_from(limit).unwrap_or(u32::MAX))
         .max(1)
+}
+
+/// The least time left to its deadline a call to Redis is sent with, on a backend whose timeout
+/// is `timeout` (see [`LeasedKey::min_call_time`]).
+fn min_call_time(timeout: Duration) -> Duration {
+    timeout / MIN_CALL_SHARE
+}
+
+/// The error of a call for `what` on `redis_keys` not sent to `backend` because only `left` of
+/// its time was left, under the `needed` it must have: a timeout naming the server.
+fn not_sent(
+    backend: &super::RedisBackend,
+    redis_keys: &[String],
+    left: Duration,
+    needed: Duration,
+    what: &str,
+) -> BackendError {
+    BackendError::at(
+        FailureKind::Timeout,
+        backend.failed_at(redis_keys),
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "not sent: the call for {what} had {left:?} left of its time, under the \
+                 {needed:?} a call is sent with at least (LeasedKey::min_call_time)"
+            ),
+        ),
+    )
 }
 
 /// A call's deadline: `timeout` from now (the backend validated it to at most an hour).

@@ -31,11 +31,13 @@ pub enum ReleaseError {
     /// what to do instead.
     Runtime(&'static str),
     /// Another caller (a refill replacing the key's lease, or another `release`) held the
-    /// lease until the backend's timeout from this call's start had passed, or held it while
-    /// the key's circuit breaker was open or half-open (its call may be the breaker's probe:
-    /// this call then returns at once): this call gave up waiting for it, sent nothing and
-    /// kept the lease (its unserved permits are given back by
-    /// a later `release`, or by the refill that held it). Not a failure of the server: not
+    /// lease until less than [`LeasedKey::min_call_time`](super::LeasedKey::min_call_time)
+    /// was left of the backend's timeout from this call's start (a refund sent with less would
+    /// most likely time out), or held it while the key's circuit breaker was open or
+    /// half-open (its call may be the breaker's probe: this call then returns at once, once
+    /// it polled the call and found it still out): this call gave up waiting for it, sent
+    /// nothing and kept the lease (its unserved permits are given back by a later `release`,
+    /// or by the refill that held it). Not a failure of the server: not
     /// counted in the limiter's [`failures`](super::RedisLimiter::failures) nor told to its
     /// breaker.
     ///

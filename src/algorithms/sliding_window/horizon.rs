@@ -3,8 +3,8 @@
 //! taken after it was loaded, is a leaping clock's, and the caller rewinds the ring to its own
 //! cell. See the parent module's docs ("Time") for the bound.
 
-use super::SlidingWindowLimiter;
 use super::marks::EPOCH_STEP;
+use super::{SlidingWindowLimiter, unpack_cell, visit};
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
 use crate::packed::{TAG_MASK, unpack_window};
 use crate::sync::{AtomicU64, Ordering};
@@ -337,6 +337,44 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             match me.clock {
                 Some(clock) if !me.fresh(head) => self.reread(me, clock, head),
                 _ => return (me.own, head),
+            }
+        }
+    }
+
+    /// Where a call that reaches `cell` is decided, for a peek: `(cell, its count)` for the
+    /// first cell from `cell` on whose slot does not hold its round sealed (a call that finds
+    /// its cell sealed walks on to the next, see [`follow`](Self::follow)). The last cell of
+    /// time, which no crossing seals, reads as sealed only through its round tag's wrap: the
+    /// call resets it as stale, so the walk ends there with a count of zero. The first cell's
+    /// slot is read once, for its count as well.
+    ///
+    /// The walk stops, with a count of zero, at the first cell whose slot the call's crossing
+    /// into `cell` seals for a cell of `cell`'s window (a round earlier: the call then finds it
+    /// stale), if the ring had not been crossed into `cell` yet.
+    pub(super) fn past_sealed(&self, mut cell: u64) -> (u64, u64) {
+        // (None past the end of time: no slot of a later cell is resealed.)
+        let resealed = self
+            .geometry
+            .window_start(cell)
+            .checked_add(self.slot_mask + 1);
+        loop {
+            if resealed.is_some_and(|resealed| cell >= resealed) {
+                return (cell, 0);
+            }
+            visit();
+            let (slot, round) = self.place(cell);
+            // Acquire: a snapshot read, as `count_of`.
+            let (word_round, sealed, count) = unpack_cell(slot.load(Ordering::Acquire));
+            if word_round != round {
+                return (cell, 0);
+            }
+            if !sealed {
+                return (cell, count);
+            }
+            match cell.checked_add(1) {
+                Some(next) => cell = next,
+                // The last cell, aliased: the call resets it (`acquire_general`).
+                None => return (cell, 0),
             }
         }
     }

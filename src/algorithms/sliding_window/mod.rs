@@ -4,7 +4,9 @@
 //! Time is cut into cells of `window / cells`, aligned to the clock's timeline. A request is
 //! attributed to one cell: the cell of its clock read, or a later one when its thread lagged behind
 //! a thread that had already moved on, by at most the lag horizon (state never moves back; see
-//! [Time](#time) for a head further ahead). Under every interleaving:
+//! [Time](#time) for a head further ahead), or, when its cell was sealed before a rewind, the
+//! first cell after it that was not (fewer than the ring's slots later). Under every
+//! interleaving:
 //!
 //! * **Aligned spans:** the permits attributed to any `cells` consecutive cells (one window-long
 //!   span aligned to cell boundaries) never exceed the limit.
@@ -695,6 +697,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             // the head loaded next is at or past the crossing, unless the ring was rewound).
             let (tag, base) = unpack_window(self.base.word.load(Ordering::Acquire));
             let (cell, head) = self.peek_cell(&mut me);
+            // The call goes on past a cell sealed in its round (sealed before a rewind: see
+            // [Time](self#time)), to the first one that is not: so does the peek.
+            let (cell, count) = self.past_sealed(cell);
             let now = me.now;
             let closed = match self.closed_for_peek(cell, head, tag, base) {
                 Some(closed) => closed,
@@ -704,7 +709,6 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 }
                 None => self.closed_by_scan(cell),
             };
-            let count = self.count_of(cell);
             let prev = closed.sum();
             if prev + count + n <= limit {
                 let reset = self
@@ -903,5 +907,7 @@ impl<C: Clock> super::Sweep for SlidingWindowLimiter<C> {
     }
 }
 
+#[cfg(test)]
+mod hunt;
 #[cfg(test)]
 mod tests;

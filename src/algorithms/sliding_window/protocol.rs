@@ -314,11 +314,16 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             let mut word = slot.load(Ordering::Acquire);
             loop {
                 let (word_round, sealed, count) = unpack_cell(word);
-                let (next, taken) = if word_round == round {
+                // No crossing seals the last cell of time (1 ns cells): there is no later cell
+                // to cross into. Its slot reads as sealed only through its round tag's wrap (it
+                // holds a cell's a tag period, 2^39 rounds, before it): stale, reset below.
+                let aliased = sealed && cell == u64::MAX;
+                let (next, taken) = if word_round == round && !aliased {
                     if sealed {
                         // Someone crossed past this cell: the request belongs to a newer one.
                         // Acquire: the sealer raised head before sealing.
                         let head = self.head.cell.load(Ordering::Acquire);
+                        // (`cell` is not the last cell: `follow` moves it on.)
                         (cell, cross) = self.follow(head, cell, true, &mut me);
                         continue 'cell;
                     }
@@ -335,8 +340,8 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                     }
                     (word + n, taken)
                 } else {
-                    // Another round: stale (reset it), unless a newer thread stamped it, or the
-                    // ring was rewound below this cell.
+                    // Another round (or the last cell's aliased seal): stale (reset it), unless a
+                    // newer thread stamped it, or the ring was rewound below this cell.
                     // Acquire: pairs with the stamper's head raise, ordered before its stamp.
                     let head = self.head.cell.load(Ordering::Acquire);
                     if head != cell {
