@@ -190,12 +190,17 @@ impl<C: Clock> SlidingWindowLimiter<C> {
 
     /// After a rewind moved `head` back from `head` (its compare-exchange succeeded; `epoch`:
     /// the rewinds begun before it, as its `fetch_add` returned them): narrows the cells never
-    /// reached, `[unreached_from, unreached_to)`, to those of the wider of two gaps that `head`
-    /// held no cell of since the previous rewind: the top one, `(raised_from, head)`, and the
-    /// widest raise past the horizon recorded in this rewind's epoch
-    /// ([`recorded_leap`](Self::recorded_leap)), `(from, to)` of that raise. After a leaping
-    /// clock's calls in several cells the top gap is the last of them (empty); the recorded one
-    /// is the leap's, from the head it left to the leaped cell.
+    /// reached, `[unreached_from, unreached_to)`, by one of three gaps that `head` held no cell
+    /// of since the previous rewind: the top one, `(raised_from, head)`; the widest raise past
+    /// the horizon recorded in this rewind's epoch ([`recorded_leap`](Self::recorded_leap)),
+    /// `(from, to)` of that raise; and the cells above `head`, `(head, u64::MAX)`. It takes the
+    /// one that leaves the most cells of the range below
+    /// [`rewound_from`](SlidingWindowLimiter::rewound_from) (the only ones a peek reads). After a
+    /// leaping clock's calls in several cells the top gap is the last of them (empty); the
+    /// recorded one is the leap's, from the head it left to the leaped cell. After a leap to the
+    /// end of time and its rewind, a later rewind from a head past the horizon keeps the leaped
+    /// era's range above that head (`raised_from` stays at the leaped era's head, so the top gap
+    /// is empty from then on, for the limiter's life).
     ///
     /// Why this is exact: a count is only ever written in a cell `head` has held (a writer
     /// needs its cell's `base`, published after `head` reached the cell), so only cells `head`
@@ -208,7 +213,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// (then `head` held only `head` since). Reading `raised_from` before our compare-exchange
     /// instead could miss a rewind and a raise back to `head` in between; this read, after it,
     /// cannot. The recorded gap: [`recorded_leap`](Self::recorded_leap) returns only a raise
-    /// that happened in the epoch this rewind ends (it says why). So either gap holds no cell
+    /// that happened in the epoch this rewind ends (it says why). The gap above: our
+    /// compare-exchange moved `head` back from `head`, and since the previous rewind `head`
+    /// only rose, so it held no cell above `head`. So each gap holds no cell
     /// `head` held since the previous rewind, and the range as it stood, none held before it (by
     /// induction: it starts as every cell, and only ever narrows, by these two
     /// read-modify-writes, which commute, so rewinds that race narrow it by both). The other
@@ -219,10 +226,27 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // Relaxed: our compare-exchange on `head` (AcqRel) read the raise into `head`, whose
         // record (`raise`, ordered before its Release) this load therefore sees, or a later one.
         let below = self.head.raised_from.load(Ordering::Relaxed);
+        let leap = self.recorded_leap(epoch);
+        // SeqCst (as every access to these three): which gap to take is a choice of how many
+        // cells a peek may skip, never of what is exact (each gap is); these loads only guide it.
+        let range = (
+            self.unreached_from.load(Ordering::SeqCst),
+            self.unreached_to.load(Ordering::SeqCst),
+        );
+        let read_below = self.rewound_from.load(Ordering::SeqCst);
+        // The cells of `range` below `read_below` that the open gap `(from, to)` leaves, then
+        // those it leaves at all (a tie-break).
+        let kept = |(from, to): (u64, u64)| {
+            let first = from.saturating_add(1).max(range.0);
+            (
+                to.min(range.1).min(read_below).saturating_sub(first),
+                to.min(range.1).saturating_sub(first),
+            )
+        };
         let (mut from, mut to) = (below, head);
-        if let Some((leap_from, leap_to)) = self.recorded_leap(epoch) {
-            if leap_to.saturating_sub(leap_from) > to.saturating_sub(from) {
-                (from, to) = (leap_from, leap_to);
+        for gap in leap.into_iter().chain([(head, u64::MAX)]) {
+            if kept(gap) > kept((from, to)) {
+                (from, to) = gap;
             }
         }
         // SeqCst: as the rewinds ended, which a peek reads before these (`unreached_cells`).

@@ -115,10 +115,11 @@
 //!   crossing reads those of its window's cells it would take for empty (none once its window
 //!   starts past the newest head a rewind moved back from), and the whole window, one by one,
 //!   if one holds a count. It skips the cells `head` never held before the newest rewind (a
-//!   rewind narrows them to a gap `head` jumped since the rewind before: the wider of the one
-//!   below the head it moved back from and the widest raise past the horizon, recorded by that
-//!   raise), so after a leap to the end of time and back, however many calls the leaped clock
-//!   made there, a quiet peek reads none.
+//!   rewind narrows them to a gap `head` jumped since the rewind before: of the one below the
+//!   head it moved back from, the widest raise past the horizon, recorded by that raise, and
+//!   the cells above that head, the one that leaves the most cells a peek may read), so after
+//!   a leap to the end of time and back, however many calls the leaped clock made there, and
+//!   after a shorter leap past the horizon and back since, a quiet peek reads none.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 //!
@@ -349,9 +350,10 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// `[unreached_from, unreached_to)`: cells `head` never held before the newest rewind
     /// (every cell before the first), so cells no count can be left in; narrowed by every
     /// rewind to a gap `head` jumped since the rewind before: the cells between the head the
-    /// last raise started from and the head it moved back from, or those of the widest raise
-    /// past the horizon recorded in its epoch ([`leap`](Self::leap)), whichever is wider
-    /// ([`narrow_unreached`](Self::narrow_unreached), which says why that is exact).
+    /// last raise started from and the head it moved back from, those of the widest raise past
+    /// the horizon recorded in its epoch ([`leap`](Self::leap)), or those above the head it
+    /// moved back from, whichever leaves the most cells below `rewound_from`
+    /// ([`narrow_unreached`](Self::narrow_unreached), which says why each is exact).
     /// A peek skips them below [`rewound_from`](Self::rewound_from) once every rewind it may
     /// have seen has ended ([`unreached_cells`](Self::unreached_cells)). Empty when
     /// `unreached_from ≥ unreached_to`.
