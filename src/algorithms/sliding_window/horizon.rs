@@ -150,8 +150,10 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // Before head moves back: a peek that loads the rewound head (or a later one)
                 // reads the cells up to this one that it would take for empty
                 // (`closed_for_peek`). SeqCst, as the rewinds begun.
-                self.rewound_from
-                    .fetch_max(head.saturating_add(1), Ordering::SeqCst);
+                let read_below = self
+                    .rewound_from
+                    .fetch_max(head.saturating_add(1), Ordering::SeqCst)
+                    .max(head.saturating_add(1));
                 // Before head moves back: no crossing after the rewind reads the ends of one
                 // before it (see [Ends](super#ends)).
                 self.clear_ends(me.own);
@@ -166,7 +168,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 if moved.is_ok() {
                     // Before the rewind ends: a peek skips the cells never reached only once
                     // every rewind it may have seen has ended (`unreached_cells`).
-                    self.narrow_unreached(head, epoch);
+                    self.narrow_unreached(head, epoch, read_below);
                 }
                 self.rewinds_ended.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 match moved {
@@ -194,8 +196,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// of since the previous rewind: the top one, `(raised_from, head)`; the widest raise past
     /// the horizon recorded in this rewind's epoch ([`recorded_leap`](Self::recorded_leap)),
     /// `(from, to)` of that raise; and the cells above `head`, `(head, u64::MAX)`. It takes the
-    /// one that leaves the most cells of the range below
-    /// [`rewound_from`](SlidingWindowLimiter::rewound_from) (the only ones a peek reads). After a
+    /// one with the most cells below `read_below` (what its raise of
+    /// [`rewound_from`](SlidingWindowLimiter::rewound_from) left it at: a peek reads only cells
+    /// below that), so the choice costs no access to shared memory. After a
     /// leaping clock's calls in several cells the top gap is the last of them (empty); the
     /// recorded one is the leap's, from the head it left to the leaped cell. After a leap to the
     /// end of time and its rewind, a later rewind from a head past the horizon keeps the leaped
@@ -222,27 +225,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// cells below [`rewound_from`](SlidingWindowLimiter::rewound_from) are read by a peek as
     /// before. An empty range (a narrowing only ever narrows it) reads every cell below
     /// `rewound_from`, as before.
-    fn narrow_unreached(&self, head: u64, epoch: u64) {
+    fn narrow_unreached(&self, head: u64, epoch: u64, read_below: u64) {
         // Relaxed: our compare-exchange on `head` (AcqRel) read the raise into `head`, whose
         // record (`raise`, ordered before its Release) this load therefore sees, or a later one.
         let below = self.head.raised_from.load(Ordering::Relaxed);
         let leap = self.recorded_leap(epoch);
-        // SeqCst (as every access to these three): which gap to take is a choice of how many
-        // cells a peek may skip, never of what is exact (each gap is); these loads only guide it.
-        let range = (
-            self.unreached_from.load(Ordering::SeqCst),
-            self.unreached_to.load(Ordering::SeqCst),
-        );
-        let read_below = self.rewound_from.load(Ordering::SeqCst);
-        // The cells of `range` below `read_below` that the open gap `(from, to)` leaves, then
-        // those it leaves at all (a tie-break).
-        let kept = |(from, to): (u64, u64)| {
-            let first = from.saturating_add(1).max(range.0);
-            (
-                to.min(range.1).min(read_below).saturating_sub(first),
-                to.min(range.1).saturating_sub(first),
-            )
-        };
+        // The cells of the open gap `(from, to)` below `read_below`: those a peek may read.
+        let kept =
+            |(from, to): (u64, u64)| to.min(read_below).saturating_sub(from.saturating_add(1));
         let (mut from, mut to) = (below, head);
         for gap in leap.into_iter().chain([(head, u64::MAX)]) {
             if kept(gap) > kept((from, to)) {

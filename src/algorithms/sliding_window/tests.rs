@@ -1344,7 +1344,7 @@ fn a_call_that_rewinds_after_a_walked_forward_rewind_returns() {
 /// either (between two rewinds `head` only rises), so the gap `(3 + 2h, u64::MAX)` is as exact
 /// as the other two, and with the leaped era's range `[2, end)` leaves `[4 + 2h, end)`: each
 /// such peek should read at most `2 log2(cells) + 4` slot words. It read 60, 60, 6,000, 6,000;
-/// now a rewind takes the gap that leaves the most cells of the range below `rewound_from`
+/// now a rewind takes, of its three gaps, the one with the most cells below `rewound_from`
 /// (`narrow_unreached`), here the one above its head: 1 slot word each (its own cell).
 #[test]
 fn a_quiet_peek_after_a_leap_and_a_second_short_leap_reads_o_log_cells_slot_words() {
