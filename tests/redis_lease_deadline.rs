@@ -367,81 +367,7 @@ fn a_release_left_microseconds_behind_a_refund_is_busy() {
 /// breaker closed), and the `release` gives the lease's unserved permits back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_behind_a_stalled_probe_polls_it_and_is_not_busy() {
-    let server = RedisServer::start();
-    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
-    let backend = RedisBackend::connect(config).await.unwrap();
-    let clock = ManualClock::new();
-    let policy = FailurePolicy::FailClosed;
-    let one = BreakerConfig::new(1, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
-    let limiter = RedisLimiter::with_clock(&backend, "probe", hourly_gcra(), policy, clock.clone());
-    let limiter = Arc::new(limiter.unwrap().with_breaker(Some(one)));
-    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
-    // The scripts loaded; the key holds no lease.
-    assert!(leased.try_acquire(1).await.unwrap().is_allowed());
-    assert_eq!(leased.release().await.unwrap(), 7);
-
-    // A per-call decision on another key times out (the server frozen): the breaker opens.
-    server.freeze();
-    let failed = limiter.try_acquire_outcome("other", 1).await.unwrap();
-    server.thaw();
-    assert!(
-        failed.failure().is_some_and(|e| e.is_timeout()),
-        "{failed:?}"
-    );
-    let breaker = limiter.breaker().unwrap().shared();
-    assert_eq!(breaker.state(), BreakerState::Open);
-
-    // The probe is due: A's request for a lease is the probe, and A is never polled again.
-    clock.advance(Duration::from_secs(61));
-    let idle = current_thread();
-    let mut a = Box::pin(leased.try_acquire_outcome(1));
-    server.freeze();
-    let pending = std::thread::scope(|s| s.spawn(|| poll_once(&idle, &mut a)).join().unwrap());
-    server.thaw();
-    assert!(pending, "A's request is out");
-    assert_eq!(
-        breaker.state(),
-        BreakerState::HalfOpen,
-        "A's request is the probe"
-    );
-    // A call on the same connection after A's request: once it is answered, so is A's.
-    let flushed = bystander(&backend)
-        .try_acquire_outcome("x", 1)
-        .await
-        .unwrap();
-    assert!(flushed.failure().is_none(), "{flushed:?}");
-
-    let released = tokio::time::timeout(HANG, leased.release()).await;
-    let released = released.expect("the release hung, Redis up");
-    let counts = leased.counts();
-    assert_eq!(
-        released.as_ref().ok(),
-        Some(&7),
-        "the release did not take A's reply in: {released:?}, {counts:?}"
-    );
-    assert_eq!(breaker.state(), BreakerState::Closed);
-    assert_eq!(
-        (
-            counts.busy_releases,
-            counts.refunded,
-            counts.stranded,
-            counts.held
-        ),
-        (0, 14, 0, 0),
-        "{counts:?}"
-    );
-
-    // A, polled again, gets the permit its request took.
-    let a = tokio::time::timeout(HANG, a).await;
-    let a = a.expect("A, polled again, hung").unwrap();
-    assert!(a.failure().is_none() && a.decision().is_allowed(), "{a:?}");
-    idle_runtime(idle);
-    assert_eq!(counts.served(), 2, "the warm-up's 1 and A's 1: {counts:?}");
-    assert_eq!(
-        taken(&limiter).await,
-        counts.served() + counts.held,
-        "{counts:?}"
-    );
+    behind_a_stalled_probe(Finder::Release).await;
 }
 
 /// As above, but the caller finding the stalled probe's calls out is a refill (the key holds no
@@ -453,6 +379,22 @@ async fn a_release_behind_a_stalled_probe_polls_it_and_is_not_busy() {
 /// refill is served from that lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refill_behind_a_stalled_probe_polls_it_and_is_served() {
+    behind_a_stalled_probe(Finder::Refill).await;
+}
+
+/// Who finds the stalled probe's calls out, in [`behind_a_stalled_probe`].
+enum Finder {
+    /// A `release`.
+    Release,
+    /// Caller B, whose request needs a refill.
+    Refill,
+}
+
+/// The history of the two tests above: the breaker opened, A's request for a lease sent as its
+/// probe and A never polled again, Redis's answer waiting; then `finder` finds A's calls out,
+/// must take the answer in (the breaker closed), and A, polled again, gets its permit. Nothing
+/// lost or counted twice: Redis holds what was served and what the key holds.
+async fn behind_a_stalled_probe(finder: Finder) {
     let server = RedisServer::start();
     let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
     let backend = RedisBackend::connect(config).await.unwrap();
@@ -496,45 +438,77 @@ async fn a_refill_behind_a_stalled_probe_polls_it_and_is_served() {
         .await
         .unwrap();
     assert!(flushed.failure().is_none(), "{flushed:?}");
-    let before = server.calls("evalsha");
 
-    // B needs a refill: it finds A's calls out, the breaker half-open, no refund kept.
-    let b = tokio::time::timeout(HANG, leased.try_acquire_outcome(1)).await;
-    let b = b.expect("B hung, Redis up").unwrap();
-    let counts = leased.counts();
-    assert!(
-        b.failure().is_none() && b.decision().is_allowed(),
-        "B did not take A's reply in: {b:?}, {counts:?}"
-    );
-    assert_eq!(breaker.state(), BreakerState::Closed);
-    assert_eq!(
-        server.calls("evalsha"),
-        before,
-        "B was served from A's lease: no call of its own"
-    );
+    match finder {
+        Finder::Release => {
+            let released = tokio::time::timeout(HANG, leased.release()).await;
+            let released = released.expect("the release hung, Redis up");
+            let counts = leased.counts();
+            assert_eq!(
+                released.as_ref().ok(),
+                Some(&7),
+                "the release did not take A's reply in: {released:?}, {counts:?}"
+            );
+            assert_eq!(breaker.state(), BreakerState::Closed);
+            assert_eq!(
+                (
+                    counts.busy_releases,
+                    counts.refunded,
+                    counts.stranded,
+                    counts.held
+                ),
+                (0, 14, 0, 0),
+                "{counts:?}"
+            );
+        }
+        Finder::Refill => {
+            let before = server.calls("evalsha");
+
+            // B needs a refill: it finds A's calls out, the breaker half-open, no refund kept.
+            let b = tokio::time::timeout(HANG, leased.try_acquire_outcome(1)).await;
+            let b = b.expect("B hung, Redis up").unwrap();
+            let counts = leased.counts();
+            assert!(
+                b.failure().is_none() && b.decision().is_allowed(),
+                "B did not take A's reply in: {b:?}, {counts:?}"
+            );
+            assert_eq!(breaker.state(), BreakerState::Closed);
+            assert_eq!(
+                server.calls("evalsha"),
+                before,
+                "B was served from A's lease: no call of its own"
+            );
+        }
+    }
 
     // A, polled again, gets the permit its request took.
     let a = tokio::time::timeout(HANG, a).await;
     let a = a.expect("A, polled again, hung").unwrap();
     assert!(a.failure().is_none() && a.decision().is_allowed(), "{a:?}");
     idle_runtime(idle);
-    // Nothing lost or counted twice: Redis holds what was served and what the key holds.
     let counts = leased.counts();
-    assert_eq!(
-        counts.served(),
-        3,
-        "the warm-up's 1, A's 1, B's 1: {counts:?}"
-    );
-    assert_eq!(
-        (counts.refunded, counts.stranded, counts.failed_refunds),
-        (7, 0, 0),
-        "{counts:?}"
-    );
     assert_eq!(
         taken(&limiter).await,
         counts.served() + counts.held,
         "{counts:?}"
     );
+    match finder {
+        Finder::Release => {
+            assert_eq!(counts.served(), 2, "the warm-up's 1 and A's 1: {counts:?}")
+        }
+        Finder::Refill => {
+            assert_eq!(
+                counts.served(),
+                3,
+                "the warm-up's 1, A's 1, B's 1: {counts:?}"
+            );
+            assert_eq!(
+                (counts.refunded, counts.stranded, counts.failed_refunds),
+                (7, 0, 0),
+                "{counts:?}"
+            );
+        }
+    }
 }
 
 /// As [`a_refill_left_microseconds_behind_a_refund_sends_nothing`], under fail-open, with the
@@ -555,4 +529,97 @@ fn a_refill_left_no_time_asks_the_deny_cache_first() {
     );
     assert_eq!(behind.leased.counts().failed_refunds, 1, "{outcome:?}");
     the_kept_refund_lands_once(&behind);
+}
+
+/// A request whose deadline passes while it waits for another caller's refill (its calls still
+/// out on a frozen server: they were made after this request, so their deadline is later) was
+/// decided by the policy straight away: under fail-open it was admitted, though the deny cache
+/// (which answers a request before any call) held Redis's denial of as many permits. Decided as
+/// a request the breaker short-circuits now: the deny cache first, then the policy.
+#[test]
+fn a_request_waited_out_behind_a_refill_asks_the_deny_cache_first() {
+    let server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let policy = FailurePolicy::FailOpen;
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "waited",
+        hourly_gcra(),
+        policy,
+        ManualClock::new(),
+    );
+    let limiter = Arc::new(limiter.unwrap());
+    let leased = LeasedKey::new(Arc::clone(&limiter), "k");
+    let (first_runtime, second_runtime, refill_runtime) =
+        (current_thread(), current_thread(), current_thread());
+    // The scripts loaded, then a lease holding 7 (the budget Redis reported stays large: the
+    // drain below is the plain limiter's, which the lease does not see).
+    assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    assert_eq!(first_runtime.block_on(leased.release()).unwrap(), 7);
+    assert!(leased.blocking_try_acquire(1).unwrap().is_allowed());
+    assert_eq!(leased.counts().held, 7);
+    // Per-call requests leave 3; Redis then denies 5, and the deny cache keeps the denial
+    // (the manual clock never moves): a request of 5 or more is denied without a call.
+    let left = limiter.blocking_try_acquire("k", 100).unwrap();
+    assert!(!left.is_allowed(), "{left:?}");
+    let rest = u32::try_from(left.remaining() - 3).unwrap();
+    assert!(
+        limiter
+            .blocking_try_acquire("k", rest)
+            .unwrap()
+            .is_allowed()
+    );
+    let five = limiter.blocking_try_acquire_outcome("k", 5).unwrap();
+    assert!(
+        five.failure().is_none() && !five.decision().is_allowed(),
+        "{five:?}"
+    );
+
+    // A `release` sends the lease's 7 back (frozen; refused once thawed, the key moved past
+    // the lease's word: stranded, which does not matter here); B, a request of 5, waits for it.
+    let before = server.calls("evalsha");
+    server.freeze();
+    let mut first = Box::pin(leased.release());
+    assert!(poll_once(&first_runtime, &mut first), "its refund is out");
+    let mut b = Box::pin(leased.try_acquire_outcome(5));
+    assert!(poll_once(&second_runtime, &mut b), "B waits for the refund");
+    server.thaw();
+    server.wait_for_calls("evalsha", before + 1); // the refund ran
+    server.freeze();
+    // C, a request of 1 first polled now (its deadline after B's), takes the refund's reply in
+    // and sends its own request for a lease (1 is below the cached denial's 5).
+    let mut c = Box::pin(leased.try_acquire_outcome(1));
+    let took_in = refill_runtime.block_on(async {
+        let took_in = std::future::poll_fn(|cx| match c.as_mut().poll(cx) {
+            std::task::Poll::Ready(outcome) => panic!("answered, the server frozen: {outcome:?}"),
+            std::task::Poll::Pending if settled(&leased) > 7 => std::task::Poll::Ready(()),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        });
+        tokio::time::timeout(HANG, took_in).await
+    });
+    took_in.expect("the refund's reply never came back");
+
+    // B, polled again, finds C's calls out and waits for them until its own deadline.
+    let b = second_runtime.block_on(async { tokio::time::timeout(TIMEOUT + HANG, b).await });
+    let b = b.expect("B waited past its deadline (hung)").unwrap();
+    server.thaw();
+    assert!(
+        !b.decision().is_allowed() && b.failure().is_none(),
+        "the deny cache holds Redis's denial of 5, yet B got {b:?}"
+    );
+    let c = refill_runtime.block_on(async { tokio::time::timeout(HANG, c).await });
+    let c = c.expect("C hung, Redis up").unwrap();
+    assert!(c.failure().is_none_or(|e| e.is_timeout()), "{c:?}");
+    let first = first_runtime.block_on(async { tokio::time::timeout(HANG, first).await });
+    // Its refund refused as stranded or landed, it returns (what it says is not this test's).
+    let _released = first.expect("the first release hung");
+    drop((first_runtime, second_runtime, refill_runtime));
+}
+
+/// The refunds whose reply was taken in: landed, or refused (stranded: the per-call requests
+/// after the lease moved the key past its word).
+fn settled(leased: &LeasedKey<Gcra, ManualClock>) -> u64 {
+    let counts = leased.counts();
+    counts.refunded + counts.stranded
 }

@@ -464,7 +464,8 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
     /// `node` names (`None`: the shared breaker): `None` when the breaker does not admit it
     /// (open, or its half-open probe is out: nothing is sent), a [`BackendError::CircuitOpen`]
     /// then (its `retry_in` as a short-circuited decision's); otherwise the call's result,
-    /// reported to the breaker unless `excused` (as in
+    /// reported to the breaker unless `excused` or never sent (its deadline passed before it
+    /// was written: [`BackendError::is_not_sent`]) (as in
     /// [`run_async_excusing`](Self::run_async_excusing)). A failure is not counted here (no
     /// caller's request is decided by it): [`decide`](Self::decide) counts it when a request
     /// is decided by it, [`count_failure`](Self::count_failure) when none is. Dropping the
@@ -491,7 +492,8 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
         if let Some(permit) = permit {
             match &result {
                 Ok(_) => permit.succeeded(),
-                Err(error) if excused(error) => {}
+                // Not sent (its deadline passed before it was written): not the store's.
+                Err(error) if excused(error) || error.is_not_sent() => {}
                 Err(_) => permit.failed(),
             }
         }
@@ -648,7 +650,11 @@ impl<A: Algorithm, C: Clock + Clone> FailureHandler<A, C> {
                 Outcome::from_backend(decision)
             }
             Err(error) => {
-                if let Some(permit) = permit {
+                // A request never sent (its deadline passed before it was written) says
+                // nothing about the store: the permit is dropped unreported, leaving the
+                // breaker as if the call never happened; the policy decides it and it is
+                // counted, as any timeout.
+                if let Some(permit) = permit.filter(|_| !error.is_not_sent()) {
                     permit.failed();
                 }
                 self.decide(key, n, error)

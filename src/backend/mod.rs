@@ -341,6 +341,34 @@ impl BackendError {
     }
 }
 
+/// The cause of a timeout whose request was never sent: its deadline had passed before
+/// anything was written (a future first polled late, a decision queued past its deadline), or
+/// too little of it was left to send it (`LeasedKey::min_call_time`). It says nothing about the
+/// store, so [`FailureHandler`] does not report it to the breaker
+/// ([`BackendError::is_not_sent`]). Holds the reason, as the error's message.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct NotSent(pub(crate) std::borrow::Cow<'static, str>);
+
+impl fmt::Display for NotSent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotSent {}
+
+impl BackendError {
+    /// Whether this is a timeout of a request that was never sent ([`NotSent`]): no call
+    /// reached the store, so the breaker is not told of it.
+    pub(crate) fn is_not_sent(&self) -> bool {
+        match self {
+            BackendError::Server { error, .. } => error.downcast_ref::<NotSent>().is_some(),
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -39,7 +39,9 @@
 //!
 //! Cancellation: a queued caller whose future is dropped (or whose own deadline passed) before
 //! its batch is taken is skipped, and sends nothing; dropped after, its decision may be taken
-//! (as for a plain call dropped while out). A caller sending its own call at once and dropped
+//! (as for a plain call dropped while out). A decision whose deadline has passed when its batch
+//! is taken, its caller not yet gone (not polled since: a busy runtime), is left out of the
+//! call and answered with a "not sent" timeout (a batch left empty is not sent). A caller sending its own call at once and dropped
 //! while it is out hands the queue to a flusher in its drop, so nobody is left waiting on a
 //! call that no task will make. A flusher itself is only dropped when the connection's runtime
 //! shuts down: it then drops the replies it owes, fails every queued decision (those callers
@@ -486,9 +488,37 @@ impl Coalescer {
         Vec::new()
     }
 
+    /// `group` without the decisions whose deadline passed while they were queued (their
+    /// callers not yet gone), each of those answered now with a "not sent" timeout (decided
+    /// by its caller's policy, not told to the breaker: it says nothing about Redis). Sent,
+    /// such a decision would be refused by the server only while the clock offset is known (a
+    /// lazy backend before its first reply sends no deadline: its script would take the
+    /// permits for a caller that has given up). Each decision is answered once: here, or by
+    /// the call that the rest go in.
+    fn answer_late(&self, group: Vec<Pending>) -> Vec<Pending> {
+        let now = Instant::now();
+        // The usual case, none late: no second list.
+        if group.iter().all(|pending| pending.request.deadline > now) {
+            return group;
+        }
+        let (live, late): (Vec<Pending>, Vec<Pending>) = group
+            .into_iter()
+            .partition(|pending| pending.request.deadline > now);
+        for pending in late {
+            let error = self.backend.not_sent(&pending.request.keys);
+            // A caller gone meanwhile drops its answer.
+            let _ = pending.reply.send((Err(error), Baton(None)));
+        }
+        live
+    }
+
     /// One script call for `group` (keys sharing a slot), each result to its caller: the first
     /// at once, the others handed on by the callers ([`Answers`], returned).
-    async fn send_group(&self, mut group: Vec<Pending>) -> Option<Answers> {
+    async fn send_group(&self, group: Vec<Pending>) -> Option<Answers> {
+        let mut group = self.answer_late(group);
+        if group.is_empty() {
+            return None;
+        }
         if group.len() == 1 {
             let Pending { request, reply, .. } = group.pop().expect("one");
             let result = self.eval_one(request).await;

@@ -19,7 +19,7 @@ use super::limiter::sealed::Replay;
 use super::lua_script::LuaScript;
 use super::slot_owners::{SlotOwners, slot_of};
 use crate::backend::{
-    BackendError, FailureKind, LastReply, RequestError, ServerOffset, until_deadline,
+    BackendError, FailureKind, LastReply, NotSent, RequestError, ServerOffset, until_deadline,
 };
 
 /// Where the Redis backend connects, and how long a decision may take.
@@ -162,8 +162,10 @@ impl RedisConfig {
 /// long to come back. A call whose deadline has passed before its request is written (its
 /// future first polled late: a thread held, a runtime busy elsewhere, a try given no time)
 /// sends nothing: a timeout saying "not sent", decided as any timeout (the policy, or a try's
-/// own budget as above), so that a lazy backend before its first reply (no deadline to send)
-/// takes nothing for a caller that has given up.
+/// own budget as above) but never told to the circuit breaker (it says nothing about Redis;
+/// so too a coalesced decision whose deadline passed while it was queued), so that a lazy
+/// backend before its first reply (no deadline to send) takes nothing for a caller that has
+/// given up.
 ///
 /// What can still be consumed without being handed out, per call:
 /// * a future dropped after its request was written (or, queued behind other calls, after its
@@ -963,6 +965,11 @@ impl RedisBackend {
             deadlines.push(deadline);
             latest = latest.max(request.deadline);
         }
+        // Every deadline passed before the request is written (the coalescer leaves out those
+        // past theirs when it takes the batch: this is the instant since): nothing is sent.
+        if latest <= now {
+            return Err(self.not_sent(&first.keys));
+        }
         let per = first.keys.len();
         // The lists take up to ~24 bytes per decision (an n of a few digits, a deadline's
         // distance, an index, each with its space).
@@ -1061,6 +1068,11 @@ impl RedisBackend {
             }
             deadlines.push(deadline);
             latest = latest.max(request.deadline);
+        }
+        // Every deadline passed before the request is written (the coalescer leaves out those
+        // past theirs when it takes the batch: this is the instant since): nothing is sent.
+        if latest <= now {
+            return Err(self.not_sent(&first.keys));
         }
         // EVALSHA, the hash, the key count, the keys, and up to seven arguments, the lists
         // taking up to ~24 bytes per decision (an n of a few digits, a deadline's distance, an
@@ -1236,17 +1248,26 @@ impl RedisBackend {
     }
 
     /// The error of a request on `keys` not sent because its deadline had passed before it
-    /// was written: a timeout naming the server (on a cluster, the owner of the keys' slot).
+    /// was written: [`not_sent_because`](Self::not_sent_because) that.
     #[cold]
-    fn not_sent(&self, keys: &[String]) -> BackendError {
-        BackendError::at(
-            FailureKind::Timeout,
-            self.failed_at(keys),
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "not sent: the request's deadline passed before it was written; nothing was taken",
-            ),
+    pub(crate) fn not_sent(&self, keys: &[String]) -> BackendError {
+        self.not_sent_because(
+            keys,
+            "not sent: the request's deadline passed before it was written; nothing was taken"
+                .into(),
         )
+    }
+
+    /// The error of a request on `keys` not sent, for `reason` (its message): a timeout naming
+    /// the server (on a cluster, the owner of the keys' slot). Not told to the circuit breaker
+    /// ([`NotSent`]): it says nothing about Redis.
+    #[cold]
+    pub(crate) fn not_sent_because(
+        &self,
+        keys: &[String],
+        reason: std::borrow::Cow<'static, str>,
+    ) -> BackendError {
+        BackendError::at(FailureKind::Timeout, self.failed_at(keys), NotSent(reason))
     }
 
     /// The error of a request on `keys` the script refused past its deadline

@@ -1142,8 +1142,9 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
     }
 
     /// The decision for a request of `n` whose deadline passed while another caller's refill
-    /// held the owner: a timeout, decided by the policy (the breaker is not told: this call
-    /// sent nothing).
+    /// held the owner: a timeout, decided as a request the breaker short-circuits (the deny
+    /// cache's denial first, which a call would have met before anything was sent; else the
+    /// policy, counted), as `out_of_time`; the breaker is not told: this call sent nothing.
     #[cold]
     fn waited_out(&self, n: u32) -> Outcome {
         let timeout = self.limiter.backend().timeout();
@@ -1151,7 +1152,7 @@ impl<A: LeaseAlgorithm, C: Clock + Clone> LeasedKey<A, C> {
             "no lease within {timeout:?}: another caller's request for a lease of this key was \
              still out"
         ));
-        self.limiter.handler().decide(&self.key, n, error)
+        self.limiter.handler().decide_unsent(&self.key, n, error)
     }
 
     /// The decision for a request of `n` that found another caller's calls out, carrying a
@@ -2116,7 +2117,8 @@ fn min_call_time(timeout: Duration) -> Duration {
 }
 
 /// The error of a call for `what` on `redis_keys` not sent to `backend` because only `left` of
-/// its time was left, under the `needed` it must have: a timeout naming the server.
+/// its time was left, under the `needed` it must have: a timeout naming the server, not told to
+/// the circuit breaker (`RedisBackend::not_sent_because`).
 fn not_sent(
     backend: &super::RedisBackend,
     redis_keys: &[String],
@@ -2124,17 +2126,11 @@ fn not_sent(
     needed: Duration,
     what: &str,
 ) -> BackendError {
-    BackendError::at(
-        FailureKind::Timeout,
-        backend.failed_at(redis_keys),
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "not sent: the call for {what} had {left:?} left of its time, under the \
-                 {needed:?} a call is sent with at least (LeasedKey::min_call_time)"
-            ),
-        ),
-    )
+    let reason = format!(
+        "not sent: the call for {what} had {left:?} left of its time, under the {needed:?} a \
+         call is sent with at least (LeasedKey::min_call_time)"
+    );
+    backend.not_sent_because(redis_keys, reason.into())
 }
 
 /// A call's deadline: `timeout` from now (the backend validated it to at most an hour).

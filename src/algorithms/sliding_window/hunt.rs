@@ -463,18 +463,7 @@ fn a_peek_agrees_with_a_call_that_walks_over_sealed_cells() {
 fn a_call_behind_a_walked_forward_rewind_rewalks_at_most_the_ring() {
     let walks = returns(|| {
         let clock = ScriptClock::default();
-        let parts = super::SlidingWindow::with_parts(3, Duration::from_secs(80), 8, 1).unwrap();
-        let w = SlidingWindowLimiter::from_config(&parts, clock.clone());
-        assert!(w.try_acquire_at(3, 161_405_414_753).unwrap().is_allowed());
-        assert!(!w.try_acquire_at(3, 191_540_193_662).unwrap().is_allowed());
-        clock.set(109_085_858_983);
-        assert_eq!(w.take(2, 2, u64::MAX).unwrap().granted(), 0);
-        assert!(
-            w.try_acquire_at(2, u64::MAX - 175_478_003_888)
-                .unwrap()
-                .is_allowed()
-        );
-        assert!(w.try_acquire_at(2, 89_575_380_630).unwrap().is_allowed());
+        let w = super::tests::after_a_walked_forward_rewind(clock.clone(), |now| clock.set(now));
         let mut walks = Vec::new();
         // Real time in cell 1, then cells 2, 5 and 6: each call 1 permit.
         for now in [

@@ -1299,22 +1299,10 @@ fn quiet_peeks_after_a_leap_to_the_end_of_time(leaped_calls: u64) -> Vec<(u32, u
 /// its walk ends: cell 14, whose 2 permits (the call in cell 8's) leave no room for 3.
 #[test]
 fn a_call_that_rewinds_after_a_walked_forward_rewind_returns() {
-    use crate::lease::LeaseSource;
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let clock = ManualClock::new();
-        let config = super::SlidingWindow::with_parts(3, Duration::from_secs(80), 8, 1).unwrap();
-        let w = SlidingWindowLimiter::from_config(&config, clock.clone());
-        assert!(w.try_acquire_at(3, 161_405_414_753).unwrap().is_allowed());
-        assert!(!w.try_acquire_at(3, 191_540_193_662).unwrap().is_allowed());
-        clock.set(109_085_858_983);
-        assert_eq!(w.take(2, 2, u64::MAX).unwrap().granted(), 0);
-        assert!(
-            w.try_acquire_at(2, 18_446_743_898_231_547_727)
-                .unwrap()
-                .is_allowed()
-        );
-        assert!(w.try_acquire_at(2, 89_575_380_630).unwrap().is_allowed());
+        let w = after_a_walked_forward_rewind(clock.clone(), |now| clock.set(now));
         assert_eq!(w.head.cell.load(crate::sync::Ordering::SeqCst), 14);
         let last = w.try_acquire_at(3, 14_942_222_018).unwrap();
         done.send((last, w.head.cell.load(crate::sync::Ordering::SeqCst)))
@@ -1390,4 +1378,30 @@ fn a_quiet_peek_after_a_leap_and_a_second_short_leap_reads_o_log_cells_slot_word
         reads.iter().all(|&(.., within)| within),
         "(cells, second leap in steps, slot words read, within): {reads:?}"
     );
+}
+
+/// The history of [`a_call_that_rewinds_after_a_walked_forward_rewind_returns`] up to its last
+/// call (also `hunt::a_call_behind_a_walked_forward_rewind_rewalks_at_most_the_ring`'s): 8
+/// cells of 10 s, limit 3, 1 future cell; 3 taken in cell 16, a refusal in cell 19, a lease
+/// asked for (and refused) with `set` putting the clock at cell 10, a leap near the end of
+/// time, and a call in cell 8 that rewinds the ring and walks forward to cell 14 (cells 1..=13
+/// sealed).
+pub(super) fn after_a_walked_forward_rewind<C: crate::clock::Clock>(
+    clock: C,
+    set: impl FnOnce(u64),
+) -> SlidingWindowLimiter<C> {
+    use crate::lease::LeaseSource;
+    let config = super::SlidingWindow::with_parts(3, Duration::from_secs(80), 8, 1).unwrap();
+    let w = SlidingWindowLimiter::from_config(&config, clock);
+    assert!(w.try_acquire_at(3, 161_405_414_753).unwrap().is_allowed());
+    assert!(!w.try_acquire_at(3, 191_540_193_662).unwrap().is_allowed());
+    set(109_085_858_983);
+    assert_eq!(w.take(2, 2, u64::MAX).unwrap().granted(), 0);
+    assert!(
+        w.try_acquire_at(2, 18_446_743_898_231_547_727)
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(w.try_acquire_at(2, 89_575_380_630).unwrap().is_allowed());
+    w
 }
