@@ -23,24 +23,37 @@ pub(super) fn horizon_cells(cells: u64, cell_nanos: u64) -> u64 {
 /// read by the rewind that ends its epoch
 /// ([`recorded_leap`](SlidingWindowLimiter::recorded_leap)); cold: only a raise past the
 /// horizon (a leap, or a crossing after that much idleness) writes it.
+///
+/// `claim` is a try-lock that also names the gap's epoch: `epoch << 1 | busy`. A writer or
+/// the reader takes it by one compare-exchange from an idle (even) value and so holds `from`
+/// and `to` alone (no sequence to re-check, and no wait: whoever finds it busy, or loses the
+/// compare-exchange, goes without); a writer releases it as its own epoch's idle value, the
+/// reader as it found it. The shift drops the epoch name's top bit, so two epochs 2^63 rewinds
+/// apart share a tag (`EPOCH_STEP` is odd: names `k` and `k + 2^63` rewinds apart differ in
+/// the top bit only): exact for fewer than 2^63 rewinds in a limiter's life (292 years at one
+/// a nanosecond).
 pub(super) struct LeapRecord {
-    /// Even while the fields are stable; a writer claims it odd by compare-exchange, stores
-    /// the fields and releases it even, 2 more.
-    seq: AtomicU64,
-    /// The rewinds begun before the raise (the epoch it lies in).
-    epoch: AtomicU64,
+    /// `epoch << 1 | busy`: the epoch (the rewinds begun before the raise) `(from, to)` lies
+    /// in, and whether a writer or the reader holds the record.
+    claim: AtomicU64,
     /// The head the raise left, and the cell it raised `head` to: `(from, to)` held no cell in
     /// that epoch. Both 0 at first: an empty gap, harmless in any epoch.
     from: AtomicU64,
     to: AtomicU64,
 }
 
+/// The claim word of `epoch`'s record, idle.
+fn idle(epoch: u64) -> u64 {
+    epoch << 1
+}
+
 impl LeapRecord {
-    /// No leap recorded: sequence 0, the empty gap `(0, 0)` in epoch 0.
+    /// No leap recorded: the empty gap `(0, 0)`, tagged with the epoch before the first (so a
+    /// first raise past the horizon writes without reading the gap; the empty gap is harmless
+    /// in any epoch anyway).
     pub(super) fn new() -> Self {
         LeapRecord {
-            seq: AtomicU64::new(0),
-            epoch: AtomicU64::new(0),
+            claim: AtomicU64::new(idle(EPOCH_STEP.wrapping_neg())),
             from: AtomicU64::new(0),
             to: AtomicU64::new(0),
         }
@@ -245,24 +258,23 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         self.unreached_to.fetch_min(to, Ordering::SeqCst);
     }
 
-    /// The rewinds' epoch before a raise of `head` past the horizon: the rewinds begun, if
-    /// every one begun had ended (read in that order: equal, every rewind begun before the
-    /// second load had ended before the first); `None` while one is under way. The raise
-    /// records its gap ([`record_leap`](Self::record_leap)) only with an epoch read before its
-    /// compare-exchange on `head`.
+    /// The rewinds' epoch a raise of `head` past the horizon may lie in, read before its
+    /// compare-exchange on `head`: the rewinds ended. The raise records its gap
+    /// ([`record_leap`](Self::record_leap)) only if the rewinds begun, read after that
+    /// compare-exchange, are this same count: then every rewind begun before this load had
+    /// ended (see [`recorded_leap`](Self::recorded_leap)).
     #[cold]
-    pub(super) fn quiet_epoch(&self) -> Option<u64> {
+    pub(super) fn leap_epoch(&self) -> u64 {
         // SeqCst: as the rewinds' counters everywhere (`follow` adds to them around its
         // compare-exchange on `head`).
-        let ended = self.rewinds_ended.load(Ordering::SeqCst);
-        (self.rewinds_begun.load(Ordering::SeqCst) == ended).then_some(ended)
+        self.rewinds_ended.load(Ordering::SeqCst)
     }
 
     /// Records the raise of `head` from `from` to `to` (its compare-exchange succeeded, past
-    /// the horizon) as its epoch's leap, read before that compare-exchange by
-    /// [`quiet_epoch`](Self::quiet_epoch), if no rewind has begun since and it is wider than
-    /// the epoch's leap recorded so far. The record is written under its sequence word (odd
-    /// while a writer stores): a writer that finds it odd, or loses the claim, records nothing
+    /// the horizon) as its epoch's leap, the rewinds ended read before that compare-exchange
+    /// by [`leap_epoch`](Self::leap_epoch), if the rewinds begun are still that count and the
+    /// gap is wider than the epoch's leap recorded so far. The writer holds the record by its
+    /// claim word ([`LeapRecord`]): one that finds it busy, or loses the claim, records nothing
     /// (a rewind then narrows by less; never a wait).
     #[cold]
     pub(super) fn record_leap(&self, epoch: u64, from: u64, to: u64) {
@@ -272,63 +284,73 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         if self.rewinds_begun.load(Ordering::SeqCst) != epoch {
             return;
         }
-        let seq = leap.seq.load(Ordering::SeqCst);
-        if seq % 2 == 1
+        let claim = leap.claim.load(Ordering::SeqCst);
+        if claim & 1 == 1
             || leap
-                .seq
-                .compare_exchange(seq, seq.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst)
+                .claim
+                .compare_exchange(claim, claim | 1, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
         {
             return;
         }
-        let recorded = leap.epoch.load(Ordering::SeqCst) == epoch;
-        let width = leap
-            .to
-            .load(Ordering::SeqCst)
-            .saturating_sub(leap.from.load(Ordering::SeqCst));
-        if !recorded || to - from > width {
-            leap.epoch.store(epoch, Ordering::SeqCst);
-            leap.from.store(from, Ordering::SeqCst);
-            leap.to.store(to, Ordering::SeqCst);
+        // The epoch's own record, no narrower: left as it is.
+        if claim == idle(epoch)
+            && to - from
+                <= leap
+                    .to
+                    .load(Ordering::SeqCst)
+                    .saturating_sub(leap.from.load(Ordering::SeqCst))
+        {
+            leap.claim.store(claim, Ordering::SeqCst);
+            return;
         }
-        leap.seq.store(seq.wrapping_add(2), Ordering::SeqCst);
+        leap.from.store(from, Ordering::SeqCst);
+        leap.to.store(to, Ordering::SeqCst);
+        leap.claim.store(idle(epoch), Ordering::SeqCst);
     }
 
     /// For the rewind whose `fetch_add` on the rewinds begun returned `epoch` and whose
     /// compare-exchange on `head` then succeeded: the widest raise past the horizon in the
     /// epoch that compare-exchange ends, `(from, to)`, if one is recorded, no other rewind has
-    /// begun since this one and no writer is storing.
+    /// begun since this one and no writer holds the record.
     ///
     /// Why the raise lies in that epoch (between the previous successful rewind and ours, in
-    /// `head`'s modification order), all loads SeqCst: the raise read the rewinds ended and
-    /// begun both `epoch` before its compare-exchange ([`quiet_epoch`](Self::quiet_epoch)), so
-    /// every rewind begun before ours had ended, its compare-exchange done, before the raise's
-    /// (each counts itself ended after it). It read the rewinds begun still `epoch` after its
-    /// compare-exchange ([`record_leap`](Self::record_leap)), before our `fetch_add`: had our
-    /// compare-exchange come first on `head`, the raise's (Acquire) would have read it or a
-    /// raise after it (every write of `head` is a read-modify-write) and so seen our count.
-    /// And we read the rewinds begun as we left them after our compare-exchange: a rewind begun
-    /// since cannot have moved `head` before us (ours would have read its move, and then its
-    /// count). So no rewind moved `head` between the raise and ours, and the raise's gap holds
-    /// no cell `head` held in our epoch. The record is one consistent write: its sequence word
-    /// read even and the same before and after the three fields (a writer's stores lie between
-    /// its odd claim and its even release).
+    /// `head`'s modification order), all loads SeqCst: the raise read the rewinds ended
+    /// `epoch` before its compare-exchange ([`leap_epoch`](Self::leap_epoch)) and the rewinds
+    /// begun `epoch` after it ([`record_leap`](Self::record_leap)). The begun count only grows
+    /// and is never below the ended one, so it was `epoch` at the first load as well: every
+    /// rewind begun before the raise's compare-exchange had ended, its compare-exchange done,
+    /// before it (each counts itself ended after it). The rewinds begun still `epoch` after
+    /// the raise's compare-exchange, before our `fetch_add`: had our compare-exchange come
+    /// first on `head`, the raise's (Acquire) would have read it or a raise after it (every
+    /// write of `head` is a read-modify-write) and so seen our count. And we read the rewinds
+    /// begun as we left them after our compare-exchange: a rewind begun since cannot have moved
+    /// `head` before us (ours would have read its move, and then its count). So no rewind moved
+    /// `head` between the raise and ours, and the raise's gap holds no cell `head` held in our
+    /// epoch. The record is one consistent write of that raise's: we hold its claim word, taken
+    /// from `epoch`'s idle value, which only a writer of `epoch` leaves, after storing its gap
+    /// while it held the word alone.
     fn recorded_leap(&self, epoch: u64) -> Option<(u64, u64)> {
         let leap = &self.leap;
         // SeqCst: as in `record_leap`.
         if self.rewinds_begun.load(Ordering::SeqCst) != epoch.wrapping_add(EPOCH_STEP) {
             return None;
         }
-        let seq = leap.seq.load(Ordering::SeqCst);
-        if seq % 2 == 1 {
+        let claim = idle(epoch);
+        if leap.claim.load(Ordering::SeqCst) != claim
+            || leap
+                .claim
+                .compare_exchange(claim, claim | 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
             return None;
         }
-        let recorded = leap.epoch.load(Ordering::SeqCst);
-        let (from, to) = (
+        let gap = (
             leap.from.load(Ordering::SeqCst),
             leap.to.load(Ordering::SeqCst),
         );
-        (leap.seq.load(Ordering::SeqCst) == seq && recorded == epoch).then_some((from, to))
+        leap.claim.store(claim, Ordering::SeqCst);
+        Some(gap)
     }
 
     /// A fresh clock read for a caller that has just loaded `head`.

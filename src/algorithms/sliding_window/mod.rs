@@ -362,7 +362,7 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// The widest raise of `head` past the horizon in the newest epoch that recorded one (the
     /// rewinds begun before it), which the rewind ending that epoch narrows
     /// `[unreached_from, unreached_to)` by when it is wider than the gap below the head it
-    /// moves back from ([`LeapRecord`]). Four words, off the hot lines; written only by a raise
+    /// moves back from ([`LeapRecord`]). Three words, off the hot lines; written only by a raise
     /// past the horizon.
     leap: LeapRecord,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:

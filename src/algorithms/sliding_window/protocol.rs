@@ -515,7 +515,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// Raises `head` from `from` (as loaded) to `cell`, as `fetch_max` would, recording first
     /// the head it raises from in [`raised_from`](super::HeadLine::raised_from) (by compare-exchange,
     /// so the recorded head is the one the raise replaces: no cell between the two is reached).
-    /// A raise of more than the horizon reads the rewinds' epoch before its compare-exchange
+    /// A raise of more than the horizon reads the rewinds ended before its compare-exchange
     /// and, once that succeeds, records itself as the epoch's leap
     /// ([`record_leap`](Self::record_leap)): a rewind narrows the cells never reached by that
     /// gap when the raise into the head it moves back from was a later, smaller one
@@ -526,11 +526,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         loop {
             // A raise past the horizon (a leap, or a crossing after that much idleness) is
             // recorded as its epoch's leap after it succeeds, with the epoch read before it.
-            let leap = if cell - from > self.horizon {
-                self.quiet_epoch()
-            } else {
-                None
-            };
+            let leap = (cell - from > self.horizon).then(|| self.leap_epoch());
             // Relaxed: ordered before the compare-exchange below by its Release; a rewind whose
             // compare-exchange on `head` reads this raise (Acquire) loads it after
             // (`narrow_unreached`).
