@@ -7,13 +7,57 @@ use super::marks::EPOCH_STEP;
 use super::{SlidingWindowLimiter, unpack_cell, visit};
 use crate::clock::{Clock, MAX_CLOCK_LAG_NANOS};
 use crate::packed::{TAG_MASK, unpack_window};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 
 /// The horizon in cells for cells of `cell_nanos`: `max(cells, ⌈H / cell⌉)`, where `H` is
 /// [`MAX_CLOCK_LAG_NANOS`]. Two correct clocks' reads (at most `H` apart) are at most
 /// `⌈H / cell⌉` cells apart.
 pub(super) fn horizon_cells(cells: u64, cell_nanos: u64) -> u64 {
     MAX_CLOCK_LAG_NANOS.div_ceil(cell_nanos).max(cells)
+}
+
+/// The widest raise of `head` past the horizon in one epoch (between two rewinds): what a
+/// rewind narrows the cells never reached to when the raise into the head it moves back from
+/// was not the leap (a leaping clock's later calls raise `head` from the leaped cell). Written
+/// by a raise after its compare-exchange ([`record_leap`](SlidingWindowLimiter::record_leap)),
+/// read by the rewind that ends its epoch
+/// ([`recorded_leap`](SlidingWindowLimiter::recorded_leap)); cold: only a raise past the
+/// horizon (a leap, or a crossing after that much idleness) writes it.
+///
+/// `claim` is a try-lock that also names the gap's epoch: `epoch << 1 | busy`. A writer or
+/// the reader takes it by one compare-exchange from an idle (even) value and so holds `from`
+/// and `to` alone (no sequence to re-check, and no wait: whoever finds it busy, or loses the
+/// compare-exchange, goes without); a writer releases it as its own epoch's idle value, the
+/// reader as it found it. The shift drops the epoch name's top bit, so two epochs 2^63 rewinds
+/// apart share a tag (`EPOCH_STEP` is odd: names `k` and `k + 2^63` rewinds apart differ in
+/// the top bit only): exact for fewer than 2^63 rewinds in a limiter's life (292 years at one
+/// a nanosecond).
+pub(super) struct LeapRecord {
+    /// `epoch << 1 | busy`: the epoch (the rewinds begun before the raise) `(from, to)` lies
+    /// in, and whether a writer or the reader holds the record.
+    claim: AtomicU64,
+    /// The head the raise left, and the cell it raised `head` to: `(from, to)` held no cell in
+    /// that epoch. Both 0 at first: an empty gap, harmless in any epoch.
+    from: AtomicU64,
+    to: AtomicU64,
+}
+
+/// The claim word of `epoch`'s record, idle.
+fn idle(epoch: u64) -> u64 {
+    epoch << 1
+}
+
+impl LeapRecord {
+    /// No leap recorded: the empty gap `(0, 0)`, tagged with the epoch before the first (so a
+    /// first raise past the horizon writes without reading the gap; the empty gap is harmless
+    /// in any epoch anyway).
+    pub(super) fn new() -> Self {
+        LeapRecord {
+            claim: AtomicU64::new(idle(EPOCH_STEP.wrapping_neg())),
+            from: AtomicU64::new(0),
+            to: AtomicU64::new(0),
+        }
+    }
 }
 
 /// One call's view of time: its clock read, whether it may read the clock again, and the newest
@@ -115,12 +159,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 }
                 // Begun before head moves back (so before any slot write that follows the
                 // rewind) and ended after: see `SlidingWindowLimiter::refund`.
-                self.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
+                let epoch = self.rewinds_begun.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 // Before head moves back: a peek that loads the rewound head (or a later one)
                 // reads the cells up to this one that it would take for empty
                 // (`closed_for_peek`). SeqCst, as the rewinds begun.
-                self.rewound_from
-                    .fetch_max(head.saturating_add(1), Ordering::SeqCst);
+                let read_below = self
+                    .rewound_from
+                    .fetch_max(head.saturating_add(1), Ordering::SeqCst)
+                    .max(head.saturating_add(1));
                 // Before head moves back: no crossing after the rewind reads the ends of one
                 // before it (see [Ends](super#ends)).
                 self.clear_ends(me.own);
@@ -135,7 +181,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 if moved.is_ok() {
                     // Before the rewind ends: a peek skips the cells never reached only once
                     // every rewind it may have seen has ended (`unreached_cells`).
-                    self.narrow_unreached(head);
+                    self.narrow_unreached(head, epoch, read_below);
                 }
                 self.rewinds_ended.fetch_add(EPOCH_STEP, Ordering::SeqCst);
                 match moved {
@@ -157,34 +203,154 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         }
     }
 
-    /// After a rewind moved `head` back from `head` (its compare-exchange succeeded): narrows the
-    /// cells never reached, `[unreached_from, unreached_to)`, to those of
-    /// `[raised_from + 1, head)` in it.
+    /// After a rewind moved `head` back from `head` (its compare-exchange succeeded; `epoch`:
+    /// the rewinds begun before it, as its `fetch_add` returned them): narrows the cells never
+    /// reached, `[unreached_from, unreached_to)`, by one of three gaps that `head` held no cell
+    /// of since the previous rewind: the top one, `(raised_from, head)`; the widest raise past
+    /// the horizon recorded in this rewind's epoch ([`recorded_leap`](Self::recorded_leap)),
+    /// `(from, to)` of that raise; and the cells above `head`, `(head, u64::MAX)`. It takes the
+    /// one with the most cells below `read_below` (what its raise of
+    /// [`rewound_from`](SlidingWindowLimiter::rewound_from) left it at: a peek reads only cells
+    /// below that), so the choice costs no access to shared memory. After a
+    /// leaping clock's calls in several cells the top gap is the last of them (empty); the
+    /// recorded one is the leap's, from the head it left to the leaped cell. After a leap to the
+    /// end of time and its rewind, a later rewind from a head past the horizon keeps the leaped
+    /// era's range above that head (`raised_from` stays at the leaped era's head, so the top gap
+    /// is empty from then on, for the limiter's life).
     ///
     /// Why this is exact: a count is only ever written in a cell `head` has held (a writer
     /// needs its cell's `base`, published after `head` reached the cell), so only cells `head`
-    /// held before a rewind can hold counts no crossing since has counted. Every raise records
-    /// the head it raises from before its compare-exchange ([`raise`](Self::raise)), and our
-    /// compare-exchange read the change that put `head` at `head`: a raise (so `raised_from` is
-    /// at least the head it raised from, and since the rewind before it, or the start, `head`
-    /// held no cell in between) or a rewind to `head` (then `head` held only `head` since).
-    /// So `(raised_from, head)` holds no cell `head` held since the previous rewind, and the
-    /// range as it stood, none held before it (by induction: it starts as every cell, and
-    /// only ever narrows, by these two read-modify-writes, which commute, so rewinds that race
-    /// narrow it by both). The other cells below
-    /// [`rewound_from`](SlidingWindowLimiter::rewound_from) are read by a peek as before.
-    /// Reading `raised_from` before our compare-exchange instead could miss a rewind and a raise
-    /// back to `head` in between; this read, after it, cannot. An empty range (`raised_from`
-    /// only grows, so after a far leap it may stay high) reads every cell below
+    /// held before a rewind can hold counts no crossing since has counted; and between two
+    /// rewinds `head` only rises, so a raise from `a` to `b` leaves `(a, b)` unheld in its epoch.
+    /// The top gap: every raise records the head it raises from before its compare-exchange
+    /// ([`raise`](Self::raise)), and our compare-exchange read the change that put `head` at
+    /// `head`: a raise (so `raised_from` is at least the head it raised from, and since the
+    /// rewind before it, or the start, `head` held no cell in between) or a rewind to `head`
+    /// (then `head` held only `head` since). Reading `raised_from` before our compare-exchange
+    /// instead could miss a rewind and a raise back to `head` in between; this read, after it,
+    /// cannot. The recorded gap: [`recorded_leap`](Self::recorded_leap) returns only a raise
+    /// that happened in the epoch this rewind ends (it says why). The gap above: our
+    /// compare-exchange moved `head` back from `head`, and since the previous rewind `head`
+    /// only rose, so it held no cell above `head`. So each gap holds no cell
+    /// `head` held since the previous rewind, and the range as it stood, none held before it (by
+    /// induction: it starts as every cell, and only ever narrows, by these two
+    /// read-modify-writes, which commute, so rewinds that race narrow it by both). The other
+    /// cells below [`rewound_from`](SlidingWindowLimiter::rewound_from) are read by a peek as
+    /// before. An empty range (a narrowing only ever narrows it) reads every cell below
     /// `rewound_from`, as before.
-    fn narrow_unreached(&self, head: u64) {
+    fn narrow_unreached(&self, head: u64, epoch: u64, read_below: u64) {
         // Relaxed: our compare-exchange on `head` (AcqRel) read the raise into `head`, whose
         // record (`raise`, ordered before its Release) this load therefore sees, or a later one.
         let below = self.head.raised_from.load(Ordering::Relaxed);
+        let leap = self.recorded_leap(epoch);
+        // The cells of the open gap `(from, to)` below `read_below`: those a peek may read.
+        let kept =
+            |(from, to): (u64, u64)| to.min(read_below).saturating_sub(from.saturating_add(1));
+        let (mut from, mut to) = (below, head);
+        for gap in leap.into_iter().chain([(head, u64::MAX)]) {
+            if kept(gap) > kept((from, to)) {
+                (from, to) = gap;
+            }
+        }
         // SeqCst: as the rewinds ended, which a peek reads before these (`unreached_cells`).
         self.unreached_from
-            .fetch_max(below.saturating_add(1), Ordering::SeqCst);
-        self.unreached_to.fetch_min(head, Ordering::SeqCst);
+            .fetch_max(from.saturating_add(1), Ordering::SeqCst);
+        self.unreached_to.fetch_min(to, Ordering::SeqCst);
+    }
+
+    /// The rewinds' epoch a raise of `head` past the horizon may lie in, read before its
+    /// compare-exchange on `head`: the rewinds ended. The raise records its gap
+    /// ([`record_leap`](Self::record_leap)) only if the rewinds begun, read after that
+    /// compare-exchange, are this same count: then every rewind begun before this load had
+    /// ended (see [`recorded_leap`](Self::recorded_leap)).
+    #[cold]
+    pub(super) fn leap_epoch(&self) -> u64 {
+        // SeqCst: as the rewinds' counters everywhere (`follow` adds to them around its
+        // compare-exchange on `head`).
+        self.rewinds_ended.load(Ordering::SeqCst)
+    }
+
+    /// Records the raise of `head` from `from` to `to` (its compare-exchange succeeded, past
+    /// the horizon) as its epoch's leap, the rewinds ended read before that compare-exchange
+    /// by [`leap_epoch`](Self::leap_epoch), if the rewinds begun are still that count and the
+    /// gap is wider than the epoch's leap recorded so far. The writer holds the record by its
+    /// claim word ([`LeapRecord`]): one that finds it busy, or loses the claim, records nothing
+    /// (a rewind then narrows by less; never a wait).
+    #[cold]
+    pub(super) fn record_leap(&self, epoch: u64, from: u64, to: u64) {
+        let leap = &self.leap;
+        // SeqCst (every access to the record and the rewinds' counters): the epoch's proof
+        // (`recorded_leap`) is an argument over their single total order.
+        if self.rewinds_begun.load(Ordering::SeqCst) != epoch {
+            return;
+        }
+        let claim = leap.claim.load(Ordering::SeqCst);
+        if claim & 1 == 1
+            || leap
+                .claim
+                .compare_exchange(claim, claim | 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return;
+        }
+        // The epoch's own record, no narrower: left as it is.
+        if claim == idle(epoch)
+            && to - from
+                <= leap
+                    .to
+                    .load(Ordering::SeqCst)
+                    .saturating_sub(leap.from.load(Ordering::SeqCst))
+        {
+            leap.claim.store(claim, Ordering::SeqCst);
+            return;
+        }
+        leap.from.store(from, Ordering::SeqCst);
+        leap.to.store(to, Ordering::SeqCst);
+        leap.claim.store(idle(epoch), Ordering::SeqCst);
+    }
+
+    /// For the rewind whose `fetch_add` on the rewinds begun returned `epoch` and whose
+    /// compare-exchange on `head` then succeeded: the widest raise past the horizon in the
+    /// epoch that compare-exchange ends, `(from, to)`, if one is recorded, no other rewind has
+    /// begun since this one and no writer holds the record.
+    ///
+    /// Why the raise lies in that epoch (between the previous successful rewind and ours, in
+    /// `head`'s modification order), all loads SeqCst: the raise read the rewinds ended
+    /// `epoch` before its compare-exchange ([`leap_epoch`](Self::leap_epoch)) and the rewinds
+    /// begun `epoch` after it ([`record_leap`](Self::record_leap)). The begun count only grows
+    /// and is never below the ended one, so it was `epoch` at the first load as well: every
+    /// rewind begun before the raise's compare-exchange had ended, its compare-exchange done,
+    /// before it (each counts itself ended after it). The rewinds begun still `epoch` after
+    /// the raise's compare-exchange, before our `fetch_add`: had our compare-exchange come
+    /// first on `head`, the raise's (Acquire) would have read it or a raise after it (every
+    /// write of `head` is a read-modify-write) and so seen our count. And we read the rewinds
+    /// begun as we left them after our compare-exchange: a rewind begun since cannot have moved
+    /// `head` before us (ours would have read its move, and then its count). So no rewind moved
+    /// `head` between the raise and ours, and the raise's gap holds no cell `head` held in our
+    /// epoch. The record is one consistent write of that raise's: we hold its claim word, taken
+    /// from `epoch`'s idle value, which only a writer of `epoch` leaves, after storing its gap
+    /// while it held the word alone.
+    fn recorded_leap(&self, epoch: u64) -> Option<(u64, u64)> {
+        let leap = &self.leap;
+        // SeqCst: as in `record_leap`.
+        if self.rewinds_begun.load(Ordering::SeqCst) != epoch.wrapping_add(EPOCH_STEP) {
+            return None;
+        }
+        let claim = idle(epoch);
+        if leap.claim.load(Ordering::SeqCst) != claim
+            || leap
+                .claim
+                .compare_exchange(claim, claim | 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return None;
+        }
+        let gap = (
+            leap.from.load(Ordering::SeqCst),
+            leap.to.load(Ordering::SeqCst),
+        );
+        leap.claim.store(claim, Ordering::SeqCst);
+        Some(gap)
     }
 
     /// A fresh clock read for a caller that has just loaded `head`.

@@ -115,8 +115,11 @@
 //!   crossing reads those of its window's cells it would take for empty (none once its window
 //!   starts past the newest head a rewind moved back from), and the whole window, one by one,
 //!   if one holds a count. It skips the cells `head` never held before the newest rewind (a
-//!   rewind narrows them to those between the head its last raise started from and the head it
-//!   moved back from), so after a leap to the end of time and back a quiet peek reads none.
+//!   rewind narrows them to a gap `head` jumped since the rewind before: of the one below the
+//!   head it moved back from, the widest raise past the horizon, recorded by that raise, and
+//!   the cells above that head, the one that leaves the most cells a peek may read), so after
+//!   a leap to the end of time and back, however many calls the leaped clock made there, and
+//!   after a shorter leap past the horizon and back since, a quiet peek reads none.
 //!
 //! The memory cost is one more word per slot. The details are in `marks.rs`.
 //!
@@ -203,7 +206,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use self::horizon::{Caller, horizon_cells};
+use self::horizon::{Caller, LeapRecord, horizon_cells};
 use self::marks::Closed;
 use super::ring::RingGeometry;
 use crate::clock::{Clock, QuantaClock};
@@ -346,13 +349,22 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     rewound_from: AtomicU64,
     /// `[unreached_from, unreached_to)`: cells `head` never held before the newest rewind
     /// (every cell before the first), so cells no count can be left in; narrowed by every
-    /// rewind to the cells between the head the last raise started from and the head it moved
-    /// back from ([`narrow_unreached`](Self::narrow_unreached), which says why that is exact).
+    /// rewind to a gap `head` jumped since the rewind before: the cells between the head the
+    /// last raise started from and the head it moved back from, those of the widest raise past
+    /// the horizon recorded in its epoch ([`leap`](Self::leap)), or those above the head it
+    /// moved back from, whichever leaves the most cells below `rewound_from`
+    /// ([`narrow_unreached`](Self::narrow_unreached), which says why each is exact).
     /// A peek skips them below [`rewound_from`](Self::rewound_from) once every rewind it may
     /// have seen has ended ([`unreached_cells`](Self::unreached_cells)). Empty when
     /// `unreached_from ≥ unreached_to`.
     unreached_from: AtomicU64,
     unreached_to: AtomicU64,
+    /// The widest raise of `head` past the horizon in the newest epoch that recorded one (the
+    /// rewinds begun before it), which the rewind ending that epoch narrows
+    /// `[unreached_from, unreached_to)` by when it is wider than the gap below the head it
+    /// moves back from ([`LeapRecord`]). Three words, off the hot lines; written only by a raise
+    /// past the horizon.
+    leap: LeapRecord,
     /// How many cells ahead of a caller's own cell `head` may be and still be a lagging read's:
     /// `max(cells, ⌈MAX_CLOCK_LAG_NANOS / cell⌉)`. Further ahead, on a fresh read, a leap's.
     horizon: u64,
@@ -574,6 +586,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             // Before the first rewind no cell can hold a count left by one.
             unreached_from: AtomicU64::new(0),
             unreached_to: AtomicU64::new(u64::MAX),
+            leap: LeapRecord::new(),
             horizon: horizon_cells(geometry.cells, geometry.cell_nanos),
             clock,
         }

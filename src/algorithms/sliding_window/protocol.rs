@@ -516,10 +516,18 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// Raises `head` from `from` (as loaded) to `cell`, as `fetch_max` would, recording first
     /// the head it raises from in [`raised_from`](super::HeadLine::raised_from) (by compare-exchange,
     /// so the recorded head is the one the raise replaces: no cell between the two is reached).
-    /// `Err(head)` when some thread is already past `cell`.
+    /// A raise of more than the horizon reads the rewinds ended before its compare-exchange
+    /// and, once that succeeds, records itself as the epoch's leap
+    /// ([`record_leap`](Self::record_leap)): a rewind narrows the cells never reached by that
+    /// gap when the raise into the head it moves back from was a later, smaller one
+    /// ([`narrow_unreached`](Self::narrow_unreached)). `Err(head)` when some thread is already
+    /// past `cell`.
     #[inline]
     fn raise(&self, mut from: u64, cell: u64) -> Result<(), u64> {
         loop {
+            // A raise past the horizon (a leap, or a crossing after that much idleness) is
+            // recorded as its epoch's leap after it succeeds, with the epoch read before it.
+            let leap = (cell - from > self.horizon).then(|| self.leap_epoch());
             // Relaxed: ordered before the compare-exchange below by its Release; a rewind whose
             // compare-exchange on `head` reads this raise (Acquire) loads it after
             // (`narrow_unreached`).
@@ -532,7 +540,12 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 .cell
                 .compare_exchange(from, cell, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    if let Some(epoch) = leap {
+                        self.record_leap(epoch, from, cell);
+                    }
+                    return Ok(());
+                }
                 Err(actual) if actual > cell => return Err(actual),
                 // Another crosser of the cell raised it.
                 Err(actual) if actual == cell => return Ok(()),

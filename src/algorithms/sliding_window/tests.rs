@@ -1283,16 +1283,50 @@ fn a_quiet_peek_after_a_leap_to_the_end_of_time_reads_o_log_cells_slot_words() {
 /// so `raised_from` records a cell near the end of time and the rewind's range `(raised_from,
 /// head)` holds one cell at most; `raised_from` never falls again, so every later rewind's range
 /// is empty too, for the limiter's life. Each peek should read at most `2 log2(cells) + 4` slot
-/// words; it reads the window (60: 60, 6,000: 6,000), as before the fix. Not fixed (a single
-/// range from the newest raise cannot hold the gap below an earlier raise: see the report).
+/// words; it read the window (60: 60, 6,000: 6,000), as before the fix. Now the leap (cell 1
+/// to the leaped cell) is recorded as its epoch's widest raise past the horizon, and the
+/// rewind narrows the cells never reached by that gap (`narrow_unreached`): each peek reads 1
+/// slot word (its own cell), at 60 and 6,000 cells.
 #[test]
-#[ignore = "review of issue 17: two leaped calls before the rewind leave no cell marked as never reached"]
 fn a_quiet_peek_after_two_leaped_calls_reads_o_log_cells_slot_words() {
     let reads = quiet_peeks_after_a_leap_to_the_end_of_time(2);
     assert!(
         reads.iter().all(|&(.., within)| within),
         "(cells, peek's window start - 3 windows in s, slot words read, within): {reads:?}"
     );
+}
+
+/// A rewind narrows the cells never reached by a recorded leap only if the leap lies in the
+/// epoch it ends. 60 cells of 1 s (horizon 60), limit 1,000,000: cell 1 takes 1, the leaped
+/// clock takes 1 in two cells near the end of time, a call in cell 2 rewinds the ring (the
+/// leap `(1, end)` is recorded: cells `[2, end)` never reached). Then calls in cells 62 and 122
+/// (raises of 60 cells, not past the horizon: nothing recorded) and a call in cell 3, which
+/// rewinds the ring again (122 is more than 60 cells ahead). Cell 122 holds 1, and lies in
+/// `[2, end)`: the second rewind must not narrow by the first epoch's leap (its own top gap,
+/// `(end, 122)`, is empty, so the range is too), and a peek in cell 123 counts cell 122, as
+/// the call does. A rewind that took the record whatever its epoch (tried: this test fails,
+/// the peek allowed with 999,999 left) keeps `[2, end)` and the peek takes cell 122 for empty.
+#[test]
+fn a_rewind_narrows_by_a_leap_only_of_the_epoch_it_ends() {
+    const SECOND: u64 = 1_000_000_000;
+    let limit = 1_000_000;
+    let config = super::SlidingWindow::with_parts(limit, Duration::from_secs(60), 60, 4).unwrap();
+    let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+    assert_eq!(w.horizon, 60);
+    let end = u64::MAX / SECOND - 60;
+    for cell in [1, end, end + 1, 2, 62, 122, 3] {
+        assert!(w.try_acquire_at(1, cell * SECOND).unwrap().is_allowed());
+    }
+    assert_eq!(
+        w.head.cell.load(crate::sync::Ordering::SeqCst),
+        3,
+        "rewound twice"
+    );
+    let now = 123 * SECOND + 7;
+    assert_eq!(w.closed_by_scan(123).sum(), 1, "cell 122's count");
+    let want = Decision::allow(u64::from(limit), u64::from(limit) - 2, 60 * SECOND - 7);
+    assert_eq!(w.peek_at(1, now).unwrap(), want, "the peek");
+    assert_eq!(w.try_acquire_at(1, now).unwrap(), want, "the call");
 }
 
 /// The history of the two tests above, at 60 and 6,000 cells of 1 s, limit 1,000,000: cell 1
@@ -1366,6 +1400,68 @@ fn a_call_that_rewinds_after_a_walked_forward_rewind_returns() {
     assert_eq!(
         head, 14,
         "the walk ends in cell 14, the first cell not sealed"
+    );
+}
+
+/// Review of the recorded leap (issue 17): after a leap to the end of time and its rewind
+/// (cells `[2, end)` never reached), a second, short leap past the horizon and its rewind leave
+/// no cell of the leaped era's range skippable above the second leap's head, for the limiter's
+/// life. 60 and 6,000 cells of 1 s (horizon `h`: 60, 6,000), limit 1,000,000: cell 1 takes 1,
+/// the leaped clock takes 1 in two cells near the end of time, a call in cell 2 rewinds the
+/// ring; then the second leap reaches cell `3 + 2h`, in one raise (recorded: the gap `(2, 3 +
+/// 2h)`) or in raises of `h` cells (none recorded, and the top gap `(raised_from, 3 + 2h)` is
+/// inverted: `raised_from` stays at the leaped era's `end`); a call in cell 3 rewinds it. The
+/// second rewind narrows the range to the recorded gap (`[3, 3 + 2h)`) or empties it, so a
+/// quiet peek 3 windows after a call 10 windows on reads its window, one slot word a cell
+/// (60, 6,000). Cells above the head a rewind moves back from were not held in its epoch
+/// either (between two rewinds `head` only rises), so the gap `(3 + 2h, u64::MAX)` is as exact
+/// as the other two, and with the leaped era's range `[2, end)` leaves `[4 + 2h, end)`: each
+/// such peek should read at most `2 log2(cells) + 4` slot words. It read 60, 60, 6,000, 6,000;
+/// now a rewind takes, of its three gaps, the one with the most cells below `rewound_from`
+/// (`narrow_unreached`), here the one above its head: 1 slot word each (its own cell).
+#[test]
+fn a_quiet_peek_after_a_leap_and_a_second_short_leap_reads_o_log_cells_slot_words() {
+    const SECOND: u64 = 1_000_000_000;
+    let mut reads = Vec::new();
+    for cells in [60u32, 6_000] {
+        for in_steps in [false, true] {
+            let limit = 1_000_000;
+            let window = Duration::from_secs(u64::from(cells));
+            let config = super::SlidingWindow::with_parts(limit, window, cells, 4).unwrap();
+            let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+            let h = w.horizon;
+            assert_eq!(h, u64::from(cells));
+            let end = u64::MAX / SECOND - u64::from(cells);
+            let second = 3 + 2 * h;
+            let mut history = vec![1, end, end + 1, 2];
+            if in_steps {
+                history.extend([2 + h, 2 + 2 * h]);
+            }
+            history.extend([second, 3]);
+            for cell in history {
+                assert!(w.try_acquire_at(1, cell * SECOND).unwrap().is_allowed());
+            }
+            assert_eq!(
+                w.head.cell.load(crate::sync::Ordering::SeqCst),
+                3,
+                "rewound"
+            );
+            let start = second + 10 * u64::from(cells);
+            assert!(w.try_acquire_at(1, start * SECOND).unwrap().is_allowed());
+            let cell = start + 3 * u64::from(cells);
+            let now = cell * SECOND + 7;
+            assert_eq!(w.closed_by_scan(cell).sum(), 0, "a quiet window");
+            let (read, peek) = visits(|| w.peek_at(1, now).unwrap());
+            let left = u64::from(limit) - 1;
+            let reset = (cell + u64::from(cells)) * SECOND - now;
+            assert_eq!(peek, Decision::allow(u64::from(limit), left, reset));
+            assert_eq!(w.try_acquire_at(1, now).unwrap(), peek, "the call");
+            reads.push((cells, in_steps, read, read <= 2 * log2(cells) + 4));
+        }
+    }
+    assert!(
+        reads.iter().all(|&(.., within)| within),
+        "(cells, second leap in steps, slot words read, within): {reads:?}"
     );
 }
 
