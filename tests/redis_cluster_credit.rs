@@ -10,11 +10,12 @@
 #[path = "redis/server.rs"]
 mod server;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floodgate::backend::{FailurePolicy, Outcome};
-use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
-use floodgate::{FixedWindow, ManualClock};
+use floodgate::redis::{LeasedKey, RedisAlgorithm, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use server::{RedisCluster, RedisServer};
 
 /// The backend's timeout: a live master's answer never misses it on a loaded machine.
@@ -43,7 +44,11 @@ fn limiter(backend: &RedisBackend) -> Limiter {
 
 /// A limiter key whose Redis key hashes to a slot `node` owns (it answers a `GET` of it
 /// without a redirect).
-fn key_on(node: &RedisServer, limiter: &Limiter, prefix: &str) -> String {
+fn key_on<A: RedisAlgorithm>(
+    node: &RedisServer,
+    limiter: &RedisLimiter<A, ManualClock>,
+    prefix: &str,
+) -> String {
     (0..1_000)
         .map(|i| format!("{prefix}-{i}"))
         .find(|key| {
@@ -241,6 +246,27 @@ fn command_stats(node: &RedisServer, commands: &[&str]) -> String {
         .join("; ")
 }
 
+/// Half-migrates `slot` from `owner` to `importing` (`CLUSTER SETSLOT … IMPORTING /
+/// MIGRATING`): a key of the slot not on `owner` is answered `ASK`, then by `importing`.
+fn migrate(owner: &RedisServer, importing: &RedisServer, slot: &str) {
+    let id = |node: &RedisServer| node.cli(&["CLUSTER", "MYID"]);
+    let (owner_id, importing_id) = (id(owner), id(importing));
+    let set = |node: &RedisServer, how, to: &str| {
+        assert_eq!(node.cli(&["CLUSTER", "SETSLOT", slot, how, to]), "OK");
+    };
+    set(importing, "IMPORTING", &owner_id);
+    set(owner, "MIGRATING", &importing_id);
+}
+
+/// `INFO commandstats` of the script commands on the importing master `c` and the owner `a`.
+fn script_figures(c: &RedisServer, a: &RedisServer) -> String {
+    format!(
+        "C: {}; A: {}",
+        command_stats(c, &["asking", "evalsha", "eval", "script|load"]),
+        command_stats(a, &["evalsha", "eval", "script|load"])
+    )
+}
+
 /// Defect (c): a call that the key's master answers with `ASK` (its slot half-migrated, the
 /// key not on it) is followed by redis-rs to the importing master; if that master does not
 /// have the script, it answers `NOSCRIPT`. The script was then loaded on the key's owner (where
@@ -271,21 +297,8 @@ fn a_call_redirected_by_ask_to_a_master_without_the_script_is_decided() {
     }
 
     // A's slot half-migrated to C: a key not on A is answered `ASK`, then by C.
-    let id = |node: &RedisServer| node.cli(&["CLUSTER", "MYID"]);
-    let (owner_id, importing_id) = (id(owner), id(importing));
-    let set = |node: &RedisServer, how, to: &str| {
-        assert_eq!(node.cli(&["CLUSTER", "SETSLOT", &slot, how, to]), "OK");
-    };
-    set(importing, "IMPORTING", &owner_id);
-    set(owner, "MIGRATING", &importing_id);
-
-    let figures = || {
-        format!(
-            "C: {}; A: {}",
-            command_stats(importing, &["asking", "evalsha", "eval", "script|load"]),
-            command_stats(owner, &["evalsha", "eval", "script|load"])
-        )
-    };
+    migrate(owner, importing, &slot);
+    let figures = || script_figures(importing, owner);
     let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
     for (i, key) in [&fresh, &again].into_iter().enumerate() {
         let outcome = call(&limiter, key);
@@ -309,4 +322,41 @@ fn a_call_redirected_by_ask_to_a_master_without_the_script_is_decided() {
     assert_eq!(importing.calls("eval"), 1, "{}", figures());
     assert_eq!(owner.calls("eval"), 0, "{}", figures());
     eprintln!("{}", figures());
+}
+
+/// As above, for a lease script (`LeasedKey`'s refill, a GCRA lease failing closed): a new key
+/// in the migrating slot gets its lease from C, which did not have the lease script.
+#[test]
+fn a_lease_redirected_by_ask_to_a_master_without_the_script_is_granted() {
+    let cluster = RedisCluster::start();
+    let (owner, importing) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "leased", gcra, policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap());
+    let fresh = key_on(owner, &limiter, "fresh");
+    let beside = key_on(owner, &limiter, "beside");
+    let slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&fresh)[0]]);
+    // The lease script on A (a key on A outside the slot under test), none ever on C.
+    let on_owner = LeasedKey::new(Arc::clone(&limiter), &beside);
+    assert!(on_owner.blocking_try_acquire(1).unwrap().is_allowed());
+    assert_eq!(importing.calls("evalsha") + importing.calls("eval"), 0);
+
+    migrate(owner, importing, &slot);
+    let leased = LeasedKey::new(Arc::clone(&limiter), &fresh);
+    let started = Instant::now();
+    let decision = leased.blocking_try_acquire(1).unwrap();
+    assert!(started.elapsed() < HANG, "hung");
+    let figures = script_figures(importing, owner);
+    assert!(
+        decision.is_allowed(),
+        "a new key in the migrating slot: {decision:?} ({figures})"
+    );
+    assert_eq!(leased.counts().served(), 1, "{figures}");
+    let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    assert_eq!(keys_in_slot(importing), "1", "C ran the lease: {figures}");
+    assert_eq!(importing.calls("eval"), 1, "{figures}");
+    eprintln!("{figures}");
 }
