@@ -1,5 +1,6 @@
 //! A floodgate Lua script: redis-rs's [`Script`] (its SHA1, for `EVALSHA`) with its source, so
-//! that on a Redis Cluster a script missing on a master is loaded on that master alone.
+//! that on a Redis Cluster a script missing on a master is loaded on that master alone, or sent
+//! as `EVAL` to a master no load reaches (a call redirected by `ASK`).
 
 use redis::{Arg, Cmd, Script};
 
@@ -31,9 +32,7 @@ impl LuaScript {
         command.arg("LOAD").arg(self.source.as_bytes());
         command
     }
-}
 
-impl LuaScript {
     /// `evalsha`, an `EVALSHA` of this script, as an `EVAL` of its source with the same key
     /// count, keys and arguments: for a node that does not have the script and that no
     /// `SCRIPT LOAD` reaches (a redirected call, see `query_script`). Cold: the source is
