@@ -360,3 +360,63 @@ fn a_lease_redirected_by_ask_to_a_master_without_the_script_is_granted() {
     assert_eq!(importing.calls("eval"), 1, "{figures}");
     eprintln!("{figures}");
 }
+
+/// As above, for a batch (the fixed window's tally script, `eval_tally`): decisions queued
+/// while a first call is out go together in one call of the batch script once it is back,
+/// which C did not have either. On a current-thread runtime a first poll only sends (the
+/// first call) or queues (the others): nothing is answered before the test awaits them.
+#[test]
+fn a_batch_redirected_by_ask_to_a_master_without_the_script_is_decided() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    const QUEUED: usize = 7;
+    let cluster = RedisCluster::start();
+    let (owner, importing) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = limiter(&backend);
+        let fresh = key_on(owner, &limiter, "fresh");
+        let beside = key_on(owner, &limiter, "beside");
+        let slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&fresh)[0]]);
+        // The one-call script on A (a key on A outside the slot under test), none ever on C.
+        let first = limiter.try_acquire_outcome(&beside, 1).await.unwrap();
+        assert_decided(&first, "a key on A");
+        assert_eq!(importing.calls("evalsha") + importing.calls("eval"), 0);
+
+        migrate(owner, importing, &slot);
+        let mut calls: Vec<_> = (0..=QUEUED)
+            .map(|_| Box::pin(limiter.try_acquire_outcome(&fresh, 1)))
+            .collect();
+        let mut context = Context::from_waker(Waker::noop());
+        for call in &mut calls {
+            assert!(matches!(call.as_mut().poll(&mut context), Poll::Pending));
+        }
+        for (i, call) in calls.into_iter().enumerate() {
+            let outcome = tokio::time::timeout(HANG, call)
+                .await
+                .expect("hung")
+                .unwrap();
+            let figures = script_figures(importing, owner);
+            assert!(
+                outcome.failure().is_none(),
+                "decision {i} on a new key in the migrating slot: decided by the policy: \
+                 {:?} ({figures})",
+                outcome.failure()
+            );
+            assert!(outcome.decision().is_allowed(), "{outcome:?}");
+        }
+        let figures = script_figures(importing, owner);
+        assert_eq!(limiter.failures().total(), 0, "{figures}");
+        let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+        assert_eq!(keys_in_slot(importing), "1", "C ran the calls: {figures}");
+        // The one-call script's source, then the batch script's: a batch was sent.
+        assert!(importing.calls("eval") >= 2, "{figures}");
+        eprintln!("{figures}");
+    });
+}
