@@ -258,12 +258,24 @@ fn migrate(owner: &RedisServer, importing: &RedisServer, slot: &str) {
     set(owner, "MIGRATING", &importing_id);
 }
 
-/// `INFO commandstats` of the script commands on the importing master `c` and the owner `a`.
+/// `INFO commandstats` of the script commands on the importing master `c` and the owner `a`,
+/// and their error replies (`INFO errorstats`).
 fn script_figures(c: &RedisServer, a: &RedisServer) -> String {
+    let errors = |node: &RedisServer| {
+        let stats = node.cli(&["INFO", "errorstats"]);
+        let lines: Vec<&str> = stats
+            .lines()
+            .map(str::trim)
+            .filter(|line| line.starts_with("errorstat_"))
+            .collect();
+        lines.join(", ")
+    };
     format!(
-        "C: {}; A: {}",
+        "C: {}; errors {}; A: {}; errors {}",
         command_stats(c, &["asking", "evalsha", "eval", "script|load"]),
-        command_stats(a, &["evalsha", "eval", "script|load"])
+        errors(c),
+        command_stats(a, &["evalsha", "eval", "script|load"]),
+        errors(a)
     )
 }
 
