@@ -1,19 +1,21 @@
 //! Issue 18 on a cluster: which replies count as the key's master's (the caller-budget rule,
 //! `RedisLimiter::try_acquire_for`: a try cut short by its caller's own deadline is a plain
 //! denial only while the master that owns its key, in the backend's copy of the slot map,
-//! answered within the backend's timeout). Starts its own 3-master cluster on free ports;
-//! progress is gated on the servers' own counters and on the rule itself; real time only bounds
-//! a hang, except where the rule under test is a span of real time (said where).
+//! answered within the backend's timeout), and a call redirected by `ASK` to a master that
+//! does not have the script. Starts its own 3-master cluster on free ports; progress is gated
+//! on the servers' own counters and on the rule itself; real time only bounds a hang, except
+//! where the rule under test is a span of real time (said where).
 #![cfg(feature = "redis")]
 
 #[path = "redis/server.rs"]
 mod server;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floodgate::backend::{FailurePolicy, Outcome};
-use floodgate::redis::{RedisBackend, RedisConfig, RedisLimiter};
-use floodgate::{FixedWindow, ManualClock};
+use floodgate::redis::{LeasedKey, RedisAlgorithm, RedisBackend, RedisConfig, RedisLimiter};
+use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use server::{RedisCluster, RedisServer};
 
 /// The backend's timeout: a live master's answer never misses it on a loaded machine.
@@ -42,7 +44,11 @@ fn limiter(backend: &RedisBackend) -> Limiter {
 
 /// A limiter key whose Redis key hashes to a slot `node` owns (it answers a `GET` of it
 /// without a redirect).
-fn key_on(node: &RedisServer, limiter: &Limiter, prefix: &str) -> String {
+fn key_on<A: RedisAlgorithm>(
+    node: &RedisServer,
+    limiter: &RedisLimiter<A, ManualClock>,
+    prefix: &str,
+) -> String {
     (0..1_000)
         .map(|i| format!("{prefix}-{i}"))
         .find(|key| {
@@ -190,4 +196,239 @@ fn a_reply_after_an_ask_redirect_counts_for_the_owner_only_as_of_the_call() {
         );
     });
     owner.thaw();
+}
+
+/// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
+fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(bytes) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
+
+/// A limiter key other than `than` whose Redis key is in `slot`.
+fn another_key_in(slot: &str, limiter: &Limiter, than: &str) -> String {
+    let slot: u16 = slot.parse().expect("a slot");
+    (0..1_000_000)
+        .map(|i| format!("again-{i}"))
+        .find(|key| key != than && slot_of(&limiter.redis_keys(key)[0]) == slot)
+        .expect("a second key in the slot")
+}
+
+/// `node`'s `INFO commandstats` lines for `commands` (each with its calls, failed and rejected
+/// calls), for a failure's message.
+fn command_stats(node: &RedisServer, commands: &[&str]) -> String {
+    let stats = node.cli(&["INFO", "commandstats"]);
+    commands
+        .iter()
+        .map(|command| {
+            let prefix = format!("cmdstat_{command}:");
+            stats
+                .lines()
+                .map(str::trim)
+                .find(|line| line.starts_with(&prefix))
+                .map_or_else(|| format!("{command}: none"), str::to_owned)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Half-migrates `slot` from `owner` to `importing` (`CLUSTER SETSLOT … IMPORTING /
+/// MIGRATING`): a key of the slot not on `owner` is answered `ASK`, then by `importing`.
+fn migrate(owner: &RedisServer, importing: &RedisServer, slot: &str) {
+    let id = |node: &RedisServer| node.cli(&["CLUSTER", "MYID"]);
+    let (owner_id, importing_id) = (id(owner), id(importing));
+    let set = |node: &RedisServer, how, to: &str| {
+        assert_eq!(node.cli(&["CLUSTER", "SETSLOT", slot, how, to]), "OK");
+    };
+    set(importing, "IMPORTING", &owner_id);
+    set(owner, "MIGRATING", &importing_id);
+}
+
+/// `INFO commandstats` of the script commands on the importing master `c` and the owner `a`,
+/// and their error replies (`INFO errorstats`).
+fn script_figures(c: &RedisServer, a: &RedisServer) -> String {
+    let errors = |node: &RedisServer| {
+        let stats = node.cli(&["INFO", "errorstats"]);
+        let lines: Vec<&str> = stats
+            .lines()
+            .map(str::trim)
+            .filter(|line| line.starts_with("errorstat_"))
+            .collect();
+        lines.join(", ")
+    };
+    format!(
+        "C: {}; errors {}; A: {}; errors {}",
+        command_stats(c, &["asking", "evalsha", "eval", "script|load"]),
+        errors(c),
+        command_stats(a, &["evalsha", "eval", "script|load"]),
+        errors(a)
+    )
+}
+
+/// Defect (c): a call that the key's master answers with `ASK` (its slot half-migrated, the
+/// key not on it) is followed by redis-rs to the importing master; if that master does not
+/// have the script, it answers `NOSCRIPT`. The script was then loaded on the key's owner (where
+/// `SCRIPT LOAD` is routed by key) and the call tried again, `NOSCRIPT` again: a `Script`
+/// failure for every new key in the slot for as long as the migration lasted.
+///
+/// Now a call that still gets `NOSCRIPT` once the script is loaded on the owner is sent once
+/// as `EVAL` with the script's source (same keys and arguments): redis-rs follows the `ASK`
+/// with it, the importing master runs it and keeps the script, so the next new key's
+/// `EVALSHA` finds it there. Gated on the servers' counters alone; no real time.
+#[test]
+fn a_call_redirected_by_ask_to_a_master_without_the_script_is_decided() {
+    let cluster = RedisCluster::start();
+    let (owner, importing) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let fresh = key_on(owner, &limiter, "fresh");
+    let beside = key_on(owner, &limiter, "beside");
+    let slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&fresh)[0]]);
+    let again = another_key_in(&slot, &limiter, &fresh);
+    let again_slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&again)[0]]);
+    assert_eq!(again_slot, slot, "slot_of disagrees with CLUSTER KEYSLOT");
+    // The script on A (a key on A outside the slot under test), none ever on C.
+    assert_decided(&call(&limiter, &beside), "a key on A");
+    for script_call in ["eval", "evalsha", "script|load"] {
+        assert_eq!(importing.calls(script_call), 0, "C ran {script_call}");
+    }
+
+    // A's slot half-migrated to C: a key not on A is answered `ASK`, then by C.
+    migrate(owner, importing, &slot);
+    let figures = || script_figures(importing, owner);
+    let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    for (i, key) in [&fresh, &again].into_iter().enumerate() {
+        let outcome = call(&limiter, key);
+        assert!(
+            outcome.failure().is_none(),
+            "new key {i} in the migrating slot: decided by the policy: {:?} ({})",
+            outcome.failure(),
+            figures()
+        );
+        assert!(outcome.decision().is_allowed(), "{outcome:?}");
+        // C ran the call: the slot's new keys are on C, none on A.
+        assert_eq!(
+            keys_in_slot(importing),
+            (i + 1).to_string(),
+            "{}",
+            figures()
+        );
+        assert_eq!(keys_in_slot(owner), "0", "{}", figures());
+    }
+    // The source went to C once: the second key's `EVALSHA` found the script there.
+    assert_eq!(importing.calls("eval"), 1, "{}", figures());
+    assert_eq!(owner.calls("eval"), 0, "{}", figures());
+    eprintln!("{}", figures());
+}
+
+/// As above, for a lease script (`LeasedKey`'s refill, a GCRA lease failing closed): a new key
+/// in the migrating slot gets its lease from C, which did not have the lease script.
+#[test]
+fn a_lease_redirected_by_ask_to_a_master_without_the_script_is_granted() {
+    let cluster = RedisCluster::start();
+    let (owner, importing) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let gcra = Gcra::new(Rate::per_hour(1), 100).unwrap();
+    let policy = FailurePolicy::FailClosed;
+    let limiter = RedisLimiter::with_clock(&backend, "leased", gcra, policy, ManualClock::new());
+    let limiter = Arc::new(limiter.unwrap());
+    let fresh = key_on(owner, &limiter, "fresh");
+    let beside = key_on(owner, &limiter, "beside");
+    let slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&fresh)[0]]);
+    // The lease script on A (a key on A outside the slot under test), none ever on C.
+    let on_owner = LeasedKey::new(Arc::clone(&limiter), &beside);
+    assert!(on_owner.blocking_try_acquire(1).unwrap().is_allowed());
+    assert_eq!(importing.calls("evalsha") + importing.calls("eval"), 0);
+
+    migrate(owner, importing, &slot);
+    let leased = LeasedKey::new(Arc::clone(&limiter), &fresh);
+    let started = Instant::now();
+    let decision = leased.blocking_try_acquire(1).unwrap();
+    assert!(started.elapsed() < HANG, "hung");
+    let figures = script_figures(importing, owner);
+    assert!(
+        decision.is_allowed(),
+        "a new key in the migrating slot: {decision:?} ({figures})"
+    );
+    assert_eq!(leased.counts().served(), 1, "{figures}");
+    let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    assert_eq!(keys_in_slot(importing), "1", "C ran the lease: {figures}");
+    assert_eq!(importing.calls("eval"), 1, "{figures}");
+    eprintln!("{figures}");
+}
+
+/// As above, for a batch (the fixed window's tally script, `eval_tally`): decisions queued
+/// while a first call is out go together in one call of the batch script once it is back,
+/// which C did not have either. On a current-thread runtime a first poll only sends (the
+/// first call) or queues (the others): nothing is answered before the test awaits them.
+#[test]
+fn a_batch_redirected_by_ask_to_a_master_without_the_script_is_decided() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    const QUEUED: usize = 7;
+    let cluster = RedisCluster::start();
+    let (owner, importing) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let limiter = limiter(&backend);
+        let fresh = key_on(owner, &limiter, "fresh");
+        let beside = key_on(owner, &limiter, "beside");
+        let slot = owner.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&fresh)[0]]);
+        // The one-call script on A (a key on A outside the slot under test), none ever on C.
+        let first = limiter.try_acquire_outcome(&beside, 1).await.unwrap();
+        assert_decided(&first, "a key on A");
+        assert_eq!(importing.calls("evalsha") + importing.calls("eval"), 0);
+
+        migrate(owner, importing, &slot);
+        let mut calls: Vec<_> = (0..=QUEUED)
+            .map(|_| Box::pin(limiter.try_acquire_outcome(&fresh, 1)))
+            .collect();
+        let mut context = Context::from_waker(Waker::noop());
+        for call in &mut calls {
+            assert!(matches!(call.as_mut().poll(&mut context), Poll::Pending));
+        }
+        for (i, call) in calls.into_iter().enumerate() {
+            let outcome = tokio::time::timeout(HANG, call)
+                .await
+                .expect("hung")
+                .unwrap();
+            let figures = script_figures(importing, owner);
+            assert!(
+                outcome.failure().is_none(),
+                "decision {i} on a new key in the migrating slot: decided by the policy: \
+                 {:?} ({figures})",
+                outcome.failure()
+            );
+            assert!(outcome.decision().is_allowed(), "{outcome:?}");
+        }
+        let figures = script_figures(importing, owner);
+        assert_eq!(limiter.failures().total(), 0, "{figures}");
+        let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+        assert_eq!(keys_in_slot(importing), "1", "C ran the calls: {figures}");
+        // The one-call script's source, then the batch script's: a batch was sent.
+        assert!(importing.calls("eval") >= 2, "{figures}");
+        eprintln!("{figures}");
+    });
 }

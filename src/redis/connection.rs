@@ -1387,9 +1387,19 @@ fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
 /// a plain `SCRIPT LOAD` to every master and waits for all, so one frozen master would fail
 /// the load for keys on the others. Concurrent calls that get `NOSCRIPT` share one load per
 /// node and script ([`ScriptLoads`]); the node is the slot's owner in the backend's copy of
-/// the slot map, which redis-rs may route otherwise (a slot that moved since the copy was
-/// read): a call that gets `NOSCRIPT` again after a shared load loads the script itself, on
-/// the node redis-rs routes its key to, and tries once more.
+/// the slot map, which redis-rs may route otherwise.
+///
+/// A call that gets `NOSCRIPT` again after that load is sent once more as an `EVAL` carrying
+/// the script's source ([`LuaScript::eval_command`]), which the node that runs it keeps: the
+/// load went to another node than the one that runs the call, either because the slot moved
+/// since the copy was read (`MOVED`: redis-rs sends the `EVAL` to the new owner) or because
+/// the slot is half-migrated and the key is not on its owner (the owner answers `ASK`, and
+/// redis-rs follows it, with the `EVAL` too, to the importing master, which no load routed
+/// by key can reach). The first `NOSCRIPT` still loads on the owner: a reply does not say
+/// which node sent it, and the owner's own calls (after a restart, a `SCRIPT FLUSH`, a
+/// failover) need the script there, loaded once for all of them rather than sent as source
+/// by each; a redirected call pays that load (a round trip to an owner that may have the
+/// script) once per importing master and script, since the `EVAL` leaves the script there.
 async fn query_script<T: redis::FromRedisValue>(
     shared: &Shared,
     script: &LuaScript,
@@ -1415,10 +1425,12 @@ async fn query_script<T: redis::FromRedisValue>(
             let load = || async move { load_script(script, key, &mut load_connection).await };
             shared.loads.load(node, script.get_hash(), load).await?;
             match command.query_async::<T>(connection).await {
-                // The shared load went to another node than this call's.
+                // The load went to another node than the one that runs this call (cold).
                 Err(error) if no_script(&error) => {
-                    load_script(script, key, &mut connection.clone()).await?;
-                    command.query_async::<T>(connection).await
+                    script
+                        .eval_command(command)
+                        .query_async::<T>(connection)
+                        .await
                 }
                 reply => reply,
             }

@@ -1,7 +1,8 @@
 //! A floodgate Lua script: redis-rs's [`Script`] (its SHA1, for `EVALSHA`) with its source, so
-//! that on a Redis Cluster a script missing on a master is loaded on that master alone.
+//! that on a Redis Cluster a script missing on a master is loaded on that master alone, or sent
+//! as `EVAL` to a master no load reaches (a call redirected by `ASK`).
 
-use redis::Script;
+use redis::{Arg, Cmd, Script};
 
 /// A Lua script and its source. Reads as the [`Script`] it wraps.
 #[derive(Debug)]
@@ -31,6 +32,29 @@ impl LuaScript {
         command.arg("LOAD").arg(self.source.as_bytes());
         command
     }
+
+    /// `evalsha`, an `EVALSHA` of this script, as an `EVAL` of its source with the same key
+    /// count, keys and arguments: for a node that does not have the script and that no
+    /// `SCRIPT LOAD` reaches (a redirected call, see `query_script`). Cold: the source is
+    /// copied into the command.
+    #[cold]
+    pub(crate) fn eval_command(&self, evalsha: &Cmd) -> Cmd {
+        // `EVALSHA` and the hash, replaced by `EVAL` and the source; an `EVALSHA` holds no
+        // other kind of argument than a plain one (no cursor: `connection::evalsha` adds none).
+        let rest = evalsha.args_iter().skip(2).filter_map(|arg| match arg {
+            Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        });
+        let (count, bytes) = rest
+            .clone()
+            .fold((0, 0), |(n, b), arg| (n + 1, b + arg.len()));
+        let mut command = Cmd::with_capacity(2 + count, 4 + self.source.len() + bytes);
+        command.arg("EVAL").arg(self.source.as_bytes());
+        for arg in rest {
+            command.arg(arg);
+        }
+        command
+    }
 }
 
 impl std::ops::Deref for LuaScript {
@@ -52,6 +76,29 @@ mod tests {
         let packed = script.load_command().get_packed_command();
         let text = String::from_utf8_lossy(&packed);
         assert!(text.contains("SCRIPT") && text.contains("LOAD") && text.contains("return 1"));
+    }
+
+    #[test]
+    fn the_eval_command_of_an_evalsha_carries_the_source_and_the_same_keys_and_arguments() {
+        let script = LuaScript::new("return {KEYS[1], ARGV[1], ARGV[2]}");
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(1)
+            .arg("{a}:k")
+            .arg(7_u64)
+            .arg(&b"x y"[..]);
+        let mut expected = redis::cmd("EVAL");
+        expected
+            .arg(script.source())
+            .arg(1)
+            .arg("{a}:k")
+            .arg(7_u64)
+            .arg(&b"x y"[..]);
+        assert_eq!(
+            script.eval_command(&evalsha).get_packed_command(),
+            expected.get_packed_command()
+        );
     }
 
     /// The names of the `local function`s `source` defines that it never calls (a call: the

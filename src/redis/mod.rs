@@ -14,7 +14,9 @@
 //! Every decision:
 //! * is **one round trip**: `EVALSHA` (redis-rs [`Script`](redis::Script); on `NOSCRIPT`, after a
 //!   restart or `SCRIPT FLUSH`, it loads the script, on a cluster on the key's master only, and
-//!   runs it again), **shared** with the limiter's concurrent decisions (below);
+//!   runs it again; a call redirected to a master without the script, during a slot's
+//!   migration, is then sent once as `EVAL` with the source), **shared** with the limiter's
+//!   concurrent decisions (below);
 //! * is **atomic**: check and update happen inside the script, so no two callers can both take the
 //!   last permit;
 //! * reads time from the **server** (`TIME`, or the key's TTL), never from the client's clock, so
