@@ -865,6 +865,48 @@ fn newest_back_agrees_with_named_sum_and_the_range() {
     assert!(agreed > 100_000, "{agreed} accepted words");
 }
 
+/// A random short-path state for the wait tests: a ring geometry (1 ns cells to cells near the
+/// end of the timeline), a `cell` (near either end of the timeline or anywhere), a `now` in it
+/// and the oldest used closed cell's distance `back ≤ min(cell, cells − 1)`; `None` where the
+/// drawn `now` fell outside `cell` (the last cell cut short by the end of the timeline).
+struct RandomState {
+    geometry: crate::algorithms::ring::RingGeometry,
+    cell: u64,
+    now: u64,
+    back: u64,
+}
+
+fn random_state(next: &mut impl FnMut() -> u64) -> Option<RandomState> {
+    let cells = 1 + next() % (1 + (next() >> (48 + next() % 16)));
+    let cell_nanos = 1 + (next() >> (next() % 64)) % (u64::MAX / cells);
+    let geometry = crate::algorithms::ring::RingGeometry {
+        cell_nanos,
+        cells,
+        future: 0,
+        slots: cells,
+    };
+    let last = u64::MAX / cell_nanos;
+    let cell = match next() % 4 {
+        0 => last - (next() % (2 * cells)).min(last),
+        1 => (next() % (2 * cells)).min(last),
+        _ => next() % last.saturating_add(1),
+    };
+    let start = cell * cell_nanos;
+    // The cell's nanoseconds within the timeline (the last cell may be cut short).
+    let span = (u64::MAX - start).saturating_add(1).min(cell_nanos);
+    let now = start + next() % span;
+    if now / cell_nanos != cell {
+        return None;
+    }
+    let back = next() % (cell.min(cells - 1) + 1);
+    Some(RandomState {
+        geometry,
+        cell,
+        now,
+        back,
+    })
+}
+
 /// `waits_back_in_cell` (the short path's waits, plain subtractions) against `waits_back`
 /// (saturating) where the short path calls it: `now` in `cell`, the oldest used closed cell in
 /// the window (`back ≤ min(cell, cells − 1)`), `newest ≤ back`; random geometries from 1 ns
@@ -874,33 +916,21 @@ fn newest_back_agrees_with_named_sum_and_the_range() {
 #[test]
 fn waits_back_in_cell_agree_with_waits_back_on_random_states() {
     use super::marks::{waits_back, waits_back_in_cell};
-    use crate::algorithms::ring::RingGeometry;
     let mut next = splitmix(0x5EED_1CE1);
     let mut past_the_end = 0;
     for case in 0..500_000 {
-        let cells = 1 + next() % (1 + (next() >> (48 + next() % 16)));
-        let cell_nanos = 1 + (next() >> (next() % 64)) % (u64::MAX / cells);
-        let geometry = RingGeometry {
-            cell_nanos,
-            cells,
-            future: 0,
-            slots: cells,
-        };
-        let window = cell_nanos * cells;
-        let last = u64::MAX / cell_nanos;
-        let cell = match next() % 4 {
-            0 => last - (next() % (2 * cells)).min(last),
-            1 => (next() % (2 * cells)).min(last),
-            _ => next() % last.saturating_add(1),
-        };
-        let start = cell * cell_nanos;
-        // The cell's nanoseconds within the timeline (the last cell may be cut short).
-        let span = (u64::MAX - start).saturating_add(1).min(cell_nanos);
-        let now = start + next() % span;
-        if now / cell_nanos != cell {
+        let Some(RandomState {
+            geometry,
+            cell,
+            now,
+            back,
+        }) = random_state(&mut next)
+        else {
             continue;
-        }
-        let back = next() % (cell.min(cells - 1) + 1);
+        };
+        let (cells, cell_nanos) = (geometry.cells, geometry.cell_nanos);
+        let window = cell_nanos * cells;
+        let start = cell * cell_nanos;
         let newest = next() % (back + 1);
         let got = waits_back_in_cell(&geometry, window, cell, now, back, newest);
         let want = waits_back(&geometry, window, cell, now, back, newest);
@@ -930,32 +960,20 @@ fn waits_back_in_cell_agree_with_waits_back_on_random_states() {
 #[test]
 fn sole_wait_in_cell_agrees_with_until_start_on_random_states() {
     use super::marks::sole_wait_in_cell;
-    use crate::algorithms::ring::RingGeometry;
     use crate::decision::at_least_one;
     let mut next = splitmix(0x501E_CE11);
     let mut past_the_end = 0;
     for case in 0..500_000 {
-        let cells = 1 + next() % (1 + (next() >> (48 + next() % 16)));
-        let cell_nanos = 1 + (next() >> (next() % 64)) % (u64::MAX / cells);
-        let geometry = RingGeometry {
-            cell_nanos,
-            cells,
-            future: 0,
-            slots: cells,
-        };
-        let last = u64::MAX / cell_nanos;
-        let cell = match next() % 4 {
-            0 => last - (next() % (2 * cells)).min(last),
-            1 => (next() % (2 * cells)).min(last),
-            _ => next() % last.saturating_add(1),
-        };
-        let start = cell * cell_nanos;
-        let span = (u64::MAX - start).saturating_add(1).min(cell_nanos);
-        let now = start + next() % span;
-        if now / cell_nanos != cell {
+        let Some(RandomState {
+            geometry,
+            cell,
+            now,
+            back,
+        }) = random_state(&mut next)
+        else {
             continue;
-        }
-        let back = next() % (cell.min(cells - 1) + 1);
+        };
+        let (cells, cell_nanos) = (geometry.cells, geometry.cell_nanos);
         let got = sole_wait_in_cell(&geometry, cell, now, back);
         let want = geometry.until_start((cell - back).saturating_add(cells), now);
         assert_eq!(
