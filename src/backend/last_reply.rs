@@ -54,6 +54,7 @@ impl LastReply {
     /// word's (a call sent before the last recorded one), is one load and no write; a later
     /// time costs one locked instruction, as `record`'s `SeqCst` store does, and a retry only
     /// when another reply was recorded in between.
+    #[cfg(any(feature = "redis", floodgate_loom, test))]
     #[inline]
     pub(crate) fn record_if_later(&self, micros: u64) {
         let stored = micros.saturating_add(1);
