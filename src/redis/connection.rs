@@ -966,15 +966,10 @@ impl RedisBackend {
         // The lists take up to ~24 bytes per decision (an n of a few digits, a deadline's
         // distance, an index, each with its space).
         let mut command = evalsha(batch, per * plan.distinct.len(), 10, 24 * requests.len());
-        // Each distinct limiter key's keys, from the request that used it first (the first
-        // request with each next index: indices are given in order of first use).
-        let mut next_new = 0;
-        for (request, &index) in requests.iter().zip(&plan.indices) {
-            if index == next_new {
-                next_new += 1;
-                for key in request.keys.iter() {
-                    command.arg(key.as_str());
-                }
+        // Each distinct limiter key's keys, from the request that used it first.
+        for request in &plan.distinct {
+            for key in request.keys.iter() {
+                command.arg(key.as_str());
             }
         }
         command.arg(per);
@@ -1055,8 +1050,8 @@ impl RedisBackend {
         // taking up to ~24 bytes per decision (an n of a few digits, a deadline's distance, an
         // index, each with its space).
         let mut command = evalsha(batch, plan.distinct.len(), 7, 24 * requests.len());
-        for key in &plan.distinct {
-            command.arg(*key);
+        for request in &plan.distinct {
+            command.arg(limiter_key(request));
         }
         command.arg(first.args[0]).arg(first.args[1]);
         command.arg(requests.len()).arg(plan.earliest);
@@ -1550,15 +1545,20 @@ impl ScriptLoads {
     }
 }
 
-/// The index of `request`'s limiter key (its first Redis key) among a batch's distinct limiter
-/// keys, `distinct` (in order of first use; pushed there if new): a batch holds a few (often
-/// one), so a scan.
-fn distinct_index<'a>(distinct: &mut Vec<&'a str>, request: &'a Request) -> usize {
-    let key = request.keys.first().map_or("", String::as_str);
-    match distinct.iter().position(|k| *k == key) {
+/// A request's limiter key: its first Redis key.
+fn limiter_key(request: &Request) -> &str {
+    request.keys.first().map_or("", String::as_str)
+}
+
+/// The index of `request`'s limiter key ([`limiter_key`]) among a batch's distinct limiter
+/// keys, `distinct`, each held by the request that used it first (in order of first use;
+/// `request` pushed there if its key is new): a batch holds a few (often one), so a scan.
+fn distinct_index<'a>(distinct: &mut Vec<&'a Request>, request: &'a Request) -> usize {
+    let key = limiter_key(request);
+    match distinct.iter().position(|first| limiter_key(first) == key) {
         Some(index) => index,
         None => {
-            distinct.push(key);
+            distinct.push(request);
             distinct.len() - 1
         }
     }
@@ -1570,8 +1570,9 @@ struct BatchPlan<'r> {
     first: &'r Request,
     /// When the batch was taken up (before its request is written).
     now: Instant,
-    /// The distinct limiter keys (each by its first Redis key), in order of first use.
-    distinct: Vec<&'r str>,
+    /// The distinct limiter keys, each by the request that used it first ([`distinct_index`]),
+    /// in order of first use.
+    distinct: Vec<&'r Request>,
     /// Each decision's limiter key's index in `distinct`.
     indices: Vec<usize>,
     /// Each decision's deadline on the server's clock (0: none).
