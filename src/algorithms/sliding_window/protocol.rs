@@ -91,9 +91,9 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// keeps no more than that across its call of [`published_waits`](Self::published_waits)
     /// (then out of line): handing it the refusal's `(cell, prev, count)` as well cost the short
     /// path's admission and burst denial a register spilled (`self`) and 1 to 2 instructions a
-    /// call. Reading the
-    /// short path again costs this path: a two-permit denial through the marks 392 -> 434
-    /// instructions, a crossing 787.6 -> 814.6 (a scratch measure, `CHANGELOG`).
+    /// call. Reading the short path again costs this path: a two-permit denial through the
+    /// marks 392 -> 434 instructions, a crossing 787.6 -> 814.6 (a scratch measure,
+    /// `CHANGELOG`).
     #[cold]
     #[inline(never)]
     fn after_short(&self, n: u64, limit: u64, now: u64, clock: Option<&C>) -> (Decision, u64) {
