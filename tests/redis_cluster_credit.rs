@@ -136,13 +136,7 @@ fn a_reply_after_an_ask_redirect_counts_for_the_owner_only_as_of_the_call() {
     assert_decided(&call(&limiter, &beside), "a key on A");
 
     // A's slot half-migrated to C: a key not on A is answered `ASK`, then by C.
-    let id = |node: &RedisServer| node.cli(&["CLUSTER", "MYID"]);
-    let (owner_id, importing_id) = (id(owner), id(importing));
-    let set = |node: &RedisServer, how, to: &str| {
-        assert_eq!(node.cli(&["CLUSTER", "SETSLOT", &slot, how, to]), "OK");
-    };
-    set(importing, "IMPORTING", &owner_id);
-    set(owner, "MIGRATING", &importing_id);
+    migrate(owner, importing, &slot);
 
     // Gate: no reply from A for a timeout (nothing is sent to it meanwhile).
     until_master_looks_down(&limiter, &beside, started);
