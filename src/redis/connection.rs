@@ -823,6 +823,19 @@ impl RedisBackend {
     /// it. A read that fails (the node it went to down) leaves every master's replies
     /// uncounted until one lands: they look silent sooner, never alive longer.
     ///
+    /// `sent` is read before the call is handed to redis-rs, so before its own waits (its
+    /// queue, a reconnect and re-send, a redirect followed, a `TRYAGAIN` back-off) and the
+    /// `NOSCRIPT` load and re-send ([`query_script`]): the time credited is earlier than the
+    /// real send, by at most the call's whole span (each call is bounded by its deadline,
+    /// `until_deadline`). That never makes a master look alive longer: a reply the master
+    /// sent for the call came after the real send, so after `sent`; a reply another node sent
+    /// (a redirect, or a re-send that redis-rs routed by a newer map than the copy) is
+    /// credited only under the freshness rule above, which compares this same `sent`, so the
+    /// old owner's word still gets no time later than `fresh_micros` plus a timeout after the
+    /// read. It only makes a master that answers slowly look silent sooner (by up to the
+    /// call's span, e.g. 2 s for a call that the importing master held 2 s after an `ASK`:
+    /// `a_reply_after_an_ask_redirect_counts_for_the_owner_only_as_of_the_call`).
+    ///
     /// A later time already recorded is kept ([`LastReply::record_if_later`]): a slow call's
     /// send instant does not hide a quicker call's. Not inlined: so that
     /// [`replied`](Self::replied) stays small enough to be inlined where a single server's
