@@ -794,7 +794,7 @@ impl RedisBackend {
         let micros = shared.clock.client_micros(received);
         shared.last_reply.record(micros);
         if let Some(key) = key.filter(|_| self.is_cluster()) {
-            self.master_replied(key, sent);
+            self.master_replied(key, sent, micros);
         }
         micros
     }
@@ -820,8 +820,12 @@ impl RedisBackend {
     /// by a timeout, so it lands before replies stop counting unless it fails): while calls
     /// come, the map is read about once per `fresh_micros`, and the old owner of a moved slot
     /// gets no time later than `fresh_micros` plus a timeout after the last read that named
-    /// it. A read that fails (the node it went to down) leaves every master's replies
-    /// uncounted until one lands: they look silent sooner, never alive longer.
+    /// it. A reply the copy was too old for counts later, as of `sent`, if a read sent after
+    /// it arrived names the same master the owner of its slot (`SlotOwners::owner_replied`;
+    /// the latest-sent such reply per master): so a master whose calls come further apart than
+    /// that is not taken for silent for want of a fresh copy. A read that fails (the node it
+    /// went to down) leaves those replies uncounted until one lands: the masters look silent
+    /// sooner, never alive longer.
     ///
     /// `sent` is read before the call is handed to redis-rs, so before its own waits (its
     /// queue, a reconnect and re-send, a redirect followed, a `TRYAGAIN` back-off) and the
@@ -842,12 +846,15 @@ impl RedisBackend {
     /// reply is read (measured: with this inlined into it, `replied` was called, not inlined,
     /// ~26 instructions a decision more on one server).
     #[inline(never)]
-    fn master_replied(&self, key: &str, sent: Instant) {
+    fn master_replied(&self, key: &str, sent: Instant, received_micros: u64) {
         let shared = &*self.shared;
         let slot = slot_of(key.as_bytes());
         let micros = shared.clock.client_micros(sent);
         let (fresh, slack) = (self.fresh_micros(), micros_of(shared.timeout));
-        if shared.owners.owner_replied(slot, micros, fresh, slack) {
+        if shared
+            .owners
+            .owner_replied(slot, micros, received_micros, fresh, slack)
+        {
             self.reread_slot_owners();
         }
     }

@@ -29,7 +29,9 @@
 //! was sent), and a reply to a call sent `fresh` or more after the read asks for a new read
 //! ([`SlotOwners::owner_replied`]): while calls come, the copy is read again about once per
 //! `fresh`, and a master whose slot moved away gets no credit for the new owner's replies to
-//! calls sent more than `fresh + slack` after the last read that named it the owner.
+//! calls sent more than `fresh + slack` after the last read that named it the owner. A reply
+//! the copy was too old for is held (the latest-sent per master) and counts once a read sent
+//! after it arrived names the same master the owner of its slot.
 //!
 //! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
 //! two `u16`s and a shared master (its address and its last reply); a read replaces the whole
@@ -56,6 +58,32 @@ type Range = (u16, u16, Arc<Master>);
 struct Master {
     address: Arc<str>,
     last_reply: LastReply,
+    /// The latest-sent reply credited to this master by a copy too old for its call (see
+    /// [`SlotOwners::owner_replied`]), held until a read of the map sent after it arrived
+    /// tells whether the master still owns the call's slot. Locked only on that path and by
+    /// a read.
+    pending: Mutex<Option<Pending>>,
+}
+
+/// A reply to a call on `slot`, sent and received at those client µs, that a copy of the map
+/// too old for the call named `slot`'s master for.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    slot: u16,
+    sent: u64,
+    received: u64,
+}
+
+impl Master {
+    fn new(address: Arc<str>, replied_at: u64) -> Self {
+        let last_reply = LastReply::default();
+        last_reply.record(replied_at);
+        Master {
+            address,
+            last_reply,
+            pending: Mutex::new(None),
+        }
+    }
 }
 
 /// One read of the slot map: its ranges, and when the read was sent.
@@ -108,13 +136,33 @@ impl SlotOwners {
     ///
     /// A copy older than its call may name an owner the slot has left (redis-rs follows a
     /// `MOVED` unseen, and the reply is the new owner's): so the old owner's word gets no
-    /// time later than `fresh + slack` after the read that last named it the slot's owner.
+    /// time later than `fresh + slack` after the read that last named it the slot's owner,
+    /// until a read sent after the reply arrived (`received_micros`) names it the slot's owner
+    /// still: then the reply counts as of `micros` ([`update`](Self::update); the latest-sent
+    /// such reply per master is kept for it), so a master whose calls come further apart than
+    /// `fresh + slack` is not taken for silent for want of a fresh copy.
     #[inline]
-    pub(super) fn owner_replied(&self, slot: u16, micros: u64, fresh: u64, slack: u64) -> bool {
+    pub(super) fn owner_replied(
+        &self,
+        slot: u16,
+        micros: u64,
+        received_micros: u64,
+        fresh: u64,
+        slack: u64,
+    ) -> bool {
         self.with_owner(slot, |master, asked| {
             let age = micros.saturating_sub(asked);
             if age < fresh.saturating_add(slack) {
                 master.last_reply.record_if_later(micros);
+            } else {
+                let mut pending = master.pending.lock().unwrap_or_else(|e| e.into_inner());
+                if pending.is_none_or(|held| held.sent < micros) {
+                    *pending = Some(Pending {
+                        slot,
+                        sent: micros,
+                        received: received_micros,
+                    });
+                }
             }
             age >= fresh
         })
@@ -164,6 +212,36 @@ impl SlotOwners {
             // SeqCst: read once per cluster call, after the ranges are stored; no ordering
             // subtlety to save.
             self.generation.fetch_add(1, Ordering::SeqCst);
+            self.settle_pending(read_at_micros);
+        }
+    }
+
+    /// Settles each master's pending reply ([`owner_replied`](Self::owner_replied)) that
+    /// arrived before a read sent at `read_at_micros`: it counts as the master's (as of its
+    /// call's send) if the copy that read made names the master the owner of the reply's slot
+    /// (the slot did not move between the call and the read, unless it moved away and back),
+    /// else not at all. A reply that arrived after the read was sent waits for the next read.
+    fn settle_pending(&self, read_at_micros: u64) {
+        let copy = self.copy.load();
+        // One look per master (a master owns many ranges).
+        let mut settled = std::collections::HashSet::new();
+        for (_, _, master) in copy.ranges.iter() {
+            if !settled.insert(Arc::as_ptr(master)) {
+                continue;
+            }
+            let mut pending = master.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(reply) = *pending else {
+                continue;
+            };
+            if reply.received > read_at_micros {
+                continue;
+            }
+            *pending = None;
+            drop(pending);
+            let owns = self.with_owner(reply.slot, |owner, _| std::ptr::eq(owner, &**master));
+            if owns == Some(true) {
+                master.last_reply.record_if_later(reply.sent);
+            }
         }
     }
 
@@ -233,14 +311,9 @@ fn with_masters(
     parsed
         .iter()
         .map(|(first, last, address)| {
-            let master = masters.entry(&**address).or_insert_with(|| {
-                let last_reply = LastReply::default();
-                last_reply.record(read_at_micros);
-                Arc::new(Master {
-                    address: Arc::clone(address),
-                    last_reply,
-                })
-            });
+            let master = masters
+                .entry(&**address)
+                .or_insert_with(|| Arc::new(Master::new(Arc::clone(address), read_at_micros)));
             (*first, *last, Arc::clone(master))
         })
         .collect()
@@ -365,7 +438,7 @@ mod tests {
         };
         let owners = SlotOwners::default();
         assert_eq!(owners.owner_answered_within(0, 0, u64::MAX), None);
-        owners.owner_replied(0, 1_000, u64::MAX, 0); // no owner known: nothing to record
+        owners.owner_replied(0, 1_000, 1_000, u64::MAX, 0); // no owner known: nothing to record
         // 7000 owns two ranges, 7001 the one between.
         let map = |last_port: i64| {
             Value::Array(vec![
@@ -377,7 +450,7 @@ mod tests {
         owners.update(&map(7000), "redis", 0);
         let within = |slot| owners.owner_answered_within(slot, 1_050, 100);
         assert_eq!(within(0), Some(false), "no reply since the read at 0");
-        owners.owner_replied(5, 1_000, u64::MAX, 0);
+        owners.owner_replied(5, 1_000, 1_000, u64::MAX, 0);
         assert_eq!(within(0), Some(true));
         assert_eq!(within(16_000), Some(true), "7000's other range");
         assert_eq!(within(150), Some(false), "7001 has not replied");
@@ -385,7 +458,7 @@ mod tests {
         owners.update(&map(7002), "redis", 0);
         assert_eq!(within(0), Some(true));
         assert_eq!(within(16_000), Some(false), "7002, new");
-        owners.owner_replied(16_000, 1_040, u64::MAX, 0);
+        owners.owner_replied(16_000, 1_040, 1_040, u64::MAX, 0);
         assert_eq!(within(16_000), Some(true));
         assert_eq!(within(150), Some(false));
         assert_eq!(owners.owner_answered_within(0, 1_200, 100), Some(false));
@@ -403,49 +476,76 @@ mod tests {
         );
     }
 
-    /// A reply counts as the owner's only while the copy naming it is fresh for the call: a
-    /// slot may have moved since (redis-rs follows `MOVED` unseen), and the reply be the new
-    /// owner's. A call sent `fresh` or more after the read asks for a new one.
+    /// A reply counts as the owner's at once only while the copy naming it is fresh for the
+    /// call: a slot may have moved since (redis-rs follows `MOVED` unseen), and the reply be
+    /// the new owner's. A call sent `fresh` or more after the read asks for a new one; a reply
+    /// a stale copy could not credit counts once a read sent after it arrived names the same
+    /// owner for its slot, and not at all if that read names another.
     #[test]
     fn a_reply_counts_for_the_owner_only_while_the_copy_is_fresh_for_its_call() {
-        let map = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(16_383),
+        let range = |first: i64, last: i64, port: i64| {
             Value::Array(vec![
-                Value::BulkString(b"127.0.0.1".to_vec()),
-                Value::Int(7000),
-            ]),
-        ])]);
+                Value::Int(first),
+                Value::Int(last),
+                Value::Array(vec![
+                    Value::BulkString(b"127.0.0.1".to_vec()),
+                    Value::Int(port),
+                ]),
+            ])
+        };
+        // 7000 owns slots 0-99 and the rest; 7001 the slots 100-199 when `moved`.
+        let map = |moved: bool| {
+            Value::Array(if moved {
+                vec![
+                    range(0, 99, 7000),
+                    range(100, 199, 7001),
+                    range(200, 16_383, 7000),
+                ]
+            } else {
+                vec![range(0, 16_383, 7000)]
+            })
+        };
         let owners = SlotOwners::default();
+        let last = |slot| owners.owner_last_reply(slot);
         assert!(
-            !owners.owner_replied(0, 5_000, 100, 50),
+            !owners.owner_replied(0, 5_000, 5_000, 100, 50),
             "no copy: no read asked"
         );
-        owners.update(&map, "redis", 1_000);
-        assert_eq!(
-            owners.owner_last_reply(0),
-            Some(1_000),
-            "new: as of the read"
-        );
+        owners.update(&map(false), "redis", 1_000);
+        assert_eq!(last(0), Some(1_000), "new: as of the read");
         // Sent before the read: the copy is newer than the call.
-        assert!(!owners.owner_replied(0, 900, 100, 50));
-        assert_eq!(owners.owner_last_reply(0), Some(1_000));
-        assert!(!owners.owner_replied(0, 1_099, 100, 50));
-        assert_eq!(owners.owner_last_reply(0), Some(1_099));
+        assert!(!owners.owner_replied(0, 900, 950, 100, 50));
+        assert_eq!(last(0), Some(1_000));
+        assert!(!owners.owner_replied(0, 1_099, 1_099, 100, 50));
+        assert_eq!(last(0), Some(1_099));
         // `fresh` after the read: credited, a new read asked.
-        assert!(owners.owner_replied(0, 1_100, 100, 50));
-        assert_eq!(owners.owner_last_reply(0), Some(1_100));
-        assert!(owners.owner_replied(0, 1_149, 100, 50));
-        assert_eq!(owners.owner_last_reply(0), Some(1_149));
-        // `fresh + slack` after the read: not credited.
-        assert!(owners.owner_replied(0, 1_150, 100, 50));
-        assert!(owners.owner_replied(0, 9_000, 100, 50));
-        assert_eq!(owners.owner_last_reply(0), Some(1_149));
-        // A new read of the map: credited again, the master keeping its word.
-        owners.update(&map, "redis", 8_990);
-        assert_eq!(owners.owner_last_reply(0), Some(1_149));
-        assert!(!owners.owner_replied(0, 9_000, 100, 50));
-        assert_eq!(owners.owner_last_reply(0), Some(9_000));
+        assert!(owners.owner_replied(0, 1_100, 1_100, 100, 50));
+        assert!(owners.owner_replied(0, 1_149, 1_149, 100, 50));
+        assert_eq!(last(0), Some(1_149));
+        // `fresh + slack` after the read: not credited yet.
+        assert!(owners.owner_replied(0, 2_000, 2_010, 100, 50));
+        assert!(owners.owner_replied(150, 3_000, 3_010, 100, 50));
+        assert_eq!(last(0), Some(1_149));
+        // A read sent before the latest pending reply arrived settles nothing.
+        owners.update(&map(false), "redis", 3_005);
+        assert_eq!(last(0), Some(1_149));
+        // A read sent after it, naming 7000 for slot 150 still: counted as of its call.
+        owners.update(&map(false), "redis", 3_020);
+        assert_eq!(last(0), Some(3_000));
+        assert!(!owners.owner_replied(0, 3_050, 3_060, 100, 50));
+        assert_eq!(last(0), Some(3_050));
+        // A stale reply for slot 150, which the next read names 7001 for: not 7000's.
+        assert!(owners.owner_replied(150, 9_000, 9_010, 100, 50));
+        owners.update(&map(true), "redis", 9_020);
+        assert_eq!(
+            last(0),
+            Some(3_050),
+            "the slot moved: the reply was not 7000's"
+        );
+        assert_eq!(last(150), Some(9_020), "7001, new: as of the read");
+        // Settled once: a later read of the same map credits nothing more.
+        owners.update(&map(true), "redis", 9_500);
+        assert_eq!(last(0), Some(3_050));
     }
 
     #[test]
