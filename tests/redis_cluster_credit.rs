@@ -267,6 +267,64 @@ fn replies_from_the_master_a_slot_moved_to_do_not_keep_the_old_owner_alive() {
     old.thaw();
 }
 
+/// A master whose calls come further apart than the copy of the slot map stays fresh: its
+/// reply meets a copy too old for the call (one that may name an owner the slot has left),
+/// and counts once the read it starts names the same owner. With the freshness rule alone it
+/// never counted, and a try cut short right after the reply took the master for silent.
+///
+/// The quiet span (real time: [`FRESH`] plus a timeout with no read of the map) is the rule
+/// under test; then a call on B's key, and tries on it given no time until B looks alive,
+/// from when a node served the read until the call's credit would lapse (a timeout after it
+/// was sent). A cycle whose window shrank under a second (a stalled test) is tried again.
+#[test]
+fn a_reply_to_a_copy_too_old_for_it_counts_once_a_read_names_the_same_owner() {
+    let cluster = RedisCluster::start();
+    let node = &cluster.nodes[1];
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let key = key_on(node, &limiter, "quiet");
+    let reads = || {
+        let calls = cluster.nodes.iter().map(|n| n.calls("cluster|slots"));
+        calls.sum::<u64>()
+    };
+    // The last read of the map started before this (at connect, or in a cycle's tries).
+    let mut quiet_since = Instant::now();
+    for cycle in 0..3 {
+        while quiet_since.elapsed() < FRESH + TIMEOUT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let before = reads();
+        let sent = Instant::now();
+        assert_decided(&call(&limiter, &key), "a call on B's key");
+        let lapses = sent + TIMEOUT;
+        while reads() == before {
+            assert!(
+                sent.elapsed() < HANG,
+                "no read of the map started by the reply"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let served = Instant::now();
+        let mut alive = false;
+        while !alive && Instant::now() < lapses {
+            alive = !master_looks_down(&limiter, &key);
+        }
+        quiet_since = Instant::now();
+        if alive {
+            return;
+        }
+        assert!(
+            served + Duration::from_secs(1) > lapses,
+            "B looked silent from when a node served the read of the map ({:?} after the \
+             call was sent) until the reply's credit would lapse: the reply never counted \
+             (cycle {cycle})",
+            served - sent
+        );
+    }
+    panic!("three stalled cycles");
+}
+
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();
