@@ -24,6 +24,9 @@ const TIMEOUT: Duration = Duration::from_secs(4);
 /// credited as of the call and one credited as of its arrival are a second apart either way
 /// of the line the test draws between them.
 const HOLD: Duration = Duration::from_secs(2);
+/// How long after a read of the slot map a reply asks for the next one: the backend's
+/// timeout when over a second (`RedisBackend::fresh_micros`).
+const FRESH: Duration = TIMEOUT;
 /// How long a step may take before the test calls it a hang.
 const HANG: Duration = Duration::from_secs(60);
 
@@ -190,6 +193,136 @@ fn a_reply_after_an_ask_redirect_counts_for_the_owner_only_as_of_the_call() {
         );
     });
     owner.thaw();
+}
+
+/// Defect (d): once a slot moved to another master (`CLUSTER SETSLOT … NODE`), redis-rs
+/// follows the old owner's `MOVED` and sends the slot's calls to the new owner; the backend's
+/// copy of the slot map still named the old owner, and each of the new owner's replies was
+/// credited to it until something read the map again (a failed or cut short call): a frozen
+/// old owner looked alive for as long as calls on the moved slot came and none failed.
+///
+/// Here the slot of `moved` goes from A to B; a first call on it gets A's `MOVED` (A alive),
+/// then A is frozen and only calls on `moved` (each answered by B) are made, for the span
+/// under test (real time: the map read at connect, before the freeze, is [`FRESH`] plus a
+/// timeout old before replies stop counting for A, and A looks down a timeout after the
+/// last); then a try on `beside`, a key A still owns, given no time: A looks down. A stalled
+/// test only makes that surer (never fails wrongly); before the fix the last call's reply
+/// kept A alive however long the loop ran.
+#[test]
+fn replies_from_the_master_a_slot_moved_to_do_not_keep_the_old_owner_alive() {
+    let cluster = RedisCluster::start();
+    // The live masters keep serving their slots while A is frozen and marked failed.
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let (old, new) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let moved = key_on(old, &limiter, "moved");
+    let beside = key_on(old, &limiter, "beside");
+    let slot = old.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&moved)[0]]);
+    let beside_slot = old.cli(&["CLUSTER", "KEYSLOT", &limiter.redis_keys(&beside)[0]]);
+    assert_ne!(slot, beside_slot, "two keys in one slot");
+    // The script on B and on A.
+    assert_decided(
+        &call(&limiter, &key_on(new, &limiter, "there")),
+        "a key on B",
+    );
+    assert_decided(&call(&limiter, &beside), "a key on A");
+
+    // The slot, still empty, moves to B: the new owner first, as `redis-cli --cluster` does.
+    let new_id = new.cli(&["CLUSTER", "MYID"]);
+    for node in [new, old, &cluster.nodes[2]] {
+        assert_eq!(
+            node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &new_id]),
+            "OK"
+        );
+    }
+    let errors = || old.cli(&["INFO", "errorstats"]);
+    assert_decided(&call(&limiter, &moved), "the first call after the move");
+    let keys_in_slot = |node: &RedisServer| node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    assert_eq!(keys_in_slot(new), "1", "B ran the call");
+    assert!(
+        errors().contains("errorstat_MOVED"),
+        "A sent no MOVED: {}",
+        errors()
+    );
+
+    old.freeze();
+    let frozen = Instant::now();
+    let mut calls = 0;
+    // B answers each (A is frozen: a call that went to A would fail, not be decided).
+    while frozen.elapsed() < FRESH + 2 * TIMEOUT {
+        assert_decided(&call(&limiter, &moved), "a call on the moved slot");
+        calls += 1;
+    }
+    assert_decided(&call(&limiter, &moved), "the last call on the moved slot");
+    assert!(
+        master_looks_down(&limiter, &beside),
+        "A, frozen for {:?}, looked alive: B's replies to {calls} calls on the slot moved to \
+         it counted as A's",
+        frozen.elapsed()
+    );
+    old.thaw();
+}
+
+/// A master whose calls come further apart than the copy of the slot map stays fresh: its
+/// reply meets a copy too old for the call (one that may name an owner the slot has left),
+/// and counts once the read it starts names the same owner. With the freshness rule alone it
+/// never counted, and a try cut short right after the reply took the master for silent.
+///
+/// The quiet span (real time: [`FRESH`] plus a timeout with no read of the map) is the rule
+/// under test; then a call on B's key, and tries on it given no time until B looks alive,
+/// from when a node served the read until the call's credit would lapse (a timeout after it
+/// was sent). A cycle whose window shrank under a second (a stalled test) is tried again.
+#[test]
+fn a_reply_to_a_copy_too_old_for_it_counts_once_a_read_names_the_same_owner() {
+    let cluster = RedisCluster::start();
+    let node = &cluster.nodes[1];
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let key = key_on(node, &limiter, "quiet");
+    let reads = || {
+        let calls = cluster.nodes.iter().map(|n| n.calls("cluster|slots"));
+        calls.sum::<u64>()
+    };
+    // The last read of the map started before this (at connect, or in a cycle's tries).
+    let mut quiet_since = Instant::now();
+    for cycle in 0..3 {
+        while quiet_since.elapsed() < FRESH + TIMEOUT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let before = reads();
+        let sent = Instant::now();
+        assert_decided(&call(&limiter, &key), "a call on B's key");
+        let lapses = sent + TIMEOUT;
+        while reads() == before {
+            assert!(
+                sent.elapsed() < HANG,
+                "no read of the map started by the reply"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let served = Instant::now();
+        let mut alive = false;
+        while !alive && Instant::now() < lapses {
+            alive = !master_looks_down(&limiter, &key);
+        }
+        quiet_since = Instant::now();
+        if alive {
+            return;
+        }
+        assert!(
+            served + Duration::from_secs(1) > lapses,
+            "B looked silent from when a node served the read of the map ({:?} after the \
+             call was sent) until the reply's credit would lapse: the reply never counted \
+             (cycle {cycle})",
+            served - sent
+        );
+    }
+    panic!("three stalled cycles");
 }
 
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).

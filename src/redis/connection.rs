@@ -598,20 +598,21 @@ impl RedisBackend {
     /// Reads a cluster's slot owners (`CLUSTER SLOTS`, to whichever node redis-rs picks) within
     /// `within`, for naming the node of a failed call; a failed or late read changes nothing.
     async fn read_slot_owners(&self, within: Duration) {
+        // The map read is at least as recent as this instant (see `SlotOwners::update`).
+        let asked = self.shared.clock.client_micros(Instant::now());
         let reply = read_slot_owners(self.shared.connection.clone(), within).await;
         if let Some(reply) = reply {
-            let read_at = self.shared.clock.client_micros(Instant::now());
-            self.shared
-                .owners
-                .update(&reply, self.shared.scheme, read_at);
+            self.shared.owners.update(&reply, self.shared.scheme, asked);
         }
     }
 
     /// On a cluster, starts a read of the slot owners in the background, unless one is in
     /// flight or one started less than the backend's timeout ago: after a failed call (see
-    /// [`failed_at`](Self::failed_at)), and for a call short-circuited by its node's open
+    /// [`failed_at`](Self::failed_at)), for a call short-circuited by its node's open
     /// breaker, which sends nothing that could fail, so that a slot moved off a down master is
-    /// soon looked up under its new owner (whose breaker is its own).
+    /// soon looked up under its new owner (whose breaker is its own), and for a reply to a
+    /// call sent [`fresh_micros`](Self::fresh_micros) or more after the last read
+    /// ([`master_replied`](Self::master_replied)).
     pub(crate) fn reread_slot_owners(&self) {
         let shared = &*self.shared;
         if !self.is_cluster() {
@@ -628,9 +629,11 @@ impl RedisBackend {
             // `read` moves into the task: dropped when the read ends, or with the task if its
             // runtime goes first, so the next read can start either way.
             shared.runtime.spawn(async move {
+                // When the read is sent, on the clock's client side (`client_micros`): the map
+                // read is at least as recent.
+                let asked = micros_since(base, Instant::now());
                 if let Some(reply) = read_slot_owners(connection, within).await {
-                    // The read's time on the clock's client side (`client_micros`).
-                    owners.update(&reply, scheme, micros_since(base, Instant::now()));
+                    owners.update(&reply, scheme, asked);
                 }
                 drop(read);
             });
@@ -791,7 +794,7 @@ impl RedisBackend {
         let micros = shared.clock.client_micros(received);
         shared.last_reply.record(micros);
         if let Some(key) = key.filter(|_| self.is_cluster()) {
-            self.master_replied(key, sent);
+            self.master_replied(key, sent, micros);
         }
         micros
     }
@@ -804,19 +807,64 @@ impl RedisBackend {
     /// after the owner answered (the owner frozen or gone since). The owner did answer, though
     /// (the `ASK`), after the call was sent: so the call counts as its reply as of the instant it
     /// was sent, not as of the importing master's reply (which made a frozen owner look alive
-    /// for a timeout past it, issue 18). A reply that redis-rs routed as the copy does not (a
-    /// slot moved since the copy was read, `MOVED`) still counts as the copy's owner's until
-    /// the next read of the map lands (see
-    /// [`answered_within_timeout`](Self::answered_within_timeout)). A later time already
-    /// recorded is kept ([`LastReply::record_if_later`]): a slow call's send instant does not
-    /// hide a quicker call's. Not inlined: so that [`replied`](Self::replied) stays small enough
-    /// to be inlined where a single server's reply is read (measured: with this inlined into
-    /// it, `replied` was called, not inlined, ~26 instructions a decision more on one server).
+    /// for a timeout past it, issue 18).
+    ///
+    /// A reply that redis-rs routed as the copy does not (a slot moved since the copy was
+    /// read: redis-rs follows the old owner's `MOVED`, then sends the slot's calls to the new
+    /// owner) would count as the copy's owner's for as long as the copy is not read again, and
+    /// only a failed, cut short or short-circuited call read it again: a frozen old owner looked alive while calls on the
+    /// moved slot came (issue 18). So a reply counts as the copy's owner's only for a call sent
+    /// less than [`fresh_micros`](Self::fresh_micros) plus a timeout after the read that made
+    /// the copy was sent, and a reply to a call sent `fresh_micros` or more after it starts a
+    /// new read in the background ([`reread_slot_owners`](Self::reread_slot_owners), bounded
+    /// by a timeout, so it lands before replies stop counting unless it fails): while calls
+    /// come, the map is read about once per `fresh_micros`, and the old owner of a moved slot
+    /// gets no time later than `fresh_micros` plus a timeout after the last read that named
+    /// it. A reply the copy was too old for counts later, as of `sent`, if a read sent after
+    /// it arrived names the same master the owner of its slot (`SlotOwners::owner_replied`;
+    /// the latest-sent such reply per master): so a master whose calls come further apart than
+    /// that is not taken for silent for want of a fresh copy. A read that fails (the node it
+    /// went to down) leaves those replies uncounted until one lands: the masters look silent
+    /// sooner, never alive longer.
+    ///
+    /// `sent` is read before the call is handed to redis-rs, so before its own waits (its
+    /// queue, a reconnect and re-send, a redirect followed, a `TRYAGAIN` back-off) and the
+    /// `NOSCRIPT` load and re-send ([`query_script`]): the time credited is earlier than the
+    /// real send, by at most the call's whole span (each call is bounded by its deadline,
+    /// `until_deadline`). That never makes a master look alive longer: a reply the master
+    /// sent for the call came after the real send, so after `sent`; a reply another node sent
+    /// (a redirect, or a re-send that redis-rs routed by a newer map than the copy) is
+    /// credited only under the freshness rule above, which compares this same `sent`, so the
+    /// old owner's word still gets no time later than `fresh_micros` plus a timeout after the
+    /// read. It only makes a master that answers slowly look silent sooner (by up to the
+    /// call's span, e.g. 2 s for a call that the importing master held 2 s after an `ASK`:
+    /// `a_reply_after_an_ask_redirect_counts_for_the_owner_only_as_of_the_call`).
+    ///
+    /// A later time already recorded is kept ([`LastReply::record_if_later`]): a slow call's
+    /// send instant does not hide a quicker call's. Not inlined: so that
+    /// [`replied`](Self::replied) stays small enough to be inlined where a single server's
+    /// reply is read (measured: with this inlined into it, `replied` was called, not inlined,
+    /// ~26 instructions a decision more on one server).
     #[inline(never)]
-    fn master_replied(&self, key: &str, sent: Instant) {
+    fn master_replied(&self, key: &str, sent: Instant, received_micros: u64) {
+        let shared = &*self.shared;
         let slot = slot_of(key.as_bytes());
-        let micros = self.shared.clock.client_micros(sent);
-        self.shared.owners.owner_replied(slot, micros);
+        let micros = shared.clock.client_micros(sent);
+        let (fresh, slack) = (self.fresh_micros(), micros_of(shared.timeout));
+        if shared
+            .owners
+            .owner_replied(slot, micros, received_micros, fresh, slack)
+        {
+            self.reread_slot_owners();
+        }
+    }
+
+    /// How long after a read of the slot map a call's reply asks for the next one (see
+    /// [`master_replied`](Self::master_replied)): the backend's timeout, and at least
+    /// [`FRESH_AT_LEAST`], so that a backend with a short timeout reads the map at most about
+    /// once a second per backend while calls come.
+    fn fresh_micros(&self) -> u64 {
+        micros_of(self.shared.timeout.max(FRESH_AT_LEAST))
     }
 
     /// Records a reply to a call on `key` if `error` is one the server sent (an error reply),
@@ -845,7 +893,7 @@ impl RedisBackend {
     /// for the slot (no map read yet), or for `None`, any reply counts. `false` for a server
     /// that never had one (a lazy backend before its first reply), and for a master the copy
     /// named for the first time, once a timeout has passed since that read of the map with no
-    /// reply from it (a new master counts as having replied when the read naming it was read:
+    /// reply from it (a new master counts as having replied when the read naming it was sent:
     /// see `SlotOwners::update`). A call cut short by its
     /// caller's own deadline is the caller's matter only while this holds: otherwise its
     /// server looks down (`RedisLimiter::try_acquire_for`, issue 18).
@@ -854,12 +902,15 @@ impl RedisBackend {
     /// since the backend was made), read after each reply arrived (a master's: when its call
     /// was sent, see [`master_replied`](Self::master_replied)); see [`LastReply`] for how
     /// stale the time kept may be (never later than a real reply). A reply is the master's
-    /// that the copy names for the call's key when it is read: after a slot moved, the old
-    /// owner's until the next read of the map lands (as for the breakers).
+    /// that the copy names for the call's key when it is read, and only while the copy is
+    /// fresh for the call: after a slot moved, the old owner gets the new owner's replies
+    /// until the next read of the map lands, and none to calls sent more than
+    /// [`fresh_micros`](Self::fresh_micros) plus a timeout after the read that named it
+    /// (see [`master_replied`](Self::master_replied)).
     pub(crate) fn answered_within_timeout(&self, redis_key: Option<&str>) -> bool {
         let shared = &*self.shared;
         let now = shared.clock.client_micros(Instant::now());
-        let timeout = u64::try_from(shared.timeout.as_micros()).unwrap_or(u64::MAX);
+        let timeout = micros_of(shared.timeout);
         redis_key
             .filter(|_| self.is_cluster())
             .and_then(|key| {
@@ -1694,6 +1745,15 @@ fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
             format!("no answer within {after:?} ({doing})"),
         ),
     )
+}
+
+/// The least time between two reads of a cluster's slot map that replies ask for
+/// ([`RedisBackend::fresh_micros`]): a backend's timeout when longer.
+const FRESH_AT_LEAST: Duration = Duration::from_secs(1);
+
+/// `duration` in µs, saturating at `u64::MAX`.
+fn micros_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// `at` in µs since `base` (0 before it, saturating at `u64::MAX`): a time on the server clock's

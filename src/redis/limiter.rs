@@ -588,7 +588,11 @@ impl<A: RedisAlgorithm, C: Clock + Clone> RedisLimiter<A, C> {
     /// and **per node on a Redis Cluster**: the master that owns the key's slot by the
     /// backend's copy of the slot map (the node whose breaker the call goes through), so
     /// another master's replies do not make a frozen master look alive; while the copy names
-    /// no owner for the slot (no map read yet), any node's reply counts.
+    /// no owner for the slot (no map read yet), any node's reply counts. A reply counts for
+    /// the master the copy names only while the copy is fresh for its call (read less than
+    /// `max(timeout, 1 s)` plus a timeout before the call was sent; a reply to a call sent
+    /// `max(timeout, 1 s)` after the read has the map read again): redis-rs follows a moved
+    /// slot's `MOVED` unseen, and an older copy may name an owner the slot has left.
     ///
     /// * **Redis answering:** the backend read a reply from the key's Redis (to any of its
     ///   calls that went there, any caller's, an error reply too; on a cluster only an error

@@ -4,12 +4,12 @@
 //!
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
-//! background after a failed call or a call short-circuited by an open breaker (at most one
-//! read in flight per backend, bounded by the backend's timeout, and at most one started per
-//! timeout, so a steady stream of failures does not add a `CLUSTER SLOTS` per failure). A
-//! call's error and breaker are those of the owner of its key's slot in that copy; after a slot
-//! moved, the owner is stale until the next read lands (a call that fails, or is
-//! short-circuited, at least a timeout after the last read started reads it again).
+//! background after a failed call, a call short-circuited by an open breaker, or a reply to a
+//! call sent a while after the last read (below; at most one read in flight per backend,
+//! bounded by the backend's timeout, and at most one started per timeout, so a steady stream
+//! of failures does not add a `CLUSTER SLOTS` per failure). A call's error and breaker are
+//! those of the owner of its key's slot in that copy; after a slot moved, the owner is stale
+//! until the next read lands.
 //! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
 //! names the configured node list and says that the node is not known, and its calls share one
 //! breaker.
@@ -20,7 +20,18 @@
 //! another node may have sent; see `RedisBackend::replied_with`): a try of `RedisLimiter::try_acquire_for`
 //! cut short by its caller's own budget is the caller's matter only while the master that owns
 //! its key's slot answers (issue 18). A master named again by a later read keeps its time; a
-//! master new to the copy starts as having replied when the read naming it was read.
+//! master new to the copy starts as having replied when the read naming it was sent.
+//!
+//! redis-rs follows a `MOVED` unseen and then sends the slot's calls to its new owner, whose
+//! replies the copy would credit to the old owner for as long as the copy is not read again
+//! (a frozen old owner kept looking alive while calls on the moved slot came). So a reply is
+//! credited only to a copy fresh for its call (read at most `fresh + slack` before the call
+//! was sent), and a reply to a call sent `fresh` or more after the read asks for a new read
+//! ([`SlotOwners::owner_replied`]): while calls come, the copy is read again about once per
+//! `fresh`, and a master whose slot moved away gets no credit for the new owner's replies to
+//! calls sent more than `fresh + slack` after the last read that named it the owner. A reply
+//! the copy was too old for is held (the latest-sent per master) and counts once a read sent
+//! after it arrived names the same master the owner of its slot.
 //!
 //! Memory: one entry per contiguous slot range, so at most 16,384 entries (one per slot), each
 //! two `u16`s and a shared master (its address and its last reply); a read replaces the whole
@@ -47,15 +58,50 @@ type Range = (u16, u16, Arc<Master>);
 struct Master {
     address: Arc<str>,
     last_reply: LastReply,
+    /// The latest-sent reply credited to this master by a copy too old for its call (see
+    /// [`SlotOwners::owner_replied`]), held until a read of the map sent after it arrived
+    /// tells whether the master still owns the call's slot. Locked only on that path and by
+    /// a read.
+    pending: Mutex<Option<Pending>>,
+}
+
+/// A reply to a call on `slot`, sent and received at those client µs, that a copy of the map
+/// too old for the call named `slot`'s master for.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    slot: u16,
+    sent: u64,
+    received: u64,
+}
+
+impl Master {
+    fn new(address: Arc<str>, replied_at: u64) -> Self {
+        let last_reply = LastReply::default();
+        last_reply.record(replied_at);
+        Master {
+            address,
+            last_reply,
+            pending: Mutex::new(None),
+        }
+    }
+}
+
+/// One read of the slot map: its ranges, and when the read was sent.
+#[derive(Debug, Default)]
+struct MapCopy {
+    /// The backend's client µs when the `CLUSTER SLOTS` that this copy is was sent: the
+    /// map is at least as recent (0 before any read).
+    asked_micros: u64,
+    /// Slot ranges `(first, last, master)`, sorted by `first`, not overlapping.
+    ranges: Vec<Range>,
 }
 
 /// The copy of the slot map, and whether a read of it is in flight.
 #[derive(Debug, Default)]
 pub(super) struct SlotOwners {
-    /// Slot ranges `(first, last, master)`, sorted by `first`, not overlapping. Read on every
-    /// cluster call (its node picks its breaker) and reply (its master's last reply): a load,
-    /// no lock.
-    ranges: arc_swap::ArcSwap<Vec<Range>>,
+    /// The last read's ranges and when it was sent. Read on every cluster call (its node
+    /// picks its breaker) and reply (its master's last reply): a load, no lock.
+    copy: arc_swap::ArcSwap<MapCopy>,
     /// Set by the one caller that starts a read, cleared when its [`ReadInFlight`] drops.
     reading: AtomicBool,
     /// When the last read started after a failure (`None`: none yet).
@@ -67,24 +113,60 @@ pub(super) struct SlotOwners {
 impl SlotOwners {
     /// `with` applied to the master owning `slot`, if the copy has one.
     #[inline]
-    fn with_owner<R>(&self, slot: u16, with: impl FnOnce(&Master) -> R) -> Option<R> {
-        let ranges = self.ranges.load();
+    fn with_owner<R>(&self, slot: u16, with: impl FnOnce(&Master, u64) -> R) -> Option<R> {
+        let copy = self.copy.load();
+        let ranges = &copy.ranges;
         let at = ranges.partition_point(|&(first, _, _)| first <= slot);
         let (first, last, master) = ranges.get(at.checked_sub(1)?)?;
-        (*first <= slot && slot <= *last).then(|| with(master))
+        (*first <= slot && slot <= *last).then(|| with(master, copy.asked_micros))
     }
 
     /// The address of the node owning `slot`, if the copy has one.
     pub(super) fn owner(&self, slot: u16) -> Option<Arc<str>> {
-        self.with_owner(slot, |master| Arc::clone(&master.address))
+        self.with_owner(slot, |master, _| Arc::clone(&master.address))
     }
 
     /// Records a reply to a call on `slot` as its owner's, as of `micros` (the backend's client
     /// µs: when the call was sent), unless a later one is recorded
-    /// ([`LastReply::record_if_later`]); nothing if the copy has no owner for it.
+    /// ([`LastReply::record_if_later`]), if the copy was read less than `fresh + slack` µs
+    /// before the call was sent (a call sent before the read: its copy is newer than the
+    /// call); nothing if the copy has no owner for it. Returns whether the call was sent
+    /// `fresh` µs or more after the read (the caller starts a new read: see the module docs);
+    /// `false` if the copy has no owner for the slot.
+    ///
+    /// A copy older than its call may name an owner the slot has left (redis-rs follows a
+    /// `MOVED` unseen, and the reply is the new owner's): so the old owner's word gets no
+    /// time later than `fresh + slack` after the read that last named it the slot's owner,
+    /// until a read sent after the reply arrived (`received_micros`) names it the slot's owner
+    /// still: then the reply counts as of `micros` ([`update`](Self::update); the latest-sent
+    /// such reply per master is kept for it), so a master whose calls come further apart than
+    /// `fresh + slack` is not taken for silent for want of a fresh copy.
     #[inline]
-    pub(super) fn owner_replied(&self, slot: u16, micros: u64) {
-        self.with_owner(slot, |master| master.last_reply.record_if_later(micros));
+    pub(super) fn owner_replied(
+        &self,
+        slot: u16,
+        micros: u64,
+        received_micros: u64,
+        fresh: u64,
+        slack: u64,
+    ) -> bool {
+        self.with_owner(slot, |master, asked| {
+            let age = micros.saturating_sub(asked);
+            if age < fresh.saturating_add(slack) {
+                master.last_reply.record_if_later(micros);
+            } else {
+                let mut pending = master.pending.lock().unwrap_or_else(|e| e.into_inner());
+                if pending.is_none_or(|held| held.sent < micros) {
+                    *pending = Some(Pending {
+                        slot,
+                        sent: micros,
+                        received: received_micros,
+                    });
+                }
+            }
+            age >= fresh
+        })
+        .unwrap_or(false)
     }
 
     /// Whether `slot`'s owner replied less than `within_micros` before `now_micros`
@@ -95,7 +177,7 @@ impl SlotOwners {
         now_micros: u64,
         within_micros: u64,
     ) -> Option<bool> {
-        self.with_owner(slot, |master| {
+        self.with_owner(slot, |master, _| {
             master.last_reply.answered_within(now_micros, within_micros)
         })
     }
@@ -103,15 +185,16 @@ impl SlotOwners {
     /// The time (client µs) `slot`'s owner last replied, as recorded (`None`: no owner known).
     #[cfg(test)]
     pub(super) fn owner_last_reply(&self, slot: u16) -> Option<u64> {
-        self.with_owner(slot, |master| master.last_reply.last())
+        self.with_owner(slot, |master, _| master.last_reply.last())
             .flatten()
     }
 
     /// Replaces the copy with the ranges of a `CLUSTER SLOTS` `reply`, each node written as
     /// `scheme://host:port`; a reply of another shape leaves the copy as it was. A master the
     /// copy named already keeps its last reply (the same [`Master`]); a new one starts as if it
-    /// had replied at `read_at_micros` (when this reply was read, the backend's client µs): a
-    /// node of the cluster named it a master then, so a healthy master new to the copy (at
+    /// had replied at `read_at_micros` (when the read was sent, the backend's client µs: the
+    /// copy's time too, see [`owner_replied`](Self::owner_replied)): a
+    /// node of the cluster named it a master after that, so a healthy master new to the copy (at
     /// connect, after a failover) is not taken for silent before a call of this backend has
     /// been answered by it, and a new master that never answers looks silent one backend
     /// timeout after the read, as a known one does one timeout after its last reply.
@@ -120,11 +203,45 @@ impl SlotOwners {
             // `rcu`: two updates at once (the eager connect's read and a background one) each
             // carry over the masters of the copy they replace, so none loses a reply recorded
             // in between.
-            self.ranges
-                .rcu(|current| Arc::new(with_masters(&parsed, current, read_at_micros)));
+            self.copy.rcu(|current| {
+                Arc::new(MapCopy {
+                    asked_micros: read_at_micros,
+                    ranges: with_masters(&parsed, &current.ranges, read_at_micros),
+                })
+            });
             // SeqCst: read once per cluster call, after the ranges are stored; no ordering
             // subtlety to save.
             self.generation.fetch_add(1, Ordering::SeqCst);
+            self.settle_pending(read_at_micros);
+        }
+    }
+
+    /// Settles each master's pending reply ([`owner_replied`](Self::owner_replied)) that
+    /// arrived before a read sent at `read_at_micros`: it counts as the master's (as of its
+    /// call's send) if the copy that read made names the master the owner of the reply's slot
+    /// (the slot did not move between the call and the read, unless it moved away and back),
+    /// else not at all. A reply that arrived after the read was sent waits for the next read.
+    fn settle_pending(&self, read_at_micros: u64) {
+        let copy = self.copy.load();
+        // One look per master (a master owns many ranges).
+        let mut settled = std::collections::HashSet::new();
+        for (_, _, master) in copy.ranges.iter() {
+            if !settled.insert(Arc::as_ptr(master)) {
+                continue;
+            }
+            let mut pending = master.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(reply) = *pending else {
+                continue;
+            };
+            if reply.received > read_at_micros {
+                continue;
+            }
+            *pending = None;
+            drop(pending);
+            let owns = self.with_owner(reply.slot, |owner, _| std::ptr::eq(owner, &**master));
+            if owns == Some(true) {
+                master.last_reply.record_if_later(reply.sent);
+            }
         }
     }
 
@@ -137,8 +254,9 @@ impl SlotOwners {
 
     /// The nodes the copy names as the owner of some slot.
     pub(super) fn named(&self) -> std::collections::HashSet<Arc<str>> {
-        self.ranges
+        self.copy
             .load()
+            .ranges
             .iter()
             .map(|(_, _, owner)| Arc::clone(&owner.address))
             .collect()
@@ -193,14 +311,9 @@ fn with_masters(
     parsed
         .iter()
         .map(|(first, last, address)| {
-            let master = masters.entry(&**address).or_insert_with(|| {
-                let last_reply = LastReply::default();
-                last_reply.record(read_at_micros);
-                Arc::new(Master {
-                    address: Arc::clone(address),
-                    last_reply,
-                })
-            });
+            let master = masters
+                .entry(&**address)
+                .or_insert_with(|| Arc::new(Master::new(Arc::clone(address), read_at_micros)));
             (*first, *last, Arc::clone(master))
         })
         .collect()
@@ -325,7 +438,7 @@ mod tests {
         };
         let owners = SlotOwners::default();
         assert_eq!(owners.owner_answered_within(0, 0, u64::MAX), None);
-        owners.owner_replied(0, 1_000); // no owner known: nothing to record
+        owners.owner_replied(0, 1_000, 1_000, u64::MAX, 0); // no owner known: nothing to record
         // 7000 owns two ranges, 7001 the one between.
         let map = |last_port: i64| {
             Value::Array(vec![
@@ -337,7 +450,7 @@ mod tests {
         owners.update(&map(7000), "redis", 0);
         let within = |slot| owners.owner_answered_within(slot, 1_050, 100);
         assert_eq!(within(0), Some(false), "no reply since the read at 0");
-        owners.owner_replied(5, 1_000);
+        owners.owner_replied(5, 1_000, 1_000, u64::MAX, 0);
         assert_eq!(within(0), Some(true));
         assert_eq!(within(16_000), Some(true), "7000's other range");
         assert_eq!(within(150), Some(false), "7001 has not replied");
@@ -345,7 +458,7 @@ mod tests {
         owners.update(&map(7002), "redis", 0);
         assert_eq!(within(0), Some(true));
         assert_eq!(within(16_000), Some(false), "7002, new");
-        owners.owner_replied(16_000, 1_040);
+        owners.owner_replied(16_000, 1_040, 1_040, u64::MAX, 0);
         assert_eq!(within(16_000), Some(true));
         assert_eq!(within(150), Some(false));
         assert_eq!(owners.owner_answered_within(0, 1_200, 100), Some(false));
@@ -361,6 +474,78 @@ mod tests {
             Some(false),
             "7000 keeps its own"
         );
+    }
+
+    /// A reply counts as the owner's at once only while the copy naming it is fresh for the
+    /// call: a slot may have moved since (redis-rs follows `MOVED` unseen), and the reply be
+    /// the new owner's. A call sent `fresh` or more after the read asks for a new one; a reply
+    /// a stale copy could not credit counts once a read sent after it arrived names the same
+    /// owner for its slot, and not at all if that read names another.
+    #[test]
+    fn a_reply_counts_for_the_owner_only_while_the_copy_is_fresh_for_its_call() {
+        let range = |first: i64, last: i64, port: i64| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                Value::Array(vec![
+                    Value::BulkString(b"127.0.0.1".to_vec()),
+                    Value::Int(port),
+                ]),
+            ])
+        };
+        // 7000 owns slots 0-99 and the rest; 7001 the slots 100-199 when `moved`.
+        let map = |moved: bool| {
+            Value::Array(if moved {
+                vec![
+                    range(0, 99, 7000),
+                    range(100, 199, 7001),
+                    range(200, 16_383, 7000),
+                ]
+            } else {
+                vec![range(0, 16_383, 7000)]
+            })
+        };
+        let owners = SlotOwners::default();
+        let last = |slot| owners.owner_last_reply(slot);
+        assert!(
+            !owners.owner_replied(0, 5_000, 5_000, 100, 50),
+            "no copy: no read asked"
+        );
+        owners.update(&map(false), "redis", 1_000);
+        assert_eq!(last(0), Some(1_000), "new: as of the read");
+        // Sent before the read: the copy is newer than the call.
+        assert!(!owners.owner_replied(0, 900, 950, 100, 50));
+        assert_eq!(last(0), Some(1_000));
+        assert!(!owners.owner_replied(0, 1_099, 1_099, 100, 50));
+        assert_eq!(last(0), Some(1_099));
+        // `fresh` after the read: credited, a new read asked.
+        assert!(owners.owner_replied(0, 1_100, 1_100, 100, 50));
+        assert!(owners.owner_replied(0, 1_149, 1_149, 100, 50));
+        assert_eq!(last(0), Some(1_149));
+        // `fresh + slack` after the read: not credited yet.
+        assert!(owners.owner_replied(0, 2_000, 2_010, 100, 50));
+        assert!(owners.owner_replied(150, 3_000, 3_010, 100, 50));
+        assert_eq!(last(0), Some(1_149));
+        // A read sent before the latest pending reply arrived settles nothing.
+        owners.update(&map(false), "redis", 3_005);
+        assert_eq!(last(0), Some(1_149));
+        // A read sent after it, naming 7000 for slot 150 still: counted as of its call.
+        owners.update(&map(false), "redis", 3_020);
+        assert_eq!(last(0), Some(3_000));
+        assert!(!owners.owner_replied(0, 3_050, 3_060, 100, 50));
+        assert_eq!(last(0), Some(3_050));
+        // A stale reply for slot 150, which the next read names 7001 for: not 7000's.
+        assert!(owners.owner_replied(150, 9_000, 9_010, 100, 50));
+        owners.update(&map(true), "redis", 9_020);
+        assert_eq!(
+            last(0),
+            Some(3_050),
+            "the slot moved: the reply was not 7000's"
+        );
+        assert_eq!(last(150), Some(9_020), "7001, new: as of the read");
+        // Settled once: a later read of the same map credits nothing more.
+        owners.update(&map(true), "redis", 9_500);
+        assert_eq!(last(0), Some(3_050));
     }
 
     #[test]
