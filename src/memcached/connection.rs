@@ -477,6 +477,11 @@ impl Connection {
 /// the limiter's policy) until it is back. A connection that saw any error or timeout is
 /// closed, never reused.
 ///
+/// There is no reconnect timer: a call that finds no idle connection, or finds one closed
+/// (memcached restarted), connects anew at once, within its deadline. While memcached is down
+/// each call is refused at once, and the first call after it is back is decided by it; the
+/// limiter's circuit breaker, not a back-off here, spares a server that is down the calls.
+///
 /// ```no_run
 /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
 /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
