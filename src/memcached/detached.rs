@@ -61,6 +61,13 @@ pub struct ReclaimCounts {
     /// or ran out of time after its write (the timeout plus the grace), an admission left
     /// unread by a future dropped outside a runtime. Each costs admissions (never adds any) for
     /// at most one window.
+    ///
+    /// An upper bound: a request whose connection ended before any byte of its reply (after
+    /// its write succeeded) is counted here whether or not memcached read it. A pooled
+    /// connection memcached closed (restarted, its `idle_timeout`) just after the limiter's
+    /// check found it open, before the request reached it, consumed nothing; a connection cut
+    /// after memcached carried the request out consumed its permits; the limiter sees the same
+    /// end of stream in both, so it counts both (and sends neither again).
     pub left_counted: u64,
 }
 
