@@ -347,7 +347,7 @@ impl BackendError {
 /// store, so [`FailureHandler`] does not report it to the breaker
 /// ([`BackendError::is_not_sent`]). Holds the reason, as the error's message.
 #[derive(Debug)]
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "redis", feature = "memcached")), allow(dead_code))]
 pub(crate) struct NotSent(pub(crate) std::borrow::Cow<'static, str>);
 
 impl fmt::Display for NotSent {

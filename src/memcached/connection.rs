@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::async_connection::AsyncConnection;
 use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::{self, Parsed};
-use crate::backend::{BackendError, LastReply, until_deadline};
+use crate::backend::{BackendError, LastReply, NotSent, until_deadline};
 
 /// Idle blocking connections kept for reuse; more concurrent callers open more (up to
 /// [`MAX_OPEN`]), closed after use. (The async pool keeps up to [`MAX_OPEN`]: see
@@ -800,6 +800,24 @@ impl MemcachedBackend {
             ),
             CallError::Failed(error) => BackendError::at(error.kind(), server, error),
         }
+    }
+
+    /// The timeout of an async call whose exchange had not started by its deadline (its
+    /// runtime busy elsewhere): nothing was sent, so the breaker is not told of it
+    /// ([`NotSent`]), as a Redis request whose deadline passed before it was written.
+    pub(crate) fn not_sent(&self) -> BackendError {
+        BackendError::at(
+            crate::backend::FailureKind::Timeout,
+            self.shared.server(),
+            NotSent(
+                format!(
+                    "not sent: the call's exchange had not started by its deadline ({:?} from \
+                     the call; its runtime busy elsewhere)",
+                    self.shared.timeout
+                )
+                .into(),
+            ),
+        )
     }
 
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
