@@ -260,10 +260,46 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// Awaits `call`, with whether it was ready at its first poll.
+async fn ready_at_once<T>(mut call: RedisFuture<'_, T>) -> (redis::RedisResult<T>, bool) {
+    let mut polls = 0u32;
+    let result = std::future::poll_fn(|cx| {
+        polls += 1;
+        call.as_mut().poll(cx)
+    })
+    .await;
+    (result, polls == 1)
+}
+
+/// Whether a single server's call failed on a reconnect series that had already ended before
+/// it was made: a refused connection ready at the call's first poll. The connection manager keeps a
+/// failed series' error and hands it to the next call, which starts a new series but returns
+/// that stale error at once: after an outage during which no call was made (the circuit
+/// breaker open), the breaker's probe got the refusal of the series the last call started,
+/// however long ago, though the server was back, and the breaker opened again for a doubled
+/// back-off (issue 18). Such a call never reached the server (the manager had no connection
+/// to send it on), so it is sent once more, and waits, within its deadline, for the series
+/// its failure started. A call that waited for a series (pending at its first poll) gets that
+/// series' error, which is news, and is not sent again. Only a refusal: other errors ready at
+/// once (a connection whose driver task is gone, its runtime dropped) are not a series' and
+/// are returned as they are.
+fn stale_connection_error<T>(result: &redis::RedisResult<T>, at_once: bool) -> bool {
+    at_once
+        && result
+            .as_ref()
+            .is_err_and(RedisError::is_connection_refusal)
+}
+
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Single(c) => Box::pin(async move {
+                let (result, at_once) = ready_at_once(c.req_packed_command(cmd)).await;
+                if stale_connection_error(&result, at_once) {
+                    return c.req_packed_command(cmd).await;
+                }
+                result
+            }),
             Connection::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -275,7 +311,14 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Connection::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Single(c) => Box::pin(async move {
+                let (result, at_once) =
+                    ready_at_once(c.req_packed_commands(cmd, offset, count)).await;
+                if stale_connection_error(&result, at_once) {
+                    return c.req_packed_commands(cmd, offset, count).await;
+                }
+                result
+            }),
             Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
@@ -1691,11 +1734,13 @@ const RECONNECT_RETRIES: usize = 4;
 /// [`RECONNECT_MAX_DELAY`]), each wait up to doubled by a random jitter: at most 300 ms of
 /// waits and 5 attempts. Calls made meanwhile wait for the series, each no longer than its own
 /// deadline (a timeout then). A series whose every attempt failed ends with the last
-/// attempt's error (a refusal, for a server that is down): the calls waiting get it, and the
-/// next call starts a new series (the error is an I/O error) and gets the same error at once.
-/// So a server that is down keeps being tried, one series per call that finds the last one
-/// over, and once it is back the first series after it reconnects; no timer of the manager's
-/// outlives a series. (The circuit breaker, not this back-off, is what spares a server that is
+/// attempt's error (a refusal, for a server that is down): the calls waiting get it. The
+/// manager hands that error to the next call at once, however long ago the series ended, and
+/// starts a new series; that call is sent once more and waits for the new series within its
+/// deadline ([`stale_connection_error`]), so a call made after the server is back (the
+/// breaker's probe after an outage) reaches it. So a server that is down keeps being tried,
+/// one series per call that finds the last one over; no timer of the manager's outlives a
+/// series. (The circuit breaker, not this back-off, is what spares a server that is
 /// down the calls.) `tests/redis/failure.rs` runs a series to its end and a recovery after it.
 ///
 /// No response timeout of redis-rs's own: every call made here is bounded by a timeout of ours
