@@ -272,7 +272,8 @@ async fn ready_at_once<T>(mut call: RedisFuture<'_, T>) -> (redis::RedisResult<T
 }
 
 /// Whether a single server's call failed on a reconnect series that had already ended before
-/// it was made: a refused connection ready at the call's first poll. The connection manager keeps a
+/// it was made: a refused or timed-out connection attempt ready at the call's first poll (no
+/// request on a live connection fails so at once). The connection manager keeps a
 /// failed series' error and hands it to the next call, which starts a new series but returns
 /// that stale error at once: after an outage during which no call was made (the circuit
 /// breaker open), the breaker's probe got the refusal of the series the last call started,
@@ -280,14 +281,14 @@ async fn ready_at_once<T>(mut call: RedisFuture<'_, T>) -> (redis::RedisResult<T
 /// back-off (issue 18). Such a call never reached the server (the manager had no connection
 /// to send it on), so it is sent once more, and waits, within its deadline, for the series
 /// its failure started. A call that waited for a series (pending at its first poll) gets that
-/// series' error, which is news, and is not sent again. Only a refusal: other errors ready at
-/// once (a connection whose driver task is gone, its runtime dropped) are not a series' and
-/// are returned as they are.
+/// series' error, which is news, and is not sent again. Only a refusal or a connection
+/// timeout: other errors ready at once (a connection whose driver task is gone, its runtime
+/// dropped) are not a series' and are returned as they are.
 fn stale_connection_error<T>(result: &redis::RedisResult<T>, at_once: bool) -> bool {
     at_once
         && result
             .as_ref()
-            .is_err_and(RedisError::is_connection_refusal)
+            .is_err_and(|error| error.is_connection_refusal() || error.is_timeout())
 }
 
 impl ConnectionLike for Connection {
