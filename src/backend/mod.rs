@@ -342,12 +342,13 @@ impl BackendError {
 }
 
 /// The cause of a timeout whose request was never sent: its deadline had passed before
-/// anything was written (a future first polled late, a decision queued past its deadline), or
-/// too little of it was left to send it (`LeasedKey::min_call_time`). It says nothing about the
+/// anything was written (a future first polled late, a decision queued past its deadline, a
+/// memcached exchange its runtime started past it), or too little of it was left to send it
+/// (`LeasedKey::min_call_time`). It says nothing about the
 /// store, so [`FailureHandler`] does not report it to the breaker
 /// ([`BackendError::is_not_sent`]). Holds the reason, as the error's message.
 #[derive(Debug)]
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "redis", feature = "memcached")), allow(dead_code))]
 pub(crate) struct NotSent(pub(crate) std::borrow::Cow<'static, str>);
 
 impl fmt::Display for NotSent {

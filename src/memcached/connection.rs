@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::async_connection::AsyncConnection;
 use super::error::{CallError, MemcachedError, io_error};
 use super::protocol::{self, Parsed};
-use crate::backend::{BackendError, LastReply, until_deadline};
+use crate::backend::{BackendError, LastReply, NotSent, until_deadline};
 
 /// Idle blocking connections kept for reuse; more concurrent callers open more (up to
 /// [`MAX_OPEN`]), closed after use. (The async pool keeps up to [`MAX_OPEN`]: see
@@ -477,6 +477,11 @@ impl Connection {
 /// the limiter's policy) until it is back. A connection that saw any error or timeout is
 /// closed, never reused.
 ///
+/// There is no reconnect timer: a call that finds no idle connection, or finds one closed
+/// (memcached restarted), connects anew at once, within its deadline. While memcached is down
+/// each call is refused at once, and the first call after it is back is decided by it; the
+/// limiter's circuit breaker, not a back-off here, spares a server that is down the calls.
+///
 /// ```no_run
 /// use floodgate::memcached::{MemcachedBackend, MemcachedConfig};
 /// let backend = MemcachedBackend::connect(MemcachedConfig::new("127.0.0.1:11211"))?;
@@ -795,6 +800,24 @@ impl MemcachedBackend {
             ),
             CallError::Failed(error) => BackendError::at(error.kind(), server, error),
         }
+    }
+
+    /// The timeout of an async call whose exchange had not started by its deadline (its
+    /// runtime busy elsewhere): nothing was sent, so the breaker is not told of it
+    /// ([`NotSent`]), as a Redis request whose deadline passed before it was written.
+    pub(crate) fn not_sent(&self) -> BackendError {
+        BackendError::at(
+            crate::backend::FailureKind::Timeout,
+            self.shared.server(),
+            NotSent(
+                format!(
+                    "not sent: the call's exchange had not started by its deadline ({:?} from \
+                     the call; its runtime busy elsewhere)",
+                    self.shared.timeout
+                )
+                .into(),
+            ),
+        )
     }
 
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {

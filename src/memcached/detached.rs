@@ -6,7 +6,10 @@
 //! * The caller waits for a connection place, then spawns the exchange ([`tokio::spawn`]) with
 //!   the place, and awaits its answer on a oneshot channel within its timeout.
 //! * The exchange writes a request only while its caller waits (the channel open and the
-//!   caller's deadline not passed): a caller gone before the write sends nothing. Once written,
+//!   caller's deadline not passed): a caller gone before the write sends nothing. An exchange
+//!   its runtime had not started by the caller's deadline (busy elsewhere) does nothing, and the
+//!   caller's timeout is a "not sent" one, decided by the policy but never told to the circuit
+//!   breaker (it says nothing about memcached; as on Redis). Once written,
 //!   the exchange runs on, bounded by the caller's deadline plus the backend's
 //!   [grace](super::MemcachedConfig::grace) (an unread admission's give-back, below, by the
 //!   backend's timeout from the drop plus the grace).
@@ -26,7 +29,7 @@
 //!   until its cell leaves the window, and is counted in [`ReclaimCounts::left_counted`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
@@ -61,6 +64,13 @@ pub struct ReclaimCounts {
     /// or ran out of time after its write (the timeout plus the grace), an admission left
     /// unread by a future dropped outside a runtime. Each costs admissions (never adds any) for
     /// at most one window.
+    ///
+    /// An upper bound: a request whose connection ended before any byte of its reply (after
+    /// its write succeeded) is counted here whether or not memcached read it. A pooled
+    /// connection memcached closed (restarted, its `idle_timeout`) just after the limiter's
+    /// check found it open, before the request reached it, consumed nothing; a connection cut
+    /// after memcached carried the request out consumed its permits; the limiter sees the same
+    /// end of stream in both, so it counts both (and sends neither again).
     pub left_counted: u64,
 }
 
@@ -115,6 +125,38 @@ enum Answer {
     /// done or given up.
     Denied(Decision, oneshot::Receiver<()>),
     Failed(CallError),
+    /// Started only after the caller's deadline: nothing was sent.
+    NotSent,
+}
+
+/// Whether the exchange has started ([`Start`]): claimed once, by the exchange as it starts or
+/// by its caller as it gives up, whichever comes first.
+const UNSTARTED: u8 = 0;
+const STARTED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// Who claimed the exchange's start: the exchange (it may send), or its caller, giving up at
+/// its deadline before the exchange ran (nothing is ever sent: the caller's timeout says
+/// nothing about memcached, as a Redis request whose deadline passed before it was written).
+#[derive(Default)]
+struct Start(AtomicU8);
+
+impl Start {
+    /// Claims the start for the exchange; `false` if its caller gave up first.
+    fn begin(&self) -> bool {
+        // SeqCst: one claim of the two sides (`abandon`); only one compare-exchange wins.
+        self.0
+            .compare_exchange(UNSTARTED, STARTED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Claims the start for the caller giving up; `false` if the exchange started first.
+    fn abandon(&self) -> bool {
+        // SeqCst: pairs with `begin`'s compare-exchange, as above.
+        self.0
+            .compare_exchange(UNSTARTED, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
 }
 
 /// The caller's end. Dropped with an admission unread, it gives the permits back.
@@ -159,6 +201,7 @@ pub(crate) async fn decide_async(
     // connection given back with it, as when the exchange ran in the caller's task.
     let pooled = backend.pop_idle_async();
     let (sender, answer) = oneshot::channel();
+    let start = Arc::new(Start::default());
     let job = Arc::new(job);
     let mut awaiting = Awaiting {
         answer,
@@ -175,6 +218,7 @@ pub(crate) async fn decide_async(
         sender,
         deadline,
         Arc::clone(reclaims),
+        Arc::clone(&start),
     )));
     match until_deadline(&mut awaiting.answer, deadline).await {
         Ok(Ok(Answer::Decided(decision))) => {
@@ -190,6 +234,10 @@ pub(crate) async fn decide_async(
             let _ = until_deadline(taken_back, deadline).await;
             Ok(decision)
         }
+        Ok(Ok(Answer::NotSent)) => Err(backend.not_sent()),
+        // Given up before the exchange started (its runtime ran other tasks until the
+        // deadline): it never will, and nothing was sent.
+        Err(()) if start.abandon() => Err(backend.not_sent()),
         Ok(Ok(Answer::Failed(CallError::Timeout))) | Err(()) => {
             Err(backend.call_failed(CallError::Timeout))
         }
@@ -203,7 +251,9 @@ pub(crate) async fn decide_async(
 }
 
 /// The exchange, in its own task: sends the request only while the caller waits, then finishes
-/// whatever becomes of the caller.
+/// whatever becomes of the caller. Started past the caller's deadline (or after the caller gave
+/// up), it does nothing.
+#[allow(clippy::too_many_arguments)]
 async fn exchange(
     backend: MemcachedBackend,
     place: OwnedSemaphorePermit,
@@ -212,7 +262,17 @@ async fn exchange(
     sender: oneshot::Sender<Answer>,
     deadline: Instant,
     reclaims: Arc<Reclaims>,
+    start: Arc<Start>,
 ) {
+    // Past the deadline, the start is left unclaimed: the caller's give-up finds it so.
+    if Instant::now() >= deadline || !start.begin() {
+        // Nothing done: the pooled connection is as it was (its place given back on return).
+        if let Some(connection) = pooled {
+            backend.pool_async(connection);
+        }
+        let _ = sender.send(Answer::NotSent);
+        return;
+    }
     let finish_by = later_by(deadline, backend.grace());
     let sent = AtomicBool::new(false);
     let waiting = || {

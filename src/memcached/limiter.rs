@@ -445,7 +445,10 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     ///
     /// **Cancellation**: the exchange runs in a task of its own (spawned on the runtime), so a
     /// caller that drops the future, or reaches its timeout, only loses its answer. A request not
-    /// yet written when the caller gives up is never sent; one already written is finished
+    /// yet written when the caller gives up is never sent (a call whose exchange its runtime
+    /// had not started by its timeout, busy elsewhere, is a timeout that says "not sent":
+    /// decided by the policy and counted, but not told to the circuit breaker, as on Redis);
+    /// one already written is finished
     /// within the timeout plus the backend's [grace](super::MemcachedConfig::grace): a denial is
     /// taken back, an admission its caller never got is given back (`decr` of the same cell and
     /// `n`), so the call consumes nothing; one that cannot be finished is counted in

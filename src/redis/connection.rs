@@ -260,10 +260,47 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// Awaits `call`, with whether it was ready at its first poll.
+async fn ready_at_once<T>(mut call: RedisFuture<'_, T>) -> (redis::RedisResult<T>, bool) {
+    let mut polls = 0u32;
+    let result = std::future::poll_fn(|cx| {
+        polls += 1;
+        call.as_mut().poll(cx)
+    })
+    .await;
+    (result, polls == 1)
+}
+
+/// Whether a single server's call failed on a reconnect series that had already ended before
+/// it was made: a refused or timed-out connection attempt ready at the call's first poll (no
+/// request on a live connection fails so at once). The connection manager keeps a
+/// failed series' error and hands it to the next call, which starts a new series but returns
+/// that stale error at once: after an outage during which no call was made (the circuit
+/// breaker open), the breaker's probe got the refusal of the series the last call started,
+/// however long ago, though the server was back, and the breaker opened again for a doubled
+/// back-off (issue 18). Such a call never reached the server (the manager had no connection
+/// to send it on), so it is sent once more, and waits, within its deadline, for the series
+/// its failure started. A call that waited for a series (pending at its first poll) gets that
+/// series' error, which is news, and is not sent again. Only a refusal or a connection
+/// timeout: other errors ready at once (a connection whose driver task is gone, its runtime
+/// dropped) are not a series' and are returned as they are.
+fn stale_connection_error<T>(result: &redis::RedisResult<T>, at_once: bool) -> bool {
+    at_once
+        && result
+            .as_ref()
+            .is_err_and(|error| error.is_connection_refusal() || error.is_timeout())
+}
+
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Single(c) => Box::pin(async move {
+                let (result, at_once) = ready_at_once(c.req_packed_command(cmd)).await;
+                if stale_connection_error(&result, at_once) {
+                    return c.req_packed_command(cmd).await;
+                }
+                result
+            }),
             Connection::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -275,7 +312,14 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Connection::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Single(c) => Box::pin(async move {
+                let (result, at_once) =
+                    ready_at_once(c.req_packed_commands(cmd, offset, count)).await;
+                if stale_connection_error(&result, at_once) {
+                    return c.req_packed_commands(cmd, offset, count).await;
+                }
+                result
+            }),
             Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
@@ -473,16 +517,7 @@ impl RedisBackend {
             } else {
                 let client = redis::Client::open(config.nodes[0].as_str())
                     .map_err(|error| bad_url(&config.nodes[..1], &error))?;
-                // No response timeout of redis-rs's own: every call made here is bounded by a
-                // timeout of ours (its caller's deadline; a batch's, the latest of its callers'),
-                // set before the call is sent, so it ends the call first: a second timer per
-                // call would only cost its setting and cancelling.
-                let manager_config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(None)
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(500))
-                    .set_number_of_retries(4);
+                let manager_config = manager_config(timeout);
                 if config.lazy {
                     ConnectionManager::new_lazy_with_config(client, manager_config)
                         .map(Connection::Single)
@@ -1736,6 +1771,43 @@ async fn read_slot_owners(mut connection: Connection, within: Duration) -> Optio
     }
 }
 
+/// The first wait of a single server's reconnect series ([`manager_config`]).
+const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
+/// The longest wait between two connection attempts of a reconnect series, before jitter.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
+/// The attempts of a reconnect series after its first.
+const RECONNECT_RETRIES: usize = 4;
+
+/// The settings of a single server's [`ConnectionManager`], and so its reconnect timers (issue
+/// 18). When the connection drops (a call fails on it with an I/O error: the server killed or
+/// restarted, a reset), the manager starts a *reconnect series* in the background: a connection
+/// attempt (each bounded by `timeout`), then up to [`RECONNECT_RETRIES`] more, waiting 10, 20,
+/// 40 and 80 ms before them ([`RECONNECT_MIN_DELAY`] doubling, capped at
+/// [`RECONNECT_MAX_DELAY`]), each wait up to doubled by a random jitter: at most 300 ms of
+/// waits and 5 attempts. Calls made meanwhile wait for the series, each no longer than its own
+/// deadline (a timeout then). A series whose every attempt failed ends with the last
+/// attempt's error (a refusal, for a server that is down): the calls waiting get it. The
+/// manager hands that error to the next call at once, however long ago the series ended, and
+/// starts a new series; that call is sent once more and waits for the new series within its
+/// deadline ([`stale_connection_error`]), so a call made after the server is back (the
+/// breaker's probe after an outage) reaches it. So a server that is down keeps being tried,
+/// one series per call that finds the last one over; no timer of the manager's outlives a
+/// series. (The circuit breaker, not this back-off, is what spares a server that is
+/// down the calls.) `tests/redis/failure.rs` runs a series to its end and a recovery after it.
+///
+/// No response timeout of redis-rs's own: every call made here is bounded by a timeout of ours
+/// (its caller's deadline; a batch's, the latest of its callers'), set before the call is sent,
+/// so it ends the call first: a second timer per call would only cost its setting and
+/// cancelling.
+fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(None)
+        .set_min_delay(RECONNECT_MIN_DELAY)
+        .set_max_delay(RECONNECT_MAX_DELAY)
+        .set_number_of_retries(RECONNECT_RETRIES)
+}
+
 fn timed_out(server: &Arc<str>, after: Duration, doing: &str) -> BackendError {
     BackendError::at(
         FailureKind::Timeout,
@@ -1948,6 +2020,34 @@ fn is_password_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use redis::FromRedisValue as _;
+
+    /// The reconnect timers of a single server, as `manager_config`'s docs state them: the
+    /// series' waits are 10, 20, 40 and 80 ms before jitter (doubling from the minimum, under the
+    /// cap), five attempts in all, each connection attempt bounded by the backend's timeout, and
+    /// no response timeout of redis-rs's own.
+    #[test]
+    fn the_reconnect_series_is_five_attempts_with_10_to_80_ms_between() {
+        let timeout = Duration::from_millis(123);
+        let config = manager_config(timeout);
+        assert_eq!(config.connection_timeout(), Some(timeout));
+        assert_eq!(config.response_timeout(), None);
+        assert_eq!(config.number_of_retries(), 4);
+        assert_eq!(config.min_delay(), Duration::from_millis(10));
+        assert_eq!(config.max_delay(), Some(Duration::from_millis(500)));
+        assert!((config.exponent_base() - 2.0).abs() < f32::EPSILON);
+        let waits: Vec<Duration> = (0..config.number_of_retries())
+            .scan(config.min_delay(), |wait, _| {
+                let this = *wait;
+                // The base is 2 (asserted above): doubled exactly, not in f32.
+                *wait = (*wait * 2).min(config.max_delay().unwrap());
+                Some(this)
+            })
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(waits, [ms(10), ms(20), ms(40), ms(80)]);
+        // Jitter adds up to one more of each: at most 300 ms of waits in a series.
+        assert_eq!(waits.iter().sum::<Duration>() * 2, ms(300));
+    }
 
     #[test]
     fn passwords_are_redacted_from_the_user_info_and_the_query() {

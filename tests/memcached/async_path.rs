@@ -166,3 +166,55 @@ fn a_flood_of_concurrent_calls_is_decided_by_memcached_not_the_policy() {
     eprintln!("flood: {opened} connections opened");
     assert!(opened <= 200, "{opened} connections opened");
 }
+
+/// A call whose exchange its runtime starts only after the call's deadline sends nothing, and
+/// that says nothing about memcached: decided by the policy and counted as a timeout ("not
+/// sent"), never told to the circuit breaker (as on Redis, issue 18). Before: each was reported
+/// to the breaker as a failure of memcached, and two such calls opened it (2 failures) while
+/// memcached answered; the third was short-circuited.
+#[test]
+fn an_exchange_started_past_its_deadline_sends_nothing_and_leaves_the_breaker_closed() {
+    use floodgate::backend::BreakerConfig;
+    let server = MemcachedServer::start();
+    let timeout = Duration::from_millis(20);
+    // Lazy: no startup check to fit in the short timeout.
+    let backend =
+        MemcachedBackend::connect(MemcachedConfig::new(server.addr()).timeout(timeout).lazy())
+            .unwrap();
+    let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
+    let clock = ManualClock::starting_at(T0);
+    let breaker = BreakerConfig::new(2, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+    let limiter =
+        MemcachedLimiter::with_clock(&backend, "late", window, FailurePolicy::FailClosed, clock)
+            .unwrap()
+            .with_breaker(Some(breaker));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for _ in 0..3 {
+            let mut call = std::pin::pin!(limiter.try_acquire_outcome("k", 1));
+            // The first poll spawns the exchange on this runtime, which runs it only once this
+            // task yields.
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(call.as_mut().poll(cx).is_pending())
+            });
+            assert!(first.await, "answered on its first poll");
+            // The runtime's one thread held past the call's deadline (at least `timeout`
+            // passes; a loaded machine only makes it more).
+            std::thread::sleep(timeout * 2);
+            let outcome = call.await.unwrap();
+            let error = outcome.failure().expect("decided by the policy");
+            assert!(error.is_timeout(), "{error}");
+            assert!(error.to_string().contains("not sent"), "{error}");
+            assert!(!outcome.decision().is_allowed());
+            assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
+        }
+    });
+    assert_eq!(limiter.failures().timeouts, 3);
+    assert_eq!(limiter.failures().short_circuited, 0);
+    // memcached saw no decision.
+    assert_eq!(server.stat("incr_hits") + server.stat("incr_misses"), 0);
+    assert_eq!(limiter.reclaims(), Default::default());
+}

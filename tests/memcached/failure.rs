@@ -137,6 +137,53 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
     assert_eq!(admitted.count(), 10);
 }
 
+/// memcached has no reconnect timer (issue 18): a call finds a pooled connection closed (the
+/// peek) or fails on it, and the next call connects anew, at once; while the server is down
+/// each call is refused at once (no back-off between attempts: the circuit breaker, off here,
+/// is what spares a server that is down the calls), and the first call after the restart is
+/// decided by memcached. The async path (the blocking one: the test above).
+#[test]
+fn async_calls_reconnect_at_the_first_call_after_a_restart_with_no_back_off() {
+    use floodgate::backend::FailureKind;
+    let mut server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    // The generous timeout: no call here waits for it (refusals come at once).
+    let closed = limiter_timing_out_after(
+        &server.addr(),
+        FailurePolicy::FailClosed,
+        &clock,
+        super::TIMEOUT,
+    )
+    .with_breaker(None);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let first = closed.try_acquire_outcome("k", 1).await.unwrap();
+        assert!(first.failure().is_none(), "{:?}", first.failure());
+        server.kill();
+        for call in 0..5 {
+            let started = Instant::now();
+            let outcome = closed.try_acquire_outcome("k", 1).await.unwrap();
+            assert!(started.elapsed() < CALL_BOUND, "{:?}", started.elapsed());
+            assert!(!outcome.decision().is_allowed());
+            let error = outcome.failure().expect("decided by the policy");
+            // The first call may write on the pooled connection before its FIN is in (a
+            // loaded machine): the connection's failure then. Every later call connects anew.
+            if call == 0 && error.kind() == FailureKind::Connection {
+                continue;
+            }
+            assert_eq!(error.kind(), FailureKind::Refused, "{error}");
+        }
+        server.restart();
+        let outcome = closed.try_acquire_outcome("fresh", 1).await.unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        assert!(outcome.decision().is_allowed());
+    });
+    assert_eq!(closed.failures().total(), 5);
+}
+
 #[test]
 fn a_server_that_is_not_there_is_a_clear_error_within_the_timeout() {
     let addr = format!("127.0.0.1:{}", free_port());

@@ -30,6 +30,9 @@ struct CuttingProxy {
     addr: String,
     /// Whether the next decision's connection is cut once memcached has answered it.
     armed: Arc<AtomicBool>,
+    /// Whether the next decision's connection is closed as its request comes, the request
+    /// never forwarded ([`CuttingProxy::close_at_next_request`]).
+    closing: Arc<AtomicBool>,
     /// Decision requests (`incr`) forwarded to memcached.
     decisions: Arc<AtomicU64>,
     /// The proxy's ends of the limiter's connections ([`CuttingProxy::close_idle`]).
@@ -41,12 +44,14 @@ impl CuttingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let armed = Arc::new(AtomicBool::new(false));
+        let closing = Arc::new(AtomicBool::new(false));
         let decisions = Arc::new(AtomicU64::new(0));
         let clients = Arc::new(Mutex::new(Vec::new()));
-        let (arming, counting, accepted) = (
+        let (arming, counting, accepted, closer) = (
             Arc::clone(&armed),
             Arc::clone(&decisions),
             Arc::clone(&clients),
+            Arc::clone(&closing),
         );
         std::thread::spawn(move || {
             while let Ok((client, _)) = listener.accept() {
@@ -56,15 +61,25 @@ impl CuttingProxy {
                 let doomed = Arc::new(AtomicBool::new(false));
                 let (mut client_in, mut server_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (arming, counting, dooming) = (
+                let (arming, counting, dooming, closer) = (
                     Arc::clone(&arming),
                     Arc::clone(&counting),
                     Arc::clone(&doomed),
+                    Arc::clone(&closer),
                 );
                 std::thread::spawn(move || {
                     let mut chunk = [0u8; 4096];
                     while let Ok(read @ 1..) = client_in.read(&mut chunk) {
                         let bytes = &chunk[..read];
+                        // SeqCst: a test flag set before the call.
+                        if bytes.windows(5).any(|w| w == b"incr ")
+                            && closer.swap(false, Ordering::SeqCst)
+                        {
+                            // memcached never reads it: the connection ends unanswered.
+                            let _ = client_in.shutdown(Shutdown::Both);
+                            let _ = server_out.shutdown(Shutdown::Both);
+                            return;
+                        }
                         if bytes.windows(5).any(|w| w == b"incr ") {
                             counting.fetch_add(1, Ordering::SeqCst);
                             // SeqCst: set before the request goes out, so before memcached's
@@ -104,6 +119,7 @@ impl CuttingProxy {
         CuttingProxy {
             addr,
             armed,
+            closing,
             decisions,
             clients,
         }
@@ -112,6 +128,14 @@ impl CuttingProxy {
     /// Cuts the connection of the next decision once memcached has answered it.
     fn cut_after_next_reply(&self) {
         self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Closes the connection of the next decision as its request comes, without forwarding
+    /// it: as memcached closing a pooled connection (restarted, its `idle_timeout`) after the
+    /// limiter's peek found it open and before the request reached it. memcached never reads
+    /// the request; the limiter's write succeeds and its read finds the end of the stream.
+    fn close_at_next_request(&self) {
+        self.closing.store(true, Ordering::SeqCst);
     }
 
     /// Closes every connection the limiter opened so far, and returns once the kernel has
@@ -278,4 +302,49 @@ fn a_pooled_connection_closed_while_idle_is_replaced_before_sending() {
     assert_eq!(counted(&server, &limiter), 4);
     assert_eq!(proxy.decisions(), 4);
     assert_eq!(limiter.reclaims(), Default::default());
+}
+
+/// A pooled connection that memcached closes after the limiter's peek found it open and before
+/// its request was read (issue 18, the question left by the last review: is the `left_counted`
+/// right?). memcached never read the request, so it consumed nothing; but the limiter sees what
+/// it sees in the cut above, where memcached did count it: its write succeeded and its read
+/// found the end of the stream before any byte of a reply. It cannot tell the two apart, so the
+/// request is not sent again (in the cut above that would count it twice), the call is decided
+/// by the policy, and `left_counted` counts it: an upper bound ("may stay counted"), here one
+/// more than memcached holds, never fewer. Blocking and async.
+#[test]
+fn a_request_memcached_never_read_is_not_sent_again_and_counted_as_may_stay() {
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let proxy = CuttingProxy::start(server.addr());
+    let limiter = through(&proxy, &clock);
+    assert!(decide(&limiter, "k", 1).is_allowed()); // its connection pooled
+    proxy.close_at_next_request();
+    let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert!(outcome.failure().is_some(), "{outcome:?}");
+    assert!(!outcome.decision().is_allowed(), "fail closed admitted");
+    // The finisher thread counts it: wait for that, bounded against a hang.
+    let started = Instant::now();
+    while limiter.reclaims().left_counted == 0 && started.elapsed() < BOUND {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(limiter.reclaims().left_counted, 1);
+    assert_eq!(proxy.decisions(), 1, "the request was sent again");
+    assert_eq!(counted(&server, &limiter), 1);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let first = limiter.try_acquire_outcome("k", 1).await.unwrap();
+        assert!(first.failure().is_none() && first.decision().is_allowed());
+        proxy.close_at_next_request();
+        let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
+        assert!(outcome.failure().is_some(), "{outcome:?}");
+    });
+    // The exchange counts `left_counted` before it answers: nothing to wait for.
+    assert_eq!(limiter.reclaims().left_counted, 2);
+    assert_eq!(proxy.decisions(), 2, "async: the request was sent again");
+    assert_eq!(counted(&server, &limiter), 2);
 }

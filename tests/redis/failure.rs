@@ -110,6 +110,64 @@ fn server_killed_mid_run_and_restarted_the_policy_holds() {
     assert_eq!(admitted.count(), 10);
 }
 
+/// The reconnect timers (issue 18; `manager_config` in src/redis/connection.rs): once the
+/// connection drops, a call waits for the manager's reconnect series (a few attempts with 10 to
+/// 80 ms between, jittered) and, once every attempt was refused, gets that refusal, not a
+/// timeout (the series ended well within the generous timeout); a series that gave up does not
+/// strand the backend: after the server is back, a later call starts another and Redis decides
+/// again. Each call is bounded only against a hang.
+#[test]
+fn a_reconnect_series_that_gave_up_leaves_the_backend_to_recover_at_a_later_call() {
+    let mut server = RedisServer::start();
+    let config = RedisConfig::single(server.url()).timeout(super::TIMEOUT);
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let closed = limiter(&backend, FailurePolicy::FailClosed);
+    until_redis_answers(&closed, "warm-up");
+
+    server.kill();
+    // Until a call is handed a series' refusal: the first call finds the connection dropped
+    // (it starts the series); the next waits for the series to end. A loaded machine may
+    // make a call time out instead (its deadline passed first): it calls again.
+    let started = Instant::now();
+    let mut kinds = Vec::new();
+    loop {
+        let call = Instant::now();
+        let outcome = closed.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(call.elapsed() < CALL_BOUND, "took {:?}", call.elapsed());
+        assert!(!outcome.decision().is_allowed(), "fail closed admitted");
+        let error = outcome.failure().expect("decided by a dead server?");
+        assert!(error.to_string().contains(&server.url()), "{error}");
+        kinds.push(error.kind());
+        if error.kind() == FailureKind::Refused {
+            break;
+        }
+        assert!(
+            [FailureKind::Connection, FailureKind::Timeout].contains(&error.kind()),
+            "{error}"
+        );
+        assert!(started.elapsed() < CALL_BOUND, "never refused: {kinds:?}");
+    }
+    eprintln!("failures after the kill, in order: {kinds:?}");
+    // The series that refused is over: the next call starts another, and is refused too.
+    let error = closed.blocking_try_acquire_outcome("k", 1).unwrap();
+    let error = error.failure().expect("decided by a dead server?");
+    assert!(
+        [FailureKind::Refused, FailureKind::Timeout].contains(&error.kind()),
+        "{error}"
+    );
+    // Each call was decided by the policy and counted once.
+    assert_eq!(closed.failures().total(), kinds.len() as u64 + 1);
+
+    server.restart();
+    until_redis_answers(&closed, "after-restart");
+    let admitted = (0..20).filter(|_| {
+        let outcome = closed.blocking_try_acquire_outcome("fresh", 1).unwrap();
+        assert!(outcome.failure().is_none(), "{:?}", outcome.failure());
+        outcome.decision().is_allowed()
+    });
+    assert_eq!(admitted.count(), 10);
+}
+
 #[test]
 fn a_server_that_is_not_there_fails_at_connect_or_lazily_by_the_policy() {
     // A port nobody listens on (bound, then released).

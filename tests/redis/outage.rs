@@ -340,3 +340,115 @@ fn a_try_cut_short_on_a_backend_that_never_had_a_reply_is_decided_by_the_policy(
     assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
     server.thaw();
 }
+
+/// A killed server's outage outlasts the connection manager's reconnect series (which a call
+/// starts and which gives up after 5 refused attempts, at most about 300 ms of waits); the
+/// breaker is open meanwhile, so no call starts another. Once the server is back, the breaker's
+/// probe must reach it and close the breaker (issue 18: "probe half-open, close on success").
+#[test]
+fn the_first_probe_after_a_killed_server_is_back_closes_the_breaker() {
+    let mut server = RedisServer::start();
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(TIMEOUT)).unwrap();
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(1_000, Duration::from_secs(60)).unwrap();
+    let breaker = BreakerConfig::new(FAILURES, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "restart",
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+
+    server.kill();
+    let started = Instant::now();
+    let breaker = limiter.breaker().unwrap();
+    while breaker.state() != BreakerState::Open {
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(outcome.failure().is_some(), "decided by a dead server?");
+        assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
+    }
+    // Time for the reconnect series the last call started to give up (it needs about 300 ms;
+    // if it has not, the probe below only waits for it, and passes either way).
+    std::thread::sleep(Duration::from_secs(2));
+    server.restart();
+    clock.advance(OPEN_FOR);
+    let probe = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert!(
+        probe.failure().is_none(),
+        "the probe: {:?}",
+        probe.failure()
+    );
+    assert!(probe.decision().is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
+/// As above, the reconnect series ending in connection timeouts instead of refusals: the port
+/// held by a listener that accepts and never answers (as a host that is down or a server that
+/// hangs at connect), each attempt timing out. Once the server is back, the probe must reach
+/// it, not get the stale timeout of the series the last call started (issue 18).
+#[test]
+fn the_first_probe_after_connects_timed_out_reaches_the_server_that_is_back() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut server = RedisServer::start();
+    // Each connection attempt of a series gives up after this: a whole series takes 5 of it.
+    // Also the probe's whole budget to connect to the restarted server: generous for that.
+    let timeout = Duration::from_secs(1);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(timeout)).unwrap();
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(1_000, Duration::from_secs(60)).unwrap();
+    let breaker = BreakerConfig::new(FAILURES, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        &backend,
+        "hung",
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+
+    server.kill();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", server.port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let silent = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        // SeqCst: a test flag.
+        while !stopping.load(Ordering::SeqCst) {
+            if let Ok((socket, _)) = listener.accept() {
+                held.push(socket);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let started = Instant::now();
+    let breaker = limiter.breaker().unwrap();
+    while breaker.state() != BreakerState::Open {
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(outcome.failure().is_some(), "decided by a silent port?");
+        assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
+    }
+    // Time for the series the last call started to end (5 attempts of 1 s and its waits; if
+    // it has not, the probe below only waits for it, and passes either way).
+    std::thread::sleep(Duration::from_secs(7));
+    stop.store(true, Ordering::SeqCst);
+    silent.join().unwrap();
+    server.restart();
+    clock.advance(OPEN_FOR);
+    let probe = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    assert!(
+        probe.failure().is_none(),
+        "the probe: {:?}",
+        probe.failure()
+    );
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
