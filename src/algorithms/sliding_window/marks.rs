@@ -182,7 +182,8 @@ pub(super) fn waits_back(
 }
 
 /// [`waits_back`] for a `now` in `cell` and `back` at most `cells − 1` (the oldest used closed
-/// cell lies in the window): then `now < end`, and the time left until the end, more than
+/// cell lies in the window): then `cell`'s start is at most `now` (its product needs no check:
+/// 2 instructions a published denial that is not the spent one), `now < end`, and the time left until the end, more than
 /// `window − cell_nanos`, exceeds `back × cell_nanos ≤ window − cell_nanos`, so neither
 /// subtraction saturates (and the retry is at least 1 ns): three saturating subtractions (3
 /// instructions each) are plain ones. The same waits as [`waits_back`] under those bounds.
@@ -197,12 +198,11 @@ pub(super) fn waits_back_in_cell(
 ) -> (u64, u64) {
     debug_assert!(newest <= back && back < geometry.cells);
     let cell_nanos = geometry.cell_nanos;
-    match cell
-        .checked_mul(cell_nanos)
-        .and_then(|start| start.checked_add(window_nanos))
-    {
+    // `now` lies in `cell`, so its start is at most `now`: the product does not wrap.
+    let start = cell.wrapping_mul(cell_nanos);
+    debug_assert!(start <= now && now - start < cell_nanos);
+    match start.checked_add(window_nanos) {
         Some(end) => {
-            debug_assert!(end - window_nanos <= now && now - (end - window_nanos) < cell_nanos);
             let until_end = end - now;
             (
                 until_end - back * cell_nanos,
