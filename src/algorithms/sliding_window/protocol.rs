@@ -61,7 +61,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // `cell` is the cell of `now` (`short` located it), so its start is at most
                 // `now`: the product cannot overflow.
                 let start = cell.wrapping_mul(self.geometry.cell_nanos);
-                if let Some(denied) = self.burst_denial((cell, start), now, prev, count, n, limit) {
+                // `count + n > limit` (the burst denial's test) as `short > prev`: `short` is
+                // `prev + count + n − limit` (checked below), so the two agree, and `short` is
+                // in hand where `count + n` is another sum (1 instruction a denial).
+                let burst = short > prev;
+                debug_assert_eq!(burst, count + n > limit);
+                if let Some(denied) =
+                    self.burst_denial_if(burst, (cell, start), now, prev, count, limit)
+                {
                     return (denied, cell);
                 }
                 // The closed cells must free some of it: from the published ends when the
@@ -283,7 +290,22 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             n <= limit,
             "callers check the permits against the limit first"
         );
-        (count + n > limit).then(|| {
+        self.burst_denial_if(count + n > limit, (cell, start), now, prev, count, limit)
+    }
+
+    /// [`burst_denial`](Self::burst_denial), its test `count + n > limit` made by the caller
+    /// (`burst`).
+    #[inline(always)]
+    fn burst_denial_if(
+        &self,
+        burst: bool,
+        (cell, start): (u64, u64),
+        now: u64,
+        prev: u64,
+        count: u64,
+        limit: u64,
+    ) -> Option<Decision> {
+        burst.then(|| {
             let leaves = self.until_leaves(cell, start, now);
             let remaining = limit.saturating_sub(prev + count);
             Decision::deny(limit, remaining, leaves, leaves)
