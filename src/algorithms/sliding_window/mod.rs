@@ -320,6 +320,10 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// The window in nanoseconds, `cells × cell_nanos`: a cell whose start the call has in hand
     /// leaves the window at that start plus this ([`until_leaves`](Self::until_leaves)).
     window_nanos: u64,
+    /// `u64::MAX / cell_nanos`: the last cell that starts within the `u64` timeline. A cell at
+    /// most this has a start, `index × cell_nanos`, that needs no checked product (the spent
+    /// denial's wait, [`sole_wait_in_cell`](marks::sole_wait_in_cell)).
+    last_cell: u64,
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into, and beside it the highest
     /// head a raise started from ([`HeadLine`]).
@@ -567,6 +571,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             slot_bits: geometry.slots.trailing_zeros(),
             slot_mask: geometry.slots - 1,
             window_nanos: geometry.window_nanos(),
+            last_cell: u64::MAX / geometry.cell_nanos,
             limit: AtomicU32::new(config.limit),
             head: CachePadded::new(HeadLine {
                 cell: AtomicU64::new(0),

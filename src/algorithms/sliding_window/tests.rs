@@ -1059,7 +1059,7 @@ fn sole_wait_in_cell_agrees_with_until_start_on_random_states() {
             continue;
         };
         let (cells, cell_nanos) = (geometry.cells, geometry.cell_nanos);
-        let got = sole_wait_in_cell(&geometry, cell, now, back);
+        let got = sole_wait_in_cell(&geometry, u64::MAX / cell_nanos, cell, now, back);
         let want = geometry.until_start((cell - back).saturating_add(cells), now);
         assert_eq!(
             got,
