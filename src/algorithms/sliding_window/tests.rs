@@ -229,9 +229,8 @@ fn a_hint_near_the_ends_of_the_timeline_is_used_only_where_it_is_exact() {
 /// A crossing into the timeline's last cell (which ends past `u64::MAX` unless the cell size
 /// divides `2^64`) leaves no hint of it: with 10 ns cells its start is `u64::MAX − 5`, and a
 /// call at 0 to 3 ns would find `now − start`, wrapping, below 10 and take itself for a call in
-/// that cell. Here a call at `u64::MAX` takes the limit, then an explicit-time call at 0 ns
-/// (which rewinds the ring, as a call far behind `head` on a fresh time does) is decided in
-/// cell 0, allowed, as the same call on a limiter that never saw the end of time.
+/// that cell. Here a call at `u64::MAX` takes the limit, then an explicit-time call at 0 ns is
+/// decided as on a limiter that never saw the end of time: allowed (the next one denied alike).
 #[test]
 fn the_timeline_s_last_cell_is_never_a_hint() {
     for cell_nanos in [10u64, 3, 7] {
@@ -262,8 +261,9 @@ fn the_timeline_s_last_cell_is_never_a_hint() {
 
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5_000))]
-    /// Whatever the hint says (the newest crossing's cell, a stale or a newer one, garbage), a
-    /// call finds exactly the cell of its clock read, that cell's slot and its round.
+    /// Whatever the hint says (the newest crossing's cell, a stale or a newer one, any cell that
+    /// ends within the timeline: every value a crossing stores), a call finds exactly the cell
+    /// of its clock read, that cell's slot and its round.
     #[test]
     fn a_hint_is_used_only_where_it_is_exact(
         cells in 1u32..2_000,
@@ -289,7 +289,11 @@ proptest::proptest! {
         };
         // Any value a hint can hold: a cell that ends within the timeline (the crossing stores
         // no other, see `advance`); others are taken modulo the timeline's last cell.
-        let hint = if hint_in_timeline(hint, cell_nanos) { hint } else { hint % (u64::MAX / cell_nanos) };
+        let hint = if hint_in_timeline(hint, cell_nanos) {
+            hint
+        } else {
+            hint % (u64::MAX / cell_nanos)
+        };
         proptest::prop_assert!(g.slots.is_power_of_two() && g.slots >= u64::from(cells + future));
         proptest::prop_assert_eq!(w.locate(hint, now), want);
     }
