@@ -182,7 +182,8 @@ pub(super) fn waits_back(
 }
 
 /// [`waits_back`] for a `now` in `cell` and `back` at most `cells − 1` (the oldest used closed
-/// cell lies in the window): then `now < end`, and the time left until the end, more than
+/// cell lies in the window): then `cell`'s start is at most `now` (its product needs no check:
+/// 2 instructions a published denial that is not the spent one), `now < end`, and the time left until the end, more than
 /// `window − cell_nanos`, exceeds `back × cell_nanos ≤ window − cell_nanos`, so neither
 /// subtraction saturates (and the retry is at least 1 ns): three saturating subtractions (3
 /// instructions each) are plain ones. The same waits as [`waits_back`] under those bounds.
@@ -197,12 +198,11 @@ pub(super) fn waits_back_in_cell(
 ) -> (u64, u64) {
     debug_assert!(newest <= back && back < geometry.cells);
     let cell_nanos = geometry.cell_nanos;
-    match cell
-        .checked_mul(cell_nanos)
-        .and_then(|start| start.checked_add(window_nanos))
-    {
+    // `now` lies in `cell`, so its start is at most `now`: the product does not wrap.
+    let start = cell.wrapping_mul(cell_nanos);
+    debug_assert!(start <= now && now - start < cell_nanos);
+    match start.checked_add(window_nanos) {
         Some(end) => {
-            debug_assert!(end - window_nanos <= now && now - (end - window_nanos) < cell_nanos);
             let until_end = end - now;
             (
                 until_end - back * cell_nanos,
@@ -222,18 +222,25 @@ pub(super) fn waits_back_in_cell(
 /// end of the timeline (a cold path), `until_start` of the saturated index, as the peek's
 /// branch: at the very end of time that wait can be 0 (the retry 1 ns, the reset 0, as the
 /// marks answer). `None` only where the plain subtraction gave 0, which these bounds exclude
-/// (the caller would then search the marks).
+/// (the caller would then search the marks). The product is checked by comparing the index with
+/// `last_cell`, `u64::MAX / cell_nanos` (the last cell that starts within the timeline, kept by
+/// the limiter), and then formed unchecked: where the checked product took `rax`/`rdx` and two
+/// register moves around it (3 instructions a spent denial).
 #[inline(always)]
 pub(super) fn sole_wait_in_cell(
     geometry: &RingGeometry,
+    last_cell: u64,
     cell: u64,
     now: u64,
     back: u64,
 ) -> Option<(NonZeroU64, u64)> {
     debug_assert!(back < geometry.cells);
+    debug_assert_eq!(last_cell, u64::MAX / geometry.cell_nanos);
     let index = cell.checked_add(geometry.cells - back);
-    match index.and_then(|index| index.checked_mul(geometry.cell_nanos)) {
-        Some(start) => {
+    // `index ≤ u64::MAX / cell_nanos` exactly when `index × cell_nanos ≤ u64::MAX`.
+    match index.filter(|&index| index <= last_cell) {
+        Some(index) => {
+            let start = index.wrapping_mul(geometry.cell_nanos);
             debug_assert!(start > now);
             NonZeroU64::new(start.wrapping_sub(now)).map(|wait| (wait, wait.get()))
         }
@@ -701,7 +708,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             // cell `back` cells before `cells` after this one (one product: cheaper here than
             // `waits_back`'s two).
             if IN_CELL {
-                return sole_wait_in_cell(&self.geometry, cell, now, back);
+                return sole_wait_in_cell(&self.geometry, self.last_cell, cell, now, back);
             }
             let oldest = cell - back;
             let leaves = self

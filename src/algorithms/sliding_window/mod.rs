@@ -69,7 +69,7 @@
 //! The crosser whose compare-exchange published it (the cell's other crossers stop there) then
 //! pre-stamps the `future` cells ahead with their round and a zero count, and leaves beside
 //! `base` a *hint* of where that cell lives, so a call in it finds its cell and slot without
-//! dividing (a hint is checked before use: any value is safe). Every other call is: load `base` and the
+//! dividing (a hint is checked before use: any value a crossing stores is safe). Every other call is: load `base` and the
 //! hint, load the current cell, and one compare-exchange that adds `n` iff
 //! `base sum + count + n ≤ limit`. The check and the add are one atomic step on the only cell that
 //! is still open, and the rest of the window is frozen, so the check is exact. A denial writes
@@ -320,6 +320,10 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     /// The window in nanoseconds, `cells × cell_nanos`: a cell whose start the call has in hand
     /// leaves the window at that start plus this ([`until_leaves`](Self::until_leaves)).
     window_nanos: u64,
+    /// `u64::MAX / cell_nanos`: the last cell that starts within the `u64` timeline. A cell at
+    /// most this has a start, `index × cell_nanos`, that needs no checked product (the spent
+    /// denial's wait, [`sole_wait_in_cell`](marks::sole_wait_in_cell)).
+    last_cell: u64,
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into, and beside it the highest
     /// head a raise started from ([`HeadLine`]).
@@ -391,8 +395,10 @@ struct BaseLine {
     /// falls in that cell finds its cell with a multiplication instead of a division (its slot
     /// and round are a mask and a shift of it). Only a hint: a call checks that its clock read
     /// lies in the cell it names, which makes every hint it uses exact whenever and by whomever
-    /// it was written; any other value (stale, not yet written, garbage) is ignored and the call
-    /// divides.
+    /// it was written; any other value (stale, not yet written) is ignored and the call
+    /// divides. Its values are 0 and cells that end within the `u64` timeline (a crossing into
+    /// the timeline's last cell stores none): that is what lets the check be one wrapping
+    /// subtraction and one comparison ([`locate`](SlidingWindowLimiter::locate)).
     hint: AtomicU64,
     /// The window's *ends* for a crossed cell, published by the crosser that published its
     /// `base`, after it (see [Ends](self#ends)): `(cell index mod 2^40, e)` in `base`'s layout,
@@ -565,6 +571,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             slot_bits: geometry.slots.trailing_zeros(),
             slot_mask: geometry.slots - 1,
             window_nanos: geometry.window_nanos(),
+            last_cell: u64::MAX / geometry.cell_nanos,
             limit: AtomicU32::new(config.limit),
             head: CachePadded::new(HeadLine {
                 cell: AtomicU64::new(0),

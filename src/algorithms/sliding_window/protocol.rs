@@ -61,7 +61,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 // `cell` is the cell of `now` (`short` located it), so its start is at most
                 // `now`: the product cannot overflow.
                 let start = cell.wrapping_mul(self.geometry.cell_nanos);
-                if let Some(denied) = self.burst_denial((cell, start), now, prev, count, n, limit) {
+                // `count + n > limit` (the burst denial's test) as `short > prev`: `short` is
+                // `prev + count + n − limit` (checked below), so the two agree, and `short` is
+                // in hand where `count + n` is another sum (1 instruction a denial).
+                let burst = short > prev;
+                debug_assert_eq!(burst, count + n > limit);
+                if let Some(denied) =
+                    self.burst_denial_if(burst, (cell, start), now, prev, count, limit)
+                {
                     return (denied, cell);
                 }
                 // The closed cells must free some of it: from the published ends when the
@@ -190,12 +197,30 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     /// The cell of `now`, its slot and its round (unreduced): the `hint` when `now` lies in the
     /// cell it names (no division), else computed; the slot and the round are then the cell
     /// index's low bits and the rest (the ring's slots are a power of two).
+    ///
+    /// `hint` is a value of [`BaseLine::hint`](super::BaseLine::hint): 0, or a cell a crossing
+    /// stored, which it stores only when the cell ends within the `u64` timeline
+    /// ([`advance`](Self::advance)): `start + cell_nanos ≤ u64::MAX` for its `start`, `hint ×
+    /// cell_nanos`, which therefore does not wrap. Then `now` lies in the cell exactly when `now −
+    /// start`, wrapping, is below `cell_nanos`: for `now ≥ start` that is the plain difference,
+    /// and for `now < start` the wrapped one is `2^64 − (start − now) ≥ 2^64 − start >
+    /// cell_nanos`. (The timeline's last cell, which ends past `u64::MAX` unless `cell_nanos`
+    /// divides `2^64`, is never a hint: with its start at `u64::MAX − (u64::MAX mod cell_nanos)`,
+    /// a `now` below `cell_nanos − 1 − (u64::MAX mod cell_nanos)` would wrap below
+    /// `cell_nanos`.) One product, one subtraction and one comparison, where the checked
+    /// product and the two comparisons cost 4 instructions more a call (`examples/instructions
+    /// sliding-window-60 allow quanta` 71.0 -> 67.0; issue 17, fifth round).
     #[inline(always)]
     pub(super) fn locate(&self, hint: u64, now: u64) -> (u64, usize, u64) {
-        if let Some(start) = hint.checked_mul(self.geometry.cell_nanos) {
-            if start <= now && now - start < self.geometry.cell_nanos {
-                return self.place_of(hint);
-            }
+        let cell_nanos = self.geometry.cell_nanos;
+        debug_assert!(
+            hint.checked_add(1)
+                .and_then(|next| next.checked_mul(cell_nanos))
+                .is_some(),
+            "a hint ends within the timeline"
+        );
+        if now.wrapping_sub(hint.wrapping_mul(cell_nanos)) < cell_nanos {
+            return self.place_of(hint);
         }
         self.place_of(self.geometry.cell_of(now))
     }
@@ -265,7 +290,22 @@ impl<C: Clock> SlidingWindowLimiter<C> {
             n <= limit,
             "callers check the permits against the limit first"
         );
-        (count + n > limit).then(|| {
+        self.burst_denial_if(count + n > limit, (cell, start), now, prev, count, limit)
+    }
+
+    /// [`burst_denial`](Self::burst_denial), its test `count + n > limit` made by the caller
+    /// (`burst`).
+    #[inline(always)]
+    fn burst_denial_if(
+        &self,
+        burst: bool,
+        (cell, start): (u64, u64),
+        now: u64,
+        prev: u64,
+        count: u64,
+        limit: u64,
+    ) -> Option<Decision> {
+        burst.then(|| {
             let leaves = self.until_leaves(cell, start, now);
             let remaining = limit.saturating_sub(prev + count);
             Decision::deny(limit, remaining, leaves, leaves)
@@ -508,8 +548,17 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // one compare-exchange at most, or a reader a search of the marks).
         self.publish_ends(cell, sum, walked, epoch);
         self.pre_stamp(cell, stamp_from);
-        // Relaxed: a hint, checked by every reader (see `BaseLine::hint`).
-        self.base.hint.store(cell, Ordering::Relaxed);
+        // Relaxed: a hint, checked by every reader (see `BaseLine::hint`). Only a cell that
+        // ends within the `u64` timeline (all but the timeline's last): `locate` multiplies it
+        // unchecked and checks `now` against it with one wrapping subtraction, which that
+        // cell's start would let wrap into it from the timeline's first nanoseconds.
+        if cell
+            .checked_add(1)
+            .and_then(|next| next.checked_mul(self.geometry.cell_nanos))
+            .is_some()
+        {
+            self.base.hint.store(cell, Ordering::Relaxed);
+        }
         Ok(())
     }
 

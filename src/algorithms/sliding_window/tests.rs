@@ -178,10 +178,92 @@ fn a_reader_whose_marks_changed_notices() {
     assert!(read >= 90, "{read}");
 }
 
+/// Whether cell `hint` of `cell_nanos` ends within the `u64` timeline: what a crossing stores
+/// as a hint ([`advance`](SlidingWindowLimiter::advance)).
+fn hint_in_timeline(hint: u64, cell_nanos: u64) -> bool {
+    hint.checked_add(1)
+        .and_then(|next| next.checked_mul(cell_nanos))
+        .is_some()
+}
+
+/// `locate`'s one wrapping comparison is exact for every hint a crossing can store: near the
+/// timeline's two ends, cells of every size from 1 ns that does not divide `2^64` (so the last
+/// cell ends past `u64::MAX`) or does, each `now` within a few cells of either end, every hint
+/// within a few cells of `now`'s and of the timeline's last hintable cell.
+#[test]
+fn a_hint_near_the_ends_of_the_timeline_is_used_only_where_it_is_exact() {
+    let mut checked = 0u64;
+    for cell_nanos in [1u64, 2, 3, 7, 10, 1_000, 1 << 20, 999_999_937] {
+        let config =
+            super::SlidingWindow::with_parts(1, Duration::from_nanos(cell_nanos * 4), 4, 2)
+                .unwrap();
+        let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+        let g = w.geometry;
+        let last = u64::MAX / cell_nanos;
+        let nows = (0..4 * cell_nanos.min(8))
+            .chain((0..4 * cell_nanos.min(8)).map(|back| u64::MAX - back))
+            .chain([cell_nanos - 1, cell_nanos, u64::MAX - cell_nanos]);
+        for now in nows {
+            let cell = g.cell_of(now);
+            let want = (cell, g.place(cell).0, g.place(cell).1);
+            let hints = (0..6).flat_map(|d| {
+                [
+                    cell.saturating_sub(d),
+                    cell.saturating_add(d),
+                    last.saturating_sub(d),
+                ]
+            });
+            for hint in hints.filter(|&hint| hint_in_timeline(hint, cell_nanos)) {
+                assert_eq!(
+                    w.locate(hint, now),
+                    want,
+                    "cell {cell_nanos} ns, now {now}, hint {hint}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1_000, "{checked} cases");
+}
+
+/// A crossing into the timeline's last cell (which ends past `u64::MAX` unless the cell size
+/// divides `2^64`) leaves no hint of it: with 10 ns cells its start is `u64::MAX − 5`, and a
+/// call at 0 to 3 ns would find `now − start`, wrapping, below 10 and take itself for a call in
+/// that cell. Here a call at `u64::MAX` takes the limit, then an explicit-time call at 0 ns is
+/// decided as on a limiter that never saw the end of time: allowed (the next one denied alike).
+#[test]
+fn the_timeline_s_last_cell_is_never_a_hint() {
+    for cell_nanos in [10u64, 3, 7] {
+        let config =
+            super::SlidingWindow::with_parts(1, Duration::from_nanos(cell_nanos), 1, 2).unwrap();
+        let w = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+        let last = u64::MAX / cell_nanos;
+        assert!(w.try_acquire_at(1, u64::MAX).unwrap().is_allowed());
+        assert_ne!(
+            w.base.hint.load(crate::sync::Ordering::Relaxed),
+            last,
+            "{cell_nanos} ns"
+        );
+        // 0 ns lies within the nanoseconds that would wrap into the last cell.
+        assert!(cell_nanos - 1 - u64::MAX % cell_nanos > 0);
+        let fresh = SlidingWindowLimiter::from_config(&config, ManualClock::new());
+        let got = w.try_acquire_at(1, 0).unwrap();
+        assert!(got.is_allowed(), "{cell_nanos} ns: {got:?}");
+        assert_eq!(got, fresh.try_acquire_at(1, 0).unwrap(), "{cell_nanos} ns");
+        // The next call in cell 0 on each: denied alike.
+        assert_eq!(
+            w.try_acquire_at(1, 0).unwrap(),
+            fresh.try_acquire_at(1, 0).unwrap(),
+            "{cell_nanos} ns"
+        );
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5_000))]
-    /// Whatever the hint says (the newest crossing's cell, a stale or a newer one, garbage), a
-    /// call finds exactly the cell of its clock read, that cell's slot and its round.
+    /// Whatever the hint says (the newest crossing's cell, a stale or a newer one, any cell that
+    /// ends within the timeline: every value a crossing stores), a call finds exactly the cell
+    /// of its clock read, that cell's slot and its round.
     #[test]
     fn a_hint_is_used_only_where_it_is_exact(
         cells in 1u32..2_000,
@@ -204,6 +286,13 @@ proptest::proptest! {
             raw
         } else {
             cell.saturating_add_signed(hinted_offset)
+        };
+        // Any value a hint can hold: a cell that ends within the timeline (the crossing stores
+        // no other, see `advance`); others are taken modulo the timeline's last cell.
+        let hint = if hint_in_timeline(hint, cell_nanos) {
+            hint
+        } else {
+            hint % (u64::MAX / cell_nanos)
         };
         proptest::prop_assert!(g.slots.is_power_of_two() && g.slots >= u64::from(cells + future));
         proptest::prop_assert_eq!(w.locate(hint, now), want);
@@ -974,7 +1063,7 @@ fn sole_wait_in_cell_agrees_with_until_start_on_random_states() {
             continue;
         };
         let (cells, cell_nanos) = (geometry.cells, geometry.cell_nanos);
-        let got = sole_wait_in_cell(&geometry, cell, now, back);
+        let got = sole_wait_in_cell(&geometry, u64::MAX / cell_nanos, cell, now, back);
         let want = geometry.until_start((cell - back).saturating_add(cells), now);
         assert_eq!(
             got,
