@@ -39,7 +39,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -60,8 +60,8 @@ struct Master {
     last_reply: LastReply,
     /// The latest-sent reply credited to this master by a copy too old for its call (see
     /// [`SlotOwners::owner_replied`]), held until a read of the map sent after it arrived
-    /// tells whether the master still owns the call's slot. Locked only on that path and by
-    /// a read.
+    /// tells whether the master still owns the call's slot. Taken on that path only if free
+    /// (`try_lock`: a reply never waits), and by a read settling it.
     pending: Mutex<Option<Pending>>,
 }
 
@@ -141,6 +141,14 @@ impl SlotOwners {
     /// still: then the reply counts as of `micros` ([`update`](Self::update); the latest-sent
     /// such reply per master is kept for it), so a master whose calls come further apart than
     /// `fresh + slack` is not taken for silent for want of a fresh copy.
+    ///
+    /// Takes no lock that it waits for: the held reply is behind a `try_lock`, and a reply
+    /// that finds it taken is not held. What that loses: the lock is taken for a few
+    /// instructions, by another reply of the same master the copy is too old for (held in
+    /// its place if sent later; if sent earlier, the master's credit is earlier by the two
+    /// calls' gap) or by a read settling it (a reply arriving then arrived after that read
+    /// was sent, so it waited for the next read; a call sent after the read landed counts at
+    /// once). Either way the master may look silent sooner, never alive longer.
     #[inline]
     pub(super) fn owner_replied(
         &self,
@@ -155,7 +163,13 @@ impl SlotOwners {
             if age < fresh.saturating_add(slack) {
                 master.last_reply.record_if_later(micros);
             } else {
-                let mut pending = master.pending.lock().unwrap_or_else(|e| e.into_inner());
+                // Never waits (a reply's path): a reply that finds the lock held (another
+                // reply of this master being held, a read settling it) is not held.
+                let mut pending = match master.pending.try_lock() {
+                    Ok(pending) => pending,
+                    Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                    Err(TryLockError::WouldBlock) => return age >= fresh,
+                };
                 if pending.is_none_or(|held| held.sent < micros) {
                     *pending = Some(Pending {
                         slot,
@@ -270,11 +284,24 @@ impl SlotOwners {
         now: Instant,
         every: Duration,
     ) -> Option<ReadInFlight> {
-        let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
+        // Called on replies too (a copy `fresh` old or more, `owner_replied`), so it never
+        // waits: a read in flight is seen with a load, and a caller that finds another one
+        // here leaves the start to it (it decides as this caller would, on the same last
+        // start and flag; only its clock read is its own, an instant apart).
+        // SeqCst: a flag read and written only when a read is asked for; no ordering
+        // subtlety to save.
+        if self.reading.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut last = match self.last_start.try_lock() {
+            Ok(last) => last,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
         if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
             return None;
         }
-        // SeqCst: a flag read and written only on the error path; no ordering subtlety to save.
+        // SeqCst: as above.
         if self.reading.swap(true, Ordering::SeqCst) {
             return None;
         }
@@ -546,6 +573,61 @@ mod tests {
         // Settled once: a later read of the same map credits nothing more.
         owners.update(&map(true), "redis", 9_500);
         assert_eq!(last(0), Some(3_050));
+    }
+
+    /// A `CLUSTER SLOTS` reply of one range per master port: `(first, last, port)`.
+    fn ranges_map(ranges: &[(i64, i64, i64)]) -> Value {
+        Value::Array(
+            ranges
+                .iter()
+                .map(|&(first, last, port)| {
+                    Value::Array(vec![
+                        Value::Int(first),
+                        Value::Int(last),
+                        Value::Array(vec![
+                            Value::BulkString(b"127.0.0.1".to_vec()),
+                            Value::Int(port),
+                        ]),
+                    ])
+                })
+                .collect(),
+        )
+    }
+
+    /// A reply never waits on a lock (the backend's hot path): not for its master's held
+    /// reply while another thread holds it (a read settling it, another reply being held),
+    /// nor for the start of a read that it asks for while another caller is starting one.
+    /// Before, both were `Mutex::lock`: the replying thread waited as long as the lock was
+    /// held (here, until the test let go of it).
+    #[test]
+    fn a_reply_never_waits_on_a_lock() {
+        let owners = Arc::new(SlotOwners::default());
+        owners.update(&ranges_map(&[(0, 16_383, 7000)]), "redis", 0);
+        let master = Arc::clone(&owners.copy.load().ranges[0].2);
+        let held = master.pending.lock().unwrap();
+        let starting = owners.last_start.lock().unwrap();
+        let (done, replied) = std::sync::mpsc::channel();
+        let replying = Arc::clone(&owners);
+        let thread = std::thread::spawn(move || {
+            // A call sent long after the read: too old a copy, a read asked.
+            let asks = replying.owner_replied(0, 10_000, 10_010, 100, 50);
+            let started = replying.start_read(Instant::now(), Duration::ZERO);
+            done.send((asks, started.is_some())).unwrap();
+        });
+        // Real time only as a bound on a hang: the thread takes microseconds.
+        let got = replied.recv_timeout(Duration::from_secs(60));
+        drop((held, starting));
+        thread.join().unwrap();
+        assert_eq!(
+            got,
+            Ok((true, false)),
+            "the reply returned at once, asking for a read; the start found another \
+             caller starting one and left it to that caller"
+        );
+        assert!(
+            master.pending.lock().unwrap().is_none(),
+            "the reply that found the lock held was not held (dropped)"
+        );
     }
 
     #[test]
