@@ -204,7 +204,8 @@ impl SlotOwners {
     }
 
     /// Replaces the copy with the ranges of a `CLUSTER SLOTS` `reply`, each node written as
-    /// `scheme://host:port`; a reply of another shape leaves the copy as it was. A master the
+    /// `scheme://host:port`; a reply of another shape, or a read sent before the one that
+    /// made the copy, leaves the copy as it was. A master the
     /// copy named already keeps its last reply (the same [`Master`]); a new one starts as if it
     /// had replied at `read_at_micros` (when the read was sent, the backend's client µs: the
     /// copy's time too, see [`owner_replied`](Self::owner_replied)): a
@@ -214,10 +215,16 @@ impl SlotOwners {
     /// timeout after the read, as a known one does one timeout after its last reply.
     pub(super) fn update(&self, reply: &Value, scheme: &str, read_at_micros: u64) {
         if let Some(parsed) = parse(reply, scheme) {
-            // `rcu`: two updates at once (the eager connect's read and a background one) each
-            // carry over the masters of the copy they replace, so none loses a reply recorded
-            // in between.
+            // `rcu`: should two updates overlap (none do today: the eager connect's read ends
+            // before the backend is returned, and background reads run one at a time), each
+            // carries over the masters of the copy it replaces, so none loses a reply
+            // recorded in between; and a read sent before the copy's own (landing out of
+            // order) keeps the newer copy: its map is the more recent, and the copy's time,
+            // which replies are checked against, never goes back.
             self.copy.rcu(|current| {
+                if current.asked_micros > read_at_micros {
+                    return Arc::clone(current);
+                }
                 Arc::new(MapCopy {
                     asked_micros: read_at_micros,
                     ranges: with_masters(&parsed, &current.ranges, read_at_micros),
@@ -226,17 +233,21 @@ impl SlotOwners {
             // SeqCst: read once per cluster call, after the ranges are stored; no ordering
             // subtlety to save.
             self.generation.fetch_add(1, Ordering::SeqCst);
-            self.settle_pending(read_at_micros);
+            self.settle_pending();
         }
     }
 
     /// Settles each master's pending reply ([`owner_replied`](Self::owner_replied)) that
-    /// arrived before a read sent at `read_at_micros`: it counts as the master's (as of its
-    /// call's send) if the copy that read made names the master the owner of the reply's slot
-    /// (the slot did not move between the call and the read, unless it moved away and back),
-    /// else not at all. A reply that arrived after the read was sent waits for the next read.
-    fn settle_pending(&self, read_at_micros: u64) {
+    /// arrived before the read that made the copy was sent: it counts as the master's (as of
+    /// its call's send) if the copy names the master the owner of the reply's slot (the slot
+    /// did not move between the call and the read, unless it moved away and back), else not
+    /// at all. A reply that arrived after the read was sent waits for the next read. The
+    /// copy's own time, not the landing read's: a read that landed after a newer one left the
+    /// newer copy in place ([`update`](Self::update)), and a reply is settled only by a map
+    /// read after it arrived.
+    fn settle_pending(&self) {
         let copy = self.copy.load();
+        let read_at_micros = copy.asked_micros;
         // One look per master (a master owns many ranges).
         let mut settled = std::collections::HashSet::new();
         for (_, _, master) in copy.ranges.iter() {
@@ -627,6 +638,30 @@ mod tests {
         assert!(
             master.pending.lock().unwrap().is_none(),
             "the reply that found the lock held was not held (dropped)"
+        );
+    }
+
+    /// The copy is the newest read's: of two reads landing out of order (the eager connect's
+    /// and a background one at once), the one sent earlier does not replace the later one's
+    /// map, and a reply is checked against the newer map. Before, the later landing always
+    /// won: an older map named 7000 the owner of slot 150 again after a newer read had named
+    /// 7001, and the copy's time went back.
+    #[test]
+    fn an_older_read_landing_later_does_not_replace_a_newer_copy() {
+        let owners = SlotOwners::default();
+        let before = ranges_map(&[(0, 16_383, 7000)]);
+        let moved = ranges_map(&[(0, 99, 7000), (100, 199, 7001), (200, 16_383, 7000)]);
+        owners.update(&moved, "redis", 2_000);
+        owners.update(&before, "redis", 1_500);
+        assert_eq!(owners.owner(150).as_deref(), Some("redis://127.0.0.1:7001"));
+        assert_eq!(owners.copy.load().asked_micros, 2_000);
+        // A reply to a call sent 40 µs after the newer read counts for 7001, not 7000.
+        assert!(!owners.owner_replied(150, 2_040, 2_050, 100, 50));
+        assert_eq!(owners.owner_last_reply(150), Some(2_040));
+        assert_eq!(
+            owners.owner_last_reply(0),
+            Some(2_000),
+            "7000: as of its read"
         );
     }
 
