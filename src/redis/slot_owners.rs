@@ -39,7 +39,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -60,8 +60,8 @@ struct Master {
     last_reply: LastReply,
     /// The latest-sent reply credited to this master by a copy too old for its call (see
     /// [`SlotOwners::owner_replied`]), held until a read of the map sent after it arrived
-    /// tells whether the master still owns the call's slot. Locked only on that path and by
-    /// a read.
+    /// tells whether the master still owns the call's slot. Taken on that path only if free
+    /// (`try_lock`: a reply never waits), and by a read settling it.
     pending: Mutex<Option<Pending>>,
 }
 
@@ -141,6 +141,14 @@ impl SlotOwners {
     /// still: then the reply counts as of `micros` ([`update`](Self::update); the latest-sent
     /// such reply per master is kept for it), so a master whose calls come further apart than
     /// `fresh + slack` is not taken for silent for want of a fresh copy.
+    ///
+    /// Takes no lock that it waits for: the held reply is behind a `try_lock`, and a reply
+    /// that finds it taken is not held. What that loses: the lock is taken for a few
+    /// instructions, by another reply of the same master the copy is too old for (held in
+    /// its place if sent later; if sent earlier, the master's credit is earlier by the two
+    /// calls' gap) or by a read settling it (a reply arriving then arrived after that read
+    /// was sent, so it waited for the next read; a call sent after the read landed counts at
+    /// once). Either way the master may look silent sooner, never alive longer.
     #[inline]
     pub(super) fn owner_replied(
         &self,
@@ -155,7 +163,13 @@ impl SlotOwners {
             if age < fresh.saturating_add(slack) {
                 master.last_reply.record_if_later(micros);
             } else {
-                let mut pending = master.pending.lock().unwrap_or_else(|e| e.into_inner());
+                // Never waits (a reply's path): a reply that finds the lock held (another
+                // reply of this master being held, a read settling it) is not held.
+                let mut pending = match master.pending.try_lock() {
+                    Ok(pending) => pending,
+                    Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                    Err(TryLockError::WouldBlock) => return age >= fresh,
+                };
                 if pending.is_none_or(|held| held.sent < micros) {
                     *pending = Some(Pending {
                         slot,
@@ -190,7 +204,8 @@ impl SlotOwners {
     }
 
     /// Replaces the copy with the ranges of a `CLUSTER SLOTS` `reply`, each node written as
-    /// `scheme://host:port`; a reply of another shape leaves the copy as it was. A master the
+    /// `scheme://host:port`; a reply of another shape, or a read sent before the one that
+    /// made the copy, leaves the copy as it was. A master the
     /// copy named already keeps its last reply (the same [`Master`]); a new one starts as if it
     /// had replied at `read_at_micros` (when the read was sent, the backend's client µs: the
     /// copy's time too, see [`owner_replied`](Self::owner_replied)): a
@@ -200,10 +215,16 @@ impl SlotOwners {
     /// timeout after the read, as a known one does one timeout after its last reply.
     pub(super) fn update(&self, reply: &Value, scheme: &str, read_at_micros: u64) {
         if let Some(parsed) = parse(reply, scheme) {
-            // `rcu`: two updates at once (the eager connect's read and a background one) each
-            // carry over the masters of the copy they replace, so none loses a reply recorded
-            // in between.
+            // `rcu`: should two updates overlap (none do today: the eager connect's read ends
+            // before the backend is returned, and background reads run one at a time), each
+            // carries over the masters of the copy it replaces, so none loses a reply
+            // recorded in between; and a read sent before the copy's own (landing out of
+            // order) keeps the newer copy: its map is the more recent, and the copy's time,
+            // which replies are checked against, never goes back.
             self.copy.rcu(|current| {
+                if current.asked_micros > read_at_micros {
+                    return Arc::clone(current);
+                }
                 Arc::new(MapCopy {
                     asked_micros: read_at_micros,
                     ranges: with_masters(&parsed, &current.ranges, read_at_micros),
@@ -212,17 +233,21 @@ impl SlotOwners {
             // SeqCst: read once per cluster call, after the ranges are stored; no ordering
             // subtlety to save.
             self.generation.fetch_add(1, Ordering::SeqCst);
-            self.settle_pending(read_at_micros);
+            self.settle_pending();
         }
     }
 
     /// Settles each master's pending reply ([`owner_replied`](Self::owner_replied)) that
-    /// arrived before a read sent at `read_at_micros`: it counts as the master's (as of its
-    /// call's send) if the copy that read made names the master the owner of the reply's slot
-    /// (the slot did not move between the call and the read, unless it moved away and back),
-    /// else not at all. A reply that arrived after the read was sent waits for the next read.
-    fn settle_pending(&self, read_at_micros: u64) {
+    /// arrived before the read that made the copy was sent: it counts as the master's (as of
+    /// its call's send) if the copy names the master the owner of the reply's slot (the slot
+    /// did not move between the call and the read, unless it moved away and back), else not
+    /// at all. A reply that arrived after the read was sent waits for the next read. The
+    /// copy's own time, not the landing read's: a read that landed after a newer one left the
+    /// newer copy in place ([`update`](Self::update)), and a reply is settled only by a map
+    /// read after it arrived.
+    fn settle_pending(&self) {
         let copy = self.copy.load();
+        let read_at_micros = copy.asked_micros;
         // One look per master (a master owns many ranges).
         let mut settled = std::collections::HashSet::new();
         for (_, _, master) in copy.ranges.iter() {
@@ -270,11 +295,24 @@ impl SlotOwners {
         now: Instant,
         every: Duration,
     ) -> Option<ReadInFlight> {
-        let mut last = self.last_start.lock().unwrap_or_else(|e| e.into_inner());
+        // Called on replies too (a copy `fresh` old or more, `owner_replied`), so it never
+        // waits: a read in flight is seen with a load, and a caller that finds another one
+        // here leaves the start to it (it decides as this caller would, on the same last
+        // start and flag; only its clock read is its own, an instant apart).
+        // SeqCst: a flag read and written only when a read is asked for; no ordering
+        // subtlety to save.
+        if self.reading.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut last = match self.last_start.try_lock() {
+            Ok(last) => last,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
         if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
             return None;
         }
-        // SeqCst: a flag read and written only on the error path; no ordering subtlety to save.
+        // SeqCst: as above.
         if self.reading.swap(true, Ordering::SeqCst) {
             return None;
         }
@@ -546,6 +584,85 @@ mod tests {
         // Settled once: a later read of the same map credits nothing more.
         owners.update(&map(true), "redis", 9_500);
         assert_eq!(last(0), Some(3_050));
+    }
+
+    /// A `CLUSTER SLOTS` reply of one range per master port: `(first, last, port)`.
+    fn ranges_map(ranges: &[(i64, i64, i64)]) -> Value {
+        Value::Array(
+            ranges
+                .iter()
+                .map(|&(first, last, port)| {
+                    Value::Array(vec![
+                        Value::Int(first),
+                        Value::Int(last),
+                        Value::Array(vec![
+                            Value::BulkString(b"127.0.0.1".to_vec()),
+                            Value::Int(port),
+                        ]),
+                    ])
+                })
+                .collect(),
+        )
+    }
+
+    /// A reply never waits on a lock (the backend's hot path): not for its master's held
+    /// reply while another thread holds it (a read settling it, another reply being held),
+    /// nor for the start of a read that it asks for while another caller is starting one.
+    /// Before, both were `Mutex::lock`: the replying thread waited as long as the lock was
+    /// held (here, until the test let go of it).
+    #[test]
+    fn a_reply_never_waits_on_a_lock() {
+        let owners = Arc::new(SlotOwners::default());
+        owners.update(&ranges_map(&[(0, 16_383, 7000)]), "redis", 0);
+        let master = Arc::clone(&owners.copy.load().ranges[0].2);
+        let held = master.pending.lock().unwrap();
+        let starting = owners.last_start.lock().unwrap();
+        let (done, replied) = std::sync::mpsc::channel();
+        let replying = Arc::clone(&owners);
+        let thread = std::thread::spawn(move || {
+            // A call sent long after the read: too old a copy, a read asked.
+            let asks = replying.owner_replied(0, 10_000, 10_010, 100, 50);
+            let started = replying.start_read(Instant::now(), Duration::ZERO);
+            done.send((asks, started.is_some())).unwrap();
+        });
+        // Real time only as a bound on a hang: the thread takes microseconds.
+        let got = replied.recv_timeout(Duration::from_secs(60));
+        drop((held, starting));
+        thread.join().unwrap();
+        assert_eq!(
+            got,
+            Ok((true, false)),
+            "the reply returned at once, asking for a read; the start found another \
+             caller starting one and left it to that caller"
+        );
+        assert!(
+            master.pending.lock().unwrap().is_none(),
+            "the reply that found the lock held was not held (dropped)"
+        );
+    }
+
+    /// The copy is the newest read's: of two reads landing out of order (the eager connect's
+    /// and a background one at once), the one sent earlier does not replace the later one's
+    /// map, and a reply is checked against the newer map. Before, the later landing always
+    /// won: an older map named 7000 the owner of slot 150 again after a newer read had named
+    /// 7001, and the copy's time went back.
+    #[test]
+    fn an_older_read_landing_later_does_not_replace_a_newer_copy() {
+        let owners = SlotOwners::default();
+        let before = ranges_map(&[(0, 16_383, 7000)]);
+        let moved = ranges_map(&[(0, 99, 7000), (100, 199, 7001), (200, 16_383, 7000)]);
+        owners.update(&moved, "redis", 2_000);
+        owners.update(&before, "redis", 1_500);
+        assert_eq!(owners.owner(150).as_deref(), Some("redis://127.0.0.1:7001"));
+        assert_eq!(owners.copy.load().asked_micros, 2_000);
+        // A reply to a call sent 40 µs after the newer read counts for 7001, not 7000.
+        assert!(!owners.owner_replied(150, 2_040, 2_050, 100, 50));
+        assert_eq!(owners.owner_last_reply(150), Some(2_040));
+        assert_eq!(
+            owners.owner_last_reply(0),
+            Some(2_000),
+            "7000: as of its read"
+        );
     }
 
     #[test]
