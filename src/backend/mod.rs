@@ -343,7 +343,8 @@ impl BackendError {
 
 /// The cause of a timeout whose request was never sent: its deadline had passed before
 /// anything was written (a future first polled late, a decision queued past its deadline, a
-/// memcached exchange its runtime started past it), or too little of it was left to send it
+/// memcached exchange its runtime started past it, a blocking memcached call past it before
+/// its write or that never got a connection), or too little of it was left to send it
 /// (`LeasedKey::min_call_time`). It says nothing about the
 /// store, so [`FailureHandler`] does not report it to the breaker
 /// ([`BackendError::is_not_sent`]). Holds the reason, as the error's message.

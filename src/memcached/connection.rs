@@ -290,13 +290,13 @@ pub(crate) struct Connection {
 
 impl Connection {
     fn open(addr: SocketAddr, deadline: Instant) -> Result<Self, CallError> {
+        // Past the deadline before connecting (the caller's thread held): nothing is sent.
+        let left = remaining(deadline).map_err(|_| CallError::NotSent)?;
         let stream =
-            TcpStream::connect_timeout(&addr, remaining(deadline)?).map_err(
-                |source| match source.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => CallError::Timeout,
-                    _ => CallError::Failed(MemcachedError::Unreachable { addr, source }),
-                },
-            )?;
+            TcpStream::connect_timeout(&addr, left).map_err(|source| match source.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => CallError::Timeout,
+                _ => CallError::Failed(MemcachedError::Unreachable { addr, source }),
+            })?;
         // Requests are small and answered one at a time: send them at once.
         stream.set_nodelay(true).map_err(io_error)?;
         Ok(Connection {
@@ -396,8 +396,14 @@ impl Connection {
 
     /// Sends `request` whole, before `deadline`. One that failed before its first byte was
     /// written leaves no reply pending (its [`Pending`] is cleared: nothing to finish).
+    /// A deadline already passed when it is called (the caller's thread held, or waiting for
+    /// a connection) is [`CallError::NotSent`]: no byte is written, nothing reached the server.
     pub(crate) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
         self.replied = false;
+        if Instant::now() >= deadline {
+            self.pending = Pending::Nothing;
+            return Err(CallError::NotSent);
+        }
         let mut written = 0;
         let result = self.send_inner(request, deadline, &mut written);
         if result.is_err() {
@@ -554,19 +560,23 @@ impl Shared {
         Ok(Place(Arc::clone(self)))
     }
 
-    /// The error of a call that found every connection busy until its deadline.
+    /// The error of a call that found every connection busy until its deadline: it never got
+    /// one, so nothing was sent ([`NotSent`]: decided by the policy and counted, never told to
+    /// the breaker; the calls holding the connections report their own failures).
     fn all_busy(&self) -> BackendError {
+        self.not_sent(format!(
+            "not sent: all {MAX_OPEN} connections of this backend were busy until the timeout \
+             ({:?})",
+            self.timeout
+        ))
+    }
+
+    /// A timeout at this server whose request was never sent ([`NotSent`], saying `why`).
+    fn not_sent(&self, why: String) -> BackendError {
         BackendError::at(
             crate::backend::FailureKind::Timeout,
             self.server(),
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "all {MAX_OPEN} connections of this backend were busy until the timeout \
-                     ({:?})",
-                    self.timeout
-                ),
-            ),
+            NotSent(why.into()),
         )
     }
 }
@@ -798,6 +808,11 @@ impl MemcachedBackend {
                     format!("no answer within {:?}", self.shared.timeout),
                 ),
             ),
+            CallError::NotSent => self.shared.not_sent(format!(
+                "not sent: the call's deadline passed before its request was written ({:?} \
+                 from the call; its thread held elsewhere)",
+                self.shared.timeout
+            )),
             CallError::Failed(error) => BackendError::at(error.kind(), server, error),
         }
     }
@@ -806,18 +821,11 @@ impl MemcachedBackend {
     /// runtime busy elsewhere): nothing was sent, so the breaker is not told of it
     /// ([`NotSent`]), as a Redis request whose deadline passed before it was written.
     pub(crate) fn not_sent(&self) -> BackendError {
-        BackendError::at(
-            crate::backend::FailureKind::Timeout,
-            self.shared.server(),
-            NotSent(
-                format!(
-                    "not sent: the call's exchange had not started by its deadline ({:?} from \
-                     the call; its runtime busy elsewhere)",
-                    self.shared.timeout
-                )
-                .into(),
-            ),
-        )
+        self.shared.not_sent(format!(
+            "not sent: the call's exchange had not started by its deadline ({:?} from the \
+             call; its runtime busy elsewhere)",
+            self.shared.timeout
+        ))
     }
 
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
@@ -894,10 +902,12 @@ mod tests {
         let mut places: Vec<Place> = (0..MAX_OPEN).map(|_| shared.place(far).unwrap()).collect();
         let error = shared.place(Instant::now()).err().expect("no place left");
         assert!(error.is_timeout(), "{error}");
+        // It never got a connection: nothing was sent, so the breaker is not told.
+        assert!(error.is_not_sent(), "{error}");
         assert!(
             error
                 .to_string()
-                .contains("all 128 connections of this backend were busy"),
+                .contains("not sent: all 128 connections of this backend were busy"),
             "{error}"
         );
         places.pop();
@@ -928,5 +938,52 @@ mod tests {
         );
         assert!(result.unwrap_err().is_timeout());
         assert!(!finisher_made.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// A blocking call whose deadline passed before its request was written sent nothing: a
+    /// "not sent" timeout ([`NotSent`]: decided by the policy, never told to the breaker),
+    /// whether its thread was held before the send (a connection open) or before the connect
+    /// (none opened). Before: a plain timeout, "no answer within 30s".
+    #[test]
+    fn a_call_past_its_deadline_before_its_write_is_not_sent() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = MemcachedConfig::new(addr.to_string()).timeout(Duration::from_secs(30));
+        let backend = MemcachedBackend::connect(config.lazy()).unwrap();
+        let nothing_to_finish = || -> Finisher { Box::new(|_, _, _| {}) };
+        let check = |error: BackendError| {
+            assert!(error.is_timeout(), "{error}");
+            assert!(error.is_not_sent(), "{error}");
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("memcached://{addr}")),
+                "{message}"
+            );
+            assert!(message.contains("not sent"), "{message}");
+        };
+        // Held before the send: the connection is open, the deadline passed.
+        let held_before_send = backend.call(
+            |connection, _| Connection::send(connection, b"version\r\n", Instant::now()),
+            nothing_to_finish,
+        );
+        check(held_before_send.unwrap_err());
+        // Held before the connect: the deadline passed as the call began.
+        let held_before_connect = backend.call_by(
+            Instant::now(),
+            |connection, deadline| Connection::send(connection, b"version\r\n", deadline),
+            nothing_to_finish,
+        );
+        check(held_before_connect.unwrap_err());
+        // The first call's connection reached the listener with no byte; the second opened
+        // none.
+        let (mut accepted, _) = listener.accept().unwrap();
+        let mut received = Vec::new();
+        accepted.read_to_end(&mut received).unwrap();
+        assert!(received.is_empty(), "{received:?}");
+        listener.set_nonblocking(true).unwrap();
+        assert_eq!(
+            listener.accept().err().map(|e| e.kind()),
+            Some(io::ErrorKind::WouldBlock)
+        );
     }
 }

@@ -24,7 +24,10 @@ pub enum MemcachedError {
     },
     /// The connection broke during a call.
     Io(io::Error),
-    /// The server answered `ERROR`, `CLIENT_ERROR …` or `SERVER_ERROR …`.
+    /// The server answered `ERROR`, `CLIENT_ERROR …` or `SERVER_ERROR …`. `ERROR Too many
+    /// open connections` (memcached past its connection limit, `memcached -c`, refusing a new
+    /// connection before reading anything) is a refused connection
+    /// ([`FailureKind::Refused`](crate::backend::FailureKind::Refused)), the server unavailable.
     Server(String),
     /// A reply that is not what the protocol promises.
     Protocol(String),
@@ -37,6 +40,11 @@ impl fmt::Display for MemcachedError {
                 write!(f, "memcached at {addr} is unreachable: {source}")
             }
             MemcachedError::Io(error) => write!(f, "memcached connection lost: {error}"),
+            MemcachedError::Server(line) if is_connection_limit(line) => write!(
+                f,
+                "memcached refused the connection, replying {line}: its connection limit \
+                 (`memcached -c`) was reached"
+            ),
             MemcachedError::Server(line) => write!(f, "memcached replied {line}"),
             MemcachedError::Protocol(what) => write!(f, "unexpected reply from memcached: {what}"),
         }
@@ -53,10 +61,28 @@ impl std::error::Error for MemcachedError {
     }
 }
 
+/// Whether `line` is memcached's refusal of a connection past its limit (`memcached -c`):
+/// `ERROR Too many open connections` (memcached 1.6.18, seen; `SERVER_ERROR Too many open
+/// connections` is taken the same way), written as soon as the connection is accepted, before
+/// any request is read, and the connection closed.
+pub(crate) fn is_connection_limit(line: &str) -> bool {
+    ["ERROR ", "SERVER_ERROR "]
+        .iter()
+        .filter_map(|prefix| line.strip_prefix(prefix))
+        .any(|rest| {
+            rest.trim_end()
+                .eq_ignore_ascii_case("Too many open connections")
+        })
+}
+
 /// A failed call: out of time, or a [`MemcachedError`].
 #[derive(Debug)]
 pub(crate) enum CallError {
     Timeout,
+    /// The call's deadline passed before its request was written (a blocking call's thread
+    /// held, or waiting for a connection): nothing was sent, so it says nothing about the
+    /// server ([`NotSent`](crate::backend::NotSent)).
+    NotSent,
     Failed(MemcachedError),
 }
 
@@ -67,9 +93,11 @@ impl From<MemcachedError> for CallError {
 }
 
 impl MemcachedError {
-    /// The kind of failure, as the Redis backend classifies its own: a refused connection,
-    /// another connection failure, a reply the protocol does not promise, or the server's own
-    /// error line (`ERROR`, `CLIENT_ERROR …`, `SERVER_ERROR …`, as Redis's error replies).
+    /// The kind of failure, as the Redis backend classifies its own: a refused connection (a
+    /// closed port, or memcached's refusal past its connection limit: `ERROR Too many open
+    /// connections`, the server unavailable, not a reply to the request), another connection
+    /// failure, a reply the protocol does not promise, or the server's own error line (`ERROR`,
+    /// `CLIENT_ERROR …`, `SERVER_ERROR …`, as Redis's error replies).
     pub(crate) fn kind(&self) -> crate::backend::FailureKind {
         use crate::backend::FailureKind;
         match self {
@@ -79,9 +107,16 @@ impl MemcachedError {
                 FailureKind::Refused
             }
             MemcachedError::Unreachable { .. } | MemcachedError::Io(_) => FailureKind::Connection,
+            MemcachedError::Server(line) if is_connection_limit(line) => FailureKind::Refused,
             MemcachedError::Server(_) => FailureKind::Script,
             MemcachedError::Protocol(_) => FailureKind::Protocol,
         }
+    }
+
+    /// Whether this is memcached's refusal of a connection past its limit
+    /// ([`is_connection_limit`]): the request on that connection was never read.
+    pub(crate) fn is_connection_limit(&self) -> bool {
+        matches!(self, MemcachedError::Server(line) if is_connection_limit(line))
     }
 }
 

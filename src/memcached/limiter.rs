@@ -623,7 +623,10 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     }
 
     /// As [`try_acquire`](Self::try_acquire), blocking the calling thread (std sockets; no
-    /// runtime needed, and not to be called on an async task).
+    /// runtime needed, and not to be called on an async task). A call whose deadline passes
+    /// before its request is written (its thread held, or all 128 connections of the backend
+    /// busy until then) is a timeout that says "not sent": decided by the policy and counted,
+    /// but not told to the circuit breaker, as on the async path.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
@@ -860,13 +863,30 @@ pub(crate) async fn decide<T: Transport>(
     let request = protocol::decision_request(prefix, current, cells.clone(), window.ttl_secs(), n);
     // A cell can vanish between the add and the incr, or the incr and the get (evicted, or
     // `flush_all`): the increment is then lost, so one more try cannot count it twice.
-    for _ in 0..2 {
+    for attempt in 0..2 {
         if !waiting() {
             return Err(CallError::Timeout);
         }
         connection.set_pending(Pending::Decision { added: None });
-        connection.send(&request, deadline).await?;
-        let added = protocol::read_counter(connection, deadline).await?;
+        connection
+            .send(&request, deadline)
+            .await
+            .map_err(|error| match error {
+                // The first request was carried out: this call did reach memcached.
+                CallError::NotSent if attempt > 0 => CallError::Timeout,
+                error => error,
+            })?;
+        let added = match protocol::read_counter(connection, deadline).await {
+            Ok(added) => added,
+            Err(CallError::Failed(error)) if error.is_connection_limit() => {
+                // memcached refused the connection as it accepted it (its connection limit)
+                // and closed it, never reading the request: nothing to finish or count.
+                connection.set_pending(Pending::Nothing);
+                connection.set_broken();
+                return Err(error.into());
+            }
+            Err(error) => return Err(error),
+        };
         connection.set_pending(Pending::Decision { added: Some(added) });
         let counts = protocol::read_counts(connection, deadline, prefix, &cells).await?;
         connection.set_pending(Pending::Nothing);

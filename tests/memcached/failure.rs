@@ -526,7 +526,8 @@ fn a_connection_cut_mid_reply_is_not_retried() {
 }
 
 /// memcached at its connection limit greets a new connection with `ERROR Too many open
-/// connections` and closes it: the error names that, not "a count was expected".
+/// connections` and closes it: the error names that, not "a count was expected", and is a
+/// refused connection (a real memcached's: `a_server_at_its_connection_limit_…` below).
 #[test]
 fn a_server_out_of_connections_is_named_as_such() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -539,10 +540,190 @@ fn a_server_out_of_connections_is_named_as_such() {
     let closed = limiter(&addr, FailurePolicy::FailClosed, &clock);
     let (decision, error) = timed(&closed, "k");
     assert!(!decision.is_allowed());
-    let error = error.expect("decided by the policy").to_string();
+    let error = error.expect("decided by the policy");
+    assert_eq!(
+        error.kind(),
+        floodgate::backend::FailureKind::Refused,
+        "{error}"
+    );
+    let error = error.to_string();
     assert!(
-        error.contains("memcached replied ERROR Too many open connections"),
+        error.contains("replying ERROR Too many open connections: its connection limit"),
         "{error}"
     );
     full.join().unwrap();
+}
+
+/// Opens connections to `server`, each asked `version`, keeping those memcached serves in
+/// `held`, until one is refused (`ERROR Too many open connections`, its limit reached).
+fn fill_to_the_limit(server: &MemcachedServer, held: &mut Vec<std::net::TcpStream>) {
+    for _ in 0..64 {
+        let mut stream = std::net::TcpStream::connect(server.addr()).unwrap();
+        // A hang bound only: memcached answers at once.
+        stream.set_read_timeout(Some(CALL_BOUND)).unwrap();
+        stream.write_all(b"version\r\n").unwrap();
+        let mut reply = Vec::new();
+        let mut byte = [0u8; 1];
+        while !reply.ends_with(b"\r\n") && stream.read(&mut byte).unwrap() == 1 {
+            reply.push(byte[0]);
+        }
+        let reply = String::from_utf8_lossy(&reply);
+        if reply.starts_with("VERSION ") {
+            held.push(stream);
+        } else {
+            assert_eq!(reply, "ERROR Too many open connections\r\n");
+            return;
+        }
+    }
+    panic!("memcached served 64 more connections past its limit");
+}
+
+/// memcached past its connection limit (`memcached -c`) accepts a connection, answers `ERROR
+/// Too many open connections` and closes it, never reading the request: the server is
+/// unavailable, a refused connection (as a closed port: told to the breaker, decided by the
+/// policy), with a message naming the server and the limit, and nothing counted. Blocking and
+/// async. Before: `Script` ("script error at memcached://…: memcached replied ERROR Too many
+/// open connections"), and the async call counted its request in `left_counted`.
+#[test]
+fn a_server_at_its_connection_limit_refuses_the_call_naming_the_server() {
+    use floodgate::backend::FailureKind;
+    let server = MemcachedServer::start_with_max_conns(24);
+    let clock = ManualClock::starting_at(T0);
+    // Breaker off: every call reaches memcached.
+    let limiter = limiter_timing_out_after(
+        &server.addr(),
+        FailurePolicy::FailClosed,
+        &clock,
+        Duration::from_secs(30),
+    )
+    .with_breaker(None);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut held = Vec::new();
+    let (mut refused, mut answered) = (0, 0);
+    for round in 0.. {
+        // A connection memcached closes late (a helper's) can free a place after the fill: the
+        // call is then answered, and the fill goes on.
+        assert!(round < 5, "memcached kept answering past its limit");
+        fill_to_the_limit(&server, &mut held);
+        let blocking = timed(&limiter, "k");
+        let async_call = runtime
+            .block_on(limiter.try_acquire_outcome("k", 1))
+            .unwrap()
+            .into_parts();
+        let mut all_refused = true;
+        for (decision, error) in [blocking, async_call] {
+            let Some(error) = error else {
+                answered += 1;
+                all_refused = false;
+                continue;
+            };
+            refused += 1;
+            assert_eq!(error.kind(), FailureKind::Refused, "{error}");
+            let message = error.to_string();
+            for part in [
+                format!("memcached://{}", server.addr()),
+                "Too many open connections".into(),
+                "connection limit".into(),
+            ] {
+                assert!(message.contains(&part), "{message}");
+            }
+            assert!(!decision.is_allowed());
+        }
+        if all_refused {
+            break;
+        }
+    }
+    assert_eq!(limiter.failures().errors, refused);
+    assert_eq!(limiter.failures().timeouts, 0);
+    // memcached never read the refused requests: nothing to give back or left counted.
+    assert_eq!(limiter.reclaims(), Default::default());
+    drop(held);
+    let cell = limiter.cell_index(T0);
+    assert_eq!(
+        server.count(&limiter.cell_key("k", cell).unwrap()),
+        answered
+    );
+}
+
+/// A blocking call that finds all 128 connections of its backend busy until its deadline never
+/// got one and sent nothing: a "not sent" timeout, decided by the policy and counted, not told
+/// to the circuit breaker (the calls holding the connections report their own failures). The
+/// connections are held by exchanges whose caller timed out on a frozen memcached after
+/// writing its request: each is finished on a thread of its own, with its connection, within
+/// the grace (an hour here). Before: a plain timeout counted against the breaker, which (2
+/// failures) opened at the second call.
+#[test]
+fn a_call_that_never_got_a_connection_is_not_sent_and_leaves_the_breaker_closed() {
+    use floodgate::backend::{BreakerConfig, BreakerState};
+    let server = MemcachedServer::start();
+    let clock = ManualClock::starting_at(T0);
+    let timeout = Duration::from_secs(1);
+    let config = MemcachedConfig::new(server.addr())
+        .timeout(timeout)
+        .grace(Duration::from_secs(3600))
+        .lazy();
+    let backend = MemcachedBackend::connect(config).unwrap();
+    let window = SlidingWindow::new(10, Duration::from_secs(60), 60).unwrap();
+    let holders = MemcachedLimiter::with_clock(
+        &backend,
+        "hold",
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap()
+    .with_breaker(None);
+    let breaker = BreakerConfig::new(2, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
+    let limiter =
+        MemcachedLimiter::with_clock(&backend, "wait", window, FailurePolicy::FailClosed, clock)
+            .unwrap()
+            .with_breaker(Some(breaker));
+    server.pause();
+    // Each holder writes its request (the kernel accepts the connection for the frozen
+    // memcached), times out and leaves its connection to a finisher. A holder whose own
+    // deadline passed before its write (its thread held) holds none: more are started until
+    // 128 hold one.
+    let mut holding = 0;
+    for round in 0.. {
+        assert!(round < 10, "only {holding} holders wrote their request");
+        if holding == 128 {
+            break;
+        }
+        let holders = &holders;
+        let errors: Vec<String> = std::thread::scope(|scope| {
+            let calls: Vec<_> = (holding..128)
+                .map(|i| {
+                    scope.spawn(move || {
+                        let (_, error) = timed(holders, &format!("h{round}-{i}"));
+                        error.expect("memcached is frozen").to_string()
+                    })
+                })
+                .collect();
+            calls.into_iter().map(|call| call.join().unwrap()).collect()
+        });
+        holding += errors
+            .iter()
+            .filter(|error| error.contains("no answer within"))
+            .count();
+    }
+    for call in 1..=3 {
+        let (decision, error) = timed(&limiter, "k");
+        let error = error.expect("decided by the policy");
+        assert!(error.is_timeout(), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("not sent"), "{message}");
+        assert!(message.contains("all 128 connections"), "{message}");
+        assert!(!decision.is_allowed());
+        assert_eq!(
+            limiter.breaker().unwrap().state(),
+            BreakerState::Closed,
+            "after call {call}"
+        );
+    }
+    assert_eq!(limiter.failures().timeouts, 3);
+    assert_eq!(limiter.failures().short_circuited, 0);
+    server.resume();
 }

@@ -15,6 +15,9 @@ use process::{ServerProcess, retry_until_started};
 pub struct MemcachedServer {
     pub port: u16,
     process: ServerProcess,
+    /// `-t` and `-c`: worker threads and the connection limit.
+    threads: u32,
+    max_conns: u32,
 }
 
 /// Whether memcached is installed.
@@ -45,11 +48,24 @@ fn running_as_root() -> bool {
 impl MemcachedServer {
     /// A server with 64 MiB of memory, TCP only.
     pub fn start() -> Self {
+        Self::start_with(4, 1024)
+    }
+
+    /// A server with one worker thread and a limit of `max_conns` connections (`-c`; memcached
+    /// counts its own files in it: at `-c 24`, about 12 clients are served and the next is
+    /// refused with `ERROR Too many open connections`; below about 16 it does not start).
+    pub fn start_with_max_conns(max_conns: u32) -> Self {
+        Self::start_with(1, max_conns)
+    }
+
+    fn start_with(threads: u32, max_conns: u32) -> Self {
         let mut last_error = String::new();
         for _ in 0..5 {
             let mut server = MemcachedServer {
                 port: free_port(),
                 process: ServerProcess::default(),
+                threads,
+                max_conns,
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -63,7 +79,13 @@ impl MemcachedServer {
         let mut command = Command::new("memcached");
         command
             .args(["-l", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-U", "0", "-m", "64", "-t", "4", "-c", "1024"])
+            .args(["-U", "0", "-m", "64"])
+            .args([
+                "-t",
+                &self.threads.to_string(),
+                "-c",
+                &self.max_conns.to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if running_as_root() {
