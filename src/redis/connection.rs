@@ -241,7 +241,38 @@ struct Shared {
 #[derive(Debug)]
 enum BlockingRuntime {
     Own(OwnRuntime),
-    Borrowed(tokio::runtime::Handle),
+    /// The caller's runtime, and word of whether it still runs ([`BlockingRuntime::borrowed`]).
+    Borrowed {
+        handle: tokio::runtime::Handle,
+        /// Upgradable while a task of the runtime's holds its `Arc`: a runtime that shut down
+        /// dropped it (as every task of its).
+        alive: std::sync::Weak<()>,
+        /// Dropped with the backend, ending that task (it outlives no backend).
+        _ends: tokio::sync::oneshot::Sender<()>,
+    },
+}
+
+impl BlockingRuntime {
+    /// The caller's multi-thread runtime, with a task on it that only waits, holding the `Arc`
+    /// of `alive`, for the backend's drop: its runtime's shutdown drops it, so a blocking call
+    /// made after that finds out (a `block_on` on a runtime that shut down runs the call with
+    /// the runtime's timers gone: redis-rs's reconnect series panicked at its first timer,
+    /// "A Tokio 1.x context was found, but it is being shutdown", issue 18).
+    fn borrowed(handle: tokio::runtime::Handle) -> Self {
+        let held = Arc::new(());
+        let alive = Arc::downgrade(&held);
+        let (ends, ended) = tokio::sync::oneshot::channel::<()>();
+        // The task runs on even if its handle is dropped.
+        drop(handle.spawn(async move {
+            let _held = held;
+            let _ = ended.await;
+        }));
+        BlockingRuntime::Borrowed {
+            handle,
+            alive,
+            _ends: ends,
+        }
+    }
 }
 
 /// A one-node or cluster connection, as one [`ConnectionLike`].
@@ -422,7 +453,7 @@ impl RedisBackend {
             )));
         };
         let blocking = match handle.runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::MultiThread => Some(BlockingRuntime::Borrowed(handle)),
+            tokio::runtime::RuntimeFlavor::MultiThread => Some(BlockingRuntime::borrowed(handle)),
             _ => None,
         };
         Self::connect_on(config, blocking).await
@@ -789,7 +820,16 @@ impl RedisBackend {
                 Some(runtime) => Ok(runtime.block_on(future)),
                 None => unreachable!("taken only on drop"),
             },
-            Some(BlockingRuntime::Borrowed(handle)) => Ok(handle.block_on(future)),
+            Some(BlockingRuntime::Borrowed { handle, alive, .. }) => {
+                if alive.strong_count() == 0 {
+                    return Err(RequestError::Runtime(
+                        "the tokio runtime this RedisBackend was connected on has shut down, \
+                         and its connection and timers with it: connect a new backend (or use \
+                         RedisBackend::blocking_connect, whose runtime lives as long as it)",
+                    ));
+                }
+                Ok(handle.block_on(future))
+            }
             None => Err(RequestError::Runtime(
                 "this RedisBackend was connected on a current-thread runtime, which no other \
                  thread can drive: use RedisBackend::blocking_connect for blocking_* calls",

@@ -26,6 +26,42 @@ fn scripts_run(server: &RedisServer) -> u64 {
     server.calls("evalsha") + server.calls("eval")
 }
 
+/// Async calls on a current-thread runtime of the test's own. A reconnect series of redis-rs's
+/// connection manager is a task spawned on the runtime of the call that starts it, so the test
+/// sees a series end (no task left alive on the runtime) rather than sleeping for it.
+struct OwnRuntime(tokio::runtime::Runtime);
+
+impl OwnRuntime {
+    fn new() -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Self(runtime)
+    }
+
+    fn call(
+        &self,
+        limiter: &RedisLimiter<FixedWindow, ManualClock>,
+    ) -> floodgate::backend::Outcome {
+        self.0
+            .block_on(limiter.try_acquire_outcome("k", 1))
+            .unwrap()
+    }
+
+    /// Runs the runtime's tasks until none is alive; `what` names them for the hang bound.
+    fn until_no_task_alive(&self, what: &str) {
+        let started = Instant::now();
+        self.0.block_on(async {
+            let metrics = tokio::runtime::Handle::current().metrics();
+            while metrics.num_alive_tasks() > 0 {
+                assert!(started.elapsed() < HANG_BOUND, "{what} never ended");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    }
+}
+
 #[test]
 fn a_frozen_server_opens_the_breaker_and_a_probe_closes_it() {
     let server = RedisServer::start();
@@ -345,6 +381,11 @@ fn a_try_cut_short_on_a_backend_that_never_had_a_reply_is_decided_by_the_policy(
 /// starts and which gives up after 5 refused attempts, at most about 300 ms of waits); the
 /// breaker is open meanwhile, so no call starts another. Once the server is back, the breaker's
 /// probe must reach it and close the breaker (issue 18: "probe half-open, close on success").
+///
+/// The calls run on a runtime of the test's own: the series a call starts is a task redis-rs
+/// spawns on the runtime of that call, so the test sees the last series end (no task left
+/// alive on it) instead of sleeping for it; the probe then finds that series' refusal kept,
+/// which it must not be given.
 #[test]
 fn the_first_probe_after_a_killed_server_is_back_closes_the_breaker() {
     let mut server = RedisServer::start();
@@ -362,22 +403,24 @@ fn the_first_probe_after_a_killed_server_is_back_closes_the_breaker() {
     )
     .unwrap()
     .with_breaker(Some(breaker));
-    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    let own = OwnRuntime::new();
+    let call = || own.call(&limiter);
+    assert!(call().decision().is_allowed());
+    // A call with the server up leaves no task on the caller's runtime (so an alive task below
+    // is a reconnect series).
+    own.until_no_task_alive("a call's task with the server up");
 
     server.kill();
     let started = Instant::now();
     let breaker = limiter.breaker().unwrap();
     while breaker.state() != BreakerState::Open {
-        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
-        assert!(outcome.failure().is_some(), "decided by a dead server?");
+        assert!(call().failure().is_some(), "decided by a dead server?");
         assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
     }
-    // Time for the reconnect series the last call started to give up (it needs about 300 ms;
-    // if it has not, the probe below only waits for it, and passes either way).
-    std::thread::sleep(Duration::from_secs(2));
+    own.until_no_task_alive("the reconnect series the last call started");
     server.restart();
     clock.advance(OPEN_FOR);
-    let probe = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    let probe = call();
     assert!(
         probe.failure().is_none(),
         "the probe: {:?}",
@@ -390,7 +433,8 @@ fn the_first_probe_after_a_killed_server_is_back_closes_the_breaker() {
 /// As above, the reconnect series ending in connection timeouts instead of refusals: the port
 /// held by a listener that accepts and never answers (as a host that is down or a server that
 /// hangs at connect), each attempt timing out. Once the server is back, the probe must reach
-/// it, not get the stale timeout of the series the last call started (issue 18).
+/// it, not get the stale timeout of the series the last call started (issue 18). As above, the
+/// test waits for that series to end by watching its runtime's tasks, not by sleeping.
 #[test]
 fn the_first_probe_after_connects_timed_out_reaches_the_server_that_is_back() {
     use std::sync::Arc;
@@ -413,7 +457,10 @@ fn the_first_probe_after_connects_timed_out_reaches_the_server_that_is_back() {
     )
     .unwrap()
     .with_breaker(Some(breaker));
-    assert!(limiter.blocking_try_acquire("k", 1).unwrap().is_allowed());
+    let own = OwnRuntime::new();
+    let call = || own.call(&limiter);
+    assert!(call().decision().is_allowed());
+    own.until_no_task_alive("a call's task with the server up");
 
     server.kill();
     let listener = std::net::TcpListener::bind(("127.0.0.1", server.port)).unwrap();
@@ -433,18 +480,17 @@ fn the_first_probe_after_connects_timed_out_reaches_the_server_that_is_back() {
     let started = Instant::now();
     let breaker = limiter.breaker().unwrap();
     while breaker.state() != BreakerState::Open {
-        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
-        assert!(outcome.failure().is_some(), "decided by a silent port?");
+        assert!(call().failure().is_some(), "decided by a silent port?");
         assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
     }
-    // Time for the series the last call started to end (5 attempts of 1 s and its waits; if
-    // it has not, the probe below only waits for it, and passes either way).
-    std::thread::sleep(Duration::from_secs(7));
+    // Until the series the last call started has ended (5 attempts of `timeout` each and the
+    // waits between them), its timeout kept for the next call.
+    own.until_no_task_alive("the reconnect series the last call started");
     stop.store(true, Ordering::SeqCst);
     silent.join().unwrap();
     server.restart();
     clock.advance(OPEN_FOR);
-    let probe = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+    let probe = call();
     assert!(
         probe.failure().is_none(),
         "the probe: {:?}",
