@@ -377,6 +377,27 @@ fn a_try_cut_short_on_a_backend_that_never_had_a_reply_is_decided_by_the_policy(
     server.thaw();
 }
 
+/// A fail-closed limiter of 1,000 a minute named `name` on `backend`, on a manual clock (returned
+/// with it), behind a breaker of [`FAILURES`] failures open for [`OPEN_FOR`]: the probe tests'.
+fn probed_limiter(
+    backend: &RedisBackend,
+    name: &str,
+) -> (RedisLimiter<FixedWindow, ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    let window = FixedWindow::new(1_000, Duration::from_secs(60)).unwrap();
+    let breaker = BreakerConfig::new(FAILURES, OPEN_FOR, Duration::from_secs(60)).unwrap();
+    let limiter = RedisLimiter::with_clock(
+        backend,
+        name,
+        window,
+        FailurePolicy::FailClosed,
+        clock.clone(),
+    )
+    .unwrap()
+    .with_breaker(Some(breaker));
+    (limiter, clock)
+}
+
 /// A killed server's outage outlasts the connection manager's reconnect series (which a call
 /// starts and which gives up after 5 refused attempts, at most about 300 ms of waits); the
 /// breaker is open meanwhile, so no call starts another. Once the server is back, the breaker's
@@ -391,18 +412,7 @@ fn the_first_probe_after_a_killed_server_is_back_closes_the_breaker() {
     let mut server = RedisServer::start();
     let backend =
         RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(TIMEOUT)).unwrap();
-    let clock = ManualClock::new();
-    let window = FixedWindow::new(1_000, Duration::from_secs(60)).unwrap();
-    let breaker = BreakerConfig::new(FAILURES, OPEN_FOR, Duration::from_secs(60)).unwrap();
-    let limiter = RedisLimiter::with_clock(
-        &backend,
-        "restart",
-        window,
-        FailurePolicy::FailClosed,
-        clock.clone(),
-    )
-    .unwrap()
-    .with_breaker(Some(breaker));
+    let (limiter, clock) = probed_limiter(&backend, "restart");
     let own = OwnRuntime::new();
     let call = || own.call(&limiter);
     assert!(call().decision().is_allowed());
@@ -445,18 +455,7 @@ fn the_first_probe_after_connects_timed_out_reaches_the_server_that_is_back() {
     let timeout = Duration::from_secs(1);
     let backend =
         RedisBackend::blocking_connect(RedisConfig::single(server.url()).timeout(timeout)).unwrap();
-    let clock = ManualClock::new();
-    let window = FixedWindow::new(1_000, Duration::from_secs(60)).unwrap();
-    let breaker = BreakerConfig::new(FAILURES, OPEN_FOR, Duration::from_secs(60)).unwrap();
-    let limiter = RedisLimiter::with_clock(
-        &backend,
-        "hung",
-        window,
-        FailurePolicy::FailClosed,
-        clock.clone(),
-    )
-    .unwrap()
-    .with_breaker(Some(breaker));
+    let (limiter, clock) = probed_limiter(&backend, "hung");
     let own = OwnRuntime::new();
     let call = || own.call(&limiter);
     assert!(call().decision().is_allowed());
