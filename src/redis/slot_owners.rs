@@ -521,27 +521,13 @@ mod tests {
     /// owner for its slot, and not at all if that read names another.
     #[test]
     fn a_reply_counts_for_the_owner_only_while_the_copy_is_fresh_for_its_call() {
-        let range = |first: i64, last: i64, port: i64| {
-            Value::Array(vec![
-                Value::Int(first),
-                Value::Int(last),
-                Value::Array(vec![
-                    Value::BulkString(b"127.0.0.1".to_vec()),
-                    Value::Int(port),
-                ]),
-            ])
-        };
         // 7000 owns slots 0-99 and the rest; 7001 the slots 100-199 when `moved`.
         let map = |moved: bool| {
-            Value::Array(if moved {
-                vec![
-                    range(0, 99, 7000),
-                    range(100, 199, 7001),
-                    range(200, 16_383, 7000),
-                ]
+            if moved {
+                ranges_map(&[(0, 99, 7000), (100, 199, 7001), (200, 16_383, 7000)])
             } else {
-                vec![range(0, 16_383, 7000)]
-            })
+                ranges_map(&[(0, 16_383, 7000)])
+            }
         };
         let owners = SlotOwners::default();
         let last = |slot| owners.owner_last_reply(slot);
