@@ -1,0 +1,224 @@
+//! The sliding window at the end of the `u64` timeline against a plain sequential model (issue
+//! 17, fifth round's review): explicit-time calls whose cells reach the timeline's last cell,
+//! for cell sizes that do and do not divide `2^64` (1 ns up to half the timeline) and windows
+//! of 1 to many cells, so that the hint's one wrapping comparison, the short path's unchecked
+//! start and the spent denial's `last_cell` bound all meet their edges. Every decision (and
+//! peek) must be the model's, field for field. Run it with `--release` too: release builds do
+//! not check overflow.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use floodgate::{Decision, Limiter, ManualClock, SlidingWindowLimiter};
+use proptest::prelude::*;
+
+/// The textbook sliding window over aligned cells, its waits in `u128` (a cell past the end of
+/// the timeline is waited for as long as its start says, saturated at `u64::MAX`), its cell
+/// index saturated as the ring saturates it (`i + cells`, at most `u64::MAX`).
+struct Model {
+    cells: u64,
+    cell_nanos: u64,
+    limit: u64,
+    counts: BTreeMap<u64, u64>,
+}
+
+impl Model {
+    fn window(&self, cell: u64) -> impl Iterator<Item = (&u64, &u64)> {
+        self.counts
+            .range(cell.saturating_sub(self.cells - 1)..=cell)
+    }
+
+    /// Nanoseconds from `now` until cell `i` leaves the window.
+    fn end(&self, i: u64, now: u64) -> u64 {
+        let start = u128::from(i.saturating_add(self.cells)) * u128::from(self.cell_nanos);
+        u64::try_from(start.saturating_sub(u128::from(now))).unwrap_or(u64::MAX)
+    }
+
+    fn decide(&mut self, now: u64, n: u64, take: bool) -> Decision {
+        let cell = now / self.cell_nanos;
+        let used: u64 = self.window(cell).map(|(_, c)| c).sum();
+        if used + n <= self.limit {
+            if take {
+                *self.counts.entry(cell).or_default() += n;
+            }
+            return Decision::allow(self.limit, self.limit - used - n, self.end(cell, now));
+        }
+        let need = used + n - self.limit;
+        let mut freed = 0;
+        let mut retry = self.end(cell, now);
+        for (&i, &c) in self.window(cell) {
+            freed += c;
+            if freed >= need {
+                retry = self.end(i, now);
+                break;
+            }
+        }
+        let reset = self
+            .window(cell)
+            .filter(|(_, c)| **c > 0)
+            .map(|(&i, _)| self.end(i, now))
+            .max();
+        Decision::deny(
+            self.limit,
+            self.limit.saturating_sub(used),
+            retry,
+            reset.unwrap_or(0),
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Move on `quarters` quarter cells and `jitter` ns, then take `n`.
+    Take { quarters: u64, jitter: u64, n: u32 },
+    /// Move on, then peek `n`.
+    Peek { quarters: u64, jitter: u64, n: u32 },
+    /// Move on, then sweep as of that time.
+    Sweep { quarters: u64, jitter: u64 },
+    /// Change the limit.
+    SetLimit(u32),
+}
+
+/// `(cells, cell_nanos)`: small cells (1 to 16 ns, most not dividing `2^64`), powers of two and
+/// their neighbours, and huge ones up to the most the window allows.
+fn geometry() -> impl Strategy<Value = (u32, u64)> {
+    prop_oneof![
+        (1u32..=6, 1u64..=16),
+        (1u32..=48, 1u64..=4),
+        (
+            1u32..=6,
+            prop::sample::select(vec![
+                1_000,
+                999_999_937,
+                1 << 32,
+                (1 << 32) + 1,
+                (1 << 32) - 1,
+                3 << 40,
+            ])
+        ),
+        (1u32..=4).prop_flat_map(|cells| {
+            let most = u64::MAX / u64::from(cells);
+            (Just(cells), (most / 2)..=most)
+        }),
+    ]
+}
+
+fn ops(jitter_max: u64) -> impl Strategy<Value = Vec<Op>> {
+    let quarters = prop_oneof![6 => 0u64..=4, 2 => 0u64..=16, 1 => 0u64..=200];
+    let jitter = prop_oneof![3 => Just(0u64), 1 => 0..jitter_max];
+    let op = prop_oneof![
+        10 => (quarters.clone(), jitter.clone(), 1u32..=12)
+            .prop_map(|(quarters, jitter, n)| Op::Take { quarters, jitter, n }),
+        3 => (quarters.clone(), jitter.clone(), 1u32..=12)
+            .prop_map(|(quarters, jitter, n)| Op::Peek { quarters, jitter, n }),
+        2 => (quarters, jitter).prop_map(|(quarters, jitter)| Op::Sweep { quarters, jitter }),
+        1 => (1u32..=12).prop_map(Op::SetLimit),
+    ];
+    prop::collection::vec(op, 1..120)
+}
+
+/// Runs `ops` from `start` (explicit times, saturating at `u64::MAX`) on a ring and the model.
+fn ring_matches_model(
+    (cells, cell_nanos): (u32, u64),
+    future: u32,
+    limit: u32,
+    start: u64,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let window = Duration::from_nanos(cell_nanos * u64::from(cells));
+    let ring = SlidingWindowLimiter::with_clock(limit, window, cells, ManualClock::new())
+        .unwrap()
+        .with_future_cells(future)
+        .unwrap();
+    let mut model = Model {
+        cells: u64::from(cells),
+        cell_nanos,
+        limit: u64::from(limit),
+        counts: BTreeMap::new(),
+    };
+    let mut now = start;
+    let mut step = |quarters: u64, jitter: u64| {
+        let by = u128::from(quarters) * u128::from(cell_nanos) / 4 + u128::from(jitter);
+        now = u64::try_from(u128::from(now) + by).unwrap_or(u64::MAX);
+        now
+    };
+    for op in ops {
+        match op {
+            Op::Take {
+                quarters,
+                jitter,
+                n,
+            }
+            | Op::Peek {
+                quarters,
+                jitter,
+                n,
+            } => {
+                let now = step(quarters, jitter);
+                let take = matches!(op, Op::Take { .. });
+                let got = if take {
+                    ring.try_acquire_at(n, now)
+                } else {
+                    ring.peek_at(n, now)
+                };
+                if u64::from(n) > model.limit {
+                    prop_assert!(got.is_err(), "{:?} at {}: {:?}", op, now, got);
+                    continue;
+                }
+                let got = got.unwrap();
+                let want = model.decide(now, u64::from(n), take);
+                prop_assert_eq!(got, want, "{:?} at {} (cell {})", op, now, now / cell_nanos);
+            }
+            Op::Sweep { quarters, jitter } => {
+                let now = step(quarters, jitter);
+                ring.sweep_at(now);
+            }
+            Op::SetLimit(l) => {
+                ring.set_limit(l).unwrap();
+                model.limit = u64::from(l);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A start `back` whole cells and `off` ns before the start of the timeline's last cell
+/// (`u64::MAX / cell_nanos`), so the walk reaches it and the cells around it.
+fn near_the_end(cell_nanos: u64, back: u64, off: u64) -> u64 {
+    let last_start = (u64::MAX / cell_nanos) * cell_nanos;
+    last_start
+        .saturating_sub(back.saturating_mul(cell_nanos))
+        .saturating_sub(off % cell_nanos)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+    /// From a few windows before the timeline's last cell up to `u64::MAX` (the clock held
+    /// there once it gets there).
+    #[test]
+    fn ring_matches_the_model_at_the_end_of_the_timeline(
+        (cells, cell_nanos) in geometry(),
+        future in 1u32..=4,
+        limit in 1u32..=12,
+        back in 0u64..=12,
+        off in any::<u64>(),
+        ops in (1u64..=16).prop_flat_map(ops),
+    ) {
+        let start = near_the_end(cell_nanos, back * u64::from(cells) / 2, off);
+        ring_matches_model((cells, cell_nanos), future, limit, start, ops)?;
+    }
+
+    /// The same near the timeline's start (0 ns on), where a hint of the last cell would have
+    /// wrapped in.
+    #[test]
+    fn ring_matches_the_model_at_the_start_of_the_timeline(
+        (cells, cell_nanos) in geometry(),
+        future in 1u32..=4,
+        limit in 1u32..=12,
+        start in prop_oneof![Just(0u64), 0u64..64],
+        ops in (1u64..=16).prop_flat_map(ops),
+    ) {
+        ring_matches_model((cells, cell_nanos), future, limit, start, ops)?;
+    }
+}
