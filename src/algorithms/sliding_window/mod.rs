@@ -322,7 +322,8 @@ pub struct SlidingWindowLimiter<C = QuantaClock> {
     window_nanos: u64,
     /// `u64::MAX / cell_nanos`: the last cell that starts within the `u64` timeline. A cell at
     /// most this has a start, `index × cell_nanos`, that needs no checked product (the spent
-    /// denial's wait, [`sole_wait_in_cell`](marks::sole_wait_in_cell)).
+    /// denial's wait, [`sole_wait_in_cell`](marks::sole_wait_in_cell)); a cell below it also
+    /// ends within the timeline, as every hint does (`ends_in_timeline`).
     last_cell: u64,
     limit: AtomicU32,
     /// The newest cell index any caller or sweep has crossed into, and beside it the highest

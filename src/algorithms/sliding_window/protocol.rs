@@ -194,6 +194,14 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         }
     }
 
+    /// Whether `cell` ends within the `u64` timeline, `(cell + 1) × cell_nanos ≤ u64::MAX`:
+    /// exactly when it lies below `last_cell` (`u64::MAX / cell_nanos`, the last cell that
+    /// starts within it). The cells a crossing leaves as the hint ([`locate`](Self::locate)).
+    #[inline(always)]
+    fn ends_in_timeline(&self, cell: u64) -> bool {
+        cell < self.last_cell
+    }
+
     /// The cell of `now`, its slot and its round (unreduced): the `hint` when `now` lies in the
     /// cell it names (no division), else computed; the slot and the round are then the cell
     /// index's low bits and the rest (the ring's slots are a power of two).
@@ -214,9 +222,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
     pub(super) fn locate(&self, hint: u64, now: u64) -> (u64, usize, u64) {
         let cell_nanos = self.geometry.cell_nanos;
         debug_assert!(
-            hint.checked_add(1)
-                .and_then(|next| next.checked_mul(cell_nanos))
-                .is_some(),
+            self.ends_in_timeline(hint),
             "a hint ends within the timeline"
         );
         if now.wrapping_sub(hint.wrapping_mul(cell_nanos)) < cell_nanos {
@@ -552,11 +558,7 @@ impl<C: Clock> SlidingWindowLimiter<C> {
         // ends within the `u64` timeline (all but the timeline's last): `locate` multiplies it
         // unchecked and checks `now` against it with one wrapping subtraction, which that
         // cell's start would let wrap into it from the timeline's first nanoseconds.
-        if cell
-            .checked_add(1)
-            .and_then(|next| next.checked_mul(self.geometry.cell_nanos))
-            .is_some()
-        {
+        if self.ends_in_timeline(cell) {
             self.base.hint.store(cell, Ordering::Relaxed);
         }
         Ok(())
