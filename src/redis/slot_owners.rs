@@ -39,7 +39,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -83,6 +83,16 @@ impl Master {
             last_reply,
             pending: Mutex::new(None),
         }
+    }
+}
+
+/// `mutex` locked if no one holds it (a poisoned one taken as it is), `None` if someone does:
+/// for the paths a reply takes, which never wait.
+fn lock_if_free<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
     }
 }
 
@@ -165,10 +175,8 @@ impl SlotOwners {
             } else {
                 // Never waits (a reply's path): a reply that finds the lock held (another
                 // reply of this master being held, a read settling it) is not held.
-                let mut pending = match master.pending.try_lock() {
-                    Ok(pending) => pending,
-                    Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                    Err(TryLockError::WouldBlock) => return age >= fresh,
+                let Some(mut pending) = lock_if_free(&master.pending) else {
+                    return age >= fresh;
                 };
                 if pending.is_none_or(|held| held.sent < micros) {
                     *pending = Some(Pending {
@@ -304,11 +312,7 @@ impl SlotOwners {
         if self.reading.load(Ordering::SeqCst) {
             return None;
         }
-        let mut last = match self.last_start.try_lock() {
-            Ok(last) => last,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
+        let mut last = lock_if_free(&self.last_start)?;
         if last.is_some_and(|at| now.saturating_duration_since(at) < every) {
             return None;
         }
