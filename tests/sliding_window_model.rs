@@ -2,66 +2,17 @@
 //! against a plain sequential model (a map from cell index to count), over random schedules with
 //! sweeps interleaved at random.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use floodgate::stats::RollingCounter;
 use floodgate::{
-    AtomicLimiter, Clock, Decision, Limiter, ManualClock, PackedSlidingWindow, SlidingWindowLimiter,
+    AtomicLimiter, Clock, Limiter, ManualClock, PackedSlidingWindow, SlidingWindowLimiter,
 };
 use proptest::prelude::*;
 
-/// The textbook sliding window over aligned cells.
-struct Model {
-    cells: u64,
-    cell_nanos: u64,
-    limit: u64,
-    counts: BTreeMap<u64, u64>,
-}
-
-impl Model {
-    fn used(&self, cell: u64) -> u64 {
-        self.window(cell).map(|(_, c)| c).sum()
-    }
-
-    fn window(&self, cell: u64) -> impl Iterator<Item = (&u64, &u64)> {
-        self.counts
-            .range(cell.saturating_sub(self.cells - 1)..=cell)
-    }
-
-    fn decide(&mut self, now: u64, n: u64, take: bool) -> Decision {
-        let cell = now / self.cell_nanos;
-        let used = self.used(cell);
-        let end = |i: u64| (i + self.cells) * self.cell_nanos - now;
-        if used + n <= self.limit {
-            if take {
-                *self.counts.entry(cell).or_default() += n;
-            }
-            return Decision::allow(self.limit, self.limit - used - n, end(cell));
-        }
-        let need = used + n - self.limit;
-        let mut freed = 0;
-        let mut retry = end(cell);
-        for (&i, &c) in self.window(cell) {
-            freed += c;
-            if freed >= need {
-                retry = end(i);
-                break;
-            }
-        }
-        let reset = self
-            .window(cell)
-            .filter(|(_, c)| **c > 0)
-            .map(|(&i, _)| end(i))
-            .max();
-        Decision::deny(
-            self.limit,
-            self.limit.saturating_sub(used),
-            retry,
-            reset.unwrap_or(0),
-        )
-    }
-}
+#[path = "support/sliding_model.rs"]
+mod sliding_model;
+use sliding_model::Model;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -115,12 +66,7 @@ fn ring_matches_model(
         .unwrap()
         .with_future_cells(future)
         .unwrap();
-    let mut model = Model {
-        cells: u64::from(cells),
-        cell_nanos,
-        limit: u64::from(limit),
-        counts: BTreeMap::new(),
-    };
+    let mut model = Model::new(cells, cell_nanos, u64::from(limit));
     for op in ops {
         match op {
             Op::Take { dt, n } | Op::Peek { dt, n } => {
@@ -191,7 +137,7 @@ proptest! {
         let window = Duration::from_nanos(cell_nanos * u64::from(cells));
         let limit = 15; // the largest limit every cell count supports
         let packed = AtomicLimiter::with_clock(PackedSlidingWindow::new(limit, window, cells).unwrap(), clock.clone());
-        let mut model = Model { cells: u64::from(cells), cell_nanos, limit: u64::from(limit), counts: BTreeMap::new() };
+        let mut model = Model::new(cells, cell_nanos, u64::from(limit));
         for op in ops {
             match op {
                 Op::Take { dt, n } | Op::Peek { dt, n } => {
@@ -223,7 +169,7 @@ proptest! {
             .with_future_cells(future)
             .unwrap();
         let mut models: Vec<Model> = (0..2)
-            .map(|_| Model { cells: u64::from(cells), cell_nanos, limit: u64::MAX, counts: BTreeMap::new() })
+            .map(|_| Model::new(cells, cell_nanos, u64::MAX))
             .collect();
         for op in ops {
             match op {

@@ -6,66 +6,14 @@
 //! peek) must be the model's, field for field. Run it with `--release` too: release builds do
 //! not check overflow.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use floodgate::{Decision, Limiter, ManualClock, SlidingWindowLimiter};
+use floodgate::{Limiter, ManualClock, SlidingWindowLimiter};
 use proptest::prelude::*;
 
-/// The textbook sliding window over aligned cells, its waits in `u128` (a cell past the end of
-/// the timeline is waited for as long as its start says, saturated at `u64::MAX`), its cell
-/// index saturated as the ring saturates it (`i + cells`, at most `u64::MAX`).
-struct Model {
-    cells: u64,
-    cell_nanos: u64,
-    limit: u64,
-    counts: BTreeMap<u64, u64>,
-}
-
-impl Model {
-    fn window(&self, cell: u64) -> impl Iterator<Item = (&u64, &u64)> {
-        self.counts
-            .range(cell.saturating_sub(self.cells - 1)..=cell)
-    }
-
-    /// Nanoseconds from `now` until cell `i` leaves the window.
-    fn end(&self, i: u64, now: u64) -> u64 {
-        let start = u128::from(i.saturating_add(self.cells)) * u128::from(self.cell_nanos);
-        u64::try_from(start.saturating_sub(u128::from(now))).unwrap_or(u64::MAX)
-    }
-
-    fn decide(&mut self, now: u64, n: u64, take: bool) -> Decision {
-        let cell = now / self.cell_nanos;
-        let used: u64 = self.window(cell).map(|(_, c)| c).sum();
-        if used + n <= self.limit {
-            if take {
-                *self.counts.entry(cell).or_default() += n;
-            }
-            return Decision::allow(self.limit, self.limit - used - n, self.end(cell, now));
-        }
-        let need = used + n - self.limit;
-        let mut freed = 0;
-        let mut retry = self.end(cell, now);
-        for (&i, &c) in self.window(cell) {
-            freed += c;
-            if freed >= need {
-                retry = self.end(i, now);
-                break;
-            }
-        }
-        let reset = self
-            .window(cell)
-            .filter(|(_, c)| **c > 0)
-            .map(|(&i, _)| self.end(i, now))
-            .max();
-        Decision::deny(
-            self.limit,
-            self.limit.saturating_sub(used),
-            retry,
-            reset.unwrap_or(0),
-        )
-    }
-}
+#[path = "support/sliding_model.rs"]
+mod sliding_model;
+use sliding_model::Model;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -130,12 +78,7 @@ fn ring_matches_model(
         .unwrap()
         .with_future_cells(future)
         .unwrap();
-    let mut model = Model {
-        cells: u64::from(cells),
-        cell_nanos,
-        limit: u64::from(limit),
-        counts: BTreeMap::new(),
-    };
+    let mut model = Model::new(cells, cell_nanos, u64::from(limit));
     let mut now = start;
     let mut step = |quarters: u64, jitter: u64| {
         let by = u128::from(quarters) * u128::from(cell_nanos) / 4 + u128::from(jitter);
