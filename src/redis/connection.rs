@@ -17,7 +17,7 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisWrite as _, 
 
 use super::limiter::sealed::Replay;
 use super::lua_script::LuaScript;
-use super::slot_owners::{SlotOwners, slot_of};
+use super::slot_owners::{ReadTarget, SlotOwners, slot_of};
 use crate::backend::{
     BackendError, FailureKind, LastReply, NotSent, RequestError, ServerOffset, until_deadline,
 };
@@ -686,12 +686,7 @@ impl RedisBackend {
             // `read` moves into the task: dropped when the read ends, or with the task if its
             // runtime goes first, so the next read can start either way.
             shared.runtime.spawn(async move {
-                // When the read is sent, on the clock's client side (`client_micros`): the map
-                // read is at least as recent.
-                let asked = micros_since(base, Instant::now());
-                if let Some(reply) = read_slot_owners(connection, within).await {
-                    owners.update(&reply, scheme, asked);
-                }
+                reread(connection, &owners, scheme, base, within).await;
                 drop(read);
             });
         }
@@ -891,7 +886,8 @@ impl RedisBackend {
     /// the latest-sent such reply per master): so a master whose calls come further apart than
     /// that is not taken for silent for want of a fresh copy. A read that fails (the node it
     /// went to down) leaves those replies uncounted until one lands: the masters look silent
-    /// sooner, never alive longer.
+    /// sooner, never alive longer. Reads go to the masters that answered last ([`reread`]):
+    /// a master that does not answer makes a bounded number of them fail.
     ///
     /// `sent` is read before the call is handed to redis-rs, so before its own waits (its
     /// queue, a reconnect and re-send, a redirect followed, a `TRYAGAIN` back-off) and the
@@ -1818,6 +1814,78 @@ async fn read_slot_owners(mut connection: Connection, within: Duration) -> Optio
     match until_deadline(reply, Instant::now() + within).await {
         Ok(Ok(reply)) => Some(reply),
         _ => None,
+    }
+}
+
+/// How many masters one background read of the slot map tries ([`reread`]).
+const MAP_READ_TRIES: usize = 2;
+
+/// One background read of the slot map into `owners` (the one in flight,
+/// [`RedisBackend::reread_slot_owners`]): `CLUSTER SLOTS` sent to the master that last replied
+/// to this backend, and on failure to the next, up to [`MAP_READ_TRIES`] masters
+/// ([`SlotOwners::read_order`]), each within `within`; the first reply replaces the copy. Not
+/// to a node redis-rs picks at random (issue 18): that could be a frozen master, and while
+/// reads failed, the replies of healthy masters that the copy was too old for stayed
+/// uncounted, for as long as the draws kept hitting it (no bound). Now, with `m` masters not
+/// answering and one that does, at most `⌈m / 2⌉` reads in a row fail, each within two
+/// `within`s, since a master whose read failed is asked last until it replies to a call.
+/// While the copy names no master (no read landed yet), or when redis-rs has a connection to
+/// none of the masters tried (a `Client` error, at once: a node it does not know by that
+/// address), the read goes where redis-rs routes it.
+async fn reread(
+    connection: Connection,
+    owners: &SlotOwners,
+    scheme: &'static str,
+    base: Instant,
+    within: Duration,
+) {
+    let mut sent_to_one = false;
+    for target in owners.read_order(MAP_READ_TRIES) {
+        // When the read is sent, on the clock's client side (`client_micros`): the map read
+        // is at least as recent.
+        let asked = micros_since(base, Instant::now());
+        match read_slot_owners_from(connection.clone(), &target, within).await {
+            Ok(reply) => {
+                owners.update(&reply, scheme, asked);
+                return;
+            }
+            Err(kind) => {
+                if kind != Some(ErrorKind::Client) {
+                    sent_to_one = true;
+                    target.failed(asked);
+                }
+            }
+        }
+    }
+    if !sent_to_one {
+        let asked = micros_since(base, Instant::now());
+        if let Some(reply) = read_slot_owners(connection, within).await {
+            owners.update(&reply, scheme, asked);
+        }
+    }
+}
+
+/// `CLUSTER SLOTS` sent to `target` by its address (redis-rs's routing by address), within
+/// `within`; the error's kind if it failed (`None`: no reply in time).
+async fn read_slot_owners_from(
+    connection: Connection,
+    target: &ReadTarget,
+    within: Duration,
+) -> Result<Value, Option<ErrorKind>> {
+    let Connection::Cluster(mut cluster) = connection else {
+        return Err(Some(ErrorKind::Client));
+    };
+    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+        host: target.host().to_owned(),
+        port: target.port(),
+    });
+    let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+    let reply = cluster.route_command(slots, route);
+    match until_deadline(reply, Instant::now() + within).await {
+        Ok(reply) => reply
+            .and_then(Value::extract_error)
+            .map_err(|error| Some(error.kind())),
+        Err(_) => Err(None),
     }
 }
 
