@@ -412,6 +412,47 @@ fn reads_of_the_slot_map_go_to_masters_that_answered_not_to_a_frozen_one() {
     );
 }
 
+/// Issue 18, re-reads (the MOVED review's second open defect): a read of the slot map was
+/// bounded by the backend's timeout (redis-rs's own response timeout too), so a `CLUSTER
+/// SLOTS` slower than that (a big cluster's reply, a node busy for a moment) failed every
+/// time. Now a read has a budget of its own, the timeout and a second at least.
+///
+/// Here B, the master that answered last (the one a read goes to first), pauses its clients
+/// for [`PAUSED`] (`CLIENT PAUSE … ALL`, timed by the server), five timeouts; tries given no
+/// time ask for reads until B answers again (a `PING` sent during the pause returns). The
+/// read to B waits out the pause and lands: no read goes on to C (next) or A. Before, the
+/// read to B failed after a timeout and the next went to C.
+#[test]
+fn a_read_of_the_slot_map_slower_than_the_timeout_lands() {
+    const PAUSED: Duration = Duration::from_millis(250);
+    let cluster = RedisCluster::start();
+    let (a, b, c) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
+    let (_backend, limiter) = short_backend(&cluster, &[c, b]);
+    let key = key_on(c, &limiter, "asks");
+    let others = || map_reads(a) + map_reads(c);
+    let (others_before, b_before) = (others(), map_reads(b));
+    let paused = PAUSED.as_millis().to_string();
+    assert_eq!(b.cli(&["CLIENT", "PAUSE", &paused, "ALL"]), "OK");
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let answered = scope.spawn(|| b.cli(&["PING"]));
+        while !answered.is_finished() {
+            // No time: nothing is sent; the failure asks for a read (one per timeout at most).
+            let _ = limiter.blocking_try_acquire_for(&key, 1, Duration::ZERO);
+            assert!(started.elapsed() < HANG, "B's pause never ended");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(answered.join().unwrap(), "PONG");
+    });
+    assert!(map_reads(b) > b_before, "no read of the map went to B");
+    assert_eq!(
+        others() - others_before,
+        0,
+        "reads of the map went on to C or A: the read to B, paused for {PAUSED:?} (a \
+         {SHORT:?} timeout), failed"
+    );
+}
+
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();

@@ -5,11 +5,10 @@
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
 //! background after a failed call, a call short-circuited by an open breaker, or a reply to a
-//! call sent a while after the last read (below; at most one read in flight per backend, each
-//! of its two tries bounded by the backend's timeout, and at most one started per timeout, so
-//! a steady stream of failures does not add a `CLUSTER SLOTS` per failure). A call's error and
-//! breaker are those of the owner of its key's slot in that copy; after a slot moved, the
-//! owner is stale until the next read lands.
+//! call sent a while after the last read (below; at most one read in flight per backend, and
+//! at most one started per timeout, so a steady stream of failures does not add a `CLUSTER
+//! SLOTS` per failure). A call's error and breaker are those of the owner of its key's slot in
+//! that copy; after a slot moved, the owner is stale until the next read lands.
 //!
 //! A background read goes to the master that last replied to a call of this backend, and to
 //! the next-freshest if it fails ([`SlotOwners::read_order`]; a master whose read failed after
@@ -18,7 +17,18 @@
 //! stayed uncounted, and the healthy masters looked silent, for as long as the random draws
 //! kept hitting the frozen one. With `m` masters not answering and one that does, at most
 //! `⌈m / 2⌉` background reads in a row fail before one lands. Until the copy names a master
-//! (the eager connect's read, or a lazy backend's first), a read goes where redis-rs routes it.
+//! (a lazy backend, or an eager connect whose read failed), a background read goes to the
+//! configured nodes in their order; the eager connect's own read goes where redis-rs routes
+//! it, within what is left of the connect's timeout.
+//!
+//! Each try of a background read (two at most) has a budget of its own, the backend's timeout
+//! and at least a second (`RedisBackend::map_read_budget`), and goes over a connection of the
+//! backend's own for these reads (`MapReader`), not the cluster connection, whose every request
+//! redis-rs gives up after the backend's timeout: a `CLUSTER SLOTS` slower than a short
+//! timeout (a big cluster's reply) failed every time (issue 18). What it costs while a master
+//! is frozen: a try sent to it waits out the budget before the next master is tried, so the
+//! replies the copy was too old for count up to a budget later, once per frozen master (it is
+//! asked last after that); the read stays in flight meanwhile, and no other starts.
 //!
 //! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
 //! names the configured node list and says that the node is not known, and its calls share one
