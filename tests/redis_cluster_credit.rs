@@ -330,12 +330,14 @@ fn a_reply_to_a_copy_too_old_for_it_counts_once_a_read_names_the_same_owner() {
 /// at least (`RedisBackend` docs), far more than a live node needs here.
 const SHORT: Duration = Duration::from_millis(50);
 
-/// A backend on `cluster` with the [`SHORT`] timeout and a limiter on it, whose calls on one
-/// key of each of `answering` were decided less than a second after the connect began: so
-/// the read of the slot map at connect was fresh for them, and each of those masters is
-/// credited a reply later than that read (a master that answered nothing is credited the
-/// read's time). A connect or a call that missed the short timeout (a loaded machine) is
-/// tried again, from a new backend if the second has passed; real time bounds a hang only.
+/// A backend on `cluster` with the [`SHORT`] timeout and a limiter on it, whose connect
+/// returned within that timeout (so its read of the slot map did not time out: a failed one
+/// leaves the copy empty, and reads then go to the configured nodes, A first), and whose calls
+/// on one key of each of `answering` were decided less than a second after the connect began:
+/// so that read was fresh for them, and each of those masters is credited a reply later than
+/// it (a master that answered nothing is credited the read's time). A connect or a call that
+/// missed the short timeout (a loaded machine) is tried again, from a new backend if the
+/// connect or the second was missed; real time bounds a hang only.
 fn short_backend(cluster: &RedisCluster, answering: &[&RedisServer]) -> (RedisBackend, Limiter) {
     let since = Instant::now();
     loop {
@@ -348,6 +350,9 @@ fn short_backend(cluster: &RedisCluster, answering: &[&RedisServer]) -> (RedisBa
         let Ok(backend) = RedisBackend::blocking_connect(config) else {
             continue;
         };
+        if began.elapsed() >= SHORT {
+            continue;
+        }
         let limiter = limiter(&backend);
         let keys: Vec<String> = answering
             .iter()
