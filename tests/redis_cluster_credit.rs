@@ -458,6 +458,48 @@ fn a_read_of_the_slot_map_slower_than_the_timeout_lands() {
     );
 }
 
+/// The backend's connection for reads of the slot map is kept between reads to one master; a
+/// kept connection that the server closed meanwhile (its idle `timeout`, a `CLIENT KILL`, a
+/// restart) fails at once. Before, that failed the try: the master was taken for one that did
+/// not answer (asked last from then on) and the read went on to the next. Now a kept
+/// connection that fails is made again, once, within the same try.
+///
+/// Here B, the master that answered last, serves a read (its connection kept), then closes
+/// every client connection (`CLIENT KILL TYPE normal`, the reader's too); tries given no time
+/// ask for reads until a master served one more: B did, none went to C or A (before: C).
+#[test]
+fn a_kept_connection_the_master_closed_is_made_again_not_a_failed_read() {
+    let cluster = RedisCluster::start();
+    let (a, b, c) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
+    let (_backend, limiter) = short_backend(&cluster, &[c, b]);
+    let key = key_on(c, &limiter, "asks");
+    let others = || map_reads(a) + map_reads(c);
+    let all = || map_reads(b) + others();
+    let started = Instant::now();
+    // Tries given no time until some master served one more read than `reads`.
+    let one_more_read = |reads: u64| {
+        while all() <= reads {
+            // No time: nothing is sent; the failure asks for a read (one per timeout at most).
+            let _ = limiter.blocking_try_acquire_for(&key, 1, Duration::ZERO);
+            assert!(started.elapsed() < HANG, "no read of the map served");
+        }
+    };
+    let others_before = others();
+    one_more_read(all());
+    assert_eq!(others(), others_before, "the first read did not go to B");
+    let killed: u64 = b
+        .cli(&["CLIENT", "KILL", "TYPE", "normal"])
+        .parse()
+        .unwrap();
+    assert!(killed >= 1, "no client of B's was closed");
+    one_more_read(all());
+    assert_eq!(
+        others() - others_before,
+        0,
+        "reads of the map went to C or A: the read on B's closed connection failed"
+    );
+}
+
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();

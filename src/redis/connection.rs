@@ -1898,8 +1898,8 @@ async fn reread(
 /// A cluster backend's own connection for its background reads of the slot map ([`reread`]):
 /// one plain connection to one node, made with the first configured node's settings (its
 /// password, TLS, protocol) at the node's host and port, kept while reads go to that node and
-/// made again (the old one dropped) when a read goes to another or fails. No response timeout
-/// of redis-rs's: each read is bounded by its own budget. One read in flight at a time
+/// made again (the old one dropped) when a read goes to another or fails on it. No response
+/// timeout of redis-rs's: each read is bounded by its own budget. One read in flight at a time
 /// ([`SlotOwners::start_read`]), so the connection is taken by it and put back when it lands;
 /// the lock is never waited on for longer than that take or put.
 struct MapReader {
@@ -1944,17 +1944,25 @@ impl MapReader {
 
     /// `CLUSTER SLOTS` on the node at `host`:`port`, connecting to it first unless the last
     /// read's connection goes there, within `within` in all; `None` if it failed or did not
-    /// answer in time (the connection is then dropped).
+    /// answer in time (the connection is then dropped). A kept connection whose read fails
+    /// (the server closed it since: its idle `timeout`, a restart) is made again once, within
+    /// the same `within`: before, the try failed at once and the master was asked last from
+    /// then on, as one that does not answer.
     async fn read(&self, host: &str, port: u16, within: Duration) -> Option<Value> {
         let deadline = Instant::now() + within;
         let kept = self.open.lock().unwrap_or_else(|e| e.into_inner()).take();
         let kept = kept.filter(|(at_host, at_port, _)| at_host == host && *at_port == port);
+        let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
         let reading = async {
-            let mut connection = match kept {
-                Some((_, _, connection)) => connection,
-                None => self.connect(host, port, within).await?,
-            };
-            let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+            if let Some((_, _, mut connection)) = kept {
+                if let Ok(reply) = slots.query_async::<Value>(&mut connection).await {
+                    return Ok((connection, reply));
+                }
+                // Closed by the server since the last read (its idle `timeout`, a restart)
+                // or broken: not the master's silence. A new connection, within the same
+                // budget.
+            }
+            let mut connection = self.connect(host, port, within).await?;
             let reply = slots.query_async::<Value>(&mut connection).await?;
             Ok::<_, RedisError>((connection, reply))
         };
