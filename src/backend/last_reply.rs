@@ -86,8 +86,9 @@ impl LastReply {
     }
 
     /// The time recorded (`None`: no reply yet), read with the same one load as
-    /// [`answered_within`](Self::answered_within): for the loom model and unit tests.
-    #[cfg(any(floodgate_loom, test))]
+    /// [`answered_within`](Self::answered_within): for the loom model and unit tests, and to
+    /// order a Redis Cluster's masters by their last reply (the slot map's reads).
+    #[cfg(any(feature = "redis", floodgate_loom, test))]
     pub(crate) fn last(&self) -> Option<u64> {
         // SeqCst: as in `answered_within`.
         self.micros.load(Ordering::SeqCst).checked_sub(1)

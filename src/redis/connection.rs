@@ -17,7 +17,7 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisWrite as _, 
 
 use super::limiter::sealed::Replay;
 use super::lua_script::LuaScript;
-use super::slot_owners::{SlotOwners, slot_of};
+use super::slot_owners::{ReadTarget, SlotOwners, slot_of};
 use crate::backend::{
     BackendError, FailureKind, LastReply, NotSent, RequestError, ServerOffset, until_deadline,
 };
@@ -224,6 +224,9 @@ struct Shared {
     /// A cluster's slot owners as last read, to name the node a failed call went to (empty for
     /// one server).
     owners: Arc<SlotOwners>,
+    /// A cluster's own connection for the background reads of `owners` (`None` for one
+    /// server).
+    map_reader: Option<Arc<MapReader>>,
     /// The script loads in flight, shared by concurrent `NOSCRIPT` replies.
     loads: ScriptLoads,
     /// The scheme the owners' addresses are written with: the first node's ([`owner_scheme`]).
@@ -573,6 +576,11 @@ impl RedisBackend {
                 clock: ServerClock::new(),
                 last_reply: LastReply::default(),
                 owners: Arc::default(),
+                map_reader: config
+                    .cluster
+                    .then(|| MapReader::new(&config.nodes))
+                    .flatten()
+                    .map(Arc::new),
                 loads: ScriptLoads::default(),
                 scheme: owner_scheme(&config.nodes[0]),
                 blocking,
@@ -675,23 +683,21 @@ impl RedisBackend {
         if !self.is_cluster() {
             return;
         }
+        let Some(reader) = &shared.map_reader else {
+            return;
+        };
         if let Some(read) = shared.owners.start_read(Instant::now(), shared.timeout) {
-            let (connection, owners, scheme, base) = (
-                shared.connection.clone(),
+            let (reader, owners, scheme, base) = (
+                Arc::clone(reader),
                 Arc::clone(&shared.owners),
                 shared.scheme,
                 shared.clock.base,
             );
-            let within = shared.timeout;
+            let within = self.map_read_budget();
             // `read` moves into the task: dropped when the read ends, or with the task if its
             // runtime goes first, so the next read can start either way.
             shared.runtime.spawn(async move {
-                // When the read is sent, on the clock's client side (`client_micros`): the map
-                // read is at least as recent.
-                let asked = micros_since(base, Instant::now());
-                if let Some(reply) = read_slot_owners(connection, within).await {
-                    owners.update(&reply, scheme, asked);
-                }
+                reread(&reader, &owners, scheme, base, within).await;
                 drop(read);
             });
         }
@@ -882,8 +888,9 @@ impl RedisBackend {
     /// moved slot came (issue 18). So a reply counts as the copy's owner's only for a call sent
     /// less than [`fresh_micros`](Self::fresh_micros) plus a timeout after the read that made
     /// the copy was sent, and a reply to a call sent `fresh_micros` or more after it starts a
-    /// new read in the background ([`reread_slot_owners`](Self::reread_slot_owners), bounded
-    /// by a timeout, so it lands before replies stop counting unless it fails): while calls
+    /// new read in the background ([`reread_slot_owners`](Self::reread_slot_owners), each try
+    /// bounded by [`map_read_budget`](Self::map_read_budget), so it lands before replies stop
+    /// counting unless it fails or takes more than a timeout): while calls
     /// come, the map is read about once per `fresh_micros`, and the old owner of a moved slot
     /// gets no time later than `fresh_micros` plus a timeout after the last read that named
     /// it. A reply the copy was too old for counts later, as of `sent`, if a read sent after
@@ -891,7 +898,8 @@ impl RedisBackend {
     /// the latest-sent such reply per master): so a master whose calls come further apart than
     /// that is not taken for silent for want of a fresh copy. A read that fails (the node it
     /// went to down) leaves those replies uncounted until one lands: the masters look silent
-    /// sooner, never alive longer.
+    /// sooner, never alive longer. Reads go to the masters that answered last ([`reread`]):
+    /// a master that does not answer makes a bounded number of them fail.
     ///
     /// `sent` is read before the call is handed to redis-rs, so before its own waits (its
     /// queue, a reconnect and re-send, a redirect followed, a `TRYAGAIN` back-off) and the
@@ -931,6 +939,15 @@ impl RedisBackend {
     /// once a second per backend while calls come.
     fn fresh_micros(&self) -> u64 {
         micros_of(self.shared.timeout.max(FRESH_AT_LEAST))
+    }
+
+    /// How long each try of a background read of the slot map may take ([`reread`]): the
+    /// [`fresh_micros`](Self::fresh_micros) interval, the backend's timeout and at least
+    /// [`FRESH_AT_LEAST`], not the timeout alone: a big cluster's `CLUSTER SLOTS` reply (or a
+    /// node busy for a moment) may take longer than a short timeout, and every read then
+    /// failed (issue 18).
+    fn map_read_budget(&self) -> Duration {
+        self.shared.timeout.max(FRESH_AT_LEAST)
     }
 
     /// Records a reply to a call on `key` if `error` is one the server sent (an error reply),
@@ -1821,6 +1838,170 @@ async fn read_slot_owners(mut connection: Connection, within: Duration) -> Optio
     }
 }
 
+/// How many masters one background read of the slot map tries ([`reread`]).
+const MAP_READ_TRIES: usize = 2;
+
+/// One background read of the slot map into `owners` (the one in flight,
+/// [`RedisBackend::reread_slot_owners`]): `CLUSTER SLOTS` sent to the master that last replied
+/// to this backend, and on failure to the next, up to [`MAP_READ_TRIES`] masters
+/// ([`SlotOwners::read_order`]); the first reply replaces the copy. While the copy names no
+/// master (no read landed yet), to the configured nodes in their order instead.
+///
+/// Not to a node redis-rs picks at random (issue 18): that could be a frozen master, and while
+/// reads failed, the replies of healthy masters that the copy was too old for stayed
+/// uncounted, for as long as the draws kept hitting it (no bound). Now, with `m` masters not
+/// answering and one that does, at most `⌈m / 2⌉` reads in a row fail, since a master whose
+/// read failed is asked last until it replies to a call.
+///
+/// Each try has `within` ([`RedisBackend::map_read_budget`]: the timeout and a second at
+/// least), connecting included, and goes over the [`MapReader`]'s own connection, not the
+/// cluster connection, whose every request redis-rs gives up after the backend's timeout: a
+/// `CLUSTER SLOTS` slower than that failed every time. What that costs while a master is
+/// frozen: a try sent to it waits out `within` before the next master is tried, so the
+/// replies the copy was too old for count up to `within` later (one try per frozen master:
+/// it is then asked last), and one read is in flight meanwhile (none other starts).
+async fn reread(
+    reader: &MapReader,
+    owners: &SlotOwners,
+    scheme: &'static str,
+    base: Instant,
+    within: Duration,
+) {
+    let masters = owners.read_order(MAP_READ_TRIES);
+    let targets: Vec<(&str, u16, Option<&ReadTarget>)> = if masters.is_empty() {
+        let seeds = reader.seeds.iter().take(MAP_READ_TRIES);
+        seeds
+            .map(|(host, port)| (host.as_str(), *port, None))
+            .collect()
+    } else {
+        let named = masters.iter();
+        named.map(|m| (m.host(), m.port(), Some(m))).collect()
+    };
+    for (host, port, master) in targets {
+        // When the read is sent, on the clock's client side (`client_micros`): the map read
+        // is at least as recent.
+        let asked = micros_since(base, Instant::now());
+        match reader.read(host, port, within).await {
+            Some(reply) => {
+                owners.update(&reply, scheme, asked);
+                return;
+            }
+            None => {
+                if let Some(master) = master {
+                    master.failed(asked);
+                }
+            }
+        }
+    }
+}
+
+/// A cluster backend's own connection for its background reads of the slot map ([`reread`]):
+/// one plain connection to one node, made with the first configured node's settings (its
+/// password, TLS, protocol) at the node's host and port, kept while reads go to that node and
+/// made again (the old one dropped) when a read goes to another or fails on it. No response
+/// timeout of redis-rs's: each read is bounded by its own budget. One read in flight at a time
+/// ([`SlotOwners::start_read`]), so the connection is taken by it and put back when it lands;
+/// the lock is never waited on for longer than that take or put.
+struct MapReader {
+    info: redis::ConnectionInfo,
+    /// The configured nodes' host and port, in their order: where a read goes while the
+    /// copy names no master.
+    seeds: Vec<(String, u16)>,
+    /// The last landed read's connection, and its node's host and port.
+    open: std::sync::Mutex<Option<(String, u16, redis::aio::MultiplexedConnection)>>,
+}
+
+impl std::fmt::Debug for MapReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not `info`: it holds the password.
+        f.debug_struct("MapReader")
+            .field("seeds", &self.seeds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MapReader {
+    /// A reader with the settings of `nodes[0]`, or `None` if it is not a TCP node URL (the
+    /// cluster client refuses any other first).
+    fn new(nodes: &[String]) -> Option<Self> {
+        use redis::IntoConnectionInfo as _;
+        let info = nodes.first()?.as_str().into_connection_info().ok()?;
+        let seeds = nodes
+            .iter()
+            .filter_map(|node| node.as_str().into_connection_info().ok())
+            .filter_map(|node| match node.addr() {
+                redis::ConnectionAddr::Tcp(host, port)
+                | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+                _ => None,
+            })
+            .collect();
+        Some(MapReader {
+            info,
+            seeds,
+            open: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// `CLUSTER SLOTS` on the node at `host`:`port`, connecting to it first unless the last
+    /// read's connection goes there, within `within` in all; `None` if it failed or did not
+    /// answer in time (the connection is then dropped). A kept connection whose read fails
+    /// (the server closed it since: its idle `timeout`, a restart) is made again once, within
+    /// the same `within`: before, the try failed at once and the master was asked last from
+    /// then on, as one that does not answer.
+    async fn read(&self, host: &str, port: u16, within: Duration) -> Option<Value> {
+        let deadline = Instant::now() + within;
+        let kept = self.open.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let kept = kept.filter(|(at_host, at_port, _)| at_host == host && *at_port == port);
+        let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+        let reading = async {
+            if let Some((_, _, mut connection)) = kept {
+                if let Ok(reply) = slots.query_async::<Value>(&mut connection).await {
+                    return Ok((connection, reply));
+                }
+                // Closed by the server since the last read (its idle `timeout`, a restart)
+                // or broken: not the master's silence. A new connection, within the same
+                // budget.
+            }
+            let mut connection = self.connect(host, port, within).await?;
+            let reply = slots.query_async::<Value>(&mut connection).await?;
+            Ok::<_, RedisError>((connection, reply))
+        };
+        let (connection, reply) = until_deadline(reading, deadline).await.ok()?.ok()?;
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((host.to_owned(), port, connection));
+        Some(reply)
+    }
+
+    /// A new connection to `host`:`port` with the first node's settings.
+    async fn connect(
+        &self,
+        host: &str,
+        port: u16,
+        within: Duration,
+    ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let addr = match self.info.addr() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        let client = redis::Client::open(self.info.clone().set_addr(addr))?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(within))
+            .set_response_timeout(None);
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+}
+
 /// The first wait of a single server's reconnect series ([`manager_config`]).
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
 /// The longest wait between two connection attempts of a reconnect series, before jitter.
@@ -2496,6 +2677,28 @@ mod tests {
         })
         .await;
         outputs.into_iter().map(Option::unwrap).collect()
+    }
+
+    /// The map reader connects with the first node's settings (its password here; TLS needs a
+    /// redis-rs feature this crate does not turn on), and reads from the configured nodes
+    /// while the copy names no master; its `Debug` shows no password.
+    #[test]
+    fn the_map_reader_takes_the_first_nodes_settings_and_every_nodes_address() {
+        let nodes = [
+            "redis://:secret@10.0.0.1:7000",
+            "redis://10.0.0.2:7001",
+            "redis://[::1]:7002",
+        ]
+        .map(String::from);
+        let reader = MapReader::new(&nodes).expect("TCP nodes");
+        let seeds: Vec<(&str, u16)> = reader.seeds.iter().map(|(h, p)| (&**h, *p)).collect();
+        assert_eq!(
+            seeds,
+            [("10.0.0.1", 7000), ("10.0.0.2", 7001), ("::1", 7002)]
+        );
+        assert_eq!(reader.info.redis_settings().password(), Some("secret"));
+        assert!(!format!("{reader:?}").contains("secret"));
+        assert!(MapReader::new(&[]).is_none());
     }
 
     #[test]

@@ -5,11 +5,31 @@
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
 //! background after a failed call, a call short-circuited by an open breaker, or a reply to a
-//! call sent a while after the last read (below; at most one read in flight per backend,
-//! bounded by the backend's timeout, and at most one started per timeout, so a steady stream
-//! of failures does not add a `CLUSTER SLOTS` per failure). A call's error and breaker are
-//! those of the owner of its key's slot in that copy; after a slot moved, the owner is stale
-//! until the next read lands.
+//! call sent a while after the last read (below; at most one read in flight per backend, and
+//! at most one started per timeout, so a steady stream of failures does not add a `CLUSTER
+//! SLOTS` per failure). A call's error and breaker are those of the owner of its key's slot in
+//! that copy; after a slot moved, the owner is stale until the next read lands.
+//!
+//! A background read goes to the master that last replied to a call of this backend, and to
+//! the next-freshest if it fails ([`SlotOwners::read_order`]; a master whose read failed after
+//! its last reply is asked last), not to a node redis-rs picks at random, which could be a
+//! frozen master (issue 18): while reads failed, the replies the copy was too old for (below)
+//! stayed uncounted, and the healthy masters looked silent, for as long as the random draws
+//! kept hitting the frozen one. With `m` masters not answering and one that does, at most
+//! `⌈m / 2⌉` background reads in a row fail before one lands. Until the copy names a master
+//! (a lazy backend, or an eager connect whose read failed), a background read goes to the
+//! configured nodes in their order; the eager connect's own read goes where redis-rs routes
+//! it, within what is left of the connect's timeout.
+//!
+//! Each try of a background read (two at most) has a budget of its own, the backend's timeout
+//! and at least a second (`RedisBackend::map_read_budget`), and goes over a connection of the
+//! backend's own for these reads (`MapReader`), not the cluster connection, whose every request
+//! redis-rs gives up after the backend's timeout: a `CLUSTER SLOTS` slower than a short
+//! timeout (a big cluster's reply) failed every time (issue 18). What it costs while a master
+//! is frozen: a try sent to it waits out the budget before the next master is tried, so the
+//! replies the copy was too old for count up to a budget later, once per frozen master (it is
+//! asked last after that); the read stays in flight meanwhile, and no other starts.
+//!
 //! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
 //! names the configured node list and says that the node is not known, and its calls share one
 //! breaker.
@@ -52,12 +72,29 @@ const SLOTS: u16 = 16_384;
 /// A slot range's first and last slot and the master that owns it.
 type Range = (u16, u16, Arc<Master>);
 
+/// A master as a `CLUSTER SLOTS` reply names it: its address (`scheme://host:port`), and its
+/// host and port as written there (what redis-rs routes a command to a node by).
+#[derive(Clone, Debug)]
+struct Node {
+    address: Arc<str>,
+    host: Arc<str>,
+    port: u16,
+}
+
 /// A master the copy names: its address, and when a call on one of its slots last got a reply
 /// (shared by its ranges, and kept by the next read of the map that still names it).
 #[derive(Debug)]
 struct Master {
     address: Arc<str>,
+    /// The host and port `CLUSTER SLOTS` names it by: where a read of the map is sent
+    /// ([`SlotOwners::read_order`]).
+    host: Arc<str>,
+    port: u16,
     last_reply: LastReply,
+    /// When (client µs, at least 1) the last read of the map sent to this master was sent, if
+    /// it failed (0: none did): a master whose read failed after its last reply is asked
+    /// last ([`SlotOwners::read_order`]).
+    read_failed: AtomicU64,
     /// The latest-sent reply credited to this master by a copy too old for its call (see
     /// [`SlotOwners::owner_replied`]), held until a read of the map sent after it arrived
     /// tells whether the master still owns the call's slot. Taken on that path only if free
@@ -75,14 +112,49 @@ struct Pending {
 }
 
 impl Master {
-    fn new(address: Arc<str>, replied_at: u64) -> Self {
+    fn new(node: &Node, replied_at: u64) -> Self {
         let last_reply = LastReply::default();
         last_reply.record(replied_at);
         Master {
-            address,
+            address: Arc::clone(&node.address),
+            host: Arc::clone(&node.host),
+            port: node.port,
             last_reply,
+            read_failed: AtomicU64::new(0),
             pending: Mutex::new(None),
         }
+    }
+
+    /// Whether a read of the map sent to this master failed after its last reply.
+    fn read_failed_since_reply(&self) -> bool {
+        // SeqCst: read and written only by the one read of the map in flight
+        // (`SlotOwners::start_read`); no ordering subtlety to save.
+        self.read_failed.load(Ordering::SeqCst) > self.last_reply.last().unwrap_or(0)
+    }
+}
+
+/// A master to send a read of the slot map to ([`SlotOwners::read_order`]).
+#[derive(Debug)]
+pub(super) struct ReadTarget(Arc<Master>);
+
+impl ReadTarget {
+    /// The host `CLUSTER SLOTS` names the master by (redis-rs's name for its connection).
+    pub(super) fn host(&self) -> &str {
+        &self.0.host
+    }
+
+    /// The master's port.
+    pub(super) fn port(&self) -> u16 {
+        self.0.port
+    }
+
+    /// The read sent to this master at `sent_micros` (client µs) failed: it is asked last
+    /// until it replies to a call again.
+    pub(super) fn failed(&self, sent_micros: u64) {
+        // SeqCst: as in `Master::read_failed_since_reply`.
+        self.0
+            .read_failed
+            .store(sent_micros.max(1), Ordering::SeqCst);
     }
 }
 
@@ -285,6 +357,33 @@ impl SlotOwners {
         self.generation.load(Ordering::SeqCst)
     }
 
+    /// Up to `tries` masters of the copy to send a read of the map to, in the order to try
+    /// them: the master that last replied to a call of this backend first (the freshest
+    /// [`LastReply`], which a read never credits), a master whose last read failed after its
+    /// last reply after every other; empty while the copy names none. A frozen or unreachable
+    /// master stops replying, so it falls behind those that answer, and once a read sent to it
+    /// failed it is asked last: with `m` masters not answering and at least one that does, at
+    /// most `⌈m / tries⌉` reads in a row fail (each marks `tries` of them) before one lands.
+    pub(super) fn read_order(&self, tries: usize) -> Vec<ReadTarget> {
+        let copy = self.copy.load();
+        let mut seen = std::collections::HashSet::new();
+        let mut masters: Vec<&Arc<Master>> = copy
+            .ranges
+            .iter()
+            .map(|(_, _, master)| master)
+            .filter(|master| seen.insert(Arc::as_ptr(master)))
+            .collect();
+        masters.sort_by_key(|master| {
+            let last = master.last_reply.last().unwrap_or(0);
+            (master.read_failed_since_reply(), std::cmp::Reverse(last))
+        });
+        masters
+            .into_iter()
+            .take(tries)
+            .map(|master| ReadTarget(Arc::clone(master)))
+            .collect()
+    }
+
     /// The nodes the copy names as the owner of some slot.
     pub(super) fn named(&self) -> std::collections::HashSet<Arc<str>> {
         self.copy
@@ -341,21 +440,17 @@ impl Drop for ReadInFlight {
 /// `parsed` ranges, each with its master: the one `current` names at that address (so it keeps
 /// its last reply), else a new one, taken as having replied at `read_at_micros`; one per
 /// address, shared by its ranges.
-fn with_masters(
-    parsed: &[(u16, u16, Arc<str>)],
-    current: &[Range],
-    read_at_micros: u64,
-) -> Vec<Range> {
+fn with_masters(parsed: &[(u16, u16, Node)], current: &[Range], read_at_micros: u64) -> Vec<Range> {
     let mut masters: HashMap<&str, Arc<Master>> = current
         .iter()
         .map(|(_, _, master)| (&*master.address, Arc::clone(master)))
         .collect();
     parsed
         .iter()
-        .map(|(first, last, address)| {
+        .map(|(first, last, node)| {
             let master = masters
-                .entry(&**address)
-                .or_insert_with(|| Arc::new(Master::new(Arc::clone(address), read_at_micros)));
+                .entry(&*node.address)
+                .or_insert_with(|| Arc::new(Master::new(node, read_at_micros)));
             (*first, *last, Arc::clone(master))
         })
         .collect()
@@ -363,9 +458,9 @@ fn with_masters(
 
 /// The ranges of a `CLUSTER SLOTS` reply (`[[first, last, [host, port, id, …], replicas…], …]`),
 /// sorted; `None` unless every range is well formed and no two overlap (so at most one per
-/// slot). A range whose master has an empty or `?` host (the node answering did not know its
-/// address) is left out.
-fn parse(reply: &Value, scheme: &str) -> Option<Vec<(u16, u16, Arc<str>)>> {
+/// slot), and every port fits 16 bits. A range whose master has an empty or `?` host (the node
+/// answering did not know its address) is left out.
+fn parse(reply: &Value, scheme: &str) -> Option<Vec<(u16, u16, Node)>> {
     let Value::Array(ranges) = reply else {
         return None;
     };
@@ -390,15 +485,21 @@ fn parse(reply: &Value, scheme: &str) -> Option<Vec<(u16, u16, Arc<str>)>> {
         let Some(Value::Int(port)) = master.get(1) else {
             return None;
         };
+        let port = u16::try_from(*port).ok()?;
         if first > last || host.is_empty() || host == "?" {
             continue;
         }
-        let host = if host.contains(':') {
-            format!("[{host}]") // IPv6
+        let address = if host.contains(':') {
+            format!("{scheme}://[{host}]:{port}") // IPv6
         } else {
-            host
+            format!("{scheme}://{host}:{port}")
         };
-        parsed.push((first, last, format!("{scheme}://{host}:{port}").into()));
+        let node = Node {
+            address: address.into(),
+            host: host.into(),
+            port,
+        };
+        parsed.push((first, last, node));
     }
     parsed.sort_by_key(|&(first, _, _)| first);
     let overlap = parsed.windows(2).any(|pair| pair[0].1 >= pair[1].0);
@@ -574,6 +675,58 @@ mod tests {
         // Settled once: a later read of the same map credits nothing more.
         owners.update(&map(true), "redis", 9_500);
         assert_eq!(last(0), Some(3_050));
+    }
+
+    /// A read of the map goes to the master that replied last to a call of the backend, then
+    /// to the next; one whose read failed after its last reply goes last, until it replies
+    /// again. Routed by the host as `CLUSTER SLOTS` wrote it (an IPv6 one without brackets).
+    #[test]
+    fn reads_go_to_the_master_that_replied_last_and_one_whose_read_failed_goes_last() {
+        let owners = SlotOwners::default();
+        assert!(owners.read_order(2).is_empty(), "no copy: no master to ask");
+        let map = ranges_map(&[(0, 99, 7000), (100, 199, 7001), (200, 16_383, 7002)]);
+        owners.update(&map, "redis", 1_000);
+        let order = |tries| -> Vec<u16> {
+            owners
+                .read_order(tries)
+                .iter()
+                .map(ReadTarget::port)
+                .collect()
+        };
+        assert_eq!(
+            order(3),
+            [7000, 7001, 7002],
+            "all as of the read: the map's order"
+        );
+        owners.owner_replied(150, 1_100, 1_100, 10_000, 0); // 7001
+        owners.owner_replied(300, 1_200, 1_200, 10_000, 0); // 7002
+        assert_eq!(order(2), [7002, 7001]);
+        assert_eq!(owners.read_order(1)[0].host(), "127.0.0.1");
+        owners.read_order(1)[0].failed(1_300);
+        assert_eq!(
+            order(3),
+            [7001, 7000, 7002],
+            "7002's read failed: asked last"
+        );
+        owners.update(&map, "redis", 1_350);
+        assert_eq!(
+            order(3),
+            [7001, 7000, 7002],
+            "kept by a read naming it again"
+        );
+        owners.owner_replied(300, 1_400, 1_400, 10_000, 0);
+        assert_eq!(
+            order(3),
+            [7002, 7001, 7000],
+            "7002 replied since: first again"
+        );
+
+        let node = Value::Array(vec![Value::BulkString(b"::1".to_vec()), Value::Int(7)]);
+        let v6 = SlotOwners::default();
+        let range = Value::Array(vec![Value::Int(0), Value::Int(16_383), node]);
+        v6.update(&Value::Array(vec![range]), "redis", 0);
+        assert_eq!(v6.owner(0).as_deref(), Some("redis://[::1]:7"));
+        assert_eq!(v6.read_order(1)[0].host(), "::1");
     }
 
     /// A `CLUSTER SLOTS` reply of one range per master port: `(first, last, port)`.
