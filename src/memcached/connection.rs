@@ -270,6 +270,13 @@ pub(crate) fn run_blocking<T>(future: impl std::future::Future<Output = T>) -> T
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Test hook: run by [`Connection::send`] with its deadline, between its deadline check and
+    /// its write loop (a test makes the deadline pass there).
+    static BEFORE_WRITE: std::cell::Cell<Option<fn(Instant)>> = const { std::cell::Cell::new(None) };
+}
+
 /// One open connection with its read buffer.
 pub(crate) struct Connection {
     stream: TcpStream,
@@ -396,13 +403,19 @@ impl Connection {
 
     /// Sends `request` whole, before `deadline`. One that failed before its first byte was
     /// written leaves no reply pending (its [`Pending`] is cleared: nothing to finish).
-    /// A deadline already passed when it is called (the caller's thread held, or waiting for
-    /// a connection) is [`CallError::NotSent`]: no byte is written, nothing reached the server.
+    /// A deadline that passes before the first byte is written (already passed when it is
+    /// called: the caller's thread held, or waiting for a connection; or passing before the
+    /// write loop wrote a byte) is [`CallError::NotSent`]: nothing reached the server. Once a
+    /// byte is written, a deadline passing is [`CallError::Timeout`].
     pub(crate) fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), CallError> {
         self.replied = false;
         if Instant::now() >= deadline {
             self.pending = Pending::Nothing;
             return Err(CallError::NotSent);
+        }
+        #[cfg(test)]
+        if let Some(hook) = BEFORE_WRITE.get() {
+            hook(deadline);
         }
         let mut written = 0;
         let result = self.send_inner(request, deadline, &mut written);
@@ -412,7 +425,13 @@ impl Connection {
                 self.pending = Pending::Nothing;
             }
         }
-        result
+        match result {
+            // The deadline passed before the first byte was written (between the check above
+            // and the write loop's own, or with the write waiting on a full socket buffer):
+            // nothing reached the server, as above.
+            Err(CallError::Timeout) if written == 0 => Err(CallError::NotSent),
+            result => result,
+        }
     }
 
     /// Parses a reply with `parse`, reading more bytes until it is complete, before `deadline`.
@@ -810,20 +829,21 @@ impl MemcachedBackend {
             ),
             CallError::NotSent => self.shared.not_sent(format!(
                 "not sent: the call's deadline passed before its request was written ({:?} \
-                 from the call; its thread held elsewhere)",
+                 from the call)",
                 self.shared.timeout
             )),
             CallError::Failed(error) => BackendError::at(error.kind(), server, error),
         }
     }
 
-    /// The timeout of an async call whose exchange had not started by its deadline (its
-    /// runtime busy elsewhere): nothing was sent, so the breaker is not told of it
+    /// The timeout of an async call whose exchange had not written its request by its
+    /// deadline (not started, its runtime busy elsewhere; or the deadline passing between its
+    /// start and its first write): nothing was sent, so the breaker is not told of it
     /// ([`NotSent`]), as a Redis request whose deadline passed before it was written.
     pub(crate) fn not_sent(&self) -> BackendError {
         self.shared.not_sent(format!(
-            "not sent: the call's exchange had not started by its deadline ({:?} from the \
-             call; its runtime busy elsewhere)",
+            "not sent: the call's exchange had not written its request by its deadline ({:?} \
+             from the call)",
             self.shared.timeout
         ))
     }
@@ -938,6 +958,45 @@ mod tests {
         );
         assert!(result.unwrap_err().is_timeout());
         assert!(!finisher_made.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// A blocking call whose deadline passes once its send has begun, before any byte of its
+    /// request is written, sent nothing: a "not sent" timeout, as one whose deadline had
+    /// passed before the send (issue 18: the send's deadline check and its write loop's are a
+    /// few instructions apart; a deadline passing in between was a plain timeout, told to the
+    /// breaker). Made deterministic by the test hook between the two ([`BEFORE_WRITE`]),
+    /// which waits until the deadline has passed. Before: "timeout at memcached://…: no answer
+    /// within 30s", not `is_not_sent`.
+    #[test]
+    fn a_deadline_passing_before_the_first_byte_is_written_is_not_sent() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = MemcachedConfig::new(addr.to_string()).timeout(Duration::from_secs(30));
+        let backend = MemcachedBackend::connect(config.lazy()).unwrap();
+        BEFORE_WRITE.set(Some(|deadline| {
+            while Instant::now() < deadline {
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            }
+        }));
+        let result = backend.call(
+            |connection, _| {
+                connection.set_pending(Pending::Decision { added: None });
+                let deadline = Instant::now() + Duration::from_millis(20);
+                Connection::send(connection, b"incr k 1\r\n", deadline)
+            },
+            || -> Finisher { panic!("nothing was written: nothing to finish") },
+        );
+        BEFORE_WRITE.set(None);
+        let error = result.unwrap_err();
+        assert!(error.is_timeout(), "{error}");
+        assert!(error.is_not_sent(), "{error}");
+        assert!(error.to_string().contains("not sent"), "{error}");
+        // The connection, not reused, reached the listener with no byte.
+        drop(backend);
+        let (mut accepted, _) = listener.accept().unwrap();
+        let mut received = Vec::new();
+        accepted.read_to_end(&mut received).unwrap();
+        assert!(received.is_empty(), "{received:?}");
     }
 
     /// A blocking call whose deadline passed before its request was written sent nothing: a

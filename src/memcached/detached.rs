@@ -7,9 +7,12 @@
 //!   the place, and awaits its answer on a oneshot channel within its timeout.
 //! * The exchange writes a request only while its caller waits (the channel open and the
 //!   caller's deadline not passed): a caller gone before the write sends nothing. An exchange
-//!   its runtime had not started by the caller's deadline (busy elsewhere) does nothing, and the
-//!   caller's timeout is a "not sent" one, decided by the policy but never told to the circuit
-//!   breaker (it says nothing about memcached; as on Redis). Once written,
+//!   that had not written a byte by the caller's deadline (not started, its runtime busy
+//!   elsewhere; or holding its connection, the deadline passing before its first write) never
+//!   writes one, and the caller's timeout is a "not sent" one, decided by the policy but never
+//!   told to the circuit breaker (it says nothing about memcached; as on Redis): the caller's
+//!   give-up and the first write are claimed once between them ([`Start`]). A deadline
+//!   passing while the exchange connects is a timeout told to the breaker. Once written,
 //!   the exchange runs on, bounded by the caller's deadline plus the backend's
 //!   [grace](super::MemcachedConfig::grace) (an unread admission's give-back, below, by the
 //!   backend's timeout from the drop plus the grace).
@@ -129,15 +132,25 @@ enum Answer {
     NotSent,
 }
 
-/// Whether the exchange has started ([`Start`]): claimed once, by the exchange as it starts or
-/// by its caller as it gives up, whichever comes first.
+/// Where the exchange stands ([`Start`]). Not started; connecting (no connection in hand yet:
+/// a caller's deadline passing then is a timeout told to the breaker, as a slow connect says
+/// something about memcached); ready (a connection in hand, no byte written); writing (its
+/// first byte claimed: about to go, or gone); abandoned (given up before any byte was written,
+/// by its caller at its deadline or by the exchange finding the deadline passed: never sent).
 const UNSTARTED: u8 = 0;
-const STARTED: u8 = 1;
-const ABANDONED: u8 = 2;
+const CONNECTING: u8 = 1;
+const READY: u8 = 2;
+const WRITING: u8 = 3;
+const ABANDONED: u8 = 4;
 
-/// Who claimed the exchange's start: the exchange (it may send), or its caller, giving up at
-/// its deadline before the exchange ran (nothing is ever sent: the caller's timeout says
-/// nothing about memcached, as a Redis request whose deadline passed before it was written).
+/// Where the exchange stands, claimed between the exchange and its caller: the caller's
+/// give-up ([`abandon`](Self::abandon)) and the exchange's first write
+/// ([`write`](Self::write)) are one compare-exchange each on the same byte, so exactly one of
+/// them wins: a call is either sent (and its timeout told to the breaker) or never sent (a
+/// "not sent" timeout: it says nothing about memcached, as a Redis request whose deadline
+/// passed before it was written). "Sent" is decided at the first byte's write, not when the
+/// exchange starts (issue 18: a deadline passing between the start and the write was told
+/// to the breaker though nothing was sent).
 #[derive(Default)]
 struct Start(AtomicU8);
 
@@ -146,17 +159,74 @@ impl Start {
     fn begin(&self) -> bool {
         // SeqCst: one claim of the two sides (`abandon`); only one compare-exchange wins.
         self.0
-            .compare_exchange(UNSTARTED, STARTED, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(UNSTARTED, CONNECTING, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
-    /// Claims the start for the caller giving up; `false` if the exchange started first.
-    fn abandon(&self) -> bool {
-        // SeqCst: pairs with `begin`'s compare-exchange, as above.
-        self.0
-            .compare_exchange(UNSTARTED, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+    /// The exchange has a connection in hand and has written nothing: its caller may give up
+    /// with nothing sent until its first write.
+    fn connected(&self) {
+        // SeqCst: pairs with `abandon`'s compare-exchange from `READY`.
+        let _ = self
+            .0
+            .compare_exchange(CONNECTING, READY, Ordering::SeqCst, Ordering::SeqCst);
     }
+
+    /// The exchange connects anew, its first connection having failed before any byte of the
+    /// request was written: connecting again, as at the start.
+    fn reconnecting(&self) {
+        // SeqCst: as `connected` (the caller never changes `WRITING`).
+        let _ = self
+            .0
+            .compare_exchange(WRITING, CONNECTING, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Claims the request's write for the exchange (already claimed: a decision's second
+    /// request); `false` if the caller gave up first: nothing may be written.
+    fn write(&self) -> bool {
+        // SeqCst: pairs with `abandon`'s compare-exchange from `READY`.
+        match self
+            .0
+            .compare_exchange(READY, WRITING, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) | Err(WRITING) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// The exchange gives up before its first write (the deadline passed, or its caller is
+    /// gone): nothing is written, and a caller giving up finds it so.
+    fn give_up(&self) {
+        // SeqCst: as `write`.
+        let _ = self
+            .0
+            .compare_exchange(READY, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Claims the give-up for the caller at its deadline: `true` if nothing was or ever will
+    /// be written (not started, or ready and not writing, or given up by the exchange);
+    /// `false` if the exchange was connecting or had claimed its write.
+    fn abandon(&self) -> bool {
+        let mut from = UNSTARTED;
+        loop {
+            // SeqCst: pairs with `begin`, `connected`, `write` and `give_up`, as above.
+            match self
+                .0
+                .compare_exchange(from, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) | Err(ABANDONED) => return true,
+                Err(now @ (UNSTARTED | READY)) => from = now,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: run by the exchange with its deadline before each claim of its request's
+    /// write (a test makes the deadline pass there).
+    static BEFORE_WRITE: std::cell::Cell<Option<fn(Instant)>> = const { std::cell::Cell::new(None) };
 }
 
 /// The caller's end. Dropped with an admission unread, it gives the permits back.
@@ -235,8 +305,9 @@ pub(crate) async fn decide_async(
             Ok(decision)
         }
         Ok(Ok(Answer::NotSent)) => Err(backend.not_sent()),
-        // Given up before the exchange started (its runtime ran other tasks until the
-        // deadline): it never will, and nothing was sent.
+        // Given up before the exchange claimed its first write (its runtime ran other tasks
+        // until the deadline, or the deadline passed between its start and its write): it
+        // never will, and nothing was sent.
         Err(()) if start.abandon() => Err(backend.not_sent()),
         Ok(Ok(Answer::Failed(CallError::Timeout))) | Err(()) => {
             Err(backend.call_failed(CallError::Timeout))
@@ -275,8 +346,18 @@ async fn exchange(
     }
     let finish_by = later_by(deadline, backend.grace());
     let sent = AtomicBool::new(false);
+    // Whether to write the request: only while the caller waits, and only once the write is
+    // claimed (`Start::write`) before the caller gave up.
     let waiting = || {
-        let waiting = !sender.is_closed() && Instant::now() < deadline;
+        #[cfg(test)]
+        if let Some(hook) = BEFORE_WRITE.get() {
+            hook(deadline);
+        }
+        if sender.is_closed() || Instant::now() >= deadline {
+            start.give_up();
+            return false;
+        }
+        let waiting = start.write();
         if waiting {
             sent.store(true, Ordering::SeqCst);
         }
@@ -293,6 +374,7 @@ async fn exchange(
                 Err(()) => return Err((CallError::Timeout, true)),
             },
         };
+        start.connected();
         let decided = decide(
             &job.window,
             &mut connection,
@@ -326,6 +408,7 @@ async fn exchange(
                 backend.clear_idle_async();
                 // The first try wrote nothing: only the second can leave a count.
                 sent.store(false, Ordering::SeqCst);
+                start.reconnecting();
                 run(None).await
             }
             other => other,
@@ -363,6 +446,10 @@ async fn exchange(
             let held = Held { connection, place };
             take_back_held(held, &backend, &job, finish_by, &reclaims).await;
             let _ = done.send(());
+        }
+        // Given up before the first write: nothing was sent.
+        Err((CallError::NotSent, _)) => {
+            let _ = sender.send(Answer::NotSent);
         }
         Err((error, unsent)) => {
             // Written (a byte of it, at least): memcached may count it.
@@ -448,4 +535,117 @@ async fn take_back_held(
     }
     drop(place);
     landed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::SlidingWindow;
+    use crate::backend::{BreakerConfig, BreakerState, FailurePolicy};
+    use crate::clock::ManualClock;
+    use crate::memcached::{MemcachedConfig, MemcachedLimiter};
+    use std::io::Read as _;
+    use std::time::Duration;
+
+    /// Waits until `deadline` has passed.
+    fn until_past(deadline: Instant) {
+        while Instant::now() < deadline {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// An async call whose deadline passes after its exchange started and got its connection,
+    /// before the exchange wrote any byte, sent nothing: a "not sent" timeout, decided by the
+    /// policy and not told to the breaker (issue 18). Made deterministic by the test hook
+    /// before the write's claim ([`BEFORE_WRITE`]), which waits until the deadline has passed
+    /// (the runtime's one thread held there, as a busy runtime would). Against a listener that
+    /// never answers: no byte may reach it. Before (the exchange deciding "sent" when it
+    /// started): "timeout at memcached://…: no answer within 1s", not `is_not_sent`, and with
+    /// that assertion left out, the breaker of 2 failures `Open` after the second call.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_deadline_passing_between_the_exchanges_start_and_its_first_write_is_not_sent() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = MemcachedConfig::new(addr.to_string()).timeout(Duration::from_secs(1));
+        let backend = MemcachedBackend::connect(config.lazy()).unwrap();
+        let window = SlidingWindow::new(10, Duration::from_secs(10), 10).unwrap();
+        let breaker = BreakerConfig::new(2, Duration::from_secs(60), Duration::from_secs(60));
+        let limiter = MemcachedLimiter::with_clock(
+            &backend,
+            "gap",
+            window,
+            FailurePolicy::FailClosed,
+            ManualClock::new(),
+        )
+        .unwrap()
+        .with_breaker(Some(breaker.unwrap()));
+        BEFORE_WRITE.set(Some(until_past));
+        let mut errors = Vec::new();
+        for _ in 0..2 {
+            let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
+            assert!(!outcome.decision().is_allowed());
+            errors.push(
+                outcome
+                    .failure()
+                    .expect("decided by the policy")
+                    .to_string(),
+            );
+            assert!(outcome.failure().unwrap().is_not_sent(), "{errors:?}");
+        }
+        BEFORE_WRITE.set(None);
+        assert!(errors.iter().all(|e| e.contains("not sent")), "{errors:?}");
+        assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
+        assert_eq!(limiter.reclaims(), ReclaimCounts::default());
+        // Each exchange connected, and wrote nothing.
+        drop(limiter);
+        drop(backend);
+        listener.set_nonblocking(true).unwrap();
+        let mut accepted = 0;
+        while let Ok((mut socket, _)) = listener.accept() {
+            socket.set_nonblocking(false).unwrap();
+            let mut received = Vec::new();
+            socket.read_to_end(&mut received).unwrap();
+            assert!(received.is_empty(), "{received:?}");
+            accepted += 1;
+        }
+        assert!(accepted >= 1, "no exchange connected");
+    }
+
+    /// The claims of [`Start`]: the caller's give-up and the exchange's first write exclude
+    /// each other; a give-up while connecting, or after the write's claim, is a sent call's.
+    #[test]
+    fn the_callers_give_up_and_the_first_write_are_claimed_once() {
+        // Not started: the caller's give-up wins, the exchange never starts.
+        let start = Start::default();
+        assert!(start.abandon());
+        assert!(!start.begin());
+        // Connecting: a give-up is told (a slow connect says something about memcached).
+        let start = Start::default();
+        assert!(start.begin());
+        assert!(!start.abandon());
+        // Ready, nothing written: the give-up wins, and the write is refused.
+        start.connected();
+        assert!(start.abandon());
+        assert!(!start.write());
+        // Ready, then the write claimed: the give-up is a sent call's; a second request's
+        // write is claimed too.
+        let start = Start::default();
+        assert!(start.begin());
+        start.connected();
+        assert!(start.write());
+        assert!(!start.abandon());
+        assert!(start.write());
+        // A first connection failed before its first byte: connecting again, then ready.
+        start.reconnecting();
+        assert!(!start.abandon());
+        start.connected();
+        assert!(start.abandon());
+        // The exchange gave up itself (the deadline passed before its write): not sent.
+        let start = Start::default();
+        assert!(start.begin());
+        start.connected();
+        start.give_up();
+        assert!(!start.write());
+        assert!(start.abandon());
+    }
 }

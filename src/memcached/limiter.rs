@@ -445,9 +445,12 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
     ///
     /// **Cancellation**: the exchange runs in a task of its own (spawned on the runtime), so a
     /// caller that drops the future, or reaches its timeout, only loses its answer. A request not
-    /// yet written when the caller gives up is never sent (a call whose exchange its runtime
-    /// had not started by its timeout, busy elsewhere, is a timeout that says "not sent":
-    /// decided by the policy and counted, but not told to the circuit breaker, as on Redis);
+    /// yet written when the caller gives up is never sent (a call whose exchange had not
+    /// written a byte of its request by its timeout, its runtime busy elsewhere or the
+    /// deadline passing just before the write, is a timeout that says "not sent": decided by
+    /// the policy and counted, but not told to the circuit breaker, as on Redis; one whose
+    /// timeout passed while its exchange was connecting is told, as a slow connect says
+    /// something about memcached);
     /// one already written is finished
     /// within the timeout plus the backend's [grace](super::MemcachedConfig::grace): a denial is
     /// taken back, an admission its caller never got is given back (`decr` of the same cell and
@@ -624,9 +627,11 @@ impl<C: Clock + Clone> MemcachedLimiter<C> {
 
     /// As [`try_acquire`](Self::try_acquire), blocking the calling thread (std sockets; no
     /// runtime needed, and not to be called on an async task). A call whose deadline passes
-    /// before its request is written (its thread held, or all 128 connections of the backend
-    /// busy until then) is a timeout that says "not sent": decided by the policy and counted,
-    /// but not told to the circuit breaker, as on the async path.
+    /// before any byte of its request is written (its thread held, all 128 connections of the
+    /// backend busy until then, or the deadline passing as the write begins) is a timeout
+    /// that says "not sent": decided by the policy and counted, but not told to the circuit
+    /// breaker, as on the async path. A deadline passing during a connect, or once a byte is
+    /// written, is a timeout told to the breaker.
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
@@ -848,7 +853,8 @@ impl Drop for Unrun {
 
 /// Adds `n` to the current cell and reads the window, on one connection: the decision (a denial
 /// still counted: the caller takes it back with [`take_back`]). Each request is written only
-/// if `waiting()` says its caller still waits for it (else a timeout).
+/// if `waiting()` says its caller still waits for it (else a "not sent" timeout for the first,
+/// a timeout for the second: the first was carried out).
 pub(crate) async fn decide<T: Transport>(
     window: &Cells,
     connection: &mut T,
@@ -865,7 +871,13 @@ pub(crate) async fn decide<T: Transport>(
     // `flush_all`): the increment is then lost, so one more try cannot count it twice.
     for attempt in 0..2 {
         if !waiting() {
-            return Err(CallError::Timeout);
+            // Nothing of this call written yet: not sent; else the first request was carried
+            // out.
+            return Err(if attempt == 0 {
+                CallError::NotSent
+            } else {
+                CallError::Timeout
+            });
         }
         connection.set_pending(Pending::Decision { added: None });
         connection

@@ -7,6 +7,7 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -211,7 +212,8 @@ pub struct RedisBackend {
 
 #[derive(Debug)]
 struct Shared {
-    connection: Connection,
+    /// What each call takes its own handle on ([`SharedConnection::get`]).
+    connection: SharedConnection,
     timeout: Duration,
     /// The configured address(es), passwords redacted, for error messages.
     server: Arc<str>,
@@ -278,18 +280,120 @@ impl BlockingRuntime {
     }
 }
 
-/// A one-node or cluster connection, as one [`ConnectionLike`].
+/// A one-node or cluster connection, as one [`ConnectionLike`]: a call's own handle
+/// ([`SharedConnection::get`]). A single server's carries the generation of its manager
+/// ([`SingleServer`]), so that a call that found it stuck replaces that one only.
 #[derive(Clone)]
 enum Connection {
-    Single(ConnectionManager),
+    Single(ConnectionManager, u64),
     Cluster(ClusterConnection),
+}
+
+/// The backend's connection, from which each call takes its own handle.
+enum SharedConnection {
+    Single(SingleServer),
+    Cluster(ClusterConnection),
+}
+
+impl SharedConnection {
+    /// A call's handle on the connection: the single server's current manager, or the cluster's.
+    fn get(&self) -> Connection {
+        match self {
+            // The first manager as long as none replaced it: a plain load on the hot path (an
+            // `ArcSwap` load measured about 110 instructions a decision more, issue 18). A call
+            // that reads `false` just after a replacement sends on the stuck manager, gets its
+            // kept error at once and finds the replacement in `replace` (generation 0 is old).
+            SharedConnection::Single(single) if !single.replaced.load(Ordering::SeqCst) => {
+                Connection::Single(single.first.clone(), 0)
+            }
+            SharedConnection::Single(single) => {
+                let current = single.current.load();
+                Connection::Single(current.manager.clone(), current.generation)
+            }
+            SharedConnection::Cluster(cluster) => Connection::Cluster(cluster.clone()),
+        }
+    }
+}
+
+/// A single server's connection manager, replaced by a fresh one when a finished reconnect
+/// series left it stuck ([`Stale::Replace`]).
+struct SingleServer {
+    /// The manager built at connect (generation 0), used while `replaced` is `false`.
+    first: ConnectionManager,
+    /// Whether `current` holds a replacement of `first`.
+    replaced: AtomicBool,
+    current: arc_swap::ArcSwap<Manager>,
+    /// What a fresh manager is built from: the backend's client and timeout.
+    client: redis::Client,
+    timeout: Duration,
+}
+
+/// A single server's connection manager and its generation (0 for the first; one more for
+/// each replacement).
+struct Manager {
+    manager: ConnectionManager,
+    generation: u64,
+}
+
+impl SingleServer {
+    fn new(client: redis::Client, manager: ConnectionManager, timeout: Duration) -> Self {
+        SingleServer {
+            first: manager.clone(),
+            replaced: AtomicBool::new(false),
+            current: arc_swap::ArcSwap::from_pointee(Manager {
+                manager,
+                generation: 0,
+            }),
+            client,
+            timeout,
+        }
+    }
+
+    /// Replaces the manager of `generation`, stuck on a finished series' error, with a fresh
+    /// one built on `runtime` (its tasks live there), unless another call replaced it first;
+    /// returns a handle on the current manager, or `None` if no fresh one could be built.
+    /// Lazy: the fresh manager connects (a series of its own) when the call sent on it polls.
+    fn replace(&self, generation: u64, runtime: &tokio::runtime::Handle) -> Option<Connection> {
+        let current = self.current.load();
+        if current.generation == generation {
+            let _on = runtime.enter();
+            let fresh = ConnectionManager::new_lazy_with_config(
+                self.client.clone(),
+                manager_config(self.timeout),
+            )
+            .ok()?;
+            // Only over the stuck one: of two calls that found it stuck, the first replaces it
+            // and the second sends on that replacement.
+            self.current.compare_and_swap(
+                &current,
+                Arc::new(Manager {
+                    manager: fresh,
+                    generation: generation + 1,
+                }),
+            );
+            // SeqCst: a flag read by `SharedConnection::get`; stored after `current` holds the
+            // replacement (any store of it does).
+            self.replaced.store(true, Ordering::SeqCst);
+        }
+        let now = self.current.load();
+        Some(Connection::Single(now.manager.clone(), now.generation))
+    }
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Connection::Single(_) => "Connection::Single",
+            Connection::Single(..) => "Connection::Single",
             Connection::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+impl std::fmt::Debug for SharedConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SharedConnection::Single(_) => "SharedConnection::Single",
+            SharedConnection::Cluster(_) => "SharedConnection::Cluster",
         })
     }
 }
@@ -309,30 +413,70 @@ async fn ready_at_once<T>(
     (result, polls == 1)
 }
 
+/// What a single server's call that failed on a finished reconnect series' kept error calls
+/// for ([`stale_connection_error`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stale {
+    /// Sent once more on the same manager: handing the error over started a new series
+    /// (redis-rs does so for an I/O error), which the resend waits for.
+    Resend,
+    /// Sent once more on a fresh manager ([`SingleServer::replace`]): redis-rs starts no new
+    /// series after a non-I/O error, and would hand the kept one to every later call.
+    Replace,
+}
+
 /// Whether a single server's call failed on a reconnect series that had already ended before
-/// it was made: a refused or timed-out connection attempt ready at the call's first poll (no
-/// request on a live connection fails so at once). The connection manager keeps a
-/// failed series' error and hands it to the next call, which starts a new series but returns
-/// that stale error at once: after an outage during which no call was made (the circuit
-/// breaker open), the breaker's probe got the refusal of the series the last call started,
-/// however long ago, though the server was back, and the breaker opened again for a doubled
-/// back-off (issue 18). Such a call never reached the server (the manager had no connection
-/// to send it on), so it is sent once more, and waits, within its deadline, for the series
-/// its failure started. A call that waited for a series (pending at its first poll) gets that
-/// series' error, which is news, and is not sent again. Only a refusal or a connection
-/// timeout: other errors ready at once (a connection whose driver task is gone, its runtime
-/// dropped) are not a series' and are returned as they are.
-fn stale_connection_error<T>(result: &redis::RedisResult<T>, at_once: bool) -> bool {
-    at_once
-        && result
-            .as_ref()
-            .is_err_and(|error| error.is_connection_refusal() || error.is_timeout())
+/// it was made, and so was never sent, and what it calls for ([`Stale`]); `None` for any other
+/// failure. The connection manager keeps a failed series' error and hands it to the next call
+/// at once: after an outage during which no call was made (the circuit breaker open), the
+/// breaker's probe got the error of the series the last call started, however long ago,
+/// though the server was back, and the breaker opened again for a doubled back-off (issue 18).
+/// Such a call never reached the server (the manager had no connection to send it on), so it
+/// is sent once more, and waits, within its deadline, for a series of its own. A call that
+/// waited for a series (pending at its first poll) gets that series' error, which is news,
+/// and is not sent again.
+///
+/// Only errors that a series can end with and that a request on a live connection never gets
+/// at its first poll (read against redis-rs 1.2.2; a series is `connect`, then the handshake,
+/// `AUTH`/`HELLO` and `SELECT`, `CLIENT SETINFO`'s replies ignored):
+/// * [`Stale::Resend`]: a refused connection; a connection timeout (no request on a live
+///   connection times out at once: redis-rs has no response timeout here, and a socket's own
+///   timeout comes after minutes of retransmissions, to the oldest request in flight); a host
+///   name that did not resolve (std's "failed to lookup address information", the text of a
+///   failed `getaddrinfo`: a name is looked up only to connect).
+/// * [`Stale::Replace`]: `AuthenticationFailed` (the handshake's `AUTH` or `HELLO` refused: a
+///   server restarted without its password, its ACLs not yet loaded) and `InvalidClientConfig`
+///   (a name that resolved to no address): only a connection attempt has them.
+///
+/// Not: a `LOADING` error (`BusyLoading`) or any other server error, a reset or an end of
+/// stream, a closed driver (`BrokenPipe`, a connection whose runtime was dropped), a parse
+/// error. A server error is a reply: Redis accepts `AUTH`, `HELLO` and `SELECT` while it
+/// loads, so a series never ends on `LOADING`, which comes only as the reply to the call
+/// itself (the server up, not running it yet: news for the breaker, and a resend would be
+/// answered the same). The others also arise on a live connection, where in a race the
+/// driver may have written the request and failed within the caller's first poll, so
+/// resending them on their kind alone could count a decision twice.
+fn stale_connection_error<T>(result: &redis::RedisResult<T>, at_once: bool) -> Option<Stale> {
+    let error = result.as_ref().err().filter(|_| at_once)?;
+    match error.kind() {
+        ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig => Some(Stale::Replace),
+        ErrorKind::Io
+            if error.is_connection_refusal()
+                || error.is_timeout()
+                || error
+                    .to_string()
+                    .contains("failed to lookup address information") =>
+        {
+            Some(Stale::Resend)
+        }
+        _ => None,
+    }
 }
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Single(c, _) => c.req_packed_command(cmd),
             Connection::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -344,14 +488,14 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Connection::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Single(c, _) => c.req_packed_commands(cmd, offset, count),
             Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Connection::Single(c) => c.get_db(),
+            Connection::Single(c, _) => c.get_db(),
             Connection::Cluster(c) => c.get_db(),
         }
     }
@@ -529,23 +673,26 @@ impl RedisBackend {
                     .set_connection_timeout(timeout)
                     .set_response_timeout(timeout);
                 if config.lazy {
-                    Ok(Connection::Cluster(
+                    Ok(SharedConnection::Cluster(
                         client.get_pending_async_connection_with_config(cluster_config),
                     ))
                 } else {
                     client
                         .get_async_connection_with_config(cluster_config)
                         .await
-                        .map(Connection::Cluster)
+                        .map(SharedConnection::Cluster)
                         .map_err(|error| classify(&server, true, error))
                 }
             } else {
                 let client = redis::Client::open(config.nodes[0].as_str())
                     .map_err(|error| bad_url(&config.nodes[..1], &error))?;
                 let manager_config = manager_config(timeout);
+                let single = |manager| {
+                    SharedConnection::Single(SingleServer::new(client.clone(), manager, timeout))
+                };
                 if config.lazy {
-                    ConnectionManager::new_lazy_with_config(client, manager_config)
-                        .map(Connection::Single)
+                    ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+                        .map(single)
                         .map_err(|error| classify(&server, false, error))
                 } else {
                     // One plain attempt first: the manager retries with back-off, which would
@@ -557,9 +704,9 @@ impl RedisBackend {
                         .get_multiplexed_async_connection_with_config(&probe)
                         .await
                         .map_err(|error| classify(&server, false, error))?;
-                    ConnectionManager::new_with_config(client, manager_config)
+                    ConnectionManager::new_with_config(client.clone(), manager_config)
                         .await
-                        .map(Connection::Single)
+                        .map(single)
                         .map_err(|error| classify(&server, false, error))
                 }
             }
@@ -603,7 +750,7 @@ impl RedisBackend {
 
     /// `TIME`, within `within`: one offset sample.
     async fn read_server_clock(&self, within: Duration) -> Result<(), BackendError> {
-        let mut connection = self.shared.connection.clone();
+        let mut connection = self.shared.connection.get();
         let time = redis::cmd("TIME");
         let sent = Instant::now();
         let reply = time.query_async::<(i64, i64)>(&mut connection);
@@ -631,7 +778,7 @@ impl RedisBackend {
     /// slots with a `MOVED` error. A server whose `INFO` fails (a renamed or forbidden command)
     /// is taken as it is.
     async fn refuse_a_cluster_node(&self, within: Duration) -> Result<(), BackendError> {
-        let mut connection = self.shared.connection.clone();
+        let mut connection = self.shared.connection.get();
         let info = redis::cmd("INFO").arg("cluster").to_owned();
         let reply = info.query_async::<String>(&mut connection);
         match until_deadline(reply, Instant::now() + within).await {
@@ -665,7 +812,7 @@ impl RedisBackend {
     async fn read_slot_owners(&self, within: Duration) {
         // The map read is at least as recent as this instant (see `SlotOwners::update`).
         let asked = self.shared.clock.client_micros(Instant::now());
-        let reply = read_slot_owners(self.shared.connection.clone(), within).await;
+        let reply = read_slot_owners(self.shared.connection.get(), within).await;
         if let Some(reply) = reply {
             self.shared.owners.update(&reply, self.shared.scheme, asked);
         }
@@ -841,7 +988,7 @@ impl RedisBackend {
 
     /// Whether this is a Redis Cluster connection (a script call's keys must share a slot).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.shared.connection, Connection::Cluster(_))
+        matches!(self.shared.connection, SharedConnection::Cluster(_))
     }
 
     /// The deadline sent to the server, at `now`, for a call that gives up at `deadline`: the
@@ -1045,7 +1192,7 @@ impl RedisBackend {
             command.arg(arg);
         }
         command.arg(self.server_deadline(deadline, now));
-        let mut connection = shared.connection.clone();
+        let mut connection = shared.connection.get();
         let key = keys.first().map(String::as_str);
         let call = query_script::<Fields>(shared, script, key, &command, &mut connection);
         let reply = match until_deadline(call, deadline).await {
@@ -1114,7 +1261,7 @@ impl RedisBackend {
         n_list(&mut command, requests, n_slot);
         command.arg(plan.earliest);
         plan.deadlines_and_indices(&mut command);
-        let mut connection = shared.connection.clone();
+        let mut connection = shared.connection.get();
         let key = first.keys.first().map(String::as_str);
         let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
         let (items, received) = self
@@ -1191,7 +1338,7 @@ impl RedisBackend {
         command.arg(requests.len()).arg(plan.earliest);
         n_list(&mut command, requests, n_slot);
         plan.deadlines_and_indices(&mut command);
-        let mut connection = shared.connection.clone();
+        let mut connection = shared.connection.get();
         let key = first.keys.first().map(String::as_str);
         let call = query_script::<Value>(shared, batch, key, &command, &mut connection);
         let (items, received) = self
@@ -1538,7 +1685,7 @@ async fn query_script<T: redis::FromRedisValue>(
 ) -> redis::RedisResult<T> {
     let no_script =
         |error: &RedisError| error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript);
-    match query_sent_once_more_if_stale::<T>(command, connection).await {
+    match query_sent_once_more_if_stale::<T>(shared, command, connection).await {
         Err(error) if no_script(&error) => {
             let node: Arc<str> = match (&*connection, key) {
                 (Connection::Cluster(_), Some(key)) => {
@@ -1569,22 +1716,37 @@ async fn query_script<T: redis::FromRedisValue>(
 }
 
 /// `command` sent on `connection`, and on a single server sent once more if its error is a
-/// finished reconnect series' kept error ([`stale_connection_error`]): the script calls'
-/// first send ([`query_script`]), which every decision, batch, lease and refund makes, the
-/// breaker's probe included. The resend's check lives here, in the caller's future, not in a
-/// wrapper of [`Connection`]'s `req_packed_command`, which would box a second future per
-/// request (measured, issue 18: ~370 instructions a decision, one caller; see CHANGELOG). The
-/// other calls (`TIME`, `INFO`, `SCRIPT LOAD`, `CLUSTER SLOTS`) are not resent: a stale error
-/// fails them as any failure does, and the next call finds the new series.
+/// finished reconnect series' kept error ([`stale_connection_error`]): on the same manager,
+/// whose new series it waits for, or on a fresh one replacing a manager that series left
+/// stuck ([`Stale::Replace`]). The script calls' first send ([`query_script`]), which every
+/// decision, batch, lease and refund makes, the breaker's probe included. The resend's check
+/// lives here, in the caller's future, not in a wrapper of [`Connection`]'s
+/// `req_packed_command`, which would box a second future per request (measured, issue 18:
+/// ~370 instructions a decision, one caller; see CHANGELOG). The other calls (`TIME`, `INFO`,
+/// `SCRIPT LOAD`, `CLUSTER SLOTS`) are not resent: a stale error fails them as any failure
+/// does, and the next script call finds the new series (or replaces the stuck manager).
 async fn query_sent_once_more_if_stale<T: redis::FromRedisValue>(
+    shared: &Shared,
     command: &Cmd,
     connection: &mut Connection,
 ) -> redis::RedisResult<T> {
     let (result, at_once) = ready_at_once(command.query_async::<T>(&mut *connection)).await;
-    if matches!(connection, Connection::Single(_)) && stale_connection_error(&result, at_once) {
-        return command.query_async::<T>(connection).await;
+    let (Connection::Single(_, generation), SharedConnection::Single(single)) =
+        (&*connection, &shared.connection)
+    else {
+        return result;
+    };
+    match stale_connection_error(&result, at_once) {
+        None => result,
+        Some(Stale::Resend) => command.query_async::<T>(connection).await,
+        Some(Stale::Replace) => match single.replace(*generation, &shared.runtime) {
+            Some(fresh) => {
+                *connection = fresh;
+                command.query_async::<T>(connection).await
+            }
+            None => result,
+        },
     }
-    result
 }
 
 /// `SCRIPT LOAD` of `script` on the node that runs a call on `key` (see [`query_script`]).
@@ -2019,9 +2181,13 @@ const RECONNECT_RETRIES: usize = 4;
 /// deadline (a timeout then). A series whose every attempt failed ends with the last
 /// attempt's error (a refusal, for a server that is down): the calls waiting get it. The
 /// manager hands that error to the next call at once, however long ago the series ended, and
-/// starts a new series; that call is sent once more and waits for the new series within its
-/// deadline ([`stale_connection_error`]), so a call made after the server is back (the
-/// breaker's probe after an outage) reaches it. So a server that is down keeps being tried,
+/// starts a new series if it is an I/O error (a refusal, a timeout, a name that did not
+/// resolve); that call is sent once more and waits for the new series within its deadline
+/// ([`stale_connection_error`]), so a call made after the server is back (the breaker's probe
+/// after an outage) reaches it. After a series that ended on another error (`AUTH` refused at
+/// the handshake, a name with no address) the manager would start none, and hand that error to
+/// every later call: the call that gets it is sent once more on a fresh manager, which replaces
+/// the stuck one ([`SingleServer::replace`]). So a server that is down keeps being tried,
 /// one series per call that finds the last one over; no timer of the manager's outlives a
 /// series. (The circuit breaker, not this back-off, is what spares a server that is
 /// down the calls.) `tests/redis/failure.rs` runs a series to its end and a recovery after it.
@@ -2251,6 +2417,127 @@ fn is_password_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use redis::FromRedisValue as _;
+
+    /// The errors ready at a call's first poll that a finished reconnect series kept, and what
+    /// each calls for (issue 18): a series' I/O errors are sent once more, its handshake's
+    /// `AUTH` refusal and a name with no address on a fresh manager; a reply (`LOADING`, a
+    /// script's error) never, nor a live connection's own errors, nor anything that came after
+    /// waiting (news).
+    #[test]
+    fn a_finished_series_errors_are_told_from_replies_and_live_connections_errors() {
+        use redis::ServerErrorKind::{BusyLoading, NoScript, ResponseError};
+        use std::io::ErrorKind as Io;
+        let io = |kind: Io| Err::<(), _>(RedisError::from(std::io::Error::from(kind)));
+        let of = |kind: ErrorKind, what: &'static str| Err::<(), _>(RedisError::from((kind, what)));
+        let lookup = Err::<(), _>(RedisError::from(std::io::Error::other(
+            "failed to lookup address information: Name or service not known",
+        )));
+        for (error, stale) in [
+            (io(Io::ConnectionRefused), Some(Stale::Resend)),
+            (io(Io::TimedOut), Some(Stale::Resend)),
+            (lookup, Some(Stale::Resend)),
+            (
+                of(
+                    ErrorKind::AuthenticationFailed,
+                    "Password authentication failed",
+                ),
+                Some(Stale::Replace),
+            ),
+            (
+                of(ErrorKind::InvalidClientConfig, "No address found for host"),
+                Some(Stale::Replace),
+            ),
+            (of(ErrorKind::Server(BusyLoading), "LOADING"), None),
+            (of(ErrorKind::Server(ResponseError), "ERR"), None),
+            (of(ErrorKind::Server(NoScript), "NOSCRIPT"), None),
+            (of(ErrorKind::Parse, "parse error"), None),
+            (io(Io::ConnectionReset), None),
+            (io(Io::BrokenPipe), None),
+            (io(Io::UnexpectedEof), None),
+        ] {
+            let shown = format!("{:?}", error.as_ref().unwrap_err());
+            assert_eq!(stale_connection_error(&error, true), stale, "{shown}");
+            assert_eq!(
+                stale_connection_error(&error, false),
+                None,
+                "{shown} after waiting"
+            );
+        }
+        assert_eq!(stale_connection_error(&Ok(()), true), None);
+    }
+
+    /// A host name that does not resolve: the series a call waits for ends on the lookup's
+    /// error, which the manager keeps and hands to the next call at once (starting another
+    /// series). That call must not take the kept error as its own, at once: it is sent once
+    /// more and waits for the series its failure started (issue 18: a DNS name gone during an
+    /// outage; once it resolves again, the breaker's probe reaches the server). The series run
+    /// as tasks of this test's runtime, so the test sees one end instead of sleeping for it.
+    /// Skipped where the name resolves (a resolver that answers every name), or where no
+    /// resolver answers within 2 s.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_call_after_a_series_ended_on_a_failed_lookup_waits_for_a_new_series() {
+        const NAME: &str = "floodgate-test.invalid";
+        let asked = Instant::now();
+        let Err(lookup) = tokio::net::lookup_host((NAME, 6379)).await else {
+            eprintln!("{NAME} resolves here: nothing to test");
+            return;
+        };
+        // A resolver that is not reachable answers only after its own timeouts (seconds per
+        // lookup, ten lookups here): no test of the resend there, only of the resolver.
+        if asked.elapsed() > Duration::from_secs(2) {
+            eprintln!("no resolver answers here ({lookup}): nothing to test");
+            return;
+        }
+        let hang_bound = Instant::now() + Duration::from_secs(60);
+        let backend = RedisBackend::connect(
+            RedisConfig::single(format!("redis://{NAME}:6379"))
+                .timeout(Duration::from_secs(10))
+                .lazy(),
+        )
+        .await
+        .unwrap();
+        let shared = &*backend.shared;
+        let command = redis::cmd("PING");
+        let call = || async {
+            let mut connection = shared.connection.get();
+            ready_at_once(query_sent_once_more_if_stale::<String>(
+                shared,
+                &command,
+                &mut connection,
+            ))
+            .await
+        };
+        let until_no_task_alive = || async {
+            let metrics = tokio::runtime::Handle::current().metrics();
+            while metrics.num_alive_tasks() > 0 {
+                assert!(Instant::now() < hang_bound, "a series never ended");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        let (first, at_once) = call().await;
+        let first = first.unwrap_err();
+        assert!(!at_once, "the first call waits for its series: {first}");
+        assert!(
+            first
+                .to_string()
+                .contains("failed to lookup address information"),
+            "{first} (the lookup's own error: {lookup})"
+        );
+        // Handing the error over started another series in the background: until it ends.
+        until_no_task_alive().await;
+        let (second, at_once) = call().await;
+        let second = second.unwrap_err();
+        assert!(
+            !at_once,
+            "the finished series' kept error was handed over as the call's own: {second}"
+        );
+        assert!(
+            second
+                .to_string()
+                .contains("failed to lookup address information"),
+            "{second}"
+        );
+    }
 
     /// The reconnect timers of a single server, as `manager_config`'s docs state them: the
     /// series' waits are 10, 20, 40 and 80 ms before jitter (doubling from the minimum, under the

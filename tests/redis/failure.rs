@@ -510,3 +510,136 @@ fn a_bad_cluster_node_list_names_each_node_with_its_password_hidden() {
         "{message}"
     );
 }
+
+/// A server speaking RESP that answers every script call (`EVALSHA`, `EVAL`) with `-LOADING`,
+/// as Redis does while it loads its data set, and the handshake as Redis does then (`AUTH`,
+/// `HELLO`, `SELECT` and `CLIENT` are allowed while loading: `+OK`), counting the script calls,
+/// until dropped.
+struct LoadingServer {
+    port: u16,
+    scripts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The commands complete in `buffer` (RESP arrays of bulk strings), each as its first
+/// argument, upper-cased; the bytes they took are drained.
+fn take_commands(buffer: &mut Vec<u8>) -> Vec<String> {
+    fn line(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
+        let end = at + bytes.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+        Some((&bytes[at..end], end + 2))
+    }
+    let number = |text: &[u8]| -> usize { std::str::from_utf8(text).unwrap().parse().unwrap() };
+    let mut commands = Vec::new();
+    let mut at = 0;
+    'commands: while let Some((header, mut next)) = line(buffer, at) {
+        assert_eq!(header.first(), Some(&b'*'), "not a RESP array: {header:?}");
+        let mut first = None;
+        for _ in 0..number(&header[1..]) {
+            let Some((length, start)) = line(buffer, next) else {
+                break 'commands;
+            };
+            let end = start + number(&length[1..]);
+            if buffer.len() < end + 2 {
+                break 'commands;
+            }
+            first
+                .get_or_insert_with(|| String::from_utf8_lossy(&buffer[start..end]).to_uppercase());
+            next = end + 2;
+        }
+        commands.push(first.unwrap_or_default());
+        at = next;
+    }
+    buffer.drain(..at);
+    commands
+}
+
+impl LoadingServer {
+    fn start() -> Self {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let scripts = std::sync::Arc::new(AtomicU64::new(0));
+        let (flag, counted) = (stop.clone(), scripts.clone());
+        let thread = std::thread::spawn(move || {
+            let mut held: Vec<(std::net::TcpStream, Vec<u8>)> = Vec::new();
+            // SeqCst: a test flag, checked every millisecond.
+            while !flag.load(Ordering::SeqCst) {
+                if let Ok((socket, _)) = listener.accept() {
+                    socket.set_nonblocking(true).unwrap();
+                    held.push((socket, Vec::new()));
+                }
+                for (socket, buffer) in &mut held {
+                    let mut chunk = [0u8; 4096];
+                    if let Ok(read) = socket.read(&mut chunk) {
+                        buffer.extend_from_slice(&chunk[..read]);
+                    }
+                    for command in take_commands(buffer) {
+                        let reply: &[u8] = match command.as_str() {
+                            "EVALSHA" | "EVAL" => {
+                                // SeqCst: a test counter.
+                                counted.fetch_add(1, Ordering::SeqCst);
+                                b"-LOADING Redis is loading the dataset in memory\r\n"
+                            }
+                            "TIME" => b"*2\r\n$10\r\n1700000000\r\n$1\r\n0\r\n",
+                            "PING" => b"+PONG\r\n",
+                            "INFO" => b"$0\r\n\r\n",
+                            _ => b"+OK\r\n",
+                        };
+                        let _ = socket.write_all(reply);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        LoadingServer {
+            port,
+            scripts,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Script calls received so far.
+    fn scripts(&self) -> u64 {
+        // SeqCst: as above.
+        self.scripts.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for LoadingServer {
+    fn drop(&mut self) {
+        // SeqCst: as above.
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A `LOADING` reply is the server's answer to the call itself, not a finished reconnect
+/// series' kept error (Redis accepts the handshake while loading, so a series never ends on
+/// it): the call fails on it, as a script error naming the server, and is not sent again
+/// (issue 18: the stale-error resend covers only errors that prove nothing was sent). Each call
+/// reaches the server exactly once.
+#[test]
+fn a_loading_reply_to_the_call_itself_fails_it_and_is_not_sent_again() {
+    let loading = LoadingServer::start();
+    let url = format!("redis://127.0.0.1:{}", loading.port);
+    let config = RedisConfig::single(&url).timeout(Duration::from_secs(5));
+    let backend = RedisBackend::blocking_connect(config.lazy()).unwrap();
+    let limiter = limiter(&backend, FailurePolicy::FailClosed);
+    for call in 1..=3 {
+        let started = Instant::now();
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(started.elapsed() < CALL_BOUND, "hung");
+        let error = outcome.failure().expect("decided by the policy");
+        assert_eq!(error.kind(), FailureKind::Script, "{error}");
+        assert!(error.to_string().contains("BusyLoading"), "{error}");
+        assert!(error.to_string().contains(&url), "{error}");
+        assert_eq!(loading.scripts(), call, "{error}");
+    }
+}

@@ -497,3 +497,57 @@ fn the_first_probe_after_connects_timed_out_reaches_the_server_that_is_back() {
     );
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
+
+/// As above, the reconnect series ending in an `AUTH` refusal: the server restarted without the
+/// password the backend's URL carries (its configuration not yet restored), so each attempt of
+/// the series the probe starts connects and is refused at the handshake. redis-rs's connection
+/// manager starts another series only for an I/O error; after one that ended in
+/// `AuthenticationFailed` it hands that kept error to every later call at once, for good. Once
+/// the server takes the password again, the next probe must reach it (issue 18).
+#[test]
+fn the_probe_after_an_auth_refusal_reaches_the_server_that_takes_the_password_again() {
+    let mut server = RedisServer::start();
+    server.cli(&["CONFIG", "SET", "requirepass", "right"]);
+    let url = format!("redis://:right@127.0.0.1:{}", server.port);
+    let backend =
+        RedisBackend::blocking_connect(RedisConfig::single(&url).timeout(TIMEOUT)).unwrap();
+    let (limiter, clock) = probed_limiter(&backend, "auth");
+    let own = OwnRuntime::new();
+    let call = || own.call(&limiter);
+    assert!(call().decision().is_allowed());
+    own.until_no_task_alive("a call's task with the server up");
+
+    server.kill();
+    let started = Instant::now();
+    let breaker = limiter.breaker().unwrap();
+    while breaker.state() != BreakerState::Open {
+        assert!(call().failure().is_some(), "decided by a dead server?");
+        assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
+    }
+    own.until_no_task_alive("the reconnect series the last call started");
+    // Back without its password: the probe's series ends refused at AUTH, each attempt.
+    server.restart();
+    clock.advance(OPEN_FOR);
+    let refused = call();
+    let error = refused.failure().expect("a probe refused at AUTH");
+    assert!(
+        error.to_string().contains("authentication failed")
+            || error.to_string().contains("Password authentication failed"),
+        "{error}"
+    );
+    assert_eq!(breaker.state(), BreakerState::Open);
+    own.until_no_task_alive("the probe's series");
+
+    // The password is back. The breaker's back-off doubled after the failed probe.
+    server.cli(&["CONFIG", "SET", "requirepass", "right"]);
+    clock.advance(OPEN_FOR * 2);
+    let probe = call();
+    assert!(
+        probe.failure().is_none(),
+        "the probe: {:?}",
+        probe.failure()
+    );
+    assert!(probe.decision().is_allowed());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert!(call().decision().is_allowed());
+}
