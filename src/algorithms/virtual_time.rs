@@ -313,13 +313,16 @@ impl VirtualTime {
             if next == current {
                 return Ok(None);
             }
-            if (next.interval, next.capacity) == (current.interval, current.capacity) {
-                // Only the rate's spelling changed (same rounded interval): nothing to convert.
-                return Ok(Some(next));
-            }
+            // Only the rate's spelling changed (the same rounded interval and capacity): nothing
+            // to convert, and no new change instant. Still a new generation: the words written
+            // four generations before it share its stamp bits, so the settle bounds move on as
+            // for any change (they were left as they were, and a word drained before three
+            // changes and a respelling was read as its old time in the new units: full).
+            let respelled = (next.interval, next.capacity) == (current.interval, current.capacity);
             let at = since_change(now, current.changed_at);
             let conv = |bound: u64| match bound {
                 0 => 0,
+                bound if respelled => bound,
                 bound => convert(
                     bound,
                     at,
@@ -355,7 +358,7 @@ impl VirtualTime {
             settle.recent = [conv(g2), conv(g1), conv(ending)];
             settle.recent_by = [b2.max(at), b1.max(at), at];
             Ok(Some(Snapshot {
-                changed_at: at,
+                changed_at: if respelled { current.changed_at } else { at },
                 settled_at,
                 settled_by,
                 ..next
