@@ -396,10 +396,10 @@ fn buckets_set_rate_races_a_take_on_a_reconfigured_bucket() {
 
 /// Two takes race for the last permit of a bucket changed once (generation 1, one permit per
 /// `2·T`): the driver takes one of the two after the change, so the word carries stamp bits 1 and
-/// both A and B run generation 1's own copy of the short path (`VirtualTime::short_in`'s
-/// `STAMPED`, which decides on the stamped word as it is); the one whose compare-exchange loses
-/// decides again on the winner's word, in that copy. No time passes: exactly one of them is
-/// admitted, and nothing after.
+/// both A and B run generation 1's own copy of the short path (`VirtualTime::short`'s second
+/// branch, the generation a constant); the one whose compare-exchange loses decides again on the
+/// winner's word, in that copy. No time passes: exactly one of them is admitted, and nothing
+/// after.
 fn takes_race_on_a_bucket_changed_once(make: Make) {
     model(None, move || {
         let clock = ModelClock::starting_at(START);

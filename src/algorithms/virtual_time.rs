@@ -479,11 +479,11 @@ impl VirtualTime {
         // is the load of the generation in `recheck` (see there).
         let current = word.load(Ordering::Acquire);
         let outcome = match current <= END_OF_TIME {
-            true => match self.short_in::<A, true, false>(word, floor, clock_now, n, current, 0) {
+            true => match self.short_in::<A, true>(word, floor, clock_now, n, current, 0) {
                 Outcome::Moved(generation) => {
                     // Acquire: as above; a fresh load (the word may have been rewritten since).
                     let current = word.load(Ordering::Acquire);
-                    self.short_again::<A, false>(word, floor, clock_now, n, current, generation)
+                    self.short_again::<A>(word, floor, clock_now, n, current, generation)
                 }
                 outcome => outcome,
             },
@@ -500,16 +500,14 @@ impl VirtualTime {
                 // races a setter with this branch.
                 let generation = self.store.generation();
                 // Generation 1 (a bucket changed once, as one configuration reload changes it)
-                // runs a copy of its own, compiled with the generation a constant: its slot's
-                // address and its stamp are then known, and it decides on the word as it is,
-                // stamp bits included (`short_in`'s `STAMPED`), which this branch's `current`
-                // (stamp bits not 0) allows. The generation was loaded as for any other, so
-                // nothing else changes (issue 17).
+                // runs the same copy compiled with the generation a constant: its slot's address
+                // and its stamp are then known (issue 17: 4 to 6 instructions a call fewer). The
+                // generation was loaded as for any other, so nothing else changes. (A form that
+                // also kept the stamp on the times it compares, 3 fewer an admission, slowed the
+                // never-reconfigured buckets by about 7% in paired timing: CHANGELOG.)
                 match generation {
-                    1 => self.short_again::<A, true>(word, floor, clock_now, n, current, 1),
-                    _ => {
-                        self.short_again::<A, false>(word, floor, clock_now, n, current, generation)
-                    }
+                    1 => self.short_again::<A>(word, floor, clock_now, n, current, 1),
+                    _ => self.short_again::<A>(word, floor, clock_now, n, current, generation),
                 }
             }
         };
@@ -528,9 +526,9 @@ impl VirtualTime {
 
     /// [`short_in`](Self::short_in) in `generation`: the one generation 0's `recheck` named, or
     /// the one loaded for a word of other stamp bits. A setter that races this try too sends the
-    /// call to the engine, which reads everything again. `STAMPED` as in `short_in`.
+    /// call to the engine, which reads everything again.
     #[inline(always)]
-    fn short_again<A: Answer, const STAMPED: bool>(
+    fn short_again<A: Answer>(
         &self,
         word: &AtomicU64,
         floor: &AtomicU64,
@@ -539,7 +537,7 @@ impl VirtualTime {
         current: u64,
         generation: u64,
     ) -> Outcome {
-        match self.short_in::<A, false, STAMPED>(word, floor, clock_now, n, current, generation) {
+        match self.short_in::<A, false>(word, floor, clock_now, n, current, generation) {
             Outcome::Moved(_) => Outcome::Engine,
             outcome => outcome,
         }
@@ -549,19 +547,8 @@ impl VirtualTime {
     /// built into the caller's answer after the two copies join (so they join on plain numbers,
     /// not on a whole `Decision`), or [`Outcome::Moved`] when `generation` is not in force.
     /// `FRESH`: this is generation 0's copy (`generation` is the constant 0).
-    ///
-    /// `STAMPED`: generation 1's copy (`generation` is the constant 1), called only with a
-    /// `current` whose stamp bits are not 0. It decides on the word as it is, against `now` with
-    /// the same stamp added (`now_s = now | stamp`; `now` is below 2^62 in the fast range): every
-    /// time it compares or subtracts then carries the same stamp, so the decision and the answer
-    /// (differences of two times) are the same, and the word it writes is the stamped time
-    /// itself, with no stamp removed and put back (issue 17; CHANGELOG has the counts). A word
-    /// of stamp bits 2 or 3 is at least 2^63, beyond any `now_s + reach` served here, as the
-    /// other copies reject it; a word of stamp bits 0 is below every `now_s` and would read as a
-    /// full bucket, so it never enters: the caller's word has other bits, and a lost
-    /// compare-exchange that returns one hands the call to the engine.
     #[inline(always)]
-    fn short_in<A: Answer, const FRESH: bool, const STAMPED: bool>(
+    fn short_in<A: Answer, const FRESH: bool>(
         &self,
         word: &AtomicU64,
         floor: &AtomicU64,
@@ -612,19 +599,15 @@ impl VirtualTime {
                 // bits differ and it is at least 2^62, beyond any `now + reach` served here
                 // (`now + 2·tau + H` < 2^62 in the fast range): one comparison rejects both a
                 // word of another generation and a leaping clock's word.
-                // `STAMPED`: the word as it is, against `now` stamped alike (see above).
-                let (tat, now_s) = match STAMPED {
-                    true => (current, now | stamp),
-                    false => (current ^ stamp, now),
-                };
-                if tat > now_s.wrapping_add(hot.reach()) {
+                let tat = current ^ stamp;
+                if tat > now.wrapping_add(hot.reach()) {
                     break;
                 }
                 // `cost` ≤ tau when the fields are one generation's.
                 let interval = hot.interval();
                 let cost = u64::from(n).wrapping_mul(interval);
-                let horizon = now_s.wrapping_add(hot.tau());
-                let base = tat.max(now_s);
+                let horizon = now.wrapping_add(hot.tau());
+                let base = tat.max(now);
                 let new_tat = base.wrapping_add(cost);
                 let in_force = self.store.recheck();
                 if in_force != generation {
@@ -632,12 +615,7 @@ impl VirtualTime {
                 }
                 if new_tat > horizon {
                     return Outcome::Denied(
-                        [
-                            capacity,
-                            horizon.saturating_sub(base),
-                            interval,
-                            base - now_s,
-                        ],
+                        [capacity, horizon.saturating_sub(base), interval, base - now],
                         // `new_tat - horizon`, written so the compiler sees it is not 0 here
                         // (`new_tat > horizon`): `at_least_one` costs nothing.
                         at_least_one(new_tat.saturating_sub(horizon)),
@@ -661,24 +639,20 @@ impl VirtualTime {
                     }
                 }
                 // AcqRel / Acquire: as in `update`.
-                let new_word = match STAMPED {
-                    true => new_tat,
-                    false => new_tat | stamp,
-                };
-                match word.compare_exchange(current, new_word, Ordering::AcqRel, Ordering::Acquire)
-                {
+                match word.compare_exchange(
+                    current,
+                    new_tat | stamp,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     Ok(_) => {
                         return Outcome::Allowed([
                             capacity,
                             horizon - new_tat,
                             interval,
-                            new_tat - now_s,
+                            new_tat - now,
                         ]);
                     }
-                    // `STAMPED`: a word of stamp bits 0 would read as full here, and one can
-                    // land while generation 1 is in force (a word reset to 0, then a stalled
-                    // generation-0 writer's compare-exchange from 0): the engine converts it.
-                    Err(actual) if STAMPED && actual < stamp => break,
                     // Another writer landed first: decide again on its word, as `update_at`
                     // does (same clock read, the floor loaded again).
                     Err(actual) => current = actual,
