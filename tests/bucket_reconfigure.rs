@@ -316,6 +316,8 @@ enum Op {
     Advance(u64),
     Take(u32),
     SetRate(u64),
+    /// The rate in force spelled as 2 per twice its interval: the same interval, a new generation.
+    Respell,
     SetCapacity(u32),
 }
 
@@ -324,6 +326,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u64..300_000).prop_map(Op::Advance),
         4 => (1u32..6).prop_map(Op::Take),
         1 => (10_000u64..100_000).prop_map(Op::SetRate),
+        1 => Just(Op::Respell),
         1 => (1u32..12).prop_map(Op::SetCapacity),
     ]
 }
@@ -396,6 +399,12 @@ proptest! {
                 Op::SetRate(t) => {
                     b.algorithm().set_rate(Rate::new(1, Duration::from_nanos(t)), now(&clock)).unwrap();
                     m.interval = i128::from(t);
+                    changes += 1;
+                }
+                Op::Respell => {
+                    let t = u64::try_from(m.interval).unwrap();
+                    let respelled = Rate::new(2, Duration::from_nanos(2 * t));
+                    b.algorithm().set_rate(respelled, now(&clock)).unwrap();
                     changes += 1;
                 }
                 Op::SetCapacity(c) => {
