@@ -316,6 +316,8 @@ enum Op {
     Advance(u64),
     Take(u32),
     SetRate(u64),
+    /// The rate in force spelled as 2 per twice its interval: the same interval, a new generation.
+    Respell,
     SetCapacity(u32),
 }
 
@@ -324,6 +326,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u64..300_000).prop_map(Op::Advance),
         4 => (1u32..6).prop_map(Op::Take),
         1 => (10_000u64..100_000).prop_map(Op::SetRate),
+        1 => Just(Op::Respell),
         1 => (1u32..12).prop_map(Op::SetCapacity),
     ]
 }
@@ -398,6 +401,12 @@ proptest! {
                     m.interval = i128::from(t);
                     changes += 1;
                 }
+                Op::Respell => {
+                    let t = u64::try_from(m.interval).unwrap();
+                    let respelled = Rate::new(2, Duration::from_nanos(2 * t));
+                    b.algorithm().set_rate(respelled, now(&clock)).unwrap();
+                    changes += 1;
+                }
                 Op::SetCapacity(c) => {
                     b.set_limit(c).unwrap();
                     let c = i128::from(c);
@@ -412,4 +421,33 @@ proptest! {
             }
         }
     }
+}
+
+/// A change that only respells the rate (the same rounded interval and capacity) is still a new
+/// generation: words four generations older share its stamp bits. Three real changes, then a
+/// respelling: a word drained before them (10 permits of debt, kept as 10 permits at 1 per 100
+/// ms) must still be in debt 20 ms later, not read raw as its old time (10 ms at 1 per ms: full).
+#[test]
+fn a_respelled_rate_four_changes_later_keeps_an_old_word_in_debt() {
+    let clock = ManualClock::starting_at(SEC);
+    let b = AtomicLimiter::with_clock(
+        Gcra::new(Rate::new(1, Duration::from_millis(1)), 10).unwrap(),
+        clock.clone(),
+    );
+    assert!(b.try_acquire(10).unwrap().is_allowed()); // drained: 10 ms ahead, generation 0
+    let g = b.algorithm();
+    g.set_rate(Rate::new(1, Duration::from_millis(100)), now(&clock))
+        .unwrap();
+    g.set_capacity(11, now(&clock)).unwrap();
+    g.set_capacity(10, now(&clock)).unwrap();
+    // The same interval (100 ms) spelled as 2 per 200 ms: generation 4, stamp bits 0 again.
+    g.set_rate(Rate::new(2, Duration::from_millis(200)), now(&clock))
+        .unwrap();
+    clock.advance(Duration::from_millis(20));
+    let d = b.try_acquire(1).unwrap();
+    assert!(
+        !d.is_allowed(),
+        "a respelled rate freed a drained bucket's permits: {d:?}"
+    );
+    assert_eq!(b.available(), 0);
 }

@@ -394,6 +394,40 @@ fn buckets_set_rate_races_a_take_on_a_reconfigured_bucket() {
     for_each_bucket(lowering_the_rate_races_a_take_on_a_reconfigured_bucket);
 }
 
+/// Two takes race for the last permit of a bucket changed once (generation 1, one permit per
+/// `2·T`): the driver takes one of the two after the change, so the word carries stamp bits 1 and
+/// both A and B run generation 1's own copy of the short path (`VirtualTime::short`'s second
+/// branch, the generation a constant); the one whose compare-exchange loses decides again on the
+/// winner's word, in that copy. No time passes: exactly one of them is admitted, and nothing
+/// after.
+fn takes_race_on_a_bucket_changed_once(make: Make) {
+    model(None, move || {
+        let clock = ModelClock::starting_at(START);
+        let l: Arc<dyn BucketLimiter> = Arc::from(make(&clock));
+        l.change_rate(Rate::new(1, Duration::from_nanos(2 * T)));
+        let mut admitted = take(&*l, &clock, 1, (0, 0));
+        assert_eq!(permits(&admitted), 1, "the first take after the change");
+        let [a, b] = [(); 2].map(|()| {
+            let (l, clock) = (l.clone(), clock.clone());
+            thread::spawn(move || take(&*l, &clock, 1, (0, 0)))
+        });
+        admitted = join_all(vec![a, b], admitted);
+        assert_eq!(
+            permits(&admitted),
+            u64::from(C),
+            "one of A and B is admitted"
+        );
+        admitted.extend(take(&*l, &clock, 1, (0, 0)));
+        assert_eq!(permits(&admitted), u64::from(C), "no time passed");
+        assert_bucket_bound(&admitted, u64::from(C), T);
+    });
+}
+
+#[test]
+fn buckets_takes_race_on_a_bucket_changed_once() {
+    for_each_bucket(takes_race_on_a_bucket_changed_once);
+}
+
 /// The capacity drops from 2 to 1 while two threads take on a full bucket (A once, B
 /// twice): the bound at the larger capacity holds, and after the change a drained bucket stays
 /// drained (no time passes).
