@@ -540,20 +540,79 @@ mod cell {
         /// table at once: the shared placeholder is never unique (the map holds it), and waiting
         /// for it would spin forever. Tested only once the `Arc` is found shared, off the
         /// common path.
+        #[cfg(test)]
         pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
+            self.take_arc(placeholder).into_table()
+        }
+
+        /// [`take`](Self::take), keeping the table in its allocation: the `Arc`, once no reader
+        /// holds it (`get_mut`'s Acquire pairs with the Release decrement of each reader's guard
+        /// drop, as `try_unwrap`'s does), so that [`store_taken`](Self::store_taken) puts the
+        /// next table in it instead of allocating another. (A cell that held the placeholder
+        /// gives a new empty table, as `take` does.)
+        pub(super) fn take_arc(&self, placeholder: &Placeholder<K, S>) -> Taken<K, S> {
             let mut old = self.0.swap(Arc::clone(&placeholder.0));
             loop {
-                match Arc::try_unwrap(old) {
+                if Arc::get_mut(&mut old).is_some() {
+                    return Taken(old);
+                }
+                if Arc::ptr_eq(&old, &placeholder.0) {
+                    return Taken(Arc::new(CachePadded::new(Table::placeholder())));
+                }
+                std::thread::yield_now();
+            }
+        }
+
+        /// Publishes `next` in the allocation of the table `taken` holds, which it returns (the
+        /// caller drops it after the store, as a rebuild dropped the table it took apart).
+        pub(super) fn store_taken(&self, taken: Taken<K, S>, next: Table<K, S>) -> Table<K, S> {
+            let mut arc = taken.0;
+            let old = match Arc::get_mut(&mut arc) {
+                Some(table) => {
+                    CachePadded::into_inner(std::mem::replace(table, CachePadded::new(next)))
+                }
+                // Not while this thread holds the only `Arc` (`take_arc`): a fresh allocation,
+                // as `store` makes.
+                None => {
+                    self.store(next);
+                    return Table::placeholder();
+                }
+            };
+            self.0.store(arc);
+            old
+        }
+
+        /// Puts a taken table back as it was (a rebuild that unwinds).
+        pub(super) fn put_back(&self, taken: Taken<K, S>) {
+            self.0.store(taken.0);
+        }
+    }
+
+    /// A table taken out of its cell by [`TableCell::take_arc`], no reader holding it.
+    pub(super) struct Taken<K: Key, S>(Arc<CachePadded<Table<K, S>>>);
+
+    impl<K: Key, S> Taken<K, S> {
+        /// The table, out of its allocation (for a rebuild that takes it apart).
+        pub(super) fn into_table(self) -> Table<K, S> {
+            let mut arc = self.0;
+            loop {
+                match Arc::try_unwrap(arc) {
                     Ok(table) => return CachePadded::into_inner(table),
-                    Err(shared) if Arc::ptr_eq(&shared, &placeholder.0) => {
-                        return Table::placeholder();
-                    }
+                    // Not while `take_arc` found it unique (no reader can load it again from the
+                    // cell, which holds the placeholder): waited for, as `take` waited.
                     Err(shared) => {
-                        old = shared;
+                        arc = shared;
                         std::thread::yield_now();
                     }
                 }
             }
+        }
+    }
+
+    impl<K: Key, S> std::ops::Deref for Taken<K, S> {
+        type Target = Table<K, S>;
+        fn deref(&self) -> &Table<K, S> {
+            &self.0
         }
     }
 }
@@ -614,28 +673,66 @@ mod cell {
             *self.0.lock().unwrap() = Arc::new(table);
         }
 
-        pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
+        pub(super) fn take_arc(&self, placeholder: &Placeholder<K, S>) -> Taken<K, S> {
             let mut old =
                 std::mem::replace(&mut *self.0.lock().unwrap(), Arc::clone(&placeholder.0));
             loop {
                 if Arc::ptr_eq(&old, &placeholder.0) {
                     // As without loom: never waited on.
-                    return Table::placeholder();
+                    return Taken(Arc::new(Table::placeholder()));
                 }
                 // SeqCst: pairs with the readers' decrement.
-                if old.readers.load(Ordering::SeqCst) == 0 {
-                    match Arc::try_unwrap(old) {
-                        Ok(table) => return table,
-                        Err(shared) => old = shared,
-                    }
+                if old.readers.load(Ordering::SeqCst) == 0 && Arc::get_mut(&mut old).is_some() {
+                    return Taken(old);
                 }
                 thread::yield_now();
             }
         }
+
+        pub(super) fn store_taken(&self, taken: Taken<K, S>, next: Table<K, S>) -> Table<K, S> {
+            let mut arc = taken.0;
+            let old = match Arc::get_mut(&mut arc) {
+                Some(table) => std::mem::replace(table, next),
+                None => {
+                    self.store(next);
+                    return Table::placeholder();
+                }
+            };
+            *self.0.lock().unwrap() = arc;
+            old
+        }
+
+        pub(super) fn put_back(&self, taken: Taken<K, S>) {
+            *self.0.lock().unwrap() = taken.0;
+        }
+    }
+
+    pub(super) struct Taken<K: Key, S>(Arc<Table<K, S>>);
+
+    impl<K: Key, S> Taken<K, S> {
+        pub(super) fn into_table(self) -> Table<K, S> {
+            let mut arc = self.0;
+            loop {
+                match Arc::try_unwrap(arc) {
+                    Ok(table) => return table,
+                    Err(shared) => {
+                        arc = shared;
+                        thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    impl<K: Key, S> std::ops::Deref for Taken<K, S> {
+        type Target = Table<K, S>;
+        fn deref(&self) -> &Table<K, S> {
+            &self.0
+        }
     }
 }
 
-use cell::{Placeholder, TableCell, TableGuard};
+use cell::{Placeholder, TableCell, TableGuard, Taken};
 
 /// The shard's mutex under loom: a lock flag behind loom's `Mutex` and `Condvar` (a waiter
 /// blocks, as on a real mutex, instead of spinning), the data behind a second loom `Mutex` taken
@@ -1528,7 +1625,7 @@ where
         // pass: it copies, leaving the old table whole until the new one is complete.
         let restore = Restore {
             cell: shard.table,
-            table: Some(shard.table.take(&self.placeholder)),
+            table: Some(shard.table.take_arc(&self.placeholder)),
         };
         let Some(old) = restore.table.as_ref() else {
             unreachable!("set above")
@@ -1540,11 +1637,12 @@ where
             && forget.is_none()
             && let Some((next, kept)) = self.copy_all::<R>(old, meta.len, plan.tight)
         {
-            // The old table, whole: its keys' copies are in `next`, and none has a `Drop` to run.
-            drop(restore.disarm());
+            let taken = restore.disarm();
             meta.set_slots(next.slots.len());
             set_len(shard, meta, kept);
-            shard.table.store(next);
+            // In the old table's allocation; the old table, whole (its keys' copies are in
+            // `next`, and none has a `Drop` to run), dropped after.
+            drop(shard.table.store_taken(taken, next));
             return 0;
         }
         // Read after every check on the old table has committed (`take` waited for them).
@@ -1611,7 +1709,7 @@ where
             }
             kept += 1;
         }
-        let old = restore.disarm();
+        let old = restore.disarm().into_table();
         let mut evicted = 0;
         if plan.evict > 0 && kept >= self.shard_cap {
             let batch = plan.evict.min(candidates.len());
@@ -1914,12 +2012,12 @@ impl<K: Key, S> Drop for Publish<'_, K, S> {
 /// [`disarm`](Restore::disarm) (a panic in a user's `Hash` or `Eq`).
 struct Restore<'a, K: Key, S> {
     cell: &'a TableCell<K, S>,
-    table: Option<Table<K, S>>,
+    table: Option<Taken<K, S>>,
 }
 
 impl<K: Key, S> Restore<'_, K, S> {
-    /// The table, now the rebuild's to take apart.
-    fn disarm(mut self) -> Table<K, S> {
+    /// The table, now the rebuild's to take apart or replace.
+    fn disarm(mut self) -> Taken<K, S> {
         match self.table.take() {
             Some(table) => table,
             None => unreachable!("disarmed once"),
@@ -1930,7 +2028,7 @@ impl<K: Key, S> Restore<'_, K, S> {
 impl<K: Key, S> Drop for Restore<'_, K, S> {
     fn drop(&mut self) {
         if let Some(table) = self.table.take() {
-            self.cell.store(table);
+            self.cell.put_back(table);
         }
     }
 }
