@@ -71,7 +71,12 @@
 //!   keeps, so a flood of keys gone idle hands its memory back with no explicit `shrink()`: in a
 //!   shard it filled to the cap, at its next sweep (the next new key there once some key can be
 //!   idle); in a shard it grew but did not fill, at its next judging pass. A growth rebuild
-//!   judges nothing.
+//!   judges nothing. A growth of keys held in words ([`WordCell`](super::WordCell),
+//!   [`PairCell`](super::PairCell)) with state in plain words (every map's but
+//!   `KeyedInFlight`'s) copies each key's cell and state into the new table in one pass and only
+//!   reads the old table, so a panic in the key's `Hash` leaves it whole; it publishes the new
+//!   table in the old one's `Arc` allocation (`copy_all`, `take_arc`, `store_taken`). Other
+//!   rebuilds take two passes (hashes first, then the moves).
 //! - Below the cap, an insert of a new key (under the mutex, never a check of a present key)
 //!   judges the shard when its table has room for more than `JUDGE_MIN_KEYS` (64), at least
 //!   `slots / JUDGE_EVERY` (half its slots) new keys came since the last pass (so a pass, one
@@ -207,7 +212,8 @@ const JUDGE_MIN_KEYS: usize = 64;
 /// in the passes' liveness checks; with 2, 1,067 (that part cut to a quarter), and a flood's
 /// memory comes back after half a table of new keys instead of an eighth. (Those figures are
 /// from before [`JUDGE_INTERVAL_NANOS`]: `insert-1m` now inserts its million keys within one
-/// interval, so no pass runs: an insert cost 832 then, 679 since issue 16's insert cuts.)
+/// interval, so no pass runs: an insert cost 832 then, 679 after issue 16's insert cuts, 647
+/// since a growth copies word keys in one pass into the old table's allocation.)
 const JUDGE_EVERY: usize = 2;
 
 /// A shard below its cap is judged (see [`ShardedMap::judge_due`]) at most once per this many
@@ -250,7 +256,7 @@ pub(crate) trait KeySlot<R>: Default + Send + Sync + 'static {
 
     /// Whether [`copy`](Self::copy) copies every slot of the type (its state is plain words,
     /// no owned resource): a growth rebuild then copies the table in one pass, leaving the old
-    /// one whole (see [`ShardedMap::copy_all`]).
+    /// one whole (see `ShardedMap::copy_all`).
     const COPIES: bool = false;
 
     /// A copy of the slot's state, for a rebuild that owns the table (no reader holds it, see
@@ -1815,8 +1821,9 @@ where
     ///
     /// Against the two passes (pass 1 listing each key's hash and slot, pass 2 moving the
     /// listed slots), this writes no list and no empty slot back into the old table, and
-    /// allocates no list: `insert-1m` (callgrind, see `judge_pass`) spends fewer instructions
-    /// per move (see CHANGELOG, "one-pass growth").
+    /// allocates no list: in `examples/keyed_instructions floodgate insert-1m 1000000`
+    /// (callgrind; 4,608 growths, 1.565 keys moved an insert) the rebuild's own instructions
+    /// went from 117.6 to 90.3 an insert (issue 16).
     fn copy_all<R>(
         &self,
         old: &Table<K, S>,
