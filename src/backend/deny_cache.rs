@@ -57,6 +57,17 @@ impl KeySlot<Base> for DenySlot {
             }
         }
     }
+
+    const COPIES: bool = true;
+
+    #[inline(always)]
+    fn copy(&self) -> Option<Self> {
+        // Relaxed (both): a table the rebuild owns (see `KeySlot::copy`).
+        Some(DenySlot {
+            word: AtomicU64::new(self.word.load(Ordering::Relaxed)),
+            reset: AtomicU64::new(self.reset.load(Ordering::Relaxed)),
+        })
+    }
 }
 
 /// A local cache of a distributed limiter's denials: once the store denies `n` permits for a key

@@ -330,6 +330,17 @@ pub(crate) mod sealed {
         /// Publishes the staged key in this empty cell (under the shard's mutex, after the slot's
         /// state word is written). Runs no user code.
         fn publish(&self, records: &Records, index: usize, staged: Self::Staged);
+
+        /// Whether [`copy`](Self::copy) copies every cell of the type (a key held in words, no
+        /// key value to clone or drop): a growth rebuild then copies the table in one pass,
+        /// leaving the old one whole (see `ShardedMap::copy_all` in `shards.rs`).
+        const COPIES: bool = false;
+
+        /// A copy of the cell, for a rebuild that owns the table (no reader holds it): runs no
+        /// user code. `None` where the type does not copy (`COPIES` false).
+        fn copy(&self) -> Option<Self> {
+            None
+        }
     }
 }
 
@@ -393,6 +404,18 @@ impl<K: Key + WordKey> sealed::CellOps<K> for WordCell<K> {
             // written before.
             self.word.store(word, Ordering::Release);
         }
+    }
+
+    const COPIES: bool = true;
+
+    #[inline(always)]
+    fn copy(&self) -> Option<Self> {
+        Some(WordCell {
+            // Relaxed: a table the rebuild owns: no reader holds it, and `take`'s Acquire made
+            // every publish in it visible.
+            word: AtomicU64::new(self.word.load(Ordering::Relaxed)),
+            key: PhantomData,
+        })
     }
 }
 
@@ -524,6 +547,20 @@ impl<K: Key + PairKey> sealed::CellOps<K> for PairCell<K> {
         // Release: pairs with the Acquire load in `settle`: a reader that reads this value (or
         // a later one, see there) reads both words as stored.
         records.inserting.store(usize::MAX, Ordering::Release);
+    }
+
+    const COPIES: bool = true;
+
+    #[inline(always)]
+    fn copy(&self) -> Option<Self> {
+        // Relaxed (both): a table the rebuild owns, as `WordCell::copy`.
+        Some(PairCell {
+            words: [
+                AtomicU64::new(self.words[0].load(Ordering::Relaxed)),
+                AtomicU64::new(self.words[1].load(Ordering::Relaxed)),
+            ],
+            key: PhantomData,
+        })
     }
 }
 

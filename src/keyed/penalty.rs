@@ -242,6 +242,17 @@ impl<A: Algorithm> KeySlot<Rules<A, PenaltyBox>> for JailedSlot {
             },
         }
     }
+
+    const COPIES: bool = true;
+
+    #[inline(always)]
+    fn copy(&self) -> Option<Self> {
+        // Relaxed (both): a table the rebuild owns, as `WordSlot::copy`.
+        Some(JailedSlot {
+            state: AtomicU64::new(self.state.load(Ordering::Relaxed)),
+            jail: AtomicU64::new(self.jail.load(Ordering::Relaxed)),
+        })
+    }
 }
 
 impl<A: Algorithm> LimiterSlot<A, PenaltyBox> for JailedSlot {

@@ -71,7 +71,12 @@
 //!   keeps, so a flood of keys gone idle hands its memory back with no explicit `shrink()`: in a
 //!   shard it filled to the cap, at its next sweep (the next new key there once some key can be
 //!   idle); in a shard it grew but did not fill, at its next judging pass. A growth rebuild
-//!   judges nothing.
+//!   judges nothing. A growth of keys held in words ([`WordCell`](super::WordCell),
+//!   [`PairCell`](super::PairCell)) with state in plain words (every map's but
+//!   `KeyedInFlight`'s) copies each key's cell and state into the new table in one pass and only
+//!   reads the old table, so a panic in the key's `Hash` leaves it whole; it publishes the new
+//!   table in the old one's `Arc` allocation (`copy_all`, `take_arc`, `store_taken`). Other
+//!   rebuilds take two passes (hashes first, then the moves).
 //! - Below the cap, an insert of a new key (under the mutex, never a check of a present key)
 //!   judges the shard when its table has room for more than `JUDGE_MIN_KEYS` (64), at least
 //!   `slots / JUDGE_EVERY` (half its slots) new keys came since the last pass (so a pass, one
@@ -207,7 +212,8 @@ const JUDGE_MIN_KEYS: usize = 64;
 /// in the passes' liveness checks; with 2, 1,067 (that part cut to a quarter), and a flood's
 /// memory comes back after half a table of new keys instead of an eighth. (Those figures are
 /// from before [`JUDGE_INTERVAL_NANOS`]: `insert-1m` now inserts its million keys within one
-/// interval, so no pass runs: an insert cost 832 then, 679 since issue 16's insert cuts.)
+/// interval, so no pass runs: an insert cost 832 then, 679 after issue 16's insert cuts, 647
+/// since a growth copies word keys in one pass into the old table's allocation.)
 const JUDGE_EVERY: usize = 2;
 
 /// A shard below its cap is judged (see [`ShardedMap::judge_due`]) at most once per this many
@@ -247,6 +253,17 @@ pub(crate) enum Liveness {
 pub(crate) trait KeySlot<R>: Default + Send + Sync + 'static {
     /// Whether the slot is idle at `now`.
     fn liveness(&self, rules: &R, now: u64) -> Liveness;
+
+    /// Whether [`copy`](Self::copy) copies every slot of the type (its state is plain words,
+    /// no owned resource): a growth rebuild then copies the table in one pass, leaving the old
+    /// one whole (see `ShardedMap::copy_all`).
+    const COPIES: bool = false;
+
+    /// A copy of the slot's state, for a rebuild that owns the table (no reader holds it, see
+    /// `take`); `None` where the type does not copy (`COPIES` false).
+    fn copy(&self) -> Option<Self> {
+        None
+    }
 }
 
 /// A new key could not get a slot: its shard is full of live keys and the policy is
@@ -529,20 +546,79 @@ mod cell {
         /// table at once: the shared placeholder is never unique (the map holds it), and waiting
         /// for it would spin forever. Tested only once the `Arc` is found shared, off the
         /// common path.
+        #[cfg(test)]
         pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
+            self.take_arc(placeholder).into_table()
+        }
+
+        /// [`take`](Self::take), keeping the table in its allocation: the `Arc`, once no reader
+        /// holds it (`get_mut`'s Acquire pairs with the Release decrement of each reader's guard
+        /// drop, as `try_unwrap`'s does), so that [`store_taken`](Self::store_taken) puts the
+        /// next table in it instead of allocating another. (A cell that held the placeholder
+        /// gives a new empty table, as `take` does.)
+        pub(super) fn take_arc(&self, placeholder: &Placeholder<K, S>) -> Taken<K, S> {
             let mut old = self.0.swap(Arc::clone(&placeholder.0));
             loop {
-                match Arc::try_unwrap(old) {
+                if Arc::get_mut(&mut old).is_some() {
+                    return Taken(old);
+                }
+                if Arc::ptr_eq(&old, &placeholder.0) {
+                    return Taken(Arc::new(CachePadded::new(Table::placeholder())));
+                }
+                std::thread::yield_now();
+            }
+        }
+
+        /// Publishes `next` in the allocation of the table `taken` holds, which it returns (the
+        /// caller drops it after the store, as a rebuild dropped the table it took apart).
+        pub(super) fn store_taken(&self, taken: Taken<K, S>, next: Table<K, S>) -> Table<K, S> {
+            let mut arc = taken.0;
+            let old = match Arc::get_mut(&mut arc) {
+                Some(table) => {
+                    CachePadded::into_inner(std::mem::replace(table, CachePadded::new(next)))
+                }
+                // Not while this thread holds the only `Arc` (`take_arc`): a fresh allocation,
+                // as `store` makes.
+                None => {
+                    self.store(next);
+                    return Table::placeholder();
+                }
+            };
+            self.0.store(arc);
+            old
+        }
+
+        /// Puts a taken table back as it was (a rebuild that unwinds).
+        pub(super) fn put_back(&self, taken: Taken<K, S>) {
+            self.0.store(taken.0);
+        }
+    }
+
+    /// A table taken out of its cell by [`TableCell::take_arc`], no reader holding it.
+    pub(super) struct Taken<K: Key, S>(Arc<CachePadded<Table<K, S>>>);
+
+    impl<K: Key, S> Taken<K, S> {
+        /// The table, out of its allocation (for a rebuild that takes it apart).
+        pub(super) fn into_table(self) -> Table<K, S> {
+            let mut arc = self.0;
+            loop {
+                match Arc::try_unwrap(arc) {
                     Ok(table) => return CachePadded::into_inner(table),
-                    Err(shared) if Arc::ptr_eq(&shared, &placeholder.0) => {
-                        return Table::placeholder();
-                    }
+                    // Not while `take_arc` found it unique (no reader can load it again from the
+                    // cell, which holds the placeholder): waited for, as `take` waited.
                     Err(shared) => {
-                        old = shared;
+                        arc = shared;
                         std::thread::yield_now();
                     }
                 }
             }
+        }
+    }
+
+    impl<K: Key, S> std::ops::Deref for Taken<K, S> {
+        type Target = Table<K, S>;
+        fn deref(&self) -> &Table<K, S> {
+            &self.0
         }
     }
 }
@@ -603,28 +679,66 @@ mod cell {
             *self.0.lock().unwrap() = Arc::new(table);
         }
 
-        pub(super) fn take(&self, placeholder: &Placeholder<K, S>) -> Table<K, S> {
+        pub(super) fn take_arc(&self, placeholder: &Placeholder<K, S>) -> Taken<K, S> {
             let mut old =
                 std::mem::replace(&mut *self.0.lock().unwrap(), Arc::clone(&placeholder.0));
             loop {
                 if Arc::ptr_eq(&old, &placeholder.0) {
                     // As without loom: never waited on.
-                    return Table::placeholder();
+                    return Taken(Arc::new(Table::placeholder()));
                 }
                 // SeqCst: pairs with the readers' decrement.
-                if old.readers.load(Ordering::SeqCst) == 0 {
-                    match Arc::try_unwrap(old) {
-                        Ok(table) => return table,
-                        Err(shared) => old = shared,
-                    }
+                if old.readers.load(Ordering::SeqCst) == 0 && Arc::get_mut(&mut old).is_some() {
+                    return Taken(old);
                 }
                 thread::yield_now();
             }
         }
+
+        pub(super) fn store_taken(&self, taken: Taken<K, S>, next: Table<K, S>) -> Table<K, S> {
+            let mut arc = taken.0;
+            let old = match Arc::get_mut(&mut arc) {
+                Some(table) => std::mem::replace(table, next),
+                None => {
+                    self.store(next);
+                    return Table::placeholder();
+                }
+            };
+            *self.0.lock().unwrap() = arc;
+            old
+        }
+
+        pub(super) fn put_back(&self, taken: Taken<K, S>) {
+            *self.0.lock().unwrap() = taken.0;
+        }
+    }
+
+    pub(super) struct Taken<K: Key, S>(Arc<Table<K, S>>);
+
+    impl<K: Key, S> Taken<K, S> {
+        pub(super) fn into_table(self) -> Table<K, S> {
+            let mut arc = self.0;
+            loop {
+                match Arc::try_unwrap(arc) {
+                    Ok(table) => return table,
+                    Err(shared) => {
+                        arc = shared;
+                        thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    impl<K: Key, S> std::ops::Deref for Taken<K, S> {
+        type Target = Table<K, S>;
+        fn deref(&self) -> &Table<K, S> {
+            &self.0
+        }
     }
 }
 
-use cell::{Placeholder, TableCell, TableGuard};
+use cell::{Placeholder, TableCell, TableGuard, Taken};
 
 /// The shard's mutex under loom: a lock flag behind loom's `Mutex` and `Condvar` (a waiter
 /// blocks, as on a real mutex, instead of spinning), the data behind a second loom `Mutex` taken
@@ -1513,17 +1627,32 @@ where
         // Pass 1 runs all of the user's code a rebuild runs (`Eq` in `forget`, `Hash`): a panic
         // there puts the old table back, so it loses nothing (pass 2 only moves words). So a
         // growth hashes its keys before it moves them, into a vector of the keys' hashes, not
-        // while moving them.
+        // while moving them. A growth of cells and states that copy (`copy_all`) needs no second
+        // pass: it copies, leaving the old table whole until the new one is complete.
         let restore = Restore {
             cell: shard.table,
-            table: Some(shard.table.take(&self.placeholder)),
+            table: Some(shard.table.take_arc(&self.placeholder)),
         };
         let Some(old) = restore.table.as_ref() else {
             unreachable!("set above")
         };
+        let judge = plan.sweep || plan.evict > 0;
+        // A growth (or a shrink to fit) of words: one pass copies every key into the new table
+        // (it judges nothing, so reads no clock).
+        if !judge
+            && forget.is_none()
+            && let Some((next, kept)) = self.copy_all::<R>(old, meta.len, plan.tight)
+        {
+            let taken = restore.disarm();
+            meta.set_slots(next.slots.len());
+            set_len(shard, meta, kept);
+            // In the old table's allocation; the old table, whole (its keys' copies are in
+            // `next`, and none has a `Drop` to run), dropped after.
+            drop(shard.table.store_taken(taken, next));
+            return 0;
+        }
         // Read after every check on the old table has committed (`take` waited for them).
         let now = judge_time(clock.now_nanos(), clock);
-        let judge = plan.sweep || plan.evict > 0;
         // Each slot's fate, only where a key can be dropped: a growth (or a shrink to fit)
         // moves every key, from the slots pass 1 lists.
         let mut fates = if judge || forget.is_some() {
@@ -1586,7 +1715,7 @@ where
             }
             kept += 1;
         }
-        let old = restore.disarm();
+        let old = restore.disarm().into_table();
         let mut evicted = 0;
         if plan.evict > 0 && kept >= self.shard_cap {
             let batch = plan.evict.min(candidates.len());
@@ -1601,13 +1730,7 @@ where
         }
         // Pass 2: move the kept keys into a table sized to twice them (a sweep of a flood gone
         // idle hands its memory back), within the cap.
-        let want = if plan.tight {
-            kept
-        } else {
-            kept.saturating_mul(2)
-        };
-        let keys = want.max(MIN_KEYS).min(self.shard_cap).max(kept);
-        let mut next = Table::new(slots_for(keys));
+        let mut next = Table::new(self.slots_after(kept, plan.tight));
         // The keys the rebuild lets go are set aside until the new table is published and
         // counted. Their `Drop` is user code: one that panics then loses nothing (before, keys
         // were dropped while the kept ones moved, and such a panic left the placeholder, so
@@ -1677,6 +1800,64 @@ where
         // Last: the dropped keys' `Drop` (see pass 2).
         drop(dropped);
         idle
+    }
+
+    /// Slots of the table a rebuild keeping `kept` keys makes: room for twice them (for exactly
+    /// them when `tight`, an explicit shrink), at least [`MIN_KEYS`], within the cap.
+    fn slots_after(&self, kept: usize, tight: bool) -> usize {
+        let want = if tight { kept } else { kept.saturating_mul(2) };
+        slots_for(want.max(MIN_KEYS).min(self.shard_cap).max(kept))
+    }
+
+    /// A growth (or a shrink to fit) in one pass, for a key cell and a state that copy
+    /// (`CellOps::COPIES`, `KeySlot::COPIES`: word and pair keys, the crate's word slots): each
+    /// held key hashed and its cell and state copied into a new table sized for `len` keys (the
+    /// shard's count), with the number copied. The old table (owned by the rebuild: no reader
+    /// holds it) is only read, so a panic in the key's `Hash` (or `from_word`) loses nothing:
+    /// the copy is dropped (no key to drop in it) and the rebuild's `Restore` puts the old table
+    /// back, as the two-pass path does. `None`, having allocated nothing, where the types do not
+    /// copy; `None` too if the table holds more keys than `len` (the shard's count is exact, so
+    /// this is a guard, not a path): the caller's two passes then count them.
+    ///
+    /// Against the two passes (pass 1 listing each key's hash and slot, pass 2 moving the
+    /// listed slots), this writes no list and no empty slot back into the old table, and
+    /// allocates no list: in `examples/keyed_instructions floodgate insert-1m 1000000`
+    /// (callgrind; 4,608 growths, 1.565 keys moved an insert) the rebuild's own instructions
+    /// went from 117.6 to 90.3 an insert (issue 16).
+    fn copy_all<R>(
+        &self,
+        old: &Table<K, S>,
+        len: usize,
+        tight: bool,
+    ) -> Option<(Table<K, S>, usize)>
+    where
+        S: KeySlot<R>,
+    {
+        if !(K::Cell::COPIES && S::COPIES) {
+            return None;
+        }
+        let mut next = Table::new(self.slots_after(len, tight));
+        let room = room_of(next.slots.len());
+        let zero = old.records.zero_owned();
+        let mut kept = 0;
+        for (i, slot) in old.slots.iter().enumerate() {
+            // The cell's own `with_key`: `old.slots[i]` again would test `i` against the length.
+            let Some(hash) = slot
+                .key
+                .with_key(&old.records, i, |key| self.hasher.hash_one(key))
+            else {
+                continue;
+            };
+            if kept == room {
+                return None;
+            }
+            let (Some(key), Some(value)) = (slot.key.copy(), slot.value.copy()) else {
+                return None;
+            };
+            next.put(key, value, hash, i == zero);
+            kept += 1;
+        }
+        Some((next, kept))
     }
 
     /// Drops every idle key of every shard; returns how many.
@@ -1838,12 +2019,12 @@ impl<K: Key, S> Drop for Publish<'_, K, S> {
 /// [`disarm`](Restore::disarm) (a panic in a user's `Hash` or `Eq`).
 struct Restore<'a, K: Key, S> {
     cell: &'a TableCell<K, S>,
-    table: Option<Table<K, S>>,
+    table: Option<Taken<K, S>>,
 }
 
 impl<K: Key, S> Restore<'_, K, S> {
-    /// The table, now the rebuild's to take apart.
-    fn disarm(mut self) -> Table<K, S> {
+    /// The table, now the rebuild's to take apart or replace.
+    fn disarm(mut self) -> Taken<K, S> {
         match self.table.take() {
             Some(table) => table,
             None => unreachable!("disarmed once"),
@@ -1854,7 +2035,7 @@ impl<K: Key, S> Restore<'_, K, S> {
 impl<K: Key, S> Drop for Restore<'_, K, S> {
     fn drop(&mut self) {
         if let Some(table) = self.table.take() {
-            self.cell.store(table);
+            self.cell.put_back(table);
         }
     }
 }

@@ -84,6 +84,17 @@ impl<A: Algorithm> KeySlot<Rules<A>> for WordSlot {
         // or a judging pass, which drops nothing itself: the rebuild it asks for judges again).
         word_liveness(&rules.algorithm, self.state.load(Ordering::Relaxed), now)
     }
+
+    const COPIES: bool = true;
+
+    #[inline(always)]
+    fn copy(&self) -> Option<Self> {
+        Some(WordSlot {
+            // Relaxed: a table the rebuild owns: every check on it has finished, and `take`'s
+            // Acquire made their writes visible (see `KeySlot::copy`).
+            state: AtomicU64::new(self.state.load(Ordering::Relaxed)),
+        })
+    }
 }
 
 impl<A: Algorithm> LimiterSlot<A, ()> for WordSlot {
