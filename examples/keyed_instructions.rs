@@ -451,8 +451,21 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+const USAGE: &str = "usage: keyed_instructions floodgate|floodgate-admit|governor WORKLOAD CALLS
+       keyed_instructions time WORKLOAD THREADS ROUNDS CALLS [admit]
+WORKLOAD: [ip-]hot-allow | hot-deny | churn-1k | churn-100k | keys-1m | insert-1m";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let needed = if args.get(1).is_some_and(|mode| mode == "time") {
+        6
+    } else {
+        4
+    };
+    if args.len() < needed {
+        eprintln!("{USAGE}");
+        std::process::exit(2);
+    }
     // `ip-hot-allow`, `ip-churn-1k`, ...: the workload keyed on `IpKey`s (see `ip_of`).
     if args[2].starts_with("ip-") {
         run::<IpKey>(&args);
