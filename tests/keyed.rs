@@ -939,3 +939,44 @@ fn stats_answers_while_an_insert_holds_the_shards_mutex() {
     });
     assert_eq!(keyed.stats().keys, 2);
 }
+
+/// A growth rebuild (a table three-quarters full in a shard below its cap) judges nothing: keys
+/// idle by then stay, and it counts no sweep and no eviction, whether it copies the keys in one
+/// pass (word and pair keys: `copy_all`, which reads no clock) or moves them in two (`OnceLock`
+/// keys, which read the clock but drop nothing). Before the one-pass growth (issue 16) neither
+/// kind dropped a key on growth; this pins that the one pass changed nothing there.
+#[test]
+fn a_growth_keeps_idle_keys_and_counts_no_sweep() {
+    fn grow_past_idle_keys<K: floodgate::Key>(key: impl Fn(u64) -> K) {
+        let clock = ManualClock::new();
+        let keyed: Keyed<K, _, _> =
+            Keyed::builder(FixedWindow::new(1, Duration::from_secs(60)).unwrap())
+                .clock(clock.clone())
+                .max_keys(64)
+                .shards(1)
+                .build()
+                .unwrap();
+        // The shard's first table (7 slots) takes 5 keys: the sixth key's insert grows it.
+        for i in 1..=5 {
+            assert!(keyed.try_acquire(&key(i), 1).unwrap().is_allowed());
+        }
+        clock.advance(Duration::from_secs(3_600)); // every key idle
+        assert!(keyed.try_acquire(&key(6), 1).unwrap().is_allowed());
+        let stats = keyed.stats();
+        assert_eq!(
+            (
+                stats.keys,
+                stats.sweeps,
+                stats.evicted_idle,
+                stats.evicted_live
+            ),
+            (6, 0, 0, 0),
+            "{}",
+            std::any::type_name::<K>()
+        );
+        assert_eq!(keyed.len(), 6);
+    }
+    grow_past_idle_keys(|i| i); // u64: WordCell, one pass
+    grow_past_idle_keys(|i| (u128::from(i) << 70) | u128::from(i)); // PairCell, one pass
+    grow_past_idle_keys(|i| format!("key-{i}")); // OnceLockCell, two passes
+}

@@ -146,6 +146,45 @@ fn a_racing_strike_never_lifts_a_fresh_block() {
     });
 }
 
+/// A penalized key's strike racing a growth of its shard: A's denial of key 7 is its second
+/// strike, which blocks it (the slot's second word, `JailedSlot::jail`), while B inserts the
+/// key that grows the table (`copy_all` copies the state and jail words once the old table has
+/// no reader). Whatever the interleaving, the block is in the new table: key 7 is blocked.
+/// Fails (scratch) with the rebuild not waiting for the readers of the old table.
+#[test]
+fn a_growing_rebuild_racing_a_strike_keeps_the_block() {
+    model(None, || {
+        let keyed = Arc::new(
+            Keyed::builder(FixedWindow::new(1, Duration::from_secs(1)).unwrap())
+                .clock(ManualClock::starting_at(1_000))
+                .shards(1)
+                .max_keys(16)
+                .build_with_penalty::<u32>(
+                    PenaltyBox::new(2, Duration::from_secs(10), Duration::from_secs(60)).unwrap(),
+                )
+                .unwrap(),
+        );
+        // A shard's first table (7 slots) takes 5 keys: the sixth key rebuilds it.
+        for key in [1, 2, 3, 4, 7] {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        assert!(!keyed.try_acquire(&7, 1).unwrap().is_allowed()); // strike 1
+        assert!(!keyed.is_blocked(&7));
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&7, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&6, 1).unwrap().is_allowed())
+        };
+        assert!(!a.join().unwrap(), "key 7's window is used");
+        assert!(b.join().unwrap());
+        assert_eq!(keyed.len(), 6);
+        assert!(keyed.is_blocked(&7), "the growth lost the strike's block");
+    });
+}
+
 /// A check on a key that exists runs on the table without a lock while another thread inserts
 /// a key into a table three-quarters full, so the insert rebuilds the table (moves every word
 /// into a bigger one). The check's admission is never lost in the move nor counted twice: the
@@ -523,6 +562,45 @@ fn racing_inserts_of_one_pair_key_admit_once() {
         assert_eq!(admitted, 1);
         assert_eq!(keyed.len(), 1);
         assert!(!keyed.try_acquire(&key, 1).unwrap().is_allowed());
+    });
+}
+
+/// `a_growing_rebuild_racing_a_check_keeps_its_admission` for pair keys (`PairCell`, two words
+/// each), the checked key the one stored as `(0, 0)` (the table's `zero` record) among keys
+/// stored with one zero word (which a reader tells from a pair caught half-written by the
+/// `inserting` record): a growth copies each key's two words, its state word and the zero
+/// record into the new table (`copy_all`, once the old table has no reader) and publishes it in
+/// the old table's allocation, so the check's admission is neither lost nor counted twice, and
+/// the zero key is found in the new table. Fails (scratch) with the rebuild not waiting for the
+/// readers of the old table.
+#[test]
+fn a_growing_rebuild_of_pair_keys_racing_a_check_keeps_its_admission() {
+    let zero = stored_as([0, 0]);
+    let held = [zero, stored_as([0, 5]), stored_as([5, 0]), 4, 5];
+    model(None, move || {
+        let clock = ModelClock::starting_at(5);
+        let keyed = keyed_pairs(&clock, 16);
+        // A shard's first table (7 slots) takes 5 keys: the sixth key rebuilds it.
+        for key in held {
+            assert!(keyed.try_acquire(&key, 1).unwrap().is_allowed());
+        }
+        clock.advance(5); // the zero key's next window: one more permit
+        let a = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&zero, 1).unwrap().is_allowed())
+        };
+        let b = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.try_acquire(&6, 1).unwrap().is_allowed())
+        };
+        assert!(a.join().unwrap(), "the zero key has a permit in [10, 20)");
+        assert!(b.join().unwrap());
+        assert_eq!(keyed.len(), 6);
+        assert!(
+            !keyed.try_acquire(&zero, 1).unwrap().is_allowed(),
+            "the permit of [10, 20) was taken: the move kept it"
+        );
+        assert_eq!(keyed.len(), 6, "the zero key was found, not inserted again");
     });
 }
 

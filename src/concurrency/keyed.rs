@@ -38,7 +38,7 @@ struct KeySlotArc(Arc<KeyCount>);
 impl KeySlot<()> for KeySlotArc {
     fn liveness(&self, _: &(), _now: u64) -> Liveness {
         // Relaxed: judged by a rebuild that owns the table (every taker that found this key in it
-        // has finished adding; see keyed/shards.rs, whose `take` Acquires their guards' drops),
+        // has finished adding; see keyed/shards.rs, whose `take_arc` Acquires their guards' drops),
         // so every add is seen, and a zero means every permit came back. An insert's passes
         // over the live table (`judge`, `idle_bound`) may read a stale count: they only decide
         // whether to rebuild (which judges again) and when to sweep, never drop a key.

@@ -411,7 +411,7 @@ impl<K: Key + WordKey> sealed::CellOps<K> for WordCell<K> {
     #[inline(always)]
     fn copy(&self) -> Option<Self> {
         Some(WordCell {
-            // Relaxed: a table the rebuild owns: no reader holds it, and `take`'s Acquire made
+            // Relaxed: a table the rebuild owns: no reader holds it, and `take_arc`'s Acquire made
             // every publish in it visible.
             word: AtomicU64::new(self.word.load(Ordering::Relaxed)),
             key: PhantomData,

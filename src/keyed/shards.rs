@@ -260,7 +260,7 @@ pub(crate) trait KeySlot<R>: Default + Send + Sync + 'static {
     const COPIES: bool = false;
 
     /// A copy of the slot's state, for a rebuild that owns the table (no reader holds it, see
-    /// `take`); `None` where the type does not copy (`COPIES` false).
+    /// `take_arc`); `None` where the type does not copy (`COPIES` false).
     fn copy(&self) -> Option<Self> {
         None
     }
@@ -499,7 +499,7 @@ mod cell {
 
     pub(super) type TableGuard<K, S> = arc_swap::Guard<Arc<CachePadded<Table<K, S>>>>;
 
-    /// The placeholder every rebuild of the map's shards publishes (see `take`): one
+    /// The placeholder every rebuild of the map's shards publishes (see `take_arc`): one
     /// allocation for the map, not one per rebuild. No slot, no record of it is ever written.
     pub(super) struct Placeholder<K: Key, S>(Arc<CachePadded<Table<K, S>>>);
 
@@ -551,11 +551,17 @@ mod cell {
             self.take_arc(placeholder).into_table()
         }
 
-        /// [`take`](Self::take), keeping the table in its allocation: the `Arc`, once no reader
-        /// holds it (`get_mut`'s Acquire pairs with the Release decrement of each reader's guard
-        /// drop, as `try_unwrap`'s does), so that [`store_taken`](Self::store_taken) puts the
-        /// next table in it instead of allocating another. (A cell that held the placeholder
-        /// gives a new empty table, as `take` does.)
+        /// Publishes the placeholder and returns the old table, in its allocation, once no
+        /// reader holds it, so that [`store_taken`](Self::store_taken) puts the next table in
+        /// it instead of allocating another. The swap (`ArcSwap`'s debt payment, a SeqCst
+        /// compare-exchange on each thread's debt slot) turns every debt still on the old table
+        /// into a strong count, whose guard drop is a Release decrement that `get_mut`'s
+        /// Acquire load of the count pairs with (as `try_unwrap`'s Acquire did); a reader that
+        /// paid its debt back before (its own SeqCst compare-exchange on that slot, after its
+        /// CAS) has that write read by the swap's (failing, SeqCst, so Acquire)
+        /// compare-exchange on the slot. So the `Arc` is unique exactly when the
+        /// last check that loaded it has finished, and every word it wrote is visible here.
+        /// (A cell that held the placeholder gives a new empty table, as `take` does.)
         pub(super) fn take_arc(&self, placeholder: &Placeholder<K, S>) -> Taken<K, S> {
             let mut old = self.0.swap(Arc::clone(&placeholder.0));
             loop {
@@ -633,7 +639,7 @@ mod cell {
 
     pub(super) struct TableGuard<K: Key, S>(Arc<Table<K, S>>);
 
-    /// The map's one placeholder, as without loom: every `take` of every shard publishes it, so
+    /// The map's one placeholder, as without loom: every `take_arc` of every shard publishes it, so
     /// the models run the sharing (its reader count moved by the readers of every shard that
     /// load it, never waited on). Made with the map, inside the model.
     pub(super) struct Placeholder<K: Key, S>(Arc<Table<K, S>>);
@@ -653,7 +659,7 @@ mod cell {
 
     impl<K: Key, S> Drop for TableGuard<K, S> {
         fn drop(&mut self) {
-            // SeqCst: the model's grace period; pairs with the load in `take`.
+            // SeqCst: the model's grace period; pairs with the load in `take_arc`.
             self.0.readers.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -670,7 +676,7 @@ mod cell {
         pub(super) fn load(&self) -> TableGuard<K, S> {
             let current = self.0.lock().unwrap();
             let table = Arc::clone(&current);
-            // SeqCst: counted before the swap in `take` can happen (under the same mutex).
+            // SeqCst: counted before the swap in `take_arc` can happen (under the same mutex).
             table.readers.fetch_add(1, Ordering::SeqCst);
             TableGuard(table)
         }
@@ -1204,7 +1210,7 @@ where
     /// free at once (`try_lock`): unless it is a rebuild's placeholder (then loaded again as
     /// below), it is then the shard's current table, and stays so while this thread holds the
     /// mutex. A table other than the placeholder is replaced only by a rebuild (under the
-    /// mutex), which waits until no reader holds it (see `take`): one that replaced this table
+    /// mutex), which waits until no reader holds it (see `take_arc`): one that replaced this table
     /// after the lookup loaded it would still be waiting for this thread's guard, so would still
     /// hold the mutex. When the mutex is taken, the guard is let go before waiting for it (the
     /// holder may be a rebuild waiting for this very table), and the table is loaded again under
@@ -1651,7 +1657,7 @@ where
             drop(shard.table.store_taken(taken, next));
             return 0;
         }
-        // Read after every check on the old table has committed (`take` waited for them).
+        // Read after every check on the old table has committed (`take_arc` waited for them).
         let now = judge_time(clock.now_nanos(), clock);
         // Each slot's fate, only where a key can be dropped: a growth (or a shrink to fit)
         // moves every key, from the slots pass 1 lists.
@@ -1737,7 +1743,7 @@ where
         // `repair` started the shard over empty). A growth lets no key go.
         let mut hashes = hashes.into_iter();
         let mut dropped = Vec::with_capacity(idle + forgotten + evicted);
-        // Relaxed: the old table is this thread's (no reader holds it: `take`).
+        // Relaxed: the old table is this thread's (no reader holds it: `take_arc`).
         let zero = old.records.zero_owned();
         let mut old = old;
         // Every key, from the slots pass 1 listed; each left empty in the old table, which is

@@ -90,7 +90,7 @@ impl<A: Algorithm> KeySlot<Rules<A>> for WordSlot {
     #[inline(always)]
     fn copy(&self) -> Option<Self> {
         Some(WordSlot {
-            // Relaxed: a table the rebuild owns: every check on it has finished, and `take`'s
+            // Relaxed: a table the rebuild owns: every check on it has finished, and `take_arc`'s
             // Acquire made their writes visible (see `KeySlot::copy`).
             state: AtomicU64::new(self.state.load(Ordering::Relaxed)),
         })
