@@ -1058,8 +1058,10 @@ mod tests {
         for i in 0..changes {
             match i + 1 == changes && raise > 0 {
                 true => core.set_capacity(capacity + raise, changed_at).unwrap(),
+                // Every change a real one (the interval in force set again makes no
+                // generation): `interval + 1`, then `interval`, and so on.
                 false => {
-                    let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2)));
+                    let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2 == 0)));
                     core.set_rate(rate, changed_at).unwrap();
                 }
             }
@@ -1108,7 +1110,8 @@ mod tests {
                 true => changed_at + MAX_CLOCK_LAG_NANOS + 2 * tau + clock,
                 false => clock,
             };
-            let generation = other_generation.unwrap_or(u64::from(changes)) & GENERATION_MASK;
+            // The word's stamp: the generation in force's, unless another is drawn.
+            let generation = other_generation.unwrap_or(core.generation()) & GENERATION_MASK;
             // At a boundary (give or take a few ns): a request that exactly fits, or a word
             // exactly the lag horizon beyond a full bucket (a leap).
             let cost = u64::from(n) * interval;
