@@ -400,14 +400,15 @@ fn run_with<C: Clock + Clone>(
             &AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock),
             calls,
         ),
-        // Reconfigured once (the same rate spelled `2 × limit` per `2 × period`: generation 1,
-        // the same interval and capacity), so calls run generation 1's short path.
+        // Reconfigured once: made with a capacity one larger, then set to `gcra`'s (generation
+        // 1, the same interval and capacity as `gcra`), so calls run generation 1's short path
+        // on `gcra`'s terms. (A respelled rate, `2 × limit` per `2 × period`, was used until it
+        // stopped making a generation.)
         "gcra-reconf" => {
-            let gcra = AtomicLimiter::with_clock(Gcra::new(rate, limit).ok()?, clock);
+            let gcra =
+                AtomicLimiter::with_clock(Gcra::new(rate, limit.checked_add(1)?).ok()?, clock);
             let now = gcra.clock().now_nanos();
-            gcra.algorithm()
-                .set_rate(Rate::new(limit * 2, period * 2), now)
-                .ok()?;
+            gcra.algorithm().set_capacity(limit, now).ok()?;
             measured(how, &gcra, calls)
         }
         "sharded" => measured(

@@ -200,8 +200,6 @@ pub mod loom_internals {
                     generation: 0,
                     interval: 1,
                     capacity: 1,
-                    period: 1,
-                    amount: 1,
                     changed_at: 0,
                     settled_at: 0,
                     settled_by: 0,

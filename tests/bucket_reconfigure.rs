@@ -379,7 +379,7 @@ proptest! {
             clock.clone(),
         );
         let mut m = Model { num: 0, den: 1, interval: i128::from(interval), capacity: 5, fresh: true };
-        let mut changes = 0;
+        let mut changes = 0usize;
         for op in ops {
             match op {
                 Op::Advance(dt) => { clock.advance_nanos(dt); m.advance(dt); }
@@ -391,21 +391,25 @@ proptest! {
                         m.fresh = false;
                     } else if changes < 4 {
                         // Liveness (while no generation can alias; after four changes within
-                        // tau + 10 s a bucket may be read conservatively until it settles): the only slack is rounding (≤ 3 ns an admission, 1 ns a
-                        // conversion), far below one permit.
+                        // tau + 10 s a bucket may be read conservatively until it settles; a
+                        // rate or capacity set to the one in force is no change): the only
+                        // slack is rounding (≤ 3 ns an admission, 1 ns a conversion), far below
+                        // one permit.
                         prop_assert!(!m.tokens_at_least(i128::from(n) + 1), "refused {n} the model had");
                     }
                 }
                 Op::SetRate(t) => {
                     b.algorithm().set_rate(Rate::new(1, Duration::from_nanos(t)), now(&clock)).unwrap();
+                    // The interval in force again: no change, no generation.
+                    changes += usize::from(i128::from(t) != m.interval);
                     m.interval = i128::from(t);
-                    changes += 1;
                 }
                 Op::Respell => {
+                    // The same interval: no generation, so the liveness check below goes on.
                     let t = u64::try_from(m.interval).unwrap();
                     let respelled = Rate::new(2, Duration::from_nanos(2 * t));
                     b.algorithm().set_rate(respelled, now(&clock)).unwrap();
-                    changes += 1;
+                    prop_assert_eq!(b.algorithm().rate(), respelled);
                 }
                 Op::SetCapacity(c) => {
                     b.set_limit(c).unwrap();
@@ -413,8 +417,8 @@ proptest! {
                     if !m.fresh {
                         m.num = (m.num + (c - m.capacity) * m.den).max(0);
                     }
+                    changes += usize::from(c != m.capacity);
                     m.capacity = c;
-                    changes += 1;
                     let g = gcd(m.num, m.den);
                     (m.num, m.den) = (m.num / g, m.den / g);
                 }
@@ -423,10 +427,11 @@ proptest! {
     }
 }
 
-/// A change that only respells the rate (the same rounded interval and capacity) is still a new
-/// generation: words four generations older share its stamp bits. Three real changes, then a
-/// respelling: a word drained before them (10 permits of debt, kept as 10 permits at 1 per 100
-/// ms) must still be in debt 20 ms later, not read raw as its old time (10 ms at 1 per ms: full).
+/// A change that only respells the rate (the same rounded interval and capacity): three real
+/// changes, then a respelling. A word drained before them (10 permits of debt, kept as 10
+/// permits at 1 per 100 ms) must still be in debt 20 ms later, not read raw as its old time
+/// (10 ms at 1 per ms: full). (When a respelling made a generation, the fourth, the word shared
+/// its stamp bits and was read raw; now it makes none and the word is converted exactly.)
 #[test]
 fn a_respelled_rate_four_changes_later_keeps_an_old_word_in_debt() {
     let clock = ManualClock::starting_at(SEC);
@@ -440,7 +445,7 @@ fn a_respelled_rate_four_changes_later_keeps_an_old_word_in_debt() {
         .unwrap();
     g.set_capacity(11, now(&clock)).unwrap();
     g.set_capacity(10, now(&clock)).unwrap();
-    // The same interval (100 ms) spelled as 2 per 200 ms: generation 4, stamp bits 0 again.
+    // The same interval (100 ms) spelled as 2 per 200 ms.
     g.set_rate(Rate::new(2, Duration::from_millis(200)), now(&clock))
         .unwrap();
     clock.advance(Duration::from_millis(20));
@@ -450,4 +455,53 @@ fn a_respelled_rate_four_changes_later_keeps_an_old_word_in_debt() {
         "a respelled rate freed a drained bucket's permits: {d:?}"
     );
     assert_eq!(b.available(), 0);
+}
+
+/// A configuration reload that re-applies the rate in force in another spelling (2 per 200 ms
+/// after 1 per 100 ms: the same interval and capacity) changes nothing a decision uses, so it
+/// must not cost a full bucket anything, however often it comes. Four such reloads within a
+/// refill time plus 10 s made four generations, and the settle bound of the fourth read every
+/// word, a full one too, as in debt past `tau + 10 s`: a full bucket refused every request.
+/// `rate()` answers the spelling last set.
+#[test]
+fn respelling_the_rate_in_force_again_and_again_never_refuses_a_full_bucket() {
+    let clock = ManualClock::starting_at(SEC);
+    let b = AtomicLimiter::with_clock(
+        Gcra::new(Rate::new(1, Duration::from_millis(100)), 10).unwrap(),
+        clock.clone(),
+    );
+    // A word written once (a fresh word, state 0, reads full whatever the settle bounds say),
+    // full again 1 s later.
+    assert!(b.try_acquire(10).unwrap().is_allowed());
+    let g = b.algorithm();
+    let spellings = [
+        Rate::new(2, Duration::from_millis(200)),
+        Rate::new(1, Duration::from_millis(100)),
+        Rate::per_second(10),
+        Rate::new(600, Duration::from_secs(60)),
+        Rate::new(2, Duration::from_millis(200)),
+    ];
+    for rate in spellings {
+        clock.advance(Duration::from_secs(1));
+        g.set_rate(rate, now(&clock)).unwrap();
+        assert_eq!(g.rate(), rate, "rate() answers the spelling last set");
+        assert_eq!(g.nanos_per_permit(), 100_000_000);
+        assert_eq!(
+            b.available(),
+            10,
+            "a full bucket after respelling as {rate:?}"
+        );
+    }
+    let d = b.try_acquire(10).unwrap();
+    assert!(
+        d.is_allowed(),
+        "a full bucket refused after five respellings: {d:?}"
+    );
+    assert_eq!(b.available(), 0);
+    // And a drained bucket stays drained across a respelling: one permit per 100 ms.
+    g.set_rate(Rate::per_second(10), now(&clock)).unwrap();
+    assert!(!b.try_acquire(1).unwrap().is_allowed());
+    clock.advance(Duration::from_millis(100));
+    assert!(b.try_acquire(1).unwrap().is_allowed());
+    assert!(!b.try_acquire(1).unwrap().is_allowed());
 }

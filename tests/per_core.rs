@@ -284,6 +284,23 @@ fn a_refund_is_exact_or_does_not_happen() {
     assert_eq!(gcra.available(), u64::from(C) - 11);
 }
 
+/// A rate respelled (2 per `2·T` after 1 per `T`: the same interval) is no change, so a lease
+/// taken before it is still given back exactly, as if nothing had happened: the units did not
+/// change. (While a respelling made a generation the refund was refused and the lease's unused
+/// permits were left to expire.)
+#[test]
+fn a_refund_survives_a_respelled_rate() {
+    let clock = ManualClock::starting_at(1_000_000);
+    let gcra = bucket(Gcra::new, &clock);
+    let lease = gcra.take(1, 8, L).unwrap();
+    assert_eq!(lease.granted(), 8);
+    gcra.algorithm()
+        .set_rate(Rate::new(2, Duration::from_nanos(2 * T)), clock.now_nanos())
+        .unwrap();
+    assert!(gcra.give_back(&lease, 5), "refused across a respelling");
+    assert_eq!(gcra.available(), u64::from(C) - 3);
+}
+
 /// A lease of a fixed window lasts until its window ends; a bucket's lasts its lifetime.
 #[test]
 fn leases_expire_with_their_window_or_lifetime() {

@@ -27,9 +27,6 @@ pub(crate) struct Snapshot {
     pub(crate) interval: u64,
     /// Permits the bucket holds.
     pub(crate) capacity: u64,
-    /// The rate as set: its period in ns and its amount.
-    pub(crate) period: u64,
-    pub(crate) amount: u64,
     /// The instant this generation took effect (0 for generation 0).
     pub(crate) changed_at: u64,
     /// Every state word written four or more generations before this one is full by this time,
@@ -46,8 +43,6 @@ struct Slot {
     stamp: AtomicU64,
     interval: AtomicU64,
     capacity: AtomicU64,
-    period: AtomicU64,
-    amount: AtomicU64,
     changed_at: AtomicU64,
     settled_at: AtomicU64,
     settled_by: AtomicU64,
@@ -185,8 +180,6 @@ impl ConfigStore {
                 stamp: AtomicU64::new(WRITING),
                 interval: AtomicU64::new(0),
                 capacity: AtomicU64::new(0),
-                period: AtomicU64::new(0),
-                amount: AtomicU64::new(0),
                 changed_at: AtomicU64::new(0),
                 settled_at: AtomicU64::new(0),
                 settled_by: AtomicU64::new(0),
@@ -235,8 +228,6 @@ impl ConfigStore {
             generation,
             interval: slot.interval.load(Ordering::Relaxed),
             capacity: slot.capacity.load(Ordering::Relaxed),
-            period: slot.period.load(Ordering::Relaxed),
-            amount: slot.amount.load(Ordering::Relaxed),
             changed_at: slot.changed_at.load(Ordering::Relaxed),
             settled_at: slot.settled_at.load(Ordering::Relaxed),
             settled_by: slot.settled_by.load(Ordering::Relaxed),
@@ -330,8 +321,6 @@ impl ConfigStore {
         // `current` in `replace`.
         slot.interval.store(snapshot.interval, Ordering::Relaxed);
         slot.capacity.store(snapshot.capacity, Ordering::Relaxed);
-        slot.period.store(snapshot.period, Ordering::Relaxed);
-        slot.amount.store(snapshot.amount, Ordering::Relaxed);
         slot.changed_at
             .store(snapshot.changed_at, Ordering::Relaxed);
         slot.settled_at

@@ -57,7 +57,9 @@ pub(crate) const END_OF_TIME: u64 = (1 << GENERATION_SHIFT) - 1;
 /// whatever its history (bounded with the writers' clock lag
 /// [`MAX_CLOCK_LAG_NANOS`](crate::algorithms::MAX_CLOCK_LAG_NANOS)); until then, every word is
 /// read as at least that far in debt. This only bites after four changes within about one
-/// refill time plus 10 s, and then refuses, never over-admits.
+/// refill time plus 10 s, and then refuses, never over-admits. A setter that leaves the interval
+/// and the capacity as they are (the rate in force set again, or respelled) is no change: no
+/// generation (`rate()`'s spelling is kept apart from the generations, in [`Settle`]).
 #[derive(Debug)]
 pub(crate) struct VirtualTime {
     store: ConfigStore,
@@ -66,13 +68,26 @@ pub(crate) struct VirtualTime {
 }
 
 /// For the generation in force `g`, upper bounds on the time at which words written in older
-/// generations are full, read in `g`'s units (`0`: no such word can exist).
-#[derive(Debug, Default)]
+/// generations are full, read in `g`'s units (`0`: no such word can exist); and the rate as
+/// last set (its spelling: the generations keep only the interval it rounds to).
+#[derive(Debug)]
 struct Settle {
     /// Generations `g−3`, `g−2`, `g−1`.
     recent: [u64; 3],
     /// For each bound in `recent`, the latest change instant it was computed at.
     recent_by: [u64; 3],
+    /// The rate as last set, as `rate()` answers it.
+    rate: Rate,
+}
+
+impl Settle {
+    fn new(rate: Rate) -> Self {
+        Settle {
+            recent: [0; 3],
+            recent_by: [0; 3],
+            rate,
+        }
+    }
 }
 
 /// Converts a time word written under `(prev_interval, prev_capacity)` across a change at `at`
@@ -229,25 +244,26 @@ pub(crate) fn decide_tat(tat: u64, now: u64, terms: &Terms) -> Step {
 impl VirtualTime {
     pub(crate) fn new(rate: Rate, capacity: u32) -> Result<Self, ConfigError> {
         let interval = rate.nanos_per_permit()?;
+        period_nanos(rate)?;
         validate(interval, u64::from(capacity))?;
         Ok(VirtualTime {
             store: ConfigStore::new(Snapshot {
                 generation: 0,
                 interval,
                 capacity: u64::from(capacity),
-                period: period_nanos(rate)?,
-                amount: u64::from(rate.amount()),
                 changed_at: 0,
                 settled_at: 0,
                 settled_by: 0,
             }),
-            settle: Mutex::new(Settle::default()),
+            settle: Mutex::new(Settle::new(rate)),
         })
     }
 
     /// A fresh bucket with the configuration in force (generation 0, no history): what
     /// cloning a configuration means.
     pub(crate) fn fresh_copy(&self) -> Self {
+        // Under the setter lock: the spelling and the snapshot of one configuration.
+        let settle = self.lock_settle();
         let current = self.store.load();
         VirtualTime {
             store: ConfigStore::new(Snapshot {
@@ -257,7 +273,7 @@ impl VirtualTime {
                 settled_by: 0,
                 ..current
             }),
-            settle: Mutex::new(Settle::default()),
+            settle: Mutex::new(Settle::new(settle.rate)),
         }
     }
 
@@ -271,58 +287,64 @@ impl VirtualTime {
         self.store.capacity()
     }
 
-    /// The configured rate, as set (the interval that decides is rounded from it).
+    /// The configured rate, as set (the interval that decides is rounded from it): the
+    /// spelling last set, kept by the setters (not a decision's concern).
     pub(crate) fn rate(&self) -> Rate {
-        let snapshot = self.store.load();
-        let amount = u32::try_from(snapshot.amount).unwrap_or(u32::MAX);
-        Rate::new(amount, Duration::from_nanos(snapshot.period))
+        self.lock_settle().rate
     }
 
+    /// A rate that rounds to the interval in force (the same rate respelled, e.g. 2 per 200 ms
+    /// for 1 per 100 ms, or a configuration reload re-applying it) changes only the spelling
+    /// `rate()` answers: no new generation, as no decision changes. A new generation for it
+    /// would let a word written four generations earlier alias it, so four such reloads within
+    /// a refill time plus 10 s would hold every word of the bucket in debt until they settle.
     pub(crate) fn set_rate(&self, rate: Rate, now: u64) -> Result<(), ConfigError> {
         let interval = rate.nanos_per_permit()?;
-        let period = period_nanos(rate)?;
-        self.reconfigure(now, |current| Snapshot {
+        period_nanos(rate)?;
+        self.reconfigure(now, Some(rate), |current| Snapshot {
             interval,
-            period,
-            amount: u64::from(rate.amount()),
             ..current
         })
     }
 
     pub(crate) fn set_capacity(&self, capacity: u32, now: u64) -> Result<(), ConfigError> {
-        self.reconfigure(now, |current| Snapshot {
+        self.reconfigure(now, None, |current| Snapshot {
             capacity: u64::from(capacity),
             ..current
         })
     }
 
+    fn lock_settle(&self) -> std::sync::MutexGuard<'_, Settle> {
+        self.settle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Validates and publishes the snapshot `change` makes of the one in force, as one step
     /// under the setter lock: racing setters each see the other's result, never half of it.
+    /// A snapshot equal to the one in force (the same interval and capacity: the snapshot holds
+    /// nothing else a setter sets) publishes nothing: no generation. `rate`, the spelling
+    /// `rate()` answers, is kept once the change is validated, whether or not it made one.
     fn reconfigure(
         &self,
         now: u64,
+        rate: Option<Rate>,
         change: impl FnOnce(Snapshot) -> Snapshot,
     ) -> Result<(), ConfigError> {
-        let mut settle = self
-            .settle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut settle = self.lock_settle();
+        let settle = &mut *settle;
         self.store.replace(|_, current| {
             let next = change(current);
             validate(next.interval, next.capacity)?;
+            if let Some(rate) = rate {
+                settle.rate = rate;
+            }
             if next == current {
                 return Ok(None);
             }
-            // Only the rate's spelling changed (the same rounded interval and capacity): nothing
-            // to convert, and no new change instant. Still a new generation: the words written
-            // four generations before it share its stamp bits, so the settle bounds move on as
-            // for any change (they were left as they were, and a word drained before three
-            // changes and a respelling was read as its old time in the new units: full).
-            let respelled = (next.interval, next.capacity) == (current.interval, current.capacity);
             let at = since_change(now, current.changed_at);
             let conv = |bound: u64| match bound {
                 0 => 0,
-                bound if respelled => bound,
                 bound => convert(
                     bound,
                     at,
@@ -358,7 +380,7 @@ impl VirtualTime {
             settle.recent = [conv(g2), conv(g1), conv(ending)];
             settle.recent_by = [b2.max(at), b1.max(at), at];
             Ok(Some(Snapshot {
-                changed_at: if respelled { current.changed_at } else { at },
+                changed_at: at,
                 settled_at,
                 settled_by,
                 ..next
@@ -896,7 +918,11 @@ macro_rules! time_word_algorithm {
             /// [`AtomicLimiter::set_rate`](crate::AtomicLimiter::set_rate), which does); the
             /// capacity stays. The
             /// debt booked so far is kept in permits: a drained bucket stays drained and refills
-            /// at the new rate, so lowering the rate never frees permits.
+            /// at the new rate, so lowering the rate never frees permits. A rate that rounds to
+            /// the interval per permit in force (the rate in force set again, or spelled
+            /// otherwise: 2 per 200 ms for 1 per 100 ms) changes no decision, only the spelling
+            /// [`rate`](Self::rate) answers; however often a configuration reload re-applies it,
+            /// it costs the bucket nothing.
             ///
             /// The debt is measured at `now`: a `now` earlier than a decision already published
             /// (a raw clock read on a core whose clock trails, or a read taken before the
@@ -1032,8 +1058,10 @@ mod tests {
         for i in 0..changes {
             match i + 1 == changes && raise > 0 {
                 true => core.set_capacity(capacity + raise, changed_at).unwrap(),
+                // Every change a real one (the interval in force set again makes no
+                // generation): `interval + 1`, then `interval`, and so on.
                 false => {
-                    let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2)));
+                    let rate = Rate::new(1, Duration::from_nanos(interval + u64::from(i % 2 == 0)));
                     core.set_rate(rate, changed_at).unwrap();
                 }
             }
@@ -1082,7 +1110,8 @@ mod tests {
                 true => changed_at + MAX_CLOCK_LAG_NANOS + 2 * tau + clock,
                 false => clock,
             };
-            let generation = other_generation.unwrap_or(u64::from(changes)) & GENERATION_MASK;
+            // The word's stamp: the generation in force's, unless another is drawn.
+            let generation = other_generation.unwrap_or(core.generation()) & GENERATION_MASK;
             // At a boundary (give or take a few ns): a request that exactly fits, or a word
             // exactly the lag horizon beyond a full bucket (a leap).
             let cost = u64::from(n) * interval;
@@ -1300,8 +1329,6 @@ mod tests {
             generation: 0,
             interval: 10,
             capacity: 3,
-            period: 10,
-            amount: 1,
             changed_at: 0,
             settled_at: 0,
             settled_by: 0,
