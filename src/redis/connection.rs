@@ -1897,7 +1897,8 @@ async fn reread(
 
 /// A cluster backend's own connection for its background reads of the slot map ([`reread`]):
 /// one plain connection to one node, made with the first configured node's settings (its
-/// password, TLS, protocol) at the node's host and port, kept while reads go to that node and
+/// username and password, TLS, protocol; database 0, as the cluster connection) at the node's
+/// host and port, kept while reads go to that node and
 /// made again (the old one dropped) when a read goes to another or fails on it. No response
 /// timeout of redis-rs's: each read is bounded by its own budget. One read in flight at a time
 /// ([`SlotOwners::start_read`]), so the connection is taken by it and put back when it lands;
@@ -1926,6 +1927,11 @@ impl MapReader {
     fn new(nodes: &[String]) -> Option<Self> {
         use redis::IntoConnectionInfo as _;
         let info = nodes.first()?.as_str().into_connection_info().ok()?;
+        // Database 0, as redis-rs's cluster connection takes for every node (it ignores a
+        // URL's database): a cluster node refuses `SELECT` of any other, which failed every
+        // connect of the reader, so no read of the map landed.
+        let settings = info.redis_settings().clone().set_db(0);
+        let info = info.set_redis_settings(settings);
         let seeds = nodes
             .iter()
             .filter_map(|node| node.as_str().into_connection_info().ok())
@@ -2699,6 +2705,22 @@ mod tests {
         assert_eq!(reader.info.redis_settings().password(), Some("secret"));
         assert!(!format!("{reader:?}").contains("secret"));
         assert!(MapReader::new(&[]).is_none());
+    }
+
+    /// A cluster node URL's database number (`redis://host:port/3`) is not the map reader's:
+    /// redis-rs's cluster connection ignores it (every node connection uses database 0), and
+    /// a cluster node refuses `SELECT` of any other (`ERR SELECT is not allowed in cluster
+    /// mode`), so a reader that sent it failed every connect, and no background read of the
+    /// slot map ever landed. The rest of the first node's settings are kept.
+    #[test]
+    fn the_map_reader_ignores_a_node_urls_database_as_the_cluster_connection_does() {
+        let nodes = ["redis://user:secret@10.0.0.1:7000/3?protocol=resp3"].map(String::from);
+        let reader = MapReader::new(&nodes).expect("TCP nodes");
+        let settings = reader.info.redis_settings();
+        assert_eq!(settings.db(), 0, "a cluster node refuses SELECT 3");
+        assert_eq!(settings.username(), Some("user"));
+        assert_eq!(settings.password(), Some("secret"));
+        assert_eq!(settings.protocol(), redis::ProtocolVersion::RESP3);
     }
 
     #[test]
