@@ -1851,7 +1851,8 @@ const MAP_READ_TRIES: usize = 2;
 /// reads failed, the replies of healthy masters that the copy was too old for stayed
 /// uncounted, for as long as the draws kept hitting it (no bound). Now, with `m` masters not
 /// answering and one that does, at most `⌈m / 2⌉` reads in a row fail, since a master whose
-/// read failed is asked last until it replies to a call.
+/// read failed is asked last until it replies to a call (the masters so marked taking turns,
+/// the one whose read failed longest ago first: so a live one marked once is asked again).
 ///
 /// Each try has `within` ([`RedisBackend::map_read_budget`]: the timeout and a second at
 /// least), connecting included, and goes over the [`MapReader`]'s own connection, not the

@@ -12,7 +12,7 @@
 //!
 //! A background read goes to the master that last replied to a call of this backend, and to
 //! the next-freshest if it fails ([`SlotOwners::read_order`]; a master whose read failed after
-//! its last reply is asked last), not to a node redis-rs picks at random, which could be a
+//! its last reply is asked last, such masters taking turns), not to a node redis-rs picks at random, which could be a
 //! frozen master (issue 18): while reads failed, the replies the copy was too old for (below)
 //! stayed uncounted, and the healthy masters looked silent, for as long as the random draws
 //! kept hitting the frozen one. With `m` masters not answering and one that does, at most
@@ -125,11 +125,20 @@ impl Master {
         }
     }
 
-    /// Whether a read of the map sent to this master failed after its last reply.
-    fn read_failed_since_reply(&self) -> bool {
+    /// Where this master goes in the order of a read of the map ([`SlotOwners::read_order`],
+    /// lowest first): a master whose last read failed after its last reply goes after every
+    /// other, and among those, the one whose read failed longest ago first (so they take
+    /// turns); the others by their last reply, the latest first.
+    fn read_rank(&self) -> (bool, u64) {
+        let last = self.last_reply.last().unwrap_or(0);
         // SeqCst: read and written only by the one read of the map in flight
         // (`SlotOwners::start_read`); no ordering subtlety to save.
-        self.read_failed.load(Ordering::SeqCst) > self.last_reply.last().unwrap_or(0)
+        let failed = self.read_failed.load(Ordering::SeqCst);
+        if failed > last {
+            (true, failed)
+        } else {
+            (false, u64::MAX - last)
+        }
     }
 }
 
@@ -151,7 +160,7 @@ impl ReadTarget {
     /// The read sent to this master at `sent_micros` (client µs) failed: it is asked last
     /// until it replies to a call again.
     pub(super) fn failed(&self, sent_micros: u64) {
-        // SeqCst: as in `Master::read_failed_since_reply`.
+        // SeqCst: as in `Master::read_rank`.
         self.0
             .read_failed
             .store(sent_micros.max(1), Ordering::SeqCst);
@@ -360,10 +369,16 @@ impl SlotOwners {
     /// Up to `tries` masters of the copy to send a read of the map to, in the order to try
     /// them: the master that last replied to a call of this backend first (the freshest
     /// [`LastReply`], which a read never credits), a master whose last read failed after its
-    /// last reply after every other; empty while the copy names none. A frozen or unreachable
-    /// master stops replying, so it falls behind those that answer, and once a read sent to it
-    /// failed it is asked last: with `m` masters not answering and at least one that does, at
-    /// most `⌈m / tries⌉` reads in a row fail (each marks `tries` of them) before one lands.
+    /// last reply after every other, those taking turns (the one whose read failed longest
+    /// ago first); empty while the copy names none. A frozen or unreachable master stops
+    /// replying, so it falls behind those that answer, and once a read sent to it failed it
+    /// is asked last: with `m` masters not answering and at least one that does, at most
+    /// `⌈m / tries⌉` reads in a row fail (each marks `tries` of them, which then go behind
+    /// every master marked before) before one lands. That holds for a live master marked too
+    /// (a read of it failed once, for a transient reason, and no call has gone to it since to
+    /// clear the mark): only the masters unmarked or marked before it go first. Before the
+    /// turns, the marked ones went by their last reply: the silent masters that replied last
+    /// were asked on every read, and such a live one never.
     pub(super) fn read_order(&self, tries: usize) -> Vec<ReadTarget> {
         let copy = self.copy.load();
         let mut seen = std::collections::HashSet::new();
@@ -373,10 +388,7 @@ impl SlotOwners {
             .map(|(_, _, master)| master)
             .filter(|master| seen.insert(Arc::as_ptr(master)))
             .collect();
-        masters.sort_by_key(|master| {
-            let last = master.last_reply.last().unwrap_or(0);
-            (master.read_failed_since_reply(), std::cmp::Reverse(last))
-        });
+        masters.sort_by_key(|master| master.read_rank());
         masters
             .into_iter()
             .take(tries)
@@ -727,6 +739,41 @@ mod tests {
         v6.update(&Value::Array(vec![range]), "redis", 0);
         assert_eq!(v6.owner(0).as_deref(), Some("redis://[::1]:7"));
         assert_eq!(v6.read_order(1)[0].host(), "::1");
+    }
+
+    /// Masters whose reads failed since their last reply take turns, the one whose read
+    /// failed longest ago first: one read, failed once for a transient reason, of a master
+    /// no call goes to (so no reply clears the mark), and the masters that replied later
+    /// frozen since. Before, the marked masters went by their last reply alone: the two that
+    /// replied last were asked on every read, and failed, and the live one never was.
+    #[test]
+    fn masters_whose_reads_failed_take_turns_the_longest_failed_first() {
+        let owners = SlotOwners::default();
+        let map = ranges_map(&[(0, 99, 7000), (100, 199, 7001), (200, 16_383, 7002)]);
+        owners.update(&map, "redis", 1_000);
+        owners.owner_replied(150, 1_100, 1_100, 10_000, 0); // 7001
+        owners.owner_replied(300, 1_200, 1_200, 10_000, 0); // 7002
+        let fail = |port: u16, at: u64| {
+            let targets = owners.read_order(3);
+            let target = targets.iter().find(|t| t.port() == port).unwrap();
+            target.failed(at);
+        };
+        fail(7000, 1_300); // transient: 7000 is live, but no call goes to it
+        fail(7002, 1_400); // frozen
+        fail(7001, 1_400); // frozen
+        let mut now = 1_500;
+        for read in 1..=2 {
+            let targets = owners.read_order(2);
+            let ports: Vec<u16> = targets.iter().map(ReadTarget::port).collect();
+            if ports.contains(&7000) {
+                return;
+            }
+            for target in &targets {
+                target.failed(now);
+                now += 10;
+            }
+            assert!(read < 2, "7000 not asked in two reads: {ports:?} each time");
+        }
     }
 
     /// A `CLUSTER SLOTS` reply of one range per master port: `(first, last, port)`.
