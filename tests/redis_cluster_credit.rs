@@ -500,6 +500,39 @@ fn a_kept_connection_the_master_closed_is_made_again_not_a_failed_read() {
     );
 }
 
+/// While the backend's copy of the slot map names no master (a lazy backend, or an eager
+/// connect whose read of the map failed: its timeout spent by the connect on a loaded
+/// machine), a reply asks for a read. Before, only a failed or short-circuited call did: while
+/// every call succeeded the copy stayed empty, every call shared one breaker, and an error
+/// named no master.
+///
+/// Here a lazy backend's calls on a key of B all succeed, until the cluster served one
+/// `CLUSTER SLOTS` more than redis-rs's own read at its connect (one, to the first node that
+/// answers): the backend's read. Before, none came, however many calls succeeded (the test
+/// failed on its hang bound).
+#[test]
+fn replies_ask_for_a_read_of_the_slot_map_while_the_copy_names_no_master() {
+    let cluster = RedisCluster::start();
+    let reads = || cluster.nodes.iter().map(map_reads).sum::<u64>();
+    let before = reads();
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let key = key_on(&cluster.nodes[1], &limiter, "live");
+    let started = Instant::now();
+    let mut calls = 0;
+    // redis-rs's read at its connect, and the backend's.
+    while reads() < before + 2 {
+        assert_decided(&call(&limiter, &key), "a call on B");
+        calls += 1;
+        assert!(
+            started.elapsed() < HANG,
+            "no read of the map after {calls} calls answered ({} read(s): redis-rs's)",
+            reads() - before
+        );
+    }
+}
+
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();

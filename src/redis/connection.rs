@@ -17,7 +17,7 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisWrite as _, 
 
 use super::limiter::sealed::Replay;
 use super::lua_script::LuaScript;
-use super::slot_owners::{ReadTarget, SlotOwners, slot_of};
+use super::slot_owners::{ReadAsked, ReadTarget, SlotOwners, slot_of};
 use crate::backend::{
     BackendError, FailureKind, LastReply, NotSent, RequestError, ServerOffset, until_deadline,
 };
@@ -677,8 +677,17 @@ impl RedisBackend {
     /// breaker, which sends nothing that could fail, so that a slot moved off a down master is
     /// soon looked up under its new owner (whose breaker is its own), and for a reply to a
     /// call sent [`fresh_micros`](Self::fresh_micros) or more after the last read
-    /// ([`master_replied`](Self::master_replied)).
+    /// ([`master_replied`](Self::master_replied); a reply while the copy names no master asks
+    /// too, at most once per `fresh_micros`: [`reread_slot_owners_every`](Self::reread_slot_owners_every)).
     pub(crate) fn reread_slot_owners(&self) {
+        self.reread_slot_owners_every(self.shared.timeout);
+    }
+
+    /// [`reread_slot_owners`](Self::reread_slot_owners), unless one started less than `every`
+    /// ago: the timeout, or for a reply while the copy names no master
+    /// ([`master_replied`](Self::master_replied)), the [`fresh_micros`](Self::fresh_micros)
+    /// interval.
+    fn reread_slot_owners_every(&self, every: Duration) {
         let shared = &*self.shared;
         if !self.is_cluster() {
             return;
@@ -686,7 +695,7 @@ impl RedisBackend {
         let Some(reader) = &shared.map_reader else {
             return;
         };
-        if let Some(read) = shared.owners.start_read(Instant::now(), shared.timeout) {
+        if let Some(read) = shared.owners.start_read(Instant::now(), every) {
             let (reader, owners, scheme, base) = (
                 Arc::clone(reader),
                 Arc::clone(&shared.owners),
@@ -925,11 +934,14 @@ impl RedisBackend {
         let slot = slot_of(key.as_bytes());
         let micros = shared.clock.client_micros(sent);
         let (fresh, slack) = (self.fresh_micros(), micros_of(shared.timeout));
-        if shared
+        match shared
             .owners
             .owner_replied(slot, micros, received_micros, fresh, slack)
         {
-            self.reread_slot_owners();
+            ReadAsked::No => {}
+            ReadAsked::CopyOld => self.reread_slot_owners(),
+            // The copy names no master (no read landed yet): at most one read per `fresh`.
+            ReadAsked::CopyEmpty => self.reread_slot_owners_every(self.map_read_budget()),
         }
     }
 

@@ -4,10 +4,12 @@
 //!
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
-//! background after a failed call, a call short-circuited by an open breaker, or a reply to a
-//! call sent a while after the last read (below; at most one read in flight per backend, and
-//! at most one started per timeout, so a steady stream of failures does not add a `CLUSTER
-//! SLOTS` per failure). A call's error and breaker are those of the owner of its key's slot in
+//! background after a failed call, a call short-circuited by an open breaker, a reply to a
+//! call sent a while after the last read (below), or any reply while the copy names no master
+//! (a lazy backend, an eager connect whose read failed; at most one such read per `fresh`,
+//! below: before, nothing read the map while every call succeeded). At most one read is in
+//! flight per backend, and at most one started per timeout, so a steady stream of failures
+//! does not add a `CLUSTER SLOTS` per failure. A call's error and breaker are those of the owner of its key's slot in
 //! that copy; after a slot moved, the owner is stale until the next read lands.
 //!
 //! A background read goes to the master that last replied to a call of this backend, and to
@@ -177,6 +179,20 @@ fn lock_if_free<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
     }
 }
 
+/// Whether a reply asks for a read of the slot map ([`SlotOwners::owner_replied`]), and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadAsked {
+    /// No read: the copy is fresh for the call, or it names masters but none for its slot.
+    No,
+    /// The call was sent `fresh` or more after the read that made the copy: a read, at most
+    /// one started per timeout (as after a failed call).
+    CopyOld,
+    /// The copy names no master (no read landed yet): a read, at most one started per
+    /// `fresh`, so a cluster whose map names no host (`CLUSTER SLOTS` answering `?`) is not
+    /// read once per timeout while its calls succeed.
+    CopyEmpty,
+}
+
 /// One read of the slot map: its ranges, and when the read was sent.
 #[derive(Debug, Default)]
 struct MapCopy {
@@ -221,9 +237,12 @@ impl SlotOwners {
     /// µs: when the call was sent), unless a later one is recorded
     /// ([`LastReply::record_if_later`]), if the copy was read less than `fresh + slack` µs
     /// before the call was sent (a call sent before the read: its copy is newer than the
-    /// call); nothing if the copy has no owner for it. Returns whether the call was sent
-    /// `fresh` µs or more after the read (the caller starts a new read: see the module docs);
-    /// `false` if the copy has no owner for the slot.
+    /// call); nothing if the copy has no owner for it. Returns whether the caller starts a new
+    /// read ([`ReadAsked`]): [`CopyOld`](ReadAsked::CopyOld) if the call was sent `fresh` µs
+    /// or more after the read (see the module docs), [`CopyEmpty`](ReadAsked::CopyEmpty) if
+    /// the copy names no master at all (no read landed yet: a lazy backend, an eager connect
+    /// whose read failed), else [`No`](ReadAsked::No) (a copy with no owner for this slot
+    /// alone asks for nothing).
     ///
     /// A copy older than its call may name an owner the slot has left (redis-rs follows a
     /// `MOVED` unseen, and the reply is the new owner's): so the old owner's word gets no
@@ -248,8 +267,8 @@ impl SlotOwners {
         received_micros: u64,
         fresh: u64,
         slack: u64,
-    ) -> bool {
-        self.with_owner(slot, |master, asked| {
+    ) -> ReadAsked {
+        let old = self.with_owner(slot, |master, asked| {
             let age = micros.saturating_sub(asked);
             if age < fresh.saturating_add(slack) {
                 master.last_reply.record_if_later(micros);
@@ -268,8 +287,29 @@ impl SlotOwners {
                 }
             }
             age >= fresh
-        })
-        .unwrap_or(false)
+        });
+        match old {
+            Some(true) => ReadAsked::CopyOld,
+            Some(false) => ReadAsked::No,
+            None => self.asked_without_owner(),
+        }
+    }
+
+    /// What a reply to a call on a slot the copy has no owner for asks
+    /// ([`owner_replied`](Self::owner_replied)): a read if the copy names no master. Before,
+    /// nothing: after an eager connect whose read failed (its timeout spent by the connect
+    /// itself, a loaded machine) or on a lazy backend, only a failed or short-circuited call
+    /// asked for a read, so while every call succeeded the copy stayed empty, every call
+    /// shared one breaker and an error named no master. Off the path of a reply the copy has
+    /// an owner for.
+    #[cold]
+    #[inline(never)]
+    fn asked_without_owner(&self) -> ReadAsked {
+        if self.copy.load().ranges.is_empty() {
+            ReadAsked::CopyEmpty
+        } else {
+            ReadAsked::No
+        }
     }
 
     /// Whether `slot`'s owner replied less than `within_micros` before `now_micros`
@@ -593,7 +633,11 @@ mod tests {
         };
         let owners = SlotOwners::default();
         assert_eq!(owners.owner_answered_within(0, 0, u64::MAX), None);
-        owners.owner_replied(0, 1_000, 1_000, u64::MAX, 0); // no owner known: nothing to record
+        // No owner known: nothing to record (a read asked: the copy names no master).
+        assert_eq!(
+            owners.owner_replied(0, 1_000, 1_000, u64::MAX, 0),
+            ReadAsked::CopyEmpty
+        );
         // 7000 owns two ranges, 7001 the one between.
         let map = |last_port: i64| {
             Value::Array(vec![
@@ -648,24 +692,47 @@ mod tests {
         };
         let owners = SlotOwners::default();
         let last = |slot| owners.owner_last_reply(slot);
-        assert!(
-            !owners.owner_replied(0, 5_000, 5_000, 100, 50),
-            "no copy: no read asked"
+        assert_eq!(
+            owners.owner_replied(0, 5_000, 5_000, 100, 50),
+            ReadAsked::CopyEmpty,
+            "no copy: a read asked"
+        );
+        let holed = SlotOwners::default();
+        holed.update(&ranges_map(&[(0, 99, 7000)]), "redis", 1_000);
+        assert_eq!(
+            holed.owner_replied(500, 1_010, 1_010, 100, 50),
+            ReadAsked::No,
+            "a copy naming a master, none for this slot: no read asked"
         );
         owners.update(&map(false), "redis", 1_000);
         assert_eq!(last(0), Some(1_000), "new: as of the read");
         // Sent before the read: the copy is newer than the call.
-        assert!(!owners.owner_replied(0, 900, 950, 100, 50));
+        assert_eq!(owners.owner_replied(0, 900, 950, 100, 50), ReadAsked::No);
         assert_eq!(last(0), Some(1_000));
-        assert!(!owners.owner_replied(0, 1_099, 1_099, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 1_099, 1_099, 100, 50),
+            ReadAsked::No
+        );
         assert_eq!(last(0), Some(1_099));
         // `fresh` after the read: credited, a new read asked.
-        assert!(owners.owner_replied(0, 1_100, 1_100, 100, 50));
-        assert!(owners.owner_replied(0, 1_149, 1_149, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 1_100, 1_100, 100, 50),
+            ReadAsked::CopyOld
+        );
+        assert_eq!(
+            owners.owner_replied(0, 1_149, 1_149, 100, 50),
+            ReadAsked::CopyOld
+        );
         assert_eq!(last(0), Some(1_149));
         // `fresh + slack` after the read: not credited yet.
-        assert!(owners.owner_replied(0, 2_000, 2_010, 100, 50));
-        assert!(owners.owner_replied(150, 3_000, 3_010, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 2_000, 2_010, 100, 50),
+            ReadAsked::CopyOld
+        );
+        assert_eq!(
+            owners.owner_replied(150, 3_000, 3_010, 100, 50),
+            ReadAsked::CopyOld
+        );
         assert_eq!(last(0), Some(1_149));
         // A read sent before the latest pending reply arrived settles nothing.
         owners.update(&map(false), "redis", 3_005);
@@ -673,10 +740,16 @@ mod tests {
         // A read sent after it, naming 7000 for slot 150 still: counted as of its call.
         owners.update(&map(false), "redis", 3_020);
         assert_eq!(last(0), Some(3_000));
-        assert!(!owners.owner_replied(0, 3_050, 3_060, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 3_050, 3_060, 100, 50),
+            ReadAsked::No
+        );
         assert_eq!(last(0), Some(3_050));
         // A stale reply for slot 150, which the next read names 7001 for: not 7000's.
-        assert!(owners.owner_replied(150, 9_000, 9_010, 100, 50));
+        assert_eq!(
+            owners.owner_replied(150, 9_000, 9_010, 100, 50),
+            ReadAsked::CopyOld
+        );
         owners.update(&map(true), "redis", 9_020);
         assert_eq!(
             last(0),
@@ -821,7 +894,7 @@ mod tests {
         thread.join().unwrap();
         assert_eq!(
             got,
-            Ok((true, false)),
+            Ok((ReadAsked::CopyOld, false)),
             "the reply returned at once, asking for a read; the start found another \
              caller starting one and left it to that caller"
         );
@@ -846,7 +919,10 @@ mod tests {
         assert_eq!(owners.owner(150).as_deref(), Some("redis://127.0.0.1:7001"));
         assert_eq!(owners.copy.load().asked_micros, 2_000);
         // A reply to a call sent 40 µs after the newer read counts for 7001, not 7000.
-        assert!(!owners.owner_replied(150, 2_040, 2_050, 100, 50));
+        assert_eq!(
+            owners.owner_replied(150, 2_040, 2_050, 100, 50),
+            ReadAsked::No
+        );
         assert_eq!(owners.owner_last_reply(150), Some(2_040));
         assert_eq!(
             owners.owner_last_reply(0),
