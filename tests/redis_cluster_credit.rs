@@ -533,6 +533,38 @@ fn replies_ask_for_a_read_of_the_slot_map_while_the_copy_names_no_master() {
     }
 }
 
+/// While the copy of the slot map names no master, a read goes to the configured nodes: the
+/// first two in their order, both tried every read before, so with those two gone (a node
+/// list written before nodes were replaced) no read ever landed while the copy was empty. Now
+/// a configured node whose read failed goes after the others.
+///
+/// Here the backend (lazy, so no read landed) is given two ports nothing listens on before
+/// the cluster's nodes; tries given no time ask for reads (one per timeout at most) until the
+/// cluster served one besides redis-rs's own at its connect. Before, none came (the test
+/// failed on its hang bound).
+#[test]
+fn reads_while_the_copy_names_no_master_go_on_past_configured_nodes_that_failed() {
+    let cluster = RedisCluster::start();
+    let reads = || cluster.nodes.iter().map(map_reads).sum::<u64>();
+    let before = reads();
+    let gone = ["redis://127.0.0.1:1", "redis://127.0.0.1:2"].map(String::from);
+    let nodes = gone.into_iter().chain(cluster.urls()).collect::<Vec<_>>();
+    let config = RedisConfig::cluster(nodes).timeout(SHORT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let started = Instant::now();
+    // redis-rs's read at its connect (the tries start it), and the backend's.
+    while reads() < before + 2 {
+        // No time: nothing is sent; the failure asks for a read (one per timeout at most).
+        let _ = limiter.blocking_try_acquire_for("any", 1, Duration::ZERO);
+        assert!(
+            started.elapsed() < HANG,
+            "no read of the map reached a node of the cluster ({} read(s): redis-rs's)",
+            reads() - before
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();

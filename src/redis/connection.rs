@@ -7,6 +7,7 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -1857,7 +1858,8 @@ const MAP_READ_TRIES: usize = 2;
 /// [`RedisBackend::reread_slot_owners`]): `CLUSTER SLOTS` sent to the master that last replied
 /// to this backend, and on failure to the next, up to [`MAP_READ_TRIES`] masters
 /// ([`SlotOwners::read_order`]); the first reply replaces the copy. While the copy names no
-/// master (no read landed yet), to the configured nodes in their order instead.
+/// master (no read landed yet), to the configured nodes instead, from the one after the last
+/// whose read failed ([`MapReader::seed_order`]).
 ///
 /// Not to a node redis-rs picks at random (issue 18): that could be a frozen master, and while
 /// reads failed, the replies of healthy masters that the copy was too old for stayed
@@ -1881,16 +1883,21 @@ async fn reread(
     within: Duration,
 ) {
     let masters = owners.read_order(MAP_READ_TRIES);
-    let targets: Vec<(&str, u16, Option<&ReadTarget>)> = if masters.is_empty() {
-        let seeds = reader.seeds.iter().take(MAP_READ_TRIES);
-        seeds
-            .map(|(host, port)| (host.as_str(), *port, None))
+    let targets: Vec<(&str, u16, Asked<'_>)> = if masters.is_empty() {
+        reader
+            .seed_order(MAP_READ_TRIES)
+            .map(|at| {
+                let (host, port) = &reader.seeds[at];
+                (host.as_str(), *port, Asked::Seed(at))
+            })
             .collect()
     } else {
         let named = masters.iter();
-        named.map(|m| (m.host(), m.port(), Some(m))).collect()
+        named
+            .map(|m| (m.host(), m.port(), Asked::Master(m)))
+            .collect()
     };
-    for (host, port, master) in targets {
+    for (host, port, target) in targets {
         // When the read is sent, on the clock's client side (`client_micros`): the map read
         // is at least as recent.
         let asked = micros_since(base, Instant::now());
@@ -1899,13 +1906,19 @@ async fn reread(
                 owners.update(&reply, scheme, asked);
                 return;
             }
-            None => {
-                if let Some(master) = master {
-                    master.failed(asked);
-                }
-            }
+            None => match target {
+                Asked::Master(master) => master.failed(asked),
+                Asked::Seed(at) => reader.seed_failed(at),
+            },
         }
     }
+}
+
+/// Where a try of a read of the slot map goes ([`reread`]): a master the copy names, or,
+/// while it names none, a configured node (its index in [`MapReader::seeds`]).
+enum Asked<'a> {
+    Master(&'a ReadTarget),
+    Seed(usize),
 }
 
 /// A cluster backend's own connection for its background reads of the slot map ([`reread`]):
@@ -1919,8 +1932,11 @@ async fn reread(
 struct MapReader {
     info: redis::ConnectionInfo,
     /// The configured nodes' host and port, in their order: where a read goes while the
-    /// copy names no master.
+    /// copy names no master ([`seed_order`](Self::seed_order)).
     seeds: Vec<(String, u16)>,
+    /// The seed a read asks first while the copy names no master: the one after the last
+    /// whose read failed, so the seeds take turns ([`seed_failed`](Self::seed_failed)).
+    next_seed: AtomicUsize,
     /// The last landed read's connection, and its node's host and port.
     open: std::sync::Mutex<Option<(String, u16, redis::aio::MultiplexedConnection)>>,
 }
@@ -1957,8 +1973,29 @@ impl MapReader {
         Some(MapReader {
             info,
             seeds,
+            next_seed: AtomicUsize::new(0),
             open: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The seeds (indices into [`seeds`](Self::seeds)) a read asks while the copy names no
+    /// master, up to `tries`, in order: from the one after the last whose read failed, in
+    /// the configured order, wrapping. Before, the first two configured nodes were asked on
+    /// every read: with those two gone (a node list written before nodes were replaced), no
+    /// read landed while the copy was empty.
+    fn seed_order(&self, tries: usize) -> impl Iterator<Item = usize> {
+        let count = self.seeds.len();
+        // SeqCst: read and written only by the one read of the map in flight
+        // (`SlotOwners::start_read`); no ordering subtlety to save.
+        let first = self.next_seed.load(Ordering::SeqCst);
+        (0..count.min(tries)).map(move |i| (first + i) % count)
+    }
+
+    /// The read sent to seed `at` failed: the next read asks the seeds after it first.
+    fn seed_failed(&self, at: usize) {
+        // SeqCst: as in `seed_order`.
+        let next = (at + 1) % self.seeds.len().max(1);
+        self.next_seed.store(next, Ordering::SeqCst);
     }
 
     /// `CLUSTER SLOTS` on the node at `host`:`port`, connecting to it first unless the last
@@ -2717,6 +2754,13 @@ mod tests {
         );
         assert_eq!(reader.info.redis_settings().password(), Some("secret"));
         assert!(!format!("{reader:?}").contains("secret"));
+        let order = |tries| reader.seed_order(tries).collect::<Vec<_>>();
+        assert_eq!(order(2), [0, 1], "the configured order first");
+        reader.seed_failed(0);
+        reader.seed_failed(1);
+        assert_eq!(order(2), [2, 0], "after the last that failed, wrapping");
+        reader.seed_failed(2);
+        assert_eq!(order(5), [0, 1, 2], "each once");
         assert!(MapReader::new(&[]).is_none());
     }
 

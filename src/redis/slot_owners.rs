@@ -20,7 +20,8 @@
 //! kept hitting the frozen one. With `m` masters not answering and one that does, at most
 //! `⌈m / 2⌉` background reads in a row fail before one lands. Until the copy names a master
 //! (a lazy backend, or an eager connect whose read failed), a background read goes to the
-//! configured nodes in their order; the eager connect's own read goes where redis-rs routes
+//! configured nodes, in their order from the one after the last whose read failed (so a
+//! configured node that is gone does not make every read fail); the eager connect's own read goes where redis-rs routes
 //! it, within what is left of the connect's timeout.
 //!
 //! Each try of a background read (two at most) has a budget of its own, the backend's timeout
