@@ -935,14 +935,31 @@ impl RedisBackend {
         let slot = slot_of(key.as_bytes());
         let micros = shared.clock.client_micros(sent);
         let (fresh, slack) = (self.fresh_micros(), micros_of(shared.timeout));
-        match shared
+        let asked = shared
             .owners
-            .owner_replied(slot, micros, received_micros, fresh, slack)
-        {
+            .owner_replied(slot, micros, received_micros, fresh, slack);
+        // One test, as of the `bool` this was (measured: telling the three apart here, or
+        // looking at the copy for a slot with no owner in `owner_replied`, cost every reply an
+        // instruction more).
+        if asked != ReadAsked::No {
+            self.reread_asked(asked);
+        }
+    }
+
+    /// A read of the slot map asked for by a reply ([`master_replied`](Self::master_replied)):
+    /// at most one started per timeout for a copy too old for the call, and, for a call on a
+    /// slot the copy has no owner for, one per [`fresh_micros`](Self::fresh_micros) if the
+    /// copy names no master at all (no read landed yet).
+    #[inline(never)]
+    fn reread_asked(&self, asked: ReadAsked) {
+        match asked {
             ReadAsked::No => {}
             ReadAsked::CopyOld => self.reread_slot_owners(),
-            // The copy names no master (no read landed yet): at most one read per `fresh`.
-            ReadAsked::CopyEmpty => self.reread_slot_owners_every(self.map_read_budget()),
+            ReadAsked::NoOwner => {
+                if self.shared.owners.names_no_master() {
+                    self.reread_slot_owners_every(self.map_read_budget());
+                }
+            }
         }
     }
 

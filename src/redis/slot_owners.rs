@@ -181,17 +181,19 @@ fn lock_if_free<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
 }
 
 /// Whether a reply asks for a read of the slot map ([`SlotOwners::owner_replied`]), and why.
+/// The values are those of the `Option<bool>` it is made from, so making it costs nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ReadAsked {
-    /// No read: the copy is fresh for the call, or it names masters but none for its slot.
-    No,
+    /// No read: the copy is fresh for the call.
+    No = 0,
     /// The call was sent `fresh` or more after the read that made the copy: a read, at most
     /// one started per timeout (as after a failed call).
-    CopyOld,
-    /// The copy names no master (no read landed yet): a read, at most one started per
-    /// `fresh`, so a cluster whose map names no host (`CLUSTER SLOTS` answering `?`) is not
-    /// read once per timeout while its calls succeed.
-    CopyEmpty,
+    CopyOld = 1,
+    /// The copy has no owner for the call's slot: a read if the copy names no master at all
+    /// ([`names_no_master`](SlotOwners::names_no_master): no read landed yet), at most one
+    /// started per `fresh`, so a cluster whose map names no host (`CLUSTER SLOTS` answering
+    /// `?`) is not read once per timeout while its calls succeed; else none.
+    NoOwner = 2,
 }
 
 /// One read of the slot map: its ranges, and when the read was sent.
@@ -240,10 +242,10 @@ impl SlotOwners {
     /// before the call was sent (a call sent before the read: its copy is newer than the
     /// call); nothing if the copy has no owner for it. Returns whether the caller starts a new
     /// read ([`ReadAsked`]): [`CopyOld`](ReadAsked::CopyOld) if the call was sent `fresh` µs
-    /// or more after the read (see the module docs), [`CopyEmpty`](ReadAsked::CopyEmpty) if
-    /// the copy names no master at all (no read landed yet: a lazy backend, an eager connect
-    /// whose read failed), else [`No`](ReadAsked::No) (a copy with no owner for this slot
-    /// alone asks for nothing).
+    /// or more after the read (see the module docs), [`NoOwner`](ReadAsked::NoOwner) if the
+    /// copy has no owner for the slot (the caller then reads the map if the copy names no
+    /// master at all: a lazy backend, an eager connect whose read failed), else
+    /// [`No`](ReadAsked::No).
     ///
     /// A copy older than its call may name an owner the slot has left (redis-rs follows a
     /// `MOVED` unseen, and the reply is the new owner's): so the old owner's word gets no
@@ -290,27 +292,20 @@ impl SlotOwners {
             age >= fresh
         });
         match old {
-            Some(true) => ReadAsked::CopyOld,
             Some(false) => ReadAsked::No,
-            None => self.asked_without_owner(),
+            Some(true) => ReadAsked::CopyOld,
+            None => ReadAsked::NoOwner,
         }
     }
 
-    /// What a reply to a call on a slot the copy has no owner for asks
-    /// ([`owner_replied`](Self::owner_replied)): a read if the copy names no master. Before,
-    /// nothing: after an eager connect whose read failed (its timeout spent by the connect
-    /// itself, a loaded machine) or on a lazy backend, only a failed or short-circuited call
-    /// asked for a read, so while every call succeeded the copy stayed empty, every call
-    /// shared one breaker and an error named no master. Off the path of a reply the copy has
-    /// an owner for.
-    #[cold]
-    #[inline(never)]
-    fn asked_without_owner(&self) -> ReadAsked {
-        if self.copy.load().ranges.is_empty() {
-            ReadAsked::CopyEmpty
-        } else {
-            ReadAsked::No
-        }
+    /// Whether the copy names no master at all (no read landed yet, or one whose every range
+    /// named no host): a reply then asks for a read (`RedisBackend::master_replied`). Before,
+    /// nothing did: after an eager connect whose read failed (its timeout spent by the
+    /// connect itself, a loaded machine) or on a lazy backend, only a failed or
+    /// short-circuited call asked for a read, so while every call succeeded the copy stayed
+    /// empty, every call shared one breaker and an error named no master.
+    pub(super) fn names_no_master(&self) -> bool {
+        self.copy.load().ranges.is_empty()
     }
 
     /// Whether `slot`'s owner replied less than `within_micros` before `now_micros`
@@ -637,7 +632,7 @@ mod tests {
         // No owner known: nothing to record (a read asked: the copy names no master).
         assert_eq!(
             owners.owner_replied(0, 1_000, 1_000, u64::MAX, 0),
-            ReadAsked::CopyEmpty
+            ReadAsked::NoOwner
         );
         // 7000 owns two ranges, 7001 the one between.
         let map = |last_port: i64| {
@@ -695,16 +690,18 @@ mod tests {
         let last = |slot| owners.owner_last_reply(slot);
         assert_eq!(
             owners.owner_replied(0, 5_000, 5_000, 100, 50),
-            ReadAsked::CopyEmpty,
-            "no copy: a read asked"
+            ReadAsked::NoOwner,
+            "no copy"
         );
+        assert!(owners.names_no_master(), "a read asked");
         let holed = SlotOwners::default();
         holed.update(&ranges_map(&[(0, 99, 7000)]), "redis", 1_000);
         assert_eq!(
             holed.owner_replied(500, 1_010, 1_010, 100, 50),
-            ReadAsked::No,
-            "a copy naming a master, none for this slot: no read asked"
+            ReadAsked::NoOwner,
+            "a copy naming a master, none for this slot"
         );
+        assert!(!holed.names_no_master(), "no read asked");
         owners.update(&map(false), "redis", 1_000);
         assert_eq!(last(0), Some(1_000), "new: as of the read");
         // Sent before the read: the copy is newer than the call.
