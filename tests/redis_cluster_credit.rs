@@ -565,6 +565,42 @@ fn reads_while_the_copy_names_no_master_go_on_past_configured_nodes_that_failed(
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+/// Once every master the copy of the slot map names failed its last read (the cluster's
+/// masters all at new addresses, the copy naming only the old ones: an idle backend through a
+/// restart that moved every node), a read goes on to a configured node too. Before, reads
+/// went only to the masters the copy named, none of which answered, for as long as the
+/// backend lived.
+///
+/// Here a one-master cluster announces a port nothing listens on (`CLUSTER SLOTS` names it),
+/// and the backend (lazy) is configured with the node's own port. Tries given no time ask for
+/// reads (one per timeout at most): the first goes to the configured node (the copy names no
+/// master yet) and lands, naming the dead port; the next fail there, and one more read must
+/// reach the node, on its own port. The node's count also holds redis-rs's own read at its
+/// connect (one), so the gate is three reads.
+#[test]
+fn reads_go_on_to_a_configured_node_once_every_master_the_copy_names_failed() {
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let announced = gone.local_addr().unwrap().port();
+    drop(gone);
+    let node = RedisServer::start_cluster_announcing(announced);
+    let before = map_reads(&node);
+    let config = RedisConfig::cluster([node.url()]).timeout(SHORT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let started = Instant::now();
+    while map_reads(&node) < before + 3 {
+        // No time: nothing is sent; the failure asks for a read (one per timeout at most).
+        let _ = limiter.blocking_try_acquire_for("any", 1, Duration::ZERO);
+        assert!(
+            started.elapsed() < HANG,
+            "reads stayed with the master the copy names, at a port nothing listens on ({} \
+             read(s) reached the node)",
+            map_reads(&node) - before
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();

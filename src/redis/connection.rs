@@ -1876,7 +1876,9 @@ const MAP_READ_TRIES: usize = 2;
 /// to this backend, and on failure to the next, up to [`MAP_READ_TRIES`] masters
 /// ([`SlotOwners::read_order`]); the first reply replaces the copy. While the copy names no
 /// master (no read landed yet), to the configured nodes instead, from the one after the last
-/// whose read failed ([`MapReader::seed_order`]).
+/// whose read failed ([`MapReader::seed_order`]); and once every master the copy names has
+/// failed its last read, to one configured node more after the masters' tries
+/// ([`SlotOwners::every_master_failed`]: the masters may all be at new addresses).
 ///
 /// Not to a node redis-rs picks at random (issue 18): that could be a frozen master, and while
 /// reads failed, the replies of healthy masters that the copy was too old for stayed
@@ -1915,18 +1917,50 @@ async fn reread(
             .collect()
     };
     for (host, port, target) in targets {
-        // When the read is sent, on the clock's client side (`client_micros`): the map read
-        // is at least as recent.
-        let asked = micros_since(base, Instant::now());
-        match reader.read(host, port, within).await {
-            Some(reply) => {
-                owners.update(&reply, scheme, asked);
-                return;
-            }
-            None => match target {
+        if try_read(reader, owners, scheme, base, within, host, port, target).await {
+            return;
+        }
+    }
+    // Every master the copy names failed its last read (the cluster's masters all at new
+    // addresses, the copy naming only the old ones: an idle backend through a restart that
+    // moved every node): a configured node too, else no read would land again.
+    if masters.is_empty() || !owners.every_master_failed() {
+        return;
+    }
+    if let Some(at) = reader.seed_order(1).next() {
+        let (host, port) = &reader.seeds[at];
+        let target = Asked::Seed(at);
+        try_read(reader, owners, scheme, base, within, host, *port, target).await;
+    }
+}
+
+/// One try of [`reread`]: `CLUSTER SLOTS` at `host`:`port` within `within`, the copy replaced
+/// by its reply; `false`, and `target` marked as failed, if it failed.
+#[allow(clippy::too_many_arguments)] // `reread`'s own, passed on
+async fn try_read(
+    reader: &MapReader,
+    owners: &SlotOwners,
+    scheme: &'static str,
+    base: Instant,
+    within: Duration,
+    host: &str,
+    port: u16,
+    target: Asked<'_>,
+) -> bool {
+    // When the read is sent, on the clock's client side (`client_micros`): the map read is at
+    // least as recent.
+    let asked = micros_since(base, Instant::now());
+    match reader.read(host, port, within).await {
+        Some(reply) => {
+            owners.update(&reply, scheme, asked);
+            true
+        }
+        None => {
+            match target {
                 Asked::Master(master) => master.failed(asked),
                 Asked::Seed(at) => reader.seed_failed(at),
-            },
+            }
+            false
         }
     }
 }

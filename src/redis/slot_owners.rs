@@ -432,6 +432,17 @@ impl SlotOwners {
             .collect()
     }
 
+    /// Whether every master the copy names had a read of the map fail since its last reply
+    /// (`false` while it names none): a read then asks a configured node too (`reread`).
+    pub(super) fn every_master_failed(&self) -> bool {
+        let copy = self.copy.load();
+        !copy.ranges.is_empty()
+            && copy
+                .ranges
+                .iter()
+                .all(|(_, _, master)| master.read_rank().0)
+    }
+
     /// The nodes the copy names as the owner of some slot.
     pub(super) fn named(&self) -> std::collections::HashSet<Arc<str>> {
         self.copy
@@ -810,6 +821,33 @@ mod tests {
         v6.update(&Value::Array(vec![range]), "redis", 0);
         assert_eq!(v6.owner(0).as_deref(), Some("redis://[::1]:7"));
         assert_eq!(v6.read_order(1)[0].host(), "::1");
+    }
+
+    /// Whether every master of the copy failed its last read: only once the last of them did
+    /// (a reply clears a master's mark); never for an empty copy.
+    #[test]
+    fn every_master_failed_once_the_last_of_them_did() {
+        let owners = SlotOwners::default();
+        assert!(!owners.every_master_failed(), "no copy");
+        owners.update(
+            &ranges_map(&[(0, 99, 7000), (100, 16_383, 7001)]),
+            "redis",
+            1_000,
+        );
+        let fail = |port: u16, at: u64| {
+            let targets = owners.read_order(2);
+            targets
+                .iter()
+                .find(|t| t.port() == port)
+                .unwrap()
+                .failed(at);
+        };
+        fail(7000, 1_100);
+        assert!(!owners.every_master_failed());
+        fail(7001, 1_200);
+        assert!(owners.every_master_failed());
+        owners.owner_replied(150, 1_300, 1_300, 10_000, 0); // 7001 replied since
+        assert!(!owners.every_master_failed());
     }
 
     /// Masters whose reads failed since their last reply take turns, the one whose read
