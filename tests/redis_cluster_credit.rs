@@ -500,6 +500,107 @@ fn a_kept_connection_the_master_closed_is_made_again_not_a_failed_read() {
     );
 }
 
+/// While the backend's copy of the slot map names no master (a lazy backend, or an eager
+/// connect whose read of the map failed: its timeout spent by the connect on a loaded
+/// machine), a reply asks for a read. Before, only a failed or short-circuited call did: while
+/// every call succeeded the copy stayed empty, every call shared one breaker, and an error
+/// named no master.
+///
+/// Here a lazy backend's calls on a key of B all succeed, until the cluster served one
+/// `CLUSTER SLOTS` more than redis-rs's own read at its connect (one, to the first node that
+/// answers): the backend's read. Before, none came, however many calls succeeded (the test
+/// failed on its hang bound).
+#[test]
+fn replies_ask_for_a_read_of_the_slot_map_while_the_copy_names_no_master() {
+    let cluster = RedisCluster::start();
+    let reads = || cluster.nodes.iter().map(map_reads).sum::<u64>();
+    let before = reads();
+    let config = RedisConfig::cluster(cluster.urls()).timeout(TIMEOUT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let key = key_on(&cluster.nodes[1], &limiter, "live");
+    let started = Instant::now();
+    let mut calls = 0;
+    // redis-rs's read at its connect, and the backend's.
+    while reads() < before + 2 {
+        assert_decided(&call(&limiter, &key), "a call on B");
+        calls += 1;
+        assert!(
+            started.elapsed() < HANG,
+            "no read of the map after {calls} calls answered ({} read(s): redis-rs's)",
+            reads() - before
+        );
+    }
+}
+
+/// While the copy of the slot map names no master, a read goes to the configured nodes: the
+/// first two in their order, both tried every read before, so with those two gone (a node
+/// list written before nodes were replaced) no read ever landed while the copy was empty. Now
+/// a configured node whose read failed goes after the others.
+///
+/// Here the backend (lazy, so no read landed) is given two ports nothing listens on before
+/// the cluster's nodes; tries given no time ask for reads (one per timeout at most) until the
+/// cluster served one besides redis-rs's own at its connect. Before, none came (the test
+/// failed on its hang bound).
+#[test]
+fn reads_while_the_copy_names_no_master_go_on_past_configured_nodes_that_failed() {
+    let cluster = RedisCluster::start();
+    let reads = || cluster.nodes.iter().map(map_reads).sum::<u64>();
+    let before = reads();
+    let gone = ["redis://127.0.0.1:1", "redis://127.0.0.1:2"].map(String::from);
+    let nodes = gone.into_iter().chain(cluster.urls()).collect::<Vec<_>>();
+    let config = RedisConfig::cluster(nodes).timeout(SHORT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let started = Instant::now();
+    // redis-rs's read at its connect (the tries start it), and the backend's.
+    while reads() < before + 2 {
+        // No time: nothing is sent; the failure asks for a read (one per timeout at most).
+        let _ = limiter.blocking_try_acquire_for("any", 1, Duration::ZERO);
+        assert!(
+            started.elapsed() < HANG,
+            "no read of the map reached a node of the cluster ({} read(s): redis-rs's)",
+            reads() - before
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+/// Once every master the copy of the slot map names failed its last read (the cluster's
+/// masters all at new addresses, the copy naming only the old ones: an idle backend through a
+/// restart that moved every node), a read goes on to a configured node too. Before, reads
+/// went only to the masters the copy named, none of which answered, for as long as the
+/// backend lived.
+///
+/// Here a one-master cluster announces a port nothing listens on (`CLUSTER SLOTS` names it),
+/// and the backend (lazy) is configured with the node's own port. Tries given no time ask for
+/// reads (one per timeout at most): the first goes to the configured node (the copy names no
+/// master yet) and lands, naming the dead port; the next fail there, and one more read must
+/// reach the node, on its own port. The node's count also holds redis-rs's own read at its
+/// connect (one), so the gate is three reads.
+#[test]
+fn reads_go_on_to_a_configured_node_once_every_master_the_copy_names_failed() {
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let announced = gone.local_addr().unwrap().port();
+    drop(gone);
+    let node = RedisServer::start_cluster_announcing(announced);
+    let before = map_reads(&node);
+    let config = RedisConfig::cluster([node.url()]).timeout(SHORT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend);
+    let started = Instant::now();
+    while map_reads(&node) < before + 3 {
+        // No time: nothing is sent; the failure asks for a read (one per timeout at most).
+        let _ = limiter.blocking_try_acquire_for("any", 1, Duration::ZERO);
+        assert!(
+            started.elapsed() < HANG,
+            "reads stayed with the master the copy names, at a port nothing listens on ({} \
+             read(s) reached the node)",
+            map_reads(&node) - before
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();

@@ -7,7 +7,7 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -18,7 +18,7 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisWrite as _, 
 
 use super::limiter::sealed::Replay;
 use super::lua_script::LuaScript;
-use super::slot_owners::{ReadTarget, SlotOwners, slot_of};
+use super::slot_owners::{ReadAsked, ReadTarget, SlotOwners, slot_of};
 use crate::backend::{
     BackendError, FailureKind, LastReply, NotSent, RequestError, ServerOffset, until_deadline,
 };
@@ -824,8 +824,17 @@ impl RedisBackend {
     /// breaker, which sends nothing that could fail, so that a slot moved off a down master is
     /// soon looked up under its new owner (whose breaker is its own), and for a reply to a
     /// call sent [`fresh_micros`](Self::fresh_micros) or more after the last read
-    /// ([`master_replied`](Self::master_replied)).
+    /// ([`master_replied`](Self::master_replied); a reply while the copy names no master asks
+    /// too, at most once per `fresh_micros`: [`reread_slot_owners_every`](Self::reread_slot_owners_every)).
     pub(crate) fn reread_slot_owners(&self) {
+        self.reread_slot_owners_every(self.shared.timeout);
+    }
+
+    /// [`reread_slot_owners`](Self::reread_slot_owners), unless one started less than `every`
+    /// ago: the timeout, or for a reply while the copy names no master
+    /// ([`master_replied`](Self::master_replied)), the [`fresh_micros`](Self::fresh_micros)
+    /// interval.
+    fn reread_slot_owners_every(&self, every: Duration) {
         let shared = &*self.shared;
         if !self.is_cluster() {
             return;
@@ -833,7 +842,7 @@ impl RedisBackend {
         let Some(reader) = &shared.map_reader else {
             return;
         };
-        if let Some(read) = shared.owners.start_read(Instant::now(), shared.timeout) {
+        if let Some(read) = shared.owners.start_read(Instant::now(), every) {
             let (reader, owners, scheme, base) = (
                 Arc::clone(reader),
                 Arc::clone(&shared.owners),
@@ -1072,11 +1081,31 @@ impl RedisBackend {
         let slot = slot_of(key.as_bytes());
         let micros = shared.clock.client_micros(sent);
         let (fresh, slack) = (self.fresh_micros(), micros_of(shared.timeout));
-        if shared
+        let asked = shared
             .owners
-            .owner_replied(slot, micros, received_micros, fresh, slack)
-        {
-            self.reread_slot_owners();
+            .owner_replied(slot, micros, received_micros, fresh, slack);
+        // One test, as of the `bool` this was (measured: telling the three apart here, or
+        // looking at the copy for a slot with no owner in `owner_replied`, cost every reply an
+        // instruction more).
+        if asked != ReadAsked::No {
+            self.reread_asked(asked);
+        }
+    }
+
+    /// A read of the slot map asked for by a reply ([`master_replied`](Self::master_replied)):
+    /// at most one started per timeout for a copy too old for the call, and, for a call on a
+    /// slot the copy has no owner for, one per [`fresh_micros`](Self::fresh_micros) if the
+    /// copy names no master at all (no read landed yet).
+    #[inline(never)]
+    fn reread_asked(&self, asked: ReadAsked) {
+        match asked {
+            ReadAsked::No => {}
+            ReadAsked::CopyOld => self.reread_slot_owners(),
+            ReadAsked::NoOwner => {
+                if self.shared.owners.names_no_master() {
+                    self.reread_slot_owners_every(self.map_read_budget());
+                }
+            }
         }
     }
 
@@ -2007,13 +2036,17 @@ const MAP_READ_TRIES: usize = 2;
 /// [`RedisBackend::reread_slot_owners`]): `CLUSTER SLOTS` sent to the master that last replied
 /// to this backend, and on failure to the next, up to [`MAP_READ_TRIES`] masters
 /// ([`SlotOwners::read_order`]); the first reply replaces the copy. While the copy names no
-/// master (no read landed yet), to the configured nodes in their order instead.
+/// master (no read landed yet), to the configured nodes instead, from the one after the last
+/// whose read failed ([`MapReader::seed_order`]); and once every master the copy names has
+/// failed its last read, to one configured node more after the masters' tries
+/// ([`SlotOwners::every_master_failed`]: the masters may all be at new addresses).
 ///
 /// Not to a node redis-rs picks at random (issue 18): that could be a frozen master, and while
 /// reads failed, the replies of healthy masters that the copy was too old for stayed
 /// uncounted, for as long as the draws kept hitting it (no bound). Now, with `m` masters not
 /// answering and one that does, at most `⌈m / 2⌉` reads in a row fail, since a master whose
-/// read failed is asked last until it replies to a call.
+/// read failed is asked last until it replies to a call (the masters so marked taking turns,
+/// the one whose read failed longest ago first: so a live one marked once is asked again).
 ///
 /// Each try has `within` ([`RedisBackend::map_read_budget`]: the timeout and a second at
 /// least), connecting included, and goes over the [`MapReader`]'s own connection, not the
@@ -2030,36 +2063,80 @@ async fn reread(
     within: Duration,
 ) {
     let masters = owners.read_order(MAP_READ_TRIES);
-    let targets: Vec<(&str, u16, Option<&ReadTarget>)> = if masters.is_empty() {
-        let seeds = reader.seeds.iter().take(MAP_READ_TRIES);
-        seeds
-            .map(|(host, port)| (host.as_str(), *port, None))
+    let targets: Vec<(&str, u16, Asked<'_>)> = if masters.is_empty() {
+        reader
+            .seed_order(MAP_READ_TRIES)
+            .map(|at| {
+                let (host, port) = &reader.seeds[at];
+                (host.as_str(), *port, Asked::Seed(at))
+            })
             .collect()
     } else {
         let named = masters.iter();
-        named.map(|m| (m.host(), m.port(), Some(m))).collect()
+        named
+            .map(|m| (m.host(), m.port(), Asked::Master(m)))
+            .collect()
     };
-    for (host, port, master) in targets {
-        // When the read is sent, on the clock's client side (`client_micros`): the map read
-        // is at least as recent.
-        let asked = micros_since(base, Instant::now());
-        match reader.read(host, port, within).await {
-            Some(reply) => {
-                owners.update(&reply, scheme, asked);
-                return;
+    for (host, port, target) in targets {
+        if try_read(reader, owners, scheme, base, within, host, port, target).await {
+            return;
+        }
+    }
+    // Every master the copy names failed its last read (the cluster's masters all at new
+    // addresses, the copy naming only the old ones: an idle backend through a restart that
+    // moved every node): a configured node too, else no read would land again.
+    if masters.is_empty() || !owners.every_master_failed() {
+        return;
+    }
+    if let Some(at) = reader.seed_order(1).next() {
+        let (host, port) = &reader.seeds[at];
+        let target = Asked::Seed(at);
+        try_read(reader, owners, scheme, base, within, host, *port, target).await;
+    }
+}
+
+/// One try of [`reread`]: `CLUSTER SLOTS` at `host`:`port` within `within`, the copy replaced
+/// by its reply; `false`, and `target` marked as failed, if it failed.
+#[allow(clippy::too_many_arguments)] // `reread`'s own, passed on
+async fn try_read(
+    reader: &MapReader,
+    owners: &SlotOwners,
+    scheme: &'static str,
+    base: Instant,
+    within: Duration,
+    host: &str,
+    port: u16,
+    target: Asked<'_>,
+) -> bool {
+    // When the read is sent, on the clock's client side (`client_micros`): the map read is at
+    // least as recent.
+    let asked = micros_since(base, Instant::now());
+    match reader.read(host, port, within).await {
+        Some(reply) => {
+            owners.update(&reply, scheme, asked);
+            true
+        }
+        None => {
+            match target {
+                Asked::Master(master) => master.failed(asked),
+                Asked::Seed(at) => reader.seed_failed(at),
             }
-            None => {
-                if let Some(master) = master {
-                    master.failed(asked);
-                }
-            }
+            false
         }
     }
 }
 
+/// Where a try of a read of the slot map goes ([`reread`]): a master the copy names, or,
+/// while it names none, a configured node (its index in [`MapReader::seeds`]).
+enum Asked<'a> {
+    Master(&'a ReadTarget),
+    Seed(usize),
+}
+
 /// A cluster backend's own connection for its background reads of the slot map ([`reread`]):
 /// one plain connection to one node, made with the first configured node's settings (its
-/// password, TLS, protocol) at the node's host and port, kept while reads go to that node and
+/// username and password, TLS, protocol; database 0, as the cluster connection) at the node's
+/// host and port, kept while reads go to that node and
 /// made again (the old one dropped) when a read goes to another or fails on it. No response
 /// timeout of redis-rs's: each read is bounded by its own budget. One read in flight at a time
 /// ([`SlotOwners::start_read`]), so the connection is taken by it and put back when it lands;
@@ -2067,8 +2144,11 @@ async fn reread(
 struct MapReader {
     info: redis::ConnectionInfo,
     /// The configured nodes' host and port, in their order: where a read goes while the
-    /// copy names no master.
+    /// copy names no master ([`seed_order`](Self::seed_order)).
     seeds: Vec<(String, u16)>,
+    /// The seed a read asks first while the copy names no master: the one after the last
+    /// whose read failed, so the seeds take turns ([`seed_failed`](Self::seed_failed)).
+    next_seed: AtomicUsize,
     /// The last landed read's connection, and its node's host and port.
     open: std::sync::Mutex<Option<(String, u16, redis::aio::MultiplexedConnection)>>,
 }
@@ -2088,6 +2168,11 @@ impl MapReader {
     fn new(nodes: &[String]) -> Option<Self> {
         use redis::IntoConnectionInfo as _;
         let info = nodes.first()?.as_str().into_connection_info().ok()?;
+        // Database 0, as redis-rs's cluster connection takes for every node (it ignores a
+        // URL's database): a cluster node refuses `SELECT` of any other, which failed every
+        // connect of the reader, so no read of the map landed.
+        let settings = info.redis_settings().clone().set_db(0);
+        let info = info.set_redis_settings(settings);
         let seeds = nodes
             .iter()
             .filter_map(|node| node.as_str().into_connection_info().ok())
@@ -2100,8 +2185,29 @@ impl MapReader {
         Some(MapReader {
             info,
             seeds,
+            next_seed: AtomicUsize::new(0),
             open: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The seeds (indices into [`seeds`](Self::seeds)) a read asks while the copy names no
+    /// master, up to `tries`, in order: from the one after the last whose read failed, in
+    /// the configured order, wrapping. Before, the first two configured nodes were asked on
+    /// every read: with those two gone (a node list written before nodes were replaced), no
+    /// read landed while the copy was empty.
+    fn seed_order(&self, tries: usize) -> impl Iterator<Item = usize> {
+        let count = self.seeds.len();
+        // SeqCst: read and written only by the one read of the map in flight
+        // (`SlotOwners::start_read`); no ordering subtlety to save.
+        let first = self.next_seed.load(Ordering::SeqCst);
+        (0..count.min(tries)).map(move |i| (first + i) % count)
+    }
+
+    /// The read sent to seed `at` failed: the next read asks the seeds after it first.
+    fn seed_failed(&self, at: usize) {
+        // SeqCst: as in `seed_order`.
+        let next = (at + 1) % self.seeds.len().max(1);
+        self.next_seed.store(next, Ordering::SeqCst);
     }
 
     /// `CLUSTER SLOTS` on the node at `host`:`port`, connecting to it first unless the last
@@ -2985,7 +3091,30 @@ mod tests {
         );
         assert_eq!(reader.info.redis_settings().password(), Some("secret"));
         assert!(!format!("{reader:?}").contains("secret"));
+        let order = |tries| reader.seed_order(tries).collect::<Vec<_>>();
+        assert_eq!(order(2), [0, 1], "the configured order first");
+        reader.seed_failed(0);
+        reader.seed_failed(1);
+        assert_eq!(order(2), [2, 0], "after the last that failed, wrapping");
+        reader.seed_failed(2);
+        assert_eq!(order(5), [0, 1, 2], "each once");
         assert!(MapReader::new(&[]).is_none());
+    }
+
+    /// A cluster node URL's database number (`redis://host:port/3`) is not the map reader's:
+    /// redis-rs's cluster connection ignores it (every node connection uses database 0), and
+    /// a cluster node refuses `SELECT` of any other (`ERR SELECT is not allowed in cluster
+    /// mode`), so a reader that sent it failed every connect, and no background read of the
+    /// slot map ever landed. The rest of the first node's settings are kept.
+    #[test]
+    fn the_map_reader_ignores_a_node_urls_database_as_the_cluster_connection_does() {
+        let nodes = ["redis://user:secret@10.0.0.1:7000/3?protocol=resp3"].map(String::from);
+        let reader = MapReader::new(&nodes).expect("TCP nodes");
+        let settings = reader.info.redis_settings();
+        assert_eq!(settings.db(), 0, "a cluster node refuses SELECT 3");
+        assert_eq!(settings.username(), Some("user"));
+        assert_eq!(settings.password(), Some("secret"));
+        assert_eq!(settings.protocol(), redis::ProtocolVersion::RESP3);
     }
 
     #[test]

@@ -4,21 +4,24 @@
 //!
 //! redis-rs routes each request by its own slot map and does not say, in an error, which node
 //! failed. So the backend keeps a copy of the map: read at eager connect, and read again in the
-//! background after a failed call, a call short-circuited by an open breaker, or a reply to a
-//! call sent a while after the last read (below; at most one read in flight per backend, and
-//! at most one started per timeout, so a steady stream of failures does not add a `CLUSTER
-//! SLOTS` per failure). A call's error and breaker are those of the owner of its key's slot in
+//! background after a failed call, a call short-circuited by an open breaker, a reply to a
+//! call sent a while after the last read (below), or any reply while the copy names no master
+//! (a lazy backend, an eager connect whose read failed; at most one such read per `fresh`,
+//! below: before, nothing read the map while every call succeeded). At most one read is in
+//! flight per backend, and at most one started per timeout, so a steady stream of failures
+//! does not add a `CLUSTER SLOTS` per failure. A call's error and breaker are those of the owner of its key's slot in
 //! that copy; after a slot moved, the owner is stale until the next read lands.
 //!
 //! A background read goes to the master that last replied to a call of this backend, and to
 //! the next-freshest if it fails ([`SlotOwners::read_order`]; a master whose read failed after
-//! its last reply is asked last), not to a node redis-rs picks at random, which could be a
+//! its last reply is asked last, such masters taking turns), not to a node redis-rs picks at random, which could be a
 //! frozen master (issue 18): while reads failed, the replies the copy was too old for (below)
 //! stayed uncounted, and the healthy masters looked silent, for as long as the random draws
 //! kept hitting the frozen one. With `m` masters not answering and one that does, at most
 //! `⌈m / 2⌉` background reads in a row fail before one lands. Until the copy names a master
 //! (a lazy backend, or an eager connect whose read failed), a background read goes to the
-//! configured nodes in their order; the eager connect's own read goes where redis-rs routes
+//! configured nodes, in their order from the one after the last whose read failed (so a
+//! configured node that is gone does not make every read fail); the eager connect's own read goes where redis-rs routes
 //! it, within what is left of the connect's timeout.
 //!
 //! Each try of a background read (two at most) has a budget of its own, the backend's timeout
@@ -125,11 +128,20 @@ impl Master {
         }
     }
 
-    /// Whether a read of the map sent to this master failed after its last reply.
-    fn read_failed_since_reply(&self) -> bool {
+    /// Where this master goes in the order of a read of the map ([`SlotOwners::read_order`],
+    /// lowest first): a master whose last read failed after its last reply goes after every
+    /// other, and among those, the one whose read failed longest ago first (so they take
+    /// turns); the others by their last reply, the latest first.
+    fn read_rank(&self) -> (bool, u64) {
+        let last = self.last_reply.last().unwrap_or(0);
         // SeqCst: read and written only by the one read of the map in flight
         // (`SlotOwners::start_read`); no ordering subtlety to save.
-        self.read_failed.load(Ordering::SeqCst) > self.last_reply.last().unwrap_or(0)
+        let failed = self.read_failed.load(Ordering::SeqCst);
+        if failed > last {
+            (true, failed)
+        } else {
+            (false, u64::MAX - last)
+        }
     }
 }
 
@@ -151,7 +163,7 @@ impl ReadTarget {
     /// The read sent to this master at `sent_micros` (client µs) failed: it is asked last
     /// until it replies to a call again.
     pub(super) fn failed(&self, sent_micros: u64) {
-        // SeqCst: as in `Master::read_failed_since_reply`.
+        // SeqCst: as in `Master::read_rank`.
         self.0
             .read_failed
             .store(sent_micros.max(1), Ordering::SeqCst);
@@ -166,6 +178,22 @@ fn lock_if_free<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
         Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
         Err(TryLockError::WouldBlock) => None,
     }
+}
+
+/// Whether a reply asks for a read of the slot map ([`SlotOwners::owner_replied`]), and why.
+/// The values are those of the `Option<bool>` it is made from, so making it costs nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadAsked {
+    /// No read: the copy is fresh for the call.
+    No = 0,
+    /// The call was sent `fresh` or more after the read that made the copy: a read, at most
+    /// one started per timeout (as after a failed call).
+    CopyOld = 1,
+    /// The copy has no owner for the call's slot: a read if the copy names no master at all
+    /// ([`names_no_master`](SlotOwners::names_no_master): no read landed yet), at most one
+    /// started per `fresh`, so a cluster whose map names no host (`CLUSTER SLOTS` answering
+    /// `?`) is not read once per timeout while its calls succeed; else none.
+    NoOwner = 2,
 }
 
 /// One read of the slot map: its ranges, and when the read was sent.
@@ -212,9 +240,12 @@ impl SlotOwners {
     /// µs: when the call was sent), unless a later one is recorded
     /// ([`LastReply::record_if_later`]), if the copy was read less than `fresh + slack` µs
     /// before the call was sent (a call sent before the read: its copy is newer than the
-    /// call); nothing if the copy has no owner for it. Returns whether the call was sent
-    /// `fresh` µs or more after the read (the caller starts a new read: see the module docs);
-    /// `false` if the copy has no owner for the slot.
+    /// call); nothing if the copy has no owner for it. Returns whether the caller starts a new
+    /// read ([`ReadAsked`]): [`CopyOld`](ReadAsked::CopyOld) if the call was sent `fresh` µs
+    /// or more after the read (see the module docs), [`NoOwner`](ReadAsked::NoOwner) if the
+    /// copy has no owner for the slot (the caller then reads the map if the copy names no
+    /// master at all: a lazy backend, an eager connect whose read failed), else
+    /// [`No`](ReadAsked::No).
     ///
     /// A copy older than its call may name an owner the slot has left (redis-rs follows a
     /// `MOVED` unseen, and the reply is the new owner's): so the old owner's word gets no
@@ -239,8 +270,8 @@ impl SlotOwners {
         received_micros: u64,
         fresh: u64,
         slack: u64,
-    ) -> bool {
-        self.with_owner(slot, |master, asked| {
+    ) -> ReadAsked {
+        let old = self.with_owner(slot, |master, asked| {
             let age = micros.saturating_sub(asked);
             if age < fresh.saturating_add(slack) {
                 master.last_reply.record_if_later(micros);
@@ -259,8 +290,22 @@ impl SlotOwners {
                 }
             }
             age >= fresh
-        })
-        .unwrap_or(false)
+        });
+        match old {
+            Some(false) => ReadAsked::No,
+            Some(true) => ReadAsked::CopyOld,
+            None => ReadAsked::NoOwner,
+        }
+    }
+
+    /// Whether the copy names no master at all (no read landed yet, or one whose every range
+    /// named no host): a reply then asks for a read (`RedisBackend::master_replied`). Before,
+    /// nothing did: after an eager connect whose read failed (its timeout spent by the
+    /// connect itself, a loaded machine) or on a lazy backend, only a failed or
+    /// short-circuited call asked for a read, so while every call succeeded the copy stayed
+    /// empty, every call shared one breaker and an error named no master.
+    pub(super) fn names_no_master(&self) -> bool {
+        self.copy.load().ranges.is_empty()
     }
 
     /// Whether `slot`'s owner replied less than `within_micros` before `now_micros`
@@ -360,10 +405,16 @@ impl SlotOwners {
     /// Up to `tries` masters of the copy to send a read of the map to, in the order to try
     /// them: the master that last replied to a call of this backend first (the freshest
     /// [`LastReply`], which a read never credits), a master whose last read failed after its
-    /// last reply after every other; empty while the copy names none. A frozen or unreachable
-    /// master stops replying, so it falls behind those that answer, and once a read sent to it
-    /// failed it is asked last: with `m` masters not answering and at least one that does, at
-    /// most `⌈m / tries⌉` reads in a row fail (each marks `tries` of them) before one lands.
+    /// last reply after every other, those taking turns (the one whose read failed longest
+    /// ago first); empty while the copy names none. A frozen or unreachable master stops
+    /// replying, so it falls behind those that answer, and once a read sent to it failed it
+    /// is asked last: with `m` masters not answering and at least one that does, at most
+    /// `⌈m / tries⌉` reads in a row fail (each marks `tries` of them, which then go behind
+    /// every master marked before) before one lands. That holds for a live master marked too
+    /// (a read of it failed once, for a transient reason, and no call has gone to it since to
+    /// clear the mark): only the masters unmarked or marked before it go first. Before the
+    /// turns, the marked ones went by their last reply: the silent masters that replied last
+    /// were asked on every read, and such a live one never.
     pub(super) fn read_order(&self, tries: usize) -> Vec<ReadTarget> {
         let copy = self.copy.load();
         let mut seen = std::collections::HashSet::new();
@@ -373,15 +424,23 @@ impl SlotOwners {
             .map(|(_, _, master)| master)
             .filter(|master| seen.insert(Arc::as_ptr(master)))
             .collect();
-        masters.sort_by_key(|master| {
-            let last = master.last_reply.last().unwrap_or(0);
-            (master.read_failed_since_reply(), std::cmp::Reverse(last))
-        });
+        masters.sort_by_key(|master| master.read_rank());
         masters
             .into_iter()
             .take(tries)
             .map(|master| ReadTarget(Arc::clone(master)))
             .collect()
+    }
+
+    /// Whether every master the copy names had a read of the map fail since its last reply
+    /// (`false` while it names none): a read then asks a configured node too (`reread`).
+    pub(super) fn every_master_failed(&self) -> bool {
+        let copy = self.copy.load();
+        !copy.ranges.is_empty()
+            && copy
+                .ranges
+                .iter()
+                .all(|(_, _, master)| master.read_rank().0)
     }
 
     /// The nodes the copy names as the owner of some slot.
@@ -581,7 +640,11 @@ mod tests {
         };
         let owners = SlotOwners::default();
         assert_eq!(owners.owner_answered_within(0, 0, u64::MAX), None);
-        owners.owner_replied(0, 1_000, 1_000, u64::MAX, 0); // no owner known: nothing to record
+        // No owner known: nothing to record (a read asked: the copy names no master).
+        assert_eq!(
+            owners.owner_replied(0, 1_000, 1_000, u64::MAX, 0),
+            ReadAsked::NoOwner
+        );
         // 7000 owns two ranges, 7001 the one between.
         let map = |last_port: i64| {
             Value::Array(vec![
@@ -636,24 +699,49 @@ mod tests {
         };
         let owners = SlotOwners::default();
         let last = |slot| owners.owner_last_reply(slot);
-        assert!(
-            !owners.owner_replied(0, 5_000, 5_000, 100, 50),
-            "no copy: no read asked"
+        assert_eq!(
+            owners.owner_replied(0, 5_000, 5_000, 100, 50),
+            ReadAsked::NoOwner,
+            "no copy"
         );
+        assert!(owners.names_no_master(), "a read asked");
+        let holed = SlotOwners::default();
+        holed.update(&ranges_map(&[(0, 99, 7000)]), "redis", 1_000);
+        assert_eq!(
+            holed.owner_replied(500, 1_010, 1_010, 100, 50),
+            ReadAsked::NoOwner,
+            "a copy naming a master, none for this slot"
+        );
+        assert!(!holed.names_no_master(), "no read asked");
         owners.update(&map(false), "redis", 1_000);
         assert_eq!(last(0), Some(1_000), "new: as of the read");
         // Sent before the read: the copy is newer than the call.
-        assert!(!owners.owner_replied(0, 900, 950, 100, 50));
+        assert_eq!(owners.owner_replied(0, 900, 950, 100, 50), ReadAsked::No);
         assert_eq!(last(0), Some(1_000));
-        assert!(!owners.owner_replied(0, 1_099, 1_099, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 1_099, 1_099, 100, 50),
+            ReadAsked::No
+        );
         assert_eq!(last(0), Some(1_099));
         // `fresh` after the read: credited, a new read asked.
-        assert!(owners.owner_replied(0, 1_100, 1_100, 100, 50));
-        assert!(owners.owner_replied(0, 1_149, 1_149, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 1_100, 1_100, 100, 50),
+            ReadAsked::CopyOld
+        );
+        assert_eq!(
+            owners.owner_replied(0, 1_149, 1_149, 100, 50),
+            ReadAsked::CopyOld
+        );
         assert_eq!(last(0), Some(1_149));
         // `fresh + slack` after the read: not credited yet.
-        assert!(owners.owner_replied(0, 2_000, 2_010, 100, 50));
-        assert!(owners.owner_replied(150, 3_000, 3_010, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 2_000, 2_010, 100, 50),
+            ReadAsked::CopyOld
+        );
+        assert_eq!(
+            owners.owner_replied(150, 3_000, 3_010, 100, 50),
+            ReadAsked::CopyOld
+        );
         assert_eq!(last(0), Some(1_149));
         // A read sent before the latest pending reply arrived settles nothing.
         owners.update(&map(false), "redis", 3_005);
@@ -661,10 +749,16 @@ mod tests {
         // A read sent after it, naming 7000 for slot 150 still: counted as of its call.
         owners.update(&map(false), "redis", 3_020);
         assert_eq!(last(0), Some(3_000));
-        assert!(!owners.owner_replied(0, 3_050, 3_060, 100, 50));
+        assert_eq!(
+            owners.owner_replied(0, 3_050, 3_060, 100, 50),
+            ReadAsked::No
+        );
         assert_eq!(last(0), Some(3_050));
         // A stale reply for slot 150, which the next read names 7001 for: not 7000's.
-        assert!(owners.owner_replied(150, 9_000, 9_010, 100, 50));
+        assert_eq!(
+            owners.owner_replied(150, 9_000, 9_010, 100, 50),
+            ReadAsked::CopyOld
+        );
         owners.update(&map(true), "redis", 9_020);
         assert_eq!(
             last(0),
@@ -729,6 +823,68 @@ mod tests {
         assert_eq!(v6.read_order(1)[0].host(), "::1");
     }
 
+    /// Whether every master of the copy failed its last read: only once the last of them did
+    /// (a reply clears a master's mark); never for an empty copy.
+    #[test]
+    fn every_master_failed_once_the_last_of_them_did() {
+        let owners = SlotOwners::default();
+        assert!(!owners.every_master_failed(), "no copy");
+        owners.update(
+            &ranges_map(&[(0, 99, 7000), (100, 16_383, 7001)]),
+            "redis",
+            1_000,
+        );
+        let fail = |port: u16, at: u64| {
+            let targets = owners.read_order(2);
+            targets
+                .iter()
+                .find(|t| t.port() == port)
+                .unwrap()
+                .failed(at);
+        };
+        fail(7000, 1_100);
+        assert!(!owners.every_master_failed());
+        fail(7001, 1_200);
+        assert!(owners.every_master_failed());
+        owners.owner_replied(150, 1_300, 1_300, 10_000, 0); // 7001 replied since
+        assert!(!owners.every_master_failed());
+    }
+
+    /// Masters whose reads failed since their last reply take turns, the one whose read
+    /// failed longest ago first: one read, failed once for a transient reason, of a master
+    /// no call goes to (so no reply clears the mark), and the masters that replied later
+    /// frozen since. Before, the marked masters went by their last reply alone: the two that
+    /// replied last were asked on every read, and failed, and the live one never was.
+    #[test]
+    fn masters_whose_reads_failed_take_turns_the_longest_failed_first() {
+        let owners = SlotOwners::default();
+        let map = ranges_map(&[(0, 99, 7000), (100, 199, 7001), (200, 16_383, 7002)]);
+        owners.update(&map, "redis", 1_000);
+        owners.owner_replied(150, 1_100, 1_100, 10_000, 0); // 7001
+        owners.owner_replied(300, 1_200, 1_200, 10_000, 0); // 7002
+        let fail = |port: u16, at: u64| {
+            let targets = owners.read_order(3);
+            let target = targets.iter().find(|t| t.port() == port).unwrap();
+            target.failed(at);
+        };
+        fail(7000, 1_300); // transient: 7000 is live, but no call goes to it
+        fail(7002, 1_400); // frozen
+        fail(7001, 1_400); // frozen
+        let mut now = 1_500;
+        for read in 1..=2 {
+            let targets = owners.read_order(2);
+            let ports: Vec<u16> = targets.iter().map(ReadTarget::port).collect();
+            if ports.contains(&7000) {
+                return;
+            }
+            for target in &targets {
+                target.failed(now);
+                now += 10;
+            }
+            assert!(read < 2, "7000 not asked in two reads: {ports:?} each time");
+        }
+    }
+
     /// A `CLUSTER SLOTS` reply of one range per master port: `(first, last, port)`.
     fn ranges_map(ranges: &[(i64, i64, i64)]) -> Value {
         Value::Array(
@@ -774,7 +930,7 @@ mod tests {
         thread.join().unwrap();
         assert_eq!(
             got,
-            Ok((true, false)),
+            Ok((ReadAsked::CopyOld, false)),
             "the reply returned at once, asking for a read; the start found another \
              caller starting one and left it to that caller"
         );
@@ -799,7 +955,10 @@ mod tests {
         assert_eq!(owners.owner(150).as_deref(), Some("redis://127.0.0.1:7001"));
         assert_eq!(owners.copy.load().asked_micros, 2_000);
         // A reply to a call sent 40 µs after the newer read counts for 7001, not 7000.
-        assert!(!owners.owner_replied(150, 2_040, 2_050, 100, 50));
+        assert_eq!(
+            owners.owner_replied(150, 2_040, 2_050, 100, 50),
+            ReadAsked::No
+        );
         assert_eq!(owners.owner_last_reply(150), Some(2_040));
         assert_eq!(
             owners.owner_last_reply(0),
