@@ -132,11 +132,11 @@ struct How {
 }
 
 fn measured<L: Limiter>(how: How, limiter: &L, calls: u64) -> u64 {
-    if how.tick == Tick::Coarse {
-        if let Err(e) = settle(limiter, how.period) {
-            eprintln!("{e}");
-            std::process::exit(1);
-        }
+    if how.tick == Tick::Coarse
+        && let Err(e) = settle(limiter, how.period)
+    {
+        eprintln!("{e}");
+        std::process::exit(1);
     }
     match how.call {
         Call::Decision => measured_loop(limiter, calls),

@@ -180,7 +180,7 @@ impl BenchKey for IpKey {
 /// each kind.
 fn ip_of(number: u64) -> IpKey {
     let half = number / 2;
-    let ip = if number % 2 == 0 {
+    let ip = if number.is_multiple_of(2) {
         IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + half as u32))
     } else {
         IpAddr::V6(Ipv6Addr::from_bits(

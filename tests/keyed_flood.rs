@@ -43,7 +43,7 @@ const IP_BYTES_PER_KEY_BOUND: isize = 34;
 /// networks, keyed by the default `IpKeyer` (as `examples/keyed_instructions.rs`'s `ip_of`).
 fn ip_of(k: u64) -> IpKey {
     let half = k / 2;
-    let ip = if k % 2 == 0 {
+    let ip = if k.is_multiple_of(2) {
         IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + half as u32))
     } else {
         IpAddr::V6(Ipv6Addr::from_bits(

@@ -182,10 +182,10 @@ pub(crate) async fn wait_for_grant(
         // A denial's retry_after is at least 1 ns (Decision::deny), and tokio rounds a deadline up
         // to its next millisecond tick: every sleep lets time pass, so this loop cannot spin.
         let wait = decision.retry_after();
-        if let Some(budget) = budget {
-            if wait > budget.saturating_sub(waited) {
-                return Ok(Waited { decision, waited });
-            }
+        if let Some(budget) = budget
+            && wait > budget.saturating_sub(waited)
+        {
+            return Ok(Waited { decision, waited });
         }
         crate::limiter::check_wait_ends(clock, wait)?;
         tokio::time::sleep(wait).await;

@@ -2441,7 +2441,7 @@ mod tests {
                 let block = header / 128;
                 let apart = end <= block * 128 || start >= (block + 1) * 128;
                 assert!(
-                    header % 128 == 0 && apart,
+                    header.is_multiple_of(128) && apart,
                     "{shards} shards: slots {start:#x}..{end:#x}, header at {header:#x}"
                 );
             }

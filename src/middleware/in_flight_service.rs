@@ -156,10 +156,10 @@ where
             let permit = Permit::new(Arc::clone(&self.limiter), 1);
             return self.admit(request, decision, None, Hold::Global { _permit: permit });
         }
-        if let Some(max_waiting) = self.queue {
-            if let Some(slot) = WaitingSlot::take(&self.shared, max_waiting) {
-                return ResponseFuture::waiting(self.wait_in_queue(slot, request));
-            }
+        if let Some(max_waiting) = self.queue
+            && let Some(slot) = WaitingSlot::take(&self.shared, max_waiting)
+        {
+            return ResponseFuture::waiting(self.wait_in_queue(slot, request));
         }
         ResponseFuture::answered(denied(&self.stamp(decision, None)))
     }

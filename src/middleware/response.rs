@@ -67,23 +67,24 @@ impl Stamp {
             let fields = (in_requests(decision, settings.permits), settings.quota);
             write_fields(settings.style, headers, &settings.policy, fields, self.pk);
         }
-        if let Some(inner) = inner_retry_after {
-            if decision.is_allowed() && decision.remaining() < u64::from(settings.permits) {
-                let ours = ceil_seconds(decision.reset_after());
-                // A later inner value stands as it was written (a date stays a date).
-                if ours > inner {
-                    headers.insert(RETRY_AFTER, HeaderValue::from(ours));
-                    // An inner layer's `X-RateLimit-After` (style `XRateLimit`) is the same wait
-                    // in seconds: raised with it, or its readers come back too early.
-                    let after = headers.get(X_RATELIMIT_AFTER).map(|v| {
-                        v.to_str()
-                            .ok()
-                            .and_then(|v| v.trim().parse::<u64>().ok())
-                            .unwrap_or(0)
-                    });
-                    if after.is_some_and(|after| after < ours) {
-                        headers.insert(X_RATELIMIT_AFTER, HeaderValue::from(ours));
-                    }
+        if let Some(inner) = inner_retry_after
+            && decision.is_allowed()
+            && decision.remaining() < u64::from(settings.permits)
+        {
+            let ours = ceil_seconds(decision.reset_after());
+            // A later inner value stands as it was written (a date stays a date).
+            if ours > inner {
+                headers.insert(RETRY_AFTER, HeaderValue::from(ours));
+                // An inner layer's `X-RateLimit-After` (style `XRateLimit`) is the same wait
+                // in seconds: raised with it, or its readers come back too early.
+                let after = headers.get(X_RATELIMIT_AFTER).map(|v| {
+                    v.to_str()
+                        .ok()
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .unwrap_or(0)
+                });
+                if after.is_some_and(|after| after < ours) {
+                    headers.insert(X_RATELIMIT_AFTER, HeaderValue::from(ours));
                 }
             }
         }

@@ -224,12 +224,11 @@ where
             let stamp = Stamp::on_allowed(settings, decision, pk);
             return ResponseFuture::called(self.inner.call(request), stamp, None);
         }
-        if let Some(shaping) = settings.shaping {
-            if decision.retry_after() <= shaping.max_delay {
-                if let Some(slot) = WaitingSlot::take(&self.shared, shaping.max_waiting) {
-                    return ResponseFuture::waiting(self.shape(slot, key, decision, pk, request));
-                }
-            }
+        if let Some(shaping) = settings.shaping
+            && decision.retry_after() <= shaping.max_delay
+            && let Some(slot) = WaitingSlot::take(&self.shared, shaping.max_waiting)
+        {
+            return ResponseFuture::waiting(self.shape(slot, key, decision, pk, request));
         }
         observer.ended(RequestOutcome::Denied);
         observer.denied(settings.policy.name(), request.uri().path(), decision);
@@ -371,29 +370,28 @@ impl<S, L, X> RateLimit<S, L, X> {
             let shaping = settings.shaping.filter(|shaping| {
                 !decision.is_allowed() && decision.retry_after() <= shaping.max_delay
             });
-            if let Some(shaping) = shaping {
-                if let Some(slot) = WaitingSlot::take(&shared, shaping.max_waiting) {
-                    let start = tokio::time::Instant::now();
-                    // A denial's retry_after is at least 1 ns and tokio rounds a sleep up to its
-                    // next millisecond: each round lets time pass, and the budget ends the loop.
-                    while !decision.is_allowed()
-                        && decision.retry_after()
-                            <= shaping.max_delay.saturating_sub(start.elapsed())
-                    {
-                        tokio::time::sleep(decision.retry_after()).await;
-                        let checked = match limiter.decide(&key, settings.permits) {
-                            Decided::Now(checked) => checked,
-                            Decided::Later(future) => future.await,
-                        };
-                        decision = match checked {
-                            Ok(decision) => decision,
-                            Err(error) => return never_granted(unended, error),
-                        };
-                    }
-                    // The waiting is over: the place is free for the next shaped request.
-                    drop(slot);
-                    delayed = true;
+            if let Some(shaping) = shaping
+                && let Some(slot) = WaitingSlot::take(&shared, shaping.max_waiting)
+            {
+                let start = tokio::time::Instant::now();
+                // A denial's retry_after is at least 1 ns and tokio rounds a sleep up to its
+                // next millisecond: each round lets time pass, and the budget ends the loop.
+                while !decision.is_allowed()
+                    && decision.retry_after() <= shaping.max_delay.saturating_sub(start.elapsed())
+                {
+                    tokio::time::sleep(decision.retry_after()).await;
+                    let checked = match limiter.decide(&key, settings.permits) {
+                        Decided::Now(checked) => checked,
+                        Decided::Later(future) => future.await,
+                    };
+                    decision = match checked {
+                        Ok(decision) => decision,
+                        Err(error) => return never_granted(unended, error),
+                    };
                 }
+                // The waiting is over: the place is free for the next shaped request.
+                drop(slot);
+                delayed = true;
             }
             let pk = settings
                 .policy

@@ -2222,14 +2222,14 @@ impl MapReader {
         let kept = kept.filter(|(at_host, at_port, _)| at_host == host && *at_port == port);
         let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
         let reading = async {
-            if let Some((_, _, mut connection)) = kept {
-                if let Ok(reply) = slots.query_async::<Value>(&mut connection).await {
-                    return Ok((connection, reply));
-                }
-                // Closed by the server since the last read (its idle `timeout`, a restart)
-                // or broken: not the master's silence. A new connection, within the same
-                // budget.
+            if let Some((_, _, mut connection)) = kept
+                && let Ok(reply) = slots.query_async::<Value>(&mut connection).await
+            {
+                return Ok((connection, reply));
             }
+            // Closed by the server since the last read (its idle `timeout`, a restart)
+            // or broken: not the master's silence. A new connection, within the same
+            // budget.
             let mut connection = self.connect(host, port, within).await?;
             let reply = slots.query_async::<Value>(&mut connection).await?;
             Ok::<_, RedisError>((connection, reply))

@@ -947,7 +947,7 @@ pub(crate) fn whole_millis(window: Duration, what: &'static str) -> Result<u64, 
             max,
         });
     }
-    if window.subsec_nanos() % 1_000_000 != 0 {
+    if !window.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(ConfigError::NotWhole {
             what,
             value: window,

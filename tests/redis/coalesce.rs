@@ -73,7 +73,7 @@ pub(super) fn call<A: RedisAlgorithm>(
 /// Each caller's (key, n) for caller `i` of 128: three keys, 1 to 3 permits.
 fn request(i: usize) -> (&'static str, u32) {
     let key = ["a", "b", "c"][i % 3];
-    (key, 1 + (i % 4) as u32 / 2 + u32::from(i % 7 == 0))
+    (key, 1 + (i % 4) as u32 / 2 + u32::from(i.is_multiple_of(7)))
 }
 
 /// What `limit` gives each request decided one after another on its own key, with no refill:

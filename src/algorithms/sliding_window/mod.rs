@@ -727,10 +727,11 @@ impl<C: Clock> SlidingWindowLimiter<C> {
                 return Ok(Decision::allow(limit, limit - prev - count - n, reset));
             }
             // Where `base` names this cell, its ends first (no mark read, see `ends`).
-            if closed.crossing == cell && !closed.scan {
-                if let Some(denied) = self.published_denial(cell, now, prev, count, n, limit) {
-                    return Ok(denied);
-                }
+            if closed.crossing == cell
+                && !closed.scan
+                && let Some(denied) = self.published_denial(cell, now, prev, count, n, limit)
+            {
+                return Ok(denied);
             }
             match self.denial(cell, now, closed, count, n, limit) {
                 Some(denied) => return Ok(denied),

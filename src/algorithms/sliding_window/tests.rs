@@ -1210,7 +1210,7 @@ fn random_walks_with_rewinds_deny_as_the_scan_on_small_windows_and_cells() {
                     home = t;
                     far += 1;
                     let room = u64::MAX - t;
-                    if cell_nanos > 1 && next() % 2 == 0 {
+                    if cell_nanos > 1 && next().is_multiple_of(2) {
                         u64::MAX - (next() % (2 * cells * cell_nanos)).min(room)
                     } else {
                         t + next() % room.max(1)

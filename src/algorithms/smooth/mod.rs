@@ -474,10 +474,10 @@ pub(crate) fn refusal<K: StoredPermits>(
     math: Option<&K>,
 ) -> Option<Outcome> {
     let refused = wait_refusal(ticket, now, timeout, math)?;
-    if permits != 1 {
-        if let Some(too_long) = math.and_then(|math| too_long_when_paid(ticket, permits, math)) {
-            return Some(too_long);
-        }
+    if permits != 1
+        && let Some(too_long) = math.and_then(|math| too_long_when_paid(ticket, permits, math))
+    {
+        return Some(too_long);
     }
     Some(refused)
 }
