@@ -2621,6 +2621,43 @@ mod tests {
         assert_eq!(generation(Some(shared.get())), Some(3));
     }
 
+    /// Replaced managers are freed, their tasks with them: over many replacements (many `AUTH`
+    /// outages), what stays is the manager made at connect and the current one. With RESP3
+    /// each manager keeps a task of its own (redis-rs's watch for disconnection pushes, aborted
+    /// when the manager is dropped), so the runtime's live tasks count the managers alive.
+    #[test]
+    fn replaced_managers_and_their_tasks_are_freed() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _on = runtime.enter();
+        let client = redis::Client::open("redis://127.0.0.1:1/?protocol=resp3").unwrap();
+        let timeout = Duration::from_secs(1);
+        let first =
+            ConnectionManager::new_lazy_with_config(client.clone(), manager_config(timeout))
+                .unwrap();
+        let single = SingleServer::new(client, first, timeout);
+        let settle = || {
+            runtime.block_on(async {
+                for _ in 0..16 {
+                    tokio::task::yield_now().await;
+                }
+            });
+            runtime.metrics().num_alive_tasks()
+        };
+        let alone = settle();
+        assert_eq!(alone, 1, "the first manager's task");
+        let mut now = Instant::now();
+        for generation in 0..20 {
+            let replaced = single.replace(generation, runtime.handle(), now);
+            assert!(matches!(replaced, Some(Connection::Single(_, g)) if g == generation + 1));
+            drop(replaced);
+            now += REPLACED_KEPT_AT_LEAST;
+            assert_eq!(settle(), 2, "after replacement {}", generation + 1);
+        }
+    }
+
     /// The reconnect timers of a single server, as `manager_config`'s docs state them: the
     /// series' waits are 10, 20, 40 and 80 ms before jitter (doubling from the minimum, under the
     /// cap), five attempts in all, each connection attempt bounded by the backend's timeout, and
