@@ -2484,6 +2484,28 @@ mod tests {
             (io(Io::ConnectionReset), None),
             (io(Io::BrokenPipe), None),
             (io(Io::UnexpectedEof), None),
+            // Only an I/O error's text is read: a reply (a script's error, any server error)
+            // with the lookup's words is a reply, never resent; nor an I/O error without them.
+            (
+                of(
+                    ErrorKind::Server(ResponseError),
+                    "failed to lookup address information: Name or service not known",
+                ),
+                None,
+            ),
+            (
+                of(
+                    ErrorKind::Parse,
+                    "failed to lookup address information: Name or service not known",
+                ),
+                None,
+            ),
+            (
+                Err(RedisError::from(std::io::Error::other(
+                    "address information lookup failed",
+                ))),
+                None,
+            ),
         ] {
             let shown = format!("{:?}", error.as_ref().unwrap_err());
             assert_eq!(stale_connection_error(&error, true), stale, "{shown}");
