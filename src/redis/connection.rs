@@ -333,7 +333,19 @@ struct SingleServer {
 struct Manager {
     manager: ConnectionManager,
     generation: u64,
+    /// When it was made: one made by a replacement is not replaced again before
+    /// [`REPLACED_KEPT_AT_LEAST`] has passed.
+    made: Instant,
 }
+
+/// The least time a manager made by a replacement ([`SingleServer::replace`]) is kept before it
+/// may be replaced in turn: at most one replacement a second, after the first. A wrong password
+/// (a configuration error, never recovered from) would otherwise make each call that finds
+/// the last series over build a manager and run a series of its own (five connections and
+/// `AUTH`s), every call; within the second, such a call fails at once on the kept error, as
+/// redis-rs would have it (issue 18). The manager made at connect may be replaced at any time:
+/// the first `AUTH` refusal's replacement is never held back.
+const REPLACED_KEPT_AT_LEAST: Duration = Duration::from_secs(1);
 
 impl SingleServer {
     fn new(client: redis::Client, manager: ConnectionManager, timeout: Duration) -> Self {
@@ -343,6 +355,7 @@ impl SingleServer {
             current: arc_swap::ArcSwap::from_pointee(Manager {
                 manager,
                 generation: 0,
+                made: Instant::now(),
             }),
             client,
             timeout,
@@ -351,11 +364,23 @@ impl SingleServer {
 
     /// Replaces the manager of `generation`, stuck on a finished series' error, with a fresh
     /// one built on `runtime` (its tasks live there), unless another call replaced it first;
-    /// returns a handle on the current manager, or `None` if no fresh one could be built.
-    /// Lazy: the fresh manager connects (a series of its own) when the call sent on it polls.
-    fn replace(&self, generation: u64, runtime: &tokio::runtime::Handle) -> Option<Connection> {
+    /// returns a handle on the current manager, or `None` if no fresh one could be built or
+    /// the stuck one was itself made by a replacement less than [`REPLACED_KEPT_AT_LEAST`]
+    /// before `now` (the call then fails on its kept error). Lazy: the fresh manager connects
+    /// (a series of its own) when the call sent on it polls.
+    fn replace(
+        &self,
+        generation: u64,
+        runtime: &tokio::runtime::Handle,
+        now: Instant,
+    ) -> Option<Connection> {
         let current = self.current.load();
         if current.generation == generation {
+            if generation > 0
+                && now.saturating_duration_since(current.made) < REPLACED_KEPT_AT_LEAST
+            {
+                return None;
+            }
             let _on = runtime.enter();
             let fresh = ConnectionManager::new_lazy_with_config(
                 self.client.clone(),
@@ -369,6 +394,7 @@ impl SingleServer {
                 Arc::new(Manager {
                     manager: fresh,
                     generation: generation + 1,
+                    made: now,
                 }),
             );
             // SeqCst: a flag read by `SharedConnection::get`; stored after `current` holds the
@@ -1747,7 +1773,8 @@ async fn query_script<T: redis::FromRedisValue>(
 /// `command` sent on `connection`, and on a single server sent once more if its error is a
 /// finished reconnect series' kept error ([`stale_connection_error`]): on the same manager,
 /// whose new series it waits for, or on a fresh one replacing a manager that series left
-/// stuck ([`Stale::Replace`]). The script calls' first send ([`query_script`]), which every
+/// stuck ([`Stale::Replace`]; at most one replacement a second after the first,
+/// [`REPLACED_KEPT_AT_LEAST`], a call held back failing on the kept error). The script calls' first send ([`query_script`]), which every
 /// decision, batch, lease and refund makes, the breaker's probe included. The resend's check
 /// lives here, in the caller's future, not in a wrapper of [`Connection`]'s
 /// `req_packed_command`, which would box a second future per request (measured, issue 18:
@@ -1768,13 +1795,15 @@ async fn query_sent_once_more_if_stale<T: redis::FromRedisValue>(
     match stale_connection_error(&result, at_once) {
         None => result,
         Some(Stale::Resend) => command.query_async::<T>(connection).await,
-        Some(Stale::Replace) => match single.replace(*generation, &shared.runtime) {
-            Some(fresh) => {
-                *connection = fresh;
-                command.query_async::<T>(connection).await
+        Some(Stale::Replace) => {
+            match single.replace(*generation, &shared.runtime, Instant::now()) {
+                Some(fresh) => {
+                    *connection = fresh;
+                    command.query_async::<T>(connection).await
+                }
+                None => result,
             }
-            None => result,
-        },
+        }
     }
 }
 
@@ -2293,7 +2322,8 @@ const RECONNECT_RETRIES: usize = 4;
 /// after an outage) reaches it. After a series that ended on another error (`AUTH` refused at
 /// the handshake, a name with no address) the manager would start none, and hand that error to
 /// every later call: the call that gets it is sent once more on a fresh manager, which replaces
-/// the stuck one ([`SingleServer::replace`]). So a server that is down keeps being tried,
+/// the stuck one ([`SingleServer::replace`]; a manager so made is kept at least a second,
+/// [`REPLACED_KEPT_AT_LEAST`], so a wrong password costs at most a series a second). So a server that is down keeps being tried,
 /// one series per call that finds the last one over; no timer of the manager's outlives a
 /// series. (The circuit breaker, not this back-off, is what spares a server that is
 /// down the calls.) `tests/redis/failure.rs` runs a series to its end and a recovery after it.
@@ -2560,6 +2590,28 @@ mod tests {
             (io(Io::ConnectionReset), None),
             (io(Io::BrokenPipe), None),
             (io(Io::UnexpectedEof), None),
+            // Only an I/O error's text is read: a reply (a script's error, any server error)
+            // with the lookup's words is a reply, never resent; nor an I/O error without them.
+            (
+                of(
+                    ErrorKind::Server(ResponseError),
+                    "failed to lookup address information: Name or service not known",
+                ),
+                None,
+            ),
+            (
+                of(
+                    ErrorKind::Parse,
+                    "failed to lookup address information: Name or service not known",
+                ),
+                None,
+            ),
+            (
+                Err(RedisError::from(std::io::Error::other(
+                    "address information lookup failed",
+                ))),
+                None,
+            ),
         ] {
             let shown = format!("{:?}", error.as_ref().unwrap_err());
             assert_eq!(stale_connection_error(&error, true), stale, "{shown}");
@@ -2643,6 +2695,95 @@ mod tests {
                 .contains("failed to lookup address information"),
             "{second}"
         );
+    }
+
+    /// A stuck manager is replaced once, by the first call that finds it so; one made by a
+    /// replacement is not replaced again within [`REPLACED_KEPT_AT_LEAST`] of its making (a
+    /// wrong password would make a manager and a series every call), and is after it; the
+    /// manager made at connect is replaced at any time. Times are given, not waited for.
+    #[test]
+    fn a_replacement_is_kept_a_second_before_it_is_replaced_in_turn() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _on = runtime.enter();
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let timeout = Duration::from_secs(1);
+        let first =
+            ConnectionManager::new_lazy_with_config(client.clone(), manager_config(timeout))
+                .unwrap();
+        let shared = SharedConnection::Single(SingleServer::new(client, first, timeout));
+        let SharedConnection::Single(single) = &shared else {
+            unreachable!()
+        };
+        let generation = |connection: Option<Connection>| match connection {
+            Some(Connection::Single(_, generation)) => Some(generation),
+            other => panic!("{other:?}"),
+        };
+        let handle = runtime.handle();
+        let t0 = Instant::now();
+        assert_eq!(generation(Some(shared.get())), Some(0));
+        // Made at connect: replaced at once.
+        assert_eq!(generation(single.replace(0, handle, t0)), Some(1));
+        assert_eq!(generation(Some(shared.get())), Some(1));
+        // A second call that found the first manager stuck sends on the replacement.
+        assert_eq!(generation(single.replace(0, handle, t0)), Some(1));
+        // The replacement stuck within its second: held back, the call fails as it is.
+        let just_short = t0 + REPLACED_KEPT_AT_LEAST - Duration::from_nanos(1);
+        assert!(single.replace(1, handle, t0).is_none());
+        assert!(single.replace(1, handle, just_short).is_none());
+        assert_eq!(generation(Some(shared.get())), Some(1));
+        // Its second over: replaced, and the new one held back in turn.
+        let t1 = t0 + REPLACED_KEPT_AT_LEAST;
+        assert_eq!(generation(single.replace(1, handle, t1)), Some(2));
+        assert!(
+            single
+                .replace(2, handle, t1 + Duration::from_millis(500))
+                .is_none()
+        );
+        assert_eq!(
+            generation(single.replace(2, handle, t1 + REPLACED_KEPT_AT_LEAST)),
+            Some(3)
+        );
+        assert_eq!(generation(Some(shared.get())), Some(3));
+    }
+
+    /// Replaced managers are freed, their tasks with them: over many replacements (many `AUTH`
+    /// outages), what stays is the manager made at connect and the current one. With RESP3
+    /// each manager keeps a task of its own (redis-rs's watch for disconnection pushes, aborted
+    /// when the manager is dropped), so the runtime's live tasks count the managers alive.
+    #[test]
+    fn replaced_managers_and_their_tasks_are_freed() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _on = runtime.enter();
+        let client = redis::Client::open("redis://127.0.0.1:1/?protocol=resp3").unwrap();
+        let timeout = Duration::from_secs(1);
+        let first =
+            ConnectionManager::new_lazy_with_config(client.clone(), manager_config(timeout))
+                .unwrap();
+        let single = SingleServer::new(client, first, timeout);
+        let settle = || {
+            runtime.block_on(async {
+                for _ in 0..16 {
+                    tokio::task::yield_now().await;
+                }
+            });
+            runtime.metrics().num_alive_tasks()
+        };
+        let alone = settle();
+        assert_eq!(alone, 1, "the first manager's task");
+        let mut now = Instant::now();
+        for generation in 0..20 {
+            let replaced = single.replace(generation, runtime.handle(), now);
+            assert!(matches!(replaced, Some(Connection::Single(_, g)) if g == generation + 1));
+            drop(replaced);
+            now += REPLACED_KEPT_AT_LEAST;
+            assert_eq!(settle(), 2, "after replacement {}", generation + 1);
+        }
     }
 
     /// The reconnect timers of a single server, as `manager_config`'s docs state them: the

@@ -518,6 +518,9 @@ fn a_bad_cluster_node_list_names_each_node_with_its_password_hidden() {
 struct LoadingServer {
     port: u16,
     scripts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// `AUTH` commands received so far (each refused when started with
+    /// [`refusing_auth`](Self::refusing_auth)).
+    auths: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -556,6 +559,16 @@ fn take_commands(buffer: &mut Vec<u8>) -> Vec<String> {
 
 impl LoadingServer {
     fn start() -> Self {
+        Self::serve(false)
+    }
+
+    /// A server whose every `AUTH` is refused (`-WRONGPASS`, as Redis answers a wrong
+    /// password), counted.
+    fn refusing_auth() -> Self {
+        Self::serve(true)
+    }
+
+    fn serve(refuse_auth: bool) -> Self {
         use std::io::{Read, Write};
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -563,7 +576,8 @@ impl LoadingServer {
         let port = listener.local_addr().unwrap().port();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let scripts = std::sync::Arc::new(AtomicU64::new(0));
-        let (flag, counted) = (stop.clone(), scripts.clone());
+        let auths = std::sync::Arc::new(AtomicU64::new(0));
+        let (flag, counted, auths_counted) = (stop.clone(), scripts.clone(), auths.clone());
         let thread = std::thread::spawn(move || {
             let mut held: Vec<(std::net::TcpStream, Vec<u8>)> = Vec::new();
             // SeqCst: a test flag, checked every millisecond.
@@ -584,6 +598,15 @@ impl LoadingServer {
                                 counted.fetch_add(1, Ordering::SeqCst);
                                 b"-LOADING Redis is loading the dataset in memory\r\n"
                             }
+                            "AUTH" => {
+                                // SeqCst: a test counter.
+                                auths_counted.fetch_add(1, Ordering::SeqCst);
+                                if refuse_auth {
+                                    b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+                                } else {
+                                    b"+OK\r\n"
+                                }
+                            }
                             "TIME" => b"*2\r\n$10\r\n1700000000\r\n$1\r\n0\r\n",
                             "PING" => b"+PONG\r\n",
                             "INFO" => b"$0\r\n\r\n",
@@ -598,6 +621,7 @@ impl LoadingServer {
         LoadingServer {
             port,
             scripts,
+            auths,
             stop,
             thread: Some(thread),
         }
@@ -607,6 +631,12 @@ impl LoadingServer {
     fn scripts(&self) -> u64 {
         // SeqCst: as above.
         self.scripts.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `AUTH` commands received so far.
+    fn auths(&self) -> u64 {
+        // SeqCst: as above.
+        self.auths.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -642,4 +672,46 @@ fn a_loading_reply_to_the_call_itself_fails_it_and_is_not_sent_again() {
         assert!(error.to_string().contains(&url), "{error}");
         assert_eq!(loading.scripts(), call, "{error}");
     }
+}
+
+/// A wrong password (a configuration error: it never recovers) is not turned into a storm of
+/// fresh connection managers. After a reconnect series that ended on the handshake's refused
+/// `AUTH`, the call that gets its kept error replaces the stuck manager (issue 18: a server
+/// restarted without its password, then given it again), but a manager made by a replacement
+/// is kept at least a second: calls that find it stuck within that second fail at once on its
+/// kept error, as before the replacement existed, instead of each making a manager and a
+/// series of five connections and `AUTH`s. Bounded by the time the calls took (a bound that a
+/// loaded machine only loosens), not by a sleep. Before: every call after the first made a new
+/// manager and a series of its own (5 `AUTH`s each: 100 for 20 calls).
+#[test]
+fn a_wrong_password_replaces_the_manager_at_most_once_a_second_not_every_call() {
+    let refusing = LoadingServer::refusing_auth();
+    let url = format!("redis://:wrong@127.0.0.1:{}", refusing.port);
+    let config = RedisConfig::single(&url).timeout(Duration::from_secs(5));
+    let backend = RedisBackend::blocking_connect(config.lazy()).unwrap();
+    let limiter = limiter(&backend, FailurePolicy::FailClosed);
+    const CALLS: u64 = 20;
+    // One series: the connection attempt and its four retries.
+    const SERIES: u64 = 5;
+    let started = Instant::now();
+    for _ in 0..CALLS {
+        let called = Instant::now();
+        let outcome = limiter.blocking_try_acquire_outcome("k", 1).unwrap();
+        assert!(called.elapsed() < CALL_BOUND, "hung");
+        let error = outcome.failure().expect("decided by the policy");
+        assert!(
+            error.to_string().contains("authentication failed"),
+            "{error}"
+        );
+    }
+    let seconds = started.elapsed().as_secs();
+    assert_eq!(refusing.scripts(), 0, "a script call reached the server");
+    // The first call's series; the first replacement (of the manager made at connect), at
+    // any time; then at most one a second.
+    let bound = SERIES * (2 + seconds + 1);
+    let auths = refusing.auths();
+    assert!(
+        auths <= bound,
+        "{auths} AUTHs for {CALLS} calls in {seconds} s: more than {bound}"
+    );
 }
