@@ -49,6 +49,35 @@ impl OwnRuntime {
             .unwrap()
     }
 
+    /// Calls until `limiter`'s breaker opens, each call failing (the server is `down`: what the
+    /// failure message names), then until the reconnect series the last call started has ended
+    /// (its error kept for the next call: the one the probe must not be given).
+    fn until_the_breaker_opens(
+        &self,
+        limiter: &RedisLimiter<FixedWindow, ManualClock>,
+        down: &str,
+    ) {
+        let started = Instant::now();
+        let breaker = limiter.breaker().unwrap();
+        while breaker.state() != BreakerState::Open {
+            assert!(self.call(limiter).failure().is_some(), "decided by {down}?");
+            assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
+        }
+        self.until_no_task_alive("the reconnect series the last call started");
+    }
+
+    /// The breaker's probe: it must reach the server, be decided and close the breaker.
+    fn probe_closes_the_breaker(&self, limiter: &RedisLimiter<FixedWindow, ManualClock>) {
+        let probe = self.call(limiter);
+        assert!(
+            probe.failure().is_none(),
+            "the probe: {:?}",
+            probe.failure()
+        );
+        assert!(probe.decision().is_allowed());
+        assert_eq!(limiter.breaker().unwrap().state(), BreakerState::Closed);
+    }
+
     /// Runs the runtime's tasks until none is alive; `what` names them for the hang bound.
     fn until_no_task_alive(&self, what: &str) {
         let started = Instant::now();
@@ -421,23 +450,10 @@ fn the_first_probe_after_a_killed_server_is_back_closes_the_breaker() {
     own.until_no_task_alive("a call's task with the server up");
 
     server.kill();
-    let started = Instant::now();
-    let breaker = limiter.breaker().unwrap();
-    while breaker.state() != BreakerState::Open {
-        assert!(call().failure().is_some(), "decided by a dead server?");
-        assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
-    }
-    own.until_no_task_alive("the reconnect series the last call started");
+    own.until_the_breaker_opens(&limiter, "a dead server");
     server.restart();
     clock.advance(OPEN_FOR);
-    let probe = call();
-    assert!(
-        probe.failure().is_none(),
-        "the probe: {:?}",
-        probe.failure()
-    );
-    assert!(probe.decision().is_allowed());
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    own.probe_closes_the_breaker(&limiter);
 }
 
 /// As above, the reconnect series ending in connection timeouts instead of refusals: the port
@@ -476,26 +492,14 @@ fn the_first_probe_after_connects_timed_out_reaches_the_server_that_is_back() {
             std::thread::sleep(Duration::from_millis(1));
         }
     });
-    let started = Instant::now();
-    let breaker = limiter.breaker().unwrap();
-    while breaker.state() != BreakerState::Open {
-        assert!(call().failure().is_some(), "decided by a silent port?");
-        assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
-    }
     // Until the series the last call started has ended (5 attempts of `timeout` each and the
     // waits between them), its timeout kept for the next call.
-    own.until_no_task_alive("the reconnect series the last call started");
+    own.until_the_breaker_opens(&limiter, "a silent port");
     stop.store(true, Ordering::SeqCst);
     silent.join().unwrap();
     server.restart();
     clock.advance(OPEN_FOR);
-    let probe = call();
-    assert!(
-        probe.failure().is_none(),
-        "the probe: {:?}",
-        probe.failure()
-    );
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    own.probe_closes_the_breaker(&limiter);
 }
 
 /// As above, the reconnect series ending in an `AUTH` refusal: the server restarted without the
@@ -518,13 +522,8 @@ fn the_probe_after_an_auth_refusal_reaches_the_server_that_takes_the_password_ag
     own.until_no_task_alive("a call's task with the server up");
 
     server.kill();
-    let started = Instant::now();
+    own.until_the_breaker_opens(&limiter, "a dead server");
     let breaker = limiter.breaker().unwrap();
-    while breaker.state() != BreakerState::Open {
-        assert!(call().failure().is_some(), "decided by a dead server?");
-        assert!(started.elapsed() < HANG_BOUND, "the breaker never opened");
-    }
-    own.until_no_task_alive("the reconnect series the last call started");
     // Back without its password: the probe's series ends refused at AUTH, each attempt.
     server.restart();
     clock.advance(OPEN_FOR);
@@ -541,13 +540,6 @@ fn the_probe_after_an_auth_refusal_reaches_the_server_that_takes_the_password_ag
     // The password is back. The breaker's back-off doubled after the failed probe.
     server.cli(&["CONFIG", "SET", "requirepass", "right"]);
     clock.advance(OPEN_FOR * 2);
-    let probe = call();
-    assert!(
-        probe.failure().is_none(),
-        "the probe: {:?}",
-        probe.failure()
-    );
-    assert!(probe.decision().is_allowed());
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    own.probe_closes_the_breaker(&limiter);
     assert!(call().decision().is_allowed());
 }
