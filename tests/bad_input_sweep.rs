@@ -202,3 +202,40 @@ fn keyed_set_limit_on_a_lagging_clock_frees_nothing() {
     let admitted = (0..30).filter(|_| single.admit(1).unwrap()).count();
     assert_eq!(admitted, 9, "atomic (one permit taken at 12 s)");
 }
+
+/// A warming limiter's warm-up zone is `4 / (1 + cold_factor)` of its threshold's permits, held
+/// in an `f64` next to them: from a cold factor of about 1e17 it rounds away entirely, and the
+/// limiter silently had no warm-up at all (a cold permit cost one stable interval, 200 ms here,
+/// where the warm-up costs 1 s more); from about 1e13 the warm-up's cost drifted by 0.01% to
+/// 30%. Cold factors above 1e9 are refused, naming the bound; 1e9 keeps the warm-up's cost.
+#[test]
+fn a_cold_factor_too_large_for_its_warm_up_is_refused() {
+    use floodgate::{ConfigError, SmoothWarmingUp};
+    for cold_factor in [1e9 + 1.0, 1e13, 1e17, 1e300, f64::MAX] {
+        let error = SmoothWarmingUp::with_cold_factor(
+            5.0,
+            Duration::from_secs(1),
+            cold_factor,
+            ManualClock::new(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, ConfigError::InvalidNumber { what: "cold_factor", value, .. } if value == cold_factor),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(text.contains("at most 1e9"), "{text}");
+    }
+    // The largest accepted: a cold limiter's first permit is free, and the next waits for the
+    // whole warm-up (1 s: the zone is narrower than one permit) plus one stable interval.
+    let limiter =
+        SmoothWarmingUp::with_cold_factor(5.0, Duration::from_secs(1), 1e9, ManualClock::new())
+            .unwrap();
+    assert_eq!(limiter.reserve(1).unwrap(), Duration::ZERO);
+    let wait = limiter.reserve(1).unwrap();
+    let expected = Duration::from_millis(1200);
+    assert!(
+        wait.abs_diff(expected) <= Duration::from_micros(2),
+        "{wait:?}"
+    );
+}

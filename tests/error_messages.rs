@@ -186,3 +186,32 @@ mod redis {
         );
     }
 }
+
+/// A sample window that needs no samples is refused naming `min_samples` (it was `ZeroLimit`,
+/// read as "limit, capacity or rate amount must be at least 1": no such setting was given).
+#[test]
+fn a_sample_window_of_zero_min_samples_names_min_samples() {
+    use floodgate::concurrency::adaptive::SampleWindow;
+    let error = SampleWindow::new(Duration::from_secs(1), 0).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConfigError::Invalid {
+                what: "min_samples",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = message(error);
+    assert!(
+        text.contains("min_samples") && text.contains("at least one"),
+        "{text}"
+    );
+    assert_eq!(
+        SampleWindow::new(Duration::from_secs(1), 1)
+            .unwrap()
+            .min_samples(),
+        1
+    );
+}

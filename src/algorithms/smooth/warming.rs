@@ -40,6 +40,11 @@ const INFINITE_BIT: u64 = 1 << 63;
 const MAX_WARMUP_MICROS: u128 = 1 << 52;
 /// Guava's `RateLimiter.create(r, warmup)` cold factor.
 const DEFAULT_COLD_FACTOR: f64 = 3.0;
+/// The largest cold factor accepted. The warm-up zone is `4 / (1 + cold_factor)` of the
+/// threshold's permits, computed next to them in an `f64`: from about 1e13 its rounding moves
+/// the warm-up's cost by 0.01% and more, and from about 1e17 the zone rounds away (no warm-up
+/// at all). At 1e9 the cost is kept to within a µs in a second (`bad_input_sweep`).
+const MAX_COLD_FACTOR: f64 = 1e9;
 
 /// Guava's `SmoothWarmingUp`: after idling, the limiter is *cold* and hands out permits slowly
 /// (at `cold_factor ×` the stable interval), speeding up linearly to the stable rate as stored
@@ -135,7 +140,8 @@ impl<C: Clock> SmoothWarmingUp<C> {
     ///
     /// # Errors
     /// As [`create`](SmoothWarmingUp::create), and [`ConfigError::InvalidNumber`] for a cold
-    /// factor below 1, infinite or NaN.
+    /// factor below 1, infinite or NaN, or above 1e9 (a larger one's warm-up zone,
+    /// `4 / (1 + cold_factor)` of the threshold's permits, is lost to `f64` rounding).
     ///
     /// ```
     /// use floodgate::{ManualClock, SmoothWarmingUp};
@@ -155,6 +161,14 @@ impl<C: Clock> SmoothWarmingUp<C> {
                 what: "cold_factor",
                 value: cold_factor,
                 expected: "finite and at least 1",
+            });
+        }
+        if cold_factor > MAX_COLD_FACTOR {
+            return Err(ConfigError::InvalidNumber {
+                what: "cold_factor",
+                value: cold_factor,
+                expected: "at most 1e9 (a larger one's warm-up zone, 4 / (1 + cold_factor) of \
+                           the threshold's permits, is lost to f64 rounding)",
             });
         }
         let warmup_micros = warmup.as_micros();

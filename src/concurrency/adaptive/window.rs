@@ -80,7 +80,7 @@ impl SampleWindow {
     ///
     /// # Errors
     /// [`ConfigError::DurationOutOfRange`] for a duration of zero or above one year;
-    /// [`ConfigError::ZeroLimit`] for `min_samples = 0`.
+    /// [`ConfigError::Invalid`] (naming `min_samples`) for `min_samples = 0`.
     ///
     /// ```
     /// use floodgate::concurrency::adaptive::SampleWindow;
@@ -101,7 +101,10 @@ impl SampleWindow {
             });
         }
         if min_samples == 0 {
-            return Err(ConfigError::ZeroLimit);
+            return Err(ConfigError::Invalid {
+                what: "min_samples",
+                why: "a sample window needs at least one sample to judge by",
+            });
         }
         Ok(SampleWindow {
             duration_nanos: duration_to_nanos(duration),
