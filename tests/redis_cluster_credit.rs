@@ -13,7 +13,7 @@ mod server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::backend::{FailurePolicy, Outcome};
+use floodgate::backend::{BreakerConfig, FailurePolicy, Outcome};
 use floodgate::redis::{LeasedKey, RedisAlgorithm, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use server::{RedisCluster, RedisServer};
@@ -598,6 +598,40 @@ fn reads_go_on_to_a_configured_node_once_every_master_the_copy_names_failed() {
             map_reads(&node) - before
         );
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Issue 18, the map reader (3): a cluster whose `CLUSTER SLOTS` names its masters by no host
+/// (`cluster-preferred-endpoint-type unknown-endpoint`, as behind a load balancer: a `NULL`
+/// host, "the endpoint the command was sent to" in Redis's docs, and so in redis-rs's own map)
+/// had a copy of the slot map that named no master for good: the `NULL` made the backend
+/// refuse the whole reply, so its calls shared one breaker, an error named no master, and a
+/// reply asked for a read once per `fresh` for the backend's life. Now such a master is the
+/// node the read was sent to.
+///
+/// Here a lazy backend with per-master breakers makes calls, each answered, until a call's
+/// breaker is the node's own (its address listed by the breakers: the copy names it). Before,
+/// none was (the test failed on its hang bound).
+#[test]
+fn a_master_the_slot_map_names_by_no_host_is_the_node_that_answered() {
+    let node = RedisServer::start_cluster_of_unknown_endpoints();
+    let config = RedisConfig::cluster([node.url()]).timeout(TIMEOUT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend).with_breaker(Some(BreakerConfig::default()));
+    let breakers = limiter.breaker().expect("a breaker per master");
+    let url = node.url();
+    let named = || breakers.nodes().iter().any(|(at, _)| **at == *url);
+    let started = Instant::now();
+    let mut calls = 0;
+    while !named() {
+        assert_decided(&call(&limiter, "any"), "a call");
+        calls += 1;
+        assert!(
+            started.elapsed() < HANG,
+            "after {calls} calls answered, no breaker of {url}'s own: {:?}",
+            breakers.nodes()
+        );
+        std::thread::yield_now();
     }
 }
 

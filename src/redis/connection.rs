@@ -2142,7 +2142,7 @@ async fn try_read(
     let asked = micros_since(base, Instant::now());
     match reader.read(host, port, within).await {
         Some(reply) => {
-            owners.update(&reply, scheme, asked);
+            owners.update_answered_by(&reply, scheme, asked, Some(host));
             true
         }
         None => {
