@@ -635,6 +635,45 @@ fn a_master_the_slot_map_names_by_no_host_is_the_node_that_answered() {
     }
 }
 
+/// Issue 18, the map reader (1): background reads of the slot map go over a connection of the
+/// backend's own, made when a read needs it. If the node refuses that connection while the
+/// cluster connection's live ones still work (a password or ACL user rotated since they
+/// authenticated, `maxclients`, `-NOAUTH`), every read failed while every call succeeded: the
+/// copy went stale for good, and the replies it was too old for were held, so the healthy
+/// master looked silent to `try_acquire_for`. Now a try refused so goes to the same node over
+/// the cluster connection (redis-rs's routing by address).
+///
+/// Here the backend authenticates as an ACL user; right after its eager connect (its read of
+/// the map goes over redis-rs's connection: the reader has none yet) the user's password is
+/// rotated. Calls, answered over the live connections, ask for a read about once per `fresh`
+/// (a second); the test runs them until the node served two more `CLUSTER SLOTS`. Before,
+/// none came (the reader's `AUTH` was refused before its `CLUSTER SLOTS`; the test failed on
+/// its hang bound).
+#[test]
+fn reads_of_the_slot_map_the_readers_own_connection_is_refused_for_go_over_the_cluster_connection()
+{
+    let node = RedisServer::start_cluster_with_user("app", "first");
+    let url = format!("redis://app:first@127.0.0.1:{}", node.port);
+    let timeout = Duration::from_millis(500);
+    let backend = RedisBackend::blocking_connect(RedisConfig::cluster([url]).timeout(timeout))
+        .expect("eager connect");
+    node.cli(&["ACL", "SETUSER", "app", "resetpass", ">rotated"]);
+    let limiter = limiter(&backend);
+    let before = map_reads(&node);
+    let started = Instant::now();
+    let mut calls = 0;
+    while map_reads(&node) < before + 2 {
+        // Answered over the connections authenticated before the rotation.
+        assert_decided(&call(&limiter, "any"), "a call");
+        calls += 1;
+        assert!(
+            started.elapsed() < HANG,
+            "{calls} calls answered, {} read(s) of the map served since the rotation",
+            map_reads(&node) - before
+        );
+    }
+}
+
 /// Redis Cluster's key slot of `key` (CRC16/XMODEM of its hash tag, modulo 16384).
 fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();

@@ -31,7 +31,14 @@
 //! timeout (a big cluster's reply) failed every time (issue 18). What it costs while a master
 //! is frozen: a try sent to it waits out the budget before the next master is tried, so the
 //! replies the copy was too old for count up to a budget later, once per frozen master (it is
-//! asked last after that); the read stays in flight meanwhile, and no other starts.
+//! asked last after that); the read stays in flight meanwhile, and no other starts. If the
+//! node refuses the reader's own connection with an error reply (a password or ACL user
+//! rotated since the cluster connection authenticated, `-NOAUTH`, `maxclients`), the try goes
+//! to the same node over the cluster connection (redis-rs's routing by address), within what
+//! is left of its budget and redis-rs's response timeout (the backend's): the reply is still
+//! that master's, and the try's bound is unchanged; only a `CLUSTER SLOTS` slower than the
+//! timeout fails on that path. Before, every read failed for as long as the refusal lasted,
+//! while every call succeeded: the copy went stale for good, and healthy masters looked silent.
 //!
 //! A master `CLUSTER SLOTS` names by no host (an empty string, a `NULL`: a cluster behind a
 //! load balancer, `cluster-preferred-endpoint-type unknown-endpoint`) is the node the read
