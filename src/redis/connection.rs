@@ -2246,7 +2246,10 @@ enum Asked<'a> {
 /// one plain connection to one node, made with the first configured node's settings (its
 /// username and password, TLS, protocol; database 0, as the cluster connection) at the node's
 /// host and port, kept while reads go to that node and
-/// made again (the old one dropped) when a read goes to another or fails on it. No response
+/// made again (the old one dropped) when a read goes to another or fails on it. A kept
+/// connection to a node the last read no longer names a master stays open, idle, until the
+/// next read (which goes to a named master, so drops it) or the server's idle `timeout`: one
+/// connection at most, and the configured-node fallback read may reuse it. No response
 /// timeout of redis-rs's: each read is bounded by its own budget. One read in flight at a time
 /// ([`SlotOwners::start_read`]), so the connection is taken by it and put back when it lands;
 /// the lock is never waited on for longer than that take or put.
