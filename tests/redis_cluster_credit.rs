@@ -13,7 +13,7 @@ mod server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::backend::{FailurePolicy, Outcome};
+use floodgate::backend::{BreakerConfig, FailurePolicy, Outcome};
 use floodgate::redis::{LeasedKey, RedisAlgorithm, RedisBackend, RedisConfig, RedisLimiter};
 use floodgate::{FixedWindow, Gcra, ManualClock, Rate};
 use server::{RedisCluster, RedisServer};
@@ -598,6 +598,79 @@ fn reads_go_on_to_a_configured_node_once_every_master_the_copy_names_failed() {
             map_reads(&node) - before
         );
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Issue 18, the map reader (3): a cluster whose `CLUSTER SLOTS` names its masters by no host
+/// (`cluster-preferred-endpoint-type unknown-endpoint`, as behind a load balancer: a `NULL`
+/// host, "the endpoint the command was sent to" in Redis's docs, and so in redis-rs's own map)
+/// had a copy of the slot map that named no master for good: the `NULL` made the backend
+/// refuse the whole reply, so its calls shared one breaker, an error named no master, and a
+/// reply asked for a read once per `fresh` for the backend's life. Now such a master is the
+/// node the read was sent to.
+///
+/// Here a lazy backend with per-master breakers makes calls, each answered, until a call's
+/// breaker is the node's own (its address listed by the breakers: the copy names it). Before,
+/// none was (the test failed on its hang bound).
+#[test]
+fn a_master_the_slot_map_names_by_no_host_is_the_node_that_answered() {
+    let node = RedisServer::start_cluster_of_unknown_endpoints();
+    let config = RedisConfig::cluster([node.url()]).timeout(TIMEOUT).lazy();
+    let backend = RedisBackend::blocking_connect(config).unwrap();
+    let limiter = limiter(&backend).with_breaker(Some(BreakerConfig::default()));
+    let breakers = limiter.breaker().expect("a breaker per master");
+    let url = node.url();
+    let named = || breakers.nodes().iter().any(|(at, _)| **at == *url);
+    let started = Instant::now();
+    let mut calls = 0;
+    while !named() {
+        assert_decided(&call(&limiter, "any"), "a call");
+        calls += 1;
+        assert!(
+            started.elapsed() < HANG,
+            "after {calls} calls answered, no breaker of {url}'s own: {:?}",
+            breakers.nodes()
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Issue 18, the map reader (1): background reads of the slot map go over a connection of the
+/// backend's own, made when a read needs it. If the node refuses that connection while the
+/// cluster connection's live ones still work (a password or ACL user rotated since they
+/// authenticated, `maxclients`, `-NOAUTH`), every read failed while every call succeeded: the
+/// copy went stale for good, and the replies it was too old for were held, so the healthy
+/// master looked silent to `try_acquire_for`. Now a try refused so goes to the same node over
+/// the cluster connection (redis-rs's routing by address).
+///
+/// Here the backend authenticates as an ACL user; right after its eager connect (its read of
+/// the map goes over redis-rs's connection: the reader has none yet) the user's password is
+/// rotated. Calls, answered over the live connections, ask for a read about once per `fresh`
+/// (a second); the test runs them until the node served two more `CLUSTER SLOTS`. Before,
+/// none came (the reader's `AUTH` was refused before its `CLUSTER SLOTS`; the test failed on
+/// its hang bound).
+#[test]
+fn reads_of_the_slot_map_the_readers_own_connection_is_refused_for_go_over_the_cluster_connection()
+{
+    let node = RedisServer::start_cluster_with_user("app", "first");
+    let url = format!("redis://app:first@127.0.0.1:{}", node.port);
+    let timeout = Duration::from_millis(500);
+    let backend = RedisBackend::blocking_connect(RedisConfig::cluster([url]).timeout(timeout))
+        .expect("eager connect");
+    node.cli(&["ACL", "SETUSER", "app", "resetpass", ">rotated"]);
+    let limiter = limiter(&backend);
+    let before = map_reads(&node);
+    let started = Instant::now();
+    let mut calls = 0;
+    while map_reads(&node) < before + 2 {
+        // Answered over the connections authenticated before the rotation.
+        assert_decided(&call(&limiter, "any"), "a call");
+        calls += 1;
+        assert!(
+            started.elapsed() < HANG,
+            "{calls} calls answered, {} read(s) of the map served since the rotation",
+            map_reads(&node) - before
+        );
     }
 }
 

@@ -876,10 +876,23 @@ impl RedisBackend {
                 shared.clock.base,
             );
             let within = self.map_read_budget();
+            // The fallback of a try the reader's own connection was refused on (`try_read`).
+            let cluster = match shared.connection.get() {
+                Connection::Cluster(cluster) => Some(cluster),
+                Connection::Single(..) => None,
+            };
             // `read` moves into the task: dropped when the read ends, or with the task if its
             // runtime goes first, so the next read can start either way.
             shared.runtime.spawn(async move {
-                reread(&reader, &owners, scheme, base, within).await;
+                let map = Read {
+                    reader: &reader,
+                    owners: &owners,
+                    cluster,
+                    scheme,
+                    base,
+                    within,
+                };
+                reread(&map).await;
                 drop(read);
             });
         }
@@ -2084,13 +2097,8 @@ const MAP_READ_TRIES: usize = 2;
 /// frozen: a try sent to it waits out `within` before the next master is tried, so the
 /// replies the copy was too old for count up to `within` later (one try per frozen master:
 /// it is then asked last), and one read is in flight meanwhile (none other starts).
-async fn reread(
-    reader: &MapReader,
-    owners: &SlotOwners,
-    scheme: &'static str,
-    base: Instant,
-    within: Duration,
-) {
+async fn reread(read: &Read<'_>) {
+    let (reader, owners) = (read.reader, read.owners);
     let masters = owners.read_order(MAP_READ_TRIES);
     let targets: Vec<(&str, u16, Asked<'_>)> = if masters.is_empty() {
         reader
@@ -2107,7 +2115,7 @@ async fn reread(
             .collect()
     };
     for (host, port, target) in targets {
-        if try_read(reader, owners, scheme, base, within, host, port, target).await {
+        if try_read(read, host, port, target).await {
             return;
         }
     }
@@ -2120,37 +2128,109 @@ async fn reread(
     if let Some(at) = reader.seed_order(1).next() {
         let (host, port) = &reader.seeds[at];
         let target = Asked::Seed(at);
-        try_read(reader, owners, scheme, base, within, host, *port, target).await;
+        try_read(read, host, *port, target).await;
     }
 }
 
-/// One try of [`reread`]: `CLUSTER SLOTS` at `host`:`port` within `within`, the copy replaced
-/// by its reply; `false`, and `target` marked as failed, if it failed.
-#[allow(clippy::too_many_arguments)] // `reread`'s own, passed on
-async fn try_read(
-    reader: &MapReader,
-    owners: &SlotOwners,
+/// What one background read of the slot map ([`reread`]) works with.
+struct Read<'a> {
+    reader: &'a MapReader,
+    owners: &'a SlotOwners,
+    /// The cluster connection: a try the reader's own connection was refused on goes over it
+    /// ([`try_read`]).
+    cluster: Option<ClusterConnection>,
     scheme: &'static str,
+    /// The backend's clock base (`micros_since`).
     base: Instant,
+    /// Each try's budget ([`RedisBackend::map_read_budget`]).
     within: Duration,
-    host: &str,
-    port: u16,
-    target: Asked<'_>,
-) -> bool {
+}
+
+/// One try of [`reread`]: `CLUSTER SLOTS` at `host`:`port` within `read.within`, the copy
+/// replaced by its reply; `false`, and `target` marked as failed, if it failed.
+///
+/// If the node refused the reader's own connection (a server error reply, not a timeout or a
+/// broken connection: a password or ACL user rotated since the cluster connection
+/// authenticated, `maxclients` reached, `-NOAUTH`), the same `CLUSTER SLOTS` goes to the
+/// same node over the cluster connection (redis-rs's routing by address, its live
+/// authenticated connection there), within what is left of the try's budget (and redis-rs's
+/// own response timeout, the backend's timeout). Before, every read failed so for as long as
+/// the cause lasted, while calls succeeded: the copy went stale for good and the replies it
+/// was too old for were held, so healthy masters looked silent (issue 18). The node asked is
+/// the one the try was for, so the reply is that master's as before, and the try keeps its
+/// bound (`within`, connecting included).
+async fn try_read(read: &Read<'_>, host: &str, port: u16, target: Asked<'_>) -> bool {
     // When the read is sent, on the clock's client side (`client_micros`): the map read is at
     // least as recent.
-    let asked = micros_since(base, Instant::now());
-    match reader.read(host, port, within).await {
+    let sent = Instant::now();
+    let asked = micros_since(read.base, sent);
+    let deadline = sent + read.within;
+    let reply = match read.reader.read(host, port, read.within).await {
+        Ok(reply) => Some(reply),
+        Err(ReadFailed::Refused) => match &read.cluster {
+            Some(cluster) => read_by_address(cluster.clone(), host, port, deadline).await,
+            None => None,
+        },
+        Err(ReadFailed::Silent) => None,
+    };
+    match reply {
         Some(reply) => {
-            owners.update(&reply, scheme, asked);
+            let owners = read.owners;
+            owners.update_answered_by(&reply, read.scheme, asked, Some(host));
             true
         }
         None => {
             match target {
                 Asked::Master(master) => master.failed(asked),
-                Asked::Seed(at) => reader.seed_failed(at),
+                Asked::Seed(at) => read.reader.seed_failed(at),
             }
             false
+        }
+    }
+}
+
+/// `CLUSTER SLOTS` sent to the node at `host`:`port` over the cluster connection (redis-rs's
+/// routing by address), by `deadline`; `None` if it failed or did not answer in time.
+async fn read_by_address(
+    mut cluster: ClusterConnection,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> Option<Value> {
+    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+        host: host.to_owned(),
+        port,
+    });
+    let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+    let reply = cluster.route_command(slots, route);
+    until_deadline(reply, deadline)
+        .await
+        .ok()?
+        .and_then(Value::extract_error)
+        .ok()
+}
+
+/// Why a read of the reader's own connection failed ([`MapReader::read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadFailed {
+    /// No reply in time, or the connection broke or was refused at the TCP level: the node's
+    /// own silence, as far as the reader can tell.
+    Silent,
+    /// The node answered with an error (at the handshake, `AUTH`, or to `CLUSTER SLOTS`): it
+    /// is up, and refused this connection ([`try_read`] tries the cluster connection).
+    Refused,
+}
+
+impl ReadFailed {
+    fn of(error: &RedisError) -> Self {
+        if error.is_io_error()
+            || error.is_timeout()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
+        {
+            ReadFailed::Silent
+        } else {
+            ReadFailed::Refused
         }
     }
 }
@@ -2166,7 +2246,10 @@ enum Asked<'a> {
 /// one plain connection to one node, made with the first configured node's settings (its
 /// username and password, TLS, protocol; database 0, as the cluster connection) at the node's
 /// host and port, kept while reads go to that node and
-/// made again (the old one dropped) when a read goes to another or fails on it. No response
+/// made again (the old one dropped) when a read goes to another or fails on it. A kept
+/// connection to a node the last read no longer names a master stays open, idle, until the
+/// next read (which goes to a named master, so drops it) or the server's idle `timeout`: one
+/// connection at most, and the configured-node fallback read may reuse it. No response
 /// timeout of redis-rs's: each read is bounded by its own budget. One read in flight at a time
 /// ([`SlotOwners::start_read`]), so the connection is taken by it and put back when it lands;
 /// the lock is never waited on for longer than that take or put.
@@ -2240,12 +2323,14 @@ impl MapReader {
     }
 
     /// `CLUSTER SLOTS` on the node at `host`:`port`, connecting to it first unless the last
-    /// read's connection goes there, within `within` in all; `None` if it failed or did not
-    /// answer in time (the connection is then dropped). A kept connection whose read fails
+    /// read's connection goes there, within `within` in all; an error if it failed or did not
+    /// answer in time (the connection is then dropped): [`ReadFailed::Refused`] if the node
+    /// answered with an error (`AUTH` refused, `-NOAUTH`, `maxclients`), else
+    /// [`ReadFailed::Silent`]. A kept connection whose read fails
     /// (the server closed it since: its idle `timeout`, a restart) is made again once, within
     /// the same `within`: before, the try failed at once and the master was asked last from
     /// then on, as one that does not answer.
-    async fn read(&self, host: &str, port: u16, within: Duration) -> Option<Value> {
+    async fn read(&self, host: &str, port: u16, within: Duration) -> Result<Value, ReadFailed> {
         let deadline = Instant::now() + within;
         let kept = self.open.lock().unwrap_or_else(|e| e.into_inner()).take();
         let kept = kept.filter(|(at_host, at_port, _)| at_host == host && *at_port == port);
@@ -2263,10 +2348,13 @@ impl MapReader {
             let reply = slots.query_async::<Value>(&mut connection).await?;
             Ok::<_, RedisError>((connection, reply))
         };
-        let (connection, reply) = until_deadline(reading, deadline).await.ok()?.ok()?;
+        let (connection, reply) = until_deadline(reading, deadline)
+            .await
+            .map_err(|_| ReadFailed::Silent)?
+            .map_err(|error| ReadFailed::of(&error))?;
         *self.open.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((host.to_owned(), port, connection));
-        Some(reply)
+        Ok(reply)
     }
 
     /// A new connection to `host`:`port` with the first node's settings.

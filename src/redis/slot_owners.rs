@@ -31,9 +31,21 @@
 //! timeout (a big cluster's reply) failed every time (issue 18). What it costs while a master
 //! is frozen: a try sent to it waits out the budget before the next master is tried, so the
 //! replies the copy was too old for count up to a budget later, once per frozen master (it is
-//! asked last after that); the read stays in flight meanwhile, and no other starts.
+//! asked last after that); the read stays in flight meanwhile, and no other starts. If the
+//! node refuses the reader's own connection with an error reply (a password or ACL user
+//! rotated since the cluster connection authenticated, `-NOAUTH`, `maxclients`), the try goes
+//! to the same node over the cluster connection (redis-rs's routing by address), within what
+//! is left of its budget and redis-rs's response timeout (the backend's): the reply is still
+//! that master's, and the try's bound is unchanged; only a `CLUSTER SLOTS` slower than the
+//! timeout fails on that path. Before, every read failed for as long as the refusal lasted,
+//! while every call succeeded: the copy went stale for good, and healthy masters looked silent.
 //!
-//! A slot the copy has no owner for (no read answered yet, a node listed by an empty host)
+//! A master `CLUSTER SLOTS` names by no host (an empty string, a `NULL`: a cluster behind a
+//! load balancer, `cluster-preferred-endpoint-type unknown-endpoint`) is the node the read
+//! was sent to, at the port given, as Redis documents it and redis-rs takes it
+//! ([`SlotOwners::update_answered_by`]); not knowing that node (the eager connect's read,
+//! routed by redis-rs), such a range is left out, as is one whose host is `?` (an unknown
+//! node). A slot the copy has no owner for (no read answered yet, a range so left out)
 //! names the configured node list and says that the node is not known, and its calls share one
 //! breaker.
 //!
@@ -191,8 +203,8 @@ pub(super) enum ReadAsked {
     CopyOld = 1,
     /// The copy has no owner for the call's slot: a read if the copy names no master at all
     /// ([`names_no_master`](SlotOwners::names_no_master): no read landed yet), at most one
-    /// started per `fresh`, so a cluster whose map names no host (`CLUSTER SLOTS` answering
-    /// `?`) is not read once per timeout while its calls succeed; else none.
+    /// started per `fresh`, so a cluster whose map names no known host (`CLUSTER SLOTS`
+    /// answering `?`) is not read once per timeout while its calls succeed; else none.
     NoOwner = 2,
 }
 
@@ -299,7 +311,7 @@ impl SlotOwners {
     }
 
     /// Whether the copy names no master at all (no read landed yet, or one whose every range
-    /// named no host): a reply then asks for a read (`RedisBackend::master_replied`). Before,
+    /// named no host it could place: `?`, or none with the answering node unknown): a reply then asks for a read (`RedisBackend::master_replied`). Before,
     /// nothing did: after an eager connect whose read failed (its timeout spent by the
     /// connect itself, a loaded machine) or on a lazy backend, only a failed or
     /// short-circuited call asked for a read, so while every call succeeded the copy stayed
@@ -339,7 +351,28 @@ impl SlotOwners {
     /// been answered by it, and a new master that never answers looks silent one backend
     /// timeout after the read, as a known one does one timeout after its last reply.
     pub(super) fn update(&self, reply: &Value, scheme: &str, read_at_micros: u64) {
-        if let Some(parsed) = parse(reply, scheme) {
+        self.update_answered_by(reply, scheme, read_at_micros, None);
+    }
+
+    /// [`update`](Self::update), the reply read from the node at `answered_by` (its host as
+    /// the read was sent to it; `None`: not known, a read redis-rs routed): a master that
+    /// `CLUSTER SLOTS` names by no host (an empty string, a `NULL`, or a wildcard `0.0.0.0`
+    /// / `::`) is at that host, with the port the reply gives, as Redis documents it ("the
+    /// same endpoint it used to send the CLUSTER SLOTS command", a node behind a load
+    /// balancer with `cluster-preferred-endpoint-type unknown-endpoint`) and as redis-rs's
+    /// own map takes it (`parse_slots`); with `answered_by` `None`, such a range is left out.
+    /// A `?` host (a node told to announce a hostname and given none) names an unknown node,
+    /// not the one answering: left out either way. Before, every such range was left out, so
+    /// a cluster naming its nodes so had a copy with no master and was read once per `fresh`
+    /// while calls came (issue 18), and a `NULL` host made the whole reply be refused.
+    pub(super) fn update_answered_by(
+        &self,
+        reply: &Value,
+        scheme: &str,
+        read_at_micros: u64,
+        answered_by: Option<&str>,
+    ) {
+        if let Some(parsed) = parse(reply, scheme, answered_by) {
             // `rcu`: should two updates overlap (none do today: the eager connect's read ends
             // before the backend is returned, and background reads run one at a time), each
             // carries over the masters of the copy it replaces, so none loses a reply
@@ -517,9 +550,11 @@ fn with_masters(parsed: &[(u16, u16, Node)], current: &[Range], read_at_micros: 
 
 /// The ranges of a `CLUSTER SLOTS` reply (`[[first, last, [host, port, id, …], replicas…], …]`),
 /// sorted; `None` unless every range is well formed and no two overlap (so at most one per
-/// slot), and every port fits 16 bits. A range whose master has an empty or `?` host (the node
-/// answering did not know its address) is left out.
-fn parse(reply: &Value, scheme: &str) -> Option<Vec<(u16, u16, Node)>> {
+/// slot), and every port fits 16 bits. A range whose master has no host (empty, `NULL`, or a
+/// wildcard) is at `answered_by`, the host of the node that answered
+/// ([`SlotOwners::update_answered_by`]), or left out if that is not known; one whose master's
+/// host is `?` (unknown) is left out.
+fn parse(reply: &Value, scheme: &str, answered_by: Option<&str>) -> Option<Vec<(u16, u16, Node)>> {
     let Value::Array(ranges) = reply else {
         return None;
     };
@@ -539,12 +574,23 @@ fn parse(reply: &Value, scheme: &str) -> Option<Vec<(u16, u16, Node)>> {
         let host = match master.first() {
             Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
             Some(Value::SimpleString(host)) => host.clone(),
+            Some(Value::Nil) => String::new(),
             _ => return None,
         };
         let Some(Value::Int(port)) = master.get(1) else {
             return None;
         };
         let port = u16::try_from(*port).ok()?;
+        // No host: the node that answered (Redis's `CLUSTER SLOTS` docs; redis-rs's
+        // `parse_slots` does the same).
+        let host = if host.is_empty() || host == "0.0.0.0" || host == "::" {
+            match answered_by {
+                Some(answered_by) => answered_by.to_owned(),
+                None => continue,
+            }
+        } else {
+            host
+        };
         if first > last || host.is_empty() || host == "?" {
             continue;
         }
@@ -821,6 +867,66 @@ mod tests {
         v6.update(&Value::Array(vec![range]), "redis", 0);
         assert_eq!(v6.owner(0).as_deref(), Some("redis://[::1]:7"));
         assert_eq!(v6.read_order(1)[0].host(), "::1");
+    }
+
+    /// A master `CLUSTER SLOTS` names by no host (empty, `NULL`, a wildcard) is the node that
+    /// answered, at the port given (Redis's docs; redis-rs's `parse_slots`); a `?` host is an
+    /// unknown node, left out. Not knowing who answered (a read redis-rs routed), the no-host
+    /// ranges are left out, the others kept: a `NULL` host no longer refuses the whole reply.
+    #[test]
+    fn a_master_named_by_no_host_is_the_node_that_answered() {
+        let node = |host: Value, port: i64| Value::Array(vec![host, Value::Int(port)]);
+        let bulk = |host: &str| Value::BulkString(host.as_bytes().to_vec());
+        let range = |first: i64, last: i64, master: Value| {
+            Value::Array(vec![Value::Int(first), Value::Int(last), master])
+        };
+        let reply = Value::Array(vec![
+            range(0, 99, node(bulk(""), 7001)),
+            range(100, 199, node(Value::Nil, 7002)),
+            range(200, 299, node(bulk("0.0.0.0"), 7003)),
+            range(300, 399, node(bulk("?"), 7004)),
+            range(400, 16_383, node(bulk("10.0.0.1"), 7000)),
+        ]);
+        let owners = SlotOwners::default();
+        owners.update_answered_by(&reply, "redis", 0, Some("10.0.0.9"));
+        let owner = |slot| owners.owner(slot).as_deref().map(str::to_owned);
+        assert_eq!(owner(0).as_deref(), Some("redis://10.0.0.9:7001"));
+        assert_eq!(owner(100).as_deref(), Some("redis://10.0.0.9:7002"));
+        assert_eq!(owner(200).as_deref(), Some("redis://10.0.0.9:7003"));
+        assert_eq!(owner(300), None, "`?`: an unknown node");
+        assert_eq!(owner(400).as_deref(), Some("redis://10.0.0.1:7000"));
+        let mut hosts: Vec<_> = owners
+            .read_order(5)
+            .iter()
+            .map(|t| (t.host().to_owned(), t.port()))
+            .collect();
+        hosts.sort();
+        assert_eq!(
+            hosts,
+            [
+                ("10.0.0.1".to_owned(), 7000),
+                ("10.0.0.9".to_owned(), 7001),
+                ("10.0.0.9".to_owned(), 7002),
+                ("10.0.0.9".to_owned(), 7003),
+            ],
+            "reads go to the masters at the answering host"
+        );
+
+        let routed = SlotOwners::default();
+        routed.update(&reply, "redis", 0);
+        assert_eq!(routed.owner(0), None, "who answered is not known");
+        assert_eq!(routed.owner(100), None);
+        assert_eq!(routed.owner(200), None);
+        assert_eq!(
+            routed.owner(400).as_deref(),
+            Some("redis://10.0.0.1:7000"),
+            "a NULL host leaves out its range, not the reply"
+        );
+
+        let v6 = SlotOwners::default();
+        let only = Value::Array(vec![range(0, 16_383, node(bulk(""), 7005))]);
+        v6.update_answered_by(&only, "rediss", 0, Some("::1"));
+        assert_eq!(v6.owner(9).as_deref(), Some("rediss://[::1]:7005"));
     }
 
     /// Whether every master of the copy failed its last read: only once the last of them did

@@ -158,6 +158,29 @@ impl RedisServer {
         node
     }
 
+    /// A Redis Cluster of one master owning every slot whose `CLUSTER SLOTS` names no host
+    /// for its nodes (`cluster-preferred-endpoint-type unknown-endpoint`: a `NULL` host, which
+    /// Redis documents as "the endpoint the command was sent to", as behind a load balancer).
+    pub fn start_cluster_of_unknown_endpoints() -> Self {
+        let node = Self::start_node(true);
+        let kind = "cluster-preferred-endpoint-type";
+        node.cli(&["CONFIG", "SET", kind, "unknown-endpoint"]);
+        node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+        wait_until_cluster_ok(|| node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+        node
+    }
+
+    /// A Redis Cluster of one master owning every slot, with an ACL user `user` whose password
+    /// is `password` (every command, every key), beside the default user (no password).
+    pub fn start_cluster_with_user(user: &str, password: &str) -> Self {
+        let node = Self::start_node(true);
+        let pass = format!(">{password}");
+        node.cli(&["ACL", "SETUSER", user, "on", &pass, "~*", "&*", "+@all"]);
+        node.cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+        wait_until_cluster_ok(|| node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+        node
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
         self.process.kill();
