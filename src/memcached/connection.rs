@@ -270,13 +270,6 @@ pub(crate) fn run_blocking<T>(future: impl std::future::Future<Output = T>) -> T
     }
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Test hook: run by [`Connection::send`] with its deadline, between its deadline check and
-    /// its write loop (a test makes the deadline pass there).
-    static BEFORE_WRITE: std::cell::Cell<Option<fn(Instant)>> = const { std::cell::Cell::new(None) };
-}
-
 /// One open connection with its read buffer.
 pub(crate) struct Connection {
     stream: TcpStream,
@@ -413,10 +406,9 @@ impl Connection {
             self.pending = Pending::Nothing;
             return Err(CallError::NotSent);
         }
+        // Between the deadline check above and the write loop.
         #[cfg(test)]
-        if let Some(hook) = BEFORE_WRITE.get() {
-            hook(deadline);
-        }
+        super::write_gap::before_write(deadline);
         let mut written = 0;
         let result = self.send_inner(request, deadline, &mut written);
         if result.is_err() {
@@ -964,7 +956,7 @@ mod tests {
     /// request is written, sent nothing: a "not sent" timeout, as one whose deadline had
     /// passed before the send (issue 18: the send's deadline check and its write loop's are a
     /// few instructions apart; a deadline passing in between was a plain timeout, told to the
-    /// breaker). Made deterministic by the test hook between the two ([`BEFORE_WRITE`]),
+    /// breaker). Made deterministic by the test hook between the two (`write_gap`),
     /// which waits until the deadline has passed. Before: "timeout at memcached://…: no answer
     /// within 30s", not `is_not_sent`.
     #[test]
@@ -973,11 +965,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let config = MemcachedConfig::new(addr.to_string()).timeout(Duration::from_secs(30));
         let backend = MemcachedBackend::connect(config.lazy()).unwrap();
-        BEFORE_WRITE.set(Some(|deadline| {
-            while Instant::now() < deadline {
-                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
-            }
-        }));
+        crate::memcached::write_gap::hold_past_deadline(true);
         let result = backend.call(
             |connection, _| {
                 connection.set_pending(Pending::Decision { added: None });
@@ -986,7 +974,7 @@ mod tests {
             },
             || -> Finisher { panic!("nothing was written: nothing to finish") },
         );
-        BEFORE_WRITE.set(None);
+        crate::memcached::write_gap::hold_past_deadline(false);
         let error = result.unwrap_err();
         assert!(error.is_timeout(), "{error}");
         assert!(error.is_not_sent(), "{error}");

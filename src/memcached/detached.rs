@@ -222,13 +222,6 @@ impl Start {
     }
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Test hook: run by the exchange with its deadline before each claim of its request's
-    /// write (a test makes the deadline pass there).
-    static BEFORE_WRITE: std::cell::Cell<Option<fn(Instant)>> = const { std::cell::Cell::new(None) };
-}
-
 /// The caller's end. Dropped with an admission unread, it gives the permits back.
 struct Awaiting {
     answer: oneshot::Receiver<Answer>,
@@ -349,10 +342,9 @@ async fn exchange(
     // Whether to write the request: only while the caller waits, and only once the write is
     // claimed (`Start::write`) before the caller gave up.
     let waiting = || {
+        // Before each claim of the request's write.
         #[cfg(test)]
-        if let Some(hook) = BEFORE_WRITE.get() {
-            hook(deadline);
-        }
+        super::write_gap::before_write(deadline);
         if sender.is_closed() || Instant::now() >= deadline {
             start.give_up();
             return false;
@@ -547,17 +539,10 @@ mod tests {
     use std::io::Read as _;
     use std::time::Duration;
 
-    /// Waits until `deadline` has passed.
-    fn until_past(deadline: Instant) {
-        while Instant::now() < deadline {
-            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
-        }
-    }
-
     /// An async call whose deadline passes after its exchange started and got its connection,
     /// before the exchange wrote any byte, sent nothing: a "not sent" timeout, decided by the
     /// policy and not told to the breaker (issue 18). Made deterministic by the test hook
-    /// before the write's claim ([`BEFORE_WRITE`]), which waits until the deadline has passed
+    /// before the write's claim (`write_gap`), which waits until the deadline has passed
     /// (the runtime's one thread held there, as a busy runtime would). Against a listener that
     /// never answers: no byte may reach it. Before (the exchange deciding "sent" when it
     /// started): "timeout at memcached://…: no answer within 1s", not `is_not_sent`, and with
@@ -582,9 +567,9 @@ mod tests {
         )
         .unwrap()
         .with_breaker(Some(breaker.unwrap()));
-        BEFORE_WRITE.set(Some(until_past));
+        crate::memcached::write_gap::hold_past_deadline(true);
         let outcome = limiter.try_acquire_outcome("k", 1).await.unwrap();
-        BEFORE_WRITE.set(None);
+        crate::memcached::write_gap::hold_past_deadline(false);
         assert!(!outcome.decision().is_allowed());
         let error = outcome.failure().expect("decided by the policy");
         assert!(error.is_not_sent(), "{error}");

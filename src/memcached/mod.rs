@@ -128,3 +128,30 @@ pub use error::MemcachedError;
 pub use limiter::MemcachedLimiter;
 pub use protocol::MAX_KEY_LEN;
 pub use sliding_window::MAX_CELLS;
+
+/// Test hook of the blocking send ([`connection`]) and the async exchange ([`detached`]):
+/// a test sets it to make a call's deadline pass between the check that nothing is sent yet
+/// and the first write (issue 18's "not sent" window).
+#[cfg(test)]
+mod write_gap {
+    use std::time::Instant;
+
+    thread_local! {
+        static HOLD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Run where a request's first write is about to be claimed: while the hook is set on
+    /// this thread, waits until `deadline` has passed.
+    pub(super) fn before_write(deadline: Instant) {
+        if HOLD.get() {
+            while Instant::now() < deadline {
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            }
+        }
+    }
+
+    /// Sets (`true`) or clears the hook on this thread.
+    pub(super) fn hold_past_deadline(on: bool) {
+        HOLD.set(on);
+    }
+}
