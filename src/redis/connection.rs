@@ -2103,10 +2103,7 @@ async fn reread(read: &Read<'_>) {
     let targets: Vec<(&str, u16, Asked<'_>)> = if masters.is_empty() {
         reader
             .seed_order(MAP_READ_TRIES)
-            .map(|at| {
-                let (host, port) = &reader.seeds[at];
-                (host.as_str(), *port, Asked::Seed(at))
-            })
+            .map(|at| reader.seed(at))
             .collect()
     } else {
         let named = masters.iter();
@@ -2126,9 +2123,8 @@ async fn reread(read: &Read<'_>) {
         return;
     }
     if let Some(at) = reader.seed_order(1).next() {
-        let (host, port) = &reader.seeds[at];
-        let target = Asked::Seed(at);
-        try_read(read, host, *port, target).await;
+        let (host, port, target) = reader.seed(at);
+        try_read(read, host, port, target).await;
     }
 }
 
@@ -2313,6 +2309,12 @@ impl MapReader {
         // (`SlotOwners::start_read`); no ordering subtlety to save.
         let first = self.next_seed.load(Ordering::SeqCst);
         (0..count.min(tries)).map(move |i| (first + i) % count)
+    }
+
+    /// Seed `at` (an index from [`seed_order`](Self::seed_order)) as a try's target.
+    fn seed(&self, at: usize) -> (&str, u16, Asked<'_>) {
+        let (host, port) = &self.seeds[at];
+        (host.as_str(), *port, Asked::Seed(at))
     }
 
     /// The read sent to seed `at` failed: the next read asks the seeds after it first.
